@@ -1,0 +1,140 @@
+"""Agents' reports (Register, Heartbeat, ShardStatus messages of llmgw/wire/agent.proto) as plan data.
+
+Pure conversions: a pb message in, `NodeState` / `ObservedShard` / `ShardDetail` values out. The messages are
+read by field name only, so anything with the same attributes converts the same way.
+Units follow agent.proto: bytes, seconds; an unset `optional` field means "not measured".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import replace
+
+from llmgw.control.registry import ShardDetail
+from llmgw.plan.types import Fleet, GpuState, NodeState, ObservedShard, ShardState
+from llmgw.settings.model import Settings
+
+_STATES = {s.value: s for s in ShardState}
+
+
+def _has(message, name: str) -> bool:
+    try:
+        return message.HasField(name)
+    except (ValueError, AttributeError):
+        return getattr(message, name, None) is not None
+
+
+def shard_from_status(status) -> ObservedShard:
+    """An `ObservedShard` from a pb `ShardStatus`. An unknown state string becomes FAILED, saying so in `error`."""
+    state = _STATES.get(status.state)
+    error = status.error
+    if state is None:
+        state = ShardState.FAILED
+        error = error or f"the agent reported an unknown state {status.state!r}"
+    return ObservedShard(
+        shard_id=status.shard_id,
+        replica_id=status.replica_id,
+        model=status.model,
+        state=state,
+        fingerprint=status.fingerprint,
+        settings_commit=status.settings_commit,
+        devices=tuple(status.devices),
+        cpu_cores=float(status.cpu_cores),
+        memory_bytes=int(status.memory_bytes),
+        port=int(status.port),
+        error=error,
+        restarts=int(status.restarts),
+    )
+
+
+def detail_from_status(status) -> ShardDetail:
+    """The parts of a pb `ShardStatus` the planner does not use (pid, progress, log tail)."""
+    return ShardDetail(
+        pid=int(status.pid),
+        progress=float(status.progress) if _has(status, "progress") else None,
+        progress_text=status.progress_text,
+        last_log_lines=tuple(status.last_log_lines),
+        adopted=bool(status.adopted),
+    )
+
+
+def split_shards(statuses: Iterable) -> tuple[tuple[ObservedShard, ...], tuple[ObservedShard, ...], dict]:
+    """Split pb `ShardStatus` values into (ours, foreign, details by shard id), each by shard id."""
+    ours, foreign, details = [], [], {}
+    for status in statuses:
+        shard = shard_from_status(status)
+        (foreign if status.foreign else ours).append(shard)
+        details[shard.shard_id] = detail_from_status(status)
+    return (
+        tuple(sorted(ours, key=lambda s: s.shard_id)),
+        tuple(sorted(foreign, key=lambda s: s.shard_id)),
+        details,
+    )
+
+
+def gpu_from_report(gpu) -> GpuState:
+    """A placeable device from a pb `Gpu`: free memory is `memory_free_bytes`, else total less used, else total."""
+    total = int(gpu.memory_total_bytes)
+    if _has(gpu, "memory_free_bytes"):
+        free = int(gpu.memory_free_bytes)
+    elif _has(gpu, "memory_used_bytes"):
+        free = max(0, total - int(gpu.memory_used_bytes))
+    else:
+        free = total
+    return GpuState(
+        device_id=gpu.device_id or str(gpu.index),
+        gpu_class=gpu.gpu_class,
+        memory_total_bytes=total,
+        memory_free_bytes=free,
+        uuid=gpu.uuid,
+        foreign_processes=bool(len(gpu.foreign_pids)),
+        is_mig=bool(gpu.is_mig_instance),
+        numa_node=int(gpu.numa_node) if _has(gpu, "numa_node") else None,
+        nvlink_peers=tuple(gpu.nvlink_peers),
+    )
+
+
+def node_from_register(register, peer_host: str = "127.0.0.1") -> NodeState:
+    """A `NodeState` from a pb `Register`, with the shards it runs now (foreign ones left out).
+
+    A GPU with MIG enabled is not itself placeable: its MIG instances are (reported as their own `Gpu`
+    entries with `is_mig_instance`). `address` is the reported address, else the peer's host.
+    """
+    ours, _foreign, _details = split_shards(register.shards)
+    gpus = tuple(
+        gpu_from_report(g) for g in register.gpus if g.is_mig_instance or not g.mig_enabled
+    )
+    return NodeState(
+        node_id=register.node_id,
+        address=register.address or peer_host,
+        alive=True,
+        labels=tuple(sorted(dict(register.labels).items())),
+        cpu_cores=float(register.cpu_cores),
+        memory_bytes=int(register.memory_total_bytes),
+        gpus=gpus,
+        engines_installed=frozenset(register.engines_installed),
+        shards=ours,
+    )
+
+
+def fleet_for(fleet: Fleet, settings: Settings | None) -> Fleet:
+    """The fleet as the settings see it: each node's labels from its agent settings laid over the reported
+    ones, its CPU cores and memory less what its agent settings reserve, and GPUs it must leave alone removed.
+    """
+    if settings is None:
+        return fleet
+    nodes = []
+    for node in fleet.nodes:
+        agent = settings.agent_settings_for(node.node_id)
+        labels = dict(node.labels)
+        labels.update(agent.labels)
+        ignore = set(agent.ignore_gpus)
+        gpus = tuple(g for g in node.gpus if not ({g.device_id, g.uuid} & ignore))
+        nodes.append(replace(
+            node,
+            labels=tuple(sorted(labels.items())),
+            cpu_cores=max(0.0, node.cpu_cores - agent.cpu_cores_reserved),
+            memory_bytes=max(0, node.memory_bytes - agent.memory_reserved_bytes),
+            gpus=gpus,
+        ))
+    return Fleet(nodes=tuple(nodes))

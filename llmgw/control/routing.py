@@ -1,0 +1,129 @@
+"""Building the gateway's `RouteTable` from the settings in force and the ready shards of the fleet.
+
+Pure: settings, fleet and two lookups (engine key of a replica, value of a named secret) in, a new immutable
+`llmgw.routes.RouteTable` out. The control plane calls it whenever either input changes and hands the result
+to `Gateway.set_table`.
+
+Rules:
+- A replica is routed to when its first shard ("<replica>/0") is READY on a node that is alive; the URL is
+  `http://<node address>:<shard port>` and the engine key is `engine_key(replica id)`.
+- A model with `endpoints` routes to those servers (`external=True`), keyed by the secret the endpoint names.
+- A project's `models` are resolved from names or aliases to catalog names; `*` means every model (None).
+  Its quotas are listed narrowest first: project, team, organisation; scopes without any limit are left out.
+- `stopped` is `serving.stopped`; replicas are listed anyway (the gateway answers 503 system_stopped).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from types import MappingProxyType
+
+from llmgw.plan.types import Fleet, ShardState
+from llmgw.routes import ModelRoute, ProjectPolicy, QuotaLimits, ReplicaRoute, RouteTable
+from llmgw.settings.model import Quota, Settings
+
+
+def _limits(quota: Quota) -> QuotaLimits | None:
+    limits = QuotaLimits(
+        requests_per_minute=quota.requests_per_minute,
+        tokens_per_minute=quota.tokens_per_minute,
+        tokens_per_day=quota.tokens_per_day,
+        concurrent_requests=quota.concurrent_requests,
+        budget=quota.budget,
+    )
+    return None if limits == QuotaLimits() else limits
+
+
+def ready_replicas(fleet: Fleet) -> dict[str, list[ReplicaRoute]]:
+    """Ready replicas by model name, each without an engine key yet, in (node id, replica id) order."""
+    found: dict[str, list[ReplicaRoute]] = {}
+    for node in fleet.nodes:
+        if not node.alive:
+            continue
+        for shard in node.shards:
+            if shard.state is not ShardState.READY or not shard.shard_id.endswith("/0") or not shard.port:
+                continue
+            found.setdefault(shard.model, []).append(ReplicaRoute(
+                replica_id=shard.replica_id,
+                node_id=node.node_id,
+                base_url=f"http://{node.address}:{shard.port}",
+            ))
+    for routes in found.values():
+        routes.sort(key=lambda r: (r.replica_id, r.node_id))
+    return found
+
+
+def build_route_table(
+    settings: Settings | None,
+    fleet: Fleet,
+    engine_key: Callable[[str], str],
+    secret: Callable[[str], str | None] = lambda name: None,
+) -> RouteTable:
+    """The routing table for `settings` (None: no settings in force, an empty table) over `fleet`.
+
+    `engine_key(replica_id)` returns a replica's engine key; `secret(name)` a named secret's value or None.
+    """
+    if settings is None:
+        return RouteTable()
+    ready = ready_replicas(fleet)
+    models = {}
+    for name in sorted(settings.models):
+        model = settings.models[name]
+        if model.endpoints:
+            replicas = tuple(
+                ReplicaRoute(
+                    replica_id=f"{name}-external-{i}",
+                    node_id="",
+                    base_url=endpoint.url.rstrip("/"),
+                    engine_key=secret(endpoint.secret) if endpoint.secret else None,
+                    external=True,
+                    upstream_model=endpoint.model,
+                )
+                for i, endpoint in enumerate(model.endpoints)
+            )
+        else:
+            replicas = tuple(
+                ReplicaRoute(
+                    replica_id=r.replica_id, node_id=r.node_id, base_url=r.base_url,
+                    engine_key=engine_key(r.replica_id),
+                )
+                for r in ready.get(name, ())
+            )
+        models[name] = ModelRoute(
+            name=name,
+            aliases=tuple(model.aliases),
+            replicas=replicas,
+            prompt_price_per_million=model.prices.prompt_per_million,
+            completion_price_per_million=model.prices.completion_per_million,
+        )
+    projects = {}
+    for name in sorted(settings.projects):
+        project = settings.projects[name]
+        allowed: frozenset[str] | None
+        if "*" in project.models:
+            allowed = None
+        else:
+            resolved = set()
+            for wanted in project.models:
+                model = settings.resolve_model(wanted)
+                resolved.add(model.name if model is not None else wanted)
+            allowed = frozenset(resolved)
+        scopes = [(f"project:{name}", project.quota)]
+        team = settings.teams.get(project.team)
+        if team is not None:
+            scopes.append((f"team:{team.name}", team.quota))
+        organisation = settings.organisations.get(project.organisation)
+        if organisation is not None:
+            scopes.append((f"org:{organisation.name}", organisation.quota))
+        quotas = tuple((key, limits) for key, quota in scopes if (limits := _limits(quota)) is not None)
+        projects[name] = ProjectPolicy(
+            name=name, team=project.team, organisation=project.organisation, models=allowed, quotas=quotas,
+        )
+    return RouteTable(
+        models=MappingProxyType(models),
+        projects=MappingProxyType(projects),
+        stopped=settings.cluster.serving_stopped,
+        settings_commit=settings.commit,
+        max_request_body_bytes=settings.cluster.max_request_body_bytes,
+        currency=settings.cluster.currency,
+    )

@@ -1,0 +1,111 @@
+"""The fleet registry: registration, heartbeats, shard states, nodes lost and coming back."""
+
+from __future__ import annotations
+
+import pytest
+
+from llmgw.control.registry import FleetRegistry
+from llmgw.plan.types import NodeState, ObservedShard, ShardState
+
+
+def shard(sid: str, state: ShardState = ShardState.READY, port: int = 9000) -> ObservedShard:
+    replica = sid.split("/")[0]
+    return ObservedShard(shard_id=sid, replica_id=replica, model=replica.rsplit("-", 1)[0], state=state, port=port)
+
+
+def node(node_id: str, *shards: ObservedShard) -> NodeState:
+    return NodeState(node_id=node_id, cpu_cores=8, memory_bytes=16 << 30, shards=tuple(shards))
+
+
+def test_a_registered_node_is_alive_with_the_shards_it_reports():
+    registry = FleetRegistry(lost_after=30)
+    assert registry.register(node("n1", shard("gemma-0/0")), now=0.0) is True
+    fleet = registry.fleet()
+    assert [n.node_id for n in fleet.nodes] == ["n1"]
+    assert fleet.nodes[0].alive and fleet.nodes[0].shards[0].shard_id == "gemma-0/0"
+
+
+@pytest.mark.parametrize(
+    "silent_for, disconnected, lost",
+    [
+        (10, False, False),   # heard from recently
+        (10, True, False),    # stream broke a moment ago: still alive, replicas stay
+        (31, False, True),    # silent longer than lost_after
+        (31, True, True),
+    ],
+)
+def test_a_node_is_lost_only_after_being_silent_longer_than_lost_after(silent_for, disconnected, lost):
+    registry = FleetRegistry(lost_after=30)
+    registry.register(node("n1", shard("gemma-0/0")), now=0.0)
+    if disconnected:
+        registry.disconnect("n1", now=0.0)
+    newly_lost = registry.expire(now=float(silent_for))
+    assert newly_lost == (("n1",) if lost else ())
+    view = registry.fleet().nodes[0]
+    assert view.alive is (not lost)
+    # a lost node offers no shards to the planner, so its replicas are placed elsewhere
+    assert len(view.shards) == (0 if lost else 1)
+
+
+def test_heartbeats_keep_a_node_alive_and_report_shard_changes():
+    registry = FleetRegistry(lost_after=30)
+    registry.register(node("n1", shard("gemma-0/0", ShardState.STARTING)), now=0.0)
+    same = registry.heartbeat("n1", now=20.0, shards=[shard("gemma-0/0", ShardState.STARTING)])
+    assert same is False
+    changed = registry.heartbeat("n1", now=40.0, shards=[shard("gemma-0/0", ShardState.READY)])
+    assert changed is True
+    assert registry.expire(now=60.0) == ()
+    assert registry.fleet().nodes[0].shards[0].state is ShardState.READY
+
+
+def test_a_returning_node_has_its_shards_adopted_as_reported():
+    registry = FleetRegistry(lost_after=30)
+    registry.register(node("n1", shard("gemma-0/0")), now=0.0)
+    registry.expire(now=100.0)
+    assert registry.fleet().nodes[0].alive is False
+    assert registry.register(node("n1", shard("gemma-0/0", port=9123)), now=101.0) is True
+    back = registry.fleet().nodes[0]
+    assert back.alive and back.shards == (shard("gemma-0/0", port=9123),)
+
+
+def test_messages_from_a_node_that_never_registered_are_ignored():
+    registry = FleetRegistry(lost_after=30)
+    assert registry.heartbeat("ghost", now=0.0, shards=[shard("x-0/0")]) is False
+    assert registry.shard_status("ghost", shard("x-0/0"), now=0.0) is False
+    assert registry.fleet().nodes == ()
+
+
+def test_a_shard_status_replaces_that_shard_only():
+    registry = FleetRegistry(lost_after=30)
+    registry.register(node("n1", shard("a-0/0"), shard("b-0/0")), now=0.0)
+    assert registry.shard_status("n1", shard("a-0/0", ShardState.FAILED), now=1.0) is True
+    states = {s.shard_id: s.state for s in registry.fleet().nodes[0].shards}
+    assert states == {"a-0/0": ShardState.FAILED, "b-0/0": ShardState.READY}
+
+
+@pytest.mark.parametrize(
+    "events, installed, installing",
+    [
+        ([("installing", "")], set(), {"llama.cpp@b1"}),
+        ([("installing", ""), ("installed", "")], {"llama.cpp@b1"}, set()),
+        ([("installing", ""), ("failed", "sha256 mismatch")], set(), set()),
+    ],
+)
+def test_engine_installs_move_between_installing_and_installed(events, installed, installing):
+    registry = FleetRegistry(lost_after=30)
+    registry.register(node("n1"), now=0.0)
+    for state, error in events:
+        registry.engine_status("n1", "llama.cpp@b1", state, error, now=1.0)
+    record = registry.get("n1")
+    assert set(record.state.engines_installed) == installed
+    assert set(record.state.engines_installing) == installing
+    if events[-1][0] == "failed":
+        assert record.engine_errors["llama.cpp@b1"] == "sha256 mismatch"
+
+
+def test_next_expiry_is_when_the_quietest_live_node_would_be_lost():
+    registry = FleetRegistry(lost_after=30)
+    assert registry.next_expiry() is None
+    registry.register(node("n1"), now=5.0)
+    registry.register(node("n2"), now=2.0)
+    assert registry.next_expiry() == 32.0

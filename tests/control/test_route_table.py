@@ -1,0 +1,109 @@
+"""Building the gateway's routing table from settings and ready shards."""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+
+import pytest
+
+from llmgw.control.keys import engine_key
+from llmgw.control.routing import build_route_table
+from llmgw.plan.types import Fleet, NodeState, ObservedShard, ShardState
+from llmgw.routes import QuotaLimits
+from llmgw.settings.model import (
+    ClusterSettings, Endpoint, Model, Organisation, Prices, Project, Quota, Settings, Team,
+)
+
+SECRET = b"s" * 32
+
+
+def settings(**cluster) -> Settings:
+    models = {
+        "gemma": Model(name="gemma", engine="llama.cpp", aliases=("g",), prices=Prices(0.1, 0.2)),
+        "qwen": Model(name="qwen", engine="llama.cpp"),
+        "remote": Model(name="remote", engine="llama.cpp", endpoints=(
+            Endpoint(url="https://api.example.com/", secret="remote-key", model="gpt-x"),)),
+    }
+    return Settings(
+        cluster=ClusterSettings(name="t", **cluster),
+        models=MappingProxyType(models),
+        organisations=MappingProxyType({"acme": Organisation("acme", Quota(tokens_per_day=1000))}),
+        teams=MappingProxyType({"research": Team("research", "acme")}),
+        projects=MappingProxyType({
+            "chat": Project("chat", "research", "acme", models=("g", "qwen"), quota=Quota(requests_per_minute=5)),
+            "all": Project("all", "research", "acme"),
+        }),
+        commit="c0ffee",
+    )
+
+
+def shard(sid: str, state: ShardState, port: int) -> ObservedShard:
+    replica = sid.split("/")[0]
+    return ObservedShard(sid, replica, replica.rsplit("-", 1)[0], state, port=port)
+
+
+def fleet(alive2: bool = True) -> Fleet:
+    return Fleet(nodes=(
+        NodeState("n1", address="10.0.0.1", shards=(
+            shard("gemma-0/0", ShardState.READY, 9001), shard("qwen-0/0", ShardState.STARTING, 9002))),
+        NodeState("n2", address="10.0.0.2", alive=alive2, shards=(shard("gemma-1/0", ShardState.READY, 9003),)),
+    ))
+
+
+def table(fl=None, **cluster):
+    return build_route_table(
+        settings(**cluster), fl or fleet(), lambda rid: engine_key(SECRET, rid),
+        lambda name: {"remote-key": "sk-remote"}.get(name),
+    )
+
+
+@pytest.mark.parametrize(
+    "model, expected",
+    [
+        ("gemma", [("gemma-0", "http://10.0.0.1:9001"), ("gemma-1", "http://10.0.0.2:9003")]),
+        ("qwen", []),  # starting, not ready: no route (the gateway answers 503 with Retry-After)
+    ],
+)
+def test_only_ready_replicas_on_live_nodes_are_routed(model, expected):
+    routes = table().models[model].replicas
+    assert [(r.replica_id, r.base_url) for r in routes] == expected
+    assert all(r.engine_key == engine_key(SECRET, r.replica_id) for r in routes)
+
+
+def test_a_replica_on_a_node_not_alive_is_not_routed():
+    routes = table(fleet(alive2=False)).models["gemma"].replicas
+    assert [r.node_id for r in routes] == ["n1"]
+
+
+def test_models_with_endpoints_route_to_them_with_their_secret():
+    (route,) = table().models["remote"].replicas
+    assert route.external and route.base_url == "https://api.example.com"
+    assert route.engine_key == "sk-remote" and route.upstream_model == "gpt-x"
+
+
+def test_aliases_prices_and_commit_are_carried():
+    t = table()
+    assert t.resolve("g").name == "gemma"
+    assert t.models["gemma"].prompt_price_per_million == 0.1
+    assert t.settings_commit == "c0ffee" and t.stopped is False
+
+
+def test_serving_stopped_is_carried_into_the_table():
+    assert table(serving_stopped=True).stopped is True
+
+
+def test_project_models_are_resolved_and_quotas_listed_narrowest_first():
+    t = table()
+    chat = t.projects["chat"]
+    assert chat.models == frozenset({"gemma", "qwen"})
+    assert chat.quotas == (
+        ("project:chat", QuotaLimits(requests_per_minute=5)),
+        ("org:acme", QuotaLimits(tokens_per_day=1000)),
+    )
+    assert t.projects["all"].models is None
+
+
+def test_engine_keys_are_hmac_of_the_replica_id_and_differ_per_replica():
+    a, b = engine_key(SECRET, "gemma-0"), engine_key(SECRET, "gemma-1")
+    assert len(a) == 64 and a != b and a == engine_key(SECRET, "gemma-0")
+    assert engine_key(b"other", "gemma-0") != a
