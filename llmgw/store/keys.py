@@ -1,0 +1,132 @@
+"""API keys and admin tokens: made from random bytes, shown once, stored only as SHA-256 hashes.
+
+An API key is `sk-llmgw-` followed by 32 random bytes in URL-safe base64 without padding (43 characters).
+An admin token is `llmgw-admin-` followed by the same. The store keeps the SHA-256 digest of the whole
+string and looks it up by that digest through an SQL parameter, so neither the key nor its digest is ever
+part of an SQL statement's text, and the plaintext never reaches SQLite at all. The digest found is compared
+again with `hmac.compare_digest`.
+
+Functions taking a connection run inside the caller's transaction.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import secrets
+import sqlite3
+
+from llmgw.errors import StoreError
+from llmgw.store.records import (
+    KEY_EXPIRED,
+    KEY_MALFORMED,
+    KEY_REVOKED,
+    KEY_UNKNOWN,
+    ApiKey,
+    KeyCheck,
+)
+
+API_KEY_PREFIX = "sk-llmgw-"
+ADMIN_TOKEN_PREFIX = "llmgw-admin-"
+SECRET_BYTES = 32
+_ENCODED_LENGTH = 43  # base64url of 32 bytes, unpadded
+_DISPLAY_CHARS = 4  # characters of the secret part kept as a visible prefix
+
+
+def new_token(prefix: str) -> str:
+    """`prefix` followed by 32 random bytes from `secrets` in unpadded URL-safe base64."""
+    return prefix + base64.urlsafe_b64encode(secrets.token_bytes(SECRET_BYTES)).rstrip(b"=").decode("ascii")
+
+
+def digest(token: str) -> bytes:
+    """The SHA-256 digest (32 bytes) of `token` encoded as UTF-8: what the store keeps."""
+    return hashlib.sha256(token.encode("utf-8")).digest()
+
+
+def well_formed(token: str, prefix: str) -> bool:
+    """True when `token` has `prefix` and exactly the length and alphabet of a token made by `new_token`."""
+    if not token.startswith(prefix) or len(token) != len(prefix) + _ENCODED_LENGTH:
+        return False
+    body = token[len(prefix):]
+    return all(c.isascii() and (c.isalnum() or c in "-_") for c in body)
+
+
+def _row_to_key(row: tuple) -> ApiKey:
+    return ApiKey(key_id=row[0], project=row[1], name=row[2], prefix=row[3], created_at=row[4],
+                  expires_at=row[5], revoked_at=row[6])
+
+
+_KEY_COLUMNS = "id, project, name, prefix, created_at, expires_at, revoked_at"
+
+
+def insert_api_key(conn: sqlite3.Connection, project: str, name: str | None, expires_at: float | None,
+                   now: float) -> tuple[ApiKey, str]:
+    """Create a key for `project`; returns (record, plaintext). The plaintext is not kept anywhere."""
+    if not project:
+        raise StoreError("An API key needs a project; pass the name of a project of projects.yaml.")
+    plaintext = new_token(API_KEY_PREFIX)
+    for _attempt in range(8):
+        key_id = "key_" + secrets.token_hex(4)
+        try:
+            conn.execute(
+                f"INSERT INTO api_keys ({_KEY_COLUMNS}, hash) VALUES (?, ?, ?, ?, ?, ?, NULL, ?)",
+                (key_id, project, name, plaintext[: len(API_KEY_PREFIX) + _DISPLAY_CHARS], now, expires_at,
+                 digest(plaintext)),
+            )
+        except sqlite3.IntegrityError:
+            continue  # id collision (1 in 4 billion): draw another id
+        return ApiKey(key_id, project, name, plaintext[: len(API_KEY_PREFIX) + _DISPLAY_CHARS], now, expires_at), plaintext
+    raise StoreError("Could not draw a free API key id after 8 attempts; the api_keys table looks corrupt.")
+
+
+def check_api_key(conn: sqlite3.Connection, plaintext: str, now: float) -> KeyCheck:
+    """Look a presented key up by its digest; the result says whether it is accepted and, if not, why."""
+    if not well_formed(plaintext, API_KEY_PREFIX):
+        return KeyCheck(None, KEY_MALFORMED)
+    presented = digest(plaintext)
+    row = conn.execute(f"SELECT {_KEY_COLUMNS}, hash FROM api_keys WHERE hash = ?", (presented,)).fetchone()
+    if row is None or not hmac.compare_digest(bytes(row[7]), presented):
+        return KeyCheck(None, KEY_UNKNOWN)
+    key = _row_to_key(row)
+    state = key.state(now)
+    if state == "revoked":
+        return KeyCheck(None, KEY_REVOKED)
+    if state == "expired":
+        return KeyCheck(None, KEY_EXPIRED)
+    return KeyCheck(key)
+
+
+def list_api_keys(conn: sqlite3.Connection, project: str | None) -> list[ApiKey]:
+    """Every key (of `project`, if given), oldest first, revoked and expired ones included."""
+    if project is None:
+        rows = conn.execute(f"SELECT {_KEY_COLUMNS} FROM api_keys ORDER BY created_at, id").fetchall()
+    else:
+        rows = conn.execute(f"SELECT {_KEY_COLUMNS} FROM api_keys WHERE project = ? ORDER BY created_at, id",
+                            (project,)).fetchall()
+    return [_row_to_key(row) for row in rows]
+
+
+def revoke_api_key(conn: sqlite3.Connection, key_id: str, now: float) -> ApiKey:
+    """Mark `key_id` revoked at `now` (a key revoked before keeps its first time). Raises StoreError if unknown."""
+    conn.execute("UPDATE api_keys SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL", (now, key_id))
+    row = conn.execute(f"SELECT {_KEY_COLUMNS} FROM api_keys WHERE id = ?", (key_id,)).fetchone()
+    if row is None:
+        raise StoreError(f"There is no API key {key_id!r}; `llmgw keys list` shows the ids.")
+    return _row_to_key(row)
+
+
+def insert_admin_token(conn: sqlite3.Connection, now: float) -> str:
+    """Create an admin token; returns the plaintext (shown once; only its digest is stored)."""
+    token = new_token(ADMIN_TOKEN_PREFIX)
+    conn.execute("INSERT INTO admin_tokens (hash, created_at) VALUES (?, ?)", (digest(token), now))
+    return token
+
+
+def check_admin_token(conn: sqlite3.Connection, token: str) -> bool:
+    """True when `token` is an admin token made by this store (digest compared in constant time)."""
+    if not well_formed(token, ADMIN_TOKEN_PREFIX):
+        return False
+    presented = digest(token)
+    row = conn.execute("SELECT hash FROM admin_tokens WHERE hash = ?", (presented,)).fetchone()
+    return row is not None and hmac.compare_digest(bytes(row[0]), presented)

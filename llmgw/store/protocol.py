@@ -1,0 +1,106 @@
+"""`Store`: what the control plane, the gateway and the CLI need of the runtime store.
+
+`SqliteStore` implements it for one control plane; a PostgreSQL store for several control planes will
+implement the same methods. Every method is synchronous, thread-safe and may block briefly on the database
+(call it from trio with `trio.to_thread.run_sync`, or directly when a short block of the event loop is
+acceptable: a write is one transaction of tens of microseconds, more while another process holds the lock).
+Times are epoch seconds (`time.time()`); `now=None` means the current time.
+
+Errors: `TemporaryError` when the database stayed locked past the busy timeout (retry later),
+`StoreError` for anything else the database refuses, `UsageError` for wrong arguments.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+from llmgw.routes import QuotaLimits
+from llmgw.store.records import ApiKey, Headroom, KeyCheck, Rejection, Reservation, UsageRecord, UsageRow
+
+
+@runtime_checkable
+class Store(Protocol):
+    """The runtime store: secrets, key/value, admin tokens, API keys, quotas, usage and leases."""
+
+    url: str
+
+    def close(self) -> None:
+        """Close the database; the store must not be used afterwards."""
+
+    # -- secrets and key/value ------------------------------------------------------------------------------
+    def get_or_create_secret(self, name: str, nbytes: int = 32) -> bytes:
+        """The secret called `name`, made of `nbytes` random bytes on first use; the same bytes ever after
+        (also across processes: the first writer wins)."""
+
+    def get(self, key: str) -> str | None:
+        """The value stored under `key`, or None."""
+
+    def put(self, key: str, value: str) -> None:
+        """Store `value` under `key`, replacing any previous value."""
+
+    # -- admin tokens ------------------------------------------------------------------------------------------
+    def create_admin_token(self) -> str:
+        """A new admin token ("llmgw-admin-..."), shown once: only its SHA-256 digest is stored."""
+
+    def check_admin_token(self, token: str) -> bool:
+        """True when `token` is an admin token of this store (compared in constant time)."""
+
+    # -- API keys ----------------------------------------------------------------------------------------------
+    def create_api_key(self, project: str, name: str | None = None, expires_at: float | None = None,
+                       now: float | None = None) -> tuple[ApiKey, str]:
+        """A new API key for `project`: (its record, the plaintext "sk-llmgw-..." shown once)."""
+
+    def check_api_key(self, plaintext: str, now: float | None = None) -> KeyCheck:
+        """Whether `plaintext` is an active key at `now`; if not, why (`KeyCheck.reason`, `.message`)."""
+
+    def authenticate(self, plaintext: str, now: float | None = None) -> ApiKey | None:
+        """The active key `plaintext` is, or None (unknown, malformed, revoked or expired: see check_api_key)."""
+
+    def list_api_keys(self, project: str | None = None) -> list[ApiKey]:
+        """Every key (of `project`), oldest first, revoked and expired included."""
+
+    def revoke_api_key(self, key_id: str, now: float | None = None) -> ApiKey:
+        """Revoke `key_id` (idempotent); returns its record. Raises StoreError for an unknown id."""
+
+    # -- quotas ------------------------------------------------------------------------------------------------
+    def reserve(self, scopes: Sequence[tuple[str, QuotaLimits]], estimated_tokens: int, estimated_cost: float,
+                now: float | None = None) -> Reservation | Rejection:
+        """Admit a request against every scope at once, or refuse it consuming nothing in any scope."""
+
+    def settle(self, reservation: Reservation, actual_tokens: int, actual_cost: float, now: float | None = None,
+               usage: UsageRecord | None = None) -> bool:
+        """Replace the estimate by the actual usage, free the concurrency slots and (if given) record `usage`,
+        in one durable transaction. False when the reservation was already settled or released."""
+
+    def release(self, reservation: Reservation, now: float | None = None) -> bool:
+        """Free the slots and refund the estimated tokens and cost (the request still counts as a request).
+        False when already settled or released."""
+
+    def renew(self, reservation: Reservation, now: float | None = None) -> bool:
+        """Keep a long request's concurrency slots from expiring for another slot TTL; False if none is held."""
+
+    def headroom(self, scopes: Sequence[tuple[str, QuotaLimits]], now: float | None = None) -> Headroom:
+        """The tightest request and token allowances of `scopes` (a read)."""
+
+    # -- usage -------------------------------------------------------------------------------------------------
+    def record_usage(self, record: UsageRecord) -> None:
+        """Append `record`; committed (surviving a crash of this process) before returning."""
+
+    def query_usage(self, project: str | None = None, since: float | None = None,
+                    by: str = "model") -> list[UsageRow]:
+        """Usage summed per "model", "project" or "day" (UTC), of one project and since a time if given."""
+
+    def recent_usage(self, project: str | None = None, since: float | None = None,
+                     limit: int = 100) -> list[UsageRecord]:
+        """The latest `limit` records, newest first."""
+
+    # -- leases ------------------------------------------------------------------------------------------------
+    def acquire_lease(self, name: str, holder: str, ttl_seconds: float, now: float | None = None) -> bool:
+        """Take or renew the lease `name` for `holder` until now + ttl_seconds; False while another holds it."""
+
+    def release_lease(self, name: str, holder: str) -> bool:
+        """Give the lease up if `holder` holds it; True when it did."""
+
+    def lease_holder(self, name: str, now: float | None = None) -> str | None:
+        """Who holds the lease `name` at `now`, or None."""

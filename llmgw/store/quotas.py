@@ -1,0 +1,246 @@
+"""Quota windows, reservations and concurrency slots, enforced inside one store transaction.
+
+Windows are FIXED, aligned to UTC: a minute window is [floor(t/60)*60, +60 s), a day window the UTC calendar
+day, the budget window the UTC calendar month. Requests and tokens per minute count in the minute window,
+tokens per day in the day window, cost against `budget` in the month window. (Fixed windows let up to twice a
+per-minute limit through across a window boundary; they are exact, cheap and their reset time is plain.)
+
+A reservation adds one request, the estimated tokens and the estimated cost to every window that has a limit
+in every limited scope, and takes one concurrency slot in every scope with `concurrent_requests`. It is all
+or nothing: the caller runs `reserve` inside `BEGIN IMMEDIATE`, every scope is checked before anything is
+written, and a rejection writes nothing. Settling removes the estimate from the windows it was charged to
+and adds the actual tokens and cost to the windows current at settle time, then frees the slots. A slot not
+freed within its TTL (a crashed gateway) stops counting and is deleted by `prune`.
+
+Functions here take an open `sqlite3.Connection` already inside a write transaction (except `read_*`).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Sequence
+from dataclasses import replace
+from datetime import datetime, timezone
+
+from llmgw.routes import QuotaLimits
+from llmgw.store.records import Allowance, Charge, Headroom, Rejection, Reservation
+
+MINUTE = "minute"
+DAY = "day"
+MONTH = "month"
+
+# limit name -> (period, measure) ; measure "requests" | "tokens" | "cost"; "slots" for concurrency
+LIMITS: dict[str, tuple[str, str]] = {
+    "requests_per_minute": (MINUTE, "requests"),
+    "tokens_per_minute": (MINUTE, "tokens"),
+    "tokens_per_day": (DAY, "tokens"),
+    "concurrent_requests": ("", "slots"),
+    "budget": (MONTH, "cost"),
+}
+
+CONCURRENCY_RETRY_SECONDS = 1.0
+
+
+def has_limits(limits: QuotaLimits) -> bool:
+    """True when at least one of `limits` is set (not None)."""
+    return any(getattr(limits, name) is not None for name in LIMITS)
+
+
+def window_bounds(period: str, now: float) -> tuple[float, float]:
+    """The (start, end) in epoch seconds of the fixed UTC window of `period` that holds `now`."""
+    if period == MINUTE:
+        start = float(int(now // 60) * 60)
+        return start, start + 60.0
+    if period == DAY:
+        start = float(int(now // 86400) * 86400)
+        return start, start + 86400.0
+    if period == MONTH:
+        moment = datetime.fromtimestamp(now, timezone.utc)
+        first = moment.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+        following = first.replace(year=first.year + 1, month=1) if first.month == 12 else first.replace(month=first.month + 1)
+        return first.timestamp(), following.timestamp()
+    raise ValueError(f"unknown quota period {period!r}")
+
+
+def _periods(limits: QuotaLimits) -> list[str]:
+    periods = []
+    if limits.requests_per_minute is not None or limits.tokens_per_minute is not None:
+        periods.append(MINUTE)
+    if limits.tokens_per_day is not None:
+        periods.append(DAY)
+    if limits.budget is not None:
+        periods.append(MONTH)
+    return periods
+
+
+def _window_usage(conn: sqlite3.Connection, scope: str, period: str, start: float) -> tuple[int, int, float]:
+    row = conn.execute(
+        "SELECT requests, tokens, cost FROM quota_windows WHERE scope = ? AND period = ? AND start = ?",
+        (scope, period, start),
+    ).fetchone()
+    return (row[0], row[1], row[2]) if row else (0, 0, 0.0)
+
+
+def _active_slots(conn: sqlite3.Connection, scope: str, now: float) -> int:
+    return conn.execute(
+        "SELECT count(*) FROM quota_slots WHERE scope = ? AND expires_at > ?", (scope, now)
+    ).fetchone()[0]
+
+
+class _Snapshot:
+    """Usage of every limited window and slot count of the scopes of one request, read once."""
+
+    def __init__(self, conn: sqlite3.Connection, scopes: Sequence[tuple[str, QuotaLimits]], now: float):
+        self.now = now
+        self.windows: dict[tuple[str, str], tuple[float, float, tuple[int, int, float]]] = {}
+        self.slots: dict[str, int] = {}
+        for scope, limits in scopes:
+            for period in _periods(limits):
+                start, end = window_bounds(period, now)
+                self.windows[(scope, period)] = (start, end, _window_usage(conn, scope, period, start))
+            if limits.concurrent_requests is not None:
+                self.slots[scope] = _active_slots(conn, scope, now)
+
+    def used(self, scope: str, limit_name: str) -> tuple[float, float]:
+        """(amount used, seconds until reset) of one limit of one scope."""
+        period, measure = LIMITS[limit_name]
+        if measure == "slots":
+            return self.slots[scope], CONCURRENCY_RETRY_SECONDS
+        start, end, (requests, tokens, cost) = self.windows[(scope, period)]
+        amount = {"requests": requests, "tokens": tokens, "cost": cost}[measure]
+        return amount, max(0.0, end - self.now)
+
+
+def _headroom(snapshot: _Snapshot, scopes: Sequence[tuple[str, QuotaLimits]],
+              extra_requests: int = 0, extra_tokens: int = 0) -> Headroom:
+    requests: Allowance | None = None
+    tokens: Allowance | None = None
+    for scope, limits in scopes:
+        for name, extra in (("requests_per_minute", extra_requests), ("tokens_per_minute", extra_tokens),
+                            ("tokens_per_day", extra_tokens)):
+            limit = getattr(limits, name)
+            if limit is None:
+                continue
+            used, reset = snapshot.used(scope, name)
+            allowance = Allowance(scope, name, int(limit), max(0, int(limit - used - extra)), reset)
+            if name == "requests_per_minute":
+                if requests is None or allowance.remaining < requests.remaining:
+                    requests = allowance
+            elif tokens is None or allowance.remaining < tokens.remaining:
+                tokens = allowance
+    return Headroom(requests=requests, tokens=tokens)
+
+
+def read_headroom(conn: sqlite3.Connection, scopes: Sequence[tuple[str, QuotaLimits]], now: float) -> Headroom:
+    """The tightest request and token allowances of `scopes` at `now` (a read; no transaction needed)."""
+    limited = [(scope, limits) for scope, limits in scopes if has_limits(limits)]
+    if not limited:
+        return Headroom()
+    return _headroom(_Snapshot(conn, limited, now), limited)
+
+
+def reserve(conn: sqlite3.Connection, scopes: Sequence[tuple[str, QuotaLimits]], estimated_tokens: int,
+            estimated_cost: float, now: float, reservation_id: str, slot_ttl: float) -> Reservation | Rejection:
+    """Check every limit of every scope, then charge them all, or charge nothing and return a Rejection.
+
+    Must run inside a write transaction (`BEGIN IMMEDIATE`) so that the check and the charge are atomic.
+    Scopes without any limit are skipped and cost no writes.
+    """
+    limited = [(scope, limits) for scope, limits in scopes if has_limits(limits)]
+    if not limited:
+        return Reservation(None, (), estimated_tokens, estimated_cost, now)
+    snapshot = _Snapshot(conn, limited, now)
+    failures: list[Rejection] = []
+    for scope, limits in limited:
+        for name in LIMITS:
+            limit = getattr(limits, name)
+            if limit is None:
+                continue
+            requested = {"requests": 1, "slots": 1, "tokens": estimated_tokens, "cost": estimated_cost}[LIMITS[name][1]]
+            used, reset = snapshot.used(scope, name)
+            if used + requested > limit:
+                failures.append(Rejection(scope=scope, limit_name=name, limit=limit, remaining=max(0, limit - used),
+                                          requested=requested, reset_seconds=reset, retry_after_seconds=reset,
+                                          exceeds_limit=requested > limit))
+    if failures:
+        worst = max(failures, key=lambda r: (r.exceeds_limit, r.retry_after_seconds))
+        return replace(worst, headroom=_headroom(snapshot, limited))
+
+    charges: list[Charge] = []
+    for (scope, period), (start, _end, _usage) in snapshot.windows.items():
+        charges.append(Charge(scope, period, start, estimated_tokens, estimated_cost if period == MONTH else 0.0))
+        conn.execute(
+            "INSERT INTO quota_windows (scope, period, start, requests, tokens, cost) VALUES (?, ?, ?, 1, ?, ?) "
+            "ON CONFLICT (scope, period, start) DO UPDATE SET requests = requests + 1, "
+            "tokens = tokens + excluded.tokens, cost = cost + excluded.cost",
+            (scope, period, start, estimated_tokens, charges[-1].cost),
+        )
+    slot_scopes = tuple(scope for scope, limits in limited if limits.concurrent_requests is not None)
+    conn.executemany(
+        "INSERT INTO quota_slots (reservation_id, scope, expires_at) VALUES (?, ?, ?)",
+        [(reservation_id, scope, now + slot_ttl) for scope in slot_scopes],
+    )
+    conn.execute(
+        "INSERT INTO quota_reservations (id, created_at, state, estimated_tokens, estimated_cost, charges) "
+        "VALUES (?, ?, 'open', ?, ?, ?)",
+        (reservation_id, now, estimated_tokens, estimated_cost,
+         json.dumps([[c.scope, c.period, c.start, c.tokens, c.cost] for c in charges])),
+    )
+    return Reservation(reservation_id, tuple(scope for scope, _ in limited), estimated_tokens, estimated_cost, now,
+                       headroom=_headroom(snapshot, limited, extra_requests=1, extra_tokens=estimated_tokens),
+                       charges=tuple(charges), slots=slot_scopes)
+
+
+def close(conn: sqlite3.Connection, reservation_id: str, actual: tuple[int, float] | None, now: float) -> bool:
+    """Settle (`actual` = (tokens, cost)) or release (`actual` None: refund the estimate) one reservation.
+
+    The request itself stays counted in requests per minute. Returns False when the reservation was already
+    settled or released (nothing changes: settling is idempotent). Must run inside a write transaction.
+    """
+    row = conn.execute(
+        "SELECT charges FROM quota_reservations WHERE id = ? AND state = 'open'", (reservation_id,)
+    ).fetchone()
+    conn.execute("DELETE FROM quota_slots WHERE reservation_id = ?", (reservation_id,))
+    if row is None:
+        return False
+    conn.execute("UPDATE quota_reservations SET state = ? WHERE id = ?",
+                 ("settled" if actual is not None else "released", reservation_id))
+    deltas: dict[tuple[str, str, float], list[float]] = {}
+    for scope, period, start, tokens, cost in json.loads(row[0]):
+        entry = deltas.setdefault((scope, period, start), [0, 0.0])
+        entry[0] -= tokens
+        entry[1] -= cost
+        if actual is not None:
+            current, _end = window_bounds(period, now)
+            entry = deltas.setdefault((scope, period, current), [0, 0.0])
+            entry[0] += actual[0]
+            entry[1] += actual[1] if period == MONTH else 0.0
+    for (scope, period, start), (tokens, cost) in deltas.items():
+        if tokens == 0 and cost == 0:
+            continue
+        conn.execute(
+            "INSERT INTO quota_windows (scope, period, start, requests, tokens, cost) VALUES (?, ?, ?, 0, ?, ?) "
+            "ON CONFLICT (scope, period, start) DO UPDATE SET tokens = tokens + excluded.tokens, "
+            "cost = cost + excluded.cost",
+            (scope, period, start, int(tokens), cost),
+        )
+    return True
+
+
+def renew(conn: sqlite3.Connection, reservation_id: str, now: float, slot_ttl: float) -> int:
+    """Push the expiry of a reservation's slots to `now + slot_ttl`; returns how many slots it still holds."""
+    return conn.execute("UPDATE quota_slots SET expires_at = ? WHERE reservation_id = ?",
+                        (now + slot_ttl, reservation_id)).rowcount
+
+
+def prune(conn: sqlite3.Connection, now: float) -> None:
+    """Delete expired slots, windows that can no longer count, and closed or stale reservations.
+
+    Minute windows are kept 2 minutes, day windows 2 days, month windows 62 days; reservations 2 days.
+    """
+    conn.execute("DELETE FROM quota_slots WHERE expires_at <= ?", (now,))
+    conn.execute("DELETE FROM quota_windows WHERE period = ? AND start < ?", (MINUTE, now - 120))
+    conn.execute("DELETE FROM quota_windows WHERE period = ? AND start < ?", (DAY, now - 2 * 86400))
+    conn.execute("DELETE FROM quota_windows WHERE period = ? AND start < ?", (MONTH, now - 62 * 86400))
+    conn.execute("DELETE FROM quota_reservations WHERE created_at < ?", (now - 2 * 86400,))

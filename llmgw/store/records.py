@@ -1,0 +1,197 @@
+"""The values the store takes and returns: API keys, quota reservations and rejections, usage records.
+
+All are frozen dataclasses. Times are seconds since the Unix epoch (`time.time()`, UTC), durations are
+seconds as float, token counts are ints, costs are floats in the cluster's currency.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Reasons an API key is refused, as `KeyCheck.reason` (the gateway's 401 message).
+KEY_MALFORMED = "malformed"
+KEY_UNKNOWN = "unknown"
+KEY_REVOKED = "revoked"
+KEY_EXPIRED = "expired"
+
+KEY_FAILURE_MESSAGES = {
+    KEY_MALFORMED: "The API key is not an llmgw key: llmgw keys start with 'sk-llmgw-'; "
+    "ask your operator for one (`llmgw keys create --project P`).",
+    KEY_UNKNOWN: "The API key is not known to this gateway; check that you copied it whole, "
+    "or ask your operator for a new one (`llmgw keys create --project P`).",
+    KEY_REVOKED: "The API key has been revoked; ask your operator for a new one (`llmgw keys create --project P`).",
+    KEY_EXPIRED: "The API key has expired; ask your operator for a new one (`llmgw keys create --project P`).",
+}
+
+
+@dataclass(frozen=True)
+class ApiKey:
+    """An API key as stored: never the key itself, only its id and metadata.
+
+    `key_id` is short and printable ("key_1a2b3c4d"); `prefix` is the start of the plaintext
+    ("sk-llmgw-AbCd") so people can tell their keys apart. `expires_at` and `revoked_at` are epoch seconds
+    or None (never expires / not revoked).
+    """
+
+    key_id: str
+    project: str
+    name: str | None
+    prefix: str
+    created_at: float
+    expires_at: float | None = None
+    revoked_at: float | None = None
+
+    def state(self, now: float) -> str:
+        """"active", "revoked" or "expired" at `now` (epoch seconds)."""
+        if self.revoked_at is not None:
+            return "revoked"
+        if self.expires_at is not None and now >= self.expires_at:
+            return "expired"
+        return "active"
+
+
+@dataclass(frozen=True)
+class KeyCheck:
+    """The result of checking a presented API key: `key` when accepted, else None and a `reason`.
+
+    `reason` is one of KEY_MALFORMED, KEY_UNKNOWN, KEY_REVOKED, KEY_EXPIRED; `message` is a sentence for
+    the 401 body.
+    """
+
+    key: ApiKey | None
+    reason: str | None = None
+
+    @property
+    def message(self) -> str | None:
+        return KEY_FAILURE_MESSAGES.get(self.reason) if self.reason else None
+
+
+@dataclass(frozen=True)
+class Allowance:
+    """What is left of one limit: for the `x-ratelimit-{limit,remaining,reset}-*` headers.
+
+    `limit` and `remaining` are requests or tokens (never negative); `reset_seconds` is the time until the
+    window that holds the usage ends. `scope` and `limit_name` say which limit this is
+    ("project:chat", "tokens_per_minute").
+    """
+
+    scope: str
+    limit_name: str
+    limit: int
+    remaining: int
+    reset_seconds: float
+
+
+@dataclass(frozen=True)
+class Headroom:
+    """The tightest request and token allowances over all scopes of a request; None where no limit is set.
+
+    `tokens` is the tightest of tokens_per_minute and tokens_per_day over all scopes.
+    """
+
+    requests: Allowance | None = None
+    tokens: Allowance | None = None
+
+
+@dataclass(frozen=True)
+class Charge:
+    """What a reservation added to one quota window (private to the store; kept for settling)."""
+
+    scope: str
+    period: str  # "minute", "day" or "month"
+    start: float
+    tokens: int
+    cost: float
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """An admitted request's hold on its quotas, to be settled (or released) exactly once.
+
+    `reservation_id` is None when no scope had any limit: nothing was written and settling costs nothing.
+    `headroom` is what remained right after this reservation (for the success headers).
+    """
+
+    reservation_id: str | None
+    scopes: tuple[str, ...]
+    estimated_tokens: int
+    estimated_cost: float
+    created_at: float
+    headroom: Headroom = Headroom()
+    charges: tuple[Charge, ...] = ()
+    slots: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Rejection:
+    """A request refused for quota. Nothing was consumed in any scope.
+
+    `scope` and `limit_name` name the limit that refused ("team:research", one of "requests_per_minute",
+    "tokens_per_minute", "tokens_per_day", "concurrent_requests", "budget"). `limit` and `remaining` are in
+    that limit's unit (requests, tokens, concurrent requests, or currency for the budget), `requested` what
+    this request needed of it. `reset_seconds` is when the window ends; `retry_after_seconds` when trying
+    again may succeed (for `Retry-After`). `exceeds_limit` is True when the request alone is larger than the
+    limit, so retrying cannot help. `headroom` carries both allowances for the 429 headers.
+    """
+
+    scope: str
+    limit_name: str
+    limit: float
+    remaining: float
+    requested: float
+    reset_seconds: float
+    retry_after_seconds: float
+    exceeds_limit: bool = False
+    headroom: Headroom = Headroom()
+
+    @property
+    def message(self) -> str:
+        """A sentence for the 429 body."""
+        unit = {"budget": "of budget", "concurrent_requests": "concurrent requests",
+                "requests_per_minute": "requests"}.get(self.limit_name, "tokens")
+        if self.exceeds_limit:
+            return (f"This request needs {self.requested:g} {unit} but the {self.limit_name} limit of "
+                    f"{self.scope} is {self.limit:g}; shorten the request or lower max_tokens.")
+        return (f"Quota exceeded: {self.limit_name} of {self.scope} is {self.limit:g} {unit} and "
+                f"{self.remaining:g} remain; retry after {self.retry_after_seconds:.0f} s.")
+
+
+@dataclass(frozen=True)
+class UsageRecord:
+    """One request as billed. Times: `time` is when the request ended (epoch seconds); `ttft_seconds` the
+    time to first token (None for non-streamed or failed requests); `duration_seconds` the whole request.
+    `status` is the HTTP status answered. `cost` in the cluster's currency.
+    """
+
+    project: str
+    model: str
+    time: float
+    key_id: str | None = None
+    replica: str | None = None
+    node: str | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+    ttft_seconds: float | None = None
+    duration_seconds: float = 0.0
+    status: int = 200
+    cost: float = 0.0
+
+
+@dataclass(frozen=True)
+class UsageRow:
+    """One group of `query_usage`: `group` is a model name, a project, or a UTC day "YYYY-MM-DD".
+
+    `errors` counts requests whose status was 400 or above. `mean_ttft_seconds` is over the requests that
+    have a TTFT (None if none). `cost` in the cluster's currency.
+    """
+
+    group: str
+    requests: int
+    errors: int
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int
+    cost: float
+    mean_ttft_seconds: float | None
+    mean_duration_seconds: float | None

@@ -1,0 +1,88 @@
+"""The SQLite schema as numbered migrations, applied in order and recorded in `schema_migrations`.
+
+A migration is never edited once released: a change is a new migration at the end of `MIGRATIONS`.
+A store file whose version is newer than this code knows is refused (an older llmgw must not write it).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+
+from llmgw.errors import StoreError
+
+MIGRATIONS: tuple[str, ...] = (
+    # 1: secrets, key/value, admin tokens, API keys, quotas, usage, leases
+    """
+    CREATE TABLE secrets (name TEXT PRIMARY KEY, value BLOB NOT NULL, created_at REAL NOT NULL);
+    CREATE TABLE kv (key TEXT PRIMARY KEY, value TEXT NOT NULL, updated_at REAL NOT NULL);
+    CREATE TABLE admin_tokens (hash BLOB PRIMARY KEY, created_at REAL NOT NULL);
+    CREATE TABLE api_keys (
+        id TEXT PRIMARY KEY, project TEXT NOT NULL, name TEXT, prefix TEXT NOT NULL,
+        created_at REAL NOT NULL, expires_at REAL, revoked_at REAL, hash BLOB NOT NULL UNIQUE
+    );
+    CREATE INDEX api_keys_project ON api_keys (project);
+    CREATE TABLE quota_windows (
+        scope TEXT NOT NULL, period TEXT NOT NULL, start REAL NOT NULL,
+        requests INTEGER NOT NULL, tokens INTEGER NOT NULL, cost REAL NOT NULL,
+        PRIMARY KEY (scope, period, start)
+    ) WITHOUT ROWID;
+    CREATE TABLE quota_slots (reservation_id TEXT NOT NULL, scope TEXT NOT NULL, expires_at REAL NOT NULL);
+    CREATE INDEX quota_slots_scope ON quota_slots (scope, expires_at);
+    CREATE INDEX quota_slots_reservation ON quota_slots (reservation_id);
+    CREATE TABLE quota_reservations (
+        id TEXT PRIMARY KEY, created_at REAL NOT NULL, state TEXT NOT NULL,
+        estimated_tokens INTEGER NOT NULL, estimated_cost REAL NOT NULL, charges TEXT NOT NULL
+    );
+    CREATE INDEX quota_reservations_created ON quota_reservations (created_at);
+    CREATE TABLE usage (
+        id INTEGER PRIMARY KEY, time REAL NOT NULL, project TEXT NOT NULL, key_id TEXT, model TEXT NOT NULL,
+        replica TEXT, node TEXT, prompt_tokens INTEGER NOT NULL, completion_tokens INTEGER NOT NULL,
+        cached_tokens INTEGER NOT NULL, ttft_seconds REAL, duration_seconds REAL NOT NULL,
+        status INTEGER NOT NULL, cost REAL NOT NULL
+    );
+    CREATE INDEX usage_time ON usage (time);
+    CREATE INDEX usage_project_time ON usage (project, time);
+    CREATE TABLE leases (name TEXT PRIMARY KEY, holder TEXT NOT NULL, expires_at REAL NOT NULL);
+    """,
+)
+
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+def schema_version(conn: sqlite3.Connection) -> int:
+    """The highest migration applied to the open database (0 for a new, empty file)."""
+    exists = conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_migrations'"
+    ).fetchone()
+    if not exists:
+        return 0
+    return conn.execute("SELECT coalesce(max(version), 0) FROM schema_migrations").fetchone()[0]
+
+
+def migrate(conn: sqlite3.Connection, where: str) -> int:
+    """Apply the missing migrations in one `BEGIN IMMEDIATE` transaction; returns the schema version.
+
+    `conn` must be in autocommit mode (isolation_level None). Safe when several processes open the same
+    file at once: the write lock makes the second see the first's work. Raises StoreError when the file's
+    schema is newer than this llmgw knows.
+    """
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        conn.execute("CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at REAL NOT NULL)")
+        current = schema_version(conn)
+        if current > SCHEMA_VERSION:
+            raise StoreError(
+                f"The store {where} has schema version {current}, newer than this llmgw knows ({SCHEMA_VERSION}); "
+                "upgrade llmgw or point it at another store."
+            )
+        for version in range(current + 1, SCHEMA_VERSION + 1):
+            for statement in MIGRATIONS[version - 1].split(";"):
+                if statement.strip():
+                    conn.execute(statement)
+            conn.execute("INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)", (version, time.time()))
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    return SCHEMA_VERSION
