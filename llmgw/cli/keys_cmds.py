@@ -1,0 +1,214 @@
+"""`llmgw keys create|list|revoke` and `llmgw usage`: API keys and usage, read from the store file.
+
+These commands open the store file directly (`--state DIR`, default `.state`, store `DIR/llmgw.sqlite3`, the
+layout of `llmgw up`; or `--store PATH|URL`). That works on the control plane's machine, also while it runs
+(SQLite WAL lets both write; a write waits up to the busy timeout for the other). A later version may route
+them through the admin API instead. Times are printed in UTC; `--json` prints machine-readable output.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from datetime import datetime, timezone
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from llmgw.errors import UsageError
+from llmgw.store import ApiKey, Store, UsageRow, open_store, store_url_for_state
+from llmgw.units import parse_duration
+
+_DATE_ONLY = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+
+
+def parse_moment(text: str, now: float, *, future: bool) -> float:
+    """Epoch seconds from an ISO date ("2026-01-31", 00:00 UTC), an ISO date and time (UTC unless it carries
+    an offset), or a duration ("30d", "12h") counted forward from `now` (`future`) or back from it.
+
+    Raises UsageError naming the text when it is none of these.
+    """
+    value = text.strip()
+    try:
+        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        try:
+            seconds = parse_duration(value)
+        except ValueError:
+            raise UsageError(f"{text!r} is neither a date (2026-01-31, 2026-01-31T12:00) nor a duration "
+                             "(30d, 12h).") from None
+        return now + seconds if future else now - seconds
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    return moment.timestamp()
+
+
+def format_moment(seconds: float | None) -> str | None:
+    """Epoch seconds as ISO 8601 in UTC with a Z ("2026-01-31T00:00:00Z"); None stays None."""
+    if seconds is None:
+        return None
+    return datetime.fromtimestamp(seconds, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _open(ctx: click.Context) -> Store:
+    options = ctx.find_root().meta.get("llmgw.store_options") or {}
+    state, url = options.get("state") or ".state", options.get("store")
+    return open_store(url or store_url_for_state(state))
+
+
+def _console() -> Console:
+    """A console for tables: the terminal's width, or wide enough not to cut columns when piped."""
+    console = Console()
+    return console if console.is_terminal else Console(width=200)
+
+
+def _key_json(key: ApiKey, now: float) -> dict:
+    return {"id": key.key_id, "project": key.project, "name": key.name, "prefix": key.prefix,
+            "state": key.state(now), "created_at": format_moment(key.created_at),
+            "expires_at": format_moment(key.expires_at), "revoked_at": format_moment(key.revoked_at)}
+
+
+def _store_options(func):
+    func = click.option("--store", "store_url", envvar="LLMGW_STORE", default=None,
+                        help="Store path or sqlite:///path (overrides --state).")(func)
+    func = click.option("--state", "state_dir", envvar="LLMGW_STATE", default=None,
+                        help="State directory of `llmgw up` holding llmgw.sqlite3 [default: .state].")(func)
+    return func
+
+
+def _remember(ctx: click.Context, state_dir: str | None, store_url: str | None) -> None:
+    meta = ctx.find_root().meta.setdefault("llmgw.store_options", {})
+    if state_dir:
+        meta["state"] = state_dir
+    if store_url:
+        meta["store"] = store_url
+
+
+@click.group("keys")
+@_store_options
+@click.pass_context
+def keys_group(ctx: click.Context, state_dir: str | None, store_url: str | None) -> None:
+    """Create, list and revoke API keys (kept as hashes in the store)."""
+    _remember(ctx, state_dir, store_url)
+
+
+@keys_group.command("create")
+@click.option("--project", required=True, help="Project of projects.yaml the key belongs to.")
+@click.option("--name", default=None, help="A label to tell keys apart.")
+@click.option("--expires", default=None, metavar="DATE",
+              help="Expiry: 2026-01-31 (00:00 UTC), 2026-01-31T12:00 or a duration from now (30d).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@_store_options
+@click.pass_context
+def keys_create(ctx: click.Context, project: str, name: str | None, expires: str | None, as_json: bool,
+                state_dir: str | None, store_url: str | None) -> None:
+    """Create an API key for PROJECT and print it once: only its hash is kept."""
+    _remember(ctx, state_dir, store_url)
+    now = time.time()
+    expires_at = parse_moment(expires, now, future=True) if expires else None
+    if expires_at is not None and expires_at <= now:
+        raise UsageError(f"--expires {expires} is in the past; give a later date or a duration such as 30d.")
+    store = _open(ctx)
+    try:
+        key, plaintext = store.create_api_key(project, name=name, expires_at=expires_at, now=now)
+    finally:
+        store.close()
+    if as_json:
+        click.echo(json.dumps({**_key_json(key, now), "key": plaintext}))
+        return
+    click.echo(plaintext)
+    click.echo(f"Created {key.key_id} for project {project}"
+               + (f", expires {format_moment(expires_at)}" if expires_at else "")
+               + ". This is the only time the key is shown: store it now.", err=True)
+
+
+@keys_group.command("list")
+@click.option("--project", default=None, help="Only the keys of this project.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@_store_options
+@click.pass_context
+def keys_list(ctx: click.Context, project: str | None, as_json: bool, state_dir: str | None,
+              store_url: str | None) -> None:
+    """List API keys (ids and prefixes only; keys themselves are never stored)."""
+    _remember(ctx, state_dir, store_url)
+    store = _open(ctx)
+    try:
+        found = store.list_api_keys(project)
+    finally:
+        store.close()
+    now = time.time()
+    if as_json:
+        click.echo(json.dumps([_key_json(key, now) for key in found]))
+        return
+    table = Table("id", "project", "name", "prefix", "state", "created", "expires")
+    for key in found:
+        table.add_row(key.key_id, key.project, key.name or "", key.prefix + "…", key.state(now),
+                      format_moment(key.created_at), format_moment(key.expires_at) or "never")
+    _console().print(table)
+
+
+@keys_group.command("revoke")
+@click.argument("key_id")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@_store_options
+@click.pass_context
+def keys_revoke(ctx: click.Context, key_id: str, as_json: bool, state_dir: str | None,
+                store_url: str | None) -> None:
+    """Revoke the API key KEY_ID (see `llmgw keys list`); requests with it get 401 from then on."""
+    _remember(ctx, state_dir, store_url)
+    store = _open(ctx)
+    try:
+        key = store.revoke_api_key(key_id)
+    finally:
+        store.close()
+    if as_json:
+        click.echo(json.dumps(_key_json(key, time.time())))
+    else:
+        click.echo(f"Revoked {key.key_id} of project {key.project} at {format_moment(key.revoked_at)}.")
+
+
+def _row_json(row: UsageRow) -> dict:
+    return {"group": row.group, "requests": row.requests, "errors": row.errors,
+            "prompt_tokens": row.prompt_tokens, "completion_tokens": row.completion_tokens,
+            "cached_tokens": row.cached_tokens, "cost": row.cost,
+            "mean_ttft_seconds": row.mean_ttft_seconds, "mean_duration_seconds": row.mean_duration_seconds}
+
+
+@click.command("usage")
+@click.option("--project", default=None, help="Only this project.")
+@click.option("--since", default=None, metavar="T",
+              help="From this time: 2026-01-31, 2026-01-31T12:00 (UTC) or a duration ago (24h, 7d).")
+@click.option("--by", type=click.Choice(["model", "project", "day"]), default="model", show_default=True,
+              help="Group rows by.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@_store_options
+@click.pass_context
+def usage_command(ctx: click.Context, project: str | None, since: str | None, by: str, as_json: bool,
+                  state_dir: str | None, store_url: str | None) -> None:
+    """Requests, tokens and cost served, summed by model, project or UTC day."""
+    _remember(ctx, state_dir, store_url)
+    since_at = parse_moment(since, time.time(), future=False) if since else None
+    store = _open(ctx)
+    try:
+        rows = store.query_usage(project=project, since=since_at, by=by)
+    finally:
+        store.close()
+    if as_json:
+        click.echo(json.dumps({"by": by, "project": project, "since": format_moment(since_at),
+                               "rows": [_row_json(row) for row in rows]}))
+        return
+    table = Table(by, "requests", "errors", "prompt", "completion", "cached", "cost", "mean TTFT", "mean duration")
+    for row in rows:
+        table.add_row(row.group, str(row.requests), str(row.errors), str(row.prompt_tokens),
+                      str(row.completion_tokens), str(row.cached_tokens), f"{row.cost:.4f}",
+                      "" if row.mean_ttft_seconds is None else f"{row.mean_ttft_seconds * 1000:.0f} ms",
+                      "" if row.mean_duration_seconds is None else f"{row.mean_duration_seconds:.2f} s")
+    _console().print(table)
+
+
+def register(group: click.Group) -> None:
+    """Add `keys` and `usage` to the `llmgw` command group."""
+    group.add_command(keys_group)
+    group.add_command(usage_command)

@@ -1,0 +1,107 @@
+"""Opening a store: paths and URLs, WAL mode, migrations, refusals with readable messages."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from llmgw.errors import StoreError
+from llmgw.store import SCHEMA_VERSION, Store, open_store, store_url_for_state
+
+
+def test_a_plain_path_creates_the_file_and_its_directory_in_wal_mode(store_path: Path) -> None:
+    store = open_store(store_path)
+    try:
+        assert isinstance(store, Store)
+        assert store_path.exists()
+        raw = sqlite3.connect(store_path)
+        assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert raw.execute("SELECT max(version) FROM schema_migrations").fetchone()[0] == SCHEMA_VERSION
+        raw.close()
+        assert store._conn.execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL
+        assert store._conn.execute("PRAGMA busy_timeout").fetchone()[0] == 5000
+    finally:
+        store.close()
+
+
+def test_a_sqlite_url_with_three_or_four_slashes_opens_the_absolute_path(tmp_path: Path) -> None:
+    for url in (f"sqlite://{tmp_path}/a.sqlite3", f"sqlite:///{tmp_path}/a.sqlite3"):
+        store = open_store(url)
+        store.put("seen", url)
+        store.close()
+    again = open_store(tmp_path / "a.sqlite3")
+    assert again.get("seen") == f"sqlite:///{tmp_path}/a.sqlite3"
+    again.close()
+
+
+def test_the_state_directory_holds_llmgw_sqlite3(tmp_path: Path) -> None:
+    assert store_url_for_state(tmp_path) == str(tmp_path / "llmgw.sqlite3")
+
+
+def test_reopening_keeps_data_and_applies_no_migration_twice(store_path: Path) -> None:
+    first = open_store(store_path)
+    secret = first.get_or_create_secret("engine-key")
+    first.close()
+    second = open_store(store_path)
+    assert second.get_or_create_secret("engine-key") == secret
+    assert second._conn.execute("SELECT count(*) FROM schema_migrations").fetchone()[0] == SCHEMA_VERSION
+    second.close()
+
+
+@pytest.mark.parametrize("url", ["postgresql://127.0.0.1:5432/test", "postgres://x/y"])
+def test_postgresql_is_refused_with_a_pointer_to_sqlite(url: str) -> None:
+    with pytest.raises(StoreError, match="not yet supported; use SQLite"):
+        open_store(url)
+
+
+def test_an_unknown_scheme_or_an_empty_path_is_refused() -> None:
+    with pytest.raises(StoreError, match="Unknown store URL scheme"):
+        open_store("mysql://db/x")
+    with pytest.raises(StoreError, match="no file path"):
+        open_store("sqlite://")
+
+
+def test_a_file_that_is_not_a_database_is_refused_and_left_alone(tmp_path: Path) -> None:
+    path = tmp_path / "notes.txt"
+    path.write_bytes(b"these are not the tables you are looking for" * 100)
+    with pytest.raises(StoreError, match="not a usable SQLite database"):
+        open_store(path)
+    assert path.read_bytes().startswith(b"these are not")
+
+
+def test_a_store_with_a_newer_schema_is_refused(store_path: Path) -> None:
+    open_store(store_path).close()
+    raw = sqlite3.connect(store_path)
+    raw.execute("INSERT INTO schema_migrations (version, applied_at) VALUES (?, 0)", (SCHEMA_VERSION + 1,))
+    raw.commit()
+    raw.close()
+    with pytest.raises(StoreError, match="newer than this llmgw knows"):
+        open_store(store_path)
+
+
+def test_secrets_are_random_stable_and_sized(store: Store) -> None:
+    first = store.get_or_create_secret("engine-key")
+    assert len(first) == 32
+    assert store.get_or_create_secret("engine-key") == first
+    other = store.get_or_create_secret("webhook", nbytes=48)
+    assert len(other) == 48 and other[:32] != first
+
+
+def test_key_value_entries_are_replaced_by_a_later_put(store: Store) -> None:
+    assert store.get("missing") is None
+    store.put("route-table", "v1")
+    store.put("route-table", "v2")
+    assert store.get("route-table") == "v2"
+
+
+def test_admin_tokens_are_checked_by_hash(store: Store, store_path: Path) -> None:
+    token = store.create_admin_token()
+    assert token.startswith("llmgw-admin-")
+    assert store.check_admin_token(token)
+    assert not store.check_admin_token(token[:-1] + ("A" if token[-1] != "A" else "B"))
+    assert not store.check_admin_token("")
+    assert not store.check_admin_token("sk-llmgw-" + token[len("llmgw-admin-"):])
+    store.close()
+    assert token.encode() not in b"".join(p.read_bytes() for p in store_path.parent.iterdir())
