@@ -1,1 +1,42 @@
-"""llmgw.wire (see DESIGN.md)."""
+"""llmgw.wire: the agent <-> control plane protocol (agent.proto), its generated code and the trio bridge.
+
+    pb                    the generated message module (agent_pb2)
+    PROTOCOL_VERSION      the version every message carries
+    agent_message(...)    an AgentMessage stamped with the version; control_message(...) likewise
+    Link                  one agent's stream: send / receive / aclose, async-iterable
+    memory_link_pair()    (agent end, control end) in one process, for `llmgw up`
+    serve_agents(...)     the control plane's gRPC server: handler(link, peer) per agent stream
+    connect(...)          the agent's stream to a control plane, as an async context manager yielding a Link
+    join(...)             a node's one-time-token exchange for a certificate (mTLS)
+    tls                   CertificateAuthority, ServerTls, ClientTls, make_key_and_csr
+
+grpc.aio runs on a trio-asyncio loop opened inside serve_agents / connect / join; no caller sees asyncio.
+"""
+
+from . import tls
+from .connecting import connect, join
+from .link import AgentLink, ControlLink, Link, memory_link_pair
+from .messages import PROTOCOL_VERSION, agent_message, control_message, pb
+from .serving import BoundPort, Handler, JoinAuthority, serve_agents
+from .tls import CertificateAuthority, ClientTls, ServerTls
+
+__all__ = [
+    "PROTOCOL_VERSION",
+    "AgentLink",
+    "BoundPort",
+    "CertificateAuthority",
+    "ClientTls",
+    "ControlLink",
+    "Handler",
+    "JoinAuthority",
+    "Link",
+    "ServerTls",
+    "agent_message",
+    "connect",
+    "control_message",
+    "join",
+    "memory_link_pair",
+    "pb",
+    "serve_agents",
+    "tls",
+]

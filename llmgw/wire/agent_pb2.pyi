@@ -1,0 +1,431 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class AgentMessage(_message.Message):
+    __slots__ = ("protocol", "register", "heartbeat", "shard_status", "log_lines", "command_result", "engine_status")
+    PROTOCOL_FIELD_NUMBER: _ClassVar[int]
+    REGISTER_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
+    SHARD_STATUS_FIELD_NUMBER: _ClassVar[int]
+    LOG_LINES_FIELD_NUMBER: _ClassVar[int]
+    COMMAND_RESULT_FIELD_NUMBER: _ClassVar[int]
+    ENGINE_STATUS_FIELD_NUMBER: _ClassVar[int]
+    protocol: int
+    register: Register
+    heartbeat: Heartbeat
+    shard_status: ShardStatus
+    log_lines: LogLines
+    command_result: CommandResult
+    engine_status: EngineStatus
+    def __init__(self, protocol: _Optional[int] = ..., register: _Optional[_Union[Register, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., shard_status: _Optional[_Union[ShardStatus, _Mapping]] = ..., log_lines: _Optional[_Union[LogLines, _Mapping]] = ..., command_result: _Optional[_Union[CommandResult, _Mapping]] = ..., engine_status: _Optional[_Union[EngineStatus, _Mapping]] = ...) -> None: ...
+
+class ControlMessage(_message.Message):
+    __slots__ = ("protocol", "command_id", "start_shard", "stop_shard", "install_engine", "agent_settings", "request_logs", "restart", "registered")
+    PROTOCOL_FIELD_NUMBER: _ClassVar[int]
+    COMMAND_ID_FIELD_NUMBER: _ClassVar[int]
+    START_SHARD_FIELD_NUMBER: _ClassVar[int]
+    STOP_SHARD_FIELD_NUMBER: _ClassVar[int]
+    INSTALL_ENGINE_FIELD_NUMBER: _ClassVar[int]
+    AGENT_SETTINGS_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_LOGS_FIELD_NUMBER: _ClassVar[int]
+    RESTART_FIELD_NUMBER: _ClassVar[int]
+    REGISTERED_FIELD_NUMBER: _ClassVar[int]
+    protocol: int
+    command_id: str
+    start_shard: StartShard
+    stop_shard: StopShard
+    install_engine: InstallEngine
+    agent_settings: AgentSettings
+    request_logs: RequestLogs
+    restart: Restart
+    registered: Registered
+    def __init__(self, protocol: _Optional[int] = ..., command_id: _Optional[str] = ..., start_shard: _Optional[_Union[StartShard, _Mapping]] = ..., stop_shard: _Optional[_Union[StopShard, _Mapping]] = ..., install_engine: _Optional[_Union[InstallEngine, _Mapping]] = ..., agent_settings: _Optional[_Union[AgentSettings, _Mapping]] = ..., request_logs: _Optional[_Union[RequestLogs, _Mapping]] = ..., restart: _Optional[_Union[Restart, _Mapping]] = ..., registered: _Optional[_Union[Registered, _Mapping]] = ...) -> None: ...
+
+class Gpu(_message.Message):
+    __slots__ = ("index", "uuid", "name", "gpu_class", "device_id", "memory_total_bytes", "memory_used_bytes", "memory_free_bytes", "compute_capability", "pcie_gen_current", "pcie_gen_max", "pcie_width_current", "pcie_width_max", "mig_enabled", "is_mig_instance", "parent_uuid", "ecc_enabled", "power_limit_watts", "foreign_pids", "numa_node", "nvlink_peers")
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    UUID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    GPU_CLASS_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_ID_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_TOTAL_BYTES_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_USED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_FREE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    COMPUTE_CAPABILITY_FIELD_NUMBER: _ClassVar[int]
+    PCIE_GEN_CURRENT_FIELD_NUMBER: _ClassVar[int]
+    PCIE_GEN_MAX_FIELD_NUMBER: _ClassVar[int]
+    PCIE_WIDTH_CURRENT_FIELD_NUMBER: _ClassVar[int]
+    PCIE_WIDTH_MAX_FIELD_NUMBER: _ClassVar[int]
+    MIG_ENABLED_FIELD_NUMBER: _ClassVar[int]
+    IS_MIG_INSTANCE_FIELD_NUMBER: _ClassVar[int]
+    PARENT_UUID_FIELD_NUMBER: _ClassVar[int]
+    ECC_ENABLED_FIELD_NUMBER: _ClassVar[int]
+    POWER_LIMIT_WATTS_FIELD_NUMBER: _ClassVar[int]
+    FOREIGN_PIDS_FIELD_NUMBER: _ClassVar[int]
+    NUMA_NODE_FIELD_NUMBER: _ClassVar[int]
+    NVLINK_PEERS_FIELD_NUMBER: _ClassVar[int]
+    index: int
+    uuid: str
+    name: str
+    gpu_class: str
+    device_id: str
+    memory_total_bytes: int
+    memory_used_bytes: int
+    memory_free_bytes: int
+    compute_capability: str
+    pcie_gen_current: int
+    pcie_gen_max: int
+    pcie_width_current: int
+    pcie_width_max: int
+    mig_enabled: bool
+    is_mig_instance: bool
+    parent_uuid: str
+    ecc_enabled: bool
+    power_limit_watts: float
+    foreign_pids: _containers.RepeatedScalarFieldContainer[int]
+    numa_node: int
+    nvlink_peers: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, index: _Optional[int] = ..., uuid: _Optional[str] = ..., name: _Optional[str] = ..., gpu_class: _Optional[str] = ..., device_id: _Optional[str] = ..., memory_total_bytes: _Optional[int] = ..., memory_used_bytes: _Optional[int] = ..., memory_free_bytes: _Optional[int] = ..., compute_capability: _Optional[str] = ..., pcie_gen_current: _Optional[int] = ..., pcie_gen_max: _Optional[int] = ..., pcie_width_current: _Optional[int] = ..., pcie_width_max: _Optional[int] = ..., mig_enabled: _Optional[bool] = ..., is_mig_instance: _Optional[bool] = ..., parent_uuid: _Optional[str] = ..., ecc_enabled: _Optional[bool] = ..., power_limit_watts: _Optional[float] = ..., foreign_pids: _Optional[_Iterable[int]] = ..., numa_node: _Optional[int] = ..., nvlink_peers: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class Register(_message.Message):
+    __slots__ = ("node_id", "address", "os", "arch", "cpu_model", "cpu_cores", "cpu_flags", "memory_total_bytes", "disk_free_bytes", "gpus", "engines_installed", "engines_installable", "features", "shards", "agent_version", "warnings", "labels")
+    class LabelsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    OS_FIELD_NUMBER: _ClassVar[int]
+    ARCH_FIELD_NUMBER: _ClassVar[int]
+    CPU_MODEL_FIELD_NUMBER: _ClassVar[int]
+    CPU_CORES_FIELD_NUMBER: _ClassVar[int]
+    CPU_FLAGS_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_TOTAL_BYTES_FIELD_NUMBER: _ClassVar[int]
+    DISK_FREE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    GPUS_FIELD_NUMBER: _ClassVar[int]
+    ENGINES_INSTALLED_FIELD_NUMBER: _ClassVar[int]
+    ENGINES_INSTALLABLE_FIELD_NUMBER: _ClassVar[int]
+    FEATURES_FIELD_NUMBER: _ClassVar[int]
+    SHARDS_FIELD_NUMBER: _ClassVar[int]
+    AGENT_VERSION_FIELD_NUMBER: _ClassVar[int]
+    WARNINGS_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    node_id: str
+    address: str
+    os: str
+    arch: str
+    cpu_model: str
+    cpu_cores: int
+    cpu_flags: _containers.RepeatedScalarFieldContainer[str]
+    memory_total_bytes: int
+    disk_free_bytes: int
+    gpus: _containers.RepeatedCompositeFieldContainer[Gpu]
+    engines_installed: _containers.RepeatedScalarFieldContainer[str]
+    engines_installable: _containers.RepeatedScalarFieldContainer[str]
+    features: _containers.RepeatedScalarFieldContainer[str]
+    shards: _containers.RepeatedCompositeFieldContainer[ShardStatus]
+    agent_version: str
+    warnings: _containers.RepeatedScalarFieldContainer[str]
+    labels: _containers.ScalarMap[str, str]
+    def __init__(self, node_id: _Optional[str] = ..., address: _Optional[str] = ..., os: _Optional[str] = ..., arch: _Optional[str] = ..., cpu_model: _Optional[str] = ..., cpu_cores: _Optional[int] = ..., cpu_flags: _Optional[_Iterable[str]] = ..., memory_total_bytes: _Optional[int] = ..., disk_free_bytes: _Optional[int] = ..., gpus: _Optional[_Iterable[_Union[Gpu, _Mapping]]] = ..., engines_installed: _Optional[_Iterable[str]] = ..., engines_installable: _Optional[_Iterable[str]] = ..., features: _Optional[_Iterable[str]] = ..., shards: _Optional[_Iterable[_Union[ShardStatus, _Mapping]]] = ..., agent_version: _Optional[str] = ..., warnings: _Optional[_Iterable[str]] = ..., labels: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class GpuSample(_message.Message):
+    __slots__ = ("index", "utilization_percent", "memory_used_bytes", "power_draw_watts", "power_limit_watts", "temperature_celsius", "sm_clock_mhz", "clock_event_reasons", "ecc_uncorrected", "sm_active_percent", "sm_occupancy_percent", "tensor_active_percent", "dram_bandwidth_percent")
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    UTILIZATION_PERCENT_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_USED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    POWER_DRAW_WATTS_FIELD_NUMBER: _ClassVar[int]
+    POWER_LIMIT_WATTS_FIELD_NUMBER: _ClassVar[int]
+    TEMPERATURE_CELSIUS_FIELD_NUMBER: _ClassVar[int]
+    SM_CLOCK_MHZ_FIELD_NUMBER: _ClassVar[int]
+    CLOCK_EVENT_REASONS_FIELD_NUMBER: _ClassVar[int]
+    ECC_UNCORRECTED_FIELD_NUMBER: _ClassVar[int]
+    SM_ACTIVE_PERCENT_FIELD_NUMBER: _ClassVar[int]
+    SM_OCCUPANCY_PERCENT_FIELD_NUMBER: _ClassVar[int]
+    TENSOR_ACTIVE_PERCENT_FIELD_NUMBER: _ClassVar[int]
+    DRAM_BANDWIDTH_PERCENT_FIELD_NUMBER: _ClassVar[int]
+    index: int
+    utilization_percent: float
+    memory_used_bytes: int
+    power_draw_watts: float
+    power_limit_watts: float
+    temperature_celsius: float
+    sm_clock_mhz: int
+    clock_event_reasons: int
+    ecc_uncorrected: int
+    sm_active_percent: float
+    sm_occupancy_percent: float
+    tensor_active_percent: float
+    dram_bandwidth_percent: float
+    def __init__(self, index: _Optional[int] = ..., utilization_percent: _Optional[float] = ..., memory_used_bytes: _Optional[int] = ..., power_draw_watts: _Optional[float] = ..., power_limit_watts: _Optional[float] = ..., temperature_celsius: _Optional[float] = ..., sm_clock_mhz: _Optional[int] = ..., clock_event_reasons: _Optional[int] = ..., ecc_uncorrected: _Optional[int] = ..., sm_active_percent: _Optional[float] = ..., sm_occupancy_percent: _Optional[float] = ..., tensor_active_percent: _Optional[float] = ..., dram_bandwidth_percent: _Optional[float] = ...) -> None: ...
+
+class ProcessGroupSample(_message.Message):
+    __slots__ = ("shard_id", "cpu_cores_used", "resident_memory_bytes")
+    SHARD_ID_FIELD_NUMBER: _ClassVar[int]
+    CPU_CORES_USED_FIELD_NUMBER: _ClassVar[int]
+    RESIDENT_MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
+    shard_id: str
+    cpu_cores_used: float
+    resident_memory_bytes: int
+    def __init__(self, shard_id: _Optional[str] = ..., cpu_cores_used: _Optional[float] = ..., resident_memory_bytes: _Optional[int] = ...) -> None: ...
+
+class Heartbeat(_message.Message):
+    __slots__ = ("time", "gpus", "cpu_percent", "load1", "memory_used_bytes", "memory_available_bytes", "shards", "shard_states", "engines_installed", "engines_installing")
+    TIME_FIELD_NUMBER: _ClassVar[int]
+    GPUS_FIELD_NUMBER: _ClassVar[int]
+    CPU_PERCENT_FIELD_NUMBER: _ClassVar[int]
+    LOAD1_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_USED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_AVAILABLE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    SHARDS_FIELD_NUMBER: _ClassVar[int]
+    SHARD_STATES_FIELD_NUMBER: _ClassVar[int]
+    ENGINES_INSTALLED_FIELD_NUMBER: _ClassVar[int]
+    ENGINES_INSTALLING_FIELD_NUMBER: _ClassVar[int]
+    time: float
+    gpus: _containers.RepeatedCompositeFieldContainer[GpuSample]
+    cpu_percent: float
+    load1: float
+    memory_used_bytes: int
+    memory_available_bytes: int
+    shards: _containers.RepeatedCompositeFieldContainer[ProcessGroupSample]
+    shard_states: _containers.RepeatedCompositeFieldContainer[ShardStatus]
+    engines_installed: _containers.RepeatedScalarFieldContainer[str]
+    engines_installing: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, time: _Optional[float] = ..., gpus: _Optional[_Iterable[_Union[GpuSample, _Mapping]]] = ..., cpu_percent: _Optional[float] = ..., load1: _Optional[float] = ..., memory_used_bytes: _Optional[int] = ..., memory_available_bytes: _Optional[int] = ..., shards: _Optional[_Iterable[_Union[ProcessGroupSample, _Mapping]]] = ..., shard_states: _Optional[_Iterable[_Union[ShardStatus, _Mapping]]] = ..., engines_installed: _Optional[_Iterable[str]] = ..., engines_installing: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class ShardStatus(_message.Message):
+    __slots__ = ("shard_id", "replica_id", "model", "state", "fingerprint", "settings_commit", "devices", "cpu_cores", "memory_bytes", "port", "error", "restarts", "pid", "last_log_lines", "adopted", "foreign", "progress", "progress_text")
+    SHARD_ID_FIELD_NUMBER: _ClassVar[int]
+    REPLICA_ID_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
+    SETTINGS_COMMIT_FIELD_NUMBER: _ClassVar[int]
+    DEVICES_FIELD_NUMBER: _ClassVar[int]
+    CPU_CORES_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
+    PORT_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    RESTARTS_FIELD_NUMBER: _ClassVar[int]
+    PID_FIELD_NUMBER: _ClassVar[int]
+    LAST_LOG_LINES_FIELD_NUMBER: _ClassVar[int]
+    ADOPTED_FIELD_NUMBER: _ClassVar[int]
+    FOREIGN_FIELD_NUMBER: _ClassVar[int]
+    PROGRESS_FIELD_NUMBER: _ClassVar[int]
+    PROGRESS_TEXT_FIELD_NUMBER: _ClassVar[int]
+    shard_id: str
+    replica_id: str
+    model: str
+    state: str
+    fingerprint: str
+    settings_commit: str
+    devices: _containers.RepeatedScalarFieldContainer[str]
+    cpu_cores: float
+    memory_bytes: int
+    port: int
+    error: str
+    restarts: int
+    pid: int
+    last_log_lines: _containers.RepeatedScalarFieldContainer[str]
+    adopted: bool
+    foreign: bool
+    progress: float
+    progress_text: str
+    def __init__(self, shard_id: _Optional[str] = ..., replica_id: _Optional[str] = ..., model: _Optional[str] = ..., state: _Optional[str] = ..., fingerprint: _Optional[str] = ..., settings_commit: _Optional[str] = ..., devices: _Optional[_Iterable[str]] = ..., cpu_cores: _Optional[float] = ..., memory_bytes: _Optional[int] = ..., port: _Optional[int] = ..., error: _Optional[str] = ..., restarts: _Optional[int] = ..., pid: _Optional[int] = ..., last_log_lines: _Optional[_Iterable[str]] = ..., adopted: _Optional[bool] = ..., foreign: _Optional[bool] = ..., progress: _Optional[float] = ..., progress_text: _Optional[str] = ...) -> None: ...
+
+class EngineStatus(_message.Message):
+    __slots__ = ("engine", "state", "error", "progress", "progress_text")
+    ENGINE_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    PROGRESS_FIELD_NUMBER: _ClassVar[int]
+    PROGRESS_TEXT_FIELD_NUMBER: _ClassVar[int]
+    engine: str
+    state: str
+    error: str
+    progress: float
+    progress_text: str
+    def __init__(self, engine: _Optional[str] = ..., state: _Optional[str] = ..., error: _Optional[str] = ..., progress: _Optional[float] = ..., progress_text: _Optional[str] = ...) -> None: ...
+
+class LogLines(_message.Message):
+    __slots__ = ("request_id", "shard_id", "lines")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    SHARD_ID_FIELD_NUMBER: _ClassVar[int]
+    LINES_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    shard_id: str
+    lines: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, request_id: _Optional[str] = ..., shard_id: _Optional[str] = ..., lines: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class CommandResult(_message.Message):
+    __slots__ = ("command_id", "ok", "error")
+    COMMAND_ID_FIELD_NUMBER: _ClassVar[int]
+    OK_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    command_id: str
+    ok: bool
+    error: str
+    def __init__(self, command_id: _Optional[str] = ..., ok: _Optional[bool] = ..., error: _Optional[str] = ...) -> None: ...
+
+class WeightsFile(_message.Message):
+    __slots__ = ("source", "sha256", "secret_value")
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    SECRET_VALUE_FIELD_NUMBER: _ClassVar[int]
+    source: str
+    sha256: str
+    secret_value: str
+    def __init__(self, source: _Optional[str] = ..., sha256: _Optional[str] = ..., secret_value: _Optional[str] = ...) -> None: ...
+
+class StartShard(_message.Message):
+    __slots__ = ("shard_id", "replica_id", "model", "engine", "engine_version", "weights", "devices", "cpu_cores", "memory_bytes", "context_size", "engine_args", "engine_key", "fingerprint", "settings_commit", "tensor_parallel", "pipeline_parallel", "allow_pickle", "served_name")
+    SHARD_ID_FIELD_NUMBER: _ClassVar[int]
+    REPLICA_ID_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    ENGINE_FIELD_NUMBER: _ClassVar[int]
+    ENGINE_VERSION_FIELD_NUMBER: _ClassVar[int]
+    WEIGHTS_FIELD_NUMBER: _ClassVar[int]
+    DEVICES_FIELD_NUMBER: _ClassVar[int]
+    CPU_CORES_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
+    CONTEXT_SIZE_FIELD_NUMBER: _ClassVar[int]
+    ENGINE_ARGS_FIELD_NUMBER: _ClassVar[int]
+    ENGINE_KEY_FIELD_NUMBER: _ClassVar[int]
+    FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
+    SETTINGS_COMMIT_FIELD_NUMBER: _ClassVar[int]
+    TENSOR_PARALLEL_FIELD_NUMBER: _ClassVar[int]
+    PIPELINE_PARALLEL_FIELD_NUMBER: _ClassVar[int]
+    ALLOW_PICKLE_FIELD_NUMBER: _ClassVar[int]
+    SERVED_NAME_FIELD_NUMBER: _ClassVar[int]
+    shard_id: str
+    replica_id: str
+    model: str
+    engine: str
+    engine_version: str
+    weights: _containers.RepeatedCompositeFieldContainer[WeightsFile]
+    devices: _containers.RepeatedScalarFieldContainer[str]
+    cpu_cores: float
+    memory_bytes: int
+    context_size: int
+    engine_args: _containers.RepeatedScalarFieldContainer[str]
+    engine_key: str
+    fingerprint: str
+    settings_commit: str
+    tensor_parallel: int
+    pipeline_parallel: int
+    allow_pickle: bool
+    served_name: str
+    def __init__(self, shard_id: _Optional[str] = ..., replica_id: _Optional[str] = ..., model: _Optional[str] = ..., engine: _Optional[str] = ..., engine_version: _Optional[str] = ..., weights: _Optional[_Iterable[_Union[WeightsFile, _Mapping]]] = ..., devices: _Optional[_Iterable[str]] = ..., cpu_cores: _Optional[float] = ..., memory_bytes: _Optional[int] = ..., context_size: _Optional[int] = ..., engine_args: _Optional[_Iterable[str]] = ..., engine_key: _Optional[str] = ..., fingerprint: _Optional[str] = ..., settings_commit: _Optional[str] = ..., tensor_parallel: _Optional[int] = ..., pipeline_parallel: _Optional[int] = ..., allow_pickle: _Optional[bool] = ..., served_name: _Optional[str] = ...) -> None: ...
+
+class StopShard(_message.Message):
+    __slots__ = ("shard_id", "grace_seconds")
+    SHARD_ID_FIELD_NUMBER: _ClassVar[int]
+    GRACE_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    shard_id: str
+    grace_seconds: float
+    def __init__(self, shard_id: _Optional[str] = ..., grace_seconds: _Optional[float] = ...) -> None: ...
+
+class InstallEngine(_message.Message):
+    __slots__ = ("engine", "version", "archive_url", "archive_sha256", "sdist_package", "sdist_version", "sdist_sha256", "mirror", "build_args", "python_packages")
+    ENGINE_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    ARCHIVE_URL_FIELD_NUMBER: _ClassVar[int]
+    ARCHIVE_SHA256_FIELD_NUMBER: _ClassVar[int]
+    SDIST_PACKAGE_FIELD_NUMBER: _ClassVar[int]
+    SDIST_VERSION_FIELD_NUMBER: _ClassVar[int]
+    SDIST_SHA256_FIELD_NUMBER: _ClassVar[int]
+    MIRROR_FIELD_NUMBER: _ClassVar[int]
+    BUILD_ARGS_FIELD_NUMBER: _ClassVar[int]
+    PYTHON_PACKAGES_FIELD_NUMBER: _ClassVar[int]
+    engine: str
+    version: str
+    archive_url: str
+    archive_sha256: str
+    sdist_package: str
+    sdist_version: str
+    sdist_sha256: str
+    mirror: str
+    build_args: _containers.RepeatedScalarFieldContainer[str]
+    python_packages: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, engine: _Optional[str] = ..., version: _Optional[str] = ..., archive_url: _Optional[str] = ..., archive_sha256: _Optional[str] = ..., sdist_package: _Optional[str] = ..., sdist_version: _Optional[str] = ..., sdist_sha256: _Optional[str] = ..., mirror: _Optional[str] = ..., build_args: _Optional[_Iterable[str]] = ..., python_packages: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class AgentSettings(_message.Message):
+    __slots__ = ("weights_dir", "engines_dir", "heartbeat_interval", "telemetry_interval", "labels", "ignore_gpus", "mirrors", "shard_stop_grace")
+    class LabelsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    WEIGHTS_DIR_FIELD_NUMBER: _ClassVar[int]
+    ENGINES_DIR_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_INTERVAL_FIELD_NUMBER: _ClassVar[int]
+    TELEMETRY_INTERVAL_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    IGNORE_GPUS_FIELD_NUMBER: _ClassVar[int]
+    MIRRORS_FIELD_NUMBER: _ClassVar[int]
+    SHARD_STOP_GRACE_FIELD_NUMBER: _ClassVar[int]
+    weights_dir: str
+    engines_dir: str
+    heartbeat_interval: float
+    telemetry_interval: float
+    labels: _containers.ScalarMap[str, str]
+    ignore_gpus: _containers.RepeatedScalarFieldContainer[str]
+    mirrors: _containers.RepeatedScalarFieldContainer[str]
+    shard_stop_grace: float
+    def __init__(self, weights_dir: _Optional[str] = ..., engines_dir: _Optional[str] = ..., heartbeat_interval: _Optional[float] = ..., telemetry_interval: _Optional[float] = ..., labels: _Optional[_Mapping[str, str]] = ..., ignore_gpus: _Optional[_Iterable[str]] = ..., mirrors: _Optional[_Iterable[str]] = ..., shard_stop_grace: _Optional[float] = ...) -> None: ...
+
+class RequestLogs(_message.Message):
+    __slots__ = ("request_id", "shard_id", "lines")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    SHARD_ID_FIELD_NUMBER: _ClassVar[int]
+    LINES_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    shard_id: str
+    lines: int
+    def __init__(self, request_id: _Optional[str] = ..., shard_id: _Optional[str] = ..., lines: _Optional[int] = ...) -> None: ...
+
+class Restart(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class Registered(_message.Message):
+    __slots__ = ("node_id", "control_plane_version")
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    CONTROL_PLANE_VERSION_FIELD_NUMBER: _ClassVar[int]
+    node_id: str
+    control_plane_version: str
+    def __init__(self, node_id: _Optional[str] = ..., control_plane_version: _Optional[str] = ...) -> None: ...
+
+class JoinRequest(_message.Message):
+    __slots__ = ("protocol", "token", "node_id", "csr_pem")
+    PROTOCOL_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    CSR_PEM_FIELD_NUMBER: _ClassVar[int]
+    protocol: int
+    token: str
+    node_id: str
+    csr_pem: bytes
+    def __init__(self, protocol: _Optional[int] = ..., token: _Optional[str] = ..., node_id: _Optional[str] = ..., csr_pem: _Optional[bytes] = ...) -> None: ...
+
+class JoinResponse(_message.Message):
+    __slots__ = ("protocol", "certificate_pem", "ca_pem", "error")
+    PROTOCOL_FIELD_NUMBER: _ClassVar[int]
+    CERTIFICATE_PEM_FIELD_NUMBER: _ClassVar[int]
+    CA_PEM_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    protocol: int
+    certificate_pem: bytes
+    ca_pem: bytes
+    error: str
+    def __init__(self, protocol: _Optional[int] = ..., certificate_pem: _Optional[bytes] = ..., ca_pem: _Optional[bytes] = ..., error: _Optional[str] = ...) -> None: ...

@@ -1,0 +1,230 @@
+"""The gRPC transport of a Link: grpc.aio running on a trio-asyncio loop, hidden behind trio channels.
+
+Each Link over gRPC owns two asyncio "pump" tasks on the trio-asyncio loop: the reader moves every message the call
+yields into a trio memory channel, the writer drains an asyncio queue into the call. The trio side therefore only
+touches a trio channel and a queue, so cancelling `receive()` (a timeout, say) never cancels a gRPC read half-way,
+and no asyncio task is created per message. Nothing outside llmgw.wire sees asyncio.
+
+Trap (DESIGN.md): every grpc.aio call must run on the asyncio side (`aio_as_trio`), and an ended RPC must cancel
+its whole trio session; serving.py and connecting.py do the latter.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import grpc
+import trio
+import trio_asyncio
+from google.protobuf.message import Message
+
+from llmgw.errors import WireError
+
+from .link import Incoming, Link, Outgoing
+
+GRPC_LINK_BUFFER = 64
+"""Messages buffered in each direction between the trio side and the gRPC call."""
+
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+"""Largest message either side accepts (log replies can be large; gRPC's default is 4 MiB)."""
+
+CHANNEL_OPTIONS: list[tuple[str, Any]] = [
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    # Detect a vanished peer within ~30 s even when no heartbeat flows.
+    ("grpc.keepalive_time_ms", 20_000),
+    ("grpc.keepalive_timeout_ms", 10_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.max_pings_without_data", 0),
+]
+SERVER_OPTIONS: list[tuple[str, Any]] = CHANNEL_OPTIONS + [
+    ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
+    ("grpc.http2.min_recv_ping_interval_without_data_ms", 10_000),
+]
+
+_CLOSE = object()
+
+
+_SHARED_LOOP: trio.lowlevel.RunVar[trio_asyncio.TrioEventLoop] = trio.lowlevel.RunVar("llmgw_wire_aio_loop")
+_SHARED_LOOP_READY: trio.lowlevel.RunVar[trio.Event] = trio.lowlevel.RunVar("llmgw_wire_aio_loop_ready")
+
+
+async def _run_shared_loop(ready: trio.Event) -> None:
+    async with trio_asyncio.open_loop() as loop:
+        _SHARED_LOOP.set(loop)
+        ready.set()
+        await trio.sleep_forever()
+
+
+@asynccontextmanager
+async def open_aio_loop() -> AsyncIterator[trio_asyncio.TrioEventLoop]:
+    """The trio-asyncio loop that grpc.aio runs on: the caller's if it opened one, else one per trio run.
+
+    grpc.aio's completion-queue poller registers one socket with every event loop it serves, and trio refuses two
+    waiters on one fd, so two trio-asyncio loops in one process break gRPC: everything in llmgw.wire shares one
+    loop, opened on first use as a trio system task and closed when the trio run ends.
+    """
+    loop = trio_asyncio.current_loop.get()
+    if loop is not None:
+        yield loop
+        return
+    try:
+        ready = _SHARED_LOOP_READY.get()
+    except LookupError:
+        ready = trio.Event()
+        _SHARED_LOOP_READY.set(ready)
+        trio.lowlevel.spawn_system_task(_run_shared_loop, ready, name="llmgw.wire asyncio loop")
+    await ready.wait()
+    yield _SHARED_LOOP.get()
+
+
+def describe_rpc_error(exc: BaseException) -> str:
+    """A sentence fragment for a gRPC failure: the status code and the details gRPC gave."""
+    if isinstance(exc, grpc.aio.AioRpcError):
+        return f"{exc.code().name}: {exc.details()}"
+    return f"{type(exc).__name__}: {exc}"
+
+
+class GrpcLink(Link[Outgoing, Incoming]):
+    """A Link over one gRPC stream (either end). Built and started on the asyncio side by serving/connecting.
+
+    `read()` returns the next message or grpc.aio.EOF; `write(msg)` writes one; `done_writing()` (client only)
+    half-closes. `peer` describes the other side ("ipv4:127.0.0.1:50432"); `peer_certificate_name` is the common
+    name of the client certificate the peer showed (server side with mTLS; None otherwise).
+    """
+
+    def __init__(
+        self,
+        loop: trio_asyncio.TrioEventLoop,
+        read: Callable[[], Awaitable[Any]],
+        write: Callable[[Any], Awaitable[None]],
+        done_writing: Callable[[], Awaitable[None]] | None,
+        peer: str,
+        peer_certificate_name: str | None = None,
+    ) -> None:
+        self._loop = loop
+        self._read = read
+        self._write = write
+        self._done_writing = done_writing
+        self.peer = peer
+        self.peer_certificate_name = peer_certificate_name
+        self._incoming_send, self._incoming_receive = trio.open_memory_channel[Any](GRPC_LINK_BUFFER)
+        self._outgoing: asyncio.Queue[Any] = asyncio.Queue(maxsize=GRPC_LINK_BUFFER)
+        self._error: str | None = None
+        self._closed = False
+        self._send_lock = trio.Lock()
+        self.reader: asyncio.Task[None] | None = None
+        self.writer: asyncio.Task[None] | None = None
+
+    # asyncio side ----------------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the pump tasks. Call on the asyncio side (inside a coroutine running on the loop)."""
+        self.reader = self._loop.create_task(self._read_pump())
+        self.writer = self._loop.create_task(self._write_pump())
+
+    def fail(self, reason: str) -> None:
+        """Mark the link broken: later sends raise WireError(reason), receive raises it after buffered messages."""
+        if self._error is None:
+            self._error = reason
+        self._incoming_send.close()
+
+    async def _read_pump(self) -> None:
+        try:
+            while True:
+                message = await self._read()
+                if message is grpc.aio.EOF:
+                    break
+                try:
+                    self._incoming_send.send_nowait(message)
+                except trio.WouldBlock:
+                    await trio_asyncio.trio_as_aio(self._incoming_send.send, loop=self._loop)(message)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass  # our own side was closed: nobody reads any more
+        except asyncio.CancelledError:
+            raise
+        except (grpc.aio.AioRpcError, grpc.aio.UsageError, grpc.RpcError) as exc:
+            self.fail(f"the stream ended with an error ({describe_rpc_error(exc)})")
+        finally:
+            self._incoming_send.close()
+
+    async def _write_pump(self) -> None:
+        try:
+            while True:
+                message = await self._outgoing.get()
+                if message is _CLOSE:
+                    break
+                if self._error is None:
+                    await self._write(message)
+            if self._done_writing is not None and self._error is None:
+                await self._done_writing()
+        except asyncio.CancelledError:
+            raise
+        except (grpc.aio.AioRpcError, grpc.aio.UsageError, grpc.RpcError) as exc:
+            self.fail(f"a message could not be sent ({describe_rpc_error(exc)})")
+            while (await self._outgoing.get()) is not _CLOSE:
+                pass  # keep draining so that no sender waits forever on a full queue
+
+    def _queue(self, item: object) -> Awaitable[None] | None:
+        try:
+            self._outgoing.put_nowait(item)
+            return None
+        except asyncio.QueueFull:
+            return trio_asyncio.aio_as_trio(self._outgoing.put, loop=self._loop)(item)
+
+    # trio side -------------------------------------------------------------------------------------------
+
+    async def send(self, message: Outgoing) -> None:
+        if self._closed:
+            raise trio.ClosedResourceError("this link was closed by aclose()")
+        if self._error is not None:
+            raise WireError(f"cannot send to {self.peer}: {self._error}.")
+        if not isinstance(message, Message):
+            raise TypeError(f"a Link sends protobuf messages, not {type(message).__name__}")
+        async with self._send_lock:
+            pending = self._queue(message)
+            if pending is None:
+                await trio.lowlevel.checkpoint()
+            else:
+                await pending
+        if self._error is not None:
+            raise WireError(f"cannot send to {self.peer}: {self._error}.")
+
+    async def receive(self) -> Incoming:
+        try:
+            message = await self._incoming_receive.receive()
+        except trio.EndOfChannel:
+            if self._error is not None:
+                raise WireError(f"the link with {self.peer} broke: {self._error}.") from None
+            raise
+        return self._note_received(message)
+
+    async def aclose(self) -> None:
+        if self._closed:
+            await trio.lowlevel.checkpoint()
+            return
+        self._closed = True
+        self._incoming_receive.close()
+        with trio.move_on_after(5, shield=True):
+            async with self._send_lock:
+                pending = self._queue(_CLOSE)
+                if pending is not None:
+                    await pending
+        await trio.lowlevel.checkpoint()
+
+    async def wait_written(self, timeout: float) -> None:
+        """Wait (up to `timeout` seconds, shielded) until the writer has sent everything queued before aclose()."""
+        writer = self.writer
+        if writer is None or writer.done():
+            return
+        with trio.move_on_after(timeout, shield=True):
+            await trio_asyncio.aio_as_trio(asyncio.wait, loop=self._loop)([writer])
+
+    def stop_pumps(self) -> None:
+        """Cancel both pump tasks (the RPC is over). Safe to call more than once."""
+        for task in (self.reader, self.writer):
+            if task is not None and not task.done():
+                task.cancel()

@@ -1,0 +1,194 @@
+"""The control plane's side of the wire: a gRPC server whose Connect streams become trio Links.
+
+`serve_agents` runs grpc.aio on a trio-asyncio loop it opens itself (callers only use trio). Each Connect stream is
+handed to `handler(link, peer)` as a task of serve_agents' own nursery. The handler's return ends the RPC with
+status OK (after every message it sent is written); an RPC that ends first (the agent went away, a keepalive
+failed, the server stops) cancels the handler. The Join RPC signs node certificates (see tls.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+import grpc
+import trio
+import trio_asyncio
+
+from llmgw.errors import LlmgwError, WireError
+
+from . import agent_pb2 as pb
+from . import agent_pb2_grpc as pb_grpc
+from .grpc_link import SERVER_OPTIONS, GrpcLink, open_aio_loop
+from .link import ControlLink
+from .messages import PROTOCOL_VERSION
+from .tls import ServerTls
+
+Handler = Callable[[ControlLink, str], Awaitable[None]]
+
+STOP_GRACE_SECONDS = 2.0
+"""How long a stopping server lets open streams finish before cancelling them."""
+
+
+class JoinAuthority(Protocol):
+    """What answers Join requests: CertificateAuthority fits."""
+
+    certificate_pem: bytes
+
+    def consume_join_token(self, token: str) -> bool: ...
+
+    def sign_csr(self, csr_pem: bytes, node_id: str) -> bytes: ...
+
+
+class BoundPort(int):
+    """The port serve_agents bound for Connect (an int), with `join_port`: the port answering Join (None if none)."""
+
+    join_port: int | None
+
+    def __new__(cls, port: int, join_port: int | None = None) -> BoundPort:
+        self = super().__new__(cls, port)
+        self.join_port = join_port
+        return self
+
+
+class _Servicer(pb_grpc.ControlPlaneServicer):
+    def __init__(
+        self, handler: Handler, nursery: trio.Nursery, loop: Any, require_certificate: bool, join: JoinAuthority | None
+    ) -> None:
+        self._handler = handler
+        self._nursery = nursery
+        self._loop = loop
+        self._require_certificate = require_certificate
+        self._join = join
+
+    async def Connect(self, request_iterator: Any, context: grpc.aio.ServicerContext) -> None:  # noqa: N802
+        certificate_name = None
+        if self._require_certificate:
+            names = context.auth_context().get("x509_common_name")
+            if not names:
+                await context.abort(
+                    grpc.StatusCode.UNAUTHENTICATED,
+                    "this port answers agents with a node certificate only; join first (`llmgw node join`).",
+                )
+            certificate_name = names[0].decode()
+        await context.send_initial_metadata(())
+        link: GrpcLink[pb.ControlMessage, pb.AgentMessage] = GrpcLink(
+            self._loop, context.read, context.write, None, context.peer(), certificate_name
+        )
+        link.start()
+        finished: asyncio.Future[str | None] = self._loop.create_future()
+        scope = trio.CancelScope()
+        self._nursery.start_soon(self._run_handler, link, scope, finished, name=f"agent stream {link.peer}")
+        try:
+            error = await asyncio.shield(finished)
+            if link.writer is not None and not link.writer.done():
+                await asyncio.wait([link.writer], timeout=STOP_GRACE_SECONDS)
+        except asyncio.CancelledError:
+            scope.cancel()  # the RPC ended first: the handler goes too
+            link.fail("the RPC ended")
+            raise
+        finally:
+            link.stop_pumps()
+        if error is not None:
+            await context.abort(grpc.StatusCode.ABORTED, error)
+
+    async def _run_handler(
+        self, link: GrpcLink[pb.ControlMessage, pb.AgentMessage], scope: trio.CancelScope,
+        finished: asyncio.Future[str | None],
+    ) -> None:
+        outcome: str | None = "the control plane stopped handling this agent."
+        try:
+            with scope:
+                try:
+                    await self._handler(link, link.peer)
+                    outcome = None
+                except trio.EndOfChannel:
+                    outcome = None  # the agent closed its side and the handler let that end it
+                except LlmgwError as exc:
+                    outcome = str(exc)
+        finally:
+            await link.aclose()
+            if not finished.done():
+                finished.set_result(outcome)
+
+    async def Join(self, request: pb.JoinRequest, context: grpc.aio.ServicerContext) -> pb.JoinResponse:  # noqa: N802
+        if self._join is None:
+            await context.abort(grpc.StatusCode.UNIMPLEMENTED, "this control plane does not accept joins.")
+        assert self._join is not None
+        if not request.node_id:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the join request names no node id.")
+        if not self._join.consume_join_token(request.token):
+            await context.abort(
+                grpc.StatusCode.PERMISSION_DENIED,
+                "the join token is unknown, expired or already used; create a new one on the control plane.",
+            )
+        try:
+            certificate = self._join.sign_csr(bytes(request.csr_pem), request.node_id)
+        except WireError as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        return pb.JoinResponse(
+            protocol=PROTOCOL_VERSION, certificate_pem=certificate, ca_pem=self._join.certificate_pem
+        )
+
+
+async def serve_agents(
+    handler: Handler,
+    host: str,
+    port: int,
+    *,
+    tls: ServerTls | None = None,
+    join: JoinAuthority | None = None,
+    join_port: int = 0,
+    task_status: trio.TaskStatus[BoundPort] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve the ControlPlane gRPC service until cancelled; call `handler(link, peer)` for each agent's stream.
+
+    `host`/`port`: where to listen (port 0 picks a free one). `tls`: None listens in plaintext (tests, one
+    trusted machine); a ServerTls requires every Connect to show a client certificate signed by its CA, and
+    `link.peer_certificate_name` then holds that certificate's common name (the node id). `join`: the authority
+    answering Join (a CertificateAuthority); it needs `tls` and listens on `join_port` (0: a free port) with
+    server-only TLS, since a joining node has no certificate yet.
+    `task_status.started(BoundPort(port, join_port))` reports the bound ports (BoundPort is an int).
+
+    `handler` gets a Link (sends ControlMessage, receives AgentMessage) and the peer address
+    ("ipv4:10.0.0.5:51234"). Its return ends the RPC with OK; an LlmgwError it raises ends the RPC with that
+    sentence (the agent's receive raises WireError with it); trio.EndOfChannel escaping it counts as a normal end;
+    any other exception is a bug and propagates out of serve_agents. An RPC that ends first cancels the handler.
+    Raises: WireError if the address cannot be bound or `join` is given without `tls`.
+    """
+    if join is not None and tls is None:
+        raise WireError("the Join service needs TLS (a ServerTls); without it nodes could not trust the answer.")
+    async with open_aio_loop() as loop, trio.open_nursery() as nursery:
+        servicer = _Servicer(handler, nursery, loop, tls is not None, join)
+
+        async def start() -> tuple[grpc.aio.Server, int, int | None]:
+            server = grpc.aio.server(options=SERVER_OPTIONS)
+            pb_grpc.add_ControlPlaneServicer_to_server(servicer, server)
+            address = f"{host}:{port}"
+            try:
+                if tls is None:
+                    bound = server.add_insecure_port(address)
+                else:
+                    bound = server.add_secure_port(address, tls.credentials(require_client_certificate=True))
+                bound_join = None
+                if join is not None and tls is not None:
+                    bound_join = server.add_secure_port(
+                        f"{host}:{join_port}", tls.credentials(require_client_certificate=False)
+                    )
+            except RuntimeError as exc:
+                raise WireError(
+                    f"cannot listen for agents on {address} (join port {join_port}): {exc}; "
+                    "is another process using the port?"
+                ) from exc
+            await server.start()
+            return server, bound, bound_join
+
+        server, bound, bound_join = await trio_asyncio.aio_as_trio(start, loop=loop)()
+        try:
+            task_status.started(BoundPort(bound, bound_join))
+            await trio.sleep_forever()
+        finally:
+            with trio.move_on_after(STOP_GRACE_SECONDS + 3, shield=True):
+                await trio_asyncio.aio_as_trio(server.stop, loop=loop)(STOP_GRACE_SECONDS)
+            nursery.cancel_scope.cancel()

@@ -1,0 +1,319 @@
+"""Mutual TLS for the agent stream: the control plane's certificate authority, node certificates and join tokens.
+
+The control plane keeps a CA in a directory of its own (`ca.key`, mode 0600, and `ca.crt`). It issues its own
+server certificate for the names and addresses agents dial, and signs each node's certificate when the node joins
+with a one-time join token (`llmgw node join`): the node makes its key locally and sends only a CSR, so its private
+key never leaves it. Keys are ECDSA P-256; certificates are X.509 v3 made with the `cryptography` package.
+A node certificate's subject common name is the node id; the control plane can compare it with the Register message
+(`Link.peer_certificate_name`).
+
+Join tokens are stored as SHA-256 hashes with their expiry in `join-tokens.json` in the CA directory, so reading
+that file does not reveal a usable token. A token works once and until it expires.
+"""
+
+from __future__ import annotations
+
+import datetime
+import fcntl
+import hashlib
+import ipaddress
+import json
+import os
+import secrets
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+from cryptography import x509
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from llmgw.errors import WireError
+
+CA_KEY_FILE = "ca.key"
+CA_CERT_FILE = "ca.crt"
+TOKENS_FILE = "join-tokens.json"
+CA_DAYS = 3650
+SERVER_DAYS = 825
+NODE_DAYS = 825
+_TOKEN_PREFIX = "llmgw-join-"
+
+
+def _new_key() -> ec.EllipticCurvePrivateKey:
+    return ec.generate_private_key(ec.SECP256R1())
+
+
+def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+
+
+def _name(common_name: str) -> x509.Name:
+    return x509.Name(
+        [x509.NameAttribute(NameOID.ORGANIZATION_NAME, "llmgw"), x509.NameAttribute(NameOID.COMMON_NAME, common_name)]
+    )
+
+
+def _now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.timezone.utc)
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    """Write `data` to `path` with mode 0600 from the start (never readable by others, even briefly)."""
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+
+
+def make_key_and_csr(node_id: str) -> tuple[bytes, bytes]:
+    """A new private key and a certificate signing request for `node_id`: (key PEM, CSR PEM).
+
+    Run on the node; only the CSR travels. Not a checkpoint (about 1 ms of CPU).
+    """
+    if not node_id:
+        raise WireError("a node id is needed to request a node certificate; give --node-id or set the hostname.")
+    key = _new_key()
+    csr = x509.CertificateSigningRequestBuilder().subject_name(_name(node_id)).sign(key, hashes.SHA256())
+    return _key_pem(key), csr.public_bytes(serialization.Encoding.PEM)
+
+
+def certificate_common_name(cert_pem: bytes) -> str:
+    """The subject common name of a PEM certificate ("" if it has none)."""
+    cert = x509.load_pem_x509_certificate(cert_pem)
+    names = cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
+    return str(names[0].value) if names else ""
+
+
+class CertificateAuthority:
+    """The control plane's CA, kept in `directory` (see the module docstring for the files)."""
+
+    def __init__(self, directory: Path, key: ec.EllipticCurvePrivateKey, certificate: x509.Certificate) -> None:
+        self.directory = directory
+        self._key = key
+        self.certificate = certificate
+
+    @classmethod
+    def load_or_create(cls, directory: str | os.PathLike[str], name: str = "llmgw control plane CA") -> CertificateAuthority:
+        """Load the CA from `directory`, or create it there (directory mode 0700, key file 0600) if absent.
+
+        Raises: WireError if only one of ca.key / ca.crt exists or they do not load (the message names the file).
+        """
+        path = Path(directory)
+        key_path, cert_path = path / CA_KEY_FILE, path / CA_CERT_FILE
+        if key_path.exists() and cert_path.exists():
+            try:
+                key = serialization.load_pem_private_key(key_path.read_bytes(), password=None)
+                cert = x509.load_pem_x509_certificate(cert_path.read_bytes())
+            except ValueError as exc:
+                raise WireError(f"the CA in {path} does not load ({exc}); restore {key_path} and {cert_path}.") from exc
+            if not isinstance(key, ec.EllipticCurvePrivateKey):
+                raise WireError(f"{key_path} is not an ECDSA key; restore the CA files or move them away to make a new CA.")
+            return cls(path, key, cert)
+        if key_path.exists() or cert_path.exists():
+            raise WireError(
+                f"{path} holds only one of {CA_KEY_FILE} and {CA_CERT_FILE}; restore the other, or remove both "
+                "to make a new CA (every node then has to join again)."
+            )
+        path.mkdir(parents=True, exist_ok=True, mode=0o700)
+        key = _new_key()
+        now = _now()
+        cert = (
+            x509.CertificateBuilder()
+            .subject_name(_name(name))
+            .issuer_name(_name(name))
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=CA_DAYS))
+            .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+            .add_extension(
+                x509.KeyUsage(False, False, False, False, False, True, True, False, False), critical=True
+            )
+            .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+            .sign(key, hashes.SHA256())
+        )
+        _write_private(key_path, _key_pem(key))
+        cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+        return cls(path, key, cert)
+
+    @property
+    def certificate_pem(self) -> bytes:
+        """The CA certificate (PEM): what agents trust, and what they need to join."""
+        return self.certificate.public_bytes(serialization.Encoding.PEM)
+
+    def _issue(
+        self, subject: x509.Name, public_key: ec.EllipticCurvePublicKey, usage: x509.ObjectIdentifier, days: int,
+        sans: list[x509.GeneralName],
+    ) -> bytes:
+        now = _now()
+        builder = (
+            x509.CertificateBuilder()
+            .subject_name(subject)
+            .issuer_name(self.certificate.subject)
+            .public_key(public_key)
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=days))
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+            .add_extension(
+                x509.AuthorityKeyIdentifier.from_issuer_public_key(self._key.public_key()), critical=False
+            )
+        )
+        if sans:
+            builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
+        return builder.sign(self._key, hashes.SHA256()).public_bytes(serialization.Encoding.PEM)
+
+    def issue_server_certificate(self, hostnames_and_ips: Sequence[str], days: int = SERVER_DAYS) -> tuple[bytes, bytes]:
+        """A server certificate and key for the control plane: (cert PEM, key PEM).
+
+        `hostnames_and_ips` are the names agents dial (each becomes a DNS or IP subject alternative name;
+        the first is also the common name). Raises: WireError if the list is empty.
+        """
+        if not hostnames_and_ips:
+            raise WireError("a server certificate needs at least one host name or IP address that agents dial.")
+        sans: list[x509.GeneralName] = []
+        for item in hostnames_and_ips:
+            try:
+                sans.append(x509.IPAddress(ipaddress.ip_address(item)))
+            except ValueError:
+                sans.append(x509.DNSName(item))
+        key = _new_key()
+        cert = self._issue(_name(hostnames_and_ips[0]), key.public_key(), ExtendedKeyUsageOID.SERVER_AUTH, days, sans)
+        return cert, _key_pem(key)
+
+    def sign_csr(self, csr_pem: bytes, node_id: str, days: int = NODE_DAYS) -> bytes:
+        """Sign a node's CSR (from make_key_and_csr) as a client certificate whose common name is `node_id`.
+
+        Raises: WireError if the CSR does not parse, its signature is wrong, its key is not ECDSA/RSA, or it names
+        another node.
+        """
+        try:
+            csr = x509.load_pem_x509_csr(csr_pem)
+        except ValueError as exc:
+            raise WireError(f"the certificate request of node {node_id!r} does not parse: {exc}") from exc
+        try:
+            valid = csr.is_signature_valid
+        except InvalidSignature:
+            valid = False
+        if not valid:
+            raise WireError(f"the certificate request of node {node_id!r} has an invalid signature.")
+        names = csr.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
+        if not names or names[0].value != node_id:
+            asked = names[0].value if names else "no name"
+            raise WireError(f"the certificate request names {asked!r}, not the joining node {node_id!r}.")
+        public_key = csr.public_key()
+        if not isinstance(public_key, ec.EllipticCurvePublicKey):
+            raise WireError(f"the certificate request of node {node_id!r} must use an ECDSA key.")
+        return self._issue(_name(node_id), public_key, ExtendedKeyUsageOID.CLIENT_AUTH, days, [])
+
+    def server_tls(self, hostnames_and_ips: Sequence[str]) -> ServerTls:
+        """ServerTls for `serve_agents`, with a fresh server certificate for `hostnames_and_ips`."""
+        cert, key = self.issue_server_certificate(hostnames_and_ips)
+        return ServerTls(certificate_pem=cert, key_pem=key, ca_pem=self.certificate_pem)
+
+    # Join tokens -----------------------------------------------------------------------------------------
+
+    @contextmanager
+    def _tokens(self) -> Iterator[dict[str, float]]:
+        """The token table {sha256 hex: expiry unix seconds}, locked against other processes, saved on exit."""
+        lock_path = self.directory / (TOKENS_FILE + ".lock")
+        with open(lock_path, "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            path = self.directory / TOKENS_FILE
+            try:
+                table = json.loads(path.read_text()) if path.exists() else {}
+            except (ValueError, OSError) as exc:
+                raise WireError(f"{path} is unreadable ({exc}); remove it (outstanding join tokens are lost).") from exc
+            before = dict(table)
+            now = time.time()
+            table = {digest: expiry for digest, expiry in table.items() if expiry > now}
+            yield table
+            if table != before:
+                _write_private(path, json.dumps(table, indent=1, sort_keys=True).encode())
+
+    def create_join_token(self, ttl_seconds: float = 3600.0) -> str:
+        """A new one-time join token valid for `ttl_seconds`; only its SHA-256 is stored. Give it to the node."""
+        token = _TOKEN_PREFIX + secrets.token_urlsafe(32)
+        with self._tokens() as table:
+            table[hashlib.sha256(token.encode()).hexdigest()] = time.time() + ttl_seconds
+        return token
+
+    def consume_join_token(self, token: str) -> bool:
+        """True if `token` is known and unexpired; it is removed either way, so it never works twice."""
+        digest = hashlib.sha256(token.encode()).hexdigest()
+        with self._tokens() as table:
+            return table.pop(digest, None) is not None
+
+
+@dataclass(frozen=True)
+class ServerTls:
+    """The control plane's TLS material (PEM bytes): its certificate and key, and the CA that signs nodes."""
+
+    certificate_pem: bytes
+    key_pem: bytes
+    ca_pem: bytes
+
+    def credentials(self, *, require_client_certificate: bool = True) -> grpc.ServerCredentials:
+        """gRPC server credentials; with `require_client_certificate`, clients must show a CA-signed certificate."""
+        return grpc.ssl_server_credentials(
+            [(self.key_pem, self.certificate_pem)],
+            root_certificates=self.ca_pem if require_client_certificate else None,
+            require_client_auth=require_client_certificate,
+        )
+
+
+@dataclass(frozen=True)
+class ClientTls:
+    """An agent's TLS material (PEM bytes): the CA it trusts and, after joining, its own certificate and key.
+
+    `server_name` overrides the name checked in the server certificate (None: the host part of the address).
+    """
+
+    ca_pem: bytes
+    certificate_pem: bytes | None = None
+    key_pem: bytes | None = None
+    server_name: str | None = None
+
+    def credentials(self) -> grpc.ChannelCredentials:
+        """gRPC channel credentials (mutual when a certificate and key are set, server-verified only otherwise)."""
+        return grpc.ssl_channel_credentials(
+            root_certificates=self.ca_pem, private_key=self.key_pem, certificate_chain=self.certificate_pem
+        )
+
+    def channel_options(self) -> list[tuple[str, str]]:
+        """Extra channel options (the server name override, if any)."""
+        return [("grpc.ssl_target_name_override", self.server_name)] if self.server_name else []
+
+    @classmethod
+    def load(cls, directory: str | os.PathLike[str]) -> ClientTls:
+        """Read `ca.crt`, `node.crt` and `node.key` written by `save`. Raises: WireError naming a missing file."""
+        path = Path(directory)
+        try:
+            return cls(
+                ca_pem=(path / "ca.crt").read_bytes(),
+                certificate_pem=(path / "node.crt").read_bytes(),
+                key_pem=(path / "node.key").read_bytes(),
+            )
+        except FileNotFoundError as exc:
+            raise WireError(
+                f"{exc.filename} is missing: this node has not joined yet; run `llmgw node join` with a join token."
+            ) from exc
+
+    def save(self, directory: str | os.PathLike[str]) -> None:
+        """Write `ca.crt`, `node.crt` and `node.key` (mode 0600) into `directory` (created 0700 if absent)."""
+        if self.certificate_pem is None or self.key_pem is None:
+            raise WireError("this ClientTls has no node certificate to save; join first.")
+        path = Path(directory)
+        path.mkdir(parents=True, exist_ok=True, mode=0o700)
+        (path / "ca.crt").write_bytes(self.ca_pem)
+        (path / "node.crt").write_bytes(self.certificate_pem)
+        _write_private(path / "node.key", self.key_pem)
