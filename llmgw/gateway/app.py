@@ -1,0 +1,358 @@
+"""The gateway: the OpenAI-compatible API in front of the fleet's replicas and external endpoints.
+
+Endpoints: GET /v1/models, GET /v1/models/{model}, POST /v1/chat/completions, /v1/completions, /v1/embeddings,
+GET /metrics (Prometheus), GET /health. A proxied request goes: key (store) -> body (JSON, size limit) -> model
+(catalog names and aliases only) -> project allowlist -> serving stopped? -> ready replicas? -> quota reservation
+(store) -> forward and relay (proxying) -> settle with the real usage and record it (store, one transaction, before
+the response ends). The concurrency slot is released on success, error, cancellation and client disconnect.
+
+Limits of our own, stated: request bodies up to `RouteTable.max_request_body_bytes` (default 10 MiB); upstream
+connect 5 s, response head 600 s, silence between two body reads 300 s (`upstream.Timeouts`); no limit on a
+stream's total duration; hypercorn keep-alive 75 s between client requests.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import trio
+
+from llmgw.gateway.accounting import (
+    cost_of,
+    estimate_completion_tokens,
+    estimate_prompt_tokens,
+    ratelimit_headers,
+)
+from llmgw.gateway.asgi import Disconnected, header_map, parse_json_object, read_body, send_bytes, send_error, send_json
+from llmgw.gateway.metrics import CONTENT_TYPE, GatewayMetrics
+from llmgw.gateway.problems import (
+    ApiError,
+    bad_request,
+    forbidden,
+    model_not_found,
+    unauthorized,
+    unavailable,
+)
+from llmgw.gateway.proxying import STATUS_CLIENT_CLOSED, Outcome, open_upstream, relay_stream, relay_whole
+from llmgw.gateway.routing import Balancer, prefix_key
+from llmgw.gateway.upstream import Timeouts, UpstreamPool
+from llmgw.routes import ModelRoute, ProjectPolicy, RouteTable
+from llmgw.store import ApiKey, Rejection, Reservation, UsageRecord
+
+PROXIED = {"/v1/chat/completions": "/v1/chat/completions", "/v1/completions": "/v1/completions",
+           "/v1/embeddings": "/v1/embeddings"}
+NO_REPLICA_RETRY_SECONDS = 5.0
+STOPPED_RETRY_SECONDS = 60.0
+HEALTH_INTERVAL = 5.0
+CLEANUP_SECONDS = 10.0
+
+
+class Gateway:
+    """The OpenAI-compatible API of one control plane.
+
+    `store`: an `llmgw.store.Store` (keys, quotas, usage). `table`: the routing table in force (replace it with
+    `set_table`). `registry`: a prometheus CollectorRegistry (None: a fresh one). `timeouts`: upstream timeouts.
+    `store_in_thread`: run store writes in a worker thread (True) or inline on the event loop (False: lower
+    latency, but a slow disk stalls every request). `asgi_app` is the ASGI callable for embedding.
+    """
+
+    def __init__(self, store, table: RouteTable, *, registry=None, timeouts: Timeouts = Timeouts(),
+                 store_in_thread: bool = True, health_interval: float = HEALTH_INTERVAL):
+        self.store = store
+        self.table = table
+        self.metrics = GatewayMetrics(registry)
+        self.balancer = Balancer()
+        self.pool = UpstreamPool(timeouts)
+        self.store_in_thread = store_in_thread
+        self.health_interval = health_interval
+        self.metrics.observe_table(table)
+
+    def set_table(self, table: RouteTable) -> None:
+        """Route by `table` from the next request on (requests in flight finish where they are)."""
+        self.table = table
+        self.metrics.observe_table(table)
+
+    # ---- serving ----
+    async def serve(self, host: str, port: int, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        """Serve HTTP on hypercorn's trio worker until cancelled, health-checking replicas every
+        `health_interval` seconds. `task_status.started(bound_port)` (port 0 picks a free one)."""
+        from hypercorn.config import Config
+        from hypercorn.trio import serve
+
+        config = Config()
+        config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
+        config.accesslog = None
+        config.keep_alive_timeout = 75
+        config.read_timeout = None
+        config.graceful_timeout = 5
+        config.h2_max_concurrent_streams = 1000
+        try:
+            async with trio.open_nursery() as nursery:
+                binds = await nursery.start(lambda task_status: serve(self.asgi_app, config, task_status=task_status))
+                nursery.start_soon(self._health_loop)
+                task_status.started(int(binds[0].rsplit(":", 1)[1]))
+        finally:
+            with trio.move_on_after(2, shield=True):
+                await self.pool.aclose()
+
+    async def asgi_app(self, scope, receive, send) -> None:
+        """The ASGI application (HTTP and lifespan)."""
+        if scope["type"] == "http":
+            await self._http(scope, receive, send)
+        elif scope["type"] == "lifespan":
+            while True:
+                message = await receive()
+                if message["type"] == "lifespan.startup":
+                    await send({"type": "lifespan.startup.complete"})
+                elif message["type"] == "lifespan.shutdown":
+                    await send({"type": "lifespan.shutdown.complete"})
+                    return
+
+    async def _http(self, scope, receive, send) -> None:
+        path, method = scope["path"], scope["method"]
+        try:
+            if path in PROXIED:
+                if method != "POST":
+                    raise ApiError(405, f"{path} takes POST.", "invalid_request_error", "method_not_allowed")
+                await self._proxied(scope, receive, send, PROXIED[path])
+            elif path == "/v1/models" or path.startswith("/v1/models/"):
+                await self._models(scope, send, path[len("/v1/models/"):] if path != "/v1/models" else None)
+            elif path == "/metrics":
+                await send_bytes(send, 200, self.metrics.render(), CONTENT_TYPE.encode())
+            elif path in ("/health", "/healthz"):
+                await send_json(send, 200, {"status": "ok"})
+            else:
+                raise ApiError(404, f"There is no {method} {path} here; the API is under /v1.",
+                               "invalid_request_error", "unknown_url")
+        except ApiError as error:
+            await send_error(send, error)
+        except Disconnected:
+            return
+
+    # ---- steps ----
+    def _authenticate(self, headers: dict[bytes, bytes]) -> ApiKey:
+        raw = headers.get(b"authorization")
+        token = None
+        if raw is not None:
+            scheme, _, value = raw.decode("latin-1").partition(" ")
+            if scheme.lower() == "bearer":
+                token = value.strip()
+        if not token and b"api-key" in headers:
+            token = headers[b"api-key"].decode("latin-1").strip()
+        if not token:
+            raise unauthorized("No API key: send `Authorization: Bearer sk-llmgw-...` (ask your operator for a key).")
+        key = self.store.authenticate(token, time.time())
+        if key is None:
+            check = self.store.check_api_key(token, time.time())
+            raise unauthorized(check.message or "The API key is not valid here.")
+        return key
+
+    def _policy(self, key: ApiKey) -> ProjectPolicy:
+        policy = self.table.projects.get(key.project)
+        if policy is None:
+            raise forbidden(f"The project '{key.project}' of this API key is not in projects.yaml any more; "
+                            "ask your operator.", "project_unknown")
+        return policy
+
+    async def _models(self, scope, send, one: str | None) -> None:
+        if scope["method"] != "GET":
+            raise ApiError(405, "/v1/models takes GET.", "invalid_request_error", "method_not_allowed")
+        policy = self._policy(self._authenticate(header_map(scope)))
+        entries = []
+        for name, route in self.table.models.items():
+            if policy.models is not None and name not in policy.models:
+                continue
+            for model_id in (name, *route.aliases):
+                entries.append({"id": model_id, "object": "model", "created": route.created, "owned_by": "llmgw"})
+        if one is not None:
+            for entry in entries:
+                if entry["id"] == one:
+                    await send_json(send, 200, entry)
+                    return
+            raise model_not_found(one)
+        await send_json(send, 200, {"object": "list", "data": entries})
+
+    async def _store(self, function: Callable, *args):
+        if self.store_in_thread:
+            return await trio.to_thread.run_sync(function, *args)
+        return function(*args)
+
+    async def _proxied(self, scope, receive, send, upstream_path: str) -> None:
+        started = time.perf_counter()
+        headers = header_map(scope)
+        key = self._authenticate(headers)
+        table = self.table
+        raw = await read_body(receive, headers, table.max_request_body_bytes)
+        body = parse_json_object(raw)
+        requested = body.get("model")
+        if not isinstance(requested, str) or not requested:
+            raise bad_request("The request has no `model`; name a model from GET /v1/models.", "missing_model", "model")
+        policy = self._policy(key)
+        route = table.resolve(requested)
+        error: ApiError | None = None
+        if route is None:
+            error = model_not_found(requested)
+        elif policy.models is not None and route.name not in policy.models:
+            error = forbidden(f"The project '{policy.name}' may not use the model '{requested}'; "
+                              "ask your operator to add it to the project's models in projects.yaml.")
+        elif table.stopped:
+            error = unavailable("Serving is stopped on this cluster (serving.stopped); try again later.",
+                                "system_stopped", STOPPED_RETRY_SECONDS)
+        elif not route.replicas:
+            error = unavailable(f"No replica of model '{route.name}' is ready yet; retry in a few seconds.",
+                                "model_not_ready", NO_REPLICA_RETRY_SECONDS)
+        if error is not None:
+            self._count(route.name if route else requested, policy.name, error.status)
+            raise error
+        assert route is not None
+        embeddings = upstream_path.endswith("embeddings")
+        prompt_estimate = estimate_prompt_tokens(body)
+        estimate = prompt_estimate + estimate_completion_tokens(body, embeddings)
+        reservation: Reservation | None = None
+        if policy.quotas:
+            decision = await self._store(self.store.reserve, policy.quotas, estimate,
+                                         cost_of(route, estimate, 0), time.time())
+            if isinstance(decision, Rejection):
+                self.metrics.quota_rejections.labels(policy.name, decision.limit_name).inc()
+                self._count(route.name, policy.name, 429)
+                raise ApiError(429, decision.message, "rate_limit_error" if decision.limit_name != "budget"
+                               else "insufficient_quota", "rate_limit_exceeded" if decision.limit_name != "budget"
+                               else "insufficient_quota",
+                               headers=[(b"retry-after", str(max(1, round(decision.retry_after_seconds))).encode()),
+                                        *ratelimit_headers(decision.headroom)])
+            reservation = decision
+        await self._run(send, receive, key, policy, route, body, raw, upstream_path, reservation, prompt_estimate,
+                        started)
+
+    async def _run(self, send, receive, key: ApiKey, policy: ProjectPolicy, route: ModelRoute, body: dict, raw: bytes,
+                   upstream_path: str, reservation: Reservation | None, prompt_estimate: int, started: float) -> None:
+        """Forward an admitted request; settle and record whatever happens (shielded from cancellation)."""
+        stream = bool(body.get("stream")) and not upstream_path.endswith("embeddings")
+        options = body.get("stream_options")
+        include_usage = bool(options.get("include_usage")) if isinstance(options, dict) else False
+        extra_headers = ratelimit_headers(reservation.headroom) if reservation is not None else []
+        outcome = Outcome()
+        settled = False
+        requested = body["model"]
+        in_flight = self.metrics.in_flight.labels(route.name)
+        in_flight.inc()
+
+        async def settle() -> None:
+            nonlocal settled
+            if settled:
+                return
+            settled = True
+            with trio.move_on_after(CLEANUP_SECONDS, shield=True):
+                await self._settle(key, policy, route, reservation, outcome, prompt_estimate, started)
+
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_watch_disconnect, receive, nursery.cancel_scope, outcome)
+                try:
+                    prefix = prefix_key(route.name, body)
+                    response = await open_upstream(self.pool, self.balancer, route, upstream_path, body, raw,
+                                                   stream, prefix, outcome)
+                    try:
+                        extra = [*extra_headers, (b"x-llmgw-replica", outcome.replica.replica_id.encode())]
+                        if stream:
+                            await relay_stream(response, send, outcome, requested, include_usage, extra,
+                                               started, settle)
+                        else:
+                            await relay_whole(response, send, outcome, requested, extra, settle)
+                    finally:
+                        await response.aclose()
+                        self.balancer.finished(outcome.replica.replica_id)
+                except ApiError as error:
+                    outcome.status = error.status
+                    await settle()
+                    await send_error(send, error, extra_headers)
+                nursery.cancel_scope.cancel()
+        finally:
+            in_flight.dec()
+            if not settled:
+                if outcome.status in (0, 200) or outcome.started_response:
+                    outcome.status = STATUS_CLIENT_CLOSED
+                await settle()
+
+    async def _settle(self, key: ApiKey, policy: ProjectPolicy, route: ModelRoute, reservation: Reservation | None,
+                      outcome: Outcome, prompt_estimate: int, started: float) -> None:
+        """Settle or release the reservation and record the usage, in one store transaction when possible."""
+        generated = outcome.completion_tokens if outcome.completion_tokens is not None else outcome.counted_chunks
+        if outcome.prompt_tokens is not None:
+            prompt = outcome.prompt_tokens
+        elif outcome.started_response or generated:
+            prompt = prompt_estimate  # the engine took the prompt but its usage never came (client left)
+        else:
+            prompt = 0  # nothing reached an engine
+        replica = outcome.replica
+        cost = cost_of(route, prompt, generated)
+        record = UsageRecord(project=policy.name, model=route.name, time=time.time(), key_id=key.key_id,
+                             replica=replica.replica_id if replica else None, node=replica.node_id if replica else None,
+                             prompt_tokens=prompt, completion_tokens=generated, cached_tokens=outcome.cached_tokens,
+                             ttft_seconds=outcome.ttft_seconds, duration_seconds=time.perf_counter() - started,
+                             status=outcome.status, cost=cost)
+        if reservation is not None and (prompt or generated):
+            await self._store(self.store.settle, reservation, prompt + generated, cost, time.time(), record)
+        elif reservation is not None:
+            await self._store(self.store.release, reservation, time.time())
+            await self._store(self.store.record_usage, record)
+        else:
+            await self._store(self.store.record_usage, record)
+        labels = (route.name, policy.name)
+        self._count(route.name, policy.name, outcome.status)
+        self.metrics.duration.labels(route.name).observe(record.duration_seconds)
+        if outcome.ttft_seconds is not None:
+            self.metrics.ttft.labels(route.name).observe(outcome.ttft_seconds)
+        if prompt:
+            self.metrics.prompt_tokens.labels(*labels).inc(prompt)
+        if generated:
+            self.metrics.completion_tokens.labels(*labels).inc(generated)
+
+    def _count(self, model: str, project: str, status: int) -> None:
+        self.metrics.requests.labels(model, project, str(status)).inc()
+
+    # ---- health ----
+    async def check_health(self) -> None:
+        """Probe every replica once (engines: GET /health; external endpoints: GET /v1/models with their key):
+        eject the failing ones for the balancer's cooldown, readmit the healthy ones."""
+        replicas = [r for route in self.table.models.values() for r in route.replicas]
+        async with trio.open_nursery() as nursery:
+            for replica in replicas:
+                nursery.start_soon(self._probe, replica)
+
+    async def _probe(self, replica) -> None:
+        from llmgw.gateway.upstream import UpstreamFailure
+
+        path = "/v1/models" if replica.external else "/health"
+        headers = [(b"authorization", b"Bearer " + replica.engine_key.encode())] if replica.engine_key else []
+        healthy = False
+        with trio.move_on_after(max(1.0, self.health_interval)):
+            try:
+                response = await self.pool.request("GET", replica.base_url.rstrip("/") + path, headers, b"")
+                try:
+                    await response.read()
+                    healthy = response.status == 200
+                finally:
+                    await response.aclose()
+            except UpstreamFailure:
+                healthy = False
+        if healthy:
+            self.balancer.readmit(replica.replica_id)
+        else:
+            self.balancer.eject(replica.replica_id, trio.current_time())
+
+    async def _health_loop(self) -> None:
+        while True:
+            await trio.sleep(self.health_interval)
+            await self.check_health()
+
+
+async def _watch_disconnect(receive, cancel_scope: trio.CancelScope, outcome: Outcome) -> None:
+    """Cancel the request's work when the client disconnects (hypercorn delivers http.disconnect)."""
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            outcome.status = STATUS_CLIENT_CLOSED
+            cancel_scope.cancel()
+            return

@@ -1,0 +1,59 @@
+"""Errors as the OpenAI API shapes them: `{"error": {"message", "type", "param", "code"}}` with an HTTP status.
+
+The SDKs map the status to an exception class (400 BadRequestError, 401 AuthenticationError, 403
+PermissionDeniedError, 404 NotFoundError, 429 RateLimitError, >=500 InternalServerError); `type` follows OpenAI's
+words (invalid_request_error, authentication_error, permission_error, rate_limit_error/insufficient_quota,
+server_error, service_unavailable). Source: https://platform.openai.com/docs/guides/error-codes.
+"""
+
+from __future__ import annotations
+
+import json
+
+
+class ApiError(Exception):
+    """An answer the gateway gives instead of a completion. `headers` are extra (name, value) pairs (bytes)."""
+
+    def __init__(self, status: int, message: str, error_type: str, code: str | None = None, param: str | None = None,
+                 headers: list[tuple[bytes, bytes]] | None = None):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.error_type = error_type
+        self.code = code
+        self.param = param
+        self.headers = headers or []
+
+    def body(self) -> bytes:
+        """The JSON body, UTF-8."""
+        return json.dumps({"error": {"message": self.message, "type": self.error_type, "param": self.param,
+                                     "code": self.code}}).encode()
+
+
+def bad_request(message: str, code: str | None = None, param: str | None = None) -> ApiError:
+    return ApiError(400, message, "invalid_request_error", code, param)
+
+
+def unauthorized(message: str) -> ApiError:
+    return ApiError(401, message, "authentication_error", "invalid_api_key",
+                    headers=[(b"www-authenticate", b'Bearer realm="llmgw"')])
+
+
+def forbidden(message: str, code: str = "model_not_allowed") -> ApiError:
+    return ApiError(403, message, "permission_error", code, "model")
+
+
+def model_not_found(model: str) -> ApiError:
+    return ApiError(404, f"The model '{model}' does not exist or is not served here; "
+                    "GET /v1/models lists the models your key may use.", "invalid_request_error",
+                    "model_not_found", "model")
+
+
+def unavailable(message: str, code: str, retry_after: float) -> ApiError:
+    return ApiError(503, message, "service_unavailable", code,
+                    headers=[(b"retry-after", str(max(1, round(retry_after))).encode())])
+
+
+def upstream_failed(message: str, status: int) -> ApiError:
+    code = "upstream_timeout" if status == 504 else "upstream_error"
+    return ApiError(status, message, "server_error", code)

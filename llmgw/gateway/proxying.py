@@ -1,0 +1,181 @@
+"""One proxied request after admission: pick a replica, forward, relay the answer, and say what it cost.
+
+`forward` sends the (rewritten) body to a replica chosen by the Balancer, retrying once on another replica when the
+first failed before any response byte (refused, reset, engine 5xx); a replica that refused the connection is
+ejected for the balancer's cooldown. Non-streamed answers are read whole (usage taken from them); streams are
+relayed event by event through SseRelay. A failure after the first streamed byte ends the stream with an
+OpenAI-style error event. The outcome (`Outcome`) carries tokens, TTFT and status for settling and usage.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+
+import trio
+
+from llmgw.gateway.problems import ApiError, upstream_failed
+from llmgw.gateway.routing import Balancer
+from llmgw.gateway.streaming import SseRelay, error_event, usage_numbers
+from llmgw.gateway.upstream import UpstreamFailure, UpstreamPool, UpstreamResponse
+from llmgw.routes import ModelRoute, ReplicaRoute
+
+STATUS_CLIENT_CLOSED = 499
+EVENT_STREAM = b"text/event-stream"
+
+
+@dataclass
+class Outcome:
+    """What happened to one admitted request. `status` is what the client got (499: it left first)."""
+
+    status: int = 0
+    replica: ReplicaRoute | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    cached_tokens: int = 0
+    ttft_seconds: float | None = None
+    started_response: bool = False
+    counted_chunks: int = 0
+
+
+def upstream_body(body: dict, raw: bytes, replica: ReplicaRoute, stream: bool) -> bytes:
+    """The bytes to send upstream: the client's body with `model` set to the replica's upstream_model (when set)
+    and, for streams, `stream_options.include_usage` true. Every other field passes untouched."""
+    if not stream and (replica.upstream_model is None or replica.upstream_model == body.get("model")):
+        return raw
+    copy = dict(body)
+    if replica.upstream_model is not None:
+        copy["model"] = replica.upstream_model
+    if stream:
+        options = copy.get("stream_options")
+        copy["stream_options"] = {**(options if isinstance(options, dict) else {}), "include_usage": True}
+    return json.dumps(copy, separators=(",", ":")).encode()
+
+
+async def open_upstream(pool: UpstreamPool, balancer: Balancer, route: ModelRoute, path: str, body: dict, raw: bytes,
+                        stream: bool, prefix: str | None, outcome: Outcome) -> UpstreamResponse:
+    """Send to a chosen replica, retrying once elsewhere on a failure before the first byte.
+
+    The replica stays counted as outstanding in `balancer` until the caller calls `balancer.finished(replica_id)`
+    for `outcome.replica`. Raises ApiError 502/504 when both tries failed.
+    """
+    tried: set[str] = set()
+    failure: ApiError | None = None
+    for _attempt in range(2):
+        now = trio.current_time()
+        replica = balancer.choose(route.replicas, prefix, now, exclude=frozenset(tried))
+        if replica is None:
+            break
+        tried.add(replica.replica_id)
+        headers = [(b"content-type", b"application/json"),
+                   (b"accept", EVENT_STREAM if stream else b"application/json")]
+        if replica.engine_key:
+            headers.append((b"authorization", b"Bearer " + replica.engine_key.encode()))
+        payload = upstream_body(body, raw, replica, stream)
+        balancer.started(replica.replica_id)
+        try:
+            response = await pool.request("POST", replica.base_url.rstrip("/") + path, headers, payload)
+        except UpstreamFailure as exc:
+            balancer.finished(replica.replica_id)
+            if exc.refused:
+                balancer.eject(replica.replica_id, now)
+            failure = upstream_failed(f"The engine for model '{route.name}' failed ({exc}).", exc.status)
+            continue
+        except BaseException:
+            balancer.finished(replica.replica_id)
+            raise
+        if response.status >= 500 or response.status == 401:
+            try:
+                with trio.move_on_after(5):
+                    detail = (await response.read())[:300].decode("utf-8", "replace")
+            except UpstreamFailure:
+                detail = ""
+            finally:
+                await response.aclose()
+                balancer.finished(replica.replica_id)
+            why = "refused llmgw's engine key" if response.status == 401 else f"answered {response.status}"
+            failure = upstream_failed(f"The engine for model '{route.name}' {why}: {detail}", 502)
+            continue
+        outcome.replica = replica
+        return response
+    raise failure or upstream_failed(f"No replica of model '{route.name}' could take the request.", 502)
+
+
+async def relay_whole(response: UpstreamResponse, send, outcome: Outcome, client_model: str,
+                      headers: list[tuple[bytes, bytes]], before_send) -> None:
+    """Read a non-streamed answer, take its usage, await `before_send()` (settling), then send it."""
+    body = await response.read()
+    outcome.status = response.status
+    if response.status == 200:
+        try:
+            parsed = json.loads(body)
+        except ValueError:
+            parsed = None
+        if isinstance(parsed, dict):
+            usage = parsed.get("usage")
+            if isinstance(usage, dict):
+                outcome.prompt_tokens, outcome.completion_tokens, outcome.cached_tokens = usage_numbers(usage)
+            replica = outcome.replica
+            if replica is not None and replica.upstream_model and parsed.get("model") != client_model:
+                parsed["model"] = client_model
+                body = json.dumps(parsed).encode()
+    await before_send()
+    content_type = response.header(b"content-type") or b"application/json"
+    out_headers = [(b"content-type", content_type), (b"content-length", str(len(body)).encode()), *headers]
+    await send({"type": "http.response.start", "status": response.status, "headers": out_headers})
+    outcome.started_response = True
+    await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+async def relay_stream(response: UpstreamResponse, send, outcome: Outcome, client_model: str, include_usage: bool,
+                       headers: list[tuple[bytes, bytes]], started_at: float, before_end) -> None:
+    """Relay an event stream as it comes; await `before_end()` (settling) before the final `[DONE]`.
+
+    A non-200 answer is relayed whole instead. An engine failure mid-stream becomes an error event.
+    """
+    if response.status != 200 or not (response.header(b"content-type") or b"").startswith(EVENT_STREAM):
+        await relay_whole(response, send, outcome, client_model, headers, before_end)
+        return
+    replica = outcome.replica
+    relay = SseRelay(include_usage, client_model=client_model,
+                     upstream_model=replica.upstream_model if replica else None)
+    await send({"type": "http.response.start", "status": 200, "headers": [
+        (b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache"),
+        (b"x-accel-buffering", b"no"), *headers]})
+    outcome.started_response = True
+    outcome.status = 200
+    tail = b""
+    try:
+        async for data in response.body():
+            out = relay.feed(data, time.perf_counter())
+            _take(relay, outcome, started_at)
+            if out:
+                await send({"type": "http.response.body", "body": out, "more_body": True})
+        tail = relay.finish()
+    except UpstreamFailure as exc:
+        _take(relay, outcome, started_at)
+        outcome.status = exc.status
+        tail = relay.finish() + error_event(f"The engine failed mid-stream: {exc}", "server_error",
+                                            "upstream_error")
+        await before_end()
+        await send({"type": "http.response.body", "body": tail, "more_body": False})
+        return
+    _take(relay, outcome, started_at)
+    if relay.usage.error is not None:
+        outcome.status = 502
+    await before_end()
+    if relay.usage.done:
+        tail += b"data: [DONE]\n\n"
+    await send({"type": "http.response.body", "body": tail, "more_body": False})
+
+
+def _take(relay: SseRelay, outcome: Outcome, started_at: float) -> None:
+    usage = relay.usage
+    outcome.counted_chunks = usage.counted_chunks
+    if usage.prompt_tokens is not None:
+        outcome.prompt_tokens = usage.prompt_tokens
+        outcome.completion_tokens = usage.completion_tokens
+        outcome.cached_tokens = usage.cached_tokens
+    if usage.first_token_at is not None and outcome.ttft_seconds is None:
+        outcome.ttft_seconds = max(0.0, usage.first_token_at - started_at)

@@ -1,0 +1,231 @@
+"""The upstream HTTP/1.1 client: keep-alive connections to engines, O(1) per request.
+
+httpcore's pool scans every pooled connection on every request (DESIGN.md "Known traps", httpcore PR #928), which
+halved a proxy's throughput from 1 to 64 concurrent requests here. This client keeps, per origin, a LIFO stack of
+idle connections: taking one and giving it back are constant time whatever the pool holds. It speaks HTTP/1.1
+through h11 over trio TCP streams; that is all an engine on the fleet's network needs (TLS to an external endpoint
+goes through `ssl` when the URL is https).
+
+Timeouts (our own, stated): connecting `connect_timeout` (default 5 s); the response head `head_timeout` (default
+600 s: an engine may queue a request that long); between two body reads `idle_timeout` (default 300 s: a stream is
+never cut while tokens flow, only when the engine stays silent that long). Errors are raised as UpstreamError with
+`status` 502 (refused, reset, bad response) or 504 (timeout); `connect_failed` tells whether nothing was sent.
+"""
+
+from __future__ import annotations
+
+import ssl
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+import h11
+import trio
+
+from llmgw.errors import UpstreamError
+
+READ_SIZE = 65536
+
+
+class UpstreamFailure(UpstreamError):
+    """An upstream request failed. `before_send` is True when the request never reached the engine (retry-safe)."""
+
+    def __init__(self, message: str, status: int = 502, *, before_send: bool = False, refused: bool = False):
+        super().__init__(message, status)
+        self.before_send = before_send
+        self.refused = refused
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    """Upstream timeouts in seconds (see the module docstring)."""
+
+    connect_timeout: float = 5.0
+    head_timeout: float = 600.0
+    idle_timeout: float = 300.0
+
+
+class _Connection:
+    def __init__(self, stream: trio.abc.Stream):
+        self.stream = stream
+        self.h11 = h11.Connection(h11.CLIENT)
+
+    async def aclose(self) -> None:
+        with trio.move_on_after(1, shield=True):
+            await self.stream.aclose()
+
+
+class UpstreamResponse:
+    """A response whose head has arrived. Iterate `body()` for the bytes as they come; always `aclose()` it
+    (the connection goes back to the pool only when the body was read to the end)."""
+
+    def __init__(self, pool: UpstreamPool, origin: tuple, conn: _Connection, status: int,
+                 headers: list[tuple[bytes, bytes]], timeouts: Timeouts):
+        self._pool = pool
+        self._origin = origin
+        self._conn: _Connection | None = conn
+        self.status = status
+        self.headers = headers
+        self._timeouts = timeouts
+        self._done = False
+
+    def header(self, name: bytes) -> bytes | None:
+        for key, value in self.headers:
+            if key == name:
+                return value
+        return None
+
+    async def body(self) -> AsyncIterator[bytes]:
+        """Yield body bytes as they arrive. Raises UpstreamFailure on a reset (502) or silence past idle_timeout (504)."""
+        conn = self._conn
+        assert conn is not None
+        while True:
+            event = conn.h11.next_event()
+            if event is h11.NEED_DATA:
+                with trio.move_on_after(self._timeouts.idle_timeout) as scope:
+                    try:
+                        data = await conn.stream.receive_some(READ_SIZE)
+                    except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+                        raise UpstreamFailure(f"the engine connection broke mid-response: {exc}") from exc
+                if scope.cancelled_caught:
+                    raise UpstreamFailure(f"the engine sent nothing for {self._timeouts.idle_timeout:g} s", 504)
+                try:
+                    conn.h11.receive_data(data)
+                except h11.RemoteProtocolError as exc:
+                    raise UpstreamFailure(f"the engine sent a bad response: {exc}") from exc
+                continue
+            if isinstance(event, h11.Data):
+                yield bytes(event.data)
+            elif isinstance(event, h11.EndOfMessage):
+                self._done = True
+                return
+            elif isinstance(event, h11.ConnectionClosed):
+                raise UpstreamFailure("the engine closed the connection before the response ended")
+
+    async def read(self) -> bytes:
+        """The whole body."""
+        parts = [chunk async for chunk in self.body()]
+        return b"".join(parts)
+
+    async def aclose(self) -> None:
+        """Give the connection back when the body was read to the end, else close it."""
+        conn, self._conn = self._conn, None
+        if conn is None:
+            return
+        if self._done and conn.h11.our_state is h11.DONE and conn.h11.their_state is h11.DONE:
+            try:
+                conn.h11.start_next_cycle()
+            except h11.LocalProtocolError:
+                await conn.aclose()
+                return
+            self._pool._give_back(self._origin, conn)
+        else:
+            await conn.aclose()
+
+
+class UpstreamPool:
+    """Keep-alive connections per origin (scheme, host, port); `max_idle` kept per origin, LIFO."""
+
+    def __init__(self, timeouts: Timeouts = Timeouts(), max_idle: int = 256):
+        self.timeouts = timeouts
+        self.max_idle = max_idle
+        self._idle: dict[tuple, list[_Connection]] = {}
+        self._ssl = ssl.create_default_context()
+
+    def _give_back(self, origin: tuple, conn: _Connection) -> None:
+        stack = self._idle.setdefault(origin, [])
+        if len(stack) < self.max_idle:
+            stack.append(conn)
+        else:
+            trio.lowlevel.spawn_system_task(conn.aclose)
+
+    async def _connect(self, origin: tuple) -> _Connection:
+        scheme, host, port = origin
+        with trio.move_on_after(self.timeouts.connect_timeout) as scope:
+            try:
+                stream: trio.abc.Stream = await trio.open_tcp_stream(host, port)
+                if scheme == "https":
+                    stream = trio.SSLStream(stream, self._ssl, server_hostname=host, https_compatible=True)
+                    await stream.do_handshake()
+            except OSError as exc:
+                raise UpstreamFailure(f"cannot connect to {host}:{port}: {exc}", before_send=True,
+                                      refused=True) from exc
+            except trio.BrokenResourceError as exc:
+                raise UpstreamFailure(f"TLS with {host}:{port} failed: {exc}", before_send=True,
+                                      refused=True) from exc
+        if scope.cancelled_caught:
+            raise UpstreamFailure(f"connecting to {host}:{port} took over {self.timeouts.connect_timeout:g} s", 504,
+                                  before_send=True, refused=True)
+        return _Connection(stream)
+
+    async def request(self, method: str, url: str, headers: list[tuple[bytes, bytes]], body: bytes) -> UpstreamResponse:
+        """Send a request and wait for the response head; the caller reads the body and closes the response.
+
+        A pooled connection the engine closed while idle is retried once on a fresh one (nothing was processed).
+        Raises UpstreamFailure (502/504).
+        """
+        parts = urlsplit(url)
+        scheme = parts.scheme or "http"
+        origin = (scheme, parts.hostname or "127.0.0.1", parts.port or (443 if scheme == "https" else 80))
+        target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        host_header = parts.netloc.encode()
+        all_headers = [(b"host", host_header), (b"content-length", str(len(body)).encode()), *headers]
+        stack = self._idle.get(origin)
+        for attempt in (0, 1):
+            reused = bool(stack) and attempt == 0
+            conn = stack.pop() if reused else await self._connect(origin)
+            try:
+                return await self._exchange(origin, conn, method, target, all_headers, body)
+            except UpstreamFailure as failure:
+                await conn.aclose()
+                if reused and failure.before_send:
+                    continue
+                raise
+            except BaseException:
+                await conn.aclose()
+                raise
+        raise AssertionError("unreachable")
+
+    async def _exchange(self, origin, conn: _Connection, method, target, headers, body) -> UpstreamResponse:
+        h = conn.h11
+        data = h.send(h11.Request(method=method, target=target, headers=headers))
+        data += h.send(h11.Data(data=body)) + h.send(h11.EndOfMessage())
+        try:
+            await conn.stream.send_all(data)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+            raise UpstreamFailure(f"sending to the engine failed: {exc}", before_send=True) from exc
+        received_any = False
+        with trio.move_on_after(self.timeouts.head_timeout) as scope:
+            while True:
+                event = h.next_event()
+                if event is h11.NEED_DATA:
+                    try:
+                        chunk = await conn.stream.receive_some(READ_SIZE)
+                    except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+                        raise UpstreamFailure(f"the engine connection broke: {exc}",
+                                              before_send=not received_any) from exc
+                    if not chunk and not received_any:
+                        # a kept-alive connection the engine had closed: nothing was processed
+                        raise UpstreamFailure("the engine closed the connection", before_send=True)
+                    received_any = True
+                    try:
+                        h.receive_data(chunk)
+                    except h11.RemoteProtocolError as exc:
+                        raise UpstreamFailure(f"the engine sent a bad response: {exc}") from exc
+                    continue
+                if isinstance(event, h11.InformationalResponse):
+                    continue
+                if isinstance(event, h11.Response):
+                    headers_out = [(k.lower(), v) for k, v in event.headers]
+                    return UpstreamResponse(self, origin, conn, event.status_code, headers_out, self.timeouts)
+                if isinstance(event, h11.ConnectionClosed):
+                    raise UpstreamFailure("the engine closed the connection without answering",
+                                          before_send=not received_any)
+        raise UpstreamFailure(f"the engine did not answer within {self.timeouts.head_timeout:g} s", 504)
+
+    async def aclose(self) -> None:
+        """Close every idle connection."""
+        idle, self._idle = self._idle, {}
+        for stack in idle.values():
+            for conn in stack:
+                await conn.aclose()
