@@ -66,6 +66,7 @@ class ObservedShard:
     port: int = 0
     error: str = ""
     restarts: int = 0
+    adopted_foreign: bool = False
 
 
 @dataclass(frozen=True)
@@ -112,7 +113,11 @@ class ActionKind(str, enum.Enum):
 
 @dataclass(frozen=True)
 class Assignment:
-    """Where one replica runs: its node, devices (empty on CPU), reserved CPU cores and memory bytes."""
+    """Where one replica runs: its node, devices (empty on CPU), reserved CPU cores and memory bytes.
+
+    `shard_id` is the shard that runs (or will run) it: "<replica>/0", or "<replica>/0@<fingerprint[:8]>" for
+    the new generation of a rolling replica whose old shard still holds "<replica>/0" (see llmgw.plan.planning).
+    """
 
     replica_id: str
     model: str
@@ -121,11 +126,16 @@ class Assignment:
     cpu_cores: float = 0.0
     memory_bytes: int = 0
     fingerprint: str = ""
+    shard_id: str = ""
 
 
 @dataclass(frozen=True)
 class Action:
-    """One step of a plan: `kind` on `node_id` for `replica_id` / `shard_id` (engine key for INSTALL), and why."""
+    """One step of a plan: `kind` on `node_id` for `replica_id` / `shard_id` (engine key for INSTALL), and why.
+
+    `previous_node` is set on a START that replaces a shard of the same replica elsewhere (a lost node, a
+    roll to another node): renderers show it as a move.
+    """
 
     kind: ActionKind
     node_id: str
@@ -135,6 +145,7 @@ class Action:
     engine: str = ""
     assignment: Assignment | None = None
     reason: str = ""
+    previous_node: str = ""
 
 
 @dataclass(frozen=True)
