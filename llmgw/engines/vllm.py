@@ -1,0 +1,86 @@
+"""vLLM's OpenAI-compatible server (`vllm serve`): command line, environment, readiness, metric names, start-up log.
+
+Installs (a virtual environment per version) are not built yet: `Launch.binary` is the `vllm` executable of an
+environment that already exists. Formats: vLLM's CLI (`vllm serve --help`), its docs on `VLLM_API_KEY`, FORMATS.md.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+from llmgw.engines.base import Launch, MetricNames, StartupReport, cleaned, gpu_shard_failure
+
+NAME = "vllm"
+HEALTH_PATH = "/health"
+"""200 with an empty body once the engine serves; the connection is refused before that."""
+METRICS_PATH = "/metrics"
+API_KEY_ENV = "VLLM_API_KEY"
+"""`vllm serve` reads `--api-key` from this variable."""
+
+METRICS = MetricNames(
+    requests_running="vllm:num_requests_running",
+    requests_waiting="vllm:num_requests_waiting",
+    prompt_tokens_total="vllm:prompt_tokens_total",
+    generation_tokens_total="vllm:generation_tokens_total",
+    kv_cache_usage="vllm:kv_cache_usage_perc",
+    prefix_cache_hits_total="vllm:prefix_cache_hits_total",
+    prefix_cache_queries_total="vllm:prefix_cache_queries_total",
+    all_names=(
+        "vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
+        "vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total", "vllm:prompt_tokens_total",
+        "vllm:generation_tokens_total", "vllm:time_to_first_token_seconds", "vllm:e2e_request_latency_seconds",
+        # before v0.10 (V0 engine): names kept so older installs still report
+        "vllm:gpu_cache_usage_perc", "vllm:gpu_prefix_cache_queries_total", "vllm:gpu_prefix_cache_hits_total",
+    ),
+)
+
+
+def command_line(launch: Launch) -> tuple[list[str], dict[str, str]]:
+    """Return `(argv, env)` for `vllm serve MODEL --host H --port P [--served-model-name N] [--max-model-len N]
+    --tensor-parallel-size T --pipeline-parallel-size P [engine_args...]`.
+
+    env: `VLLM_API_KEY` when a key is set (never argv), `CUDA_VISIBLE_DEVICES` (the shard's devices, "" for none),
+    `OMP_NUM_THREADS` when `threads` is set. Pure; never raises.
+    """
+    argv = [str(launch.binary), "serve", str(launch.model_path), "--host", launch.host, "--port", str(launch.port)]
+    if launch.served_name:
+        argv += ["--served-model-name", launch.served_name]
+    if launch.context_size:
+        argv += ["--max-model-len", str(launch.context_size)]
+    argv += ["--tensor-parallel-size", str(launch.tensor_parallel),
+             "--pipeline-parallel-size", str(launch.pipeline_parallel)]
+    argv += list(launch.engine_args)
+    env = dict(launch.extra_env)
+    env["CUDA_VISIBLE_DEVICES"] = ",".join(launch.devices)
+    if launch.threads:
+        env["OMP_NUM_THREADS"] = str(launch.threads)
+    if launch.api_key:
+        env[API_KEY_ENV] = launch.api_key
+    return argv, env
+
+
+_NO_GPU = re.compile(r"No CUDA GPUs are available|Failed to infer device type|no NVIDIA driver", re.IGNORECASE)
+_READY = re.compile(r"Application startup complete|Uvicorn running on|Starting vLLM API server")
+
+
+def parse_startup_log(lines: Iterable[str]) -> StartupReport:
+    """Read vLLM's start-up log: readiness ("Application startup complete"), "no usable GPU" signs ("No CUDA GPUs
+    are available", "Failed to infer device type") and error lines (ERROR level or Python exceptions). vLLM does
+    not print an offload count: `layers_offloaded` stays None. Never raises."""
+    no_gpu = False
+    ready = False
+    errors: list[str] = []
+    for text, level in cleaned(lines):
+        if _NO_GPU.search(text):
+            no_gpu = True
+        if _READY.search(text):
+            ready = True
+        if level == "E" or re.match(r"\w*(Error|Exception):", text):
+            errors.append(text)
+    return StartupReport(no_usable_gpu=no_gpu, errors=tuple(errors), ready=ready)
+
+
+def startup_failure(report: StartupReport, expects_gpu: bool) -> str | None:
+    """Why a vLLM shard must be failed (no usable GPU on a GPU placement), or None."""
+    return gpu_shard_failure(report, expects_gpu, "vLLM")
