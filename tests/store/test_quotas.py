@@ -1,0 +1,218 @@
+"""Quotas: every limit refuses at its edge, a refusal consumes nothing anywhere, settling replaces the estimate."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+from llmgw.routes import QuotaLimits
+from llmgw.store import Rejection, Reservation, SqliteStore, UsageRecord, open_store
+
+NOW = 1_800_000_000.0  # the start of a minute window (a multiple of 60)
+
+
+def quota_rows(store: SqliteStore) -> tuple[list, list]:
+    conn = store._conn
+    windows = conn.execute("SELECT scope, period, start, requests, tokens, cost FROM quota_windows ORDER BY 1, 2, 3").fetchall()
+    slots = conn.execute("SELECT scope FROM quota_slots ORDER BY 1").fetchall()
+    return windows, slots
+
+
+def admitted(outcome: Reservation | Rejection) -> Reservation:
+    assert isinstance(outcome, Reservation), outcome
+    return outcome
+
+
+def refused(outcome: Reservation | Rejection) -> Rejection:
+    assert isinstance(outcome, Rejection), outcome
+    return outcome
+
+
+def test_scopes_without_limits_never_refuse_and_write_nothing(store: SqliteStore) -> None:
+    scopes = [("project:chat", QuotaLimits()), ("team:research", QuotaLimits()), ("org:acme", QuotaLimits())]
+    before = store._conn.total_changes
+    for _ in range(50):
+        reservation = admitted(store.reserve(scopes, 10**9, 10**6, NOW))
+        assert reservation.reservation_id is None
+        assert store.settle(reservation, 10**9, 10**6, NOW)
+        assert store.release(reservation, NOW)
+    assert store._conn.total_changes == before
+    assert store.headroom(scopes, NOW).requests is None
+
+
+def test_requests_per_minute_refuses_the_third_request_until_the_next_minute(store: SqliteStore) -> None:
+    scopes = [("project:chat", QuotaLimits(requests_per_minute=2))]
+    admitted(store.reserve(scopes, 10, 0.0, NOW + 1))
+    second = admitted(store.reserve(scopes, 10, 0.0, NOW + 2))
+    assert second.headroom.requests.remaining == 0 and second.headroom.requests.limit == 2
+    rejection = refused(store.reserve(scopes, 10, 0.0, NOW + 15))
+    assert (rejection.scope, rejection.limit_name, rejection.limit, rejection.remaining) == \
+        ("project:chat", "requests_per_minute", 2, 0)
+    assert rejection.reset_seconds == pytest.approx(45.0)
+    assert rejection.retry_after_seconds == pytest.approx(45.0)
+    assert not rejection.exceeds_limit
+    assert "retry after 45 s" in rejection.message
+    admitted(store.reserve(scopes, 10, 0.0, NOW + 60))
+
+
+def test_tokens_per_minute_counts_estimates_and_flags_a_request_larger_than_the_limit(store: SqliteStore) -> None:
+    scopes = [("project:chat", QuotaLimits(tokens_per_minute=1000))]
+    first = admitted(store.reserve(scopes, 600, 0.0, NOW))
+    assert first.headroom.tokens.remaining == 400
+    rejection = refused(store.reserve(scopes, 500, 0.0, NOW + 1))
+    assert (rejection.limit_name, rejection.remaining, rejection.requested) == ("tokens_per_minute", 400, 500)
+    huge = refused(store.reserve(scopes, 5000, 0.0, NOW + 1))
+    assert huge.exceeds_limit and "shorten the request" in huge.message
+    admitted(store.reserve(scopes, 400, 0.0, NOW + 2))
+
+
+def test_tokens_per_day_resets_at_utc_midnight(store: SqliteStore) -> None:
+    midnight = datetime(2027, 3, 4, tzinfo=timezone.utc).timestamp()
+    scopes = [("org:acme", QuotaLimits(tokens_per_day=100))]
+    admitted(store.reserve(scopes, 100, 0.0, midnight - 3600))
+    rejection = refused(store.reserve(scopes, 1, 0.0, midnight - 10))
+    assert rejection.limit_name == "tokens_per_day" and rejection.retry_after_seconds == pytest.approx(10.0)
+    admitted(store.reserve(scopes, 100, 0.0, midnight))
+
+
+def test_the_budget_is_per_utc_calendar_month(store: SqliteStore) -> None:
+    scopes = [("team:research", QuotaLimits(budget=1.0))]
+    start = datetime(2027, 12, 31, 23, 0, tzinfo=timezone.utc).timestamp()
+    reservation = admitted(store.reserve(scopes, 10, 0.75, start))
+    store.settle(reservation, 10, 0.90, start + 1)
+    rejection = refused(store.reserve(scopes, 10, 0.2, start + 2))
+    assert rejection.limit_name == "budget" and rejection.remaining == pytest.approx(0.10)
+    assert rejection.retry_after_seconds == pytest.approx(3600 - 2)
+    admitted(store.reserve(scopes, 10, 0.10, start + 3))  # exactly at the budget still fits
+    admitted(store.reserve(scopes, 10, 0.5, datetime(2028, 1, 1, tzinfo=timezone.utc).timestamp()))
+
+
+def test_concurrent_requests_hold_slots_until_settled_or_released(store: SqliteStore) -> None:
+    scopes = [("project:chat", QuotaLimits(concurrent_requests=2))]
+    a = admitted(store.reserve(scopes, 1, 0.0, NOW))
+    b = admitted(store.reserve(scopes, 1, 0.0, NOW))
+    rejection = refused(store.reserve(scopes, 1, 0.0, NOW))
+    assert rejection.limit_name == "concurrent_requests" and rejection.retry_after_seconds == 1.0
+    assert store.settle(a, 1, 0.0, NOW + 1)
+    c = admitted(store.reserve(scopes, 1, 0.0, NOW + 1))
+    assert store.release(b, NOW + 2)
+    assert store.release(c, NOW + 2)
+    assert quota_rows(store)[1] == []
+
+
+def test_a_refusal_in_one_scope_consumes_nothing_in_any_scope(store: SqliteStore) -> None:
+    scopes = [
+        ("project:chat", QuotaLimits(requests_per_minute=100, tokens_per_minute=10_000, tokens_per_day=10**6,
+                                     concurrent_requests=10, budget=100.0)),
+        ("team:research", QuotaLimits(tokens_per_minute=10_000, concurrent_requests=10)),
+        ("org:acme", QuotaLimits(tokens_per_minute=1_000)),
+    ]
+    admitted(store.reserve(scopes, 900, 1.0, NOW))
+    before = quota_rows(store)
+    assert len(before[0]) == 5 and len(before[1]) == 2  # 3 minute windows, a day, a month; 2 slots
+    rejection = refused(store.reserve(scopes, 200, 1.0, NOW + 5))
+    assert (rejection.scope, rejection.limit_name) == ("org:acme", "tokens_per_minute")
+    assert quota_rows(store) == before
+    # The team now refuses on concurrency (its one slot is taken): again nothing moves anywhere.
+    narrow = [scopes[0], ("team:research", QuotaLimits(concurrent_requests=1)), scopes[2]]
+    rejection = refused(store.reserve(narrow, 1, 0.0, NOW + 6))
+    assert (rejection.scope, rejection.limit_name) == ("team:research", "concurrent_requests")
+    assert quota_rows(store) == before
+
+
+def test_the_longest_wait_is_reported_when_several_limits_refuse(store: SqliteStore) -> None:
+    scopes = [("project:chat", QuotaLimits(tokens_per_minute=10, tokens_per_day=10))]
+    admitted(store.reserve(scopes, 10, 0.0, NOW))
+    rejection = refused(store.reserve(scopes, 5, 0.0, NOW + 1))
+    assert rejection.limit_name == "tokens_per_day"
+    assert rejection.headroom.tokens.remaining == 0
+
+
+def test_settling_replaces_the_estimate_with_the_actual_tokens(store: SqliteStore) -> None:
+    scopes = [("project:chat", QuotaLimits(tokens_per_minute=1000))]
+    reservation = admitted(store.reserve(scopes, 800, 0.0, NOW))
+    assert store.settle(reservation, 120, 0.0, NOW + 2)
+    assert store.headroom(scopes, NOW + 3).tokens.remaining == 880
+    assert not store.settle(reservation, 999, 0.0, NOW + 4)  # a second settle changes nothing
+    assert not store.release(reservation, NOW + 4)
+    assert store.headroom(scopes, NOW + 5).tokens.remaining == 880
+
+
+def test_tokens_settled_in_a_later_minute_count_in_that_minute(store: SqliteStore) -> None:
+    scopes = [("project:chat", QuotaLimits(tokens_per_minute=1000))]
+    reservation = admitted(store.reserve(scopes, 500, 0.0, NOW + 50))
+    store.settle(reservation, 300, 0.0, NOW + 70)
+    assert store.headroom(scopes, NOW + 59).tokens.remaining == 1000
+    assert store.headroom(scopes, NOW + 71).tokens.remaining == 700
+
+
+def test_releasing_refunds_tokens_and_cost_but_the_request_still_counts(store: SqliteStore) -> None:
+    scopes = [("project:chat", QuotaLimits(requests_per_minute=5, tokens_per_minute=1000, budget=2.0))]
+    reservation = admitted(store.reserve(scopes, 700, 1.5, NOW))
+    assert store.release(reservation, NOW + 1)
+    headroom = store.headroom(scopes, NOW + 1)
+    assert headroom.tokens.remaining == 1000 and headroom.requests.remaining == 4
+    admitted(store.reserve(scopes, 1000, 2.0, NOW + 2))
+
+
+def test_settle_can_record_usage_in_the_same_transaction(store: SqliteStore) -> None:
+    scopes = [("project:chat", QuotaLimits(tokens_per_minute=1000))]
+    reservation = admitted(store.reserve(scopes, 100, 0.0, NOW))
+    record = UsageRecord(project="chat", model="gemma", time=NOW + 1, prompt_tokens=7, completion_tokens=5)
+    store.settle(reservation, 12, 0.0, NOW + 1, usage=record)
+    assert store.recent_usage() == [record]
+    unlimited = admitted(store.reserve([("project:free", QuotaLimits())], 100, 0.0, NOW))
+    store.settle(unlimited, 12, 0.0, NOW + 1, usage=record)
+    assert len(store.recent_usage()) == 2
+
+
+def test_slots_of_a_crashed_gateway_are_reclaimed_after_their_ttl(store_path: Path) -> None:
+    scopes = [("project:chat", QuotaLimits(concurrent_requests=1))]
+    crashed = open_store(store_path, slot_ttl=30.0)
+    admitted(crashed.reserve(scopes, 1, 0.0, NOW))
+    crashed.close()  # never settles: the process is gone
+    survivor = open_store(store_path, slot_ttl=30.0)
+    try:
+        assert refused(survivor.reserve(scopes, 1, 0.0, NOW + 29)).limit_name == "concurrent_requests"
+        admitted(survivor.reserve(scopes, 1, 0.0, NOW + 31))
+        assert survivor._conn.execute("SELECT count(*) FROM quota_slots").fetchone()[0] == 2  # not yet pruned
+        survivor.reserve([("project:other", QuotaLimits(concurrent_requests=5))], 1, 0.0, NOW + 2000)
+        assert survivor._conn.execute("SELECT count(*) FROM quota_slots").fetchone()[0] == 1  # pruned
+    finally:
+        survivor.close()
+
+
+def test_renewing_keeps_a_long_request_in_its_slot(store_path: Path) -> None:
+    store = open_store(store_path, slot_ttl=30.0)
+    scopes = [("project:chat", QuotaLimits(concurrent_requests=1))]
+    try:
+        long_stream = admitted(store.reserve(scopes, 1, 0.0, NOW))
+        assert store.renew(long_stream, NOW + 25)
+        refused(store.reserve(scopes, 1, 0.0, NOW + 50))
+        store.settle(long_stream, 1, 0.0, NOW + 51)
+        assert not store.renew(long_stream, NOW + 52)
+        admitted(store.reserve(scopes, 1, 0.0, NOW + 52))
+    finally:
+        store.close()
+
+
+def test_headroom_reports_the_tightest_scope(store: SqliteStore) -> None:
+    scopes = [
+        ("project:chat", QuotaLimits(requests_per_minute=10, tokens_per_minute=5000)),
+        ("team:research", QuotaLimits(requests_per_minute=3, tokens_per_day=2000)),
+    ]
+    admitted(store.reserve(scopes, 1500, 0.0, NOW + 30))
+    headroom = store.headroom(scopes, NOW + 30)
+    assert (headroom.requests.scope, headroom.requests.limit, headroom.requests.remaining) == ("team:research", 3, 2)
+    assert headroom.requests.reset_seconds == pytest.approx(30.0)
+    assert (headroom.tokens.scope, headroom.tokens.limit_name, headroom.tokens.remaining) == \
+        ("team:research", "tokens_per_day", 500)
+
+
+def test_negative_estimates_are_a_usage_error(store: SqliteStore) -> None:
+    from llmgw.errors import UsageError
+
+    with pytest.raises(UsageError):
+        store.reserve([("project:chat", QuotaLimits(tokens_per_minute=1))], -1, 0.0, NOW)

@@ -1,0 +1,112 @@
+"""Usage records: summed per model, project and day; committed before `record_usage` returns."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+from llmgw.errors import UsageError
+from llmgw.store import SqliteStore, UsageRecord, open_store
+
+DAY1 = datetime(2027, 5, 1, 12, tzinfo=timezone.utc).timestamp()
+DAY2 = datetime(2027, 5, 2, 8, tzinfo=timezone.utc).timestamp()
+
+
+def fill(store: SqliteStore) -> None:
+    store.record_usage(UsageRecord("chat", "gemma", DAY1, key_id="key_1", replica="gemma-0", node="n1",
+                                   prompt_tokens=10, completion_tokens=20, cached_tokens=4, ttft_seconds=0.1,
+                                   duration_seconds=1.0, cost=0.01))
+    store.record_usage(UsageRecord("chat", "gemma", DAY2, prompt_tokens=5, completion_tokens=0, status=502,
+                                   duration_seconds=3.0))
+    store.record_usage(UsageRecord("search", "qwen", DAY2 + 60, prompt_tokens=1, completion_tokens=2,
+                                   ttft_seconds=0.3, duration_seconds=2.0, cost=0.5))
+
+
+def test_usage_is_summed_per_model(store: SqliteStore) -> None:
+    fill(store)
+    gemma, qwen = store.query_usage(by="model")
+    assert (gemma.group, gemma.requests, gemma.errors) == ("gemma", 2, 1)
+    assert (gemma.prompt_tokens, gemma.completion_tokens, gemma.cached_tokens) == (15, 20, 4)
+    assert gemma.cost == pytest.approx(0.01)
+    assert gemma.mean_ttft_seconds == pytest.approx(0.1)  # only requests with a TTFT count
+    assert gemma.mean_duration_seconds == pytest.approx(2.0)
+    assert (qwen.group, qwen.requests, qwen.cost) == ("qwen", 1, 0.5)
+
+
+def test_usage_is_summed_per_project_and_per_utc_day(store: SqliteStore) -> None:
+    fill(store)
+    assert [(r.group, r.requests) for r in store.query_usage(by="project")] == [("chat", 2), ("search", 1)]
+    assert [(r.group, r.requests) for r in store.query_usage(by="day")] == [("2027-05-01", 1), ("2027-05-02", 2)]
+
+
+def test_usage_is_filtered_by_project_and_since(store: SqliteStore) -> None:
+    fill(store)
+    assert [(r.group, r.requests) for r in store.query_usage(project="chat", by="day")] == \
+        [("2027-05-01", 1), ("2027-05-02", 1)]
+    assert [(r.group, r.requests) for r in store.query_usage(since=DAY2, by="project")] == \
+        [("chat", 1), ("search", 1)]
+    assert store.query_usage(project="nobody") == []
+
+
+def test_recent_usage_returns_whole_records_newest_first(store: SqliteStore) -> None:
+    fill(store)
+    latest = store.recent_usage(limit=2)
+    assert [r.model for r in latest] == ["qwen", "gemma"]
+    first = store.recent_usage(project="chat")[-1]
+    assert first == UsageRecord("chat", "gemma", DAY1, key_id="key_1", replica="gemma-0", node="n1",
+                                prompt_tokens=10, completion_tokens=20, cached_tokens=4, ttft_seconds=0.1,
+                                duration_seconds=1.0, cost=0.01)
+
+
+def test_an_unknown_grouping_is_a_usage_error(store: SqliteStore) -> None:
+    with pytest.raises(UsageError, match="model, project, day"):
+        store.query_usage(by="week")
+
+
+KILLED_RIGHT_AFTER = textwrap.dedent("""
+    import os, signal, sys
+    from llmgw.store import open_store, UsageRecord
+    store = open_store(sys.argv[1])
+    for i in range(int(sys.argv[2])):
+        store.record_usage(UsageRecord("chat", "gemma", 1.0 + i, prompt_tokens=i))
+        print(i, flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)
+""")
+
+
+def test_a_record_survives_the_process_being_killed_right_after_record_usage(store_path: Path) -> None:
+    child = subprocess.run([sys.executable, "-c", KILLED_RIGHT_AFTER, str(store_path), "3"],
+                           capture_output=True, text=True, timeout=60)
+    assert child.returncode == -signal.SIGKILL, child.stderr
+    assert (store_path.parent / (store_path.name + "-wal")).exists()  # it never closed cleanly
+    store = open_store(store_path)
+    try:
+        assert [r.prompt_tokens for r in store.recent_usage()] == [2, 1, 0]
+    finally:
+        store.close()
+
+
+def test_every_record_acknowledged_before_a_kill_from_outside_is_kept(store_path: Path) -> None:
+    child = subprocess.Popen([sys.executable, "-c", KILLED_RIGHT_AFTER, str(store_path), "100000"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    acknowledged = -1
+    assert child.stdout is not None
+    for line in child.stdout:
+        acknowledged = int(line)
+        if acknowledged >= 200:
+            os.kill(child.pid, signal.SIGKILL)
+            break
+    child.wait(timeout=30)
+    store = open_store(store_path)
+    try:
+        kept = store.query_usage(by="project")[0].requests
+        assert kept >= acknowledged + 1
+    finally:
+        store.close()
