@@ -258,6 +258,9 @@ class Settings:
     firewall: Mapping[str, Any] = field(default_factory=frozen_map)
     slurm: Mapping[str, Any] = field(default_factory=frozen_map)
     commit: str | None = field(default=None, compare=False)
+    # Added by the settings loader: warnings found while loading (e.g. weights pinned by sha256 alone), as
+    # llmgw.errors.Issue with severity "warning". Not part of the settings' meaning, so not compared.
+    warnings: tuple[Any, ...] = field(default=(), compare=False)
 
     def agent_settings_for(self, node_id: str) -> AgentSettings:
         """The agent settings of `node_id`: its override file merged over the defaults, or the defaults."""

@@ -1,0 +1,128 @@
+"""`llmgw validate`, `llmgw diff` and `llmgw repo init`: the settings repository from the command line.
+
+Exit codes: validate 0 valid (warnings may be printed), 1 invalid (every error on stderr, one per line as
+`file:line:column: key.path: reason`). diff follows `terraform plan -detailed-exitcode`: 0 no change,
+2 changes, 1 error.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import click
+import pygit2
+
+from llmgw.errors import SettingsError, UsageError
+from llmgw.settings import Settings, diff_settings, init_repository, load_commit, load_directory
+
+
+def _discover(repo: str | None) -> str:
+    start = repo or os.getcwd()
+    found = pygit2.discover_repository(start)
+    if found is None:
+        raise UsageError(f"{start} is in no git repository; give a directory, or --repo with the repository")
+    return found
+
+
+def _load(target: str, repo: str | None) -> Settings:
+    """A directory when `target` is one (and --repo was not given), else a revision of the repository."""
+    if repo is None and Path(target).is_dir():
+        return load_directory(target)
+    return load_commit(_discover(repo), target)
+
+
+def _print_issues(error: SettingsError) -> None:
+    errors = [i for i in error.issues if i.severity == "error"]
+    for issue in error.issues:
+        click.echo(str(issue), err=True)
+    click.echo(f"{len(errors)} error{'s' if len(errors) != 1 else ''}", err=True)
+
+
+@click.command("validate")
+@click.argument("target", required=False, default=".")
+@click.option("--repo", default=None, help="Git repository to take TARGET from as a revision (branch, tag, commit).")
+def validate_cmd(target: str, repo: str | None) -> None:
+    """Check a settings tree (directory, default .) or a commit (REV with --repo); exit 1 listing every error."""
+    try:
+        settings = _load(target, repo)
+    except SettingsError as exc:
+        _print_issues(exc)
+        sys.exit(1)
+    for warning in settings.warnings:
+        click.echo(str(warning), err=True)
+    where = f"{target} ({settings.commit[:12]})" if settings.commit else target
+    click.echo(f"{where}: valid: {len(settings.models)} models, {len(settings.projects)} projects, "
+               f"{len(settings.node_agents)} node overrides"
+               + (f", {len(settings.warnings)} warnings" if settings.warnings else ""))
+
+
+@click.command("diff")
+@click.argument("old")
+@click.argument("new")
+@click.option("--repo", default=None, help="Git repository holding OLD and NEW when they are revisions (default: the one around the current directory).")
+@click.option("--json", "as_json", is_flag=True, help="Print the difference as JSON.")
+def diff_cmd(old: str, new: str, repo: str | None, as_json: bool) -> None:
+    """Show what changes from settings OLD to NEW (directories, commits or branches).
+
+    Exit 0: no change; 2: changes; 1: an error (invalid settings, unknown revision).
+    """
+    try:
+        before, after = _load(old, repo), _load(new, repo)
+    except SettingsError as exc:
+        _print_issues(exc)
+        sys.exit(1)
+    difference = diff_settings(before, after)
+    if as_json:
+        click.echo(json.dumps(difference.to_json(), indent=2))
+    elif sys.stdout.isatty():
+        _print_rich(difference)
+    else:
+        click.echo(difference.to_text() or "no changes", nl=not difference)
+    sys.exit(2 if difference else 0)
+
+
+def _print_rich(difference) -> None:
+    from rich.console import Console
+    from rich.text import Text
+
+    console = Console()
+    if not difference:
+        console.print("no changes")
+        return
+    styles = {"added": "green", "removed": "red", "changed": "yellow"}
+    for line in difference.to_text().splitlines():
+        if line.startswith(("+", "-", "~")):
+            action = {"+": "added", "-": "removed", "~": "changed"}[line[0]]
+            console.print(Text(line, style=f"bold {styles[action]}"))
+        else:
+            console.print(Text(line))
+
+
+@click.group("repo")
+def repo_group() -> None:
+    """Settings repositories."""
+
+
+@repo_group.command("init")
+@click.argument("path")
+@click.option("--from", "seed", default=None, help="Directory to seed the first commit from (default: examples/cluster-repo).")
+@click.option("--notify-url", default=None, help="URL the post-receive hook POSTs to after a push (a running control plane).")
+def repo_init_cmd(path: str, seed: str | None, notify_url: str | None) -> None:
+    """Create a bare settings repository at PATH on branch main, with validating hooks."""
+    seed_dir = Path(seed) if seed else Path(__file__).resolve().parents[2] / "examples" / "cluster-repo"
+    try:
+        commit = init_repository(path, seed_dir, notify_url=notify_url)
+    except SettingsError as exc:
+        _print_issues(exc)
+        sys.exit(1)
+    click.echo(f"{path}: bare settings repository, main at {commit[:12]} (seeded from {seed_dir})")
+
+
+def register(group: click.Group) -> None:
+    """Add validate, diff and repo (init) to the `llmgw` command group."""
+    group.add_command(validate_cmd)
+    group.add_command(diff_cmd)
+    group.add_command(repo_group)

@@ -1,0 +1,152 @@
+"""Commits llmgw writes itself, with pygit2 only: imperative settings changes and the audit trail.
+
+- `set_serving_stopped`: `llmgw stop` / `llmgw start` as a commit on `main` editing `serving.stopped` in
+  llmgw.yaml (comments and layout kept: ruamel.yaml round trip), authored by the operator.
+- `append_audit`: one commit on `refs/llmgw/audit` per reconcile pass that changed something, its parent the
+  previous audit commit; `read_audit_log` reads them back, newest first.
+- `set_ref`: move a ref such as `refs/llmgw/applied` to a commit.
+Refs are written by pygit2 directly, so the repository's hooks do not run for these commits; the new
+settings are validated here instead.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from dataclasses import dataclass
+
+import pygit2
+from ruamel.yaml import YAML
+from ruamel.yaml.comments import CommentedMap
+
+from llmgw.errors import Issue, SettingsError
+from llmgw.settings.loading import load_tree
+from llmgw.settings.reading import open_repository, read_commit, resolve_commit
+from llmgw.settings.repository import LLMGW_SIGNATURE, write_tree
+
+MAIN = "refs/heads/main"
+AUDIT_REF = "refs/llmgw/audit"
+APPLIED_REF = "refs/llmgw/applied"
+
+
+@dataclass(frozen=True)
+class AuditEntry:
+    """One audit commit: `commit` id, `time` (Unix seconds), `author` ("name <email>"), `message`,
+    and `files` the paths it added, changed or removed compared with its parent."""
+
+    commit: str
+    time: float
+    author: str
+    message: str
+    files: tuple[str, ...] = ()
+
+
+def _head(repo: pygit2.Repository, ref: str) -> pygit2.Commit | None:
+    try:
+        return repo.references[ref].peel(pygit2.Commit)
+    except KeyError:
+        return None
+
+
+def _move(repo: pygit2.Repository, ref: str, new: pygit2.Oid, expected: pygit2.Oid | None, message: str) -> None:
+    """Point `ref` at `new` if it still points at `expected` (None: must not exist)."""
+    current = _head(repo, ref)
+    if (current.id if current else None) != expected:
+        raise SettingsError([Issue(ref, 0, 0, "", "moved while llmgw was writing a commit; try again")])
+    repo.references.create(ref, new, force=True, message=message)
+
+
+def set_serving_stopped(repo_path: str | os.PathLike[str], stopped: bool, author_name: str, author_email: str) -> str:
+    """Commit `serving.stopped: <stopped>` to llmgw.yaml on `main`; return the id of main's head afterwards.
+
+    Comments and layout of llmgw.yaml are kept. When the value is already `stopped`, nothing is committed and
+    main's current head is returned. Raises: SettingsError when main is missing or the result does not validate.
+    """
+    repo = open_repository(repo_path)
+    head = resolve_commit(repo, MAIN)
+    try:
+        text = repo[head.tree["llmgw.yaml"].id].data.decode("utf-8")
+    except KeyError as exc:
+        raise SettingsError([Issue("llmgw.yaml", 0, 0, "", f"is missing from {MAIN}")]) from exc
+    yaml = YAML(typ="rt")
+    yaml.preserve_quotes = True
+    yaml.width = 4096
+    document = yaml.load(text)
+    serving = document.get("serving")
+    if serving is None:
+        serving = CommentedMap()
+        document["serving"] = serving
+    if bool(serving.get("stopped", False)) == stopped and "stopped" in serving:
+        return str(head.id)
+    serving["stopped"] = stopped
+    buffer = io.StringIO()
+    yaml.dump(document, buffer)
+    new_text = buffer.getvalue()
+    tree_files = read_commit(repo, head)
+    tree_files.texts["llmgw.yaml"] = new_text
+    load_tree(tree_files)  # raises SettingsError when the edit would not validate
+    tree = write_tree(repo, {"llmgw.yaml": new_text.encode("utf-8")}, head.tree)
+    author = pygit2.Signature(author_name, author_email)
+    committer = pygit2.Signature(*LLMGW_SIGNATURE)
+    verb = "stop" if stopped else "start"
+    message = f"llmgw {verb}: serving.stopped: {'true' if stopped else 'false'}\n"
+    commit = repo.create_commit(None, author, committer, message, tree, [head.id])
+    _move(repo, MAIN, commit, head.id, message.strip())
+    return str(commit)
+
+
+def append_audit(repo_path: str | os.PathLike[str], files: dict[str, bytes | None], message: str,
+                 *, author_name: str = LLMGW_SIGNATURE[0], author_email: str = LLMGW_SIGNATURE[1]) -> str:
+    """Add a commit on refs/llmgw/audit whose tree is the previous audit tree with `files` laid over it.
+
+    `files` maps "dir/name" to content; a value of None removes that path. The parent is the previous audit
+    commit (none for the first). Returns the new commit id. The caller keeps secrets out of `files`.
+    """
+    repo = open_repository(repo_path)
+    parent = _head(repo, AUDIT_REF)
+    tree = write_tree(repo, dict(files), parent.tree if parent else None)
+    signature = pygit2.Signature(author_name, author_email)
+    text = message if message.endswith("\n") else message + "\n"
+    commit = repo.create_commit(None, signature, signature, text, tree, [parent.id] if parent else [])
+    _move(repo, AUDIT_REF, commit, parent.id if parent else None, text.splitlines()[0] if text.strip() else "audit")
+    return str(commit)
+
+
+def set_ref(repo_path: str | os.PathLike[str], ref: str, commit_id: str) -> None:
+    """Point `ref` (e.g. "refs/llmgw/applied") at commit `commit_id`, creating it if needed.
+
+    Raises: SettingsError when `commit_id` is not a commit of the repository.
+    """
+    repo = open_repository(repo_path)
+    commit = resolve_commit(repo, commit_id)
+    repo.references.create(ref, commit.id, force=True, message=f"llmgw: {ref} -> {commit.id}")
+
+
+def read_audit_log(repo_path: str | os.PathLike[str], limit: int = 50) -> list[AuditEntry]:
+    """The last `limit` audit commits, newest first (empty when there is no audit ref yet)."""
+    repo = open_repository(repo_path)
+    commit = _head(repo, AUDIT_REF)
+    entries: list[AuditEntry] = []
+    while commit is not None and len(entries) < limit:
+        parent = commit.parents[0] if commit.parents else None
+        if parent is not None:
+            diff = repo.diff(parent.tree, commit.tree)
+        else:
+            diff = commit.tree.diff_to_tree(swap=True)
+        paths = tuple(sorted({d.delta.new_file.path if d.delta.new_file.path else d.delta.old_file.path for d in diff}))
+        entries.append(AuditEntry(str(commit.id), float(commit.commit_time),
+                                  f"{commit.author.name} <{commit.author.email}>", commit.message, paths))
+        commit = parent
+    return entries
+
+
+def read_audit_file(repo_path: str | os.PathLike[str], path: str, commit_id: str | None = None) -> bytes | None:
+    """The content of `path` in audit commit `commit_id` (default: the latest), or None when absent."""
+    repo = open_repository(repo_path)
+    commit = resolve_commit(repo, commit_id) if commit_id else _head(repo, AUDIT_REF)
+    if commit is None:
+        return None
+    try:
+        return repo[commit.tree[path].id].data
+    except KeyError:
+        return None

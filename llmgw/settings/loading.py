@@ -1,0 +1,194 @@
+"""Loading a whole settings tree: `load_directory(path)` and `load_commit(repo_path, rev)`.
+
+Stages, each reporting every issue it finds before the next one looks: read the files (reading.py), parse
+each (parsing.py), check each against its schema (schemas.py), build the typed model and make the cross-file
+checks (building.py). Any error ends in one SettingsError carrying every error found; warnings travel on
+`Settings.warnings`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any
+
+from llmgw.errors import Issue, SettingsError
+from llmgw.settings.building import (
+    Found, build_agent, build_cluster, build_engines, build_model, build_projects, build_settings, check_model,
+    check_names, deep_freeze,
+)
+from llmgw.settings.model import AgentSettings, Model, Settings
+from llmgw.settings.parsing import Parsed, parse_yaml
+from llmgw.settings.reading import TreeFiles, open_repository, read_commit, read_directory, resolve_commit
+from llmgw.settings.schemas import validate_data
+from llmgw.units import parse_duration
+
+_SINGLE = {"llmgw.yaml": "llmgw", "engines.yaml": "engines", "projects.yaml": "projects",
+           "firewall.yaml": "firewall", "slurm.yaml": "slurm", "agents/default.yaml": "agent"}
+_STEM = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
+_FIREWALL_DEFAULTS = {"backend": "nftables", "default_policy": "accept", "rules": []}
+_SLURM_DEFAULTS = {"job_time_limit": "1d", "requeue": True, "sbatch_args": [], "node_prefix": "slurm-"}
+
+
+def classify(path: str) -> str | None:
+    """The schema kind of settings file `path` ("model", "agent", ...), or None when it is not a settings file."""
+    if path in _SINGLE:
+        return _SINGLE[path]
+    if path.startswith("catalog/") and path.count("/") == 1 and path.endswith(".yaml"):
+        return "model"
+    if path.startswith("agents/nodes/") and path.count("/") == 2 and path.endswith(".yaml"):
+        return "agent"
+    return None
+
+
+def _stem(path: str) -> str:
+    return path.rsplit("/", 1)[-1][: -len(".yaml")]
+
+
+def _names_of_invalid_model(path: str, data: Any) -> set[str]:
+    """Names a model file that failed its checks would define, so other files naming it raise no second error."""
+    names = {_stem(path)}
+    if isinstance(data, dict):
+        if isinstance(data.get("name"), str):
+            names.add(data["name"])
+        if isinstance(data.get("aliases"), list):
+            names.update(a for a in data["aliases"] if isinstance(a, str))
+    return names
+
+
+def _parse_all(tree: TreeFiles, found: Found, invalid_names: set[str]) -> dict[str, tuple[str, Any]]:
+    """Parse and schema-check every file; return (kind, data) of the files that passed.
+
+    Adds to `invalid_names` the names model files that failed would define.
+    """
+    good: dict[str, tuple[str, Any]] = {}
+    for path in sorted(tree.texts):
+        kind = classify(path)
+        if kind is None:
+            hint = f"; did you mean {path[:-4]}.yaml?" if path.endswith(".yml") else ""
+            found.issues.append(Issue(path, 0, 0, "", "is not a settings file: expected llmgw.yaml, engines.yaml, "
+                                      "projects.yaml, firewall.yaml, slurm.yaml, catalog/<model>.yaml, "
+                                      f"agents/default.yaml or agents/nodes/<node-id>.yaml{hint}"))
+            continue
+        if path.startswith(("catalog/", "agents/nodes/")):
+            if not _STEM.match(_stem(path)):
+                found.issues.append(Issue(path, 0, 0, "", f"file name {_stem(path)!r} is not a valid name: use "
+                                          "lower-case letters, digits, '.', '_' or '-'"))
+                continue
+        parsed, issues = parse_yaml(path, tree.texts[path])
+        found.files[path] = parsed
+        if kind == "model":
+            invalid_names.update(_names_of_invalid_model(path, parsed.data))
+        if issues:
+            found.issues.extend(issues)
+            continue
+        if parsed.data is None:
+            what = "a model" if kind == "model" else "its settings"
+            found.issues.append(Issue(path, 1, 1, "", f"file is empty; it must hold a mapping with {what}"
+                                      + (" (or delete the file)" if kind != "llmgw" else "")))
+            continue
+        if not isinstance(parsed.data, dict):
+            kind_word = "list" if isinstance(parsed.data, list) else type(parsed.data).__name__
+            found.issues.append(Issue(path, *parsed.position(()), "",
+                                      f"the file holds a {kind_word}; it must hold a mapping (key: value lines)"))
+            continue
+        schema_issues = validate_data(kind, path, parsed)
+        if schema_issues:
+            found.issues.extend(schema_issues)
+            continue
+        good[path] = (kind, parsed.data)
+        if kind == "model":
+            invalid_names.difference_update(_names_of_invalid_model(path, parsed.data))
+    return good
+
+
+def _freeze_switch(data: dict[str, Any], defaults: dict[str, Any]) -> Any:
+    merged = {**defaults, **data}
+    if "job_time_limit" in merged:
+        merged["job_time_limit"] = parse_duration(merged["job_time_limit"])
+    return deep_freeze(merged)
+
+
+def load_tree(tree: TreeFiles, commit: str | None = None) -> Settings:
+    """Validate and build the Settings of `tree` (files as read by reading.py).
+
+    Returns Settings (frozen, units normalised; `warnings` holds warnings). Raises: SettingsError with every
+    error found, sorted by file, line and column.
+    """
+    found = Found(files={})
+    found.issues.extend(tree.issues)
+    invalid_names: set[str] = set()
+    for path in tree.issues:
+        if path.file.startswith("catalog/") and path.file.endswith(".yaml"):
+            invalid_names.add(_stem(path.file))
+    good = _parse_all(tree, found, invalid_names)
+
+    if "llmgw.yaml" not in tree.texts and not any(i.file == "llmgw.yaml" for i in found.issues):
+        found.issues.append(Issue("llmgw.yaml", 0, 0, "", "is missing; every settings tree has one (name: <cluster>)"))
+    cluster = build_cluster(good["llmgw.yaml"][1]) if "llmgw.yaml" in good else None
+
+    engines = build_engines(good["engines.yaml"][1], found, "engines.yaml") if "engines.yaml" in good else {}
+
+    models: dict[str, Model] = {}
+    for path, (kind, data) in good.items():
+        if kind == "model":
+            model = build_model(_stem(path), path, data)
+            check_model(found, path, _stem(path), data, model)
+            if model.name in models:
+                found.add(path, ("name",), f"model {model.name!r} is also defined in {models[model.name].source_file}")
+                continue
+            models[model.name] = model
+            if not model.endpoints and ("engines.yaml" in good or "engines.yaml" not in tree.texts):
+                default = [e for e in engines.values() if e.engine == model.engine and e.default]
+                if model.engine_version is not None and (model.engine, model.engine_version) not in engines:
+                    found.add(path, ("engine_version",), f"engines.yaml lists no version {model.engine_version!r} "
+                                                         f"of {model.engine}")
+                elif model.engine_version is None and not default:
+                    found.add(path, ("engine",), f"engines.yaml has no default version of {model.engine}; "
+                                                 "name an engine_version or mark one default")
+    known = check_names(found, models, {}) | invalid_names
+
+    if cluster is not None and not models and not invalid_names and not cluster.allow_empty and "llmgw.yaml" in good:
+        found.add("llmgw.yaml", ("serving",) if "serving" in good["llmgw.yaml"][1] else (),
+                  "the catalog holds no model; add catalog/<model>.yaml or set serving.allow_empty: true")
+
+    agent_defaults = build_agent(good["agents/default.yaml"][1]) if "agents/default.yaml" in good else AgentSettings()
+    node_agents = {_stem(path): build_agent(data, agent_defaults)
+                   for path, (kind, data) in good.items() if path.startswith("agents/nodes/")}
+
+    orgs, teams, projects = ({}, {}, {})
+    if "projects.yaml" in good:
+        orgs, teams, projects = build_projects(good["projects.yaml"][1], found, "projects.yaml", known)
+
+    firewall = _freeze_switch(good["firewall.yaml"][1], _FIREWALL_DEFAULTS) if "firewall.yaml" in good else deep_freeze({})
+    slurm = _freeze_switch(good["slurm.yaml"][1], _SLURM_DEFAULTS) if "slurm.yaml" in good else deep_freeze({})
+
+    errors = sorted((i for i in found.issues if i.severity == "error"), key=lambda i: (i.file, i.line, i.column))
+    warnings = tuple(sorted((i for i in found.issues if i.severity != "error"), key=lambda i: (i.file, i.line)))
+    if errors or cluster is None:
+        raise SettingsError(errors + list(warnings))
+    return build_settings(
+        cluster, models=models, engines=engines, agent_defaults=agent_defaults, node_agents=node_agents,
+        organisations=orgs, teams=teams, projects=projects, firewall=firewall, slurm=slurm, commit=commit,
+        warnings=warnings,
+    )
+
+
+def load_directory(path: str | os.PathLike[str]) -> Settings:
+    """Load and validate the settings tree in directory `path` (a working tree; its .git is skipped).
+
+    Returns Settings with `commit` None. Raises: SettingsError with every error (see load_tree).
+    """
+    return load_tree(read_directory(path))
+
+
+def load_commit(repo_path: str | os.PathLike[str], rev: str = "refs/heads/main", *, from_env: bool = False) -> Settings:
+    """Load and validate the settings tree of commit `rev` of the git repository at `repo_path` (bare or not).
+
+    `rev` is anything git's rev-parse takes (branch, tag, ref, commit id). `from_env` opens the repository
+    from GIT_* variables (hooks). Returns Settings with `commit` set to the commit id (40 hex).
+    Raises: SettingsError when the repository or revision do not exist, or with every error of the tree.
+    """
+    repo = open_repository(repo_path, from_env=from_env)
+    commit = resolve_commit(repo, rev)
+    return load_tree(read_commit(repo, commit), commit=str(commit.id))

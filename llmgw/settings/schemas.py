@@ -1,0 +1,108 @@
+"""The JSON Schemas of the settings files (schema/*.json, draft 2020-12) and validation against them.
+
+`validate_data(kind, file, parsed)` checks one parsed file and returns one Issue per violation, each at the
+line and column of the offending key or value. Unknown keys are reported at the key itself; a missing key at
+the mapping that lacks it. A schema may carry an `x-error` message template (`{value!r}`) for readable
+pattern failures (units, digests, names).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+from jsonschema.exceptions import ValidationError
+
+from llmgw.errors import Issue, SettingsError
+from llmgw.settings.parsing import Parsed
+
+SCHEMA_KINDS = ("llmgw", "model", "engines", "agent", "projects", "firewall", "slurm")
+
+
+def schema_dir() -> Path:
+    """The directory holding schema/*.json: `schema/` beside the `llmgw` package (the repository root)."""
+    return Path(__file__).resolve().parents[2] / "schema"
+
+
+@cache
+def load_schema(kind: str) -> dict[str, Any]:
+    """The schema of `kind` (one of SCHEMA_KINDS) as a dict. Raises: SettingsError when the file is missing."""
+    path = schema_dir() / f"{kind}.json"
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise SettingsError(f"the settings schema {path} cannot be read ({exc}); reinstall llmgw") from exc
+
+
+@cache
+def _validator(kind: str) -> jsonschema.Draft202012Validator:
+    return jsonschema.Draft202012Validator(load_schema(kind))
+
+
+def format_path(path: tuple[str | int, ...] | list[str | int]) -> str:
+    """("weights", 0, "sha256") -> "weights[0].sha256"."""
+    out = ""
+    for part in path:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out
+
+
+def _leaves(error: ValidationError) -> Iterator[ValidationError]:
+    """For anyOf/oneOf failures keep the whole error (its message names the alternatives)."""
+    yield error
+
+
+def _issue_for(file: str, parsed: Parsed, error: ValidationError) -> list[Issue]:
+    path = tuple(error.absolute_path)
+    schema = error.schema if isinstance(error.schema, dict) else {}
+    if error.validator == "additionalProperties" and isinstance(error.instance, dict):
+        allowed = set(schema.get("properties", {}))
+        extras = [key for key in error.instance if key not in allowed]
+        known = ", ".join(sorted(allowed)) or "none"
+        return [Issue(file, *parsed.position(path + (key,), of_key=True), format_path(path + (key,)),
+                      f"unknown key {key!r} (allowed here: {known})") for key in extras]
+    if error.validator == "required":
+        missing = error.message.split("'")[1] if "'" in error.message else ""
+        return [Issue(file, *parsed.position(path), format_path(path + (missing,)) if missing else format_path(path),
+                      f"missing required key {missing!r}")]
+    parent = parsed_value(parsed, path)
+    if "propertyNames" in error.relative_schema_path or "propertyNames" in error.schema_path:
+        if isinstance(parent, dict) and isinstance(error.instance, str) and error.instance in parent:
+            key_path = path + (error.instance,)
+            return [Issue(file, *parsed.position(key_path, of_key=True), format_path(key_path),
+                          f"{error.instance!r} is not allowed as a key here: {error.message}")]
+    template = schema.get("x-error")
+    if template is None and "$ref" in schema:
+        template = None
+    message = template.format(value=error.instance) if template else error.message
+    if error.validator in ("anyOf", "oneOf"):
+        message = f"{error.instance!r} is not valid here ({'; '.join(sorted({c.message for c in error.context}))})"
+    return [Issue(file, *parsed.position(path), format_path(path), message)]
+
+
+def parsed_value(parsed: Parsed, path: tuple[str | int, ...]) -> Any:
+    """The value at `path` in `parsed.data`, or None when there is none."""
+    value = parsed.data
+    for part in path:
+        try:
+            value = value[part]
+        except (KeyError, IndexError, TypeError):
+            return None
+    return value
+
+
+def validate_data(kind: str, file: str, parsed: Parsed) -> list[Issue]:
+    """Validate `parsed.data` of `file` against the schema of `kind`; every violation as an Issue (sorted by line)."""
+    issues: list[Issue] = []
+    for error in _validator(kind).iter_errors(parsed.data):
+        for leaf in _leaves(error):
+            issues.extend(_issue_for(file, parsed, leaf))
+    issues.sort(key=lambda i: (i.line, i.column, i.key_path))
+    return issues
