@@ -31,6 +31,7 @@ class Demand:
     memory: int
     selector: tuple[tuple[str, str], ...]
     refusal: str | None = None
+    installable: bool = True
 
 
 def _device_order(gpu: GpuState) -> tuple[int, int, str]:
@@ -126,7 +127,7 @@ class Room:
         return pick_devices(self.free.get(demand.gpu_class, ()), demand.gpus, demand.gpu_memory)
 
     def engine_state(self, demand: Demand) -> str:
-        """"ready" (installed), "installing", "installable" (known version, not here) or "unknown" (no version)."""
+        """"ready" (installed), "installing", "installable" (in engines.yaml, not here) or "unknown"."""
         key = demand.engine_key
         if key.endswith("@"):
             return "ready" if any(k.startswith(key) for k in self.installed) else "unknown"
@@ -134,7 +135,7 @@ class Room:
             return "ready"
         if key in self.installing:
             return "installing"
-        return "installable"
+        return "installable" if demand.installable else "unknown"
 
     def why_not(self, demand: Demand) -> str:
         """A short reason this node cannot take `demand` now ("1 of 2 h100-80g free"); "" when it fits."""

@@ -68,7 +68,7 @@ def demand_of(settings: Settings, model: Model) -> Demand:
         engine_key=engine_key(model.engine, version), gpus=res.gpus, gpu_class=gpu_class,
         gpu_memory=res.gpu_memory_bytes or 0, cpu_cores=0.0 if res.gpus else float(res.cpu_cores),
         memory=0 if res.gpus else (res.memory_bytes or 0), selector=tuple(sorted(model.node_selector.items())),
-        refusal=refusal,
+        refusal=refusal, installable=version is not None and (model.engine, version) in settings.engines,
     )
 
 
@@ -219,7 +219,8 @@ class _Planner:
                 continue
             if shard.state is ShardState.READY:
                 ready.add(replica_id)
-            self.holds.append((node.node_id, shard.devices, shard.cpu_cores, shard.memory_bytes, model.name))
+            # Held, but not counted against spreading: it goes away once its replacement is ready.
+            self.holds.append((node.node_id, shard.devices, shard.cpu_cores, shard.memory_bytes, None))
             action = Action(ActionKind.KEEP, node.node_id, replica_id, shard.shard_id, model.name,
                             reason=f"rolling: kept until {new_name} is ready")
             self.actions.append(action)
@@ -330,10 +331,10 @@ class _Planner:
             return False
         node, shard = item.old[0]
         room = self.rooms[node.node_id]
-        self.release(room, shard.devices, shard.cpu_cores, shard.memory_bytes, demand.model)
+        self.release(room, shard.devices, shard.cpu_cores, shard.memory_bytes, None)
         devices = room.fit(demand)
         if devices is None or room.engine_state(demand) != "ready":
-            self.hold(room, shard.devices, shard.cpu_cores, shard.memory_bytes, demand.model)
+            self.hold(room, shard.devices, shard.cpu_cores, shard.memory_bytes, None)
             return False
         self.hold(room, devices, demand.cpu_cores, demand.memory, demand.model)
         for i, action in enumerate(self.actions):
@@ -356,8 +357,10 @@ class _Planner:
             why = room.why_not(demand)
             if not why:
                 engine = room.engine_state(demand)
-                if engine == "unknown":
+                if engine == "unknown" and demand.engine_key.endswith("@"):
                     why = f"{demand.engine} is not installed and engines.yaml names no version to install"
+                elif engine == "unknown":
+                    why = f"{describe_engine(demand.engine_key)} is not installed and engines.yaml does not list it"
                 elif engine == "installing" or node.node_id == waiting_on:
                     why = f"installing {describe_engine(demand.engine_key)}"
                 elif engine == "installable":
