@@ -203,7 +203,7 @@ class Gateway:
             error = unavailable(f"No replica of model '{route.name}' is ready yet; retry in a few seconds.",
                                 "model_not_ready", NO_REPLICA_RETRY_SECONDS)
         if error is not None:
-            self._count(route.name if route else requested, policy.name, error.status)
+            await self._refused(key, policy, route.name if route else requested, error.status, started)
             raise error
         assert route is not None
         embeddings = upstream_path.endswith("embeddings")
@@ -215,7 +215,7 @@ class Gateway:
                                          cost_of(route, estimate, 0), time.time())
             if isinstance(decision, Rejection):
                 self.metrics.quota_rejections.labels(policy.name, decision.limit_name).inc()
-                self._count(route.name, policy.name, 429)
+                await self._refused(key, policy, route.name, 429, started)
                 raise ApiError(429, decision.message, "rate_limit_error" if decision.limit_name != "budget"
                                else "insufficient_quota", "rate_limit_exceeded" if decision.limit_name != "budget"
                                else "insufficient_quota",
@@ -308,6 +308,14 @@ class Gateway:
             self.metrics.prompt_tokens.labels(*labels).inc(prompt)
         if generated:
             self.metrics.completion_tokens.labels(*labels).inc(generated)
+
+    async def _refused(self, key: ApiKey, policy: ProjectPolicy, model: str, status: int, started: float) -> None:
+        """Record a request refused before admission (403, 404, 429, 503): it consumed nothing."""
+        self._count(model, policy.name, status)
+        record = UsageRecord(project=policy.name, model=model, time=time.time(), key_id=key.key_id,
+                             duration_seconds=time.perf_counter() - started, status=status)
+        with trio.move_on_after(CLEANUP_SECONDS, shield=True):
+            await self._store(self.store.record_usage, record)
 
     def _count(self, model: str, project: str, status: int) -> None:
         self.metrics.requests.labels(model, project, str(status)).inc()

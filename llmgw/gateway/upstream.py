@@ -80,7 +80,10 @@ class UpstreamResponse:
         conn = self._conn
         assert conn is not None
         while True:
-            event = conn.h11.next_event()
+            try:
+                event = conn.h11.next_event()
+            except h11.RemoteProtocolError as exc:
+                raise UpstreamFailure(f"the engine broke off its response: {exc}") from exc
             if event is h11.NEED_DATA:
                 with trio.move_on_after(self._timeouts.idle_timeout) as scope:
                     try:
@@ -197,7 +200,11 @@ class UpstreamPool:
         received_any = False
         with trio.move_on_after(self.timeouts.head_timeout) as scope:
             while True:
-                event = h.next_event()
+                try:
+                    event = h.next_event()
+                except h11.RemoteProtocolError as exc:
+                    raise UpstreamFailure(f"the engine sent a bad response: {exc}",
+                                          before_send=not received_any) from exc
                 if event is h11.NEED_DATA:
                     try:
                         chunk = await conn.stream.receive_some(READ_SIZE)

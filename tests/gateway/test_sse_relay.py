@@ -1,0 +1,75 @@
+"""Reshaping engine streams: usage chunk as OpenAI shapes it, split frames, llama-server's finish-chunk usage."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from llmgw.gateway import SseRelay
+
+BASE = {"id": "chatcmpl-1", "created": 1, "model": "gemma", "object": "chat.completion.chunk"}
+USAGE = {"completion_tokens": 2, "prompt_tokens": 5, "total_tokens": 7, "prompt_tokens_details": {"cached_tokens": 3}}
+
+
+def frame(chunk) -> bytes:
+    return b"data: " + json.dumps(chunk).encode() + b"\n\n"
+
+
+def delta(text):
+    return {**BASE, "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": None}]}
+
+
+FINISH = {**BASE, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}], "timings": {"predicted_n": 2}}
+# b11434 chat stream with include_usage (server-task.cpp): finish chunk, then choices [] + usage + timings
+NEW_STYLE = [frame(delta("a")), frame(delta(" b")), frame(FINISH),
+             frame({**BASE, "choices": [], "usage": USAGE, "timings": {}}), b"data: [DONE]\n\n"]
+# older builds / completion streams: usage and timings on the finish chunk with non-empty choices
+OLD_STYLE = [frame(delta("a")), frame(delta(" b")), frame({**FINISH, "usage": USAGE}), b"data: [DONE]\n\n"]
+
+
+def run(relay: SseRelay, pieces: list[bytes]) -> list[dict]:
+    out = b"".join(relay.feed(p, float(i)) for i, p in enumerate(pieces)) + relay.finish()
+    events = [e[6:] for e in out.split(b"\n\n") if e]
+    assert all(e != b"[DONE]" for e in events), "[DONE] is the caller's to send"
+    return [json.loads(e) for e in events]
+
+
+@pytest.mark.parametrize("style", [NEW_STYLE, OLD_STYLE], ids=["usage-chunk", "usage-on-finish-chunk"])
+def test_client_that_asked_for_usage_gets_one_usage_chunk_and_null_elsewhere(style):
+    relay = SseRelay(include_usage=True)
+    chunks = run(relay, style)
+    assert [c["usage"] for c in chunks[:-1]] == [None] * (len(chunks) - 1)
+    assert chunks[-1]["choices"] == [] and chunks[-1]["usage"] == USAGE
+    assert relay.usage.done
+    assert (relay.usage.prompt_tokens, relay.usage.completion_tokens, relay.usage.cached_tokens) == (5, 2, 3)
+
+
+@pytest.mark.parametrize("style", [NEW_STYLE, OLD_STYLE], ids=["usage-chunk", "usage-on-finish-chunk"])
+def test_client_that_did_not_ask_sees_no_usage_at_all(style):
+    relay = SseRelay(include_usage=False)
+    chunks = run(relay, style)
+    assert all("usage" not in c for c in chunks)
+    assert all(c["choices"] for c in chunks)
+    assert relay.usage.completion_tokens == 2
+
+
+def test_frames_split_anywhere_are_reassembled():
+    whole = b"".join(NEW_STYLE)
+    relay = SseRelay(include_usage=False)
+    pieces = [whole[i:i + 7] for i in range(0, len(whole), 7)]
+    chunks = run(relay, pieces)
+    assert [c["choices"][0]["delta"].get("content") for c in chunks] == ["a", " b", None]
+
+
+def test_tokens_are_counted_from_chunks_before_usage_arrives():
+    relay = SseRelay(include_usage=False)
+    relay.feed(frame(delta("a")) + frame(delta(" b"))[:10], 1.5)
+    assert relay.usage.counted_chunks == 1 and relay.usage.first_token_at == 1.5
+    assert relay.usage.completion_tokens is None
+
+
+def test_upstream_model_name_is_written_back_as_the_clients():
+    relay = SseRelay(include_usage=False, client_model="g3", upstream_model="gemma")
+    out = relay.feed(b'data: {"model":"gemma","choices":[{"index":0,"delta":{"content":"x"}}]}\n\n', 0.0)
+    assert json.loads(out[6:])["model"] == "g3"
