@@ -74,14 +74,6 @@ def _periods(limits: QuotaLimits) -> list[str]:
     return periods
 
 
-def _window_usage(conn: sqlite3.Connection, scope: str, period: str, start: float) -> tuple[int, int, float]:
-    row = conn.execute(
-        "SELECT requests, tokens, cost FROM quota_windows WHERE scope = ? AND period = ? AND start = ?",
-        (scope, period, start),
-    ).fetchone()
-    return (row[0], row[1], row[2]) if row else (0, 0, 0.0)
-
-
 def _active_slots(conn: sqlite3.Connection, scope: str, now: float) -> int:
     return conn.execute(
         "SELECT count(*) FROM quota_slots WHERE scope = ? AND expires_at > ?", (scope, now)
@@ -95,12 +87,25 @@ class _Snapshot:
         self.now = now
         self.windows: dict[tuple[str, str], tuple[float, float, tuple[int, int, float]]] = {}
         self.slots: dict[str, int] = {}
+        bounds: dict[str, tuple[float, float]] = {}
         for scope, limits in scopes:
             for period in _periods(limits):
-                start, end = window_bounds(period, now)
-                self.windows[(scope, period)] = (start, end, _window_usage(conn, scope, period, start))
+                if period not in bounds:
+                    bounds[period] = window_bounds(period, now)
+                start, end = bounds[period]
+                self.windows[(scope, period)] = (start, end, (0, 0, 0.0))
             if limits.concurrent_requests is not None:
                 self.slots[scope] = _active_slots(conn, scope, now)
+        if self.windows:
+            keys = [(scope, period, start) for (scope, period), (start, _e, _u) in self.windows.items()]
+            rows = conn.execute(
+                "SELECT scope, period, requests, tokens, cost FROM quota_windows WHERE (scope, period, start) IN "
+                f"(VALUES {', '.join(['(?, ?, ?)'] * len(keys))})",
+                [value for key in keys for value in key],
+            ).fetchall()
+            for scope, period, requests, tokens, cost in rows:
+                start, end, _usage = self.windows[(scope, period)]
+                self.windows[(scope, period)] = (start, end, (requests, tokens, cost))
 
     def used(self, scope: str, limit_name: str) -> tuple[float, float]:
         """(amount used, seconds until reset) of one limit of one scope."""
@@ -167,15 +172,14 @@ def reserve(conn: sqlite3.Connection, scopes: Sequence[tuple[str, QuotaLimits]],
         worst = max(failures, key=lambda r: (r.exceeds_limit, r.retry_after_seconds))
         return replace(worst, headroom=_headroom(snapshot, limited))
 
-    charges: list[Charge] = []
-    for (scope, period), (start, _end, _usage) in snapshot.windows.items():
-        charges.append(Charge(scope, period, start, estimated_tokens, estimated_cost if period == MONTH else 0.0))
-        conn.execute(
-            "INSERT INTO quota_windows (scope, period, start, requests, tokens, cost) VALUES (?, ?, ?, 1, ?, ?) "
-            "ON CONFLICT (scope, period, start) DO UPDATE SET requests = requests + 1, "
-            "tokens = tokens + excluded.tokens, cost = cost + excluded.cost",
-            (scope, period, start, estimated_tokens, charges[-1].cost),
-        )
+    charges = [Charge(scope, period, start, estimated_tokens, estimated_cost if period == MONTH else 0.0)
+               for (scope, period), (start, _end, _usage) in snapshot.windows.items()]
+    conn.executemany(
+        "INSERT INTO quota_windows (scope, period, start, requests, tokens, cost) VALUES (?, ?, ?, 1, ?, ?) "
+        "ON CONFLICT (scope, period, start) DO UPDATE SET requests = requests + 1, "
+        "tokens = tokens + excluded.tokens, cost = cost + excluded.cost",
+        [(c.scope, c.period, c.start, c.tokens, c.cost) for c in charges],
+    )
     slot_scopes = tuple(scope for scope, limits in limited if limits.concurrent_requests is not None)
     conn.executemany(
         "INSERT INTO quota_slots (reservation_id, scope, expires_at) VALUES (?, ?, ?)",
@@ -216,15 +220,13 @@ def close(conn: sqlite3.Connection, reservation_id: str, actual: tuple[int, floa
             entry = deltas.setdefault((scope, period, current), [0, 0.0])
             entry[0] += actual[0]
             entry[1] += actual[1] if period == MONTH else 0.0
-    for (scope, period, start), (tokens, cost) in deltas.items():
-        if tokens == 0 and cost == 0:
-            continue
-        conn.execute(
-            "INSERT INTO quota_windows (scope, period, start, requests, tokens, cost) VALUES (?, ?, ?, 0, ?, ?) "
-            "ON CONFLICT (scope, period, start) DO UPDATE SET tokens = tokens + excluded.tokens, "
-            "cost = cost + excluded.cost",
-            (scope, period, start, int(tokens), cost),
-        )
+    conn.executemany(
+        "INSERT INTO quota_windows (scope, period, start, requests, tokens, cost) VALUES (?, ?, ?, 0, ?, ?) "
+        "ON CONFLICT (scope, period, start) DO UPDATE SET tokens = tokens + excluded.tokens, "
+        "cost = cost + excluded.cost",
+        [(scope, period, start, int(tokens), cost)
+         for (scope, period, start), (tokens, cost) in deltas.items() if tokens or cost],
+    )
     return True
 
 

@@ -1,0 +1,40 @@
+"""Leases: one holder at a time, renewable by its holder, free again after its TTL or when released."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from llmgw.store import SqliteStore, open_store
+
+NOW = 1_800_000_000.0
+
+
+def test_a_lease_has_one_holder_until_it_expires(store: SqliteStore) -> None:
+    assert store.acquire_lease("leader", "cp-a", 10.0, NOW)
+    assert not store.acquire_lease("leader", "cp-b", 10.0, NOW + 5)
+    assert store.lease_holder("leader", NOW + 5) == "cp-a"
+    assert store.acquire_lease("leader", "cp-a", 10.0, NOW + 9)  # renewed to NOW + 19
+    assert not store.acquire_lease("leader", "cp-b", 10.0, NOW + 18)
+    assert store.acquire_lease("leader", "cp-b", 10.0, NOW + 19)
+    assert store.lease_holder("leader", NOW + 20) == "cp-b"
+    assert store.lease_holder("leader", NOW + 30) is None
+
+
+def test_only_the_holder_can_release_a_lease(store: SqliteStore) -> None:
+    store.acquire_lease("apply", "cp-a", 60.0, NOW)
+    assert not store.release_lease("apply", "cp-b")
+    assert store.release_lease("apply", "cp-a")
+    assert store.acquire_lease("apply", "cp-b", 60.0, NOW + 1)
+    assert store.acquire_lease("other", "cp-a", 60.0, NOW + 1)  # leases are independent
+
+
+def test_two_stores_on_one_file_see_each_others_leases(store_path: Path) -> None:
+    a, b = open_store(store_path), open_store(store_path)
+    try:
+        assert a.acquire_lease("leader", "cp-a", 10.0, NOW)
+        assert not b.acquire_lease("leader", "cp-b", 10.0, NOW + 1)
+        a.release_lease("leader", "cp-a")
+        assert b.acquire_lease("leader", "cp-b", 10.0, NOW + 1)
+    finally:
+        a.close()
+        b.close()
