@@ -147,13 +147,18 @@ class Rejection:
     @property
     def message(self) -> str:
         """A sentence for the 429 body."""
-        unit = {"budget": "of budget", "concurrent_requests": "concurrent requests",
-                "requests_per_minute": "requests"}.get(self.limit_name, "tokens")
+        what = {
+            "requests_per_minute": f"{self.limit:g} requests per minute",
+            "tokens_per_minute": f"{self.limit:g} tokens per minute",
+            "tokens_per_day": f"{self.limit:g} tokens per day (UTC)",
+            "concurrent_requests": f"{self.limit:g} concurrent requests",
+            "budget": f"a budget of {self.limit:g} per month",
+        }.get(self.limit_name, f"{self.limit_name} {self.limit:g}")
         if self.exceeds_limit:
-            return (f"This request needs {self.requested:g} {unit} but the {self.limit_name} limit of "
-                    f"{self.scope} is {self.limit:g}; shorten the request or lower max_tokens.")
-        return (f"Quota exceeded: {self.limit_name} of {self.scope} is {self.limit:g} {unit} and "
-                f"{self.remaining:g} remain; retry after {self.retry_after_seconds:.0f} s.")
+            return (f"This request needs {self.requested:g} where {self.scope} allows {what}; "
+                    "shorten the request or lower max_tokens.")
+        return (f"Quota exceeded: {self.scope} allows {what} and {self.remaining:g} remain; "
+                f"retry after {self.retry_after_seconds:.0f} s.")
 
 
 @dataclass(frozen=True)
