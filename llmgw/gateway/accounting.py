@@ -1,7 +1,8 @@
 """Estimating a request's tokens and cost before it runs, and the `x-ratelimit-*` headers.
 
-Estimate (reserved before admitting): prompt characters / 4 (chat: the text of every message; completions: the
-prompt; embeddings: the input) plus `max_tokens` (or `max_completion_tokens`) times `n`, or DEFAULT_MAX_TOKENS
+Estimate (reserved before admitting): prompt characters / 4 (chat: the text of every message plus
+MESSAGE_OVERHEAD tokens per message and REPLY_PRIMING for the reply's header, as chat templates add them;
+completions: the prompt; embeddings: the input) plus `max_tokens` (or `max_completion_tokens`) times `n`, or DEFAULT_MAX_TOKENS
 when the request sets none. Settled later with the engine's own usage. Costs use the model's prices per million
 tokens (None = free).
 """
@@ -15,6 +16,8 @@ from llmgw.routes import ModelRoute
 
 CHARS_PER_TOKEN = 4
 DEFAULT_MAX_TOKENS = 256
+MESSAGE_OVERHEAD = 4
+REPLY_PRIMING = 3
 
 
 def _text_length(value) -> int:
@@ -30,11 +33,14 @@ def _text_length(value) -> int:
 
 
 def estimate_prompt_tokens(body: Mapping) -> int:
-    """Prompt tokens guessed from text length (characters / 4, at least 1)."""
+    """Prompt tokens guessed from text length (characters / 4, at least 1; chat adds per-message overhead)."""
     if "messages" in body:
-        chars = _text_length(body.get("messages"))
+        messages = body.get("messages")
+        chars = _text_length(messages)
         if body.get("tools"):
             chars += len(str(body.get("tools")))
+        count = len(messages) if isinstance(messages, list) else 0
+        return max(1, math.ceil(chars / CHARS_PER_TOKEN)) + MESSAGE_OVERHEAD * count + REPLY_PRIMING
     elif "prompt" in body:
         chars = _text_length(body.get("prompt"))
     else:

@@ -46,6 +46,7 @@ NO_REPLICA_RETRY_SECONDS = 5.0
 STOPPED_RETRY_SECONDS = 60.0
 HEALTH_INTERVAL = 5.0
 CLEANUP_SECONDS = 10.0
+SLOT_RENEW_SECONDS = 60.0
 
 
 class Gateway:
@@ -249,6 +250,8 @@ class Gateway:
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(_watch_disconnect, receive, nursery.cancel_scope, outcome)
+                if reservation is not None and reservation.slots:
+                    nursery.start_soon(self._keep_slots, reservation)
                 try:
                     prefix = prefix_key(route.name, body)
                     response = await open_upstream(self.pool, self.balancer, route, upstream_path, body, raw,
@@ -274,6 +277,13 @@ class Gateway:
                 if outcome.status in (0, 200) or outcome.started_response:
                     outcome.status = STATUS_CLIENT_CLOSED
                 await settle()
+
+    async def _keep_slots(self, reservation: Reservation) -> None:
+        """Renew a long request's concurrency slots every SLOT_RENEW_SECONDS (the store expires them after its
+        slot TTL, 300 s by default, so a crashed gateway cannot hold them for ever)."""
+        while True:
+            await trio.sleep(SLOT_RENEW_SECONDS)
+            await self._store(self.store.renew, reservation, time.time())
 
     async def _settle(self, key: ApiKey, policy: ProjectPolicy, route: ModelRoute, reservation: Reservation | None,
                       outcome: Outcome, prompt_estimate: int, started: float) -> None:
