@@ -1,0 +1,127 @@
+"""Every tree of the bad-input corpus (tests/settings/bad/<case>/, laid over the example repository) gives
+`llmgw validate` exit 1, the right `file:line`, exactly one error, and never a traceback."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from llmgw.cli.main import cli
+from settings_trees import BAD, copy_example, overlay
+
+# case -> (where: "file:line" or "file:" for whole-file faults, a fragment of the reason)
+CASES = {
+    "wrong-type": ("catalog/m.yaml:5:11", "'three' is not of type 'integer'"),
+    "unknown-key": ("catalog/m.yaml:9:1", "unknown key 'replcas'"),
+    "bad-unit": ("catalog/m.yaml:8:11", "'1Gx' is not a size"),
+    "negative-number": ("catalog/m.yaml:5:11", "replicas: -1 is less than the minimum of 0"),
+    "huge-number": ("catalog/m.yaml:5:11", "greater than the maximum of 1024"),
+    "unknown-engine": ("catalog/m.yaml:1:9", "'llama' is not one of"),
+    "duplicate-key": ("catalog/m.yaml:9:1", "duplicate key 'replicas' (first at line 5)"),
+    "tabs": ("catalog/m.yaml:8:1", "tab character"),
+    "non-utf8": ("catalog/m.yaml:9:6", "byte 0xe9 is not UTF-8"),
+    "yaml-bomb": ("catalog/m.yaml:16:1", "aliases expand to more than"),
+    "empty-catalog-file": ("catalog/m.yaml:1:1", "file is empty"),
+    "model-file-is-list": ("catalog/m.yaml:1:1", "holds a list; it must hold a mapping"),
+    "python-tag": ("catalog/m.yaml:9:15", "python/object/apply:os.system' is not allowed"),
+    "custom-tag": ("catalog/m.yaml:9:14", "tag '!include' is not allowed"),
+    "bad-sha256": ("catalog/m.yaml:4:13", "is not a sha256 digest"),
+    "bad-source": ("catalog/m.yaml:3:13", "is not a weights source"),
+    "pickle-weights": ("catalog/m.yaml:3:13", "pickle format"),
+    "tp-larger-than-gpus": ("catalog/m.yaml:9:20", "= 4 is larger than the 2 GPUs asked for"),
+    "gpu-without-class": ("catalog/m.yaml:7:9", "must name its resources.gpu_class"),
+    "cpu-model-without-memory": ("catalog/m.yaml:7:3", "a CPU model must reserve memory"),
+    "tp-on-cpu-model": ("catalog/m.yaml:8:20", "needs 2 GPUs but the model asks for none"),
+    "unknown-engine-version": ("catalog/m.yaml:9:17", "engines.yaml lists no version 'b9999'"),
+    "alias-is-another-model": ("catalog/m.yaml:9:15", "alias 'gemma' is already the name or an alias of model 'gemma-3-270m'"),
+    "name-differs-from-file": ("catalog/m.yaml:1:7", "differs from the file name 'm'"),
+    "bad-file-name": ("catalog/Big Model.yaml:", "is not a valid name"),
+    "unknown-settings-file": ("projets.yaml:", "is not a settings file"),
+    "yml-extension": ("catalog/m.yml:", "did you mean catalog/m.yaml?"),
+    "missing-llmgw-yaml": ("llmgw.yaml:", "is missing"),
+    "cluster-without-name": ("llmgw.yaml:1:1", "missing required key 'name'"),
+    "bad-duration": ("llmgw.yaml:3:18", "'2 minutes' is not a duration"),
+    "port-out-of-range": ("llmgw.yaml:4:11", "70000 is greater than the maximum of 65535"),
+    "bad-store-kind": ("llmgw.yaml:3:9", "'mysql' is not one of ['sqlite', 'postgresql']"),
+    "bad-currency": ("llmgw.yaml:3:13", "'usd' does not match"),
+    "node-override-unknown-key": ("agents/nodes/n1.yaml:2:1", "unknown key 'gpu_ignore'"),
+    "node-override-bad-duration": ("agents/nodes/n1.yaml:1:21", "'fast' is not a duration"),
+    "agent-bad-fabric": ("agents/default.yaml:2:19", "'token-ring' is not one of"),
+    "project-unknown-model": ("projects.yaml:7:36", "unknown model 'gpt-5'"),
+    "project-name-twice": ("projects.yaml:9:11", "project 'p' is also in team 't1'"),
+    "project-bad-member": ("projects.yaml:7:23", "'alice' does not match"),
+    "project-negative-quota": ("projects.yaml:8:31", "-5 is less than the minimum of 0"),
+    "engines-two-defaults": ("engines.yaml:6:14", "several default versions"),
+    "engines-bad-platform": ("engines.yaml:5:7", "'windows-x86_64' is not allowed as a key here"),
+    "firewall-without-enabled": ("firewall.yaml:1:1", "missing required key 'enabled'"),
+    "slurm-enabled-yes": ("slurm.yaml:1:10", "'yes please' is not of type 'boolean'"),
+    "invalid-yaml": ("catalog/m.yaml:10:1", "not valid YAML"),
+    "two-documents": ("catalog/m.yaml:9:1", "not valid YAML: but found another document"),
+    "recursive-alias": ("catalog/m.yaml:9:14", "recursive alias"),
+    "mapping-as-key": ("catalog/m.yaml:10:5", "a key must be a plain scalar"),
+    "empty-catalog": ("llmgw.yaml:21:3", "the catalog holds no model"),
+    "bad-gpu-class": ("catalog/m.yaml:8:14", "'H100 80G' is not a GPU class"),
+    # Made by the test itself (not storable as plain files in this repository):
+    "two-mib-file": ("catalog/big.yaml:", "over the limit of 1048576 bytes"),
+    "symlink": ("catalog/link.yaml:", "is a symbolic link"),
+    "symlinked-directory": ("agents/nodes:", "is a symbolic link"),
+}
+
+GENERATED = {"two-mib-file", "symlink", "symlinked-directory"}
+
+
+def make_tree(case: str, tmp_path: Path) -> Path:
+    tree = copy_example(tmp_path / "settings")
+    if case == "two-mib-file":
+        (tree / "catalog" / "big.yaml").write_text("engine: llama.cpp\n" + "# padding\n" * (2 * 1024 * 1024 // 10))
+    elif case == "symlink":
+        os.symlink("gemma-3-270m.yaml", tree / "catalog" / "link.yaml")
+    elif case == "symlinked-directory":
+        os.rename(tree / "agents" / "nodes", tree / "agents" / "real-nodes")
+        os.symlink("real-nodes", tree / "agents" / "nodes")
+        (tree / "agents" / "real-nodes" / "gpu-node-01.yaml").rename(tree / "agents" / "real-nodes" / "x.txt")
+    else:
+        overlay(tree, BAD / case)
+    return tree
+
+
+def test_the_corpus_has_at_least_forty_cases_and_the_table_covers_every_directory() -> None:
+    on_disk = {p.name for p in BAD.iterdir() if p.is_dir()}
+    assert on_disk == set(CASES) - GENERATED
+    assert len(CASES) >= 40
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_bad_tree_fails_validation_at_the_right_file_and_line(case: str, tmp_path: Path) -> None:
+    where, reason = CASES[case]
+    tree = make_tree(case, tmp_path)
+    result = CliRunner().invoke(cli, ["validate", str(tree)])
+    output = result.output  # click >= 8.2: stdout and stderr interleaved
+    assert result.exit_code == 1, output
+    assert result.exception is None or isinstance(result.exception, SystemExit), output
+    assert "Traceback" not in output
+    errors = [line for line in output.splitlines() if line and "warning:" not in line and not line.endswith(("error", "errors"))]
+    assert len(errors) == 1, output
+    line = errors[0]
+    assert line.startswith(where if where.endswith(":") else where + ":"), output
+    assert reason in line, output
+    assert "1 error" in output
+
+
+@pytest.mark.parametrize("case", ["yaml-bomb", "non-utf8", "python-tag", "two-mib-file", "symlink"])
+def test_the_real_command_prints_one_line_per_error_and_no_traceback(case: str, tmp_path: Path) -> None:
+    import subprocess
+    import sys
+    import time
+
+    tree = make_tree(case, tmp_path)
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, "-c", "from llmgw.cli.main import main; main()", "validate", str(tree)],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1, proc.stderr
+    assert "Traceback" not in proc.stderr + proc.stdout
+    assert CASES[case][0] in proc.stderr
+    assert time.monotonic() - started < 10
