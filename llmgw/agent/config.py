@@ -1,0 +1,107 @@
+"""The agent's configuration: where it keeps state, weights and engines, and how often it reports.
+
+Defaults follow DESIGN.md: node id = host name; state under `$LLMGW_STATE` or `~/.local/state/llmgw/agent`;
+weights and engines below the state directory unless set. The control plane may change most of it at run time
+with AgentSettings (see `AgentConfig.with_settings`).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from llmgw.engines import installed_binary
+
+
+def default_state_dir() -> Path:
+    """`$LLMGW_STATE/agent` or `~/.local/state/llmgw/agent`."""
+    base = os.environ.get("LLMGW_STATE")
+    return Path(base) / "agent" if base else Path.home() / ".local" / "state" / "llmgw" / "agent"
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    """Everything `run_agent` needs.
+
+    `node_id` defaults to the host name. `state_dir` holds shard records and engine logs; `weights_dir`
+    (default `<state_dir>/weights`) the content-addressed weights cache; `engines_dir` (default
+    `<state_dir>/engines`) installed engines; `cache_dir` downloads and builds (None: the engines' default,
+    `$LLMGW_CACHE` or `~/.cache/llmgw`). `mirrors` are offline weights (and engine) mirror directories searched
+    first. `heartbeat_interval` in seconds. `address` is this node's address as the gateway should reach its
+    engines ("" = 127.0.0.1); engines listen on `engine_host` ("" = `address` or 127.0.0.1).
+    `engine_binaries` maps "engine@version" (e.g. "llama.cpp@b11434") to an executable used instead of an
+    install (a cached build, or a stand-in in tests); those count as installed. `shard_stop_grace` seconds
+    between SIGTERM and SIGKILL. `restart_backoff_initial`/`_max` seconds bound engine restarts,
+    `reconnect_backoff_max` seconds the wait between connection attempts. `stop_shards_on_exit` stops every
+    engine when `run_agent` ends (default: leave them running, to be adopted by the next agent).
+    """
+
+    node_id: str = field(default_factory=socket.gethostname)
+    state_dir: Path = field(default_factory=default_state_dir)
+    weights_dir: Path | None = None
+    engines_dir: Path | None = None
+    cache_dir: Path | None = None
+    mirrors: tuple[str, ...] = ()
+    labels: Mapping[str, str] = field(default_factory=dict)
+    heartbeat_interval: float = 5.0
+    address: str = ""
+    engine_host: str = ""
+    engine_binaries: Mapping[str, Path] = field(default_factory=dict)
+    shard_stop_grace: float = 10.0
+    restart_backoff_initial: float = 1.0
+    restart_backoff_max: float = 60.0
+    reconnect_backoff_max: float = 30.0
+    stop_shards_on_exit: bool = False
+
+    @property
+    def weights_path(self) -> Path:
+        return Path(self.weights_dir) if self.weights_dir else Path(self.state_dir) / "weights"
+
+    @property
+    def engines_path(self) -> Path:
+        return Path(self.engines_dir) if self.engines_dir else Path(self.state_dir) / "engines"
+
+    @property
+    def listen_host(self) -> str:
+        return self.engine_host or self.address or "127.0.0.1"
+
+    def with_settings(self, settings) -> AgentConfig:
+        """A copy changed by a pb AgentSettings: only the fields it sets (non-empty, non-zero) change."""
+        changes: dict = {}
+        if settings.weights_dir:
+            changes["weights_dir"] = Path(settings.weights_dir)
+        if settings.engines_dir:
+            changes["engines_dir"] = Path(settings.engines_dir)
+        if settings.heartbeat_interval > 0:
+            changes["heartbeat_interval"] = float(settings.heartbeat_interval)
+        if settings.labels:
+            changes["labels"] = dict(settings.labels)
+        if settings.mirrors:
+            changes["mirrors"] = tuple(settings.mirrors)
+        if settings.shard_stop_grace > 0:
+            changes["shard_stop_grace"] = float(settings.shard_stop_grace)
+        return replace(self, **changes)
+
+
+def engine_binary(config: AgentConfig, engine: str, version: str) -> Path | None:
+    """The executable for `engine`@`version`: an `engine_binaries` override, else a verified install, else None."""
+    override = config.engine_binaries.get(f"{engine}@{version}")
+    if override is not None:
+        return Path(override)
+    if engine == "llama.cpp":
+        return installed_binary(config.engines_path, version)
+    return None
+
+
+def installed_engines(config: AgentConfig) -> list[str]:
+    """"engine@version" keys this node can run now: the overrides plus verified llama.cpp installs, sorted."""
+    keys = set(config.engine_binaries)
+    root = config.engines_path / "llama.cpp"
+    if root.is_dir():
+        for home in root.iterdir():
+            if not home.name.startswith(".") and installed_binary(config.engines_path, home.name) is not None:
+                keys.add(f"llama.cpp@{home.name}")
+    return sorted(keys)

@@ -1,0 +1,190 @@
+"""The agent's main loop: adopt what runs, connect, register, heartbeat, obey, and reconnect when the link drops.
+
+On every connection the agent sends Register first (inventory, engines installed, every shard running or adopted),
+then a Heartbeat at once and every `heartbeat_interval` seconds (the full shard list each beat, node CPU and
+memory, each shard's CPU cores and resident memory), plus a ShardStatus whenever a shard changes. Shards keep
+running while the control plane is unreachable; the agent reconnects with backoff (1 s doubling to
+`reconnect_backoff_max`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
+
+import trio
+
+from llmgw.agent import reporting
+from llmgw.agent.commands import NodeAgent
+from llmgw.agent.config import AgentConfig
+from llmgw.agent.inventory import read_inventory
+from llmgw.agent.logs import LogRing, RingHandler
+from llmgw.agent.shards import next_backoff
+from llmgw.agent.supervisor import Supervisor
+from llmgw.errors import WireError
+from llmgw.wire import agent_message, pb
+
+log = logging.getLogger("llmgw.agent")
+
+Connect = Callable[[], AbstractAsyncContextManager]
+"""`connect()` returns an async context manager yielding a Link (AgentMessage out, ControlMessage in)."""
+
+_LINK_ERRORS = (WireError, trio.EndOfChannel, trio.BrokenResourceError, trio.ClosedResourceError, OSError)
+FOREIGN_SCAN_INTERVAL = 60.0
+
+
+async def run_agent(config: AgentConfig, connect: Connect, *, task_status=trio.TASK_STATUS_IGNORED) -> str:
+    """Run the node agent until cancelled or told to restart; returns "restart" in that case.
+
+    `connect()` must give an async context manager yielding a Link: `llmgw agent` passes
+    `lambda: llmgw.wire.connect(address, tls=...)`, `llmgw up` a factory over `memory_link_pair()`.
+    Engines keep running when this returns or is cancelled (unless `config.stop_shards_on_exit`): the next agent
+    adopts them. `task_status.started(agent)` is called with the NodeAgent once earlier shards are adopted.
+    Connection failures (WireError, end of stream) are logged and retried; they never end the agent.
+    """
+    ring = LogRing()
+    handler = RingHandler(ring)
+    root = logging.getLogger("llmgw")
+    root.addHandler(handler)
+    if root.level == logging.NOTSET or root.level > logging.INFO:
+        root.setLevel(logging.INFO)
+    try:
+        async with Supervisor(
+            config.state_dir, backoff_initial=config.restart_backoff_initial,
+            backoff_max=config.restart_backoff_max,
+        ) as supervisor, trio.open_nursery() as nursery:
+            agent = NodeAgent(config, supervisor, nursery, ring)
+            supervisor.on_change = agent.on_shard_change
+            adopted = await supervisor.adopt()
+            if adopted:
+                log.info("found %d shard(s) from an earlier agent: %s", len(adopted),
+                         ", ".join(f"{v.shard_id} pid {v.pid}" for v in adopted))
+            task_status.started(agent)
+            session = _Session(agent)
+            delay = 0.0
+            while not agent.restart_requested.is_set():
+                try:
+                    async with connect() as link:
+                        delay = 0.0
+                        await session.serve(link)
+                except _LINK_ERRORS as exc:
+                    log.warning("the link to the control plane failed: %s", exc)
+                except BaseExceptionGroup as group:
+                    failure = _first_link_error(group)
+                    if failure is None:
+                        raise
+                    log.warning("the link to the control plane failed: %s", failure)
+                if agent.restart_requested.is_set():
+                    break
+                delay = next_backoff(delay, 1.0, config.reconnect_backoff_max)
+                log.info("reconnecting to the control plane in %g s", delay)
+                await trio.sleep(delay)
+            nursery.cancel_scope.cancel()
+            if agent.config.stop_shards_on_exit:
+                with trio.move_on_after(agent.config.shard_stop_grace + 10, shield=True):
+                    await supervisor.stop_all()
+        return "restart"
+    except BaseException:
+        if config.stop_shards_on_exit:
+            # Cancelled or failed: the supervisor's context has ended, so stop engines by their records.
+            with trio.move_on_after(config.shard_stop_grace + 10, shield=True):
+                async with Supervisor(config.state_dir) as cleanup:
+                    await cleanup.adopt()
+                    await cleanup.stop_all()
+        raise
+    finally:
+        root.removeHandler(handler)
+
+
+class _Session:
+    """One connection's tasks: send the queued messages, beat, and read commands."""
+
+    def __init__(self, agent: NodeAgent):
+        self.agent = agent
+        self.sampler = reporting.Sampler()
+        self._foreign: list = []
+        self._foreign_at = -FOREIGN_SCAN_INTERVAL
+
+    def _foreign_engines(self) -> list:
+        now = trio.current_time()
+        if now - self._foreign_at >= FOREIGN_SCAN_INTERVAL:
+            self._foreign = self.agent.supervisor.foreign_engines()
+            self._foreign_at = now
+        return self._foreign
+
+    def register(self) -> pb.AgentMessage:
+        agent = self.agent
+        config = agent.config
+        inventory = read_inventory(config.weights_path)
+        self._foreign_at = -FOREIGN_SCAN_INTERVAL
+        return agent_message(register=reporting.register_message(
+            config.node_id, config.address or "127.0.0.1", inventory, agent.engines_installed(),
+            agent.shard_statuses(self._foreign_engines()), config.labels, agent.supervisor.warnings,
+        ))
+
+    def heartbeat(self) -> pb.AgentMessage:
+        agent = self.agent
+        samples = self.sampler.sample(agent.supervisor.process_groups())
+        return agent_message(heartbeat=reporting.heartbeat_message(
+            samples, agent.shard_statuses(self._foreign_engines()), agent.engines_installed(),
+            sorted(agent.installing),
+        ))
+
+    async def serve(self, link) -> None:
+        """Register on `link`, then beat and obey until the link ends (raises WireError) or a restart is asked."""
+        agent = self.agent
+        while True:  # what was queued for an earlier connection is stale: Register and heartbeats replace it
+            try:
+                agent.outbox.receive_nowait()
+            except trio.WouldBlock:
+                break
+        await link.send(self.register())
+        log.info("registered with the control plane as %s", agent.config.node_id)
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._send_queued, link)
+                nursery.start_soon(self._beat)
+                nursery.start_soon(self._wait_restart, nursery.cancel_scope)
+                async for message in link:
+                    await agent.handle(message, link)
+                raise WireError("the control plane closed the stream")
+        except BaseExceptionGroup as group:
+            failure = _first_link_error(group)
+            if failure is None:
+                raise
+            raise WireError(str(failure)) from group
+
+    async def _send_queued(self, link) -> None:
+        async for message in self.agent.outbox:
+            await link.send(message)
+
+    async def _beat(self) -> None:
+        while True:
+            self.agent.emit(self.heartbeat())
+            await trio.sleep(self.agent.config.heartbeat_interval)
+
+    async def _wait_restart(self, scope: trio.CancelScope) -> None:
+        await self.agent.restart_requested.wait()
+        with trio.move_on_after(2):  # let queued results go out first
+            while self.agent.outbox.statistics().current_buffer_used:
+                await trio.sleep(0.05)
+        scope.cancel()
+
+
+def _first_link_error(group: BaseExceptionGroup) -> BaseException | None:
+    """The first leaf of `group` when every leaf is a link failure (or cancellation), else None."""
+    leaves: list[BaseException] = []
+
+    def walk(error: BaseException) -> None:
+        if isinstance(error, BaseExceptionGroup):
+            for inner in error.exceptions:
+                walk(inner)
+        else:
+            leaves.append(error)
+
+    walk(group)
+    failures = [e for e in leaves if not isinstance(e, trio.Cancelled)]
+    if failures and all(isinstance(e, _LINK_ERRORS) for e in failures):
+        return failures[0]
+    return None
