@@ -1,0 +1,78 @@
+"""Safe YAML: values and positions come out right; tags, duplicates, bombs and deep nesting are refused."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import pytest
+
+from llmgw.settings.parsing import parse_yaml
+
+VALUES = [
+    ("a: 1", {"a": 1}),
+    ("a: 0x10", {"a": 16}),
+    ("a: 1_000", {"a": 1000}),
+    ("a: 0.90", {"a": 0.9}),
+    ("a: .inf", {"a": math.inf}),
+    ("a: true", {"a": True}),
+    ("a: yes", {"a": "yes"}),                  # YAML 1.2: yes is a string, not a boolean
+    ("a: ~", {"a": None}),
+    ("a: 2024-01-01", {"a": "2024-01-01"}),    # timestamps stay text
+    ("a: !!str 123", {"a": "123"}),            # core tags are allowed
+    ("a: '16Gi'", {"a": "16Gi"}),
+    ("base: &b {x: 1, y: 2}\nd:\n  <<: *b\n  y: 3", {"base": {"x": 1, "y": 2}, "d": {"y": 3, "x": 1}}),
+    ("- 1\n- [2, 3]", [1, [2, 3]]),
+    ("# only a comment", None),
+    ("", None),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), VALUES)
+def test_plain_values_come_out_as_written(text: str, expected: object) -> None:
+    parsed, issues = parse_yaml("f.yaml", text + "\n")
+    assert issues == []
+    assert parsed.data == expected
+
+
+REFUSED = [
+    ("a: !!python/object/apply:os.system ['touch /tmp/pwned']\n", 1, 4, "is not allowed"),
+    ("a: !!binary aGVsbG8=\n", 1, 4, "is not allowed"),
+    ("a: !env HOME\n", 1, 4, "tag '!env' is not allowed"),
+    ("a: 1\nb: 2\na: 3\n", 3, 1, "duplicate key 'a' (first at line 1)"),
+    ("a:\n  b: 1\n  b: 1\n", 3, 3, "duplicate key 'b'"),
+    ("a:\n\tb: 1\n", 2, 1, "tab character in indentation"),
+    ("a: &x [1, *x]\n", 1, 4, "recursive alias"),
+    ("? [1]\n: 2\n", 1, 3, "a key must be a plain scalar"),
+    ("a: [1, 2\n", 2, 1, "not valid YAML"),
+    ("a: 1\n---\nb: 2\n", 2, 1, "not valid YAML"),
+    ("a: 1\n b: 2\n", 2, 3, "not valid YAML"),
+    ("a: " + "[" * 100 + "]" * 100 + "\n", 1, 68, "nesting is deeper than"),
+]
+
+
+@pytest.mark.parametrize(("text", "line", "column", "reason"), REFUSED)
+def test_unsafe_or_broken_yaml_is_refused_at_its_line_and_column(text: str, line: int, column: int, reason: str) -> None:
+    parsed, issues = parse_yaml("f.yaml", text)
+    assert parsed.data is None
+    assert len(issues) == 1
+    assert (issues[0].line, issues[0].column) == (line, column), str(issues[0])
+    assert reason in issues[0].message
+
+
+def test_a_billion_laughs_file_fails_in_well_under_a_second() -> None:
+    lines = ['a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    for level, name in enumerate("bcdefghi"):
+        previous = "abcdefghi"[level]
+        lines.append(f"{name}: &{name} [" + ",".join([f"*{previous}"] * 9) + "]")
+    started = time.perf_counter()
+    parsed, issues = parse_yaml("bomb.yaml", "\n".join(lines) + "\n")
+    assert time.perf_counter() - started < 1.0
+    assert parsed.data is None and "aliases expand to more than" in issues[0].message
+
+
+def test_positions_point_at_keys_and_values() -> None:
+    parsed, _ = parse_yaml("f.yaml", "top:\n  list:\n    - x\n    - {k: v}\n")
+    assert parsed.keys[("top", "list")] == (2, 3)
+    assert parsed.values[("top", "list", 1, "k")] == (4, 11)
+    assert parsed.position(("top", "list", 7)) == (3, 5)   # missing index: nearest ancestor, the list
