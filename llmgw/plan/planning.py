@@ -36,6 +36,7 @@ from llmgw.settings.model import Model, Settings
 _HOLDING = frozenset({ShardState.PENDING, ShardState.FETCHING, ShardState.STARTING, ShardState.READY,
                       ShardState.STOPPING})
 _HEALTHY = frozenset({ShardState.READY, ShardState.STARTING})
+_RUNNING = frozenset({ShardState.READY, ShardState.STARTING, ShardState.FETCHING, ShardState.PENDING})
 _GONE = frozenset({ShardState.STOPPED, ShardState.STOPPING})
 _RANK = {ShardState.READY: 0, ShardState.STARTING: 1, ShardState.FETCHING: 2, ShardState.PENDING: 3,
          ShardState.FAILED: 4, ShardState.STOPPED: 5, ShardState.STOPPING: 6}
@@ -179,6 +180,19 @@ class _Planner:
     def judge(self, replica_id: str, model: Model, demand: Demand,
               shards: list[tuple[NodeState, ObservedShard]], taken: set[str]) -> _Pending | None:
         """Decide the existing shards of one wanted replica; return it as pending when it needs placing."""
+        if len(shards) == 1:  # the converged case, kept cheap: one current shard, running
+            node, shard = shards[0]
+            if (shard.fingerprint == demand.fingerprint and shard.state in _RUNNING and (
+                    not demand.selector or all(self.node_labels(node).get(k) == v for k, v in demand.selector))):
+                assignment = Assignment(replica_id, model.name, node.node_id, shard.devices, shard.cpu_cores,
+                                        shard.memory_bytes, demand.fingerprint, shard.shard_id)
+                self.assignments.append(assignment)
+                self.holds.append((node.node_id, shard.devices, shard.cpu_cores, shard.memory_bytes, model.name))
+                if shard.state is ShardState.READY:
+                    self.ready.setdefault(model.name, set()).add(replica_id)
+                self.actions.append(Action(ActionKind.KEEP, node.node_id, replica_id, shard.shard_id, model.name,
+                                           assignment=assignment))
+                return None
         current, old = [], []
         for node, shard in shards:
             ok = shard.fingerprint == demand.fingerprint and (
@@ -384,13 +398,21 @@ class _Planner:
         return tuple(grouped)
 
     def finish(self) -> Plan:
+        indexes: dict[str, int] = {}
+
+        def index(replica_id: str) -> int:
+            n = indexes.get(replica_id)
+            if n is None:
+                n = indexes[replica_id] = replica_index(replica_id)
+            return n
+
         def action_key(a: Action):
             if a.kind is ActionKind.INSTALL:
                 return (0, a.node_id, 0, a.engine, "")
-            return (_KIND_ORDER[a.kind], a.model, replica_index(a.replica_id), a.shard_id, a.node_id)
+            return (_KIND_ORDER[a.kind], a.model, index(a.replica_id), a.shard_id, a.node_id)
 
         self.actions.sort(key=action_key)
-        self.assignments.sort(key=lambda a: (a.model, replica_index(a.replica_id), a.replica_id))
+        self.assignments.sort(key=lambda a: (a.model, index(a.replica_id), a.replica_id))
         self.unplaced.sort(key=lambda u: (u.model, replica_index(u.replica_id), u.replica_id))
         return Plan(tuple(self.assignments), tuple(self.actions), tuple(self.unplaced), self.settings.commit,
                     tuple(self.notes))

@@ -1,0 +1,120 @@
+"""How long the planner takes at fleet scale.
+
+A simulated fleet of 1,000 nodes with 8 H100-class GPUs each (NVLink, two NUMA nodes, some cards busy
+with foreign processes, two zones) and a catalog of 300 models with 2,000 replicas in all (1 to 8 GPUs per
+replica, tensor parallel within a node, some with a zone selector). It times:
+
+- the full plan: every replica placed on an empty fleet (targets about 1 s);
+- a no-op pass: the plan of the converged fleet, where every shard is READY and nothing changes
+  (target 20 ms or less).
+
+Run: `.venv/bin/python bench/plan_scale.py [--nodes 1000] [--models 300] [--replicas 2000] [--repeat 5]`.
+Prints both times (wall median and best of `--repeat` runs, and CPU median) and the plan's size.
+Pure CPU; no I/O.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+from llmgw.plan import ActionKind, Fleet, GpuState, NodeState, ObservedShard, Plan, ShardState, make_plan
+from llmgw.settings.model import ClusterSettings, EngineVersion, Model, Resources, Settings, WeightsFile, frozen_map
+
+GiB = 1024**3
+ENGINE = "llama.cpp@b11434"
+GPU_PATTERN = (1, 2, 4, 1, 2, 8, 1, 2, 4, 1)
+
+
+def build_fleet(node_count: int) -> Fleet:
+    """`node_count` nodes of 8 H100s; every 13th node has one card with foreign processes."""
+    ids = tuple(str(i) for i in range(8))
+    nodes = []
+    for n in range(node_count):
+        gpus = tuple(
+            GpuState(device_id=ids[i], gpu_class="h100-80g", memory_total_bytes=80 * GiB,
+                     memory_free_bytes=79 * GiB, uuid=f"GPU-{n:04d}-{i}", foreign_processes=(n % 13 == 0 and i == 7),
+                     numa_node=i // 4, nvlink_peers=tuple(d for d in ids if d != ids[i]))
+            for i in range(8))
+        nodes.append(NodeState(f"node{n:04d}", address=f"10.{n // 256}.{n % 256}.1",
+                               labels=(("zone", "a" if n % 2 else "b"),), cpu_cores=192, memory_bytes=2048 * GiB,
+                               gpus=gpus, engines_installed=frozenset({ENGINE})))
+    return Fleet(tuple(nodes))
+
+
+def build_settings(model_count: int, replica_count: int) -> Settings:
+    """`model_count` models sharing `replica_count` replicas as evenly as possible."""
+    models = {}
+    base, extra = divmod(replica_count, model_count)
+    for m in range(model_count):
+        gpus = GPU_PATTERN[m % len(GPU_PATTERN)]
+        name = f"model{m:03d}"
+        models[name] = Model(
+            name=name, engine="llama.cpp",
+            weights=(WeightsFile(f"hf://org/{name}@{'0' * 40}/w.gguf", f"{m:064x}"),),
+            replicas=base + (1 if m < extra else 0),
+            resources=Resources(gpus=gpus, gpu_class="h100-80g", tensor_parallel=gpus, gpu_memory_bytes=40 * GiB),
+            context_size=8192, node_selector=frozen_map({"zone": "a"} if m % 7 == 0 else {}),
+        )
+    engines = {("llama.cpp", "b11434"): EngineVersion("llama.cpp", "b11434", default=True)}
+    return Settings(cluster=ClusterSettings(name="bench"), models=frozen_map(models), engines=frozen_map(engines),
+                    commit="0" * 40)
+
+
+def converged(plan: Plan, fleet: Fleet) -> Fleet:
+    """The fleet once every START of `plan` runs and is READY."""
+    started: dict[str, list[ObservedShard]] = {}
+    for action in plan.actions:
+        if action.kind is ActionKind.START:
+            a = action.assignment
+            started.setdefault(action.node_id, []).append(ObservedShard(
+                action.shard_id, action.replica_id, action.model, ShardState.READY, a.fingerprint,
+                plan.settings_commit or "", a.devices, a.cpu_cores, a.memory_bytes, port=40000))
+    return Fleet(tuple(NodeState(n.node_id, n.address, n.alive, n.labels, n.cpu_cores, n.memory_bytes, n.gpus,
+                                 n.engines_installed, n.engines_installing, tuple(started.get(n.node_id, ())))
+                       for n in fleet.nodes))
+
+
+def timed(function, repeat: int) -> tuple[float, float, float, object]:
+    """(median wall seconds, best wall seconds, median CPU seconds of this process, last result) of `repeat` calls.
+
+    CPU time is printed beside wall time because the machines this runs on are often shared: wall time then
+    includes waiting for a core, CPU time does not.
+    """
+    walls, cpus, result = [], [], None
+    for _ in range(repeat):
+        cpu, start = time.process_time(), time.perf_counter()
+        result = function()
+        walls.append(time.perf_counter() - start)
+        cpus.append(time.process_time() - cpu)
+    return statistics.median(walls), min(walls), statistics.median(cpus), result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--nodes", type=int, default=1000)
+    parser.add_argument("--models", type=int, default=300)
+    parser.add_argument("--replicas", type=int, default=2000)
+    parser.add_argument("--repeat", type=int, default=5)
+    args = parser.parse_args()
+
+    fleet = build_fleet(args.nodes)
+    settings = build_settings(args.models, args.replicas)
+    full_median, full_best, full_cpu, plan = timed(lambda: make_plan(settings, fleet), args.repeat)
+    starts = sum(1 for a in plan.actions if a.kind is ActionKind.START)
+    gpus = sum(len(a.devices) for a in plan.assignments)
+    print(f"fleet: {args.nodes} nodes x 8 GPUs; catalog: {args.models} models, {args.replicas} replicas")
+    print(f"full plan:    median {full_median * 1000:8.1f} ms  best {full_best * 1000:8.1f} ms  "
+          f"cpu {full_cpu * 1000:8.1f} ms  ({starts} starts, {gpus} GPUs assigned, {len(plan.unplaced)} unplaced)  target ~1000 ms")
+
+    fleet = converged(plan, fleet)
+    noop_median, noop_best, noop_cpu, again = timed(lambda: make_plan(settings, fleet), max(args.repeat, 20))
+    if again.changes:
+        raise SystemExit("the converged fleet still plans changes: the benchmark is wrong")
+    print(f"no-op pass:   median {noop_median * 1000:8.1f} ms  best {noop_best * 1000:8.1f} ms  "
+          f"cpu {noop_cpu * 1000:8.1f} ms  ({len(again.actions)} keeps)  target <= 20 ms")
+
+
+if __name__ == "__main__":
+    main()
