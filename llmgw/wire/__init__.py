@@ -13,12 +13,17 @@
 grpc.aio runs on a trio-asyncio loop opened inside serve_agents / connect / join; no caller sees asyncio.
 """
 
-from . import tls
-from .connecting import connect, join
-from .link import AgentLink, ControlLink, Link, memory_link_pair
-from .messages import PROTOCOL_VERSION, agent_message, control_message, pb
-from .serving import BoundPort, Handler, JoinAuthority, serve_agents
-from .tls import CertificateAuthority, ClientTls, ServerTls
+import os
+
+# gRPC's C core logs every failed TLS handshake to stderr at INFO; llmgw reports them as WireError sentences.
+os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
+
+from . import tls  # noqa: E402
+from .connecting import connect, join  # noqa: E402
+from .link import AgentLink, ControlLink, Link, memory_link_pair  # noqa: E402
+from .messages import PROTOCOL_VERSION, agent_message, control_message, pb  # noqa: E402
+from .serving import BoundPort, Handler, JoinAuthority, serve_agents  # noqa: E402
+from .tls import CertificateAuthority, ClientTls, ServerTls  # noqa: E402
 
 __all__ = [
     "PROTOCOL_VERSION",

@@ -41,6 +41,7 @@ CHANNEL_OPTIONS: list[tuple[str, Any]] = [
     ("grpc.http2.max_pings_without_data", 0),
 ]
 SERVER_OPTIONS: list[tuple[str, Any]] = CHANNEL_OPTIONS + [
+    ("grpc.so_reuseport", 0),  # a second control plane on the same port must fail, not share it silently
     ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
     ("grpc.http2.min_recv_ping_interval_without_data_ms", 10_000),
 ]

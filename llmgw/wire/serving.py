@@ -54,10 +54,11 @@ class BoundPort(int):
 
 class _Servicer(pb_grpc.ControlPlaneServicer):
     def __init__(
-        self, handler: Handler, nursery: trio.Nursery, loop: Any, require_certificate: bool, join: JoinAuthority | None
+        self, handler: Handler, nursery: trio.Nursery | None, loop: Any, require_certificate: bool,
+        join: JoinAuthority | None,
     ) -> None:
         self._handler = handler
-        self._nursery = nursery
+        self.nursery = nursery
         self._loop = loop
         self._require_certificate = require_certificate
         self._join = join
@@ -79,7 +80,10 @@ class _Servicer(pb_grpc.ControlPlaneServicer):
         link.start()
         finished: asyncio.Future[str | None] = self._loop.create_future()
         scope = trio.CancelScope()
-        self._nursery.start_soon(self._run_handler, link, scope, finished, name=f"agent stream {link.peer}")
+        if self.nursery is None:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "the control plane is starting; try again.")
+        assert self.nursery is not None
+        self.nursery.start_soon(self._run_handler, link, scope, finished, name=f"agent stream {link.peer}")
         try:
             error = await asyncio.shield(finished)
             if link.writer is not None and not link.writer.done():
@@ -159,36 +163,41 @@ async def serve_agents(
     """
     if join is not None and tls is None:
         raise WireError("the Join service needs TLS (a ServerTls); without it nodes could not trust the answer.")
-    async with open_aio_loop() as loop, trio.open_nursery() as nursery:
-        servicer = _Servicer(handler, nursery, loop, tls is not None, join)
+    async with open_aio_loop() as loop:
+        servicer = _Servicer(handler, None, loop, tls is not None, join)
 
-        async def start() -> tuple[grpc.aio.Server, int, int | None]:
+        async def bind() -> tuple[grpc.aio.Server, int, int | None]:
             server = grpc.aio.server(options=SERVER_OPTIONS)
             pb_grpc.add_ControlPlaneServicer_to_server(servicer, server)
             address = f"{host}:{port}"
+            bound, bound_join = 0, None
             try:
                 if tls is None:
                     bound = server.add_insecure_port(address)
                 else:
                     bound = server.add_secure_port(address, tls.credentials(require_client_certificate=True))
-                bound_join = None
                 if join is not None and tls is not None:
                     bound_join = server.add_secure_port(
                         f"{host}:{join_port}", tls.credentials(require_client_certificate=False)
                     )
-            except RuntimeError as exc:
+            except RuntimeError:
+                pass  # grpc says only "Failed to bind"; its log line has the errno
+            if not bound or bound_join == 0:
+                where = address if not bound else f"{host}:{join_port} (the join port)"
+                await server.stop(None)
                 raise WireError(
-                    f"cannot listen for agents on {address} (join port {join_port}): {exc}; "
-                    "is another process using the port?"
-                ) from exc
-            await server.start()
+                    f"cannot listen for agents on {where}: the address is in use or not on this machine; "
+                    "choose another port or stop the process using it."
+                )
             return server, bound, bound_join
 
-        server, bound, bound_join = await trio_asyncio.aio_as_trio(start, loop=loop)()
+        server, bound, bound_join = await trio_asyncio.aio_as_trio(bind, loop=loop)()
         try:
-            task_status.started(BoundPort(bound, bound_join))
-            await trio.sleep_forever()
+            async with trio.open_nursery() as nursery:
+                servicer.nursery = nursery
+                await trio_asyncio.aio_as_trio(server.start, loop=loop)()
+                task_status.started(BoundPort(bound, bound_join))
+                await trio.sleep_forever()
         finally:
             with trio.move_on_after(STOP_GRACE_SECONDS + 3, shield=True):
                 await trio_asyncio.aio_as_trio(server.stop, loop=loop)(STOP_GRACE_SECONDS)
-            nursery.cancel_scope.cancel()

@@ -125,3 +125,11 @@ async def test_control_plane_process_killed_breaks_the_agents_receive(
         plain_control_plane.process.kill()
         with trio.fail_after(10), pytest.raises(WireError, match="broke"):
             await link.receive()
+
+
+async def test_serving_on_a_port_in_use_raises_a_wire_error(plain_control_plane: ControlPlaneProcess) -> None:
+    async def handler(link, peer: str) -> None:  # type: ignore[no-untyped-def]
+        pass
+
+    with trio.fail_after(10), pytest.raises(WireError, match=f"cannot listen for agents on 127.0.0.1:{plain_control_plane.port}"):
+        await serve_agents(handler, "127.0.0.1", plain_control_plane.port)
