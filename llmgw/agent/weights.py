@@ -1,0 +1,297 @@
+"""Fetching model weights into a content-addressed cache, always checked against their sha256.
+
+Layout (the same for the cache and for offline mirrors):
+
+    <weights_dir>/sha256/<digest>     verified files, named by the hex sha256 of their content
+    <weights_dir>/partial/<digest>    downloads in progress, resumed with HTTP Range after an interruption
+
+Sources: `hf://org/repo[@revision]/path` (the Hub's resolve URL `<endpoint>/<org>/<repo>/resolve/<revision or
+main>/<path>`, endpoint from the argument, `$HF_ENDPOINT` or https://huggingface.co, token sent as Bearer to the Hub
+only), `https://...` / `http://...`, and `file://...`. Mirrors are searched first by digest; a file found there is
+hard-linked when on the same file system, else copied, and checked like any other.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import shutil
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import quote, unquote, urlparse
+
+import httpx
+import trio
+
+from llmgw.errors import WeightsError
+
+HF_DEFAULT_ENDPOINT = "https://huggingface.co"
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
+"""Formats that run code when loaded (Python pickle); refused unless the model sets `allow_pickle`."""
+MAX_PARALLEL = 4
+"""Files fetched and verified at once."""
+CHUNK = 1 << 20
+
+Progress = Callable[[float, str], None]
+"""`progress(fraction, text)`: bytes done over bytes known (0..1) across all files of one fetch, and a line of text."""
+
+
+@dataclass(frozen=True)
+class WeightsSpec:
+    """One file to fetch: `source` URL and hex `sha256`; `token` overrides the fetch's token for this file."""
+
+    source: str
+    sha256: str
+    token: str | None = None
+
+
+def _spec(item: object) -> WeightsSpec:
+    """Accept a WeightsSpec, the settings' or the wire's WeightsFile (`.source`, `.sha256`, `.secret_value`) or a
+    (source, sha256) pair."""
+    if isinstance(item, WeightsSpec):
+        return item
+    if isinstance(item, tuple) and len(item) == 2:
+        return WeightsSpec(str(item[0]), str(item[1]))
+    source, digest = getattr(item, "source", None), getattr(item, "sha256", None)
+    if not isinstance(source, str) or not isinstance(digest, str):
+        raise WeightsError(f"{item!r} is not a weights file: it needs a source and a sha256")
+    return WeightsSpec(source, digest, getattr(item, "secret_value", None) or None)
+
+
+def hub_url(source: str, endpoint: str | None = None) -> str:
+    """The resolve URL of `hf://org/repo[@revision]/path` at `endpoint` (default `$HF_ENDPOINT` or the Hub).
+
+    Raises WeightsError when the source lacks an org, a repository or a path.
+    """
+    rest = source[len("hf://"):]
+    parts = rest.split("/", 2)
+    if len(parts) < 3 or not all(parts):
+        raise WeightsError(f"{source!r} is not a Hub source; write hf://org/repo[@revision]/path/to/file")
+    org, repo, path = parts
+    repo, _, revision = repo.partition("@")
+    base = (endpoint or os.environ.get("HF_ENDPOINT") or HF_DEFAULT_ENDPOINT).rstrip("/")
+    return f"{base}/{org}/{repo}/resolve/{quote(revision or 'main', safe='')}/{quote(path)}"
+
+
+def check_request(spec: WeightsSpec, allow_pickle: bool) -> None:
+    """Refuse, before any I/O, a bad digest, an unknown scheme, or a pickle format without `allow_pickle`."""
+    digest = spec.sha256.lower()
+    if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
+        raise WeightsError(f"{spec.source}: sha256 {spec.sha256!r} is not 64 hex digits; copy it from the model card")
+    scheme = spec.source.split("://", 1)[0] if "://" in spec.source else ""
+    if scheme not in ("hf", "https", "http", "file"):
+        raise WeightsError(f"{spec.source}: unknown source; use hf://, https:// or file://")
+    name = urlparse(spec.source).path.lower()
+    if not allow_pickle and name.endswith(PICKLE_SUFFIXES):
+        raise WeightsError(f"{spec.source} is a pickle format ({', '.join(PICKLE_SUFFIXES)}), which can run code when "
+                           "loaded; use safetensors or GGUF, or set allow_pickle: true on the model if you trust it")
+
+
+class _Tally:
+    """Bytes done and known across the files of one fetch, reported through `progress`."""
+
+    def __init__(self, progress: Progress | None):
+        self.progress = progress
+        self.done: dict[str, int] = {}
+        self.total: dict[str, int] = {}
+
+    def update(self, digest: str, done: int, total: int | None, text: str) -> None:
+        self.done[digest] = done
+        if total:
+            self.total[digest] = total
+        if self.progress:
+            known = sum(self.total.values())
+            self.progress(min(1.0, sum(self.done.values()) / known) if known else 0.0, text)
+
+
+def _sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(CHUNK), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _no_space(exc: OSError, weights_dir: Path, what: str) -> WeightsError:
+    try:
+        free = shutil.disk_usage(weights_dir).free
+    except OSError:
+        free = -1
+    return WeightsError(f"the disk under {weights_dir} is full while writing {what} ({free} bytes free); the partial "
+                        "file was removed: free space or point weights_dir at a larger disk")
+
+
+async def fetch(files: Sequence[object], weights_dir: Path, mirrors: Sequence[Path] = (), *,
+                allow_pickle: bool = False, token: str | None = None, progress: Progress | None = None,
+                hf_endpoint: str | None = None, transport: httpx.AsyncBaseTransport | None = None) -> list[Path]:
+    """Make every file of `files` present and verified in `<weights_dir>/sha256/<digest>`; return their paths in
+    the order given.
+
+    `files`: WeightsSpec, WeightsFile (settings or wire) or (source, sha256) items. `mirrors`: directories laid out
+    like the cache, searched first. `token`: the Hub token (Bearer), sent only to the Hub endpoint. Up to
+    MAX_PARALLEL files are fetched and verified at once. A file already in the cache is trusted (it was verified
+    when placed there). Raises WeightsError: bad digest or source, pickle format without `allow_pickle`, HTTP
+    failure (401/403 says a token is missing or refused), checksum mismatch (both digests named; the file is
+    deleted), or a full disk (no partial file is left). Cancellable: a cancelled download keeps its partial file
+    for the next attempt.
+    """
+    specs = [_spec(item) for item in files]
+    for spec in specs:
+        check_request(spec, allow_pickle)
+    weights_dir = Path(weights_dir)
+    (weights_dir / "sha256").mkdir(parents=True, exist_ok=True)
+    (weights_dir / "partial").mkdir(parents=True, exist_ok=True)
+    tally = _Tally(progress)
+    limiter = trio.CapacityLimiter(MAX_PARALLEL)
+    unique = {spec.sha256.lower(): spec for spec in specs}
+    async with httpx.AsyncClient(follow_redirects=True, transport=transport,
+                                 timeout=httpx.Timeout(30.0, read=300.0)) as client:
+        try:
+            async with trio.open_nursery() as nursery:
+                for digest, spec in unique.items():
+                    nursery.start_soon(_fetch_one, spec, digest, weights_dir, mirrors, token, hf_endpoint, client,
+                                       tally, limiter)
+        except BaseExceptionGroup as group:
+            failures = _leaves(group)
+            if not all(isinstance(e, WeightsError) for e in failures):
+                raise
+            if len(failures) == 1:
+                raise failures[0] from group
+            raise WeightsError("; ".join(str(e) for e in failures)) from group
+    return [weights_dir / "sha256" / spec.sha256.lower() for spec in specs]
+
+
+async def _fetch_one(spec: WeightsSpec, digest: str, weights_dir: Path, mirrors: Sequence[Path], token: str | None,
+                     hf_endpoint: str | None, client: httpx.AsyncClient, tally: _Tally,
+                     limiter: trio.CapacityLimiter) -> None:
+    final = weights_dir / "sha256" / digest
+    if final.is_file():
+        size = final.stat().st_size
+        tally.update(digest, size, size, f"{spec.source}: in the cache")
+        return
+    async with limiter:
+        for mirror in mirrors:
+            candidate = Path(mirror) / "sha256" / digest
+            if candidate.is_file():
+                await _place_local(candidate, digest, weights_dir, tally, f"mirror {mirror}")
+                return
+        if spec.source.startswith("file://"):
+            path = Path(unquote(urlparse(spec.source).path))
+            if not path.is_file():
+                raise WeightsError(f"{spec.source}: no such file")
+            await _place_local(path, digest, weights_dir, tally, str(path))
+            return
+        if spec.source.startswith("hf://"):
+            url = hub_url(spec.source, hf_endpoint)
+            headers = {"Authorization": f"Bearer {spec.token or token}"} if (spec.token or token) else {}
+        else:
+            url, headers = spec.source, {}
+        await _download(url, headers, spec.source, digest, weights_dir, client, tally)
+
+
+def _leaves(group: BaseExceptionGroup) -> list[BaseException]:
+    result: list[BaseException] = []
+    for exc in group.exceptions:
+        result.extend(_leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc])
+    return result
+
+
+def _verify_and_commit(staged: Path, digest: str, weights_dir: Path, origin: str) -> None:
+    """Hash `staged`; on a match move it to `sha256/<digest>`, else delete it and raise WeightsError."""
+    actual = _sha256_file(staged)
+    if actual != digest:
+        staged.unlink(missing_ok=True)
+        raise WeightsError(f"{origin} has sha256 {actual}, expected {digest}; the file was deleted. Check the digest "
+                           "in the model's settings or the source")
+    os.replace(staged, weights_dir / "sha256" / digest)
+
+
+async def _place_local(path: Path, digest: str, weights_dir: Path, tally: _Tally, origin: str) -> None:
+    """Hard-link (same file system) or copy `path` into the cache, then verify it."""
+    staged = weights_dir / "partial" / f"{digest}.local"
+    staged.unlink(missing_ok=True)
+    size = path.stat().st_size
+    try:
+        os.link(path, staged)
+        how = "linked"
+    except OSError:
+        how = "copied"
+        try:
+            await trio.to_thread.run_sync(shutil.copyfile, path, staged, abandon_on_cancel=False)
+        except OSError as exc:
+            staged.unlink(missing_ok=True)
+            if exc.errno == errno.ENOSPC:
+                raise _no_space(exc, weights_dir, path.name) from exc
+            raise WeightsError(f"cannot copy {path} into {weights_dir} ({exc})") from exc
+        except BaseException:
+            staged.unlink(missing_ok=True)
+            raise
+    tally.update(digest, size // 2, size, f"{origin}: {how}, verifying")
+    try:
+        await trio.to_thread.run_sync(_verify_and_commit, staged, digest, weights_dir, f"{path} ({origin})")
+    finally:
+        staged.unlink(missing_ok=True)
+    tally.update(digest, size, size, f"{origin}: {how} and verified")
+
+
+async def _download(url: str, headers: dict[str, str], source: str, digest: str, weights_dir: Path,
+                    client: httpx.AsyncClient, tally: _Tally, *, retry_whole: bool = True) -> None:
+    """Download `url` into `partial/<digest>`, resuming from its current size with a Range request, then verify."""
+    partial = weights_dir / "partial" / digest
+    have = partial.stat().st_size if partial.is_file() else 0
+    hasher = hashlib.sha256()
+    if have:
+        def _hash_existing() -> None:
+            with partial.open("rb") as handle:
+                for block in iter(lambda: handle.read(CHUNK), b""):
+                    hasher.update(block)
+        await trio.to_thread.run_sync(_hash_existing)
+    request_headers = dict(headers)
+    if have:
+        request_headers["Range"] = f"bytes={have}-"
+    try:
+        async with client.stream("GET", url, headers=request_headers) as response:
+            status = response.status_code
+            if status == 416 and have:
+                pass  # the partial file is already complete (or longer than the file): verify below
+            elif status in (401, 403):
+                raise WeightsError(f"{source}: the server answered {status}; "
+                                   + ("the token was refused, check the named secret" if "Authorization" in headers
+                                      else "it needs a token: name a secret holding a Hub token on the model"))
+            elif status == 404:
+                raise WeightsError(f"{source}: not found (404 at {url}); check the repository, revision and path")
+            elif status not in (200, 206):
+                raise WeightsError(f"{source}: the server answered HTTP {status} at {url}")
+            else:
+                if status == 200 and have:  # the server ignored Range: start again
+                    have, hasher = 0, hashlib.sha256()
+                length = response.headers.get("content-length")
+                total = have + int(length) if length and length.isdigit() else None
+                done = have
+                try:
+                    with partial.open("ab" if have else "wb") as out:
+                        async for chunk in response.aiter_bytes(CHUNK):
+                            out.write(chunk)
+                            hasher.update(chunk)
+                            done += len(chunk)
+                            tally.update(digest, done, total, f"{source}: {done}/{total or '?'} bytes")
+                except OSError as exc:
+                    if exc.errno == errno.ENOSPC:
+                        partial.unlink(missing_ok=True)
+                        raise _no_space(exc, weights_dir, source) from exc
+                    raise WeightsError(f"cannot write {partial} ({exc})") from exc
+    except httpx.HTTPError as exc:
+        raise WeightsError(f"{source}: download from {url} failed ({exc}); it resumes from byte "
+                           f"{partial.stat().st_size if partial.is_file() else 0} on the next attempt") from exc
+    actual = hasher.hexdigest()
+    if actual != digest:
+        if status == 416 and retry_whole:  # a stale partial file: drop it and download the whole file once
+            partial.unlink(missing_ok=True)
+            await _download(url, headers, source, digest, weights_dir, client, tally, retry_whole=False)
+            return
+        partial.unlink(missing_ok=True)
+        raise WeightsError(f"{source} has sha256 {actual}, expected {digest}; the file was deleted. Check the digest "
+                           "in the model's settings or the source")
+    os.replace(partial, weights_dir / "sha256" / digest)
