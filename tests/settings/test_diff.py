@@ -1,0 +1,142 @@
+"""`diff_settings` and `llmgw diff`: what changed per model, node and project, without noise or secrets."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pygit2
+import pytest
+from click.testing import CliRunner
+
+from llmgw.cli.main import cli
+from llmgw.settings import diff_settings, load_directory
+from llmgw.settings.diffing import REDACTED_CHANGED
+from settings_trees import commit_tree, copy_example
+
+GEMMA = "catalog/gemma-3-270m.yaml"
+
+
+def edit(tree: Path, rel: str, old: str, new: str) -> None:
+    path = tree / rel
+    text = path.read_text()
+    assert old in text, f"{old!r} not in {rel}"
+    path.write_text(text.replace(old, new, 1))
+
+
+# Edits that mean the same settings: no change may show.
+SAME = [
+    (GEMMA, "memory: 1Gi", "memory: 1024Mi"),
+    (GEMMA, "memory: 1Gi", "memory: 1073741824B"),
+    ("llmgw.yaml", "default: 2.00", "default: 2"),
+    ("llmgw.yaml", "interval: 10s ", "interval: 10000ms "),
+    ("llmgw.yaml", "action_timeout: 10m", "action_timeout: 600s"),
+    (GEMMA, "replicas: 1\n", "replicas: 1\nallow_pickle: false\n"),
+    (GEMMA, "cpu_cores: 1\n", "cpu_cores: 1.0\n  tensor_parallel: 1\n"),
+    ("agents/default.yaml", "engines_dir: engines\n", ""),
+    ("catalog/llama-3.1-70b-instruct.yaml", '"0.90"', '"0.90"'),
+    (GEMMA, "aliases: [gemma, gemma-3]", "aliases:\n  - gemma\n  - gemma-3  # a comment"),
+    ("slurm.yaml", "requeue: true\n", ""),
+    ("firewall.yaml", "backend: nftables\n", ""),
+]
+
+
+@pytest.mark.parametrize(("rel", "old", "new"), SAME)
+def test_equivalent_writing_shows_no_change(rel: str, old: str, new: str, example_tree: Path) -> None:
+    before = load_directory(example_tree)
+    edit(example_tree, rel, old, new)
+    assert not diff_settings(before, load_directory(example_tree))
+
+
+# (file, old, new) -> (section, name, action, path, old shown, new shown)
+CHANGES = [
+    ((GEMMA, "replicas: 1\n", "replicas: 3\n"), ("model", "gemma-3-270m", "changed", "replicas", "1", "3")),
+    ((GEMMA, "memory: 1Gi", "memory: 1536Mi"), ("model", "gemma-3-270m", "changed", "resources.memory_bytes", "1Gi", "1.5Gi")),
+    ((GEMMA, '"gemma"]', '"chatml"]'), ("model", "gemma-3-270m", "changed", "engine_args",
+                                        '["--no-jinja", "--chat-template", "gemma"]', '["--no-jinja", "--chat-template", "chatml"]')),
+    (("agents/nodes/gpu-node-01.yaml", "rack: r12", "rack: r13"), ("node", "gpu-node-01", "changed", "labels.rack", '"r12"', '"r13"')),
+    (("agents/default.yaml", "heartbeat_interval: 5s", "heartbeat_interval: 2s"), ("agents", "default", "changed", "heartbeat_interval", "5s", "2s")),
+    (("projects.yaml", "requests_per_minute: 120", "requests_per_minute: 240"),
+     ("project", "ci", "changed", "quota.requests_per_minute", "120", "240")),
+    (("llmgw.yaml", "stopped: false", "stopped: true"), ("cluster", "demo", "changed", "serving_stopped", "false", "true")),
+    (("engines.yaml", '["vllm==0.11.0"]', '["vllm==0.11.0", "flashinfer-python==0.4.0"]'),
+     ("engine", "vllm@0.11.0", "changed", "python_packages", '["vllm==0.11.0"]', '["vllm==0.11.0", "flashinfer-python==0.4.0"]')),
+    (("slurm.yaml", "partition: gpu", "partition: h100"), ("slurm", "slurm", "changed", "partition", '"gpu"', '"h100"')),
+]
+
+
+@pytest.mark.parametrize(("edit_args", "expected"), CHANGES)
+def test_a_real_change_shows_once_where_it_belongs(edit_args, expected, example_tree: Path) -> None:
+    before = load_directory(example_tree)
+    edit(example_tree, *edit_args)
+    diff = diff_settings(before, load_directory(example_tree))
+    assert len(diff.changes) == 1, diff.to_text()
+    change = diff.changes[0]
+    section, name, action, path, old, new = expected
+    assert (change.section, change.name, change.action) == (section, name, action)
+    assert [(f.path, f.old, f.new) for f in change.fields] == [(path, old, new)]
+
+
+def test_a_default_change_does_not_repeat_on_nodes_that_inherit_it(example_tree: Path) -> None:
+    before = load_directory(example_tree)
+    edit(example_tree, "agents/default.yaml", "weights_dir: weights", "weights_dir: /srv/weights")
+    diff = diff_settings(before, load_directory(example_tree))
+    assert [(c.section, c.name) for c in diff.changes] == [("agents", "default")]
+
+
+def test_added_and_removed_subjects_are_listed(example_tree: Path) -> None:
+    before = load_directory(example_tree)
+    (example_tree / "catalog" / "gemma-copy.yaml").write_text(
+        (example_tree / GEMMA).read_text().replace("name: gemma-3-270m", "name: gemma-copy").replace("aliases: [gemma, gemma-3]", ""))
+    (example_tree / "agents" / "nodes" / "gpu-node-01.yaml").unlink()
+    text = diff_settings(before, load_directory(example_tree)).to_text()
+    assert "+ model gemma-copy\n" in text and "    replicas: 1\n" in text
+    assert "- node gpu-node-01\n" in text and '    labels.rack: "r12"' in text
+
+
+def test_secret_values_never_show_but_their_change_does(example_tree: Path) -> None:
+    edit(example_tree, "llmgw.yaml", "path: llmgw.sqlite3", "path: llmgw.sqlite3\n  url: postgresql://llmgw:hunter2@db/llmgw")
+    before = load_directory(example_tree)
+    edit(example_tree, "llmgw.yaml", "hunter2", "correct-horse")
+    edit(example_tree, "catalog/llama-3.1-70b-instruct.yaml", "secret: hf-token", "secret: hf-token-2")
+    diff = diff_settings(before, load_directory(example_tree))
+    dumped = diff.to_text() + json.dumps(diff.to_json())
+    assert "hunter2" not in dumped and "correct-horse" not in dumped and "hf-token" not in dumped
+    fields = {(c.name, f.path): (f.old, f.new) for c in diff.changes for f in c.fields}
+    assert fields[("demo", "store.url")] == (REDACTED_CHANGED, REDACTED_CHANGED)
+    assert fields[("llama-3.1-70b-instruct", "weights[0].secret")] == (REDACTED_CHANGED, REDACTED_CHANGED)
+    assert f"store.url: {REDACTED_CHANGED}\n" in diff.to_text()
+
+
+def test_the_command_exits_0_without_change_2_with_changes_1_on_error(tmp_path: Path) -> None:
+    a, b = copy_example(tmp_path / "a"), copy_example(tmp_path / "b")
+    runner = CliRunner()
+    same = runner.invoke(cli, ["diff", str(a), str(b)])
+    assert (same.exit_code, same.output.strip()) == (0, "no changes")
+    edit(b, GEMMA, "replicas: 1\n", "replicas: 2\n")
+    changed = runner.invoke(cli, ["diff", str(a), str(b)])
+    assert changed.exit_code == 2
+    assert changed.output == "~ model gemma-3-270m\n    replicas: 1 -> 2\n"
+    as_json = runner.invoke(cli, ["diff", "--json", str(a), str(b)])
+    assert as_json.exit_code == 2
+    assert json.loads(as_json.output)["changes"][0]["fields"] == [{"path": "replicas", "old": "1", "new": "2"}]
+    edit(b, GEMMA, "replicas: 2\n", "replicas: two\n")
+    broken = runner.invoke(cli, ["diff", str(a), str(b)])
+    assert broken.exit_code == 1
+    assert f"{GEMMA}:13:11: replicas: 'two' is not of type 'integer'" in broken.output
+
+
+def test_the_command_compares_branches_and_commits_of_a_repository(tmp_path: Path) -> None:
+    tree = copy_example(tmp_path / "tree")
+    repo = pygit2.init_repository(str(tmp_path / "repo.git"), bare=True, initial_head="main")
+    first = commit_tree(repo, tree, "first")
+    edit(tree, "projects.yaml", "tokens_per_day: 2000000", "tokens_per_day: 4000000")
+    second = commit_tree(repo, tree, "second", ref="refs/heads/proposal")
+    runner = CliRunner()
+    result = runner.invoke(cli, ["diff", "--repo", str(tmp_path / "repo.git"), "main", "proposal"])
+    assert result.exit_code == 2, result.output
+    assert result.output == "~ project ci\n    quota.tokens_per_day: 2000000 -> 4000000\n"
+    by_id = runner.invoke(cli, ["diff", "--repo", str(tmp_path / "repo.git"), first, second[:12]])
+    assert by_id.output == result.output
+    unknown = runner.invoke(cli, ["diff", "--repo", str(tmp_path / "repo.git"), "main", "no-such-branch"])
+    assert unknown.exit_code == 1 and "no-such-branch: names no commit" in unknown.output
