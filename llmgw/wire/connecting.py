@@ -69,7 +69,7 @@ async def connect(
                 except grpc.aio.AioRpcError as exc:
                     raise _unreachable(address, exc, tls) from exc
                 link: GrpcLink[pb.AgentMessage, pb.ControlMessage] = GrpcLink(
-                    loop, call.read, call.write, call.done_writing, address
+                    loop, call.read, call.write, call.done_writing, pb.AgentMessage, address
                 )
                 link.call = call  # type: ignore[attr-defined]
                 link.start()

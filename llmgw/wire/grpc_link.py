@@ -19,7 +19,6 @@ from typing import Any
 import grpc
 import trio
 import trio_asyncio
-from google.protobuf.message import Message
 
 from llmgw.errors import WireError
 
@@ -103,9 +102,11 @@ class GrpcLink(Link[Outgoing, Incoming]):
         read: Callable[[], Awaitable[Any]],
         write: Callable[[Any], Awaitable[None]],
         done_writing: Callable[[], Awaitable[None]] | None,
+        outgoing_type: type[Outgoing],
         peer: str,
         peer_certificate_name: str | None = None,
     ) -> None:
+        self.outgoing_type = outgoing_type
         self._loop = loop
         self._read = read
         self._write = write
@@ -115,6 +116,7 @@ class GrpcLink(Link[Outgoing, Incoming]):
         self._incoming_send, self._incoming_receive = trio.open_memory_channel[Any](GRPC_LINK_BUFFER)
         self._outgoing: asyncio.Queue[Any] = asyncio.Queue(maxsize=GRPC_LINK_BUFFER)
         self._error: str | None = None
+        self._peer_ended = False  # client side: the control plane ended the RPC with status OK
         self._closed = False
         self._send_lock = trio.Lock()
         self.reader: asyncio.Task[None] | None = None
@@ -138,6 +140,8 @@ class GrpcLink(Link[Outgoing, Incoming]):
             while True:
                 message = await self._read()
                 if message is grpc.aio.EOF:
+                    if self._done_writing is not None:  # client: the server's end of stream is the RPC's end
+                        self._peer_ended = True
                     break
                 try:
                     self._incoming_send.send_nowait(message)
@@ -147,7 +151,7 @@ class GrpcLink(Link[Outgoing, Incoming]):
             pass  # our own side was closed: nobody reads any more
         except asyncio.CancelledError:
             raise
-        except (grpc.aio.AioRpcError, grpc.aio.UsageError, grpc.RpcError) as exc:
+        except Exception as exc:  # the transport boundary: any gRPC failure becomes the link's WireError
             self.fail(f"the stream ended with an error ({describe_rpc_error(exc)})")
         finally:
             self._incoming_send.close()
@@ -158,14 +162,15 @@ class GrpcLink(Link[Outgoing, Incoming]):
                 message = await self._outgoing.get()
                 if message is _CLOSE:
                     break
-                if self._error is None:
+                if self._error is None and not self._peer_ended:
                     await self._write(message)
-            if self._done_writing is not None and self._error is None:
+            if self._done_writing is not None and self._error is None and not self._peer_ended:
                 await self._done_writing()
         except asyncio.CancelledError:
             raise
-        except (grpc.aio.AioRpcError, grpc.aio.UsageError, grpc.RpcError) as exc:
-            self.fail(f"a message could not be sent ({describe_rpc_error(exc)})")
+        except Exception as exc:  # the transport boundary: any gRPC failure becomes the link's WireError
+            if not self._peer_ended:  # a write racing the control plane's clean end is not a failure
+                self.fail(f"a message could not be sent ({describe_rpc_error(exc)})")
             while (await self._outgoing.get()) is not _CLOSE:
                 pass  # keep draining so that no sender waits forever on a full queue
 
@@ -181,18 +186,21 @@ class GrpcLink(Link[Outgoing, Incoming]):
     async def send(self, message: Outgoing) -> None:
         if self._closed:
             raise trio.ClosedResourceError("this link was closed by aclose()")
-        if self._error is not None:
-            raise WireError(f"cannot send to {self.peer}: {self._error}.")
-        if not isinstance(message, Message):
-            raise TypeError(f"a Link sends protobuf messages, not {type(message).__name__}")
+        self._raise_if_unsendable()
+        self._check_outgoing(message)
         async with self._send_lock:
             pending = self._queue(message)
             if pending is None:
                 await trio.lowlevel.checkpoint()
             else:
                 await pending
+        self._raise_if_unsendable()
+
+    def _raise_if_unsendable(self) -> None:
         if self._error is not None:
             raise WireError(f"cannot send to {self.peer}: {self._error}.")
+        if self._peer_ended:
+            raise WireError(f"cannot send to {self.peer}: the control plane ended the stream; connect again.")
 
     async def receive(self) -> Incoming:
         try:

@@ -32,10 +32,21 @@ class Link(abc.ABC, Generic[Outgoing, Incoming]):
     `trio.EndOfChannel` once the peer has closed its side and everything it sent has been read. Use it as an async
     iterator (`async for msg in link`) to read until the peer closes, and as an async context manager (or call
     `aclose()`) to close it. One task may send while another receives; concurrent sends (or receives) are serialized.
-    `peer_protocol` is the `protocol` of the last message received (None before the first).
+    `peer_protocol` is the `protocol` of the last message received (None before the first); `peer` describes the
+    other end ("ipv4:10.0.0.5:51234", "memory"); `peer_certificate_name` is the common name of the client
+    certificate the agent showed (control plane end over mTLS; None otherwise): compare it with Register.node_id.
     """
 
     peer_protocol: int | None = None
+    peer: str = ""
+    peer_certificate_name: str | None = None
+    outgoing_type: type[Message] = Message
+
+    def _check_outgoing(self, message: Outgoing) -> None:
+        if not isinstance(message, self.outgoing_type):
+            raise TypeError(
+                f"this end of the link sends {self.outgoing_type.__name__}, not {type(message).__name__}"
+            )
 
     @abc.abstractmethod
     async def send(self, message: Outgoing) -> None:
@@ -90,12 +101,16 @@ class MemoryLink(Link[Outgoing, Incoming]):
         send_channel: trio.MemorySendChannel[bytes],
         receive_channel: trio.MemoryReceiveChannel[bytes],
         incoming_type: type[Incoming],
+        outgoing_type: type[Outgoing],
     ) -> None:
         self._send_channel = send_channel
         self._receive_channel = receive_channel
         self._incoming_type = incoming_type
+        self.outgoing_type = outgoing_type
+        self.peer = "memory"
 
     async def send(self, message: Outgoing) -> None:
+        self._check_outgoing(message)
         data = message.SerializeToString()
         try:
             await self._send_channel.send(data)
@@ -123,6 +138,6 @@ def memory_link_pair(buffer: int = MEMORY_LINK_BUFFER) -> tuple[AgentLink, Contr
     """
     to_control_send, to_control_receive = trio.open_memory_channel[bytes](buffer)
     to_agent_send, to_agent_receive = trio.open_memory_channel[bytes](buffer)
-    agent_end: AgentLink = MemoryLink(to_control_send, to_agent_receive, pb.ControlMessage)
-    control_end: ControlLink = MemoryLink(to_agent_send, to_control_receive, pb.AgentMessage)
+    agent_end: AgentLink = MemoryLink(to_control_send, to_agent_receive, pb.ControlMessage, pb.AgentMessage)
+    control_end: ControlLink = MemoryLink(to_agent_send, to_control_receive, pb.AgentMessage, pb.ControlMessage)
     return agent_end, control_end

@@ -75,7 +75,7 @@ class _Servicer(pb_grpc.ControlPlaneServicer):
             certificate_name = names[0].decode()
         await context.send_initial_metadata(())
         link: GrpcLink[pb.ControlMessage, pb.AgentMessage] = GrpcLink(
-            self._loop, context.read, context.write, None, context.peer(), certificate_name
+            self._loop, context.read, context.write, None, pb.ControlMessage, context.peer(), certificate_name
         )
         link.start()
         finished: asyncio.Future[str | None] = self._loop.create_future()

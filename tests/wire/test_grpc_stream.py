@@ -51,6 +51,8 @@ async def test_handler_returning_ends_the_agents_receive(plain_control_plane: Co
         assert (await link.receive()).command_id == "1:1"  # sent before the handler returned: still delivered
         with trio.fail_after(5), pytest.raises(trio.EndOfChannel):
             await link.receive()
+        with pytest.raises(WireError, match="the control plane ended the stream"):
+            await link.send(agent_message(heartbeat=pb.Heartbeat(time=2)))
 
 
 async def test_handler_raising_reaches_the_agent_as_a_wire_error_with_its_sentence(

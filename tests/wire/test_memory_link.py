@@ -60,3 +60,9 @@ async def test_a_link_is_an_async_context_manager_that_closes_it() -> None:
     async with agent_end:
         await agent_end.send(agent_message(heartbeat=pb.Heartbeat(time=1)))
     assert [m.heartbeat.time async for m in control_end] == [1]
+
+
+async def test_sending_the_other_directions_message_type_is_a_type_error() -> None:
+    agent_end, _ = memory_link_pair()
+    with pytest.raises(TypeError, match="sends AgentMessage, not ControlMessage"):
+        await agent_end.send(control_message(restart=pb.Restart()))
