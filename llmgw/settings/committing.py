@@ -50,10 +50,17 @@ def _head(repo: pygit2.Repository, ref: str) -> pygit2.Commit | None:
 
 def _move(repo: pygit2.Repository, ref: str, new: pygit2.Oid, expected: pygit2.Oid | None, message: str) -> None:
     """Point `ref` at `new` if it still points at `expected` (None: must not exist)."""
-    current = _head(repo, ref)
-    if (current.id if current else None) != expected:
-        raise SettingsError([Issue(ref, 0, 0, "", "moved while llmgw was writing a commit; try again")])
-    repo.references.create(ref, new, force=True, message=message)
+    moved = SettingsError([Issue(ref, 0, 0, "", "moved while llmgw was writing a commit; try again")])
+    if expected is None:
+        try:
+            repo.create_reference_direct(ref, new, False, message=message)
+        except (pygit2.AlreadyExistsError, ValueError) as exc:
+            raise moved from exc
+        return
+    reference = repo.references.get(ref)
+    if reference is None or reference.resolve().target != expected:
+        raise moved
+    reference.set_target(new, message)
 
 
 def set_serving_stopped(repo_path: str | os.PathLike[str], stopped: bool, author_name: str, author_email: str) -> str:
@@ -119,7 +126,7 @@ def set_ref(repo_path: str | os.PathLike[str], ref: str, commit_id: str) -> None
     """
     repo = open_repository(repo_path)
     commit = resolve_commit(repo, commit_id)
-    repo.references.create(ref, commit.id, force=True, message=f"llmgw: {ref} -> {commit.id}")
+    repo.create_reference_direct(ref, commit.id, True, message=f"llmgw: {ref} -> {commit.id}")
 
 
 def read_audit_log(repo_path: str | os.PathLike[str], limit: int = 50) -> list[AuditEntry]:

@@ -1,0 +1,75 @@
+"""Loading from any commit of a git repository, bare or not, with the same refusals as a directory."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pygit2
+import pytest
+from click.testing import CliRunner
+
+from llmgw.cli.main import cli
+from llmgw.errors import SettingsError
+from llmgw.settings import load_commit, load_directory
+from settings_trees import commit_tree, copy_example
+
+
+@pytest.fixture
+def bare(tmp_path: Path) -> tuple[Path, Path]:
+    tree = copy_example(tmp_path / "tree")
+    repo = pygit2.init_repository(str(tmp_path / "repo.git"), bare=True, initial_head="main")
+    commit_tree(repo, tree, "seed")
+    return tmp_path / "repo.git", tree
+
+
+def test_a_commit_loads_the_same_settings_as_its_directory(bare: tuple[Path, Path]) -> None:
+    repo_path, tree = bare
+    from_git = load_commit(repo_path)
+    assert from_git == load_directory(tree)
+    assert from_git.commit == str(pygit2.Repository(str(repo_path)).references["refs/heads/main"].target)
+    assert load_directory(tree).commit is None
+
+
+def test_any_revision_loads_by_branch_tag_or_id(bare: tuple[Path, Path]) -> None:
+    repo_path, tree = bare
+    repo = pygit2.Repository(str(repo_path))
+    first = str(repo.references["refs/heads/main"].target)
+    repo.references.create("refs/tags/v1", repo.references["refs/heads/main"].target)
+    (tree / "catalog" / "gemma-3-270m.yaml").write_text((tree / "catalog" / "gemma-3-270m.yaml").read_text().replace("replicas: 1\n", "replicas: 4\n"))
+    second = commit_tree(repo, tree, "scale")
+    assert load_commit(repo_path, "main").models["gemma-3-270m"].replicas == 4
+    assert load_commit(repo_path, "v1").models["gemma-3-270m"].replicas == 1
+    assert load_commit(repo_path, first[:10]).commit == first
+    assert load_commit(repo_path, "main~1").commit == first
+    assert load_commit(repo_path, second).commit == second
+
+
+def test_a_working_clone_loads_without_its_git_directory(bare: tuple[Path, Path], tmp_path: Path) -> None:
+    repo_path, _ = bare
+    subprocess.run(["git", "clone", "-q", str(repo_path), str(tmp_path / "clone")], check=True)
+    assert load_commit(tmp_path / "clone", "HEAD") == load_directory(tmp_path / "clone")
+    result = CliRunner().invoke(cli, ["validate", "--repo", str(tmp_path / "clone"), "main"])
+    assert result.exit_code == 0 and "valid: 2 models" in result.output
+
+
+def test_symlinks_and_big_blobs_in_a_commit_are_refused(bare: tuple[Path, Path]) -> None:
+    repo_path, tree = bare
+    os.symlink("gemma-3-270m.yaml", tree / "catalog" / "alias.yaml")
+    (tree / "catalog" / "huge.yaml").write_text("engine: llama.cpp\n" + "#" * (1024 * 1024 + 1) + "\n")
+    commit_tree(pygit2.Repository(str(repo_path)), tree, "bad")
+    with pytest.raises(SettingsError) as caught:
+        load_commit(repo_path)
+    messages = sorted(str(i) for i in caught.value.issues if i.severity == "error")
+    assert messages[0].startswith("catalog/alias.yaml: is a symbolic link")
+    assert messages[1].startswith("catalog/huge.yaml: file is 1048596 bytes, over the limit")
+    assert len(messages) == 2
+
+
+def test_an_unknown_revision_or_repository_is_a_settings_error(bare: tuple[Path, Path], tmp_path: Path) -> None:
+    repo_path, _ = bare
+    with pytest.raises(SettingsError, match="names no commit"):
+        load_commit(repo_path, "no-such-branch")
+    with pytest.raises(SettingsError, match="is not a git repository"):
+        load_commit(tmp_path / "nowhere")
