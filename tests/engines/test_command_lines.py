@@ -101,3 +101,12 @@ def test_every_engine_names_its_health_path_and_core_metrics(module):
     assert module.HEALTH_PATH == "/health"
     assert module.METRICS.requests_running in module.METRICS.all_names
     assert module.METRICS.kv_cache_usage in module.METRICS.all_names
+
+
+def test_every_series_of_a_real_llama_server_metrics_page_is_a_known_name():
+    page = (Path(__file__).parent / "captures" / "llama-server-metrics.txt").read_text()
+    exported = {line.split()[0] for line in page.splitlines() if line and not line.startswith("#")}
+    assert exported <= set(llamacpp.METRICS.all_names)
+    core = [llamacpp.METRICS.requests_running, llamacpp.METRICS.requests_waiting,
+            llamacpp.METRICS.prompt_tokens_total, llamacpp.METRICS.generation_tokens_total]
+    assert set(core) <= exported
