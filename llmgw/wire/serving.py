@@ -73,6 +73,9 @@ class _Servicer(pb_grpc.ControlPlaneServicer):
                     "this port answers agents with a node certificate only; join first (`llmgw node join`).",
                 )
             certificate_name = names[0].decode()
+        if self.nursery is None:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "the control plane is starting; try again.")
+        assert self.nursery is not None
         await context.send_initial_metadata(())
         link: GrpcLink[pb.ControlMessage, pb.AgentMessage] = GrpcLink(
             self._loop, context.read, context.write, None, pb.ControlMessage, context.peer(), certificate_name
@@ -80,9 +83,6 @@ class _Servicer(pb_grpc.ControlPlaneServicer):
         link.start()
         finished: asyncio.Future[str | None] = self._loop.create_future()
         scope = trio.CancelScope()
-        if self.nursery is None:
-            await context.abort(grpc.StatusCode.UNAVAILABLE, "the control plane is starting; try again.")
-        assert self.nursery is not None
         self.nursery.start_soon(self._run_handler, link, scope, finished, name=f"agent stream {link.peer}")
         try:
             error = await asyncio.shield(finished)
@@ -122,15 +122,15 @@ class _Servicer(pb_grpc.ControlPlaneServicer):
         assert self._join is not None
         if not request.node_id:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the join request names no node id.")
+        try:  # validate and sign first, so that a malformed request does not burn the token
+            certificate = self._join.sign_csr(bytes(request.csr_pem), request.node_id)
+        except WireError as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         if not self._join.consume_join_token(request.token):
             await context.abort(
                 grpc.StatusCode.PERMISSION_DENIED,
                 "the join token is unknown, expired or already used; create a new one on the control plane.",
             )
-        try:
-            certificate = self._join.sign_csr(bytes(request.csr_pem), request.node_id)
-        except WireError as exc:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         return pb.JoinResponse(
             protocol=PROTOCOL_VERSION, certificate_pem=certificate, ca_pem=self._join.certificate_pem
         )

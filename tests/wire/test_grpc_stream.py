@@ -135,3 +135,16 @@ async def test_serving_on_a_port_in_use_raises_a_wire_error(plain_control_plane:
 
     with trio.fail_after(10), pytest.raises(WireError, match=f"cannot listen for agents on 127.0.0.1:{plain_control_plane.port}"):
         await serve_agents(handler, "127.0.0.1", plain_control_plane.port)
+
+
+async def test_two_agents_are_served_at_once_each_on_its_own_stream(plain_control_plane: ControlPlaneProcess) -> None:
+    async with connect(plain_control_plane.address) as first, connect(plain_control_plane.address) as second:
+        await first.send(agent_message(register=pb.Register(node_id="first")))
+        await second.send(agent_message(register=pb.Register(node_id="second")))
+        await second.send(agent_message(heartbeat=pb.Heartbeat(time=2)))
+        await first.send(agent_message(heartbeat=pb.Heartbeat(time=1)))
+        with trio.fail_after(5):
+            assert (await second.receive()).registered.node_id == "second"
+            assert (await second.receive()).command_id == "1:2"
+            assert (await first.receive()).registered.node_id == "first"
+            assert (await first.receive()).command_id == "1:1"
