@@ -116,8 +116,7 @@ async def relay_whole(response: UpstreamResponse, send, outcome: Outcome, client
             usage = parsed.get("usage")
             if isinstance(usage, dict):
                 outcome.prompt_tokens, outcome.completion_tokens, outcome.cached_tokens = usage_numbers(usage)
-            replica = outcome.replica
-            if replica is not None and replica.upstream_model and parsed.get("model") != client_model:
+            if "model" in parsed and parsed.get("model") != client_model:  # llama-server answers with its path
                 parsed["model"] = client_model
                 body = json.dumps(parsed).encode()
     await before_send()

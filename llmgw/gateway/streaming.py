@@ -43,8 +43,8 @@ def usage_numbers(usage: dict) -> tuple[int, int, int]:
 class SseRelay:
     """Reshape one stream's events. `feed(data, now)` returns the bytes to send now; `finish()` what remains.
 
-    `client_model`/`upstream_model`: when both are set and differ, `"model":"<upstream>"` is written back as the
-    client's name in every chunk.
+    `client_model`: the name the client asked for; the engine's name for the model (`upstream_model`, or learnt
+    from the first chunk) is written back as the client's in every chunk.
     """
 
     def __init__(self, include_usage: bool, *, client_model: str | None = None, upstream_model: str | None = None):
@@ -52,14 +52,23 @@ class SseRelay:
         self.usage = StreamUsage()
         self._buffer = b""
         self._usage_sent = False
-        self._pending_usage: dict | None = None
+        self._usage_chunks: list[dict] = []
+        self._finish_usages: list[dict] = []
         self._template: dict | None = None
+        self._client_model = client_model
         self._model_swap: tuple[bytes, bytes] | None = None
-        if client_model and upstream_model and client_model != upstream_model:
+        self._model_known = client_model is None
+        if upstream_model is not None:
+            self._learn_model(upstream_model)
+
+    def _learn_model(self, upstream_model: str) -> None:
+        # engines name the model their own way (llama-server: the GGUF path); the client sees its own name
+        self._model_known = True
+        if self._client_model and upstream_model != self._client_model:
             self._model_swap = (b'"model":' + json.dumps(upstream_model).encode(),
-                                b'"model":' + json.dumps(client_model).encode())
+                                b'"model":' + json.dumps(self._client_model).encode())
             self._model_swap_spaced = (b'"model": ' + json.dumps(upstream_model).encode(),
-                                       b'"model": ' + json.dumps(client_model).encode())
+                                       b'"model": ' + json.dumps(self._client_model).encode())
 
     def feed(self, data: bytes, now: float) -> bytes:
         """Take bytes from the engine; return complete, reshaped events (possibly b"")."""
@@ -86,14 +95,41 @@ class SseRelay:
         return tail
 
     def _owed_usage(self) -> bytes:
-        if not self.include_usage or self._usage_sent or self._pending_usage is None:
+        if not self.include_usage or self._usage_sent:
+            return b""
+        usage = self.merged_usage()
+        if usage is None:
             return b""
         self._usage_sent = True
         chunk = dict(self._template or {})
-        chunk.pop("timings", None)
         chunk["choices"] = []
-        chunk["usage"] = self._pending_usage
+        chunk["usage"] = usage
         return _frame(json.dumps(chunk, separators=(",", ":")).encode())
+
+    def merged_usage(self) -> dict | None:
+        """One usage object for the whole stream, or None if the engine sent none.
+
+        llama-server (b11434) sends one usage per choice when n > 1 (on each finish chunk, or as several
+        `choices: []` chunks); they are merged: prompt and cached tokens once (the largest), completion tokens
+        summed. Usage-only chunks take precedence over finish-chunk usage so nothing is counted twice.
+        """
+        parts = self._usage_chunks or self._finish_usages
+        if not parts:
+            return None
+        numbers = [usage_numbers(u) for u in parts]
+        prompt = max(n[0] for n in numbers)
+        completion = sum(n[1] for n in numbers)
+        cached = max(n[2] for n in numbers)
+        return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
+                "prompt_tokens_details": {"cached_tokens": cached}}
+
+    def _take_usage(self, usage: dict, usage_only: bool) -> None:
+        (self._usage_chunks if usage_only else self._finish_usages).append(usage)
+        merged = self.merged_usage()
+        assert merged is not None
+        self.usage.prompt_tokens = merged["prompt_tokens"]
+        self.usage.completion_tokens = merged["completion_tokens"]
+        self.usage.cached_tokens = merged["prompt_tokens_details"]["cached_tokens"]
 
     def _event(self, event: bytes, now: float) -> bytes:
         data_lines = [line[5:].lstrip(b" ") for line in event.split(b"\n") if line.startswith(b"data:")]
@@ -103,6 +139,13 @@ class SseRelay:
         if payload.strip() == b"[DONE]":
             self.usage.done = True  # the caller sends [DONE] itself, after the usage is recorded
             return self._owed_usage()
+        if not self._model_known:
+            try:
+                first = json.loads(payload)
+            except ValueError:
+                first = None
+            if isinstance(first, dict) and isinstance(first.get("model"), str):
+                self._learn_model(first["model"])
         if self._model_swap is not None:
             payload = payload.replace(*self._model_swap).replace(*self._model_swap_spaced)
         if b'"usage"' not in payload and b'"error"' not in payload:
@@ -120,19 +163,16 @@ class SseRelay:
             self.usage.error = chunk.get("error") if isinstance(chunk.get("error"), dict) else {"message": str(chunk)}
             return _frame(payload)
         usage = chunk.get("usage")
-        if isinstance(usage, dict):
-            prompt, completion, cached = usage_numbers(usage)
-            self.usage.prompt_tokens, self.usage.completion_tokens, self.usage.cached_tokens = prompt, completion, cached
-            self._pending_usage = usage
         choices = chunk.get("choices")
+        if isinstance(usage, dict):
+            self._take_usage(usage, usage_only=not choices)
         if not choices:
-            if not self.include_usage or usage is None:
-                return b""
-            self._usage_sent = True
-            chunk.pop("timings", None)
-            return _frame(json.dumps(chunk, separators=(",", ":")).encode())
+            if self._template is None:
+                self._template = {k: v for k, v in chunk.items() if k not in ("choices", "usage", "timings")}
+            return b""  # usage-only chunks are merged into one, sent at the end when the client asked
         self._count(payload, now)
-        self._template = {k: v for k, v in chunk.items() if k not in ("choices", "usage", "timings")}
+        if self._template is None:
+            self._template = {k: v for k, v in chunk.items() if k not in ("choices", "usage", "timings")}
         if self.include_usage:
             chunk["usage"] = None
         else:
@@ -140,13 +180,19 @@ class SseRelay:
         return _frame(json.dumps(chunk, separators=(",", ":")).encode())
 
     def _count(self, payload: bytes, now: float) -> None:
-        if b'"content":"' in payload or b'"text":"' in payload or b'"tool_calls"' in payload \
-                or b'"content": "' in payload or b'"text": "' in payload:
-            if b'"content":""' in payload and b'"tool_calls"' not in payload and b'"text":"' not in payload:
-                return
+        if b'"tool_calls"' in payload or _has_text(payload, b'"content":') or _has_text(payload, b'"text":'):
             self.usage.counted_chunks += 1
             if self.usage.first_token_at is None:
                 self.usage.first_token_at = now
+
+
+def _has_text(payload: bytes, key: bytes) -> bool:
+    """Whether `key` is followed by a non-empty string (compact or spaced JSON)."""
+    at = payload.find(key)
+    if at < 0:
+        return False
+    rest = payload[at + len(key):at + len(key) + 3].lstrip(b" ")
+    return rest.startswith(b'"') and not rest.startswith(b'""')
 
 
 def _frame(payload: bytes) -> bytes:

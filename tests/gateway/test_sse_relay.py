@@ -73,3 +73,18 @@ def test_upstream_model_name_is_written_back_as_the_clients():
     relay = SseRelay(include_usage=False, client_model="g3", upstream_model="gemma")
     out = relay.feed(b'data: {"model":"gemma","choices":[{"index":0,"delta":{"content":"x"}}]}\n\n', 0.0)
     assert json.loads(out[6:])["model"] == "g3"
+
+
+def test_per_choice_usages_of_n_choices_merge_into_one_usage_chunk():
+    # captured from llama-server b11434, chat, n=2, include_usage: one usage-only chunk per choice, mid-stream
+    per_choice = {"completion_tokens": 2, "prompt_tokens": 10, "total_tokens": 12,
+                  "prompt_tokens_details": {"cached_tokens": 0}}
+    second = {**BASE, "choices": [{"index": 1, "delta": {"content": "hi"}, "finish_reason": None}]}
+    pieces = [frame(delta("Hi")), frame(second), frame(FINISH), frame({**BASE, "choices": [], "usage": per_choice}),
+              frame(second), frame({**BASE, "choices": [], "usage": per_choice}), b"data: [DONE]\n\n"]
+    relay = SseRelay(include_usage=True)
+    chunks = run(relay, pieces)
+    usage_chunks = [c for c in chunks if c["usage"] is not None]
+    assert usage_chunks == [chunks[-1]] and chunks[-1]["choices"] == []
+    assert chunks[-1]["usage"]["completion_tokens"] == 4 and chunks[-1]["usage"]["prompt_tokens"] == 10
+    assert relay.usage.completion_tokens == 4

@@ -14,7 +14,8 @@ Shapes follow llama.cpp's tools/server (server-task.cpp, b11434) and shared/FORM
   `stream_options.include_usage`, a chunk with `choices: []` and `usage` (timings move to it); then `data: [DONE]`.
 - Completion stream: chunks with `text`; the finish chunk carries `usage` and `timings` with non-empty choices
   (the older behaviour FORMATS.md describes, which a proxy must also handle).
-- `n` > 1: one choice per index (streams interleave the indices); `tools` (and tool_choice not "none"): a call to the
+- `n` > 1: one choice per index (streams interleave the indices, and each choice ends with its own usage, as
+  b11434 does); `tools` (and tool_choice not "none"): a call to the
   first tool, streamed as `tool_calls` deltas by index, finish_reason "tool_calls".
 - `/metrics` with llamacpp:* names, 501 unless started with `--metrics`.
 
@@ -277,21 +278,20 @@ class FakeLlamaServer:
                 sent += 1
             if self.token_delay:
                 await trio.sleep(self.token_delay)
-        for position, c in enumerate(choices):
-            last = position == len(choices) - 1
+        for c in choices:
+            # as b11434 does for n > 1 (captured): every choice ends with its own usage
+            own = {"completion_tokens": len(c["pieces"]), "prompt_tokens": usage["prompt_tokens"],
+                   "total_tokens": len(c["pieces"]) + usage["prompt_tokens"], "prompt_tokens_details": {"cached_tokens": 0}}
             if chat:
                 chunk = {"choices": [{"finish_reason": c["finish"], "index": c["index"], "delta": {}}], **base}
-                if last and not include_usage:
+                if not include_usage:
                     chunk["timings"] = timings
+                await emit(chunk)
+                if include_usage:
+                    await emit({"choices": [], **base, "usage": own, "timings": timings})
             else:
-                chunk = {"choices": [{"text": "", "index": c["index"], "logprobs": None,
-                                      "finish_reason": c["finish"]}], **base}
-                if last:
-                    chunk["usage"] = usage
-                    chunk["timings"] = timings
-            await emit(chunk)
-        if chat and include_usage:
-            await emit({"choices": [], **base, "usage": usage, "timings": timings})
+                await emit({"choices": [{"text": "", "index": c["index"], "logprobs": None,
+                                         "finish_reason": c["finish"]}], **base, "usage": own, "timings": timings})
         await send({"type": "http.response.body", "body": b"data: [DONE]\n\n", "more_body": False})
 
     # ---- serving ----

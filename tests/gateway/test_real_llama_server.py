@@ -1,0 +1,159 @@
+"""The openai SDK through the gateway to the real llama-server (b11434) serving Gemma 3 270M.
+
+Gemma 270M is a base model: tests assert shapes, token counts and determinism (temperature 0, fixed seed).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import time
+
+import httpx
+import openai
+import pytest
+import trio
+from conftest import ProjectPolicy, QuotaLimits, make_table, replica, start_gateway
+
+pytestmark = pytest.mark.slow
+ENGINE_KEY = "real-engine-key"
+MESSAGES = [{"role": "user", "content": "Write one sentence about the sea."}]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def llama_server(llama_server_binary, gemma_gguf, tmp_path_factory):
+    """A llama-server on 127.0.0.1 with LLAMA_API_KEY set; yields its base URL."""
+    port = _free_port()
+    log = (tmp_path_factory.mktemp("llama") / "server.log").open("wb")
+    process = subprocess.Popen(
+        [str(llama_server_binary), "-m", str(gemma_gguf), "--host", "127.0.0.1", "--port", str(port),
+         "-c", "2048", "-t", "2", "--no-jinja", "--chat-template", "gemma", "--metrics", "--parallel", "2"],
+        env={**os.environ, "LLAMA_API_KEY": ENGINE_KEY}, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert process.poll() is None, f"llama-server exited; see {log.name}"
+            try:
+                if httpx.get(url + "/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, "llama-server did not become healthy in 60 s"
+            time.sleep(0.2)
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+        log.close()
+
+
+@pytest.fixture
+async def client(nursery, store, llama_server):
+    projects = {"chat": ProjectPolicy("chat", "t", "o",
+                                      quotas=(("project:chat", QuotaLimits(concurrent_requests=1)),))}
+    table = make_table({"gemma-3-270m": [replica("gemma-3-270m-1", llama_server, engine_key=ENGINE_KEY)]},
+                       aliases={"gemma-3-270m": ("gemma",)}, projects=projects)
+    gateway, base = await start_gateway(nursery, store, table)
+    _key, plaintext = store.create_api_key("chat")
+    return openai.AsyncOpenAI(base_url=base, api_key=plaintext, max_retries=0), gateway
+
+
+async def test_chat_stream_and_not_agree_and_usage_chunk_has_the_openai_shape(client, store):
+    sdk, _gateway = client
+    whole = await sdk.chat.completions.create(model="gemma", messages=MESSAGES, max_tokens=12, temperature=0,
+                                              seed=42)
+    assert whole.model == "gemma" and whole.usage.completion_tokens == 12 == len(store.recent_usage()) * 12
+    chunks = [c async for c in await sdk.chat.completions.create(
+        model="gemma", messages=MESSAGES, max_tokens=12, temperature=0, seed=42, stream=True,
+        stream_options={"include_usage": True})]
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == whole.choices[0].message.content
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 12
+    assert chunks[-1].usage.prompt_tokens == whole.usage.prompt_tokens
+    assert all(c.usage is None for c in chunks[:-1])
+    plain = [c async for c in await sdk.chat.completions.create(
+        model="gemma", messages=MESSAGES, max_tokens=12, temperature=0, seed=42, stream=True)]
+    assert all(c.choices and c.usage is None for c in plain)
+    records = store.recent_usage()
+    assert [r.completion_tokens for r in records] == [12, 12, 12]
+    assert records[0].ttft_seconds is not None and records[0].replica == "gemma-3-270m-1"
+
+
+async def test_completions_stream_and_not_with_n_choices(client, store):
+    sdk, _gateway = client
+    whole = await sdk.completions.create(model="gemma-3-270m", prompt="The capital of France is", max_tokens=6,
+                                         temperature=0, seed=1, n=2)
+    assert sorted(c.index for c in whole.choices) == [0, 1]
+    texts: dict[int, str] = {}
+    async for chunk in await sdk.completions.create(model="gemma-3-270m", prompt="The capital of France is",
+                                                    max_tokens=6, temperature=0, seed=1, n=2, stream=True):
+        assert chunk.usage is None
+        for choice in chunk.choices:
+            texts[choice.index] = texts.get(choice.index, "") + choice.text
+    assert texts == {c.index: c.text for c in whole.choices}
+    assert store.recent_usage()[0].completion_tokens == 12
+
+
+async def test_engine_errors_and_gateway_errors_raise_the_matching_sdk_exceptions(client):
+    sdk, gateway = client
+    with pytest.raises(openai.BadRequestError):  # the engine's own 400 (prompt over -c 2048) passes through
+        await sdk.chat.completions.create(model="gemma", max_tokens=2,
+                                          messages=[{"role": "user", "content": "sea " * 3000}])
+    with pytest.raises(openai.InternalServerError) as info:  # without --jinja llama-server answers tools with 500
+        await sdk.chat.completions.create(model="gemma", messages=MESSAGES, max_tokens=2, tools=[
+            {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}])
+    assert info.value.status_code == 502 and "--jinja" in info.value.message
+    with pytest.raises(openai.NotFoundError):  # the engine's own model path is not reachable
+        await sdk.chat.completions.create(model="gemma-3-270m-q4_k_m.gguf", messages=MESSAGES)
+    with pytest.raises(openai.AuthenticationError):
+        await openai.AsyncOpenAI(base_url=str(sdk.base_url), api_key="sk-llmgw-x", max_retries=0).models.list()
+    table = gateway.table
+    wrong_key = replica("gemma-3-270m-1", table.models["gemma-3-270m"].replicas[0].base_url, engine_key="wrong")
+    gateway.set_table(make_table({"gemma-3-270m": [wrong_key]}, projects=dict(table.projects)))
+    with pytest.raises(openai.InternalServerError) as info:  # the engine refused our engine key: 502
+        await sdk.chat.completions.create(model="gemma-3-270m", messages=MESSAGES, max_tokens=2)
+    assert info.value.status_code == 502
+
+
+async def test_a_429_for_concurrency_is_retried_by_the_sdk(client, nursery):
+    sdk, _gateway = client
+    retrying = sdk.with_options(max_retries=3)
+    long = await sdk.chat.completions.create(model="gemma", messages=MESSAGES, max_tokens=40, stream=True)
+
+    async def drain():
+        async for _ in long:
+            pass
+
+    nursery.start_soon(drain)
+    began = time.monotonic()
+    reply = await retrying.chat.completions.create(model="gemma", messages=MESSAGES, max_tokens=2)
+    assert reply.usage.completion_tokens == 2 and time.monotonic() - began >= 0.9
+
+
+async def test_an_aborted_real_stream_frees_the_slot(client, store):
+    sdk, gateway = client
+    stream = await sdk.chat.completions.create(model="gemma", messages=MESSAGES, max_tokens=200, stream=True)
+    seen = 0
+    async for chunk in stream:
+        seen += bool(chunk.choices and chunk.choices[0].delta.content)
+        if seen == 3:
+            break
+    await stream.close()
+    with trio.fail_after(5):
+        while gateway.balancer.outstanding:
+            await trio.sleep(0.05)
+    reply = await sdk.chat.completions.create(model="gemma", messages=MESSAGES, max_tokens=2)
+    assert reply.usage.completion_tokens == 2
+    aborted = [r for r in store.recent_usage() if r.status == 499]
+    assert len(aborted) == 1 and 3 <= aborted[0].completion_tokens < 200 and aborted[0].prompt_tokens > 0
