@@ -14,10 +14,12 @@ hard-linked when on the same file system, else copied, and checked like any othe
 from __future__ import annotations
 
 import errno
+import fcntl
 import hashlib
 import os
 import shutil
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote, unquote, urlparse
@@ -171,7 +173,11 @@ async def _fetch_one(spec: WeightsSpec, digest: str, weights_dir: Path, mirrors:
         size = final.stat().st_size
         tally.update(digest, size, size, f"{spec.source}: in the cache")
         return
-    async with limiter:
+    async with limiter, _digest_lock(weights_dir, digest):
+        if final.is_file():  # another task or process fetched it while we waited
+            size = final.stat().st_size
+            tally.update(digest, size, size, f"{spec.source}: in the cache")
+            return
         for mirror in mirrors:
             candidate = Path(mirror) / "sha256" / digest
             if candidate.is_file():
@@ -189,6 +195,23 @@ async def _fetch_one(spec: WeightsSpec, digest: str, weights_dir: Path, mirrors:
         else:
             url, headers = spec.source, {}
         await _download(url, headers, spec.source, digest, weights_dir, client, tally)
+
+
+@asynccontextmanager
+async def _digest_lock(weights_dir: Path, digest: str) -> AsyncIterator[None]:
+    """Hold `partial/<digest>.lock` (flock, polled so that waiting stays cancellable): one writer per digest across
+    tasks and processes sharing a weights directory."""
+    handle = (weights_dir / "partial" / f"{digest}.lock").open("a")
+    try:
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                await trio.sleep(0.2)
+        yield
+    finally:
+        handle.close()  # releases the lock
 
 
 def _leaves(group: BaseExceptionGroup) -> list[BaseException]:

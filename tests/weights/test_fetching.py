@@ -17,7 +17,9 @@ DIGEST = hashlib.sha256(CONTENT).hexdigest()
 
 
 def cache_files(weights_dir: Path) -> list[str]:
-    return sorted(p.relative_to(weights_dir).as_posix() for p in weights_dir.rglob("*") if p.is_file() or p.is_symlink())
+    """Files under the weights directory, except the empty per-digest lock files."""
+    return sorted(p.relative_to(weights_dir).as_posix() for p in weights_dir.rglob("*")
+                  if (p.is_file() or p.is_symlink()) and not p.name.endswith(".lock"))
 
 
 async def test_hub_source_is_resolved_redirected_verified_and_cached_by_digest(tmp_path, hub):
@@ -188,3 +190,19 @@ async def test_many_files_are_fetched_at_most_four_at_a_time(tmp_path, hub, monk
     paths = await fetch(specs + specs[:2], tmp_path, hf_endpoint=hub.url)  # duplicates fetched once
     assert [p.read_bytes() for p in paths] == contents + contents[:2]
     assert peak == 4
+
+
+async def test_two_shards_fetching_the_same_file_at_once_download_it_once(tmp_path, hub):
+    hub.state.add("org/repo", "f.gguf", CONTENT)
+    spec = WeightsSpec("hf://org/repo/f.gguf", DIGEST)
+    results = []
+
+    async def one():
+        results.append(await fetch([spec], tmp_path, hf_endpoint=hub.url))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(one)
+        nursery.start_soon(one)
+    assert results[0] == results[1] == [tmp_path / "sha256" / DIGEST]
+    assert sum(path.startswith("/cdn/") for _, path, _ in hub.state.log) == 1
+    assert (tmp_path / "sha256" / DIGEST).read_bytes() == CONTENT
