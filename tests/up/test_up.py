@@ -1,0 +1,228 @@
+"""`llmgw up` end to end: the real llama-server serving the real Gemma 3 270M through the gateway.
+
+One `llmgw up` process on a copy of examples/cluster-repo (ports picked by the OS) serves the tests of this
+module in order: the openai SDK gets text, streamed and not; a `git push` scales the model to two replicas
+and both serve; `llmgw stop` gives 503 system_stopped and stops the engines; `llmgw start` serves again;
+`llmgw usage` shows the calls; the audit ref shows what was done; Ctrl-C stops everything.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import openai
+import pytest
+
+pytestmark = pytest.mark.slow
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+LLMGW = [sys.executable, "-m", "llmgw.cli"]
+MODEL = "gemma-3-270m"
+
+
+class UpProcess:
+    """A running `llmgw up` with its stdout collected line by line."""
+
+    def __init__(self, state: Path, seed: Path):
+        self.state = state
+        self.lines: list[str] = []
+        self._queue: queue.Queue[str] = queue.Queue()
+        self.process = subprocess.Popen(
+            [*LLMGW, "up", "--repo", str(seed), "--state", str(state),
+             "--gateway", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--agents", "127.0.0.1:0"],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO_ROOT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "200"},
+        )
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.lines.append(line.rstrip("\n"))
+            self._queue.put(line.rstrip("\n"))
+
+    def wait_for(self, pattern: str, timeout: float) -> re.Match:
+        """The first output line (seen before or after now) matching `pattern`; fails the test after `timeout` s."""
+        regex = re.compile(pattern)
+        for line in list(self.lines):
+            if match := regex.search(line):
+                return match
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                line = self._queue.get(timeout=0.5)
+            except queue.Empty:
+                if self.process.poll() is not None:
+                    break
+                continue
+            if match := regex.search(line):
+                return match
+        raise AssertionError(f"no line matching {pattern!r} within {timeout} s; output:\n" + "\n".join(self.lines))
+
+
+def llmgw(*args: str, state: Path, check: bool = True) -> subprocess.CompletedProcess:
+    """Run an `llmgw` verb against the state directory of the running `up`."""
+    result = subprocess.run(
+        [*LLMGW, *args, "--state", str(state)], capture_output=True, text=True, cwd=REPO_ROOT, timeout=120,
+    )
+    if check:
+        assert result.returncode == 0, f"llmgw {' '.join(args)} failed:\n{result.stdout}\n{result.stderr}"
+    return result
+
+
+def replicas(state: Path) -> dict:
+    return json.loads(llmgw("replicas", "--json", state=state).stdout)
+
+
+def wait_until(predicate, timeout: float, what: str, interval: float = 1.0):
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = predicate()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}; last: {last!r}")
+
+
+def engine_pids() -> set[int]:
+    out = subprocess.run(["pgrep", "-f", "llama-server.*--alias gemma-3-270m"], capture_output=True, text=True)
+    return {int(pid) for pid in out.stdout.split()}
+
+
+@pytest.fixture(scope="module")
+def up(tmp_path_factory, llama_server_binary, gemma_mirror):
+    """`llmgw up` on a copy of examples/cluster-repo, running until the module's tests are done."""
+    root = tmp_path_factory.mktemp("up")
+    seed = root / "cluster-repo"
+    shutil.copytree(REPO_ROOT / "examples" / "cluster-repo", seed)
+    process = UpProcess(root / "state", seed)
+    try:
+        yield process
+    finally:
+        if process.process.poll() is None:
+            process.process.send_signal(signal.SIGINT)
+            try:
+                process.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.process.kill()
+
+
+@pytest.fixture(scope="module")
+def client(up) -> openai.OpenAI:
+    base = up.wait_for(r"gateway\s+(http://\S+/v1)", timeout=600).group(1)
+    key = up.wait_for(r"API key\s+(sk-llmgw-\S+)", timeout=30).group(1)
+    up.wait_for(rf"{MODEL}-0\s+ready", timeout=600)
+    return openai.OpenAI(base_url=base, api_key=key, max_retries=0, timeout=120)
+
+
+def test_the_sdk_gets_generated_text_from_gemma_through_the_gateway(client):
+    reply = client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "Say hello."}], max_tokens=12, temperature=0, seed=1,
+    )
+    assert reply.choices[0].message.content
+    assert reply.usage.completion_tokens > 0
+    assert reply.model == MODEL
+
+
+def test_a_streamed_reply_arrives_in_chunks_and_an_alias_works(client):
+    chunks = list(client.chat.completions.create(
+        model="gemma", messages=[{"role": "user", "content": "Count to five."}], max_tokens=12, stream=True,
+        temperature=0,
+    ))
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert len(chunks) > 3
+    assert text
+
+
+def test_a_push_to_two_replicas_gives_a_second_ready_replica_and_both_serve(up, client, tmp_path):
+    clone = tmp_path / "settings"
+    subprocess.run(["git", "clone", "-q", str(up.state / "settings.git"), str(clone)], check=True)
+    catalog = clone / "catalog" / f"{MODEL}.yaml"
+    catalog.write_text(re.sub(r"(?m)^replicas: 1$", "replicas: 2", catalog.read_text()))
+    env = {**os.environ, "GIT_AUTHOR_NAME": "Op", "GIT_AUTHOR_EMAIL": "op@example.com",
+           "GIT_COMMITTER_NAME": "Op", "GIT_COMMITTER_EMAIL": "op@example.com"}
+    subprocess.run(["git", "-C", str(clone), "commit", "-qam", "gemma: two replicas"], check=True, env=env)
+    subprocess.run(["git", "-C", str(clone), "push", "-q", "origin", "HEAD:main"], check=True, env=env)
+
+    def both_ready():
+        doc = replicas(up.state)
+        ready = [r for r, entry in doc.items() if entry.get("model") == MODEL and entry.get("state") == "ready"]
+        return ready if len(ready) == 2 else None
+
+    assert sorted(wait_until(both_ready, 300, "two ready replicas")) == [f"{MODEL}-0", f"{MODEL}-1"]
+    assert len(engine_pids()) == 2
+    for attempt in range(8):
+        client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": f"Hi {attempt}"}],
+                                       max_tokens=2)
+    assert {f"{MODEL}-0", f"{MODEL}-1"} <= replicas_that_served(up.state)
+
+
+def replicas_that_served(state: Path) -> set[str]:
+    """Replica ids in the usage records (the store is SQLite; read-only access beside the running gateway)."""
+    import sqlite3
+
+    with sqlite3.connect(f"file:{state / 'llmgw.sqlite3'}?mode=ro", uri=True) as db:
+        return {row[0] for row in db.execute("SELECT DISTINCT replica FROM usage WHERE replica IS NOT NULL")}
+
+
+def test_stop_answers_503_system_stopped_and_stops_the_engines(up, client):
+    llmgw("stop", state=up.state)
+    with pytest.raises(openai.APIStatusError) as raised:
+        wait_until(lambda: client.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "x"}], max_tokens=1) and None, 60,
+            "the gateway to refuse")
+    assert raised.value.status_code == 503
+    assert raised.value.body["code"] == "system_stopped"
+    wait_until(lambda: not engine_pids(), 60, "the engines to stop")
+
+
+def test_start_serves_again(up, client):
+    llmgw("start", state=up.state)
+
+    def answered():
+        try:
+            return client.chat.completions.create(
+                model=MODEL, messages=[{"role": "user", "content": "Again"}], max_tokens=3)
+        except openai.APIStatusError as exc:
+            if exc.status_code == 503:
+                return None
+            raise
+
+    assert wait_until(answered, 300, "a reply after llmgw start", interval=2.0).choices
+
+
+def test_usage_shows_the_calls(up):
+    doc = json.loads(llmgw("usage", "--by", "model", "--json", state=up.state).stdout)
+    text = json.dumps(doc)
+    assert MODEL in text, doc
+    rows = doc["rows"] if isinstance(doc, dict) and "rows" in doc else doc
+    gemma = [row for row in rows if MODEL in json.dumps(row)]
+    assert gemma[0]["requests"] >= 10, gemma
+
+
+def test_the_audit_ref_shows_what_was_done(up):
+    log = subprocess.run(
+        ["git", "--git-dir", str(up.state / "settings.git"), "log", "--format=%s", "refs/llmgw/audit"],
+        capture_output=True, text=True, check=True,
+    ).stdout.splitlines()
+    assert len(log) >= 3, log
+    assert any("start" in line.lower() for line in log), log
+
+
+def test_ctrl_c_stops_everything_within_seconds(up):
+    started = time.monotonic()
+    up.process.send_signal(signal.SIGINT)
+    up.process.wait(timeout=30)
+    assert time.monotonic() - started < 20
+    assert not engine_pids()
