@@ -42,8 +42,8 @@ class NodeRecord:
     """One node as the registry knows it.
 
     `state` is the node as last reported (shards included, even while lost). `last_seen` is the time of its
-    last message; `lost` True once silent for longer than the registry's `lost_after`. `foreign_shards` are
-    engine processes the agent found that llmgw did not start: reported, never planned for or killed.
+    last message; `lost` True once silent for longer than the registry's `lost_after`. Engine processes llmgw did not start are in
+    `state.shards` with `adopted_foreign=True`: reported, never stopped.
     `engine_errors` maps "llama.cpp@b11434" to the last install error.
     """
 
@@ -55,7 +55,6 @@ class NodeRecord:
     arch: str = ""
     agent_version: str = ""
     warnings: tuple[str, ...] = ()
-    foreign_shards: tuple[ObservedShard, ...] = ()
     details: Mapping[str, ShardDetail] = field(default_factory=lambda: MappingProxyType({}))
     engine_errors: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
@@ -107,7 +106,6 @@ class FleetRegistry:
         node: NodeState,
         now: float,
         *,
-        foreign_shards: Iterable[ObservedShard] = (),
         details: Mapping[str, ShardDetail] | None = None,
         os: str = "",
         arch: str = "",
@@ -125,7 +123,6 @@ class FleetRegistry:
             arch=arch,
             agent_version=agent_version,
             warnings=tuple(warnings),
-            foreign_shards=tuple(foreign_shards),
             details=MappingProxyType(dict(details or {})),
         )
         return (
@@ -141,7 +138,6 @@ class FleetRegistry:
         now: float,
         *,
         shards: Iterable[ObservedShard] | None = None,
-        foreign_shards: Iterable[ObservedShard] | None = None,
         details: Mapping[str, ShardDetail] | None = None,
         engines_installed: Iterable[str] | None = None,
         engines_installing: Iterable[str] | None = None,
@@ -161,8 +157,6 @@ class FleetRegistry:
         if engines_installing is not None:
             state = replace(state, engines_installing=frozenset(engines_installing))
         record = replace(old, state=state, last_seen=now, lost=False)
-        if foreign_shards is not None:
-            record = replace(record, foreign_shards=tuple(foreign_shards))
         if details is not None:
             record = replace(record, details=MappingProxyType(dict(details)))
         self._records[node_id] = record

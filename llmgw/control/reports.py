@@ -44,6 +44,7 @@ def shard_from_status(status) -> ObservedShard:
         port=int(status.port),
         error=error,
         restarts=int(status.restarts),
+        adopted_foreign=bool(status.foreign),
     )
 
 
@@ -58,18 +59,18 @@ def detail_from_status(status) -> ShardDetail:
     )
 
 
-def split_shards(statuses: Iterable) -> tuple[tuple[ObservedShard, ...], tuple[ObservedShard, ...], dict]:
-    """Split pb `ShardStatus` values into (ours, foreign, details by shard id), each by shard id."""
-    ours, foreign, details = [], [], {}
+def convert_shards(statuses: Iterable) -> tuple[tuple[ObservedShard, ...], dict[str, ShardDetail]]:
+    """pb `ShardStatus` values as (shards by shard id, details by shard id).
+
+    Engine processes llmgw did not start are included with `adopted_foreign=True`: the planner counts what
+    they hold and never stops them; routing never uses them.
+    """
+    shards, details = [], {}
     for status in statuses:
         shard = shard_from_status(status)
-        (foreign if status.foreign else ours).append(shard)
+        shards.append(shard)
         details[shard.shard_id] = detail_from_status(status)
-    return (
-        tuple(sorted(ours, key=lambda s: s.shard_id)),
-        tuple(sorted(foreign, key=lambda s: s.shard_id)),
-        details,
-    )
+    return tuple(sorted(shards, key=lambda s: s.shard_id)), details
 
 
 def gpu_from_report(gpu) -> GpuState:
@@ -95,12 +96,12 @@ def gpu_from_report(gpu) -> GpuState:
 
 
 def node_from_register(register, peer_host: str = "127.0.0.1") -> NodeState:
-    """A `NodeState` from a pb `Register`, with the shards it runs now (foreign ones left out).
+    """A `NodeState` from a pb `Register`, with the shards it runs now (to be adopted).
 
     A GPU with MIG enabled is not itself placeable: its MIG instances are (reported as their own `Gpu`
     entries with `is_mig_instance`). `address` is the reported address, else the peer's host.
     """
-    ours, _foreign, _details = split_shards(register.shards)
+    shards, _details = convert_shards(register.shards)
     gpus = tuple(
         gpu_from_report(g) for g in register.gpus if g.is_mig_instance or not g.mig_enabled
     )
@@ -113,7 +114,7 @@ def node_from_register(register, peer_host: str = "127.0.0.1") -> NodeState:
         memory_bytes=int(register.memory_total_bytes),
         gpus=gpus,
         engines_installed=frozenset(register.engines_installed),
-        shards=ours,
+        shards=shards,
     )
 
 

@@ -1,0 +1,228 @@
+"""The admin API: JSON over HTTP on the admin listener (a bare ASGI app on hypercorn's trio worker).
+
+Every route but the git hook needs `Authorization: Bearer <admin token>` (the control plane's token or one of
+the store's admin tokens); a missing or wrong token is 401. Errors are `{"error": {"type", "message"}}` with
+400 (bad request or settings), 401, 404, 409 (the node is not connected) or 503 (try again).
+
+    GET  /api/v1/status                      the status document
+    GET  /api/v1/history?limit=N              audit commits, newest first
+    GET  /api/v1/nodes | /api/v1/replicas     parts of the status
+    POST /api/v1/apply {"wait", "allow_empty", "timeout"}    NDJSON progress lines, the last {"event": "done"}
+    GET  /api/v1/plan?rev=REV                 the plan REV (default: branch head) would run on the live fleet
+    GET  /api/v1/logs?node=N&shard=S&lines=K  a shard's (or the agent's) last log lines
+    POST /api/v1/stop | /api/v1/start {"author_name", "author_email"}   serving.stopped commits
+    POST /api/v1/hooks/git                    wake the watcher: a forge signs with X-Hub-Signature-256
+                                              (wrong signature: 401); unsigned only from loopback (the
+                                              post-receive hook of `llmgw repo init`)
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, is_dataclass
+from typing import Any
+from urllib.parse import parse_qs
+
+import trio
+
+from llmgw.control.keys import token_matches, webhook_signature_valid
+from llmgw.errors import LlmgwError, SettingsError, TemporaryError, UsageError
+
+MAX_BODY = 1 << 20
+LOOPBACK = ("127.0.0.1", "::1", "localhost")
+
+
+class _HttpError(Exception):
+    def __init__(self, status: int, kind: str, message: str):
+        self.status, self.kind, self.message = status, kind, message
+        super().__init__(message)
+
+
+def _json_default(value: Any) -> Any:
+    if is_dataclass(value):
+        return asdict(value)
+    if isinstance(value, (set, frozenset, tuple)):
+        return list(value)
+    return str(value)
+
+
+def _encode(data: Any) -> bytes:
+    return json.dumps(data, default=_json_default).encode()
+
+
+async def _send_json(send, status: int, data: Any) -> None:
+    body = _encode(data)
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def _read_body(receive) -> bytes:
+    chunks, size = [], 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise _HttpError(400, "bad_request", "the client went away before sending the body")
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > MAX_BODY:
+            raise _HttpError(413, "too_large", f"the body is larger than {MAX_BODY} bytes")
+        chunks.append(chunk)
+        if not message.get("more_body"):
+            return b"".join(chunks)
+
+
+def _json_body(body: bytes) -> dict[str, Any]:
+    if not body.strip():
+        return {}
+    try:
+        data = json.loads(body)
+    except ValueError as exc:
+        raise _HttpError(400, "bad_request", f"the body is not JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise _HttpError(400, "bad_request", "the body must be a JSON object")
+    return data
+
+
+class AdminApp:
+    """The ASGI app of the admin API over one `ControlPlane`."""
+
+    def __init__(self, plane):
+        self.plane = plane
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] == "lifespan":
+            while True:
+                message = await receive()
+                if message["type"] == "lifespan.startup":
+                    await send({"type": "lifespan.startup.complete"})
+                elif message["type"] == "lifespan.shutdown":
+                    await send({"type": "lifespan.shutdown.complete"})
+                    return
+        if scope["type"] != "http":
+            return
+        try:
+            await self._route(scope, receive, send)
+        except _HttpError as exc:
+            await _send_json(send, exc.status, {"error": {"type": exc.kind, "message": exc.message}})
+        except SettingsError as exc:
+            await _send_json(send, 400, {"error": {"type": "settings", "message": str(exc),
+                                                   "issues": [str(i) for i in exc.issues]}})
+        except UsageError as exc:
+            await _send_json(send, 409, {"error": {"type": "usage", "message": str(exc)}})
+        except TemporaryError as exc:
+            await _send_json(send, 503, {"error": {"type": "temporary", "message": str(exc)}})
+        except LlmgwError as exc:
+            await _send_json(send, 500, {"error": {"type": type(exc).__name__, "message": str(exc)}})
+
+    def _authorised(self, scope) -> bool:
+        headers = dict(scope.get("headers") or [])
+        authorization = headers.get(b"authorization", b"").decode("latin-1")
+        if token_matches(self.plane.admin_token, authorization):
+            return True
+        scheme, _, token = authorization.partition(" ")
+        if scheme.lower() == "bearer" and token and self.plane.store is not None:
+            return bool(self.plane.store.check_admin_token(token.strip()))
+        return False
+
+    async def _route(self, scope, receive, send) -> None:
+        method, path = scope["method"], scope["path"].rstrip("/")
+        query = {k: v[-1] for k, v in parse_qs(scope.get("query_string", b"").decode()).items()}
+        if path == "/api/v1/hooks/git" and method == "POST":
+            return await self._hook(scope, receive, send)
+        if path == "/api/v1/health":
+            return await _send_json(send, 200, {"ok": True})
+        if not self._authorised(scope):
+            raise _HttpError(401, "unauthorized",
+                             "an admin token is needed: pass --token, set LLMGW_ADMIN_TOKEN, or run on the "
+                             "control plane's machine (it reads <state>/admin-token)")
+        plane = self.plane
+        if method == "GET" and path == "/api/v1/status":
+            return await _send_json(send, 200, plane.status())
+        if method == "GET" and path == "/api/v1/nodes":
+            return await _send_json(send, 200, {"nodes": plane.status()["nodes"]})
+        if method == "GET" and path == "/api/v1/replicas":
+            return await _send_json(send, 200, {"replicas": plane.status()["replicas"]})
+        if method == "GET" and path == "/api/v1/history":
+            return await self._history(send, int(query.get("limit", "50")))
+        if method == "GET" and path == "/api/v1/plan":
+            return await self._plan(send, query.get("rev") or None)
+        if method == "GET" and path == "/api/v1/logs":
+            node = query.get("node")
+            if not node:
+                raise _HttpError(400, "bad_request", "say which node: /api/v1/logs?node=NODE[&shard=SHARD]")
+            lines = await plane.logs(node, query.get("shard", ""), int(query.get("lines", "200")))
+            return await _send_json(send, 200, {"node": node, "shard": query.get("shard", ""), "lines": lines})
+        if method == "POST" and path in ("/api/v1/stop", "/api/v1/start"):
+            body = _json_body(await _read_body(receive))
+            name = body.get("author_name") or "llmgw operator"
+            email = body.get("author_email") or "operator@llmgw.invalid"
+            commit = await plane.set_stopped(path.endswith("stop"), name, email)
+            return await _send_json(send, 200, {"commit": commit, "stopped": path.endswith("stop")})
+        if method == "POST" and path == "/api/v1/apply":
+            return await self._apply(receive, send)
+        raise _HttpError(404, "not_found", f"no route {method} {path}")
+
+    async def _hook(self, scope, receive, send) -> None:
+        body = await _read_body(receive)
+        headers = dict(scope.get("headers") or [])
+        signature = headers.get(b"x-hub-signature-256")
+        client = (scope.get("client") or ("", 0))[0]
+        if signature is not None:
+            secret = self.plane.webhook_secret()
+            if secret is None or not webhook_signature_valid(secret, body, signature.decode("latin-1")):
+                raise _HttpError(401, "bad_signature", "the X-Hub-Signature-256 of this webhook does not match "
+                                 "the secret \"webhook\" of the control plane")
+        elif client not in LOOPBACK and not self._authorised(scope):
+            raise _HttpError(401, "unauthorized", "a webhook from another machine must be signed "
+                             "(X-Hub-Signature-256 with the secret \"webhook\")")
+        self.plane.watcher.wake()
+        await _send_json(send, 202, {"ok": True})
+
+    async def _history(self, send, limit: int) -> None:
+        from llmgw.settings import read_audit_log
+
+        entries = await trio.to_thread.run_sync(read_audit_log, str(self.plane.watcher.repo_path), limit)
+        await _send_json(send, 200, {"entries": [
+            asdict(e) if is_dataclass(e) else e for e in entries
+        ]})
+
+    async def _plan(self, send, rev: str | None) -> None:
+        from llmgw.plan import plan_to_json, render_plan
+
+        plan = await self.plane.preview(rev)
+        await _send_json(send, 200, {"plan": plan_to_json(plan), "lines": render_plan(plan, include_keep=False),
+                                     "changes": plan.changes or bool(plan.unplaced)})
+
+    async def _apply(self, receive, send) -> None:
+        body = _json_body(await _read_body(receive))
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"application/x-ndjson")]})
+
+        async def emit(event: dict[str, Any]) -> None:
+            await send({"type": "http.response.body", "body": _encode(event) + b"\n", "more_body": True})
+
+        ok = await self.plane.apply(
+            emit, wait=bool(body.get("wait", True)), allow_empty=bool(body.get("allow_empty", False)),
+            timeout=float(body.get("timeout", 600.0)), who=str(body.get("who", "admin API")),
+        )
+        await send({"type": "http.response.body", "body": _encode({"event": "end", "ok": ok}) + b"\n"})
+
+
+async def serve_admin(plane, host: str, port: int, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+    """Serve the admin API for `plane` until cancelled; `task_status.started(bound_port)`."""
+    from hypercorn.config import Config
+    from hypercorn.trio import serve
+
+    config = Config()
+    config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
+    config.accesslog = None
+    config.errorlog = None
+    config.graceful_timeout = 1.0
+
+    async def started(task_status=trio.TASK_STATUS_IGNORED):
+        await serve(AdminApp(plane), config, task_status=task_status)
+
+    async with trio.open_nursery() as nursery:
+        binds = await nursery.start(started)
+        task_status.started(int(binds[0].rsplit(":", 1)[1]))

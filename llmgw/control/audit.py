@@ -1,0 +1,285 @@
+"""What was done, as commits: the status snapshot of each pass that changed something, on `refs/llmgw/audit`.
+
+`status_document` builds the snapshot (plain data, no secrets: engine keys and weight tokens are never in it);
+`audit_message` the commit message; `AuditWriter` writes commits off the reconcile pass's critical path: a pass
+only queues, and a failed write (a locked ref, a full disk) is retried later with backoff, never failing a pass.
+`refs/llmgw/applied` is moved with `llmgw.settings.set_ref` when a pass finds the fleet converged to a commit.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import trio
+from ruamel.yaml import YAML
+
+from llmgw.control.reconciling import PassRecord
+from llmgw.control.registry import NodeRecord
+from llmgw.control.watching import WatchState
+from llmgw.errors import LlmgwError
+from llmgw.plan.types import Plan
+from llmgw.settings import append_audit, set_ref
+
+APPLIED_REF = "refs/llmgw/applied"
+log = logging.getLogger("llmgw.control.audit")
+MAX_QUEUED = 200
+
+
+def node_documents(records: tuple[NodeRecord, ...]) -> dict[str, Any]:
+    """Per node: connection state, address, engines, and its shards with state, settings commit and errors."""
+    nodes: dict[str, Any] = {}
+    for record in records:
+        node = record.state
+        state = "lost" if record.lost else ("connected" if record.connected else "disconnected")
+        shards = {}
+        for shard in node.shards:
+            entry: dict[str, Any] = {
+                "replica": shard.replica_id,
+                "model": shard.model,
+                "state": shard.state.value,
+                "settings_commit": shard.settings_commit,
+                "port": shard.port,
+            }
+            if shard.devices:
+                entry["devices"] = list(shard.devices)
+            if shard.error:
+                entry["error"] = shard.error
+            if shard.restarts:
+                entry["restarts"] = shard.restarts
+            if shard.adopted_foreign:
+                entry["foreign"] = True
+            shards[shard.shard_id] = entry
+        doc: dict[str, Any] = {
+            "state": state,
+            "address": node.address,
+            "gpus": len(node.gpus),
+            "cpu_cores": node.cpu_cores,
+            "engines": sorted(node.engines_installed),
+            "shards": shards,
+        }
+        if node.engines_installing:
+            doc["engines_installing"] = sorted(node.engines_installing)
+        if record.engine_errors:
+            doc["engine_errors"] = dict(record.engine_errors)
+        if record.warnings:
+            doc["warnings"] = list(record.warnings)
+        nodes[node.node_id] = doc
+    return nodes
+
+
+def replica_documents(records: tuple[NodeRecord, ...], plan: Plan | None) -> dict[str, Any]:
+    """Per replica: its model, where it runs (or should), state, settings commit and error."""
+    replicas: dict[str, Any] = {}
+    for record in records:
+        if record.lost:
+            continue
+        for shard in record.state.shards:
+            if shard.adopted_foreign or not shard.replica_id:
+                continue
+            entry = replicas.setdefault(shard.replica_id, {"model": shard.model, "shards": {}})
+            entry["shards"][shard.shard_id] = {
+                "node": record.node_id, "state": shard.state.value, "settings_commit": shard.settings_commit,
+                **({"error": shard.error} if shard.error else {}),
+            }
+    if plan is not None:
+        for assignment in plan.assignments:
+            entry = replicas.setdefault(assignment.replica_id, {"model": assignment.model, "shards": {}})
+            entry["node"] = assignment.node_id
+        for unplaced in plan.unplaced:
+            entry = replicas.setdefault(unplaced.replica_id, {"model": unplaced.model, "shards": {}})
+            entry["unplaced"] = {node: why for node, why in unplaced.reasons} or {"": "no nodes"}
+    for entry in replicas.values():
+        states = [s["state"] for s in entry["shards"].values()]
+        if "unplaced" in entry:
+            entry["state"] = "unplaced"
+        elif "node" not in entry:
+            entry["state"] = "stopping" if any(s != "stopped" for s in states) else "stopped"
+        elif states and all(s == "ready" for s in states):
+            entry["state"] = "ready"
+        else:
+            entry["state"] = next((s for s in states if s != "ready"), "pending")
+    return dict(sorted(replicas.items()))
+
+
+def status_document(
+    watch: WatchState,
+    records: tuple[NodeRecord, ...],
+    last_pass: PassRecord | None,
+    plan: Plan | None,
+    failures: list[dict[str, Any]] = (),  # type: ignore[assignment]
+) -> dict[str, Any]:
+    """The whole status as plain data: settings (in force, head, rejected), nodes, replicas, failures, last pass.
+
+    This is what `GET /api/v1/status` returns and (without times) what each audit commit's status.yaml holds.
+    """
+    settings = watch.settings
+    doc: dict[str, Any] = {
+        "settings": {
+            "commit": settings.commit if settings else None,
+            "head": watch.head,
+            "serving_stopped": settings.cluster.serving_stopped if settings else False,
+        },
+        "nodes": node_documents(records),
+        "replicas": replica_documents(records, plan),
+    }
+    for name, rejected in (("bad", watch.bad), ("held", watch.held)):
+        if rejected is not None:
+            doc["settings"][name] = {
+                "commit": rejected.commit,
+                "issues": [
+                    {"file": i.file, "line": i.line, "column": i.column, "key": i.key_path, "reason": i.message,
+                     "text": str(i)}
+                    for i in rejected.issues
+                ],
+            }
+    if watch.remote_error:
+        doc["settings"]["remote_error"] = watch.remote_error
+    if failures:
+        doc["failures"] = list(failures)
+    if last_pass is not None:
+        doc["pass"] = {
+            "number": last_pass.number,
+            "trigger": last_pass.trigger,
+            "settings_commit": last_pass.settings_commit,
+            "converged": last_pass.converged,
+            "started_at": last_pass.started_at,
+        }
+    return doc
+
+
+def audit_snapshot(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """The parts of a status document whose change is worth a commit (no times, pass numbers or triggers)."""
+    snap = {k: v for k, v in doc.items() if k not in ("pass", "failures")}
+    if "failures" in doc:
+        snap["failures"] = [{k: v for k, v in f.items() if k != "retry_at"} for f in doc["failures"]]
+    if "pass" in doc:
+        snap["converged"] = doc["pass"]["converged"]
+    return snap
+
+
+def dump_yaml(doc: Mapping[str, Any]) -> bytes:
+    """`doc` as block-style YAML (UTF-8)."""
+    yaml = YAML()
+    yaml.default_flow_style = False
+    out = io.StringIO()
+    yaml.dump(_plain(doc), out)
+    return out.getvalue().encode()
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def audit_message(record: PassRecord) -> str:
+    """The commit message of a pass: a subject saying what was done for which settings commit, then details."""
+    commit = (record.settings_commit or "none")[:12]
+    sent = record.sent
+    verbs = {"start": "start", "restart": "restart", "stop": "stop", "install": "install"}
+    parts = [f"{verbs.get(a.kind, a.kind)} {a.subject} on {a.node_id}" for a in sent]
+    if parts:
+        subject = f"pass {record.number} for settings {commit}: " + "; ".join(parts[:4])
+        if len(parts) > 4:
+            subject += f"; and {len(parts) - 4} more"
+    else:
+        subject = f"pass {record.number} for settings {commit}: " + (
+            "converged" if record.converged else "state changed"
+        )
+    lines = [subject, "", f"Trigger: {record.trigger}", f"Settings-Commit: {record.settings_commit or 'none'}",
+             f"Converged: {'yes' if record.converged else 'no'}"]
+    for action in record.actions:
+        line = f"- {action.kind} {action.subject} on {action.node_id}: {action.outcome}"
+        if action.reason:
+            line += f" ({action.reason})"
+        if action.error:
+            line += f": {action.error}"
+        lines.append(line)
+    for unplaced in record.unplaced:
+        lines.append(f"- unplaced: {unplaced}")
+    return "\n".join(lines) + "\n"
+
+
+@dataclass(frozen=True)
+class _Write:
+    files: dict[str, bytes] | None
+    message: str
+    applied: str | None = None
+
+
+class AuditWriter:
+    """Writes queued audit commits and applied-ref moves to the repository at `repo_path`, in order.
+
+    `queue_*` never blocks or raises. `errors` counts failed writes; `last_error` is the latest sentence.
+    """
+
+    def __init__(self, repo_path: Path):
+        self.repo_path = repo_path
+        self._queue: deque[_Write] = deque()
+        self._wake = trio.Event()
+        self.written = 0
+        self.errors = 0
+        self.last_error: str | None = None
+        self.applied: str | None = None
+
+    def queue_audit(self, status: Mapping[str, Any], message: str) -> None:
+        """Queue one audit commit holding status.yaml."""
+        if len(self._queue) >= MAX_QUEUED:
+            self._queue.popleft()
+        self._queue.append(_Write({"status.yaml": dump_yaml(status)}, message))
+        self._wake.set()
+
+    def queue_applied(self, commit: str) -> None:
+        """Queue moving refs/llmgw/applied to `commit` (after the audit commits queued before it)."""
+        if commit == self.applied:
+            return
+        self.applied = commit
+        self._queue.append(_Write(None, "", applied=commit))
+        self._wake.set()
+
+    def pending(self) -> int:
+        return len(self._queue)
+
+    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        """Write what is queued, forever; a failure waits (1 s doubling to 60 s) and tries the same write again."""
+        task_status.started()
+        delay = 1.0
+        while True:
+            if not self._queue:
+                await self._wake.wait()
+                self._wake = trio.Event()
+                continue
+            item = self._queue[0]
+            try:
+                if item.files is not None:
+                    await trio.to_thread.run_sync(append_audit, str(self.repo_path), item.files, item.message)
+                else:
+                    await trio.to_thread.run_sync(set_ref, str(self.repo_path), APPLIED_REF, item.applied)
+            except Exception as exc:  # noqa: BLE001 - the audit must never stop the control plane; logged, retried
+                self.errors += 1
+                self.last_error = f"writing the audit to {self.repo_path} failed (will retry): {exc}"
+                if not isinstance(exc, (LlmgwError, OSError)):
+                    log.exception("writing an audit commit failed with a bug; retrying in %g s", delay)
+                await trio.sleep(delay)
+                delay = min(60.0, delay * 2)
+                continue
+            self._queue.popleft()
+            self.written += 1
+            self.last_error = None
+            delay = 1.0
+
+    async def flush(self, timeout: float) -> bool:
+        """Wait until the queue is empty (True) or `timeout` seconds pass (False)."""
+        with trio.move_on_after(timeout):
+            while self._queue:
+                await trio.sleep(0.02)
+            return True
+        return False

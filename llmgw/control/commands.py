@@ -1,0 +1,116 @@
+"""The commands a plan's actions become: StartShard, StopShard and InstallEngine messages (llmgw/wire/agent.proto).
+
+Pure apart from looking secrets up: a planned `Action`, the settings in force and what the node reported in,
+a pb message body out. Engine keys and weight tokens go into the message (the agent puts them in the engine's
+environment); they are never written to status, audit or logs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from llmgw.errors import UsageError
+from llmgw.plan.identity import engine_version_of
+from llmgw.plan.types import Action, ActionKind
+from llmgw.settings.model import Settings
+from llmgw.wire import pb
+
+
+def shard_id_of(action: Action) -> str:
+    """The shard an action is about: the action's, else its assignment's, else "<replica>/0"."""
+    if action.shard_id:
+        return action.shard_id
+    if action.assignment is not None and action.assignment.shard_id:
+        return action.assignment.shard_id
+    return f"{action.replica_id}/0"
+
+
+def action_key(action: Action) -> tuple[str, str, str]:
+    """Identity of an action across passes: (kind, node, shard id or engine). START and RESTART share one."""
+    kind = "start" if action.kind in (ActionKind.START, ActionKind.RESTART) else action.kind.value
+    subject = action.engine if action.kind is ActionKind.INSTALL else shard_id_of(action)
+    return (kind, action.node_id, subject)
+
+
+def start_shard(
+    action: Action,
+    settings: Settings,
+    engine_key: Callable[[str], str],
+    secret: Callable[[str], str],
+) -> pb.StartShard:
+    """The StartShard for a START or RESTART action.
+
+    Raises: UsageError when the model is gone from the settings or a secret its weights name is missing.
+    """
+    model = settings.models.get(action.model)
+    if model is None:
+        raise UsageError(f"model {action.model!r} of replica {action.replica_id} is not in the settings in force.")
+    assignment = action.assignment
+    weights = [
+        pb.WeightsFile(source=w.source, sha256=w.sha256, secret_value=secret(w.secret) if w.secret else "")
+        for w in model.weights
+    ]
+    return pb.StartShard(
+        shard_id=shard_id_of(action),
+        replica_id=action.replica_id,
+        model=model.name,
+        engine=model.engine,
+        engine_version=engine_version_of(settings, model) or "",
+        weights=weights,
+        devices=list(assignment.devices) if assignment else [],
+        cpu_cores=assignment.cpu_cores if assignment else model.resources.cpu_cores,
+        memory_bytes=(assignment.memory_bytes if assignment else model.resources.memory_bytes) or 0,
+        context_size=model.context_size or 0,
+        engine_args=list(model.engine_args),
+        engine_key=engine_key(action.replica_id),
+        fingerprint=assignment.fingerprint if assignment else "",
+        settings_commit=settings.commit or "",
+        tensor_parallel=model.resources.tensor_parallel,
+        pipeline_parallel=model.resources.pipeline_parallel,
+        allow_pickle=model.allow_pickle,
+        served_name=model.name,
+    )
+
+
+def stop_shard(action: Action, settings: Settings) -> pb.StopShard:
+    """The StopShard for a STOP action, with the node's `shard_stop_grace` (seconds)."""
+    grace = settings.agent_settings_for(action.node_id).shard_stop_grace
+    return pb.StopShard(shard_id=shard_id_of(action), grace_seconds=grace)
+
+
+def install_engine(action: Action, settings: Settings, platform: str) -> pb.InstallEngine:
+    """The InstallEngine for an INSTALL action ("llama.cpp@b11434"), with the archive for `platform`
+    ("linux-x86_64") when engines.yaml lists one. Raises: UsageError when engines.yaml has no such version.
+    """
+    engine, _, version = action.engine.partition("@")
+    entry = settings.engine_version(engine, version or None)
+    if entry is None:
+        raise UsageError(f"engines.yaml lists no {engine} version {version!r}; add it or change the model's engine_version.")
+    url, sha = entry.archives.get(platform, ("", ""))
+    return pb.InstallEngine(
+        engine=entry.engine,
+        version=entry.version,
+        archive_url=url,
+        archive_sha256=sha,
+        sdist_package=entry.sdist_package or "",
+        sdist_version=entry.sdist_version or "",
+        sdist_sha256=entry.sdist_sha256 or "",
+        mirror=entry.mirror or "",
+        build_args=list(entry.build_args),
+        python_packages=list(entry.python_packages),
+    )
+
+
+def agent_settings(settings: Settings, node_id: str) -> pb.AgentSettings:
+    """The AgentSettings message for `node_id` (its override file over agents/default.yaml)."""
+    agent = settings.agent_settings_for(node_id)
+    return pb.AgentSettings(
+        weights_dir=agent.weights_dir,
+        engines_dir=agent.engines_dir,
+        heartbeat_interval=agent.heartbeat_interval,
+        telemetry_interval=agent.telemetry_interval,
+        labels=dict(agent.labels),
+        ignore_gpus=list(agent.ignore_gpus),
+        mirrors=list(agent.mirrors),
+        shard_stop_grace=agent.shard_stop_grace,
+    )

@@ -1,0 +1,562 @@
+"""`ControlPlane`: the settings watcher, the reconciler, the agents' service, the admin API and the gateway, in
+one trio nursery.
+
+    plane = ControlPlane(ControlConfig(repo=".state/settings.git", state_dir=Path(".state")))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(plane.run)            # returns once every listener is bound
+        agent_end, control_end = memory_link_pair()
+        nursery.start_soon(plane.accept_agent, control_end, "memory")   # an in-process agent (`llmgw up`)
+        print(plane.gateway_url, plane.admin_url, plane.admin_token)
+
+The pieces talk through plain calls on one trio thread: an agent's message updates the registry and kicks the
+reconciler; a new settings commit kicks it too; every pass rebuilds the routing table and queues an audit commit
+when something changed.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from llmgw import __version__
+from llmgw.control.audit import AuditWriter, audit_message, audit_snapshot, status_document
+from llmgw.control.commands import agent_settings, install_engine, start_shard, stop_shard
+from llmgw.control.keys import (
+    ENGINE_KEY_SECRET, WEBHOOK_SECRET, SecretResolver, engine_key,
+)
+from llmgw.control.reconciling import PassRecord, Reconciler
+from llmgw.control.registry import FleetRegistry
+from llmgw.control.reports import convert_shards, fleet_for, node_from_register
+from llmgw.control.routing import build_route_table
+from llmgw.control.sessions import AgentSession
+from llmgw.control.watching import SettingsWatcher
+from llmgw.errors import EngineError, TemporaryError, UsageError, WireError
+from llmgw.gateway import Gateway
+from llmgw.plan.types import Action, ActionKind, Fleet, Plan
+from llmgw.routes import RouteTable
+from llmgw.settings import NOTIFY_URL_KEY
+from llmgw.settings.model import Listener, Settings
+from llmgw.store import open_store
+from llmgw.wire import control_message, memory_link_pair, pb, serve_agents
+
+REGISTER_TIMEOUT = 30.0
+ADMIN_TOKEN_FILE = "admin-token"
+ADMIN_URL_FILE = "admin-url"
+
+
+
+@dataclass(frozen=True)
+class ControlConfig:
+    """How to run a control plane.
+
+    `repo`: the settings repository, a local path (bare or not) or a URL (fetched into
+    `<state_dir>/settings-mirror.git`). `state_dir`: where the control plane keeps its files (created).
+    `store`: a Store, a store URL/path, or None for `<state_dir>/llmgw.sqlite3`. `admin_token`: the token the
+    admin API accepts besides the store's admin tokens (None: read `<state_dir>/admin-token`, creating it from
+    the store the first time). `secrets_dir`: named secrets (None: `<state_dir>/secrets`). Listener overrides
+    replace llmgw.yaml's (port 0 picks a free port; the bound ports are on the ControlPlane). Interval
+    overrides (seconds) replace llmgw.yaml's `poll_interval`, `reconcile_interval`, `node_lost_after`.
+    `agent_tls`: a `llmgw.wire.ServerTls` for mTLS (None: plaintext). `gateway`: False runs no gateway.
+    """
+
+    repo: str
+    state_dir: Path
+    branch: str = "main"
+    store: Any = None
+    admin_token: str | None = None
+    secrets_dir: Path | None = None
+    gateway_listener: Listener | None = None
+    admin_listener: Listener | None = None
+    agents_listener: Listener | None = None
+    poll_interval: float | None = None
+    reconcile_interval: float | None = None
+    node_lost_after: float | None = None
+    agent_tls: Any = None
+    gateway: bool = True
+    set_notify_url: bool = True
+
+
+@dataclass
+class _Progress:
+    history: deque = field(default_factory=lambda: deque(maxlen=100))
+
+
+class ControlPlane:
+    """One control plane. Build it, then `await nursery.start(plane.run)`; attributes filled once started:
+    `admin_url`, `admin_port`, `gateway_url`, `gateway_port`, `agents_port`, `admin_token`, `store`, `gateway`.
+    """
+
+    def __init__(self, config: ControlConfig):
+        self.config = config
+        self.state_dir = Path(config.state_dir)
+        self.secrets = SecretResolver(config.secrets_dir or self.state_dir / "secrets")
+        self.registry = FleetRegistry(lost_after=config.node_lost_after or 30.0)
+        self.sessions: dict[str, AgentSession] = {}
+        self.watcher = SettingsWatcher(
+            config.repo, config.branch, self.state_dir / "settings-mirror.git", on_change=self._settings_changed,
+            on_rejected=lambda: self.reconciler.kick("settings head rejected"),
+        )
+        self.reconciler = Reconciler(
+            self._settings, self._fleet, self._execute, self._after_pass, allow_empty=self._allow_empty,
+        )
+        self.audit = AuditWriter(self.watcher.repo_path)
+        self.passes: deque[PassRecord] = deque(maxlen=100)
+        self.apply_lock = trio.Lock()
+        self.apply_holder: str | None = None
+        self.store: Any = None
+        self.gateway: Gateway | None = None
+        self.table = RouteTable()
+        self.admin_token = ""
+        self.admin_url = self.gateway_url = ""
+        self.admin_port = self.gateway_port = self.agents_port = 0
+        self._engine_secret = b""
+        self._allow_empty_commit: str | None = None
+        self._last_snapshot: dict | None = None
+        self._nursery: trio.Nursery | None = None
+        self.started_at = time.time()
+
+    # -- running ------------------------------------------------------------------------------------------
+
+    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        """Run every part until cancelled. `task_status.started(self)` once all listeners are bound.
+
+        Raises: StoreError when the store cannot be opened; WireError / OSError when a port cannot be bound.
+        """
+        from llmgw.control.admin import serve_admin
+
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        store = self.config.store
+        if store is None or isinstance(store, (str, Path)):
+            store = open_store(store or self.state_dir / "llmgw.sqlite3")
+        self.store = store
+        self._engine_secret = store.get_or_create_secret(ENGINE_KEY_SECRET)
+        self.admin_token = self._load_admin_token()
+        await self.watcher.poll()
+        settings = self.watcher.state.settings
+        cluster = settings.cluster if settings else None
+        self._apply_intervals(settings)
+
+        def listener(override: Listener | None, name: str, default: Listener) -> Listener:
+            return override or (getattr(cluster, name) if cluster else default)
+
+        agents = listener(self.config.agents_listener, "agents", Listener(port=8082))
+        admin = listener(self.config.admin_listener, "admin", Listener(port=8081))
+        gateway = listener(self.config.gateway_listener, "gateway", Listener(port=8080))
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            self.agents_port = int(await nursery.start(
+                lambda task_status: serve_agents(
+                    self.accept_agent, agents.host, agents.port, tls=self.config.agent_tls, task_status=task_status,
+                )
+            ))
+            self.admin_port = await nursery.start(serve_admin, self, admin.host, admin.port)
+            self.admin_url = f"http://{_url_host(admin.host)}:{self.admin_port}"
+            if self.config.gateway:
+                self.gateway = Gateway(store, self.table)
+                self.gateway_port = await nursery.start(self.gateway.serve, gateway.host, gateway.port)
+                self.gateway_url = f"http://{_url_host(gateway.host)}:{self.gateway_port}"
+            self._write_state_files()
+            await nursery.start(self.audit.run)
+            await nursery.start(self.reconciler.run, self._reconcile_interval)
+            nursery.start_soon(self.watcher.run, self._poll_interval)
+            nursery.start_soon(self._expire_nodes)
+            self._rebuild_table()
+            self.reconciler.kick("start")
+            task_status.started(self)
+
+    def _load_admin_token(self) -> str:
+        if self.config.admin_token:
+            return self.config.admin_token
+        path = self.state_dir / ADMIN_TOKEN_FILE
+        if path.is_file() and path.read_text().strip():
+            return path.read_text().strip()
+        token = self.store.create_admin_token()
+        import os
+
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(token + "\n")
+        return token
+
+    def _write_state_files(self) -> None:
+        (self.state_dir / ADMIN_URL_FILE).write_text(self.admin_url + "\n")
+        if self.config.set_notify_url and not self.watcher.remote:
+            import pygit2
+
+            try:
+                repo = pygit2.Repository(str(self.watcher.repo_path))
+                repo.config[NOTIFY_URL_KEY] = f"{self.admin_url}/api/v1/hooks/git"
+            except pygit2.GitError:
+                pass  # not a repository yet: the watcher reports it; the hook keeps polling instead
+
+    def _apply_intervals(self, settings: Settings | None) -> None:
+        if self.config.node_lost_after is None and settings is not None:
+            self.registry.lost_after = settings.cluster.node_lost_after
+
+    def _poll_interval(self) -> float:
+        settings = self.watcher.state.settings
+        return self.config.poll_interval or (settings.cluster.poll_interval if settings else 2.0)
+
+    def _reconcile_interval(self) -> float:
+        settings = self.watcher.state.settings
+        return self.config.reconcile_interval or (settings.cluster.reconcile_interval if settings else 10.0)
+
+    async def _expire_nodes(self) -> None:
+        while True:
+            await trio.sleep(min(1.0, max(0.05, self.registry.lost_after / 4)))
+            lost = self.registry.expire(trio.current_time())
+            if lost:
+                self._changed(f"node {', '.join(lost)} lost")
+
+    # -- state as the parts see it -----------------------------------------------------------------------
+
+    def _settings(self) -> Settings | None:
+        return self.watcher.state.settings
+
+    def _fleet(self) -> Fleet:
+        return fleet_for(self.registry.fleet(), self.watcher.state.settings)
+
+    def _allow_empty(self) -> bool:
+        settings = self.watcher.state.settings
+        return settings is not None and settings.commit is not None and settings.commit == self._allow_empty_commit
+
+    def engine_key(self, replica_id: str) -> str:
+        """The engine key of `replica_id` (HMAC-SHA256 of it under the store's "engine-key" secret, hex)."""
+        return engine_key(self._engine_secret, replica_id)
+
+    def webhook_secret(self) -> bytes | None:
+        """The forge webhook secret (named secret "webhook"), or None when none is configured."""
+        value = self.secrets.get(WEBHOOK_SECRET)
+        return value.encode() if value else None
+
+    def _rebuild_table(self) -> None:
+        table = build_route_table(self.watcher.state.settings, self._fleet(), self.engine_key, self.secrets.get)
+        if table != self.table:
+            self.table = table
+            if self.gateway is not None:
+                self.gateway.set_table(table)
+
+    def _changed(self, reason: str) -> None:
+        self._rebuild_table()
+        self.reconciler.kick(reason)
+
+    def _settings_changed(self) -> None:
+        settings = self.watcher.state.settings
+        self._apply_intervals(settings)
+        self._changed(f"settings {settings.commit[:12] if settings and settings.commit else ''}")
+        if settings is not None and self._nursery is not None:
+            for session in list(self.sessions.values()):
+                self._nursery.start_soon(self._send_agent_settings, session, settings)
+
+    async def _send_agent_settings(self, session: AgentSession, settings: Settings) -> None:
+        try:
+            await session.send(control_message(agent_settings=agent_settings(settings, session.node_id)))
+        except TemporaryError:
+            pass  # the node is gone; it gets its settings when it registers again
+
+    # -- agents -------------------------------------------------------------------------------------------
+
+    async def accept_agent(self, link, peer: str) -> None:
+        """Serve one agent's stream until it ends: Register first, then heartbeats, shard states, answers.
+
+        `link` is the control plane's end (`llmgw.wire.memory_link_pair()[1]` for an in-process agent).
+        Raises: WireError when the first message is not Register within 30 s.
+        """
+        first = None
+        with trio.move_on_after(REGISTER_TIMEOUT):
+            first = await link.receive()
+        if first is None or first.WhichOneof("body") != "register":  # type: ignore[union-attr]
+            raise WireError("the agent's first message must be Register; closing its stream.")
+        register = first.register
+        if not register.node_id:
+            raise WireError("the agent's Register has no node_id; closing its stream.")
+        node = node_from_register(register, _peer_host(peer))
+        _shards, details = convert_shards(register.shards)
+        now = trio.current_time()
+        self.registry.register(
+            node, now, details=details, os=register.os, arch=register.arch,
+            agent_version=register.agent_version, warnings=register.warnings,
+        )
+        session = AgentSession(link, node.node_id, peer)
+        old = self.sessions.get(node.node_id)
+        if old is not None:
+            old.close()
+        self.sessions[node.node_id] = session
+        try:
+            await session.send(control_message(
+                registered=pb.Registered(node_id=node.node_id, control_plane_version=__version__)))
+            settings = self.watcher.state.settings
+            if settings is not None:
+                await session.send(control_message(agent_settings=agent_settings(settings, node.node_id)))
+            self._changed(f"node {node.node_id} registered")
+            async for message in link:
+                self._on_agent_message(node.node_id, session, message)
+        except TemporaryError:
+            pass  # the stream broke while sending; handled as a disconnect below
+        finally:
+            session.close()
+            if self.sessions.get(node.node_id) is session:
+                del self.sessions[node.node_id]
+                self.registry.disconnect(node.node_id, trio.current_time())
+                self.reconciler.kick(f"node {node.node_id} disconnected")
+
+    def local_connector(self):
+        """A `connect()` factory for `llmgw.agent.run_agent` that links an in-process agent to this plane.
+
+        Each call makes a `memory_link_pair()` and serves its control end with `accept_agent` in the plane's
+        nursery (so the plane must be running). Used by `llmgw up` and in-process tests.
+        """
+        plane = self
+
+        @asynccontextmanager
+        async def connect():
+            if plane._nursery is None:
+                raise WireError("the control plane is not running yet; start it before its local agent.")
+            agent_end, control_end = memory_link_pair()
+            plane._nursery.start_soon(plane._accept_local, control_end)
+            try:
+                yield agent_end
+            finally:
+                with trio.move_on_after(1.0, shield=True):
+                    await agent_end.aclose()
+
+        return connect
+
+    async def _accept_local(self, link) -> None:
+        try:
+            await self.accept_agent(link, "memory")
+        except (WireError, trio.EndOfChannel, trio.ClosedResourceError):
+            pass  # the local agent went away; it reconnects through the connector
+        finally:
+            with trio.move_on_after(1.0, shield=True):
+                await link.aclose()
+
+    def _on_agent_message(self, node_id: str, session: AgentSession, message) -> None:
+        kind = message.WhichOneof("body")
+        now = trio.current_time()
+        changed = False
+        if kind == "heartbeat":
+            beat = message.heartbeat
+            shards, details = convert_shards(beat.shard_states)
+            changed = self.registry.heartbeat(
+                node_id, now, shards=shards, details=details,
+                engines_installed=beat.engines_installed, engines_installing=beat.engines_installing,
+            )
+        elif kind == "shard_status":
+            shards, details = convert_shards([message.shard_status])
+            changed = self.registry.shard_status(node_id, shards[0], now, details[shards[0].shard_id])
+        elif kind == "engine_status":
+            status = message.engine_status
+            changed = self.registry.engine_status(node_id, status.engine, status.state, status.error, now)
+        elif kind == "command_result":
+            session.deliver_result(message.command_result)
+        elif kind == "log_lines":
+            session.deliver_logs(message.log_lines)
+        elif kind == "register":
+            register = message.register
+            changed = self.registry.register(
+                node_from_register(register, _peer_host(session.peer)), now,
+                details=convert_shards(register.shards)[1], os=register.os, arch=register.arch,
+                agent_version=register.agent_version, warnings=register.warnings,
+            )
+        if changed:
+            self._changed(f"{kind} from {node_id}")
+
+    # -- the reconciler's hooks --------------------------------------------------------------------------
+
+    async def _execute(self, action: Action, settings: Settings) -> None:
+        session = self.sessions.get(action.node_id)
+        if session is None:
+            raise TemporaryError(f"node {action.node_id} is not connected.")
+        timeout = settings.cluster.action_timeout
+        if action.kind in (ActionKind.START, ActionKind.RESTART):
+            body = {"start_shard": start_shard(action, settings, self.engine_key, self.secrets.require)}
+        elif action.kind is ActionKind.STOP:
+            body = {"stop_shard": stop_shard(action, settings)}
+        elif action.kind is ActionKind.INSTALL:
+            record = self.registry.get(action.node_id)
+            platform = f"{record.os or 'linux'}-{record.arch or 'x86_64'}" if record else "linux-x86_64"
+            body = {"install_engine": install_engine(action, settings, platform)}
+        else:
+            return
+        outcome = await session.command(timeout, **body)
+        if not outcome.ok:
+            raise EngineError(f"node {action.node_id} refused to {action.kind.value} "
+                              f"{action.shard_id or action.replica_id or action.engine}: {outcome.error}")
+
+    def _after_pass(self, record: PassRecord, plan: Plan, fleet: Fleet) -> None:
+        self.passes.append(record)
+        self._rebuild_table()
+        doc = self.status()
+        snapshot = audit_snapshot(doc)
+        if record.sent or snapshot != self._last_snapshot:
+            self._last_snapshot = snapshot
+            audit_doc = {k: v for k, v in doc.items() if k != "control_plane"}
+            self.audit.queue_audit(audit_doc, audit_message(record))
+        if record.converged and record.settings_commit:
+            self.audit.queue_applied(record.settings_commit)
+
+    # -- what the admin API offers ------------------------------------------------------------------------
+
+    def failures(self) -> list[dict[str, Any]]:
+        """Actions that failed and wait to be retried: kind, node, subject, attempts, error, retry_at (unix s)."""
+        return [
+            {"kind": f.kind, "node": f.node_id, "subject": f.subject, "attempts": f.attempts, "error": f.error,
+             "retry_at": f.retry_at_unix}
+            for f in self.reconciler.failures.values()
+        ]
+
+    def status(self) -> dict[str, Any]:
+        """The status document (see `llmgw.control.audit.status_document`) plus the control plane's own state."""
+        doc = status_document(
+            self.watcher.state, self.registry.records(), self.reconciler.last_pass, self.reconciler.last_plan,
+            self.failures(),
+        )
+        plan = self.reconciler.last_plan
+        if plan is not None and plan.notes:
+            doc["notes"] = list(plan.notes)
+        doc["control_plane"] = {
+            "version": __version__,
+            "repository": self.config.repo,
+            "branch": self.config.branch,
+            "admin_url": self.admin_url,
+            "gateway_url": self.gateway_url,
+            "agents_port": self.agents_port,
+            "audit_pending": self.audit.pending(),
+            "audit_error": self.audit.last_error,
+            "applied": self.audit.applied,
+            "apply_running": self.apply_holder,
+        }
+        return doc
+
+    async def apply(
+        self, emit: Callable[[dict[str, Any]], Awaitable[None]], *, wait: bool = True,
+        allow_empty: bool = False, timeout: float = 600.0, who: str = "admin API",
+    ) -> bool:
+        """Converge to the branch head now: poll, run a pass, and (when `wait`) run until converged.
+
+        Progress goes to `emit` as dicts with "event": "waiting" | "settings" | "pass" | "done". Only one apply
+        runs at a time; a second emits "waiting" and waits its turn. Returns True when converged (or, without
+        `wait`, when the first pass ran); False on a bad commit, a held commit or the timeout.
+        """
+        if self.apply_lock.locked():
+            await emit({"event": "waiting", "message": f"another apply ({self.apply_holder}) is running; waiting for it"})
+        async with self.apply_lock:
+            self.apply_holder = f"{who} since {time.strftime('%H:%M:%S')}"
+            try:
+                return await self._apply(emit, wait=wait, allow_empty=allow_empty, timeout=timeout)
+            finally:
+                self.apply_holder = None
+
+    async def _apply(self, emit, *, wait: bool, allow_empty: bool, timeout: float) -> bool:
+        state = await self.watcher.poll(force=True, allow_empty=allow_empty)
+        for name, rejected in (("bad", state.bad), ("held", state.held)):
+            if rejected is not None:
+                await emit({"event": "settings", "ok": False, "commit": rejected.commit,
+                            "message": rejected.describe(), "issues": [str(i) for i in rejected.issues]})
+                return False
+        if state.remote_error:
+            await emit({"event": "settings", "ok": False, "message": state.remote_error})
+        settings = state.settings
+        if settings is None:
+            await emit({"event": "settings", "ok": False, "message": "no settings commit validates yet"})
+            return False
+        if allow_empty:
+            self._allow_empty_commit = settings.commit
+        await emit({"event": "settings", "ok": True, "commit": settings.commit})
+        deadline = trio.current_time() + timeout
+        last_summary = None
+        with trio.move_on_at(deadline):
+            while True:
+                self.reconciler.kick("apply")
+                record = await self.reconciler.wait_pass()
+                summary = _pass_summary(record, self.status())
+                if summary != last_summary:
+                    last_summary = summary
+                    await emit({"event": "pass", **summary})
+                if record.converged and record.settings_commit == settings.commit:
+                    await emit({"event": "done", "converged": True, "commit": settings.commit})
+                    return True
+                if not wait:
+                    await emit({"event": "done", "converged": False, "commit": settings.commit})
+                    return True
+                with trio.move_on_after(1.0):
+                    await self.reconciler.wait_pass()
+        await emit({"event": "done", "converged": False, "commit": settings.commit,
+                    "message": f"not converged within {timeout:g} s"})
+        return False
+
+    async def preview(self, rev: str | None) -> Plan:
+        """The plan `rev` (None: the branch head) would run against the live fleet. Raises SettingsError."""
+        from llmgw.plan import make_plan
+        from llmgw.settings import load_commit
+
+        if self.watcher.remote:
+            await self.watcher.poll()
+        target = rev or f"refs/heads/{self.config.branch}"
+        settings = await trio.to_thread.run_sync(load_commit, str(self.watcher.repo_path), target)
+        return make_plan(settings, fleet_for(self.registry.fleet(), settings))
+
+    async def set_stopped(self, stopped: bool, author_name: str, author_email: str) -> str:
+        """Commit `serving.stopped: <stopped>` to the settings branch as the operator; returns the commit id.
+
+        Raises: UsageError when the settings repository is remote (commit it there instead).
+        """
+        from llmgw.settings import set_serving_stopped
+
+        if self.watcher.remote:
+            raise UsageError(
+                f"the settings live at {self.config.repo}; commit serving.stopped: "
+                f"{'true' if stopped else 'false'} in llmgw.yaml there and push it."
+            )
+        commit = await trio.to_thread.run_sync(
+            set_serving_stopped, str(self.watcher.repo_path), stopped, author_name, author_email,
+        )
+        await self.watcher.poll()
+        return commit
+
+    async def logs(self, node_id: str, shard_id: str, lines: int) -> list[str]:
+        """The last `lines` log lines of `shard_id` ("" for the agent's own) on `node_id`.
+
+        Raises: UsageError for an unknown or disconnected node; TemporaryError when it does not answer.
+        """
+        session = self.sessions.get(node_id)
+        if session is None:
+            known = ", ".join(sorted(r.node_id for r in self.registry.records())) or "none"
+            raise UsageError(f"node {node_id!r} is not connected (connected nodes: {known}).")
+        return await session.request_logs(shard_id, lines)
+
+
+def _pass_summary(record: PassRecord, status: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "pass": record.number,
+        "converged": record.converged,
+        "sent": [f"{a.kind} {a.subject} on {a.node_id}" for a in record.sent],
+        "failed": [f"{a.kind} {a.subject} on {a.node_id}: {a.error}" for a in record.actions if a.error],
+        "unplaced": [str(u) for u in record.unplaced],
+        "replicas": {rid: r.get("state") for rid, r in status.get("replicas", {}).items()},
+    }
+
+
+def _peer_host(peer: str) -> str:
+    """"ipv4:10.0.0.5:51234" -> "10.0.0.5"; "ipv6:[::1]:5" -> "::1"; anything else -> "127.0.0.1"."""
+    if peer.startswith("ipv4:"):
+        return peer[5:].rsplit(":", 1)[0]
+    if peer.startswith("ipv6:"):
+        return peer[5:].rsplit(":", 1)[0].strip("[]")
+    return "127.0.0.1"
+
+
+def _url_host(host: str) -> str:
+    if host in ("0.0.0.0", ""):
+        return "127.0.0.1"
+    if host == "::":
+        return "[::1]"
+    return f"[{host}]" if ":" in host else host

@@ -1,0 +1,122 @@
+"""One connected agent as the control plane holds it: its link, its commands in flight and its log requests.
+
+A command (StartShard, StopShard, InstallEngine) carries a fresh `command_id`; the agent answers with a
+`CommandResult` echoing it. `AgentSession.command` sends one and waits for that answer under the caller's
+deadline. `request_logs` does the same round trip for `RequestLogs` -> `LogLines`.
+The session's receive loop (in `llmgw.control.plane`) hands answers in with `deliver_result` / `deliver_logs`.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+import trio
+
+from llmgw.errors import TemporaryError, WireError
+from llmgw.wire import pb
+from llmgw.wire.messages import control_message
+
+_ids = itertools.count(1)
+
+
+@dataclass(frozen=True)
+class CommandOutcome:
+    """What an agent answered to one command: `ok`, and `error` (a sentence) when not."""
+
+    command_id: str
+    ok: bool
+    error: str = ""
+
+
+class _Waiter:
+    def __init__(self) -> None:
+        self.event = trio.Event()
+        self.value: object = None
+
+    def set(self, value: object) -> None:
+        if not self.event.is_set():
+            self.value = value
+            self.event.set()
+
+
+class AgentSession:
+    """The control plane's end of one agent's stream (`link`), once that agent registered as `node_id`."""
+
+    def __init__(self, link, node_id: str, peer: str):
+        self.link = link
+        self.node_id = node_id
+        self.peer = peer
+        self.closed = False
+        self._send_lock = trio.Lock()
+        self._results: dict[str, _Waiter] = {}
+        self._logs: dict[str, _Waiter] = {}
+
+    async def send(self, message: pb.ControlMessage) -> None:
+        """Send one message to the agent. Raises TemporaryError when the stream is gone."""
+        if self.closed:
+            raise TemporaryError(f"node {self.node_id} is not connected; the command waits for it to return.")
+        try:
+            async with self._send_lock:
+                await self.link.send(message)
+        except (WireError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            self.close()
+            raise TemporaryError(f"node {self.node_id} went away while sending to it: {exc}") from exc
+
+    async def command(self, timeout: float, **body) -> CommandOutcome:
+        """Send a command (`start_shard=...`, `stop_shard=...`, `install_engine=...`) and wait for its result.
+
+        `timeout` seconds for the answer. A checkpoint; cancellable.
+        Raises: TemporaryError when the node is not connected, goes away, or does not answer in time.
+        """
+        command_id = f"c{next(_ids)}"
+        waiter = _Waiter()
+        self._results[command_id] = waiter
+        try:
+            await self.send(control_message(command_id=command_id, **body))
+            with trio.move_on_after(timeout):
+                await waiter.event.wait()
+            if not waiter.event.is_set():
+                raise TemporaryError(f"node {self.node_id} did not answer within {timeout:g} s.", delay=timeout)
+            if waiter.value is None:
+                raise TemporaryError(f"node {self.node_id} went away before answering.")
+            return waiter.value  # type: ignore[return-value]
+        finally:
+            self._results.pop(command_id, None)
+
+    async def request_logs(self, shard_id: str, lines: int, timeout: float = 10.0) -> list[str]:
+        """The last `lines` log lines of `shard_id` on this node ("" for the agent's own log).
+
+        Raises: TemporaryError when the node is gone or does not answer within `timeout` seconds.
+        """
+        request_id = f"l{next(_ids)}"
+        waiter = _Waiter()
+        self._logs[request_id] = waiter
+        try:
+            await self.send(control_message(
+                command_id=request_id,
+                request_logs=pb.RequestLogs(request_id=request_id, shard_id=shard_id, lines=lines),
+            ))
+            with trio.move_on_after(timeout):
+                await waiter.event.wait()
+            if not waiter.event.is_set() or waiter.value is None:
+                raise TemporaryError(f"node {self.node_id} did not send the logs within {timeout:g} s.")
+            return list(waiter.value)  # type: ignore[arg-type]
+        finally:
+            self._logs.pop(request_id, None)
+
+    def deliver_result(self, result: pb.CommandResult) -> None:
+        waiter = self._results.get(result.command_id)
+        if waiter is not None:
+            waiter.set(CommandOutcome(result.command_id, bool(result.ok), result.error))
+
+    def deliver_logs(self, logs: pb.LogLines) -> None:
+        waiter = self._logs.get(logs.request_id)
+        if waiter is not None:
+            waiter.set(tuple(logs.lines))
+
+    def close(self) -> None:
+        """Mark the session gone and wake every waiter (they raise TemporaryError)."""
+        self.closed = True
+        for waiter in list(self._results.values()) + list(self._logs.values()):
+            waiter.set(None)

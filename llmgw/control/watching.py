@@ -1,0 +1,201 @@
+"""The settings watcher: which settings commit is in force, and why a newer one is not.
+
+The settings repository is a local path (read in place) or a URL (https, ssh, file: fetched with pygit2 into a
+bare mirror under the state directory). Each poll fetches (URL only), reads the branch head, and, when it moved,
+loads and validates that commit (`llmgw.settings.load_commit`). A commit that does not validate is never put in
+force: the last good one stays, and `WatchState.bad` names the commit and every issue (file, line, reason).
+A remote that cannot be reached keeps the last good commit; `WatchState.remote_error` says so.
+
+Guard: a commit that removes every model while models are in force is held back (`WatchState.held`) unless its
+`llmgw.yaml` sets `allow_empty: true` or the poll is made with `allow_empty=True` (`llmgw apply --allow-empty`).
+
+At start, when the branch head does not validate, the commit `refs/llmgw/applied` points at (the last one the
+fleet converged to) is put in force instead, so a restart never leaves the fleet without settings.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import pygit2
+import trio
+
+from llmgw.errors import Issue, SettingsError
+from llmgw.plan import check_not_emptied
+from llmgw.settings import load_commit
+from llmgw.settings.model import Settings
+
+APPLIED_REF = "refs/llmgw/applied"
+AUDIT_REF = "refs/llmgw/audit"
+
+
+def is_url(location: str) -> bool:
+    """True for "https://...", "ssh://...", "file://..." and scp-like "user@host:path"; False for a local path."""
+    if "://" in location:
+        return True
+    head, sep, _ = location.partition(":")
+    return bool(sep) and "@" in head and "/" not in head
+
+
+@dataclass(frozen=True)
+class RejectedCommit:
+    """A branch head that is not in force: `commit` id, `issues` found (file, line, reason), when seen (unix s)."""
+
+    commit: str
+    issues: tuple[Issue, ...]
+    seen_at: float
+
+    def describe(self) -> str:
+        lines = [f"settings commit {self.commit[:12]} is not applied:"]
+        lines += [f"  {issue}" for issue in self.issues]
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class WatchState:
+    """Where the watcher stands.
+
+    `settings` is the settings in force (None before any commit validated); `head` the branch head last read;
+    `bad` the head when it does not validate; `held` the head when the empty-catalog guard holds it back;
+    `remote_error` a sentence when the last fetch failed (None when it worked or there is no remote);
+    `last_poll` unix seconds of the last poll.
+    """
+
+    settings: Settings | None = None
+    head: str | None = None
+    bad: RejectedCommit | None = None
+    held: RejectedCommit | None = None
+    remote_error: str | None = None
+    last_poll: float | None = None
+
+
+def _fetch_mirror(url: str, mirror: Path, branch: str) -> None:
+    """Clone `url` bare into `mirror` the first time, then fetch its branches (blocking; run in a thread)."""
+    try:
+        if not (mirror / "HEAD").exists():
+            mirror.parent.mkdir(parents=True, exist_ok=True)
+            pygit2.clone_repository(url, str(mirror), bare=True)
+            return
+        repo = pygit2.Repository(str(mirror))
+        remote = repo.remotes["origin"]
+        remote.fetch([f"+refs/heads/{branch}:refs/heads/{branch}"])
+    except (pygit2.GitError, KeyError, OSError) as exc:
+        raise OSError(str(exc) or type(exc).__name__) from exc
+
+
+def _head(repo_path: Path, branch: str) -> str | None:
+    """The commit id `refs/heads/<branch>` points at, or None when there is no such branch yet."""
+    repo = pygit2.Repository(str(repo_path))
+    try:
+        return str(repo.references[f"refs/heads/{branch}"].peel(pygit2.Commit).id)
+    except (KeyError, pygit2.GitError):
+        return None
+
+
+def _ref(repo_path: Path, ref: str) -> str | None:
+    repo = pygit2.Repository(str(repo_path))
+    try:
+        return str(repo.references[ref].peel(pygit2.Commit).id)
+    except (KeyError, pygit2.GitError):
+        return None
+
+
+class SettingsWatcher:
+    """Keeps `state` up to date with the settings branch.
+
+    `location` is a local repository path or a URL; `mirror` where a URL is fetched to; `on_change()` is
+    called (synchronously) whenever the settings in force change, `on_rejected()` when a new head is rejected
+    (bad or held) or the remote's reachability changes.
+    """
+
+    def __init__(self, location: str, branch: str, mirror: Path, on_change: Callable[[], None] = lambda: None,
+                 on_rejected: Callable[[], None] = lambda: None):
+        self.location = location
+        self.branch = branch
+        self.remote = is_url(location)
+        self.repo_path = mirror if self.remote else Path(location)
+        self.on_change = on_change
+        self.on_rejected = on_rejected
+        self.state = WatchState()
+        self._wake = trio.Event()
+        self._lock = trio.Lock()
+
+    def wake(self) -> None:
+        """Make the watcher poll now (a hook or forge said the branch moved)."""
+        self._wake.set()
+
+    async def poll(self, *, force: bool = False, allow_empty: bool = False) -> WatchState:
+        """Fetch (remote only), read the head and load it when it moved (or `force`). Returns the new state.
+
+        Never raises for bad settings or an unreachable remote: both are recorded in the state. A checkpoint.
+        """
+        before = (self.state.bad, self.state.held, self.state.remote_error)
+        state = await self._poll(force, allow_empty)
+        if (state.bad, state.held, state.remote_error) != before:
+            self.on_rejected()
+        return state
+
+    async def _poll(self, force: bool, allow_empty: bool) -> WatchState:
+        async with self._lock:
+            state = self.state
+            remote_error = None
+            if self.remote:
+                try:
+                    await trio.to_thread.run_sync(_fetch_mirror, self.location, self.repo_path, self.branch)
+                except OSError as exc:
+                    kept = state.settings.commit[:12] if state.settings and state.settings.commit else "none"
+                    remote_error = (
+                        f"cannot fetch {self.location}: {exc}; keeping the last good settings commit ({kept})"
+                    )
+            state = replace(state, remote_error=remote_error, last_poll=time.time())
+            if not (self.repo_path / "HEAD").exists() and not (self.repo_path / ".git").exists():
+                self.state = state
+                return state
+            head = await trio.to_thread.run_sync(_head, self.repo_path, self.branch)
+            if head is None or (head == state.head and not force):
+                self.state = state
+                return state
+            state = replace(state, head=head)
+            try:
+                settings = await trio.to_thread.run_sync(load_commit, str(self.repo_path), head)
+            except SettingsError as exc:
+                state = replace(state, bad=RejectedCommit(head, exc.issues, time.time()), held=None)
+                if state.settings is None:
+                    state = await self._fall_back_to_applied(state)
+                self.state = state
+                return state
+            current = state.settings
+            refusal = check_not_emptied(current, settings, allow_empty=allow_empty)
+            if refusal is not None:
+                issue = Issue("catalog/", 0, 0, "", refusal)
+                self.state = replace(state, held=RejectedCommit(head, (issue,), time.time()), bad=None)
+                return self.state
+            changed = current is None or current.commit != settings.commit or current != settings
+            self.state = replace(state, settings=settings, bad=None, held=None)
+        if changed:
+            self.on_change()
+        return self.state
+
+    async def _fall_back_to_applied(self, state: WatchState) -> WatchState:
+        applied = await trio.to_thread.run_sync(_ref, self.repo_path, APPLIED_REF)
+        if applied is None:
+            return state
+        try:
+            settings = await trio.to_thread.run_sync(load_commit, str(self.repo_path), applied)
+        except SettingsError:
+            return state
+        self.on_change()
+        return replace(state, settings=settings)
+
+    async def run(self, interval: Callable[[], float], *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        """Poll every `interval()` seconds and whenever `wake()` is called, forever. Starts with one poll."""
+        await self.poll()
+        task_status.started()
+        while True:
+            with trio.move_on_after(interval()):
+                await self._wake.wait()
+            self._wake = trio.Event()
+            await self.poll()
