@@ -106,7 +106,8 @@ def main() -> None:
     gpus = sum(len(a.devices) for a in plan.assignments)
     print(f"fleet: {args.nodes} nodes x 8 GPUs; catalog: {args.models} models, {args.replicas} replicas")
     print(f"full plan:    median {full_median * 1000:8.1f} ms  best {full_best * 1000:8.1f} ms  "
-          f"cpu {full_cpu * 1000:8.1f} ms  ({starts} starts, {gpus} GPUs assigned, {len(plan.unplaced)} unplaced)  target ~1000 ms")
+          f"cpu {full_cpu * 1000:8.1f} ms  ({starts} starts, {gpus} GPUs assigned, {len(plan.unplaced)} unplaced)"
+          "  target ~1000 ms")
 
     fleet = converged(plan, fleet)
     noop_median, noop_best, noop_cpu, again = timed(lambda: make_plan(settings, fleet), max(args.repeat, 20))

@@ -46,7 +46,7 @@ class Room:
     """One alive node's capacity as planning goes on (mutable, private to one `make_plan` call)."""
 
     __slots__ = ("node_id", "labels", "free", "counts", "held", "foreign", "ignored", "cpu_free", "mem_free",
-                 "models", "installed", "installing", "has_gpus", "devices")
+                 "models", "installed", "installing", "has_gpus", "devices", "version", "why_cache")
 
     def __init__(self, node: NodeState, labels: dict[str, str], ignore: frozenset[str]):
         self.node_id = node.node_id
@@ -73,6 +73,8 @@ class Room:
         self.models: dict[str, int] = {}
         self.installed = set(node.engines_installed)
         self.installing = set(node.engines_installing)
+        self.version = 0
+        self.why_cache: dict[tuple, tuple[int, str]] = {}
 
     def free_count(self, gpu_class: str) -> int:
         return len(self.free.get(gpu_class, ()))
@@ -80,6 +82,7 @@ class Room:
     def hold(self, devices: tuple[str, ...], cpu_cores: float, memory: int, model: str | None) -> list[str]:
         """Take `devices`, cores and memory (a shard runs or will run here); return the classes whose count changed."""
         changed = []
+        self.version += 1
         if devices:
             wanted = set(devices)
             for cls, gpus in self.free.items():
@@ -97,6 +100,7 @@ class Room:
     def release(self, devices: tuple[str, ...], cpu_cores: float, memory: int, model: str | None) -> list[str]:
         """Give back what `hold` took for a shard that will stop; return the classes whose count changed."""
         changed = []
+        self.version += 1
         for device_id in devices:
             gpu = self.devices.get(device_id)
             if gpu is None or any(g.device_id == device_id for g in self.free.get(gpu.gpu_class, ())):
@@ -138,7 +142,19 @@ class Room:
         return "installable" if demand.installable else "unknown"
 
     def why_not(self, demand: Demand) -> str:
-        """A short reason this node cannot take `demand` now ("1 of 2 h100-80g free"); "" when it fits."""
+        """A short reason this node cannot take `demand` now ("1 of 2 h100-80g free"); "" when it fits.
+
+        Cached per shape of demand until the room changes (many models share a shape).
+        """
+        shape = (demand.gpus, demand.gpu_class, demand.gpu_memory, demand.cpu_cores, demand.memory, demand.selector)
+        cached = self.why_cache.get(shape)
+        if cached is not None and cached[0] == self.version:
+            return cached[1]
+        why = self._why_not(demand)
+        self.why_cache[shape] = (self.version, why)
+        return why
+
+    def _why_not(self, demand: Demand) -> str:
         if demand.selector and not self.labels_match(demand):
             wanted = ", ".join(f"{k}={v}" for k, v in demand.selector)
             return f"labels do not match node_selector {wanted}"

@@ -21,16 +21,11 @@ current shard. Nodes not alive are ignored (their shards hold nothing; replicas 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
-from llmgw.plan.capacity import ClassIndex, Demand, Room
+from llmgw.plan.capacity import Demand
 from llmgw.plan.guard import guard_fleet_not_emptied
-from llmgw.plan.identity import (
-    describe_engine, engine_key, engine_version_of, fingerprint, new_shard_id, replica_ids, replica_index,
-)
-from llmgw.plan.types import (
-    Action, ActionKind, Assignment, Fleet, NodeState, ObservedShard, Plan, ShardState, Unplaced,
-)
+from llmgw.plan.identity import engine_key, engine_version_of, fingerprint, replica_ids, replica_index
+from llmgw.plan.placing import Pending, Placement
+from llmgw.plan.types import Action, ActionKind, Assignment, Fleet, NodeState, ObservedShard, Plan, ShardState
 from llmgw.settings.model import Model, Settings
 
 _HOLDING = frozenset({ShardState.PENDING, ShardState.FETCHING, ShardState.STARTING, ShardState.READY,
@@ -42,8 +37,6 @@ _RANK = {ShardState.READY: 0, ShardState.STARTING: 1, ShardState.FETCHING: 2, Sh
          ShardState.FAILED: 4, ShardState.STOPPED: 5, ShardState.STOPPING: 6}
 _KIND_ORDER = {ActionKind.INSTALL: 0, ActionKind.START: 1, ActionKind.RESTART: 1, ActionKind.STOP: 2,
                ActionKind.KEEP: 3}
-ALL_NODES = "all nodes"
-_GROUP_REASONS_ABOVE = 12
 
 
 def is_mig_class(gpu_class: str) -> bool:
@@ -73,41 +66,11 @@ def demand_of(settings: Settings, model: Model) -> Demand:
     )
 
 
-@dataclass
-class _Pending:
-    replica_id: str
-    demand: Demand
-    taken: set[str]
-    old: list[tuple[NodeState, ObservedShard]] = field(default_factory=list)
-    previous_node: str = ""
-    reason: str = "new replica"
+class _Planner(Placement):
+    """One planning pass: stage 1 here, stage 2 in `Placement`."""
 
-
-class _Planner:
     def __init__(self, settings: Settings, fleet: Fleet):
-        self.settings = settings
-        self.nodes = sorted(fleet.nodes, key=lambda n: n.node_id)
-        self.alive = [n for n in self.nodes if n.alive]
-        self.labels: dict[str, dict[str, str]] = {}
-        self.actions: list[Action] = []
-        self.assignments: list[Assignment] = []
-        self.unplaced: list[Unplaced] = []
-        self.notes: list[str] = []
-        self.holds: list[tuple[str, tuple[str, ...], float, int, str | None]] = []
-        self.rooms: dict[str, Room] | None = None
-        self.index: ClassIndex | None = None
-        self.planned_installs: set[tuple[str, str]] = set()
-        self.ready: dict[str, set[str]] = {}
-        self.keep_old: dict[str, list[Action]] = {}
-
-    # -- stage 1 ---------------------------------------------------------------------------------------
-    def node_labels(self, node: NodeState) -> dict[str, str]:
-        labels = self.labels.get(node.node_id)
-        if labels is None:
-            labels = dict(node.labels)
-            labels.update(self.settings.agent_settings_for(node.node_id).labels)
-            self.labels[node.node_id] = labels
-        return labels
+        super().__init__(settings, sorted(fleet.nodes, key=lambda n: n.node_id))
 
     def run(self) -> Plan:
         settings = self.settings
@@ -146,7 +109,7 @@ class _Planner:
                     continue
                 by_replica.setdefault(shard.replica_id, []).append((node, shard))
 
-        pending: list[_Pending] = []
+        pending: list[Pending] = []
         for replica_id, (model, demand) in desired.items():
             shards = by_replica.pop(replica_id, [])
             item = self.judge(replica_id, model, demand, shards, taken.get(replica_id, set()))
@@ -178,7 +141,7 @@ class _Planner:
         return f"model {shard.model} wants {model.replicas} replicas"
 
     def judge(self, replica_id: str, model: Model, demand: Demand,
-              shards: list[tuple[NodeState, ObservedShard]], taken: set[str]) -> _Pending | None:
+              shards: list[tuple[NodeState, ObservedShard]], taken: set[str]) -> Pending | None:
         """Decide the existing shards of one wanted replica; return it as pending when it needs placing."""
         if len(shards) == 1:  # the converged case, kept cheap: one current shard, running
             node, shard = shards[0]
@@ -214,7 +177,9 @@ class _Planner:
             if shard.state is ShardState.READY:
                 ready.add(replica_id)
             if shard.state in (ShardState.FAILED, ShardState.STOPPED):
-                why = f"failed: {shard.error}" if shard.state is ShardState.FAILED and shard.error else shard.state.value
+                why = shard.state.value
+                if shard.state is ShardState.FAILED and shard.error:
+                    why = f"failed: {shard.error}"
                 self.actions.append(Action(ActionKind.RESTART, node.node_id, replica_id, shard.shard_id, model.name,
                                            assignment=assignment, reason=f"{why} (restarts so far: {shard.restarts})"))
             else:
@@ -241,7 +206,7 @@ class _Planner:
             kept.append((node, shard))
         if primary is not None:
             return None
-        item = _Pending(replica_id, demand, taken, old=kept)
+        item = Pending(replica_id, demand, taken, old=kept)
         if kept:
             item.previous_node = kept[0][0].node_id
             item.reason = f"rolling: new generation of {kept[0][1].shard_id}"
@@ -252,150 +217,6 @@ class _Planner:
                                    reason=reason))
         if shard.state in _HOLDING:
             self.holds.append((node.node_id, shard.devices, shard.cpu_cores, shard.memory_bytes, None))
-
-    # -- stage 2 ---------------------------------------------------------------------------------------
-    def build_rooms(self) -> None:
-        rooms = {}
-        for node in self.alive:
-            agent = self.settings.agent_settings_for(node.node_id)
-            rooms[node.node_id] = Room(node, self.node_labels(node), frozenset(agent.ignore_gpus))
-        self.rooms = rooms
-        self.index = ClassIndex(list(rooms.values()))
-        for node_id, devices, cores, memory, model in self.holds:
-            self.hold(rooms[node_id], devices, cores, memory, model)
-
-    def hold(self, room: Room, devices: tuple[str, ...], cores: float, memory: int, model: str | None) -> None:
-        before = {cls: len(gpus) for cls, gpus in room.free.items()} if devices else {}
-        for cls in room.hold(devices, cores, memory, model):
-            self.index.moved(room, cls, before[cls])
-
-    def release(self, room: Room, devices: tuple[str, ...], cores: float, memory: int, model: str | None) -> None:
-        before = {cls: len(gpus) for cls, gpus in room.free.items()}
-        for cls in room.release(devices, cores, memory, model):
-            self.index.moved(room, cls, before.get(cls, 0))
-
-    def place_all(self, pending: list[_Pending]) -> None:
-        self.build_rooms()
-        pending.sort(key=lambda p: (-p.demand.gpus, -p.demand.cpu_cores, p.demand.model,
-                                    replica_index(p.replica_id), p.replica_id))
-        for item in pending:
-            self.place(item)
-
-    def candidates(self, demand: Demand):
-        rooms = self.rooms
-        if demand.gpus:
-            for node_id in self.index.candidates(demand.gpu_class, demand.gpus):
-                yield rooms[node_id]
-        else:
-            yield from sorted(rooms.values(), key=lambda r: (r.has_gpus, -r.cpu_free, r.node_id))
-
-    def place(self, item: _Pending) -> None:
-        demand = item.demand
-        if demand.refusal:
-            self.unplaced.append(Unplaced(item.replica_id, demand.model, ((ALL_NODES, demand.refusal),)))
-            return
-        best: list = [None, None, None, None]
-        for room in self.candidates(demand):
-            devices = room.fit(demand)
-            if devices is None:
-                continue
-            engine = room.engine_state(demand)
-            if engine == "unknown":
-                continue
-            tier = (0 if engine == "ready" else 1) + (2 if room.models.get(demand.model) else 0)
-            if best[tier] is None:
-                best[tier] = (room, devices, engine)
-                if tier == 0:
-                    break
-        choice = next((b for b in best if b is not None), None)
-        if choice is not None and choice[2] == "ready":
-            room, devices, _ = choice
-            self.start(item, room, devices)
-            return
-        if choice is not None:
-            room, devices, engine = choice
-            self.hold(room, devices, demand.cpu_cores, demand.memory, demand.model)
-            if engine == "installable" and (room.node_id, demand.engine_key) not in self.planned_installs:
-                self.planned_installs.add((room.node_id, demand.engine_key))
-                self.actions.append(Action(ActionKind.INSTALL, room.node_id, engine=demand.engine_key,
-                                           reason=f"needed by {item.replica_id}"))
-            self.unplaced.append(Unplaced(item.replica_id, demand.model, self.reasons(demand, room.node_id)))
-            return
-        if item.old and self.roll_in_place(item):
-            return
-        self.unplaced.append(Unplaced(item.replica_id, demand.model, self.reasons(demand, None)))
-
-    def start(self, item: _Pending, room: Room, devices: tuple[str, ...]) -> None:
-        demand = item.demand
-        self.hold(room, devices, demand.cpu_cores, demand.memory, demand.model)
-        shard_id = new_shard_id(item.replica_id, demand.fingerprint, item.taken)
-        assignment = Assignment(item.replica_id, demand.model, room.node_id, devices, demand.cpu_cores,
-                                demand.memory, demand.fingerprint, shard_id)
-        self.assignments.append(assignment)
-        previous = item.previous_node if item.previous_node != room.node_id else ""
-        self.actions.append(Action(ActionKind.START, room.node_id, item.replica_id, shard_id, demand.model,
-                                   assignment=assignment, reason=item.reason, previous_node=previous))
-
-    def roll_in_place(self, item: _Pending) -> bool:
-        """Stop the old shard first when only its own room fits the new generation and the model can spare it."""
-        demand = item.demand
-        wanted = sum(1 for _ in replica_ids(self.settings.models[demand.model]))
-        others_ready = len(self.ready.get(demand.model, set()) - {item.replica_id})
-        if wanted > 1 and others_ready < wanted - 1:
-            return False
-        node, shard = item.old[0]
-        room = self.rooms[node.node_id]
-        self.release(room, shard.devices, shard.cpu_cores, shard.memory_bytes, None)
-        devices = room.fit(demand)
-        if devices is None or room.engine_state(demand) != "ready":
-            self.hold(room, shard.devices, shard.cpu_cores, shard.memory_bytes, None)
-            return False
-        self.hold(room, devices, demand.cpu_cores, demand.memory, demand.model)
-        for i, action in enumerate(self.actions):
-            if action.kind is ActionKind.KEEP and action.shard_id == shard.shard_id and action.node_id == node.node_id:
-                self.actions[i] = Action(ActionKind.STOP, node.node_id, shard.replica_id, shard.shard_id, shard.model,
-                                         reason="rolling in place: no room for the new generation while it runs")
-        self.ready.get(demand.model, set()).discard(item.replica_id)
-        why = f"waiting for {shard.shard_id} to stop (rolling in place)"
-        self.unplaced.append(Unplaced(item.replica_id, demand.model, ((node.node_id, why),)))
-        return True
-
-    def reasons(self, demand: Demand, waiting_on: str | None) -> tuple[tuple[str, str], ...]:
-        """One reason per node (grouped by reason when many nodes share it)."""
-        out: list[tuple[str, str]] = []
-        for node in self.nodes:
-            if not node.alive:
-                out.append((node.node_id, "lost (no heartbeat)"))
-                continue
-            room = self.rooms[node.node_id]
-            why = room.why_not(demand)
-            if not why:
-                engine = room.engine_state(demand)
-                if engine == "unknown" and demand.engine_key.endswith("@"):
-                    why = f"{demand.engine} is not installed and engines.yaml names no version to install"
-                elif engine == "unknown":
-                    why = f"{describe_engine(demand.engine_key)} is not installed and engines.yaml does not list it"
-                elif engine == "installing" or node.node_id == waiting_on:
-                    why = f"installing {describe_engine(demand.engine_key)}"
-                elif engine == "installable":
-                    why = f"{describe_engine(demand.engine_key)} not installed (installing elsewhere)"
-                elif room.models.get(demand.model):
-                    why = f"fits, but already runs a replica of {demand.model} (spreading over nodes first)"
-                else:
-                    why = "fits, but was taken by another replica of this pass"
-            out.append((node.node_id, why))
-        if not out:
-            return ((ALL_NODES, "no nodes are registered"),)
-        if len(out) <= _GROUP_REASONS_ABOVE:
-            return tuple(out)
-        groups: dict[str, list[str]] = {}
-        for node_id, why in out:
-            groups.setdefault(why, []).append(node_id)
-        grouped = []
-        for why, ids in groups.items():
-            label = ids[0] if len(ids) == 1 else f"{ids[0]} and {len(ids) - 1} other nodes"
-            grouped.append((label, why))
-        return tuple(grouped)
 
     def finish(self) -> Plan:
         indexes: dict[str, int] = {}

@@ -177,7 +177,8 @@ def test_tensor_parallel_prefers_one_numa_node_of_nvlink_peers():
     plan = make_plan(settings(H100_TP4), fleet(gpu_node("node01", foreign=(0, 5))))
     assert len(plan.assignments) == 1
     # with room for only one four-way replica, the second one is refused with counts.
-    assert plan.unplaced[0].reasons == (("node01", "2 of 4 h100-80g free (4 held by shards, 2 with foreign processes)"),)
+    assert plan.unplaced[0].reasons == (
+        ("node01", "2 of 4 h100-80g free (4 held by shards, 2 with foreign processes)"),)
 
 
 def test_tensor_parallel_stays_within_one_numa_node_when_it_can():
@@ -226,3 +227,17 @@ def test_tensor_parallel_takes_nvlink_peers_over_device_order():
     node = NodeState("node01", cpu_cores=32, memory_bytes=256 * GiB, gpus=gpus, engines_installed=frozenset({LLAMA}))
     plan = make_plan(settings(model("m", gpus=2, gpu_class="l40s-48g", tp=2)), fleet(node))
     assert plan.assignments[0].devices == ("2", "3")
+
+
+def test_a_replica_waiting_for_an_install_names_the_install_even_when_it_fills_the_node():
+    s = settings(model("m", gpus=8, gpu_class="h100-80g", tp=8))
+    plan = make_plan(s, fleet(gpu_node("node01", engines=()), gpu_node("node02", engines=(), foreign=(3,))))
+    assert [(a.kind, a.node_id) for a in plan.actions] == [(ActionKind.INSTALL, "node01")]
+    assert plan.unplaced[0].reasons == (("node01", "installing llama.cpp b11434"),
+                                        ("node02", "7 of 8 h100-80g free (1 with foreign processes)"))
+    # Next pass, while it installs: the same reasons, no second install.
+    from dataclasses import replace
+    installing = fleet(replace(gpu_node("node01", engines=()), engines_installing=frozenset({LLAMA})),
+                       gpu_node("node02", engines=(), foreign=(3,)))
+    again = make_plan(s, installing)
+    assert not again.actions and again.unplaced == plan.unplaced

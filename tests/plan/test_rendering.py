@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
-from plan_fleets import GiB, LLAMA, cpu_node, fleet, gpu_node, model, settings, shard
+from plan_fleets import GiB, cpu_node, fleet, gpu_node, model, settings, shard
 
 from llmgw.plan import fingerprint, make_plan, plan_from_json, plan_to_json, render_plan
 
