@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
-from pathlib import Path
 
 import httpx
 import pytest
