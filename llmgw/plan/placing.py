@@ -53,6 +53,7 @@ class Placement:
         self.ready: dict[str, set[str]] = {}
         self.generation = 0
         self.failed: dict[int, tuple[int, tuple[tuple[str, str], ...]]] = {}
+        self.old_keeps: dict[tuple[str, str], int] = {}
 
     def node_labels(self, node: NodeState) -> dict[str, str]:
         """The node's reported labels with its agent settings' labels over them."""
@@ -131,10 +132,7 @@ class Placement:
         if choice is not None:
             room, devices, engine = choice
             self.hold(room, devices, demand.cpu_cores, demand.memory, demand.model)
-            if engine == "installable" and (room.node_id, demand.engine_key) not in self.planned_installs:
-                self.planned_installs.add((room.node_id, demand.engine_key))
-                self.actions.append(Action(ActionKind.INSTALL, room.node_id, engine=demand.engine_key,
-                                           reason=f"needed by {item.replica_id}"))
+            self.install(room, demand, item.replica_id, engine)
             self.unplaced.append(Unplaced(item.replica_id, demand.model, self.reasons(demand, room.node_id)))
             return
         if item.old and self.roll_in_place(item):
@@ -154,6 +152,13 @@ class Placement:
         self.actions.append(Action(ActionKind.START, room.node_id, item.replica_id, shard_id, demand.model,
                                    assignment=assignment, reason=item.reason, previous_node=previous))
 
+    def install(self, room: Room, demand: Demand, replica_id: str, engine: str) -> None:
+        """Plan an INSTALL of the demand's engine on `room` unless it is there, installing or planned already."""
+        if engine == "installable" and (room.node_id, demand.engine_key) not in self.planned_installs:
+            self.planned_installs.add((room.node_id, demand.engine_key))
+            self.actions.append(Action(ActionKind.INSTALL, room.node_id, engine=demand.engine_key,
+                                       reason=f"needed by {replica_id}"))
+
     def roll_in_place(self, item: Pending) -> bool:
         """Stop the old shard first when only its own room fits the new generation and the model can spare it."""
         demand = item.demand
@@ -165,14 +170,21 @@ class Placement:
         room = self.rooms[node.node_id]
         self.release(room, shard.devices, shard.cpu_cores, shard.memory_bytes, None)
         devices = room.fit(demand)
-        if devices is None or room.engine_state(demand) != "ready":
+        engine = room.engine_state(demand)
+        if devices is None or engine == "unknown":
             self.hold(room, shard.devices, shard.cpu_cores, shard.memory_bytes, None)
             return False
+        if engine != "ready":
+            # The old shard keeps serving while its node installs the new engine; the roll follows.
+            self.hold(room, shard.devices, shard.cpu_cores, shard.memory_bytes, None)
+            self.install(room, demand, item.replica_id, engine)
+            why = f"installing {describe_engine(demand.engine_key)} (then rolling {shard.shard_id} in place)"
+            self.unplaced.append(Unplaced(item.replica_id, demand.model, ((node.node_id, why),)))
+            return True
         self.hold(room, devices, demand.cpu_cores, demand.memory, demand.model)
-        for i, action in enumerate(self.actions):
-            if action.kind is ActionKind.KEEP and action.shard_id == shard.shard_id and action.node_id == node.node_id:
-                self.actions[i] = Action(ActionKind.STOP, node.node_id, shard.replica_id, shard.shard_id, shard.model,
-                                         reason="rolling in place: no room for the new generation while it runs")
+        position = self.old_keeps[(node.node_id, shard.shard_id)]
+        self.actions[position] = Action(ActionKind.STOP, node.node_id, shard.replica_id, shard.shard_id, shard.model,
+                                        reason="rolling in place: no room for the new generation while it runs")
         self.ready.get(demand.model, set()).discard(item.replica_id)
         why = f"waiting for {shard.shard_id} to stop (rolling in place)"
         self.unplaced.append(Unplaced(item.replica_id, demand.model, ((node.node_id, why),)))

@@ -202,6 +202,7 @@ class _Planner(Placement):
             self.holds.append((node.node_id, shard.devices, shard.cpu_cores, shard.memory_bytes, None))
             action = Action(ActionKind.KEEP, node.node_id, replica_id, shard.shard_id, model.name,
                             reason=f"rolling: kept until {new_name} is ready")
+            self.old_keeps[(node.node_id, shard.shard_id)] = len(self.actions)
             self.actions.append(action)
             kept.append((node, shard))
         if primary is not None:

@@ -203,3 +203,14 @@ def test_installs_happen_only_on_nodes_that_can_host_the_replica():
     plan = make_plan(s, f)
     assert [(a.kind, a.node_id) for a in plan.actions] == [(ActionKind.INSTALL, "node03")]
     assert plan.actions[0].engine == LLAMA
+
+
+def test_a_full_node_installs_the_new_engine_before_rolling_in_place():
+    s = settings(replace(H100, engine_version="b12000"))
+    f = fleet(gpu_node("node01", count=2, shards=[shard(H100, 0, devices=("0", "1"))]))
+    plan = make_plan(s, f)
+    assert kinds(plan) == [("install", "llama.cpp@b12000", "node01"), ("keep", "llama-0/0", "node01")]
+    assert plan.unplaced[0].reasons == (
+        ("node01", "installing llama.cpp b12000 (then rolling llama-0/0 in place)"),)
+    installed = apply_plan(plan, f)
+    assert kinds(make_plan(s, installed)) == [("stop", "llama-0/0", "node01")]
