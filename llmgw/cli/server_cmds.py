@@ -1,0 +1,347 @@
+"""`llmgw server` and the commands that talk to a running control plane through its admin API.
+
+    llmgw server --repo PATH|URL [--state DIR] ...      run the control plane (and its gateway)
+    llmgw apply [--wait/--no-wait] [--allow-empty]       converge to the branch head now, with progress
+    llmgw plan [REV]                                     the plan REV would run on the live fleet (`diff --live`)
+    llmgw status | history | nodes | replicas            where the cluster stands, what was done
+    llmgw stop | start                                   serving.stopped commits, authored by you
+    llmgw logs NODE [--shard S]                          an engine's (or the agent's) last log lines
+
+Every client command takes --url / --token / --state (see llmgw.control.client for the lookup order) and
+--json (the admin API's JSON, unchanged). Exit status: 0 done, 1 error; `plan` exits 2 when there are changes.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from functools import wraps
+from pathlib import Path
+from typing import Any
+
+import click
+
+from llmgw.errors import UsageError
+
+
+def _client_options(func):
+    @click.option("--url", envvar="LLMGW_ADMIN_URL", default=None, help="Admin API URL [default: <state>/admin-url].")
+    @click.option("--token", envvar="LLMGW_ADMIN_TOKEN", default=None,
+                  help="Admin token [default: $LLMGW_ADMIN_TOKEN, then <state>/admin-token].")
+    @click.option("--state", "state_dir", envvar="LLMGW_STATE", default=None, type=click.Path(path_type=Path),
+                  help="State directory of `llmgw server` / `llmgw up` [default: .state].")
+    @click.option("--json", "as_json", is_flag=True, help="Print the admin API's JSON.")
+    @wraps(func)
+    def wrapper(url, token, state_dir, as_json, **kwargs):
+        from llmgw.control.client import AdminClient, resolve_admin
+
+        url, token = resolve_admin(url, token, state_dir)
+        with AdminClient(url, token) as client:
+            return func(client, as_json, **kwargs)
+
+    return wrapper
+
+
+def _print_json(data: Any) -> None:
+    click.echo(json.dumps(data, indent=2, sort_keys=False, default=str))
+
+
+def _listener(text: str | None):
+    if not text:
+        return None
+    from llmgw.settings.model import Listener
+
+    host, _, port = text.rpartition(":")
+    if not port.isdigit():
+        raise UsageError(f"{text!r} is not HOST:PORT (e.g. 127.0.0.1:8081; port 0 picks a free one).")
+    return Listener(host=host or "127.0.0.1", port=int(port))
+
+
+def _git_identity(name: str | None, email: str | None) -> tuple[str, str]:
+    def config(key: str) -> str | None:
+        try:
+            done = subprocess.run(["git", "config", "--get", key], capture_output=True, text=True, timeout=5)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return done.stdout.strip() or None
+
+    name = name or config("user.name")
+    email = email or config("user.email")
+    if not name or not email:
+        raise UsageError("who is doing this? pass --author-name and --author-email, or set git config "
+                         "user.name and user.email: the commit is authored by you.")
+    return name, email
+
+
+# -- status rendering -----------------------------------------------------------------------------------------
+
+def _short(commit: str | None) -> str:
+    return commit[:12] if commit else "none"
+
+
+def render_status(doc: dict[str, Any]) -> list[str]:
+    """The status document as lines for a person."""
+    settings = doc.get("settings", {})
+    lines = [f"settings    {_short(settings.get('commit'))} in force (branch head {_short(settings.get('head'))})"
+             + ("  SERVING STOPPED" if settings.get("serving_stopped") else "")]
+    for name, title in (("bad", "NOT APPLIED (does not validate)"), ("held", "HELD BACK")):
+        rejected = settings.get(name)
+        if rejected:
+            lines.append(f"            {_short(rejected['commit'])} {title}:")
+            lines += [f"              {issue['text']}" for issue in rejected["issues"]]
+    if settings.get("remote_error"):
+        lines.append(f"            {settings['remote_error']}")
+    nodes = doc.get("nodes", {})
+    lines.append(f"nodes       {len(nodes)}")
+    for node_id, node in nodes.items():
+        own = [s for s in node["shards"].values() if not s.get("foreign")]
+        lines.append(f"  {node_id:<20} {node['state']:<12} {node['address']:<15} {node['cpu_cores']:g} cores, "
+                     f"{node['gpus']} GPUs, {len(own)} shards")
+        for engine, error in node.get("engine_errors", {}).items():
+            lines.append(f"    install {engine} failed: {error}")
+    replicas = doc.get("replicas", {})
+    lines.append(f"replicas    {len(replicas)}")
+    for replica_id, replica in replicas.items():
+        where = replica.get("node", "")
+        detail = ""
+        if "unplaced" in replica:
+            detail = "  " + "; ".join(f"{n}: {why}" for n, why in replica["unplaced"].items())
+        errors = [s["error"] for s in replica.get("shards", {}).values() if s.get("error")]
+        if errors:
+            detail += "  " + errors[0]
+        lines.append(f"  {replica_id:<24} {replica['state']:<10} {where}{detail}")
+    for failure in doc.get("failures", []):
+        lines.append(f"failed      {failure['kind']} {failure['subject']} on {failure['node']} "
+                     f"({failure['attempts']}x): {failure['error']}")
+    for note in doc.get("notes", []):
+        lines.append(f"note        {note}")
+    last = doc.get("pass")
+    if last:
+        lines.append(f"last pass   #{last['number']} for {_short(last['settings_commit'])}: "
+                     f"{'converged' if last['converged'] else 'converging'} (trigger: {last['trigger']})")
+    plane = doc.get("control_plane", {})
+    if plane.get("audit_error"):
+        lines.append(f"audit       {plane['audit_error']}")
+    return lines
+
+
+def _render_event(event: dict[str, Any]) -> list[str]:
+    kind = event.get("event")
+    if kind == "waiting":
+        return [event["message"]]
+    if kind == "settings":
+        if event.get("ok"):
+            return [f"settings {_short(event.get('commit'))}"]
+        return [event.get("message", "settings not applied")]
+    if kind == "pass":
+        out = [f"pass #{event['pass']}: " + ("converged" if event["converged"] else "converging")]
+        out += [f"  {line}" for line in event.get("sent", [])]
+        out += [f"  failed: {line}" for line in event.get("failed", [])]
+        out += [f"  {line}" for line in event.get("unplaced", [])]
+        states = ", ".join(f"{rid} {state}" for rid, state in event.get("replicas", {}).items())
+        if states:
+            out.append(f"  replicas: {states}")
+        return out
+    if kind == "done":
+        if event.get("converged"):
+            return [f"converged to {_short(event.get('commit'))}"]
+        return [event.get("message") or f"not converged yet to {_short(event.get('commit'))}; see `llmgw status`"]
+    return []
+
+
+# -- live plan (`llmgw diff --live`) ---------------------------------------------------------------------------
+
+def live_diff(client, rev: str | None, as_json: bool) -> int:
+    """Print the plan `rev` (None: the branch head) would run on the live fleet; return the exit status
+    (0 no changes, 2 changes). Used by `llmgw plan` and meant for `llmgw diff --live`."""
+    answer = client.get("/api/v1/plan", rev=rev)
+    if as_json:
+        _print_json(answer)
+    else:
+        lines = list(answer["lines"])
+        if not answer["changes"]:
+            lines.insert(0, "no changes: the fleet already runs these settings")
+        for line in lines:
+            click.echo(line)
+    return 2 if answer["changes"] else 0
+
+
+# -- commands ---------------------------------------------------------------------------------------------------
+
+@click.command("server")
+@click.option("--repo", required=True, help="Settings repository: a local path or a URL (https, ssh, file).")
+@click.option("--branch", default="main", show_default=True, help="Branch holding the settings.")
+@click.option("--state", "state_dir", envvar="LLMGW_STATE", default=".state", show_default=True,
+              type=click.Path(file_okay=False, path_type=Path), help="State directory (store, mirror, tokens).")
+@click.option("--store", default=None, help="Store path or sqlite:///path [default: <state>/llmgw.sqlite3].")
+@click.option("--secrets", "secrets_dir", default=None, type=click.Path(file_okay=False, path_type=Path),
+              help="Directory of named secrets (hf-token, webhook, ...) [default: <state>/secrets].")
+@click.option("--gateway", "gateway_addr", metavar="HOST:PORT", help="Gateway listener (overrides llmgw.yaml).")
+@click.option("--admin", "admin_addr", metavar="HOST:PORT", help="Admin API listener (overrides llmgw.yaml).")
+@click.option("--agents", "agents_addr", metavar="HOST:PORT", help="Agents' gRPC listener (overrides llmgw.yaml).")
+@click.option("--no-gateway", is_flag=True, help="Run no gateway in this process.")
+def server_cmd(repo, branch, state_dir, store, secrets_dir, gateway_addr, admin_addr, agents_addr, no_gateway):
+    """Run the control plane: settings watcher, reconciler, agents' service, admin API and gateway."""
+    import trio
+
+    from llmgw.control import ControlConfig, ControlPlane
+
+    if "://" not in repo and "@" not in repo.split(":", 1)[0]:
+        repo = str(Path(repo).resolve())
+    plane = ControlPlane(ControlConfig(
+        repo=repo, branch=branch, state_dir=Path(state_dir), store=store, secrets_dir=secrets_dir,
+        gateway_listener=_listener(gateway_addr), admin_listener=_listener(admin_addr),
+        agents_listener=_listener(agents_addr), gateway=not no_gateway,
+    ))
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(plane.run)
+            click.echo(f"admin API    {plane.admin_url}   (token in {Path(state_dir) / 'admin-token'})", err=True)
+            if plane.gateway_url:
+                click.echo(f"gateway      {plane.gateway_url}/v1", err=True)
+            click.echo(f"agents       port {plane.agents_port}", err=True)
+            settings = plane.watcher.state.settings
+            click.echo(f"settings     {_short(settings.commit if settings else None)} from {repo}", err=True)
+            sys.stderr.flush()
+
+    try:
+        trio.run(main)
+    except KeyboardInterrupt:
+        click.echo("stopped", err=True)
+
+
+@click.command("apply")
+@click.option("--wait/--no-wait", default=True, show_default=True, help="Wait until the fleet converged.")
+@click.option("--allow-empty", is_flag=True, help="Apply even a catalog that would stop every model.")
+@click.option("--timeout", default=600.0, show_default=True, help="Seconds to wait for convergence.")
+@_client_options
+def apply_cmd(client, as_json, wait, allow_empty, timeout):
+    """Converge the fleet to the settings branch head now, showing progress."""
+    ok = False
+    for event in client.stream("/api/v1/apply", {"wait": wait, "allow_empty": allow_empty, "timeout": timeout,
+                                                 "who": "llmgw apply"}):
+        if event.get("event") == "end":
+            ok = bool(event.get("ok"))
+            continue
+        if as_json:
+            click.echo(json.dumps(event))
+        else:
+            for line in _render_event(event):
+                click.echo(line)
+    sys.exit(0 if ok else 1)
+
+
+@click.command("plan")
+@click.argument("rev", required=False)
+@_client_options
+def plan_cmd(client, as_json, rev):
+    """Show what REV (default: the branch head) would start, stop or move on the live fleet, and what cannot be
+    placed and why. Exit 0: no changes, 2: changes, 1: error. (`llmgw diff --live`.)"""
+    sys.exit(live_diff(client, rev, as_json))
+
+
+@click.command("status")
+@_client_options
+def status_cmd(client, as_json):
+    """Where the cluster stands: settings in force (and any commit not applied, with why), nodes, replicas."""
+    doc = client.get("/api/v1/status")
+    if as_json:
+        _print_json(doc)
+        return
+    for line in render_status(doc):
+        click.echo(line)
+
+
+@click.command("history")
+@click.option("--limit", default=20, show_default=True, help="How many audit commits.")
+@_client_options
+def history_cmd(client, as_json, limit):
+    """What was done: the audit commits (refs/llmgw/audit), newest first."""
+    answer = client.get("/api/v1/history", limit=limit)
+    if as_json:
+        _print_json(answer)
+        return
+    import time
+
+    for entry in answer["entries"]:
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(entry.get("time", 0)))
+        subject = (entry.get("message") or "").splitlines()[0] if entry.get("message") else ""
+        click.echo(f"{entry.get('commit', '')[:12]}  {when}  {subject}")
+
+
+def _stop_start(stopped: bool):
+    @click.option("--author-name", default=None, help="Commit author [default: git config user.name].")
+    @click.option("--author-email", default=None, help="Commit author email [default: git config user.email].")
+    @_client_options
+    def command(client, as_json, author_name, author_email):
+        name, email = _git_identity(author_name, author_email)
+        answer = client.post(f"/api/v1/{'stop' if stopped else 'start'}",
+                             {"author_name": name, "author_email": email})
+        if as_json:
+            _print_json(answer)
+        else:
+            verb = "stopped: every replica stops; the gateway answers 503" if stopped else "started: replicas start again"
+            click.echo(f"serving {verb} (settings commit {_short(answer['commit'])} by {name} <{email}>)")
+
+    return command
+
+
+stop_cmd = click.command("stop", help="Stop serving: commit serving.stopped: true as you; every replica stops.")(
+    _stop_start(True))
+start_cmd = click.command("start", help="Serve again: commit serving.stopped: false as you.")(_stop_start(False))
+
+
+@click.command("nodes")
+@_client_options
+def nodes_cmd(client, as_json):
+    """The nodes the control plane knows, with their state and shards."""
+    answer = client.get("/api/v1/nodes")
+    if as_json:
+        _print_json(answer)
+        return
+    for node_id, node in answer["nodes"].items():
+        click.echo(f"{node_id:<20} {node['state']:<12} {node['address']:<15} {node['cpu_cores']:g} cores  "
+                   f"{node['gpus']} GPUs  engines: {', '.join(node['engines']) or 'none'}")
+        for shard_id, shard in node["shards"].items():
+            extra = f"  {shard['error']}" if shard.get("error") else ""
+            foreign = " (not started by llmgw)" if shard.get("foreign") else ""
+            click.echo(f"  {shard_id:<28} {shard['state']:<10} port {shard['port']}{foreign}{extra}")
+
+
+@click.command("replicas")
+@_client_options
+def replicas_cmd(client, as_json):
+    """Every replica: its model, node and state, or why it cannot be placed."""
+    answer = client.get("/api/v1/replicas")
+    if as_json:
+        _print_json(answer)
+        return
+    for replica_id, replica in answer["replicas"].items():
+        detail = ""
+        if "unplaced" in replica:
+            detail = "  " + "; ".join(f"{n}: {why}" for n, why in replica["unplaced"].items())
+        click.echo(f"{replica_id:<24} {replica['model']:<24} {replica['state']:<10} {replica.get('node', '')}{detail}")
+
+
+@click.command("logs")
+@click.argument("node")
+@click.option("--shard", default="", help="Shard id (e.g. gemma-3-270m-0/0) [default: the agent's own log].")
+@click.option("--lines", default=200, show_default=True, help="How many of the last lines.")
+@_client_options
+def logs_cmd(client, as_json, node, shard, lines):
+    """The last log lines of a shard's engine (or of the agent) on NODE."""
+    answer = client.get("/api/v1/logs", node=node, shard=shard, lines=lines)
+    if as_json:
+        _print_json(answer)
+        return
+    for line in answer["lines"]:
+        click.echo(line)
+
+
+def register(group: click.Group) -> None:
+    """Add server, apply, plan, status, history, stop, start, nodes, replicas and logs to the command group."""
+    for command in (server_cmd, apply_cmd, plan_cmd, status_cmd, history_cmd, stop_cmd, start_cmd, nodes_cmd,
+                    replicas_cmd, logs_cmd):
+        group.add_command(command)
