@@ -1,0 +1,68 @@
+"""`llmgw agent` as a real process over real gRPC: --json state, shards started, SIGTERM with --stop-shards-on-exit."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import trio
+
+from llmgw.agent import procfs
+from llmgw.wire import control_message, pb, serve_agents
+
+from agent_support import fake_engine_binary, next_matching, tiny_mirror
+
+LLMGW = Path(sys.executable).with_name("llmgw")
+
+
+async def test_llmgw_agent_prints_its_state_registers_and_stops_its_shards_on_sigterm(tmp_path):
+    mirror, digest = tiny_mirror(tmp_path / "mirror")
+    binary = fake_engine_binary(tmp_path)
+    links_send, links = trio.open_memory_channel(2)
+
+    async def handler(link, peer):
+        await links_send.send(link)
+        await trio.sleep_forever()
+
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(serve_agents, handler, "127.0.0.1", 0)
+        agent = subprocess.Popen(
+            [str(LLMGW), "agent", "--control-plane", f"127.0.0.1:{port}", "--node-id", "n1", "--json",
+             "--state-dir", str(tmp_path / "state"), "--mirror", str(mirror), "--label", "zone=a",
+             "--engine-binary", f"llama.cpp@b1={binary}", "--stop-shards-on-exit", "--heartbeat-interval", "500ms"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        try:
+            link = await links.receive()
+            register = (await link.receive()).register
+            assert register.node_id == "n1" and register.labels["zone"] == "a" and register.address == "127.0.0.1"
+            await link.send(control_message(command_id="s", start_shard=pb.StartShard(
+                shard_id="m-0/0", replica_id="m-0", model="m", engine="llama.cpp", engine_version="b1",
+                weights=[pb.WeightsFile(source="file:///m.gguf", sha256=digest)], engine_key="k")))
+            ready = (await next_matching(link, lambda m: m.WhichOneof("body") == "shard_status"
+                                         and m.shard_status.state == "ready")).shard_status
+            agent.send_signal(signal.SIGTERM)
+            with trio.fail_after(20):
+                while agent.poll() is None:
+                    await trio.sleep(0.1)
+            out, err = agent.communicate()
+            state = json.loads(out)
+            assert state["node_id"] == "n1" and state["engines_installed"] == ["llama.cpp@b1"]
+            assert state["cpu"]["cores"] >= 1 and state["memory_total_bytes"] > 0 and state["shards"] == []
+            assert "SIGTERM: the agent stops" in err
+            assert procfs.process_start_time(ready.pid) is None  # --stop-shards-on-exit
+        finally:
+            if agent.poll() is None:
+                agent.kill()
+                agent.wait()
+            nursery.cancel_scope.cancel()
+
+
+def test_a_malformed_control_plane_address_is_a_one_line_error():
+    result = subprocess.run([str(LLMGW), "agent", "--control-plane", "nohost"], capture_output=True, text=True)
+    assert result.returncode == 1
+    assert result.stderr.strip() == "error: --control-plane 'nohost' is not HOST:PORT (e.g. 10.0.0.1:7443)"
