@@ -1,7 +1,9 @@
 """Safe YAML parsing with positions: text in, plain data (dict / list / str / int / float / bool / None) out.
 
-The text is only *composed* by ruamel.yaml (events to nodes, which carry line and column); llmgw turns the
-nodes into data itself, so no tag is ever run. Refused, each as an Issue with `file:line:column`:
+ruamel.yaml only *parses* the text into events (its C parser from ruamel.yaml.clib when installed, about 15x
+faster, else its pure-Python one: the same events either way); llmgw composes the nodes, resolves plain
+scalars by the YAML 1.2 core schema (`yes` is a string, `0.90` a float) and turns nodes into data itself, so
+no tag is ever run. Refused, each as an Issue with `file:line:column`:
 tabs in indentation, explicit tags other than YAML's core ones (`!!str`, `!!int`, ...), duplicate keys,
 non-scalar keys, recursive aliases, aliases that expand to more than MAX_VALUES values (a "billion laughs"
 file fails after MAX_VALUES steps, in milliseconds), nesting deeper than MAX_DEPTH, several documents in one file.
@@ -12,12 +14,17 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from ruamel.yaml import YAML
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
-from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+
+try:  # the C parser of ruamel.yaml.clib: same events, much faster
+    from _ruamel_yaml import CParser as _CParser
+except ImportError:  # pragma: no cover - depends on the installation
+    _CParser = None
 
 from llmgw.errors import Issue
 
@@ -61,11 +68,117 @@ class _Refused(Exception):
         self.message = message
 
 
+class Node:
+    """A composed YAML node: `kind` "scalar" / "seq" / "map", its resolved `tag`, `value` (text, list of nodes,
+    or list of (key, value) node pairs) and 1-based `line` / `column`."""
+
+    __slots__ = ("kind", "tag", "value", "line", "column")
+
+    def __init__(self, kind: str, tag: str, value: Any, mark: Any):
+        self.kind, self.tag, self.value = kind, tag, value
+        self.line, self.column = (mark.line + 1, mark.column + 1) if mark is not None else (0, 0)
+
+
 def _mark(node: Node) -> tuple[int, int]:
-    return (node.start_mark.line + 1, node.start_mark.column + 1)
+    return (node.line, node.column)
 
 
-def _scalar(node: ScalarNode) -> Any:
+# YAML 1.2 core schema resolution of plain scalars (https://yaml.org/spec/1.2.2/#1032-tag-resolution),
+# with "_" digit separators as ruamel.yaml accepts them.
+_IMPLICIT = [
+    (_CORE + "null", re.compile(r"^(?:~|null|Null|NULL|)$")),
+    (_CORE + "bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$")),
+    (_CORE + "int", re.compile(r"^(?:[-+]?[0-9][0-9_]*|0o[0-7_]+|0x[0-9a-fA-F_]+)$")),
+    (_CORE + "float", re.compile(r"^(?:[-+]?(?:\.[0-9]+|[0-9][0-9_]*(?:\.[0-9_]*)?)(?:[eE][-+]?[0-9]+)?"
+                                 r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$")),
+    (_CORE + "merge", re.compile(r"^<<$")),
+]
+
+
+def _tag_text(tag: Any) -> str | None:
+    return None if tag is None else str(getattr(tag, "value", tag))
+
+
+def _scalar_tag(event: Any) -> str:
+    tag = _tag_text(event.tag)
+    if tag is not None and tag != "!":
+        return tag
+    if tag is None and event.implicit[0]:  # plain scalar
+        for candidate, pattern in _IMPLICIT:
+            if pattern.match(event.value):
+                return candidate
+    return _CORE + "str"
+
+
+def _events(text: str, fast: bool) -> Iterator[Any]:
+    if fast and _CParser is not None:
+        parser = _CParser(text)
+        while True:
+            event = parser.get_event()
+            yield event
+            if type(event).__name__ == "StreamEndEvent":
+                return
+    yield from YAML(typ="safe", pure=True).parse(text)
+
+
+def _compose(text: str) -> Node | None:
+    """Events -> one Node tree (anchors shared, not copied). Raises _Refused, YAMLError.
+
+    The C parser (libyaml) follows YAML 1.1 in a few corners (`{url: https://x}` is an error there, valid in
+    1.2), so a text it refuses is parsed again by the pure-Python parser, whose verdict stands.
+    """
+    try:
+        return _compose_with(text, fast=True)
+    except YAMLError:
+        if _CParser is None:
+            raise
+    return _compose_with(text, fast=False)
+
+
+def _compose_with(text: str, fast: bool) -> Node | None:
+    anchors: dict[str, Node] = {}
+    stack: list[Node] = []
+    root: Node | None = None
+    documents = 0
+    for event in _events(text, fast):
+        name = type(event).__name__
+        node: Node | None = None
+        if name == "DocumentStartEvent":
+            documents += 1
+            if documents > 1:
+                raise _Refused(Node("scalar", "", "", event.start_mark),
+                               "a settings file holds one YAML document; remove the '---' and what follows")
+            continue
+        if name == "AliasEvent":
+            node = anchors.get(event.anchor)
+            if node is None:
+                raise _Refused(Node("scalar", "", "", event.start_mark), f"alias *{event.anchor} has no anchor &{event.anchor} before it")
+        elif name == "ScalarEvent":
+            node = Node("scalar", _scalar_tag(event), event.value, event.start_mark)
+        elif name in ("SequenceStartEvent", "MappingStartEvent"):
+            kind = "seq" if name == "SequenceStartEvent" else "map"
+            tag = _tag_text(event.tag)
+            node = Node(kind, tag if tag not in (None, "!") else _CORE + kind, [], event.start_mark)
+        elif name in ("SequenceEndEvent", "MappingEndEvent"):
+            done = stack.pop()
+            if done.kind == "map":
+                flat = done.value
+                done.value = list(zip(flat[0::2], flat[1::2]))
+            continue
+        else:
+            continue
+        if name != "AliasEvent" and getattr(event, "anchor", None):
+            anchors[event.anchor] = node
+        if stack:
+            stack[-1].value.append(node)
+        else:
+            root = node
+        if name in ("SequenceStartEvent", "MappingStartEvent"):
+            stack.append(node)
+    return root
+
+
+def _scalar(node: Node) -> Any:
     tag, text = node.tag, node.value
     if tag == _CORE + "null":
         return None
@@ -108,11 +221,11 @@ class _Builder:
                                  "write the values out or use fewer aliases")
         if depth > MAX_DEPTH:
             raise _Refused(node, f"nesting is deeper than {MAX_DEPTH} levels")
-        tag = node.tag if isinstance(node.tag, str) else getattr(node.tag, "value", str(node.tag))
+        tag = node.tag
         if tag not in _ALLOWED_TAGS:
             raise _Refused(node, f"tag {tag!r} is not allowed; settings hold plain values (remove the tag)")
         self.parsed.values.setdefault(path, _mark(node))
-        if isinstance(node, ScalarNode):
+        if node.kind == "scalar":
             try:
                 return _scalar(node)
             except ValueError as exc:
@@ -121,29 +234,26 @@ class _Builder:
             raise _Refused(node, "an alias refers to a value that contains it (recursive alias)")
         self.active.add(id(node))
         try:
-            if isinstance(node, SequenceNode):
+            if node.kind == "seq":
                 return [self.build(item, path + (i,), depth + 1) for i, item in enumerate(node.value)]
-            if isinstance(node, MappingNode):
-                return self._mapping(node, path, depth)
-            raise _Refused(node, "unexpected YAML node")  # pragma: no cover - composer makes only these
+            return self._mapping(node, path, depth)
         finally:
             self.active.discard(id(node))
 
-    def _mapping(self, node: MappingNode, path: Path, depth: int) -> dict[str, Any]:
+    def _mapping(self, node: Node, path: Path, depth: int) -> dict[str, Any]:
         result: dict[str, Any] = {}
         seen: dict[str, tuple[int, int]] = {}
         merged: dict[str, Any] = {}
         for key_node, value_node in node.value:
-            key_tag = key_node.tag if isinstance(key_node.tag, str) else getattr(key_node.tag, "value", "")
-            if key_tag == _CORE + "merge":
-                sources = value_node.value if isinstance(value_node, SequenceNode) else [value_node]
+            if key_node.tag == _CORE + "merge":
+                sources = value_node.value if value_node.kind == "seq" else [value_node]
                 for source in sources:
-                    if not isinstance(source, MappingNode):
+                    if source.kind != "map":
                         raise _Refused(source, "a merge key (<<) takes a mapping or a list of mappings")
                     for k, v in self._mapping(source, path, depth + 1).items():
                         merged.setdefault(k, v)
                 continue
-            if not isinstance(key_node, ScalarNode):
+            if key_node.kind != "scalar":
                 raise _Refused(key_node, "a key must be a plain scalar, not a list or mapping")
             key = key_node.value
             if key in seen:
@@ -171,9 +281,15 @@ def parse_yaml(file: str, text: str) -> tuple[Parsed, list[Issue]]:
             for m in _TAB_INDENT.finditer(text)]
     if tabs:
         return parsed, tabs
-    yaml = YAML(typ="safe", pure=True)
+    builder = _Builder(parsed)
     try:
-        node = yaml.compose(text)
+        node = _compose(text)
+        if node is not None:
+            parsed.data = builder.build(node, (), 0)
+    except _Refused as exc:
+        parsed.data = None
+        line, column = _mark(exc.node) if exc.node is not None else (builder.top_key or (0, 0))
+        return parsed, [Issue(file, line, column, "", exc.message)]
     except MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         reason = exc.problem or exc.context or "not valid YAML"
@@ -184,13 +300,4 @@ def parse_yaml(file: str, text: str) -> tuple[Parsed, list[Issue]]:
     except (YAMLError, RecursionError) as exc:
         reason = "nesting is too deep" if isinstance(exc, RecursionError) else str(exc).splitlines()[0]
         return parsed, [Issue(file, 0, 0, "", f"not valid YAML: {reason}")]
-    if node is None:
-        return parsed, []
-    builder = _Builder(parsed)
-    try:
-        parsed.data = builder.build(node, (), 0)
-    except _Refused as exc:
-        parsed.data = None
-        line, column = _mark(exc.node) if exc.node is not None else (builder.top_key or (0, 0))
-        return parsed, [Issue(file, line, column, "", exc.message)]
     return parsed, []

@@ -82,6 +82,9 @@ def _issue_for(file: str, parsed: Parsed, error: ValidationError) -> list[Issue]
     if template is None and "$ref" in schema:
         template = None
     message = template.format(value=error.instance) if template else error.message
+    if schema.get("type") == "string" and isinstance(error.instance, (int, float, bool)) and error.validator in ("type", "pattern"):
+        read_as = "a boolean" if isinstance(error.instance, bool) else "a number"
+        message = f"{error.instance!r} is not a string: YAML read the value as {read_as}; put it in quotes"
     if error.validator in ("anyOf", "oneOf"):
         message = f"{error.instance!r} is not valid here ({'; '.join(sorted({c.message for c in error.context}))})"
     return [Issue(file, *parsed.position(path), format_path(path), message)]

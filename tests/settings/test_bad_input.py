@@ -59,7 +59,7 @@ CASES = {
     "firewall-without-enabled": ("firewall.yaml:1:1", "missing required key 'enabled'"),
     "slurm-enabled-yes": ("slurm.yaml:1:10", "'yes please' is not of type 'boolean'"),
     "invalid-yaml": ("catalog/m.yaml:10:1", "not valid YAML"),
-    "two-documents": ("catalog/m.yaml:9:1", "not valid YAML: but found another document"),
+    "two-documents": ("catalog/m.yaml:9:1", "holds one YAML document"),
     "recursive-alias": ("catalog/m.yaml:9:14", "recursive alias"),
     "mapping-as-key": ("catalog/m.yaml:10:5", "a key must be a plain scalar"),
     "empty-catalog": ("llmgw.yaml:21:3", "the catalog holds no model"),

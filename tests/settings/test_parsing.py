@@ -7,7 +7,18 @@ import time
 
 import pytest
 
+from llmgw.settings import parsing
 from llmgw.settings.parsing import parse_yaml
+
+
+@pytest.fixture(params=["c", "pure"], autouse=True)
+def parser(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test runs with ruamel.yaml.clib's C parser and with the pure-Python one: same results."""
+    if request.param == "pure":
+        monkeypatch.setattr(parsing, "_CParser", None)
+    else:
+        assert parsing._CParser is not None, "ruamel.yaml.clib is a dependency: install it"
+    return request.param
 
 VALUES = [
     ("a: 1", {"a": 1}),
@@ -16,6 +27,15 @@ VALUES = [
     ("a: 0.90", {"a": 0.9}),
     ("a: .inf", {"a": math.inf}),
     ("a: true", {"a": True}),
+    ("a: no", {"a": "no"}),                    # no "Norway problem"
+    ("a: 010", {"a": 10}),                     # YAML 1.2: decimal, not octal
+    ("a: 0o10", {"a": 8}),
+    ("a: 1e3", {"a": 1000.0}),
+    ("a: 'true'", {"a": "true"}),
+    ("a: ! 12", {"a": "12"}),
+    ("a: |\n  two\n  lines", {"a": "two\nlines\n"}),
+    ("? |\n  x\n: 1", {"x\n": 1}),
+    ("a: {url: https://example.com/a.zip}", {"a": {"url": "https://example.com/a.zip"}}),  # YAML 1.2 flow colon
     ("a: yes", {"a": "yes"}),                  # YAML 1.2: yes is a string, not a boolean
     ("a: ~", {"a": None}),
     ("a: 2024-01-01", {"a": "2024-01-01"}),    # timestamps stay text
@@ -45,7 +65,8 @@ REFUSED = [
     ("a: &x [1, *x]\n", 1, 4, "recursive alias"),
     ("? [1]\n: 2\n", 1, 3, "a key must be a plain scalar"),
     ("a: [1, 2\n", 2, 1, "not valid YAML"),
-    ("a: 1\n---\nb: 2\n", 2, 1, "not valid YAML"),
+    ("a: 1\n---\nb: 2\n", 2, 1, "holds one YAML document"),
+    ("a: *nowhere\n", 1, 4, "alias *nowhere has no anchor"),
     ("a: 1\n b: 2\n", 2, 3, "not valid YAML"),
     ("a: " + "[" * 100 + "]" * 100 + "\n", 1, 68, "nesting is deeper than"),
 ]
