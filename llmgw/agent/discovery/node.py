@@ -113,7 +113,7 @@ def discover_gpus(our_pids: Collection[int] = (), *, nvml: Any = _LOAD, run: Run
             report = replace(result.report, notes=(*report.notes, *result.report.notes))
             samples = result.samples
         else:
-            report = replace(report, notes=(*report.notes, "nvidia-smi: not installed or not working; a CPU node"))
+            report = replace(report, notes=(*report.notes, "nvidia-smi: not installed or not working"))
     topology = None
     if report.gpus:
         topo_text = _tool_text(run, ["nvidia-smi", "topo", "-m"], extra)

@@ -1,0 +1,192 @@
+"""`llmgw node doctor`: discovery plus checks of what a node needs to serve (NVML and driver, AVX2, engines,
+weights directory space, clock, certificates), as data (`DoctorReport`) with JSON and a readable rendering.
+
+Each check has a status: "ok", "info" (a fact, e.g. "a CPU node"), "warn" (works, but worse or soon broken) or
+"fail" (this node cannot do its job until fixed). Blocking (runs discovery and a few tools).
+"""
+
+from __future__ import annotations
+
+import datetime
+import time
+from collections.abc import Collection
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from llmgw.agent.config import AgentConfig, installed_engines
+from llmgw.agent.discovery import NodeDiscovery, discover_node, run_tool
+from llmgw.agent.discovery.node import Runner
+
+LOW_DISK_BYTES = 20 * 1024**3       # below this, one 8B model's weights may not fit
+CERT_WARN_DAYS = 30
+_EARLIEST_SANE = datetime.datetime(2025, 1, 1, tzinfo=datetime.timezone.utc)
+_LOAD = object()
+
+
+@dataclass(frozen=True)
+class Check:
+    """One check: `name` ("nvml", "cpu", ...), `status` ok/info/warn/fail, `detail` a sentence for a person."""
+
+    name: str
+    status: str
+    detail: str
+
+
+@dataclass(frozen=True)
+class DoctorReport:
+    """The checks in order and the discovery they were made from. `ok` is False when any check failed."""
+
+    checks: tuple[Check, ...]
+    discovery: NodeDiscovery
+
+    @property
+    def ok(self) -> bool:
+        return all(c.status != "fail" for c in self.checks)
+
+    def to_json(self) -> dict:
+        """Plain JSON types: {"ok", "checks": [{name, status, detail}], "node": NodeDiscovery.to_json()}."""
+        return {"ok": self.ok, "checks": [c.__dict__ for c in self.checks], "node": self.discovery.to_json()}
+
+    def render(self) -> str:
+        """One line per check ("warn  cpu        this CPU has no AVX2 ..."), then a verdict line."""
+        width = max((len(c.name) for c in self.checks), default=4)
+        lines = [f"{c.status:<5} {c.name:<{width}}  {c.detail}" for c in self.checks]
+        failed = sum(c.status == "fail" for c in self.checks)
+        warned = sum(c.status == "warn" for c in self.checks)
+        lines.append("node doctor: " + ("ready" if not failed else f"{failed} check(s) failed")
+                     + (f", {warned} warning(s)" if warned else ""))
+        return "\n".join(lines)
+
+
+def _gib(size: int) -> str:
+    return f"{size / 1024**3:.1f} GiB"
+
+
+def _gpu_checks(node: NodeDiscovery) -> list[Check]:
+    report = node.gpus
+    if report.source == "none":
+        why = "; ".join(report.notes) or "no NVIDIA driver"
+        return [Check("nvml", "info", f"a CPU node: no NVIDIA GPU found ({why})")]
+    checks = []
+    if report.source == "nvml":
+        checks.append(Check("nvml", "ok", f"NVML loaded, driver {report.driver_version or '?'}, CUDA "
+                                          f"{report.cuda_version or '?'}, {len(report.gpus)} device(s)"))
+    else:
+        checks.append(Check("nvml", "warn", f"NVML could not be loaded ({'; '.join(report.notes)}); GPUs read from "
+                                            f"nvidia-smi, driver {report.driver_version or '?'}: install nvidia-ml-py "
+                                            "or fix the driver's library path for live telemetry"))
+    for gpu in report.gpus:
+        label = f"GPU {gpu.index}" + (f" MIG {gpu.mig_profile or '?'} {gpu.device_id}" if gpu.is_mig_instance else "")
+        facts = f"{gpu.name or 'unnamed'}, class {gpu.gpu_class or 'unknown'}"
+        if gpu.memory_total_bytes is not None:
+            facts += f", {_gib(gpu.memory_total_bytes)}"
+        if gpu.placeable:
+            checks.append(Check("gpu", "ok", f"{label}: {facts}, placeable"))
+        elif gpu.mig_enabled and not gpu.is_mig_instance:
+            checks.append(Check("gpu", "info", f"{label}: {facts}, MIG enabled: shards go on its instances"))
+        elif gpu.foreign_pids:
+            pids = ", ".join(str(p) for p in gpu.foreign_pids)
+            checks.append(Check("gpu", "warn", f"{label}: {facts}, used by processes llmgw did not start "
+                                               f"(pid {pids}): not placeable until they end"))
+        else:
+            checks.append(Check("gpu", "warn", f"{label}: {facts}: not placeable (class or memory unknown)"))
+        if gpu.pcie_gen_current is not None and gpu.pcie_gen_max and gpu.pcie_gen_current < gpu.pcie_gen_max:
+            checks.append(Check("gpu", "info", f"{label}: PCIe link at gen {gpu.pcie_gen_current} of "
+                                               f"{gpu.pcie_gen_max} now (cards lower it when idle)"))
+    return checks
+
+
+def _cpu_checks(node: NodeDiscovery) -> list[Check]:
+    inv = node.inventory
+    cpu = inv.cpu
+    flags = " ".join(cpu.flags) or "none known"
+    checks = [Check("cpu", "ok", f"{cpu.cores} logical CPUs, {cpu.model or 'model unknown'} ({inv.arch}); "
+                                 f"vector extensions: {flags}")]
+    checks.extend(Check("cpu", "warn", w) for w in inv.warnings)
+    checks.append(Check("memory", "ok" if inv.memory_total_bytes else "warn",
+                        f"{_gib(inv.memory_total_bytes)} total" if inv.memory_total_bytes
+                        else "total memory could not be read from /proc/meminfo"))
+    return checks
+
+
+def _disk_check(weights_dir: Path, free: int | None) -> Check:
+    if free is None:
+        return Check("weights", "warn", f"free space under {weights_dir} cannot be measured")
+    if free < LOW_DISK_BYTES:
+        return Check("weights", "warn", f"only {_gib(free)} free under {weights_dir}: free space or point "
+                                        "weights_dir at a larger disk")
+    return Check("weights", "ok", f"{_gib(free)} free under {weights_dir}")
+
+
+def _engine_check(engines_dir: Path | None, state_dir: Path | None) -> Check:
+    config = AgentConfig(**{k: v for k, v in (("engines_dir", engines_dir), ("state_dir", state_dir)) if v})
+    found = installed_engines(config)
+    if not found:
+        return Check("engines", "info", f"no engine installed under {config.engines_path} yet; the agent installs "
+                                        "llama.cpp when a model placed here needs it")
+    return Check("engines", "ok", "installed: " + ", ".join(found))
+
+
+def _clock_check(now: float, run: Runner) -> Check:
+    moment = datetime.datetime.fromtimestamp(now, tz=datetime.timezone.utc)
+    if moment < _EARLIEST_SANE:
+        return Check("clock", "fail", f"the clock reads {moment:%Y-%m-%d %H:%M} UTC, before this release: "
+                                      "certificates will not verify; set the time (NTP)")
+    out = run(["timedatectl", "show", "-p", "NTPSynchronized", "--value"])
+    synced = out.text.strip().lower() if out is not None and out.exit_code == 0 else ""
+    if synced == "no":
+        return Check("clock", "warn", f"{moment:%Y-%m-%d %H:%M:%S} UTC, not synchronised by NTP: "
+                                      "certificate checks and audit times may be off")
+    state = "NTP synchronised" if synced == "yes" else "NTP state unknown (no timedatectl)"
+    return Check("clock", "ok", f"{moment:%Y-%m-%d %H:%M:%S} UTC, {state}")
+
+
+def _certificate_check(path: Path, now: float) -> Check:
+    from cryptography import x509
+
+    try:
+        certificate = x509.load_pem_x509_certificate(path.read_bytes())
+    except OSError as exc:
+        return Check("certificate", "fail", f"{path} cannot be read ({exc.strerror}): run `llmgw node join`")
+    except ValueError as exc:
+        return Check("certificate", "fail", f"{path} is not a PEM certificate ({exc})")
+    moment = datetime.datetime.fromtimestamp(now, tz=datetime.timezone.utc)
+    start, end = certificate.not_valid_before_utc, certificate.not_valid_after_utc
+    subject = certificate.subject.rfc4514_string()
+    if moment < start:
+        return Check("certificate", "fail", f"{path} ({subject}) is valid only from {start:%Y-%m-%d %H:%M} UTC: "
+                                            "check this node's clock")
+    if moment > end:
+        return Check("certificate", "fail", f"{path} ({subject}) expired {end:%Y-%m-%d}: run `llmgw node join` "
+                                            "with a new token")
+    if end - moment < datetime.timedelta(days=CERT_WARN_DAYS):
+        return Check("certificate", "warn", f"{path} ({subject}) expires {end:%Y-%m-%d}: renew it soon")
+    return Check("certificate", "ok", f"{path} ({subject}) valid until {end:%Y-%m-%d}")
+
+
+def run_doctor(weights_dir: Path, *, engines_dir: Path | None = None, state_dir: Path | None = None,
+               cert_path: Path | None = None, our_pids: Collection[int] = (), nvml: Any = _LOAD,
+               run: Runner = run_tool, now: float | None = None, **discover_args: Any) -> DoctorReport:
+    """Discover this node and check it. Blocking. Never raises for a missing driver or tool: those are checks.
+
+    `weights_dir` is where free space is measured; `engines_dir`/`state_dir` locate installed engines (defaults
+    as `AgentConfig`); `cert_path` the node certificate to check (skipped when None); `nvml` and `run` as in
+    `discover_node` (tests inject captures); `now` unix seconds (default: the clock).
+    """
+    now = time.time() if now is None else now
+    kwargs = dict(discover_args)
+    if nvml is not _LOAD:
+        kwargs["nvml"] = nvml
+    node = discover_node(Path(weights_dir), our_pids, run=run, **kwargs)
+    checks = [*_gpu_checks(node), *_cpu_checks(node), _disk_check(Path(weights_dir), node.inventory.disk_free_bytes),
+              _engine_check(engines_dir, state_dir), _clock_check(now, run)]
+    if cert_path is not None:
+        checks.append(_certificate_check(Path(cert_path), now))
+    ib = node.fabrics.infiniband
+    checks.append(Check("fabrics", "info", (f"InfiniBand: {', '.join(f'{p.ca}/{p.port} {p.state}' for p in ib)}"
+                                            if ib else "no InfiniBand") + ("; IMEX configured" if node.fabrics.imex
+                                                                          else "; no IMEX")))
+    topo_warnings = node.topology.warnings if node.topology else ()
+    checks.extend(Check("discovery", "warn", w) for w in (*node.gpus.warnings, *topo_warnings))
+    return DoctorReport(tuple(checks), node)

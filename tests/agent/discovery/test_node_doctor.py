@@ -1,0 +1,90 @@
+"""`llmgw node doctor`: checks on this CPU machine through the real command, and on the H200 through its captures."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import subprocess
+import sys
+
+import pynvml
+
+from captures import capture
+from fake_nvml import FakeNvml, load_readings
+from llmgw.agent.discovery import ToolOutput
+from llmgw.agent.doctor import run_doctor
+
+NOW = datetime.datetime(2026, 11, 30, tzinfo=datetime.timezone.utc).timestamp()
+
+
+def no_tools(argv):
+    return None
+
+
+def statuses(report, name):
+    return [c.status for c in report.checks if c.name == name]
+
+
+def test_the_command_on_this_machine_reports_a_cpu_node_and_exits_0(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "llmgw.cli", "node", "doctor", "--json",
+                           "--weights-dir", str(tmp_path), "--state-dir", str(tmp_path / "state")],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["ok"] and report["node"]["cpu_node"] is True
+    assert report["node"]["cpu"]["cores"] >= 1 and report["node"]["memory_total_bytes"] > 0
+    assert {c["name"] for c in report["checks"]} >= {"nvml", "cpu", "memory", "weights", "engines", "clock"}
+    assert "a CPU node" in report["checks"][0]["detail"]
+
+
+def test_h200_through_nvml_is_ready_and_a_foreign_process_is_named(tmp_path):
+    report = run_doctor(tmp_path, state_dir=tmp_path, nvml=FakeNvml.h200(), run=no_tools, now=NOW)
+    assert report.ok and statuses(report, "nvml") == ["ok"] and statuses(report, "gpu") == ["ok"]
+    assert "h200-141g" in report.render()
+    busy = run_doctor(tmp_path, state_dir=tmp_path, nvml=FakeNvml.h200(processes=load_readings()["processes"]),
+                      run=no_tools, now=NOW)
+    assert busy.ok and statuses(busy, "gpu") == ["warn"] and "pid 522" in busy.render()
+
+
+def test_nvidia_smi_fallback_is_a_warning_to_fix_nvml(tmp_path):
+    def run(argv):
+        name = {("nvidia-smi", "-q", "-x"): "nvidia-smi-q-x.xml", ("nvidia-smi", "-L"): "nvidia-smi-L.txt",
+                ("nvidia-smi", "topo", "-m"): "nvidia-smi-topo-m.txt"}.get(tuple(argv))
+        return ToolOutput(tuple(argv), 0, capture(name)) if name else None
+
+    report = run_doctor(tmp_path, state_dir=tmp_path, run=run, now=NOW,
+                        nvml=FakeNvml([], init_error=pynvml.NVMLError_LibraryNotFound()))
+    assert statuses(report, "nvml") == ["warn"] and statuses(report, "gpu") == ["ok"] and report.ok
+
+
+def test_a_clock_before_the_release_fails(tmp_path):
+    report = run_doctor(tmp_path, state_dir=tmp_path, nvml=None, run=no_tools, now=0.0)
+    assert not report.ok and statuses(report, "clock") == ["fail"]
+
+
+def test_certificates_are_checked_for_dates(tmp_path):
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "node-1")])
+    start = datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc)
+    certificate = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+                   .serial_number(1).not_valid_before(start).not_valid_after(start + datetime.timedelta(days=340))
+                   .sign(key, hashes.SHA256()))
+    path = tmp_path / "node.crt"
+    path.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
+
+    def check(now, cert=path):
+        report = run_doctor(tmp_path, state_dir=tmp_path, nvml=None, run=no_tools, now=now, cert_path=cert)
+        (found,) = [c for c in report.checks if c.name == "certificate"]
+        return found
+
+    assert check(datetime.datetime(2026, 6, 1, tzinfo=datetime.timezone.utc).timestamp()).status == "ok"
+    assert check(NOW).status == "warn"                                       # expires 2026-12-07
+    assert check(datetime.datetime(2027, 1, 1, tzinfo=datetime.timezone.utc).timestamp()).status == "fail"
+    assert "llmgw node join" in check(NOW, tmp_path / "missing.crt").detail
+    (tmp_path / "junk.crt").write_text("not a certificate")
+    assert check(NOW, tmp_path / "junk.crt").status == "fail"
