@@ -20,7 +20,8 @@ VERB_MODULES = (
     "llmgw.cli.up_cmd",          # up
     "llmgw.cli.server_cmds",     # server, apply, status, history, stop, start, nodes, replicas, logs
     "llmgw.cli.keys_cmds",       # keys, usage
-    "llmgw.cli.agent_cmds",      # agent, node doctor, node join
+    "llmgw.cli.agent_cmds",      # agent, node join
+    "llmgw.cli.node_cmds",       # node doctor
 )
 
 
