@@ -249,14 +249,14 @@ def build_projects(data: Mapping[str, Any], found: Found, file: str, known_model
     return orgs, teams, projects
 
 
-def check_names(found: Found, models: Mapping[str, Model], data_by_file: Mapping[str, Mapping[str, Any]]) -> set[str]:
+def check_names(found: Found, models: Mapping[str, Model]) -> set[str]:
     """Report names and aliases used twice across the catalog; return every name and alias."""
     owner: dict[str, str] = {}
     for model in models.values():
         owner[model.name] = model.name
     for model in models.values():
         for index, alias in enumerate(model.aliases):
-            if alias in owner and owner[alias] != model.name or alias == model.name:
+            if alias in owner:
                 other = owner[alias]
                 found.add(model.source_file, ("aliases", index),
                           f"alias {alias!r} is already the name or an alias of model {other!r}")

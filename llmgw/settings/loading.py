@@ -146,7 +146,7 @@ def load_tree(tree: TreeFiles, commit: str | None = None) -> Settings:
                 elif model.engine_version is None and not default:
                     found.add(path, ("engine",), f"engines.yaml has no default version of {model.engine}; "
                                                  "name an engine_version or mark one default")
-    known = check_names(found, models, {}) | invalid_names
+    known = check_names(found, models) | invalid_names
 
     if cluster is not None and not models and not invalid_names and not cluster.allow_empty and "llmgw.yaml" in good:
         found.add("llmgw.yaml", ("serving",) if "serving" in good["llmgw.yaml"][1] else (),

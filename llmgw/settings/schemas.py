@@ -9,7 +9,6 @@ pattern failures (units, digests, names).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -54,11 +53,6 @@ def format_path(path: tuple[str | int, ...] | list[str | int]) -> str:
     return out
 
 
-def _leaves(error: ValidationError) -> Iterator[ValidationError]:
-    """For anyOf/oneOf failures keep the whole error (its message names the alternatives)."""
-    yield error
-
-
 def _issue_for(file: str, parsed: Parsed, error: ValidationError) -> list[Issue]:
     path = tuple(error.absolute_path)
     schema = error.schema if isinstance(error.schema, dict) else {}
@@ -79,8 +73,6 @@ def _issue_for(file: str, parsed: Parsed, error: ValidationError) -> list[Issue]
             return [Issue(file, *parsed.position(key_path, of_key=True), format_path(key_path),
                           f"{error.instance!r} is not allowed as a key here: {error.message}")]
     template = schema.get("x-error")
-    if template is None and "$ref" in schema:
-        template = None
     message = template.format(value=error.instance) if template else error.message
     if schema.get("type") == "string" and isinstance(error.instance, (int, float, bool)) and error.validator in ("type", "pattern"):
         read_as = "a boolean" if isinstance(error.instance, bool) else "a number"
@@ -105,7 +97,6 @@ def validate_data(kind: str, file: str, parsed: Parsed) -> list[Issue]:
     """Validate `parsed.data` of `file` against the schema of `kind`; every violation as an Issue (sorted by line)."""
     issues: list[Issue] = []
     for error in _validator(kind).iter_errors(parsed.data):
-        for leaf in _leaves(error):
-            issues.extend(_issue_for(file, parsed, leaf))
+        issues.extend(_issue_for(file, parsed, error))
     issues.sort(key=lambda i: (i.line, i.column, i.key_path))
     return issues

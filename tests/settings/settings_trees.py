@@ -50,8 +50,6 @@ def commit_tree(repo: pygit2.Repository, tree_dir: Path, message: str, ref: str 
             files[rel] = path.read_bytes()
     tree_id = write_tree(repo, files)
     if links:
-        builder_files = dict(files)
-        tree_id = write_tree(repo, builder_files)
         for rel, target in links.items():
             head, _, name = rel.rpartition("/")
             sub = repo[tree_id]

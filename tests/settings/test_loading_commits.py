@@ -73,3 +73,28 @@ def test_an_unknown_revision_or_repository_is_a_settings_error(bare: tuple[Path,
         load_commit(repo_path, "no-such-branch")
     with pytest.raises(SettingsError, match="is not a git repository"):
         load_commit(tmp_path / "nowhere")
+
+
+def test_validate_lists_every_error_of_every_file_in_order(example_tree: Path) -> None:
+    gemma = example_tree / "catalog" / "gemma-3-270m.yaml"
+    gemma.write_text(gemma.read_text().replace("replicas: 1\n", "replicas: -1\n").replace("memory: 1Gi", "memory: lots"))
+    (example_tree / "slurm.yaml").write_text("enabled: false\npartition: 7\n")
+    result = CliRunner().invoke(cli, ["validate", str(example_tree)])
+    assert result.exit_code == 1
+    lines = result.output.splitlines()
+    assert lines == [
+        "catalog/gemma-3-270m.yaml:13:11: replicas: -1 is less than the minimum of 0",
+        "catalog/gemma-3-270m.yaml:16:11: resources.memory: 'lots' is not a size: write e.g. 512Mi, 16Gi or 1.5T",
+        "slurm.yaml:2:12: partition: 7 is not a string: YAML read the value as a number; put it in quotes",
+        "3 errors",
+    ]
+
+
+def test_validate_takes_a_revision_of_the_repository_around_the_current_directory(
+        bare: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    repo_path, _ = bare
+    subprocess.run(["git", "clone", "-q", str(repo_path), str(tmp_path / "clone")], check=True)
+    monkeypatch.chdir(tmp_path / "clone" / "catalog")
+    result = CliRunner().invoke(cli, ["validate", "origin/main"])
+    assert result.exit_code == 0, result.output
+    assert "origin/main (" in result.output and "): valid: 2 models" in result.output
