@@ -64,8 +64,10 @@ def foreign_status(engine: ForeignEngine) -> pb.ShardStatus:
 def register_message(
     node_id: str, address: str, inventory: Inventory, engines_installed: Iterable[str],
     shards: Iterable[pb.ShardStatus], labels: Mapping[str, str], warnings: Iterable[str] = (),
+    gpus: Iterable[pb.Gpu] = (),
 ) -> pb.Register:
-    """The Register an agent sends first on every connection."""
+    """The Register an agent sends first on every connection. `gpus` from discovery (empty: a CPU node);
+    `warnings` are added after the inventory's own."""
     return pb.Register(
         node_id=node_id, address=address, os=inventory.os, arch=inventory.arch, cpu_model=inventory.cpu.model,
         cpu_cores=inventory.cpu.cores, cpu_flags=list(inventory.cpu.flags),
@@ -73,7 +75,7 @@ def register_message(
         disk_free_bytes=inventory.disk_free_bytes,
         engines_installed=list(engines_installed), engines_installable=list(ENGINES_INSTALLABLE),
         features=list(FEATURES), shards=list(shards), agent_version=__version__,
-        warnings=[*inventory.warnings, *warnings], labels=dict(labels),
+        warnings=list(dict.fromkeys([*inventory.warnings, *warnings])), labels=dict(labels), gpus=list(gpus),
     )
 
 
@@ -124,11 +126,12 @@ class Sampler:
 
 def heartbeat_message(
     samples: Samples, statuses: Iterable[pb.ShardStatus], engines_installed: Iterable[str],
-    engines_installing: Iterable[str], now: float | None = None,
+    engines_installing: Iterable[str], now: float | None = None, gpus: Iterable[pb.GpuSample] = (),
 ) -> pb.Heartbeat:
-    """A Heartbeat with the full shard list (level-triggered) and this period's samples; unmeasured values unset."""
+    """A Heartbeat with the full shard list (level-triggered) and this period's samples; unmeasured values unset.
+    `gpus` are the GPU telemetry samples (none on a CPU node)."""
     beat = pb.Heartbeat(
-        time=time.time() if now is None else now, shard_states=list(statuses),
+        time=time.time() if now is None else now, shard_states=list(statuses), gpus=list(gpus),
         engines_installed=list(engines_installed), engines_installing=list(engines_installing),
     )
     for name in ("cpu_percent", "load1", "memory_used_bytes", "memory_available_bytes"):

@@ -18,7 +18,8 @@ import trio
 from llmgw.agent import reporting
 from llmgw.agent.commands import NodeAgent
 from llmgw.agent.config import AgentConfig
-from llmgw.agent.inventory import read_inventory
+from llmgw.agent.discovery import discover_node
+from llmgw.agent.telemetry import GpuTelemetry, open_gpu_telemetry, smi_samples
 from llmgw.agent.logs import LogRing, RingHandler
 from llmgw.agent.shards import next_backoff
 from llmgw.agent.supervisor import Supervisor
@@ -61,7 +62,8 @@ async def run_agent(config: AgentConfig, connect: Connect, *, task_status=trio.T
                 log.info("found %d shard(s) from an earlier agent: %s", len(adopted),
                          ", ".join(f"{v.shard_id} pid {v.pid}" for v in adopted))
             task_status.started(agent)
-            session = _Session(agent)
+            telemetry = await trio.to_thread.run_sync(open_gpu_telemetry)
+            session = _Session(agent, telemetry)
             delay = 0.0
             while not agent.restart_requested.is_set():
                 try:
@@ -81,6 +83,7 @@ async def run_agent(config: AgentConfig, connect: Connect, *, task_status=trio.T
                 log.info("reconnecting to the control plane in %g s", delay)
                 await trio.sleep(delay)
             nursery.cancel_scope.cancel()
+            telemetry.close()
             if agent.config.stop_shards_on_exit:
                 with trio.move_on_after(agent.config.shard_stop_grace + 10, shield=True):
                     await supervisor.stop_all()
@@ -100,8 +103,10 @@ async def run_agent(config: AgentConfig, connect: Connect, *, task_status=trio.T
 class _Session:
     """One connection's tasks: send the queued messages, beat, and read commands."""
 
-    def __init__(self, agent: NodeAgent):
+    def __init__(self, agent: NodeAgent, telemetry: GpuTelemetry):
         self.agent = agent
+        self.telemetry = telemetry
+        self.gpu_source = "none"  # what discovery found the GPUs with: "nvml", "nvidia-smi" or "none"
         self.sampler = reporting.Sampler()
         self._foreign: list = []
         self._foreign_at = -FOREIGN_SCAN_INTERVAL
@@ -113,22 +118,33 @@ class _Session:
             self._foreign_at = now
         return self._foreign
 
-    def register(self) -> pb.AgentMessage:
+    async def register(self) -> pb.AgentMessage:
+        """Discover the node (in a thread: NVML and nvidia-smi block) and build the Register."""
         agent = self.agent
         config = agent.config
-        inventory = read_inventory(config.weights_path)
+        ours = agent.supervisor.managed_pids()
+        discovery = await trio.to_thread.run_sync(discover_node, config.weights_path, ours)
+        self.gpu_source = discovery.gpus.source
         self._foreign_at = -FOREIGN_SCAN_INTERVAL
         return agent_message(register=reporting.register_message(
-            config.node_id, config.address or "127.0.0.1", inventory, agent.engines_installed(),
-            agent.shard_statuses(self._foreign_engines()), config.labels, agent.supervisor.warnings,
+            config.node_id, config.address or "127.0.0.1", discovery.inventory, agent.engines_installed(),
+            agent.shard_statuses(self._foreign_engines()), config.labels,
+            [*discovery.warnings, *self.telemetry.warnings, *agent.supervisor.warnings],
+            gpus=[pb.Gpu(**gpu.pb_fields()) for gpu in discovery.gpus.gpus],
         ))
 
-    def heartbeat(self) -> pb.AgentMessage:
+    async def heartbeat(self) -> pb.AgentMessage:
         agent = self.agent
         samples = self.sampler.sample(agent.supervisor.process_groups())
+        if self.telemetry.available:
+            gpus = self.telemetry.sample()
+        elif self.gpu_source == "nvidia-smi":
+            gpus = await trio.to_thread.run_sync(smi_samples)
+        else:
+            gpus = ()
         return agent_message(heartbeat=reporting.heartbeat_message(
             samples, agent.shard_statuses(self._foreign_engines()), agent.engines_installed(),
-            sorted(agent.installing),
+            sorted(agent.installing), gpus=[pb.GpuSample(**g.pb_fields()) for g in gpus],
         ))
 
     async def serve(self, link) -> None:
@@ -139,7 +155,7 @@ class _Session:
                 agent.outbox.receive_nowait()
             except trio.WouldBlock:
                 break
-        await link.send(self.register())
+        await link.send(await self.register())
         log.info("registered with the control plane as %s", agent.config.node_id)
         try:
             async with trio.open_nursery() as nursery:
@@ -161,7 +177,7 @@ class _Session:
 
     async def _beat(self) -> None:
         while True:
-            self.agent.emit(self.heartbeat())
+            self.agent.emit(await self.heartbeat())
             await trio.sleep(self.agent.config.heartbeat_interval)
 
     async def _wait_restart(self, scope: trio.CancelScope) -> None:

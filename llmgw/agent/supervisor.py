@@ -184,6 +184,11 @@ class Supervisor:
         """{shard id: process group id} of shards whose engine runs now (pgid == the engine's pid)."""
         return {k: s.pid for k, s in self._shards.items() if s.pid}
 
+    def managed_pids(self) -> set[int]:
+        """Every live process in the shards' process groups (engine workers included). Reads /proc."""
+        groups = set(self.process_groups().values())
+        return {s.pid for s in procfs.iter_proc_stats() if s.pgrp in groups} if groups else set()
+
     def foreign_engines(self) -> list[ForeignEngine]:
         """Engine processes on this node that no shard owns (reported, never killed). Reads /proc."""
         stats = list(procfs.iter_proc_stats())
