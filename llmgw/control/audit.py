@@ -46,6 +46,9 @@ def node_documents(records: tuple[NodeRecord, ...]) -> dict[str, Any]:
                 "settings_commit": shard.settings_commit,
                 "port": shard.port,
             }
+            detail = record.details.get(shard.shard_id)
+            if detail is not None and detail.pid:
+                entry["pid"] = detail.pid
             if shard.devices:
                 entry["devices"] = list(shard.devices)
             if shard.error:
