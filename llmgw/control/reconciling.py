@@ -21,7 +21,7 @@ import trio
 
 from llmgw.control.commands import action_key, shard_id_of
 from llmgw.errors import LlmgwError
-from llmgw.plan import EmptiedCatalogError, guard_fleet_not_emptied, make_plan
+from llmgw.plan import EmptiedCatalogError, make_plan
 from llmgw.plan.types import Action, ActionKind, Fleet, Plan, ShardState, Unplaced
 from llmgw.settings.model import Settings
 
@@ -196,12 +196,11 @@ class Reconciler:
             started_unix, started = time.time(), trio.current_time()
             fleet = self._fleet()
             try:
-                guard_fleet_not_emptied(settings, fleet, allow_empty=self._allow_empty())
+                plan = make_plan(settings, fleet, allow_empty=self._allow_empty())
             except EmptiedCatalogError as exc:
                 plan = Plan(settings_commit=settings.commit, notes=(str(exc),))
                 records, done = [], False
             else:
-                plan = make_plan(settings, fleet)
                 records = self._act(plan, settings, fleet, started)
                 done = converged(plan, fleet) and not self.in_flight
             self.passes += 1

@@ -146,4 +146,9 @@ async def test_pushes_are_placed_served_scaled_to_zero_and_bad_commits_kept_out(
         assert "start tiny-1/0 on n1" in messages and "stop tiny-0/0 on n1" in messages
         log = await trio.to_thread.run_sync(lambda: git("log", "--format=%s", "refs/llmgw/audit", cwd=settings_repo))
         assert "pass " in log
+        # no engine key ever enters a commit
+        everything = await trio.to_thread.run_sync(
+            lambda: git("log", "-p", "--format=%B", "refs/llmgw/audit", cwd=settings_repo))
+        assert "status.yaml" in everything and "tiny-1/0" in everything
+        assert plane.engine_key("tiny-0") not in everything and plane.engine_key("tiny-1") not in everything
         nursery.cancel_scope.cancel()

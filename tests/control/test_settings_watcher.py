@@ -1,0 +1,70 @@
+"""The settings watcher: local and fetched repositories, bad commits kept out, an unreachable remote."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from llmgw.control.watching import SettingsWatcher, is_url
+from llmgw.settings import set_ref
+
+from .test_in_process_fleet import commit_directly
+
+
+@pytest.mark.parametrize(
+    "location, url",
+    [
+        ("/srv/settings.git", False), ("settings", False), ("./a:b", False),
+        ("https://forge.example/ops/settings.git", True), ("ssh://git@forge.example/ops/settings.git", True),
+        ("file:///srv/settings.git", True), ("git@forge.example:ops/settings.git", True),
+    ],
+)
+def test_locations_are_told_apart_as_paths_or_urls(location, url):
+    assert is_url(location) is url
+
+
+def bad_catalog(repo: Path) -> str:
+    return commit_directly(repo, "catalog/tiny.yaml", b"name: tiny\nengine: llama.cpp\nreplicas: many\n", "bad")
+
+
+async def test_a_bad_head_is_reported_with_file_and_line_while_the_last_good_commit_stays(settings_repo):
+    changes = []
+    watcher = SettingsWatcher(str(settings_repo), "main", settings_repo.parent / "unused",
+                              on_change=lambda: changes.append(1))
+    state = await watcher.poll()
+    good = state.settings.commit
+    assert state.bad is None and len(changes) == 1
+    bad = bad_catalog(settings_repo)
+    state = await watcher.poll()
+    assert state.settings.commit == good and state.head == bad and len(changes) == 1
+    (issue,) = [i for i in state.bad.issues if i.severity == "error"]
+    assert (issue.file, issue.line, issue.key_path) == ("catalog/tiny.yaml", 3, "replicas")
+    assert bad[:12] in state.bad.describe()
+
+
+async def test_at_start_a_bad_head_falls_back_to_the_applied_commit(settings_repo):
+    first = await SettingsWatcher(str(settings_repo), "main", settings_repo.parent / "m").poll()
+    set_ref(settings_repo, "refs/llmgw/applied", first.settings.commit)
+    bad_catalog(settings_repo)
+    state = await SettingsWatcher(str(settings_repo), "main", settings_repo.parent / "m").poll()
+    assert state.settings.commit == first.settings.commit and state.bad is not None
+
+
+async def test_a_remote_is_fetched_into_a_mirror_and_an_unreachable_one_keeps_the_last_good_commit(
+    tmp_path, settings_repo,
+):
+    mirror = tmp_path / "state" / "settings-mirror.git"
+    watcher = SettingsWatcher(f"file://{settings_repo}", "main", mirror)
+    state = await watcher.poll()
+    assert state.settings is not None and state.remote_error is None and (mirror / "HEAD").is_file()
+    good = state.settings.commit
+    shutil.move(settings_repo, tmp_path / "gone.git")
+    state = await watcher.poll()
+    assert state.settings.commit == good
+    assert "cannot fetch" in state.remote_error and good[:12] in state.remote_error
+    shutil.move(tmp_path / "gone.git", settings_repo)
+    newer = commit_directly(settings_repo, "README.md", b"notes\n", "a note")
+    state = await watcher.poll()
+    assert state.remote_error is None and state.settings.commit == newer
