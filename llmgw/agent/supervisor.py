@@ -142,7 +142,8 @@ class Supervisor:
 
     async def __aenter__(self) -> Supervisor:
         (self.state_dir / "shards").mkdir(parents=True, exist_ok=True)
-        self._http = httpx.AsyncClient(timeout=httpx.Timeout(3.0), trust_env=False)
+        # Health checks are plain HTTP to the engines: no TLS context (loading the CA bundle costs ~9 MB resident).
+        self._http = httpx.AsyncClient(timeout=httpx.Timeout(3.0), trust_env=False, verify=False)
         self._nursery_manager = trio.open_nursery()
         self._nursery = await self._nursery_manager.__aenter__()
         return self
