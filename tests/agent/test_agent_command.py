@@ -66,3 +66,45 @@ def test_a_malformed_control_plane_address_is_a_one_line_error():
     result = subprocess.run([str(LLMGW), "agent", "--control-plane", "nohost"], capture_output=True, text=True)
     assert result.returncode == 1
     assert result.stderr.strip() == "error: --control-plane 'nohost' is not HOST:PORT (e.g. 10.0.0.1:7443)"
+
+
+async def test_a_node_joins_with_a_token_and_its_agent_then_connects_with_mutual_tls(tmp_path):
+    from llmgw.wire import CertificateAuthority
+
+    ca = CertificateAuthority.load_or_create(tmp_path / "ca")
+    token = ca.create_join_token(600)
+    (tmp_path / "ca.crt").write_bytes(ca.certificate_pem)
+    links_send, links = trio.open_memory_channel(2)
+
+    async def handler(link, peer):
+        await links_send.send(link)
+        await trio.sleep_forever()
+
+    async with trio.open_nursery() as nursery:
+        ports = await nursery.start(lambda task_status: serve_agents(
+            handler, "127.0.0.1", 0, tls=ca.server_tls(["127.0.0.1"]), join=ca, task_status=task_status))
+        state = tmp_path / "state"
+        joined = await trio.run_process(
+            [str(LLMGW), "node", "join", "--control-plane", f"127.0.0.1:{ports.join_port}", "--token", token,
+             "--ca-file", str(tmp_path / "ca.crt"), "--node-id", "n7", "--state-dir", str(state), "--json"],
+            capture_stdout=True, capture_stderr=True, check=False)
+        assert joined.returncode == 0, joined.stderr.decode()
+        assert json.loads(joined.stdout) == {"node_id": "n7", "tls_dir": str(state / "tls")}
+        assert (state / "tls" / "node.key").stat().st_mode & 0o077 == 0
+        again = await trio.run_process(
+            [str(LLMGW), "node", "join", "--control-plane", f"127.0.0.1:{ports.join_port}", "--token", token,
+             "--ca-file", str(tmp_path / "ca.crt"), "--node-id", "n8", "--state-dir", str(tmp_path / "s8")],
+            capture_stdout=True, capture_stderr=True, check=False)
+        assert again.returncode == 1 and again.stderr.startswith(b"error: ")  # a token works once
+
+        agent = subprocess.Popen(
+            [str(LLMGW), "agent", "--control-plane", f"127.0.0.1:{int(ports)}", "--node-id", "n7",
+             "--state-dir", str(state)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            link = await links.receive()
+            assert (await link.receive()).register.node_id == "n7"
+            assert link.peer_certificate_name == "n7"
+        finally:
+            agent.kill()
+            agent.wait()
+            nursery.cancel_scope.cancel()
