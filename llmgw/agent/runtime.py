@@ -9,8 +9,11 @@ running while the control plane is unreachable; the agent reconnects with backof
 
 from __future__ import annotations
 
+import fcntl
 import logging
+import os
 from collections.abc import Callable
+from pathlib import Path
 from contextlib import AbstractAsyncContextManager
 
 import trio
@@ -23,7 +26,7 @@ from llmgw.agent.telemetry import GpuTelemetry, open_gpu_telemetry, smi_samples
 from llmgw.agent.logs import LogRing, RingHandler
 from llmgw.agent.shards import next_backoff
 from llmgw.agent.supervisor import Supervisor
-from llmgw.errors import WireError
+from llmgw.errors import UsageError, WireError
 from llmgw.wire import agent_message, pb
 
 log = logging.getLogger("llmgw.agent")
@@ -43,7 +46,9 @@ async def run_agent(config: AgentConfig, connect: Connect, *, task_status=trio.T
     Engines keep running when this returns or is cancelled (unless `config.stop_shards_on_exit`): the next agent
     adopts them. `task_status.started(agent)` is called with the NodeAgent once earlier shards are adopted.
     Connection failures (WireError, end of stream) are logged and retried; they never end the agent.
+    Raises UsageError when another agent already runs with the same state directory.
     """
+    lock = _lock_state_dir(config.state_dir)
     ring = LogRing()
     handler = RingHandler(ring)
     root = logging.getLogger("llmgw")
@@ -98,6 +103,27 @@ async def run_agent(config: AgentConfig, connect: Connect, *, task_status=trio.T
         raise
     finally:
         root.removeHandler(handler)
+        os.close(lock)
+
+
+def _lock_state_dir(state_dir) -> int:
+    """Hold an exclusive lock on `<state_dir>/agent.lock` for the agent's life (released by the kernel when the
+    process dies, even by SIGKILL; engines do not inherit it). Raises UsageError when another agent holds it."""
+    path = Path(state_dir) / "agent.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 32, 0).decode(errors="replace").strip()
+        os.close(fd)
+        raise UsageError(
+            f"another agent (pid {holder or 'unknown'}) already runs with state directory {state_dir}; "
+            "stop it first, or give this one its own --state-dir"
+        ) from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, str(os.getpid()).encode(), 0)
+    return fd
 
 
 class _Session:

@@ -159,3 +159,19 @@ async def test_restart_ends_the_agent_and_the_next_one_adopts_the_running_engine
         await next_matching(link, _is_result("stop"))
         nursery.cancel_scope.cancel()
     assert procfs.process_start_time(status.pid) is None
+
+
+async def test_a_second_agent_on_the_same_state_directory_is_refused(tmp_path):
+    import pytest
+
+    from llmgw.errors import UsageError
+
+    config = _config(tmp_path)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(run_agent, config, ControlSide().connect)
+        with pytest.raises(UsageError, match=r"another agent \(pid \d+\) already runs with state directory"):
+            await run_agent(config, ControlSide().connect)
+        nursery.cancel_scope.cancel()
+    async with trio.open_nursery() as nursery:  # released when the first agent ended
+        await nursery.start(run_agent, config, ControlSide().connect)
+        nursery.cancel_scope.cancel()
