@@ -6,6 +6,7 @@
     llmgw status | history | nodes | replicas            where the cluster stands, what was done
     llmgw stop | start                                   serving.stopped commits, authored by you
     llmgw logs NODE [--shard S]                          an engine's (or the agent's) last log lines
+    llmgw join-token [--ttl S]                           a one-time token for `llmgw node join` (--tls)
 
 Every client command takes --url / --token / --state (see llmgw.control.client for the lookup order) and
 --json (the admin API's JSON, unchanged). Exit status: 0 done, 1 error; `plan` exits 2 when there are changes.
@@ -181,7 +182,11 @@ def live_diff(client, rev: str | None, as_json: bool) -> int:
 @click.option("--admin", "admin_addr", metavar="HOST:PORT", help="Admin API listener (overrides llmgw.yaml).")
 @click.option("--agents", "agents_addr", metavar="HOST:PORT", help="Agents' gRPC listener (overrides llmgw.yaml).")
 @click.option("--no-gateway", is_flag=True, help="Run no gateway in this process.")
-def server_cmd(repo, branch, state_dir, store, secrets_dir, gateway_addr, admin_addr, agents_addr, no_gateway):
+@click.option("--tls", is_flag=True, help="Agents connect with mutual TLS (CA in <state>/ca); nodes join with "
+              "one-time tokens from `llmgw join-token`.")
+@click.option("--join-port", default=0, show_default=True, help="Port answering Join with --tls (0: a free one).")
+def server_cmd(repo, branch, state_dir, store, secrets_dir, gateway_addr, admin_addr, agents_addr, no_gateway,
+               tls, join_port):
     """Run the control plane: settings watcher, reconciler, agents' service, admin API and gateway."""
     import trio
 
@@ -192,7 +197,7 @@ def server_cmd(repo, branch, state_dir, store, secrets_dir, gateway_addr, admin_
     plane = ControlPlane(ControlConfig(
         repo=repo, branch=branch, state_dir=Path(state_dir), store=store, secrets_dir=secrets_dir,
         gateway_listener=_listener(gateway_addr), admin_listener=_listener(admin_addr),
-        agents_listener=_listener(agents_addr), gateway=not no_gateway,
+        agents_listener=_listener(agents_addr), gateway=not no_gateway, tls=tls, join_port=join_port,
     ))
 
     async def main() -> None:
@@ -201,7 +206,8 @@ def server_cmd(repo, branch, state_dir, store, secrets_dir, gateway_addr, admin_
             click.echo(f"admin API    {plane.admin_url}   (token in {Path(state_dir) / 'admin-token'})", err=True)
             if plane.gateway_url:
                 click.echo(f"gateway      {plane.gateway_url}/v1", err=True)
-            click.echo(f"agents       port {plane.agents_port}", err=True)
+            click.echo(f"agents       port {plane.agents_port}"
+                       + (f" (mutual TLS; join port {plane.join_port})" if plane.join_port else ""), err=True)
             settings = plane.watcher.state.settings
             click.echo(f"settings     {_short(settings.commit if settings else None)} from {repo}", err=True)
             sys.stderr.flush()
@@ -293,6 +299,24 @@ stop_cmd = click.command("stop", help="Stop serving: commit serving.stopped: tru
 start_cmd = click.command("start", help="Serve again: commit serving.stopped: false as you.")(_stop_start(False))
 
 
+@click.command("join-token")
+@click.option("--ttl", default=3600.0, show_default=True, help="Seconds the token stays valid.")
+@click.option("--ca-out", type=click.Path(dir_okay=False, path_type=Path), default=Path("ca.crt"), show_default=True,
+              help="Where to write the CA certificate the node needs.")
+@_client_options
+def join_token_cmd(client, as_json, ttl, ca_out):
+    """A one-time token for a new node to join (control planes run with --tls)."""
+    answer = client.post("/api/v1/join-tokens", {"ttl_seconds": ttl})
+    ca_out.write_text(answer["ca_pem"])
+    if as_json:
+        _print_json({**answer, "ca_file": str(ca_out)})
+        return
+    host = client.url.split("://", 1)[-1].rsplit(":", 1)[0]
+    click.echo(f"token {answer['token']} (valid {ttl:g} s, once); CA certificate written to {ca_out}")
+    click.echo(f"on the node: llmgw node join --control-plane {host}:{answer['join_port']} "
+               f"--token {answer['token']} --ca-file {ca_out}")
+
+
 @click.command("nodes")
 @_client_options
 def nodes_cmd(client, as_json):
@@ -341,7 +365,7 @@ def logs_cmd(client, as_json, node, shard, lines):
 
 
 def register(group: click.Group) -> None:
-    """Add server, apply, plan, status, history, stop, start, nodes, replicas and logs to the command group."""
+    """Add server, apply, plan, status, history, stop, start, nodes, replicas, logs and join-token to the group."""
     for command in (server_cmd, apply_cmd, plan_cmd, status_cmd, history_cmd, stop_cmd, start_cmd, nodes_cmd,
-                    replicas_cmd, logs_cmd):
+                    replicas_cmd, logs_cmd, join_token_cmd):
         group.add_command(command)

@@ -11,6 +11,7 @@ the store's admin tokens); a missing or wrong token is 401. Errors are `{"error"
     GET  /api/v1/plan?rev=REV                 the plan REV (default: branch head) would run on the live fleet
     GET  /api/v1/logs?node=N&shard=S&lines=K  a shard's (or the agent's) last log lines
     POST /api/v1/stop | /api/v1/start {"author_name", "author_email"}   serving.stopped commits
+    POST /api/v1/join-tokens {"ttl_seconds"}  a one-time token for `llmgw node join` (mTLS control planes)
     POST /api/v1/hooks/git                    wake the watcher: a forge signs with X-Hub-Signature-256
                                               (wrong signature: 401); unsigned only from loopback (the
                                               post-receive hook of `llmgw repo init`)
@@ -159,6 +160,9 @@ class AdminApp:
             email = body.get("author_email") or "operator@llmgw.invalid"
             commit = await plane.set_stopped(path.endswith("stop"), name, email)
             return await _send_json(send, 200, {"commit": commit, "stopped": path.endswith("stop")})
+        if method == "POST" and path == "/api/v1/join-tokens":
+            body = _json_body(await _read_body(receive))
+            return await _send_json(send, 200, plane.create_join_token(float(body.get("ttl_seconds", 3600.0))))
         if method == "POST" and path == "/api/v1/apply":
             return await self._apply(receive, send)
         raise _HttpError(404, "not_found", f"no route {method} {path}")

@@ -63,7 +63,10 @@ class ControlConfig:
     the store the first time). `secrets_dir`: named secrets (None: `<state_dir>/secrets`). Listener overrides
     replace llmgw.yaml's (port 0 picks a free port; the bound ports are on the ControlPlane). Interval
     overrides (seconds) replace llmgw.yaml's `poll_interval`, `reconcile_interval`, `node_lost_after`.
-    `agent_tls`: a `llmgw.wire.ServerTls` for mTLS (None: plaintext). `gateway`: False runs no gateway.
+    `tls`: True serves agents with mutual TLS under the CA in `<state_dir>/ca` (created), with a server certificate
+    for `tls_hostnames` (default: the agents' listener host, localhost, 127.0.0.1), and answers Join on `join_port`
+    (0: a free port) so nodes get certificates with one-time tokens (`create_join_token`). `agent_tls`: a
+    `llmgw.wire.ServerTls` of your own instead (no Join). `gateway`: False runs no gateway.
     """
 
     repo: str
@@ -79,6 +82,9 @@ class ControlConfig:
     reconcile_interval: float | None = None
     node_lost_after: float | None = None
     agent_tls: Any = None
+    tls: bool = False
+    tls_hostnames: tuple[str, ...] = ()
+    join_port: int = 0
     gateway: bool = True
     set_notify_url: bool = True
 
@@ -116,6 +122,8 @@ class ControlPlane:
         self.admin_token = ""
         self.admin_url = self.gateway_url = ""
         self.admin_port = self.gateway_port = self.agents_port = 0
+        self.join_port: int | None = None
+        self.ca: Any = None
         self._engine_secret = b""
         self._allow_empty_commit: str | None = None
         self._last_snapshot: dict | None = None
@@ -151,11 +159,21 @@ class ControlPlane:
         gateway = listener(self.config.gateway_listener, "gateway", Listener(port=8080))
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
-            self.agents_port = int(await nursery.start(
+            tls, join = self.config.agent_tls, None
+            if self.config.tls and tls is None:
+                from llmgw.wire import CertificateAuthority
+
+                self.ca = join = CertificateAuthority.load_or_create(self.state_dir / "ca")
+                names = self.config.tls_hostnames or tuple(dict.fromkeys((agents.host, "localhost", "127.0.0.1")))
+                tls = self.ca.server_tls(list(names))
+            bound = await nursery.start(
                 lambda task_status: serve_agents(
-                    self.accept_agent, agents.host, agents.port, tls=self.config.agent_tls, task_status=task_status,
+                    self.accept_agent, agents.host, agents.port, tls=tls, join=join, join_port=self.config.join_port,
+                    task_status=task_status,
                 )
-            ))
+            )
+            self.agents_port = int(bound)
+            self.join_port = getattr(bound, "join_port", None)
             self.admin_port = await nursery.start(serve_admin, self, admin.host, admin.port)
             self.admin_url = f"http://{_url_host(admin.host)}:{self.admin_port}"
             if self.config.gateway:
@@ -277,6 +295,10 @@ class ControlPlane:
         register = first.register
         if not register.node_id:
             raise WireError("the agent's Register has no node_id; closing its stream.")
+        certified = getattr(link, "peer_certificate_name", None)
+        if certified and certified != register.node_id:
+            raise WireError(f"the agent registered as {register.node_id!r} but its certificate names {certified!r}; "
+                            "a node may only register under the id it joined with.")
         node = node_from_register(register, _peer_host(peer))
         _shards, details = convert_shards(register.shards)
         now = trio.current_time()
@@ -429,6 +451,7 @@ class ControlPlane:
             "admin_url": self.admin_url,
             "gateway_url": self.gateway_url,
             "agents_port": self.agents_port,
+            "join_port": self.join_port,
             "audit_pending": self.audit.pending(),
             "audit_error": self.audit.last_error,
             "applied": self.audit.applied,
@@ -521,6 +544,17 @@ class ControlPlane:
         )
         await self.watcher.poll()
         return commit
+
+    def create_join_token(self, ttl_seconds: float = 3600.0) -> dict[str, Any]:
+        """A one-time join token for a new node: {"token", "join_port", "ca_pem", "expires_in"}.
+
+        Raises: UsageError when the control plane does not serve agents with mutual TLS (`tls=True`).
+        """
+        if self.ca is None or self.join_port is None:
+            raise UsageError("this control plane serves agents without TLS, so nodes need no join token; "
+                             "start `llmgw server --tls` for mutual TLS with join tokens.")
+        return {"token": self.ca.create_join_token(ttl_seconds), "join_port": self.join_port,
+                "ca_pem": self.ca.certificate_pem.decode(), "expires_in": ttl_seconds}
 
     async def logs(self, node_id: str, shard_id: str, lines: int) -> list[str]:
         """The last `lines` log lines of `shard_id` ("" for the agent's own) on `node_id`.
