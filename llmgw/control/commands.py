@@ -78,6 +78,13 @@ def stop_shard(action: Action, settings: Settings) -> pb.StopShard:
     return pb.StopShard(shard_id=shard_id_of(action), grace_seconds=grace)
 
 
+def platform_of(os_name: str, arch: str) -> str:
+    """engines.yaml's platform key for what an agent reports: ("Linux 6.8.0", "x86_64") -> "linux-x86_64"."""
+    system = (os_name.split() or ["linux"])[0].lower()
+    machine = {"amd64": "x86_64", "arm64": "aarch64"}.get(arch.lower(), arch.lower() or "x86_64")
+    return f"{system}-{machine}"
+
+
 def install_engine(action: Action, settings: Settings, platform: str) -> pb.InstallEngine:
     """The InstallEngine for an INSTALL action ("llama.cpp@b11434"), with the archive for `platform`
     ("linux-x86_64") when engines.yaml lists one. Raises: UsageError when engines.yaml has no such version.

@@ -27,7 +27,7 @@ import trio
 
 from llmgw import __version__
 from llmgw.control.audit import AuditWriter, audit_message, audit_snapshot, status_document
-from llmgw.control.commands import agent_settings, install_engine, start_shard, stop_shard
+from llmgw.control.commands import agent_settings, install_engine, platform_of, start_shard, stop_shard
 from llmgw.control.keys import (
     ENGINE_KEY_SECRET, WEBHOOK_SECRET, SecretResolver, engine_key,
 )
@@ -404,8 +404,8 @@ class ControlPlane:
             body = {"stop_shard": stop_shard(action, settings)}
         elif action.kind is ActionKind.INSTALL:
             record = self.registry.get(action.node_id)
-            platform = f"{record.os or 'linux'}-{record.arch or 'x86_64'}" if record else "linux-x86_64"
-            body = {"install_engine": install_engine(action, settings, platform)}
+            body = {"install_engine": install_engine(action, settings, platform_of(record.os, record.arch)
+                                                     if record else "linux-x86_64")}
         else:
             return
         outcome = await session.command(timeout, **body)

