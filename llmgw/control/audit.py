@@ -279,6 +279,27 @@ class AuditWriter:
             self.last_error = None
             delay = 1.0
 
+    async def write_pending(self) -> int:
+        """Write what is queued now, in order, stopping at the first failure; returns how many were written.
+
+        For shutdown, when `run` is no longer running (call it under a shielded deadline).
+        """
+        written = 0
+        while self._queue:
+            item = self._queue[0]
+            try:
+                if item.files is not None:
+                    await trio.to_thread.run_sync(append_audit, str(self.repo_path), item.files, item.message)
+                else:
+                    await trio.to_thread.run_sync(set_ref, str(self.repo_path), APPLIED_REF, item.applied)
+            except (LlmgwError, OSError) as exc:
+                self.last_error = f"writing the audit to {self.repo_path} failed at shutdown: {exc}"
+                break
+            self._queue.popleft()
+            self.written += 1
+            written += 1
+        return written
+
     async def flush(self, timeout: float) -> bool:
         """Wait until the queue is empty (True) or `timeout` seconds pass (False)."""
         with trio.move_on_after(timeout):

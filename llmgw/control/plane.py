@@ -157,37 +157,43 @@ class ControlPlane:
         agents = listener(self.config.agents_listener, "agents", Listener(port=8082))
         admin = listener(self.config.admin_listener, "admin", Listener(port=8081))
         gateway = listener(self.config.gateway_listener, "gateway", Listener(port=8080))
-        async with trio.open_nursery() as nursery:
-            self._nursery = nursery
-            tls, join = self.config.agent_tls, None
-            if self.config.tls and tls is None:
-                from llmgw.wire import CertificateAuthority
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                tls, join = self.config.agent_tls, None
+                if self.config.tls and tls is None:
+                    from llmgw.wire import CertificateAuthority
 
-                self.ca = join = CertificateAuthority.load_or_create(self.state_dir / "ca")
-                names = self.config.tls_hostnames or tuple(dict.fromkeys((agents.host, "localhost", "127.0.0.1")))
-                tls = self.ca.server_tls(list(names))
-            bound = await nursery.start(
-                lambda task_status: serve_agents(
-                    self.accept_agent, agents.host, agents.port, tls=tls, join=join, join_port=self.config.join_port,
-                    task_status=task_status,
+                    self.ca = join = CertificateAuthority.load_or_create(self.state_dir / "ca")
+                    names = self.config.tls_hostnames or tuple(dict.fromkeys((agents.host, "localhost", "127.0.0.1")))
+                    tls = self.ca.server_tls(list(names))
+                bound = await nursery.start(
+                    lambda task_status: serve_agents(
+                        self.accept_agent, agents.host, agents.port, tls=tls, join=join, join_port=self.config.join_port,
+                        task_status=task_status,
+                    )
                 )
-            )
-            self.agents_port = int(bound)
-            self.join_port = getattr(bound, "join_port", None)
-            self.admin_port = await nursery.start(serve_admin, self, admin.host, admin.port)
-            self.admin_url = f"http://{_url_host(admin.host)}:{self.admin_port}"
-            if self.config.gateway:
-                self.gateway = Gateway(store, self.table)
-                self.gateway_port = await nursery.start(self.gateway.serve, gateway.host, gateway.port)
-                self.gateway_url = f"http://{_url_host(gateway.host)}:{self.gateway_port}"
-            self._write_state_files()
-            await nursery.start(self.audit.run)
-            await nursery.start(self.reconciler.run, self._reconcile_interval)
-            nursery.start_soon(self.watcher.run, self._poll_interval)
-            nursery.start_soon(self._expire_nodes)
-            self._rebuild_table()
-            self.reconciler.kick("start")
-            task_status.started(self)
+                self.agents_port = int(bound)
+                self.join_port = getattr(bound, "join_port", None)
+                self.admin_port = await nursery.start(serve_admin, self, admin.host, admin.port)
+                self.admin_url = f"http://{_url_host(admin.host)}:{self.admin_port}"
+                if self.config.gateway:
+                    self.gateway = Gateway(store, self.table)
+                    self.gateway_port = await nursery.start(self.gateway.serve, gateway.host, gateway.port)
+                    self.gateway_url = f"http://{_url_host(gateway.host)}:{self.gateway_port}"
+                self._write_state_files()
+                await nursery.start(self.audit.run)
+                await nursery.start(self.reconciler.run, self._reconcile_interval)
+                nursery.start_soon(self.watcher.run, self._poll_interval)
+                nursery.start_soon(self._expire_nodes)
+                self._rebuild_table()
+                self.reconciler.kick("start")
+                task_status.started(self)
+        finally:
+            with trio.move_on_after(3.0, shield=True):
+                await self.audit.write_pending()
+            if self.config.store is None or isinstance(self.config.store, (str, Path)):
+                store.close()
 
     def _load_admin_token(self) -> str:
         if self.config.admin_token:

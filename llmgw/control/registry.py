@@ -156,7 +156,7 @@ class FleetRegistry:
             state = replace(state, engines_installed=frozenset(engines_installed))
         if engines_installing is not None:
             state = replace(state, engines_installing=frozenset(engines_installing))
-        record = replace(old, state=state, last_seen=now, lost=False)
+        record = replace(old, state=state, last_seen=now, lost=False, connected=True)
         if details is not None:
             record = replace(record, details=MappingProxyType(dict(details)))
         self._records[node_id] = record
@@ -179,7 +179,7 @@ class FleetRegistry:
         if detail is not None:
             details[shard.shard_id] = detail
         record = replace(
-            old, state=replace(old.state, shards=tuple(shards)), last_seen=now, lost=False,
+            old, state=replace(old.state, shards=tuple(shards)), last_seen=now, lost=False, connected=True,
             details=MappingProxyType(details),
         )
         self._records[node_id] = record
@@ -203,7 +203,7 @@ class FleetRegistry:
             errors[engine] = error or "failed without a reason"
         state_value = replace(old.state, engines_installed=frozenset(installed), engines_installing=frozenset(installing))
         self._records[node_id] = replace(
-            old, state=state_value, last_seen=now, lost=False, engine_errors=MappingProxyType(errors)
+            old, state=state_value, last_seen=now, lost=False, connected=True, engine_errors=MappingProxyType(errors)
         )
         return state_value != old.state or old.lost
 
