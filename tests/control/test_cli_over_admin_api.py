@@ -48,7 +48,8 @@ async def test_the_client_commands_drive_a_running_control_plane(tmp_path, setti
         text = (b"name: tiny\nengine: llama.cpp\nengine_version: b11434\nweights:\n"
                 b"  - source: https://example.invalid/tiny/tiny.gguf\n    sha256: " + sha.encode() +
                 b"\nreplicas: 2\nresources:\n  cpu_cores: 0.1\n  memory: 64Mi\n")
-        target = await trio.to_thread.run_sync(commit_directly, settings_repo, "catalog/tiny.yaml", text, "two")
+        target = await trio.to_thread.run_sync(commit_directly, settings_repo, "catalog/tiny.yaml", text, "two",
+                                         "proposal")
         code, out, _ = await llmgw(plane, "plan", target)
         assert code == 2 and "start" in out and "tiny-1" in out
 

@@ -53,8 +53,8 @@ def set_replicas(n: int):
     return edit
 
 
-def commit_directly(repo_path: Path, path: str, content: bytes, message: str) -> str:
-    """A commit on main written without hooks, as a forge that does not run pre-receive would accept it."""
+def commit_directly(repo_path: Path, path: str, content: bytes, message: str, branch: str = "main") -> str:
+    """A commit on `branch` (made from main) written without hooks, as a forge without pre-receive would."""
     repo = pygit2.Repository(str(repo_path))
     head = repo.references["refs/heads/main"].peel(pygit2.Commit)
     builder = repo.TreeBuilder(head.tree)
@@ -67,7 +67,7 @@ def commit_directly(repo_path: Path, path: str, content: bytes, message: str) ->
     else:
         builder.insert(name, blob, pygit2.enums.FileMode.BLOB)
     sig = pygit2.Signature("Forge", "forge@example.com")
-    return str(repo.create_commit("refs/heads/main", sig, sig, message, builder.write(), [head.id]))
+    return str(repo.create_commit(f"refs/heads/{branch}", sig, sig, message, builder.write(), [head.id]))
 
 
 async def test_pushes_are_placed_served_scaled_to_zero_and_bad_commits_kept_out(
