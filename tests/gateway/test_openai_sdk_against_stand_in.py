@@ -230,3 +230,17 @@ async def test_metrics_count_requests_tokens_and_ready_replicas(setup):
     assert 'llmgw_gateway_requests_total{model="gemma",project="chat",status="200"} 1.0' in text
     assert 'llmgw_gateway_ready_replicas{model="gemma"} 1.0' in text
     assert "llmgw_gateway_prompt_tokens_total" in text and "llmgw_gateway_requests_in_flight" in text
+
+
+async def test_a_revoked_key_is_refused_once_the_key_cache_expires(nursery, store):
+    _engine, url = await start_engine(nursery)
+    _gateway, base = await start_gateway(nursery, store, make_table({"gemma": [replica("g-1", url)]}),
+                                         key_cache_seconds=0.2)
+    key, plaintext = store.create_api_key("chat")
+    client = openai.AsyncOpenAI(base_url=base, api_key=plaintext, max_retries=0)
+    await client.chat.completions.create(model="gemma", messages=MESSAGES)
+    store.revoke_api_key(key.key_id)
+    await trio.sleep(0.3)
+    with pytest.raises(openai.AuthenticationError) as info:
+        await client.chat.completions.create(model="gemma", messages=MESSAGES)
+    assert "revoked" in info.value.message

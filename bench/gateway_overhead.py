@@ -1,0 +1,265 @@
+"""What the gateway adds: latency p50/p99 and requests/s through llmgw, directly, and through LiteLLM's proxy.
+
+    .venv/bin/python bench/gateway_overhead.py [--seconds 3] [--concurrency 1,16,64] [--no-litellm]
+
+One run starts, each in its own process: a fast mock engine (asyncio, fixed chat-completion answer with usage) on
+loopback; the llmgw gateway in front of it (SQLite store in a temporary directory, an API key, a project with a
+requests-per-minute quota so that every request reserves and settles in the store, usage recorded); and LiteLLM's
+proxy in front of the same mock (installed by this script into its own virtual environment under
+~/.cache/llmgw/bench-litellm, one worker, no database, LITELLM_LOCAL_MODEL_COST_MAP=True, warmed up first).
+The load generator is a raw keep-alive HTTP/1.1 client (asyncio), one connection per concurrent client, so its
+own cost stays small. For each target and concurrency: p50/p99 latency, requests/s, the server's CPU per request
+(from /proc, gateway or LiteLLM process only), then the gateway's added p50/p99 over direct and its throughput
+ratio over LiteLLM. Targets (issue 5): added p50 <= 1 ms; >= 3x LiteLLM's requests/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+LITELLM_VERSION = "1.108.7"
+LITELLM_VENV = Path(os.environ.get("LLMGW_CACHE") or Path.home() / ".cache" / "llmgw") / "bench-litellm"
+ANSWER = json.dumps({
+    "id": "chatcmpl-mock", "object": "chat.completion", "created": 1700000000, "model": "mock",
+    "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "ok " * 8}}],
+    "usage": {"prompt_tokens": 12, "completion_tokens": 8, "total_tokens": 20},
+}).encode()
+BODY = json.dumps({"model": "mock", "max_tokens": 8,
+                   "messages": [{"role": "user", "content": "Say ok eight times, please."}]}).encode()
+
+
+# ---------------------------------------------------------------- mock engine (subprocess: `mock PORT`)
+class _MockProtocol(asyncio.Protocol):
+    def connection_made(self, transport):
+        self.transport = transport
+        self.buffer = b""
+
+    def data_received(self, data):
+        self.buffer += data
+        while True:
+            end = self.buffer.find(b"\r\n\r\n")
+            if end < 0:
+                return
+            head = self.buffer[:end].lower()
+            length = 0
+            at = head.find(b"content-length:")
+            if at >= 0:
+                length = int(head[at + 15:].split(b"\r\n", 1)[0])
+            if len(self.buffer) < end + 4 + length:
+                return
+            self.buffer = self.buffer[end + 4 + length:]
+            body = b'{"status":"ok"}' if head.startswith(b"get /health") else ANSWER
+            self.transport.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: "
+                                 + str(len(body)).encode() + b"\r\n\r\n" + body)
+
+
+def run_mock(port: int) -> None:
+    async def main():
+        server = await asyncio.get_running_loop().create_server(_MockProtocol, "127.0.0.1", port, backlog=1024)
+        await server.serve_forever()
+    asyncio.run(main())
+
+
+# ---------------------------------------------------------------- gateway (subprocess: `gateway PORT MOCK_PORT DIR`)
+def run_gateway(port: int, mock_port: int, state_dir: str) -> None:
+    import trio
+
+    from llmgw.gateway import Gateway
+    from llmgw.routes import ModelRoute, ProjectPolicy, QuotaLimits, ReplicaRoute, RouteTable
+    from llmgw.store import open_store
+
+    store = open_store(Path(state_dir) / "store.db")
+    _key, plaintext = store.create_api_key("bench")
+    Path(state_dir, "key").write_text(plaintext)
+    table = RouteTable(
+        models={"mock": ModelRoute("mock", replicas=(ReplicaRoute("mock-1", "local", f"http://127.0.0.1:{mock_port}",
+                                                                  engine_key="engine-key"),))},
+        projects={"bench": ProjectPolicy("bench", "team", "org",
+                                         quotas=(("project:bench", QuotaLimits(requests_per_minute=10**9)),))})
+    gateway = Gateway(store, table)
+    trio.run(gateway.serve, "127.0.0.1", port)
+
+
+# ---------------------------------------------------------------- LiteLLM
+def ensure_litellm() -> Path:
+    """The `litellm` command of our own venv, installed on first use (pip, PyPI)."""
+    binary = LITELLM_VENV / "bin" / "litellm"
+    if binary.exists():
+        return binary
+    print(f"installing litellm[proxy]=={LITELLM_VERSION} into {LITELLM_VENV} (once) ...", file=sys.stderr)
+    subprocess.run([sys.executable, "-m", "venv", str(LITELLM_VENV)], check=True)
+    subprocess.run([str(LITELLM_VENV / "bin" / "pip"), "install", "-q", f"litellm[proxy]=={LITELLM_VERSION}"],
+                   check=True)
+    return binary
+
+
+def start_litellm(port: int, mock_port: int, state_dir: str) -> subprocess.Popen:
+    config = Path(state_dir) / "litellm.yaml"
+    config.write_text(
+        "model_list:\n"
+        "  - model_name: mock\n"
+        "    litellm_params:\n"
+        "      model: openai/mock\n"
+        f"      api_base: http://127.0.0.1:{mock_port}/v1\n"
+        "      api_key: engine-key\n"
+        "general_settings:\n"
+        "  dangerously_permit_weak_or_unset_master_key: true\n"
+        "litellm_settings:\n"
+        "  telemetry: false\n"
+        "  set_verbose: false\n")
+    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_LOG": "ERROR",
+           "LITELLM_TELEMETRY": "False", "DISABLE_SCHEMA_UPDATE": "True"}
+    return subprocess.Popen([str(ensure_litellm()), "--config", str(config), "--host", "127.0.0.1", "--port",
+                             str(port), "--num_workers", "1"], env=env, stdout=subprocess.DEVNULL,
+                            stderr=open(Path(state_dir) / "litellm.log", "wb"))
+
+
+# ---------------------------------------------------------------- load generator
+async def _client(port: int, path: bytes, key: str, deadline: float, latencies: list[float], errors: list[int]):
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    request = (b"POST " + path + b" HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n"
+               b"authorization: Bearer " + key.encode() + b"\r\ncontent-length: " + str(len(BODY)).encode()
+               + b"\r\n\r\n" + BODY)
+    try:
+        while time.perf_counter() < deadline:
+            began = time.perf_counter()
+            writer.write(request)
+            head = await reader.readuntil(b"\r\n\r\n")
+            lower = head.lower()
+            status = int(head.split(b" ", 2)[1])
+            at = lower.find(b"content-length:")
+            if at >= 0:
+                await reader.readexactly(int(lower[at + 15:].split(b"\r\n", 1)[0]))
+            else:  # chunked
+                while True:
+                    size = int((await reader.readuntil(b"\r\n")).strip(), 16)
+                    await reader.readexactly(size + 2)
+                    if size == 0:
+                        break
+            latencies.append(time.perf_counter() - began)
+            if status != 200:
+                errors.append(status)
+    finally:
+        writer.close()
+
+
+async def _measure(port: int, path: bytes, key: str, concurrency: int, seconds: float):
+    latencies: list[float] = []
+    errors: list[int] = []
+    deadline = time.perf_counter() + seconds
+    began = time.perf_counter()
+    await asyncio.gather(*(_client(port, path, key, deadline, latencies, errors) for _ in range(concurrency)))
+    return latencies, errors, time.perf_counter() - began
+
+
+def measure(port, path, key, concurrency, seconds, pid):
+    cpu0 = _cpu_seconds(pid)
+    latencies, errors, elapsed = asyncio.run(_measure(port, path, key, concurrency, seconds))
+    cpu = _cpu_seconds(pid) - cpu0
+    latencies.sort()
+    n = len(latencies)
+    return {"n": n, "errors": len(errors), "rps": n / elapsed, "p50": latencies[n // 2] * 1000,
+            "p99": latencies[min(n - 1, int(n * 0.99))] * 1000, "cpu_ms": cpu / max(1, n) * 1000}
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_http(port: int, path: str, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
+                s.sendall(f"GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n".encode())
+                if s.recv(100).startswith(b"HTTP/1.1 200"):
+                    return
+        except OSError:
+            pass
+        time.sleep(0.2)
+    raise SystemExit(f"nothing answered on port {port}{path} within {seconds:.0f} s")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--seconds", type=float, default=3.0, help="measuring time per cell")
+    parser.add_argument("--concurrency", default="1,16,64")
+    parser.add_argument("--no-litellm", action="store_true")
+    args = parser.parse_args()
+    levels = [int(c) for c in args.concurrency.split(",")]
+    state = tempfile.mkdtemp(prefix="llmgw-bench-")
+    me = [sys.executable, __file__]
+    mock_port, gateway_port, litellm_port = _free_port(), _free_port(), _free_port()
+    processes = [subprocess.Popen([*me, "mock", str(mock_port)])]
+    processes.append(subprocess.Popen([*me, "gateway", str(gateway_port), str(mock_port), state],
+                                      cwd=ROOT, stderr=subprocess.DEVNULL))
+    try:
+        _wait_http(mock_port, "/health", 20)
+        _wait_http(gateway_port, "/health", 30)
+        key = Path(state, "key").read_text()
+        targets = [("direct", mock_port, processes[0].pid), ("gateway", gateway_port, processes[1].pid)]
+        if not args.no_litellm:
+            litellm = start_litellm(litellm_port, mock_port, state)
+            processes.append(litellm)
+            _wait_http(litellm_port, "/health/liveliness", 180)
+            targets.append(("litellm", litellm_port, litellm.pid))
+        for name, port, pid in targets:  # warm up (LiteLLM imports lazily)
+            measure(port, b"/v1/chat/completions", key, 4, 5.0 if name == "litellm" else 1.0, pid)
+        results: dict[tuple[str, int], dict] = {}
+        for concurrency in levels:
+            for name, port, pid in targets:
+                results[name, concurrency] = measure(port, b"/v1/chat/completions", key, concurrency,
+                                                     args.seconds, pid)
+                time.sleep(1.0 if name == "litellm" else 0.2)  # let LiteLLM's background work settle
+        print(f"\n{'target':8} {'conc':>4} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'cpu ms/req':>10} {'errors':>6}")
+        for concurrency in levels:
+            for name, _port, _pid in targets:
+                r = results[name, concurrency]
+                print(f"{name:8} {concurrency:4d} {r['rps']:8.0f} {r['p50']:8.2f} {r['p99']:8.2f} "
+                      f"{r['cpu_ms']:10.2f} {r['errors']:6d}")
+        print("\nconc  gateway added p50/p99 ms   gateway/direct req/s   gateway/litellm req/s   litellm added p50 ms")
+        for concurrency in levels:
+            g, d = results["gateway", concurrency], results["direct", concurrency]
+            line = (f"{concurrency:4d}  {g['p50'] - d['p50']:8.2f} / {g['p99'] - d['p99']:8.2f}"
+                    f"   {g['rps'] / d['rps']:20.2f}")
+            if ("litellm", concurrency) in results:
+                lite = results["litellm", concurrency]
+                line += f"   {g['rps'] / lite['rps']:21.2f}   {lite['p50'] - d['p50']:18.2f}"
+            print(line)
+    finally:
+        for process in processes:
+            process.terminate()
+        for process in processes:
+            try:
+                process.wait(10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "mock":
+        run_mock(int(sys.argv[2]))
+    elif len(sys.argv) > 1 and sys.argv[1] == "gateway":
+        sys.path.insert(0, str(ROOT))
+        run_gateway(int(sys.argv[2]), int(sys.argv[3]), sys.argv[4])
+    elif len(sys.argv) > 1 and sys.argv[1] == "install-litellm":
+        print(ensure_litellm())
+    else:
+        main()
