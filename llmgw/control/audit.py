@@ -213,9 +213,13 @@ def audit_message(record: PassRecord) -> str:
 
 @dataclass(frozen=True)
 class _Write:
-    files: dict[str, bytes] | None
+    status: Mapping[str, Any] | None
     message: str
     applied: str | None = None
+
+    def files(self) -> dict[str, bytes]:
+        assert self.status is not None
+        return {"status.yaml": dump_yaml(self.status)}
 
 
 class AuditWriter:
@@ -237,7 +241,7 @@ class AuditWriter:
         """Queue one audit commit holding status.yaml."""
         if len(self._queue) >= MAX_QUEUED:
             self._queue.popleft()
-        self._queue.append(_Write({"status.yaml": dump_yaml(status)}, message))
+        self._queue.append(_Write(status, message))
         self._wake.set()
 
     def queue_applied(self, commit: str) -> None:
@@ -262,8 +266,9 @@ class AuditWriter:
                 continue
             item = self._queue[0]
             try:
-                if item.files is not None:
-                    await trio.to_thread.run_sync(append_audit, str(self.repo_path), item.files, item.message)
+                if item.status is not None:
+                    await trio.to_thread.run_sync(
+                        lambda: append_audit(str(self.repo_path), item.files(), item.message))
                 else:
                     await trio.to_thread.run_sync(set_ref, str(self.repo_path), APPLIED_REF, item.applied)
             except Exception as exc:  # noqa: BLE001 - the audit must never stop the control plane; logged, retried
@@ -288,8 +293,9 @@ class AuditWriter:
         while self._queue:
             item = self._queue[0]
             try:
-                if item.files is not None:
-                    await trio.to_thread.run_sync(append_audit, str(self.repo_path), item.files, item.message)
+                if item.status is not None:
+                    await trio.to_thread.run_sync(
+                        lambda: append_audit(str(self.repo_path), item.files(), item.message))
                 else:
                     await trio.to_thread.run_sync(set_ref, str(self.repo_path), APPLIED_REF, item.applied)
             except (LlmgwError, OSError) as exc:

@@ -15,6 +15,9 @@ when something changed.
 
 from __future__ import annotations
 
+import os
+import secrets
+import socket
 import time
 from collections import deque
 from contextlib import asynccontextmanager
@@ -63,6 +66,8 @@ class ControlConfig:
     the store the first time). `secrets_dir`: named secrets (None: `<state_dir>/secrets`). Listener overrides
     replace llmgw.yaml's (port 0 picks a free port; the bound ports are on the ControlPlane). Interval
     overrides (seconds) replace llmgw.yaml's `poll_interval`, `reconcile_interval`, `node_lost_after`.
+    `lease_seconds`: how long the leader lease in the store lasts (renewed every third of it); only the control
+    plane holding it sends commands and writes audit commits, so several can share one store.
     `tls`: True serves agents with mutual TLS under the CA in `<state_dir>/ca` (created), with a server certificate
     for `tls_hostnames` (default: the agents' listener host, localhost, 127.0.0.1), and answers Join on `join_port`
     (0: a free port) so nodes get certificates with one-time tokens (`create_join_token`). `agent_tls`: a
@@ -87,6 +92,7 @@ class ControlConfig:
     join_port: int = 0
     gateway: bool = True
     set_notify_url: bool = True
+    lease_seconds: float = 15.0
 
 
 @dataclass
@@ -111,6 +117,7 @@ class ControlPlane:
         )
         self.reconciler = Reconciler(
             self._settings, self._fleet, self._execute, self._after_pass, allow_empty=self._allow_empty,
+            may_act=self._may_act,
         )
         self.audit = AuditWriter(self.watcher.repo_path)
         self.passes: deque[PassRecord] = deque(maxlen=100)
@@ -129,6 +136,9 @@ class ControlPlane:
         self._last_snapshot: dict | None = None
         self._nursery: trio.Nursery | None = None
         self.started_at = time.time()
+        self.holder = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+        self.leader = False
+        self.leader_holder: str | None = None
 
     # -- running ------------------------------------------------------------------------------------------
 
@@ -182,6 +192,8 @@ class ControlPlane:
                     self.gateway_port = await nursery.start(self.gateway.serve, gateway.host, gateway.port)
                     self.gateway_url = f"http://{_url_host(gateway.host)}:{self.gateway_port}"
                 self._write_state_files()
+                await self._renew_lease()
+                nursery.start_soon(self._hold_lease)
                 await nursery.start(self.audit.run)
                 await nursery.start(self.reconciler.run, self._reconcile_interval)
                 nursery.start_soon(self.watcher.run, self._poll_interval)
@@ -192,6 +204,8 @@ class ControlPlane:
         finally:
             with trio.move_on_after(3.0, shield=True):
                 await self.audit.write_pending()
+            if self.leader:
+                store.release_lease("llmgw-reconciler", self.holder)
             if self.config.store is None or isinstance(self.config.store, (str, Path)):
                 store.close()
 
@@ -202,8 +216,6 @@ class ControlPlane:
         if path.is_file() and path.read_text().strip():
             return path.read_text().strip()
         token = self.store.create_admin_token()
-        import os
-
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as handle:
             handle.write(token + "\n")
@@ -231,6 +243,26 @@ class ControlPlane:
     def _reconcile_interval(self) -> float:
         settings = self.watcher.state.settings
         return self.config.reconcile_interval or (settings.cluster.reconcile_interval if settings else 10.0)
+
+    async def _renew_lease(self) -> None:
+        lease = self.config.lease_seconds
+        held = await trio.to_thread.run_sync(self.store.acquire_lease, "llmgw-reconciler", self.holder, lease)
+        holder = self.holder if held else await trio.to_thread.run_sync(self.store.lease_holder, "llmgw-reconciler")
+        changed = held != self.leader
+        self.leader, self.leader_holder = held, holder
+        if changed:
+            self.reconciler.kick("became leader" if held else "lost the leader lease")
+
+    async def _hold_lease(self) -> None:
+        while True:
+            await trio.sleep(self.config.lease_seconds / 3)
+            await self._renew_lease()
+
+    def _may_act(self) -> str | None:
+        if self.leader:
+            return None
+        return (f"another control plane ({self.leader_holder or 'unknown'}) holds the leader lease; "
+                "this one plans and reports but sends nothing")
 
     async def _expire_nodes(self) -> None:
         while True:
@@ -424,6 +456,8 @@ class ControlPlane:
         self._rebuild_table()
         doc = self.status()
         snapshot = audit_snapshot(doc)
+        if not self.leader:
+            return
         if record.sent or snapshot != self._last_snapshot:
             self._last_snapshot = snapshot
             audit_doc = {k: v for k, v in doc.items() if k != "control_plane"}
@@ -462,6 +496,8 @@ class ControlPlane:
             "audit_error": self.audit.last_error,
             "applied": self.audit.applied,
             "apply_running": self.apply_holder,
+            "leader": self.leader,
+            "leader_holder": self.leader_holder,
         }
         return doc
 

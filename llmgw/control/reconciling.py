@@ -130,7 +130,9 @@ class Reconciler:
 
     `settings()` returns the settings in force (None: no pass), `fleet()` the observed fleet, `execute(action,
     settings)` sends one action's command and waits for the agent's answer (raising LlmgwError on failure),
-    `on_pass(record, plan, fleet)` is called after every pass (audit, routing, status).
+    `on_pass(record, plan, fleet)` is called after every pass (audit, routing, status). `may_act()` returns
+    None when this control plane may send commands, else a sentence why not (another one holds the lease):
+    such a pass plans and reports, and sends nothing.
     """
 
     def __init__(
@@ -143,12 +145,14 @@ class Reconciler:
         concurrency: int = 8,
         settle_after: float = 15.0,
         allow_empty: Callable[[], bool] = lambda: False,
+        may_act: Callable[[], str | None] = lambda: None,
     ):
         self._settings = settings
         self._fleet = fleet
         self._execute = execute
         self._on_pass = on_pass
         self._allow_empty = allow_empty
+        self._may_act = may_act
         self._limiter = trio.CapacityLimiter(concurrency)
         self.settle_after = settle_after
         self.in_flight: dict[tuple, _InFlight] = {}
@@ -201,7 +205,15 @@ class Reconciler:
                 plan = Plan(settings_commit=settings.commit, notes=(str(exc),))
                 records, done = [], False
             else:
-                records = self._act(plan, settings, fleet, started)
+                refusal = self._may_act()
+                if refusal is None:
+                    records = self._act(plan, settings, fleet, started)
+                else:
+                    records = [
+                        ActionRecord(kind=a.kind.value, node_id=a.node_id, subject=action_key(a)[2], model=a.model,
+                                     reason=a.reason, outcome="skipped", error=refusal)
+                        for a in plan.actions if a.kind is not ActionKind.KEEP
+                    ]
                 done = converged(plan, fleet) and not self.in_flight
             self.passes += 1
             record = PassRecord(

@@ -1,0 +1,40 @@
+"""Two control planes sharing one store: only the lease holder sends commands; the other takes over when it goes."""
+
+from __future__ import annotations
+
+import trio
+
+from llmgw.agent import AgentConfig, run_agent
+from llmgw.control import ControlConfig, ControlPlane
+
+from .test_in_process_fleet import replica_states, wait_for
+
+
+async def test_only_the_leader_acts_and_the_other_takes_over_when_it_stops(
+    tmp_path, settings_repo, weights_mirror, fake_engine,
+):
+    mirror, _ = weights_mirror
+    store = str(tmp_path / "shared.sqlite3")
+
+    def plane(name: str) -> ControlPlane:
+        return ControlPlane(ControlConfig(repo=str(settings_repo), state_dir=tmp_path / name, store=store,
+                                          gateway=False, lease_seconds=1.5))
+
+    first, second = plane("a"), plane("b")
+    agent = AgentConfig(node_id="n1", state_dir=tmp_path / "agent", mirrors=(str(mirror),), heartbeat_interval=0.2,
+                        engine_binaries={"llama.cpp@b11434": fake_engine}, stop_shards_on_exit=True,
+                        shard_stop_grace=2.0)
+    async with trio.open_nursery() as nursery:
+        async with trio.open_nursery() as leader_nursery:
+            await leader_nursery.start(first.run)
+            await nursery.start(second.run)
+            assert first.leader and not second.leader
+            await nursery.start(run_agent, agent, second.local_connector())
+            await wait_for(lambda: second.registry.get("n1") is not None, 10, "n1 registered with the second")
+            record = await second.reconciler.wait_pass()
+            assert record.actions and all(a.outcome == "skipped" and "leader lease" in a.error for a in record.actions)
+            assert second.status()["control_plane"]["leader_holder"] == first.holder
+            leader_nursery.cancel_scope.cancel()
+        await wait_for(lambda: second.leader, 5, "the second to take the lease")
+        await wait_for(lambda: replica_states(second).get("tiny-0") == "ready", 30, "tiny-0 ready via the second")
+        nursery.cancel_scope.cancel()
