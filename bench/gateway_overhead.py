@@ -134,7 +134,12 @@ async def _client(port: int, path: bytes, key: str, deadline: float, latencies: 
         while time.perf_counter() < deadline:
             began = time.perf_counter()
             writer.write(request)
-            head = await reader.readuntil(b"\r\n\r\n")
+            try:
+                head = await reader.readuntil(b"\r\n\r\n")
+            except (asyncio.IncompleteReadError, ConnectionError):  # the server closed a kept-alive connection
+                writer.close()
+                reader, writer = await asyncio.open_connection("127.0.0.1", port)
+                continue
             lower = head.lower()
             status = int(head.split(b" ", 2)[1])
             at = lower.find(b"content-length:")

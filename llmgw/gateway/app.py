@@ -94,6 +94,7 @@ class Gateway:
         config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
         config.accesslog = None
         config.keep_alive_timeout = 75
+        config.keep_alive_max_requests = 1_000_000  # hypercorn's default (1000) closes busy client connections
         config.read_timeout = None
         config.graceful_timeout = 5
         config.h2_max_concurrent_streams = 1000

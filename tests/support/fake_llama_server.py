@@ -74,6 +74,7 @@ class FakeLlamaServer:
         self.fail_after_chunks = fail_after_chunks
         self.context_size = context_size
         self.stats = FakeStats()
+        self.healthy = True  # False: /health answers 503 "Loading model", as llama-server does while loading
         self._ids = 0
 
     # ---- ASGI ----
@@ -107,7 +108,11 @@ class FakeLlamaServer:
                                                       "type": "authentication_error"}})
                 return
         if path in ("/health", "/v1/health"):
-            await _send_json(send, 200, {"status": "ok"})
+            if self.healthy:
+                await _send_json(send, 200, {"status": "ok"})
+            else:
+                await _send_json(send, 503, {"error": {"code": 503, "message": "Loading model",
+                                                      "type": "unavailable_error"}})
         elif path in ("/models", "/v1/models"):
             await _send_json(send, 200, self._models())
         elif path == "/metrics":
