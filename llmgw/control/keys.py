@@ -13,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import hmac
 import os
-import secrets as _random
 from pathlib import Path
 
 from llmgw.errors import UsageError
@@ -73,17 +72,3 @@ class SecretResolver:
                 f"or set LLMGW_SECRET_{name.upper().replace('-', '_').replace('.', '_')}"
             )
         return value
-
-
-def load_or_create_token(path: Path) -> str:
-    """The admin token kept in `path` (mode 0600), created with 32 random bytes (URL-safe) the first time."""
-    if path.is_file():
-        token = path.read_text().strip()
-        if token:
-            return token
-    path.parent.mkdir(parents=True, exist_ok=True)
-    token = "llmgw-admin-" + _random.token_urlsafe(32)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as handle:
-        handle.write(token + "\n")
-    return token

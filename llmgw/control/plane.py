@@ -4,8 +4,7 @@ one trio nursery.
     plane = ControlPlane(ControlConfig(repo=".state/settings.git", state_dir=Path(".state")))
     async with trio.open_nursery() as nursery:
         await nursery.start(plane.run)            # returns once every listener is bound
-        agent_end, control_end = memory_link_pair()
-        nursery.start_soon(plane.accept_agent, control_end, "memory")   # an in-process agent (`llmgw up`)
+        await nursery.start(run_agent, agent_config, plane.local_connector())   # an in-process agent (`llmgw up`)
         print(plane.gateway_url, plane.admin_url, plane.admin_token)
 
 The pieces talk through plain calls on one trio thread: an agent's message updates the registry and kicks the
@@ -20,36 +19,35 @@ import secrets
 import socket
 import time
 from collections import deque
-from contextlib import asynccontextmanager
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import trio
 
 from llmgw import __version__
+from llmgw.control.agents import AgentHub
+from llmgw.control.applying import apply
 from llmgw.control.audit import AuditWriter, audit_message, audit_snapshot, status_document
-from llmgw.control.commands import agent_settings, install_engine, platform_of, start_shard, stop_shard
+from llmgw.control.commands import install_engine, platform_of, start_shard, stop_shard
 from llmgw.control.keys import (
     ENGINE_KEY_SECRET, WEBHOOK_SECRET, SecretResolver, engine_key,
 )
 from llmgw.control.reconciling import PassRecord, Reconciler
 from llmgw.control.registry import FleetRegistry
-from llmgw.control.reports import convert_shards, fleet_for, node_from_register
+from llmgw.control.reports import fleet_for
 from llmgw.control.routing import build_route_table
-from llmgw.control.sessions import AgentSession
 from llmgw.control.watching import SettingsWatcher
-from llmgw.errors import EngineError, TemporaryError, UsageError, WireError
+from llmgw.errors import EngineError, UsageError
 from llmgw.gateway import Gateway
 from llmgw.plan.types import Action, ActionKind, Fleet, Plan
 from llmgw.routes import RouteTable
 from llmgw.settings import NOTIFY_URL_KEY
 from llmgw.settings.model import Listener, Settings
 from llmgw.store import open_store
-from llmgw.wire import control_message, memory_link_pair, pb, serve_agents
+from llmgw.wire import serve_agents
 
-REGISTER_TIMEOUT = 30.0
 ADMIN_TOKEN_FILE = "admin-token"
 ADMIN_URL_FILE = "admin-url"
 
@@ -95,11 +93,6 @@ class ControlConfig:
     lease_seconds: float = 15.0
 
 
-@dataclass
-class _Progress:
-    history: deque = field(default_factory=lambda: deque(maxlen=100))
-
-
 class ControlPlane:
     """One control plane. Build it, then `await nursery.start(plane.run)`; attributes filled once started:
     `admin_url`, `admin_port`, `gateway_url`, `gateway_port`, `agents_port`, `admin_token`, `store`, `gateway`.
@@ -110,11 +103,12 @@ class ControlPlane:
         self.state_dir = Path(config.state_dir)
         self.secrets = SecretResolver(config.secrets_dir or self.state_dir / "secrets")
         self.registry = FleetRegistry(lost_after=config.node_lost_after or 30.0)
-        self.sessions: dict[str, AgentSession] = {}
         self.watcher = SettingsWatcher(
             config.repo, config.branch, self.state_dir / "settings-mirror.git", on_change=self._settings_changed,
             on_rejected=lambda: self.reconciler.kick("settings head rejected"),
         )
+        self.agents = AgentHub(self.registry, self._settings, self._changed,
+                               lambda reason: self.reconciler.kick(reason))
         self.reconciler = Reconciler(
             self._settings, self._fleet, self._execute, self._after_pass, allow_empty=self._allow_empty,
             may_act=self._may_act,
@@ -132,7 +126,7 @@ class ControlPlane:
         self.join_port: int | None = None
         self.ca: Any = None
         self._engine_secret = b""
-        self._allow_empty_commit: str | None = None
+        self.allow_empty_commit: str | None = None
         self._last_snapshot: dict | None = None
         self._nursery: trio.Nursery | None = None
         self.started_at = time.time()
@@ -169,7 +163,7 @@ class ControlPlane:
         gateway = listener(self.config.gateway_listener, "gateway", Listener(port=8080))
         try:
             async with trio.open_nursery() as nursery:
-                self._nursery = nursery
+                self._nursery = self.agents.nursery = nursery
                 tls, join = self.config.agent_tls, None
                 if self.config.tls and tls is None:
                     from llmgw.wire import CertificateAuthority
@@ -281,7 +275,7 @@ class ControlPlane:
 
     def _allow_empty(self) -> bool:
         settings = self.watcher.state.settings
-        return settings is not None and settings.commit is not None and settings.commit == self._allow_empty_commit
+        return settings is not None and settings.commit is not None and settings.commit == self.allow_empty_commit
 
     def engine_key(self, replica_id: str) -> str:
         """The engine key of `replica_id` (HMAC-SHA256 of it under the store's "engine-key" secret, hex)."""
@@ -307,134 +301,32 @@ class ControlPlane:
         settings = self.watcher.state.settings
         self._apply_intervals(settings)
         self._changed(f"settings {settings.commit[:12] if settings and settings.commit else ''}")
-        if settings is not None and self._nursery is not None:
-            for session in list(self.sessions.values()):
-                self._nursery.start_soon(self._send_agent_settings, session, settings)
-
-    async def _send_agent_settings(self, session: AgentSession, settings: Settings) -> None:
-        try:
-            await session.send(control_message(agent_settings=agent_settings(settings, session.node_id)))
-        except TemporaryError:
-            pass  # the node is gone; it gets its settings when it registers again
+        if settings is not None:
+            self.agents.push_settings(settings)
 
     # -- agents -------------------------------------------------------------------------------------------
 
     async def accept_agent(self, link, peer: str) -> None:
-        """Serve one agent's stream until it ends: Register first, then heartbeats, shard states, answers.
+        """Serve one agent's stream until it ends (see `AgentHub.accept`); `llmgw.wire.serve_agents` calls it.
 
-        `link` is the control plane's end (`llmgw.wire.memory_link_pair()[1]` for an in-process agent).
-        Raises: WireError when the first message is not Register within 30 s.
+        Raises: WireError when the first message is not Register within 30 s, or the node id is not the one
+        its certificate names.
         """
-        first = None
-        with trio.move_on_after(REGISTER_TIMEOUT):
-            first = await link.receive()
-        if first is None or first.WhichOneof("body") != "register":  # type: ignore[union-attr]
-            raise WireError("the agent's first message must be Register; closing its stream.")
-        register = first.register
-        if not register.node_id:
-            raise WireError("the agent's Register has no node_id; closing its stream.")
-        certified = getattr(link, "peer_certificate_name", None)
-        if certified and certified != register.node_id:
-            raise WireError(f"the agent registered as {register.node_id!r} but its certificate names {certified!r}; "
-                            "a node may only register under the id it joined with.")
-        node = node_from_register(register, _peer_host(peer))
-        _shards, details = convert_shards(register.shards)
-        now = trio.current_time()
-        self.registry.register(
-            node, now, details=details, os=register.os, arch=register.arch,
-            agent_version=register.agent_version, warnings=register.warnings,
-        )
-        session = AgentSession(link, node.node_id, peer)
-        old = self.sessions.get(node.node_id)
-        if old is not None:
-            old.close()
-        self.sessions[node.node_id] = session
-        try:
-            await session.send(control_message(
-                registered=pb.Registered(node_id=node.node_id, control_plane_version=__version__)))
-            settings = self.watcher.state.settings
-            if settings is not None:
-                await session.send(control_message(agent_settings=agent_settings(settings, node.node_id)))
-            self._changed(f"node {node.node_id} registered")
-            async for message in link:
-                self._on_agent_message(node.node_id, session, message)
-        except TemporaryError:
-            pass  # the stream broke while sending; handled as a disconnect below
-        finally:
-            session.close()
-            if self.sessions.get(node.node_id) is session:
-                del self.sessions[node.node_id]
-                self.registry.disconnect(node.node_id, trio.current_time())
-                self.reconciler.kick(f"node {node.node_id} disconnected")
+        await self.agents.accept(link, peer)
 
     def local_connector(self):
-        """A `connect()` factory for `llmgw.agent.run_agent` that links an in-process agent to this plane.
+        """A `connect()` factory for `llmgw.agent.run_agent` linking an in-process agent to this control plane
+        over `memory_link_pair()` (used by `llmgw up`). The plane must be running."""
+        return self.agents.local_connector()
 
-        Each call makes a `memory_link_pair()` and serves its control end with `accept_agent` in the plane's
-        nursery (so the plane must be running). Used by `llmgw up` and in-process tests.
-        """
-        plane = self
-
-        @asynccontextmanager
-        async def connect():
-            if plane._nursery is None:
-                raise WireError("the control plane is not running yet; start it before its local agent.")
-            agent_end, control_end = memory_link_pair()
-            plane._nursery.start_soon(plane._accept_local, control_end)
-            try:
-                yield agent_end
-            finally:
-                with trio.move_on_after(1.0, shield=True):
-                    await agent_end.aclose()
-
-        return connect
-
-    async def _accept_local(self, link) -> None:
-        try:
-            await self.accept_agent(link, "memory")
-        except (WireError, trio.EndOfChannel, trio.ClosedResourceError):
-            pass  # the local agent went away; it reconnects through the connector
-        finally:
-            with trio.move_on_after(1.0, shield=True):
-                await link.aclose()
-
-    def _on_agent_message(self, node_id: str, session: AgentSession, message) -> None:
-        kind = message.WhichOneof("body")
-        now = trio.current_time()
-        changed = False
-        if kind == "heartbeat":
-            beat = message.heartbeat
-            shards, details = convert_shards(beat.shard_states)
-            changed = self.registry.heartbeat(
-                node_id, now, shards=shards, details=details,
-                engines_installed=beat.engines_installed, engines_installing=beat.engines_installing,
-            )
-        elif kind == "shard_status":
-            shards, details = convert_shards([message.shard_status])
-            changed = self.registry.shard_status(node_id, shards[0], now, details[shards[0].shard_id])
-        elif kind == "engine_status":
-            status = message.engine_status
-            changed = self.registry.engine_status(node_id, status.engine, status.state, status.error, now)
-        elif kind == "command_result":
-            session.deliver_result(message.command_result)
-        elif kind == "log_lines":
-            session.deliver_logs(message.log_lines)
-        elif kind == "register":
-            register = message.register
-            changed = self.registry.register(
-                node_from_register(register, _peer_host(session.peer)), now,
-                details=convert_shards(register.shards)[1], os=register.os, arch=register.arch,
-                agent_version=register.agent_version, warnings=register.warnings,
-            )
-        if changed:
-            self._changed(f"{kind} from {node_id}")
+    @property
+    def sessions(self):
+        """The connected agents' sessions by node id."""
+        return self.agents.sessions
 
     # -- the reconciler's hooks --------------------------------------------------------------------------
 
     async def _execute(self, action: Action, settings: Settings) -> None:
-        session = self.sessions.get(action.node_id)
-        if session is None:
-            raise TemporaryError(f"node {action.node_id} is not connected.")
         timeout = settings.cluster.action_timeout
         if action.kind in (ActionKind.START, ActionKind.RESTART):
             body = {"start_shard": start_shard(action, settings, self.engine_key, self.secrets.require)}
@@ -446,7 +338,7 @@ class ControlPlane:
                                                      if record else "linux-x86_64")}
         else:
             return
-        outcome = await session.command(timeout, **body)
+        outcome = await self.agents.command(action.node_id, timeout, **body)
         if not outcome.ok:
             raise EngineError(f"node {action.node_id} refused to {action.kind.value} "
                               f"{action.shard_id or action.replica_id or action.engine}: {outcome.error}")
@@ -505,58 +397,8 @@ class ControlPlane:
         self, emit: Callable[[dict[str, Any]], Awaitable[None]], *, wait: bool = True,
         allow_empty: bool = False, timeout: float = 600.0, who: str = "admin API",
     ) -> bool:
-        """Converge to the branch head now: poll, run a pass, and (when `wait`) run until converged.
-
-        Progress goes to `emit` as dicts with "event": "waiting" | "settings" | "pass" | "done". Only one apply
-        runs at a time; a second emits "waiting" and waits its turn. Returns True when converged (or, without
-        `wait`, when the first pass ran); False on a bad commit, a held commit or the timeout.
-        """
-        if self.apply_lock.locked():
-            await emit({"event": "waiting", "message": f"another apply ({self.apply_holder}) is running; waiting for it"})
-        async with self.apply_lock:
-            self.apply_holder = f"{who} since {time.strftime('%H:%M:%S')}"
-            try:
-                return await self._apply(emit, wait=wait, allow_empty=allow_empty, timeout=timeout)
-            finally:
-                self.apply_holder = None
-
-    async def _apply(self, emit, *, wait: bool, allow_empty: bool, timeout: float) -> bool:
-        state = await self.watcher.poll(force=True, allow_empty=allow_empty)
-        for name, rejected in (("bad", state.bad), ("held", state.held)):
-            if rejected is not None:
-                await emit({"event": "settings", "ok": False, "commit": rejected.commit,
-                            "message": rejected.describe(), "issues": [str(i) for i in rejected.issues]})
-                return False
-        if state.remote_error:
-            await emit({"event": "settings", "ok": False, "message": state.remote_error})
-        settings = state.settings
-        if settings is None:
-            await emit({"event": "settings", "ok": False, "message": "no settings commit validates yet"})
-            return False
-        if allow_empty:
-            self._allow_empty_commit = settings.commit
-        await emit({"event": "settings", "ok": True, "commit": settings.commit})
-        deadline = trio.current_time() + timeout
-        last_summary = None
-        with trio.move_on_at(deadline):
-            while True:
-                self.reconciler.kick("apply")
-                record = await self.reconciler.wait_pass()
-                summary = _pass_summary(record, self.status())
-                if summary != last_summary:
-                    last_summary = summary
-                    await emit({"event": "pass", **summary})
-                if record.converged and record.settings_commit == settings.commit:
-                    await emit({"event": "done", "converged": True, "commit": settings.commit})
-                    return True
-                if not wait:
-                    await emit({"event": "done", "converged": False, "commit": settings.commit})
-                    return True
-                with trio.move_on_after(1.0):
-                    await self.reconciler.wait_pass()
-        await emit({"event": "done", "converged": False, "commit": settings.commit,
-                    "message": f"not converged within {timeout:g} s"})
-        return False
+        """Converge to the branch head now, reporting progress to `emit` (see `llmgw.control.applying.apply`)."""
+        return await apply(self, emit, wait=wait, allow_empty=allow_empty, timeout=timeout, who=who)
 
     async def preview(self, rev: str | None) -> Plan:
         """The plan `rev` (None: the branch head) would run against the live fleet. Raises SettingsError."""
@@ -603,31 +445,7 @@ class ControlPlane:
 
         Raises: UsageError for an unknown or disconnected node; TemporaryError when it does not answer.
         """
-        session = self.sessions.get(node_id)
-        if session is None:
-            known = ", ".join(sorted(r.node_id for r in self.registry.records())) or "none"
-            raise UsageError(f"node {node_id!r} is not connected (connected nodes: {known}).")
-        return await session.request_logs(shard_id, lines)
-
-
-def _pass_summary(record: PassRecord, status: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "pass": record.number,
-        "converged": record.converged,
-        "sent": [f"{a.kind} {a.subject} on {a.node_id}" for a in record.sent],
-        "failed": [f"{a.kind} {a.subject} on {a.node_id}: {a.error}" for a in record.actions if a.error],
-        "unplaced": [str(u) for u in record.unplaced],
-        "replicas": {rid: r.get("state") for rid, r in status.get("replicas", {}).items()},
-    }
-
-
-def _peer_host(peer: str) -> str:
-    """"ipv4:10.0.0.5:51234" -> "10.0.0.5"; "ipv6:[::1]:5" -> "::1"; anything else -> "127.0.0.1"."""
-    if peer.startswith("ipv4:"):
-        return peer[5:].rsplit(":", 1)[0]
-    if peer.startswith("ipv6:"):
-        return peer[5:].rsplit(":", 1)[0].strip("[]")
-    return "127.0.0.1"
+        return await self.agents.logs(node_id, shard_id, lines)
 
 
 def _url_host(host: str) -> str:

@@ -1,0 +1,88 @@
+"""`llmgw apply`: converge to the settings branch head now, with progress, one apply at a time.
+
+`apply(plane, emit, ...)` polls the branch (forcing a reload), runs passes until the fleet converged to the head
+(or `timeout` seconds pass) and sends each step to `emit` as a dict: {"event": "waiting" | "settings" | "pass" |
+"done", ...}. A second apply while one runs first emits "waiting" (naming the one running), then waits its turn.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import trio
+
+from llmgw.control.reconciling import PassRecord
+
+
+async def apply(
+    plane, emit: Callable[[dict[str, Any]], Awaitable[None]], *, wait: bool = True,
+    allow_empty: bool = False, timeout: float = 600.0, who: str = "admin API",
+) -> bool:
+    """Converge `plane` (a running ControlPlane) to the branch head now: poll, run a pass, and (when `wait`) run
+    passes until converged.
+
+    Progress goes to `emit` as dicts with "event": "waiting" | "settings" | "pass" | "done". Only one apply
+    runs at a time; a second emits "waiting" and waits its turn. Returns True when converged (or, without
+    `wait`, when the first pass ran); False on a bad commit, a held commit or the timeout.
+    """
+    if plane.apply_lock.locked():
+        await emit({"event": "waiting", "message": f"another apply ({plane.apply_holder}) is running; waiting for it"})
+    async with plane.apply_lock:
+        plane.apply_holder = f"{who} since {time.strftime('%H:%M:%S')}"
+        try:
+            return await _apply(plane, emit, wait=wait, allow_empty=allow_empty, timeout=timeout)
+        finally:
+            plane.apply_holder = None
+
+
+async def _apply(plane, emit, *, wait: bool, allow_empty: bool, timeout: float) -> bool:
+    state = await plane.watcher.poll(force=True, allow_empty=allow_empty)
+    for name, rejected in (("bad", state.bad), ("held", state.held)):
+        if rejected is not None:
+            await emit({"event": "settings", "ok": False, "commit": rejected.commit,
+                        "message": rejected.describe(), "issues": [str(i) for i in rejected.issues]})
+            return False
+    if state.remote_error:
+        await emit({"event": "settings", "ok": False, "message": state.remote_error})
+    settings = state.settings
+    if settings is None:
+        await emit({"event": "settings", "ok": False, "message": "no settings commit validates yet"})
+        return False
+    if allow_empty:
+        plane.allow_empty_commit = settings.commit
+    await emit({"event": "settings", "ok": True, "commit": settings.commit})
+    deadline = trio.current_time() + timeout
+    last_summary = None
+    with trio.move_on_at(deadline):
+        while True:
+            plane.reconciler.kick("apply")
+            record = await plane.reconciler.wait_pass()
+            summary = pass_summary(record, plane.status())
+            if summary != last_summary:
+                last_summary = summary
+                await emit({"event": "pass", **summary})
+            if record.converged and record.settings_commit == settings.commit:
+                await emit({"event": "done", "converged": True, "commit": settings.commit})
+                return True
+            if not wait:
+                await emit({"event": "done", "converged": False, "commit": settings.commit})
+                return True
+            with trio.move_on_after(1.0):
+                await plane.reconciler.wait_pass()
+    await emit({"event": "done", "converged": False, "commit": settings.commit,
+                "message": f"not converged within {timeout:g} s"})
+    return False
+
+
+def pass_summary(record: PassRecord, status: dict[str, Any]) -> dict[str, Any]:
+    """What an apply shows of a pass: number, converged, commands sent, failures, unplaced, replica states."""
+    return {
+        "pass": record.number,
+        "converged": record.converged,
+        "sent": [f"{a.kind} {a.subject} on {a.node_id}" for a in record.sent],
+        "failed": [f"{a.kind} {a.subject} on {a.node_id}: {a.error}" for a in record.actions if a.error],
+        "unplaced": [str(u) for u in record.unplaced],
+        "replicas": {rid: r.get("state") for rid, r in status.get("replicas", {}).items()},
+    }
