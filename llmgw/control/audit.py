@@ -183,8 +183,34 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def audit_message(record: PassRecord) -> str:
-    """The commit message of a pass: a subject saying what was done for which settings commit, then details."""
+def state_changes(before: Mapping[str, Any] | None, after: Mapping[str, Any]) -> list[str]:
+    """What changed between two status snapshots, for people: replica states, nodes, rejected commits.
+
+    E.g. ["tiny-0 ready on n1", "node n2 lost", "settings e30341116468 not applied"].
+    """
+    before = before or {}
+    changes = []
+    old_replicas, new_replicas = before.get("replicas", {}), after.get("replicas", {})
+    for rid, replica in new_replicas.items():
+        old = old_replicas.get(rid, {})
+        if replica.get("state") != old.get("state"):
+            where = f" on {replica['node']}" if replica.get("node") else ""
+            changes.append(f"{rid} {replica.get('state')}{where}")
+    changes += [f"{rid} gone" for rid in old_replicas if rid not in new_replicas]
+    old_nodes, new_nodes = before.get("nodes", {}), after.get("nodes", {})
+    for node_id, node in new_nodes.items():
+        if node.get("state") != old_nodes.get(node_id, {}).get("state"):
+            changes.append(f"node {node_id} {node.get('state')}")
+    for name, words in (("bad", "does not validate"), ("held", "held back")):
+        rejected = after.get("settings", {}).get(name)
+        if rejected and rejected != before.get("settings", {}).get(name):
+            changes.append(f"settings {rejected['commit'][:12]} {words}")
+    return changes
+
+
+def audit_message(record: PassRecord, changes: list[str] | None = None) -> str:
+    """The commit message of a pass: a subject saying what was done (or, when no command was sent, what
+    changed: `changes`) for which settings commit, then details."""
     commit = (record.settings_commit or "none")[:12]
     sent = record.sent
     verbs = {"start": "start", "restart": "restart", "stop": "stop", "install": "install"}
@@ -195,7 +221,7 @@ def audit_message(record: PassRecord) -> str:
             subject += f"; and {len(parts) - 4} more"
     else:
         subject = f"pass {record.number} for settings {commit}: " + (
-            "converged" if record.converged else "state changed"
+            "; ".join((changes or [])[:4]) or ("converged" if record.converged else "state changed")
         )
     lines = [subject, "", f"Trigger: {record.trigger}", f"Settings-Commit: {record.settings_commit or 'none'}",
              f"Converged: {'yes' if record.converged else 'no'}"]
@@ -208,6 +234,8 @@ def audit_message(record: PassRecord) -> str:
         lines.append(line)
     for unplaced in record.unplaced:
         lines.append(f"- unplaced: {unplaced}")
+    for change in changes or ():
+        lines.append(f"- now: {change}")
     return "\n".join(lines) + "\n"
 
 

@@ -29,7 +29,7 @@ import trio
 from llmgw import __version__
 from llmgw.control.agents import AgentHub
 from llmgw.control.applying import apply
-from llmgw.control.audit import AuditWriter, audit_message, audit_snapshot, status_document
+from llmgw.control.audit import AuditWriter, audit_message, audit_snapshot, state_changes, status_document
 from llmgw.control.commands import install_engine, platform_of, start_shard, stop_shard
 from llmgw.control.keys import (
     ENGINE_KEY_SECRET, WEBHOOK_SECRET, SecretResolver, engine_key,
@@ -351,9 +351,10 @@ class ControlPlane:
         if not self.leader:
             return
         if record.sent or snapshot != self._last_snapshot:
+            changes = state_changes(self._last_snapshot, snapshot)
             self._last_snapshot = snapshot
             audit_doc = {k: v for k, v in doc.items() if k != "control_plane"}
-            self.audit.queue_audit(audit_doc, audit_message(record))
+            self.audit.queue_audit(audit_doc, audit_message(record, changes))
         if record.converged and record.settings_commit:
             self.audit.queue_applied(record.settings_commit)
 
