@@ -81,7 +81,7 @@ def llmgw(*args: str, state: Path, check: bool = True) -> subprocess.CompletedPr
 
 
 def replicas(state: Path) -> dict:
-    return json.loads(llmgw("replicas", "--json", state=state).stdout)
+    return json.loads(llmgw("replicas", "--json", state=state).stdout)["replicas"]
 
 
 def wait_until(predicate, timeout: float, what: str, interval: float = 1.0):
