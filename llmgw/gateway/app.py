@@ -93,6 +93,7 @@ class Gateway:
         config = Config()
         config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
         config.accesslog = None
+        config.loglevel = "WARNING"  # hypercorn's "Running on ..." line; the caller prints the URL it serves
         config.keep_alive_timeout = 75
         config.keep_alive_max_requests = 1_000_000  # hypercorn's default (1000) closes busy client connections
         config.read_timeout = None

@@ -1,25 +1,13 @@
-"""Fixtures for gateway tests: a real SQLite store, in-process llama-server stand-ins, a served gateway.
+"""Fixtures for gateway tests: a real SQLite store (helpers are in gateway_harness.py).
 
 Everything runs on 127.0.0.1 with port 0. The official `openai` SDK is the client.
 """
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
-import trio
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
-
-from fake_llama_server import FakeLlamaServer  # noqa: E402
-
-from llmgw.gateway import Gateway  # noqa: E402
-from llmgw.routes import ModelRoute, ProjectPolicy, QuotaLimits, ReplicaRoute, RouteTable  # noqa: E402
-from llmgw.store import open_store  # noqa: E402
-
-ENGINE_KEY = "engine-secret-1"
+from llmgw.store import open_store
 
 
 @pytest.fixture
@@ -27,38 +15,3 @@ def store(tmp_path):
     s = open_store(tmp_path / "store.db")
     yield s
     s.close()
-
-
-async def start_engine(nursery, **kwargs) -> tuple[FakeLlamaServer, str]:
-    """An in-process llama-server stand-in; returns it and its base URL."""
-    kwargs.setdefault("api_key", ENGINE_KEY)
-    engine = FakeLlamaServer(kwargs.pop("model_path", "/models/gemma.gguf"), **kwargs)
-    port = await nursery.start(engine.serve, "127.0.0.1", 0)
-    return engine, f"http://127.0.0.1:{port}"
-
-
-def make_table(replicas: dict[str, list[ReplicaRoute]], *, aliases: dict[str, tuple[str, ...]] | None = None,
-               projects: dict[str, ProjectPolicy] | None = None, stopped: bool = False, **extra) -> RouteTable:
-    """A routing table: model name -> replicas; by default one project 'chat' that may use everything."""
-    aliases = aliases or {}
-    models = {name: ModelRoute(name=name, aliases=aliases.get(name, ()), replicas=tuple(reps), created=1700000000)
-              for name, reps in replicas.items()}
-    if projects is None:
-        projects = {"chat": ProjectPolicy(name="chat", team="research", organisation="acme")}
-    return RouteTable(models=models, projects=projects, stopped=stopped, **extra)
-
-
-def replica(replica_id: str, base_url: str, **kwargs) -> ReplicaRoute:
-    kwargs.setdefault("engine_key", ENGINE_KEY)
-    return ReplicaRoute(replica_id=replica_id, node_id=kwargs.pop("node_id", "node-a"), base_url=base_url, **kwargs)
-
-
-async def start_gateway(nursery, store, table: RouteTable, **kwargs) -> tuple[Gateway, str]:
-    """A gateway serving `table` on 127.0.0.1:0; returns it and its base URL (with /v1)."""
-    gateway = Gateway(store, table, **kwargs)
-    port = await nursery.start(gateway.serve, "127.0.0.1", 0)
-    return gateway, f"http://127.0.0.1:{port}/v1"
-
-
-__all__ = ["FakeLlamaServer", "ModelRoute", "ProjectPolicy", "QuotaLimits", "ReplicaRoute", "RouteTable",
-           "start_engine", "make_table", "replica", "start_gateway", "ENGINE_KEY"]

@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import openai
 import trio
-from conftest import make_table, replica, start_engine, start_gateway
+from gateway_harness import make_table, replica, start_engine, start_gateway
 
 STAND_IN = Path(__file__).resolve().parents[1] / "support" / "fake_llama_server.py"
 

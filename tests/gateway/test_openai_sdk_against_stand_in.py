@@ -9,7 +9,7 @@ import httpx
 import openai
 import pytest
 import trio
-from conftest import ENGINE_KEY, ProjectPolicy, make_table, replica, start_engine, start_gateway
+from gateway_harness import ENGINE_KEY, ProjectPolicy, make_table, replica, start_engine, start_gateway
 
 MESSAGES = [{"role": "user", "content": "Say something about deterministic text."}]
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "weather",
@@ -198,7 +198,7 @@ async def test_engine_failure_mid_stream_ends_it_with_an_error_event(nursery, st
 
 
 async def test_a_429_is_retried_by_the_sdk_after_retry_after(nursery, store):
-    from conftest import QuotaLimits
+    from gateway_harness import QuotaLimits
 
     _engine, url = await start_engine(nursery, token_delay=0.05)
     projects = {"chat": ProjectPolicy("chat", "t", "o", quotas=(("project:chat", QuotaLimits(concurrent_requests=1)),))}

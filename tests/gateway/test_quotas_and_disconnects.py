@@ -7,7 +7,7 @@ import time
 import httpx
 import openai
 import trio
-from conftest import ProjectPolicy, QuotaLimits, make_table, replica, start_engine, start_gateway
+from gateway_harness import ProjectPolicy, QuotaLimits, make_table, replica, start_engine, start_gateway
 
 MAX_TOKENS = 10
 

@@ -14,7 +14,7 @@ import httpx
 import openai
 import pytest
 import trio
-from conftest import ProjectPolicy, QuotaLimits, make_table, replica, start_gateway
+from gateway_harness import ProjectPolicy, QuotaLimits, make_table, replica, start_gateway
 
 pytestmark = pytest.mark.slow
 ENGINE_KEY = "real-engine-key"

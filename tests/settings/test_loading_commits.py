@@ -84,7 +84,7 @@ def test_validate_lists_every_error_of_every_file_in_order(example_tree: Path) -
     lines = result.output.splitlines()
     assert lines == [
         "catalog/gemma-3-270m.yaml:13:11: replicas: -1 is less than the minimum of 0",
-        "catalog/gemma-3-270m.yaml:16:11: resources.memory: 'lots' is not a size: write e.g. 512Mi, 16Gi or 1.5T",
+        "catalog/gemma-3-270m.yaml:18:11: resources.memory: 'lots' is not a size: write e.g. 512Mi, 16Gi or 1.5T",
         "slurm.yaml:2:12: partition: 7 is not a string: YAML read the value as a number; put it in quotes",
         "3 errors",
     ]
