@@ -59,16 +59,34 @@ def validate_cmd(target: str, repo: str | None) -> None:
                + (f", {len(settings.warnings)} warnings" if settings.warnings else ""))
 
 
-@click.command("diff")
-@click.argument("old")
-@click.argument("new")
+@click.command("diff", context_settings={"ignore_unknown_options": False})
+@click.argument("revisions", nargs=-1, metavar="OLD NEW | --live [REV]")
 @click.option("--repo", default=None, help="Git repository holding OLD and NEW when they are revisions (default: the one around the current directory).")
+@click.option("--live", is_flag=True,
+              help="Compare REV (default: the branch head) with the live fleet: what would start, stop or move, "
+                   "and what cannot be placed and why (asks the control plane; same as `llmgw plan`).")
+@click.option("--state", "state_dir", default=None, type=click.Path(path_type=Path),
+              help="With --live: state directory of `llmgw up` / `llmgw server` [default: .state].")
 @click.option("--json", "as_json", is_flag=True, help="Print the difference as JSON.")
-def diff_cmd(old: str, new: str, repo: str | None, as_json: bool) -> None:
-    """Show what changes from settings OLD to NEW (directories, commits or branches).
+@click.pass_context
+def diff_cmd(ctx: click.Context, revisions: tuple[str, ...], repo: str | None, live: bool, state_dir: Path | None,
+             as_json: bool) -> None:
+    """Show what changes from settings OLD to NEW (directories, commits or branches), or with --live what
+    REV would change on the running fleet.
 
     Exit 0: no change; 2: changes; 1: an error (invalid settings, unknown revision).
     """
+    if live:
+        if len(revisions) > 1:
+            raise click.UsageError("--live takes at most one revision: llmgw diff --live [REV]")
+        from llmgw.cli.server_cmds import plan_cmd
+
+        ctx.invoke(plan_cmd, rev=revisions[0] if revisions else None, url=None, token=None, state_dir=state_dir,
+                   as_json=as_json)
+        return
+    if len(revisions) != 2:
+        raise click.UsageError("give two settings versions: llmgw diff OLD NEW (or llmgw diff --live [REV])")
+    old, new = revisions
     try:
         before, after = _load(old, repo), _load(new, repo)
     except SettingsError as exc:

@@ -220,6 +220,12 @@ def test_the_audit_ref_shows_what_was_done(up):
     assert any("start" in line.lower() for line in log), log
 
 
+def test_diff_live_says_the_running_fleet_matches_the_branch_head(up):
+    result = llmgw("diff", "--live", state=up.state, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "no changes" in result.stdout
+
+
 def test_ctrl_c_stops_everything_within_seconds(up):
     started = time.monotonic()
     up.process.send_signal(signal.SIGINT)
