@@ -65,7 +65,7 @@ async def measure(seconds: float, heartbeat: float, work: Path, binary: Path, mi
     async with trio.open_nursery() as nursery:
         port = await nursery.start(serve_agents, handler, "127.0.0.1", 0)
         agent = subprocess.Popen(
-            [sys.executable, "-m", "llmgw.cli.agent_cmds", "agent", "--control-plane", f"127.0.0.1:{port}",
+            [sys.executable, "-m", "llmgw.cli", "agent", "--control-plane", f"127.0.0.1:{port}",
              "--node-id", "bench", "--state-dir", str(work / "state"), "--mirror", str(mirror),
              "--heartbeat-interval", f"{heartbeat}s", "--engine-binary", f"llama.cpp@b11434={binary}",
              "--stop-shards-on-exit"],

@@ -27,7 +27,6 @@ from llmgw.units import parse_duration
 from llmgw.wire import ClientTls, connect, join
 
 
-_LEAN = False  # True in `python -m llmgw.cli.agent_cmds`, the agent's lean entry
 
 
 def _split_address(text: str) -> tuple[str, int]:
@@ -106,10 +105,6 @@ def register(group: click.Group) -> None:
                       heartbeat_interval, address, engine_binaries, tls_dir, insecure, stop_shards_on_exit, as_json):
         """Run this node's agent: discover, register, run the shards the control plane assigns."""
         host, port = _split_address(control_plane)
-        if not _LEAN and sys.argv[1:2] == ["agent"] and not os.environ.get("LLMGW_AGENT_NO_REEXEC"):
-            # Same pid, fresh interpreter with only the agent's modules (about 15 MB less resident memory).
-            sys.stdout.flush()
-            os.execv(sys.executable, [sys.executable, "-m", "llmgw.cli.agent_cmds", *sys.argv[1:]])
         state_dir = state_dir or default_state_dir()
         try:
             interval = parse_duration(heartbeat_interval)
@@ -154,7 +149,7 @@ def register(group: click.Group) -> None:
 
     @group.group("node")
     def node_group():
-        """This node: join the fleet."""
+        """This node: join the fleet (join), check what its agent finds (doctor)."""
 
     @node_group.command("join")
     @click.option("--control-plane", "control_plane", required=True, metavar="HOST:JOIN_PORT",
@@ -178,35 +173,3 @@ def register(group: click.Group) -> None:
             click.echo(json.dumps({"node_id": node_id, "tls_dir": str(directory)}))
         else:
             click.echo(f"node {node_id} joined; certificate saved in {directory}")
-
-
-
-
-@click.group()
-def lean_cli() -> None:
-    """Only the agent's commands. `llmgw agent` re-executes itself as `python -m llmgw.cli.agent_cmds agent ...`,
-    which loads none of the control plane's modules: a long-running agent keeps less memory resident."""
-
-
-register(lean_cli)
-
-
-def lean_main(argv: list[str] | None = None) -> None:
-    """Entry of `python -m llmgw.cli.agent_cmds`: like `llmgw`, an LlmgwError is one line on stderr, exit 1."""
-    from llmgw.errors import LlmgwError
-
-    try:
-        lean_cli.main(args=argv, prog_name="llmgw", standalone_mode=False)
-    except click.ClickException as exc:
-        exc.show()
-        sys.exit(exc.exit_code)
-    except LlmgwError as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(1)
-    except (KeyboardInterrupt, click.exceptions.Abort):
-        sys.exit(130)
-
-
-if __name__ == "__main__":
-    _LEAN = True
-    lean_main()

@@ -14,31 +14,43 @@ import click
 from llmgw import __version__
 from llmgw.errors import LlmgwError
 
-# Verb modules, in help order. Each defines register(group).
-VERB_MODULES = (
-    "llmgw.cli.settings_cmds",   # validate, diff, repo init
-    "llmgw.cli.up_cmd",          # up
-    "llmgw.cli.server_cmds",     # server, apply, status, history, stop, start, nodes, replicas, logs
-    "llmgw.cli.keys_cmds",       # keys, usage
-    "llmgw.cli.agent_cmds",      # agent, node join
-    "llmgw.cli.node_cmds",       # node doctor
-)
+# Which module registers each top-level command (each module defines `register(group)`). Modules are imported
+# only when their command runs (or `--help` lists them), so `llmgw agent` loads none of the control plane and a
+# quick `llmgw status` none of the agent.
+COMMAND_MODULES: dict[str, tuple[str, ...]] = {
+    "validate": ("llmgw.cli.settings_cmds",),
+    "diff": ("llmgw.cli.settings_cmds",),
+    "repo": ("llmgw.cli.settings_cmds",),
+    "up": ("llmgw.cli.up_cmd",),
+    **{name: ("llmgw.cli.server_cmds",) for name in (
+        "server", "apply", "plan", "status", "history", "stop", "start", "nodes", "replicas", "logs", "join-token",
+    )},
+    "keys": ("llmgw.cli.keys_cmds",),
+    "usage": ("llmgw.cli.keys_cmds",),
+    "agent": ("llmgw.cli.agent_cmds",),
+    "node": ("llmgw.cli.agent_cmds", "llmgw.cli.node_cmds"),  # node join (agent), node doctor (discovery)
+}
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class LazyGroup(click.Group):
+    """A click group whose commands are imported from COMMAND_MODULES on first use."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(set(COMMAND_MODULES) | set(self.commands))
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in COMMAND_MODULES:
+            scratch = click.Group()
+            for module in COMMAND_MODULES[cmd_name]:
+                importlib.import_module(module).register(scratch)
+            self.commands[cmd_name] = scratch.commands[cmd_name]
+        return self.commands.get(cmd_name)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="llmgw")
 def cli() -> None:
     """Run LLM engines on your machines behind one OpenAI-compatible API, configured from a git repository."""
-
-
-for _name in VERB_MODULES:
-    try:
-        _module = importlib.import_module(_name)
-    except ModuleNotFoundError as _exc:
-        if _exc.name != _name:
-            raise
-        continue
-    _module.register(cli)
 
 
 def main(argv: list[str] | None = None) -> None:
