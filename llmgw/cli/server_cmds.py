@@ -48,7 +48,11 @@ def _print_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, sort_keys=False, default=str))
 
 
-def _listener(text: str | None):
+def parse_listener(text: str | None):
+    """"HOST:PORT" (":PORT" means 127.0.0.1) as a settings Listener; None when not given. Port 0: any free port.
+
+    Raises UsageError naming the text when it is not HOST:PORT.
+    """
     if not text:
         return None
     from llmgw.settings.model import Listener
@@ -196,8 +200,8 @@ def server_cmd(repo, branch, state_dir, store, secrets_dir, gateway_addr, admin_
         repo = str(Path(repo).resolve())
     plane = ControlPlane(ControlConfig(
         repo=repo, branch=branch, state_dir=Path(state_dir), store=store, secrets_dir=secrets_dir,
-        gateway_listener=_listener(gateway_addr), admin_listener=_listener(admin_addr),
-        agents_listener=_listener(agents_addr), gateway=not no_gateway, tls=tls, join_port=join_port,
+        gateway_listener=parse_listener(gateway_addr), admin_listener=parse_listener(admin_addr),
+        agents_listener=parse_listener(agents_addr), gateway=not no_gateway, tls=tls, join_port=join_port,
     ))
 
     async def main() -> None:

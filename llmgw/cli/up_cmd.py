@@ -28,23 +28,12 @@ import click
 import trio
 from rich.console import Console
 
-from llmgw.errors import UsageError
+from llmgw.cli.server_cmds import parse_listener
 from llmgw.settings.model import Listener
 
 FIRST_KEY_MARKER = "up.first-key-created"
 DEMO_PROJECT = "demo"
 STOP_DEADLINE = 15.0
-
-
-def _listener(text: str | None) -> Listener | None:
-    """"HOST:PORT" (or ":PORT", or "PORT") as a Listener; None when not given."""
-    if not text:
-        return None
-    host, _, port = text.rpartition(":")
-    try:
-        return Listener(host=host or "127.0.0.1", port=int(port))
-    except ValueError as exc:
-        raise UsageError(f"{text!r} is not HOST:PORT (for example 127.0.0.1:8080, or :0 for any free port)") from exc
 
 
 def cache_dir() -> Path:
@@ -237,6 +226,7 @@ def register(group: click.Group) -> None:
         """Run the control plane, the gateway and a local agent serving the catalog, until Ctrl-C."""
         console = Console(highlight=False, soft_wrap=True)
         trio.run(lambda: run_up(
-            seed, state, gateway=_listener(gateway_addr), admin=_listener(admin_addr), agents=_listener(agents_addr),
+            seed, state, gateway=parse_listener(gateway_addr), admin=parse_listener(admin_addr),
+            agents=parse_listener(agents_addr),
             console=console,
         ))

@@ -93,6 +93,31 @@ class ControlConfig:
     lease_seconds: float = 15.0
 
 
+def check_listeners_free(listeners: dict[str, Listener]) -> None:
+    """Refuse to start when a listener's address is taken, before anything is started.
+
+    Binds each (host, port) once with SO_REUSEADDR, as hypercorn and gRPC do, and closes it again; port 0 is
+    skipped. Raises UsageError naming the listener, the address and how to pick another.
+    """
+    import errno
+    import socket
+
+    for name, where in listeners.items():
+        if where.port == 0:
+            continue
+        family = socket.AF_INET6 if ":" in where.host else socket.AF_INET
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind((where.host, where.port))
+            except OSError as exc:
+                why = "is in use (another llmgw?)" if exc.errno == errno.EADDRINUSE else f"cannot be used: {exc.strerror}"
+                raise UsageError(
+                    f"the {name} listener {where.host}:{where.port} {why}; stop what holds it, or choose another "
+                    f"address with --{name} HOST:PORT or listeners.{name} in llmgw.yaml (port 0 picks a free one)."
+                ) from exc
+
+
 class ControlPlane:
     """One control plane. Build it, then `await nursery.start(plane.run)`; attributes filled once started:
     `admin_url`, `admin_port`, `gateway_url`, `gateway_port`, `agents_port`, `admin_token`, `store`, `gateway`.
@@ -161,6 +186,9 @@ class ControlPlane:
         agents = listener(self.config.agents_listener, "agents", Listener(port=8082))
         admin = listener(self.config.admin_listener, "admin", Listener(port=8081))
         gateway = listener(self.config.gateway_listener, "gateway", Listener(port=8080))
+        check_listeners_free(
+            {"agents": agents, "admin": admin, **({"gateway": gateway} if self.config.gateway else {})}
+        )
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = self.agents.nursery = nursery
