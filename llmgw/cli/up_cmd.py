@@ -115,6 +115,8 @@ def _replica_lines(doc: dict[str, Any]) -> dict[str, str]:
         errors = [s.get("error") for s in entry.get("shards", {}).values() if s.get("error")]
         if errors:
             detail = f" ({errors[0]})"
+        if entry.get("unplaced") == {"all nodes": "no nodes are registered"}:
+            continue  # the local agent is registering: not worth a line
         if entry.get("unplaced"):
             detail = " (" + "; ".join(f"{n}: {why}" for n, why in entry["unplaced"].items()) + ")"
         lines[replica_id] = f"{replica_id:<24} {state}{where}{detail}"
@@ -179,6 +181,7 @@ async def run_up(
     from llmgw.engines.demo import DEMO_LLAMA_CPP_VERSION
 
     state.mkdir(parents=True, exist_ok=True)
+    state = state.resolve()  # engines run in their own working directory: every path they get is absolute
     repo = state / "settings.git"
     _prepare_settings_repo(console, seed, repo)
     binary, mirror = await trio.to_thread.run_sync(_prepare_demo, console, cache_dir())

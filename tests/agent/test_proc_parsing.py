@@ -12,7 +12,7 @@ from llmgw.agent.reporting import foreign_status
 from llmgw.agent.shards import ShardRecord, ShardSpec, is_same_process, next_backoff, parse_record, save_record
 from llmgw.agent.supervisor import ForeignEngine, find_foreign_engines
 
-H200 = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "nvidia-h200"
+H200 = Path(__file__).resolve().parents[1] / "fixtures" / "nvidia-h200"
 
 # A real line (llama-server's) with the fields llmgw reads: pid 4242, comm, state, ppid, pgrp, ..., utime 1500,
 # stime 300, ..., start time 98765, ..., rss 20000 pages.

@@ -13,12 +13,8 @@ CAPTURES = HERE / "captures"
 
 
 def shared_fixture(*parts: str) -> Path:
-    """A file of the shared real-machine captures (`shared/` beside or inside the repository)."""
-    root = HERE.parents[1]
-    for base in (root / "shared", root.parent / "shared"):
-        if (base / "fixtures").is_dir():
-            return base.joinpath("fixtures", *parts)
-    pytest.fail("the shared fixtures directory is missing (expected ../shared/fixtures)")
+    """A file of the real-machine captures kept in tests/fixtures (a copy of the team's shared captures)."""
+    return HERE.parent.joinpath("fixtures", *parts)
 
 
 CUDA_LOG = """\

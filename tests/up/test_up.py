@@ -95,8 +95,9 @@ def wait_until(predicate, timeout: float, what: str, interval: float = 1.0):
     raise AssertionError(f"timed out after {timeout} s waiting for {what}; last: {last!r}")
 
 
-def engine_pids() -> set[int]:
-    out = subprocess.run(["pgrep", "-f", "llama-server.*--alias gemma-3-270m"], capture_output=True, text=True)
+def engine_pids(state: Path) -> set[int]:
+    """Pids of the llama-servers this test's `llmgw up` runs (their model path is under its state directory)."""
+    out = subprocess.run(["pgrep", "-f", f"llama-server .*-m {state}/"], capture_output=True, text=True)
     return {int(pid) for pid in out.stdout.split()}
 
 
@@ -161,7 +162,7 @@ def test_a_push_to_two_replicas_gives_a_second_ready_replica_and_both_serve(up, 
         return ready if len(ready) == 2 else None
 
     assert sorted(wait_until(both_ready, 300, "two ready replicas")) == [f"{MODEL}-0", f"{MODEL}-1"]
-    assert len(engine_pids()) == 2
+    assert len(engine_pids(up.state)) == 2
     for attempt in range(8):
         client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": f"Hi {attempt}"}],
                                        max_tokens=2)
@@ -184,7 +185,7 @@ def test_stop_answers_503_system_stopped_and_stops_the_engines(up, client):
             "the gateway to refuse")
     assert raised.value.status_code == 503
     assert raised.value.body["code"] == "system_stopped"
-    wait_until(lambda: not engine_pids(), 60, "the engines to stop")
+    wait_until(lambda: not engine_pids(up.state), 60, "the engines to stop")
 
 
 def test_start_serves_again(up, client):
@@ -231,4 +232,4 @@ def test_ctrl_c_stops_everything_within_seconds(up):
     up.process.send_signal(signal.SIGINT)
     up.process.wait(timeout=30)
     assert time.monotonic() - started < 20
-    assert not engine_pids()
+    assert not engine_pids(up.state)

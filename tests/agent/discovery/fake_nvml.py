@@ -13,9 +13,7 @@ from types import SimpleNamespace
 
 import pynvml
 
-FIXTURES = Path("/work/shared/fixtures/nvidia-h200")
-if not FIXTURES.is_dir():  # a checkout next to shared/
-    FIXTURES = Path(__file__).resolve().parents[4] / "shared" / "fixtures" / "nvidia-h200"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "nvidia-h200"
 
 
 def h200_dump() -> dict:
