@@ -17,7 +17,8 @@ from pathlib import Path
 import trio
 
 from llmgw.agent import reporting, weights
-from llmgw.agent.config import AgentConfig, engine_binary, installed_engines
+from llmgw.agent.config import AgentConfig, engine_binary, installed_engines, save_agent_settings
+from llmgw.agent.engine_checks import EngineChecks
 from llmgw.agent.logs import LogRing
 from llmgw.agent.shards import ShardSpec, ShardView
 from llmgw.agent.supervisor import Supervisor
@@ -68,6 +69,7 @@ class NodeAgent:
         self.starting: dict[str, trio.CancelScope] = {}
         self.installing: dict[str, pb.EngineStatus] = {}
         self.restart_requested = trio.Event()
+        self.engine_checks = EngineChecks()
 
     # --- reporting ----------------------------------------------------------------------------------------
 
@@ -95,7 +97,24 @@ class NodeAgent:
         return statuses + [reporting.foreign_status(f) for f in foreign or ()]
 
     def engines_installed(self) -> list[str]:
-        return installed_engines(self.config)
+        """"engine@version" keys this node can run: verified installs and overrides, less those the last periodic
+        check found broken."""
+        return self.engine_checks.usable(installed_engines(self.config))
+
+    async def check_engines(self) -> None:
+        """Re-verify every installed engine now (in a thread: runs `ldd` and `--version`); each newly broken one
+        is logged and reported as an EngineStatus "failed" with the reason, and leaves `engines_installed`."""
+        config = self.config
+        broken = await trio.to_thread.run_sync(self.engine_checks.run, config)
+        for key, reason in sorted(broken.items()):
+            self.emit(agent_message(engine_status=pb.EngineStatus(engine=key, state="failed", error=reason)))
+
+    async def check_engines_periodically(self) -> None:
+        """`check_engines` every `config.engine_check_interval` seconds (read each time: AgentSettings may change
+        the engines directory). The first check is the caller's, at start."""
+        while True:
+            await trio.sleep(self.config.engine_check_interval)
+            await self.check_engines()
 
     def _result(self, command_id: str, error: str = "") -> None:
         self.emit(agent_message(command_result=pb.CommandResult(command_id=command_id, ok=not error, error=error)))
@@ -117,6 +136,11 @@ class NodeAgent:
         elif kind == "agent_settings":
             self.config = self.config.with_settings(message.agent_settings)
             log.info("agent settings changed: heartbeat every %g s", self.config.heartbeat_interval)
+            try:  # kept for the next agent, which applies them before it can reach the control plane
+                await trio.to_thread.run_sync(save_agent_settings, self.config.state_dir, message.agent_settings)
+            except OSError as exc:
+                log.warning("could not keep the agent settings in %s for the next start: %s",
+                            self.config.state_dir, exc)
             self._result(command_id)
         elif kind == "request_logs":
             self._send_logs(command_id, message.request_logs)
@@ -299,6 +323,7 @@ class NodeAgent:
             self._result(command_id, str(exc))
         else:
             log.info("installed %s at %s", key, binary)
+            self.engine_checks.broken.pop(key, None)
             self.emit(agent_message(engine_status=pb.EngineStatus(engine=key, state="installed", progress=1.0)))
             self._result(command_id)
         finally:

@@ -13,7 +13,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from google.protobuf.message import DecodeError
+
 from llmgw.engines import installed_binary
+from llmgw.errors import UsageError
+from llmgw.wire import pb
+
+SETTINGS_FILE = "agent-settings.pb"
 
 
 def default_state_dir() -> Path:
@@ -37,6 +43,7 @@ class AgentConfig:
     between SIGTERM and SIGKILL. `restart_backoff_initial`/`_max` seconds bound engine restarts,
     `reconnect_backoff_max` seconds the wait between connection attempts. `stop_shards_on_exit` stops every
     engine when `run_agent` ends (default: leave them running, to be adopted by the next agent).
+    `engine_check_interval` seconds between re-verifications of installed engines (`llmgw.agent.engine_checks`).
     """
 
     node_id: str = field(default_factory=socket.gethostname)
@@ -55,6 +62,7 @@ class AgentConfig:
     restart_backoff_max: float = 60.0
     reconnect_backoff_max: float = 30.0
     stop_shards_on_exit: bool = False
+    engine_check_interval: float = 600.0
 
     @property
     def weights_path(self) -> Path:
@@ -109,3 +117,36 @@ def installed_engines(config: AgentConfig) -> list[str]:
             if not home.name.startswith(".") and installed_binary(config.engines_path, home.name) is not None:
                 keys.add(f"llama.cpp@{home.name}")
     return sorted(keys)
+
+
+def save_agent_settings(state_dir: Path, settings: pb.AgentSettings) -> Path:
+    """Keep the control plane's last AgentSettings in `<state_dir>/agent-settings.pb` (protobuf bytes, written to a
+    temporary file and renamed, so a crash leaves the old or the new one), for the next agent to apply at start.
+    Blocking (one small write). Returns the file's path. Raises OSError when the state directory is not writable."""
+    path = Path(state_dir) / SETTINGS_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(SETTINGS_FILE + ".tmp")
+    tmp.write_bytes(settings.SerializeToString())
+    tmp.replace(path)
+    return path
+
+
+def load_agent_settings(state_dir: Path) -> pb.AgentSettings | None:
+    """The AgentSettings saved by `save_agent_settings`, or None when there are none yet.
+
+    Raises UsageError naming the file when it cannot be read or parsed (the caller logs it and goes on with its
+    own configuration; the control plane sends the settings again when the agent registers)."""
+    path = Path(state_dir) / SETTINGS_FILE
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise UsageError(f"cannot read the saved agent settings {path}: {exc}") from exc
+    settings = pb.AgentSettings()
+    try:
+        settings.ParseFromString(data)
+    except DecodeError as exc:
+        raise UsageError(f"the saved agent settings {path} are damaged ({exc}); delete the file, the control "
+                         "plane sends them again") from exc
+    return settings

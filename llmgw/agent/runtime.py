@@ -10,18 +10,20 @@ running while the control plane is unreachable; the agent reconnects with backof
 from __future__ import annotations
 
 import fcntl
+import functools
 import logging
 import os
 from collections.abc import Callable
 from pathlib import Path
 from contextlib import AbstractAsyncContextManager
+from typing import Any
 
 import trio
 
 from llmgw.agent import reporting
 from llmgw.agent.commands import NodeAgent
-from llmgw.agent.config import AgentConfig
-from llmgw.agent.discovery import discover_node
+from llmgw.agent.config import AgentConfig, load_agent_settings
+from llmgw.agent.discovery import discover_node, load_nvml
 from llmgw.agent.telemetry import GpuTelemetry, open_gpu_telemetry, smi_samples
 from llmgw.agent.logs import LogRing, RingHandler
 from llmgw.agent.shards import next_backoff
@@ -36,9 +38,11 @@ Connect = Callable[[], AbstractAsyncContextManager]
 
 _LINK_ERRORS = (WireError, trio.EndOfChannel, trio.BrokenResourceError, trio.ClosedResourceError, OSError)
 FOREIGN_SCAN_INTERVAL = 60.0
+_LOAD = object()
 
 
-async def run_agent(config: AgentConfig, connect: Connect, *, task_status=trio.TASK_STATUS_IGNORED) -> str:
+async def run_agent(config: AgentConfig, connect: Connect, *, nvml: Any = _LOAD,
+                    task_status=trio.TASK_STATUS_IGNORED) -> str:
     """Run the node agent until cancelled or told to restart; returns "restart" in that case.
 
     `connect()` must give an async context manager yielding a Link: `llmgw agent` passes
@@ -46,9 +50,16 @@ async def run_agent(config: AgentConfig, connect: Connect, *, task_status=trio.T
     Engines keep running when this returns or is cancelled (unless `config.stop_shards_on_exit`): the next agent
     adopts them. `task_status.started(agent)` is called with the NodeAgent once earlier shards are adopted.
     Connection failures (WireError, end of stream) are logged and retried; they never end the agent.
+    `nvml` is the NVML module discovery and telemetry use (default: the installed `pynvml`, see
+    `llmgw.agent.discovery.load_nvml`; None: no NVML, GPUs from nvidia-smi if any; tests pass a stand-in).
+    The AgentSettings the control plane last sent (kept under the state directory) are applied at start.
+    Installed engines are re-verified at start and every `config.engine_check_interval` seconds.
     Raises UsageError when another agent already runs with the same state directory.
     """
     lock = _lock_state_dir(config.state_dir)
+    if nvml is _LOAD:
+        nvml = load_nvml()
+    config = _with_saved_settings(config)
     ring = LogRing()
     handler = RingHandler(ring)
     root = logging.getLogger("llmgw")
@@ -67,28 +78,32 @@ async def run_agent(config: AgentConfig, connect: Connect, *, task_status=trio.T
                 log.info("found %d shard(s) from an earlier agent: %s", len(adopted),
                          ", ".join(f"{v.shard_id} pid {v.pid}" for v in adopted))
             task_status.started(agent)
-            telemetry = await trio.to_thread.run_sync(open_gpu_telemetry)
-            session = _Session(agent, telemetry)
-            delay = 0.0
-            while not agent.restart_requested.is_set():
-                try:
-                    async with connect() as link:
-                        delay = 0.0
-                        await session.serve(link)
-                except _LINK_ERRORS as exc:
-                    log.warning("the link to the control plane failed: %s", exc)
-                except BaseExceptionGroup as group:
-                    failure = _first_link_error(group)
-                    if failure is None:
-                        raise
-                    log.warning("the link to the control plane failed: %s", failure)
-                if agent.restart_requested.is_set():
-                    break
-                delay = next_backoff(delay, 1.0, config.reconnect_backoff_max)
-                log.info("reconnecting to the control plane in %g s", delay)
-                await trio.sleep(delay)
-            nursery.cancel_scope.cancel()
-            telemetry.close()
+            telemetry = await trio.to_thread.run_sync(open_gpu_telemetry, nvml)
+            try:
+                await agent.check_engines()
+                nursery.start_soon(agent.check_engines_periodically)
+                session = _Session(agent, telemetry, nvml)
+                delay = 0.0
+                while not agent.restart_requested.is_set():
+                    try:
+                        async with connect() as link:
+                            delay = 0.0
+                            await session.serve(link)
+                    except _LINK_ERRORS as exc:
+                        log.warning("the link to the control plane failed: %s", exc)
+                    except BaseExceptionGroup as group:
+                        failure = _first_link_error(group)
+                        if failure is None:
+                            raise
+                        log.warning("the link to the control plane failed: %s", failure)
+                    if agent.restart_requested.is_set():
+                        break
+                    delay = next_backoff(delay, 1.0, config.reconnect_backoff_max)
+                    log.info("reconnecting to the control plane in %g s", delay)
+                    await trio.sleep(delay)
+                nursery.cancel_scope.cancel()
+            finally:
+                telemetry.close()  # also when cancelled: every nvmlInit is shut down
             if agent.config.stop_shards_on_exit:
                 with trio.move_on_after(agent.config.shard_stop_grace + 10, shield=True):
                     await supervisor.stop_all()
@@ -104,6 +119,20 @@ async def run_agent(config: AgentConfig, connect: Connect, *, task_status=trio.T
     finally:
         root.removeHandler(handler)
         os.close(lock)
+
+
+def _with_saved_settings(config: AgentConfig) -> AgentConfig:
+    """`config` changed by the AgentSettings an earlier agent kept (unchanged when there are none or they are
+    damaged: logged, and the control plane sends them again on Register)."""
+    try:
+        saved = load_agent_settings(config.state_dir)
+    except UsageError as exc:
+        log.warning("%s", exc)
+        return config
+    if saved is None:
+        return config
+    log.info("applying the agent settings the control plane last sent (kept in %s)", config.state_dir)
+    return config.with_settings(saved)
 
 
 def _lock_state_dir(state_dir) -> int:
@@ -129,9 +158,10 @@ def _lock_state_dir(state_dir) -> int:
 class _Session:
     """One connection's tasks: send the queued messages, beat, and read commands."""
 
-    def __init__(self, agent: NodeAgent, telemetry: GpuTelemetry):
+    def __init__(self, agent: NodeAgent, telemetry: GpuTelemetry, nvml: Any):
         self.agent = agent
         self.telemetry = telemetry
+        self.nvml = nvml
         self.gpu_source = "none"  # what discovery found the GPUs with: "nvml", "nvidia-smi" or "none"
         self.sampler = reporting.Sampler()
         self._foreign: list = []
@@ -149,7 +179,8 @@ class _Session:
         agent = self.agent
         config = agent.config
         ours = agent.supervisor.managed_pids()
-        discovery = await trio.to_thread.run_sync(discover_node, config.weights_path, ours)
+        discovery = await trio.to_thread.run_sync(
+            functools.partial(discover_node, config.weights_path, ours, nvml=self.nvml))
         self.gpu_source = discovery.gpus.source
         self._foreign_at = -FOREIGN_SCAN_INTERVAL
         return agent_message(register=reporting.register_message(
