@@ -54,9 +54,16 @@ def validate_cmd(target: str, repo: str | None) -> None:
     for warning in settings.warnings:
         click.echo(str(warning), err=True)
     where = f"{target} ({settings.commit[:12]})" if settings.commit else target
-    click.echo(f"{where}: valid: {len(settings.models)} models, {len(settings.projects)} projects, "
-               f"{len(settings.node_agents)} node overrides"
-               + (f", {len(settings.warnings)} warnings" if settings.warnings else ""))
+    counts = [_count(len(settings.models), "model"), _count(len(settings.projects), "project"),
+              _count(len(settings.node_agents), "node override")]
+    if settings.warnings:
+        counts.append(_count(len(settings.warnings), "warning"))
+    click.echo(f"{where}: valid: {', '.join(counts)}")
+
+
+def _count(number: int, noun: str) -> str:
+    """"1 model", "2 models"."""
+    return f"{number} {noun}{'' if number == 1 else 's'}"
 
 
 @click.command("diff", context_settings={"ignore_unknown_options": False})

@@ -218,9 +218,13 @@ def _quota(raw: Mapping[str, Any] | None) -> Quota:
                  raw.get("concurrent_requests"), None if raw.get("budget") is None else float(raw["budget"]))
 
 
-def build_projects(data: Mapping[str, Any], found: Found, file: str, known_models: set[str]
+def build_projects(data: Mapping[str, Any], found: Found, file: str, known_models: set[str] | None
                    ) -> tuple[dict[str, Organisation], dict[str, Team], dict[str, Project]]:
-    """`projects.yaml` data -> organisations, teams and projects by name; reports reused names, unknown models."""
+    """`projects.yaml` data -> organisations, teams and projects by name; reports reused names, unknown models.
+
+    `known_models` holds every catalog name and alias; None when some catalog file did not load (then a model
+    name cannot be judged unknown, and none is reported).
+    """
     orgs: dict[str, Organisation] = {}
     teams: dict[str, Team] = {}
     projects: dict[str, Project] = {}
@@ -241,7 +245,7 @@ def build_projects(data: Mapping[str, Any], found: Found, file: str, known_model
                     continue
                 models = tuple(project.get("models", ("*",)))
                 for index, model in enumerate(models):
-                    if model != "*" and model not in known_models:
+                    if known_models is not None and model != "*" and model not in known_models:
                         found.add(file, path + ("models", index), f"unknown model {model!r}: no catalog file "
                                   "has this name or alias")
                 projects[project_name] = Project(project_name, team_name, org_name, tuple(project.get("members", ())),

@@ -158,7 +158,9 @@ def load_tree(tree: TreeFiles, commit: str | None = None) -> Settings:
 
     orgs, teams, projects = ({}, {}, {})
     if "projects.yaml" in good:
-        orgs, teams, projects = build_projects(good["projects.yaml"][1], found, "projects.yaml", known)
+        # A catalog file that did not load may hold the aliases a project names: no follow-on errors for those.
+        orgs, teams, projects = build_projects(good["projects.yaml"][1], found, "projects.yaml",
+                                               None if invalid_names else known)
 
     firewall = _freeze_switch(good["firewall.yaml"][1], _FIREWALL_DEFAULTS) if "firewall.yaml" in good else deep_freeze({})
     slurm = _freeze_switch(good["slurm.yaml"][1], _SLURM_DEFAULTS) if "slurm.yaml" in good else deep_freeze({})
