@@ -15,8 +15,8 @@ KEY_REVOKED = "revoked"
 KEY_EXPIRED = "expired"
 
 KEY_FAILURE_MESSAGES = {
-    KEY_MALFORMED: "The API key is not an llmgw key: llmgw keys start with 'sk-llmgw-'; "
-    "ask your operator for one (`llmgw keys create --project P`).",
+    KEY_MALFORMED: "The API key is not a whole llmgw key: llmgw keys are 'sk-llmgw-' and 43 more characters; "
+    "check that you copied it whole, or ask your operator for one (`llmgw keys create --project P`).",
     KEY_UNKNOWN: "The API key is not known to this gateway; check that you copied it whole, "
     "or ask your operator for a new one (`llmgw keys create --project P`).",
     KEY_REVOKED: "The API key has been revoked; ask your operator for a new one (`llmgw keys create --project P`).",
