@@ -146,6 +146,22 @@ def cleaned(lines: Iterable[str]) -> list[tuple[str, str | None]]:
     return result
 
 
+_PYTHON_ERROR = re.compile(r"\w*(Error|Exception):")
+
+
+def scan_server_log(lines: Iterable[str], no_gpu: re.Pattern[str], ready: re.Pattern[str]) -> StartupReport:
+    """Read a Python engine server's start-up log (vLLM, SGLang): readiness (a line matching `ready`), "no usable
+    GPU" signs (`no_gpu`) and error lines (ERROR level or a Python exception). No offload count. Never raises."""
+    found_no_gpu = found_ready = False
+    errors: list[str] = []
+    for text, level in cleaned(lines):
+        found_no_gpu = found_no_gpu or bool(no_gpu.search(text))
+        found_ready = found_ready or bool(ready.search(text))
+        if level == "E" or _PYTHON_ERROR.match(text):
+            errors.append(text)
+    return StartupReport(no_usable_gpu=found_no_gpu, errors=tuple(errors), ready=found_ready)
+
+
 def gpu_shard_failure(report: StartupReport, expects_gpu: bool, engine: str) -> str | None:
     """The common rule: a shard placed on GPUs fails when its engine found no usable GPU or offloaded no layer.
 

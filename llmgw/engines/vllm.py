@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from llmgw.engines.base import Launch, MetricNames, StartupReport, cleaned, gpu_shard_failure
+from llmgw.engines.base import Launch, MetricNames, StartupReport, gpu_shard_failure, scan_server_log
 
 NAME = "vllm"
 HEALTH_PATH = "/health"
@@ -68,17 +68,7 @@ def parse_startup_log(lines: Iterable[str]) -> StartupReport:
     """Read vLLM's start-up log: readiness ("Application startup complete"), "no usable GPU" signs ("No CUDA GPUs
     are available", "Failed to infer device type") and error lines (ERROR level or Python exceptions). vLLM does
     not print an offload count: `layers_offloaded` stays None. Never raises."""
-    no_gpu = False
-    ready = False
-    errors: list[str] = []
-    for text, level in cleaned(lines):
-        if _NO_GPU.search(text):
-            no_gpu = True
-        if _READY.search(text):
-            ready = True
-        if level == "E" or re.match(r"\w*(Error|Exception):", text):
-            errors.append(text)
-    return StartupReport(no_usable_gpu=no_gpu, errors=tuple(errors), ready=ready)
+    return scan_server_log(lines, _NO_GPU, _READY)
 
 
 def startup_failure(report: StartupReport, expects_gpu: bool) -> str | None:
