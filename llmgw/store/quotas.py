@@ -181,10 +181,11 @@ def reserve(conn: sqlite3.Connection, scopes: Sequence[tuple[str, QuotaLimits]],
         [(c.scope, c.period, c.start, c.tokens, c.cost) for c in charges],
     )
     slot_scopes = tuple(scope for scope, limits in limited if limits.concurrent_requests is not None)
-    conn.executemany(
-        "INSERT INTO quota_slots (reservation_id, scope, expires_at) VALUES (?, ?, ?)",
-        [(reservation_id, scope, now + slot_ttl) for scope in slot_scopes],
-    )
+    if slot_scopes:
+        conn.executemany(
+            "INSERT INTO quota_slots (reservation_id, scope, expires_at) VALUES (?, ?, ?)",
+            [(reservation_id, scope, now + slot_ttl) for scope in slot_scopes],
+        )
     conn.execute(
         "INSERT INTO quota_reservations (id, created_at, state, estimated_tokens, estimated_cost, charges) "
         "VALUES (?, ?, 'open', ?, ?, ?)",
@@ -196,20 +197,22 @@ def reserve(conn: sqlite3.Connection, scopes: Sequence[tuple[str, QuotaLimits]],
                        charges=tuple(charges), slots=slot_scopes)
 
 
-def close(conn: sqlite3.Connection, reservation_id: str, actual: tuple[int, float] | None, now: float) -> bool:
+def close(conn: sqlite3.Connection, reservation_id: str, actual: tuple[int, float] | None, now: float,
+          has_slots: bool = True) -> bool:
     """Settle (`actual` = (tokens, cost)) or release (`actual` None: refund the estimate) one reservation.
 
-    The request itself stays counted in requests per minute. Returns False when the reservation was already
-    settled or released (nothing changes: settling is idempotent). Must run inside a write transaction.
+    The request itself stays counted in requests per minute. The reservation's row is deleted (a closed
+    reservation has no further use; one statement finds and removes it). Returns False when the reservation was
+    already settled or released (nothing changes: settling is idempotent). `has_slots` False (the reservation
+    took no concurrency slot) skips the slot delete. Must run inside a write transaction.
     """
     row = conn.execute(
-        "SELECT charges FROM quota_reservations WHERE id = ? AND state = 'open'", (reservation_id,)
+        "DELETE FROM quota_reservations WHERE id = ? AND state = 'open' RETURNING charges", (reservation_id,)
     ).fetchone()
-    conn.execute("DELETE FROM quota_slots WHERE reservation_id = ?", (reservation_id,))
+    if has_slots:
+        conn.execute("DELETE FROM quota_slots WHERE reservation_id = ?", (reservation_id,))
     if row is None:
         return False
-    conn.execute("UPDATE quota_reservations SET state = ? WHERE id = ?",
-                 ("settled" if actual is not None else "released", reservation_id))
     deltas: dict[tuple[str, str, float], list[float]] = {}
     for scope, period, start, tokens, cost in json.loads(row[0]):
         entry = deltas.setdefault((scope, period, start), [0, 0.0])
@@ -239,7 +242,8 @@ def renew(conn: sqlite3.Connection, reservation_id: str, now: float, slot_ttl: f
 def prune(conn: sqlite3.Connection, now: float) -> None:
     """Delete expired slots, windows that can no longer count, and closed or stale reservations.
 
-    Minute windows are kept 2 minutes, day windows 2 days, month windows 62 days; reservations 2 days.
+    Minute windows are kept 2 minutes, day windows 2 days, month windows 62 days; reservations left open (a
+    crashed gateway) 2 days (closed ones are deleted when closed, so this scans only the few open ones).
     """
     conn.execute("DELETE FROM quota_slots WHERE expires_at <= ?", (now,))
     conn.execute("DELETE FROM quota_windows WHERE period = ? AND start < ?", (MINUTE, now - 120))

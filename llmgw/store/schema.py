@@ -45,6 +45,17 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX usage_project_time ON usage (project, time);
     CREATE TABLE leases (name TEXT PRIMARY KEY, holder TEXT NOT NULL, expires_at REAL NOT NULL);
     """,
+    # 2: reservations are deleted when closed, so the table holds only open ones: keyed by id WITHOUT ROWID and
+    # without the created_at index (one b-tree instead of three: reserve and settle each write one page, not three)
+    """
+    CREATE TABLE quota_reservations_open (
+        id TEXT PRIMARY KEY, created_at REAL NOT NULL, state TEXT NOT NULL,
+        estimated_tokens INTEGER NOT NULL, estimated_cost REAL NOT NULL, charges TEXT NOT NULL
+    ) WITHOUT ROWID;
+    INSERT INTO quota_reservations_open SELECT * FROM quota_reservations WHERE state = 'open';
+    DROP TABLE quota_reservations;
+    ALTER TABLE quota_reservations_open RENAME TO quota_reservations;
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -189,7 +189,8 @@ class SqliteStore:
         with self._write() as conn:
             settled = True
             if reservation.reservation_id is not None:
-                settled = quotas.close(conn, reservation.reservation_id, (int(actual_tokens), float(actual_cost)), now)
+                settled = quotas.close(conn, reservation.reservation_id, (int(actual_tokens), float(actual_cost)), now,
+                                       bool(reservation.slots))
             if usage is not None:
                 usage_table.insert_usage(conn, usage)
             return settled
@@ -198,7 +199,7 @@ class SqliteStore:
         if reservation.reservation_id is None:
             return True
         with self._write() as conn:
-            return quotas.close(conn, reservation.reservation_id, None, _now(now))
+            return quotas.close(conn, reservation.reservation_id, None, _now(now), bool(reservation.slots))
 
     def renew(self, reservation: Reservation, now: float | None = None) -> bool:
         if reservation.reservation_id is None or not reservation.slots:

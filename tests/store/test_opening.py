@@ -105,3 +105,34 @@ def test_admin_tokens_are_checked_by_hash(store: Store, store_path: Path) -> Non
     assert not store.check_admin_token("sk-llmgw-" + token[len("llmgw-admin-"):])
     store.close()
     assert token.encode() not in b"".join(p.read_bytes() for p in store_path.parent.iterdir())
+
+
+def test_a_version_1_store_keeps_its_open_reservations_through_the_upgrade(store_path: Path) -> None:
+    import json
+
+    from llmgw.routes import QuotaLimits
+    from llmgw.store import Reservation
+    from llmgw.store.schema import MIGRATIONS
+
+    store_path.parent.mkdir(parents=True)
+    raw = sqlite3.connect(store_path, isolation_level=None)
+    raw.executescript(MIGRATIONS[0])
+    raw.execute("CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, applied_at REAL NOT NULL)")
+    raw.execute("INSERT INTO schema_migrations VALUES (1, 0)")
+    start = 60.0 * 1000
+    charges = json.dumps([["project:p", "minute", start, 100, 0.0]])
+    raw.execute("INSERT INTO quota_windows VALUES ('project:p', 'minute', ?, 2, 150, 0.0)", (start,))
+    raw.execute("INSERT INTO quota_reservations VALUES ('res_open', ?, 'open', 100, 0.0, ?)", (start, charges))
+    raw.execute("INSERT INTO quota_reservations VALUES ('res_done', ?, 'settled', 50, 0.0, ?)", (start, charges))
+    raw.close()
+
+    store = open_store(store_path)
+    try:
+        assert store._conn.execute("SELECT id FROM quota_reservations").fetchall() == [("res_open",)]
+        scopes = (("project:p", QuotaLimits(tokens_per_minute=1000)),)
+        held = Reservation("res_open", ("project:p",), 100, 0.0, start)
+        assert store.settle(held, 10, 0.0, start + 1) is True
+        assert store.settle(held, 10, 0.0, start + 1) is False  # settling stays idempotent
+        assert store.headroom(scopes, start + 1).tokens.remaining == 1000 - 60
+    finally:
+        store.close()
