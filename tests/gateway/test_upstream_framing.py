@@ -1,0 +1,88 @@
+"""The upstream client frames chunked and sized bodies itself: any split of the bytes gives the same body, and a
+complete body leaves the connection reusable; bad framing fails the request."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+
+from llmgw.gateway.upstream import UpstreamFailure, UpstreamPool
+
+CHUNKED = (b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+           b"7;ext=1\r\ndata: 1\r\n" b"10\r\n" + b"x" * 16 + b"\r\n" b"0\r\nx-trailer: yes\r\n\r\n")
+CHUNKED_BODY = b"data: 1" + b"x" * 16
+
+
+async def serve(answers: list[bytes], piece: int, connections: list[int], nursery) -> int:
+    """A raw HTTP/1.1 server on 127.0.0.1 that answers each request with the next of `answers`, written `piece`
+    bytes at a time; returns its port and counts accepted connections in `connections`."""
+    async def handler(stream):
+        connections.append(1)
+        buffer = b""
+        while answers:
+            while b"\r\n\r\n" not in buffer:
+                data = await stream.receive_some(65536)
+                if not data:
+                    return
+                buffer += data
+            head, _, buffer = buffer.partition(b"\r\n\r\n")
+            length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                           if line.lower().startswith(b"content-length:")), 0)
+            while len(buffer) < length:
+                buffer += await stream.receive_some(65536)
+            buffer = buffer[length:]
+            answer = answers.pop(0)
+            for at in range(0, len(answer), piece):
+                await stream.send_all(answer[at:at + piece])
+                await trio.sleep(0)
+
+    listeners = await nursery.start(trio.serve_tcp, handler, 0)
+    return listeners[0].socket.getsockname()[1]
+
+
+@pytest.mark.parametrize("piece", [1, 3, 1000])
+async def test_a_chunked_body_split_anywhere_arrives_whole_and_the_connection_is_reused(piece: int) -> None:
+    connections: list[int] = []
+    async with trio.open_nursery() as nursery:
+        port = await serve([CHUNKED, CHUNKED], piece, connections, nursery)
+        pool = UpstreamPool()
+        for _ in range(2):
+            response = await pool.request("POST", f"http://127.0.0.1:{port}/v1/x", [], b"{}")
+            assert response.status == 200
+            assert await response.read() == CHUNKED_BODY
+            await response.aclose()
+        assert len(connections) == 1
+        await pool.aclose()
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_sized_body_is_read_to_its_length_and_a_closing_answer_is_not_kept() -> None:
+    sized = b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nhello"
+    closing = b"HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 2\r\n\r\nok"
+    connections: list[int] = []
+    async with trio.open_nursery() as nursery:
+        port = await serve([sized, closing, sized], 2, connections, nursery)
+        pool = UpstreamPool()
+        bodies = []
+        for _ in range(3):
+            response = await pool.request("POST", f"http://127.0.0.1:{port}/", [], b"{}")
+            bodies.append(await response.read())
+            await response.aclose()
+        assert bodies == [b"hello", b"ok", b"hello"]
+        assert len(connections) == 2  # the connection that said close was not reused
+        await pool.aclose()
+        nursery.cancel_scope.cancel()
+
+
+@pytest.mark.parametrize("bad", [b"zz\r\nab\r\n0\r\n\r\n", b"2\r\nabXY0\r\n\r\n"])
+async def test_bad_chunk_framing_fails_the_request(bad: bytes) -> None:
+    answer = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n" + bad
+    async with trio.open_nursery() as nursery:
+        port = await serve([answer], 1000, [], nursery)
+        pool = UpstreamPool()
+        response = await pool.request("POST", f"http://127.0.0.1:{port}/", [], b"{}")
+        with pytest.raises(UpstreamFailure):
+            await response.read()
+        await response.aclose()
+        await pool.aclose()
+        nursery.cancel_scope.cancel()
