@@ -98,6 +98,7 @@ class Gateway:
         config.keep_alive_max_requests = 1_000_000  # hypercorn's default (1000) closes busy client connections
         config.read_timeout = None
         config.graceful_timeout = 5
+        config.include_server_header = False  # one header less to build and validate per response
         config.h2_max_concurrent_streams = 1000
         try:
             async with trio.open_nursery() as nursery:
@@ -256,7 +257,7 @@ class Gateway:
         outcome = Outcome()
         settled = False
         requested = body["model"]
-        in_flight = self.metrics.in_flight.labels(route.name)
+        in_flight = self.metrics.child(self.metrics.in_flight, route.name)
         in_flight.inc()
 
         async def settle() -> None:
@@ -331,13 +332,13 @@ class Gateway:
             await self._store(self.store.record_usage, record)
         labels = (route.name, policy.name)
         self._count(route.name, policy.name, outcome.status)
-        self.metrics.duration.labels(route.name).observe(record.duration_seconds)
+        self.metrics.child(self.metrics.duration, route.name).observe(record.duration_seconds)
         if outcome.ttft_seconds is not None:
-            self.metrics.ttft.labels(route.name).observe(outcome.ttft_seconds)
+            self.metrics.child(self.metrics.ttft, route.name).observe(outcome.ttft_seconds)
         if prompt:
-            self.metrics.prompt_tokens.labels(*labels).inc(prompt)
+            self.metrics.child(self.metrics.prompt_tokens, *labels).inc(prompt)
         if generated:
-            self.metrics.completion_tokens.labels(*labels).inc(generated)
+            self.metrics.child(self.metrics.completion_tokens, *labels).inc(generated)
 
     async def _refused(self, key: ApiKey, policy: ProjectPolicy, model: str, status: int, started: float) -> None:
         """Record a request refused before admission (403, 404, 429, 503): it consumed nothing."""
@@ -348,7 +349,7 @@ class Gateway:
             await self._store(self.store.record_usage, record)
 
     def _count(self, model: str, project: str, status: int) -> None:
-        self.metrics.requests.labels(model, project, str(status)).inc()
+        self.metrics.child(self.metrics.requests, model, project, str(status)).inc()
 
     # ---- health ----
     async def check_health(self) -> None:

@@ -38,6 +38,19 @@ class GatewayMetrics:
         self.ready_replicas = Gauge("llmgw_gateway_ready_replicas", "Replicas in the routing table, per model.",
                                     ["model"], registry=r)
 
+        self._children: dict[tuple, object] = {}
+
+    def child(self, metric, *labels: str):
+        """`metric.labels(*labels)`, remembered (prometheus-client's labels() costs ~10 us: locks, validation);
+        label sets are bounded by the catalog, projects and statuses."""
+        key = (id(metric), labels)  # the metrics live as long as this object
+        found = self._children.get(key)
+        if found is None:
+            if len(self._children) >= 10000:
+                self._children.clear()
+            found = self._children[key] = metric.labels(*labels)
+        return found
+
     def observe_table(self, table: RouteTable) -> None:
         """Set ready_replicas from a new routing table (models that left it drop to 0)."""
         for labels in list(self.ready_replicas._metrics):  # noqa: SLF001 - prometheus-client has no public listing

@@ -86,3 +86,31 @@ async def test_bad_chunk_framing_fails_the_request(bad: bytes) -> None:
         await response.aclose()
         await pool.aclose()
         nursery.cancel_scope.cancel()
+
+
+async def test_an_interim_answer_is_skipped_and_a_body_without_length_runs_to_the_close() -> None:
+    answer = (b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\n"
+              b"until the end")
+    connections: list[int] = []
+    async with trio.open_nursery() as nursery:
+        port = await serve([answer], 4, connections, nursery)
+        pool = UpstreamPool()
+        response = await pool.request("POST", f"http://127.0.0.1:{port}/", [], b"{}")
+        assert (response.status, response.header(b"content-type")) == (200, b"text/plain")
+        assert await response.read() == b"until the end"
+        await response.aclose()
+        assert pool._idle.get(("http", "127.0.0.1", port), []) == []  # a close-delimited body ends its connection
+        await pool.aclose()
+        nursery.cancel_scope.cancel()
+
+
+@pytest.mark.parametrize("answer", [b"HTTP/2 200 OK\r\n\r\n", b"HTTP/1.1 200 OK\r\nno colon here\r\n\r\n",
+                                    b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\ncontent-length: 3\r\n\r\nabc"])
+async def test_a_malformed_response_head_fails_the_request(answer: bytes) -> None:
+    async with trio.open_nursery() as nursery:
+        port = await serve([answer], 1000, [], nursery)
+        pool = UpstreamPool()
+        with pytest.raises(UpstreamFailure):
+            await pool.request("POST", f"http://127.0.0.1:{port}/", [], b"{}")
+        await pool.aclose()
+        nursery.cancel_scope.cancel()
