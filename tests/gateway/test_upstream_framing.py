@@ -6,16 +6,18 @@ from __future__ import annotations
 import pytest
 import trio
 
-from llmgw.gateway.upstream import UpstreamFailure, UpstreamPool
+from llmgw.gateway.upstream import Timeouts, UpstreamFailure, UpstreamPool
 
 CHUNKED = (b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
            b"7;ext=1\r\ndata: 1\r\n" b"10\r\n" + b"x" * 16 + b"\r\n" b"0\r\nx-trailer: yes\r\n\r\n")
 CHUNKED_BODY = b"data: 1" + b"x" * 16
 
 
-async def serve(answers: list[bytes], piece: int, connections: list[int], nursery) -> int:
+async def serve(answers: list[bytes], piece: int, connections: list[int], nursery, linger: bool = False,
+                pause: float = 0.0) -> int:
     """A raw HTTP/1.1 server on 127.0.0.1 that answers each request with the next of `answers`, written `piece`
-    bytes at a time; returns its port and counts accepted connections in `connections`."""
+    bytes at a time `pause` seconds apart (then, with `linger`, keeps the connection open in silence); returns its port and counts
+    accepted connections in `connections`."""
     async def handler(stream):
         connections.append(1)
         buffer = b""
@@ -34,7 +36,9 @@ async def serve(answers: list[bytes], piece: int, connections: list[int], nurser
             answer = answers.pop(0)
             for at in range(0, len(answer), piece):
                 await stream.send_all(answer[at:at + piece])
-                await trio.sleep(0)
+                await trio.sleep(pause)
+        if linger:
+            await trio.sleep_forever()
 
     listeners = await nursery.start(trio.serve_tcp, handler, 0)
     return listeners[0].socket.getsockname()[1]
@@ -113,4 +117,28 @@ async def test_a_malformed_response_head_fails_the_request(answer: bytes) -> Non
         with pytest.raises(UpstreamFailure):
             await pool.request("POST", f"http://127.0.0.1:{port}/", [], b"{}")
         await pool.aclose()
+        nursery.cancel_scope.cancel()
+
+
+async def test_relaying_delivers_every_byte_and_an_engine_silent_past_the_idle_timeout_is_a_504() -> None:
+    async with trio.open_nursery() as nursery:
+        port = await serve([CHUNKED], 30, [], nursery, pause=0.05)
+        pool = UpstreamPool(Timeouts(idle_timeout=0.2))
+        response = await pool.request("POST", f"http://127.0.0.1:{port}/", [], b"{}")
+        pieces: list[bytes] = []
+
+        async def deliver(data: bytes) -> None:
+            pieces.append(data)
+            await trio.sleep(0.3)  # slower than the idle timeout below: delivering does not count as silence
+
+        await response.relay(deliver)
+        assert b"".join(pieces) == CHUNKED_BODY and len(pieces) > 1, pieces
+        await response.aclose()
+
+        silent = await serve([CHUNKED[:-20]], 1000, [], nursery, linger=True)
+        response = await pool.request("POST", f"http://127.0.0.1:{silent}/", [], b"{}")
+        with pytest.raises(UpstreamFailure) as failure:
+            await response.relay(deliver)
+        assert failure.value.status == 504
+        await response.aclose()
         nursery.cancel_scope.cancel()
