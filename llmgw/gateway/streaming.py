@@ -72,6 +72,9 @@ class SseRelay:
 
     def feed(self, data: bytes, now: float) -> bytes:
         """Take bytes from the engine; return complete, reshaped events (possibly b"")."""
+        if not self._buffer and data.startswith(b"data:") and data.endswith(b"\n\n") and data.count(b"\n") == 2 \
+                and b"\r" not in data:
+            return self._payload(data[5:-2].lstrip(b" "), now)  # the usual read: exactly one one-line event
         self._buffer += data
         if b"\n\n" not in self._buffer and b"\r\n\r\n" not in self._buffer:
             return b""
@@ -135,7 +138,10 @@ class SseRelay:
         data_lines = [line[5:].lstrip(b" ") for line in event.split(b"\n") if line.startswith(b"data:")]
         if not data_lines:
             return event + b"\n\n" if event.strip() else b""
-        payload = b"\n".join(data_lines)
+        return self._payload(b"\n".join(data_lines), now)
+
+    def _payload(self, payload: bytes, now: float) -> bytes:
+        """Reshape one event's data (its `data:` lines joined)."""
         if payload.strip() == b"[DONE]":
             self.usage.done = True  # the caller sends [DONE] itself, after the usage is recorded
             return self._owed_usage()
