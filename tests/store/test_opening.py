@@ -136,3 +136,23 @@ def test_a_version_1_store_keeps_its_open_reservations_through_the_upgrade(store
         assert store.headroom(scopes, start + 1).tokens.remaining == 1000 - 60
     finally:
         store.close()
+
+
+def test_checkpoints_run_in_the_background_and_stop_with_the_store(store_path: Path) -> None:
+    import threading
+    import time
+
+    from llmgw.store import SqliteStore, UsageRecord
+
+    store = SqliteStore(store_path, checkpoint_interval=0.05)
+    assert store._conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 0  # no checkpoint inside a commit
+    for n in range(2000):
+        store.record_usage(UsageRecord(project="p", model="m", time=float(n), key_id="key_1", replica="m-1",
+                                       node="node-a", prompt_tokens=n, completion_tokens=n))
+    deadline = time.monotonic() + 5
+    while store_path.stat().st_size < 100_000 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    # with automatic checkpoints off, only the background thread can have moved the rows into the database file
+    assert store_path.stat().st_size >= 100_000
+    store.close()
+    assert not any(t.name == "llmgw-store-checkpoint" and t.is_alive() for t in threading.enumerate())
