@@ -25,10 +25,10 @@ from urllib.parse import urlsplit
 import trio
 
 from llmgw.errors import UpstreamError
+from llmgw.gateway.framing import ChunkedBody, FramingError, body_framing, parse_head
 
 READ_SIZE = 65536
 MAX_HEAD_BYTES = 65536
-_HEX = b"0123456789abcdefABCDEF"
 
 
 class UpstreamFailure(UpstreamError):
@@ -56,58 +56,6 @@ class _Connection:
     async def aclose(self) -> None:
         with trio.move_on_after(1, shield=True):
             await self.stream.aclose()
-
-
-class _ChunkState:
-    """Where a chunked body's framing stands between reads."""
-
-    __slots__ = ("remaining", "crlf", "trailers", "done")
-
-    def __init__(self):
-        self.remaining = 0  # data bytes of the current chunk still to come
-        self.crlf = False  # the CRLF closing a chunk's data is still to come
-        self.trailers = False  # past the last chunk: trailer lines until an empty one
-        self.done = False
-
-    def parse(self, buffer: bytes) -> tuple[list[bytes], bytes]:
-        """Consume what `buffer` completes; returns (data parts, unconsumed bytes). Raises UpstreamFailure."""
-        parts: list[bytes] = []
-        while not self.done:
-            if self.remaining:
-                if not buffer:
-                    break
-                data = buffer[:self.remaining]
-                buffer = buffer[self.remaining:]
-                self.remaining -= len(data)
-                parts.append(data)
-                if self.remaining:
-                    break
-                self.crlf = True
-            if self.crlf:
-                if len(buffer) < 2:
-                    break
-                if buffer[:2] != b"\r\n":
-                    raise UpstreamFailure("the engine sent a chunk without its closing CRLF")
-                buffer = buffer[2:]
-                self.crlf = False
-            at = buffer.find(b"\r\n")
-            if at < 0:
-                if len(buffer) > 16384:
-                    raise UpstreamFailure("the engine sent a chunk-size or trailer line over 16 KiB")
-                break
-            line = buffer[:at]
-            buffer = buffer[at + 2:]
-            if self.trailers:
-                self.done = not line
-                continue
-            digits = line.split(b";", 1)[0].strip()
-            if not digits or digits.strip(_HEX) or len(digits) > 16:
-                raise UpstreamFailure(f"the engine sent a bad chunk size {line[:40]!r}")
-            size = int(digits, 16)
-            if size == 0:
-                self.trailers = True
-            self.remaining = size
-        return parts, buffer
 
 
 class UpstreamResponse:
@@ -179,10 +127,10 @@ class UpstreamResponse:
     async def _chunked(self, conn: _Connection) -> AsyncIterator[bytes]:
         """RFC 9112 section 7.1 chunked framing: `size[;ext]CRLF data CRLF` ... `0CRLF [trailers] CRLF`.
         Yields the data of all chunks complete in the bytes at hand together, before waiting for more."""
-        state = _ChunkState()
+        state = ChunkedBody()
         buffer: bytes = self._framing[1]
         while True:
-            parts, buffer = state.parse(buffer)
+            parts, buffer = _parsed(state, buffer)
             if parts:
                 yield parts[0] if len(parts) == 1 else b"".join(parts)
             if state.done:
@@ -202,13 +150,13 @@ class UpstreamResponse:
             async for data in self.body():
                 await deliver(data)
             return
-        state = _ChunkState()
+        state = ChunkedBody()
         buffer: bytes = self._framing[1]
         stream = conn.stream
         idle_timeout = self._timeouts.idle_timeout
         with trio.CancelScope() as idle:
             while True:
-                parts, buffer = state.parse(buffer)
+                parts, buffer = _parsed(state, buffer)
                 if parts:
                     await deliver(parts[0] if len(parts) == 1 else b"".join(parts))
                 if state.done:
@@ -330,11 +278,14 @@ class UpstreamPool:
             while True:
                 end = buffer.find(b"\r\n\r\n")
                 if end >= 0:
-                    status, version, headers = _parse_head(buffer[:end])
-                    buffer = buffer[end + 4:]
-                    if 100 <= status < 200 and status != 101:
-                        continue  # an interim answer (100 Continue, 103 Early Hints): the real one follows
-                    framing, keep_alive = _framing(method, status, version, headers, buffer)
+                    try:
+                        status, version, headers = parse_head(buffer[:end])
+                        buffer = buffer[end + 4:]
+                        if 100 <= status < 200 and status != 101:
+                            continue  # an interim answer (100 Continue, 103 Early Hints): the real one follows
+                        framing, keep_alive = body_framing(method, status, version, headers, buffer)
+                    except FramingError as exc:
+                        raise UpstreamFailure(f"the engine sent a bad response: {exc}") from exc
                     return UpstreamResponse(self, origin, conn, status, headers, self.timeouts, framing, keep_alive)
                 if len(buffer) > MAX_HEAD_BYTES:
                     raise UpstreamFailure(f"the engine sent a response head over {MAX_HEAD_BYTES} bytes")
@@ -360,45 +311,8 @@ class UpstreamPool:
                 await conn.aclose()
 
 
-def _parse_head(head: bytes) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
-    """(status, HTTP version such as b"1.1", [(lower-case name, value)]) of a response head without its blank
-    line (RFC 9112 sections 4 and 5). Raises UpstreamFailure when it is not HTTP/1.x."""
-    lines = head.split(b"\r\n")
-    parts = lines[0].split(b" ", 2)
-    if len(parts) < 2 or not parts[0].startswith(b"HTTP/1.") or len(parts[1]) != 3 or not parts[1].isdigit():
-        raise UpstreamFailure(f"the engine sent a bad response: status line {lines[0][:80]!r}")
-    headers = []
-    for line in lines[1:]:
-        name, colon, value = line.partition(b":")
-        if not colon or not name or name.strip(b" \t") != name:
-            raise UpstreamFailure(f"the engine sent a bad response: header line {line[:80]!r}")
-        headers.append((name.lower(), value.strip(b" \t")))
-    return int(parts[1]), parts[0][5:], headers
-
-
-def _framing(method: str, status: int, version: bytes, headers: list[tuple[bytes, bytes]],
-             leftover: bytes) -> tuple[tuple, bool]:
-    """How the body is delimited (RFC 9112 section 6.3) and whether the connection stays open after it.
-
-    Returns (("length", n, leftover) | ("chunked", leftover) | ("close", leftover), keep_alive). Raises
-    UpstreamFailure for contradictory or invalid lengths."""
-    keep_alive = version == b"1.1"
-    encoding = length = None
-    for name, value in headers:
-        if name == b"transfer-encoding":
-            encoding = value.lower() if encoding is None else encoding + b"," + value.lower()
-        elif name == b"content-length":
-            if not value.isdigit() or (length is not None and int(value) != length):
-                raise UpstreamFailure(f"the engine sent a bad content-length {value[:40]!r}")
-            length = int(value)
-        elif name == b"connection" and b"close" in value.lower():
-            keep_alive = False
-    if method == "HEAD" or status in (204, 304):
-        return ("length", 0, leftover), keep_alive
-    if encoding is not None:
-        if encoding.replace(b" ", b"") == b"chunked":
-            return ("chunked", leftover), keep_alive
-        return ("close", leftover), False
-    if length is not None:
-        return ("length", length, leftover), keep_alive
-    return ("close", leftover), False
+def _parsed(state: ChunkedBody, buffer: bytes) -> tuple[list[bytes], bytes]:
+    try:
+        return state.parse(buffer)
+    except FramingError as exc:
+        raise UpstreamFailure(f"the engine sent a bad chunked body: {exc}") from exc
