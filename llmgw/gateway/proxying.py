@@ -145,15 +145,12 @@ async def relay_stream(response: UpstreamResponse, send, outcome: Outcome, clien
     outcome.started_response = True
     outcome.status = 200
     tail = b""
-
-    async def deliver(data: bytes) -> None:
-        out = relay.feed(data, time.perf_counter())
-        _take(relay, outcome, started_at)
-        if out:
-            await send({"type": "http.response.body", "body": out, "more_body": True})
-
     try:
-        await response.relay(deliver)
+        async for data in response.body():
+            out = relay.feed(data, time.perf_counter())
+            _take(relay, outcome, started_at)
+            if out:
+                await send({"type": "http.response.body", "body": out, "more_body": True})
         tail = relay.finish()
     except UpstreamFailure as exc:
         _take(relay, outcome, started_at)
