@@ -154,5 +154,6 @@ def test_checkpoints_run_in_the_background_and_stop_with_the_store(store_path: P
         time.sleep(0.05)
     # with automatic checkpoints off, only the background thread can have moved the rows into the database file
     assert store_path.stat().st_size >= 100_000
+    checkpointer = next(t for t in threading.enumerate() if t is store._checkpointer)
     store.close()
-    assert not any(t.name == "llmgw-store-checkpoint" and t.is_alive() for t in threading.enumerate())
+    assert not checkpointer.is_alive()  # this store's thread (stores of other tests may still run theirs)
