@@ -28,6 +28,7 @@ import trio
 
 from llmgw.control.keys import token_matches, webhook_signature_valid
 from llmgw.errors import LlmgwError, SettingsError, TemporaryError, UsageError
+from llmgw.gateway import serve_lifespan
 
 MAX_BODY = 1 << 20
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
@@ -93,13 +94,7 @@ class AdminApp:
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] == "lifespan":
-            while True:
-                message = await receive()
-                if message["type"] == "lifespan.startup":
-                    await send({"type": "lifespan.startup.complete"})
-                elif message["type"] == "lifespan.shutdown":
-                    await send({"type": "lifespan.shutdown.complete"})
-                    return
+            await serve_lifespan(receive, send)
         if scope["type"] != "http":
             return
         try:

@@ -5,6 +5,7 @@
 """
 
 from llmgw.gateway.app import Gateway
+from llmgw.gateway.asgi import serve_lifespan
 from llmgw.gateway.metrics import GatewayMetrics
 from llmgw.gateway.problems import ApiError
 from llmgw.gateway.routing import Balancer, choose_replica, prefix_key
@@ -22,4 +23,5 @@ __all__ = [
     "UpstreamPool",
     "choose_replica",
     "prefix_key",
+    "serve_lifespan",
 ]

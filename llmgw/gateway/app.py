@@ -25,7 +25,9 @@ from llmgw.gateway.accounting import (
     estimate_prompt_tokens,
     ratelimit_headers,
 )
-from llmgw.gateway.asgi import Disconnected, header_map, parse_json_object, read_body, send_bytes, send_error, send_json
+from llmgw.gateway.asgi import (
+    Disconnected, header_map, parse_json_object, read_body, send_bytes, send_error, send_json, serve_lifespan,
+)
 from llmgw.gateway.metrics import CONTENT_TYPE, GatewayMetrics
 from llmgw.gateway.problems import (
     ApiError,
@@ -114,13 +116,7 @@ class Gateway:
         if scope["type"] == "http":
             await self._http(scope, receive, send)
         elif scope["type"] == "lifespan":
-            while True:
-                message = await receive()
-                if message["type"] == "lifespan.startup":
-                    await send({"type": "lifespan.startup.complete"})
-                elif message["type"] == "lifespan.shutdown":
-                    await send({"type": "lifespan.shutdown.complete"})
-                    return
+            await serve_lifespan(receive, send)
 
     async def _http(self, scope, receive, send) -> None:
         path, method = scope["path"], scope["method"]

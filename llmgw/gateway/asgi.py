@@ -78,3 +78,14 @@ def parse_json_object(body: bytes) -> dict:
     if not isinstance(value, dict):
         raise bad_request("The request body must be a JSON object.", "invalid_json")
     return value
+
+
+async def serve_lifespan(receive, send) -> None:
+    """Answer an ASGI lifespan scope (startup, shutdown) until shutdown; nothing to set up or tear down."""
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return
