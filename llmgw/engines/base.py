@@ -146,6 +146,18 @@ def cleaned(lines: Iterable[str]) -> list[tuple[str, str | None]]:
     return result
 
 
+def python_engine_env(launch: Launch, api_key_env: str) -> dict[str, str]:
+    """Environment added for a Python engine server (vLLM, SGLang): `launch.extra_env`, the shard's devices in
+    `CUDA_VISIBLE_DEVICES` ("" for none), `OMP_NUM_THREADS` when `threads` is set, the key in `api_key_env`."""
+    env = dict(launch.extra_env)
+    env["CUDA_VISIBLE_DEVICES"] = ",".join(launch.devices)
+    if launch.threads:
+        env["OMP_NUM_THREADS"] = str(launch.threads)
+    if launch.api_key:
+        env[api_key_env] = launch.api_key
+    return env
+
+
 _PYTHON_ERROR = re.compile(r"\w*(Error|Exception):")
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from llmgw.engines.base import Launch, MetricNames, StartupReport, gpu_shard_failure, scan_server_log
+from llmgw.engines.base import Launch, MetricNames, StartupReport, gpu_shard_failure, python_engine_env, scan_server_log
 
 NAME = "sglang"
 HEALTH_PATH = "/health"
@@ -53,12 +53,8 @@ def command_line(launch: Launch) -> tuple[list[str], dict[str, str]]:
         args += ["--context-length", str(launch.context_size)]
     args += ["--tp-size", str(launch.tensor_parallel), "--pp-size", str(launch.pipeline_parallel), "--enable-metrics"]
     args += list(launch.engine_args)
-    env = dict(launch.extra_env)
-    env["CUDA_VISIBLE_DEVICES"] = ",".join(launch.devices)
-    if launch.threads:
-        env["OMP_NUM_THREADS"] = str(launch.threads)
+    env = python_engine_env(launch, API_KEY_ENV)
     if launch.api_key:
-        env[API_KEY_ENV] = launch.api_key
         return [str(launch.binary), "-c", _KEY_FROM_ENV, *args], env
     return [str(launch.binary), "-m", "sglang.launch_server", *args], env
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from llmgw.engines.base import Launch, MetricNames, StartupReport, gpu_shard_failure, scan_server_log
+from llmgw.engines.base import Launch, MetricNames, StartupReport, gpu_shard_failure, python_engine_env, scan_server_log
 
 NAME = "vllm"
 HEALTH_PATH = "/health"
@@ -51,13 +51,7 @@ def command_line(launch: Launch) -> tuple[list[str], dict[str, str]]:
     argv += ["--tensor-parallel-size", str(launch.tensor_parallel),
              "--pipeline-parallel-size", str(launch.pipeline_parallel)]
     argv += list(launch.engine_args)
-    env = dict(launch.extra_env)
-    env["CUDA_VISIBLE_DEVICES"] = ",".join(launch.devices)
-    if launch.threads:
-        env["OMP_NUM_THREADS"] = str(launch.threads)
-    if launch.api_key:
-        env[API_KEY_ENV] = launch.api_key
-    return argv, env
+    return argv, python_engine_env(launch, API_KEY_ENV)
 
 
 _NO_GPU = re.compile(r"No CUDA GPUs are available|Failed to infer device type|no NVIDIA driver", re.IGNORECASE)

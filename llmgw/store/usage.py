@@ -31,13 +31,8 @@ def insert_usage(conn: sqlite3.Connection, record: UsageRecord) -> None:
     )
 
 
-def query_usage(conn: sqlite3.Connection, project: str | None, since: float | None, by: str) -> list[UsageRow]:
-    """Sum usage per model, project or UTC day ("YYYY-MM-DD"), optionally for one project and since a time.
-
-    Rows are ordered by group name (days therefore oldest first). Raises UsageError for an unknown `by`.
-    """
-    if by not in _GROUP_EXPRESSIONS:
-        raise UsageError(f"Cannot group usage by {by!r}; use one of: {', '.join(GROUPINGS)}.")
+def _filter(project: str | None, since: float | None) -> tuple[str, list]:
+    """The WHERE clause (possibly "") and its parameters selecting one project's records and those since a time."""
     where, params = [], []
     if project is not None:
         where.append("project = ?")
@@ -45,7 +40,17 @@ def query_usage(conn: sqlite3.Connection, project: str | None, since: float | No
     if since is not None:
         where.append("time >= ?")
         params.append(since)
-    clause = f"WHERE {' AND '.join(where)}" if where else ""
+    return (f"WHERE {' AND '.join(where)}" if where else ""), params
+
+
+def query_usage(conn: sqlite3.Connection, project: str | None, since: float | None, by: str) -> list[UsageRow]:
+    """Sum usage per model, project or UTC day ("YYYY-MM-DD"), optionally for one project and since a time.
+
+    Rows are ordered by group name (days therefore oldest first). Raises UsageError for an unknown `by`.
+    """
+    if by not in _GROUP_EXPRESSIONS:
+        raise UsageError(f"Cannot group usage by {by!r}; use one of: {', '.join(GROUPINGS)}.")
+    clause, params = _filter(project, since)
     group = _GROUP_EXPRESSIONS[by]
     rows = conn.execute(
         f"SELECT {group} AS grp, count(*), sum(status >= 400), sum(prompt_tokens), sum(completion_tokens), "
@@ -60,14 +65,7 @@ def query_usage(conn: sqlite3.Connection, project: str | None, since: float | No
 
 def list_usage(conn: sqlite3.Connection, project: str | None, since: float | None, limit: int) -> list[UsageRecord]:
     """The latest `limit` usage records, newest first (of `project` and since `since`, when given)."""
-    where, params = [], []
-    if project is not None:
-        where.append("project = ?")
-        params.append(project)
-    if since is not None:
-        where.append("time >= ?")
-        params.append(since)
-    clause = f"WHERE {' AND '.join(where)}" if where else ""
+    clause, params = _filter(project, since)
     rows = conn.execute(
         "SELECT project, model, time, key_id, replica, node, prompt_tokens, completion_tokens, cached_tokens, "
         f"ttft_seconds, duration_seconds, status, cost FROM usage {clause} ORDER BY time DESC, id DESC LIMIT ?",
