@@ -3,30 +3,17 @@ NVML is the stand-in built from the real H200 captures (nvml-dump.json, load-sam
 
 from __future__ import annotations
 
-from contextlib import asynccontextmanager
+import sys
+from pathlib import Path
 
 import trio
 
-from fake_nvml import FakeNvml, h200_dump, load_readings
-from llmgw.agent import AgentConfig, run_agent
-from llmgw.wire import memory_link_pair
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/agent: the in-process control side
 
+from agent_support import ControlSide  # noqa: E402
+from fake_nvml import FakeNvml, h200_dump, load_readings  # noqa: E402
 
-class OneLink:
-    """`connect()` for run_agent over in-process links; each control end is handed out through `links`."""
-
-    def __init__(self):
-        self._send, self.links = trio.open_memory_channel(4)
-
-    def connect(self):
-        @asynccontextmanager
-        async def opened():
-            agent_end, control_end = memory_link_pair()
-            await self._send.send(control_end)
-            async with agent_end:
-                yield agent_end
-
-        return opened()
+from llmgw.agent import AgentConfig, run_agent  # noqa: E402
 
 
 async def _next_heartbeat(link, predicate=lambda beat: True):
@@ -42,7 +29,7 @@ async def test_register_carries_the_h200_and_heartbeats_carry_its_readings(tmp_p
     nvml = FakeNvml.h200(readings=readings)
     card = h200_dump()["devices"][0]
     config = AgentConfig(node_id="gpu-node", state_dir=tmp_path / "state", heartbeat_interval=0.2)
-    control = OneLink()
+    control = ControlSide()
     async with trio.open_nursery() as nursery:
         await nursery.start(lambda task_status: run_agent(config, control.connect, nvml=nvml, task_status=task_status))
         link = await control.links.receive()
@@ -75,7 +62,7 @@ async def test_register_carries_the_h200_and_heartbeats_carry_its_readings(tmp_p
 async def test_readings_the_card_cannot_give_are_absent_from_the_heartbeat(tmp_path):
     nvml = FakeNvml.h200(ecc_mode=[0, 0], gpm_supported=None)  # ECC off, no GPM
     config = AgentConfig(node_id="gpu-node", state_dir=tmp_path / "state", heartbeat_interval=0.1)
-    control = OneLink()
+    control = ControlSide()
     async with trio.open_nursery() as nursery:
         await nursery.start(lambda task_status: run_agent(config, control.connect, nvml=nvml, task_status=task_status))
         link = await control.links.receive()
@@ -95,7 +82,7 @@ async def test_a_node_without_nvml_registers_no_gpus(tmp_path):
 
     nvml = FakeNvml([], init_error=pynvml.NVMLError_LibraryNotFound())
     config = AgentConfig(node_id="cpu-node", state_dir=tmp_path / "state", heartbeat_interval=0.1)
-    control = OneLink()
+    control = ControlSide()
     async with trio.open_nursery() as nursery:
         await nursery.start(lambda task_status: run_agent(config, control.connect, nvml=nvml, task_status=task_status))
         link = await control.links.receive()
