@@ -41,16 +41,32 @@ def _print_issues(error: SettingsError) -> None:
     click.echo(f"{len(errors)} error{'s' if len(errors) != 1 else ''}", err=True)
 
 
+def _issue_json(issue) -> dict:
+    return {"file": issue.file, "line": issue.line, "column": issue.column, "key": issue.key_path,
+            "reason": issue.message, "severity": issue.severity, "text": str(issue)}
+
+
 @click.command("validate")
 @click.argument("target", required=False, default=".")
 @click.option("--repo", default=None, help="Git repository to take TARGET from as a revision (branch, tag, commit).")
-def validate_cmd(target: str, repo: str | None) -> None:
+@click.option("--json", "as_json", is_flag=True,
+              help='Print {"valid", "commit", "models", "projects", "issues": [{file, line, column, key, reason, '
+                   'severity, text}]} on stdout.')
+def validate_cmd(target: str, repo: str | None, as_json: bool) -> None:
     """Check a settings tree (directory, default .) or a commit (REV with --repo); exit 1 listing every error."""
     try:
         settings = _load(target, repo)
     except SettingsError as exc:
-        _print_issues(exc)
+        if as_json:
+            click.echo(json.dumps({"valid": False, "issues": [_issue_json(i) for i in exc.issues]}, indent=2))
+        else:
+            _print_issues(exc)
         sys.exit(1)
+    if as_json:
+        click.echo(json.dumps({"valid": True, "commit": settings.commit, "models": sorted(settings.models),
+                               "projects": sorted(settings.projects),
+                               "issues": [_issue_json(i) for i in settings.warnings]}, indent=2))
+        return
     for warning in settings.warnings:
         click.echo(str(warning), err=True)
     where = f"{target} ({settings.commit[:12]})" if settings.commit else target

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -98,3 +99,22 @@ def test_validate_takes_a_revision_of_the_repository_around_the_current_director
     result = CliRunner().invoke(cli, ["validate", "origin/main"])
     assert result.exit_code == 0, result.output
     assert "origin/main (" in result.output and "): valid: 2 models" in result.output
+
+
+def test_validate_json_lists_every_issue_with_its_place(example_tree: Path) -> None:
+    gemma = example_tree / "catalog" / "gemma-3-270m.yaml"
+    gemma.write_text(gemma.read_text().replace("replicas: 1\n", "replicas: -1\n"))
+    result = CliRunner().invoke(cli, ["validate", str(example_tree), "--json"])
+    assert result.exit_code == 1
+    doc = json.loads(result.stdout)
+    assert doc["valid"] is False
+    assert [(i["file"], i["line"], i["column"], i["key"]) for i in doc["issues"]] == [
+        ("catalog/gemma-3-270m.yaml", 13, 11, "replicas")]
+
+
+def test_validate_json_of_a_valid_tree_names_its_models_and_warnings(example_tree: Path) -> None:
+    result = CliRunner().invoke(cli, ["validate", str(example_tree), "--json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc["valid"] is True and "gemma-3-270m" in doc["models"]
+    assert [i["severity"] for i in doc["issues"]] == ["warning"]
