@@ -70,9 +70,9 @@ class PlacementError(LlmgwError):
 
 
 class TemporaryError(LlmgwError):
-    """A failure worth retrying after `delay` seconds."""
+    """A failure worth retrying after `delay` seconds (None: the retrier's own growing backoff)."""
 
-    def __init__(self, message: str, delay: float = 1.0):
+    def __init__(self, message: str, delay: float | None = None):
         self.delay = delay
         super().__init__(message)
 

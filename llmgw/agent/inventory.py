@@ -76,7 +76,8 @@ def inventory_warnings(arch: str, cpu: CpuInfo) -> tuple[str, ...]:
     return tuple(warnings)
 
 
-def _free_bytes_under(path: Path) -> int | None:
+def free_bytes_under(path: Path) -> int | None:
+    """Free bytes on the file system holding `path` (or its nearest existing parent); None when unmeasurable."""
     probe = path
     while not probe.exists() and probe != probe.parent:
         probe = probe.parent
@@ -108,7 +109,7 @@ def read_inventory(weights_dir: Path, proc: Path = Path("/proc")) -> Inventory:
         arch=arch,
         cpu=cpu,
         memory_total_bytes=memory,
-        disk_free_bytes=_free_bytes_under(weights_dir),
+        disk_free_bytes=free_bytes_under(weights_dir),
         warnings=inventory_warnings(arch, cpu),
     )
 

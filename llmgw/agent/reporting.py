@@ -127,6 +127,7 @@ class Sampler:
 def heartbeat_message(
     samples: Samples, statuses: Iterable[pb.ShardStatus], engines_installed: Iterable[str],
     engines_installing: Iterable[str], now: float | None = None, gpus: Iterable[pb.GpuSample] = (),
+    disk_free_bytes: int | None = None,
 ) -> pb.Heartbeat:
     """A Heartbeat with the full shard list (level-triggered) and this period's samples; unmeasured values unset.
     `gpus` are the GPU telemetry samples (none on a CPU node)."""
@@ -134,6 +135,8 @@ def heartbeat_message(
         time=time.time() if now is None else now, shard_states=list(statuses), gpus=list(gpus),
         engines_installed=list(engines_installed), engines_installing=list(engines_installing),
     )
+    if disk_free_bytes is not None:
+        beat.disk_free_bytes = disk_free_bytes
     for name in ("cpu_percent", "load1", "memory_used_bytes", "memory_available_bytes"):
         value = getattr(samples, name)
         if value is not None:

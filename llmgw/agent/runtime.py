@@ -24,6 +24,7 @@ from llmgw.agent import reporting
 from llmgw.agent.commands import NodeAgent
 from llmgw.agent.config import AgentConfig, load_agent_settings
 from llmgw.agent.discovery import discover_node, load_nvml
+from llmgw.agent.inventory import free_bytes_under
 from llmgw.agent.telemetry import GpuTelemetry, open_gpu_telemetry, smi_samples
 from llmgw.agent.logs import LogRing, RingHandler
 from llmgw.agent.shards import next_backoff
@@ -194,7 +195,7 @@ class _Session:
         agent = self.agent
         samples = self.sampler.sample(agent.supervisor.process_groups())
         if self.telemetry.available:
-            gpus = self.telemetry.sample()
+            gpus = self.telemetry.sample(agent.supervisor.managed_pids())
         elif self.gpu_source == "nvidia-smi":
             gpus = await trio.to_thread.run_sync(smi_samples)
         else:
@@ -202,6 +203,7 @@ class _Session:
         return agent_message(heartbeat=reporting.heartbeat_message(
             samples, agent.shard_statuses(self._foreign_engines()), agent.engines_installed(),
             sorted(agent.installing), gpus=[pb.GpuSample(**g.pb_fields()) for g in gpus],
+            disk_free_bytes=free_bytes_under(agent.config.weights_path),
         ))
 
     async def serve(self, link) -> None:

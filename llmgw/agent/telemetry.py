@@ -15,7 +15,7 @@ When NVML is missing but nvidia-smi works, `smi_samples(run)` reads the same val
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Collection, Callable
 from typing import Any
 
 from llmgw.agent.discovery import GpuSample, load_nvml, parse_smi_xml, run_tool
@@ -112,8 +112,20 @@ class GpuTelemetry:
                 out[name] = float(metric.value)
         return out
 
-    def sample(self) -> tuple[GpuSample, ...]:
-        """One reading per card, in index order. Values NVML cannot give are None."""
+    def _foreign_pids(self, where: str, handle: Any, our_pids: Collection[int]) -> tuple[int, ...]:
+        pids: set[int] = set()
+        for function in ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses"):
+            for process in self._call(where, function, handle, quiet=True) or ():
+                pid = getattr(process, "pid", None)
+                if isinstance(pid, int) and pid not in our_pids:
+                    pids.add(pid)
+        return tuple(sorted(pids))
+
+    def sample(self, our_pids: Collection[int] = ()) -> tuple[GpuSample, ...]:
+        """One reading per card, in index order. Values NVML cannot give are None.
+
+        `our_pids`: processes llmgw started (its engines); any other process on a card is in `foreign_pids`.
+        """
         if self._nvml is None:
             return ()
         nvml = self._nvml
@@ -141,6 +153,7 @@ class GpuTelemetry:
                 sm_clock_mhz=int(clock) if clock is not None else None,
                 clock_event_reasons=int(reasons) if reasons is not None else None,
                 ecc_uncorrected=int(ecc) if ecc is not None else None,
+                foreign_pids=self._foreign_pids(where, handle, our_pids),
                 **self._gpm(index, handle),
             ))
         return tuple(samples)

@@ -212,7 +212,7 @@ def server_cmd(repo, branch, state_dir, store, secrets_dir, gateway_addr, admin_
                 click.echo(f"gateway      {plane.gateway_url}/v1", err=True)
             click.echo(f"agents       port {plane.agents_port}"
                        + (f" (mutual TLS; join port {plane.join_port})" if plane.join_port else ""), err=True)
-            settings = plane.watcher.state.settings
+            settings = plane.snapshot().settings
             click.echo(f"settings     {_short(settings.commit if settings else None)} from {repo}", err=True)
             sys.stderr.flush()
 

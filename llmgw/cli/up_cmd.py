@@ -145,7 +145,7 @@ async def _report_progress(plane: Any, console: Console) -> None:
 
 
 def _print_banner(console: Console, plane: Any, repo: Path, state: Path) -> None:
-    key = _first_key(plane.store, plane.watcher.state.settings)
+    key = _first_key(plane.store, plane.snapshot().settings)
     console.print(f"gateway      {plane.gateway_url}/v1")
     console.print(f"settings     git clone {repo.resolve()} cluster-settings")
     console.print(f"admin token  {plane.admin_token}   (also in {state / 'admin-token'})")

@@ -175,13 +175,13 @@ class AdminApp:
         elif client not in LOOPBACK and not self._authorised(scope):
             raise _HttpError(401, "unauthorized", "a webhook from another machine must be signed "
                              "(X-Hub-Signature-256 with the secret \"webhook\")")
-        self.plane.watcher.wake()
+        self.plane.wake_watcher()
         await _send_json(send, 202, {"ok": True})
 
     async def _history(self, send, limit: int) -> None:
         from llmgw.settings import read_audit_log
 
-        entries = await trio.to_thread.run_sync(read_audit_log, str(self.plane.watcher.repo_path), limit)
+        entries = await trio.to_thread.run_sync(read_audit_log, str(self.plane.watcher_repo_path), limit)
         await _send_json(send, 200, {"entries": [
             asdict(e) if is_dataclass(e) else e for e in entries
         ]})

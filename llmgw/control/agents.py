@@ -3,7 +3,8 @@ and the commands and log requests sent to it.
 
 `AgentHub.accept(link, peer)` serves one stream (a gRPC stream from `llmgw.wire.serve_agents`, or an in-process
 memory link from `local_connector()`); `command(node, timeout, **body)` sends one command and waits for its
-answer. Registry changes call `changed(reason)`, so the control plane rebuilds routes and kicks the reconciler.
+answer. Every message becomes a pure transition of the `ControlState`'s fleet, sent to the control loop with
+`update(transition, reason)`; the hub keeps only the open sessions.
 """
 
 from __future__ import annotations
@@ -14,40 +15,44 @@ from contextlib import asynccontextmanager
 import trio
 
 from llmgw import __version__
-from llmgw.control.commands import agent_settings
-from llmgw.control.registry import FleetRegistry
-from llmgw.control.reports import convert_shards, node_from_register
+from llmgw.control.deciding import node_connected
+from llmgw.control.reports import convert_shards, node_from_register, readings_from_heartbeat
 from llmgw.control.sessions import AgentSession, CommandOutcome
+from llmgw.control.state import ControlState
 from llmgw.errors import TemporaryError, UsageError, WireError
-from llmgw.settings.model import Settings
 from llmgw.wire import control_message, memory_link_pair, pb
 
 REGISTER_TIMEOUT = 30.0
 
 
-class AgentHub:
-    """Every connected agent, by node id (`sessions`), feeding `registry`.
+Update = Callable[[Callable[[ControlState], "tuple[ControlState, bool]"], str], None]
 
-    `settings()` is the settings in force (None before any), sent to each agent as AgentSettings; `changed(reason)`
-    is called when the registry changed in a way planning or routing depends on; `disconnected(reason)` when a
-    stream ended. `nursery` must be set (by the control plane's run) before `local_connector` or `push_settings`.
+
+def _registered(register, peer_host: str, now: float):
+    """The transition of a Register: the node recorded as connected, its earlier acknowledgements forgotten."""
+    node = node_from_register(register, peer_host)
+    details = convert_shards(register.shards)[1]
+
+    def transition(state: ControlState) -> tuple[ControlState, bool]:
+        fleet, _ = state.fleet.register(
+            node, now, details=details, os=register.os, arch=register.arch, agent_version=register.agent_version,
+            warnings=register.warnings, engines_installable=register.engines_installable, features=register.features,
+        )
+        return node_connected(state.with_fleet(fleet), node.node_id), True
+
+    return transition
+
+
+class AgentHub:
+    """Every connected agent, by node id (`sessions`); what they say goes to `update(transition, reason)`.
+
+    `nursery` must be set (by the control plane's run) before `local_connector`.
     """
 
-    def __init__(self, registry: FleetRegistry, settings: Callable[[], Settings | None],
-                 changed: Callable[[str], None], disconnected: Callable[[str], None]):
-        self.registry = registry
+    def __init__(self, update: Update):
         self.sessions: dict[str, AgentSession] = {}
         self.nursery: trio.Nursery | None = None
-        self._settings = settings
-        self._changed = changed
-        self._disconnected = disconnected
-
-    def push_settings(self, settings: Settings) -> None:
-        """Send every connected agent its AgentSettings of `settings` (in the background)."""
-        if self.nursery is None:
-            return
-        for session in list(self.sessions.values()):
-            self.nursery.start_soon(self._send_agent_settings, session, settings)
+        self._update = update
 
     async def command(self, node_id: str, timeout: float, **body) -> CommandOutcome:
         """Send one command to `node_id` and wait up to `timeout` seconds for its answer.
@@ -70,12 +75,6 @@ class AgentHub:
             raise UsageError(f"node {node_id!r} is not connected (connected nodes: {known}).")
         return await session.request_logs(shard_id, lines)
 
-    async def _send_agent_settings(self, session: AgentSession, settings: Settings) -> None:
-        try:
-            await session.send(control_message(agent_settings=agent_settings(settings, session.node_id)))
-        except TemporaryError:
-            pass  # the node is gone; it gets its settings when it registers again
-
     async def accept(self, link, peer: str) -> None:
         """Serve one agent's stream until it ends: Register first, then heartbeats, shard states, answers.
 
@@ -94,35 +93,27 @@ class AgentHub:
         if certified and certified != register.node_id:
             raise WireError(f"the agent registered as {register.node_id!r} but its certificate names {certified!r}; "
                             "a node may only register under the id it joined with.")
-        node = node_from_register(register, _peer_host(peer))
-        _shards, details = convert_shards(register.shards)
-        now = trio.current_time()
-        self.registry.register(
-            node, now, details=details, os=register.os, arch=register.arch,
-            agent_version=register.agent_version, warnings=register.warnings,
-        )
-        session = AgentSession(link, node.node_id, peer)
-        old = self.sessions.get(node.node_id)
+        node_id = register.node_id
+        session = AgentSession(link, node_id, peer)
+        old = self.sessions.get(node_id)
         if old is not None:
             old.close()
-        self.sessions[node.node_id] = session
+        self.sessions[node_id] = session
         try:
             await session.send(control_message(
-                registered=pb.Registered(node_id=node.node_id, control_plane_version=__version__)))
-            settings = self._settings()
-            if settings is not None:
-                await session.send(control_message(agent_settings=agent_settings(settings, node.node_id)))
-            self._changed(f"node {node.node_id} registered")
+                registered=pb.Registered(node_id=node_id, control_plane_version=__version__)))
+            self._update(_registered(register, _peer_host(peer), trio.current_time()), f"node {node_id} registered")
             async for message in link:
-                self._on_message(node.node_id, session, message)
+                self._on_message(node_id, session, message)
         except TemporaryError:
             pass  # the stream broke while sending; handled as a disconnect below
         finally:
             session.close()
-            if self.sessions.get(node.node_id) is session:
-                del self.sessions[node.node_id]
-                self.registry.disconnect(node.node_id, trio.current_time())
-                self._disconnected(f"node {node.node_id} disconnected")
+            if self.sessions.get(node_id) is session:
+                del self.sessions[node_id]
+                now = trio.current_time()
+                self._update(lambda s: (node_connected(s.with_fleet(s.fleet.disconnect(node_id, now)[0]), node_id),
+                                        True), f"node {node_id} disconnected")
 
     def local_connector(self):
         """A `connect()` factory for `llmgw.agent.run_agent` that links an in-process agent to this plane.
@@ -158,33 +149,42 @@ class AgentHub:
     def _on_message(self, node_id: str, session: AgentSession, message) -> None:
         kind = message.WhichOneof("body")
         now = trio.current_time()
-        changed = False
         if kind == "heartbeat":
             beat = message.heartbeat
             shards, details = convert_shards(beat.shard_states)
-            changed = self.registry.heartbeat(
-                node_id, now, shards=shards, details=details,
-                engines_installed=beat.engines_installed, engines_installing=beat.engines_installing,
-            )
+            readings = readings_from_heartbeat(beat, now)
+            installed, installing = tuple(beat.engines_installed), tuple(beat.engines_installing)
+
+            def transition(state: ControlState) -> tuple[ControlState, bool]:
+                fleet, changed = state.fleet.heartbeat(
+                    node_id, now, shards=shards, details=details, engines_installed=installed,
+                    engines_installing=installing, readings=readings)
+                return state.with_fleet(fleet), changed
         elif kind == "shard_status":
             shards, details = convert_shards([message.shard_status])
-            changed = self.registry.shard_status(node_id, shards[0], now, details[shards[0].shard_id])
+            shard, detail = shards[0], details[shards[0].shard_id]
+
+            def transition(state: ControlState) -> tuple[ControlState, bool]:
+                fleet, changed = state.fleet.shard_status(node_id, shard, now, detail)
+                return state.with_fleet(fleet), changed
         elif kind == "engine_status":
             status = message.engine_status
-            changed = self.registry.engine_status(node_id, status.engine, status.state, status.error, now)
+            engine, engine_state, error = status.engine, status.state, status.error
+
+            def transition(state: ControlState) -> tuple[ControlState, bool]:
+                fleet, changed = state.fleet.engine_status(node_id, engine, engine_state, error, now)
+                return state.with_fleet(fleet), changed
         elif kind == "command_result":
             session.deliver_result(message.command_result)
+            return
         elif kind == "log_lines":
             session.deliver_logs(message.log_lines)
+            return
         elif kind == "register":
-            register = message.register
-            changed = self.registry.register(
-                node_from_register(register, _peer_host(session.peer)), now,
-                details=convert_shards(register.shards)[1], os=register.os, arch=register.arch,
-                agent_version=register.agent_version, warnings=register.warnings,
-            )
-        if changed:
-            self._changed(f"{kind} from {node_id}")
+            transition = _registered(message.register, _peer_host(session.peer), now)
+        else:
+            return
+        self._update(transition, f"{kind} from {node_id}")
 
 
 def _peer_host(peer: str) -> str:

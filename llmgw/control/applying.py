@@ -13,7 +13,7 @@ from typing import Any
 
 import trio
 
-from llmgw.control.reconciling import PassRecord
+from llmgw.control.state import PassRecord
 
 
 async def apply(
@@ -38,7 +38,7 @@ async def apply(
 
 
 async def _apply(plane, emit, *, wait: bool, allow_empty: bool, timeout: float) -> bool:
-    state = await plane.watcher.poll(force=True, allow_empty=allow_empty)
+    state = await plane.reload(force=True, allow_empty=allow_empty)
     for name, rejected in (("bad", state.bad), ("held", state.held)):
         if rejected is not None:
             await emit({"event": "settings", "ok": False, "commit": rejected.commit,
@@ -51,14 +51,14 @@ async def _apply(plane, emit, *, wait: bool, allow_empty: bool, timeout: float) 
         await emit({"event": "settings", "ok": False, "message": "no settings commit validates yet"})
         return False
     if allow_empty:
-        plane.allow_empty_commit = settings.commit
+        plane.allow_empty(settings.commit)
     await emit({"event": "settings", "ok": True, "commit": settings.commit})
     deadline = trio.current_time() + timeout
     last_summary = None
     with trio.move_on_at(deadline):
         while True:
-            plane.reconciler.kick("apply")
-            record = await plane.reconciler.wait_pass()
+            plane.kick("apply")
+            record = await plane.wait_pass()
             summary = pass_summary(record, plane.status())
             if summary != last_summary:
                 last_summary = summary
@@ -70,7 +70,7 @@ async def _apply(plane, emit, *, wait: bool, allow_empty: bool, timeout: float) 
                 await emit({"event": "done", "converged": False, "commit": settings.commit})
                 return True
             with trio.move_on_after(1.0):
-                await plane.reconciler.wait_pass()
+                await plane.wait_pass()
     await emit({"event": "done", "converged": False, "commit": settings.commit,
                 "message": f"not converged within {timeout:g} s"})
     return False

@@ -19,9 +19,8 @@ from typing import Any
 import trio
 from ruamel.yaml import YAML
 
-from llmgw.control.reconciling import PassRecord
 from llmgw.control.registry import NodeRecord
-from llmgw.control.watching import WatchState
+from llmgw.control.state import PassRecord, WatchState
 from llmgw.errors import LlmgwError
 from llmgw.plan.types import Plan
 from llmgw.settings import append_audit, set_ref

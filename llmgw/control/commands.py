@@ -9,27 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from llmgw.control.deciding import action_key, shard_id_of  # noqa: F401 - re-exported for callers
 from llmgw.errors import UsageError
 from llmgw.plan.identity import engine_version_of
 from llmgw.plan.types import Action, ActionKind
 from llmgw.settings.model import Settings
 from llmgw.wire import pb
-
-
-def shard_id_of(action: Action) -> str:
-    """The shard an action is about: the action's, else its assignment's, else "<replica>/0"."""
-    if action.shard_id:
-        return action.shard_id
-    if action.assignment is not None and action.assignment.shard_id:
-        return action.assignment.shard_id
-    return f"{action.replica_id}/0"
-
-
-def action_key(action: Action) -> tuple[str, str, str]:
-    """Identity of an action across passes: (kind, node, shard id or engine). START and RESTART share one."""
-    kind = "start" if action.kind in (ActionKind.START, ActionKind.RESTART) else action.kind.value
-    subject = action.engine if action.kind is ActionKind.INSTALL else shard_id_of(action)
-    return (kind, action.node_id, subject)
 
 
 def start_shard(

@@ -7,9 +7,11 @@ one trio nursery.
         await nursery.start(run_agent, agent_config, plane.local_connector())   # an in-process agent (`llmgw up`)
         print(plane.gateway_url, plane.admin_url, plane.admin_token)
 
-The pieces talk through plain calls on one trio thread: an agent's message updates the registry and kicks the
-reconciler; a new settings commit kicks it too; every pass rebuilds the routing table and queues an audit commit
-when something changed.
+The pieces never call back into the plane nor read its state: every event (a settings commit, an agent's
+message, a lease renewal, an action's outcome, an admin request) is a pure transition sent to the one
+`ControlLoop` (llmgw.control.looping), which builds the next `ControlState`, runs `decide` and then the I/O.
+After each change the routing table is rebuilt once when the change was placement-relevant; after each pass
+the leader queues an audit commit when something changed. Readers get `plane.snapshot()`, an immutable value.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import socket
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -30,18 +32,20 @@ from llmgw import __version__
 from llmgw.control.agents import AgentHub
 from llmgw.control.applying import apply
 from llmgw.control.audit import AuditWriter, audit_message, audit_snapshot, state_changes, status_document
-from llmgw.control.commands import install_engine, platform_of, start_shard, stop_shard
+from llmgw.control.commands import agent_settings, install_engine, platform_of, start_shard, stop_shard
+from llmgw.control.deciding import Decision
 from llmgw.control.keys import (
     ENGINE_KEY_SECRET, WEBHOOK_SECRET, SecretResolver, engine_key,
 )
-from llmgw.control.reconciling import PassRecord, Reconciler
+from llmgw.control.looping import ControlLoop
 from llmgw.control.registry import FleetRegistry
-from llmgw.control.reports import fleet_for
+from llmgw.control.reports import fleet_for, memory_thresholds
 from llmgw.control.routing import build_route_table
+from llmgw.control.state import ControlState, Leadership, PassRecord, WatchState
 from llmgw.control.watching import SettingsWatcher
 from llmgw.errors import EngineError, UsageError
 from llmgw.gateway import Gateway
-from llmgw.plan.types import Action, ActionKind, Fleet, Plan
+from llmgw.plan.types import Action, ActionKind, Plan
 from llmgw.routes import RouteTable
 from llmgw.settings import NOTIFY_URL_KEY
 from llmgw.settings.model import Listener, Settings
@@ -127,17 +131,14 @@ class ControlPlane:
         self.config = config
         self.state_dir = Path(config.state_dir)
         self.secrets = SecretResolver(config.secrets_dir or self.state_dir / "secrets")
-        self.registry = FleetRegistry(lost_after=config.node_lost_after or 30.0)
+        self.loop = ControlLoop(
+            ControlState(fleet=FleetRegistry(lost_after=config.node_lost_after or 30.0)), self._execute,
+            interval=self._reconcile_interval, on_change=self._on_change, on_pass=self._after_pass,
+        )
         self.watcher = SettingsWatcher(
-            config.repo, config.branch, self.state_dir / "settings-mirror.git", on_change=self._settings_changed,
-            on_rejected=lambda: self.reconciler.kick("settings head rejected"),
+            config.repo, config.branch, self.state_dir / "settings-mirror.git", publish=self._publish_watch,
         )
-        self.agents = AgentHub(self.registry, self._settings, self._changed,
-                               lambda reason: self.reconciler.kick(reason))
-        self.reconciler = Reconciler(
-            self._settings, self._fleet, self._execute, self._after_pass, allow_empty=self._allow_empty,
-            may_act=self._may_act,
-        )
+        self.agents = AgentHub(self.loop.update)
         self.audit = AuditWriter(self.watcher.repo_path)
         self.passes: deque[PassRecord] = deque(maxlen=100)
         self.apply_lock = trio.Lock()
@@ -151,13 +152,54 @@ class ControlPlane:
         self.join_port: int | None = None
         self.ca: Any = None
         self._engine_secret = b""
-        self.allow_empty_commit: str | None = None
         self._last_snapshot: dict | None = None
         self._nursery: trio.Nursery | None = None
         self.started_at = time.time()
         self.holder = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
-        self.leader = False
-        self.leader_holder: str | None = None
+
+    # -- the state, as readers see it ---------------------------------------------------------------------
+
+    def snapshot(self) -> ControlState:
+        """The control plane's state now: an immutable value (settings, fleet with readings, leadership, ...)."""
+        return self.loop.state
+
+    @property
+    def registry(self) -> FleetRegistry:
+        """The fleet as last reported (part of `snapshot()`)."""
+        return self.loop.state.fleet
+
+    @property
+    def leader(self) -> bool:
+        return self.loop.state.leadership.leader
+
+    @property
+    def leader_holder(self) -> str | None:
+        return self.loop.state.leadership.holder
+
+    def kick(self, reason: str) -> None:
+        """Bring the next reconcile pass forward."""
+        self.loop.kick(reason)
+
+    async def wait_pass(self) -> PassRecord:
+        """Wait for the next reconcile pass to finish and return its record. A checkpoint."""
+        return await self.loop.wait_pass()
+
+    def allow_empty(self, commit: str) -> None:
+        """Let settings commit `commit` empty the catalog (`llmgw apply --allow-empty`)."""
+        self.loop.update(lambda s: (replace(s, allow_empty_commit=commit), True), f"apply --allow-empty {commit[:12]}")
+
+    async def reload(self, *, force: bool = False, allow_empty: bool = False) -> WatchState:
+        """Poll the settings branch now (forcing a reload when `force`); returns the watcher's state."""
+        return await self.watcher.poll(force=force, allow_empty=allow_empty)
+
+    @property
+    def watcher_repo_path(self) -> Path:
+        """The settings repository as read (the mirror of a remote one)."""
+        return self.watcher.repo_path
+
+    def wake_watcher(self) -> None:
+        """Make the settings watcher poll now (a hook or forge said the branch moved)."""
+        self.watcher.wake()
 
     # -- running ------------------------------------------------------------------------------------------
 
@@ -178,7 +220,6 @@ class ControlPlane:
         await self.watcher.poll()
         settings = self.watcher.state.settings
         cluster = settings.cluster if settings else None
-        self._apply_intervals(settings)
 
         def listener(override: Listener | None, name: str, default: Listener) -> Listener:
             return override or (getattr(cluster, name) if cluster else default)
@@ -214,14 +255,13 @@ class ControlPlane:
                     self.gateway_port = await nursery.start(self.gateway.serve, gateway.host, gateway.port)
                     self.gateway_url = f"http://{_url_host(gateway.host)}:{self.gateway_port}"
                 self._write_state_files()
+                await nursery.start(self.loop.run)
                 await self._renew_lease()
                 nursery.start_soon(self._hold_lease)
                 await nursery.start(self.audit.run)
-                await nursery.start(self.reconciler.run, self._reconcile_interval)
                 nursery.start_soon(self.watcher.run, self._poll_interval)
-                nursery.start_soon(self._expire_nodes)
-                self._rebuild_table()
-                self.reconciler.kick("start")
+                self._rebuild_table(self.loop.state)
+                self.loop.kick("start")
                 task_status.started(self)
         finally:
             with trio.move_on_after(3.0, shield=True):
@@ -254,9 +294,18 @@ class ControlPlane:
             except pygit2.GitError:
                 pass  # not a repository yet: the watcher reports it; the hook keeps polling instead
 
-    def _apply_intervals(self, settings: Settings | None) -> None:
-        if self.config.node_lost_after is None and settings is not None:
-            self.registry.lost_after = settings.cluster.node_lost_after
+    def _publish_watch(self, watch: WatchState) -> None:
+        settings = watch.settings
+        lost_after = self.config.node_lost_after or (settings.cluster.node_lost_after if settings else 30.0)
+        thresholds = memory_thresholds(settings)
+
+        def transition(state: ControlState) -> tuple[ControlState, bool]:
+            return replace(state, watch=watch, fleet=state.fleet.with_limits(lost_after, thresholds)), True
+
+        commit = settings.commit[:12] if settings and settings.commit else "none"
+        rejected = watch.bad or watch.held
+        reason = f"settings {commit}" + (f" (head {rejected.commit[:12]} rejected)" if rejected else "")
+        self.loop.update(transition, reason)
 
     def _poll_interval(self) -> float:
         settings = self.watcher.state.settings
@@ -270,40 +319,15 @@ class ControlPlane:
         lease = self.config.lease_seconds
         held = await trio.to_thread.run_sync(self.store.acquire_lease, "llmgw-reconciler", self.holder, lease)
         holder = self.holder if held else await trio.to_thread.run_sync(self.store.lease_holder, "llmgw-reconciler")
-        changed = held != self.leader
-        self.leader, self.leader_holder = held, holder
-        if changed:
-            self.reconciler.kick("became leader" if held else "lost the leader lease")
+        leadership = Leadership(held, holder)
+        if leadership != self.loop.state.leadership:
+            self.loop.update(lambda s: (replace(s, leadership=leadership), True),
+                             "became leader" if held else "lost the leader lease")
 
     async def _hold_lease(self) -> None:
         while True:
             await trio.sleep(self.config.lease_seconds / 3)
             await self._renew_lease()
-
-    def _may_act(self) -> str | None:
-        if self.leader:
-            return None
-        return (f"another control plane ({self.leader_holder or 'unknown'}) holds the leader lease; "
-                "this one plans and reports but sends nothing")
-
-    async def _expire_nodes(self) -> None:
-        while True:
-            await trio.sleep(min(1.0, max(0.05, self.registry.lost_after / 4)))
-            lost = self.registry.expire(trio.current_time())
-            if lost:
-                self._changed(f"node {', '.join(lost)} lost")
-
-    # -- state as the parts see it -----------------------------------------------------------------------
-
-    def _settings(self) -> Settings | None:
-        return self.watcher.state.settings
-
-    def _fleet(self) -> Fleet:
-        return fleet_for(self.registry.fleet(), self.watcher.state.settings)
-
-    def _allow_empty(self) -> bool:
-        settings = self.watcher.state.settings
-        return settings is not None and settings.commit is not None and settings.commit == self.allow_empty_commit
 
     def engine_key(self, replica_id: str) -> str:
         """The engine key of `replica_id` (HMAC-SHA256 of it under the store's "engine-key" secret, hex)."""
@@ -314,23 +338,19 @@ class ControlPlane:
         value = self.secrets.get(WEBHOOK_SECRET)
         return value.encode() if value else None
 
-    def _rebuild_table(self) -> None:
-        table = build_route_table(self.watcher.state.settings, self._fleet(), self.engine_key, self.secrets.get)
+    def _rebuild_table(self, state: ControlState) -> None:
+        settings = state.settings
+        table = build_route_table(settings, fleet_for(state.fleet.fleet(), settings), self.engine_key,
+                                  self.secrets.get)
         if table != self.table:
             self.table = table
             if self.gateway is not None:
                 self.gateway.set_table(table)
 
-    def _changed(self, reason: str) -> None:
-        self._rebuild_table()
-        self.reconciler.kick(reason)
-
-    def _settings_changed(self) -> None:
-        settings = self.watcher.state.settings
-        self._apply_intervals(settings)
-        self._changed(f"settings {settings.commit[:12] if settings and settings.commit else ''}")
-        if settings is not None:
-            self.agents.push_settings(settings)
+    def _on_change(self, old: ControlState, new: ControlState, reasons: list[str]) -> None:
+        """After each batch of events: the routing table is rebuilt once, when something it depends on changed."""
+        if reasons or new.settings is not old.settings:
+            self._rebuild_table(new)
 
     # -- agents -------------------------------------------------------------------------------------------
 
@@ -356,7 +376,11 @@ class ControlPlane:
 
     async def _execute(self, action: Action, settings: Settings) -> None:
         timeout = settings.cluster.action_timeout
-        if action.kind in (ActionKind.START, ActionKind.RESTART):
+        if action.kind is ActionKind.CONFIGURE:
+            message = agent_settings(settings, action.node_id)
+            message.fingerprint = action.engine
+            body = {"agent_settings": message}
+        elif action.kind in (ActionKind.START, ActionKind.RESTART):
             body = {"start_shard": start_shard(action, settings, self.engine_key, self.secrets.require)}
         elif action.kind is ActionKind.STOP:
             body = {"stop_shard": stop_shard(action, settings)}
@@ -368,16 +392,17 @@ class ControlPlane:
             return
         outcome = await self.agents.command(action.node_id, timeout, **body)
         if not outcome.ok:
-            raise EngineError(f"node {action.node_id} refused to {action.kind.value} "
-                              f"{action.shard_id or action.replica_id or action.engine}: {outcome.error}")
+            subject = "its agent settings" if action.kind is ActionKind.CONFIGURE else (
+                action.shard_id or action.replica_id or action.engine)
+            raise EngineError(f"node {action.node_id} refused to {action.kind.value} {subject}: {outcome.error}")
 
-    def _after_pass(self, record: PassRecord, plan: Plan, fleet: Fleet) -> None:
+    def _after_pass(self, decision: Decision, state: ControlState) -> None:
+        record = decision.record
         self.passes.append(record)
-        self._rebuild_table()
-        doc = self.status()
+        if not state.leadership.leader:
+            return  # followers plan and report; only the leader writes the audit
+        doc = self.status(state, readings=False)
         snapshot = audit_snapshot(doc)
-        if not self.leader:
-            return
         if record.sent or snapshot != self._last_snapshot:
             changes = state_changes(self._last_snapshot, snapshot)
             self._last_snapshot = snapshot
@@ -388,21 +413,29 @@ class ControlPlane:
 
     # -- what the admin API offers ------------------------------------------------------------------------
 
-    def failures(self) -> list[dict[str, Any]]:
+    def failures(self, state: ControlState | None = None) -> list[dict[str, Any]]:
         """Actions that failed and wait to be retried: kind, node, subject, attempts, error, retry_at (unix s)."""
+        state = state or self.loop.state
         return [
             {"kind": f.kind, "node": f.node_id, "subject": f.subject, "attempts": f.attempts, "error": f.error,
              "retry_at": f.retry_at_unix}
-            for f in self.reconciler.failures.values()
+            for f in state.failures.values()
         ]
 
-    def status(self) -> dict[str, Any]:
-        """The status document (see `llmgw.control.audit.status_document`) plus the control plane's own state."""
-        doc = status_document(
-            self.watcher.state, self.registry.records(), self.reconciler.last_pass, self.reconciler.last_plan,
-            self.failures(),
-        )
-        plan = self.reconciler.last_plan
+    def status(self, state: ControlState | None = None, *, readings: bool = True) -> dict[str, Any]:
+        """The status document (see `llmgw.control.audit.status_document`) of `state` (default: now) plus the
+        control plane's own state; with `readings`, each node's last readings and their age (absent when older
+        than 60 s)."""
+        state = state or self.loop.state
+        doc = status_document(state.watch, state.fleet.records(), state.last_pass, state.last_plan,
+                              self.failures(state))
+        if readings:
+            now = trio.current_time()
+            for record in state.fleet.records():
+                node_doc = doc["nodes"].get(record.node_id)
+                if node_doc is not None:
+                    node_doc["readings"] = record.readings.to_json(now) if record.readings else None
+        plan = state.last_plan
         if plan is not None and plan.notes:
             doc["notes"] = list(plan.notes)
         doc["control_plane"] = {
@@ -417,8 +450,8 @@ class ControlPlane:
             "audit_error": self.audit.last_error,
             "applied": self.audit.applied,
             "apply_running": self.apply_holder,
-            "leader": self.leader,
-            "leader_holder": self.leader_holder,
+            "leader": state.leadership.leader,
+            "leader_holder": state.leadership.holder,
         }
         return doc
 
@@ -438,7 +471,7 @@ class ControlPlane:
             await self.watcher.poll()
         target = rev or f"refs/heads/{self.config.branch}"
         settings = await trio.to_thread.run_sync(load_commit, str(self.watcher.repo_path), target)
-        return make_plan(settings, fleet_for(self.registry.fleet(), settings))
+        return make_plan(settings, fleet_for(self.loop.state.fleet.fleet(), settings))
 
     async def set_stopped(self, stopped: bool, author_name: str, author_email: str) -> str:
         """Commit `serving.stopped: <stopped>` to the settings branch as the operator; returns the commit id.

@@ -1,8 +1,16 @@
 """The fleet registry: what every agent last reported, and which nodes are lost.
 
-Pure and single-owner: the control plane's tasks call it from one trio thread, and every record it holds is
-an immutable value replaced as a whole (`NodeRecord`, `NodeState`, `ObservedShard`). Times are seconds on the
-caller's clock (`trio.current_time()` in the control plane; any monotonic number in tests).
+Pure and immutable: `FleetRegistry` is a value; every transition returns a new registry and whether something
+*placement-relevant* changed (see below), so the control loop holds it inside its one `ControlState`. Times are
+seconds on the caller's clock (`trio.current_time()` in the control plane; any monotonic number in tests).
+
+Placement-relevant (what wakes the planner and rebuilds the routing table; written in docs/design.md too):
+- a node appearing, registering again, becoming lost, or its stream ending for good (lost);
+- a shard's state, port or fingerprint, or a node's installed / installing engines;
+- a card held or released by a process llmgw did not start (judged on every heartbeat);
+- a card's free memory crossing what a model of the catalog needs per GPU (`memory_thresholds`).
+Readings alone (utilisation, power, temperatures, CPU, memory, disk, shard cores) replace the node's
+`readings` and change nothing else: they never wake the planner nor move a running replica.
 
 Transitions of one node:
 
@@ -23,7 +31,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
-from llmgw.plan.types import Fleet, NodeState, ObservedShard
+from llmgw.control.readings import NodeReadings
+from llmgw.plan.types import Fleet, GpuState, NodeState, ObservedShard
 
 
 @dataclass(frozen=True)
@@ -44,7 +53,9 @@ class NodeRecord:
     `state` is the node as last reported (shards included, even while lost). `last_seen` is the time of its
     last message; `lost` True once silent for longer than the registry's `lost_after`. Engine processes llmgw did not start are in
     `state.shards` with `adopted_foreign=True`: reported, never stopped.
-    `engine_errors` maps "llama.cpp@b11434" to the last install error.
+    `engine_errors` maps "llama.cpp@b11434" to the last install error. `readings` are the last heartbeat's
+    readings (None before the first; see `NodeReadings.to_json` for the 60 s age limit). `engines_installable`
+    and `features` are what the agent said it can do at Register.
     """
 
     state: NodeState
@@ -57,6 +68,9 @@ class NodeRecord:
     warnings: tuple[str, ...] = ()
     details: Mapping[str, ShardDetail] = field(default_factory=lambda: MappingProxyType({}))
     engine_errors: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    readings: NodeReadings | None = None
+    engines_installable: frozenset[str] = frozenset()
+    features: frozenset[str] = frozenset()
 
     @property
     def node_id(self) -> str:
@@ -68,17 +82,72 @@ def _shard_key(shards: Iterable[ObservedShard]) -> tuple:
     return tuple(sorted((s.shard_id, s.state.value, s.port, s.fingerprint) for s in shards))
 
 
-class FleetRegistry:
-    """Every node that registered, keyed by node id.
+def _crosses(old: int, new: int, thresholds: tuple[int, ...]) -> bool:
+    return any((old >= t) != (new >= t) for t in thresholds)
 
-    Every mutating method returns True when something changed that planning or routing depends on
-    (a node appearing or becoming lost, a shard's state, port or fingerprint), so the caller knows to
-    bring the next reconcile pass forward and rebuild the routing table.
+
+def apply_gpu_readings(
+    gpus: tuple[GpuState, ...], readings: NodeReadings, thresholds: tuple[int, ...] = (),
+) -> tuple[tuple[GpuState, ...], bool]:
+    """Whole cards with this heartbeat's free memory and shared-card verdict; and whether that is placement-relevant.
+
+    A card (`device_id` equal to the sample's index) gets `memory_free_bytes` = total - used when used memory was
+    read, and `foreign_processes` = whether any process llmgw did not start holds it now. MIG instances keep
+    what Register said (the readings are per card). Returns (gpus, changed): changed when a card was taken or
+    released by another process, or its free memory crossed one of `thresholds` (bytes).
+    """
+    by_index = {str(sample.index): sample for sample in readings.gpus}
+    out, changed = [], False
+    for gpu in gpus:
+        sample = None if gpu.is_mig else by_index.get(gpu.device_id)
+        if sample is None:
+            out.append(gpu)
+            continue
+        free = gpu.memory_free_bytes
+        if sample.memory_used_bytes is not None:
+            free = max(0, gpu.memory_total_bytes - sample.memory_used_bytes)
+        foreign = bool(sample.foreign_pids)
+        if foreign != gpu.foreign_processes or _crosses(gpu.memory_free_bytes, free, thresholds):
+            changed = True
+        if free != gpu.memory_free_bytes or foreign != gpu.foreign_processes:
+            gpu = replace(gpu, memory_free_bytes=free, foreign_processes=foreign)
+        out.append(gpu)
+    return tuple(out), changed
+
+
+class FleetRegistry:
+    """Every node that registered, keyed by node id: an immutable value.
+
+    Every transition returns `(registry, changed)`: a new registry, and True when something placement-relevant
+    changed (see the module's docstring), so the caller knows to wake the planner and rebuild the routing table.
+    `lost_after` seconds of silence make a node lost; `memory_thresholds` are the per-GPU memory needs (bytes) of
+    the catalog's models, whose crossing by a card's free memory is placement-relevant.
     """
 
-    def __init__(self, lost_after: float):
+    __slots__ = ("lost_after", "memory_thresholds", "_records")
+
+    def __init__(self, lost_after: float, memory_thresholds: tuple[int, ...] = (),
+                 records: Mapping[str, NodeRecord] | None = None):
         self.lost_after = lost_after
-        self._records: dict[str, NodeRecord] = {}
+        self.memory_thresholds = memory_thresholds
+        self._records: Mapping[str, NodeRecord] = MappingProxyType(dict(records or {}))
+
+    def _with(self, node_id: str, record: NodeRecord) -> FleetRegistry:
+        records = dict(self._records)
+        records[node_id] = record
+        return FleetRegistry(self.lost_after, self.memory_thresholds, records)
+
+    def with_limits(self, lost_after: float, memory_thresholds: tuple[int, ...]) -> FleetRegistry:
+        """The same records under another `lost_after` (seconds) and catalog memory thresholds (bytes)."""
+        if lost_after == self.lost_after and memory_thresholds == self.memory_thresholds:
+            return self
+        return FleetRegistry(lost_after, memory_thresholds, self._records)
+
+    def __eq__(self, other: object) -> bool:
+        return (isinstance(other, FleetRegistry) and self.lost_after == other.lost_after
+                and self.memory_thresholds == other.memory_thresholds and dict(self._records) == dict(other._records))
+
+    __hash__ = None  # type: ignore[assignment]
 
     # -- reading ------------------------------------------------------------------------------------------
 
@@ -111,10 +180,14 @@ class FleetRegistry:
         arch: str = "",
         agent_version: str = "",
         warnings: Iterable[str] = (),
-    ) -> bool:
-        """A node (re)registered: record it as connected and alive with the shards it reports (adopted)."""
-        old = self._records.get(node.node_id)
-        self._records[node.node_id] = NodeRecord(
+        engines_installable: Iterable[str] = (),
+        features: Iterable[str] = (),
+    ) -> tuple[FleetRegistry, bool]:
+        """A node (re)registered: record it as connected and alive with the shards it reports (adopted).
+
+        Always placement-relevant (a new connection: its agent settings must be sent again, its GPUs judged anew).
+        """
+        record = NodeRecord(
             state=replace(node, alive=True),
             last_seen=now,
             connected=True,
@@ -124,13 +197,10 @@ class FleetRegistry:
             agent_version=agent_version,
             warnings=tuple(warnings),
             details=MappingProxyType(dict(details or {})),
+            engines_installable=frozenset(engines_installable),
+            features=frozenset(features),
         )
-        return (
-            old is None
-            or old.lost
-            or _shard_key(old.state.shards) != _shard_key(node.shards)
-            or old.state.gpus != node.gpus
-        )
+        return self._with(node.node_id, record), True
 
     def heartbeat(
         self,
@@ -141,14 +211,16 @@ class FleetRegistry:
         details: Mapping[str, ShardDetail] | None = None,
         engines_installed: Iterable[str] | None = None,
         engines_installing: Iterable[str] | None = None,
-    ) -> bool:
-        """A heartbeat: the node is alive; `shards` (when given) is its full shard list now.
+        readings: NodeReadings | None = None,
+    ) -> tuple[FleetRegistry, bool]:
+        """A heartbeat: the node is alive; `shards` (when given) is its full shard list now; `readings` replace
+        the node's readings and update its cards' free memory and shared-card verdict.
 
-        A heartbeat from a node that never registered is ignored (returns False): the agent registers first.
+        A heartbeat from a node that never registered is ignored (returns (self, False)): the agent registers first.
         """
         old = self._records.get(node_id)
         if old is None:
-            return False
+            return self, False
         state = old.state
         if shards is not None:
             state = replace(state, shards=tuple(shards))
@@ -156,22 +228,31 @@ class FleetRegistry:
             state = replace(state, engines_installed=frozenset(engines_installed))
         if engines_installing is not None:
             state = replace(state, engines_installing=frozenset(engines_installing))
-        record = replace(old, state=state, last_seen=now, lost=False, connected=True)
+        gpus_changed = False
+        if readings is not None and readings.gpus:
+            gpus, gpus_changed = apply_gpu_readings(state.gpus, readings, self.memory_thresholds)
+            if gpus != state.gpus:
+                state = replace(state, gpus=gpus)
+        record = replace(old, state=state, last_seen=now, lost=False, connected=True,
+                         readings=readings if readings is not None else old.readings)
         if details is not None:
             record = replace(record, details=MappingProxyType(dict(details)))
-        self._records[node_id] = record
-        return (
+        changed = (
             old.lost
+            or gpus_changed
             or _shard_key(old.state.shards) != _shard_key(state.shards)
             or old.state.engines_installed != state.engines_installed
             or old.state.engines_installing != state.engines_installing
         )
+        return self._with(node_id, record), changed
 
-    def shard_status(self, node_id: str, shard: ObservedShard, now: float, detail: ShardDetail | None = None) -> bool:
+    def shard_status(
+        self, node_id: str, shard: ObservedShard, now: float, detail: ShardDetail | None = None,
+    ) -> tuple[FleetRegistry, bool]:
         """One shard changed state: replace it in the node's list (or add it). Unknown node: ignored."""
         old = self._records.get(node_id)
         if old is None:
-            return False
+            return self, False
         shards = [s for s in old.state.shards if s.shard_id != shard.shard_id]
         shards.append(shard)
         shards.sort(key=lambda s: s.shard_id)
@@ -182,14 +263,13 @@ class FleetRegistry:
             old, state=replace(old.state, shards=tuple(shards)), last_seen=now, lost=False, connected=True,
             details=MappingProxyType(details),
         )
-        self._records[node_id] = record
-        return old.lost or _shard_key(old.state.shards) != _shard_key(record.state.shards)
+        return self._with(node_id, record), old.lost or _shard_key(old.state.shards) != _shard_key(record.state.shards)
 
-    def engine_status(self, node_id: str, engine: str, state: str, error: str, now: float) -> bool:
+    def engine_status(self, node_id: str, engine: str, state: str, error: str, now: float) -> tuple[FleetRegistry, bool]:
         """An engine install progressed: "installing", "installed" or "failed" (with `error`)."""
         old = self._records.get(node_id)
         if old is None:
-            return False
+            return self, False
         installed = set(old.state.engines_installed)
         installing = set(old.state.engines_installing)
         errors = dict(old.engine_errors)
@@ -202,27 +282,27 @@ class FleetRegistry:
         elif state == "failed":
             errors[engine] = error or "failed without a reason"
         state_value = replace(old.state, engines_installed=frozenset(installed), engines_installing=frozenset(installing))
-        self._records[node_id] = replace(
+        record = replace(
             old, state=state_value, last_seen=now, lost=False, connected=True, engine_errors=MappingProxyType(errors)
         )
-        return state_value != old.state or old.lost
+        return self._with(node_id, record), state_value != old.state or old.lost
 
-    def disconnect(self, node_id: str, now: float) -> bool:
+    def disconnect(self, node_id: str, now: float) -> tuple[FleetRegistry, bool]:
         """The node's stream ended. It stays alive until `lost_after` has passed since it was last heard from."""
         old = self._records.get(node_id)
         if old is None or not old.connected:
-            return False
-        self._records[node_id] = replace(old, connected=False)
-        return False
+            return self, False
+        return self._with(node_id, replace(old, connected=False)), False
 
-    def expire(self, now: float) -> tuple[str, ...]:
-        """Mark nodes silent for more than `lost_after` seconds as lost; return the ids newly lost."""
-        lost = []
-        for node_id, record in self._records.items():
-            if not record.lost and now - record.last_seen > self.lost_after:
-                self._records[node_id] = replace(record, lost=True, connected=False)
-                lost.append(node_id)
-        return tuple(sorted(lost))
+    def expire(self, now: float) -> tuple[FleetRegistry, tuple[str, ...]]:
+        """Mark nodes silent for more than `lost_after` seconds as lost; return (registry, ids newly lost)."""
+        lost = [node_id for node_id, r in self._records.items() if not r.lost and now - r.last_seen > self.lost_after]
+        if not lost:
+            return self, ()
+        records = dict(self._records)
+        for node_id in lost:
+            records[node_id] = replace(records[node_id], lost=True, connected=False)
+        return FleetRegistry(self.lost_after, self.memory_thresholds, records), tuple(sorted(lost))
 
     def next_expiry(self) -> float | None:
         """The time at which the next node would become lost if it stays silent; None when none can."""

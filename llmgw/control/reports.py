@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import replace
 
+from llmgw.control.readings import GpuReading, NodeReadings, ShardReading
 from llmgw.control.registry import ShardDetail
 from llmgw.plan.types import Fleet, GpuState, NodeState, ObservedShard, ShardState
 from llmgw.settings.model import Settings
@@ -73,6 +74,47 @@ def convert_shards(statuses: Iterable) -> tuple[tuple[ObservedShard, ...], dict[
     return tuple(sorted(shards, key=lambda s: s.shard_id)), details
 
 
+def _optional(message, name: str):
+    return getattr(message, name) if _has(message, name) else None
+
+
+_GPU_READINGS = tuple(f for f in GpuReading.__dataclass_fields__ if f not in ("index", "foreign_pids"))
+
+
+def readings_from_heartbeat(beat, now: float) -> NodeReadings:
+    """The readings of a pb `Heartbeat` that arrived at `now` (control-plane clock seconds); unset fields are None."""
+    gpus = tuple(
+        GpuReading(index=int(g.index), foreign_pids=tuple(int(p) for p in g.foreign_pids),
+                   **{name: _optional(g, name) for name in _GPU_READINGS})
+        for g in beat.gpus
+    )
+    shards = tuple(
+        ShardReading(s.shard_id, _optional(s, "cpu_cores_used"), _optional(s, "resident_memory_bytes"))
+        for s in beat.shards
+    )
+    return NodeReadings(
+        at=now, agent_time=float(beat.time), cpu_percent=_optional(beat, "cpu_percent"),
+        load1=_optional(beat, "load1"), memory_used_bytes=_optional(beat, "memory_used_bytes"),
+        memory_available_bytes=_optional(beat, "memory_available_bytes"),
+        disk_free_bytes=_optional(beat, "disk_free_bytes"), gpus=gpus, shards=shards,
+    )
+
+
+def memory_thresholds(settings: Settings | None) -> tuple[int, ...]:
+    """The per-GPU memory (bytes) each GPU model of the catalog needs, sorted and without repeats: a card whose
+    free memory crosses one of these may now take, or no longer take, a replica (placement-relevant)."""
+    if settings is None:
+        return ()
+    from llmgw.plan import demand_of
+
+    needs = set()
+    for model in settings.models.values():
+        demand = demand_of(settings, model)
+        if demand.gpus and demand.gpu_memory:
+            needs.add(int(demand.gpu_memory))
+    return tuple(sorted(needs))
+
+
 def gpu_from_report(gpu) -> GpuState:
     """A placeable device from a pb `Gpu`: free memory is `memory_free_bytes`, else total less used, else total."""
     total = int(gpu.memory_total_bytes)
@@ -120,7 +162,8 @@ def node_from_register(register, peer_host: str = "127.0.0.1") -> NodeState:
 
 def fleet_for(fleet: Fleet, settings: Settings | None) -> Fleet:
     """The fleet as the settings see it: each node's labels from its agent settings laid over the reported
-    ones, its CPU cores and memory less what its agent settings reserve, and GPUs it must leave alone removed.
+    ones, and its CPU cores and memory less what its agent settings reserve. GPUs its agent settings ignore
+    stay listed: the planner leaves them out and says so ("1 ignored by agent settings").
     """
     if settings is None:
         return fleet
@@ -129,13 +172,10 @@ def fleet_for(fleet: Fleet, settings: Settings | None) -> Fleet:
         agent = settings.agent_settings_for(node.node_id)
         labels = dict(node.labels)
         labels.update(agent.labels)
-        ignore = set(agent.ignore_gpus)
-        gpus = tuple(g for g in node.gpus if not ({g.device_id, g.uuid} & ignore))
         nodes.append(replace(
             node,
             labels=tuple(sorted(labels.items())),
             cpu_cores=max(0.0, node.cpu_cores - agent.cpu_cores_reserved),
             memory_bytes=max(0, node.memory_bytes - agent.memory_reserved_bytes),
-            gpus=gpus,
         ))
     return Fleet(nodes=tuple(nodes))

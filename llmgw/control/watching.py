@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 import pygit2
 import trio
 
+from llmgw.control.state import RejectedCommit, WatchState
 from llmgw.errors import Issue, SettingsError
 from llmgw.plan import check_not_emptied
 from llmgw.settings import load_commit
@@ -38,38 +39,6 @@ def is_url(location: str) -> bool:
         return True
     head, sep, _ = location.partition(":")
     return bool(sep) and "@" in head and "/" not in head
-
-
-@dataclass(frozen=True)
-class RejectedCommit:
-    """A branch head that is not in force: `commit` id, `issues` found (file, line, reason), when seen (unix s)."""
-
-    commit: str
-    issues: tuple[Issue, ...]
-    seen_at: float
-
-    def describe(self) -> str:
-        lines = [f"settings commit {self.commit[:12]} is not applied:"]
-        lines += [f"  {issue}" for issue in self.issues]
-        return "\n".join(lines)
-
-
-@dataclass(frozen=True)
-class WatchState:
-    """Where the watcher stands.
-
-    `settings` is the settings in force (None before any commit validated); `head` the branch head last read;
-    `bad` the head when it does not validate; `held` the head when the empty-catalog guard holds it back;
-    `remote_error` a sentence when the last fetch failed (None when it worked or there is no remote);
-    `last_poll` unix seconds of the last poll.
-    """
-
-    settings: Settings | None = None
-    head: str | None = None
-    bad: RejectedCommit | None = None
-    held: RejectedCommit | None = None
-    remote_error: str | None = None
-    last_poll: float | None = None
 
 
 def _fetch_mirror(url: str, mirror: Path, branch: str) -> None:
@@ -106,19 +75,18 @@ def _ref(repo_path: Path, ref: str) -> str | None:
 class SettingsWatcher:
     """Keeps `state` up to date with the settings branch.
 
-    `location` is a local repository path or a URL; `mirror` where a URL is fetched to; `on_change()` is
-    called (synchronously) whenever the settings in force change, `on_rejected()` when a new head is rejected
-    (bad or held) or the remote's reachability changes.
+    `location` is a local repository path or a URL; `mirror` where a URL is fetched to. `publish(state)` is
+    called (synchronously) with the new `WatchState` after it is set, whenever the settings in force change, a
+    new head is rejected (bad or held) or the remote's reachability changes; it never reads the watcher back.
     """
 
-    def __init__(self, location: str, branch: str, mirror: Path, on_change: Callable[[], None] = lambda: None,
-                 on_rejected: Callable[[], None] = lambda: None):
+    def __init__(self, location: str, branch: str, mirror: Path,
+                 publish: Callable[[WatchState], None] = lambda state: None):
         self.location = location
         self.branch = branch
         self.remote = is_url(location)
         self.repo_path = mirror if self.remote else Path(location)
-        self.on_change = on_change
-        self.on_rejected = on_rejected
+        self.publish = publish
         self.state = WatchState()
         self._wake = trio.Event()
         self._lock = trio.Lock()
@@ -132,10 +100,11 @@ class SettingsWatcher:
 
         Never raises for bad settings or an unreachable remote: both are recorded in the state. A checkpoint.
         """
-        before = (self.state.bad, self.state.held, self.state.remote_error)
+        before = self.state
         state = await self._poll(force, allow_empty)
-        if (state.bad, state.held, state.remote_error) != before:
-            self.on_rejected()
+        if (state.settings is not before.settings or
+                (state.bad, state.held, state.remote_error) != (before.bad, before.held, before.remote_error)):
+            self.publish(state)
         return state
 
     async def _poll(self, force: bool, allow_empty: bool) -> WatchState:
@@ -174,9 +143,7 @@ class SettingsWatcher:
                 self.state = replace(state, held=RejectedCommit(head, (issue,), time.time()), bad=None)
                 return self.state
             changed = current is None or current.commit != settings.commit or current != settings
-            self.state = replace(state, settings=settings, bad=None, held=None)
-        if changed:
-            self.on_change()
+            self.state = replace(state, settings=settings if changed else current, bad=None, held=None)
         return self.state
 
     async def _fall_back_to_applied(self, state: WatchState) -> WatchState:
@@ -187,7 +154,6 @@ class SettingsWatcher:
             settings = await trio.to_thread.run_sync(load_commit, str(self.repo_path), applied)
         except SettingsError:
             return state
-        self.on_change()
         return replace(state, settings=settings)
 
     async def run(self, interval: Callable[[], float], *, task_status=trio.TASK_STATUS_IGNORED) -> None:

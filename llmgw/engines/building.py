@@ -36,6 +36,21 @@ DEFAULT_CMAKE_ARGS = (
 )
 """Static build of the server only: no test/example targets, no libcurl/OpenSSL needed at run time."""
 
+NO_AMX_FLAGS = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+X86_CMAKE_ARGS = (f"-DCMAKE_C_FLAGS={NO_AMX_FLAGS}", f"-DCMAKE_CXX_FLAGS={NO_AMX_FLAGS}")
+"""On x86-64, ggml's native build (-march=native) compiles its AMX matrix kernels where the CPU lists AMX. Under
+some hypervisors a CPU lists AMX that the guest cannot use: llama-server then dies with SIGSEGV at `ldtilecfg`
+in ggml_backend_amx_mul_mat while loading any model (seen on these 2-core Xeon machines, 2026-12-01). GCC's
+explicit -mno-* flags win over -march=native, so the build keeps AVX-512 and leaves AMX out."""
+
+
+def platform_cmake_args(machine: str | None = None) -> tuple[str, ...]:
+    """CMake arguments this machine's architecture needs (`machine` as `platform.machine()` prints it)."""
+    import platform
+
+    machine = machine or platform.machine()
+    return X86_CMAKE_ARGS if machine in ("x86_64", "AMD64", "amd64") else ()
+
 _PERCENT = re.compile(r"^\[\s*(\d+)%\]")
 
 
@@ -159,7 +174,7 @@ async def build_llama_server(tree: Path, cache_dir: Path, version: str, *, build
     """
     build = build_dir_for(cache_dir, version)
     binary = build / "bin" / "llama-server"
-    wanted = (*DEFAULT_CMAKE_ARGS, *build_args)
+    wanted = (*DEFAULT_CMAKE_ARGS, *platform_cmake_args(), *build_args)
     if binary.is_file() and os.access(binary, os.X_OK) and configured_with(build, wanted):
         return binary
     if shutil.which("cmake") is None:

@@ -9,14 +9,14 @@ from llmgw.plan.identity import (
     base_shard_id, describe_engine, engine_key, engine_version_of, fingerprint, new_shard_id, replica_ids,
     replica_index,
 )
-from llmgw.plan.planning import demand_of, is_mig_class, make_plan
+from llmgw.plan.planning import agent_settings_fingerprint, demand_of, is_mig_class, make_plan
 from llmgw.plan.rendering import plan_from_json, plan_to_json, render_plan
 from llmgw.plan.types import (
     Action, ActionKind, Assignment, Fleet, GpuState, NodeState, ObservedShard, Plan, ShardState, Unplaced,
 )
 
 __all__ = [
-    "Action", "ActionKind", "Assignment", "EmptiedCatalogError", "Fleet", "GpuState", "NodeState",
+    "Action", "ActionKind", "Assignment", "EmptiedCatalogError", "agent_settings_fingerprint", "Fleet", "GpuState", "NodeState",
     "ObservedShard", "Plan", "ShardState", "Unplaced",
     "base_shard_id", "check_not_emptied", "demand_of", "describe_engine", "engine_key", "engine_version_of",
     "fingerprint", "guard_fleet_not_emptied", "is_mig_class", "make_plan", "new_shard_id", "plan_from_json",

@@ -46,7 +46,7 @@ class Room:
     """One alive node's capacity as planning goes on (mutable, private to one `make_plan` call)."""
 
     __slots__ = ("node_id", "labels", "free", "counts", "held", "foreign", "ignored", "cpu_free", "mem_free",
-                 "models", "installed", "installing", "has_gpus", "devices", "version", "why_cache")
+                 "models", "installed", "installing", "installable", "has_gpus", "devices", "version", "why_cache")
 
     def __init__(self, node: NodeState, labels: dict[str, str], ignore: frozenset[str]):
         self.node_id = node.node_id
@@ -73,6 +73,7 @@ class Room:
         self.models: dict[str, int] = {}
         self.installed = set(node.engines_installed)
         self.installing = set(node.engines_installing)
+        self.installable = node.engines_installable
         self.version = 0
         self.why_cache: dict[tuple, tuple[int, str]] = {}
 
@@ -139,6 +140,8 @@ class Room:
             return "ready"
         if key in self.installing:
             return "installing"
+        if self.installable is not None and key.partition("@")[0] not in self.installable:
+            return "not installable"
         return "installable" if demand.installable else "unknown"
 
     def why_not(self, demand: Demand) -> str:

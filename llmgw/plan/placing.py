@@ -117,7 +117,7 @@ class Placement:
             if devices is None:
                 continue
             engine = room.engine_state(demand)
-            if engine == "unknown":
+            if engine in ("unknown", "not installable"):
                 continue
             tier = (0 if engine == "ready" else 1) + (2 if room.models.get(demand.model) else 0)
             if best[tier] is None:
@@ -171,7 +171,7 @@ class Placement:
         self.release(room, shard.devices, shard.cpu_cores, shard.memory_bytes, None)
         devices = room.fit(demand)
         engine = room.engine_state(demand)
-        if devices is None or engine == "unknown":
+        if devices is None or engine in ("unknown", "not installable"):
             self.hold(room, shard.devices, shard.cpu_cores, shard.memory_bytes, None)
             return False
         if engine != "ready":
@@ -208,6 +208,8 @@ class Placement:
                     why = f"{demand.engine} is not installed and engines.yaml names no version to install"
                 elif engine == "unknown":
                     why = f"{describe_engine(demand.engine_key)} is not installed and engines.yaml does not list it"
+                elif engine == "not installable":
+                    why = f"its agent cannot install {demand.engine} (too old, or not on this platform)"
                 elif engine == "installing":
                     why = f"installing {describe_engine(demand.engine_key)}"
                 elif engine == "installable":

@@ -21,6 +21,10 @@ current shard. Nodes not alive are ignored (their shards hold nothing; replicas 
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Mapping
+from dataclasses import fields
+
 from llmgw.plan.capacity import Demand
 from llmgw.plan.guard import guard_fleet_not_emptied
 from llmgw.plan.identity import engine_key, engine_version_of, fingerprint, replica_ids, replica_index
@@ -35,7 +39,7 @@ _RUNNING = frozenset({ShardState.READY, ShardState.STARTING, ShardState.FETCHING
 _GONE = frozenset({ShardState.STOPPED, ShardState.STOPPING})
 _RANK = {ShardState.READY: 0, ShardState.STARTING: 1, ShardState.FETCHING: 2, ShardState.PENDING: 3,
          ShardState.FAILED: 4, ShardState.STOPPED: 5, ShardState.STOPPING: 6}
-_KIND_ORDER = {ActionKind.INSTALL: 0, ActionKind.START: 1, ActionKind.RESTART: 1, ActionKind.STOP: 2,
+_KIND_ORDER = {ActionKind.CONFIGURE: -1, ActionKind.INSTALL: 0, ActionKind.START: 1, ActionKind.RESTART: 1, ActionKind.STOP: 2,
                ActionKind.KEEP: 3}
 
 
@@ -128,7 +132,18 @@ class _Planner(Placement):
 
         if pending:
             self.place_all(pending)
+        self.configure_nodes()
         return self.finish()
+
+    def configure_nodes(self) -> None:
+        """A CONFIGURE for every alive, tracked node whose acknowledged agent settings differ from the settings'."""
+        for node in self.nodes:
+            if not node.alive or node.agent_settings_applied is None:
+                continue
+            wanted = agent_settings_fingerprint(self.settings, node.node_id)
+            if node.agent_settings_applied != wanted:
+                reason = "agent settings changed" if node.agent_settings_applied else "node has no agent settings yet"
+                self.actions.append(Action(ActionKind.CONFIGURE, node.node_id, engine=wanted, reason=reason))
 
     def unwanted_reason(self, shard: ObservedShard, stopped: bool) -> str:
         if stopped:
@@ -229,6 +244,8 @@ class _Planner(Placement):
             return n
 
         def action_key(a: Action):
+            if a.kind is ActionKind.CONFIGURE:
+                return (-1, a.node_id, 0, "", "")
             if a.kind is ActionKind.INSTALL:
                 return (0, a.node_id, 0, a.engine, "")
             return (_KIND_ORDER[a.kind], a.model, index(a.replica_id), a.shard_id, a.node_id)
@@ -243,6 +260,23 @@ class _Planner(Placement):
 def _replica_key(replica_id: str) -> tuple[str, int, str]:
     model, _, _ = replica_id.rpartition("-")
     return (model, replica_index(replica_id), replica_id)
+
+
+def agent_settings_fingerprint(settings: Settings, node_id: str) -> str:
+    """The first 16 hex digits of the sha256 of `node_id`'s agent settings (defaults with its override applied).
+
+    Equal settings give equal fingerprints whatever file or commit they came from; a CONFIGURE action carries it
+    in `Action.engine` and the node acknowledges it, so the planner sees when a node holds the settings in force.
+    """
+    agent = settings.agent_settings_for(node_id)
+    described = repr(sorted((f.name, _plain(getattr(agent, f.name))) for f in fields(agent)))
+    return hashlib.sha256(described.encode()).hexdigest()[:16]
+
+
+def _plain(value):
+    if isinstance(value, Mapping):
+        return sorted(value.items())
+    return value
 
 
 def make_plan(settings: Settings, fleet: Fleet, *, allow_empty: bool = False) -> Plan:

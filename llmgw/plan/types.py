@@ -76,6 +76,10 @@ class NodeState:
     `alive` False once it missed heartbeats for `node_lost_after`. `cpu_cores` and `memory_bytes` are the
     node's totals less what its agent settings reserve. `engines_installed` holds "llama.cpp@b11434"-style
     keys; `engines_installing` those being installed now. `address` is the host the gateway reaches shards on.
+    `agent_settings_applied` is the fingerprint (`llmgw.plan.agent_settings_fingerprint`) of the agent settings
+    the node acknowledged since it connected: "" none yet, None not tracked (the planner then plans no CONFIGURE).
+    `engines_installable` the engines (names, "llama.cpp") its agent can install and `features` what its agent
+    version can do (Register's `engines_installable` / `features`); None: unknown, taken as anything.
     """
 
     node_id: str
@@ -88,6 +92,9 @@ class NodeState:
     engines_installed: frozenset[str] = frozenset()
     engines_installing: frozenset[str] = frozenset()
     shards: tuple[ObservedShard, ...] = ()
+    agent_settings_applied: str | None = None
+    engines_installable: frozenset[str] | None = None
+    features: frozenset[str] | None = None
 
 
 @dataclass(frozen=True)
@@ -109,6 +116,7 @@ class ActionKind(str, enum.Enum):
     KEEP = "keep"          # a shard that is where it should be
     INSTALL = "install"    # install an engine version on a node
     RESTART = "restart"    # a failed shard we own: start it again
+    CONFIGURE = "configure"  # send a node its agent settings (agents/default.yaml + agents/nodes/<node>.yaml)
 
 
 @dataclass(frozen=True)
@@ -165,7 +173,7 @@ class Unplaced:
 class Plan:
     """The desired assignment and the actions that reach it from the observed fleet.
 
-    `actions` are ordered: installs, then starts, then stops (a stop whose replacement is not ready yet is
+    `actions` are ordered: agent settings (CONFIGURE), installs, then starts, then stops (a stop whose replacement is not ready yet is
     left out until it is: rolling). `changes` is True when any action other than KEEP is present.
     """
 

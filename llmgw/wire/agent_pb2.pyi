@@ -138,7 +138,7 @@ class Register(_message.Message):
     def __init__(self, node_id: _Optional[str] = ..., address: _Optional[str] = ..., os: _Optional[str] = ..., arch: _Optional[str] = ..., cpu_model: _Optional[str] = ..., cpu_cores: _Optional[int] = ..., cpu_flags: _Optional[_Iterable[str]] = ..., memory_total_bytes: _Optional[int] = ..., disk_free_bytes: _Optional[int] = ..., gpus: _Optional[_Iterable[_Union[Gpu, _Mapping]]] = ..., engines_installed: _Optional[_Iterable[str]] = ..., engines_installable: _Optional[_Iterable[str]] = ..., features: _Optional[_Iterable[str]] = ..., shards: _Optional[_Iterable[_Union[ShardStatus, _Mapping]]] = ..., agent_version: _Optional[str] = ..., warnings: _Optional[_Iterable[str]] = ..., labels: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class GpuSample(_message.Message):
-    __slots__ = ("index", "utilization_percent", "memory_used_bytes", "power_draw_watts", "power_limit_watts", "temperature_celsius", "sm_clock_mhz", "clock_event_reasons", "ecc_uncorrected", "sm_active_percent", "sm_occupancy_percent", "tensor_active_percent", "dram_bandwidth_percent")
+    __slots__ = ("index", "utilization_percent", "memory_used_bytes", "power_draw_watts", "power_limit_watts", "temperature_celsius", "sm_clock_mhz", "clock_event_reasons", "ecc_uncorrected", "sm_active_percent", "sm_occupancy_percent", "tensor_active_percent", "dram_bandwidth_percent", "foreign_pids")
     INDEX_FIELD_NUMBER: _ClassVar[int]
     UTILIZATION_PERCENT_FIELD_NUMBER: _ClassVar[int]
     MEMORY_USED_BYTES_FIELD_NUMBER: _ClassVar[int]
@@ -152,6 +152,7 @@ class GpuSample(_message.Message):
     SM_OCCUPANCY_PERCENT_FIELD_NUMBER: _ClassVar[int]
     TENSOR_ACTIVE_PERCENT_FIELD_NUMBER: _ClassVar[int]
     DRAM_BANDWIDTH_PERCENT_FIELD_NUMBER: _ClassVar[int]
+    FOREIGN_PIDS_FIELD_NUMBER: _ClassVar[int]
     index: int
     utilization_percent: float
     memory_used_bytes: int
@@ -165,7 +166,8 @@ class GpuSample(_message.Message):
     sm_occupancy_percent: float
     tensor_active_percent: float
     dram_bandwidth_percent: float
-    def __init__(self, index: _Optional[int] = ..., utilization_percent: _Optional[float] = ..., memory_used_bytes: _Optional[int] = ..., power_draw_watts: _Optional[float] = ..., power_limit_watts: _Optional[float] = ..., temperature_celsius: _Optional[float] = ..., sm_clock_mhz: _Optional[int] = ..., clock_event_reasons: _Optional[int] = ..., ecc_uncorrected: _Optional[int] = ..., sm_active_percent: _Optional[float] = ..., sm_occupancy_percent: _Optional[float] = ..., tensor_active_percent: _Optional[float] = ..., dram_bandwidth_percent: _Optional[float] = ...) -> None: ...
+    foreign_pids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, index: _Optional[int] = ..., utilization_percent: _Optional[float] = ..., memory_used_bytes: _Optional[int] = ..., power_draw_watts: _Optional[float] = ..., power_limit_watts: _Optional[float] = ..., temperature_celsius: _Optional[float] = ..., sm_clock_mhz: _Optional[int] = ..., clock_event_reasons: _Optional[int] = ..., ecc_uncorrected: _Optional[int] = ..., sm_active_percent: _Optional[float] = ..., sm_occupancy_percent: _Optional[float] = ..., tensor_active_percent: _Optional[float] = ..., dram_bandwidth_percent: _Optional[float] = ..., foreign_pids: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class ProcessGroupSample(_message.Message):
     __slots__ = ("shard_id", "cpu_cores_used", "resident_memory_bytes")
@@ -178,7 +180,7 @@ class ProcessGroupSample(_message.Message):
     def __init__(self, shard_id: _Optional[str] = ..., cpu_cores_used: _Optional[float] = ..., resident_memory_bytes: _Optional[int] = ...) -> None: ...
 
 class Heartbeat(_message.Message):
-    __slots__ = ("time", "gpus", "cpu_percent", "load1", "memory_used_bytes", "memory_available_bytes", "shards", "shard_states", "engines_installed", "engines_installing")
+    __slots__ = ("time", "gpus", "cpu_percent", "load1", "memory_used_bytes", "memory_available_bytes", "shards", "shard_states", "engines_installed", "engines_installing", "disk_free_bytes")
     TIME_FIELD_NUMBER: _ClassVar[int]
     GPUS_FIELD_NUMBER: _ClassVar[int]
     CPU_PERCENT_FIELD_NUMBER: _ClassVar[int]
@@ -189,6 +191,7 @@ class Heartbeat(_message.Message):
     SHARD_STATES_FIELD_NUMBER: _ClassVar[int]
     ENGINES_INSTALLED_FIELD_NUMBER: _ClassVar[int]
     ENGINES_INSTALLING_FIELD_NUMBER: _ClassVar[int]
+    DISK_FREE_BYTES_FIELD_NUMBER: _ClassVar[int]
     time: float
     gpus: _containers.RepeatedCompositeFieldContainer[GpuSample]
     cpu_percent: float
@@ -199,7 +202,8 @@ class Heartbeat(_message.Message):
     shard_states: _containers.RepeatedCompositeFieldContainer[ShardStatus]
     engines_installed: _containers.RepeatedScalarFieldContainer[str]
     engines_installing: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, time: _Optional[float] = ..., gpus: _Optional[_Iterable[_Union[GpuSample, _Mapping]]] = ..., cpu_percent: _Optional[float] = ..., load1: _Optional[float] = ..., memory_used_bytes: _Optional[int] = ..., memory_available_bytes: _Optional[int] = ..., shards: _Optional[_Iterable[_Union[ProcessGroupSample, _Mapping]]] = ..., shard_states: _Optional[_Iterable[_Union[ShardStatus, _Mapping]]] = ..., engines_installed: _Optional[_Iterable[str]] = ..., engines_installing: _Optional[_Iterable[str]] = ...) -> None: ...
+    disk_free_bytes: int
+    def __init__(self, time: _Optional[float] = ..., gpus: _Optional[_Iterable[_Union[GpuSample, _Mapping]]] = ..., cpu_percent: _Optional[float] = ..., load1: _Optional[float] = ..., memory_used_bytes: _Optional[int] = ..., memory_available_bytes: _Optional[int] = ..., shards: _Optional[_Iterable[_Union[ProcessGroupSample, _Mapping]]] = ..., shard_states: _Optional[_Iterable[_Union[ShardStatus, _Mapping]]] = ..., engines_installed: _Optional[_Iterable[str]] = ..., engines_installing: _Optional[_Iterable[str]] = ..., disk_free_bytes: _Optional[int] = ...) -> None: ...
 
 class ShardStatus(_message.Message):
     __slots__ = ("shard_id", "replica_id", "model", "state", "fingerprint", "settings_commit", "devices", "cpu_cores", "memory_bytes", "port", "error", "restarts", "pid", "last_log_lines", "adopted", "foreign", "progress", "progress_text")
@@ -358,7 +362,7 @@ class InstallEngine(_message.Message):
     def __init__(self, engine: _Optional[str] = ..., version: _Optional[str] = ..., archive_url: _Optional[str] = ..., archive_sha256: _Optional[str] = ..., sdist_package: _Optional[str] = ..., sdist_version: _Optional[str] = ..., sdist_sha256: _Optional[str] = ..., mirror: _Optional[str] = ..., build_args: _Optional[_Iterable[str]] = ..., python_packages: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class AgentSettings(_message.Message):
-    __slots__ = ("weights_dir", "engines_dir", "heartbeat_interval", "telemetry_interval", "labels", "ignore_gpus", "mirrors", "shard_stop_grace")
+    __slots__ = ("weights_dir", "engines_dir", "heartbeat_interval", "telemetry_interval", "labels", "ignore_gpus", "mirrors", "shard_stop_grace", "fingerprint")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -374,6 +378,7 @@ class AgentSettings(_message.Message):
     IGNORE_GPUS_FIELD_NUMBER: _ClassVar[int]
     MIRRORS_FIELD_NUMBER: _ClassVar[int]
     SHARD_STOP_GRACE_FIELD_NUMBER: _ClassVar[int]
+    FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
     weights_dir: str
     engines_dir: str
     heartbeat_interval: float
@@ -382,7 +387,8 @@ class AgentSettings(_message.Message):
     ignore_gpus: _containers.RepeatedScalarFieldContainer[str]
     mirrors: _containers.RepeatedScalarFieldContainer[str]
     shard_stop_grace: float
-    def __init__(self, weights_dir: _Optional[str] = ..., engines_dir: _Optional[str] = ..., heartbeat_interval: _Optional[float] = ..., telemetry_interval: _Optional[float] = ..., labels: _Optional[_Mapping[str, str]] = ..., ignore_gpus: _Optional[_Iterable[str]] = ..., mirrors: _Optional[_Iterable[str]] = ..., shard_stop_grace: _Optional[float] = ...) -> None: ...
+    fingerprint: str
+    def __init__(self, weights_dir: _Optional[str] = ..., engines_dir: _Optional[str] = ..., heartbeat_interval: _Optional[float] = ..., telemetry_interval: _Optional[float] = ..., labels: _Optional[_Mapping[str, str]] = ..., ignore_gpus: _Optional[_Iterable[str]] = ..., mirrors: _Optional[_Iterable[str]] = ..., shard_stop_grace: _Optional[float] = ..., fingerprint: _Optional[str] = ...) -> None: ...
 
 class RequestLogs(_message.Message):
     __slots__ = ("request_id", "shard_id", "lines")

@@ -35,7 +35,7 @@ async def test_a_returning_node_has_its_running_engines_adopted_not_restarted(
             starts_before = sum(1 for p in plane.passes for a in p.sent if a.kind == "start")
             await nursery.start(run_agent, agent, plane.local_connector())
             await wait_for(lambda: plane.status()["nodes"]["n1"]["state"] == "connected"
-                           and replica_states(plane).get("tiny-0") == "ready" and plane.reconciler.last_pass.converged,
+                           and replica_states(plane).get("tiny-0") == "ready" and plane.snapshot().last_pass.converged,
                            20, "n1 back and converged", plane.status)
             assert plane.status()["nodes"]["n1"]["shards"]["tiny-0/0"]["pid"] == pid
             starts_after = sum(1 for p in plane.passes for a in p.sent if a.kind == "start")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from llmgw.control.audit import audit_message, audit_snapshot, dump_yaml, state_changes
-from llmgw.control.reconciling import ActionRecord, PassRecord
+from llmgw.control.state import ActionRecord, PassRecord
 
 
 def snap(replicas=None, nodes=None, bad=None):

@@ -18,8 +18,8 @@ def node(node_id: str, *shards: ObservedShard) -> NodeState:
 
 
 def test_a_registered_node_is_alive_with_the_shards_it_reports():
-    registry = FleetRegistry(lost_after=30)
-    assert registry.register(node("n1", shard("gemma-0/0")), now=0.0) is True
+    registry, changed = FleetRegistry(lost_after=30).register(node("n1", shard("gemma-0/0")), now=0.0)
+    assert changed is True
     fleet = registry.fleet()
     assert [n.node_id for n in fleet.nodes] == ["n1"]
     assert fleet.nodes[0].alive and fleet.nodes[0].shards[0].shard_id == "gemma-0/0"
@@ -35,11 +35,10 @@ def test_a_registered_node_is_alive_with_the_shards_it_reports():
     ],
 )
 def test_a_node_is_lost_only_after_being_silent_longer_than_lost_after(silent_for, disconnected, lost):
-    registry = FleetRegistry(lost_after=30)
-    registry.register(node("n1", shard("gemma-0/0")), now=0.0)
+    registry, _ = FleetRegistry(lost_after=30).register(node("n1", shard("gemma-0/0")), now=0.0)
     if disconnected:
-        registry.disconnect("n1", now=0.0)
-    newly_lost = registry.expire(now=float(silent_for))
+        registry, _ = registry.disconnect("n1", now=0.0)
+    registry, newly_lost = registry.expire(now=float(silent_for))
     assert newly_lost == (("n1",) if lost else ())
     view = registry.fleet().nodes[0]
     assert view.alive is (not lost)
@@ -48,37 +47,36 @@ def test_a_node_is_lost_only_after_being_silent_longer_than_lost_after(silent_fo
 
 
 def test_heartbeats_keep_a_node_alive_and_report_shard_changes():
-    registry = FleetRegistry(lost_after=30)
-    registry.register(node("n1", shard("gemma-0/0", ShardState.STARTING)), now=0.0)
-    same = registry.heartbeat("n1", now=20.0, shards=[shard("gemma-0/0", ShardState.STARTING)])
+    registry, _ = FleetRegistry(lost_after=30).register(node("n1", shard("gemma-0/0", ShardState.STARTING)), now=0.0)
+    registry, same = registry.heartbeat("n1", now=20.0, shards=[shard("gemma-0/0", ShardState.STARTING)])
     assert same is False
-    changed = registry.heartbeat("n1", now=40.0, shards=[shard("gemma-0/0", ShardState.READY)])
+    registry, changed = registry.heartbeat("n1", now=40.0, shards=[shard("gemma-0/0", ShardState.READY)])
     assert changed is True
-    assert registry.expire(now=60.0) == ()
+    assert registry.expire(now=60.0)[1] == ()
     assert registry.fleet().nodes[0].shards[0].state is ShardState.READY
 
 
 def test_a_returning_node_has_its_shards_adopted_as_reported():
-    registry = FleetRegistry(lost_after=30)
-    registry.register(node("n1", shard("gemma-0/0")), now=0.0)
-    registry.expire(now=100.0)
+    registry, _ = FleetRegistry(lost_after=30).register(node("n1", shard("gemma-0/0")), now=0.0)
+    registry, _ = registry.expire(now=100.0)
     assert registry.fleet().nodes[0].alive is False
-    assert registry.register(node("n1", shard("gemma-0/0", port=9123)), now=101.0) is True
+    registry, changed = registry.register(node("n1", shard("gemma-0/0", port=9123)), now=101.0)
+    assert changed is True
     back = registry.fleet().nodes[0]
     assert back.alive and back.shards == (shard("gemma-0/0", port=9123),)
 
 
 def test_messages_from_a_node_that_never_registered_are_ignored():
     registry = FleetRegistry(lost_after=30)
-    assert registry.heartbeat("ghost", now=0.0, shards=[shard("x-0/0")]) is False
-    assert registry.shard_status("ghost", shard("x-0/0"), now=0.0) is False
+    assert registry.heartbeat("ghost", now=0.0, shards=[shard("x-0/0")]) == (registry, False)
+    assert registry.shard_status("ghost", shard("x-0/0"), now=0.0) == (registry, False)
     assert registry.fleet().nodes == ()
 
 
 def test_a_shard_status_replaces_that_shard_only():
-    registry = FleetRegistry(lost_after=30)
-    registry.register(node("n1", shard("a-0/0"), shard("b-0/0")), now=0.0)
-    assert registry.shard_status("n1", shard("a-0/0", ShardState.FAILED), now=1.0) is True
+    registry, _ = FleetRegistry(lost_after=30).register(node("n1", shard("a-0/0"), shard("b-0/0")), now=0.0)
+    registry, changed = registry.shard_status("n1", shard("a-0/0", ShardState.FAILED), now=1.0)
+    assert changed is True
     states = {s.shard_id: s.state for s in registry.fleet().nodes[0].shards}
     assert states == {"a-0/0": ShardState.FAILED, "b-0/0": ShardState.READY}
 
@@ -92,10 +90,9 @@ def test_a_shard_status_replaces_that_shard_only():
     ],
 )
 def test_engine_installs_move_between_installing_and_installed(events, installed, installing):
-    registry = FleetRegistry(lost_after=30)
-    registry.register(node("n1"), now=0.0)
+    registry, _ = FleetRegistry(lost_after=30).register(node("n1"), now=0.0)
     for state, error in events:
-        registry.engine_status("n1", "llama.cpp@b1", state, error, now=1.0)
+        registry, _ = registry.engine_status("n1", "llama.cpp@b1", state, error, now=1.0)
     record = registry.get("n1")
     assert set(record.state.engines_installed) == installed
     assert set(record.state.engines_installing) == installing
@@ -106,6 +103,13 @@ def test_engine_installs_move_between_installing_and_installed(events, installed
 def test_next_expiry_is_when_the_quietest_live_node_would_be_lost():
     registry = FleetRegistry(lost_after=30)
     assert registry.next_expiry() is None
-    registry.register(node("n1"), now=5.0)
-    registry.register(node("n2"), now=2.0)
+    registry, _ = registry.register(node("n1"), now=5.0)
+    registry, _ = registry.register(node("n2"), now=2.0)
     assert registry.next_expiry() == 32.0
+
+
+def test_a_transition_leaves_the_registry_it_started_from_unchanged():
+    before, _ = FleetRegistry(lost_after=30).register(node("n1", shard("a-0/0")), now=0.0)
+    after, _ = before.shard_status("n1", shard("a-0/0", ShardState.FAILED), now=1.0)
+    assert before.fleet().nodes[0].shards[0].state is ShardState.READY
+    assert after.fleet().nodes[0].shards[0].state is ShardState.FAILED

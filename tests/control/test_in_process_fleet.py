@@ -100,14 +100,14 @@ async def test_pushes_are_placed_served_scaled_to_zero_and_bad_commits_kept_out(
         checkout = tmp_path / "checkout"
         await push_catalog(checkout, settings_repo, set_replicas(2), "tiny: 2 replicas")
         await wait_for(lambda: replica_states(plane) == {"tiny-0": "ready", "tiny-1": "ready"}, 30, "2 ready")
-        await wait_for(lambda: plane.audit.applied == plane.watcher.state.settings.commit, 10, "applied ref")
+        await wait_for(lambda: plane.audit.applied == plane.snapshot().watch.settings.commit, 10, "applied ref")
 
         # scaling to 0 is held back by the empty-catalog guard until allow_empty is set, then stops both engines
         await push_catalog(checkout, settings_repo, set_replicas(0), "tiny: 0 replicas")
-        await wait_for(lambda: plane.watcher.state.held is not None, 10, "the emptying commit held")
+        await wait_for(lambda: plane.snapshot().watch.held is not None, 10, "the emptying commit held")
         assert "allow_empty" in plane.status()["settings"]["held"]["issues"][0]["reason"]
         assert replica_states(plane) == {"tiny-0": "ready", "tiny-1": "ready"}
-        await plane.reconciler.wait_pass()
+        await plane.wait_pass()
         snapshots = plane.audit.pending() + plane.audit.written
         await trio.sleep(1.5)  # idle passes with nothing changed write no audit commit
         assert plane.audit.pending() + plane.audit.written == snapshots
@@ -118,7 +118,7 @@ async def test_pushes_are_placed_served_scaled_to_zero_and_bad_commits_kept_out(
         await push_catalog(checkout, settings_repo, allow_empty, "allow an empty catalog")
         await wait_for(lambda: all(s == "stopped" for s in replica_states(plane).values()) or
                        not replica_states(plane), 30, "replicas stopped", plane.status)
-        good = plane.watcher.state.settings.commit
+        good = plane.snapshot().watch.settings.commit
 
         # a commit that does not validate, accepted by a forge without our pre-receive hook, is never applied
         bad = commit_directly(settings_repo, "catalog/tiny.yaml", b"name: tiny\nengine: llama.cpp\nreplicas: many\n",
@@ -131,7 +131,7 @@ async def test_pushes_are_placed_served_scaled_to_zero_and_bad_commits_kept_out(
             woke = await admin.post("/api/v1/hooks/git", content=body,
                                     headers={"X-Hub-Signature-256": sign_webhook(b"hook-secret", body)})
             assert woke.status_code == 202
-            await wait_for(lambda: plane.watcher.state.bad is not None, 5, "the bad commit noticed")
+            await wait_for(lambda: plane.snapshot().watch.bad is not None, 5, "the bad commit noticed")
             status = (await admin.get("/api/v1/status",
                                       headers={"Authorization": f"Bearer {plane.admin_token}"})).json()
         assert status["settings"]["commit"] == good

@@ -31,7 +31,7 @@ async def test_only_the_leader_acts_and_the_other_takes_over_when_it_stops(
             assert first.leader and not second.leader
             await nursery.start(run_agent, agent, second.local_connector())
             await wait_for(lambda: second.registry.get("n1") is not None, 10, "n1 registered with the second")
-            record = await second.reconciler.wait_pass()
+            record = await second.wait_pass()
             assert record.actions and all(a.outcome == "skipped" and "leader lease" in a.error for a in record.actions)
             assert second.status()["control_plane"]["leader_holder"] == first.holder
             leader_nursery.cancel_scope.cancel()

@@ -37,13 +37,13 @@ async def test_a_changed_model_rolls_without_a_moment_unserved(tmp_path, setting
                 b"  - source: https://example.invalid/tiny/tiny.gguf\n    sha256: " + sha.encode() +
                 b"\nreplicas: 1\nresources:\n  cpu_cores: 0.1\n  memory: 64Mi\ncontext_size: 1024\n")
         await trio.to_thread.run_sync(commit_directly, settings_repo, "catalog/tiny.yaml", text, "bigger context")
-        plane.watcher.wake()
+        plane.wake_watcher()
 
         def rolled():
             shards = plane.status()["nodes"]["n1"]["shards"]
             live = {sid: s for sid, s in shards.items() if s["replica"] == "tiny-0" and s["state"] != "stopped"}
             return len(live) == 1 and next(iter(live)) != "tiny-0/0" and all(
-                s["state"] == "ready" for s in live.values()) and plane.reconciler.last_pass.converged
+                s["state"] == "ready" for s in live.values()) and plane.snapshot().last_pass.converged
 
         await wait_for(rolled, 30, "the roll to finish", plane.status)
         assert plane.table.models["tiny"].replicas[0].base_url != old_url

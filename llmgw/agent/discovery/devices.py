@@ -125,7 +125,8 @@ class GpuSample:
     `temperature_celsius`; `sm_clock_mhz`; `clock_event_reasons` NVML's bit mask (nvmlClocksEventReason*: 0x1 idle,
     0x4 software power cap, 0x8 hardware slowdown, 0x20/0x40 thermal, ...); `ecc_uncorrected` volatile uncorrected
     ECC errors since the driver loaded. GPM metrics (Hopper and newer, 0-100) need two readings a period apart, so
-    they are None in the first sample.
+    they are None in the first sample. `foreign_pids` are the processes on the card now that llmgw did not start
+    (judged on every sample, so a card comes back to placement as soon as such a process exits).
     """
 
     index: int
@@ -141,6 +142,7 @@ class GpuSample:
     sm_occupancy_percent: float | None = None
     tensor_active_percent: float | None = None
     dram_bandwidth_percent: float | None = None
+    foreign_pids: tuple[int, ...] = ()
 
     def pb_fields(self) -> dict:
         """Keyword arguments for `llmgw.wire.pb.GpuSample(**fields)`, None values left out (absent on the wire)."""

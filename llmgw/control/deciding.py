@@ -1,0 +1,278 @@
+"""`decide(state, now)`: what the control plane does next, as data. Pure: nothing here awaits or does I/O.
+
+A pass (fixed stages, after Flux's kustomize-controller): take the settings in force and the observed fleet from
+the `ControlState`, plan (`llmgw.plan.make_plan`), choose which planned actions to send now, and build the next
+state. The caller (`llmgw.control.looping.ControlLoop`) sends the chosen actions afterwards and feeds their
+outcomes back as events (`action_answered`, `action_failed`), which build the next state again.
+
+Rules, each checked over seeded random states in tests/control/test_decide_invariants.py:
+- nothing is sent while this control plane does not hold the leader lease;
+- nothing is sent to a node that is not connected, nor a command its agent is too old for (refused at once,
+  naming the node and its agent version);
+- an action in flight is not sent again; it stays in flight until its node answered and the fleet shows it
+  done (or `settle_after` seconds pass after the answer);
+- a failed action waits: `TemporaryError.delay` seconds when the error names one, else 1 s doubling to 60 s;
+- a shard that keeps failing is restarted with the same growing backoff.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+
+from llmgw.control.reports import fleet_for
+from llmgw.control.state import (
+    ActionKey, ActionRecord, ControlState, Failure, InFlight, PassRecord, frozen,
+)
+from llmgw.plan import EmptiedCatalogError, make_plan
+from llmgw.plan.types import Action, ActionKind, Fleet, Plan, ShardState
+
+BACKOFF_FIRST = 1.0
+BACKOFF_MAX = 60.0
+SETTLE_AFTER = 15.0
+
+_LIVE = (ShardState.PENDING, ShardState.FETCHING, ShardState.STARTING, ShardState.READY)
+
+FEATURE_FOR = {ActionKind.INSTALL: "install:{engine}"}
+"""The agent feature (Register.features) an action kind needs; `{engine}` is the engine's name."""
+
+
+def shard_id_of(action: Action) -> str:
+    """The shard an action is about: the action's, else its assignment's, else "<replica>/0"."""
+    if action.shard_id:
+        return action.shard_id
+    if action.assignment is not None and action.assignment.shard_id:
+        return action.assignment.shard_id
+    return f"{action.replica_id}/0"
+
+
+def action_key(action: Action) -> ActionKey:
+    """Identity of an action across passes: (kind, node, shard id, engine, or agent-settings fingerprint).
+    START and RESTART share one."""
+    kind = "start" if action.kind in (ActionKind.START, ActionKind.RESTART) else action.kind.value
+    if action.kind in (ActionKind.INSTALL, ActionKind.CONFIGURE):
+        return (kind, action.node_id, action.engine)
+    return (kind, action.node_id, shard_id_of(action))
+
+
+def backoff(attempts: int) -> float:
+    """Seconds to wait before try `attempts + 1`: 1, 2, 4, ... capped at 60."""
+    return min(BACKOFF_MAX, BACKOFF_FIRST * 2 ** max(0, attempts - 1))
+
+
+def converged(plan: Plan, fleet: Fleet) -> bool:
+    """True when nothing is left to do: no action but KEEP, nothing unplaced, every assigned shard READY on a
+    live node, and no shard of ours running that the plan does not assign."""
+    if plan.changes or plan.unplaced:
+        return False
+    wanted = {a.shard_id or f"{a.replica_id}/0" for a in plan.assignments}
+    running: dict[str, ShardState] = {}
+    for node in fleet.nodes:
+        if not node.alive:
+            continue
+        for shard in node.shards:
+            if shard.adopted_foreign or shard.state is ShardState.STOPPED:
+                continue
+            running[shard.shard_id] = shard.state
+    return set(running) == wanted and all(state is ShardState.READY for state in running.values())
+
+
+def planner_fleet(state: ControlState) -> Fleet:
+    """The fleet as the planner sees it: the settings' view of each node (`fleet_for`), with the agent settings
+    each node acknowledged on its current connection, and what its agent can install and do."""
+    settings = state.settings
+    nodes = []
+    for node in fleet_for(state.fleet.fleet(), settings).nodes:
+        record = state.fleet.get(node.node_id)
+        nodes.append(replace(
+            node,
+            agent_settings_applied=state.acked_settings.get(node.node_id, "") if settings is not None else None,
+            engines_installable=(record.engines_installable or None) if record else None,
+            features=(record.features or None) if record else None,
+        ))
+    return Fleet(nodes=tuple(nodes))
+
+
+def _observed_done(action: Action, fleet: Fleet, acked: Mapping[str, str]) -> bool:
+    node = fleet.node(action.node_id)
+    if node is None:
+        return False
+    if action.kind is ActionKind.CONFIGURE:
+        return acked.get(action.node_id) == action.engine
+    if action.kind is ActionKind.INSTALL:
+        return action.engine in node.engines_installed or action.engine in node.engines_installing
+    shard_id = shard_id_of(action)
+    shard = next((s for s in node.shards if s.shard_id == shard_id), None)
+    if action.kind is ActionKind.STOP:
+        return shard is None or shard.state is ShardState.STOPPED
+    return shard is not None and shard.state in _LIVE
+
+
+def refusal_for(action: Action, state: ControlState) -> str | None:
+    """Why `action`'s node cannot do it (its agent lacks the feature), naming the node and its agent version;
+    None when it can, or when the agent did not say what it can do (an agent older than feature reports)."""
+    template = FEATURE_FOR.get(action.kind)
+    record = state.fleet.get(action.node_id)
+    if template is None or record is None or not record.features:
+        return None
+    engine = action.engine.partition("@")[0]
+    needed = template.format(engine=engine)
+    if needed in record.features:
+        return None
+    return (f"node {action.node_id} runs llmgw agent {record.agent_version or '(unknown version)'}, which cannot "
+            f"{action.kind.value} {action.engine or action.replica_id} (it lacks {needed!r}); upgrade its agent")
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What one pass decided: the `plan`, the actions to `send` now (in plan order), and the pass's `record`."""
+
+    plan: Plan
+    send: tuple[Action, ...]
+    record: PassRecord
+
+
+def decide(
+    state: ControlState, now: float, *, now_unix: float = 0.0, trigger: str = "timer",
+    settle_after: float = SETTLE_AFTER,
+) -> tuple[Decision | None, ControlState]:
+    """One reconcile pass over `state` at `now` (control-plane clock seconds; `now_unix` for the records).
+
+    Returns (decision, next state); (None, state) when no settings are in force yet. The next state has the
+    pass counted and recorded, the chosen actions in flight, expired in-flight entries, failures of actions no
+    longer planned and past timers dropped, and new restart-backoff timers added. Raises nothing for any state.
+    """
+    settings = state.settings
+    if settings is None:
+        return None, state
+    fleet = planner_fleet(state)
+    allow_empty = settings.commit is not None and settings.commit == state.allow_empty_commit
+    timers = tuple(t for t in state.timers if t[0] > now)
+    try:
+        plan = make_plan(settings, fleet, allow_empty=allow_empty)
+    except EmptiedCatalogError as exc:
+        plan = Plan(settings_commit=settings.commit, notes=(str(exc),))
+        records: list[ActionRecord] = []
+        send: list[Action] = []
+        in_flight, failures, restarts = state.in_flight, state.failures, state.restarts
+        done = False
+    else:
+        if state.leadership.leader:
+            records, send, in_flight, failures, restarts, timers = _act(
+                state, plan, fleet, now, now_unix, settle_after, timers)
+        else:
+            refusal = (f"another control plane ({state.leadership.holder or 'unknown'}) holds the leader lease; "
+                       "this one plans and reports but sends nothing")
+            records = [_record(a, "skipped", refusal) for a in plan.actions if a.kind is not ActionKind.KEEP]
+            send, in_flight, failures, restarts = [], state.in_flight, state.failures, state.restarts
+        done = converged(plan, fleet) and not in_flight
+    number = state.passes + 1
+    record = PassRecord(
+        number=number, trigger=trigger, settings_commit=settings.commit, started_at=now_unix, duration=0.0,
+        actions=tuple(records), unplaced=plan.unplaced, converged=done, notes=plan.notes,
+    )
+    following = replace(
+        state, passes=number, last_pass=record, last_plan=plan, in_flight=frozen(in_flight),
+        failures=frozen(failures), restarts=frozen(restarts), timers=timers,
+    )
+    return Decision(plan, tuple(send), record), following
+
+
+def _record(action: Action, outcome: str, error: str = "", retry_at: float | None = None) -> ActionRecord:
+    return ActionRecord(
+        kind=action.kind.value, node_id=action.node_id, subject=action_key(action)[2], model=action.model,
+        reason=action.reason, outcome=outcome, error=error, retry_at=retry_at, previous_node=action.previous_node,
+    )
+
+
+def _act(state: ControlState, plan: Plan, fleet: Fleet, now: float, now_unix: float, settle_after: float,
+         timers: tuple[tuple[float, str], ...]):
+    planned = {action_key(a) for a in plan.actions if a.kind is not ActionKind.KEEP}
+    in_flight = {
+        key: flight for key, flight in state.in_flight.items()
+        if not (flight.answered_at is not None and (
+            _observed_done(flight.action, fleet, state.acked_settings) or now - flight.answered_at > settle_after))
+    }
+    failures = {key: f for key, f in state.failures.items() if key in planned}
+    ready = {(n.node_id, s.shard_id) for n in fleet.nodes for s in n.shards if s.state is ShardState.READY}
+    restarts = {key: r for key, r in state.restarts.items() if (key[1], key[2]) not in ready}
+    timers_out = list(timers)
+    records: list[ActionRecord] = []
+    send: list[Action] = []
+    for action in plan.actions:
+        if action.kind is ActionKind.KEEP:
+            continue
+        key = action_key(action)
+        record = state.fleet.get(action.node_id)
+        if record is None or record.lost or not record.connected:
+            why = "is lost" if record is None or record.lost else "is not connected; the command waits for it"
+            records.append(_record(action, "skipped", f"node {action.node_id} {why}"))
+            continue
+        if key in in_flight:
+            records.append(_record(action, "in flight"))
+            continue
+        refusal = refusal_for(action, state)
+        if refusal is not None:
+            records.append(_record(action, "refused", refusal))
+            continue
+        failure = failures.get(key)
+        if failure is not None and failure.retry_at > now:
+            records.append(_record(action, "backing off", failure.error, failure.retry_at_unix))
+            continue
+        if action.kind is ActionKind.RESTART:
+            restart = restarts.get(key)
+            if restart is not None and restart.retry_at > now:
+                records.append(_record(action, "backing off", f"restart {restart.attempts + 1} waits: {restart.error}",
+                                       restart.retry_at_unix))
+                continue
+            attempts = (restart.attempts if restart else 0) + 1
+            delay = backoff(attempts)
+            restarts[key] = Failure(attempts=attempts, error=action.reason or "the shard failed",
+                                    retry_at=now + delay, retry_at_unix=now_unix + delay,
+                                    kind=key[0], node_id=key[1], subject=key[2])
+            timers_out.append((now + delay, f"restart backoff of {key[2]} over"))
+        in_flight[key] = InFlight(action, now)
+        send.append(action)
+        records.append(_record(action, "sent"))
+    return records, send, in_flight, failures, restarts, tuple(timers_out)
+
+
+# -- events: an action's outcome builds the next state ------------------------------------------------------
+
+def action_answered(state: ControlState, key: ActionKey, now: float) -> ControlState:
+    """The node answered `key`'s command with success: it stays in flight until the fleet shows it done; its
+    failure is forgotten; a CONFIGURE's fingerprint counts as acknowledged by the node."""
+    flight = state.in_flight.get(key)
+    in_flight = dict(state.in_flight)
+    acked = state.acked_settings
+    if flight is not None:
+        in_flight[key] = replace(flight, answered_at=now)
+        if flight.action.kind is ActionKind.CONFIGURE:
+            acked = frozen({**state.acked_settings, flight.action.node_id: flight.action.engine})
+    failures = {k: f for k, f in state.failures.items() if k != key}
+    return replace(state, in_flight=frozen(in_flight), failures=frozen(failures), acked_settings=acked)
+
+
+def action_failed(
+    state: ControlState, key: ActionKey, error: str, now: float, *, delay: float | None = None, now_unix: float = 0.0,
+) -> ControlState:
+    """`key`'s command failed with `error`: out of flight, retried after `delay` seconds when given (a
+    TemporaryError's own delay), else after the growing backoff; a timer wakes the pass that retries it."""
+    previous = state.failures.get(key)
+    attempts = (previous.attempts if previous else 0) + 1
+    wait = delay if delay is not None else backoff(attempts)
+    failure = Failure(attempts=attempts, error=error, retry_at=now + wait, retry_at_unix=now_unix + wait,
+                      kind=key[0], node_id=key[1], subject=key[2])
+    in_flight = {k: f for k, f in state.in_flight.items() if k != key}
+    return replace(
+        state, in_flight=frozen(in_flight), failures=frozen({**state.failures, key: failure}),
+        timers=(*state.timers, (now + wait, f"retry of {key[0]} {key[2]}")),
+    )
+
+
+def node_connected(state: ControlState, node_id: str) -> ControlState:
+    """A node (re)registered: what it acknowledged on an earlier connection no longer counts, and commands in
+    flight to it were lost with that connection."""
+    acked = {k: v for k, v in state.acked_settings.items() if k != node_id}
+    in_flight = {k: f for k, f in state.in_flight.items() if k[1] != node_id}
+    return replace(state, acked_settings=frozen(acked), in_flight=frozen(in_flight))

@@ -1,0 +1,182 @@
+"""`ControlLoop`: the one place where the control plane's state changes.
+
+    loop = ControlLoop(ControlState(), execute, interval=lambda: 10.0, on_change=..., on_pass=...)
+    await nursery.start(loop.run)
+    loop.update(lambda s: (replace(s, leadership=...), True), "became leader")   # from any task, never blocks
+
+Every event (a settings commit, an agent message, a lease renewal, an action's outcome, a timer, an admin or CLI
+request) is a pure transition `ControlState -> (ControlState, placement_relevant)` sent through one unbounded
+trigger channel. The loop task folds every transition waiting, calls `on_change(old, new, reasons)` once for the
+batch (the control plane rebuilds the routing table there when a change was placement-relevant), and runs a
+reconcile pass (`llmgw.control.deciding.decide`) when a transition asked for one, when a backoff timer or a node's
+expiry is due, or every `interval()` seconds. The pass's actions are then sent in the loop's nursery, at most
+`concurrency` at a time; their outcomes come back as transitions. Nothing reads state back through a callback:
+readers take `loop.state`, an immutable value.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Awaitable, Callable
+
+import trio
+
+from llmgw.control.deciding import Decision, action_answered, action_failed, action_key, decide
+from llmgw.control.state import ControlState, PassRecord
+from llmgw.errors import LlmgwError, TemporaryError
+from llmgw.plan.types import Action
+from llmgw.settings.model import Settings
+
+Transition = Callable[[ControlState], "tuple[ControlState, bool]"]
+"""A pure event: the next state, and whether the change is placement-relevant (wakes a pass)."""
+
+
+class ControlLoop:
+    """Owns `state` (a `ControlState`) and the only task that replaces it.
+
+    `execute(action, settings)` sends one action's command and waits for its node's answer (raising LlmgwError;
+    a TemporaryError's `delay` is honoured). `on_change(old, new, reasons)` runs after each batch of events and
+    after each pass; `reasons` is empty when nothing placement-relevant changed. `on_pass(decision, state)` runs
+    after each pass with the state it produced. `interval()` is the seconds between passes when nothing wakes one.
+    """
+
+    def __init__(
+        self,
+        state: ControlState,
+        execute: Callable[[Action, Settings], Awaitable[None]],
+        *,
+        interval: Callable[[], float] = lambda: 10.0,
+        on_change: Callable[[ControlState, ControlState, list[str]], None] = lambda old, new, reasons: None,
+        on_pass: Callable[[Decision, ControlState], None] = lambda decision, state: None,
+        concurrency: int = 8,
+        settle_after: float = 15.0,
+    ):
+        self.state = state
+        self._execute = execute
+        self._interval = interval
+        self._on_change = on_change
+        self._on_pass = on_pass
+        self._limiter = trio.CapacityLimiter(concurrency)
+        self.settle_after = settle_after
+        self._send, self._receive = trio.open_memory_channel[tuple[Transition | None, str | None]](math.inf)
+        self._pass_done = trio.Event()
+        self._nursery: trio.Nursery | None = None
+
+    # -- events -------------------------------------------------------------------------------------------
+
+    def update(self, transition: Transition | None, reason: str | None = None) -> None:
+        """Queue `transition` (None: none) for the loop; `reason` names the event. A pass follows when the
+        transition says its change is placement-relevant, or when `transition` is None and `reason` is given
+        (a kick). Never blocks; safe from any task of the loop's trio run."""
+        self._send.send_nowait((transition, reason))
+
+    def kick(self, reason: str) -> None:
+        """Bring the next pass forward (`reason` is recorded as its trigger)."""
+        self.update(None, reason)
+
+    async def wait_pass(self) -> PassRecord:
+        """Wait for the next pass to finish and return its record. A checkpoint."""
+        await self._pass_done.wait()
+        assert self.state.last_pass is not None
+        return self.state.last_pass
+
+    # -- the loop -----------------------------------------------------------------------------------------
+
+    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        """Fold events and run passes until cancelled."""
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            task_status.started()
+            next_pass = trio.current_time() + self._interval()
+            while True:
+                deadline = min(next_pass, self._next_due())
+                triggers: list[str] = []
+                with trio.move_on_at(deadline):
+                    item = await self._receive.receive()
+                    self._fold([item], triggers)
+                batch = []
+                while True:
+                    try:
+                        batch.append(self._receive.receive_nowait())
+                    except trio.WouldBlock:
+                        break
+                self._fold(batch, triggers)
+                now = trio.current_time()
+                expired = self._expire(now)
+                if expired:
+                    triggers.append(expired)
+                if not triggers and now < deadline:
+                    continue
+                if not triggers:
+                    triggers = [self._due_reason(now)]
+                self.run_pass(", ".join(dict.fromkeys(triggers)))
+                next_pass = trio.current_time() + self._interval()
+
+    def _next_due(self) -> float:
+        times = [self.state.next_timer(), self.state.fleet.next_expiry()]
+        return min((t for t in times if t is not None), default=math.inf)
+
+    def _due_reason(self, now: float) -> str:
+        due = [reason for at, reason in self.state.timers if at <= now]
+        return ", ".join(dict.fromkeys(due)) or "timer"
+
+    def _fold(self, items: list, triggers: list[str]) -> None:
+        if not items:
+            return
+        old = state = self.state
+        reasons: list[str] = []
+        for transition, reason in items:
+            if transition is None:
+                if reason:
+                    triggers.append(reason)
+                continue
+            state, relevant = transition(state)
+            if relevant and reason:
+                reasons.append(reason)
+        self.state = state
+        triggers.extend(reasons)
+        if state is not old:
+            self._on_change(old, state, reasons)
+
+    def _expire(self, now: float) -> str | None:
+        fleet, lost = self.state.fleet.expire(now)
+        if not lost:
+            return None
+        old = self.state
+        self.state = old.with_fleet(fleet)
+        reason = f"node {', '.join(lost)} lost"
+        self._on_change(old, self.state, [reason])
+        return reason
+
+    def run_pass(self, trigger: str) -> PassRecord | None:
+        """Run one pass now (not a checkpoint): decide, record the next state, start sending its actions.
+        Returns its record, or None when no settings are in force yet."""
+        started = trio.current_time()
+        old = self.state
+        decision, state = decide(old, started, now_unix=time.time(), trigger=trigger, settle_after=self.settle_after)
+        if decision is None:
+            return None
+        self.state = state
+        for action in decision.send:
+            assert self._nursery is not None, "ControlLoop.run must be running"
+            self._nursery.start_soon(self._run_action, action, state.settings)
+        self._on_change(old, state, [])
+        self._on_pass(decision, state)
+        event, self._pass_done = self._pass_done, trio.Event()
+        event.set()
+        return decision.record
+
+    async def _run_action(self, action: Action, settings: Settings) -> None:
+        key = action_key(action)
+        async with self._limiter:
+            try:
+                await self._execute(action, settings)
+            except LlmgwError as exc:
+                delay = exc.delay if isinstance(exc, TemporaryError) else None
+                now, error = trio.current_time(), str(exc)
+                self.update(lambda s: (action_failed(s, key, error, now, delay=delay, now_unix=time.time()), True),
+                            f"{action.kind.value} {key[2]} on {action.node_id} failed")
+                return
+        now = trio.current_time()
+        self.update(lambda s: (action_answered(s, key, now), True), f"{action.kind.value} {key[2]} answered")

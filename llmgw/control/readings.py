@@ -1,0 +1,94 @@
+"""What a node's last heartbeat measured: node, per-GPU and per-shard readings, with the time they arrived.
+
+Pure values. Units follow llmgw/wire/agent.proto: bytes, percent 0-100, watts, degrees Celsius, MHz; a reading the
+agent could not take is None, never 0. `at` is the control plane's clock (`trio.current_time()`) when the heartbeat
+arrived. A reading older than `READING_MAX_AGE` seconds is absent from every document (`to_json` returns None):
+an old value is never shown as if it were current.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+READING_MAX_AGE = 60.0
+"""Seconds after which a node's readings are absent, never repeated (issue 9: "older than 60 s is absent")."""
+
+
+@dataclass(frozen=True)
+class GpuReading:
+    """One card's readings from one heartbeat (a pb `GpuSample`). `foreign_pids`: processes llmgw did not start
+    that hold the card now; `ecc_uncorrected` volatile uncorrected ECC errors since the driver loaded; the GPM
+    activities (`sm_active_percent` ...) are read on Hopper and newer only."""
+
+    index: int
+    utilization_percent: float | None = None
+    memory_used_bytes: int | None = None
+    power_draw_watts: float | None = None
+    power_limit_watts: float | None = None
+    temperature_celsius: float | None = None
+    sm_clock_mhz: int | None = None
+    clock_event_reasons: int | None = None
+    ecc_uncorrected: int | None = None
+    sm_active_percent: float | None = None
+    sm_occupancy_percent: float | None = None
+    tensor_active_percent: float | None = None
+    dram_bandwidth_percent: float | None = None
+    foreign_pids: tuple[int, ...] = ()
+
+    def to_json(self) -> dict:
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        out["foreign_pids"] = list(self.foreign_pids)
+        return out
+
+
+@dataclass(frozen=True)
+class ShardReading:
+    """One shard's process group: CPU cores used over the last period and resident memory (bytes)."""
+
+    shard_id: str
+    cpu_cores_used: float | None = None
+    resident_memory_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class NodeReadings:
+    """A node's readings from one heartbeat.
+
+    `at`: control-plane clock seconds when it arrived; `agent_time`: unix seconds at the agent when taken.
+    `cpu_percent` 0-100 of all cores; `load1` the 1-minute load average; memory and disk in bytes (disk: free
+    under the weights directory).
+    """
+
+    at: float
+    agent_time: float = 0.0
+    cpu_percent: float | None = None
+    load1: float | None = None
+    memory_used_bytes: int | None = None
+    memory_available_bytes: int | None = None
+    disk_free_bytes: int | None = None
+    gpus: tuple[GpuReading, ...] = ()
+    shards: tuple[ShardReading, ...] = ()
+
+    def age(self, now: float) -> float:
+        """Seconds since these readings arrived (`now` on the same clock as `at`)."""
+        return max(0.0, now - self.at)
+
+    def fresh(self, now: float) -> bool:
+        """True while at most `READING_MAX_AGE` seconds old."""
+        return self.age(now) <= READING_MAX_AGE
+
+    def to_json(self, now: float) -> dict | None:
+        """The readings as a JSON-ready dict with `age_seconds` (rounded to 0.1 s), or None when stale."""
+        if not self.fresh(now):
+            return None
+        return {
+            "age_seconds": round(self.age(now), 1),
+            "cpu_percent": self.cpu_percent,
+            "load1": self.load1,
+            "memory_used_bytes": self.memory_used_bytes,
+            "memory_available_bytes": self.memory_available_bytes,
+            "disk_free_bytes": self.disk_free_bytes,
+            "gpus": [gpu.to_json() for gpu in self.gpus],
+            "shards": {s.shard_id: {"cpu_cores_used": s.cpu_cores_used,
+                                    "resident_memory_bytes": s.resident_memory_bytes} for s in self.shards},
+        }

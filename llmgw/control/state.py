@@ -1,0 +1,174 @@
+"""`ControlState`: the control plane's one state, an immutable value.
+
+Everything the control plane knows lives here: the settings in force and a rejected branch head, the fleet with
+every heartbeat's readings, leadership, the applied commit, the actions in flight, failures and backoffs, and
+which agent settings each node acknowledged. Every event builds the next state from the previous one (see
+`llmgw.control.looping`); `llmgw.control.deciding.decide` turns a state into actions and the next state. Readers
+(admin API, status, CLI) get the state itself: it cannot change under them.
+
+Pure: no trio, no I/O. Times named `*_at` without `_unix` are on the control plane's clock (`trio.current_time()`),
+`*_unix` are unix seconds for people.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+
+from llmgw.control.registry import FleetRegistry
+from llmgw.errors import Issue
+from llmgw.plan.types import Action, Plan, Unplaced
+from llmgw.settings.model import Settings
+
+ActionKey = tuple[str, str, str]
+"""(kind, node id, subject): one planned action, whatever pass planned it. See `action_key`."""
+
+
+def frozen(mapping: Mapping | None = None) -> Mapping:
+    """A read-only copy of `mapping`."""
+    return MappingProxyType(dict(mapping or {}))
+
+
+@dataclass(frozen=True)
+class RejectedCommit:
+    """A branch head that is not in force: `commit` id, `issues` found (file, line, reason), when seen (unix s)."""
+
+    commit: str
+    issues: tuple[Issue, ...]
+    seen_at: float
+
+    def describe(self) -> str:
+        lines = [f"settings commit {self.commit[:12]} is not applied:"]
+        lines += [f"  {issue}" for issue in self.issues]
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class WatchState:
+    """Where the settings watcher stands.
+
+    `settings` is the settings in force (None before any commit validated); `head` the branch head last read;
+    `bad` the head when it does not validate; `held` the head when the empty-catalog guard holds it back;
+    `remote_error` a sentence when the last fetch failed (None when it worked or there is no remote);
+    `last_poll` unix seconds of the last poll.
+    """
+
+    settings: Settings | None = None
+    head: str | None = None
+    bad: RejectedCommit | None = None
+    held: RejectedCommit | None = None
+    remote_error: str | None = None
+    last_poll: float | None = None
+
+
+@dataclass(frozen=True)
+class Leadership:
+    """Whether this control plane holds the leader lease, and who does (`holder`, None when unknown)."""
+
+    leader: bool = False
+    holder: str | None = None
+
+
+@dataclass(frozen=True)
+class InFlight:
+    """An action sent to its node: when (`started`), and when the node answered (None: not yet)."""
+
+    action: Action
+    started: float
+    answered_at: float | None = None
+
+
+@dataclass(frozen=True)
+class Failure:
+    """An action that failed: how often in a row, its last error, and when it may be tried again.
+
+    `retry_at` on the control plane's clock, `retry_at_unix` the same moment in unix seconds.
+    """
+
+    attempts: int
+    error: str
+    retry_at: float
+    retry_at_unix: float = 0.0
+    kind: str = ""
+    node_id: str = ""
+    subject: str = ""
+
+
+@dataclass(frozen=True)
+class ActionRecord:
+    """What a pass did with one planned action.
+
+    `outcome`: "sent" (command issued this pass), "in flight" (issued earlier, not done yet), "backing off"
+    (failed before; next try at `retry_at`, unix seconds), "skipped" (cannot be sent: `error` says why),
+    "refused" (the node cannot do it: `error` names the node and its agent version).
+    """
+
+    kind: str
+    node_id: str
+    subject: str
+    model: str
+    reason: str
+    outcome: str
+    error: str = ""
+    retry_at: float | None = None
+    previous_node: str = ""
+
+
+@dataclass(frozen=True)
+class PassRecord:
+    """One reconcile pass: its number, trigger, settings commit, start (unix s), duration (s), actions,
+    unplaced replicas, whether the fleet is converged to the commit, and notes."""
+
+    number: int
+    trigger: str
+    settings_commit: str | None
+    started_at: float
+    duration: float
+    actions: tuple[ActionRecord, ...] = ()
+    unplaced: tuple[Unplaced, ...] = ()
+    converged: bool = False
+    notes: tuple[str, ...] = ()
+
+    @property
+    def sent(self) -> tuple[ActionRecord, ...]:
+        return tuple(a for a in self.actions if a.outcome == "sent")
+
+
+@dataclass(frozen=True)
+class ControlState:
+    """The control plane's one state. Build the next one with `dataclasses.replace` or the `with_*` helpers.
+
+    `watch`: the settings watcher's view (settings in force, rejected head). `fleet`: every node with its last
+    heartbeat's readings. `leadership`: the leader lease. `applied`: the last settings commit the fleet fully
+    converged to. `in_flight`, `failures`, `restarts`: actions by `ActionKey`. `acked_settings`: node id ->
+    fingerprint of the agent settings its agent acknowledged on its current connection. `allow_empty_commit`:
+    a commit `llmgw apply --allow-empty` let empty the catalog. `passes`, `last_pass`, `last_plan`: the latest
+    reconcile pass. `timers`: wake-up times (control-plane clock) with their reason, for backoffs.
+    """
+
+    watch: WatchState = WatchState()
+    fleet: FleetRegistry = field(default_factory=lambda: FleetRegistry(lost_after=30.0))
+    leadership: Leadership = Leadership()
+    applied: str | None = None
+    in_flight: Mapping[ActionKey, InFlight] = field(default_factory=frozen)
+    failures: Mapping[ActionKey, Failure] = field(default_factory=frozen)
+    restarts: Mapping[ActionKey, Failure] = field(default_factory=frozen)
+    acked_settings: Mapping[str, str] = field(default_factory=frozen)
+    allow_empty_commit: str | None = None
+    passes: int = 0
+    last_pass: PassRecord | None = None
+    last_plan: Plan | None = None
+    timers: tuple[tuple[float, str], ...] = ()
+
+    @property
+    def settings(self) -> Settings | None:
+        """The settings in force (None before any commit validated)."""
+        return self.watch.settings
+
+    def with_fleet(self, fleet: FleetRegistry) -> ControlState:
+        return self if fleet is self.fleet else replace(self, fleet=fleet)
+
+    def next_timer(self) -> float | None:
+        """The earliest wake-up time (control-plane clock), None when none is set."""
+        return min((at for at, _ in self.timers), default=None)

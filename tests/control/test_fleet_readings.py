@@ -1,0 +1,132 @@
+"""The fleet state keeps every heartbeat's readings: a card another process holds is out of placement only while
+it holds it, `ignore_gpus` hides a card, and the status shows readings with their age. A real control plane and an
+in-process agent whose NVML is the stand-in built from the H200 captures."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import trio
+
+from llmgw.agent import AgentConfig, run_agent
+from llmgw.control import ControlConfig, ControlPlane
+from llmgw.control.readings import NodeReadings
+from llmgw.settings import init_repository
+
+from .conftest import write_seed
+from .test_in_process_fleet import wait_for
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "agent" / "discovery"))
+from fake_nvml import FakeNvml  # noqa: E402
+
+GPU_MODEL = """\
+name: big
+engine: llama.cpp
+engine_version: b11434
+weights:
+  - source: https://example.invalid/big/big.gguf
+    sha256: {sha}
+replicas: 1
+resources:
+  gpus: 1
+  gpu_class: h200-141g
+  cpu_cores: 0.1
+  memory: 64Mi
+context_size: 512
+"""
+
+
+def gpu_repo(tmp_path: Path, sha: str, agents_extra: str = "") -> Path:
+    seed = write_seed(tmp_path / "seed", sha, replicas=0)
+    (seed / "catalog" / "big.yaml").write_text(GPU_MODEL.format(sha=sha))
+    (seed / "projects.yaml").write_text((seed / "projects.yaml").read_text().replace("[tiny]", "[tiny, big]"))
+    if agents_extra:
+        default = seed / "agents" / "default.yaml"
+        default.write_text(default.read_text() + agents_extra)
+    repo = tmp_path / "settings.git"
+    init_repository(repo, seed)
+    return repo
+
+
+def unplaced_reasons(plane: ControlPlane) -> str:
+    plan = plane.snapshot().last_plan
+    return "; ".join(str(u) for u in plan.unplaced) if plan else ""
+
+
+async def test_a_card_held_by_another_process_comes_back_within_two_heartbeats_of_it_exiting(
+    tmp_path, weights_mirror, fake_engine,
+):
+    mirror, sha = weights_mirror
+    nvml = FakeNvml.h200(processes=[{"pid": 4242, "used": 2 << 30}])
+    plane = ControlPlane(ControlConfig(repo=str(gpu_repo(tmp_path, sha)), state_dir=tmp_path / "state"))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(plane.run)
+        agent = AgentConfig(node_id="gpu1", state_dir=tmp_path / "agent", mirrors=(str(mirror),),
+                            heartbeat_interval=0.2, engine_binaries={"llama.cpp@b11434": fake_engine},
+                            stop_shards_on_exit=True, shard_stop_grace=2.0)
+        await nursery.start(lambda task_status: run_agent(agent, plane.local_connector(), nvml=nvml,
+                                                          task_status=task_status))
+        await wait_for(lambda: "1 with foreign processes" in unplaced_reasons(plane), 20,
+                       "big-0 unplaced: the card is held", lambda: plane.status())
+        record = plane.snapshot().fleet.get("gpu1")
+        assert record.state.gpus[0].foreign_processes
+        registered_at = record.readings.at
+
+        nvml.cards[0]["processes"] = []  # the other process exits; the agent stays connected
+        exited = trio.current_time()
+        await wait_for(lambda: "big-0" in plane.status()["replicas"]
+                       and plane.status()["replicas"]["big-0"].get("node") == "gpu1", 20, "big-0 placed on gpu1",
+                       lambda: plane.status())
+        record = plane.snapshot().fleet.get("gpu1")
+        assert not record.state.gpus[0].foreign_processes and record.readings.at > registered_at
+        beats = (record.readings.at - exited) / 0.2
+        assert beats <= 2.5, f"placed {beats:.1f} heartbeats after the process exited"
+        assert plane.registry.get("gpu1").connected  # no reconnect was needed
+        nursery.cancel_scope.cancel()
+
+
+async def test_ignore_gpus_hides_a_card_from_placement(tmp_path, weights_mirror, fake_engine):
+    mirror, sha = weights_mirror
+    plane = ControlPlane(ControlConfig(repo=str(gpu_repo(tmp_path, sha, "ignore_gpus: ['0']\n")),
+                                       state_dir=tmp_path / "state"))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(plane.run)
+        agent = AgentConfig(node_id="gpu1", state_dir=tmp_path / "agent", mirrors=(str(mirror),),
+                            heartbeat_interval=0.2, engine_binaries={"llama.cpp@b11434": fake_engine})
+        await nursery.start(lambda task_status: run_agent(agent, plane.local_connector(), nvml=FakeNvml.h200(),
+                                                          task_status=task_status))
+        await wait_for(lambda: "1 ignored by agent settings" in unplaced_reasons(plane), 20,
+                       "big-0 unplaced: its only card is ignored", lambda: plane.status())
+        assert "big-0" not in {rid for rid, r in plane.status()["replicas"].items() if r.get("node")}
+        nursery.cancel_scope.cancel()
+
+
+async def test_status_shows_each_nodes_readings_with_their_age_updated_every_heartbeat(
+    tmp_path, settings_repo, weights_mirror, fake_engine,
+):
+    mirror, _sha = weights_mirror
+    plane = ControlPlane(ControlConfig(repo=str(settings_repo), state_dir=tmp_path / "state"))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(plane.run)
+        agent = AgentConfig(node_id="n1", state_dir=tmp_path / "agent", mirrors=(str(mirror),),
+                            heartbeat_interval=0.2, engine_binaries={"llama.cpp@b11434": fake_engine},
+                            stop_shards_on_exit=True, shard_stop_grace=2.0)
+        await nursery.start(lambda task_status: run_agent(agent, plane.local_connector(), nvml=FakeNvml.h200(),
+                                                          task_status=task_status))
+        await wait_for(lambda: (plane.status()["nodes"].get("n1") or {}).get("readings"), 20, "n1 readings")
+        first = plane.snapshot().fleet.get("n1").readings
+        await wait_for(lambda: plane.snapshot().fleet.get("n1").readings.at > first.at, 5, "the next heartbeat")
+        readings = plane.status()["nodes"]["n1"]["readings"]
+        assert 0 <= readings["age_seconds"] < 5
+        assert readings["memory_available_bytes"] > 0 and readings["load1"] is not None
+        (gpu,) = readings["gpus"]
+        assert gpu["power_limit_watts"] == 700.0 and gpu["foreign_pids"] == []
+        nursery.cancel_scope.cancel()
+
+
+def test_readings_older_than_a_minute_are_absent_not_repeated():
+    readings = NodeReadings(at=100.0, cpu_percent=12.5, memory_used_bytes=1 << 30)
+    assert readings.to_json(now=130.0)["age_seconds"] == 30.0
+    assert readings.to_json(now=160.0)["cpu_percent"] == 12.5
+    assert readings.to_json(now=160.1) is None
