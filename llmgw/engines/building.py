@@ -44,6 +44,11 @@ in ggml_backend_amx_mul_mat while loading any model (seen on these 2-core Xeon m
 explicit -mno-* flags win over -march=native, so the build keeps AVX-512 and leaves AMX out."""
 
 
+def cmake_args(build_args: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """Every CMake argument of a build: DEFAULT_CMAKE_ARGS, this architecture's, then a source's `build_args`."""
+    return (*DEFAULT_CMAKE_ARGS, *platform_cmake_args(), *build_args)
+
+
 def platform_cmake_args(machine: str | None = None) -> tuple[str, ...]:
     """CMake arguments this machine's architecture needs (`machine` as `platform.machine()` prints it)."""
     import platform
@@ -174,7 +179,7 @@ async def build_llama_server(tree: Path, cache_dir: Path, version: str, *, build
     """
     build = build_dir_for(cache_dir, version)
     binary = build / "bin" / "llama-server"
-    wanted = (*DEFAULT_CMAKE_ARGS, *platform_cmake_args(), *build_args)
+    wanted = cmake_args(build_args)
     if binary.is_file() and os.access(binary, os.X_OK) and configured_with(build, wanted):
         return binary
     if shutil.which("cmake") is None:

@@ -205,7 +205,7 @@ async def _populate(source: LlamaCppSource, staging: Path, cache_dir: Path, repo
         return f"archive:{source.archive_url}"
     built = building.build_dir_for(cache_dir, source.version) / "bin" / "llama-server"
     if (built.is_file() and not building.running_builds(built.parent.parent)
-            and building.configured_with(built.parent.parent, (*building.DEFAULT_CMAKE_ARGS, *source.build_args))):
+            and building.configured_with(built.parent.parent, building.cmake_args(source.build_args))):
         report(0.9, f"reusing the build in {built.parent.parent}")
         await trio.to_thread.run_sync(_from_build, built, staging)
         return f"build:{built.parent.parent}"
