@@ -13,15 +13,16 @@ import sys
 from pathlib import Path
 
 import click
-import pygit2
 
 from llmgw.errors import SettingsError, UsageError
-from llmgw.settings import Settings, diff_settings, init_repository, load_commit, load_directory
+from llmgw.settings import (
+    DEFAULT_BRANCH, Settings, diff_settings, discover_repository, init_repository, load_commit, load_directory,
+)
 
 
 def _discover(repo: str | None) -> str:
     start = repo or os.getcwd()
-    found = pygit2.discover_repository(start)
+    found = discover_repository(start)
     if found is None:
         raise UsageError(f"{start} is in no git repository; give a directory, or --repo with the repository")
     return found
@@ -151,15 +152,18 @@ def repo_group() -> None:
 @click.argument("path")
 @click.option("--from", "seed", default=None, help="Directory to seed the first commit from (default: examples/cluster-repo).")
 @click.option("--notify-url", default=None, help="URL the post-receive hook POSTs to after a push (a running control plane).")
-def repo_init_cmd(path: str, seed: str | None, notify_url: str | None) -> None:
-    """Create a bare settings repository at PATH on branch main, with validating hooks."""
+@click.option("--branch", default=DEFAULT_BRANCH, show_default=True,
+              help="The settings branch: the only ref pushes may move (give `llmgw server` the same --branch).")
+def repo_init_cmd(path: str, seed: str | None, notify_url: str | None, branch: str) -> None:
+    """Create a bare settings repository at PATH with validating hooks: pushes may only move the settings branch
+    forward, to settings that validate."""
     seed_dir = Path(seed) if seed else Path(__file__).resolve().parents[2] / "examples" / "cluster-repo"
     try:
-        commit = init_repository(path, seed_dir, notify_url=notify_url)
+        commit = init_repository(path, seed_dir, notify_url=notify_url, branch=branch)
     except SettingsError as exc:
         _print_issues(exc)
         sys.exit(1)
-    click.echo(f"{path}: bare settings repository, main at {commit[:12]} (seeded from {seed_dir})")
+    click.echo(f"{path}: bare settings repository, {branch} at {commit[:12]} (seeded from {seed_dir})")
 
 
 def register(group: click.Group) -> None:
