@@ -32,10 +32,12 @@ _PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
 
 @dataclass
 class Found:
-    """Issues found so far, and the parsed files to place new ones in."""
+    """Issues found so far, the parsed files to place new ones in, and the file being worked on (for a message
+    about a failure that names no file)."""
 
     files: dict[str, Parsed]
     issues: list[Issue] = field(default_factory=list)
+    current: str = ""
 
     def add(self, file: str, path: tuple[str | int, ...], message: str, *, of_key: bool = False,
             severity: str = "error") -> None:
