@@ -1,6 +1,6 @@
 """`llmgw validate`, `llmgw diff` and `llmgw repo init`: the settings repository from the command line.
 
-Exit codes: validate 0 valid (warnings may be printed), 1 invalid (every error on stderr, one per line as
+Exit codes: validate 0 valid (warnings may be printed: e.g. keys accepted, not acted on yet), 1 invalid (every error on stderr, one per line as
 `file:line:column: key.path: reason`). diff follows `terraform plan -detailed-exitcode`: 0 no change,
 2 changes, 1 error.
 """
@@ -16,7 +16,8 @@ import click
 
 from llmgw.errors import SettingsError, UsageError
 from llmgw.settings import (
-    DEFAULT_BRANCH, Settings, diff_settings, discover_repository, init_repository, load_commit, load_directory,
+    DEFAULT_BRANCH, Settings, diff_settings, discover_repository, init_repository, is_not_acted_on, load_commit,
+    load_directory,
 )
 
 
@@ -47,26 +48,33 @@ def _issue_json(issue) -> dict:
             "reason": issue.message, "severity": issue.severity, "text": str(issue)}
 
 
+def _not_acted_on_json(issues) -> list[dict]:
+    """The keys set but not acted on yet: [{file, line, column, key}] (they are also among the issues, as warnings)."""
+    return [{"file": i.file, "line": i.line, "column": i.column, "key": i.key_path} for i in issues if is_not_acted_on(i)]
+
+
 @click.command("validate")
 @click.argument("target", required=False, default=".")
 @click.option("--repo", default=None, help="Git repository to take TARGET from as a revision (branch, tag, commit).")
 @click.option("--json", "as_json", is_flag=True,
               help='Print {"valid", "commit", "models", "projects", "issues": [{file, line, column, key, reason, '
-                   'severity, text}]} on stdout.')
+                   'severity, text}], "not_acted_on": [{file, line, column, key}]} on stdout.')
 def validate_cmd(target: str, repo: str | None, as_json: bool) -> None:
     """Check a settings tree (directory, default .) or a commit (REV with --repo); exit 1 listing every error."""
     try:
         settings = _load(target, repo)
     except SettingsError as exc:
         if as_json:
-            click.echo(json.dumps({"valid": False, "issues": [_issue_json(i) for i in exc.issues]}, indent=2))
+            click.echo(json.dumps({"valid": False, "issues": [_issue_json(i) for i in exc.issues],
+                                   "not_acted_on": _not_acted_on_json(exc.issues)}, indent=2))
         else:
             _print_issues(exc)
         sys.exit(1)
     if as_json:
         click.echo(json.dumps({"valid": True, "commit": settings.commit, "models": sorted(settings.models),
                                "projects": sorted(settings.projects),
-                               "issues": [_issue_json(i) for i in settings.warnings]}, indent=2))
+                               "issues": [_issue_json(i) for i in settings.warnings],
+                               "not_acted_on": _not_acted_on_json(settings.warnings)}, indent=2))
         return
     for warning in settings.warnings:
         click.echo(str(warning), err=True)

@@ -23,6 +23,7 @@ from llmgw.settings.refs import (
     ref_commit, set_config_value,
 )
 from llmgw.settings.repository import NOTIFY_URL_KEY, init_repository, install_hooks
+from llmgw.settings.unbuilt import NOT_ACTED_ON, UNBUILT, UnbuiltKey, is_not_acted_on
 
 __all__ = [
     "Adapter", "AgentSettings", "ClusterSettings", "Endpoint", "EngineVersion", "Listener", "Model",
@@ -31,5 +32,5 @@ __all__ = [
     "init_repository", "install_hooks", "NOTIFY_URL_KEY", "BRANCH_KEY", "MAX_FILE_BYTES",
     "set_serving_stopped", "append_audit", "set_ref", "read_audit_log", "read_audit_file", "AuditEntry",
     "AUDIT_REF", "APPLIED_REF", "DEFAULT_BRANCH", "branch_head", "ref_commit", "fetch_mirror", "set_config_value",
-    "discover_repository", "redact_url",
+    "discover_repository", "redact_url", "NOT_ACTED_ON", "UNBUILT", "UnbuiltKey", "is_not_acted_on",
 ]

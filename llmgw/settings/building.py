@@ -182,8 +182,6 @@ def build_engines(data: Mapping[str, Any], found: Found, file: str) -> dict[tupl
             sdist = raw.get("sdist") or {}
             if engine == "llama.cpp" and not (raw.get("archives") or sdist or raw.get("mirror")):
                 found.add(file, where, "a llama.cpp version needs archives, an sdist or a mirror to install from")
-            if engine != "llama.cpp" and not raw.get("python_packages"):
-                found.add(file, where, f"a {engine} version needs python_packages to install")
             result[key] = EngineVersion(
                 engine=engine, version=raw["version"], default=bool(raw.get("default", False)),
                 archives=MappingProxyType({p: (a["url"], a["sha256"]) for p, a in raw.get("archives", {}).items()}),

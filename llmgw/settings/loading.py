@@ -2,7 +2,7 @@
 
 Stages, each reporting every issue it finds before the next one looks: read the files (reading.py), parse
 each (parsing.py), check each against its schema (schemas.py), build the typed model and make the cross-file
-checks (building.py). Any error ends in one SettingsError carrying every error found; warnings travel on
+checks (building.py); keys of capabilities not built yet become warnings (unbuilt.py). Any error ends in one SettingsError carrying every error found; warnings travel on
 `Settings.warnings`. Nothing else escapes: settings come from anyone who can push, and the watcher and the
 pre-receive hook must get a sentence, not a traceback, even for input that trips a bug (see `load_tree`).
 """
@@ -24,6 +24,7 @@ from llmgw.settings.model import AgentSettings, Model, Settings
 from llmgw.settings.parsing import Parsed, parse_yaml
 from llmgw.settings.reading import TreeFiles, open_repository, read_commit, read_directory, resolve_commit
 from llmgw.settings.schemas import validate_data
+from llmgw.settings.unbuilt import unbuilt_warnings
 from llmgw.units import parse_duration
 
 _SINGLE = {"llmgw.yaml": "llmgw", "engines.yaml": "engines", "projects.yaml": "projects",
@@ -101,6 +102,7 @@ def _parse_all(tree: TreeFiles, found: Found, invalid_names: set[str]) -> dict[s
             found.issues.extend(schema_issues)
             continue
         good[path] = (kind, parsed.data)
+        found.issues.extend(unbuilt_warnings(kind, path, parsed))
         if kind == "model":
             invalid_names.difference_update(_names_of_invalid_model(path, parsed.data))
     return good

@@ -73,7 +73,7 @@ CASES = {
     "two-mib-file": ("catalog/big.yaml:", "over the limit of 1048576 bytes"),
     # A 4,000-digit integer: float() raised OverflowError building the budget; in hex (4,816 decimal digits)
     # jsonschema raised ValueError writing its "greater than the maximum" message.
-    "four-thousand-digit-budget": ("projects.yaml:7:15", "'9999999999999999'... (4000 characters) is out of range"),
+    "four-thousand-digit-budget": ("projects.yaml:8:15", "'9999999999999999'... (4000 characters) is out of range"),
     "four-thousand-digit-hex-replicas": ("catalog/gemma-3-270m.yaml:13:11", "(4002 characters) is out of range"),
     "symlink": ("catalog/link.yaml:", "is a symbolic link"),
     "symlinked-directory": ("agents/nodes:", "is a symbolic link"),

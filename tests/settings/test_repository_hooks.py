@@ -104,7 +104,7 @@ def test_invalid_push_is_refused_with_file_and_line_and_a_valid_one_is_accepted(
     assert refused.returncode != 0
     assert "remote: refusing refs/heads/main" in refused.stderr
     assert "catalog/gemma-3-270m.yaml:13:11: replicas: -1 is less than the minimum of 0" in refused.stderr
-    assert "projects.yaml:26:31: organisations.acme.teams.platform.projects.ci.quota.tokens_per_day: 'lots' is not of type 'integer'" in refused.stderr
+    assert "projects.yaml:25:31: organisations.acme.teams.platform.projects.ci.quota.tokens_per_day: 'lots' is not of type 'integer'" in refused.stderr
     assert str(pygit2.Repository(str(bare)).references["refs/heads/main"].target) == seed
     assert bodies == []
 
