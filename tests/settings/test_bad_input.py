@@ -142,3 +142,13 @@ def test_the_real_command_prints_one_line_per_error_and_no_traceback(case: str, 
     assert "Traceback" not in proc.stderr + proc.stdout
     assert CASES[case][0] in proc.stderr
     assert time.monotonic() - started < 10
+
+
+def test_a_mistyped_store_url_is_refused_without_quoting_its_password(tmp_path: Path) -> None:
+    tree = copy_example(tmp_path / "settings")
+    llmgw_yaml = tree / "llmgw.yaml"
+    llmgw_yaml.write_text(llmgw_yaml.read_text().replace("kind: sqlite", "kind: postgresql\n  url: mysql://admin:hunter2@db/llmgw"))
+    result = CliRunner().invoke(cli, ["validate", str(tree)])
+    assert result.exit_code == 1, result.output
+    assert "llmgw.yaml:12:8: store.url: is not a PostgreSQL URL" in result.output
+    assert "hunter2" not in result.output
