@@ -1,4 +1,5 @@
-"""`llmgw validate`, `llmgw diff` and `llmgw repo init`: the settings repository from the command line.
+"""`llmgw validate`, `llmgw diff`, `llmgw repo init` and `llmgw repo hooks`: the settings repository from the command
+line.
 
 Exit codes: validate 0 valid (warnings may be printed: e.g. keys accepted, not acted on yet), 1 invalid (every error on stderr, one per line as
 `file:line:column: key.path: reason`). diff follows `terraform plan -detailed-exitcode`: 0 no change,
@@ -16,8 +17,8 @@ import click
 
 from llmgw.errors import SettingsError, UsageError
 from llmgw.settings import (
-    DEFAULT_BRANCH, Settings, diff_settings, discover_repository, init_repository, is_not_acted_on, load_commit,
-    load_directory,
+    DEFAULT_BRANCH, Settings, diff_settings, discover_repository, init_repository, install_hooks, is_not_acted_on,
+    load_commit, load_directory,
 )
 
 
@@ -174,8 +175,22 @@ def repo_init_cmd(path: str, seed: str | None, notify_url: str | None, branch: s
     click.echo(f"{path}: bare settings repository, {branch} at {commit[:12]} (seeded from {seed_dir})")
 
 
+@repo_group.command("hooks")
+@click.argument("path")
+def repo_hooks_cmd(path: str) -> None:
+    """Rewrite the git hooks of the settings repository at PATH with this llmgw's (after an upgrade)."""
+    try:
+        discover = discover_repository(path)
+        if discover is None:
+            raise UsageError(f"{path} is not a git repository; give the settings repository `llmgw repo init` made")
+        install_hooks(discover)
+    except OSError as exc:
+        raise UsageError(f"cannot write the hooks of {path}: {exc}") from exc
+    click.echo(f"{path}: pre-receive and post-receive hooks rewritten")
+
+
 def register(group: click.Group) -> None:
-    """Add validate, diff and repo (init) to the `llmgw` command group."""
+    """Add validate, diff and repo (init, hooks) to the `llmgw` command group."""
     group.add_command(validate_cmd)
     group.add_command(diff_cmd)
     group.add_command(repo_group)

@@ -12,12 +12,15 @@ reason`). Git applies all of a push's updates or none, so one refused update ref
 update still gets its verdict. What the pusher sees is prefixed by git with "remote:".
 post-receive (`notification`): the URL in `llmgw.notifyurl` and the JSON body {"refs": [{"ref", "old", "new"}]}
 to POST there; the POST itself is the caller's (llmgw.settings does no network I/O).
+Run as `python -m llmgw.settings.hook` (what hooks of an older llmgw run), it refuses the push and says to rewrite
+the hooks with `llmgw repo hooks`.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TextIO
@@ -147,3 +150,15 @@ def notification(lines: Iterable[str], repo_dir: str | os.PathLike[str]) -> Noti
         return None
     body = json.dumps({"refs": [{"ref": u.ref, "old": u.old, "new": u.new} for u in updates]}).encode()
     return Notification(url, body)
+
+
+def _outdated(argv: list[str]) -> int:
+    """What a hook installed by an llmgw before llmgw.cli.hook_cmds does: refuse pushes (validation would be skipped
+    otherwise) and say how to rewrite the hooks. Returns the exit status: 1 for pre-receive, else 0."""
+    print("this repository's hooks were installed by an older llmgw; rewrite them with: llmgw repo hooks "
+          f"{os.environ.get('GIT_DIR', '.')}", file=sys.stderr)
+    return 1 if argv[:1] == ["pre-receive"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(_outdated(sys.argv[1:]))

@@ -239,3 +239,61 @@ def test_a_repository_on_another_settings_branch_takes_pushes_to_that_branch_onl
     accepted = git(work, "push", "origin", "HEAD:production", check=False)
     assert accepted.returncode == 0, accepted.stderr
     assert load_commit(bare, "production").models["gemma-3-270m"].replicas == 2
+
+
+class _Refuser(BaseHTTPRequestHandler):
+    def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+        self.rfile.read(int(self.headers["Content-Length"]))
+        self.send_response(403)
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_a_control_plane_that_refuses_the_notification_is_a_warning_naming_its_answer() -> None:
+    import io
+
+    from llmgw.cli.hook_cmds import notify
+    from llmgw.settings.hook import Notification
+
+    server = HTTPServer(("127.0.0.1", 0), _Refuser)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        out = io.StringIO()
+        url = f"http://hook:s3cret@127.0.0.1:{server.server_address[1]}/api/v1/hooks/git"
+        assert notify(Notification(url, b"{}"), out) is False
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert out.getvalue() == (f"warning: could not notify the control plane at http://***@127.0.0.1:{server.server_address[1]}"
+                              "/api/v1/hooks/git (it answered HTTP 403); it will notice the push at its next poll\n")
+
+
+def test_hooks_of_an_older_llmgw_refuse_pushes_until_llmgw_repo_hooks_rewrites_them(tmp_path: Path) -> None:
+    import shlex
+    import sys
+
+    from llmgw.settings.repository import _PACKAGE_ROOT
+
+    bare = tmp_path / "settings.git"
+    init_repository(bare, EXAMPLE)
+    for stage in ("pre-receive", "post-receive"):  # what `llmgw repo init` wrote before llmgw.cli.hook_cmds
+        (bare / "hooks" / stage).write_text(f"#!/bin/sh\nPYTHONPATH={shlex.quote(str(_PACKAGE_ROOT))} exec "
+                                            f"{shlex.quote(sys.executable)} -m llmgw.settings.hook {stage}\n")
+    work = clone(bare, tmp_path / "work")
+    change(work, "catalog/gemma-3-270m.yaml", "replicas: 1\n", "replicas: 2\n", "two replicas")
+    refused = git(work, "push", "origin", "main", check=False)
+    assert refused.returncode != 0
+    assert "remote: this repository's hooks were installed by an older llmgw; rewrite them with: llmgw repo hooks" in refused.stderr
+    result = CliRunner().invoke(cli, ["repo", "hooks", str(bare)])
+    assert result.exit_code == 0, result.output
+    accepted = git(work, "push", "origin", "main", check=False)
+    assert accepted.returncode == 0 and "settings valid" in accepted.stderr, accepted.stderr
+
+
+def test_llmgw_repo_hooks_refuses_a_directory_that_is_no_repository(tmp_path: Path) -> None:
+    result = CliRunner().invoke(cli, ["repo", "hooks", str(tmp_path)])
+    assert result.exit_code != 0
+    assert "is not a git repository" in str(result.exception) + result.output
