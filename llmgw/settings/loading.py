@@ -2,8 +2,8 @@
 
 Stages, each reporting every issue it finds before the next one looks: read the files (reading.py), parse
 each (parsing.py), check each against its schema (schemas.py), build the typed model and make the cross-file
-checks (building.py); keys of capabilities not built yet become warnings (unbuilt.py). Any error ends in one SettingsError carrying every error found; warnings travel on
-`Settings.warnings`. Nothing else escapes: settings come from anyone who can push, and the watcher and the
+checks (building.py); keys of capabilities not built yet become warnings (unbuilt.py). Any error ends in one
+SettingsError carrying every error found; warnings travel on `Settings.warnings`. Nothing else escapes: settings come from anyone who can push, and the watcher and the
 pre-receive hook must get a sentence, not a traceback, even for input that trips a bug (see `load_tree`).
 """
 

@@ -153,3 +153,15 @@ def test_a_failure_no_check_foresaw_is_a_settings_error_naming_the_file_not_a_tr
     assert [str(i) for i in caught.value.issues] == [
         "agents/default.yaml: cannot be loaded: ZeroDivisionError: division by zero; this is a bug of llmgw: "
         "please report it with this file"]
+
+
+def test_a_commit_whose_tree_lost_an_object_is_a_settings_error_naming_the_commit(bare: tuple[Path, Path]) -> None:
+    repo_path, _ = bare
+    repo = pygit2.Repository(str(repo_path))
+    head = repo.references["refs/heads/main"].peel(pygit2.Commit)
+    blob = str(head.tree["projects.yaml"].id)
+    (repo_path / "objects" / blob[:2] / blob[2:]).unlink()  # a damaged repository: one loose object gone
+    with pytest.raises(SettingsError) as caught:
+        load_commit(repo_path, "main")
+    [issue] = caught.value.issues
+    assert issue.file == str(head.id) and "an object of its tree is missing or damaged" in issue.message
