@@ -27,6 +27,7 @@ up: engine
 
 lint: venv
 	$(BIN)/lint-imports
+	$(BIN)/ruff check --no-cache
 
 test: engine lint
 	$(BIN)/pytest

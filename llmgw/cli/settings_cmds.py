@@ -1,6 +1,7 @@
-"""`llmgw validate`, `llmgw diff` and `llmgw repo init`: the settings repository from the command line.
+"""`llmgw validate`, `llmgw diff`, `llmgw repo init` and `llmgw repo hooks`: the settings repository from the command
+line.
 
-Exit codes: validate 0 valid (warnings may be printed), 1 invalid (every error on stderr, one per line as
+Exit codes: validate 0 valid (warnings may be printed: e.g. keys accepted, not acted on yet), 1 invalid (every error on stderr, one per line as
 `file:line:column: key.path: reason`). diff follows `terraform plan -detailed-exitcode`: 0 no change,
 2 changes, 1 error.
 """
@@ -13,15 +14,17 @@ import sys
 from pathlib import Path
 
 import click
-import pygit2
 
 from llmgw.errors import SettingsError, UsageError
-from llmgw.settings import Settings, diff_settings, init_repository, load_commit, load_directory
+from llmgw.settings import (
+    DEFAULT_BRANCH, Settings, diff_settings, discover_repository, init_repository, install_hooks, is_not_acted_on,
+    load_commit, load_directory,
+)
 
 
 def _discover(repo: str | None) -> str:
     start = repo or os.getcwd()
-    found = pygit2.discover_repository(start)
+    found = discover_repository(start)
     if found is None:
         raise UsageError(f"{start} is in no git repository; give a directory, or --repo with the repository")
     return found
@@ -46,26 +49,33 @@ def _issue_json(issue) -> dict:
             "reason": issue.message, "severity": issue.severity, "text": str(issue)}
 
 
+def _not_acted_on_json(issues) -> list[dict]:
+    """The keys set but not acted on yet: [{file, line, column, key}] (they are also among the issues, as warnings)."""
+    return [{"file": i.file, "line": i.line, "column": i.column, "key": i.key_path} for i in issues if is_not_acted_on(i)]
+
+
 @click.command("validate")
 @click.argument("target", required=False, default=".")
 @click.option("--repo", default=None, help="Git repository to take TARGET from as a revision (branch, tag, commit).")
 @click.option("--json", "as_json", is_flag=True,
               help='Print {"valid", "commit", "models", "projects", "issues": [{file, line, column, key, reason, '
-                   'severity, text}]} on stdout.')
+                   'severity, text}], "not_acted_on": [{file, line, column, key}]} on stdout.')
 def validate_cmd(target: str, repo: str | None, as_json: bool) -> None:
     """Check a settings tree (directory, default .) or a commit (REV with --repo); exit 1 listing every error."""
     try:
         settings = _load(target, repo)
     except SettingsError as exc:
         if as_json:
-            click.echo(json.dumps({"valid": False, "issues": [_issue_json(i) for i in exc.issues]}, indent=2))
+            click.echo(json.dumps({"valid": False, "issues": [_issue_json(i) for i in exc.issues],
+                                   "not_acted_on": _not_acted_on_json(exc.issues)}, indent=2))
         else:
             _print_issues(exc)
         sys.exit(1)
     if as_json:
         click.echo(json.dumps({"valid": True, "commit": settings.commit, "models": sorted(settings.models),
                                "projects": sorted(settings.projects),
-                               "issues": [_issue_json(i) for i in settings.warnings]}, indent=2))
+                               "issues": [_issue_json(i) for i in settings.warnings],
+                               "not_acted_on": _not_acted_on_json(settings.warnings)}, indent=2))
         return
     for warning in settings.warnings:
         click.echo(str(warning), err=True)
@@ -151,19 +161,36 @@ def repo_group() -> None:
 @click.argument("path")
 @click.option("--from", "seed", default=None, help="Directory to seed the first commit from (default: examples/cluster-repo).")
 @click.option("--notify-url", default=None, help="URL the post-receive hook POSTs to after a push (a running control plane).")
-def repo_init_cmd(path: str, seed: str | None, notify_url: str | None) -> None:
-    """Create a bare settings repository at PATH on branch main, with validating hooks."""
+@click.option("--branch", default=DEFAULT_BRANCH, show_default=True,
+              help="The settings branch: the only ref pushes may move (give `llmgw server` the same --branch).")
+def repo_init_cmd(path: str, seed: str | None, notify_url: str | None, branch: str) -> None:
+    """Create a bare settings repository at PATH with validating hooks: pushes may only move the settings branch
+    forward, to settings that validate."""
     seed_dir = Path(seed) if seed else Path(__file__).resolve().parents[2] / "examples" / "cluster-repo"
     try:
-        commit = init_repository(path, seed_dir, notify_url=notify_url)
+        commit = init_repository(path, seed_dir, notify_url=notify_url, branch=branch)
     except SettingsError as exc:
         _print_issues(exc)
         sys.exit(1)
-    click.echo(f"{path}: bare settings repository, main at {commit[:12]} (seeded from {seed_dir})")
+    click.echo(f"{path}: bare settings repository, {branch} at {commit[:12]} (seeded from {seed_dir})")
+
+
+@repo_group.command("hooks")
+@click.argument("path")
+def repo_hooks_cmd(path: str) -> None:
+    """Rewrite the git hooks of the settings repository at PATH with this llmgw's (after an upgrade)."""
+    try:
+        discover = discover_repository(path)
+        if discover is None:
+            raise UsageError(f"{path} is not a git repository; give the settings repository `llmgw repo init` made")
+        install_hooks(discover)
+    except OSError as exc:
+        raise UsageError(f"cannot write the hooks of {path}: {exc}") from exc
+    click.echo(f"{path}: pre-receive and post-receive hooks rewritten")
 
 
 def register(group: click.Group) -> None:
-    """Add validate, diff and repo (init) to the `llmgw` command group."""
+    """Add validate, diff and repo (init, hooks) to the `llmgw` command group."""
     group.add_command(validate_cmd)
     group.add_command(diff_cmd)
     group.add_command(repo_group)

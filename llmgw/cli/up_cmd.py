@@ -42,9 +42,10 @@ def cache_dir() -> Path:
 
 
 def _prepare_settings_repo(console: Console, seed: Path, repo: Path) -> None:
-    from llmgw.settings import init_repository, load_directory
+    from llmgw.settings import init_repository, install_hooks, load_directory
 
     if repo.exists():
+        install_hooks(repo)  # hooks of this llmgw, also in a repository an older one made
         console.print(f"[dim]settings     resuming {repo}[/dim]")
         return
     load_directory(seed)  # refuse a bad seed before anything is created (raises SettingsError with every issue)

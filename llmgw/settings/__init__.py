@@ -1,13 +1,15 @@
 """llmgw.settings: read, validate and diff settings trees (directories or git commits), and the commits llmgw writes.
 
 Loading: `load_directory(path)`, `load_commit(repo_path, rev)` -> Settings (raise SettingsError listing every
-error as `file:line:column: key.path: reason`). Diff: `diff_settings(a, b)` -> SettingsDiff. Repository:
-`init_repository(path, seed_dir, notify_url)`. Commits: `set_serving_stopped`, `append_audit`, `set_ref`,
-`read_audit_log`, `read_audit_file`.
+error as `file:line:column: key.path: reason`; keys accepted but not acted on yet are warnings, see
+`NOT_ACTED_ON`). Diff: `diff_settings(a, b)` -> SettingsDiff. Repository: `init_repository(path, seed_dir,
+notify_url, branch)`, `install_hooks`. Refs and config: `branch_head`, `ref_commit`, `fetch_mirror`,
+`set_config_value`, `discover_repository`, `redact_url`, `AUDIT_REF`, `APPLIED_REF`. Commits:
+`set_serving_stopped`, `append_audit`, `set_ref`, `read_audit_log`, `read_audit_file`.
 """
 
 from llmgw.settings.committing import (
-    APPLIED_REF, AUDIT_REF, AuditEntry, append_audit, read_audit_file, read_audit_log, set_ref, set_serving_stopped,
+    AuditEntry, append_audit, read_audit_file, read_audit_log, set_ref, set_serving_stopped,
 )
 from llmgw.settings.diffing import Change, FieldChange, SettingsDiff, diff_settings
 from llmgw.settings.loading import load_commit, load_directory
@@ -16,13 +18,19 @@ from llmgw.settings.model import (
     Project, Quota, Resources, Settings, StoreSettings, Team, WeightsFile,
 )
 from llmgw.settings.reading import MAX_FILE_BYTES
-from llmgw.settings.repository import NOTIFY_URL_KEY, init_repository
+from llmgw.settings.refs import (
+    APPLIED_REF, AUDIT_REF, BRANCH_KEY, DEFAULT_BRANCH, branch_head, discover_repository, fetch_mirror, redact_url,
+    ref_commit, set_config_value,
+)
+from llmgw.settings.repository import NOTIFY_URL_KEY, init_repository, install_hooks
+from llmgw.settings.unbuilt import NOT_ACTED_ON, UNBUILT, UnbuiltKey, is_not_acted_on
 
 __all__ = [
     "Adapter", "AgentSettings", "ClusterSettings", "Endpoint", "EngineVersion", "Listener", "Model",
     "Organisation", "Prices", "Project", "Quota", "Resources", "Settings", "StoreSettings", "Team", "WeightsFile",
     "load_directory", "load_commit", "diff_settings", "SettingsDiff", "Change", "FieldChange",
-    "init_repository", "NOTIFY_URL_KEY", "MAX_FILE_BYTES",
+    "init_repository", "install_hooks", "NOTIFY_URL_KEY", "BRANCH_KEY", "MAX_FILE_BYTES",
     "set_serving_stopped", "append_audit", "set_ref", "read_audit_log", "read_audit_file", "AuditEntry",
-    "AUDIT_REF", "APPLIED_REF",
+    "AUDIT_REF", "APPLIED_REF", "DEFAULT_BRANCH", "branch_head", "ref_commit", "fetch_mirror", "set_config_value",
+    "discover_repository", "redact_url", "NOT_ACTED_ON", "UNBUILT", "UnbuiltKey", "is_not_acted_on",
 ]

@@ -32,10 +32,12 @@ _PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
 
 @dataclass
 class Found:
-    """Issues found so far, and the parsed files to place new ones in."""
+    """Issues found so far, the parsed files to place new ones in, and the file being worked on (for a message
+    about a failure that names no file)."""
 
     files: dict[str, Parsed]
     issues: list[Issue] = field(default_factory=list)
+    current: str = ""
 
     def add(self, file: str, path: tuple[str | int, ...], message: str, *, of_key: bool = False,
             severity: str = "error") -> None:
@@ -180,8 +182,6 @@ def build_engines(data: Mapping[str, Any], found: Found, file: str) -> dict[tupl
             sdist = raw.get("sdist") or {}
             if engine == "llama.cpp" and not (raw.get("archives") or sdist or raw.get("mirror")):
                 found.add(file, where, "a llama.cpp version needs archives, an sdist or a mirror to install from")
-            if engine != "llama.cpp" and not raw.get("python_packages"):
-                found.add(file, where, f"a {engine} version needs python_packages to install")
             result[key] = EngineVersion(
                 engine=engine, version=raw["version"], default=bool(raw.get("default", False)),
                 archives=MappingProxyType({p: (a["url"], a["sha256"]) for p, a in raw.get("archives", {}).items()}),

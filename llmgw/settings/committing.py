@@ -1,6 +1,6 @@
 """Commits llmgw writes itself, with pygit2 only: imperative settings changes and the audit trail.
 
-- `set_serving_stopped`: `llmgw stop` / `llmgw start` as a commit on `main` editing `serving.stopped` in
+- `set_serving_stopped`: `llmgw stop` / `llmgw start` as a commit on the settings branch editing `serving.stopped` in
   llmgw.yaml (comments and layout kept: ruamel.yaml round trip), authored by the operator.
 - `append_audit`: one commit on `refs/llmgw/audit` per reconcile pass that changed something, its parent the
   previous audit commit; `read_audit_log` reads them back, newest first.
@@ -22,11 +22,9 @@ from ruamel.yaml.comments import CommentedMap
 from llmgw.errors import Issue, SettingsError
 from llmgw.settings.loading import load_tree
 from llmgw.settings.reading import open_repository, read_commit, resolve_commit
+from llmgw.settings.refs import APPLIED_REF, AUDIT_REF, DEFAULT_BRANCH, branch_ref
 from llmgw.settings.repository import LLMGW_SIGNATURE, write_tree
 
-MAIN = "refs/heads/main"
-AUDIT_REF = "refs/llmgw/audit"
-APPLIED_REF = "refs/llmgw/applied"
 
 
 @dataclass(frozen=True)
@@ -63,18 +61,21 @@ def _move(repo: pygit2.Repository, ref: str, new: pygit2.Oid, expected: pygit2.O
     reference.set_target(new, message)
 
 
-def set_serving_stopped(repo_path: str | os.PathLike[str], stopped: bool, author_name: str, author_email: str) -> str:
-    """Commit `serving.stopped: <stopped>` to llmgw.yaml on `main`; return the id of main's head afterwards.
+def set_serving_stopped(repo_path: str | os.PathLike[str], stopped: bool, author_name: str, author_email: str,
+                        branch: str = DEFAULT_BRANCH) -> str:
+    """Commit `serving.stopped: <stopped>` to llmgw.yaml on the settings branch; return its head's id afterwards.
 
     Comments and layout of llmgw.yaml are kept. When the value is already `stopped`, nothing is committed and
-    main's current head is returned. Raises: SettingsError when main is missing or the result does not validate.
+    the branch's current head is returned. Raises: SettingsError when the branch is missing or the result does
+    not validate.
     """
     repo = open_repository(repo_path)
-    head = resolve_commit(repo, MAIN)
+    main = branch_ref(branch)
+    head = resolve_commit(repo, main)
     try:
         text = repo[head.tree["llmgw.yaml"].id].data.decode("utf-8")
     except KeyError as exc:
-        raise SettingsError([Issue("llmgw.yaml", 0, 0, "", f"is missing from {MAIN}")]) from exc
+        raise SettingsError([Issue("llmgw.yaml", 0, 0, "", f"is missing from {main}")]) from exc
     yaml = YAML(typ="rt")
     yaml.preserve_quotes = True
     yaml.width = 4096
@@ -98,7 +99,7 @@ def set_serving_stopped(repo_path: str | os.PathLike[str], stopped: bool, author
     verb = "stop" if stopped else "start"
     message = f"llmgw {verb}: serving.stopped: {'true' if stopped else 'false'}\n"
     commit = repo.create_commit(None, author, committer, message, tree, [head.id])
-    _move(repo, MAIN, commit, head.id, message.strip())
+    _move(repo, main, commit, head.id, message.strip())
     return str(commit)
 
 

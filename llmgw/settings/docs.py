@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from llmgw.settings.schemas import SCHEMA_KINDS, load_schema, schema_dir
+from llmgw.settings.unbuilt import unbuilt_note
 
 _ORDER = ("llmgw", "model", "engines", "agent", "projects", "firewall", "slurm")
 _HEADER = """# Settings reference
@@ -23,6 +24,9 @@ A settings repository holds the files below; each is checked against its JSON Sc
 Unknown keys are errors. Sizes are strings such as `512Mi`, `16Gi`, `1.5T` (binary `Ki Mi Gi Ti Pi`,
 decimal `k M G T P`, optional trailing `B`); durations are strings such as `500ms`, `2s`, `5m`, `1.5h`, `1d`.
 `llmgw validate` reports every error as `file:line:column: key.path: reason`; see `examples/cluster-repo/`.
+Numbers are finite; integers lie between -2^63 and 2^63-1, sizes up to 8Ei, durations up to 36500d.
+Keys of capabilities not built yet are accepted but do nothing: their rows say **Accepted, not acted on yet**,
+and `llmgw validate` warns `accepted, not acted on yet` at each such key a settings tree sets.
 """
 
 
@@ -54,7 +58,7 @@ def _type(schema: dict[str, Any], node: dict[str, Any]) -> str:
     return kind
 
 
-def _rows(schema: dict[str, Any], node: dict[str, Any], prefix: str, required: bool) -> list[str]:
+def _rows(schema: dict[str, Any], node: dict[str, Any], prefix: str, required: bool, kind: str) -> list[str]:
     ref = node.get("$ref", "")
     node = _resolve(schema, node)
     rows: list[str] = []
@@ -68,20 +72,23 @@ def _rows(schema: dict[str, Any], node: dict[str, Any], prefix: str, required: b
         description = node.get("description", "").replace("|", "\\|").replace("\n", " ")
         if limits:
             description += f" ({', '.join(limits)})"
-        kind = "size" if ref.endswith("/size") else "duration" if ref.endswith("/duration") else _type(schema, node)
-        rows.append(f"| `{prefix}` | {kind} | {default} | {description} |")
+        note = unbuilt_note(kind, prefix)
+        if note:
+            description += " " + note
+        shown = "size" if ref.endswith("/size") else "duration" if ref.endswith("/duration") else _type(schema, node)
+        rows.append(f"| `{prefix}` | {shown} | {default} | {description} |")
     if node.get("type") == "object":
         needed = set(node.get("required", ()))
         for key, child in node.get("properties", {}).items():
-            rows += _rows(schema, child, f"{prefix}.{key}" if prefix else key, key in needed)
+            rows += _rows(schema, child, f"{prefix}.{key}" if prefix else key, key in needed, kind)
         extra = node.get("additionalProperties")
         if isinstance(extra, dict) and _resolve(schema, extra).get("type") == "object":
-            rows += _rows(schema, extra, f"{prefix}.<name>" if prefix else "<name>", False)
+            rows += _rows(schema, extra, f"{prefix}.<name>" if prefix else "<name>", False, kind)
     if node.get("type") == "array":
         items = _resolve(schema, node.get("items", {}))
         if items.get("type") == "object":
             for key, child in items.get("properties", {}).items():
-                rows += _rows(schema, child, f"{prefix}[].{key}", key in set(items.get("required", ())))
+                rows += _rows(schema, child, f"{prefix}[].{key}", key in set(items.get("required", ())), kind)
     return rows
 
 
@@ -92,7 +99,7 @@ def render() -> str:
         schema = load_schema(kind)
         parts.append(f"\n## `{schema['title']}`\n\nSchema: `schema/{kind}.json`. {schema['description']}\n")
         parts.append("| key | type | default | meaning |\n| --- | --- | --- | --- |")
-        parts.extend(_rows(schema, schema, "", True))
+        parts.extend(_rows(schema, schema, "", True, kind))
     return "\n".join(parts) + "\n"
 
 

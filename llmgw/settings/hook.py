@@ -1,102 +1,164 @@
-"""The git hooks of a settings repository: `python -m llmgw.settings.hook pre-receive|post-receive`.
+"""What the git hooks of a settings repository decide; `llmgw.cli.hook_cmds` runs them and does their I/O.
 
-Git runs them in the bare repository with the pushed ref updates on stdin, one `<old> <new> <ref>` line each
-(https://git-scm.com/docs/githooks#pre-receive). In pre-receive the pushed objects are still quarantined, so
-the repository is opened from the environment (GIT_DIR, GIT_QUARANTINE_PATH, GIT_OBJECT_DIRECTORY...).
+Git runs the hooks in the bare repository with the pushed ref updates on stdin, one `<old> <new> <ref>` line each
+(https://git-scm.com/docs/githooks#pre-receive). In pre-receive the pushed objects are still quarantined, so the
+repository is opened from the environment (GIT_DIR, GIT_QUARANTINE_PATH, GIT_OBJECT_DIRECTORY...).
 
-pre-receive: every updated branch head must validate; deleting `main` is refused. What the pusher sees on
-refusal is the error list, `file:line:column: key: reason`, prefixed by git with "remote:".
-post-receive: POST {"refs": [{"ref", "old", "new"}]} as JSON to `llmgw.notifyurl` (timeout NOTIFY_TIMEOUT
-seconds); a failure is reported on stderr and never fails the push.
+pre-receive (`check_push`): a push may only move the settings branch (git config `llmgw.branch`, default `main`)
+forward to a commit whose settings validate. Refused, each with a sentence: any other ref (other branches, tags,
+`refs/llmgw/audit` and `refs/llmgw/applied`, which only the control plane writes), deleting the branch, a
+non-fast-forward update of it, and settings that do not validate (the error list, `file:line:column: key:
+reason`). Git applies all of a push's updates or none, so one refused update refuses the whole push; every
+update still gets its verdict. What the pusher sees is prefixed by git with "remote:".
+post-receive (`notification`): the URL in `llmgw.notifyurl` and the JSON body {"refs": [{"ref", "old", "new"}]}
+to POST there; the POST itself is the caller's (llmgw.settings does no network I/O).
+Run as `python -m llmgw.settings.hook` (what hooks of an older llmgw run), it refuses the push and says to rewrite
+the hooks with `llmgw repo hooks`.
 """
 
 from __future__ import annotations
 
-import http.client
 import json
 import os
 import sys
-import urllib.error
-import urllib.request
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TextIO
 
 import pygit2
 
 from llmgw.errors import SettingsError
 from llmgw.settings.loading import load_commit
+from llmgw.settings.reading import open_repository
+from llmgw.settings.refs import APPLIED_REF, AUDIT_REF, BRANCH_KEY, DEFAULT_BRANCH, branch_ref
 from llmgw.settings.repository import NOTIFY_URL_KEY
 
 ZERO = "0" * 40
-NOTIFY_TIMEOUT = 2.0
 
 
-def _updates(lines: Iterable[str]) -> list[tuple[str, str, str]]:
+@dataclass(frozen=True)
+class RefUpdate:
+    """One line of a hook's stdin: `ref` moves from `old` to `new` (40 hex each; ZERO: created / deleted)."""
+
+    old: str
+    new: str
+    ref: str
+
+
+@dataclass(frozen=True)
+class Notification:
+    """What post-receive sends: a JSON `body` (bytes) to POST to `url`."""
+
+    url: str
+    body: bytes
+
+
+def parse_updates(lines: Iterable[str]) -> list[RefUpdate]:
+    """The `<old> <new> <ref>` lines of a hook's stdin, in order; other lines are skipped."""
     out = []
     for line in lines:
         parts = line.split()
         if len(parts) == 3:
-            out.append((parts[0], parts[1], parts[2]))
+            out.append(RefUpdate(*parts))
     return out
 
 
-def pre_receive(lines: Iterable[str], repo_dir: str, out=sys.stderr) -> int:
-    """Check each pushed branch head; print the errors; return the exit status (0 accept, 1 refuse)."""
+def settings_branch(repo: pygit2.Repository) -> str:
+    """The branch pushes may move: git config `llmgw.branch` (set by `llmgw repo init`), else "main"."""
+    try:
+        value = repo.config[BRANCH_KEY] if BRANCH_KEY in repo.config else None
+    except (pygit2.GitError, KeyError, ValueError):
+        value = None
+    return value or DEFAULT_BRANCH
+
+
+def _refusal(repo: pygit2.Repository, update: RefUpdate, branch: str) -> str | None:
+    """Why `update` is refused before its settings are read (None: it may go on to validation)."""
+    wanted = branch_ref(branch)
+    deleting = update.new == ZERO
+    if update.ref != wanted:
+        verb = "to delete" if deleting else "to update" if update.old != ZERO else "to create"
+        why = f"this repository takes pushes to {wanted} only"
+        if update.ref in (AUDIT_REF, APPLIED_REF) or update.ref.startswith("refs/llmgw/"):
+            why += "; refs/llmgw/* are the control plane's record of what it did, written by it alone"
+        elif update.ref.startswith("refs/heads/"):
+            why += "; propose changes on a branch of another clone or forge, and merge them into " + branch
+        return f"refusing {verb} {update.ref}: {why}"
+    if deleting:
+        return f"refusing to delete {update.ref}: it holds the cluster's settings"
+    if update.old not in (ZERO, update.new):
+        try:
+            forward = repo.descendant_of(update.new, update.old)
+        except (pygit2.GitError, KeyError, ValueError) as exc:
+            return f"refusing {update.ref} at {update.new[:12]}: cannot tell whether it follows {update.old[:12]} ({exc})"
+        if not forward:
+            return (f"refusing {update.ref} at {update.new[:12]}: not a fast-forward of {update.old[:12]}; the settings "
+                    "history is never rewritten (the audit trail refers to it): pull, merge or rebase, and push again")
+    return None
+
+
+def check_push(lines: Iterable[str], repo_dir: str | os.PathLike[str], out: TextIO) -> int:
+    """pre-receive: judge every pushed ref update, printing one verdict (and any settings issues) per update to `out`.
+
+    Returns the hook's exit status: 0 accepts the push, 1 refuses it (all of it, as git does).
+    Blocking (reads the repository, quarantined objects included).
+    """
+    updates = parse_updates(lines)
+    try:
+        repo = open_repository(repo_dir, from_env=True)
+    except SettingsError as exc:
+        print(f"refusing the push: {exc}", file=out)
+        return 1
+    branch = settings_branch(repo)
     refused = False
-    for old, new, ref in _updates(lines):
-        if not ref.startswith("refs/heads/"):
-            continue
-        if new == ZERO:
-            if ref == "refs/heads/main":
-                print(f"refusing to delete {ref}: it holds the cluster's settings", file=out)
-                refused = True
+    for update in updates:
+        refusal = _refusal(repo, update, branch)
+        if refusal is not None:
+            print(refusal, file=out)
+            refused = True
             continue
         try:
-            settings = load_commit(repo_dir, new, from_env=True)
+            settings = load_commit(repo_dir, update.new, from_env=True)
         except SettingsError as exc:
             errors = [i for i in exc.issues if i.severity == "error"]
-            print(f"refusing {ref} at {new[:12]}: {len(errors)} settings error{'s' if len(errors) != 1 else ''}:", file=out)
+            plural = "s" if len(errors) != 1 else ""
+            print(f"refusing {update.ref} at {update.new[:12]}: {len(errors)} settings error{plural}:", file=out)
             for issue in exc.issues:
                 print(f"  {issue}", file=out)
             refused = True
             continue
         for warning in settings.warnings:
             print(f"  {warning}", file=out)
-        print(f"{ref} at {new[:12]}: settings valid", file=out)
+        print(f"{update.ref} at {update.new[:12]}: settings valid", file=out)
+    if refused and len(updates) > 1:
+        print("the whole push is refused: git applies all of a push's ref updates or none", file=out)
     return 1 if refused else 0
 
 
-def post_receive(lines: Iterable[str], repo_dir: str, out=sys.stderr) -> int:
-    """Notify the control plane at `llmgw.notifyurl`, if set. Always returns 0."""
-    updates = _updates(lines)
+def notification(lines: Iterable[str], repo_dir: str | os.PathLike[str]) -> Notification | None:
+    """post-receive: what to POST where, or None when `llmgw.notifyurl` is not set or nothing moved.
+
+    Blocking (reads the repository's config). Never raises: an unreadable repository means no notification.
+    """
+    updates = parse_updates(lines)
     try:
-        repo = pygit2.Repository(repo_dir)
+        repo = open_repository(repo_dir)
         url = repo.config[NOTIFY_URL_KEY] if NOTIFY_URL_KEY in repo.config else None
-    except (pygit2.GitError, KeyError):
+    except (SettingsError, pygit2.GitError, KeyError, ValueError):
         url = None
     if not url or not updates:
-        return 0
-    body = json.dumps({"refs": [{"ref": r, "old": o, "new": n} for o, n, r in updates]}).encode()
-    request = urllib.request.Request(url, data=body, method="POST", headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(request, timeout=NOTIFY_TIMEOUT) as response:
-            response.read(4096)
-    except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError) as exc:
-        print(f"warning: could not notify the control plane at {url} ({exc}); it will notice the push "
-              "at its next poll", file=out)
-    return 0
+        return None
+    body = json.dumps({"refs": [{"ref": u.ref, "old": u.old, "new": u.new} for u in updates]}).encode()
+    return Notification(url, body)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point for git: argv[0] is the hook name; the repository is the current directory (or GIT_DIR)."""
-    args = list(sys.argv[1:] if argv is None else argv)
-    repo_dir = os.environ.get("GIT_DIR", ".")
-    if args[:1] == ["pre-receive"]:
-        return pre_receive(sys.stdin, repo_dir)
-    if args[:1] == ["post-receive"]:
-        return post_receive(sys.stdin, repo_dir)
-    print("usage: python -m llmgw.settings.hook pre-receive|post-receive", file=sys.stderr)
-    return 2
+def _outdated(argv: list[str]) -> int:
+    """What a hook installed by an llmgw before llmgw.cli.hook_cmds does: refuse pushes (validation would be skipped
+    otherwise) and say how to rewrite the hooks. Returns the exit status: 1 for pre-receive, else 0."""
+    print("this repository's hooks were installed by an older llmgw; rewrite them with: llmgw repo hooks "
+          f"{os.environ.get('GIT_DIR', '.')}", file=sys.stderr)
+    return 1 if argv[:1] == ["pre-receive"] else 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(_outdated(sys.argv[1:]))

@@ -2,8 +2,9 @@
 
 Stages, each reporting every issue it finds before the next one looks: read the files (reading.py), parse
 each (parsing.py), check each against its schema (schemas.py), build the typed model and make the cross-file
-checks (building.py). Any error ends in one SettingsError carrying every error found; warnings travel on
-`Settings.warnings`.
+checks (building.py); keys of capabilities not built yet become warnings (unbuilt.py). Any error ends in one
+SettingsError carrying every error found; warnings travel on `Settings.warnings`. Nothing else escapes: settings come from anyone who can push, and the watcher and the
+pre-receive hook must get a sentence, not a traceback, even for input that trips a bug (see `load_tree`).
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from __future__ import annotations
 import os
 import re
 from typing import Any
+
+import pygit2
 
 from llmgw.errors import Issue, SettingsError
 from llmgw.settings.building import (
@@ -21,6 +24,7 @@ from llmgw.settings.model import AgentSettings, Model, Settings
 from llmgw.settings.parsing import Parsed, parse_yaml
 from llmgw.settings.reading import TreeFiles, open_repository, read_commit, read_directory, resolve_commit
 from llmgw.settings.schemas import validate_data
+from llmgw.settings.unbuilt import unbuilt_warnings
 from llmgw.units import parse_duration
 
 _SINGLE = {"llmgw.yaml": "llmgw", "engines.yaml": "engines", "projects.yaml": "projects",
@@ -63,6 +67,7 @@ def _parse_all(tree: TreeFiles, found: Found, invalid_names: set[str]) -> dict[s
     """
     good: dict[str, tuple[str, Any]] = {}
     for path in sorted(tree.texts):
+        found.current = path
         kind = classify(path)
         if kind is None:
             hint = f"; did you mean {path[:-4]}.yaml?" if path.endswith(".yml") else ""
@@ -97,6 +102,7 @@ def _parse_all(tree: TreeFiles, found: Found, invalid_names: set[str]) -> dict[s
             found.issues.extend(schema_issues)
             continue
         good[path] = (kind, parsed.data)
+        found.issues.extend(unbuilt_warnings(kind, path, parsed))
         if kind == "model":
             invalid_names.difference_update(_names_of_invalid_model(path, parsed.data))
     return good
@@ -113,9 +119,22 @@ def load_tree(tree: TreeFiles, commit: str | None = None) -> Settings:
     """Validate and build the Settings of `tree` (files as read by reading.py).
 
     Returns Settings (frozen, units normalised; `warnings` holds warnings). Raises: SettingsError with every
-    error found, sorted by file, line and column.
+    error found, sorted by file, line and column; and SettingsError, never anything else, naming the file being
+    loaded when a stage fails in a way no check foresaw (a bug of llmgw or of a library it uses), so that the
+    commit is refused with a sentence and whoever reads settings keeps running.
     """
     found = Found(files={})
+    try:
+        return _load_tree(tree, commit, found)
+    except SettingsError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the boundary of untrusted input: any failure is this tree's, as a sentence
+        where = found.current or "(settings tree)"
+        raise SettingsError([Issue(where, 0, 0, "", f"cannot be loaded: {type(exc).__name__}: {str(exc)[:200]}; "
+                                   "this is a bug of llmgw: please report it with this file")]) from exc
+
+
+def _load_tree(tree: TreeFiles, commit: str | None, found: Found) -> Settings:
     found.issues.extend(tree.issues)
     invalid_names: set[str] = set()
     for path in tree.issues:
@@ -125,13 +144,16 @@ def load_tree(tree: TreeFiles, commit: str | None = None) -> Settings:
 
     if "llmgw.yaml" not in tree.texts and not any(i.file == "llmgw.yaml" for i in found.issues):
         found.issues.append(Issue("llmgw.yaml", 0, 0, "", "is missing; every settings tree has one (name: <cluster>)"))
+    found.current = "llmgw.yaml"
     cluster = build_cluster(good["llmgw.yaml"][1]) if "llmgw.yaml" in good else None
 
+    found.current = "engines.yaml"
     engines = build_engines(good["engines.yaml"][1], found, "engines.yaml") if "engines.yaml" in good else {}
 
     models: dict[str, Model] = {}
     for path, (kind, data) in good.items():
         if kind == "model":
+            found.current = path
             model = build_model(_stem(path), path, data)
             check_model(found, path, _stem(path), data, model)
             if model.name in models:
@@ -146,25 +168,34 @@ def load_tree(tree: TreeFiles, commit: str | None = None) -> Settings:
                 elif model.engine_version is None and not default:
                     found.add(path, ("engine",), f"engines.yaml has no default version of {model.engine}; "
                                                  "name an engine_version or mark one default")
+    found.current = "catalog/"
     known = check_names(found, models) | invalid_names
 
     if cluster is not None and not models and not invalid_names and not cluster.allow_empty and "llmgw.yaml" in good:
         found.add("llmgw.yaml", ("serving",) if "serving" in good["llmgw.yaml"][1] else (),
                   "the catalog holds no model; add catalog/<model>.yaml or set serving.allow_empty: true")
 
+    found.current = "agents/default.yaml"
     agent_defaults = build_agent(good["agents/default.yaml"][1]) if "agents/default.yaml" in good else AgentSettings()
-    node_agents = {_stem(path): build_agent(data, agent_defaults)
-                   for path, (kind, data) in good.items() if path.startswith("agents/nodes/")}
+    node_agents: dict[str, AgentSettings] = {}
+    for path, (kind, data) in good.items():
+        if path.startswith("agents/nodes/"):
+            found.current = path
+            node_agents[_stem(path)] = build_agent(data, agent_defaults)
 
     orgs, teams, projects = ({}, {}, {})
     if "projects.yaml" in good:
+        found.current = "projects.yaml"
         # A catalog file that did not load may hold the aliases a project names: no follow-on errors for those.
         orgs, teams, projects = build_projects(good["projects.yaml"][1], found, "projects.yaml",
                                                None if invalid_names else known)
 
+    found.current = "firewall.yaml"
     firewall = _freeze_switch(good["firewall.yaml"][1], _FIREWALL_DEFAULTS) if "firewall.yaml" in good else deep_freeze({})
+    found.current = "slurm.yaml"
     slurm = _freeze_switch(good["slurm.yaml"][1], _SLURM_DEFAULTS) if "slurm.yaml" in good else deep_freeze({})
 
+    found.current = ""
     errors = sorted((i for i in found.issues if i.severity == "error"), key=lambda i: (i.file, i.line, i.column))
     warnings = tuple(sorted((i for i in found.issues if i.severity != "error"), key=lambda i: (i.file, i.line)))
     if errors or cluster is None:
@@ -193,4 +224,9 @@ def load_commit(repo_path: str | os.PathLike[str], rev: str = "refs/heads/main",
     """
     repo = open_repository(repo_path, from_env=from_env)
     commit = resolve_commit(repo, rev)
-    return load_tree(read_commit(repo, commit), commit=str(commit.id))
+    try:
+        files = read_commit(repo, commit)
+    except (KeyError, ValueError, pygit2.GitError) as exc:
+        raise SettingsError([Issue(str(commit.id), 0, 0, "", f"cannot be read from {repo.path}: an object of its "
+                                   f"tree is missing or damaged ({exc})")]) from exc
+    return load_tree(files, commit=str(commit.id))

@@ -44,7 +44,8 @@ class ClusterSettings:
     """`llmgw.yaml`: the cluster as a whole.
 
     Durations in seconds. `gpu_hour_cost` maps a GPU class (or "default") to the cost of one GPU for one hour,
-    in `currency`, used to price usage of models without explicit prices.
+    in `currency`; it is meant to price models without explicit prices, and nothing reads it yet (unbuilt.py).
+    `store` is likewise not read yet: the control plane opens the store it is given.
     """
 
     name: str
@@ -119,7 +120,7 @@ class Adapter:
 
 @dataclass(frozen=True)
 class Prices:
-    """Price of a model's tokens in the cluster's currency per million tokens (None: derived or free)."""
+    """Price of a model's tokens in the cluster's currency per million tokens (None: free)."""
 
     prompt_per_million: float | None = None
     completion_per_million: float | None = None

@@ -6,7 +6,9 @@ scalars by the YAML 1.2 core schema (`yes` is a string, `0.90` a float) and turn
 no tag is ever run. Refused, each as an Issue with `file:line:column`:
 tabs in indentation, explicit tags other than YAML's core ones (`!!str`, `!!int`, ...), duplicate keys,
 non-scalar keys, recursive aliases, aliases that expand to more than MAX_VALUES values (a "billion laughs"
-file fails after MAX_VALUES steps, in milliseconds), nesting deeper than MAX_DEPTH, several documents in one file.
+file fails after MAX_VALUES steps, in milliseconds), nesting deeper than MAX_DEPTH, several documents in one file,
+integers outside 64 bits (MIN_INT..MAX_INT: no setting needs more, and a 4,000-digit number made later stages
+raise) and numbers that are not finite (`.inf`, `.nan`, `1e400`).
 Merge keys (`<<: *defaults`) are supported; explicit keys win over merged ones.
 """
 
@@ -30,6 +32,9 @@ from llmgw.errors import Issue
 
 MAX_VALUES = 100_000
 MAX_DEPTH = 64
+MAX_INT = 2**63 - 1
+MIN_INT = -(2**63)
+_MAX_INT_TEXT = 80  # characters of an integer's text read at all: 64 bits need 64 binary digits, plus "-0b"
 _CORE = "tag:yaml.org,2002:"
 _ALLOWED_TAGS = {_CORE + t for t in ("str", "int", "float", "bool", "null", "map", "seq", "timestamp", "merge")}
 _TAB_INDENT = re.compile(r"^( *)\t", re.MULTILINE)
@@ -178,8 +183,26 @@ def _compose_with(text: str, fast: bool) -> Node | None:
     return root
 
 
+def _shown(text: str) -> str:
+    """A scalar's text for a message: whole when short, else its start and its length."""
+    return repr(text) if len(text) <= 24 else f"{text[:16]!r}... ({len(text)} characters)"
+
+
 def _scalar(node: Node) -> Any:
+    """The value of a scalar node. Raises: ValueError (text that is not its tag's), _Refused (out of bounds)."""
     tag, text = node.tag, node.value
+    if tag == _CORE + "int" and len(text.replace("_", "")) > _MAX_INT_TEXT:
+        raise _Refused(node, f"{_shown(text)} is out of range: settings take integers from {MIN_INT} to {MAX_INT}")
+    value = _scalar_value(tag, text)
+    if isinstance(value, int) and not isinstance(value, bool) and not MIN_INT <= value <= MAX_INT:
+        raise _Refused(node, f"{_shown(text)} is out of range: settings take integers from {MIN_INT} to {MAX_INT}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise _Refused(node, f"{_shown(text)} is not a finite number; settings take finite numbers (leave a "
+                             "limit out for no limit)")
+    return value
+
+
+def _scalar_value(tag: str, text: str) -> Any:
     if tag == _CORE + "null":
         return None
     if tag == _CORE + "bool":

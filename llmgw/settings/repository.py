@@ -1,10 +1,12 @@
-"""Creating a settings repository: `init_repository(path, seed_dir, notify_url=None)`.
+"""Creating a settings repository: `init_repository(path, seed_dir, notify_url=None, branch="main")`.
 
-The repository is bare, its branch `main` holds one commit seeded from `seed_dir`, and two hooks guard it:
-pre-receive validates every pushed branch head and refuses the push with the error list; post-receive POSTs
-to the URL in the repository's config key `llmgw.notifyurl` (a running control plane) and never fails a push.
-Both run `<this interpreter> -m llmgw.settings.hook`, with this llmgw on PYTHONPATH, so they work from any
-shell and any virtual environment state. Git's hook protocol: https://git-scm.com/docs/githooks.
+The repository is bare, its settings branch (`main`, recorded in the config key `llmgw.branch`) holds one commit
+seeded from `seed_dir`, and two hooks guard it: pre-receive lets a push move the settings branch forward to
+settings that validate and refuses everything else with a sentence (see llmgw.settings.hook); post-receive POSTs
+to the URL in the config key `llmgw.notifyurl` (a running control plane) and never fails a push. Both run
+`<this interpreter> -m llmgw.cli.hook_cmds <hook>`, with this llmgw on PYTHONPATH, so they work from any shell and
+any virtual environment state; `install_hooks` rewrites them (a repository made by an older llmgw).
+Git's hook protocol: https://git-scm.com/docs/githooks.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import pygit2
 
 from llmgw.errors import Issue, SettingsError
 from llmgw.settings.loading import load_directory
+from llmgw.settings.refs import BRANCH_KEY, DEFAULT_BRANCH, branch_ref
 
 NOTIFY_URL_KEY = "llmgw.notifyurl"
 LLMGW_SIGNATURE = ("llmgw", "llmgw@localhost")
@@ -75,7 +78,7 @@ def _hook_script(stage: str) -> str:
     root = shlex.quote(str(_PACKAGE_ROOT))
     return ("#!/bin/sh\n"
             f"# Installed by llmgw repo init: {'validate pushed settings' if stage == 'pre-receive' else 'notify the control plane'}.\n"
-            f"PYTHONPATH={root}${{PYTHONPATH:+:$PYTHONPATH}} exec {python} -m llmgw.settings.hook {stage}\n")
+            f"PYTHONPATH={root}${{PYTHONPATH:+:$PYTHONPATH}} exec {python} -m llmgw.cli.hook_cmds {stage}\n")
 
 
 def install_hooks(repo_path: str | os.PathLike[str]) -> None:
@@ -88,23 +91,29 @@ def install_hooks(repo_path: str | os.PathLike[str]) -> None:
         path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
 
 
-def init_repository(path: str | os.PathLike[str], seed_dir: str | os.PathLike[str], notify_url: str | None = None) -> str:
-    """Create a bare settings repository at `path`, branch `main` seeded from the files of `seed_dir`.
+def init_repository(path: str | os.PathLike[str], seed_dir: str | os.PathLike[str], notify_url: str | None = None,
+                    branch: str = DEFAULT_BRANCH) -> str:
+    """Create a bare settings repository at `path`, its settings branch `branch` seeded from the files of `seed_dir`.
 
     The seed must validate (`load_directory`). `notify_url`, when given, is stored as `llmgw.notifyurl` for
-    the post-receive hook. Returns the seed commit's id (40 hex).
-    Raises: SettingsError when the seed does not validate or `path` exists and is not empty.
+    the post-receive hook; `branch` as `llmgw.branch` for the pre-receive hook. Returns the seed commit's id
+    (40 hex).
+    Raises: SettingsError when the seed does not validate, `branch` is no branch name, or `path` exists and is
+    not empty.
     """
     target = Path(path)
     if target.exists() and any(target.iterdir()):
         raise SettingsError([Issue(str(target), 0, 0, "", "exists and is not empty; choose a new path")])
+    if not pygit2.reference_is_valid_name(branch_ref(branch)):
+        raise SettingsError([Issue(branch, 0, 0, "", "is not a valid branch name; use e.g. main")])
     load_directory(seed_dir)
-    repo = pygit2.init_repository(str(target), bare=True, initial_head="main")
+    repo = pygit2.init_repository(str(target), bare=True, initial_head=branch)
     tree = write_tree(repo, dict(_seed_files(Path(seed_dir))))
     signature = pygit2.Signature(*LLMGW_SIGNATURE)
-    commit = repo.create_commit("refs/heads/main", signature, signature,
+    commit = repo.create_commit(branch_ref(branch), signature, signature,
                                 f"Seed settings from {Path(seed_dir).name}\n", tree, [])
-    repo.set_head("refs/heads/main")
+    repo.set_head(branch_ref(branch))
+    repo.config[BRANCH_KEY] = branch
     if notify_url:
         repo.config[NOTIFY_URL_KEY] = notify_url
     install_hooks(target)

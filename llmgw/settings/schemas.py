@@ -3,7 +3,9 @@
 `validate_data(kind, file, parsed)` checks one parsed file and returns one Issue per violation, each at the
 line and column of the offending key or value. Unknown keys are reported at the key itself; a missing key at
 the mapping that lacks it. A schema may carry an `x-error` message template (`{value!r}`) for readable
-pattern failures (units, digests, names).
+pattern failures (units, digests, names). llmgw's own keyword `x-unit` ("size" or "duration") bounds a size to
+MAX_SIZE_BYTES and a duration to MAX_DURATION_SECONDS, so every later stage gets numbers it can hold (a 64-bit
+protobuf field, a trio deadline).
 """
 
 from __future__ import annotations
@@ -17,9 +19,12 @@ import jsonschema
 from jsonschema.exceptions import ValidationError
 
 from llmgw.errors import Issue, SettingsError
-from llmgw.settings.parsing import Parsed
+from llmgw.settings.parsing import MAX_INT, Parsed
+from llmgw.units import format_duration, parse_duration, parse_size
 
 SCHEMA_KINDS = ("llmgw", "model", "engines", "agent", "projects", "firewall", "slurm")
+MAX_SIZE_BYTES = MAX_INT
+MAX_DURATION_SECONDS = 100 * 365 * 86400.0
 
 
 def schema_dir() -> Path:
@@ -37,9 +42,28 @@ def load_schema(kind: str) -> dict[str, Any]:
         raise SettingsError(f"the settings schema {path} cannot be read ({exc}); reinstall llmgw") from exc
 
 
+def _unit(validator: Any, unit: str, instance: Any, schema: dict[str, Any]) -> Any:
+    """The `x-unit` keyword: a size or duration that parses must not exceed what llmgw can hold."""
+    if not isinstance(instance, str):
+        return
+    try:
+        value = parse_size(instance) if unit == "size" else parse_duration(instance)
+    except ValueError:
+        return  # `pattern` reports it
+    if unit == "size" and value > MAX_SIZE_BYTES:
+        yield ValidationError(f"{instance!r} is larger than the largest size settings take ({MAX_SIZE_BYTES} "
+                              "bytes, 8Ei)")
+    elif unit == "duration" and value > MAX_DURATION_SECONDS:
+        yield ValidationError(f"{instance!r} is longer than the longest duration settings take "
+                              f"({format_duration(MAX_DURATION_SECONDS)})")
+
+
+_Validator = jsonschema.validators.extend(jsonschema.Draft202012Validator, {"x-unit": _unit})
+
+
 @cache
-def _validator(kind: str) -> jsonschema.Draft202012Validator:
-    return jsonschema.Draft202012Validator(load_schema(kind))
+def _validator(kind: str) -> Any:
+    return _Validator(load_schema(kind))
 
 
 def format_path(path: tuple[str | int, ...] | list[str | int]) -> str:
@@ -72,7 +96,7 @@ def _issue_for(file: str, parsed: Parsed, error: ValidationError) -> list[Issue]
             key_path = path + (error.instance,)
             return [Issue(file, *parsed.position(key_path, of_key=True), format_path(key_path),
                           f"{error.instance!r} is not allowed as a key here: {error.message}")]
-    template = schema.get("x-error")
+    template = schema.get("x-error") if error.validator != "x-unit" else None
     message = template.format(value=error.instance) if template else error.message
     if schema.get("type") == "string" and isinstance(error.instance, (int, float, bool)) and error.validator in ("type", "pattern"):
         read_as = "a boolean" if isinstance(error.instance, bool) else "a number"

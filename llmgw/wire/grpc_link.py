@@ -151,7 +151,7 @@ class GrpcLink(Link[Outgoing, Incoming]):
             pass  # our own side was closed: nobody reads any more
         except asyncio.CancelledError:
             raise
-        except Exception as exc:  # the transport boundary: any gRPC failure becomes the link's WireError
+        except Exception as exc:  # noqa: BLE001 - the transport boundary: any gRPC failure becomes the link's WireError (to be narrowed to grpc's errors: issue 9)
             self.fail(f"the stream ended with an error ({describe_rpc_error(exc)})")
         finally:
             self._incoming_send.close()
@@ -168,7 +168,7 @@ class GrpcLink(Link[Outgoing, Incoming]):
                 await self._done_writing()
         except asyncio.CancelledError:
             raise
-        except Exception as exc:  # the transport boundary: any gRPC failure becomes the link's WireError
+        except Exception as exc:  # noqa: BLE001 - the transport boundary: any gRPC failure becomes the link's WireError (to be narrowed to grpc's errors: issue 9)
             if not self._peer_ended:  # a write racing the control plane's clean end is not a failure
                 self.fail(f"a message could not be sent ({describe_rpc_error(exc)})")
             while (await self._outgoing.get()) is not _CLOSE:

@@ -66,13 +66,21 @@ CASES = {
     "mapping-as-key": ("catalog/m.yaml:10:5", "a key must be a plain scalar"),
     "empty-catalog": ("llmgw.yaml:21:3", "the catalog holds no model"),
     "bad-gpu-class": ("catalog/m.yaml:8:14", "'H100 80G' is not a GPU class"),
-    # Made by the test itself (not storable as plain files in this repository):
+    "infinite-cpu-cores": ("catalog/m.yaml:7:14", "'.inf' is not a finite number"),
+    "size-beyond-64-bits": ("catalog/m.yaml:8:11", "'99999999Pi' is larger than the largest size settings take"),
+    "duration-beyond-a-century": ("agents/nodes/n1.yaml:1:21", "'40000d' is longer than the longest duration"),
+    # Made by the test itself (not storable as plain files in this repository, or too long to read):
     "two-mib-file": ("catalog/big.yaml:", "over the limit of 1048576 bytes"),
+    # A 4,000-digit integer: float() raised OverflowError building the budget; in hex (4,816 decimal digits)
+    # jsonschema raised ValueError writing its "greater than the maximum" message.
+    "four-thousand-digit-budget": ("projects.yaml:8:15", "'9999999999999999'... (4000 characters) is out of range"),
+    "four-thousand-digit-hex-replicas": ("catalog/gemma-3-270m.yaml:13:11", "(4002 characters) is out of range"),
     "symlink": ("catalog/link.yaml:", "is a symbolic link"),
     "symlinked-directory": ("agents/nodes:", "is a symbolic link"),
 }
 
-GENERATED = {"two-mib-file", "symlink", "symlinked-directory"}
+GENERATED = {"two-mib-file", "symlink", "symlinked-directory", "four-thousand-digit-budget",
+             "four-thousand-digit-hex-replicas"}
 
 
 def make_tree(case: str, tmp_path: Path) -> Path:
@@ -85,6 +93,12 @@ def make_tree(case: str, tmp_path: Path) -> Path:
         os.rename(tree / "agents" / "nodes", tree / "agents" / "real-nodes")
         os.symlink("real-nodes", tree / "agents" / "nodes")
         (tree / "agents" / "real-nodes" / "gpu-node-01.yaml").rename(tree / "agents" / "real-nodes" / "x.txt")
+    elif case == "four-thousand-digit-budget":
+        projects = tree / "projects.yaml"
+        projects.write_text(projects.read_text().replace("budget: 5000.00", "budget: " + "9" * 4000, 1))
+    elif case == "four-thousand-digit-hex-replicas":
+        gemma = tree / "catalog" / "gemma-3-270m.yaml"
+        gemma.write_text(gemma.read_text().replace("replicas: 1\n", "replicas: 0x" + "f" * 4000 + "\n", 1))
     else:
         overlay(tree, BAD / case)
     return tree
@@ -113,7 +127,8 @@ def test_bad_tree_fails_validation_at_the_right_file_and_line(case: str, tmp_pat
     assert "1 error" in output
 
 
-@pytest.mark.parametrize("case", ["yaml-bomb", "non-utf8", "python-tag", "two-mib-file", "symlink"])
+@pytest.mark.parametrize("case", ["yaml-bomb", "non-utf8", "python-tag", "two-mib-file", "symlink",
+                                  "four-thousand-digit-budget", "four-thousand-digit-hex-replicas"])
 def test_the_real_command_prints_one_line_per_error_and_no_traceback(case: str, tmp_path: Path) -> None:
     import subprocess
     import sys
@@ -127,3 +142,13 @@ def test_the_real_command_prints_one_line_per_error_and_no_traceback(case: str, 
     assert "Traceback" not in proc.stderr + proc.stdout
     assert CASES[case][0] in proc.stderr
     assert time.monotonic() - started < 10
+
+
+def test_a_mistyped_store_url_is_refused_without_quoting_its_password(tmp_path: Path) -> None:
+    tree = copy_example(tmp_path / "settings")
+    llmgw_yaml = tree / "llmgw.yaml"
+    llmgw_yaml.write_text(llmgw_yaml.read_text().replace("kind: sqlite", "kind: postgresql\n  url: mysql://admin:hunter2@db/llmgw"))
+    result = CliRunner().invoke(cli, ["validate", str(tree)])
+    assert result.exit_code == 1, result.output
+    assert "llmgw.yaml:12:8: store.url: is not a PostgreSQL URL" in result.output
+    assert "hunter2" not in result.output

@@ -28,7 +28,7 @@ def edit(tree: Path, rel: str, old: str, new: str) -> None:
 SAME = [
     (GEMMA, "memory: 1Gi", "memory: 1024Mi"),
     (GEMMA, "memory: 1Gi", "memory: 1073741824B"),
-    ("llmgw.yaml", "default: 2.00", "default: 2"),
+    ("projects.yaml", "budget: 5000.00", "budget: 5000"),
     ("llmgw.yaml", "interval: 10s ", "interval: 10000ms "),
     ("llmgw.yaml", "action_timeout: 10m", "action_timeout: 600s"),
     (GEMMA, "replicas: 1\n", "replicas: 1\nallow_pickle: false\n"),
@@ -59,8 +59,8 @@ CHANGES = [
     (("projects.yaml", "requests_per_minute: 120", "requests_per_minute: 240"),
      ("project", "ci", "changed", "quota.requests_per_minute", "120", "240")),
     (("llmgw.yaml", "stopped: false", "stopped: true"), ("cluster", "demo", "changed", "serving_stopped", "false", "true")),
-    (("engines.yaml", '["vllm==0.11.0"]', '["vllm==0.11.0", "flashinfer-python==0.4.0"]'),
-     ("engine", "vllm@0.11.0", "changed", "python_packages", '["vllm==0.11.0"]', '["vllm==0.11.0", "flashinfer-python==0.4.0"]')),
+    (("engines.yaml", "version: 0.5.3\n    default: true", "version: 0.5.3\n    default: false"),
+     ("engine", "sglang@0.5.3", "changed", "default", "true", "false")),
     (("slurm.yaml", "partition: gpu", "partition: h100"), ("slurm", "slurm", "changed", "partition", '"gpu"', '"h100"')),
 ]
 

@@ -118,3 +118,50 @@ def test_validate_json_of_a_valid_tree_names_its_models_and_warnings(example_tre
     doc = json.loads(result.stdout)
     assert doc["valid"] is True and "gemma-3-270m" in doc["models"]
     assert [i["severity"] for i in doc["issues"]] == ["warning"]
+
+
+@pytest.mark.parametrize(("written", "where"), [
+    ("9" * 4000, "catalog/gemma-3-270m.yaml:13:11: '9999999999999999'... (4000 characters) is out of range"),
+    ("0x" + "f" * 4000, "catalog/gemma-3-270m.yaml:13:11: '0xffffffffffffff'... (4002 characters) is out of range"),
+])
+def test_a_commit_with_a_4000_digit_integer_is_refused_with_file_and_line(
+        bare: tuple[Path, Path], written: str, where: str) -> None:
+    repo_path, tree = bare
+    gemma = tree / "catalog" / "gemma-3-270m.yaml"
+    gemma.write_text(gemma.read_text().replace("replicas: 1\n", f"replicas: {written}\n"))
+    commit_tree(pygit2.Repository(str(repo_path)), tree, "a very large number")
+    with pytest.raises(SettingsError) as caught:
+        load_commit(repo_path, "main")
+    assert [str(i) for i in caught.value.issues] == [where + ": settings take integers from -9223372036854775808 "
+                                                             "to 9223372036854775807"]
+    result = CliRunner().invoke(cli, ["validate", "--repo", str(repo_path), "main", "--json"])
+    assert result.exit_code == 1, result.output
+    issue = json.loads(result.stdout)["issues"][0]
+    assert (issue["file"], issue["line"], issue["column"]) == ("catalog/gemma-3-270m.yaml", 13, 11)
+
+
+def test_a_failure_no_check_foresaw_is_a_settings_error_naming_the_file_not_a_traceback(
+        bare: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    repo_path, _ = bare
+
+    def broken(*args: object) -> None:  # a bug of llmgw's own, as the watcher would meet it
+        raise ZeroDivisionError("division by zero")
+
+    monkeypatch.setattr("llmgw.settings.loading.build_agent", broken)
+    with pytest.raises(SettingsError) as caught:
+        load_commit(repo_path, "main")
+    assert [str(i) for i in caught.value.issues] == [
+        "agents/default.yaml: cannot be loaded: ZeroDivisionError: division by zero; this is a bug of llmgw: "
+        "please report it with this file"]
+
+
+def test_a_commit_whose_tree_lost_an_object_is_a_settings_error_naming_the_commit(bare: tuple[Path, Path]) -> None:
+    repo_path, _ = bare
+    repo = pygit2.Repository(str(repo_path))
+    head = repo.references["refs/heads/main"].peel(pygit2.Commit)
+    blob = str(head.tree["projects.yaml"].id)
+    (repo_path / "objects" / blob[:2] / blob[2:]).unlink()  # a damaged repository: one loose object gone
+    with pytest.raises(SettingsError) as caught:
+        load_commit(repo_path, "main")
+    [issue] = caught.value.issues
+    assert issue.file == str(head.id) and "an object of its tree is missing or damaged" in issue.message

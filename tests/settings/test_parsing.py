@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import time
 
 import pytest
@@ -25,7 +24,9 @@ VALUES = [
     ("a: 0x10", {"a": 16}),
     ("a: 1_000", {"a": 1000}),
     ("a: 0.90", {"a": 0.9}),
-    ("a: .inf", {"a": math.inf}),
+    ("a: 9223372036854775807", {"a": 2**63 - 1}),
+    ("a: -9223372036854775808", {"a": -(2**63)}),
+    ("a: 1.5e308", {"a": 1.5e308}),
     ("a: true", {"a": True}),
     ("a: no", {"a": "no"}),                    # no "Norway problem"
     ("a: 010", {"a": 10}),                     # YAML 1.2: decimal, not octal
@@ -69,6 +70,14 @@ REFUSED = [
     ("a: *nowhere\n", 1, 4, "alias *nowhere has no anchor"),
     ("a: 1\n b: 2\n", 2, 3, "not valid YAML"),
     ("a: " + "[" * 100 + "]" * 100 + "\n", 1, 68, "nesting is deeper than"),
+    ("a: 9223372036854775808\n", 1, 4, "is out of range: settings take integers from -9223372036854775808 to"),
+    ("a:\n  b: " + "9" * 4000 + "\n", 2, 6, "'9999999999999999'... (4000 characters) is out of range"),
+    ("a: 0x" + "f" * 4000 + "\n", 1, 4, "(4002 characters) is out of range"),
+    ("a: [1, -" + "9" * 30 + "]\n", 1, 8, "is out of range"),
+    ("a: .inf\n", 1, 4, "'.inf' is not a finite number"),
+    ("a: -.inf\n", 1, 4, "is not a finite number"),
+    ("a: .nan\n", 1, 4, "is not a finite number"),
+    ("a: 1e400\n", 1, 4, "'1e400' is not a finite number"),
 ]
 
 

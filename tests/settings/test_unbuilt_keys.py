@@ -1,0 +1,132 @@
+"""Keys of capabilities not built yet are accepted, and `llmgw validate` says at each one that it is not acted on;
+docs/settings.md says the same, from the same table (llmgw.settings.unbuilt.UNBUILT)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from llmgw.cli.main import cli
+from llmgw.settings import NOT_ACTED_ON, UNBUILT, init_repository, is_not_acted_on, load_directory
+from llmgw.settings.docs import docs_path
+from settings_trees import EXAMPLE
+
+ADAPTER = """adapters:
+  - name: gemma-pirate
+    weights:
+      source: hf://org/pirate-lora@0123456789abcdef0123456789abcdef01234567/adapter.gguf
+      sha256: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa
+"""
+
+# (file, old text, new text) -> every warning it gives, as "file:line:column: key"; named "<kind> <key>" after the
+# rows of UNBUILT it shows (" + " between several).
+CASES = {
+    "llmgw store.kind + llmgw store.url": (("llmgw.yaml", "kind: sqlite", "kind: postgresql\n  url: postgresql://llmgw@db/llmgw"),
+                         ["llmgw.yaml:11:3: store.kind", "llmgw.yaml:12:3: store.url"]),
+    "llmgw store.path": (("llmgw.yaml", "path: llmgw.sqlite3", "path: elsewhere.sqlite3"), ["llmgw.yaml:12:3: store.path"]),
+    "llmgw prices.gpu_hour_cost": (("llmgw.yaml", "  # gpu_hour_cost: {", "  gpu_hour_cost: {"),
+                                   ["llmgw.yaml:30:3: prices.gpu_hour_cost"]),
+    "model adapters": (("catalog/gemma-3-270m.yaml", "aliases: [gemma, gemma-3]\n", "aliases: [gemma, gemma-3]\n" + ADAPTER),
+                       ["catalog/gemma-3-270m.yaml:25:1: adapters"]),
+    "engines vllm[].python_packages": (("engines.yaml", '    # python_packages: ["vllm', '    python_packages: ["vllm'),
+                                       ["engines.yaml:36:5: vllm[0].python_packages"]),
+    "engines llama.cpp[].python_packages": (("engines.yaml", "    default: true\n    # Built", "    default: true\n    python_packages: [x]\n    # Built"),
+                                            ["engines.yaml:6:5: llama.cpp[0].python_packages"]),
+    "engines vllm[].mirror + engines vllm[].build_args": (("engines.yaml", "  - version: 0.11.0\n", "  - version: 0.11.0\n    mirror: /srv/mirror\n    build_args: [-DX=1]\n"),
+                              ["engines.yaml:35:5: vllm[0].mirror", "engines.yaml:36:5: vllm[0].build_args"]),
+    "engines sglang[].sdist": (("engines.yaml", "  - version: 0.5.3\n", "  - version: 0.5.3\n    sdist: {package: sglang, version: 0.5.3, sha256: " + "b" * 64 + "}\n"),
+                               ["engines.yaml:40:5: sglang[0].sdist"]),
+    "agent telemetry_interval": (("agents/default.yaml", "heartbeat_interval: 5s", "heartbeat_interval: 5s\ntelemetry_interval: 10s"),
+                                 ["agents/default.yaml:6:1: telemetry_interval"]),
+    "agent fabrics": (("agents/nodes/gpu-node-01.yaml", "# fabrics:", "fabrics:"), ["agents/nodes/gpu-node-01.yaml:7:1: fabrics"]),
+    "projects organisations.<name>.teams.<name>.projects.<name>.members": (
+        ("projects.yaml", "          ci:\n", "          ci:\n            members: [alice@acme.example]\n"),
+        ["projects.yaml:22:13: organisations.acme.teams.platform.projects.ci.members"]),
+    "firewall enabled": (("firewall.yaml", "enabled: false", "enabled: true"), ["firewall.yaml:4:1: enabled"]),
+    "slurm enabled": (("slurm.yaml", "enabled: false", "enabled: true"), ["slurm.yaml:4:1: enabled"]),
+}
+
+
+def edited_example(tmp_path: Path, rel: str, old: str, new: str) -> Path:
+    """A copy of the example with `old` replaced by `new` (once) in `rel`."""
+    import shutil
+
+    tree = tmp_path / "settings"
+    shutil.copytree(EXAMPLE, tree)
+    text = (tree / rel).read_text()
+    assert old in text, f"{rel} no longer holds {old!r}: update the case"
+    (tree / rel).write_text(text.replace(old, new, 1))
+    return tree
+
+
+def test_every_row_of_the_table_has_a_case_and_every_case_a_row() -> None:
+    rows = {f"{row.kind} {row.key}" for row in UNBUILT}
+    shown = {name for case in CASES for name in case.split(" + ")}
+    assert shown <= rows
+    # The install sources of an engine agents cannot install share one sentence: five cases show it.
+    same_sentence = {f"{row.kind} {row.key}" for row in UNBUILT if row.kind == "engines"}
+    assert rows - shown <= same_sentence, rows - shown
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_validate_warns_at_each_key_not_acted_on_yet_and_still_accepts_the_tree(case: str, tmp_path: Path) -> None:
+    (rel, old, new), expected = CASES[case]
+    tree = edited_example(tmp_path, rel, old, new)
+    result = CliRunner().invoke(cli, ["validate", str(tree)])
+    assert result.exit_code == 0, result.output
+    warned = [line for line in result.output.splitlines() if f"warning: {NOT_ACTED_ON}: " in line]
+    assert [line.split(": warning:")[0] for line in warned] == expected, result.output
+    assert f"{len(expected) + 1} warnings" in result.output  # and the example's unpinned revision
+
+
+def test_values_that_are_acted_on_give_no_warning(tmp_path: Path) -> None:
+    tree = edited_example(tmp_path, "firewall.yaml", "backend: nftables", "backend: iptables")
+    settings = load_directory(tree)
+    assert settings.cluster.store.kind == "sqlite" and settings.firewall["enabled"] is False
+    assert settings.slurm["enabled"] is False and not settings.cluster.gpu_hour_cost
+    assert not [w for w in settings.warnings if is_not_acted_on(w)]
+
+
+def test_validate_json_lists_the_keys_not_acted_on_with_their_place(tmp_path: Path) -> None:
+    tree = edited_example(tmp_path, "slurm.yaml", "enabled: false", "enabled: true")
+    result = CliRunner().invoke(cli, ["validate", "--json", str(tree)])
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    assert document["valid"] is True
+    assert document["not_acted_on"] == [{"file": "slurm.yaml", "line": 4, "column": 1, "key": "enabled"}]
+    [issue] = [i for i in document["issues"] if i["file"] == "slurm.yaml"]
+    assert issue["severity"] == "warning" and issue["reason"].startswith("accepted, not acted on yet: no replica runs")
+
+
+def test_validate_json_of_an_invalid_tree_still_lists_the_keys_not_acted_on(tmp_path: Path) -> None:
+    tree = edited_example(tmp_path, "firewall.yaml", "enabled: false", "enabled: true")
+    (tree / "slurm.yaml").write_text((tree / "slurm.yaml").read_text() + "bogus: 1\n")
+    result = CliRunner().invoke(cli, ["validate", "--json", str(tree)])
+    assert result.exit_code == 1, result.output
+    document = json.loads(result.stdout)
+    assert document["valid"] is False
+    assert document["not_acted_on"] == [{"file": "firewall.yaml", "line": 4, "column": 1, "key": "enabled"}]
+
+
+@pytest.mark.parametrize("row", UNBUILT, ids=lambda row: f"{row.kind} {row.key}")
+def test_the_settings_reference_says_each_key_is_accepted_not_acted_on_yet(row) -> None:
+    lines = [line for line in docs_path().read_text().splitlines() if line.startswith(f"| `{row.key}` |")]
+    assert any("**Accepted, not acted on yet**" in line and row.instead in line for line in lines), row.key
+
+
+def test_a_push_setting_a_key_not_acted_on_is_accepted_and_the_pusher_is_told(tmp_path: Path) -> None:
+    bare = tmp_path / "settings.git"
+    init_repository(bare, EXAMPLE)
+    work = tmp_path / "work"
+    subprocess.run(["git", "clone", "-q", str(bare), str(work)], check=True)
+    (work / "firewall.yaml").write_text((work / "firewall.yaml").read_text().replace("enabled: false", "enabled: true"))
+    git = ["git", "-c", "user.name=Operator", "-c", "user.email=operator@acme.example"]
+    subprocess.run([*git, "commit", "-qam", "firewall on"], cwd=work, check=True)
+    pushed = subprocess.run([*git, "push", "origin", "main"], cwd=work, capture_output=True, text=True)
+    assert pushed.returncode == 0, pushed.stderr
+    assert ("remote:   firewall.yaml:4:1: enabled: warning: accepted, not acted on yet: llmgw writes no firewall rule "
+            "on any node yet") in pushed.stderr
