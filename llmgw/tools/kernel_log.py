@@ -23,7 +23,7 @@ import re
 from dataclasses import dataclass
 
 _XID = re.compile(
-    r"NVRM: Xid \(PCI:(?P<bus>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2})(?:\.[0-9A-Fa-f])?\):\s*"
+    r"NVRM: Xid \((?:PCI:)?(?P<bus>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2})(?:\.[0-9A-Fa-f])?\):\s*"
     r"(?P<xid>[0-9]+)\s*(?:,\s*(?P<rest>.*))?$")
 _PID = re.compile(r"^pid=(?P<pid>'?<unknown>'?|[0-9]+)\s*,\s*(?:name=(?P<name>.*?)\s*,\s*)?(?P<msg>.*)$")
 _DMESG = re.compile(r"^\[\s*(?P<ts>[^\]]+)\]\s*")
