@@ -211,7 +211,8 @@ def _remapped(gpu: ET.Element) -> RemappedRows | None:
         uncorrectable=values.integer(_text(block, "remapped_row_unc")),
         pending=values.enabled(_text(block, "remapped_row_pending")),
         failure=values.enabled(_text(block, "remapped_row_failure")),
-        banks_without_spare=values.integer(_text(block, "row_remapper_histogram/row_remapper_histogram_none")),
+        banks_without_spare=values.integer(
+            (_text(block, "row_remapper_histogram/row_remapper_histogram_none") or "").replace("bank(s)", "")),
     )
     return None if rows == RemappedRows() else rows
 
