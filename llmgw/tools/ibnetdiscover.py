@@ -35,7 +35,7 @@ from llmgw.tools.values import ParseError
 LANE_GBPS = {"SDR": 2.5, "DDR": 5.0, "QDR": 10.0, "FDR10": 10.0, "FDR": 14.0, "EDR": 25.0, "HDR": 50.0,
              "NDR": 100.0, "XDR": 200.0}
 
-_NODE = re.compile(r'^(?P<kind>Switch|Ca|Rt)\s+(?P<ports>[0-9]+)\s+"(?P<name>[^"]+)"\s*#\s*"(?P<desc>.*?)"'
+_NODE = re.compile(r'^(?P<kind>Switch|Ca|Rt)\s+(?P<ports>[0-9]+)\s+"(?P<name>[A-Za-z?]+-[0-9a-fA-F]+)"\s*#\s*"(?P<desc>.*?)"'
                    r'(?:\s+(?P<port0>base|enhanced) port 0 lid (?P<lid>[0-9]+) lmc [0-9]+)?')
 _LINK = re.compile(
     r'^\[(?P<port>[0-9]+)\](?:\[ext [0-9]+\])?(?:\((?P<portguid>[0-9a-fA-F]+)\))?\s*'
@@ -96,13 +96,14 @@ class IbFabricMap:
     links: tuple[IbLink, ...] = ()
 
     def node(self, guid: str) -> IbNode | None:
-        """The node with this GUID (any zero padding, either case), or None."""
-        want = _guid(guid)
+        """The node with this GUID ("0x5442ba00003080", any zero padding, either case), or None (also for text
+        that is not a GUID)."""
+        want = _guid_or_none(guid)
         return next((n for n in self.nodes if n.guid == want), None)
 
     def links_of(self, guid: str) -> tuple[IbLink, ...]:
-        """The links printed under node `guid`, in port order as printed."""
-        want = _guid(guid)
+        """The links printed under node `guid`, in port order as printed; () for an unknown GUID."""
+        want = _guid_or_none(guid)
         return tuple(link for link in self.links if link.guid == want)
 
     @property
@@ -115,7 +116,15 @@ class IbFabricMap:
 
 
 def _guid(text: str) -> str:
+    """16 lower-case hex digits from "S-0008f1...", "0x8f1..." or "8f1..." (the callers' regexes admit only hex)."""
     return f"{int(text.split('-')[-1], 16):016x}"
+
+
+def _guid_or_none(text: str) -> str | None:
+    try:
+        return _guid(text)
+    except ValueError:
+        return None
 
 
 _KINDS = {"Switch": "switch", "Ca": "ca", "Rt": "router"}
