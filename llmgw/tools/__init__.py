@@ -17,7 +17,8 @@ and say so. Modules, one per tool:
   `parse_saquery_smir -> tuple[SubnetManager, ...]`, `fabric_id`; `ibnetdiscover`: `parse_ibnetdiscover ->
   IbFabricMap`; `perftest`: `parse_perftest_bw -> BwResult`.
 - `health`: `node_health(cards, xids) -> NodeHealth`, `card_verdict`, `pcie_findings`, `xid_findings`,
-  `memory_findings`, `fabric_findings`; `Level`, `Finding`, `CardVerdict`.
+  `memory_findings`, `fabric_findings`, `nvlink_findings`, `nvlink_domain(cards) -> DomainMembership`;
+  `Level`, `Finding`, `CardVerdict`.
 - `devices` (GpuDevice, GpuReport, GpuSample), `gpuclass` (gpu_class, mig_class, ...), `values` (placeholders,
   units, `ParseError`, `command_body`).
 """
@@ -25,8 +26,8 @@ and say so. Modules, one per tool:
 from llmgw.tools.devices import GpuDevice, GpuReport, GpuSample
 from llmgw.tools.gpuclass import card_label, gpu_class, marketed_gb, mig_class, mig_profile
 from llmgw.tools.health import (
-    CardVerdict, Finding, Level, NodeHealth, card_verdict, fabric_findings, link_gbytes, memory_findings,
-    node_health, pcie_findings, xid_findings,
+    CardVerdict, DomainMembership, Finding, Level, NodeHealth, card_verdict, fabric_findings, link_gbytes,
+    memory_findings, node_health, nvlink_domain, nvlink_findings, pcie_findings, xid_findings,
 )
 from llmgw.tools.ibnetdiscover import IbFabricMap, IbLink, IbNode, parse_ibnetdiscover
 from llmgw.tools.ibstat import IbPort, parse_ibstat, rate_gbps
@@ -43,13 +44,14 @@ from llmgw.tools.values import ParseError, command_body
 from llmgw.tools.xid import XidAction, XidInfo, classify_xid, xid_info
 
 __all__ = [
-    "BwResult", "BwRow", "CardHealth", "CardVerdict", "EccCounts", "FabricState", "Finding", "GpuDevice",
-    "GpuLinks", "GpuReport", "GpuSample", "IbFabricMap", "IbLink", "IbNode", "IbPort", "Level", "MigListing",
-    "NodeHealth", "NvLink", "NvLinkCard", "ParseError", "PcieLink", "RemappedRows", "RetiredPages", "SmiResult",
-    "SubnetManager", "Topology", "XidAction", "XidEvent", "XidInfo", "card_label", "card_verdict", "classify_xid",
-    "command_body", "fabric_findings", "fabric_id", "gpu_class", "link_gbytes", "marketed_gb", "memory_findings",
-    "mig_class", "mig_profile", "node_health", "normalise_bus_id", "parse_ibnetdiscover", "parse_ibstat",
-    "parse_nvlink_errors", "parse_nvlink_status", "parse_perftest_bw", "parse_saquery_smir", "parse_smi_health",
-    "parse_smi_list", "parse_smi_xml", "parse_sminfo", "parse_topo_matrix", "parse_xids", "pcie_findings",
-    "rate_gbps", "smi_xml_root", "xid_findings", "xid_info",
+    "BwResult", "BwRow", "CardHealth", "CardVerdict", "DomainMembership", "EccCounts", "FabricState", "Finding",
+    "GpuDevice", "GpuLinks", "GpuReport", "GpuSample", "IbFabricMap", "IbLink", "IbNode", "IbPort", "Level",
+    "MigListing", "NodeHealth", "NvLink", "NvLinkCard", "ParseError", "PcieLink", "RemappedRows", "RetiredPages",
+    "SmiResult", "SubnetManager", "Topology", "XidAction", "XidEvent", "XidInfo", "card_label", "card_verdict",
+    "classify_xid", "command_body", "fabric_findings", "fabric_id", "gpu_class", "link_gbytes", "marketed_gb",
+    "memory_findings", "mig_class", "mig_profile", "node_health", "normalise_bus_id", "nvlink_domain",
+    "nvlink_findings", "parse_ibnetdiscover", "parse_ibstat", "parse_nvlink_errors", "parse_nvlink_status",
+    "parse_perftest_bw", "parse_saquery_smir", "parse_smi_health", "parse_smi_list", "parse_smi_xml",
+    "parse_sminfo", "parse_topo_matrix", "parse_xids", "pcie_findings", "rate_gbps", "smi_xml_root", "xid_findings",
+    "xid_info",
 ]

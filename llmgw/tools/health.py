@@ -29,6 +29,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from llmgw.tools.kernel_log import XidEvent
+from llmgw.tools.nvidia_nvlink import NvLinkCard
 from llmgw.tools.nvidia_smi_health import CardHealth, PcieLink
 from llmgw.tools.xid import XidAction, classify_xid
 
@@ -224,6 +225,70 @@ def fabric_findings(card: CardHealth) -> tuple[Finding, ...]:
         return (Finding(Level.WARN, "fabric-degraded",
                         f"NVLink fabric bandwidth is {fabric.bandwidth!r}, not Full", source),)
     return ()
+
+
+def nvlink_findings(status: NvLinkCard | None = None, errors: NvLinkCard | None = None) -> tuple[Finding, ...]:
+    """One card's NVLinks: links inactive while others of the card are up (warn: the card talks to its peers at
+    reduced bandwidth), and links whose error counters are not zero since the driver loaded (warn, naming the
+    links and counters). `status` from `nvidia-smi nvlink -s`, `errors` from `nvlink -e`, for the same card."""
+    findings = []
+    if status is not None and any(link.active for link in status.links):
+        down = [link.link for link in status.links if not link.active]
+        if down:
+            findings.append(Finding(Level.WARN, "nvlink-inactive",
+                                    f"NVLink {', '.join(map(str, down))} of GPU {status.gpu} inactive while "
+                                    f"{sum(link.active for link in status.links)} are up: peer traffic runs at "
+                                    "reduced bandwidth; reset the GPU or check the NVSwitch/fabric manager",
+                                    "nvidia-smi nvlink -s"))
+    if errors is not None:
+        noisy = [(link.link, {k: v for k, v in link.counters.items() if v}) for link in errors.links if link.errors]
+        if noisy:
+            where = "; ".join(f"link {n}: " + ", ".join(f"{k} {v}" for k, v in c.items()) for n, c in noisy)
+            findings.append(Finding(Level.WARN, "nvlink-errors",
+                                    f"NVLink errors on GPU {errors.gpu} since the driver loaded ({where})",
+                                    "nvidia-smi nvlink -e"))
+    return tuple(findings)
+
+
+@dataclass(frozen=True)
+class DomainMembership:
+    """A node's place in a multi-node NVLink domain: `domain` the ClusterUUID all its cards share (None: no domain,
+    e.g. a single machine's NVSwitch, or cards that disagree), `clique_ids` the cards' CliqueIds, `unjoined` the
+    indexes of cards that report a fabric but have not joined it, `reason` why the node is not in one domain
+    ("" when it is)."""
+
+    domain: str | None
+    clique_ids: tuple[str, ...] = ()
+    unjoined: tuple[int, ...] = ()
+    reason: str = ""
+
+
+def nvlink_domain(cards: Iterable[CardHealth]) -> DomainMembership:
+    """Whether a node's cards form part of one multi-node NVLink domain (GB200 NVL72, NVLink Switch systems).
+
+    A node is in domain D when every card has joined its fabric and reports ClusterUUID D (not all zeros). Cards
+    without a fabric, or all-zero ClusterUUIDs, mean no domain and no reason to complain; unjoined cards or
+    disagreeing UUIDs give `domain` None with a `reason`.
+    """
+    cards = tuple(cards)
+    fabrics = [(c.index, c.fabric) for c in cards if c.fabric is not None and c.fabric.state.lower()
+               not in ("", "not supported")]
+    if not fabrics:
+        return DomainMembership(None, reason="no card reports an NVLink fabric")
+    unjoined = tuple(i for i, f in fabrics if not f.joined)
+    cliques = tuple(f.clique_id for _, f in fabrics)
+    domains = {f.domain for _, f in fabrics if f.joined}
+    if unjoined:
+        return DomainMembership(None, cliques, unjoined,
+                                f"GPU {', '.join(map(str, unjoined))} not joined to the NVLink fabric")
+    if len(fabrics) < len(cards):
+        return DomainMembership(None, cliques, reason="some cards report no NVLink fabric")
+    if domains == {None}:
+        return DomainMembership(None, cliques, reason="single-machine NVSwitch (ClusterUUID all zeros): no domain")
+    if len(domains) != 1 or None in domains:
+        uuids = ", ".join(sorted(map(str, domains)))
+        return DomainMembership(None, cliques, reason=f"cards report different ClusterUUIDs: {uuids}")
+    return DomainMembership(domains.pop(), cliques)
 
 
 def card_verdict(card: CardHealth, xids: Iterable[XidEvent] = (), *, expected_pcie_gen: int | None = None,

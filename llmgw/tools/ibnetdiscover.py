@@ -35,7 +35,8 @@ from llmgw.tools.values import ParseError
 LANE_GBPS = {"SDR": 2.5, "DDR": 5.0, "QDR": 10.0, "FDR10": 10.0, "FDR": 14.0, "EDR": 25.0, "HDR": 50.0,
              "NDR": 100.0, "XDR": 200.0}
 
-_NODE = re.compile(r'^(?P<kind>Switch|Ca|Rt)\s+(?P<ports>[0-9]+)\s+"(?P<name>[A-Za-z?]+-[0-9a-fA-F]+)"\s*#\s*"(?P<desc>.*?)"'
+_NODE = re.compile(r'^(?P<kind>Switch|Ca|Rt)\s+(?P<ports>[0-9]+)\s+"(?P<name>[A-Za-z?]+-[0-9a-fA-F]+)"'
+                   r'\s*#\s*"(?P<desc>.*?)"'
                    r'(?:\s+(?P<port0>base|enhanced) port 0 lid (?P<lid>[0-9]+) lmc [0-9]+)?')
 _LINK = re.compile(
     r'^\[(?P<port>[0-9]+)\](?:\[ext [0-9]+\])?(?:\((?P<portguid>[0-9a-fA-F]+)\))?\s*'
