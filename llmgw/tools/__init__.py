@@ -11,14 +11,15 @@ and say so. Modules, one per tool:
   retired pages, remapped rows, clock event reasons, fabric, MIG carving).
 - `nvidia_topo`: `parse_topo_matrix(text) -> Topology`; `nvidia_nvlink`: `parse_nvlink_status`,
   `parse_nvlink_errors` -> tuple[NvLinkCard, ...].
-- `kernel_log`: `parse_xids(text) -> tuple[XidEvent, ...]` (dmesg, /dev/kmsg, journalctl -k); `xid`: NVIDIA's
+- `kernel_log`: `parse_xids(text) -> tuple[XidEvent, ...]` (dmesg, /dev/kmsg, journalctl -k),
+  `parse_pcie_bandwidth(text) -> tuple[PcieBandwidthNote, ...]` (the kernel's "limited by" notes); `xid`: NVIDIA's
   catalog, `classify_xid(xid, message) -> XidInfo`.
 - `ibstat`: `parse_ibstat(text) -> tuple[IbPort, ...]`; `sminfo`: `parse_sminfo -> SubnetManager`,
   `parse_saquery_smir -> tuple[SubnetManager, ...]`, `fabric_id`; `ibnetdiscover`: `parse_ibnetdiscover ->
   IbFabricMap`; `perftest`: `parse_perftest_bw -> BwResult`.
-- `health`: `node_health(cards, xids) -> NodeHealth`, `card_verdict`, `pcie_findings`, `xid_findings`,
-  `memory_findings`, `fabric_findings`, `nvlink_findings`, `nvlink_domain(cards) -> DomainMembership`;
-  `Level`, `Finding`, `CardVerdict`.
+- `health`: `node_health(cards, xids, pcie_notes=...) -> NodeHealth`, `card_verdict`, `pcie_findings`,
+  `pcie_bandwidth_findings`, `xid_findings`, `memory_findings`, `fabric_findings`, `nvlink_findings`,
+  `nvlink_domain(cards) -> DomainMembership`; `Level`, `Finding`, `CardVerdict`.
 - `devices` (GpuDevice, GpuReport, GpuSample), `gpuclass` (gpu_class, mig_class, ...), `values` (placeholders,
   units, `ParseError`, `command_body`).
 """
@@ -27,11 +28,12 @@ from llmgw.tools.devices import GpuDevice, GpuReport, GpuSample
 from llmgw.tools.gpuclass import card_label, gpu_class, marketed_gb, mig_class, mig_profile
 from llmgw.tools.health import (
     CardVerdict, DomainMembership, Finding, Level, NodeHealth, card_verdict, fabric_findings, link_gbytes,
-    memory_findings, node_health, nvlink_domain, nvlink_findings, pcie_findings, xid_findings,
+    memory_findings, node_health, nvlink_domain, nvlink_findings, pcie_bandwidth_findings, pcie_findings,
+    xid_findings,
 )
 from llmgw.tools.ibnetdiscover import IbFabricMap, IbLink, IbNode, parse_ibnetdiscover
 from llmgw.tools.ibstat import IbPort, parse_ibstat, rate_gbps
-from llmgw.tools.kernel_log import XidEvent, normalise_bus_id, parse_xids
+from llmgw.tools.kernel_log import PcieBandwidthNote, XidEvent, normalise_bus_id, parse_pcie_bandwidth, parse_xids
 from llmgw.tools.nvidia_nvlink import NvLink, NvLinkCard, parse_nvlink_errors, parse_nvlink_status
 from llmgw.tools.nvidia_smi import MigListing, SmiResult, parse_smi_list, parse_smi_xml, smi_xml_root
 from llmgw.tools.nvidia_smi_health import (
@@ -46,12 +48,12 @@ from llmgw.tools.xid import XidAction, XidInfo, classify_xid, xid_info
 __all__ = [
     "BwResult", "BwRow", "CardHealth", "CardVerdict", "DomainMembership", "EccCounts", "FabricState", "Finding",
     "GpuDevice", "GpuLinks", "GpuReport", "GpuSample", "IbFabricMap", "IbLink", "IbNode", "IbPort", "Level",
-    "MigListing", "NodeHealth", "NvLink", "NvLinkCard", "ParseError", "PcieLink", "RemappedRows", "RetiredPages",
-    "SmiResult", "SubnetManager", "Topology", "XidAction", "XidEvent", "XidInfo", "card_label", "card_verdict",
-    "classify_xid", "command_body", "fabric_findings", "fabric_id", "gpu_class", "link_gbytes", "marketed_gb",
-    "memory_findings", "mig_class", "mig_profile", "node_health", "normalise_bus_id", "nvlink_domain",
-    "nvlink_findings", "parse_ibnetdiscover", "parse_ibstat", "parse_nvlink_errors", "parse_nvlink_status",
-    "parse_perftest_bw", "parse_saquery_smir", "parse_smi_health", "parse_smi_list", "parse_smi_xml",
-    "parse_sminfo", "parse_topo_matrix", "parse_xids", "pcie_findings", "rate_gbps", "smi_xml_root", "xid_findings",
-    "xid_info",
+    "MigListing", "NodeHealth", "NvLink", "NvLinkCard", "ParseError", "PcieBandwidthNote", "PcieLink",
+    "RemappedRows", "RetiredPages", "SmiResult", "SubnetManager", "Topology", "XidAction", "XidEvent", "XidInfo",
+    "card_label", "card_verdict", "classify_xid", "command_body", "fabric_findings", "fabric_id", "gpu_class",
+    "link_gbytes", "marketed_gb", "memory_findings", "mig_class", "mig_profile", "node_health", "normalise_bus_id",
+    "nvlink_domain", "nvlink_findings", "parse_ibnetdiscover", "parse_ibstat", "parse_nvlink_errors",
+    "parse_nvlink_status", "parse_pcie_bandwidth", "parse_perftest_bw", "parse_saquery_smir", "parse_smi_health",
+    "parse_smi_list", "parse_smi_xml", "parse_sminfo", "parse_topo_matrix", "parse_xids", "pcie_bandwidth_findings",
+    "pcie_findings", "rate_gbps", "smi_xml_root", "xid_findings", "xid_info",
 ]

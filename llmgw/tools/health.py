@@ -28,7 +28,7 @@ import enum
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from llmgw.tools.kernel_log import XidEvent
+from llmgw.tools.kernel_log import PcieBandwidthNote, XidEvent
 from llmgw.tools.nvidia_nvlink import NvLinkCard
 from llmgw.tools.nvidia_smi_health import CardHealth, PcieLink
 from llmgw.tools.xid import XidAction, classify_xid
@@ -53,10 +53,11 @@ class Level(enum.IntEnum):
 
 @dataclass(frozen=True)
 class Finding:
-    """One thing found: `level`, `code` (a stable word: "pcie-gen", "pcie-width", "xid", "remap-pending",
-    "remap-failure", "retire-pending", "ecc-uncorrected", "clock-slowdown", "fabric-unjoined",
-    "fabric-degraded", "mig-uncarved"), `message` (a sentence: what, and what to do), `source` (the tool and field
-    or log line it came from), `blocks_placement` (the card leaves placement until this clears)."""
+    """One thing found: `level`, `code` (a stable word: "pcie-gen", "pcie-width", "pcie-limited", "xid",
+    "remap-pending", "remap-failure", "retire-pending", "ecc-uncorrected", "clock-slowdown", "fabric-unjoined",
+    "fabric-degraded", "mig-uncarved", "nvlink-inactive", "nvlink-errors"), `message` (a sentence: what, and what
+    to do), `source` (the tool and field or log line it came from), `blocks_placement` (the card leaves placement
+    until this clears)."""
 
     level: Level
     code: str
@@ -151,6 +152,26 @@ def pcie_findings(link: PcieLink, pci_bus_id: str = "", *, expected_gen: int | N
             f"{_gb(link_gbytes(link.gen_current, link.width_current))} GB/s of "
             f"{_gb(link_gbytes(link.gen_current, link.width_max))} GB/s; reseat the card or check its riser "
             f"({lspci})"), source))
+    return tuple(findings)
+
+
+def pcie_bandwidth_findings(notes: Iterable[PcieBandwidthNote]) -> tuple[Finding, ...]:
+    """The kernel's boot-time notes of a PCIe device limited by a slower or narrower link on its way to the CPU
+    (warn), with the Gb/s available against capable and the device whose link limits it."""
+    findings = []
+    for note in notes:
+        if not note.limited:
+            continue
+        why = []
+        if note.gen is not None and note.capable_gen is not None and note.gen < note.capable_gen:
+            why.append(f"gen {note.gen} instead of gen {note.capable_gen}")
+        if note.width < note.capable_width:
+            why.append(f"x{note.width} instead of x{note.capable_width}")
+        findings.append(Finding(Level.WARN, "pcie-limited", (
+            f"PCIe: the kernel found {note.available_gbps:g} Gb/s available of {note.capable_gbps:g} Gb/s, limited "
+            f"by the link at {note.limited_at or 'an unknown device'} ({', '.join(why) or 'a slower link'}); "
+            f"check that slot, riser or switch (`lspci -vv -s {note.limited_at or '<bus id>'}`: LnkCap, LnkSta)"),
+            f"kernel log: {note.line}"))
     return tuple(findings)
 
 
@@ -292,12 +313,14 @@ def nvlink_domain(cards: Iterable[CardHealth]) -> DomainMembership:
 
 
 def card_verdict(card: CardHealth, xids: Iterable[XidEvent] = (), *, expected_pcie_gen: int | None = None,
-                 expected_pcie_width: int | None = None) -> CardVerdict:
-    """Everything known about one card, judged. `xids` may hold every card's events: only those whose PCI address
-    is this card's count."""
+                 expected_pcie_width: int | None = None,
+                 pcie_notes: Iterable[PcieBandwidthNote] = ()) -> CardVerdict:
+    """Everything known about one card, judged. `xids` and `pcie_notes` (from the kernel log) may hold every
+    device's lines: only those whose PCI address is this card's count."""
     mine = [e for e in xids if e.pci_bus_id == card.pci_bus_id]
+    notes = [n for n in pcie_notes if n.pci_bus_id == card.pci_bus_id]
     findings = [*pcie_findings(card.pcie, card.pci_bus_id, expected_gen=expected_pcie_gen,
-                               expected_width=expected_pcie_width),
+                               expected_width=expected_pcie_width), *pcie_bandwidth_findings(notes),
                 *xid_findings(mine), *memory_findings(card), *fabric_findings(card)]
     slow = [e for e in card.clock_events if e in SLOWDOWN_EVENTS]
     if slow:
@@ -313,13 +336,16 @@ def card_verdict(card: CardHealth, xids: Iterable[XidEvent] = (), *, expected_pc
 
 
 def node_health(cards: Iterable[CardHealth], xids: Iterable[XidEvent] = (), *,
-                expected_pcie_gen: int | None = None, expected_pcie_width: int | None = None) -> NodeHealth:
-    """`card_verdict` for every card, and the XIDs of PCI addresses no card answers for as `unattributed`."""
+                expected_pcie_gen: int | None = None, expected_pcie_width: int | None = None,
+                pcie_notes: Iterable[PcieBandwidthNote] = ()) -> NodeHealth:
+    """`card_verdict` for every card, and the XIDs of PCI addresses no card answers for as `unattributed` (PCIe
+    notes of other devices, network adapters for example, are not judged here)."""
     cards = tuple(cards)
     events = tuple(xids)
+    notes = tuple(pcie_notes)
     buses = {c.pci_bus_id for c in cards}
     verdicts = tuple(card_verdict(c, events, expected_pcie_gen=expected_pcie_gen,
-                                  expected_pcie_width=expected_pcie_width) for c in cards)
+                                  expected_pcie_width=expected_pcie_width, pcie_notes=notes) for c in cards)
     orphans = [e for e in events if e.pci_bus_id not in buses]
     unattributed = tuple(Finding(f.level, f.code, f"{bus}: {f.message}", f.source, f.blocks_placement)
                          for bus in sorted({e.pci_bus_id for e in orphans})

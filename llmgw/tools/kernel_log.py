@@ -13,8 +13,14 @@ The GPU that fell off the bus may instead be announced without an Xid, over thre
 0000:b3:00.0 ... NVRM: fallen off the bus and is not responding to commands."); that reads as Xid 79 with
 `from_text=True` (NVIDIA/NVSentinel#155, leptonai/gpud#1209).
 
-Captures: tests/fixtures/nvidia-h200/dmesg-xid.txt (a healthy H200: NVRM lines, no Xid) and
-tests/fixtures/kernel-log/ (public captures, sources in its README.md).
+The kernel also says, once per device at boot, what PCIe bandwidth a device gets against what it could
+(drivers/pci/pci.c, `__pcie_print_link_status`): "pci 0000:04:00.0: 252.048 Gb/s available PCIe bandwidth,
+limited by 16.0 GT/s PCIe x16 link at 0000:01:00.0 (capable of 504.112 Gb/s with 32.0 GT/s PCIe x16 link)";
+older kernels write "16 GT/s" without "PCIe", newer ones may end in ", in Flit mode". `parse_pcie_bandwidth`
+reads those lines: they name a slow slot or switch even while the card idles.
+
+Captures: tests/fixtures/nvidia-h200/dmesg-xid.txt (a healthy H200: NVRM lines, no Xid), gpud/ and
+ml-engineering/ (public captures; sources in tests/fixtures/README.md) and hand-made/kernel-log-journalctl.txt.
 """
 
 from __future__ import annotations
@@ -31,6 +37,13 @@ _KMSG = re.compile(r"^(?P<prio>[0-9]+),(?P<seq>[0-9]+),(?P<usec>[0-9]+),[^;]*;")
 _SYSLOG = re.compile(r"^(?P<ts>[A-Z][a-z]{2} [ 0-9][0-9] [0-9:]{8}|[0-9]{4}-[0-9]{2}-[0-9]{2}T[^ ]+) \S+ kernel: ")
 _OFF_BUS_GPU = re.compile(r"NVRM: The NVIDIA GPU (?P<bus>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2})\.[0-9A-Fa-f]")
 _OFF_BUS_TEXT = re.compile(r"fallen off the bus")
+_LINK = r"(?P<{0}speed>[0-9.]+|Unknown) GT/s(?: PCIe)? x(?P<{0}width>[0-9]+) link"
+_PCIE_BW = re.compile(
+    r"(?P<bus>(?:[0-9a-fA-F]{4,8}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-9a-fA-F]): (?P<avail>[0-9]+\.[0-9]+) Gb/s "
+    r"available PCIe bandwidth(?:, limited by " + _LINK.format("") + r" at (?P<at>\S+) \(capable of "
+    r"(?P<cap>[0-9]+\.[0-9]+) Gb/s with " + _LINK.format("cap_") + r"\)| \(" + _LINK.format("full_") + r"\))")
+# PCIe generation by transfer rate in GT/s.
+GENERATION_BY_GTS = {2.5: 1, 5.0: 2, 8.0: 3, 16.0: 4, 32.0: 5, 64.0: 6}
 
 
 @dataclass(frozen=True)
@@ -124,3 +137,52 @@ def parse_xids(text: str) -> tuple[XidEvent, ...]:
             elif "(PCI ID:" not in body and "installed in this system" not in body:
                 off_bus = None
     return tuple(events)
+
+
+@dataclass(frozen=True)
+class PcieBandwidthNote:
+    """The kernel's boot-time note on a PCIe device's bandwidth. `pci_bus_id` normalised as in `XidEvent`;
+    `available_gbps` / `capable_gbps` in Gb/s as printed; `gen` / `width` the link that limits it (the device's own
+    when not limited), `capable_gen` / `capable_width` what the device could do; `limited_at` the device whose link
+    limits it ("0000:01:00.0", "<unknown>"; "" when not limited); `line` the log line."""
+
+    pci_bus_id: str
+    available_gbps: float
+    capable_gbps: float
+    gen: int | None
+    width: int
+    capable_gen: int | None
+    capable_width: int
+    limited_at: str = ""
+    line: str = ""
+
+    @property
+    def limited(self) -> bool:
+        return self.available_gbps < self.capable_gbps
+
+
+def _gen(speed: str) -> int | None:
+    try:
+        return GENERATION_BY_GTS.get(float(speed))
+    except ValueError:
+        return None
+
+
+def parse_pcie_bandwidth(text: str) -> tuple[PcieBandwidthNote, ...]:
+    """Every "Gb/s available PCIe bandwidth" line in a kernel log (any of the forms `parse_xids` reads), in order;
+    other lines are skipped. Never raises."""
+    notes = []
+    for raw in text.splitlines():
+        match = _PCIE_BW.search(raw)
+        if not match:
+            continue
+        bus = normalise_bus_id(match.group("bus"))
+        avail = float(match.group("avail"))
+        if match.group("full_speed") is not None:
+            gen, width = _gen(match.group("full_speed")), int(match.group("full_width"))
+            notes.append(PcieBandwidthNote(bus, avail, avail, gen, width, gen, width, "", raw.strip()))
+            continue
+        notes.append(PcieBandwidthNote(
+            bus, avail, float(match.group("cap")), _gen(match.group("speed")), int(match.group("width")),
+            _gen(match.group("cap_speed")), int(match.group("cap_width")), match.group("at"), raw.strip()))
+    return tuple(notes)

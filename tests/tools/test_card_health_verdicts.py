@@ -7,7 +7,8 @@ import pytest
 
 from fixture_files import fixture, h200_variant, h200_xml
 from llmgw.tools import (
-    Level, PcieLink, card_verdict, link_gbytes, node_health, parse_smi_health, parse_xids, pcie_findings,
+    Level, PcieLink, card_verdict, link_gbytes, node_health, parse_pcie_bandwidth, parse_smi_health, parse_xids,
+    pcie_bandwidth_findings, pcie_findings,
 )
 
 H200_BUS = "00000000:00:06.0"
@@ -133,3 +134,22 @@ def test_link_bandwidth_per_direction(gen, lanes, gbytes):
 def test_unknown_link_values_give_no_finding():
     assert pcie_findings(PcieLink()) == ()
     assert pcie_findings(PcieLink(gen_current=1, width_current=16)) == ()
+
+
+def test_the_kernel_names_h100s_behind_a_gen4_switch():
+    notes = parse_pcie_bandwidth(fixture("ml-engineering/dmesg-pcie-limited-by.txt"))
+    assert [(n.pci_bus_id, n.gen, n.capable_gen, n.limited_at) for n in notes] == [
+        ("00000000:04:00.0", 4, 5, "0000:01:00.0"), ("00000000:8B:00.0", 4, 5, "0000:87:00.0")]
+    (finding,) = pcie_bandwidth_findings(notes[:1])
+    assert "252.048 Gb/s available of 504.112 Gb/s" in finding.message and "gen 4 instead of gen 5" in finding.message
+    assert "0000:01:00.0" in finding.message and finding.source.startswith("kernel log: [   10.735323] pci")
+
+
+def test_a_kernel_note_for_this_card_warns_even_while_the_card_idles():
+    log = ("[    9.1] pci 0000:00:06.0: 126.024 Gb/s available PCIe bandwidth, limited by 8.0 GT/s PCIe x16 link "
+           "at 0000:00:01.0 (capable of 504.112 Gb/s with 32.0 GT/s PCIe x16 link)\n"
+           "[    9.2] pci 0000:00:07.0: 252.048 Gb/s available PCIe bandwidth (16.0 GT/s PCIe x16 link)\n")
+    (card,) = parse_smi_health(h200_variant(("<current_link_gen>5", "<current_link_gen>1")))
+    v = card_verdict(card, pcie_notes=parse_pcie_bandwidth(log))
+    assert codes(v) == ["pcie-limited"] and "gen 3 instead of gen 5" in v.findings[0].message
+    assert node_health([card], pcie_notes=parse_pcie_bandwidth(log)).cards[0].level is Level.WARN

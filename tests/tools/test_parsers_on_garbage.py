@@ -10,7 +10,7 @@ import pytest
 from fixture_files import fixture
 from llmgw.tools import (
     ParseError, card_verdict, parse_ibnetdiscover, parse_ibstat, parse_nvlink_errors, parse_nvlink_status,
-    parse_perftest_bw, parse_saquery_smir, parse_smi_health, parse_smi_list, parse_smi_xml, parse_sminfo,
+    parse_pcie_bandwidth, parse_perftest_bw, parse_saquery_smir, parse_smi_health, parse_smi_list, parse_smi_xml, parse_sminfo,
     parse_topo_matrix, parse_xids,
 )
 
@@ -23,6 +23,7 @@ PARSERS = [
     (parse_nvlink_status, "gpud/nvlink-s-8xa100.txt"),
     (parse_nvlink_errors, "ml-engineering/nvlink-e-h100-excerpt.txt"),
     (parse_xids, "hand-made/kernel-log-journalctl.txt"),
+    (parse_pcie_bandwidth, "ml-engineering/dmesg-pcie-limited-by.txt"),
     (parse_ibstat, "hand-made/ibstat-roce.txt"),
     (parse_sminfo, "hand-made/sminfo-master.txt"),
     (parse_saquery_smir, "hand-made/saquery-smir-two-sms.txt"),
