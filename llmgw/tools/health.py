@@ -100,8 +100,8 @@ class NodeHealth:
 
     @property
     def level(self) -> Level:
-        return max((c.level for c in self.cards), default=Level.OK) if not self.unattributed else max(
-            max((c.level for c in self.cards), default=Level.OK), max(f.level for f in self.unattributed))
+        """The worst level over every card and every unattributed finding (OK when there are none)."""
+        return max((*(c.level for c in self.cards), *(f.level for f in self.unattributed)), default=Level.OK)
 
 
 def link_gbytes(generation: int | None, lanes: int | None) -> float | None:
@@ -133,12 +133,17 @@ def pcie_findings(link: PcieLink, pci_bus_id: str = "", *, expected_gen: int | N
     want_gen = expected_gen if expected_gen is not None else link.gen_device_max
     width = link.width_max if link.width_max is not None else link.width_current
     if capable is not None and want_gen is not None and capable < want_gen:
-        slot = f"the slot allows gen {link.gen_host_max}" if link.gen_host_max is not None else \
-            f"card and slot allow gen {capable}"
+        if link.gen_device_max is not None and link.gen_device_max < want_gen:
+            what = f"the card should run at gen {want_gen} but itself allows only gen {link.gen_device_max}"
+            fix = "check the card's model and firmware"
+        else:
+            slot = f"the slot allows gen {link.gen_host_max}" if link.gen_host_max is not None else \
+                f"card and slot allow gen {capable}"
+            what = f"the card supports gen {want_gen} but {slot}"
+            fix = f"move it to a gen {want_gen} slot or check the BIOS link speed setting"
         findings.append(Finding(Level.WARN, "pcie-gen", (
-            f"PCIe: the card supports gen {want_gen} but {slot}: it carries {_gb(link_gbytes(capable, width))} GB/s "
-            f"of {_gb(link_gbytes(want_gen, width))} GB/s; move it to a gen {want_gen} slot or check the BIOS "
-            f"link speed setting ({lspci})"), source))
+            f"PCIe: {what}: it carries {_gb(link_gbytes(capable, width))} GB/s of "
+            f"{_gb(link_gbytes(want_gen, width))} GB/s; {fix} ({lspci})"), source))
     gen_now = capable if capable is not None else want_gen
     if expected_width is not None and link.width_max is not None and link.width_max < expected_width:
         findings.append(Finding(Level.WARN, "pcie-width", (

@@ -153,3 +153,8 @@ def test_a_kernel_note_for_this_card_warns_even_while_the_card_idles():
     v = card_verdict(card, pcie_notes=parse_pcie_bandwidth(log))
     assert codes(v) == ["pcie-limited"] and "gen 3 instead of gen 5" in v.findings[0].message
     assert node_health([card], pcie_notes=parse_pcie_bandwidth(log)).cards[0].level is Level.WARN
+
+
+def test_a_card_that_itself_allows_less_than_expected_is_told_apart_from_a_slow_slot():
+    (finding, _) = verdict(h200_xml(), expected_pcie_gen=6, expected_pcie_width=32).findings
+    assert "should run at gen 6 but itself allows only gen 5" in finding.message

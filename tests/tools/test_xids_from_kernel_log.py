@@ -99,3 +99,13 @@ def test_xid_154_takes_the_action_its_message_names(message, action):
 ])
 def test_pci_addresses_are_normalised_to_nvidia_smi_form(bus, normal):
     assert normalise_bus_id(bus) == normal
+
+
+def test_the_fallen_off_the_bus_message_through_journalctl_reads_as_one_xid_79():
+    text = ("Feb 14 05:03:41 gpu-1 kernel: NVRM: The NVIDIA GPU 0000:b3:00.0\n"
+            "Feb 14 05:03:41 gpu-1 kernel: NVRM: (PCI ID: 10de:26b5) installed in this system has\n"
+            "Feb 14 05:03:41 gpu-1 kernel: NVRM: fallen off the bus and is not responding to commands.\n"
+            "Feb 14 05:03:42 gpu-1 kernel: NVRM: The NVIDIA GPU 0000:c1:00.0 (PCI ID: 10de:2330)\n"
+            "Feb 14 05:03:42 gpu-1 kernel: NVRM: installed in this system is not supported by this driver.\n")
+    (event,) = parse_xids(text)
+    assert (event.pci_bus_id, event.xid, event.timestamp) == ("00000000:B3:00.0", 79, "Feb 14 05:03:41")
