@@ -109,3 +109,10 @@ def test_the_fallen_off_the_bus_message_through_journalctl_reads_as_one_xid_79()
             "Feb 14 05:03:42 gpu-1 kernel: NVRM: installed in this system is not supported by this driver.\n")
     (event,) = parse_xids(text)
     assert (event.pci_bus_id, event.xid, event.timestamp) == ("00000000:B3:00.0", 79, "Feb 14 05:03:41")
+
+
+def test_an_xid_63_syslog_line_with_pid_but_no_name():
+    (event,) = parse_xids(fixture("ml-engineering/xid-63-syslog-line.txt"))
+    assert (event.pci_bus_id, event.xid, event.pid, event.process) == ("00000000:10:1C.0", 63, 1896, "")
+    assert event.message.startswith("Row Remapper: New row marked for remapping")
+    assert classify_xid(63).action is XidAction.IGNORE
