@@ -1,4 +1,5 @@
-"""llmgw.agent.discovery: what a node has, each source a pure parser plus a thin reader (see DESIGN.md).
+"""llmgw.agent.discovery: what a node has, the thin readers (NVML, sysfs, running tools) over the pure parsers of
+`llmgw.tools` (see DESIGN.md). The parsers' names are re-exported here for the agent's callers.
 
 Public API:
 - `discover_node(weights_dir, our_pids, *, nvml, run) -> NodeDiscovery` (blocking; everything at once),
@@ -10,13 +11,13 @@ Public API:
 CPU and memory come from `llmgw.agent.inventory` (reused, not repeated here).
 """
 
-from llmgw.agent.discovery.devices import GpuDevice, GpuReport, GpuSample
-from llmgw.agent.discovery.fabrics import Fabrics, IbPort, parse_ibstat, read_fabrics
-from llmgw.agent.discovery.gpuclass import card_label, gpu_class, marketed_gb, mig_class, mig_profile
+from llmgw.agent.discovery.fabrics import Fabrics, read_fabrics
 from llmgw.agent.discovery.node import NodeDiscovery, ToolOutput, discover_gpus, discover_node, run_tool
 from llmgw.agent.discovery.nvml import load_nvml, read_nvml
-from llmgw.agent.discovery.smi import MigListing, SmiResult, parse_smi_list, parse_smi_xml
-from llmgw.agent.discovery.topology import GpuLinks, Topology, parse_topo_matrix
+from llmgw.tools import (
+    GpuDevice, GpuLinks, GpuReport, GpuSample, IbPort, MigListing, SmiResult, Topology, card_label, gpu_class,
+    marketed_gb, mig_class, mig_profile, parse_ibstat, parse_smi_list, parse_smi_xml, parse_topo_matrix,
+)
 
 __all__ = [
     "Fabrics", "GpuDevice", "GpuLinks", "GpuReport", "GpuSample", "IbPort", "MigListing", "NodeDiscovery",

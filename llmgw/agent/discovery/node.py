@@ -13,12 +13,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from llmgw.agent.discovery.devices import GpuReport, GpuSample
 from llmgw.agent.discovery.fabrics import Fabrics, read_fabrics
 from llmgw.agent.discovery.nvml import load_nvml, read_nvml
-from llmgw.agent.discovery.smi import parse_smi_xml
-from llmgw.agent.discovery.topology import Topology, parse_topo_matrix
 from llmgw.agent.inventory import Inventory, read_inventory
+from llmgw.tools import GpuReport, GpuSample, Topology, parse_smi_xml, parse_topo_matrix
 
 TOOL_TIMEOUT = 20.0  # seconds; nvidia-smi -q on an 8-GPU node takes a few seconds
 

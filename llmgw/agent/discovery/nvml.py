@@ -13,8 +13,7 @@ from collections.abc import Callable, Collection
 from types import ModuleType
 from typing import Any
 
-from llmgw.agent.discovery.devices import GpuDevice, GpuReport
-from llmgw.agent.discovery.gpuclass import gpu_class, mig_class, mig_profile
+from llmgw.tools import GpuDevice, GpuReport, gpu_class, mig_class, mig_profile
 
 _MIG_ENABLE = 1
 

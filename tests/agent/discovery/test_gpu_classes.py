@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from llmgw.agent.discovery import card_label, gpu_class, marketed_gb, mig_class, mig_profile
+from llmgw.tools import card_label, gpu_class, marketed_gb, mig_class, mig_profile
 
 MiB = 1024**2
 

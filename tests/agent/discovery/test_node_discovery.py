@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pynvml
 
 from captures import capture, variant
 from fake_nvml import FakeNvml
-from llmgw.agent.discovery import ToolOutput, discover_gpus, discover_node, parse_ibstat, read_fabrics
+from llmgw.agent.discovery import ToolOutput, discover_gpus, discover_node, read_fabrics
 from llmgw.agent.inventory import inventory_warnings, parse_cpuinfo
 from llmgw.agent.procfs import parse_meminfo
+from llmgw.tools import parse_ibstat
 
 NO_NVML = FakeNvml([], init_error=pynvml.NVMLError_DriverNotLoaded())
 
@@ -99,3 +102,25 @@ def test_infiniband_ports_from_sysfs_and_ibstat(tmp_path):
               "\t\tPhysical state: LinkUp\n\t\tRate: 400\n\t\tLink layer: InfiniBand\n")
     (p,) = parse_ibstat(ibstat)
     assert (p.ca, p.port, p.state, p.rate_gbps, p.link_layer) == ("mlx5_0", 1, "Active", 400.0, "InfiniBand")
+
+
+def test_infiniband_ports_of_a_real_h100_node_from_sysfs():
+    """gpud's capture of /sys/class/infiniband on an H100 node (tests/fixtures/README.md): eight NDR rails and a
+    RoCE bond; sysfs carries no LIDs there, so they are None."""
+    sys_root = Path(__file__).resolve().parents[2] / "fixtures" / "gpud" / "sys-class-infiniband-h100"
+    ports = read_fabrics(sys_root, sys_root).infiniband
+    assert [p.ca for p in ports] == [f"mlx5_{i}" for i in (0, 1, 4, 5, 6, 7, 8, 9)] + ["mlx5_bond_0"]
+    assert {(p.state, p.physical_state, p.rate_gbps, p.link_layer) for p in ports[:-1]} == {
+        ("Active", "LinkUp", 400.0, "InfiniBand")}
+    assert (ports[-1].rate_gbps, ports[-1].link_layer) == (200.0, "Ethernet")
+    assert all(p.active and p.base_lid is None for p in ports)
+
+
+def test_sysfs_lids_and_physical_state_are_read_when_present(tmp_path):
+    port = tmp_path / "class" / "infiniband" / "mlx5_3" / "ports" / "1"
+    port.mkdir(parents=True)
+    for name, value in (("state", "1: DOWN"), ("phys_state", "2: Polling"), ("rate", "10 Gb/sec (4X SDR)"),
+                        ("link_layer", "InfiniBand"), ("lid", "0xffff"), ("sm_lid", "0x0")):
+        (port / name).write_text(value + "\n")
+    (p,) = read_fabrics(tmp_path, tmp_path).infiniband
+    assert (p.state, p.physical_state, p.base_lid, p.sm_lid, p.active) == ("Down", "Polling", 65535, 0, False)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from captures import capture, variant
-from llmgw.agent.discovery import parse_smi_list, parse_smi_xml
+from llmgw.tools import parse_smi_list, parse_smi_xml
 
 MiB = 1024**2
 

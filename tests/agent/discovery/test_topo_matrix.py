@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from captures import capture, variant
-from llmgw.agent.discovery import parse_topo_matrix
+from llmgw.tools import parse_topo_matrix
 
 
 def test_h200_single_gpu_has_numa_and_affinity_despite_ansi_and_double_tabs():

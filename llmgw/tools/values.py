@@ -1,4 +1,5 @@
-"""Reading one value out of a tool's text: placeholders, units and counts, shared by the nvidia-smi parsers.
+"""Reading one value out of a tool's text: placeholders, units and counts, shared by the parsers of `llmgw.tools`;
+and `ParseError`, the one error those parsers raise.
 
 nvidia-smi writes "N/A", "[N/A]", "[Not Supported]", "Not Supported", "[Unknown Error]", "[Insufficient
 Permissions]" and "Requested functionality has been deprecated" where a number would be (FORMATS.md, driver
@@ -9,6 +10,21 @@ Permissions]" and "Requested functionality has been deprecated" where a number w
 from __future__ import annotations
 
 import re
+
+from llmgw.errors import LlmgwError
+
+
+class ParseError(LlmgwError):
+    """A tool's output is not in the format its parser knows. `tool` names the command ("sminfo"), `line` is the
+    1-based line the parser stopped at (0: the whole text), `text` that line (or the text's start), cut to 200
+    characters. `str()` says all three. A parser raises only this (or returns data), whatever its input."""
+
+    def __init__(self, tool: str, message: str, line: int = 0, text: str = ""):
+        self.tool = tool
+        self.line = line
+        self.text = text[:200]
+        where = f" (line {line}: {self.text!r})" if line else (f" (it began {self.text[:80]!r})" if text else "")
+        super().__init__(f"{tool}: {message}{where}")
 
 _NUMBER_RE = re.compile(r"^\s*\[?\s*(-?[0-9]+(?:\.[0-9]+)?)\s*([A-Za-z%/]*)\s*\]?\s*$")
 _UNIT_BYTES = {
@@ -68,3 +84,14 @@ def enabled(text: str | None) -> bool | None:
 def strip_ansi(text: str) -> str:
     """Remove ANSI escape sequences (nvidia-smi underlines the `topo -m` header even when writing to a file)."""
     return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", text)
+
+
+def command_body(text: str) -> str:
+    """`text` without a leading "# $ command" line and a trailing "# exit=N" line, the frame of the captures in
+    tests/fixtures/nvidia-h200/ and of `llmgw node doctor --from` directories; other text is returned unchanged."""
+    lines = text.splitlines(keepends=True)
+    if lines and lines[0].startswith("# $"):
+        lines = lines[1:]
+    if lines and lines[-1].startswith("# exit="):
+        lines = lines[:-1]
+    return "".join(lines)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from llmgw.agent.discovery import values
+from llmgw.tools import values
 
 _TRAILING = ("cpu affinity", "numa affinity", "gpu numa id")
 _GPU_NAME = re.compile(r"^GPU(\d+)$")

@@ -17,9 +17,10 @@ import xml.etree.ElementTree as ET
 from collections.abc import Collection
 from dataclasses import dataclass, replace
 
-from llmgw.agent.discovery import values
-from llmgw.agent.discovery.devices import GpuDevice, GpuReport, GpuSample
-from llmgw.agent.discovery.gpuclass import gpu_class, mig_class
+from llmgw.tools import values
+from llmgw.tools.devices import GpuDevice, GpuReport, GpuSample
+from llmgw.tools.gpuclass import gpu_class, mig_class
+from llmgw.tools.values import ParseError
 
 # nvmlClocksEventReason* bits (nvml.h) by the suffix nvidia-smi uses in its tag names.
 CLOCK_EVENT_BITS = {
@@ -205,6 +206,25 @@ def _sample(gpu: ET.Element, index: int, limit: float | None) -> GpuSample:
     )
 
 
+def smi_xml_root(text: str) -> ET.Element:
+    """The `<nvidia_smi_log>` element of `nvidia-smi -q -x` output (a "# $ ..." capture frame is tolerated).
+
+    Raises: ParseError when the text declares XML entities (refused rather than expanded), is not well-formed
+    XML, or its root is another element.
+    """
+    body = values.command_body(text).strip()
+    if re.search(r"<!ENTITY", body, re.IGNORECASE):
+        raise ParseError("nvidia-smi -q -x", "output declares XML entities; refused to expand them")
+    try:
+        root = ET.fromstring(body)
+    except ET.ParseError as exc:
+        raise ParseError("nvidia-smi -q -x", f"output is not well-formed XML ({exc})",
+                         text=body[:80].replace("\n", " ")) from exc
+    if root.tag != "nvidia_smi_log":
+        raise ParseError("nvidia-smi -q -x", f"expected <nvidia_smi_log>, got <{root.tag}>")
+    return root
+
+
 @dataclass(frozen=True)
 class SmiResult:
     """What `nvidia-smi -q -x` said: the discovery report and one telemetry sample per card."""
@@ -220,18 +240,10 @@ def parse_smi_xml(text: str, our_pids: Collection[int] = (), listing: str = "") 
     Never raises: XML that is malformed or declares entities gives an empty report with a warning.
     """
     warnings: list[str] = []
-    if re.search(r"<!ENTITY", text, re.IGNORECASE):
-        return SmiResult(GpuReport(source="nvidia-smi", warnings=(
-            "nvidia-smi -q -x: output declares XML entities; refused to expand them",)), ())
     try:
-        root = ET.fromstring(text.strip())
-    except ET.ParseError as exc:
-        snippet = text.strip()[:80].replace("\n", " ")
-        return SmiResult(GpuReport(source="nvidia-smi", warnings=(
-            f"nvidia-smi -q -x: output is not well-formed XML ({exc}); it began {snippet!r}",)), ())
-    if root.tag != "nvidia_smi_log":
-        return SmiResult(GpuReport(source="nvidia-smi", warnings=(
-            f"nvidia-smi -q -x: expected <nvidia_smi_log>, got <{root.tag}>",)), ())
+        root = smi_xml_root(text)
+    except ParseError as exc:
+        return SmiResult(GpuReport(source="nvidia-smi", warnings=(str(exc),)), ())
     migs = parse_smi_list(listing)
     cards: list[GpuDevice] = []
     instances: list[GpuDevice] = []

@@ -1,0 +1,59 @@
+"""llmgw.tools: pure parsers of other tools' output, and the judgements made from them. Used by the agent and the
+control plane alike; imports nothing of llmgw but `llmgw.errors` and `llmgw.units`, and does no I/O (an
+import-linter contract in pyproject.toml checks both).
+
+Every parser takes the tool's text (a capture's "# $ command" / "# exit=N" frame is tolerated where noted) and
+returns frozen dataclasses, or raises `ParseError` (never anything else, whatever the input); a few "never raise"
+and say so. Modules, one per tool:
+
+- `nvidia_smi`: `parse_smi_xml(text, our_pids, listing) -> SmiResult` (devices for discovery), `parse_smi_list`,
+  `smi_xml_root`; `nvidia_smi_health`: `parse_smi_health(text) -> tuple[CardHealth, ...]` (PCIe maxima, ECC,
+  retired pages, remapped rows, clock event reasons, fabric, MIG carving).
+- `nvidia_topo`: `parse_topo_matrix(text) -> Topology`; `nvidia_nvlink`: `parse_nvlink_status`,
+  `parse_nvlink_errors` -> tuple[NvLinkCard, ...].
+- `kernel_log`: `parse_xids(text) -> tuple[XidEvent, ...]` (dmesg, /dev/kmsg, journalctl -k),
+  `parse_pcie_bandwidth(text) -> tuple[PcieBandwidthNote, ...]` (the kernel's "limited by" notes); `xid`: NVIDIA's
+  catalog, `classify_xid(xid, message) -> XidInfo`.
+- `ibstat`: `parse_ibstat(text) -> tuple[IbPort, ...]`; `sminfo`: `parse_sminfo -> SubnetManager`,
+  `parse_saquery_smir -> tuple[SubnetManager, ...]`, `fabric_id`; `ibnetdiscover`: `parse_ibnetdiscover ->
+  IbFabricMap`; `perftest`: `parse_perftest_bw -> BwResult`.
+- `health`: `node_health(cards, xids, pcie_notes=...) -> NodeHealth`, `card_verdict`, `pcie_findings`,
+  `pcie_bandwidth_findings`, `xid_findings`, `memory_findings`, `fabric_findings`, `nvlink_findings`,
+  `nvlink_domain(cards) -> DomainMembership`; `Level`, `Finding`, `CardVerdict`.
+- `devices` (GpuDevice, GpuReport, GpuSample), `gpuclass` (gpu_class, mig_class, ...), `values` (placeholders,
+  units, `ParseError`, `command_body`).
+"""
+
+from llmgw.tools.devices import GpuDevice, GpuReport, GpuSample
+from llmgw.tools.gpuclass import card_label, gpu_class, marketed_gb, mig_class, mig_profile
+from llmgw.tools.health import (
+    CardVerdict, DomainMembership, Finding, Level, NodeHealth, card_verdict, fabric_findings, link_gbytes,
+    memory_findings, node_health, nvlink_domain, nvlink_findings, pcie_bandwidth_findings, pcie_findings,
+    xid_findings,
+)
+from llmgw.tools.ibnetdiscover import IbFabricMap, IbLink, IbNode, parse_ibnetdiscover
+from llmgw.tools.ibstat import IbPort, parse_ibstat, rate_gbps
+from llmgw.tools.kernel_log import PcieBandwidthNote, XidEvent, normalise_bus_id, parse_pcie_bandwidth, parse_xids
+from llmgw.tools.nvidia_nvlink import NvLink, NvLinkCard, parse_nvlink_errors, parse_nvlink_status
+from llmgw.tools.nvidia_smi import MigListing, SmiResult, parse_smi_list, parse_smi_xml, smi_xml_root
+from llmgw.tools.nvidia_smi_health import (
+    CardHealth, EccCounts, FabricState, PcieLink, RemappedRows, RetiredPages, parse_smi_health,
+)
+from llmgw.tools.nvidia_topo import GpuLinks, Topology, parse_topo_matrix
+from llmgw.tools.perftest import BwResult, BwRow, parse_perftest_bw
+from llmgw.tools.sminfo import SubnetManager, fabric_id, parse_saquery_smir, parse_sminfo
+from llmgw.tools.values import ParseError, command_body
+from llmgw.tools.xid import XidAction, XidInfo, classify_xid, xid_info
+
+__all__ = [
+    "BwResult", "BwRow", "CardHealth", "CardVerdict", "DomainMembership", "EccCounts", "FabricState", "Finding",
+    "GpuDevice", "GpuLinks", "GpuReport", "GpuSample", "IbFabricMap", "IbLink", "IbNode", "IbPort", "Level",
+    "MigListing", "NodeHealth", "NvLink", "NvLinkCard", "ParseError", "PcieBandwidthNote", "PcieLink",
+    "RemappedRows", "RetiredPages", "SmiResult", "SubnetManager", "Topology", "XidAction", "XidEvent", "XidInfo",
+    "card_label", "card_verdict", "classify_xid", "command_body", "fabric_findings", "fabric_id", "gpu_class",
+    "link_gbytes", "marketed_gb", "memory_findings", "mig_class", "mig_profile", "node_health", "normalise_bus_id",
+    "nvlink_domain", "nvlink_findings", "parse_ibnetdiscover", "parse_ibstat", "parse_nvlink_errors",
+    "parse_nvlink_status", "parse_pcie_bandwidth", "parse_perftest_bw", "parse_saquery_smir", "parse_smi_health",
+    "parse_smi_list", "parse_smi_xml", "parse_sminfo", "parse_topo_matrix", "parse_xids", "pcie_bandwidth_findings",
+    "pcie_findings", "rate_gbps", "smi_xml_root", "xid_findings", "xid_info",
+]
