@@ -213,7 +213,8 @@ def _leaf(error: jsonschema.ValidationError) -> Problem:
         return _invalid_value(path, value, limit)
     if rule in ("minimum", "maximum"):
         declared = error.schema.get("type") if isinstance(error.schema, Mapping) else None
-        kind = "integer" if declared == "integer" or (isinstance(declared, list) and "integer" in declared) \
+        declared = [declared] if isinstance(declared, str) else (declared or [])
+        kind = "integer" if "integer" in declared or ("number" not in declared and isinstance(value, int)) \
             else "decimal"
         side, sign = ("below minimum", ">=") if rule == "minimum" else ("above maximum", "<=")
         code = f"{kind}_{'below_min' if rule == 'minimum' else 'above_max'}_value"
