@@ -6,7 +6,8 @@ Same schema for both validators (OpenAI's vendored request schemas plus the gate
 `llmgw.gateway.validation.request_schema`); bodies typical of each endpoint (a chat with a system prompt, a user
 turn and a tool; a completion; an embeddings batch). Prints µs of CPU (process time) per request for: the bounded
 parse alone (`parse_body`), jsonschema's Draft7Validator, fastjsonschema (Python code generated from the schema),
-jsonschema-rs (native), and what the gateway runs (`parse_body` + `validate_request`, i.e. parse + jsonschema-rs). Target (issue 19): the gateway's validation <= 50 µs per request; it uses jsonschema-rs, the fastest here.
+jsonschema-rs (native), and what the gateway runs (`parse_body` + `validate_request`, i.e. parse + jsonschema-rs).
+Target (issue 19): the gateway's validation <= 50 µs per request; it uses jsonschema-rs, the fastest here.
 A few seconds; no network, no engine.
 """
 

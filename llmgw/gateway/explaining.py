@@ -1,7 +1,7 @@
 """Explaining why a request body failed OpenAI's schema, in the words OpenAI's API answers with.
 
-Pure: data in, a `Problem` out. Runs only for a body the compiled validator refused; it walks jsonschema's error tree
-(Draft 7, the same schema) and picks one error the way a reader would:
+Pure: data in, a `Problem` out. Runs only for a body the validator refused; it walks jsonschema-rs's error tree (native,
+so explaining a large refused body costs about as little as checking it) and picks one error the way a reader would:
 
 - in a union (`anyOf`) whose branches are objects told apart by one property with a fixed value (`role` of a message,
   `type` of a content part or tool), the branch named by that property; an absent property is a missing parameter,
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-import jsonschema
+import jsonschema_rs
 
 TYPE_WORDS = {"integer": "an integer", "number": "a number", "string": "a string", "boolean": "a boolean",
               "object": "an object", "array": "an array", "null": "null"}
@@ -76,14 +76,26 @@ def _quoted_list(values: Sequence) -> str:
     return ", ".join(quoted[:-1]) + ", and " + quoted[-1]
 
 
-def explain(validator: jsonschema.Draft7Validator, body) -> Problem | None:
-    """The first thing wrong with `body` under the validator's schema (draft 7, `definitions` at its top), or None
-    if it is valid."""
-    definitions = validator.schema.get("definitions", {})
-    errors = list(validator.iter_errors(body))
-    if not errors:
+def explain(validator: jsonschema_rs.Draft7Validator, schema: Mapping, body) -> Problem | None:
+    """The first thing wrong with `body` under `schema` (draft 7, `definitions` at its top; `validator` compiled from
+    it), or None if it is valid."""
+    first = next(iter(validator.iter_errors(body)), None)
+    if first is None:
         return None
-    return _describe(errors[0], definitions)
+    return _describe(first, schema)
+
+
+def _at(schema: Mapping, path: Sequence):
+    """The part of `schema` at a jsonschema-rs schema path (references already followed by the validator)."""
+    node = schema
+    for step in path:
+        if isinstance(node, Mapping):
+            node = node.get(step, {})
+        elif isinstance(node, list) and isinstance(step, int) and step < len(node):
+            node = node[step]
+        else:
+            return {}
+    return node
 
 
 def _resolve(schema, definitions: Mapping):
@@ -153,14 +165,14 @@ def _tag(schema, definitions: Mapping) -> tuple[str, list] | None:
     return None
 
 
-def _describe(error: jsonschema.ValidationError, definitions: Mapping) -> Problem:
-    while error.validator in ("anyOf", "oneOf") and error.context:
-        path = list(error.absolute_path)
+def _describe(error, schema: Mapping) -> Problem:
+    definitions = schema.get("definitions", {})
+    while type(error.kind).__name__ == "AnyOf" and error.kind.context:
+        path = list(error.instance_path)
         value = error.instance
-        branches = list(error.validator_value)
-        by_branch: dict[int, list[jsonschema.ValidationError]] = {}
-        for sub in error.context:
-            by_branch.setdefault(sub.relative_schema_path[0], []).append(sub)
+        branches = _at(schema, list(error.schema_path))
+        branches = branches if isinstance(branches, list) else []
+        by_branch = list(error.kind.context)
         tags = [_tag(b, definitions) for b in branches]
         names = {t[0] for t in tags if t is not None}
         if isinstance(value, dict) and len(names) == 1 and sum(t is not None for t in tags) > 1:
@@ -179,12 +191,13 @@ def _describe(error: jsonschema.ValidationError, definitions: Mapping) -> Proble
                 return Problem(param_name(path), "invalid_type",
                                f"Invalid type for '{param_name(path)}': expected {_expected(kinds)}, "
                                f"but got {_got(value)} instead.")
-            pick = max(fitting, key=lambda i: max((len(e.absolute_path) for e in by_branch.get(i, [])), default=-1))
-        inner = by_branch.get(pick)
+            pick = max(fitting, key=lambda i: max((len(e.instance_path) for e in by_branch[i]), default=-1)
+                       if i < len(by_branch) else -1)
+        inner = by_branch[pick] if pick < len(by_branch) else []
         if not inner:
             break
-        error = max(inner, key=lambda e: len(e.absolute_path))
-    return _leaf(error)
+        error = max(inner, key=lambda e: len(e.instance_path))
+    return _leaf(error, schema)
 
 
 def _missing(path: list) -> Problem:
@@ -198,45 +211,46 @@ def _invalid_value(path: list, value, supported: Sequence) -> Problem:
                    f"Invalid value: '{str(shown)[:100]}'. Supported values are: {_quoted_list(supported)}.")
 
 
-def _leaf(error: jsonschema.ValidationError) -> Problem:
-    path = list(error.absolute_path)
+def _leaf(error, schema: Mapping) -> Problem:
+    path = list(error.instance_path)
     name = param_name(path)
-    value, rule, limit = error.instance, error.validator, error.validator_value
-    if rule == "type":
-        kinds = [limit] if isinstance(limit, str) else list(limit)
+    value, kind = error.instance, error.kind
+    rule = type(kind).__name__
+    if rule == "Type":
         return Problem(name, "invalid_type",
-                       f"Invalid type for '{name}': expected {_expected(kinds)}, but got {_got(value)} instead.")
-    if rule == "required":
-        missing = next((n for n in limit if not isinstance(value, dict) or n not in value), limit[0])
-        return _missing([*path, missing])
-    if rule == "enum":
-        return _invalid_value(path, value, limit)
-    if rule in ("minimum", "maximum"):
-        declared = error.schema.get("type") if isinstance(error.schema, Mapping) else None
+                       f"Invalid type for '{name}': expected {_expected(list(kind.types))}, but got {_got(value)} "
+                       "instead.")
+    if rule == "Required":
+        return _missing([*path, kind.property])
+    if rule == "Enum":
+        return _invalid_value(path, value, list(kind.options))
+    if rule in ("Minimum", "Maximum"):
+        declared = _at(schema, list(error.schema_path)[:-1])
+        declared = declared.get("type") if isinstance(declared, Mapping) else None
         declared = [declared] if isinstance(declared, str) else (declared or [])
-        kind = "integer" if "integer" in declared or ("number" not in declared and isinstance(value, int)) \
+        number = "integer" if "integer" in declared or ("number" not in declared and isinstance(value, int)) \
             else "decimal"
-        side, sign = ("below minimum", ">=") if rule == "minimum" else ("above maximum", "<=")
-        code = f"{kind}_{'below_min' if rule == 'minimum' else 'above_max'}_value"
-        return Problem(name, code, f"Invalid '{name}': {kind} {side} value. Expected a value {sign} {_number(limit)}, "
-                                   f"but got {_number(value)} instead.")
-    if rule == "minItems":
+        side, sign = ("below minimum", ">=") if rule == "Minimum" else ("above maximum", "<=")
+        code = f"{number}_{'below_min' if rule == 'Minimum' else 'above_max'}_value"
+        return Problem(name, code, f"Invalid '{name}': {number} {side} value. Expected a value {sign} "
+                                   f"{_number(kind.limit)}, but got {_number(value)} instead.")
+    if rule == "MinItems":
         if len(value) == 0:
             return Problem(name, "empty_array", f"Invalid '{name}': empty array. Expected an array with minimum "
-                                                f"length {limit}, but got an empty array instead.")
+                                                f"length {kind.limit}, but got an empty array instead.")
         return Problem(name, "array_below_min_length", f"Invalid '{name}': array too short. Expected an array with "
-                                                       f"minimum length {limit}, but got an array with length "
+                                                       f"minimum length {kind.limit}, but got an array with length "
                                                        f"{len(value)} instead.")
-    if rule == "maxItems":
+    if rule == "MaxItems":
         return Problem(name, "array_above_max_length", f"Invalid '{name}': array too long. Expected an array with "
-                                                       f"maximum length {limit}, but got an array with length "
+                                                       f"maximum length {kind.limit}, but got an array with length "
                                                        f"{len(value)} instead.")
-    if rule == "maxLength":
+    if rule == "MaxLength":
         return Problem(name, "string_above_max_length", f"Invalid '{name}': string too long. Expected a string with "
-                                                        f"maximum length {limit}, but got a string with length "
+                                                        f"maximum length {kind.limit}, but got a string with length "
                                                         f"{len(value)} instead.")
-    if rule == "minLength":
+    if rule == "MinLength":
         return Problem(name, "string_below_min_length", f"Invalid '{name}': string too short. Expected a string with "
-                                                        f"minimum length {limit}, but got a string with length "
+                                                        f"minimum length {kind.limit}, but got a string with length "
                                                         f"{len(value)} instead.")
     return Problem(name or None, "invalid_value", f"Invalid '{name or 'body'}': {error.message[:300]}.")

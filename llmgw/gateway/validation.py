@@ -9,12 +9,12 @@ Two steps, each refusing with a 400 in OpenAI's error shape (`problems.ApiError`
 2. `validate_request(endpoint, body)`: OpenAI's request schema for the endpoint (`CreateChatCompletionRequest`,
    `CreateCompletionRequest`, `CreateEmbeddingRequest`, vendored from openai-openapi in `openapi/`), compiled once
    by jsonschema-rs (native: about 1 µs for a typical chat body here, where fastjsonschema took 50 µs and jsonschema
-   700 µs; bench/request_validation.py), plus an overlay of our own bounds (`BOUNDS`): model names up to MAX_MODEL_NAME_CHARS
-   characters, `max_tokens`/`max_completion_tokens` up to MAX_TOKENS_CAP (and at least 1 for chat, as OpenAI
-   answers), `n` up to MAX_CHOICES. One rule OpenAI states only in prose is checked too: `stream_options` only with
-   `stream: true`. Fields the schema does not define pass untouched.
+   700 µs; bench/request_validation.py), plus an overlay of our own bounds (`BOUNDS`): model names up to
+   MAX_MODEL_NAME_CHARS characters, `max_tokens`/`max_completion_tokens` up to MAX_TOKENS_CAP (and at least 1 for
+   chat, as OpenAI answers), `n` up to MAX_CHOICES. One rule OpenAI states only in prose is checked too:
+   `stream_options` only with `stream: true`. Fields the schema does not define pass untouched.
 
-Only a refused body is explained in detail (`explaining.explain`, with jsonschema's error tree), so a valid request
+Only a refused body is explained in detail (`explaining.explain`, from jsonschema-rs's error tree), so a valid request
 pays for the compiled check alone: bench/request_validation.py measures it (µs per request).
 """
 
@@ -25,7 +25,6 @@ import math
 from functools import cache
 from importlib import resources
 
-import jsonschema
 import jsonschema_rs
 
 from llmgw.gateway.explaining import Problem, explain
@@ -128,6 +127,7 @@ def _document() -> dict:
     return json.loads(resources.files("llmgw.gateway.openapi").joinpath(SCHEMA_FILE).read_text(encoding="utf-8"))
 
 
+@cache
 def request_schema(name: str) -> dict:
     """The draft-07 schema checked for one request type: OpenAI's (`name`, e.g. "CreateChatCompletionRequest") and
     our BOUNDS, with OpenAI's definitions. Source commit and licence: the vendored document's `source`."""
@@ -139,11 +139,6 @@ def request_schema(name: str) -> dict:
 @cache
 def _compiled(name: str) -> jsonschema_rs.Draft7Validator:
     return jsonschema_rs.Draft7Validator(request_schema(name))
-
-
-@cache
-def _explainer(name: str) -> jsonschema.Draft7Validator:
-    return jsonschema.Draft7Validator(request_schema(name))
 
 
 def source() -> dict:
@@ -159,8 +154,8 @@ def validate_request(endpoint: str, body: dict) -> None:
     """
     name = ENDPOINTS[endpoint]
     if not _compiled(name).is_valid(body):
-        problem = explain(_explainer(name), body) or Problem(None, "invalid_value", "The request body does not "
-                                                              "match OpenAI's schema for this endpoint.")
+        problem = explain(_compiled(name), request_schema(name), body) or Problem(
+            None, "invalid_value", "The request body does not match OpenAI's schema for this endpoint.")
         raise bad_request(problem.message, problem.code, problem.param)
     if body.get("stream_options") is not None and body.get("stream") is not True and name != "CreateEmbeddingRequest":
         # OpenAI's own answer (code null), captured in BerriAI/litellm#5803
