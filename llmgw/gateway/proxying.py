@@ -1,27 +1,35 @@
 """One proxied request after admission: pick a replica, forward, relay the answer, and say what it cost.
 
-`forward` sends the (rewritten) body to a replica chosen by the Balancer, retrying once on another replica when the
-first failed before any response byte (refused, reset, engine 5xx); a replica that refused the connection is
-ejected for the balancer's cooldown. Non-streamed answers are read whole (usage taken from them); streams are
-relayed event by event through SseRelay. A failure after the first streamed byte ends the stream with an
+`open_upstream` sends the (rewritten) body to a replica chosen by the Balancer, retrying once on another replica when
+the first failed before any response byte (refused, reset, engine 5xx, engine 401); a replica that refused the
+connection is ejected for the balancer's cooldown. Non-streamed answers are read whole (usage taken from them);
+streams are relayed event by event through SseRelay. A failure after the first streamed byte ends the stream with an
 OpenAI-style error event. The outcome (`Outcome`) carries tokens, TTFT and status for settling and usage.
+
+Engine answers, mapped (issue 19): a 4xx reaches the client with the same status and the engine's own message, in
+OpenAI's error shape (`problems.engine_error`), except a 401, which means the engine refused llmgw's engine key (the
+operator's fault, not the client's): that is a 502. A 5xx, a refused connection or a broken answer is a 502 (504 for
+a timeout) naming the model, never the engine's address or key; the engine's words go to the log instead.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import trio
 
-from llmgw.gateway.problems import ApiError, upstream_failed
+from llmgw.gateway.problems import ApiError, engine_error, upstream_failed
 from llmgw.gateway.routing import Balancer
 from llmgw.gateway.streaming import SseRelay, error_event, usage_numbers
 from llmgw.gateway.upstream import UpstreamFailure, UpstreamPool, UpstreamResponse
 from llmgw.routes import ModelRoute, ReplicaRoute
 
 STATUS_CLIENT_CLOSED = 499
+log = logging.getLogger("llmgw.gateway")
 EVENT_STREAM = b"text/event-stream"
 
 
@@ -37,29 +45,48 @@ class Outcome:
     ttft_seconds: float | None = None
     started_response: bool = False
     counted_chunks: int = 0
+    sent_to_engine: bool = False  # the request's bytes reached an engine that has not failed (yet)
 
 
-def upstream_body(body: dict, raw: bytes, replica: ReplicaRoute, stream: bool) -> bytes:
-    """The bytes to send upstream: the client's body with `model` set to the replica's upstream_model (when set)
-    and, for streams, `stream_options.include_usage` true. Every other field passes untouched."""
-    if not stream and (replica.upstream_model is None or replica.upstream_model == body.get("model")):
+def upstream_body(body: dict, raw: bytes, replica: ReplicaRoute, stream: bool, catalog_name: str | None = None,
+                  overrides: Mapping | None = None) -> bytes:
+    """The bytes to send upstream: the client's body with `model` set to what the replica serves, for streams
+    `stream_options.include_usage` true, and the top-level fields of `overrides` (e.g. the reserved `max_tokens`).
+
+    `model` becomes the replica's `upstream_model` when set; else, for a replica llmgw runs (not `external`), the
+    catalog name (`catalog_name`), which is the engine's served name whatever alias the client used. Every other
+    field passes untouched; `raw` is sent as is when nothing changes.
+    """
+    model = replica.upstream_model
+    if model is None and not replica.external:
+        model = catalog_name
+    if not stream and not overrides and (model is None or model == body.get("model")):
         return raw
     copy = dict(body)
-    if replica.upstream_model is not None:
-        copy["model"] = replica.upstream_model
+    if model is not None:
+        copy["model"] = model
     if stream:
         options = copy.get("stream_options")
         copy["stream_options"] = {**(options if isinstance(options, dict) else {}), "include_usage": True}
+    if overrides:
+        copy.update(overrides)
     return json.dumps(copy, separators=(",", ":")).encode()
 
 
 async def open_upstream(pool: UpstreamPool, balancer: Balancer, route: ModelRoute, path: str, body: dict, raw: bytes,
-                        stream: bool, prefix: str | None, outcome: Outcome) -> UpstreamResponse:
+                        stream: bool, prefix: str | None, outcome: Outcome,
+                        overrides: Mapping | None = None) -> UpstreamResponse:
     """Send to a chosen replica, retrying once elsewhere on a failure before the first byte.
 
-    The replica stays counted as outstanding in `balancer` until the caller calls `balancer.finished(replica_id)`
-    for `outcome.replica`. Raises ApiError 502/504 when both tries failed.
+    `overrides`: top-level fields to set in the forwarded body (see `upstream_body`). The replica stays counted as
+    outstanding in `balancer` until the caller calls `balancer.finished(replica_id)` for `outcome.replica`.
+    `outcome.sent_to_engine` is True while the request has reached an engine that has not failed.
+    Raises ApiError 502/504 (naming the model only) when both tries failed.
     """
+
+    def sent() -> None:
+        outcome.sent_to_engine = True
+
     tried: set[str] = set()
     failure: ApiError | None = None
     for _attempt in range(2):
@@ -72,15 +99,18 @@ async def open_upstream(pool: UpstreamPool, balancer: Balancer, route: ModelRout
                    (b"accept", EVENT_STREAM if stream else b"application/json")]
         if replica.engine_key:
             headers.append((b"authorization", b"Bearer " + replica.engine_key.encode()))
-        payload = upstream_body(body, raw, replica, stream)
+        payload = upstream_body(body, raw, replica, stream, route.name, overrides)
         balancer.started(replica.replica_id)
         try:
-            response = await pool.request("POST", replica.base_url.rstrip("/") + path, headers, payload)
+            response = await pool.request("POST", replica.base_url.rstrip("/") + path, headers, payload, on_sent=sent)
         except UpstreamFailure as exc:
+            outcome.sent_to_engine = False
             balancer.finished(replica.replica_id)
             if exc.refused:
                 balancer.eject(replica.replica_id, now)
-            failure = upstream_failed(f"The engine for model '{route.name}' failed ({exc}).", exc.status)
+            log.warning("model %s replica %s: %s", route.name, replica.replica_id, exc)
+            failure = upstream_failed(f"The engine for model '{route.name}' failed"
+                                      f"{' to answer in time' if exc.status == 504 else ''}; try again.", exc.status)
             continue
         except BaseException:
             balancer.finished(replica.replica_id)
@@ -94,8 +124,12 @@ async def open_upstream(pool: UpstreamPool, balancer: Balancer, route: ModelRout
             finally:
                 await response.aclose()
                 balancer.finished(replica.replica_id)
-            why = "refused llmgw's engine key" if response.status == 401 else f"answered {response.status}"
-            failure = upstream_failed(f"The engine for model '{route.name}' {why}: {detail}", 502)
+            outcome.sent_to_engine = False
+            log.warning("model %s replica %s: the engine answered %d: %s", route.name, replica.replica_id,
+                        response.status, detail)
+            why = ("refused llmgw's engine key (the operator must check it)" if response.status == 401
+                   else f"failed (status {response.status})")
+            failure = upstream_failed(f"The engine for model '{route.name}' {why}; try again.", 502)
             continue
         outcome.replica = replica
         return response
@@ -107,6 +141,9 @@ async def relay_whole(response: UpstreamResponse, send, outcome: Outcome, client
     """Read a non-streamed answer, take its usage, await `before_send()` (settling), then send it."""
     body = await response.read()
     outcome.status = response.status
+    if response.status >= 400:
+        await _relay_engine_error(response, body, send, outcome, headers, before_send)
+        return
     if response.status == 200:
         try:
             parsed = json.loads(body)
@@ -167,6 +204,29 @@ async def relay_stream(response: UpstreamResponse, send, outcome: Outcome, clien
     if relay.usage.done:
         tail += b"data: [DONE]\n\n"
     await send({"type": "http.response.body", "body": tail, "more_body": False})
+
+
+async def _relay_engine_error(response: UpstreamResponse, body: bytes, send, outcome: Outcome,
+                              headers: list[tuple[bytes, bytes]], before_send) -> None:
+    """An engine's 4xx in OpenAI's shape with its status and words (nothing billed: the engine refused the work)."""
+    replica = outcome.replica
+    error = engine_error(response.status, body, hide=[replica.engine_key or "", _netloc(replica.base_url)]
+                         if replica else [])
+    outcome.prompt_tokens = outcome.completion_tokens = 0
+    outcome.sent_to_engine = False
+    retry_after = response.header(b"retry-after")
+    extra = [(b"retry-after", retry_after)] if retry_after and retry_after.isdigit() else []
+    await before_send()
+    payload = error.body()
+    await send({"type": "http.response.start", "status": error.status, "headers": [
+        (b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode()), *extra, *headers]})
+    outcome.started_response = True
+    await send({"type": "http.response.body", "body": payload, "more_body": False})
+
+
+def _netloc(url: str) -> str:
+    rest = url.split("://", 1)[-1]
+    return rest.split("/", 1)[0]
 
 
 def _take(relay: SseRelay, outcome: Outcome, started_at: float) -> None:

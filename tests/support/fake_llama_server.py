@@ -176,7 +176,8 @@ class FakeLlamaServer:
 
     def _embeddings(self, request: dict) -> dict:
         inputs = request.get("input", "")
-        items = inputs if isinstance(inputs, list) else [inputs]
+        # one string, one array of token ids, or an array of either (OpenAI's four shapes)
+        items = inputs if isinstance(inputs, list) and not all(isinstance(i, int) for i in inputs) else [inputs]
         data, tokens = [], 0
         for index, item in enumerate(items):
             text = item if isinstance(item, str) else " ".join(map(str, item))
@@ -335,7 +336,7 @@ def _prompt_of(request: dict, chat: bool) -> tuple[str, int]:
             extra += 4
         text = "\n".join(parts)
         return text, _count_tokens(text) + extra
-    prompt = request.get("prompt", "")
+    prompt = request.get("prompt") or ""  # OpenAI's prompt is nullable
     text = prompt if isinstance(prompt, str) else " ".join(map(str, prompt))
     return text, _count_tokens(text)
 
