@@ -126,7 +126,8 @@ async def join(
         try:
             response = await trio_asyncio.aio_as_trio(call, loop=loop)()
         except grpc.aio.AioRpcError as exc:
-            if exc.code() in (grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.INVALID_ARGUMENT):
+            if exc.code() in (grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.INVALID_ARGUMENT,
+                              grpc.StatusCode.ALREADY_EXISTS):
                 raise WireError(f"the control plane at {address} refused to join node {node_id!r}: {exc.details()}") from exc
             raise _unreachable(address, exc, tls) from exc
         finally:
