@@ -149,11 +149,14 @@ def repo_group() -> None:
 
 @repo_group.command("init")
 @click.argument("path")
-@click.option("--from", "seed", default=None, help="Directory to seed the first commit from (default: examples/cluster-repo).")
+@click.option("--from", "seed", default=None, help="Directory to seed the first commit from (default: the example "
+              "repository, examples/cluster-repo). The schemas are added under .llmgw/schema/ for editors.")
 @click.option("--notify-url", default=None, help="URL the post-receive hook POSTs to after a push (a running control plane).")
 def repo_init_cmd(path: str, seed: str | None, notify_url: str | None) -> None:
     """Create a bare settings repository at PATH on branch main, with validating hooks."""
-    seed_dir = Path(seed) if seed else Path(__file__).resolve().parents[2] / "examples" / "cluster-repo"
+    from llmgw.settings.packaged import example_dir
+
+    seed_dir = Path(seed) if seed else example_dir()
     try:
         commit = init_repository(path, seed_dir, notify_url=notify_url)
     except SettingsError as exc:

@@ -1,6 +1,7 @@
 """Creating a settings repository: `init_repository(path, seed_dir, notify_url=None)`.
 
-The repository is bare, its branch `main` holds one commit seeded from `seed_dir`, and two hooks guard it:
+The repository is bare, its branch `main` holds one commit seeded from `seed_dir` (with the schemas under
+`.llmgw/schema/` and every settings file's modeline pointing at them, see editors.py), and two hooks guard it:
 pre-receive validates every pushed branch head and refuses the push with the error list; post-receive POSTs
 to the URL in the repository's config key `llmgw.notifyurl` (a running control plane) and never fails a push.
 Both run `<this interpreter> -m llmgw.settings.hook`, with this llmgw on PYTHONPATH, so they work from any
@@ -18,6 +19,7 @@ from pathlib import Path
 import pygit2
 
 from llmgw.errors import Issue, SettingsError
+from llmgw.settings.editors import editor_files
 from llmgw.settings.loading import load_directory
 
 NOTIFY_URL_KEY = "llmgw.notifyurl"
@@ -100,7 +102,7 @@ def init_repository(path: str | os.PathLike[str], seed_dir: str | os.PathLike[st
         raise SettingsError([Issue(str(target), 0, 0, "", "exists and is not empty; choose a new path")])
     load_directory(seed_dir)
     repo = pygit2.init_repository(str(target), bare=True, initial_head="main")
-    tree = write_tree(repo, dict(_seed_files(Path(seed_dir))))
+    tree = write_tree(repo, editor_files(_seed_files(Path(seed_dir))))
     signature = pygit2.Signature(*LLMGW_SIGNATURE)
     commit = repo.create_commit("refs/heads/main", signature, signature,
                                 f"Seed settings from {Path(seed_dir).name}\n", tree, [])

@@ -17,14 +17,16 @@ import jsonschema
 from jsonschema.exceptions import ValidationError
 
 from llmgw.errors import Issue, SettingsError
+from llmgw.settings.packaged import schema_dir as _packaged_schema_dir
 from llmgw.settings.parsing import Parsed
 
 SCHEMA_KINDS = ("llmgw", "model", "engines", "agent", "projects", "firewall", "slurm")
 
 
 def schema_dir() -> Path:
-    """The directory holding schema/*.json: `schema/` beside the `llmgw` package (the repository root)."""
-    return Path(__file__).resolve().parents[2] / "schema"
+    """The directory holding schema/*.json: the installed wheel's package data, else `schema/` of the source tree
+    (see `llmgw.settings.packaged`)."""
+    return _packaged_schema_dir()
 
 
 @cache
