@@ -85,8 +85,15 @@ class _Servicer(pb_grpc.ControlPlaneServicer):
                 )
             certificate_name = names[0].decode()
             certificate_pem = (auth.get("x509_pem_cert") or [b""])[0]
-            if self._join is not None and self._join.is_certificate_revoked(certificate_pem):
-                await context.abort(grpc.StatusCode.PERMISSION_DENIED, _revoked_text(certificate_name))
+            if self._join is not None:
+                if not certificate_pem:
+                    await context.abort(grpc.StatusCode.UNAUTHENTICATED, "the node certificate did not come through.")
+                try:
+                    was_revoked = self._join.is_certificate_revoked(certificate_pem)
+                except WireError as exc:  # the record of revocations is unreadable: refuse rather than guess
+                    await context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
+                if was_revoked:
+                    await context.abort(grpc.StatusCode.PERMISSION_DENIED, _revoked_text(certificate_name))
         if self.nursery is None:
             await context.abort(grpc.StatusCode.UNAVAILABLE, "the control plane is starting; try again.")
         assert self.nursery is not None
@@ -121,13 +128,18 @@ class _Servicer(pb_grpc.ControlPlaneServicer):
     async def _watch_revocation(self, certificate_pem: bytes, name: str, stream: trio.CancelScope,
                                 watch: trio.CancelScope, revoked: list[str]) -> None:
         """Every REVOCATION_CHECK_SECONDS, end the stream (`stream` cancelled, the reason in `revoked`) once its
-        certificate is revoked. Ends when `watch` is cancelled (the stream ended first)."""
+        certificate is revoked, or when the record of revocations cannot be read. Ends when `watch` is cancelled
+        (the stream ended first)."""
         assert self._join is not None
         with watch:
             while True:
                 await trio.sleep(REVOCATION_CHECK_SECONDS)
-                if self._join.is_certificate_revoked(certificate_pem):
-                    revoked.append(_revoked_text(name))
+                try:
+                    reason = _revoked_text(name) if self._join.is_certificate_revoked(certificate_pem) else None
+                except WireError as exc:  # the record of revocations is unreadable: end the stream, keep serving
+                    reason = str(exc)
+                if reason is not None:
+                    revoked.append(reason)
                     stream.cancel()
                     return
 

@@ -290,12 +290,14 @@ class CertificateAuthority:
 
     def _nodes_snapshot(self) -> dict[str, Any]:
         """`nodes.json` as read now (cached while the file's size and mtime stay the same); {} when absent.
-        One stat per call. Raises WireError when the file does not parse."""
+        One stat per call. Raises WireError when the file cannot be read or does not parse."""
         path = self.directory / NODES_FILE
         try:
             info = path.stat()
         except FileNotFoundError:
             return {}
+        except OSError as exc:
+            raise WireError(f"{path} cannot be read ({exc}); it holds which node certificates are revoked") from exc
         key = (info.st_mtime_ns, info.st_size, info.st_ino)
         if self._nodes_cache is not None and self._nodes_cache[0] == key:
             return self._nodes_cache[1]
