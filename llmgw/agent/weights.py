@@ -9,6 +9,12 @@ Sources: `hf://org/repo[@revision]/path` (the Hub's resolve URL `<endpoint>/<org
 main>/<path>`, endpoint from the argument, `$HF_ENDPOINT` or https://huggingface.co, token sent as Bearer to the Hub
 only), `https://...` / `http://...`, and `file://...`. Mirrors are searched first by digest; a file found there is
 hard-linked when on the same file system, else copied, and checked like any other.
+
+Pickles are refused by content as well as by name (`pickle_format`): a file whose first bytes are the pickle
+protocol opcode (0x80, then the protocol 2-5, then valid opcodes) or that is a zip holding `data.pkl` (PyTorch's
+checkpoint layout) is refused, after the download and before it becomes `sha256/<digest>` (and when such a file
+is already in the cache), unless the model sets `allow_pickle`. GGUF (`GGUF` magic) and safetensors (an 8-byte
+header length, then JSON) never match.
 """
 
 from __future__ import annotations
@@ -16,8 +22,11 @@ from __future__ import annotations
 import errno
 import fcntl
 import hashlib
+import io
 import os
+import pickletools
 import shutil
+import zipfile
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -91,6 +100,60 @@ def check_request(spec: WeightsSpec, allow_pickle: bool) -> None:
                            "loaded; use safetensors or GGUF, or set allow_pickle: true on the model if you trust it")
 
 
+_SNIFF_BYTES = 64 * 1024
+
+
+def _pickle_protocol(head: bytes) -> int | None:
+    """The protocol of the pickle `head` starts (0x80 PROTO, 2..5, then at least three opcodes that parse), or None.
+    Format: the opcodes of the standard library's `pickletools` (PEP 307, PEP 3154, PEP 574)."""
+    if len(head) < 3 or head[0] != 0x80 or not 2 <= head[1] <= 5:
+        return None
+    try:
+        for count, (opcode, _arg, _pos) in enumerate(pickletools.genops(io.BytesIO(head))):
+            if opcode.name == "STOP" or count >= 3:
+                return head[1]
+    except ValueError:  # an unknown opcode or a truncated argument: not a pickle (e.g. a safetensors length)
+        return None
+    return None
+
+
+def pickle_format(path: Path) -> str | None:
+    """What kind of pickle the file at `path` is, judged by its content, or None when it is none.
+
+    "a pickle (protocol N)" for a file starting with the pickle protocol opcode (raw pickles, joblib files, PyTorch's
+    legacy format); "a PyTorch checkpoint (zip holding NAME)" for a zip with a `data.pkl` member (torch.save's
+    layout, `archive/data.pkl`). Reads the first 64 KiB and, for a zip, its central directory. Blocking.
+    Raises OSError when the file cannot be read.
+    """
+    with path.open("rb") as handle:
+        head = handle.read(_SNIFF_BYTES)
+    protocol = _pickle_protocol(head)
+    if protocol is not None:
+        return f"a pickle (protocol {protocol})"
+    if head[:4] == b"GGUF":
+        return None
+    if zipfile.is_zipfile(path):
+        try:
+            with zipfile.ZipFile(path) as archive:
+                names = archive.namelist()
+        except (zipfile.BadZipFile, OSError, ValueError):
+            return None
+        for name in names:
+            if name == "data.pkl" or name.endswith("/data.pkl"):
+                return f"a PyTorch checkpoint (zip holding {name})"
+    return None
+
+
+def _refuse_pickle(path: Path, source: str, allow_pickle: bool) -> None:
+    """Raise WeightsError when the file at `path` (fetched from `source`) is a pickle and not `allow_pickle`."""
+    if allow_pickle:
+        return
+    kind = pickle_format(path)
+    if kind is not None:
+        raise WeightsError(f"{source} is {kind}, which can run code when loaded; use safetensors or GGUF, or set "
+                           "allow_pickle: true on the model if you trust it")
+
+
 class _Tally:
     """Bytes done and known across the files of one fetch, reported through `progress`."""
 
@@ -134,7 +197,9 @@ async def fetch(files: Sequence[object], weights_dir: Path, mirrors: Sequence[Pa
     `files`: WeightsSpec, WeightsFile (settings or wire) or (source, sha256) items. `mirrors`: directories laid out
     like the cache, searched first. `token`: the Hub token (Bearer), sent only to the Hub endpoint. Up to
     MAX_PARALLEL files are fetched and verified at once. A file already in the cache is trusted (it was verified
-    when placed there). Raises WeightsError: bad digest or source, pickle format without `allow_pickle`, HTTP
+    when placed there), but still refused when it is a pickle and not `allow_pickle` (another model may have
+    allowed it). Raises WeightsError: bad digest or source, pickle format (by name or content, see
+    `pickle_format`; the fetched file is deleted) without `allow_pickle`, HTTP
     failure (401/403 says a token is missing or refused), checksum mismatch (both digests named; the file is
     deleted), or a full disk (no partial file is left). Cancellable: a cancelled download keeps its partial file
     for the next attempt.
@@ -154,7 +219,7 @@ async def fetch(files: Sequence[object], weights_dir: Path, mirrors: Sequence[Pa
             async with trio.open_nursery() as nursery:
                 for digest, spec in unique.items():
                     nursery.start_soon(_fetch_one, spec, digest, weights_dir, mirrors, token, hf_endpoint, client,
-                                       tally, limiter)
+                                       tally, limiter, allow_pickle)
         except BaseExceptionGroup as group:
             failures = _leaves(group)
             if not all(isinstance(e, WeightsError) for e in failures):
@@ -167,34 +232,37 @@ async def fetch(files: Sequence[object], weights_dir: Path, mirrors: Sequence[Pa
 
 async def _fetch_one(spec: WeightsSpec, digest: str, weights_dir: Path, mirrors: Sequence[Path], token: str | None,
                      hf_endpoint: str | None, client: httpx.AsyncClient, tally: _Tally,
-                     limiter: trio.CapacityLimiter) -> None:
+                     limiter: trio.CapacityLimiter, allow_pickle: bool = False) -> None:
     final = weights_dir / "sha256" / digest
     if final.is_file():
+        await trio.to_thread.run_sync(_refuse_pickle, final, spec.source, allow_pickle)
         size = final.stat().st_size
         tally.update(digest, size, size, f"{spec.source}: in the cache")
         return
     async with limiter, _digest_lock(weights_dir, digest):
         if final.is_file():  # another task or process fetched it while we waited
+            await trio.to_thread.run_sync(_refuse_pickle, final, spec.source, allow_pickle)
             size = final.stat().st_size
             tally.update(digest, size, size, f"{spec.source}: in the cache")
             return
         for mirror in mirrors:
             candidate = Path(mirror) / "sha256" / digest
             if candidate.is_file():
-                await _place_local(candidate, digest, weights_dir, tally, f"mirror {mirror}")
+                await _place_local(candidate, digest, weights_dir, tally, f"mirror {mirror}", spec.source,
+                                   allow_pickle)
                 return
         if spec.source.startswith("file://"):
             path = Path(unquote(urlparse(spec.source).path))
             if not path.is_file():
                 raise WeightsError(f"{spec.source}: no such file")
-            await _place_local(path, digest, weights_dir, tally, str(path))
+            await _place_local(path, digest, weights_dir, tally, str(path), spec.source, allow_pickle)
             return
         if spec.source.startswith("hf://"):
             url = hub_url(spec.source, hf_endpoint)
             headers = {"Authorization": f"Bearer {spec.token or token}"} if (spec.token or token) else {}
         else:
             url, headers = spec.source, {}
-        await _download(url, headers, spec.source, digest, weights_dir, client, tally)
+        await _download(url, headers, spec.source, digest, weights_dir, client, tally, allow_pickle=allow_pickle)
 
 
 @asynccontextmanager
@@ -221,17 +289,25 @@ def _leaves(group: BaseExceptionGroup) -> list[BaseException]:
     return result
 
 
-def _verify_and_commit(staged: Path, digest: str, weights_dir: Path, origin: str) -> None:
-    """Hash `staged`; on a match move it to `sha256/<digest>`, else delete it and raise WeightsError."""
+def _verify_and_commit(staged: Path, digest: str, weights_dir: Path, origin: str, source: str = "",
+                       allow_pickle: bool = False) -> None:
+    """Hash `staged`; on a match (and when it is no pickle, or `allow_pickle`) move it to `sha256/<digest>`, else
+    delete it and raise WeightsError."""
     actual = _sha256_file(staged)
     if actual != digest:
         staged.unlink(missing_ok=True)
         raise WeightsError(f"{origin} has sha256 {actual}, expected {digest}; the file was deleted. Check the digest "
                            "in the model's settings or the source")
+    try:
+        _refuse_pickle(staged, source or origin, allow_pickle)
+    except WeightsError:
+        staged.unlink(missing_ok=True)
+        raise
     os.replace(staged, weights_dir / "sha256" / digest)
 
 
-async def _place_local(path: Path, digest: str, weights_dir: Path, tally: _Tally, origin: str) -> None:
+async def _place_local(path: Path, digest: str, weights_dir: Path, tally: _Tally, origin: str, source: str = "",
+                       allow_pickle: bool = False) -> None:
     """Hard-link (same file system) or copy `path` into the cache, then verify it."""
     staged = weights_dir / "partial" / f"{digest}.local"
     staged.unlink(missing_ok=True)
@@ -253,14 +329,16 @@ async def _place_local(path: Path, digest: str, weights_dir: Path, tally: _Tally
             raise
     tally.update(digest, size // 2, size, f"{origin}: {how}, verifying")
     try:
-        await trio.to_thread.run_sync(_verify_and_commit, staged, digest, weights_dir, f"{path} ({origin})")
+        await trio.to_thread.run_sync(_verify_and_commit, staged, digest, weights_dir, f"{path} ({origin})", source,
+                                      allow_pickle)
     finally:
         staged.unlink(missing_ok=True)
     tally.update(digest, size, size, f"{origin}: {how} and verified")
 
 
 async def _download(url: str, headers: dict[str, str], source: str, digest: str, weights_dir: Path,
-                    client: httpx.AsyncClient, tally: _Tally, *, retry_whole: bool = True) -> None:
+                    client: httpx.AsyncClient, tally: _Tally, *, retry_whole: bool = True,
+                    allow_pickle: bool = False) -> None:
     """Download `url` into `partial/<digest>`, resuming from its current size with a Range request, then verify."""
     partial = weights_dir / "partial" / digest
     have = partial.stat().st_size if partial.is_file() else 0
@@ -312,9 +390,15 @@ async def _download(url: str, headers: dict[str, str], source: str, digest: str,
     if actual != digest:
         if status == 416 and retry_whole:  # a stale partial file: drop it and download the whole file once
             partial.unlink(missing_ok=True)
-            await _download(url, headers, source, digest, weights_dir, client, tally, retry_whole=False)
+            await _download(url, headers, source, digest, weights_dir, client, tally, retry_whole=False,
+                            allow_pickle=allow_pickle)
             return
         partial.unlink(missing_ok=True)
         raise WeightsError(f"{source} has sha256 {actual}, expected {digest}; the file was deleted. Check the digest "
                            "in the model's settings or the source")
+    try:
+        await trio.to_thread.run_sync(_refuse_pickle, partial, source, allow_pickle)
+    except WeightsError:
+        partial.unlink(missing_ok=True)
+        raise
     os.replace(partial, weights_dir / "sha256" / digest)

@@ -1,7 +1,8 @@
-"""`llmgw node doctor`: what this node has and whether it can serve (see `llmgw.agent.doctor`).
+"""`llmgw node doctor` (what this node has and whether it can serve, see `llmgw.agent.doctor`) and
+`llmgw node revoke ID` (on the control plane: revoke a node's certificates, see `llmgw.wire.tls`).
 
-Attaches `doctor` to the `node` group `llmgw.cli.agent_cmds` defines (`node join`), creating the group when that
-module is absent. Exit status 1 when a check failed (warnings alone exit 0).
+Attaches both to the `node` group `llmgw.cli.agent_cmds` defines (`node join`), creating the group when that
+module is absent. `doctor` exits 1 when a check failed (warnings alone exit 0); `revoke` exits 1 when there is no CA.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import click
 
 
 def register(group: click.Group) -> None:
-    """Add `node doctor` to the `llmgw` command."""
+    """Add `node doctor` and `node revoke` to the `llmgw` command."""
     node_group = group.commands.get("node")
     if not isinstance(node_group, click.Group):
         @group.group("node")
@@ -47,3 +48,34 @@ def register(group: click.Group) -> None:
             click.echo(report.render())
         if not report.ok:
             raise click.exceptions.Exit(1)
+
+    @node_group.command("revoke")
+    @click.argument("node_id")
+    @click.option("--state", "state_dir", envvar="LLMGW_STATE", default=".state", show_default=True,
+                  type=click.Path(file_okay=False, path_type=Path),
+                  help="The control plane's state directory (`llmgw server --tls --state`).")
+    @click.option("--ca-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+                  help="The control plane's CA directory [default: <state>/ca].")
+    def revoke_command(node_id: str, state_dir: Path, ca_dir: Path | None) -> None:
+        """Revoke every certificate of NODE_ID issued until now (run on the control plane's machine).
+
+        The agents' server refuses the node within a second, open streams included. The node can join again with
+        a new join token (`llmgw join-token`); a Join under an id that still holds a live certificate is refused,
+        so revoking is also how a node that lost its key is let back in.
+        """
+        from llmgw.errors import UsageError
+        from llmgw.wire import CertificateAuthority
+        from llmgw.wire.tls import CA_CERT_FILE, CA_KEY_FILE, NODES_FILE
+
+        directory = ca_dir or state_dir / "ca"
+        if not (directory / CA_CERT_FILE).is_file() or not (directory / CA_KEY_FILE).is_file():
+            raise UsageError(f"{directory} holds no CA ({CA_CERT_FILE}, {CA_KEY_FILE}): give the state directory of "
+                             "`llmgw server --tls` with --state, or the CA directory with --ca-dir.")
+        count = CertificateAuthority.load_or_create(directory).revoke(node_id)
+        if count:
+            click.echo(f"revoked {count} certificate{'s' if count != 1 else ''} of node {node_id!r} "
+                       f"(recorded in {directory / NODES_FILE}); the control plane refuses it within a second")
+        else:
+            click.echo(f"no live certificate of node {node_id!r} is on record in {directory / NODES_FILE} (check "
+                       f"the id with `llmgw nodes`); any certificate issued to it until now is refused all the same",
+                       err=True)

@@ -8,6 +8,9 @@
     llmgw logs NODE [--shard S]                          an engine's (or the agent's) last log lines
     llmgw join-token [--ttl S]                           a one-time token for `llmgw node join` (--tls)
 
+`llmgw server` refuses a plain-text agents listener on an address other machines reach unless --insecure is
+given (`llmgw.wire.check_agents_listener`).
+
 Every client command takes --url / --token / --state (see llmgw.control.client for the lookup order) and
 --json (the admin API's JSON, unchanged). Exit status: 0 done, 1 error; `plan` exits 2 when there are changes.
 """
@@ -189,9 +192,15 @@ def live_diff(client, rev: str | None, as_json: bool) -> int:
 @click.option("--tls", is_flag=True, help="Agents connect with mutual TLS (CA in <state>/ca); nodes join with "
               "one-time tokens from `llmgw join-token`.")
 @click.option("--join-port", default=0, show_default=True, help="Port answering Join with --tls (0: a free one).")
+@click.option("--insecure", is_flag=True, help="Allow agents in plain text on an address other machines reach "
+              "(refused without --tls otherwise): only on a network where every machine is trusted.")
 def server_cmd(repo, branch, state_dir, store, secrets_dir, gateway_addr, admin_addr, agents_addr, no_gateway,
-               tls, join_port):
-    """Run the control plane: settings watcher, reconciler, agents' service, admin API and gateway."""
+               tls, join_port, insecure):
+    """Run the control plane: settings watcher, reconciler, agents' service, admin API and gateway.
+
+    Without --tls the agents' listener must be a loopback address (127.0.0.1, ::1, localhost) unless --insecure
+    is given: a plain-text listener lets any machine that reaches it register as a node.
+    """
     import trio
 
     from llmgw.control import ControlConfig, ControlPlane
@@ -202,6 +211,7 @@ def server_cmd(repo, branch, state_dir, store, secrets_dir, gateway_addr, admin_
         repo=repo, branch=branch, state_dir=Path(state_dir), store=store, secrets_dir=secrets_dir,
         gateway_listener=parse_listener(gateway_addr), admin_listener=parse_listener(admin_addr),
         agents_listener=parse_listener(agents_addr), gateway=not no_gateway, tls=tls, join_port=join_port,
+        insecure_agents=insecure,
     ))
 
     async def main() -> None:

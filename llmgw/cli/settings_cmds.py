@@ -159,14 +159,17 @@ def repo_group() -> None:
 
 @repo_group.command("init")
 @click.argument("path")
-@click.option("--from", "seed", default=None, help="Directory to seed the first commit from (default: examples/cluster-repo).")
+@click.option("--from", "seed", default=None, help="Directory to seed the first commit from (default: the example "
+              "repository, examples/cluster-repo). The schemas are added under .llmgw/schema/ for editors.")
 @click.option("--notify-url", default=None, help="URL the post-receive hook POSTs to after a push (a running control plane).")
 @click.option("--branch", default=DEFAULT_BRANCH, show_default=True,
               help="The settings branch: the only ref pushes may move (give `llmgw server` the same --branch).")
 def repo_init_cmd(path: str, seed: str | None, notify_url: str | None, branch: str) -> None:
     """Create a bare settings repository at PATH with validating hooks: pushes may only move the settings branch
     forward, to settings that validate."""
-    seed_dir = Path(seed) if seed else Path(__file__).resolve().parents[2] / "examples" / "cluster-repo"
+    from llmgw.settings.packaged import example_dir
+
+    seed_dir = Path(seed) if seed else example_dir()
     try:
         commit = init_repository(path, seed_dir, notify_url=notify_url, branch=branch)
     except SettingsError as exc:

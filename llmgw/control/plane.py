@@ -50,7 +50,7 @@ from llmgw.routes import RouteTable
 from llmgw.settings import NOTIFY_URL_KEY
 from llmgw.settings.model import Listener, Settings
 from llmgw.store import open_store
-from llmgw.wire import serve_agents
+from llmgw.wire import check_agents_listener, serve_agents
 
 ADMIN_TOKEN_FILE = "admin-token"
 ADMIN_URL_FILE = "admin-url"
@@ -73,7 +73,9 @@ class ControlConfig:
     `tls`: True serves agents with mutual TLS under the CA in `<state_dir>/ca` (created), with a server certificate
     for `tls_hostnames` (default: the agents' listener host, localhost, 127.0.0.1), and answers Join on `join_port`
     (0: a free port) so nodes get certificates with one-time tokens (`create_join_token`). `agent_tls`: a
-    `llmgw.wire.ServerTls` of your own instead (no Join). `gateway`: False runs no gateway.
+    `llmgw.wire.ServerTls` of your own instead (no Join). `insecure_agents`: allow a plain-text agents listener
+    on an address other machines reach (refused otherwise, see `llmgw.wire.check_agents_listener`).
+    `gateway`: False runs no gateway.
     """
 
     repo: str
@@ -92,6 +94,7 @@ class ControlConfig:
     tls: bool = False
     tls_hostnames: tuple[str, ...] = ()
     join_port: int = 0
+    insecure_agents: bool = False
     gateway: bool = True
     set_notify_url: bool = True
     lease_seconds: float = 15.0
@@ -225,6 +228,8 @@ class ControlPlane:
             return override or (getattr(cluster, name) if cluster else default)
 
         agents = listener(self.config.agents_listener, "agents", Listener(port=8082))
+        check_agents_listener(agents.host, agents.port, tls=self.config.tls or self.config.agent_tls is not None,
+                              insecure=self.config.insecure_agents)
         admin = listener(self.config.admin_listener, "admin", Listener(port=8081))
         gateway = listener(self.config.gateway_listener, "gateway", Listener(port=8080))
         check_listeners_free(

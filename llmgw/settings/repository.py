@@ -20,6 +20,7 @@ from pathlib import Path
 import pygit2
 
 from llmgw.errors import Issue, SettingsError
+from llmgw.settings.editors import editor_files
 from llmgw.settings.loading import load_directory
 from llmgw.settings.refs import BRANCH_KEY, DEFAULT_BRANCH, branch_ref
 
@@ -108,7 +109,7 @@ def init_repository(path: str | os.PathLike[str], seed_dir: str | os.PathLike[st
         raise SettingsError([Issue(branch, 0, 0, "", "is not a valid branch name; use e.g. main")])
     load_directory(seed_dir)
     repo = pygit2.init_repository(str(target), bare=True, initial_head=branch)
-    tree = write_tree(repo, dict(_seed_files(Path(seed_dir))))
+    tree = write_tree(repo, editor_files(_seed_files(Path(seed_dir))))
     signature = pygit2.Signature(*LLMGW_SIGNATURE)
     commit = repo.create_commit(branch_ref(branch), signature, signature,
                                 f"Seed settings from {Path(seed_dir).name}\n", tree, [])

@@ -19,6 +19,7 @@ import jsonschema
 from jsonschema.exceptions import ValidationError
 
 from llmgw.errors import Issue, SettingsError
+from llmgw.settings.packaged import schema_dir as _packaged_schema_dir
 from llmgw.settings.parsing import MAX_INT, Parsed
 from llmgw.units import format_duration, parse_duration, parse_size
 
@@ -28,8 +29,9 @@ MAX_DURATION_SECONDS = 100 * 365 * 86400.0
 
 
 def schema_dir() -> Path:
-    """The directory holding schema/*.json: `schema/` beside the `llmgw` package (the repository root)."""
-    return Path(__file__).resolve().parents[2] / "schema"
+    """The directory holding schema/*.json: the installed wheel's package data, else `schema/` of the source tree
+    (see `llmgw.settings.packaged`)."""
+    return _packaged_schema_dir()
 
 
 @cache

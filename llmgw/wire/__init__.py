@@ -23,13 +23,14 @@ from .connecting import connect, join  # noqa: E402
 from .link import AgentLink, ControlLink, Link, memory_link_pair  # noqa: E402
 from .messages import PROTOCOL_VERSION, agent_message, control_message, pb  # noqa: E402
 from .serving import BoundPort, Handler, JoinAuthority, serve_agents  # noqa: E402
-from .tls import CertificateAuthority, ClientTls, ServerTls  # noqa: E402
+from .tls import CertificateAuthority, CertificateExists, ClientTls, ServerTls, check_agents_listener  # noqa: E402
 
 __all__ = [
     "PROTOCOL_VERSION",
     "AgentLink",
     "BoundPort",
     "CertificateAuthority",
+    "CertificateExists",
     "ClientTls",
     "ControlLink",
     "Handler",
@@ -37,6 +38,7 @@ __all__ = [
     "Link",
     "ServerTls",
     "agent_message",
+    "check_agents_listener",
     "connect",
     "control_message",
     "join",

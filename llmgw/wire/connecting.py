@@ -35,6 +35,8 @@ async def _channel(address: str, tls: ClientTls | None) -> grpc.aio.Channel:
 
 
 def _unreachable(address: str, exc: BaseException, tls: ClientTls | None) -> WireError:
+    if isinstance(exc, grpc.aio.AioRpcError) and exc.code() == grpc.StatusCode.PERMISSION_DENIED:
+        return WireError(f"the control plane at {address} refused this node: {exc.details()}")  # e.g. revoked
     hint = (
         "check that this node's certificate was signed by the control plane's CA (join again if not) and that the "
         "address matches the server certificate"
@@ -126,7 +128,8 @@ async def join(
         try:
             response = await trio_asyncio.aio_as_trio(call, loop=loop)()
         except grpc.aio.AioRpcError as exc:
-            if exc.code() in (grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.INVALID_ARGUMENT):
+            if exc.code() in (grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.INVALID_ARGUMENT,
+                              grpc.StatusCode.ALREADY_EXISTS):
                 raise WireError(f"the control plane at {address} refused to join node {node_id!r}: {exc.details()}") from exc
             raise _unreachable(address, exc, tls) from exc
         finally:

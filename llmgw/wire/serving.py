@@ -23,7 +23,7 @@ from . import agent_pb2_grpc as pb_grpc
 from .grpc_link import SERVER_OPTIONS, GrpcLink, open_aio_loop
 from .link import ControlLink
 from .messages import PROTOCOL_VERSION
-from .tls import ServerTls
+from .tls import REVOCATION_CHECK_SECONDS, CertificateExists, ServerTls
 
 Handler = Callable[[ControlLink, str], Awaitable[None]]
 
@@ -32,13 +32,22 @@ STOP_GRACE_SECONDS = 2.0
 
 
 class JoinAuthority(Protocol):
-    """What answers Join requests: CertificateAuthority fits."""
+    """What answers Join requests and knows revoked node certificates: CertificateAuthority fits."""
 
     certificate_pem: bytes
 
     def consume_join_token(self, token: str) -> bool: ...
 
     def sign_csr(self, csr_pem: bytes, node_id: str) -> bytes: ...
+
+    def record_certificate(self, node_id: str, certificate_pem: bytes) -> None: ...
+
+    def is_certificate_revoked(self, certificate_pem: bytes) -> bool: ...
+
+
+def _revoked_text(name: str) -> str:
+    return (f"the certificate of node {name!r} was revoked on the control plane (`llmgw node revoke`); "
+            "the node has to join again with a new join token.")
 
 
 class BoundPort(int):
@@ -65,14 +74,26 @@ class _Servicer(pb_grpc.ControlPlaneServicer):
 
     async def Connect(self, request_iterator: Any, context: grpc.aio.ServicerContext) -> None:  # noqa: N802
         certificate_name = None
+        certificate_pem = None
         if self._require_certificate:
-            names = context.auth_context().get("x509_common_name")
+            auth = context.auth_context()
+            names = auth.get("x509_common_name")
             if not names:
                 await context.abort(
                     grpc.StatusCode.UNAUTHENTICATED,
                     "this port answers agents with a node certificate only; join first (`llmgw node join`).",
                 )
             certificate_name = names[0].decode()
+            certificate_pem = (auth.get("x509_pem_cert") or [b""])[0]
+            if self._join is not None:
+                if not certificate_pem:
+                    await context.abort(grpc.StatusCode.UNAUTHENTICATED, "the node certificate did not come through.")
+                try:
+                    was_revoked = self._join.is_certificate_revoked(certificate_pem)
+                except WireError as exc:  # the record of revocations is unreadable: refuse rather than guess
+                    await context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
+                if was_revoked:
+                    await context.abort(grpc.StatusCode.PERMISSION_DENIED, _revoked_text(certificate_name))
         if self.nursery is None:
             await context.abort(grpc.StatusCode.UNAVAILABLE, "the control plane is starting; try again.")
         assert self.nursery is not None
@@ -83,7 +104,14 @@ class _Servicer(pb_grpc.ControlPlaneServicer):
         link.start()
         finished: asyncio.Future[str | None] = self._loop.create_future()
         scope = trio.CancelScope()
-        self.nursery.start_soon(self._run_handler, link, scope, finished, name=f"agent stream {link.peer}")
+        revoked: list[str] = []
+        if self._join is not None and certificate_pem and certificate_name:
+            watch = trio.CancelScope()
+            self.nursery.start_soon(self._watch_revocation, certificate_pem, certificate_name, scope, watch, revoked)
+        else:
+            watch = None
+        self.nursery.start_soon(self._run_handler, link, scope, finished, watch, revoked,
+                                name=f"agent stream {link.peer}")
         try:
             error = await asyncio.shield(finished)
             if link.writer is not None and not link.writer.done():
@@ -97,9 +125,27 @@ class _Servicer(pb_grpc.ControlPlaneServicer):
         if error is not None:
             await context.abort(grpc.StatusCode.ABORTED, error)
 
+    async def _watch_revocation(self, certificate_pem: bytes, name: str, stream: trio.CancelScope,
+                                watch: trio.CancelScope, revoked: list[str]) -> None:
+        """Every REVOCATION_CHECK_SECONDS, end the stream (`stream` cancelled, the reason in `revoked`) once its
+        certificate is revoked, or when the record of revocations cannot be read. Ends when `watch` is cancelled
+        (the stream ended first)."""
+        assert self._join is not None
+        with watch:
+            while True:
+                await trio.sleep(REVOCATION_CHECK_SECONDS)
+                try:
+                    reason = _revoked_text(name) if self._join.is_certificate_revoked(certificate_pem) else None
+                except WireError as exc:  # the record of revocations is unreadable: end the stream, keep serving
+                    reason = str(exc)
+                if reason is not None:
+                    revoked.append(reason)
+                    stream.cancel()
+                    return
+
     async def _run_handler(
         self, link: GrpcLink[pb.ControlMessage, pb.AgentMessage], scope: trio.CancelScope,
-        finished: asyncio.Future[str | None],
+        finished: asyncio.Future[str | None], watch: trio.CancelScope | None = None, revoked: list[str] | None = None,
     ) -> None:
         outcome: str | None = "the control plane stopped handling this agent."
         try:
@@ -112,6 +158,10 @@ class _Servicer(pb_grpc.ControlPlaneServicer):
                 except LlmgwError as exc:
                     outcome = str(exc)
         finally:
+            if watch is not None:
+                watch.cancel()
+            if revoked:
+                outcome = revoked[0]
             await link.aclose()
             if not finished.done():
                 finished.set_result(outcome)
@@ -124,6 +174,8 @@ class _Servicer(pb_grpc.ControlPlaneServicer):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the join request names no node id.")
         try:  # validate and sign first, so that a malformed request does not burn the token
             certificate = self._join.sign_csr(bytes(request.csr_pem), request.node_id)
+        except CertificateExists as exc:
+            await context.abort(grpc.StatusCode.ALREADY_EXISTS, str(exc))
         except WireError as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         if not self._join.consume_join_token(request.token):
@@ -131,6 +183,7 @@ class _Servicer(pb_grpc.ControlPlaneServicer):
                 grpc.StatusCode.PERMISSION_DENIED,
                 "the join token is unknown, expired or already used; create a new one on the control plane.",
             )
+        self._join.record_certificate(request.node_id, certificate)
         return pb.JoinResponse(
             protocol=PROTOCOL_VERSION, certificate_pem=certificate, ca_pem=self._join.certificate_pem
         )

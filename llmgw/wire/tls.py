@@ -9,6 +9,16 @@ A node certificate's subject common name is the node id; the control plane can c
 
 Join tokens are stored as SHA-256 hashes with their expiry in `join-tokens.json` in the CA directory, so reading
 that file does not reveal a usable token. A token works once and until it expires.
+
+`nodes.json` in the CA directory records, per node id, the node certificates issued and revoked (serial,
+validity) and when it was last revoked (`llmgw node revoke ID`). A Join for a node id that still holds a live
+certificate is refused (`CertificateExists`) until that certificate is revoked or expires; a revoked certificate
+is refused at once (`is_certificate_revoked`, checked by the agents' server when a stream opens and every
+`REVOCATION_CHECK_SECONDS` while it lasts). A certificate issued before this record existed is revoked when it
+started before the node's last revocation.
+
+A control plane that serves agents in plain text does so only on a loopback address, unless told `--insecure`
+(`check_agents_listener`): otherwise any machine that reaches the port could register as a node.
 """
 
 from __future__ import annotations
@@ -24,7 +34,9 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 import grpc
 from cryptography import x509
@@ -38,10 +50,59 @@ from llmgw.errors import WireError
 CA_KEY_FILE = "ca.key"
 CA_CERT_FILE = "ca.crt"
 TOKENS_FILE = "join-tokens.json"
+NODES_FILE = "nodes.json"
+REVOCATION_CHECK_SECONDS = 1.0
+"""How often the agents' server re-checks the certificate of an open stream against `nodes.json`."""
 CA_DAYS = 3650
 SERVER_DAYS = 825
 NODE_DAYS = 825
 _TOKEN_PREFIX = "llmgw-join-"
+_BACKDATE = datetime.timedelta(minutes=5)  # certificates start 5 minutes early, for clocks a little behind
+
+
+class CertificateExists(WireError):
+    """A Join for a node id that already holds a live certificate: revoke that one first (`llmgw node revoke`)."""
+
+
+def is_loopback(host: str) -> bool:
+    """True when `host` ("127.0.0.1", "::1", "[::1]", "localhost") only accepts connections from this machine.
+
+    "" and "0.0.0.0" (every interface) and any other name are not loopback. Pure.
+    """
+    host = host.strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_agents_listener(host: str, port: int, *, tls: bool, insecure: bool) -> None:
+    """Refuse a plain-text agents listener that other machines can reach.
+
+    `tls`: agents connect with mutual TLS. `insecure`: the operator accepts plain text on a network they trust
+    (`llmgw server --insecure`). Pure. Raises WireError naming the address and the ways out.
+    """
+    if tls or insecure or is_loopback(host):
+        return
+    raise WireError(
+        f"refusing to serve agents in plain text on {host or '*'}:{port}: any machine that reaches it could register "
+        "as a node, receive engine keys and be sent prompts. Run `llmgw server --tls` (mutual TLS; nodes join with "
+        "`llmgw join-token`), listen on 127.0.0.1, or pass --insecure if every machine on that network is trusted."
+    )
+
+
+def _timestamp(moment: datetime.datetime) -> float:
+    return moment.replace(tzinfo=datetime.timezone.utc).timestamp() if moment.tzinfo is None else moment.timestamp()
+
+
+def _not_before(cert: x509.Certificate) -> float:
+    return _timestamp(getattr(cert, "not_valid_before_utc", None) or cert.not_valid_before)
+
+
+def _not_after(cert: x509.Certificate) -> float:
+    return _timestamp(getattr(cert, "not_valid_after_utc", None) or cert.not_valid_after)
 
 
 def _new_key() -> ec.EllipticCurvePrivateKey:
@@ -85,6 +146,11 @@ def make_key_and_csr(node_id: str) -> tuple[bytes, bytes]:
     return _key_pem(key), csr.public_bytes(serialization.Encoding.PEM)
 
 
+@lru_cache(maxsize=1024)
+def _parsed(cert_pem: bytes) -> x509.Certificate:
+    return x509.load_pem_x509_certificate(cert_pem)
+
+
 def certificate_common_name(cert_pem: bytes) -> str:
     """The subject common name of a PEM certificate ("" if it has none)."""
     cert = x509.load_pem_x509_certificate(cert_pem)
@@ -99,6 +165,7 @@ class CertificateAuthority:
         self.directory = directory
         self._key = key
         self.certificate = certificate
+        self._nodes_cache: tuple[tuple[int, int, int], dict[str, Any]] | None = None
 
     @classmethod
     def load_or_create(cls, directory: str | os.PathLike[str], name: str = "llmgw control plane CA") -> CertificateAuthority:
@@ -160,7 +227,7 @@ class CertificateAuthority:
             .issuer_name(self.certificate.subject)
             .public_key(public_key)
             .serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_before(now - _BACKDATE)
             .not_valid_after(now + datetime.timedelta(days=days))
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
             .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
@@ -190,12 +257,16 @@ class CertificateAuthority:
         cert = self._issue(_name(hostnames_and_ips[0]), key.public_key(), ExtendedKeyUsageOID.SERVER_AUTH, days, sans)
         return cert, _key_pem(key)
 
-    def sign_csr(self, csr_pem: bytes, node_id: str, days: int = NODE_DAYS) -> bytes:
+    def sign_csr(self, csr_pem: bytes, node_id: str, days: int = NODE_DAYS, *, replace: bool = False) -> bytes:
         """Sign a node's CSR (from make_key_and_csr) as a client certificate whose common name is `node_id`.
 
+        Records nothing: call `record_certificate` once the certificate is handed out (after the join token was
+        accepted), so that `revoke` knows its serial.
         Raises: WireError if the CSR does not parse, its signature is wrong, its key is not ECDSA/RSA, or it names
-        another node.
+        another node; CertificateExists (a WireError) when `node_id` holds a live certificate and not `replace`.
         """
+        if not replace:
+            self.check_no_live_certificate(node_id)
         try:
             csr = x509.load_pem_x509_csr(csr_pem)
         except ValueError as exc:
@@ -215,6 +286,98 @@ class CertificateAuthority:
             raise WireError(f"the certificate request of node {node_id!r} must use an ECDSA key.")
         return self._issue(_name(node_id), public_key, ExtendedKeyUsageOID.CLIENT_AUTH, days, [])
 
+    # Issued and revoked node certificates ----------------------------------------------------------------
+
+    def _nodes_snapshot(self) -> dict[str, Any]:
+        """`nodes.json` as read now (cached while the file's size and mtime stay the same); {} when absent.
+        One stat per call. Raises WireError when the file cannot be read or does not parse."""
+        path = self.directory / NODES_FILE
+        try:
+            info = path.stat()
+        except FileNotFoundError:
+            return {}
+        except OSError as exc:
+            raise WireError(f"{path} cannot be read ({exc}); it holds which node certificates are revoked") from exc
+        key = (info.st_mtime_ns, info.st_size, info.st_ino)
+        if self._nodes_cache is not None and self._nodes_cache[0] == key:
+            return self._nodes_cache[1]
+        try:
+            table = json.loads(path.read_text())
+        except (ValueError, OSError) as exc:
+            raise WireError(f"{path} is unreadable ({exc}); restore it from a backup: it holds which node "
+                            "certificates are revoked.") from exc
+        self._nodes_cache = (key, table)
+        return table
+
+    def _live(self, entry: dict[str, Any], now: float) -> list[dict[str, Any]]:
+        return [issued for issued in entry.get("issued", []) if issued["not_after"] > now]
+
+    def check_no_live_certificate(self, node_id: str) -> None:
+        """Raise CertificateExists when `node_id` holds a certificate on record that is neither revoked nor
+        expired. Blocking (reads nodes.json)."""
+        live = self._live(self._nodes_snapshot().get(node_id, {}), time.time())
+        if live:
+            until = time.strftime("%Y-%m-%d", time.gmtime(max(issued["not_after"] for issued in live)))
+            raise CertificateExists(
+                f"node {node_id!r} already has a certificate (valid until {until}); a second machine may not join "
+                f"under its id. If it is the same node with a new key, revoke the old certificate on the control "
+                f"plane first (`llmgw node revoke {node_id}`), then join again."
+            )
+
+    def record_certificate(self, node_id: str, certificate_pem: bytes) -> None:
+        """Note in nodes.json that `certificate_pem` was issued to `node_id` (its serial and validity). Blocking."""
+        cert = x509.load_pem_x509_certificate(certificate_pem)
+        with self._table(NODES_FILE, "the record of issued and revoked certificates is lost") as table:
+            entry = table.setdefault(node_id, {})
+            now = time.time()
+            entry["issued"] = [issued for issued in entry.get("issued", []) if issued["not_after"] > now] + [
+                {"serial": format(cert.serial_number, "x"), "not_before": _not_before(cert),
+                 "not_after": _not_after(cert)}]
+
+    def revoke(self, node_id: str, now: float | None = None) -> int:
+        """Revoke every certificate of `node_id` issued until now (`now`: unix seconds, default the clock).
+
+        The certificates on record are revoked by serial; one issued before the record existed (none on record
+        for it) is revoked when it started before `now`. Returns how many certificates on record that revoked.
+        The agents' server refuses them from its next check on (at most REVOCATION_CHECK_SECONDS). The node may
+        join again with a new join token. Blocking.
+        """
+        now = time.time() if now is None else now
+        with self._table(NODES_FILE, "the record of issued and revoked certificates is lost") as table:
+            entry = table.setdefault(node_id, {})
+            live = self._live(entry, now)
+            entry["revoked"] = [revoked for revoked in entry.get("revoked", []) if revoked["not_after"] > now] + live
+            entry["issued"] = []
+            entry["revoked_before"] = max(float(entry.get("revoked_before", 0.0)), now)
+        return len(live)
+
+    def is_certificate_revoked(self, certificate_pem: bytes) -> bool:
+        """True when the node certificate `certificate_pem` was revoked (`revoke`).
+
+        By serial for certificates on record; a certificate not on record (issued before the record existed) is
+        revoked when it started at or before its node's last revocation. One stat per call (nodes.json is re-read
+        only when it changed). Raises WireError when nodes.json does not parse.
+        """
+        cert = _parsed(certificate_pem)
+        names = cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
+        if not names:
+            return True
+        entry = self._nodes_snapshot().get(str(names[0].value), {})
+        serial = format(cert.serial_number, "x")
+        if any(revoked["serial"] == serial for revoked in entry.get("revoked", [])):
+            return True
+        if any(issued["serial"] == serial for issued in entry.get("issued", [])):
+            return False
+        revoked_before = entry.get("revoked_before")
+        return revoked_before is not None and _not_before(cert) <= revoked_before
+
+    def is_revoked(self, name: str) -> bool:
+        """True when node `name` was revoked and has not joined again since (no certificate of it is live on
+        record). For callers that know only the certificate's common name (`Link.peer_certificate_name`); the
+        agents' server itself checks the certificate (`is_certificate_revoked`). Blocking (one stat)."""
+        entry = self._nodes_snapshot().get(name, {})
+        return "revoked_before" in entry and not self._live(entry, time.time())
+
     def server_tls(self, hostnames_and_ips: Sequence[str]) -> ServerTls:
         """ServerTls for `serve_agents`, with a fresh server certificate for `hostnames_and_ips`."""
         cert, key = self.issue_server_certificate(hostnames_and_ips)
@@ -223,22 +386,29 @@ class CertificateAuthority:
     # Join tokens -----------------------------------------------------------------------------------------
 
     @contextmanager
-    def _tokens(self) -> Iterator[dict[str, float]]:
-        """The token table {sha256 hex: expiry unix seconds}, locked against other processes, saved on exit."""
-        lock_path = self.directory / (TOKENS_FILE + ".lock")
-        with open(lock_path, "a") as lock:
+    def _table(self, name: str, lost: str) -> Iterator[dict[str, Any]]:
+        """The JSON object in `<directory>/<name>`, locked against other processes, saved on exit when changed.
+        Raises WireError naming the file when it does not parse (`lost`: what removing it loses)."""
+        with open(self.directory / (name + ".lock"), "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
-            path = self.directory / TOKENS_FILE
+            path = self.directory / name
             try:
                 table = json.loads(path.read_text()) if path.exists() else {}
             except (ValueError, OSError) as exc:
-                raise WireError(f"{path} is unreadable ({exc}); remove it (outstanding join tokens are lost).") from exc
-            before = dict(table)
-            now = time.time()
-            table = {digest: expiry for digest, expiry in table.items() if expiry > now}
+                raise WireError(f"{path} is unreadable ({exc}); remove it ({lost}).") from exc
+            before = json.dumps(table, sort_keys=True)
             yield table
-            if table != before:
+            if json.dumps(table, sort_keys=True) != before:
                 _write_private(path, json.dumps(table, indent=1, sort_keys=True).encode())
+
+    @contextmanager
+    def _tokens(self) -> Iterator[dict[str, float]]:
+        """The token table {sha256 hex: expiry unix seconds}, expired tokens dropped, locked and saved on exit."""
+        with self._table(TOKENS_FILE, "outstanding join tokens are lost") as table:
+            now = time.time()
+            for digest in [digest for digest, expiry in table.items() if expiry <= now]:
+                del table[digest]
+            yield table
 
     def create_join_token(self, ttl_seconds: float = 3600.0) -> str:
         """A new one-time join token valid for `ttl_seconds`; only its SHA-256 is stored. Give it to the node."""

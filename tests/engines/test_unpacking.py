@@ -108,3 +108,16 @@ def test_a_file_that_is_no_archive_says_so(tmp_path):
     junk.write_bytes(b"not an archive")
     with pytest.raises(EngineError, match="neither a tar nor a zip"):
         unpack_archive(junk, tmp_path / "out")
+
+
+@pytest.mark.parametrize("make", [make_tar, make_zip], ids=["tar", "zip"])
+def test_chained_links_that_resolve_outside_are_refused_even_with_nothing_written_through_them(tmp_path, make):
+    # `a -> .` is harmless and `a/b -> ..` looks inside by name (a/..), but through `a` it is `<root>/..`: a link
+    # left pointing out of the install directory, with no later member to trip the final check.
+    archive = make(tmp_path / ("chained.tar.gz" if make is make_tar else "chained.zip"),
+                   [("a", "symlink", "."), ("a/b", "symlink", "..")])
+    target = tmp_path / "deep" / "out"
+    with pytest.raises(EngineError, match="'a/b' is a link to '..', which resolves outside the install directory"):
+        unpack_archive(archive, target)
+    root = target.resolve()
+    assert all(Path(p).resolve().is_relative_to(root) for p in target.rglob("*"))

@@ -31,7 +31,7 @@ def test_stop_commits_serving_stopped_keeping_comments_and_authored_by_the_opera
     assert commit.parents[0].id == pygit2.Oid(hex=before.commit)
     assert (commit.author.name, commit.author.email) == ("Alice Operator", "alice@acme.example")
     assert commit.message == "llmgw stop: serving.stopped: true\n"
-    old_text = (EXAMPLE / "llmgw.yaml").read_text()
+    old_text = repo[commit.parents[0].tree["llmgw.yaml"].id].data.decode()  # the seed, modeline rewritten
     new_text = repo[commit.tree["llmgw.yaml"].id].data.decode()
     changed = [(a, b) for a, b in zip(old_text.splitlines(), new_text.splitlines()) if a != b]
     assert len(old_text.splitlines()) == len(new_text.splitlines())
