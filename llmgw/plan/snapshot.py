@@ -60,16 +60,17 @@ def _gpu_json(gpu: GpuState) -> dict[str, Any]:
 def _shard_json(shard: ObservedShard) -> dict[str, Any]:
     return {"shard_id": shard.shard_id, "replica_id": shard.replica_id, "model": shard.model,
             "state": shard.state.value, "fingerprint": shard.fingerprint, "settings_commit": shard.settings_commit,
-            "devices": list(shard.devices), "cpu_cores": shard.cpu_cores, "memory_bytes": shard.memory_bytes,
+            "devices": list(shard.devices), "cpu_cores": float(shard.cpu_cores), "memory_bytes": int(shard.memory_bytes),
             "port": shard.port, "error": shard.error, "restarts": shard.restarts,
             "adopted_foreign": shard.adopted_foreign}
 
 
 def fleet_to_json(fleet: Fleet) -> list[dict[str, Any]]:
-    """The nodes of `fleet` as JSON-ready dicts, by node id (the "nodes" list of a snapshot)."""
+    """The nodes of `fleet` as JSON-ready dicts, by node id (the "nodes" list of a snapshot); CPU cores always as
+    floats, so equal fleets give equal JSON."""
     return [{
         "node_id": node.node_id, "address": node.address, "alive": node.alive, "labels": dict(node.labels),
-        "cpu_cores": node.cpu_cores, "memory_bytes": node.memory_bytes,
+        "cpu_cores": float(node.cpu_cores), "memory_bytes": int(node.memory_bytes),
         "engines_installed": sorted(node.engines_installed), "engines_installing": sorted(node.engines_installing),
         "gpus": [_gpu_json(g) for g in node.gpus], "shards": [_shard_json(s) for s in node.shards],
     } for node in sorted(fleet.nodes, key=lambda n: n.node_id)]
@@ -94,7 +95,7 @@ class _Reader:
         self.source = source
 
     def fail(self, where: str, why: str) -> UsageError:
-        return UsageError(f"{self.source} is not a fleet snapshot: {where}: {why}; make one with "
+        return UsageError(f"{self.source} is not a fleet snapshot: {where or 'the top level'}: {why}; make one with "
                           f"`llmgw fleet snapshot` (format: docs/review.md)")
 
     def get(self, data: Any, key: str, where: str, kind: type | tuple[type, ...], default: Any = ...) -> Any:
