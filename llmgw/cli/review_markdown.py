@@ -12,6 +12,8 @@ from llmgw.plan.reviewing import Review
 from llmgw.units import format_size
 
 MARKER = "<!-- llmgw-review"
+_VERBS = {"install": "to install", "start": "to start", "restart": "to restart", "stop": "to stop",
+          "move in": "moving in", "move out": "moving out"}
 _VERDICT = {"fits": "fits: every replica can be placed", "no change": "no change",
             "does not fit": "does not fit: some replicas cannot be placed"}
 
@@ -71,7 +73,7 @@ def _nodes(review: Review) -> list[str]:
         counts = {}
         for step in node.steps:
             counts[step.verb] = counts.get(step.verb, 0) + 1
-        summary = ", ".join(f"{n} {verb}" for verb, n in counts.items())
+        summary = ", ".join(f"{n} {_VERBS[verb]}" for verb, n in counts.items())
         lines.append(f"**{node.node_id}** ({summary}; {node.kept} kept)")
         lines.append("")
         for step in node.steps:

@@ -40,7 +40,7 @@ def test_a_model_that_fits_exits_2_and_lists_its_placement(repo, snapshot):
     text = done.stdout
     assert text.startswith(f"<!-- llmgw-review base={git(repo, 'rev-parse', 'main')} head={head} fleet=sha256:")
     assert "## llmgw review: fits" in text
-    assert f"**{GPU_NODE}** (1 start; 0 kept)" in text
+    assert f"**{GPU_NODE}** (1 to start; 0 kept)" in text
     assert "- start `llama-3.1-70b-instruct-0/0` on GPU 0,1: new replica" in text
     assert "| GPU h100-80g | 7 | 7 | 5 | 7 / 5 |" in text  # GPU 7 is ignored by the node's agent settings
     assert "```diff\n~ model llama-3.1-70b-instruct\n    replicas: 0 -> 1\n```" in text
