@@ -23,9 +23,13 @@ LLAMA = "catalog/llama-3.1-70b-instruct.yaml"
 
 
 def git(repo: Path, *args: str) -> str:
-    """Run the git CLI in `repo`; its stdout. Raises AssertionError with git's stderr on failure."""
+    """Run the git CLI in `repo`; its stdout. Raises AssertionError with git's stderr on failure.
+
+    Author, committer and dates are fixed, so the same edits give the same commit ids (docs/review.md shows them).
+    """
     env = dict(os.environ, GIT_AUTHOR_NAME="Ada", GIT_AUTHOR_EMAIL="ada@example.com",
-               GIT_COMMITTER_NAME="Ada", GIT_COMMITTER_EMAIL="ada@example.com")
+               GIT_COMMITTER_NAME="Ada", GIT_COMMITTER_EMAIL="ada@example.com",
+               GIT_AUTHOR_DATE="2026-12-01T02:00:00Z", GIT_COMMITTER_DATE="2026-12-01T02:00:00Z")
     done = subprocess.run(["git", *args], cwd=repo, env=env, capture_output=True, text=True)
     if done.returncode:
         raise AssertionError(f"git {' '.join(args)}: {done.stderr}")
@@ -86,3 +90,15 @@ def example_snapshot(repo: Path, path: Path) -> Path:
     """A snapshot file of `example_fleet` for the settings on main of `repo`."""
     settings = load_commit(repo, "main")
     return write_snapshot(path, example_fleet(settings), settings.commit)
+
+
+def docs_example(root: Path) -> tuple[Path, Path]:
+    """The repository and snapshot of the comment shown in docs/review.md: (repository, snapshot file) under `root`.
+
+    Branch scale-70b raises llama-3.1-70b-instruct to 4 replicas, a project's requests per minute and a price.
+    """
+    repo = example_repo(root / "settings")
+    snapshot = example_snapshot(repo, root / "fleet.json")
+    branch(repo, "scale-70b", [replicas(4), ("projects.yaml", "requests_per_minute: 600\n", "requests_per_minute: 1200\n"),
+                               (LLAMA, "prompt_per_million: 0.60", "prompt_per_million: 0.75")])
+    return repo, snapshot

@@ -167,3 +167,15 @@ def test_the_markdown_can_go_to_a_file_and_the_json_beside_it(repo, snapshot, tm
 
 
 LLAMA_FILE = "catalog/llama-3.1-70b-instruct.yaml"
+
+
+def test_the_comment_in_docs_review_md_is_what_llmgw_review_prints(tmp_path):
+    from review_repos import ROOT, docs_example
+
+    docs_example(tmp_path)
+    done = llmgw("review", "main", "scale-70b", "--repo", "settings", "--fleet", "fleet.json", cwd=tmp_path)
+    assert done.returncode == 3, done.stderr
+    text = (ROOT / "docs" / "review.md").read_text()
+    start = text.index("````markdown\n") + len("````markdown\n")
+    assert text[start:text.index("````\n", start)] == done.stdout
+    assert text.endswith(done.stdout)
