@@ -16,9 +16,22 @@ from pathlib import Path
 import click
 import pygit2
 
-from llmgw.errors import SettingsError, UsageError
+from llmgw.errors import LlmgwError, SettingsError, UsageError
 
 EXIT_STALE = 4
+
+
+class SideNotLoading(SettingsError):
+    """BASE or HEAD does not load: `side` ("HEAD my-branch") and every issue, one per line."""
+
+    def __init__(self, side: str, issues):
+        super().__init__(issues)
+        self.side = side
+
+    def __str__(self) -> str:
+        return f"{self.side} does not load:\n" + "\n".join(f"  {issue}" for issue in self.issues)
+
+
 
 
 def _discover(repo: str | None) -> str:
@@ -68,12 +81,6 @@ def _fleet(fleet_file: Path | None, url: str | None, token: str | None, state_di
     return snapshot_from_json(data, source), source
 
 
-def _print_issues(error: SettingsError, which: str) -> None:
-    click.echo(f"{which} does not load:", err=True)
-    for issue in error.issues:
-        click.echo(f"  {issue}", err=True)
-
-
 def _write(path: Path | None, text: str) -> None:
     if path is None:
         click.echo(text, nl=False)
@@ -103,11 +110,19 @@ def _write(path: Path | None, text: str) -> None:
               help="Write the document to this file instead of stdout.")
 @click.option("--json-file", type=click.Path(path_type=Path), default=None,
               help="Also write the JSON document here (keep it to --check later).")
+@click.option("--post", type=click.Choice(["github", "gitlab", "gitea"]), default=None,
+              help="Also post the Markdown as the pull request's one llmgw comment (edited in place) and set the "
+                   "commit status llmgw/plan on HEAD; where and with which token comes from the forge's CI "
+                   "variables or the flags below and LLMGW_FORGE_TOKEN (docs/review.md).")
+@click.option("--forge-url", default=None, help="With --post: the forge's API root [default: from CI variables].")
+@click.option("--forge-repo", default=None, help="With --post: owner/name (GitLab: project id or path).")
+@click.option("--pr", "pr_number", type=int, default=None, help="With --post: the pull (merge) request number.")
 @click.option("--check", "check_file", type=click.Path(path_type=Path), default=None,
               help="Compare with a stored JSON review of BASE and HEAD instead of printing one: exit 0 when it "
                    "still holds, 4 when it is stale.")
 def review_cmd(base: str, head: str, repo: str | None, fleet_file: Path | None, url: str | None, token: str | None,
                state_dir: Path | None, fmt: str, as_json: bool, output: Path | None, json_file: Path | None,
+               post: str | None, forge_url: str | None, forge_repo: str | None, pr_number: int | None,
                check_file: Path | None) -> None:
     """Review the settings change from BASE to HEAD (revisions or directories) against the fleet.
 
@@ -115,19 +130,22 @@ def review_cmd(base: str, head: str, repo: str | None, fleet_file: Path | None, 
     placed and each node's reason, GPU and CPU headroom before and after, quota and price changes per
     project, and warnings. Exit 0: no change; 2: a change that fits; 3: something cannot be placed; 1: an error.
     """
-    from llmgw.control.reports import fleet_for
-    from llmgw.plan.reviewing import build_review, review_to_json, staleness
+    from llmgw.plan.reviewing import review_to_json, staleness
 
-    loaded = []
-    for which, target in (("BASE", base), ("HEAD", head)):
-        try:
-            loaded.append(_load_settings(target, repo))
-        except SettingsError as exc:
-            _print_issues(exc, f"{which} {target}")
-            sys.exit(1)
-    snapshot, source = _fleet(fleet_file, url, token, state_dir)
-    review = build_review(loaded[0], loaded[1], snapshot, base_ref=base, head_ref=head, fleet_source=source,
-                          view=fleet_for)
+    target = None
+    if post is not None:
+        from llmgw.cli.review_posting import forge_target
+
+        target = forge_target(post, dict(os.environ), api_url=forge_url, repository=forge_repo, number=pr_number)
+    try:
+        review = _review(base, head, repo, fleet_file, url, token, state_dir)
+    except LlmgwError as exc:
+        if target is not None:
+            from llmgw.cli.review_posting import error_markdown, post_review
+
+            sha = _commit_of(head, repo)
+            post_review(target, error_markdown(sha, str(exc)), 1, sha)
+        raise
     document = review_to_json(review)
     if check_file is not None:
         recorded = _read_json(check_file, "stored review")
@@ -143,15 +161,45 @@ def review_cmd(base: str, head: str, repo: str | None, fleet_file: Path | None, 
         click.echo(f"the review in {check_file} still holds (base {(review.base_commit or '-')[:12]}, "
                    f"fleet {review.fleet_revision[:19]})")
         sys.exit(0)
+    from llmgw.cli.review_markdown import review_markdown
+
+    markdown = review_markdown(review)
     if json_file is not None:
         _write(json_file, json.dumps(document, indent=2) + "\n")
-    if as_json or fmt == "json":
-        _write(output, json.dumps(document, indent=2) + "\n")
-    else:
-        from llmgw.cli.review_markdown import review_markdown
+    _write(output, json.dumps(document, indent=2) + "\n" if as_json or fmt == "json" else markdown)
+    if target is not None:
+        from llmgw.cli.review_posting import post_review
 
-        _write(output, review_markdown(review))
+        posted = post_review(target, markdown, review.exit_code, review.head_commit)
+        click.echo(f"{target.forge} {target.repository} #{target.number}: comment {posted.comment_id} "
+                   f"{'created' if posted.created else 'edited'}, llmgw/plan {posted.state}", err=True)
     sys.exit(review.exit_code)
+
+
+def _commit_of(rev: str, repo: str | None) -> str | None:
+    """The commit id `rev` names in the settings repository, or None (a directory, or no such revision)."""
+    try:
+        found = pygit2.Repository(_discover(repo)).revparse_single(rev).peel(pygit2.Commit)
+    except (KeyError, ValueError, pygit2.GitError, UsageError):
+        return None
+    return str(found.id)
+
+
+def _review(base: str, head: str, repo: str | None, fleet_file: Path | None, url: str | None, token: str | None,
+            state_dir: Path | None):
+    """The `Review` of BASE to HEAD against the fleet. Raises SettingsError naming which side does not load."""
+    from llmgw.control.reports import fleet_for
+    from llmgw.plan.reviewing import build_review
+
+    loaded = []
+    for which, target in (("BASE", base), ("HEAD", head)):
+        try:
+            loaded.append(_load_settings(target, repo))
+        except SettingsError as exc:
+            raise SideNotLoading(f"{which} {target}", exc.issues) from exc
+    snapshot, source = _fleet(fleet_file, url, token, state_dir)
+    return build_review(loaded[0], loaded[1], snapshot, base_ref=base, head_ref=head, fleet_source=source,
+                        view=fleet_for)
 
 
 @click.group("fleet")
