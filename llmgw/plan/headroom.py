@@ -10,13 +10,10 @@ GPUs the agent settings ignore and reserved cores and memory are already left ou
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
 
-from llmgw.plan.types import Fleet, NodeState, Plan, ShardState
-
-_HOLDING = frozenset({ShardState.PENDING, ShardState.FETCHING, ShardState.STARTING, ShardState.READY,
-                      ShardState.STOPPING})
+from llmgw.plan.planning import _HOLDING  # the shard states that hold devices, cores and memory
+from llmgw.plan.types import Fleet, NodeState, Plan
 
 
 @dataclass(frozen=True)
@@ -129,7 +126,3 @@ def headroom(fleet: Fleet, plan: Plan) -> Headroom:
     return Headroom(gpus, CpuHeadroom(round(cores, 6), round(cores_before, 6), round(cores_after, 6), memory,
                                       memory_before, memory_after))
 
-
-def classes_short(rows: Iterable[GpuHeadroom]) -> list[str]:
-    """GPU classes with no free device once the plan is carried out (sorted)."""
-    return sorted(r.gpu_class for r in rows if r.devices and r.free_after <= 0)

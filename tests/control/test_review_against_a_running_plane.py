@@ -62,8 +62,10 @@ async def stand_in_agent(plane: ControlPlane, register: pb.Register, *, task_sta
                 await trio.sleep(0.2)
 
 
-async def llmgw(plane: ControlPlane, *args: str, cwd: Path) -> tuple[int, str, str]:
-    env = dict(os.environ, LLMGW_ADMIN_URL=plane.admin_url, LLMGW_ADMIN_TOKEN=plane.admin_token)
+async def llmgw(plane: ControlPlane, *args: str, cwd: Path, from_env: bool = True) -> tuple[int, str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LLMGW_")}
+    if from_env:
+        env.update(LLMGW_ADMIN_URL=plane.admin_url, LLMGW_ADMIN_TOKEN=plane.admin_token)
     done = await trio.run_process([sys.executable, "-m", "llmgw.cli", *args], env=env, capture_stdout=True,
                                   capture_stderr=True, check=False, cwd=cwd)
     return done.returncode, done.stdout.decode(), done.stderr.decode()
@@ -127,6 +129,10 @@ async def test_review_reads_the_live_fleet_through_the_admin_api(tmp_path):
         document = json.loads(out)
         assert not document["plan"]["changes"] and [p["project"] for p in document["projects"]] == ["ci"]
 
-        code, out, err = await llmgw(plane, "review", "main", "main", cwd=clone)
+        code, out, err = await llmgw(plane, "review", "main", "main", "--admin", plane.admin_url, "--token",
+                                     plane.admin_token, cwd=clone, from_env=False)
         assert code == 0, err
+        code, out, err = await llmgw(plane, "fleet", "snapshot", "--admin", plane.admin_url, "--token", "wrong",
+                                     cwd=clone, from_env=False)
+        assert code == 1 and "refused the token" in err
         nursery.cancel_scope.cancel()
