@@ -25,6 +25,8 @@ COMMAND_MODULES: dict[str, tuple[str, ...]] = {
     **{name: ("llmgw.cli.server_cmds",) for name in (
         "server", "apply", "plan", "status", "history", "stop", "start", "nodes", "replicas", "logs", "join-token",
     )},
+    "review": ("llmgw.cli.review_cmds",),
+    "fleet": ("llmgw.cli.review_cmds",),
     "keys": ("llmgw.cli.keys_cmds",),
     "usage": ("llmgw.cli.keys_cmds",),
     "agent": ("llmgw.cli.agent_cmds",),

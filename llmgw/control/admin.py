@@ -9,6 +9,7 @@ the store's admin tokens); a missing or wrong token is 401. Errors are `{"error"
     GET  /api/v1/nodes | /api/v1/replicas     parts of the status
     POST /api/v1/apply {"wait", "allow_empty", "timeout"}    NDJSON progress lines, the last {"event": "done"}
     GET  /api/v1/plan?rev=REV                 the plan REV (default: branch head) would run on the live fleet
+    GET  /api/v1/fleet                        the fleet snapshot (llmgw.plan.snapshot) `llmgw review` plans against
     GET  /api/v1/logs?node=N&shard=S&lines=K  a shard's (or the agent's) last log lines
     POST /api/v1/stop | /api/v1/start {"author_name", "author_email"}   serving.stopped commits
     POST /api/v1/join-tokens {"ttl_seconds"}  a one-time token for `llmgw node join` (mTLS control planes)
@@ -20,6 +21,7 @@ the store's admin tokens); a missing or wrong token is 401. Errors are `{"error"
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import asdict, is_dataclass
 from typing import Any
 from urllib.parse import parse_qs
@@ -141,6 +143,8 @@ class AdminApp:
             return await _send_json(send, 200, {"replicas": plane.status()["replicas"]})
         if method == "GET" and path == "/api/v1/history":
             return await self._history(send, int(query.get("limit", "50")))
+        if method == "GET" and path == "/api/v1/fleet":
+            return await _send_json(send, 200, self._fleet_snapshot())
         if method == "GET" and path == "/api/v1/plan":
             return await self._plan(send, query.get("rev") or None)
         if method == "GET" and path == "/api/v1/logs":
@@ -177,6 +181,14 @@ class AdminApp:
                              "(X-Hub-Signature-256 with the secret \"webhook\")")
         self.plane.wake_watcher()
         await _send_json(send, 202, {"ok": True})
+
+    def _fleet_snapshot(self) -> dict[str, Any]:
+        from llmgw.plan.snapshot import FleetSnapshot, snapshot_to_json
+
+        state = self.plane.snapshot()
+        settings = state.settings
+        taken = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        return snapshot_to_json(FleetSnapshot(state.fleet.fleet(), taken, settings.commit if settings else None))
 
     async def _history(self, send, limit: int) -> None:
         from llmgw.settings import read_audit_log

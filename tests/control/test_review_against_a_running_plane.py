@@ -1,0 +1,138 @@
+"""`llmgw review --admin` and `llmgw fleet snapshot` as real processes against a running control plane whose stand-in
+agents report an 8 x H100 node and a CPU node (the example settings: gpu-node-01 is in zone eu-west-1)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import trio
+
+from llmgw.control import ControlConfig, ControlPlane
+from llmgw.plan import fingerprint
+from llmgw.settings import Listener, init_repository, load_commit
+from llmgw.wire import agent_message
+from llmgw.wire import agent_pb2 as pb
+
+from .conftest import ROOT, git
+from .test_in_process_fleet import wait_for
+
+GiB = 1024**3
+LLAMA = "catalog/llama-3.1-70b-instruct.yaml"
+
+
+def h100_register() -> pb.Register:
+    ids = [str(i) for i in range(8)]
+    gpus = [pb.Gpu(index=i, uuid=f"GPU-{i:04d}", name="NVIDIA H100 80GB HBM3", gpu_class="h100-80g", device_id=ids[i],
+                   memory_total_bytes=80 * GiB, memory_free_bytes=80 * GiB, numa_node=i // 4,
+                   nvlink_peers=[d for d in ids if d != ids[i]]) for i in range(8)]
+    return pb.Register(node_id="gpu-node-01", address="10.0.0.1", os="linux", arch="x86_64", cpu_cores=64,
+                       memory_total_bytes=512 * GiB, gpus=gpus, engines_installed=["llama.cpp@b11434", "vllm@0.11.0"])
+
+
+def cpu_register(gemma_fingerprint: str, commit: str) -> pb.Register:
+    running = pb.ShardStatus(shard_id="gemma-3-270m-0/0", replica_id="gemma-3-270m-0", model="gemma-3-270m",
+                             state="ready", fingerprint=gemma_fingerprint, settings_commit=commit, cpu_cores=0.75,
+                             memory_bytes=GiB, port=20000)
+    return pb.Register(node_id="cpu-node-01", address="10.0.0.2", os="linux", arch="x86_64", cpu_cores=8,
+                       memory_total_bytes=32 * GiB, engines_installed=["llama.cpp@b11434"], shards=[running])
+
+
+async def stand_in_agent(plane: ControlPlane, register: pb.Register, *, task_status=trio.TASK_STATUS_IGNORED):
+    """Register `register` with `plane`, then beat every 0.2 s reporting the same shards; commands are read and
+    left undone (the fleet is converged to the base settings, so none should come)."""
+    async with plane.local_connector()() as link:
+        await link.send(agent_message(register=register))
+
+        async def drain():
+            async for _message in link:
+                pass
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(drain)
+            task_status.started()
+            while True:
+                await link.send(agent_message(heartbeat=pb.Heartbeat(
+                    time=time.time(), shard_states=list(register.shards),
+                    engines_installed=list(register.engines_installed))))
+                await trio.sleep(0.2)
+
+
+async def llmgw(plane: ControlPlane, *args: str, cwd: Path, from_env: bool = True) -> tuple[int, str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LLMGW_")}
+    if from_env:
+        env.update(LLMGW_ADMIN_URL=plane.admin_url, LLMGW_ADMIN_TOKEN=plane.admin_token)
+    done = await trio.run_process([sys.executable, "-m", "llmgw.cli", *args], env=env, capture_stdout=True,
+                                  capture_stderr=True, check=False, cwd=cwd)
+    return done.returncode, done.stdout.decode(), done.stderr.decode()
+
+
+def pull_request(clone: Path, name: str, rel: str, old: str, new: str) -> None:
+    git("checkout", "-q", "-b", name, "main", cwd=clone)
+    text = (clone / rel).read_text()
+    assert text.count(old) == 1
+    (clone / rel).write_text(text.replace(old, new))
+    git("commit", "-qam", name, cwd=clone)
+    git("checkout", "-q", "main", cwd=clone)
+
+
+async def test_review_reads_the_live_fleet_through_the_admin_api(tmp_path):
+    seed = tmp_path / "seed"
+    shutil.copytree(ROOT / "examples" / "cluster-repo", seed)
+    repo = tmp_path / "settings.git"
+    init_repository(repo, seed)
+    clone = tmp_path / "clone"
+    git("clone", "-q", str(repo), str(clone), cwd=tmp_path)
+    pull_request(clone, "add-70b", LLAMA, "\nreplicas: 0\n", "\nreplicas: 1\n")
+    pull_request(clone, "add-five", LLAMA, "\nreplicas: 0\n", "\nreplicas: 5\n")
+    pull_request(clone, "more-ci", "projects.yaml", "requests_per_minute: 120", "requests_per_minute: 240")
+
+    base = load_commit(repo, "main")
+    gemma = base.models["gemma-3-270m"]
+    any_port = Listener("127.0.0.1", 0)
+    plane = ControlPlane(ControlConfig(repo=str(repo), state_dir=tmp_path / "state", gateway_listener=any_port,
+                                       admin_listener=any_port, agents_listener=any_port))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(plane.run)
+        await nursery.start(stand_in_agent, plane, h100_register())
+        await nursery.start(stand_in_agent, plane, cpu_register(fingerprint(gemma, gemma.engine_version),
+                                                                base.commit))
+        await wait_for(lambda: len(plane.registry.fleet().nodes) == 2, 20, "two nodes")
+
+        code, out, err = await llmgw(plane, "fleet", "snapshot", "-o", str(tmp_path / "fleet.json"), cwd=clone)
+        assert code == 0, err
+        snapshot = json.loads((tmp_path / "fleet.json").read_text())
+        assert [n["node_id"] for n in snapshot["nodes"]] == ["cpu-node-01", "gpu-node-01"]
+        assert len(snapshot["nodes"][1]["gpus"]) == 8 and snapshot["settings_commit"] == base.commit
+        assert snapshot["taken_at"].endswith("Z") and snapshot["revision"].startswith("sha256:")
+
+        code, out, err = await llmgw(plane, "review", "main", "add-70b", "--json", cwd=clone)
+        assert code == 2, err
+        document = json.loads(out)
+        assert document["fleet"]["source"] == f"admin API {plane.admin_url}"
+        assert document["fleet"]["revision"] == snapshot["revision"]
+        steps = {n["node_id"]: [(s["verb"], s["subject"], s["where"]) for s in n["steps"]]
+                 for n in document["nodes"]}
+        assert steps == {"cpu-node-01": [], "gpu-node-01": [("start", "llama-3.1-70b-instruct-0/0", "GPU 0,1")]}
+
+        code, out, err = await llmgw(plane, "review", "main", "add-five", "--format", "markdown", cwd=clone)
+        assert code == 3, err
+        assert "| `llama-3.1-70b-instruct-3` | cpu-node-01 | labels do not match node_selector zone=eu-west-1 |" in out
+        assert "|  | gpu-node-01 | 1 of 2 h100-80g free (6 held by shards) |" in out  # GPU 7 ignored by settings
+
+        code, out, err = await llmgw(plane, "review", "main", "more-ci", "--json", cwd=clone)
+        assert code == 2, err
+        document = json.loads(out)
+        assert not document["plan"]["changes"] and [p["project"] for p in document["projects"]] == ["ci"]
+
+        code, out, err = await llmgw(plane, "review", "main", "main", "--admin", plane.admin_url, "--token",
+                                     plane.admin_token, cwd=clone, from_env=False)
+        assert code == 0, err
+        code, out, err = await llmgw(plane, "fleet", "snapshot", "--admin", plane.admin_url, "--token", "wrong",
+                                     cwd=clone, from_env=False)
+        assert code == 1 and "refused the token" in err
+        nursery.cancel_scope.cancel()

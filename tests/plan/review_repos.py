@@ -1,0 +1,104 @@
+"""Helpers of the review tests: real git repositories (the git CLI) seeded from examples/cluster-repo, pull-request
+branches laid over them, and the fleet they run on (an 8 x H100 node and a CPU node) as snapshot files."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+from plan_fleets import GiB, cpu_node, gpu_node
+
+from llmgw.plan import Fleet, ObservedShard, ShardState, fingerprint
+from llmgw.plan.snapshot import FleetSnapshot, snapshot_to_json
+from llmgw.settings import Settings, load_commit
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "examples" / "cluster-repo"
+GPU_NODE = "gpu-node-01"  # examples/cluster-repo/agents/nodes/gpu-node-01.yaml: zone eu-west-1, GPU 7 ignored
+CPU_NODE = "cpu-node-01"
+LLAMA = "catalog/llama-3.1-70b-instruct.yaml"
+
+
+def git(repo: Path, *args: str) -> str:
+    """Run the git CLI in `repo`; its stdout. Raises AssertionError with git's stderr on failure.
+
+    Author, committer and dates are fixed, so the same edits give the same commit ids (docs/review.md shows them).
+    """
+    env = dict(os.environ, GIT_AUTHOR_NAME="Ada", GIT_AUTHOR_EMAIL="ada@example.com",
+               GIT_COMMITTER_NAME="Ada", GIT_COMMITTER_EMAIL="ada@example.com",
+               GIT_AUTHOR_DATE="2026-12-01T02:00:00Z", GIT_COMMITTER_DATE="2026-12-01T02:00:00Z")
+    done = subprocess.run(["git", *args], cwd=repo, env=env, capture_output=True, text=True)
+    if done.returncode:
+        raise AssertionError(f"git {' '.join(args)}: {done.stderr}")
+    return done.stdout.strip()
+
+
+def example_repo(path: Path) -> Path:
+    """A git work tree at `path` holding examples/cluster-repo as one commit on main."""
+    shutil.copytree(EXAMPLE, path)
+    git(path, "init", "-q", "-b", "main")
+    git(path, "add", "-A")
+    git(path, "commit", "-q", "-m", "the example settings")
+    return path
+
+
+def edit(path: Path, rel: str, old: str, new: str) -> None:
+    """Replace the one occurrence of `old` in the file `rel` of `path` with `new`."""
+    text = (path / rel).read_text()
+    assert text.count(old) == 1, f"{old!r} is not once in {rel}"
+    (path / rel).write_text(text.replace(old, new))
+
+
+def branch(repo: Path, name: str, edits: list[tuple[str, str, str]], start: str = "main") -> str:
+    """Commit `edits` ((file, old, new) each) on a new branch `name` from `start`; back on main after. The commit."""
+    git(repo, "checkout", "-q", "-b", name, start)
+    for rel, old, new in edits:
+        edit(repo, rel, old, new)
+    git(repo, "commit", "-q", "-am", f"{name}")
+    commit = git(repo, "rev-parse", "HEAD")
+    git(repo, "checkout", "-q", "main")
+    return commit
+
+
+def replicas(n: int) -> tuple[str, str, str]:
+    """The edit that sets the 70B model's replicas to `n` (0 in the example)."""
+    return (LLAMA, "\nreplicas: 0\n", f"\nreplicas: {n}\n")
+
+
+def example_fleet(settings: Settings) -> Fleet:
+    """The fleet converged to the example `settings`: the 8 x H100 node (no shards) and a CPU node running
+    gemma-3-270m-0 (ready, with the fingerprint `settings` give it)."""
+    gemma = settings.models["gemma-3-270m"]
+    running = ObservedShard("gemma-3-270m-0/0", "gemma-3-270m-0", "gemma-3-270m", ShardState.READY,
+                            fingerprint(gemma, gemma.engine_version), settings.commit or "", (), 0.75, GiB, 20000)
+    return Fleet((
+        gpu_node(GPU_NODE, engines=("llama.cpp@b11434", "vllm@0.11.0"), labels={"zone": "eu-west-1"}),
+        cpu_node(CPU_NODE, cores=8, memory=32 * GiB, shards=(running,)),
+    ))
+
+
+def write_snapshot(path: Path, fleet: Fleet, commit: str | None, taken_at: str = "2026-12-01T02:00:00Z") -> Path:
+    """`fleet` as a snapshot file at `path`."""
+    path.write_text(json.dumps(snapshot_to_json(FleetSnapshot(fleet, taken_at, commit)), indent=2))
+    return path
+
+
+def example_snapshot(repo: Path, path: Path) -> Path:
+    """A snapshot file of `example_fleet` for the settings on main of `repo`."""
+    settings = load_commit(repo, "main")
+    return write_snapshot(path, example_fleet(settings), settings.commit)
+
+
+def docs_example(root: Path) -> tuple[Path, Path]:
+    """The repository and snapshot of the comment shown in docs/review.md: (repository, snapshot file) under `root`.
+
+    Branch scale-70b raises llama-3.1-70b-instruct to 4 replicas, a project's requests per minute and a price.
+    """
+    repo = example_repo(root / "settings")
+    snapshot = example_snapshot(repo, root / "fleet.json")
+    branch(repo, "scale-70b", [replicas(4), ("projects.yaml", "requests_per_minute: 600\n", "requests_per_minute: 1200\n"),
+                               (LLAMA, "prompt_per_million: 0.60", "prompt_per_million: 0.75")])
+    return repo, snapshot
