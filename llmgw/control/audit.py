@@ -23,9 +23,8 @@ from llmgw.control.registry import NodeRecord
 from llmgw.control.state import PassRecord, WatchState
 from llmgw.errors import LlmgwError
 from llmgw.plan.types import Plan
-from llmgw.settings import append_audit, set_ref
+from llmgw.settings import APPLIED_REF, append_audit, set_ref
 
-APPLIED_REF = "refs/llmgw/applied"
 log = logging.getLogger("llmgw.control.audit")
 MAX_QUEUED = 200
 

@@ -16,6 +16,7 @@ the leader queues an audit commit when something changed. Readers get `plane.sna
 
 from __future__ import annotations
 
+import functools
 import os
 import secrets
 import socket
@@ -43,11 +44,11 @@ from llmgw.control.reports import fleet_for, memory_thresholds
 from llmgw.control.routing import build_route_table
 from llmgw.control.state import ControlState, Leadership, PassRecord, WatchState
 from llmgw.control.watching import SettingsWatcher
-from llmgw.errors import EngineError, UsageError
+from llmgw.errors import EngineError, SettingsError, UsageError
 from llmgw.gateway import Gateway
 from llmgw.plan.types import Action, ActionKind, Plan
 from llmgw.routes import RouteTable
-from llmgw.settings import NOTIFY_URL_KEY
+from llmgw.settings import NOTIFY_URL_KEY, set_config_value
 from llmgw.settings.model import Listener, Settings
 from llmgw.store import open_store
 from llmgw.wire import check_agents_listener, serve_agents
@@ -291,12 +292,9 @@ class ControlPlane:
     def _write_state_files(self) -> None:
         (self.state_dir / ADMIN_URL_FILE).write_text(self.admin_url + "\n")
         if self.config.set_notify_url and not self.watcher.remote:
-            import pygit2
-
             try:
-                repo = pygit2.Repository(str(self.watcher.repo_path))
-                repo.config[NOTIFY_URL_KEY] = f"{self.admin_url}/api/v1/hooks/git"
-            except pygit2.GitError:
+                set_config_value(self.watcher.repo_path, NOTIFY_URL_KEY, f"{self.admin_url}/api/v1/hooks/git")
+            except SettingsError:
                 pass  # not a repository yet: the watcher reports it; the hook keeps polling instead
 
     def _publish_watch(self, watch: WatchState) -> None:
@@ -491,7 +489,8 @@ class ControlPlane:
                 f"{'true' if stopped else 'false'} in llmgw.yaml there and push it."
             )
         commit = await trio.to_thread.run_sync(
-            set_serving_stopped, str(self.watcher.repo_path), stopped, author_name, author_email,
+            functools.partial(set_serving_stopped, str(self.watcher.repo_path), stopped, author_name, author_email,
+                              branch=self.config.branch),
         )
         await self.watcher.poll()
         return commit

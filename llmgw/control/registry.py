@@ -295,8 +295,10 @@ class FleetRegistry:
         return self._with(node_id, replace(old, connected=False)), False
 
     def expire(self, now: float) -> tuple[FleetRegistry, tuple[str, ...]]:
-        """Mark nodes silent for more than `lost_after` seconds as lost; return (registry, ids newly lost)."""
-        lost = [node_id for node_id, r in self._records.items() if not r.lost and now - r.last_seen > self.lost_after]
+        """Mark nodes silent for `lost_after` seconds or longer as lost; return (registry, ids newly lost).
+
+        At exactly `next_expiry()` the node is lost, so a loop that sleeps until then always makes progress."""
+        lost = [node_id for node_id, r in self._records.items() if not r.lost and now >= r.last_seen + self.lost_after]
         if not lost:
             return self, ()
         records = dict(self._records)

@@ -20,18 +20,13 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-import pygit2
 import trio
 
 from llmgw.control.state import RejectedCommit, WatchState
 from llmgw.errors import Issue, SettingsError
 from llmgw.plan import check_not_emptied
-from llmgw.settings import load_commit
+from llmgw.settings import APPLIED_REF, branch_head, fetch_mirror, load_commit, redact_url, ref_commit
 from llmgw.settings.model import Settings
-
-APPLIED_REF = "refs/llmgw/applied"
-AUDIT_REF = "refs/llmgw/audit"
-
 
 def is_url(location: str) -> bool:
     """True for "https://...", "ssh://...", "file://..." and scp-like "user@host:path"; False for a local path."""
@@ -39,37 +34,6 @@ def is_url(location: str) -> bool:
         return True
     head, sep, _ = location.partition(":")
     return bool(sep) and "@" in head and "/" not in head
-
-
-def _fetch_mirror(url: str, mirror: Path, branch: str) -> None:
-    """Clone `url` bare into `mirror` the first time, then fetch its branches (blocking; run in a thread)."""
-    try:
-        if not (mirror / "HEAD").exists():
-            mirror.parent.mkdir(parents=True, exist_ok=True)
-            pygit2.clone_repository(url, str(mirror), bare=True)
-            return
-        repo = pygit2.Repository(str(mirror))
-        remote = repo.remotes["origin"]
-        remote.fetch([f"+refs/heads/{branch}:refs/heads/{branch}"])
-    except (pygit2.GitError, KeyError, OSError) as exc:
-        raise OSError(str(exc) or type(exc).__name__) from exc
-
-
-def _head(repo_path: Path, branch: str) -> str | None:
-    """The commit id `refs/heads/<branch>` points at, or None when there is no such branch yet."""
-    repo = pygit2.Repository(str(repo_path))
-    try:
-        return str(repo.references[f"refs/heads/{branch}"].peel(pygit2.Commit).id)
-    except (KeyError, pygit2.GitError):
-        return None
-
-
-def _ref(repo_path: Path, ref: str) -> str | None:
-    repo = pygit2.Repository(str(repo_path))
-    try:
-        return str(repo.references[ref].peel(pygit2.Commit).id)
-    except (KeyError, pygit2.GitError):
-        return None
 
 
 class SettingsWatcher:
@@ -113,17 +77,15 @@ class SettingsWatcher:
             remote_error = None
             if self.remote:
                 try:
-                    await trio.to_thread.run_sync(_fetch_mirror, self.location, self.repo_path, self.branch)
+                    await trio.to_thread.run_sync(fetch_mirror, self.location, self.repo_path, self.branch)
                 except OSError as exc:
                     kept = state.settings.commit[:12] if state.settings and state.settings.commit else "none"
-                    remote_error = (
-                        f"cannot fetch {self.location}: {exc}; keeping the last good settings commit ({kept})"
-                    )
+                    remote_error = f"{redact_url(str(exc))}; keeping the last good settings commit ({kept})"
             state = replace(state, remote_error=remote_error, last_poll=time.time())
             if not (self.repo_path / "HEAD").exists() and not (self.repo_path / ".git").exists():
                 self.state = state
                 return state
-            head = await trio.to_thread.run_sync(_head, self.repo_path, self.branch)
+            head = await trio.to_thread.run_sync(branch_head, self.repo_path, self.branch)
             if head is None or (head == state.head and not force):
                 self.state = state
                 return state
@@ -147,7 +109,7 @@ class SettingsWatcher:
         return self.state
 
     async def _fall_back_to_applied(self, state: WatchState) -> WatchState:
-        applied = await trio.to_thread.run_sync(_ref, self.repo_path, APPLIED_REF)
+        applied = await trio.to_thread.run_sync(ref_commit, self.repo_path, APPLIED_REF)
         if applied is None:
             return state
         try:
