@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from llmgw.identity import resolve_model
+
 
 def _empty() -> Mapping:
     return MappingProxyType({})
@@ -89,11 +91,7 @@ class RouteTable:
     currency: str = "USD"
 
     def resolve(self, name: str) -> ModelRoute | None:
-        """The model called `name` or having `name` as an alias; None for anything else (an engine's own name too)."""
-        route = self.models.get(name)
-        if route is not None:
-            return route
-        for candidate in self.models.values():
-            if name in candidate.aliases:
-                return candidate
-        return None
+        """The model called `name` or having `name` as an alias; None for anything else (an engine's own name too).
+
+        `llmgw.identity.resolve_model` over the table's models (the same resolution as the settings')."""
+        return resolve_model(self.models, name)

@@ -24,6 +24,7 @@ from llmgw.agent.shards import ShardSpec, ShardView
 from llmgw.agent.supervisor import Supervisor
 from llmgw.engines import Launch, LlamaCppSource, get_engine, llamacpp
 from llmgw.errors import EngineError, LlmgwError, UsageError, WeightsError
+from llmgw.identity import ShardState
 from llmgw.wire import agent_message, pb
 
 log = logging.getLogger("llmgw.agent")
@@ -188,7 +189,7 @@ class NodeAgent:
             settings_commit=command.settings_commit, devices=tuple(command.devices),
             cpu_cores=command.cpu_cores, memory_bytes=command.memory_bytes,
         )
-        view = ShardView(shard_id=shard_id, state="pending", spec=info)
+        view = ShardView(shard_id=shard_id, state=ShardState.PENDING, spec=info)
         self._set_pending(view)
         try:
             with scope:
@@ -205,7 +206,7 @@ class NodeAgent:
         except (LlmgwError, OSError) as exc:
             reason = str(exc)
             log.warning("shard %s failed to start: %s", shard_id, reason)
-            self._set_pending(view.with_state("failed", error=reason, progress=None, progress_text=""))
+            self._set_pending(view.with_state(ShardState.FAILED, error=reason, progress=None, progress_text=""))
             self._result(command_id, reason)
         finally:
             if self.starting.get(shard_id) is scope:
@@ -226,10 +227,10 @@ class NodeAgent:
             def progress(fraction: float, text: str) -> None:
                 if abs(fraction - last[0]) >= 0.01 or fraction >= 1.0:
                     last[0] = fraction
-                    self._set_pending(view.with_state("fetching", progress=max(0.0, min(1.0, fraction)),
+                    self._set_pending(view.with_state(ShardState.FETCHING, progress=max(0.0, min(1.0, fraction)),
                                                       progress_text=text))
 
-            self._set_pending(view.with_state("fetching", progress=0.0, progress_text="looking for the weights"))
+            self._set_pending(view.with_state(ShardState.FETCHING, progress=0.0, progress_text="looking for the weights"))
             paths = await fetch_weights(list(command.weights), self.config.weights_path, self.config.mirrors,
                                         allow_pickle=command.allow_pickle, progress=progress)
             model_path = paths[0]
@@ -253,9 +254,9 @@ class NodeAgent:
         """Once the engine is ready, read its start-up log: a GPU shard whose engine found no GPU fails."""
         while True:
             view = self.supervisor.get(spec.shard_id)
-            if view is None or view.state == "failed" or view.restarts:
+            if view is None or view.state is ShardState.FAILED or view.restarts:
                 return
-            if view.state == "ready":
+            if view.state is ShardState.READY:
                 break
             await trio.sleep(0.2)
         module = get_engine(command.engine)
@@ -264,7 +265,7 @@ class NodeAgent:
         if reason:
             lines = tuple(self.supervisor.logs(spec.shard_id, 20))
             await self.supervisor.stop(spec.shard_id, spec.grace_seconds)
-            self._set_pending(ShardView(spec.shard_id, "failed", spec=spec, error=reason, last_log_lines=lines))
+            self._set_pending(ShardView(spec.shard_id, ShardState.FAILED, spec=spec, error=reason, last_log_lines=lines))
 
     # --- StopShard, InstallEngine ---------------------------------------------------------------------------
 
@@ -279,7 +280,7 @@ class NodeAgent:
             else:
                 view = self.pending.get(command.shard_id)
                 if view is not None:
-                    self.on_shard_change(view.with_state("stopped", error=""))
+                    self.on_shard_change(view.with_state(ShardState.STOPPED, error=""))
             self.pending.pop(command.shard_id, None)
             self._result(command_id)
         except LlmgwError as exc:

@@ -15,6 +15,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from urllib.parse import quote, unquote
 
+from llmgw.identity import ShardState
+
 RECORD_VERSION = 1
 
 
@@ -66,7 +68,7 @@ class ShardSpec:
 
 @dataclass(frozen=True)
 class ShardView:
-    """A shard as reported: `state` one of pending, fetching, starting, ready, stopping, stopped, failed.
+    """A shard as reported: `state` its lifecycle (`llmgw.identity.ShardState`; the wire carries `.value`).
 
     `pid` 0 when no process runs; `error` why it failed (with `last_log_lines` of the engine); `restarts`
     how many times the supervisor restarted it; `adopted` True when this agent found it running from an earlier
@@ -75,7 +77,7 @@ class ShardView:
     """
 
     shard_id: str
-    state: str
+    state: ShardState
     spec: ShardSpec | None = None
     pid: int = 0
     restarts: int = 0
@@ -86,7 +88,7 @@ class ShardView:
     progress: float | None = None
     progress_text: str = ""
 
-    def with_state(self, state: str, **changes) -> ShardView:
+    def with_state(self, state: ShardState, **changes) -> ShardView:
         return replace(self, state=state, **changes)
 
 

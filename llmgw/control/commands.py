@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from llmgw.errors import UsageError
+from llmgw.identity import base_shard_id, split_engine_key
 from llmgw.plan.identity import engine_version_of
 from llmgw.plan.types import Action, ActionKind
 from llmgw.settings.model import Settings
@@ -22,7 +23,7 @@ def shard_id_of(action: Action) -> str:
         return action.shard_id
     if action.assignment is not None and action.assignment.shard_id:
         return action.assignment.shard_id
-    return f"{action.replica_id}/0"
+    return base_shard_id(action.replica_id)
 
 
 def action_key(action: Action) -> tuple[str, str, str]:
@@ -89,7 +90,7 @@ def install_engine(action: Action, settings: Settings, platform: str) -> pb.Inst
     """The InstallEngine for an INSTALL action ("llama.cpp@b11434"), with the archive for `platform`
     ("linux-x86_64") when engines.yaml lists one. Raises: UsageError when engines.yaml has no such version.
     """
-    engine, _, version = action.engine.partition("@")
+    engine, version = split_engine_key(action.engine)
     entry = settings.engine_version(engine, version or None)
     if entry is None:
         raise UsageError(f"engines.yaml lists no {engine} version {version!r}; add it or change the model's engine_version.")

@@ -22,7 +22,8 @@ import trio
 from llmgw.control.commands import action_key, shard_id_of
 from llmgw.errors import LlmgwError
 from llmgw.plan import EmptiedCatalogError, make_plan
-from llmgw.plan.types import Action, ActionKind, Fleet, Plan, ShardState, Unplaced
+from llmgw.identity import ShardState
+from llmgw.plan.types import Action, ActionKind, Fleet, Plan, Unplaced
 from llmgw.settings.model import Settings
 
 BACKOFF_FIRST = 1.0

@@ -11,7 +11,8 @@ from collections.abc import Iterable
 from dataclasses import replace
 
 from llmgw.control.registry import ShardDetail
-from llmgw.plan.types import Fleet, GpuState, NodeState, ObservedShard, ShardState
+from llmgw.identity import ShardState
+from llmgw.plan.types import Fleet, GpuState, NodeState, ObservedShard
 from llmgw.settings.model import Settings
 
 _STATES = {s.value: s for s in ShardState}

@@ -5,7 +5,8 @@ Pure: settings, fleet and two lookups (engine key of a replica, value of a named
 to `Gateway.set_table`.
 
 Rules:
-- A replica is routed to when its first shard ("<replica>/0", or "<replica>/0@<fp>" while it rolls) is READY on a node that is alive; the URL is
+- A replica is routed to when its shard ("<replica>/0", or "<replica>/0@<fp>" while it rolls; a replica has one
+  shard, see `llmgw.identity`) is READY on a node that is alive; the URL is
   `http://<node address>:<shard port>` and the engine key is `engine_key(replica id)`.
 - A model with `endpoints` routes to those servers (`external=True`), keyed by the secret the endpoint names.
 - A project's `models` are resolved from names or aliases to catalog names; `*` means every model (None).
@@ -18,7 +19,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from types import MappingProxyType
 
-from llmgw.plan.types import Fleet, ShardState
+from llmgw.identity import ShardState
+from llmgw.plan.types import Fleet
 from llmgw.routes import ModelRoute, ProjectPolicy, QuotaLimits, ReplicaRoute, RouteTable
 from llmgw.settings.model import Quota, Settings
 
@@ -43,8 +45,6 @@ def ready_replicas(fleet: Fleet) -> dict[str, list[ReplicaRoute]]:
         for shard in node.shards:
             if shard.state is not ShardState.READY or shard.adopted_foreign or not shard.port:
                 continue
-            if shard.shard_id.rsplit("/", 1)[-1].split("@", 1)[0] != "0":
-                continue  # only a replica's first shard takes requests
             found.setdefault(shard.model, []).append(ReplicaRoute(
                 replica_id=shard.replica_id,
                 node_id=node.node_id,
