@@ -23,15 +23,16 @@ def _empty() -> Mapping:
 class ReplicaRoute:
     """One ready place that serves a model.
 
-    `base_url` is the engine's root ("http://10.0.0.5:41235", no `/v1`); `engine_key` goes to it as
-    `Authorization: Bearer <engine_key>` (None: send none). `external` marks an endpoint llmgw does not run.
+    `base_url` is the engine's root ("http://10.0.0.5:41235", no `/v1`); `replica_key` goes to it as
+    `Authorization: Bearer <replica_key>` (None: send none): the replica key (`llmgw.control.replica_key`) of a
+    replica llmgw runs, the endpoint's secret for an external one. `external` marks an endpoint llmgw does not run.
     `upstream_model` is the model name to put in the forwarded body (None: leave the body's model as sent).
     """
 
     replica_id: str
     node_id: str
     base_url: str
-    engine_key: str | None = None
+    replica_key: str | None = None
     external: bool = False
     upstream_model: str | None = None
 

@@ -243,7 +243,7 @@ class NodeAgent:
             binary=binary, model_path=model_path, host=host, port=port, threads=threads,
             context_size=command.context_size or None, devices=tuple(command.devices),
             engine_args=tuple(command.engine_args), served_name=command.served_name or command.model,
-            api_key=command.engine_key, tensor_parallel=command.tensor_parallel or 1,
+            api_key=command.replica_key, tensor_parallel=command.tensor_parallel or 1,
             pipeline_parallel=command.pipeline_parallel or 1,
         )
         argv, env = module.command_line(launch)

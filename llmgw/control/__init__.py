@@ -2,12 +2,12 @@
 
     ControlPlane(ControlConfig(...))     run with `await nursery.start(plane.run)`; `plane.accept_agent(link, peer)`
     AdminClient(url, token)              the admin API from the CLI (llmgw.control.client)
-    build_route_table(settings, fleet, engine_key, secret)    the gateway's routing table (pure)
+    build_route_table(settings, fleet, replica_key, secret)    the gateway's routing table (pure)
     FleetRegistry                        what agents reported, which nodes are lost (pure)
-    engine_key(secret, replica_id)       HMAC-SHA256 hex of a replica id
+    replica_key(secret, replica_id)      the bearer key of a replica: HMAC-SHA256 hex of its id
 """
 
-from llmgw.control.keys import SecretResolver, engine_key, sign_webhook, webhook_signature_valid
+from llmgw.control.keys import SecretResolver, replica_key, sign_webhook, webhook_signature_valid
 from llmgw.control.reconciling import PassRecord, Reconciler, converged
 from llmgw.control.registry import FleetRegistry, NodeRecord
 from llmgw.control.routing import build_route_table
@@ -16,7 +16,7 @@ from llmgw.control.watching import SettingsWatcher, WatchState
 __all__ = [
     "AdminClient", "ControlConfig", "ControlPlane", "FleetRegistry", "NodeRecord", "PassRecord", "Reconciler",
     "SecretResolver", "SettingsWatcher", "WatchState", "build_route_table", "converged", "default_state_dir",
-    "engine_key", "sign_webhook", "webhook_signature_valid",
+    "replica_key", "sign_webhook", "webhook_signature_valid",
 ]
 
 

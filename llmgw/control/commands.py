@@ -1,7 +1,7 @@
 """The commands a plan's actions become: StartShard, StopShard and InstallEngine messages (llmgw/wire/agent.proto).
 
 Pure apart from looking secrets up: a planned `Action`, the settings in force and what the node reported in,
-a pb message body out. Engine keys and weight tokens go into the message (the agent puts them in the engine's
+a pb message body out. Replica keys and weight tokens go into the message (the agent puts them in the engine's
 environment); they are never written to status, audit or logs.
 """
 
@@ -36,7 +36,7 @@ def action_key(action: Action) -> tuple[str, str, str]:
 def start_shard(
     action: Action,
     settings: Settings,
-    engine_key: Callable[[str], str],
+    replica_key: Callable[[str], str],
     secret: Callable[[str], str],
 ) -> pb.StartShard:
     """The StartShard for a START or RESTART action.
@@ -63,7 +63,7 @@ def start_shard(
         memory_bytes=(assignment.memory_bytes if assignment else model.resources.memory_bytes) or 0,
         context_size=model.context_size or 0,
         engine_args=list(model.engine_args),
-        engine_key=engine_key(action.replica_id),
+        replica_key=replica_key(action.replica_id),
         fingerprint=assignment.fingerprint if assignment else "",
         settings_commit=settings.commit or "",
         tensor_parallel=model.resources.tensor_parallel,

@@ -32,7 +32,7 @@ from llmgw.control.applying import apply
 from llmgw.control.audit import AuditWriter, audit_message, audit_snapshot, state_changes, status_document
 from llmgw.control.commands import install_engine, platform_of, start_shard, stop_shard
 from llmgw.control.keys import (
-    ENGINE_KEY_SECRET, WEBHOOK_SECRET, SecretResolver, engine_key,
+    REPLICA_KEY_SECRET, WEBHOOK_SECRET, SecretResolver, replica_key,
 )
 from llmgw.control.reconciling import PassRecord, Reconciler
 from llmgw.control.registry import FleetRegistry
@@ -173,7 +173,7 @@ class ControlPlane:
         if store is None or isinstance(store, (str, Path)):
             store = open_store(store or self.state_dir / "llmgw.sqlite3")
         self.store = store
-        self._engine_secret = store.get_or_create_secret(ENGINE_KEY_SECRET)
+        self._replica_secret = store.get_or_create_secret(REPLICA_KEY_SECRET)
         self.admin_token = self._load_admin_token()
         await self.watcher.poll()
         settings = self.watcher.state.settings
@@ -305,9 +305,9 @@ class ControlPlane:
         settings = self.watcher.state.settings
         return settings is not None and settings.commit is not None and settings.commit == self.allow_empty_commit
 
-    def engine_key(self, replica_id: str) -> str:
-        """The engine key of `replica_id` (HMAC-SHA256 of it under the store's "engine-key" secret, hex)."""
-        return engine_key(self._engine_secret, replica_id)
+    def replica_key(self, replica_id: str) -> str:
+        """The replica key of `replica_id` (HMAC-SHA256 of it under the store's "engine-key" secret, hex)."""
+        return replica_key(self._replica_secret, replica_id)
 
     def webhook_secret(self) -> bytes | None:
         """The forge webhook secret (named secret "webhook"), or None when none is configured."""
@@ -315,7 +315,7 @@ class ControlPlane:
         return value.encode() if value else None
 
     def _rebuild_table(self) -> None:
-        table = build_route_table(self.watcher.state.settings, self._fleet(), self.engine_key, self.secrets.get)
+        table = build_route_table(self.watcher.state.settings, self._fleet(), self.replica_key, self.secrets.get)
         if table != self.table:
             self.table = table
             if self.gateway is not None:
@@ -357,7 +357,7 @@ class ControlPlane:
     async def _execute(self, action: Action, settings: Settings) -> None:
         timeout = settings.cluster.action_timeout
         if action.kind in (ActionKind.START, ActionKind.RESTART):
-            body = {"start_shard": start_shard(action, settings, self.engine_key, self.secrets.require)}
+            body = {"start_shard": start_shard(action, settings, self.replica_key, self.secrets.require)}
         elif action.kind is ActionKind.STOP:
             body = {"stop_shard": stop_shard(action, settings)}
         elif action.kind is ActionKind.INSTALL:

@@ -70,8 +70,8 @@ async def open_upstream(pool: UpstreamPool, balancer: Balancer, route: ModelRout
         tried.add(replica.replica_id)
         headers = [(b"content-type", b"application/json"),
                    (b"accept", EVENT_STREAM if stream else b"application/json")]
-        if replica.engine_key:
-            headers.append((b"authorization", b"Bearer " + replica.engine_key.encode()))
+        if replica.replica_key:
+            headers.append((b"authorization", b"Bearer " + replica.replica_key.encode()))
         payload = upstream_body(body, raw, replica, stream)
         balancer.started(replica.replica_id)
         try:
@@ -94,7 +94,7 @@ async def open_upstream(pool: UpstreamPool, balancer: Balancer, route: ModelRout
             finally:
                 await response.aclose()
                 balancer.finished(replica.replica_id)
-            why = "refused llmgw's engine key" if response.status == 401 else f"answered {response.status}"
+            why = "refused llmgw's replica key" if response.status == 401 else f"answered {response.status}"
             failure = upstream_failed(f"The engine for model '{route.name}' {why}: {detail}", 502)
             continue
         outcome.replica = replica

@@ -286,7 +286,7 @@ class WeightsFile(_message.Message):
     def __init__(self, source: _Optional[str] = ..., sha256: _Optional[str] = ..., secret_value: _Optional[str] = ...) -> None: ...
 
 class StartShard(_message.Message):
-    __slots__ = ("shard_id", "replica_id", "model", "engine", "engine_version", "weights", "devices", "cpu_cores", "memory_bytes", "context_size", "engine_args", "engine_key", "fingerprint", "settings_commit", "tensor_parallel", "pipeline_parallel", "allow_pickle", "served_name")
+    __slots__ = ("shard_id", "replica_id", "model", "engine", "engine_version", "weights", "devices", "cpu_cores", "memory_bytes", "context_size", "engine_args", "replica_key", "fingerprint", "settings_commit", "tensor_parallel", "pipeline_parallel", "allow_pickle", "served_name")
     SHARD_ID_FIELD_NUMBER: _ClassVar[int]
     REPLICA_ID_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
@@ -298,7 +298,7 @@ class StartShard(_message.Message):
     MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
     CONTEXT_SIZE_FIELD_NUMBER: _ClassVar[int]
     ENGINE_ARGS_FIELD_NUMBER: _ClassVar[int]
-    ENGINE_KEY_FIELD_NUMBER: _ClassVar[int]
+    REPLICA_KEY_FIELD_NUMBER: _ClassVar[int]
     FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
     SETTINGS_COMMIT_FIELD_NUMBER: _ClassVar[int]
     TENSOR_PARALLEL_FIELD_NUMBER: _ClassVar[int]
@@ -316,14 +316,14 @@ class StartShard(_message.Message):
     memory_bytes: int
     context_size: int
     engine_args: _containers.RepeatedScalarFieldContainer[str]
-    engine_key: str
+    replica_key: str
     fingerprint: str
     settings_commit: str
     tensor_parallel: int
     pipeline_parallel: int
     allow_pickle: bool
     served_name: str
-    def __init__(self, shard_id: _Optional[str] = ..., replica_id: _Optional[str] = ..., model: _Optional[str] = ..., engine: _Optional[str] = ..., engine_version: _Optional[str] = ..., weights: _Optional[_Iterable[_Union[WeightsFile, _Mapping]]] = ..., devices: _Optional[_Iterable[str]] = ..., cpu_cores: _Optional[float] = ..., memory_bytes: _Optional[int] = ..., context_size: _Optional[int] = ..., engine_args: _Optional[_Iterable[str]] = ..., engine_key: _Optional[str] = ..., fingerprint: _Optional[str] = ..., settings_commit: _Optional[str] = ..., tensor_parallel: _Optional[int] = ..., pipeline_parallel: _Optional[int] = ..., allow_pickle: _Optional[bool] = ..., served_name: _Optional[str] = ...) -> None: ...
+    def __init__(self, shard_id: _Optional[str] = ..., replica_id: _Optional[str] = ..., model: _Optional[str] = ..., engine: _Optional[str] = ..., engine_version: _Optional[str] = ..., weights: _Optional[_Iterable[_Union[WeightsFile, _Mapping]]] = ..., devices: _Optional[_Iterable[str]] = ..., cpu_cores: _Optional[float] = ..., memory_bytes: _Optional[int] = ..., context_size: _Optional[int] = ..., engine_args: _Optional[_Iterable[str]] = ..., replica_key: _Optional[str] = ..., fingerprint: _Optional[str] = ..., settings_commit: _Optional[str] = ..., tensor_parallel: _Optional[int] = ..., pipeline_parallel: _Optional[int] = ..., allow_pickle: _Optional[bool] = ..., served_name: _Optional[str] = ...) -> None: ...
 
 class StopShard(_message.Message):
     __slots__ = ("shard_id", "grace_seconds")
