@@ -24,6 +24,7 @@ from llmgw.agent.shards import ShardSpec, ShardView
 from llmgw.agent.supervisor import Supervisor
 from llmgw.engines import Launch, LlamaCppSource, get_engine, llamacpp
 from llmgw.errors import EngineError, LlmgwError, UsageError, WeightsError
+from llmgw.groups import expect_leaves
 from llmgw.identity import ShardState
 from llmgw.wire import agent_message, pb
 
@@ -44,17 +45,7 @@ async def fetch_weights(files: list[pb.WeightsFile], weights_dir: Path, mirrors:
         return await weights.fetch(files, weights_dir, [Path(m) for m in mirrors], allow_pickle=allow_pickle,
                                    token=token, progress=progress)
     except BaseExceptionGroup as group:
-        leaves = _leaves(group)
-        first = next((e for e in leaves if isinstance(e, LlmgwError)), None)
-        if first is None or not all(isinstance(e, (LlmgwError, trio.Cancelled)) for e in leaves):
-            raise
-        raise first from group
-
-
-def _leaves(error: BaseException) -> list[BaseException]:
-    if isinstance(error, BaseExceptionGroup):
-        return [leaf for inner in error.exceptions for leaf in _leaves(inner)]
-    return [error]
+        raise expect_leaves(group, LlmgwError)[0] from group
 
 
 class NodeAgent:

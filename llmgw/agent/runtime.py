@@ -29,6 +29,7 @@ from llmgw.agent.logs import LogRing, RingHandler
 from llmgw.agent.shards import next_backoff
 from llmgw.agent.supervisor import Supervisor
 from llmgw.errors import UsageError, WireError
+from llmgw.groups import expect_leaves
 from llmgw.wire import agent_message, pb
 
 log = logging.getLogger("llmgw.agent")
@@ -92,9 +93,7 @@ async def run_agent(config: AgentConfig, connect: Connect, *, nvml: Any = _LOAD,
                     except _LINK_ERRORS as exc:
                         log.warning("the link to the control plane failed: %s", exc)
                     except BaseExceptionGroup as group:
-                        failure = _first_link_error(group)
-                        if failure is None:
-                            raise
+                        failure = expect_leaves(group, _LINK_ERRORS)[0]
                         log.warning("the link to the control plane failed: %s", failure)
                     if agent.restart_requested.is_set():
                         break
@@ -223,10 +222,7 @@ class _Session:
                     await agent.handle(message, link)
                 raise WireError("the control plane closed the stream")
         except BaseExceptionGroup as group:
-            failure = _first_link_error(group)
-            if failure is None:
-                raise
-            raise WireError(str(failure)) from group
+            raise WireError(str(expect_leaves(group, _LINK_ERRORS)[0])) from group
 
     async def _send_queued(self, link) -> None:
         async for message in self.agent.outbox:
@@ -244,20 +240,3 @@ class _Session:
                 await trio.sleep(0.05)
         scope.cancel()
 
-
-def _first_link_error(group: BaseExceptionGroup) -> BaseException | None:
-    """The first leaf of `group` when every leaf is a link failure (or cancellation), else None."""
-    leaves: list[BaseException] = []
-
-    def walk(error: BaseException) -> None:
-        if isinstance(error, BaseExceptionGroup):
-            for inner in error.exceptions:
-                walk(inner)
-        else:
-            leaves.append(error)
-
-    walk(group)
-    failures = [e for e in leaves if not isinstance(e, trio.Cancelled)]
-    if failures and all(isinstance(e, _LINK_ERRORS) for e in failures):
-        return failures[0]
-    return None
