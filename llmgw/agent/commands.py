@@ -57,10 +57,16 @@ class NodeAgent:
         self.nursery = nursery
         self.ring = ring
         self.outbox_send, self.outbox = trio.open_memory_channel[pb.AgentMessage](OUTBOX_MESSAGES)
+        self.queued = 0  # messages put in the outbox so far (a session counts those it sent against it)
         self.pending: dict[str, ShardView] = {}        # shards before the supervisor runs them, or failed so
         self.starting: dict[str, trio.CancelScope] = {}
         self.installing: dict[str, pb.EngineStatus] = {}
         self.restart_requested = trio.Event()
+        # Set when AgentSettings change what Register says (ignore_gpus): the session ends and the agent connects
+        # again at once, so the control plane offers only the GPUs it may. Replaced by the runtime once acted on.
+        self.register_again = trio.Event()
+        # Set (and replaced) on every AgentSettings, so timers waiting on an interval pick up a new one at once.
+        self.settings_changed = trio.Event()
         self.engine_checks = EngineChecks()
 
     # --- reporting ----------------------------------------------------------------------------------------
@@ -69,6 +75,7 @@ class NodeAgent:
         """Queue a message for the control plane; dropped (with a debug line) when the queue is full."""
         try:
             self.outbox_send.send_nowait(message)
+            self.queued += 1
         except trio.WouldBlock:
             log.debug("outbox full; dropping a %s", message.WhichOneof("body"))
 
@@ -126,14 +133,22 @@ class NodeAgent:
         elif kind == "install_engine":
             self.nursery.start_soon(self._install_engine, command_id, message.install_engine)
         elif kind == "agent_settings":
+            before = self.config
             self.config = self.config.with_settings(message.agent_settings)
-            log.info("agent settings changed: heartbeat every %g s", self.config.heartbeat_interval)
+            log.info("agent settings changed: heartbeat every %g s, readings every %g s%s",
+                     self.config.heartbeat_interval, self.config.telemetry_interval,
+                     f", GPUs left alone: {', '.join(self.config.ignore_gpus)}" if self.config.ignore_gpus else "")
+            self.settings_changed.set()
+            self.settings_changed = trio.Event()
             try:  # kept for the next agent, which applies them before it can reach the control plane
                 await trio.to_thread.run_sync(save_agent_settings, self.config.state_dir, message.agent_settings)
             except OSError as exc:
                 log.warning("could not keep the agent settings in %s for the next start: %s",
                             self.config.state_dir, exc)
             self._result(command_id)
+            if self.config.ignore_gpus != before.ignore_gpus:  # after the answer: the session ends once it is out
+                log.info("ignore_gpus changed: registering again with the GPUs this node now offers")
+                self.register_again.set()
         elif kind == "request_logs":
             self._send_logs(command_id, message.request_logs)
         elif kind == "restart":

@@ -17,10 +17,19 @@ from llmgw.agent.inventory import Inventory
 from llmgw.agent.shards import ShardView
 from llmgw.agent.supervisor import ForeignEngine
 from llmgw.identity import ShardState
-from llmgw.wire import pb
+from llmgw.wire import features, pb
 
-FEATURES = ("adopt", "logs", "install:llama.cpp", "weights:mirror", "weights:https", "weights:hf")
-ENGINES_INSTALLABLE = ("llama.cpp",)
+FEATURES: tuple[str, ...] = (
+    features.ADOPT, features.LOGS, features.INSTALL_LLAMA_CPP, features.WEIGHTS_MIRROR, features.WEIGHTS_HTTPS,
+    features.WEIGHTS_HF, features.RESTART, features.IGNORE_GPUS, features.TELEMETRY_INTERVAL,
+)
+"""The features this agent version implements (`llmgw.wire.features`), sent in `Register.features`."""
+
+ENGINES_INSTALLABLE: tuple[str, ...] = ("llama.cpp",)
+"""The engines this agent can install on InstallEngine (`Register.engines_installable`): llama.cpp on every node
+(a release archive for the platform, else a build from source). vLLM and SGLang are not: this agent has no
+installer for them (they would need a Python virtual environment with the engine's wheels), so a node runs them
+only where `engine_binaries` names one."""
 
 
 def shard_status(view: ShardView) -> pb.ShardStatus:

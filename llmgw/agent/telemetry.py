@@ -1,4 +1,4 @@
-"""GPU telemetry for every heartbeat: NVML readings per card, and GPM metrics on Hopper and newer.
+"""GPU telemetry every `telemetry_interval`: NVML readings per card, and GPM metrics on Hopper and newer.
 
 Per card: utilisation, memory used, power draw and limit, temperature, SM clock, clock-event reasons, volatile
 uncorrected ECC errors. GPM (NVML's GPU Performance Monitoring: SM active, SM occupancy, tensor activity, DRAM
@@ -15,7 +15,7 @@ When NVML is missing but nvidia-smi works, `smi_samples(run)` reads the same val
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 from llmgw.agent.discovery import GpuSample, load_nvml, parse_smi_xml, run_tool
@@ -112,13 +112,16 @@ class GpuTelemetry:
                 out[name] = float(metric.value)
         return out
 
-    def sample(self) -> tuple[GpuSample, ...]:
-        """One reading per card, in index order. Values NVML cannot give are None."""
+    def sample(self, skip: Collection[int] = ()) -> tuple[GpuSample, ...]:
+        """One reading per card, in index order, but for the cards whose index is in `skip` (ignore_gpus: NVML is
+        not asked about them at all). Values NVML cannot give are None."""
         if self._nvml is None:
             return ()
         nvml = self._nvml
         samples = []
         for index, handle in self._handles:
+            if index in skip:
+                continue
             where = f"GPU {index}"
             rates = self._call(where, "nvmlDeviceGetUtilizationRates", handle)
             memory = self._call(where, "nvmlDeviceGetMemoryInfo", handle)

@@ -178,7 +178,7 @@ class ProcessGroupSample(_message.Message):
     def __init__(self, shard_id: _Optional[str] = ..., cpu_cores_used: _Optional[float] = ..., resident_memory_bytes: _Optional[int] = ...) -> None: ...
 
 class Heartbeat(_message.Message):
-    __slots__ = ("time", "gpus", "cpu_percent", "load1", "memory_used_bytes", "memory_available_bytes", "shards", "shard_states", "engines_installed", "engines_installing")
+    __slots__ = ("time", "gpus", "cpu_percent", "load1", "memory_used_bytes", "memory_available_bytes", "shards", "shard_states", "engines_installed", "engines_installing", "sampled_at")
     TIME_FIELD_NUMBER: _ClassVar[int]
     GPUS_FIELD_NUMBER: _ClassVar[int]
     CPU_PERCENT_FIELD_NUMBER: _ClassVar[int]
@@ -189,6 +189,7 @@ class Heartbeat(_message.Message):
     SHARD_STATES_FIELD_NUMBER: _ClassVar[int]
     ENGINES_INSTALLED_FIELD_NUMBER: _ClassVar[int]
     ENGINES_INSTALLING_FIELD_NUMBER: _ClassVar[int]
+    SAMPLED_AT_FIELD_NUMBER: _ClassVar[int]
     time: float
     gpus: _containers.RepeatedCompositeFieldContainer[GpuSample]
     cpu_percent: float
@@ -199,7 +200,8 @@ class Heartbeat(_message.Message):
     shard_states: _containers.RepeatedCompositeFieldContainer[ShardStatus]
     engines_installed: _containers.RepeatedScalarFieldContainer[str]
     engines_installing: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, time: _Optional[float] = ..., gpus: _Optional[_Iterable[_Union[GpuSample, _Mapping]]] = ..., cpu_percent: _Optional[float] = ..., load1: _Optional[float] = ..., memory_used_bytes: _Optional[int] = ..., memory_available_bytes: _Optional[int] = ..., shards: _Optional[_Iterable[_Union[ProcessGroupSample, _Mapping]]] = ..., shard_states: _Optional[_Iterable[_Union[ShardStatus, _Mapping]]] = ..., engines_installed: _Optional[_Iterable[str]] = ..., engines_installing: _Optional[_Iterable[str]] = ...) -> None: ...
+    sampled_at: float
+    def __init__(self, time: _Optional[float] = ..., gpus: _Optional[_Iterable[_Union[GpuSample, _Mapping]]] = ..., cpu_percent: _Optional[float] = ..., load1: _Optional[float] = ..., memory_used_bytes: _Optional[int] = ..., memory_available_bytes: _Optional[int] = ..., shards: _Optional[_Iterable[_Union[ProcessGroupSample, _Mapping]]] = ..., shard_states: _Optional[_Iterable[_Union[ShardStatus, _Mapping]]] = ..., engines_installed: _Optional[_Iterable[str]] = ..., engines_installing: _Optional[_Iterable[str]] = ..., sampled_at: _Optional[float] = ...) -> None: ...
 
 class ShardStatus(_message.Message):
     __slots__ = ("shard_id", "replica_id", "model", "state", "fingerprint", "settings_commit", "devices", "cpu_cores", "memory_bytes", "port", "error", "restarts", "pid", "last_log_lines", "adopted", "foreign", "progress", "progress_text")
