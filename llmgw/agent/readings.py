@@ -13,19 +13,15 @@ one the last discovery was matched against (the agent registers again, which dis
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import trio
 
 from llmgw.agent import reporting
 from llmgw.agent.discovery import GpuSample
 from llmgw.agent.telemetry import GpuTelemetry, smi_samples
-
-log = logging.getLogger("llmgw.agent")
 
 
 @dataclass(frozen=True)
