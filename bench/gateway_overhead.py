@@ -83,7 +83,7 @@ def run_gateway(port: int, mock_port: int, state_dir: str) -> None:
     Path(state_dir, "key").write_text(plaintext)
     table = RouteTable(
         models={"mock": ModelRoute("mock", replicas=(ReplicaRoute("mock-1", "local", f"http://127.0.0.1:{mock_port}",
-                                                                  engine_key="engine-key"),))},
+                                                                  replica_key="engine-key"),))},
         projects={"bench": ProjectPolicy("bench", "team", "org",
                                          quotas=(("project:bench", QuotaLimits(requests_per_minute=10**9)),))})
     gateway = Gateway(store, table)

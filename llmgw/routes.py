@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from llmgw.identity import resolve_model
+
 
 def _empty() -> Mapping:
     return MappingProxyType({})
@@ -21,15 +23,16 @@ def _empty() -> Mapping:
 class ReplicaRoute:
     """One ready place that serves a model.
 
-    `base_url` is the engine's root ("http://10.0.0.5:41235", no `/v1`); `engine_key` goes to it as
-    `Authorization: Bearer <engine_key>` (None: send none). `external` marks an endpoint llmgw does not run.
+    `base_url` is the engine's root ("http://10.0.0.5:41235", no `/v1`); `replica_key` goes to it as
+    `Authorization: Bearer <replica_key>` (None: send none): the replica key (`llmgw.control.replica_key`) of a
+    replica llmgw runs, the endpoint's secret for an external one. `external` marks an endpoint llmgw does not run.
     `upstream_model` is the model name to put in the forwarded body (None: leave the body's model as sent).
     """
 
     replica_id: str
     node_id: str
     base_url: str
-    engine_key: str | None = None
+    replica_key: str | None = None
     external: bool = False
     upstream_model: str | None = None
 
@@ -89,11 +92,7 @@ class RouteTable:
     currency: str = "USD"
 
     def resolve(self, name: str) -> ModelRoute | None:
-        """The model called `name` or having `name` as an alias; None for anything else (an engine's own name too)."""
-        route = self.models.get(name)
-        if route is not None:
-            return route
-        for candidate in self.models.values():
-            if name in candidate.aliases:
-                return candidate
-        return None
+        """The model called `name` or having `name` as an alias; None for anything else (an engine's own name too).
+
+        `llmgw.identity.resolve_model` over the table's models (the same resolution as the settings')."""
+        return resolve_model(self.models, name)

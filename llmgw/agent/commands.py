@@ -24,6 +24,8 @@ from llmgw.agent.shards import ShardSpec, ShardView
 from llmgw.agent.supervisor import Supervisor
 from llmgw.engines import Launch, LlamaCppSource, get_engine, llamacpp
 from llmgw.errors import EngineError, LlmgwError, UsageError, WeightsError
+from llmgw.groups import expect_leaves
+from llmgw.identity import ShardState
 from llmgw.wire import agent_message, pb
 
 log = logging.getLogger("llmgw.agent")
@@ -43,17 +45,7 @@ async def fetch_weights(files: list[pb.WeightsFile], weights_dir: Path, mirrors:
         return await weights.fetch(files, weights_dir, [Path(m) for m in mirrors], allow_pickle=allow_pickle,
                                    token=token, progress=progress)
     except BaseExceptionGroup as group:
-        leaves = _leaves(group)
-        first = next((e for e in leaves if isinstance(e, LlmgwError)), None)
-        if first is None or not all(isinstance(e, (LlmgwError, trio.Cancelled)) for e in leaves):
-            raise
-        raise first from group
-
-
-def _leaves(error: BaseException) -> list[BaseException]:
-    if isinstance(error, BaseExceptionGroup):
-        return [leaf for inner in error.exceptions for leaf in _leaves(inner)]
-    return [error]
+        raise expect_leaves(group, LlmgwError)[0] from group
 
 
 class NodeAgent:
@@ -65,10 +57,16 @@ class NodeAgent:
         self.nursery = nursery
         self.ring = ring
         self.outbox_send, self.outbox = trio.open_memory_channel[pb.AgentMessage](OUTBOX_MESSAGES)
+        self.queued = 0  # messages put in the outbox so far (a session counts those it sent against it)
         self.pending: dict[str, ShardView] = {}        # shards before the supervisor runs them, or failed so
         self.starting: dict[str, trio.CancelScope] = {}
         self.installing: dict[str, pb.EngineStatus] = {}
         self.restart_requested = trio.Event()
+        # Set when AgentSettings change what Register says (ignore_gpus): the session ends and the agent connects
+        # again at once, so the control plane offers only the GPUs it may. Replaced by the runtime once acted on.
+        self.register_again = trio.Event()
+        # Set (and replaced) on every AgentSettings, so timers waiting on an interval pick up a new one at once.
+        self.settings_changed = trio.Event()
         self.engine_checks = EngineChecks()
 
     # --- reporting ----------------------------------------------------------------------------------------
@@ -77,6 +75,7 @@ class NodeAgent:
         """Queue a message for the control plane; dropped (with a debug line) when the queue is full."""
         try:
             self.outbox_send.send_nowait(message)
+            self.queued += 1
         except trio.WouldBlock:
             log.debug("outbox full; dropping a %s", message.WhichOneof("body"))
 
@@ -134,14 +133,22 @@ class NodeAgent:
         elif kind == "install_engine":
             self.nursery.start_soon(self._install_engine, command_id, message.install_engine)
         elif kind == "agent_settings":
+            before = self.config
             self.config = self.config.with_settings(message.agent_settings)
-            log.info("agent settings changed: heartbeat every %g s", self.config.heartbeat_interval)
+            log.info("agent settings changed: heartbeat every %g s, readings every %g s%s",
+                     self.config.heartbeat_interval, self.config.telemetry_interval,
+                     f", GPUs left alone: {', '.join(self.config.ignore_gpus)}" if self.config.ignore_gpus else "")
+            self.settings_changed.set()
+            self.settings_changed = trio.Event()
             try:  # kept for the next agent, which applies them before it can reach the control plane
                 await trio.to_thread.run_sync(save_agent_settings, self.config.state_dir, message.agent_settings)
             except OSError as exc:
                 log.warning("could not keep the agent settings in %s for the next start: %s",
                             self.config.state_dir, exc)
             self._result(command_id)
+            if self.config.ignore_gpus != before.ignore_gpus:  # after the answer: the session ends once it is out
+                log.info("ignore_gpus changed: registering again with the GPUs this node now offers")
+                self.register_again.set()
         elif kind == "request_logs":
             self._send_logs(command_id, message.request_logs)
         elif kind == "restart":
@@ -188,7 +195,7 @@ class NodeAgent:
             settings_commit=command.settings_commit, devices=tuple(command.devices),
             cpu_cores=command.cpu_cores, memory_bytes=command.memory_bytes,
         )
-        view = ShardView(shard_id=shard_id, state="pending", spec=info)
+        view = ShardView(shard_id=shard_id, state=ShardState.PENDING, spec=info)
         self._set_pending(view)
         try:
             with scope:
@@ -205,7 +212,7 @@ class NodeAgent:
         except (LlmgwError, OSError) as exc:
             reason = str(exc)
             log.warning("shard %s failed to start: %s", shard_id, reason)
-            self._set_pending(view.with_state("failed", error=reason, progress=None, progress_text=""))
+            self._set_pending(view.with_state(ShardState.FAILED, error=reason, progress=None, progress_text=""))
             self._result(command_id, reason)
         finally:
             if self.starting.get(shard_id) is scope:
@@ -226,10 +233,10 @@ class NodeAgent:
             def progress(fraction: float, text: str) -> None:
                 if abs(fraction - last[0]) >= 0.01 or fraction >= 1.0:
                     last[0] = fraction
-                    self._set_pending(view.with_state("fetching", progress=max(0.0, min(1.0, fraction)),
+                    self._set_pending(view.with_state(ShardState.FETCHING, progress=max(0.0, min(1.0, fraction)),
                                                       progress_text=text))
 
-            self._set_pending(view.with_state("fetching", progress=0.0, progress_text="looking for the weights"))
+            self._set_pending(view.with_state(ShardState.FETCHING, progress=0.0, progress_text="looking for the weights"))
             paths = await fetch_weights(list(command.weights), self.config.weights_path, self.config.mirrors,
                                         allow_pickle=command.allow_pickle, progress=progress)
             model_path = paths[0]
@@ -242,7 +249,7 @@ class NodeAgent:
             binary=binary, model_path=model_path, host=host, port=port, threads=threads,
             context_size=command.context_size or None, devices=tuple(command.devices),
             engine_args=tuple(command.engine_args), served_name=command.served_name or command.model,
-            api_key=command.engine_key, tensor_parallel=command.tensor_parallel or 1,
+            api_key=command.replica_key, tensor_parallel=command.tensor_parallel or 1,
             pipeline_parallel=command.pipeline_parallel or 1,
         )
         argv, env = module.command_line(launch)
@@ -253,9 +260,9 @@ class NodeAgent:
         """Once the engine is ready, read its start-up log: a GPU shard whose engine found no GPU fails."""
         while True:
             view = self.supervisor.get(spec.shard_id)
-            if view is None or view.state == "failed" or view.restarts:
+            if view is None or view.state is ShardState.FAILED or view.restarts:
                 return
-            if view.state == "ready":
+            if view.state is ShardState.READY:
                 break
             await trio.sleep(0.2)
         module = get_engine(command.engine)
@@ -264,7 +271,7 @@ class NodeAgent:
         if reason:
             lines = tuple(self.supervisor.logs(spec.shard_id, 20))
             await self.supervisor.stop(spec.shard_id, spec.grace_seconds)
-            self._set_pending(ShardView(spec.shard_id, "failed", spec=spec, error=reason, last_log_lines=lines))
+            self._set_pending(ShardView(spec.shard_id, ShardState.FAILED, spec=spec, error=reason, last_log_lines=lines))
 
     # --- StopShard, InstallEngine ---------------------------------------------------------------------------
 
@@ -279,7 +286,7 @@ class NodeAgent:
             else:
                 view = self.pending.get(command.shard_id)
                 if view is not None:
-                    self.on_shard_change(view.with_state("stopped", error=""))
+                    self.on_shard_change(view.with_state(ShardState.STOPPED, error=""))
             self.pending.pop(command.shard_id, None)
             self._result(command_id)
         except LlmgwError as exc:

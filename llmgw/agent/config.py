@@ -36,7 +36,10 @@ class AgentConfig:
     (default `<state_dir>/weights`) the content-addressed weights cache; `engines_dir` (default
     `<state_dir>/engines`) installed engines; `cache_dir` downloads and builds (None: the engines' default,
     `$LLMGW_CACHE` or `~/.cache/llmgw`). `mirrors` are offline weights (and engine) mirror directories searched
-    first. `heartbeat_interval` in seconds. `address` is this node's address as the gateway should reach its
+    first. `heartbeat_interval` in seconds between heartbeats; `telemetry_interval` seconds between readings (GPU
+    telemetry, node CPU and memory, each shard's cores and memory): a heartbeat carries the latest reading.
+    `ignore_gpus` lists GPUs the agent leaves alone (index, card UUID or MIG UUID; see `llmgw.agent.ignoring`).
+    `address` is this node's address as the gateway should reach its
     engines ("" = 127.0.0.1); engines listen on `engine_host` ("" = `address` or 127.0.0.1).
     `engine_binaries` maps "engine@version" (e.g. "llama.cpp@b11434") to an executable used instead of an
     install (a cached build, or a stand-in in tests); those count as installed. `shard_stop_grace` seconds
@@ -54,6 +57,8 @@ class AgentConfig:
     mirrors: tuple[str, ...] = ()
     labels: Mapping[str, str] = field(default_factory=dict)
     heartbeat_interval: float = 5.0
+    telemetry_interval: float = 10.0
+    ignore_gpus: tuple[str, ...] = ()
     address: str = ""
     engine_host: str = ""
     engine_binaries: Mapping[str, Path] = field(default_factory=dict)
@@ -77,7 +82,8 @@ class AgentConfig:
         return self.engine_host or self.address or "127.0.0.1"
 
     def with_settings(self, settings) -> AgentConfig:
-        """A copy changed by a pb AgentSettings: only the fields it sets (non-empty, non-zero) change.
+        """A copy changed by a pb AgentSettings: only the fields it sets (non-empty, non-zero) change, but for
+        `ignore_gpus`, which the message always states whole (empty: no GPU is ignored).
 
         Relative directories are taken below `state_dir` (agents/default.yaml: "Directories are absolute or
         relative to the agent's state directory"), never below the agent's working directory.
@@ -89,6 +95,9 @@ class AgentConfig:
             changes["engines_dir"] = Path(self.state_dir) / settings.engines_dir
         if settings.heartbeat_interval > 0:
             changes["heartbeat_interval"] = float(settings.heartbeat_interval)
+        if settings.telemetry_interval > 0:
+            changes["telemetry_interval"] = float(settings.telemetry_interval)
+        changes["ignore_gpus"] = tuple(settings.ignore_gpus)
         if settings.labels:
             changes["labels"] = dict(settings.labels)
         if settings.mirrors:

@@ -19,6 +19,7 @@ from pathlib import Path
 from llmgw.agent.config import AgentConfig
 from llmgw.engines import check_installed, install_dir, installed_binary
 from llmgw.engines.installing import MARKER
+from llmgw.identity import split_engine_key
 
 log = logging.getLogger("llmgw.agent")
 
@@ -67,7 +68,7 @@ class EngineChecks:
             log.warning("engine %s no longer works and is left out of engines_installed: %s; "
                         "install it again (InstallEngine, engines.yaml) or fix the node", key, reason)
         for key in sorted(set(self.broken) - set(found)):
-            version = key.partition("@")[2]
+            version = split_engine_key(key)[1]
             if key in config.engine_binaries or installed_binary(config.engines_path, version) is not None:
                 log.info("engine %s works again", key)
             else:  # unmarked by an earlier check and not installed again: still out, already warned about

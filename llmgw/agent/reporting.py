@@ -16,17 +16,27 @@ from llmgw.agent import procfs
 from llmgw.agent.inventory import Inventory
 from llmgw.agent.shards import ShardView
 from llmgw.agent.supervisor import ForeignEngine
-from llmgw.wire import pb
+from llmgw.identity import ShardState
+from llmgw.wire import features, pb
 
-FEATURES = ("adopt", "logs", "install:llama.cpp", "weights:mirror", "weights:https", "weights:hf")
-ENGINES_INSTALLABLE = ("llama.cpp",)
+FEATURES: tuple[str, ...] = (
+    features.ADOPT, features.LOGS, features.INSTALL_LLAMA_CPP, features.WEIGHTS_MIRROR, features.WEIGHTS_HTTPS,
+    features.WEIGHTS_HF, features.RESTART, features.IGNORE_GPUS, features.TELEMETRY_INTERVAL,
+)
+"""The features this agent version implements (`llmgw.wire.features`), sent in `Register.features`."""
+
+ENGINES_INSTALLABLE: tuple[str, ...] = ("llama.cpp",)
+"""The engines this agent can install on InstallEngine (`Register.engines_installable`): llama.cpp on every node
+(a release archive for the platform, else a build from source). vLLM and SGLang are not: this agent has no
+installer for them (they would need a Python virtual environment with the engine's wheels), so a node runs them
+only where `engine_binaries` names one."""
 
 
 def shard_status(view: ShardView) -> pb.ShardStatus:
     """A pb ShardStatus from a supervisor or runtime view."""
     spec = view.spec
     status = pb.ShardStatus(
-        shard_id=view.shard_id, state=view.state, error=view.error, restarts=view.restarts, pid=view.pid,
+        shard_id=view.shard_id, state=view.state.value, error=view.error, restarts=view.restarts, pid=view.pid,
         last_log_lines=list(view.last_log_lines), adopted=view.adopted, foreign=view.foreign,
         progress_text=view.progress_text,
     )
@@ -55,7 +65,7 @@ def foreign_status(engine: ForeignEngine) -> pb.ShardStatus:
     """An engine process llmgw did not start, as a ShardStatus with `foreign` set (id "foreign/<pid>")."""
     port = _flag_value(engine.argv, "--port")
     return pb.ShardStatus(
-        shard_id=f"foreign/{engine.pid}", state="ready", pid=engine.pid, foreign=True,
+        shard_id=f"foreign/{engine.pid}", state=ShardState.READY.value, pid=engine.pid, foreign=True,
         model=_flag_value(engine.argv, "--alias", "--served-model-name") or _flag_value(engine.argv, "-m", "--model"),
         port=int(port) if port.isdigit() else 0,
     )

@@ -1,10 +1,17 @@
 """The agent's main loop: adopt what runs, connect, register, heartbeat, obey, and reconnect when the link drops.
 
-On every connection the agent sends Register first (inventory, engines installed, every shard running or adopted),
-then a Heartbeat at once and every `heartbeat_interval` seconds (the full shard list each beat, node CPU and
-memory, each shard's CPU cores and resident memory), plus a ShardStatus whenever a shard changes. Shards keep
-running while the control plane is unreachable; the agent reconnects with backoff (1 s doubling to
-`reconnect_backoff_max`).
+On every connection the agent sends Register first (inventory, the GPUs it offers, engines installed and
+installable, features, every shard running or adopted), then a Heartbeat at once and every `heartbeat_interval`
+seconds (the full shard list each beat, and the latest reading of `llmgw.agent.readings`, taken every
+`telemetry_interval`: GPU telemetry, node CPU and memory, each shard's CPU cores and resident memory), plus a
+ShardStatus whenever a shard changes. Shards keep running while the control plane is unreachable; the agent
+reconnects with backoff (1 s doubling to `reconnect_backoff_max`). GPUs of `ignore_gpus` are neither reported,
+read nor offered (`llmgw.agent.ignoring`); when AgentSettings change `ignore_gpus`, the agent registers again at
+once.
+
+Restart (the ControlMessage `restart`): the agent answers, then `run_agent` returns `RESTART` with every engine
+left serving (even with `stop_shards_on_exit`); the next agent (`llmgw agent` re-executes itself; an in-process
+owner calls `run_agent` again, see `run_agent_restarting`) adopts them with their pids.
 """
 
 from __future__ import annotations
@@ -24,12 +31,15 @@ from llmgw.agent import reporting
 from llmgw.agent.commands import NodeAgent
 from llmgw.agent.config import AgentConfig, load_agent_settings
 from llmgw.agent.discovery import discover_node, load_nvml
+from llmgw.agent.ignoring import ignored_cards, offered_gpus
 from llmgw.agent.inventory import free_bytes_under
-from llmgw.agent.telemetry import GpuTelemetry, open_gpu_telemetry, smi_samples
+from llmgw.agent.readings import Readings
+from llmgw.agent.telemetry import open_gpu_telemetry
 from llmgw.agent.logs import LogRing, RingHandler
 from llmgw.agent.shards import next_backoff
 from llmgw.agent.supervisor import Supervisor
 from llmgw.errors import UsageError, WireError
+from llmgw.groups import expect_leaves
 from llmgw.wire import agent_message, pb
 
 log = logging.getLogger("llmgw.agent")
@@ -39,12 +49,15 @@ Connect = Callable[[], AbstractAsyncContextManager]
 
 _LINK_ERRORS = (WireError, trio.EndOfChannel, trio.BrokenResourceError, trio.ClosedResourceError, OSError)
 FOREIGN_SCAN_INTERVAL = 60.0
+RESTART = "restart"
+"""What `run_agent` returns when the control plane asked the agent to restart (its engines keep serving)."""
 _LOAD = object()
 
 
 async def run_agent(config: AgentConfig, connect: Connect, *, nvml: Any = _LOAD,
                     task_status=trio.TASK_STATUS_IGNORED) -> str:
-    """Run the node agent until cancelled or told to restart; returns "restart" in that case.
+    """Run the node agent until cancelled or told to restart; returns `RESTART` ("restart") in that case, with
+    every engine left running (also with `config.stop_shards_on_exit`) for the next agent to adopt.
 
     `connect()` must give an async context manager yielding a Link: `llmgw agent` passes
     `lambda: llmgw.wire.connect(address, tls=...)`, `llmgw up` a factory over `memory_link_pair()`.
@@ -83,7 +96,10 @@ async def run_agent(config: AgentConfig, connect: Connect, *, nvml: Any = _LOAD,
             try:
                 await agent.check_engines()
                 nursery.start_soon(agent.check_engines_periodically)
-                session = _Session(agent, telemetry, nvml)
+                readings = Readings(telemetry, supervisor.process_groups, lambda: agent.config.telemetry_interval,
+                                    lambda: agent.settings_changed, lambda: agent.config.ignore_gpus)
+                nursery.start_soon(readings.run)
+                session = _Session(agent, readings, nvml)
                 delay = 0.0
                 while not agent.restart_requested.is_set():
                     try:
@@ -93,22 +109,20 @@ async def run_agent(config: AgentConfig, connect: Connect, *, nvml: Any = _LOAD,
                     except _LINK_ERRORS as exc:
                         log.warning("the link to the control plane failed: %s", exc)
                     except BaseExceptionGroup as group:
-                        failure = _first_link_error(group)
-                        if failure is None:
-                            raise
+                        failure = expect_leaves(group, _LINK_ERRORS)[0]
                         log.warning("the link to the control plane failed: %s", failure)
                     if agent.restart_requested.is_set():
                         break
+                    if agent.register_again.is_set():
+                        agent.register_again = trio.Event()
+                        continue  # at once: the settings changed what this node offers
                     delay = next_backoff(delay, 1.0, config.reconnect_backoff_max)
                     log.info("reconnecting to the control plane in %g s", delay)
                     await trio.sleep(delay)
                 nursery.cancel_scope.cancel()
             finally:
                 telemetry.close()  # also when cancelled: every nvmlInit is shut down
-            if agent.config.stop_shards_on_exit:
-                with trio.move_on_after(agent.config.shard_stop_grace + 10, shield=True):
-                    await supervisor.stop_all()
-        return "restart"
+        return RESTART  # engines keep serving (also with stop_shards_on_exit): the next agent adopts them
     except BaseException:
         if config.stop_shards_on_exit:
             # Cancelled or failed: the supervisor's context has ended, so stop engines by their records.
@@ -120,6 +134,20 @@ async def run_agent(config: AgentConfig, connect: Connect, *, nvml: Any = _LOAD,
     finally:
         root.removeHandler(handler)
         os.close(lock)
+
+
+async def run_agent_restarting(config: AgentConfig, connect: Connect, *, nvml: Any = _LOAD,
+                               task_status=trio.TASK_STATUS_IGNORED) -> None:
+    """`run_agent` for an in-process owner (`llmgw up`, tests): run it again each time it returns `RESTART`, so a
+    restart asked over the stream ends the agent and a new one adopts the engines, which serve throughout.
+
+    `task_status.started(agent)` is called once, with the first NodeAgent. Runs until cancelled; raises what
+    `run_agent` raises.
+    """
+    await run_agent(config, connect, nvml=nvml, task_status=task_status)
+    while True:  # run_agent returns only when asked to restart
+        log.info("the agent restarts in this process; its engines keep serving and are adopted again")
+        await run_agent(config, connect, nvml=nvml)
 
 
 def _with_saved_settings(config: AgentConfig) -> AgentConfig:
@@ -159,12 +187,11 @@ def _lock_state_dir(state_dir) -> int:
 class _Session:
     """One connection's tasks: send the queued messages, beat, and read commands."""
 
-    def __init__(self, agent: NodeAgent, telemetry: GpuTelemetry, nvml: Any):
+    def __init__(self, agent: NodeAgent, readings: Readings, nvml: Any):
         self.agent = agent
-        self.telemetry = telemetry
+        self.readings = readings
         self.nvml = nvml
-        self.gpu_source = "none"  # what discovery found the GPUs with: "nvml", "nvidia-smi" or "none"
-        self.sampler = reporting.Sampler()
+        self._handled = 0  # outbox messages sent on this connection, or dropped as stale before it (vs agent.queued)
         self._foreign: list = []
         self._foreign_at = -FOREIGN_SCAN_INTERVAL
 
@@ -182,29 +209,36 @@ class _Session:
         ours = agent.supervisor.managed_pids()
         discovery = await trio.to_thread.run_sync(
             functools.partial(discover_node, config.weights_path, ours, nvml=self.nvml))
-        self.gpu_source = discovery.gpus.source
+        gpus = offered_gpus(discovery.gpus, config.ignore_gpus)
+        self.readings.discovered(discovery.gpus.source, ignored_cards(discovery.gpus, config.ignore_gpus),
+                                 config.ignore_gpus)
         self._foreign_at = -FOREIGN_SCAN_INTERVAL
+        ignore_warnings = gpus.warnings[len(discovery.gpus.warnings):]
         return agent_message(register=reporting.register_message(
             config.node_id, config.address or "127.0.0.1", discovery.inventory, agent.engines_installed(),
             agent.shard_statuses(self._foreign_engines()), config.labels,
-            [*discovery.warnings, *self.telemetry.warnings, *agent.supervisor.warnings],
-            gpus=[pb.Gpu(**gpu.pb_fields()) for gpu in discovery.gpus.gpus],
+            [*discovery.warnings, *ignore_warnings, *self.readings.telemetry.warnings, *agent.supervisor.warnings],
+            gpus=[pb.Gpu(**gpu.pb_fields()) for gpu in gpus.gpus],
         ))
 
     async def heartbeat(self) -> pb.AgentMessage:
+        """A Heartbeat with the full shard list and the latest reading (`sampled_at` when it was taken)."""
         agent = self.agent
-        samples = self.sampler.sample(agent.supervisor.process_groups())
-        if self.telemetry.available:
-            gpus = self.telemetry.sample(agent.supervisor.managed_pids())
-        elif self.gpu_source == "nvidia-smi":
-            gpus = await trio.to_thread.run_sync(smi_samples)
-        else:
-            gpus = ()
-        return agent_message(heartbeat=reporting.heartbeat_message(
-            samples, agent.shard_statuses(self._foreign_engines()), agent.engines_installed(),
-            sorted(agent.installing), gpus=[pb.GpuSample(**g.pb_fields()) for g in gpus],
-            disk_free_bytes=free_bytes_under(agent.config.weights_path),
-        ))
+        reading = await self.readings.current()
+        beat = reporting.heartbeat_message(
+            reading.samples, agent.shard_statuses(self._foreign_engines()), agent.engines_installed(),
+            sorted(agent.installing), gpus=[pb.GpuSample(**g.pb_fields()) for g in reading.gpus],
+        )
+        beat.sampled_at = min(beat.time, reading.unix_time)
+        disk = free_bytes_under(agent.config.weights_path)
+        if disk is not None:
+            beat.disk_free_bytes = disk
+        if self.readings.telemetry.available:  # the shared-card verdict is judged on every beat, not every reading
+            held = self.readings.telemetry.foreign_pids(agent.supervisor.managed_pids(), self.readings.skip_cards)
+            for gpu in beat.gpus:
+                del gpu.foreign_pids[:]
+                gpu.foreign_pids.extend(held.get(gpu.index, ()))
+        return agent_message(heartbeat=beat)
 
     async def serve(self, link) -> None:
         """Register on `link`, then beat and obey until the link ends (raises WireError) or a restart is asked."""
@@ -214,6 +248,7 @@ class _Session:
                 agent.outbox.receive_nowait()
             except trio.WouldBlock:
                 break
+        self._handled = agent.queued
         await link.send(await self.register())
         log.info("registered with the control plane as %s", agent.config.node_id)
         try:
@@ -221,18 +256,17 @@ class _Session:
                 nursery.start_soon(self._send_queued, link)
                 nursery.start_soon(self._beat)
                 nursery.start_soon(self._wait_restart, nursery.cancel_scope)
+                nursery.start_soon(self._wait_register_again, nursery.cancel_scope)
                 async for message in link:
                     await agent.handle(message, link)
                 raise WireError("the control plane closed the stream")
         except BaseExceptionGroup as group:
-            failure = _first_link_error(group)
-            if failure is None:
-                raise
-            raise WireError(str(failure)) from group
+            raise WireError(str(expect_leaves(group, _LINK_ERRORS)[0])) from group
 
     async def _send_queued(self, link) -> None:
         async for message in self.agent.outbox:
             await link.send(message)
+            self._handled += 1
 
     async def _beat(self) -> None:
         while True:
@@ -241,25 +275,16 @@ class _Session:
 
     async def _wait_restart(self, scope: trio.CancelScope) -> None:
         await self.agent.restart_requested.wait()
-        with trio.move_on_after(2):  # let queued results go out first
-            while self.agent.outbox.statistics().current_buffer_used:
-                await trio.sleep(0.05)
+        await self._drain()
         scope.cancel()
 
+    async def _wait_register_again(self, scope: trio.CancelScope) -> None:
+        await self.agent.register_again.wait()
+        await self._drain()
+        scope.cancel()
 
-def _first_link_error(group: BaseExceptionGroup) -> BaseException | None:
-    """The first leaf of `group` when every leaf is a link failure (or cancellation), else None."""
-    leaves: list[BaseException] = []
+    async def _drain(self) -> None:
+        with trio.move_on_after(2):  # let queued results go out first (the one being sent included)
+            while self._handled < self.agent.queued:
+                await trio.sleep(0.05)
 
-    def walk(error: BaseException) -> None:
-        if isinstance(error, BaseExceptionGroup):
-            for inner in error.exceptions:
-                walk(inner)
-        else:
-            leaves.append(error)
-
-    walk(group)
-    failures = [e for e in leaves if not isinstance(e, trio.Cancelled)]
-    if failures and all(isinstance(e, _LINK_ERRORS) for e in failures):
-        return failures[0]
-    return None

@@ -1,6 +1,6 @@
 """What a shard is to the supervisor: its launch spec, its reported view, and its record on disk.
 
-A record lives at `<state_dir>/shards/<file name>.json` (mode 0600: the engine key is in the spec's environment)
+A record lives at `<state_dir>/shards/<file name>.json` (mode 0600: the replica key is in the spec's environment)
 and holds the spec, the engine's pid and its start time (field 22 of /proc/<pid>/stat). A restarted agent adopts
 the engine when a live process has that pid *and* that start time; a pid alone could have been reused.
 Shard ids contain "/" ("gemma-0/0"), so file names quote it ("gemma-0%2F0.json").
@@ -15,6 +15,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from urllib.parse import quote, unquote
 
+from llmgw.identity import ShardState
+
 RECORD_VERSION = 1
 
 
@@ -22,7 +24,7 @@ RECORD_VERSION = 1
 class ShardSpec:
     """How to run one engine process.
 
-    `argv` and `env` come from the engine module's `command_line` (the engine key only in `env`); `port` is the
+    `argv` and `env` come from the engine module's `command_line` (the replica key only in `env`); `port` is the
     one already written into `argv`; `host` where the engine listens (health is polled there, "0.0.0.0" and
     "::" polled on loopback); `health_path` the engine's readiness path (200 = ready); `threads` its thread
     count (also exported as OMP_NUM_THREADS). The rest is carried for reporting: `engine` is
@@ -66,7 +68,7 @@ class ShardSpec:
 
 @dataclass(frozen=True)
 class ShardView:
-    """A shard as reported: `state` one of pending, fetching, starting, ready, stopping, stopped, failed.
+    """A shard as reported: `state` its lifecycle (`llmgw.identity.ShardState`; the wire carries `.value`).
 
     `pid` 0 when no process runs; `error` why it failed (with `last_log_lines` of the engine); `restarts`
     how many times the supervisor restarted it; `adopted` True when this agent found it running from an earlier
@@ -75,7 +77,7 @@ class ShardView:
     """
 
     shard_id: str
-    state: str
+    state: ShardState
     spec: ShardSpec | None = None
     pid: int = 0
     restarts: int = 0
@@ -86,7 +88,7 @@ class ShardView:
     progress: float | None = None
     progress_text: str = ""
 
-    def with_state(self, state: str, **changes) -> ShardView:
+    def with_state(self, state: ShardState, **changes) -> ShardView:
         return replace(self, state=state, **changes)
 
 

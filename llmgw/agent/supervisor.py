@@ -30,6 +30,7 @@ from llmgw.agent.shards import (
     save_record,
 )
 from llmgw.errors import EngineError, UsageError
+from llmgw.identity import ShardState
 
 log = logging.getLogger("llmgw.agent.supervisor")
 
@@ -95,7 +96,7 @@ class _Shard:
     def __init__(self, spec: ShardSpec, ring: LogRing):
         self.spec = spec
         self.ring = ring
-        self.view = ShardView(shard_id=spec.shard_id, state="starting", spec=spec)
+        self.view = ShardView(shard_id=spec.shard_id, state=ShardState.STARTING, spec=spec)
         self.process: trio.Process | None = None
         self.pid = 0
         self.start_time = 0
@@ -223,7 +224,7 @@ class Supervisor:
                 try:
                     await self._spawn(shard)
                 except EngineError as exc:  # retried with backoff by _run_shard
-                    self._set(shard, shard.view.with_state("failed", error=str(exc)))
+                    self._set(shard, shard.view.with_state(ShardState.FAILED, error=str(exc)))
             await self._nursery.start(self._run_shard, shard)
         return self.shards()
 
@@ -256,14 +257,14 @@ class Supervisor:
         if shard is None:
             raise UsageError(f"no shard {shard_id!r} on this node")
         shard.stopping = True
-        self._set(shard, shard.view.with_state("stopping"))
+        self._set(shard, shard.view.with_state(ShardState.STOPPING))
         grace = shard.spec.grace_seconds if grace is None else grace
         if shard.pid:
             await self._terminate_group(shard, grace)
         shard.scope.cancel()
         delete_record(self.state_dir, shard_id)
         del self._shards[shard_id]
-        final = shard.view.with_state("stopped", pid=0, error="")
+        final = shard.view.with_state(ShardState.STOPPED, pid=0, error="")
         self._set(shard, final)
         return final
 
@@ -296,7 +297,7 @@ class Supervisor:
         shard.process, shard.pid, shard.start_time = process, process.pid, start_time
         shard.exited = trio.Event()
         save_record(self.state_dir, ShardRecord(spec, process.pid, start_time, shard.view.restarts))
-        self._set(shard, shard.view.with_state("starting", pid=process.pid, error="", last_log_lines=()))
+        self._set(shard, shard.view.with_state(ShardState.STARTING, pid=process.pid, error="", last_log_lines=()))
         log.info("shard %s: engine started, pid %d, port %d", spec.shard_id, process.pid, spec.port)
 
     async def _wait_exit(self, shard: _Shard) -> int | None:
@@ -318,7 +319,7 @@ class Supervisor:
                         try:
                             await self._spawn(shard)
                         except EngineError as exc:
-                            self._set(shard, shard.view.with_state("failed", error=str(exc)))
+                            self._set(shard, shard.view.with_state(ShardState.FAILED, error=str(exc)))
                             delay = next_backoff(delay, self.backoff_initial, self.backoff_max)
                             await trio.sleep(delay)
                             continue
@@ -338,8 +339,7 @@ class Supervisor:
                     delay = next_backoff(delay, self.backoff_initial, self.backoff_max)
                     how = "exited" if status is None else _describe_status(status)
                     await trio.sleep(0.3)  # let the tail pick up the engine's last words
-                    self._set(shard, shard.view.with_state(
-                        "failed", pid=0, restarts=shard.view.restarts + 1,
+                    self._set(shard, shard.view.with_state(ShardState.FAILED, pid=0, restarts=shard.view.restarts + 1,
                         error=f"the engine {how}; restarting in {delay:g} s",
                         last_log_lines=tuple(shard.ring.tail(FAILED_LOG_LINES)),
                     ))
@@ -362,14 +362,14 @@ class Supervisor:
                     if not ready:
                         ready = True
                         shard.ready_since = trio.current_time()
-                        self._set(shard, shard.view.with_state("ready", error=""))
+                        self._set(shard, shard.view.with_state(ShardState.READY, error=""))
                         log.info("shard %s: ready on port %d", shard.spec.shard_id, shard.spec.port)
-                    elif shard.view.state != "ready":
-                        self._set(shard, shard.view.with_state("ready", error=""))
+                    elif shard.view.state is not ShardState.READY:
+                        self._set(shard, shard.view.with_state(ShardState.READY, error=""))
                 elif ready:
                     failures += 1
                     if failures >= 2:
-                        self._set(shard, shard.view.with_state("starting", error=f"health check failing: {reason}"))
+                        self._set(shard, shard.view.with_state(ShardState.STARTING, error=f"health check failing: {reason}"))
 
     async def _probe(self, url: str) -> str | None:
         try:

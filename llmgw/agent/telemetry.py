@@ -1,4 +1,4 @@
-"""GPU telemetry for every heartbeat: NVML readings per card, and GPM metrics on Hopper and newer.
+"""GPU telemetry every `telemetry_interval`: NVML readings per card, and GPM metrics on Hopper and newer.
 
 Per card: utilisation, memory used, power draw and limit, temperature, SM clock, clock-event reasons, volatile
 uncorrected ECC errors. GPM (NVML's GPU Performance Monitoring: SM active, SM occupancy, tensor activity, DRAM
@@ -15,7 +15,7 @@ When NVML is missing but nvidia-smi works, `smi_samples(run)` reads the same val
 
 from __future__ import annotations
 
-from collections.abc import Collection, Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 from llmgw.agent.discovery import GpuSample, load_nvml, parse_smi_xml, run_tool
@@ -112,25 +112,35 @@ class GpuTelemetry:
                 out[name] = float(metric.value)
         return out
 
-    def _foreign_pids(self, where: str, handle: Any, our_pids: Collection[int]) -> tuple[int, ...]:
-        pids: set[int] = set()
-        for function in ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses"):
-            for process in self._call(where, function, handle, quiet=True) or ():
-                pid = getattr(process, "pid", None)
-                if isinstance(pid, int) and pid not in our_pids:
-                    pids.add(pid)
-        return tuple(sorted(pids))
+    def foreign_pids(self, our_pids: Collection[int], skip: Collection[int] = ()) -> dict[int, tuple[int, ...]]:
+        """{card index: processes on it now that llmgw did not start}, for every card not in `skip`. Cheap (one
+        NVML process list per card): the agent calls it on every heartbeat, so a card held by another process
+        is out of placement only while that process holds it."""
+        if self._nvml is None:
+            return {}
+        out = {}
+        for index, handle in self._handles:
+            if index in skip:
+                continue
+            pids: set[int] = set()
+            for function in ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses"):
+                for process in self._call(f"GPU {index}", function, handle, quiet=True) or ():
+                    pid = getattr(process, "pid", None)
+                    if isinstance(pid, int) and pid not in our_pids:
+                        pids.add(pid)
+            out[index] = tuple(sorted(pids))
+        return out
 
-    def sample(self, our_pids: Collection[int] = ()) -> tuple[GpuSample, ...]:
-        """One reading per card, in index order. Values NVML cannot give are None.
-
-        `our_pids`: processes llmgw started (its engines); any other process on a card is in `foreign_pids`.
-        """
+    def sample(self, skip: Collection[int] = ()) -> tuple[GpuSample, ...]:
+        """One reading per card, in index order, but for the cards whose index is in `skip` (ignore_gpus: NVML is
+        not asked about them at all). Values NVML cannot give are None."""
         if self._nvml is None:
             return ()
         nvml = self._nvml
         samples = []
         for index, handle in self._handles:
+            if index in skip:
+                continue
             where = f"GPU {index}"
             rates = self._call(where, "nvmlDeviceGetUtilizationRates", handle)
             memory = self._call(where, "nvmlDeviceGetMemoryInfo", handle)
@@ -153,7 +163,6 @@ class GpuTelemetry:
                 sm_clock_mhz=int(clock) if clock is not None else None,
                 clock_event_reasons=int(reasons) if reasons is not None else None,
                 ecc_uncorrected=int(ecc) if ecc is not None else None,
-                foreign_pids=self._foreign_pids(where, handle, our_pids),
                 **self._gpm(index, handle),
             ))
         return tuple(samples)

@@ -37,6 +37,7 @@ import httpx
 import trio
 
 from llmgw.errors import WeightsError
+from llmgw.groups import expect_leaves
 
 HF_DEFAULT_ENDPOINT = "https://huggingface.co"
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
@@ -221,9 +222,7 @@ async def fetch(files: Sequence[object], weights_dir: Path, mirrors: Sequence[Pa
                     nursery.start_soon(_fetch_one, spec, digest, weights_dir, mirrors, token, hf_endpoint, client,
                                        tally, limiter, allow_pickle)
         except BaseExceptionGroup as group:
-            failures = _leaves(group)
-            if not all(isinstance(e, WeightsError) for e in failures):
-                raise
+            failures = expect_leaves(group, WeightsError)
             if len(failures) == 1:
                 raise failures[0] from group
             raise WeightsError("; ".join(str(e) for e in failures)) from group
@@ -280,13 +279,6 @@ async def _digest_lock(weights_dir: Path, digest: str) -> AsyncIterator[None]:
         yield
     finally:
         handle.close()  # releases the lock
-
-
-def _leaves(group: BaseExceptionGroup) -> list[BaseException]:
-    result: list[BaseException] = []
-    for exc in group.exceptions:
-        result.extend(_leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc])
-    return result
 
 
 def _verify_and_commit(staged: Path, digest: str, weights_dir: Path, origin: str, source: str = "",

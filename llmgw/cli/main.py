@@ -55,14 +55,6 @@ def cli() -> None:
     """Run LLM engines on your machines behind one OpenAI-compatible API, configured from a git repository."""
 
 
-def _leaves(group: BaseExceptionGroup) -> list[BaseException]:
-    """The exceptions inside `group`, nested groups flattened, in order."""
-    found: list[BaseException] = []
-    for exc in group.exceptions:
-        found.extend(_leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc])
-    return found
-
-
 def main(argv: list[str] | None = None) -> None:
     """Run the command line; exit 1 with a readable message on any LlmgwError."""
     try:
@@ -80,10 +72,9 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(1)
     except BaseExceptionGroup as group:
         # Errors raised inside trio nurseries arrive grouped; when every one is ours, each is a sentence.
-        ours, rest = group.split(LlmgwError)
-        if ours is None or rest is not None:
-            raise
-        for exc in _leaves(ours):
+        from llmgw.groups import expect_leaves  # imports trio: only on this path, not at every start
+
+        for exc in expect_leaves(group, LlmgwError):
             click.echo(f"error: {exc}", err=True)
         sys.exit(1)
     except KeyboardInterrupt:

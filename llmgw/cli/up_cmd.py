@@ -177,7 +177,7 @@ async def run_up(
     console: Console,
 ) -> None:
     """Run everything until SIGINT/SIGTERM, then stop it all (engines included) within STOP_DEADLINE seconds."""
-    from llmgw.agent import AgentConfig, run_agent
+    from llmgw.agent import AgentConfig, run_agent_restarting
     from llmgw.control import ControlConfig, ControlPlane
     from llmgw.engines.demo import DEMO_LLAMA_CPP_VERSION
 
@@ -208,7 +208,7 @@ async def run_up(
                 async with trio.open_nursery() as nursery:
                     await nursery.start(plane.run)
                     _print_banner(console, plane, repo, state)
-                    await nursery.start(run_agent, agent_config, plane.local_connector())
+                    await nursery.start(run_agent_restarting, agent_config, plane.local_connector())
                     nursery.start_soon(_report_progress, plane, console)
             outer.cancel_scope.cancel()
     console.print("stopped")

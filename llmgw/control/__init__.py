@@ -2,14 +2,14 @@
 
     ControlPlane(ControlConfig(...))     run with `await nursery.start(plane.run)`; `plane.accept_agent(link, peer)`
     AdminClient(url, token)              the admin API from the CLI (llmgw.control.client)
-    build_route_table(settings, fleet, engine_key, secret)    the gateway's routing table (pure)
+    build_route_table(settings, fleet, replica_key, secret)    the gateway's routing table (pure)
     ControlState, decide(state, now)     the one immutable state and the pure pass over it (llmgw.control.deciding)
     ControlLoop                          folds every event into the next state, runs passes, then the I/O
     FleetRegistry                        what agents reported, their readings, which nodes are lost (pure value)
-    engine_key(secret, replica_id)       HMAC-SHA256 hex of a replica id
+    replica_key(secret, replica_id)      the bearer key of a replica: HMAC-SHA256 hex of its id
 """
 
-from llmgw.control.keys import SecretResolver, engine_key, sign_webhook, webhook_signature_valid
+from llmgw.control.keys import SecretResolver, replica_key, sign_webhook, webhook_signature_valid
 from llmgw.control.deciding import Decision, backoff, converged, decide
 from llmgw.control.looping import ControlLoop
 from llmgw.control.registry import FleetRegistry, NodeRecord
@@ -21,7 +21,7 @@ __all__ = [
     "AdminClient", "ControlConfig", "ControlLoop", "ControlPlane", "ControlState", "Decision", "FleetRegistry",
     "NodeRecord", "PassRecord", "backoff", "decide",
     "SecretResolver", "SettingsWatcher", "WatchState", "build_route_table", "converged", "default_state_dir",
-    "engine_key", "sign_webhook", "webhook_signature_valid",
+    "replica_key", "sign_webhook", "webhook_signature_valid",
 ]
 
 

@@ -1,6 +1,6 @@
 """What was done, as commits: the status snapshot of each pass that changed something, on `refs/llmgw/audit`.
 
-`status_document` builds the snapshot (plain data, no secrets: engine keys and weight tokens are never in it);
+`status_document` builds the snapshot (plain data, no secrets: replica keys and weight tokens are never in it);
 `audit_message` the commit message; `AuditWriter` writes commits off the reconcile pass's critical path: a pass
 only queues, and a failed write (a locked ref, a full disk) is retried later with backoff, never failing a pass.
 `refs/llmgw/applied` is moved with `llmgw.settings.set_ref` when a pass finds the fleet converged to a commit.

@@ -1,7 +1,7 @@
 """The commands a plan's actions become: StartShard, StopShard and InstallEngine messages (llmgw/wire/agent.proto).
 
 Pure apart from looking secrets up: a planned `Action`, the settings in force and what the node reported in,
-a pb message body out. Engine keys and weight tokens go into the message (the agent puts them in the engine's
+a pb message body out. Replica keys and weight tokens go into the message (the agent puts them in the engine's
 environment); they are never written to status, audit or logs.
 """
 
@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 from llmgw.control.deciding import action_key, shard_id_of  # noqa: F401 - re-exported for callers
 from llmgw.errors import UsageError
+from llmgw.identity import split_engine_key
 from llmgw.plan.identity import engine_version_of
 from llmgw.plan.types import Action, ActionKind
 from llmgw.settings.model import Settings
@@ -20,7 +21,7 @@ from llmgw.wire import pb
 def start_shard(
     action: Action,
     settings: Settings,
-    engine_key: Callable[[str], str],
+    replica_key: Callable[[str], str],
     secret: Callable[[str], str],
 ) -> pb.StartShard:
     """The StartShard for a START or RESTART action.
@@ -47,7 +48,7 @@ def start_shard(
         memory_bytes=(assignment.memory_bytes if assignment else model.resources.memory_bytes) or 0,
         context_size=model.context_size or 0,
         engine_args=list(model.engine_args),
-        engine_key=engine_key(action.replica_id),
+        replica_key=replica_key(action.replica_id),
         fingerprint=assignment.fingerprint if assignment else "",
         settings_commit=settings.commit or "",
         tensor_parallel=model.resources.tensor_parallel,
@@ -74,7 +75,7 @@ def install_engine(action: Action, settings: Settings, platform: str) -> pb.Inst
     """The InstallEngine for an INSTALL action ("llama.cpp@b11434"), with the archive for `platform`
     ("linux-x86_64") when engines.yaml lists one. Raises: UsageError when engines.yaml has no such version.
     """
-    engine, _, version = action.engine.partition("@")
+    engine, version = split_engine_key(action.engine)
     entry = settings.engine_version(engine, version or None)
     if entry is None:
         raise UsageError(f"engines.yaml lists no {engine} version {version!r}; add it or change the model's engine_version.")

@@ -24,6 +24,7 @@ from llmgw.control.reports import fleet_for
 from llmgw.control.state import (
     ActionKey, ActionRecord, ControlState, Failure, InFlight, PassRecord, frozen,
 )
+from llmgw.identity import base_shard_id
 from llmgw.plan import EmptiedCatalogError, make_plan
 from llmgw.plan.types import Action, ActionKind, Fleet, Plan, ShardState
 
@@ -43,7 +44,7 @@ def shard_id_of(action: Action) -> str:
         return action.shard_id
     if action.assignment is not None and action.assignment.shard_id:
         return action.assignment.shard_id
-    return f"{action.replica_id}/0"
+    return base_shard_id(action.replica_id)
 
 
 def action_key(action: Action) -> ActionKey:
@@ -65,7 +66,7 @@ def converged(plan: Plan, fleet: Fleet) -> bool:
     live node, and no shard of ours running that the plan does not assign."""
     if plan.changes or plan.unplaced:
         return False
-    wanted = {a.shard_id or f"{a.replica_id}/0" for a in plan.assignments}
+    wanted = {a.shard_id or base_shard_id(a.replica_id) for a in plan.assignments}
     running: dict[str, ShardState] = {}
     for node in fleet.nodes:
         if not node.alive:

@@ -1,7 +1,9 @@
-"""Keys the control plane derives or looks up: engine keys, named secrets, the admin token, webhook signatures.
+"""Keys the control plane derives or looks up: replica keys, named secrets, the admin token, webhook signatures.
 
-- An engine key is HMAC-SHA256(store secret "engine-key", replica id), hex: any control plane sharing the store
-  computes the same key for the same replica, so the gateway of one can reach the engines started by another.
+- A replica key is the bearer key the gateway sends to a replica's engine (the engine gets it in its environment):
+  HMAC-SHA256(store secret "engine-key", replica id), hex. Any control plane sharing the store computes the same
+  key for the same replica, so the gateway of one can reach the engines started by another. (The store secret
+  keeps its stored name "engine-key" so keys of running engines stay valid across upgrades.)
 - A named secret (`secret: hf-token` in settings) is read from `<secrets_dir>/<name>` (surrounding whitespace
   stripped), else from the environment variable `LLMGW_SECRET_<NAME>` (upper case, `-` and `.` as `_`).
 - A forge's webhook is signed like GitHub's: header `X-Hub-Signature-256: sha256=<hex HMAC-SHA256(secret, body)>`
@@ -17,12 +19,12 @@ from pathlib import Path
 
 from llmgw.errors import UsageError
 
-ENGINE_KEY_SECRET = "engine-key"
+REPLICA_KEY_SECRET = "engine-key"  # the stored name, kept: renaming it would change every replica key
 WEBHOOK_SECRET = "webhook"
 
 
-def engine_key(secret: bytes, replica_id: str) -> str:
-    """The engine key of `replica_id`: 64 hex characters of HMAC-SHA256(secret, replica id)."""
+def replica_key(secret: bytes, replica_id: str) -> str:
+    """The replica key of `replica_id`: 64 hex characters of HMAC-SHA256(secret, replica id)."""
     return hmac.new(secret, replica_id.encode("utf-8"), hashlib.sha256).hexdigest()
 
 

@@ -36,7 +36,7 @@ from llmgw.control.audit import AuditWriter, audit_message, audit_snapshot, stat
 from llmgw.control.commands import agent_settings, install_engine, platform_of, start_shard, stop_shard
 from llmgw.control.deciding import Decision
 from llmgw.control.keys import (
-    ENGINE_KEY_SECRET, WEBHOOK_SECRET, SecretResolver, engine_key,
+    REPLICA_KEY_SECRET, WEBHOOK_SECRET, SecretResolver, replica_key,
 )
 from llmgw.control.looping import ControlLoop
 from llmgw.control.registry import FleetRegistry
@@ -155,7 +155,7 @@ class ControlPlane:
         self.admin_port = self.gateway_port = self.agents_port = 0
         self.join_port: int | None = None
         self.ca: Any = None
-        self._engine_secret = b""
+        self._replica_secret = b""
         self._last_snapshot: dict | None = None
         self._nursery: trio.Nursery | None = None
         self.started_at = time.time()
@@ -219,7 +219,7 @@ class ControlPlane:
         if store is None or isinstance(store, (str, Path)):
             store = open_store(store or self.state_dir / "llmgw.sqlite3")
         self.store = store
-        self._engine_secret = store.get_or_create_secret(ENGINE_KEY_SECRET)
+        self._replica_secret = store.get_or_create_secret(REPLICA_KEY_SECRET)
         self.admin_token = self._load_admin_token()
         await self.watcher.poll()
         settings = self.watcher.state.settings
@@ -332,9 +332,9 @@ class ControlPlane:
             await trio.sleep(self.config.lease_seconds / 3)
             await self._renew_lease()
 
-    def engine_key(self, replica_id: str) -> str:
-        """The engine key of `replica_id` (HMAC-SHA256 of it under the store's "engine-key" secret, hex)."""
-        return engine_key(self._engine_secret, replica_id)
+    def replica_key(self, replica_id: str) -> str:
+        """The replica key of `replica_id` (HMAC-SHA256 of it under the store's "engine-key" secret, hex)."""
+        return replica_key(self._replica_secret, replica_id)
 
     def webhook_secret(self) -> bytes | None:
         """The forge webhook secret (named secret "webhook"), or None when none is configured."""
@@ -343,7 +343,7 @@ class ControlPlane:
 
     def _rebuild_table(self, state: ControlState) -> None:
         settings = state.settings
-        table = build_route_table(settings, fleet_for(state.fleet.fleet(), settings), self.engine_key,
+        table = build_route_table(settings, fleet_for(state.fleet.fleet(), settings), self.replica_key,
                                   self.secrets.get)
         if table != self.table:
             self.table = table
@@ -384,7 +384,7 @@ class ControlPlane:
             message.fingerprint = action.engine
             body = {"agent_settings": message}
         elif action.kind in (ActionKind.START, ActionKind.RESTART):
-            body = {"start_shard": start_shard(action, settings, self.engine_key, self.secrets.require)}
+            body = {"start_shard": start_shard(action, settings, self.replica_key, self.secrets.require)}
         elif action.kind is ActionKind.STOP:
             body = {"stop_shard": stop_shard(action, settings)}
         elif action.kind is ActionKind.INSTALL:

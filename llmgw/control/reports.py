@@ -12,7 +12,8 @@ from dataclasses import replace
 
 from llmgw.control.readings import GpuReading, NodeReadings, ShardReading
 from llmgw.control.registry import ShardDetail
-from llmgw.plan.types import Fleet, GpuState, NodeState, ObservedShard, ShardState
+from llmgw.identity import ShardState
+from llmgw.plan.types import Fleet, GpuState, NodeState, ObservedShard
 from llmgw.settings.model import Settings
 
 _STATES = {s.value: s for s in ShardState}
@@ -82,7 +83,10 @@ _GPU_READINGS = tuple(f for f in GpuReading.__dataclass_fields__ if f not in ("i
 
 
 def readings_from_heartbeat(beat, now: float) -> NodeReadings:
-    """The readings of a pb `Heartbeat` that arrived at `now` (control-plane clock seconds); unset fields are None."""
+    """The readings of a pb `Heartbeat` that arrived at `now` (control-plane clock seconds); unset fields are None.
+
+    The agent reads every `telemetry_interval` and each beat carries the latest reading, taken at `sampled_at`
+    (unix seconds at the agent): the readings' time is moved back by how much older than the beat they are."""
     gpus = tuple(
         GpuReading(index=int(g.index), foreign_pids=tuple(int(p) for p in g.foreign_pids),
                    **{name: _optional(g, name) for name in _GPU_READINGS})
@@ -92,8 +96,9 @@ def readings_from_heartbeat(beat, now: float) -> NodeReadings:
         ShardReading(s.shard_id, _optional(s, "cpu_cores_used"), _optional(s, "resident_memory_bytes"))
         for s in beat.shards
     )
+    taken = float(beat.sampled_at) if _has(beat, "sampled_at") else float(beat.time)
     return NodeReadings(
-        at=now, agent_time=float(beat.time), cpu_percent=_optional(beat, "cpu_percent"),
+        at=now - max(0.0, float(beat.time) - taken), agent_time=taken, cpu_percent=_optional(beat, "cpu_percent"),
         load1=_optional(beat, "load1"), memory_used_bytes=_optional(beat, "memory_used_bytes"),
         memory_available_bytes=_optional(beat, "memory_available_bytes"),
         disk_free_bytes=_optional(beat, "disk_free_bytes"), gpus=gpus, shards=shards,

@@ -1,12 +1,13 @@
 """Building the gateway's `RouteTable` from the settings in force and the ready shards of the fleet.
 
-Pure: settings, fleet and two lookups (engine key of a replica, value of a named secret) in, a new immutable
+Pure: settings, fleet and two lookups (replica key of a replica, value of a named secret) in, a new immutable
 `llmgw.routes.RouteTable` out. The control plane calls it whenever either input changes and hands the result
 to `Gateway.set_table`.
 
 Rules:
-- A replica is routed to when its first shard ("<replica>/0", or "<replica>/0@<fp>" while it rolls) is READY on a node that is alive; the URL is
-  `http://<node address>:<shard port>` and the engine key is `engine_key(replica id)`.
+- A replica is routed to when its shard ("<replica>/0", or "<replica>/0@<fp>" while it rolls; a replica has one
+  shard, see `llmgw.identity`) is READY on a node that is alive; the URL is
+  `http://<node address>:<shard port>` and the bearer key is `replica_key(replica id)`.
 - A model with `endpoints` routes to those servers (`external=True`), keyed by the secret the endpoint names.
 - A project's `models` are resolved from names or aliases to catalog names; `*` means every model (None).
   Its quotas are listed narrowest first: project, team, organisation; scopes without any limit are left out.
@@ -18,7 +19,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from types import MappingProxyType
 
-from llmgw.plan.types import Fleet, ShardState
+from llmgw.identity import ShardState
+from llmgw.plan.types import Fleet
 from llmgw.routes import ModelRoute, ProjectPolicy, QuotaLimits, ReplicaRoute, RouteTable
 from llmgw.settings.model import Quota, Settings
 
@@ -35,7 +37,7 @@ def _limits(quota: Quota) -> QuotaLimits | None:
 
 
 def ready_replicas(fleet: Fleet) -> dict[str, list[ReplicaRoute]]:
-    """Ready replicas by model name, each without an engine key yet, in (node id, replica id) order."""
+    """Ready replicas by model name, each without a replica key yet, in (node id, replica id) order."""
     found: dict[str, list[ReplicaRoute]] = {}
     for node in fleet.nodes:
         if not node.alive:
@@ -43,8 +45,6 @@ def ready_replicas(fleet: Fleet) -> dict[str, list[ReplicaRoute]]:
         for shard in node.shards:
             if shard.state is not ShardState.READY or shard.adopted_foreign or not shard.port:
                 continue
-            if shard.shard_id.rsplit("/", 1)[-1].split("@", 1)[0] != "0":
-                continue  # only a replica's first shard takes requests
             found.setdefault(shard.model, []).append(ReplicaRoute(
                 replica_id=shard.replica_id,
                 node_id=node.node_id,
@@ -58,12 +58,12 @@ def ready_replicas(fleet: Fleet) -> dict[str, list[ReplicaRoute]]:
 def build_route_table(
     settings: Settings | None,
     fleet: Fleet,
-    engine_key: Callable[[str], str],
+    replica_key: Callable[[str], str],
     secret: Callable[[str], str | None] = lambda name: None,
 ) -> RouteTable:
     """The routing table for `settings` (None: no settings in force, an empty table) over `fleet`.
 
-    `engine_key(replica_id)` returns a replica's engine key; `secret(name)` a named secret's value or None.
+    `replica_key(replica_id)` returns a replica's replica key; `secret(name)` a named secret's value or None.
     """
     if settings is None:
         return RouteTable()
@@ -77,7 +77,7 @@ def build_route_table(
                     replica_id=f"{name}-external-{i}",
                     node_id="",
                     base_url=endpoint.url.rstrip("/"),
-                    engine_key=secret(endpoint.secret) if endpoint.secret else None,
+                    replica_key=secret(endpoint.secret) if endpoint.secret else None,
                     external=True,
                     upstream_model=endpoint.model,
                 )
@@ -87,7 +87,7 @@ def build_route_table(
             replicas = tuple(
                 ReplicaRoute(
                     replica_id=r.replica_id, node_id=r.node_id, base_url=r.base_url,
-                    engine_key=engine_key(r.replica_id),
+                    replica_key=replica_key(r.replica_id),
                 )
                 for r in ready.get(name, ())
             )

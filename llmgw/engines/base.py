@@ -22,7 +22,7 @@ class Launch:
     (port 1..65535). `threads` is the CPU thread count (None: the engine's default). `context_size` in tokens (None:
     the model's). `devices` are what the shard may use: CUDA indices ("0") or MIG UUIDs ("MIG-..."); empty means
     CPU only. `engine_args` are appended verbatim after ours (settings `engine_args`). `served_name` is the model
-    name the engine reports (`/v1/models`). `api_key` is the engine key: it goes into the environment, never argv.
+    name the engine reports (`/v1/models`). `api_key` is the replica key (the bearer key the gateway sends): it goes into the environment, never argv.
     `tensor_parallel` and `pipeline_parallel` are process-group widths (1 = none).
     """
 

@@ -377,7 +377,7 @@ class Gateway:
         from llmgw.gateway.upstream import UpstreamFailure
 
         path = "/v1/models" if replica.external else "/health"
-        headers = [(b"authorization", b"Bearer " + replica.engine_key.encode())] if replica.engine_key else []
+        headers = [(b"authorization", b"Bearer " + replica.replica_key.encode())] if replica.replica_key else []
         healthy = False
         with trio.move_on_after(max(1.0, self.health_interval)):
             try:

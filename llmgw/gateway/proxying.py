@@ -97,8 +97,8 @@ async def open_upstream(pool: UpstreamPool, balancer: Balancer, route: ModelRout
         tried.add(replica.replica_id)
         headers = [(b"content-type", b"application/json"),
                    (b"accept", EVENT_STREAM if stream else b"application/json")]
-        if replica.engine_key:
-            headers.append((b"authorization", b"Bearer " + replica.engine_key.encode()))
+        if replica.replica_key:
+            headers.append((b"authorization", b"Bearer " + replica.replica_key.encode()))
         payload = upstream_body(body, raw, replica, stream, route.name, overrides)
         balancer.started(replica.replica_id)
         try:
@@ -127,7 +127,7 @@ async def open_upstream(pool: UpstreamPool, balancer: Balancer, route: ModelRout
             outcome.sent_to_engine = False
             log.warning("model %s replica %s: the engine answered %d: %s", route.name, replica.replica_id,
                         response.status, detail)
-            why = ("refused llmgw's engine key (the operator must check it)" if response.status == 401
+            why = ("refused llmgw's replica key (the operator must check it)" if response.status == 401
                    else f"failed (status {response.status})")
             failure = upstream_failed(f"The engine for model '{route.name}' {why}; try again.", 502)
             continue

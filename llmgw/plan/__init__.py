@@ -2,17 +2,19 @@
 
 `make_plan(settings, fleet)` is the planner; `fingerprint(model, engine_version)` names what a replica runs;
 `check_not_emptied(previous, new)` is the empty-catalog guard; `render_plan` / `plan_to_json` show a plan.
+`ShardState` and the id and engine-key builders are `llmgw.identity`'s, re-exported here.
 """
 
 from llmgw.plan.guard import EmptiedCatalogError, check_not_emptied, guard_fleet_not_emptied, serves_something
-from llmgw.plan.identity import (
-    base_shard_id, describe_engine, engine_key, engine_version_of, fingerprint, new_shard_id, replica_ids,
-    replica_index,
+from llmgw.identity import (
+    ShardState, base_shard_id, describe_engine, engine_key, new_shard_id, replica_id, replica_index,
+    split_engine_key,
 )
+from llmgw.plan.identity import engine_version_of, fingerprint, replica_ids
 from llmgw.plan.planning import agent_settings_fingerprint, demand_of, is_mig_class, make_plan
 from llmgw.plan.rendering import plan_from_json, plan_to_json, render_plan
 from llmgw.plan.types import (
-    Action, ActionKind, Assignment, Fleet, GpuState, NodeState, ObservedShard, Plan, ShardState, Unplaced,
+    Action, ActionKind, Assignment, Fleet, GpuState, NodeState, ObservedShard, Plan, Unplaced,
 )
 
 __all__ = [
@@ -20,5 +22,6 @@ __all__ = [
     "ObservedShard", "Plan", "ShardState", "Unplaced",
     "base_shard_id", "check_not_emptied", "demand_of", "describe_engine", "engine_key", "engine_version_of",
     "fingerprint", "guard_fleet_not_emptied", "is_mig_class", "make_plan", "new_shard_id", "plan_from_json",
-    "plan_to_json", "render_plan", "replica_ids", "replica_index", "serves_something",
+    "plan_to_json", "render_plan", "replica_id", "replica_ids", "replica_index", "serves_something",
+    "split_engine_key",
 ]

@@ -9,7 +9,8 @@ purpose is `llmgw stop` (`serving.stopped`), which this guard does not touch.
 from __future__ import annotations
 
 from llmgw.errors import Issue, SettingsError
-from llmgw.plan.types import Fleet, ShardState
+from llmgw.identity import ShardState
+from llmgw.plan.types import Fleet
 from llmgw.settings.model import Settings
 
 _RUNNING = frozenset({ShardState.PENDING, ShardState.FETCHING, ShardState.STARTING, ShardState.READY,

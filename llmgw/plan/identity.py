@@ -1,13 +1,7 @@
-"""What identifies a replica's running generation: fingerprints, engine keys, replica and shard ids.
+"""What identifies a replica's running generation from the settings: fingerprints, engine versions, replica ids.
 
-Ids (the contract of llmgw/plan/types.py):
-
-- a replica id is "<model>-<n>", n from 0 to `replicas - 1`;
-- a shard id is "<replica>/0" (one shard per replica: tensor parallel stays within one node);
-- while a replica rolls to a new fingerprint, its old shard keeps its id until it is stopped, so the new
-  generation takes "<replica>/0@<fingerprint[:8]>" when "<replica>/0" is still held by an older shard
-  (and "<replica>/0" again on the roll after that, once the plain id is free). Which shard belongs to which
-  generation is told by `ObservedShard.fingerprint`, never by parsing the id.
+Engine keys, replica and shard id builders live in `llmgw.identity` (the bottom module every layer shares); this
+module adds what needs the settings' `Model`.
 """
 
 from __future__ import annotations
@@ -15,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 
+from llmgw.identity import replica_id
 from llmgw.settings.model import Model, Settings
 
 _FINGERPRINT_CACHE: dict[tuple[int, str], tuple[Model, str]] = {}
@@ -70,46 +65,8 @@ def engine_version_of(settings: Settings, model: Model) -> str | None:
     return entry.version if entry is not None else None
 
 
-def engine_key(engine: str, version: str | None) -> str:
-    """The key agents report installed engines by: "llama.cpp@b11434" ("llama.cpp@" when the version is unknown)."""
-    return f"{engine}@{version or ''}"
-
-
-def describe_engine(key: str) -> str:
-    """"llama.cpp@b11434" -> "llama.cpp b11434", for messages."""
-    engine, _, version = key.partition("@")
-    return f"{engine} {version}".strip()
-
-
 def replica_ids(model: Model) -> list[str]:
     """The replica ids `model` wants, in order: "<name>-0" ... (none for endpoint models or replicas 0)."""
     if model.endpoints:
         return []
-    return [f"{model.name}-{n}" for n in range(max(model.replicas, 0))]
-
-
-def replica_index(replica_id: str) -> int:
-    """n of "<model>-<n>"; -1 when the id does not end in "-<digits>"."""
-    _, _, tail = replica_id.rpartition("-")
-    return int(tail) if tail.isdigit() else -1
-
-
-def base_shard_id(replica_id: str) -> str:
-    """The plain shard id of a replica: "<replica>/0"."""
-    return f"{replica_id}/0"
-
-
-def new_shard_id(replica_id: str, fingerprint_hex: str, taken: set[str] | frozenset[str]) -> str:
-    """The id for a new shard of `replica_id` running `fingerprint_hex`, avoiding the ids in `taken`.
-
-    "<replica>/0" when free, else "<replica>/0@<fingerprint[:8]>", else that with ".<k>" (k from 1).
-    """
-    plain = base_shard_id(replica_id)
-    if plain not in taken:
-        return plain
-    candidate = f"{plain}@{fingerprint_hex[:8]}"
-    k = 1
-    while candidate in taken:
-        candidate = f"{plain}@{fingerprint_hex[:8]}.{k}"
-        k += 1
-    return candidate
+    return [replica_id(model.name, n) for n in range(max(model.replicas, 0))]

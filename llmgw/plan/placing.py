@@ -13,7 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from llmgw.plan.capacity import ClassIndex, Demand, Room
-from llmgw.plan.identity import describe_engine, new_shard_id, replica_ids, replica_index
+from llmgw.identity import describe_engine, new_shard_id, replica_index
+from llmgw.plan.identity import replica_ids
 from llmgw.plan.types import Action, ActionKind, Assignment, NodeState, ObservedShard, Unplaced
 from llmgw.settings.model import Settings
 

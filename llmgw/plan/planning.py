@@ -27,9 +27,10 @@ from dataclasses import fields
 
 from llmgw.plan.capacity import Demand
 from llmgw.plan.guard import guard_fleet_not_emptied
-from llmgw.plan.identity import engine_key, engine_version_of, fingerprint, replica_ids, replica_index
+from llmgw.identity import ShardState, engine_key, replica_index
+from llmgw.plan.identity import engine_version_of, fingerprint, replica_ids
 from llmgw.plan.placing import Pending, Placement
-from llmgw.plan.types import Action, ActionKind, Assignment, Fleet, NodeState, ObservedShard, Plan, ShardState
+from llmgw.plan.types import Action, ActionKind, Assignment, Fleet, NodeState, ObservedShard, Plan
 from llmgw.settings.model import Model, Settings
 
 _HOLDING = frozenset({ShardState.PENDING, ShardState.FETCHING, ShardState.STARTING, ShardState.READY,
@@ -124,7 +125,10 @@ class _Planner(Placement):
                     item.reason = f"replaces {lost[1]} on lost node {lost[0]}"
                 pending.append(item)
 
-        for replica_id in sorted(by_replica, key=_replica_key):
+        def unwanted_order(replica_id: str) -> tuple[str, int, str]:
+            return (by_replica[replica_id][0][1].model, replica_index(replica_id), replica_id)
+
+        for replica_id in sorted(by_replica, key=unwanted_order):
             for node, shard in sorted(by_replica[replica_id], key=lambda p: (p[1].shard_id, p[0].node_id)):
                 if shard.state in _GONE:
                     continue
@@ -255,11 +259,6 @@ class _Planner(Placement):
         self.unplaced.sort(key=lambda u: (u.model, replica_index(u.replica_id), u.replica_id))
         return Plan(tuple(self.assignments), tuple(self.actions), tuple(self.unplaced), self.settings.commit,
                     tuple(self.notes))
-
-
-def _replica_key(replica_id: str) -> tuple[str, int, str]:
-    model, _, _ = replica_id.rpartition("-")
-    return (model, replica_index(replica_id), replica_id)
 
 
 def agent_settings_fingerprint(settings: Settings, node_id: str) -> str:

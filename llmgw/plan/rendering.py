@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from llmgw.plan.identity import describe_engine
+from llmgw.identity import describe_engine
 from llmgw.plan.types import Action, ActionKind, Assignment, Plan, Unplaced
 from llmgw.units import format_size
 

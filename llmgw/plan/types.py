@@ -12,17 +12,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
-
-class ShardState(str, enum.Enum):
-    """Lifecycle of one shard as its agent reports it."""
-
-    PENDING = "pending"          # asked to start; weights or engine not there yet
-    FETCHING = "fetching"        # downloading / verifying weights
-    STARTING = "starting"        # process running, not ready (health not 200 yet)
-    READY = "ready"              # health 200
-    STOPPING = "stopping"
-    STOPPED = "stopped"
-    FAILED = "failed"            # exited or could not start; `error` says why; restarted with backoff
+from llmgw.identity import ShardState
 
 
 @dataclass(frozen=True)

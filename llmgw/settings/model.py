@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from llmgw.identity import resolve_model
+
 ENGINES = ("llama.cpp", "vllm", "sglang")
 
 
@@ -268,14 +270,10 @@ class Settings:
         return self.node_agents.get(node_id, self.agent_defaults)
 
     def resolve_model(self, name: str) -> Model | None:
-        """The model called `name` or having `name` as an alias; None when there is none."""
-        model = self.models.get(name)
-        if model is not None:
-            return model
-        for candidate in self.models.values():
-            if name in candidate.aliases:
-                return candidate
-        return None
+        """The model called `name` or having `name` as an alias; None when there is none.
+
+        `llmgw.identity.resolve_model` over the catalog (the same resolution as the gateway's)."""
+        return resolve_model(self.models, name)
 
     def engine_version(self, engine: str, version: str | None) -> EngineVersion | None:
         """The engines.yaml entry for `engine` at `version` (None: the engine's default); None when absent."""

@@ -71,8 +71,6 @@ UNBUILT: tuple[UnbuiltKey, ...] = (
     *(UnbuiltKey("engines", (engine, ANY, "python_packages"), _NO_INSTALL) for engine in ("llama.cpp", "vllm", "sglang")),
     *(UnbuiltKey("engines", (engine, ANY, key), _NO_INSTALL)
       for engine in ("vllm", "sglang") for key in ("archives", "sdist", "mirror", "build_args")),
-    UnbuiltKey("agent", ("telemetry_interval",), "agents read GPUs, CPU and memory once per heartbeat "
-               "(heartbeat_interval)", applies=lambda value: True),
     UnbuiltKey("agent", ("fabrics",), "nothing reads this key: agents report the interconnects they discover"),
     UnbuiltKey("projects", ("organisations", NAME, "teams", NAME, "projects", NAME, "members"),
                "API keys are created and revoked with the admin token (`llmgw keys`); members are not consulted"),

@@ -42,7 +42,7 @@ async def test_llmgw_agent_prints_its_state_registers_and_stops_its_shards_on_si
             assert register.node_id == "n1" and register.labels["zone"] == "a" and register.address == "127.0.0.1"
             await link.send(control_message(command_id="s", start_shard=pb.StartShard(
                 shard_id="m-0/0", replica_id="m-0", model="m", engine="llama.cpp", engine_version="b1",
-                weights=[pb.WeightsFile(source="file:///m.gguf", sha256=digest)], engine_key="k")))
+                weights=[pb.WeightsFile(source="file:///m.gguf", sha256=digest)], replica_key="k")))
             ready = (await next_matching(link, lambda m: m.WhichOneof("body") == "shard_status"
                                          and m.shard_status.state == "ready")).shard_status
             agent.send_signal(signal.SIGTERM)

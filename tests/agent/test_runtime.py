@@ -27,7 +27,7 @@ def _start(tmp_path, shard_id="gemma-0/0", key="engine-secret") -> pb.ControlMes
     return control_message(command_id=f"start-{shard_id}", start_shard=pb.StartShard(
         shard_id=shard_id, replica_id=shard_id.split("/")[0], model="gemma", engine="llama.cpp",
         engine_version="b1", weights=[pb.WeightsFile(source="hf://org/gemma@abc/m.gguf", sha256=digest)],
-        cpu_cores=1.5, context_size=2048, engine_key=key, fingerprint="fp1", served_name="gemma",
+        cpu_cores=1.5, context_size=2048, replica_key=key, fingerprint="fp1", served_name="gemma",
         engine_args=["--no-jinja", "--chat-template", "gemma"],
     ))
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from llmgw.control.commands import action_key, install_engine, platform_of, start_shard, stop_shard
-from llmgw.control.keys import SecretResolver, engine_key
+from llmgw.control.keys import SecretResolver, replica_key
 from llmgw.errors import UsageError
 from llmgw.plan.types import Action, ActionKind, Assignment
 from llmgw.settings import WeightsFile, load_directory
@@ -26,12 +26,12 @@ START = Action(ActionKind.START, "n1", "tiny-0", "tiny-0/0", "tiny",
                                      fingerprint="f" * 64, shard_id="tiny-0/0"))
 
 
-def test_start_shard_carries_the_replica_engine_key_weights_and_what_to_run(settings, tmp_path):
+def test_start_shard_carries_the_replica_key_weights_and_what_to_run(settings, tmp_path):
     secrets = SecretResolver(tmp_path / "secrets", environ={})
-    message = start_shard(START, settings, lambda rid: engine_key(b"k", rid), secrets.require)
+    message = start_shard(START, settings, lambda rid: replica_key(b"k", rid), secrets.require)
     assert (message.shard_id, message.replica_id, message.model, message.engine, message.engine_version) == (
         "tiny-0/0", "tiny-0", "tiny", "llama.cpp", "b11434")
-    assert message.engine_key == engine_key(b"k", "tiny-0")
+    assert message.replica_key == replica_key(b"k", "tiny-0")
     assert [(w.sha256, w.secret_value) for w in message.weights] == [("cd" * 32, "")]
     assert message.memory_bytes == 64 << 20 and message.context_size == 512 and message.served_name == "tiny"
     assert message.fingerprint == "f" * 64 and message.tensor_parallel == 1

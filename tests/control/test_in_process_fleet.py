@@ -86,7 +86,7 @@ async def test_pushes_are_placed_served_scaled_to_zero_and_bad_commits_kept_out(
         await nursery.start(run_agent, agent, plane.local_connector())
         await wait_for(lambda: replica_states(plane).get("tiny-0") == "ready", 30, "tiny-0 ready")
 
-        # served through the gateway under its alias, with the engine key the plane derived
+        # served through the gateway under its alias, with the replica key the plane derived
         _record, api_key = plane.store.create_api_key("demo")
         async with httpx.AsyncClient(base_url=plane.gateway_url, timeout=10) as client:
             await wait_for(lambda: plane.table.models["tiny"].replicas, 5, "a route to tiny")
@@ -146,9 +146,9 @@ async def test_pushes_are_placed_served_scaled_to_zero_and_bad_commits_kept_out(
         assert "start tiny-1/0 on n1" in messages and "stop tiny-0/0 on n1" in messages
         log = await trio.to_thread.run_sync(lambda: git("log", "--format=%s", "refs/llmgw/audit", cwd=settings_repo))
         assert "pass " in log
-        # no engine key ever enters a commit
+        # no replica key ever enters a commit
         everything = await trio.to_thread.run_sync(
             lambda: git("log", "-p", "--format=%B", "refs/llmgw/audit", cwd=settings_repo))
         assert "status.yaml" in everything and "tiny-1/0" in everything
-        assert plane.engine_key("tiny-0") not in everything and plane.engine_key("tiny-1") not in everything
+        assert plane.replica_key("tiny-0") not in everything and plane.replica_key("tiny-1") not in everything
         nursery.cancel_scope.cancel()

@@ -6,7 +6,7 @@ from types import MappingProxyType
 
 import pytest
 
-from llmgw.control.keys import engine_key
+from llmgw.control.keys import replica_key
 from llmgw.control.routing import build_route_table
 from llmgw.plan.types import Fleet, NodeState, ObservedShard, ShardState
 from llmgw.routes import QuotaLimits
@@ -52,7 +52,7 @@ def fleet(alive2: bool = True) -> Fleet:
 
 def table(fl=None, **cluster):
     return build_route_table(
-        settings(**cluster), fl or fleet(), lambda rid: engine_key(SECRET, rid),
+        settings(**cluster), fl or fleet(), lambda rid: replica_key(SECRET, rid),
         lambda name: {"remote-key": "sk-remote"}.get(name),
     )
 
@@ -67,7 +67,7 @@ def table(fl=None, **cluster):
 def test_only_ready_replicas_on_live_nodes_are_routed(model, expected):
     routes = table().models[model].replicas
     assert [(r.replica_id, r.base_url) for r in routes] == expected
-    assert all(r.engine_key == engine_key(SECRET, r.replica_id) for r in routes)
+    assert all(r.replica_key == replica_key(SECRET, r.replica_id) for r in routes)
 
 
 def test_a_replica_on_a_node_not_alive_is_not_routed():
@@ -78,7 +78,7 @@ def test_a_replica_on_a_node_not_alive_is_not_routed():
 def test_models_with_endpoints_route_to_them_with_their_secret():
     (route,) = table().models["remote"].replicas
     assert route.external and route.base_url == "https://api.example.com"
-    assert route.engine_key == "sk-remote" and route.upstream_model == "gpt-x"
+    assert route.replica_key == "sk-remote" and route.upstream_model == "gpt-x"
 
 
 def test_aliases_prices_and_commit_are_carried():
@@ -103,7 +103,7 @@ def test_project_models_are_resolved_and_quotas_listed_narrowest_first():
     assert t.projects["all"].models is None
 
 
-def test_engine_keys_are_hmac_of_the_replica_id_and_differ_per_replica():
-    a, b = engine_key(SECRET, "gemma-0"), engine_key(SECRET, "gemma-1")
-    assert len(a) == 64 and a != b and a == engine_key(SECRET, "gemma-0")
-    assert engine_key(b"other", "gemma-0") != a
+def test_replica_keys_are_hmac_of_the_replica_id_and_differ_per_replica():
+    a, b = replica_key(SECRET, "gemma-0"), replica_key(SECRET, "gemma-1")
+    assert len(a) == 64 and a != b and a == replica_key(SECRET, "gemma-0")
+    assert replica_key(b"other", "gemma-0") != a

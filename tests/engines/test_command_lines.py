@@ -20,7 +20,7 @@ def launch(**overrides) -> Launch:
 
 
 @pytest.mark.parametrize("module", [llamacpp, vllm, sglang])
-def test_engine_key_is_in_the_environment_and_never_on_the_command_line(module):
+def test_replica_key_is_in_the_environment_and_never_on_the_command_line(module):
     argv, env = module.command_line(launch())
     assert all(KEY not in arg for arg in argv)
     assert env[module.API_KEY_ENV] == KEY

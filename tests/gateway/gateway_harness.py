@@ -106,7 +106,7 @@ def make_table(replicas: dict[str, list[ReplicaRoute]], *, aliases: dict[str, tu
 
 
 def replica(replica_id: str, base_url: str, **kwargs) -> ReplicaRoute:
-    kwargs.setdefault("engine_key", ENGINE_KEY)
+    kwargs.setdefault("replica_key", ENGINE_KEY)
     return ReplicaRoute(replica_id=replica_id, node_id=kwargs.pop("node_id", "node-a"), base_url=base_url, **kwargs)
 
 

@@ -28,7 +28,7 @@ async def setup(nursery, store):
     return engine, gateway, base, client, plaintext
 
 
-async def test_chat_by_alias_rewrites_model_upstream_and_sends_only_the_engine_key(setup, store):
+async def test_chat_by_alias_rewrites_model_upstream_and_sends_only_the_replica_key(setup, store):
     engine, _gateway, _base, client, plaintext = setup
     reply = await client.chat.completions.create(model="gemma-3", messages=MESSAGES, seed=7, temperature=0,
                                                  stop=["zulu"], response_format={"type": "text"}, logprobs=False)

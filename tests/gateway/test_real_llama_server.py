@@ -62,7 +62,7 @@ def llama_server(llama_server_binary, gemma_gguf, tmp_path_factory):
 async def client(nursery, store, llama_server):
     projects = {"chat": ProjectPolicy("chat", "t", "o",
                                       quotas=(("project:chat", QuotaLimits(concurrent_requests=1)),))}
-    table = make_table({"gemma-3-270m": [replica("gemma-3-270m-1", llama_server, engine_key=ENGINE_KEY)]},
+    table = make_table({"gemma-3-270m": [replica("gemma-3-270m-1", llama_server, replica_key=ENGINE_KEY)]},
                        aliases={"gemma-3-270m": ("gemma",)}, projects=projects)
     gateway, base = await start_gateway(nursery, store, table)
     _key, plaintext = store.create_api_key("chat")
@@ -119,9 +119,9 @@ async def test_engine_errors_and_gateway_errors_raise_the_matching_sdk_exception
     with pytest.raises(openai.AuthenticationError):
         await openai.AsyncOpenAI(base_url=str(sdk.base_url), api_key="sk-llmgw-x", max_retries=0).models.list()
     table = gateway.table
-    wrong_key = replica("gemma-3-270m-1", table.models["gemma-3-270m"].replicas[0].base_url, engine_key="wrong")
+    wrong_key = replica("gemma-3-270m-1", table.models["gemma-3-270m"].replicas[0].base_url, replica_key="wrong")
     gateway.set_table(make_table({"gemma-3-270m": [wrong_key]}, projects=dict(table.projects)))
-    with pytest.raises(openai.InternalServerError) as info:  # the engine refused our engine key: 502
+    with pytest.raises(openai.InternalServerError) as info:  # the engine refused our replica key: 502
         await sdk.chat.completions.create(model="gemma-3-270m", messages=MESSAGES, max_tokens=2)
     assert info.value.status_code == 502
 

@@ -1,0 +1,120 @@
+"""The words every layer shares, defined once: a shard's lifecycle, engine keys, replica and shard ids, aliases.
+
+Pure and at the bottom: it imports nothing of llmgw, so every package (wire, agent, plan, control, gateway,
+settings) may import it, like `llmgw.units`.
+
+Engine keys: "llama.cpp@b11434" names an engine at a version ("llama.cpp@" when the version is unknown). Agents
+report installed engines by it, so it is read back from the wire with `split_engine_key`. The per-replica HMAC
+bearer key the gateway sends to an engine is a different word: the *replica key* (`llmgw.control.replica_key`).
+
+Ids are built here and never parsed (what a shard runs is carried in its messages: `replica_id`, `model`,
+`fingerprint`):
+
+- a replica id is "<model>-<n>", n from 0 to `replicas - 1`;
+- a shard id is "<replica>/0": a replica has exactly one shard (tensor parallel stays within one node), so
+  every shard is its replica's first; a replica spread over nodes would carry its shard's index in
+  StartShard/ShardStatus, not in the id;
+- while a replica rolls to a new fingerprint, its old shard keeps its id until it is stopped, so the new
+  generation takes "<replica>/0@<fingerprint[:8]>" when "<replica>/0" is still held by an older shard
+  (and "<replica>/0" again on the roll after that, once the plain id is free). Which shard belongs to which
+  generation is told by the shard's fingerprint, never by parsing the id.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping
+from typing import Protocol, TypeVar
+
+
+class ShardState(str, enum.Enum):
+    """Lifecycle of one shard as its agent reports it. The wire (`ShardStatus.state`) carries `.value`."""
+
+    PENDING = "pending"          # asked to start; weights or engine not there yet
+    FETCHING = "fetching"        # downloading / verifying weights
+    STARTING = "starting"        # process running, not ready (health not 200 yet)
+    READY = "ready"              # health 200
+    STOPPING = "stopping"
+    STOPPED = "stopped"
+    FAILED = "failed"            # exited or could not start; `error` says why; restarted with backoff
+
+
+def engine_key(engine: str, version: str | None) -> str:
+    """The key agents report installed engines by: "llama.cpp@b11434" ("llama.cpp@" when the version is unknown)."""
+    return f"{engine}@{version or ''}"
+
+
+def split_engine_key(key: str) -> tuple[str, str]:
+    """"llama.cpp@b11434" -> ("llama.cpp", "b11434"); the version is "" when the key has none.
+
+    The one reader of engine keys: they arrive as strings from agents (`engines_installed`, `EngineStatus.engine`).
+    """
+    engine, _, version = key.partition("@")
+    return engine, version
+
+
+def describe_engine(key: str) -> str:
+    """"llama.cpp@b11434" -> "llama.cpp b11434", for messages."""
+    engine, version = split_engine_key(key)
+    return f"{engine} {version}".strip()
+
+
+def replica_id(model_name: str, n: int) -> str:
+    """The id of replica `n` (from 0) of the model called `model_name`: "<model>-<n>"."""
+    return f"{model_name}-{n}"
+
+
+def replica_index(replica: str) -> int:
+    """n of "<model>-<n>"; -1 when the id does not end in "-<digits>".
+
+    A sort key only (replicas in numeric order in plans and listings): never used to tell which model or
+    replica something belongs to.
+    """
+    _, _, tail = replica.rpartition("-")
+    return int(tail) if tail.isdigit() else -1
+
+
+def base_shard_id(replica: str) -> str:
+    """The plain shard id of a replica: "<replica>/0"."""
+    return f"{replica}/0"
+
+
+def new_shard_id(replica: str, fingerprint_hex: str, taken: set[str] | frozenset[str]) -> str:
+    """The id for a new shard of `replica` running `fingerprint_hex`, avoiding the ids in `taken`.
+
+    "<replica>/0" when free, else "<replica>/0@<fingerprint[:8]>", else that with ".<k>" (k from 1).
+    """
+    plain = base_shard_id(replica)
+    if plain not in taken:
+        return plain
+    candidate = f"{plain}@{fingerprint_hex[:8]}"
+    k = 1
+    while candidate in taken:
+        candidate = f"{plain}@{fingerprint_hex[:8]}.{k}"
+        k += 1
+    return candidate
+
+
+class HasAliases(Protocol):
+    """Anything named in a catalog with aliases: a settings `Model`, a gateway `ModelRoute`."""
+
+    @property
+    def aliases(self) -> Iterable[str]: ...
+
+
+M = TypeVar("M", bound=HasAliases)
+
+
+def resolve_model(models: Mapping[str, M], name: str) -> M | None:
+    """The model of `models` (by catalog name) called `name` or having `name` as an alias; None for anything else.
+
+    The one alias resolution of llmgw: the gateway's routing (`RouteTable.resolve`) and the settings
+    (`Settings.resolve_model`, projects' model lists) both use it. An engine's own served name is not an alias.
+    """
+    model = models.get(name)
+    if model is not None:
+        return model
+    for candidate in models.values():
+        if name in candidate.aliases:
+            return candidate
+    return None
