@@ -21,6 +21,7 @@ from llmgw.store.records import (
     KeyCheck,
     Rejection,
     Reservation,
+    Settlement,
     UsageRecord,
     UsageRow,
 )
@@ -30,6 +31,6 @@ from llmgw.store.sqlite import SqliteStore
 __all__ = [
     "ADMIN_TOKEN_PREFIX", "API_KEY_PREFIX", "KEY_EXPIRED", "KEY_FAILURE_MESSAGES", "KEY_MALFORMED",
     "KEY_REVOKED", "KEY_UNKNOWN", "SCHEMA_VERSION", "STORE_FILE_NAME", "Allowance", "ApiKey", "Headroom",
-    "KeyCheck", "Rejection", "Reservation", "SqliteStore", "Store", "UsageRecord", "UsageRow", "open_store",
+    "KeyCheck", "Rejection", "Reservation", "Settlement", "SqliteStore", "Store", "UsageRecord", "UsageRow", "open_store",
     "store_url_for_state", "window_bounds",
 ]
