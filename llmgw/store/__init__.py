@@ -5,6 +5,7 @@ usage records and leases. `open_store(url)` gives a `Store`; SQLite (WAL) is the
 backend so far; PostgreSQL, for several control planes, will implement the same `Store` protocol.
 """
 
+from llmgw.store.boundary import StoreBoundary
 from llmgw.store.keys import ADMIN_TOKEN_PREFIX, API_KEY_PREFIX
 from llmgw.store.opening import STORE_FILE_NAME, open_store, store_url_for_state
 from llmgw.store.protocol import Store
@@ -26,11 +27,12 @@ from llmgw.store.records import (
     UsageRow,
 )
 from llmgw.store.schema import SCHEMA_VERSION
+from llmgw.store.spool import UsageSpool
 from llmgw.store.sqlite import SqliteStore
 
 __all__ = [
     "ADMIN_TOKEN_PREFIX", "API_KEY_PREFIX", "KEY_EXPIRED", "KEY_FAILURE_MESSAGES", "KEY_MALFORMED",
     "KEY_REVOKED", "KEY_UNKNOWN", "SCHEMA_VERSION", "STORE_FILE_NAME", "Allowance", "ApiKey", "Headroom",
-    "KeyCheck", "Rejection", "Reservation", "Settlement", "SqliteStore", "Store", "UsageRecord", "UsageRow", "open_store",
+    "KeyCheck", "Rejection", "Reservation", "Settlement", "SqliteStore", "Store", "StoreBoundary", "UsageRecord", "UsageRow", "UsageSpool", "open_store",
     "store_url_for_state", "window_bounds",
 ]

@@ -1,0 +1,151 @@
+"""A store that is locked or away never stalls the gateway, never costs an answer, and never loses or doubles usage.
+
+Another process's write lock is a second sqlite3 connection in `BEGIN IMMEDIATE` on the same file: every write of
+the gateway's store then waits for its busy timeout. The stores here wait 30 s (STUCK): a request that waited on
+the store would run into the tests' 10 s deadlines.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from contextlib import contextmanager
+
+import httpx
+import openai
+import pytest
+import trio
+from gateway_harness import ProjectPolicy, QuotaLimits, make_table, replica, start_engine, start_gateway
+
+from llmgw.store import open_store
+
+STUCK = 30.0
+MESSAGES = [{"role": "user", "content": "hello there"}]
+
+
+@contextmanager
+def write_lock(path):
+    """Hold the SQLite file's write lock, as another process writing would, until the block ends."""
+    locker = sqlite3.connect(path, isolation_level=None)
+    locker.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    finally:
+        locker.execute("ROLLBACK")
+        locker.close()
+
+
+@pytest.fixture
+def store_file(tmp_path):
+    return tmp_path / "store.db"
+
+
+@pytest.fixture
+def opened():
+    """Open stores with `opened(path, busy_timeout=...)`; each is closed when the test ends."""
+    stores = []
+
+    def open_one(path, **kwargs):
+        stores.append(open_store(path, **kwargs))
+        return stores[-1]
+
+    yield open_one
+    for store in stores:
+        store.close()
+
+
+def projects(concurrent: int | None = None) -> dict[str, ProjectPolicy]:
+    return {
+        "free": ProjectPolicy("free", "t", "o"),
+        "metered": ProjectPolicy("metered", "t", "o",
+                                 quotas=(("project:metered", QuotaLimits(concurrent_requests=concurrent or 1)),)),
+    }
+
+
+async def wait_for_usage(store, count: int) -> list:
+    with trio.fail_after(10):
+        while len(records := store.recent_usage(limit=1000)) < count:
+            await trio.sleep(0.05)
+    return records
+
+
+async def test_health_and_requests_needing_no_store_write_are_answered_while_the_store_is_locked(
+        nursery, store_file, opened):
+    store = opened(store_file, busy_timeout=STUCK)
+    _engine, url = await start_engine(nursery)
+    gateway, base = await start_gateway(nursery, store, make_table({"gemma": [replica("g-1", url)]},
+                                                                   projects=projects()), settle_wait=0.2)
+    _key, cached = store.create_api_key("free")
+    _key, fresh = store.create_api_key("free")
+    client = openai.AsyncOpenAI(base_url=base, api_key=cached, max_retries=0)
+    await client.chat.completions.create(model="gemma", messages=MESSAGES)  # the key is now cached
+
+    with write_lock(store_file):
+        with trio.fail_after(10):
+            async with httpx.AsyncClient() as raw:
+                assert (await raw.get(base.removesuffix("/v1") + "/health")).status_code == 200
+            answers = []
+            for plaintext in (cached, fresh, cached):  # a key not cached yet is read past the lock (WAL)
+                other = openai.AsyncOpenAI(base_url=base, api_key=plaintext, max_retries=0)
+                answers.append(await other.chat.completions.create(model="gemma", messages=MESSAGES))
+            async with httpx.AsyncClient() as raw:  # while three settlements wait on the lock in worker threads
+                assert (await raw.get(base.removesuffix("/v1") + "/health")).status_code == 200
+        assert all(a.choices[0].message.content for a in answers)
+        assert len(store.recent_usage(limit=100)) == 1  # the three wait in the spool
+        assert gateway.accounting.boundary.statistics()["pending"] == 3
+
+    records = await wait_for_usage(store, 4)
+    await trio.sleep(2.5)  # two more retry rounds: nothing is written twice
+    assert len(store.recent_usage(limit=100)) == 4
+    assert [r.status for r in records] == [200] * 4
+    assert gateway.accounting.boundary.statistics()["pending"] == 0
+
+
+async def test_a_request_that_needs_a_reservation_gets_503_with_retry_after_while_the_store_is_locked(
+        nursery, store_file, opened):
+    store = opened(store_file, busy_timeout=0.3)
+    _engine, url = await start_engine(nursery)
+    _gateway, base = await start_gateway(nursery, store, make_table({"gemma": [replica("g-1", url)]},
+                                                                    projects=projects()), settle_wait=0.2)
+    _key, plaintext = store.create_api_key("metered")
+    client = openai.AsyncOpenAI(base_url=base, api_key=plaintext, max_retries=0)
+    with write_lock(store_file):
+        with pytest.raises(openai.InternalServerError) as refused:
+            await client.chat.completions.create(model="gemma", messages=MESSAGES)
+    assert refused.value.status_code == 503
+    assert int(refused.value.response.headers["retry-after"]) >= 1
+    error = refused.value.response.json()["error"]
+    assert error["type"] == "service_unavailable" and error["code"] == "store_unavailable"
+    assert "store" in error["message"]
+    records = await wait_for_usage(store, 1)
+    assert [r.status for r in records] == [503]
+    await client.chat.completions.create(model="gemma", messages=MESSAGES)  # the store is back: admitted
+
+
+async def test_a_stream_whose_settle_meets_a_locked_store_ends_normally_and_its_slot_is_freed_afterwards(
+        nursery, store_file, opened):
+    store = opened(store_file, busy_timeout=STUCK)
+    engine, url = await start_engine(nursery, token_delay=0.05)
+    gateway, base = await start_gateway(nursery, store, make_table({"gemma": [replica("g-1", url)]},
+                                                                   projects=projects(concurrent=1)), settle_wait=0.2)
+    _key, plaintext = store.create_api_key("metered")
+    client = openai.AsyncOpenAI(base_url=base, api_key=plaintext, max_retries=0)
+    stream = await client.chat.completions.create(model="gemma", messages=MESSAGES, stream=True, max_tokens=10,
+                                                  stream_options={"include_usage": True})
+    chunks = []
+    with trio.fail_after(10):
+        async for chunk in stream:
+            chunks.append(chunk)
+            if len(chunks) == 2:
+                locked = write_lock(store_file)
+                locked.__enter__()  # the reservation is taken; the settlement will meet the lock
+    try:
+        assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 10
+        assert gateway.accounting.boundary.statistics()["pending"] == 1
+    finally:
+        locked.__exit__(None, None, None)
+    records = await wait_for_usage(store, 1)
+    assert [(r.status, r.completion_tokens) for r in records] == [(200, 10)]
+    with trio.fail_after(10):  # the one concurrency slot is free again
+        answer = await client.chat.completions.create(model="gemma", messages=MESSAGES, max_tokens=2)
+    assert answer.usage.completion_tokens == 2
+    assert engine.stats.processing == 0
