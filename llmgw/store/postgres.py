@@ -91,7 +91,7 @@ class PostgresStore(SqlStore):
             with psycopg.connect(url, autocommit=True, connect_timeout=max(1, round(connect_timeout))) as conn:
                 self.schema_version = self._open_schema(conn, migrate)
         except psycopg.Error as exc:
-            raise StoreError(f"Cannot open the store {self.url}: {self._scrub(exc)}; check that PostgreSQL runs "
+            raise StoreError(f"Cannot open the store {self.url} ({self._scrub(exc)}); check that PostgreSQL runs "
                              "there and that the URL's user, password and database are right.") from exc
         self._pool = ConnectionPool(url, min_size=1, max_size=pool_size, open=False, name="llmgw-store",
                                     timeout=busy_timeout, configure=self._configure,
@@ -126,7 +126,7 @@ class PostgresStore(SqlStore):
         self._pool.close()
 
     def _scrub(self, exc: BaseException) -> str:
-        text = str(exc).strip()
+        text = " ".join(str(exc).split())  # libpq's messages run over several lines
         if self._password:
             text = text.replace(self._password, REDACTED)
         return text
