@@ -149,3 +149,52 @@ async def test_a_stream_whose_settle_meets_a_locked_store_ends_normally_and_its_
         answer = await client.chat.completions.create(model="gemma", messages=MESSAGES, max_tokens=2)
     assert answer.usage.completion_tokens == 2
     assert engine.stats.processing == 0
+
+
+@pytest.fixture
+def postgres_url():
+    """A PostgreSQL schema of this test's own (see tests/store/conftest.py); dropped at the end."""
+    import os
+    import secrets
+
+    import psycopg
+
+    base = os.environ.get("LLMGW_TEST_POSTGRES", "postgresql://127.0.0.1:5432/test")
+    name = "llmgw_test_" + secrets.token_hex(6)
+    with psycopg.connect(base, autocommit=True, connect_timeout=5) as conn:
+        conn.execute(f"CREATE SCHEMA {name}")
+    yield f"{base}{'&' if '?' in base else '?'}options=-csearch_path%3D{name}"
+    with psycopg.connect(base, autocommit=True, connect_timeout=5) as conn:
+        conn.execute(f"DROP SCHEMA {name} CASCADE")
+
+
+async def test_a_gateway_on_postgresql_answers_while_usage_is_locked_and_writes_it_once_afterwards(
+        nursery, postgres_url, tmp_path):
+    import psycopg
+
+    store = open_store(postgres_url, busy_timeout=STUCK)
+    try:
+        _engine, url = await start_engine(nursery)
+        gateway, base = await start_gateway(nursery, store, make_table({"gemma": [replica("g-1", url)]},
+                                                                       projects=projects(concurrent=1)),
+                                            settle_wait=0.2, spool_dir=tmp_path / "spool")
+        _key, plaintext = store.create_api_key("metered")
+        client = openai.AsyncOpenAI(base_url=base, api_key=plaintext, max_retries=0)
+        with psycopg.connect(postgres_url) as locker:  # another session holds the usage table
+            locker.execute("LOCK TABLE usage IN ACCESS EXCLUSIVE MODE")
+            with trio.fail_after(10):
+                first = await client.chat.completions.create(model="gemma", messages=MESSAGES, max_tokens=3)
+                assert gateway.accounting.boundary.statistics()["pending"] == 1
+                with pytest.raises(openai.RateLimitError):  # its one slot is freed when the store takes the usage
+                    await client.chat.completions.create(model="gemma", messages=MESSAGES, max_tokens=3)
+            locker.rollback()
+        assert first.usage.completion_tokens == 3
+        records = await wait_for_usage(store, 2)
+        with trio.fail_after(10):
+            second = await client.chat.completions.create(model="gemma", messages=MESSAGES, max_tokens=3)
+        assert second.usage.completion_tokens == 3
+        await trio.sleep(2.5)
+        assert sorted(r.status for r in store.recent_usage()) == [200, 200, 429]
+        assert [r.status for r in records if r.status == 200] == [200]
+    finally:
+        store.close()
