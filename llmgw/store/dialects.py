@@ -3,7 +3,8 @@
 The statements of `keys`, `quotas` and `usage` are written once, in the SQL that SQLite (>= 3.35) and PostgreSQL
 (>= 13) both speak (`INSERT ... ON CONFLICT`, `DELETE ... RETURNING`, row values), with `?` placeholders. A
 `SqlConnection` runs them on one backend: `SqliteSql` hands them to `sqlite3` as they are; `PostgresSql` turns
-`?` into psycopg's `%s` (no statement of ours holds a literal `?` or `%`). What differs beyond placeholders is
+`?` into psycopg's `%s` (no statement of ours holds a literal `?` or `%`). "How many rows" is asked with
+`RETURNING`, never `rowcount`. What differs beyond placeholders is
 named here and nowhere else:
 
 - `day_expression`: the UTC day ("YYYY-MM-DD") of the epoch-seconds column `time`.
@@ -28,7 +29,7 @@ class SqlConnection(Protocol):
     day_expression: str
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
-        """Run one statement; the result has `fetchone()`, `fetchall()` and `rowcount`."""
+        """Run one statement; its result has `fetchone()` and `fetchall()`."""
 
     def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
         """Run one statement once per row of parameters."""

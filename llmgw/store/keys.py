@@ -69,11 +69,12 @@ def insert_api_key(conn: SqlConnection, project: str, name: str | None, expires_
     for _attempt in range(8):
         key_id = "key_" + secrets.token_hex(4)
         inserted = conn.execute(
-            f"INSERT INTO api_keys ({_KEY_COLUMNS}, hash) VALUES (?, ?, ?, ?, ?, ?, NULL, ?) ON CONFLICT DO NOTHING",
+            f"INSERT INTO api_keys ({_KEY_COLUMNS}, hash) VALUES (?, ?, ?, ?, ?, ?, NULL, ?) ON CONFLICT DO NOTHING "
+            "RETURNING id",
             (key_id, project, name, plaintext[: len(API_KEY_PREFIX) + _DISPLAY_CHARS], now, expires_at,
              digest(plaintext)),
-        ).rowcount
-        if not inserted:
+        ).fetchone()
+        if inserted is None:
             continue  # id collision (1 in 4 billion): draw another id
         return ApiKey(key_id, project, name, plaintext[: len(API_KEY_PREFIX) + _DISPLAY_CHARS], now, expires_at), plaintext
     raise StoreError("Could not draw a free API key id after 8 attempts; the api_keys table looks corrupt.")

@@ -1,7 +1,8 @@
 """`PostgresStore`: the runtime store in a PostgreSQL database, shared by several control planes.
 
 psycopg 3 with a psycopg_pool connection pool (connections in autocommit; a write is one explicit transaction,
-`BEGIN ... COMMIT`, a read one statement). Every method of `SqlStore` runs its statements as they run on SQLite
+`BEGIN ... COMMIT`, a read one statement; psycopg's pipeline mode was measured slower here: 612 against 553 µs
+of client CPU per reserve + settle, bench/store_reserve_settle.py). Every method of `SqlStore` runs its statements as they run on SQLite
 (see `dialects`); reservations of one quota scope are serialised by a row lock on that scope (`quota_scopes`),
 settles and releases touch only their own reservation row and add to windows with `INSERT ... ON CONFLICT DO
 UPDATE`, leases are one conditional upsert: no read-then-write race between control planes.

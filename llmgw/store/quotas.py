@@ -77,12 +77,6 @@ def _periods(limits: QuotaLimits) -> list[str]:
     return periods
 
 
-def _active_slots(conn: SqlConnection, scope: str, now: float) -> int:
-    return int(conn.execute(
-        "SELECT count(*) FROM quota_slots WHERE scope = ? AND expires_at > ?", (scope, now)
-    ).fetchone()[0])
-
-
 @dataclass
 class Snapshot:
     """Usage of every limited window and the slot count of the scopes of one request, at `now`.
@@ -123,16 +117,20 @@ def empty_snapshot(scopes: Sequence[tuple[str, QuotaLimits]], now: float) -> Sna
 def read_snapshot(conn: SqlConnection, scopes: Sequence[tuple[str, QuotaLimits]], now: float) -> Snapshot:
     """Read the windows and slot counts of `scopes` at `now` (one SELECT for the windows, one per slot scope)."""
     snapshot = empty_snapshot(scopes, now)
-    for scope in snapshot.slots:
-        snapshot.slots[scope] = _active_slots(conn, scope, now)
+    counts = {scope: conn.execute("SELECT count(*) FROM quota_slots WHERE scope = ? AND expires_at > ?", (scope, now))
+              for scope in snapshot.slots}
+    windows = None
     if snapshot.windows:
         keys = [(scope, period, start) for (scope, period), (start, _e, _u) in snapshot.windows.items()]
-        rows = conn.execute(
+        windows = conn.execute(
             "SELECT scope, period, requests, tokens, cost FROM quota_windows WHERE (scope, period, start) IN "
             f"(VALUES {', '.join(['(?, ?, ?)'] * len(keys))})",
             [value for key in keys for value in key],
-        ).fetchall()
-        for scope, period, requests, tokens, cost in rows:
+        )
+    for scope, result in counts.items():
+        snapshot.slots[scope] = int(result.fetchone()[0])
+    if windows is not None:
+        for scope, period, requests, tokens, cost in windows.fetchall():
             start, end, _usage = snapshot.windows[(scope, period)]
             snapshot.windows[(scope, period)] = (start, end, (int(requests), int(tokens), float(cost)))
     return snapshot
@@ -283,8 +281,8 @@ def close(conn: SqlConnection, reservation_id: str, actual: tuple[int, float] | 
 
 def renew(conn: SqlConnection, reservation_id: str, now: float, slot_ttl: float) -> int:
     """Push the expiry of a reservation's slots to `now + slot_ttl`; returns how many slots it still holds."""
-    return conn.execute("UPDATE quota_slots SET expires_at = ? WHERE reservation_id = ?",
-                        (now + slot_ttl, reservation_id)).rowcount
+    return len(conn.execute("UPDATE quota_slots SET expires_at = ? WHERE reservation_id = ? RETURNING scope",
+                            (now + slot_ttl, reservation_id)).fetchall())
 
 
 def prune(conn: SqlConnection, now: float) -> None:

@@ -177,14 +177,15 @@ class SqlStore:
         if settlement.usage is None and settlement.reservation_id is None:
             return True
         with self._write() as conn:
-            if settlement.usage is not None and not usage_table.insert_usage(conn, settlement.usage,
-                                                                              settlement.entry_id):
-                return False  # applied before: its reservation was closed in that same transaction
+            # Applied before: the usage insert writes nothing, and the reservation is gone already (closed in that
+            # same first transaction), so closing it again changes nothing either.
+            inserted = (usage_table.insert_usage(conn, settlement.usage, settlement.entry_id)
+                        if settlement.usage is not None else None)
             if settlement.reservation_id is not None:
                 actual = None if settlement.actual_tokens is None else (int(settlement.actual_tokens),
                                                                         float(settlement.actual_cost))
                 quotas.close(conn, settlement.reservation_id, actual, settlement.time, settlement.has_slots)
-            return True
+            return inserted is None or inserted.fetchone() is not None
 
     # -- usage -------------------------------------------------------------------------------------------------
     def record_usage(self, record: UsageRecord) -> None:
@@ -209,13 +210,14 @@ class SqlStore:
             return conn.execute(
                 "INSERT INTO leases (name, holder, expires_at) VALUES (?, ?, ?) ON CONFLICT (name) "
                 "DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at "
-                "WHERE leases.holder = excluded.holder OR leases.expires_at <= ?",
+                "WHERE leases.holder = excluded.holder OR leases.expires_at <= ? RETURNING holder",
                 (name, holder, now + ttl_seconds, now),
-            ).rowcount > 0
+            ).fetchone() is not None
 
     def release_lease(self, name: str, holder: str) -> bool:
         with self._write() as conn:
-            return conn.execute("DELETE FROM leases WHERE name = ? AND holder = ?", (name, holder)).rowcount > 0
+            return conn.execute("DELETE FROM leases WHERE name = ? AND holder = ? RETURNING name",
+                                (name, holder)).fetchone() is not None
 
     def lease_holder(self, name: str, now: float | None = None) -> str | None:
         with self._read() as conn:

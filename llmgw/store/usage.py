@@ -14,20 +14,21 @@ GROUPINGS = ("model", "project", "day")
 _GROUP_COLUMNS = {"model": "model", "project": "project"}
 
 
-def insert_usage(conn: SqlConnection, record: UsageRecord, request_id: str | None = None) -> bool:
-    """Append `record` to the usage table; False (nothing written) when a row with `request_id` is there already.
+def insert_usage(conn: SqlConnection, record: UsageRecord, request_id: str | None = None):
+    """Append `record` to the usage table, unless a row with `request_id` is there already.
 
     `request_id` is the record's idempotency id (a spool entry's id): the same id is written at most once.
-    None: no deduplication.
+    None: no deduplication. Returns the statement's result, not yet read: its `fetchone()` is None when nothing
+    was written (reading it waits for the database; a caller that does not need to know never reads it).
     """
     return conn.execute(
         "INSERT INTO usage (time, project, key_id, model, replica, node, prompt_tokens, completion_tokens, "
         "cached_tokens, ttft_seconds, duration_seconds, status, cost, request_id) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (request_id) DO NOTHING",
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (request_id) DO NOTHING RETURNING id",
         (record.time, record.project, record.key_id, record.model, record.replica, record.node,
          int(record.prompt_tokens), int(record.completion_tokens), int(record.cached_tokens),
          record.ttft_seconds, float(record.duration_seconds), int(record.status), float(record.cost), request_id),
-    ).rowcount > 0
+    )
 
 
 def _filter(project: str | None, since: float | None) -> tuple[str, list]:
