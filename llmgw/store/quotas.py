@@ -208,17 +208,13 @@ def reserve(conn: SqlConnection, scopes: Sequence[tuple[str, QuotaLimits]], esti
     if isinstance(decision, Rejection):
         return decision
     charges = decision
-    conn.executemany(
-        "INSERT INTO quota_windows (scope, period, start, requests, tokens, cost) VALUES (?, ?, ?, 1, ?, ?) "
-        "ON CONFLICT (scope, period, start) DO UPDATE SET requests = quota_windows.requests + 1, "
-        "tokens = quota_windows.tokens + excluded.tokens, cost = quota_windows.cost + excluded.cost",
-        [(c.scope, c.period, c.start, c.tokens, c.cost) for c in charges],
-    )
+    _add_to_windows(conn, [(c.scope, c.period, c.start, 1, c.tokens, c.cost) for c in charges])
     slot_scopes = tuple(scope for scope, limits in limited if limits.concurrent_requests is not None)
     if slot_scopes:
-        conn.executemany(
-            "INSERT INTO quota_slots (reservation_id, scope, expires_at) VALUES (?, ?, ?)",
-            [(reservation_id, scope, now + slot_ttl) for scope in slot_scopes],
+        conn.execute(
+            "INSERT INTO quota_slots (reservation_id, scope, expires_at) VALUES "
+            + ", ".join(["(?, ?, ?)"] * len(slot_scopes)),
+            [value for scope in slot_scopes for value in (reservation_id, scope, now + slot_ttl)],
         )
     conn.execute(
         "INSERT INTO quota_reservations (id, created_at, state, estimated_tokens, estimated_cost, charges) "
@@ -270,13 +266,22 @@ def close(conn: SqlConnection, reservation_id: str, actual: tuple[int, float] | 
         conn.execute("DELETE FROM quota_slots WHERE reservation_id = ?", (reservation_id,))
     if row is None:
         return False
-    conn.executemany(
-        "INSERT INTO quota_windows (scope, period, start, requests, tokens, cost) VALUES (?, ?, ?, 0, ?, ?) "
-        "ON CONFLICT (scope, period, start) DO UPDATE SET tokens = quota_windows.tokens + excluded.tokens, "
-        "cost = quota_windows.cost + excluded.cost",
-        closing_deltas(json.loads(row[0]), actual, now),
-    )
+    _add_to_windows(conn, [(scope, period, start, 0, tokens, cost)
+                           for scope, period, start, tokens, cost in closing_deltas(json.loads(row[0]), actual, now)])
     return True
+
+
+def _add_to_windows(conn: SqlConnection, rows: list[tuple[str, str, float, int, int, float]]) -> None:
+    """Add (requests, tokens, cost) to the windows (scope, period, start) of `rows`, creating missing ones: one
+    statement for all rows (keys distinct, sorted by the callers so that every transaction locks rows in one order)."""
+    if rows:
+        conn.execute(
+            "INSERT INTO quota_windows (scope, period, start, requests, tokens, cost) VALUES "
+            + ", ".join(["(?, ?, ?, ?, ?, ?)"] * len(rows))
+            + " ON CONFLICT (scope, period, start) DO UPDATE SET requests = quota_windows.requests + excluded.requests, "
+            "tokens = quota_windows.tokens + excluded.tokens, cost = quota_windows.cost + excluded.cost",
+            [value for row in rows for value in row],
+        )
 
 
 def renew(conn: SqlConnection, reservation_id: str, now: float, slot_ttl: float) -> int:
