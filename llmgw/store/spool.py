@@ -28,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import fcntl
 import json
+import logging
 import os
 import threading
 from pathlib import Path
@@ -37,6 +38,8 @@ from llmgw.store.records import Settlement, UsageRecord
 
 SPOOL_FILE_NAME = "usage.spool"
 COMPACT_BYTES = 4 * 1024 * 1024
+
+log = logging.getLogger("llmgw.store")
 
 
 def encode_settlement(settlement: Settlement) -> bytes:
@@ -86,6 +89,9 @@ class UsageSpool:
             raise StoreError(f"The usage spool {self.path} is in use by another process; give each gateway "
                              "process its own state directory.") from exc
         self._size = self._load()
+        if self.damaged_lines:
+            log.warning("The usage spool %s had %d unreadable lines; they were skipped (the rest is kept).",
+                        self.path, self.damaged_lines)
 
     def _load(self) -> int:
         """Read every line, cut a torn last line off, and keep what is not done; returns the file size."""

@@ -198,3 +198,20 @@ async def test_a_gateway_on_postgresql_answers_while_usage_is_locked_and_writes_
         assert [r.status for r in records if r.status == 200] == [200]
     finally:
         store.close()
+
+
+async def test_usage_a_crashed_gateway_left_in_its_spool_is_written_once_when_the_next_one_starts(
+        nursery, store_file, opened):
+    from llmgw.store import Settlement, UsageRecord, UsageSpool
+
+    store = opened(store_file)
+    left = UsageSpool(store_file.with_name(store_file.name + ".spool"))  # where a gateway on this store spools
+    record = UsageRecord(project="free", model="gemma", time=1_800_000_000.0, prompt_tokens=7, completion_tokens=9)
+    left.append(Settlement(entry_id="stl_left_by_a_crash", time=record.time, usage=record))
+    left.close()  # the crashed gateway never told the store
+    assert store.recent_usage() == []
+    _engine, url = await start_engine(nursery)
+    await start_gateway(nursery, store, make_table({"gemma": [replica("g-1", url)]}, projects=projects()))
+    assert await wait_for_usage(store, 1) == [record]
+    await trio.sleep(1.5)
+    assert store.recent_usage() == [record]

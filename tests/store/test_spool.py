@@ -117,3 +117,19 @@ def test_a_second_opening_of_a_spool_in_use_is_refused_with_a_sentence(tmp_path:
         UsageSpool(tmp_path)
     first.close()
     UsageSpool(tmp_path).close()
+
+
+def test_an_unreadable_line_in_the_middle_is_skipped_counted_and_the_others_kept(tmp_path: Path, caplog) -> None:
+    spool = UsageSpool(tmp_path)
+    spool.append(settlement("stl_a"))
+    spool.close()
+    with open(tmp_path / "usage.spool", "ab") as handle:
+        handle.write(b"not json at all\n")
+    spool = UsageSpool(tmp_path)
+    spool.append(settlement("stl_b"))
+    spool.close()
+    with caplog.at_level("WARNING", logger="llmgw.store"):
+        again = UsageSpool(tmp_path)
+    assert [s.entry_id for s in again.pending()] == ["stl_a", "stl_b"]
+    assert again.statistics()["damaged_lines"] == 1 and "1 unreadable lines" in caplog.text
+    again.close()
