@@ -25,7 +25,6 @@ time: it holds an exclusive `flock` on the file while open.
 
 from __future__ import annotations
 
-import dataclasses
 import fcntl
 import json
 import logging
@@ -44,7 +43,10 @@ log = logging.getLogger("llmgw.store")
 
 def encode_settlement(settlement: Settlement) -> bytes:
     """One spool line (with its `\\n`) for `settlement`."""
-    return json.dumps({"settle": dataclasses.asdict(settlement)}, separators=(",", ":")).encode() + b"\n"
+    fields = dict(vars(settlement))  # the fields of both dataclasses are plain values: no deep copy needed
+    if settlement.usage is not None:
+        fields["usage"] = vars(settlement.usage)
+    return json.dumps({"settle": fields}, separators=(",", ":")).encode() + b"\n"
 
 
 def decode_line(line: bytes) -> Settlement | str:
