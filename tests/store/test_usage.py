@@ -93,8 +93,8 @@ def test_a_record_survives_the_process_being_killed_right_after_record_usage(sto
         store.close()
 
 
-def test_every_record_acknowledged_before_a_kill_from_outside_is_kept(store_path: Path) -> None:
-    child = subprocess.Popen([sys.executable, "-c", KILLED_RIGHT_AFTER, str(store_path), "100000"],
+def test_every_record_acknowledged_before_a_kill_from_outside_is_kept(store_url: str) -> None:
+    child = subprocess.Popen([sys.executable, "-c", KILLED_RIGHT_AFTER, store_url, "100000"],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     acknowledged = -1
     assert child.stdout is not None
@@ -104,7 +104,7 @@ def test_every_record_acknowledged_before_a_kill_from_outside_is_kept(store_path
             os.kill(child.pid, signal.SIGKILL)
             break
     child.wait(timeout=30)
-    store = open_store(store_path)
+    store = open_store(store_url)
     try:
         kept = store.query_usage(by="project")[0].requests
         assert kept >= acknowledged + 1
