@@ -152,3 +152,32 @@ def test_the_store_named_by_llmgw_yaml_opens_with_its_password_from_a_named_secr
     override = open_store_from_settings(by_url, tmp_path, override_url=tmp_path / "other.sqlite3")
     assert override.dialect == "sqlite"
     override.close()
+
+
+def test_keys_made_by_the_cli_in_postgresql_authenticate_and_usage_is_summed_there(postgres_schema: str) -> None:
+    import json
+
+    import click
+
+    from llmgw.cli import keys_cmds
+    from llmgw.store import UsageRecord
+
+    @click.group()
+    def group() -> None:
+        """Stand-in."""
+
+    keys_cmds.register(group)
+    url = schema_url(postgres_schema)
+    created = CliRunner().invoke(group, ["keys", "create", "--store", url, "--project", "chat", "--json"],
+                                 catch_exceptions=False)
+    assert created.exit_code == 0, created.output
+    plaintext = json.loads(created.stdout)["key"]
+    store = open_store(url)
+    try:
+        assert store.authenticate(plaintext).project == "chat"
+        store.record_usage(UsageRecord("chat", "gemma", NOW, prompt_tokens=3, completion_tokens=4, status=500))
+    finally:
+        store.close()
+    usage = CliRunner().invoke(group, ["usage", "--store", url, "--by", "day", "--json"], catch_exceptions=False)
+    rows = json.loads(usage.stdout)["rows"]
+    assert [(r["group"], r["requests"], r["errors"], r["prompt_tokens"]) for r in rows] == [("2027-01-15", 1, 1, 3)]
