@@ -4,7 +4,8 @@ Endpoints: GET /v1/models, GET /v1/models/{model}, POST /v1/chat/completions, /v
 GET /metrics (Prometheus), GET /health. A proxied request goes: key (store) -> body (JSON, size limit) -> model
 (catalog names and aliases only) -> project allowlist -> serving stopped? -> ready replicas? -> quota reservation
 (store) -> forward and relay (proxying) -> settle with the real usage and record it (spooled, then one store
-transaction, waited for at most `settle_wait` before the response ends). Store calls run in worker threads. The concurrency slot is released on success, error, cancellation and client disconnect.
+transaction, waited for at most `settle_wait` before the response ends). Store calls run in worker threads
+(accounting.Accounting). The concurrency slot is released on success, error, cancellation and client disconnect.
 
 Limits of our own, stated: request bodies up to `RouteTable.max_request_body_bytes` (default 10 MiB); upstream
 connect 5 s, response head 600 s, silence between two body reads 300 s (`upstream.Timeouts`); no limit on a
@@ -20,6 +21,7 @@ from pathlib import Path
 import trio
 
 from llmgw.gateway.accounting import (
+    DEFAULT_SETTLE_WAIT,
     Accounting,
     cost_of,
     estimate_completion_tokens,
@@ -68,11 +70,10 @@ class Gateway:
     """
 
     def __init__(self, store, table: RouteTable, *, registry=None, timeouts: Timeouts = Timeouts(),
-                 spool_dir: str | Path | None = None, settle_wait: float | None = None,
+                 spool_dir: str | Path | None = None, settle_wait: float = DEFAULT_SETTLE_WAIT,
                  health_interval: float = HEALTH_INTERVAL, key_cache_seconds: float = KEY_CACHE_SECONDS):
         self.store = store
-        self.accounting = Accounting(store, spool_dir, **({} if settle_wait is None else
-                                                          {"settle_wait": settle_wait}))
+        self.accounting = Accounting(store, spool_dir, settle_wait=settle_wait)
         self.table = table
         self.metrics = GatewayMetrics(registry)
         self.balancer = Balancer()
