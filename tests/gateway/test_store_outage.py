@@ -16,6 +16,7 @@ import pytest
 import trio
 from gateway_harness import ProjectPolicy, QuotaLimits, make_table, replica, start_engine, start_gateway
 
+from llmgw.errors import TemporaryError
 from llmgw.store import open_store
 
 STUCK = 30.0
@@ -215,3 +216,86 @@ async def test_usage_a_crashed_gateway_left_in_its_spool_is_written_once_when_th
     assert await wait_for_usage(store, 1) == [record]
     await trio.sleep(1.5)
     assert store.recent_usage() == [record]
+
+
+async def _tcp_proxy(port: int, target_port: int, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+    """Forward 127.0.0.1:`port` to 127.0.0.1:`target_port` until cancelled (which drops every connection)."""
+    async def pipe(source, sink) -> None:
+        try:
+            while data := await source.receive_some(65536):
+                await sink.send_all(data)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+        finally:
+            await sink.aclose()
+
+    async def handle(client) -> None:
+        try:
+            server = await trio.open_tcp_stream("127.0.0.1", target_port)
+        except OSError:
+            await client.aclose()
+            return
+        async with trio.open_nursery() as both:
+            both.start_soon(pipe, client, server)
+            both.start_soon(pipe, server, client)
+
+    await trio.serve_tcp(handle, port, host="127.0.0.1", task_status=task_status)
+
+
+async def test_a_postgresql_that_goes_away_costs_new_admissions_a_503_and_admitted_answers_nothing(
+        nursery, postgres_url, tmp_path):
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(postgres_url)
+    with trio.socket.socket() as probe:
+        await probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    via_proxy = postgres_url.replace(parts.netloc, f"{parts.hostname}:{port}", 1)
+    proxy = trio.CancelScope()
+
+    async def run_proxy(task_status=trio.TASK_STATUS_IGNORED) -> None:
+        with proxy:
+            await _tcp_proxy(port, parts.port or 5432, task_status=task_status)
+
+    await nursery.start(run_proxy)
+    # every call of the test's own goes through the proxy, which runs on this event loop: from a thread
+    store = await trio.to_thread.run_sync(lambda: open_store(via_proxy, busy_timeout=1.0))
+    try:
+        engine, url = await start_engine(nursery, token_delay=0.05)
+        gateway, base = await start_gateway(nursery, store, make_table({"gemma": [replica("g-1", url)]},
+                                                                       projects=projects(concurrent=1)),
+                                            settle_wait=0.2, spool_dir=tmp_path / "spool")
+        _key, plaintext = await trio.to_thread.run_sync(store.create_api_key, "metered")
+        client = openai.AsyncOpenAI(base_url=base, api_key=plaintext, max_retries=0)
+        await client.chat.completions.create(model="gemma", messages=MESSAGES, max_tokens=2)
+        stream = await client.chat.completions.create(model="gemma", messages=MESSAGES, stream=True, max_tokens=8,
+                                                      stream_options={"include_usage": True})
+        chunks = []
+        with trio.fail_after(15):
+            async for chunk in stream:
+                chunks.append(chunk)
+                if len(chunks) == 2:
+                    proxy.cancel()  # the database is gone: every connection dropped, nothing listens
+            assert chunks[-1].usage.completion_tokens == 8  # the admitted answer arrived whole
+            with pytest.raises(openai.InternalServerError) as refused:
+                await client.chat.completions.create(model="gemma", messages=MESSAGES, max_tokens=2)
+        assert refused.value.status_code == 503 and int(refused.value.response.headers["retry-after"]) >= 1
+        assert gateway.accounting.boundary.statistics()["pending"] == 2  # the stream's usage and the 503
+        proxy = trio.CancelScope()
+        await nursery.start(run_proxy)  # the database is back
+        with trio.fail_after(40):
+            while True:
+                try:  # the pool reconnects in the background: until then the test's own reads fail too
+                    if len(await trio.to_thread.run_sync(lambda: store.recent_usage(limit=100))) >= 3:
+                        break
+                except TemporaryError:
+                    pass
+                await trio.sleep(0.2)
+            answer = await client.chat.completions.create(model="gemma", messages=MESSAGES, max_tokens=2)
+        assert answer.usage.completion_tokens == 2  # the stream's concurrency slot was freed
+        await trio.sleep(1.5)
+        statuses = sorted(r.status for r in await trio.to_thread.run_sync(lambda: store.recent_usage(limit=100)))
+        assert statuses == [200, 200, 200, 503]
+        assert engine.stats.processing == 0
+    finally:
+        await trio.to_thread.run_sync(store.close)
