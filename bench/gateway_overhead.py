@@ -1,6 +1,7 @@
 """What the gateway adds: latency p50/p99 and requests/s through llmgw, directly, and through LiteLLM's proxy.
 
     .venv/bin/python bench/gateway_overhead.py [--seconds 3] [--concurrency 1,16,64] [--no-litellm]
+        [--postgres URL | --no-postgres]
 
 One run starts, each in its own process: a fast mock engine (asyncio, fixed chat-completion answer with usage) on
 loopback; the llmgw gateway in front of it (SQLite store in a temporary directory, an API key, a project with a
@@ -11,6 +12,12 @@ The load generator is a raw keep-alive HTTP/1.1 client (asyncio), one connection
 own cost stays small. For each target and concurrency: p50/p99 latency, requests/s, the server's CPU per request
 (from /proc, gateway or LiteLLM process only), then the gateway's added p50/p99 over direct and its throughput
 ratio over LiteLLM. Targets (issue 5): added p50 <= 1 ms; >= 3x LiteLLM's requests/s.
+
+The same gateway also runs a second time, its store on PostgreSQL ("gateway-pg": a schema of its own in the
+database of --postgres, default postgresql://127.0.0.1:5432/test, dropped at the end; usage spool in the temporary
+directory), in the same run: its CPU per request beside the SQLite gateway's (target, issue 10: at most 1.3x),
+and the CPU the PostgreSQL server processes spent per request (every `postgres` process on this machine, so other
+users of the database count too).
 """
 
 from __future__ import annotations
@@ -70,23 +77,23 @@ def run_mock(port: int) -> None:
     asyncio.run(main())
 
 
-# ---------------------------------------------------------------- gateway (subprocess: `gateway PORT MOCK_PORT DIR`)
-def run_gateway(port: int, mock_port: int, state_dir: str) -> None:
+# ---------------------------------------------------------------- gateway (subprocess: `gateway PORT MOCK_PORT DIR [STORE]`)
+def run_gateway(port: int, mock_port: int, state_dir: str, store_url: str | None = None) -> None:
     import trio
 
     from llmgw.gateway import Gateway
     from llmgw.routes import ModelRoute, ProjectPolicy, QuotaLimits, ReplicaRoute, RouteTable
     from llmgw.store import open_store
 
-    store = open_store(Path(state_dir) / "store.db")
-    _key, plaintext = store.create_api_key("bench")
-    Path(state_dir, "key").write_text(plaintext)
+    store = open_store(store_url or Path(state_dir) / "store.db")
+    _record, plaintext = store.create_api_key("bench")
+    Path(state_dir, "key" if store_url is None else "key-pg").write_text(plaintext)
     table = RouteTable(
         models={"mock": ModelRoute("mock", replicas=(ReplicaRoute("mock-1", "local", f"http://127.0.0.1:{mock_port}",
                                                                   replica_key="engine-key"),))},
         projects={"bench": ProjectPolicy("bench", "team", "org",
                                          quotas=(("project:bench", QuotaLimits(requests_per_minute=10**9)),))})
-    gateway = Gateway(store, table)
+    gateway = Gateway(store, table, spool_dir=Path(state_dir) / ("spool" if store_url is None else "spool-pg"))
     trio.run(gateway.serve, "127.0.0.1", port)
 
 
@@ -182,6 +189,41 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def _postgres_cpu_seconds() -> float:
+    """CPU seconds (user + system) of every process named `postgres` on this machine, now."""
+    total = 0.0
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if stat.split("(", 1)[1].split(")", 1)[0] == "postgres":
+                fields = stat.rsplit(")", 1)[1].split()
+                total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+def _postgres_schema(url: str, drop: str | None = None) -> str:
+    """Create a fresh schema in `url`'s database and return the URL that uses it; or drop the schema `drop`."""
+    import secrets
+
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True, connect_timeout=5) as conn:
+        if drop is not None:
+            conn.execute(f"DROP SCHEMA IF EXISTS {drop} CASCADE")
+            return drop
+        name = "llmgw_bench_" + secrets.token_hex(4)
+        conn.execute(f"CREATE SCHEMA {name}")
+    return f"{url}{'&' if '?' in url else '?'}options=-csearch_path%3D{name}"
+
+
+def _key(state: str, target: str) -> str:
+    """The API key for `target` (each gateway has its own store)."""
+    return Path(state, "key-pg" if target == "gateway-pg" else "key").read_text()
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -207,6 +249,9 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=3.0, help="measuring time per cell")
     parser.add_argument("--concurrency", default="1,16,64")
     parser.add_argument("--no-litellm", action="store_true")
+    parser.add_argument("--postgres", default=os.environ.get("LLMGW_BENCH_POSTGRES", "postgresql://127.0.0.1:5432/test"),
+                        help="database for the gateway-pg row (a schema is created and dropped)")
+    parser.add_argument("--no-postgres", action="store_true", help="leave out the gateway-pg row")
     args = parser.parse_args()
     levels = [int(c) for c in args.concurrency.split(",")]
     state = tempfile.mkdtemp(prefix="llmgw-bench-")
@@ -215,23 +260,33 @@ def main() -> None:
     processes = [subprocess.Popen([*me, "mock", str(mock_port)])]
     processes.append(subprocess.Popen([*me, "gateway", str(gateway_port), str(mock_port), state],
                                       cwd=ROOT, stderr=subprocess.DEVNULL))
+    pg_url = None if args.no_postgres else _postgres_schema(args.postgres)
+    pg_port = _free_port()
+    if pg_url is not None:
+        processes.append(subprocess.Popen([*me, "gateway", str(pg_port), str(mock_port), state, pg_url], cwd=ROOT,
+                                          stderr=subprocess.DEVNULL))
     try:
         _wait_http(mock_port, "/health", 20)
         _wait_http(gateway_port, "/health", 30)
-        key = Path(state, "key").read_text()
         targets = [("direct", mock_port, processes[0].pid), ("gateway", gateway_port, processes[1].pid)]
+        if pg_url is not None:
+            _wait_http(pg_port, "/health", 30)
+            targets.append(("gateway-pg", pg_port, processes[2].pid))
         if not args.no_litellm:
             litellm = start_litellm(litellm_port, mock_port, state)
             processes.append(litellm)
             _wait_http(litellm_port, "/health/liveliness", 180)
             targets.append(("litellm", litellm_port, litellm.pid))
         for name, port, pid in targets:  # warm up (LiteLLM imports lazily)
-            measure(port, b"/v1/chat/completions", key, 4, 5.0 if name == "litellm" else 1.0, pid)
+            measure(port, b"/v1/chat/completions", _key(state, name), 4, 5.0 if name == "litellm" else 1.0, pid)
         results: dict[tuple[str, int], dict] = {}
         for concurrency in levels:
             for name, port, pid in targets:
-                results[name, concurrency] = measure(port, b"/v1/chat/completions", key, concurrency,
+                pg_cpu = _postgres_cpu_seconds()
+                results[name, concurrency] = measure(port, b"/v1/chat/completions", _key(state, name), concurrency,
                                                      args.seconds, pid)
+                results[name, concurrency]["pg_cpu_ms"] = ((_postgres_cpu_seconds() - pg_cpu)
+                                                           / max(1, results[name, concurrency]["n"]) * 1000)
                 time.sleep(1.0 if name == "litellm" else 0.2)  # let LiteLLM's background work settle
         print(f"\n{'target':8} {'conc':>4} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'cpu ms/req':>10} {'errors':>6}")
         for concurrency in levels:
@@ -248,6 +303,14 @@ def main() -> None:
                 lite = results["litellm", concurrency]
                 line += f"   {g['rps'] / lite['rps']:21.2f}   {lite['p50'] - d['p50']:18.2f}"
             print(line)
+        if pg_url is not None:
+            print("\nconc  cpu ms/req gateway-pg / gateway   postgres server cpu ms/req (gateway-pg / gateway)   "
+                  "gateway-pg added p50 ms")
+            for concurrency in levels:
+                g, pg, d = results["gateway", concurrency], results["gateway-pg", concurrency], results["direct", concurrency]
+                print(f"{concurrency:4d}  {pg['cpu_ms']:6.2f} / {g['cpu_ms']:6.2f} = {pg['cpu_ms'] / g['cpu_ms']:4.2f}x"
+                      f"   {pg['pg_cpu_ms']:24.2f} / {g['pg_cpu_ms']:6.2f}"
+                      f"   {pg['p50'] - d['p50']:26.2f}")
     finally:
         for process in processes:
             process.terminate()
@@ -256,6 +319,8 @@ def main() -> None:
                 process.wait(10)
             except subprocess.TimeoutExpired:
                 process.kill()
+        if pg_url is not None:
+            _postgres_schema(args.postgres, drop=pg_url.rsplit("%3D", 1)[1])
 
 
 if __name__ == "__main__":
@@ -263,7 +328,7 @@ if __name__ == "__main__":
         run_mock(int(sys.argv[2]))
     elif len(sys.argv) > 1 and sys.argv[1] == "gateway":
         sys.path.insert(0, str(ROOT))
-        run_gateway(int(sys.argv[2]), int(sys.argv[3]), sys.argv[4])
+        run_gateway(int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5] if len(sys.argv) > 5 else None)
     elif len(sys.argv) > 1 and sys.argv[1] == "install-litellm":
         print(ensure_litellm())
     else:

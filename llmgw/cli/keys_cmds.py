@@ -1,7 +1,7 @@
 """`llmgw keys create|list|revoke` and `llmgw usage`: API keys and usage, read from the store file.
 
-These commands open the store file directly (`--state DIR`, default `.state`, store `DIR/llmgw.sqlite3`, the
-layout of `llmgw up`; or `--store PATH|URL`). That works on the control plane's machine, also while it runs
+These commands open the store directly (`--state DIR`, default `.state`, store `DIR/llmgw.sqlite3`, the
+layout of `llmgw up`; or `--store PATH|URL`, PostgreSQL included). That works on the control plane's machine, also while it runs
 (SQLite WAL lets both write; a write waits up to the busy timeout for the other). A later version may route
 them through the admin API instead. Times are printed in UTC; `--json` prints machine-readable output.
 """
@@ -72,7 +72,7 @@ def _key_json(key: ApiKey, now: float) -> dict:
 
 def _store_options(func):
     func = click.option("--store", "store_url", envvar="LLMGW_STORE", default=None,
-                        help="Store path or sqlite:///path (overrides --state).")(func)
+                        help="Store: a SQLite path, sqlite:///path or postgresql://... (overrides --state).")(func)
     func = click.option("--state", "state_dir", envvar="LLMGW_STATE", default=None,
                         help="State directory of `llmgw up` holding llmgw.sqlite3 [default: .state].")(func)
     return func

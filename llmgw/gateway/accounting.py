@@ -1,4 +1,9 @@
-"""Estimating a request's tokens and cost before it runs, and the `x-ratelimit-*` headers.
+"""The gateway's accounting: its calls into the store (`Accounting`), estimating a request's tokens and cost
+before it runs, and the `x-ratelimit-*` headers.
+
+`Accounting` runs every store call off the event loop and every usage record through the durable spool
+(`llmgw.store.boundary`): a store that is locked, slow or down costs a request its admission (503 with
+Retry-After) only when the request needs the store to be admitted, never an answer or a usage record.
 
 Estimate (reserved before admitting): prompt characters / 4 (chat: the text of every message plus
 MESSAGE_OVERHEAD tokens per message and REPLY_PRIMING for the reply's header, as chat templates add them;
@@ -10,9 +15,18 @@ tokens (None = free).
 from __future__ import annotations
 
 import math
+import uuid
 from collections.abc import Mapping
+from pathlib import Path
 
+import trio
+
+from llmgw.errors import LlmgwError, StoreError, TemporaryError, UsageError
+from llmgw.gateway.problems import ApiError, unavailable
 from llmgw.routes import ModelRoute
+from llmgw.store import KeyCheck, Rejection, Reservation, Settlement, UsageRecord
+from llmgw.store.boundary import DEFAULT_SETTLE_WAIT, DEFAULT_THREADS, StoreBoundary
+from llmgw.store.spool import UsageSpool
 
 CHARS_PER_TOKEN = 4
 DEFAULT_MAX_TOKENS = 256
@@ -83,3 +97,82 @@ def ratelimit_headers(headroom) -> list[tuple[bytes, bytes]]:
         headers.append((f"x-ratelimit-remaining-{kind}".encode(), str(max(0, int(allowance.remaining))).encode()))
         headers.append((f"x-ratelimit-reset-{kind}".encode(), f"{max(0.0, allowance.reset_seconds):.0f}s".encode()))
     return headers
+
+
+STORE_RETRY_SECONDS = 2.0
+
+
+def store_unavailable(what: str, error: LlmgwError) -> ApiError:
+    """The 503 a request gets when the store cannot admit it: OpenAI's error object, `Retry-After` from the error's
+    delay (at least STORE_RETRY_SECONDS)."""
+    delay = max(STORE_RETRY_SECONDS, getattr(error, "delay", 0.0) or 0.0)
+    return unavailable(f"The gateway cannot {what} right now because its store is unavailable; retry in "
+                       f"{delay:.0f} s.", "store_unavailable", delay)
+
+
+class Accounting:
+    """The gateway's calls into the store, through a `StoreBoundary` (worker threads and the usage spool).
+
+    `store`: an `llmgw.store.Store`. `spool_dir`: where the usage spool lives (None: beside a SQLite store's
+    file, `<name>.spool/`; a store without a file, such as PostgreSQL, needs one). `settle_wait`: seconds a
+    request waits, before its answer ends, for the store to commit its usage (then it is left in the spool).
+    Raises UsageError when no spool directory can be worked out, StoreError when the spool cannot be opened.
+    What each method answers when the store fails is in its docstring: a request is refused (503) only when it
+    needs the store to be admitted (key check, quota reservation); an answered request's usage is never lost.
+    """
+
+    def __init__(self, store, spool_dir: str | Path | None = None, *, settle_wait: float = DEFAULT_SETTLE_WAIT,
+                 threads: int = DEFAULT_THREADS):
+        if spool_dir is None:
+            path = getattr(store, "path", None)
+            if path is None:
+                raise UsageError("This store has no file to keep the usage spool beside; give the gateway a "
+                                 "spool directory under its state directory (spool_dir=...).")
+            spool_dir = Path(path).with_name(Path(path).name + ".spool")
+        self.store = store
+        self.boundary = StoreBoundary(store, UsageSpool(spool_dir), threads=threads, settle_wait=settle_wait)
+
+    async def check_key(self, token: str, now: float) -> KeyCheck:
+        """The store's verdict on an API key (a read). Raises ApiError 503 when the store cannot be read."""
+        try:
+            return await self.boundary.call(self.store.check_api_key, token, now)
+        except (TemporaryError, StoreError) as error:
+            raise store_unavailable("check API keys", error) from error
+
+    async def reserve(self, scopes, estimated_tokens: int, estimated_cost: float,
+                      now: float) -> Reservation | Rejection:
+        """Reserve quota (a write). Raises ApiError 503 with Retry-After when the store cannot take it."""
+        try:
+            return await self.boundary.call(self.store.reserve, scopes, estimated_tokens, estimated_cost, now)
+        except (TemporaryError, StoreError) as error:
+            raise store_unavailable("check this project's quota", error) from error
+
+    async def renew(self, reservation: Reservation, now: float) -> None:
+        """Keep a long request's slots; a store failure is ignored (the next renewal or the slot TTL covers it)."""
+        try:
+            await self.boundary.call(self.store.renew, reservation, now)
+        except (TemporaryError, StoreError) as error:
+            self.boundary.last_error = str(error)
+
+    async def settle(self, reservation: Reservation | None, actual_tokens: int | None, actual_cost: float,
+                     record: UsageRecord) -> bool:
+        """Record `record` and close `reservation` (settled with `actual_tokens` and `actual_cost`, or released
+        when `actual_tokens` is None), through the spool; True when the store committed it at once.
+
+        Never raises for a store failure: the usage is written, exactly once, when the store answers again, and
+        the reservation's concurrency slots are freed then.
+        """
+        settlement = Settlement(
+            entry_id="stl_" + uuid.uuid4().hex, time=record.time,
+            reservation_id=reservation.reservation_id if reservation is not None else None,
+            has_slots=bool(reservation is not None and reservation.slots),
+            actual_tokens=actual_tokens, actual_cost=actual_cost, usage=record)
+        return await self.boundary.settle(settlement)
+
+    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        """Write usage left in the spool (by a crash, or while the store was away) until cancelled."""
+        await self.boundary.run(task_status=task_status)
+
+    def close(self) -> None:
+        """Close the spool (pending usage stays on disk and is written by the next start)."""
+        self.boundary.close()

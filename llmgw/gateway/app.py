@@ -5,8 +5,9 @@ GET /metrics (Prometheus), GET /health. A proxied request goes: key (store) -> b
 minimum rate) -> bounded JSON and OpenAI's request schema (`validation`) -> model (catalog names and aliases only)
 -> project allowlist -> serving stopped? -> ready replicas? -> quota reservation (store; `limits`: the engine is
 held to the reserved max_tokens when tokens or budget are limited) -> forward and relay (proxying; an internal
-replica gets the catalog name as `model`) -> settle with the real usage and record it (store, one transaction,
-before the response ends). The concurrency slot is released on success, error, cancellation and client disconnect.
+replica gets the catalog name as `model`) -> settle with the real usage and record it (spooled, then one store
+transaction, waited for at most `settle_wait` before the response ends). Store calls run in worker threads
+(accounting.Accounting). The concurrency slot is released on success, error, cancellation and client disconnect.
 A request whose body reached an engine is billed its prompt (estimated when the engine's usage never came) even if
 the client left before the answer.
 
@@ -22,11 +23,17 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Callable
+from pathlib import Path
 
 import trio
 
-from llmgw.gateway.accounting import cost_of, estimate_prompt_tokens, ratelimit_headers
+from llmgw.gateway.accounting import (
+    DEFAULT_SETTLE_WAIT,
+    Accounting,
+    cost_of,
+    estimate_prompt_tokens,
+    ratelimit_headers,
+)
 from llmgw.gateway.asgi import (
     BODY_GRACE_SECONDS, BODY_MIN_BYTES_PER_SECOND, Disconnected, header_map, read_body, send_bytes, send_error,
     send_json, serve_lifespan,
@@ -64,26 +71,27 @@ UNKNOWN_MODEL = "(unknown)"  # catalog names match ^[a-z0-9][a-z0-9._-]{0,62}$, 
 class Gateway:
     """The OpenAI-compatible API of one control plane.
 
-    `store`: an `llmgw.store.Store` (keys, quotas, usage). `table`: the routing table in force (replace it with
+    `store`: an `llmgw.store.Store` (keys, quotas, usage), called through `Accounting` (worker threads, usage
+    through a spool in `spool_dir`: None puts it beside a SQLite store's file; a PostgreSQL store needs one).
+    `settle_wait`: seconds a request waits for the store to commit its usage before its answer ends anyway.
+    `table`: the routing table in force (replace it with
     `set_table`). `registry`: a prometheus CollectorRegistry (None: a fresh one). `timeouts`: upstream timeouts.
-    `store_in_thread`: run store calls in a worker thread (True) or inline on the event loop (False, the
-    default: SQLite in WAL with synchronous=NORMAL commits in tens of microseconds, and inline calls avoid a
-    thread hop and the store lock contending with the event loop; measured 1.6x the requests/s here).
     `key_cache_seconds`: an accepted API key is remembered (by SHA-256 of the key) that long, so a revocation
     takes effect within that time (default 2 s). `body_grace_seconds` and `body_min_bytes_per_second`: the request
     body's read deadline and minimum rate (`asgi.read_body`). `asgi_app` is the ASGI callable for embedding.
     """
 
     def __init__(self, store, table: RouteTable, *, registry=None, timeouts: Timeouts = Timeouts(),
-                 store_in_thread: bool = False, health_interval: float = HEALTH_INTERVAL,
-                 key_cache_seconds: float = KEY_CACHE_SECONDS, body_grace_seconds: float = BODY_GRACE_SECONDS,
+                 spool_dir: str | Path | None = None, settle_wait: float = DEFAULT_SETTLE_WAIT,
+                 health_interval: float = HEALTH_INTERVAL, key_cache_seconds: float = KEY_CACHE_SECONDS,
+                 body_grace_seconds: float = BODY_GRACE_SECONDS,
                  body_min_bytes_per_second: float = BODY_MIN_BYTES_PER_SECOND):
         self.store = store
+        self.accounting = Accounting(store, spool_dir, settle_wait=settle_wait)
         self.table = table
         self.metrics = GatewayMetrics(registry)
         self.balancer = Balancer()
         self.pool = UpstreamPool(timeouts)
-        self.store_in_thread = store_in_thread
         self.key_cache_seconds = key_cache_seconds
         self.body_grace_seconds = body_grace_seconds
         self.body_min_bytes_per_second = body_min_bytes_per_second
@@ -117,10 +125,12 @@ class Gateway:
             async with trio.open_nursery() as nursery:
                 binds = await nursery.start(lambda task_status: serve(self.asgi_app, config, task_status=task_status))
                 nursery.start_soon(self._health_loop)
+                await nursery.start(self.accounting.run)
                 task_status.started(int(binds[0].rsplit(":", 1)[1]))
         finally:
             with trio.move_on_after(2, shield=True):
                 await self.pool.aclose()
+            self.accounting.close()
 
     async def asgi_app(self, scope, receive, send) -> None:
         """The ASGI application (HTTP and lifespan)."""
@@ -151,7 +161,7 @@ class Gateway:
             return
 
     # ---- steps ----
-    def _authenticate(self, headers: dict[bytes, bytes]) -> ApiKey:
+    async def _authenticate(self, headers: dict[bytes, bytes]) -> ApiKey:
         raw = headers.get(b"authorization")
         token = None
         if raw is not None:
@@ -167,10 +177,10 @@ class Gateway:
         cached = self._keys.get(digest)
         if cached is not None and cached[1] > now and cached[0].state(now) == "active":
             return cached[0]
-        key = self.store.authenticate(token, now)
+        check = await self.accounting.check_key(token, now)
+        key = check.key
         if key is None:
             self._keys.pop(digest, None)
-            check = self.store.check_api_key(token, now)
             raise unauthorized(check.message or "The API key is not valid here.")
         if len(self._keys) >= KEY_CACHE_ENTRIES:
             self._keys.clear()
@@ -187,7 +197,7 @@ class Gateway:
     async def _models(self, scope, send, one: str | None) -> None:
         if scope["method"] != "GET":
             raise ApiError(405, "/v1/models takes GET.", "invalid_request_error", "method_not_allowed")
-        policy = self._policy(self._authenticate(header_map(scope)))
+        policy = self._policy(await self._authenticate(header_map(scope)))
         entries = []
         for name, route in self.table.models.items():
             if policy.models is not None and name not in policy.models:
@@ -202,15 +212,10 @@ class Gateway:
             raise model_not_found(one)
         await send_json(send, 200, {"object": "list", "data": entries})
 
-    async def _store(self, function: Callable, *args):
-        if self.store_in_thread:
-            return await trio.to_thread.run_sync(function, *args)
-        return function(*args)
-
     async def _proxied(self, scope, receive, send, upstream_path: str) -> None:
         started = time.perf_counter()
         headers = header_map(scope)
-        key = self._authenticate(headers)
+        key = await self._authenticate(headers)
         table = self.table
         raw = await read_body(receive, headers, table.max_request_body_bytes, grace_seconds=self.body_grace_seconds,
                               min_bytes_per_second=self.body_min_bytes_per_second)
@@ -245,8 +250,12 @@ class Gateway:
         overrides = enforced_fields(body, limit, embeddings) if limits_tokens(policy) else {}
         reservation: Reservation | None = None
         if policy.quotas:
-            decision = await self._store(self.store.reserve, policy.quotas, estimate,
-                                         cost_of(route, estimate, 0), time.time())
+            try:
+                decision = await self.accounting.reserve(policy.quotas, estimate, cost_of(route, estimate, 0),
+                                                         time.time())
+            except ApiError as error:  # the store cannot take reservations now: 503, recorded through the spool
+                await self._refused(key, policy, route.name, error.status, started)
+                raise
             if isinstance(decision, Rejection):
                 self.metrics.quota_rejections.labels(policy.name, decision.limit_name).inc()
                 await self._refused(key, policy, route.name, 429, started)
@@ -317,11 +326,12 @@ class Gateway:
         slot TTL, 300 s by default, so a crashed gateway cannot hold them for ever)."""
         while True:
             await trio.sleep(SLOT_RENEW_SECONDS)
-            await self._store(self.store.renew, reservation, time.time())
+            await self.accounting.renew(reservation, time.time())
 
     async def _settle(self, key: ApiKey, policy: ProjectPolicy, route: ModelRoute, reservation: Reservation | None,
                       outcome: Outcome, prompt_estimate: int, started: float) -> None:
-        """Settle or release the reservation and record the usage, in one store transaction when possible."""
+        """Settle (or, when nothing reached an engine, release) the reservation and record the usage: one spooled
+        settlement, one store transaction (see Accounting.settle)."""
         generated = outcome.completion_tokens if outcome.completion_tokens is not None else outcome.counted_chunks
         if outcome.prompt_tokens is not None:
             prompt = outcome.prompt_tokens
@@ -336,13 +346,7 @@ class Gateway:
                              prompt_tokens=prompt, completion_tokens=generated, cached_tokens=outcome.cached_tokens,
                              ttft_seconds=outcome.ttft_seconds, duration_seconds=time.perf_counter() - started,
                              status=outcome.status, cost=cost)
-        if reservation is not None and (prompt or generated):
-            await self._store(self.store.settle, reservation, prompt + generated, cost, time.time(), record)
-        elif reservation is not None:
-            await self._store(self.store.release, reservation, time.time())
-            await self._store(self.store.record_usage, record)
-        else:
-            await self._store(self.store.record_usage, record)
+        await self.accounting.settle(reservation, prompt + generated if (prompt or generated) else None, cost, record)
         labels = (route.name, policy.name)
         self._count(route.name, policy.name, outcome.status)
         self.metrics.child(self.metrics.duration, route.name).observe(record.duration_seconds)
@@ -359,7 +363,7 @@ class Gateway:
         record = UsageRecord(project=policy.name, model=model, time=time.time(), key_id=key.key_id,
                              duration_seconds=time.perf_counter() - started, status=status)
         with trio.move_on_after(CLEANUP_SECONDS, shield=True):
-            await self._store(self.store.record_usage, record)
+            await self.accounting.settle(None, None, 0.0, record)
 
     def _count(self, model: str, project: str, status: int) -> None:
         self.metrics.child(self.metrics.requests, model, project, str(status)).inc()

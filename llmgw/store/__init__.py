@@ -1,12 +1,21 @@
 """llmgw.store: runtime state that is not settings (see DESIGN.md).
 
 Secrets (the engine-key secret), key/value entries, admin tokens, API key hashes, quota reservations,
-usage records and leases. `open_store(url)` gives a `Store`; SQLite (WAL) is the default and the only
-backend so far; PostgreSQL, for several control planes, will implement the same `Store` protocol.
+usage records and leases. `open_store(url)` gives a `Store`: SQLite (WAL, one file) by default,
+PostgreSQL (`postgresql://...`) for several control planes; `open_store_from_settings` opens what llmgw.yaml's
+`store:` names. `StoreBoundary` runs store calls off an event loop, with usage through a `UsageSpool`.
 """
 
+from llmgw.store.boundary import StoreBoundary
 from llmgw.store.keys import ADMIN_TOKEN_PREFIX, API_KEY_PREFIX
-from llmgw.store.opening import STORE_FILE_NAME, open_store, store_url_for_state
+from llmgw.store.opening import (
+    STORE_FILE_NAME,
+    open_store,
+    open_store_from_settings,
+    redacted,
+    store_url_for_state,
+    store_url_from_settings,
+)
 from llmgw.store.protocol import Store
 from llmgw.store.quotas import window_bounds
 from llmgw.store.records import (
@@ -21,15 +30,17 @@ from llmgw.store.records import (
     KeyCheck,
     Rejection,
     Reservation,
+    Settlement,
     UsageRecord,
     UsageRow,
 )
 from llmgw.store.schema import SCHEMA_VERSION
+from llmgw.store.spool import UsageSpool
 from llmgw.store.sqlite import SqliteStore
 
 __all__ = [
     "ADMIN_TOKEN_PREFIX", "API_KEY_PREFIX", "KEY_EXPIRED", "KEY_FAILURE_MESSAGES", "KEY_MALFORMED",
     "KEY_REVOKED", "KEY_UNKNOWN", "SCHEMA_VERSION", "STORE_FILE_NAME", "Allowance", "ApiKey", "Headroom",
-    "KeyCheck", "Rejection", "Reservation", "SqliteStore", "Store", "UsageRecord", "UsageRow", "open_store",
-    "store_url_for_state", "window_bounds",
+    "KeyCheck", "Rejection", "Reservation", "Settlement", "SqliteStore", "Store", "StoreBoundary", "UsageRecord",
+    "UsageRow", "UsageSpool", "open_store", "open_store_from_settings", "redacted", "store_url_for_state", "store_url_from_settings", "window_bounds",
 ]

@@ -3,7 +3,7 @@
 An API key is `sk-llmgw-` followed by 32 random bytes in URL-safe base64 without padding (43 characters).
 An admin token is `llmgw-admin-` followed by the same. The store keeps the SHA-256 digest of the whole
 string and looks it up by that digest through an SQL parameter, so neither the key nor its digest is ever
-part of an SQL statement's text, and the plaintext never reaches SQLite at all. The digest found is compared
+part of an SQL statement's text, and the plaintext never reaches the database at all. The digest found is compared
 again with `hmac.compare_digest`.
 
 Functions taking a connection run inside the caller's transaction.
@@ -15,9 +15,9 @@ import base64
 import hashlib
 import hmac
 import secrets
-import sqlite3
 
 from llmgw.errors import StoreError
+from llmgw.store.dialects import SqlConnection
 from llmgw.store.records import (
     KEY_EXPIRED,
     KEY_MALFORMED,
@@ -60,7 +60,7 @@ def _row_to_key(row: tuple) -> ApiKey:
 _KEY_COLUMNS = "id, project, name, prefix, created_at, expires_at, revoked_at"
 
 
-def insert_api_key(conn: sqlite3.Connection, project: str, name: str | None, expires_at: float | None,
+def insert_api_key(conn: SqlConnection, project: str, name: str | None, expires_at: float | None,
                    now: float) -> tuple[ApiKey, str]:
     """Create a key for `project`; returns (record, plaintext). The plaintext is not kept anywhere."""
     if not project:
@@ -68,19 +68,19 @@ def insert_api_key(conn: sqlite3.Connection, project: str, name: str | None, exp
     plaintext = new_token(API_KEY_PREFIX)
     for _attempt in range(8):
         key_id = "key_" + secrets.token_hex(4)
-        try:
-            conn.execute(
-                f"INSERT INTO api_keys ({_KEY_COLUMNS}, hash) VALUES (?, ?, ?, ?, ?, ?, NULL, ?)",
-                (key_id, project, name, plaintext[: len(API_KEY_PREFIX) + _DISPLAY_CHARS], now, expires_at,
-                 digest(plaintext)),
-            )
-        except sqlite3.IntegrityError:
+        inserted = conn.execute(
+            f"INSERT INTO api_keys ({_KEY_COLUMNS}, hash) VALUES (?, ?, ?, ?, ?, ?, NULL, ?) ON CONFLICT DO NOTHING "
+            "RETURNING id",
+            (key_id, project, name, plaintext[: len(API_KEY_PREFIX) + _DISPLAY_CHARS], now, expires_at,
+             digest(plaintext)),
+        ).fetchone()
+        if inserted is None:
             continue  # id collision (1 in 4 billion): draw another id
         return ApiKey(key_id, project, name, plaintext[: len(API_KEY_PREFIX) + _DISPLAY_CHARS], now, expires_at), plaintext
     raise StoreError("Could not draw a free API key id after 8 attempts; the api_keys table looks corrupt.")
 
 
-def check_api_key(conn: sqlite3.Connection, plaintext: str, now: float) -> KeyCheck:
+def check_api_key(conn: SqlConnection, plaintext: str, now: float) -> KeyCheck:
     """Look a presented key up by its digest; the result says whether it is accepted and, if not, why."""
     if not well_formed(plaintext, API_KEY_PREFIX):
         return KeyCheck(None, KEY_MALFORMED)
@@ -97,7 +97,7 @@ def check_api_key(conn: sqlite3.Connection, plaintext: str, now: float) -> KeyCh
     return KeyCheck(key)
 
 
-def list_api_keys(conn: sqlite3.Connection, project: str | None) -> list[ApiKey]:
+def list_api_keys(conn: SqlConnection, project: str | None) -> list[ApiKey]:
     """Every key (of `project`, if given), oldest first, revoked and expired ones included."""
     if project is None:
         rows = conn.execute(f"SELECT {_KEY_COLUMNS} FROM api_keys ORDER BY created_at, id").fetchall()
@@ -107,7 +107,7 @@ def list_api_keys(conn: sqlite3.Connection, project: str | None) -> list[ApiKey]
     return [_row_to_key(row) for row in rows]
 
 
-def revoke_api_key(conn: sqlite3.Connection, key_id: str, now: float) -> ApiKey:
+def revoke_api_key(conn: SqlConnection, key_id: str, now: float) -> ApiKey:
     """Mark `key_id` revoked at `now` (a key revoked before keeps its first time). Raises StoreError if unknown."""
     conn.execute("UPDATE api_keys SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL", (now, key_id))
     row = conn.execute(f"SELECT {_KEY_COLUMNS} FROM api_keys WHERE id = ?", (key_id,)).fetchone()
@@ -116,14 +116,14 @@ def revoke_api_key(conn: sqlite3.Connection, key_id: str, now: float) -> ApiKey:
     return _row_to_key(row)
 
 
-def insert_admin_token(conn: sqlite3.Connection, now: float) -> str:
+def insert_admin_token(conn: SqlConnection, now: float) -> str:
     """Create an admin token; returns the plaintext (shown once; only its digest is stored)."""
     token = new_token(ADMIN_TOKEN_PREFIX)
     conn.execute("INSERT INTO admin_tokens (hash, created_at) VALUES (?, ?)", (digest(token), now))
     return token
 
 
-def check_admin_token(conn: sqlite3.Connection, token: str) -> bool:
+def check_admin_token(conn: SqlConnection, token: str) -> bool:
     """True when `token` is an admin token made by this store (digest compared in constant time)."""
     if not well_formed(token, ADMIN_TOKEN_PREFIX):
         return False

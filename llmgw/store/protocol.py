@@ -1,9 +1,9 @@
 """`Store`: what the control plane, the gateway and the CLI need of the runtime store.
 
-`SqliteStore` implements it for one control plane; a PostgreSQL store for several control planes will
-implement the same methods. Every method is synchronous, thread-safe and may block briefly on the database
-(call it from trio with `trio.to_thread.run_sync`, or directly when a short block of the event loop is
-acceptable: a write is one transaction of tens of microseconds, more while another process holds the lock).
+`SqliteStore` implements it for one control plane, `PostgresStore` for several sharing one database (both
+through `sqlstore.SqlStore`). Every method is synchronous, thread-safe and may block on the database (SQLite: up
+to its busy timeout while another process holds the write lock; PostgreSQL: the network): an event loop calls
+it through `StoreBoundary` (worker threads), never directly.
 Times are epoch seconds (`time.time()`); `now=None` means the current time.
 
 Errors: `TemporaryError` when the database stayed locked past the busy timeout (retry later),
@@ -12,18 +12,29 @@ Errors: `TemporaryError` when the database stayed locked past the busy timeout (
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Protocol, runtime_checkable
 
 from llmgw.routes import QuotaLimits
-from llmgw.store.records import ApiKey, Headroom, KeyCheck, Rejection, Reservation, UsageRecord, UsageRow
+from llmgw.store.records import (
+    ApiKey,
+    Headroom,
+    KeyCheck,
+    Rejection,
+    Reservation,
+    Settlement,
+    UsageRecord,
+    UsageRow,
+)
 
 
 @runtime_checkable
 class Store(Protocol):
     """The runtime store: secrets, key/value, admin tokens, API keys, quotas, usage and leases."""
 
-    url: str
+    url: str  # printable: a PostgreSQL URL's password is replaced by ***
+    dialect: str  # "sqlite" or "postgresql"
+    schema_version: int  # the migration the store is at (per backend: see schema.py, postgres_schema.py)
 
     def close(self) -> None:
         """Close the database; the store must not be used afterwards."""
@@ -83,6 +94,10 @@ class Store(Protocol):
     def headroom(self, scopes: Sequence[tuple[str, QuotaLimits]], now: float | None = None) -> Headroom:
         """The tightest request and token allowances of `scopes` (a read)."""
 
+    def apply_settlement(self, settlement: Settlement) -> bool:
+        """Close the settlement's reservation and record its usage in one transaction, at most once per
+        `settlement.entry_id`; False when that id was applied before (nothing written again)."""
+
     # -- usage -------------------------------------------------------------------------------------------------
     def record_usage(self, record: UsageRecord) -> None:
         """Append `record`; committed (surviving a crash of this process) before returning."""
@@ -104,3 +119,10 @@ class Store(Protocol):
 
     def lease_holder(self, name: str, now: float | None = None) -> str | None:
         """Who holds the lease `name` at `now`, or None."""
+
+    # -- whole tables ------------------------------------------------------------------------------------------
+    def table_rows(self, table: str) -> Iterator[tuple]:
+        """Every row of `table` (a name of `sqlstore.TABLES`), its columns in that order, in a fixed order."""
+
+    def insert_rows(self, table: str, rows: Sequence[tuple]) -> None:
+        """Insert rows as `table_rows` gives them, in one transaction."""

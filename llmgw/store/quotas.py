@@ -7,23 +7,26 @@ per-minute limit through across a window boundary; they are exact, cheap and the
 
 A reservation adds one request, the estimated tokens and the estimated cost to every window that has a limit
 in every limited scope, and takes one concurrency slot in every scope with `concurrent_requests`. It is all
-or nothing: the caller runs `reserve` inside `BEGIN IMMEDIATE`, every scope is checked before anything is
-written, and a rejection writes nothing. Settling removes the estimate from the windows it was charged to
+or nothing: the caller runs `reserve` inside a write transaction, the scopes are locked first (SQLite: the
+whole file by `BEGIN IMMEDIATE`; PostgreSQL: one row per scope, see `dialects`), every scope is checked before
+anything is written, and a rejection writes nothing. Settling removes the estimate from the windows it was charged to
 and adds the actual tokens and cost to the windows current at settle time, then frees the slots. A slot not
 freed within its TTL (a crashed gateway) stops counting and is deleted by `prune`.
 
-Functions here take an open `sqlite3.Connection` already inside a write transaction (except `read_*`).
+The rules are pure functions (`window_bounds`, `decide`, `closing_deltas`), shared by both backends; the
+functions taking a `SqlConnection` (already inside a write transaction, except `read_*`) only read and write
+rows with the statements of `dialects`.
 """
 
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 
 from llmgw.routes import QuotaLimits
+from llmgw.store.dialects import SqlConnection
 from llmgw.store.records import Allowance, Charge, Headroom, Rejection, Reservation
 
 MINUTE = "minute"
@@ -74,38 +77,17 @@ def _periods(limits: QuotaLimits) -> list[str]:
     return periods
 
 
-def _active_slots(conn: sqlite3.Connection, scope: str, now: float) -> int:
-    return conn.execute(
-        "SELECT count(*) FROM quota_slots WHERE scope = ? AND expires_at > ?", (scope, now)
-    ).fetchone()[0]
+@dataclass
+class Snapshot:
+    """Usage of every limited window and the slot count of the scopes of one request, at `now`.
 
+    `windows` maps (scope, period) to (start, end, (requests, tokens, cost)); `slots` maps a scope with a
+    concurrency limit to its active slots. Built by `read_snapshot` (SQL) or by hand in tests (pure).
+    """
 
-class _Snapshot:
-    """Usage of every limited window and slot count of the scopes of one request, read once."""
-
-    def __init__(self, conn: sqlite3.Connection, scopes: Sequence[tuple[str, QuotaLimits]], now: float):
-        self.now = now
-        self.windows: dict[tuple[str, str], tuple[float, float, tuple[int, int, float]]] = {}
-        self.slots: dict[str, int] = {}
-        bounds: dict[str, tuple[float, float]] = {}
-        for scope, limits in scopes:
-            for period in _periods(limits):
-                if period not in bounds:
-                    bounds[period] = window_bounds(period, now)
-                start, end = bounds[period]
-                self.windows[(scope, period)] = (start, end, (0, 0, 0.0))
-            if limits.concurrent_requests is not None:
-                self.slots[scope] = _active_slots(conn, scope, now)
-        if self.windows:
-            keys = [(scope, period, start) for (scope, period), (start, _e, _u) in self.windows.items()]
-            rows = conn.execute(
-                "SELECT scope, period, requests, tokens, cost FROM quota_windows WHERE (scope, period, start) IN "
-                f"(VALUES {', '.join(['(?, ?, ?)'] * len(keys))})",
-                [value for key in keys for value in key],
-            ).fetchall()
-            for scope, period, requests, tokens, cost in rows:
-                start, end, _usage = self.windows[(scope, period)]
-                self.windows[(scope, period)] = (start, end, (requests, tokens, cost))
+    now: float
+    windows: dict[tuple[str, str], tuple[float, float, tuple[int, int, float]]] = field(default_factory=dict)
+    slots: dict[str, int] = field(default_factory=dict)
 
     def used(self, scope: str, limit_name: str) -> tuple[float, float]:
         """(amount used, seconds until reset) of one limit of one scope."""
@@ -117,7 +99,44 @@ class _Snapshot:
         return amount, max(0.0, end - self.now)
 
 
-def _headroom(snapshot: _Snapshot, scopes: Sequence[tuple[str, QuotaLimits]],
+def empty_snapshot(scopes: Sequence[tuple[str, QuotaLimits]], now: float) -> Snapshot:
+    """A snapshot of `scopes` at `now` with every window and slot count at zero (pure)."""
+    snapshot = Snapshot(now)
+    bounds: dict[str, tuple[float, float]] = {}
+    for scope, limits in scopes:
+        for period in _periods(limits):
+            if period not in bounds:
+                bounds[period] = window_bounds(period, now)
+            start, end = bounds[period]
+            snapshot.windows[(scope, period)] = (start, end, (0, 0, 0.0))
+        if limits.concurrent_requests is not None:
+            snapshot.slots[scope] = 0
+    return snapshot
+
+
+def read_snapshot(conn: SqlConnection, scopes: Sequence[tuple[str, QuotaLimits]], now: float) -> Snapshot:
+    """Read the windows and slot counts of `scopes` at `now` (one SELECT for the windows, one per slot scope)."""
+    snapshot = empty_snapshot(scopes, now)
+    counts = {scope: conn.execute("SELECT count(*) FROM quota_slots WHERE scope = ? AND expires_at > ?", (scope, now))
+              for scope in snapshot.slots}
+    windows = None
+    if snapshot.windows:
+        keys = [(scope, period, start) for (scope, period), (start, _e, _u) in snapshot.windows.items()]
+        windows = conn.execute(
+            "SELECT scope, period, requests, tokens, cost FROM quota_windows WHERE (scope, period, start) IN "
+            f"(VALUES {', '.join(['(?, ?, ?)'] * len(keys))})",
+            [value for key in keys for value in key],
+        )
+    for scope, result in counts.items():
+        snapshot.slots[scope] = int(result.fetchone()[0])
+    if windows is not None:
+        for scope, period, requests, tokens, cost in windows.fetchall():
+            start, end, _usage = snapshot.windows[(scope, period)]
+            snapshot.windows[(scope, period)] = (start, end, (int(requests), int(tokens), float(cost)))
+    return snapshot
+
+
+def _headroom(snapshot: Snapshot, scopes: Sequence[tuple[str, QuotaLimits]],
               extra_requests: int = 0, extra_tokens: int = 0) -> Headroom:
     requests: Allowance | None = None
     tokens: Allowance | None = None
@@ -137,25 +156,21 @@ def _headroom(snapshot: _Snapshot, scopes: Sequence[tuple[str, QuotaLimits]],
     return Headroom(requests=requests, tokens=tokens)
 
 
-def read_headroom(conn: sqlite3.Connection, scopes: Sequence[tuple[str, QuotaLimits]], now: float) -> Headroom:
+def read_headroom(conn: SqlConnection, scopes: Sequence[tuple[str, QuotaLimits]], now: float) -> Headroom:
     """The tightest request and token allowances of `scopes` at `now` (a read; no transaction needed)."""
     limited = [(scope, limits) for scope, limits in scopes if has_limits(limits)]
     if not limited:
         return Headroom()
-    return _headroom(_Snapshot(conn, limited, now), limited)
+    return _headroom(read_snapshot(conn, limited, now), limited)
 
 
-def reserve(conn: sqlite3.Connection, scopes: Sequence[tuple[str, QuotaLimits]], estimated_tokens: int,
-            estimated_cost: float, now: float, reservation_id: str, slot_ttl: float) -> Reservation | Rejection:
-    """Check every limit of every scope, then charge them all, or charge nothing and return a Rejection.
+def decide(snapshot: Snapshot, limited: Sequence[tuple[str, QuotaLimits]], estimated_tokens: int,
+           estimated_cost: float) -> Rejection | list[Charge]:
+    """The quota rule, pure: the Rejection of the tightest limit `snapshot` leaves no room in, or the charges to
+    write (one per limited window, sorted by window key so that every backend writes rows in one order).
 
-    Must run inside a write transaction (`BEGIN IMMEDIATE`) so that the check and the charge are atomic.
-    Scopes without any limit are skipped and cost no writes.
+    The Rejection chosen is the one a retry cannot fix first (`exceeds_limit`), then the longest wait.
     """
-    limited = [(scope, limits) for scope, limits in scopes if has_limits(limits)]
-    if not limited:
-        return Reservation(None, (), estimated_tokens, estimated_cost, now)
-    snapshot = _Snapshot(conn, limited, now)
     failures: list[Rejection] = []
     for scope, limits in limited:
         for name in LIMITS:
@@ -171,20 +186,35 @@ def reserve(conn: sqlite3.Connection, scopes: Sequence[tuple[str, QuotaLimits]],
     if failures:
         worst = max(failures, key=lambda r: (r.exceeds_limit, r.retry_after_seconds))
         return replace(worst, headroom=_headroom(snapshot, limited))
+    return sorted((Charge(scope, period, start, estimated_tokens, estimated_cost if period == MONTH else 0.0)
+                   for (scope, period), (start, _end, _usage) in snapshot.windows.items()),
+                  key=lambda c: (c.scope, c.period, c.start))
 
-    charges = [Charge(scope, period, start, estimated_tokens, estimated_cost if period == MONTH else 0.0)
-               for (scope, period), (start, _end, _usage) in snapshot.windows.items()]
-    conn.executemany(
-        "INSERT INTO quota_windows (scope, period, start, requests, tokens, cost) VALUES (?, ?, ?, 1, ?, ?) "
-        "ON CONFLICT (scope, period, start) DO UPDATE SET requests = requests + 1, "
-        "tokens = tokens + excluded.tokens, cost = cost + excluded.cost",
-        [(c.scope, c.period, c.start, c.tokens, c.cost) for c in charges],
-    )
+
+def reserve(conn: SqlConnection, scopes: Sequence[tuple[str, QuotaLimits]], estimated_tokens: int,
+            estimated_cost: float, now: float, reservation_id: str, slot_ttl: float) -> Reservation | Rejection:
+    """Check every limit of every scope, then charge them all, or charge nothing and return a Rejection.
+
+    Must run inside a write transaction: the scopes are locked first (`SqlConnection.lock_scopes`), so the
+    check and the charge are atomic against every other gateway. Scopes without any limit are skipped and cost
+    no writes.
+    """
+    limited = [(scope, limits) for scope, limits in scopes if has_limits(limits)]
+    if not limited:
+        return Reservation(None, (), estimated_tokens, estimated_cost, now)
+    conn.lock_scopes([scope for scope, _limits in limited])
+    snapshot = read_snapshot(conn, limited, now)
+    decision = decide(snapshot, limited, estimated_tokens, estimated_cost)
+    if isinstance(decision, Rejection):
+        return decision
+    charges = decision
+    _add_to_windows(conn, [(c.scope, c.period, c.start, 1, c.tokens, c.cost) for c in charges])
     slot_scopes = tuple(scope for scope, limits in limited if limits.concurrent_requests is not None)
     if slot_scopes:
-        conn.executemany(
-            "INSERT INTO quota_slots (reservation_id, scope, expires_at) VALUES (?, ?, ?)",
-            [(reservation_id, scope, now + slot_ttl) for scope in slot_scopes],
+        conn.execute(
+            "INSERT INTO quota_slots (reservation_id, scope, expires_at) VALUES "
+            + ", ".join(["(?, ?, ?)"] * len(slot_scopes)),
+            [value for scope in slot_scopes for value in (reservation_id, scope, now + slot_ttl)],
         )
     conn.execute(
         "INSERT INTO quota_reservations (id, created_at, state, estimated_tokens, estimated_cost, charges) "
@@ -197,24 +227,16 @@ def reserve(conn: sqlite3.Connection, scopes: Sequence[tuple[str, QuotaLimits]],
                        charges=tuple(charges), slots=slot_scopes)
 
 
-def close(conn: sqlite3.Connection, reservation_id: str, actual: tuple[int, float] | None, now: float,
-          has_slots: bool = True) -> bool:
-    """Settle (`actual` = (tokens, cost)) or release (`actual` None: refund the estimate) one reservation.
+def closing_deltas(charges: Sequence[Sequence], actual: tuple[int, float] | None,
+                   now: float) -> list[tuple[str, str, float, int, float]]:
+    """The quota rule of settling, pure: (scope, period, start, tokens, cost) to add to each window.
 
-    The request itself stays counted in requests per minute. The reservation's row is deleted (a closed
-    reservation has no further use; one statement finds and removes it). Returns False when the reservation was
-    already settled or released (nothing changes: settling is idempotent). `has_slots` False (the reservation
-    took no concurrency slot) skips the slot delete. Must run inside a write transaction.
+    `charges` are a reservation's [scope, period, start, tokens, cost] as reserved. Each is taken back from the
+    window it was charged to; with `actual` = (tokens, cost) the actual usage is added to the window current at
+    `now` (a release, `actual` None, only refunds). Windows that do not change are left out; rows are sorted.
     """
-    row = conn.execute(
-        "DELETE FROM quota_reservations WHERE id = ? AND state = 'open' RETURNING charges", (reservation_id,)
-    ).fetchone()
-    if has_slots:
-        conn.execute("DELETE FROM quota_slots WHERE reservation_id = ?", (reservation_id,))
-    if row is None:
-        return False
     deltas: dict[tuple[str, str, float], list[float]] = {}
-    for scope, period, start, tokens, cost in json.loads(row[0]):
+    for scope, period, start, tokens, cost in charges:
         entry = deltas.setdefault((scope, period, start), [0, 0.0])
         entry[0] -= tokens
         entry[1] -= cost
@@ -223,23 +245,52 @@ def close(conn: sqlite3.Connection, reservation_id: str, actual: tuple[int, floa
             entry = deltas.setdefault((scope, period, current), [0, 0.0])
             entry[0] += actual[0]
             entry[1] += actual[1] if period == MONTH else 0.0
-    conn.executemany(
-        "INSERT INTO quota_windows (scope, period, start, requests, tokens, cost) VALUES (?, ?, ?, 0, ?, ?) "
-        "ON CONFLICT (scope, period, start) DO UPDATE SET tokens = tokens + excluded.tokens, "
-        "cost = cost + excluded.cost",
-        [(scope, period, start, int(tokens), cost)
-         for (scope, period, start), (tokens, cost) in deltas.items() if tokens or cost],
-    )
+    return [(scope, period, start, int(tokens), cost)
+            for (scope, period, start), (tokens, cost) in sorted(deltas.items()) if tokens or cost]
+
+
+def close(conn: SqlConnection, reservation_id: str, actual: tuple[int, float] | None, now: float,
+          has_slots: bool = True) -> bool:
+    """Settle (`actual` = (tokens, cost)) or release (`actual` None: refund the estimate) one reservation.
+
+    The request itself stays counted in requests per minute. The reservation's row is deleted (a closed
+    reservation has no further use; one statement finds and removes it, so two closes cannot both apply).
+    Returns False when the reservation was already settled or released (nothing changes: settling is
+    idempotent). `has_slots` False (the reservation took no concurrency slot) skips the slot delete. Must run
+    inside a write transaction.
+    """
+    row = conn.execute(
+        "DELETE FROM quota_reservations WHERE id = ? AND state = 'open' RETURNING charges", (reservation_id,)
+    ).fetchone()
+    if has_slots:
+        conn.execute("DELETE FROM quota_slots WHERE reservation_id = ?", (reservation_id,))
+    if row is None:
+        return False
+    _add_to_windows(conn, [(scope, period, start, 0, tokens, cost)
+                           for scope, period, start, tokens, cost in closing_deltas(json.loads(row[0]), actual, now)])
     return True
 
 
-def renew(conn: sqlite3.Connection, reservation_id: str, now: float, slot_ttl: float) -> int:
+def _add_to_windows(conn: SqlConnection, rows: list[tuple[str, str, float, int, int, float]]) -> None:
+    """Add (requests, tokens, cost) to the windows (scope, period, start) of `rows`, creating missing ones: one
+    statement for all rows (keys distinct, sorted by the callers so that every transaction locks rows in one order)."""
+    if rows:
+        conn.execute(
+            "INSERT INTO quota_windows (scope, period, start, requests, tokens, cost) VALUES "
+            + ", ".join(["(?, ?, ?, ?, ?, ?)"] * len(rows))
+            + " ON CONFLICT (scope, period, start) DO UPDATE SET requests = quota_windows.requests + excluded.requests, "
+            "tokens = quota_windows.tokens + excluded.tokens, cost = quota_windows.cost + excluded.cost",
+            [value for row in rows for value in row],
+        )
+
+
+def renew(conn: SqlConnection, reservation_id: str, now: float, slot_ttl: float) -> int:
     """Push the expiry of a reservation's slots to `now + slot_ttl`; returns how many slots it still holds."""
-    return conn.execute("UPDATE quota_slots SET expires_at = ? WHERE reservation_id = ?",
-                        (now + slot_ttl, reservation_id)).rowcount
+    return len(conn.execute("UPDATE quota_slots SET expires_at = ? WHERE reservation_id = ? RETURNING scope",
+                            (now + slot_ttl, reservation_id)).fetchall())
 
 
-def prune(conn: sqlite3.Connection, now: float) -> None:
+def prune(conn: SqlConnection, now: float) -> None:
     """Delete expired slots, windows that can no longer count, and closed or stale reservations.
 
     Minute windows are kept 2 minutes, day windows 2 days, month windows 62 days; reservations left open (a

@@ -200,3 +200,23 @@ class UsageRow:
     cost: float
     mean_ttft_seconds: float | None
     mean_duration_seconds: float | None
+
+
+@dataclass(frozen=True)
+class Settlement:
+    """What an answered request leaves to write: close its reservation and record its usage, in one transaction.
+
+    `entry_id` is the idempotency id (unique, e.g. "stl_" + 32 hex digits): the store writes a settlement with a
+    given id at most once, however often it is applied (a spool replays entries after a crash). `reservation_id`
+    None: no quota to close. `actual_tokens` None releases the reservation (refunds the estimate); else the
+    actual tokens and `actual_cost` replace the estimate. `has_slots` False skips the concurrency-slot delete.
+    `time` (epoch seconds) is when the request ended: the windows current then receive the actual usage.
+    """
+
+    entry_id: str
+    time: float
+    reservation_id: str | None = None
+    has_slots: bool = False
+    actual_tokens: int | None = None
+    actual_cost: float = 0.0
+    usage: UsageRecord | None = None

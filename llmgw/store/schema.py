@@ -1,4 +1,4 @@
-"""The SQLite schema as numbered migrations, applied in order and recorded in `schema_migrations`.
+"""The SQLite schema as numbered migrations (PostgreSQL has its own: `postgres_schema`), applied in order and recorded in `schema_migrations`.
 
 A migration is never edited once released: a change is a new migration at the end of `MIGRATIONS`.
 A store file whose version is newer than this code knows is refused (an older llmgw must not write it).
@@ -56,6 +56,11 @@ MIGRATIONS: tuple[str, ...] = (
     DROP TABLE quota_reservations;
     ALTER TABLE quota_reservations_open RENAME TO quota_reservations;
     """,
+    # 3: a usage row carries the idempotency id of the spool entry that wrote it: written at most once
+    """
+    ALTER TABLE usage ADD COLUMN request_id TEXT;
+    CREATE UNIQUE INDEX usage_request ON usage (request_id);
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -84,7 +89,8 @@ def migrate(conn: sqlite3.Connection, where: str) -> int:
         current = schema_version(conn)
         if current > SCHEMA_VERSION:
             raise StoreError(
-                f"The store {where} has schema version {current}, newer than this llmgw knows ({SCHEMA_VERSION}); "
+                f"The store {where} has schema version {current}, newer than this llmgw knows (SQLite schema "
+                f"{SCHEMA_VERSION}); "
                 "upgrade llmgw or point it at another store."
             )
         for version in range(current + 1, SCHEMA_VERSION + 1):

@@ -5,10 +5,14 @@ The file is in WAL mode with `synchronous=NORMAL`: a committed transaction survi
 lost on power failure or an OS crash, until the next checkpoint. `busy_timeout` makes a writer wait for
 another process's write lock instead of failing at once.
 
-Thread safety: one connection (`check_same_thread=False`) behind one lock; every method holds the lock for
-one short transaction. Writes are `BEGIN IMMEDIATE` transactions, so a check and the write it decides are
+Thread safety: one write connection (`check_same_thread=False`) behind one lock; every write holds the lock
+for one short transaction. Writes are `BEGIN IMMEDIATE` transactions, so a check and the write it decides are
 atomic also against other processes using the same file. (One connection keeps writes in one process from
-fighting over the file lock through SQLite's sleeping busy handler, which is much slower than a mutex.)
+fighting over the file lock through SQLite's sleeping busy handler, which is much slower than a mutex.) A
+writer waits at most `busy_timeout` for that lock too, then gets TemporaryError, so a queue of writers behind a
+file locked by another process fails in bounded time instead of one busy timeout after another. Reads run
+on a second connection behind a lock of their own: in WAL mode they never wait for a writer, so an API key
+is still checked while another process holds the write lock.
 
 Checkpoints (copying the WAL back into the database file, with an fsync) run in a background thread on a
 connection of its own every `checkpoint_interval` seconds (PASSIVE: writers never wait for it), not inside a
@@ -20,50 +24,47 @@ Format: https://www.sqlite.org/wal.html, https://www.sqlite.org/pragma.html.
 
 from __future__ import annotations
 
-import secrets
 import sqlite3
 import threading
-import time
-import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from llmgw.errors import StoreError, TemporaryError, UsageError
-from llmgw.routes import QuotaLimits
-from llmgw.store import keys, quotas
-from llmgw.store import usage as usage_table
-from llmgw.store.records import ApiKey, Headroom, KeyCheck, Rejection, Reservation, UsageRecord, UsageRow
-from llmgw.store.schema import migrate
+from llmgw.errors import StoreError, TemporaryError
+from llmgw.store.dialects import SqliteSql
+from llmgw.store.schema import SCHEMA_VERSION, migrate, schema_version
+from llmgw.store.sqlstore import SqlStore
 
 DEFAULT_BUSY_TIMEOUT = 5.0
 DEFAULT_SLOT_TTL = 300.0
 DEFAULT_CHECKPOINT_INTERVAL = 1.0
 AUTOCHECKPOINT_PAGES = 1000  # SQLite's default, restored if the background checkpoint cannot run
-PRUNE_INTERVAL = 30.0
 
 
-def _now(now: float | None) -> float:
-    return time.time() if now is None else now
-
-
-class SqliteStore:
+class SqliteStore(SqlStore):
     """The `Store` in a SQLite file at `path` (created with its parent directories if missing).
 
     `busy_timeout` (seconds) is how long a write waits for another process's lock before TemporaryError.
     `slot_ttl` (seconds) is how long a concurrency slot counts without being renewed, settled or released:
     after it, a slot left by a crashed gateway stops counting. Raises StoreError when the file cannot be
-    opened, is not a SQLite database, or has a newer schema.
+    opened, is not a SQLite database, or has a newer schema (naming both versions); with `migrate=False`, also
+    when its schema is older than this llmgw's (`llmgw store migrate` brings it up to date).
     """
+
+    dialect = "sqlite"
+    SCHEMA_VERSION = SCHEMA_VERSION
 
     def __init__(self, path: str | Path, *, busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
                  slot_ttl: float = DEFAULT_SLOT_TTL,
-                 checkpoint_interval: float | None = DEFAULT_CHECKPOINT_INTERVAL):
+                 checkpoint_interval: float | None = DEFAULT_CHECKPOINT_INTERVAL, migrate: bool = True):
         self.path = Path(path)
         self.url = f"sqlite:///{self.path.resolve()}"
         self.slot_ttl = slot_ttl
+        self.busy_timeout = busy_timeout
         self._lock = threading.Lock()
+        self._read_lock = threading.Lock()
         self._last_prune = 0.0
+        self._reader: sqlite3.Connection | None = None
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._conn = sqlite3.connect(self.path, timeout=busy_timeout, isolation_level=None,
@@ -77,7 +78,10 @@ class SqliteStore:
                                  "put it on a local filesystem.")
             self._conn.execute("PRAGMA synchronous=NORMAL")
             self._conn.execute(f"PRAGMA busy_timeout={int(busy_timeout * 1000)}")
-            self.schema_version = migrate(self._conn, str(self.path))
+            self.schema_version = self._open_schema(migrate)
+            self._reader = sqlite3.connect(self.path, timeout=busy_timeout, isolation_level=None,
+                                           check_same_thread=False)
+            self._reader.execute(f"PRAGMA busy_timeout={int(busy_timeout * 1000)}")
             self._checkpointer: threading.Thread | None = None
             self._stop_checkpoints = threading.Event()
             if checkpoint_interval is not None:
@@ -86,12 +90,28 @@ class SqliteStore:
                                                       args=(checkpoint_interval, busy_timeout), daemon=True)
                 self._checkpointer.start()
         except sqlite3.DatabaseError as exc:
-            self._conn.close()
+            self._close_connections()
             raise StoreError(f"The store {self.path} is not a usable SQLite database: {exc}; "
                              "point llmgw at another file or move this one away.") from exc
         except BaseException:
-            self._conn.close()
+            self._close_connections()
             raise
+
+    def _open_schema(self, apply: bool) -> int:
+        if apply:
+            return migrate(self._conn, str(self.path))
+        current = schema_version(self._conn)
+        if current > SCHEMA_VERSION:
+            migrate(self._conn, str(self.path))  # raises, naming both versions
+        if current < SCHEMA_VERSION:
+            raise StoreError(f"The store {self.path} has schema version {current}, older than this llmgw's "
+                             f"({SCHEMA_VERSION}); run `llmgw store migrate --store {self.url}` first.")
+        return current
+
+    def _close_connections(self) -> None:
+        self._conn.close()
+        if self._reader is not None:
+            self._reader.close()
 
     def __repr__(self) -> str:
         return f"SqliteStore({str(self.path)!r})"
@@ -100,8 +120,8 @@ class SqliteStore:
         if self._checkpointer is not None:
             self._stop_checkpoints.set()
             self._checkpointer.join(timeout=10)
-        with self._lock:
-            self._conn.close()
+        with self._lock, self._read_lock:
+            self._close_connections()
 
     def _checkpoint_loop(self, interval: float, busy_timeout: float) -> None:
         """Run PASSIVE checkpoints every `interval` s until close(); if they cannot run at all (the file became
@@ -131,20 +151,26 @@ class SqliteStore:
 
     # -- transactions ------------------------------------------------------------------------------------------
     @contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
-        with self._lock, self._errors():
-            self._conn.execute("BEGIN IMMEDIATE")
-            try:
-                yield self._conn
-            except BaseException:
-                self._conn.execute("ROLLBACK")
-                raise
-            self._conn.execute("COMMIT")
+    def _write(self) -> Iterator[SqliteSql]:
+        if not self._lock.acquire(timeout=self.busy_timeout):
+            raise TemporaryError(f"The store {self.path} stayed busy for {self.busy_timeout:g} s (another write of "
+                                 "this process waits for its lock); retry in a moment.", delay=0.5)
+        try:
+            with self._errors():
+                self._conn.execute("BEGIN IMMEDIATE")
+                try:
+                    yield SqliteSql(self._conn)
+                except BaseException:
+                    self._conn.execute("ROLLBACK")
+                    raise
+                self._conn.execute("COMMIT")
+        finally:
+            self._lock.release()
 
     @contextmanager
-    def _read(self) -> Iterator[sqlite3.Connection]:
-        with self._lock, self._errors():
-            yield self._conn
+    def _read(self) -> Iterator[SqliteSql]:
+        with self._read_lock, self._errors():
+            yield SqliteSql(self._reader)
 
     @contextmanager
     def _errors(self) -> Iterator[None]:
@@ -154,143 +180,8 @@ class SqliteStore:
             if "locked" in str(exc) or "busy" in str(exc):
                 raise TemporaryError(f"The store {self.path} is locked by another process ({exc}); "
                                      "retry in a moment.", delay=0.5) from exc
+            if "full" in str(exc):
+                raise TemporaryError(f"The store {self.path} cannot grow ({exc}); free disk space.", delay=5.0) from exc
             raise StoreError(f"The store {self.path} failed: {exc}.") from exc
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"The store {self.path} failed: {exc}; it may be damaged.") from exc
-
-    # -- secrets and key/value ---------------------------------------------------------------------------------
-    def get_or_create_secret(self, name: str, nbytes: int = 32) -> bytes:
-        with self._read() as conn:
-            row = conn.execute("SELECT value FROM secrets WHERE name = ?", (name,)).fetchone()
-        if row is not None:
-            return bytes(row[0])
-        with self._write() as conn:
-            conn.execute("INSERT OR IGNORE INTO secrets (name, value, created_at) VALUES (?, ?, ?)",
-                         (name, secrets.token_bytes(nbytes), time.time()))
-            return bytes(conn.execute("SELECT value FROM secrets WHERE name = ?", (name,)).fetchone()[0])
-
-    def get(self, key: str) -> str | None:
-        with self._read() as conn:
-            row = conn.execute("SELECT value FROM kv WHERE key = ?", (key,)).fetchone()
-        return None if row is None else row[0]
-
-    def put(self, key: str, value: str) -> None:
-        with self._write() as conn:
-            conn.execute("INSERT INTO kv (key, value, updated_at) VALUES (?, ?, ?) "
-                         "ON CONFLICT (key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at",
-                         (key, value, time.time()))
-
-    # -- admin tokens ------------------------------------------------------------------------------------------
-    def create_admin_token(self) -> str:
-        with self._write() as conn:
-            return keys.insert_admin_token(conn, time.time())
-
-    def check_admin_token(self, token: str) -> bool:
-        with self._read() as conn:
-            return keys.check_admin_token(conn, token)
-
-    # -- API keys ----------------------------------------------------------------------------------------------
-    def create_api_key(self, project: str, name: str | None = None, expires_at: float | None = None,
-                       now: float | None = None) -> tuple[ApiKey, str]:
-        with self._write() as conn:
-            return keys.insert_api_key(conn, project, name, expires_at, _now(now))
-
-    def check_api_key(self, plaintext: str, now: float | None = None) -> KeyCheck:
-        with self._read() as conn:
-            return keys.check_api_key(conn, plaintext, _now(now))
-
-    def authenticate(self, plaintext: str, now: float | None = None) -> ApiKey | None:
-        return self.check_api_key(plaintext, now).key
-
-    def list_api_keys(self, project: str | None = None) -> list[ApiKey]:
-        with self._read() as conn:
-            return keys.list_api_keys(conn, project)
-
-    def revoke_api_key(self, key_id: str, now: float | None = None) -> ApiKey:
-        with self._write() as conn:
-            return keys.revoke_api_key(conn, key_id, _now(now))
-
-    # -- quotas ------------------------------------------------------------------------------------------------
-    def reserve(self, scopes: Sequence[tuple[str, QuotaLimits]], estimated_tokens: int, estimated_cost: float,
-                now: float | None = None) -> Reservation | Rejection:
-        if estimated_tokens < 0 or estimated_cost < 0:
-            raise UsageError("A reservation's estimated tokens and cost cannot be negative.")
-        now = _now(now)
-        if not any(quotas.has_limits(limits) for _scope, limits in scopes):
-            return Reservation(None, (), estimated_tokens, estimated_cost, now)
-        with self._write() as conn:
-            if now - self._last_prune >= PRUNE_INTERVAL:
-                quotas.prune(conn, now)
-                self._last_prune = now
-            return quotas.reserve(conn, scopes, estimated_tokens, estimated_cost, now,
-                                  "res_" + uuid.uuid4().hex, self.slot_ttl)
-
-    def settle(self, reservation: Reservation, actual_tokens: int, actual_cost: float, now: float | None = None,
-               usage: UsageRecord | None = None) -> bool:
-        now = _now(now)
-        if reservation.reservation_id is None and usage is None:
-            return True
-        with self._write() as conn:
-            settled = True
-            if reservation.reservation_id is not None:
-                settled = quotas.close(conn, reservation.reservation_id, (int(actual_tokens), float(actual_cost)), now,
-                                       bool(reservation.slots))
-            if usage is not None:
-                usage_table.insert_usage(conn, usage)
-            return settled
-
-    def release(self, reservation: Reservation, now: float | None = None) -> bool:
-        if reservation.reservation_id is None:
-            return True
-        with self._write() as conn:
-            return quotas.close(conn, reservation.reservation_id, None, _now(now), bool(reservation.slots))
-
-    def renew(self, reservation: Reservation, now: float | None = None) -> bool:
-        if reservation.reservation_id is None or not reservation.slots:
-            return False
-        with self._write() as conn:
-            return quotas.renew(conn, reservation.reservation_id, _now(now), self.slot_ttl) > 0
-
-    def headroom(self, scopes: Sequence[tuple[str, QuotaLimits]], now: float | None = None) -> Headroom:
-        if not any(quotas.has_limits(limits) for _scope, limits in scopes):
-            return Headroom()
-        with self._read() as conn:
-            return quotas.read_headroom(conn, scopes, _now(now))
-
-    # -- usage -------------------------------------------------------------------------------------------------
-    def record_usage(self, record: UsageRecord) -> None:
-        with self._write() as conn:
-            usage_table.insert_usage(conn, record)
-
-    def query_usage(self, project: str | None = None, since: float | None = None,
-                    by: str = "model") -> list[UsageRow]:
-        with self._read() as conn:
-            return usage_table.query_usage(conn, project, since, by)
-
-    def recent_usage(self, project: str | None = None, since: float | None = None,
-                     limit: int = 100) -> list[UsageRecord]:
-        with self._read() as conn:
-            return usage_table.list_usage(conn, project, since, limit)
-
-    # -- leases ------------------------------------------------------------------------------------------------
-    def acquire_lease(self, name: str, holder: str, ttl_seconds: float, now: float | None = None) -> bool:
-        now = _now(now)
-        with self._write() as conn:
-            row = conn.execute("SELECT holder, expires_at FROM leases WHERE name = ?", (name,)).fetchone()
-            if row is not None and row[0] != holder and row[1] > now:
-                return False
-            conn.execute("INSERT INTO leases (name, holder, expires_at) VALUES (?, ?, ?) ON CONFLICT (name) "
-                         "DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at",
-                         (name, holder, now + ttl_seconds))
-            return True
-
-    def release_lease(self, name: str, holder: str) -> bool:
-        with self._write() as conn:
-            return conn.execute("DELETE FROM leases WHERE name = ? AND holder = ?", (name, holder)).rowcount > 0
-
-    def lease_holder(self, name: str, now: float | None = None) -> str | None:
-        with self._read() as conn:
-            row = conn.execute("SELECT holder FROM leases WHERE name = ? AND expires_at > ?",
-                               (name, _now(now))).fetchone()
-        return None if row is None else row[0]
-

@@ -5,29 +5,29 @@ Functions taking a connection run inside the caller's transaction (`insert_usage
 
 from __future__ import annotations
 
-import sqlite3
-
 from llmgw.errors import UsageError
+from llmgw.store.dialects import SqlConnection
 from llmgw.store.records import UsageRecord, UsageRow
 
 GROUPINGS = ("model", "project", "day")
 
-_GROUP_EXPRESSIONS = {
-    "model": "model",
-    "project": "project",
-    "day": "strftime('%Y-%m-%d', time, 'unixepoch')",
-}
+_GROUP_COLUMNS = {"model": "model", "project": "project"}
 
 
-def insert_usage(conn: sqlite3.Connection, record: UsageRecord) -> None:
-    """Append `record` to the usage table."""
-    conn.execute(
+def insert_usage(conn: SqlConnection, record: UsageRecord, request_id: str | None = None):
+    """Append `record` to the usage table, unless a row with `request_id` is there already.
+
+    `request_id` is the record's idempotency id (a spool entry's id): the same id is written at most once.
+    None: no deduplication. Returns the statement's result, not yet read: its `fetchone()` is None when nothing
+    was written (reading it waits for the database; a caller that does not need to know never reads it).
+    """
+    return conn.execute(
         "INSERT INTO usage (time, project, key_id, model, replica, node, prompt_tokens, completion_tokens, "
-        "cached_tokens, ttft_seconds, duration_seconds, status, cost) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        "cached_tokens, ttft_seconds, duration_seconds, status, cost, request_id) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (request_id) DO NOTHING RETURNING id",
         (record.time, record.project, record.key_id, record.model, record.replica, record.node,
          int(record.prompt_tokens), int(record.completion_tokens), int(record.cached_tokens),
-         record.ttft_seconds, float(record.duration_seconds), int(record.status), float(record.cost)),
+         record.ttft_seconds, float(record.duration_seconds), int(record.status), float(record.cost), request_id),
     )
 
 
@@ -43,27 +43,29 @@ def _filter(project: str | None, since: float | None) -> tuple[str, list]:
     return (f"WHERE {' AND '.join(where)}" if where else ""), params
 
 
-def query_usage(conn: sqlite3.Connection, project: str | None, since: float | None, by: str) -> list[UsageRow]:
+def query_usage(conn: SqlConnection, project: str | None, since: float | None, by: str) -> list[UsageRow]:
     """Sum usage per model, project or UTC day ("YYYY-MM-DD"), optionally for one project and since a time.
 
     Rows are ordered by group name (days therefore oldest first). Raises UsageError for an unknown `by`.
     """
-    if by not in _GROUP_EXPRESSIONS:
+    if by not in GROUPINGS:
         raise UsageError(f"Cannot group usage by {by!r}; use one of: {', '.join(GROUPINGS)}.")
     clause, params = _filter(project, since)
-    group = _GROUP_EXPRESSIONS[by]
+    group = conn.day_expression if by == "day" else _GROUP_COLUMNS[by]
     rows = conn.execute(
-        f"SELECT {group} AS grp, count(*), sum(status >= 400), sum(prompt_tokens), sum(completion_tokens), "
-        f"sum(cached_tokens), sum(cost), avg(ttft_seconds), avg(duration_seconds) "
+        f"SELECT {group} AS grp, count(*), sum(CASE WHEN status >= 400 THEN 1 ELSE 0 END), sum(prompt_tokens), "
+        f"sum(completion_tokens), sum(cached_tokens), sum(cost), avg(ttft_seconds), avg(duration_seconds) "
         f"FROM usage {clause} GROUP BY grp ORDER BY grp",
         params,
     ).fetchall()
-    return [UsageRow(group=str(r[0]), requests=r[1], errors=r[2] or 0, prompt_tokens=r[3] or 0,
-                     completion_tokens=r[4] or 0, cached_tokens=r[5] or 0, cost=float(r[6] or 0.0),
-                     mean_ttft_seconds=r[7], mean_duration_seconds=r[8]) for r in rows]
+    # PostgreSQL sums integers as numeric (Decimal): every number is made a plain int or float
+    return [UsageRow(group=str(r[0]), requests=int(r[1]), errors=int(r[2] or 0), prompt_tokens=int(r[3] or 0),
+                     completion_tokens=int(r[4] or 0), cached_tokens=int(r[5] or 0), cost=float(r[6] or 0.0),
+                     mean_ttft_seconds=None if r[7] is None else float(r[7]),
+                     mean_duration_seconds=None if r[8] is None else float(r[8])) for r in rows]
 
 
-def list_usage(conn: sqlite3.Connection, project: str | None, since: float | None, limit: int) -> list[UsageRecord]:
+def list_usage(conn: SqlConnection, project: str | None, since: float | None, limit: int) -> list[UsageRecord]:
     """The latest `limit` usage records, newest first (of `project` and since `since`, when given)."""
     clause, params = _filter(project, since)
     rows = conn.execute(

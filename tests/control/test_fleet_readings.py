@@ -69,19 +69,20 @@ async def test_a_card_held_by_another_process_comes_back_within_two_heartbeats_o
                                                           task_status=task_status))
         await wait_for(lambda: "1 with foreign processes" in unplaced_reasons(plane), 20,
                        "big-0 unplaced: the card is held", lambda: plane.status())
-        record = plane.snapshot().fleet.get("gpu1")
-        assert record.state.gpus[0].foreign_processes
-        registered_at = record.readings.at
+        assert plane.snapshot().fleet.get("gpu1").state.gpus[0].foreign_processes
 
         nvml.cards[0]["processes"] = []  # the other process exits; the agent stays connected
-        exited = trio.current_time()
-        await wait_for(lambda: "big-0" in plane.status()["replicas"]
-                       and plane.status()["replicas"]["big-0"].get("node") == "gpu1", 20, "big-0 placed on gpu1",
-                       lambda: plane.status())
-        record = plane.snapshot().fleet.get("gpu1")
-        assert not record.state.gpus[0].foreign_processes and record.readings.at > registered_at
-        beats = (record.readings.at - exited) / 0.2
-        assert beats <= 2.5, f"placed {beats:.1f} heartbeats after the process exited"
+        beats: set[float] = set()  # heartbeats that arrived since, told apart by their arrival time
+        with trio.fail_after(20):
+            while True:
+                record = plane.snapshot().fleet.get("gpu1")
+                if not record.state.gpus[0].foreign_processes:
+                    break
+                beats.add(record.last_seen)
+                await trio.sleep(0.01)
+        assert len(beats) <= 2, f"the card came back after {len(beats)} heartbeats"
+        await wait_for(lambda: (plane.status()["replicas"].get("big-0") or {}).get("node") == "gpu1", 20,
+                       "big-0 placed on gpu1", lambda: plane.status())
         assert plane.registry.get("gpu1").connected  # no reconnect was needed
         nursery.cancel_scope.cancel()
 

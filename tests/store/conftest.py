@@ -1,13 +1,41 @@
-"""Fixtures of the store tests: a real SQLite store file in a temporary directory."""
+"""Fixtures of the store tests: every `store` test runs on both backends, a SQLite file in a temporary directory
+and a PostgreSQL schema of its own (created and dropped by the test) in the database of LLMGW_TEST_POSTGRES
+(default postgresql://127.0.0.1:5432/test, trust authentication, as on every machine here and in CI).
+
+A PostgreSQL that cannot be reached is an error of every postgresql test, never a skip.
+"""
 
 from __future__ import annotations
 
+import os
+import secrets
 from collections.abc import Iterator
 from pathlib import Path
 
+import psycopg
 import pytest
 
-from llmgw.store import SqliteStore, open_store
+from llmgw.store import SqliteStore, Store, open_store
+
+POSTGRES_URL = os.environ.get("LLMGW_TEST_POSTGRES", "postgresql://127.0.0.1:5432/test")
+BACKENDS = ("sqlite", "postgresql")
+
+
+def schema_url(schema: str) -> str:
+    """The test database's URL with `search_path` set to `schema` (libpq's `options` parameter)."""
+    joiner = "&" if "?" in POSTGRES_URL else "?"
+    return f"{POSTGRES_URL}{joiner}options=-csearch_path%3D{schema}"
+
+
+@pytest.fixture
+def postgres_schema() -> Iterator[str]:
+    """A fresh, empty schema in the test database; dropped with everything in it when the test ends."""
+    name = "llmgw_test_" + secrets.token_hex(6)
+    with psycopg.connect(POSTGRES_URL, autocommit=True, connect_timeout=5) as conn:
+        conn.execute(f"CREATE SCHEMA {name}")
+    yield name
+    with psycopg.connect(POSTGRES_URL, autocommit=True, connect_timeout=5) as conn:
+        conn.execute(f"DROP SCHEMA {name} CASCADE")
 
 
 @pytest.fixture
@@ -15,9 +43,36 @@ def store_path(tmp_path: Path) -> Path:
     return tmp_path / "state" / "llmgw.sqlite3"
 
 
+@pytest.fixture(params=BACKENDS)
+def backend(request) -> str:
+    return request.param
+
+
 @pytest.fixture
-def store(store_path: Path) -> Iterator[SqliteStore]:
+def store_url(backend: str, store_path: Path, request) -> str:
+    """Where a test's store lives, on the backend of this run: a SQLite path or a PostgreSQL URL."""
+    if backend == "sqlite":
+        return str(store_path)
+    return schema_url(request.getfixturevalue("postgres_schema"))
+
+
+@pytest.fixture
+def store(store_url: str) -> Iterator[Store]:
+    opened = open_store(store_url)
+    yield opened
+    opened.close()
+
+
+@pytest.fixture
+def sqlite_store(store_path: Path) -> Iterator[SqliteStore]:
+    """A SQLite store, for what only SQLite has (its file, its connection)."""
     opened = open_store(store_path)
     assert isinstance(opened, SqliteStore)
     yield opened
     opened.close()
+
+
+def rows(store: Store, sql: str, params: tuple = ()) -> list[tuple]:
+    """The rows of one query (written with `?` placeholders) on either backend."""
+    with store._read() as conn:  # type: ignore[attr-defined]
+        return [tuple(row) for row in conn.execute(sql, params).fetchall()]

@@ -8,10 +8,11 @@ import sys
 import textwrap
 import threading
 import time
-from pathlib import Path
 
 from llmgw.routes import QuotaLimits
-from llmgw.store import Reservation, SqliteStore, open_store
+from llmgw.store import Reservation, Store, open_store
+
+from .conftest import rows
 
 NOW = 1_800_000_000.0
 THREADS = 64
@@ -38,13 +39,12 @@ def run_threads(count: int, work) -> list:
     return results
 
 
-def window_tokens(store: SqliteStore, scope: str) -> int:
-    row = store._conn.execute("SELECT coalesce(sum(tokens), 0) FROM quota_windows WHERE scope = ? AND period = 'minute'",
-                              (scope,)).fetchone()
-    return row[0]
+def window_tokens(store: Store, scope: str) -> int:
+    return int(rows(store, "SELECT coalesce(sum(tokens), 0) FROM quota_windows WHERE scope = ? AND period = 'minute'",
+                    (scope,))[0][0])
 
 
-def test_64_threads_never_overspend_a_tokens_per_minute_quota(store: SqliteStore) -> None:
+def test_64_threads_never_overspend_a_tokens_per_minute_quota(store: Store) -> None:
     limit = 4000
     scopes = [("project:chat", QuotaLimits(tokens_per_minute=limit)), ("team:research", QuotaLimits(tokens_per_minute=10**6))]
 
@@ -68,7 +68,7 @@ def test_64_threads_never_overspend_a_tokens_per_minute_quota(store: SqliteStore
     assert window_tokens(store, "team:research") == sum(admitted)
 
 
-def test_64_threads_never_hold_more_slots_than_concurrent_requests_and_leave_none(store: SqliteStore) -> None:
+def test_64_threads_never_hold_more_slots_than_concurrent_requests_and_leave_none(store: Store) -> None:
     scopes = [("project:chat", QuotaLimits(concurrent_requests=4))]
     lock = threading.Lock()
     state = {"in_flight": 0, "most": 0, "admitted": 0}
@@ -95,7 +95,7 @@ def test_64_threads_never_hold_more_slots_than_concurrent_requests_and_leave_non
     run_threads(THREADS, work)
     assert 1 <= state["most"] <= 4
     assert state["admitted"] >= 4
-    assert store._conn.execute("SELECT count(*) FROM quota_slots").fetchone()[0] == 0
+    assert rows(store, "SELECT count(*) FROM quota_slots") == [(0,)]
 
 
 CHILD = textwrap.dedent("""
@@ -119,17 +119,17 @@ CHILD = textwrap.dedent("""
 """)
 
 
-def test_four_processes_sharing_the_file_never_overspend(store_path: Path) -> None:
-    open_store(store_path).close()
+def test_four_processes_sharing_the_store_never_overspend(store_url: str) -> None:
+    open_store(store_url).close()
     limit = 10_000  # 4 processes x 16 threads x 5 tries x 100 tokens = 32,000 asked for
-    children = [subprocess.Popen([sys.executable, "-c", CHILD, str(store_path), str(limit), str(NOW)],
+    children = [subprocess.Popen([sys.executable, "-c", CHILD, store_url, str(limit), str(NOW)],
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(4)]
     totals = []
     for child in children:
         out, err = child.communicate(timeout=120)
         assert child.returncode == 0, err
         totals.append(json.loads(out))
-    store = open_store(store_path)
+    store = open_store(store_url)
     try:
         assert sum(totals) == limit  # all of it used, none of it twice
         assert window_tokens(store, "org:acme") == limit

@@ -5,12 +5,14 @@ from __future__ import annotations
 import trio
 
 from llmgw.routes import QuotaLimits
-from llmgw.store import Reservation, SqliteStore, UsageRecord
+from llmgw.store import Reservation, Store, UsageRecord
+
+from .conftest import rows
 
 NOW = 1_800_000_000.0
 
 
-async def test_many_trio_tasks_reserve_and_settle_through_worker_threads(store: SqliteStore) -> None:
+async def test_many_trio_tasks_reserve_and_settle_through_worker_threads(store: Store) -> None:
     scopes = [("project:chat", QuotaLimits(concurrent_requests=3, tokens_per_minute=2_000))]
     admitted: list[int] = []
 
@@ -31,6 +33,6 @@ async def test_many_trio_tasks_reserve_and_settle_through_worker_threads(store: 
             nursery.start_soon(request, index)
     assert 3 <= len(admitted) <= 20
     assert store.query_usage()[0].requests == len(admitted)
-    assert store._conn.execute("SELECT count(*) FROM quota_slots").fetchone()[0] == 0
+    assert rows(store, "SELECT count(*) FROM quota_slots") == [(0,)]
     # Directly on the event loop thread works too (a short block).
     assert isinstance(store.reserve(scopes, 100, 0.0, NOW + 60), Reservation)

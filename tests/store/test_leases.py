@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from llmgw.store import SqliteStore, open_store
+from llmgw.store import Store, open_store
 
 NOW = 1_800_000_000.0
 
 
-def test_a_lease_has_one_holder_until_it_expires(store: SqliteStore) -> None:
+def test_a_lease_has_one_holder_until_it_expires(store: Store) -> None:
     assert store.acquire_lease("leader", "cp-a", 10.0, NOW)
     assert not store.acquire_lease("leader", "cp-b", 10.0, NOW + 5)
     assert store.lease_holder("leader", NOW + 5) == "cp-a"
@@ -20,7 +20,7 @@ def test_a_lease_has_one_holder_until_it_expires(store: SqliteStore) -> None:
     assert store.lease_holder("leader", NOW + 30) is None
 
 
-def test_only_the_holder_can_release_a_lease(store: SqliteStore) -> None:
+def test_only_the_holder_can_release_a_lease(store: Store) -> None:
     store.acquire_lease("apply", "cp-a", 60.0, NOW)
     assert not store.release_lease("apply", "cp-b")
     assert store.release_lease("apply", "cp-a")
@@ -28,8 +28,8 @@ def test_only_the_holder_can_release_a_lease(store: SqliteStore) -> None:
     assert store.acquire_lease("other", "cp-a", 60.0, NOW + 1)  # leases are independent
 
 
-def test_two_stores_on_one_file_see_each_others_leases(store_path: Path) -> None:
-    a, b = open_store(store_path), open_store(store_path)
+def test_two_stores_on_one_database_see_each_others_leases(store_url: str) -> None:
+    a, b = open_store(store_url), open_store(store_url)
     try:
         assert a.acquire_lease("leader", "cp-a", 10.0, NOW)
         assert not b.acquire_lease("leader", "cp-b", 10.0, NOW + 1)

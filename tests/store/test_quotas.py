@@ -3,21 +3,26 @@
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from pathlib import Path
 
 import pytest
 
 from llmgw.routes import QuotaLimits
-from llmgw.store import Rejection, Reservation, SqliteStore, UsageRecord, open_store
+from llmgw.store import Rejection, Reservation, Store, UsageRecord, open_store
+
+from .conftest import rows
 
 NOW = 1_800_000_000.0  # the start of a minute window (a multiple of 60)
 
 
-def quota_rows(store: SqliteStore) -> tuple[list, list]:
-    conn = store._conn
-    windows = conn.execute("SELECT scope, period, start, requests, tokens, cost FROM quota_windows ORDER BY 1, 2, 3").fetchall()
-    slots = conn.execute("SELECT scope FROM quota_slots ORDER BY 1").fetchall()
+def quota_rows(store: Store) -> tuple[list, list]:
+    windows = rows(store, "SELECT scope, period, start, requests, tokens, cost FROM quota_windows ORDER BY 1, 2, 3")
+    slots = rows(store, "SELECT scope FROM quota_slots ORDER BY 1")
     return windows, slots
+
+
+def written(store: Store) -> list:
+    """Everything quotas and usage have written."""
+    return [*quota_rows(store), rows(store, "SELECT id FROM quota_reservations"), rows(store, "SELECT id FROM usage")]
 
 
 def admitted(outcome: Reservation | Rejection) -> Reservation:
@@ -30,19 +35,19 @@ def refused(outcome: Reservation | Rejection) -> Rejection:
     return outcome
 
 
-def test_scopes_without_limits_never_refuse_and_write_nothing(store: SqliteStore) -> None:
+def test_scopes_without_limits_never_refuse_and_write_nothing(store: Store) -> None:
     scopes = [("project:chat", QuotaLimits()), ("team:research", QuotaLimits()), ("org:acme", QuotaLimits())]
-    before = store._conn.total_changes
+    before = written(store)
     for _ in range(50):
         reservation = admitted(store.reserve(scopes, 10**9, 10**6, NOW))
         assert reservation.reservation_id is None
         assert store.settle(reservation, 10**9, 10**6, NOW)
         assert store.release(reservation, NOW)
-    assert store._conn.total_changes == before
+    assert written(store) == before
     assert store.headroom(scopes, NOW).requests is None
 
 
-def test_requests_per_minute_refuses_the_third_request_until_the_next_minute(store: SqliteStore) -> None:
+def test_requests_per_minute_refuses_the_third_request_until_the_next_minute(store: Store) -> None:
     scopes = [("project:chat", QuotaLimits(requests_per_minute=2))]
     admitted(store.reserve(scopes, 10, 0.0, NOW + 1))
     second = admitted(store.reserve(scopes, 10, 0.0, NOW + 2))
@@ -57,7 +62,7 @@ def test_requests_per_minute_refuses_the_third_request_until_the_next_minute(sto
     admitted(store.reserve(scopes, 10, 0.0, NOW + 60))
 
 
-def test_tokens_per_minute_counts_estimates_and_flags_a_request_larger_than_the_limit(store: SqliteStore) -> None:
+def test_tokens_per_minute_counts_estimates_and_flags_a_request_larger_than_the_limit(store: Store) -> None:
     scopes = [("project:chat", QuotaLimits(tokens_per_minute=1000))]
     first = admitted(store.reserve(scopes, 600, 0.0, NOW))
     assert first.headroom.tokens.remaining == 400
@@ -68,7 +73,7 @@ def test_tokens_per_minute_counts_estimates_and_flags_a_request_larger_than_the_
     admitted(store.reserve(scopes, 400, 0.0, NOW + 2))
 
 
-def test_tokens_per_day_resets_at_utc_midnight(store: SqliteStore) -> None:
+def test_tokens_per_day_resets_at_utc_midnight(store: Store) -> None:
     midnight = datetime(2027, 3, 4, tzinfo=timezone.utc).timestamp()
     scopes = [("org:acme", QuotaLimits(tokens_per_day=100))]
     admitted(store.reserve(scopes, 100, 0.0, midnight - 3600))
@@ -77,7 +82,7 @@ def test_tokens_per_day_resets_at_utc_midnight(store: SqliteStore) -> None:
     admitted(store.reserve(scopes, 100, 0.0, midnight))
 
 
-def test_the_budget_is_per_utc_calendar_month(store: SqliteStore) -> None:
+def test_the_budget_is_per_utc_calendar_month(store: Store) -> None:
     scopes = [("team:research", QuotaLimits(budget=1.0))]
     start = datetime(2027, 12, 31, 23, 0, tzinfo=timezone.utc).timestamp()
     reservation = admitted(store.reserve(scopes, 10, 0.75, start))
@@ -89,7 +94,7 @@ def test_the_budget_is_per_utc_calendar_month(store: SqliteStore) -> None:
     admitted(store.reserve(scopes, 10, 0.5, datetime(2028, 1, 1, tzinfo=timezone.utc).timestamp()))
 
 
-def test_concurrent_requests_hold_slots_until_settled_or_released(store: SqliteStore) -> None:
+def test_concurrent_requests_hold_slots_until_settled_or_released(store: Store) -> None:
     scopes = [("project:chat", QuotaLimits(concurrent_requests=2))]
     a = admitted(store.reserve(scopes, 1, 0.0, NOW))
     b = admitted(store.reserve(scopes, 1, 0.0, NOW))
@@ -102,7 +107,7 @@ def test_concurrent_requests_hold_slots_until_settled_or_released(store: SqliteS
     assert quota_rows(store)[1] == []
 
 
-def test_a_refusal_in_one_scope_consumes_nothing_in_any_scope(store: SqliteStore) -> None:
+def test_a_refusal_in_one_scope_consumes_nothing_in_any_scope(store: Store) -> None:
     scopes = [
         ("project:chat", QuotaLimits(requests_per_minute=100, tokens_per_minute=10_000, tokens_per_day=10**6,
                                      concurrent_requests=10, budget=100.0)),
@@ -122,7 +127,7 @@ def test_a_refusal_in_one_scope_consumes_nothing_in_any_scope(store: SqliteStore
     assert quota_rows(store) == before
 
 
-def test_the_longest_wait_is_reported_when_several_limits_refuse(store: SqliteStore) -> None:
+def test_the_longest_wait_is_reported_when_several_limits_refuse(store: Store) -> None:
     scopes = [("project:chat", QuotaLimits(tokens_per_minute=10, tokens_per_day=10))]
     admitted(store.reserve(scopes, 10, 0.0, NOW))
     rejection = refused(store.reserve(scopes, 5, 0.0, NOW + 1))
@@ -130,7 +135,7 @@ def test_the_longest_wait_is_reported_when_several_limits_refuse(store: SqliteSt
     assert rejection.headroom.tokens.remaining == 0
 
 
-def test_settling_replaces_the_estimate_with_the_actual_tokens(store: SqliteStore) -> None:
+def test_settling_replaces_the_estimate_with_the_actual_tokens(store: Store) -> None:
     scopes = [("project:chat", QuotaLimits(tokens_per_minute=1000))]
     reservation = admitted(store.reserve(scopes, 800, 0.0, NOW))
     assert store.settle(reservation, 120, 0.0, NOW + 2)
@@ -140,7 +145,7 @@ def test_settling_replaces_the_estimate_with_the_actual_tokens(store: SqliteStor
     assert store.headroom(scopes, NOW + 5).tokens.remaining == 880
 
 
-def test_tokens_settled_in_a_later_minute_count_in_that_minute(store: SqliteStore) -> None:
+def test_tokens_settled_in_a_later_minute_count_in_that_minute(store: Store) -> None:
     scopes = [("project:chat", QuotaLimits(tokens_per_minute=1000))]
     reservation = admitted(store.reserve(scopes, 500, 0.0, NOW + 50))
     store.settle(reservation, 300, 0.0, NOW + 70)
@@ -148,7 +153,7 @@ def test_tokens_settled_in_a_later_minute_count_in_that_minute(store: SqliteStor
     assert store.headroom(scopes, NOW + 71).tokens.remaining == 700
 
 
-def test_releasing_refunds_tokens_and_cost_but_the_request_still_counts(store: SqliteStore) -> None:
+def test_releasing_refunds_tokens_and_cost_but_the_request_still_counts(store: Store) -> None:
     scopes = [("project:chat", QuotaLimits(requests_per_minute=5, tokens_per_minute=1000, budget=2.0))]
     reservation = admitted(store.reserve(scopes, 700, 1.5, NOW))
     assert store.release(reservation, NOW + 1)
@@ -157,7 +162,7 @@ def test_releasing_refunds_tokens_and_cost_but_the_request_still_counts(store: S
     admitted(store.reserve(scopes, 1000, 2.0, NOW + 2))
 
 
-def test_settle_can_record_usage_in_the_same_transaction(store: SqliteStore) -> None:
+def test_settle_can_record_usage_in_the_same_transaction(store: Store) -> None:
     scopes = [("project:chat", QuotaLimits(tokens_per_minute=1000))]
     reservation = admitted(store.reserve(scopes, 100, 0.0, NOW))
     record = UsageRecord(project="chat", model="gemma", time=NOW + 1, prompt_tokens=7, completion_tokens=5)
@@ -168,24 +173,24 @@ def test_settle_can_record_usage_in_the_same_transaction(store: SqliteStore) -> 
     assert len(store.recent_usage()) == 2
 
 
-def test_slots_of_a_crashed_gateway_are_reclaimed_after_their_ttl(store_path: Path) -> None:
+def test_slots_of_a_crashed_gateway_are_reclaimed_after_their_ttl(store_url: str) -> None:
     scopes = [("project:chat", QuotaLimits(concurrent_requests=1))]
-    crashed = open_store(store_path, slot_ttl=30.0)
+    crashed = open_store(store_url, slot_ttl=30.0)
     admitted(crashed.reserve(scopes, 1, 0.0, NOW))
     crashed.close()  # never settles: the process is gone
-    survivor = open_store(store_path, slot_ttl=30.0)
+    survivor = open_store(store_url, slot_ttl=30.0)
     try:
         assert refused(survivor.reserve(scopes, 1, 0.0, NOW + 29)).limit_name == "concurrent_requests"
         admitted(survivor.reserve(scopes, 1, 0.0, NOW + 31))
-        assert survivor._conn.execute("SELECT count(*) FROM quota_slots").fetchone()[0] == 2  # not yet pruned
+        assert rows(survivor, "SELECT count(*) FROM quota_slots") == [(2,)]  # not yet pruned
         survivor.reserve([("project:other", QuotaLimits(concurrent_requests=5))], 1, 0.0, NOW + 2000)
-        assert survivor._conn.execute("SELECT count(*) FROM quota_slots").fetchone()[0] == 1  # pruned
+        assert rows(survivor, "SELECT count(*) FROM quota_slots") == [(1,)]  # pruned
     finally:
         survivor.close()
 
 
-def test_renewing_keeps_a_long_request_in_its_slot(store_path: Path) -> None:
-    store = open_store(store_path, slot_ttl=30.0)
+def test_renewing_keeps_a_long_request_in_its_slot(store_url: str) -> None:
+    store = open_store(store_url, slot_ttl=30.0)
     scopes = [("project:chat", QuotaLimits(concurrent_requests=1))]
     try:
         long_stream = admitted(store.reserve(scopes, 1, 0.0, NOW))
@@ -198,7 +203,7 @@ def test_renewing_keeps_a_long_request_in_its_slot(store_path: Path) -> None:
         store.close()
 
 
-def test_headroom_reports_the_tightest_scope(store: SqliteStore) -> None:
+def test_headroom_reports_the_tightest_scope(store: Store) -> None:
     scopes = [
         ("project:chat", QuotaLimits(requests_per_minute=10, tokens_per_minute=5000)),
         ("team:research", QuotaLimits(requests_per_minute=3, tokens_per_day=2000)),
@@ -211,7 +216,7 @@ def test_headroom_reports_the_tightest_scope(store: SqliteStore) -> None:
         ("team:research", "tokens_per_day", 500)
 
 
-def test_negative_estimates_are_a_usage_error(store: SqliteStore) -> None:
+def test_negative_estimates_are_a_usage_error(store: Store) -> None:
     from llmgw.errors import UsageError
 
     with pytest.raises(UsageError):

@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 
 from llmgw.errors import UsageError
-from llmgw.store import SqliteStore, UsageRecord, open_store
+from llmgw.store import Store, UsageRecord, open_store
 
 DAY1 = datetime(2027, 5, 1, 12, tzinfo=timezone.utc).timestamp()
 DAY2 = datetime(2027, 5, 2, 8, tzinfo=timezone.utc).timestamp()
 
 
-def fill(store: SqliteStore) -> None:
+def fill(store: Store) -> None:
     store.record_usage(UsageRecord("chat", "gemma", DAY1, key_id="key_1", replica="gemma-0", node="n1",
                                    prompt_tokens=10, completion_tokens=20, cached_tokens=4, ttft_seconds=0.1,
                                    duration_seconds=1.0, cost=0.01))
@@ -29,7 +29,7 @@ def fill(store: SqliteStore) -> None:
                                    ttft_seconds=0.3, duration_seconds=2.0, cost=0.5))
 
 
-def test_usage_is_summed_per_model(store: SqliteStore) -> None:
+def test_usage_is_summed_per_model(store: Store) -> None:
     fill(store)
     gemma, qwen = store.query_usage(by="model")
     assert (gemma.group, gemma.requests, gemma.errors) == ("gemma", 2, 1)
@@ -40,13 +40,13 @@ def test_usage_is_summed_per_model(store: SqliteStore) -> None:
     assert (qwen.group, qwen.requests, qwen.cost) == ("qwen", 1, 0.5)
 
 
-def test_usage_is_summed_per_project_and_per_utc_day(store: SqliteStore) -> None:
+def test_usage_is_summed_per_project_and_per_utc_day(store: Store) -> None:
     fill(store)
     assert [(r.group, r.requests) for r in store.query_usage(by="project")] == [("chat", 2), ("search", 1)]
     assert [(r.group, r.requests) for r in store.query_usage(by="day")] == [("2027-05-01", 1), ("2027-05-02", 2)]
 
 
-def test_usage_is_filtered_by_project_and_since(store: SqliteStore) -> None:
+def test_usage_is_filtered_by_project_and_since(store: Store) -> None:
     fill(store)
     assert [(r.group, r.requests) for r in store.query_usage(project="chat", by="day")] == \
         [("2027-05-01", 1), ("2027-05-02", 1)]
@@ -55,7 +55,7 @@ def test_usage_is_filtered_by_project_and_since(store: SqliteStore) -> None:
     assert store.query_usage(project="nobody") == []
 
 
-def test_recent_usage_returns_whole_records_newest_first(store: SqliteStore) -> None:
+def test_recent_usage_returns_whole_records_newest_first(store: Store) -> None:
     fill(store)
     latest = store.recent_usage(limit=2)
     assert [r.model for r in latest] == ["qwen", "gemma"]
@@ -65,7 +65,7 @@ def test_recent_usage_returns_whole_records_newest_first(store: SqliteStore) -> 
                                 duration_seconds=1.0, cost=0.01)
 
 
-def test_an_unknown_grouping_is_a_usage_error(store: SqliteStore) -> None:
+def test_an_unknown_grouping_is_a_usage_error(store: Store) -> None:
     with pytest.raises(UsageError, match="model, project, day"):
         store.query_usage(by="week")
 
@@ -93,8 +93,8 @@ def test_a_record_survives_the_process_being_killed_right_after_record_usage(sto
         store.close()
 
 
-def test_every_record_acknowledged_before_a_kill_from_outside_is_kept(store_path: Path) -> None:
-    child = subprocess.Popen([sys.executable, "-c", KILLED_RIGHT_AFTER, str(store_path), "100000"],
+def test_every_record_acknowledged_before_a_kill_from_outside_is_kept(store_url: str) -> None:
+    child = subprocess.Popen([sys.executable, "-c", KILLED_RIGHT_AFTER, store_url, "100000"],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     acknowledged = -1
     assert child.stdout is not None
@@ -104,7 +104,7 @@ def test_every_record_acknowledged_before_a_kill_from_outside_is_kept(store_path
             os.kill(child.pid, signal.SIGKILL)
             break
     child.wait(timeout=30)
-    store = open_store(store_path)
+    store = open_store(store_url)
     try:
         kept = store.query_usage(by="project")[0].requests
         assert kept >= acknowledged + 1

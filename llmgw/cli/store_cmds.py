@@ -1,0 +1,64 @@
+"""`llmgw store migrate` and `llmgw store copy SRC DST`: the store's schema and moving it to another backend.
+
+A store is named by a path (SQLite), `sqlite:///PATH` or `postgresql://user:password@host:port/database`; the
+password is never printed (`postgresql://user:***@host/db`). See docs/store.md.
+"""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from llmgw.store import open_store, redacted, store_url_for_state
+from llmgw.store.copying import copy_store, migrate_store
+
+
+@click.group("store")
+def store_group() -> None:
+    """The runtime store: bring its schema up to date, copy it to another backend."""
+
+
+@store_group.command("migrate")
+@click.option("--store", "store_url", envvar="LLMGW_STORE", default=None, metavar="URL",
+              help="The store (a SQLite path or a postgresql:// URL); default: the state directory's.")
+@click.option("--state", "state_dir", envvar="LLMGW_STATE", default=".state", show_default=True,
+              help="State directory whose llmgw.sqlite3 is the store when --store is not given.")
+def migrate_command(store_url: str | None, state_dir: str) -> None:
+    """Apply the store's missing schema migrations (creating the store if it does not exist)."""
+    url = store_url or store_url_for_state(state_dir)
+    before, after = migrate_store(url)
+    if before == after:
+        click.echo(f"The store {redacted(url)} is at schema version {after}; nothing to do.")
+    else:
+        click.echo(f"The store {redacted(url)} went from schema version {before} to {after}.")
+
+
+@store_group.command("copy")
+@click.argument("source")
+@click.argument("destination")
+@click.option("--json", "as_json", is_flag=True, help="Print the rows copied per table as JSON.")
+def copy_command(source: str, destination: str, as_json: bool) -> None:
+    """Copy every table of the store SOURCE into the empty store DESTINATION (e.g. SQLite -> PostgreSQL).
+
+    Stop the control planes that write SOURCE first. DESTINATION is created (its schema migrated) if needed.
+    """
+    src = open_store(source)
+    try:
+        dst = open_store(destination)
+        try:
+            counts = copy_store(src, dst)
+        finally:
+            dst.close()
+    finally:
+        src.close()
+    if as_json:
+        click.echo(json.dumps({"source": src.url, "destination": dst.url, "rows": counts}))
+        return
+    click.echo(f"Copied {src.url} into {dst.url}:")
+    for table, count in counts.items():
+        click.echo(f"  {table:<20} {count:>8} rows")
+
+
+def register(group: click.Group) -> None:
+    group.add_command(store_group)

@@ -1,0 +1,151 @@
+"""`StoreBoundary`: the store as an event loop sees it. Calls run in worker threads; settlements go through a spool.
+
+Every store method blocks (SQLite waits up to its busy timeout for a lock another process holds; PostgreSQL
+waits on the network). Here each call runs in a worker thread (`trio.to_thread.run_sync`, at most `threads`
+at once through one CapacityLimiter), so the event loop keeps answering `/health`, streams and every request
+that needs no store write while the store is slow or locked.
+
+A request's usage and the closing of its reservation (a `Settlement`) never wait on the store to be kept:
+`settle` appends it to the `UsageSpool` first (one write(2), on the event loop: a local file, microseconds),
+then asks the store to write it in a worker thread and waits at most `settle_wait` seconds for the commit. If the
+store has not committed by then (locked, down, or failing), the spool is fsync'd and `settle` returns False: the
+caller answers its client anyway. `run` (a background task) writes what the spool still holds: at start (what a
+crashed process left) and every `retry_interval` seconds (doubling up to MAX_RETRY_INTERVAL while the store
+keeps failing). The store writes each entry id at most once (`Store.apply_settlement`), so usage lands exactly
+once. The concurrency slots a settlement frees are freed when the store takes it.
+
+Errors: `call` raises what the store raises (TemporaryError, StoreError, UsageError). `settle` raises nothing
+of the store's: a store failure leaves the entry in the spool; a spool that cannot be written (disk full)
+falls back to waiting for the store, and when both fail the record is logged whole (logger "llmgw.store") so
+that an operator can re-enter it, and lost.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import trio
+
+from llmgw.errors import StoreError, TemporaryError
+from llmgw.store.records import Settlement
+from llmgw.store.spool import UsageSpool, encode_settlement
+
+DEFAULT_THREADS = 8
+DEFAULT_SETTLE_WAIT = 0.5
+DEFAULT_RETRY_INTERVAL = 1.0
+MAX_RETRY_INTERVAL = 10.0
+
+log = logging.getLogger("llmgw.store")
+T = TypeVar("T")
+
+
+class StoreBoundary:
+    """`store` behind worker threads, with `spool` for settlements (see the module docstring).
+
+    `threads`: store calls running at once (more wait, in trio, without blocking the loop). `settle_wait`
+    (seconds): how long `settle` waits for the store's commit before leaving the entry to `run`.
+    `retry_interval` (seconds): how often `run` looks for entries left in the spool.
+    """
+
+    def __init__(self, store, spool: UsageSpool, *, threads: int = DEFAULT_THREADS,
+                 settle_wait: float = DEFAULT_SETTLE_WAIT, retry_interval: float = DEFAULT_RETRY_INTERVAL):
+        self.store = store
+        self.spool = spool
+        self.settle_wait = settle_wait
+        self.retry_interval = retry_interval
+        self.limiter = trio.CapacityLimiter(threads)
+        self.last_error: str | None = None
+        self.spooled = 0  # settlements left to `run` since start
+
+    async def call(self, function: Callable[..., T], *args: Any) -> T:
+        """`function(*args)` (a method of the store) in a worker thread; a checkpoint.
+
+        A cancelled caller still waits for the call to end (bounded by the store's own timeouts), so what the
+        store did (a reservation taken) is never lost to the caller.
+        """
+        return await trio.to_thread.run_sync(function, *args, limiter=self.limiter)
+
+    async def settle(self, settlement: Settlement) -> bool:
+        """Keep `settlement` (spool) and have the store write it; True when the store committed it before return.
+
+        Waits at most `settle_wait` seconds for the store, then fsyncs the spool (a worker thread, milliseconds)
+        and returns False; `run` writes the entry when the store answers. Never raises for a store failure.
+        """
+        try:
+            self.spool.append(settlement)
+        except StoreError as exc:
+            return await self._settle_without_spool(settlement, exc)
+        with trio.move_on_after(self.settle_wait):
+            if await trio.to_thread.run_sync(self._apply, [settlement.entry_id], limiter=self.limiter,
+                                             abandon_on_cancel=True):
+                return True
+        self.spooled += 1
+        try:
+            await trio.to_thread.run_sync(self.spool.sync)
+        except OSError as exc:
+            log.warning("Cannot fsync the usage spool %s (%s); its last entries survive a crash of llmgw but "
+                        "not of the machine.", self.spool.path, exc)
+        return False
+
+    async def _settle_without_spool(self, settlement: Settlement, spool_error: StoreError) -> bool:
+        with trio.move_on_after(self.settle_wait):
+            try:
+                await trio.to_thread.run_sync(self.store.apply_settlement, settlement, limiter=self.limiter,
+                                              abandon_on_cancel=True)
+                return True
+            except (TemporaryError, StoreError) as exc:
+                self.last_error = str(exc)
+        log.error("%s The store did not take it either (%s); this usage is lost unless re-entered: %s",
+                  spool_error, self.last_error, encode_settlement(settlement).decode().strip())
+        return False
+
+    def _apply(self, entry_ids: list[str]) -> int:
+        """(Worker thread.) Write the spooled entries `entry_ids` to the store in order until one fails; returns
+        how many the store took. Entries done or being written by another thread are skipped (not counted)."""
+        taken = 0
+        for entry_id in entry_ids:
+            settlement = self.spool.claim(entry_id)
+            if settlement is None:
+                continue
+            done = False
+            try:
+                self.store.apply_settlement(settlement)
+                done = True
+            except (TemporaryError, StoreError) as exc:
+                self.last_error = str(exc)
+                return taken
+            finally:
+                self.spool.finish(entry_id, done)
+            taken += 1
+        return taken
+
+    async def drain(self) -> bool:
+        """Write every entry the spool holds (oldest first, in one worker thread); True when none is left."""
+        pending = [s.entry_id for s in self.spool.pending()]
+        if pending:
+            await trio.to_thread.run_sync(self._apply, pending, limiter=self.limiter)
+        return self.spool.statistics()["pending"] == 0
+
+    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        """Write what the spool holds now (left by a crash), then every `retry_interval` what it holds since,
+        until cancelled. `task_status.started()` at once (the first round runs in the background)."""
+        task_status.started()
+        delay = self.retry_interval
+        while True:
+            if await self.drain():
+                delay = self.retry_interval
+            else:
+                delay = min(MAX_RETRY_INTERVAL, delay * 2)
+            await trio.sleep(delay)
+
+    def statistics(self) -> dict[str, Any]:
+        """The spool's counters (`UsageSpool.statistics`), "spooled" (settlements left to `run` since start),
+        "threads_busy" (store calls running) and "last_error" (the store's last failure, or None)."""
+        return {**self.spool.statistics(), "spooled": self.spooled,
+                "threads_busy": self.limiter.borrowed_tokens, "last_error": self.last_error}
+
+    def close(self) -> None:
+        """Close the spool (what it holds stays on disk for the next start)."""
+        self.spool.close()

@@ -1,0 +1,248 @@
+"""`SqlStore`: the `Store` methods written once over a `SqlConnection`, for both backends.
+
+A backend (`SqliteStore`, `PostgresStore`) supplies three things: `_write()`, a context manager giving a
+connection inside one write transaction (committed when the block ends, rolled back on an exception) with its
+errors mapped to `TemporaryError` / `StoreError`; `_read()`, the same for a plain read; and `close()`. The
+statements come from `keys`, `quotas` and `usage`; the quota rules are pure functions of `quotas`.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager
+
+from llmgw.errors import UsageError
+from llmgw.routes import QuotaLimits
+from llmgw.store import keys, quotas
+from llmgw.store import usage as usage_table
+from llmgw.store.dialects import SqlConnection
+from llmgw.store.records import (
+    ApiKey,
+    Headroom,
+    KeyCheck,
+    Rejection,
+    Reservation,
+    Settlement,
+    UsageRecord,
+    UsageRow,
+)
+
+PRUNE_INTERVAL = 30.0
+
+# Every table a store holds, parents first (what `llmgw store copy` moves, in this order), with its columns.
+TABLES: dict[str, tuple[str, ...]] = {
+    "secrets": ("name", "value", "created_at"),
+    "kv": ("key", "value", "updated_at"),
+    "admin_tokens": ("hash", "created_at"),
+    "api_keys": ("id", "project", "name", "prefix", "created_at", "expires_at", "revoked_at", "hash"),
+    "quota_windows": ("scope", "period", "start", "requests", "tokens", "cost"),
+    "quota_slots": ("reservation_id", "scope", "expires_at"),
+    "quota_reservations": ("id", "created_at", "state", "estimated_tokens", "estimated_cost", "charges"),
+    "usage": ("id", "time", "project", "key_id", "model", "replica", "node", "prompt_tokens", "completion_tokens",
+              "cached_tokens", "ttft_seconds", "duration_seconds", "status", "cost", "request_id"),
+    "leases": ("name", "holder", "expires_at"),
+}
+# The order rows are read in (for copies and comparisons that must not depend on physical order).
+TABLE_ORDER: dict[str, str] = {
+    "secrets": "name", "kv": "key", "admin_tokens": "hash", "api_keys": "id",
+    "quota_windows": "scope, period, start", "quota_slots": "reservation_id, scope", "quota_reservations": "id",
+    "usage": "id", "leases": "name",
+}
+
+
+def _now(now: float | None) -> float:
+    return time.time() if now is None else now
+
+
+class SqlStore:
+    """The backend-independent half of a `Store` (see the module docstring)."""
+
+    url: str
+    slot_ttl: float
+    _last_prune: float = 0.0
+
+    def _write(self) -> AbstractContextManager[SqlConnection]:
+        raise NotImplementedError
+
+    def _read(self) -> AbstractContextManager[SqlConnection]:
+        raise NotImplementedError
+
+    # -- secrets and key/value ---------------------------------------------------------------------------------
+    def get_or_create_secret(self, name: str, nbytes: int = 32) -> bytes:
+        with self._read() as conn:
+            row = conn.execute("SELECT value FROM secrets WHERE name = ?", (name,)).fetchone()
+        if row is not None:
+            return bytes(row[0])
+        with self._write() as conn:
+            conn.execute("INSERT INTO secrets (name, value, created_at) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
+                         (name, secrets.token_bytes(nbytes), time.time()))
+            return bytes(conn.execute("SELECT value FROM secrets WHERE name = ?", (name,)).fetchone()[0])
+
+    def get(self, key: str) -> str | None:
+        with self._read() as conn:
+            row = conn.execute("SELECT value FROM kv WHERE key = ?", (key,)).fetchone()
+        return None if row is None else row[0]
+
+    def put(self, key: str, value: str) -> None:
+        with self._write() as conn:
+            conn.execute("INSERT INTO kv (key, value, updated_at) VALUES (?, ?, ?) "
+                         "ON CONFLICT (key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at",
+                         (key, value, time.time()))
+
+    # -- admin tokens ------------------------------------------------------------------------------------------
+    def create_admin_token(self) -> str:
+        with self._write() as conn:
+            return keys.insert_admin_token(conn, time.time())
+
+    def check_admin_token(self, token: str) -> bool:
+        with self._read() as conn:
+            return keys.check_admin_token(conn, token)
+
+    # -- API keys ----------------------------------------------------------------------------------------------
+    def create_api_key(self, project: str, name: str | None = None, expires_at: float | None = None,
+                       now: float | None = None) -> tuple[ApiKey, str]:
+        with self._write() as conn:
+            return keys.insert_api_key(conn, project, name, expires_at, _now(now))
+
+    def check_api_key(self, plaintext: str, now: float | None = None) -> KeyCheck:
+        with self._read() as conn:
+            return keys.check_api_key(conn, plaintext, _now(now))
+
+    def authenticate(self, plaintext: str, now: float | None = None) -> ApiKey | None:
+        return self.check_api_key(plaintext, now).key
+
+    def list_api_keys(self, project: str | None = None) -> list[ApiKey]:
+        with self._read() as conn:
+            return keys.list_api_keys(conn, project)
+
+    def revoke_api_key(self, key_id: str, now: float | None = None) -> ApiKey:
+        with self._write() as conn:
+            return keys.revoke_api_key(conn, key_id, _now(now))
+
+    # -- quotas ------------------------------------------------------------------------------------------------
+    def reserve(self, scopes: Sequence[tuple[str, QuotaLimits]], estimated_tokens: int, estimated_cost: float,
+                now: float | None = None) -> Reservation | Rejection:
+        if estimated_tokens < 0 or estimated_cost < 0:
+            raise UsageError("A reservation's estimated tokens and cost cannot be negative.")
+        now = _now(now)
+        if not any(quotas.has_limits(limits) for _scope, limits in scopes):
+            return Reservation(None, (), estimated_tokens, estimated_cost, now)
+        with self._write() as conn:
+            if now - self._last_prune >= PRUNE_INTERVAL:
+                quotas.prune(conn, now)
+                self._last_prune = now
+            return quotas.reserve(conn, scopes, estimated_tokens, estimated_cost, now,
+                                  "res_" + uuid.uuid4().hex, self.slot_ttl)
+
+    def settle(self, reservation: Reservation, actual_tokens: int, actual_cost: float, now: float | None = None,
+               usage: UsageRecord | None = None) -> bool:
+        now = _now(now)
+        if reservation.reservation_id is None and usage is None:
+            return True
+        with self._write() as conn:
+            settled = True
+            if reservation.reservation_id is not None:
+                settled = quotas.close(conn, reservation.reservation_id, (int(actual_tokens), float(actual_cost)), now,
+                                       bool(reservation.slots))
+            if usage is not None:
+                usage_table.insert_usage(conn, usage)
+            return settled
+
+    def release(self, reservation: Reservation, now: float | None = None) -> bool:
+        if reservation.reservation_id is None:
+            return True
+        with self._write() as conn:
+            return quotas.close(conn, reservation.reservation_id, None, _now(now), bool(reservation.slots))
+
+    def renew(self, reservation: Reservation, now: float | None = None) -> bool:
+        if reservation.reservation_id is None or not reservation.slots:
+            return False
+        with self._write() as conn:
+            return quotas.renew(conn, reservation.reservation_id, _now(now), self.slot_ttl) > 0
+
+    def headroom(self, scopes: Sequence[tuple[str, QuotaLimits]], now: float | None = None) -> Headroom:
+        if not any(quotas.has_limits(limits) for _scope, limits in scopes):
+            return Headroom()
+        with self._read() as conn:
+            return quotas.read_headroom(conn, scopes, _now(now))
+
+    def apply_settlement(self, settlement: Settlement) -> bool:
+        """Close the settlement's reservation and record its usage in one transaction, at most once per entry id.
+
+        Returns False when a settlement with this `entry_id` was applied before (nothing is written again).
+        """
+        if settlement.usage is None and settlement.reservation_id is None:
+            return True
+        with self._write() as conn:
+            # Applied before: the usage insert writes nothing, and the reservation is gone already (closed in that
+            # same first transaction), so closing it again changes nothing either.
+            inserted = (usage_table.insert_usage(conn, settlement.usage, settlement.entry_id)
+                        if settlement.usage is not None else None)
+            if settlement.reservation_id is not None:
+                actual = None if settlement.actual_tokens is None else (int(settlement.actual_tokens),
+                                                                        float(settlement.actual_cost))
+                quotas.close(conn, settlement.reservation_id, actual, settlement.time, settlement.has_slots)
+            return inserted is None or inserted.fetchone() is not None
+
+    # -- usage -------------------------------------------------------------------------------------------------
+    def record_usage(self, record: UsageRecord) -> None:
+        with self._write() as conn:
+            usage_table.insert_usage(conn, record)
+
+    def query_usage(self, project: str | None = None, since: float | None = None,
+                    by: str = "model") -> list[UsageRow]:
+        with self._read() as conn:
+            return usage_table.query_usage(conn, project, since, by)
+
+    def recent_usage(self, project: str | None = None, since: float | None = None,
+                     limit: int = 100) -> list[UsageRecord]:
+        with self._read() as conn:
+            return usage_table.list_usage(conn, project, since, limit)
+
+    # -- leases ------------------------------------------------------------------------------------------------
+    def acquire_lease(self, name: str, holder: str, ttl_seconds: float, now: float | None = None) -> bool:
+        now = _now(now)
+        with self._write() as conn:
+            # one statement: taken when free, expired or already ours; untouched (0 rows) while another holds it
+            return conn.execute(
+                "INSERT INTO leases (name, holder, expires_at) VALUES (?, ?, ?) ON CONFLICT (name) "
+                "DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at "
+                "WHERE leases.holder = excluded.holder OR leases.expires_at <= ? RETURNING holder",
+                (name, holder, now + ttl_seconds, now),
+            ).fetchone() is not None
+
+    def release_lease(self, name: str, holder: str) -> bool:
+        with self._write() as conn:
+            return conn.execute("DELETE FROM leases WHERE name = ? AND holder = ? RETURNING name",
+                                (name, holder)).fetchone() is not None
+
+    def lease_holder(self, name: str, now: float | None = None) -> str | None:
+        with self._read() as conn:
+            row = conn.execute("SELECT holder FROM leases WHERE name = ? AND expires_at > ?",
+                               (name, _now(now))).fetchone()
+        return None if row is None else row[0]
+
+    # -- whole tables (copies between stores) --------------------------------------------------------------------
+    def table_rows(self, table: str) -> Iterator[tuple]:
+        """Every row of `table` (one of TABLES), columns in TABLES order, rows in a fixed order; bytes as bytes."""
+        columns = TABLES[table]
+        with self._read() as conn:
+            rows = conn.execute(f"SELECT {', '.join(columns)} FROM {table} ORDER BY {TABLE_ORDER[table]}").fetchall()
+        for row in rows:
+            yield tuple(bytes(v) if isinstance(v, (memoryview, bytearray)) else v for v in row)
+
+    def insert_rows(self, table: str, rows: Sequence[tuple]) -> None:
+        """Insert `rows` (columns in TABLES order) into `table` in one transaction."""
+        columns = TABLES[table]
+        if not rows:
+            return
+        with self._write() as conn:
+            conn.executemany(f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})",
+                             rows)
+            self._after_insert_rows(conn, table)
+
+    def _after_insert_rows(self, conn: SqlConnection, table: str) -> None:
+        """A backend's follow-up to an explicit-key insert (PostgreSQL moves the usage id sequence on)."""

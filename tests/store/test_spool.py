@@ -1,0 +1,135 @@
+"""The usage spool: what a request leaves to write survives crashes and reaches the store exactly once."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import trio
+
+from llmgw.errors import StoreError
+from llmgw.routes import QuotaLimits
+from llmgw.store import Reservation, Settlement, StoreBoundary, UsageRecord, UsageSpool
+
+NOW = 1_800_000_000.0
+
+
+def settlement(entry_id: str, reservation: Reservation | None = None, tokens: int | None = 7) -> Settlement:
+    record = UsageRecord(project="chat", model="gemma", time=NOW + 1, key_id="key_1", prompt_tokens=3,
+                         completion_tokens=4, status=200)
+    return Settlement(entry_id=entry_id, time=NOW + 1,
+                      reservation_id=reservation.reservation_id if reservation else None,
+                      has_slots=bool(reservation and reservation.slots), actual_tokens=tokens, usage=record)
+
+
+CRASHING = textwrap.dedent("""
+    import os, signal, sys
+    from llmgw.store import Settlement, UsageRecord, UsageSpool, open_store
+    store_url, spool_dir, stage = sys.argv[1:4]
+    spool = UsageSpool(spool_dir)
+    entry = Settlement(entry_id="stl_crash", time=1.0, usage=UsageRecord(project="chat", model="gemma", time=1.0,
+                       prompt_tokens=5, completion_tokens=6))
+    spool.append(entry)
+    if stage == "after-store":
+        open_store(store_url).apply_settlement(entry)  # committed, but the spool never hears of it
+    os.kill(os.getpid(), signal.SIGKILL)
+""")
+
+
+@pytest.mark.parametrize("stage", ["before-store", "after-store"])
+def test_a_settlement_spooled_before_a_sigkill_lands_in_the_store_exactly_once(store, tmp_path: Path,
+                                                                               stage: str) -> None:
+    spool_dir = tmp_path / "spool"
+    crashed = subprocess.run([sys.executable, "-c", CRASHING, store.url, str(spool_dir), stage], timeout=60)
+    assert crashed.returncode == -signal.SIGKILL
+    assert len(store.recent_usage()) == (1 if stage == "after-store" else 0)
+
+    spool = UsageSpool(spool_dir)
+    assert [s.entry_id for s in spool.pending()] == ["stl_crash"]
+    boundary = StoreBoundary(store, spool)
+    assert trio.run(boundary.drain)
+    trio.run(boundary.drain)
+    spool.close()
+    assert [(r.prompt_tokens, r.completion_tokens) for r in store.recent_usage()] == [(5, 6)]
+    assert UsageSpool(spool_dir).pending() == []
+
+
+def test_applying_one_settlement_twice_writes_its_usage_and_frees_its_slot_once(store) -> None:
+    scopes = [("project:chat", QuotaLimits(concurrent_requests=1, tokens_per_minute=1000))]
+    reservation = store.reserve(scopes, 100, 0.0, NOW)
+    assert isinstance(reservation, Reservation)
+    entry = settlement("stl_twice", reservation, tokens=7)
+    assert store.apply_settlement(entry) is True
+    assert store.apply_settlement(entry) is False
+    assert len(store.recent_usage()) == 1
+    assert store.headroom(scopes, NOW + 2).tokens.remaining == 1000 - 7
+    assert isinstance(store.reserve(scopes, 10, 0.0, NOW + 2), Reservation)  # the slot was freed
+
+
+def test_a_torn_last_line_is_cut_off_and_the_entries_before_it_are_kept(tmp_path: Path) -> None:
+    spool = UsageSpool(tmp_path)
+    spool.append(settlement("stl_a"))
+    spool.append(settlement("stl_b"))
+    spool.finish("stl_a", done=False)
+    spool.close()
+    with open(tmp_path / "usage.spool", "ab") as handle:
+        handle.write(b'{"settle": {"entry_id": "stl_c", "ti')  # a crash in the middle of a write
+    again = UsageSpool(tmp_path)
+    assert [s.entry_id for s in again.pending()] == ["stl_a", "stl_b"]
+    assert (tmp_path / "usage.spool").read_bytes().endswith(b"\n")
+    assert again.pending()[0] == settlement("stl_a")
+    again.close()
+
+
+def test_entries_marked_done_are_not_pending_after_reopening(tmp_path: Path) -> None:
+    spool = UsageSpool(tmp_path)
+    for name in ("a", "b", "c"):
+        spool.append(settlement(f"stl_{name}"))
+    assert spool.claim("stl_b") is not None
+    assert spool.claim("stl_b") is None  # claimed: another thread may not write it at the same time
+    spool.finish("stl_b", done=True)
+    assert spool.claim("stl_b") is None  # done
+    spool.close()
+    assert [s.entry_id for s in UsageSpool(tmp_path).pending()] == ["stl_a", "stl_c"]
+
+
+def test_a_grown_spool_is_rewritten_with_only_its_pending_entries(tmp_path: Path) -> None:
+    spool = UsageSpool(tmp_path, compact_bytes=2000)
+    for index in range(20):
+        spool.append(settlement(f"stl_{index:02d}"))
+    for index in range(19):
+        spool.claim(f"stl_{index:02d}")
+        spool.finish(f"stl_{index:02d}", done=True)
+    assert os.path.getsize(tmp_path / "usage.spool") < 2000
+    spool.append(settlement("stl_late"))
+    spool.close()
+    assert [s.entry_id for s in UsageSpool(tmp_path).pending()] == ["stl_19", "stl_late"]
+
+
+def test_a_second_opening_of_a_spool_in_use_is_refused_with_a_sentence(tmp_path: Path) -> None:
+    first = UsageSpool(tmp_path)
+    with pytest.raises(StoreError, match="in use by another process"):
+        UsageSpool(tmp_path)
+    first.close()
+    UsageSpool(tmp_path).close()
+
+
+def test_an_unreadable_line_in_the_middle_is_skipped_counted_and_the_others_kept(tmp_path: Path, caplog) -> None:
+    spool = UsageSpool(tmp_path)
+    spool.append(settlement("stl_a"))
+    spool.close()
+    with open(tmp_path / "usage.spool", "ab") as handle:
+        handle.write(b"not json at all\n")
+    spool = UsageSpool(tmp_path)
+    spool.append(settlement("stl_b"))
+    spool.close()
+    with caplog.at_level("WARNING", logger="llmgw.store"):
+        again = UsageSpool(tmp_path)
+    assert [s.entry_id for s in again.pending()] == ["stl_a", "stl_b"]
+    assert again.statistics()["damaged_lines"] == 1 and "1 unreadable lines" in caplog.text
+    again.close()
