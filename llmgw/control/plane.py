@@ -50,7 +50,7 @@ from llmgw.plan.types import Action, ActionKind, Plan
 from llmgw.routes import RouteTable
 from llmgw.settings import NOTIFY_URL_KEY, set_config_value
 from llmgw.settings.model import Listener, Settings
-from llmgw.store import open_store
+from llmgw.store import open_store_from_settings
 from llmgw.wire import check_agents_listener, serve_agents
 
 ADMIN_TOKEN_FILE = "admin-token"
@@ -215,15 +215,17 @@ class ControlPlane:
         from llmgw.control.admin import serve_admin
 
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        store = self.config.store
-        if store is None or isinstance(store, (str, Path)):
-            store = open_store(store or self.state_dir / "llmgw.sqlite3")
-        self.store = store
-        self._replica_secret = store.get_or_create_secret(REPLICA_KEY_SECRET)
-        self.admin_token = self._load_admin_token()
         await self.watcher.poll()
         settings = self.watcher.state.settings
         cluster = settings.cluster if settings else None
+        store = self.config.store
+        if store is None or isinstance(store, (str, Path)):
+            store = await trio.to_thread.run_sync(functools.partial(
+                open_store_from_settings, cluster.store if cluster else None, self.state_dir, self.secrets.get,
+                override_url=store))
+        self.store = store
+        self._replica_secret = store.get_or_create_secret(REPLICA_KEY_SECRET)
+        self.admin_token = self._load_admin_token()
 
         def listener(override: Listener | None, name: str, default: Listener) -> Listener:
             return override or (getattr(cluster, name) if cluster else default)
@@ -257,7 +259,7 @@ class ControlPlane:
                 self.admin_port = await nursery.start(serve_admin, self, admin.host, admin.port)
                 self.admin_url = f"http://{_url_host(admin.host)}:{self.admin_port}"
                 if self.config.gateway:
-                    self.gateway = Gateway(store, self.table)
+                    self.gateway = Gateway(store, self.table, spool_dir=self.state_dir / "usage-spool")
                     self.gateway_port = await nursery.start(self.gateway.serve, gateway.host, gateway.port)
                     self.gateway_url = f"http://{_url_host(gateway.host)}:{self.gateway_port}"
                 self._write_state_files()

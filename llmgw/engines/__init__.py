@@ -11,7 +11,7 @@ from types import ModuleType
 
 from llmgw.engines import llamacpp, sglang, vllm
 from llmgw.engines.base import GpuDevice, Launch, MetricNames, StartupReport, clean_line
-from llmgw.engines.building import DEFAULT_CMAKE_ARGS, build_dir_for, build_llama_server, fetch_source
+from llmgw.engines.building import DEFAULT_CMAKE_ARGS, build_dir_for, build_llama_server, cmake_args, fetch_source
 from llmgw.engines.downloading import Progress, sha256_file
 from llmgw.engines.installing import (
     LlamaCppSource,
@@ -40,7 +40,7 @@ def get_engine(name: str) -> ModuleType:
 
 
 __all__ = [
-    "DEFAULT_CMAKE_ARGS", "ENGINES", "GpuDevice", "Launch", "LlamaCppSource", "MetricNames", "Progress",
+    "DEFAULT_CMAKE_ARGS", "cmake_args", "ENGINES", "GpuDevice", "Launch", "LlamaCppSource", "MetricNames", "Progress",
     "StartupReport", "build_dir_for", "build_llama_server", "check_installed", "clean_line", "default_cache_dir",
     "fetch_source", "get_engine", "install_dir", "installed_binary", "llamacpp", "sglang", "sha256_file",
     "unpack_archive", "verify_binary", "vllm",

@@ -47,7 +47,7 @@ class ClusterSettings:
 
     Durations in seconds. `gpu_hour_cost` maps a GPU class (or "default") to the cost of one GPU for one hour,
     in `currency`; it is meant to price models without explicit prices, and nothing reads it yet (unbuilt.py).
-    `store` is likewise not read yet: the control plane opens the store it is given.
+    `store` is the runtime store the control plane opens (`llmgw server --store URL` overrides it).
     """
 
     name: str

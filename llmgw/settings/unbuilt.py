@@ -57,14 +57,6 @@ _NO_INSTALL = ("agents install llama.cpp only (from archives, an sdist or a mirr
                "built yet, so an agent runs the one it is given with `llmgw agent --engine-binary ENGINE@VERSION=PATH`")
 
 UNBUILT: tuple[UnbuiltKey, ...] = (
-    UnbuiltKey("llmgw", ("store", "kind"), "the PostgreSQL store is not built yet: the control plane keeps its state "
-               "in the SQLite file of its state directory (or the one `llmgw server --store` names)",
-               when="`postgresql`", applies=lambda value: value == "postgresql"),
-    UnbuiltKey("llmgw", ("store", "path"), "the control plane opens `llmgw.sqlite3` in its state directory, or the "
-               "file `llmgw server --store` names", when="other than `llmgw.sqlite3`",
-               applies=lambda value: value != "llmgw.sqlite3"),
-    UnbuiltKey("llmgw", ("store", "url"), "the PostgreSQL store is not built yet: the control plane keeps its state "
-               "in the SQLite file of its state directory"),
     UnbuiltKey("llmgw", ("prices", "gpu_hour_cost"), "usage is priced by each model's own `prices` only; a model "
                "without them costs nothing"),
     UnbuiltKey("model", ("adapters",), "no engine is given LoRA adapters yet, and clients cannot ask for them"),

@@ -30,15 +30,15 @@ def bad_catalog(repo: Path) -> str:
 
 
 async def test_a_bad_head_is_reported_with_file_and_line_while_the_last_good_commit_stays(settings_repo):
-    changes = []
-    watcher = SettingsWatcher(str(settings_repo), "main", settings_repo.parent / "unused",
-                              on_change=lambda: changes.append(1))
+    published = []
+    watcher = SettingsWatcher(str(settings_repo), "main", settings_repo.parent / "unused", publish=published.append)
     state = await watcher.poll()
     good = state.settings.commit
-    assert state.bad is None and len(changes) == 1
+    assert state.bad is None and published == [state]
     bad = bad_catalog(settings_repo)
     state = await watcher.poll()
-    assert state.settings.commit == good and state.head == bad and len(changes) == 1
+    assert state.settings.commit == good and state.head == bad
+    assert published[-1] is state and published[-1].settings is published[0].settings  # same settings, now a bad head
     (issue,) = [i for i in state.bad.issues if i.severity == "error"]
     assert (issue.file, issue.line, issue.key_path) == ("catalog/tiny.yaml", 3, "replicas")
     assert bad[:12] in state.bad.describe()
@@ -48,8 +48,12 @@ async def test_at_start_a_bad_head_falls_back_to_the_applied_commit(settings_rep
     first = await SettingsWatcher(str(settings_repo), "main", settings_repo.parent / "m").poll()
     set_ref(settings_repo, "refs/llmgw/applied", first.settings.commit)
     bad_catalog(settings_repo)
-    state = await SettingsWatcher(str(settings_repo), "main", settings_repo.parent / "m").poll()
+    published = []
+    watcher = SettingsWatcher(str(settings_repo), "main", settings_repo.parent / "m", publish=published.append)
+    state = await watcher.poll()
     assert state.settings.commit == first.settings.commit and state.bad is not None
+    # what the control plane is told is the applied commit's settings, after the watcher holds them itself
+    assert [p.settings.commit for p in published] == [first.settings.commit] and published[0] is watcher.state
 
 
 async def test_a_remote_is_fetched_into_a_mirror_and_an_unreachable_one_keeps_the_last_good_commit(

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from llmgw.engines import DEFAULT_CMAKE_ARGS, build_dir_for
+from llmgw.engines import build_dir_for, cmake_args
 from llmgw.engines.demo import DEMO_LLAMA_CPP_VERSION, GEMMA_SHA256
 
 REPO = Path(__file__).resolve().parents[2]
@@ -20,7 +20,7 @@ def test_demo_command_installs_from_the_cached_build_and_names_both_paths(tmp_pa
     server.write_text("#!/bin/sh\necho 'version: 0.6.0-dev (stand-in)' >&2\n")
     server.chmod(0o755)
     (build / "CMakeCache.txt").write_text("".join(f"{arg[2:].split('=')[0]}:BOOL={arg.split('=')[1]}\n"
-                                                  for arg in DEFAULT_CMAKE_ARGS))
+                                                  for arg in cmake_args()))
     (tmp_path / "mirror" / "sha256").mkdir(parents=True)
     os.link(gemma_mirror / "sha256" / GEMMA_SHA256, tmp_path / "mirror" / "sha256" / GEMMA_SHA256)
     env = {k: v for k, v in os.environ.items() if k != "LLMGW_LLAMA_SERVER"}

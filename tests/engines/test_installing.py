@@ -3,6 +3,8 @@ CMake; verified with ldd and --version before the marker is written."""
 
 from __future__ import annotations
 
+from llmgw.engines.building import platform_cmake_args
+
 import hashlib
 import io
 import json
@@ -106,6 +108,13 @@ def test_a_binary_whose_version_fails_is_refused(tmp_path):
         verify_binary(broken)
 
 
+def test_a_build_on_x86_64_leaves_out_the_amx_kernels_that_crash_under_some_hypervisors():
+    assert platform_cmake_args("x86_64") == (
+        "-DCMAKE_C_FLAGS=-mno-amx-tile -mno-amx-int8 -mno-amx-bf16",
+        "-DCMAKE_CXX_FLAGS=-mno-amx-tile -mno-amx-int8 -mno-amx-bf16")
+    assert platform_cmake_args("aarch64") == ()
+
+
 async def test_an_existing_build_in_the_cache_is_reused_without_fetching_anything(tmp_path):
     cache = tmp_path / "cache"
     build = build_dir_for(cache, "b9")
@@ -114,7 +123,9 @@ async def test_an_existing_build_in_the_cache_is_reused_without_fetching_anythin
     (build / "bin" / "llama-server").chmod(0o755)
     (build / "CMakeCache.txt").write_text("CMAKE_BUILD_TYPE:STRING=Release\nBUILD_SHARED_LIBS:BOOL=OFF\n"
                                           "LLAMA_BUILD_TESTS:BOOL=OFF\nLLAMA_BUILD_EXAMPLES:BOOL=OFF\n"
-                                          "LLAMA_CURL:UNINITIALIZED=OFF\nLLAMA_OPENSSL:BOOL=OFF\n")
+                                          "LLAMA_CURL:UNINITIALIZED=OFF\nLLAMA_OPENSSL:BOOL=OFF\n"
+                                          + "".join(f"{arg[2:].split('=')[0]}:STRING={arg.split('=', 1)[1]}\n"
+                                                    for arg in platform_cmake_args()))
     source = LlamaCppSource("b9", sdist_version="9.0.0", sdist_sha256="f" * 64)  # unreachable index: never asked
     binary = await llamacpp.install(source, tmp_path / "engines", cache)
     marker = json.loads((binary.parent.parent / "installed.json").read_text())

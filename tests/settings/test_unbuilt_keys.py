@@ -25,9 +25,6 @@ ADAPTER = """adapters:
 # (file, old text, new text) -> every warning it gives, as "file:line:column: key"; named "<kind> <key>" after the
 # rows of UNBUILT it shows (" + " between several).
 CASES = {
-    "llmgw store.kind + llmgw store.url": (("llmgw.yaml", "kind: sqlite", "kind: postgresql\n  url: postgresql://llmgw@db/llmgw"),
-                         ["llmgw.yaml:11:3: store.kind", "llmgw.yaml:12:3: store.url"]),
-    "llmgw store.path": (("llmgw.yaml", "path: llmgw.sqlite3", "path: elsewhere.sqlite3"), ["llmgw.yaml:12:3: store.path"]),
     "llmgw prices.gpu_hour_cost": (("llmgw.yaml", "  # gpu_hour_cost: {", "  gpu_hour_cost: {"),
                                    ["llmgw.yaml:30:3: prices.gpu_hour_cost"]),
     "model adapters": (("catalog/gemma-3-270m.yaml", "aliases: [gemma, gemma-3]\n", "aliases: [gemma, gemma-3]\n" + ADAPTER),
@@ -40,8 +37,6 @@ CASES = {
                               ["engines.yaml:35:5: vllm[0].mirror", "engines.yaml:36:5: vllm[0].build_args"]),
     "engines sglang[].sdist": (("engines.yaml", "  - version: 0.5.3\n", "  - version: 0.5.3\n    sdist: {package: sglang, version: 0.5.3, sha256: " + "b" * 64 + "}\n"),
                                ["engines.yaml:40:5: sglang[0].sdist"]),
-    "agent telemetry_interval": (("agents/default.yaml", "heartbeat_interval: 5s", "heartbeat_interval: 5s\ntelemetry_interval: 10s"),
-                                 ["agents/default.yaml:6:1: telemetry_interval"]),
     "agent fabrics": (("agents/nodes/gpu-node-01.yaml", "# fabrics:", "fabrics:"), ["agents/nodes/gpu-node-01.yaml:7:1: fabrics"]),
     "projects organisations.<name>.teams.<name>.projects.<name>.members": (
         ("projects.yaml", "          ci:\n", "          ci:\n            members: [alice@acme.example]\n"),
