@@ -188,7 +188,7 @@ def _commit_of(rev: str, repo: str | None) -> str | None:
 def _review(base: str, head: str, repo: str | None, fleet_file: Path | None, url: str | None, token: str | None,
             state_dir: Path | None):
     """The `Review` of BASE to HEAD against the fleet. Raises SettingsError naming which side does not load."""
-    from llmgw.control.reports import fleet_for
+    from llmgw.control.reports import capacity_view
     from llmgw.plan.reviewing import build_review
 
     loaded = []
@@ -199,7 +199,7 @@ def _review(base: str, head: str, repo: str | None, fleet_file: Path | None, url
             raise SideNotLoading(f"{which} {target}", exc.issues) from exc
     snapshot, source = _fleet(fleet_file, url, token, state_dir)
     return build_review(loaded[0], loaded[1], snapshot, base_ref=base, head_ref=head, fleet_source=source,
-                        view=fleet_for)
+                        view=capacity_view)
 
 
 @click.group("fleet")

@@ -184,3 +184,16 @@ def fleet_for(fleet: Fleet, settings: Settings | None) -> Fleet:
             memory_bytes=max(0, node.memory_bytes - agent.memory_reserved_bytes),
         ))
     return Fleet(nodes=tuple(nodes))
+
+
+def capacity_view(fleet: Fleet, settings: Settings | None) -> Fleet:
+    """`fleet_for`, with the GPUs each node's agent settings ignore left out too: what the fleet can offer, for
+    headroom figures (`llmgw review`). The planner itself takes `fleet_for`, so it can say a card is ignored."""
+    view = fleet_for(fleet, settings)
+    if settings is None:
+        return view
+    nodes = []
+    for node in view.nodes:
+        ignore = set(settings.agent_settings_for(node.node_id).ignore_gpus)
+        nodes.append(replace(node, gpus=tuple(g for g in node.gpus if not ({g.device_id, g.uuid} & ignore))))
+    return Fleet(nodes=tuple(nodes))

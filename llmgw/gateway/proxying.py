@@ -210,7 +210,7 @@ async def _relay_engine_error(response: UpstreamResponse, body: bytes, send, out
                               headers: list[tuple[bytes, bytes]], before_send) -> None:
     """An engine's 4xx in OpenAI's shape with its status and words (nothing billed: the engine refused the work)."""
     replica = outcome.replica
-    error = engine_error(response.status, body, hide=[replica.engine_key or "", _netloc(replica.base_url)]
+    error = engine_error(response.status, body, hide=[replica.replica_key or "", _netloc(replica.base_url)]
                          if replica else [])
     outcome.prompt_tokens = outcome.completion_tokens = 0
     outcome.sent_to_engine = False

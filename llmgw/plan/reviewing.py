@@ -19,6 +19,7 @@ from llmgw.plan.project_changes import ProjectChange, ValueChange, gpu_hour_cost
 from llmgw.plan.rendering import render_plan
 from llmgw.plan.snapshot import FleetSnapshot
 from llmgw.plan.types import ActionKind, Fleet, Plan, Unplaced
+from llmgw.settings import is_not_acted_on
 from llmgw.settings.diffing import SettingsDiff, diff_settings
 from llmgw.settings.model import Settings
 from llmgw.units import format_size
@@ -187,7 +188,7 @@ def review_warnings(base: Settings, head: Settings, refused: str | None = None) 
     control plane would refuse HEAD (the empty-catalog guard), shown first. `new` False when BASE warns the same."""
 
     def own(settings: Settings) -> list[ReviewWarning]:
-        found = [ReviewWarning("settings", str(w)) for w in settings.warnings]
+        found = [ReviewWarning("not-acted-on" if is_not_acted_on(w) else "settings", str(w)) for w in settings.warnings]
         for model in sorted(settings.models.values(), key=lambda m: m.name):
             if model.allow_pickle:
                 pickles = [w.filename for w in model.weights if w.source.endswith(_PICKLE_SUFFIXES)]

@@ -110,7 +110,7 @@ def test_pickles_allowed_and_keys_not_acted_on_are_new_warnings(repo, snapshot):
     document = json.loads(review(repo, snapshot, "risky", "--json").stdout)
     kinds = {w["kind"]: w for w in document["warnings"]}
     assert kinds["pickle"]["new"] and "catalog/gemma-3-270m.yaml: allow_pickle: true" in kinds["pickle"]["text"]
-    assert kinds["not-acted-on"]["new"] and kinds["not-acted-on"]["text"].startswith("firewall.yaml: enabled: true")
+    assert kinds["not-acted-on"]["new"] and kinds["not-acted-on"]["text"].startswith("firewall.yaml:4:1: enabled:")
 
 
 def test_a_stored_review_is_stale_once_the_base_moves_or_the_plan_changes(repo, snapshot, tmp_path):
