@@ -218,6 +218,9 @@ class Supervisor:
             if is_same_process(record, procfs.process_start_time(record.pid)):
                 shard.pid, shard.start_time = record.pid, record.start_time
                 shard.view = replace(shard.view, pid=record.pid, adopted=True)
+                if await self._probe(_health_url(shard)) is None:  # serving now: reported READY from Register on
+                    shard.ready_since = trio.current_time()
+                    shard.view = shard.view.with_state(ShardState.READY, error="")
                 log.info("adopted shard %s: engine pid %d still running", record.spec.shard_id, record.pid)
             else:
                 log.info("shard %s: recorded engine pid %d is gone; starting it again", record.spec.shard_id, record.pid)
@@ -348,11 +351,8 @@ class Supervisor:
 
     async def _watch_health(self, shard: _Shard, scope: trio.CancelScope) -> None:
         with scope:
-            host = shard.spec.host
-            host = "127.0.0.1" if host in ("0.0.0.0", "") else "::1" if host == "::" else host
-            host = f"[{host}]" if ":" in host else host
-            url = f"http://{host}:{shard.spec.port}{shard.spec.health_path}"
-            ready = False
+            url = _health_url(shard)
+            ready = shard.view.state is ShardState.READY
             failures = 0
             while True:
                 await trio.sleep(self.ready_check_interval if ready else self.health_interval)
@@ -372,6 +372,7 @@ class Supervisor:
                         self._set(shard, shard.view.with_state(ShardState.STARTING, error=f"health check failing: {reason}"))
 
     async def _probe(self, url: str) -> str | None:
+        """None when `url` answers 200, else why not."""
         try:
             response = await self._http.get(url)
         except httpx.HTTPError as exc:
@@ -409,3 +410,11 @@ def _describe_status(status: int) -> str:
         except ValueError:
             return f"was killed by signal {-status}"
     return f"exited with status {status}"
+
+
+def _health_url(shard: _Shard) -> str:
+    """The engine's health URL on this node (a wildcard listen address is probed on loopback)."""
+    host = shard.spec.host
+    host = "127.0.0.1" if host in ("0.0.0.0", "") else "::1" if host == "::" else host
+    host = f"[{host}]" if ":" in host else host
+    return f"http://{host}:{shard.spec.port}{shard.spec.health_path}"

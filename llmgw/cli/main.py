@@ -23,7 +23,7 @@ COMMAND_MODULES: dict[str, tuple[str, ...]] = {
     "repo": ("llmgw.cli.settings_cmds",),
     "up": ("llmgw.cli.up_cmd",),
     **{name: ("llmgw.cli.server_cmds",) for name in (
-        "server", "apply", "plan", "status", "history", "stop", "start", "nodes", "replicas", "logs", "join-token",
+        "server", "apply", "plan", "status", "history", "stop", "start", "nodes", "replicas", "logs", "join-token", "restart",
     )},
     "review": ("llmgw.cli.review_cmds",),
     "fleet": ("llmgw.cli.review_cmds",),

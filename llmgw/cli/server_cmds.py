@@ -18,6 +18,7 @@ Every client command takes --url / --token / --state (see llmgw.control.client f
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from functools import wraps
@@ -225,11 +226,17 @@ def server_cmd(repo, branch, state_dir, store, secrets_dir, gateway_addr, admin_
             settings = plane.snapshot().settings
             click.echo(f"settings     {_short(settings.commit if settings else None)} from {repo}", err=True)
             sys.stderr.flush()
+            await plane.restart_requested.wait()
+            nursery.cancel_scope.cancel()
 
     try:
         trio.run(main)
     except KeyboardInterrupt:
         click.echo("stopped", err=True)
+        return
+    click.echo("restarting the control plane (`llmgw restart`)", err=True)
+    sys.stderr.flush()
+    os.execv(sys.executable, [sys.executable, "-m", "llmgw.cli.main", *sys.argv[1:]])
 
 
 @click.command("apply")
@@ -250,6 +257,24 @@ def apply_cmd(client, as_json, wait, allow_empty, timeout):
         else:
             for line in _render_event(event):
                 click.echo(line)
+    sys.exit(0 if ok else 1)
+
+
+@click.command("restart")
+@click.option("--agents-only", is_flag=True, help="Restart the agents only, not the control plane.")
+@_client_options
+def restart_cmd(client, as_json, agents_only):
+    """Restart every agent over its stream (engines keep serving and are adopted, same pids), then the control
+    plane (`llmgw server` re-executes itself). Exit 1 when an agent could not restart."""
+    ok = False
+    for event in client.stream("/api/v1/restart", {"control_plane": not agents_only}):
+        if event.get("event") == "end":
+            ok = bool(event.get("ok"))
+            continue
+        if as_json:
+            click.echo(json.dumps(event))
+        else:
+            click.echo(("ok      " if event.get("ok") else "FAILED  ") + event.get("message", ""))
     sys.exit(0 if ok else 1)
 
 
@@ -379,7 +404,7 @@ def logs_cmd(client, as_json, node, shard, lines):
 
 
 def register(group: click.Group) -> None:
-    """Add server, apply, plan, status, history, stop, start, nodes, replicas, logs and join-token to the group."""
+    """Add server, apply, plan, status, history, stop, start, nodes, replicas, logs, join-token and restart."""
     for command in (server_cmd, apply_cmd, plan_cmd, status_cmd, history_cmd, stop_cmd, start_cmd, nodes_cmd,
-                    replicas_cmd, logs_cmd, join_token_cmd):
+                    replicas_cmd, logs_cmd, join_token_cmd, restart_cmd):
         group.add_command(command)

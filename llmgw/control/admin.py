@@ -9,6 +9,7 @@ the store's admin tokens); a missing or wrong token is 401. Errors are `{"error"
     GET  /api/v1/nodes | /api/v1/replicas     parts of the status
     POST /api/v1/apply {"wait", "allow_empty", "timeout"}    NDJSON progress lines, the last {"event": "done"}
     GET  /api/v1/plan?rev=REV                 the plan REV (default: branch head) would run on the live fleet
+    POST /api/v1/restart                      every agent restarts over its stream, then the control plane (ndjson)
     GET  /api/v1/fleet                        the fleet snapshot (llmgw.plan.snapshot) `llmgw review` plans against
     GET  /api/v1/logs?node=N&shard=S&lines=K  a shard's (or the agent's) last log lines
     POST /api/v1/stop | /api/v1/start {"author_name", "author_email"}   serving.stopped commits
@@ -164,6 +165,8 @@ class AdminApp:
             return await _send_json(send, 200, plane.create_join_token(float(body.get("ttl_seconds", 3600.0))))
         if method == "POST" and path == "/api/v1/apply":
             return await self._apply(receive, send)
+        if method == "POST" and path == "/api/v1/restart":
+            return await self._restart(receive, send)
         raise _HttpError(404, "not_found", f"no route {method} {path}")
 
     async def _hook(self, scope, receive, send) -> None:
@@ -217,6 +220,18 @@ class AdminApp:
             emit, wait=bool(body.get("wait", True)), allow_empty=bool(body.get("allow_empty", False)),
             timeout=float(body.get("timeout", 600.0)), who=str(body.get("who", "admin API")),
         )
+        await send({"type": "http.response.body", "body": _encode({"event": "end", "ok": ok}) + b"\n"})
+
+
+    async def _restart(self, receive, send) -> None:
+        body = _json_body(await _read_body(receive))
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"application/x-ndjson")]})
+
+        async def emit(event: dict[str, Any]) -> None:
+            await send({"type": "http.response.body", "body": _encode(event) + b"\n", "more_body": True})
+
+        ok = await self.plane.restart(emit, control_plane=bool(body.get("control_plane", True)))
         await send({"type": "http.response.body", "body": _encode({"event": "end", "ok": ok}) + b"\n"})
 
 

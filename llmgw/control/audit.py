@@ -211,8 +211,8 @@ def audit_message(record: PassRecord, changes: list[str] | None = None) -> str:
     changed: `changes`) for which settings commit, then details."""
     commit = (record.settings_commit or "none")[:12]
     sent = record.sent
-    verbs = {"start": "start", "restart": "restart", "stop": "stop", "install": "install"}
-    parts = [f"{verbs.get(a.kind, a.kind)} {a.subject} on {a.node_id}" for a in sent]
+    parts = [f"agent settings {a.subject} to {a.node_id}" if a.kind == "configure" else f"{a.kind} {a.subject} on {a.node_id}"
+             for a in sent]
     if parts:
         subject = f"pass {record.number} for settings {commit}: " + "; ".join(parts[:4])
         if len(parts) > 4:

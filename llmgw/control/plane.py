@@ -160,6 +160,7 @@ class ControlPlane:
         self._nursery: trio.Nursery | None = None
         self.started_at = time.time()
         self.holder = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+        self.restart_requested = trio.Event()
 
     # -- the state, as readers see it ---------------------------------------------------------------------
 
@@ -466,6 +467,18 @@ class ControlPlane:
     ) -> bool:
         """Converge to the branch head now, reporting progress to `emit` (see `llmgw.control.applying.apply`)."""
         return await apply(self, emit, wait=wait, allow_empty=allow_empty, timeout=timeout, who=who)
+
+    async def restart(self, emit: Callable[[dict[str, Any]], Awaitable[None]], *, control_plane: bool = True) -> bool:
+        """Restart every agent over its stream, engines serving throughout, then this control plane
+        (see `llmgw.control.restarting.restart_fleet`)."""
+        from llmgw.control.restarting import restart_fleet
+
+        return await restart_fleet(self, emit, control_plane=control_plane)
+
+    def request_restart(self) -> None:
+        """Ask whoever runs this control plane to restart it: `restart_requested` is set (`llmgw server`
+        re-executes itself; an embedding program decides for itself)."""
+        self.restart_requested.set()
 
     async def preview(self, rev: str | None) -> Plan:
         """The plan `rev` (None: the branch head) would run against the live fleet. Raises SettingsError."""

@@ -131,3 +131,49 @@ def test_readings_older_than_a_minute_are_absent_not_repeated():
     assert readings.to_json(now=130.0)["age_seconds"] == 30.0
     assert readings.to_json(now=160.0)["cpu_percent"] == 12.5
     assert readings.to_json(now=160.1) is None
+
+
+async def test_a_node_away_when_an_agents_change_lands_gets_its_settings_on_return_and_the_audit_says_so(
+    tmp_path, settings_repo, weights_mirror, fake_engine,
+):
+    from llmgw.agent.config import load_agent_settings
+    from llmgw.plan import agent_settings_fingerprint
+    from llmgw.settings import read_audit_log
+
+    from .test_in_process_fleet import push_catalog
+
+    mirror, _sha = weights_mirror
+    plane = ControlPlane(ControlConfig(repo=str(settings_repo), state_dir=tmp_path / "state"))
+    agent = AgentConfig(node_id="n1", state_dir=tmp_path / "agent", mirrors=(str(mirror),), heartbeat_interval=0.2,
+                        engine_binaries={"llama.cpp@b11434": fake_engine})
+    async with trio.open_nursery() as nursery:
+        await nursery.start(plane.run)
+        away = trio.CancelScope()
+
+        async def run_until_away(task_status=trio.TASK_STATUS_IGNORED):
+            with away:
+                await run_agent(agent, plane.local_connector(), task_status=task_status)
+
+        await nursery.start(run_until_away)
+        first = agent_settings_fingerprint(plane.snapshot().settings, "n1")
+        await wait_for(lambda: plane.snapshot().acked_settings.get("n1") == first, 20, "n1 acknowledged its settings")
+        away.cancel()  # the node goes away ...
+        await wait_for(lambda: not plane.registry.get("n1").connected, 10, "n1 disconnected")
+
+        def slower_beats(checkout: Path) -> None:  # ... while an agents/ change lands
+            path = checkout / "agents" / "default.yaml"
+            path.write_text(path.read_text().replace("heartbeat_interval: 200ms", "heartbeat_interval: 300ms"))
+
+        await push_catalog(tmp_path / "checkout", settings_repo, slower_beats, "agents: slower heartbeats")
+        plane.wake_watcher()
+        await wait_for(lambda: plane.snapshot().settings.agent_defaults.heartbeat_interval == 0.3, 10, "the change")
+        second = agent_settings_fingerprint(plane.snapshot().settings, "n1")
+        assert second != first and plane.snapshot().acked_settings.get("n1") is None
+
+        await nursery.start(run_agent, agent, plane.local_connector())  # the node comes back
+        await wait_for(lambda: plane.snapshot().acked_settings.get("n1") == second, 20, "n1 got the new settings")
+        entries = await wait_for(lambda: [e for e in read_audit_log(str(settings_repo), 50)
+                                          if f"agent settings {second} to n1" in e.message], 20, "the audit entry")
+        assert entries[0].message.startswith("pass ")
+        assert load_agent_settings(tmp_path / "agent").heartbeat_interval == 0.3  # what the agent keeps and applies
+        nursery.cancel_scope.cancel()

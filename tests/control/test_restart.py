@@ -1,0 +1,73 @@
+"""`llmgw restart` against a real control plane with an in-process agent run as `llmgw up` runs it
+(`run_agent_restarting`): the agent restarts over its stream, its engine keeps its pid and the gateway answers
+throughout; an agent too old for it is refused at once, naming the node and its version."""
+
+from __future__ import annotations
+
+import httpx
+import trio
+
+from llmgw.agent import AgentConfig, run_agent_restarting
+from llmgw.control import ControlConfig, ControlPlane
+from llmgw.control.restarting import restart_refusal
+from llmgw.control.state import ControlState
+
+from .loop_world import control_state
+from .test_in_process_fleet import replica_states, wait_for
+
+
+async def test_restart_keeps_engines_and_their_pids_serving_throughout(
+    tmp_path, settings_repo, weights_mirror, fake_engine,
+):
+    mirror, _sha = weights_mirror
+    plane = ControlPlane(ControlConfig(repo=str(settings_repo), state_dir=tmp_path / "state"))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(plane.run)
+        agent = AgentConfig(node_id="n1", state_dir=tmp_path / "agent", mirrors=(str(mirror),),
+                            heartbeat_interval=0.2, engine_binaries={"llama.cpp@b11434": fake_engine},
+                            stop_shards_on_exit=True, shard_stop_grace=2.0)
+        nursery.start_soon(run_agent_restarting, agent, plane.local_connector())
+        await wait_for(lambda: replica_states(plane).get("tiny-0") == "ready", 30, "tiny-0 ready")
+        _record, api_key = plane.store.create_api_key("demo")
+        await wait_for(lambda: plane.table.models["tiny"].replicas, 5, "a route to tiny")
+        pid = plane.snapshot().fleet.get("n1").details["tiny-0/0"].pid
+        answers: list[int] = []
+        done = trio.Event()
+
+        async def keep_asking() -> None:  # the gateway answers throughout the restart
+            async with httpx.AsyncClient(base_url=plane.gateway_url, timeout=10) as client:
+                while not done.is_set():
+                    reply = await client.post(
+                        "/v1/chat/completions", headers={"Authorization": f"Bearer {api_key}"},
+                        json={"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})
+                    answers.append(reply.status_code)
+                    await trio.sleep(0.02)
+
+        nursery.start_soon(keep_asking)
+        await wait_for(lambda: len(answers) >= 3, 10, "requests flowing")
+        events: list[dict] = []
+
+        async def emit(event: dict) -> None:
+            events.append(event)
+
+        ok = await plane.restart(emit, control_plane=False)
+        assert ok, events
+        (node,) = [e for e in events if e["event"] == "node"]
+        assert node["ok"] and node["pids_before"] == node["pids_after"] == {"tiny-0/0": pid}
+        await wait_for(lambda: replica_states(plane).get("tiny-0") == "ready", 10, "tiny-0 ready again")
+        before = len(answers)
+        await wait_for(lambda: len(answers) >= before + 3, 10, "requests after the restart")
+        done.set()
+        assert set(answers) == {200}, answers
+        assert plane.snapshot().fleet.get("n1").details["tiny-0/0"].pid == pid
+        nursery.cancel_scope.cancel()
+
+
+def test_an_agent_too_old_to_restart_over_its_stream_is_refused_naming_it_and_its_version(tmp_path):
+    from llmgw.plan.types import NodeState
+
+    state: ControlState = control_state(None, NodeState("old-node"), acked=False, features=("adopt", "logs"))
+    assert restart_refusal(state, "old-node") == (
+        "node old-node runs llmgw agent 0.1.0, which cannot restart over its stream; restart it on the node "
+        "(or upgrade its agent)")
+    assert restart_refusal(control_state(None, NodeState("new"), acked=False, features=("restart",)), "new") is None
