@@ -26,8 +26,10 @@ async def test_64_concurrent_requests_never_overspend_tokens_per_minute_by_more_
     projects = {"chat": ProjectPolicy("chat", "research", "acme",
                                       quotas=(("project:chat", QuotaLimits(tokens_per_minute=limit)),
                                               ("team:research", QuotaLimits()),))}
+    # settle_wait long enough that every answer's usage is in the store when its response ends, however loaded the
+    # machine: this test reads the store right after the burst (the spool's deferred writes have tests of their own)
     _gateway, base = await start_gateway(nursery, store, make_table({"gemma": [replica("g-1", url)]},
-                                                                    projects=projects))
+                                                                    projects=projects), settle_wait=30.0)
     _key, plaintext = store.create_api_key("chat")
     client = openai.AsyncOpenAI(base_url=base, api_key=plaintext, max_retries=0)
     outcomes: list[str] = []
