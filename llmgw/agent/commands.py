@@ -19,6 +19,7 @@ import trio
 from llmgw.agent import reporting, weights
 from llmgw.agent.config import AgentConfig, engine_binary, installed_engines, save_agent_settings
 from llmgw.agent.engine_checks import EngineChecks
+from llmgw.agent.fencing import FENCED_COMMANDS, Fence, load_token, save_token
 from llmgw.agent.logs import LogRing
 from llmgw.agent.shards import ShardSpec, ShardView
 from llmgw.agent.supervisor import Supervisor
@@ -68,6 +69,7 @@ class NodeAgent:
         # Set (and replaced) on every AgentSettings, so timers waiting on an interval pick up a new one at once.
         self.settings_changed = trio.Event()
         self.engine_checks = EngineChecks()
+        self.fence = Fence(load_token(config.state_dir))  # the newest leader-lease token seen (llmgw.agent.fencing)
 
     # --- reporting ----------------------------------------------------------------------------------------
 
@@ -121,9 +123,22 @@ class NodeAgent:
     # --- dispatch -----------------------------------------------------------------------------------------
 
     async def handle(self, message: pb.ControlMessage, link) -> None:
-        """Act on one ControlMessage; unknown bodies (from a newer control plane) are answered as not understood."""
+        """Act on one ControlMessage; unknown bodies (from a newer control plane) are answered as not understood.
+        A command carrying an older leader-lease token than the newest seen is refused (`llmgw.agent.fencing`)."""
         kind = message.WhichOneof("body")
         command_id = message.command_id
+        if kind in FENCED_COMMANDS:
+            fence, refusal = self.fence.admit(message.fencing_token)
+            if refusal:
+                log.warning("%s %s", kind, refusal)
+                self._result(command_id, refusal)
+                return
+            if fence is not self.fence:
+                self.fence = fence
+                try:
+                    await trio.to_thread.run_sync(save_token, self.config.state_dir, fence.newest)
+                except OSError as exc:
+                    log.warning("could not keep the fencing token in %s: %s", self.config.state_dir, exc)
         if kind == "registered":
             log.info("registered with the control plane as %s", message.registered.node_id)
         elif kind == "start_shard":

@@ -25,9 +25,10 @@ class AgentMessage(_message.Message):
     def __init__(self, protocol: _Optional[int] = ..., register: _Optional[_Union[Register, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., shard_status: _Optional[_Union[ShardStatus, _Mapping]] = ..., log_lines: _Optional[_Union[LogLines, _Mapping]] = ..., command_result: _Optional[_Union[CommandResult, _Mapping]] = ..., engine_status: _Optional[_Union[EngineStatus, _Mapping]] = ...) -> None: ...
 
 class ControlMessage(_message.Message):
-    __slots__ = ("protocol", "command_id", "start_shard", "stop_shard", "install_engine", "agent_settings", "request_logs", "restart", "registered")
+    __slots__ = ("protocol", "command_id", "fencing_token", "start_shard", "stop_shard", "install_engine", "agent_settings", "request_logs", "restart", "registered")
     PROTOCOL_FIELD_NUMBER: _ClassVar[int]
     COMMAND_ID_FIELD_NUMBER: _ClassVar[int]
+    FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
     START_SHARD_FIELD_NUMBER: _ClassVar[int]
     STOP_SHARD_FIELD_NUMBER: _ClassVar[int]
     INSTALL_ENGINE_FIELD_NUMBER: _ClassVar[int]
@@ -37,6 +38,7 @@ class ControlMessage(_message.Message):
     REGISTERED_FIELD_NUMBER: _ClassVar[int]
     protocol: int
     command_id: str
+    fencing_token: int
     start_shard: StartShard
     stop_shard: StopShard
     install_engine: InstallEngine
@@ -44,7 +46,7 @@ class ControlMessage(_message.Message):
     request_logs: RequestLogs
     restart: Restart
     registered: Registered
-    def __init__(self, protocol: _Optional[int] = ..., command_id: _Optional[str] = ..., start_shard: _Optional[_Union[StartShard, _Mapping]] = ..., stop_shard: _Optional[_Union[StopShard, _Mapping]] = ..., install_engine: _Optional[_Union[InstallEngine, _Mapping]] = ..., agent_settings: _Optional[_Union[AgentSettings, _Mapping]] = ..., request_logs: _Optional[_Union[RequestLogs, _Mapping]] = ..., restart: _Optional[_Union[Restart, _Mapping]] = ..., registered: _Optional[_Union[Registered, _Mapping]] = ...) -> None: ...
+    def __init__(self, protocol: _Optional[int] = ..., command_id: _Optional[str] = ..., fencing_token: _Optional[int] = ..., start_shard: _Optional[_Union[StartShard, _Mapping]] = ..., stop_shard: _Optional[_Union[StopShard, _Mapping]] = ..., install_engine: _Optional[_Union[InstallEngine, _Mapping]] = ..., agent_settings: _Optional[_Union[AgentSettings, _Mapping]] = ..., request_logs: _Optional[_Union[RequestLogs, _Mapping]] = ..., restart: _Optional[_Union[Restart, _Mapping]] = ..., registered: _Optional[_Union[Registered, _Mapping]] = ...) -> None: ...
 
 class Gpu(_message.Message):
     __slots__ = ("index", "uuid", "name", "gpu_class", "device_id", "memory_total_bytes", "memory_used_bytes", "memory_free_bytes", "compute_capability", "pcie_gen_current", "pcie_gen_max", "pcie_width_current", "pcie_width_max", "mig_enabled", "is_mig_instance", "parent_uuid", "ecc_enabled", "power_limit_watts", "foreign_pids", "numa_node", "nvlink_peers")
