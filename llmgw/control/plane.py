@@ -38,13 +38,14 @@ from llmgw.control.deciding import Decision
 from llmgw.control.keys import (
     REPLICA_KEY_SECRET, WEBHOOK_SECRET, SecretResolver, replica_key,
 )
+from llmgw.control.leading import LEASE_NAME, LeaseKeeper
 from llmgw.control.looping import ControlLoop
 from llmgw.control.registry import FleetRegistry
 from llmgw.control.reports import fleet_for, memory_thresholds
 from llmgw.control.routing import build_route_table
-from llmgw.control.state import ControlState, Leadership, PassRecord, WatchState
+from llmgw.control.state import ControlState, PassRecord, WatchState
 from llmgw.control.watching import SettingsWatcher
-from llmgw.errors import EngineError, SettingsError, UsageError
+from llmgw.errors import EngineError, SettingsError, TemporaryError, UsageError
 from llmgw.gateway import Gateway
 from llmgw.plan.types import Action, ActionKind, Plan
 from llmgw.routes import RouteTable
@@ -161,6 +162,7 @@ class ControlPlane:
         self.started_at = time.time()
         self.holder = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
         self.restart_requested = trio.Event()
+        self.lease: LeaseKeeper | None = None
 
     # -- the state, as readers see it ---------------------------------------------------------------------
 
@@ -265,8 +267,9 @@ class ControlPlane:
                     self.gateway_url = f"http://{_url_host(gateway.host)}:{self.gateway_port}"
                 self._write_state_files()
                 await nursery.start(self.loop.run)
-                await self._renew_lease()
-                nursery.start_soon(self._hold_lease)
+                self.lease = LeaseKeeper(self._acquire_lease, self.loop.update, ttl=self.config.lease_seconds,
+                                         holder=self.holder)
+                await nursery.start(self.lease.run)
                 await nursery.start(self.audit.run)
                 nursery.start_soon(self.watcher.run, self._poll_interval)
                 self._rebuild_table(self.loop.state)
@@ -276,7 +279,7 @@ class ControlPlane:
             with trio.move_on_after(3.0, shield=True):
                 await self.audit.write_pending()
             if self.leader:
-                store.release_lease("llmgw-reconciler", self.holder)
+                store.release_lease(LEASE_NAME, self.holder)
             if self.config.store is None or isinstance(self.config.store, (str, Path)):
                 store.close()
 
@@ -321,19 +324,13 @@ class ControlPlane:
         settings = self.watcher.state.settings
         return self.config.reconcile_interval or (settings.cluster.reconcile_interval if settings else 10.0)
 
-    async def _renew_lease(self) -> None:
-        lease = self.config.lease_seconds
-        held = await trio.to_thread.run_sync(self.store.acquire_lease, "llmgw-reconciler", self.holder, lease)
-        holder = self.holder if held else await trio.to_thread.run_sync(self.store.lease_holder, "llmgw-reconciler")
-        leadership = Leadership(held, holder)
-        if leadership != self.loop.state.leadership:
-            self.loop.update(lambda s: (replace(s, leadership=leadership), True),
-                             "became leader" if held else "lost the leader lease")
-
-    async def _hold_lease(self) -> None:
-        while True:
-            await trio.sleep(self.config.lease_seconds / 3)
-            await self._renew_lease()
+    async def _acquire_lease(self) -> tuple[int, str | None]:
+        """Take or renew the leader lease (see `llmgw.control.leading.LeaseKeeper`): (token or 0, holder)."""
+        take = functools.partial(self.store.acquire_lease, LEASE_NAME, self.holder, self.config.lease_seconds)
+        token = await trio.to_thread.run_sync(take, abandon_on_cancel=True)
+        if token:
+            return token, self.holder
+        return 0, await trio.to_thread.run_sync(self.store.lease_holder, LEASE_NAME, abandon_on_cancel=True)
 
     def replica_key(self, replica_id: str) -> str:
         """The replica key of `replica_id` (HMAC-SHA256 of it under the store's "engine-key" secret, hex)."""
@@ -396,7 +393,11 @@ class ControlPlane:
                                                      if record else "linux-x86_64")}
         else:
             return
-        outcome = await self.agents.command(action.node_id, timeout, **body)
+        leadership = self.loop.state.leadership
+        if not leadership.leader:  # the lease ended after the pass that planned this action
+            raise TemporaryError(f"this control plane no longer holds the leader lease; {action.kind.value} on "
+                                 f"{action.node_id} is left to the leader.")
+        outcome = await self.agents.command(action.node_id, timeout, fencing_token=leadership.token, **body)
         if not outcome.ok:
             subject = "its agent settings" if action.kind is ActionKind.CONFIGURE else (
                 action.shard_id or action.replica_id or action.engine)
@@ -458,6 +459,7 @@ class ControlPlane:
             "apply_running": self.apply_holder,
             "leader": state.leadership.leader,
             "leader_holder": state.leadership.holder,
+            "leader_token": state.leadership.token,
         }
         return doc
 

@@ -60,7 +60,8 @@ async def restart_fleet(plane, emit: Callable[[dict[str, Any]], Awaitable[None]]
             return
         old_session = plane.sessions.get(node_id)
         try:
-            outcome = await plane.agents.command(node_id, timeout, restart=pb.Restart())
+            outcome = await plane.agents.command(node_id, timeout, restart=pb.Restart(),
+                                                 fencing_token=plane.snapshot().leadership.token)
         except LlmgwError as exc:
             results[node_id] = False
             await emit({"event": "node", "node": node_id, "ok": False, "message": str(exc)})

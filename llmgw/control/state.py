@@ -64,10 +64,16 @@ class WatchState:
 
 @dataclass(frozen=True)
 class Leadership:
-    """Whether this control plane holds the leader lease, and who does (`holder`, None when unknown)."""
+    """Whether this control plane holds the leader lease, and who does (`holder`, None when unknown).
+
+    `token`: the lease's fencing token while this control plane leads (0 otherwise); every command carries it.
+    `until`: when this control plane stops commanding unless it renews (control-plane clock; None when not leading).
+    """
 
     leader: bool = False
     holder: str | None = None
+    token: int = 0
+    until: float | None = None
 
 
 @dataclass(frozen=True)
