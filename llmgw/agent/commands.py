@@ -49,6 +49,35 @@ async def fetch_weights(files: list[pb.WeightsFile], weights_dir: Path, mirrors:
         raise expect_leaves(group, LlmgwError)[0] from group
 
 
+class Outbox:
+    """The messages waiting for one connection: `put` queues (never blocks), `pump(link)` sends them in order,
+    `empty()` says whether everything queued was sent."""
+
+    def __init__(self) -> None:
+        self._send, self._receive = trio.open_memory_channel[pb.AgentMessage](OUTBOX_MESSAGES)
+        self.queued = self.sent = 0
+
+    def put(self, message: pb.AgentMessage) -> None:
+        """Queue `message`; dropped (a debug line) when `OUTBOX_MESSAGES` wait already or the outbox is closed."""
+        try:
+            self._send.send_nowait(message)
+            self.queued += 1
+        except (trio.WouldBlock, trio.ClosedResourceError):
+            log.debug("outbox full or closed; dropping a %s", message.WhichOneof("body"))
+
+    async def pump(self, link) -> None:
+        """Send every queued message on `link` until the outbox is closed. Raises what `link.send` raises."""
+        async for message in self._receive:
+            await link.send(message)
+            self.sent += 1
+
+    def empty(self) -> bool:
+        return self.sent >= self.queued
+
+    def close(self) -> None:
+        self._send.close()
+
+
 class NodeAgent:
     """The agent's state between connections: its config, supervisor, shards not yet running, engine installs."""
 
@@ -57,8 +86,8 @@ class NodeAgent:
         self.supervisor = supervisor
         self.nursery = nursery
         self.ring = ring
-        self.outbox_send, self.outbox = trio.open_memory_channel[pb.AgentMessage](OUTBOX_MESSAGES)
-        self.queued = 0  # messages put in the outbox so far (a session counts those it sent against it)
+        # one outbox per open connection (one per control plane): every message emitted goes to each of them
+        self.outboxes: set[Outbox] = set()
         self.pending: dict[str, ShardView] = {}        # shards before the supervisor runs them, or failed so
         self.starting: dict[str, trio.CancelScope] = {}
         self.installing: dict[str, pb.EngineStatus] = {}
@@ -73,13 +102,22 @@ class NodeAgent:
 
     # --- reporting ----------------------------------------------------------------------------------------
 
+    def open_outbox(self) -> Outbox:
+        """A new outbox for one connection, receiving every message emitted from now on. Give it back with
+        `close_outbox` when the connection ends."""
+        outbox = Outbox()
+        self.outboxes.add(outbox)
+        return outbox
+
+    def close_outbox(self, outbox: Outbox) -> None:
+        self.outboxes.discard(outbox)
+        outbox.close()
+
     def emit(self, message: pb.AgentMessage) -> None:
-        """Queue a message for the control plane; dropped (with a debug line) when the queue is full."""
-        try:
-            self.outbox_send.send_nowait(message)
-            self.queued += 1
-        except trio.WouldBlock:
-            log.debug("outbox full; dropping a %s", message.WhichOneof("body"))
+        """Queue a message for every connected control plane (heartbeats carry the full state, so a full queue
+        drops it for that one, see `Outbox.put`)."""
+        for outbox in list(self.outboxes):
+            outbox.put(message)
 
     def on_shard_change(self, view: ShardView) -> None:
         """Supervisor hook: report the shard's new state at once."""

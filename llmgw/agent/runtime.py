@@ -20,7 +20,7 @@ import fcntl
 import functools
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from contextlib import AbstractAsyncContextManager
 from typing import Any
@@ -54,13 +54,40 @@ RESTART = "restart"
 _LOAD = object()
 
 
-async def run_agent(config: AgentConfig, connect: Connect, *, nvml: Any = _LOAD,
+async def _keep_connected(agent: NodeAgent, session: _Session, connect: Connect, backoff_max: float) -> None:
+    """Serve one control plane's connection, reconnecting with backoff, until the agent is asked to restart."""
+    delay = 0.0
+    while not agent.restart_requested.is_set():
+        again = agent.register_again
+        try:
+            async with connect() as link:
+                delay = 0.0
+                await session.serve(link)
+        except _LINK_ERRORS as exc:
+            log.warning("the link to the control plane failed: %s", exc)
+        except BaseExceptionGroup as group:
+            failure = expect_leaves(group, _LINK_ERRORS)[0]
+            log.warning("the link to the control plane failed: %s", failure)
+        if agent.restart_requested.is_set():
+            break
+        if again.is_set():
+            if agent.register_again is again:
+                agent.register_again = trio.Event()
+            continue  # at once: the settings changed what this node offers
+        delay = next_backoff(delay, 1.0, backoff_max)
+        log.info("reconnecting to the control plane in %g s", delay)
+        await trio.sleep(delay)
+
+
+async def run_agent(config: AgentConfig, connect: Connect | Sequence[Connect], *, nvml: Any = _LOAD,
                     task_status=trio.TASK_STATUS_IGNORED) -> str:
     """Run the node agent until cancelled or told to restart; returns `RESTART` ("restart") in that case, with
     every engine left running (also with `config.stop_shards_on_exit`) for the next agent to adopt.
 
     `connect()` must give an async context manager yielding a Link: `llmgw agent` passes
-    `lambda: llmgw.wire.connect(address, tls=...)`, `llmgw up` a factory over `memory_link_pair()`.
+    `lambda: llmgw.wire.connect(address, tls=...)`, `llmgw up` a factory over `memory_link_pair()`. A sequence of
+    them connects to every control plane at once (each registers the node; only the leader commands, see
+    `llmgw.agent.fencing`), each connection reconnecting on its own.
     Engines keep running when this returns or is cancelled (unless `config.stop_shards_on_exit`): the next agent
     adopts them. `task_status.started(agent)` is called with the NodeAgent once earlier shards are adopted.
     Connection failures (WireError, end of stream) are logged and retried; they never end the agent.
@@ -99,26 +126,11 @@ async def run_agent(config: AgentConfig, connect: Connect, *, nvml: Any = _LOAD,
                 readings = Readings(telemetry, supervisor.process_groups, lambda: agent.config.telemetry_interval,
                                     lambda: agent.settings_changed, lambda: agent.config.ignore_gpus)
                 nursery.start_soon(readings.run)
-                session = _Session(agent, readings, nvml)
-                delay = 0.0
-                while not agent.restart_requested.is_set():
-                    try:
-                        async with connect() as link:
-                            delay = 0.0
-                            await session.serve(link)
-                    except _LINK_ERRORS as exc:
-                        log.warning("the link to the control plane failed: %s", exc)
-                    except BaseExceptionGroup as group:
-                        failure = expect_leaves(group, _LINK_ERRORS)[0]
-                        log.warning("the link to the control plane failed: %s", failure)
-                    if agent.restart_requested.is_set():
-                        break
-                    if agent.register_again.is_set():
-                        agent.register_again = trio.Event()
-                        continue  # at once: the settings changed what this node offers
-                    delay = next_backoff(delay, 1.0, config.reconnect_backoff_max)
-                    log.info("reconnecting to the control plane in %g s", delay)
-                    await trio.sleep(delay)
+                connects = [connect] if callable(connect) else list(connect)
+                async with trio.open_nursery() as connections:
+                    for one in connects:
+                        connections.start_soon(_keep_connected, agent, _Session(agent, readings, nvml), one,
+                                               config.reconnect_backoff_max)
                 nursery.cancel_scope.cancel()
             finally:
                 telemetry.close()  # also when cancelled: every nvmlInit is shut down
@@ -191,7 +203,7 @@ class _Session:
         self.agent = agent
         self.readings = readings
         self.nvml = nvml
-        self._handled = 0  # outbox messages sent on this connection, or dropped as stale before it (vs agent.queued)
+        self._outbox: Any = None  # this connection's Outbox (NodeAgent.open_outbox)
         self._foreign: list = []
         self._foreign_at = -FOREIGN_SCAN_INTERVAL
 
@@ -241,19 +253,15 @@ class _Session:
         return agent_message(heartbeat=beat)
 
     async def serve(self, link) -> None:
-        """Register on `link`, then beat and obey until the link ends (raises WireError) or a restart is asked."""
+        """Register on `link`, then beat and obey until the link ends (raises WireError) or a restart is asked.
+        Messages emitted before this connection are not sent on it: Register and heartbeats carry the state."""
         agent = self.agent
-        while True:  # what was queued for an earlier connection is stale: Register and heartbeats replace it
-            try:
-                agent.outbox.receive_nowait()
-            except trio.WouldBlock:
-                break
-        self._handled = agent.queued
-        await link.send(await self.register())
-        log.info("registered with the control plane as %s", agent.config.node_id)
+        self._outbox = outbox = agent.open_outbox()
         try:
+            await link.send(await self.register())
+            log.info("registered with the control plane as %s", agent.config.node_id)
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._send_queued, link)
+                nursery.start_soon(outbox.pump, link)
                 nursery.start_soon(self._beat)
                 nursery.start_soon(self._wait_restart, nursery.cancel_scope)
                 nursery.start_soon(self._wait_register_again, nursery.cancel_scope)
@@ -262,15 +270,12 @@ class _Session:
                 raise WireError("the control plane closed the stream")
         except BaseExceptionGroup as group:
             raise WireError(str(expect_leaves(group, _LINK_ERRORS)[0])) from group
-
-    async def _send_queued(self, link) -> None:
-        async for message in self.agent.outbox:
-            await link.send(message)
-            self._handled += 1
+        finally:
+            agent.close_outbox(outbox)
 
     async def _beat(self) -> None:
         while True:
-            self.agent.emit(await self.heartbeat())
+            self._outbox.put(await self.heartbeat())  # to this connection only: each control plane its own beats
             await trio.sleep(self.agent.config.heartbeat_interval)
 
     async def _wait_restart(self, scope: trio.CancelScope) -> None:
@@ -285,6 +290,6 @@ class _Session:
 
     async def _drain(self) -> None:
         with trio.move_on_after(2):  # let queued results go out first (the one being sent included)
-            while self._handled < self.agent.queued:
+            while not self._outbox.empty():
                 await trio.sleep(0.05)
 

@@ -128,7 +128,10 @@ class AgentHub:
             if plane.nursery is None:
                 raise WireError("the control plane is not running yet; start it before its local agent.")
             agent_end, control_end = memory_link_pair()
-            plane.nursery.start_soon(plane._accept_local, control_end)
+            try:
+                plane.nursery.start_soon(plane._accept_local, control_end)
+            except RuntimeError as exc:  # its nursery is closed: that control plane has stopped
+                raise WireError("the control plane has stopped; the agent keeps trying.") from exc
             try:
                 yield agent_end
             finally:
