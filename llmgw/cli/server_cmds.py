@@ -130,6 +130,10 @@ def render_status(doc: dict[str, Any]) -> list[str]:
         lines.append(f"last pass   #{last['number']} for {_short(last['settings_commit'])}: "
                      f"{'converged' if last['converged'] else 'converging'} (trigger: {last['trigger']})")
     plane = doc.get("control_plane", {})
+    if "leader" in plane:
+        holder = plane.get("leader_holder") or "nobody (the lease is free)"
+        lines.append(f"leader      this control plane ({holder}, token {plane.get('leader_token')})" if plane["leader"]
+                     else f"leader      {holder}; this control plane stands by")
     if plane.get("audit_error"):
         lines.append(f"audit       {plane['audit_error']}")
     return lines

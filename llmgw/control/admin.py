@@ -130,7 +130,9 @@ class AdminApp:
         if path == "/api/v1/hooks/git" and method == "POST":
             return await self._hook(scope, receive, send)
         if path == "/api/v1/health":
-            return await _send_json(send, 200, {"ok": True})
+            leadership = self.plane.snapshot().leadership  # for load balancers and `llmgw status`: who leads
+            return await _send_json(send, 200, {"ok": True, "leader": leadership.leader,
+                                                "leader_holder": leadership.holder, "holder": self.plane.holder})
         if not self._authorised(scope):
             raise _HttpError(401, "unauthorized",
                              "an admin token is needed: pass --token, set LLMGW_ADMIN_TOKEN, or run on the "

@@ -263,6 +263,7 @@ class ControlPlane:
                 self.admin_url = f"http://{_url_host(admin.host)}:{self.admin_port}"
                 if self.config.gateway:
                     self.gateway = Gateway(store, self.table, spool_dir=self.state_dir / "usage-spool")
+                    self.gateway.health_details = lambda: {"leader": self.leader}
                     self.gateway_port = await nursery.start(self.gateway.serve, gateway.host, gateway.port)
                     self.gateway_url = f"http://{_url_host(gateway.host)}:{self.gateway_port}"
                 self._write_state_files()

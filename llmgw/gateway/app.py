@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import hashlib
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import trio
 
@@ -97,6 +99,8 @@ class Gateway:
         self.body_min_bytes_per_second = body_min_bytes_per_second
         self._keys: dict[bytes, tuple[ApiKey, float]] = {}
         self.health_interval = health_interval
+        # what GET /health adds to {"status": "ok"} (the control plane sets {"leader": bool})
+        self.health_details: Callable[[], dict[str, Any]] = dict
         self.metrics.observe_table(table)
 
     def set_table(self, table: RouteTable) -> None:
@@ -151,7 +155,7 @@ class Gateway:
             elif path == "/metrics":
                 await send_bytes(send, 200, self.metrics.render(), CONTENT_TYPE.encode())
             elif path in ("/health", "/healthz"):
-                await send_json(send, 200, {"status": "ok"})
+                await send_json(send, 200, {"status": "ok", **self.health_details()})
             else:
                 raise ApiError(404, f"There is no {method} {path} here; the API is under /v1.",
                                "invalid_request_error", "unknown_url")

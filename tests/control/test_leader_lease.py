@@ -7,6 +7,7 @@ import httpx
 import trio
 
 from llmgw.agent import AgentConfig, run_agent
+from llmgw.cli.server_cmds import render_status
 from llmgw.control import ControlConfig, ControlPlane
 
 from .test_in_process_fleet import replica_states, wait_for
@@ -73,6 +74,13 @@ async def test_an_agent_on_both_control_planes_is_known_to_both_and_the_standby_
                                           json={"model": "tiny-alias", "max_tokens": 4,
                                                 "messages": [{"role": "user", "content": "hi"}]})
             assert reply.status_code == 200, reply.text
+            async with httpx.AsyncClient(timeout=10) as client:
+                leads = [(await client.get(f"{p.admin_url}/api/v1/health")).json() for p in (first, second)]
+                gateways = [(await client.get(f"{p.gateway_url}/health")).json() for p in (first, second)]
+            assert [h["leader"] for h in leads] == [True, False] and leads[1]["leader_holder"] == first.holder
+            assert [h["leader"] for h in gateways] == [True, False]
+            said = "\n".join(render_status(second.status()))
+            assert f"leader      {first.holder}; this control plane stands by" in said
             leader_nursery.cancel_scope.cancel()
         await wait_for(lambda: second.leader, 5, "the standby to take the lease")
         assert second.snapshot().leadership.token > token
