@@ -47,6 +47,8 @@ class AgentConfig:
     `reconnect_backoff_max` seconds the wait between connection attempts. `stop_shards_on_exit` stops every
     engine when `run_agent` ends (default: leave them running, to be adopted by the next agent).
     `engine_check_interval` seconds between re-verifications of installed engines (`llmgw.agent.engine_checks`).
+    `control_planes`: the control planes' agents addresses ("host:port") the agent connects to (`llmgw agent
+    --control-plane`, and those the settings name, added by AgentSettings: see `run_agent`'s `connect_to`).
     """
 
     node_id: str = field(default_factory=socket.gethostname)
@@ -68,6 +70,7 @@ class AgentConfig:
     reconnect_backoff_max: float = 30.0
     stop_shards_on_exit: bool = False
     engine_check_interval: float = 600.0
+    control_planes: tuple[str, ...] = ()
 
     @property
     def weights_path(self) -> Path:
@@ -104,6 +107,8 @@ class AgentConfig:
             changes["mirrors"] = tuple(settings.mirrors)
         if settings.shard_stop_grace > 0:
             changes["shard_stop_grace"] = float(settings.shard_stop_grace)
+        if settings.control_planes:  # added to those the agent was started with, never removing one
+            changes["control_planes"] = tuple(dict.fromkeys([*self.control_planes, *settings.control_planes]))
         return replace(self, **changes)
 
 

@@ -79,7 +79,23 @@ async def _keep_connected(agent: NodeAgent, session: _Session, connect: Connect,
         await trio.sleep(delay)
 
 
-async def run_agent(config: AgentConfig, connect: Connect | Sequence[Connect], *, nvml: Any = _LOAD,
+async def _follow_control_planes(agent: NodeAgent, start: Callable[[str], None]) -> None:
+    """Call `start(address)` for every address of `agent.config.control_planes`, now and whenever AgentSettings add
+    one, until a restart is asked."""
+    while not agent.restart_requested.is_set():
+        changed = agent.settings_changed
+        for address in agent.config.control_planes:
+            start(address)
+        async with trio.open_nursery() as waiting:
+            async def fire(event: trio.Event) -> None:
+                await event.wait()
+                waiting.cancel_scope.cancel()
+            waiting.start_soon(fire, changed)
+            waiting.start_soon(fire, agent.restart_requested)
+
+
+async def run_agent(config: AgentConfig, connect: Connect | Sequence[Connect] = (), *, nvml: Any = _LOAD,
+                    connect_to: Callable[[str], Connect] | None = None,
                     task_status=trio.TASK_STATUS_IGNORED) -> str:
     """Run the node agent until cancelled or told to restart; returns `RESTART` ("restart") in that case, with
     every engine left running (also with `config.stop_shards_on_exit`) for the next agent to adopt.
@@ -87,7 +103,9 @@ async def run_agent(config: AgentConfig, connect: Connect | Sequence[Connect], *
     `connect()` must give an async context manager yielding a Link: `llmgw agent` passes
     `lambda: llmgw.wire.connect(address, tls=...)`, `llmgw up` a factory over `memory_link_pair()`. A sequence of
     them connects to every control plane at once (each registers the node; only the leader commands, see
-    `llmgw.agent.fencing`), each connection reconnecting on its own.
+    `llmgw.agent.fencing`), each connection reconnecting on its own. With `connect_to(address)` (a Connect for a
+    "host:port"), the agent also connects to every address of `config.control_planes`, and to each one AgentSettings
+    add later (llmgw.yaml `control_planes:`, told by the control plane), once each.
     Engines keep running when this returns or is cancelled (unless `config.stop_shards_on_exit`): the next agent
     adopts them. `task_status.started(agent)` is called with the NodeAgent once earlier shards are adopted.
     Connection failures (WireError, end of stream) are logged and retried; they never end the agent.
@@ -97,6 +115,8 @@ async def run_agent(config: AgentConfig, connect: Connect | Sequence[Connect], *
     Installed engines are re-verified at start and every `config.engine_check_interval` seconds.
     Raises UsageError when another agent already runs with the same state directory.
     """
+    if not connect and connect_to is None:
+        raise UsageError("the agent needs a control plane to connect to (llmgw agent --control-plane HOST:PORT).")
     lock = _lock_state_dir(config.state_dir)
     if nvml is _LOAD:
         nvml = load_nvml()
@@ -128,9 +148,22 @@ async def run_agent(config: AgentConfig, connect: Connect | Sequence[Connect], *
                 nursery.start_soon(readings.run)
                 connects = [connect] if callable(connect) else list(connect)
                 async with trio.open_nursery() as connections:
-                    for one in connects:
+                    def start(one: Connect) -> None:
                         connections.start_soon(_keep_connected, agent, _Session(agent, readings, nvml), one,
                                                config.reconnect_backoff_max)
+
+                    for one in connects:
+                        start(one)
+                    if connect_to is not None:
+                        known: set[str] = set()
+
+                        def start_address(address: str) -> None:
+                            if address not in known:
+                                known.add(address)
+                                log.info("connecting to the control plane at %s", address)
+                                start(connect_to(address))
+
+                        connections.start_soon(_follow_control_planes, agent, start_address)
                 nursery.cancel_scope.cancel()
             finally:
                 telemetry.close()  # also when cancelled: every nvmlInit is shut down

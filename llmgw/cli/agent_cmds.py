@@ -117,7 +117,7 @@ def register(group: click.Group) -> None:
             engines_dir=engines_dir, mirrors=tuple(mirrors), labels=_pairs(labels, "--label"),
             heartbeat_interval=interval, address=address or route_address(host, port),
             engine_binaries={k: Path(v) for k, v in _pairs(engine_binaries, "--engine-binary").items()},
-            stop_shards_on_exit=stop_shards_on_exit,
+            stop_shards_on_exit=stop_shards_on_exit, control_planes=tuple(dict.fromkeys(control_planes)),
         )
         tls = _client_tls(tls_dir, state_dir, insecure)
         logging.basicConfig(level=logging.INFO, stream=sys.stderr,
@@ -130,8 +130,8 @@ def register(group: click.Group) -> None:
             async with trio.open_nursery() as nursery:
                 async def run(task_status=trio.TASK_STATUS_IGNORED) -> None:
                     nonlocal outcome
-                    connects = [functools.partial(connect, address, tls=tls) for address in dict.fromkeys(control_planes)]
-                    outcome = await run_agent(config, connects, task_status=task_status)
+                    outcome = await run_agent(config, connect_to=lambda address: functools.partial(connect, address, tls=tls),
+                                              task_status=task_status)
                     nursery.cancel_scope.cancel()
 
                 async def on_sigterm() -> None:

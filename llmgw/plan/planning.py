@@ -269,6 +269,8 @@ def agent_settings_fingerprint(settings: Settings, node_id: str) -> str:
     """
     agent = settings.agent_settings_for(node_id)
     described = repr(sorted((f.name, _plain(getattr(agent, f.name))) for f in fields(agent)))
+    if settings.cluster.control_planes:  # sent with them (AgentSettings.control_planes); absent: as before
+        described += repr(settings.cluster.control_planes)
     return hashlib.sha256(described.encode()).hexdigest()[:16]
 
 

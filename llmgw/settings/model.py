@@ -48,6 +48,8 @@ class ClusterSettings:
     Durations in seconds. `gpu_hour_cost` maps a GPU class (or "default") to the cost of one GPU for one hour,
     in `currency`; it is meant to price models without explicit prices, and nothing reads it yet (unbuilt.py).
     `store` is the runtime store the control plane opens (`llmgw server --store URL` overrides it).
+    `control_planes`: every control plane's agents address ("host:port"), told to every agent (which connects to
+    each: see docs/ha.md); empty with one control plane.
     """
 
     name: str
@@ -64,6 +66,7 @@ class ClusterSettings:
     currency: str = "USD"
     gpu_hour_cost: Mapping[str, float] = field(default_factory=frozen_map)
     max_request_body_bytes: int = 10 * 1024 * 1024
+    control_planes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
