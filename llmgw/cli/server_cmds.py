@@ -187,7 +187,7 @@ def live_diff(client, rev: str | None, as_json: bool) -> int:
 @click.option("--branch", default="main", show_default=True, help="Branch holding the settings.")
 @click.option("--state", "state_dir", envvar="LLMGW_STATE", default=".state", show_default=True,
               type=click.Path(file_okay=False, path_type=Path), help="State directory (store, mirror, tokens).")
-@click.option("--store", default=None, help="Store path or sqlite:///path [default: <state>/llmgw.sqlite3].")
+@click.option("--store", default=None, help="Store path, sqlite:///path or postgresql://... [default: llmgw.yaml store:, else <state>/llmgw.sqlite3].")
 @click.option("--secrets", "secrets_dir", default=None, type=click.Path(file_okay=False, path_type=Path),
               help="Directory of named secrets (hf-token, webhook, ...) [default: <state>/secrets].")
 @click.option("--gateway", "gateway_addr", metavar="HOST:PORT", help="Gateway listener (overrides llmgw.yaml).")
@@ -199,8 +199,11 @@ def live_diff(client, rev: str | None, as_json: bool) -> int:
 @click.option("--join-port", default=0, show_default=True, help="Port answering Join with --tls (0: a free one).")
 @click.option("--insecure", is_flag=True, help="Allow agents in plain text on an address other machines reach "
               "(refused without --tls otherwise): only on a network where every machine is trusted.")
+@click.option("--lease", "lease", default="15s", show_default=True, metavar="DURATION",
+              help="How long the leader lease lasts in the store (renewed every third of it): a standby takes over "
+                   "this long after the leader dies.")
 def server_cmd(repo, branch, state_dir, store, secrets_dir, gateway_addr, admin_addr, agents_addr, no_gateway,
-               tls, join_port, insecure):
+               tls, join_port, insecure, lease):
     """Run the control plane: settings watcher, reconciler, agents' service, admin API and gateway.
 
     Without --tls the agents' listener must be a loopback address (127.0.0.1, ::1, localhost) unless --insecure
@@ -210,13 +213,19 @@ def server_cmd(repo, branch, state_dir, store, secrets_dir, gateway_addr, admin_
 
     from llmgw.control import ControlConfig, ControlPlane
 
+    from llmgw.units import parse_duration
+
+    try:
+        lease_seconds = parse_duration(lease)
+    except ValueError as exc:
+        raise UsageError(f"--lease: {exc}") from None
     if "://" not in repo and "@" not in repo.split(":", 1)[0]:
         repo = str(Path(repo).resolve())
     plane = ControlPlane(ControlConfig(
         repo=repo, branch=branch, state_dir=Path(state_dir), store=store, secrets_dir=secrets_dir,
         gateway_listener=parse_listener(gateway_addr), admin_listener=parse_listener(admin_addr),
         agents_listener=parse_listener(agents_addr), gateway=not no_gateway, tls=tls, join_port=join_port,
-        insecure_agents=insecure,
+        insecure_agents=insecure, lease_seconds=lease_seconds,
     ))
 
     async def main() -> None:
