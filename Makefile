@@ -9,7 +9,19 @@ BIN := $(VENV)/bin
 STATE ?= .state
 export LLMGW_CACHE ?= $(HOME)/.cache/llmgw
 
-.PHONY: up test venv engine lint bench clean
+.PHONY: up test venv engine lint bench clean packages
+
+# Debian packages that tests start for real (issue 10: haproxy in front of two gateways). Installed with apt-get
+# only when missing, so a second `make test` does nothing here; as root, or through sudo otherwise.
+DEBIAN_PACKAGES := haproxy
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+packages:
+	@missing=$$(for p in $(DEBIAN_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+		echo "installing Debian packages: $$missing"; \
+		$(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	fi
 
 venv: $(VENV)/.installed
 
@@ -29,7 +41,7 @@ lint: venv
 	$(BIN)/lint-imports
 	$(BIN)/ruff check --no-cache
 
-test: engine lint
+test: engine lint packages
 	$(BIN)/pytest
 
 bench: engine
