@@ -14,6 +14,7 @@ the store's admin tokens); a missing or wrong token is 401. Errors are `{"error"
     GET  /api/v1/logs?node=N&shard=S&lines=K  a shard's (or the agent's) last log lines
     POST /api/v1/stop | /api/v1/start {"author_name", "author_email"}   serving.stopped commits
     POST /api/v1/join-tokens {"ttl_seconds"}  a one-time token for `llmgw node join` (mTLS control planes)
+    GET  /console/...                         the web console (llmgw.console; its own login, docs/console.md)
     POST /api/v1/hooks/git                    wake the watcher: a forge signs with X-Hub-Signature-256
                                               (wrong signature: 401); unsigned only from loopback (the
                                               post-receive hook of `llmgw repo init`)
@@ -93,13 +94,18 @@ class AdminApp:
     """The ASGI app of the admin API over one `ControlPlane`."""
 
     def __init__(self, plane):
+        from llmgw.console import Console  # the web console under /console (docs/console.md)
+
         self.plane = plane
+        self.console = Console(plane.snapshot, authorise=self.console_principal, history=self.history_entries)
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] == "lifespan":
             await serve_lifespan(receive, send)
         if scope["type"] != "http":
             return
+        if scope["path"] == "/console" or scope["path"].startswith("/console/"):
+            return await self.console(scope, receive, send)
         try:
             await self._route(scope, receive, send)
         except _HttpError as exc:
@@ -123,6 +129,10 @@ class AdminApp:
         if scheme.lower() == "bearer" and token and self.plane.store is not None:
             return bool(self.plane.store.check_admin_token(token.strip()))
         return False
+
+    def console_principal(self, token: str) -> str | None:
+        """The console's login check: "admin" for an admin token, else None (scoped console tokens: later)."""
+        return "admin" if self._authorised({"headers": [(b"authorization", f"Bearer {token}".encode())]}) else None
 
     async def _route(self, scope, receive, send) -> None:
         method, path = scope["method"], scope["path"].rstrip("/")
@@ -193,10 +203,14 @@ class AdminApp:
         taken = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         return snapshot_to_json(FleetSnapshot(state.fleet.fleet(), taken, settings.commit if settings else None))
 
-    async def _history(self, send, limit: int) -> None:
+    async def history_entries(self, limit: int) -> list:
+        """The last `limit` audit commits, newest first (`llmgw.settings.read_audit_log`, in a thread)."""
         from llmgw.settings import read_audit_log
 
-        entries = await trio.to_thread.run_sync(read_audit_log, str(self.plane.watcher_repo_path), limit)
+        return await trio.to_thread.run_sync(read_audit_log, str(self.plane.watcher_repo_path), limit)
+
+    async def _history(self, send, limit: int) -> None:
+        entries = await self.history_entries(limit)
         await _send_json(send, 200, {"entries": [
             asdict(e) if is_dataclass(e) else e for e in entries
         ]})
@@ -246,9 +260,12 @@ async def serve_admin(plane, host: str, port: int, *, task_status=trio.TASK_STAT
     config.errorlog = None
     config.graceful_timeout = 1.0
 
+    app = AdminApp(plane)
+
     async def started(task_status=trio.TASK_STATUS_IGNORED):
-        await serve(AdminApp(plane), config, task_status=task_status)
+        await serve(app, config, task_status=task_status)
 
     async with trio.open_nursery() as nursery:
+        await nursery.start(app.console.run_sampler)
         binds = await nursery.start(started)
         task_status.started(int(binds[0].rsplit(":", 1)[1]))
