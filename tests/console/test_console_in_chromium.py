@@ -4,6 +4,7 @@ reload, follow links, read the charts and the history, log out and be refused. S
 
 from __future__ import annotations
 
+import copy
 import sys
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from selenium.webdriver.support.ui import WebDriverWait
 
 from control.test_in_process_fleet import commit_directly, wait_for
 from llmgw.agent import AgentConfig, run_agent
+from llmgw.console.views import load_class
 from llmgw.control import ControlConfig, ControlPlane
 from llmgw.settings import init_repository
 
@@ -164,6 +166,80 @@ async def test_an_operator_logs_in_reads_the_fleet_sees_a_gpu_change_live_and_lo
             driver.get(f"{base}/nodes")
             wait_until(driver, lambda d: d.current_url.endswith("/console/login"), "refused after logout")
             assert not driver.find_elements(By.ID, "node-gpu1")
+
+        await trio.to_thread.run_sync(operator)
+        nursery.cancel_scope.cancel()
+
+
+def h200_cards(loads: list[int], node: int) -> FakeNvml:
+    """The H200 stand-in with one card per load (percent), each with its own UUID and PCI bus id."""
+    base = FakeNvml.h200()
+    template = base.cards[0]
+    cards = []
+    for index, load in enumerate(loads):
+        card = copy.deepcopy(template)
+        card["uuid"] = f"GPU-{node:04x}{index:04x}-960a-207c-573e-20129c535d06"
+        card["pci"] = dict(card["pci"], busId=f"00000000:{node:02x}:{index + 1:02x}.0", device=index + 1)
+        card["utilization"] = {"gpu": load, "memory": load // 2}
+        card["power_usage_mw"] = 80_000 + load * 6_000
+        card["memory"] = dict(card["memory"], used=(load * card["memory"]["total"]) // 100)
+        cards.append(card)
+    return FakeNvml(cards, driver=base.driver, cuda=base.cuda)
+
+
+FLEET_LOADS = {"h200-a": [0, 5, 15, 35, 45, 65, 75, 95], "h200-b": [100, 100, 98, 97, 12, 8, 0, 55]}
+
+
+async def test_the_gpu_map_of_an_h200_fleet_colours_every_card_by_its_load(
+    tmp_path, settings_repo, weights_mirror, fake_engine, browser, artefacts,
+):
+    mirror, _sha = weights_mirror
+    plane = ControlPlane(ControlConfig(repo=str(settings_repo), state_dir=tmp_path / "state"))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(plane.run)
+        for number, (node_id, loads) in enumerate(FLEET_LOADS.items()):
+            agent = AgentConfig(node_id=node_id, state_dir=tmp_path / node_id, mirrors=(str(mirror),),
+                                heartbeat_interval=0.2, engine_binaries={"llama.cpp@b11434": fake_engine},
+                                stop_shards_on_exit=True, shard_stop_grace=2.0)
+            nvml = h200_cards(loads, number + 1)
+            await nursery.start(lambda task_status, agent=agent, nvml=nvml: run_agent(
+                agent, plane.local_connector(), nvml=nvml, task_status=task_status))
+        await wait_for(lambda: all(len(((plane.status()["nodes"].get(n) or {}).get("readings") or {}).get("gpus", []))
+                                   == 8 for n in FLEET_LOADS), 30, "both nodes' readings", lambda: plane.status())
+        base = f"{plane.admin_url}/console"
+        token = plane.admin_token
+
+        def operator() -> None:
+            driver = browser
+            driver.get(f"{base}/login")
+            css(driver, "#token").send_keys(token)
+            css(driver, "#login").click()
+            wait_until(driver, lambda d: d.find_elements(By.ID, "commit"), "the cluster page")
+            assert css(driver, "#nodes-connected").text == "2 connected"
+            driver.save_screenshot(str(artefacts / "fleet-cluster.png"))
+            driver.get(f"{base}/gpus")
+            wait_until(driver, lambda d: d.find_elements(By.CSS_SELECTOR, ".tile"), "the GPU map")
+            assert len(driver.find_elements(By.CSS_SELECTOR, ".tile")) == 16
+            for node_id, loads in FLEET_LOADS.items():
+                for index, load in enumerate(loads):
+                    tile = css(driver, f"#tile-{node_id}-{index}")
+                    assert load_class(load) in tile.get_attribute("class").split(), (node_id, index, load)
+                    assert f"{load} %" in tile.text
+            assert css(driver, "h2").text.startswith("h200-141g")
+            driver.save_screenshot(str(artefacts / "fleet-gpus.png"))
+            driver.get(f"{base}/nodes")
+            wait_until(driver, lambda d: d.find_elements(By.ID, "node-h200-b"), "the nodes table")
+            mean_b = sum(FLEET_LOADS["h200-b"]) / 8
+            bar = css(driver, "#node-h200-b td.gpu meter")
+            assert abs(float(bar.get_attribute("value")) - mean_b / 100) < 1e-3
+            assert load_class(mean_b) in bar.get_attribute("class")
+            driver.save_screenshot(str(artefacts / "fleet-nodes.png"))
+            driver.set_window_size(390, 844)  # a phone-sized viewport: the map still lays out
+            driver.get(f"{base}/gpus")
+            wait_until(driver, lambda d: d.find_elements(By.CSS_SELECTOR, ".tile"), "the GPU map on a phone")
+            width = driver.execute_script("return document.documentElement.scrollWidth;")
+            assert width <= 390, f"the GPU map scrolls sideways on a phone ({width} px)"
+            driver.save_screenshot(str(artefacts / "fleet-gpus-phone.png"))
 
         await trio.to_thread.run_sync(operator)
         nursery.cancel_scope.cancel()
