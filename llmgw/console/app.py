@@ -6,8 +6,9 @@
 
 The console reads the control plane through `snapshot()` (an immutable `ControlState`) only; what it needs
 beyond the state comes in as functions: `authorise(token) -> principal | None` (the hook for scoped console
-tokens: today the admin API passes its admin-token check) and `history(limit) -> entries` (the admin API's
-audit log reader, a checkpoint).
+tokens: today the admin API passes its admin-token check) `history(limit) -> entries` (the admin API's
+audit log reader, a checkpoint) and `usage(by, since) -> rows` (usage summed by "day", "model" or "project" since
+a unix time, rows shaped like `llmgw.store.UsageRow`; None hides the Usage page).
 
 Security: every page but the login form and the stylesheet/script needs a session cookie (set by the login form,
 HttpOnly, SameSite=Strict, Secure over TLS, path /console, expires after `SESSION_TTL`) or an
@@ -31,7 +32,7 @@ from quart import Response, g, redirect, render_template, request
 from quart_trio import QuartTrio
 
 from llmgw.console.buckets import FleetHistory
-from llmgw.console.charts import gpu_chart
+from llmgw.console.charts import day_columns, gpu_chart
 from llmgw.console.sessions import SESSION_TTL, SessionBook, csrf_matches
 from llmgw.console.views import cluster_view, gpu_tiles, load_class, models_view, node_row
 from llmgw.control.state import ControlState, PassRecord
@@ -48,6 +49,8 @@ PASSES_KEPT = 20
 
 Authorise = Callable[[str], "str | None"]
 History = Callable[[int], Awaitable[list[Any]]]
+Usage = Callable[[str, "float | None"], Awaitable[list[Any]]]
+USAGE_GROUPS = ("day", "model", "project")
 
 
 class Console:
@@ -59,11 +62,12 @@ class Console:
     """
 
     def __init__(self, snapshot: Callable[[], ControlState], *, authorise: Authorise, history: History,
-                 sample_interval: float = 5.0, session_ttl: float = SESSION_TTL,
+                 usage: Usage | None = None, sample_interval: float = 5.0, session_ttl: float = SESSION_TTL,
                  clock: Callable[[], float] = trio.current_time, wall: Callable[[], float] = time.time):
         self.snapshot = snapshot
         self.authorise = authorise
         self.history = history
+        self.usage = usage
         self.sample_interval = sample_interval
         self.clock, self.wall = clock, wall
         self.sessions = SessionBook(session_ttl)
@@ -111,6 +115,7 @@ class Console:
         app.add_url_rule(f"{PREFIX}/gpus", "gpus", self._gpus)
         app.add_url_rule(f"{PREFIX}/replicas", "replicas", self._replicas)
         app.add_url_rule(f"{PREFIX}/history", "history", self._history)
+        app.add_url_rule(f"{PREFIX}/usage", "usage", self._usage)
         return app
 
     async def _guard(self) -> Response | None:
@@ -179,7 +184,7 @@ class Console:
         return await render_template(
             template, page=page, principal=g.principal, csrf=g.csrf, bearer=g.bearer,
             leader=state.leadership.leader, leader_holder=state.leadership.holder,
-            cluster_name=settings.cluster.name if settings else "", **context,
+            cluster_name=settings.cluster.name if settings else "", usage_page=self.usage is not None, **context,
         )
 
     async def _cluster(self) -> str:
@@ -224,6 +229,19 @@ class Console:
         limit = max(1, min(500, int(request.args.get("limit", "50") or 50)))
         entries = [_plain(e) for e in await self.history(limit)]
         return await self._page("history.html", "history", state=state, entries=entries, limit=limit)
+
+
+    async def _usage(self) -> Any:
+        state = self.snapshot()
+        if self.usage is None:
+            return await self._page("missing.html", "usage", state=state, what="usage store"), 404
+        days = max(1, min(366, int(request.args.get("days", "7") or 7)))
+        since = self.wall() - days * 86400.0
+        groups = {by: await self.usage(by, since) for by in USAGE_GROUPS}
+        settings = state.settings
+        currency = settings.cluster.currency if settings else ""
+        return await self._page("usage.html", "usage", state=state, days=days, groups=groups, currency=currency,
+                                chart=day_columns(groups["day"], "tokens per day (prompt + completion)"))
 
 
 def _plain(entry: Any) -> dict[str, Any]:

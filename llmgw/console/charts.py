@@ -58,5 +58,24 @@ def gpu_chart(series: GpuSeries | None, now_minute: int, memory_total_bytes: int
     return "".join(parts)
 
 
+def day_columns(rows, title: str) -> str:
+    """An `<svg>` column chart (a string) of tokens per UTC day: one column per row of usage grouped by day, in
+    row order, its height prompt + completion tokens against the largest day. `rows` are shaped like
+    `llmgw.store.UsageRow` (`group` "YYYY-MM-DD", `prompt_tokens`, `completion_tokens`); empty rows draw axes only."""
+    totals = [(str(r.group), int(r.prompt_tokens) + int(r.completion_tokens)) for r in rows]
+    top = max((t for _, t in totals), default=0) or 1
+    width = WIDTH / max(1, len(totals))
+    parts = [f'<svg class="chart columns" viewBox="0 0 {WIDTH} {HEIGHT}" role="img" aria-label="{_attr(title)}" '
+             f'preserveAspectRatio="none">', f'<title>{_attr(title)}</title>',
+             f'<line class="grid" x1="0" y1="{HEIGHT}" x2="{WIDTH}" y2="{HEIGHT}"/>']
+    for i, (day, total) in enumerate(totals):
+        height = round(total * HEIGHT / top, 1)
+        parts.append(f'<rect class="tokens" x="{round(i * width + width * 0.1, 1)}" y="{round(HEIGHT - height, 1)}" '
+                     f'width="{round(width * 0.8, 1)}" height="{height}"><title>{_attr(day)}: {total} tokens'
+                     f'</title></rect>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
 def _attr(text: str) -> str:
     return text.replace("&", "&amp;").replace('"', "&quot;").replace("<", "&lt;").replace(">", "&gt;")

@@ -97,7 +97,8 @@ class AdminApp:
         from llmgw.console import Console  # the web console under /console (docs/console.md)
 
         self.plane = plane
-        self.console = Console(plane.snapshot, authorise=self.console_principal, history=self.history_entries)
+        self.console = Console(plane.snapshot, authorise=self.console_principal, history=self.history_entries,
+                               usage=self.usage_rows)
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] == "lifespan":
@@ -208,6 +209,10 @@ class AdminApp:
         from llmgw.settings import read_audit_log
 
         return await trio.to_thread.run_sync(read_audit_log, str(self.plane.watcher_repo_path), limit)
+
+    async def usage_rows(self, by: str, since: float | None) -> list:
+        """Usage summed by "model", "project" or "day" since `since` (unix s; the store's query_usage, in a thread)."""
+        return await trio.to_thread.run_sync(self.plane.store.query_usage, None, since, by)
 
     async def _history(self, send, limit: int) -> None:
         entries = await self.history_entries(limit)

@@ -161,6 +161,11 @@ async def test_an_operator_logs_in_reads_the_fleet_sees_a_gpu_change_live_and_lo
             assert "status.yaml" in entries[0].text or "converged" in entries[0].text
             driver.save_screenshot(str(artefacts / "history.png"))
 
+            css(driver, "#nav-usage").click()  # the plane's real store: no request yet
+            wait_until(driver, lambda d: d.find_elements(By.ID, "usage-model"), "the usage page")
+            assert "No request in this period." in css(driver, "#usage-model").text
+            driver.save_screenshot(str(artefacts / "usage.png"))
+
             css(driver, "#logout").click()
             wait_until(driver, lambda d: d.current_url.endswith("/console/login"), "the login form after logout")
             driver.get(f"{base}/nodes")
