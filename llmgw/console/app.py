@@ -8,7 +8,8 @@ The console reads the control plane through `snapshot()` (an immutable `ControlS
 beyond the state comes in as functions: `authorise(token) -> principal | None` (the hook for scoped console
 tokens: today the admin API passes its admin-token check) `history(limit) -> entries` (the admin API's
 audit log reader, a checkpoint) and `usage(by, since) -> rows` (usage summed by "day", "model" or "project" since
-a unix time, rows shaped like `llmgw.store.UsageRow`; None hides the Usage page).
+a unix time, rows shaped like `llmgw.store.UsageRow`; None hides the Usage page) and `logs(node, shard, lines)`
+(a shard's last log lines, "" for the agent's own; None hides the log pages).
 
 Security: every page but the login form and the stylesheet/script needs a session cookie (set by the login form,
 HttpOnly, SameSite=Strict, Secure over TLS, path /console, expires after `SESSION_TTL`) or an
@@ -36,6 +37,7 @@ from llmgw.console.charts import day_columns, gpu_chart
 from llmgw.console.sessions import SESSION_TTL, SessionBook, csrf_matches
 from llmgw.console.views import cluster_view, gpu_tiles, load_class, models_view, node_row
 from llmgw.control.state import ControlState, PassRecord
+from llmgw.errors import TemporaryError, UsageError
 from llmgw.units import format_duration, format_size
 
 log = logging.getLogger("llmgw.console")
@@ -50,6 +52,7 @@ PASSES_KEPT = 20
 Authorise = Callable[[str], "str | None"]
 History = Callable[[int], Awaitable[list[Any]]]
 Usage = Callable[[str, "float | None"], Awaitable[list[Any]]]
+Logs = Callable[[str, str, int], Awaitable[list[str]]]
 USAGE_GROUPS = ("day", "model", "project")
 
 
@@ -62,12 +65,13 @@ class Console:
     """
 
     def __init__(self, snapshot: Callable[[], ControlState], *, authorise: Authorise, history: History,
-                 usage: Usage | None = None, sample_interval: float = 5.0, session_ttl: float = SESSION_TTL,
+                 usage: Usage | None = None, logs: Logs | None = None, sample_interval: float = 5.0, session_ttl: float = SESSION_TTL,
                  clock: Callable[[], float] = trio.current_time, wall: Callable[[], float] = time.time):
         self.snapshot = snapshot
         self.authorise = authorise
         self.history = history
         self.usage = usage
+        self.logs = logs
         self.sample_interval = sample_interval
         self.clock, self.wall = clock, wall
         self.sessions = SessionBook(session_ttl)
@@ -112,6 +116,7 @@ class Console:
         app.add_url_rule(PREFIX, "cluster_bare", self._cluster)
         app.add_url_rule(f"{PREFIX}/nodes", "nodes", self._nodes)
         app.add_url_rule(f"{PREFIX}/nodes/<node_id>", "node", self._node)
+        app.add_url_rule(f"{PREFIX}/nodes/<node_id>/logs", "logs", self._logs)
         app.add_url_rule(f"{PREFIX}/gpus", "gpus", self._gpus)
         app.add_url_rule(f"{PREFIX}/replicas", "replicas", self._replicas)
         app.add_url_rule(f"{PREFIX}/history", "history", self._history)
@@ -184,7 +189,8 @@ class Console:
         return await render_template(
             template, page=page, principal=g.principal, csrf=g.csrf, bearer=g.bearer,
             leader=state.leadership.leader, leader_holder=state.leadership.holder,
-            cluster_name=settings.cluster.name if settings else "", usage_page=self.usage is not None, **context,
+            cluster_name=settings.cluster.name if settings else "", usage_page=self.usage is not None,
+            logs_page=self.logs is not None, **context,
         )
 
     async def _cluster(self) -> str:
@@ -211,6 +217,23 @@ class Console:
         shard_readings = {s.shard_id: s for s in (readings.shards if readings else ())}
         return await self._page("node.html", "nodes", state=state, record=record, row=node_row(record, now),
                                 tiles=tiles, charts=charts, readings=readings, shard_readings=shard_readings)
+
+    async def _logs(self, node_id: str) -> Any:
+        state = self.snapshot()
+        shard = request.args.get("shard", "")
+        lines = max(1, min(2000, int(request.args.get("lines", "200") or 200)))
+        follow = request.args.get("follow") == "1"
+        if self.logs is None or state.fleet.get(node_id) is None:
+            return await self._page("missing.html", "nodes", state=state, what=f"log of node {node_id}"), 404
+        error, text, status = "", [], 200
+        try:
+            text = await self.logs(node_id, shard, lines)
+        except UsageError as exc:
+            error, status = str(exc), 409
+        except TemporaryError as exc:
+            error, status = str(exc), 503
+        return await self._page("logs.html", "nodes", state=state, node_id=node_id, shard=shard, lines=lines,
+                                follow=follow, text=text, error=error), status
 
     async def _gpus(self) -> str:
         state, now = self.snapshot(), self.clock()

@@ -98,7 +98,7 @@ class AdminApp:
 
         self.plane = plane
         self.console = Console(plane.snapshot, authorise=self.console_principal, history=self.history_entries,
-                               usage=self.usage_rows)
+                               usage=self.usage_rows, logs=plane.logs)
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] == "lifespan":

@@ -132,6 +132,13 @@ async def test_an_operator_logs_in_reads_the_fleet_sees_a_gpu_change_live_and_lo
             assert "big-0" in css(driver, "#shards").text and "ready" in css(driver, "#shards").text
             driver.save_screenshot(str(artefacts / "node.png"))
 
+            shard_row = [r for r in driver.find_elements(By.CSS_SELECTOR, "#shards tbody tr") if "big-0/0" in r.text][0]
+            shard_row.find_element(By.CSS_SELECTOR, "a.shard-log").click()  # the engine's log, followed
+            wait_until(driver, lambda d: "server is listening" in css(d, "#log").text, "big-0/0's log")
+            assert css(driver, "#follow").text == "Stop following"
+            assert driver.execute_script("return document.body.dataset.refresh;") == "2"
+            driver.save_screenshot(str(artefacts / "log.png"))
+
             css(driver, "#nav-gpus").click()
             tile = wait_until(driver, lambda d: d.find_elements(By.ID, "tile-gpu1-0"), "the GPU map")[0]
             assert "load-high" in tile.get_attribute("class") and "85 %" in tile.text

@@ -4,6 +4,8 @@
 "use strict";
 (function () {
   const seconds = Number(document.body.dataset.refresh || 0);
+  const log = document.getElementById("log");
+  if (log) log.scrollTop = log.scrollHeight;
   if (!seconds) return;
   async function refresh() {
     try {
@@ -18,6 +20,8 @@
       const main = document.getElementById("main");
       if (fresh && main) {
         main.replaceChildren(...fresh.childNodes);
+        const log = document.getElementById("log");
+        if (log) log.scrollTop = log.scrollHeight;  // a followed log shows its newest lines
         document.body.dataset.refreshed = String(Date.now());
       }
     } catch (error) {
