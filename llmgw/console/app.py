@@ -35,7 +35,7 @@ from quart_trio import QuartTrio
 from llmgw.console.buckets import FleetHistory
 from llmgw.console.charts import day_columns, gpu_chart
 from llmgw.console.sessions import SESSION_TTL, SessionBook, csrf_matches
-from llmgw.console.views import cluster_view, gpu_tiles, load_class, models_view, node_row
+from llmgw.console.views import MAP_COLOURINGS, cluster_view, gpu_tiles, load_class, models_view, node_row
 from llmgw.control.state import ControlState, PassRecord
 from llmgw.errors import TemporaryError, UsageError
 from llmgw.units import format_duration, format_size
@@ -241,7 +241,10 @@ class Console:
         for record in state.fleet.records():
             for tile in gpu_tiles(record, now):
                 groups.setdefault(tile.gpu_class, []).append(tile)
-        return await self._page("gpus.html", "gpus", state=state, groups=dict(sorted(groups.items())))
+        by = request.args.get("by", "utilization")
+        by = by if by in MAP_COLOURINGS else "utilization"
+        return await self._page("gpus.html", "gpus", state=state, groups=dict(sorted(groups.items())), by=by,
+                                colourings=MAP_COLOURINGS)
 
     async def _replicas(self) -> str:
         state = self.snapshot()

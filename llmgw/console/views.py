@@ -18,6 +18,8 @@ from llmgw.control.registry import NodeRecord
 from llmgw.control.state import ControlState
 
 LOAD_CLASSES = ((10.0, "load-idle"), (40.0, "load-low"), (70.0, "load-mid"))
+MAP_COLOURINGS = ("utilization", "memory", "power")
+"""What the GPU map may be coloured by (`GpuTile.percent`)."""
 
 
 def load_class(percent: float | None) -> str:
@@ -75,6 +77,17 @@ class GpuTile:
     @property
     def load(self) -> str:
         return load_class(self.utilization_percent)
+
+    def percent(self, by: str) -> float | None:
+        """The tile's value in percent for the map coloured `by` "utilization", "memory" (used against total)
+        or "power" (draw against limit); None when not read."""
+        if by == "memory":
+            r = self.memory_ratio
+        elif by == "power":
+            r = self.power_ratio
+        else:
+            return self.utilization_percent
+        return None if r is None else 100.0 * r
 
     @property
     def memory_ratio(self) -> float | None:

@@ -38,8 +38,8 @@ def state_with_one_gpu_node() -> ControlState:
     registry, _ = registry.register(NodeState("gpu1", gpus=(GpuState("0", "h200-141g", 141 * GIB, 141 * GIB),),
                                               cpu_cores=16.0, memory_bytes=64 * GIB), 0.0)
     readings = NodeReadings(at=0.0, cpu_percent=25.0, memory_used_bytes=16 * GIB, memory_available_bytes=48 * GIB,
-                            gpus=(GpuReading(0, utilization_percent=85.0, memory_used_bytes=100 * GIB,
-                                             power_draw_watts=600.0, power_limit_watts=700.0),))
+                            gpus=(GpuReading(0, utilization_percent=85.0, memory_used_bytes=50 * GIB,
+                                             power_draw_watts=300.0, power_limit_watts=700.0),))
     registry, _ = registry.heartbeat("gpu1", 0.0, readings=readings)
     return ControlState(fleet=registry)
 
@@ -177,3 +177,17 @@ async def test_an_unknown_node_is_404_with_a_sentence(console):
     await log_in(client)
     response = await client.get("/console/nodes/nowhere", headers=HTML)
     assert response.status_code == 404 and "no node nowhere" in await response.get_data(as_text=True)
+
+
+@pytest.mark.parametrize(("by", "colour", "value"), [
+    ("utilization", "load-high", "85 %"),     # 85 % busy
+    ("memory", "load-low", "35 %"),           # 50 of 141 GiB
+    ("power", "load-mid", "43 %"),            # 300 of 700 W
+])
+async def test_the_gpu_map_is_coloured_by_utilisation_memory_or_power(console, by, colour, value):
+    client = console.app.test_client()
+    await log_in(client)
+    html = await (await client.get(f"/console/gpus?by={by}", headers=HTML)).get_data(as_text=True)
+    tile = re.search(r'<a class="tile ([^"]+)" id="tile-gpu1-0".*?<span class="value">([^<]+)</span>', html, re.S)
+    assert tile.group(1) == colour and tile.group(2) == value
+    assert f'id="by-{by}" aria-current="true"' in html
