@@ -9,7 +9,9 @@ beyond the state comes in as functions: `authorise(token) -> principal | None` (
 tokens: today the admin API passes its admin-token check) `history(limit) -> entries` (the admin API's
 audit log reader, a checkpoint) and `usage(by, since) -> rows` (usage summed by "day", "model" or "project" since
 a unix time, rows shaped like `llmgw.store.UsageRow`; None hides the Usage page) and `logs(node, shard, lines)`
-(a shard's last log lines, "" for the agent's own; None hides the log pages).
+(a shard's last log lines, "" for the agent's own; None hides the log pages) and `applied_diff(audit_commit)`
+(the settings diff an audit commit applied, shaped like `llmgw.control.audit_diff.AppliedDiff`; None: history
+entries show their message only).
 
 Security: every page but the login form and the stylesheet/script needs a session cookie (set by the login form,
 HttpOnly, SameSite=Strict, Secure over TLS, path /console, expires after `SESSION_TTL`) or an
@@ -53,6 +55,7 @@ Authorise = Callable[[str], "str | None"]
 History = Callable[[int], Awaitable[list[Any]]]
 Usage = Callable[[str, "float | None"], Awaitable[list[Any]]]
 Logs = Callable[[str, str, int], Awaitable[list[str]]]
+AppliedDiff = Callable[[str], Awaitable[Any]]
 USAGE_GROUPS = ("day", "model", "project")
 
 
@@ -65,13 +68,15 @@ class Console:
     """
 
     def __init__(self, snapshot: Callable[[], ControlState], *, authorise: Authorise, history: History,
-                 usage: Usage | None = None, logs: Logs | None = None, sample_interval: float = 5.0, session_ttl: float = SESSION_TTL,
+                 usage: Usage | None = None, logs: Logs | None = None,
+                 applied_diff: AppliedDiff | None = None, sample_interval: float = 5.0, session_ttl: float = SESSION_TTL,
                  clock: Callable[[], float] = trio.current_time, wall: Callable[[], float] = time.time):
         self.snapshot = snapshot
         self.authorise = authorise
         self.history = history
         self.usage = usage
         self.logs = logs
+        self.applied_diff = applied_diff
         self.sample_interval = sample_interval
         self.clock, self.wall = clock, wall
         self.sessions = SessionBook(session_ttl)
@@ -120,6 +125,7 @@ class Console:
         app.add_url_rule(f"{PREFIX}/gpus", "gpus", self._gpus)
         app.add_url_rule(f"{PREFIX}/replicas", "replicas", self._replicas)
         app.add_url_rule(f"{PREFIX}/history", "history", self._history)
+        app.add_url_rule(f"{PREFIX}/history/<commit>", "history_entry", self._history_entry)
         app.add_url_rule(f"{PREFIX}/usage", "usage", self._usage)
         return app
 
@@ -256,6 +262,16 @@ class Console:
         entries = [_plain(e) for e in await self.history(limit)]
         return await self._page("history.html", "history", state=state, entries=entries, limit=limit)
 
+
+    async def _history_entry(self, commit: str) -> Any:
+        state = self.snapshot()
+        entries = [_plain(e) for e in await self.history(500)]
+        entry = next((e for e in entries if e["commit"] == commit), None)
+        if entry is None:
+            return await self._page("missing.html", "history", state=state, what=f"audit commit {commit[:12]} "
+                                    "among the last 500"), 404
+        applied = await self.applied_diff(commit) if self.applied_diff is not None else None
+        return await self._page("history_entry.html", "history", state=state, entry=entry, applied=applied)
 
     async def _usage(self) -> Any:
         state = self.snapshot()

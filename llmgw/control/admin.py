@@ -98,7 +98,7 @@ class AdminApp:
 
         self.plane = plane
         self.console = Console(plane.snapshot, authorise=self.console_principal, history=self.history_entries,
-                               usage=self.usage_rows, logs=plane.logs)
+                               usage=self.usage_rows, logs=plane.logs, applied_diff=self.applied_diff)
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] == "lifespan":
@@ -209,6 +209,12 @@ class AdminApp:
         from llmgw.settings import read_audit_log
 
         return await trio.to_thread.run_sync(read_audit_log, str(self.plane.watcher_repo_path), limit)
+
+    async def applied_diff(self, audit_commit: str):
+        """The settings diff an audit commit applied (`llmgw.control.audit_diff.applied_diff`, in a thread)."""
+        from llmgw.control.audit_diff import applied_diff
+
+        return await trio.to_thread.run_sync(applied_diff, str(self.plane.watcher_repo_path), audit_commit)
 
     async def usage_rows(self, by: str, since: float | None) -> list:
         """Usage summed by "model", "project" or "day" since `since` (unix s; the store's query_usage, in a thread)."""

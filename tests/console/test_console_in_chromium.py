@@ -167,6 +167,9 @@ async def test_an_operator_logs_in_reads_the_fleet_sees_a_gpu_change_live_and_lo
             entries[0].find_element(By.TAG_NAME, "summary").click()
             assert "status.yaml" in entries[0].text or "converged" in entries[0].text
             driver.save_screenshot(str(artefacts / "history.png"))
+            entries[0].find_element(By.CSS_SELECTOR, "a.entry").click()  # the settings it applied
+            wait_until(driver, lambda d: d.find_elements(By.ID, "message"), "the history entry")
+            assert good[:12] in css(driver, "#diff").text  # one settings commit so far: in force, no change
 
             css(driver, "#nav-usage").click()  # the plane's real store: no request yet
             wait_until(driver, lambda d: d.find_elements(By.ID, "usage-model"), "the usage page")
