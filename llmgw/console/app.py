@@ -217,8 +217,9 @@ class Console:
         minute = int(self.wall() // 60)
         series = self.gpu_history.node(node_id)
         tiles = gpu_tiles(record, now)
-        charts = {t.index: gpu_chart(series.get(t.index), minute, t.memory_total_bytes, t.power_limit_watts,
-                                     f"GPU {t.index} of {node_id}, last hour") for t in tiles}
+        charts = {t.device_id: gpu_chart(None if t.mig else series.get(t.index), minute, t.memory_total_bytes,
+                                         t.power_limit_watts, f"GPU {t.device_id} of {node_id}, last hour")
+                  for t in tiles}
         readings = record.readings if record.readings is not None and record.readings.fresh(now) else None
         shard_readings = {s.shard_id: s for s in (readings.shards if readings else ())}
         return await self._page("node.html", "nodes", state=state, record=record, row=node_row(record, now),

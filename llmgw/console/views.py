@@ -72,7 +72,7 @@ class GpuTile:
     power_limit_watts: float | None
     temperature_celsius: float | None
     foreign: bool
-    mig: tuple[str, ...]
+    mig: bool = False
 
     @property
     def load(self) -> str:
@@ -99,15 +99,17 @@ class GpuTile:
 
 
 def gpu_tiles(record: NodeRecord, now: float) -> list[GpuTile]:
-    """Every whole card of a node with its fresh readings (Nones when stale or absent); MIG instances listed
-    inside their card (by the card's index prefix in `device_id`, which is all the registry keeps)."""
+    """Every placeable GPU of a node, whole cards with their fresh readings (Nones when stale or absent).
+
+    A card with MIG enabled is not in the fleet state, only its MIG instances (`is_mig`), and the registry keeps no
+    instance's parent card: each instance is its own tile, under its MIG class, without readings (NVML reads per
+    card). `index` is the card's index, or the instance's position among the node's GPUs.
+    """
     readings = record.readings if record.readings is not None and record.readings.fresh(now) else None
     by_index: dict[str, GpuReading] = {str(g.index): g for g in (readings.gpus if readings else ())}
-    whole = [g for g in record.state.gpus if not g.is_mig]
-    migs = [g for g in record.state.gpus if g.is_mig]
     tiles = []
-    for position, gpu in enumerate(whole):
-        reading = by_index.get(gpu.device_id)
+    for position, gpu in enumerate(record.state.gpus):
+        reading = None if gpu.is_mig else by_index.get(gpu.device_id)
         index = int(gpu.device_id) if gpu.device_id.isdigit() else position
         tiles.append(GpuTile(
             node_id=record.node_id, index=index, device_id=gpu.device_id, gpu_class=gpu.gpu_class,
@@ -117,8 +119,7 @@ def gpu_tiles(record: NodeRecord, now: float) -> list[GpuTile]:
             power_draw_watts=reading.power_draw_watts if reading else None,
             power_limit_watts=reading.power_limit_watts if reading else None,
             temperature_celsius=reading.temperature_celsius if reading else None,
-            foreign=gpu.foreign_processes,
-            mig=tuple(m.gpu_class for m in migs if len(whole) == 1 or m.uuid.startswith(gpu.uuid)),
+            foreign=gpu.foreign_processes, mig=gpu.is_mig,
         ))
     return tiles
 

@@ -145,3 +145,21 @@ def test_the_chart_leaves_out_power_when_the_limit_is_unknown():
 ])
 def test_loads_get_the_colour_class_of_their_band(percent, name):
     assert load_class(percent) == name
+
+
+def test_a_mig_instance_is_its_own_tile_without_readings_and_a_whole_card_keeps_its_own():
+    from llmgw.console.views import gpu_tiles
+
+    registry = FleetRegistry(lost_after=30.0)
+    node = NodeState("a100", gpus=(
+        GpuState("MIG-1111", "a100-80g-mig-3g.40gb", 40 * GIB, 40 * GIB, uuid="MIG-1111", is_mig=True),
+        GpuState("1", "a100-80g", 80 * GIB, 80 * GIB, uuid="GPU-2222"),
+    ))
+    registry, _ = registry.register(node, 0.0)
+    registry, _ = registry.heartbeat("a100", 0.0, readings=NodeReadings(at=0.0, gpus=(
+        reading(90, index=0), reading(20, index=1))))
+    mig, whole = gpu_tiles(registry.get("a100"), now=1.0)
+    assert (mig.device_id, mig.mig, mig.load, mig.gpu_class) == ("MIG-1111", True, "load-unknown",
+                                                                 "a100-80g-mig-3g.40gb")
+    assert (whole.device_id, whole.index, whole.mig, whole.load) == ("1", 1, False, "load-low")
+    assert all(t.utilization_percent is None for t in gpu_tiles(registry.get("a100"), now=61.0))  # stale
