@@ -191,3 +191,11 @@ async def test_the_gpu_map_is_coloured_by_utilisation_memory_or_power(console, b
     tile = re.search(r'<a class="tile ([^"]+)" id="tile-gpu1-0".*?<span class="value">([^<]+)</span>', html, re.S)
     assert tile.group(1) == colour and tile.group(2) == value
     assert f'id="by-{by}" aria-current="true"' in html
+
+
+async def test_a_standby_control_planes_console_says_it_is_a_standby_and_shows_the_same_fleet(console):
+    client = console.app.test_client()
+    await log_in(client)
+    html = await (await client.get("/console/nodes", headers=HTML)).get_data(as_text=True)
+    assert '<span class="role standby" id="role">standby</span>' in html  # leadership.leader is False here
+    assert 'id="node-gpu1"' in html
