@@ -94,11 +94,10 @@ class AdminApp:
     """The ASGI app of the admin API over one `ControlPlane`."""
 
     def __init__(self, plane):
-        from llmgw.console import Console  # the web console under /console (docs/console.md)
+        from llmgw.control.console_mount import console_for
 
         self.plane = plane
-        self.console = Console(plane.snapshot, authorise=self.console_principal, history=self.history_entries,
-                               usage=self.usage_rows, logs=plane.logs, applied_diff=self.applied_diff)
+        self.console = console_for(self)  # the web console under /console (docs/console.md)
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] == "lifespan":
@@ -130,10 +129,6 @@ class AdminApp:
         if scheme.lower() == "bearer" and token and self.plane.store is not None:
             return bool(self.plane.store.check_admin_token(token.strip()))
         return False
-
-    def console_principal(self, token: str) -> str | None:
-        """The console's login check: "admin" for an admin token, else None (scoped console tokens: later)."""
-        return "admin" if self._authorised({"headers": [(b"authorization", f"Bearer {token}".encode())]}) else None
 
     async def _route(self, scope, receive, send) -> None:
         method, path = scope["method"], scope["path"].rstrip("/")
@@ -209,16 +204,6 @@ class AdminApp:
         from llmgw.settings import read_audit_log
 
         return await trio.to_thread.run_sync(read_audit_log, str(self.plane.watcher_repo_path), limit)
-
-    async def applied_diff(self, audit_commit: str):
-        """The settings diff an audit commit applied (`llmgw.control.audit_diff.applied_diff`, in a thread)."""
-        from llmgw.control.audit_diff import applied_diff
-
-        return await trio.to_thread.run_sync(applied_diff, str(self.plane.watcher_repo_path), audit_commit)
-
-    async def usage_rows(self, by: str, since: float | None) -> list:
-        """Usage summed by "model", "project" or "day" since `since` (unix s; the store's query_usage, in a thread)."""
-        return await trio.to_thread.run_sync(self.plane.store.query_usage, None, since, by)
 
     async def _history(self, send, limit: int) -> None:
         entries = await self.history_entries(limit)
