@@ -89,21 +89,23 @@ class Console:
 
     # -- sampling -----------------------------------------------------------------------------------------
 
-    def sample(self) -> None:
-        """Fold the snapshot's new readings into the GPU buckets and remember its last pass (not a checkpoint)."""
+    async def sample(self) -> None:
+        """Fold the snapshot's new readings into the GPU buckets (in a worker thread: 0.1-0.3 s for 1000 nodes of
+        8 cards on 2 shared cores) and remember its last pass. A checkpoint."""
         state = self.snapshot()
-        self.gpu_history = self.gpu_history.folded(state.fleet.records(), int(self.wall() // 60))
+        self.gpu_history = await trio.to_thread.run_sync(self.gpu_history.folded, state.fleet.records(),
+                                                         int(self.wall() // 60))
         last = state.last_pass
         if last is not None and (not self.passes or self.passes[-1].number != last.number):
             self.passes.append(last)
 
     async def run_sampler(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Sample every `sample_interval` seconds until cancelled; `task_status.started()` after the first."""
-        self.sample()
+        await self.sample()
         task_status.started()
         while True:
             await trio.sleep(self.sample_interval)
-            self.sample()
+            await self.sample()
 
     # -- the web app ----------------------------------------------------------------------------------------
 
