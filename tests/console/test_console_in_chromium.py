@@ -176,6 +176,9 @@ async def test_an_operator_logs_in_reads_the_fleet_sees_a_gpu_change_live_and_lo
             assert "No request in this period." in css(driver, "#usage-model").text
             driver.save_screenshot(str(artefacts / "usage.png"))
 
+            problems = [e["message"] for e in driver.get_log("browser") if e["level"] in ("SEVERE", "WARNING")]
+            assert problems == [], problems  # no CSP violation, no script error, nothing fetched that failed
+
             css(driver, "#logout").click()
             wait_until(driver, lambda d: d.current_url.endswith("/console/login"), "the login form after logout")
             driver.get(f"{base}/nodes")
