@@ -268,11 +268,11 @@ class Console:
 
     async def _history_entry(self, commit: str) -> Any:
         state = self.snapshot()
-        entries = [_plain(e) for e in await self.history(500)]
+        entries = [_plain(e) for e in await self.history(200)]
         entry = next((e for e in entries if e["commit"] == commit), None)
         if entry is None:
             return await self._page("missing.html", "history", state=state, what=f"audit commit {commit[:12]} "
-                                    "among the last 500"), 404
+                                    "among the last 200"), 404
         applied = await self.applied_diff(commit) if self.applied_diff is not None else None
         return await self._page("history_entry.html", "history", state=state, entry=entry, applied=applied)
 
