@@ -198,10 +198,10 @@ async def test_engine_failure_mid_stream_ends_it_with_an_error_event(nursery, st
 
 
 async def test_a_429_is_retried_by_the_sdk_after_retry_after(nursery, store):
-    from gateway_harness import QuotaLimits
+    from gateway_harness import Quota
 
     _engine, url = await start_engine(nursery, token_delay=0.05)
-    projects = {"chat": ProjectPolicy("chat", "t", "o", quotas=(("project:chat", QuotaLimits(concurrent_requests=1)),))}
+    projects = {"chat": ProjectPolicy("chat", "t", "o", quotas=(("project:chat", Quota(concurrent_requests=1)),))}
     gateway, base = await start_gateway(nursery, store, make_table({"gemma": [replica("g-1", url)]},
                                                                    projects=projects))
     _key, plaintext = store.create_api_key("chat")

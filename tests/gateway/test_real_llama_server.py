@@ -14,7 +14,7 @@ import httpx
 import openai
 import pytest
 import trio
-from gateway_harness import ProjectPolicy, QuotaLimits, make_table, replica, start_gateway
+from gateway_harness import ProjectPolicy, Quota, make_table, replica, start_gateway
 
 pytestmark = pytest.mark.slow
 ENGINE_KEY = "real-engine-key"
@@ -61,7 +61,7 @@ def llama_server(llama_server_binary, gemma_gguf, tmp_path_factory):
 @pytest.fixture
 async def client(nursery, store, llama_server):
     projects = {"chat": ProjectPolicy("chat", "t", "o",
-                                      quotas=(("project:chat", QuotaLimits(concurrent_requests=1)),))}
+                                      quotas=(("project:chat", Quota(concurrent_requests=1)),))}
     table = make_table({"gemma-3-270m": [replica("gemma-3-270m-1", llama_server, replica_key=ENGINE_KEY)]},
                        aliases={"gemma-3-270m": ("gemma",)}, projects=projects)
     gateway, base = await start_gateway(nursery, store, table)
