@@ -30,6 +30,7 @@ from urllib.parse import parse_qs
 import trio
 
 from llmgw.control.keys import token_matches, webhook_signature_valid
+from llmgw.control.view import ControlView
 from llmgw.errors import LlmgwError, SettingsError, TemporaryError, UsageError
 from llmgw.gateway import serve_lifespan
 
@@ -92,7 +93,7 @@ def _json_body(body: bytes) -> dict[str, Any]:
 class AdminApp:
     """The ASGI app of the admin API over one `ControlPlane`."""
 
-    def __init__(self, plane):
+    def __init__(self, plane: ControlView):
         self.plane = plane
 
     async def __call__(self, scope, receive, send) -> None:
@@ -235,7 +236,7 @@ class AdminApp:
         await send({"type": "http.response.body", "body": _encode({"event": "end", "ok": ok}) + b"\n"})
 
 
-async def serve_admin(plane, host: str, port: int, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+async def serve_admin(plane: ControlView, host: str, port: int, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
     """Serve the admin API for `plane` until cancelled; `task_status.started(bound_port)`."""
     from hypercorn.config import Config
     from hypercorn.trio import serve

@@ -202,6 +202,17 @@ class ControlPlane:
         """The settings repository as read (the mirror of a remote one)."""
         return self.watcher.repo_path
 
+    def is_connected(self, node_id: str) -> bool:
+        """True while `node_id`'s agent has a stream open to this control plane."""
+        return node_id in self.agents.sessions
+
+    async def command(self, node_id: str, timeout: float, **body: Any):
+        """Send one command to `node_id`'s agent and wait up to `timeout` seconds for its `CommandOutcome`.
+
+        Raises: TemporaryError when the node is not connected, goes away or does not answer in time.
+        """
+        return await self.agents.command(node_id, timeout, **body)
+
     def wake_watcher(self) -> None:
         """Make the settings watcher poll now (a hook or forge said the branch moved)."""
         self.watcher.wake()
