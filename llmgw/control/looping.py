@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import replace
 from collections.abc import Awaitable, Callable
 
 import trio
@@ -154,9 +155,12 @@ class ControlLoop:
         Returns its record, or None when no settings are in force yet."""
         started = trio.current_time()
         old = self.state
+        took = time.perf_counter()
         decision, state = decide(old, started, now_unix=time.time(), trigger=trigger, settle_after=self.settle_after)
         if decision is None:
             return None
+        record = replace(decision.record, duration=time.perf_counter() - took)  # CPU-bound: wall time of decide
+        decision, state = replace(decision, record=record), replace(state, last_pass=record)
         self.state = state
         for action in decision.send:
             assert self._nursery is not None, "ControlLoop.run must be running"
