@@ -4,6 +4,8 @@ Every route but the git hook needs `Authorization: Bearer <admin token>` (the co
 the store's admin tokens); a missing or wrong token is 401. Errors are `{"error": {"type", "message"}}` with
 400 (bad request or settings), 401, 404, 409 (the node is not connected) or 503 (try again).
 
+    GET  /metrics                             Prometheus text format: fleet, control plane and gateway
+                                              (llmgw.control.metrics); the admin token or a metrics token
     GET  /api/v1/status                      the status document
     GET  /api/v1/history?limit=N              audit commits, newest first
     GET  /api/v1/nodes | /api/v1/replicas     parts of the status
@@ -93,7 +95,10 @@ class AdminApp:
     """The ASGI app of the admin API over one `ControlPlane`."""
 
     def __init__(self, plane):
+        from llmgw.control.metrics import ControlCollector
+
         self.plane = plane
+        self.metrics = ControlCollector(plane.snapshot, trio.current_time)
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] == "lifespan":
@@ -124,6 +129,28 @@ class AdminApp:
             return bool(self.plane.store.check_admin_token(token.strip()))
         return False
 
+    def authorised_for(self, scope, token_scope: str) -> bool:
+        """Whether the request's bearer token may use a route of `token_scope` ("metrics", ...).
+
+        Today the admin token (the control plane's or one of the store's) is the only one accepted, for every
+        scope. The hook for scoped tokens (issue 19 item 7): accept here a store token whose scope is
+        `token_scope`, and /metrics takes metrics tokens with no other change.
+        """
+        return self._authorised(scope)
+
+    async def _metrics(self, scope, send) -> None:
+        from llmgw.control.metrics import CONTENT_TYPE, METRICS_SCOPE, render_metrics
+
+        if not self.authorised_for(scope, METRICS_SCOPE):
+            raise _HttpError(401, "unauthorized", "/metrics needs the admin token (or a metrics token) as "
+                             "`Authorization: Bearer <token>`; see docs/observability.md for the scrape config")
+        gateway = self.plane.gateway
+        body = render_metrics(self.metrics, gateway.metrics.registry if gateway is not None else None)
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", CONTENT_TYPE.encode()),
+                                (b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})
+
     async def _route(self, scope, receive, send) -> None:
         method, path = scope["method"], scope["path"].rstrip("/")
         query = {k: v[-1] for k, v in parse_qs(scope.get("query_string", b"").decode()).items()}
@@ -131,6 +158,8 @@ class AdminApp:
             return await self._hook(scope, receive, send)
         if path == "/api/v1/health":
             return await _send_json(send, 200, {"ok": True})
+        if path == "/metrics" and method == "GET":
+            return await self._metrics(scope, send)
         if not self._authorised(scope):
             raise _HttpError(401, "unauthorized",
                              "an admin token is needed: pass --token, set LLMGW_ADMIN_TOKEN, or run on the "
