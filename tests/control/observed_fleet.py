@@ -12,7 +12,9 @@ import trio
 
 from llmgw.agent import AgentConfig, run_agent
 from llmgw.control import ControlConfig, ControlPlane
+from llmgw.settings import init_repository
 
+from .conftest import write_seed
 from .test_in_process_fleet import wait_for
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "agent" / "discovery"))
@@ -20,11 +22,16 @@ from fake_nvml import FakeNvml  # noqa: E402
 
 
 @asynccontextmanager
-async def observed_fleet(tmp_path: Path, settings_repo: Path, weights_mirror, fake_engine: Path,
+async def observed_fleet(tmp_path: Path, weights_mirror, fake_engine: Path,
                          nvml: FakeNvml | None = None) -> AsyncIterator[ControlPlane]:
-    """Run a ControlPlane and agent "n1" (heartbeats every 0.2 s, one stand-in H200 unless `nvml` is given) until
-    tiny-0 is ready and n1's readings arrived; yield the plane; cancel both on exit."""
-    mirror, _sha = weights_mirror
+    """Run a ControlPlane and agent "n1" (heartbeats every 0.2 s, readings every 0.5 s, one stand-in H200 unless
+    `nvml` is given) until tiny-0 is ready and n1's readings arrived; yield the plane; cancel both on exit."""
+    mirror, sha = weights_mirror
+    seed = write_seed(tmp_path / "seed", sha)
+    default = seed / "agents" / "default.yaml"
+    default.write_text(default.read_text() + "telemetry_interval: 500ms\n")
+    settings_repo = tmp_path / "settings.git"
+    init_repository(settings_repo, seed)
     plane = ControlPlane(ControlConfig(repo=str(settings_repo), state_dir=tmp_path / "state"))
     agent = AgentConfig(node_id="n1", state_dir=tmp_path / "agent", mirrors=(str(mirror),), heartbeat_interval=0.2,
                         engine_binaries={"llama.cpp@b11434": fake_engine}, stop_shards_on_exit=True,

@@ -25,9 +25,9 @@ def value(found: dict, name: str, **labels: str) -> float:
 
 
 async def test_one_scrape_shows_the_node_its_gpu_the_replica_the_passes_and_the_gateway(
-    tmp_path, settings_repo, weights_mirror, fake_engine,
+    tmp_path, weights_mirror, fake_engine,
 ):
-    async with observed_fleet(tmp_path, settings_repo, weights_mirror, fake_engine) as plane:
+    async with observed_fleet(tmp_path, weights_mirror, fake_engine) as plane:
         _record, api_key = plane.store.create_api_key("demo")
         async with httpx.AsyncClient(timeout=10) as client:
             reply = await client.post(f"{plane.gateway_url}/v1/chat/completions",
