@@ -16,7 +16,7 @@ from collections.abc import Iterator
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from llmgw.control.readings import GpuReading, NodeReadings
+from llmgw.control.readings import NodeReadings
 from llmgw.control.registry import FleetRegistry, NodeRecord
 from llmgw.identity import ShardState
 from llmgw.settings.model import Settings
@@ -95,11 +95,6 @@ def _node_readings(fresh: list[tuple[NodeRecord, NodeReadings]], now: float) -> 
         yield family
 
 
-def _gpu_labels(record: NodeRecord, gpu: GpuReading) -> list[str]:
-    device = next((g for g in record.state.gpus if not g.is_mig and g.device_id == str(gpu.index)), None)
-    return [record.node_id, str(gpu.index), device.gpu_class if device else ""]
-
-
 def _ratio(percent: float | None) -> float | None:
     return None if percent is None else percent / 100.0
 
@@ -130,7 +125,7 @@ def _gpus(fresh: list[tuple[NodeRecord, NodeReadings]]) -> Iterator[Metric]:
     for record, readings in fresh:
         for gpu in readings.gpus:
             device = next((d for d in record.state.gpus if not d.is_mig and d.device_id == str(gpu.index)), None)
-            cards.append((_gpu_labels(record, gpu), gpu, device))
+            cards.append(([record.node_id, str(gpu.index), device.gpu_class if device else ""], gpu, device))
     for name, text, value in gauges:
         family = GaugeMetricFamily(name, text, labels=GPU)
         for labels, gpu, device in cards:
