@@ -23,16 +23,19 @@ from fake_nvml import FakeNvml  # noqa: E402
 
 @asynccontextmanager
 async def observed_fleet(tmp_path: Path, weights_mirror, fake_engine: Path,
-                         nvml: FakeNvml | None = None) -> AsyncIterator[ControlPlane]:
+                         nvml: FakeNvml | None = None, otlp_endpoint: str | None = None,
+                         ) -> AsyncIterator[ControlPlane]:
     """Run a ControlPlane and agent "n1" (heartbeats every 0.2 s, readings every 0.5 s, one stand-in H200 unless
-    `nvml` is given) until tiny-0 is ready and n1's readings arrived; yield the plane; cancel both on exit."""
+    `nvml` is given) until tiny-0 is ready and n1's readings arrived; yield the plane; cancel both on exit.
+    `otlp_endpoint`: where the plane sends its traces (None: off)."""
     mirror, sha = weights_mirror
     seed = write_seed(tmp_path / "seed", sha)
     default = seed / "agents" / "default.yaml"
     default.write_text(default.read_text() + "telemetry_interval: 500ms\n")
     settings_repo = tmp_path / "settings.git"
     init_repository(settings_repo, seed)
-    plane = ControlPlane(ControlConfig(repo=str(settings_repo), state_dir=tmp_path / "state"))
+    plane = ControlPlane(ControlConfig(repo=str(settings_repo), state_dir=tmp_path / "state",
+                                       otlp_endpoint=otlp_endpoint))
     agent = AgentConfig(node_id="n1", state_dir=tmp_path / "agent", mirrors=(str(mirror),), heartbeat_interval=0.2,
                         engine_binaries={"llama.cpp@b11434": fake_engine}, stop_shards_on_exit=True,
                         shard_stop_grace=2.0)
