@@ -95,10 +95,7 @@ class AdminApp:
     """The ASGI app of the admin API over one `ControlPlane`."""
 
     def __init__(self, plane):
-        from llmgw.control.metrics import ControlCollector
-
         self.plane = plane
-        self.metrics = ControlCollector(plane.snapshot, trio.current_time)
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] == "lifespan":
@@ -139,13 +136,20 @@ class AdminApp:
         return self._authorised(scope)
 
     async def _metrics(self, scope, send) -> None:
-        from llmgw.control.metrics import CONTENT_TYPE, METRICS_SCOPE, render_metrics
+        from llmgw.control.metrics import CONTENT_TYPE, METRICS_SCOPE, ControlCollector, render_metrics
 
         if not self.authorised_for(scope, METRICS_SCOPE):
             raise _HttpError(401, "unauthorized", "/metrics needs the admin token (or a metrics token) as "
                              "`Authorization: Bearer <token>`; see docs/observability.md for the scrape config")
+        # One snapshot and one clock reading, taken here; the rendering (0.5 s for 100 nodes of 8 GPUs on a loaded
+        # 2-core machine) runs in a worker thread so the event loop keeps serving: the snapshot is immutable and
+        # prometheus_client's registries are thread-safe.
+        state, now = self.plane.snapshot(), trio.current_time()
         gateway = self.plane.gateway
-        body = render_metrics(self.metrics, gateway.metrics.registry if gateway is not None else None)
+        body = await trio.to_thread.run_sync(
+            render_metrics, ControlCollector(lambda: state, lambda: now),
+            gateway.metrics.registry if gateway is not None else None,
+        )
         await send({"type": "http.response.start", "status": 200,
                     "headers": [(b"content-type", CONTENT_TYPE.encode()),
                                 (b"content-length", str(len(body)).encode())]})
