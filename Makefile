@@ -9,9 +9,16 @@ BIN := $(VENV)/bin
 STATE ?= .state
 export LLMGW_CACHE ?= $(HOME)/.cache/llmgw
 
-.PHONY: up test venv engine lint bench clean
+.PHONY: up test venv engine lint bench clean prometheus
 
-venv: $(VENV)/.installed
+venv: $(VENV)/.installed prometheus
+
+# Observability tests (issue 12) run promtool and a real Prometheus: Debian's `prometheus` package, installed once
+# (apt-get as root, or through sudo); the tests fail loudly, never skip, when it is absent.
+prometheus:
+	@command -v promtool >/dev/null && command -v prometheus >/dev/null || { \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends prometheus; }
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
