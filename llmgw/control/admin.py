@@ -146,11 +146,8 @@ class AdminApp:
         # 2-core machine) runs in a worker thread so the event loop keeps serving: the snapshot is immutable and
         # prometheus_client's registries are thread-safe.
         state, now = self.plane.snapshot(), trio.current_time()
-        gateway = self.plane.gateway
         body = await trio.to_thread.run_sync(
-            render_metrics, ControlCollector(lambda: state, lambda: now),
-            gateway.metrics.registry if gateway is not None else None,
-        )
+            render_metrics, ControlCollector(lambda: state, lambda: now), self.plane.gateway_registry())
         await send({"type": "http.response.start", "status": 200,
                     "headers": [(b"content-type", CONTENT_TYPE.encode()),
                                 (b"content-length", str(len(body)).encode())]})

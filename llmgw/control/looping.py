@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import replace
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 

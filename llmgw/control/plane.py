@@ -209,6 +209,10 @@ class ControlPlane:
         """The settings repository as read (the mirror of a remote one)."""
         return self.watcher.repo_path
 
+    def gateway_registry(self):
+        """The Prometheus registry of this control plane's gateway counters, or None when it runs no gateway."""
+        return self.gateway.metrics.registry if self.gateway is not None else None
+
     def is_connected(self, node_id: str) -> bool:
         """True while `node_id`'s agent has a stream open to this control plane."""
         return node_id in self.agents.sessions

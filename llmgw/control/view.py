@@ -39,6 +39,9 @@ class ControlView(Protocol):
     def webhook_secret(self) -> bytes | None:
         """The forge webhook secret (named secret "webhook"), or None."""
 
+    def gateway_registry(self) -> Any:
+        """The Prometheus registry of this control plane's gateway counters, or None when it runs no gateway."""
+
     def is_connected(self, node_id: str) -> bool:
         """True while `node_id`'s agent has a stream open to this control plane."""
 
