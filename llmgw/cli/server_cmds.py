@@ -195,8 +195,11 @@ def live_diff(client, rev: str | None, as_json: bool) -> int:
 @click.option("--join-port", default=0, show_default=True, help="Port answering Join with --tls (0: a free one).")
 @click.option("--insecure", is_flag=True, help="Allow agents in plain text on an address other machines reach "
               "(refused without --tls otherwise): only on a network where every machine is trusted.")
+@click.option("--otlp-endpoint", envvar="LLMGW_OTLP_ENDPOINT", default=None, metavar="URL",
+              help="Send traces of reconcile passes and replica starts to this OTLP/HTTP collector "
+              "(http://host:4318); off when not given.")
 def server_cmd(repo, branch, state_dir, store, secrets_dir, gateway_addr, admin_addr, agents_addr, no_gateway,
-               tls, join_port, insecure):
+               tls, join_port, insecure, otlp_endpoint):
     """Run the control plane: settings watcher, reconciler, agents' service, admin API and gateway.
 
     Without --tls the agents' listener must be a loopback address (127.0.0.1, ::1, localhost) unless --insecure
@@ -212,7 +215,7 @@ def server_cmd(repo, branch, state_dir, store, secrets_dir, gateway_addr, admin_
         repo=repo, branch=branch, state_dir=Path(state_dir), store=store, secrets_dir=secrets_dir,
         gateway_listener=parse_listener(gateway_addr), admin_listener=parse_listener(admin_addr),
         agents_listener=parse_listener(agents_addr), gateway=not no_gateway, tls=tls, join_port=join_port,
-        insecure_agents=insecure,
+        insecure_agents=insecure, otlp_endpoint=otlp_endpoint,
     ))
 
     async def main() -> None:

@@ -11,14 +11,19 @@ import trio
 
 from llmgw.console import Console
 
+CONSOLE_SCOPE = "console"
+"""The token scope the console's login asks the admin API for."""
+
 
 def console_for(admin: Any) -> Console:
-    """The console of the admin API `admin` (an `llmgw.control.admin.AdminApp`)."""
+    """The console of the admin API `admin` (an `llmgw.control.admin.AdminApp` over a `ControlView`)."""
     plane = admin.plane
 
     def principal(token: str) -> str | None:
-        # "admin" for the plane's admin token or one of the store's; scoped console tokens plug in here later
-        return "admin" if admin._authorised({"headers": [(b"authorization", f"Bearer {token}".encode())]}) else None
+        # the admin API's check for the scope "console": today the plane's admin token or one of the store's;
+        # scoped console tokens plug in there (`AdminApp.authorised_for`)
+        scope = {"headers": [(b"authorization", f"Bearer {token}".encode())]}
+        return "admin" if admin.authorised_for(scope, CONSOLE_SCOPE) else None
 
     async def usage(by: str, since: float | None) -> list:
         return await trio.to_thread.run_sync(plane.store.query_usage, None, since, by)

@@ -53,7 +53,7 @@ class NodeRecord:
     `state` is the node as last reported (shards included, even while lost). `last_seen` is the time of its
     last message; `lost` True once silent for longer than the registry's `lost_after`. Engine processes llmgw did not start are in
     `state.shards` with `adopted_foreign=True`: reported, never stopped.
-    `engine_errors` maps "llama.cpp@b11434" to the last install error. `readings` are the last heartbeat's
+    `engine_errors` maps "llama.cpp@b11434" to the last install error. `registered_at` is when it last registered. `readings` are the last heartbeat's
     readings (None before the first; see `NodeReadings.to_json` for the 60 s age limit). `engines_installable`
     and `features` are what the agent said it can do at Register.
     """
@@ -69,6 +69,7 @@ class NodeRecord:
     details: Mapping[str, ShardDetail] = field(default_factory=lambda: MappingProxyType({}))
     engine_errors: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     readings: NodeReadings | None = None
+    registered_at: float = 0.0
     engines_installable: frozenset[str] = frozenset()
     features: frozenset[str] = frozenset()
 
@@ -197,6 +198,7 @@ class FleetRegistry:
             agent_version=agent_version,
             warnings=tuple(warnings),
             details=MappingProxyType(dict(details or {})),
+            registered_at=now,
             engines_installable=frozenset(engines_installable),
             features=frozenset(features),
         )

@@ -76,6 +76,7 @@ class _Planner(Placement):
 
     def __init__(self, settings: Settings, fleet: Fleet):
         super().__init__(settings, sorted(fleet.nodes, key=lambda n: n.node_id))
+        self.indexes: dict[str, int] = {}  # replica id -> its index n, known when the ids are built
 
     def run(self) -> Plan:
         settings = self.settings
@@ -87,8 +88,9 @@ class _Planner(Placement):
                 ids = replica_ids(model)
                 if ids:
                     demand = demand_of(settings, model)
-                    for replica_id in ids:
+                    for n, replica_id in enumerate(ids):
                         desired[replica_id] = (model, demand)
+                        self.indexes[replica_id] = n
         else:
             self.notes.append("serving is stopped (serving.stopped in llmgw.yaml): every shard is stopped")
 
@@ -141,10 +143,14 @@ class _Planner(Placement):
 
     def configure_nodes(self) -> None:
         """A CONFIGURE for every alive, tracked node whose acknowledged agent settings differ from the settings'."""
+        fingerprints: dict[int, str] = {}  # most nodes share one AgentSettings value: hash each value once
         for node in self.nodes:
             if not node.alive or node.agent_settings_applied is None:
                 continue
-            wanted = agent_settings_fingerprint(self.settings, node.node_id)
+            agent = self.settings.agent_settings_for(node.node_id)
+            wanted = fingerprints.get(id(agent))
+            if wanted is None:
+                wanted = fingerprints[id(agent)] = _fingerprint_of(agent)
             if node.agent_settings_applied != wanted:
                 reason = "agent settings changed" if node.agent_settings_applied else "node has no agent settings yet"
                 self.actions.append(Action(ActionKind.CONFIGURE, node.node_id, engine=wanted, reason=reason))
@@ -239,7 +245,7 @@ class _Planner(Placement):
             self.holds.append((node.node_id, shard.devices, shard.cpu_cores, shard.memory_bytes, None))
 
     def finish(self) -> Plan:
-        indexes: dict[str, int] = {}
+        indexes = self.indexes  # built with the desired replicas; others (shards to stop) are looked up once
 
         def index(replica_id: str) -> int:
             n = indexes.get(replica_id)
@@ -267,7 +273,10 @@ def agent_settings_fingerprint(settings: Settings, node_id: str) -> str:
     Equal settings give equal fingerprints whatever file or commit they came from; a CONFIGURE action carries it
     in `Action.engine` and the node acknowledges it, so the planner sees when a node holds the settings in force.
     """
-    agent = settings.agent_settings_for(node_id)
+    return _fingerprint_of(settings.agent_settings_for(node_id))
+
+
+def _fingerprint_of(agent) -> str:
     described = repr(sorted((f.name, _plain(getattr(agent, f.name))) for f in fields(agent)))
     return hashlib.sha256(described.encode()).hexdigest()[:16]
 

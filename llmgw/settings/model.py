@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from llmgw.identity import resolve_model
+from llmgw.identity import Quota, resolve_model
 
 ENGINES = ("llama.cpp", "vllm", "sglang")
 
@@ -196,20 +196,6 @@ class AgentSettings:
     memory_reserved_bytes: int = 0
     shard_stop_grace: float = 10.0
     fabrics: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class Quota:
-    """Limits of a project, team or organisation; None means no limit of that kind.
-
-    `budget` is in the cluster's currency per calendar month.
-    """
-
-    requests_per_minute: int | None = None
-    tokens_per_minute: int | None = None
-    tokens_per_day: int | None = None
-    concurrent_requests: int | None = None
-    budget: float | None = None
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Fixtures of the console's tests: the control-plane tests' settings repository, weights mirror and engine
 stand-in (tests/control/conftest.py), and a real Chromium driven by selenium (Debian's chromium and
-chromium-driver, installed by `make system-packages`; a test that needs it fails, never skips, without it)."""
+chromium-driver, installed by `make chromium` (part of `make venv`); a test that needs it fails, never skips, without it)."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def browser():
     missing = [p for p in (CHROMIUM, CHROMEDRIVER) if not (os.path.isfile(p) or shutil.which(p))]
     if missing:
         pytest.fail(f"Chromium is needed for the console's browser tests and {', '.join(missing)} is missing: "
-                    f"run `make system-packages` (apt-get install chromium chromium-driver)", pytrace=False)
+                    f"run `make chromium` (apt-get install chromium chromium-driver)", pytrace=False)
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
