@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 STATE ?= .state
 export LLMGW_CACHE ?= $(HOME)/.cache/llmgw
 
-.PHONY: up test venv engine lint bench clean
+.PHONY: up test venv engine lint bench clean system-packages
 
 venv: $(VENV)/.installed
 
@@ -29,7 +29,19 @@ lint: venv
 	$(BIN)/lint-imports
 	$(BIN)/ruff check --no-cache
 
-test: engine lint
+# Debian packages the real-part tests need, installed once (apt-get, idempotent: nothing is fetched when every
+# package is there already). Slurm (issue 15): slurmctld and slurmd from slurm-wlm, slurmdbd, munge, and the
+# slurm-client tools (srun, sacct, scontrol). Needs root or apt-get's own privileges.
+SYSTEM_PACKAGES := slurm-wlm slurmdbd munge slurm-client
+system-packages:
+	@missing=$$(for p in $(SYSTEM_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+		echo "installing $$missing"; \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $$missing \
+		|| { apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $$missing; }; \
+	fi
+
+test: engine lint system-packages
 	$(BIN)/pytest
 
 bench: engine
