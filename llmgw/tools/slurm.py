@@ -255,3 +255,12 @@ def parse_sacct(text: str) -> tuple[SacctJob, ...]:
             start=row.get("Start", "").replace("Unknown", ""), end=row.get("End", "").replace("Unknown", ""),
         )
     return tuple(jobs.values())
+
+
+def drain_verdict(node: SlurmNodeState, lent: bool, ours: str) -> str | None:
+    """What llmgw should do to `node` in Slurm: "resume" (lent, drained by llmgw), "drain" (not lent, not drained),
+    or None (nothing: already right, or drained by someone else: a drain whose reason is not `ours` is an
+    administrator's and is never touched, lent or not)."""
+    if node.drain:
+        return "resume" if lent and node.reason.split(" [", 1)[0] == ours else None
+    return None if lent else "drain"

@@ -116,3 +116,21 @@ def test_sacct_cancelled_by_a_uid_is_cancelled() -> None:
 def test_sacct_lines_that_do_not_fit_the_header_are_parse_errors(text: str) -> None:
     with pytest.raises(ParseError, match="sacct"):
         parse_sacct(text)
+
+
+@pytest.mark.parametrize(("capture_name", "lent", "verdict"), [
+    ("scontrol_drain.txt", True, "resume"), ("scontrol_drain.txt", False, None),
+    ("scontrol_admin_drain.txt", True, None), ("scontrol_admin_drain.txt", False, None),
+])
+def test_llmgw_resumes_only_its_own_drain_and_never_an_administrators(capture_name: str, lent: bool, verdict) -> None:
+    from llmgw.tools.slurm import drain_verdict
+
+    [node] = parse_scontrol_nodes(capture(capture_name))
+    assert drain_verdict(node, lent, "llmgw: not lent") == verdict
+
+
+def test_llmgw_drains_an_idle_node_that_is_not_lent() -> None:
+    from llmgw.tools.slurm import drain_verdict
+
+    [node] = parse_scontrol_nodes("NodeName=n1 CPUTot=2 State=IDLE RealMemory=1\n")
+    assert drain_verdict(node, False, "llmgw: not lent") == "drain" and drain_verdict(node, True, "x") is None
