@@ -264,3 +264,49 @@ def drain_verdict(node: SlurmNodeState, lent: bool, ours: str) -> str | None:
     if node.drain:
         return "resume" if lent and node.reason.split(" [", 1)[0] == ours else None
     return None if lent else "drain"
+
+
+@dataclass(frozen=True)
+class SlurmAssociation:
+    """One line of `sacctmgr -nP show assoc format=Cluster,Account,User,ParentName`: `user` "" for the account's
+    own association, `parent` "" when not printed (user associations)."""
+
+    cluster: str
+    account: str
+    user: str
+    parent: str
+
+
+@dataclass(frozen=True)
+class SlurmAccount:
+    """One line of `sacctmgr -nP show account format=Account,Description,Organization`."""
+
+    name: str
+    description: str
+    organization: str
+
+
+def _sacctmgr_rows(text: str, fields: int, what: str) -> list[list[str]]:
+    rows = []
+    for number, line in enumerate(command_body(text).splitlines(), 1):
+        if not line.strip():
+            continue
+        values = line.split("|")
+        if len(values) != fields:
+            raise ParseError(f"sacctmgr show {what}", f"{len(values)} fields where {fields} were asked for", number, line)
+        rows.append(values)
+    return rows
+
+
+def parse_sacctmgr_assocs(text: str) -> tuple[SlurmAssociation, ...]:
+    """Parse `sacctmgr -nP show assoc format=Cluster,Account,User,ParentName` (no header, `|` separated).
+
+    Raises: ParseError for a line with another number of fields."""
+    return tuple(SlurmAssociation(*row) for row in _sacctmgr_rows(text, 4, "assoc"))
+
+
+def parse_sacctmgr_accounts(text: str) -> tuple[SlurmAccount, ...]:
+    """Parse `sacctmgr -nP show account format=Account,Description,Organization` (no header, `|` separated).
+
+    Raises: ParseError for a line with another number of fields."""
+    return tuple(SlurmAccount(*row) for row in _sacctmgr_rows(text, 3, "account"))

@@ -69,3 +69,42 @@ def test_a_drain_an_administrator_made_is_left_alone(cluster: LocalSlurm) -> Non
     assert drain_verdict(node, True, DRAIN_REASON) is None
     lend(cluster)
     assert cluster.node().drain  # still drained: not ours to resume
+
+
+def test_projects_become_accounts_and_an_administrators_account_is_left_alone(cluster: LocalSlurm) -> None:
+    from types import MappingProxyType
+
+    from llmgw.plan.slurm_accounts import account_commands
+    from llmgw.settings.model import ClusterSettings, Organisation, Project, Settings, Team
+    from llmgw.tools.slurm import parse_sacctmgr_accounts, parse_sacctmgr_assocs
+
+    cluster.run("sacctmgr", "-i", "add", "account", "physics", "Description=by hand", "Organization=uni")
+    settings = Settings(
+        cluster=ClusterSettings(name="t"), organisations=MappingProxyType({"acme": Organisation("acme")}),
+        teams=MappingProxyType({"platform": Team("platform", "acme")}),
+        projects=MappingProxyType({"ci": Project("ci", "platform", "acme", members=("alice@acme.example",)),
+                                   "demo": Project("demo", "platform", "acme")}))
+    name = cluster.slurm.cluster_name
+
+    def current():
+        accounts = parse_sacctmgr_accounts(cluster.run(
+            "sacctmgr", "-nP", "show", "account", "format=Account,Description,Organization").stdout)
+        assocs = parse_sacctmgr_assocs(cluster.run(
+            "sacctmgr", "-nP", "show", "assoc", "format=Cluster,Account,User,ParentName").stdout)
+        return accounts, assocs
+
+    for command in account_commands(settings, name, *current()):
+        cluster.run("sacctmgr", *command)
+    accounts, assocs = current()
+    parents = {a.account: a.parent for a in assocs if not a.user}
+    assert (parents["org-acme"], parents["team-platform"], parents["ci"], parents["demo"]) == (
+        "root", "org-acme", "team-platform", "team-platform")
+    assert ("ci", "alice") in {(a.account, a.user) for a in assocs}
+    assert account_commands(settings, name, accounts, assocs) == ()  # applied once, nothing left to do
+
+    fewer = Settings(cluster=settings.cluster, organisations=settings.organisations, teams=settings.teams,
+                     projects=MappingProxyType({"ci": settings.projects["ci"]}))
+    for command in account_commands(fewer, name, accounts, assocs):
+        cluster.run("sacctmgr", *command)
+    names = {a.name for a in current()[0]}
+    assert "demo" not in names and {"ci", "physics"} <= names
