@@ -54,6 +54,8 @@ async def test_node_verbs_are_commits_and_a_lent_node_gives_up_its_replica(tmp_p
         assert code == 0 and "n1 lent to Slurm" in out, err
         await wait_for(lambda: "ready" not in replica_states(plane).values(), 30, "the lent node's replica stopped")
 
+        code, out, _ = await llmgw(plane, "status")
+        assert "lent to Slurm: n1" in out
         code, out, err = await llmgw(plane, "slurm", "reclaim", "n1", *WHO)
         assert code == 0, err
         await wait_for(lambda: "ready" in replica_states(plane).values(), 30, "a replica placed again")
