@@ -60,3 +60,50 @@ def test_sacctmgr_lines_parse_and_bad_ones_are_parse_errors() -> None:
 
     with pytest.raises(ParseError, match="sacctmgr show assoc"):
         parse_sacctmgr_assocs("t|root\n")
+
+
+def _apply(commands, accounts: dict[str, SlurmAccount], assocs: set[tuple[str, str]], cluster: str) -> None:
+    """What sacctmgr does with the commands, on a model of its accounts and (account, user) associations."""
+    for command in commands:
+        verb, kind, name = command[1:4]
+        fields = dict(word.split("=", 1) for word in command[4:])
+        if (verb, kind) == ("add", "account"):
+            assert name not in accounts
+            accounts[name] = SlurmAccount(name, fields["Description"], fields["Organization"])
+        elif (verb, kind) == ("add", "user"):
+            assert fields["Account"] in accounts and fields["Cluster"] == cluster
+            assocs.add((fields["Account"], name))
+        elif (verb, kind) == ("delete", "user"):
+            assocs.discard((fields["Account"], name))
+        else:
+            assert not any(a == name for a, _ in assocs), f"{name} deleted with users"
+            del accounts[name]
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_commands_converge_in_one_step_and_never_touch_an_administrators_account(seed: int) -> None:
+    import random
+
+    rng = random.Random(seed)
+    people = [f"user{i}@acme.example" for i in range(6)]
+
+    def random_settings() -> Settings:
+        names = rng.sample(["ci", "demo", "train", "eval", "physics"], rng.randint(0, 5))
+        return projects(**{n: tuple(rng.sample(people, rng.randint(0, 3))) for n in names})
+
+    accounts = {"root": SlurmAccount("root", "default root account", "root")}
+    if rng.random() < 0.5:
+        accounts["physics"] = SlurmAccount("physics", "by hand", "uni")
+    assocs: set[tuple[str, str]] = {("physics", "carol")} if "physics" in accounts else set()
+    hand_made = {name: a for name, a in accounts.items()}
+    for _ in range(3):
+        settings = random_settings()
+        state = lambda: (list(accounts.values()), [SlurmAssociation("c1", a, u, "") for a, u in sorted(assocs)])  # noqa: E731
+        _apply(account_commands(settings, "c1", *state()), accounts, assocs, "c1")
+        assert account_commands(settings, "c1", *state()) == ()
+        assert all(accounts.get(name) == account for name, account in hand_made.items())
+        if "physics" in hand_made:
+            assert ("physics", "carol") in assocs
+        for name in settings.projects:
+            if name not in hand_made:
+                assert {u for a, u in assocs if a == name} == {login_of(m) for m in settings.projects[name].members}
