@@ -9,23 +9,9 @@ BIN := $(VENV)/bin
 STATE ?= .state
 export LLMGW_CACHE ?= $(HOME)/.cache/llmgw
 
-.PHONY: up test venv engine lint bench clean prometheus chromium
+.PHONY: up test venv engine lint bench clean prometheus chromium system-packages
 
-venv: $(VENV)/.installed prometheus chromium
-
-# Observability tests (issue 12) run promtool and a real Prometheus: Debian's `prometheus` package, installed once
-# (apt-get as root, or through sudo); the tests fail loudly, never skip, when it is absent.
-prometheus:
-	@command -v promtool >/dev/null && command -v prometheus >/dev/null || { \
-	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends prometheus; }
-
-# The console's browser tests (issue 16) drive a real Chromium: Debian's `chromium` and `chromium-driver`, installed
-# once the same way; the tests fail loudly, never skip, when they are absent.
-chromium:
-	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || { \
-	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends chromium chromium-driver; }
+venv: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -43,7 +29,25 @@ lint: venv
 	$(BIN)/lint-imports
 	$(BIN)/ruff check --no-cache
 
-test: engine lint
+# Debian packages the real-part tests need (`make test` only; `make up` needs none of them), installed once with
+# apt-get (idempotent: nothing is fetched when every package is there already; root or sudo). The tests that use
+# them fail loudly, never skip, when one is absent:
+#   prometheus (promtool, a real Prometheus: issue 12), chromium + chromium-driver (the console in a browser:
+#   issue 16), slurm-wlm, slurmdbd, munge, slurm-client (a real Slurm beside llmgw: issue 15).
+SYSTEM_PACKAGES := prometheus chromium chromium-driver slurm-wlm slurmdbd munge slurm-client
+system-packages:
+	@missing=$$(for p in $(SYSTEM_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		echo "installing $$missing"; \
+		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends $$missing \
+		|| { $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends $$missing; }; \
+	fi
+
+# kept as names for the docs and the tests' error messages ("run `make chromium`")
+prometheus chromium: system-packages
+
+test: engine lint system-packages
 	$(BIN)/pytest
 
 bench: engine

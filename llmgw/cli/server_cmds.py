@@ -94,6 +94,9 @@ def render_status(doc: dict[str, Any]) -> list[str]:
     settings = doc.get("settings", {})
     lines = [f"settings    {_short(settings.get('commit'))} in force (branch head {_short(settings.get('head'))})"
              + ("  SERVING STOPPED" if settings.get("serving_stopped") else "")]
+    for key, title in (("cordoned", "cordoned"), ("drained", "drained"), ("lent", "lent to Slurm")):
+        if settings.get(key):
+            lines.append(f"nodes       {title}: {', '.join(settings[key])}")
     for name, title in (("bad", "NOT APPLIED (does not validate)"), ("held", "HELD BACK")):
         rejected = settings.get(name)
         if rejected:

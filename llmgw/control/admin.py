@@ -15,6 +15,7 @@ the store's admin tokens); a missing or wrong token is 401. Errors are `{"error"
     GET  /api/v1/fleet                        the fleet snapshot (llmgw.plan.snapshot) `llmgw review` plans against
     GET  /api/v1/logs?node=N&shard=S&lines=K  a shard's (or the agent's) last log lines
     POST /api/v1/stop | /api/v1/start {"author_name", "author_email"}   serving.stopped commits
+    POST /api/v1/nodes/NODE/cordon|uncordon|drain|lend|reclaim {"author_name", "author_email"}   node commits
     POST /api/v1/join-tokens {"ttl_seconds"}  a one-time token for `llmgw node join` (mTLS control planes)
     GET  /console/...                         the web console (llmgw.console; its own login, docs/console.md)
     POST /api/v1/hooks/git                    wake the watcher: a forge signs with X-Hub-Signature-256
@@ -197,6 +198,14 @@ class AdminApp:
             email = body.get("author_email") or "operator@llmgw.invalid"
             commit = await plane.set_stopped(path.endswith("stop"), name, email)
             return await _send_json(send, 200, {"commit": commit, "stopped": path.endswith("stop")})
+        if method == "POST" and path.startswith("/api/v1/nodes/") and path.count("/") == 5:
+            node, verb = path.split("/")[4:6]  # /api/v1/nodes/<node>/<cordon|uncordon|drain|lend|reclaim>
+            if verb not in ("cordon", "uncordon", "drain", "lend", "reclaim"):
+                raise _HttpError(404, "not_found", f"no route {method} {path}")
+            body = _json_body(await _read_body(receive))
+            commit = await plane.node_verb(verb, node, body.get("author_name") or "llmgw operator",
+                                           body.get("author_email") or "operator@llmgw.invalid")
+            return await _send_json(send, 200, {"commit": commit, "node": node, "verb": verb})
         if method == "POST" and path == "/api/v1/join-tokens":
             body = _json_body(await _read_body(receive))
             return await _send_json(send, 200, plane.create_join_token(float(body.get("ttl_seconds", 3600.0))))

@@ -129,6 +129,11 @@ def status_document(
         "nodes": node_documents(records),
         "replicas": replica_documents(records, plan),
     }
+    if settings is not None:  # nodes kept off by settings (llmgw.plan.cordons); the keys only when not empty
+        for key, ids in (("cordoned", settings.cluster.cordoned), ("drained", settings.cluster.drained),
+                         ("lent", tuple(sorted(settings.slurm.lent)))):
+            if ids:
+                doc["settings"][key] = list(ids)
     for name, rejected in (("bad", watch.bad), ("held", watch.held)):
         if rejected is not None:
             doc["settings"][name] = {

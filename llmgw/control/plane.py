@@ -538,6 +538,21 @@ class ControlPlane:
         await self.watcher.poll()
         return commit
 
+    async def node_verb(self, verb: str, node: str, author_name: str, author_email: str) -> str:
+        """Commit `llmgw node cordon|uncordon|drain` or `llmgw slurm lend|reclaim` for `node` as the operator
+        (llmgw.settings.node_commits); returns the branch head. Raises: UsageError when the settings are remote."""
+        from llmgw.settings.node_commits import commit_node_verb
+
+        if self.watcher.remote:
+            raise UsageError(f"the settings live at {self.config.repo}; make the change ({verb} {node}) there and "
+                             "push it.")
+        commit = await trio.to_thread.run_sync(
+            functools.partial(commit_node_verb, str(self.watcher.repo_path), verb, node, author_name, author_email,
+                              branch=self.config.branch),
+        )
+        await self.watcher.poll()
+        return commit
+
     def create_join_token(self, ttl_seconds: float = 3600.0) -> dict[str, Any]:
         """A one-time join token for a new node: {"token", "join_port", "ca_pem", "expires_in"}.
 

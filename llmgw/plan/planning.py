@@ -17,6 +17,8 @@ A pass goes in two stages.
 
 A healthy replica is never moved to improve the packing: placement only ever looks at replicas without a
 current shard. Nodes not alive are ignored (their shards hold nothing; replicas are placed elsewhere).
+Cordoned, drained and lent nodes take no new replica; a drained or lent node's shards are judged as an old
+generation, so they serve until their replacement elsewhere is ready (llmgw.plan.cordons).
 """
 
 from __future__ import annotations
@@ -170,7 +172,7 @@ class _Planner(Placement):
         """Decide the existing shards of one wanted replica; return it as pending when it needs placing."""
         if len(shards) == 1:  # the converged case, kept cheap: one current shard, running
             node, shard = shards[0]
-            if (shard.fingerprint == demand.fingerprint and shard.state in _RUNNING and (
+            if (shard.fingerprint == demand.fingerprint and shard.state in _RUNNING and node.node_id not in self.evicted and (
                     not demand.selector or all(self.node_labels(node).get(k) == v for k, v in demand.selector))):
                 assignment = Assignment(replica_id, model.name, node.node_id, shard.devices, shard.cpu_cores,
                                         shard.memory_bytes, demand.fingerprint, shard.shard_id)
@@ -183,7 +185,7 @@ class _Planner(Placement):
                 return None
         current, old = [], []
         for node, shard in shards:
-            ok = shard.fingerprint == demand.fingerprint and (
+            ok = shard.fingerprint == demand.fingerprint and node.node_id not in self.evicted and (
                 not demand.selector or all(self.node_labels(node).get(k) == v for k, v in demand.selector))
             (current if ok else old).append((node, shard))
         ready = self.ready.setdefault(model.name, set())
@@ -225,8 +227,9 @@ class _Planner(Placement):
                 ready.add(replica_id)
             # Held, but not counted against spreading: it goes away once its replacement is ready.
             self.holds.append((node.node_id, shard.devices, shard.cpu_cores, shard.memory_bytes, None))
+            why = f"{self.closed[node.node_id]}: " if node.node_id in self.evicted else "rolling: "
             action = Action(ActionKind.KEEP, node.node_id, replica_id, shard.shard_id, model.name,
-                            reason=f"rolling: kept until {new_name} is ready")
+                            reason=f"{why}kept until {new_name} is ready")
             self.old_keeps[(node.node_id, shard.shard_id)] = len(self.actions)
             self.actions.append(action)
             kept.append((node, shard))
@@ -235,7 +238,8 @@ class _Planner(Placement):
         item = Pending(replica_id, demand, taken, old=kept)
         if kept:
             item.previous_node = kept[0][0].node_id
-            item.reason = f"rolling: new generation of {kept[0][1].shard_id}"
+            item.reason = (f"moves {kept[0][1].shard_id} off {item.previous_node}: {self.closed[item.previous_node]}"
+                           if item.previous_node in self.evicted else f"rolling: new generation of {kept[0][1].shard_id}")
         return item
 
     def stop(self, node: NodeState, shard: ObservedShard, reason: str) -> None:
