@@ -83,5 +83,8 @@ class ControlView(Protocol):
     async def set_stopped(self, stopped: bool, author_name: str, author_email: str) -> str:
         """Commit `serving.stopped` to the settings branch as the operator; returns the commit id."""
 
+    async def node_verb(self, verb: str, node: str, author_name: str, author_email: str) -> str:
+        """Commit cordon/uncordon/drain (or Slurm lend/reclaim) of `node` as the operator; returns the branch head."""
+
     def create_join_token(self, ttl_seconds: float = 3600.0) -> dict[str, Any]:
         """A one-time join token for a new node."""
