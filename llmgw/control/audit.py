@@ -70,6 +70,8 @@ def node_documents(records: tuple[NodeRecord, ...]) -> dict[str, Any]:
             doc["engine_errors"] = dict(record.engine_errors)
         if record.warnings:
             doc["warnings"] = list(record.warnings)
+        if record.health is not None:
+            doc["health"] = record.health.to_json()
         nodes[node.node_id] = doc
     return nodes
 
