@@ -13,7 +13,10 @@ One reading (`HealthReader.read`, blocking):
   new one (the driver says nothing when a reset cleared it). The kernel's "PCIe bandwidth ... limited by" notes
   are printed once at boot and kept for as long as the agent runs.
 - Fabrics: InfiniBand / RoCE ports from sysfs and IMEX's configuration (`llmgw.agent.discovery.read_fabrics`);
-  `HealthWatch.report` re-reads these on every heartbeat, so a port going down shows at the next beat.
+  `HealthWatch.report` re-reads these on every heartbeat, so a port going down shows at the next beat. Each active
+  InfiniBand port's fabric is named by its subnet managers, read with each health reading: `saquery SMIR -C ca -P
+  port` (every SM of the fabric; `llmgw.tools.fabric_id`, the lowest GUID, so a master failover keeps the name),
+  else `sminfo -C ca -P port` (the master only). Neither installed: the fabric is unknown, with a note.
 The verdicts are `llmgw.tools.node_health`; cards the agent settings ignore are left out (their XIDs too).
 """
 
@@ -30,8 +33,8 @@ import trio
 from llmgw.agent.discovery import read_fabrics, run_tool
 from llmgw.agent.discovery.node import Runner
 from llmgw.tools import (
-    IbPort, ParseError, PcieBandwidthNote, XidEvent, node_health, nvlink_domain, parse_pcie_bandwidth,
-    parse_smi_health, parse_xids,
+    IbPort, ParseError, PcieBandwidthNote, XidEvent, fabric_id, node_health, nvlink_domain, parse_pcie_bandwidth,
+    parse_saquery_smir, parse_smi_health, parse_sminfo, parse_xids,
 )
 from llmgw.tools.node_report import NodeHealthReport
 from llmgw.wire import pb
@@ -102,6 +105,27 @@ class KernelLog:
         return text, ()
 
 
+def port_fabric(run: Runner, ca: str, port: int) -> tuple[str, str]:
+    """(fabric id, note) of InfiniBand adapter `ca` port `port`: the lowest SM GUID `saquery SMIR` lists, else
+    the master's GUID from `sminfo`; ("", why) when neither tells. Blocking; never raises."""
+    where = ["-C", ca, "-P", str(port)]
+    out = run(["saquery", "SMIR", *where])
+    if out is not None and out.exit_code == 0:
+        try:
+            found = fabric_id(parse_saquery_smir(out.text))
+        except ParseError:
+            found = None
+        if found:
+            return found, ""
+    out = run(["sminfo", *where])
+    if out is None:
+        return "", f"{ca}/{port}: fabric unknown (infiniband-diags' saquery and sminfo are not installed)"
+    try:
+        return parse_sminfo(out.text).guid, ""
+    except ParseError as exc:
+        return "", f"{ca}/{port}: fabric unknown ({exc})"
+
+
 class HealthReader:
     """Reads a node's health (see the module docstring), keeping the kernel log cursor and the XIDs of the last
     `xid_hold` seconds between readings. `clock` (monotonic seconds) and `wall` (unix seconds) are injectable."""
@@ -130,18 +154,25 @@ class HealthReader:
         or failing tools: each becomes a note."""
         notes: list[str] = []
         ports, imex = self.fabrics()
+        port_fabrics = []
+        for p in ports:
+            if p.link_layer.lower() == "infiniband" and p.state.lower() == "active":
+                fabric, why = port_fabric(self._run, p.ca, p.port)
+                if fabric:
+                    port_fabrics.append((p.ca, p.port, fabric))
+                if why:
+                    notes.append(why)
+        ports_only = dict(imex=imex, ib_ports=ports, port_fabrics=tuple(port_fabrics), read_at=self._wall())
         out = self._run(["nvidia-smi", "-q", "-x"])
         if out is None:
-            return NodeHealthReport(imex=imex, ib_ports=ports, notes=("nvidia-smi is not installed: no GPU health",),
-                                    read_at=self._wall())
+            return NodeHealthReport(**ports_only, notes=(*notes, "nvidia-smi is not installed: no GPU health"))
         if out.exit_code != 0:
-            return NodeHealthReport(imex=imex, ib_ports=ports, read_at=self._wall(), notes=(
-                f"nvidia-smi -q -x exited {out.exit_code}: {out.text.strip()[:200]!r}",))
+            return NodeHealthReport(**ports_only, notes=(
+                *notes, f"nvidia-smi -q -x exited {out.exit_code}: {out.text.strip()[:200]!r}"))
         try:
             every = parse_smi_health(out.text)
         except ParseError as exc:
-            return NodeHealthReport(imex=imex, ib_ports=ports, read_at=self._wall(),
-                                    notes=(f"nvidia-smi -q -x: {exc}",))
+            return NodeHealthReport(**ports_only, notes=(*notes, f"nvidia-smi -q -x: {exc}"))
         text, log_notes = self.kernel.read_new()
         notes.extend(log_notes)
         now = self._clock()
@@ -153,8 +184,8 @@ class HealthReader:
         cards = tuple(c for c in every if c.index not in skip_cards)
         xids = tuple(e for _, e in self._xids if e.pci_bus_id not in skipped)
         health = node_health(cards, xids, pcie_notes=tuple(self._notes.values()))
-        return NodeHealthReport(health=health, domain=nvlink_domain(cards), imex=imex, ib_ports=ports,
-                                source="nvidia-smi", notes=tuple(notes), read_at=self._wall())
+        return NodeHealthReport(health=health, domain=nvlink_domain(cards), source="nvidia-smi",
+                                notes=tuple(notes), **ports_only)
 
 
 def report_message(report: NodeHealthReport) -> pb.HealthReport:
@@ -174,7 +205,8 @@ def report_message(report: NodeHealthReport) -> pb.HealthReport:
     )
     for port in report.ib_ports:
         entry = message.ib_ports.add(adapter=port.ca, port=port.port, state=port.state,
-                                     physical_state=port.physical_state, link_layer=port.link_layer)
+                                     physical_state=port.physical_state, link_layer=port.link_layer,
+                                     fabric=report.port_fabric(port.ca, port.port))
         if port.rate_gbps is not None:
             entry.rate_gbps = port.rate_gbps
     return message

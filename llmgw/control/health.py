@@ -34,7 +34,9 @@ def health_from_message(message) -> NodeHealthReport:
                p.link_layer, physical_state=p.physical_state)
         for p in message.ib_ports
     )
+    fabrics = tuple((p.adapter, int(p.port), p.fabric) for p in message.ib_ports if p.fabric)
     return NodeHealthReport(health=health, domain=domain, imex=bool(message.imex), ib_ports=ports,
+                            port_fabrics=fabrics,
                             source=message.source or "none", notes=tuple(message.notes),
                             read_at=float(message.read_at))
 

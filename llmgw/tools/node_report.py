@@ -20,7 +20,8 @@ class NodeHealthReport:
 
     `health` every read card's verdict (ignored cards left out) and the unattributed findings; `domain` its
     multi-node NVLink domain membership; `imex` whether NVIDIA IMEX is configured (/etc/nvidia-imex);
-    `ib_ports` its InfiniBand / RoCE ports; `source` "nvidia-smi" or "none" (no GPU health read); `notes` what
+    `ib_ports` its InfiniBand / RoCE ports; `port_fabrics` ((adapter, port, fabric id), ...) for the active
+    InfiniBand ports whose subnet managers could be read (`llmgw.tools.fabric_id`: the lowest SM GUID); `source` "nvidia-smi" or "none" (no GPU health read); `notes` what
     could not be read, and why; `read_at` unix seconds at the agent when read (0.0: unknown).
     """
 
@@ -28,6 +29,7 @@ class NodeHealthReport:
     domain: DomainMembership = DomainMembership(None)
     imex: bool = False
     ib_ports: tuple[IbPort, ...] = ()
+    port_fabrics: tuple[tuple[str, int, str], ...] = ()
     source: str = "none"
     notes: tuple[str, ...] = ()
     read_at: float = 0.0
@@ -43,6 +45,10 @@ class NodeHealthReport:
                 return verdict
         return None
 
+    def port_fabric(self, ca: str, port: int) -> str:
+        """The fabric id of adapter `ca` port `port` ("" when unknown)."""
+        return next((f for c, p, f in self.port_fabrics if c == ca and p == port), "")
+
     def unplaceable(self) -> dict[int, str]:
         """{card index: reason} of every card a finding takes out of placement; the reason joins the findings'
         messages with "; "."""
@@ -51,7 +57,8 @@ class NodeHealthReport:
     def to_json(self) -> dict:
         """Plain JSON types, without the time read (so equal readings give equal documents): {"level", "source",
         "cards": [{"index", "uuid", "pci_bus_id", "level", "placeable", "findings": [finding]}], "unattributed":
-        [finding], "nvlink_domain": str | None, "nvlink_domain_reason", "imex", "infiniband": [port], "notes"};
+        [finding], "nvlink_domain": str | None, "nvlink_domain_reason", "imex", "infiniband": [{"ca", "port",
+        "state", "physical_state", "rate_gbps", "link_layer", "fabric": str | None}], "notes"};
         a finding is {"level", "code", "message", "source", "blocks_placement"}."""
         return {
             "level": str(self.health.level),
@@ -64,7 +71,8 @@ class NodeHealthReport:
             "nvlink_domain_reason": self.domain.reason,
             "imex": self.imex,
             "infiniband": [{"ca": p.ca, "port": p.port, "state": p.state, "physical_state": p.physical_state,
-                            "rate_gbps": p.rate_gbps, "link_layer": p.link_layer} for p in self.ib_ports],
+                            "rate_gbps": p.rate_gbps, "link_layer": p.link_layer,
+                            "fabric": self.port_fabric(p.ca, p.port) or None} for p in self.ib_ports],
             "notes": list(self.notes),
         }
 

@@ -238,20 +238,22 @@ class HealthCard(_message.Message):
     def __init__(self, index: _Optional[int] = ..., uuid: _Optional[str] = ..., pci_bus_id: _Optional[str] = ..., findings: _Optional[_Iterable[_Union[HealthFinding, _Mapping]]] = ...) -> None: ...
 
 class HealthIbPort(_message.Message):
-    __slots__ = ("adapter", "port", "state", "physical_state", "rate_gbps", "link_layer")
+    __slots__ = ("adapter", "port", "state", "physical_state", "rate_gbps", "link_layer", "fabric")
     ADAPTER_FIELD_NUMBER: _ClassVar[int]
     PORT_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     PHYSICAL_STATE_FIELD_NUMBER: _ClassVar[int]
     RATE_GBPS_FIELD_NUMBER: _ClassVar[int]
     LINK_LAYER_FIELD_NUMBER: _ClassVar[int]
+    FABRIC_FIELD_NUMBER: _ClassVar[int]
     adapter: str
     port: int
     state: str
     physical_state: str
     rate_gbps: float
     link_layer: str
-    def __init__(self, adapter: _Optional[str] = ..., port: _Optional[int] = ..., state: _Optional[str] = ..., physical_state: _Optional[str] = ..., rate_gbps: _Optional[float] = ..., link_layer: _Optional[str] = ...) -> None: ...
+    fabric: str
+    def __init__(self, adapter: _Optional[str] = ..., port: _Optional[int] = ..., state: _Optional[str] = ..., physical_state: _Optional[str] = ..., rate_gbps: _Optional[float] = ..., link_layer: _Optional[str] = ..., fabric: _Optional[str] = ...) -> None: ...
 
 class HealthReport(_message.Message):
     __slots__ = ("read_at", "source", "cards", "unattributed", "nvlink_domain", "nvlink_domain_reason", "nvlink_clique_ids", "imex", "ib_ports", "notes")

@@ -108,3 +108,44 @@ async def test_register_and_heartbeats_carry_the_health_verdicts(tmp_path):
         beat = (await next_matching(link, lambda m: m.WhichOneof("body") == "heartbeat")).heartbeat
         assert beat.health.cards[1].findings[0].level == "fail"
         nursery.cancel_scope.cancel()
+
+
+def _active_ib_port(root):
+    port = root / "class" / "infiniband" / "mlx5_0" / "ports" / "1"
+    port.mkdir(parents=True)
+    for name, text in {"state": "4: ACTIVE", "phys_state": "5: LinkUp", "rate": "400 Gb/sec (4X NDR)",
+                       "link_layer": "InfiniBand"}.items():
+        (port / name).write_text(text + "\n")
+
+
+def _hand_made(name: str) -> str:
+    from pathlib import Path
+
+    return (Path(__file__).resolve().parents[1] / "fixtures" / "hand-made" / name).read_text()
+
+
+class SmTools(Tools):
+    """Tools that also answer saquery / sminfo with the hand-made captures (unless missing)."""
+
+    def __call__(self, argv):
+        if argv[0] in ("saquery", "sminfo") and argv[0] not in self.missing:
+            from llmgw.agent.discovery import ToolOutput
+
+            self.calls.append(list(argv))
+            name = "saquery-smir-two-sms.txt" if argv[0] == "saquery" else "sminfo-master.txt"
+            return ToolOutput(tuple(argv), 0, _hand_made(name))
+        return super().__call__(argv)
+
+
+def test_an_active_infiniband_port_is_named_by_its_fabrics_lowest_sm_guid(tmp_path):
+    _active_ib_port(tmp_path)
+    tools = SmTools()
+    report = HealthReader(tools, sys_root=tmp_path, etc_root=tmp_path).read()
+    assert report.port_fabric("mlx5_0", 1) == "0010e0406d5aa0a0"
+    assert ["saquery", "SMIR", "-C", "mlx5_0", "-P", "1"] in tools.calls
+    only_sminfo = HealthReader(SmTools(missing=("saquery",)), sys_root=tmp_path, etc_root=tmp_path).read()
+    assert only_sminfo.port_fabric("mlx5_0", 1) == "0010e0406d5aa0a0"
+    neither = HealthReader(SmTools(missing=("saquery", "sminfo")), sys_root=tmp_path, etc_root=tmp_path).read()
+    assert neither.port_fabric("mlx5_0", 1) == "" and "saquery and sminfo are not installed" in neither.notes[0]
+    back = health_from_message(report_message(report))
+    assert back.port_fabric("mlx5_0", 1) == "0010e0406d5aa0a0"

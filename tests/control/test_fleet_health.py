@@ -91,3 +91,19 @@ def test_the_status_document_shows_each_cards_verdict_and_the_nodes_fabrics():
     assert [(c["index"], c["level"], c["placeable"]) for c in doc["cards"]] == [(0, "ok", True), (1, "fail", False)]
     assert [f["code"] for f in doc["cards"][1]["findings"]] == ["xid", "clock-slowdown"]
     assert doc["infiniband"][0]["state"] == "Active" and doc["nvlink_domain"] is None
+
+
+def test_the_status_document_groups_nodes_by_fabric():
+    from llmgw.tools import DomainMembership
+
+    registry = FleetRegistry(lost_after=30)
+    for node_id in ("n1", "n2"):
+        registry, _ = registry.register(gpu_node(node_id), now=0.0)
+        health = NodeHealthReport(domain=DomainMembership("cluster-1"), ib_ports=report().ib_ports,
+                                  port_fabrics=(("mlx5_0", 1, "0010e0406d5aa0a0"),))
+        registry, _ = registry.heartbeat(node_id, 1.0, health=health)
+    fabrics = status_document(WatchState(), registry.records(), None, None)["fabrics"]
+    assert fabrics["nvlink_domains"] == {"cluster-1": {"nodes": ["n1", "n2"]}}
+    assert fabrics["infiniband"]["0010e0406d5aa0a0"]["nodes"] == ["n1", "n2"]
+    registry, _ = registry.expire(100.0)  # lost nodes are in no fabric
+    assert "fabrics" not in status_document(WatchState(), registry.records(), None, None)
