@@ -128,16 +128,18 @@ def port_fabric(run: Runner, ca: str, port: int) -> tuple[str, str]:
 
 class HealthReader:
     """Reads a node's health (see the module docstring), keeping the kernel log cursor and the XIDs of the last
-    `xid_hold` seconds between readings. `clock` (monotonic seconds) and `wall` (unix seconds) are injectable."""
+    `xid_hold` seconds between readings. `interval` the seconds between readings `HealthWatch` keeps. `clock`
+    (monotonic seconds) and `wall` (unix seconds) are injectable."""
 
     def __init__(self, run: Runner = run_tool, *, sys_root: Path = Path("/sys"), etc_root: Path = Path("/etc"),
-                 xid_hold: float = XID_HOLD, clock: Callable[[], float] = time.monotonic,
+                 xid_hold: float = XID_HOLD, interval: float = HEALTH_INTERVAL, clock: Callable[[], float] = time.monotonic,
                  wall: Callable[[], float] = time.time):
         self._run = run
         self.kernel = KernelLog(run)
         self.sys_root = sys_root
         self.etc_root = etc_root
         self.xid_hold = xid_hold
+        self.interval = interval
         self._clock = clock
         self._wall = wall
         self._xids: list[tuple[float, XidEvent]] = []
@@ -215,11 +217,11 @@ def report_message(report: NodeHealthReport) -> pb.HealthReport:
 @dataclass
 class HealthWatch:
     """The latest health reading of this node, renewed every `interval` seconds by `run()` once the first reading
-    was taken (by `take()`, which Register calls after discovery). `skip()` gives the ignored cards' indexes."""
+    was taken (by `take()`, which Register calls after discovery), `interval` the reader's. `skip()` gives the
+    ignored cards' indexes."""
 
     reader: HealthReader
     skip: Callable[[], frozenset[int]]
-    interval: float = HEALTH_INTERVAL
     latest: NodeHealthReport | None = None
 
     def __post_init__(self) -> None:
@@ -245,5 +247,5 @@ class HealthWatch:
         """Take a reading every `interval` seconds, forever, from the first `take()` on."""
         await self._first.wait()
         while True:
-            await trio.sleep(self.interval)
+            await trio.sleep(self.reader.interval)
             await self.take()
