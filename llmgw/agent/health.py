@@ -4,7 +4,10 @@ One reading (`HealthReader.read`, blocking):
 - `nvidia-smi -q -x`: per card PCIe maxima, ECC counts, retired pages, remapped rows, clock event reasons, NVLink
   fabric state and MIG carving (`llmgw.tools.parse_smi_health`). NVML is not used for these yet: nvidia-smi
   prints them all in one call, and the H200 capture (tests/fixtures/nvidia-h200/nvidia-smi-q-x.xml) is its
-  format. No nvidia-smi (a CPU node): no GPU health, the kernel log is not read, `source` "none".
+  format. No nvidia-smi (a CPU node): no GPU health, the kernel log is not read, `source` "none". nvidia-smi
+  failing: the kernel log's XIDs are reported unattributed, no card is judged, `source` "none" (the control plane
+  then leaves every card as it was: a tool failing never moves a replica). A card nvidia-smi no longer lists is
+  out of placement at the control plane (`llmgw.control.health`).
 - The kernel log since the last reading: `journalctl -k -o short-iso --show-cursor`, the first time with `-b`
   (this boot, so XIDs from before the agent started count) and then `--after-cursor` the cursor journalctl
   printed, so no line is read twice. Without journalctl (or when it fails): `dmesg`, keeping only lines whose
@@ -168,13 +171,14 @@ class HealthReader:
         out = self._run(["nvidia-smi", "-q", "-x"])
         if out is None:
             return NodeHealthReport(**ports_only, notes=(*notes, "nvidia-smi is not installed: no GPU health"))
+        every = None
         if out.exit_code != 0:
-            return NodeHealthReport(**ports_only, notes=(
-                *notes, f"nvidia-smi -q -x exited {out.exit_code}: {out.text.strip()[:200]!r}"))
-        try:
-            every = parse_smi_health(out.text)
-        except ParseError as exc:
-            return NodeHealthReport(**ports_only, notes=(*notes, f"nvidia-smi -q -x: {exc}"))
+            notes.append(f"nvidia-smi -q -x exited {out.exit_code}: {out.text.strip()[:200]!r}")
+        else:
+            try:
+                every = parse_smi_health(out.text)
+            except ParseError as exc:
+                notes.append(f"nvidia-smi -q -x: {exc}")
         text, log_notes = self.kernel.read_new()
         notes.extend(log_notes)
         now = self._clock()
@@ -182,6 +186,9 @@ class HealthReader:
         self._xids.extend((now, event) for event in parse_xids(text))
         for note in parse_pcie_bandwidth(text):
             self._notes[(note.pci_bus_id, note.line)] = note
+        if every is None:  # no verdicts: the kernel log's XIDs are shown, no card is judged (source "none")
+            health = node_health((), tuple(e for _, e in self._xids))
+            return NodeHealthReport(health=health, notes=tuple(notes), **ports_only)
         skipped = {c.pci_bus_id for c in every if c.index in skip_cards}
         cards = tuple(c for c in every if c.index not in skip_cards)
         xids = tuple(e for _, e in self._xids if e.pci_bus_id not in skipped)

@@ -41,13 +41,25 @@ def health_from_message(message) -> NodeHealthReport:
                             read_at=float(message.read_at))
 
 
+def _missing_reason(report: NodeHealthReport) -> str:
+    """Why a card nvidia-smi no longer lists is out: the blocking unattributed findings (an Xid 79 of its PCI
+    address), else a sentence saying where to look."""
+    blocking = [f.message for f in report.health.unattributed if f.blocks_placement]
+    return "not listed by nvidia-smi -q -x" + (
+        f": {'; '.join(blocking)}" if blocking else
+        " (it may have fallen off the bus): check `nvidia-smi` and the kernel log")
+
+
 def apply_health(gpus: tuple[GpuState, ...], report: NodeHealthReport | None) -> tuple[tuple[GpuState, ...], bool]:
-    """`gpus` with `unhealthy` set from `report`'s verdicts; and whether any card's placeability changed.
+    """`gpus` with `unhealthy` set from `report`'s verdicts; and whether any card's `unhealthy` changed.
 
     A whole card is matched to its verdict by UUID (by index, `device_id`, when either has none); a MIG instance
-    by its `parent_uuid`. A card with no verdict (not read, or `report` None) keeps what it had.
+    by its `parent_uuid`. When nvidia-smi was read (`report.source` "nvidia-smi"), a card it no longer lists is out
+    (`_missing_reason`: a card that fell off the bus vanishes from nvidia-smi, its Xid unattributed). When nothing
+    was read (`report` None, or source "none": nvidia-smi missing or failing) every card keeps what it had, so a
+    tool failing never moves a replica.
     """
-    if report is None:
+    if report is None or report.source != "nvidia-smi":
         return gpus, False
     reasons: dict[str, str] = {}
     by_index: dict[str, str] = {}
@@ -64,7 +76,9 @@ def apply_health(gpus: tuple[GpuState, ...], report: NodeHealthReport | None) ->
             why = reasons.get(gpu.uuid) if gpu.uuid else None
             if why is None and (not gpu.uuid or not reasons):
                 why = by_index.get(gpu.device_id)
-        if why is not None and why != gpu.unhealthy:
+        if why is None and (not gpu.is_mig or gpu.parent_uuid):
+            why = _missing_reason(report)
+        if why != gpu.unhealthy:
             changed = True
             gpu = replace(gpu, unhealthy=why)
         out.append(gpu)

@@ -149,3 +149,18 @@ def test_an_active_infiniband_port_is_named_by_its_fabrics_lowest_sm_guid(tmp_pa
     assert neither.port_fabric("mlx5_0", 1) == "" and "saquery and sminfo are not installed" in neither.notes[0]
     back = health_from_message(report_message(report))
     assert back.port_fabric("mlx5_0", 1) == "0010e0406d5aa0a0"
+
+
+def test_a_failing_nvidia_smi_judges_no_card_but_reports_the_kernel_logs_xids(tmp_path):
+    from llmgw.agent.discovery import ToolOutput
+
+    class Failing(Tools):
+        def __call__(self, argv):
+            if argv[0] == "nvidia-smi":
+                self.calls.append(list(argv))
+                return ToolOutput(tuple(argv), 15, "Unable to determine the device handle for GPU 0000:00:07.0")
+            return super().__call__(argv)
+
+    report = HealthReader(Failing(journal=[XID_79_SECOND]), sys_root=tmp_path, etc_root=tmp_path).read()
+    assert report.source == "none" and report.health.cards == ()
+    assert "Xid 79" in report.health.unattributed[0].message and "exited 15" in report.notes[0]

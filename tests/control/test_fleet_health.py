@@ -73,8 +73,25 @@ def test_cards_without_uuids_are_matched_by_index():
     node = NodeState("n1", gpus=(GpuState("0", "c", 1, 1), GpuState("1", "c", 1, 1)))
     cards = (CardVerdict(0, "b0", ""), CardVerdict(1, "b1", "", (XID_79,)))
     registry, _ = FleetRegistry(lost_after=30).register(node, now=0.0)
-    registry, _ = registry.heartbeat("n1", 1.0, health=NodeHealthReport(health=NodeHealth(cards)))
+    registry, _ = registry.heartbeat("n1", 1.0, health=NodeHealthReport(health=NodeHealth(cards),
+                                                                         source="nvidia-smi"))
     assert unhealthy(registry) == {"0": "", "1": XID_79.message}
+
+
+def test_a_card_nvidia_smi_no_longer_lists_is_out_with_its_unattributed_xid():
+    registry, _ = FleetRegistry(lost_after=30).register(gpu_node(), now=0.0)
+    gone = NodeHealthReport(health=NodeHealth((CardVerdict(0, "00000000:00:06.0", UUIDS[0]),),
+                                              (XID_79,)), source="nvidia-smi")
+    registry, changed = registry.heartbeat("n1", 1.0, health=gone)
+    assert changed and unhealthy(registry) == {"0": "", "1": f"not listed by nvidia-smi -q -x: {XID_79.message}"}
+
+
+def test_when_nvidia_smi_fails_every_card_keeps_what_it_had():
+    registry, _ = FleetRegistry(lost_after=30).register(gpu_node(), now=0.0)
+    registry, _ = registry.heartbeat("n1", 1.0, health=report(XID_79))
+    failed = NodeHealthReport(health=NodeHealth((), (XID_79,)), notes=("nvidia-smi -q -x exited 15",))
+    registry, changed = registry.heartbeat("n1", 2.0, health=failed)
+    assert changed is False and "Xid 79" in unhealthy(registry)["1"] and unhealthy(registry)["0"] == ""
 
 
 def test_the_wire_report_reads_back_with_levels_and_placeability():
