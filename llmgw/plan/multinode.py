@@ -18,8 +18,12 @@ address is the rendezvous address.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+
+from llmgw.identity import ShardState
+from llmgw.plan.types import NodeState
+from llmgw.tools.node_report import NodeHealthReport
 
 
 @dataclass(frozen=True)
@@ -169,3 +173,33 @@ def place_multinode(offers: Iterable[NodeOffer], nodes: int, per_node: int) -> M
 def _address(chosen: list[NodeOffer], slots: tuple[ShardSlot, ...]) -> str:
     first = slots[0].node_id
     return next(o.address for o in chosen if o.node_id == first)
+
+
+_NOT_HOLDING = (ShardState.STOPPED, ShardState.FAILED)
+
+
+def offers_for(nodes: Iterable[NodeState], reports: Mapping[str, NodeHealthReport],
+               gpu_class: str) -> tuple[NodeOffer, ...]:
+    """What each alive node offers a multi-node replica of `gpu_class`, from the fleet and the nodes' health
+    reports (by node id). Free devices: whole cards of the class, healthy, without foreign processes, held by no
+    shard that still runs. A node's domain is ready when every card joined it and IMEX is configured; its
+    adapters are its active InfiniBand ports with their fabric ids. Leaves are not known yet (no ibnetdiscover
+    map), so InfiniBand placements are never `aligned`."""
+    offers = []
+    for node in nodes:
+        if not node.alive:
+            continue
+        held = {d for s in node.shards if s.state not in _NOT_HOLDING for d in s.devices}
+        free = tuple(g.device_id for g in node.gpus if g.gpu_class == gpu_class and not g.is_mig
+                     and not g.unhealthy and not g.foreign_processes and g.device_id not in held)
+        report = reports.get(node.node_id)
+        if report is None:
+            offers.append(NodeOffer(node.node_id, node.address, free))
+            continue
+        domain = report.domain.domain
+        ready = domain is not None and report.imex
+        reason = report.domain.reason or ("" if ready else "IMEX is not configured (/etc/nvidia-imex)")
+        adapters = tuple((p.ca, report.port_fabric(p.ca, p.port), "") for p in report.ib_ports
+                         if p.link_layer.lower() == "infiniband" and p.state.lower() == "active")
+        offers.append(NodeOffer(node.node_id, node.address, free, domain, ready, reason, adapters))
+    return tuple(offers)

@@ -122,3 +122,24 @@ def test_multinode_placement_invariants_on_random_fleets(seed):
             if o.domain and o.domain_ready and len(o.free) >= per_node:
                 ready[o.domain] = ready.get(o.domain, 0) + 1
         assert all(count < nodes for count in ready.values())
+
+
+def test_offers_come_from_the_fleet_and_the_health_reports():
+    from plan_fleets import gpu_node, model, shard
+
+    from llmgw.plan.multinode import offers_for
+    from llmgw.tools import DomainMembership, IbPort, NodeHealthReport
+
+    m = model("m", gpus=2, gpu_class="h100-80g", tp=2)
+    busy = gpu_node("node01", shards=[shard(m, 0, devices=("0", "1"))], foreign=(2,))
+    ports = (IbPort("mlx5_0", 1, "Active", 400.0, "InfiniBand"), IbPort("mlx5_1", 1, "Down", None, "InfiniBand"))
+    reports = {
+        "node01": NodeHealthReport(ib_ports=ports, port_fabrics=(("mlx5_0", 1, FABRIC_A),)),
+        "node02": NodeHealthReport(domain=DomainMembership("cluster-1"), imex=False),
+    }
+    one, two, three = offers_for([busy, gpu_node("node02"), gpu_node("node03", alive=True)], reports, "h100-80g")
+    assert one.free == ("3", "4", "5", "6", "7") and one.adapters == (("mlx5_0", FABRIC_A, ""),)
+    assert two.domain == "cluster-1" and not two.domain_ready and "IMEX" in two.domain_reason
+    assert three.adapters == () and len(three.free) == 8
+    refused = place_multinode([one, two, three], 2, 8)
+    assert not refused.placed and "5 of 8 GPUs free" == dict(refused.reasons)["node01"]
