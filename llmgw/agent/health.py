@@ -36,7 +36,7 @@ import trio
 from llmgw.agent.discovery import read_fabrics, run_tool
 from llmgw.agent.discovery.node import Runner
 from llmgw.tools import (
-    IbPort, ParseError, PcieBandwidthNote, XidEvent, fabric_id, node_health, nvlink_domain, parse_pcie_bandwidth,
+    CardHealth, IbPort, ParseError, PcieBandwidthNote, XidEvent, fabric_id, node_health, nvlink_domain, parse_pcie_bandwidth,
     parse_saquery_smir, parse_smi_health, parse_sminfo, parse_xids,
 )
 from llmgw.tools.node_report import NodeHealthReport
@@ -147,6 +147,10 @@ class HealthReader:
         self._wall = wall
         self._xids: list[tuple[float, XidEvent]] = []
         self._notes: dict[tuple[str, str], PcieBandwidthNote] = {}
+        self._base: dict = {}
+        self._base_notes: tuple[str, ...] = ()
+        self._installed = False
+        self._cards: tuple[CardHealth, ...] | None = None
 
     def fabrics(self) -> tuple[tuple[IbPort, ...], bool]:
         """(InfiniBand ports, IMEX configured), from sysfs and /etc. Blocking (file reads); never raises."""
@@ -167,16 +171,19 @@ class HealthReader:
                     port_fabrics.append((p.ca, p.port, fabric))
                 if why:
                     notes.append(why)
-        ports_only = dict(imex=imex, ib_ports=ports, port_fabrics=tuple(port_fabrics), read_at=self._wall())
+        self._base = dict(imex=imex, ib_ports=ports, port_fabrics=tuple(port_fabrics), read_at=self._wall())
+        self._cards = None
         out = self._run(["nvidia-smi", "-q", "-x"])
         if out is None:
-            return NodeHealthReport(**ports_only, notes=(*notes, "nvidia-smi is not installed: no GPU health"))
-        every = None
+            self._installed = False
+            self._base_notes = (*notes, "nvidia-smi is not installed: no GPU health")
+            return self.judge(skip_cards)
+        self._installed = True
         if out.exit_code != 0:
             notes.append(f"nvidia-smi -q -x exited {out.exit_code}: {out.text.strip()[:200]!r}")
         else:
             try:
-                every = parse_smi_health(out.text)
+                self._cards = parse_smi_health(out.text)
             except ParseError as exc:
                 notes.append(f"nvidia-smi -q -x: {exc}")
         text, log_notes = self.kernel.read_new()
@@ -186,15 +193,23 @@ class HealthReader:
         self._xids.extend((now, event) for event in parse_xids(text))
         for note in parse_pcie_bandwidth(text):
             self._notes[(note.pci_bus_id, note.line)] = note
-        if every is None:  # no verdicts: the kernel log's XIDs are shown, no card is judged (source "none")
+        self._base_notes = tuple(notes)
+        return self.judge(skip_cards)
+
+    def judge(self, skip_cards: frozenset[int] = frozenset()) -> NodeHealthReport:
+        """The last reading judged again with `skip_cards` left out: no I/O (used when `ignore_gpus` changes, so
+        a new Register carries verdicts at once). Before any reading: an empty report."""
+        if not self._installed:
+            return NodeHealthReport(**self._base, notes=self._base_notes)
+        if self._cards is None:  # no verdicts: the kernel log's XIDs are shown, no card is judged (source "none")
             health = node_health((), tuple(e for _, e in self._xids))
-            return NodeHealthReport(health=health, notes=tuple(notes), **ports_only)
-        skipped = {c.pci_bus_id for c in every if c.index in skip_cards}
-        cards = tuple(c for c in every if c.index not in skip_cards)
+            return NodeHealthReport(health=health, notes=self._base_notes, **self._base)
+        skipped = {c.pci_bus_id for c in self._cards if c.index in skip_cards}
+        cards = tuple(c for c in self._cards if c.index not in skip_cards)
         xids = tuple(e for _, e in self._xids if e.pci_bus_id not in skipped)
         health = node_health(cards, xids, pcie_notes=tuple(self._notes.values()))
         return NodeHealthReport(health=health, domain=nvlink_domain(cards), source="nvidia-smi",
-                                notes=tuple(notes), **ports_only)
+                                notes=self._base_notes, **self._base)
 
 
 def report_message(report: NodeHealthReport) -> pb.HealthReport:
@@ -235,11 +250,18 @@ class HealthWatch:
         self._lock = trio.Lock()
         self._first = trio.Event()
 
-    async def take(self) -> NodeHealthReport:
-        """Read now (in a thread) and keep it as the latest. A checkpoint; one reading at a time."""
+    async def take(self, skip: frozenset[int] | None = None) -> NodeHealthReport:
+        """Read now (in a thread) and keep it as the latest; `skip` the ignored cards' indexes (default:
+        `self.skip()`). A checkpoint; one reading at a time."""
         async with self._lock:
-            self.latest = await trio.to_thread.run_sync(self.reader.read, self.skip())
+            skip = self.skip() if skip is None else skip
+            self.latest = await trio.to_thread.run_sync(self.reader.read, skip)
         self._first.set()
+        return self.latest
+
+    def judged(self, skip: frozenset[int]) -> NodeHealthReport:
+        """The last reading judged again with `skip` (no I/O, no checkpoint); the latest from now on."""
+        self.latest = self.reader.judge(skip)
         return self.latest
 
     def report(self) -> NodeHealthReport | None:

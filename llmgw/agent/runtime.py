@@ -217,11 +217,13 @@ class _Session:
         discovery = await trio.to_thread.run_sync(
             functools.partial(discover_node, config.weights_path, ours, nvml=self.nvml))
         gpus = offered_gpus(discovery.gpus, config.ignore_gpus)
-        self.readings.discovered(discovery.gpus.source, ignored_cards(discovery.gpus, config.ignore_gpus),
-                                 config.ignore_gpus)
+        skip = ignored_cards(discovery.gpus, config.ignore_gpus)
+        # Health goes with Register, so no card a finding takes out is offered bare: read the first time, judged
+        # again with the ignored cards after that (no tools run, so the readings' timer does not run on meanwhile).
+        health = self.health.judged(skip) if self.health.latest is not None else await self.health.take(skip)
+        self.readings.discovered(discovery.gpus.source, skip, config.ignore_gpus)
         self._foreign_at = -FOREIGN_SCAN_INTERVAL
         ignore_warnings = gpus.warnings[len(discovery.gpus.warnings):]
-        health = await self.health.take()  # before Register: no card a finding takes out is ever offered bare
         message = agent_message(register=reporting.register_message(
             config.node_id, config.address or "127.0.0.1", discovery.inventory, agent.engines_installed(),
             agent.shard_statuses(self._foreign_engines()), config.labels,

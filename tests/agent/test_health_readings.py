@@ -164,3 +164,13 @@ def test_a_failing_nvidia_smi_judges_no_card_but_reports_the_kernel_logs_xids(tm
     report = HealthReader(Failing(journal=[XID_79_SECOND]), sys_root=tmp_path, etc_root=tmp_path).read()
     assert report.source == "none" and report.health.cards == ()
     assert "Xid 79" in report.health.unattributed[0].message and "exited 15" in report.notes[0]
+
+
+def test_judging_again_with_other_ignored_cards_runs_no_tool(tmp_path):
+    tools = Tools(journal=[XID_79_SECOND])
+    reader = HealthReader(tools, sys_root=tmp_path, etc_root=tmp_path)
+    assert reader.read().unplaceable().keys() == {1}
+    calls = len(tools.calls)
+    again = reader.judge(frozenset({1}))
+    assert len(tools.calls) == calls and [c.index for c in again.health.cards] == [0]
+    assert again.health.unattributed == () and reader.judge().unplaceable().keys() == {1}
