@@ -112,6 +112,7 @@ def render_status(doc: dict[str, Any]) -> list[str]:
                      f"{node['gpus']} GPUs, {len(own)} shards")
         for engine, error in node.get("engine_errors", {}).items():
             lines.append(f"    install {engine} failed: {error}")
+        lines += _health_lines(node.get("health"), "    ", only_blocking=True)
     replicas = doc.get("replicas", {})
     lines.append(f"replicas    {len(replicas)}")
     for replica_id, replica in replicas.items():
@@ -363,6 +364,24 @@ def join_token_cmd(client, as_json, ttl, ca_out):
                f"--token {answer['token']} --ca-file {ca_out}")
 
 
+def _health_lines(health: dict | None, indent: str, *, only_blocking: bool = False) -> list[str]:
+    """A node's health findings (its status document's "health"), one line each: "GPU 1 fail: <message>"; with
+    `only_blocking`, only those that take a card out of placement."""
+    if not health:
+        return []
+    lines = []
+    for card in health.get("cards", []):
+        for finding in card.get("findings", []):
+            if only_blocking and not finding.get("blocks_placement"):
+                continue
+            out = " (out of placement)" if finding.get("blocks_placement") else ""
+            lines.append(f"{indent}GPU {card['index']} {finding['level']}{out}: {finding['message']}")
+    for finding in health.get("unattributed", []):
+        if not only_blocking or finding.get("blocks_placement"):
+            lines.append(f"{indent}{finding['level']}: {finding['message']}")
+    return lines
+
+
 @click.command("nodes")
 @_client_options
 def nodes_cmd(client, as_json):
@@ -378,6 +397,8 @@ def nodes_cmd(client, as_json):
             extra = f"  {shard['error']}" if shard.get("error") else ""
             foreign = " (not started by llmgw)" if shard.get("foreign") else ""
             click.echo(f"  {shard_id:<28} {shard['state']:<10} port {shard['port']}{foreign}{extra}")
+        for line in _health_lines(node.get("health"), "  "):
+            click.echo(line)
 
 
 @click.command("replicas")

@@ -29,6 +29,7 @@ from dataclasses import fields
 
 from llmgw.plan.capacity import Demand
 from llmgw.plan.guard import guard_fleet_not_emptied
+from llmgw.plan.health import unhealthy_devices
 from llmgw.identity import ShardState, engine_key, replica_index
 from llmgw.plan.identity import engine_version_of, fingerprint, replica_ids
 from llmgw.plan.placing import Pending, Placement
@@ -172,8 +173,9 @@ class _Planner(Placement):
         """Decide the existing shards of one wanted replica; return it as pending when it needs placing."""
         if len(shards) == 1:  # the converged case, kept cheap: one current shard, running
             node, shard = shards[0]
-            if (shard.fingerprint == demand.fingerprint and shard.state in _RUNNING and node.node_id not in self.evicted and (
-                    not demand.selector or all(self.node_labels(node).get(k) == v for k, v in demand.selector))):
+            if (shard.fingerprint == demand.fingerprint and shard.state in _RUNNING and node.node_id not in self.evicted
+                    and (not demand.selector or all(self.node_labels(node).get(k) == v for k, v in demand.selector))
+                    and not unhealthy_devices(node, shard.devices)):
                 assignment = Assignment(replica_id, model.name, node.node_id, shard.devices, shard.cpu_cores,
                                         shard.memory_bytes, demand.fingerprint, shard.shard_id)
                 self.assignments.append(assignment)
@@ -186,7 +188,8 @@ class _Planner(Placement):
         current, old = [], []
         for node, shard in shards:
             ok = shard.fingerprint == demand.fingerprint and node.node_id not in self.evicted and (
-                not demand.selector or all(self.node_labels(node).get(k) == v for k, v in demand.selector))
+                not demand.selector or all(self.node_labels(node).get(k) == v for k, v in demand.selector)) and (
+                not unhealthy_devices(node, shard.devices))  # a card out for health: placed elsewhere
             (current if ok else old).append((node, shard))
         ready = self.ready.setdefault(model.name, set())
         primary = None
