@@ -150,17 +150,20 @@ async def test_a_node_away_when_an_agents_change_lands_gets_its_settings_on_retu
                         shard_stop_grace=2.0)
     async with trio.open_nursery() as nursery:
         await nursery.start(plane.run)
-        away = trio.CancelScope()
+        away, gone = trio.CancelScope(), trio.Event()
 
         async def run_until_away(task_status=trio.TASK_STATUS_IGNORED):
             with away:
                 await run_agent(agent, plane.local_connector(), task_status=task_status)
+            gone.set()  # its engines stopped and its state directory released
 
         await nursery.start(run_until_away)
         first = agent_settings_fingerprint(plane.snapshot().settings, "n1")
         await wait_for(lambda: plane.snapshot().acked_settings.get("n1") == first, 20, "n1 acknowledged its settings")
         away.cancel()  # the node goes away ...
         await wait_for(lambda: not plane.registry.get("n1").connected, 10, "n1 disconnected")
+        with trio.fail_after(20):
+            await gone.wait()
 
         def slower_beats(checkout: Path) -> None:  # ... while an agents/ change lands
             path = checkout / "agents" / "default.yaml"
