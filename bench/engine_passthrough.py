@@ -62,7 +62,7 @@ def run_gateway(port: int, engine_port: int, state_dir: str) -> None:
     import trio
 
     from llmgw.gateway import Gateway
-    from llmgw.routes import ModelRoute, ProjectPolicy, QuotaLimits, ReplicaRoute, RouteTable
+    from llmgw.routes import ModelRoute, ProjectPolicy, Quota, ReplicaRoute, RouteTable
     from llmgw.store import open_store
 
     store = open_store(Path(state_dir) / "store.db")
@@ -73,7 +73,7 @@ def run_gateway(port: int, engine_port: int, state_dir: str) -> None:
     table = RouteTable(
         models={MODEL: ModelRoute(MODEL, replicas=(replica,))},
         projects={"bench": ProjectPolicy("bench", "team", "org", models=frozenset({MODEL}),
-                                         quotas=(("project:bench", QuotaLimits(tokens_per_minute=10**9)),))})
+                                         quotas=(("project:bench", Quota(tokens_per_minute=10**9)),))})
     trio.run(Gateway(store, table).serve, "127.0.0.1", port)
 
 

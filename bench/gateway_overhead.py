@@ -82,7 +82,7 @@ def run_gateway(port: int, mock_port: int, state_dir: str, store_url: str | None
     import trio
 
     from llmgw.gateway import Gateway
-    from llmgw.routes import ModelRoute, ProjectPolicy, QuotaLimits, ReplicaRoute, RouteTable
+    from llmgw.routes import ModelRoute, ProjectPolicy, Quota, ReplicaRoute, RouteTable
     from llmgw.store import open_store
 
     store = open_store(store_url or Path(state_dir) / "store.db")
@@ -92,7 +92,7 @@ def run_gateway(port: int, mock_port: int, state_dir: str, store_url: str | None
         models={"mock": ModelRoute("mock", replicas=(ReplicaRoute("mock-1", "local", f"http://127.0.0.1:{mock_port}",
                                                                   replica_key="engine-key"),))},
         projects={"bench": ProjectPolicy("bench", "team", "org",
-                                         quotas=(("project:bench", QuotaLimits(requests_per_minute=10**9)),))})
+                                         quotas=(("project:bench", Quota(requests_per_minute=10**9)),))})
     gateway = Gateway(store, table, spool_dir=Path(state_dir) / ("spool" if store_url is None else "spool-pg"))
     trio.run(gateway.serve, "127.0.0.1", port)
 

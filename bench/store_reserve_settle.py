@@ -23,11 +23,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from llmgw.routes import QuotaLimits  # noqa: E402
+from llmgw.routes import Quota  # noqa: E402
 from llmgw.store import Settlement, UsageRecord, open_store  # noqa: E402
 
-SCOPES = [("project:bench", QuotaLimits(requests_per_minute=10**9, tokens_per_minute=10**12, concurrent_requests=64)),
-          ("team:bench", QuotaLimits())]
+SCOPES = [("project:bench", Quota(requests_per_minute=10**9, tokens_per_minute=10**12, concurrent_requests=64)),
+          ("team:bench", Quota())]
 
 
 def postgres_cpu_seconds() -> float:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
 
@@ -118,3 +119,20 @@ def resolve_model(models: Mapping[str, M], name: str) -> M | None:
         if name in candidate.aliases:
             return candidate
     return None
+
+
+@dataclass(frozen=True)
+class Quota:
+    """The limits of one quota scope (a project, team or organisation); None means no limit of that kind.
+
+    `requests_per_minute` and `tokens_per_minute` count in fixed minute windows, `tokens_per_day` in calendar days
+    (UTC), `concurrent_requests` requests in flight at once, `budget` the cluster's currency per calendar month.
+    Read from projects.yaml by llmgw.settings, carried to the gateway in the routing table (llmgw.routes) and
+    enforced by the store's quota rules (llmgw.store.quotas).
+    """
+
+    requests_per_minute: int | None = None
+    tokens_per_minute: int | None = None
+    tokens_per_day: int | None = None
+    concurrent_requests: int | None = None
+    budget: float | None = None

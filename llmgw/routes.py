@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from llmgw.identity import resolve_model
+from llmgw.identity import Quota, resolve_model
 
 
 def _empty() -> Mapping:
@@ -54,17 +54,6 @@ class ModelRoute:
 
 
 @dataclass(frozen=True)
-class QuotaLimits:
-    """Limits of one scope; None means unlimited. `budget` in the cluster's currency per calendar month."""
-
-    requests_per_minute: int | None = None
-    tokens_per_minute: int | None = None
-    tokens_per_day: int | None = None
-    concurrent_requests: int | None = None
-    budget: float | None = None
-
-
-@dataclass(frozen=True)
 class ProjectPolicy:
     """What a project may do.
 
@@ -77,7 +66,7 @@ class ProjectPolicy:
     team: str
     organisation: str
     models: frozenset[str] | None = None
-    quotas: tuple[tuple[str, QuotaLimits], ...] = ()
+    quotas: tuple[tuple[str, Quota], ...] = ()
 
 
 @dataclass(frozen=True)

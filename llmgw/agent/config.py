@@ -16,6 +16,7 @@ from pathlib import Path
 from google.protobuf.message import DecodeError
 
 from llmgw.engines import installed_binary
+from llmgw.engines.python_env import PYTHON_ENGINES, installed_python, installed_versions
 from llmgw.errors import UsageError
 from llmgw.wire import pb
 
@@ -119,17 +120,22 @@ def engine_binary(config: AgentConfig, engine: str, version: str) -> Path | None
         return Path(override)
     if engine == "llama.cpp":
         return installed_binary(config.engines_path, version)
+    if engine in PYTHON_ENGINES:
+        return installed_python(config.engines_path, engine, version)
     return None
 
 
 def installed_engines(config: AgentConfig) -> list[str]:
-    """"engine@version" keys this node can run now: the overrides plus verified llama.cpp installs, sorted."""
+    """"engine@version" keys this node can run now: the overrides plus verified llama.cpp installs and Python
+    engine environments (vLLM, SGLang), sorted."""
     keys = set(config.engine_binaries)
     root = config.engines_path / "llama.cpp"
     if root.is_dir():
         for home in root.iterdir():
             if not home.name.startswith(".") and installed_binary(config.engines_path, home.name) is not None:
                 keys.add(f"llama.cpp@{home.name}")
+    for engine in PYTHON_ENGINES:
+        keys.update(f"{engine}@{version}" for version in installed_versions(config.engines_path, engine))
     return sorted(keys)
 
 

@@ -4,7 +4,9 @@ On every connection the agent sends Register first (inventory, the GPUs it offer
 installable, features, every shard running or adopted), then a Heartbeat at once and every `heartbeat_interval`
 seconds (the full shard list each beat, and the latest reading of `llmgw.agent.readings`, taken every
 `telemetry_interval`: GPU telemetry, node CPU and memory, each shard's CPU cores and resident memory), plus a
-ShardStatus whenever a shard changes. Shards keep running while the control plane is unreachable; the agent
+ShardStatus whenever a shard changes. GPU health and fabrics (`llmgw.agent.health`) are read before each
+Register (which carries them) and every minute after; each beat carries the latest, with the InfiniBand ports read
+again. Shards keep running while the control plane is unreachable; the agent
 reconnects with backoff (1 s doubling to `reconnect_backoff_max`). GPUs of `ignore_gpus` are neither reported,
 read nor offered (`llmgw.agent.ignoring`); when AgentSettings change `ignore_gpus`, the agent registers again at
 once.
@@ -31,6 +33,7 @@ from llmgw.agent import reporting
 from llmgw.agent.commands import NodeAgent
 from llmgw.agent.config import AgentConfig, load_agent_settings
 from llmgw.agent.discovery import discover_node, load_nvml
+from llmgw.agent.health import HealthReader, HealthWatch, report_message
 from llmgw.agent.ignoring import ignored_cards, offered_gpus
 from llmgw.agent.inventory import free_bytes_under
 from llmgw.agent.readings import Readings
@@ -95,7 +98,7 @@ async def _follow_control_planes(agent: NodeAgent, start: Callable[[str], None])
 
 
 async def run_agent(config: AgentConfig, connect: Connect | Sequence[Connect] = (), *, nvml: Any = _LOAD,
-                    connect_to: Callable[[str], Connect] | None = None,
+                    connect_to: Callable[[str], Connect] | None = None, health: HealthReader | None = None,
                     task_status=trio.TASK_STATUS_IGNORED) -> str:
     """Run the node agent until cancelled or told to restart; returns `RESTART` ("restart") in that case, with
     every engine left running (also with `config.stop_shards_on_exit`) for the next agent to adopt.
@@ -111,6 +114,7 @@ async def run_agent(config: AgentConfig, connect: Connect | Sequence[Connect] = 
     Connection failures (WireError, end of stream) are logged and retried; they never end the agent.
     `nvml` is the NVML module discovery and telemetry use (default: the installed `pynvml`, see
     `llmgw.agent.discovery.load_nvml`; None: no NVML, GPUs from nvidia-smi if any; tests pass a stand-in).
+    `health` reads GPU health and fabrics (`llmgw.agent.health`; default: the real tools; tests inject runners).
     The AgentSettings the control plane last sent (kept under the state directory) are applied at start.
     Installed engines are re-verified at start and every `config.engine_check_interval` seconds.
     Raises UsageError when another agent already runs with the same state directory.
@@ -146,10 +150,12 @@ async def run_agent(config: AgentConfig, connect: Connect | Sequence[Connect] = 
                 readings = Readings(telemetry, supervisor.process_groups, lambda: agent.config.telemetry_interval,
                                     lambda: agent.settings_changed, lambda: agent.config.ignore_gpus)
                 nursery.start_soon(readings.run)
+                watch = HealthWatch(health or HealthReader(), lambda: readings.skip_cards)
+                nursery.start_soon(watch.run)
                 connects = [connect] if callable(connect) else list(connect)
                 async with trio.open_nursery() as connections:
                     def start(one: Connect) -> None:
-                        connections.start_soon(_keep_connected, agent, _Session(agent, readings, nvml), one,
+                        connections.start_soon(_keep_connected, agent, _Session(agent, readings, nvml, watch), one,
                                                config.reconnect_backoff_max)
 
                     for one in connects:
@@ -232,9 +238,10 @@ def _lock_state_dir(state_dir) -> int:
 class _Session:
     """One connection's tasks: send the queued messages, beat, and read commands."""
 
-    def __init__(self, agent: NodeAgent, readings: Readings, nvml: Any):
+    def __init__(self, agent: NodeAgent, readings: Readings, nvml: Any, health: HealthWatch):
         self.agent = agent
         self.readings = readings
+        self.health = health
         self.nvml = nvml
         self._outbox: Any = None  # this connection's Outbox (NodeAgent.open_outbox)
         self._foreign: list = []
@@ -255,16 +262,21 @@ class _Session:
         discovery = await trio.to_thread.run_sync(
             functools.partial(discover_node, config.weights_path, ours, nvml=self.nvml))
         gpus = offered_gpus(discovery.gpus, config.ignore_gpus)
-        self.readings.discovered(discovery.gpus.source, ignored_cards(discovery.gpus, config.ignore_gpus),
-                                 config.ignore_gpus)
+        skip = ignored_cards(discovery.gpus, config.ignore_gpus)
+        # Health goes with Register, so no card a finding takes out is offered bare: read the first time, judged
+        # again with the ignored cards after that (no tools run, so the readings' timer does not run on meanwhile).
+        health = self.health.judged(skip) if self.health.latest is not None else await self.health.take(skip)
+        self.readings.discovered(discovery.gpus.source, skip, config.ignore_gpus)
         self._foreign_at = -FOREIGN_SCAN_INTERVAL
         ignore_warnings = gpus.warnings[len(discovery.gpus.warnings):]
-        return agent_message(register=reporting.register_message(
+        message = agent_message(register=reporting.register_message(
             config.node_id, config.address or "127.0.0.1", discovery.inventory, agent.engines_installed(),
             agent.shard_statuses(self._foreign_engines()), config.labels,
             [*discovery.warnings, *ignore_warnings, *self.readings.telemetry.warnings, *agent.supervisor.warnings],
             gpus=[pb.Gpu(**gpu.pb_fields()) for gpu in gpus.gpus],
         ))
+        message.register.health.CopyFrom(report_message(health))
+        return message
 
     async def heartbeat(self) -> pb.AgentMessage:
         """A Heartbeat with the full shard list and the latest reading (`sampled_at` when it was taken)."""
@@ -283,6 +295,9 @@ class _Session:
             for gpu in beat.gpus:
                 del gpu.foreign_pids[:]
                 gpu.foreign_pids.extend(held.get(gpu.index, ()))
+        health = self.health.report()
+        if health is not None:
+            beat.health.CopyFrom(report_message(health))
         return agent_message(heartbeat=beat)
 
     async def serve(self, link) -> None:

@@ -16,6 +16,7 @@ import trio
 
 from llmgw import __version__
 from llmgw.control.deciding import node_connected
+from llmgw.control.health import health_from_message
 from llmgw.control.reports import convert_shards, node_from_register, readings_from_heartbeat
 from llmgw.control.sessions import AgentSession, CommandOutcome
 from llmgw.control.state import ControlState
@@ -32,11 +33,13 @@ def _registered(register, peer_host: str, now: float):
     """The transition of a Register: the node recorded as connected, its earlier acknowledgements forgotten."""
     node = node_from_register(register, peer_host)
     details = convert_shards(register.shards)[1]
+    health = health_from_message(register.health) if register.HasField("health") else None
 
     def transition(state: ControlState) -> tuple[ControlState, bool]:
         fleet, _ = state.fleet.register(
             node, now, details=details, os=register.os, arch=register.arch, agent_version=register.agent_version,
             warnings=register.warnings, engines_installable=register.engines_installable, features=register.features,
+            health=health,
         )
         return node_connected(state.with_fleet(fleet), node.node_id), True
 
@@ -157,11 +160,12 @@ class AgentHub:
             shards, details = convert_shards(beat.shard_states)
             readings = readings_from_heartbeat(beat, now)
             installed, installing = tuple(beat.engines_installed), tuple(beat.engines_installing)
+            health = health_from_message(beat.health) if beat.HasField("health") else None
 
             def transition(state: ControlState) -> tuple[ControlState, bool]:
                 fleet, changed = state.fleet.heartbeat(
                     node_id, now, shards=shards, details=details, engines_installed=installed,
-                    engines_installing=installing, readings=readings)
+                    engines_installing=installing, readings=readings, health=health)
                 return state.with_fleet(fleet), changed
         elif kind == "shard_status":
             shards, details = convert_shards([message.shard_status])

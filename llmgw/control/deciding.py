@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from llmgw.control.reports import fleet_for
+from llmgw.control.reports import settings_view
 from llmgw.control.state import (
     ActionKey, ActionRecord, ControlState, Failure, InFlight, PassRecord, frozen,
 )
@@ -79,18 +79,26 @@ def converged(plan: Plan, fleet: Fleet) -> bool:
 
 
 def planner_fleet(state: ControlState) -> Fleet:
-    """The fleet as the planner sees it: the settings' view of each node (`fleet_for`), with the agent settings
-    each node acknowledged on its current connection, and what its agent can install and do."""
+    """The fleet as the planner sees it: the settings' view of each node (as `fleet_for`: labels laid over, reserved
+    cores and memory taken off), lost nodes with `alive=False` and no shards, and per node the agent settings it
+    acknowledged on its current connection and what its agent can install and do. One new value per node."""
     settings = state.settings
+    acked = state.acked_settings
     nodes = []
-    for node in fleet_for(state.fleet.fleet(), settings).nodes:
-        record = state.fleet.get(node.node_id)
-        nodes.append(replace(
-            node,
-            agent_settings_applied=state.acked_settings.get(node.node_id, "") if settings is not None else None,
-            engines_installable=(record.engines_installable or None) if record else None,
-            features=(record.features or None) if record else None,
-        ))
+    for record in state.fleet.records():
+        node = record.state
+        changes: dict = {
+            "agent_settings_applied": acked.get(node.node_id, "") if settings is not None else None,
+            "engines_installable": record.engines_installable or None,
+            "features": record.features or None,
+        }
+        if record.lost:
+            changes.update(alive=False, shards=())
+        elif not node.alive:
+            changes["alive"] = True
+        if settings is not None:
+            changes.update(settings_view(node, settings))
+        nodes.append(replace(node, **changes))
     return Fleet(nodes=tuple(nodes))
 
 

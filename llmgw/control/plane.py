@@ -44,6 +44,7 @@ from llmgw.control.registry import FleetRegistry
 from llmgw.control.reports import fleet_for, memory_thresholds
 from llmgw.control.routing import build_route_table
 from llmgw.control.state import ControlState, PassRecord, WatchState
+from llmgw.control.tracing import StartTracing, open_tracing
 from llmgw.control.watching import SettingsWatcher
 from llmgw.errors import EngineError, SettingsError, TemporaryError, UsageError
 from llmgw.gateway import Gateway
@@ -77,7 +78,9 @@ class ControlConfig:
     (0: a free port) so nodes get certificates with one-time tokens (`create_join_token`). `agent_tls`: a
     `llmgw.wire.ServerTls` of your own instead (no Join). `insecure_agents`: allow a plain-text agents listener
     on an address other machines reach (refused otherwise, see `llmgw.wire.check_agents_listener`).
-    `gateway`: False runs no gateway.
+    `gateway`: False runs no gateway. `otlp_endpoint`: an OTLP/HTTP collector ("http://host:4318") that receives
+    traces of passes and replica starts (None: off, see llmgw.control.tracing); `tracer_provider`: an
+    opentelemetry-sdk TracerProvider of your own instead.
     """
 
     repo: str
@@ -100,6 +103,8 @@ class ControlConfig:
     gateway: bool = True
     set_notify_url: bool = True
     lease_seconds: float = 15.0
+    otlp_endpoint: str | None = None
+    tracer_provider: Any = None
 
 
 def check_listeners_free(listeners: dict[str, Listener]) -> None:
@@ -162,6 +167,8 @@ class ControlPlane:
         self.started_at = time.time()
         self.holder = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
         self.restart_requested = trio.Event()
+        self.tracing = (StartTracing(config.tracer_provider) if config.tracer_provider is not None
+                        else open_tracing(config.otlp_endpoint))
         self.lease: LeaseKeeper | None = None
 
     # -- the state, as readers see it ---------------------------------------------------------------------
@@ -203,6 +210,23 @@ class ControlPlane:
     def watcher_repo_path(self) -> Path:
         """The settings repository as read (the mirror of a remote one)."""
         return self.watcher.repo_path
+
+    def gateway_registry(self):
+        """The Prometheus registry of this control plane's gateway counters, or None when it runs no gateway."""
+        return self.gateway.metrics.registry if self.gateway is not None else None
+
+    def is_connected(self, node_id: str) -> bool:
+        """True while `node_id`'s agent has a stream open to this control plane."""
+        return node_id in self.agents.sessions
+
+    async def command(self, node_id: str, timeout: float, **body: Any):
+        """Send one command to `node_id`'s agent and wait up to `timeout` seconds for its `CommandOutcome`.
+
+        Carries this control plane's leader-lease token (0 while it does not lead: an agent that has seen a token
+        refuses it, see llmgw.agent.fencing).
+        Raises: TemporaryError when the node is not connected, goes away or does not answer in time.
+        """
+        return await self.agents.command(node_id, timeout, fencing_token=self.loop.state.leadership.token, **body)
 
     def wake_watcher(self) -> None:
         """Make the settings watcher poll now (a hook or forge said the branch moved)."""
@@ -279,6 +303,8 @@ class ControlPlane:
         finally:
             with trio.move_on_after(3.0, shield=True):
                 await self.audit.write_pending()
+                if self.tracing is not None:
+                    await trio.to_thread.run_sync(self.tracing.shutdown)
             if self.leader:
                 store.release_lease(LEASE_NAME, self.holder)
             if self.config.store is None or isinstance(self.config.store, (str, Path)):
@@ -355,6 +381,8 @@ class ControlPlane:
         """After each batch of events: the routing table is rebuilt once, when something it depends on changed."""
         if reasons or new.settings is not old.settings:
             self._rebuild_table(new)
+        if self.tracing is not None:
+            self.tracing.on_change(old, new)
 
     # -- agents -------------------------------------------------------------------------------------------
 
@@ -407,6 +435,8 @@ class ControlPlane:
     def _after_pass(self, decision: Decision, state: ControlState) -> None:
         record = decision.record
         self.passes.append(record)
+        if self.tracing is not None:
+            self.tracing.after_pass(decision, state)
         if not state.leadership.leader:
             return  # followers plan and report; only the leader writes the audit
         doc = self.status(state, readings=False)
@@ -508,6 +538,21 @@ class ControlPlane:
             )
         commit = await trio.to_thread.run_sync(
             functools.partial(set_serving_stopped, str(self.watcher.repo_path), stopped, author_name, author_email,
+                              branch=self.config.branch),
+        )
+        await self.watcher.poll()
+        return commit
+
+    async def node_verb(self, verb: str, node: str, author_name: str, author_email: str) -> str:
+        """Commit `llmgw node cordon|uncordon|drain` or `llmgw slurm lend|reclaim` for `node` as the operator
+        (llmgw.settings.node_commits); returns the branch head. Raises: UsageError when the settings are remote."""
+        from llmgw.settings.node_commits import commit_node_verb
+
+        if self.watcher.remote:
+            raise UsageError(f"the settings live at {self.config.repo}; make the change ({verb} {node}) there and "
+                             "push it.")
+        commit = await trio.to_thread.run_sync(
+            functools.partial(commit_node_verb, str(self.watcher.repo_path), verb, node, author_name, author_email,
                               branch=self.config.branch),
         )
         await self.watcher.poll()

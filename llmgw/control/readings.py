@@ -78,11 +78,13 @@ class NodeReadings:
         return self.age(now) <= READING_MAX_AGE
 
     def to_json(self, now: float) -> dict | None:
-        """The readings as a JSON-ready dict with `age_seconds` (rounded to 0.1 s), or None when stale."""
+        """The readings as a JSON-ready dict with `age_seconds` (rounded to 0.1 s) and `taken_at_unix` (the agent's
+        clock), or None when stale."""
         if not self.fresh(now):
             return None
         return {
             "age_seconds": round(self.age(now), 1),
+            "taken_at_unix": self.agent_time,
             "cpu_percent": self.cpu_percent,
             "load1": self.load1,
             "memory_used_bytes": self.memory_used_bytes,

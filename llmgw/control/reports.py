@@ -139,6 +139,7 @@ def gpu_from_report(gpu) -> GpuState:
         is_mig=bool(gpu.is_mig_instance),
         numa_node=int(gpu.numa_node) if _has(gpu, "numa_node") else None,
         nvlink_peers=tuple(gpu.nvlink_peers),
+        parent_uuid=gpu.parent_uuid if gpu.is_mig_instance else "",
     )
 
 
@@ -165,25 +166,28 @@ def node_from_register(register, peer_host: str = "127.0.0.1") -> NodeState:
     )
 
 
-def fleet_for(fleet: Fleet, settings: Settings | None) -> Fleet:
-    """The fleet as the settings see it: each node's labels from its agent settings laid over the reported
-    ones, and its CPU cores and memory less what its agent settings reserve. GPUs its agent settings ignore
-    stay listed: the planner leaves them out and says so ("1 ignored by agent settings").
-    """
-    if settings is None:
-        return fleet
-    nodes = []
-    for node in fleet.nodes:
-        agent = settings.agent_settings_for(node.node_id)
+def settings_view(node: NodeState, settings: Settings) -> dict:
+    """What the settings change of `node` (fields for `dataclasses.replace`): its labels from its agent settings
+    laid over the reported ones, and its CPU cores and memory less what its agent settings reserve. GPUs its agent
+    settings ignore stay listed: the planner leaves them out and says so ("1 ignored by agent settings")."""
+    agent = settings.agent_settings_for(node.node_id)
+    changes: dict = {}
+    if agent.labels:
         labels = dict(node.labels)
         labels.update(agent.labels)
-        nodes.append(replace(
-            node,
-            labels=tuple(sorted(labels.items())),
-            cpu_cores=max(0.0, node.cpu_cores - agent.cpu_cores_reserved),
-            memory_bytes=max(0, node.memory_bytes - agent.memory_reserved_bytes),
-        ))
-    return Fleet(nodes=tuple(nodes))
+        changes["labels"] = tuple(sorted(labels.items()))
+    if agent.cpu_cores_reserved:
+        changes["cpu_cores"] = max(0.0, node.cpu_cores - agent.cpu_cores_reserved)
+    if agent.memory_reserved_bytes:
+        changes["memory_bytes"] = max(0, node.memory_bytes - agent.memory_reserved_bytes)
+    return changes
+
+
+def fleet_for(fleet: Fleet, settings: Settings | None) -> Fleet:
+    """The fleet as the settings see it (`settings_view` of every node); `fleet` itself when `settings` is None."""
+    if settings is None:
+        return fleet
+    return Fleet(nodes=tuple(replace(node, **settings_view(node, settings)) for node in fleet.nodes))
 
 
 def capacity_view(fleet: Fleet, settings: Settings | None) -> Fleet:

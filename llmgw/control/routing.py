@@ -19,21 +19,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from types import MappingProxyType
 
-from llmgw.identity import ShardState
+from llmgw.identity import Quota, ShardState
 from llmgw.plan.types import Fleet
-from llmgw.routes import ModelRoute, ProjectPolicy, QuotaLimits, ReplicaRoute, RouteTable
-from llmgw.settings.model import Quota, Settings
+from llmgw.routes import ModelRoute, ProjectPolicy, ReplicaRoute, RouteTable
+from llmgw.settings.model import Settings
 
 
-def _limits(quota: Quota) -> QuotaLimits | None:
-    limits = QuotaLimits(
-        requests_per_minute=quota.requests_per_minute,
-        tokens_per_minute=quota.tokens_per_minute,
-        tokens_per_day=quota.tokens_per_day,
-        concurrent_requests=quota.concurrent_requests,
-        budget=quota.budget,
-    )
-    return None if limits == QuotaLimits() else limits
+def _limits(quota: Quota) -> Quota | None:
+    """`quota`, or None when it limits nothing (the table then carries no scope for it)."""
+    return None if quota == Quota() else quota
 
 
 def ready_replicas(fleet: Fleet) -> dict[str, list[ReplicaRoute]]:

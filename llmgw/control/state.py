@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
 from llmgw.control.registry import FleetRegistry
+from llmgw.control.tallies import Tallies
 from llmgw.errors import Issue
 from llmgw.plan.types import Action, Plan, Unplaced
 from llmgw.settings.model import Settings
@@ -150,7 +151,8 @@ class ControlState:
     converged to. `in_flight`, `failures`, `restarts`: actions by `ActionKey`. `acked_settings`: node id ->
     fingerprint of the agent settings its agent acknowledged on its current connection. `allow_empty_commit`:
     a commit `llmgw apply --allow-empty` let empty the catalog. `passes`, `last_pass`, `last_plan`: the latest
-    reconcile pass. `timers`: wake-up times (control-plane clock) with their reason, for backoffs.
+    reconcile pass. `timers`: wake-up times (control-plane clock) with their reason, for backoffs. `tallies`:
+    running counts of passes and actions (llmgw.control.tallies), what /metrics exports.
     """
 
     watch: WatchState = WatchState()
@@ -166,6 +168,7 @@ class ControlState:
     last_pass: PassRecord | None = None
     last_plan: Plan | None = None
     timers: tuple[tuple[float, str], ...] = ()
+    tallies: Tallies = Tallies()
 
     @property
     def settings(self) -> Settings | None:

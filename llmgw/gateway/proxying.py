@@ -116,20 +116,28 @@ async def open_upstream(pool: UpstreamPool, balancer: Balancer, route: ModelRout
             balancer.finished(replica.replica_id)
             raise
         if response.status >= 500 or response.status == 401:
+            raw_detail = b""
             try:
                 with trio.move_on_after(5):
-                    detail = (await response.read())[:300].decode("utf-8", "replace")
+                    raw_detail = (await response.read())[:2000]
             except UpstreamFailure:
-                detail = ""
+                pass
             finally:
                 await response.aclose()
                 balancer.finished(replica.replica_id)
+            detail = raw_detail[:300].decode("utf-8", "replace")
             outcome.sent_to_engine = False
             log.warning("model %s replica %s: the engine answered %d: %s", route.name, replica.replica_id,
                         response.status, detail)
-            why = ("refused llmgw's replica key (the operator must check it)" if response.status == 401
-                   else f"failed (status {response.status})")
-            failure = upstream_failed(f"The engine for model '{route.name}' {why}; try again.", 502)
+            if response.status == 401:
+                why = "refused llmgw's replica key (the operator must check it); try again"
+            else:  # the engine's own words say what went wrong; its address and key never reach the client
+                netloc = _netloc(replica.base_url)
+                said = engine_error(response.status, raw_detail, hide=[
+                    replica.replica_key or "", netloc, netloc.rsplit(":", 1)[0].strip("[]")]).message
+                why = (f"failed (status {response.status}): {said}" if said
+                       else f"failed (status {response.status}); try again")
+            failure = upstream_failed(f"The engine for model '{route.name}' {why}", 502)
             continue
         outcome.replica = replica
         return response

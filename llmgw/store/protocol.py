@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Protocol, runtime_checkable
 
-from llmgw.routes import QuotaLimits
+from llmgw.identity import Quota
 from llmgw.store.records import (
     ApiKey,
     Headroom,
@@ -76,7 +76,7 @@ class Store(Protocol):
         """Revoke `key_id` (idempotent); returns its record. Raises StoreError for an unknown id."""
 
     # -- quotas ------------------------------------------------------------------------------------------------
-    def reserve(self, scopes: Sequence[tuple[str, QuotaLimits]], estimated_tokens: int, estimated_cost: float,
+    def reserve(self, scopes: Sequence[tuple[str, Quota]], estimated_tokens: int, estimated_cost: float,
                 now: float | None = None) -> Reservation | Rejection:
         """Admit a request against every scope at once, or refuse it consuming nothing in any scope."""
 
@@ -92,7 +92,7 @@ class Store(Protocol):
     def renew(self, reservation: Reservation, now: float | None = None) -> bool:
         """Keep a long request's concurrency slots from expiring for another slot TTL; False if none is held."""
 
-    def headroom(self, scopes: Sequence[tuple[str, QuotaLimits]], now: float | None = None) -> Headroom:
+    def headroom(self, scopes: Sequence[tuple[str, Quota]], now: float | None = None) -> Headroom:
         """The tightest request and token allowances of `scopes` (a read)."""
 
     def apply_settlement(self, settlement: Settlement) -> bool:

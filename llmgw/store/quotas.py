@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 
-from llmgw.routes import QuotaLimits
+from llmgw.identity import Quota
 from llmgw.store.dialects import SqlConnection
 from llmgw.store.records import Allowance, Charge, Headroom, Rejection, Reservation
 
@@ -45,7 +45,7 @@ LIMITS: dict[str, tuple[str, str]] = {
 CONCURRENCY_RETRY_SECONDS = 1.0
 
 
-def has_limits(limits: QuotaLimits) -> bool:
+def has_limits(limits: Quota) -> bool:
     """True when at least one of `limits` is set (not None)."""
     return any(getattr(limits, name) is not None for name in LIMITS)
 
@@ -66,7 +66,7 @@ def window_bounds(period: str, now: float) -> tuple[float, float]:
     raise ValueError(f"unknown quota period {period!r}")
 
 
-def _periods(limits: QuotaLimits) -> list[str]:
+def _periods(limits: Quota) -> list[str]:
     periods = []
     if limits.requests_per_minute is not None or limits.tokens_per_minute is not None:
         periods.append(MINUTE)
@@ -99,7 +99,7 @@ class Snapshot:
         return amount, max(0.0, end - self.now)
 
 
-def empty_snapshot(scopes: Sequence[tuple[str, QuotaLimits]], now: float) -> Snapshot:
+def empty_snapshot(scopes: Sequence[tuple[str, Quota]], now: float) -> Snapshot:
     """A snapshot of `scopes` at `now` with every window and slot count at zero (pure)."""
     snapshot = Snapshot(now)
     bounds: dict[str, tuple[float, float]] = {}
@@ -114,7 +114,7 @@ def empty_snapshot(scopes: Sequence[tuple[str, QuotaLimits]], now: float) -> Sna
     return snapshot
 
 
-def read_snapshot(conn: SqlConnection, scopes: Sequence[tuple[str, QuotaLimits]], now: float) -> Snapshot:
+def read_snapshot(conn: SqlConnection, scopes: Sequence[tuple[str, Quota]], now: float) -> Snapshot:
     """Read the windows and slot counts of `scopes` at `now` (one SELECT for the windows, one per slot scope)."""
     snapshot = empty_snapshot(scopes, now)
     counts = {scope: conn.execute("SELECT count(*) FROM quota_slots WHERE scope = ? AND expires_at > ?", (scope, now))
@@ -136,7 +136,7 @@ def read_snapshot(conn: SqlConnection, scopes: Sequence[tuple[str, QuotaLimits]]
     return snapshot
 
 
-def _headroom(snapshot: Snapshot, scopes: Sequence[tuple[str, QuotaLimits]],
+def _headroom(snapshot: Snapshot, scopes: Sequence[tuple[str, Quota]],
               extra_requests: int = 0, extra_tokens: int = 0) -> Headroom:
     requests: Allowance | None = None
     tokens: Allowance | None = None
@@ -156,7 +156,7 @@ def _headroom(snapshot: Snapshot, scopes: Sequence[tuple[str, QuotaLimits]],
     return Headroom(requests=requests, tokens=tokens)
 
 
-def read_headroom(conn: SqlConnection, scopes: Sequence[tuple[str, QuotaLimits]], now: float) -> Headroom:
+def read_headroom(conn: SqlConnection, scopes: Sequence[tuple[str, Quota]], now: float) -> Headroom:
     """The tightest request and token allowances of `scopes` at `now` (a read; no transaction needed)."""
     limited = [(scope, limits) for scope, limits in scopes if has_limits(limits)]
     if not limited:
@@ -164,7 +164,7 @@ def read_headroom(conn: SqlConnection, scopes: Sequence[tuple[str, QuotaLimits]]
     return _headroom(read_snapshot(conn, limited, now), limited)
 
 
-def decide(snapshot: Snapshot, limited: Sequence[tuple[str, QuotaLimits]], estimated_tokens: int,
+def decide(snapshot: Snapshot, limited: Sequence[tuple[str, Quota]], estimated_tokens: int,
            estimated_cost: float) -> Rejection | list[Charge]:
     """The quota rule, pure: the Rejection of the tightest limit `snapshot` leaves no room in, or the charges to
     write (one per limited window, sorted by window key so that every backend writes rows in one order).
@@ -191,7 +191,7 @@ def decide(snapshot: Snapshot, limited: Sequence[tuple[str, QuotaLimits]], estim
                   key=lambda c: (c.scope, c.period, c.start))
 
 
-def reserve(conn: SqlConnection, scopes: Sequence[tuple[str, QuotaLimits]], estimated_tokens: int,
+def reserve(conn: SqlConnection, scopes: Sequence[tuple[str, Quota]], estimated_tokens: int,
             estimated_cost: float, now: float, reservation_id: str, slot_ttl: float) -> Reservation | Rejection:
     """Check every limit of every scope, then charge them all, or charge nothing and return a Rejection.
 

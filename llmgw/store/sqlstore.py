@@ -15,7 +15,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
 
 from llmgw.errors import UsageError
-from llmgw.routes import QuotaLimits
+from llmgw.identity import Quota
 from llmgw.store import keys, quotas
 from llmgw.store import usage as usage_table
 from llmgw.store.dialects import SqlConnection
@@ -124,7 +124,7 @@ class SqlStore:
             return keys.revoke_api_key(conn, key_id, _now(now))
 
     # -- quotas ------------------------------------------------------------------------------------------------
-    def reserve(self, scopes: Sequence[tuple[str, QuotaLimits]], estimated_tokens: int, estimated_cost: float,
+    def reserve(self, scopes: Sequence[tuple[str, Quota]], estimated_tokens: int, estimated_cost: float,
                 now: float | None = None) -> Reservation | Rejection:
         if estimated_tokens < 0 or estimated_cost < 0:
             raise UsageError("A reservation's estimated tokens and cost cannot be negative.")
@@ -164,7 +164,7 @@ class SqlStore:
         with self._write() as conn:
             return quotas.renew(conn, reservation.reservation_id, _now(now), self.slot_ttl) > 0
 
-    def headroom(self, scopes: Sequence[tuple[str, QuotaLimits]], now: float | None = None) -> Headroom:
+    def headroom(self, scopes: Sequence[tuple[str, Quota]], now: float | None = None) -> Headroom:
         if not any(quotas.has_limits(limits) for _scope, limits in scopes):
             return Headroom()
         with self._read() as conn:

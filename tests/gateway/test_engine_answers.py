@@ -10,7 +10,7 @@ import json
 import openai
 import pytest
 from gateway_harness import (
-    ENGINE_KEY, ProjectPolicy, QuotaLimits, ReplayEngine, make_table, replica, start_gateway, start_replay,
+    ENGINE_KEY, ProjectPolicy, Quota, ReplayEngine, make_table, replica, start_gateway, start_replay,
     vllm_capture,
 )
 
@@ -21,7 +21,7 @@ USER = [{"role": "user", "content": "hi"}]
 
 async def _gateway_before(nursery, store, engine: ReplayEngine, **table):
     url = await start_replay(nursery, engine)
-    projects = {"chat": ProjectPolicy("chat", "t", "o", quotas=(("project:chat", QuotaLimits(tokens_per_minute=10_000,
+    projects = {"chat": ProjectPolicy("chat", "t", "o", quotas=(("project:chat", Quota(tokens_per_minute=10_000,
                                                                                             concurrent_requests=1)),))}
     gateway, base = await start_gateway(nursery, store, make_table({"gemma": [replica("g-1", url)]}, projects=projects,
                                                                    **table))

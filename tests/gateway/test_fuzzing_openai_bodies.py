@@ -19,7 +19,7 @@ import threading
 import httpx
 import pytest
 import trio
-from gateway_harness import ProjectPolicy, QuotaLimits, make_table, replica, start_engine, start_gateway
+from gateway_harness import ProjectPolicy, Quota, make_table, replica, start_engine, start_gateway
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
@@ -39,7 +39,7 @@ def served(tmp_path_factory):
     async def main() -> None:
         store = open_store(tmp_path_factory.mktemp("fuzz") / "store.db")
         _key, plaintext = store.create_api_key("chat")
-        quotas = (("project:chat", QuotaLimits(tokens_per_day=10**12, concurrent_requests=64)),)
+        quotas = (("project:chat", Quota(tokens_per_day=10**12, concurrent_requests=64)),)
         async with trio.open_nursery() as nursery:
             _engine, url = await start_engine(nursery)
             table = make_table({"gemma": [replica("g-1", url)]}, aliases={"gemma": ("gemma-3",)},

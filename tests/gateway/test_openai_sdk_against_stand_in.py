@@ -198,10 +198,10 @@ async def test_engine_failure_mid_stream_ends_it_with_an_error_event(nursery, st
 
 
 async def test_a_429_is_retried_by_the_sdk_after_retry_after(nursery, store):
-    from gateway_harness import QuotaLimits
+    from gateway_harness import Quota
 
     _engine, url = await start_engine(nursery, token_delay=0.05)
-    projects = {"chat": ProjectPolicy("chat", "t", "o", quotas=(("project:chat", QuotaLimits(concurrent_requests=1)),))}
+    projects = {"chat": ProjectPolicy("chat", "t", "o", quotas=(("project:chat", Quota(concurrent_requests=1)),))}
     gateway, base = await start_gateway(nursery, store, make_table({"gemma": [replica("g-1", url)]},
                                                                    projects=projects))
     _key, plaintext = store.create_api_key("chat")
@@ -222,11 +222,12 @@ async def test_a_429_is_retried_by_the_sdk_after_retry_after(nursery, store):
     assert 'status="429"' in metrics
 
 
-async def test_metrics_count_requests_tokens_and_ready_replicas(setup):
+async def test_metrics_count_requests_tokens_and_ready_replicas_and_are_not_on_the_api_port(setup):
     _engine, gateway, base, client, _ = setup
     await client.chat.completions.create(model="gemma", messages=MESSAGES)
     async with httpx.AsyncClient() as raw:
-        text = (await raw.get(base.removesuffix("/v1") + "/metrics")).text
+        assert (await raw.get(base.removesuffix("/v1") + "/metrics")).status_code == 404  # issue 19 item 4
+    text = gateway.metrics.render().decode()
     assert 'llmgw_gateway_requests_total{model="gemma",project="chat",status="200"} 1.0' in text
     assert 'llmgw_gateway_ready_replicas{model="gemma"} 1.0' in text
     assert "llmgw_gateway_prompt_tokens_total" in text and "llmgw_gateway_requests_in_flight" in text

@@ -7,7 +7,7 @@ import time
 import httpx
 import openai
 import trio
-from gateway_harness import ProjectPolicy, QuotaLimits, make_table, replica, start_engine, start_gateway
+from gateway_harness import ProjectPolicy, Quota, make_table, replica, start_engine, start_gateway
 
 MAX_TOKENS = 10
 
@@ -24,8 +24,8 @@ async def test_64_concurrent_requests_never_overspend_tokens_per_minute_by_more_
     _engine, url = await start_engine(nursery)
     limit = 300
     projects = {"chat": ProjectPolicy("chat", "research", "acme",
-                                      quotas=(("project:chat", QuotaLimits(tokens_per_minute=limit)),
-                                              ("team:research", QuotaLimits()),))}
+                                      quotas=(("project:chat", Quota(tokens_per_minute=limit)),
+                                              ("team:research", Quota()),))}
     # settle_wait long enough that every answer's usage is in the store when its response ends, however loaded the
     # machine: this test reads the store right after the burst (the spool's deferred writes have tests of their own)
     _gateway, base = await start_gateway(nursery, store, make_table({"gemma": [replica("g-1", url)]},
@@ -60,7 +60,7 @@ async def test_64_concurrent_requests_never_overspend_tokens_per_minute_by_more_
 async def test_aborted_streams_leave_no_slot_held_and_bill_what_was_generated(nursery, store):
     engine, url = await start_engine(nursery, token_delay=0.05)
     projects = {"chat": ProjectPolicy("chat", "t", "o",
-                                      quotas=(("project:chat", QuotaLimits(concurrent_requests=2)),))}
+                                      quotas=(("project:chat", Quota(concurrent_requests=2)),))}
     gateway, base = await start_gateway(nursery, store, make_table({"gemma": [replica("g-1", url)]},
                                                                    projects=projects))
     _key, plaintext = store.create_api_key("chat")

@@ -14,7 +14,7 @@ import httpx
 import openai
 import pytest
 import trio
-from gateway_harness import ProjectPolicy, QuotaLimits, make_table, replica, start_gateway
+from gateway_harness import ProjectPolicy, Quota, make_table, replica, start_gateway
 
 pytestmark = pytest.mark.slow
 ENGINE_KEY = "real-engine-key"
@@ -61,7 +61,7 @@ def llama_server(llama_server_binary, gemma_gguf, tmp_path_factory):
 @pytest.fixture
 async def client(nursery, store, llama_server):
     projects = {"chat": ProjectPolicy("chat", "t", "o",
-                                      quotas=(("project:chat", QuotaLimits(concurrent_requests=1)),))}
+                                      quotas=(("project:chat", Quota(concurrent_requests=1)),))}
     table = make_table({"gemma-3-270m": [replica("gemma-3-270m-1", llama_server, replica_key=ENGINE_KEY)]},
                        aliases={"gemma-3-270m": ("gemma",)}, projects=projects)
     gateway, base = await start_gateway(nursery, store, table)
@@ -128,8 +128,8 @@ async def test_engine_errors_and_gateway_errors_raise_the_matching_sdk_exception
 
 async def test_a_429_for_concurrency_is_retried_by_the_sdk(client, nursery):
     sdk, _gateway = client
-    retrying = sdk.with_options(max_retries=3)
-    long = await sdk.chat.completions.create(model="gemma", messages=MESSAGES, max_tokens=40, stream=True)
+    retrying = sdk.with_options(max_retries=20)  # Retry-After is 1 s: room for a loaded machine's slow decode
+    long = await sdk.chat.completions.create(model="gemma", messages=MESSAGES, max_tokens=12, stream=True)
 
     async def drain():
         async for _ in long:

@@ -13,7 +13,7 @@ from llmgw.gateway.limits import CompletionLimit, completion_limit, enforced_fie
 from llmgw.gateway.openapi.update import convert
 from llmgw.gateway.problems import ApiError
 from llmgw.gateway.validation import MAX_JSON_DEPTH, MAX_TOKENS_CAP, parse_body, source, validate_request
-from llmgw.routes import ProjectPolicy, QuotaLimits
+from llmgw.routes import ProjectPolicy, Quota
 
 CHAT, COMPLETIONS, EMBEDDINGS = "/v1/chat/completions", "/v1/completions", "/v1/embeddings"
 USER = [{"role": "user", "content": "hi"}]
@@ -158,8 +158,8 @@ def test_under_token_limits_the_engine_is_sent_the_reserved_max_tokens():
     assert enforced_fields({"max_tokens": 40.0}, CompletionLimit(40, 1), False) == {"max_tokens": 40}
     assert enforced_fields({"max_tokens": 40}, CompletionLimit(40, 1), False) == {}
     assert enforced_fields({}, CompletionLimit(0, 1), True) == {}
-    tokens = ProjectPolicy("p", "t", "o", quotas=(("project:p", QuotaLimits(tokens_per_day=300)),))
-    requests_only = ProjectPolicy("p", "t", "o", quotas=(("project:p", QuotaLimits(requests_per_minute=5)),))
+    tokens = ProjectPolicy("p", "t", "o", quotas=(("project:p", Quota(tokens_per_day=300)),))
+    requests_only = ProjectPolicy("p", "t", "o", quotas=(("project:p", Quota(requests_per_minute=5)),))
     assert limits_tokens(tokens) and not limits_tokens(requests_only)
 
 

@@ -14,7 +14,7 @@ import httpx
 import openai
 import pytest
 import trio
-from gateway_harness import ProjectPolicy, QuotaLimits, make_table, replica, start_engine, start_gateway
+from gateway_harness import ProjectPolicy, Quota, make_table, replica, start_engine, start_gateway
 
 from llmgw.errors import TemporaryError
 from llmgw.store import open_store
@@ -58,7 +58,7 @@ def projects(concurrent: int | None = None) -> dict[str, ProjectPolicy]:
     return {
         "free": ProjectPolicy("free", "t", "o"),
         "metered": ProjectPolicy("metered", "t", "o",
-                                 quotas=(("project:metered", QuotaLimits(concurrent_requests=concurrent or 1)),)),
+                                 quotas=(("project:metered", Quota(concurrent_requests=concurrent or 1)),)),
     }
 
 

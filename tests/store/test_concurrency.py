@@ -9,7 +9,7 @@ import textwrap
 import threading
 import time
 
-from llmgw.routes import QuotaLimits
+from llmgw.routes import Quota
 from llmgw.store import Reservation, Store, open_store
 
 from .conftest import rows
@@ -46,7 +46,7 @@ def window_tokens(store: Store, scope: str) -> int:
 
 def test_64_threads_never_overspend_a_tokens_per_minute_quota(store: Store) -> None:
     limit = 4000
-    scopes = [("project:chat", QuotaLimits(tokens_per_minute=limit)), ("team:research", QuotaLimits(tokens_per_minute=10**6))]
+    scopes = [("project:chat", Quota(tokens_per_minute=limit)), ("team:research", Quota(tokens_per_minute=10**6))]
 
     def estimate(index: int) -> int:
         return 50 + (index * 37) % 200
@@ -69,7 +69,7 @@ def test_64_threads_never_overspend_a_tokens_per_minute_quota(store: Store) -> N
 
 
 def test_64_threads_never_hold_more_slots_than_concurrent_requests_and_leave_none(store: Store) -> None:
-    scopes = [("project:chat", QuotaLimits(concurrent_requests=4))]
+    scopes = [("project:chat", Quota(concurrent_requests=4))]
     lock = threading.Lock()
     state = {"in_flight": 0, "most": 0, "admitted": 0}
 
@@ -100,10 +100,10 @@ def test_64_threads_never_hold_more_slots_than_concurrent_requests_and_leave_non
 
 CHILD = textwrap.dedent("""
     import sys, threading, json
-    from llmgw.routes import QuotaLimits
+    from llmgw.routes import Quota
     from llmgw.store import open_store, Reservation
     store = open_store(sys.argv[1])
-    scopes = [("org:acme", QuotaLimits(tokens_per_minute=int(sys.argv[2])))]
+    scopes = [("org:acme", Quota(tokens_per_minute=int(sys.argv[2])))]
     start = threading.Barrier(16)
     got = []
     def work(i):

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from llmgw.cli import store_cmds
 from llmgw.errors import StoreError
-from llmgw.routes import QuotaLimits
+from llmgw.routes import Quota
 from llmgw.store import Reservation, UsageRecord, open_store
 from llmgw.store.sqlstore import TABLES
 
@@ -28,7 +28,7 @@ def fill(store) -> dict:
     key, plaintext = store.create_api_key("chat", name="ci", expires_at=NOW + 86400, now=NOW)
     revoked, _ = store.create_api_key("chat", now=NOW)
     store.revoke_api_key(revoked.key_id, NOW + 5)
-    scopes = [("project:chat", QuotaLimits(concurrent_requests=4, tokens_per_minute=1000, budget=10.0))]
+    scopes = [("project:chat", Quota(concurrent_requests=4, tokens_per_minute=1000, budget=10.0))]
     settled = store.reserve(scopes, 100, 0.5, NOW)
     store.settle(settled, 40, 0.2, NOW + 1, usage=UsageRecord("chat", "gemma", NOW + 1, key_id=key.key_id,
                                                                prompt_tokens=30, completion_tokens=10, cost=0.2))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import trio
 
-from llmgw.routes import QuotaLimits
+from llmgw.routes import Quota
 from llmgw.store import Reservation, Store, UsageRecord
 
 from .conftest import rows
@@ -13,7 +13,7 @@ NOW = 1_800_000_000.0
 
 
 async def test_many_trio_tasks_reserve_and_settle_through_worker_threads(store: Store) -> None:
-    scopes = [("project:chat", QuotaLimits(concurrent_requests=3, tokens_per_minute=2_000))]
+    scopes = [("project:chat", Quota(concurrent_requests=3, tokens_per_minute=2_000))]
     admitted: list[int] = []
 
     async def request(index: int) -> None:

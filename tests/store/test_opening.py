@@ -105,7 +105,7 @@ def test_admin_tokens_are_checked_by_hash(store: Store, store_path: Path, backen
 def test_a_version_1_store_keeps_its_open_reservations_through_the_upgrade(store_path: Path) -> None:
     import json
 
-    from llmgw.routes import QuotaLimits
+    from llmgw.routes import Quota
     from llmgw.store import Reservation
     from llmgw.store.schema import MIGRATIONS
 
@@ -124,7 +124,7 @@ def test_a_version_1_store_keeps_its_open_reservations_through_the_upgrade(store
     store = open_store(store_path)
     try:
         assert store._conn.execute("SELECT id FROM quota_reservations").fetchall() == [("res_open",)]
-        scopes = (("project:p", QuotaLimits(tokens_per_minute=1000)),)
+        scopes = (("project:p", Quota(tokens_per_minute=1000)),)
         held = Reservation("res_open", ("project:p",), 100, 0.0, start)
         assert store.settle(held, 10, 0.0, start + 1) is True
         assert store.settle(held, 10, 0.0, start + 1) is False  # settling stays idempotent

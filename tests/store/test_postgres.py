@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from llmgw.cli import store_cmds
 from llmgw.errors import StoreError
-from llmgw.routes import QuotaLimits
+from llmgw.routes import Quota
 from llmgw.store import Reservation, open_store, open_store_from_settings, redacted, store_url_from_settings
 from llmgw.store.postgres import redact_url
 from llmgw.store.postgres_schema import SCHEMA_VERSION
@@ -121,7 +121,7 @@ def test_two_stores_on_one_database_share_one_concurrency_limit(postgres_schema:
     url = schema_url(postgres_schema)
     first, second = open_store(url), open_store(url)
     try:
-        scopes = [("project:chat", QuotaLimits(concurrent_requests=3))]
+        scopes = [("project:chat", Quota(concurrent_requests=3))]
         taken = [s.reserve(scopes, 1, 0.0, NOW) for s in (first, second, first, second, first)]
         assert [isinstance(t, Reservation) for t in taken] == [True, True, True, False, False]
         assert second.release(taken[0], NOW)  # a reservation made through one is closed through the other

@@ -6,7 +6,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from llmgw.routes import QuotaLimits
+from llmgw.routes import Quota
 from llmgw.store import Rejection, Reservation, Store, UsageRecord, open_store
 
 from .conftest import rows
@@ -36,7 +36,7 @@ def refused(outcome: Reservation | Rejection) -> Rejection:
 
 
 def test_scopes_without_limits_never_refuse_and_write_nothing(store: Store) -> None:
-    scopes = [("project:chat", QuotaLimits()), ("team:research", QuotaLimits()), ("org:acme", QuotaLimits())]
+    scopes = [("project:chat", Quota()), ("team:research", Quota()), ("org:acme", Quota())]
     before = written(store)
     for _ in range(50):
         reservation = admitted(store.reserve(scopes, 10**9, 10**6, NOW))
@@ -48,7 +48,7 @@ def test_scopes_without_limits_never_refuse_and_write_nothing(store: Store) -> N
 
 
 def test_requests_per_minute_refuses_the_third_request_until_the_next_minute(store: Store) -> None:
-    scopes = [("project:chat", QuotaLimits(requests_per_minute=2))]
+    scopes = [("project:chat", Quota(requests_per_minute=2))]
     admitted(store.reserve(scopes, 10, 0.0, NOW + 1))
     second = admitted(store.reserve(scopes, 10, 0.0, NOW + 2))
     assert second.headroom.requests.remaining == 0 and second.headroom.requests.limit == 2
@@ -63,7 +63,7 @@ def test_requests_per_minute_refuses_the_third_request_until_the_next_minute(sto
 
 
 def test_tokens_per_minute_counts_estimates_and_flags_a_request_larger_than_the_limit(store: Store) -> None:
-    scopes = [("project:chat", QuotaLimits(tokens_per_minute=1000))]
+    scopes = [("project:chat", Quota(tokens_per_minute=1000))]
     first = admitted(store.reserve(scopes, 600, 0.0, NOW))
     assert first.headroom.tokens.remaining == 400
     rejection = refused(store.reserve(scopes, 500, 0.0, NOW + 1))
@@ -75,7 +75,7 @@ def test_tokens_per_minute_counts_estimates_and_flags_a_request_larger_than_the_
 
 def test_tokens_per_day_resets_at_utc_midnight(store: Store) -> None:
     midnight = datetime(2027, 3, 4, tzinfo=timezone.utc).timestamp()
-    scopes = [("org:acme", QuotaLimits(tokens_per_day=100))]
+    scopes = [("org:acme", Quota(tokens_per_day=100))]
     admitted(store.reserve(scopes, 100, 0.0, midnight - 3600))
     rejection = refused(store.reserve(scopes, 1, 0.0, midnight - 10))
     assert rejection.limit_name == "tokens_per_day" and rejection.retry_after_seconds == pytest.approx(10.0)
@@ -83,7 +83,7 @@ def test_tokens_per_day_resets_at_utc_midnight(store: Store) -> None:
 
 
 def test_the_budget_is_per_utc_calendar_month(store: Store) -> None:
-    scopes = [("team:research", QuotaLimits(budget=1.0))]
+    scopes = [("team:research", Quota(budget=1.0))]
     start = datetime(2027, 12, 31, 23, 0, tzinfo=timezone.utc).timestamp()
     reservation = admitted(store.reserve(scopes, 10, 0.75, start))
     store.settle(reservation, 10, 0.90, start + 1)
@@ -95,7 +95,7 @@ def test_the_budget_is_per_utc_calendar_month(store: Store) -> None:
 
 
 def test_concurrent_requests_hold_slots_until_settled_or_released(store: Store) -> None:
-    scopes = [("project:chat", QuotaLimits(concurrent_requests=2))]
+    scopes = [("project:chat", Quota(concurrent_requests=2))]
     a = admitted(store.reserve(scopes, 1, 0.0, NOW))
     b = admitted(store.reserve(scopes, 1, 0.0, NOW))
     rejection = refused(store.reserve(scopes, 1, 0.0, NOW))
@@ -109,10 +109,10 @@ def test_concurrent_requests_hold_slots_until_settled_or_released(store: Store) 
 
 def test_a_refusal_in_one_scope_consumes_nothing_in_any_scope(store: Store) -> None:
     scopes = [
-        ("project:chat", QuotaLimits(requests_per_minute=100, tokens_per_minute=10_000, tokens_per_day=10**6,
+        ("project:chat", Quota(requests_per_minute=100, tokens_per_minute=10_000, tokens_per_day=10**6,
                                      concurrent_requests=10, budget=100.0)),
-        ("team:research", QuotaLimits(tokens_per_minute=10_000, concurrent_requests=10)),
-        ("org:acme", QuotaLimits(tokens_per_minute=1_000)),
+        ("team:research", Quota(tokens_per_minute=10_000, concurrent_requests=10)),
+        ("org:acme", Quota(tokens_per_minute=1_000)),
     ]
     admitted(store.reserve(scopes, 900, 1.0, NOW))
     before = quota_rows(store)
@@ -121,14 +121,14 @@ def test_a_refusal_in_one_scope_consumes_nothing_in_any_scope(store: Store) -> N
     assert (rejection.scope, rejection.limit_name) == ("org:acme", "tokens_per_minute")
     assert quota_rows(store) == before
     # The team now refuses on concurrency (its one slot is taken): again nothing moves anywhere.
-    narrow = [scopes[0], ("team:research", QuotaLimits(concurrent_requests=1)), scopes[2]]
+    narrow = [scopes[0], ("team:research", Quota(concurrent_requests=1)), scopes[2]]
     rejection = refused(store.reserve(narrow, 1, 0.0, NOW + 6))
     assert (rejection.scope, rejection.limit_name) == ("team:research", "concurrent_requests")
     assert quota_rows(store) == before
 
 
 def test_the_longest_wait_is_reported_when_several_limits_refuse(store: Store) -> None:
-    scopes = [("project:chat", QuotaLimits(tokens_per_minute=10, tokens_per_day=10))]
+    scopes = [("project:chat", Quota(tokens_per_minute=10, tokens_per_day=10))]
     admitted(store.reserve(scopes, 10, 0.0, NOW))
     rejection = refused(store.reserve(scopes, 5, 0.0, NOW + 1))
     assert rejection.limit_name == "tokens_per_day"
@@ -136,7 +136,7 @@ def test_the_longest_wait_is_reported_when_several_limits_refuse(store: Store) -
 
 
 def test_settling_replaces_the_estimate_with_the_actual_tokens(store: Store) -> None:
-    scopes = [("project:chat", QuotaLimits(tokens_per_minute=1000))]
+    scopes = [("project:chat", Quota(tokens_per_minute=1000))]
     reservation = admitted(store.reserve(scopes, 800, 0.0, NOW))
     assert store.settle(reservation, 120, 0.0, NOW + 2)
     assert store.headroom(scopes, NOW + 3).tokens.remaining == 880
@@ -146,7 +146,7 @@ def test_settling_replaces_the_estimate_with_the_actual_tokens(store: Store) -> 
 
 
 def test_tokens_settled_in_a_later_minute_count_in_that_minute(store: Store) -> None:
-    scopes = [("project:chat", QuotaLimits(tokens_per_minute=1000))]
+    scopes = [("project:chat", Quota(tokens_per_minute=1000))]
     reservation = admitted(store.reserve(scopes, 500, 0.0, NOW + 50))
     store.settle(reservation, 300, 0.0, NOW + 70)
     assert store.headroom(scopes, NOW + 59).tokens.remaining == 1000
@@ -154,7 +154,7 @@ def test_tokens_settled_in_a_later_minute_count_in_that_minute(store: Store) -> 
 
 
 def test_releasing_refunds_tokens_and_cost_but_the_request_still_counts(store: Store) -> None:
-    scopes = [("project:chat", QuotaLimits(requests_per_minute=5, tokens_per_minute=1000, budget=2.0))]
+    scopes = [("project:chat", Quota(requests_per_minute=5, tokens_per_minute=1000, budget=2.0))]
     reservation = admitted(store.reserve(scopes, 700, 1.5, NOW))
     assert store.release(reservation, NOW + 1)
     headroom = store.headroom(scopes, NOW + 1)
@@ -163,18 +163,18 @@ def test_releasing_refunds_tokens_and_cost_but_the_request_still_counts(store: S
 
 
 def test_settle_can_record_usage_in_the_same_transaction(store: Store) -> None:
-    scopes = [("project:chat", QuotaLimits(tokens_per_minute=1000))]
+    scopes = [("project:chat", Quota(tokens_per_minute=1000))]
     reservation = admitted(store.reserve(scopes, 100, 0.0, NOW))
     record = UsageRecord(project="chat", model="gemma", time=NOW + 1, prompt_tokens=7, completion_tokens=5)
     store.settle(reservation, 12, 0.0, NOW + 1, usage=record)
     assert store.recent_usage() == [record]
-    unlimited = admitted(store.reserve([("project:free", QuotaLimits())], 100, 0.0, NOW))
+    unlimited = admitted(store.reserve([("project:free", Quota())], 100, 0.0, NOW))
     store.settle(unlimited, 12, 0.0, NOW + 1, usage=record)
     assert len(store.recent_usage()) == 2
 
 
 def test_slots_of_a_crashed_gateway_are_reclaimed_after_their_ttl(store_url: str) -> None:
-    scopes = [("project:chat", QuotaLimits(concurrent_requests=1))]
+    scopes = [("project:chat", Quota(concurrent_requests=1))]
     crashed = open_store(store_url, slot_ttl=30.0)
     admitted(crashed.reserve(scopes, 1, 0.0, NOW))
     crashed.close()  # never settles: the process is gone
@@ -183,7 +183,7 @@ def test_slots_of_a_crashed_gateway_are_reclaimed_after_their_ttl(store_url: str
         assert refused(survivor.reserve(scopes, 1, 0.0, NOW + 29)).limit_name == "concurrent_requests"
         admitted(survivor.reserve(scopes, 1, 0.0, NOW + 31))
         assert rows(survivor, "SELECT count(*) FROM quota_slots") == [(2,)]  # not yet pruned
-        survivor.reserve([("project:other", QuotaLimits(concurrent_requests=5))], 1, 0.0, NOW + 2000)
+        survivor.reserve([("project:other", Quota(concurrent_requests=5))], 1, 0.0, NOW + 2000)
         assert rows(survivor, "SELECT count(*) FROM quota_slots") == [(1,)]  # pruned
     finally:
         survivor.close()
@@ -191,7 +191,7 @@ def test_slots_of_a_crashed_gateway_are_reclaimed_after_their_ttl(store_url: str
 
 def test_renewing_keeps_a_long_request_in_its_slot(store_url: str) -> None:
     store = open_store(store_url, slot_ttl=30.0)
-    scopes = [("project:chat", QuotaLimits(concurrent_requests=1))]
+    scopes = [("project:chat", Quota(concurrent_requests=1))]
     try:
         long_stream = admitted(store.reserve(scopes, 1, 0.0, NOW))
         assert store.renew(long_stream, NOW + 25)
@@ -205,8 +205,8 @@ def test_renewing_keeps_a_long_request_in_its_slot(store_url: str) -> None:
 
 def test_headroom_reports_the_tightest_scope(store: Store) -> None:
     scopes = [
-        ("project:chat", QuotaLimits(requests_per_minute=10, tokens_per_minute=5000)),
-        ("team:research", QuotaLimits(requests_per_minute=3, tokens_per_day=2000)),
+        ("project:chat", Quota(requests_per_minute=10, tokens_per_minute=5000)),
+        ("team:research", Quota(requests_per_minute=3, tokens_per_day=2000)),
     ]
     admitted(store.reserve(scopes, 1500, 0.0, NOW + 30))
     headroom = store.headroom(scopes, NOW + 30)
@@ -220,4 +220,4 @@ def test_negative_estimates_are_a_usage_error(store: Store) -> None:
     from llmgw.errors import UsageError
 
     with pytest.raises(UsageError):
-        store.reserve([("project:chat", QuotaLimits(tokens_per_minute=1))], -1, 0.0, NOW)
+        store.reserve([("project:chat", Quota(tokens_per_minute=1))], -1, 0.0, NOW)

@@ -13,7 +13,7 @@ import pytest
 import trio
 
 from llmgw.errors import StoreError
-from llmgw.routes import QuotaLimits
+from llmgw.routes import Quota
 from llmgw.store import Reservation, Settlement, StoreBoundary, UsageRecord, UsageSpool
 
 NOW = 1_800_000_000.0
@@ -60,7 +60,7 @@ def test_a_settlement_spooled_before_a_sigkill_lands_in_the_store_exactly_once(s
 
 
 def test_applying_one_settlement_twice_writes_its_usage_and_frees_its_slot_once(store) -> None:
-    scopes = [("project:chat", QuotaLimits(concurrent_requests=1, tokens_per_minute=1000))]
+    scopes = [("project:chat", Quota(concurrent_requests=1, tokens_per_minute=1000))]
     reservation = store.reserve(scopes, 100, 0.0, NOW)
     assert isinstance(reservation, Reservation)
     entry = settlement("stl_twice", reservation, tokens=7)

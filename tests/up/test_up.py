@@ -221,6 +221,19 @@ def test_the_audit_ref_shows_what_was_done(up):
     assert any("start" in line.lower() for line in log), log
 
 
+def test_nodes_json_shows_this_machines_cpu_and_memory_readings_with_their_age_updated_every_heartbeat(up):
+    def readings() -> dict:
+        (node,) = json.loads(llmgw("nodes", "--json", state=up.state).stdout)["nodes"].values()
+        return node["readings"]
+
+    first = wait_until(readings, 30, "readings in llmgw nodes --json")
+    assert first["memory_available_bytes"] > 0 and first["memory_used_bytes"] > 0 and first["load1"] is not None
+    assert 0 <= first["age_seconds"] <= 60
+    # the example reads every 5 s and beats every 5 s: a newer reading arrives with a later heartbeat
+    later = wait_until(lambda: (r := readings())["taken_at_unix"] > first["taken_at_unix"] and r, 30, "a newer reading")
+    assert later["taken_at_unix"] - first["taken_at_unix"] <= 15 and later["cpu_percent"] is not None
+
+
 def test_diff_live_says_the_running_fleet_matches_the_branch_head(up):
     result = llmgw("diff", "--live", state=up.state, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
