@@ -206,7 +206,7 @@ def live_diff(client, rev: str | None, as_json: bool) -> int:
 @click.option("--otlp-endpoint", envvar="LLMGW_OTLP_ENDPOINT", default=None, metavar="URL",
               help="Send traces of reconcile passes and replica starts to this OTLP/HTTP collector "
               "(http://host:4318); off when not given.")
-@click.option("--lease", "lease", default="15s", show_default=True, metavar="DURATION",
+@click.option("--lease", "lease", default="6s", show_default=True, metavar="DURATION",
               help="How long the leader lease lasts in the store (renewed every third of it): a standby takes over "
                    "this long after the leader dies.")
 def server_cmd(repo, branch, state_dir, store, secrets_dir, gateway_addr, admin_addr, agents_addr, no_gateway,

@@ -102,7 +102,7 @@ class ControlConfig:
     insecure_agents: bool = False
     gateway: bool = True
     set_notify_url: bool = True
-    lease_seconds: float = 15.0
+    lease_seconds: float = 6.0
     otlp_endpoint: str | None = None
     tracer_provider: Any = None
 
