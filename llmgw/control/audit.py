@@ -150,6 +150,7 @@ def status_document(
             "settings_commit": last_pass.settings_commit,
             "converged": last_pass.converged,
             "started_at": last_pass.started_at,
+            "duration": last_pass.duration,
         }
     return doc
 

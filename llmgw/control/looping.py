@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import math
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 
 import trio
 
@@ -59,17 +61,26 @@ class ControlLoop:
         self._on_pass = on_pass
         self._limiter = trio.CapacityLimiter(concurrency)
         self.settle_after = settle_after
-        self._send, self._receive = trio.open_memory_channel[tuple[Transition | None, str | None]](math.inf)
+        self._send, self._receive = trio.open_memory_channel[tuple[Transition | None, str | None, float | None]](
+            math.inf)
+        self.folded = 0
+        """How many transitions the loop folded since it started."""
+        self.fold_latencies: deque[float] = deque(maxlen=4096)
+        """Seconds from an event's origin (`update(..., origin_unix=)`, e.g. a heartbeat's send time at the agent)
+        to the loop folding it, for the latest 4,096 such events."""
         self._pass_done = trio.Event()
         self._nursery: trio.Nursery | None = None
 
     # -- events -------------------------------------------------------------------------------------------
 
-    def update(self, transition: Transition | None, reason: str | None = None) -> None:
+    def update(self, transition: Transition | None, reason: str | None = None, origin_unix: float | None = None,
+               ) -> None:
         """Queue `transition` (None: none) for the loop; `reason` names the event. A pass follows when the
         transition says its change is placement-relevant, or when `transition` is None and `reason` is given
-        (a kick). Never blocks; safe from any task of the loop's trio run."""
-        self._send.send_nowait((transition, reason))
+        (a kick). `origin_unix`: when the event began (unix seconds, e.g. a heartbeat's `time` at the agent);
+        given, the seconds from then to the fold are kept in `fold_latencies`. Never blocks; safe from any task
+        of the loop's trio run."""
+        self._send.send_nowait((transition, reason, origin_unix))
 
     def kick(self, reason: str) -> None:
         """Bring the next pass forward (`reason` is recorded as its trigger)."""
@@ -126,12 +137,17 @@ class ControlLoop:
             return
         old = state = self.state
         reasons: list[str] = []
-        for transition, reason in items:
+        folded_unix = None
+        for transition, reason, origin_unix in items:
+            if origin_unix is not None:
+                folded_unix = folded_unix or time.time()
+                self.fold_latencies.append(folded_unix - origin_unix)
             if transition is None:
                 if reason:
                     triggers.append(reason)
                 continue
             state, relevant = transition(state)
+            self.folded += 1
             if relevant and reason:
                 reasons.append(reason)
         self.state = state
@@ -154,9 +170,12 @@ class ControlLoop:
         Returns its record, or None when no settings are in force yet."""
         started = trio.current_time()
         old = self.state
+        clock = time.perf_counter()
         decision, state = decide(old, started, now_unix=time.time(), trigger=trigger, settle_after=self.settle_after)
         if decision is None:
             return None
+        record = replace(decision.record, duration=time.perf_counter() - clock)  # decide's own wall time
+        decision, state = replace(decision, record=record), replace(state, last_pass=record)
         self.state = state
         for action in decision.send:
             assert self._nursery is not None, "ControlLoop.run must be running"

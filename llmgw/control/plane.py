@@ -150,6 +150,7 @@ class ControlPlane:
         self.store: Any = None
         self.gateway: Gateway | None = None
         self.table = RouteTable()
+        self.table_rebuilds = 0
         self.admin_token = ""
         self.admin_url = self.gateway_url = ""
         self.admin_port = self.gateway_port = self.agents_port = 0
@@ -348,6 +349,7 @@ class ControlPlane:
         settings = state.settings
         table = build_route_table(settings, fleet_for(state.fleet.fleet(), settings), self.replica_key,
                                   self.secrets.get)
+        self.table_rebuilds += 1
         if table != self.table:
             self.table = table
             if self.gateway is not None:
@@ -459,7 +461,21 @@ class ControlPlane:
             "leader": state.leadership.leader,
             "leader_holder": state.leadership.holder,
         }
+        if readings:
+            doc["control_plane"]["load"] = self._load_figures()
         return doc
+
+    def _load_figures(self) -> dict[str, Any]:
+        """Counters of the control plane's own work (bench/fleet_scale.py reads them): transitions folded, routing
+        tables built, passes, and heartbeat latency p50/p99 in seconds (agent send -> fold; latest 4,096)."""
+        lags = sorted(self.loop.fold_latencies)
+
+        def quantile(q: float) -> float | None:
+            return lags[min(len(lags) - 1, int(q * len(lags)))] if lags else None
+
+        return {"folded": self.loop.folded, "table_rebuilds": self.table_rebuilds, "passes": self.loop.state.passes,
+                "heartbeat_latency_p50": quantile(0.5), "heartbeat_latency_p99": quantile(0.99),
+                "heartbeat_latency_samples": len(lags)}
 
     async def apply(
         self, emit: Callable[[dict[str, Any]], Awaitable[None]], *, wait: bool = True,
