@@ -152,18 +152,20 @@ def start_server(work: Path, repo: Path, tls: bool) -> tuple[subprocess.Popen, A
             break
     if not port:
         raise SystemExit(f"llmgw server did not start: {server.stderr.read()}")
-    shutil_drain(server)
+    shutil_drain(server, work / "server.log")
     return server, Admin(admin_url, (state / "admin-token").read_text().strip()), port
 
 
-def shutil_drain(process: subprocess.Popen) -> None:
-    """Keep reading the server's stderr in a thread so it never blocks on a full pipe."""
+def shutil_drain(process: subprocess.Popen, log: Path) -> None:
+    """Keep copying the server's stderr to `log` in a thread so it never blocks on a full pipe."""
     import threading
 
     def drain() -> None:
         assert process.stderr is not None
-        for _ in process.stderr:
-            pass
+        with log.open("a") as out:
+            for line in process.stderr:
+                out.write(line)
+                out.flush()
 
     threading.Thread(target=drain, daemon=True).start()
 
@@ -231,7 +233,8 @@ def measure(agents: int, args: argparse.Namespace) -> dict:
                     str(first), "--count", str(min(per, agents - first)), "--interval", str(args.interval)]
             if tls_dir:
                 argv += ["--tls-dir", str(tls_dir)]
-            sims.append(subprocess.Popen(argv, stdout=subprocess.DEVNULL, cwd=work))
+            sims.append(subprocess.Popen(argv, stdout=(work / f"sim-{first}.log").open("w"), stderr=subprocess.STDOUT,
+                                         cwd=work))
         doc = wait_for(converged_to(None, agents), args.timeout, f"{agents} nodes registered and converged", admin)
         initial = time.monotonic() - started
         time.sleep(args.interval)  # let every node beat once more before the window
@@ -252,8 +255,11 @@ def measure(agents: int, args: argparse.Namespace) -> dict:
             "tables_s": (load1["table_rebuilds"] - load0["table_rebuilds"]) / window,
             "folds_s": (load1["folded"] - load0["folded"]) / window,
         }
+        print(f"steady state: {json.dumps({k: round(v, 3) for k, v in steady.items()})}", file=sys.stderr, flush=True)
         roll = min(args.roll, 6 * agents)
-        (clone / "catalog" / "roll.yaml").write_text(MODEL_YAML.format(name="roll", sha="b" * 64, replicas=roll))
+        for part, first in enumerate(range(0, roll, 1000)):  # a model has at most 1,024 replicas
+            (clone / "catalog" / f"roll{part}.yaml").write_text(
+                MODEL_YAML.format(name=f"roll{part}", sha="b" * 64, replicas=min(1000, roll - first)))
         git("add", "-A", cwd=clone)
         git("commit", "-qm", f"roll out {roll} replicas", cwd=clone)
         clock = time.monotonic()
@@ -263,7 +269,7 @@ def measure(agents: int, args: argparse.Namespace) -> dict:
         done = wait_for(converged_to(commit, agents), args.timeout, f"the roll-out of {roll} replicas", admin)
         rollout = time.monotonic() - clock
         cpu_roll = proc_figures(server.pid)[0] - cpu_roll0
-        ready = sum(1 for r in done.get("replicas", {}).values() if isinstance(r, dict) and r.get("model") == "roll")
+        ready = sum(1 for r in done.get("replicas", {}).values() if isinstance(r, dict) and str(r.get("model")).startswith("roll"))
         return {"agents": agents, "initial_s": initial, **steady, "roll": roll, "rollout_s": rollout,
                 "rollout_cpu_s": cpu_roll, "roll_seen": ready, "tls": args.tls}
     finally:
@@ -277,7 +283,10 @@ def measure(agents: int, args: argparse.Namespace) -> dict:
                 server.kill()
         for sim in sims:
             sim.wait()
-        shutil.rmtree(work, ignore_errors=True)
+        if args.keep:
+            print(f"kept {work}", file=sys.stderr)
+        else:
+            shutil.rmtree(work, ignore_errors=True)
 
 
 def main() -> None:
@@ -289,6 +298,7 @@ def main() -> None:
     parser.add_argument("--roll", type=int, default=2000, help="replicas of the roll-out commit (<= 6 per node)")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for each convergence")
     parser.add_argument("--tls", action="store_true", help="agents over mutual TLS")
+    parser.add_argument("--keep", action="store_true", help="keep the work directory (server.log, sim-*.log)")
     parser.add_argument("--quick", action="store_true", help="50 agents, 2 processes, 20 s window, 300 replicas")
     args = parser.parse_args()
     if args.quick:

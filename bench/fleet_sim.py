@@ -162,10 +162,9 @@ async def run_node(node: Node, address: str, interval: float, ready_after: float
                         await send(command_result=pb.CommandResult(command_id=command_id, ok=True))
                     if restart:
                         break
-        except (trio.EndOfChannel, trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
-            print(f"{node.node_id}: stream ended ({type(exc).__name__}); connecting again", flush=True)
-        except WireError as exc:  # the control plane went away or refused: say so and reconnect, as agents do
-            print(f"{node.node_id}: {exc}; connecting again", flush=True)
+        except* (WireError, trio.EndOfChannel, trio.BrokenResourceError, trio.ClosedResourceError, OSError) as group:
+            # the control plane ended the stream or went away: say so and reconnect, as agents do
+            print(f"{node.node_id}: {group.exceptions[0]}; connecting again", flush=True)
         if not restart:
             await trio.sleep(1 + node.rng.uniform(0, 2))
 
