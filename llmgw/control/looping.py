@@ -53,6 +53,7 @@ class ControlLoop:
         on_pass: Callable[[Decision, ControlState], None] = lambda decision, state: None,
         concurrency: int = 8,
         settle_after: float = 15.0,
+        coalesce: float = 0.0,
     ):
         self.state = state
         self._execute = execute
@@ -61,6 +62,10 @@ class ControlLoop:
         self._on_pass = on_pass
         self._limiter = trio.CapacityLimiter(concurrency)
         self.settle_after = settle_after
+        self.coalesce = coalesce
+        """Seconds between the end of a pass and the next: events arriving meanwhile are folded into one batch and
+        one pass (a burst of answers during a roll-out costs one pass per `coalesce`, not one per answer)."""
+        self._last_pass_end = -math.inf
         self._send, self._receive = trio.open_memory_channel[tuple[Transition | None, str | None, float | None]](
             math.inf)
         self.folded = 0
@@ -106,13 +111,7 @@ class ControlLoop:
                 with trio.move_on_at(deadline):
                     item = await self._receive.receive()
                     self._fold([item], triggers)
-                batch = []
-                while True:
-                    try:
-                        batch.append(self._receive.receive_nowait())
-                    except trio.WouldBlock:
-                        break
-                self._fold(batch, triggers)
+                self._fold(self._drain(), triggers)
                 now = trio.current_time()
                 expired = self._expire(now)
                 if expired:
@@ -121,8 +120,20 @@ class ControlLoop:
                     continue
                 if not triggers:
                     triggers = [self._due_reason(now)]
+                if now < self._last_pass_end + self.coalesce:
+                    await trio.sleep_until(self._last_pass_end + self.coalesce)
+                    self._fold(self._drain(), triggers)
                 self.run_pass(", ".join(dict.fromkeys(triggers)))
+                self._last_pass_end = trio.current_time()
                 next_pass = trio.current_time() + self._interval()
+
+    def _drain(self) -> list:
+        batch = []
+        while True:
+            try:
+                batch.append(self._receive.receive_nowait())
+            except trio.WouldBlock:
+                return batch
 
     def _next_due(self) -> float:
         times = [self.state.next_timer(), self.state.fleet.next_expiry()]

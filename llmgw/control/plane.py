@@ -55,6 +55,10 @@ from llmgw.wire import check_agents_listener, serve_agents
 
 ADMIN_TOKEN_FILE = "admin-token"
 ADMIN_URL_FILE = "admin-url"
+PASS_CONCURRENCY = 64
+"""Commands awaiting their node's answer at once (8 made a 1,500-replica roll-out to 250 nodes start ~2/s)."""
+PASS_COALESCE = 0.25
+"""Seconds from one pass's end to the next: events arriving meanwhile make one batch and one pass."""
 
 
 
@@ -138,6 +142,7 @@ class ControlPlane:
         self.loop = ControlLoop(
             ControlState(fleet=FleetRegistry(lost_after=config.node_lost_after or 30.0)), self._execute,
             interval=self._reconcile_interval, on_change=self._on_change, on_pass=self._after_pass,
+            concurrency=PASS_CONCURRENCY, coalesce=PASS_COALESCE,
         )
         self.watcher = SettingsWatcher(
             config.repo, config.branch, self.state_dir / "settings-mirror.git", publish=self._publish_watch,
