@@ -59,6 +59,8 @@ PASS_CONCURRENCY = 64
 """Commands awaiting their node's answer at once (8 made a 1,500-replica roll-out to 250 nodes start ~2/s)."""
 PASS_COALESCE = 0.25
 """Seconds from one pass's end to the next: events arriving meanwhile make one batch and one pass."""
+AUDIT_MIN_GAP = 1.0
+"""Seconds between two audit commits: the passes in between are written as one."""
 
 
 
@@ -148,7 +150,7 @@ class ControlPlane:
             config.repo, config.branch, self.state_dir / "settings-mirror.git", publish=self._publish_watch,
         )
         self.agents = AgentHub(self.loop.update)
-        self.audit = AuditWriter(self.watcher.repo_path)
+        self.audit = AuditWriter(self.watcher.repo_path, min_gap=AUDIT_MIN_GAP)
         self.passes: deque[PassRecord] = deque(maxlen=100)
         self.apply_lock = trio.Lock()
         self.apply_holder: str | None = None
@@ -162,6 +164,7 @@ class ControlPlane:
         self.join_port: int | None = None
         self.ca: Any = None
         self._replica_secret = b""
+        self._replica_keys: dict[str, str] = {}
         self._last_snapshot: dict | None = None
         self._nursery: trio.Nursery | None = None
         self.started_at = time.time()
@@ -342,8 +345,12 @@ class ControlPlane:
             await self._renew_lease()
 
     def replica_key(self, replica_id: str) -> str:
-        """The replica key of `replica_id` (HMAC-SHA256 of it under the store's "engine-key" secret, hex)."""
-        return replica_key(self._replica_secret, replica_id)
+        """The replica key of `replica_id` (HMAC-SHA256 of it under the store's "engine-key" secret, hex); kept
+        once computed (every routing-table build asks for every ready replica's)."""
+        key = self._replica_keys.get(replica_id)
+        if key is None:
+            key = self._replica_keys[replica_id] = replica_key(self._replica_secret, replica_id)
+        return key
 
     def webhook_secret(self) -> bytes | None:
         """The forge webhook secret (named secret "webhook"), or None when none is configured."""
