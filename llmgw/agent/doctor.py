@@ -1,5 +1,5 @@
 """`llmgw node doctor`: discovery plus checks of what a node needs to serve (NVML and driver, AVX2, engines,
-weights directory space, clock, certificates), as data (`DoctorReport`) with JSON and a readable rendering.
+weights directory space, clock, certificates, GPU health as the agent reads it: `llmgw.agent.doctor_health`), as data (`DoctorReport`) with JSON and a readable rendering.
 
 Each check has a status: "ok", "info" (a fact, e.g. "a CPU node"), "warn" (works, but worse or soon broken) or
 "fail" (this node cannot do its job until fixed). Blocking (runs discovery and a few tools).
@@ -17,6 +17,9 @@ from typing import Any
 from llmgw.agent.config import AgentConfig, installed_engines
 from llmgw.agent.discovery import NodeDiscovery, discover_node, run_tool
 from llmgw.agent.discovery.node import Runner
+from llmgw.agent.doctor_health import health_checks
+from llmgw.agent.health import HealthReader
+from llmgw.tools.node_report import NodeHealthReport
 
 LOW_DISK_BYTES = 20 * 1024**3       # below this, one 8B model's weights may not fit
 CERT_WARN_DAYS = 30
@@ -39,14 +42,17 @@ class DoctorReport:
 
     checks: tuple[Check, ...]
     discovery: NodeDiscovery
+    health: NodeHealthReport | None = None
 
     @property
     def ok(self) -> bool:
         return all(c.status != "fail" for c in self.checks)
 
     def to_json(self) -> dict:
-        """Plain JSON types: {"ok", "checks": [{name, status, detail}], "node": NodeDiscovery.to_json()}."""
-        return {"ok": self.ok, "checks": [c.__dict__ for c in self.checks], "node": self.discovery.to_json()}
+        """Plain JSON types: {"ok", "checks": [{name, status, detail}], "node": NodeDiscovery.to_json(), "health":
+        NodeHealthReport.to_json() (null when not read)}."""
+        return {"ok": self.ok, "checks": [c.__dict__ for c in self.checks], "node": self.discovery.to_json(),
+                "health": self.health.to_json() if self.health is not None else None}
 
     def render(self) -> str:
         """One line per check ("warn  cpu        this CPU has no AVX2 ..."), then a verdict line."""
@@ -187,6 +193,8 @@ def run_doctor(weights_dir: Path, *, engines_dir: Path | None = None, state_dir:
     checks.append(Check("fabrics", "info", (f"InfiniBand: {', '.join(f'{p.ca}/{p.port} {p.state}' for p in ib)}"
                                             if ib else "no InfiniBand") + ("; IMEX configured" if node.fabrics.imex
                                                                           else "; no IMEX")))
+    health = HealthReader(run, **{k: v for k, v in kwargs.items() if k in ("sys_root", "etc_root")}).read()
+    checks.extend(Check(*check) for check in health_checks(health))
     topo_warnings = node.topology.warnings if node.topology else ()
     checks.extend(Check("discovery", "warn", w) for w in (*node.gpus.warnings, *topo_warnings))
-    return DoctorReport(tuple(checks), node)
+    return DoctorReport(tuple(checks), node, health)

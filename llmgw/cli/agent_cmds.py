@@ -8,6 +8,7 @@ state as one JSON object on stdout once it has started (adopted shards, inventor
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -81,8 +82,9 @@ def register(group: click.Group) -> None:
     """Add `agent` and `node join` to the `llmgw` command."""
 
     @group.command("agent")
-    @click.option("--control-plane", "control_plane", required=True, metavar="HOST:PORT",
-                  help="Where `llmgw server` listens for agents.")
+    @click.option("--control-plane", "control_planes", required=True, multiple=True, metavar="HOST:PORT",
+                  help="Where `llmgw server` listens for agents; repeat it for every control plane (the agent "
+                       "registers with each; only the leader commands).")
     @click.option("--node-id", default=None, help="This node's id (default: the host name).")
     @click.option("--state-dir", type=click.Path(path_type=Path), default=None,
                   help="Shard records, engine logs, certificates (default: $LLMGW_STATE/agent or "
@@ -101,10 +103,10 @@ def register(group: click.Group) -> None:
     @click.option("--insecure", is_flag=True, help="Connect without TLS even if certificates exist.")
     @click.option("--stop-shards-on-exit", is_flag=True, help="Stop every engine when the agent exits.")
     @click.option("--json", "as_json", is_flag=True, help="Print the agent's state as JSON once started.")
-    def agent_command(control_plane, node_id, state_dir, weights_dir, engines_dir, mirrors, labels,
+    def agent_command(control_planes, node_id, state_dir, weights_dir, engines_dir, mirrors, labels,
                       heartbeat_interval, address, engine_binaries, tls_dir, insecure, stop_shards_on_exit, as_json):
         """Run this node's agent: discover, register, run the shards the control plane assigns."""
-        host, port = _split_address(control_plane)
+        host, port = [_split_address(address) for address in control_planes][0]
         state_dir = state_dir or default_state_dir()
         try:
             interval = parse_duration(heartbeat_interval)
@@ -115,7 +117,7 @@ def register(group: click.Group) -> None:
             engines_dir=engines_dir, mirrors=tuple(mirrors), labels=_pairs(labels, "--label"),
             heartbeat_interval=interval, address=address or route_address(host, port),
             engine_binaries={k: Path(v) for k, v in _pairs(engine_binaries, "--engine-binary").items()},
-            stop_shards_on_exit=stop_shards_on_exit,
+            stop_shards_on_exit=stop_shards_on_exit, control_planes=tuple(dict.fromkeys(control_planes)),
         )
         tls = _client_tls(tls_dir, state_dir, insecure)
         logging.basicConfig(level=logging.INFO, stream=sys.stderr,
@@ -128,7 +130,8 @@ def register(group: click.Group) -> None:
             async with trio.open_nursery() as nursery:
                 async def run(task_status=trio.TASK_STATUS_IGNORED) -> None:
                     nonlocal outcome
-                    outcome = await run_agent(config, lambda: connect(control_plane, tls=tls), task_status=task_status)
+                    outcome = await run_agent(config, connect_to=lambda address: functools.partial(connect, address, tls=tls),
+                                              task_status=task_status)
                     nursery.cancel_scope.cancel()
 
                 async def on_sigterm() -> None:

@@ -31,7 +31,9 @@ COMMAND_MODULES: dict[str, tuple[str, ...]] = {
     "usage": ("llmgw.cli.keys_cmds",),
     "store": ("llmgw.cli.store_cmds",),
     "agent": ("llmgw.cli.agent_cmds",),
-    "node": ("llmgw.cli.agent_cmds", "llmgw.cli.node_cmds"),  # node join (agent), node doctor (discovery)
+    # node join (agent), node doctor (discovery), node cordon|uncordon|drain (settings commits)
+    "node": ("llmgw.cli.agent_cmds", "llmgw.cli.node_cmds", "llmgw.cli.slurm_cmds"),
+    "slurm": ("llmgw.cli.slurm_cmds",),
 }
 
 

@@ -94,6 +94,9 @@ def render_status(doc: dict[str, Any]) -> list[str]:
     settings = doc.get("settings", {})
     lines = [f"settings    {_short(settings.get('commit'))} in force (branch head {_short(settings.get('head'))})"
              + ("  SERVING STOPPED" if settings.get("serving_stopped") else "")]
+    for key, title in (("cordoned", "cordoned"), ("drained", "drained"), ("lent", "lent to Slurm")):
+        if settings.get(key):
+            lines.append(f"nodes       {title}: {', '.join(settings[key])}")
     for name, title in (("bad", "NOT APPLIED (does not validate)"), ("held", "HELD BACK")):
         rejected = settings.get(name)
         if rejected:
@@ -109,6 +112,7 @@ def render_status(doc: dict[str, Any]) -> list[str]:
                      f"{node['gpus']} GPUs, {len(own)} shards")
         for engine, error in node.get("engine_errors", {}).items():
             lines.append(f"    install {engine} failed: {error}")
+        lines += _health_lines(node.get("health"), "    ", only_blocking=True)
     replicas = doc.get("replicas", {})
     lines.append(f"replicas    {len(replicas)}")
     for replica_id, replica in replicas.items():
@@ -130,6 +134,10 @@ def render_status(doc: dict[str, Any]) -> list[str]:
         lines.append(f"last pass   #{last['number']} for {_short(last['settings_commit'])}: "
                      f"{'converged' if last['converged'] else 'converging'} (trigger: {last['trigger']})")
     plane = doc.get("control_plane", {})
+    if "leader" in plane:
+        holder = plane.get("leader_holder") or "nobody (the lease is free)"
+        lines.append(f"leader      this control plane ({holder}, token {plane.get('leader_token')})" if plane["leader"]
+                     else f"leader      {holder}; this control plane stands by")
     if plane.get("audit_error"):
         lines.append(f"audit       {plane['audit_error']}")
     return lines
@@ -183,7 +191,7 @@ def live_diff(client, rev: str | None, as_json: bool) -> int:
 @click.option("--branch", default="main", show_default=True, help="Branch holding the settings.")
 @click.option("--state", "state_dir", envvar="LLMGW_STATE", default=".state", show_default=True,
               type=click.Path(file_okay=False, path_type=Path), help="State directory (store, mirror, tokens).")
-@click.option("--store", default=None, help="Store path or sqlite:///path [default: <state>/llmgw.sqlite3].")
+@click.option("--store", default=None, help="Store path, sqlite:///path or postgresql://... [default: llmgw.yaml store:, else <state>/llmgw.sqlite3].")
 @click.option("--secrets", "secrets_dir", default=None, type=click.Path(file_okay=False, path_type=Path),
               help="Directory of named secrets (hf-token, webhook, ...) [default: <state>/secrets].")
 @click.option("--gateway", "gateway_addr", metavar="HOST:PORT", help="Gateway listener (overrides llmgw.yaml).")
@@ -195,8 +203,14 @@ def live_diff(client, rev: str | None, as_json: bool) -> int:
 @click.option("--join-port", default=0, show_default=True, help="Port answering Join with --tls (0: a free one).")
 @click.option("--insecure", is_flag=True, help="Allow agents in plain text on an address other machines reach "
               "(refused without --tls otherwise): only on a network where every machine is trusted.")
+@click.option("--otlp-endpoint", envvar="LLMGW_OTLP_ENDPOINT", default=None, metavar="URL",
+              help="Send traces of reconcile passes and replica starts to this OTLP/HTTP collector "
+              "(http://host:4318); off when not given.")
+@click.option("--lease", "lease", default="15s", show_default=True, metavar="DURATION",
+              help="How long the leader lease lasts in the store (renewed every third of it): a standby takes over "
+                   "this long after the leader dies.")
 def server_cmd(repo, branch, state_dir, store, secrets_dir, gateway_addr, admin_addr, agents_addr, no_gateway,
-               tls, join_port, insecure):
+               tls, join_port, insecure, otlp_endpoint, lease):
     """Run the control plane: settings watcher, reconciler, agents' service, admin API and gateway.
 
     Without --tls the agents' listener must be a loopback address (127.0.0.1, ::1, localhost) unless --insecure
@@ -206,19 +220,26 @@ def server_cmd(repo, branch, state_dir, store, secrets_dir, gateway_addr, admin_
 
     from llmgw.control import ControlConfig, ControlPlane
 
+    from llmgw.units import parse_duration
+
+    try:
+        lease_seconds = parse_duration(lease)
+    except ValueError as exc:
+        raise UsageError(f"--lease: {exc}") from None
     if "://" not in repo and "@" not in repo.split(":", 1)[0]:
         repo = str(Path(repo).resolve())
     plane = ControlPlane(ControlConfig(
         repo=repo, branch=branch, state_dir=Path(state_dir), store=store, secrets_dir=secrets_dir,
         gateway_listener=parse_listener(gateway_addr), admin_listener=parse_listener(admin_addr),
         agents_listener=parse_listener(agents_addr), gateway=not no_gateway, tls=tls, join_port=join_port,
-        insecure_agents=insecure,
+        insecure_agents=insecure, otlp_endpoint=otlp_endpoint, lease_seconds=lease_seconds,
     ))
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:
             await nursery.start(plane.run)
             click.echo(f"admin API    {plane.admin_url}   (token in {Path(state_dir) / 'admin-token'})", err=True)
+            click.echo(f"console      {plane.admin_url}/console/   (log in with the admin token)", err=True)
             if plane.gateway_url:
                 click.echo(f"gateway      {plane.gateway_url}/v1", err=True)
             click.echo(f"agents       port {plane.agents_port}"
@@ -356,6 +377,24 @@ def join_token_cmd(client, as_json, ttl, ca_out):
                f"--token {answer['token']} --ca-file {ca_out}")
 
 
+def _health_lines(health: dict | None, indent: str, *, only_blocking: bool = False) -> list[str]:
+    """A node's health findings (its status document's "health"), one line each: "GPU 1 fail: <message>"; with
+    `only_blocking`, only those that take a card out of placement."""
+    if not health:
+        return []
+    lines = []
+    for card in health.get("cards", []):
+        for finding in card.get("findings", []):
+            if only_blocking and not finding.get("blocks_placement"):
+                continue
+            out = " (out of placement)" if finding.get("blocks_placement") else ""
+            lines.append(f"{indent}GPU {card['index']} {finding['level']}{out}: {finding['message']}")
+    for finding in health.get("unattributed", []):
+        if not only_blocking or finding.get("blocks_placement"):
+            lines.append(f"{indent}{finding['level']}: {finding['message']}")
+    return lines
+
+
 @click.command("nodes")
 @_client_options
 def nodes_cmd(client, as_json):
@@ -371,6 +410,8 @@ def nodes_cmd(client, as_json):
             extra = f"  {shard['error']}" if shard.get("error") else ""
             foreign = " (not started by llmgw)" if shard.get("foreign") else ""
             click.echo(f"  {shard_id:<28} {shard['state']:<10} port {shard['port']}{foreign}{extra}")
+        for line in _health_lines(node.get("health"), "  "):
+            click.echo(line)
 
 
 @click.command("replicas")

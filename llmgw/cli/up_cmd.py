@@ -150,6 +150,7 @@ def _print_banner(console: Console, plane: Any, repo: Path, state: Path) -> None
     console.print(f"gateway      {plane.gateway_url}/v1")
     console.print(f"settings     git clone {repo.resolve()} cluster-settings")
     console.print(f"admin token  {plane.admin_token}   (also in {state / 'admin-token'})")
+    console.print(f"console      {plane.admin_url}/console/   (log in with the admin token)")
     if key:
         console.print(f"API key      {key}   (project {DEMO_PROJECT!r}; shown once, keep it)")
     else:

@@ -4,6 +4,8 @@ Every route but the git hook needs `Authorization: Bearer <admin token>` (the co
 the store's admin tokens); a missing or wrong token is 401. Errors are `{"error": {"type", "message"}}` with
 400 (bad request or settings), 401, 404, 409 (the node is not connected) or 503 (try again).
 
+    GET  /metrics                             Prometheus text format: fleet, control plane and gateway
+                                              (llmgw.control.metrics); the admin token or a metrics token
     GET  /api/v1/status                      the status document
     GET  /api/v1/history?limit=N              audit commits, newest first
     GET  /api/v1/nodes | /api/v1/replicas     parts of the status
@@ -13,7 +15,9 @@ the store's admin tokens); a missing or wrong token is 401. Errors are `{"error"
     GET  /api/v1/fleet                        the fleet snapshot (llmgw.plan.snapshot) `llmgw review` plans against
     GET  /api/v1/logs?node=N&shard=S&lines=K  a shard's (or the agent's) last log lines
     POST /api/v1/stop | /api/v1/start {"author_name", "author_email"}   serving.stopped commits
+    POST /api/v1/nodes/NODE/cordon|uncordon|drain|lend|reclaim {"author_name", "author_email"}   node commits
     POST /api/v1/join-tokens {"ttl_seconds"}  a one-time token for `llmgw node join` (mTLS control planes)
+    GET  /console/...                         the web console (llmgw.console; its own login, docs/console.md)
     POST /api/v1/hooks/git                    wake the watcher: a forge signs with X-Hub-Signature-256
                                               (wrong signature: 401); unsigned only from loopback (the
                                               post-receive hook of `llmgw repo init`)
@@ -30,6 +34,7 @@ from urllib.parse import parse_qs
 import trio
 
 from llmgw.control.keys import token_matches, webhook_signature_valid
+from llmgw.control.view import ControlView
 from llmgw.errors import LlmgwError, SettingsError, TemporaryError, UsageError
 from llmgw.gateway import serve_lifespan
 
@@ -92,14 +97,19 @@ def _json_body(body: bytes) -> dict[str, Any]:
 class AdminApp:
     """The ASGI app of the admin API over one `ControlPlane`."""
 
-    def __init__(self, plane):
+    def __init__(self, plane: ControlView):
+        from llmgw.control.console_mount import console_for
+
         self.plane = plane
+        self.console = console_for(self)  # the web console under /console (docs/console.md)
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] == "lifespan":
             await serve_lifespan(receive, send)
         if scope["type"] != "http":
             return
+        if scope["path"] == "/console" or scope["path"].startswith("/console/"):
+            return await self.console(scope, receive, send)
         try:
             await self._route(scope, receive, send)
         except _HttpError as exc:
@@ -124,13 +134,43 @@ class AdminApp:
             return bool(self.plane.store.check_admin_token(token.strip()))
         return False
 
+    def authorised_for(self, scope, token_scope: str) -> bool:
+        """Whether the request's bearer token may use a route of `token_scope` ("metrics", ...).
+
+        Today the admin token (the control plane's or one of the store's) is the only one accepted, for every
+        scope. The hook for scoped tokens (issue 19 item 7): accept here a store token whose scope is
+        `token_scope`, and /metrics takes metrics tokens with no other change.
+        """
+        return self._authorised(scope)
+
+    async def _metrics(self, scope, send) -> None:
+        from llmgw.control.metrics import CONTENT_TYPE, METRICS_SCOPE, ControlCollector, render_metrics
+
+        if not self.authorised_for(scope, METRICS_SCOPE):
+            raise _HttpError(401, "unauthorized", "/metrics needs the admin token (or a metrics token) as "
+                             "`Authorization: Bearer <token>`; see docs/observability.md for the scrape config")
+        # One snapshot and one clock reading, taken here; the rendering (0.5 s for 100 nodes of 8 GPUs on a loaded
+        # 2-core machine) runs in a worker thread so the event loop keeps serving: the snapshot is immutable and
+        # prometheus_client's registries are thread-safe.
+        state, now = self.plane.snapshot(), trio.current_time()
+        body = await trio.to_thread.run_sync(
+            render_metrics, ControlCollector(lambda: state, lambda: now), self.plane.gateway_registry())
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", CONTENT_TYPE.encode()),
+                                (b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})
+
     async def _route(self, scope, receive, send) -> None:
         method, path = scope["method"], scope["path"].rstrip("/")
         query = {k: v[-1] for k, v in parse_qs(scope.get("query_string", b"").decode()).items()}
         if path == "/api/v1/hooks/git" and method == "POST":
             return await self._hook(scope, receive, send)
         if path == "/api/v1/health":
-            return await _send_json(send, 200, {"ok": True})
+            leadership = self.plane.snapshot().leadership  # for load balancers and `llmgw status`: who leads
+            return await _send_json(send, 200, {"ok": True, "leader": leadership.leader,
+                                                "leader_holder": leadership.holder})
+        if path == "/metrics" and method == "GET":
+            return await self._metrics(scope, send)
         if not self._authorised(scope):
             raise _HttpError(401, "unauthorized",
                              "an admin token is needed: pass --token, set LLMGW_ADMIN_TOKEN, or run on the "
@@ -160,6 +200,14 @@ class AdminApp:
             email = body.get("author_email") or "operator@llmgw.invalid"
             commit = await plane.set_stopped(path.endswith("stop"), name, email)
             return await _send_json(send, 200, {"commit": commit, "stopped": path.endswith("stop")})
+        if method == "POST" and path.startswith("/api/v1/nodes/") and path.count("/") == 5:
+            node, verb = path.split("/")[4:6]  # /api/v1/nodes/<node>/<cordon|uncordon|drain|lend|reclaim>
+            if verb not in ("cordon", "uncordon", "drain", "lend", "reclaim"):
+                raise _HttpError(404, "not_found", f"no route {method} {path}")
+            body = _json_body(await _read_body(receive))
+            commit = await plane.node_verb(verb, node, body.get("author_name") or "llmgw operator",
+                                           body.get("author_email") or "operator@llmgw.invalid")
+            return await _send_json(send, 200, {"commit": commit, "node": node, "verb": verb})
         if method == "POST" and path == "/api/v1/join-tokens":
             body = _json_body(await _read_body(receive))
             return await _send_json(send, 200, plane.create_join_token(float(body.get("ttl_seconds", 3600.0))))
@@ -193,10 +241,14 @@ class AdminApp:
         taken = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         return snapshot_to_json(FleetSnapshot(state.fleet.fleet(), taken, settings.commit if settings else None))
 
-    async def _history(self, send, limit: int) -> None:
+    async def history_entries(self, limit: int) -> list:
+        """The last `limit` audit commits, newest first (`llmgw.settings.read_audit_log`, in a thread)."""
         from llmgw.settings import read_audit_log
 
-        entries = await trio.to_thread.run_sync(read_audit_log, str(self.plane.watcher_repo_path), limit)
+        return await trio.to_thread.run_sync(read_audit_log, str(self.plane.watcher_repo_path), limit)
+
+    async def _history(self, send, limit: int) -> None:
+        entries = await self.history_entries(limit)
         await _send_json(send, 200, {"entries": [
             asdict(e) if is_dataclass(e) else e for e in entries
         ]})
@@ -235,7 +287,7 @@ class AdminApp:
         await send({"type": "http.response.body", "body": _encode({"event": "end", "ok": ok}) + b"\n"})
 
 
-async def serve_admin(plane, host: str, port: int, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+async def serve_admin(plane: ControlView, host: str, port: int, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
     """Serve the admin API for `plane` until cancelled; `task_status.started(bound_port)`."""
     from hypercorn.config import Config
     from hypercorn.trio import serve
@@ -246,9 +298,12 @@ async def serve_admin(plane, host: str, port: int, *, task_status=trio.TASK_STAT
     config.errorlog = None
     config.graceful_timeout = 1.0
 
+    app = AdminApp(plane)
+
     async def started(task_status=trio.TASK_STATUS_IGNORED):
-        await serve(AdminApp(plane), config, task_status=task_status)
+        await serve(app, config, task_status=task_status)
 
     async with trio.open_nursery() as nursery:
+        await nursery.start(app.console.run_sampler)
         binds = await nursery.start(started)
         task_status.started(int(binds[0].rsplit(":", 1)[1]))

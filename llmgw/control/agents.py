@@ -16,6 +16,7 @@ import trio
 
 from llmgw import __version__
 from llmgw.control.deciding import node_connected
+from llmgw.control.health import health_from_message
 from llmgw.control.reports import convert_shards, node_from_register, readings_from_heartbeat
 from llmgw.control.sessions import AgentSession, CommandOutcome
 from llmgw.control.state import ControlState
@@ -33,11 +34,13 @@ def _registered(register, peer_host: str, now: float):
     """The transition of a Register: the node recorded as connected, its earlier acknowledgements forgotten."""
     node = node_from_register(register, peer_host)
     details = convert_shards(register.shards)[1]
+    health = health_from_message(register.health) if register.HasField("health") else None
 
     def transition(state: ControlState) -> tuple[ControlState, bool]:
         fleet, _ = state.fleet.register(
             node, now, details=details, os=register.os, arch=register.arch, agent_version=register.agent_version,
             warnings=register.warnings, engines_installable=register.engines_installable, features=register.features,
+            health=health,
         )
         return node_connected(state.with_fleet(fleet), node.node_id), True
 
@@ -129,7 +132,10 @@ class AgentHub:
             if plane.nursery is None:
                 raise WireError("the control plane is not running yet; start it before its local agent.")
             agent_end, control_end = memory_link_pair()
-            plane.nursery.start_soon(plane._accept_local, control_end)
+            try:
+                plane.nursery.start_soon(plane._accept_local, control_end)
+            except RuntimeError as exc:  # its nursery is closed: that control plane has stopped
+                raise WireError("the control plane has stopped; the agent keeps trying.") from exc
             try:
                 yield agent_end
             finally:
@@ -157,11 +163,12 @@ class AgentHub:
             readings = readings_from_heartbeat(beat, now)
             installed, installing = tuple(beat.engines_installed), tuple(beat.engines_installing)
             origin = float(beat.time) or None  # the agent's send time: the loop keeps the latency to its fold
+            health = health_from_message(beat.health) if beat.HasField("health") else None
 
             def transition(state: ControlState) -> tuple[ControlState, bool]:
                 fleet, changed = state.fleet.heartbeat(
                     node_id, now, shards=shards, details=details, engines_installed=installed,
-                    engines_installing=installing, readings=readings)
+                    engines_installing=installing, readings=readings, health=health)
                 return state.with_fleet(fleet), changed
         elif kind == "shard_status":
             shards, details = convert_shards([message.shard_status])

@@ -14,10 +14,11 @@ from typing import Any
 import trio
 
 from llmgw.control.state import PassRecord
+from llmgw.control.view import ControlView
 
 
 async def apply(
-    plane, emit: Callable[[dict[str, Any]], Awaitable[None]], *, wait: bool = True,
+    plane: ControlView, emit: Callable[[dict[str, Any]], Awaitable[None]], *, wait: bool = True,
     allow_empty: bool = False, timeout: float = 600.0, who: str = "admin API",
 ) -> bool:
     """Converge `plane` (a running ControlPlane) to the branch head now: poll, run a pass, and (when `wait`) run
@@ -37,7 +38,7 @@ async def apply(
             plane.apply_holder = None
 
 
-async def _apply(plane, emit, *, wait: bool, allow_empty: bool, timeout: float) -> bool:
+async def _apply(plane: ControlView, emit, *, wait: bool, allow_empty: bool, timeout: float) -> bool:
     state = await plane.reload(force=True, allow_empty=allow_empty)
     for name, rejected in (("bad", state.bad), ("held", state.held)):
         if rejected is not None:

@@ -25,6 +25,7 @@ from llmgw.control.registry import NodeRecord
 from llmgw.control.state import PassRecord, WatchState
 from llmgw.errors import LlmgwError
 from llmgw.plan.types import Plan
+from llmgw.tools.fabric_groups import group_fabrics
 from llmgw.settings import APPLIED_REF, append_audit, set_ref
 
 log = logging.getLogger("llmgw.control.audit")
@@ -72,6 +73,8 @@ def node_documents(records: tuple[NodeRecord, ...]) -> dict[str, Any]:
             doc["engine_errors"] = dict(record.engine_errors)
         if record.warnings:
             doc["warnings"] = list(record.warnings)
+        if record.health is not None:
+            doc["health"] = record.health.to_json()
         nodes[node.node_id] = doc
     return nodes
 
@@ -120,6 +123,8 @@ def status_document(
     """The whole status as plain data: settings (in force, head, rejected), nodes, replicas, failures, last pass.
 
     This is what `GET /api/v1/status` returns and (without times) what each audit commit's status.yaml holds.
+    `fabrics` (only when a node reports one): nodes grouped by NVLink domain and InfiniBand fabric, and what is
+    outside them (`llmgw.tools.fabric_groups`).
     """
     settings = watch.settings
     doc: dict[str, Any] = {
@@ -131,6 +136,14 @@ def status_document(
         "nodes": node_documents(records),
         "replicas": replica_documents(records, plan),
     }
+    if settings is not None:  # nodes kept off by settings (llmgw.plan.cordons); the keys only when not empty
+        for key, ids in (("cordoned", settings.cluster.cordoned), ("drained", settings.cluster.drained),
+                         ("lent", tuple(sorted(settings.slurm.lent)))):
+            if ids:
+                doc["settings"][key] = list(ids)
+    fabrics = group_fabrics({r.node_id: r.health for r in records if r.health is not None and not r.lost})
+    if fabrics.groups or fabrics.outside:
+        doc["fabrics"] = fabrics.to_json()
     for name, rejected in (("bad", watch.bad), ("held", watch.held)):
         if rejected is not None:
             doc["settings"][name] = {

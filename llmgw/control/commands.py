@@ -106,4 +106,5 @@ def agent_settings(settings: Settings, node_id: str) -> pb.AgentSettings:
         ignore_gpus=list(agent.ignore_gpus),
         mirrors=list(agent.mirrors),
         shard_stop_grace=agent.shard_stop_grace,
+        control_planes=list(settings.cluster.control_planes),
     )

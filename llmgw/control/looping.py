@@ -181,12 +181,15 @@ class ControlLoop:
         Returns its record, or None when no settings are in force yet."""
         started = trio.current_time()
         old = self.state
-        clock = time.perf_counter()
+        took = time.perf_counter()
         decision, state = decide(old, started, now_unix=time.time(), trigger=trigger, settle_after=self.settle_after)
         if decision is None:
             return None
-        record = replace(decision.record, duration=time.perf_counter() - clock)  # decide's own wall time
-        decision, state = replace(decision, record=record), replace(state, last_pass=record)
+        duration = time.perf_counter() - took  # CPU-bound: the wall time of decide
+        record = replace(decision.record, duration=duration)
+        decision = replace(decision, record=record)
+        state = replace(state, last_pass=record, tallies=state.tallies.counted_pass(
+            record.converged, duration, tuple(a.kind.value for a in decision.send)))
         self.state = state
         for action in decision.send:
             assert self._nursery is not None, "ControlLoop.run must be running"
@@ -205,8 +208,15 @@ class ControlLoop:
             except LlmgwError as exc:
                 delay = exc.delay if isinstance(exc, TemporaryError) else None
                 now, error = trio.current_time(), str(exc)
-                self.update(lambda s: (action_failed(s, key, error, now, delay=delay, now_unix=time.time()), True),
+                self.update(lambda s: (_counted(action_failed(s, key, error, now, delay=delay, now_unix=time.time()),
+                                                action.kind.value, "failed"), True),
                             f"{action.kind.value} {key[2]} on {action.node_id} failed")
                 return
         now = trio.current_time()
-        self.update(lambda s: (action_answered(s, key, now), True), f"{action.kind.value} {key[2]} answered")
+        self.update(lambda s: (_counted(action_answered(s, key, now), action.kind.value, "succeeded"), True),
+                    f"{action.kind.value} {key[2]} answered")
+
+
+def _counted(state: ControlState, kind: str, outcome: str) -> ControlState:
+    """`state` with one more answered action of `kind` in its tallies."""
+    return replace(state, tallies=state.tallies.counted_outcome(kind, outcome))

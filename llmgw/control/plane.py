@@ -38,13 +38,15 @@ from llmgw.control.deciding import Decision
 from llmgw.control.keys import (
     REPLICA_KEY_SECRET, WEBHOOK_SECRET, SecretResolver, replica_key,
 )
+from llmgw.control.leading import LEASE_NAME, LeaseKeeper
 from llmgw.control.looping import ControlLoop
 from llmgw.control.registry import FleetRegistry
 from llmgw.control.reports import fleet_for, memory_thresholds
 from llmgw.control.routing import build_route_table
-from llmgw.control.state import ControlState, Leadership, PassRecord, WatchState
+from llmgw.control.state import ControlState, PassRecord, WatchState
+from llmgw.control.tracing import StartTracing, open_tracing
 from llmgw.control.watching import SettingsWatcher
-from llmgw.errors import EngineError, SettingsError, UsageError
+from llmgw.errors import EngineError, SettingsError, TemporaryError, UsageError
 from llmgw.gateway import Gateway
 from llmgw.plan.types import Action, ActionKind, Plan
 from llmgw.routes import RouteTable
@@ -82,7 +84,9 @@ class ControlConfig:
     (0: a free port) so nodes get certificates with one-time tokens (`create_join_token`). `agent_tls`: a
     `llmgw.wire.ServerTls` of your own instead (no Join). `insecure_agents`: allow a plain-text agents listener
     on an address other machines reach (refused otherwise, see `llmgw.wire.check_agents_listener`).
-    `gateway`: False runs no gateway.
+    `gateway`: False runs no gateway. `otlp_endpoint`: an OTLP/HTTP collector ("http://host:4318") that receives
+    traces of passes and replica starts (None: off, see llmgw.control.tracing); `tracer_provider`: an
+    opentelemetry-sdk TracerProvider of your own instead.
     """
 
     repo: str
@@ -105,6 +109,8 @@ class ControlConfig:
     gateway: bool = True
     set_notify_url: bool = True
     lease_seconds: float = 15.0
+    otlp_endpoint: str | None = None
+    tracer_provider: Any = None
 
 
 def check_listeners_free(listeners: dict[str, Listener]) -> None:
@@ -170,6 +176,9 @@ class ControlPlane:
         self.started_at = time.time()
         self.holder = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
         self.restart_requested = trio.Event()
+        self.tracing = (StartTracing(config.tracer_provider) if config.tracer_provider is not None
+                        else open_tracing(config.otlp_endpoint))
+        self.lease: LeaseKeeper | None = None
 
     # -- the state, as readers see it ---------------------------------------------------------------------
 
@@ -210,6 +219,23 @@ class ControlPlane:
     def watcher_repo_path(self) -> Path:
         """The settings repository as read (the mirror of a remote one)."""
         return self.watcher.repo_path
+
+    def gateway_registry(self):
+        """The Prometheus registry of this control plane's gateway counters, or None when it runs no gateway."""
+        return self.gateway.metrics.registry if self.gateway is not None else None
+
+    def is_connected(self, node_id: str) -> bool:
+        """True while `node_id`'s agent has a stream open to this control plane."""
+        return node_id in self.agents.sessions
+
+    async def command(self, node_id: str, timeout: float, **body: Any):
+        """Send one command to `node_id`'s agent and wait up to `timeout` seconds for its `CommandOutcome`.
+
+        Carries this control plane's leader-lease token (0 while it does not lead: an agent that has seen a token
+        refuses it, see llmgw.agent.fencing).
+        Raises: TemporaryError when the node is not connected, goes away or does not answer in time.
+        """
+        return await self.agents.command(node_id, timeout, fencing_token=self.loop.state.leadership.token, **body)
 
     def wake_watcher(self) -> None:
         """Make the settings watcher poll now (a hook or forge said the branch moved)."""
@@ -270,12 +296,14 @@ class ControlPlane:
                 self.admin_url = f"http://{_url_host(admin.host)}:{self.admin_port}"
                 if self.config.gateway:
                     self.gateway = Gateway(store, self.table, spool_dir=self.state_dir / "usage-spool")
+                    self.gateway.health_details = lambda: {"leader": self.leader}
                     self.gateway_port = await nursery.start(self.gateway.serve, gateway.host, gateway.port)
                     self.gateway_url = f"http://{_url_host(gateway.host)}:{self.gateway_port}"
                 self._write_state_files()
                 await nursery.start(self.loop.run)
-                await self._renew_lease()
-                nursery.start_soon(self._hold_lease)
+                self.lease = LeaseKeeper(self._acquire_lease, self.loop.update, ttl=self.config.lease_seconds,
+                                         holder=self.holder)
+                await nursery.start(self.lease.run)
                 await nursery.start(self.audit.run)
                 nursery.start_soon(self.watcher.run, self._poll_interval)
                 self._rebuild_table(self.loop.state)
@@ -284,8 +312,10 @@ class ControlPlane:
         finally:
             with trio.move_on_after(3.0, shield=True):
                 await self.audit.write_pending()
+                if self.tracing is not None:
+                    await trio.to_thread.run_sync(self.tracing.shutdown)
             if self.leader:
-                store.release_lease("llmgw-reconciler", self.holder)
+                store.release_lease(LEASE_NAME, self.holder)
             if self.config.store is None or isinstance(self.config.store, (str, Path)):
                 store.close()
 
@@ -330,19 +360,13 @@ class ControlPlane:
         settings = self.watcher.state.settings
         return self.config.reconcile_interval or (settings.cluster.reconcile_interval if settings else 10.0)
 
-    async def _renew_lease(self) -> None:
-        lease = self.config.lease_seconds
-        held = await trio.to_thread.run_sync(self.store.acquire_lease, "llmgw-reconciler", self.holder, lease)
-        holder = self.holder if held else await trio.to_thread.run_sync(self.store.lease_holder, "llmgw-reconciler")
-        leadership = Leadership(held, holder)
-        if leadership != self.loop.state.leadership:
-            self.loop.update(lambda s: (replace(s, leadership=leadership), True),
-                             "became leader" if held else "lost the leader lease")
-
-    async def _hold_lease(self) -> None:
-        while True:
-            await trio.sleep(self.config.lease_seconds / 3)
-            await self._renew_lease()
+    async def _acquire_lease(self) -> tuple[int, str | None]:
+        """Take or renew the leader lease (see `llmgw.control.leading.LeaseKeeper`): (token or 0, holder)."""
+        take = functools.partial(self.store.acquire_lease, LEASE_NAME, self.holder, self.config.lease_seconds)
+        token = await trio.to_thread.run_sync(take, abandon_on_cancel=True)
+        if token:
+            return token, self.holder
+        return 0, await trio.to_thread.run_sync(self.store.lease_holder, LEASE_NAME, abandon_on_cancel=True)
 
     def replica_key(self, replica_id: str) -> str:
         """The replica key of `replica_id` (HMAC-SHA256 of it under the store's "engine-key" secret, hex); kept
@@ -371,6 +395,8 @@ class ControlPlane:
         """After each batch of events: the routing table is rebuilt once, when something it depends on changed."""
         if reasons or new.settings is not old.settings:
             self._rebuild_table(new)
+        if self.tracing is not None:
+            self.tracing.on_change(old, new)
 
     # -- agents -------------------------------------------------------------------------------------------
 
@@ -410,7 +436,11 @@ class ControlPlane:
                                                      if record else "linux-x86_64")}
         else:
             return
-        outcome = await self.agents.command(action.node_id, timeout, **body)
+        leadership = self.loop.state.leadership
+        if not leadership.leader:  # the lease ended after the pass that planned this action
+            raise TemporaryError(f"this control plane no longer holds the leader lease; {action.kind.value} on "
+                                 f"{action.node_id} is left to the leader.")
+        outcome = await self.agents.command(action.node_id, timeout, fencing_token=leadership.token, **body)
         if not outcome.ok:
             subject = "its agent settings" if action.kind is ActionKind.CONFIGURE else (
                 action.shard_id or action.replica_id or action.engine)
@@ -419,6 +449,8 @@ class ControlPlane:
     def _after_pass(self, decision: Decision, state: ControlState) -> None:
         record = decision.record
         self.passes.append(record)
+        if self.tracing is not None:
+            self.tracing.after_pass(decision, state)
         if not state.leadership.leader:
             return  # followers plan and report; only the leader writes the audit
         doc = self.status(state, readings=False)
@@ -472,6 +504,7 @@ class ControlPlane:
             "apply_running": self.apply_holder,
             "leader": state.leadership.leader,
             "leader_holder": state.leadership.holder,
+            "leader_token": state.leadership.token,
         }
         if readings:
             doc["control_plane"]["load"] = self._load_figures()
@@ -533,6 +566,21 @@ class ControlPlane:
             )
         commit = await trio.to_thread.run_sync(
             functools.partial(set_serving_stopped, str(self.watcher.repo_path), stopped, author_name, author_email,
+                              branch=self.config.branch),
+        )
+        await self.watcher.poll()
+        return commit
+
+    async def node_verb(self, verb: str, node: str, author_name: str, author_email: str) -> str:
+        """Commit `llmgw node cordon|uncordon|drain` or `llmgw slurm lend|reclaim` for `node` as the operator
+        (llmgw.settings.node_commits); returns the branch head. Raises: UsageError when the settings are remote."""
+        from llmgw.settings.node_commits import commit_node_verb
+
+        if self.watcher.remote:
+            raise UsageError(f"the settings live at {self.config.repo}; make the change ({verb} {node}) there and "
+                             "push it.")
+        commit = await trio.to_thread.run_sync(
+            functools.partial(commit_node_verb, str(self.watcher.repo_path), verb, node, author_name, author_email,
                               branch=self.config.branch),
         )
         await self.watcher.poll()

@@ -8,7 +8,8 @@ Placement-relevant (what wakes the planner and rebuilds the routing table; writt
 - a node appearing, registering again, becoming lost, or its stream ending for good (lost);
 - a shard's state, port or fingerprint, or a node's installed / installing engines;
 - a card held or released by a process llmgw did not start (judged on every heartbeat);
-- a card's free memory crossing what a model of the catalog needs per GPU (`memory_thresholds`).
+- a card's free memory crossing what a model of the catalog needs per GPU (`memory_thresholds`);
+- a card's health verdict taking it out of placement or giving it back (`llmgw.control.health`).
 Readings alone (utilisation, power, temperatures, CPU, memory, disk, shard cores) replace the node's
 `readings` and change nothing else: they never wake the planner nor move a running replica.
 
@@ -31,7 +32,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
+from llmgw.control.health import apply_health
 from llmgw.control.readings import NodeReadings
+from llmgw.tools.node_report import NodeHealthReport
 from llmgw.plan.types import Fleet, GpuState, NodeState, ObservedShard
 
 
@@ -53,9 +56,10 @@ class NodeRecord:
     `state` is the node as last reported (shards included, even while lost). `last_seen` is the time of its
     last message; `lost` True once silent for longer than the registry's `lost_after`. Engine processes llmgw did not start are in
     `state.shards` with `adopted_foreign=True`: reported, never stopped.
-    `engine_errors` maps "llama.cpp@b11434" to the last install error. `readings` are the last heartbeat's
+    `engine_errors` maps "llama.cpp@b11434" to the last install error. `registered_at` is when it last registered. `readings` are the last heartbeat's
     readings (None before the first; see `NodeReadings.to_json` for the 60 s age limit). `engines_installable`
-    and `features` are what the agent said it can do at Register.
+    and `features` are what the agent said it can do at Register. `health` the node's last GPU health and fabrics
+    report (None before the first; kept across a new Register that carries none).
     """
 
     state: NodeState
@@ -69,8 +73,10 @@ class NodeRecord:
     details: Mapping[str, ShardDetail] = field(default_factory=lambda: MappingProxyType({}))
     engine_errors: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     readings: NodeReadings | None = None
+    registered_at: float = 0.0
     engines_installable: frozenset[str] = frozenset()
     features: frozenset[str] = frozenset()
+    health: NodeHealthReport | None = None
 
     @property
     def node_id(self) -> str:
@@ -182,13 +188,20 @@ class FleetRegistry:
         warnings: Iterable[str] = (),
         engines_installable: Iterable[str] = (),
         features: Iterable[str] = (),
+        health: NodeHealthReport | None = None,
     ) -> tuple[FleetRegistry, bool]:
         """A node (re)registered: record it as connected and alive with the shards it reports (adopted).
 
+        `health` (else the node's last report, if any) is laid onto its cards at once, so a card a finding takes
+        out is never offered between Register and the first heartbeat.
         Always placement-relevant (a new connection: its agent settings must be sent again, its GPUs judged anew).
         """
+        old = self._records.get(node.node_id)
+        if health is None and old is not None:
+            health = old.health
+        gpus, _ = apply_health(node.gpus, health)
         record = NodeRecord(
-            state=replace(node, alive=True),
+            state=replace(node, alive=True, gpus=gpus),
             last_seen=now,
             connected=True,
             lost=False,
@@ -197,8 +210,10 @@ class FleetRegistry:
             agent_version=agent_version,
             warnings=tuple(warnings),
             details=MappingProxyType(dict(details or {})),
+            registered_at=now,
             engines_installable=frozenset(engines_installable),
             features=frozenset(features),
+            health=health,
         )
         return self._with(node.node_id, record), True
 
@@ -212,9 +227,11 @@ class FleetRegistry:
         engines_installed: Iterable[str] | None = None,
         engines_installing: Iterable[str] | None = None,
         readings: NodeReadings | None = None,
+        health: NodeHealthReport | None = None,
     ) -> tuple[FleetRegistry, bool]:
         """A heartbeat: the node is alive; `shards` (when given) is its full shard list now; `readings` replace
-        the node's readings and update its cards' free memory and shared-card verdict.
+        the node's readings and update its cards' free memory and shared-card verdict; `health` replaces the
+        node's health report and its cards' `unhealthy`.
 
         A heartbeat from a node that never registered is ignored (returns (self, False)): the agent registers first.
         """
@@ -233,13 +250,20 @@ class FleetRegistry:
             gpus, gpus_changed = apply_gpu_readings(state.gpus, readings, self.memory_thresholds)
             if gpus != state.gpus:
                 state = replace(state, gpus=gpus)
+        health_changed = False
+        if health is not None:
+            gpus, health_changed = apply_health(state.gpus, health)
+            if health_changed:
+                state = replace(state, gpus=gpus)
         record = replace(old, state=state, last_seen=now, lost=False, connected=True,
-                         readings=readings if readings is not None else old.readings)
+                         readings=readings if readings is not None else old.readings,
+                         health=health if health is not None else old.health)
         if details is not None:
             record = replace(record, details=MappingProxyType(dict(details)))
         changed = (
             old.lost
             or gpus_changed
+            or health_changed
             or _shard_key(old.state.shards) != _shard_key(state.shards)
             or old.state.engines_installed != state.engines_installed
             or old.state.engines_installing != state.engines_installing

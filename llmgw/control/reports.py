@@ -139,6 +139,7 @@ def gpu_from_report(gpu) -> GpuState:
         is_mig=bool(gpu.is_mig_instance),
         numa_node=int(gpu.numa_node) if _has(gpu, "numa_node") else None,
         nvlink_peers=tuple(gpu.nvlink_peers),
+        parent_uuid=gpu.parent_uuid if gpu.is_mig_instance else "",
     )
 
 

@@ -16,6 +16,7 @@ from typing import Any
 import trio
 
 from llmgw.control.state import ControlState
+from llmgw.control.view import ControlView
 from llmgw.errors import LlmgwError
 from llmgw.wire import pb
 from llmgw.wire.features import RESTART
@@ -41,7 +42,12 @@ def restart_refusal(state: ControlState, node_id: str) -> str | None:
     return None
 
 
-async def restart_fleet(plane, emit: Callable[[dict[str, Any]], Awaitable[None]], *, timeout: float = 30.0,
+def _registered_again(state: ControlState, node_id: str, before) -> bool:
+    record = state.fleet.get(node_id)
+    return record is not None and record.connected and record.registered_at > before.registered_at
+
+
+async def restart_fleet(plane: ControlView, emit: Callable[[dict[str, Any]], Awaitable[None]], *, timeout: float = 30.0,
                         control_plane: bool = True) -> bool:
     """Restart every connected agent over its stream, then (with `control_plane`) ask the control plane to.
 
@@ -58,9 +64,9 @@ async def restart_fleet(plane, emit: Callable[[dict[str, Any]], Awaitable[None]]
             results[node_id] = False
             await emit({"event": "node", "node": node_id, "ok": False, "message": refusal})
             return
-        old_session = plane.sessions.get(node_id)
+        registered_before = plane.snapshot().fleet.get(node_id)
         try:
-            outcome = await plane.agents.command(node_id, timeout, restart=pb.Restart())
+            outcome = await plane.command(node_id, timeout, restart=pb.Restart())
         except LlmgwError as exc:
             results[node_id] = False
             await emit({"event": "node", "node": node_id, "ok": False, "message": str(exc)})
@@ -69,8 +75,8 @@ async def restart_fleet(plane, emit: Callable[[dict[str, Any]], Awaitable[None]]
             results[node_id] = False
             await emit({"event": "node", "node": node_id, "ok": False, "message": outcome.error})
             return
-        with trio.move_on_after(REREGISTER_TIMEOUT) as waited:
-            while plane.sessions.get(node_id) in (None, old_session) or not plane.snapshot().fleet.get(node_id).connected:
+        with trio.move_on_after(REREGISTER_TIMEOUT) as waited:  # back: a new Register after the old stream ended
+            while not _registered_again(plane.snapshot(), node_id, registered_before) or not plane.is_connected(node_id):
                 await trio.sleep(0.05)
         if waited.cancelled_caught:
             results[node_id] = False

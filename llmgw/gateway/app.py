@@ -1,7 +1,8 @@
 """The gateway: the OpenAI-compatible API in front of the fleet's replicas and external endpoints.
 
 Endpoints: GET /v1/models, GET /v1/models/{model}, POST /v1/chat/completions, /v1/completions, /v1/embeddings,
-GET /metrics (Prometheus), GET /health. A proxied request goes: key (store) -> body (size limit, read deadline and
+GET /health. (The gateway's Prometheus counters are served with the fleet's on the admin listener's /metrics,
+see llmgw.control.metrics; the API port has no /metrics.) A proxied request goes: key (store) -> body (size limit, read deadline and
 minimum rate) -> bounded JSON and OpenAI's request schema (`validation`) -> model (catalog names and aliases only)
 -> project allowlist -> serving stopped? -> ready replicas? -> quota reservation (store; `limits`: the engine is
 held to the reserved max_tokens when tokens or budget are limited) -> forward and relay (proxying; an internal
@@ -23,7 +24,9 @@ from __future__ import annotations
 
 import hashlib
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import trio
 
@@ -39,7 +42,7 @@ from llmgw.gateway.asgi import (
     send_json, serve_lifespan,
 )
 from llmgw.gateway.limits import completion_limit, enforced_fields, limits_tokens
-from llmgw.gateway.metrics import CONTENT_TYPE, GatewayMetrics
+from llmgw.gateway.metrics import GatewayMetrics
 from llmgw.gateway.problems import (
     ApiError,
     bad_request,
@@ -97,6 +100,8 @@ class Gateway:
         self.body_min_bytes_per_second = body_min_bytes_per_second
         self._keys: dict[bytes, tuple[ApiKey, float]] = {}
         self.health_interval = health_interval
+        # what GET /health adds to {"status": "ok"} (the control plane sets {"leader": bool})
+        self.health_details: Callable[[], dict[str, Any]] = dict
         self.metrics.observe_table(table)
 
     def set_table(self, table: RouteTable) -> None:
@@ -148,10 +153,8 @@ class Gateway:
                 await self._proxied(scope, receive, send, PROXIED[path])
             elif path == "/v1/models" or path.startswith("/v1/models/"):
                 await self._models(scope, send, path[len("/v1/models/"):] if path != "/v1/models" else None)
-            elif path == "/metrics":
-                await send_bytes(send, 200, self.metrics.render(), CONTENT_TYPE.encode())
             elif path in ("/health", "/healthz"):
-                await send_json(send, 200, {"status": "ok"})
+                await send_json(send, 200, {"status": "ok", **self.health_details()})
             else:
                 raise ApiError(404, f"There is no {method} {path} here; the API is under /v1.",
                                "invalid_request_error", "unknown_url")

@@ -1,4 +1,5 @@
-"""The gateway's Prometheus metrics, in a registry of its own (served at GET /metrics).
+"""The gateway's Prometheus metrics, in a registry of its own (served with the fleet's at the admin listener's
+GET /metrics, llmgw.control.metrics).
 
 Names (all prefixed `llmgw_gateway_`): requests_total{model,project,status}, request_duration_seconds{model}
 and time_to_first_token_seconds{model} histograms, prompt_tokens_total / completion_tokens_total{model,project},

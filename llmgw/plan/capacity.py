@@ -45,7 +45,7 @@ def _cores(value: float) -> str:
 class Room:
     """One alive node's capacity as planning goes on (mutable, private to one `make_plan` call)."""
 
-    __slots__ = ("node_id", "labels", "free", "counts", "held", "foreign", "ignored", "cpu_free", "mem_free",
+    __slots__ = ("node_id", "labels", "free", "counts", "held", "foreign", "ignored", "unhealthy", "cpu_free", "mem_free",
                  "models", "installed", "installing", "installable", "has_gpus", "devices", "version", "why_cache")
 
     def __init__(self, node: NodeState, labels: dict[str, str], ignore: frozenset[str]):
@@ -56,12 +56,15 @@ class Room:
         self.held: dict[str, int] = {}
         self.foreign: dict[str, int] = {}
         self.ignored: dict[str, int] = {}
+        self.unhealthy: dict[str, list[str]] = {}  # class -> "GPU <device>: <reason>", cards health takes out
         self.devices: dict[str, GpuState] = {}
         for gpu in sorted(node.gpus, key=_device_order):
             cls = gpu.gpu_class
             self.counts[cls] = self.counts.get(cls, 0) + 1
             if gpu.device_id in ignore or (gpu.uuid and gpu.uuid in ignore):
                 self.ignored[cls] = self.ignored.get(cls, 0) + 1
+            elif gpu.unhealthy:
+                self.unhealthy.setdefault(cls, []).append(f"GPU {gpu.device_id}: {gpu.unhealthy}")
             elif gpu.foreign_processes:
                 self.foreign[cls] = self.foreign.get(cls, 0) + 1
             else:
@@ -183,6 +186,9 @@ class Room:
             detail.append(f"{self.foreign[cls]} with foreign processes")
         if self.ignored.get(cls):
             detail.append(f"{self.ignored[cls]} ignored by agent settings")
+        if self.unhealthy.get(cls):
+            out = self.unhealthy[cls]
+            detail.append(f"{len(out)} out of placement for health ({'; '.join(out)})")
         if len(usable) < len(free):
             detail.append(f"{len(free) - len(usable)} with less than {format_size(demand.gpu_memory)} memory free")
         suffix = f" ({', '.join(detail)})" if detail else ""

@@ -87,7 +87,7 @@ def _planned_use(node: NodeState, plan: Plan) -> _Use:
 def _free_by_class(node: NodeState, use: _Use) -> dict[str, int]:
     free: dict[str, int] = {}
     for gpu in node.gpus:
-        if gpu.foreign_processes:
+        if gpu.foreign_processes or gpu.unhealthy:
             continue
         free.setdefault(gpu.gpu_class, 0)
         if gpu.device_id not in use.devices:
@@ -106,7 +106,7 @@ def headroom(fleet: Fleet, plan: Plan) -> Headroom:
         before, after = _observed_use(node), _planned_use(node, plan)
         free_before, free_after = _free_by_class(node, before), _free_by_class(node, after)
         for gpu in node.gpus:
-            if not gpu.foreign_processes:
+            if not gpu.foreign_processes and not gpu.unhealthy:
                 totals.setdefault(gpu.gpu_class, [0, 0, 0, 0, 0])[0] += 1
         for cls, count in free_before.items():
             row = totals[cls]

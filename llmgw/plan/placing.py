@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from llmgw.plan.capacity import ClassIndex, Demand, Room
+from llmgw.plan.cordons import closed_nodes, evicted_nodes
 from llmgw.identity import describe_engine, new_shard_id, replica_index
 from llmgw.plan.identity import replica_ids
 from llmgw.plan.types import Action, ActionKind, Assignment, NodeState, ObservedShard, Unplaced
@@ -55,6 +56,8 @@ class Placement:
         self.generation = 0
         self.failed: dict[int, tuple[int, tuple[tuple[str, str], ...]]] = {}
         self.old_keeps: dict[tuple[str, str], int] = {}
+        self.closed = closed_nodes(settings)  # node id -> why no new replica goes there (cordons.py)
+        self.evicted = evicted_nodes(settings)
 
     def node_labels(self, node: NodeState) -> dict[str, str]:
         """The node's reported labels with its agent settings' labels over them."""
@@ -95,12 +98,14 @@ class Placement:
             self.place(item)
 
     def candidates(self, demand: Demand):
-        rooms = self.rooms
+        rooms, closed = self.rooms, self.closed
         if demand.gpus:
             for node_id in self.index.candidates(demand.gpu_class, demand.gpus):
-                yield rooms[node_id]
+                if node_id not in closed:
+                    yield rooms[node_id]
         else:
-            yield from sorted(rooms.values(), key=lambda r: (r.has_gpus, -r.cpu_free, r.node_id))
+            yield from sorted((r for r in rooms.values() if r.node_id not in closed),
+                              key=lambda r: (r.has_gpus, -r.cpu_free, r.node_id))
 
     def place(self, item: Pending) -> None:
         demand = item.demand
@@ -168,6 +173,13 @@ class Placement:
         if wanted > 1 and others_ready < wanted - 1:
             return False
         node, shard = item.old[0]
+        if node.node_id in self.closed:
+            if node.node_id in self.settings.slurm.lent:  # lending does not wait for room elsewhere
+                position = self.old_keeps[(node.node_id, shard.shard_id)]
+                self.actions[position] = Action(ActionKind.STOP, node.node_id, shard.replica_id, shard.shard_id,
+                                                shard.model, reason=f"{self.closed[node.node_id]}; no room elsewhere")
+                self.ready.get(demand.model, set()).discard(item.replica_id)
+            return False
         room = self.rooms[node.node_id]
         self.release(room, shard.devices, shard.cpu_cores, shard.memory_bytes, None)
         devices = room.fit(demand)
@@ -201,6 +213,8 @@ class Placement:
             room = self.rooms[node.node_id]
             if node.node_id == waiting_on:
                 why = f"installing {describe_engine(demand.engine_key)}"
+            elif node.node_id in self.closed:
+                why = self.closed[node.node_id]
             else:
                 why = room.why_not(demand)
             if not why:

@@ -17,6 +17,8 @@ A pass goes in two stages.
 
 A healthy replica is never moved to improve the packing: placement only ever looks at replicas without a
 current shard. Nodes not alive are ignored (their shards hold nothing; replicas are placed elsewhere).
+Cordoned, drained and lent nodes take no new replica; a drained or lent node's shards are judged as an old
+generation, so they serve until their replacement elsewhere is ready (llmgw.plan.cordons).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from dataclasses import fields
 
 from llmgw.plan.capacity import Demand
 from llmgw.plan.guard import guard_fleet_not_emptied
+from llmgw.plan.health import unhealthy_devices
 from llmgw.identity import ShardState, engine_key, replica_index
 from llmgw.plan.identity import engine_version_of, fingerprint, replica_ids
 from llmgw.plan.placing import Pending, Placement
@@ -150,7 +153,7 @@ class _Planner(Placement):
             agent = self.settings.agent_settings_for(node.node_id)
             wanted = fingerprints.get(id(agent))
             if wanted is None:
-                wanted = fingerprints[id(agent)] = _fingerprint_of(agent)
+                wanted = fingerprints[id(agent)] = _fingerprint_of(agent, self.settings.cluster.control_planes)
             if node.agent_settings_applied != wanted:
                 reason = "agent settings changed" if node.agent_settings_applied else "node has no agent settings yet"
                 self.actions.append(Action(ActionKind.CONFIGURE, node.node_id, engine=wanted, reason=reason))
@@ -170,8 +173,9 @@ class _Planner(Placement):
         """Decide the existing shards of one wanted replica; return it as pending when it needs placing."""
         if len(shards) == 1:  # the converged case, kept cheap: one current shard, running
             node, shard = shards[0]
-            if (shard.fingerprint == demand.fingerprint and shard.state in _RUNNING and (
-                    not demand.selector or all(self.node_labels(node).get(k) == v for k, v in demand.selector))):
+            if (shard.fingerprint == demand.fingerprint and shard.state in _RUNNING and node.node_id not in self.evicted
+                    and (not demand.selector or all(self.node_labels(node).get(k) == v for k, v in demand.selector))
+                    and not unhealthy_devices(node, shard.devices)):
                 assignment = Assignment(replica_id, model.name, node.node_id, shard.devices, shard.cpu_cores,
                                         shard.memory_bytes, demand.fingerprint, shard.shard_id)
                 self.assignments.append(assignment)
@@ -183,8 +187,9 @@ class _Planner(Placement):
                 return None
         current, old = [], []
         for node, shard in shards:
-            ok = shard.fingerprint == demand.fingerprint and (
-                not demand.selector or all(self.node_labels(node).get(k) == v for k, v in demand.selector))
+            ok = shard.fingerprint == demand.fingerprint and node.node_id not in self.evicted and (
+                not demand.selector or all(self.node_labels(node).get(k) == v for k, v in demand.selector)) and (
+                not unhealthy_devices(node, shard.devices))  # a card out for health: placed elsewhere
             (current if ok else old).append((node, shard))
         ready = self.ready.setdefault(model.name, set())
         primary = None
@@ -225,8 +230,9 @@ class _Planner(Placement):
                 ready.add(replica_id)
             # Held, but not counted against spreading: it goes away once its replacement is ready.
             self.holds.append((node.node_id, shard.devices, shard.cpu_cores, shard.memory_bytes, None))
+            why = f"{self.closed[node.node_id]}: " if node.node_id in self.evicted else "rolling: "
             action = Action(ActionKind.KEEP, node.node_id, replica_id, shard.shard_id, model.name,
-                            reason=f"rolling: kept until {new_name} is ready")
+                            reason=f"{why}kept until {new_name} is ready")
             self.old_keeps[(node.node_id, shard.shard_id)] = len(self.actions)
             self.actions.append(action)
             kept.append((node, shard))
@@ -235,7 +241,8 @@ class _Planner(Placement):
         item = Pending(replica_id, demand, taken, old=kept)
         if kept:
             item.previous_node = kept[0][0].node_id
-            item.reason = f"rolling: new generation of {kept[0][1].shard_id}"
+            item.reason = (f"moves {kept[0][1].shard_id} off {item.previous_node}: {self.closed[item.previous_node]}"
+                           if item.previous_node in self.evicted else f"rolling: new generation of {kept[0][1].shard_id}")
         return item
 
     def stop(self, node: NodeState, shard: ObservedShard, reason: str) -> None:
@@ -273,11 +280,13 @@ def agent_settings_fingerprint(settings: Settings, node_id: str) -> str:
     Equal settings give equal fingerprints whatever file or commit they came from; a CONFIGURE action carries it
     in `Action.engine` and the node acknowledges it, so the planner sees when a node holds the settings in force.
     """
-    return _fingerprint_of(settings.agent_settings_for(node_id))
+    return _fingerprint_of(settings.agent_settings_for(node_id), settings.cluster.control_planes)
 
 
-def _fingerprint_of(agent) -> str:
+def _fingerprint_of(agent, control_planes: tuple[str, ...] = ()) -> str:
     described = repr(sorted((f.name, _plain(getattr(agent, f.name))) for f in fields(agent)))
+    if control_planes:  # sent with them (AgentSettings.control_planes); absent: as before
+        described += repr(control_planes)
     return hashlib.sha256(described.encode()).hexdigest()[:16]
 
 

@@ -196,9 +196,10 @@ def review_warnings(base: Settings, head: Settings, refused: str | None = None) 
                 found.append(ReviewWarning("pickle", f"{model.source_file or model.name}: allow_pickle: true: "
                                                      f"weights in a pickle format{what} can run code when loaded"))
         warned = {getattr(w, "file", "") for w in settings.warnings}
-        for name in ("firewall", "slurm"):
+        switches = {"firewall": bool(settings.firewall.get("enabled")), "slurm": settings.slurm.enabled}
+        for name, enabled in switches.items():
             # Left to the loader once it warns about the file itself (its list of keys not acted on yet).
-            if getattr(settings, name).get("enabled") and f"{name}.yaml" not in warned:
+            if enabled and f"{name}.yaml" not in warned:
                 found.append(ReviewWarning("not-acted-on", f"{name}.yaml: enabled: true is accepted but not "
                                                            f"acted on yet: no part of llmgw applies {name}.yaml"))
         return found

@@ -14,7 +14,8 @@ Format (version 1), every size in bytes, CPU cores as a number (may be fractiona
      "nodes": [{"node_id", "address", "alive", "labels": {k: v}, "cpu_cores", "memory_bytes",
                 "engines_installed": [str], "engines_installing": [str],
                 "gpus": [{"device_id", "gpu_class", "memory_total_bytes", "memory_free_bytes", "uuid",
-                          "foreign_processes", "is_mig", "numa_node": int | null, "nvlink_peers": [str]}],
+                          "foreign_processes", "is_mig", "numa_node": int | null, "nvlink_peers": [str],
+                          "unhealthy": str (only when a health finding takes the card out)}],
                 "shards": [{"shard_id", "replica_id", "model", "state", "fingerprint", "settings_commit",
                             "devices": [str], "cpu_cores", "memory_bytes", "port", "error", "restarts",
                             "adopted_foreign"}]}]}
@@ -51,10 +52,13 @@ class FleetSnapshot:
 
 
 def _gpu_json(gpu: GpuState) -> dict[str, Any]:
-    return {"device_id": gpu.device_id, "gpu_class": gpu.gpu_class, "memory_total_bytes": gpu.memory_total_bytes,
-            "memory_free_bytes": gpu.memory_free_bytes, "uuid": gpu.uuid,
-            "foreign_processes": gpu.foreign_processes, "is_mig": gpu.is_mig, "numa_node": gpu.numa_node,
-            "nvlink_peers": list(gpu.nvlink_peers)}
+    doc = {"device_id": gpu.device_id, "gpu_class": gpu.gpu_class, "memory_total_bytes": gpu.memory_total_bytes,
+           "memory_free_bytes": gpu.memory_free_bytes, "uuid": gpu.uuid,
+           "foreign_processes": gpu.foreign_processes, "is_mig": gpu.is_mig, "numa_node": gpu.numa_node,
+           "nvlink_peers": list(gpu.nvlink_peers)}
+    if gpu.unhealthy:
+        doc["unhealthy"] = gpu.unhealthy
+    return doc
 
 
 def _shard_json(shard: ObservedShard) -> dict[str, Any]:
@@ -129,6 +133,7 @@ class _Reader:
             foreign_processes=self.get(data, "foreign_processes", where, bool, False),
             is_mig=self.get(data, "is_mig", where, bool, False), numa_node=numa,
             nvlink_peers=self.strings(data, "nvlink_peers", where),
+            unhealthy=self.get(data, "unhealthy", where, str, ""),
         )
 
     def shard(self, data: Any, where: str) -> ObservedShard:

@@ -21,7 +21,9 @@ class GpuState:
 
     `device_id` is what the engine is given (index "0", or a MIG UUID "MIG-..."); `gpu_class` e.g. "h100-80g"
     or "a100-80g-mig-3g.40gb"; `foreign_processes` True when processes we did not start use the card (not placeable).
-    `numa_node` None when unknown; `nvlink_peers` lists device_ids reachable over NVLink.
+    `numa_node` None when unknown; `nvlink_peers` lists device_ids reachable over NVLink. `unhealthy` is why a
+    health finding takes the card out of placement ("" when none does; see `llmgw.tools.health`); `parent_uuid`
+    the whole card's UUID for a MIG instance ("" for a whole card).
     """
 
     device_id: str
@@ -33,6 +35,8 @@ class GpuState:
     is_mig: bool = False
     numa_node: int | None = None
     nvlink_peers: tuple[str, ...] = ()
+    unhealthy: str = ""
+    parent_uuid: str = ""
 
 
 @dataclass(frozen=True)

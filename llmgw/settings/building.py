@@ -88,9 +88,12 @@ def build_cluster(data: Mapping[str, Any]) -> ClusterSettings:
         action_timeout=_duration(reconcile, "action_timeout", defaults.action_timeout),
         serving_stopped=bool(serving.get("stopped", False)),
         allow_empty=bool(serving.get("allow_empty", False)),
+        cordoned=tuple(sorted(set(serving.get("cordoned", ())))),
+        drained=tuple(sorted(set(serving.get("drained", ())))),
         currency=prices.get("currency", "USD"),
         gpu_hour_cost=MappingProxyType({k: float(v) for k, v in prices.get("gpu_hour_cost", {}).items()}),
         max_request_body_bytes=parse_size(data.get("limits", {}).get("max_request_body", defaults.max_request_body_bytes)),
+        control_planes=tuple(dict.fromkeys(data.get("control_planes", ()))),
     )
 
 

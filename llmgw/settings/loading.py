@@ -24,6 +24,7 @@ from llmgw.settings.model import AgentSettings, Model, Settings
 from llmgw.settings.parsing import Parsed, parse_yaml
 from llmgw.settings.reading import TreeFiles, open_repository, read_commit, read_directory, resolve_commit
 from llmgw.settings.schemas import validate_data
+from llmgw.settings.slurm import SlurmSettings, build_slurm
 from llmgw.settings.unbuilt import unbuilt_warnings
 from llmgw.units import parse_duration
 
@@ -31,7 +32,6 @@ _SINGLE = {"llmgw.yaml": "llmgw", "engines.yaml": "engines", "projects.yaml": "p
            "firewall.yaml": "firewall", "slurm.yaml": "slurm", "agents/default.yaml": "agent"}
 _STEM = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
 _FIREWALL_DEFAULTS = {"backend": "nftables", "default_policy": "accept", "rules": []}
-_SLURM_DEFAULTS = {"job_time_limit": "1d", "requeue": True, "sbatch_args": [], "node_prefix": "slurm-"}
 
 
 def classify(path: str) -> str | None:
@@ -115,6 +115,15 @@ def _freeze_switch(data: dict[str, Any], defaults: dict[str, Any]) -> Any:
     return deep_freeze(merged)
 
 
+def _check_node_lists(found: Found, cluster: Any, fleet: frozenset[str]) -> None:
+    """serving.cordoned / serving.drained may only name nodes the settings know (agents/nodes/<node>.yaml)."""
+    for key, ids in (("cordoned", cluster.cordoned), ("drained", cluster.drained)):
+        for index, node in enumerate(ids):
+            if node not in fleet:
+                found.add("llmgw.yaml", ("serving", key, index), f"node {node!r} is not in the fleet: the settings "
+                          "know nodes by their agents/nodes/<node>.yaml (an empty mapping `{}` will do)")
+
+
 def load_tree(tree: TreeFiles, commit: str | None = None) -> Settings:
     """Validate and build the Settings of `tree` (files as read by reading.py).
 
@@ -193,7 +202,13 @@ def _load_tree(tree: TreeFiles, commit: str | None, found: Found) -> Settings:
     found.current = "firewall.yaml"
     firewall = _freeze_switch(good["firewall.yaml"][1], _FIREWALL_DEFAULTS) if "firewall.yaml" in good else deep_freeze({})
     found.current = "slurm.yaml"
-    slurm = _freeze_switch(good["slurm.yaml"][1], _SLURM_DEFAULTS) if "slurm.yaml" in good else deep_freeze({})
+    # The nodes the settings know; None (no fleet checks) when agents/nodes/ itself could not be read.
+    fleet = None if any(i.file.startswith("agents/nodes") for i in tree.issues) else frozenset(
+        _stem(path) for path in tree.texts if path.startswith("agents/nodes/"))
+    slurm = build_slurm(good["slurm.yaml"][1], found, "slurm.yaml", fleet) if "slurm.yaml" in good else SlurmSettings()
+    found.current = "llmgw.yaml"
+    if cluster is not None and fleet is not None:
+        _check_node_lists(found, cluster, fleet)
 
     found.current = ""
     errors = sorted((i for i in found.issues if i.severity == "error"), key=lambda i: (i.file, i.line, i.column))

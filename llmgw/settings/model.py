@@ -15,6 +15,7 @@ from types import MappingProxyType
 from typing import Any
 
 from llmgw.identity import Quota, resolve_model
+from llmgw.settings.slurm import SlurmSettings
 
 ENGINES = ("llama.cpp", "vllm", "sglang")
 
@@ -48,6 +49,10 @@ class ClusterSettings:
     Durations in seconds. `gpu_hour_cost` maps a GPU class (or "default") to the cost of one GPU for one hour,
     in `currency`; it is meant to price models without explicit prices, and nothing reads it yet (unbuilt.py).
     `store` is the runtime store the control plane opens (`llmgw server --store URL` overrides it).
+    `cordoned`: node ids that get no new replica; `drained`: node ids whose replicas are placed elsewhere first,
+    then stopped (`llmgw node cordon|uncordon|drain`), both sorted.
+    `control_planes`: every control plane's agents address ("host:port"), told to every agent (which connects to
+    each: see docs/ha.md); empty with one control plane.
     """
 
     name: str
@@ -61,9 +66,12 @@ class ClusterSettings:
     action_timeout: float = 600.0
     serving_stopped: bool = False
     allow_empty: bool = False
+    cordoned: tuple[str, ...] = ()
+    drained: tuple[str, ...] = ()
     currency: str = "USD"
     gpu_hour_cost: Mapping[str, float] = field(default_factory=frozen_map)
     max_request_body_bytes: int = 10 * 1024 * 1024
+    control_planes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -231,8 +239,9 @@ class Settings:
     """One whole settings tree.
 
     `models` by name; `engines` by (engine, version); `node_overrides` maps a node id to the raw (validated)
-    mapping of `agents/nodes/<node>.yaml`, applied with `agent_settings_for`. `firewall` and `slurm` are the
-    validated raw mappings of their files. `commit` is the settings commit id it was loaded from (None for a
+    mapping of `agents/nodes/<node>.yaml`, applied with `agent_settings_for`. `firewall` is the
+    validated raw mapping of its file, `slurm` the typed `slurm.yaml` (llmgw.settings.slurm). `commit` is the
+    settings commit id it was loaded from (None for a
     directory).
     """
 
@@ -245,7 +254,7 @@ class Settings:
     teams: Mapping[str, Team] = field(default_factory=frozen_map)
     projects: Mapping[str, Project] = field(default_factory=frozen_map)
     firewall: Mapping[str, Any] = field(default_factory=frozen_map)
-    slurm: Mapping[str, Any] = field(default_factory=frozen_map)
+    slurm: SlurmSettings = SlurmSettings()
     commit: str | None = field(default=None, compare=False)
     # Added by the settings loader: warnings found while loading (e.g. weights pinned by sha256 alone), as
     # llmgw.errors.Issue with severity "warning". Not part of the settings' meaning, so not compared.

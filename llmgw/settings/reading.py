@@ -3,7 +3,9 @@
 Both sources give the same thing: the text of every YAML file by its path relative to the tree's root
 ("catalog/gemma.yaml"), plus an Issue for every file that cannot be read safely. Refused, with a sentence
 saying why: symbolic links, files over MAX_FILE_BYTES, bytes that are not UTF-8, submodules.
-Non-YAML files (README.md, .gitignore, ...) are not read. The `.git` directory of a working tree is skipped.
+Non-YAML files (README.md, .gitignore, ...) are not read. Hidden entries (a name starting with ".", at any depth)
+are not settings either and are skipped: `.git`, a forge's CI files (`.github/workflows/`, `.gitea/`,
+`.gitlab-ci.yml`; see examples/ci) and `.llmgw/schema/` live beside the settings.
 """
 
 from __future__ import annotations
@@ -64,8 +66,8 @@ def read_directory(root: str | os.PathLike[str]) -> TreeFiles:
         kept = []
         for name in sorted(dirnames):
             rel = (rel_dir / name).as_posix()
-            if name == ".git" and rel_dir == Path("."):
-                continue
+            if name.startswith("."):
+                continue  # hidden: .git, .github, .gitea, .llmgw (not settings)
             if os.path.islink(os.path.join(dirpath, name)):
                 files.issues.append(Issue(rel, 0, 0, "", "is a symbolic link; settings trees hold plain files only"))
                 continue
@@ -78,7 +80,7 @@ def read_directory(root: str | os.PathLike[str]) -> TreeFiles:
             if stat.S_ISLNK(info.st_mode):
                 files.issues.append(Issue(rel, 0, 0, "", "is a symbolic link; settings trees hold plain files only"))
                 continue
-            if not _is_yaml(name) or not stat.S_ISREG(info.st_mode):
+            if not _is_yaml(name) or name.startswith(".") or not stat.S_ISREG(info.st_mode):
                 continue
             if info.st_size > MAX_FILE_BYTES:
                 files.issues.append(_too_big(rel, info.st_size))
@@ -123,6 +125,8 @@ def read_commit(repo: pygit2.Repository, commit: pygit2.Commit) -> TreeFiles:
     while stack:
         prefix, tree = stack.pop()
         for entry in tree:
+            if entry.name.startswith("."):
+                continue  # hidden: a forge's CI files, .llmgw/ (not settings)
             rel = prefix + entry.name
             mode = entry.filemode
             if mode == pygit2.enums.FileMode.LINK:

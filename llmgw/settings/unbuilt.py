@@ -53,23 +53,33 @@ class UnbuiltKey:
         return out
 
 
-_NO_INSTALL = ("agents install llama.cpp only (from archives, an sdist or a mirror); installing vLLM and SGLang is not "
-               "built yet, so an agent runs the one it is given with `llmgw agent --engine-binary ENGINE@VERSION=PATH`")
+_NO_INSTALL = {
+    "llama.cpp": "agents install llama.cpp from archives, an sdist or a mirror; no Python environment is made for it",
+    "vllm": "agents install vLLM as a virtual environment of its `python_packages` only",
+    "sglang": "agents do not install SGLang yet, so an agent runs the one it is given with "
+              "`llmgw agent --engine-binary sglang@VERSION=PATH`",
+}
 
 UNBUILT: tuple[UnbuiltKey, ...] = (
     UnbuiltKey("llmgw", ("prices", "gpu_hour_cost"), "usage is priced by each model's own `prices` only; a model "
                "without them costs nothing"),
     UnbuiltKey("model", ("adapters",), "no engine is given LoRA adapters yet, and clients cannot ask for them"),
-    *(UnbuiltKey("engines", (engine, ANY, "python_packages"), _NO_INSTALL) for engine in ("llama.cpp", "vllm", "sglang")),
-    *(UnbuiltKey("engines", (engine, ANY, key), _NO_INSTALL)
+    *(UnbuiltKey("engines", (engine, ANY, "python_packages"), _NO_INSTALL[engine]) for engine in ("llama.cpp", "sglang")),
+    *(UnbuiltKey("engines", (engine, ANY, key), _NO_INSTALL[engine])
       for engine in ("vllm", "sglang") for key in ("archives", "sdist", "mirror", "build_args")),
     UnbuiltKey("agent", ("fabrics",), "nothing reads this key: agents report the interconnects they discover"),
     UnbuiltKey("projects", ("organisations", NAME, "teams", NAME, "projects", NAME, "members"),
                "API keys are created and revoked with the admin token (`llmgw keys`); members are not consulted"),
     UnbuiltKey("firewall", ("enabled",), "llmgw writes no firewall rule on any node yet", when="`true`",
                applies=lambda value: value is True),
-    UnbuiltKey("slurm", ("enabled",), "no replica runs as a Slurm job yet: replicas run on agents' nodes only",
+    UnbuiltKey("slurm", ("enabled",), "agents start no Slurm daemon and write no munge key yet; llmgw renders "
+               "slurm.conf and gres.conf (`llmgw slurm render`) and keeps replicas off lent nodes",
                when="`true`", applies=lambda value: value is True),
+    UnbuiltKey("slurm", ("accounting",), "no slurmdbd is set up and no Slurm job is priced into usage yet; the "
+               "rendered slurm.conf names accounting_storage/slurmdbd", when="`true`",
+               applies=lambda value: value is True),
+    UnbuiltKey("slurm", ("users",), "llmgw makes no Linux user and writes no SSH key yet", when="`llmgw`",
+               applies=lambda value: value == "llmgw"),
 )
 
 

@@ -28,6 +28,7 @@ from llmgw.store.records import (
     ApiKey,
     Headroom,
     KeyCheck,
+    Lease,
     Rejection,
     Reservation,
     Settlement,
@@ -41,6 +42,6 @@ from llmgw.store.sqlite import SqliteStore
 __all__ = [
     "ADMIN_TOKEN_PREFIX", "API_KEY_PREFIX", "KEY_EXPIRED", "KEY_FAILURE_MESSAGES", "KEY_MALFORMED",
     "KEY_REVOKED", "KEY_UNKNOWN", "SCHEMA_VERSION", "STORE_FILE_NAME", "Allowance", "ApiKey", "Headroom",
-    "KeyCheck", "Rejection", "Reservation", "Settlement", "SqliteStore", "Store", "StoreBoundary", "UsageRecord",
+    "KeyCheck", "Lease", "Rejection", "Reservation", "Settlement", "SqliteStore", "Store", "StoreBoundary", "UsageRecord",
     "UsageRow", "UsageSpool", "open_store", "open_store_from_settings", "redacted", "store_url_for_state", "store_url_from_settings", "window_bounds",
 ]

@@ -1,6 +1,6 @@
 """The PostgreSQL schema as numbered migrations, applied in order and recorded in `schema_migrations`.
 
-The same tables and columns as SQLite's schema at its version 3 (`schema.py`), in PostgreSQL's types: times and
+The same tables and columns as SQLite's schema (`schema.py`; PostgreSQL's 1 is SQLite's 3, its 2 SQLite's 4), in PostgreSQL's types: times and
 costs `double precision` (epoch seconds need more than `real`'s 24 bits), counts `bigint`, secrets and digests
 `bytea`. One table more, `quota_scopes`: one row per quota scope, locked by a reservation (see `dialects`).
 A migration is never edited once released; a change to the store ships a migration for both backends.
@@ -51,6 +51,11 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX usage_project_time ON usage (project, time);
     CREATE UNIQUE INDEX usage_request ON usage (request_id);
     CREATE TABLE leases (name TEXT PRIMARY KEY, holder TEXT NOT NULL, expires_at DOUBLE PRECISION NOT NULL);
+    """,
+    # 2 (SQLite's 4): a lease carries a fencing token, raised each time another holder (or the same one after
+    # expiry) takes it
+    """
+    ALTER TABLE leases ADD COLUMN token BIGINT NOT NULL DEFAULT 1;
     """,
 )
 

@@ -20,6 +20,7 @@ from llmgw.store.records import (
     ApiKey,
     Headroom,
     KeyCheck,
+    Lease,
     Rejection,
     Reservation,
     Settlement,
@@ -111,14 +112,22 @@ class Store(Protocol):
         """The latest `limit` records, newest first."""
 
     # -- leases ------------------------------------------------------------------------------------------------
-    def acquire_lease(self, name: str, holder: str, ttl_seconds: float, now: float | None = None) -> bool:
-        """Take or renew the lease `name` for `holder` until now + ttl_seconds; False while another holds it."""
+    def acquire_lease(self, name: str, holder: str, ttl_seconds: float, now: float | None = None) -> int:
+        """Take or renew the lease `name` for `holder` until now + ttl_seconds (unix seconds).
+
+        Returns its fencing token (>= 1) when `holder` holds it, 0 while another does. The token stays the same
+        while the holder renews a live lease and rises by one on every other take (another holder, or the same
+        one after it expired or was released), so a command carrying an older token comes from a deposed holder.
+        """
 
     def release_lease(self, name: str, holder: str) -> bool:
-        """Give the lease up if `holder` holds it; True when it did."""
+        """Give the lease up if `holder` holds it; True when it did. The next take gets a higher token."""
 
     def lease_holder(self, name: str, now: float | None = None) -> str | None:
         """Who holds the lease `name` at `now`, or None."""
+
+    def lease(self, name: str, now: float | None = None) -> Lease | None:
+        """The lease `name` at `now` (holder, fencing token, expiry in unix seconds), None when nobody holds it."""
 
     # -- whole tables ------------------------------------------------------------------------------------------
     def table_rows(self, table: str) -> Iterator[tuple]:

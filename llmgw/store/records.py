@@ -51,6 +51,16 @@ class ApiKey:
 
 
 @dataclass(frozen=True)
+class Lease:
+    """A lease as the store holds it: its `holder`, its fencing `token` (rises with every new take), and when it
+    ends (`expires_at`, unix seconds)."""
+
+    holder: str
+    token: int
+    expires_at: float
+
+
+@dataclass(frozen=True)
 class KeyCheck:
     """The result of checking a presented API key: `key` when accepted, else None and a `reason`.
 

@@ -61,6 +61,10 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE usage ADD COLUMN request_id TEXT;
     CREATE UNIQUE INDEX usage_request ON usage (request_id);
     """,
+    # 4: a lease carries a fencing token, raised each time another holder (or the same one after expiry) takes it
+    """
+    ALTER TABLE leases ADD COLUMN token INTEGER NOT NULL DEFAULT 1;
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -23,6 +23,7 @@ from llmgw.store.records import (
     ApiKey,
     Headroom,
     KeyCheck,
+    Lease,
     Rejection,
     Reservation,
     Settlement,
@@ -43,7 +44,7 @@ TABLES: dict[str, tuple[str, ...]] = {
     "quota_reservations": ("id", "created_at", "state", "estimated_tokens", "estimated_cost", "charges"),
     "usage": ("id", "time", "project", "key_id", "model", "replica", "node", "prompt_tokens", "completion_tokens",
               "cached_tokens", "ttft_seconds", "duration_seconds", "status", "cost", "request_id"),
-    "leases": ("name", "holder", "expires_at"),
+    "leases": ("name", "holder", "expires_at", "token"),
 }
 # The order rows are read in (for copies and comparisons that must not depend on physical order).
 TABLE_ORDER: dict[str, str] = {
@@ -203,27 +204,36 @@ class SqlStore:
             return usage_table.list_usage(conn, project, since, limit)
 
     # -- leases ------------------------------------------------------------------------------------------------
-    def acquire_lease(self, name: str, holder: str, ttl_seconds: float, now: float | None = None) -> bool:
+    def acquire_lease(self, name: str, holder: str, ttl_seconds: float, now: float | None = None) -> int:
         now = _now(now)
         with self._write() as conn:
-            # one statement: taken when free, expired or already ours; untouched (0 rows) while another holds it
-            return conn.execute(
-                "INSERT INTO leases (name, holder, expires_at) VALUES (?, ?, ?) ON CONFLICT (name) "
-                "DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at "
-                "WHERE leases.holder = excluded.holder OR leases.expires_at <= ? RETURNING holder",
-                (name, holder, now + ttl_seconds, now),
-            ).fetchone() is not None
+            # one statement: taken when free, expired or already ours; untouched (0 rows) while another holds it.
+            # The token stays while the holder renews a live lease and rises by one on every other take.
+            row = conn.execute(
+                "INSERT INTO leases (name, holder, expires_at, token) VALUES (?, ?, ?, 1) ON CONFLICT (name) "
+                "DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at, "
+                "token = CASE WHEN leases.holder = excluded.holder AND leases.expires_at > ? "
+                "THEN leases.token ELSE leases.token + 1 END "
+                "WHERE leases.holder = excluded.holder OR leases.expires_at <= ? RETURNING token",
+                (name, holder, now + ttl_seconds, now, now),
+            ).fetchone()
+        return 0 if row is None else int(row[0])
 
     def release_lease(self, name: str, holder: str) -> bool:
         with self._write() as conn:
-            return conn.execute("DELETE FROM leases WHERE name = ? AND holder = ? RETURNING name",
-                                (name, holder)).fetchone() is not None
+            # the row stays (expired at once) so the next holder's token is still higher than this one's
+            return conn.execute("UPDATE leases SET expires_at = 0 WHERE name = ? AND holder = ? AND expires_at > 0 "
+                                "RETURNING name", (name, holder)).fetchone() is not None
 
     def lease_holder(self, name: str, now: float | None = None) -> str | None:
+        lease = self.lease(name, now)
+        return None if lease is None else lease.holder
+
+    def lease(self, name: str, now: float | None = None) -> Lease | None:
         with self._read() as conn:
-            row = conn.execute("SELECT holder FROM leases WHERE name = ? AND expires_at > ?",
+            row = conn.execute("SELECT holder, token, expires_at FROM leases WHERE name = ? AND expires_at > ?",
                                (name, _now(now))).fetchone()
-        return None if row is None else row[0]
+        return None if row is None else Lease(row[0], int(row[1]), float(row[2]))
 
     # -- whole tables (copies between stores) --------------------------------------------------------------------
     def table_rows(self, table: str) -> Iterator[tuple]:

@@ -20,11 +20,15 @@ and say so. Modules, one per tool:
 - `health`: `node_health(cards, xids, pcie_notes=...) -> NodeHealth`, `card_verdict`, `pcie_findings`,
   `pcie_bandwidth_findings`, `xid_findings`, `memory_findings`, `fabric_findings`, `nvlink_findings`,
   `nvlink_domain(cards) -> DomainMembership`; `Level`, `Finding`, `CardVerdict`.
+- `node_report`: `NodeHealthReport` (one node's verdicts, NVLink domain, IMEX, InfiniBand ports and their fabrics:
+  what the agent sends and the control plane keeps); `fabric_groups`: `group_fabrics(reports) -> FabricView`
+  (nodes by NVLink domain and InfiniBand fabric, and what is outside them).
 - `devices` (GpuDevice, GpuReport, GpuSample), `gpuclass` (gpu_class, mig_class, ...), `values` (placeholders,
   units, `ParseError`, `command_body`).
 """
 
 from llmgw.tools.devices import GpuDevice, GpuReport, GpuSample
+from llmgw.tools.fabric_groups import FabricGroup, FabricView, group_fabrics
 from llmgw.tools.gpuclass import card_label, gpu_class, marketed_gb, mig_class, mig_profile
 from llmgw.tools.health import (
     CardVerdict, DomainMembership, Finding, Level, NodeHealth, card_verdict, fabric_findings, link_gbytes,
@@ -39,6 +43,7 @@ from llmgw.tools.nvidia_smi import MigListing, SmiResult, parse_smi_list, parse_
 from llmgw.tools.nvidia_smi_health import (
     CardHealth, EccCounts, FabricState, PcieLink, RemappedRows, RetiredPages, parse_smi_health,
 )
+from llmgw.tools.node_report import NodeHealthReport
 from llmgw.tools.nvidia_topo import GpuLinks, Topology, parse_topo_matrix
 from llmgw.tools.perftest import BwResult, BwRow, parse_perftest_bw
 from llmgw.tools.sminfo import SubnetManager, fabric_id, parse_saquery_smir, parse_sminfo
@@ -46,7 +51,8 @@ from llmgw.tools.values import ParseError, command_body
 from llmgw.tools.xid import XidAction, XidInfo, classify_xid, xid_info
 
 __all__ = [
-    "BwResult", "BwRow", "CardHealth", "CardVerdict", "DomainMembership", "EccCounts", "FabricState", "Finding",
+    "BwResult", "BwRow", "CardHealth", "CardVerdict", "DomainMembership", "EccCounts", "FabricGroup", "FabricState",
+    "FabricView", "Finding", "NodeHealthReport", "group_fabrics",
     "GpuDevice", "GpuLinks", "GpuReport", "GpuSample", "IbFabricMap", "IbLink", "IbNode", "IbPort", "Level",
     "MigListing", "NodeHealth", "NvLink", "NvLinkCard", "ParseError", "PcieBandwidthNote", "PcieLink",
     "RemappedRows", "RetiredPages", "SmiResult", "SubnetManager", "Topology", "XidAction", "XidEvent", "XidInfo",

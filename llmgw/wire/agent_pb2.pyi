@@ -25,9 +25,10 @@ class AgentMessage(_message.Message):
     def __init__(self, protocol: _Optional[int] = ..., register: _Optional[_Union[Register, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., shard_status: _Optional[_Union[ShardStatus, _Mapping]] = ..., log_lines: _Optional[_Union[LogLines, _Mapping]] = ..., command_result: _Optional[_Union[CommandResult, _Mapping]] = ..., engine_status: _Optional[_Union[EngineStatus, _Mapping]] = ...) -> None: ...
 
 class ControlMessage(_message.Message):
-    __slots__ = ("protocol", "command_id", "start_shard", "stop_shard", "install_engine", "agent_settings", "request_logs", "restart", "registered")
+    __slots__ = ("protocol", "command_id", "fencing_token", "start_shard", "stop_shard", "install_engine", "agent_settings", "request_logs", "restart", "registered")
     PROTOCOL_FIELD_NUMBER: _ClassVar[int]
     COMMAND_ID_FIELD_NUMBER: _ClassVar[int]
+    FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
     START_SHARD_FIELD_NUMBER: _ClassVar[int]
     STOP_SHARD_FIELD_NUMBER: _ClassVar[int]
     INSTALL_ENGINE_FIELD_NUMBER: _ClassVar[int]
@@ -37,6 +38,7 @@ class ControlMessage(_message.Message):
     REGISTERED_FIELD_NUMBER: _ClassVar[int]
     protocol: int
     command_id: str
+    fencing_token: int
     start_shard: StartShard
     stop_shard: StopShard
     install_engine: InstallEngine
@@ -44,7 +46,7 @@ class ControlMessage(_message.Message):
     request_logs: RequestLogs
     restart: Restart
     registered: Registered
-    def __init__(self, protocol: _Optional[int] = ..., command_id: _Optional[str] = ..., start_shard: _Optional[_Union[StartShard, _Mapping]] = ..., stop_shard: _Optional[_Union[StopShard, _Mapping]] = ..., install_engine: _Optional[_Union[InstallEngine, _Mapping]] = ..., agent_settings: _Optional[_Union[AgentSettings, _Mapping]] = ..., request_logs: _Optional[_Union[RequestLogs, _Mapping]] = ..., restart: _Optional[_Union[Restart, _Mapping]] = ..., registered: _Optional[_Union[Registered, _Mapping]] = ...) -> None: ...
+    def __init__(self, protocol: _Optional[int] = ..., command_id: _Optional[str] = ..., fencing_token: _Optional[int] = ..., start_shard: _Optional[_Union[StartShard, _Mapping]] = ..., stop_shard: _Optional[_Union[StopShard, _Mapping]] = ..., install_engine: _Optional[_Union[InstallEngine, _Mapping]] = ..., agent_settings: _Optional[_Union[AgentSettings, _Mapping]] = ..., request_logs: _Optional[_Union[RequestLogs, _Mapping]] = ..., restart: _Optional[_Union[Restart, _Mapping]] = ..., registered: _Optional[_Union[Registered, _Mapping]] = ...) -> None: ...
 
 class Gpu(_message.Message):
     __slots__ = ("index", "uuid", "name", "gpu_class", "device_id", "memory_total_bytes", "memory_used_bytes", "memory_free_bytes", "compute_capability", "pcie_gen_current", "pcie_gen_max", "pcie_width_current", "pcie_width_max", "mig_enabled", "is_mig_instance", "parent_uuid", "ecc_enabled", "power_limit_watts", "foreign_pids", "numa_node", "nvlink_peers")
@@ -93,7 +95,7 @@ class Gpu(_message.Message):
     def __init__(self, index: _Optional[int] = ..., uuid: _Optional[str] = ..., name: _Optional[str] = ..., gpu_class: _Optional[str] = ..., device_id: _Optional[str] = ..., memory_total_bytes: _Optional[int] = ..., memory_used_bytes: _Optional[int] = ..., memory_free_bytes: _Optional[int] = ..., compute_capability: _Optional[str] = ..., pcie_gen_current: _Optional[int] = ..., pcie_gen_max: _Optional[int] = ..., pcie_width_current: _Optional[int] = ..., pcie_width_max: _Optional[int] = ..., mig_enabled: _Optional[bool] = ..., is_mig_instance: _Optional[bool] = ..., parent_uuid: _Optional[str] = ..., ecc_enabled: _Optional[bool] = ..., power_limit_watts: _Optional[float] = ..., foreign_pids: _Optional[_Iterable[int]] = ..., numa_node: _Optional[int] = ..., nvlink_peers: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Register(_message.Message):
-    __slots__ = ("node_id", "address", "os", "arch", "cpu_model", "cpu_cores", "cpu_flags", "memory_total_bytes", "disk_free_bytes", "gpus", "engines_installed", "engines_installable", "features", "shards", "agent_version", "warnings", "labels")
+    __slots__ = ("node_id", "address", "os", "arch", "cpu_model", "cpu_cores", "cpu_flags", "memory_total_bytes", "disk_free_bytes", "gpus", "engines_installed", "engines_installable", "features", "shards", "agent_version", "warnings", "labels", "health")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -118,6 +120,7 @@ class Register(_message.Message):
     AGENT_VERSION_FIELD_NUMBER: _ClassVar[int]
     WARNINGS_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
+    HEALTH_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     address: str
     os: str
@@ -135,7 +138,8 @@ class Register(_message.Message):
     agent_version: str
     warnings: _containers.RepeatedScalarFieldContainer[str]
     labels: _containers.ScalarMap[str, str]
-    def __init__(self, node_id: _Optional[str] = ..., address: _Optional[str] = ..., os: _Optional[str] = ..., arch: _Optional[str] = ..., cpu_model: _Optional[str] = ..., cpu_cores: _Optional[int] = ..., cpu_flags: _Optional[_Iterable[str]] = ..., memory_total_bytes: _Optional[int] = ..., disk_free_bytes: _Optional[int] = ..., gpus: _Optional[_Iterable[_Union[Gpu, _Mapping]]] = ..., engines_installed: _Optional[_Iterable[str]] = ..., engines_installable: _Optional[_Iterable[str]] = ..., features: _Optional[_Iterable[str]] = ..., shards: _Optional[_Iterable[_Union[ShardStatus, _Mapping]]] = ..., agent_version: _Optional[str] = ..., warnings: _Optional[_Iterable[str]] = ..., labels: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    health: HealthReport
+    def __init__(self, node_id: _Optional[str] = ..., address: _Optional[str] = ..., os: _Optional[str] = ..., arch: _Optional[str] = ..., cpu_model: _Optional[str] = ..., cpu_cores: _Optional[int] = ..., cpu_flags: _Optional[_Iterable[str]] = ..., memory_total_bytes: _Optional[int] = ..., disk_free_bytes: _Optional[int] = ..., gpus: _Optional[_Iterable[_Union[Gpu, _Mapping]]] = ..., engines_installed: _Optional[_Iterable[str]] = ..., engines_installable: _Optional[_Iterable[str]] = ..., features: _Optional[_Iterable[str]] = ..., shards: _Optional[_Iterable[_Union[ShardStatus, _Mapping]]] = ..., agent_version: _Optional[str] = ..., warnings: _Optional[_Iterable[str]] = ..., labels: _Optional[_Mapping[str, str]] = ..., health: _Optional[_Union[HealthReport, _Mapping]] = ...) -> None: ...
 
 class GpuSample(_message.Message):
     __slots__ = ("index", "utilization_percent", "memory_used_bytes", "power_draw_watts", "power_limit_watts", "temperature_celsius", "sm_clock_mhz", "clock_event_reasons", "ecc_uncorrected", "sm_active_percent", "sm_occupancy_percent", "tensor_active_percent", "dram_bandwidth_percent", "foreign_pids")
@@ -180,7 +184,7 @@ class ProcessGroupSample(_message.Message):
     def __init__(self, shard_id: _Optional[str] = ..., cpu_cores_used: _Optional[float] = ..., resident_memory_bytes: _Optional[int] = ...) -> None: ...
 
 class Heartbeat(_message.Message):
-    __slots__ = ("time", "gpus", "cpu_percent", "load1", "memory_used_bytes", "memory_available_bytes", "shards", "shard_states", "engines_installed", "engines_installing", "sampled_at", "disk_free_bytes")
+    __slots__ = ("time", "gpus", "cpu_percent", "load1", "memory_used_bytes", "memory_available_bytes", "shards", "shard_states", "engines_installed", "engines_installing", "sampled_at", "disk_free_bytes", "health")
     TIME_FIELD_NUMBER: _ClassVar[int]
     GPUS_FIELD_NUMBER: _ClassVar[int]
     CPU_PERCENT_FIELD_NUMBER: _ClassVar[int]
@@ -193,6 +197,7 @@ class Heartbeat(_message.Message):
     ENGINES_INSTALLING_FIELD_NUMBER: _ClassVar[int]
     SAMPLED_AT_FIELD_NUMBER: _ClassVar[int]
     DISK_FREE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    HEALTH_FIELD_NUMBER: _ClassVar[int]
     time: float
     gpus: _containers.RepeatedCompositeFieldContainer[GpuSample]
     cpu_percent: float
@@ -205,7 +210,76 @@ class Heartbeat(_message.Message):
     engines_installing: _containers.RepeatedScalarFieldContainer[str]
     sampled_at: float
     disk_free_bytes: int
-    def __init__(self, time: _Optional[float] = ..., gpus: _Optional[_Iterable[_Union[GpuSample, _Mapping]]] = ..., cpu_percent: _Optional[float] = ..., load1: _Optional[float] = ..., memory_used_bytes: _Optional[int] = ..., memory_available_bytes: _Optional[int] = ..., shards: _Optional[_Iterable[_Union[ProcessGroupSample, _Mapping]]] = ..., shard_states: _Optional[_Iterable[_Union[ShardStatus, _Mapping]]] = ..., engines_installed: _Optional[_Iterable[str]] = ..., engines_installing: _Optional[_Iterable[str]] = ..., sampled_at: _Optional[float] = ..., disk_free_bytes: _Optional[int] = ...) -> None: ...
+    health: HealthReport
+    def __init__(self, time: _Optional[float] = ..., gpus: _Optional[_Iterable[_Union[GpuSample, _Mapping]]] = ..., cpu_percent: _Optional[float] = ..., load1: _Optional[float] = ..., memory_used_bytes: _Optional[int] = ..., memory_available_bytes: _Optional[int] = ..., shards: _Optional[_Iterable[_Union[ProcessGroupSample, _Mapping]]] = ..., shard_states: _Optional[_Iterable[_Union[ShardStatus, _Mapping]]] = ..., engines_installed: _Optional[_Iterable[str]] = ..., engines_installing: _Optional[_Iterable[str]] = ..., sampled_at: _Optional[float] = ..., disk_free_bytes: _Optional[int] = ..., health: _Optional[_Union[HealthReport, _Mapping]] = ...) -> None: ...
+
+class HealthFinding(_message.Message):
+    __slots__ = ("level", "code", "message", "source", "blocks_placement")
+    LEVEL_FIELD_NUMBER: _ClassVar[int]
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    BLOCKS_PLACEMENT_FIELD_NUMBER: _ClassVar[int]
+    level: str
+    code: str
+    message: str
+    source: str
+    blocks_placement: bool
+    def __init__(self, level: _Optional[str] = ..., code: _Optional[str] = ..., message: _Optional[str] = ..., source: _Optional[str] = ..., blocks_placement: _Optional[bool] = ...) -> None: ...
+
+class HealthCard(_message.Message):
+    __slots__ = ("index", "uuid", "pci_bus_id", "findings")
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    UUID_FIELD_NUMBER: _ClassVar[int]
+    PCI_BUS_ID_FIELD_NUMBER: _ClassVar[int]
+    FINDINGS_FIELD_NUMBER: _ClassVar[int]
+    index: int
+    uuid: str
+    pci_bus_id: str
+    findings: _containers.RepeatedCompositeFieldContainer[HealthFinding]
+    def __init__(self, index: _Optional[int] = ..., uuid: _Optional[str] = ..., pci_bus_id: _Optional[str] = ..., findings: _Optional[_Iterable[_Union[HealthFinding, _Mapping]]] = ...) -> None: ...
+
+class HealthIbPort(_message.Message):
+    __slots__ = ("adapter", "port", "state", "physical_state", "rate_gbps", "link_layer", "fabric")
+    ADAPTER_FIELD_NUMBER: _ClassVar[int]
+    PORT_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    PHYSICAL_STATE_FIELD_NUMBER: _ClassVar[int]
+    RATE_GBPS_FIELD_NUMBER: _ClassVar[int]
+    LINK_LAYER_FIELD_NUMBER: _ClassVar[int]
+    FABRIC_FIELD_NUMBER: _ClassVar[int]
+    adapter: str
+    port: int
+    state: str
+    physical_state: str
+    rate_gbps: float
+    link_layer: str
+    fabric: str
+    def __init__(self, adapter: _Optional[str] = ..., port: _Optional[int] = ..., state: _Optional[str] = ..., physical_state: _Optional[str] = ..., rate_gbps: _Optional[float] = ..., link_layer: _Optional[str] = ..., fabric: _Optional[str] = ...) -> None: ...
+
+class HealthReport(_message.Message):
+    __slots__ = ("read_at", "source", "cards", "unattributed", "nvlink_domain", "nvlink_domain_reason", "nvlink_clique_ids", "imex", "ib_ports", "notes")
+    READ_AT_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    CARDS_FIELD_NUMBER: _ClassVar[int]
+    UNATTRIBUTED_FIELD_NUMBER: _ClassVar[int]
+    NVLINK_DOMAIN_FIELD_NUMBER: _ClassVar[int]
+    NVLINK_DOMAIN_REASON_FIELD_NUMBER: _ClassVar[int]
+    NVLINK_CLIQUE_IDS_FIELD_NUMBER: _ClassVar[int]
+    IMEX_FIELD_NUMBER: _ClassVar[int]
+    IB_PORTS_FIELD_NUMBER: _ClassVar[int]
+    NOTES_FIELD_NUMBER: _ClassVar[int]
+    read_at: float
+    source: str
+    cards: _containers.RepeatedCompositeFieldContainer[HealthCard]
+    unattributed: _containers.RepeatedCompositeFieldContainer[HealthFinding]
+    nvlink_domain: str
+    nvlink_domain_reason: str
+    nvlink_clique_ids: _containers.RepeatedScalarFieldContainer[str]
+    imex: bool
+    ib_ports: _containers.RepeatedCompositeFieldContainer[HealthIbPort]
+    notes: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, read_at: _Optional[float] = ..., source: _Optional[str] = ..., cards: _Optional[_Iterable[_Union[HealthCard, _Mapping]]] = ..., unattributed: _Optional[_Iterable[_Union[HealthFinding, _Mapping]]] = ..., nvlink_domain: _Optional[str] = ..., nvlink_domain_reason: _Optional[str] = ..., nvlink_clique_ids: _Optional[_Iterable[str]] = ..., imex: _Optional[bool] = ..., ib_ports: _Optional[_Iterable[_Union[HealthIbPort, _Mapping]]] = ..., notes: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ShardStatus(_message.Message):
     __slots__ = ("shard_id", "replica_id", "model", "state", "fingerprint", "settings_commit", "devices", "cpu_cores", "memory_bytes", "port", "error", "restarts", "pid", "last_log_lines", "adopted", "foreign", "progress", "progress_text")
@@ -364,7 +438,7 @@ class InstallEngine(_message.Message):
     def __init__(self, engine: _Optional[str] = ..., version: _Optional[str] = ..., archive_url: _Optional[str] = ..., archive_sha256: _Optional[str] = ..., sdist_package: _Optional[str] = ..., sdist_version: _Optional[str] = ..., sdist_sha256: _Optional[str] = ..., mirror: _Optional[str] = ..., build_args: _Optional[_Iterable[str]] = ..., python_packages: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class AgentSettings(_message.Message):
-    __slots__ = ("weights_dir", "engines_dir", "heartbeat_interval", "telemetry_interval", "labels", "ignore_gpus", "mirrors", "shard_stop_grace", "fingerprint")
+    __slots__ = ("weights_dir", "engines_dir", "heartbeat_interval", "telemetry_interval", "labels", "ignore_gpus", "mirrors", "shard_stop_grace", "fingerprint", "control_planes")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -381,6 +455,7 @@ class AgentSettings(_message.Message):
     MIRRORS_FIELD_NUMBER: _ClassVar[int]
     SHARD_STOP_GRACE_FIELD_NUMBER: _ClassVar[int]
     FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
+    CONTROL_PLANES_FIELD_NUMBER: _ClassVar[int]
     weights_dir: str
     engines_dir: str
     heartbeat_interval: float
@@ -390,7 +465,8 @@ class AgentSettings(_message.Message):
     mirrors: _containers.RepeatedScalarFieldContainer[str]
     shard_stop_grace: float
     fingerprint: str
-    def __init__(self, weights_dir: _Optional[str] = ..., engines_dir: _Optional[str] = ..., heartbeat_interval: _Optional[float] = ..., telemetry_interval: _Optional[float] = ..., labels: _Optional[_Mapping[str, str]] = ..., ignore_gpus: _Optional[_Iterable[str]] = ..., mirrors: _Optional[_Iterable[str]] = ..., shard_stop_grace: _Optional[float] = ..., fingerprint: _Optional[str] = ...) -> None: ...
+    control_planes: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, weights_dir: _Optional[str] = ..., engines_dir: _Optional[str] = ..., heartbeat_interval: _Optional[float] = ..., telemetry_interval: _Optional[float] = ..., labels: _Optional[_Mapping[str, str]] = ..., ignore_gpus: _Optional[_Iterable[str]] = ..., mirrors: _Optional[_Iterable[str]] = ..., shard_stop_grace: _Optional[float] = ..., fingerprint: _Optional[str] = ..., control_planes: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class RequestLogs(_message.Message):
     __slots__ = ("request_id", "shard_id", "lines")

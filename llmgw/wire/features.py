@@ -17,7 +17,8 @@ WEIGHTS_HF = "weights:hf"              # weights from hf://org/repo[@revision]/p
 RESTART = "restart"                    # Restart over the stream: answers, restarts, engines keep serving
 IGNORE_GPUS = "agent_settings.ignore_gpus"  # AgentSettings.ignore_gpus: those GPUs are not reported, read or offered
 TELEMETRY_INTERVAL = "agent_settings.telemetry_interval"  # readings every AgentSettings.telemetry_interval
+INSTALL_VLLM = "install:vllm"          # InstallEngine for vllm: a venv from InstallEngine.python_packages
 
 ALL = (ADOPT, LOGS, INSTALL_LLAMA_CPP, WEIGHTS_MIRROR, WEIGHTS_HTTPS, WEIGHTS_HF, RESTART, IGNORE_GPUS,
-       TELEMETRY_INTERVAL)
+       TELEMETRY_INTERVAL, INSTALL_VLLM)
 """Every feature name defined so far, in the order they were added."""

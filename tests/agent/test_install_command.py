@@ -45,9 +45,15 @@ async def test_install_engine_from_a_mirror_reports_progress_and_the_engine_beco
                                    and "llama.cpp@b2" in m.heartbeat.engines_installed)
         assert list(beat.heartbeat.engines_installing) == []
 
-        await link.send(control_message(command_id="i2", install_engine=pb.InstallEngine(engine="vllm", version="0.9")))
+        await link.send(control_message(command_id="i2", install_engine=pb.InstallEngine(engine="sglang", version="0.9")))
         failed = await next_matching(link, lambda m: _body("engine_status")(m) and m.engine_status.state == "failed")
-        assert "only llama.cpp is installable" in failed.engine_status.error
+        assert "cannot install sglang yet; it installs llama.cpp, vllm" in failed.engine_status.error
+        assert not (await next_matching(link, _body("command_result"))).command_result.ok
+
+        # vLLM is installable, but an InstallEngine without python_packages is refused with a sentence
+        await link.send(control_message(command_id="i3", install_engine=pb.InstallEngine(engine="vllm", version="0.9")))
+        failed = await next_matching(link, lambda m: _body("engine_status")(m) and m.engine_status.state == "failed")
+        assert "cannot install vllm 0.9: engines.yaml gives it no python_packages" in failed.engine_status.error
         assert not (await next_matching(link, _body("command_result"))).command_result.ok
 
         await link.send(control_message(command_id="x", request_logs=pb.RequestLogs(request_id="r", lines=100)))

@@ -73,3 +73,13 @@ def test_start_and_restart_of_one_shard_are_the_same_action_across_passes():
     restart = replace(START, kind=ActionKind.RESTART)
     assert action_key(START) == action_key(restart) == ("start", "n1", "tiny-0/0")
     assert action_key(Action(ActionKind.INSTALL, "n1", engine="llama.cpp@b1")) == ("install", "n1", "llama.cpp@b1")
+
+
+def test_agent_settings_tell_every_agent_the_control_planes_and_a_new_list_is_sent_again(settings):
+    from llmgw.control.commands import agent_settings
+    from llmgw.plan.planning import agent_settings_fingerprint
+
+    assert list(agent_settings(settings, "n1").control_planes) == []
+    several = replace(settings, cluster=replace(settings.cluster, control_planes=("10.0.0.1:8082", "10.0.0.2:8082")))
+    assert list(agent_settings(several, "n1").control_planes) == ["10.0.0.1:8082", "10.0.0.2:8082"]
+    assert agent_settings_fingerprint(several, "n1") != agent_settings_fingerprint(settings, "n1")

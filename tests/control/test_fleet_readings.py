@@ -94,7 +94,8 @@ async def test_ignore_gpus_hides_a_card_from_placement(tmp_path, weights_mirror,
     async with trio.open_nursery() as nursery:
         await nursery.start(plane.run)
         agent = AgentConfig(node_id="gpu1", state_dir=tmp_path / "agent", mirrors=(str(mirror),),
-                            heartbeat_interval=0.2, engine_binaries={"llama.cpp@b11434": fake_engine})
+                            heartbeat_interval=0.2, engine_binaries={"llama.cpp@b11434": fake_engine},
+                            stop_shards_on_exit=True, shard_stop_grace=2.0)
         await nursery.start(lambda task_status: run_agent(agent, plane.local_connector(), nvml=FakeNvml.h200(),
                                                           task_status=task_status))
         await wait_for(lambda: "1 ignored by agent settings" in unplaced_reasons(plane), 20,
@@ -145,20 +146,24 @@ async def test_a_node_away_when_an_agents_change_lands_gets_its_settings_on_retu
     mirror, _sha = weights_mirror
     plane = ControlPlane(ControlConfig(repo=str(settings_repo), state_dir=tmp_path / "state"))
     agent = AgentConfig(node_id="n1", state_dir=tmp_path / "agent", mirrors=(str(mirror),), heartbeat_interval=0.2,
-                        engine_binaries={"llama.cpp@b11434": fake_engine})
+                        engine_binaries={"llama.cpp@b11434": fake_engine}, stop_shards_on_exit=True,
+                        shard_stop_grace=2.0)
     async with trio.open_nursery() as nursery:
         await nursery.start(plane.run)
-        away = trio.CancelScope()
+        away, gone = trio.CancelScope(), trio.Event()
 
         async def run_until_away(task_status=trio.TASK_STATUS_IGNORED):
             with away:
                 await run_agent(agent, plane.local_connector(), task_status=task_status)
+            gone.set()  # its engines stopped and its state directory released
 
         await nursery.start(run_until_away)
         first = agent_settings_fingerprint(plane.snapshot().settings, "n1")
         await wait_for(lambda: plane.snapshot().acked_settings.get("n1") == first, 20, "n1 acknowledged its settings")
         away.cancel()  # the node goes away ...
         await wait_for(lambda: not plane.registry.get("n1").connected, 10, "n1 disconnected")
+        with trio.fail_after(20):
+            await gone.wait()
 
         def slower_beats(checkout: Path) -> None:  # ... while an agents/ change lands
             path = checkout / "agents" / "default.yaml"

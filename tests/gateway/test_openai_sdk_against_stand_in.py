@@ -222,11 +222,12 @@ async def test_a_429_is_retried_by_the_sdk_after_retry_after(nursery, store):
     assert 'status="429"' in metrics
 
 
-async def test_metrics_count_requests_tokens_and_ready_replicas(setup):
+async def test_metrics_count_requests_tokens_and_ready_replicas_and_are_not_on_the_api_port(setup):
     _engine, gateway, base, client, _ = setup
     await client.chat.completions.create(model="gemma", messages=MESSAGES)
     async with httpx.AsyncClient() as raw:
-        text = (await raw.get(base.removesuffix("/v1") + "/metrics")).text
+        assert (await raw.get(base.removesuffix("/v1") + "/metrics")).status_code == 404  # issue 19 item 4
+    text = gateway.metrics.render().decode()
     assert 'llmgw_gateway_requests_total{model="gemma",project="chat",status="200"} 1.0' in text
     assert 'llmgw_gateway_ready_replicas{model="gemma"} 1.0' in text
     assert "llmgw_gateway_prompt_tokens_total" in text and "llmgw_gateway_requests_in_flight" in text

@@ -128,8 +128,8 @@ async def test_engine_errors_and_gateway_errors_raise_the_matching_sdk_exception
 
 async def test_a_429_for_concurrency_is_retried_by_the_sdk(client, nursery):
     sdk, _gateway = client
-    retrying = sdk.with_options(max_retries=8)
-    long = await sdk.chat.completions.create(model="gemma", messages=MESSAGES, max_tokens=40, stream=True)
+    retrying = sdk.with_options(max_retries=20)  # Retry-After is 1 s: room for a loaded machine's slow decode
+    long = await sdk.chat.completions.create(model="gemma", messages=MESSAGES, max_tokens=12, stream=True)
 
     async def drain():
         async for _ in long:

@@ -46,6 +46,7 @@ CASES = {
     "bad-duration": ("llmgw.yaml:3:18", "'2 minutes' is not a duration"),
     "port-out-of-range": ("llmgw.yaml:4:11", "70000 is greater than the maximum of 65535"),
     "bad-store-kind": ("llmgw.yaml:3:9", "'mysql' is not one of ['sqlite', 'postgresql']"),
+    "bad-control-plane": ("llmgw.yaml:4:5", "'10.0.0.2' is not host:port"),
     "bad-currency": ("llmgw.yaml:3:13", "'usd' does not match"),
     "node-override-unknown-key": ("agents/nodes/n1.yaml:2:1", "unknown key 'gpu_ignore'"),
     "node-override-bad-duration": ("agents/nodes/n1.yaml:1:21", "'fast' is not a duration"),

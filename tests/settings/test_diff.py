@@ -36,7 +36,7 @@ SAME = [
     ("agents/default.yaml", "engines_dir: engines\n", ""),
     ("catalog/llama-3.1-70b-instruct.yaml", '"0.90"', '"0.90"'),
     (GEMMA, "aliases: [gemma, gemma-3]", "aliases:\n  - gemma\n  - gemma-3  # a comment"),
-    ("slurm.yaml", "requeue: true\n", ""),
+    ("slurm.yaml", "accounting: false\n", ""),
     ("firewall.yaml", "backend: nftables\n", ""),
 ]
 
@@ -61,7 +61,8 @@ CHANGES = [
     (("llmgw.yaml", "stopped: false", "stopped: true"), ("cluster", "demo", "changed", "serving_stopped", "false", "true")),
     (("engines.yaml", "version: 0.5.3\n    default: true", "version: 0.5.3\n    default: false"),
      ("engine", "sglang@0.5.3", "changed", "default", "true", "false")),
-    (("slurm.yaml", "partition: gpu", "partition: h100"), ("slurm", "slurm", "changed", "partition", '"gpu"', '"h100"')),
+    (("slurm.yaml", "{partition: gpu}", "{partition: gpu, lent: true}"),
+     ("slurm", "slurm", "changed", "nodes.gpu-node-01.lent", "false", "true")),
 ]
 
 
@@ -89,6 +90,7 @@ def test_added_and_removed_subjects_are_listed(example_tree: Path) -> None:
     (example_tree / "catalog" / "gemma-copy.yaml").write_text(
         (example_tree / GEMMA).read_text().replace("name: gemma-3-270m", "name: gemma-copy").replace("aliases: [gemma, gemma-3]", ""))
     (example_tree / "agents" / "nodes" / "gpu-node-01.yaml").unlink()
+    (example_tree / "slurm.yaml").write_text("enabled: false\n")  # it named the node as lendable
     text = diff_settings(before, load_directory(example_tree)).to_text()
     assert "+ model gemma-copy\n" in text and "    replicas: 1\n" in text
     assert "- node gpu-node-01\n" in text and '    labels.rack: "r12"' in text

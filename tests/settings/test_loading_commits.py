@@ -79,14 +79,14 @@ def test_an_unknown_revision_or_repository_is_a_settings_error(bare: tuple[Path,
 def test_validate_lists_every_error_of_every_file_in_order(example_tree: Path) -> None:
     gemma = example_tree / "catalog" / "gemma-3-270m.yaml"
     gemma.write_text(gemma.read_text().replace("replicas: 1\n", "replicas: -1\n").replace("memory: 1Gi", "memory: lots"))
-    (example_tree / "slurm.yaml").write_text("enabled: false\npartition: 7\n")
+    (example_tree / "slurm.yaml").write_text("enabled: false\ncontroller: 7\n")
     result = CliRunner().invoke(cli, ["validate", str(example_tree)])
     assert result.exit_code == 1
     lines = result.output.splitlines()
     assert lines == [
         "catalog/gemma-3-270m.yaml:13:11: replicas: -1 is less than the minimum of 0",
         "catalog/gemma-3-270m.yaml:18:11: resources.memory: 'lots' is not a size: write e.g. 512Mi, 16Gi or 1.5T",
-        "slurm.yaml:2:12: partition: 7 is not a string: YAML read the value as a number; put it in quotes",
+        "slurm.yaml:2:13: controller: 7 is not a string: YAML read the value as a number; put it in quotes",
         "3 errors",
     ]
 

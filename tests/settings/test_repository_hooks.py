@@ -297,3 +297,26 @@ def test_llmgw_repo_hooks_refuses_a_directory_that_is_no_repository(tmp_path: Pa
     result = CliRunner().invoke(cli, ["repo", "hooks", str(tmp_path)])
     assert result.exit_code != 0
     assert "is not a git repository" in str(result.exception) + result.output
+
+
+def test_a_forges_ci_files_in_the_settings_repository_are_not_settings(tmp_path):
+    """The CI examples of examples/ci live in the settings repository: hidden entries are not read as settings,
+    so the commit that adds them is accepted by the pre-receive hook, and validate says the tree is valid."""
+    import shutil
+
+    from llmgw.settings import init_repository, load_directory
+
+    root = Path(__file__).resolve().parents[2]
+    repo = tmp_path / "settings.git"
+    init_repository(repo, root / "examples" / "cluster-repo")
+    checkout = tmp_path / "checkout"
+    git(tmp_path, "clone", "-q", str(repo), str(checkout))
+    for forge, target in (("github", ".github/workflows/llmgw-review.yml"), ("gitea", ".gitea/workflows/llmgw-review.yml"),
+                          ("gitlab", ".gitlab-ci.yml")):
+        source = next((root / "examples" / "ci" / forge).rglob("*.yml"))
+        (checkout / target).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(source, checkout / target)
+    load_directory(checkout)  # raises SettingsError if any of them were taken for a settings file
+    git(checkout, "add", "-A")
+    git(checkout, "commit", "-qm", "ci: review every pull request")
+    git(checkout, "push", "-q", "origin", "HEAD:main")

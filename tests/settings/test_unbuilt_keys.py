@@ -29,8 +29,8 @@ CASES = {
                                    ["llmgw.yaml:30:3: prices.gpu_hour_cost"]),
     "model adapters": (("catalog/gemma-3-270m.yaml", "aliases: [gemma, gemma-3]\n", "aliases: [gemma, gemma-3]\n" + ADAPTER),
                        ["catalog/gemma-3-270m.yaml:25:1: adapters"]),
-    "engines vllm[].python_packages": (("engines.yaml", '    # python_packages: ["vllm', '    python_packages: ["vllm'),
-                                       ["engines.yaml:36:5: vllm[0].python_packages"]),
+    "engines sglang[].python_packages": (("engines.yaml", '    # python_packages: ["sglang', '    python_packages: ["sglang'),
+                                         ["engines.yaml:41:5: sglang[0].python_packages"]),
     "engines llama.cpp[].python_packages": (("engines.yaml", "    default: true\n    # Built", "    default: true\n    python_packages: [x]\n    # Built"),
                                             ["engines.yaml:6:5: llama.cpp[0].python_packages"]),
     "engines vllm[].mirror + engines vllm[].build_args": (("engines.yaml", "  - version: 0.11.0\n", "  - version: 0.11.0\n    mirror: /srv/mirror\n    build_args: [-DX=1]\n"),
@@ -42,7 +42,9 @@ CASES = {
         ("projects.yaml", "          ci:\n", "          ci:\n            members: [alice@acme.example]\n"),
         ["projects.yaml:22:13: organisations.acme.teams.platform.projects.ci.members"]),
     "firewall enabled": (("firewall.yaml", "enabled: false", "enabled: true"), ["firewall.yaml:4:1: enabled"]),
-    "slurm enabled": (("slurm.yaml", "enabled: false", "enabled: true"), ["slurm.yaml:4:1: enabled"]),
+    "slurm enabled": (("slurm.yaml", "enabled: false", "enabled: true"), ["slurm.yaml:5:1: enabled"]),
+    "slurm accounting": (("slurm.yaml", "accounting: false", "accounting: true"), ["slurm.yaml:12:1: accounting"]),
+    "slurm users": (("slurm.yaml", "users: none ", "users: llmgw"), ["slurm.yaml:13:1: users"]),
 }
 
 
@@ -82,7 +84,7 @@ def test_values_that_are_acted_on_give_no_warning(tmp_path: Path) -> None:
     tree = edited_example(tmp_path, "firewall.yaml", "backend: nftables", "backend: iptables")
     settings = load_directory(tree)
     assert settings.cluster.store.kind == "sqlite" and settings.firewall["enabled"] is False
-    assert settings.slurm["enabled"] is False and not settings.cluster.gpu_hour_cost
+    assert settings.slurm.enabled is False and not settings.cluster.gpu_hour_cost
     assert not [w for w in settings.warnings if is_not_acted_on(w)]
 
 
@@ -92,9 +94,9 @@ def test_validate_json_lists_the_keys_not_acted_on_with_their_place(tmp_path: Pa
     assert result.exit_code == 0, result.output
     document = json.loads(result.stdout)
     assert document["valid"] is True
-    assert document["not_acted_on"] == [{"file": "slurm.yaml", "line": 4, "column": 1, "key": "enabled"}]
+    assert document["not_acted_on"] == [{"file": "slurm.yaml", "line": 5, "column": 1, "key": "enabled"}]
     [issue] = [i for i in document["issues"] if i["file"] == "slurm.yaml"]
-    assert issue["severity"] == "warning" and issue["reason"].startswith("accepted, not acted on yet: no replica runs")
+    assert issue["severity"] == "warning" and issue["reason"].startswith("accepted, not acted on yet: agents start no Slurm")
 
 
 def test_validate_json_of_an_invalid_tree_still_lists_the_keys_not_acted_on(tmp_path: Path) -> None:

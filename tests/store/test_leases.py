@@ -38,3 +38,29 @@ def test_two_stores_on_one_database_see_each_others_leases(store_url: str) -> No
     finally:
         a.close()
         b.close()
+
+
+def test_the_fencing_token_stays_while_renewed_and_rises_with_every_new_holder(store: Store) -> None:
+    first = store.acquire_lease("leader", "cp-a", 10.0, NOW)
+    assert first >= 1
+    assert store.acquire_lease("leader", "cp-a", 10.0, NOW + 5) == first  # renewal keeps the token
+    assert store.acquire_lease("leader", "cp-b", 10.0, NOW + 6) == 0
+    second = store.acquire_lease("leader", "cp-b", 10.0, NOW + 15)  # cp-a's lease ended at NOW + 15
+    assert second == first + 1
+    lease = store.lease("leader", NOW + 16)
+    assert lease is not None and (lease.holder, lease.token, lease.expires_at) == ("cp-b", second, NOW + 25)
+    assert store.acquire_lease("leader", "cp-b", 10.0, NOW + 40) == second + 1  # taken again after expiry
+    assert store.release_lease("leader", "cp-b")
+    assert store.lease("leader", NOW + 41) is None
+    assert store.acquire_lease("leader", "cp-a", 10.0, NOW + 41) == second + 2  # a release never lowers it
+
+
+def test_two_control_planes_racing_for_an_expired_lease_get_one_token(store_url: str) -> None:
+    a, b = open_store(store_url), open_store(store_url)
+    try:
+        assert a.acquire_lease("leader", "cp-a", 10.0, NOW) == 1
+        tokens = [a.acquire_lease("leader", "cp-a2", 10.0, NOW + 11), b.acquire_lease("leader", "cp-b", 10.0, NOW + 11)]
+        assert sorted(tokens) == [0, 2]
+    finally:
+        a.close()
+        b.close()

@@ -88,3 +88,27 @@ def test_certificates_are_checked_for_dates(tmp_path):
     assert "llmgw node join" in check(NOW, tmp_path / "missing.crt").detail
     (tmp_path / "junk.crt").write_text("not a certificate")
     assert check(NOW, tmp_path / "junk.crt").status == "fail"
+
+
+def test_h200_health_findings_are_checks_and_an_xid_79_fails_the_card(tmp_path):
+    xid = ("2026-11-24T12:00:09+00:00 h200 kernel: NVRM: Xid (PCI:0000:00:06): 79, pid='<unknown>', "
+           "name=<unknown>, GPU has fallen off the bus.")
+
+    def run(argv):
+        if argv[:3] == ["nvidia-smi", "-q", "-x"]:
+            return ToolOutput(tuple(argv), 0, capture("nvidia-smi-q-x.xml"))
+        if argv[0] == "journalctl":
+            return ToolOutput(tuple(argv), 0, xid + "\n-- cursor: s=1")
+        return None
+
+    healthy = run_doctor(tmp_path, state_dir=tmp_path, nvml=FakeNvml.h200(), run=lambda argv: (
+        ToolOutput(tuple(argv), 0, capture("nvidia-smi-q-x.xml")) if argv[0] == "nvidia-smi" else None),
+        now=NOW, sys_root=tmp_path, etc_root=tmp_path)
+    assert statuses(healthy, "health") == ["ok", "info"]  # the card, then "kernel log not read"
+    assert "no multi-node NVLink domain" in healthy.render()
+    report = run_doctor(tmp_path, state_dir=tmp_path, nvml=FakeNvml.h200(), run=run, now=NOW,
+                        sys_root=tmp_path, etc_root=tmp_path)
+    assert not report.ok and statuses(report, "health") == ["fail"]
+    assert "GPU 0 (00000000:00:06.0): Xid 79" in report.render() and "out of placement" in report.render()
+    doc = report.to_json()["health"]
+    assert doc["cards"][0]["placeable"] is False and doc["level"] == "fail"

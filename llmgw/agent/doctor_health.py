@@ -1,0 +1,41 @@
+"""`llmgw node doctor`'s health checks: the same reading and verdicts the agent reports every minute
+(`llmgw.agent.health`), one check per finding. Pure over the report; `run_doctor` does the reading.
+
+Each check is (name, status, detail): name "health" for a card's findings and unattributed XIDs, "nvlink" for the
+node's NVLink domain, status "fail" for a finding that takes its card out of placement, "warn" for any other
+finding, "ok" for a card without findings, "info" for facts and for what could not be read.
+"""
+
+from __future__ import annotations
+
+from llmgw.tools import Finding, Level
+from llmgw.tools.node_report import NodeHealthReport
+
+
+def _status(finding: Finding) -> str:
+    if finding.blocks_placement or finding.level is Level.FAIL:
+        return "fail"
+    return "warn" if finding.level is Level.WARN else "info"
+
+
+def health_checks(report: NodeHealthReport) -> list[tuple[str, str, str]]:
+    """The checks of `report`, cards in index order, then unattributed findings, the NVLink domain and notes."""
+    checks: list[tuple[str, str, str]] = []
+    for card in report.health.cards:
+        label = f"GPU {card.index} ({card.pci_bus_id})"
+        if not card.findings:
+            checks.append(("health", "ok", f"{label}: no health findings"))
+        for finding in card.findings:
+            out = "; out of placement until it clears" if finding.blocks_placement else ""
+            checks.append(("health", _status(finding), f"{label}: {finding.message}{out} [{finding.source}]"))
+    for finding in report.health.unattributed:
+        checks.append(("health", _status(finding), f"{finding.message} [{finding.source}]"))
+    domain = report.domain
+    if report.health.cards:
+        if domain.domain:
+            checks.append(("nvlink", "info", f"in NVLink domain {domain.domain} (cliques "
+                                             f"{', '.join(sorted(set(domain.clique_ids))) or '?'})"))
+        else:
+            checks.append(("nvlink", "info", f"no multi-node NVLink domain: {domain.reason}"))
+    checks.extend(("health", "info", note) for note in report.notes)
+    return checks

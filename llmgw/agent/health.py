@@ -1,0 +1,280 @@
+"""GPU health and fabrics, read every `HEALTH_INTERVAL` seconds and carried by every heartbeat (the latest).
+
+One reading (`HealthReader.read`, blocking):
+- `nvidia-smi -q -x`: per card PCIe maxima, ECC counts, retired pages, remapped rows, clock event reasons, NVLink
+  fabric state and MIG carving (`llmgw.tools.parse_smi_health`). NVML is not used for these yet: nvidia-smi
+  prints them all in one call, and the H200 capture (tests/fixtures/nvidia-h200/nvidia-smi-q-x.xml) is its
+  format. No nvidia-smi (a CPU node): no GPU health, the kernel log is not read, `source` "none". nvidia-smi
+  failing: the kernel log's XIDs are reported unattributed, no card is judged, `source` "none" (the control plane
+  then leaves every card as it was: a tool failing never moves a replica). A card nvidia-smi no longer lists is
+  out of placement at the control plane (`llmgw.control.health`).
+- The kernel log since the last reading: `journalctl -k -o short-iso --show-cursor`, the first time with `-b`
+  (this boot, so XIDs from before the agent started count) and then `--after-cursor` the cursor journalctl
+  printed, so no line is read twice. Without journalctl (or when it fails): `dmesg`, keeping only lines whose
+  "[seconds since boot]" is past the last one read. XIDs (`parse_xids`) count for `xid_hold` seconds (default one
+  hour) after the agent read them: a card a Xid 79/48/94/95 took out comes back when that has passed without a
+  new one (the driver says nothing when a reset cleared it). The kernel's "PCIe bandwidth ... limited by" notes
+  are printed once at boot and kept for as long as the agent runs.
+- Fabrics: InfiniBand / RoCE ports from sysfs and IMEX's configuration (`llmgw.agent.discovery.read_fabrics`);
+  `HealthWatch.report` re-reads these on every heartbeat, so a port going down shows at the next beat. Each active
+  InfiniBand port's fabric is named by its subnet managers, read with each health reading: `saquery SMIR -C ca -P
+  port` (every SM of the fabric; `llmgw.tools.fabric_id`, the lowest GUID, so a master failover keeps the name),
+  else `sminfo -C ca -P port` (the master only). Neither installed: the fabric is unknown, with a note.
+The verdicts are `llmgw.tools.node_health`; cards the agent settings ignore are left out (their XIDs too).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import trio
+
+from llmgw.agent.discovery import read_fabrics, run_tool
+from llmgw.agent.discovery.node import Runner
+from llmgw.tools import (
+    CardHealth, IbPort, ParseError, PcieBandwidthNote, XidEvent, fabric_id, node_health, nvlink_domain, parse_pcie_bandwidth,
+    parse_saquery_smir, parse_smi_health, parse_sminfo, parse_xids,
+)
+from llmgw.tools.node_report import NodeHealthReport
+from llmgw.wire import pb
+
+HEALTH_INTERVAL = 60.0
+"""Seconds between health readings (issue 14: "read every minute")."""
+XID_HOLD = 3600.0
+"""Seconds an XID counts after the agent read it."""
+
+_CURSOR = re.compile(r"^-- cursor: (?P<cursor>\S+)\s*$")
+_DMESG_TS = re.compile(r"^\[\s*(?P<ts>[0-9]+\.[0-9]+)\]")
+
+
+def split_journal_cursor(text: str) -> tuple[str, str | None]:
+    """(the log lines, the cursor) of `journalctl --show-cursor` output: the cursor is the last "-- cursor: ..."
+    line (None when journalctl printed none: no entries). "-- No entries --" lines are dropped."""
+    cursor = None
+    lines = []
+    for line in text.splitlines():
+        match = _CURSOR.match(line)
+        if match:
+            cursor = match.group("cursor")
+        elif line.strip() != "-- No entries --":
+            lines.append(line)
+    return "\n".join(lines), cursor
+
+
+def dmesg_after(text: str, after: float | None) -> tuple[str, float | None]:
+    """The lines of `dmesg` output printed after `after` (seconds since boot; None: every line), and the latest
+    timestamp seen (None when no line has one). A line without a timestamp (a continuation) follows its line."""
+    keep, latest, taking = [], after, after is None
+    for line in text.splitlines():
+        match = _DMESG_TS.match(line)
+        if match:
+            stamp = float(match.group("ts"))
+            taking = after is None or stamp > after
+            latest = stamp if latest is None else max(latest, stamp)
+        if taking:
+            keep.append(line)
+    return "\n".join(keep), latest
+
+
+class KernelLog:
+    """The kernel log lines printed since the last `read_new()`, through `run` (see `llmgw.agent.discovery`)."""
+
+    def __init__(self, run: Runner = run_tool):
+        self._run = run
+        self.cursor: str | None = None
+        self._dmesg_after: float | None = None
+
+    def read_new(self) -> tuple[str, tuple[str, ...]]:
+        """(new lines, notes): journalctl after the cursor, else dmesg after the last timestamp. Blocking.
+        Never raises: what cannot be read is a note ("" lines)."""
+        argv = ["journalctl", "-k", "--no-pager", "-o", "short-iso", "--show-cursor"]
+        argv += ["--after-cursor", self.cursor] if self.cursor else ["-b"]
+        out = self._run(argv)
+        if out is not None and out.exit_code == 0:
+            text, cursor = split_journal_cursor(out.text)
+            if cursor is not None:
+                self.cursor = cursor
+            return text, ()
+        why = "not installed" if out is None else f"exited {out.exit_code}: {out.text.strip()[:120]!r}"
+        dmesg = self._run(["dmesg"])
+        if dmesg is None or dmesg.exit_code != 0:
+            how = "not installed" if dmesg is None else f"exited {dmesg.exit_code}: {dmesg.text.strip()[:120]!r}"
+            return "", (f"kernel log not read: journalctl {why}; dmesg {how}",)
+        text, self._dmesg_after = dmesg_after(dmesg.text, self._dmesg_after)
+        return text, ()
+
+
+def port_fabric(run: Runner, ca: str, port: int) -> tuple[str, str]:
+    """(fabric id, note) of InfiniBand adapter `ca` port `port`: the lowest SM GUID `saquery SMIR` lists, else
+    the master's GUID from `sminfo`; ("", why) when neither tells. Blocking; never raises."""
+    where = ["-C", ca, "-P", str(port)]
+    out = run(["saquery", "SMIR", *where])
+    if out is not None and out.exit_code == 0:
+        try:
+            found = fabric_id(parse_saquery_smir(out.text))
+        except ParseError:
+            found = None
+        if found:
+            return found, ""
+    out = run(["sminfo", *where])
+    if out is None:
+        return "", f"{ca}/{port}: fabric unknown (infiniband-diags' saquery and sminfo are not installed)"
+    try:
+        return parse_sminfo(out.text).guid, ""
+    except ParseError as exc:
+        return "", f"{ca}/{port}: fabric unknown ({exc})"
+
+
+class HealthReader:
+    """Reads a node's health (see the module docstring), keeping the kernel log cursor and the XIDs of the last
+    `xid_hold` seconds between readings. `interval` the seconds between readings `HealthWatch` keeps. `clock`
+    (monotonic seconds) and `wall` (unix seconds) are injectable."""
+
+    def __init__(self, run: Runner = run_tool, *, sys_root: Path = Path("/sys"), etc_root: Path = Path("/etc"),
+                 xid_hold: float = XID_HOLD, interval: float = HEALTH_INTERVAL, clock: Callable[[], float] = time.monotonic,
+                 wall: Callable[[], float] = time.time):
+        self._run = run
+        self.kernel = KernelLog(run)
+        self.sys_root = sys_root
+        self.etc_root = etc_root
+        self.xid_hold = xid_hold
+        self.interval = interval
+        self._clock = clock
+        self._wall = wall
+        self._xids: list[tuple[float, XidEvent]] = []
+        self._notes: dict[tuple[str, str], PcieBandwidthNote] = {}
+        self._base: dict = {}
+        self._base_notes: tuple[str, ...] = ()
+        self._installed = False
+        self._cards: tuple[CardHealth, ...] | None = None
+
+    def fabrics(self) -> tuple[tuple[IbPort, ...], bool]:
+        """(InfiniBand ports, IMEX configured), from sysfs and /etc. Blocking (file reads); never raises."""
+        fabrics = read_fabrics(self.sys_root, self.etc_root)
+        return fabrics.infiniband, fabrics.imex
+
+    def read(self, skip_cards: frozenset[int] = frozenset()) -> NodeHealthReport:
+        """Read and judge now; cards whose index is in `skip_cards` (ignored by the agent settings) are left out.
+        Blocking (up to two tool runs of `llmgw.agent.discovery.TOOL_TIMEOUT` s each). Never raises for missing
+        or failing tools: each becomes a note."""
+        notes: list[str] = []
+        ports, imex = self.fabrics()
+        port_fabrics = []
+        for p in ports:
+            if p.link_layer.lower() == "infiniband" and p.state.lower() == "active":
+                fabric, why = port_fabric(self._run, p.ca, p.port)
+                if fabric:
+                    port_fabrics.append((p.ca, p.port, fabric))
+                if why:
+                    notes.append(why)
+        self._base = dict(imex=imex, ib_ports=ports, port_fabrics=tuple(port_fabrics), read_at=self._wall())
+        self._cards = None
+        out = self._run(["nvidia-smi", "-q", "-x"])
+        if out is None:
+            self._installed = False
+            self._base_notes = (*notes, "nvidia-smi is not installed: no GPU health")
+            return self.judge(skip_cards)
+        self._installed = True
+        if out.exit_code != 0:
+            notes.append(f"nvidia-smi -q -x exited {out.exit_code}: {out.text.strip()[:200]!r}")
+        else:
+            try:
+                self._cards = parse_smi_health(out.text)
+            except ParseError as exc:
+                notes.append(f"nvidia-smi -q -x: {exc}")
+        text, log_notes = self.kernel.read_new()
+        notes.extend(log_notes)
+        now = self._clock()
+        self._xids = [(t, e) for t, e in self._xids if now - t < self.xid_hold]
+        self._xids.extend((now, event) for event in parse_xids(text))
+        for note in parse_pcie_bandwidth(text):
+            self._notes[(note.pci_bus_id, note.line)] = note
+        self._base_notes = tuple(notes)
+        return self.judge(skip_cards)
+
+    def judge(self, skip_cards: frozenset[int] = frozenset()) -> NodeHealthReport:
+        """The last reading judged again with `skip_cards` left out: no I/O (used when `ignore_gpus` changes, so
+        a new Register carries verdicts at once). Before any reading: an empty report."""
+        if not self._installed:
+            return NodeHealthReport(**self._base, notes=self._base_notes)
+        if self._cards is None:  # no verdicts: the kernel log's XIDs are shown, no card is judged (source "none")
+            health = node_health((), tuple(e for _, e in self._xids))
+            return NodeHealthReport(health=health, notes=self._base_notes, **self._base)
+        skipped = {c.pci_bus_id for c in self._cards if c.index in skip_cards}
+        cards = tuple(c for c in self._cards if c.index not in skip_cards)
+        xids = tuple(e for _, e in self._xids if e.pci_bus_id not in skipped)
+        health = node_health(cards, xids, pcie_notes=tuple(self._notes.values()))
+        return NodeHealthReport(health=health, domain=nvlink_domain(cards), source="nvidia-smi",
+                                notes=self._base_notes, **self._base)
+
+
+def report_message(report: NodeHealthReport) -> pb.HealthReport:
+    """`report` as the wire's `HealthReport`."""
+
+    def finding(f) -> pb.HealthFinding:
+        return pb.HealthFinding(level=str(f.level), code=f.code, message=f.message, source=f.source,
+                                blocks_placement=f.blocks_placement)
+
+    message = pb.HealthReport(
+        read_at=report.read_at, source=report.source,
+        cards=[pb.HealthCard(index=c.index, uuid=c.uuid, pci_bus_id=c.pci_bus_id,
+                             findings=[finding(f) for f in c.findings]) for c in report.health.cards],
+        unattributed=[finding(f) for f in report.health.unattributed],
+        nvlink_domain=report.domain.domain or "", nvlink_domain_reason=report.domain.reason,
+        nvlink_clique_ids=list(report.domain.clique_ids), imex=report.imex, notes=list(report.notes),
+    )
+    for port in report.ib_ports:
+        entry = message.ib_ports.add(adapter=port.ca, port=port.port, state=port.state,
+                                     physical_state=port.physical_state, link_layer=port.link_layer,
+                                     fabric=report.port_fabric(port.ca, port.port))
+        if port.rate_gbps is not None:
+            entry.rate_gbps = port.rate_gbps
+    return message
+
+
+@dataclass
+class HealthWatch:
+    """The latest health reading of this node, renewed every `interval` seconds by `run()` once the first reading
+    was taken (by `take()`, which Register calls after discovery), `interval` the reader's. `skip()` gives the
+    ignored cards' indexes."""
+
+    reader: HealthReader
+    skip: Callable[[], frozenset[int]]
+    latest: NodeHealthReport | None = None
+
+    def __post_init__(self) -> None:
+        self._lock = trio.Lock()
+        self._first = trio.Event()
+
+    async def take(self, skip: frozenset[int] | None = None) -> NodeHealthReport:
+        """Read now (in a thread) and keep it as the latest; `skip` the ignored cards' indexes (default:
+        `self.skip()`). A checkpoint; one reading at a time."""
+        async with self._lock:
+            skip = self.skip() if skip is None else skip
+            self.latest = await trio.to_thread.run_sync(self.reader.read, skip)
+        self._first.set()
+        return self.latest
+
+    def judged(self, skip: frozenset[int]) -> NodeHealthReport:
+        """The last reading judged again with `skip` (no I/O, no checkpoint); the latest from now on."""
+        self.latest = self.reader.judge(skip)
+        return self.latest
+
+    def report(self) -> NodeHealthReport | None:
+        """The latest reading with the fabrics read again now (a port that went down shows at once); None before
+        the first reading. Blocks for a few sysfs reads (microseconds, like the heartbeat's disk space)."""
+        if self.latest is None:
+            return None
+        ports, imex = self.reader.fabrics()
+        return replace(self.latest, ib_ports=ports, imex=imex)
+
+    async def run(self) -> None:
+        """Take a reading every `interval` seconds, forever, from the first `take()` on."""
+        await self._first.wait()
+        while True:
+            await trio.sleep(self.reader.interval)
+            await self.take()

@@ -1,0 +1,103 @@
+"""`llmgw node cordon|uncordon|drain NODE`, `llmgw slurm lend|reclaim NODE` and `llmgw slurm render`.
+
+The node verbs are commits to the settings on the operator's behalf, made by the control plane like `llmgw stop`
+(POST /api/v1/nodes/NODE/VERB): cordon (no new replicas), drain (replicas placed elsewhere first, then stopped),
+uncordon (both lifted), lend (`nodes.NODE.lent: true` in slurm.yaml: drained of replicas, kept off them),
+reclaim (lent: false). `llmgw slurm render` prints the slurm.conf and gres.conf llmgw writes for a settings tree
+and a fleet snapshot (`llmgw fleet snapshot`), or a node's `slurmd -C`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from llmgw.cli.server_cmds import _client_options, _git_identity, _print_json, _short
+
+_SAYS = {
+    "cordon": "cordoned: no new replica goes there; its replicas keep running",
+    "uncordon": "uncordoned: replicas may be placed there again",
+    "drain": "drained: its replicas are placed elsewhere first, then stopped there",
+    "lend": "lent to Slurm: its replicas are placed elsewhere first, then stopped; none is placed there while lent",
+    "reclaim": "reclaimed from Slurm: replicas may be placed there again",
+}
+
+
+def _verb(verb: str):
+    @click.argument("node")
+    @click.option("--author-name", default=None, help="Commit author [default: git config user.name].")
+    @click.option("--author-email", default=None, help="Commit author email [default: git config user.email].")
+    @_client_options
+    def command(client, as_json, node, author_name, author_email):
+        name, email = _git_identity(author_name, author_email)
+        answer = client.post(f"/api/v1/nodes/{node}/{verb}", {"author_name": name, "author_email": email})
+        if as_json:
+            _print_json(answer)
+        else:
+            click.echo(f"{node} {_SAYS[verb]} (settings commit {_short(answer['commit'])} by {name} <{email}>)")
+
+    return command
+
+
+def register(group: click.Group) -> None:
+    """Add `node cordon|uncordon|drain` (to the existing `node` group, or a new one) and the `slurm` group."""
+    node_group = group.commands.get("node")
+    if not isinstance(node_group, click.Group):
+        @group.group("node")
+        def node_group_command() -> None:
+            """This node: checks and joining the fleet; cordon, drain."""
+
+        node_group = node_group_command
+    for verb, text in (("cordon", "No new replica on NODE (a settings commit as you); its replicas keep running."),
+                       ("uncordon", "Lift cordon and drain from NODE (a settings commit as you)."),
+                       ("drain", "Place NODE's replicas elsewhere first, then stop them there (a commit as you).")):
+        node_group.command(verb, help=text)(_verb(verb))
+
+    @group.group("slurm")
+    def slurm_group() -> None:
+        """Slurm beside llmgw: lend and reclaim nodes, render slurm.conf."""
+
+    slurm_group.command("lend", help="Lend NODE to Slurm: nodes.NODE.lent: true in slurm.yaml, committed as you.")(
+        _verb("lend"))
+    slurm_group.command("reclaim", help="Take NODE back from Slurm: lent: false, committed as you.")(_verb("reclaim"))
+
+    @slurm_group.command("render")
+    @click.argument("settings_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
+    @click.option("--fleet", "fleet_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+                  help="A fleet snapshot (`llmgw fleet snapshot`).")
+    @click.option("--slurmd-c", "slurmd_c", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+                  help="A node's `slurmd -C` output instead of a fleet (one node: the controller).")
+    @click.option("--address", default="127.0.0.1", show_default=True, help="With --slurmd-c: the node's address.")
+    @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
+                  help="Write slurm.conf and gres.conf into this directory instead of printing them.")
+    def render_command(settings_dir: Path, fleet_file: Path | None, slurmd_c: Path | None, address: str,
+                       out: Path | None) -> None:
+        """Print (or write) the slurm.conf and gres.conf llmgw makes of SETTINGS_DIR and a fleet."""
+        from llmgw.errors import UsageError
+        from llmgw.plan.slurm_conf import host_from_slurmd, hosts_of, render_slurm
+        from llmgw.settings import load_directory
+        from llmgw.tools.slurm import parse_slurmd_config
+
+        settings = load_directory(settings_dir)
+        if fleet_file is not None:
+            import json
+
+            from llmgw.plan.snapshot import snapshot_from_json
+
+            hosts = hosts_of(snapshot_from_json(json.loads(fleet_file.read_text()), str(fleet_file)).fleet)
+        elif slurmd_c is not None:
+            node = settings.slurm.controller or "localhost"
+            hosts = {node: host_from_slurmd(parse_slurmd_config(slurmd_c.read_text()), node, address)}
+        else:
+            raise UsageError("say where the fleet comes from: --fleet SNAPSHOT.json or --slurmd-c FILE")
+        rendered = render_slurm(settings.slurm, hosts)
+        for node in rendered.missing:
+            click.echo(f"warning: {node} may be lent (slurm.yaml) but the fleet does not report it: left out", err=True)
+        if out is None:
+            click.echo("# slurm.conf\n" + rendered.slurm_conf + "\n# gres.conf\n" + rendered.gres_conf, nl=False)
+            return
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "slurm.conf").write_text(rendered.slurm_conf)
+        (out / "gres.conf").write_text(rendered.gres_conf)
+        click.echo(f"wrote {out / 'slurm.conf'} and {out / 'gres.conf'}")

@@ -1,0 +1,190 @@
+"""What each console page shows, as plain data built from one `ControlState` (pure: no trio, no I/O, no clock).
+
+`now` is the control plane's clock (`trio.current_time()`, the clock of `NodeReadings.at`); readings older than
+`READING_MAX_AGE` are shown as absent, never as current. Load classes (`load_class`) are what the stylesheet
+colours: "load-idle" under 10 %, "load-low" under 40 %, "load-mid" under 70 %, "load-high" from 70 %, and
+"load-unknown" when nothing was read.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+from llmgw.control.audit import status_document
+from llmgw.control.readings import GpuReading
+from llmgw.control.registry import NodeRecord
+from llmgw.control.state import ControlState
+
+LOAD_CLASSES = ((10.0, "load-idle"), (40.0, "load-low"), (70.0, "load-mid"))
+MAP_COLOURINGS = ("utilization", "memory", "power")
+"""What the GPU map may be coloured by (`GpuTile.percent`)."""
+
+
+def load_class(percent: float | None) -> str:
+    """The CSS class of a load in percent (0-100); None (not read) is "load-unknown"."""
+    if percent is None:
+        return "load-unknown"
+    for limit, name in LOAD_CLASSES:
+        if percent < limit:
+            return name
+    return "load-high"
+
+
+def ratio(part: float | None, whole: float | None) -> float | None:
+    """part / whole clamped to 0..1, None when either is unknown or whole is 0."""
+    if part is None or not whole:
+        return None
+    return max(0.0, min(1.0, part / whole))
+
+
+def failures_of(state: ControlState) -> list[dict[str, Any]]:
+    """The failed actions waiting to be retried, as the admin API's status lists them."""
+    return [
+        {"kind": f.kind, "node": f.node_id, "subject": f.subject, "attempts": f.attempts, "error": f.error,
+         "retry_at": f.retry_at_unix}
+        for f in state.failures.values()
+    ]
+
+
+def status_of(state: ControlState) -> dict[str, Any]:
+    """The status document of `state` (`llmgw.control.audit.status_document`), without readings."""
+    return status_document(state.watch, state.fleet.records(), state.last_pass, state.last_plan, failures_of(state))
+
+
+def node_state(record: NodeRecord) -> str:
+    return "lost" if record.lost else ("connected" if record.connected else "disconnected")
+
+
+@dataclass(frozen=True)
+class GpuTile:
+    """One card as the node page and the GPU map show it. Memory in bytes, power in watts; None: not read."""
+
+    node_id: str
+    index: int
+    device_id: str
+    gpu_class: str
+    memory_total_bytes: int
+    utilization_percent: float | None
+    memory_used_bytes: int | None
+    power_draw_watts: float | None
+    power_limit_watts: float | None
+    temperature_celsius: float | None
+    foreign: bool
+    mig: bool = False
+
+    @property
+    def load(self) -> str:
+        return load_class(self.utilization_percent)
+
+    def percent(self, by: str) -> float | None:
+        """The tile's value in percent for the map coloured `by` "utilization", "memory" (used against total)
+        or "power" (draw against limit); None when not read."""
+        if by == "memory":
+            r = self.memory_ratio
+        elif by == "power":
+            r = self.power_ratio
+        else:
+            return self.utilization_percent
+        return None if r is None else 100.0 * r
+
+    @property
+    def memory_ratio(self) -> float | None:
+        return ratio(self.memory_used_bytes, self.memory_total_bytes)
+
+    @property
+    def power_ratio(self) -> float | None:
+        return ratio(self.power_draw_watts, self.power_limit_watts)
+
+
+def gpu_tiles(record: NodeRecord, now: float) -> list[GpuTile]:
+    """Every placeable GPU of a node, whole cards with their fresh readings (Nones when stale or absent).
+
+    A card with MIG enabled is not in the fleet state, only its MIG instances (`is_mig`), and the registry keeps no
+    instance's parent card: each instance is its own tile, under its MIG class, without readings (NVML reads per
+    card). `index` is the card's index, or the instance's position among the node's GPUs.
+    """
+    readings = record.readings if record.readings is not None and record.readings.fresh(now) else None
+    by_index: dict[str, GpuReading] = {str(g.index): g for g in (readings.gpus if readings else ())}
+    tiles = []
+    for position, gpu in enumerate(record.state.gpus):
+        reading = None if gpu.is_mig else by_index.get(gpu.device_id)
+        index = int(gpu.device_id) if gpu.device_id.isdigit() else position
+        tiles.append(GpuTile(
+            node_id=record.node_id, index=index, device_id=gpu.device_id, gpu_class=gpu.gpu_class,
+            memory_total_bytes=gpu.memory_total_bytes,
+            utilization_percent=reading.utilization_percent if reading else None,
+            memory_used_bytes=reading.memory_used_bytes if reading else None,
+            power_draw_watts=reading.power_draw_watts if reading else None,
+            power_limit_watts=reading.power_limit_watts if reading else None,
+            temperature_celsius=reading.temperature_celsius if reading else None,
+            foreign=gpu.foreign_processes, mig=gpu.is_mig,
+        ))
+    return tiles
+
+
+@dataclass(frozen=True)
+class NodeRow:
+    """One node of the nodes table. Ratios 0..1 (None: not read); `gpu_load` the mean card utilisation."""
+
+    node_id: str
+    state: str
+    address: str
+    agent_version: str
+    cpu_cores: float
+    cpu_ratio: float | None
+    memory_bytes: int
+    memory_ratio: float | None
+    gpus: int
+    gpu_load: float | None
+    warnings: tuple[str, ...]
+    engines: tuple[str, ...]
+    engines_installing: tuple[str, ...]
+    engine_errors: tuple[tuple[str, str], ...]
+    readings_age: float | None
+    shards: int
+
+
+def node_row(record: NodeRecord, now: float) -> NodeRow:
+    readings = record.readings if record.readings is not None and record.readings.fresh(now) else None
+    memory_ratio = None
+    if readings is not None and readings.memory_used_bytes is not None:
+        total = readings.memory_used_bytes + (readings.memory_available_bytes or 0)
+        memory_ratio = ratio(readings.memory_used_bytes, total)
+    loads = [g.utilization_percent for g in (readings.gpus if readings else ()) if g.utilization_percent is not None]
+    node = record.state
+    return NodeRow(
+        node_id=record.node_id, state=node_state(record), address=node.address, agent_version=record.agent_version,
+        cpu_cores=node.cpu_cores, cpu_ratio=ratio(readings.cpu_percent, 100.0) if readings else None,
+        memory_bytes=node.memory_bytes, memory_ratio=memory_ratio, gpus=sum(1 for g in node.gpus if not g.is_mig),
+        gpu_load=sum(loads) / len(loads) if loads else None, warnings=record.warnings,
+        engines=tuple(sorted(node.engines_installed)), engines_installing=tuple(sorted(node.engines_installing)),
+        engine_errors=tuple(sorted(record.engine_errors.items())),
+        readings_age=readings.age(now) if readings else None, shards=len(node.shards),
+    )
+
+
+def cluster_view(state: ControlState) -> dict[str, Any]:
+    """The cluster page: the status document plus counts of nodes and replicas by state."""
+    doc = status_of(state)
+    return {
+        "status": doc,
+        "node_states": dict(sorted(Counter(n["state"] for n in doc["nodes"].values()).items())),
+        "replica_states": dict(sorted(Counter(r["state"] for r in doc["replicas"].values()).items())),
+    }
+
+
+def models_view(state: ControlState) -> dict[str, dict[str, Any]]:
+    """Per model of the settings in force (and any model still running): wanted and ready replica counts and its
+    replicas from the status document."""
+    replicas = status_of(state)["replicas"]
+    models: dict[str, dict[str, Any]] = {}
+    settings = state.settings
+    for model in (settings.models if settings else {}).values():
+        models[model.name] = {"wanted": model.replicas, "ready": 0, "replicas": {}}
+    for replica_id, replica in replicas.items():
+        entry = models.setdefault(replica["model"], {"wanted": 0, "ready": 0, "replicas": {}})
+        entry["replicas"][replica_id] = replica
+        entry["ready"] += replica["state"] == "ready"
+    return dict(sorted(models.items()))

@@ -1,0 +1,90 @@
+"""`ControlView`: the typed interface through which the admin API, `llmgw apply`, `llmgw restart`, the console and
+the CLI reach a running control plane. `ControlPlane` implements it; nothing else of the plane is read from outside.
+
+Reads return values that cannot change under the reader (`snapshot()` is the immutable `ControlState`; `status()`
+a fresh document). Writes are requests: they become events of the control loop or commits to the settings branch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+from llmgw.control.sessions import CommandOutcome
+from llmgw.control.state import ControlState, PassRecord, WatchState
+from llmgw.plan.types import Plan
+
+Emit = Callable[[dict[str, Any]], Awaitable[None]]
+"""Where a long request reports its progress, one JSON-ready dict per step."""
+
+
+@runtime_checkable
+class ControlView(Protocol):
+    """What the control plane offers its readers and operators. Times in seconds."""
+
+    store: Any
+    admin_token: str
+    watcher_repo_path: Path
+    apply_lock: Any          # a trio.Lock: one `llmgw apply` at a time
+    apply_holder: str | None  # who runs the apply in progress, for the status document
+
+    # -- reading
+    def snapshot(self) -> ControlState:
+        """The state now: settings in force and rejected head, fleet with readings, leadership, last pass."""
+
+    def status(self, state: ControlState | None = None, *, readings: bool = True) -> dict[str, Any]:
+        """The status document of `state` (default: now)."""
+
+    def webhook_secret(self) -> bytes | None:
+        """The forge webhook secret (named secret "webhook"), or None."""
+
+    def gateway_registry(self) -> Any:
+        """The Prometheus registry of this control plane's gateway counters, or None when it runs no gateway."""
+
+    def is_connected(self, node_id: str) -> bool:
+        """True while `node_id`'s agent has a stream open to this control plane."""
+
+    async def wait_pass(self) -> PassRecord:
+        """The record of the next reconcile pass, once it ran. A checkpoint."""
+
+    async def preview(self, rev: str | None) -> Plan:
+        """The plan `rev` (None: the branch head) would run against the live fleet."""
+
+    async def logs(self, node_id: str, shard_id: str, lines: int) -> list[str]:
+        """The last `lines` log lines of `shard_id` ("" for the agent's own) on `node_id`."""
+
+    # -- requests
+    def kick(self, reason: str) -> None:
+        """Bring the next reconcile pass forward."""
+
+    def wake_watcher(self) -> None:
+        """Poll the settings branch now."""
+
+    def allow_empty(self, commit: str) -> None:
+        """Let settings commit `commit` empty the catalog."""
+
+    async def reload(self, *, force: bool = False, allow_empty: bool = False) -> WatchState:
+        """Poll the settings branch now and return where the watcher stands."""
+
+    async def command(self, node_id: str, timeout: float, **body: Any) -> CommandOutcome:
+        """Send one command to `node_id`'s agent and wait for its answer."""
+
+    async def apply(self, emit: Emit, *, wait: bool = True, allow_empty: bool = False, timeout: float = 600.0,
+                    who: str = "admin API") -> bool:
+        """Converge to the branch head now, reporting progress to `emit`."""
+
+    async def restart(self, emit: Emit, *, control_plane: bool = True) -> bool:
+        """Restart every agent over its stream, then (with `control_plane`) this control plane."""
+
+    def request_restart(self) -> None:
+        """Ask whoever runs this control plane to restart it."""
+
+    async def set_stopped(self, stopped: bool, author_name: str, author_email: str) -> str:
+        """Commit `serving.stopped` to the settings branch as the operator; returns the commit id."""
+
+    async def node_verb(self, verb: str, node: str, author_name: str, author_email: str) -> str:
+        """Commit cordon/uncordon/drain (or Slurm lend/reclaim) of `node` as the operator; returns the branch head."""
+
+    def create_join_token(self, ttl_seconds: float = 3600.0) -> dict[str, Any]:
+        """A one-time join token for a new node."""

@@ -1,0 +1,86 @@
+"""Precise prefix routing: the replica whose engine holds the most leading blocks of the prompt (pure).
+
+The inputs are plain data: the prompt's block hashes in order (`llmgw.tools.vllm_hashing.block_hashes` of its
+token ids, as vLLM hashes them), and per replica the hashes its engine holds (`KvBlocks.held()` mirrored from the
+engine's KV events, `llmgw.tools.vllm_kv_events`), or None for a replica that sends no events.
+
+`choose_by_blocks` scores each eligible replica by its run of leading blocks held (block 0, 1, ... up to the first
+missing one: vLLM reuses a prefix only from the start). Among replicas that are not saturated (the same rule as
+`choose_replica`'s affinity: fewer than `saturation` requests in flight, and fewer than `saturation` above the least
+loaded), the best score wins; ties go to the least loaded, then by `rotation`. When nothing scores (no replica
+holds the first block, or every holder is saturated), the decision falls back: to the approximate policy
+(`choose_replica` with the remembered `affinity`) when some eligible replica sends no events, else least loaded.
+Every decision says its kind, for the counters: "precise", "approximate" or "least-loaded".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from llmgw.gateway.routing import DEFAULT_SATURATION, choose_replica
+from llmgw.routes import ReplicaRoute
+
+PRECISE = "precise"
+APPROXIMATE = "approximate"
+LEAST_LOADED = "least-loaded"
+DecisionKind = Literal["precise", "approximate", "least-loaded"]
+
+
+@dataclass(frozen=True)
+class PrefixChoice:
+    """The chosen replica (None when there is none to choose), the decision's kind, and how many leading blocks of
+    the prompt the chosen replica holds (0 unless the kind is "precise")."""
+
+    replica: ReplicaRoute | None
+    kind: DecisionKind
+    matched_blocks: int = 0
+
+
+def leading_blocks_held(prompt_blocks: Sequence[int], held: frozenset[int] | None) -> int:
+    """How many of `prompt_blocks`, from the first on, are in `held` (0 for None)."""
+    if not held:
+        return 0
+    count = 0
+    for block in prompt_blocks:
+        if block not in held:
+            break
+        count += 1
+    return count
+
+
+def choose_by_blocks(replicas: Sequence[ReplicaRoute], outstanding: Mapping[str, int],
+                     held: Mapping[str, frozenset[int] | None], prompt_blocks: Sequence[int], *,
+                     affinity: str | None = None, ejected: Mapping[str, float] | None = None, now: float = 0.0,
+                     exclude: frozenset[str] = frozenset(), saturation: int = DEFAULT_SATURATION,
+                     rotation: int = 0) -> PrefixChoice:
+    """Pick the replica for one request by the prompt's leading blocks each replica's engine holds.
+
+    `held`: replica id -> the block hashes its engine holds, None (or missing) when it sends no events.
+    `prompt_blocks`: the prompt's full-block hashes in order (empty: a prompt shorter than one block).
+    The other arguments are `choose_replica`'s. Returns a PrefixChoice (replica None only when `replicas` minus
+    `exclude` is empty). Pure; never raises.
+    """
+    fallback_kwargs = dict(ejected=ejected, now=now, exclude=exclude, saturation=saturation, rotation=rotation)
+    candidates = [r for r in replicas if r.replica_id not in exclude]
+    if not candidates:
+        return PrefixChoice(None, LEAST_LOADED)
+    ejected = ejected or {}
+    pool = [r for r in candidates if ejected.get(r.replica_id, 0.0) <= now] or candidates
+    least = min(outstanding.get(r.replica_id, 0) for r in pool)
+
+    def load(replica: ReplicaRoute) -> int:
+        return outstanding.get(replica.replica_id, 0)
+
+    open_ = [r for r in pool if load(r) < saturation and load(r) - least < saturation]
+    scored = [(leading_blocks_held(prompt_blocks, held.get(r.replica_id)), r) for r in open_]
+    best = max((score for score, _ in scored), default=0)
+    if best > 0:
+        top = [r for score, r in scored if score == best]
+        fewest = min(load(r) for r in top)
+        tied = [r for r in top if load(r) == fewest]
+        return PrefixChoice(tied[rotation % len(tied)], PRECISE, best)
+    if any(held.get(r.replica_id) is None for r in pool):
+        return PrefixChoice(choose_replica(replicas, outstanding, affinity=affinity, **fallback_kwargs), APPROXIMATE)
+    return PrefixChoice(choose_replica(replicas, outstanding, **fallback_kwargs), LEAST_LOADED)

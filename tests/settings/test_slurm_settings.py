@@ -1,0 +1,100 @@
+"""slurm.yaml (issue 15): the typed model, and each bad input an error at file:line:column from `llmgw validate`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from llmgw.cli.main import cli
+from llmgw.errors import SettingsError
+from llmgw.settings import load_directory
+from llmgw.settings.slurm import SlurmNode, SlurmPartition
+from settings_trees import copy_example
+
+HEAD = "enabled: false\ncontroller: gpu-node-01\n"
+
+# case -> (slurm.yaml text, where, a fragment of the reason)
+BAD = {
+    "lendable node not in the fleet": (
+        HEAD + "nodes:\n  gpu-node-01: {partition: gpu}\n  gpu-node-99: {partition: gpu}\npartitions:\n  gpu: {}\n",
+        "slurm.yaml:5:3", "node 'gpu-node-99' may be lent but is not in the fleet"),
+    "controller not in the fleet": (
+        "enabled: false\ncontroller: elsewhere\n", "slurm.yaml:2:13", "node 'elsewhere' is not in the fleet"),
+    "two controllers as a list": (
+        "enabled: false\ncontroller: [gpu-node-01, gpu-node-02]\n", "slurm.yaml:2:13",
+        "Slurm here has exactly one controller"),
+    "two controllers as two keys": (
+        "enabled: false\ncontroller: gpu-node-01\ncontroller: gpu-node-02\n", "slurm.yaml:3:1",
+        "duplicate key 'controller'"),
+    "partition with no nodes": (
+        HEAD + "nodes:\n  gpu-node-01: {partition: gpu}\npartitions:\n  gpu: {}\n  cpu: {}\n",
+        "slurm.yaml:7:3", "partition 'cpu' has no nodes"),
+    "node in an undefined partition": (
+        HEAD + "nodes:\n  gpu-node-01: {partition: h100}\n", "slurm.yaml:4:28",
+        "partition 'h100' is not among `partitions`"),
+    "users llmgw without a shared path": (
+        HEAD + "users: llmgw\n", "slurm.yaml:3:8", "users: llmgw needs a shared_path"),
+    "two default partitions": (
+        HEAD + "nodes:\n  gpu-node-01: {partition: a}\n  gpu-node-02: {partition: b}\npartitions:\n"
+        "  a: {default: true}\n  b: {default: true}\n", "slurm.yaml:8:16", "both the default"),
+    "unknown users value": (HEAD + "users: everyone\n", "slurm.yaml:3:8", "'everyone' is not one of"),
+}
+
+
+def _tree(tmp_path: Path, slurm_text: str) -> Path:
+    tree = copy_example(tmp_path / "settings")
+    (tree / "agents" / "nodes" / "gpu-node-02.yaml").write_text("{}\n")
+    (tree / "slurm.yaml").write_text(slurm_text)
+    return tree
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_bad_slurm_settings_fail_validation_at_file_and_line(case: str, tmp_path: Path) -> None:
+    text, where, reason = BAD[case]
+    result = CliRunner().invoke(cli, ["validate", str(_tree(tmp_path, text))])
+    assert result.exit_code == 1, result.output
+    errors = [line for line in result.output.splitlines() if not line.endswith(" error") and "errors" not in line
+              and "warning:" not in line]
+    assert len(errors) == 1, result.output
+    assert errors[0].startswith(where + ":"), result.output
+    assert reason in errors[0], result.output
+
+
+def test_the_example_slurm_settings_load_typed(tmp_path: Path) -> None:
+    slurm = load_directory(copy_example(tmp_path / "s")).slurm
+    assert slurm.controller == "gpu-node-01" and slurm.cluster_name == "demo"
+    assert dict(slurm.nodes) == {"gpu-node-01": SlurmNode("gpu")}
+    assert dict(slurm.partitions) == {"gpu": SlurmPartition(default=True, max_time_seconds=7 * 86400.0)}
+    assert slurm.users == "none" and slurm.shared_path == "/mnt/shared" and not slurm.accounting
+    assert slurm.ports == {"slurmctld": 6817, "slurmd": 6818, "slurmdbd": 6819}
+    assert slurm.lent == frozenset()
+
+
+def test_a_lent_node_is_listed_as_lent(tmp_path: Path) -> None:
+    text = HEAD + "nodes:\n  gpu-node-01: {partition: gpu, lent: true}\n  gpu-node-02: {partition: gpu}\n" \
+                  "partitions:\n  gpu: {}\n"
+    assert load_directory(_tree(tmp_path, text)).slurm.lent == {"gpu-node-01"}
+
+
+def test_enabled_accounting_and_users_are_accepted_not_acted_on_and_said_so(tmp_path: Path) -> None:
+    text = ("enabled: true\ncontroller: gpu-node-01\nnodes:\n  gpu-node-01: {partition: gpu}\npartitions:\n"
+            "  gpu: {}\naccounting: true\nusers: llmgw\nshared_path: /srv/home\n")
+    warnings = [str(w) for w in load_directory(_tree(tmp_path, text)).warnings if w.file == "slurm.yaml"]
+    assert [w.split(": warning")[0] for w in warnings] == [
+        "slurm.yaml:1:1: enabled", "slurm.yaml:7:1: accounting", "slurm.yaml:8:1: users"]
+
+
+@pytest.mark.parametrize("key", ["cordoned", "drained"])
+def test_cordoned_and_drained_nodes_must_be_in_the_fleet(key: str, tmp_path: Path) -> None:
+    tree = copy_example(tmp_path / "s")
+    llmgw = tree / "llmgw.yaml"
+    llmgw.write_text(llmgw.read_text().replace("  allow_empty: false", f"  allow_empty: false\n  {key}: [gpu-node-01, ghost]"))
+    with pytest.raises(SettingsError) as caught:
+        load_directory(tree)
+    [error] = [i for i in caught.value.issues if i.severity == "error"]
+    assert str(error).startswith(f"llmgw.yaml:23:") and "node 'ghost' is not in the fleet" in str(error)
+    llmgw.write_text(llmgw.read_text().replace(", ghost]", "]"))
+    cluster = load_directory(tree).cluster
+    assert getattr(cluster, key) == ("gpu-node-01",)
