@@ -26,7 +26,8 @@ from llmgw.wire import control_message, memory_link_pair, pb
 REGISTER_TIMEOUT = 30.0
 
 
-Update = Callable[[Callable[[ControlState], "tuple[ControlState, bool]"], str], None]
+Update = Callable[..., None]
+"""`ControlLoop.update(transition, reason, origin_unix=None)`."""
 
 
 def _registered(register, peer_host: str, now: float):
@@ -155,11 +156,13 @@ class AgentHub:
     def _on_message(self, node_id: str, session: AgentSession, message) -> None:
         kind = message.WhichOneof("body")
         now = trio.current_time()
+        origin = None
         if kind == "heartbeat":
             beat = message.heartbeat
             shards, details = convert_shards(beat.shard_states)
             readings = readings_from_heartbeat(beat, now)
             installed, installing = tuple(beat.engines_installed), tuple(beat.engines_installing)
+            origin = float(beat.time) or None  # the agent's send time: the loop keeps the latency to its fold
             health = health_from_message(beat.health) if beat.HasField("health") else None
 
             def transition(state: ControlState) -> tuple[ControlState, bool]:
@@ -191,7 +194,7 @@ class AgentHub:
             transition = _registered(message.register, _peer_host(session.peer), now)
         else:
             return
-        self._update(transition, f"{kind} from {node_id}")
+        self._update(transition, f"{kind} from {node_id}", origin)
 
 
 def _peer_host(peer: str) -> str:

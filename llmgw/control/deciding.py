@@ -21,12 +21,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from llmgw.control.reports import settings_view
+from llmgw.control.starting import with_starts_in_flight
 from llmgw.control.state import (
     ActionKey, ActionRecord, ControlState, Failure, InFlight, PassRecord, frozen,
 )
 from llmgw.identity import base_shard_id
 from llmgw.plan import EmptiedCatalogError, make_plan
-from llmgw.plan.types import Action, ActionKind, Fleet, Plan, ShardState
+from llmgw.plan.types import Action, ActionKind, Fleet, NodeState, Plan, ShardState
 
 BACKOFF_FIRST = 1.0
 BACKOFF_MAX = 60.0
@@ -102,8 +103,8 @@ def planner_fleet(state: ControlState) -> Fleet:
     return Fleet(nodes=tuple(nodes))
 
 
-def _observed_done(action: Action, fleet: Fleet, acked: Mapping[str, str]) -> bool:
-    node = fleet.node(action.node_id)
+def _observed_done(action: Action, nodes: Mapping[str, NodeState], acked: Mapping[str, str]) -> bool:
+    node = nodes.get(action.node_id)
     if node is None:
         return False
     if action.kind is ActionKind.CONFIGURE:
@@ -158,7 +159,7 @@ def decide(
     allow_empty = settings.commit is not None and settings.commit == state.allow_empty_commit
     timers = tuple(t for t in state.timers if t[0] > now)
     try:
-        plan = make_plan(settings, fleet, allow_empty=allow_empty)
+        plan = make_plan(settings, with_starts_in_flight(fleet, state.in_flight), allow_empty=allow_empty)
     except EmptiedCatalogError as exc:
         plan = Plan(settings_commit=settings.commit, notes=(str(exc),))
         records: list[ActionRecord] = []
@@ -197,10 +198,11 @@ def _record(action: Action, outcome: str, error: str = "", retry_at: float | Non
 def _act(state: ControlState, plan: Plan, fleet: Fleet, now: float, now_unix: float, settle_after: float,
          timers: tuple[tuple[float, str], ...]):
     planned = {action_key(a) for a in plan.actions if a.kind is not ActionKind.KEEP}
+    nodes = {node.node_id: node for node in fleet.nodes}
     in_flight = {
         key: flight for key, flight in state.in_flight.items()
         if not (flight.answered_at is not None and (
-            _observed_done(flight.action, fleet, state.acked_settings) or now - flight.answered_at > settle_after))
+            _observed_done(flight.action, nodes, state.acked_settings) or now - flight.answered_at > settle_after))
     }
     failures = {key: f for key, f in state.failures.items() if key in planned}
     ready = {(n.node_id, s.shard_id) for n in fleet.nodes for s in n.shards if s.state is ShardState.READY}
@@ -243,6 +245,9 @@ def _act(state: ControlState, plan: Plan, fleet: Fleet, now: float, now_unix: fl
         in_flight[key] = InFlight(action, now)
         send.append(action)
         records.append(_record(action, "sent"))
+    for key, flight in in_flight.items():  # starts the planner held as pending shards (llmgw.control.starting)
+        if key[0] == "start" and key not in planned:
+            records.append(_record(flight.action, "in flight"))
     return records, send, in_flight, failures, restarts, tuple(timers_out)
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
@@ -52,6 +53,7 @@ class ControlLoop:
         on_pass: Callable[[Decision, ControlState], None] = lambda decision, state: None,
         concurrency: int = 8,
         settle_after: float = 15.0,
+        coalesce: float = 0.0,
     ):
         self.state = state
         self._execute = execute
@@ -60,17 +62,30 @@ class ControlLoop:
         self._on_pass = on_pass
         self._limiter = trio.CapacityLimiter(concurrency)
         self.settle_after = settle_after
-        self._send, self._receive = trio.open_memory_channel[tuple[Transition | None, str | None]](math.inf)
+        self.coalesce = coalesce
+        """Seconds between the end of a pass and the next: events arriving meanwhile are folded into one batch and
+        one pass (a burst of answers during a roll-out costs one pass per `coalesce`, not one per answer)."""
+        self._last_pass_end = -math.inf
+        self._send, self._receive = trio.open_memory_channel[tuple[Transition | None, str | None, float | None]](
+            math.inf)
+        self.folded = 0
+        """How many transitions the loop folded since it started."""
+        self.fold_latencies: deque[float] = deque(maxlen=4096)
+        """Seconds from an event's origin (`update(..., origin_unix=)`, e.g. a heartbeat's send time at the agent)
+        to the loop folding it, for the latest 4,096 such events."""
         self._pass_done = trio.Event()
         self._nursery: trio.Nursery | None = None
 
     # -- events -------------------------------------------------------------------------------------------
 
-    def update(self, transition: Transition | None, reason: str | None = None) -> None:
+    def update(self, transition: Transition | None, reason: str | None = None, origin_unix: float | None = None,
+               ) -> None:
         """Queue `transition` (None: none) for the loop; `reason` names the event. A pass follows when the
         transition says its change is placement-relevant, or when `transition` is None and `reason` is given
-        (a kick). Never blocks; safe from any task of the loop's trio run."""
-        self._send.send_nowait((transition, reason))
+        (a kick). `origin_unix`: when the event began (unix seconds, e.g. a heartbeat's `time` at the agent);
+        given, the seconds from then to the fold are kept in `fold_latencies`. Never blocks; safe from any task
+        of the loop's trio run."""
+        self._send.send_nowait((transition, reason, origin_unix))
 
     def kick(self, reason: str) -> None:
         """Bring the next pass forward (`reason` is recorded as its trigger)."""
@@ -96,13 +111,7 @@ class ControlLoop:
                 with trio.move_on_at(deadline):
                     item = await self._receive.receive()
                     self._fold([item], triggers)
-                batch = []
-                while True:
-                    try:
-                        batch.append(self._receive.receive_nowait())
-                    except trio.WouldBlock:
-                        break
-                self._fold(batch, triggers)
+                self._fold(self._drain(), triggers)
                 now = trio.current_time()
                 expired = self._expire(now)
                 if expired:
@@ -111,8 +120,20 @@ class ControlLoop:
                     continue
                 if not triggers:
                     triggers = [self._due_reason(now)]
+                if now < self._last_pass_end + self.coalesce:
+                    await trio.sleep_until(self._last_pass_end + self.coalesce)
+                    self._fold(self._drain(), triggers)
                 self.run_pass(", ".join(dict.fromkeys(triggers)))
+                self._last_pass_end = trio.current_time()
                 next_pass = trio.current_time() + self._interval()
+
+    def _drain(self) -> list:
+        batch = []
+        while True:
+            try:
+                batch.append(self._receive.receive_nowait())
+            except trio.WouldBlock:
+                return batch
 
     def _next_due(self) -> float:
         times = [self.state.next_timer(), self.state.fleet.next_expiry()]
@@ -127,12 +148,17 @@ class ControlLoop:
             return
         old = state = self.state
         reasons: list[str] = []
-        for transition, reason in items:
+        folded_unix = None
+        for transition, reason, origin_unix in items:
+            if origin_unix is not None:
+                folded_unix = folded_unix or time.time()
+                self.fold_latencies.append(folded_unix - origin_unix)
             if transition is None:
                 if reason:
                     triggers.append(reason)
                 continue
             state, relevant = transition(state)
+            self.folded += 1
             if relevant and reason:
                 reasons.append(reason)
         self.state = state

@@ -1,0 +1,318 @@
+"""How many agents one control plane holds: simulated nodes over real gRPC streams to a real `llmgw server`.
+
+For each fleet size (`--agents 250,500,1000,2000`) the script makes a settings repository (`llmgw repo init` from a
+seed tree: SQLite store, one GPU model `base` with 2 replicas per node), starts `llmgw server` in its own process,
+and `--procs` processes of bench/fleet_sim.py holding the nodes (each on its own stream, as `llmgw agent`: 8 H200
+cards, readings varied per beat, a heartbeat every `--interval` s). Once every node registered and the fleet
+converged it measures, over `--duration` seconds of steady heartbeats:
+
+- the control plane's CPU share (utime+stime of /proc/<pid>/stat over wall time; 1.0 = one core) and resident
+  memory (VmRSS of /proc/<pid>/status);
+- heartbeat latency p50/p99: from the agent's send (`Heartbeat.time`) to the control loop folding it, as the
+  control plane counts it (`control_plane.load` of /api/v1/status; the latest 4,096 beats);
+- the last reconcile pass's duration (`decide`'s wall time) and passes/s;
+- routing-table builds per second;
+
+then commits a model `roll` with `--roll` replicas (1 GPU each; default 2,000, at most 6 per node) and times how long
+the fleet takes to converge to it (the pass reports converged). Prints one table; asserts no timings.
+`--quick`: 50 agents, 20 s, 300 roll-out replicas (tests/control/test_fleet_scale_bench.py runs it).
+`--tls`: agents connect with mutual TLS (certificates issued by the server's CA before the agents start).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PYTHON = sys.executable
+LLMGW = str(Path(sys.executable).parent / "llmgw")  # the console script (llmgw.cli.main has no __main__ guard)
+TICK = os.sysconf("SC_CLK_TCK")
+
+LLMGW_YAML = """\
+name: scale
+listeners:
+  gateway: {host: 127.0.0.1, port: 0}
+  admin: {host: 127.0.0.1, port: 0}
+  agents: {host: 127.0.0.1, port: 0}
+reconcile:
+  poll_interval: 1s
+  interval: 10s
+  node_lost_after: 30s
+  action_timeout: 60s
+serving:
+  stopped: false
+  allow_empty: false
+"""
+
+AGENTS_YAML = """\
+heartbeat_interval: {interval}s
+shard_stop_grace: 2s
+cpu_cores_reserved: 0
+memory_reserved: 0Mi
+"""
+
+MODEL_YAML = """\
+name: {name}
+engine: llama.cpp
+engine_version: b11434
+weights:
+  - source: https://example.invalid/{name}/{name}.gguf
+    sha256: {sha}
+replicas: {replicas}
+resources:
+  gpus: 1
+  gpu_class: h200-141g
+  gpu_memory: 40Gi
+  cpu_cores: 1
+  memory: 8Gi
+context_size: 4096
+"""
+
+PROJECTS_YAML = """\
+organisations:
+  acme:
+    teams:
+      platform:
+        projects:
+          demo:
+            models: [base]
+"""
+
+
+def git(*args: str, cwd: Path) -> None:
+    env = dict(os.environ, GIT_AUTHOR_NAME="Bench", GIT_AUTHOR_EMAIL="bench@example.com",
+               GIT_COMMITTER_NAME="Bench", GIT_COMMITTER_EMAIL="bench@example.com")
+    done = subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, text=True)
+    if done.returncode:
+        raise SystemExit(f"git {' '.join(args)} failed: {done.stderr}")
+
+
+def make_repo(work: Path, agents: int, interval: float) -> tuple[Path, Path]:
+    """A bare settings repository (`llmgw repo init`) and a clone to commit to: (repo, clone)."""
+    seed = work / "seed"
+    (seed / "agents").mkdir(parents=True)
+    (seed / "catalog").mkdir()
+    shutil.copy(ROOT / "examples" / "cluster-repo" / "engines.yaml", seed / "engines.yaml")
+    (seed / "llmgw.yaml").write_text(LLMGW_YAML)
+    (seed / "agents" / "default.yaml").write_text(AGENTS_YAML.format(interval=interval))
+    (seed / "catalog" / "base.yaml").write_text(MODEL_YAML.format(name="base", sha="a" * 64, replicas=2 * agents))
+    (seed / "projects.yaml").write_text(PROJECTS_YAML)
+    repo = work / "settings.git"
+    subprocess.run([LLMGW, "repo", "init", str(repo), "--from", str(seed)], check=True,
+                   capture_output=True)
+    clone = work / "clone"
+    git("clone", "-q", str(repo), str(clone), cwd=work)
+    return repo, clone
+
+
+def proc_figures(pid: int) -> tuple[float, int]:
+    """(CPU seconds used, resident bytes) of process `pid`."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    cpu = (int(fields[11]) + int(fields[12])) / TICK
+    rss = 0
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            rss = int(line.split()[1]) * 1024
+    return cpu, rss
+
+
+class Admin:
+    def __init__(self, url: str, token: str):
+        self.url, self.token = url, token
+
+    def status(self) -> dict:
+        request = urllib.request.Request(self.url + "/api/v1/status", headers={"Authorization": f"Bearer {self.token}"})
+        with urllib.request.urlopen(request, timeout=60) as answer:
+            return json.load(answer)
+
+
+def start_server(work: Path, repo: Path, tls: bool) -> tuple[subprocess.Popen, Admin, int]:
+    state = work / "state"
+    argv = [LLMGW, "server", "--repo", str(repo), "--state", str(state), "--no-gateway"]
+    if tls:
+        argv.append("--tls")
+    server = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True, cwd=work)
+    admin_url, port = "", 0
+    assert server.stderr is not None
+    for line in server.stderr:
+        if line.startswith("admin API"):
+            admin_url = line.split()[2]
+        if line.startswith("agents"):
+            port = int(line.split()[2])
+            break
+    if not port:
+        raise SystemExit(f"llmgw server did not start: {server.stderr.read()}")
+    shutil_drain(server, work / "server.log")
+    return server, Admin(admin_url, (state / "admin-token").read_text().strip()), port
+
+
+def shutil_drain(process: subprocess.Popen, log: Path) -> None:
+    """Keep copying the server's stderr to `log` in a thread so it never blocks on a full pipe."""
+    import threading
+
+    def drain() -> None:
+        assert process.stderr is not None
+        with log.open("a") as out:
+            for line in process.stderr:
+                out.write(line)
+                out.flush()
+
+    threading.Thread(target=drain, daemon=True).start()
+
+
+def issue_certificates(work: Path, agents: int) -> Path:
+    """Node certificates for sim00000.. signed by the server's CA (as Join would), in one directory."""
+    from llmgw.wire import CertificateAuthority
+    from llmgw.wire.tls import make_key_and_csr
+
+    ca = CertificateAuthority.load_or_create(work / "state" / "ca")
+    out = work / "tls"
+    out.mkdir()
+    (out / "ca.pem").write_bytes(ca.certificate_pem)
+    for n in range(agents):
+        node = f"sim{n:05d}"
+        key, csr = make_key_and_csr(node)
+        (out / f"{node}.pem").write_bytes(ca.sign_csr(csr, node))
+        (out / f"{node}.key").write_bytes(key)
+    return out
+
+
+def summary(doc: dict) -> str:
+    """Node states, replica states, failures and the last pass of a status document, in one line."""
+    from collections import Counter
+
+    nodes = Counter(n.get("state") for n in doc.get("nodes", {}).values())
+    replicas = Counter((r.get("model"), r.get("state", "?"), "unplaced" in r) for r in doc.get("replicas", {}).values())
+    return (f"nodes {dict(nodes)}; replicas {dict(replicas)}; failures {doc.get('failures', [])[:3]}; "
+            f"last pass {doc.get('pass')}")
+
+
+def wait_for(condition, timeout: float, what: str, admin: Admin) -> dict:
+    deadline = time.monotonic() + timeout
+    while True:
+        doc = admin.status()
+        if condition(doc):
+            return doc
+        if time.monotonic() > deadline:
+            raise SystemExit(f"timed out after {timeout:g} s waiting for {what}: {summary(doc)}")
+        time.sleep(1.0)
+
+
+def converged_to(commit: str | None, agents: int):
+    def check(doc: dict) -> bool:
+        nodes = doc.get("nodes", {})
+        connected = sum(1 for n in nodes.values() if n.get("state") == "connected")
+        last = doc.get("pass") or {}
+        return (len(nodes) >= agents and connected >= agents and bool(last.get("converged"))
+                and (commit is None or last.get("settings_commit") == commit))
+    return check
+
+
+def measure(agents: int, args: argparse.Namespace) -> dict:
+    work = Path(tempfile.mkdtemp(prefix=f"fleet-scale-{agents}-"))
+    sims: list[subprocess.Popen] = []
+    server = None
+    try:
+        repo, clone = make_repo(work, agents, args.interval)
+        server, admin, port = start_server(work, repo, args.tls)
+        tls_dir = issue_certificates(work, agents) if args.tls else None
+        started = time.monotonic()
+        per = -(-agents // args.procs)
+        for first in range(0, agents, per):
+            argv = [PYTHON, str(ROOT / "bench" / "fleet_sim.py"), "--address", f"127.0.0.1:{port}", "--first",
+                    str(first), "--count", str(min(per, agents - first)), "--interval", str(args.interval)]
+            if tls_dir:
+                argv += ["--tls-dir", str(tls_dir)]
+            sims.append(subprocess.Popen(argv, stdout=(work / f"sim-{first}.log").open("w"), stderr=subprocess.STDOUT,
+                                         cwd=work))
+        doc = wait_for(converged_to(None, agents), args.timeout, f"{agents} nodes registered and converged", admin)
+        initial = time.monotonic() - started
+        time.sleep(args.interval)  # let every node beat once more before the window
+        doc0, cpu0, t0 = admin.status(), *proc_figures(server.pid)[:1], time.monotonic()
+        time.sleep(args.duration)
+        cpu1, rss = proc_figures(server.pid)
+        t1 = time.monotonic()
+        doc1 = admin.status()
+        load0, load1 = doc0["control_plane"]["load"], doc1["control_plane"]["load"]
+        window = t1 - t0
+        steady = {
+            "cpu": (cpu1 - cpu0) / window,
+            "rss_mib": rss / 1024**2,
+            "hb_p50_ms": (load1["heartbeat_latency_p50"] or 0) * 1000,
+            "hb_p99_ms": (load1["heartbeat_latency_p99"] or 0) * 1000,
+            "pass_ms": (doc1.get("pass") or {}).get("duration", 0) * 1000,
+            "passes_s": (load1["passes"] - load0["passes"]) / window,
+            "tables_s": (load1["table_rebuilds"] - load0["table_rebuilds"]) / window,
+            "folds_s": (load1["folded"] - load0["folded"]) / window,
+        }
+        print(f"steady state: {json.dumps({k: round(v, 3) for k, v in steady.items()})}", file=sys.stderr, flush=True)
+        roll = min(args.roll, 6 * agents)
+        for part, first in enumerate(range(0, roll, 1000)):  # a model has at most 1,024 replicas
+            (clone / "catalog" / f"roll{part}.yaml").write_text(
+                MODEL_YAML.format(name=f"roll{part}", sha="b" * 64, replicas=min(1000, roll - first)))
+        git("add", "-A", cwd=clone)
+        git("commit", "-qm", f"roll out {roll} replicas", cwd=clone)
+        clock = time.monotonic()
+        cpu_roll0 = proc_figures(server.pid)[0]
+        git("push", "-q", "origin", "HEAD:main", cwd=clone)
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=clone, capture_output=True, text=True).stdout.strip()
+        done = wait_for(converged_to(commit, agents), args.timeout, f"the roll-out of {roll} replicas", admin)
+        rollout = time.monotonic() - clock
+        cpu_roll = proc_figures(server.pid)[0] - cpu_roll0
+        ready = sum(1 for r in done.get("replicas", {}).values() if isinstance(r, dict) and str(r.get("model")).startswith("roll"))
+        return {"agents": agents, "initial_s": initial, **steady, "roll": roll, "rollout_s": rollout,
+                "rollout_cpu_s": cpu_roll, "roll_seen": ready, "tls": args.tls}
+    finally:
+        for sim in sims:
+            sim.send_signal(signal.SIGKILL)
+        if server is not None:
+            server.send_signal(signal.SIGINT)
+            try:
+                server.wait(10)
+            except subprocess.TimeoutExpired:
+                server.kill()
+        for sim in sims:
+            sim.wait()
+        if args.keep:
+            print(f"kept {work}", file=sys.stderr)
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--agents", default="250,500,1000,2000", help="fleet sizes, comma-separated")
+    parser.add_argument("--procs", type=int, default=4, help="processes of simulated agents")
+    parser.add_argument("--interval", type=float, default=5.0, help="heartbeat interval, seconds")
+    parser.add_argument("--duration", type=float, default=30.0, help="steady-state window, seconds")
+    parser.add_argument("--roll", type=int, default=2000, help="replicas of the roll-out commit (<= 6 per node)")
+    parser.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for each convergence")
+    parser.add_argument("--tls", action="store_true", help="agents over mutual TLS")
+    parser.add_argument("--keep", action="store_true", help="keep the work directory (server.log, sim-*.log)")
+    parser.add_argument("--quick", action="store_true", help="50 agents, 2 processes, 20 s window, 300 replicas")
+    args = parser.parse_args()
+    if args.quick:
+        args.agents, args.procs, args.duration, args.roll = "50", 2, 20.0, 300
+    print(f"{'agents':>6} {'tls':>3} {'join s':>7} {'cpu':>5} {'rss MiB':>7} {'hb p50 ms':>9} {'hb p99 ms':>9} "
+          f"{'pass ms':>7} {'pass/s':>6} {'tables/s':>8} {'folds/s':>7} {'roll':>5} {'roll s':>6} {'roll cpu s':>10}",
+          flush=True)
+    for size in (int(a) for a in args.agents.split(",")):
+        r = measure(size, args)
+        print(f"{r['agents']:>6} {'on' if r['tls'] else 'off':>3} {r['initial_s']:>7.1f} {r['cpu']:>5.2f} "
+              f"{r['rss_mib']:>7.0f} {r['hb_p50_ms']:>9.1f} {r['hb_p99_ms']:>9.1f} {r['pass_ms']:>7.1f} "
+              f"{r['passes_s']:>6.2f} {r['tables_s']:>8.2f} {r['folds_s']:>7.1f} {r['roll']:>5} {r['rollout_s']:>6.1f} "
+              f"{r['rollout_cpu_s']:>10.1f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
