@@ -82,3 +82,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(1)
     except KeyboardInterrupt:
         sys.exit(130)
+
+
+if __name__ == "__main__":  # `python -m llmgw.cli.main`, as `llmgw server` re-executes itself after `llmgw restart`
+    main()

@@ -248,6 +248,7 @@ def server_cmd(repo, branch, state_dir, store, secrets_dir, gateway_addr, admin_
             click.echo(f"settings     {_short(settings.commit if settings else None)} from {repo}", err=True)
             sys.stderr.flush()
             await plane.restart_requested.wait()
+            await trio.sleep(0.5)  # let the answers already sent (`llmgw restart`'s own) leave the sockets
             nursery.cancel_scope.cancel()
 
     try:
@@ -257,7 +258,7 @@ def server_cmd(repo, branch, state_dir, store, secrets_dir, gateway_addr, admin_
         return
     click.echo("restarting the control plane (`llmgw restart`)", err=True)
     sys.stderr.flush()
-    os.execv(sys.executable, [sys.executable, "-m", "llmgw.cli.main", *sys.argv[1:]])
+    os.execv(sys.executable, [sys.executable, "-m", "llmgw.cli", *sys.argv[1:]])
 
 
 @click.command("apply")

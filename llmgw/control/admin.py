@@ -283,8 +283,11 @@ class AdminApp:
         async def emit(event: dict[str, Any]) -> None:
             await send({"type": "http.response.body", "body": _encode(event) + b"\n", "more_body": True})
 
-        ok = await self.plane.restart(emit, control_plane=bool(body.get("control_plane", True)))
+        control_plane = bool(body.get("control_plane", True))
+        ok = await self.plane.restart(emit, control_plane=control_plane)
         await send({"type": "http.response.body", "body": _encode({"event": "end", "ok": ok}) + b"\n"})
+        if control_plane:
+            self.plane.request_restart()  # after the answer is out
 
 
 async def serve_admin(plane: ControlView, host: str, port: int, *, task_status=trio.TASK_STATUS_IGNORED) -> None:

@@ -4,8 +4,8 @@
 restart, all at once, and waits for each to register again; its engines keep running and are adopted, so their
 pids do not change. An agent too old for it is refused at once with a sentence naming the node and its version.
 Progress goes to `emit` as dicts: {"event": "node", "node", "ok", "message", "pids_before", "pids_after"}, then
-{"event": "control_plane", ...} when the control plane itself is asked to restart (`llmgw server` re-executes
-itself; see `ControlPlane.restart_requested`).
+{"event": "control_plane", ...} when the control plane is to restart next: the caller then calls
+`request_restart()` once its answer is out (`llmgw server` re-executes itself; see `ControlPlane.restart_requested`).
 """
 
 from __future__ import annotations
@@ -92,8 +92,7 @@ async def restart_fleet(plane: ControlView, emit: Callable[[dict[str, Any]], Awa
         for node_id in nodes:
             nursery.start_soon(one, node_id)
     ok = all(results.values())
-    if control_plane:
+    if control_plane:  # the caller asks for it once its answer is out (`ControlView.request_restart`)
         await emit({"event": "control_plane", "ok": True,
                     "message": "the control plane restarts now (llmgw server re-executes itself)"})
-        plane.request_restart()
     return ok

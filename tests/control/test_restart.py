@@ -5,6 +5,7 @@ throughout; an agent too old for it is refused at once, naming the node and its 
 from __future__ import annotations
 
 import httpx
+import pytest
 import trio
 
 from llmgw.agent import AgentConfig, run_agent_restarting
@@ -71,3 +72,49 @@ def test_an_agent_too_old_to_restart_over_its_stream_is_refused_naming_it_and_it
         "node old-node runs llmgw agent 0.1.0, which cannot restart over its stream; restart it on the node "
         "(or upgrade its agent)")
     assert restart_refusal(control_state(None, NodeState("new"), acked=False, features=("restart",)), "new") is None
+
+
+@pytest.mark.slow
+def test_llmgw_restart_brings_a_real_server_back_in_the_same_process(tmp_path, settings_repo):
+    """`llmgw restart` against a real `llmgw server`: no agents to restart, then the control plane re-executes
+    itself (same pid) and serves again (its port-0 listeners are bound anew, so admin-url changes)."""
+    import subprocess
+    import sys
+    import time
+
+    from .test_fleet_end_to_end import Fleet
+
+    state = tmp_path / "state"
+    fleet = Fleet(tmp_path)
+    try:
+        server = fleet.spawn("server", "server", "--repo", str(settings_repo), "--state", str(state),
+                             "--gateway", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--agents", "127.0.0.1:0")
+        url_file = state / "admin-url"
+        deadline = time.monotonic() + 60
+        while not (url_file.is_file() and url_file.read_text().strip()) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        before = url_file.read_text().strip()
+        done = subprocess.run([sys.executable, "-m", "llmgw.cli", "restart", "--state", str(state)],
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "the control plane restarts now" in done.stdout
+        while time.monotonic() < deadline + 60:
+            now = url_file.read_text().strip() if url_file.is_file() else before
+            if now and now != before:
+                break
+            time.sleep(0.2)
+        after = url_file.read_text().strip()
+        assert after != before and server.poll() is None  # the same process, serving on new ports
+        token = (state / "admin-token").read_text().strip()
+        with httpx.Client(base_url=after, timeout=10, headers={"Authorization": f"Bearer {token}"}) as admin:
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    if admin.get("/api/v1/status").status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                assert time.monotonic() < deadline, "the restarted control plane does not answer"
+                time.sleep(0.2)
+    finally:
+        fleet.stop()
