@@ -61,6 +61,18 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE usage ADD COLUMN request_id TEXT;
     CREATE UNIQUE INDEX usage_request ON usage (request_id);
     """,
+    # 4: one kind of token with a scope each (admin, metrics, review, console); the admin tokens become tokens of
+    # scope admin (id from their digest, prefix unknown: only the digest was kept)
+    """
+    CREATE TABLE tokens (
+        id TEXT PRIMARY KEY, scope TEXT NOT NULL, name TEXT, prefix TEXT NOT NULL,
+        created_at REAL NOT NULL, expires_at REAL, revoked_at REAL, hash BLOB NOT NULL UNIQUE
+    );
+    INSERT INTO tokens (id, scope, name, prefix, created_at, expires_at, revoked_at, hash)
+        SELECT 'tok_' || lower(hex(substr(hash, 1, 6))), 'admin', NULL, 'llmgw-admin-', created_at, NULL, NULL, hash
+        FROM admin_tokens;
+    DROP TABLE admin_tokens;
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)
