@@ -46,6 +46,7 @@ from llmgw.control.admin_inputs import (
     body_bool,
     body_number,
     body_text,
+    check_query_names,
     query_int,
 )
 from llmgw.control.keys import token_matches, webhook_signature_valid
@@ -169,7 +170,8 @@ class AdminApp:
 
     async def _route(self, scope, receive, send) -> None:
         method, path = scope["method"], scope["path"].rstrip("/")
-        query = {k: v[-1] for k, v in parse_qs(scope.get("query_string", b"").decode()).items()}
+        query = {k: v[-1] for k, v in parse_qs(scope.get("query_string", b"").decode("utf-8", "replace"),
+                                                      keep_blank_values=True).items()}
         if path == "/api/v1/hooks/git" and method == "POST":
             return await self._hook(scope, receive, send)
         if path == "/api/v1/health":
@@ -182,6 +184,7 @@ class AdminApp:
                              "an admin token" + ("" if needed == SCOPE_ADMIN else f" or a token of scope {needed}")
                              + " is needed: pass --token, set LLMGW_ADMIN_TOKEN, or run on the control plane's "
                              "machine (it reads <state>/admin-token)")
+        check_query_names(path, query)
         plane = self.plane
         if method == "GET" and path == "/api/v1/status":
             return await _send_json(send, 200, plane.status())

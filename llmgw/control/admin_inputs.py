@@ -26,6 +26,28 @@ class AdminInputError(LlmgwError):
         super().__init__(message)
 
 
+# The query parameters each route takes; any other is refused (a typo such as `limt=5` is not silently ignored).
+QUERY_PARAMETERS: dict[str, frozenset[str]] = {
+    "/api/v1/history": frozenset({"limit"}),
+    "/api/v1/plan": frozenset({"rev"}),
+    "/api/v1/logs": frozenset({"node", "shard", "lines"}),
+}
+
+
+def check_query_names(path: str, query: dict[str, str], known: dict[str, frozenset[str]] = QUERY_PARAMETERS) -> None:
+    """Refuse a query parameter that the route `path` does not take; routes not in `known` are not checked.
+
+    Raises AdminInputError naming the first unknown parameter (sorted) and the ones the route takes.
+    """
+    if path not in known:
+        return
+    unknown = sorted(set(query) - known[path])
+    if unknown:
+        takes = ", ".join(sorted(known[path])) or "none"
+        raise AdminInputError(unknown[0][:40], f"{path} takes no query parameter {unknown[0][:40]!r} "
+                                               f"(it takes: {takes})")
+
+
 def query_int(query: dict[str, str], field: str, default: int, low: int, high: int) -> int:
     """The integer query parameter `field` (`default` when absent), between `low` and `high` inclusive.
 
