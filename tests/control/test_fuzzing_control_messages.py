@@ -107,17 +107,17 @@ async def _exchange(box: dict, sent: list[pb.ControlMessage]) -> None:
             except WireError:
                 box["link"] = None  # the agent closed the stream (a Restart): it connects again
                 break
-        for _attempt in range(3):  # still alive: it answers a log request (over a new stream if it reconnected)
-            link = await _stream(box)
-            await link.send(control_message(request_logs=pb.RequestLogs(request_id="alive", lines=1)))
+        while True:  # still alive: it answers a log request (over a new stream if it reconnected); asked again
+            link = await _stream(box)  # each second, since an agent drops messages while its outbox is full
             try:
-                async for message in link:
-                    if message.WhichOneof("body") == "log_lines" and message.log_lines.request_id == "alive":
-                        return
+                await link.send(control_message(request_logs=pb.RequestLogs(request_id="alive", lines=1)))
+                with trio.move_on_after(1.0):
+                    async for message in link:
+                        if message.WhichOneof("body") == "log_lines" and message.log_lines.request_id == "alive":
+                            return
+                    box["link"] = None  # the stream ended
             except WireError:
-                pass
-            box["link"] = None
-        raise AssertionError("the agent did not answer a log request after the fuzzed messages")
+                box["link"] = None
 
 
 def _run(agent: dict, examples: int) -> None:
