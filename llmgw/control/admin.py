@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 from dataclasses import asdict, is_dataclass
 from typing import Any
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, unquote_plus
 
 import trio
 
@@ -184,7 +184,8 @@ class AdminApp:
                              "an admin token" + ("" if needed == SCOPE_ADMIN else f" or a token of scope {needed}")
                              + " is needed: pass --token, set LLMGW_ADMIN_TOKEN, or run on the control plane's "
                              "machine (it reads <state>/admin-token)")
-        check_query_names(path, query)
+        raw_query = scope.get("query_string", b"").decode("utf-8", "replace")
+        check_query_names(path, {unquote_plus(part.partition("=")[0]): "" for part in raw_query.split("&") if part})
         plane = self.plane
         if method == "GET" and path == "/api/v1/status":
             return await _send_json(send, 200, plane.status())
