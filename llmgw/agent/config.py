@@ -7,6 +7,8 @@ with AgentSettings (see `AgentConfig.with_settings`).
 
 from __future__ import annotations
 
+import math
+
 import os
 import socket
 from collections.abc import Mapping
@@ -98,19 +100,31 @@ class AgentConfig:
         if settings.engines_dir:
             changes["engines_dir"] = Path(self.state_dir) / settings.engines_dir
         if settings.heartbeat_interval > 0:
-            changes["heartbeat_interval"] = float(settings.heartbeat_interval)
+            changes["heartbeat_interval"] = bounded_interval(settings.heartbeat_interval)
         if settings.telemetry_interval > 0:
-            changes["telemetry_interval"] = float(settings.telemetry_interval)
+            changes["telemetry_interval"] = bounded_interval(settings.telemetry_interval)
         changes["ignore_gpus"] = tuple(settings.ignore_gpus)
         if settings.labels:
             changes["labels"] = dict(settings.labels)
         if settings.mirrors:
             changes["mirrors"] = tuple(settings.mirrors)
         if settings.shard_stop_grace > 0:
-            changes["shard_stop_grace"] = float(settings.shard_stop_grace)
+            changes["shard_stop_grace"] = bounded_interval(settings.shard_stop_grace)
         if settings.control_planes:  # added to those the agent was started with, never removing one
             changes["control_planes"] = tuple(dict.fromkeys([*self.control_planes, *settings.control_planes]))
         return replace(self, **changes)
+
+
+MIN_INTERVAL = 0.05  # seconds: a heartbeat or reading interval, or a stop grace, of the wire is at least this
+MAX_INTERVAL = 86400.0  # seconds: and at most a day (NaN and infinity too)
+
+
+def bounded_interval(seconds: float) -> float:
+    """`seconds` from the wire held between MIN_INTERVAL and MAX_INTERVAL: a bad message (a tiny heartbeat interval
+    would flood the stream, NaN would stop the timer) cannot make the agent spin or stall."""
+    if math.isnan(seconds):
+        return MAX_INTERVAL
+    return min(max(float(seconds), MIN_INTERVAL), MAX_INTERVAL)
 
 
 def engine_binary(config: AgentConfig, engine: str, version: str) -> Path | None:

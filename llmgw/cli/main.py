@@ -29,6 +29,7 @@ COMMAND_MODULES: dict[str, tuple[str, ...]] = {
     "fleet": ("llmgw.cli.review_cmds",),
     "keys": ("llmgw.cli.keys_cmds",),
     "usage": ("llmgw.cli.keys_cmds",),
+    "token": ("llmgw.cli.token_cmds",),
     "store": ("llmgw.cli.store_cmds",),
     "agent": ("llmgw.cli.agent_cmds",),
     # node join (agent), node doctor (discovery), node cordon|uncordon|drain (settings commits)

@@ -1,8 +1,14 @@
 """The admin API: JSON over HTTP on the admin listener (a bare ASGI app on hypercorn's trio worker).
 
-Every route but the git hook needs `Authorization: Bearer <admin token>` (the control plane's token or one of
-the store's admin tokens); a missing or wrong token is 401. Errors are `{"error": {"type", "message"}}` with
-400 (bad request or settings), 401, 404, 409 (the node is not connected) or 503 (try again).
+Every route but the git hook and /api/v1/health needs `Authorization: Bearer <token>`: the control plane's own
+admin token, or a token of the store (`llmgw token create --scope S`) whose scope the route accepts. Scopes
+(`llmgw.store.TOKEN_SCOPES`): `admin` passes every route; `review` the read-only GET /api/v1/plan, /api/v1/fleet
+and /api/v1/status (`REVIEW_ROUTES`); `metrics` GET /metrics and `console` the web console's views (routes other
+modules add with `await authorised(request, "metrics")`). A missing or wrong token, or one of another
+scope, is 401.
+Errors are `{"error": {"type", "message"}}` with 400 (bad request or settings; a wrong query parameter or body
+field adds `"param"`: its name), 401, 403, 404, 409 (the node is not connected) or 503 (try again).
+The API is described in docs/admin-api.yaml (OpenAPI 3.1), served at GET /openapi.yaml without a token.
 
     GET  /metrics                             Prometheus text format: fleet, control plane and gateway
                                               (llmgw.control.metrics); the admin token or a metrics token
@@ -16,7 +22,8 @@ the store's admin tokens); a missing or wrong token is 401. Errors are `{"error"
     GET  /api/v1/logs?node=N&shard=S&lines=K  a shard's (or the agent's) last log lines
     POST /api/v1/stop | /api/v1/start {"author_name", "author_email"}   serving.stopped commits
     POST /api/v1/nodes/NODE/cordon|uncordon|drain|lend|reclaim {"author_name", "author_email"}   node commits
-    POST /api/v1/join-tokens {"ttl_seconds"}  a one-time token for `llmgw node join` (mTLS control planes)
+    POST /api/v1/join-tokens {"ttl_seconds"}  a one-time token for `llmgw node join` (mTLS control planes), at
+                                              most 7 days (MAX_JOIN_TOKEN_TTL)
     GET  /console/...                         the web console (llmgw.console; its own login, docs/console.md)
     POST /api/v1/hooks/git                    wake the watcher: a forge signs with X-Hub-Signature-256
                                               (wrong signature: 401); unsigned only from loopback (the
@@ -27,12 +34,25 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 from dataclasses import asdict, is_dataclass
 from typing import Any
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, unquote_plus
 
 import trio
 
+from llmgw.control.admin_inputs import (
+    MAX_APPLY_TIMEOUT,
+    MAX_HISTORY_LIMIT,
+    MAX_JOIN_TOKEN_TTL,
+    MAX_LOG_LINES,
+    AdminInputError,
+    body_bool,
+    body_number,
+    body_text,
+    check_query_names,
+    query_int,
+)
 from llmgw.control.keys import token_matches, webhook_signature_valid
 from llmgw.control.view import ControlView
 from llmgw.errors import LlmgwError, SettingsError, TemporaryError, UsageError
@@ -40,6 +60,21 @@ from llmgw.gateway import serve_lifespan
 
 MAX_BODY = 1 << 20
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
+SCOPE_ADMIN = "admin"
+# GET routes a token of scope "review" may read (besides admin tokens)
+REVIEW_ROUTES = frozenset({"/api/v1/plan", "/api/v1/fleet", "/api/v1/status"})
+
+
+def openapi_document() -> bytes:
+    """The OpenAPI 3.1 description of this API (docs/admin-api.yaml; in a wheel, its copy in llmgw/control/_openapi).
+
+    Raises: LlmgwError when neither file is there (a broken install).
+    """
+    here = Path(__file__).resolve().parent
+    for path in (here / "_openapi" / "admin-api.yaml", here.parent.parent / "docs" / "admin-api.yaml"):
+        if path.is_file():
+            return path.read_bytes()
+    raise LlmgwError("docs/admin-api.yaml is missing from this llmgw install; reinstall llmgw.")
 
 
 class _HttpError(Exception):
@@ -114,6 +149,8 @@ class AdminApp:
             await self._route(scope, receive, send)
         except _HttpError as exc:
             await _send_json(send, exc.status, {"error": {"type": exc.kind, "message": exc.message}})
+        except AdminInputError as exc:
+            await _send_json(send, 400, {"error": {"type": "bad_request", "message": str(exc), "param": exc.field}})
         except SettingsError as exc:
             await _send_json(send, 400, {"error": {"type": "settings", "message": str(exc),
                                                    "issues": [str(i) for i in exc.issues]}})
@@ -124,29 +161,40 @@ class AdminApp:
         except LlmgwError as exc:
             await _send_json(send, 500, {"error": {"type": type(exc).__name__, "message": str(exc)}})
 
-    def _authorised(self, scope) -> bool:
+    async def authorised(self, request, needed: str = SCOPE_ADMIN) -> bool:
+        """True when the request's bearer token may use a route of scope `needed` (one of TOKEN_SCOPES).
+
+        The control plane's own admin token passes every scope; a store token passes its own scope, and an admin
+        one every scope (`Store.check_token`, run in a worker thread). A checkpoint.
+        """
+        headers = dict(request.get("headers") or [])
+        authorization = headers.get(b"authorization", b"").decode("latin-1")
+        if token_matches(self.plane.admin_token, authorization):
+            return True
+        scheme, _, token = authorization.partition(" ")
+        token = token.strip()
+        if scheme.lower() != "bearer" or not token or self.plane.store is None:
+            return False
+        store = self.plane.store
+        return bool(await trio.to_thread.run_sync(store.check_token, token, needed))
+
+    def authorised_for(self, scope, token_scope: str) -> bool:
+        """`authorised` for callers that cannot await (the console's login form): the same check, with the store's
+        token lookup (one indexed SQLite/PostgreSQL read, at a login) made on the calling thread."""
         headers = dict(scope.get("headers") or [])
         authorization = headers.get(b"authorization", b"").decode("latin-1")
         if token_matches(self.plane.admin_token, authorization):
             return True
         scheme, _, token = authorization.partition(" ")
-        if scheme.lower() == "bearer" and token and self.plane.store is not None:
-            return bool(self.plane.store.check_admin_token(token.strip()))
-        return False
-
-    def authorised_for(self, scope, token_scope: str) -> bool:
-        """Whether the request's bearer token may use a route of `token_scope` ("metrics", ...).
-
-        Today the admin token (the control plane's or one of the store's) is the only one accepted, for every
-        scope. The hook for scoped tokens (issue 19 item 7): accept here a store token whose scope is
-        `token_scope`, and /metrics takes metrics tokens with no other change.
-        """
-        return self._authorised(scope)
+        token = token.strip()
+        if scheme.lower() != "bearer" or not token or self.plane.store is None:
+            return False
+        return bool(self.plane.store.check_token(token, token_scope))
 
     async def _metrics(self, scope, send) -> None:
         from llmgw.control.metrics import CONTENT_TYPE, METRICS_SCOPE, ControlCollector, render_metrics
 
-        if not self.authorised_for(scope, METRICS_SCOPE):
+        if not await self.authorised(scope, METRICS_SCOPE):
             raise _HttpError(401, "unauthorized", "/metrics needs the admin token (or a metrics token) as "
                              "`Authorization: Bearer <token>`; see docs/observability.md for the scrape config")
         # One snapshot and one clock reading, taken here; the rendering (0.5 s for 100 nodes of 8 GPUs on a loaded
@@ -162,19 +210,26 @@ class AdminApp:
 
     async def _route(self, scope, receive, send) -> None:
         method, path = scope["method"], scope["path"].rstrip("/")
-        query = {k: v[-1] for k, v in parse_qs(scope.get("query_string", b"").decode()).items()}
+        query = {k: v[-1] for k, v in parse_qs(scope.get("query_string", b"").decode("utf-8", "replace"),
+                                                      keep_blank_values=True).items()}
         if path == "/api/v1/hooks/git" and method == "POST":
             return await self._hook(scope, receive, send)
         if path == "/api/v1/health":
             leadership = self.plane.snapshot().leadership  # for load balancers and `llmgw status`: who leads
             return await _send_json(send, 200, {"ok": True, "leader": leadership.leader,
                                                 "leader_holder": leadership.holder})
+        if path == "/openapi.yaml" and method == "GET":
+            return await self._openapi(send)
         if path == "/metrics" and method == "GET":
             return await self._metrics(scope, send)
-        if not self._authorised(scope):
+        needed = "review" if method == "GET" and path in REVIEW_ROUTES else SCOPE_ADMIN
+        if not await self.authorised(scope, needed):
             raise _HttpError(401, "unauthorized",
-                             "an admin token is needed: pass --token, set LLMGW_ADMIN_TOKEN, or run on the "
-                             "control plane's machine (it reads <state>/admin-token)")
+                             "an admin token" + ("" if needed == SCOPE_ADMIN else f" or a token of scope {needed}")
+                             + " is needed: pass --token, set LLMGW_ADMIN_TOKEN, or run on the control plane's "
+                             "machine (it reads <state>/admin-token)")
+        raw_query = scope.get("query_string", b"").decode("utf-8", "replace")
+        check_query_names(path, {unquote_plus(part.partition("=")[0]): "" for part in raw_query.split("&") if part})
         plane = self.plane
         if method == "GET" and path == "/api/v1/status":
             return await _send_json(send, 200, plane.status())
@@ -183,7 +238,7 @@ class AdminApp:
         if method == "GET" and path == "/api/v1/replicas":
             return await _send_json(send, 200, {"replicas": plane.status()["replicas"]})
         if method == "GET" and path == "/api/v1/history":
-            return await self._history(send, int(query.get("limit", "50")))
+            return await self._history(send, query_int(query, "limit", 50, 1, MAX_HISTORY_LIMIT))
         if method == "GET" and path == "/api/v1/fleet":
             return await _send_json(send, 200, self._fleet_snapshot())
         if method == "GET" and path == "/api/v1/plan":
@@ -192,12 +247,12 @@ class AdminApp:
             node = query.get("node")
             if not node:
                 raise _HttpError(400, "bad_request", "say which node: /api/v1/logs?node=NODE[&shard=SHARD]")
-            lines = await plane.logs(node, query.get("shard", ""), int(query.get("lines", "200")))
+            lines = await plane.logs(node, query.get("shard", ""), query_int(query, "lines", 200, 1, MAX_LOG_LINES))
             return await _send_json(send, 200, {"node": node, "shard": query.get("shard", ""), "lines": lines})
         if method == "POST" and path in ("/api/v1/stop", "/api/v1/start"):
             body = _json_body(await _read_body(receive))
-            name = body.get("author_name") or "llmgw operator"
-            email = body.get("author_email") or "operator@llmgw.invalid"
+            name = body_text(body, "author_name", "llmgw operator")
+            email = body_text(body, "author_email", "operator@llmgw.invalid")
             commit = await plane.set_stopped(path.endswith("stop"), name, email)
             return await _send_json(send, 200, {"commit": commit, "stopped": path.endswith("stop")})
         if method == "POST" and path.startswith("/api/v1/nodes/") and path.count("/") == 5:
@@ -210,7 +265,8 @@ class AdminApp:
             return await _send_json(send, 200, {"commit": commit, "node": node, "verb": verb})
         if method == "POST" and path == "/api/v1/join-tokens":
             body = _json_body(await _read_body(receive))
-            return await _send_json(send, 200, plane.create_join_token(float(body.get("ttl_seconds", 3600.0))))
+            ttl = body_number(body, "ttl_seconds", 3600.0, 0.0, MAX_JOIN_TOKEN_TTL)
+            return await _send_json(send, 200, plane.create_join_token(ttl))
         if method == "POST" and path == "/api/v1/apply":
             return await self._apply(receive, send)
         if method == "POST" and path == "/api/v1/restart":
@@ -224,14 +280,20 @@ class AdminApp:
         client = (scope.get("client") or ("", 0))[0]
         if signature is not None:
             secret = self.plane.webhook_secret()
-            if secret is None or not webhook_signature_valid(secret, body, signature.decode("latin-1")):
+            if secret is None or not webhook_signature_valid(secret, body, signature):
                 raise _HttpError(401, "bad_signature", "the X-Hub-Signature-256 of this webhook does not match "
                                  "the secret \"webhook\" of the control plane")
-        elif client not in LOOPBACK and not self._authorised(scope):
+        elif client not in LOOPBACK and not await self.authorised(scope):
             raise _HttpError(401, "unauthorized", "a webhook from another machine must be signed "
                              "(X-Hub-Signature-256 with the secret \"webhook\")")
         self.plane.wake_watcher()
         await _send_json(send, 202, {"ok": True})
+
+    async def _openapi(self, send) -> None:
+        body = await trio.to_thread.run_sync(openapi_document)
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"application/yaml"), (b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})
 
     def _fleet_snapshot(self) -> dict[str, Any]:
         from llmgw.plan.snapshot import FleetSnapshot, snapshot_to_json
@@ -262,28 +324,28 @@ class AdminApp:
 
     async def _apply(self, receive, send) -> None:
         body = _json_body(await _read_body(receive))
-        await send({"type": "http.response.start", "status": 200,
-                    "headers": [(b"content-type", b"application/x-ndjson")]})
 
         async def emit(event: dict[str, Any]) -> None:
             await send({"type": "http.response.body", "body": _encode(event) + b"\n", "more_body": True})
 
-        ok = await self.plane.apply(
-            emit, wait=bool(body.get("wait", True)), allow_empty=bool(body.get("allow_empty", False)),
-            timeout=float(body.get("timeout", 600.0)), who=str(body.get("who", "admin API")),
-        )
+        options = dict(wait=body_bool(body, "wait", True), allow_empty=body_bool(body, "allow_empty", False),
+                       timeout=body_number(body, "timeout", 600.0, 0.0, MAX_APPLY_TIMEOUT),
+                       who=body_text(body, "who", "admin API"))
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"application/x-ndjson")]})
+        ok = await self.plane.apply(emit, **options)
         await send({"type": "http.response.body", "body": _encode({"event": "end", "ok": ok}) + b"\n"})
 
 
     async def _restart(self, receive, send) -> None:
         body = _json_body(await _read_body(receive))
+        control_plane = body_bool(body, "control_plane", True)
         await send({"type": "http.response.start", "status": 200,
                     "headers": [(b"content-type", b"application/x-ndjson")]})
 
         async def emit(event: dict[str, Any]) -> None:
             await send({"type": "http.response.body", "body": _encode(event) + b"\n", "more_body": True})
 
-        control_plane = bool(body.get("control_plane", True))
         ok = await self.plane.restart(emit, control_plane=control_plane)
         await send({"type": "http.response.body", "body": _encode({"event": "end", "ok": ok}) + b"\n"})
         if control_plane:

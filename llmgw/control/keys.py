@@ -33,11 +33,16 @@ def sign_webhook(secret: bytes, body: bytes) -> str:
     return "sha256=" + hmac.new(secret, body, hashlib.sha256).hexdigest()
 
 
-def webhook_signature_valid(secret: bytes, body: bytes, header: str | None) -> bool:
-    """True when `header` is the right `X-Hub-Signature-256` for `body` (constant-time compare)."""
+def webhook_signature_valid(secret: bytes, body: bytes, header: bytes | str | None) -> bool:
+    """True when `header` is the right `X-Hub-Signature-256` for `body` (constant-time compare of bytes).
+
+    `header` is the raw header value; any bytes (non-ASCII ones too) are compared, never decoded, so a
+    malformed header is a wrong signature, not an error. A `str` is encoded as UTF-8.
+    """
     if not header or not secret:
         return False
-    return hmac.compare_digest(sign_webhook(secret, body), header.strip())
+    presented = header.encode("utf-8") if isinstance(header, str) else bytes(header)
+    return hmac.compare_digest(sign_webhook(secret, body).encode("ascii"), presented.strip())
 
 
 def token_matches(expected: str, authorization: str | None) -> bool:

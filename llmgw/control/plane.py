@@ -50,7 +50,7 @@ from llmgw.errors import EngineError, SettingsError, TemporaryError, UsageError
 from llmgw.gateway import Gateway
 from llmgw.plan.types import Action, ActionKind, Plan
 from llmgw.routes import RouteTable
-from llmgw.settings import NOTIFY_URL_KEY, set_config_value
+from llmgw.settings import NOTIFY_URL_KEY, redact_url, set_config_value
 from llmgw.settings.model import Listener, Settings
 from llmgw.store import open_store_from_settings
 from llmgw.wire import check_agents_listener, serve_agents
@@ -492,7 +492,7 @@ class ControlPlane:
             doc["notes"] = list(plan.notes)
         doc["control_plane"] = {
             "version": __version__,
-            "repository": self.config.repo,
+            "repository": redact_url(self.config.repo),
             "branch": self.config.branch,
             "admin_url": self.admin_url,
             "gateway_url": self.gateway_url,

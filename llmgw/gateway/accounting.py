@@ -15,6 +15,7 @@ tokens (None = free).
 from __future__ import annotations
 
 import math
+import time
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
@@ -168,6 +169,13 @@ class Accounting:
             has_slots=bool(reservation is not None and reservation.slots),
             actual_tokens=actual_tokens, actual_cost=actual_cost, usage=record)
         return await self.boundary.settle(settlement)
+
+    async def release(self, reservation: Reservation) -> None:
+        """Free `reservation`'s slots and refund its estimate, through the spool (so a store failure only delays
+        it; never raises for one)."""
+        await self.boundary.settle(Settlement(
+            entry_id="stl_" + uuid.uuid4().hex, time=time.time(), reservation_id=reservation.reservation_id,
+            has_slots=bool(reservation.slots)))
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Write usage left in the spool (by a crash, or while the store was away) until cancelled."""

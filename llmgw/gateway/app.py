@@ -2,8 +2,10 @@
 
 Endpoints: GET /v1/models, GET /v1/models/{model}, POST /v1/chat/completions, /v1/completions, /v1/embeddings,
 GET /health. (The gateway's Prometheus counters are served with the fleet's on the admin listener's /metrics,
-see llmgw.control.metrics; the API port has no /metrics.) A proxied request goes: key (store) -> body (size limit, read deadline and
-minimum rate) -> bounded JSON and OpenAI's request schema (`validation`) -> model (catalog names and aliases only)
+see llmgw.control.metrics; the API port has no /metrics.) A proxied request goes: key (store) -> project -> when
+the body may be over 1 MiB, the project's concurrency slots (`early_slots`; a 429 before any of the body is read)
+-> body (size limit, read deadline and minimum rate) -> bounded JSON and OpenAI's request schema (`validation`)
+-> model (catalog names and aliases only)
 -> project allowlist -> serving stopped? -> ready replicas? -> quota reservation (store; `limits`: the engine is
 held to the reserved max_tokens when tokens or budget are limited) -> forward and relay (proxying; an internal
 replica gets the catalog name as `model`) -> settle with the real usage and record it (spooled, then one store
@@ -41,6 +43,7 @@ from llmgw.gateway.asgi import (
     BODY_GRACE_SECONDS, BODY_MIN_BYTES_PER_SECOND, Disconnected, header_map, read_body, send_bytes, send_error,
     send_json, serve_lifespan,
 )
+from llmgw.gateway.early_slots import body_may_be_big, slot_quotas
 from llmgw.gateway.limits import completion_limit, enforced_fields, limits_tokens
 from llmgw.gateway.metrics import GatewayMetrics
 from llmgw.gateway.problems import (
@@ -219,16 +222,28 @@ class Gateway:
         started = time.perf_counter()
         headers = header_map(scope)
         key = await self._authenticate(headers)
+        policy = self._policy(key)
         table = self.table
-        raw = await read_body(receive, headers, table.max_request_body_bytes, grace_seconds=self.body_grace_seconds,
-                              min_bytes_per_second=self.body_min_bytes_per_second)
+        # a body that may be over 1 MiB is read holding the project's concurrency slots (`early_slots`)
+        early = slot_quotas(policy.quotas) if body_may_be_big(headers) else ()
+        held = await self._reserve(key, policy, UNKNOWN_MODEL, early, 0, 0.0, started) if early else None
+        try:
+            if held is None:
+                raw = await read_body(receive, headers, table.max_request_body_bytes,
+                                      grace_seconds=self.body_grace_seconds,
+                                      min_bytes_per_second=self.body_min_bytes_per_second)
+            else:
+                raw = await self._read_holding(held, receive, headers, table.max_request_body_bytes)
+        finally:
+            if held is not None:  # freed before the request's own reservation takes the slots again
+                with trio.move_on_after(CLEANUP_SECONDS, shield=True):
+                    await self.accounting.release(held)
         body = parse_body(raw)
         validate_request(upstream_path, body)
         requested = body["model"]
         if not requested:
             raise bad_request("The request has an empty `model`; name a model from GET /v1/models.", "missing_model",
                               "model")
-        policy = self._policy(key)
         route = table.resolve(requested)
         error: ApiError | None = None
         if route is None:
@@ -253,23 +268,46 @@ class Gateway:
         overrides = enforced_fields(body, limit, embeddings) if limits_tokens(policy) else {}
         reservation: Reservation | None = None
         if policy.quotas:
-            try:
-                decision = await self.accounting.reserve(policy.quotas, estimate, cost_of(route, estimate, 0),
-                                                         time.time())
-            except ApiError as error:  # the store cannot take reservations now: 503, recorded through the spool
-                await self._refused(key, policy, route.name, error.status, started)
-                raise
-            if isinstance(decision, Rejection):
-                self.metrics.quota_rejections.labels(policy.name, decision.limit_name).inc()
-                await self._refused(key, policy, route.name, 429, started)
-                raise ApiError(429, decision.message, "rate_limit_error" if decision.limit_name != "budget"
-                               else "insufficient_quota", "rate_limit_exceeded" if decision.limit_name != "budget"
-                               else "insufficient_quota",
-                               headers=[(b"retry-after", str(max(1, round(decision.retry_after_seconds))).encode()),
-                                        *ratelimit_headers(decision.headroom)])
-            reservation = decision
+            reservation = await self._reserve(key, policy, route.name, policy.quotas, estimate,
+                                              cost_of(route, estimate, 0), started)
         await self._run(send, receive, key, policy, route, body, raw, upstream_path, reservation, prompt_estimate,
                         started, overrides)
+
+    async def _read_holding(self, held: Reservation, receive, headers, limit: int) -> bytes:
+        """`read_body`, renewing `held`'s slots meanwhile (a 10 MiB body may take longer than the slot TTL).
+        Its refusals (ApiError, Disconnected) are raised as they are, not grouped."""
+        failure: ApiError | Disconnected | None = None
+        raw = b""
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._keep_slots, held)
+            try:
+                raw = await read_body(receive, headers, limit, grace_seconds=self.body_grace_seconds,
+                                      min_bytes_per_second=self.body_min_bytes_per_second)
+            except (ApiError, Disconnected) as exc:
+                failure = exc
+            nursery.cancel_scope.cancel()
+        if failure is not None:
+            raise failure
+        return raw
+
+    async def _reserve(self, key: ApiKey, policy: ProjectPolicy, model: str, quotas, estimate: int, cost: float,
+                       started: float) -> Reservation:
+        """Reserve `quotas` for a request of `model`; a refusal is recorded and raised: 429 (a limit, with
+        Retry-After and the x-ratelimit headers) or 503 (the store cannot take reservations now)."""
+        try:
+            decision = await self.accounting.reserve(quotas, estimate, cost, time.time())
+        except ApiError as error:  # the store cannot take reservations now: 503, recorded through the spool
+            await self._refused(key, policy, model, error.status, started)
+            raise
+        if isinstance(decision, Rejection):
+            self.metrics.quota_rejections.labels(policy.name, decision.limit_name).inc()
+            await self._refused(key, policy, model, 429, started)
+            raise ApiError(429, decision.message, "rate_limit_error" if decision.limit_name != "budget"
+                           else "insufficient_quota", "rate_limit_exceeded" if decision.limit_name != "budget"
+                           else "insufficient_quota",
+                           headers=[(b"retry-after", str(max(1, round(decision.retry_after_seconds))).encode()),
+                                    *ratelimit_headers(decision.headroom)])
+        return decision
 
     async def _run(self, send, receive, key: ApiKey, policy: ProjectPolicy, route: ModelRoute, body: dict, raw: bytes,
                    upstream_path: str, reservation: Reservation | None, prompt_estimate: int, started: float,

@@ -1,7 +1,8 @@
-"""API keys and admin tokens: made from random bytes, shown once, stored only as SHA-256 hashes.
+"""API keys and tokens of the admin listener: made from random bytes, shown once, stored only as SHA-256 hashes.
 
 An API key is `sk-llmgw-` followed by 32 random bytes in URL-safe base64 without padding (43 characters).
-An admin token is `llmgw-admin-` followed by the same. The store keeps the SHA-256 digest of the whole
+A token is `llmgw-<scope>-` followed by the same (`llmgw-admin-...`, `llmgw-review-...`; scopes in
+`records.TOKEN_SCOPES`); the scope that counts is the stored one, the prefix only helps people tell tokens apart. The store keeps the SHA-256 digest of the whole
 string and looks it up by that digest through an SQL parameter, so neither the key nor its digest is ever
 part of an SQL statement's text, and the plaintext never reaches the database at all. The digest found is compared
 again with `hmac.compare_digest`.
@@ -16,19 +17,22 @@ import hashlib
 import hmac
 import secrets
 
-from llmgw.errors import StoreError
+from llmgw.errors import StoreError, UsageError
 from llmgw.store.dialects import SqlConnection
 from llmgw.store.records import (
     KEY_EXPIRED,
     KEY_MALFORMED,
     KEY_REVOKED,
     KEY_UNKNOWN,
+    SCOPE_ADMIN,
+    TOKEN_SCOPES,
     ApiKey,
     KeyCheck,
+    Token,
 )
 
 API_KEY_PREFIX = "sk-llmgw-"
-ADMIN_TOKEN_PREFIX = "llmgw-admin-"
+ADMIN_TOKEN_PREFIX = "llmgw-admin-"  # token_prefix(SCOPE_ADMIN)
 SECRET_BYTES = 32
 _ENCODED_LENGTH = 43  # base64url of 32 bytes, unpadded
 _DISPLAY_CHARS = 4  # characters of the secret part kept as a visible prefix
@@ -116,17 +120,86 @@ def revoke_api_key(conn: SqlConnection, key_id: str, now: float) -> ApiKey:
     return _row_to_key(row)
 
 
-def insert_admin_token(conn: SqlConnection, now: float) -> str:
-    """Create an admin token; returns the plaintext (shown once; only its digest is stored)."""
-    token = new_token(ADMIN_TOKEN_PREFIX)
-    conn.execute("INSERT INTO admin_tokens (hash, created_at) VALUES (?, ?)", (digest(token), now))
-    return token
+def token_prefix(scope: str) -> str:
+    """The plaintext prefix of a token of `scope`: "llmgw-<scope>-" ("llmgw-admin-" for admin tokens)."""
+    return f"llmgw-{scope}-"
 
 
-def check_admin_token(conn: SqlConnection, token: str) -> bool:
-    """True when `token` is an admin token made by this store (digest compared in constant time)."""
-    if not well_formed(token, ADMIN_TOKEN_PREFIX):
-        return False
-    presented = digest(token)
-    row = conn.execute("SELECT hash FROM admin_tokens WHERE hash = ?", (presented,)).fetchone()
-    return row is not None and hmac.compare_digest(bytes(row[0]), presented)
+def _check_scope(scope: str) -> None:
+    if scope not in TOKEN_SCOPES:
+        raise UsageError(f"There is no token scope {scope!r}; the scopes are {', '.join(TOKEN_SCOPES)}.")
+
+
+def _row_to_token(row: tuple) -> Token:
+    return Token(token_id=row[0], scope=row[1], name=row[2], prefix=row[3], created_at=row[4],
+                 expires_at=row[5], revoked_at=row[6])
+
+
+_TOKEN_COLUMNS = "id, scope, name, prefix, created_at, expires_at, revoked_at"
+
+
+def insert_token(conn: SqlConnection, scope: str, name: str | None, expires_at: float | None,
+                 now: float) -> tuple[Token, str]:
+    """Create a token of `scope` (one of TOKEN_SCOPES); returns (record, plaintext). Only its digest is stored.
+
+    Raises UsageError for an unknown scope.
+    """
+    _check_scope(scope)
+    prefix = token_prefix(scope)
+    plaintext = new_token(prefix)
+    shown = plaintext[: len(prefix) + _DISPLAY_CHARS]
+    for _attempt in range(8):
+        token_id = "tok_" + secrets.token_hex(6)
+        inserted = conn.execute(
+            f"INSERT INTO tokens ({_TOKEN_COLUMNS}, hash) VALUES (?, ?, ?, ?, ?, ?, NULL, ?) ON CONFLICT DO NOTHING "
+            "RETURNING id",
+            (token_id, scope, name, shown, now, expires_at, digest(plaintext)),
+        ).fetchone()
+        if inserted is not None:
+            return Token(token_id, scope, name, shown, now, expires_at), plaintext
+    raise StoreError("Could not draw a free token id after 8 attempts; the tokens table looks corrupt.")
+
+
+def find_token(conn: SqlConnection, plaintext: str) -> Token | None:
+    """The token record whose digest is that of `plaintext` (revoked and expired ones too), or None.
+
+    Only strings shaped like a token of some scope ("llmgw-<scope>-" and 43 characters) are looked up.
+    """
+    if not any(well_formed(plaintext, token_prefix(scope)) for scope in TOKEN_SCOPES):
+        return None
+    presented = digest(plaintext)
+    row = conn.execute(f"SELECT {_TOKEN_COLUMNS}, hash FROM tokens WHERE hash = ?", (presented,)).fetchone()
+    if row is None or not hmac.compare_digest(bytes(row[7]), presented):
+        return None
+    return _row_to_token(row)
+
+
+def check_token(conn: SqlConnection, plaintext: str, scope: str, now: float) -> bool:
+    """True when `plaintext` is an active token (not revoked, not expired at `now`) of `scope` or of scope admin.
+
+    Raises UsageError for an unknown `scope` (a bug of the caller, not of the token).
+    """
+    _check_scope(scope)
+    token = find_token(conn, plaintext)
+    return (token is not None and token.state(now) == "active"
+            and token.scope in (scope, SCOPE_ADMIN))
+
+
+def list_tokens(conn: SqlConnection, scope: str | None) -> list[Token]:
+    """Every token (of `scope`, if given), oldest first, revoked and expired ones included."""
+    if scope is None:
+        rows = conn.execute(f"SELECT {_TOKEN_COLUMNS} FROM tokens ORDER BY created_at, id").fetchall()
+    else:
+        _check_scope(scope)
+        rows = conn.execute(f"SELECT {_TOKEN_COLUMNS} FROM tokens WHERE scope = ? ORDER BY created_at, id",
+                            (scope,)).fetchall()
+    return [_row_to_token(row) for row in rows]
+
+
+def revoke_token(conn: SqlConnection, token_id: str, now: float) -> Token:
+    """Mark `token_id` revoked at `now` (a token revoked before keeps its first time). Raises StoreError if unknown."""
+    conn.execute("UPDATE tokens SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL", (now, token_id))
+    row = conn.execute(f"SELECT {_TOKEN_COLUMNS} FROM tokens WHERE id = ?", (token_id,)).fetchone()
+    if row is None:
+        raise StoreError(f"There is no token {token_id!r}; `llmgw token list` shows the ids.")
+    return _row_to_token(row)

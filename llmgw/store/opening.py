@@ -20,9 +20,9 @@ def store_url_for_state(state_dir: str | Path) -> str:
 
 
 def redacted(url: str | Path) -> str:
-    """`url` as it may be printed: a PostgreSQL URL's password replaced by *** (paths unchanged)."""
+    """`url` as it may be printed: the password of any URL (mistyped schemes too) replaced by *** (paths unchanged)."""
     text = str(url)
-    if urlsplit(text).scheme.lower().split("+")[0] in POSTGRES_SCHEMES:
+    if "://" in text:
         from llmgw.store.postgres import redact_url
 
         return redact_url(text)
@@ -49,7 +49,7 @@ def open_store(url: str | Path, *, busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
     scheme = parts.scheme.lower()
     if scheme == "sqlite":
         if parts.netloc or not parts.path or parts.path == "/":
-            raise StoreError(f"The store URL {text!r} has no file path; write sqlite:///absolute/path/{STORE_FILE_NAME}.")
+            raise StoreError(f"The store URL {redacted(text)!r} has no file path; write sqlite:///absolute/path/{STORE_FILE_NAME}.")
         return SqliteStore(Path(parts.path), busy_timeout=busy_timeout, slot_ttl=slot_ttl, migrate=migrate)
     if scheme.split("+")[0] in POSTGRES_SCHEMES:
         from llmgw.store.postgres import PostgresStore

@@ -1,6 +1,7 @@
 """The PostgreSQL schema as numbered migrations, applied in order and recorded in `schema_migrations`.
 
-The same tables and columns as SQLite's schema (`schema.py`; PostgreSQL's 1 is SQLite's 3, its 2 SQLite's 4), in PostgreSQL's types: times and
+The same tables and columns as SQLite's schema (`schema.py`; PostgreSQL's 1 is SQLite's 3, its 2 SQLite's 4, its 3
+SQLite's 5), in PostgreSQL's types: times and
 costs `double precision` (epoch seconds need more than `real`'s 24 bits), counts `bigint`, secrets and digests
 `bytea`. One table more, `quota_scopes`: one row per quota scope, locked by a reservation (see `dialects`).
 A migration is never edited once released; a change to the store ships a migration for both backends.
@@ -56,6 +57,19 @@ MIGRATIONS: tuple[str, ...] = (
     # expiry) takes it
     """
     ALTER TABLE leases ADD COLUMN token BIGINT NOT NULL DEFAULT 1;
+    """,
+    # 3 (SQLite's 5): one kind of token with a scope each; the admin tokens become tokens of scope admin
+    """
+    CREATE TABLE tokens (
+        id TEXT PRIMARY KEY, scope TEXT NOT NULL, name TEXT, prefix TEXT NOT NULL,
+        created_at DOUBLE PRECISION NOT NULL, expires_at DOUBLE PRECISION, revoked_at DOUBLE PRECISION,
+        hash BYTEA NOT NULL UNIQUE
+    );
+    INSERT INTO tokens (id, scope, name, prefix, created_at, expires_at, revoked_at, hash)
+        SELECT 'tok_' || encode(substring(hash from 1 for 6), 'hex'), 'admin', NULL, 'llmgw-admin-', created_at,
+               NULL, NULL, hash
+        FROM admin_tokens;
+    DROP TABLE admin_tokens;
     """,
 )
 

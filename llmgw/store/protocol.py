@@ -24,6 +24,7 @@ from llmgw.store.records import (
     Rejection,
     Reservation,
     Settlement,
+    Token,
     UsageRecord,
     UsageRow,
 )
@@ -31,7 +32,7 @@ from llmgw.store.records import (
 
 @runtime_checkable
 class Store(Protocol):
-    """The runtime store: secrets, key/value, admin tokens, API keys, quotas, usage and leases."""
+    """The runtime store: secrets, key/value, tokens of the admin listener, API keys, quotas, usage and leases."""
 
     url: str  # printable: a PostgreSQL URL's password is replaced by ***
     dialect: str  # "sqlite" or "postgresql"
@@ -51,12 +52,28 @@ class Store(Protocol):
     def put(self, key: str, value: str) -> None:
         """Store `value` under `key`, replacing any previous value."""
 
-    # -- admin tokens ------------------------------------------------------------------------------------------
+    # -- tokens of the admin listener (scopes: records.TOKEN_SCOPES) ----------------------------------------------
+    def create_token(self, scope: str, name: str | None = None, expires_at: float | None = None,
+                     now: float | None = None) -> tuple[Token, str]:
+        """A new token of `scope`: (its record, the plaintext "llmgw-<scope>-..." shown once; only its SHA-256
+        digest is stored). Raises UsageError for a scope not in TOKEN_SCOPES."""
+
+    def check_token(self, token: str, scope: str, now: float | None = None) -> bool:
+        """True when `token` is an active token of `scope`, or of scope admin (which passes every check);
+        False for anything else (malformed, unknown, revoked, expired, another scope). Digest compared in
+        constant time. Raises UsageError for a scope not in TOKEN_SCOPES."""
+
+    def list_tokens(self, scope: str | None = None) -> list[Token]:
+        """Every token (of `scope`), oldest first, revoked and expired included."""
+
+    def revoke_token(self, token_id: str, now: float | None = None) -> Token:
+        """Revoke `token_id` (idempotent); returns its record. Raises StoreError for an unknown id."""
+
     def create_admin_token(self) -> str:
-        """A new admin token ("llmgw-admin-..."), shown once: only its SHA-256 digest is stored."""
+        """Shorthand: the plaintext of `create_token("admin")`."""
 
     def check_admin_token(self, token: str) -> bool:
-        """True when `token` is an admin token of this store (compared in constant time)."""
+        """Shorthand: `check_token(token, "admin")`."""
 
     # -- API keys ----------------------------------------------------------------------------------------------
     def create_api_key(self, project: str, name: str | None = None, expires_at: float | None = None,

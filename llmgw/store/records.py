@@ -1,4 +1,4 @@
-"""The values the store takes and returns: API keys, quota reservations and rejections, usage records.
+"""The values the store takes and returns: API keys, tokens of the admin listener, quota reservations and rejections, usage records.
 
 All are frozen dataclasses. Times are seconds since the Unix epoch (`time.time()`, UTC), durations are
 seconds as float, token counts are ints, costs are floats in the cluster's currency.
@@ -35,6 +35,40 @@ class ApiKey:
 
     key_id: str
     project: str
+    name: str | None
+    prefix: str
+    created_at: float
+    expires_at: float | None = None
+    revoked_at: float | None = None
+
+    def state(self, now: float) -> str:
+        """"active", "revoked" or "expired" at `now` (epoch seconds)."""
+        if self.revoked_at is not None:
+            return "revoked"
+        if self.expires_at is not None and now >= self.expires_at:
+            return "expired"
+        return "active"
+
+
+# The scopes of a token (`Token.scope`), one word each; a token of scope "admin" passes every check.
+#   admin    everything on the admin listener (what `llmgw up` writes to <state>/admin-token)
+#   metrics  GET /metrics on the admin listener (Prometheus scrapes with it)
+#   review   read-only: GET /api/v1/plan, /api/v1/fleet and /api/v1/status (`llmgw review` in CI)
+#   console  the web console's read views
+TOKEN_SCOPES: tuple[str, ...] = ("admin", "metrics", "review", "console")
+SCOPE_ADMIN = "admin"
+
+
+@dataclass(frozen=True)
+class Token:
+    """A token of the admin listener as stored: never the token itself, only its id, scope and metadata.
+
+    `token_id` is short and printable ("tok_1a2b3c4d5e6f"); `scope` is one of TOKEN_SCOPES; `prefix` is the
+    start of the plaintext ("llmgw-review-AbCd"). `expires_at` and `revoked_at` are epoch seconds or None.
+    """
+
+    token_id: str
+    scope: str
     name: str | None
     prefix: str
     created_at: float

@@ -65,6 +65,18 @@ MIGRATIONS: tuple[str, ...] = (
     """
     ALTER TABLE leases ADD COLUMN token INTEGER NOT NULL DEFAULT 1;
     """,
+    # 5: one kind of token with a scope each (admin, metrics, review, console); the admin tokens become tokens of
+    # scope admin (id from their digest, prefix unknown: only the digest was kept)
+    """
+    CREATE TABLE tokens (
+        id TEXT PRIMARY KEY, scope TEXT NOT NULL, name TEXT, prefix TEXT NOT NULL,
+        created_at REAL NOT NULL, expires_at REAL, revoked_at REAL, hash BLOB NOT NULL UNIQUE
+    );
+    INSERT INTO tokens (id, scope, name, prefix, created_at, expires_at, revoked_at, hash)
+        SELECT 'tok_' || lower(hex(substr(hash, 1, 6))), 'admin', NULL, 'llmgw-admin-', created_at, NULL, NULL, hash
+        FROM admin_tokens;
+    DROP TABLE admin_tokens;
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -20,6 +20,7 @@ from llmgw.store import keys, quotas
 from llmgw.store import usage as usage_table
 from llmgw.store.dialects import SqlConnection
 from llmgw.store.records import (
+    SCOPE_ADMIN,
     ApiKey,
     Headroom,
     KeyCheck,
@@ -27,6 +28,7 @@ from llmgw.store.records import (
     Rejection,
     Reservation,
     Settlement,
+    Token,
     UsageRecord,
     UsageRow,
 )
@@ -37,7 +39,7 @@ PRUNE_INTERVAL = 30.0
 TABLES: dict[str, tuple[str, ...]] = {
     "secrets": ("name", "value", "created_at"),
     "kv": ("key", "value", "updated_at"),
-    "admin_tokens": ("hash", "created_at"),
+    "tokens": ("id", "scope", "name", "prefix", "created_at", "expires_at", "revoked_at", "hash"),
     "api_keys": ("id", "project", "name", "prefix", "created_at", "expires_at", "revoked_at", "hash"),
     "quota_windows": ("scope", "period", "start", "requests", "tokens", "cost"),
     "quota_slots": ("reservation_id", "scope", "expires_at"),
@@ -48,7 +50,7 @@ TABLES: dict[str, tuple[str, ...]] = {
 }
 # The order rows are read in (for copies and comparisons that must not depend on physical order).
 TABLE_ORDER: dict[str, str] = {
-    "secrets": "name", "kv": "key", "admin_tokens": "hash", "api_keys": "id",
+    "secrets": "name", "kv": "key", "tokens": "id", "api_keys": "id",
     "quota_windows": "scope, period, start", "quota_slots": "reservation_id, scope", "quota_reservations": "id",
     "usage": "id", "leases": "name",
 }
@@ -93,14 +95,29 @@ class SqlStore:
                          "ON CONFLICT (key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at",
                          (key, value, time.time()))
 
-    # -- admin tokens ------------------------------------------------------------------------------------------
-    def create_admin_token(self) -> str:
+    # -- tokens of the admin listener ----------------------------------------------------------------------------
+    def create_token(self, scope: str, name: str | None = None, expires_at: float | None = None,
+                     now: float | None = None) -> tuple[Token, str]:
         with self._write() as conn:
-            return keys.insert_admin_token(conn, time.time())
+            return keys.insert_token(conn, scope, name, expires_at, _now(now))
+
+    def check_token(self, token: str, scope: str, now: float | None = None) -> bool:
+        with self._read() as conn:
+            return keys.check_token(conn, token, scope, _now(now))
+
+    def list_tokens(self, scope: str | None = None) -> list[Token]:
+        with self._read() as conn:
+            return keys.list_tokens(conn, scope)
+
+    def revoke_token(self, token_id: str, now: float | None = None) -> Token:
+        with self._write() as conn:
+            return keys.revoke_token(conn, token_id, _now(now))
+
+    def create_admin_token(self) -> str:
+        return self.create_token(SCOPE_ADMIN)[1]
 
     def check_admin_token(self, token: str) -> bool:
-        with self._read() as conn:
-            return keys.check_admin_token(conn, token)
+        return self.check_token(token, SCOPE_ADMIN)
 
     # -- API keys ----------------------------------------------------------------------------------------------
     def create_api_key(self, project: str, name: str | None = None, expires_at: float | None = None,

@@ -28,6 +28,7 @@ import fcntl
 import hashlib
 import ipaddress
 import json
+import math
 import os
 import secrets
 import time
@@ -45,11 +46,12 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from llmgw.errors import WireError
+from llmgw.errors import UsageError, WireError
 
 CA_KEY_FILE = "ca.key"
 CA_CERT_FILE = "ca.crt"
 TOKENS_FILE = "join-tokens.json"
+MAX_JOIN_TOKEN_TTL = 7 * 24 * 3600.0  # seconds
 NODES_FILE = "nodes.json"
 REVOCATION_CHECK_SECONDS = 1.0
 """How often the agents' server re-checks the certificate of an open stream against `nodes.json`."""
@@ -411,7 +413,13 @@ class CertificateAuthority:
             yield table
 
     def create_join_token(self, ttl_seconds: float = 3600.0) -> str:
-        """A new one-time join token valid for `ttl_seconds`; only its SHA-256 is stored. Give it to the node."""
+        """A new one-time join token valid for `ttl_seconds`; only its SHA-256 is stored. Give it to the node.
+
+        Raises: UsageError unless 0 < ttl_seconds <= MAX_JOIN_TOKEN_TTL (7 days; NaN and infinities refused).
+        """
+        if not math.isfinite(ttl_seconds) or not 0 < ttl_seconds <= MAX_JOIN_TOKEN_TTL:
+            raise UsageError(f"A join token lives more than 0 and at most {MAX_JOIN_TOKEN_TTL:g} seconds (7 days), "
+                             f"not {ttl_seconds}.")
         token = _TOKEN_PREFIX + secrets.token_urlsafe(32)
         with self._tokens() as table:
             table[hashlib.sha256(token.encode()).hexdigest()] = time.time() + ttl_seconds

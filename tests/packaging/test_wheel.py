@@ -46,6 +46,7 @@ def test_the_wheel_holds_the_schemas_the_example_and_every_data_file_of_the_pack
     for example in (ROOT / "examples" / "cluster-repo").rglob("*.yaml"):
         rel = example.relative_to(ROOT / "examples" / "cluster-repo").as_posix()
         assert f"llmgw/settings/_example/{rel}" in names
+    assert "llmgw/control/_openapi/admin-api.yaml" in names  # GET /openapi.yaml of the admin API
     missing = [path for path in _tracked_data_files() if path not in names]
     assert missing == [], f"files read at run time but left out of the wheel: {missing}"
 

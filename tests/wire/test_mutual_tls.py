@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import stat
+import time
 from pathlib import Path
 
 import pytest
@@ -44,7 +45,8 @@ def test_join_tokens_work_once_are_stored_hashed_and_expire(tmp_path: Path) -> N
     assert token not in (tmp_path / "join-tokens.json").read_text()
     assert ca.consume_join_token(token) is True
     assert ca.consume_join_token(token) is False
-    expired = ca.create_join_token(-1)
+    expired = ca.create_join_token(0.01)  # the shortest life there is: a TTL must be positive (7 days at most)
+    time.sleep(0.05)
     assert ca.consume_join_token(expired) is False
     assert ca.consume_join_token("llmgw-join-made-up") is False
 

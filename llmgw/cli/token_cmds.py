@@ -1,0 +1,116 @@
+"""`llmgw token create|list|revoke`: tokens of the admin listener, one kind with a scope each.
+
+Scopes (`llmgw.store.TOKEN_SCOPES`): `admin` (everything on the admin listener), `metrics` (GET /metrics for a
+Prometheus scraper), `review` (read-only GET /api/v1/plan, /api/v1/fleet, /api/v1/status for `llmgw review` in
+CI), `console` (the web console's views). An admin token passes every scope's check. Like `llmgw keys`, these
+commands open the store directly (`--state DIR`, default `.state`, or `--store PATH|URL`); only the SHA-256 of a
+token is kept, so `create` prints the token once and `list` shows ids and prefixes only.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import click
+from rich.table import Table
+
+from llmgw.cli.keys_cmds import _console, _open, _remember, _store_options, format_moment, parse_moment
+from llmgw.errors import UsageError
+from llmgw.store import TOKEN_SCOPES, Token
+
+
+def _token_json(token: Token, now: float) -> dict:
+    return {"id": token.token_id, "scope": token.scope, "name": token.name, "prefix": token.prefix,
+            "state": token.state(now), "created_at": format_moment(token.created_at),
+            "expires_at": format_moment(token.expires_at), "revoked_at": format_moment(token.revoked_at)}
+
+
+@click.group("token")
+@_store_options
+@click.pass_context
+def token_group(ctx: click.Context, state_dir: str | None, store_url: str | None) -> None:
+    """Create, list and revoke tokens of the admin listener (scopes: admin, metrics, review, console)."""
+    _remember(ctx, state_dir, store_url)
+
+
+@token_group.command("create")
+@click.option("--scope", required=True, type=click.Choice(TOKEN_SCOPES),
+              help="What the token may do: admin (everything), metrics (/metrics), review (read-only plan, "
+                   "fleet and status), console (the web console).")
+@click.option("--name", default=None, help="A label to tell tokens apart (who or what uses it).")
+@click.option("--expires", default=None, metavar="DATE",
+              help="Expiry: 2026-01-31 (00:00 UTC), 2026-01-31T12:00 or a duration from now (30d).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@_store_options
+@click.pass_context
+def token_create(ctx: click.Context, scope: str, name: str | None, expires: str | None, as_json: bool,
+                 state_dir: str | None, store_url: str | None) -> None:
+    """Create a token of SCOPE and print it once: only its hash is kept."""
+    _remember(ctx, state_dir, store_url)
+    now = time.time()
+    expires_at = parse_moment(expires, now, future=True) if expires else None
+    if expires_at is not None and expires_at <= now:
+        raise UsageError(f"--expires {expires} is in the past; give a later date or a duration such as 30d.")
+    store = _open(ctx)
+    try:
+        token, plaintext = store.create_token(scope, name=name, expires_at=expires_at, now=now)
+    finally:
+        store.close()
+    if as_json:
+        click.echo(json.dumps({**_token_json(token, now), "token": plaintext}))
+        return
+    click.echo(plaintext)
+    click.echo(f"Created {token.token_id} of scope {scope}"
+               + (f", expires {format_moment(expires_at)}" if expires_at else "")
+               + ". This is the only time the token is shown: store it now.", err=True)
+
+
+@token_group.command("list")
+@click.option("--scope", default=None, type=click.Choice(TOKEN_SCOPES), help="Only the tokens of this scope.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@_store_options
+@click.pass_context
+def token_list(ctx: click.Context, scope: str | None, as_json: bool, state_dir: str | None,
+               store_url: str | None) -> None:
+    """List tokens (ids, scopes and prefixes only; tokens themselves are never stored)."""
+    _remember(ctx, state_dir, store_url)
+    store = _open(ctx)
+    try:
+        found = store.list_tokens(scope)
+    finally:
+        store.close()
+    now = time.time()
+    if as_json:
+        click.echo(json.dumps([_token_json(token, now) for token in found]))
+        return
+    table = Table("id", "scope", "name", "prefix", "state", "created", "expires")
+    for token in found:
+        table.add_row(token.token_id, token.scope, token.name or "", token.prefix + "…", token.state(now),
+                      format_moment(token.created_at), format_moment(token.expires_at) or "never")
+    _console().print(table)
+
+
+@token_group.command("revoke")
+@click.argument("token_id")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@_store_options
+@click.pass_context
+def token_revoke(ctx: click.Context, token_id: str, as_json: bool, state_dir: str | None,
+                 store_url: str | None) -> None:
+    """Revoke the token TOKEN_ID (see `llmgw token list`); the admin listener answers it 401 from then on."""
+    _remember(ctx, state_dir, store_url)
+    store = _open(ctx)
+    try:
+        token = store.revoke_token(token_id)
+    finally:
+        store.close()
+    if as_json:
+        click.echo(json.dumps(_token_json(token, time.time())))
+    else:
+        click.echo(f"Revoked {token.token_id} of scope {token.scope} at {format_moment(token.revoked_at)}.")
+
+
+def register(group: click.Group) -> None:
+    """Add `token` to the `llmgw` command group."""
+    group.add_command(token_group)

@@ -1,0 +1,26 @@
+"""Intervals an AgentSettings message carries are held between 50 ms and a day (found by the ControlMessage
+fuzzer: a heartbeat interval of 5e-324 s made the agent flood its stream until its outbox dropped answers)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from llmgw.agent import AgentConfig
+from llmgw.agent.config import MAX_INTERVAL, MIN_INTERVAL
+from llmgw.wire import pb
+
+
+@pytest.mark.parametrize(("sent", "kept"), [(5e-324, MIN_INTERVAL), (0.01, MIN_INTERVAL), (2.0, 2.0),
+                                            (math.inf, MAX_INTERVAL), (1e300, MAX_INTERVAL)])
+def test_a_tiny_or_endless_interval_from_the_wire_is_bounded(tmp_path, sent, kept):
+    config = AgentConfig(node_id="n", state_dir=tmp_path).with_settings(
+        pb.AgentSettings(heartbeat_interval=sent, telemetry_interval=sent, shard_stop_grace=sent))
+    assert (config.heartbeat_interval, config.telemetry_interval, config.shard_stop_grace) == (kept, kept, kept)
+
+
+def test_a_nan_or_unset_interval_leaves_the_agents_own(tmp_path):
+    base = AgentConfig(node_id="n", state_dir=tmp_path, heartbeat_interval=3.0)
+    assert base.with_settings(pb.AgentSettings(heartbeat_interval=math.nan)).heartbeat_interval == 3.0
+    assert base.with_settings(pb.AgentSettings()).heartbeat_interval == 3.0
