@@ -278,7 +278,17 @@ def coalesced(queue: deque[_Write]) -> tuple[_Write, int]:
         run.append(later)
     if len(run) == 1:
         return first, 1
-    subject = run[-1].message.split("\n", 1)[0] + f" (and {len(run) - 1} earlier passes)"
+    subjects = [w.message.split("\n", 1)[0] for w in run]
+    head, _, newest = subjects[-1].partition(": ")
+    done = []  # what each pass did, oldest first, so `llmgw history` still names every command
+    for line in subjects:
+        what = line.partition(": ")[2]
+        if what and what not in ("converged", "state changed") and what not in done:
+            done.append(what)
+    said = "; ".join(done) or newest
+    if newest and newest not in done:
+        said += f"; {newest}"
+    subject = f"{head} (and {len(run) - 1} earlier passes): {said[:400]}"
     body = "\n".join(w.message for w in reversed(run))
     return _Write(run[-1].status, f"{subject}\n\n{body}"), len(run)
 

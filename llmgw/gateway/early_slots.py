@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from llmgw.routes import QuotaLimits
+from llmgw.routes import Quota
 
 EARLY_SLOT_BYTES = 1 << 20  # bodies above 1 MiB take their slot before they are read
 
-Quotas = Sequence[tuple[str, QuotaLimits]]
+Quotas = Sequence[tuple[str, Quota]]
 
 
 def body_may_be_big(headers: Mapping[bytes, bytes], threshold: int = EARLY_SLOT_BYTES) -> bool:
@@ -26,7 +26,7 @@ def body_may_be_big(headers: Mapping[bytes, bytes], threshold: int = EARLY_SLOT_
     return declared is None or not declared.isdigit() or int(declared) > threshold
 
 
-def slot_quotas(quotas: Quotas) -> tuple[tuple[str, QuotaLimits], ...]:
+def slot_quotas(quotas: Quotas) -> tuple[tuple[str, Quota], ...]:
     """The scopes of `quotas` that limit concurrent requests, with that limit only; () when none does."""
-    return tuple((scope, QuotaLimits(concurrent_requests=limits.concurrent_requests))
+    return tuple((scope, Quota(concurrent_requests=limits.concurrent_requests))
                  for scope, limits in quotas if limits.concurrent_requests is not None)

@@ -41,7 +41,7 @@ def test_audit_commits_waiting_one_behind_the_other_become_one_commit_of_the_new
                    _Write({"n": 3}, "pass 3: c\n")])
     item, taken = coalesced(queue)
     assert taken == 2 and item.status == {"n": 2}
-    assert item.message.startswith("pass 2: b (and 1 earlier passes)\n\n") and "pass 1: a" in item.message
+    assert item.message.startswith("pass 2 (and 1 earlier passes): a; b\n\n") and "pass 1: a" in item.message
     assert coalesced(deque([_Write(None, "", applied="c")]))[1] == 1
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import httpx
 import trio
-from gateway_harness import ProjectPolicy, QuotaLimits, make_table, replica, start_engine, start_gateway
+from gateway_harness import ProjectPolicy, Quota, make_table, replica, start_engine, start_gateway
 
 from llmgw.gateway.early_slots import EARLY_SLOT_BYTES, body_may_be_big, slot_quotas
 
@@ -15,7 +15,7 @@ SMALL = {"model": "gemma", "messages": [{"role": "user", "content": "hi"}], "max
 
 async def _gateway_with_one_slot(nursery, store):
     _engine, url = await start_engine(nursery)
-    quotas = (("project:chat", QuotaLimits(concurrent_requests=1, tokens_per_day=10**9)),)
+    quotas = (("project:chat", Quota(concurrent_requests=1, tokens_per_day=10**9)),)
     table = make_table({"gemma": [replica("g-1", url)]},
                        projects={"chat": ProjectPolicy("chat", "research", "acme", quotas=quotas)})
     _gateway, base = await start_gateway(nursery, store, table)
@@ -73,6 +73,6 @@ def test_only_bodies_that_may_exceed_one_mebibyte_take_their_slot_early():
     assert body_may_be_big({b"content-length": str(EARLY_SLOT_BYTES + 1).encode()})
     assert body_may_be_big({})  # chunked, or HTTP/2 without a length: size unknown
     assert body_may_be_big({b"content-length": b"12, 12"})
-    quotas = (("project:p", QuotaLimits(concurrent_requests=2, tokens_per_minute=100)),
-              ("team:t", QuotaLimits(requests_per_minute=5)))
-    assert slot_quotas(quotas) == (("project:p", QuotaLimits(concurrent_requests=2)),)
+    quotas = (("project:p", Quota(concurrent_requests=2, tokens_per_minute=100)),
+              ("team:t", Quota(requests_per_minute=5)))
+    assert slot_quotas(quotas) == (("project:p", Quota(concurrent_requests=2)),)
