@@ -21,7 +21,7 @@ The API is described in docs/admin-api.yaml (OpenAPI 3.1), served at GET /openap
     GET  /api/v1/fleet                        the fleet snapshot (llmgw.plan.snapshot) `llmgw review` plans against
     GET  /api/v1/logs?node=N&shard=S&lines=K  a shard's (or the agent's) last log lines
     POST /api/v1/stop | /api/v1/start {"author_name", "author_email"}   serving.stopped commits
-    POST /api/v1/nodes/NODE/cordon|uncordon|drain|lend|reclaim {"author_name", "author_email"}   node commits
+    POST /api/v1/nodes/{node}/{verb} {"author_name", "author_email"}   verb: cordon|uncordon|drain|lend|reclaim
     POST /api/v1/join-tokens {"ttl_seconds"}  a one-time token for `llmgw node join` (mTLS control planes), at
                                               most 7 days (MAX_JOIN_TOKEN_TTL)
     GET  /console/...                         the web console (llmgw.console; its own login, docs/console.md)

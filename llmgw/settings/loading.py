@@ -116,12 +116,14 @@ def _freeze_switch(data: dict[str, Any], defaults: dict[str, Any]) -> Any:
 
 
 def _check_node_lists(found: Found, cluster: Any, fleet: frozenset[str]) -> None:
-    """serving.cordoned / serving.drained may only name nodes the settings know (agents/nodes/<node>.yaml)."""
+    """A warning for each node serving.cordoned / serving.drained names that has no agents/nodes/<node>.yaml: the
+    settings cannot see the live fleet, so the name is taken as given (a typo cordons nothing; the warning says so)."""
     for key, ids in (("cordoned", cluster.cordoned), ("drained", cluster.drained)):
         for index, node in enumerate(ids):
             if node not in fleet:
-                found.add("llmgw.yaml", ("serving", key, index), f"node {node!r} is not in the fleet: the settings "
-                          "know nodes by their agents/nodes/<node>.yaml (an empty mapping `{}` will do)")
+                found.add("llmgw.yaml", ("serving", key, index), f"warning: no agents/nodes/{node}.yaml names node "
+                          f"{node!r}; it is {key} when a node of that id registers (check the spelling)",
+                          severity="warning")
 
 
 def load_tree(tree: TreeFiles, commit: str | None = None) -> Settings:

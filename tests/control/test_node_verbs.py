@@ -60,6 +60,9 @@ async def test_node_verbs_are_commits_and_a_lent_node_gives_up_its_replica(tmp_p
         assert code == 0, err
         await wait_for(lambda: "ready" in replica_states(plane).values(), 30, "a replica placed again")
 
-        code, out, err = await llmgw(plane, "node", "cordon", "ghost", *WHO)
-        assert code == 1 and "node 'ghost' is not in the fleet" in err
+        code, out, err = await llmgw(plane, "node", "cordon", "ghost", *WHO)  # a node no file names: committed
+        assert code == 0, err
+        await wait_for(lambda: "ghost" in (plane.snapshot().settings.cluster.cordoned or ()), 10, "ghost cordoned")
+        code, out, err = await llmgw(plane, "slurm", "lend", "ghost", *WHO)  # not lendable: refused with the fix
+        assert code == 1 and "slurm.yaml" in err
         nursery.cancel_scope.cancel()
