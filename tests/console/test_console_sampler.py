@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
 import trio
+import trio.testing
 
 from llmgw.console import Console
 from llmgw.control.readings import GpuReading, NodeReadings
@@ -18,7 +20,14 @@ from .test_console_security import no_history
 GIB = 1 << 30
 
 
-async def test_the_sampler_folds_new_readings_and_keeps_the_passes_it_saw(autojump_clock):
+@pytest.fixture
+def patient_clock():
+    """Virtual time that jumps only after 50 ms of real idleness: the fold runs in a worker thread, which a clock
+    jumping at once (autojump_threshold=0) would not wait for."""
+    return trio.testing.MockClock(autojump_threshold=0.05)
+
+
+async def test_the_sampler_folds_new_readings_and_keeps_the_passes_it_saw(patient_clock):
     registry, _ = FleetRegistry(30.0).register(NodeState("n1", gpus=(GpuState("0", "h200-141g", GIB, GIB),)), 0.0)
     state = {"now": ControlState(fleet=registry)}
     wall = {"now": 60.0 * 1000}
