@@ -16,5 +16,7 @@ from llmgw.plan.types import NodeState
 def unhealthy_devices(node: NodeState, devices: Iterable[str]) -> tuple[str, ...]:
     """The device ids among `devices` that `node` has and a health finding takes out of placement, in the order
     given (() when none: also for devices the node does not list)."""
+    if not devices:
+        return ()
     out = {gpu.device_id for gpu in node.gpus if gpu.unhealthy}
     return tuple(d for d in devices if d in out) if out else ()
