@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from llmgw.routes import Quota
+from llmgw.identity import Quota
 
 EARLY_SLOT_BYTES = 1 << 20  # bodies above 1 MiB take their slot before they are read
 
