@@ -260,8 +260,8 @@ class AdminApp:
             if verb not in ("cordon", "uncordon", "drain", "lend", "reclaim"):
                 raise _HttpError(404, "not_found", f"no route {method} {path}")
             body = _json_body(await _read_body(receive))
-            commit = await plane.node_verb(verb, node, body.get("author_name") or "llmgw operator",
-                                           body.get("author_email") or "operator@llmgw.invalid")
+            commit = await plane.node_verb(verb, node, body_text(body, "author_name", "llmgw operator"),
+                                           body_text(body, "author_email", "operator@llmgw.invalid"))
             return await _send_json(send, 200, {"commit": commit, "node": node, "verb": verb})
         if method == "POST" and path == "/api/v1/join-tokens":
             body = _json_body(await _read_body(receive))
