@@ -179,8 +179,11 @@ def test_a_fleet_of_processes_follows_pushes_survives_kills_and_refuses_bad_comm
 
         # what was done is in `llmgw history` and in git
         env = dict(os.environ, LLMGW_STATE=str(state))
-        history = subprocess.run([sys.executable, "-m", "llmgw.cli", "history", "--limit", "100"], env=env,
-                                 capture_output=True, text=True, check=True).stdout
+        answer = subprocess.run([sys.executable, "-m", "llmgw.cli", "history", "--limit", "100", "--json"], env=env,
+                                capture_output=True, text=True, check=True).stdout
+        # every pass's actions are in its audit commit's message (subjects name the first few; coalesced commits
+        # hold the messages of every pass they stand for)
+        history = "\n".join(entry["message"] for entry in json.loads(answer)["entries"])
         assert "start gemma-3-270m-0/0 on real" in history
         assert "stop gemma-3-270m-0/0 on real" in history
         assert f"start tiny-0/0 on {other}" in history or f"start tiny-0/0@" in history
