@@ -30,6 +30,9 @@ from llmgw.settings import APPLIED_REF, append_audit, set_ref
 
 log = logging.getLogger("llmgw.control.audit")
 MAX_QUEUED = 200
+"""Queued writes before the queue is compacted (`compacted`)."""
+MAX_MESSAGE = 256 * 1024
+"""Characters of pass messages one coalesced audit commit keeps, newest first."""
 
 
 def node_documents(records: tuple[NodeRecord, ...]) -> dict[str, Any]:
@@ -289,8 +292,27 @@ def coalesced(queue: deque[_Write]) -> tuple[_Write, int]:
     if newest and newest not in done:
         said += f"; {newest}"
     subject = f"{head} (and {len(run) - 1} earlier passes): {said[:400]}"
-    body = "\n".join(w.message for w in reversed(run))
-    return _Write(run[-1].status, f"{subject}\n\n{body}"), len(run)
+    kept: list[str] = []
+    size = 0
+    for write in reversed(run):  # newest first, up to MAX_MESSAGE characters
+        if size + len(write.message) > MAX_MESSAGE and kept:
+            kept.append(f"({len(run) - len(kept)} older pass messages left out: over {MAX_MESSAGE} characters)\n")
+            break
+        kept.append(write.message)
+        size += len(write.message)
+    return _Write(run[-1].status, f"{subject}\n\n" + "\n".join(kept)), len(run)
+
+
+def compacted(queue: deque[_Write]) -> deque[_Write]:
+    """`queue` with each run of audit commits coalesced into one (`coalesced`), applied-ref moves kept in order."""
+    rest = deque(queue)
+    out: deque[_Write] = deque()
+    while rest:
+        item, taken = coalesced(rest)
+        for _ in range(taken):
+            rest.popleft()
+        out.append(item)
+    return out
 
 
 class AuditWriter:
@@ -305,6 +327,7 @@ class AuditWriter:
         """Seconds between two writes: passes queued meanwhile become one commit (each write dumps the whole
         status.yaml in a thread that holds the GIL: half the control plane's CPU during a 250-node roll-out)."""
         self._queue: deque[_Write] = deque()
+        self._writing = 0  # how many writes at the queue's head the write in progress stands for
         self._wake = trio.Event()
         self.written = 0
         self.errors = 0
@@ -312,9 +335,11 @@ class AuditWriter:
         self.applied: str | None = None
 
     def queue_audit(self, status: Mapping[str, Any], message: str) -> None:
-        """Queue one audit commit holding status.yaml."""
-        if len(self._queue) >= MAX_QUEUED:
-            self._queue.popleft()
+        """Queue one audit commit holding status.yaml. A queue of MAX_QUEUED writes (the repository has been
+        failing for a while) is compacted: waiting commits merge into one, so no pass's message is dropped."""
+        if len(self._queue) >= MAX_QUEUED:  # the writes being written now stay as they are
+            writing = list(itertools.islice(self._queue, 0, self._writing))
+            self._queue = deque([*writing, *compacted(deque(itertools.islice(self._queue, self._writing, None)))])
         self._queue.append(_Write(status, message))
         self._wake.set()
 
@@ -339,6 +364,7 @@ class AuditWriter:
                 self._wake = trio.Event()
                 continue
             item, taken = coalesced(self._queue)
+            self._writing = taken
             try:
                 if item.status is not None:
                     await trio.to_thread.run_sync(
@@ -346,6 +372,7 @@ class AuditWriter:
                 else:
                     await trio.to_thread.run_sync(set_ref, str(self.repo_path), APPLIED_REF, item.applied)
             except Exception as exc:  # noqa: BLE001 - the audit must never stop the control plane; logged, retried
+                self._writing = 0
                 self.errors += 1
                 self.last_error = f"writing the audit to {self.repo_path} failed (will retry): {exc}"
                 if not isinstance(exc, (LlmgwError, OSError)):
@@ -355,6 +382,7 @@ class AuditWriter:
                 continue
             for _ in range(taken):
                 self._queue.popleft()
+            self._writing = 0
             self.written += taken  # queued writes done (several passes may share one commit)
             self.last_error = None
             delay = 1.0

@@ -103,18 +103,25 @@ def set_serving_stopped(repo_path: str | os.PathLike[str], stopped: bool, author
     return str(commit)
 
 
+_CONTROL_ESCAPES = {c: f"\\x{c:02x}" for c in [*range(0x20), 0x7F] if chr(c) not in "\n\t"}
+"""Control characters other than newline and tab, written as `\\xNN` in audit messages: an agent's error text
+can hold any byte, and git refuses a NUL in a reflog message (and cuts a commit message at one)."""
+
+
 def append_audit(repo_path: str | os.PathLike[str], files: dict[str, bytes | None], message: str,
                  *, author_name: str = LLMGW_SIGNATURE[0], author_email: str = LLMGW_SIGNATURE[1]) -> str:
     """Add a commit on refs/llmgw/audit whose tree is the previous audit tree with `files` laid over it.
 
     `files` maps "dir/name" to content; a value of None removes that path. The parent is the previous audit
-    commit (none for the first). Returns the new commit id. The caller keeps secrets out of `files`.
+    commit (none for the first). Control characters in `message` other than newline and tab are escaped as
+    `\\xNN`. Returns the new commit id. The caller keeps secrets out of `files`.
     """
     repo = open_repository(repo_path)
     parent = _head(repo, AUDIT_REF)
     tree = write_tree(repo, dict(files), parent.tree if parent else None)
     signature = pygit2.Signature(author_name, author_email)
-    text = message if message.endswith("\n") else message + "\n"
+    text = message.translate(_CONTROL_ESCAPES)
+    text = text if text.endswith("\n") else text + "\n"
     commit = repo.create_commit(None, signature, signature, text, tree, [parent.id] if parent else [])
     _move(repo, AUDIT_REF, commit, parent.id if parent else None, text.splitlines()[0] if text.strip() else "audit")
     return str(commit)

@@ -179,14 +179,22 @@ def test_a_fleet_of_processes_follows_pushes_survives_kills_and_refuses_bad_comm
 
         # what was done is in `llmgw history` and in git
         env = dict(os.environ, LLMGW_STATE=str(state))
-        answer = subprocess.run([sys.executable, "-m", "llmgw.cli", "history", "--limit", "100", "--json"], env=env,
-                                capture_output=True, text=True, check=True).stdout
-        # every pass's actions are in its audit commit's message (subjects name the first few; coalesced commits
-        # hold the messages of every pass they stand for)
-        history = "\n".join(entry["message"] for entry in json.loads(answer)["entries"])
-        assert "start gemma-3-270m-0/0 on real" in history
-        assert "stop gemma-3-270m-0/0 on real" in history
-        assert f"start tiny-0/0 on {other}" in history or f"start tiny-0/0@" in history
+
+        def history() -> str:
+            answer = subprocess.run([sys.executable, "-m", "llmgw.cli", "history", "--limit", "100", "--json"],
+                                    env=env, capture_output=True, text=True, check=True).stdout
+            # every pass's actions are in its audit commit's message (subjects name the first few; coalesced
+            # commits hold the messages of every pass they stand for)
+            return "\n".join(entry["message"] for entry in json.loads(answer)["entries"])
+
+        # the audit is written behind the passes (at most one commit a second), so the last pass may still be queued
+        def history_with_the_stop() -> str | None:
+            text = history()
+            return text if "stop gemma-3-270m-0/0 on real" in text else None
+
+        done = wait_for(history_with_the_stop, 30, "the stop of gemma in `llmgw history`", history)
+        assert "start gemma-3-270m-0/0 on real" in done
+        assert f"start tiny-0/0 on {other}" in done or "start tiny-0/0@" in done
         log = git("log", "--format=%H %s", "refs/llmgw/audit", cwd=repo)
         assert len(log.splitlines()) >= 4 and "pass " in log
     finally:

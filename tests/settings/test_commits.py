@@ -88,6 +88,16 @@ def test_audit_commits_form_a_chain_on_their_own_ref(bare: Path) -> None:
     assert read_audit_log(bare, 1) == entries[:1]
 
 
+def test_an_audit_message_holding_a_nul_or_escape_is_written_with_them_escaped(bare: Path) -> None:
+    # an agent's error text reaches the audit message as it came (the fuzzing test sent a NUL): git refuses a NUL
+    # in the reflog message, and the writer would retry that commit for ever, holding back every later one
+    commit = append_audit(bare, {"status.yaml": b"{}\n"}, "pass 3: start x\x00y on n1\n\n- failed: \x1b[31mboom\tend")
+    entries = read_audit_log(bare, 1)
+    assert entries[0].commit == commit
+    assert entries[0].message == "pass 3: start x\\x00y on n1\n\n- failed: \\x1b[31mboom\tend\n"
+    assert read_audit_file(bare, "status.yaml") == b"{}\n"
+
+
 def test_an_empty_audit_log_is_an_empty_list(bare: Path) -> None:
     assert read_audit_log(bare, 5) == []
     assert read_audit_file(bare, "x") is None
