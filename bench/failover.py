@@ -22,7 +22,6 @@ import os
 import secrets
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -37,24 +36,20 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
 from control.conftest import FAKE_SERVER, write_seed  # noqa: E402
+from support.llmgw_processes import LlmgwProcesses  # noqa: E402
 
 from llmgw.settings import init_repository  # noqa: E402
 from llmgw.store import open_store  # noqa: E402
 from llmgw.units import parse_duration  # noqa: E402
 
 
-class Cluster:
+class Cluster(LlmgwProcesses):
     def __init__(self, root: Path, url: str, lease: str):
-        self.root, self.url, self.lease = root, url, lease
-        self.procs: dict[str, subprocess.Popen] = {}
+        super().__init__(root)
+        self.url, self.lease = url, lease
         self.admin: dict[int, httpx.Client] = {}
         self.gateways: dict[int, str] = {}
         self.agent_ports = [free_port() for _ in range(3)]  # kept across restarts: the agents know these
-
-    def spawn(self, name: str, *args: str) -> None:
-        log = open(self.root / f"{name}.log", "ab")
-        self.procs[name] = subprocess.Popen([sys.executable, "-m", "llmgw.cli", *args], stdout=log,
-                                            stderr=subprocess.STDOUT, start_new_session=True)
 
     def start_plane(self, i: int, repo: Path) -> dict:
         state = self.root / f"cp{i}"
@@ -87,16 +82,6 @@ class Cluster:
             except (httpx.TransportError, ValueError):
                 pass
         return leads[0] if len(leads) == 1 else None
-
-    def stop(self) -> None:
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc in self.procs.values():
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
 
 
 def free_port() -> int:

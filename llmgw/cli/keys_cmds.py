@@ -9,17 +9,22 @@ them through the admin API instead. Times are printed in UTC; `--json` prints ma
 from __future__ import annotations
 
 import json
+import math
 import re
 import time
+from collections.abc import Callable
 from datetime import datetime, timezone
+from typing import TypeVar
 
 import click
 from rich.console import Console
 from rich.table import Table
 
 from llmgw.errors import UsageError
-from llmgw.store import ApiKey, Store, UsageRow, open_store, store_url_for_state
+from llmgw.store import ApiKey, Store, Token, UsageRow, open_store, store_url_for_state
 from llmgw.units import parse_duration
+
+T = TypeVar("T")
 
 _DATE_ONLY = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 
@@ -64,10 +69,34 @@ def _console() -> Console:
     return console if console.is_terminal else Console(width=200)
 
 
+def with_store(ctx: click.Context, call: Callable[[Store], T]) -> T:
+    """`call(store)` on the store the command's options name (`--state`, `--store`), closed afterwards."""
+    store = _open(ctx)
+    try:
+        return call(store)
+    finally:
+        store.close()
+
+
+def credential_json(item: ApiKey | Token, now: float, **identity: str) -> dict:
+    """An API key or admin token as JSON: `identity` (its id, and its project or scope), then name, prefix, state
+    at `now` (unix s) and its times as ISO 8601 UTC (None when unset)."""
+    return {**identity, "name": item.name, "prefix": item.prefix, "state": item.state(now),
+            "created_at": format_moment(item.created_at), "expires_at": format_moment(item.expires_at),
+            "revoked_at": format_moment(item.revoked_at)}
+
+
+def print_credentials(rows: list[tuple[str, str, ApiKey | Token]], kind: str, now: float) -> None:
+    """A table of API keys or admin tokens: `rows` of (id, project or scope, item); `kind` names the second column."""
+    table = Table("id", kind, "name", "prefix", "state", "created", "expires")
+    for item_id, group, item in rows:
+        table.add_row(item_id, group, item.name or "", item.prefix + "…", item.state(now),
+                      format_moment(item.created_at), format_moment(item.expires_at) or "never")
+    _console().print(table)
+
+
 def _key_json(key: ApiKey, now: float) -> dict:
-    return {"id": key.key_id, "project": key.project, "name": key.name, "prefix": key.prefix,
-            "state": key.state(now), "created_at": format_moment(key.created_at),
-            "expires_at": format_moment(key.expires_at), "revoked_at": format_moment(key.revoked_at)}
+    return credential_json(key, now, id=key.key_id, project=key.project)
 
 
 def _store_options(func):
@@ -110,11 +139,8 @@ def keys_create(ctx: click.Context, project: str, name: str | None, expires: str
     expires_at = parse_moment(expires, now, future=True) if expires else None
     if expires_at is not None and expires_at <= now:
         raise UsageError(f"--expires {expires} is in the past; give a later date or a duration such as 30d.")
-    store = _open(ctx)
-    try:
-        key, plaintext = store.create_api_key(project, name=name, expires_at=expires_at, now=now)
-    finally:
-        store.close()
+    key, plaintext = with_store(ctx, lambda store: store.create_api_key(project, name=name, expires_at=expires_at,
+                                                                         now=now))
     if as_json:
         click.echo(json.dumps({**_key_json(key, now), "key": plaintext}))
         return
@@ -133,20 +159,12 @@ def keys_list(ctx: click.Context, project: str | None, as_json: bool, state_dir:
               store_url: str | None) -> None:
     """List API keys (ids and prefixes only; keys themselves are never stored)."""
     _remember(ctx, state_dir, store_url)
-    store = _open(ctx)
-    try:
-        found = store.list_api_keys(project)
-    finally:
-        store.close()
+    found = with_store(ctx, lambda store: store.list_api_keys(project))
     now = time.time()
     if as_json:
         click.echo(json.dumps([_key_json(key, now) for key in found]))
         return
-    table = Table("id", "project", "name", "prefix", "state", "created", "expires")
-    for key in found:
-        table.add_row(key.key_id, key.project, key.name or "", key.prefix + "…", key.state(now),
-                      format_moment(key.created_at), format_moment(key.expires_at) or "never")
-    _console().print(table)
+    print_credentials([(key.key_id, key.project, key) for key in found], "project", now)
 
 
 @keys_group.command("revoke")
@@ -158,11 +176,7 @@ def keys_revoke(ctx: click.Context, key_id: str, as_json: bool, state_dir: str |
                 store_url: str | None) -> None:
     """Revoke the API key KEY_ID (see `llmgw keys list`); requests with it get 401 from then on."""
     _remember(ctx, state_dir, store_url)
-    store = _open(ctx)
-    try:
-        key = store.revoke_api_key(key_id)
-    finally:
-        store.close()
+    key = with_store(ctx, lambda store: store.revoke_api_key(key_id))
     if as_json:
         click.echo(json.dumps(_key_json(key, time.time())))
     else:
@@ -190,11 +204,7 @@ def usage_command(ctx: click.Context, project: str | None, since: str | None, by
     """Requests, tokens and cost served, summed by model, project or UTC day."""
     _remember(ctx, state_dir, store_url)
     since_at = parse_moment(since, time.time(), future=False) if since else None
-    store = _open(ctx)
-    try:
-        rows = store.query_usage(project=project, since=since_at, by=by)
-    finally:
-        store.close()
+    rows = with_store(ctx, lambda store: store.query_usage(project=project, since=since_at, by=by))
     if as_json:
         click.echo(json.dumps({"by": by, "project": project, "since": format_moment(since_at),
                                "rows": [_row_json(row) for row in rows]}))
@@ -202,10 +212,18 @@ def usage_command(ctx: click.Context, project: str | None, since: str | None, by
     table = Table(by, "requests", "errors", "prompt", "completion", "cached", "cost", "mean TTFT", "mean duration")
     for row in rows:
         table.add_row(row.group, str(row.requests), str(row.errors), str(row.prompt_tokens),
-                      str(row.completion_tokens), str(row.cached_tokens), f"{row.cost:.4f}",
+                      str(row.completion_tokens), str(row.cached_tokens), format_cost(row.cost),
                       "" if row.mean_ttft_seconds is None else f"{row.mean_ttft_seconds * 1000:.0f} ms",
                       "" if row.mean_duration_seconds is None else f"{row.mean_duration_seconds:.2f} s")
     _console().print(table)
+
+
+def format_cost(cost: float) -> str:
+    """`cost` (the catalog's price unit, e.g. USD) with 4 decimals, or with the first 2 significant digits when it is
+    smaller than that: one Gemma request costs about 0.00002, which 4 decimals would show as 0.0000."""
+    if cost == 0 or abs(cost) >= 0.001:
+        return f"{cost:.4f}"
+    return f"{cost:.{2 - math.floor(math.log10(abs(cost))) - 1}f}"
 
 
 def register(group: click.Group) -> None:

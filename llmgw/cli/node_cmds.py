@@ -8,6 +8,7 @@ module is absent. `doctor` exits 1 when a check failed (warnings alone exit 0); 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import click
@@ -30,7 +31,8 @@ def register(group: click.Group) -> None:
     @click.option("--engines-dir", type=click.Path(path_type=Path), default=None,
                   help="Where engines are installed (default: <state-dir>/engines).")
     @click.option("--state-dir", type=click.Path(path_type=Path), default=None,
-                  help="The agent's state directory (default: $LLMGW_STATE/agent or ~/.local/state/llmgw/agent).")
+                  help="The agent's state directory (default: $LLMGW_STATE/agent; else ./.state/agent when "
+                       "`llmgw up` made it here; else ~/.local/state/llmgw/agent).")
     @click.option("--cert", "cert_path", type=click.Path(path_type=Path), default=None,
                   help="A node certificate to check (e.g. <state-dir>/tls/node.crt).")
     def doctor_command(as_json: bool, weights_dir: Path | None, engines_dir: Path | None, state_dir: Path | None,
@@ -39,12 +41,13 @@ def register(group: click.Group) -> None:
         from llmgw.agent.config import default_state_dir
         from llmgw.agent.doctor import run_doctor
 
-        state = state_dir or default_state_dir()
-        report = run_doctor(weights_dir or state / "weights", engines_dir=engines_dir, state_dir=state,
-                            cert_path=cert_path)
+        state = state_dir or _doctor_state_dir(default_state_dir())
+        weights = weights_dir or state / "weights"
+        report = run_doctor(weights, engines_dir=engines_dir, state_dir=state, cert_path=cert_path)
         if as_json:
             click.echo(json.dumps(report.to_json(), indent=2))
         else:
+            click.echo(f"agent state {state}\nweights     {weights}\nengines     {engines_dir or state / 'engines'}\n")
             click.echo(report.render())
         if not report.ok:
             raise click.exceptions.Exit(1)
@@ -79,3 +82,12 @@ def register(group: click.Group) -> None:
             click.echo(f"no live certificate of node {node_id!r} is on record in {directory / NODES_FILE} (check "
                        f"the id with `llmgw nodes`); any certificate issued to it until now is refused all the same",
                        err=True)
+
+
+def _doctor_state_dir(default: Path) -> Path:
+    """The agent state directory `node doctor` checks when none is given: `default` (`$LLMGW_STATE/agent` or
+    ~/.local/state/llmgw/agent), except that without $LLMGW_STATE, `llmgw up`'s ./.state/agent wins when it is here."""
+    local = Path(".state") / "agent"
+    if not os.environ.get("LLMGW_STATE") and local.is_dir():
+        return local.resolve()
+    return default

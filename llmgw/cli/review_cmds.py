@@ -17,6 +17,7 @@ import click
 import pygit2
 
 from llmgw.errors import LlmgwError, SettingsError, UsageError
+from llmgw.cli.server_cmds import counted
 
 EXIT_STALE = 4
 
@@ -222,7 +223,7 @@ def snapshot_cmd(url: str | None, token: str | None, state_dir: Path | None, out
     snapshot = snapshot_from_json(data, source)
     _write(output, json.dumps(snapshot_to_json(snapshot), indent=2) + "\n")
     if output is not None:
-        click.echo(f"{output}: {len(snapshot.fleet.nodes)} nodes, taken {snapshot.taken_at or '(time unknown)'}, "
+        click.echo(f"{output}: {counted(len(snapshot.fleet.nodes), 'node')}, taken {snapshot.taken_at or '(time unknown)'}, "
                    f"revision {snapshot.revision[:19]}", err=True)
 
 

@@ -89,6 +89,11 @@ def _short(commit: str | None) -> str:
     return commit[:12] if commit else "none"
 
 
+def counted(number: int, noun: str) -> str:
+    """"1 GPU", "2 GPUs", "0 shards": `number` and `noun`, with an s unless `number` is 1."""
+    return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
+
+
 def render_status(doc: dict[str, Any]) -> list[str]:
     """The status document as lines for a person."""
     settings = doc.get("settings", {})
@@ -109,7 +114,7 @@ def render_status(doc: dict[str, Any]) -> list[str]:
     for node_id, node in nodes.items():
         own = [s for s in node["shards"].values() if not s.get("foreign")]
         lines.append(f"  {node_id:<20} {node['state']:<12} {node['address']:<15} {node['cpu_cores']:g} cores, "
-                     f"{node['gpus']} GPUs, {len(own)} shards")
+                     f"{counted(node['gpus'], 'GPU')}, {counted(len(own), 'shard')}")
         for engine, error in node.get("engine_errors", {}).items():
             lines.append(f"    install {engine} failed: {error}")
         lines += _health_lines(node.get("health"), "    ", only_blocking=True)
@@ -406,7 +411,7 @@ def nodes_cmd(client, as_json):
         return
     for node_id, node in answer["nodes"].items():
         click.echo(f"{node_id:<20} {node['state']:<12} {node['address']:<15} {node['cpu_cores']:g} cores  "
-                   f"{node['gpus']} GPUs  engines: {', '.join(node['engines']) or 'none'}")
+                   f"{counted(node['gpus'], 'GPU')}  engines: {', '.join(node['engines']) or 'none'}")
         for shard_id, shard in node["shards"].items():
             extra = f"  {shard['error']}" if shard.get("error") else ""
             foreign = " (not started by llmgw)" if shard.get("foreign") else ""
@@ -423,6 +428,10 @@ def replicas_cmd(client, as_json):
     if as_json:
         _print_json(answer)
         return
+    if answer.get("serving_stopped"):
+        click.echo("serving is stopped (`llmgw stop`): every replica stops; `llmgw start` resumes")
+    elif not answer["replicas"]:
+        click.echo("no replicas: the catalog asks for none (catalog/*.yaml `replicas:`)")
     for replica_id, replica in answer["replicas"].items():
         detail = ""
         if "unplaced" in replica:

@@ -34,6 +34,9 @@ def _verb(verb: str):
         answer = client.post(f"/api/v1/nodes/{node}/{verb}", {"author_name": name, "author_email": email})
         if as_json:
             _print_json(answer)
+        elif not answer.get("changed", True):
+            click.echo(f"{node} was already {_SAYS[verb].split(':')[0]}: nothing to commit "
+                       f"(settings at {_short(answer['commit'])})")
         else:
             click.echo(f"{node} {_SAYS[verb]} (settings commit {_short(answer['commit'])} by {name} <{email}>)")
 

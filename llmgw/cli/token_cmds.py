@@ -13,17 +13,16 @@ import json
 import time
 
 import click
-from rich.table import Table
 
-from llmgw.cli.keys_cmds import _console, _open, _remember, _store_options, format_moment, parse_moment
+from llmgw.cli.keys_cmds import (
+    _remember, _store_options, credential_json, format_moment, parse_moment, print_credentials, with_store,
+)
 from llmgw.errors import UsageError
 from llmgw.store import TOKEN_SCOPES, Token
 
 
 def _token_json(token: Token, now: float) -> dict:
-    return {"id": token.token_id, "scope": token.scope, "name": token.name, "prefix": token.prefix,
-            "state": token.state(now), "created_at": format_moment(token.created_at),
-            "expires_at": format_moment(token.expires_at), "revoked_at": format_moment(token.revoked_at)}
+    return credential_json(token, now, id=token.token_id, scope=token.scope)
 
 
 @click.group("token")
@@ -52,11 +51,8 @@ def token_create(ctx: click.Context, scope: str, name: str | None, expires: str 
     expires_at = parse_moment(expires, now, future=True) if expires else None
     if expires_at is not None and expires_at <= now:
         raise UsageError(f"--expires {expires} is in the past; give a later date or a duration such as 30d.")
-    store = _open(ctx)
-    try:
-        token, plaintext = store.create_token(scope, name=name, expires_at=expires_at, now=now)
-    finally:
-        store.close()
+    token, plaintext = with_store(ctx, lambda store: store.create_token(scope, name=name, expires_at=expires_at,
+                                                                        now=now))
     if as_json:
         click.echo(json.dumps({**_token_json(token, now), "token": plaintext}))
         return
@@ -75,20 +71,12 @@ def token_list(ctx: click.Context, scope: str | None, as_json: bool, state_dir: 
                store_url: str | None) -> None:
     """List tokens (ids, scopes and prefixes only; tokens themselves are never stored)."""
     _remember(ctx, state_dir, store_url)
-    store = _open(ctx)
-    try:
-        found = store.list_tokens(scope)
-    finally:
-        store.close()
+    found = with_store(ctx, lambda store: store.list_tokens(scope))
     now = time.time()
     if as_json:
         click.echo(json.dumps([_token_json(token, now) for token in found]))
         return
-    table = Table("id", "scope", "name", "prefix", "state", "created", "expires")
-    for token in found:
-        table.add_row(token.token_id, token.scope, token.name or "", token.prefix + "…", token.state(now),
-                      format_moment(token.created_at), format_moment(token.expires_at) or "never")
-    _console().print(table)
+    print_credentials([(token.token_id, token.scope, token) for token in found], "scope", now)
 
 
 @token_group.command("revoke")
@@ -100,11 +88,7 @@ def token_revoke(ctx: click.Context, token_id: str, as_json: bool, state_dir: st
                  store_url: str | None) -> None:
     """Revoke the token TOKEN_ID (see `llmgw token list`); the admin listener answers it 401 from then on."""
     _remember(ctx, state_dir, store_url)
-    store = _open(ctx)
-    try:
-        token = store.revoke_token(token_id)
-    finally:
-        store.close()
+    token = with_store(ctx, lambda store: store.revoke_token(token_id))
     if as_json:
         click.echo(json.dumps(_token_json(token, time.time())))
     else:

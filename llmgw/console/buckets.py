@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from llmgw.control.readings import GpuReading
+from llmgw.control.readings import GpuSample
 from llmgw.control.registry import NodeRecord
 
 MINUTES = 60
@@ -49,7 +49,7 @@ class GpuSeries:
     def empty(cls, minute: int) -> GpuSeries:
         return cls(minute, tuple(_zeros("f") for _ in METRICS), tuple(_zeros("H") for _ in METRICS))
 
-    def fold(self, minute: int, reading: GpuReading) -> GpuSeries:
+    def fold(self, minute: int, reading: GpuSample) -> GpuSeries:
         """A new series with `reading` added to the bucket of `minute` (unix minutes).
 
         A minute after `last_minute` moves the window forward, emptying the buckets it passes over; a minute

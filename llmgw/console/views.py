@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from llmgw.control.audit import status_document
-from llmgw.control.readings import GpuReading
+from llmgw.control.readings import GpuSample
 from llmgw.control.registry import NodeRecord
 from llmgw.control.state import ControlState
 
@@ -106,7 +106,7 @@ def gpu_tiles(record: NodeRecord, now: float) -> list[GpuTile]:
     card). `index` is the card's index, or the instance's position among the node's GPUs.
     """
     readings = record.readings if record.readings is not None and record.readings.fresh(now) else None
-    by_index: dict[str, GpuReading] = {str(g.index): g for g in (readings.gpus if readings else ())}
+    by_index: dict[str, GpuSample] = {str(g.index): g for g in (readings.gpus if readings else ())}
     tiles = []
     for position, gpu in enumerate(record.state.gpus):
         reading = None if gpu.is_mig else by_index.get(gpu.device_id)

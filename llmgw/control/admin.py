@@ -236,7 +236,9 @@ class AdminApp:
         if method == "GET" and path == "/api/v1/nodes":
             return await _send_json(send, 200, {"nodes": plane.status()["nodes"]})
         if method == "GET" and path == "/api/v1/replicas":
-            return await _send_json(send, 200, {"replicas": plane.status()["replicas"]})
+            doc = plane.status()
+            return await _send_json(send, 200, {"replicas": doc["replicas"],
+                                                "serving_stopped": doc["settings"]["serving_stopped"]})
         if method == "GET" and path == "/api/v1/history":
             return await self._history(send, query_int(query, "limit", 50, 1, MAX_HISTORY_LIMIT))
         if method == "GET" and path == "/api/v1/fleet":
@@ -260,9 +262,10 @@ class AdminApp:
             if verb not in ("cordon", "uncordon", "drain", "lend", "reclaim"):
                 raise _HttpError(404, "not_found", f"no route {method} {path}")
             body = _json_body(await _read_body(receive))
-            commit = await plane.node_verb(verb, node, body_text(body, "author_name", "llmgw operator"),
-                                           body_text(body, "author_email", "operator@llmgw.invalid"))
-            return await _send_json(send, 200, {"commit": commit, "node": node, "verb": verb})
+            done = await plane.node_verb(verb, node, body_text(body, "author_name", "llmgw operator"),
+                                         body_text(body, "author_email", "operator@llmgw.invalid"))
+            return await _send_json(send, 200, {"commit": done.commit, "changed": done.changed, "node": node,
+                                                "verb": verb})
         if method == "POST" and path == "/api/v1/join-tokens":
             body = _json_body(await _read_body(receive))
             ttl = body_number(body, "ttl_seconds", 3600.0, 0.0, MAX_JOIN_TOKEN_TTL)

@@ -52,6 +52,7 @@ from llmgw.plan.types import Action, ActionKind, Plan
 from llmgw.routes import RouteTable
 from llmgw.settings import NOTIFY_URL_KEY, redact_url, set_config_value
 from llmgw.settings.model import Listener, Settings
+from llmgw.settings.node_commits import NodeVerbCommit, commit_node_verb
 from llmgw.store import open_store_from_settings
 from llmgw.wire import check_agents_listener, serve_agents
 
@@ -571,11 +572,10 @@ class ControlPlane:
         await self.watcher.poll()
         return commit
 
-    async def node_verb(self, verb: str, node: str, author_name: str, author_email: str) -> str:
+    async def node_verb(self, verb: str, node: str, author_name: str, author_email: str) -> NodeVerbCommit:
         """Commit `llmgw node cordon|uncordon|drain` or `llmgw slurm lend|reclaim` for `node` as the operator
-        (llmgw.settings.node_commits); returns the branch head. Raises: UsageError when the settings are remote."""
-        from llmgw.settings.node_commits import commit_node_verb
-
+        (llmgw.settings.node_commits); returns the branch head and whether a commit was made.
+        Raises: UsageError when the settings are remote."""
         if self.watcher.remote:
             raise UsageError(f"the settings live at {self.config.repo}; make the change ({verb} {node}) there and "
                              "push it.")

@@ -8,37 +8,12 @@ an old value is never shown as if it were current.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
+
+from llmgw.tools.devices import GpuSample
 
 READING_MAX_AGE = 60.0
 """Seconds after which a node's readings are absent, never repeated (issue 9: "older than 60 s is absent")."""
-
-
-@dataclass(frozen=True)
-class GpuReading:
-    """One card's readings from one heartbeat (a pb `GpuSample`). `foreign_pids`: processes llmgw did not start
-    that hold the card now; `ecc_uncorrected` volatile uncorrected ECC errors since the driver loaded; the GPM
-    activities (`sm_active_percent` ...) are read on Hopper and newer only."""
-
-    index: int
-    utilization_percent: float | None = None
-    memory_used_bytes: int | None = None
-    power_draw_watts: float | None = None
-    power_limit_watts: float | None = None
-    temperature_celsius: float | None = None
-    sm_clock_mhz: int | None = None
-    clock_event_reasons: int | None = None
-    ecc_uncorrected: int | None = None
-    sm_active_percent: float | None = None
-    sm_occupancy_percent: float | None = None
-    tensor_active_percent: float | None = None
-    dram_bandwidth_percent: float | None = None
-    foreign_pids: tuple[int, ...] = ()
-
-    def to_json(self) -> dict:
-        out = {f.name: getattr(self, f.name) for f in fields(self)}
-        out["foreign_pids"] = list(self.foreign_pids)
-        return out
 
 
 @dataclass(frozen=True)
@@ -66,7 +41,7 @@ class NodeReadings:
     memory_used_bytes: int | None = None
     memory_available_bytes: int | None = None
     disk_free_bytes: int | None = None
-    gpus: tuple[GpuReading, ...] = ()
+    gpus: tuple[GpuSample, ...] = ()
     shards: tuple[ShardReading, ...] = ()
 
     def age(self, now: float) -> float:

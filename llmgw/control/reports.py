@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import replace
 
-from llmgw.control.readings import GpuReading, NodeReadings, ShardReading
+from llmgw.control.readings import GpuSample, NodeReadings, ShardReading
 from llmgw.control.registry import ShardDetail
 from llmgw.identity import ShardState
 from llmgw.plan.types import Fleet, GpuState, NodeState, ObservedShard
@@ -79,7 +79,7 @@ def _optional(message, name: str):
     return getattr(message, name) if _has(message, name) else None
 
 
-_GPU_READINGS = tuple(f for f in GpuReading.__dataclass_fields__ if f not in ("index", "foreign_pids"))
+_GPU_READINGS = tuple(f for f in GpuSample.__dataclass_fields__ if f not in ("index", "foreign_pids"))
 
 
 def readings_from_heartbeat(beat, now: float) -> NodeReadings:
@@ -88,7 +88,7 @@ def readings_from_heartbeat(beat, now: float) -> NodeReadings:
     The agent reads every `telemetry_interval` and each beat carries the latest reading, taken at `sampled_at`
     (unix seconds at the agent): the readings' time is moved back by how much older than the beat they are."""
     gpus = tuple(
-        GpuReading(index=int(g.index), foreign_pids=tuple(int(p) for p in g.foreign_pids),
+        GpuSample(index=int(g.index), foreign_pids=tuple(int(p) for p in g.foreign_pids),
                    **{name: _optional(g, name) for name in _GPU_READINGS})
         for g in beat.gpus
     )

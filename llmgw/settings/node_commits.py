@@ -13,6 +13,7 @@ from __future__ import annotations
 import io
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import pygit2
 from ruamel.yaml import YAML
@@ -78,10 +79,19 @@ def _edit_lent(node: str, lent: bool) -> Callable[[CommentedMap], bool]:
     return edit
 
 
+@dataclass(frozen=True)
+class NodeVerbCommit:
+    """What a node verb did: `commit` is the branch head afterwards (40 hex); `changed` is False when the settings
+    already said so and nothing was committed."""
+
+    commit: str
+    changed: bool
+
+
 def commit_node_verb(repo_path: str | os.PathLike[str], verb: str, node: str, author_name: str, author_email: str,
-                     branch: str = DEFAULT_BRANCH) -> str:
+                     branch: str = DEFAULT_BRANCH) -> NodeVerbCommit:
     """Commit `verb` ("cordon", "uncordon", "drain", "lend", "reclaim") for `node` on the settings branch as the
-    operator; return the branch head afterwards (unchanged when the settings already say so).
+    operator; return the branch head afterwards and whether it moved (not when the settings already say so).
 
     Raises: SettingsError when the branch or file is missing, a lend/reclaim names a node slurm.yaml does not list,
     or the result does not validate (e.g. a node the fleet does not know).
@@ -102,7 +112,7 @@ def commit_node_verb(repo_path: str | os.PathLike[str], verb: str, node: str, au
     yaml = _yaml()
     document = yaml.load(text)
     if not edit(document):
-        return str(head.id)
+        return NodeVerbCommit(str(head.id), changed=False)
     buffer = io.StringIO()
     yaml.dump(document, buffer)
     new_text = buffer.getvalue()
@@ -114,4 +124,4 @@ def commit_node_verb(repo_path: str | os.PathLike[str], verb: str, node: str, au
     commit = repo.create_commit(None, pygit2.Signature(author_name, author_email),
                                 pygit2.Signature(*LLMGW_SIGNATURE), message, tree, [head.id])
     _move(repo, main, commit, head.id, message.strip())
-    return str(commit)
+    return NodeVerbCommit(str(commit), changed=True)

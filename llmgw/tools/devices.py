@@ -149,4 +149,7 @@ class GpuSample:
         return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
 
     def to_json(self) -> dict:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        """Every field by name (None when not measured); `foreign_pids` as a list."""
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        out["foreign_pids"] = list(self.foreign_pids)
+        return out

@@ -10,7 +10,7 @@ import trio
 import trio.testing
 
 from llmgw.console import Console
-from llmgw.control.readings import GpuReading, NodeReadings
+from llmgw.control.readings import GpuSample, NodeReadings
 from llmgw.control.registry import FleetRegistry
 from llmgw.control.state import ControlState, PassRecord
 from llmgw.plan.types import GpuState, NodeState
@@ -34,7 +34,7 @@ async def test_the_sampler_folds_new_readings_and_keeps_the_passes_it_saw(patien
 
     def beat(at: float, util: float, number: int) -> None:
         fleet, _ = state["now"].fleet.heartbeat("n1", at, readings=NodeReadings(at=at, gpus=(
-            GpuReading(0, utilization_percent=util),)))
+            GpuSample(0, utilization_percent=util),)))
         state["now"] = replace(state["now"], fleet=fleet, last_pass=PassRecord(number, "timer", None, at, 0.1))
 
     console = Console(lambda: state["now"], authorise=lambda t: None, history=no_history, sample_interval=5.0,

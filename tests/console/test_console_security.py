@@ -11,7 +11,7 @@ import trio
 
 from llmgw.console import Console
 from llmgw.console.app import CSP
-from llmgw.control.readings import GpuReading, NodeReadings
+from llmgw.control.readings import GpuSample, NodeReadings
 from llmgw.control.registry import FleetRegistry
 from llmgw.control.state import ControlState
 from llmgw.plan.types import GpuState, NodeState
@@ -38,7 +38,7 @@ def state_with_one_gpu_node() -> ControlState:
     registry, _ = registry.register(NodeState("gpu1", gpus=(GpuState("0", "h200-141g", 141 * GIB, 141 * GIB),),
                                               cpu_cores=16.0, memory_bytes=64 * GIB), 0.0)
     readings = NodeReadings(at=0.0, cpu_percent=25.0, memory_used_bytes=16 * GIB, memory_available_bytes=48 * GIB,
-                            gpus=(GpuReading(0, utilization_percent=85.0, memory_used_bytes=50 * GIB,
+                            gpus=(GpuSample(0, utilization_percent=85.0, memory_used_bytes=50 * GIB,
                                              power_draw_watts=300.0, power_limit_watts=700.0),))
     registry, _ = registry.heartbeat("gpu1", 0.0, readings=readings)
     return ControlState(fleet=registry)

@@ -10,15 +10,15 @@ import pytest
 from llmgw.console.buckets import MINUTES, FleetHistory, GpuSeries
 from llmgw.console.charts import gpu_chart
 from llmgw.console.views import load_class
-from llmgw.control.readings import GpuReading, NodeReadings
+from llmgw.control.readings import GpuSample, NodeReadings
 from llmgw.control.registry import FleetRegistry
 from llmgw.plan.types import GpuState, NodeState
 
 GIB = 1 << 30
 
 
-def reading(util=None, mem=None, power=None, index=0) -> GpuReading:
-    return GpuReading(index=index, utilization_percent=util, memory_used_bytes=mem, power_draw_watts=power,
+def reading(util=None, mem=None, power=None, index=0) -> GpuSample:
+    return GpuSample(index=index, utilization_percent=util, memory_used_bytes=mem, power_draw_watts=power,
                       power_limit_watts=700.0)
 
 

@@ -54,7 +54,9 @@ async def test_the_client_commands_drive_a_running_control_plane(tmp_path, setti
         assert code == 2 and "start" in out and "tiny-1" in out
 
         code, out, _ = await llmgw(plane, "nodes")
-        assert code == 0 and out.startswith("n1")
+        assert code == 0 and out.startswith("n1") and " 0 GPUs " in out
+        code, out, _ = await llmgw(plane, "status")
+        assert "0 GPUs, 1 shard\n" in out  # not "1 shards"
         code, out, _ = await llmgw(plane, "replicas", "--json")
         assert "tiny-0" in json.loads(out)["replicas"]
         code, out, err = await llmgw(plane, "logs", "n1", "--shard", "tiny-0/0", "--json")
@@ -69,6 +71,8 @@ async def test_the_client_commands_drive_a_running_control_plane(tmp_path, setti
             reply = await client.post("/v1/chat/completions", headers={"Authorization": f"Bearer {key}"},
                                       json={"model": "tiny", "messages": [{"role": "user", "content": "hi"}]})
         assert reply.status_code == 503 and "system_stopped" in reply.text
+        code, out, _ = await llmgw(plane, "replicas")
+        assert code == 0 and "serving is stopped (`llmgw stop`)" in out and "`llmgw start` resumes" in out
         code, out, err = await llmgw(plane, "start", "--author-name", "Ada", "--author-email", "ada@example.com")
         assert code == 0, err
         await wait_for(lambda: "ready" in replica_states(plane).values(), 30, "serving again")

@@ -9,9 +9,6 @@ from __future__ import annotations
 import os
 import secrets
 import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -21,6 +18,8 @@ import trio
 
 from llmgw.store import open_store
 from llmgw.wire import control_message, pb, serve_agents
+
+from support.llmgw_processes import LlmgwProcesses
 
 from .conftest import git, write_seed
 
@@ -50,28 +49,6 @@ def postgres_url():
     yield f"{POSTGRES_URL}?options=-csearch_path%3D{schema}"
     with psycopg.connect(POSTGRES_URL, autocommit=True, connect_timeout=5) as conn:
         conn.execute(f"DROP SCHEMA {schema} CASCADE")
-
-
-class Processes:
-    def __init__(self, root: Path):
-        self.root, self.procs = root, {}
-
-    def spawn(self, name: str, *args: str) -> subprocess.Popen:
-        log = open(self.root / f"{name}.log", "ab")
-        proc = subprocess.Popen([sys.executable, "-m", "llmgw.cli", *args], stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True)
-        self.procs[name] = proc
-        return proc
-
-    def stop(self) -> None:
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc in self.procs.values():
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
 
 
 async def wait_for(check, timeout: float, what: str):
@@ -126,7 +103,7 @@ async def test_a_standby_takes_over_from_a_killed_leader_and_nothing_is_placed_t
 
     repo = tmp_path / "settings.git"
     init_repository(repo, seed)
-    procs = Processes(tmp_path)
+    procs = LlmgwProcesses(tmp_path)
     late_links: dict[str, object] = {}
     results_send, results = trio.open_memory_channel(100)
 

@@ -9,10 +9,11 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import httpx
 import pytest
+
+from support.llmgw_processes import LlmgwProcesses
 
 from .conftest import git, write_seed
 from .test_in_process_fleet import commit_directly
@@ -32,37 +33,6 @@ context_size: 2048
 engine_args: ["--no-jinja", "--chat-template", "gemma", "-t", "2"]
 node_selector: {{engine: real}}
 """
-
-
-class Fleet:
-    """The processes of one test, stopped (process groups included) at the end."""
-
-    def __init__(self, root: Path):
-        self.root = root
-        self.procs: dict[str, subprocess.Popen] = {}
-        self.engine_pids: set[int] = set()
-
-    def spawn(self, name: str, *args: str) -> subprocess.Popen:
-        log = open(self.root / f"{name}.log", "wb")
-        proc = subprocess.Popen([sys.executable, "-m", "llmgw.cli", *args], stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True)
-        self.procs[name] = proc
-        return proc
-
-    def stop(self) -> None:
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc in self.procs.values():
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-        for pid in self.engine_pids:
-            try:
-                os.killpg(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
 
 
 def wait_for(check, timeout: float, what: str, show=None):
@@ -97,7 +67,7 @@ def test_a_fleet_of_processes_follows_pushes_survives_kills_and_refuses_bad_comm
     repo = tmp_path / "settings.git"
     init_repository(repo, seed)
     state = tmp_path / "state"
-    fleet = Fleet(tmp_path)
+    fleet = LlmgwProcesses(tmp_path)
     try:
         fleet.spawn("server", "server", "--repo", str(repo), "--state", str(state),
                     "--gateway", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--agents", "127.0.0.1:0")

@@ -10,7 +10,7 @@ import pytest
 
 from llmgw.control.metrics import control_families
 from llmgw.control.metrics_fleet import fleet_families
-from llmgw.control.readings import GpuReading, NodeReadings, ShardReading
+from llmgw.control.readings import GpuSample, NodeReadings, ShardReading
 from llmgw.control.registry import FleetRegistry, NodeRecord
 from llmgw.control.state import ControlState, PassRecord
 from llmgw.control.tallies import PASS_SECONDS_BUCKETS, Tallies
@@ -22,11 +22,11 @@ def shard(shard_id: str, replica: str, state: ShardState, restarts: int = 0) -> 
     return ObservedShard(shard_id=shard_id, replica_id=replica, model="big", state=state, restarts=restarts)
 
 
-def record(node_id: str = "g1", *, at: float = 100.0, lost: bool = False, gpu: GpuReading | None = None,
+def record(node_id: str = "g1", *, at: float = 100.0, lost: bool = False, gpu: GpuSample | None = None,
            shards: tuple[ObservedShard, ...] = ()) -> NodeRecord:
     gpus = (GpuState(device_id="0", gpu_class="h200-141g", memory_total_bytes=150 << 30, memory_free_bytes=0),)
     readings = NodeReadings(at=at, cpu_percent=50.0, load1=1.5, memory_used_bytes=8 << 30,
-                            gpus=(gpu or GpuReading(index=0, power_draw_watts=690.0, power_limit_watts=700.0),),
+                            gpus=(gpu or GpuSample(index=0, power_draw_watts=690.0, power_limit_watts=700.0),),
                             shards=tuple(ShardReading(s.shard_id, 0.5, 1 << 30) for s in shards))
     return NodeRecord(state=NodeState(node_id=node_id, cpu_cores=8, gpus=gpus, shards=shards), last_seen=at,
                       lost=lost, connected=not lost, readings=readings)
@@ -52,7 +52,7 @@ def test_readings_older_than_a_minute_are_absent_from_the_scrape(now, present):
 
 
 def test_a_reading_the_agent_could_not_take_is_absent_not_zero():
-    found = scrape([record(gpu=GpuReading(index=0, temperature_celsius=None, utilization_percent=37.0))], 100.0)
+    found = scrape([record(gpu=GpuSample(index=0, temperature_celsius=None, utilization_percent=37.0))], 100.0)
     assert "llmgw_gpu_temperature_celsius" not in names(found)
     assert "llmgw_node_disk_free_bytes" not in names(found)
     labels = frozenset({("node", "g1"), ("gpu", "0"), ("gpu_class", "h200-141g")})
@@ -60,7 +60,7 @@ def test_a_reading_the_agent_could_not_take_is_absent_not_zero():
 
 
 def test_clock_event_reasons_become_one_series_per_nvml_reason():
-    found = scrape([record(gpu=GpuReading(index=0, clock_event_reasons=0x4 | 0x40))], 100.0)
+    found = scrape([record(gpu=GpuSample(index=0, clock_event_reasons=0x4 | 0x40))], 100.0)
     active = {dict(labels)["reason"] for (name, labels), v in found.items()
               if name == "llmgw_gpu_clock_event_active" and v == 1}
     every = {dict(labels)["reason"] for (name, labels) in found if name == "llmgw_gpu_clock_event_active"}

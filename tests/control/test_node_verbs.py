@@ -49,7 +49,11 @@ async def test_node_verbs_are_commits_and_a_lent_node_gives_up_its_replica(tmp_p
         assert replica["unplaced"]["n1"].startswith("drained")
 
         code, out, err = await llmgw(plane, "node", "uncordon", "n1", *WHO)
-        assert code == 0, err
+        assert code == 0 and "n1 uncordoned" in out, err
+        head = pygit2.Repository(str(repo)).references["refs/heads/main"].target
+        code, out, err = await llmgw(plane, "node", "uncordon", "n1", *WHO)  # already so: said, nothing committed
+        assert code == 0 and "n1 was already uncordoned: nothing to commit" in out, err
+        assert pygit2.Repository(str(repo)).references["refs/heads/main"].target == head
         code, out, err = await llmgw(plane, "slurm", "lend", "n1", *WHO)
         assert code == 0 and "n1 lent to Slurm" in out, err
         await wait_for(lambda: "ready" not in replica_states(plane).values(), 30, "the lent node's replica stopped")

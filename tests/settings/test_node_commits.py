@@ -24,10 +24,12 @@ def bare(tmp_path: Path) -> Path:
 
 def test_cordon_drain_and_uncordon_are_commits_by_the_operator(bare: Path) -> None:
     first = commit_node_verb(bare, "cordon", NODE, "Alice", "alice@acme.example")
-    commit = pygit2.Repository(str(bare))[first]
+    assert first.changed
+    commit = pygit2.Repository(str(bare))[first.commit]
     assert commit.message == f"llmgw node cordon {NODE}\n" and commit.author.email == "alice@acme.example"
     assert load_commit(bare).cluster.cordoned == (NODE,)
-    assert commit_node_verb(bare, "cordon", NODE, "Alice", "alice@acme.example") == first  # already so: no commit
+    again = commit_node_verb(bare, "cordon", NODE, "Alice", "alice@acme.example")
+    assert (again.commit, again.changed) == (first.commit, False)  # already so: no commit
     commit_node_verb(bare, "drain", NODE, "Alice", "alice@acme.example")
     cluster = load_commit(bare).cluster
     assert (cluster.cordoned, cluster.drained) == ((), (NODE,))

@@ -71,7 +71,8 @@ def test_usage_is_grouped_and_filtered(llmgw: click.Group, tmp_path: Path) -> No
     store = open_store(tmp_path / "llmgw.sqlite3")
     store.record_usage(UsageRecord("chat", "gemma", now - 3 * 86400, prompt_tokens=3, completion_tokens=4))
     store.record_usage(UsageRecord("chat", "gemma", now - 60, prompt_tokens=5, completion_tokens=6, cost=0.25))
-    store.record_usage(UsageRecord("search", "qwen", now - 30, prompt_tokens=1, completion_tokens=1))
+    store.record_usage(UsageRecord("search", "qwen", now - 30, prompt_tokens=1, completion_tokens=1,
+                                   cost=0.0000234))
     store.close()
     everything = json.loads(run(llmgw, "usage", "--state", str(tmp_path), "--by", "model", "--json"))
     assert [(r["group"], r["requests"], r["prompt_tokens"]) for r in everything["rows"]] == \
@@ -80,6 +81,7 @@ def test_usage_is_grouped_and_filtered(llmgw: click.Group, tmp_path: Path) -> No
     assert [(r["group"], r["requests"], r["cost"]) for r in recent["rows"]] == [("gemma", 1, 0.25)]
     table = run(llmgw, "usage", "--state", str(tmp_path), "--by", "project")
     assert "chat" in table and "search" in table
+    assert "0.2500" in table and "0.000023" in table  # a small cost is shown, not rounded to 0.0000
 
 
 def test_times_are_dates_datetimes_or_durations() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
 import subprocess
 import sys
 
@@ -112,3 +113,14 @@ def test_h200_health_findings_are_checks_and_an_xid_79_fails_the_card(tmp_path):
     assert "GPU 0 (00000000:00:06.0): Xid 79" in report.render() and "out of placement" in report.render()
     doc = report.to_json()["health"]
     assert doc["cards"][0]["placeable"] is False and doc["level"] == "fail"
+
+
+def test_without_a_state_dir_the_doctor_checks_llmgw_ups_agent_directory_and_says_so(tmp_path):
+    # after `make up` in a checkout, `llmgw node doctor` there looks at what `llmgw up` made: ./.state/agent
+    (tmp_path / ".state" / "agent" / "weights").mkdir(parents=True)
+    env = {k: v for k, v in os.environ.items() if k != "LLMGW_STATE"}
+    done = subprocess.run([sys.executable, "-m", "llmgw.cli", "node", "doctor"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert f"agent state {tmp_path / '.state' / 'agent'}\n" in done.stdout
+    assert f"weights     {tmp_path / '.state' / 'agent' / 'weights'}\n" in done.stdout

@@ -1,0 +1,44 @@
+"""`llmgw` commands run as real processes for one test or benchmark, all stopped at the end (process groups too)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+
+class LlmgwProcesses:
+    """Processes of `python -m llmgw.cli ARGS`, each logging to `<root>/<name>.log` (appended to, so a process
+    restarted under the same name keeps its earlier log). `engine_pids`: engines started behind the processes'
+    backs (their process groups are killed by `stop`)."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.engine_pids: set[int] = set()
+
+    def spawn(self, name: str, *args: str) -> subprocess.Popen:
+        """Start `llmgw ARGS` as `name` in a session of its own."""
+        log = open(self.root / f"{name}.log", "ab")
+        proc = subprocess.Popen([sys.executable, "-m", "llmgw.cli", *args], stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        self.procs[name] = proc
+        return proc
+
+    def stop(self) -> None:
+        """SIGTERM every process, SIGKILL the groups of those still there after 15 s, then the engines' groups."""
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in self.procs.values():
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+        for pid in self.engine_pids:
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
