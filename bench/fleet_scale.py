@@ -34,32 +34,11 @@ import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "support"))
+from settings_seed import git, write_seed  # noqa: E402  (the control plane's tests seed from it too)
 PYTHON = sys.executable
 LLMGW = str(Path(sys.executable).parent / "llmgw")  # the console script (llmgw.cli.main has no __main__ guard)
 TICK = os.sysconf("SC_CLK_TCK")
-
-LLMGW_YAML = """\
-name: scale
-listeners:
-  gateway: {host: 127.0.0.1, port: 0}
-  admin: {host: 127.0.0.1, port: 0}
-  agents: {host: 127.0.0.1, port: 0}
-reconcile:
-  poll_interval: 1s
-  interval: 10s
-  node_lost_after: 30s
-  action_timeout: 60s
-serving:
-  stopped: false
-  allow_empty: false
-"""
-
-AGENTS_YAML = """\
-heartbeat_interval: {interval}s
-shard_stop_grace: 2s
-cpu_cores_reserved: 0
-memory_reserved: 0Mi
-"""
 
 MODEL_YAML = """\
 name: {name}
@@ -78,35 +57,12 @@ resources:
 context_size: 4096
 """
 
-PROJECTS_YAML = """\
-organisations:
-  acme:
-    teams:
-      platform:
-        projects:
-          demo:
-            models: [base]
-"""
-
-
-def git(*args: str, cwd: Path) -> None:
-    env = dict(os.environ, GIT_AUTHOR_NAME="Bench", GIT_AUTHOR_EMAIL="bench@example.com",
-               GIT_COMMITTER_NAME="Bench", GIT_COMMITTER_EMAIL="bench@example.com")
-    done = subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, text=True)
-    if done.returncode:
-        raise SystemExit(f"git {' '.join(args)} failed: {done.stderr}")
-
 
 def make_repo(work: Path, agents: int, interval: float) -> tuple[Path, Path]:
     """A bare settings repository (`llmgw repo init`) and a clone to commit to: (repo, clone)."""
-    seed = work / "seed"
-    (seed / "agents").mkdir(parents=True)
-    (seed / "catalog").mkdir()
-    shutil.copy(ROOT / "examples" / "cluster-repo" / "engines.yaml", seed / "engines.yaml")
-    (seed / "llmgw.yaml").write_text(LLMGW_YAML)
-    (seed / "agents" / "default.yaml").write_text(AGENTS_YAML.format(interval=interval))
-    (seed / "catalog" / "base.yaml").write_text(MODEL_YAML.format(name="base", sha="a" * 64, replicas=2 * agents))
-    (seed / "projects.yaml").write_text(PROJECTS_YAML)
+    seed = write_seed(work / "seed", "base", MODEL_YAML.format(name="base", sha="a" * 64, replicas=2 * agents),
+                      name="scale", poll="1s", interval="10s", lost="30s", action_timeout="60s",
+                      heartbeat=f"{interval:g}s")
     repo = work / "settings.git"
     subprocess.run([LLMGW, "repo", "init", str(repo), "--from", str(seed)], check=True,
                    capture_output=True)
