@@ -26,6 +26,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -36,6 +37,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "support"))
 from settings_seed import git, write_seed  # noqa: E402  (the control plane's tests seed from it too)
+
+import gateway_overhead as overhead  # noqa: E402  (its mock engine and load generator)
 PYTHON = sys.executable
 LLMGW = str(Path(sys.executable).parent / "llmgw")  # the console script (llmgw.cli.main has no __main__ guard)
 TICK = os.sysconf("SC_CLK_TCK")
@@ -56,6 +59,9 @@ resources:
   memory: 8Gi
 context_size: 4096
 """
+
+CHAT = json.dumps({"model": "base", "max_tokens": 8,
+                   "messages": [{"role": "user", "content": "Say ok eight times, please."}]}).encode()
 
 
 def make_repo(work: Path, agents: int, interval: float) -> tuple[Path, Path]:
@@ -92,24 +98,45 @@ class Admin:
             return json.load(answer)
 
 
-def start_server(work: Path, repo: Path, tls: bool) -> tuple[subprocess.Popen, Admin, int]:
+def start_server(work: Path, repo: Path, tls: bool, gateway: bool) -> tuple[subprocess.Popen, Admin, int, int]:
+    """`llmgw server`, with its gateway or not: (process, admin API, agents' port, gateway's port or 0)."""
     state = work / "state"
-    argv = [LLMGW, "server", "--repo", str(repo), "--state", str(state), "--no-gateway"]
+    argv = [LLMGW, "server", "--repo", str(repo), "--state", str(state)]
     if tls:
         argv.append("--tls")
+    if not gateway:
+        argv.append("--no-gateway")
     server = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True, cwd=work)
-    admin_url, port = "", 0
+    admin_url, port, gateway_port = "", 0, 0
     assert server.stderr is not None
     for line in server.stderr:
         if line.startswith("admin API"):
             admin_url = line.split()[2]
+        if line.startswith("gateway"):
+            gateway_port = int(line.split()[1].rsplit(":", 1)[1].split("/")[0])
         if line.startswith("agents"):
             port = int(line.split()[2])
             break
     if not port:
         raise SystemExit(f"llmgw server did not start: {server.stderr.read()}")
     shutil_drain(server, work / "server.log")
-    return server, Admin(admin_url, (state / "admin-token").read_text().strip()), port
+    return server, Admin(admin_url, (state / "admin-token").read_text().strip()), port, gateway_port
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def gateway_added(gateway_port: int, key: str, engine_port: int, engine_pid: int, server_pid: int,
+                  seconds: float) -> tuple[float, float, int]:
+    """(added p50 ms, added p99 ms, errors): one keep-alive client through the gateway to the mock engine, minus the
+    same client straight to the engine, `seconds` each (bench/gateway_overhead.py's load generator)."""
+    path = b"/v1/chat/completions"
+    through = overhead.measure(gateway_port, path, key, 1, seconds, server_pid, CHAT)
+    direct = overhead.measure(engine_port, path, "engine-key", 1, seconds, engine_pid, CHAT)
+    return through["p50"] - direct["p50"], through["p99"] - direct["p99"], through["errors"]
 
 
 def shutil_drain(process: subprocess.Popen, log: Path) -> None:
@@ -178,15 +205,18 @@ def measure(agents: int, args: argparse.Namespace) -> dict:
     work = Path(tempfile.mkdtemp(prefix=f"fleet-scale-{agents}-"))
     sims: list[subprocess.Popen] = []
     server = None
+    engine_port = free_port()
+    engine = subprocess.Popen([PYTHON, str(ROOT / "bench" / "gateway_overhead.py"), "mock", str(engine_port)])
     try:
         repo, clone = make_repo(work, agents, args.interval)
-        server, admin, port = start_server(work, repo, args.tls)
+        server, admin, port, gateway_port = start_server(work, repo, args.tls, not args.no_gateway)
         tls_dir = issue_certificates(work, agents) if args.tls else None
         started = time.monotonic()
         per = -(-agents // args.procs)
         for first in range(0, agents, per):
             argv = [PYTHON, str(ROOT / "bench" / "fleet_sim.py"), "--address", f"127.0.0.1:{port}", "--first",
-                    str(first), "--count", str(min(per, agents - first)), "--interval", str(args.interval)]
+                    str(first), "--count", str(min(per, agents - first)), "--interval", str(args.interval),
+                    "--engine-port", str(engine_port)]
             if tls_dir:
                 argv += ["--tls-dir", str(tls_dir)]
             sims.append(subprocess.Popen(argv, stdout=(work / f"sim-{first}.log").open("w"), stderr=subprocess.STDOUT,
@@ -194,8 +224,11 @@ def measure(agents: int, args: argparse.Namespace) -> dict:
         doc = wait_for(converged_to(None, agents), args.timeout, f"{agents} nodes registered and converged", admin)
         initial = time.monotonic() - started
         time.sleep(args.interval)  # let every node beat once more before the window
+        # The server keeps the latest 4,096 heartbeat latencies: the window is long enough that all of them are
+        # steady-state beats, none from joining and the first roll-out.
+        duration = args.duration if args.quick else max(args.duration, 1.1 * 4096 * args.interval / agents)
         doc0, cpu0, t0 = admin.status(), *proc_figures(server.pid)[:1], time.monotonic()
-        time.sleep(args.duration)
+        time.sleep(duration)
         cpu1, rss = proc_figures(server.pid)
         t1 = time.monotonic()
         doc1 = admin.status()
@@ -212,22 +245,29 @@ def measure(agents: int, args: argparse.Namespace) -> dict:
             "folds_s": (load1["folded"] - load0["folded"]) / window,
         }
         print(f"steady state: {json.dumps({k: round(v, 3) for k, v in steady.items()})}", file=sys.stderr, flush=True)
+        from llmgw.store import open_store, store_url_for_state
+
+        nan = float("nan")
+        figures = ()
+        steady["gw_load_p50"] = steady["gw_load_p99"] = steady["gw_idle_p50"] = steady["gw_idle_p99"] = nan
+        errors = 0
+        if gateway_port:
+            key = open_store(store_url_for_state(str(work / "state"))).create_api_key("demo")[1]
+            time.sleep(2.0)  # the gateway reads new keys from the store
+            figures = (gateway_port, key, engine_port, engine.pid, server.pid, args.gateway_seconds)
+            steady["gw_load_p50"], steady["gw_load_p99"], errors = gateway_added(*figures)
+        result = {"agents": agents, "initial_s": initial, **steady, "roll": 0, "rollout_s": 0.0,
+                  "rollout_cpu_s": 0.0, "roll_seen": 0, "tls": args.tls}
         roll = min(args.roll, 6 * agents)
-        for part, first in enumerate(range(0, roll, 1000)):  # a model has at most 1,024 replicas
-            (clone / "catalog" / f"roll{part}.yaml").write_text(
-                MODEL_YAML.format(name=f"roll{part}", sha="b" * 64, replicas=min(1000, roll - first)))
-        git("add", "-A", cwd=clone)
-        git("commit", "-qm", f"roll out {roll} replicas", cwd=clone)
-        clock = time.monotonic()
-        cpu_roll0 = proc_figures(server.pid)[0]
-        git("push", "-q", "origin", "HEAD:main", cwd=clone)
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=clone, capture_output=True, text=True).stdout.strip()
-        done = wait_for(converged_to(commit, agents), args.timeout, f"the roll-out of {roll} replicas", admin)
-        rollout = time.monotonic() - clock
-        cpu_roll = proc_figures(server.pid)[0] - cpu_roll0
-        ready = sum(1 for r in done.get("replicas", {}).values() if isinstance(r, dict) and str(r.get("model")).startswith("roll"))
-        return {"agents": agents, "initial_s": initial, **steady, "roll": roll, "rollout_s": rollout,
-                "rollout_cpu_s": cpu_roll, "roll_seen": ready, "tls": args.tls}
+        if roll:
+            result.update(roll_out(roll, clone, server, admin, agents, args))
+        if figures:
+            for sim in sims:  # idle: the agents stop (SIGSTOP: their streams stay open, nothing changes)
+                sim.send_signal(signal.SIGSTOP)
+            time.sleep(1.0)
+            result["gw_idle_p50"], result["gw_idle_p99"], idle_errors = gateway_added(*figures)
+            result["gw_errors"] = errors + idle_errors
+        return result
     finally:
         for sim in sims:
             sim.send_signal(signal.SIGKILL)
@@ -239,10 +279,33 @@ def measure(agents: int, args: argparse.Namespace) -> dict:
                 server.kill()
         for sim in sims:
             sim.wait()
+        engine.kill()
+        engine.wait()
         if args.keep:
             print(f"kept {work}", file=sys.stderr)
         else:
             shutil.rmtree(work, ignore_errors=True)
+
+
+def roll_out(roll: int, clone: Path, server: subprocess.Popen, admin: Admin, agents: int,
+             args: argparse.Namespace) -> dict:
+    """Commit `roll` more replicas (1 GPU each) and wait until the fleet converged to that commit: seconds, the
+    server's CPU seconds meanwhile, and how many of them the status document shows."""
+    for part, first in enumerate(range(0, roll, 1000)):  # a model has at most 1,024 replicas
+        (clone / "catalog" / f"roll{part}.yaml").write_text(
+            MODEL_YAML.format(name=f"roll{part}", sha="b" * 64, replicas=min(1000, roll - first)))
+    git("add", "-A", cwd=clone)
+    git("commit", "-qm", f"roll out {roll} replicas", cwd=clone)
+    clock = time.monotonic()
+    cpu_roll0 = proc_figures(server.pid)[0]
+    git("push", "-q", "origin", "HEAD:main", cwd=clone)
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=clone, capture_output=True, text=True).stdout.strip()
+    done = wait_for(converged_to(commit, agents), args.timeout, f"the roll-out of {roll} replicas", admin)
+    rollout = time.monotonic() - clock
+    cpu_roll = proc_figures(server.pid)[0] - cpu_roll0
+    ready = sum(1 for r in done.get("replicas", {}).values()
+                if isinstance(r, dict) and str(r.get("model")).startswith("roll"))
+    return {"roll": roll, "rollout_s": rollout, "rollout_cpu_s": cpu_roll, "roll_seen": ready}
 
 
 def main() -> None:
@@ -251,22 +314,29 @@ def main() -> None:
     parser.add_argument("--procs", type=int, default=4, help="processes of simulated agents")
     parser.add_argument("--interval", type=float, default=5.0, help="heartbeat interval, seconds")
     parser.add_argument("--duration", type=float, default=30.0, help="steady-state window, seconds")
-    parser.add_argument("--roll", type=int, default=2000, help="replicas of the roll-out commit (<= 6 per node)")
+    parser.add_argument("--roll", type=int, default=2000, help="replicas of the roll-out commit (<= 6 per node; "
+                        "0: no roll-out)")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for each convergence")
     parser.add_argument("--tls", action="store_true", help="agents over mutual TLS")
+    parser.add_argument("--no-gateway", action="store_true", help="the server without its gateway")
+    parser.add_argument("--gateway-seconds", type=float, default=3.0,
+                        help="seconds of gateway (and direct) requests under load and idle")
     parser.add_argument("--keep", action="store_true", help="keep the work directory (server.log, sim-*.log)")
     parser.add_argument("--quick", action="store_true", help="50 agents, 2 processes, 20 s window, 300 replicas")
     args = parser.parse_args()
     if args.quick:
         args.agents, args.procs, args.duration, args.roll = "50", 2, 20.0, 300
     print(f"{'agents':>6} {'tls':>3} {'join s':>7} {'cpu':>5} {'rss MiB':>7} {'hb p50 ms':>9} {'hb p99 ms':>9} "
-          f"{'pass ms':>7} {'pass/s':>6} {'tables/s':>8} {'folds/s':>7} {'roll':>5} {'roll s':>6} {'roll cpu s':>10}",
+          f"{'pass ms':>7} {'pass/s':>6} {'tables/s':>8} {'folds/s':>7} {'gw+ p50/p99 load':>16} {'gw+ p50/p99 idle':>16} "
+          f"{'roll':>5} {'roll s':>6} {'roll cpu s':>10}",
           flush=True)
     for size in (int(a) for a in args.agents.split(",")):
         r = measure(size, args)
         print(f"{r['agents']:>6} {'on' if r['tls'] else 'off':>3} {r['initial_s']:>7.1f} {r['cpu']:>5.2f} "
               f"{r['rss_mib']:>7.0f} {r['hb_p50_ms']:>9.1f} {r['hb_p99_ms']:>9.1f} {r['pass_ms']:>7.1f} "
-              f"{r['passes_s']:>6.2f} {r['tables_s']:>8.2f} {r['folds_s']:>7.1f} {r['roll']:>5} {r['rollout_s']:>6.1f} "
+              f"{r['passes_s']:>6.2f} {r['tables_s']:>8.2f} {r['folds_s']:>7.1f} "
+              f"{r['gw_load_p50']:>7.2f}/{r['gw_load_p99']:<8.2f} {r['gw_idle_p50']:>7.2f}/{r['gw_idle_p99']:<8.2f} "
+              f"{r['roll']:>5} {r['rollout_s']:>6.1f} "
               f"{r['rollout_cpu_s']:>10.1f}", flush=True)
 
 
