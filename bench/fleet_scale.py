@@ -1,10 +1,12 @@
 """How many agents one control plane holds: simulated nodes over real gRPC streams to a real `llmgw server`.
 
 For each fleet size (`--agents 250,500,1000,2000`) the script makes a settings repository (`llmgw repo init` from a
-seed tree: SQLite store, one GPU model `base` with 2 replicas per node), starts `llmgw server` in its own process,
-and `--procs` processes of bench/fleet_sim.py holding the nodes (each on its own stream, as `llmgw agent`: 8 H200
-cards, readings varied per beat, a heartbeat every `--interval` s). Once every node registered and the fleet
-converged it measures, over `--duration` seconds of steady heartbeats:
+seed tree, tests/support/settings_seed.py: SQLite store, GPU models `base`, `base1`, ... with 2 replicas per node in
+all), starts a mock engine (bench/gateway_overhead.py's) and `llmgw server` (with its gateway) each in its own
+process, and `--procs` processes of bench/fleet_sim.py holding the nodes (each on its own stream, as `llmgw agent`:
+8 H200 cards, readings varied per beat, a heartbeat every `--interval` s, every shard reporting the mock engine's
+port). Once every node registered and the fleet converged it measures, over `--duration` seconds of steady
+heartbeats (longer when needed so that the server's latest 4,096 latencies all fall inside the window):
 
 - the control plane's CPU share (utime+stime of /proc/<pid>/stat over wall time; 1.0 = one core) and resident
   memory (VmRSS of /proc/<pid>/status);
@@ -12,11 +14,15 @@ converged it measures, over `--duration` seconds of steady heartbeats:
   control plane counts it (`control_plane.load` of /api/v1/status; the latest 4,096 beats);
 - the last reconcile pass's duration (`decide`'s wall time) and passes/s;
 - routing-table builds per second;
+- the gateway's added latency p50/p99 (one keep-alive client through the gateway to the mock engine minus the same
+  client straight to it, `--gateway-seconds` each), under that load;
 
-then commits a model `roll` with `--roll` replicas (1 GPU each; default 2,000, at most 6 per node) and times how long
-the fleet takes to converge to it (the pass reports converged). Prints one table; asserts no timings.
-`--quick`: 50 agents, 20 s, 300 roll-out replicas (tests/control/test_fleet_scale_bench.py runs it).
+then commits models `roll0`, `roll1`... with `--roll` replicas in all (1 GPU each; default 2,000, at most 6 per
+node) and times how long the fleet takes to converge to it (the pass reports converged); last, the gateway's added
+latency again with every agent stopped (SIGSTOP: idle). Prints one table; asserts no timings.
+`--quick`: 50 agents, 20 s, 300 roll-out replicas (tests/control/test_fleet_scale.py runs it).
 `--tls`: agents connect with mutual TLS (certificates issued by the server's CA before the agents start).
+`--no-gateway`: the server without its gateway (no gateway figures). `--roll 0`: no roll-out.
 """
 
 from __future__ import annotations
@@ -66,9 +72,13 @@ CHAT = json.dumps({"model": "base", "max_tokens": 8,
 
 def make_repo(work: Path, agents: int, interval: float) -> tuple[Path, Path]:
     """A bare settings repository (`llmgw repo init`) and a clone to commit to: (repo, clone)."""
-    seed = write_seed(work / "seed", "base", MODEL_YAML.format(name="base", sha="a" * 64, replicas=2 * agents),
+    total = 2 * agents  # a model has at most 1,024 replicas: "base" holds the first 1,000, "base1"... the rest
+    seed = write_seed(work / "seed", "base", MODEL_YAML.format(name="base", sha="a" * 64, replicas=min(1000, total)),
                       name="scale", poll="1s", interval="10s", lost="30s", action_timeout="60s",
                       heartbeat=f"{interval:g}s")
+    for part, first in enumerate(range(1000, total, 1000), start=1):
+        (seed / "catalog" / f"base{part}.yaml").write_text(
+            MODEL_YAML.format(name=f"base{part}", sha="a" * 64, replicas=min(1000, total - first)))
     repo = work / "settings.git"
     subprocess.run([LLMGW, "repo", "init", str(repo), "--from", str(seed)], check=True,
                    capture_output=True)
@@ -180,7 +190,9 @@ def summary(doc: dict) -> str:
             f"last pass {doc.get('pass')}")
 
 
-def wait_for(condition, timeout: float, what: str, admin: Admin) -> dict:
+def wait_for(condition, timeout: float, what: str, admin: Admin, every: float = 1.0) -> dict:
+    """Poll the status document every `every` seconds until `condition(doc)`; SystemExit after `timeout` seconds.
+    (The whole document costs the server about 1.6 ms per node here: poll a large fleet less often.)"""
     deadline = time.monotonic() + timeout
     while True:
         doc = admin.status()
@@ -188,7 +200,7 @@ def wait_for(condition, timeout: float, what: str, admin: Admin) -> dict:
             return doc
         if time.monotonic() > deadline:
             raise SystemExit(f"timed out after {timeout:g} s waiting for {what}: {summary(doc)}")
-        time.sleep(1.0)
+        time.sleep(every)
 
 
 def converged_to(commit: str | None, agents: int):
@@ -221,7 +233,8 @@ def measure(agents: int, args: argparse.Namespace) -> dict:
                 argv += ["--tls-dir", str(tls_dir)]
             sims.append(subprocess.Popen(argv, stdout=(work / f"sim-{first}.log").open("w"), stderr=subprocess.STDOUT,
                                          cwd=work))
-        doc = wait_for(converged_to(None, agents), args.timeout, f"{agents} nodes registered and converged", admin)
+        doc = wait_for(converged_to(None, agents), args.timeout, f"{agents} nodes registered and converged", admin,
+                       max(1.0, agents / 200))
         initial = time.monotonic() - started
         time.sleep(args.interval)  # let every node beat once more before the window
         # The server keeps the latest 4,096 heartbeat latencies: the window is long enough that all of them are
@@ -300,7 +313,8 @@ def roll_out(roll: int, clone: Path, server: subprocess.Popen, admin: Admin, age
     cpu_roll0 = proc_figures(server.pid)[0]
     git("push", "-q", "origin", "HEAD:main", cwd=clone)
     commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=clone, capture_output=True, text=True).stdout.strip()
-    done = wait_for(converged_to(commit, agents), args.timeout, f"the roll-out of {roll} replicas", admin)
+    done = wait_for(converged_to(commit, agents), args.timeout, f"the roll-out of {roll} replicas", admin,
+                    max(1.0, agents / 200))
     rollout = time.monotonic() - clock
     cpu_roll = proc_figures(server.pid)[0] - cpu_roll0
     ready = sum(1 for r in done.get("replicas", {}).values()
