@@ -179,6 +179,10 @@ async def run_node(node: Node, address: str, interval: float, ready_after: float
 
 
 async def main(args: argparse.Namespace) -> None:
+    if args.keepalive:  # an experiment: agents that ping less often than `llmgw agent` does
+        connecting.AGENT_CHANNEL_OPTIONS = [
+            *(o for o in connecting.AGENT_CHANNEL_OPTIONS if o[0] != "grpc.keepalive_time_ms"),
+            ("grpc.keepalive_time_ms", int(args.keepalive * 1000))]
     nodes = [Node(f"sim{n:05d}", random.Random(n)) for n in range(args.first, args.first + args.count)]
     events = [trio.Event() for _ in nodes]
     async with open_aio_loop(), trio.open_nursery() as nursery:
@@ -207,6 +211,8 @@ if __name__ == "__main__":
     parser.add_argument("--ready-after", type=float, default=2.0, help="seconds from StartShard to ready (+-50%%)")
     parser.add_argument("--stagger", type=float, default=0.005, help="seconds between two nodes' connects")
     parser.add_argument("--tls-dir", default=None)
+    parser.add_argument("--keepalive", type=float, default=0.0,
+                        help="seconds between the nodes' keepalive pings (0: as `llmgw agent`, 2 s)")
     parser.add_argument("--engine-port", type=int, default=0,
                         help="the port every shard reports (a mock engine there answers the gateway); 0: 40000 + k")
     trio.run(main, parser.parse_args())
