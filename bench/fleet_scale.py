@@ -229,6 +229,8 @@ def measure(agents: int, args: argparse.Namespace) -> dict:
             argv = [PYTHON, str(ROOT / "bench" / "fleet_sim.py"), "--address", f"127.0.0.1:{port}", "--first",
                     str(first), "--count", str(min(per, agents - first)), "--interval", str(args.interval),
                     "--engine-port", str(engine_port)]
+            if args.stagger:
+                argv += ["--stagger", str(args.stagger)]
             if args.agent_keepalive:
                 argv += ["--keepalive", str(args.agent_keepalive)]
             if tls_dir:
@@ -334,6 +336,8 @@ def main() -> None:
                         "0: no roll-out)")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for each convergence")
     parser.add_argument("--tls", action="store_true", help="agents over mutual TLS")
+    parser.add_argument("--stagger", type=float, default=0.0,
+                        help="seconds between two nodes' connects in each agent process (0: fleet_sim's 5 ms)")
     parser.add_argument("--agent-keepalive", type=float, default=0.0,
                         help="an experiment: seconds between the simulated agents' keepalive pings (0: 2 s, as agents)")
     parser.add_argument("--no-gateway", action="store_true", help="the server without its gateway")
