@@ -1,10 +1,12 @@
 """How many agents one control plane holds: simulated nodes over real gRPC streams to a real `llmgw server`.
 
 For each fleet size (`--agents 250,500,1000,2000`) the script makes a settings repository (`llmgw repo init` from a
-seed tree: SQLite store, one GPU model `base` with 2 replicas per node), starts `llmgw server` in its own process,
-and `--procs` processes of bench/fleet_sim.py holding the nodes (each on its own stream, as `llmgw agent`: 8 H200
-cards, readings varied per beat, a heartbeat every `--interval` s). Once every node registered and the fleet
-converged it measures, over `--duration` seconds of steady heartbeats:
+seed tree, tests/support/settings_seed.py: SQLite store, GPU models `base`, `base1`, ... with 2 replicas per node in
+all), starts a mock engine (bench/gateway_overhead.py's) and `llmgw server` (with its gateway) each in its own
+process, and `--procs` processes of bench/fleet_sim.py holding the nodes (each on its own stream, as `llmgw agent`:
+8 H200 cards, readings varied per beat, a heartbeat every `--interval` s, every shard reporting the mock engine's
+port). Once every node registered and the fleet converged it measures, over `--duration` seconds of steady
+heartbeats (longer when needed so that the server's latest 4,096 latencies all fall inside the window):
 
 - the control plane's CPU share (utime+stime of /proc/<pid>/stat over wall time; 1.0 = one core) and resident
   memory (VmRSS of /proc/<pid>/status);
@@ -12,11 +14,15 @@ converged it measures, over `--duration` seconds of steady heartbeats:
   control plane counts it (`control_plane.load` of /api/v1/status; the latest 4,096 beats);
 - the last reconcile pass's duration (`decide`'s wall time) and passes/s;
 - routing-table builds per second;
+- the gateway's added latency p50/p99 (one keep-alive client through the gateway to the mock engine minus the same
+  client straight to it, `--gateway-seconds` each), under that load;
 
-then commits a model `roll` with `--roll` replicas (1 GPU each; default 2,000, at most 6 per node) and times how long
-the fleet takes to converge to it (the pass reports converged). Prints one table; asserts no timings.
-`--quick`: 50 agents, 20 s, 300 roll-out replicas (tests/control/test_fleet_scale_bench.py runs it).
+then commits models `roll0`, `roll1`... with `--roll` replicas in all (1 GPU each; default 2,000, at most 6 per
+node) and times how long the fleet takes to converge to it (the pass reports converged); last, the gateway's added
+latency again with every agent stopped (SIGSTOP: idle). Prints one table; asserts no timings.
+`--quick`: 50 agents, 20 s, 300 roll-out replicas (tests/control/test_fleet_scale.py runs it).
 `--tls`: agents connect with mutual TLS (certificates issued by the server's CA before the agents start).
+`--no-gateway`: the server without its gateway (no gateway figures). `--roll 0`: no roll-out.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -34,32 +41,13 @@ import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "support"))
+from settings_seed import git, write_seed  # noqa: E402  (the control plane's tests seed from it too)
+
+import gateway_overhead as overhead  # noqa: E402  (its mock engine and load generator)
 PYTHON = sys.executable
 LLMGW = str(Path(sys.executable).parent / "llmgw")  # the console script (llmgw.cli.main has no __main__ guard)
 TICK = os.sysconf("SC_CLK_TCK")
-
-LLMGW_YAML = """\
-name: scale
-listeners:
-  gateway: {host: 127.0.0.1, port: 0}
-  admin: {host: 127.0.0.1, port: 0}
-  agents: {host: 127.0.0.1, port: 0}
-reconcile:
-  poll_interval: 1s
-  interval: 10s
-  node_lost_after: 30s
-  action_timeout: 60s
-serving:
-  stopped: false
-  allow_empty: false
-"""
-
-AGENTS_YAML = """\
-heartbeat_interval: {interval}s
-shard_stop_grace: 2s
-cpu_cores_reserved: 0
-memory_reserved: 0Mi
-"""
 
 MODEL_YAML = """\
 name: {name}
@@ -78,35 +66,19 @@ resources:
 context_size: 4096
 """
 
-PROJECTS_YAML = """\
-organisations:
-  acme:
-    teams:
-      platform:
-        projects:
-          demo:
-            models: [base]
-"""
-
-
-def git(*args: str, cwd: Path) -> None:
-    env = dict(os.environ, GIT_AUTHOR_NAME="Bench", GIT_AUTHOR_EMAIL="bench@example.com",
-               GIT_COMMITTER_NAME="Bench", GIT_COMMITTER_EMAIL="bench@example.com")
-    done = subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, text=True)
-    if done.returncode:
-        raise SystemExit(f"git {' '.join(args)} failed: {done.stderr}")
+CHAT = json.dumps({"model": "base", "max_tokens": 8,
+                   "messages": [{"role": "user", "content": "Say ok eight times, please."}]}).encode()
 
 
 def make_repo(work: Path, agents: int, interval: float) -> tuple[Path, Path]:
     """A bare settings repository (`llmgw repo init`) and a clone to commit to: (repo, clone)."""
-    seed = work / "seed"
-    (seed / "agents").mkdir(parents=True)
-    (seed / "catalog").mkdir()
-    shutil.copy(ROOT / "examples" / "cluster-repo" / "engines.yaml", seed / "engines.yaml")
-    (seed / "llmgw.yaml").write_text(LLMGW_YAML)
-    (seed / "agents" / "default.yaml").write_text(AGENTS_YAML.format(interval=interval))
-    (seed / "catalog" / "base.yaml").write_text(MODEL_YAML.format(name="base", sha="a" * 64, replicas=2 * agents))
-    (seed / "projects.yaml").write_text(PROJECTS_YAML)
+    total = 2 * agents  # a model has at most 1,024 replicas: "base" holds the first 1,000, "base1"... the rest
+    seed = write_seed(work / "seed", "base", MODEL_YAML.format(name="base", sha="a" * 64, replicas=min(1000, total)),
+                      name="scale", poll="1s", interval="10s", lost="30s", action_timeout="60s",
+                      heartbeat=f"{interval:g}s")
+    for part, first in enumerate(range(1000, total, 1000), start=1):
+        (seed / "catalog" / f"base{part}.yaml").write_text(
+            MODEL_YAML.format(name=f"base{part}", sha="a" * 64, replicas=min(1000, total - first)))
     repo = work / "settings.git"
     subprocess.run([LLMGW, "repo", "init", str(repo), "--from", str(seed)], check=True,
                    capture_output=True)
@@ -136,24 +108,45 @@ class Admin:
             return json.load(answer)
 
 
-def start_server(work: Path, repo: Path, tls: bool) -> tuple[subprocess.Popen, Admin, int]:
+def start_server(work: Path, repo: Path, tls: bool, gateway: bool) -> tuple[subprocess.Popen, Admin, int, int]:
+    """`llmgw server`, with its gateway or not: (process, admin API, agents' port, gateway's port or 0)."""
     state = work / "state"
-    argv = [LLMGW, "server", "--repo", str(repo), "--state", str(state), "--no-gateway"]
+    argv = [LLMGW, "server", "--repo", str(repo), "--state", str(state)]
     if tls:
         argv.append("--tls")
+    if not gateway:
+        argv.append("--no-gateway")
     server = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True, cwd=work)
-    admin_url, port = "", 0
+    admin_url, port, gateway_port = "", 0, 0
     assert server.stderr is not None
     for line in server.stderr:
         if line.startswith("admin API"):
             admin_url = line.split()[2]
+        if line.startswith("gateway"):
+            gateway_port = int(line.split()[1].rsplit(":", 1)[1].split("/")[0])
         if line.startswith("agents"):
             port = int(line.split()[2])
             break
     if not port:
         raise SystemExit(f"llmgw server did not start: {server.stderr.read()}")
     shutil_drain(server, work / "server.log")
-    return server, Admin(admin_url, (state / "admin-token").read_text().strip()), port
+    return server, Admin(admin_url, (state / "admin-token").read_text().strip()), port, gateway_port
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def gateway_added(gateway_port: int, key: str, engine_port: int, engine_pid: int, server_pid: int,
+                  seconds: float) -> tuple[float, float, int]:
+    """(added p50 ms, added p99 ms, errors): one keep-alive client through the gateway to the mock engine, minus the
+    same client straight to the engine, `seconds` each (bench/gateway_overhead.py's load generator)."""
+    path = b"/v1/chat/completions"
+    through = overhead.measure(gateway_port, path, key, 1, seconds, server_pid, CHAT)
+    direct = overhead.measure(engine_port, path, "engine-key", 1, seconds, engine_pid, CHAT)
+    return through["p50"] - direct["p50"], through["p99"] - direct["p99"], through["errors"]
 
 
 def shutil_drain(process: subprocess.Popen, log: Path) -> None:
@@ -197,7 +190,9 @@ def summary(doc: dict) -> str:
             f"last pass {doc.get('pass')}")
 
 
-def wait_for(condition, timeout: float, what: str, admin: Admin) -> dict:
+def wait_for(condition, timeout: float, what: str, admin: Admin, every: float = 1.0) -> dict:
+    """Poll the status document every `every` seconds until `condition(doc)`; SystemExit after `timeout` seconds.
+    (The whole document costs the server about 1.6 ms per node here: poll a large fleet less often.)"""
     deadline = time.monotonic() + timeout
     while True:
         doc = admin.status()
@@ -205,7 +200,7 @@ def wait_for(condition, timeout: float, what: str, admin: Admin) -> dict:
             return doc
         if time.monotonic() > deadline:
             raise SystemExit(f"timed out after {timeout:g} s waiting for {what}: {summary(doc)}")
-        time.sleep(1.0)
+        time.sleep(every)
 
 
 def converged_to(commit: str | None, agents: int):
@@ -222,24 +217,35 @@ def measure(agents: int, args: argparse.Namespace) -> dict:
     work = Path(tempfile.mkdtemp(prefix=f"fleet-scale-{agents}-"))
     sims: list[subprocess.Popen] = []
     server = None
+    engine_port = free_port()
+    engine = subprocess.Popen([PYTHON, str(ROOT / "bench" / "gateway_overhead.py"), "mock", str(engine_port)])
     try:
         repo, clone = make_repo(work, agents, args.interval)
-        server, admin, port = start_server(work, repo, args.tls)
+        server, admin, port, gateway_port = start_server(work, repo, args.tls, not args.no_gateway)
         tls_dir = issue_certificates(work, agents) if args.tls else None
         started = time.monotonic()
         per = -(-agents // args.procs)
         for first in range(0, agents, per):
             argv = [PYTHON, str(ROOT / "bench" / "fleet_sim.py"), "--address", f"127.0.0.1:{port}", "--first",
-                    str(first), "--count", str(min(per, agents - first)), "--interval", str(args.interval)]
+                    str(first), "--count", str(min(per, agents - first)), "--interval", str(args.interval),
+                    "--engine-port", str(engine_port)]
+            if args.stagger:
+                argv += ["--stagger", str(args.stagger)]
+            if args.agent_keepalive:
+                argv += ["--keepalive", str(args.agent_keepalive)]
             if tls_dir:
                 argv += ["--tls-dir", str(tls_dir)]
             sims.append(subprocess.Popen(argv, stdout=(work / f"sim-{first}.log").open("w"), stderr=subprocess.STDOUT,
                                          cwd=work))
-        doc = wait_for(converged_to(None, agents), args.timeout, f"{agents} nodes registered and converged", admin)
+        doc = wait_for(converged_to(None, agents), args.timeout, f"{agents} nodes registered and converged", admin,
+                       max(1.0, agents / 200))
         initial = time.monotonic() - started
         time.sleep(args.interval)  # let every node beat once more before the window
+        # The server keeps the latest 4,096 heartbeat latencies: the window is long enough that all of them are
+        # steady-state beats, none from joining and the first roll-out.
+        duration = args.duration if args.quick else max(args.duration, 1.1 * 4096 * args.interval / agents)
         doc0, cpu0, t0 = admin.status(), *proc_figures(server.pid)[:1], time.monotonic()
-        time.sleep(args.duration)
+        time.sleep(duration)
         cpu1, rss = proc_figures(server.pid)
         t1 = time.monotonic()
         doc1 = admin.status()
@@ -256,22 +262,29 @@ def measure(agents: int, args: argparse.Namespace) -> dict:
             "folds_s": (load1["folded"] - load0["folded"]) / window,
         }
         print(f"steady state: {json.dumps({k: round(v, 3) for k, v in steady.items()})}", file=sys.stderr, flush=True)
+        from llmgw.store import open_store, store_url_for_state
+
+        nan = float("nan")
+        figures = ()
+        steady["gw_load_p50"] = steady["gw_load_p99"] = steady["gw_idle_p50"] = steady["gw_idle_p99"] = nan
+        errors = 0
+        if gateway_port:
+            key = open_store(store_url_for_state(str(work / "state"))).create_api_key("demo")[1]
+            time.sleep(2.0)  # the gateway reads new keys from the store
+            figures = (gateway_port, key, engine_port, engine.pid, server.pid, args.gateway_seconds)
+            steady["gw_load_p50"], steady["gw_load_p99"], errors = gateway_added(*figures)
+        result = {"agents": agents, "initial_s": initial, **steady, "roll": 0, "rollout_s": 0.0,
+                  "rollout_cpu_s": 0.0, "roll_seen": 0, "tls": args.tls}
         roll = min(args.roll, 6 * agents)
-        for part, first in enumerate(range(0, roll, 1000)):  # a model has at most 1,024 replicas
-            (clone / "catalog" / f"roll{part}.yaml").write_text(
-                MODEL_YAML.format(name=f"roll{part}", sha="b" * 64, replicas=min(1000, roll - first)))
-        git("add", "-A", cwd=clone)
-        git("commit", "-qm", f"roll out {roll} replicas", cwd=clone)
-        clock = time.monotonic()
-        cpu_roll0 = proc_figures(server.pid)[0]
-        git("push", "-q", "origin", "HEAD:main", cwd=clone)
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=clone, capture_output=True, text=True).stdout.strip()
-        done = wait_for(converged_to(commit, agents), args.timeout, f"the roll-out of {roll} replicas", admin)
-        rollout = time.monotonic() - clock
-        cpu_roll = proc_figures(server.pid)[0] - cpu_roll0
-        ready = sum(1 for r in done.get("replicas", {}).values() if isinstance(r, dict) and str(r.get("model")).startswith("roll"))
-        return {"agents": agents, "initial_s": initial, **steady, "roll": roll, "rollout_s": rollout,
-                "rollout_cpu_s": cpu_roll, "roll_seen": ready, "tls": args.tls}
+        if roll:
+            result.update(roll_out(roll, clone, server, admin, agents, args))
+        if figures:
+            for sim in sims:  # idle: the agents stop (SIGSTOP: their streams stay open, nothing changes)
+                sim.send_signal(signal.SIGSTOP)
+            time.sleep(1.0)
+            result["gw_idle_p50"], result["gw_idle_p99"], idle_errors = gateway_added(*figures)
+            result["gw_errors"] = errors + idle_errors
+        return result
     finally:
         for sim in sims:
             sim.send_signal(signal.SIGKILL)
@@ -283,10 +296,34 @@ def measure(agents: int, args: argparse.Namespace) -> dict:
                 server.kill()
         for sim in sims:
             sim.wait()
+        engine.kill()
+        engine.wait()
         if args.keep:
             print(f"kept {work}", file=sys.stderr)
         else:
             shutil.rmtree(work, ignore_errors=True)
+
+
+def roll_out(roll: int, clone: Path, server: subprocess.Popen, admin: Admin, agents: int,
+             args: argparse.Namespace) -> dict:
+    """Commit `roll` more replicas (1 GPU each) and wait until the fleet converged to that commit: seconds, the
+    server's CPU seconds meanwhile, and how many of them the status document shows."""
+    for part, first in enumerate(range(0, roll, 1000)):  # a model has at most 1,024 replicas
+        (clone / "catalog" / f"roll{part}.yaml").write_text(
+            MODEL_YAML.format(name=f"roll{part}", sha="b" * 64, replicas=min(1000, roll - first)))
+    git("add", "-A", cwd=clone)
+    git("commit", "-qm", f"roll out {roll} replicas", cwd=clone)
+    clock = time.monotonic()
+    cpu_roll0 = proc_figures(server.pid)[0]
+    git("push", "-q", "origin", "HEAD:main", cwd=clone)
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=clone, capture_output=True, text=True).stdout.strip()
+    done = wait_for(converged_to(commit, agents), args.timeout, f"the roll-out of {roll} replicas", admin,
+                    max(1.0, agents / 200))
+    rollout = time.monotonic() - clock
+    cpu_roll = proc_figures(server.pid)[0] - cpu_roll0
+    ready = sum(1 for r in done.get("replicas", {}).values()
+                if isinstance(r, dict) and str(r.get("model")).startswith("roll"))
+    return {"roll": roll, "rollout_s": rollout, "rollout_cpu_s": cpu_roll, "roll_seen": ready}
 
 
 def main() -> None:
@@ -295,22 +332,33 @@ def main() -> None:
     parser.add_argument("--procs", type=int, default=4, help="processes of simulated agents")
     parser.add_argument("--interval", type=float, default=5.0, help="heartbeat interval, seconds")
     parser.add_argument("--duration", type=float, default=30.0, help="steady-state window, seconds")
-    parser.add_argument("--roll", type=int, default=2000, help="replicas of the roll-out commit (<= 6 per node)")
+    parser.add_argument("--roll", type=int, default=2000, help="replicas of the roll-out commit (<= 6 per node; "
+                        "0: no roll-out)")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for each convergence")
     parser.add_argument("--tls", action="store_true", help="agents over mutual TLS")
+    parser.add_argument("--stagger", type=float, default=0.0,
+                        help="seconds between two nodes' connects in each agent process (0: fleet_sim's 5 ms)")
+    parser.add_argument("--agent-keepalive", type=float, default=0.0,
+                        help="an experiment: seconds between the simulated agents' keepalive pings (0: 2 s, as agents)")
+    parser.add_argument("--no-gateway", action="store_true", help="the server without its gateway")
+    parser.add_argument("--gateway-seconds", type=float, default=3.0,
+                        help="seconds of gateway (and direct) requests under load and idle")
     parser.add_argument("--keep", action="store_true", help="keep the work directory (server.log, sim-*.log)")
     parser.add_argument("--quick", action="store_true", help="50 agents, 2 processes, 20 s window, 300 replicas")
     args = parser.parse_args()
     if args.quick:
         args.agents, args.procs, args.duration, args.roll = "50", 2, 20.0, 300
     print(f"{'agents':>6} {'tls':>3} {'join s':>7} {'cpu':>5} {'rss MiB':>7} {'hb p50 ms':>9} {'hb p99 ms':>9} "
-          f"{'pass ms':>7} {'pass/s':>6} {'tables/s':>8} {'folds/s':>7} {'roll':>5} {'roll s':>6} {'roll cpu s':>10}",
+          f"{'pass ms':>7} {'pass/s':>6} {'tables/s':>8} {'folds/s':>7} {'gw+ p50/p99 load':>16} {'gw+ p50/p99 idle':>16} "
+          f"{'roll':>5} {'roll s':>6} {'roll cpu s':>10}",
           flush=True)
     for size in (int(a) for a in args.agents.split(",")):
         r = measure(size, args)
         print(f"{r['agents']:>6} {'on' if r['tls'] else 'off':>3} {r['initial_s']:>7.1f} {r['cpu']:>5.2f} "
               f"{r['rss_mib']:>7.0f} {r['hb_p50_ms']:>9.1f} {r['hb_p99_ms']:>9.1f} {r['pass_ms']:>7.1f} "
-              f"{r['passes_s']:>6.2f} {r['tables_s']:>8.2f} {r['folds_s']:>7.1f} {r['roll']:>5} {r['rollout_s']:>6.1f} "
+              f"{r['passes_s']:>6.2f} {r['tables_s']:>8.2f} {r['folds_s']:>7.1f} "
+              f"{r['gw_load_p50']:>7.2f}/{r['gw_load_p99']:<8.2f} {r['gw_idle_p50']:>7.2f}/{r['gw_idle_p99']:<8.2f} "
+              f"{r['roll']:>5} {r['rollout_s']:>6.1f} "
               f"{r['rollout_cpu_s']:>10.1f}", flush=True)
 
 

@@ -132,11 +132,12 @@ def start_litellm(port: int, mock_port: int, state_dir: str) -> subprocess.Popen
 
 
 # ---------------------------------------------------------------- load generator
-async def _client(port: int, path: bytes, key: str, deadline: float, latencies: list[float], errors: list[int]):
+async def _client(port: int, path: bytes, key: str, deadline: float, latencies: list[float], errors: list[int],
+                  body: bytes = BODY):
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     request = (b"POST " + path + b" HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n"
-               b"authorization: Bearer " + key.encode() + b"\r\ncontent-length: " + str(len(BODY)).encode()
-               + b"\r\n\r\n" + BODY)
+               b"authorization: Bearer " + key.encode() + b"\r\ncontent-length: " + str(len(body)).encode()
+               + b"\r\n\r\n" + body)
     try:
         while time.perf_counter() < deadline:
             began = time.perf_counter()
@@ -165,18 +166,20 @@ async def _client(port: int, path: bytes, key: str, deadline: float, latencies: 
         writer.close()
 
 
-async def _measure(port: int, path: bytes, key: str, concurrency: int, seconds: float):
+async def _measure(port: int, path: bytes, key: str, concurrency: int, seconds: float, body: bytes = BODY):
     latencies: list[float] = []
     errors: list[int] = []
     deadline = time.perf_counter() + seconds
     began = time.perf_counter()
-    await asyncio.gather(*(_client(port, path, key, deadline, latencies, errors) for _ in range(concurrency)))
+    await asyncio.gather(*(_client(port, path, key, deadline, latencies, errors, body) for _ in range(concurrency)))
     return latencies, errors, time.perf_counter() - began
 
 
-def measure(port, path, key, concurrency, seconds, pid):
+def measure(port, path, key, concurrency, seconds, pid, body: bytes = BODY):
+    """Latency p50/p99 (ms), requests/s, errors and the server `pid`'s CPU ms per request of `concurrency` keep-alive
+    clients POSTing `body` to `path` for `seconds`."""
     cpu0 = _cpu_seconds(pid)
-    latencies, errors, elapsed = asyncio.run(_measure(port, path, key, concurrency, seconds))
+    latencies, errors, elapsed = asyncio.run(_measure(port, path, key, concurrency, seconds, body))
     cpu = _cpu_seconds(pid) - cpu0
     latencies.sort()
     n = len(latencies)

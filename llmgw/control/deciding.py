@@ -17,13 +17,13 @@ Rules, each checked over seeded random states in tests/control/test_decide_invar
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
-from llmgw.control.reports import settings_view
+from llmgw.control.reports import memory_thresholds, settings_view
 from llmgw.control.starting import with_starts_in_flight
 from llmgw.control.state import (
-    ActionKey, ActionRecord, ControlState, Failure, InFlight, PassRecord, frozen,
+    ActionKey, ActionRecord, ControlState, Failure, InFlight, PassRecord, PlanBasis, frozen,
 )
 from llmgw.identity import base_shard_id
 from llmgw.plan import EmptiedCatalogError, make_plan
@@ -142,6 +142,28 @@ class Decision:
     record: PassRecord
 
 
+def _starts_in_flight(state: ControlState) -> tuple:
+    return tuple((key, flight.action) for key, flight in state.in_flight.items() if key[0] == "start")
+
+
+def reusable_plan(state: ControlState, allow_empty: bool) -> PlanBasis | None:
+    """The basis of `state.last_plan` when planning `state` again would give that very plan; else None.
+
+    Same settings object, same `allow_empty`, same fleet line and revision (nothing the planner reads changed), the
+    same acknowledged agent settings and the same STARTs in flight; and the registry's memory thresholds are the
+    catalog's, so a card's free memory moving without crossing one cannot change a placement."""
+    basis = state.plan_basis
+    settings = state.settings
+    fleet = state.fleet
+    if (basis is None or basis.settings is not settings or basis.allow_empty != allow_empty
+            or basis.fleet_line is not fleet.line or basis.fleet_revision != fleet.revision
+            or basis.acked_settings is not state.acked_settings
+            or fleet.memory_thresholds != basis.thresholds):
+        return None
+    starts = _starts_in_flight(state) if basis.starts or state.in_flight else ()
+    return basis if starts == basis.starts else None
+
+
 def decide(
     state: ControlState, now: float, *, now_unix: float = 0.0, trigger: str = "timer",
     settle_after: float = SETTLE_AFTER,
@@ -151,17 +173,41 @@ def decide(
     Returns (decision, next state); (None, state) when no settings are in force yet. The next state has the
     pass counted and recorded, the chosen actions in flight, expired in-flight entries, failures of actions no
     longer planned and past timers dropped, and new restart-backoff timers added. Raises nothing for any state.
+
+    A pass whose planner inputs did not change since the last plan (`reusable_plan`: a timer pass, a pass after
+    answers or readings only) reuses that plan and its convergence verdict instead of planning the whole fleet
+    again: it then costs what its in-flight and failed actions cost, not what the fleet's size does
+    (bench/plan_scale.py). The decision is the same either way (tests/control/test_decide_invariants.py).
     """
     settings = state.settings
     if settings is None:
         return None, state
-    fleet = planner_fleet(state)
     allow_empty = settings.commit is not None and settings.commit == state.allow_empty_commit
     timers = tuple(t for t in state.timers if t[0] > now)
-    try:
-        plan = make_plan(settings, with_starts_in_flight(fleet, state.in_flight), allow_empty=allow_empty)
-    except EmptiedCatalogError as exc:
-        plan = Plan(settings_commit=settings.commit, notes=(str(exc),))
+    basis = reusable_plan(state, allow_empty)
+    views: list[Fleet] = []
+
+    def fleet() -> Fleet:  # the planner's fleet, built at most once and only when needed
+        if not views:
+            views.append(planner_fleet(state))
+        return views[0]
+
+    if basis is not None:
+        plan = state.last_plan
+        assert plan is not None
+    else:
+        try:
+            plan = make_plan(settings, with_starts_in_flight(fleet(), state.in_flight), allow_empty=allow_empty)
+        except EmptiedCatalogError as exc:
+            plan = Plan(settings_commit=settings.commit, notes=(str(exc),))
+        else:
+            basis = PlanBasis(
+                settings=settings, allow_empty=allow_empty, fleet_line=state.fleet.line,
+                fleet_revision=state.fleet.revision, thresholds=memory_thresholds(settings),
+                acked_settings=state.acked_settings,
+                starts=_starts_in_flight(state), converged=converged(plan, fleet()),
+                changes=tuple(a for a in plan.actions if a.kind is not ActionKind.KEEP))
+    if basis is None:  # the catalog would empty the fleet: nothing is sent
         records: list[ActionRecord] = []
         send: list[Action] = []
         in_flight, failures, restarts = state.in_flight, state.failures, state.restarts
@@ -169,23 +215,34 @@ def decide(
     else:
         if state.leadership.leader:
             records, send, in_flight, failures, restarts, timers = _act(
-                state, plan, fleet, now, now_unix, settle_after, timers)
+                state, basis.changes, fleet, now, now_unix, settle_after, timers)
         else:
             refusal = (f"another control plane ({state.leadership.holder or 'unknown'}) holds the leader lease; "
                        "this one plans and reports but sends nothing")
-            records = [_record(a, "skipped", refusal) for a in plan.actions if a.kind is not ActionKind.KEEP]
+            records = [_record(a, "skipped", refusal) for a in basis.changes]
             send, in_flight, failures, restarts = [], state.in_flight, state.failures, state.restarts
-        done = converged(plan, fleet) and not in_flight
+        done = basis.converged and not in_flight
     number = state.passes + 1
     record = PassRecord(
         number=number, trigger=trigger, settings_commit=settings.commit, started_at=now_unix, duration=0.0,
         actions=tuple(records), unplaced=plan.unplaced, converged=done, notes=plan.notes,
     )
     following = replace(
-        state, passes=number, last_pass=record, last_plan=plan, in_flight=frozen(in_flight),
-        failures=frozen(failures), restarts=frozen(restarts), timers=timers,
+        state, passes=number, last_pass=record, last_plan=plan, in_flight=_same_or_frozen(state.in_flight, in_flight),
+        failures=_same_or_frozen(state.failures, failures), restarts=_same_or_frozen(state.restarts, restarts),
+        timers=timers, plan_basis=basis,
     )
     return Decision(plan, tuple(send), record), following
+
+
+def _same_or_frozen(old: Mapping, new: Mapping) -> Mapping:
+    """`old` itself when `new` holds the same entries (so identity checks see nothing changed), else a frozen copy."""
+    if new is old or (len(new) == len(old) and all(old.get(k, _MISSING) is v for k, v in new.items())):
+        return old
+    return frozen(new)
+
+
+_MISSING = object()
 
 
 def _record(action: Action, outcome: str, error: str = "", retry_at: float | None = None) -> ActionRecord:
@@ -195,24 +252,26 @@ def _record(action: Action, outcome: str, error: str = "", retry_at: float | Non
     )
 
 
-def _act(state: ControlState, plan: Plan, fleet: Fleet, now: float, now_unix: float, settle_after: float,
-         timers: tuple[tuple[float, str], ...]):
-    planned = {action_key(a) for a in plan.actions if a.kind is not ActionKind.KEEP}
-    nodes = {node.node_id: node for node in fleet.nodes}
+def _act(state: ControlState, changes: tuple[Action, ...], fleet: Callable[[], Fleet], now: float, now_unix: float,
+         settle_after: float, timers: tuple[tuple[float, str], ...]):
+    planned = {action_key(a) for a in changes}
+    nodes: dict[str, NodeState] = {}
+    if any(flight.answered_at is not None for flight in state.in_flight.values()):
+        nodes = {node.node_id: node for node in fleet().nodes}
     in_flight = {
         key: flight for key, flight in state.in_flight.items()
         if not (flight.answered_at is not None and (
             _observed_done(flight.action, nodes, state.acked_settings) or now - flight.answered_at > settle_after))
     }
     failures = {key: f for key, f in state.failures.items() if key in planned}
-    ready = {(n.node_id, s.shard_id) for n in fleet.nodes for s in n.shards if s.state is ShardState.READY}
-    restarts = {key: r for key, r in state.restarts.items() if (key[1], key[2]) not in ready}
+    restarts = dict(state.restarts)
+    if restarts:
+        ready = {(n.node_id, s.shard_id) for n in fleet().nodes for s in n.shards if s.state is ShardState.READY}
+        restarts = {key: r for key, r in restarts.items() if (key[1], key[2]) not in ready}
     timers_out = list(timers)
     records: list[ActionRecord] = []
     send: list[Action] = []
-    for action in plan.actions:
-        if action.kind is ActionKind.KEEP:
-            continue
+    for action in changes:
         key = action_key(action)
         record = state.fleet.get(action.node_id)
         if record is None or record.lost or not record.connected:

@@ -64,7 +64,12 @@ class ControlLoop:
         self.settle_after = settle_after
         self.coalesce = coalesce
         """Seconds between the end of a pass and the next: events arriving meanwhile are folded into one batch and
-        one pass (a burst of answers during a roll-out costs one pass per `coalesce`, not one per answer)."""
+        one pass (a burst of answers during a roll-out costs one pass per `coalesce`, not one per answer). When
+        above 0, the gap is at least what the last pass cost too (`pass_cost`: decide and the `on_change` and
+        `on_pass` callbacks, seconds of wall time), so passes take at most half the loop's time and heartbeats are
+        folded between them however large the fleet (bench/fleet_scale.py: 1,000 agents joining at once)."""
+        self.pass_cost = 0.0
+        """Wall seconds the last pass took, callbacks included."""
         self._last_pass_end = -math.inf
         self._send, self._receive = trio.open_memory_channel[tuple[Transition | None, str | None, float | None]](
             math.inf)
@@ -120,8 +125,9 @@ class ControlLoop:
                     continue
                 if not triggers:
                     triggers = [self._due_reason(now)]
-                if now < self._last_pass_end + self.coalesce:
-                    await trio.sleep_until(self._last_pass_end + self.coalesce)
+                gap = max(self.coalesce, self.pass_cost) if self.coalesce > 0 else 0.0
+                if now < self._last_pass_end + gap:
+                    await trio.sleep_until(self._last_pass_end + gap)
                     self._fold(self._drain(), triggers)
                 self.run_pass(", ".join(dict.fromkeys(triggers)))
                 self._last_pass_end = trio.current_time()
@@ -182,6 +188,12 @@ class ControlLoop:
         started = trio.current_time()
         old = self.state
         took = time.perf_counter()
+        try:
+            return self._pass(started, old, took, trigger)
+        finally:
+            self.pass_cost = time.perf_counter() - took
+
+    def _pass(self, started: float, old: ControlState, took: float, trigger: str) -> PassRecord | None:
         decision, state = decide(old, started, now_unix=time.time(), trigger=trigger, settle_after=self.settle_after)
         if decision is None:
             return None

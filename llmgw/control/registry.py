@@ -28,9 +28,13 @@ shards it still runs, and they are adopted as they are (the planner keeps them),
 
 from __future__ import annotations
 
+import math
+from bisect import insort
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
+
+from rpds import HashTrieMap
 
 from llmgw.control.health import apply_health
 from llmgw.control.readings import NodeReadings
@@ -128,30 +132,54 @@ class FleetRegistry:
     changed (see the module's docstring), so the caller knows to wake the planner and rebuild the routing table.
     `lost_after` seconds of silence make a node lost; `memory_thresholds` are the per-GPU memory needs (bytes) of
     the catalog's models, whose crossing by a card's free memory is placement-relevant.
+
+    Cost at fleet scale: the records sit in a persistent hash map (`rpds.HashTrieMap`, the Rust structure
+    jsonschema's `referencing` already brings), so a heartbeat makes a new registry in O(log n) that shares every
+    other node's record, instead of copying a dict of n records (bench/fleet_scale.py; docs/scale.md).
+
+    `revision` counts the transitions that changed what the planner reads of the fleet (a node registered, lost or
+    back; its shards, engines, or a card's placement verdict; never readings alone, nor a card's free memory moving
+    without crossing a threshold, nor a stream ending). `line` is a token shared by every registry transitions made
+    from one constructed registry: two registries of one `line` with one `revision` offer the planner the same fleet
+    (given `memory_thresholds` are the catalog's), which lets `llmgw.control.deciding.decide` reuse its last plan.
     """
 
-    __slots__ = ("lost_after", "memory_thresholds", "_records")
+    __slots__ = ("lost_after", "memory_thresholds", "revision", "line", "_records", "_order", "_expiry_floor")
 
     def __init__(self, lost_after: float, memory_thresholds: tuple[int, ...] = (),
-                 records: Mapping[str, NodeRecord] | None = None):
+                 records: Mapping[str, NodeRecord] | HashTrieMap | None = None, *, revision: int = 0,
+                 line: object = None, _order: tuple[str, ...] | None = None, _expiry_floor: float | None = None):
         self.lost_after = lost_after
         self.memory_thresholds = memory_thresholds
-        self._records: Mapping[str, NodeRecord] = MappingProxyType(dict(records or {}))
+        self.revision = revision
+        self.line = line if line is not None else object()
+        self._records: HashTrieMap = records if isinstance(records, HashTrieMap) else HashTrieMap(dict(records or {}))
+        self._order: tuple[str, ...] = _order if _order is not None else tuple(sorted(self._records.keys()))
+        self._expiry_floor = _expiry_floor
 
-    def _with(self, node_id: str, record: NodeRecord) -> FleetRegistry:
-        records = dict(self._records)
-        records[node_id] = record
-        return FleetRegistry(self.lost_after, self.memory_thresholds, records)
+    def _with(self, node_id: str, record: NodeRecord, planning: bool) -> FleetRegistry:
+        """This registry with `record` for `node_id`; `planning`: the planner's view of it changed."""
+        order = self._order
+        if node_id not in self._records:
+            ids = list(order)
+            insort(ids, node_id)
+            order = tuple(ids)
+        floor = self._expiry_floor
+        if floor is not None and not record.lost:
+            floor = min(floor, record.last_seen + self.lost_after)  # stays a lower bound (see `next_expiry`)
+        return FleetRegistry(self.lost_after, self.memory_thresholds, self._records.insert(node_id, record),
+                             revision=self.revision + planning, line=self.line, _order=order, _expiry_floor=floor)
 
     def with_limits(self, lost_after: float, memory_thresholds: tuple[int, ...]) -> FleetRegistry:
         """The same records under another `lost_after` (seconds) and catalog memory thresholds (bytes)."""
         if lost_after == self.lost_after and memory_thresholds == self.memory_thresholds:
             return self
-        return FleetRegistry(lost_after, memory_thresholds, self._records)
+        return FleetRegistry(lost_after, memory_thresholds, self._records, revision=self.revision + 1,
+                             line=self.line, _order=self._order)
 
     def __eq__(self, other: object) -> bool:
         return (isinstance(other, FleetRegistry) and self.lost_after == other.lost_after
-                and self.memory_thresholds == other.memory_thresholds and dict(self._records) == dict(other._records))
+                and self.memory_thresholds == other.memory_thresholds and self._records == other._records)
 
     __hash__ = None  # type: ignore[assignment]
 
@@ -159,7 +187,8 @@ class FleetRegistry:
 
     def records(self) -> tuple[NodeRecord, ...]:
         """Every record, by node id."""
-        return tuple(self._records[k] for k in sorted(self._records))
+        records = self._records
+        return tuple(records[k] for k in self._order)
 
     def get(self, node_id: str) -> NodeRecord | None:
         return self._records.get(node_id)
@@ -215,7 +244,7 @@ class FleetRegistry:
             features=frozenset(features),
             health=health,
         )
-        return self._with(node.node_id, record), True
+        return self._with(node.node_id, record, True), True
 
     def heartbeat(
         self,
@@ -268,7 +297,7 @@ class FleetRegistry:
             or old.state.engines_installed != state.engines_installed
             or old.state.engines_installing != state.engines_installing
         )
-        return self._with(node_id, record), changed
+        return self._with(node_id, record, changed or old.state.shards != state.shards), changed
 
     def shard_status(
         self, node_id: str, shard: ObservedShard, now: float, detail: ShardDetail | None = None,
@@ -287,7 +316,8 @@ class FleetRegistry:
             old, state=replace(old.state, shards=tuple(shards)), last_seen=now, lost=False, connected=True,
             details=MappingProxyType(details),
         )
-        return self._with(node_id, record), old.lost or _shard_key(old.state.shards) != _shard_key(record.state.shards)
+        changed = old.lost or _shard_key(old.state.shards) != _shard_key(record.state.shards)
+        return self._with(node_id, record, changed or old.state.shards != record.state.shards), changed
 
     def engine_status(self, node_id: str, engine: str, state: str, error: str, now: float) -> tuple[FleetRegistry, bool]:
         """An engine install progressed: "installing", "installed" or "failed" (with `error`)."""
@@ -309,28 +339,46 @@ class FleetRegistry:
         record = replace(
             old, state=state_value, last_seen=now, lost=False, connected=True, engine_errors=MappingProxyType(errors)
         )
-        return self._with(node_id, record), state_value != old.state or old.lost
+        changed = state_value != old.state or old.lost
+        return self._with(node_id, record, changed), changed
 
     def disconnect(self, node_id: str, now: float) -> tuple[FleetRegistry, bool]:
         """The node's stream ended. It stays alive until `lost_after` has passed since it was last heard from."""
         old = self._records.get(node_id)
         if old is None or not old.connected:
             return self, False
-        return self._with(node_id, replace(old, connected=False)), False
+        return self._with(node_id, replace(old, connected=False), False), False
 
     def expire(self, now: float) -> tuple[FleetRegistry, tuple[str, ...]]:
         """Mark nodes silent for `lost_after` seconds or longer as lost; return (registry, ids newly lost).
 
-        At exactly `next_expiry()` the node is lost, so a loop that sleeps until then always makes progress."""
+        Before `next_expiry()` this looks at no node and returns `(self, ())`. At exactly the quietest node's last
+        message + `lost_after` that node is lost, so a loop that sleeps until `next_expiry()` always makes progress."""
+        if now < self._floor():
+            return self, ()
         lost = [node_id for node_id, r in self._records.items() if not r.lost and now >= r.last_seen + self.lost_after]
         if not lost:
+            self._expiry_floor = None  # a node that was the quietest spoke since: look again (a cache, not a value)
             return self, ()
-        records = dict(self._records)
+        records = self._records
         for node_id in lost:
-            records[node_id] = replace(records[node_id], lost=True, connected=False)
-        return FleetRegistry(self.lost_after, self.memory_thresholds, records), tuple(sorted(lost))
+            records = records.insert(node_id, replace(records[node_id], lost=True, connected=False))
+        registry = FleetRegistry(self.lost_after, self.memory_thresholds, records, revision=self.revision + 1,
+                                 line=self.line, _order=self._order)
+        return registry, tuple(sorted(lost))
 
     def next_expiry(self) -> float | None:
-        """The time at which the next node would become lost if it stays silent; None when none can."""
-        times = [r.last_seen + self.lost_after for r in self._records.values() if not r.lost]
-        return min(times) if times else None
+        """No later than the time the next node would become lost if it stays silent; None when none can.
+
+        Exact on a registry built from records and after an `expire` that found nobody lost; in between it may be
+        earlier than the truth (the quietest node has spoken since), never later, since heartbeats only move a
+        node's expiry forward. O(1), except the first call on a registry built from records or just expired."""
+        floor = self._floor()
+        return None if floor == math.inf else floor
+
+    def _floor(self) -> float:
+        floor = self._expiry_floor
+        if floor is None:
+            times = [r.last_seen + self.lost_after for r in self._records.values() if not r.lost]
+            floor = self._expiry_floor = min(times) if times else math.inf
+        return floor

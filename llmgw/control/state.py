@@ -143,6 +143,29 @@ class PassRecord:
 
 
 @dataclass(frozen=True)
+class PlanBasis:
+    """What `ControlState.last_plan` was made from, kept so that a pass over the same inputs reuses that plan
+    instead of planning the whole fleet again (see `llmgw.control.deciding.decide`).
+
+    `settings` (the very object), `allow_empty`, the fleet registry's `fleet_line` and `fleet_revision` (see
+    `FleetRegistry.revision`), `thresholds` (the per-GPU memory needs of the catalog, bytes: the plan is reused only
+    while the registry judges free memory against these), `acked_settings` (the very mapping) and `starts` (the START actions in flight, by key,
+    which the planner counts as pending shards). `converged`: the plan's fleet shows every assigned shard READY and
+    nothing else of ours running. `changes`: the plan's actions other than KEEP, in plan order.
+    """
+
+    settings: Settings
+    allow_empty: bool
+    fleet_line: object
+    fleet_revision: int
+    thresholds: tuple[int, ...]
+    acked_settings: Mapping[str, str]
+    starts: tuple[tuple[ActionKey, Action], ...]
+    converged: bool
+    changes: tuple[Action, ...]
+
+
+@dataclass(frozen=True)
 class ControlState:
     """The control plane's one state. Build the next one with `dataclasses.replace` or the `with_*` helpers.
 
@@ -152,7 +175,8 @@ class ControlState:
     fingerprint of the agent settings its agent acknowledged on its current connection. `allow_empty_commit`:
     a commit `llmgw apply --allow-empty` let empty the catalog. `passes`, `last_pass`, `last_plan`: the latest
     reconcile pass. `timers`: wake-up times (control-plane clock) with their reason, for backoffs. `tallies`:
-    running counts of passes and actions (llmgw.control.tallies), what /metrics exports.
+    running counts of passes and actions (llmgw.control.tallies), what /metrics exports. `plan_basis`: what
+    `last_plan` was made from (None: nothing to reuse).
     """
 
     watch: WatchState = WatchState()
@@ -169,6 +193,7 @@ class ControlState:
     last_plan: Plan | None = None
     timers: tuple[tuple[float, str], ...] = ()
     tallies: Tallies = Tallies()
+    plan_basis: PlanBasis | None = None
 
     @property
     def settings(self) -> Settings | None:

@@ -7,6 +7,7 @@ looks only at nodes with enough free devices (best fit first) instead of scannin
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from llmgw.plan.types import GpuState, NodeState
@@ -200,12 +201,21 @@ def pick_devices(free: list[GpuState] | tuple[GpuState, ...], count: int, min_me
 
     Prefers a set whose devices are all NVLink peers of one another, then one NUMA node, then device order;
     without topology information it takes the first `count` devices in device order (deterministic).
+    The choice depends only on the usable devices' ids and topology, so it is worked out once per shape (cached:
+    the nodes of a fleet mostly share a few shapes, and the search is the costly part of a full plan).
     """
     usable = [g for g in free if g.memory_free_bytes >= min_memory] if min_memory else list(free)
     if len(usable) < count:
         return None
     if count == 1 or not any(g.nvlink_peers or g.numa_node is not None for g in usable):
         return tuple(g.device_id for g in usable[:count])
+    return _pick_by_topology(count, tuple((g.device_id, g.numa_node, g.nvlink_peers) for g in usable))
+
+
+@functools.lru_cache(maxsize=4096)
+def _pick_by_topology(count: int, shape: tuple[tuple[str, int | None, tuple[str, ...]], ...]) -> tuple[str, ...]:
+    """`pick_devices`'s search over usable devices given as (device id, NUMA node, NVLink peers), in device order."""
+    usable = [GpuState(device_id, "", 0, 0, numa_node=numa, nvlink_peers=peers) for device_id, numa, peers in shape]
     best: tuple[tuple[int, int, int], tuple[str, ...]] | None = None
     for start in range(len(usable)):
         chosen = [usable[start]]
@@ -264,4 +274,4 @@ class ClassIndex:
     def candidates(self, cls: str, at_least: int):
         """Node ids with at least `at_least` free devices of `cls`, fewest free first (best fit)."""
         for bucket in self.buckets.get(cls, [])[at_least:]:
-            yield from list(bucket)
+            yield from bucket  # not copied: placing moves a node only after it stopped looking (llmgw.plan.placing)

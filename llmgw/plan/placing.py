@@ -119,17 +119,20 @@ class Placement:
             return
         best: list = [None, None, None, None]
         for room in self.candidates(demand):
-            devices = room.fit(demand)
-            if devices is None:
-                continue
+            # The first fitting room of each tier wins: a room whose tier is taken is not fitted (fitting devices
+            # is the costly part of placing at fleet scale: bench/plan_scale.py).
             engine = room.engine_state(demand)
             if engine in ("unknown", "not installable"):
                 continue
             tier = (0 if engine == "ready" else 1) + (2 if room.models.get(demand.model) else 0)
-            if best[tier] is None:
-                best[tier] = (room, devices, engine)
-                if tier == 0:
-                    break
+            if best[tier] is not None:
+                continue
+            devices = room.fit(demand)
+            if devices is None:
+                continue
+            best[tier] = (room, devices, engine)
+            if tier == 0:
+                break
         choice = next((b for b in best if b is not None), None)
         if choice is not None and choice[2] == "ready":
             room, devices, _ = choice

@@ -4,9 +4,6 @@ and a wrapper that runs tests/support/fake_llama_server.py as if it were llama-s
 from __future__ import annotations
 
 import hashlib
-import os
-import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -14,29 +11,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 FAKE_SERVER = ROOT / "tests" / "support" / "fake_llama_server.py"
-
-LLMGW_YAML = """\
-name: test
-listeners:
-  gateway: {host: 127.0.0.1, port: 0}
-  admin: {host: 127.0.0.1, port: 0}
-  agents: {host: 127.0.0.1, port: 0}
-reconcile:
-  poll_interval: 5s
-  interval: 2s
-  node_lost_after: 3s
-  action_timeout: 30s
-serving:
-  stopped: false
-  allow_empty: false
-"""
-
-AGENTS_YAML = """\
-heartbeat_interval: 200ms
-shard_stop_grace: 2s
-cpu_cores_reserved: 0
-memory_reserved: 0Mi
-"""
+sys.path.insert(0, str(ROOT / "tests" / "support"))
+import settings_seed  # noqa: E402  (shared with bench/fleet_scale.py)
+from settings_seed import git  # noqa: E402,F401  (the tests import it from here)
 
 MODEL_YAML = """\
 name: tiny
@@ -53,26 +30,6 @@ context_size: 512
 aliases: [tiny-alias]
 """
 
-PROJECTS_YAML = """\
-organisations:
-  acme:
-    teams:
-      platform:
-        projects:
-          demo:
-            models: [tiny]
-"""
-
-
-def git(*args: str, cwd: Path) -> str:
-    """Run the git CLI (hooks and all) and return its stdout; raise with its stderr on failure."""
-    env = dict(os.environ, GIT_AUTHOR_NAME="Op", GIT_AUTHOR_EMAIL="op@example.com",
-               GIT_COMMITTER_NAME="Op", GIT_COMMITTER_EMAIL="op@example.com")
-    done = subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, text=True)
-    if done.returncode:
-        raise AssertionError(f"git {' '.join(args)} failed: {done.stderr}")
-    return done.stdout + done.stderr
-
 
 @pytest.fixture
 def weights_mirror(tmp_path: Path) -> tuple[Path, str]:
@@ -86,16 +43,8 @@ def weights_mirror(tmp_path: Path) -> tuple[Path, str]:
 
 
 def write_seed(seed: Path, sha: str, replicas: int = 1) -> Path:
-    """A settings tree for the tests: examples/cluster-repo's engines.yaml, one small CPU model."""
-    seed.mkdir(parents=True, exist_ok=True)
-    shutil.copy(ROOT / "examples" / "cluster-repo" / "engines.yaml", seed / "engines.yaml")
-    (seed / "llmgw.yaml").write_text(LLMGW_YAML)
-    (seed / "agents").mkdir(exist_ok=True)
-    (seed / "agents" / "default.yaml").write_text(AGENTS_YAML)
-    (seed / "catalog").mkdir(exist_ok=True)
-    (seed / "catalog" / "tiny.yaml").write_text(MODEL_YAML.format(sha=sha, replicas=replicas))
-    (seed / "projects.yaml").write_text(PROJECTS_YAML)
-    return seed
+    """A settings tree for the tests: examples/cluster-repo's engines.yaml, one small CPU model (tests/support)."""
+    return settings_seed.write_seed(seed, "tiny", MODEL_YAML.format(sha=sha, replicas=replicas))
 
 
 @pytest.fixture

@@ -172,3 +172,24 @@ def test_converged_means_every_assigned_shard_ready_and_nothing_else_running(pla
 
 def test_backoff_doubles_from_one_second_up_to_a_minute():
     assert [backoff(n) for n in (1, 2, 3, 4, 7, 8, 20)] == [1, 2, 4, 8, 60, 60, 60]
+
+
+async def test_a_costly_pass_keeps_the_next_one_away_as_long_as_it_took(settings, autojump_clock):
+    world = World(control_state(settings, node()))
+    loop = world.loop
+    loop.coalesce = 0.25
+    async with trio.open_nursery() as nursery:
+        await nursery.start(loop.run)
+        loop.kick("first")
+        await loop.wait_pass()
+        first_end = trio.current_time()
+        loop.pass_cost = 2.0  # as if that pass (decide, routing table, status) took 2 s of the loop's time
+        loop.kick("second")
+        await loop.wait_pass()
+        assert trio.current_time() - first_end >= 2.0, "passes take at most half the loop's time"
+        loop.pass_cost = 0.0  # a cheap pass: the coalescing gap alone
+        second_end = trio.current_time()
+        loop.kick("third")
+        await loop.wait_pass()
+        assert 0.25 <= trio.current_time() - second_end < 2.0
+        nursery.cancel_scope.cancel()

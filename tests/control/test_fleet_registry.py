@@ -113,3 +113,31 @@ def test_a_transition_leaves_the_registry_it_started_from_unchanged():
     after, _ = before.shard_status("n1", shard("a-0/0", ShardState.FAILED), now=1.0)
     assert before.fleet().nodes[0].shards[0].state is ShardState.READY
     assert after.fleet().nodes[0].shards[0].state is ShardState.FAILED
+
+
+def test_readings_alone_leave_the_planners_view_unchanged_and_a_new_error_text_changes_it_without_waking():
+    from llmgw.control.readings import NodeReadings
+
+    registry, _ = FleetRegistry(lost_after=30).register(node("n1", shard("gemma-0/0", ShardState.FAILED)), now=0.0)
+    before = registry.revision
+    registry, changed = registry.heartbeat("n1", now=5.0, shards=[shard("gemma-0/0", ShardState.FAILED)],
+                                           readings=NodeReadings(at=5.0, cpu_percent=12.0))
+    assert (changed, registry.revision) == (False, before)
+    failed = ObservedShard("gemma-0/0", "gemma-0", "gemma", ShardState.FAILED, port=9000, error="exit 1", restarts=1)
+    registry, changed = registry.heartbeat("n1", now=10.0, shards=[failed])
+    assert changed is False, "an error's wording does not wake the planner"
+    assert registry.revision == before + 1, "but the plan's restart reason names it, so a plan is not reused"
+    registry, changed = registry.disconnect("n1", now=11.0)
+    assert registry.revision == before + 1
+
+
+def test_expiry_is_checked_again_once_the_quietest_node_has_spoken():
+    registry, _ = FleetRegistry(lost_after=30).register(node("n1"), now=0.0)
+    registry, _ = registry.register(node("n2"), now=10.0)
+    assert registry.next_expiry() == 30.0
+    registry, _ = registry.heartbeat("n1", now=25.0)
+    assert registry.next_expiry() <= 30.0  # never later than the truth
+    registry, lost = registry.expire(now=30.0)
+    assert lost == () and registry.next_expiry() == 40.0  # n2, silent since 10 s
+    registry, lost = registry.expire(now=40.0)
+    assert lost == ("n2",) and registry.next_expiry() == 55.0
