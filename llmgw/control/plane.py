@@ -33,7 +33,7 @@ from llmgw import __version__
 from llmgw.control.agents import AgentHub
 from llmgw.control.applying import apply
 from llmgw.control.audit import AuditWriter, audit_message, audit_snapshot, state_changes, status_document
-from llmgw.control.commands import agent_settings, install_engine, platform_of, start_shard, stop_shard
+from llmgw.control.commands import agent_settings, install_engine, platform_of, slurm_role, start_shard, stop_shard
 from llmgw.control.deciding import Decision
 from llmgw.control.keys import (
     REPLICA_KEY_SECRET, WEBHOOK_SECRET, SecretResolver, replica_key,
@@ -423,7 +423,9 @@ class ControlPlane:
     async def _execute(self, action: Action, settings: Settings) -> None:
         timeout = settings.cluster.action_timeout
         if action.kind is ActionKind.CONFIGURE:
-            message = agent_settings(settings, action.node_id)
+            fleet = fleet_for(self.loop.state.fleet.fleet(), settings)
+            message = agent_settings(settings, action.node_id,
+                                     slurm_role(settings, fleet, action.node_id, self.secrets.require))
             message.fingerprint = action.engine
             body = {"agent_settings": message}
         elif action.kind in (ActionKind.START, ActionKind.RESTART):
