@@ -10,7 +10,8 @@ each waiting for the one before to answer. On the controller with accounting it 
 the node's drain in step with the role: resumed when lent and drained with llmgw's reason, drained with llmgw's
 reason when not lent, an administrator's drain (another reason) never touched (`llmgw.tools.slurm.drain_verdict`).
 `report()` is the heartbeat's SlurmReport: each daemon's state, pid, restarts and last error in Slurm's own words,
-Slurm's version, the node's state, reason and running job steps.
+Slurm's version, the node's state, reason and running job steps, and on the controller with accounting the jobs
+that ended within the last hour (`sacct`), which the control plane prices into usage once each.
 
 Layout (`SlurmLayout`): everything under one directory (the role's @SLURM_DIR@): munge/ (key, socket, seed),
 state/, spool/, log/, run/, etc/. The agent runs its own munged on its own socket (so a site's or test's other
@@ -37,7 +38,7 @@ from pathlib import Path
 import trio
 
 from llmgw.agent.shards import next_backoff
-from llmgw.tools.slurm import drain_verdict, parse_sacctmgr_accounts, parse_sacctmgr_assocs, parse_scontrol_nodes
+from llmgw.tools.slurm import SACCT_FIELDS, drain_verdict, parse_sacct, parse_sacctmgr_accounts, parse_sacctmgr_assocs, parse_scontrol_nodes
 from llmgw.tools.slurm_accounts import WantedAccount, account_commands
 from llmgw.tools.values import ParseError
 from llmgw.wire import pb
@@ -51,6 +52,13 @@ CHECK_INTERVAL = 10.0
 """Seconds between reads of the node in Slurm (state, drain, job steps)."""
 START_TIMEOUT = 30.0
 """Seconds a daemon has to answer (munged's socket, slurmdbd's and slurmctld's ports) before the next starts."""
+FINISHED_WINDOW = 3600.0
+"""Seconds back that the controller's agent reads ended jobs: each is in every beat for that long (the control plane
+records it once), so a control plane away for less misses none."""
+MAX_FINISHED = 2000
+"""The most ended jobs one beat carries (the newest)."""
+ENDED_STATES = "CD,F,CA,TO,OOM,NF,PR,DL,BF"
+"""sacct --state: completed, failed, cancelled, timeout, out of memory, node fail, preempted, deadline, boot fail."""
 _TAIL = 8
 
 
@@ -249,6 +257,7 @@ class SlurmKeeper:
         self.node_state = ""
         self.node_reason = ""
         self.job_steps = 0
+        self.finished_jobs: list[pb.SlurmJob] = []
         self._lock = trio.Lock()
 
     def _program(self, name: str) -> str | None:
@@ -413,10 +422,10 @@ class SlurmKeeper:
 
     # --- the node in Slurm -------------------------------------------------------------------------------------
 
-    async def _slurm(self, *args: str) -> subprocess.CompletedProcess:
+    async def _slurm(self, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
         program = self._program(args[0]) or args[0]
         return await trio.run_process([program, *args[1:]], capture_stdout=True, capture_stderr=True, check=False,
-                                      env=self.layout.env())
+                                      env={**self.layout.env(), **(env or {})})
 
     async def check_node(self) -> None:
         """Read the node in Slurm (state, reason, running job steps, version) and set its drain as the role says."""
@@ -452,12 +461,37 @@ class SlurmKeeper:
         steps = await self._slurm("squeue", "-h", "-s", "-w", role.node_name, "-o", "%i")
         self.job_steps = len([line for line in steps.stdout.decode(errors="replace").splitlines() if line.strip()])
 
+    async def read_finished_jobs(self) -> None:
+        """On the controller with accounting: the jobs that ended within the last FINISHED_WINDOW seconds, from
+        `sacct -a --parsable2` with times as unix seconds (SLURM_TIME_FORMAT=%s), into `finished_jobs`."""
+        if "slurmdbd" not in self.daemons:
+            self.finished_jobs = []
+            return
+        done = await self._slurm("sacct", "-a", "--parsable2", "--format=" + ",".join(SACCT_FIELDS),
+                                 f"--state={ENDED_STATES}", "-S", f"now-{FINISHED_WINDOW:.0f}", "-E", "now",
+                                 env={"SLURM_TIME_FORMAT": "%s"})
+        if done.returncode != 0:
+            self.warnings.append(f"sacct failed: {done.stderr.decode(errors='replace').strip()}")
+            return
+        try:
+            jobs = parse_sacct(done.stdout.decode(errors="replace"))
+        except ParseError as exc:
+            self.warnings.append(str(exc))
+            return
+        self.finished_jobs = [
+            pb.SlurmJob(job_id=job.job_id, partition=job.partition, account=job.account, user=job.user,
+                        state=job.state, elapsed_seconds=job.elapsed_seconds, cpus=job.cpus, gpus=job.gpus,
+                        gpu_type=next(iter(job.gpu_types), "") if len(job.gpu_types) == 1 else "",
+                        end_time=float(job.end) if job.end.isdigit() else 0.0)
+            for job in jobs if job.ended][-MAX_FINISHED:]
+
     async def run(self, interval: float = CHECK_INTERVAL) -> None:
-        """`check_node` every `interval` seconds, until cancelled."""
+        """`check_node` and `read_finished_jobs` every `interval` seconds, until cancelled."""
         while True:
             await trio.sleep(interval)
             async with self._lock:
                 await self.check_node()
+                await self.read_finished_jobs()
 
     def report(self) -> pb.SlurmReport | None:
         """The heartbeat's SlurmReport, or None when this node has no part in Slurm and nothing to say."""
@@ -467,5 +501,6 @@ class SlurmKeeper:
             daemons=[self.daemons[n].message() for n in ("munged", "slurmdbd", "slurmctld", "slurmd")
                      if n in self.daemons],
             version=self.version, node_state=self.node_state, node_reason=self.node_reason,
-            job_steps=self.job_steps, lent=self.role.lent, warnings=list(self.warnings))
+            job_steps=self.job_steps, lent=self.role.lent, warnings=list(self.warnings),
+            finished_jobs=self.finished_jobs, cluster_name=self.role.cluster_name)
 

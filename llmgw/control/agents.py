@@ -56,6 +56,8 @@ class AgentHub:
     def __init__(self, update: Update):
         self.sessions: dict[str, AgentSession] = {}
         self.nursery: trio.Nursery | None = None
+        # Called with (node id, SlurmReport) for a heartbeat that carries ended Slurm jobs (the controller's).
+        self.on_slurm_jobs: Callable[[str, pb.SlurmReport], None] | None = None
         self._update = update
 
     async def command(self, node_id: str, timeout: float, **body) -> CommandOutcome:
@@ -164,6 +166,8 @@ class AgentHub:
             installed, installing = tuple(beat.engines_installed), tuple(beat.engines_installing)
             origin = float(beat.time) or None  # the agent's send time: the loop keeps the latency to its fold
             health = health_from_message(beat.health) if beat.HasField("health") else None
+            if beat.HasField("slurm") and beat.slurm.finished_jobs and self.on_slurm_jobs is not None:
+                self.on_slurm_jobs(node_id, beat.slurm)
 
             def transition(state: ControlState) -> tuple[ControlState, bool]:
                 fleet, changed = state.fleet.heartbeat(

@@ -2,7 +2,8 @@
 the control plane sends (llmgw.control.commands.slurm_role, from slurm.yaml, a fleet of this one node and the munge
 key secret), the keeper (llmgw.agent.slurm) writes the key and the files, makes slurmdbd's database and user on
 MariaDB, starts munged, slurmdbd, slurmctld and slurmd on loopback with their own ports and state, keeps the node
-drained until it is lent, resumes it when lent (srun runs), starts slurmd again when it is killed, leaves an
+drained until it is lent, resumes it when lent (srun and sbatch run, and both jobs are read back from sacct and
+priced into usage once each), starts slurmd again when it is killed, leaves an
 administrator's drain alone, and stops everything when told the node has no part.
 
 Slow: about 30 s. Fails, never skips, when Slurm, munge or MariaDB is missing (`make system-packages`)."""
@@ -21,11 +22,13 @@ import trio
 
 from llmgw.agent.slurm import SlurmKeeper, SlurmLayout
 from llmgw.control.commands import slurm_role
+from llmgw.control.slurm_usage import slurm_usage
 from llmgw.plan import Fleet, NodeState
 from llmgw.plan.slurm_conf import DRAIN_REASON
 from llmgw.plan.slurm_roles import storage_names
 from llmgw.settings.model import ClusterSettings, Organisation, Project, Settings, Team
 from llmgw.settings.slurm import SlurmNode
+from llmgw.store import open_store
 from llmgw.tools.slurm import parse_slurmd_config
 
 from .local_slurm import drop_storage, loopback_settings, mysql, require_slurm
@@ -100,6 +103,23 @@ async def test_the_agent_runs_slurm_as_its_role_says(tmp_path) -> None:
             assert keeper.node_state.split("+")[0] in ("idle", "mixed") and "drain" not in keeper.node_state
             done = run(layout, "srun", "-N1", "-A", "ci", "hostname")
             assert done.returncode == 0 and done.stdout.strip() == HOST, done.stderr
+
+            run(layout, "sbatch", "-A", "ci", "-o", "/dev/null", "--wrap", "sleep 2")
+            with trio.fail_after(60):
+                while len([j for j in keeper.finished_jobs if j.state == "completed"]) < 2:
+                    await trio.sleep(0.5)
+                    await keeper.read_finished_jobs()
+            report = keeper.report()
+            assert [(j.partition, j.account, j.user) for j in report.finished_jobs] == [("debug", "ci", "root")] * 2
+            store = open_store(tmp_path / "usage.sqlite3")
+            for _ in range(2):  # every beat carries them again: recorded once
+                for job in report.finished_jobs:
+                    store.record_usage_once(*reversed(slurm_usage(job, report.cluster_name, HOST, {"cpu": 3600.0})))
+            [row] = store.query_usage(by="model")
+            wrap = report.finished_jobs[1]
+            assert (row.group, row.requests, row.errors) == ("slurm/debug", 2, 0)
+            assert wrap.elapsed_seconds >= 2 and row.cost >= wrap.cpus * wrap.elapsed_seconds  # a core-second each
+            store.close()
 
             slurmd = keeper.daemons["slurmd"]
             first = slurmd.pid
