@@ -252,7 +252,8 @@ class SlurmKeeper:
         self.daemons: dict[str, Daemon] = {}
         self._scopes: dict[str, trio.CancelScope] = {}
         self._files: dict[str, bytes] = {}
-        self.warnings: list[str] = []
+        self.warnings: list[str] = []  # from the last apply
+        self._checks: list[str] = []    # from the last check of the node and of ended jobs
         self.version = ""
         self.node_state = ""
         self.node_reason = ""
@@ -430,14 +431,17 @@ class SlurmKeeper:
     async def check_node(self) -> None:
         """Read the node in Slurm (state, reason, running job steps, version) and set its drain as the role says."""
         role = self.role
+        self._checks = []
         if not role.node_name or "slurmd" not in self.daemons:
             return
         if not self.version:
             done = await self._slurm("slurmd", "-V")
             self.version = done.stdout.decode(errors="replace").strip()
         done = await self._slurm("scontrol", "show", "node", role.node_name)
-        if done.returncode != 0:
-            self.node_state, self.node_reason = "unknown", done.stderr.decode(errors="replace").strip()
+        if done.returncode != 0:  # a broken Slurm never keeps the node from llmgw: no job step is counted
+            self.node_state, self.node_reason, self.job_steps = "unknown", "", 0
+            self._checks.append(f"Slurm does not answer for {role.node_name}, so a reclaim does not wait for its "
+                                 f"jobs: {done.stderr.decode(errors='replace').strip()}")
             return
         try:
             [node] = parse_scontrol_nodes(done.stdout.decode(errors="replace"))
@@ -451,7 +455,7 @@ class SlurmKeeper:
             done = await self._slurm("scontrol", "update", f"NodeName={role.node_name}", "State=DRAIN",
                                      f"Reason={role.drain_reason}")
         if verdict and done.returncode != 0:
-            self.warnings.append(f"scontrol could not {verdict} {role.node_name}: "
+            self._checks.append(f"scontrol could not {verdict} {role.node_name}: "
                                  f"{done.stderr.decode(errors='replace').strip()}")
         if verdict:
             done = await self._slurm("scontrol", "show", "node", role.node_name)
@@ -459,7 +463,8 @@ class SlurmKeeper:
         self.node_state = "+".join((node.state, *node.flags))
         self.node_reason = node.reason
         steps = await self._slurm("squeue", "-h", "-s", "-w", role.node_name, "-o", "%i")
-        self.job_steps = len([line for line in steps.stdout.decode(errors="replace").splitlines() if line.strip()])
+        self.job_steps = len([line for line in steps.stdout.decode(errors="replace").splitlines() if line.strip()
+                              and not line.strip().endswith(".extern")])
 
     async def read_finished_jobs(self) -> None:
         """On the controller with accounting: the jobs that ended within the last FINISHED_WINDOW seconds, from
@@ -471,12 +476,12 @@ class SlurmKeeper:
                                  f"--state={ENDED_STATES}", "-S", f"now-{FINISHED_WINDOW:.0f}", "-E", "now",
                                  env={"SLURM_TIME_FORMAT": "%s"})
         if done.returncode != 0:
-            self.warnings.append(f"sacct failed: {done.stderr.decode(errors='replace').strip()}")
+            self._checks.append(f"sacct failed: {done.stderr.decode(errors='replace').strip()}")
             return
         try:
             jobs = parse_sacct(done.stdout.decode(errors="replace"))
         except ParseError as exc:
-            self.warnings.append(str(exc))
+            self._checks.append(str(exc))
             return
         self.finished_jobs = [
             pb.SlurmJob(job_id=job.job_id, partition=job.partition, account=job.account, user=job.user,
@@ -495,12 +500,13 @@ class SlurmKeeper:
 
     def report(self) -> pb.SlurmReport | None:
         """The heartbeat's SlurmReport, or None when this node has no part in Slurm and nothing to say."""
-        if not self.role.daemons and not self.daemons and not self.warnings:
+        warnings = list(dict.fromkeys([*self.warnings, *self._checks]))
+        if not self.role.daemons and not self.daemons and not warnings:
             return None
         return pb.SlurmReport(
             daemons=[self.daemons[n].message() for n in ("munged", "slurmdbd", "slurmctld", "slurmd")
                      if n in self.daemons],
             version=self.version, node_state=self.node_state, node_reason=self.node_reason,
-            job_steps=self.job_steps, lent=self.role.lent, warnings=list(self.warnings),
+            job_steps=self.job_steps, lent=self.role.lent, warnings=warnings,
             finished_jobs=self.finished_jobs, cluster_name=self.role.cluster_name)
 

@@ -166,13 +166,14 @@ class AgentHub:
             installed, installing = tuple(beat.engines_installed), tuple(beat.engines_installing)
             origin = float(beat.time) or None  # the agent's send time: the loop keeps the latency to its fold
             health = health_from_message(beat.health) if beat.HasField("health") else None
+            steps = beat.slurm.job_steps if beat.HasField("slurm") else 0
             if beat.HasField("slurm") and beat.slurm.finished_jobs and self.on_slurm_jobs is not None:
                 self.on_slurm_jobs(node_id, beat.slurm)
 
             def transition(state: ControlState) -> tuple[ControlState, bool]:
                 fleet, changed = state.fleet.heartbeat(
                     node_id, now, shards=shards, details=details, engines_installed=installed,
-                    engines_installing=installing, readings=readings, health=health)
+                    engines_installing=installing, readings=readings, health=health, slurm_job_steps=steps)
                 return state.with_fleet(fleet), changed
         elif kind == "shard_status":
             shards, details = convert_shards([message.shard_status])

@@ -228,10 +228,12 @@ class FleetRegistry:
         engines_installing: Iterable[str] | None = None,
         readings: NodeReadings | None = None,
         health: NodeHealthReport | None = None,
+        slurm_job_steps: int | None = None,
     ) -> tuple[FleetRegistry, bool]:
         """A heartbeat: the node is alive; `shards` (when given) is its full shard list now; `readings` replace
         the node's readings and update its cards' free memory and shared-card verdict; `health` replaces the
-        node's health report and its cards' `unhealthy`.
+        node's health report and its cards' `unhealthy`; `slurm_job_steps` (when given) the Slurm job steps
+        running there (a change is a change of the fleet: a reclaimed node opens when it reaches 0).
 
         A heartbeat from a node that never registered is ignored (returns (self, False)): the agent registers first.
         """
@@ -245,6 +247,8 @@ class FleetRegistry:
             state = replace(state, engines_installed=frozenset(engines_installed))
         if engines_installing is not None:
             state = replace(state, engines_installing=frozenset(engines_installing))
+        if slurm_job_steps is not None and slurm_job_steps != state.slurm_job_steps:
+            state = replace(state, slurm_job_steps=slurm_job_steps)
         gpus_changed = False
         if readings is not None and readings.gpus:
             gpus, gpus_changed = apply_gpu_readings(state.gpus, readings, self.memory_thresholds)
@@ -267,6 +271,7 @@ class FleetRegistry:
             or _shard_key(old.state.shards) != _shard_key(state.shards)
             or old.state.engines_installed != state.engines_installed
             or old.state.engines_installing != state.engines_installing
+            or old.state.slurm_job_steps != state.slurm_job_steps
         )
         return self._with(node_id, record), changed
 

@@ -113,3 +113,13 @@ def test_a_transition_leaves_the_registry_it_started_from_unchanged():
     after, _ = before.shard_status("n1", shard("a-0/0", ShardState.FAILED), now=1.0)
     assert before.fleet().nodes[0].shards[0].state is ShardState.READY
     assert after.fleet().nodes[0].shards[0].state is ShardState.FAILED
+
+
+def test_slurm_job_steps_reported_in_heartbeats_reach_the_planner_and_a_change_starts_a_pass():
+    registry, _ = FleetRegistry(lost_after=30).register(node("n1"), now=0.0)
+    registry, changed = registry.heartbeat("n1", 1.0, slurm_job_steps=3)
+    assert changed and registry.fleet().nodes[0].slurm_job_steps == 3
+    registry, changed = registry.heartbeat("n1", 2.0, slurm_job_steps=3)
+    assert not changed
+    registry, changed = registry.heartbeat("n1", 3.0, slurm_job_steps=0)  # the last step ended: plan again
+    assert changed and registry.fleet().nodes[0].slurm_job_steps == 0
