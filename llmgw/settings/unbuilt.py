@@ -72,12 +72,6 @@ UNBUILT: tuple[UnbuiltKey, ...] = (
                "API keys are created and revoked with the admin token (`llmgw keys`); members are not consulted"),
     UnbuiltKey("firewall", ("enabled",), "llmgw writes no firewall rule on any node yet", when="`true`",
                applies=lambda value: value is True),
-    UnbuiltKey("slurm", ("enabled",), "agents start no Slurm daemon and write no munge key yet; llmgw renders "
-               "slurm.conf and gres.conf (`llmgw slurm render`) and keeps replicas off lent nodes",
-               when="`true`", applies=lambda value: value is True),
-    UnbuiltKey("slurm", ("accounting",), "no slurmdbd is set up and no Slurm job is priced into usage yet; the "
-               "rendered slurm.conf names accounting_storage/slurmdbd", when="`true`",
-               applies=lambda value: value is True),
     UnbuiltKey("slurm", ("users",), "llmgw makes no Linux user and writes no SSH key yet", when="`llmgw`",
                applies=lambda value: value == "llmgw"),
 )

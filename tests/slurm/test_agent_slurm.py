@@ -129,6 +129,18 @@ async def test_the_agent_runs_slurm_as_its_role_says(tmp_path) -> None:
             await wait_for("the node to answer again",
                            lambda: run(layout, "srun", "-N1", "-A", "ci", "true").returncode == 0)
 
+            job = run(layout, "sbatch", "--parsable", "-A", "ci", "-o", "/dev/null", "--wrap", "sleep 6").stdout.strip()
+            await wait_for("the job to run", lambda: "RUNNING" in run(layout, "squeue", "-h", "-j", job, "-o", "%T").stdout)
+            await keeper.apply(role)  # reclaimed: drained in Slurm, its job step counted until it ends
+            assert "drain" in keeper.node_state and keeper.job_steps >= 1
+            assert keeper.report().job_steps == keeper.job_steps
+            with trio.fail_after(30):
+                while keeper.job_steps:
+                    await trio.sleep(0.5)
+                    await keeper.check_node()
+            assert run(layout, "sacct", "-n", "-X", "-j", job, "-o", "State").stdout.split() == ["COMPLETED"]
+            await keeper.apply(lent)
+
             run(layout, "scontrol", "update", f"NodeName={HOST}", "State=DRAIN", "Reason=disk swap by admin")
             await keeper.apply(lent)  # lent, but drained by someone else: left alone
             assert "drain" in keeper.node_state and keeper.node_reason.startswith("disk swap by admin")
