@@ -29,6 +29,7 @@ shards it still runs, and they are adopted as they are (the planner keeps them),
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import Any
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
@@ -59,7 +60,8 @@ class NodeRecord:
     `engine_errors` maps "llama.cpp@b11434" to the last install error. `registered_at` is when it last registered. `readings` are the last heartbeat's
     readings (None before the first; see `NodeReadings.to_json` for the 60 s age limit). `engines_installable`
     and `features` are what the agent said it can do at Register. `health` the node's last GPU health and fabrics
-    report (None before the first; kept across a new Register that carries none).
+    report (None before the first; kept across a new Register that carries none). `slurm` the node's last Slurm
+    report as plain data (`llmgw.control.agents.slurm_summary`; None: the node has no part in Slurm).
     """
 
     state: NodeState
@@ -77,6 +79,7 @@ class NodeRecord:
     engines_installable: frozenset[str] = frozenset()
     features: frozenset[str] = frozenset()
     health: NodeHealthReport | None = None
+    slurm: Mapping[str, Any] | None = None
 
     @property
     def node_id(self) -> str:
@@ -229,11 +232,13 @@ class FleetRegistry:
         readings: NodeReadings | None = None,
         health: NodeHealthReport | None = None,
         slurm_job_steps: int | None = None,
+        slurm: Mapping[str, Any] | None = None,
     ) -> tuple[FleetRegistry, bool]:
         """A heartbeat: the node is alive; `shards` (when given) is its full shard list now; `readings` replace
         the node's readings and update its cards' free memory and shared-card verdict; `health` replaces the
         node's health report and its cards' `unhealthy`; `slurm_job_steps` (when given) the Slurm job steps
-        running there (a change is a change of the fleet: a reclaimed node opens when it reaches 0).
+        running there (a change is a change of the fleet: a reclaimed node opens when it reaches 0); `slurm` the
+        node's Slurm report as plain data (None: it has none), kept for the status document.
 
         A heartbeat from a node that never registered is ignored (returns (self, False)): the agent registers first.
         """
@@ -261,7 +266,7 @@ class FleetRegistry:
                 state = replace(state, gpus=gpus)
         record = replace(old, state=state, last_seen=now, lost=False, connected=True,
                          readings=readings if readings is not None else old.readings,
-                         health=health if health is not None else old.health)
+                         health=health if health is not None else old.health, slurm=slurm)
         if details is not None:
             record = replace(record, details=MappingProxyType(dict(details)))
         changed = (
