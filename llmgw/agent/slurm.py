@@ -302,7 +302,8 @@ class SlurmKeeper:
             address = _controller_address(role.slurm_conf)
             for name in wanted:
                 ready = {"slurmdbd": lambda: _listening(address, role.slurmdbd_port),
-                         "slurmctld": lambda: _listening(address, role.slurmctld_port)}.get(name, lambda: True)
+                         "slurmctld": lambda: _listening(address, role.slurmctld_port),
+                         "slurmd": lambda: self._registered(role.node_name)}[name]
                 await self._start(name, ready)
             if "slurmdbd" in wanted:
                 await self._sync_accounts(role)
@@ -380,6 +381,16 @@ class SlurmKeeper:
         if name == "slurmd":
             return (program, "-D", "-N", self.role.node_name, "-f", str(layout.slurm_conf))
         return (program, "-D")  # slurmdbd reads slurmdbd.conf beside SLURM_CONF
+
+    def _registered(self, node_name: str) -> bool:
+        """True once slurmctld knows `node_name` as responding (blocking: runs scontrol)."""
+        try:
+            done = subprocess.run([self._program("scontrol") or "scontrol", "show", "node", node_name],
+                                  capture_output=True, text=True, timeout=10, env=self.layout.env(), check=False)
+            nodes = parse_scontrol_nodes(done.stdout) if done.returncode == 0 else ()
+        except (subprocess.TimeoutExpired, ParseError):
+            return False
+        return any(node.responding and node.state != "unknown" for node in nodes)
 
     async def _start(self, name: str, ready: Callable[[], bool]) -> None:
         if name in self.daemons:
