@@ -180,6 +180,12 @@ async def _stop(process: trio.Process, grace: float = 10.0) -> None:
     await process.wait()
 
 
+def _count_lines(output: bytes, skip: str = "") -> int:
+    """Non-empty lines of a command's output, less those ending with `skip` (when given)."""
+    lines = [line.strip() for line in output.decode(errors="replace").splitlines()]
+    return len([line for line in lines if line and not (skip and line.endswith(skip))])
+
+
 def _listening(address: str, port: int) -> bool:
     with socket.socket() as probe:
         probe.settimeout(0.2)
@@ -474,8 +480,9 @@ class SlurmKeeper:
         self.node_state = "+".join((node.state, *node.flags))
         self.node_reason = node.reason
         steps = await self._slurm("squeue", "-h", "-s", "-w", role.node_name, "-o", "%i")
-        self.job_steps = len([line for line in steps.stdout.decode(errors="replace").splitlines() if line.strip()
-                              and not line.strip().endswith(".extern")])
+        jobs = await self._slurm("squeue", "-h", "-w", role.node_name, "-t", "RUNNING,COMPLETING", "-o", "%i")
+        # a batch job shows no step of its own in every version: its running self counts as one at least
+        self.job_steps = max(_count_lines(steps.stdout, skip=".extern"), _count_lines(jobs.stdout))
 
     async def read_finished_jobs(self) -> None:
         """On the controller with accounting: the jobs that ended within the last FINISHED_WINDOW seconds, from
