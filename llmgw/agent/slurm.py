@@ -209,7 +209,7 @@ def _write(path: Path, data: bytes, mode: int, owner: str | None = None) -> None
     with os.fdopen(descriptor, "wb") as file:
         file.write(data)
     if owner:
-        shutil.chown(tmp, owner, owner)
+        shutil.chown(tmp, owner)
     tmp.replace(path)
 
 
@@ -257,7 +257,6 @@ class SlurmKeeper:
         self.role = pb.SlurmRole()
         self.daemons: dict[str, Daemon] = {}
         self._scopes: dict[str, trio.CancelScope] = {}
-        self._files: dict[str, bytes] = {}
         self.warnings: list[str] = []  # from the last apply
         self._checks: list[str] = []    # from the last check of the node and of ended jobs
         self.version = ""
@@ -294,7 +293,14 @@ class SlurmKeeper:
                 self.warnings = warnings
                 await self._stop_all()
                 return
-            changed = await trio.to_thread.run_sync(self._write_files, role)
+            try:
+                changed = await trio.to_thread.run_sync(self._write_files, role)
+            except OSError as exc:
+                self.warnings = [f"cannot write Slurm's files under {self.layout.root}: {exc}"]
+                return
+            if not self.layout.munge_key.exists():
+                self.warnings = ["no munge key: the control plane sent none and none was written before"]
+                return
             if "slurmdbd" in wanted and role.storage_password:  # none: kept settings, the database is made
                 problem = await self._make_storage(role)
                 if problem:
@@ -323,10 +329,10 @@ class SlurmKeeper:
         layout.munge_dir.mkdir(parents=True, exist_ok=True)
         layout.munge_dir.chmod(0o700)
         changed: set[str] = set()
-        key = role.munge_key or (layout.munge_key.read_bytes() if layout.munge_key.exists() else b"")
-        wanted = {"munge.key": (layout.munge_key, key, 0o400, _munge_owner(), "munge"),
-                  "slurm.conf": (layout.slurm_conf, layout.fill(role.slurm_conf).encode(), 0o644, None, "slurm"),
+        wanted = {"slurm.conf": (layout.slurm_conf, layout.fill(role.slurm_conf).encode(), 0o644, None, "slurm"),
                   "gres.conf": (layout.etc / "gres.conf", layout.fill(role.gres_conf).encode(), 0o644, None, "slurm")}
+        if role.munge_key:  # none: kept settings, the key written before stays
+            wanted["munge.key"] = (layout.munge_key, role.munge_key, 0o400, _munge_owner(), "munge")
         if role.slurmdbd_conf:
             wanted["slurmdbd.conf"] = (layout.etc / "slurmdbd.conf", layout.fill(role.slurmdbd_conf).encode(), 0o600,
                                        None, "slurm")
@@ -394,7 +400,7 @@ class SlurmKeeper:
             done = subprocess.run([self._program("scontrol") or "scontrol", "show", "node", node_name],
                                   capture_output=True, text=True, timeout=10, env=self.layout.env(), check=False)
             nodes = parse_scontrol_nodes(done.stdout) if done.returncode == 0 else ()
-        except (subprocess.TimeoutExpired, ParseError):
+        except (subprocess.TimeoutExpired, ParseError, OSError):
             return False
         return any(node.responding and node.state != "unknown" for node in nodes)
 
@@ -442,8 +448,11 @@ class SlurmKeeper:
 
     async def _slurm(self, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
         program = self._program(args[0]) or args[0]
-        return await trio.run_process([program, *args[1:]], capture_stdout=True, capture_stderr=True, check=False,
-                                      env={**self.layout.env(), **(env or {})})
+        try:
+            return await trio.run_process([program, *args[1:]], capture_stdout=True, capture_stderr=True,
+                                          check=False, env={**self.layout.env(), **(env or {})})
+        except OSError as exc:  # missing or not executable: an answer like any failure, never a crash
+            return subprocess.CompletedProcess([program, *args[1:]], 127, b"", f"{args[0]}: {exc}".encode())
 
     async def check_node(self) -> None:
         """Read the node in Slurm (state, reason, running job steps, version) and set its drain as the role says."""
