@@ -59,6 +59,8 @@ MAX_FINISHED = 2000
 """The most ended jobs one beat carries (the newest)."""
 ENDED_STATES = "CD,F,CA,TO,OOM,NF,PR,DL,BF"
 """sacct --state: completed, failed, cancelled, timeout, out of memory, node fail, preempted, deadline, boot fail."""
+COMMAND_TIMEOUT = 30.0
+"""Seconds a Slurm command (scontrol, squeue, sacct, sacctmgr) may take before it counts as failed."""
 _TAIL = 8
 
 
@@ -449,8 +451,11 @@ class SlurmKeeper:
     async def _slurm(self, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
         program = self._program(args[0]) or args[0]
         try:
-            return await trio.run_process([program, *args[1:]], capture_stdout=True, capture_stderr=True,
-                                          check=False, env={**self.layout.env(), **(env or {})})
+            with trio.move_on_after(COMMAND_TIMEOUT):
+                return await trio.run_process([program, *args[1:]], capture_stdout=True, capture_stderr=True,
+                                              check=False, env={**self.layout.env(), **(env or {})})
+            return subprocess.CompletedProcess([program, *args[1:]], 124, b"",
+                                               f"{args[0]} did not answer within {COMMAND_TIMEOUT:g} s".encode())
         except OSError as exc:  # missing or not executable: an answer like any failure, never a crash
             return subprocess.CompletedProcess([program, *args[1:]], 127, b"", f"{args[0]}: {exc}".encode())
 
