@@ -146,12 +146,12 @@ def readings_beat(state, fleet: Fleet, now: float, count: int | None = None):
     """`state` after a heartbeat of the first `count` nodes (all: None) that changes readings only: every card's
     used memory moves by a few MiB (never across the catalog's 40 GiB need), cards held by foreign processes stay
     held, shards and engines as before."""
-    from llmgw.control.readings import GpuReading, NodeReadings
+    from llmgw.control.readings import GpuSample, NodeReadings
 
     registry = state.fleet
     for n, node in enumerate(fleet.nodes[:count]):
         readings = NodeReadings(at=now, gpus=tuple(
-            GpuReading(index=i, utilization_percent=float((n + i) % 100), memory_used_bytes=(1 + n % 7) * 2**20,
+            GpuSample(index=i, utilization_percent=float((n + i) % 100), memory_used_bytes=(1 + n % 7) * 2**20,
                        foreign_pids=(4242,) if gpu.foreign_processes else ())
             for i, gpu in enumerate(node.gpus)))
         registry, changed = registry.heartbeat(node.node_id, now, shards=node.shards,

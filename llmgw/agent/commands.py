@@ -22,6 +22,7 @@ from llmgw.agent.engine_checks import EngineChecks
 from llmgw.agent.fencing import FENCED_COMMANDS, Fence, load_token, save_token
 from llmgw.agent.logs import LogRing
 from llmgw.agent.shards import ShardSpec, ShardView
+from llmgw.agent.slurm import SlurmKeeper, SlurmLayout, without_secrets
 from llmgw.agent.supervisor import Supervisor
 from llmgw.engines import Launch, LlamaCppSource, get_engine, llamacpp
 from llmgw.engines.python_env import install_python_engine
@@ -100,6 +101,7 @@ class NodeAgent:
         self.settings_changed = trio.Event()
         self.engine_checks = EngineChecks()
         self.fence = Fence(load_token(config.state_dir))  # the newest leader-lease token seen (llmgw.agent.fencing)
+        self.slurm = SlurmKeeper(SlurmLayout(Path(config.state_dir) / "slurm"), nursery)  # Slurm's daemons (issue 15)
 
     # --- reporting ----------------------------------------------------------------------------------------
 
@@ -195,11 +197,13 @@ class NodeAgent:
             self.settings_changed.set()
             self.settings_changed = trio.Event()
             try:  # kept for the next agent, which applies them before it can reach the control plane
-                await trio.to_thread.run_sync(save_agent_settings, self.config.state_dir, message.agent_settings)
+                await trio.to_thread.run_sync(save_agent_settings, self.config.state_dir,
+                                              without_secrets(message.agent_settings))
             except OSError as exc:
                 log.warning("could not keep the agent settings in %s for the next start: %s",
                             self.config.state_dir, exc)
             self._result(command_id)
+            self.nursery.start_soon(self.slurm.apply, message.agent_settings.slurm)  # its part in Slurm, or none
             if self.config.ignore_gpus != before.ignore_gpus:  # after the answer: the session ends once it is out
                 log.info("ignore_gpus changed: registering again with the GPUs this node now offers")
                 self.register_again.set()

@@ -124,7 +124,7 @@ async def run_agent(config: AgentConfig, connect: Connect | Sequence[Connect] = 
     lock = _lock_state_dir(config.state_dir)
     if nvml is _LOAD:
         nvml = load_nvml()
-    config = _with_saved_settings(config)
+    config, saved_slurm = _with_saved_settings(config)
     ring = LogRing()
     handler = RingHandler(ring)
     root = logging.getLogger("llmgw")
@@ -152,6 +152,9 @@ async def run_agent(config: AgentConfig, connect: Connect | Sequence[Connect] = 
                 nursery.start_soon(readings.run)
                 watch = HealthWatch(health or HealthReader(), lambda: readings.skip_cards)
                 nursery.start_soon(watch.run)
+                nursery.start_soon(agent.slurm.run)
+                if saved_slurm is not None:  # the part in Slurm kept from the last AgentSettings (its files on disk)
+                    nursery.start_soon(agent.slurm.apply, saved_slurm)
                 connects = [connect] if callable(connect) else list(connect)
                 async with trio.open_nursery() as connections:
                     def start(one: Connect) -> None:
@@ -201,18 +204,19 @@ async def run_agent_restarting(config: AgentConfig, connect: Connect, *, nvml: A
         await run_agent(config, connect, nvml=nvml)
 
 
-def _with_saved_settings(config: AgentConfig) -> AgentConfig:
+def _with_saved_settings(config: AgentConfig) -> tuple[AgentConfig, pb.SlurmRole | None]:
     """`config` changed by the AgentSettings an earlier agent kept (unchanged when there are none or they are
-    damaged: logged, and the control plane sends them again on Register)."""
+    damaged: logged, and the control plane sends them again on Register), and the Slurm role they held (None:
+    none)."""
     try:
         saved = load_agent_settings(config.state_dir)
     except UsageError as exc:
         log.warning("%s", exc)
-        return config
+        return config, None
     if saved is None:
-        return config
+        return config, None
     log.info("applying the agent settings the control plane last sent (kept in %s)", config.state_dir)
-    return config.with_settings(saved)
+    return config.with_settings(saved), (saved.slurm if saved.slurm.daemons else None)
 
 
 def _lock_state_dir(state_dir) -> int:
@@ -298,6 +302,9 @@ class _Session:
         health = self.health.report()
         if health is not None:
             beat.health.CopyFrom(report_message(health))
+        slurm = agent.slurm.report()
+        if slurm is not None:
+            beat.slurm.CopyFrom(slurm)
         return agent_message(heartbeat=beat)
 
     async def serve(self, link) -> None:

@@ -3,13 +3,14 @@
 The node verbs are commits to the settings on the operator's behalf, made by the control plane like `llmgw stop`
 (POST /api/v1/nodes/NODE/VERB): cordon (no new replicas), drain (replicas placed elsewhere first, then stopped),
 uncordon (both lifted), lend (`nodes.NODE.lent: true` in slurm.yaml: drained of replicas, kept off them),
-reclaim (lent: false). `llmgw slurm render` prints the slurm.conf and gres.conf llmgw writes for a settings tree
+reclaim (lent: false). `llmgw slurm status` shows what the agents report of Slurm. `llmgw slurm render` prints the slurm.conf and gres.conf llmgw writes for a settings tree
 and a fleet snapshot (`llmgw fleet snapshot`), or a node's `slurmd -C`.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -43,6 +44,48 @@ def _verb(verb: str):
     return command
 
 
+def slurm_status(status: dict[str, Any]) -> dict[str, Any]:
+    """`llmgw slurm status --json` from the control plane's status document (GET /api/v1/status): {"controller":
+    {"node", "slurmctld", "slurmdbd"} or None, "nodes": {node: {"state", "reason", "lent", "reclaiming",
+    "job_steps", "slurmd", "version", "warnings"}}, "job_steps": the total}. A node is "reclaiming" while it is not
+    lent and still runs job steps; a daemon's state is "" when the node does not run it."""
+    controller = None
+    nodes: dict[str, Any] = {}
+    for name, node in sorted(status.get("nodes", {}).items()):
+        slurm = node.get("slurm")
+        if not slurm:
+            continue
+        daemons = slurm.get("daemons", {})
+        if "slurmctld" in daemons:
+            controller = {"node": name, "slurmctld": daemons["slurmctld"]["state"],
+                          "slurmdbd": daemons.get("slurmdbd", {}).get("state", "")}
+        if "slurmd" not in daemons and not slurm.get("node_state"):
+            continue
+        steps = int(slurm.get("job_steps", 0))
+        nodes[name] = {"state": slurm.get("node_state", ""), "reason": slurm.get("node_reason", ""),
+                       "lent": bool(slurm.get("lent")), "reclaiming": not slurm.get("lent") and steps > 0,
+                       "job_steps": steps, "slurmd": daemons.get("slurmd", {}).get("state", ""),
+                       "version": slurm.get("version", ""), "warnings": list(slurm.get("warnings", ()))}
+    return {"controller": controller, "nodes": nodes, "job_steps": sum(n["job_steps"] for n in nodes.values())}
+
+
+def _status_lines(view: dict[str, Any]) -> list[str]:
+    controller = view["controller"]
+    if controller is None:
+        lines = ["controller: none reports slurmctld (slurm.yaml enabled: false, or its agent is not connected)"]
+    else:
+        dbd = f", slurmdbd {controller['slurmdbd']}" if controller["slurmdbd"] else ""
+        lines = [f"controller: {controller['node']} (slurmctld {controller['slurmctld']}{dbd})"]
+    for name, node in view["nodes"].items():
+        role = "reclaiming" if node["reclaiming"] else ("lent" if node["lent"] else "not lent")
+        reason = f" ({node['reason']})" if node["reason"] else ""
+        lines.append(f"{name}: {role}, Slurm state {node['state'] or 'unknown'}{reason}, {node['job_steps']} job "
+                     f"step(s), slurmd {node['slurmd'] or 'not running'}")
+        lines += [f"  warning: {warning}" for warning in node["warnings"]]
+    lines.append(f"job steps running: {view['job_steps']}")
+    return lines
+
+
 def register(group: click.Group) -> None:
     """Add `node cordon|uncordon|drain` (to the existing `node` group, or a new one) and the `slurm` group."""
     node_group = group.commands.get("node")
@@ -64,6 +107,16 @@ def register(group: click.Group) -> None:
     slurm_group.command("lend", help="Lend NODE to Slurm: nodes.NODE.lent: true in slurm.yaml, committed as you.")(
         _verb("lend"))
     slurm_group.command("reclaim", help="Take NODE back from Slurm: lent: false, committed as you.")(_verb("reclaim"))
+
+    @slurm_group.command("status")
+    @_client_options
+    def status_command(client, as_json) -> None:
+        """Controller, slurmdbd, nodes lent or being reclaimed, job steps running (from the agents' reports)."""
+        view = slurm_status(client.get("/api/v1/status"))
+        if as_json:
+            _print_json(view)
+        else:
+            click.echo("\n".join(_status_lines(view)))
 
     @slurm_group.command("render")
     @click.argument("settings_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))

@@ -10,6 +10,7 @@ answer. Every message becomes a pure transition of the `ControlState`'s fleet, s
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 from contextlib import asynccontextmanager
 
 import trio
@@ -56,6 +57,8 @@ class AgentHub:
     def __init__(self, update: Update):
         self.sessions: dict[str, AgentSession] = {}
         self.nursery: trio.Nursery | None = None
+        # Called with (node id, SlurmReport) for a heartbeat that carries ended Slurm jobs (the controller's).
+        self.on_slurm_jobs: Callable[[str, pb.SlurmReport], None] | None = None
         self._update = update
 
     async def command(self, node_id: str, timeout: float, **body) -> CommandOutcome:
@@ -164,11 +167,15 @@ class AgentHub:
             installed, installing = tuple(beat.engines_installed), tuple(beat.engines_installing)
             origin = float(beat.time) or None  # the agent's send time: the loop keeps the latency to its fold
             health = health_from_message(beat.health) if beat.HasField("health") else None
+            steps = beat.slurm.job_steps if beat.HasField("slurm") else 0
+            slurm = slurm_summary(beat.slurm) if beat.HasField("slurm") else None
+            if beat.HasField("slurm") and beat.slurm.finished_jobs and self.on_slurm_jobs is not None:
+                self.on_slurm_jobs(node_id, beat.slurm)
 
             def transition(state: ControlState) -> tuple[ControlState, bool]:
                 fleet, changed = state.fleet.heartbeat(
                     node_id, now, shards=shards, details=details, engines_installed=installed,
-                    engines_installing=installing, readings=readings, health=health)
+                    engines_installing=installing, readings=readings, health=health, slurm_job_steps=steps, slurm=slurm)
                 return state.with_fleet(fleet), changed
         elif kind == "shard_status":
             shards, details = convert_shards([message.shard_status])
@@ -195,6 +202,23 @@ class AgentHub:
         else:
             return
         self._update(transition, f"{kind} from {node_id}", origin)
+
+
+def slurm_summary(report: pb.SlurmReport) -> dict[str, Any]:
+    """A heartbeat's SlurmReport as the status document shows it: {"daemons": {name: {"state", "pid", "restarts",
+    "error"?}}, "version", "node_state", "node_reason", "job_steps", "lent", "warnings"?}; the ended jobs are left
+    out (they go to usage)."""
+    daemons = {}
+    for daemon in report.daemons:
+        entry: dict[str, Any] = {"state": daemon.state, "pid": daemon.pid, "restarts": daemon.restarts}
+        if daemon.error:
+            entry["error"] = daemon.error
+        daemons[daemon.name] = entry
+    summary: dict[str, Any] = {"daemons": daemons, "version": report.version, "node_state": report.node_state,
+                               "node_reason": report.node_reason, "job_steps": report.job_steps, "lent": report.lent}
+    if report.warnings:
+        summary["warnings"] = list(report.warnings)
+    return summary
 
 
 def _peer_host(peer: str) -> str:

@@ -78,6 +78,8 @@ def node_documents(records: tuple[NodeRecord, ...]) -> dict[str, Any]:
             doc["warnings"] = list(record.warnings)
         if record.health is not None:
             doc["health"] = record.health.to_json()
+        if record.slurm is not None:
+            doc["slurm"] = dict(record.slurm)
         nodes[node.node_id] = doc
     return nodes
 
@@ -175,7 +177,9 @@ def status_document(
 
 def audit_snapshot(doc: Mapping[str, Any]) -> dict[str, Any]:
     """The parts of a status document whose change is worth a commit (no times, pass numbers or triggers)."""
-    snap = {k: v for k, v in doc.items() if k not in ("pass", "failures")}
+    snap = {k: v for k, v in doc.items() if k not in ("pass", "failures", "nodes")}
+    if "nodes" in doc:  # a node's Slurm report changes with every job: written with the next commit, never one itself
+        snap["nodes"] = {name: {k: v for k, v in node.items() if k != "slurm"} for name, node in doc["nodes"].items()}
     if "failures" in doc:
         snap["failures"] = [{k: v for k, v in f.items() if k != "retry_at"} for f in doc["failures"]]
     if "pass" in doc:

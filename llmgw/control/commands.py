@@ -1,4 +1,5 @@
-"""The commands a plan's actions become: StartShard, StopShard and InstallEngine messages (llmgw/wire/agent.proto).
+"""The commands a plan's actions become: StartShard, StopShard, InstallEngine and AgentSettings messages
+(llmgw/wire/agent.proto), AgentSettings with the node's part in Slurm.
 
 Pure apart from looking secrets up: a planned `Action`, the settings in force and what the node reported in,
 a pb message body out. Replica keys and weight tokens go into the message (the agent puts them in the engine's
@@ -13,7 +14,10 @@ from llmgw.control.deciding import action_key, shard_id_of  # noqa: F401 - re-ex
 from llmgw.errors import UsageError
 from llmgw.identity import split_engine_key
 from llmgw.plan.identity import engine_version_of
-from llmgw.plan.types import Action, ActionKind
+from llmgw.plan.slurm_accounts import desired_accounts
+from llmgw.plan.slurm_conf import hosts_of
+from llmgw.plan.slurm_roles import STORAGE_HOST, STORAGE_PORT, slurm_roles, slurmdbd_conf, storage_names, storage_password
+from llmgw.plan.types import Action, ActionKind, Fleet
 from llmgw.settings.model import Settings
 from llmgw.wire import pb
 
@@ -94,10 +98,42 @@ def install_engine(action: Action, settings: Settings, platform: str) -> pb.Inst
     )
 
 
-def agent_settings(settings: Settings, node_id: str) -> pb.AgentSettings:
-    """The AgentSettings message for `node_id` (its override file over agents/default.yaml)."""
+def slurm_role(settings: Settings, fleet: Fleet, node_id: str, secret: Callable[[str], str]) -> pb.SlurmRole:
+    """`node_id`'s part in Slurm (llmgw.plan.slurm_roles) as the wire's SlurmRole, with the munge key (the secret
+    slurm.yaml names, as UTF-8 bytes) and, on the controller with accounting, slurmdbd.conf and the MariaDB user's
+    password derived from the key. An empty SlurmRole when the node has no part.
+
+    Raises: UsageError when the munge key secret is missing.
+    """
+    slurm = settings.slurm
+    hosts = hosts_of(fleet)
+    role = slurm_roles(slurm, hosts, desired_accounts(settings)).get(node_id)
+    if role is None:
+        return pb.SlurmRole()
+    key = secret(slurm.munge_key_secret).encode()
+    message = pb.SlurmRole(
+        daemons=list(role.daemons), node_name=role.node_name, lent=role.lent, drain_reason=role.drain_reason,
+        slurm_conf=role.slurm_conf, gres_conf=role.gres_conf, munge_key=key,
+        slurmctld_port=slurm.ports["slurmctld"], slurmdbd_port=slurm.ports["slurmdbd"])
+    if role.accounting:
+        password = storage_password(key, slurm)
+        user, database = storage_names(slurm)
+        message.slurmdbd_conf = slurmdbd_conf(slurm, hosts, password)
+        message.storage_host, message.storage_port = STORAGE_HOST, STORAGE_PORT
+        message.storage_user, message.storage_database, message.storage_password = user, database, password
+        message.cluster_name = slurm.cluster_name
+        message.accounts.extend(pb.SlurmAccountWanted(name=name, parent=a.parent, description=a.description,
+                                                      organisation=a.organisation, users=list(a.users))
+                                for name, a in role.accounts)
+    return message
+
+
+def agent_settings(settings: Settings, node_id: str, slurm: pb.SlurmRole | None = None) -> pb.AgentSettings:
+    """The AgentSettings message for `node_id` (its override file over agents/default.yaml), with its part in
+    Slurm (`slurm_role`; None: none)."""
     agent = settings.agent_settings_for(node_id)
     return pb.AgentSettings(
+        slurm=slurm,
         weights_dir=agent.weights_dir,
         engines_dir=agent.engines_dir,
         heartbeat_interval=agent.heartbeat_interval,

@@ -17,6 +17,7 @@ the leader queues an audit commit when something changed. Readers get `plane.sna
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import secrets
 import socket
@@ -33,7 +34,7 @@ from llmgw import __version__
 from llmgw.control.agents import AgentHub
 from llmgw.control.applying import apply
 from llmgw.control.audit import AuditWriter, audit_message, audit_snapshot, state_changes, status_document
-from llmgw.control.commands import agent_settings, install_engine, platform_of, start_shard, stop_shard
+from llmgw.control.commands import agent_settings, install_engine, platform_of, slurm_role, start_shard, stop_shard
 from llmgw.control.deciding import Decision
 from llmgw.control.keys import (
     REPLICA_KEY_SECRET, WEBHOOK_SECRET, SecretResolver, replica_key,
@@ -43,10 +44,11 @@ from llmgw.control.looping import ControlLoop
 from llmgw.control.registry import FleetRegistry
 from llmgw.control.reports import fleet_for, memory_thresholds
 from llmgw.control.routing import build_route_table
-from llmgw.control.state import ControlState, PassRecord, WatchState
 from llmgw.control.tracing import StartTracing, open_tracing
 from llmgw.control.watching import SettingsWatcher
-from llmgw.errors import EngineError, SettingsError, TemporaryError, UsageError
+from llmgw.control.slurm_usage import slurm_usage
+from llmgw.control.state import ControlState, PassRecord, WatchState
+from llmgw.errors import EngineError, SettingsError, StoreError, TemporaryError, UsageError
 from llmgw.gateway import Gateway
 from llmgw.plan.types import Action, ActionKind, Plan
 from llmgw.routes import RouteTable
@@ -64,6 +66,9 @@ PASS_COALESCE = 0.25
 """Seconds from one pass's end to the next: events arriving meanwhile make one batch and one pass."""
 AUDIT_MIN_GAP = 1.0
 """Seconds between two audit commits: the passes in between are written as one."""
+log = logging.getLogger("llmgw.control")
+SLURM_RECORDED_MAX = 20000
+"""Ended Slurm jobs whose usage this control plane remembers having recorded (the store dedups beyond that)."""
 
 
 
@@ -157,6 +162,8 @@ class ControlPlane:
             config.repo, config.branch, self.state_dir / "settings-mirror.git", publish=self._publish_watch,
         )
         self.agents = AgentHub(self.loop.update)
+        self.agents.on_slurm_jobs = self._record_slurm_jobs
+        self._slurm_recorded: dict[str, None] = {}  # request ids of Slurm jobs recorded, oldest first (bounded)
         self.audit = AuditWriter(self.watcher.repo_path, min_gap=AUDIT_MIN_GAP)
         self.passes: deque[PassRecord] = deque(maxlen=100)
         self.apply_lock = trio.Lock()
@@ -424,7 +431,9 @@ class ControlPlane:
     async def _execute(self, action: Action, settings: Settings) -> None:
         timeout = settings.cluster.action_timeout
         if action.kind is ActionKind.CONFIGURE:
-            message = agent_settings(settings, action.node_id)
+            fleet = fleet_for(self.loop.state.fleet.fleet(), settings)
+            message = agent_settings(settings, action.node_id,
+                                     slurm_role(settings, fleet, action.node_id, self.secrets.require))
             message.fingerprint = action.engine
             body = {"agent_settings": message}
         elif action.kind in (ActionKind.START, ActionKind.RESTART):
@@ -446,6 +455,32 @@ class ControlPlane:
             subject = "its agent settings" if action.kind is ActionKind.CONFIGURE else (
                 action.shard_id or action.replica_id or action.engine)
             raise EngineError(f"node {action.node_id} refused to {action.kind.value} {subject}: {outcome.error}")
+
+    def _record_slurm_jobs(self, node_id: str, report) -> None:
+        """Price the ended Slurm jobs of a heartbeat into usage (llmgw.control.slurm_usage), each once: those
+        recorded already are skipped here, and the store keeps each job's id unique anyway."""
+        settings = self.watcher.state.settings
+        if settings is None or self.store is None or self._nursery is None:
+            return
+        cluster = report.cluster_name or settings.slurm.cluster_name
+        fresh = [slurm_usage(job, cluster, node_id, settings.cluster.gpu_hour_cost) for job in report.finished_jobs]
+        fresh = [(rid, record) for rid, record in fresh if rid not in self._slurm_recorded]
+        if not fresh:
+            return
+        for request_id, _ in fresh:
+            self._slurm_recorded[request_id] = None
+        while len(self._slurm_recorded) > SLURM_RECORDED_MAX:
+            del self._slurm_recorded[next(iter(self._slurm_recorded))]
+
+        async def write() -> None:
+            for request_id, record in fresh:
+                try:
+                    await trio.to_thread.run_sync(self.store.record_usage_once, record, request_id)
+                except StoreError as exc:  # forgotten here: the next beat carries the job again
+                    self._slurm_recorded.pop(request_id, None)
+                    log.warning("could not record Slurm job %s into usage: %s", request_id, exc)
+
+        self._nursery.start_soon(write)
 
     def _after_pass(self, decision: Decision, state: ControlState) -> None:
         record = decision.record

@@ -31,6 +31,7 @@ from __future__ import annotations
 import math
 from bisect import insort
 from collections.abc import Iterable, Mapping
+from typing import Any
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
@@ -63,7 +64,8 @@ class NodeRecord:
     `engine_errors` maps "llama.cpp@b11434" to the last install error. `registered_at` is when it last registered. `readings` are the last heartbeat's
     readings (None before the first; see `NodeReadings.to_json` for the 60 s age limit). `engines_installable`
     and `features` are what the agent said it can do at Register. `health` the node's last GPU health and fabrics
-    report (None before the first; kept across a new Register that carries none).
+    report (None before the first; kept across a new Register that carries none). `slurm` the node's last Slurm
+    report as plain data (`llmgw.control.agents.slurm_summary`; None: the node has no part in Slurm).
     """
 
     state: NodeState
@@ -81,6 +83,7 @@ class NodeRecord:
     engines_installable: frozenset[str] = frozenset()
     features: frozenset[str] = frozenset()
     health: NodeHealthReport | None = None
+    slurm: Mapping[str, Any] | None = None
 
     @property
     def node_id(self) -> str:
@@ -257,10 +260,14 @@ class FleetRegistry:
         engines_installing: Iterable[str] | None = None,
         readings: NodeReadings | None = None,
         health: NodeHealthReport | None = None,
+        slurm_job_steps: int | None = None,
+        slurm: Mapping[str, Any] | None = None,
     ) -> tuple[FleetRegistry, bool]:
         """A heartbeat: the node is alive; `shards` (when given) is its full shard list now; `readings` replace
         the node's readings and update its cards' free memory and shared-card verdict; `health` replaces the
-        node's health report and its cards' `unhealthy`.
+        node's health report and its cards' `unhealthy`; `slurm_job_steps` (when given) the Slurm job steps
+        running there (a change is a change of the fleet: a reclaimed node opens when it reaches 0); `slurm` the
+        node's Slurm report as plain data (None: it has none), kept for the status document.
 
         A heartbeat from a node that never registered is ignored (returns (self, False)): the agent registers first.
         """
@@ -274,6 +281,8 @@ class FleetRegistry:
             state = replace(state, engines_installed=frozenset(engines_installed))
         if engines_installing is not None:
             state = replace(state, engines_installing=frozenset(engines_installing))
+        if slurm_job_steps is not None and slurm_job_steps != state.slurm_job_steps:
+            state = replace(state, slurm_job_steps=slurm_job_steps)
         gpus_changed = False
         if readings is not None and readings.gpus:
             gpus, gpus_changed = apply_gpu_readings(state.gpus, readings, self.memory_thresholds)
@@ -286,7 +295,7 @@ class FleetRegistry:
                 state = replace(state, gpus=gpus)
         record = replace(old, state=state, last_seen=now, lost=False, connected=True,
                          readings=readings if readings is not None else old.readings,
-                         health=health if health is not None else old.health)
+                         health=health if health is not None else old.health, slurm=slurm)
         if details is not None:
             record = replace(record, details=MappingProxyType(dict(details)))
         changed = (
@@ -296,6 +305,7 @@ class FleetRegistry:
             or _shard_key(old.state.shards) != _shard_key(state.shards)
             or old.state.engines_installed != state.engines_installed
             or old.state.engines_installing != state.engines_installing
+            or old.state.slurm_job_steps != state.slurm_job_steps
         )
         return self._with(node_id, record, changed or old.state.shards != state.shards), changed
 

@@ -56,7 +56,7 @@ class Placement:
         self.generation = 0
         self.failed: dict[int, tuple[int, tuple[tuple[str, str], ...]]] = {}
         self.old_keeps: dict[tuple[str, str], int] = {}
-        self.closed = closed_nodes(settings)  # node id -> why no new replica goes there (cordons.py)
+        self.closed = closed_nodes(settings, nodes)  # node id -> why no new replica goes there (cordons.py)
         self.evicted = evicted_nodes(settings)
 
     def node_labels(self, node: NodeState) -> dict[str, str]:

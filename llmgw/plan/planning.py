@@ -33,6 +33,9 @@ from llmgw.plan.health import unhealthy_devices
 from llmgw.identity import ShardState, engine_key, replica_index
 from llmgw.plan.identity import engine_version_of, fingerprint, replica_ids
 from llmgw.plan.placing import Pending, Placement
+from llmgw.plan.slurm_accounts import desired_accounts
+from llmgw.plan.slurm_conf import hosts_of
+from llmgw.plan.slurm_roles import SlurmRole, slurm_roles
 from llmgw.plan.types import Action, ActionKind, Assignment, Fleet, NodeState, ObservedShard, Plan
 from llmgw.settings.model import Model, Settings
 
@@ -147,6 +150,9 @@ class _Planner(Placement):
     def configure_nodes(self) -> None:
         """A CONFIGURE for every alive, tracked node whose acknowledged agent settings differ from the settings'."""
         fingerprints: dict[int, str] = {}  # most nodes share one AgentSettings value: hash each value once
+        roles = {}
+        if self.settings.slurm.enabled:  # each node's part in Slurm goes with its agent settings
+            roles = slurm_roles(self.settings.slurm, hosts_of(Fleet(tuple(self.nodes))), desired_accounts(self.settings))
         for node in self.nodes:
             if not node.alive or node.agent_settings_applied is None:
                 continue
@@ -154,6 +160,9 @@ class _Planner(Placement):
             wanted = fingerprints.get(id(agent))
             if wanted is None:
                 wanted = fingerprints[id(agent)] = _fingerprint_of(agent, self.settings.cluster.control_planes)
+            role = roles.get(node.node_id)
+            if role is not None:  # its part in Slurm goes with its agent settings (AgentSettings.slurm)
+                wanted = with_slurm_role(wanted, role)
             if node.agent_settings_applied != wanted:
                 reason = "agent settings changed" if node.agent_settings_applied else "node has no agent settings yet"
                 self.actions.append(Action(ActionKind.CONFIGURE, node.node_id, engine=wanted, reason=reason))
@@ -288,6 +297,11 @@ def _fingerprint_of(agent, control_planes: tuple[str, ...] = ()) -> str:
     if control_planes:  # sent with them (AgentSettings.control_planes); absent: as before
         described += repr(control_planes)
     return hashlib.sha256(described.encode()).hexdigest()[:16]
+
+
+def with_slurm_role(fingerprint: str, role: SlurmRole) -> str:
+    """An agent settings fingerprint covering the node's part in Slurm too (16 hex digits)."""
+    return hashlib.sha256(f"{fingerprint} slurm {role.digest()}".encode()).hexdigest()[:16]
 
 
 def _plain(value):

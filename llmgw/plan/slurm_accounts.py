@@ -13,11 +13,10 @@ from collections.abc import Iterable
 
 from llmgw.settings.model import Settings
 from llmgw.tools.slurm import SlurmAccount, SlurmAssociation
+from llmgw.tools.slurm_accounts import MARK, Command, WantedAccount
+from llmgw.tools.slurm_accounts import account_commands as commands_for
 
-MARK = "llmgw:"
 _LOGIN = re.compile(r"[^a-z0-9_-]")
-
-Command = tuple[str, ...]
 
 
 def login_of(email: str) -> str:
@@ -29,48 +28,24 @@ def login_of(email: str) -> str:
     return login[:32]
 
 
-def desired_accounts(settings: Settings) -> dict[str, tuple[str, str, str]]:
-    """Account name -> (parent, description, organisation), parents before children (organisation, team, project)."""
-    out: dict[str, tuple[str, str, str]] = {}
+def desired_accounts(settings: Settings) -> dict[str, WantedAccount]:
+    """Account name -> WantedAccount, parents before children (organisation, team, project); a project's users are
+    its members' logins (`login_of`), sorted."""
+    out: dict[str, WantedAccount] = {}
     for name in sorted(settings.organisations):
-        out[f"org-{name}"] = ("root", f"{MARK} organisation {name}", name)
+        out[f"org-{name}"] = WantedAccount("root", f"{MARK} organisation {name}", name)
     for name in sorted(settings.teams):
         team = settings.teams[name]
-        out[f"team-{name}"] = (f"org-{team.organisation}", f"{MARK} team {name}", team.organisation)
+        out[f"team-{name}"] = WantedAccount(f"org-{team.organisation}", f"{MARK} team {name}", team.organisation)
     for name in sorted(settings.projects):
         project = settings.projects[name]
-        out[name] = (f"team-{project.team}", f"{MARK} project {name}", project.organisation)
+        out[name] = WantedAccount(f"team-{project.team}", f"{MARK} project {name}", project.organisation,
+                                  tuple(sorted({login_of(member) for member in project.members})))
     return out
 
 
 def account_commands(settings: Settings, cluster: str, accounts: Iterable[SlurmAccount],
                      assocs: Iterable[SlurmAssociation]) -> tuple[Command, ...]:
-    """The `sacctmgr -i ...` argument lists (without "sacctmgr") that make `cluster`'s accounts and user
-    associations match `settings`' projects, given what `sacctmgr show account` / `show assoc` print now.
-
-    Order: accounts added parents first, users added, users removed, stale llmgw accounts deleted children first.
-    An account named like one of llmgw's but not marked as llmgw's is left alone (and gets no users from llmgw).
-    Returns () when Slurm already matches.
-    """
-    existing = {a.name: a for a in accounts}
-    ours = {name for name, account in existing.items() if account.description.startswith(MARK)}
-    wanted = desired_accounts(settings)
-    users_now = {(a.account, a.user) for a in assocs if a.cluster == cluster and a.user}
-    commands: list[Command] = []
-    for name, (parent, description, organisation) in wanted.items():
-        if name not in existing:
-            commands.append(("-i", "add", "account", name, f"Cluster={cluster}", f"Parent={parent}",
-                             f"Description={description}", f"Organization={organisation}"))
-    usable = {name for name in wanted if name not in existing or name in ours}
-    wanted_users = {(project, login_of(member)) for project in settings.projects if project in usable
-                    for member in settings.projects[project].members}
-    for account, user in sorted(wanted_users - users_now):
-        commands.append(("-i", "add", "user", user, f"Account={account}", f"Cluster={cluster}"))
-    for account, user in sorted(users_now - wanted_users):
-        if account in ours:
-            commands.append(("-i", "delete", "user", user, f"Account={account}", f"Cluster={cluster}"))
-    stale = [name for name in ours if name not in wanted]
-    order = {"org": 2, "team": 1}
-    for name in sorted(stale, key=lambda n: (order.get(n.split("-", 1)[0], 0), n)):
-        commands.append(("-i", "delete", "account", name))  # the whole account: with Cluster= only its association goes
-    return tuple(commands)
+    """The `sacctmgr -i ...` argument lists that make `cluster` match `settings`' projects
+    (`llmgw.tools.slurm_accounts.account_commands` over `desired_accounts`)."""
+    return commands_for(desired_accounts(settings), cluster, accounts, assocs)

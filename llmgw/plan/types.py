@@ -74,6 +74,7 @@ class NodeState:
     the node acknowledged since it connected: "" none yet, None not tracked (the planner then plans no CONFIGURE).
     `engines_installable` the engines (names, "llama.cpp") its agent can install and `features` what its agent
     version can do (Register's `engines_installable` / `features`); None: unknown, taken as anything.
+    `slurm_job_steps` the Slurm job steps running on it as its agent last read them (0: none, or no Slurm).
     """
 
     node_id: str
@@ -89,6 +90,7 @@ class NodeState:
     agent_settings_applied: str | None = None
     engines_installable: frozenset[str] | None = None
     features: frozenset[str] | None = None
+    slurm_job_steps: int = 0
 
 
 @dataclass(frozen=True)

@@ -47,7 +47,8 @@ class ClusterSettings:
     """`llmgw.yaml`: the cluster as a whole.
 
     Durations in seconds. `gpu_hour_cost` maps a GPU class (or "default") to the cost of one GPU for one hour,
-    in `currency`; it is meant to price models without explicit prices, and nothing reads it yet (unbuilt.py).
+    in `currency`; it prices Slurm jobs (llmgw.control.slurm_usage); models without explicit prices are not priced
+    from it yet (unbuilt.py).
     `store` is the runtime store the control plane opens (`llmgw server --store URL` overrides it).
     `cordoned`: node ids that get no new replica; `drained`: node ids whose replicas are placed elsewhere first,
     then stopped (`llmgw node cordon|uncordon|drain`), both sorted.

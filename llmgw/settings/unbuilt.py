@@ -61,8 +61,8 @@ _NO_INSTALL = {
 }
 
 UNBUILT: tuple[UnbuiltKey, ...] = (
-    UnbuiltKey("llmgw", ("prices", "gpu_hour_cost"), "usage is priced by each model's own `prices` only; a model "
-               "without them costs nothing"),
+    UnbuiltKey("llmgw", ("prices", "gpu_hour_cost"), "it prices Slurm jobs only (docs/slurm.md); a model's usage is "
+               "priced by its own `prices`, and a model without them costs nothing"),
     UnbuiltKey("model", ("adapters",), "no engine is given LoRA adapters yet, and clients cannot ask for them"),
     *(UnbuiltKey("engines", (engine, ANY, "python_packages"), _NO_INSTALL[engine]) for engine in ("llama.cpp", "sglang")),
     *(UnbuiltKey("engines", (engine, ANY, key), _NO_INSTALL[engine])
@@ -71,12 +71,6 @@ UNBUILT: tuple[UnbuiltKey, ...] = (
     UnbuiltKey("projects", ("organisations", NAME, "teams", NAME, "projects", NAME, "members"),
                "API keys are created and revoked with the admin token (`llmgw keys`); members are not consulted"),
     UnbuiltKey("firewall", ("enabled",), "llmgw writes no firewall rule on any node yet", when="`true`",
-               applies=lambda value: value is True),
-    UnbuiltKey("slurm", ("enabled",), "agents start no Slurm daemon and write no munge key yet; llmgw renders "
-               "slurm.conf and gres.conf (`llmgw slurm render`) and keeps replicas off lent nodes",
-               when="`true`", applies=lambda value: value is True),
-    UnbuiltKey("slurm", ("accounting",), "no slurmdbd is set up and no Slurm job is priced into usage yet; the "
-               "rendered slurm.conf names accounting_storage/slurmdbd", when="`true`",
                applies=lambda value: value is True),
     UnbuiltKey("slurm", ("users",), "llmgw makes no Linux user and writes no SSH key yet", when="`llmgw`",
                applies=lambda value: value == "llmgw"),

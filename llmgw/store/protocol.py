@@ -120,6 +120,10 @@ class Store(Protocol):
     def record_usage(self, record: UsageRecord) -> None:
         """Append `record`; committed (surviving a crash of this process) before returning."""
 
+    def record_usage_once(self, record: UsageRecord, request_id: str) -> bool:
+        """Append `record` unless a record with `request_id` is there already (a Slurm job, "slurm:<cluster>:<id>");
+        True when written. Committed before returning."""
+
     def query_usage(self, project: str | None = None, since: float | None = None,
                     by: str = "model") -> list[UsageRow]:
         """Usage summed per "model", "project" or "day" (UTC), of one project and since a time if given."""

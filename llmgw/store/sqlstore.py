@@ -210,6 +210,10 @@ class SqlStore:
         with self._write() as conn:
             usage_table.insert_usage(conn, record)
 
+    def record_usage_once(self, record: UsageRecord, request_id: str) -> bool:
+        with self._write() as conn:
+            return usage_table.insert_usage(conn, record, request_id).fetchone() is not None
+
     def query_usage(self, project: str | None = None, since: float | None = None,
                     by: str = "model") -> list[UsageRow]:
         with self._read() as conn:

@@ -184,7 +184,7 @@ class ProcessGroupSample(_message.Message):
     def __init__(self, shard_id: _Optional[str] = ..., cpu_cores_used: _Optional[float] = ..., resident_memory_bytes: _Optional[int] = ...) -> None: ...
 
 class Heartbeat(_message.Message):
-    __slots__ = ("time", "gpus", "cpu_percent", "load1", "memory_used_bytes", "memory_available_bytes", "shards", "shard_states", "engines_installed", "engines_installing", "sampled_at", "disk_free_bytes", "health")
+    __slots__ = ("time", "gpus", "cpu_percent", "load1", "memory_used_bytes", "memory_available_bytes", "shards", "shard_states", "engines_installed", "engines_installing", "sampled_at", "disk_free_bytes", "health", "slurm")
     TIME_FIELD_NUMBER: _ClassVar[int]
     GPUS_FIELD_NUMBER: _ClassVar[int]
     CPU_PERCENT_FIELD_NUMBER: _ClassVar[int]
@@ -198,6 +198,7 @@ class Heartbeat(_message.Message):
     SAMPLED_AT_FIELD_NUMBER: _ClassVar[int]
     DISK_FREE_BYTES_FIELD_NUMBER: _ClassVar[int]
     HEALTH_FIELD_NUMBER: _ClassVar[int]
+    SLURM_FIELD_NUMBER: _ClassVar[int]
     time: float
     gpus: _containers.RepeatedCompositeFieldContainer[GpuSample]
     cpu_percent: float
@@ -211,7 +212,8 @@ class Heartbeat(_message.Message):
     sampled_at: float
     disk_free_bytes: int
     health: HealthReport
-    def __init__(self, time: _Optional[float] = ..., gpus: _Optional[_Iterable[_Union[GpuSample, _Mapping]]] = ..., cpu_percent: _Optional[float] = ..., load1: _Optional[float] = ..., memory_used_bytes: _Optional[int] = ..., memory_available_bytes: _Optional[int] = ..., shards: _Optional[_Iterable[_Union[ProcessGroupSample, _Mapping]]] = ..., shard_states: _Optional[_Iterable[_Union[ShardStatus, _Mapping]]] = ..., engines_installed: _Optional[_Iterable[str]] = ..., engines_installing: _Optional[_Iterable[str]] = ..., sampled_at: _Optional[float] = ..., disk_free_bytes: _Optional[int] = ..., health: _Optional[_Union[HealthReport, _Mapping]] = ...) -> None: ...
+    slurm: SlurmReport
+    def __init__(self, time: _Optional[float] = ..., gpus: _Optional[_Iterable[_Union[GpuSample, _Mapping]]] = ..., cpu_percent: _Optional[float] = ..., load1: _Optional[float] = ..., memory_used_bytes: _Optional[int] = ..., memory_available_bytes: _Optional[int] = ..., shards: _Optional[_Iterable[_Union[ProcessGroupSample, _Mapping]]] = ..., shard_states: _Optional[_Iterable[_Union[ShardStatus, _Mapping]]] = ..., engines_installed: _Optional[_Iterable[str]] = ..., engines_installing: _Optional[_Iterable[str]] = ..., sampled_at: _Optional[float] = ..., disk_free_bytes: _Optional[int] = ..., health: _Optional[_Union[HealthReport, _Mapping]] = ..., slurm: _Optional[_Union[SlurmReport, _Mapping]] = ...) -> None: ...
 
 class HealthFinding(_message.Message):
     __slots__ = ("level", "code", "message", "source", "blocks_placement")
@@ -438,7 +440,7 @@ class InstallEngine(_message.Message):
     def __init__(self, engine: _Optional[str] = ..., version: _Optional[str] = ..., archive_url: _Optional[str] = ..., archive_sha256: _Optional[str] = ..., sdist_package: _Optional[str] = ..., sdist_version: _Optional[str] = ..., sdist_sha256: _Optional[str] = ..., mirror: _Optional[str] = ..., build_args: _Optional[_Iterable[str]] = ..., python_packages: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class AgentSettings(_message.Message):
-    __slots__ = ("weights_dir", "engines_dir", "heartbeat_interval", "telemetry_interval", "labels", "ignore_gpus", "mirrors", "shard_stop_grace", "fingerprint", "control_planes")
+    __slots__ = ("weights_dir", "engines_dir", "heartbeat_interval", "telemetry_interval", "labels", "ignore_gpus", "mirrors", "shard_stop_grace", "fingerprint", "control_planes", "slurm")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -456,6 +458,7 @@ class AgentSettings(_message.Message):
     SHARD_STOP_GRACE_FIELD_NUMBER: _ClassVar[int]
     FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
     CONTROL_PLANES_FIELD_NUMBER: _ClassVar[int]
+    SLURM_FIELD_NUMBER: _ClassVar[int]
     weights_dir: str
     engines_dir: str
     heartbeat_interval: float
@@ -466,7 +469,120 @@ class AgentSettings(_message.Message):
     shard_stop_grace: float
     fingerprint: str
     control_planes: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, weights_dir: _Optional[str] = ..., engines_dir: _Optional[str] = ..., heartbeat_interval: _Optional[float] = ..., telemetry_interval: _Optional[float] = ..., labels: _Optional[_Mapping[str, str]] = ..., ignore_gpus: _Optional[_Iterable[str]] = ..., mirrors: _Optional[_Iterable[str]] = ..., shard_stop_grace: _Optional[float] = ..., fingerprint: _Optional[str] = ..., control_planes: _Optional[_Iterable[str]] = ...) -> None: ...
+    slurm: SlurmRole
+    def __init__(self, weights_dir: _Optional[str] = ..., engines_dir: _Optional[str] = ..., heartbeat_interval: _Optional[float] = ..., telemetry_interval: _Optional[float] = ..., labels: _Optional[_Mapping[str, str]] = ..., ignore_gpus: _Optional[_Iterable[str]] = ..., mirrors: _Optional[_Iterable[str]] = ..., shard_stop_grace: _Optional[float] = ..., fingerprint: _Optional[str] = ..., control_planes: _Optional[_Iterable[str]] = ..., slurm: _Optional[_Union[SlurmRole, _Mapping]] = ...) -> None: ...
+
+class SlurmRole(_message.Message):
+    __slots__ = ("daemons", "node_name", "lent", "drain_reason", "slurm_conf", "gres_conf", "slurmdbd_conf", "munge_key", "storage_host", "storage_port", "storage_user", "storage_password", "storage_database", "slurmctld_port", "slurmdbd_port", "cluster_name", "accounts")
+    DAEMONS_FIELD_NUMBER: _ClassVar[int]
+    NODE_NAME_FIELD_NUMBER: _ClassVar[int]
+    LENT_FIELD_NUMBER: _ClassVar[int]
+    DRAIN_REASON_FIELD_NUMBER: _ClassVar[int]
+    SLURM_CONF_FIELD_NUMBER: _ClassVar[int]
+    GRES_CONF_FIELD_NUMBER: _ClassVar[int]
+    SLURMDBD_CONF_FIELD_NUMBER: _ClassVar[int]
+    MUNGE_KEY_FIELD_NUMBER: _ClassVar[int]
+    STORAGE_HOST_FIELD_NUMBER: _ClassVar[int]
+    STORAGE_PORT_FIELD_NUMBER: _ClassVar[int]
+    STORAGE_USER_FIELD_NUMBER: _ClassVar[int]
+    STORAGE_PASSWORD_FIELD_NUMBER: _ClassVar[int]
+    STORAGE_DATABASE_FIELD_NUMBER: _ClassVar[int]
+    SLURMCTLD_PORT_FIELD_NUMBER: _ClassVar[int]
+    SLURMDBD_PORT_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_NAME_FIELD_NUMBER: _ClassVar[int]
+    ACCOUNTS_FIELD_NUMBER: _ClassVar[int]
+    daemons: _containers.RepeatedScalarFieldContainer[str]
+    node_name: str
+    lent: bool
+    drain_reason: str
+    slurm_conf: str
+    gres_conf: str
+    slurmdbd_conf: str
+    munge_key: bytes
+    storage_host: str
+    storage_port: int
+    storage_user: str
+    storage_password: str
+    storage_database: str
+    slurmctld_port: int
+    slurmdbd_port: int
+    cluster_name: str
+    accounts: _containers.RepeatedCompositeFieldContainer[SlurmAccountWanted]
+    def __init__(self, daemons: _Optional[_Iterable[str]] = ..., node_name: _Optional[str] = ..., lent: _Optional[bool] = ..., drain_reason: _Optional[str] = ..., slurm_conf: _Optional[str] = ..., gres_conf: _Optional[str] = ..., slurmdbd_conf: _Optional[str] = ..., munge_key: _Optional[bytes] = ..., storage_host: _Optional[str] = ..., storage_port: _Optional[int] = ..., storage_user: _Optional[str] = ..., storage_password: _Optional[str] = ..., storage_database: _Optional[str] = ..., slurmctld_port: _Optional[int] = ..., slurmdbd_port: _Optional[int] = ..., cluster_name: _Optional[str] = ..., accounts: _Optional[_Iterable[_Union[SlurmAccountWanted, _Mapping]]] = ...) -> None: ...
+
+class SlurmAccountWanted(_message.Message):
+    __slots__ = ("name", "parent", "description", "organisation", "users")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    PARENT_FIELD_NUMBER: _ClassVar[int]
+    DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    ORGANISATION_FIELD_NUMBER: _ClassVar[int]
+    USERS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    parent: str
+    description: str
+    organisation: str
+    users: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, name: _Optional[str] = ..., parent: _Optional[str] = ..., description: _Optional[str] = ..., organisation: _Optional[str] = ..., users: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class SlurmDaemon(_message.Message):
+    __slots__ = ("name", "state", "pid", "restarts", "error")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    PID_FIELD_NUMBER: _ClassVar[int]
+    RESTARTS_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    state: str
+    pid: int
+    restarts: int
+    error: str
+    def __init__(self, name: _Optional[str] = ..., state: _Optional[str] = ..., pid: _Optional[int] = ..., restarts: _Optional[int] = ..., error: _Optional[str] = ...) -> None: ...
+
+class SlurmReport(_message.Message):
+    __slots__ = ("daemons", "version", "node_state", "node_reason", "job_steps", "lent", "warnings", "finished_jobs", "cluster_name")
+    DAEMONS_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    NODE_STATE_FIELD_NUMBER: _ClassVar[int]
+    NODE_REASON_FIELD_NUMBER: _ClassVar[int]
+    JOB_STEPS_FIELD_NUMBER: _ClassVar[int]
+    LENT_FIELD_NUMBER: _ClassVar[int]
+    WARNINGS_FIELD_NUMBER: _ClassVar[int]
+    FINISHED_JOBS_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_NAME_FIELD_NUMBER: _ClassVar[int]
+    daemons: _containers.RepeatedCompositeFieldContainer[SlurmDaemon]
+    version: str
+    node_state: str
+    node_reason: str
+    job_steps: int
+    lent: bool
+    warnings: _containers.RepeatedScalarFieldContainer[str]
+    finished_jobs: _containers.RepeatedCompositeFieldContainer[SlurmJob]
+    cluster_name: str
+    def __init__(self, daemons: _Optional[_Iterable[_Union[SlurmDaemon, _Mapping]]] = ..., version: _Optional[str] = ..., node_state: _Optional[str] = ..., node_reason: _Optional[str] = ..., job_steps: _Optional[int] = ..., lent: _Optional[bool] = ..., warnings: _Optional[_Iterable[str]] = ..., finished_jobs: _Optional[_Iterable[_Union[SlurmJob, _Mapping]]] = ..., cluster_name: _Optional[str] = ...) -> None: ...
+
+class SlurmJob(_message.Message):
+    __slots__ = ("job_id", "partition", "account", "user", "state", "elapsed_seconds", "cpus", "gpus", "gpu_type", "end_time")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    ACCOUNT_FIELD_NUMBER: _ClassVar[int]
+    USER_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    ELAPSED_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    CPUS_FIELD_NUMBER: _ClassVar[int]
+    GPUS_FIELD_NUMBER: _ClassVar[int]
+    GPU_TYPE_FIELD_NUMBER: _ClassVar[int]
+    END_TIME_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    partition: str
+    account: str
+    user: str
+    state: str
+    elapsed_seconds: float
+    cpus: int
+    gpus: int
+    gpu_type: str
+    end_time: float
+    def __init__(self, job_id: _Optional[str] = ..., partition: _Optional[str] = ..., account: _Optional[str] = ..., user: _Optional[str] = ..., state: _Optional[str] = ..., elapsed_seconds: _Optional[float] = ..., cpus: _Optional[int] = ..., gpus: _Optional[int] = ..., gpu_type: _Optional[str] = ..., end_time: _Optional[float] = ...) -> None: ...
 
 class RequestLogs(_message.Message):
     __slots__ = ("request_id", "shard_id", "lines")

@@ -141,3 +141,13 @@ def test_expiry_is_checked_again_once_the_quietest_node_has_spoken():
     assert lost == () and registry.next_expiry() == 40.0  # n2, silent since 10 s
     registry, lost = registry.expire(now=40.0)
     assert lost == ("n2",) and registry.next_expiry() == 55.0
+
+
+def test_slurm_job_steps_reported_in_heartbeats_reach_the_planner_and_a_change_starts_a_pass():
+    registry, _ = FleetRegistry(lost_after=30).register(node("n1"), now=0.0)
+    registry, changed = registry.heartbeat("n1", 1.0, slurm_job_steps=3)
+    assert changed and registry.fleet().nodes[0].slurm_job_steps == 3
+    registry, changed = registry.heartbeat("n1", 2.0, slurm_job_steps=3)
+    assert not changed
+    registry, changed = registry.heartbeat("n1", 3.0, slurm_job_steps=0)  # the last step ended: plan again
+    assert changed and registry.fleet().nodes[0].slurm_job_steps == 0

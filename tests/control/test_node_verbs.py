@@ -63,6 +63,8 @@ async def test_node_verbs_are_commits_and_a_lent_node_gives_up_its_replica(tmp_p
         code, out, err = await llmgw(plane, "slurm", "reclaim", "n1", *WHO)
         assert code == 0, err
         await wait_for(lambda: "ready" in replica_states(plane).values(), 30, "a replica placed again")
+        code, out, err = await llmgw(plane, "slurm", "status")  # enabled: false: no agent runs any Slurm daemon
+        assert code == 0 and out.splitlines()[0].startswith("controller: none reports slurmctld"), out + err
 
         code, out, err = await llmgw(plane, "node", "cordon", "ghost", *WHO)  # a node no file names: committed
         assert code == 0, err

@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 
 from llmgw.control.deciding import action_answered, action_failed, decide, reusable_plan
-from llmgw.control.readings import GpuReading, NodeReadings
+from llmgw.control.readings import GpuSample, NodeReadings
 from llmgw.control.reports import memory_thresholds
 from llmgw.control.state import ControlState
 from llmgw.plan.types import ShardState
@@ -30,7 +30,7 @@ def readings(node, rng: random.Random, now: float, cross: bool) -> NodeReadings:
         if cross:
             free = 30 * GiB if free >= 40 * GiB else 80 * GiB
         used = max(0, gpu.memory_total_bytes - free + rng.randrange(0, 64) * 2**20 * (-1 if cross else 1))
-        gpus.append(GpuReading(index=int(gpu.device_id), utilization_percent=rng.uniform(0, 100),
+        gpus.append(GpuSample(index=int(gpu.device_id), utilization_percent=rng.uniform(0, 100),
                                memory_used_bytes=min(used, gpu.memory_total_bytes),
                                foreign_pids=(77,) if gpu.foreign_processes else ()))
     return NodeReadings(at=now, gpus=tuple(gpus))

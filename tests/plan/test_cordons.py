@@ -87,3 +87,19 @@ def test_placement_never_starts_a_replica_on_a_closed_node(seed: int) -> None:
     for action in plan.actions:
         if action.kind in (ActionKind.START, ActionKind.INSTALL):
             assert action.node_id not in shut, action
+
+
+def test_a_reclaimed_node_takes_replicas_only_once_its_last_slurm_job_step_ended() -> None:
+    reclaimed = replace(with_nodes(settings(GEMMA)), slurm=SlurmSettings(
+        controller="node01", nodes=MappingProxyType({"node01": SlurmNode("p", lent=False)}),
+        partitions=MappingProxyType({"p": SlurmPartition()})))
+    busy = cpu_node("node01", cores=16)
+    plan = make_plan(reclaimed, fleet(replace(busy, slurm_job_steps=2)))
+    assert not kinds(plan, ActionKind.START)
+    [unplaced] = plan.unplaced
+    assert dict(unplaced.reasons)["node01"] == (
+        "being reclaimed from Slurm: drained there, waiting for its last 2 job step(s) to end")  # the progress
+    assert kinds(make_plan(reclaimed, fleet(busy)), ActionKind.START) == {("node01", "gemma-0")}
+    # a node llmgw never lends keeps whatever Slurm says: its job steps are not llmgw's business
+    assert kinds(make_plan(settings(GEMMA), fleet(replace(busy, slurm_job_steps=2))),
+                 ActionKind.START) == {("node01", "gemma-0")}

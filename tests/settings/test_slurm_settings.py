@@ -78,12 +78,13 @@ def test_a_lent_node_is_listed_as_lent(tmp_path: Path) -> None:
     assert load_directory(_tree(tmp_path, text)).slurm.lent == {"gpu-node-01"}
 
 
-def test_enabled_accounting_and_users_are_accepted_not_acted_on_and_said_so(tmp_path: Path) -> None:
+def test_users_llmgw_is_accepted_not_acted_on_and_said_so_while_enabled_and_accounting_are_acted_on(
+        tmp_path: Path) -> None:
     text = ("enabled: true\ncontroller: gpu-node-01\nnodes:\n  gpu-node-01: {partition: gpu}\npartitions:\n"
             "  gpu: {}\naccounting: true\nusers: llmgw\nshared_path: /srv/home\n")
     warnings = [str(w) for w in load_directory(_tree(tmp_path, text)).warnings if w.file == "slurm.yaml"]
     assert [w.split(": warning")[0] for w in warnings] == [
-        "slurm.yaml:1:1: enabled", "slurm.yaml:7:1: accounting", "slurm.yaml:8:1: users"]
+        "slurm.yaml:8:1: users"]
 
 
 @pytest.mark.parametrize("key", ["cordoned", "drained"])

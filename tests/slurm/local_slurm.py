@@ -57,6 +57,24 @@ def mysql(sql: str) -> str:
     return done.stdout
 
 
+def loopback_settings(node: str, *, accounting: bool = True, lent: bool = False) -> SlurmSettings:
+    """slurm.yaml for a one-node cluster on loopback: `node` the controller and the only node (partition "debug"),
+    free ports, a cluster name of its own, and the plugins a cgroup v1 only machine needs."""
+    ctld, slurmd_port, dbd = free_ports(3)
+    return SlurmSettings(
+        enabled=True, cluster_name=f"t{secrets.token_hex(3)}", controller=node,
+        nodes=MappingProxyType({node: SlurmNode("debug", lent=lent)}),
+        partitions=MappingProxyType({"debug": SlurmPartition(default=True)}), accounting=accounting,
+        proctrack_type="proctrack/linuxproc", task_plugin="task/none",
+        ports=MappingProxyType({"slurmctld": ctld, "slurmd": slurmd_port, "slurmdbd": dbd}))
+
+
+def drop_storage(database: str, user: str) -> None:
+    """Drop slurmdbd's database and MariaDB user (both hosts) made for a test."""
+    mysql(f"DROP DATABASE IF EXISTS `{database}`;\n"
+          + "".join(f"DROP USER IF EXISTS '{user}'@'{host}';\n" for host in ("localhost", "127.0.0.1")))
+
+
 class LocalSlurm:
     """The cluster; `start()` brings it up (node drained with llmgw's reason, as every new node enters), `stop()`
     ends every process it started and drops its database and MariaDB user."""
@@ -116,13 +134,8 @@ class LocalSlurm:
               + "".join(f"CREATE USER '{user}'@'{host}' IDENTIFIED BY '{password}';\n"
                         f"GRANT ALL ON {self.database}.* TO '{user}'@'{host}';\n" for host in ("localhost", "127.0.0.1")))
 
-        ctld, slurmd_port, dbd = free_ports(3)
-        self.slurm = SlurmSettings(
-            enabled=True, cluster_name=f"t{secrets.token_hex(3)}", controller=NODE,
-            nodes=MappingProxyType({NODE: SlurmNode("debug")}),
-            partitions=MappingProxyType({"debug": SlurmPartition(default=True)}), accounting=True,
-            proctrack_type="proctrack/linuxproc", task_plugin="task/none",
-            ports=MappingProxyType({"slurmctld": ctld, "slurmd": slurmd_port, "slurmdbd": dbd}))
+        self.slurm = loopback_settings(NODE)
+        ctld, dbd = self.slurm.ports["slurmctld"], self.slurm.ports["slurmdbd"]
         paths = SlurmPaths(str(root / "state"), str(root / "spool"), str(root / "log"), str(root / "run"), "root",
                            socket_path)
         config = parse_slurmd_config(self.run("slurmd", "-C").stdout)
@@ -139,9 +152,9 @@ class LocalSlurm:
             file.write(dbd_conf)
 
         self._daemon("slurmdbd", "-D")
-        self._wait("slurmdbd's port", lambda: _listening(dbd))
+        self._wait("slurmdbd's port", lambda: listening(dbd))
         self._daemon("slurmctld", "-D", "-i")
-        self._wait("slurmctld's port", lambda: _listening(ctld))
+        self._wait("slurmctld's port", lambda: listening(ctld))
         self._daemon("slurmd", "-D", "-N", NODE)
         self._wait("the node registered", lambda: self.node().state != "unknown" and self.node().responding
                    if self.run("scontrol", "show", "node", NODE, check=False).returncode == 0 else False)
@@ -160,12 +173,11 @@ class LocalSlurm:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait(timeout=5)
-        user = self.database
-        mysql(f"DROP DATABASE IF EXISTS {self.database};\n"
-              + "".join(f"DROP USER IF EXISTS '{user}'@'{host}';\n" for host in ("localhost", "127.0.0.1")))
+        drop_storage(self.database, self.database)
 
 
-def _listening(port: int) -> bool:
+def listening(port: int) -> bool:
+    """True when something accepts connections on 127.0.0.1:`port`."""
     with socket.socket() as probe:
         probe.settimeout(0.2)
         return probe.connect_ex(("127.0.0.1", port)) == 0

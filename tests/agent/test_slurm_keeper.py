@@ -1,0 +1,78 @@
+"""The agent's Slurm keeper without Slurm: a daemon that keeps crashing is started again after a backoff that
+doubles (on trio's MockClock, real processes), a node without Slurm reports a warning in Slurm's absence instead of
+crashing, and the agent keeps its settings on disk without the munge key or the database password.
+
+The keeper with real Slurm daemons is tests/slurm/test_agent_slurm.py."""
+
+from __future__ import annotations
+
+import trio
+import trio.testing
+import pytest
+
+from llmgw.agent.config import load_agent_settings, save_agent_settings
+from llmgw.agent.slurm import Daemon, SlurmKeeper, SlurmLayout, keep_running, without_secrets
+from llmgw.wire import pb
+
+
+@pytest.fixture
+def autojump_clock():
+    return trio.testing.MockClock(autojump_threshold=1.0)  # a real process exits well within 1 s of real time
+
+
+async def _starts(daemon: Daemon, log_file, seconds: float, **options) -> list[float]:
+    """The mock times at which `daemon` was running, over `seconds` of mock time."""
+    starts: list[float] = []
+
+    def changed(d: Daemon) -> None:
+        if d.state == "running":
+            starts.append(trio.current_time())
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(lambda: keep_running(daemon, log_file, on_change=changed, **options))
+        await trio.sleep(seconds)
+        nursery.cancel_scope.cancel()
+    return starts
+
+
+async def test_a_daemon_that_keeps_crashing_is_restarted_after_a_doubling_backoff(tmp_path) -> None:
+    daemon = Daemon("slurmd", ("sh", "-c", "echo 'fatal: Unable to bind listen port (6818)'; exit 3"))
+    starts = await _starts(daemon, tmp_path / "slurmd.out", 20)
+    assert [round(b - a) for a, b in zip(starts, starts[1:])] == [1, 2, 4, 8]  # each backoff doubles
+    assert daemon.restarts == 5
+    assert daemon.error.startswith("slurmd exited with status 3: ")
+    assert "Unable to bind listen port (6818)" in daemon.error  # in the daemon's own words
+    assert daemon.state == "backoff" and daemon.pid == 0
+
+
+async def test_a_daemon_that_ran_long_enough_starts_again_after_one_second(tmp_path) -> None:
+    daemon = Daemon("slurmctld", ("sh", "-c", "exit 1"))
+    starts = await _starts(daemon, tmp_path / "out", 4.5, stable_after=0)  # every run counts as a long one
+    assert [round(b - a) for a, b in zip(starts, starts[1:])] == [1, 1, 1, 1]
+
+
+async def test_a_node_without_slurm_reports_a_warning_and_starts_nothing(tmp_path) -> None:
+    async with trio.open_nursery() as nursery:
+        keeper = SlurmKeeper(SlurmLayout(tmp_path / "slurm"), nursery,
+                             programs={name: str(tmp_path / "missing" / name) for name in ("munged", "slurmd")})
+        await keeper.apply(pb.SlurmRole(daemons=["slurmd"], node_name="n1", munge_key=b"k" * 32))
+        report = keeper.report()
+        assert report is not None and not report.daemons
+        assert [w.split(" is ")[0] for w in report.warnings] == ["munged", "slurmd"]
+        assert "is not installed on this node" in report.warnings[0]
+        await keeper.apply(pb.SlurmRole())  # told it has no part: nothing left to say
+        assert keeper.report() is None
+        nursery.cancel_scope.cancel()
+
+
+def test_the_kept_agent_settings_hold_no_slurm_secret(tmp_path) -> None:
+    key = b"munge-key-" + bytes(range(40))
+    settings = pb.AgentSettings(heartbeat_interval=2, slurm=pb.SlurmRole(
+        daemons=["slurmdbd", "slurmctld"], munge_key=key, storage_password="s3cret-pass",
+        slurmdbd_conf="StoragePass=s3cret-pass\n", slurm_conf="ClusterName=x\n"))
+    path = save_agent_settings(tmp_path, without_secrets(settings))
+    data = path.read_bytes()
+    assert key not in data and b"s3cret-pass" not in data
+    kept = load_agent_settings(tmp_path)
+    assert kept is not None and list(kept.slurm.daemons) == ["slurmdbd", "slurmctld"]
+    assert kept.slurm.slurm_conf == "ClusterName=x\n" and settings.slurm.munge_key == key  # the original is intact
