@@ -9,13 +9,15 @@ are zeroed (`callgrind_control --zero`); `--streams` clients then each run `--ro
 chunks `--token-gap-ms` apart (wide enough that the slowed gateway is never saturated, so each engine read holds one
 event: the worst case, no batching); then the counters are dumped. Printed: user-space instructions (Ir) per content
 chunk relayed, the streams' setup (auth, reservation, settlement) amortised in, and the top functions by inclusive
-cost in the dump (`callgrind_annotate`). Kernel time (socket syscalls) is not counted.
+cost in the dump (`callgrind_annotate`). Kernel time (socket syscalls) is not counted. Two runs with different
+`--tokens` separate the cost per chunk (the difference over the difference in chunks) from the cost per stream.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import subprocess
 import sys
@@ -24,14 +26,16 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gateway_gaps import STREAM_BODY, TOKEN_MARK  # noqa: E402
+from gateway_gaps import TOKEN_MARK  # noqa: E402
 from gateway_overhead import ROOT, _free_port, _wait_http  # noqa: E402
 
 
-async def _streams(port: int, key: str, streams: int, rounds: int) -> int:
+async def _streams(port: int, key: str, streams: int, rounds: int, tokens: int) -> int:
+    body = json.dumps({"model": "mock", "stream": True, "max_tokens": tokens,
+                       "messages": [{"role": "user", "content": "Count, please."}]}).encode()
     request = (b"POST /v1/chat/completions HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n"
-               b"authorization: Bearer " + key.encode() + b"\r\ncontent-length: " + str(len(STREAM_BODY)).encode()
-               + b"\r\n\r\n" + STREAM_BODY)
+               b"authorization: Bearer " + key.encode() + b"\r\ncontent-length: " + str(len(body)).encode()
+               + b"\r\n\r\n" + body)
 
     async def client(delay: float) -> int:
         await asyncio.sleep(delay)
@@ -72,10 +76,10 @@ def main() -> None:
         _wait_http(mock_port, "/health", 20)
         _wait_http(port, "/health", 600)
         key = Path(state, "key").read_text()
-        asyncio.run(_streams(port, key, 1, 1))  # first-use costs (imports, connections) before counting
+        asyncio.run(_streams(port, key, 1, 1, args.tokens))  # first-use costs (imports, connections) before counting
         subprocess.run(["callgrind_control", "--zero", str(gateway.pid)], check=True, capture_output=True)
         began = time.monotonic()
-        chunks = asyncio.run(_streams(port, key, args.streams, args.rounds))
+        chunks = asyncio.run(_streams(port, key, args.streams, args.rounds, args.tokens))
         took = time.monotonic() - began
         subprocess.run(["callgrind_control", "--dump", str(gateway.pid)], check=True, capture_output=True)
         dumps = sorted(Path(state).glob("callgrind.out*"), key=os.path.getmtime)
