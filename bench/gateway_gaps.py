@@ -12,6 +12,8 @@ token gap times 10. Targets, each in its own process, measured round after round
 - direct: the mock itself (its rate is the demand the others are held to);
 - gateway: llmgw's gateway (SQLite store, an API key, a project with a requests-per-minute quota: every stream
   reserves and settles), `--workers` > 1 adds a row "gateway-wN" served by N worker processes (when built);
+- gateway-base: with `--baseline-root DIR`, the gateway of another checkout (for example `git archive` of an older
+  commit into DIR), for a before/after in one run;
 - naive: hypercorn's trio worker and an httpx.AsyncClient relaying the engine's bytes untouched (no auth, no usage);
 - litellm: only when its venv (~/.cache/llmgw/bench-litellm, see gateway_overhead.py) is already installed.
 
@@ -268,6 +270,15 @@ def run(args, me: list[str], root: Path, free_port, wait_http, start_gateway, li
         processes.append(gateway)
         targets.append(("gateway", port, gateway.pid))
         keys["gateway"] = state
+        if args.baseline_root:  # the same gateway from another checkout (e.g. `git archive <commit>`), same run
+            port = free_port()
+            Path(state, "base").mkdir()
+            base = subprocess.Popen([sys.executable, str(Path(args.baseline_root, "bench", "gateway_overhead.py")),
+                                     "gateway", str(port), str(mock_port), str(Path(state, "base"))],
+                                    cwd=args.baseline_root, stderr=subprocess.DEVNULL)
+            processes.append(base)
+            targets.append(("gateway-base", port, base.pid))
+            keys["gateway-base"] = str(Path(state, "base"))
         if args.workers > 1:
             port = free_port()
             Path(state, "w").mkdir()
@@ -354,6 +365,12 @@ def _print(results, levels, targets, args, note: str) -> None:
             print(f"{name:12} {streams:7d} {streams * nominal:9.0f} {rate:9.0f} {rate / direct:9.1%} "
                   f"{_mean(rows, 'cpu_us'):12.1f} {_mean(rows, 'cpu_share'):9.0%} {_mean(rows, 'ttfb_p50'):11.1f} "
                   f"{_mean(rows, 'ttfb_p99'):8.1f} {sum(r['errors'] for r in rows):6d}")
+    if any(name == "gateway-base" for name, _p, _i in targets):
+        print("\nstreams  gateway/gateway-base cpu per chunk   gateway/gateway-base chunks/s")
+        for streams in levels:
+            g, b = results["gateway", streams], results["gateway-base", streams]
+            print(f"{streams:7d}  {_mean(g, 'cpu_us') / _mean(b, 'cpu_us'):33.2f}x"
+                  f"   {_mean(g, 'chunks_per_s') / _mean(b, 'chunks_per_s'):27.2f}x")
     if any(name == "naive" for name, _p, _i in targets):
         print("\nstreams  gateway/naive cpu per chunk   gateway/naive chunks/s")
         for streams in levels:

@@ -283,6 +283,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2, help="gaps scenario: interleaved rounds per cell")
     parser.add_argument("--workers", type=int, default=1, help="gaps scenario: also a gateway with N workers")
     parser.add_argument("--no-naive", action="store_true", help="gaps scenario: leave out the naive relay")
+    parser.add_argument("--baseline-root", default=None,
+                        help="gaps scenario: also the gateway of this checkout (a before/after in one run)")
     args = parser.parse_args()
     if args.token_gap_ms is not None:
         import gateway_gaps
