@@ -54,10 +54,27 @@ def _event(payload: bytes) -> bytes:
     return _chunked(b"data: " + payload + b"\n\n")
 
 
-# ---------------------------------------------------------------- mock SSE engine (subprocess: `mock-sse PORT GAP TOKENS`)
-class _SseMock(asyncio.Protocol):
-    gap = 0.02
-    tokens = 32
+def split_requests(buffer: bytes) -> tuple[list[tuple[bytes, bytes]], bytes]:
+    """The complete HTTP/1.1 requests at the start of `buffer` as (lower-cased head, body) pairs (bodies framed by
+    content-length only: the load generators send nothing else), and the bytes left over."""
+    requests = []
+    while True:
+        end = buffer.find(b"\r\n\r\n")
+        if end < 0:
+            return requests, buffer
+        head = buffer[:end].lower()
+        length = 0
+        at = head.find(b"content-length:")
+        if at >= 0:
+            length = int(head[at + 15:].split(b"\r\n", 1)[0])
+        if len(buffer) < end + 4 + length:
+            return requests, buffer
+        requests.append((head, buffer[end + 4:end + 4 + length]))
+        buffer = buffer[end + 4 + length:]
+
+
+class RequestProtocol(asyncio.Protocol):
+    """An asyncio protocol that calls `answer(head, body)` for each complete request (see split_requests)."""
 
     def connection_made(self, transport):
         self.transport = transport
@@ -65,29 +82,30 @@ class _SseMock(asyncio.Protocol):
 
     def data_received(self, data):
         self.buffer += data
-        while True:
-            end = self.buffer.find(b"\r\n\r\n")
-            if end < 0:
-                return
-            head = self.buffer[:end].lower()
-            length = 0
-            at = head.find(b"content-length:")
-            if at >= 0:
-                length = int(head[at + 15:].split(b"\r\n", 1)[0])
-            if len(self.buffer) < end + 4 + length:
-                return
-            body = self.buffer[end + 4:end + 4 + length]
-            self.buffer = self.buffer[end + 4 + length:]
-            if head.startswith(b"get /health") or head.startswith(b"get /v1/models"):
-                self.transport.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 15\r\n"
-                                     b"\r\n{\"status\":\"ok\"}")
-                continue
-            tokens = self.tokens
-            if b'"max_tokens":' in body:
-                tokens = min(tokens, int(json.loads(body).get("max_tokens") or tokens))
-            self.transport.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
-                                 b"transfer-encoding: chunked\r\n\r\n" + _event(ROLE))
-            asyncio.get_running_loop().call_later(self.gap, self._next, tokens, tokens)
+        requests, self.buffer = split_requests(self.buffer)
+        for head, body in requests:
+            self.answer(head, body)
+
+    def answer(self, head: bytes, body: bytes) -> None:
+        raise NotImplementedError
+
+
+# ---------------------------------------------------------------- mock SSE engine (subprocess: `mock-sse PORT GAP TOKENS`)
+class _SseMock(RequestProtocol):
+    gap = 0.02
+    tokens = 32
+
+    def answer(self, head: bytes, body: bytes) -> None:
+        if head.startswith(b"get /health") or head.startswith(b"get /v1/models"):
+            self.transport.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 15\r\n"
+                                 b"\r\n{\"status\":\"ok\"}")
+            return
+        tokens = self.tokens
+        if b'"max_tokens":' in body:
+            tokens = min(tokens, int(json.loads(body).get("max_tokens") or tokens))
+        self.transport.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+                             b"transfer-encoding: chunked\r\n\r\n" + _event(ROLE))
+        asyncio.get_running_loop().call_later(self.gap, self._next, tokens, tokens)
 
     def _next(self, left: int, total: int) -> None:
         if self.transport.is_closing():
@@ -321,13 +339,18 @@ def run(args, me: list[str], root: Path, free_port, wait_http, start_gateway, li
                     time.sleep(0.3)
         _print(results, levels, targets, args, litellm_note)
     finally:
-        for process in processes:
-            process.terminate()
-        for process in processes:
-            try:
-                process.wait(10)
-            except subprocess.TimeoutExpired:
-                process.kill()
+        stop_all(processes)
+
+
+def stop_all(processes: list[subprocess.Popen], seconds: float = 10) -> None:
+    """Terminate `processes`, then kill those still running after `seconds`."""
+    for process in processes:
+        process.terminate()
+    for process in processes:
+        try:
+            process.wait(seconds)
+        except subprocess.TimeoutExpired:
+            process.kill()
 
 
 def _pids(proc) -> int | list[int]:
@@ -351,6 +374,15 @@ def _mean(rows: list[dict], field: str) -> float:
     return sum(r[field] for r in rows) / len(rows)
 
 
+def _print_ratios(results, levels, other: str) -> None:
+    head = f"gateway/{other}"
+    print(f"\nstreams  {head} cpu per chunk   {head} chunks/s")
+    for streams in levels:
+        g, o = results["gateway", streams], results[other, streams]
+        print(f"{streams:7d}  {_mean(g, 'cpu_us') / _mean(o, 'cpu_us'):{len(head) + 14}.2f}x"
+              f"   {_mean(g, 'chunks_per_s') / _mean(o, 'chunks_per_s'):{len(head) + 8}.2f}x")
+
+
 def _print(results, levels, targets, args, note: str) -> None:
     nominal = 1000 / args.token_gap_ms
     print(f"\ngaps scenario: {args.tokens} tokens per stream, {args.token_gap_ms:g} ms apart, {args.rounds} round(s) "
@@ -365,17 +397,9 @@ def _print(results, levels, targets, args, note: str) -> None:
             print(f"{name:12} {streams:7d} {streams * nominal:9.0f} {rate:9.0f} {rate / direct:9.1%} "
                   f"{_mean(rows, 'cpu_us'):12.1f} {_mean(rows, 'cpu_share'):9.0%} {_mean(rows, 'ttfb_p50'):11.1f} "
                   f"{_mean(rows, 'ttfb_p99'):8.1f} {sum(r['errors'] for r in rows):6d}")
-    if any(name == "gateway-base" for name, _p, _i in targets):
-        print("\nstreams  gateway/gateway-base cpu per chunk   gateway/gateway-base chunks/s")
-        for streams in levels:
-            g, b = results["gateway", streams], results["gateway-base", streams]
-            print(f"{streams:7d}  {_mean(g, 'cpu_us') / _mean(b, 'cpu_us'):33.2f}x"
-                  f"   {_mean(g, 'chunks_per_s') / _mean(b, 'chunks_per_s'):27.2f}x")
-    if any(name == "naive" for name, _p, _i in targets):
-        print("\nstreams  gateway/naive cpu per chunk   gateway/naive chunks/s")
-        for streams in levels:
-            g, n = results["gateway", streams], results["naive", streams]
-            print(f"{streams:7d}  {_mean(g, 'cpu_us') / _mean(n, 'cpu_us'):27.2f}x"
-                  f"   {_mean(g, 'chunks_per_s') / _mean(n, 'chunks_per_s'):21.2f}x")
+    names = {name for name, _p, _i in targets}
+    for other in ("gateway-base", "naive"):
+        if other in names:
+            _print_ratios(results, levels, other)
     if note:
         print(note)

@@ -35,6 +35,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from gateway_gaps import RequestProtocol, stop_all
+
 ROOT = Path(__file__).resolve().parents[1]
 LITELLM_VERSION = "1.108.7"
 LITELLM_VENV = Path(os.environ.get("LLMGW_CACHE") or Path.home() / ".cache" / "llmgw") / "bench-litellm"
@@ -48,28 +50,11 @@ BODY = json.dumps({"model": "mock", "max_tokens": 8,
 
 
 # ---------------------------------------------------------------- mock engine (subprocess: `mock PORT`)
-class _MockProtocol(asyncio.Protocol):
-    def connection_made(self, transport):
-        self.transport = transport
-        self.buffer = b""
-
-    def data_received(self, data):
-        self.buffer += data
-        while True:
-            end = self.buffer.find(b"\r\n\r\n")
-            if end < 0:
-                return
-            head = self.buffer[:end].lower()
-            length = 0
-            at = head.find(b"content-length:")
-            if at >= 0:
-                length = int(head[at + 15:].split(b"\r\n", 1)[0])
-            if len(self.buffer) < end + 4 + length:
-                return
-            self.buffer = self.buffer[end + 4 + length:]
-            body = b'{"status":"ok"}' if head.startswith(b"get /health") else ANSWER
-            self.transport.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: "
-                                 + str(len(body)).encode() + b"\r\n\r\n" + body)
+class _MockProtocol(RequestProtocol):
+    def answer(self, head: bytes, body: bytes) -> None:
+        answer = b'{"status":"ok"}' if head.startswith(b"get /health") else ANSWER
+        self.transport.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: "
+                             + str(len(answer)).encode() + b"\r\n\r\n" + answer)
 
 
 def run_mock(port: int) -> None:
@@ -352,13 +337,7 @@ def main() -> None:
                       f"   {pg['pg_cpu_ms']:24.2f} / {g['pg_cpu_ms']:6.2f}"
                       f"   {pg['p50'] - d['p50']:26.2f}")
     finally:
-        for process in processes:
-            process.terminate()
-        for process in processes:
-            try:
-                process.wait(10)
-            except subprocess.TimeoutExpired:
-                process.kill()
+        stop_all(processes)
         if pg_url is not None:
             _postgres_schema(args.postgres, drop=pg_url.rsplit("%3D", 1)[1])
 

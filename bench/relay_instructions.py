@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gateway_gaps import TOKEN_MARK  # noqa: E402
+from gateway_gaps import TOKEN_MARK, stop_all  # noqa: E402
 from gateway_overhead import ROOT, _free_port, _wait_http  # noqa: E402
 
 
@@ -91,13 +91,7 @@ def main() -> None:
               f"{total:,} Ir, {total / chunks:,.0f} Ir per chunk")
         print("\n".join(annotate.splitlines()[:60]) if os.environ.get("LLMGW_BENCH_ANNOTATE") else "")
     finally:
-        for process in (gateway, mock):
-            process.terminate()
-        for process in (gateway, mock):
-            try:
-                process.wait(20)
-            except subprocess.TimeoutExpired:
-                process.kill()
+        stop_all([gateway, mock], 20)
 
 
 if __name__ == "__main__":
