@@ -271,6 +271,8 @@ def main() -> None:
     parser.add_argument("--baseline-root", default=None,
                         help="gaps scenario: also the gateway of this checkout (a before/after in one run)")
     args = parser.parse_args()
+    if args.workers > 1:
+        raise SystemExit("--workers: gateway worker processes are not built yet (docs/gateway.md, issue 11)")
     if args.token_gap_ms is not None:
         import gateway_gaps
 
