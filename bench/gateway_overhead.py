@@ -2,6 +2,8 @@
 
     .venv/bin/python bench/gateway_overhead.py [--seconds 3] [--concurrency 1,16,64] [--no-litellm]
         [--postgres URL | --no-postgres]
+    .venv/bin/python bench/gateway_overhead.py --token-gap-ms 20 --streams 64,256   (the gaps scenario: streams,
+        chunks relayed per second, CPU per chunk, TTFB; bench/gateway_gaps.py says how)
 
 One run starts, each in its own process: a fast mock engine (asyncio, fixed chat-completion answer with usage) on
 loopback; the llmgw gateway in front of it (SQLite store in a temporary directory, an API key, a project with a
@@ -33,6 +35,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from gateway_gaps import RequestProtocol, stop_all
+
 ROOT = Path(__file__).resolve().parents[1]
 LITELLM_VERSION = "1.108.7"
 LITELLM_VENV = Path(os.environ.get("LLMGW_CACHE") or Path.home() / ".cache" / "llmgw") / "bench-litellm"
@@ -46,28 +50,11 @@ BODY = json.dumps({"model": "mock", "max_tokens": 8,
 
 
 # ---------------------------------------------------------------- mock engine (subprocess: `mock PORT`)
-class _MockProtocol(asyncio.Protocol):
-    def connection_made(self, transport):
-        self.transport = transport
-        self.buffer = b""
-
-    def data_received(self, data):
-        self.buffer += data
-        while True:
-            end = self.buffer.find(b"\r\n\r\n")
-            if end < 0:
-                return
-            head = self.buffer[:end].lower()
-            length = 0
-            at = head.find(b"content-length:")
-            if at >= 0:
-                length = int(head[at + 15:].split(b"\r\n", 1)[0])
-            if len(self.buffer) < end + 4 + length:
-                return
-            self.buffer = self.buffer[end + 4 + length:]
-            body = b'{"status":"ok"}' if head.startswith(b"get /health") else ANSWER
-            self.transport.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: "
-                                 + str(len(body)).encode() + b"\r\n\r\n" + body)
+class _MockProtocol(RequestProtocol):
+    def answer(self, head: bytes, body: bytes) -> None:
+        answer = b'{"status":"ok"}' if head.startswith(b"get /health") else ANSWER
+        self.transport.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: "
+                             + str(len(answer)).encode() + b"\r\n\r\n" + answer)
 
 
 def run_mock(port: int) -> None:
@@ -94,6 +81,22 @@ def run_gateway(port: int, mock_port: int, state_dir: str, store_url: str | None
         projects={"bench": ProjectPolicy("bench", "team", "org",
                                          quotas=(("project:bench", Quota(requests_per_minute=10**9)),))})
     gateway = Gateway(store, table, spool_dir=Path(state_dir) / ("spool" if store_url is None else "spool-pg"))
+    profile_to = os.environ.get("LLMGW_BENCH_CPROFILE")  # a path: the gateway's cProfile stats, written on SIGTERM
+    if not profile_to:
+        trio.run(gateway.serve, "127.0.0.1", port)
+        return
+    import cProfile
+    import signal
+
+    profiler = cProfile.Profile()
+
+    def stop(*_args):
+        profiler.disable()
+        profiler.dump_stats(profile_to)
+        os._exit(0)
+
+    signal.signal(signal.SIGTERM, stop)
+    profiler.enable()
     trio.run(gateway.serve, "127.0.0.1", port)
 
 
@@ -247,6 +250,12 @@ def _wait_http(port: int, path: str, seconds: float) -> None:
     raise SystemExit(f"nothing answered on port {port}{path} within {seconds:.0f} s")
 
 
+def _start_gateway(port: int, mock_port: int, state_dir: str, workers: int = 1) -> subprocess.Popen:
+    """A gateway process in front of the mock (`workers` > 1: that many worker processes, when built)."""
+    return subprocess.Popen([sys.executable, __file__, "gateway", str(port), str(mock_port), state_dir,
+                             "", str(workers)], cwd=ROOT, stderr=subprocess.DEVNULL)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seconds", type=float, default=3.0, help="measuring time per cell")
@@ -255,7 +264,25 @@ def main() -> None:
     parser.add_argument("--postgres", default=os.environ.get("LLMGW_BENCH_POSTGRES", "postgresql://127.0.0.1:5432/test"),
                         help="database for the gateway-pg row (a schema is created and dropped)")
     parser.add_argument("--no-postgres", action="store_true", help="leave out the gateway-pg row")
+    parser.add_argument("--token-gap-ms", type=float, default=None,
+                        help="the gaps scenario (streams whose tokens come this far apart; see bench/gateway_gaps.py)")
+    parser.add_argument("--streams", default="64,256", help="gaps scenario: concurrent streams per cell")
+    parser.add_argument("--tokens", type=int, default=32, help="gaps scenario: content chunks per stream")
+    parser.add_argument("--rounds", type=int, default=2, help="gaps scenario: interleaved rounds per cell")
+    parser.add_argument("--workers", type=int, default=1, help="gaps scenario: also a gateway with N workers")
+    parser.add_argument("--no-naive", action="store_true", help="gaps scenario: leave out the naive relay")
+    parser.add_argument("--baseline-root", default=None,
+                        help="gaps scenario: also the gateway of this checkout (a before/after in one run)")
     args = parser.parse_args()
+    if args.workers > 1:
+        raise SystemExit("--workers: gateway worker processes are not built yet (docs/gateway.md, issue 11)")
+    if args.token_gap_ms is not None:
+        import gateway_gaps
+
+        if args.seconds == 3.0:
+            args.seconds = 4.0
+        gateway_gaps.run(args, [sys.executable, __file__], ROOT, _free_port, _wait_http, _start_gateway, LITELLM_VENV)
+        return
     levels = [int(c) for c in args.concurrency.split(",")]
     state = tempfile.mkdtemp(prefix="llmgw-bench-")
     me = [sys.executable, __file__]
@@ -315,13 +342,7 @@ def main() -> None:
                       f"   {pg['pg_cpu_ms']:24.2f} / {g['pg_cpu_ms']:6.2f}"
                       f"   {pg['p50'] - d['p50']:26.2f}")
     finally:
-        for process in processes:
-            process.terminate()
-        for process in processes:
-            try:
-                process.wait(10)
-            except subprocess.TimeoutExpired:
-                process.kill()
+        stop_all(processes)
         if pg_url is not None:
             _postgres_schema(args.postgres, drop=pg_url.rsplit("%3D", 1)[1])
 
@@ -331,7 +352,13 @@ if __name__ == "__main__":
         run_mock(int(sys.argv[2]))
     elif len(sys.argv) > 1 and sys.argv[1] == "gateway":
         sys.path.insert(0, str(ROOT))
-        run_gateway(int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5] if len(sys.argv) > 5 else None)
+        run_gateway(int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], (sys.argv[5] or None) if len(sys.argv) > 5 else None)
+    elif len(sys.argv) > 1 and sys.argv[1] == "mock-sse":
+        import gateway_gaps
+        gateway_gaps.run_sse_mock(int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4]))
+    elif len(sys.argv) > 1 and sys.argv[1] == "naive":
+        import gateway_gaps
+        gateway_gaps.run_naive(int(sys.argv[2]), int(sys.argv[3]))
     elif len(sys.argv) > 1 and sys.argv[1] == "install-litellm":
         print(ensure_litellm())
     else:

@@ -119,6 +119,9 @@ class Gateway:
         from hypercorn.config import Config
         from hypercorn.trio import serve
 
+        from llmgw.gateway.client_writes import install
+
+        install()  # writes to clients without a scheduler pass each (client_writes)
         config = Config()
         config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
         config.accesslog = None

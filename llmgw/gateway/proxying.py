@@ -191,11 +191,7 @@ async def relay_stream(response: UpstreamResponse, send, outcome: Outcome, clien
     outcome.status = 200
     tail = b""
     try:
-        async for data in response.body():
-            out = relay.feed(data, time.perf_counter())
-            _take(relay, outcome, started_at)
-            if out:
-                await send({"type": "http.response.body", "body": out, "more_body": True})
+        await _relay_events(response, relay, send, outcome, started_at)
         tail = relay.finish()
     except UpstreamFailure as exc:
         _take(relay, outcome, started_at)
@@ -212,6 +208,35 @@ async def relay_stream(response: UpstreamResponse, send, outcome: Outcome, clien
     if relay.usage.done:
         tail += b"data: [DONE]\n\n"
     await send({"type": "http.response.body", "body": tail, "more_body": False})
+
+
+async def _relay_events(response: UpstreamResponse, relay: SseRelay, send, outcome: Outcome,
+                        started_at: float) -> None:
+    """Send each read's reshaped events as they come, until the engine's body ends.
+
+    The engine's silence past its idle timeout is watched by one task per stream (`watch_idle`), not a cancel scope
+    per read. Raises UpstreamFailure (a reset, a bad body, or silence: 504).
+    """
+    failure: UpstreamFailure | None = None
+    message = {"type": "http.response.body", "body": b"", "more_body": True}
+    with trio.CancelScope() as idle_scope:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(response.watch_idle, idle_scope)
+            try:
+                async for data in response.body(watched=True):
+                    out = relay.feed(data, time.perf_counter())
+                    if out:
+                        message["body"] = out
+                        await send(message)
+            except UpstreamFailure as exc:  # raised as itself, not grouped by the nursery
+                failure = exc
+            finally:  # the outcome is brought up to date once, however the loop ended (a client that left too)
+                _take(relay, outcome, started_at)
+            nursery.cancel_scope.cancel()
+    if idle_scope.cancelled_caught:
+        failure = response.idle_failure()
+    if failure is not None:
+        raise failure
 
 
 async def _relay_engine_error(response: UpstreamResponse, body: bytes, send, outcome: Outcome,

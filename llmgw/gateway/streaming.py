@@ -72,9 +72,13 @@ class SseRelay:
 
     def feed(self, data: bytes, now: float) -> bytes:
         """Take bytes from the engine; return complete, reshaped events (possibly b"")."""
-        if not self._buffer and data.startswith(b"data:") and data.endswith(b"\n\n") and data.count(b"\n") == 2 \
-                and b"\r" not in data:
-            return self._payload(data[5:-2].lstrip(b" "), now)  # the usual read: exactly one one-line event
+        if not self._buffer and data.startswith(b"data:") and data.endswith(b"\n\n") and b"\r" not in data:
+            if data.count(b"\n") == 2:  # the usual read: exactly one one-line event
+                return self._payload(data[5:-2].lstrip(b" "), now, data)
+            events = data[:-2].split(b"\n\n")
+            if all(event.startswith(b"data:") and b"\n" not in event for event in events):
+                # several one-line events read together
+                return b"".join([self._payload(event[5:].lstrip(b" "), now) for event in events])
         self._buffer += data
         if b"\n\n" not in self._buffer and b"\r\n\r\n" not in self._buffer:
             return b""
@@ -140,8 +144,9 @@ class SseRelay:
             return event + b"\n\n" if event.strip() else b""
         return self._payload(b"\n".join(data_lines), now)
 
-    def _payload(self, payload: bytes, now: float) -> bytes:
-        """Reshape one event's data (its `data:` lines joined)."""
+    def _payload(self, payload: bytes, now: float, event: bytes | None = None) -> bytes:
+        """Reshape one event's data (its `data:` lines joined); `event`: the whole event as it came, when it was
+        one `data:` line (returned as it is when nothing changes, so the bytes are not copied again)."""
         if payload.strip() == b"[DONE]":
             self.usage.done = True  # the caller sends [DONE] itself, after the usage is recorded
             return self._owed_usage()
@@ -154,10 +159,13 @@ class SseRelay:
                 self._learn_model(first["model"])
         if self._model_swap is not None:
             payload = payload.replace(*self._model_swap).replace(*self._model_swap_spaced)
-        if b'"usage"' not in payload and b'"error"' not in payload:
+        if b'"usage"' not in payload and b'"error"' not in payload:  # JSON is parsed only where these can be
             self._count(payload, now)
             if self.include_usage and payload.endswith(b"}"):
                 payload = payload[:-1] + b',"usage":null}'
+            elif event is not None and self._model_swap is None and event.startswith(b"data: ") \
+                    and len(event) == len(payload) + 8:
+                return event
             return _frame(payload)
         try:
             chunk = json.loads(payload)

@@ -3,8 +3,8 @@
 httpcore's pool scans every pooled connection on every request (DESIGN.md "Known traps", httpcore PR #928), which
 halved a proxy's throughput from 1 to 64 concurrent requests here. This client keeps, per origin, a LIFO stack of
 idle connections: taking one and giving it back are constant time whatever the pool holds. It speaks HTTP/1.1
-through h11 over trio TCP streams; that is all an engine on the fleet's network needs (TLS to an external endpoint
-goes through `ssl` when the URL is https).
+through h11 over plain TCP sockets with trio waits (`tcp.PlainStream`: one system call per read); that is all an
+engine on the fleet's network needs (TLS to an external endpoint goes through trio's SSLStream when the URL is https).
 
 Timeouts (our own, stated): connecting `connect_timeout` (default 5 s); the response head `head_timeout` (default
 600 s: an engine may queue a request that long); between two body reads `idle_timeout` (default 300 s: a stream is
@@ -23,6 +23,7 @@ import h11
 import trio
 
 from llmgw.errors import UpstreamError
+from llmgw.gateway.tcp import PlainStream
 
 READ_SIZE = 65536
 
@@ -46,7 +47,7 @@ class Timeouts:
 
 
 class _Connection:
-    def __init__(self, stream: trio.abc.Stream):
+    def __init__(self, stream: trio.SSLStream | PlainStream):
         self.stream = stream
         self.h11 = h11.Connection(h11.CLIENT)
         self.at_eof = False  # the engine closed its side: never reuse
@@ -69,6 +70,8 @@ class UpstreamResponse:
         self.headers = headers
         self._timeouts = timeouts
         self._done = False
+        self.read_since = trio.current_time()  # when the pending (or last) read from the engine began
+        self._reading = False  # a read of body(watched=True) is waiting for the engine
 
     def header(self, name: bytes) -> bytes | None:
         for key, value in self.headers:
@@ -76,37 +79,83 @@ class UpstreamResponse:
                 return value
         return None
 
-    async def body(self) -> AsyncIterator[bytes]:
-        """Yield body bytes as they arrive. Raises UpstreamFailure on a reset (502) or silence past idle_timeout (504)."""
+    async def body(self, *, watched: bool = False) -> AsyncIterator[bytes]:
+        """Yield body bytes as they arrive: everything one read from the engine completed, joined (several SSE
+        events that arrived together are relayed in one write). Raises UpstreamFailure on a reset (502) or silence
+        past idle_timeout (504).
+
+        `watched`: the caller runs `watch_idle` beside the iteration, which enforces idle_timeout instead of a
+        cancel scope per read (a trio cancel scope costs several µs; a stream reads once per token).
+        """
         conn = self._conn
         assert conn is not None
+        h = conn.h11
+        parts: list[bytes] = []
         while True:
             try:
-                event = conn.h11.next_event()
+                event = h.next_event()
             except h11.RemoteProtocolError as exc:
                 raise UpstreamFailure(f"the engine broke off its response: {exc}") from exc
             if event is h11.NEED_DATA:
-                with trio.move_on_after(self._timeouts.idle_timeout) as scope:
-                    try:
-                        data = await conn.stream.receive_some(READ_SIZE)
-                    except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
-                        raise UpstreamFailure(f"the engine connection broke mid-response: {exc}") from exc
-                if scope.cancelled_caught:
-                    raise UpstreamFailure(f"the engine sent nothing for {self._timeouts.idle_timeout:g} s", 504)
+                if parts:
+                    yield bytes(parts[0]) if len(parts) == 1 else b"".join(parts)
+                    parts = []
+                if watched:
+                    self.read_since = trio.current_time()
+                    self._reading = True
+                    data = await self._receive(conn)
+                    self._reading = False
+                else:
+                    with trio.move_on_after(self._timeouts.idle_timeout) as scope:
+                        data = await self._receive(conn)
+                    if scope.cancelled_caught:
+                        raise self.idle_failure()
                 if not data:
                     conn.at_eof = True  # a body delimited by the close: this connection is over
                 try:
-                    conn.h11.receive_data(data)
+                    h.receive_data(data)
                 except h11.RemoteProtocolError as exc:
                     raise UpstreamFailure(f"the engine sent a bad response: {exc}") from exc
                 continue
-            if isinstance(event, h11.Data):
-                yield bytes(event.data)
+            if type(event) is h11.Data:
+                parts.append(event.data)
             elif isinstance(event, h11.EndOfMessage):
+                if parts:
+                    yield bytes(parts[0]) if len(parts) == 1 else b"".join(parts)
                 self._done = True
                 return
             elif isinstance(event, h11.ConnectionClosed):
+                if parts:
+                    yield b"".join(parts)
                 raise UpstreamFailure("the engine closed the connection before the response ended")
+
+    @staticmethod
+    async def _receive(conn: _Connection) -> bytes:
+        try:
+            return await conn.stream.receive_some(READ_SIZE)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+            raise UpstreamFailure(f"the engine connection broke mid-response: {exc}") from exc
+
+    def idle_failure(self) -> UpstreamFailure:
+        """The 504 for an engine silent past idle_timeout."""
+        return UpstreamFailure(f"the engine sent nothing for {self._timeouts.idle_timeout:g} s", 504)
+
+    async def watch_idle(self, scope: trio.CancelScope) -> None:
+        """Cancel `scope` once a read of `body(watched=True)` has waited idle_timeout seconds; runs until cancelled.
+
+        Only time spent waiting for the engine counts (as with a timeout per read): time the caller spends sending
+        to its client does not. Wakes about once per idle_timeout whatever the number of reads: each read only
+        stamps `read_since`. The caller raises `idle_failure()` when `scope.cancelled_caught`. A checkpoint.
+        """
+        idle = self._timeouts.idle_timeout
+        deadline = self.read_since + idle
+        while True:
+            await trio.sleep_until(deadline)
+            now = trio.current_time()
+            if self._reading and now >= self.read_since + idle:
+                scope.cancel()
+                return
+            deadline = (self.read_since if self._reading else now) + idle
 
     async def read(self) -> bytes:
         """The whole body."""
@@ -150,10 +199,13 @@ class UpstreamPool:
         scheme, host, port = origin
         with trio.move_on_after(self.timeouts.connect_timeout) as scope:
             try:
-                stream: trio.abc.Stream = await trio.open_tcp_stream(host, port)
+                tcp = await trio.open_tcp_stream(host, port)
                 if scheme == "https":
-                    stream = trio.SSLStream(stream, self._ssl, server_hostname=host, https_compatible=True)
+                    stream: trio.SSLStream | PlainStream = trio.SSLStream(tcp, self._ssl, server_hostname=host,
+                                                                          https_compatible=True)
                     await stream.do_handshake()
+                else:
+                    stream = PlainStream.from_trio(tcp)
             except OSError as exc:
                 raise UpstreamFailure(f"cannot connect to {host}:{port}: {exc}", before_send=True,
                                       refused=True) from exc

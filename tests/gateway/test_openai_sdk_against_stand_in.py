@@ -197,6 +197,31 @@ async def test_engine_failure_mid_stream_ends_it_with_an_error_event(nursery, st
     assert record.status == 502 and record.completion_tokens == 3
 
 
+async def test_an_engine_silent_mid_stream_past_the_idle_timeout_ends_it_with_an_error_event(nursery, store):
+    from llmgw.gateway.upstream import Timeouts
+
+    _engine, slow = await start_engine(nursery, token_delay=5.0)
+    _engine, steady = await start_engine(nursery, token_delay=0.1)
+    _gateway, base = await start_gateway(nursery, store, make_table({"slow": [replica("s-1", slow)],
+                                                                     "steady": [replica("t-1", steady)]}),
+                                         timeouts=Timeouts(idle_timeout=1.0))
+    _key, plaintext = store.create_api_key("chat")
+    client = openai.AsyncOpenAI(base_url=base, api_key=plaintext, max_retries=0)
+    # tokens 0.1 s apart for 1.6 s in all: the idle timeout counts silence between reads, not the stream's length
+    steady_chunks = [c async for c in await client.chat.completions.create(
+        model="steady", messages=MESSAGES, stream=True, max_tokens=16)]
+    steady_tokens = sum(1 for c in steady_chunks if c.choices and c.choices[0].delta.content)
+    assert steady_tokens >= 12
+    received = []
+    with pytest.raises(openai.APIError, match="sent nothing for 1 s"):
+        async for chunk in await client.chat.completions.create(model="slow", messages=MESSAGES, stream=True):
+            received.append(chunk)
+    assert len(received) == 2  # the role chunk and the first token; the next would come after 5 s of silence
+    records = {r.model: r for r in store.recent_usage()}
+    assert records["steady"].status == 200 and records["steady"].completion_tokens == steady_tokens
+    assert records["slow"].status == 504 and records["slow"].completion_tokens == 1
+
+
 async def test_a_429_is_retried_by_the_sdk_after_retry_after(nursery, store):
     from gateway_harness import Quota
 

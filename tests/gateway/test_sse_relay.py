@@ -88,3 +88,24 @@ def test_per_choice_usages_of_n_choices_merge_into_one_usage_chunk():
     assert usage_chunks == [chunks[-1]] and chunks[-1]["choices"] == []
     assert chunks[-1]["usage"]["completion_tokens"] == 4 and chunks[-1]["usage"]["prompt_tokens"] == 10
     assert relay.usage.completion_tokens == 4
+
+
+@pytest.mark.parametrize("include_usage", [True, False])
+@pytest.mark.parametrize("style", [NEW_STYLE, OLD_STYLE], ids=["usage-chunk", "usage-on-finish-chunk"])
+def test_events_read_together_are_relayed_as_the_same_bytes_as_events_read_one_by_one(style, include_usage):
+    """The gateway relays everything one engine read brought in one write (issue 11): several events per read,
+    one per read and a byte per read give the client the same bytes and the gateway the same usage."""
+    whole = b"".join(style)
+    outputs = []
+    for pieces in (style, [whole], [whole[:len(whole) // 2], whole[len(whole) // 2:]],
+                   [whole[i:i + 1] for i in range(len(whole))]):
+        relay = SseRelay(include_usage=include_usage)
+        out = b"".join(relay.feed(p, 1.0) for p in pieces) + relay.finish()
+        outputs.append((out, relay.usage.done, relay.usage.counted_chunks, relay.usage.completion_tokens))
+    assert all(o == outputs[0] for o in outputs[1:])
+    assert outputs[0][1:] == (True, 2, 2) and b'" b"' in outputs[0][0] and b"[DONE]" not in outputs[0][0]
+
+
+def test_an_unchanged_event_is_relayed_as_the_very_bytes_it_came_in():
+    event = frame(delta("a"))
+    assert SseRelay(include_usage=False).feed(event, 0.0) is event

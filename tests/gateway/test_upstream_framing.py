@@ -140,3 +140,34 @@ async def test_relaying_delivers_every_byte_and_an_engine_silent_past_the_idle_t
         assert failure.value.status == 504
         await response.aclose()
         nursery.cancel_scope.cancel()
+
+
+async def test_a_watched_body_fails_only_after_the_engine_was_silent_for_the_idle_timeout() -> None:
+    """The relay's idle watch (one task per stream instead of a cancel scope per read) counts silence only: the head
+    and first chunk in one write, then chunks 0.15 s apart for 0.6 s pass an idle timeout of 0.3 s; the silence
+    after them does not."""
+    head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+
+    async def engine(stream):
+        await stream.receive_some(65536)
+        await stream.send_all(head + b"5\r\nchunk\r\n")
+        for _ in range(4):
+            await trio.sleep(0.15)
+            await stream.send_all(b"5\r\nchunk\r\n")
+        await trio.sleep_forever()
+
+    async with trio.open_nursery() as nursery:
+        port = (await nursery.start(trio.serve_tcp, engine, 0))[0].socket.getsockname()[1]
+        pool = UpstreamPool(Timeouts(idle_timeout=0.3))
+        response = await pool.request("POST", f"http://127.0.0.1:{port}/", [], b"{}")
+        pieces: list[bytes] = []
+        with trio.CancelScope() as idle_scope:
+            async with trio.open_nursery() as watch:
+                watch.start_soon(response.watch_idle, idle_scope)
+                async for data in response.body(watched=True):
+                    pieces.append(data)
+        assert idle_scope.cancelled_caught and response.idle_failure().status == 504
+        assert b"".join(pieces) == b"chunk" * 5
+        await response.aclose()
+        await pool.aclose()
+        nursery.cancel_scope.cancel()

@@ -1,0 +1,90 @@
+"""hypercorn with the gateway's immediate-write hook (llmgw.gateway.client_writes) over real loopback sockets:
+a client that reads slowly still gets every byte in order (the kernel's buffer fills, the rest waits), and a client
+that leaves mid-response ends the response without an error in the application."""
+
+from __future__ import annotations
+
+import socket
+
+import trio
+from hypercorn.config import Config
+from hypercorn.trio import serve
+
+from llmgw.gateway.asgi import serve_lifespan
+from llmgw.gateway.client_writes import install
+
+PIECE = 64 * 1024
+PIECES = 128  # 8 MiB: far over a loopback socket's send buffer
+
+
+async def start(nursery, app) -> int:
+    install()
+    config = Config()
+    config.bind = ["127.0.0.1:0"]
+    config.accesslog = None
+    config.loglevel = "WARNING"
+    binds = await nursery.start(lambda task_status: serve(app, config, task_status=task_status))
+    return int(binds[0].rsplit(":", 1)[1])
+
+
+def piece(i: int) -> bytes:
+    return bytes([i % 251]) * PIECE
+
+
+async def test_a_slow_reader_gets_every_byte_in_order_and_a_client_that_leaves_ends_the_response() -> None:
+    finished: list[str] = []
+
+    async def app(scope, receive, send):
+        if scope["type"] == "lifespan":
+            await serve_lifespan(receive, send)
+            return
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]})
+        try:
+            for i in range(PIECES):
+                await send({"type": "http.response.body", "body": piece(i), "more_body": True})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+            finished.append("whole")
+        except BaseException as exc:
+            finished.append(type(exc).__name__)
+            raise
+
+    async with trio.open_nursery() as nursery:
+        port = await start(nursery, app)
+
+        def slow_read() -> bytes:
+            with socket.create_connection(("127.0.0.1", port)) as s:
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+                s.sendall(b"GET / HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+                parts = []
+                while True:
+                    data = s.recv(8192)
+                    if not data:
+                        return b"".join(parts)
+                    parts.append(data)
+
+        raw = await trio.to_thread.run_sync(slow_read)
+        head, _, body = raw.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200")
+        decoded, rest = [], body
+        while True:  # chunked transfer encoding
+            size_line, _, rest = rest.partition(b"\r\n")
+            size = int(size_line, 16)
+            if size == 0:
+                break
+            decoded.append(rest[:size])
+            rest = rest[size + 2:]
+        assert b"".join(decoded) == b"".join(piece(i) for i in range(PIECES))
+        assert finished == ["whole"]
+
+        def leave_early() -> None:
+            with socket.create_connection(("127.0.0.1", port)) as s:
+                s.sendall(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n")
+                s.recv(PIECE)
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")  # reset
+
+        await trio.to_thread.run_sync(leave_early)
+        with trio.fail_after(10):
+            while len(finished) < 2:
+                await trio.sleep(0.05)
+        assert finished[1] == "whole"  # hypercorn drops what a gone client cannot take; the app is not failed
+        nursery.cancel_scope.cancel()
