@@ -230,7 +230,8 @@ def report_message(report: NodeHealthReport) -> pb.HealthReport:
     for port in report.ib_ports:
         entry = message.ib_ports.add(adapter=port.ca, port=port.port, state=port.state,
                                      physical_state=port.physical_state, link_layer=port.link_layer,
-                                     fabric=report.port_fabric(port.ca, port.port))
+                                     fabric=report.port_fabric(port.ca, port.port),
+                                     leaf=report.port_leaf(port.ca, port.port))
         if port.rate_gbps is not None:
             entry.rate_gbps = port.rate_gbps
     return message

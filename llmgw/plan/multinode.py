@@ -189,12 +189,13 @@ def interconnect_of(report: NodeHealthReport | None,
         return Interconnect()
     domain = report.domain.domain
     ready = domain is not None and report.imex
-    reason = report.domain.reason or ("" if ready else "IMEX is not configured (/etc/nvidia-imex)")
+    reason = report.domain.reason if domain is None else "" if ready else "IMEX is not up on this node"
     leaves = leaves or {}
     adapters = tuple((p.ca, report.port_fabric(p.ca, p.port), leaves.get((p.ca, p.port), ""))
                      for p in sorted(report.ib_ports, key=lambda p: (p.ca, p.port))
-                     if p.link_layer.lower() == "infiniband" and p.state.lower() == "active")
-    return Interconnect(domain, ready, reason if not ready else "", adapters)
+                     if p.link_layer.lower() == "infiniband" and p.state.lower() == "active"
+                     and report.port_fabric(p.ca, p.port))
+    return Interconnect(domain, ready, reason, adapters)
 
 
 _NOT_HOLDING = (ShardState.STOPPED, ShardState.FAILED)

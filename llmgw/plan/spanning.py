@@ -6,7 +6,8 @@ When a replica spans nodes: its engine has a multi-node command line (`MULTI_NOD
 its class (`resources.gpus`, that is tensor parallel x pipeline parallel) than the alive node with the most cards of
 that class has. Other engines stay on one node and are refused there with each node's reason. It is then split evenly
 over as few nodes as fit (`split_over_nodes`: 16 GPUs on 8-GPU nodes gives 2 shards of 8), one shard per node,
-shard k ("<replica>/<k>") of rank k; rank 0's node address is the rendezvous. A MIG class never spans nodes.
+shard k ("<replica>/<k>") of rank k; rank 0's node address with a port of `RENDEZVOUS_PORTS` is the rendezvous,
+and rank 0's shard id names the group. A MIG class never spans nodes.
 
 A spread replica is one process group (NCCL): it serves only while every rank runs.
 - Stage 1: its current shards (its fingerprint, on a fit node, on healthy cards) are kept when there is exactly one
@@ -20,6 +21,8 @@ A spread replica is one process group (NCCL): it serves only while every rank ru
 """
 
 from __future__ import annotations
+
+import hashlib
 
 from llmgw.identity import ShardState, new_shard_id
 from llmgw.plan.capacity import Demand
@@ -37,6 +40,19 @@ _RANK = {ShardState.READY: 0, ShardState.STARTING: 1, ShardState.FETCHING: 2, Sh
 
 MULTI_NODE_ENGINES = frozenset({"vllm"})
 """Engines whose shards llmgw can start as ranks of one replica over several nodes (`llmgw.engines.vllm`)."""
+
+
+RENDEZVOUS_PORTS = (29500, 1000)
+"""(first, count): rank 0 of a spread replica listens for its peers on a port of this range, picked from its group id
+(so every rank computes the same one; two groups whose rank 0 share a node collide with odds 1 in 1000). 29500 is
+torch.distributed's customary master port."""
+
+
+def rendezvous_of(address: str, group: str) -> str:
+    """"host:port" where rank 0 of `group` (its shard id) on `address` waits for the other ranks."""
+    first, count = RENDEZVOUS_PORTS
+    port = first + int(hashlib.sha256(group.encode()).hexdigest()[:8], 16) % count
+    return f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
 
 
 def largest_nodes(nodes: list[NodeState]) -> dict[str, int]:
@@ -100,7 +116,7 @@ class Spanning:
         ready_models = self.ready.setdefault(model_name, set())
         if primary is not None:
             members = primary[1]
-            rendezvous = members[0][0].address
+            rendezvous = rendezvous_of(members[0][0].address, members[0][1].group or members[0][1].shard_id)
             for rank in range(ranks):
                 node, shard = members[rank]
                 assignment = Assignment(replica_id, model_name, node.node_id, shard.devices, shard.cpu_cores,
@@ -230,14 +246,15 @@ class Spanning:
             return
         where = f"rank {{}} of {ranks} over {'NVLink domain' if placed.via == 'nvlink' else 'InfiniBand fabric'} " \
                 f"{placed.fabric}{'' if placed.aligned else ' (leaves not aligned)'}"
-        group = ""
+        group = rendezvous = ""
         for slot in placed.shards:
             shard_id = new_shard_id(item.replica_id, demand.fingerprint, item.taken, slot.rank)
             item.taken.add(shard_id)
-            group = group or shard_id  # rank 0 comes first
+            if not group:  # rank 0 comes first
+                group, rendezvous = shard_id, rendezvous_of(placed.rendezvous, shard_id)
             assignment = Assignment(item.replica_id, demand.model, slot.node_id, slot.devices, demand.cpu_cores,
                                     demand.memory, demand.fingerprint, shard_id, slot.rank, ranks,
-                                    placed.rendezvous, slot.env, group)
+                                    rendezvous, slot.env, group)
             self.assignments.append(assignment)
             previous = item.previous_node if item.previous_node != slot.node_id else ""
             self.actions.append(Action(ActionKind.START, slot.node_id, item.replica_id, shard_id, demand.model,

@@ -11,6 +11,7 @@ import plan_fleets
 from plan_fleets import apply_plan, fleet, model
 
 from llmgw.plan import ActionKind, Interconnect, ShardState, make_plan
+from llmgw.plan.spanning import rendezvous_of
 from llmgw.settings.model import EngineVersion, frozen_map
 
 FABRIC_A = "0010e0406d5aa0a0"
@@ -46,7 +47,9 @@ def test_a_16_gpu_replica_is_started_on_two_8_gpu_nodes_of_one_leaf_with_ranks()
     started = starts(plan)
     assert [(a.node_id, a.shard_id, a.assignment.rank, a.assignment.nodes, a.assignment.devices)
             for a in started] == [("node1", "big-0/0", 0, 2, EIGHT), ("node3", "big-0/1", 1, 2, EIGHT)]
-    assert {a.assignment.rendezvous for a in started} == {"10.0.0.1"}
+    assert {a.assignment.rendezvous for a in started} == {rendezvous_of("10.0.0.1", "big-0/0")}
+    assert rendezvous_of("10.0.0.1", "big-0/0").startswith("10.0.0.1:29") and {a.assignment.group for a in started} == {
+        "big-0/0"}
     assert all(a.assignment.env == (("NCCL_IB_HCA", "mlx5_0"),) for a in started)
     assert "rank 1 of 2 over InfiniBand fabric " + FABRIC_A in started[1].reason
     assert not plan.unplaced
@@ -68,7 +71,7 @@ def test_a_running_group_is_kept_as_it_is():
     plan = make_plan(s, running)
     assert not plan.changes and not plan.unplaced
     keeps = [(a.node_id, a.assignment.rank, a.assignment.rendezvous) for a in plan.actions]
-    assert keeps == [("node1", 0, "10.0.0.1"), ("node3", 1, "10.0.0.1")]
+    assert keeps == [("node1", 0, rendezvous_of("10.0.0.1", "big-0/0")), ("node3", 1, rendezvous_of("10.0.0.1", "big-0/0"))]
 
 
 def test_a_group_missing_a_rank_is_stopped_and_placed_again_as_a_whole():
