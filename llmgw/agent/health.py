@@ -1,10 +1,13 @@
 """GPU health and fabrics, read every `HEALTH_INTERVAL` seconds and carried by every heartbeat (the latest).
 
 One reading (`HealthReader.read`, blocking):
-- `nvidia-smi -q -x`: per card PCIe maxima, ECC counts, retired pages, remapped rows, clock event reasons, NVLink
-  fabric state and MIG carving (`llmgw.tools.parse_smi_health`). NVML is not used for these yet: nvidia-smi
-  prints them all in one call, and the H200 capture (tests/fixtures/nvidia-h200/nvidia-smi-q-x.xml) is its
-  format. No nvidia-smi (a CPU node): no GPU health, the kernel log is not read, `source` "none". nvidia-smi
+- NVML first (`llmgw.agent.nvml_health`, when the reader has an NVML module and `nvmlInit` works, `source`
+  "nvml"): per card PCIe maxima, ECC counts, retired pages, remapped rows, clock event reasons, NVLink fabric
+  state, MIG carving, and every NVLink's error counters. Else `nvidia-smi -q -x` for the same card fields
+  (`llmgw.tools.parse_smi_health`, `source` "nvidia-smi") and `nvidia-smi nvlink -e` for the counters. NVLink
+  counters are judged by how much they rose since the previous reading (`llmgw.tools.nvlink_error_findings`,
+  DCGM's limits). No NVML and no nvidia-smi (a CPU node): no GPU health, the kernel log is not read, `source`
+  "none". nvidia-smi
   failing: the kernel log's XIDs are reported unattributed, no card is judged, `source` "none" (the control plane
   then leaves every card as it was: a tool failing never moves a replica). A card nvidia-smi no longer lists is
   out of placement at the control plane (`llmgw.control.health`).
@@ -30,14 +33,17 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import trio
 
 from llmgw.agent.discovery import read_fabrics, run_tool
 from llmgw.agent.discovery.node import Runner
+from llmgw.agent.nvml_health import read_nvml_health
 from llmgw.tools import (
-    CardHealth, IbPort, ParseError, PcieBandwidthNote, XidEvent, fabric_id, node_health, nvlink_domain, parse_pcie_bandwidth,
-    parse_saquery_smir, parse_smi_health, parse_sminfo, parse_xids,
+    CardHealth, IbPort, NvLinkCard, ParseError, PcieBandwidthNote, XidEvent, fabric_id, node_health, nvlink_domain,
+    nvlink_error_findings, parse_nvlink_errors, parse_pcie_bandwidth, parse_saquery_smir, parse_smi_health,
+    parse_sminfo, parse_xids, with_card_findings,
 )
 from llmgw.tools.node_report import NodeHealthReport
 from llmgw.wire import pb
@@ -136,8 +142,12 @@ class HealthReader:
 
     def __init__(self, run: Runner = run_tool, *, sys_root: Path = Path("/sys"), etc_root: Path = Path("/etc"),
                  xid_hold: float = XID_HOLD, interval: float = HEALTH_INTERVAL, clock: Callable[[], float] = time.monotonic,
-                 wall: Callable[[], float] = time.time):
+                 wall: Callable[[], float] = time.time, nvml: Any = None):
         self._run = run
+        self._nvml = nvml
+        self._source = "none"
+        self._nvlinks: dict[int, tuple[float, NvLinkCard]] = {}  # card index -> (when read, counters)
+        self._nvlink_findings: dict[int, tuple] = {}
         self.kernel = KernelLog(run)
         self.sys_root = sys_root
         self.etc_root = etc_root
@@ -173,19 +183,11 @@ class HealthReader:
                     notes.append(why)
         self._base = dict(imex=imex, ib_ports=ports, port_fabrics=tuple(port_fabrics), read_at=self._wall())
         self._cards = None
-        out = self._run(["nvidia-smi", "-q", "-x"])
-        if out is None:
+        if not self._read_cards(notes):
             self._installed = False
             self._base_notes = (*notes, "nvidia-smi is not installed: no GPU health")
             return self.judge(skip_cards)
         self._installed = True
-        if out.exit_code != 0:
-            notes.append(f"nvidia-smi -q -x exited {out.exit_code}: {out.text.strip()[:200]!r}")
-        else:
-            try:
-                self._cards = parse_smi_health(out.text)
-            except ParseError as exc:
-                notes.append(f"nvidia-smi -q -x: {exc}")
         text, log_notes = self.kernel.read_new()
         notes.extend(log_notes)
         now = self._clock()
@@ -195,6 +197,44 @@ class HealthReader:
             self._notes[(note.pci_bus_id, note.line)] = note
         self._base_notes = tuple(notes)
         return self.judge(skip_cards)
+
+    def _read_cards(self, notes: list[str]) -> bool:
+        """Read the cards' health fields and NVLink counters into `self._cards` (None when unread), NVML first;
+        False when neither NVML nor nvidia-smi is there."""
+        nvml = read_nvml_health(self._nvml)
+        links: tuple[NvLinkCard, ...] = ()
+        if nvml is not None:
+            self._cards, links, self._source = nvml.cards, nvml.nvlinks, "nvml"
+            notes.extend(nvml.notes)
+        else:
+            out = self._run(["nvidia-smi", "-q", "-x"])
+            if out is None:
+                return False
+            self._source = "nvidia-smi"
+            if out.exit_code != 0:
+                notes.append(f"nvidia-smi -q -x exited {out.exit_code}: {out.text.strip()[:200]!r}")
+                return True
+            try:
+                self._cards = parse_smi_health(out.text)
+            except ParseError as exc:
+                notes.append(f"nvidia-smi -q -x: {exc}")
+                return True
+            errors = self._run(["nvidia-smi", "nvlink", "-e"])
+            if errors is not None and errors.exit_code == 0:
+                try:
+                    links = parse_nvlink_errors(errors.text)
+                except ParseError as exc:
+                    notes.append(f"nvidia-smi nvlink -e: {exc}")
+        now = self._clock()
+        source = "NVML nvmlDeviceGetNvLinkErrorCounter" if nvml is not None else "nvidia-smi nvlink -e"
+        findings = {}
+        for card in links:
+            before = self._nvlinks.get(card.gpu)
+            findings[card.gpu] = nvlink_error_findings(card, before[1] if before else None,
+                                                       now - before[0] if before else None, source)
+            self._nvlinks[card.gpu] = (now, card)
+        self._nvlink_findings = findings
+        return True
 
     def judge(self, skip_cards: frozenset[int] = frozenset()) -> NodeHealthReport:
         """The last reading judged again with `skip_cards` left out: no I/O (used when `ignore_gpus` changes, so
@@ -208,7 +248,8 @@ class HealthReader:
         cards = tuple(c for c in self._cards if c.index not in skip_cards)
         xids = tuple(e for _, e in self._xids if e.pci_bus_id not in skipped)
         health = node_health(cards, xids, pcie_notes=tuple(self._notes.values()))
-        return NodeHealthReport(health=health, domain=nvlink_domain(cards), source="nvidia-smi",
+        health = with_card_findings(health, {i: f for i, f in self._nvlink_findings.items() if i not in skip_cards})
+        return NodeHealthReport(health=health, domain=nvlink_domain(cards), source=self._source,
                                 notes=self._base_notes, **self._base)
 
 

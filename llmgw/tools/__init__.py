@@ -19,7 +19,9 @@ and say so. Modules, one per tool:
   IbFabricMap`; `perftest`: `parse_perftest_bw -> BwResult`.
 - `health`: `node_health(cards, xids, pcie_notes=...) -> NodeHealth`, `card_verdict`, `pcie_findings`,
   `pcie_bandwidth_findings`, `xid_findings`, `memory_findings`, `fabric_findings`, `nvlink_findings`,
-  `nvlink_domain(cards) -> DomainMembership`; `Level`, `Finding`, `CardVerdict`.
+  `nvlink_domain(cards) -> DomainMembership`, `nvlink_error_findings` (DCGM's NVLink thresholds between two
+  readings), `with_card_findings`; `Level`, `Finding`, `CardVerdict`. `nvml_words`: NVML's numbers in nvidia-smi's
+  words (clock event bits, fabric states, NVLink counter names).
 - `node_report`: `NodeHealthReport` (one node's verdicts, NVLink domain, IMEX, InfiniBand ports and their fabrics:
   what the agent sends and the control plane keeps); `fabric_groups`: `group_fabrics(reports) -> FabricView`
   (nodes by NVLink domain and InfiniBand fabric, and what is outside them).
@@ -32,8 +34,8 @@ from llmgw.tools.fabric_groups import FabricGroup, FabricView, group_fabrics
 from llmgw.tools.gpuclass import card_label, gpu_class, marketed_gb, mig_class, mig_profile
 from llmgw.tools.health import (
     CardVerdict, DomainMembership, Finding, Level, NodeHealth, card_verdict, fabric_findings, link_gbytes,
-    memory_findings, node_health, nvlink_domain, nvlink_findings, pcie_bandwidth_findings, pcie_findings,
-    xid_findings,
+    memory_findings, node_health, nvlink_domain, nvlink_error_findings, nvlink_findings, pcie_bandwidth_findings,
+    pcie_findings, with_card_findings, xid_findings,
 )
 from llmgw.tools.ibnetdiscover import IbFabricMap, IbLink, IbNode, parse_ibnetdiscover
 from llmgw.tools.ibstat import IbPort, parse_ibstat, rate_gbps
@@ -61,5 +63,6 @@ __all__ = [
     "nvlink_domain", "nvlink_findings", "parse_ibnetdiscover", "parse_ibstat", "parse_nvlink_errors",
     "parse_nvlink_status", "parse_pcie_bandwidth", "parse_perftest_bw", "parse_saquery_smir", "parse_smi_health",
     "parse_smi_list", "parse_smi_xml", "parse_sminfo", "parse_topo_matrix", "parse_xids", "pcie_bandwidth_findings",
-    "pcie_findings", "rate_gbps", "smi_xml_root", "xid_findings", "xid_info",
+    "pcie_findings", "rate_gbps", "smi_xml_root", "xid_findings", "xid_info", "nvlink_error_findings",
+    "with_card_findings",
 ]
