@@ -19,6 +19,8 @@ One reading (`HealthReader.read`, blocking):
   new one (the driver says nothing when a reset cleared it). The kernel's "PCIe bandwidth ... limited by" notes
   are printed once at boot and kept for as long as the agent runs.
 - Fabrics: InfiniBand / RoCE ports from sysfs and IMEX's configuration (`llmgw.agent.discovery.read_fabrics`);
+  where IMEX is configured, `nvidia-imex-ctl -N -j -H` says whether it is up: the domain UP, this node's daemon
+  (matched by `own_names`, the host name by default) READY and connected to every peer (`llmgw.tools.imex`);
   `HealthWatch.report` re-reads these on every heartbeat, so a port going down shows at the next beat. Each active
   InfiniBand port's fabric is named by its subnet managers, read with each health reading: `saquery SMIR -C ca -P
   port` (every SM of the fabric; `llmgw.tools.fabric_id`, the lowest GUID, so a master failover keeps the name),
@@ -29,6 +31,7 @@ The verdicts are `llmgw.tools.node_health`; cards the agent settings ignore are 
 from __future__ import annotations
 
 import re
+import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -41,9 +44,9 @@ from llmgw.agent.discovery import read_fabrics, run_tool
 from llmgw.agent.discovery.node import Runner
 from llmgw.agent.nvml_health import read_nvml_health
 from llmgw.tools import (
-    CardHealth, IbPort, NvLinkCard, ParseError, PcieBandwidthNote, XidEvent, fabric_id, node_health, nvlink_domain,
-    nvlink_error_findings, parse_nvlink_errors, parse_pcie_bandwidth, parse_saquery_smir, parse_smi_health,
-    parse_sminfo, parse_xids, with_card_findings,
+    CardHealth, IbPort, NvLinkCard, ParseError, PcieBandwidthNote, XidEvent, fabric_id, imex_ready, node_health,
+    nvlink_domain, nvlink_error_findings, parse_imex_status, parse_nvlink_errors, parse_pcie_bandwidth,
+    parse_saquery_smir, parse_smi_health, parse_sminfo, parse_xids, with_card_findings,
 )
 from llmgw.tools.node_report import NodeHealthReport
 from llmgw.wire import pb
@@ -142,8 +145,9 @@ class HealthReader:
 
     def __init__(self, run: Runner = run_tool, *, sys_root: Path = Path("/sys"), etc_root: Path = Path("/etc"),
                  xid_hold: float = XID_HOLD, interval: float = HEALTH_INTERVAL, clock: Callable[[], float] = time.monotonic,
-                 wall: Callable[[], float] = time.time, nvml: Any = None):
+                 wall: Callable[[], float] = time.time, nvml: Any = None, own_names: tuple[str, ...] | None = None):
         self._run = run
+        self.own_names = own_names if own_names is not None else (socket.gethostname(),)
         self._nvml = nvml
         self._source = "none"
         self._nvlinks: dict[int, tuple[float, NvLinkCard]] = {}  # card index -> (when read, counters)
@@ -173,6 +177,8 @@ class HealthReader:
         or failing tools: each becomes a note."""
         notes: list[str] = []
         ports, imex = self.fabrics()
+        if imex:
+            imex = self._imex_up(notes)
         port_fabrics = []
         for p in ports:
             if p.link_layer.lower() == "infiniband" and p.state.lower() == "active":
@@ -197,6 +203,26 @@ class HealthReader:
             self._notes[(note.pci_bus_id, note.line)] = note
         self._base_notes = tuple(notes)
         return self.judge(skip_cards)
+
+    def _imex_up(self, notes: list[str]) -> bool:
+        """Whether IMEX is up here, from `nvidia-imex-ctl -N -j -H` (`llmgw.tools.imex_ready`); its configuration
+        exists (the caller checked). Without nvidia-imex-ctl: taken as up, with a note."""
+        out = self._run(["nvidia-imex-ctl", "-N", "-j", "-H"])
+        if out is None:
+            notes.append("IMEX configured (/etc/nvidia-imex) but nvidia-imex-ctl is not installed: taken as up")
+            return True
+        if out.exit_code != 0:
+            notes.append(f"nvidia-imex-ctl -N exited {out.exit_code} (IMEX not running?): "
+                         f"{out.text.strip()[:160]!r}")
+            return False
+        try:
+            up, why = imex_ready(parse_imex_status(out.text), self.own_names)
+        except ParseError as exc:
+            notes.append(str(exc))
+            return False
+        if why:
+            notes.append(why)
+        return up
 
     def _read_cards(self, notes: list[str]) -> bool:
         """Read the cards' health fields and NVLink counters into `self._cards` (None when unread), NVML first;
@@ -311,8 +337,8 @@ class HealthWatch:
         the first reading. Blocks for a few sysfs reads (microseconds, like the heartbeat's disk space)."""
         if self.latest is None:
             return None
-        ports, imex = self.reader.fabrics()
-        return replace(self.latest, ib_ports=ports, imex=imex)
+        ports, imex = self.reader.fabrics()  # IMEX's configuration gone: down at once; else as last read
+        return replace(self.latest, ib_ports=ports, imex=imex and self.latest.imex)
 
     async def run(self) -> None:
         """Take a reading every `interval` seconds, forever, from the first `take()` on."""

@@ -15,7 +15,8 @@ and say so. Modules, one per tool:
   `parse_pcie_bandwidth(text) -> tuple[PcieBandwidthNote, ...]` (the kernel's "limited by" notes); `xid`: NVIDIA's
   catalog, `classify_xid(xid, message) -> XidInfo`.
 - `ibstat`: `parse_ibstat(text) -> tuple[IbPort, ...]`; `sminfo`: `parse_sminfo -> SubnetManager`,
-  `parse_saquery_smir -> tuple[SubnetManager, ...]`, `fabric_id`; `ibnetdiscover`: `parse_ibnetdiscover ->
+  `parse_saquery_smir -> tuple[SubnetManager, ...]`, `fabric_id`; `imex`: `parse_imex_status` (`nvidia-imex-ctl -N
+  -j`) -> ImexDomain, `imex_ready`; `ibnetdiscover`: `parse_ibnetdiscover ->
   IbFabricMap`; `perftest`: `parse_perftest_bw -> BwResult`.
 - `health`: `node_health(cards, xids, pcie_notes=...) -> NodeHealth`, `card_verdict`, `pcie_findings`,
   `pcie_bandwidth_findings`, `xid_findings`, `memory_findings`, `fabric_findings`, `nvlink_findings`,
@@ -39,6 +40,7 @@ from llmgw.tools.health import (
 )
 from llmgw.tools.ibnetdiscover import IbFabricMap, IbLink, IbNode, parse_ibnetdiscover
 from llmgw.tools.ibstat import IbPort, parse_ibstat, rate_gbps
+from llmgw.tools.imex import ImexDomain, ImexNode, imex_ready, parse_imex_status
 from llmgw.tools.kernel_log import PcieBandwidthNote, XidEvent, normalise_bus_id, parse_pcie_bandwidth, parse_xids
 from llmgw.tools.nvidia_nvlink import NvLink, NvLinkCard, parse_nvlink_errors, parse_nvlink_status
 from llmgw.tools.nvidia_smi import MigListing, SmiResult, parse_smi_list, parse_smi_xml, smi_xml_root
@@ -64,5 +66,5 @@ __all__ = [
     "parse_nvlink_status", "parse_pcie_bandwidth", "parse_perftest_bw", "parse_saquery_smir", "parse_smi_health",
     "parse_smi_list", "parse_smi_xml", "parse_sminfo", "parse_topo_matrix", "parse_xids", "pcie_bandwidth_findings",
     "pcie_findings", "rate_gbps", "smi_xml_root", "xid_findings", "xid_info", "nvlink_error_findings",
-    "with_card_findings",
+    "with_card_findings", "ImexDomain", "ImexNode", "imex_ready", "parse_imex_status",
 ]

@@ -3,6 +3,8 @@ journalctl's cursor (or dmesg's timestamps), verdicts from llmgw.tools, and the 
 
 from __future__ import annotations
 
+import pytest
+
 import trio
 
 from llmgw.agent import AgentConfig, run_agent
@@ -174,3 +176,26 @@ def test_judging_again_with_other_ignored_cards_runs_no_tool(tmp_path):
     again = reader.judge(frozenset({1}))
     assert len(tools.calls) == calls and [c.index for c in again.health.cards] == [0]
     assert again.health.unattributed == () and reader.judge().unplaceable().keys() == {1}
+
+
+@pytest.mark.parametrize(("answer", "up", "note"), [
+    ("imex-ctl-N-j-up.json", True, None),
+    ("imex-ctl-N-j-peer-down.json", False, "IMEX domain is DOWN (nvidia-imex-ctl -N)"),
+    (None, True, "IMEX configured (/etc/nvidia-imex) but nvidia-imex-ctl is not installed: taken as up"),
+])
+def test_imex_is_up_only_when_nvidia_imex_ctl_says_so(tmp_path, answer, up, note):
+    from pathlib import Path
+
+    from llmgw.agent.discovery import ToolOutput
+
+    (tmp_path / "nvidia-imex").mkdir()
+    tools = Tools()
+    hand_made = Path(__file__).resolve().parents[1] / "fixtures" / "hand-made"
+
+    def run(argv):
+        if argv[0] == "nvidia-imex-ctl":
+            return ToolOutput(tuple(argv), 0, (hand_made / answer).read_text()) if answer else None
+        return tools(argv)
+
+    report = HealthReader(run, sys_root=tmp_path, etc_root=tmp_path, own_names=("gpu-node-1",)).read()
+    assert report.imex is up and (note in report.notes if note else not report.notes)
