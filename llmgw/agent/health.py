@@ -25,6 +25,9 @@ One reading (`HealthReader.read`, blocking):
   InfiniBand port's fabric is named by its subnet managers, read with each health reading: `saquery SMIR -C ca -P
   port` (every SM of the fabric; `llmgw.tools.fabric_id`, the lowest GUID, so a master failover keeps the name),
   else `sminfo -C ca -P port` (the master only). Neither installed: the fabric is unknown, with a note.
+  Each fabric's map (`ibnetdiscover -C ca -P port`, at most every five minutes) places each active port under its
+  leaf switch, found by the adapter's sysfs `node_guid` (`llmgw.tools.adapter_leaves`): every node reads its own
+  fabric's map (issue 14 asks for one node per fabric; that coordination is not built).
 The verdicts are `llmgw.tools.node_health`; cards the agent settings ignore are left out (their XIDs too).
 """
 
@@ -45,7 +48,8 @@ from llmgw.agent.discovery.node import Runner
 from llmgw.agent.nvml_health import read_nvml_health
 from llmgw.tools import (
     CardHealth, IbPort, NvLinkCard, ParseError, PcieBandwidthNote, XidEvent, fabric_id, imex_ready, node_health,
-    nvlink_domain, nvlink_error_findings, parse_imex_status, parse_nvlink_errors, parse_pcie_bandwidth,
+    adapter_leaves, node_guid, nvlink_domain, nvlink_error_findings, parse_ibnetdiscover, parse_imex_status,
+    parse_nvlink_errors, parse_pcie_bandwidth,
     parse_saquery_smir, parse_smi_health, parse_sminfo, parse_xids, with_card_findings,
 )
 from llmgw.tools.node_report import NodeHealthReport
@@ -55,6 +59,8 @@ HEALTH_INTERVAL = 60.0
 """Seconds between health readings (issue 14: "read every minute")."""
 XID_HOLD = 3600.0
 """Seconds an XID counts after the agent read it."""
+IBNETDISCOVER_INTERVAL = 300.0
+"""Seconds between two `ibnetdiscover` runs per fabric (issue 14: every five minutes)."""
 
 _CURSOR = re.compile(r"^-- cursor: (?P<cursor>\S+)\s*$")
 _DMESG_TS = re.compile(r"^\[\s*(?P<ts>[0-9]+\.[0-9]+)\]")
@@ -152,6 +158,7 @@ class HealthReader:
         self._source = "none"
         self._nvlinks: dict[int, tuple[float, NvLinkCard]] = {}  # card index -> (when read, counters)
         self._nvlink_findings: dict[int, tuple] = {}
+        self._maps: dict[str, tuple[float, dict[tuple[str, int], str]]] = {}  # fabric -> (when read, leaves)
         self.kernel = KernelLog(run)
         self.sys_root = sys_root
         self.etc_root = etc_root
@@ -187,7 +194,8 @@ class HealthReader:
                     port_fabrics.append((p.ca, p.port, fabric))
                 if why:
                     notes.append(why)
-        self._base = dict(imex=imex, ib_ports=ports, port_fabrics=tuple(port_fabrics), read_at=self._wall())
+        self._base = dict(imex=imex, ib_ports=ports, port_fabrics=tuple(port_fabrics),
+                          port_leaves=self._port_leaves(port_fabrics, notes), read_at=self._wall())
         self._cards = None
         if not self._read_cards(notes):
             self._installed = False
@@ -203,6 +211,41 @@ class HealthReader:
             self._notes[(note.pci_bus_id, note.line)] = note
         self._base_notes = tuple(notes)
         return self.judge(skip_cards)
+
+    def _port_leaves(self, port_fabrics: list[tuple[str, int, str]], notes: list[str]) -> tuple[tuple[str, int, str], ...]:
+        """((adapter, port, leaf switch GUID), ...) for the active InfiniBand ports of known fabric: each fabric's
+        map is read with `ibnetdiscover -C ca -P port` through its first port, at most every `IBNETDISCOVER_INTERVAL`
+        seconds, and each adapter is found in it by its sysfs node GUID (`llmgw.tools.adapter_leaves`)."""
+        now = self._clock()
+        out = []
+        for fabric in sorted({f for _, _, f in port_fabrics}):
+            ca, port = next((c, p) for c, p, f in port_fabrics if f == fabric)
+            cached = self._maps.get(fabric)
+            if cached is None or now - cached[0] >= IBNETDISCOVER_INTERVAL:
+                result = self._run(["ibnetdiscover", "-C", ca, "-P", str(port)])
+                leaves: dict[tuple[str, int], str] = {}
+                if result is None:
+                    notes.append("ibnetdiscover is not installed (infiniband-diags): leaves unknown")
+                elif result.exit_code != 0:
+                    notes.append(f"ibnetdiscover -C {ca} -P {port} exited {result.exit_code}: "
+                                 f"{result.text.strip()[:160]!r}")
+                else:
+                    try:
+                        leaves = adapter_leaves(parse_ibnetdiscover(result.text))
+                    except ParseError as exc:
+                        notes.append(str(exc))
+                cached = self._maps[fabric] = (now, leaves)
+            for c, p, f in port_fabrics:
+                if f != fabric:
+                    continue
+                try:
+                    guid = node_guid((self.sys_root / "class" / "infiniband" / c / "node_guid").read_text())
+                except OSError:
+                    guid = ""
+                leaf = cached[1].get((guid, p), "")
+                if leaf:
+                    out.append((c, p, leaf))
+        return tuple(out)
 
     def _imex_up(self, notes: list[str]) -> bool:
         """Whether IMEX is up here, from `nvidia-imex-ctl -N -j -H` (`llmgw.tools.imex_ready`); its configuration

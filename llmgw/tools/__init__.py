@@ -17,7 +17,7 @@ and say so. Modules, one per tool:
 - `ibstat`: `parse_ibstat(text) -> tuple[IbPort, ...]`; `sminfo`: `parse_sminfo -> SubnetManager`,
   `parse_saquery_smir -> tuple[SubnetManager, ...]`, `fabric_id`; `imex`: `parse_imex_status` (`nvidia-imex-ctl -N
   -j`) -> ImexDomain, `imex_ready`; `ibnetdiscover`: `parse_ibnetdiscover ->
-  IbFabricMap`; `perftest`: `parse_perftest_bw -> BwResult`.
+  IbFabricMap`; `fabric_map`: `switch_tiers`, `adapter_leaves` (which leaf each adapter port hangs from), `node_guid`; `perftest`: `parse_perftest_bw -> BwResult`.
 - `health`: `node_health(cards, xids, pcie_notes=...) -> NodeHealth`, `card_verdict`, `pcie_findings`,
   `pcie_bandwidth_findings`, `xid_findings`, `memory_findings`, `fabric_findings`, `nvlink_findings`,
   `nvlink_domain(cards) -> DomainMembership`, `nvlink_error_findings` (DCGM's NVLink thresholds between two
@@ -38,6 +38,7 @@ from llmgw.tools.health import (
     memory_findings, node_health, nvlink_domain, nvlink_error_findings, nvlink_findings, pcie_bandwidth_findings,
     pcie_findings, with_card_findings, xid_findings,
 )
+from llmgw.tools.fabric_map import adapter_leaves, node_guid, switch_tiers
 from llmgw.tools.ibnetdiscover import IbFabricMap, IbLink, IbNode, parse_ibnetdiscover
 from llmgw.tools.ibstat import IbPort, parse_ibstat, rate_gbps
 from llmgw.tools.imex import ImexDomain, ImexNode, imex_ready, parse_imex_status
@@ -66,5 +67,5 @@ __all__ = [
     "parse_nvlink_status", "parse_pcie_bandwidth", "parse_perftest_bw", "parse_saquery_smir", "parse_smi_health",
     "parse_smi_list", "parse_smi_xml", "parse_sminfo", "parse_topo_matrix", "parse_xids", "pcie_bandwidth_findings",
     "pcie_findings", "rate_gbps", "smi_xml_root", "xid_findings", "xid_info", "nvlink_error_findings",
-    "with_card_findings", "ImexDomain", "ImexNode", "imex_ready", "parse_imex_status",
+    "with_card_findings", "adapter_leaves", "node_guid", "switch_tiers", "ImexDomain", "ImexNode", "imex_ready", "parse_imex_status",
 ]

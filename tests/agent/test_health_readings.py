@@ -199,3 +199,33 @@ def test_imex_is_up_only_when_nvidia_imex_ctl_says_so(tmp_path, answer, up, note
 
     report = HealthReader(run, sys_root=tmp_path, etc_root=tmp_path, own_names=("gpu-node-1",)).read()
     assert report.imex is up and (note in report.notes if note else not report.notes)
+
+
+def test_each_active_port_is_placed_under_its_leaf_by_the_fabric_map_read_every_five_minutes(tmp_path):
+    from llmgw.agent.discovery import ToolOutput
+    from llmgw.plan import interconnect_of
+
+    _active_ib_port(tmp_path)
+    (tmp_path / "class" / "infiniband" / "mlx5_0" / "node_guid").write_text("1070:fd03:00c0:0001\n")
+
+    class MapTools(SmTools):
+        def __call__(self, argv):
+            if argv[0] == "ibnetdiscover":
+                self.calls.append(list(argv))
+                return ToolOutput(tuple(argv), 0, _hand_made("ibnetdiscover-two-leaves-hdr.txt"))
+            return super().__call__(argv)
+
+    tools = MapTools()
+    clock, advance = counting_clock()
+    reader = HealthReader(tools, sys_root=tmp_path, etc_root=tmp_path, clock=clock)
+    report = reader.read()
+    assert report.port_leaf("mlx5_0", 1) == "b8599f0300a000a0"  # leaf-a, as node01 mlx5_0 is cabled
+    back = health_from_message(report_message(report))
+    assert interconnect_of(back, {(c, p): leaf for c, p, leaf in back.port_leaves}).adapters == (
+        ("mlx5_0", "0010e0406d5aa0a0", "b8599f0300a000a0"),)
+    advance(60.0)
+    reader.read()
+    advance(300.0)
+    reader.read()
+    runs = [c for c in tools.calls if c[0] == "ibnetdiscover"]
+    assert runs == [["ibnetdiscover", "-C", "mlx5_0", "-P", "1"]] * 2  # the first reading, then five minutes on
