@@ -5,6 +5,8 @@ rank runs and placed again as a whole when one is gone. Fleets are the H200 capt
 from __future__ import annotations
 
 import random
+
+import pytest
 from dataclasses import replace
 
 import plan_fleets
@@ -178,3 +180,54 @@ def test_an_engine_without_a_multi_node_command_line_is_not_spread():
     plan = make_plan(plan_fleets.settings(llama), f)
     assert not starts(plan)
     assert dict(plan.unplaced[0].reasons)["node1"] == "8 of 16 h100-80g free"
+
+
+def random_fleet(rng: random.Random) -> list:
+    nodes = []
+    for i in range(rng.randrange(0, 10)):
+        node = gpu_node(f"node{i}", count=rng.choice([4, 8, 8]), foreign=tuple(rng.sample(range(4), rng.choice([0, 0, 2]))),
+                        alive=rng.random() < 0.9, engines=rng.choice([(VLLM,), (VLLM,), ()]))
+        domain = rng.choice([None, None, "cluster-1"])
+        adapters = tuple((f"mlx5_{r}", rng.choice([FABRIC_A, FABRIC_A, FABRIC_B]), rng.choice(["l1", "l2", ""]))
+                         for r in range(rng.choice([0, 1, 2])))
+        nodes.append(replace(node, interconnect=Interconnect(domain, domain is not None and rng.random() < 0.7,
+                                                             "" if domain else "", adapters)))
+    return nodes
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_spread_replicas_on_random_fleets_keep_their_invariants(seed):
+    rng = random.Random(seed)
+    nodes = random_fleet(rng)
+    gpus = rng.choice([8, 12, 16, 24])
+    s = settings(replace(BIG, replicas=rng.choice([1, 2]), resources=replace(BIG.resources, gpus=gpus,
+                                                                              tensor_parallel=gpus, pipeline_parallel=1)))
+    plan = make_plan(s, fleet(*nodes))
+    assert plan == make_plan(s, fleet(*reversed(nodes)))  # the order of nodes does not matter
+    by_id = {n.node_id: n for n in nodes}
+    held: set[tuple[str, str]] = set()
+    groups: dict[str, list] = {}
+    for action in starts(plan):
+        node = by_id[action.node_id]
+        assert node.alive and VLLM in node.engines_installed
+        for device in action.assignment.devices:
+            assert (action.node_id, device) not in held  # no card given twice
+            held.add((action.node_id, device))
+            gpu = next(g for g in node.gpus if g.device_id == device)
+            assert not gpu.foreign_processes and not gpu.unhealthy
+        groups.setdefault(action.assignment.group or action.shard_id, []).append(action)
+    for members in groups.values():
+        first = members[0].assignment
+        assert sorted(a.assignment.rank for a in members) == list(range(first.nodes))
+        assert len({a.node_id for a in members}) == first.nodes
+        assert sum(len(a.assignment.devices) for a in members) == gpus
+        assert len({a.assignment.rendezvous for a in members}) == 1
+        if first.nodes > 1:
+            env = {k for a in members for k, _ in a.assignment.env}
+            if env == {"NCCL_MNNVL_ENABLE"}:
+                assert all(by_id[a.node_id].interconnect.domain_ready for a in members)
+            else:  # one physical fabric: every shard's adapters are on one fabric id shared by all
+                fabrics = [{f for _, f, _ in by_id[a.node_id].interconnect.adapters} for a in members]
+                assert set.intersection(*fabrics)
+    for unplaced in plan.unplaced:
+        assert unplaced.reasons and all(why for _, why in unplaced.reasons)
