@@ -75,7 +75,7 @@ def apply_health(gpus: tuple[GpuState, ...], report: NodeHealthReport | None) ->
     """`gpus` with `unhealthy` set from `report`'s verdicts; and whether any card's `unhealthy` changed.
 
     A whole card is matched to its verdict by UUID (by index, `device_id`, when either has none); a MIG instance
-    by its `parent_uuid`. When nvidia-smi was read (`report.source` "nvidia-smi"), a card it no longer lists is out
+    by its `parent_uuid`. When the cards were read (`report.source` "nvidia-smi" or "nvml"), a card no longer listed is out
     (`_missing_reason`: a card that fell off the bus vanishes from nvidia-smi, its Xid unattributed). When nothing
     was read (`report` None, or source "none": nvidia-smi missing or failing) every card keeps what it had, so a
     tool failing never moves a replica. NVML ("nvml") counts as nvidia-smi does.

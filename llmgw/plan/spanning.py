@@ -187,6 +187,9 @@ class Spanning:
     def _broken(best: dict[int, tuple[NodeState, ObservedShard]], ranks: int, span) -> str:
         if not ranks:
             return str(span)
+        extra = sorted(r for r in best if r >= ranks)
+        if extra:
+            return f"it was formed for more than {ranks} nodes (rank {extra[-1]}); the fleet now asks for {ranks}"
         missing = [r for r in range(ranks) if r not in best]
         if missing:
             return f"rank {', '.join(map(str, missing))} of {ranks} is gone"
