@@ -11,9 +11,9 @@ Ids are built here and never parsed (what a shard runs is carried in its message
 `fingerprint`):
 
 - a replica id is "<model>-<n>", n from 0 to `replicas - 1`;
-- a shard id is "<replica>/0": a replica has exactly one shard (tensor parallel stays within one node), so
-  every shard is its replica's first; a replica spread over nodes would carry its shard's index in
-  StartShard/ShardStatus, not in the id;
+- a shard id is "<replica>/0" for a replica on one node (tensor parallel stays within the node), and
+  "<replica>/<rank>" for each shard of a replica spread over several nodes (`llmgw.plan.spanning`); the rank
+  itself travels in StartShard/ShardStatus (`rank`), so it is never read back from the id;
 - while a replica rolls to a new fingerprint, its old shard keeps its id until it is stopped, so the new
   generation takes "<replica>/0@<fingerprint[:8]>" when "<replica>/0" is still held by an older shard
   (and "<replica>/0" again on the roll after that, once the plain id is free). Which shard belongs to which
@@ -80,12 +80,12 @@ def base_shard_id(replica: str) -> str:
     return f"{replica}/0"
 
 
-def new_shard_id(replica: str, fingerprint_hex: str, taken: set[str] | frozenset[str]) -> str:
-    """The id for a new shard of `replica` running `fingerprint_hex`, avoiding the ids in `taken`.
+def new_shard_id(replica: str, fingerprint_hex: str, taken: set[str] | frozenset[str], rank: int = 0) -> str:
+    """The id for a new shard of `replica` (its `rank`, 0 on one node) running `fingerprint_hex`, avoiding `taken`.
 
-    "<replica>/0" when free, else "<replica>/0@<fingerprint[:8]>", else that with ".<k>" (k from 1).
+    "<replica>/<rank>" when free, else "<replica>/<rank>@<fingerprint[:8]>", else that with ".<k>" (k from 1).
     """
-    plain = base_shard_id(replica)
+    plain = f"{replica}/{rank}"
     if plain not in taken:
         return plain
     candidate = f"{plain}@{fingerprint_hex[:8]}"

@@ -251,7 +251,7 @@ class NodeAgent:
             shard_id=shard_id, argv=(), port=0, engine=f"{command.engine}@{command.engine_version}",
             replica_id=command.replica_id, model=command.model, fingerprint=command.fingerprint,
             settings_commit=command.settings_commit, devices=tuple(command.devices),
-            cpu_cores=command.cpu_cores, memory_bytes=command.memory_bytes,
+            cpu_cores=command.cpu_cores, memory_bytes=command.memory_bytes, rank=command.rank, group=command.group,
         )
         view = ShardView(shard_id=shard_id, state=ShardState.PENDING, spec=info)
         self._set_pending(view)
@@ -308,10 +308,13 @@ class NodeAgent:
             context_size=command.context_size or None, devices=tuple(command.devices),
             engine_args=tuple(command.engine_args), served_name=command.served_name or command.model,
             api_key=command.replica_key, tensor_parallel=command.tensor_parallel or 1,
-            pipeline_parallel=command.pipeline_parallel or 1,
+            pipeline_parallel=command.pipeline_parallel or 1, rank=command.rank, nodes=command.nodes or 1,
+            rendezvous=command.rendezvous, extra_env=dict(command.env),
         )
         argv, env = module.command_line(launch)
-        return replace(info, argv=tuple(argv), env=env, port=port, host=host, health_path=module.HEALTH_PATH,
+        # Ranks above 0 of a replica spread over nodes serve no HTTP (vLLM --headless): ready while they run.
+        health_path = module.HEALTH_PATH if command.rank == 0 else ""
+        return replace(info, argv=tuple(argv), env=env, port=port, host=host, health_path=health_path,
                        threads=threads or 0, grace_seconds=self.config.shard_stop_grace)
 
     async def _check_startup(self, command: pb.StartShard, spec: ShardSpec) -> None:

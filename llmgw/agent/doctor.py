@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from llmgw.agent.config import AgentConfig, installed_engines
-from llmgw.agent.discovery import NodeDiscovery, discover_node, run_tool
+from llmgw.agent.discovery import NodeDiscovery, discover_node, load_nvml, run_tool
 from llmgw.agent.discovery.node import Runner
 from llmgw.agent.doctor_health import health_checks
 from llmgw.agent.health import HealthReader
@@ -193,7 +193,8 @@ def run_doctor(weights_dir: Path, *, engines_dir: Path | None = None, state_dir:
     checks.append(Check("fabrics", "info", (f"InfiniBand: {', '.join(f'{p.ca}/{p.port} {p.state}' for p in ib)}"
                                             if ib else "no InfiniBand") + ("; IMEX configured" if node.fabrics.imex
                                                                           else "; no IMEX")))
-    health = HealthReader(run, **{k: v for k, v in kwargs.items() if k in ("sys_root", "etc_root")}).read()
+    health = HealthReader(run, nvml=kwargs["nvml"] if "nvml" in kwargs else load_nvml(),
+                          **{k: v for k, v in kwargs.items() if k in ("sys_root", "etc_root")}).read()
     checks.extend(Check(*check) for check in health_checks(health))
     topo_warnings = node.topology.warnings if node.topology else ()
     checks.extend(Check("discovery", "warn", w) for w in (*node.gpus.warnings, *topo_warnings))

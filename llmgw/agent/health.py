@@ -1,10 +1,13 @@
 """GPU health and fabrics, read every `HEALTH_INTERVAL` seconds and carried by every heartbeat (the latest).
 
 One reading (`HealthReader.read`, blocking):
-- `nvidia-smi -q -x`: per card PCIe maxima, ECC counts, retired pages, remapped rows, clock event reasons, NVLink
-  fabric state and MIG carving (`llmgw.tools.parse_smi_health`). NVML is not used for these yet: nvidia-smi
-  prints them all in one call, and the H200 capture (tests/fixtures/nvidia-h200/nvidia-smi-q-x.xml) is its
-  format. No nvidia-smi (a CPU node): no GPU health, the kernel log is not read, `source` "none". nvidia-smi
+- NVML first (`llmgw.agent.nvml_health`, when the reader has an NVML module and `nvmlInit` works, `source`
+  "nvml"): per card PCIe maxima, ECC counts, retired pages, remapped rows, clock event reasons, NVLink fabric
+  state, MIG carving, and every NVLink's error counters. Else `nvidia-smi -q -x` for the same card fields
+  (`llmgw.tools.parse_smi_health`, `source` "nvidia-smi") and `nvidia-smi nvlink -e` for the counters. NVLink
+  counters are judged by how much they rose since the previous reading (`llmgw.tools.nvlink_error_findings`,
+  DCGM's limits). No NVML and no nvidia-smi (a CPU node): no GPU health, the kernel log is not read, `source`
+  "none". nvidia-smi
   failing: the kernel log's XIDs are reported unattributed, no card is judged, `source` "none" (the control plane
   then leaves every card as it was: a tool failing never moves a replica). A card nvidia-smi no longer lists is
   out of placement at the control plane (`llmgw.control.health`).
@@ -16,28 +19,38 @@ One reading (`HealthReader.read`, blocking):
   new one (the driver says nothing when a reset cleared it). The kernel's "PCIe bandwidth ... limited by" notes
   are printed once at boot and kept for as long as the agent runs.
 - Fabrics: InfiniBand / RoCE ports from sysfs and IMEX's configuration (`llmgw.agent.discovery.read_fabrics`);
+  where IMEX is configured, `nvidia-imex-ctl -N -j -H` says whether it is up: the domain UP, this node's daemon
+  (matched by `own_names`, the host name by default) READY and connected to every peer (`llmgw.tools.imex`);
   `HealthWatch.report` re-reads these on every heartbeat, so a port going down shows at the next beat. Each active
   InfiniBand port's fabric is named by its subnet managers, read with each health reading: `saquery SMIR -C ca -P
   port` (every SM of the fabric; `llmgw.tools.fabric_id`, the lowest GUID, so a master failover keeps the name),
   else `sminfo -C ca -P port` (the master only). Neither installed: the fabric is unknown, with a note.
+  Each fabric's map (`ibnetdiscover -C ca -P port`, at most every five minutes) places each active port under its
+  leaf switch, found by the adapter's sysfs `node_guid` (`llmgw.tools.adapter_leaves`): every node reads its own
+  fabric's map (issue 14 asks for one node per fabric; that coordination is not built).
 The verdicts are `llmgw.tools.node_health`; cards the agent settings ignore are left out (their XIDs too).
 """
 
 from __future__ import annotations
 
 import re
+import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import trio
 
 from llmgw.agent.discovery import read_fabrics, run_tool
 from llmgw.agent.discovery.node import Runner
+from llmgw.agent.nvml_health import read_nvml_health
 from llmgw.tools import (
-    CardHealth, IbPort, ParseError, PcieBandwidthNote, XidEvent, fabric_id, node_health, nvlink_domain, parse_pcie_bandwidth,
-    parse_saquery_smir, parse_smi_health, parse_sminfo, parse_xids,
+    CardHealth, IbPort, NvLinkCard, ParseError, PcieBandwidthNote, XidEvent, fabric_id, imex_ready, node_health,
+    adapter_leaves, node_guid, nvlink_domain, nvlink_error_findings, parse_ibnetdiscover, parse_imex_status,
+    parse_nvlink_errors, parse_pcie_bandwidth,
+    parse_saquery_smir, parse_smi_health, parse_sminfo, parse_xids, with_card_findings,
 )
 from llmgw.tools.node_report import NodeHealthReport
 from llmgw.wire import pb
@@ -46,6 +59,8 @@ HEALTH_INTERVAL = 60.0
 """Seconds between health readings (issue 14: "read every minute")."""
 XID_HOLD = 3600.0
 """Seconds an XID counts after the agent read it."""
+IBNETDISCOVER_INTERVAL = 300.0
+"""Seconds between two `ibnetdiscover` runs per fabric (issue 14: every five minutes)."""
 
 _CURSOR = re.compile(r"^-- cursor: (?P<cursor>\S+)\s*$")
 _DMESG_TS = re.compile(r"^\[\s*(?P<ts>[0-9]+\.[0-9]+)\]")
@@ -136,8 +151,14 @@ class HealthReader:
 
     def __init__(self, run: Runner = run_tool, *, sys_root: Path = Path("/sys"), etc_root: Path = Path("/etc"),
                  xid_hold: float = XID_HOLD, interval: float = HEALTH_INTERVAL, clock: Callable[[], float] = time.monotonic,
-                 wall: Callable[[], float] = time.time):
+                 wall: Callable[[], float] = time.time, nvml: Any = None, own_names: tuple[str, ...] | None = None):
         self._run = run
+        self.own_names = own_names if own_names is not None else (socket.gethostname(),)
+        self._nvml = nvml
+        self._source = "none"
+        self._nvlinks: dict[int, tuple[float, NvLinkCard]] = {}  # card index -> (when read, counters)
+        self._nvlink_findings: dict[int, tuple] = {}
+        self._maps: dict[str, tuple[float, dict[tuple[str, int], str]]] = {}  # fabric -> (when read, leaves)
         self.kernel = KernelLog(run)
         self.sys_root = sys_root
         self.etc_root = etc_root
@@ -163,6 +184,8 @@ class HealthReader:
         or failing tools: each becomes a note."""
         notes: list[str] = []
         ports, imex = self.fabrics()
+        if imex:
+            imex = self._imex_up(notes)
         port_fabrics = []
         for p in ports:
             if p.link_layer.lower() == "infiniband" and p.state.lower() == "active":
@@ -171,21 +194,14 @@ class HealthReader:
                     port_fabrics.append((p.ca, p.port, fabric))
                 if why:
                     notes.append(why)
-        self._base = dict(imex=imex, ib_ports=ports, port_fabrics=tuple(port_fabrics), read_at=self._wall())
+        self._base = dict(imex=imex, ib_ports=ports, port_fabrics=tuple(port_fabrics),
+                          port_leaves=self._port_leaves(port_fabrics, notes), read_at=self._wall())
         self._cards = None
-        out = self._run(["nvidia-smi", "-q", "-x"])
-        if out is None:
+        if not self._read_cards(notes):
             self._installed = False
             self._base_notes = (*notes, "nvidia-smi is not installed: no GPU health")
             return self.judge(skip_cards)
         self._installed = True
-        if out.exit_code != 0:
-            notes.append(f"nvidia-smi -q -x exited {out.exit_code}: {out.text.strip()[:200]!r}")
-        else:
-            try:
-                self._cards = parse_smi_health(out.text)
-            except ParseError as exc:
-                notes.append(f"nvidia-smi -q -x: {exc}")
         text, log_notes = self.kernel.read_new()
         notes.extend(log_notes)
         now = self._clock()
@@ -195,6 +211,99 @@ class HealthReader:
             self._notes[(note.pci_bus_id, note.line)] = note
         self._base_notes = tuple(notes)
         return self.judge(skip_cards)
+
+    def _port_leaves(self, port_fabrics: list[tuple[str, int, str]], notes: list[str]) -> tuple[tuple[str, int, str], ...]:
+        """((adapter, port, leaf switch GUID), ...) for the active InfiniBand ports of known fabric: each fabric's
+        map is read with `ibnetdiscover -C ca -P port` through its first port, at most every `IBNETDISCOVER_INTERVAL`
+        seconds, and each adapter is found in it by its sysfs node GUID (`llmgw.tools.adapter_leaves`)."""
+        now = self._clock()
+        out = []
+        for fabric in sorted({f for _, _, f in port_fabrics}):
+            ca, port = next((c, p) for c, p, f in port_fabrics if f == fabric)
+            cached = self._maps.get(fabric)
+            if cached is None or now - cached[0] >= IBNETDISCOVER_INTERVAL:
+                result = self._run(["ibnetdiscover", "-C", ca, "-P", str(port)])
+                leaves: dict[tuple[str, int], str] = {}
+                if result is None:
+                    notes.append("ibnetdiscover is not installed (infiniband-diags): leaves unknown")
+                elif result.exit_code != 0:
+                    notes.append(f"ibnetdiscover -C {ca} -P {port} exited {result.exit_code}: "
+                                 f"{result.text.strip()[:160]!r}")
+                else:
+                    try:
+                        leaves = adapter_leaves(parse_ibnetdiscover(result.text))
+                    except ParseError as exc:
+                        notes.append(str(exc))
+                cached = self._maps[fabric] = (now, leaves)
+            for c, p, f in port_fabrics:
+                if f != fabric:
+                    continue
+                try:
+                    guid = node_guid((self.sys_root / "class" / "infiniband" / c / "node_guid").read_text())
+                except OSError:
+                    guid = ""
+                leaf = cached[1].get((guid, p), "")
+                if leaf:
+                    out.append((c, p, leaf))
+        return tuple(out)
+
+    def _imex_up(self, notes: list[str]) -> bool:
+        """Whether IMEX is up here, from `nvidia-imex-ctl -N -j -H` (`llmgw.tools.imex_ready`); its configuration
+        exists (the caller checked). Without nvidia-imex-ctl: taken as up, with a note."""
+        out = self._run(["nvidia-imex-ctl", "-N", "-j", "-H"])
+        if out is None:
+            notes.append("IMEX configured (/etc/nvidia-imex) but nvidia-imex-ctl is not installed: taken as up")
+            return True
+        if out.exit_code != 0:
+            notes.append(f"nvidia-imex-ctl -N exited {out.exit_code} (IMEX not running?): "
+                         f"{out.text.strip()[:160]!r}")
+            return False
+        try:
+            up, why = imex_ready(parse_imex_status(out.text), self.own_names)
+        except ParseError as exc:
+            notes.append(str(exc))
+            return False
+        if why:
+            notes.append(why)
+        return up
+
+    def _read_cards(self, notes: list[str]) -> bool:
+        """Read the cards' health fields and NVLink counters into `self._cards` (None when unread), NVML first;
+        False when neither NVML nor nvidia-smi is there."""
+        nvml = read_nvml_health(self._nvml)
+        links: tuple[NvLinkCard, ...] = ()
+        if nvml is not None:
+            self._cards, links, self._source = nvml.cards, nvml.nvlinks, "nvml"
+            notes.extend(nvml.notes)
+        else:
+            out = self._run(["nvidia-smi", "-q", "-x"])
+            if out is None:
+                return False
+            self._source = "nvidia-smi"
+            if out.exit_code != 0:
+                notes.append(f"nvidia-smi -q -x exited {out.exit_code}: {out.text.strip()[:200]!r}")
+                return True
+            try:
+                self._cards = parse_smi_health(out.text)
+            except ParseError as exc:
+                notes.append(f"nvidia-smi -q -x: {exc}")
+                return True
+            errors = self._run(["nvidia-smi", "nvlink", "-e"])
+            if errors is not None and errors.exit_code == 0:
+                try:
+                    links = parse_nvlink_errors(errors.text)
+                except ParseError as exc:
+                    notes.append(f"nvidia-smi nvlink -e: {exc}")
+        now = self._clock()
+        source = "NVML nvmlDeviceGetNvLinkErrorCounter" if nvml is not None else "nvidia-smi nvlink -e"
+        findings = {}
+        for card in links:
+            before = self._nvlinks.get(card.gpu)
+            findings[card.gpu] = nvlink_error_findings(card, before[1] if before else None,
+                                                       now - before[0] if before else None, source)
+            self._nvlinks[card.gpu] = (now, card)
+        self._nvlink_findings = findings
+        return True
 
     def judge(self, skip_cards: frozenset[int] = frozenset()) -> NodeHealthReport:
         """The last reading judged again with `skip_cards` left out: no I/O (used when `ignore_gpus` changes, so
@@ -208,7 +317,8 @@ class HealthReader:
         cards = tuple(c for c in self._cards if c.index not in skip_cards)
         xids = tuple(e for _, e in self._xids if e.pci_bus_id not in skipped)
         health = node_health(cards, xids, pcie_notes=tuple(self._notes.values()))
-        return NodeHealthReport(health=health, domain=nvlink_domain(cards), source="nvidia-smi",
+        health = with_card_findings(health, {i: f for i, f in self._nvlink_findings.items() if i not in skip_cards})
+        return NodeHealthReport(health=health, domain=nvlink_domain(cards), source=self._source,
                                 notes=self._base_notes, **self._base)
 
 
@@ -230,7 +340,8 @@ def report_message(report: NodeHealthReport) -> pb.HealthReport:
     for port in report.ib_ports:
         entry = message.ib_ports.add(adapter=port.ca, port=port.port, state=port.state,
                                      physical_state=port.physical_state, link_layer=port.link_layer,
-                                     fabric=report.port_fabric(port.ca, port.port))
+                                     fabric=report.port_fabric(port.ca, port.port),
+                                     leaf=report.port_leaf(port.ca, port.port))
         if port.rate_gbps is not None:
             entry.rate_gbps = port.rate_gbps
     return message
@@ -269,8 +380,8 @@ class HealthWatch:
         the first reading. Blocks for a few sysfs reads (microseconds, like the heartbeat's disk space)."""
         if self.latest is None:
             return None
-        ports, imex = self.reader.fabrics()
-        return replace(self.latest, ib_ports=ports, imex=imex)
+        ports, imex = self.reader.fabrics()  # IMEX's configuration gone: down at once; else as last read
+        return replace(self.latest, ib_ports=ports, imex=imex and self.latest.imex)
 
     async def run(self) -> None:
         """Take a reading every `interval` seconds, forever, from the first `take()` on."""

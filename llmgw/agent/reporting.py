@@ -50,6 +50,8 @@ def shard_status(view: ShardView) -> pb.ShardStatus:
         status.cpu_cores = spec.cpu_cores
         status.memory_bytes = spec.memory_bytes
         status.port = spec.port
+        status.rank = spec.rank
+        status.group = spec.group
     if view.progress is not None:
         status.progress = view.progress
     return status

@@ -150,7 +150,7 @@ async def run_agent(config: AgentConfig, connect: Connect | Sequence[Connect] = 
                 readings = Readings(telemetry, supervisor.process_groups, lambda: agent.config.telemetry_interval,
                                     lambda: agent.settings_changed, lambda: agent.config.ignore_gpus)
                 nursery.start_soon(readings.run)
-                watch = HealthWatch(health or HealthReader(), lambda: readings.skip_cards)
+                watch = HealthWatch(health or HealthReader(nvml=nvml), lambda: readings.skip_cards)
                 nursery.start_soon(watch.run)
                 nursery.start_soon(agent.slurm.run)
                 if saved_slurm is not None:  # the part in Slurm kept from the last AgentSettings (its files on disk)

@@ -28,7 +28,9 @@ class ShardSpec:
     one already written into `argv`; `host` where the engine listens (health is polled there, "0.0.0.0" and
     "::" polled on loopback); `health_path` the engine's readiness path (200 = ready); `threads` its thread
     count (also exported as OMP_NUM_THREADS). The rest is carried for reporting: `engine` is
-    "llama.cpp@b11434", `cpu_cores` cores, `memory_bytes` bytes.
+    "llama.cpp@b11434", `cpu_cores` cores, `memory_bytes` bytes, `rank` and `group` its place in a replica spread
+    over several nodes (echoed in ShardStatus). `health_path` "" for an engine process that serves no HTTP (a rank
+    above 0 of a spread vLLM replica, `--headless`): it counts as ready while it runs.
     """
 
     shard_id: str
@@ -47,6 +49,8 @@ class ShardSpec:
     cpu_cores: float = 0.0
     memory_bytes: int = 0
     grace_seconds: float = 10.0
+    rank: int = 0
+    group: str = ""
 
     def to_json(self) -> dict:
         data = asdict(self)

@@ -218,7 +218,7 @@ class Supervisor:
             if is_same_process(record, procfs.process_start_time(record.pid)):
                 shard.pid, shard.start_time = record.pid, record.start_time
                 shard.view = replace(shard.view, pid=record.pid, adopted=True)
-                if await self._probe(_health_url(shard)) is None:  # serving now: reported READY from Register on
+                if not shard.spec.health_path or await self._probe(_health_url(shard)) is None:  # serving now
                     shard.ready_since = trio.current_time()
                     shard.view = shard.view.with_state(ShardState.READY, error="")
                 log.info("adopted shard %s: engine pid %d still running", record.spec.shard_id, record.pid)
@@ -351,6 +351,10 @@ class Supervisor:
 
     async def _watch_health(self, shard: _Shard, scope: trio.CancelScope) -> None:
         with scope:
+            if not shard.spec.health_path:  # no HTTP to ask (a headless rank): ready while its process runs
+                shard.ready_since = trio.current_time()
+                self._set(shard, shard.view.with_state(ShardState.READY, error=""))
+                return
             url = _health_url(shard)
             ready = shard.view.state is ShardState.READY
             failures = 0

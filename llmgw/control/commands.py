@@ -28,7 +28,8 @@ def start_shard(
     replica_key: Callable[[str], str],
     secret: Callable[[str], str],
 ) -> pb.StartShard:
-    """The StartShard for a START or RESTART action.
+    """The StartShard for a START or RESTART action (with the rank, group, rendezvous and NCCL variables of a
+    replica spread over several nodes, `llmgw.plan.spanning`).
 
     Raises: UsageError when the model is gone from the settings or a secret its weights name is missing.
     """
@@ -59,6 +60,11 @@ def start_shard(
         pipeline_parallel=model.resources.pipeline_parallel,
         allow_pickle=model.allow_pickle,
         served_name=model.name,
+        rank=assignment.rank if assignment else 0,
+        nodes=assignment.nodes if assignment else 1,
+        group=assignment.group if assignment else "",
+        rendezvous=assignment.rendezvous if assignment else "",
+        env=dict(assignment.env) if assignment else {},
     )
 
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from llmgw.plan.types import GpuState
+from llmgw.plan.multinode import interconnect_of
+from llmgw.plan.types import GpuState, NodeState
 from llmgw.tools import CardVerdict, DomainMembership, Finding, IbPort, NodeHealth
 from llmgw.tools.node_report import NodeHealthReport, level_named
 
@@ -35,10 +36,30 @@ def health_from_message(message) -> NodeHealthReport:
         for p in message.ib_ports
     )
     fabrics = tuple((p.adapter, int(p.port), p.fabric) for p in message.ib_ports if p.fabric)
+    leaves = tuple((p.adapter, int(p.port), p.leaf) for p in message.ib_ports if p.leaf)
     return NodeHealthReport(health=health, domain=domain, imex=bool(message.imex), ib_ports=ports,
-                            port_fabrics=fabrics,
+                            port_fabrics=fabrics, port_leaves=leaves,
                             source=message.source or "none", notes=tuple(message.notes),
                             read_at=float(message.read_at))
+
+
+READ_SOURCES = ("nvidia-smi", "nvml")
+"""`NodeHealthReport.source` values that mean every card was read (see `llmgw.agent.health`)."""
+
+
+def with_interconnect(node: NodeState, report: NodeHealthReport | None) -> tuple[NodeState, bool]:
+    """`node` with the NVLink domain and InfiniBand adapters (fabric, leaf) of `report`, for placing replicas
+    spread over nodes (`llmgw.plan.interconnect_of`); and whether they changed (placement-relevant). No report:
+    the node keeps what it had; a report that read no card keeps the node's NVLink domain as it was."""
+    if report is None:
+        return node, False
+    link = interconnect_of(report, {(ca, port): leaf for ca, port, leaf in report.port_leaves})
+    if report.source not in READ_SOURCES:  # no card read: the domain stays as it was (a failing tool moves nothing)
+        old = node.interconnect
+        link = replace(link, domain=old.domain, domain_ready=old.domain_ready, domain_reason=old.domain_reason)
+    if link == node.interconnect:
+        return node, False
+    return replace(node, interconnect=link), True
 
 
 def _missing_reason(report: NodeHealthReport) -> str:
@@ -54,12 +75,12 @@ def apply_health(gpus: tuple[GpuState, ...], report: NodeHealthReport | None) ->
     """`gpus` with `unhealthy` set from `report`'s verdicts; and whether any card's `unhealthy` changed.
 
     A whole card is matched to its verdict by UUID (by index, `device_id`, when either has none); a MIG instance
-    by its `parent_uuid`. When nvidia-smi was read (`report.source` "nvidia-smi"), a card it no longer lists is out
+    by its `parent_uuid`. When the cards were read (`report.source` "nvidia-smi" or "nvml"), a card no longer listed is out
     (`_missing_reason`: a card that fell off the bus vanishes from nvidia-smi, its Xid unattributed). When nothing
     was read (`report` None, or source "none": nvidia-smi missing or failing) every card keeps what it had, so a
-    tool failing never moves a replica.
+    tool failing never moves a replica. NVML ("nvml") counts as nvidia-smi does.
     """
-    if report is None or report.source != "nvidia-smi":
+    if report is None or report.source not in READ_SOURCES:
         return gpus, False
     reasons: dict[str, str] = {}
     by_index: dict[str, str] = {}

@@ -9,7 +9,8 @@ Placement-relevant (what wakes the planner and rebuilds the routing table; writt
 - a shard's state, port or fingerprint, or a node's installed / installing engines;
 - a card held or released by a process llmgw did not start (judged on every heartbeat);
 - a card's free memory crossing what a model of the catalog needs per GPU (`memory_thresholds`);
-- a card's health verdict taking it out of placement or giving it back (`llmgw.control.health`).
+- a card's health verdict taking it out of placement or giving it back, or a node's NVLink domain or InfiniBand
+  adapters changing (`llmgw.control.health`).
 Readings alone (utilisation, power, temperatures, CPU, memory, disk, shard cores) replace the node's
 `readings` and change nothing else: they never wake the planner nor move a running replica.
 
@@ -37,7 +38,7 @@ from types import MappingProxyType
 
 from rpds import HashTrieMap
 
-from llmgw.control.health import apply_health
+from llmgw.control.health import apply_health, with_interconnect
 from llmgw.control.readings import NodeReadings
 from llmgw.tools.node_report import NodeHealthReport
 from llmgw.plan.types import Fleet, GpuState, NodeState, ObservedShard
@@ -232,8 +233,9 @@ class FleetRegistry:
         if health is None and old is not None:
             health = old.health
         gpus, _ = apply_health(node.gpus, health)
+        node, _ = with_interconnect(replace(node, alive=True, gpus=gpus), health)
         record = NodeRecord(
-            state=replace(node, alive=True, gpus=gpus),
+            state=node,
             last_seen=now,
             connected=True,
             lost=False,
@@ -293,6 +295,8 @@ class FleetRegistry:
             gpus, health_changed = apply_health(state.gpus, health)
             if health_changed:
                 state = replace(state, gpus=gpus)
+            state, link_changed = with_interconnect(state, health)
+            health_changed = health_changed or link_changed
         record = replace(old, state=state, last_seen=now, lost=False, connected=True,
                          readings=readings if readings is not None else old.readings,
                          health=health if health is not None else old.health, slurm=slurm)

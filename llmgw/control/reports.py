@@ -47,6 +47,8 @@ def shard_from_status(status) -> ObservedShard:
         error=error,
         restarts=int(status.restarts),
         adopted_foreign=bool(status.foreign),
+        rank=int(status.rank),
+        group=status.group,
     )
 
 

@@ -7,7 +7,8 @@ to `Gateway.set_table`.
 Rules:
 - A replica is routed to when its shard ("<replica>/0", or "<replica>/0@<fp>" while it rolls; a replica has one
   shard, see `llmgw.identity`) is READY on a node that is alive; the URL is
-  `http://<node address>:<shard port>` and the bearer key is `replica_key(replica id)`.
+  `http://<node address>:<shard port>` and the bearer key is `replica_key(replica id)`. A replica spread over
+  several nodes is routed to its rank 0 only, which is ready once every rank joined.
 - A model with `endpoints` routes to those servers (`external=True`), keyed by the secret the endpoint names.
 - A project's `models` are resolved from names or aliases to catalog names; `*` means every model (None).
   Its quotas are listed narrowest first: project, team, organisation; scopes without any limit are left out.
@@ -37,8 +38,8 @@ def ready_replicas(fleet: Fleet) -> dict[str, list[ReplicaRoute]]:
         if not node.alive:
             continue
         for shard in node.shards:
-            if shard.state is not ShardState.READY or shard.adopted_foreign or not shard.port:
-                continue
+            if shard.state is not ShardState.READY or shard.adopted_foreign or not shard.port or shard.rank:
+                continue  # a rank above 0 of a replica spread over nodes serves no API (vLLM --headless)
             found.setdefault(shard.model, []).append(ReplicaRoute(
                 replica_id=shard.replica_id,
                 node_id=node.node_id,

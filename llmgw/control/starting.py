@@ -30,7 +30,7 @@ def with_starts_in_flight(fleet: Fleet, in_flight: Mapping[ActionKey, InFlight])
         pending.setdefault(node_id, []).append(ObservedShard(
             shard_id=shard_id, replica_id=assignment.replica_id, model=assignment.model, state=ShardState.PENDING,
             fingerprint=assignment.fingerprint, devices=assignment.devices, cpu_cores=assignment.cpu_cores,
-            memory_bytes=assignment.memory_bytes))
+            memory_bytes=assignment.memory_bytes, rank=assignment.rank, group=assignment.group))
     if not pending:
         return fleet
     nodes = []

@@ -23,7 +23,9 @@ class Launch:
     the model's). `devices` are what the shard may use: CUDA indices ("0") or MIG UUIDs ("MIG-..."); empty means
     CPU only. `engine_args` are appended verbatim after ours (settings `engine_args`). `served_name` is the model
     name the engine reports (`/v1/models`). `api_key` is the replica key (the bearer key the gateway sends): it goes into the environment, never argv.
-    `tensor_parallel` and `pipeline_parallel` are process-group widths (1 = none).
+    `tensor_parallel` and `pipeline_parallel` are process-group widths (1 = none), over every node of the replica.
+    A replica spread over several nodes gives each shard its `rank` (0 serves the API) of `nodes` and the
+    `rendezvous` "host:port" of rank 0; `extra_env` carries the NCCL variables (NCCL_IB_HCA, NCCL_MNNVL_ENABLE).
     """
 
     binary: Path
@@ -39,6 +41,9 @@ class Launch:
     tensor_parallel: int = 1
     pipeline_parallel: int = 1
     extra_env: Mapping[str, str] = field(default_factory=dict)
+    rank: int = 0
+    nodes: int = 1
+    rendezvous: str = ""
 
 
 @dataclass(frozen=True)

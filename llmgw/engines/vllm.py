@@ -38,6 +38,8 @@ METRICS = MetricNames(
 
 
 API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
+CLI_MODULE = "vllm.entrypoints.cli.main"
+"""The module behind the `vllm` command (its console script), run from a venv's interpreter for `serve`."""
 HASH_ALGORITHM = "sha256_cbor"
 HASH_SEED = "0"
 """vLLM derives its first block's parent hash from PYTHONHASHSEED: fixed so the gateway can hash prompts alike."""
@@ -53,16 +55,30 @@ def command_line(launch: Launch) -> tuple[list[str], dict[str, str]]:
     when `launch.binary` is a venv's interpreter) --host H --port P [--served-model-name N] [--max-model-len N]
     --tensor-parallel-size T --pipeline-parallel-size P [engine_args...]`.
 
+    A shard of a replica spread over several nodes (`launch.nodes` > 1) runs `vllm serve` (`-m vllm.entrypoints.cli.main
+    serve` from an interpreter) with `--nnodes N --node-rank R --master-addr A --master-port P` (vLLM's
+    multiprocessing multi-node arguments, vllm/engine/arg_utils.py's parallel group); ranks above 0 add `--headless`
+    (no API server: only rank 0 serves). Tensor and pipeline parallel sizes are the whole replica's.
+
     Prefix-cache block hashes are made reproducible for precise prefix routing (`llmgw.tools.vllm_hashing`):
     `--prefix-caching-hash-algo sha256_cbor` unless `engine_args` choose another, and `PYTHONHASHSEED=0` in env.
     env: `VLLM_API_KEY` when a key is set (never argv), `CUDA_VISIBLE_DEVICES` (the shard's devices, "" for none),
     `OMP_NUM_THREADS` when `threads` is set. Pure; never raises.
     """
-    if _is_python(str(launch.binary)):
+    spread = launch.nodes > 1
+    if _is_python(str(launch.binary)) and spread:  # --headless and --nnodes belong to `vllm serve`
+        argv = [str(launch.binary), "-m", CLI_MODULE, "serve", str(launch.model_path)]
+    elif _is_python(str(launch.binary)):
         argv = [str(launch.binary), "-m", API_SERVER_MODULE, "--model", str(launch.model_path)]
     else:
         argv = [str(launch.binary), "serve", str(launch.model_path)]
     argv += ["--host", launch.host, "--port", str(launch.port)]
+    if spread:
+        address, _, port = launch.rendezvous.rpartition(":")
+        argv += ["--nnodes", str(launch.nodes), "--node-rank", str(launch.rank),
+                 "--master-addr", address.strip("[]"), "--master-port", port]
+        if launch.rank:
+            argv.append("--headless")
     if launch.served_name:
         argv += ["--served-model-name", launch.served_name]
     if launch.context_size:

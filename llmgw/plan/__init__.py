@@ -2,8 +2,9 @@
 
 `make_plan(settings, fleet)` is the planner; `fingerprint(model, engine_version)` names what a replica runs;
 `check_not_emptied(previous, new)` is the empty-catalog guard; `render_plan` / `plan_to_json` show a plan.
-`place_multinode(offers, nodes, per_node)` / `split_over_nodes` place one replica over several nodes (not yet
-used by `make_plan`). `ShardState` and the id and engine-key builders are `llmgw.identity`'s, re-exported here.
+`place_multinode(offers, nodes, per_node)` / `split_over_nodes` place one replica over several nodes (`make_plan`
+uses them for a replica that needs more GPUs than one node has); `interconnect_of(report)` is what a node's health
+report offers them. `ShardState` and the id and engine-key builders are `llmgw.identity`'s, re-exported here.
 """
 
 from llmgw.plan.guard import EmptiedCatalogError, check_not_emptied, guard_fleet_not_emptied, serves_something
@@ -12,11 +13,13 @@ from llmgw.identity import (
     split_engine_key,
 )
 from llmgw.plan.identity import engine_version_of, fingerprint, replica_ids
-from llmgw.plan.multinode import MultiNodePlacement, NodeOffer, ShardSlot, place_multinode, split_over_nodes
+from llmgw.plan.multinode import (
+    MultiNodePlacement, NodeOffer, ShardSlot, interconnect_of, place_multinode, split_over_nodes,
+)
 from llmgw.plan.planning import agent_settings_fingerprint, demand_of, is_mig_class, make_plan
 from llmgw.plan.rendering import plan_from_json, plan_to_json, render_plan
 from llmgw.plan.types import (
-    Action, ActionKind, Assignment, Fleet, GpuState, NodeState, ObservedShard, Plan, Unplaced,
+    Action, ActionKind, Assignment, Fleet, GpuState, Interconnect, NodeState, ObservedShard, Plan, Unplaced,
 )
 
 __all__ = [
@@ -25,5 +28,5 @@ __all__ = [
     "base_shard_id", "check_not_emptied", "demand_of", "describe_engine", "engine_key", "engine_version_of",
     "fingerprint", "guard_fleet_not_emptied", "is_mig_class", "make_plan", "new_shard_id", "plan_from_json",
     "plan_to_json", "render_plan", "replica_id", "replica_ids", "replica_index", "serves_something",
-    "split_engine_key", "MultiNodePlacement", "NodeOffer", "ShardSlot", "place_multinode", "split_over_nodes",
+    "split_engine_key", "Interconnect", "interconnect_of", "MultiNodePlacement", "NodeOffer", "ShardSlot", "place_multinode", "split_over_nodes",
 ]

@@ -1,7 +1,8 @@
 """Multi-node placement: one replica over several nodes (pipeline or tensor parallel across machines). Pure.
 
-Not yet called by `make_plan` (the engines' multi-node command lines are not built): this is the planner's
-decision alone, tested on its own with seeded random fleets (tests/plan/test_multinode_invariants.py).
+`make_plan` calls it for every replica that needs more GPUs than one node has (`llmgw.plan.spanning`); it is
+tested on its own with seeded random fleets (tests/plan/test_multinode_invariants.py) and through the planner
+(tests/plan/test_multinode_planning.py).
 
 The order of preference (issue 14):
 1. one multi-node NVLink domain, on nodes whose every card joined the domain and whose IMEX is up
@@ -22,7 +23,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from llmgw.identity import ShardState
-from llmgw.plan.types import NodeState
+from llmgw.plan.types import Interconnect, NodeState
 from llmgw.tools.node_report import NodeHealthReport
 
 
@@ -175,16 +176,36 @@ def _address(chosen: list[NodeOffer], slots: tuple[ShardSlot, ...]) -> str:
     return next(o.address for o in chosen if o.node_id == first)
 
 
+def interconnect_of(report: NodeHealthReport | None,
+                    leaves: Mapping[tuple[str, int], str] | None = None) -> Interconnect:
+    """What a node offers a spread replica, from its health report (None: nothing known yet).
+
+    Its NVLink domain is ready when every card joined it and IMEX is configured (the reason says which is
+    missing); its adapters are its active InfiniBand ports (by adapter and port order) with their fabric ids, and
+    the leaf switch of each from `leaves` ({(adapter, port): leaf GUID}, from the fabric map,
+    `llmgw.tools.adapter_leaves`; "" where not known).
+    """
+    if report is None:
+        return Interconnect()
+    domain = report.domain.domain
+    ready = domain is not None and report.imex
+    reason = report.domain.reason if domain is None else "" if ready else "IMEX is not up on this node"
+    leaves = leaves or {}
+    adapters = tuple((p.ca, report.port_fabric(p.ca, p.port), leaves.get((p.ca, p.port), ""))
+                     for p in sorted(report.ib_ports, key=lambda p: (p.ca, p.port))
+                     if p.link_layer.lower() == "infiniband" and p.state.lower() == "active"
+                     and report.port_fabric(p.ca, p.port))
+    return Interconnect(domain, ready, reason, adapters)
+
+
 _NOT_HOLDING = (ShardState.STOPPED, ShardState.FAILED)
 
 
-def offers_for(nodes: Iterable[NodeState], reports: Mapping[str, NodeHealthReport],
-               gpu_class: str) -> tuple[NodeOffer, ...]:
-    """What each alive node offers a multi-node replica of `gpu_class`, from the fleet and the nodes' health
-    reports (by node id). Free devices: whole cards of the class, healthy, without foreign processes, held by no
-    shard that still runs. A node's domain is ready when every card joined it and IMEX is configured; its
-    adapters are its active InfiniBand ports with their fabric ids. Leaves are not known yet (no ibnetdiscover
-    map), so InfiniBand placements are never `aligned`."""
+def offers_for(nodes: Iterable[NodeState], gpu_class: str) -> tuple[NodeOffer, ...]:
+    """What each alive node offers a spread replica of `gpu_class`, from the fleet alone (`NodeState.interconnect`):
+    free devices are whole cards of the class, healthy, without foreign processes, held by no shard that still
+    runs. The planner builds its offers from its own running tally instead (`llmgw.plan.spanning`); this is the
+    same view for a fleet at rest (status pages, tests)."""
     offers = []
     for node in nodes:
         if not node.alive:
@@ -192,14 +213,7 @@ def offers_for(nodes: Iterable[NodeState], reports: Mapping[str, NodeHealthRepor
         held = {d for s in node.shards if s.state not in _NOT_HOLDING for d in s.devices}
         free = tuple(g.device_id for g in node.gpus if g.gpu_class == gpu_class and not g.is_mig
                      and not g.unhealthy and not g.foreign_processes and g.device_id not in held)
-        report = reports.get(node.node_id)
-        if report is None:
-            offers.append(NodeOffer(node.node_id, node.address, free))
-            continue
-        domain = report.domain.domain
-        ready = domain is not None and report.imex
-        reason = report.domain.reason or ("" if ready else "IMEX is not configured (/etc/nvidia-imex)")
-        adapters = tuple((p.ca, report.port_fabric(p.ca, p.port), "") for p in report.ib_ports
-                         if p.link_layer.lower() == "infiniband" and p.state.lower() == "active")
-        offers.append(NodeOffer(node.node_id, node.address, free, domain, ready, reason, adapters))
+        link = node.interconnect
+        offers.append(NodeOffer(node.node_id, node.address, free, link.domain, link.domain_ready,
+                                link.domain_reason, link.adapters))
     return tuple(offers)

@@ -19,6 +19,9 @@ A healthy replica is never moved to improve the packing: placement only ever loo
 current shard. Nodes not alive are ignored (their shards hold nothing; replicas are placed elsewhere).
 Cordoned, drained and lent nodes take no new replica; a drained or lent node's shards are judged as an old
 generation, so they serve until their replacement elsewhere is ready (llmgw.plan.cordons).
+
+A replica that needs more GPUs than the largest node of its class has is spread over several nodes, one shard
+per node with its rank (llmgw.plan.spanning): both stages hand such replicas to `Spanning`.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from llmgw.plan.placing import Pending, Placement
 from llmgw.plan.slurm_accounts import desired_accounts
 from llmgw.plan.slurm_conf import hosts_of
 from llmgw.plan.slurm_roles import SlurmRole, slurm_roles
+from llmgw.plan.spanning import Spanning
 from llmgw.plan.types import Action, ActionKind, Assignment, Fleet, NodeState, ObservedShard, Plan
 from llmgw.settings.model import Model, Settings
 
@@ -77,12 +81,20 @@ def demand_of(settings: Settings, model: Model) -> Demand:
     )
 
 
-class _Planner(Placement):
-    """One planning pass: stage 1 here, stage 2 in `Placement`."""
+class _Planner(Spanning, Placement):
+    """One planning pass: stage 1 here, stage 2 in `Placement`; replicas spread over nodes in `Spanning`."""
 
     def __init__(self, settings: Settings, fleet: Fleet):
         super().__init__(settings, sorted(fleet.nodes, key=lambda n: n.node_id))
         self.indexes: dict[str, int] = {}  # replica id -> its index n, known when the ids are built
+        self.init_spanning()
+
+    def place(self, item: Pending) -> None:
+        span = self.span_of(item.demand)
+        if span is None:
+            super().place(item)
+        else:
+            self.place_spanning(item, span)
 
     def run(self) -> Plan:
         settings = self.settings
@@ -180,9 +192,13 @@ class _Planner(Placement):
     def judge(self, replica_id: str, model: Model, demand: Demand,
               shards: list[tuple[NodeState, ObservedShard]], taken: set[str]) -> Pending | None:
         """Decide the existing shards of one wanted replica; return it as pending when it needs placing."""
+        span = self.span_of(demand)
+        if span is not None:
+            return self.judge_spanning(replica_id, model.name, demand, span, shards, taken)
         if len(shards) == 1:  # the converged case, kept cheap: one current shard, running
             node, shard = shards[0]
             if (shard.fingerprint == demand.fingerprint and shard.state in _RUNNING and node.node_id not in self.evicted
+                    and not _spread(shard, demand)
                     and (not demand.selector or all(self.node_labels(node).get(k) == v for k, v in demand.selector))
                     and not unhealthy_devices(node, shard.devices)):
                 assignment = Assignment(replica_id, model.name, node.node_id, shard.devices, shard.cpu_cores,
@@ -196,7 +212,8 @@ class _Planner(Placement):
                 return None
         current, old = [], []
         for node, shard in shards:
-            ok = shard.fingerprint == demand.fingerprint and node.node_id not in self.evicted and (
+            ok = shard.fingerprint == demand.fingerprint and not _spread(shard, demand) and (
+                node.node_id not in self.evicted) and (
                 not demand.selector or all(self.node_labels(node).get(k) == v for k, v in demand.selector)) and (
                 not unhealthy_devices(node, shard.devices))  # a card out for health: placed elsewhere
             (current if ok else old).append((node, shard))
@@ -290,6 +307,12 @@ def agent_settings_fingerprint(settings: Settings, node_id: str) -> str:
     in `Action.engine` and the node acknowledges it, so the planner sees when a node holds the settings in force.
     """
     return _fingerprint_of(settings.agent_settings_for(node_id), settings.cluster.control_planes)
+
+
+def _spread(shard: ObservedShard, demand: Demand) -> bool:
+    """A shard of a replica that was spread over nodes (a rank above 0, or fewer cards than the replica needs)
+    while the replica now fits one node: judged as an old generation, so the replica moves onto one node."""
+    return bool(shard.rank) or bool(demand.gpus and shard.devices and len(shard.devices) < demand.gpus)
 
 
 def _fingerprint_of(agent, control_planes: tuple[str, ...] = ()) -> str:

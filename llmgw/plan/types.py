@@ -45,7 +45,9 @@ class ObservedShard:
 
     `fingerprint` identifies what it runs (see `llmgw.plan.fingerprint`): a change of weights, engine version or
     engine arguments changes it and makes the replica roll. `port` is where the engine listens on the node.
-    `adopted_foreign` True for an engine process llmgw did not start (reported, never killed).
+    `adopted_foreign` True for an engine process llmgw did not start (reported, never killed). `rank` the shard's
+    rank in a replica spread over several nodes (0 otherwise) and `group` the shard id of its rank 0 (what tells two
+    groups of one replica apart while one replaces the other; "" on one node): the agent echoes what StartShard said.
     """
 
     shard_id: str
@@ -61,6 +63,24 @@ class ObservedShard:
     error: str = ""
     restarts: int = 0
     adopted_foreign: bool = False
+    rank: int = 0
+    group: str = ""
+
+
+@dataclass(frozen=True)
+class Interconnect:
+    """What a node offers a replica spread over several nodes (`llmgw.plan.multinode`), from its health report.
+
+    `domain` its multi-node NVLink domain (a ClusterUUID; None: none), `domain_ready` whether every card joined it
+    and IMEX is up, `domain_reason` why not ("" when ready); `adapters` ((adapter, fabric id, leaf), ...) of its
+    active InfiniBand ports in rail order: fabric "" when no subnet manager was read, leaf "" when no fabric map
+    (ibnetdiscover) placed it under a switch.
+    """
+
+    domain: str | None = None
+    domain_ready: bool = False
+    domain_reason: str = ""
+    adapters: tuple[tuple[str, str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -75,6 +95,7 @@ class NodeState:
     `engines_installable` the engines (names, "llama.cpp") its agent can install and `features` what its agent
     version can do (Register's `engines_installable` / `features`); None: unknown, taken as anything.
     `slurm_job_steps` the Slurm job steps running on it as its agent last read them (0: none, or no Slurm).
+    `interconnect` its NVLink domain and InfiniBand adapters (empty before its first health report).
     """
 
     node_id: str
@@ -91,6 +112,7 @@ class NodeState:
     engines_installable: frozenset[str] | None = None
     features: frozenset[str] | None = None
     slurm_job_steps: int = 0
+    interconnect: Interconnect = Interconnect()
 
 
 @dataclass(frozen=True)
@@ -121,6 +143,9 @@ class Assignment:
 
     `shard_id` is the shard that runs (or will run) it: "<replica>/0", or "<replica>/0@<fingerprint[:8]>" for
     the new generation of a rolling replica whose old shard still holds "<replica>/0" (see llmgw.plan.planning).
+    A replica spread over several nodes (`llmgw.plan.spanning`) has one assignment per shard: `rank` (0 the
+    rendezvous) of `nodes`, `group` rank 0's shard id, `rendezvous` rank 0's address, and `env` the NCCL variables
+    its engine is started with.
     """
 
     replica_id: str
@@ -131,6 +156,11 @@ class Assignment:
     memory_bytes: int = 0
     fingerprint: str = ""
     shard_id: str = ""
+    rank: int = 0
+    nodes: int = 1
+    rendezvous: str = ""
+    env: tuple[tuple[str, str], ...] = ()
+    group: str = ""
 
 
 @dataclass(frozen=True)

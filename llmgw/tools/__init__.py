@@ -15,11 +15,14 @@ and say so. Modules, one per tool:
   `parse_pcie_bandwidth(text) -> tuple[PcieBandwidthNote, ...]` (the kernel's "limited by" notes); `xid`: NVIDIA's
   catalog, `classify_xid(xid, message) -> XidInfo`.
 - `ibstat`: `parse_ibstat(text) -> tuple[IbPort, ...]`; `sminfo`: `parse_sminfo -> SubnetManager`,
-  `parse_saquery_smir -> tuple[SubnetManager, ...]`, `fabric_id`; `ibnetdiscover`: `parse_ibnetdiscover ->
-  IbFabricMap`; `perftest`: `parse_perftest_bw -> BwResult`.
+  `parse_saquery_smir -> tuple[SubnetManager, ...]`, `fabric_id`; `imex`: `parse_imex_status` (`nvidia-imex-ctl -N
+  -j`) -> ImexDomain, `imex_ready`; `ibnetdiscover`: `parse_ibnetdiscover ->
+  IbFabricMap`; `fabric_map`: `switch_tiers`, `adapter_leaves` (which leaf each adapter port hangs from), `node_guid`; `perftest`: `parse_perftest_bw -> BwResult`.
 - `health`: `node_health(cards, xids, pcie_notes=...) -> NodeHealth`, `card_verdict`, `pcie_findings`,
   `pcie_bandwidth_findings`, `xid_findings`, `memory_findings`, `fabric_findings`, `nvlink_findings`,
-  `nvlink_domain(cards) -> DomainMembership`; `Level`, `Finding`, `CardVerdict`.
+  `nvlink_domain(cards) -> DomainMembership`, `nvlink_error_findings` (DCGM's NVLink thresholds between two
+  readings), `with_card_findings`; `Level`, `Finding`, `CardVerdict`. `nvml_words`: NVML's numbers in nvidia-smi's
+  words (clock event bits, fabric states, NVLink counter names).
 - `node_report`: `NodeHealthReport` (one node's verdicts, NVLink domain, IMEX, InfiniBand ports and their fabrics:
   what the agent sends and the control plane keeps); `fabric_groups`: `group_fabrics(reports) -> FabricView`
   (nodes by NVLink domain and InfiniBand fabric, and what is outside them).
@@ -32,11 +35,13 @@ from llmgw.tools.fabric_groups import FabricGroup, FabricView, group_fabrics
 from llmgw.tools.gpuclass import card_label, gpu_class, marketed_gb, mig_class, mig_profile
 from llmgw.tools.health import (
     CardVerdict, DomainMembership, Finding, Level, NodeHealth, card_verdict, fabric_findings, link_gbytes,
-    memory_findings, node_health, nvlink_domain, nvlink_findings, pcie_bandwidth_findings, pcie_findings,
-    xid_findings,
+    memory_findings, node_health, nvlink_domain, nvlink_error_findings, nvlink_findings, pcie_bandwidth_findings,
+    pcie_findings, with_card_findings, xid_findings,
 )
+from llmgw.tools.fabric_map import adapter_leaves, node_guid, switch_tiers
 from llmgw.tools.ibnetdiscover import IbFabricMap, IbLink, IbNode, parse_ibnetdiscover
 from llmgw.tools.ibstat import IbPort, parse_ibstat, rate_gbps
+from llmgw.tools.imex import ImexDomain, ImexNode, imex_ready, parse_imex_status
 from llmgw.tools.kernel_log import PcieBandwidthNote, XidEvent, normalise_bus_id, parse_pcie_bandwidth, parse_xids
 from llmgw.tools.nvidia_nvlink import NvLink, NvLinkCard, parse_nvlink_errors, parse_nvlink_status
 from llmgw.tools.nvidia_smi import MigListing, SmiResult, parse_smi_list, parse_smi_xml, smi_xml_root
@@ -61,5 +66,6 @@ __all__ = [
     "nvlink_domain", "nvlink_findings", "parse_ibnetdiscover", "parse_ibstat", "parse_nvlink_errors",
     "parse_nvlink_status", "parse_pcie_bandwidth", "parse_perftest_bw", "parse_saquery_smir", "parse_smi_health",
     "parse_smi_list", "parse_smi_xml", "parse_sminfo", "parse_topo_matrix", "parse_xids", "pcie_bandwidth_findings",
-    "pcie_findings", "rate_gbps", "smi_xml_root", "xid_findings", "xid_info",
+    "pcie_findings", "rate_gbps", "smi_xml_root", "xid_findings", "xid_info", "nvlink_error_findings",
+    "with_card_findings", "adapter_leaves", "node_guid", "switch_tiers", "ImexDomain", "ImexNode", "imex_ready", "parse_imex_status",
 ]

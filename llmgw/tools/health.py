@@ -20,6 +20,12 @@ Sources of the rules:
   retirement: a pending retirement takes effect at the next reset.
 - Fabric: `nvidia-smi -q` Fabric section; a card whose registration did not complete (state other than Completed,
   status other than Success) is not part of its NVLink domain.
+- NVLink error counters between two readings (`nvlink_error_findings`): NVIDIA DCGM's health watch
+  (NVIDIA/DCGM modules/health/DcgmHealthWatch.cpp, MonitorNVLink, and GpuHardwareLimits.h): a replay or recovery
+  error count rising by `NVLINK_ERROR_LIMIT` (1) or more fails (DCGM_FR_NVLINK_ERROR_CRITICAL); a CRC (flit or
+  data) count rising at `NVLINK_CRC_RATE_LIMIT` (100) per second or more fails (DCGM_FR_NVLINK_CRC_ERROR_THRESHOLD,
+  "RM has informed us that CRC errors only matter at rates of 100+ per second"); a slower CRC rise warns
+  (DCGM_FR_NVLINK_ERROR_THRESHOLD). A failing link takes its card out of placement, as DCGM's FAIL means.
 """
 
 from __future__ import annotations
@@ -35,6 +41,12 @@ from llmgw.tools.xid import XidAction, classify_xid
 
 # GB/s per lane and direction, by PCIe generation.
 LANE_GBYTES = {1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938, 6: 7.563}
+# DCGM's limits for NVLink error counters (GpuHardwareLimits.h: DCGM_LIMIT_MAX_NVLINK_ERROR,
+# DCGM_LIMIT_MAX_NVLINK_CRC_ERROR).
+NVLINK_ERROR_LIMIT = 1
+NVLINK_CRC_RATE_LIMIT = 100.0
+_CRITICAL_COUNTERS = ("Replay Errors", "Recovery Errors")
+_CRC_COUNTERS = ("CRC Errors", "CRC Data Errors", "Data CRC Errors")
 # Clock event reasons that mean the card is being slowed by heat or its power supply, not by its own policy.
 SLOWDOWN_EVENTS = ("hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown", "sw_thermal_slowdown")
 
@@ -274,6 +286,55 @@ def nvlink_findings(status: NvLinkCard | None = None, errors: NvLinkCard | None 
                                     f"NVLink errors on GPU {errors.gpu} since the driver loaded ({where})",
                                     "nvidia-smi nvlink -e"))
     return tuple(findings)
+
+
+def nvlink_error_findings(now: NvLinkCard, before: NvLinkCard | None, seconds: float | None,
+                          source: str = "NVML nvmlDeviceGetNvLinkErrorCounter") -> tuple[Finding, ...]:
+    """Judge one card's NVLink error counters by how much they rose since the previous reading `before`, `seconds`
+    ago (DCGM's thresholds, see the module docstring): replay or recovery errors rising fail and take the card out
+    of placement; CRC errors rising at 100/s or more fail likewise; slower CRC errors warn. Without a previous
+    reading (or `seconds` not positive) only the totals since the driver loaded are known: `nvlink_findings`'s
+    warning. A counter that went down (the driver reloaded, or someone reset it) counts from 0."""
+    if before is None or not seconds or seconds <= 0:
+        return nvlink_findings(errors=now)
+    old = {link.link: link.counters for link in before.links}
+    failing, slow = [], []
+    for link in now.links:
+        for name, value in link.counters.items():
+            if value is None:
+                continue
+            previous = old.get(link.link, {}).get(name)
+            rise = value - previous if previous is not None and value >= previous else value
+            if rise < NVLINK_ERROR_LIMIT:
+                continue
+            if name in _CRITICAL_COUNTERS:
+                failing.append(f"link {link.link}: {name} +{rise}")
+            elif name in _CRC_COUNTERS and rise / seconds >= NVLINK_CRC_RATE_LIMIT:
+                failing.append(f"link {link.link}: {name} +{rise} ({rise / seconds:.0f}/s)")
+            else:
+                slow.append(f"link {link.link}: {name} +{rise}")
+    findings = []
+    span = f"in {seconds:g} s"
+    if failing:
+        findings.append(Finding(Level.FAIL, "nvlink-errors",
+                                f"NVLink errors on GPU {now.gpu} {span} ({'; '.join(failing)}): replays, recoveries "
+                                "or 100+ CRC errors a second mean the link is failing (DCGM's limits); reset the GPU "
+                                "and check the NVLink/NVSwitch, or call the vendor if it returns",
+                                source, blocks_placement=True))
+    if slow:
+        findings.append(Finding(Level.WARN, "nvlink-errors",
+                                f"NVLink CRC errors on GPU {now.gpu} {span} ({'; '.join(slow)}), below DCGM's 100/s "
+                                "limit: watch the link", source))
+    return tuple(findings)
+
+
+def with_card_findings(health: NodeHealth, extra: dict[int, tuple[Finding, ...]]) -> NodeHealth:
+    """`health` with the findings of `extra` ({card index: findings}) added to those cards' verdicts."""
+    if not any(extra.values()):
+        return health
+    cards = tuple(CardVerdict(c.index, c.pci_bus_id, c.uuid, c.findings + extra.get(c.index, ()))
+                  for c in health.cards)
+    return NodeHealth(cards, health.unattributed)
 
 
 @dataclass(frozen=True)

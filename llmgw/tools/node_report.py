@@ -21,7 +21,9 @@ class NodeHealthReport:
     `health` every read card's verdict (ignored cards left out) and the unattributed findings; `domain` its
     multi-node NVLink domain membership; `imex` whether NVIDIA IMEX is configured (/etc/nvidia-imex);
     `ib_ports` its InfiniBand / RoCE ports; `port_fabrics` ((adapter, port, fabric id), ...) for the active
-    InfiniBand ports whose subnet managers could be read (`llmgw.tools.fabric_id`: the lowest SM GUID); `source` "nvidia-smi" or "none" (no GPU health read); `notes` what
+    InfiniBand ports whose subnet managers could be read (`llmgw.tools.fabric_id`: the lowest SM GUID); `port_leaves`
+    ((adapter, port, leaf switch GUID), ...) where the fabric map placed the port (`llmgw.tools.adapter_leaves`);
+    `source` "nvidia-smi" or "nvml" (where the card health was read) or "none" (no GPU health read); `notes` what
     could not be read, and why; `read_at` unix seconds at the agent when read (0.0: unknown).
     """
 
@@ -30,6 +32,7 @@ class NodeHealthReport:
     imex: bool = False
     ib_ports: tuple[IbPort, ...] = ()
     port_fabrics: tuple[tuple[str, int, str], ...] = ()
+    port_leaves: tuple[tuple[str, int, str], ...] = ()
     source: str = "none"
     notes: tuple[str, ...] = ()
     read_at: float = 0.0
@@ -49,6 +52,10 @@ class NodeHealthReport:
         """The fabric id of adapter `ca` port `port` ("" when unknown)."""
         return next((f for c, p, f in self.port_fabrics if c == ca and p == port), "")
 
+    def port_leaf(self, ca: str, port: int) -> str:
+        """The leaf switch GUID adapter `ca` port `port` is cabled to ("" when unknown)."""
+        return next((f for c, p, f in self.port_leaves if c == ca and p == port), "")
+
     def unplaceable(self) -> dict[int, str]:
         """{card index: reason} of every card a finding takes out of placement; the reason joins the findings'
         messages with "; "."""
@@ -58,7 +65,7 @@ class NodeHealthReport:
         """Plain JSON types, without the time read (so equal readings give equal documents): {"level", "source",
         "cards": [{"index", "uuid", "pci_bus_id", "level", "placeable", "findings": [finding]}], "unattributed":
         [finding], "nvlink_domain": str | None, "nvlink_domain_reason", "imex", "infiniband": [{"ca", "port",
-        "state", "physical_state", "rate_gbps", "link_layer", "fabric": str | None}], "notes"};
+        "state", "physical_state", "rate_gbps", "link_layer", "fabric": str | None, "leaf": str | None}], "notes"};
         a finding is {"level", "code", "message", "source", "blocks_placement"}."""
         return {
             "level": str(self.health.level),
@@ -72,7 +79,8 @@ class NodeHealthReport:
             "imex": self.imex,
             "infiniband": [{"ca": p.ca, "port": p.port, "state": p.state, "physical_state": p.physical_state,
                             "rate_gbps": p.rate_gbps, "link_layer": p.link_layer,
-                            "fabric": self.port_fabric(p.ca, p.port) or None} for p in self.ib_ports],
+                            "fabric": self.port_fabric(p.ca, p.port) or None,
+                            "leaf": self.port_leaf(p.ca, p.port) or None} for p in self.ib_ports],
             "notes": list(self.notes),
         }
 

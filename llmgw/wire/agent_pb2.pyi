@@ -242,7 +242,7 @@ class HealthCard(_message.Message):
     def __init__(self, index: _Optional[int] = ..., uuid: _Optional[str] = ..., pci_bus_id: _Optional[str] = ..., findings: _Optional[_Iterable[_Union[HealthFinding, _Mapping]]] = ...) -> None: ...
 
 class HealthIbPort(_message.Message):
-    __slots__ = ("adapter", "port", "state", "physical_state", "rate_gbps", "link_layer", "fabric")
+    __slots__ = ("adapter", "port", "state", "physical_state", "rate_gbps", "link_layer", "fabric", "leaf")
     ADAPTER_FIELD_NUMBER: _ClassVar[int]
     PORT_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
@@ -250,6 +250,7 @@ class HealthIbPort(_message.Message):
     RATE_GBPS_FIELD_NUMBER: _ClassVar[int]
     LINK_LAYER_FIELD_NUMBER: _ClassVar[int]
     FABRIC_FIELD_NUMBER: _ClassVar[int]
+    LEAF_FIELD_NUMBER: _ClassVar[int]
     adapter: str
     port: int
     state: str
@@ -257,7 +258,8 @@ class HealthIbPort(_message.Message):
     rate_gbps: float
     link_layer: str
     fabric: str
-    def __init__(self, adapter: _Optional[str] = ..., port: _Optional[int] = ..., state: _Optional[str] = ..., physical_state: _Optional[str] = ..., rate_gbps: _Optional[float] = ..., link_layer: _Optional[str] = ..., fabric: _Optional[str] = ...) -> None: ...
+    leaf: str
+    def __init__(self, adapter: _Optional[str] = ..., port: _Optional[int] = ..., state: _Optional[str] = ..., physical_state: _Optional[str] = ..., rate_gbps: _Optional[float] = ..., link_layer: _Optional[str] = ..., fabric: _Optional[str] = ..., leaf: _Optional[str] = ...) -> None: ...
 
 class HealthReport(_message.Message):
     __slots__ = ("read_at", "source", "cards", "unattributed", "nvlink_domain", "nvlink_domain_reason", "nvlink_clique_ids", "imex", "ib_ports", "notes")
@@ -284,7 +286,7 @@ class HealthReport(_message.Message):
     def __init__(self, read_at: _Optional[float] = ..., source: _Optional[str] = ..., cards: _Optional[_Iterable[_Union[HealthCard, _Mapping]]] = ..., unattributed: _Optional[_Iterable[_Union[HealthFinding, _Mapping]]] = ..., nvlink_domain: _Optional[str] = ..., nvlink_domain_reason: _Optional[str] = ..., nvlink_clique_ids: _Optional[_Iterable[str]] = ..., imex: _Optional[bool] = ..., ib_ports: _Optional[_Iterable[_Union[HealthIbPort, _Mapping]]] = ..., notes: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ShardStatus(_message.Message):
-    __slots__ = ("shard_id", "replica_id", "model", "state", "fingerprint", "settings_commit", "devices", "cpu_cores", "memory_bytes", "port", "error", "restarts", "pid", "last_log_lines", "adopted", "foreign", "progress", "progress_text")
+    __slots__ = ("shard_id", "replica_id", "model", "state", "fingerprint", "settings_commit", "devices", "cpu_cores", "memory_bytes", "port", "error", "restarts", "pid", "last_log_lines", "adopted", "foreign", "progress", "progress_text", "rank", "group")
     SHARD_ID_FIELD_NUMBER: _ClassVar[int]
     REPLICA_ID_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
@@ -303,6 +305,8 @@ class ShardStatus(_message.Message):
     FOREIGN_FIELD_NUMBER: _ClassVar[int]
     PROGRESS_FIELD_NUMBER: _ClassVar[int]
     PROGRESS_TEXT_FIELD_NUMBER: _ClassVar[int]
+    RANK_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
     shard_id: str
     replica_id: str
     model: str
@@ -321,7 +325,9 @@ class ShardStatus(_message.Message):
     foreign: bool
     progress: float
     progress_text: str
-    def __init__(self, shard_id: _Optional[str] = ..., replica_id: _Optional[str] = ..., model: _Optional[str] = ..., state: _Optional[str] = ..., fingerprint: _Optional[str] = ..., settings_commit: _Optional[str] = ..., devices: _Optional[_Iterable[str]] = ..., cpu_cores: _Optional[float] = ..., memory_bytes: _Optional[int] = ..., port: _Optional[int] = ..., error: _Optional[str] = ..., restarts: _Optional[int] = ..., pid: _Optional[int] = ..., last_log_lines: _Optional[_Iterable[str]] = ..., adopted: _Optional[bool] = ..., foreign: _Optional[bool] = ..., progress: _Optional[float] = ..., progress_text: _Optional[str] = ...) -> None: ...
+    rank: int
+    group: str
+    def __init__(self, shard_id: _Optional[str] = ..., replica_id: _Optional[str] = ..., model: _Optional[str] = ..., state: _Optional[str] = ..., fingerprint: _Optional[str] = ..., settings_commit: _Optional[str] = ..., devices: _Optional[_Iterable[str]] = ..., cpu_cores: _Optional[float] = ..., memory_bytes: _Optional[int] = ..., port: _Optional[int] = ..., error: _Optional[str] = ..., restarts: _Optional[int] = ..., pid: _Optional[int] = ..., last_log_lines: _Optional[_Iterable[str]] = ..., adopted: _Optional[bool] = ..., foreign: _Optional[bool] = ..., progress: _Optional[float] = ..., progress_text: _Optional[str] = ..., rank: _Optional[int] = ..., group: _Optional[str] = ...) -> None: ...
 
 class EngineStatus(_message.Message):
     __slots__ = ("engine", "state", "error", "progress", "progress_text")
@@ -368,7 +374,14 @@ class WeightsFile(_message.Message):
     def __init__(self, source: _Optional[str] = ..., sha256: _Optional[str] = ..., secret_value: _Optional[str] = ...) -> None: ...
 
 class StartShard(_message.Message):
-    __slots__ = ("shard_id", "replica_id", "model", "engine", "engine_version", "weights", "devices", "cpu_cores", "memory_bytes", "context_size", "engine_args", "replica_key", "fingerprint", "settings_commit", "tensor_parallel", "pipeline_parallel", "allow_pickle", "served_name")
+    __slots__ = ("shard_id", "replica_id", "model", "engine", "engine_version", "weights", "devices", "cpu_cores", "memory_bytes", "context_size", "engine_args", "replica_key", "fingerprint", "settings_commit", "tensor_parallel", "pipeline_parallel", "allow_pickle", "served_name", "rank", "nodes", "group", "rendezvous", "env")
+    class EnvEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     SHARD_ID_FIELD_NUMBER: _ClassVar[int]
     REPLICA_ID_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
@@ -387,6 +400,11 @@ class StartShard(_message.Message):
     PIPELINE_PARALLEL_FIELD_NUMBER: _ClassVar[int]
     ALLOW_PICKLE_FIELD_NUMBER: _ClassVar[int]
     SERVED_NAME_FIELD_NUMBER: _ClassVar[int]
+    RANK_FIELD_NUMBER: _ClassVar[int]
+    NODES_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    RENDEZVOUS_FIELD_NUMBER: _ClassVar[int]
+    ENV_FIELD_NUMBER: _ClassVar[int]
     shard_id: str
     replica_id: str
     model: str
@@ -405,7 +423,12 @@ class StartShard(_message.Message):
     pipeline_parallel: int
     allow_pickle: bool
     served_name: str
-    def __init__(self, shard_id: _Optional[str] = ..., replica_id: _Optional[str] = ..., model: _Optional[str] = ..., engine: _Optional[str] = ..., engine_version: _Optional[str] = ..., weights: _Optional[_Iterable[_Union[WeightsFile, _Mapping]]] = ..., devices: _Optional[_Iterable[str]] = ..., cpu_cores: _Optional[float] = ..., memory_bytes: _Optional[int] = ..., context_size: _Optional[int] = ..., engine_args: _Optional[_Iterable[str]] = ..., replica_key: _Optional[str] = ..., fingerprint: _Optional[str] = ..., settings_commit: _Optional[str] = ..., tensor_parallel: _Optional[int] = ..., pipeline_parallel: _Optional[int] = ..., allow_pickle: _Optional[bool] = ..., served_name: _Optional[str] = ...) -> None: ...
+    rank: int
+    nodes: int
+    group: str
+    rendezvous: str
+    env: _containers.ScalarMap[str, str]
+    def __init__(self, shard_id: _Optional[str] = ..., replica_id: _Optional[str] = ..., model: _Optional[str] = ..., engine: _Optional[str] = ..., engine_version: _Optional[str] = ..., weights: _Optional[_Iterable[_Union[WeightsFile, _Mapping]]] = ..., devices: _Optional[_Iterable[str]] = ..., cpu_cores: _Optional[float] = ..., memory_bytes: _Optional[int] = ..., context_size: _Optional[int] = ..., engine_args: _Optional[_Iterable[str]] = ..., replica_key: _Optional[str] = ..., fingerprint: _Optional[str] = ..., settings_commit: _Optional[str] = ..., tensor_parallel: _Optional[int] = ..., pipeline_parallel: _Optional[int] = ..., allow_pickle: _Optional[bool] = ..., served_name: _Optional[str] = ..., rank: _Optional[int] = ..., nodes: _Optional[int] = ..., group: _Optional[str] = ..., rendezvous: _Optional[str] = ..., env: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class StopShard(_message.Message):
     __slots__ = ("shard_id", "grace_seconds")

@@ -30,12 +30,14 @@ def two_h200_xml() -> str:
 
 
 class Tools:
-    """A runner answering nvidia-smi with `xml` and journalctl with the next of `journal` (each a text printed
+    """A runner answering nvidia-smi with `xml`, `nvidia-smi nvlink -e` with the next of `nvlink` (else the H200's
+    empty capture) and journalctl with the next of `journal` (each a text printed
     with a cursor line "-- cursor: c<n>"), recording every argv. A program in `missing` is not installed."""
 
     def __init__(self, xml: str | None = None, journal: list[str] | None = None, missing: tuple[str, ...] = (),
-                 dmesg: list[str] | None = None):
+                 dmesg: list[str] | None = None, nvlink: list[str] | None = None):
         self.xml = two_h200_xml() if xml is None else xml
+        self.nvlink = list(nvlink or [])
         self.journal = list(journal or [])
         self.dmesg = list(dmesg or [])
         self.missing = missing
@@ -45,6 +47,8 @@ class Tools:
         self.calls.append(list(argv))
         if argv[0] in self.missing:
             return None
+        if argv[:3] == ["nvidia-smi", "nvlink", "-e"]:  # the H200 has no NVLink: it prints nothing
+            return ToolOutput(tuple(argv), 0, self.nvlink.pop(0) if self.nvlink else capture("nvidia-smi-nvlink-e.txt"))
         if argv[0] == "nvidia-smi":
             return ToolOutput(tuple(argv), 0, self.xml)
         if argv[0] == "journalctl":

@@ -3,6 +3,8 @@ journalctl's cursor (or dmesg's timestamps), verdicts from llmgw.tools, and the 
 
 from __future__ import annotations
 
+import pytest
+
 import trio
 
 from llmgw.agent import AgentConfig, run_agent
@@ -44,7 +46,7 @@ def test_an_xid_79_takes_its_card_out_until_the_hold_has_passed_and_no_line_is_r
     first = reader.read()
     assert first.unplaceable().keys() == {1}
     assert "Xid 79" in first.unplaceable()[1] and first.health.cards[0].placeable
-    assert tools.calls[1][-1] == "-b"  # the first reading covers this boot
+    assert next(c for c in tools.calls if c[0] == "journalctl")[-1] == "-b"  # the first reading covers this boot
     advance(60.0)
     second = reader.read()  # journalctl prints nothing new: the Xid still counts, once
     assert tools.calls[-1][-2:] == ["--after-cursor", "c1"]
@@ -174,3 +176,56 @@ def test_judging_again_with_other_ignored_cards_runs_no_tool(tmp_path):
     again = reader.judge(frozenset({1}))
     assert len(tools.calls) == calls and [c.index for c in again.health.cards] == [0]
     assert again.health.unattributed == () and reader.judge().unplaceable().keys() == {1}
+
+
+@pytest.mark.parametrize(("answer", "up", "note"), [
+    ("imex-ctl-N-j-up.json", True, None),
+    ("imex-ctl-N-j-peer-down.json", False, "IMEX domain is DOWN (nvidia-imex-ctl -N)"),
+    (None, True, "IMEX configured (/etc/nvidia-imex) but nvidia-imex-ctl is not installed: taken as up"),
+])
+def test_imex_is_up_only_when_nvidia_imex_ctl_says_so(tmp_path, answer, up, note):
+    from pathlib import Path
+
+    from llmgw.agent.discovery import ToolOutput
+
+    (tmp_path / "nvidia-imex").mkdir()
+    tools = Tools()
+    hand_made = Path(__file__).resolve().parents[1] / "fixtures" / "hand-made"
+
+    def run(argv):
+        if argv[0] == "nvidia-imex-ctl":
+            return ToolOutput(tuple(argv), 0, (hand_made / answer).read_text()) if answer else None
+        return tools(argv)
+
+    report = HealthReader(run, sys_root=tmp_path, etc_root=tmp_path, own_names=("gpu-node-1",)).read()
+    assert report.imex is up and (note in report.notes if note else not report.notes)
+
+
+def test_each_active_port_is_placed_under_its_leaf_by_the_fabric_map_read_every_five_minutes(tmp_path):
+    from llmgw.agent.discovery import ToolOutput
+    from llmgw.plan import interconnect_of
+
+    _active_ib_port(tmp_path)
+    (tmp_path / "class" / "infiniband" / "mlx5_0" / "node_guid").write_text("1070:fd03:00c0:0001\n")
+
+    class MapTools(SmTools):
+        def __call__(self, argv):
+            if argv[0] == "ibnetdiscover":
+                self.calls.append(list(argv))
+                return ToolOutput(tuple(argv), 0, _hand_made("ibnetdiscover-two-leaves-hdr.txt"))
+            return super().__call__(argv)
+
+    tools = MapTools()
+    clock, advance = counting_clock()
+    reader = HealthReader(tools, sys_root=tmp_path, etc_root=tmp_path, clock=clock)
+    report = reader.read()
+    assert report.port_leaf("mlx5_0", 1) == "b8599f0300a000a0"  # leaf-a, as node01 mlx5_0 is cabled
+    back = health_from_message(report_message(report))
+    assert interconnect_of(back, {(c, p): leaf for c, p, leaf in back.port_leaves}).adapters == (
+        ("mlx5_0", "0010e0406d5aa0a0", "b8599f0300a000a0"),)
+    advance(60.0)
+    reader.read()
+    advance(300.0)
+    reader.read()
+    runs = [c for c in tools.calls if c[0] == "ibnetdiscover"]
+    assert runs == [["ibnetdiscover", "-C", "mlx5_0", "-P", "1"]] * 2  # the first reading, then five minutes on

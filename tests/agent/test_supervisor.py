@@ -135,3 +135,15 @@ async def test_an_engine_binary_that_cannot_run_is_an_engine_error(tmp_path):
         with pytest.raises(EngineError, match="cannot start the engine of shard m-0/0"):
             await supervisor.start(type(spec)(**{**spec.__dict__, "argv": (str(tmp_path / "missing"),)}))
         assert supervisor.shards() == [] and not record_path(tmp_path, "m-0/0").exists()
+
+
+async def test_a_headless_rank_that_serves_no_http_is_ready_while_it_runs_and_failed_when_it_exits(tmp_path):
+    from llmgw.agent.shards import ShardSpec
+
+    async with Supervisor(tmp_path, backoff_initial=5.0) as supervisor:
+        spec = ShardSpec("m-0/1", ("sh", "-c", "sleep 1"), supervisor.free_port(), health_path="", rank=1,
+                         group="m-0/0")
+        await supervisor.start(spec)
+        await wait_for(lambda: supervisor.get("m-0/1").state == "ready")
+        await wait_for(lambda: supervisor.get("m-0/1").state == "failed", timeout=10)
+        await supervisor.stop("m-0/1")

@@ -29,3 +29,29 @@ def test_an_operators_hash_algorithm_and_seed_are_kept():
                                          extra_env={"PYTHONHASHSEED": "7"}))
     assert argv.count("--prefix-caching-hash-algo") == 1 and argv[-1] == "xxhash"
     assert env["PYTHONHASHSEED"] == "7"
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_each_shard_of_a_replica_spread_over_two_nodes_gets_its_rank_and_rendezvous(rank):
+    argv, env = vllm.command_line(Launch(
+        binary=Path("/v/bin/python"), model_path=Path("/m"), port=9000, devices=tuple("01234567"),
+        tensor_parallel=8, pipeline_parallel=2, rank=rank, nodes=2, rendezvous="10.0.0.1:29517",
+        extra_env={"NCCL_IB_HCA": "mlx5_0,mlx5_1"}))
+    assert argv[1:5] == ["-m", "vllm.entrypoints.cli.main", "serve", "/m"]
+
+    def value(flag: str) -> str:
+        return argv[argv.index(flag) + 1]
+
+    assert (value("--nnodes"), value("--node-rank"), value("--master-addr"), value("--master-port")) == (
+        "2", str(rank), "10.0.0.1", "29517")
+    assert (value("--tensor-parallel-size"), value("--pipeline-parallel-size")) == ("8", "2")
+    assert ("--headless" in argv) is (rank == 1)  # only rank 0 serves the API
+    assert env["NCCL_IB_HCA"] == "mlx5_0,mlx5_1" and env["CUDA_VISIBLE_DEVICES"] == "0,1,2,3,4,5,6,7"
+
+
+def test_an_ipv6_rendezvous_loses_its_brackets_and_one_node_gets_no_multi_node_flags():
+    argv, _ = vllm.command_line(Launch(binary=Path("/opt/vllm/bin/vllm"), model_path=Path("/m"), rank=1, nodes=2,
+                                       rendezvous="[fd00::1]:29600"))
+    assert argv[argv.index("--master-addr") + 1] == "fd00::1" and argv[1:3] == ["serve", "/m"]
+    single, _ = vllm.command_line(Launch(binary=Path("/opt/vllm/bin/vllm"), model_path=Path("/m")))
+    assert not {"--nnodes", "--node-rank", "--master-addr", "--headless"} & set(single)

@@ -102,7 +102,7 @@ def apply_plan(plan: Plan, f: Fleet, *, state: ShardState = ShardState.READY) ->
             asg = a.assignment
             starts.setdefault(a.node_id, []).append(ObservedShard(
                 a.shard_id, a.replica_id, a.model, state, asg.fingerprint, plan.settings_commit or "",
-                asg.devices, asg.cpu_cores, asg.memory_bytes))
+                asg.devices, asg.cpu_cores, asg.memory_bytes, rank=asg.rank, group=asg.group))
         elif a.kind is ActionKind.INSTALL:
             installs.setdefault(a.node_id, set()).add(a.engine)
     nodes = []

@@ -125,9 +125,11 @@ def test_multinode_placement_invariants_on_random_fleets(seed):
 
 
 def test_offers_come_from_the_fleet_and_the_health_reports():
+    from dataclasses import replace
+
     from plan_fleets import gpu_node, model, shard
 
-    from llmgw.plan.multinode import offers_for
+    from llmgw.plan.multinode import interconnect_of, offers_for
     from llmgw.tools import DomainMembership, IbPort, NodeHealthReport
 
     m = model("m", gpus=2, gpu_class="h100-80g", tp=2)
@@ -137,8 +139,10 @@ def test_offers_come_from_the_fleet_and_the_health_reports():
         "node01": NodeHealthReport(ib_ports=ports, port_fabrics=(("mlx5_0", 1, FABRIC_A),)),
         "node02": NodeHealthReport(domain=DomainMembership("cluster-1"), imex=False),
     }
-    one, two, three = offers_for([busy, gpu_node("node02"), gpu_node("node03", alive=True)], reports, "h100-80g")
-    assert one.free == ("3", "4", "5", "6", "7") and one.adapters == (("mlx5_0", FABRIC_A, ""),)
+    nodes = [replace(n, interconnect=interconnect_of(reports.get(n.node_id), {("mlx5_0", 1): "leaf-7"}))
+             for n in (busy, gpu_node("node02"), gpu_node("node03", alive=True))]
+    one, two, three = offers_for(nodes, "h100-80g")
+    assert one.free == ("3", "4", "5", "6", "7") and one.adapters == (("mlx5_0", FABRIC_A, "leaf-7"),)
     assert two.domain == "cluster-1" and not two.domain_ready and "IMEX" in two.domain_reason
     assert three.adapters == () and len(three.free) == 8
     refused = place_multinode([one, two, three], 2, 8)

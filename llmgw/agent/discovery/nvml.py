@@ -27,12 +27,18 @@ def load_nvml() -> ModuleType | None:
     return pynvml
 
 
-def _text(value: Any) -> str:
+def nvml_text(value: Any) -> str:
+    """NVML text (bytes from older nvidia-ml-py, str from newer) as str."""
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
-class _Calls:
-    """Calls NVML functions by name, turning failures into None plus (for unexpected ones) a warning."""
+class NvmlCalls:
+    """Calls NVML functions by name, turning failures into None plus (for unexpected ones) a warning.
+
+    `calls(where, "nvmlDeviceGetX", *args, quiet=False)`: the function's result, or None when this nvidia-ml-py
+    lacks it (a warning unless `quiet`), the card does not support it or has no such object (NotSupported,
+    NotFound: quietly), or another NVMLError (a warning naming `where`, unless `quiet`). `warnings` collects them.
+    """
 
     def __init__(self, nvml: Any):
         self.nvml = nvml
@@ -57,7 +63,7 @@ class _Calls:
             return None
 
 
-def _pids(calls: _Calls, where: str, handle: Any) -> set[int]:
+def _pids(calls: NvmlCalls, where: str, handle: Any) -> set[int]:
     pids: set[int] = set()
     for function in ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses"):
         for process in calls(where, function, handle, quiet=function.endswith("GraphicsRunningProcesses")) or ():
@@ -67,7 +73,7 @@ def _pids(calls: _Calls, where: str, handle: Any) -> set[int]:
     return pids
 
 
-def _memory(calls: _Calls, where: str, handle: Any) -> tuple[int | None, int | None, int | None]:
+def _memory(calls: NvmlCalls, where: str, handle: Any) -> tuple[int | None, int | None, int | None]:
     info = calls(where, "nvmlDeviceGetMemoryInfo", handle)
     if info is None:
         return None, None, None
@@ -81,11 +87,11 @@ def _mode(value: Any) -> bool | None:
     return None
 
 
-def _read_card(calls: _Calls, index: int, handle: Any, our_pids: Collection[int]) -> GpuDevice:
+def _read_card(calls: NvmlCalls, index: int, handle: Any, our_pids: Collection[int]) -> GpuDevice:
     nvml = calls.nvml
     where = f"GPU {index}"
-    name = _text(calls(where, "nvmlDeviceGetName", handle) or "")
-    uuid = _text(calls(where, "nvmlDeviceGetUUID", handle) or "")
+    name = nvml_text(calls(where, "nvmlDeviceGetName", handle) or "")
+    uuid = nvml_text(calls(where, "nvmlDeviceGetUUID", handle) or "")
     total, used, free = _memory(calls, where, handle)
     cc = calls(where, "nvmlDeviceGetCudaComputeCapability", handle)
     limit_mw = calls(where, "nvmlDeviceGetEnforcedPowerLimit", handle)
@@ -108,11 +114,11 @@ def _read_card(calls: _Calls, index: int, handle: Any, our_pids: Collection[int]
         power_limit_watts=limit_mw / 1000.0 if isinstance(limit_mw, (int, float)) else None,
         foreign_pids=tuple(foreign),
         numa_node=numa if isinstance(numa, int) and numa >= 0 else None,
-        pci_bus_id=_text(getattr(pci, "busId", "")) if pci is not None else "",
+        pci_bus_id=nvml_text(getattr(pci, "busId", "")) if pci is not None else "",
     )
 
 
-def _read_mig(calls: _Calls, card: GpuDevice, handle: Any, our_pids: Collection[int]) -> list[GpuDevice]:
+def _read_mig(calls: NvmlCalls, card: GpuDevice, handle: Any, our_pids: Collection[int]) -> list[GpuDevice]:
     where = f"GPU {card.index}"
     count = calls(where, "nvmlDeviceGetMaxMigDeviceCount", handle) or 0
     instances = []
@@ -121,8 +127,8 @@ def _read_mig(calls: _Calls, card: GpuDevice, handle: Any, our_pids: Collection[
         if mig is None:
             continue  # an empty slot answers NotFound
         at = f"GPU {card.index} MIG {slot}"
-        name = _text(calls(at, "nvmlDeviceGetName", mig) or "")
-        uuid = _text(calls(at, "nvmlDeviceGetUUID", mig) or "")
+        name = nvml_text(calls(at, "nvmlDeviceGetName", mig) or "")
+        uuid = nvml_text(calls(at, "nvmlDeviceGetUUID", mig) or "")
         total, used, free = _memory(calls, at, mig)
         profile = mig_profile(name)
         if not profile:
@@ -138,7 +144,7 @@ def _read_mig(calls: _Calls, card: GpuDevice, handle: Any, our_pids: Collection[
     return instances
 
 
-def _nvlink_peers(calls: _Calls, handle: Any, index: int, by_bus: dict[str, str]) -> tuple[str, ...]:
+def _nvlink_peers(calls: NvmlCalls, handle: Any, index: int, by_bus: dict[str, str]) -> tuple[str, ...]:
     nvml = calls.nvml
     peers: list[str] = []
     for link in range(getattr(nvml, "NVML_NVLINK_MAX_LINKS", 18)):
@@ -148,7 +154,7 @@ def _nvlink_peers(calls: _Calls, handle: Any, index: int, by_bus: dict[str, str]
         if not state:
             continue
         remote = calls(f"GPU {index}", "nvmlDeviceGetNvLinkRemotePciInfo", handle, link, quiet=True)
-        peer = by_bus.get(_text(getattr(remote, "busId", "")).lower()) if remote is not None else None
+        peer = by_bus.get(nvml_text(getattr(remote, "busId", "")).lower()) if remote is not None else None
         if peer is not None and peer not in peers:
             peers.append(peer)
     return tuple(peers)
@@ -167,9 +173,9 @@ def read_nvml(nvml: Any, our_pids: Collection[int] = ()) -> GpuReport:
         nvml.nvmlInit()
     except nvml.NVMLError as exc:
         return GpuReport(source="none", notes=(f"NVML: no NVIDIA driver or library here ({exc})",))
-    calls = _Calls(nvml)
+    calls = NvmlCalls(nvml)
     try:
-        driver = _text(calls("the system", "nvmlSystemGetDriverVersion") or "")
+        driver = nvml_text(calls("the system", "nvmlSystemGetDriverVersion") or "")
         cuda_raw = calls("the system", "nvmlSystemGetCudaDriverVersion", quiet=True)
         cuda = f"{cuda_raw // 1000}.{cuda_raw % 1000 // 10}" if isinstance(cuda_raw, int) and cuda_raw > 0 else ""
         count = calls("the system", "nvmlDeviceGetCount") or 0

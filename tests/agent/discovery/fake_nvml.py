@@ -42,6 +42,7 @@ class FakeNvml:
     NVMLError = pynvml.NVMLError
     NVMLError_NotSupported = pynvml.NVMLError_NotSupported
     NVMLError_NotFound = pynvml.NVMLError_NotFound
+    c_nvmlGpuFabricInfo_v3_t = pynvml.c_nvmlGpuFabricInfo_v3_t
 
     def __init__(self, cards: list[dict], *, driver: str = "580.159.04", cuda: int = 13000,
                  init_error: Exception | None = None):
@@ -213,10 +214,59 @@ class FakeNvml:
         return reading["throttle"] if reading is not None else handle.card["throttle"]
 
     def nvmlDeviceGetTotalEccErrors(self, handle, error_type, counter_type):
-        assert (error_type, counter_type) == (pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, pynvml.NVML_VOLATILE_ECC)
         if handle.card["ecc_mode"][0] != 1:
             raise pynvml.NVMLError_NotSupported()
-        return handle.card.get("ecc_uncorrected", 0)
+        if (error_type, counter_type) == (pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, pynvml.NVML_VOLATILE_ECC):
+            return handle.card.get("ecc_uncorrected", 0)
+        kind = "uncorrected" if error_type == pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED else "corrected"
+        when = "volatile" if counter_type == pynvml.NVML_VOLATILE_ECC else "aggregate"
+        return handle.card.get("ecc_counts", {}).get(f"{when}_{kind}", 0)  # the H200's XML: every count 0
+
+    # -- health (llmgw.agent.nvml_health). The H200 capture's answers: remapped_rows [0, 0, 0, 0] (nvml-dump.json);
+    # the histogram, retired pages and fabric as its nvidia-smi -q -x prints them (3072 banks, none without a
+    # spare; retired pages "N/A" = NotSupported; fabric all "N/A" = NotSupported: the dump's own fabric call
+    # failed with a TypeError, the old signature without the struct argument).
+    def nvmlDeviceGetRemappedRows(self, handle):
+        self._check(handle, "nvmlDeviceGetRemappedRows")
+        return tuple(handle.card["remapped_rows"])
+
+    def nvmlDeviceGetRowRemapperHistogram(self, handle):
+        values = pynvml.c_nvmlRowRemapperHistogramValues()
+        for key, value in handle.card.get("row_remapper_histogram", {"max": 3072}).items():
+            setattr(values, key, value)
+        return values
+
+    def nvmlDeviceGetRetiredPages(self, handle, cause):
+        pages = handle.card.get("retired_pages")
+        if pages is None:
+            raise pynvml.NVMLError_NotSupported()
+        return list(pages[cause])
+
+    def nvmlDeviceGetRetiredPagesPendingStatus(self, handle):
+        if handle.card.get("retired_pages") is None:
+            raise pynvml.NVMLError_NotSupported()
+        return handle.card.get("retired_pending", 0)
+
+    def nvmlDeviceGetGpuFabricInfoV(self, handle, info_ref):
+        fabric = handle.card.get("fabric_info")
+        if fabric is None:
+            raise pynvml.NVMLError_NotSupported()
+        info = info_ref._obj  # ctypes.byref(struct), as the real binding passes it on to the library
+        info.state, info.status, info.cliqueId = fabric["state"], fabric.get("status", 0), fabric["cliqueId"]
+        info.healthMask = fabric.get("healthMask", 0)
+        for i, byte in enumerate(fabric["clusterUuid"]):
+            info.clusterUuid[i] = byte
+        if hasattr(info, "healthSummary"):
+            info.healthSummary = fabric.get("healthSummary", 0)
+        return pynvml.NVML_SUCCESS
+
+    def nvmlDeviceGetNvLinkErrorCounter(self, handle, link, counter):
+        errors = handle.card["nvlink_states"][link].get("errors", {})
+        names = {pynvml.NVML_NVLINK_ERROR_DL_REPLAY: "replay", pynvml.NVML_NVLINK_ERROR_DL_RECOVERY: "recovery",
+                 pynvml.NVML_NVLINK_ERROR_DL_CRC_FLIT: "crc_flit", pynvml.NVML_NVLINK_ERROR_DL_CRC_DATA: "crc_data"}
+        if counter not in names:
+            raise pynvml.NVMLError_InvalidArgument()
+        return errors.get(names[counter], 0)
 
     # -- GPM
     def nvmlGpmQueryDeviceSupport(self, handle):
