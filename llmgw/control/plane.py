@@ -156,7 +156,7 @@ class ControlPlane:
             config.repo, config.branch, self.state_dir / "settings-mirror.git", publish=self._publish_watch,
         )
         self.agents = AgentHub(self.loop.update)
-        self.audit = AuditWriter(self.watcher.repo_path, min_gap=AUDIT_MIN_GAP)
+        self.audit = AuditWriter(self.watcher.repo_path, min_gap=AUDIT_MIN_GAP, fence=self._audit_fence)
         self.passes: deque[PassRecord] = deque(maxlen=100)
         self.apply_lock = trio.Lock()
         self.apply_holder: str | None = None
@@ -368,6 +368,17 @@ class ControlPlane:
             return token, self.holder
         return 0, await trio.to_thread.run_sync(self.store.lease_holder, LEASE_NAME, abandon_on_cancel=True)
 
+    async def _audit_fence(self) -> int:
+        """The fencing token this control plane leads with now, as the store's lease row says (0: it does not lead,
+        or the store names another holder or term); the audit writer checks it before each write."""
+        leadership = self.loop.state.leadership
+        if not leadership.leader:
+            return 0
+        lease = await trio.to_thread.run_sync(self.store.lease, LEASE_NAME, abandon_on_cancel=True)
+        if lease is None or lease.holder != self.holder or lease.token != leadership.token:
+            return 0
+        return leadership.token
+
     def replica_key(self, replica_id: str) -> str:
         """The replica key of `replica_id` (HMAC-SHA256 of it under the store's "engine-key" secret, hex); kept
         once computed (every routing-table build asks for every ready replica's)."""
@@ -459,9 +470,9 @@ class ControlPlane:
             changes = state_changes(self._last_snapshot, snapshot)
             self._last_snapshot = snapshot
             audit_doc = {k: v for k, v in doc.items() if k != "control_plane"}
-            self.audit.queue_audit(audit_doc, audit_message(record, changes))
+            self.audit.queue_audit(audit_doc, audit_message(record, changes), token=state.leadership.token)
         if record.converged and record.settings_commit:
-            self.audit.queue_applied(record.settings_commit)
+            self.audit.queue_applied(record.settings_commit, token=state.leadership.token)
 
     # -- what the admin API offers ------------------------------------------------------------------------
 
