@@ -314,10 +314,10 @@ class AuditWriter:
     def __init__(self, repo_path: Path, min_gap: float = 0.0, fence: Fence | None = None):
         self.repo_path = repo_path
         self.min_gap = min_gap
-        self.fence = fence
-        self.dropped = 0
         """Seconds between two writes: passes queued meanwhile become one commit (each write dumps the whole
         status.yaml in a thread that holds the GIL: half the control plane's CPU during a 250-node roll-out)."""
+        self.fence = fence
+        self.dropped = 0
         self._queue: deque[_Write] = deque()
         self._wake = trio.Event()
         self.written = 0
@@ -345,15 +345,16 @@ class AuditWriter:
         return len(self._queue)
 
     async def _fenced(self, item: _Write) -> bool:
-        """True when `item` may be written: no fence, or the fence's token now is the one `item` was queued under.
-        Otherwise drops every queued write of another term (logged) and returns False."""
+        """True when `item` may be written: no fence, or the fence's token now (not 0) is the one `item` was queued
+        under. Otherwise drops every queued write of another term, or all of them when not leading (logged), and
+        returns False."""
         if self.fence is None:
             return True
         current = await self.fence()
-        if current == item.token:
+        if current and current == item.token:
             return True
-        stale = [w for w in self._queue if w.token != current]
-        self._queue = deque(w for w in self._queue if w.token == current)
+        stale = [w for w in self._queue if not current or w.token != current]
+        self._queue = deque(w for w in self._queue if current and w.token == current)
         if any(w.applied is not None for w in stale):
             self.applied = None  # a later term queues its applied-ref move again
         self.dropped += len(stale)

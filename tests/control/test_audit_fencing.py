@@ -9,6 +9,7 @@ import time
 import trio
 
 from llmgw.control import ControlConfig, ControlPlane
+from llmgw.control.audit import AuditWriter
 from llmgw.control.leading import LEASE_NAME
 from llmgw.settings import read_audit_log
 
@@ -43,3 +44,29 @@ async def test_a_deposed_leader_drops_its_queued_audit_commits_and_says_so(tmp_p
         assert said and f"of leader term {token}" in said[0] and "writes no audit commit" in said[0], said
         await wait_for(lambda: not plane.leader, 5, "the plane to notice it no longer leads")
         nursery.cancel_scope.cancel()
+
+
+async def _written_by(writer: AuditWriter) -> None:
+    async with trio.open_nursery() as nursery:
+        await nursery.start(writer.run)
+        await wait_for(lambda: writer.pending() == 0, 10, "the writer's queue to be emptied")
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_writer_fenced_out_writes_nothing_and_one_of_a_newer_term_writes_only_its_own(settings_repo):
+    token = 0
+
+    async def fence() -> int:
+        return token
+
+    writer = AuditWriter(settings_repo, fence=fence)
+    writer.queue_audit({"nodes": {}}, "queued without a term\n")  # token 0: not leading writes nothing, even this
+    await _written_by(writer)
+    assert writer.dropped == 1 and "queued without a term" not in _subjects(settings_repo)
+
+    token = 2  # queued in term 1 and in term 2 back to back: not coalesced into one commit of term 2
+    writer.queue_audit({"nodes": {"a": 1}}, "of term one\n", token=1)
+    writer.queue_audit({"nodes": {"a": 2}}, "of term two\n", token=2)
+    await _written_by(writer)
+    subjects = _subjects(settings_repo)
+    assert writer.dropped == 2 and "of term two" in subjects and not any("term one" in s for s in subjects)
