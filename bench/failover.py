@@ -12,6 +12,10 @@ held). At the end: requests answered and failed, and usage rows in the store aga
 
 The leader renews every third of the lease and a standby tries as often, so a takeover lands between the lease's
 end and a third of a lease later: the `--lease` default of 15 s gives 10-20 s; 6 s or less meets the 10 s target.
+
+The client sends only to gateways whose `GET /health` answered 200 at the last check (every 0.5 s, as haproxy's
+`option httpchk` would): a control plane started again says 503 "recovering" until its agents are back
+(llmgw.control.recovering), so requests do not meet a gateway that knows no replica yet.
 """
 
 from __future__ import annotations
@@ -112,11 +116,27 @@ def token_seen(root: Path) -> int:
     return max(tokens)
 
 
+async def check_health(cluster: Cluster, healthy: set[int], done: trio.Event) -> None:
+    """Every 0.5 s: `healthy` := the live control planes whose gateway's /health answers 200 (a proxy's check)."""
+    async with httpx.AsyncClient(timeout=1) as client:
+        while not done.is_set():
+            for i, gateway in list(cluster.gateways.items()):
+                try:
+                    ok = cluster.alive(i) and (await client.get(f"{gateway}/health")).status_code == 200
+                except httpx.TransportError:
+                    ok = False
+                (healthy.add if ok else healthy.discard)(i)
+            await trio.sleep(0.5)
+
+
 async def load(cluster: Cluster, key: str, counts: dict, done: trio.Event) -> None:
-    async with httpx.AsyncClient(timeout=10) as client:
+    healthy: set[int] = set()
+    async with httpx.AsyncClient(timeout=10) as client, trio.open_nursery() as nursery:
+        nursery.start_soon(check_health, cluster, healthy, done)
         n = 0
         while not done.is_set():
-            live = [g for i, g in list(cluster.gateways.items()) if cluster.alive(i)]
+            live = ([g for i, g in list(cluster.gateways.items()) if i in healthy and cluster.alive(i)]
+                    or [g for i, g in list(cluster.gateways.items()) if cluster.alive(i)])
             n += 1
             try:
                 reply = await client.post(f"{live[n % len(live)]}/v1/chat/completions",

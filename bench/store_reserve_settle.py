@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from llmgw.routes import Quota  # noqa: E402
-from llmgw.store import Settlement, UsageRecord, open_store  # noqa: E402
+from llmgw.store import Settlement, UsageRecord, charged, open_store  # noqa: E402
 
 SCOPES = [("project:bench", Quota(requests_per_minute=10**9, tokens_per_minute=10**12, concurrent_requests=64)),
           ("team:bench", Quota())]
@@ -51,7 +51,7 @@ def run(store, requests: int) -> dict:
         now = time.time()
         store.apply_settlement(Settlement(
             entry_id="stl_" + uuid.uuid4().hex, time=now, reservation_id=reservation.reservation_id,
-            has_slots=bool(reservation.slots), actual_tokens=20, usage=UsageRecord("bench", "mock", now,
+            has_slots=bool(reservation.slots), actual_tokens=20, charges=charged(reservation), usage=UsageRecord("bench", "mock", now,
                                                                                    prompt_tokens=12,
                                                                                    completion_tokens=8)))
         return time.perf_counter() - began

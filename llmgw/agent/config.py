@@ -47,7 +47,8 @@ class AgentConfig:
     `engine_binaries` maps "engine@version" (e.g. "llama.cpp@b11434") to an executable used instead of an
     install (a cached build, or a stand-in in tests); those count as installed. `shard_stop_grace` seconds
     between SIGTERM and SIGKILL. `restart_backoff_initial`/`_max` seconds bound engine restarts,
-    `reconnect_backoff_max` seconds the wait between connection attempts. `stop_shards_on_exit` stops every
+    `reconnect_backoff_max` seconds the longest wait between connection attempts to one control plane (small, so
+    that a control plane started again has its fleet back within seconds; see `llmgw.agent.runtime`). `stop_shards_on_exit` stops every
     engine when `run_agent` ends (default: leave them running, to be adopted by the next agent).
     `engine_check_interval` seconds between re-verifications of installed engines (`llmgw.agent.engine_checks`).
     `control_planes`: the control planes' agents addresses ("host:port") the agent connects to (`llmgw agent
@@ -70,7 +71,7 @@ class AgentConfig:
     shard_stop_grace: float = 10.0
     restart_backoff_initial: float = 1.0
     restart_backoff_max: float = 60.0
-    reconnect_backoff_max: float = 30.0
+    reconnect_backoff_max: float = 5.0
     stop_shards_on_exit: bool = False
     engine_check_interval: float = 600.0
     control_planes: tuple[str, ...] = ()

@@ -7,7 +7,9 @@ seconds (the full shard list each beat, and the latest reading of `llmgw.agent.r
 ShardStatus whenever a shard changes. GPU health and fabrics (`llmgw.agent.health`) are read before each
 Register (which carries them) and every minute after; each beat carries the latest, with the InfiniBand ports read
 again. Shards keep running while the control plane is unreachable; the agent
-reconnects with backoff (1 s doubling to `reconnect_backoff_max`). GPUs of `ignore_gpus` are neither reported,
+reconnects to each control plane on its own, with a jittered backoff (`reconnect_delay`: 0.5 s doubling to
+`reconnect_backoff_max`, default 5 s, each wait drawn between half and all of that), so a control plane started
+again finds its agents back within seconds and several agents do not knock in step. GPUs of `ignore_gpus` are neither reported,
 read nor offered (`llmgw.agent.ignoring`); when AgentSettings change `ignore_gpus`, the agent registers again at
 once.
 
@@ -22,6 +24,7 @@ import fcntl
 import functools
 import logging
 import os
+import random
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from contextlib import AbstractAsyncContextManager
@@ -55,10 +58,24 @@ FOREIGN_SCAN_INTERVAL = 60.0
 RESTART = "restart"
 """What `run_agent` returns when the control plane asked the agent to restart (its engines keep serving)."""
 _LOAD = object()
+RECONNECT_INITIAL = 0.5
+"""Seconds before the first attempt to reconnect to a control plane (then doubling up to the agent's cap)."""
+
+
+def reconnect_delay(previous: float, maximum: float, fraction: float) -> tuple[float, float]:
+    """The next reconnect wait, pure: (the backoff step, the wait drawn from it), in seconds.
+
+    `previous` is the last backoff step (0 after a connection that worked); the step is `RECONNECT_INITIAL`, then
+    doubles, never above `maximum`. The wait is between half the step and the whole of it (`fraction` in [0, 1),
+    e.g. `random.random()`): "equal jitter", https://aws.amazon.com/blogs/architecture/exponential-backoff-and-jitter/.
+    """
+    step = next_backoff(previous, min(RECONNECT_INITIAL, maximum), maximum)
+    return step, step * (0.5 + 0.5 * fraction)
 
 
 async def _keep_connected(agent: NodeAgent, session: _Session, connect: Connect, backoff_max: float) -> None:
-    """Serve one control plane's connection, reconnecting with backoff, until the agent is asked to restart."""
+    """Serve one control plane's connection, reconnecting with backoff (`reconnect_delay`), until the agent is
+    asked to restart."""
     delay = 0.0
     while not agent.restart_requested.is_set():
         again = agent.register_again
@@ -77,9 +94,9 @@ async def _keep_connected(agent: NodeAgent, session: _Session, connect: Connect,
             if agent.register_again is again:
                 agent.register_again = trio.Event()
             continue  # at once: the settings changed what this node offers
-        delay = next_backoff(delay, 1.0, backoff_max)
-        log.info("reconnecting to the control plane in %g s", delay)
-        await trio.sleep(delay)
+        delay, wait = reconnect_delay(delay, backoff_max, random.random())
+        log.info("reconnecting to the control plane in %.1f s", wait)
+        await trio.sleep(wait)
 
 
 async def _follow_control_planes(agent: NodeAgent, start: Callable[[str], None]) -> None:

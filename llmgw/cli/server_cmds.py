@@ -143,6 +143,8 @@ def render_status(doc: dict[str, Any]) -> list[str]:
         holder = plane.get("leader_holder") or "nobody (the lease is free)"
         lines.append(f"leader      this control plane ({holder}, token {plane.get('leader_token')})" if plane["leader"]
                      else f"leader      {holder}; this control plane stands by")
+    if plane.get("fleet") and plane["fleet"] != "ready":
+        lines.append(f"fleet       {plane['fleet']}")
     if plane.get("audit_error"):
         lines.append(f"audit       {plane['audit_error']}")
     return lines
@@ -214,8 +216,11 @@ def live_diff(client, rev: str | None, as_json: bool) -> int:
 @click.option("--lease", "lease", default="6s", show_default=True, metavar="DURATION",
               help="How long the leader lease lasts in the store (renewed every third of it): a standby takes over "
                    "this long after the leader dies.")
+@click.option("--recovery-grace", "recovery_grace", default="20s", show_default=True, metavar="DURATION",
+              help="After a start, how long at most the gateway's /health says 503 \"recovering\" while nodes "
+                   "connected before have not reconnected.")
 def server_cmd(repo, branch, state_dir, store, secrets_dir, gateway_addr, admin_addr, agents_addr, no_gateway,
-               tls, join_port, insecure, otlp_endpoint, lease):
+               tls, join_port, insecure, otlp_endpoint, lease, recovery_grace):
     """Run the control plane: settings watcher, reconciler, agents' service, admin API and gateway.
 
     Without --tls the agents' listener must be a loopback address (127.0.0.1, ::1, localhost) unless --insecure
@@ -231,6 +236,10 @@ def server_cmd(repo, branch, state_dir, store, secrets_dir, gateway_addr, admin_
         lease_seconds = parse_duration(lease)
     except ValueError as exc:
         raise UsageError(f"--lease: {exc}") from None
+    try:
+        grace_seconds = parse_duration(recovery_grace)
+    except ValueError as exc:
+        raise UsageError(f"--recovery-grace: {exc}") from None
     if "://" not in repo and "@" not in repo.split(":", 1)[0]:
         repo = str(Path(repo).resolve())
     plane = ControlPlane(ControlConfig(
@@ -238,6 +247,7 @@ def server_cmd(repo, branch, state_dir, store, secrets_dir, gateway_addr, admin_
         gateway_listener=parse_listener(gateway_addr), admin_listener=parse_listener(admin_addr),
         agents_listener=parse_listener(agents_addr), gateway=not no_gateway, tls=tls, join_port=join_port,
         insecure_agents=insecure, otlp_endpoint=otlp_endpoint, lease_seconds=lease_seconds,
+        recovery_grace=grace_seconds,
     ))
 
     async def main() -> None:

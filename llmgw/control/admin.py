@@ -217,7 +217,8 @@ class AdminApp:
         if path == "/api/v1/health":
             leadership = self.plane.snapshot().leadership  # for load balancers and `llmgw status`: who leads
             return await _send_json(send, 200, {"ok": True, "leader": leadership.leader,
-                                                "leader_holder": leadership.holder})
+                                                "leader_holder": leadership.holder,
+                                                "fleet": self.plane.recovery().text})
         if path == "/openapi.yaml" and method == "GET":
             return await self._openapi(send)
         if path == "/metrics" and method == "GET":

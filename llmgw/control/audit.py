@@ -4,6 +4,11 @@
 `audit_message` the commit message; `AuditWriter` writes commits off the reconcile pass's critical path: a pass
 only queues, and a failed write (a locked ref, a full disk) is retried later with backoff, never failing a pass.
 `refs/llmgw/applied` is moved with `llmgw.settings.set_ref` when a pass finds the fleet converged to a commit.
+
+Fenced: only the leader lease's holder writes. Each queued write carries the fencing token of the term that queued
+it, and before every write the `AuditWriter` asks its `fence` for the token this control plane holds now (checked
+against the store); when they differ (the lease ended, or another control plane took it), every write queued in an
+older term is dropped and the log says so, so a deposed leader that wakes up late writes nothing.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ import itertools
 import io
 import logging
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,6 +38,10 @@ MAX_QUEUED = 200
 """Queued writes before the queue is compacted (`compacted`)."""
 MAX_MESSAGE = 256 * 1024
 """Characters of pass messages one coalesced audit commit keeps, newest first."""
+
+Fence = Callable[[], Awaitable[int]]
+"""The fencing token of the leader lease this control plane holds now, as the store says (0: it does not lead).
+May raise (StoreError, TemporaryError): the write then waits and asks again, like a failed write."""
 
 
 def node_documents(records: tuple[NodeRecord, ...]) -> dict[str, Any]:
@@ -265,6 +274,7 @@ class _Write:
     status: Mapping[str, Any] | None
     message: str
     applied: str | None = None
+    token: int = 0  # the fencing token of the leader term that queued it
 
     def files(self) -> dict[str, bytes]:
         assert self.status is not None
@@ -280,7 +290,7 @@ def coalesced(queue: deque[_Write]) -> tuple[_Write, int]:
         return first, 1
     run = [first]
     for later in itertools.islice(queue, 1, None):
-        if later.status is None:
+        if later.status is None or later.token != first.token:
             break
         run.append(later)
     if len(run) == 1:
@@ -304,7 +314,7 @@ def coalesced(queue: deque[_Write]) -> tuple[_Write, int]:
             break
         kept.append(write.message)
         size += len(write.message)
-    return _Write(run[-1].status, f"{subject}\n\n" + "\n".join(kept)), len(run)
+    return _Write(run[-1].status, f"{subject}\n\n" + "\n".join(kept), token=first.token), len(run)
 
 
 def compacted(queue: deque[_Write]) -> deque[_Write]:
@@ -323,13 +333,17 @@ class AuditWriter:
     """Writes queued audit commits and applied-ref moves to the repository at `repo_path`, in order.
 
     `queue_*` never blocks or raises. `errors` counts failed writes; `last_error` is the latest sentence.
+    `fence` (None: unfenced, one control plane alone): see the module docstring; `dropped` counts the queued writes
+    it threw away.
     """
 
-    def __init__(self, repo_path: Path, min_gap: float = 0.0):
+    def __init__(self, repo_path: Path, min_gap: float = 0.0, fence: Fence | None = None):
         self.repo_path = repo_path
         self.min_gap = min_gap
         """Seconds between two writes: passes queued meanwhile become one commit (each write dumps the whole
         status.yaml in a thread that holds the GIL: half the control plane's CPU during a 250-node roll-out)."""
+        self.fence = fence
+        self.dropped = 0
         self._queue: deque[_Write] = deque()
         self._writing = 0  # how many writes at the queue's head the write in progress stands for
         self._wake = trio.Event()
@@ -338,25 +352,46 @@ class AuditWriter:
         self.last_error: str | None = None
         self.applied: str | None = None
 
-    def queue_audit(self, status: Mapping[str, Any], message: str) -> None:
-        """Queue one audit commit holding status.yaml. A queue of MAX_QUEUED writes (the repository has been
-        failing for a while) is compacted: waiting commits merge into one, so no pass's message is dropped."""
+    def queue_audit(self, status: Mapping[str, Any], message: str, token: int = 0) -> None:
+        """Queue one audit commit holding status.yaml, for the leader term of fencing token `token`. A queue of
+        MAX_QUEUED writes (the repository has been failing for a while) is compacted: waiting commits of one term
+        merge into one, so no pass's message is dropped."""
         if len(self._queue) >= MAX_QUEUED:  # the writes being written now stay as they are
             writing = list(itertools.islice(self._queue, 0, self._writing))
             self._queue = deque([*writing, *compacted(deque(itertools.islice(self._queue, self._writing, None)))])
-        self._queue.append(_Write(status, message))
+        self._queue.append(_Write(status, message, token=token))
         self._wake.set()
 
-    def queue_applied(self, commit: str) -> None:
-        """Queue moving refs/llmgw/applied to `commit` (after the audit commits queued before it)."""
+    def queue_applied(self, commit: str, token: int = 0) -> None:
+        """Queue moving refs/llmgw/applied to `commit` (after the audit commits queued before it), for the leader
+        term of fencing token `token`."""
         if commit == self.applied:
             return
         self.applied = commit
-        self._queue.append(_Write(None, "", applied=commit))
+        self._queue.append(_Write(None, "", applied=commit, token=token))
         self._wake.set()
 
     def pending(self) -> int:
         return len(self._queue)
+
+    async def _fenced(self, item: _Write) -> bool:
+        """True when `item` may be written: no fence, or the fence's token now (not 0) is the one `item` was queued
+        under. Otherwise drops every queued write of another term, or all of them when not leading (logged), and
+        returns False."""
+        if self.fence is None:
+            return True
+        current = await self.fence()
+        if current and current == item.token:
+            return True
+        stale = [w for w in self._queue if not current or w.token != current]
+        self._queue = deque(w for w in self._queue if current and w.token == current)
+        if any(w.applied is not None for w in stale):
+            self.applied = None  # a later term queues its applied-ref move again
+        self.dropped += len(stale)
+        log.warning("dropped %d queued audit write(s) of leader term %d: this control plane %s, so it writes no "
+                    "audit commit; the leader does", len(stale), item.token,
+                    f"leads now with token {current}" if current else "no longer holds the leader lease")
+        return False
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Write what is queued, forever; a failure waits (1 s doubling to 60 s) and tries the same write again."""
@@ -370,6 +405,9 @@ class AuditWriter:
             item, taken = coalesced(self._queue)
             self._writing = taken
             try:
+                if not await self._fenced(item):
+                    self._writing = 0
+                    continue
                 if item.status is not None:
                     await trio.to_thread.run_sync(
                         lambda: append_audit(str(self.repo_path), item.files(), item.message))
@@ -401,6 +439,8 @@ class AuditWriter:
         while self._queue:
             item = self._queue[0]
             try:
+                if not await self._fenced(item):
+                    continue
                 if item.status is not None:
                     await trio.to_thread.run_sync(
                         lambda: append_audit(str(self.repo_path), item.files(), item.message))

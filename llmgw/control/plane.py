@@ -41,6 +41,7 @@ from llmgw.control.keys import (
 )
 from llmgw.control.leading import LEASE_NAME, LeaseKeeper
 from llmgw.control.looping import ControlLoop
+from llmgw.control.recovering import DEFAULT_GRACE, KNOWN_NODES_KEY, Recovery, decode_known, encode_known, recovery
 from llmgw.control.registry import FleetRegistry
 from llmgw.control.reports import fleet_for, memory_thresholds
 from llmgw.control.routing import build_route_table
@@ -57,6 +58,8 @@ from llmgw.settings.model import Listener, Settings
 from llmgw.settings.node_commits import NodeVerbCommit, commit_node_verb
 from llmgw.store import open_store_from_settings
 from llmgw.wire import check_agents_listener, serve_agents
+
+log = logging.getLogger("llmgw.control")
 
 ADMIN_TOKEN_FILE = "admin-token"
 ADMIN_URL_FILE = "admin-url"
@@ -85,6 +88,8 @@ class ControlConfig:
     overrides (seconds) replace llmgw.yaml's `poll_interval`, `reconcile_interval`, `node_lost_after`.
     `lease_seconds`: how long the leader lease in the store lasts (renewed every third of it); only the control
     plane holding it sends commands and writes audit commits, so several can share one store.
+    `recovery_grace`: seconds at most that a control plane started again says it is recovering (gateway `/health`
+    503) while the nodes connected to the leader before have not all reconnected (llmgw.control.recovering).
     `tls`: True serves agents with mutual TLS under the CA in `<state_dir>/ca` (created), with a server certificate
     for `tls_hostnames` (default: the agents' listener host, localhost, 127.0.0.1), and answers Join on `join_port`
     (0: a free port) so nodes get certificates with one-time tokens (`create_join_token`). `agent_tls`: a
@@ -115,6 +120,7 @@ class ControlConfig:
     gateway: bool = True
     set_notify_url: bool = True
     lease_seconds: float = 6.0
+    recovery_grace: float = DEFAULT_GRACE
     otlp_endpoint: str | None = None
     tracer_provider: Any = None
 
@@ -164,7 +170,7 @@ class ControlPlane:
         self.agents = AgentHub(self.loop.update)
         self.agents.on_slurm_jobs = self._record_slurm_jobs
         self._slurm_recorded: dict[str, None] = {}  # request ids of Slurm jobs recorded, oldest first (bounded)
-        self.audit = AuditWriter(self.watcher.repo_path, min_gap=AUDIT_MIN_GAP)
+        self.audit = AuditWriter(self.watcher.repo_path, min_gap=AUDIT_MIN_GAP, fence=self._audit_fence)
         self.passes: deque[PassRecord] = deque(maxlen=100)
         self.apply_lock = trio.Lock()
         self.apply_holder: str | None = None
@@ -187,6 +193,10 @@ class ControlPlane:
         self.tracing = (StartTracing(config.tracer_provider) if config.tracer_provider is not None
                         else open_tracing(config.otlp_endpoint))
         self.lease: LeaseKeeper | None = None
+        self._known_nodes: frozenset[str] = frozenset()  # connected to the leader before this start (the store's)
+        self._started_clock = 0.0
+        self._recovered: Recovery | None = None
+        self._remembered: frozenset[str] | None = None  # the known nodes this control plane last wrote as leader
 
     # -- the state, as readers see it ---------------------------------------------------------------------
 
@@ -232,6 +242,21 @@ class ControlPlane:
         """The Prometheus registry of this control plane's gateway counters, or None when it runs no gateway."""
         return self.gateway.metrics.registry if self.gateway is not None else None
 
+    def recovery(self) -> Recovery:
+        """Whether this control plane has its fleet back since it started (see `llmgw.control.recovering`)."""
+        if self._recovered is not None:
+            return self._recovered
+        now = recovery(self._known_nodes, self.agents.sessions, self._started_clock, trio.current_time(),
+                       self.config.recovery_grace)
+        if now.done:
+            self._recovered = now
+        return now
+
+    def _health_details(self) -> dict[str, Any]:
+        """What the gateway's /health adds: leadership, and "status": "recovering" with the fleet's line."""
+        fleet = self.recovery()
+        return {"leader": self.leader, **({} if fleet.done else {"status": "recovering", "fleet": fleet.text})}
+
     def is_connected(self, node_id: str) -> bool:
         """True while `node_id`'s agent has a stream open to this control plane."""
         return node_id in self.agents.sessions
@@ -269,6 +294,8 @@ class ControlPlane:
                 override_url=store))
         self.store = store
         self._replica_secret = store.get_or_create_secret(REPLICA_KEY_SECRET)
+        self._known_nodes = decode_known(store.get(KNOWN_NODES_KEY))
+        self._started_clock = trio.current_time()
         self.admin_token = self._load_admin_token()
 
         def listener(override: Listener | None, name: str, default: Listener) -> Listener:
@@ -304,7 +331,7 @@ class ControlPlane:
                 self.admin_url = f"http://{_url_host(admin.host)}:{self.admin_port}"
                 if self.config.gateway:
                     self.gateway = Gateway(store, self.table, spool_dir=self.state_dir / "usage-spool")
-                    self.gateway.health_details = lambda: {"leader": self.leader}
+                    self.gateway.health_details = self._health_details
                     self.gateway_port = await nursery.start(self.gateway.serve, gateway.host, gateway.port)
                     self.gateway_url = f"http://{_url_host(gateway.host)}:{self.gateway_port}"
                 self._write_state_files()
@@ -375,6 +402,17 @@ class ControlPlane:
         if token:
             return token, self.holder
         return 0, await trio.to_thread.run_sync(self.store.lease_holder, LEASE_NAME, abandon_on_cancel=True)
+
+    async def _audit_fence(self) -> int:
+        """The fencing token this control plane leads with now, as the store's lease row says (0: it does not lead,
+        or the store names another holder or term); the audit writer checks it before each write."""
+        leadership = self.loop.state.leadership
+        if not leadership.leader:
+            return 0
+        lease = await trio.to_thread.run_sync(self.store.lease, LEASE_NAME, abandon_on_cancel=True)
+        if lease is None or lease.holder != self.holder or lease.token != leadership.token:
+            return 0
+        return leadership.token
 
     def replica_key(self, replica_id: str) -> str:
         """The replica key of `replica_id` (HMAC-SHA256 of it under the store's "engine-key" secret, hex); kept
@@ -488,16 +526,34 @@ class ControlPlane:
         if self.tracing is not None:
             self.tracing.after_pass(decision, state)
         if not state.leadership.leader:
-            return  # followers plan and report; only the leader writes the audit
+            return  # followers plan and report; only the leader writes the audit and the known nodes
+        self._remember_nodes()
         doc = self.status(state, readings=False)
         snapshot = audit_snapshot(doc)
         if record.sent or snapshot != self._last_snapshot:
             changes = state_changes(self._last_snapshot, snapshot)
             self._last_snapshot = snapshot
             audit_doc = {k: v for k, v in doc.items() if k != "control_plane"}
-            self.audit.queue_audit(audit_doc, audit_message(record, changes))
+            self.audit.queue_audit(audit_doc, audit_message(record, changes), token=state.leadership.token)
         if record.converged and record.settings_commit:
-            self.audit.queue_applied(record.settings_commit)
+            self.audit.queue_applied(record.settings_commit, token=state.leadership.token)
+
+    def _remember_nodes(self) -> None:
+        """(Leader.) Keep the connected nodes' ids in the store when they changed, once this control plane has its
+        fleet back (a half-recovered list would let the next start stop waiting too early)."""
+        connected = frozenset(self.agents.sessions)
+        if connected == self._remembered or not self.recovery().done or self._nursery is None:
+            return
+        self._remembered = connected
+
+        async def write() -> None:
+            try:
+                await trio.to_thread.run_sync(self.store.put, KNOWN_NODES_KEY, encode_known(connected))
+            except (StoreError, TemporaryError) as exc:
+                self._remembered = None  # tried again after the next pass
+                log.warning("could not keep the connected nodes in the store: %s", exc)
+
+        self._nursery.start_soon(write)
 
     # -- what the admin API offers ------------------------------------------------------------------------
 
@@ -541,6 +597,7 @@ class ControlPlane:
             "leader": state.leadership.leader,
             "leader_holder": state.leadership.holder,
             "leader_token": state.leadership.token,
+            "fleet": self.recovery().text,
         }
         if readings:
             doc["control_plane"]["load"] = self._load_figures()

@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from llmgw.control.recovering import Recovery
 from llmgw.control.sessions import CommandOutcome
 from llmgw.control.state import ControlState, PassRecord, WatchState
 from llmgw.plan.types import Plan
@@ -44,6 +45,9 @@ class ControlView(Protocol):
 
     def is_connected(self, node_id: str) -> bool:
         """True while `node_id`'s agent has a stream open to this control plane."""
+
+    def recovery(self) -> Recovery:
+        """Whether this control plane has its fleet back since it started (`llmgw.control.recovering`)."""
 
     async def wait_pass(self) -> PassRecord:
         """The record of the next reconcile pass, once it ran. A checkpoint."""

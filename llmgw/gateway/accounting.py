@@ -25,7 +25,7 @@ import trio
 from llmgw.errors import LlmgwError, StoreError, TemporaryError, UsageError
 from llmgw.gateway.problems import ApiError, unavailable
 from llmgw.routes import ModelRoute
-from llmgw.store import KeyCheck, Rejection, Reservation, Settlement, UsageRecord
+from llmgw.store import KeyCheck, Rejection, Reservation, Settlement, UsageRecord, charged
 from llmgw.store.boundary import DEFAULT_SETTLE_WAIT, DEFAULT_THREADS, StoreBoundary
 from llmgw.store.spool import UsageSpool
 
@@ -167,7 +167,7 @@ class Accounting:
             entry_id="stl_" + uuid.uuid4().hex, time=record.time,
             reservation_id=reservation.reservation_id if reservation is not None else None,
             has_slots=bool(reservation is not None and reservation.slots),
-            actual_tokens=actual_tokens, actual_cost=actual_cost, usage=record)
+            actual_tokens=actual_tokens, actual_cost=actual_cost, usage=record, charges=charged(reservation))
         return await self.boundary.settle(settlement)
 
     async def release(self, reservation: Reservation) -> None:
@@ -175,7 +175,7 @@ class Accounting:
         it; never raises for one)."""
         await self.boundary.settle(Settlement(
             entry_id="stl_" + uuid.uuid4().hex, time=time.time(), reservation_id=reservation.reservation_id,
-            has_slots=bool(reservation.slots)))
+            has_slots=bool(reservation.slots), charges=charged(reservation)))
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Write usage left in the spool (by a crash, or while the store was away) until cancelled."""

@@ -103,7 +103,8 @@ class Gateway:
         self.body_min_bytes_per_second = body_min_bytes_per_second
         self._keys: dict[bytes, tuple[ApiKey, float]] = {}
         self.health_interval = health_interval
-        # what GET /health adds to {"status": "ok"} (the control plane sets {"leader": bool})
+        # what GET /health adds to {"status": "ok"} (the control plane sets {"leader": bool}, and "status":
+        # "recovering" while it learns its fleet back: then the answer is 503, see llmgw.control.recovering)
         self.health_details: Callable[[], dict[str, Any]] = dict
         self.metrics.observe_table(table)
 
@@ -160,7 +161,8 @@ class Gateway:
             elif path == "/v1/models" or path.startswith("/v1/models/"):
                 await self._models(scope, send, path[len("/v1/models/"):] if path != "/v1/models" else None)
             elif path in ("/health", "/healthz"):
-                await send_json(send, 200, {"status": "ok", **self.health_details()})
+                health = {"status": "ok", **self.health_details()}
+                await send_json(send, 200 if health["status"] == "ok" else 503, health)
             else:
                 raise ApiError(404, f"There is no {method} {path} here; the API is under /v1.",
                                "invalid_request_error", "unknown_url")

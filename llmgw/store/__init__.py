@@ -37,6 +37,7 @@ from llmgw.store.records import (
     Token,
     UsageRecord,
     UsageRow,
+    charged,
 )
 from llmgw.store.schema import SCHEMA_VERSION
 from llmgw.store.spool import UsageSpool
@@ -47,5 +48,5 @@ __all__ = [
     "KEY_REVOKED", "KEY_UNKNOWN", "SCHEMA_VERSION", "SCOPE_ADMIN", "TOKEN_SCOPES", "Token", "STORE_FILE_NAME",
     "Allowance", "ApiKey", "Headroom", "KeyCheck", "Lease", "Rejection", "Reservation", "Settlement", "SqliteStore",
     "Store", "StoreBoundary", "UsageRecord",
-    "UsageRow", "UsageSpool", "open_store", "open_store_from_settings", "redacted", "store_url_for_state", "store_url_from_settings", "window_bounds",
+    "UsageRow", "UsageSpool", "charged", "open_store", "open_store_from_settings", "redacted", "store_url_for_state", "store_url_from_settings", "window_bounds",
 ]

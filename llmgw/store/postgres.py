@@ -1,8 +1,10 @@
 """`PostgresStore`: the runtime store in a PostgreSQL database, shared by several control planes.
 
 psycopg 3 with a psycopg_pool connection pool (connections in autocommit; a write is one explicit transaction,
-`BEGIN ... COMMIT`, a read one statement; psycopg's pipeline mode was measured slower here: 612 against 553 µs
-of client CPU per reserve + settle, bench/store_reserve_settle.py). Every method of `SqlStore` runs its statements as they run on SQLite
+`BEGIN ... COMMIT`, its statements sent in as few round trips as its reads allow: `dialects.PostgresBatch`; a read
+is one statement, prepared by psycopg after its fifth use). Measured with bench/store_reserve_settle.py: one
+statement per round trip cost 553 µs of client CPU per reserve + settle, psycopg's pipeline mode 612 µs; the
+batches see docs/ha.md. Every method of `SqlStore` runs its statements as they run on SQLite
 (see `dialects`); reservations of one quota scope are serialised by a row lock on that scope (`quota_scopes`),
 settles and releases touch only their own reservation row and add to windows with `INSERT ... ON CONFLICT DO
 UPDATE`, leases are one conditional upsert: no read-then-write race between control planes.
@@ -28,7 +30,7 @@ import psycopg.errors
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from llmgw.errors import StoreError, TemporaryError
-from llmgw.store.dialects import PostgresSql
+from llmgw.store.dialects import PostgresBatch, PostgresSql
 from llmgw.store.postgres_schema import SCHEMA_VERSION, migrate, newer_schema, schema_version
 from llmgw.store.sqlstore import SqlStore
 
@@ -134,9 +136,21 @@ class PostgresStore(SqlStore):
 
     # -- transactions ------------------------------------------------------------------------------------------
     @contextmanager
-    def _write(self) -> Iterator[PostgresSql]:
-        with self._errors(), self._pool.connection() as conn, conn.transaction():
-            yield PostgresSql(conn)
+    def _write(self) -> Iterator[PostgresBatch]:
+        with self._errors(), self._pool.connection() as conn:
+            batch = PostgresBatch(psycopg.ClientCursor(conn))
+            batch.execute("BEGIN")
+            try:
+                yield batch
+                batch.execute("COMMIT")
+                batch.flush()
+            except BaseException:
+                if conn.pgconn.transaction_status != psycopg.pq.TransactionStatus.IDLE and not conn.closed:
+                    try:
+                        conn.execute("ROLLBACK")
+                    except psycopg.Error:
+                        pass  # a broken connection: the pool drops it
+                raise
 
     @contextmanager
     def _read(self) -> Iterator[PostgresSql]:
@@ -156,7 +170,7 @@ class PostgresStore(SqlStore):
         except psycopg.Error as exc:
             raise StoreError(f"The store {self.url} failed: {self._scrub(exc)}.") from exc
 
-    def _after_insert_rows(self, conn: PostgresSql, table: str) -> None:
+    def _after_insert_rows(self, conn: PostgresBatch, table: str) -> None:
         if table == "usage":  # rows came with their ids: new rows must be numbered after them
             conn.execute("SELECT setval(pg_get_serial_sequence('usage', 'id'), coalesce(max(id), 0) + 1, false) "
                          "FROM usage")

@@ -255,6 +255,9 @@ class Settlement:
     None: no quota to close. `actual_tokens` None releases the reservation (refunds the estimate); else the
     actual tokens and `actual_cost` replace the estimate. `has_slots` False skips the concurrency-slot delete.
     `time` (epoch seconds) is when the request ended: the windows current then receive the actual usage.
+    `charges`: the reservation's charges as (scope, period, start, tokens, cost), when the caller has them (the
+    gateway's `Reservation.charges`, see `charged`): a PostgreSQL store then closes the reservation in the same round
+    trip as the usage insert; None (and spool entries written before) read them from the reservation row.
     """
 
     entry_id: str
@@ -264,3 +267,11 @@ class Settlement:
     actual_tokens: int | None = None
     actual_cost: float = 0.0
     usage: UsageRecord | None = None
+    charges: tuple[tuple[str, str, float, int, float], ...] | None = None
+
+
+def charged(reservation: Reservation | None) -> tuple[tuple[str, str, float, int, float], ...] | None:
+    """A reservation's charges as `Settlement.charges` holds them (None without a reservation id)."""
+    if reservation is None or reservation.reservation_id is None:
+        return None
+    return tuple((c.scope, c.period, c.start, c.tokens, c.cost) for c in reservation.charges)

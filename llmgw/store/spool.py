@@ -60,6 +60,8 @@ def decode_line(line: bytes) -> Settlement | str:
     if isinstance(obj, dict) and isinstance(obj.get("settle"), dict):
         fields = dict(obj["settle"])
         usage = fields.pop("usage", None)
+        if fields.get("charges") is not None:
+            fields["charges"] = tuple(tuple(charge) for charge in fields["charges"])
         return Settlement(**fields, usage=UsageRecord(**usage) if usage is not None else None)
     raise ValueError(f"not a spool line: {line[:80]!r}")
 

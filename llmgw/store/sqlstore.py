@@ -202,8 +202,14 @@ class SqlStore:
             if settlement.reservation_id is not None:
                 actual = None if settlement.actual_tokens is None else (int(settlement.actual_tokens),
                                                                         float(settlement.actual_cost))
-                quotas.close(conn, settlement.reservation_id, actual, settlement.time, settlement.has_slots)
-            return inserted is None or inserted.fetchone() is not None
+                if settlement.charges is not None and conn.dialect == "postgresql":
+                    quotas.close_charged(conn, settlement.reservation_id, settlement.charges, actual,
+                                         settlement.time, settlement.has_slots)
+                else:
+                    quotas.close(conn, settlement.reservation_id, actual, settlement.time, settlement.has_slots)
+            if not conn.batched:
+                return inserted is None or inserted.fetchone() is not None
+        return inserted is None or inserted.fetchone() is not None  # a batch's rows are there after its COMMIT
 
     # -- usage -------------------------------------------------------------------------------------------------
     def record_usage(self, record: UsageRecord) -> None:

@@ -1,5 +1,8 @@
-"""haproxy (Debian's package, installed by `make system-packages`) in front of two `llmgw server` gateways on loopback,
-health-checking each one's /health: after one gateway is SIGKILLed, no request that arrives fails."""
+"""haproxy (Debian's package, installed by `make system-packages`) in front of `llmgw server` gateways on loopback,
+health-checking each one's /health: after one gateway is SIGKILLed, no request that arrives fails; and three control
+planes on one PostgreSQL database, asked through haproxy with the official openai SDK, lose no request and no usage
+row while the leader is SIGKILLed and started again (haproxy sends the restarted one nothing while its /health says
+it is recovering its fleet)."""
 
 from __future__ import annotations
 
@@ -9,13 +12,14 @@ import socket
 import subprocess
 
 import httpx
+import openai
 import pytest
 import trio
 
 from llmgw.store import open_store
 
 from .conftest import write_seed
-from .test_failover import Plane, Processes, wait_for
+from .test_failover import Plane, Processes, postgres_url, wait_for  # noqa: F401 - postgres_url is a fixture
 
 HAPROXY_CFG = """\
 defaults
@@ -51,10 +55,19 @@ def haproxy_config(port: int, gateways: list[str]) -> str:
     return HAPROXY_CFG.format(port=port, servers=servers)
 
 
-@pytest.mark.slow
-async def test_after_one_gateway_is_killed_no_request_through_haproxy_fails(tmp_path, weights_mirror, fake_engine):
+def start_haproxy(root, gateways: list[str]) -> tuple[subprocess.Popen, str]:
+    """haproxy in front of `gateways` (URLs), on a free loopback port: (its process, its URL)."""
     haproxy = shutil.which("haproxy") or "/usr/sbin/haproxy"
     assert shutil.os.path.exists(haproxy), "haproxy is not installed: run `make system-packages` (Debian package haproxy)"
+    port = free_port()
+    (root / "haproxy.cfg").write_text(haproxy_config(port, gateways))
+    proxy = subprocess.Popen([haproxy, "-db", "-f", str(root / "haproxy.cfg")],
+                             stdout=open(root / "haproxy.log", "wb"), stderr=subprocess.STDOUT)
+    return proxy, f"http://127.0.0.1:{port}"
+
+
+@pytest.mark.slow
+async def test_after_one_gateway_is_killed_no_request_through_haproxy_fails(tmp_path, weights_mirror, fake_engine):
     mirror, sha = weights_mirror
     seed = write_seed(tmp_path / "seed", sha)
     from llmgw.settings import init_repository
@@ -83,15 +96,11 @@ async def test_after_one_gateway_is_killed_no_request_through_haproxy_fails(tmp_
 
         await wait_for(routed_everywhere, 60, "tiny-0 ready on both control planes")
         gateways = [doc["control_plane"]["gateway_url"] for doc in docs]
-        port = free_port()
-        (tmp_path / "haproxy.cfg").write_text(haproxy_config(port, gateways))
-        proxy = subprocess.Popen([haproxy, "-db", "-f", str(tmp_path / "haproxy.cfg")],
-                                 stdout=open(tmp_path / "haproxy.log", "wb"), stderr=subprocess.STDOUT)
+        proxy, front = start_haproxy(tmp_path, gateways)
         store = await trio.to_thread.run_sync(open_store, str(store_path))
         _record, key = store.create_api_key("demo")
         store.close()
 
-        front = f"http://127.0.0.1:{port}"
         async with httpx.AsyncClient(base_url=front, timeout=10,
                                      headers={"Authorization": f"Bearer {key}"}) as client:
             async def ask() -> int:
@@ -106,6 +115,7 @@ async def test_after_one_gateway_is_killed_no_request_through_haproxy_fails(tmp_
             before = [await ask() for _ in range(20)]
             assert before == [200] * 20
             procs.procs["cp0"].send_signal(signal.SIGKILL)
+            procs.procs["cp0"].wait()  # gone: a request sent before it died would be in flight, which may fail
             after = []
             for _ in range(100):  # each request arrives after the kill, some of them before haproxy's check saw it
                 after.append(await ask())
@@ -117,3 +127,99 @@ async def test_after_one_gateway_is_killed_no_request_through_haproxy_fails(tmp_
             proxy.wait(timeout=10)
         await trio.to_thread.run_sync(procs.stop)
 
+
+
+@pytest.mark.slow
+async def test_three_control_planes_on_postgresql_through_haproxy_lose_no_request_when_the_leader_restarts(
+    tmp_path, postgres_url, weights_mirror, fake_engine,  # noqa: F811 - the fixture imported above
+):
+    mirror, sha = weights_mirror
+    seed = write_seed(tmp_path / "seed", sha)
+    from llmgw.settings import init_repository
+
+    repo = tmp_path / "settings.git"
+    init_repository(repo, seed)
+    procs = Processes(tmp_path)
+    planes = [Plane(tmp_path / f"cp{i}") for i in range(3)]
+    ports = [{name: free_port() for name in ("gateway", "admin", "agents")} for _ in planes]  # kept across restarts
+
+    def start(i: int) -> None:
+        procs.spawn(f"cp{i}", "server", "--repo", str(repo), "--state", str(planes[i].state), "--store", postgres_url,
+                    "--lease", "3s", *[a for name, port in ports[i].items() for a in (f"--{name}", f"127.0.0.1:{port}")])
+
+    proxy = None
+    try:
+        for i in range(3):
+            start(i)
+        for i, plane in enumerate(planes):
+            await wait_for(plane.connect, 60, f"control plane {i}")
+        for node in ("n1", "n2"):
+            procs.spawn(node, "agent", *[a for p in ports for a in ("--control-plane", f"127.0.0.1:{p['agents']}")],
+                        "--node-id", node, "--state-dir", str(tmp_path / node), "--mirror", str(mirror),
+                        "--heartbeat-interval", "200ms", "--insecure",
+                        "--engine-binary", f"llama.cpp@b11434={fake_engine}", "--stop-shards-on-exit")
+
+        async def routed_everywhere() -> bool:
+            states = [(await p.status())["replicas"].get("tiny-0", {}).get("state") for p in planes]
+            return states == ["ready"] * 3
+
+        await wait_for(routed_everywhere, 60, "tiny-0 ready on every control plane")
+        leader = await wait_for(lambda: _leader(planes), 30, "one leader")
+        proxy, front = start_haproxy(tmp_path, [f"http://127.0.0.1:{p['gateway']}" for p in ports])
+        store = await trio.to_thread.run_sync(open_store, postgres_url)
+        _record, key = store.create_api_key("demo")
+        client = openai.OpenAI(base_url=f"{front}/v1", api_key=key, max_retries=0, timeout=10)
+
+        def ask() -> str:
+            try:
+                reply = client.chat.completions.create(model="tiny", max_tokens=3,
+                                                       messages=[{"role": "user", "content": "hi"}])
+            except openai.APIError as exc:
+                return f"{type(exc).__name__}: {exc}"
+            return "ok" if reply.usage.completion_tokens >= 1 else f"no usage: {reply}"
+
+        await wait_for(lambda: trio.to_thread.run_sync(lambda: ask() == "ok"), 20, "haproxy to answer")
+        answers: list[str] = []
+        done = trio.Event()
+
+        async def load() -> None:  # one request at a time: at most one is in flight on the killed gateway
+            while not done.is_set():
+                answers.append(await trio.to_thread.run_sync(ask))
+                await trio.sleep(0.01)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(load)
+            await trio.sleep(1.0)
+            procs.procs[f"cp{leader - 1}"].send_signal(signal.SIGKILL)
+            killed_at = len(answers)
+            await trio.sleep(1.0)
+            start(leader - 1)  # the same ports: haproxy and the agents know them
+
+            async def back() -> bool:
+                async with httpx.AsyncClient(timeout=5) as raw:
+                    reply = await raw.get(f"http://127.0.0.1:{ports[leader - 1]['gateway']}/health")
+                return reply.status_code == 200
+
+            await wait_for(back, 60, "the restarted control plane to have its fleet back")
+            await trio.sleep(5.0)  # haproxy's checks (every 2 s) send it requests again
+            done.set()
+        failed = [(n, a) for n, a in enumerate(answers) if a != "ok"]
+        # only the request in flight at the SIGKILL may fail; none after it, also while the leader was restarting
+        assert len(failed) <= 1 and all(n <= killed_at + 1 for n, _a in failed), failed
+        assert len(answers) > 50
+        answered = len(answers) - len(failed) + 1  # and the one that found haproxy answering
+        await trio.sleep(1.0)
+        usage = sum(row.requests for row in store.query_usage(project="demo"))
+        assert answered <= usage <= answered + len(failed)  # none lost; the failed one billed at most once
+        store.close()
+    finally:
+        if proxy is not None:
+            proxy.terminate()
+            proxy.wait(timeout=10)
+        await trio.to_thread.run_sync(procs.stop)
+
+
+async def _leader(planes: list[Plane]) -> int | None:
+    """1 + the index of the one plane whose admin health says it leads, else None."""
+    leads = [i for i, p in enumerate(planes) if (await p.health())["leader"]]
+    return leads[0] + 1 if len(leads) == 1 else None

@@ -181,3 +181,37 @@ def test_keys_made_by_the_cli_in_postgresql_authenticate_and_usage_is_summed_the
     usage = CliRunner().invoke(group, ["usage", "--store", url, "--by", "day", "--json"], catch_exceptions=False)
     rows = json.loads(usage.stdout)["rows"]
     assert [(r["group"], r["requests"], r["errors"], r["prompt_tokens"]) for r in rows] == [("2027-01-15", 1, 1, 3)]
+
+
+AWKWARD = ["", "plain", "it's", "''", "back\\slash\\", "\\'", "a?b%s%%c", "-- not a comment", "/* nor this */",
+           "$$dollar$$", "naïve ☃ 𝄞", "line\nbreak\ttab", 0, 7, -7, 2**62, -(2**62), 0.0, -0.0, 1.5, -2.25, 1e-05,
+           1.7976931348623157e308, 1733030400.1234567, None]
+
+
+@pytest.mark.parametrize("value", AWKWARD, ids=repr)
+def test_a_value_bound_on_the_client_reads_back_from_postgresql_unchanged(value) -> None:
+    from llmgw.store.dialects import PostgresBatch
+
+    with psycopg.connect(POSTGRES_URL, autocommit=True, connect_timeout=5) as conn:
+        batch = PostgresBatch(psycopg.ClientCursor(conn))
+        kind = {str: "text", int: "bigint", float: "double precision"}.get(type(value), "text")
+        # subtraction of the value: a negative one must not turn "- -7" into a "--" comment
+        first = batch.execute(f"SELECT CAST(? AS {kind})", (value,))
+        second = batch.execute("SELECT 1 - ?" if isinstance(value, (int, float)) else "SELECT 1", (value,)
+                               if isinstance(value, (int, float)) else ())
+        assert first.fetchone() == (value,)
+        if isinstance(value, (int, float)):
+            assert second.fetchone() == (1 - value,)
+
+
+def test_a_statement_of_a_batch_that_fails_rolls_its_whole_transaction_back(postgres_schema) -> None:
+    store = open_store(schema_url(postgres_schema))
+    try:
+        with pytest.raises(StoreError), store._write() as conn:
+            conn.execute("INSERT INTO kv (key, value, updated_at) VALUES (?, ?, ?)", ("k", "v", NOW))
+            conn.execute("INSERT INTO kv (key, value, updated_at) VALUES (?, ?, ?)", ("k", "again", NOW))
+        assert store.get("k") is None
+        store.put("k", "v")  # the pooled connection is usable again
+        assert store.get("k") == "v"
+    finally:
+        store.close()

@@ -14,17 +14,20 @@ import trio
 
 from llmgw.errors import StoreError
 from llmgw.routes import Quota
-from llmgw.store import Reservation, Settlement, StoreBoundary, UsageRecord, UsageSpool
+from llmgw.store import Reservation, Settlement, StoreBoundary, UsageRecord, UsageSpool, charged
+from llmgw.store.spool import decode_line, encode_settlement
 
 NOW = 1_800_000_000.0
 
 
-def settlement(entry_id: str, reservation: Reservation | None = None, tokens: int | None = 7) -> Settlement:
-    record = UsageRecord(project="chat", model="gemma", time=NOW + 1, key_id="key_1", prompt_tokens=3,
+def settlement(entry_id: str, reservation: Reservation | None = None, tokens: int | None = 7,
+               with_charges: bool = False, at: float = NOW + 1) -> Settlement:
+    record = UsageRecord(project="chat", model="gemma", time=at, key_id="key_1", prompt_tokens=3,
                          completion_tokens=4, status=200)
-    return Settlement(entry_id=entry_id, time=NOW + 1,
+    return Settlement(entry_id=entry_id, time=at,
                       reservation_id=reservation.reservation_id if reservation else None,
-                      has_slots=bool(reservation and reservation.slots), actual_tokens=tokens, usage=record)
+                      has_slots=bool(reservation and reservation.slots), actual_tokens=tokens, usage=record,
+                      charges=charged(reservation) if with_charges else None)
 
 
 CRASHING = textwrap.dedent("""
@@ -59,16 +62,43 @@ def test_a_settlement_spooled_before_a_sigkill_lands_in_the_store_exactly_once(s
     assert UsageSpool(spool_dir).pending() == []
 
 
-def test_applying_one_settlement_twice_writes_its_usage_and_frees_its_slot_once(store) -> None:
+@pytest.mark.parametrize("with_charges", [False, True], ids=["charges-from-the-row", "charges-carried"])
+def test_applying_one_settlement_twice_writes_its_usage_and_frees_its_slot_once(store, with_charges) -> None:
     scopes = [("project:chat", Quota(concurrent_requests=1, tokens_per_minute=1000))]
     reservation = store.reserve(scopes, 100, 0.0, NOW)
     assert isinstance(reservation, Reservation)
-    entry = settlement("stl_twice", reservation, tokens=7)
+    entry = settlement("stl_twice", reservation, tokens=7, with_charges=with_charges)
     assert store.apply_settlement(entry) is True
     assert store.apply_settlement(entry) is False
     assert len(store.recent_usage()) == 1
     assert store.headroom(scopes, NOW + 2).tokens.remaining == 1000 - 7
     assert isinstance(store.reserve(scopes, 10, 0.0, NOW + 2), Reservation)  # the slot was freed
+
+
+@pytest.mark.parametrize("tokens", [7, None], ids=["settled", "released"])
+def test_a_settlement_carrying_its_charges_moves_the_windows_as_one_that_reads_them(store, tokens) -> None:
+    """Reserved in one minute, settled in the next: the estimate leaves the first, the actual tokens go to the
+    second (none when released), whichever way the charges are found, also when one settlement is replayed."""
+    scopes = [("project:chat", Quota(tokens_per_minute=1000, tokens_per_day=10_000))]
+    seen = []
+    for with_charges in (False, True):
+        project = f"project:chat-{with_charges}"
+        limited = [(project, limits) for _scope, limits in scopes]
+        reservation = store.reserve(limited, 100, 0.0, NOW)
+        entry = settlement(f"stl_{with_charges}", reservation, tokens=tokens, with_charges=with_charges,
+                           at=NOW + 61)
+        store.apply_settlement(entry)
+        store.apply_settlement(entry)
+        seen.append([(h.tokens.remaining, h.requests) for h in (store.headroom(limited, NOW + 1),
+                                                                 store.headroom(limited, NOW + 62))])
+    assert seen[0] == seen[1]
+    assert seen[1][0][0] == 1000 and seen[1][1][0] == 1000 - (tokens or 0)
+
+
+def test_a_spooled_settlement_keeps_its_charges(store) -> None:
+    reservation = store.reserve([("project:chat", Quota(tokens_per_minute=1000))], 100, 0.0, NOW)
+    entry = settlement("stl_line", reservation, with_charges=True)
+    assert entry.charges and decode_line(encode_settlement(entry).rstrip(b"\n")) == entry
 
 
 def test_a_torn_last_line_is_cut_off_and_the_entries_before_it_are_kept(tmp_path: Path) -> None:
