@@ -28,7 +28,8 @@ class ShardSpec:
     one already written into `argv`; `host` where the engine listens (health is polled there, "0.0.0.0" and
     "::" polled on loopback); `health_path` the engine's readiness path (200 = ready); `threads` its thread
     count (also exported as OMP_NUM_THREADS). The rest is carried for reporting: `engine` is
-    "llama.cpp@b11434", `cpu_cores` cores, `memory_bytes` bytes.
+    "llama.cpp@b11434", `cpu_cores` cores, `memory_bytes` bytes. `kv_events_port`: the loopback port the engine
+    publishes its KV-cache events to (vLLM; the agent's listener binds it), 0 for none.
     """
 
     shard_id: str
@@ -47,6 +48,7 @@ class ShardSpec:
     cpu_cores: float = 0.0
     memory_bytes: int = 0
     grace_seconds: float = 10.0
+    kv_events_port: int = 0
 
     def to_json(self) -> dict:
         data = asdict(self)

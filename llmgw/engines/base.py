@@ -23,7 +23,8 @@ class Launch:
     the model's). `devices` are what the shard may use: CUDA indices ("0") or MIG UUIDs ("MIG-..."); empty means
     CPU only. `engine_args` are appended verbatim after ours (settings `engine_args`). `served_name` is the model
     name the engine reports (`/v1/models`). `api_key` is the replica key (the bearer key the gateway sends): it goes into the environment, never argv.
-    `tensor_parallel` and `pipeline_parallel` are process-group widths (1 = none).
+    `tensor_parallel` and `pipeline_parallel` are process-group widths (1 = none). `kv_events_endpoint`: where an
+    engine that publishes KV-cache events (vLLM) sends them ("tcp://127.0.0.1:PORT", bound by the agent; "": none).
     """
 
     binary: Path
@@ -39,6 +40,7 @@ class Launch:
     tensor_parallel: int = 1
     pipeline_parallel: int = 1
     extra_env: Mapping[str, str] = field(default_factory=dict)
+    kv_events_endpoint: str = ""
 
 
 @dataclass(frozen=True)
