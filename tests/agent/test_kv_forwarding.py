@@ -4,6 +4,7 @@ process starting a vLLM shard (a stand-in replaying vLLM 0.32's captured event f
 
 from __future__ import annotations
 
+import os
 import random
 import subprocess
 import sys
@@ -139,7 +140,8 @@ async def test_a_real_agent_starts_vllm_with_kv_events_and_forwards_the_engines_
         agent = subprocess.Popen(
             [str(LLMGW), "agent", "--control-plane", f"127.0.0.1:{port}", "--node-id", "n1",
              "--state-dir", str(tmp_path / "state"), "--mirror", str(mirror), "--engine-binary",
-             f"vllm@0.32.0={vllm}", "--stop-shards-on-exit"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+             f"vllm@0.32.0={vllm}", "--stop-shards-on-exit"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            env={**os.environ, "FAKE_VLLM_KV_RECORDING": str(FIXTURES / "kv-events-seeded.bin")})
         try:
             link = await links.receive()
             assert (await link.receive()).WhichOneof("body") == "register"
