@@ -4,8 +4,11 @@ process starting a vLLM shard (a stand-in replaying vLLM 0.32's captured event f
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import random
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -128,20 +131,31 @@ def test_whatever_events_arrive_and_whatever_messages_drop_the_control_plane_end
                     assert mirror.replicas[shard.replica_id].blocks == shard.held, (seed, _round, shard_id)
 
 
-async def test_a_real_agent_starts_vllm_with_kv_events_and_forwards_the_engines_blocks_over_grpc(tmp_path):
+async def test_a_real_agent_starts_vllm_with_kv_events_forwards_its_blocks_over_grpc_and_again_once_restarted(
+        tmp_path):
+    """The first agent leaves the engine serving when it stops; the next one adopts it, binds the port in the
+    shard's record again, and the engine (reconnecting, as vLLM does) reaches it: a full copy on the new stream."""
     mirror, config = tiny_mirror(tmp_path / "mirror", b'{"architectures": ["Gemma3ForCausalLM"]}')
     _, tensors = tiny_mirror(tmp_path / "mirror", b"not really safetensors")
     vllm = tmp_path / "vllm"
     vllm.write_text(f'#!/bin/sh\nPYTHONUNBUFFERED=1 exec "{sys.executable}" "{FAKE_VLLM}" "$@"\n')
     vllm.chmod(0o755)
     expected = _captured("kv-events-seeded.bin").held()
+
+    def blocks_held(m) -> bool:
+        return m.WhichOneof("body") == "kv_blocks" and bool(m.kv_blocks.stored)
+
     async with trio.open_nursery() as nursery:
         port, links = await serve_grpc_control_side(nursery)
-        agent = subprocess.Popen(
-            [str(LLMGW), "agent", "--control-plane", f"127.0.0.1:{port}", "--node-id", "n1",
-             "--state-dir", str(tmp_path / "state"), "--mirror", str(mirror), "--engine-binary",
-             f"vllm@0.32.0={vllm}", "--stop-shards-on-exit"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-            env={**os.environ, "FAKE_VLLM_KV_RECORDING": str(FIXTURES / "kv-events-seeded.bin")})
+
+        def start_agent(*extra: str) -> subprocess.Popen:
+            return subprocess.Popen(
+                [str(LLMGW), "agent", "--control-plane", f"127.0.0.1:{port}", "--node-id", "n1",
+                 "--state-dir", str(tmp_path / "state"), "--mirror", str(mirror), "--engine-binary",
+                 f"vllm@0.32.0={vllm}", *extra], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                env={**os.environ, "FAKE_VLLM_KV_RECORDING": str(FIXTURES / "kv-events-seeded.bin")})
+
+        agent = start_agent()
         try:
             link = await links.receive()
             assert (await link.receive()).WhichOneof("body") == "register"
@@ -150,14 +164,26 @@ async def test_a_real_agent_starts_vllm_with_kv_events_and_forwards_the_engines_
                 weights=[pb.WeightsFile(source="file:///gemma/config.json", sha256=config),
                          pb.WeightsFile(source="file:///gemma/model.safetensors", sha256=tensors)],
                 replica_key="k")))
-            full = (await next_matching(link, lambda m: m.WhichOneof("body") == "kv_blocks" and m.kv_blocks.stored,
-                                        timeout=30)).kv_blocks
+            full = (await next_matching(link, blocks_held, timeout=30)).kv_blocks
             assert (full.replica_id, full.full, set(full.stored)) == ("gemma-0", True, expected)
             assert (full.block_size, full.hash_algorithm, full.hash_seed) == (128, "sha256_cbor", "0")
+            agent.terminate()  # the engine keeps serving
+            agent.wait(20)
+
+            agent = start_agent("--stop-shards-on-exit")
+            link = await links.receive()
+            register = (await link.receive()).register
+            assert [(s.shard_id, s.adopted) for s in register.shards] == [("gemma-0/0", True)]
+            again = (await next_matching(link, blocks_held, timeout=30)).kv_blocks
+            assert (again.replica_id, again.full, set(again.stored)) == ("gemma-0", True, expected)
+
             await link.send(control_message(command_id="t", stop_shard=pb.StopShard(shard_id="gemma-0/0")))
             gone = (await next_matching(link, lambda m: m.WhichOneof("body") == "kv_blocks", timeout=30)).kv_blocks
             assert (gone.replica_id, gone.full, list(gone.stored), gone.block_size) == ("gemma-0", True, [], 0)
         finally:
             agent.terminate()
             agent.wait(20)
+            for record in (tmp_path / "state" / "shards").glob("*.json"):  # an engine a failed test left serving
+                with contextlib.suppress(ProcessLookupError, ValueError, KeyError):
+                    os.killpg(json.loads(record.read_text())["pid"], signal.SIGKILL)
             nursery.cancel_scope.cancel()
