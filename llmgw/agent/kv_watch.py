@@ -66,6 +66,8 @@ class KvWatch:
                 self._touch()
             return
         if followed is None:
+            if not view.pid:  # no engine runs (a shard failed before it started): nothing to listen to
+                return
             algorithm, seed = block_hashing(spec.argv, spec.env)
             listener = KvEventListener(host=self.host, port=spec.kv_events_port, on_change=self._touch)
             followed = _Followed(listener, trio.CancelScope(), spec.replica_id, algorithm, seed, pid=view.pid)

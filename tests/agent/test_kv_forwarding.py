@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import trio
+import zmq
 
 from llmgw.agent.kv_forwarding import ShardBlocks, kv_messages
 from llmgw.control.agents import blocks_update
@@ -187,3 +188,36 @@ async def test_a_real_agent_starts_vllm_with_kv_events_forwards_its_blocks_over_
                 with contextlib.suppress(ProcessLookupError, ValueError, KeyError):
                     os.killpg(json.loads(record.read_text())["pid"], signal.SIGKILL)
             nursery.cancel_scope.cancel()
+
+
+async def test_an_engine_that_restarts_loses_its_blocks_and_a_stopped_shard_is_no_longer_followed(nursery):
+    from llmgw.agent.kv_watch import KvWatch
+    from llmgw.agent.shards import ShardSpec, ShardView
+    from llmgw.agent.supervisor import pick_free_port
+    from llmgw.identity import ShardState
+
+    port = pick_free_port()
+    spec = ShardSpec("gemma-0/0", ("python", "--prefix-caching-hash-algo", "sha256_cbor"), 8000,
+                     env={"PYTHONHASHSEED": "0"}, replica_id="gemma-0", kv_events_port=port)
+    watch = KvWatch(nursery)
+    watch.follow(ShardView("gemma-0/0", ShardState.FAILED, spec=spec))  # no engine process: nothing to follow
+    assert watch.current() == {}
+    watch.follow(ShardView("gemma-0/0", ShardState.STARTING, spec=spec, pid=101))
+    publisher = zmq.Context.instance().socket(zmq.PUB)
+    publisher.connect(f"tcp://127.0.0.1:{port}")
+    [message] = split_recording((FIXTURES / "kv-events-seeded.bin").read_bytes())
+    try:
+        with trio.fail_after(10):
+            while not watch.current()["gemma-0/0"].held:
+                publisher.send_multipart(message)
+                await trio.sleep(0.05)
+    finally:
+        publisher.close(linger=0)
+    held = watch.current()["gemma-0/0"]
+    assert (held.held, held.block_size, held.hash_algorithm, held.hash_seed) == (
+        _captured("kv-events-seeded.bin").held(), 128, "sha256_cbor", "0")
+    watch.follow(ShardView("gemma-0/0", ShardState.FAILED, spec=spec, pid=0))  # the engine exited
+    after = watch.current()["gemma-0/0"]
+    assert after.held == frozenset() and after.resets == held.resets + 1
+    watch.follow(ShardView("gemma-0/0", ShardState.STOPPED, spec=spec))
+    assert watch.current() == {}
