@@ -318,6 +318,7 @@ class NodeAgent:
             api_key=command.replica_key, tensor_parallel=command.tensor_parallel or 1,
             pipeline_parallel=command.pipeline_parallel or 1,
             kv_events_endpoint=f"tcp://127.0.0.1:{kv_port}" if kv_port else "",
+            allow_pickle=command.allow_pickle,
         )
         argv, env = module.command_line(launch)
         return replace(info, argv=tuple(argv), env=env, port=port, host=host, health_path=module.HEALTH_PATH,

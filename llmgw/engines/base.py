@@ -25,6 +25,7 @@ class Launch:
     name the engine reports (`/v1/models`). `api_key` is the replica key (the bearer key the gateway sends): it goes into the environment, never argv.
     `tensor_parallel` and `pipeline_parallel` are process-group widths (1 = none). `kv_events_endpoint`: where an
     engine that publishes KV-cache events (vLLM) sends them ("tcp://127.0.0.1:PORT", bound by the agent; "": none).
+    `allow_pickle`: the model may load pickle formats (catalog `allow_pickle`); otherwise vLLM loads safetensors only.
     """
 
     binary: Path
@@ -41,6 +42,7 @@ class Launch:
     pipeline_parallel: int = 1
     extra_env: Mapping[str, str] = field(default_factory=dict)
     kv_events_endpoint: str = ""
+    allow_pickle: bool = False
 
 
 @dataclass(frozen=True)

@@ -80,6 +80,7 @@ def command_line(launch: Launch) -> tuple[list[str], dict[str, str]]:
     Prefix-cache block hashes are made reproducible for precise prefix routing (`llmgw.tools.vllm_hashing`):
     `--prefix-caching-hash-algo sha256_cbor` unless `engine_args` choose another, and `PYTHONHASHSEED=0` in env.
     With `launch.kv_events_endpoint`, `--kv-events-config` publishing there (unless `engine_args` give their own).
+    `--load-format safetensors` unless the model allows pickles or `engine_args` choose a load format.
     env: `VLLM_API_KEY` when a key is set (never argv), `CUDA_VISIBLE_DEVICES` (the shard's devices, "" for none),
     `OMP_NUM_THREADS` when `threads` is set. Pure; never raises.
     """
@@ -96,6 +97,8 @@ def command_line(launch: Launch) -> tuple[list[str], dict[str, str]]:
              "--pipeline-parallel-size", str(launch.pipeline_parallel)]
     if "--prefix-caching-hash-algo" not in launch.engine_args:
         argv += ["--prefix-caching-hash-algo", HASH_ALGORITHM]
+    if not launch.allow_pickle and not any(a.startswith("--load-format") for a in launch.engine_args):
+        argv += ["--load-format", "safetensors"]
     if launch.kv_events_endpoint and KV_EVENTS_FLAG not in launch.engine_args:
         argv += [KV_EVENTS_FLAG, kv_events_config(launch.kv_events_endpoint)]
     argv += list(launch.engine_args)
