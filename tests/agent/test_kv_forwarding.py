@@ -174,7 +174,8 @@ async def test_a_real_agent_starts_vllm_with_kv_events_forwards_its_blocks_over_
             agent = start_agent("--stop-shards-on-exit")
             link = await links.receive()
             register = (await link.receive()).register
-            assert [(s.shard_id, s.adopted) for s in register.shards] == [("gemma-0/0", True)]
+            ours = [(s.shard_id, s.adopted) for s in register.shards if not s.foreign]  # other engines may run here
+            assert ours == [("gemma-0/0", True)]
             again = (await next_matching(link, blocks_held, timeout=30)).kv_blocks
             assert (again.replica_id, again.full, set(again.stored)) == ("gemma-0", True, expected)
 
