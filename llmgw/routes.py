@@ -85,3 +85,33 @@ class RouteTable:
 
         `llmgw.identity.resolve_model` over the table's models (the same resolution as the settings')."""
         return resolve_model(self.models, name)
+
+
+@dataclass(frozen=True)
+class ReplicaBlocks:
+    """The prefix-cache blocks one replica's engine holds, as its KV-cache events said (vLLM only).
+
+    `blocks`: vLLM's 64-bit block hashes held in every full-attention KV-cache group; `block_size` in tokens (0: no
+    block seen yet); `hash_algorithm` and `hash_seed`: how the engine hashes (`--prefix-caching-hash-algo`,
+    `PYTHONHASHSEED`), so a prompt can be hashed alike (`llmgw.tools.vllm_hashing` reproduces "sha256_cbor").
+    `node_id`: the node whose agent reported them.
+    """
+
+    blocks: frozenset[int] = frozenset()
+    block_size: int = 0
+    hash_algorithm: str = ""
+    hash_seed: str = ""
+    node_id: str = ""
+
+
+@dataclass(frozen=True)
+class BlockSnapshot:
+    """Every replica's held blocks that the control plane knows, by replica id: what precise prefix routing reads.
+
+    Immutable: the control plane builds a new one for each batch of KV-block updates and hands it to the gateway
+    (`Gateway.set_blocks`); a replica missing here sends no events (the gateway falls back to its approximate
+    policy). `version` grows by one per change, so a reader (a gateway worker process) can tell it is behind.
+    """
+
+    replicas: Mapping[str, ReplicaBlocks] = field(default_factory=_empty)
+    version: int = 0

@@ -20,11 +20,13 @@ from llmgw.agent import reporting, weights
 from llmgw.agent.config import AgentConfig, engine_binary, installed_engines, save_agent_settings
 from llmgw.agent.engine_checks import EngineChecks
 from llmgw.agent.fencing import FENCED_COMMANDS, Fence, load_token, save_token
+from llmgw.agent.kv_watch import KvWatch
 from llmgw.agent.logs import LogRing
 from llmgw.agent.shards import ShardSpec, ShardView
 from llmgw.agent.slurm import SlurmKeeper, SlurmLayout, without_secrets
 from llmgw.agent.supervisor import Supervisor
-from llmgw.engines import Launch, LlamaCppSource, get_engine, llamacpp
+from llmgw.agent.weights_layout import engine_model_path
+from llmgw.engines import Launch, LlamaCppSource, get_engine, llamacpp, vllm
 from llmgw.engines.python_env import install_python_engine
 from llmgw.errors import EngineError, LlmgwError, UsageError, WeightsError
 from llmgw.groups import expect_leaves
@@ -59,13 +61,16 @@ class Outbox:
         self._send, self._receive = trio.open_memory_channel[pb.AgentMessage](OUTBOX_MESSAGES)
         self.queued = self.sent = 0
 
-    def put(self, message: pb.AgentMessage) -> None:
-        """Queue `message`; dropped (a debug line) when `OUTBOX_MESSAGES` wait already or the outbox is closed."""
+    def put(self, message: pb.AgentMessage) -> bool:
+        """Queue `message`; False when it was dropped (a debug line) because `OUTBOX_MESSAGES` wait already or the
+        outbox is closed."""
         try:
             self._send.send_nowait(message)
             self.queued += 1
+            return True
         except (trio.WouldBlock, trio.ClosedResourceError):
             log.debug("outbox full or closed; dropping a %s", message.WhichOneof("body"))
+            return False
 
     async def pump(self, link) -> None:
         """Send every queued message on `link` until the outbox is closed. Raises what `link.send` raises."""
@@ -102,6 +107,7 @@ class NodeAgent:
         self.engine_checks = EngineChecks()
         self.fence = Fence(load_token(config.state_dir))  # the newest leader-lease token seen (llmgw.agent.fencing)
         self.slurm = SlurmKeeper(SlurmLayout(Path(config.state_dir) / "slurm"), nursery)  # Slurm's daemons (issue 15)
+        self.kv_watch = KvWatch(nursery)  # each vLLM shard's KV-cache events (llmgw.agent.kv_watch)
 
     # --- reporting ----------------------------------------------------------------------------------------
 
@@ -123,7 +129,8 @@ class NodeAgent:
             outbox.put(message)
 
     def on_shard_change(self, view: ShardView) -> None:
-        """Supervisor hook: report the shard's new state at once."""
+        """Supervisor hook: report the shard's new state at once; follow its engine's KV-cache events."""
+        self.kv_watch.follow(view)
         self.emit(agent_message(shard_status=reporting.shard_status(view)))
 
     def _set_pending(self, view: ShardView) -> None:
@@ -297,11 +304,16 @@ class NodeAgent:
             self._set_pending(view.with_state(ShardState.FETCHING, progress=0.0, progress_text="looking for the weights"))
             paths = await fetch_weights(list(command.weights), self.config.weights_path, self.config.mirrors,
                                         allow_pickle=command.allow_pickle, progress=progress)
-            model_path = paths[0]
+            sources = [f.source for f in command.weights]  # several files: laid out under their names
+            model_path = await trio.to_thread.run_sync(engine_model_path, module.NAME, sources, paths,
+                                                       self.config.weights_path)
         else:
             raise WeightsError(f"shard {command.shard_id} names no weights; the catalog entry needs a weights source")
         host = self.config.listen_host
         port = self.supervisor.free_port(host)
+        kv_port = 0
+        if module is vllm and vllm.KV_EVENTS_FLAG not in command.engine_args:  # precise prefix routing
+            kv_port = self.supervisor.free_port("127.0.0.1", avoid={port})
         threads = math.ceil(command.cpu_cores) if command.cpu_cores > 0 else None
         launch = Launch(
             binary=binary, model_path=model_path, host=host, port=port, threads=threads,
@@ -310,12 +322,14 @@ class NodeAgent:
             api_key=command.replica_key, tensor_parallel=command.tensor_parallel or 1,
             pipeline_parallel=command.pipeline_parallel or 1, rank=command.rank, nodes=command.nodes or 1,
             rendezvous=command.rendezvous, extra_env=dict(command.env),
+            kv_events_endpoint=f"tcp://127.0.0.1:{kv_port}" if kv_port else "",
+            allow_pickle=command.allow_pickle,
         )
         argv, env = module.command_line(launch)
         # Ranks above 0 of a replica spread over nodes serve no HTTP (vLLM --headless): ready while they run.
         health_path = module.HEALTH_PATH if command.rank == 0 else ""
         return replace(info, argv=tuple(argv), env=env, port=port, host=host, health_path=health_path,
-                       threads=threads or 0, grace_seconds=self.config.shard_stop_grace)
+                       threads=threads or 0, grace_seconds=self.config.shard_stop_grace, kv_events_port=kv_port)
 
     async def _check_startup(self, command: pb.StartShard, spec: ShardSpec) -> None:
         """Once the engine is ready, read its start-up log: a GPU shard whose engine found no GPU fails."""

@@ -39,6 +39,7 @@ from llmgw.agent.discovery import discover_node, load_nvml
 from llmgw.agent.health import HealthReader, HealthWatch, report_message
 from llmgw.agent.ignoring import ignored_cards, offered_gpus
 from llmgw.agent.inventory import free_bytes_under
+from llmgw.agent.kv_forwarding import ShardBlocks, kv_messages
 from llmgw.agent.readings import Readings
 from llmgw.agent.telemetry import open_gpu_telemetry
 from llmgw.agent.logs import LogRing, RingHandler
@@ -55,6 +56,8 @@ Connect = Callable[[], AbstractAsyncContextManager]
 
 _LINK_ERRORS = (WireError, trio.EndOfChannel, trio.BrokenResourceError, trio.ClosedResourceError, OSError)
 FOREIGN_SCAN_INTERVAL = 60.0
+KV_BATCH_INTERVAL = 0.1
+"""Seconds the agent gathers KV-cache events before sending their net change (one message per shard at most)."""
 RESTART = "restart"
 """What `run_agent` returns when the control plane asked the agent to restart (its engines keep serving)."""
 _LOAD = object()
@@ -156,6 +159,8 @@ async def run_agent(config: AgentConfig, connect: Connect | Sequence[Connect] = 
             agent = NodeAgent(config, supervisor, nursery, ring)
             supervisor.on_change = agent.on_shard_change
             adopted = await supervisor.adopt()
+            for view in adopted:  # an adopted vLLM engine publishes to the port in its record
+                agent.kv_watch.follow(view)
             if adopted:
                 log.info("found %d shard(s) from an earlier agent: %s", len(adopted),
                          ", ".join(f"{v.shard_id} pid {v.pid}" for v in adopted))
@@ -337,6 +342,7 @@ class _Session:
                 nursery.start_soon(self._beat)
                 nursery.start_soon(self._wait_restart, nursery.cancel_scope)
                 nursery.start_soon(self._wait_register_again, nursery.cancel_scope)
+                nursery.start_soon(self._forward_kv_blocks)
                 async for message in link:
                     await agent.handle(message, link)
                 raise WireError("the control plane closed the stream")
@@ -349,6 +355,23 @@ class _Session:
         while True:
             self._outbox.put(await self.heartbeat())  # to this connection only: each control plane its own beats
             await trio.sleep(self.agent.config.heartbeat_interval)
+
+    async def _forward_kv_blocks(self) -> None:
+        """Send this connection the net change of every vLLM shard's blocks (`kv_messages`), at most every
+        `KV_BATCH_INTERVAL` seconds: a full copy first, then what changed. A message the outbox drops makes the next
+        one for that shard a full copy."""
+        watch = self.agent.kv_watch
+        sent: dict[str, ShardBlocks] = {}
+        while True:
+            changed, seen = watch.changed, watch.generation
+            messages, after = kv_messages(watch.current(), sent)
+            sent = after
+            for message in messages:
+                if not self._outbox.put(agent_message(kv_blocks=message)):
+                    sent.pop(message.shard_id, None)
+            if watch.generation == seen:
+                await changed.wait()
+            await trio.sleep(KV_BATCH_INTERVAL)
 
     async def _wait_restart(self, scope: trio.CancelScope) -> None:
         await self.agent.restart_requested.wait()

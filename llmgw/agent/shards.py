@@ -30,7 +30,8 @@ class ShardSpec:
     count (also exported as OMP_NUM_THREADS). The rest is carried for reporting: `engine` is
     "llama.cpp@b11434", `cpu_cores` cores, `memory_bytes` bytes, `rank` and `group` its place in a replica spread
     over several nodes (echoed in ShardStatus). `health_path` "" for an engine process that serves no HTTP (a rank
-    above 0 of a spread vLLM replica, `--headless`): it counts as ready while it runs.
+    above 0 of a spread vLLM replica, `--headless`): it counts as ready while it runs. `kv_events_port`: the
+    loopback port the engine publishes its KV-cache events to (vLLM; the agent's listener binds it), 0 for none.
     """
 
     shard_id: str
@@ -51,6 +52,7 @@ class ShardSpec:
     grace_seconds: float = 10.0
     rank: int = 0
     group: str = ""
+    kv_events_port: int = 0
 
     def to_json(self) -> dict:
         data = asdict(self)

@@ -176,11 +176,12 @@ class Supervisor:
         return shard.ring.tail(count)
 
     def used_ports(self) -> set[int]:
-        return {s.spec.port for s in self._shards.values()}
+        """The ports this supervisor's shards hold: their engines' and their KV-event listeners'."""
+        return {p for s in self._shards.values() for p in (s.spec.port, s.spec.kv_events_port) if p}
 
-    def free_port(self, host: str = "127.0.0.1") -> int:
-        """A free port for a new shard, not one of this supervisor's shards' ports."""
-        return pick_free_port(host, self.used_ports())
+    def free_port(self, host: str = "127.0.0.1", avoid: set[int] = frozenset()) -> int:
+        """A free port for a new shard, not one of this supervisor's shards' ports nor in `avoid`."""
+        return pick_free_port(host, self.used_ports() | set(avoid))
 
     def process_groups(self) -> dict[str, int]:
         """{shard id: process group id} of shards whose engine runs now (pgid == the engine's pid)."""

@@ -4,7 +4,10 @@ and the commands and log requests sent to it.
 `AgentHub.accept(link, peer)` serves one stream (a gRPC stream from `llmgw.wire.serve_agents`, or an in-process
 memory link from `local_connector()`); `command(node, timeout, **body)` sends one command and waits for its
 answer. Every message becomes a pure transition of the `ControlState`'s fleet, sent to the control loop with
-`update(transition, reason)`; the hub keeps only the open sessions.
+`update(transition, reason)`; the hub keeps only the open sessions, and the prefix-cache blocks the agents' vLLM
+shards hold (`blocks`, a `BlockSnapshot` replaced on each `KvBlocks` message and on a disconnect, see
+`llmgw.control.kv_blocks`), handed to `blocks_changed(snapshot)`: they change many times a second and feed only
+the gateway's router, so they do not go through the control loop.
 """
 
 from __future__ import annotations
@@ -18,10 +21,12 @@ import trio
 from llmgw import __version__
 from llmgw.control.deciding import node_connected
 from llmgw.control.health import health_from_message
+from llmgw.control.kv_blocks import BlocksUpdate, apply_block_updates, forget_node
 from llmgw.control.reports import convert_shards, node_from_register, readings_from_heartbeat
 from llmgw.control.sessions import AgentSession, CommandOutcome
 from llmgw.control.state import ControlState
 from llmgw.errors import TemporaryError, UsageError, WireError
+from llmgw.routes import BlockSnapshot
 from llmgw.wire import control_message, memory_link_pair, pb
 
 REGISTER_TIMEOUT = 30.0
@@ -29,6 +34,13 @@ REGISTER_TIMEOUT = 30.0
 
 Update = Callable[..., None]
 """`ControlLoop.update(transition, reason, origin_unix=None)`."""
+
+
+def blocks_update(message: pb.KvBlocks) -> BlocksUpdate:
+    """An agent's `KvBlocks` message as the control plane's `BlocksUpdate` (llmgw.control.kv_blocks). Pure."""
+    return BlocksUpdate(replica_id=message.replica_id, full=message.full, stored=tuple(message.stored),
+                        removed=tuple(message.removed), block_size=message.block_size,
+                        hash_algorithm=message.hash_algorithm, hash_seed=message.hash_seed)
 
 
 def _registered(register, peer_host: str, now: float):
@@ -54,12 +66,19 @@ class AgentHub:
     `nursery` must be set (by the control plane's run) before `local_connector`.
     """
 
-    def __init__(self, update: Update):
+    def __init__(self, update: Update, blocks_changed: Callable[[BlockSnapshot], None] = lambda snapshot: None):
         self.sessions: dict[str, AgentSession] = {}
         self.nursery: trio.Nursery | None = None
         # Called with (node id, SlurmReport) for a heartbeat that carries ended Slurm jobs (the controller's).
         self.on_slurm_jobs: Callable[[str, pb.SlurmReport], None] | None = None
         self._update = update
+        self.blocks = BlockSnapshot()
+        self.blocks_changed = blocks_changed
+
+    def _set_blocks(self, snapshot: BlockSnapshot) -> None:
+        if snapshot is not self.blocks:
+            self.blocks = snapshot
+            self.blocks_changed(snapshot)
 
     async def command(self, node_id: str, timeout: float, **body) -> CommandOutcome:
         """Send one command to `node_id` and wait up to `timeout` seconds for its answer.
@@ -118,6 +137,7 @@ class AgentHub:
             session.close()
             if self.sessions.get(node_id) is session:
                 del self.sessions[node_id]
+                self._set_blocks(forget_node(self.blocks, node_id))
                 now = trio.current_time()
                 self._update(lambda s: (node_connected(s.with_fleet(s.fleet.disconnect(node_id, now)[0]), node_id),
                                         True), f"node {node_id} disconnected")
@@ -191,6 +211,9 @@ class AgentHub:
             def transition(state: ControlState) -> tuple[ControlState, bool]:
                 fleet, changed = state.fleet.engine_status(node_id, engine, engine_state, error, now)
                 return state.with_fleet(fleet), changed
+        elif kind == "kv_blocks":
+            self._set_blocks(apply_block_updates(self.blocks, node_id, [blocks_update(message.kv_blocks)]))
+            return
         elif kind == "command_result":
             session.deliver_result(message.command_result)
             return

@@ -52,7 +52,7 @@ from llmgw.control.state import ControlState, PassRecord, WatchState
 from llmgw.errors import EngineError, SettingsError, StoreError, TemporaryError, UsageError
 from llmgw.gateway import Gateway
 from llmgw.plan.types import Action, ActionKind, Plan
-from llmgw.routes import RouteTable
+from llmgw.routes import BlockSnapshot, RouteTable
 from llmgw.settings import NOTIFY_URL_KEY, redact_url, set_config_value
 from llmgw.settings.model import Listener, Settings
 from llmgw.settings.node_commits import NodeVerbCommit, commit_node_verb
@@ -167,7 +167,7 @@ class ControlPlane:
         self.watcher = SettingsWatcher(
             config.repo, config.branch, self.state_dir / "settings-mirror.git", publish=self._publish_watch,
         )
-        self.agents = AgentHub(self.loop.update)
+        self.agents = AgentHub(self.loop.update, self._blocks_changed)
         self.agents.on_slurm_jobs = self._record_slurm_jobs
         self._slurm_recorded: dict[str, None] = {}  # request ids of Slurm jobs recorded, oldest first (bounded)
         self.audit = AuditWriter(self.watcher.repo_path, min_gap=AUDIT_MIN_GAP, fence=self._audit_fence)
@@ -436,6 +436,11 @@ class ControlPlane:
             self.table = table
             if self.gateway is not None:
                 self.gateway.set_table(table)
+
+    def _blocks_changed(self, snapshot: BlockSnapshot) -> None:
+        """The agents' vLLM shards' held blocks changed: the gateway routes by them from the next request on."""
+        if self.gateway is not None:
+            self.gateway.set_blocks(snapshot)
 
     def _on_change(self, old: ControlState, new: ControlState, reasons: list[str]) -> None:
         """After each batch of events: the routing table is rebuilt once, when something it depends on changed."""

@@ -26,6 +26,9 @@ class Launch:
     `tensor_parallel` and `pipeline_parallel` are process-group widths (1 = none), over every node of the replica.
     A replica spread over several nodes gives each shard its `rank` (0 serves the API) of `nodes` and the
     `rendezvous` "host:port" of rank 0; `extra_env` carries the NCCL variables (NCCL_IB_HCA, NCCL_MNNVL_ENABLE).
+    `kv_events_endpoint`: where an engine that publishes KV-cache events (vLLM) sends them ("tcp://127.0.0.1:PORT",
+    bound by the agent; "": none). `allow_pickle`: the model may load pickle formats (catalog `allow_pickle`);
+    otherwise vLLM loads safetensors only.
     """
 
     binary: Path
@@ -44,6 +47,8 @@ class Launch:
     rank: int = 0
     nodes: int = 1
     rendezvous: str = ""
+    kv_events_endpoint: str = ""
+    allow_pickle: bool = False
 
 
 @dataclass(frozen=True)

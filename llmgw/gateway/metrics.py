@@ -36,6 +36,9 @@ class GatewayMetrics:
         self.in_flight = Gauge("llmgw_gateway_requests_in_flight", "Requests being proxied now.", ["model"], registry=r)
         self.quota_rejections = Counter("llmgw_gateway_quota_rejections", "Requests refused for quota (429).",
                                         ["project", "limit"], registry=r)
+        self.routing_decisions = Counter(
+            "llmgw_gateway_routing_decisions", "Replica choices by kind: precise (KV blocks the engine holds), "
+            "approximate (prompt-prefix affinity), least-loaded.", ["model", "kind"], registry=r)
         self.ready_replicas = Gauge("llmgw_gateway_ready_replicas", "Replicas in the routing table, per model.",
                                     ["model"], registry=r)
 

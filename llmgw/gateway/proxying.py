@@ -23,7 +23,8 @@ from dataclasses import dataclass
 import trio
 
 from llmgw.gateway.problems import ApiError, engine_error, upstream_failed
-from llmgw.gateway.routing import Balancer
+from llmgw.gateway.routing import Balancer, choose_replica
+from llmgw.gateway.routing_prefix import APPROXIMATE, LEAST_LOADED, choose_by_blocks
 from llmgw.gateway.streaming import SseRelay, error_event, usage_numbers
 from llmgw.gateway.upstream import UpstreamFailure, UpstreamPool, UpstreamResponse
 from llmgw.routes import ModelRoute, ReplicaRoute
@@ -46,6 +47,16 @@ class Outcome:
     started_response: bool = False
     counted_chunks: int = 0
     sent_to_engine: bool = False  # the request's bytes reached an engine that has not failed (yet)
+    routing: str = ""  # the kind of the last routing decision: "precise", "approximate", "least-loaded"
+
+
+@dataclass(frozen=True)
+class PromptBlocks:
+    """Precise routing's inputs for one request: the prompt's full-block hashes in order, and per replica id the
+    blocks its engine holds (None: it sends no events). See `llmgw.gateway.routing_prefix`."""
+
+    blocks: tuple[int, ...]
+    held: Mapping[str, frozenset[int] | None]
 
 
 def upstream_body(body: dict, raw: bytes, replica: ReplicaRoute, stream: bool, catalog_name: str | None = None,
@@ -75,8 +86,11 @@ def upstream_body(body: dict, raw: bytes, replica: ReplicaRoute, stream: bool, c
 
 async def open_upstream(pool: UpstreamPool, balancer: Balancer, route: ModelRoute, path: str, body: dict, raw: bytes,
                         stream: bool, prefix: str | None, outcome: Outcome,
-                        overrides: Mapping | None = None) -> UpstreamResponse:
+                        overrides: Mapping | None = None, precise: PromptBlocks | None = None) -> UpstreamResponse:
     """Send to a chosen replica, retrying once elsewhere on a failure before the first byte.
+
+    The replica is chosen by `choose_by_blocks` when `precise` gives the prompt's blocks and what each replica
+    holds, else by the balancer's approximate policy (`choose_replica`); `outcome.routing` says which decided.
 
     `overrides`: top-level fields to set in the forwarded body (see `upstream_body`). The replica stays counted as
     outstanding in `balancer` until the caller calls `balancer.finished(replica_id)` for `outcome.replica`.
@@ -91,7 +105,14 @@ async def open_upstream(pool: UpstreamPool, balancer: Balancer, route: ModelRout
     failure: ApiError | None = None
     for _attempt in range(2):
         now = trio.current_time()
-        replica = balancer.choose(route.replicas, prefix, now, exclude=frozenset(tried))
+        inputs = balancer.policy_inputs(prefix, now, frozenset(tried))
+        if precise is not None:
+            choice = choose_by_blocks(route.replicas, balancer.outstanding, precise.held, precise.blocks, **inputs)
+            replica, outcome.routing = choice.replica, choice.kind
+        else:
+            replica = choose_replica(route.replicas, balancer.outstanding, **inputs)
+            outcome.routing = APPROXIMATE if prefix is not None else LEAST_LOADED
+        balancer.remember(prefix, replica)
         if replica is None:
             break
         tried.add(replica.replica_id)

@@ -100,16 +100,24 @@ class Balancer:
     def choose(self, replicas: Sequence[ReplicaRoute], prefix: str | None, now: float,
                exclude: frozenset[str] = frozenset()) -> ReplicaRoute | None:
         """Choose (see `choose_replica`) and remember the choice for `prefix`."""
+        replica = choose_replica(replicas, self.outstanding, **self.policy_inputs(prefix, now, exclude))
+        self.remember(prefix, replica)
+        return replica
+
+    def policy_inputs(self, prefix: str | None, now: float, exclude: frozenset[str] = frozenset()) -> dict:
+        """The keyword arguments `choose_replica` (and `choose_by_blocks`) take from this balancer for one choice:
+        the affinity of `prefix`, ejections, saturation and the next rotation."""
         self._rotation += 1
-        affinity = self._affinity.get(prefix) if prefix is not None else None
-        replica = choose_replica(replicas, self.outstanding, affinity=affinity, ejected=self.ejected, now=now,
-                                 exclude=exclude, saturation=self.saturation, rotation=self._rotation)
+        return dict(affinity=self._affinity.get(prefix) if prefix is not None else None, ejected=self.ejected,
+                    now=now, exclude=exclude, saturation=self.saturation, rotation=self._rotation)
+
+    def remember(self, prefix: str | None, replica: ReplicaRoute | None) -> None:
+        """Remember that `replica` served `prefix` (the approximate policy's affinity; bounded LRU)."""
         if replica is not None and prefix is not None:
             self._affinity[prefix] = replica.replica_id
             self._affinity.move_to_end(prefix)
             if len(self._affinity) > self._affinity_entries:
                 self._affinity.popitem(last=False)
-        return replica
 
     def started(self, replica_id: str) -> None:
         self.outstanding[replica_id] = self.outstanding.get(replica_id, 0) + 1

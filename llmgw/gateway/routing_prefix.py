@@ -11,16 +11,22 @@ loaded), the best score wins; ties go to the least loaded, then by `rotation`. W
 holds the first block, or every holder is saturated), the decision falls back: to the approximate policy
 (`choose_replica` with the remembered `affinity`) when some eligible replica sends no events, else least loaded.
 Every decision says its kind, for the counters: "precise", "approximate" or "least-loaded".
+
+The prompt's tokens come from the engine itself (`tokenize_body`: what to POST to vLLM's `/tokenize` so it applies
+its own chat template, exactly as for the request), and are hashed with the scheme its replicas report
+(`hashing_scheme`, `prompt_blocks`): only vLLM's "sha256_cbor" with a known seed is reproduced. Replicas of one
+model reporting another block size or hashing are treated as sending no events.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from llmgw.gateway.routing import DEFAULT_SATURATION, choose_replica
-from llmgw.routes import ReplicaRoute
+from llmgw.routes import BlockSnapshot, ReplicaBlocks, ReplicaRoute
+from llmgw.tools.vllm_hashing import ALGORITHM, block_hashes
 
 PRECISE = "precise"
 APPROXIMATE = "approximate"
@@ -84,3 +90,58 @@ def choose_by_blocks(replicas: Sequence[ReplicaRoute], outstanding: Mapping[str,
     if any(held.get(r.replica_id) is None for r in pool):
         return PrefixChoice(choose_replica(replicas, outstanding, affinity=affinity, **fallback_kwargs), APPROXIMATE)
     return PrefixChoice(choose_replica(replicas, outstanding, **fallback_kwargs), LEAST_LOADED)
+
+
+# The fields of a chat request that change what vLLM's chat template renders (vLLM's TokenizeChatRequest).
+_CHAT_FIELDS = ("messages", "add_generation_prompt", "continue_final_message", "add_special_tokens", "chat_template",
+                "chat_template_kwargs", "tools")
+
+
+def tokenize_body(path: str, body: Mapping[str, Any], model: str | None) -> dict[str, Any] | list[int] | None:
+    """What to POST to vLLM's `/tokenize` for a request to `path` ("/v1/chat/completions", "/v1/completions") so
+    the engine returns the prompt's token ids as it will see them: for chat, the messages and the fields that
+    change its chat template's output; for completions, the prompt. A prompt given as token ids is returned as
+    they are (a list: nothing to ask). None when there is no one prompt (embeddings, a batch of prompts).
+    `model`: the engine's name of the model (None: the body's). Format: vLLM's `/tokenize` (fixtures'
+    tokenize.json). Pure; never raises."""
+    name = model or body.get("model")
+    if path.endswith("chat/completions"):
+        if not isinstance(body.get("messages"), list):
+            return None
+        return {"model": name, **{k: body[k] for k in _CHAT_FIELDS if k in body}}
+    if path.endswith("/completions"):
+        prompt = body.get("prompt")
+        if isinstance(prompt, str):
+            return {"model": name, "prompt": prompt}
+        if isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool)
+                                                       for t in prompt):
+            return list(prompt)
+    return None
+
+
+def hashing_scheme(replicas: Sequence[ReplicaRoute], snapshot: BlockSnapshot) -> ReplicaBlocks | None:
+    """The block scheme to hash a prompt with: that of the first of `replicas` (table order) whose blocks are
+    known, with a block size, "sha256_cbor" and a seed. None when no replica has such (precise routing is off)."""
+    for replica in replicas:
+        blocks = snapshot.replicas.get(replica.replica_id)
+        if blocks is not None and blocks.block_size > 0 and blocks.hash_algorithm == ALGORITHM and blocks.hash_seed:
+            return blocks
+    return None
+
+
+def held_by_replica(replicas: Sequence[ReplicaRoute], snapshot: BlockSnapshot,
+                    scheme: ReplicaBlocks) -> dict[str, frozenset[int] | None]:
+    """`choose_by_blocks`'s `held`: each replica's held blocks when it reports with `scheme`'s block size and
+    hashing, else None (treated as sending no events). Pure."""
+    out: dict[str, frozenset[int] | None] = {}
+    for replica in replicas:
+        blocks = snapshot.replicas.get(replica.replica_id)
+        same = blocks is not None and (blocks.block_size, blocks.hash_algorithm, blocks.hash_seed) == (
+            scheme.block_size, scheme.hash_algorithm, scheme.hash_seed)
+        out[replica.replica_id] = blocks.blocks if same else None
+    return out
+
+
+def prompt_blocks(tokens: Sequence[int], scheme: ReplicaBlocks) -> list[int]:
+    """The prompt's full-block hashes as the engines of `scheme` compute them (empty: shorter than one block)."""
+    return block_hashes(tokens, scheme.block_size, seed=scheme.hash_seed)

@@ -224,12 +224,14 @@ class KvBlocks:
     """The blocks one engine holds, mirrored from its events: `groups` maps a KV-cache group (None when events do
     not say) to the block hashes held in it; `kinds` maps a group to its spec kind as last reported. `last_seq` is
     the sequence number of the last batch applied (None: none yet); `resets` counts how often the mirror was
-    emptied (a sequence gap or restart, AllBlocksCleared)."""
+    emptied (a sequence gap or restart, AllBlocksCleared); `block_size` the tokens per block of the last
+    BlockStored (0: none seen)."""
 
     groups: Mapping[int | None, frozenset[int]] = field(default_factory=lambda: MappingProxyType({}))
     kinds: Mapping[int | None, str] = field(default_factory=lambda: MappingProxyType({}))
     last_seq: int | None = None
     resets: int = 0
+    block_size: int = 0
 
     def held(self) -> frozenset[int]:
         """The hashes a prompt can reuse: those held in every full-attention group (every group when no group
@@ -249,7 +251,7 @@ class KvBlocks:
         restarted and counts from 0 again) first empties the mirror: what was missed cannot be known. Pure."""
         groups = dict(self.groups)
         kinds = dict(self.kinds)
-        resets = self.resets
+        resets, size = self.resets, self.block_size
         if self.last_seq is not None and batch.seq != self.last_seq + 1:
             groups, kinds, resets = {}, {}, resets + 1
         for event in batch.events:
@@ -257,6 +259,7 @@ class KvBlocks:
                 groups, resets = {}, resets + 1
             elif isinstance(event, BlockStored):
                 groups[event.group_idx] = groups.get(event.group_idx, frozenset()) | set(event.block_hashes)
+                size = event.block_size
                 if event.spec_kind:
                     kinds[event.group_idx] = event.spec_kind
             else:
@@ -265,4 +268,4 @@ class KvBlocks:
                     if group in groups:
                         groups[group] = groups[group] - set(event.block_hashes)
         return KvBlocks(groups=MappingProxyType(groups), kinds=MappingProxyType(kinds), last_seq=batch.seq,
-                        resets=resets)
+                        resets=resets, block_size=size)

@@ -7,7 +7,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class AgentMessage(_message.Message):
-    __slots__ = ("protocol", "register", "heartbeat", "shard_status", "log_lines", "command_result", "engine_status")
+    __slots__ = ("protocol", "register", "heartbeat", "shard_status", "log_lines", "command_result", "engine_status", "kv_blocks")
     PROTOCOL_FIELD_NUMBER: _ClassVar[int]
     REGISTER_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
@@ -15,6 +15,7 @@ class AgentMessage(_message.Message):
     LOG_LINES_FIELD_NUMBER: _ClassVar[int]
     COMMAND_RESULT_FIELD_NUMBER: _ClassVar[int]
     ENGINE_STATUS_FIELD_NUMBER: _ClassVar[int]
+    KV_BLOCKS_FIELD_NUMBER: _ClassVar[int]
     protocol: int
     register: Register
     heartbeat: Heartbeat
@@ -22,7 +23,8 @@ class AgentMessage(_message.Message):
     log_lines: LogLines
     command_result: CommandResult
     engine_status: EngineStatus
-    def __init__(self, protocol: _Optional[int] = ..., register: _Optional[_Union[Register, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., shard_status: _Optional[_Union[ShardStatus, _Mapping]] = ..., log_lines: _Optional[_Union[LogLines, _Mapping]] = ..., command_result: _Optional[_Union[CommandResult, _Mapping]] = ..., engine_status: _Optional[_Union[EngineStatus, _Mapping]] = ...) -> None: ...
+    kv_blocks: KvBlocks
+    def __init__(self, protocol: _Optional[int] = ..., register: _Optional[_Union[Register, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., shard_status: _Optional[_Union[ShardStatus, _Mapping]] = ..., log_lines: _Optional[_Union[LogLines, _Mapping]] = ..., command_result: _Optional[_Union[CommandResult, _Mapping]] = ..., engine_status: _Optional[_Union[EngineStatus, _Mapping]] = ..., kv_blocks: _Optional[_Union[KvBlocks, _Mapping]] = ...) -> None: ...
 
 class ControlMessage(_message.Message):
     __slots__ = ("protocol", "command_id", "fencing_token", "start_shard", "stop_shard", "install_engine", "agent_settings", "request_logs", "restart", "registered")
@@ -342,6 +344,26 @@ class EngineStatus(_message.Message):
     progress: float
     progress_text: str
     def __init__(self, engine: _Optional[str] = ..., state: _Optional[str] = ..., error: _Optional[str] = ..., progress: _Optional[float] = ..., progress_text: _Optional[str] = ...) -> None: ...
+
+class KvBlocks(_message.Message):
+    __slots__ = ("shard_id", "replica_id", "full", "stored", "removed", "block_size", "hash_algorithm", "hash_seed")
+    SHARD_ID_FIELD_NUMBER: _ClassVar[int]
+    REPLICA_ID_FIELD_NUMBER: _ClassVar[int]
+    FULL_FIELD_NUMBER: _ClassVar[int]
+    STORED_FIELD_NUMBER: _ClassVar[int]
+    REMOVED_FIELD_NUMBER: _ClassVar[int]
+    BLOCK_SIZE_FIELD_NUMBER: _ClassVar[int]
+    HASH_ALGORITHM_FIELD_NUMBER: _ClassVar[int]
+    HASH_SEED_FIELD_NUMBER: _ClassVar[int]
+    shard_id: str
+    replica_id: str
+    full: bool
+    stored: _containers.RepeatedScalarFieldContainer[int]
+    removed: _containers.RepeatedScalarFieldContainer[int]
+    block_size: int
+    hash_algorithm: str
+    hash_seed: str
+    def __init__(self, shard_id: _Optional[str] = ..., replica_id: _Optional[str] = ..., full: _Optional[bool] = ..., stored: _Optional[_Iterable[int]] = ..., removed: _Optional[_Iterable[int]] = ..., block_size: _Optional[int] = ..., hash_algorithm: _Optional[str] = ..., hash_seed: _Optional[str] = ...) -> None: ...
 
 class LogLines(_message.Message):
     __slots__ = ("request_id", "shard_id", "lines")

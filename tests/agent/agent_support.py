@@ -74,6 +74,20 @@ class ControlSide:
         return opened()
 
 
+async def serve_grpc_control_side(nursery) -> tuple[int, trio.MemoryReceiveChannel]:
+    """A real gRPC agents service on 127.0.0.1:0 in `nursery` whose every agent stream is handed to the test:
+    (its port, a channel receiving each stream's control end)."""
+    from llmgw.wire import serve_agents
+
+    links_send, links = trio.open_memory_channel(2)
+
+    async def handler(link, peer):
+        await links_send.send(link)
+        await trio.sleep_forever()
+
+    return await nursery.start(serve_agents, handler, "127.0.0.1", 0), links
+
+
 async def next_matching(link, predicate, timeout: float = 20.0):
     """Read messages from `link` until `predicate(message)` is true; return that message."""
     with trio.fail_after(timeout):

@@ -14,7 +14,7 @@ import trio
 from llmgw.agent import procfs
 from llmgw.wire import control_message, pb, serve_agents
 
-from agent_support import fake_engine_binary, next_matching, tiny_mirror
+from agent_support import fake_engine_binary, next_matching, serve_grpc_control_side, tiny_mirror
 
 LLMGW = Path(sys.executable).with_name("llmgw")
 
@@ -22,14 +22,8 @@ LLMGW = Path(sys.executable).with_name("llmgw")
 async def test_llmgw_agent_prints_its_state_registers_and_stops_its_shards_on_sigterm(tmp_path):
     mirror, digest = tiny_mirror(tmp_path / "mirror")
     binary = fake_engine_binary(tmp_path)
-    links_send, links = trio.open_memory_channel(2)
-
-    async def handler(link, peer):
-        await links_send.send(link)
-        await trio.sleep_forever()
-
     async with trio.open_nursery() as nursery:
-        port = await nursery.start(serve_agents, handler, "127.0.0.1", 0)
+        port, links = await serve_grpc_control_side(nursery)
         agent = subprocess.Popen(
             [str(LLMGW), "agent", "--control-plane", f"127.0.0.1:{port}", "--node-id", "n1", "--json",
              "--state-dir", str(tmp_path / "state"), "--mirror", str(mirror), "--label", "zone=a",

