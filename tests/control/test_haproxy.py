@@ -19,7 +19,9 @@ import trio
 from llmgw.store import open_store
 
 from .conftest import write_seed
-from .test_failover import Plane, Processes, postgres_url, wait_for  # noqa: F401 - postgres_url is a fixture
+from support.llmgw_processes import LlmgwProcesses
+
+from .test_failover import Plane, postgres_url, wait_for  # noqa: F401 - postgres_url is a fixture
 
 HAPROXY_CFG = """\
 defaults
@@ -75,7 +77,7 @@ async def test_after_one_gateway_is_killed_no_request_through_haproxy_fails(tmp_
     repo = tmp_path / "settings.git"
     init_repository(repo, seed)
     store_path = tmp_path / "shared.sqlite3"
-    procs = Processes(tmp_path)
+    procs = LlmgwProcesses(tmp_path)
     proxy = None
     try:
         planes = [Plane(tmp_path / f"cp{i}") for i in range(2)]
@@ -139,7 +141,7 @@ async def test_three_control_planes_on_postgresql_through_haproxy_lose_no_reques
 
     repo = tmp_path / "settings.git"
     init_repository(repo, seed)
-    procs = Processes(tmp_path)
+    procs = LlmgwProcesses(tmp_path)
     planes = [Plane(tmp_path / f"cp{i}") for i in range(3)]
     ports = [{name: free_port() for name in ("gateway", "admin", "agents")} for _ in planes]  # kept across restarts
 
