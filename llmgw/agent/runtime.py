@@ -41,6 +41,7 @@ from llmgw.agent.telemetry import open_gpu_telemetry
 from llmgw.agent.logs import LogRing, RingHandler
 from llmgw.agent.shards import next_backoff
 from llmgw.agent.supervisor import Supervisor
+from llmgw.agent.tracing import open_agent_tracing
 from llmgw.errors import UsageError, WireError
 from llmgw.groups import expect_leaves
 from llmgw.wire import agent_message, pb
@@ -131,12 +132,13 @@ async def run_agent(config: AgentConfig, connect: Connect | Sequence[Connect] = 
     root.addHandler(handler)
     if root.level == logging.NOTSET or root.level > logging.INFO:
         root.setLevel(logging.INFO)
+    tracing = open_agent_tracing(config.otlp_endpoint, config.node_id)
     try:
         async with Supervisor(
             config.state_dir, backoff_initial=config.restart_backoff_initial,
             backoff_max=config.restart_backoff_max,
         ) as supervisor, trio.open_nursery() as nursery:
-            agent = NodeAgent(config, supervisor, nursery, ring)
+            agent = NodeAgent(config, supervisor, nursery, ring, tracing)
             supervisor.on_change = agent.on_shard_change
             adopted = await supervisor.adopt()
             if adopted:
@@ -183,6 +185,9 @@ async def run_agent(config: AgentConfig, connect: Connect | Sequence[Connect] = 
                     await cleanup.stop_all()
         raise
     finally:
+        if tracing is not None:  # send the spans still buffered (the exporter's own timeout bounds it)
+            with trio.move_on_after(15, shield=True):
+                await trio.to_thread.run_sync(tracing.shutdown)
         root.removeHandler(handler)
         os.close(lock)
 

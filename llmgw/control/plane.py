@@ -427,7 +427,10 @@ class ControlPlane:
             message.fingerprint = action.engine
             body = {"agent_settings": message}
         elif action.kind in (ActionKind.START, ActionKind.RESTART):
-            body = {"start_shard": start_shard(action, settings, self.replica_key, self.secrets.require)}
+            command = start_shard(action, settings, self.replica_key, self.secrets.require)
+            if self.tracing is not None:  # the agent's spans continue the replica start's trace
+                command.traceparent = self.tracing.traceparent(action.node_id, action.shard_id)
+            body = {"start_shard": command}
         elif action.kind is ActionKind.STOP:
             body = {"stop_shard": stop_shard(action, settings)}
         elif action.kind is ActionKind.INSTALL:

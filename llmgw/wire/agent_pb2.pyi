@@ -366,7 +366,7 @@ class WeightsFile(_message.Message):
     def __init__(self, source: _Optional[str] = ..., sha256: _Optional[str] = ..., secret_value: _Optional[str] = ...) -> None: ...
 
 class StartShard(_message.Message):
-    __slots__ = ("shard_id", "replica_id", "model", "engine", "engine_version", "weights", "devices", "cpu_cores", "memory_bytes", "context_size", "engine_args", "replica_key", "fingerprint", "settings_commit", "tensor_parallel", "pipeline_parallel", "allow_pickle", "served_name")
+    __slots__ = ("shard_id", "replica_id", "model", "engine", "engine_version", "weights", "devices", "cpu_cores", "memory_bytes", "context_size", "engine_args", "replica_key", "fingerprint", "settings_commit", "tensor_parallel", "pipeline_parallel", "allow_pickle", "served_name", "traceparent")
     SHARD_ID_FIELD_NUMBER: _ClassVar[int]
     REPLICA_ID_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
@@ -385,6 +385,7 @@ class StartShard(_message.Message):
     PIPELINE_PARALLEL_FIELD_NUMBER: _ClassVar[int]
     ALLOW_PICKLE_FIELD_NUMBER: _ClassVar[int]
     SERVED_NAME_FIELD_NUMBER: _ClassVar[int]
+    TRACEPARENT_FIELD_NUMBER: _ClassVar[int]
     shard_id: str
     replica_id: str
     model: str
@@ -403,7 +404,8 @@ class StartShard(_message.Message):
     pipeline_parallel: int
     allow_pickle: bool
     served_name: str
-    def __init__(self, shard_id: _Optional[str] = ..., replica_id: _Optional[str] = ..., model: _Optional[str] = ..., engine: _Optional[str] = ..., engine_version: _Optional[str] = ..., weights: _Optional[_Iterable[_Union[WeightsFile, _Mapping]]] = ..., devices: _Optional[_Iterable[str]] = ..., cpu_cores: _Optional[float] = ..., memory_bytes: _Optional[int] = ..., context_size: _Optional[int] = ..., engine_args: _Optional[_Iterable[str]] = ..., replica_key: _Optional[str] = ..., fingerprint: _Optional[str] = ..., settings_commit: _Optional[str] = ..., tensor_parallel: _Optional[int] = ..., pipeline_parallel: _Optional[int] = ..., allow_pickle: _Optional[bool] = ..., served_name: _Optional[str] = ...) -> None: ...
+    traceparent: str
+    def __init__(self, shard_id: _Optional[str] = ..., replica_id: _Optional[str] = ..., model: _Optional[str] = ..., engine: _Optional[str] = ..., engine_version: _Optional[str] = ..., weights: _Optional[_Iterable[_Union[WeightsFile, _Mapping]]] = ..., devices: _Optional[_Iterable[str]] = ..., cpu_cores: _Optional[float] = ..., memory_bytes: _Optional[int] = ..., context_size: _Optional[int] = ..., engine_args: _Optional[_Iterable[str]] = ..., replica_key: _Optional[str] = ..., fingerprint: _Optional[str] = ..., settings_commit: _Optional[str] = ..., tensor_parallel: _Optional[int] = ..., pipeline_parallel: _Optional[int] = ..., allow_pickle: _Optional[bool] = ..., served_name: _Optional[str] = ..., traceparent: _Optional[str] = ...) -> None: ...
 
 class StopShard(_message.Message):
     __slots__ = ("shard_id", "grace_seconds")
