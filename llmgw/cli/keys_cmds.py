@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.table import Table
 
 from llmgw.errors import UsageError
-from llmgw.store import ApiKey, Store, UsageRow, open_store, store_url_for_state
+from llmgw.store import ApiKey, Store, UsageRecord, UsageRow, open_store, store_url_for_state
 from llmgw.units import parse_duration
 
 _DATE_ONLY = re.compile(r"^\d{4}-\d{2}-\d{2}$")
@@ -182,13 +182,18 @@ def _row_json(row: UsageRow) -> dict:
               help="From this time: 2026-01-31, 2026-01-31T12:00 (UTC) or a duration ago (24h, 7d).")
 @click.option("--by", type=click.Choice(["model", "project", "day"]), default="model", show_default=True,
               help="Group rows by.")
+@click.option("--request", "request_id", default=None, metavar="ID",
+              help="Show one request's record instead: the id the gateway answered in `x-request-id`.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @_store_options
 @click.pass_context
-def usage_command(ctx: click.Context, project: str | None, since: str | None, by: str, as_json: bool,
-                  state_dir: str | None, store_url: str | None) -> None:
-    """Requests, tokens and cost served, summed by model, project or UTC day."""
+def usage_command(ctx: click.Context, project: str | None, since: str | None, by: str, request_id: str | None,
+                  as_json: bool, state_dir: str | None, store_url: str | None) -> None:
+    """Requests, tokens and cost served, summed by model, project or UTC day; or one request (--request ID)."""
     _remember(ctx, state_dir, store_url)
+    if request_id is not None:
+        _show_request(ctx, request_id.strip(), as_json)
+        return
     since_at = parse_moment(since, time.time(), future=False) if since else None
     store = _open(ctx)
     try:
@@ -205,6 +210,37 @@ def usage_command(ctx: click.Context, project: str | None, since: str | None, by
                       str(row.completion_tokens), str(row.cached_tokens), f"{row.cost:.4f}",
                       "" if row.mean_ttft_seconds is None else f"{row.mean_ttft_seconds * 1000:.0f} ms",
                       "" if row.mean_duration_seconds is None else f"{row.mean_duration_seconds:.2f} s")
+    _console().print(table)
+
+
+def request_json(request_id: str, record: UsageRecord) -> dict:
+    """One request's usage record as `llmgw usage --request ID --json` prints it: times in ISO 8601 UTC (`started`
+    is `ended` less the duration), durations in seconds, `cost` in the cluster's currency."""
+    return {"request_id": request_id, "project": record.project, "key_id": record.key_id, "model": record.model,
+            "replica": record.replica, "node": record.node, "status": record.status,
+            "prompt_tokens": record.prompt_tokens, "completion_tokens": record.completion_tokens,
+            "cached_tokens": record.cached_tokens, "cost": record.cost,
+            "started": format_moment(record.time - record.duration_seconds), "ended": format_moment(record.time),
+            "ttft_seconds": record.ttft_seconds, "duration_seconds": record.duration_seconds}
+
+
+def _show_request(ctx: click.Context, request_id: str, as_json: bool) -> None:
+    store = _open(ctx)
+    try:
+        record = store.usage_of_request(request_id)
+    finally:
+        store.close()
+    if record is None:
+        raise UsageError(f"The store has no usage record of request {request_id!r}. Give the id the gateway "
+                         "answered in its x-request-id header (req_ and 32 hex digits); a request that just ended "
+                         "may still be in the gateway's usage spool while the store is unreachable.")
+    doc = request_json(request_id, record)
+    if as_json:
+        click.echo(json.dumps(doc))
+        return
+    table = Table("field", "value")
+    for name, value in doc.items():
+        table.add_row(name, "" if value is None else str(value))
     _console().print(table)
 
 

@@ -75,9 +75,10 @@ def upstream_body(body: dict, raw: bytes, replica: ReplicaRoute, stream: bool, c
 
 async def open_upstream(pool: UpstreamPool, balancer: Balancer, route: ModelRoute, path: str, body: dict, raw: bytes,
                         stream: bool, prefix: str | None, outcome: Outcome,
-                        overrides: Mapping | None = None) -> UpstreamResponse:
+                        overrides: Mapping | None = None, request_id: str = "") -> UpstreamResponse:
     """Send to a chosen replica, retrying once elsewhere on a failure before the first byte.
 
+    `request_id`: the gateway's id of the request, sent to the engine as `x-request-id` ("": not sent).
     `overrides`: top-level fields to set in the forwarded body (see `upstream_body`). The replica stays counted as
     outstanding in `balancer` until the caller calls `balancer.finished(replica_id)` for `outcome.replica`.
     `outcome.sent_to_engine` is True while the request has reached an engine that has not failed.
@@ -99,6 +100,8 @@ async def open_upstream(pool: UpstreamPool, balancer: Balancer, route: ModelRout
                    (b"accept", EVENT_STREAM if stream else b"application/json")]
         if replica.replica_key:
             headers.append((b"authorization", b"Bearer " + replica.replica_key.encode()))
+        if request_id:
+            headers.append((b"x-request-id", request_id.encode()))
         payload = upstream_body(body, raw, replica, stream, route.name, overrides)
         balancer.started(replica.replica_id)
         try:
