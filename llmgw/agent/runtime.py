@@ -33,6 +33,7 @@ from llmgw.agent import reporting
 from llmgw.agent.commands import NodeAgent
 from llmgw.agent.config import AgentConfig, load_agent_settings
 from llmgw.agent.discovery import discover_node, load_nvml
+from llmgw.agent.engine_load import read_engine_loads
 from llmgw.agent.health import HealthReader, HealthWatch, report_message
 from llmgw.agent.ignoring import ignored_cards, offered_gpus
 from llmgw.agent.inventory import free_bytes_under
@@ -150,7 +151,8 @@ async def run_agent(config: AgentConfig, connect: Connect | Sequence[Connect] = 
                 await agent.check_engines()
                 nursery.start_soon(agent.check_engines_periodically)
                 readings = Readings(telemetry, supervisor.process_groups, lambda: agent.config.telemetry_interval,
-                                    lambda: agent.settings_changed, lambda: agent.config.ignore_gpus)
+                                    lambda: agent.settings_changed, lambda: agent.config.ignore_gpus,
+                                    engine_loads=lambda: read_engine_loads(supervisor.shards()))
                 nursery.start_soon(readings.run)
                 watch = HealthWatch(health or HealthReader(), lambda: readings.skip_cards)
                 nursery.start_soon(watch.run)
@@ -290,6 +292,7 @@ class _Session:
         beat = reporting.heartbeat_message(
             reading.samples, agent.shard_statuses(self._foreign_engines()), agent.engines_installed(),
             sorted(agent.installing), gpus=[pb.GpuSample(**g.pb_fields()) for g in reading.gpus],
+            engines=reading.engines,
         )
         beat.sampled_at = min(beat.time, reading.unix_time)
         disk = free_bytes_under(agent.config.weights_path)
