@@ -7,7 +7,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import httpx
+import pytest
 from opentelemetry.proto.trace.v1.trace_pb2 import Status
 
 from llmgw.control import ControlConfig, ControlPlane
@@ -49,6 +49,7 @@ def test_tracing_is_off_unless_an_endpoint_is_given(tmp_path):
     assert plane.tracing is None
 
 
+@pytest.mark.slow
 def test_a_replica_start_continues_on_the_node_in_one_trace_across_processes(tmp_path, weights_mirror, fake_engine):
     """`llmgw server` and `llmgw agent` as separate processes, both pointed at the receiver: the agent's spans of
     the start (weights fetch, engine launch, ready wait) are children of the control plane's "replica start"."""

@@ -21,6 +21,7 @@ def usage_of(state, request_id: str) -> subprocess.CompletedProcess:
                            "--state", str(state)], capture_output=True, text=True, timeout=60)
 
 
+@pytest.mark.slow
 def test_the_request_id_a_client_gets_shows_its_usage_row(tmp_path, weights_mirror, fake_engine):
     with server_and_agent(tmp_path, weights_mirror, fake_engine) as (admin, state):
         store = open_store(state / "llmgw.sqlite3")
