@@ -25,6 +25,7 @@ from llmgw.agent.logs import LogRing
 from llmgw.agent.shards import ShardSpec, ShardView
 from llmgw.agent.slurm import SlurmKeeper, SlurmLayout, without_secrets
 from llmgw.agent.supervisor import Supervisor
+from llmgw.agent.tracing import NO_TRACE, AgentTracing
 from llmgw.agent.weights_layout import engine_model_path
 from llmgw.engines import Launch, LlamaCppSource, get_engine, llamacpp, vllm
 from llmgw.engines.python_env import install_python_engine
@@ -88,8 +89,10 @@ class Outbox:
 class NodeAgent:
     """The agent's state between connections: its config, supervisor, shards not yet running, engine installs."""
 
-    def __init__(self, config: AgentConfig, supervisor: Supervisor, nursery: trio.Nursery, ring: LogRing):
+    def __init__(self, config: AgentConfig, supervisor: Supervisor, nursery: trio.Nursery, ring: LogRing,
+                 tracing: AgentTracing | None = None):
         self.config = config
+        self.tracing = tracing  # None: StartShard is not traced (llmgw.agent.tracing)
         self.supervisor = supervisor
         self.nursery = nursery
         self.ring = ring
@@ -262,24 +265,33 @@ class NodeAgent:
         )
         view = ShardView(shard_id=shard_id, state=ShardState.PENDING, spec=info)
         self._set_pending(view)
+        trace = self.tracing.begin(command) if self.tracing is not None else NO_TRACE
+        outcome = ""
         try:
             with scope:
-                spec = await self._prepare(command, info, view)
-                if self.supervisor.get(shard_id) is not None:  # a different fingerprint: replace it
-                    await self.supervisor.stop(shard_id, self.config.shard_stop_grace)
-                with trio.CancelScope(shield=True):  # spawning is quick; never leave a process half-registered
-                    await self.supervisor.start(spec)
+                with trace.step("weights fetch", weights_files=len(command.weights)):
+                    spec = await self._prepare(command, info, view)
+                with trace.step("engine launch"):
+                    if self.supervisor.get(shard_id) is not None:  # a different fingerprint: replace it
+                        await self.supervisor.stop(shard_id, self.config.shard_stop_grace)
+                    with trio.CancelScope(shield=True):  # spawning is quick; never leave a process half-registered
+                        await self.supervisor.start(spec)
                 self.pending.pop(shard_id, None)
                 self._result(command_id)
-                await self._check_startup(command, spec)
+                with trace.step("engine ready wait") as fail:
+                    outcome = await self._check_startup(command, spec)
+                    if outcome:
+                        fail(outcome)
             if scope.cancelled_caught:
-                self._result(command_id, f"shard {shard_id} was stopped before it started")
+                outcome = f"shard {shard_id} was stopped before it started"
+                self._result(command_id, outcome)
         except (LlmgwError, OSError) as exc:
-            reason = str(exc)
-            log.warning("shard %s failed to start: %s", shard_id, reason)
-            self._set_pending(view.with_state(ShardState.FAILED, error=reason, progress=None, progress_text=""))
-            self._result(command_id, reason)
+            outcome = str(exc)
+            log.warning("shard %s failed to start: %s", shard_id, outcome)
+            self._set_pending(view.with_state(ShardState.FAILED, error=outcome, progress=None, progress_text=""))
+            self._result(command_id, outcome)
         finally:
+            trace.end(outcome)
             if self.starting.get(shard_id) is scope:
                 del self.starting[shard_id]
 
@@ -331,12 +343,15 @@ class NodeAgent:
         return replace(info, argv=tuple(argv), env=env, port=port, host=host, health_path=health_path,
                        threads=threads or 0, grace_seconds=self.config.shard_stop_grace, kv_events_port=kv_port)
 
-    async def _check_startup(self, command: pb.StartShard, spec: ShardSpec) -> None:
-        """Once the engine is ready, read its start-up log: a GPU shard whose engine found no GPU fails."""
+    async def _check_startup(self, command: pb.StartShard, spec: ShardSpec) -> str:
+        """Wait until the engine is ready, then read its start-up log: a GPU shard whose engine found no GPU fails.
+        Returns "" when it is ready, else why not (stopped, failed, restarted on the way, or the log's reason)."""
         while True:
             view = self.supervisor.get(spec.shard_id)
-            if view is None or view.state is ShardState.FAILED or view.restarts:
-                return
+            if view is None:
+                return f"shard {spec.shard_id} was stopped before it was ready"
+            if view.state is ShardState.FAILED or view.restarts:
+                return view.error or f"the engine of shard {spec.shard_id} exited before it was ready"
             if view.state is ShardState.READY:
                 break
             await trio.sleep(0.2)
@@ -347,6 +362,7 @@ class NodeAgent:
             lines = tuple(self.supervisor.logs(spec.shard_id, 20))
             await self.supervisor.stop(spec.shard_id, spec.grace_seconds)
             self._set_pending(ShardView(spec.shard_id, ShardState.FAILED, spec=spec, error=reason, last_log_lines=lines))
+        return reason or ""
 
     # --- StopShard, InstallEngine ---------------------------------------------------------------------------
 

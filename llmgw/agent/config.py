@@ -53,6 +53,8 @@ class AgentConfig:
     `engine_check_interval` seconds between re-verifications of installed engines (`llmgw.agent.engine_checks`).
     `control_planes`: the control planes' agents addresses ("host:port") the agent connects to (`llmgw agent
     --control-plane`, and those the settings name, added by AgentSettings: see `run_agent`'s `connect_to`).
+    `otlp_endpoint`: an OTLP/HTTP collector ("http://host:4318") receiving the traces of shard starts
+    (`llmgw.agent.tracing`; None: off).
     """
 
     node_id: str = field(default_factory=socket.gethostname)
@@ -75,6 +77,7 @@ class AgentConfig:
     stop_shards_on_exit: bool = False
     engine_check_interval: float = 600.0
     control_planes: tuple[str, ...] = ()
+    otlp_endpoint: str | None = None
 
     @property
     def weights_path(self) -> Path:

@@ -14,25 +14,29 @@ one the last discovery was matched against (the agent registers again, which dis
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
 
 import trio
 
 from llmgw.agent import reporting
 from llmgw.agent.discovery import GpuSample
 from llmgw.agent.telemetry import GpuTelemetry, smi_samples
+from llmgw.tools.engine_metrics import EngineLoad
 
 
 @dataclass(frozen=True)
 class Reading:
     """One reading: /proc `samples`, GPU `gpus` (index order, ignored cards left out), when it was taken:
-    `taken_at` on trio's clock and `unix_time` (seconds since the epoch, what `Heartbeat.sampled_at` carries)."""
+    `taken_at` on trio's clock and `unix_time` (seconds since the epoch, what `Heartbeat.sampled_at` carries);
+    `engines` the engines' own load by shard id (`llmgw.agent.engine_load`; shards whose engine did not answer
+    are absent)."""
 
     samples: reporting.Samples
     gpus: tuple[GpuSample, ...]
     taken_at: float
     unix_time: float
+    engines: Mapping[str, EngineLoad] = field(default_factory=dict)
 
 
 class Readings:
@@ -40,13 +44,15 @@ class Readings:
 
     `process_groups()` gives {shard id: process group id} of the shards to measure; `interval()` the seconds
     between readings (read before each wait, and again whenever `settings_changed()`'s event fires); `ignore()`
-    the `ignore_gpus` in force.
+    the `ignore_gpus` in force. `engine_loads()`, when given, reads the engines' own load with each reading.
     """
 
     def __init__(self, telemetry: GpuTelemetry, process_groups: Callable[[], dict[str, int]],
                  interval: Callable[[], float], settings_changed: Callable[[], trio.Event],
-                 ignore: Callable[[], tuple[str, ...]], smi: Callable[[], tuple[GpuSample, ...]] = smi_samples):
+                 ignore: Callable[[], tuple[str, ...]], smi: Callable[[], tuple[GpuSample, ...]] = smi_samples,
+                 engine_loads: Callable[[], Awaitable[Mapping[str, EngineLoad]]] | None = None):
         self.telemetry = telemetry
+        self._engine_loads = engine_loads
         self._process_groups = process_groups
         self._interval = interval
         self._settings_changed = settings_changed
@@ -85,7 +91,8 @@ class Readings:
             gpus = tuple(g for g in await trio.to_thread.run_sync(self._smi) if g.index not in skip)
         else:
             gpus = ()
-        self.latest = Reading(samples, gpus, trio.current_time(), time.time())
+        engines = await self._engine_loads() if self._engine_loads is not None else {}
+        self.latest = Reading(samples, gpus, trio.current_time(), time.time(), engines)
         self.count += 1
         self._taken.set()
         return self.latest

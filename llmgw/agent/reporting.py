@@ -17,6 +17,7 @@ from llmgw.agent.inventory import Inventory
 from llmgw.agent.shards import ShardView
 from llmgw.agent.supervisor import ForeignEngine
 from llmgw.identity import ShardState
+from llmgw.tools.engine_metrics import LOAD_FIELDS, EngineLoad
 from llmgw.wire import features, pb
 
 FEATURES: tuple[str, ...] = (
@@ -140,10 +141,11 @@ class Sampler:
 def heartbeat_message(
     samples: Samples, statuses: Iterable[pb.ShardStatus], engines_installed: Iterable[str],
     engines_installing: Iterable[str], now: float | None = None, gpus: Iterable[pb.GpuSample] = (),
-    disk_free_bytes: int | None = None,
+    disk_free_bytes: int | None = None, engines: Mapping[str, EngineLoad] | None = None,
 ) -> pb.Heartbeat:
     """A Heartbeat with the full shard list (level-triggered) and this period's samples; unmeasured values unset.
-    `gpus` are the GPU telemetry samples (none on a CPU node)."""
+    `gpus` are the GPU telemetry samples (none on a CPU node); `engines` the engines' own load by shard id, in
+    each shard's ProcessGroupSample (`engine`; fields the engine does not publish unset)."""
     beat = pb.Heartbeat(
         time=time.time() if now is None else now, shard_states=list(statuses), gpus=list(gpus),
         engines_installed=list(engines_installed), engines_installing=list(engines_installing),
@@ -154,9 +156,17 @@ def heartbeat_message(
         value = getattr(samples, name)
         if value is not None:
             setattr(beat, name, value)
+    engines = engines or {}
     for shard_id, (cores, resident) in sorted(samples.shards.items()):
         group = pb.ProcessGroupSample(shard_id=shard_id, resident_memory_bytes=resident)
         if cores is not None:
             group.cpu_cores_used = cores
+        load = engines.get(shard_id)
+        if load is not None:
+            group.engine.SetInParent()
+            for name in LOAD_FIELDS:
+                value = getattr(load, name)
+                if value is not None:
+                    setattr(group.engine, name, value)
         beat.shards.append(group)
     return beat

@@ -36,6 +36,7 @@ from llmgw.agent import reporting
 from llmgw.agent.commands import NodeAgent
 from llmgw.agent.config import AgentConfig, load_agent_settings
 from llmgw.agent.discovery import discover_node, load_nvml
+from llmgw.agent.engine_load import read_engine_loads
 from llmgw.agent.health import HealthReader, HealthWatch, report_message
 from llmgw.agent.ignoring import ignored_cards, offered_gpus
 from llmgw.agent.inventory import free_bytes_under
@@ -45,6 +46,7 @@ from llmgw.agent.telemetry import open_gpu_telemetry
 from llmgw.agent.logs import LogRing, RingHandler
 from llmgw.agent.shards import next_backoff
 from llmgw.agent.supervisor import Supervisor
+from llmgw.agent.tracing import open_agent_tracing
 from llmgw.errors import UsageError, WireError
 from llmgw.groups import expect_leaves
 from llmgw.wire import agent_message, pb
@@ -151,12 +153,13 @@ async def run_agent(config: AgentConfig, connect: Connect | Sequence[Connect] = 
     root.addHandler(handler)
     if root.level == logging.NOTSET or root.level > logging.INFO:
         root.setLevel(logging.INFO)
+    tracing = open_agent_tracing(config.otlp_endpoint, config.node_id)
     try:
         async with Supervisor(
             config.state_dir, backoff_initial=config.restart_backoff_initial,
             backoff_max=config.restart_backoff_max,
         ) as supervisor, trio.open_nursery() as nursery:
-            agent = NodeAgent(config, supervisor, nursery, ring)
+            agent = NodeAgent(config, supervisor, nursery, ring, tracing)
             supervisor.on_change = agent.on_shard_change
             adopted = await supervisor.adopt()
             for view in adopted:  # an adopted vLLM engine publishes to the port in its record
@@ -170,7 +173,8 @@ async def run_agent(config: AgentConfig, connect: Connect | Sequence[Connect] = 
                 await agent.check_engines()
                 nursery.start_soon(agent.check_engines_periodically)
                 readings = Readings(telemetry, supervisor.process_groups, lambda: agent.config.telemetry_interval,
-                                    lambda: agent.settings_changed, lambda: agent.config.ignore_gpus)
+                                    lambda: agent.settings_changed, lambda: agent.config.ignore_gpus,
+                                    engine_loads=lambda: read_engine_loads(supervisor.shards()))
                 nursery.start_soon(readings.run)
                 watch = HealthWatch(health or HealthReader(nvml=nvml), lambda: readings.skip_cards)
                 nursery.start_soon(watch.run)
@@ -208,6 +212,9 @@ async def run_agent(config: AgentConfig, connect: Connect | Sequence[Connect] = 
                     await cleanup.stop_all()
         raise
     finally:
+        if tracing is not None:  # send the spans still buffered (the exporter's own timeout bounds it)
+            with trio.move_on_after(15, shield=True):
+                await trio.to_thread.run_sync(tracing.shutdown)
         root.removeHandler(handler)
         os.close(lock)
 
@@ -311,6 +318,7 @@ class _Session:
         beat = reporting.heartbeat_message(
             reading.samples, agent.shard_statuses(self._foreign_engines()), agent.engines_installed(),
             sorted(agent.installing), gpus=[pb.GpuSample(**g.pb_fields()) for g in reading.gpus],
+            engines=reading.engines,
         )
         beat.sampled_at = min(beat.time, reading.unix_time)
         disk = free_bytes_under(agent.config.weights_path)

@@ -108,6 +108,15 @@ class ShardRecord:
     restarts: int = 0
 
 
+def local_url(spec: ShardSpec, path: str) -> str:
+    """The URL of `path` on the shard's engine from this node ("http://127.0.0.1:8080/health"): a wildcard listen
+    address ("0.0.0.0", "::") is reached on loopback."""
+    host = spec.host
+    host = "127.0.0.1" if host in ("0.0.0.0", "") else "::1" if host == "::" else host
+    host = f"[{host}]" if ":" in host else host
+    return f"http://{host}:{spec.port}{path}"
+
+
 def record_path(state_dir: Path, shard_id: str) -> Path:
     """Where the record of `shard_id` lives: `<state_dir>/shards/<quoted id>.json`."""
     return state_dir / "shards" / f"{quote(shard_id, safe='')}.json"

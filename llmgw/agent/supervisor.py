@@ -26,8 +26,8 @@ import trio
 from llmgw.agent import procfs
 from llmgw.agent.logs import LogRing, open_log_file, tail_into
 from llmgw.agent.shards import (
-    ShardRecord, ShardSpec, ShardView, delete_record, is_same_process, load_records, log_path, next_backoff,
-    save_record,
+    ShardRecord, ShardSpec, ShardView, delete_record, is_same_process, load_records, local_url, log_path,
+    next_backoff, save_record,
 )
 from llmgw.errors import EngineError, UsageError
 from llmgw.identity import ShardState
@@ -419,7 +419,4 @@ def _describe_status(status: int) -> str:
 
 def _health_url(shard: _Shard) -> str:
     """The engine's health URL on this node (a wildcard listen address is probed on loopback)."""
-    host = shard.spec.host
-    host = "127.0.0.1" if host in ("0.0.0.0", "") else "::1" if host == "::" else host
-    host = f"[{host}]" if ":" in host else host
-    return f"http://{host}:{shard.spec.port}{shard.spec.health_path}"
+    return local_url(shard.spec, shard.spec.health_path)

@@ -103,8 +103,12 @@ def register(group: click.Group) -> None:
     @click.option("--insecure", is_flag=True, help="Connect without TLS even if certificates exist.")
     @click.option("--stop-shards-on-exit", is_flag=True, help="Stop every engine when the agent exits.")
     @click.option("--json", "as_json", is_flag=True, help="Print the agent's state as JSON once started.")
+    @click.option("--otlp-endpoint", envvar="LLMGW_OTLP_ENDPOINT", default=None, metavar="URL",
+                  help="Send traces of shard starts (weights fetch, engine launch, readiness) to this OTLP/HTTP "
+                       "collector (http://host:4318), under the control plane's trace; off when not given.")
     def agent_command(control_planes, node_id, state_dir, weights_dir, engines_dir, mirrors, labels,
-                      heartbeat_interval, address, engine_binaries, tls_dir, insecure, stop_shards_on_exit, as_json):
+                      heartbeat_interval, address, engine_binaries, tls_dir, insecure, stop_shards_on_exit, as_json,
+                      otlp_endpoint):
         """Run this node's agent: discover, register, run the shards the control plane assigns."""
         host, port = [_split_address(address) for address in control_planes][0]
         state_dir = state_dir or default_state_dir()
@@ -118,6 +122,7 @@ def register(group: click.Group) -> None:
             heartbeat_interval=interval, address=address or route_address(host, port),
             engine_binaries={k: Path(v) for k, v in _pairs(engine_binaries, "--engine-binary").items()},
             stop_shards_on_exit=stop_shards_on_exit, control_planes=tuple(dict.fromkeys(control_planes)),
+            otlp_endpoint=otlp_endpoint,
         )
         tls = _client_tls(tls_dir, state_dir, insecure)
         logging.basicConfig(level=logging.INFO, stream=sys.stderr,

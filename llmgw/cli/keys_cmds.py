@@ -21,7 +21,7 @@ from rich.console import Console
 from rich.table import Table
 
 from llmgw.errors import UsageError
-from llmgw.store import ApiKey, Store, Token, UsageRow, open_store, store_url_for_state
+from llmgw.store import ApiKey, Store, Token, UsageRecord, UsageRow, open_store, store_url_for_state
 from llmgw.units import parse_duration
 
 T = TypeVar("T")
@@ -196,13 +196,18 @@ def _row_json(row: UsageRow) -> dict:
               help="From this time: 2026-01-31, 2026-01-31T12:00 (UTC) or a duration ago (24h, 7d).")
 @click.option("--by", type=click.Choice(["model", "project", "day"]), default="model", show_default=True,
               help="Group rows by.")
+@click.option("--request", "request_id", default=None, metavar="ID",
+              help="Show one request's record instead: the id the gateway answered in `x-request-id`.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @_store_options
 @click.pass_context
-def usage_command(ctx: click.Context, project: str | None, since: str | None, by: str, as_json: bool,
-                  state_dir: str | None, store_url: str | None) -> None:
-    """Requests, tokens and cost served, summed by model, project or UTC day."""
+def usage_command(ctx: click.Context, project: str | None, since: str | None, by: str, request_id: str | None,
+                  as_json: bool, state_dir: str | None, store_url: str | None) -> None:
+    """Requests, tokens and cost served, summed by model, project or UTC day; or one request (--request ID)."""
     _remember(ctx, state_dir, store_url)
+    if request_id is not None:
+        _show_request(ctx, request_id.strip(), as_json)
+        return
     since_at = parse_moment(since, time.time(), future=False) if since else None
     rows = with_store(ctx, lambda store: store.query_usage(project=project, since=since_at, by=by))
     if as_json:
@@ -224,6 +229,33 @@ def format_cost(cost: float) -> str:
     if cost == 0 or abs(cost) >= 0.001:
         return f"{cost:.4f}"
     return f"{cost:.{2 - math.floor(math.log10(abs(cost))) - 1}f}"
+
+
+def request_json(request_id: str, record: UsageRecord) -> dict:
+    """One request's usage record as `llmgw usage --request ID --json` prints it: times in ISO 8601 UTC (`started`
+    is `ended` less the duration), durations in seconds, `cost` in the cluster's currency."""
+    return {"request_id": request_id, "project": record.project, "key_id": record.key_id, "model": record.model,
+            "replica": record.replica, "node": record.node, "status": record.status,
+            "prompt_tokens": record.prompt_tokens, "completion_tokens": record.completion_tokens,
+            "cached_tokens": record.cached_tokens, "cost": record.cost,
+            "started": format_moment(record.time - record.duration_seconds), "ended": format_moment(record.time),
+            "ttft_seconds": record.ttft_seconds, "duration_seconds": record.duration_seconds}
+
+
+def _show_request(ctx: click.Context, request_id: str, as_json: bool) -> None:
+    record = with_store(ctx, lambda store: store.usage_of_request(request_id))
+    if record is None:
+        raise UsageError(f"The store has no usage record of request {request_id!r}. Give the id the gateway "
+                         "answered in its x-request-id header (req_ and 32 hex digits); a request that just ended "
+                         "may still be in the gateway's usage spool while the store is unreachable.")
+    doc = request_json(request_id, record)
+    if as_json:
+        click.echo(json.dumps(doc))
+        return
+    table = Table("field", "value")
+    for name, value in doc.items():
+        table.add_row(name, "" if value is None else str(value))
+    _console().print(table)
 
 
 def register(group: click.Group) -> None:

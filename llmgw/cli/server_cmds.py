@@ -213,6 +213,9 @@ def live_diff(client, rev: str | None, as_json: bool) -> int:
 @click.option("--otlp-endpoint", envvar="LLMGW_OTLP_ENDPOINT", default=None, metavar="URL",
               help="Send traces of reconcile passes and replica starts to this OTLP/HTTP collector "
               "(http://host:4318); off when not given.")
+@click.option("--trace-requests", "request_sample_ratio", envvar="LLMGW_TRACE_REQUESTS", default=0.0,
+              type=click.FloatRange(0.0, 1.0), show_default=True, metavar="RATIO",
+              help="Trace this share (0-1) of the gateway's requests to --otlp-endpoint (0: none).")
 @click.option("--lease", "lease", default="6s", show_default=True, metavar="DURATION",
               help="How long the leader lease lasts in the store (renewed every third of it): a standby takes over "
                    "this long after the leader dies.")
@@ -220,7 +223,7 @@ def live_diff(client, rev: str | None, as_json: bool) -> int:
               help="After a start, how long at most the gateway's /health says 503 \"recovering\" while nodes "
                    "connected before have not reconnected.")
 def server_cmd(repo, branch, state_dir, store, secrets_dir, gateway_addr, admin_addr, agents_addr, no_gateway,
-               tls, join_port, insecure, otlp_endpoint, lease, recovery_grace):
+               tls, join_port, insecure, otlp_endpoint, request_sample_ratio, lease, recovery_grace):
     """Run the control plane: settings watcher, reconciler, agents' service, admin API and gateway.
 
     Without --tls the agents' listener must be a loopback address (127.0.0.1, ::1, localhost) unless --insecure
@@ -248,6 +251,7 @@ def server_cmd(repo, branch, state_dir, store, secrets_dir, gateway_addr, admin_
         agents_listener=parse_listener(agents_addr), gateway=not no_gateway, tls=tls, join_port=join_port,
         insecure_agents=insecure, otlp_endpoint=otlp_endpoint, lease_seconds=lease_seconds,
         recovery_grace=grace_seconds,
+        request_sample_ratio=request_sample_ratio,
     ))
 
     async def main() -> None:

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from llmgw.control.metrics_engines import engine_families
 from llmgw.control.readings import NodeReadings
 from llmgw.control.registry import FleetRegistry, NodeRecord
 from llmgw.identity import ShardState
@@ -67,6 +68,7 @@ def fleet_families(fleet: FleetRegistry, settings: Settings | None, now: float) 
     out += list(_node_readings(fresh, now))
     out += list(_gpus(fresh))
     out += list(_shards(records, fresh))
+    out += list(engine_families(fresh))
     out += list(_replicas(records, settings))
     return out
 

@@ -50,7 +50,7 @@ from llmgw.control.watching import SettingsWatcher
 from llmgw.control.slurm_usage import slurm_usage
 from llmgw.control.state import ControlState, PassRecord, WatchState
 from llmgw.errors import EngineError, SettingsError, StoreError, TemporaryError, UsageError
-from llmgw.gateway import Gateway
+from llmgw.gateway import Gateway, open_gateway_tracing
 from llmgw.plan.types import Action, ActionKind, Plan
 from llmgw.routes import BlockSnapshot, RouteTable
 from llmgw.settings import NOTIFY_URL_KEY, redact_url, set_config_value
@@ -97,7 +97,8 @@ class ControlConfig:
     on an address other machines reach (refused otherwise, see `llmgw.wire.check_agents_listener`).
     `gateway`: False runs no gateway. `otlp_endpoint`: an OTLP/HTTP collector ("http://host:4318") that receives
     traces of passes and replica starts (None: off, see llmgw.control.tracing); `tracer_provider`: an
-    opentelemetry-sdk TracerProvider of your own instead.
+    opentelemetry-sdk TracerProvider of your own instead. `request_sample_ratio`: the share (0..1) of gateway
+    requests traced to `otlp_endpoint` (0: none, see llmgw.gateway.tracing).
     """
 
     repo: str
@@ -123,6 +124,7 @@ class ControlConfig:
     recovery_grace: float = DEFAULT_GRACE
     otlp_endpoint: str | None = None
     tracer_provider: Any = None
+    request_sample_ratio: float = 0.0
 
 
 def check_listeners_free(listeners: dict[str, Listener]) -> None:
@@ -330,7 +332,9 @@ class ControlPlane:
                 self.admin_port = await nursery.start(serve_admin, self, admin.host, admin.port)
                 self.admin_url = f"http://{_url_host(admin.host)}:{self.admin_port}"
                 if self.config.gateway:
-                    self.gateway = Gateway(store, self.table, spool_dir=self.state_dir / "usage-spool")
+                    self.gateway = Gateway(store, self.table, spool_dir=self.state_dir / "usage-spool",
+                                           tracing=open_gateway_tracing(self.config.otlp_endpoint,
+                                                                        self.config.request_sample_ratio))
                     self.gateway.health_details = self._health_details
                     self.gateway_port = await nursery.start(self.gateway.serve, gateway.host, gateway.port)
                     self.gateway_url = f"http://{_url_host(gateway.host)}:{self.gateway_port}"
@@ -480,7 +484,10 @@ class ControlPlane:
             message.fingerprint = action.engine
             body = {"agent_settings": message}
         elif action.kind in (ActionKind.START, ActionKind.RESTART):
-            body = {"start_shard": start_shard(action, settings, self.replica_key, self.secrets.require)}
+            command = start_shard(action, settings, self.replica_key, self.secrets.require)
+            if self.tracing is not None:  # the agent's spans continue the replica start's trace
+                command.traceparent = self.tracing.traceparent(action.node_id, action.shard_id)
+            body = {"start_shard": command}
         elif action.kind is ActionKind.STOP:
             body = {"stop_shard": stop_shard(action, settings)}
         elif action.kind is ActionKind.INSTALL:

@@ -8,9 +8,10 @@ an old value is never shown as if it were current.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields
 
 from llmgw.tools.devices import GpuSample
+from llmgw.tools.engine_metrics import EngineLoad
 
 READING_MAX_AGE = 60.0
 """Seconds after which a node's readings are absent, never repeated (issue 9: "older than 60 s is absent")."""
@@ -18,11 +19,13 @@ READING_MAX_AGE = 60.0
 
 @dataclass(frozen=True)
 class ShardReading:
-    """One shard's process group: CPU cores used over the last period and resident memory (bytes)."""
+    """One shard's process group: CPU cores used over the last period and resident memory (bytes); `engine` the
+    engine's own load from its /metrics (None: not read, see llmgw.agent.engine_load)."""
 
     shard_id: str
     cpu_cores_used: float | None = None
     resident_memory_bytes: int | None = None
+    engine: EngineLoad | None = None
 
 
 @dataclass(frozen=True)
@@ -67,5 +70,7 @@ class NodeReadings:
             "disk_free_bytes": self.disk_free_bytes,
             "gpus": [gpu.to_json() for gpu in self.gpus],
             "shards": {s.shard_id: {"cpu_cores_used": s.cpu_cores_used,
-                                    "resident_memory_bytes": s.resident_memory_bytes} for s in self.shards},
+                                    "resident_memory_bytes": s.resident_memory_bytes,
+                                    "engine": asdict(s.engine) if s.engine is not None else None}
+                       for s in self.shards},
         }

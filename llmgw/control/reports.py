@@ -15,6 +15,7 @@ from llmgw.control.registry import ShardDetail
 from llmgw.identity import ShardState
 from llmgw.plan.types import Fleet, GpuState, NodeState, ObservedShard
 from llmgw.settings.model import Settings
+from llmgw.tools.engine_metrics import LOAD_FIELDS, EngineLoad
 
 _STATES = {s.value: s for s in ShardState}
 
@@ -95,7 +96,8 @@ def readings_from_heartbeat(beat, now: float) -> NodeReadings:
         for g in beat.gpus
     )
     shards = tuple(
-        ShardReading(s.shard_id, _optional(s, "cpu_cores_used"), _optional(s, "resident_memory_bytes"))
+        ShardReading(s.shard_id, _optional(s, "cpu_cores_used"), _optional(s, "resident_memory_bytes"),
+                     _engine_load(s.engine) if _has(s, "engine") else None)
         for s in beat.shards
     )
     taken = float(beat.sampled_at) if _has(beat, "sampled_at") else float(beat.time)
@@ -105,6 +107,11 @@ def readings_from_heartbeat(beat, now: float) -> NodeReadings:
         memory_available_bytes=_optional(beat, "memory_available_bytes"),
         disk_free_bytes=_optional(beat, "disk_free_bytes"), gpus=gpus, shards=shards,
     )
+
+
+def _engine_load(load) -> EngineLoad:
+    """An `EngineLoad` from a pb `EngineLoad` (unset fields: None)."""
+    return EngineLoad(**{name: _optional(load, name) for name in LOAD_FIELDS})
 
 
 def memory_thresholds(settings: Settings | None) -> tuple[int, ...]:

@@ -18,8 +18,8 @@ What is traced (span names and attributes):
   ("fetching", "starting", ...), and `llmgw.shard.state` at the end. Status OK when ready, ERROR when the shard
   failed (with its error), when the command failed, or when a later pass no longer plans it.
 
-Not traced yet: the agent's side (weights fetch, engine install, launch) needs the trace context in the wire's
-StartShard message, and the gateway's requests; see docs/observability.md.
+The StartShard sent for a traced start carries the span's W3C `traceparent` (`traceparent(node, shard)`), so
+the agent's spans (llmgw.agent.tracing: weights fetch, engine launch, readiness) are its children.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from llmgw.control.deciding import Decision, action_key
 from llmgw.control.state import ControlState
 from llmgw.identity import ShardState
 from llmgw.plan.types import ActionKind
+from llmgw.tracing import open_provider, traceparent_of
 
 TRACER_NAME = "llmgw.control"
 
@@ -50,15 +51,7 @@ def open_tracing(endpoint: str | None, *, service_name: str = "llmgw-control-pla
     `schedule_delay_seconds`: the longest a finished span waits before it is sent."""
     if not endpoint:
         return None
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-    from opentelemetry.sdk.resources import Resource
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor
-
-    provider = TracerProvider(resource=Resource.create({"service.name": service_name}))
-    exporter = OTLPSpanExporter(endpoint=endpoint.rstrip("/") + "/v1/traces")
-    provider.add_span_processor(BatchSpanProcessor(exporter, schedule_delay_millis=schedule_delay_seconds * 1000))
-    return StartTracing(provider)
+    return StartTracing(open_provider(endpoint, service_name, schedule_delay_seconds=schedule_delay_seconds))
 
 
 class StartTracing:
@@ -107,6 +100,12 @@ class StartTracing:
                     "llmgw.shard": shard_id, "llmgw.action": action.kind.value, "llmgw.reason": action.reason,
                 })
                 self._open[(node_id, shard_id)] = _Open(span, node_id, shard_id)
+
+    def traceparent(self, node_id: str, shard_id: str) -> str:
+        """The W3C `traceparent` of the open "replica start" span of `shard_id` on `node_id`, for its StartShard;
+        "" when none is open (the start was not sent by a traced pass)."""
+        opened = self._open.get((node_id, shard_id))
+        return traceparent_of(opened.span) if opened is not None else ""
 
     def on_change(self, old: ControlState, new: ControlState) -> None:
         """Follow the open starts through the fleet of `new`: an event per shard state reported, the span's end

@@ -98,6 +98,19 @@ class MetricNames:
     prefix_cache_hits_total: str | None = None
     prefix_cache_queries_total: str | None = None
     all_names: tuple[str, ...] = ()
+    legacy: tuple[tuple[str, str], ...] = ()
+    """(field, name) pairs of older versions' names, tried after the field's own name."""
+
+    def candidates(self) -> dict[str, tuple[str, ...]]:
+        """{field: series names to try, newest first} for `llmgw.tools.engine_metrics.parse_engine_metrics`;
+        fields the engine has no series for are left out."""
+        out: dict[str, tuple[str, ...]] = {}
+        for field in ("requests_running", "requests_waiting", "prompt_tokens_total", "generation_tokens_total",
+                      "kv_cache_usage", "prefix_cache_hits_total", "prefix_cache_queries_total"):
+            names = tuple(n for n in (getattr(self, field), *(n for f, n in self.legacy if f == field)) if n)
+            if names:
+                out[field] = names
+        return out
 
 
 # Prefixes that wrap engine log lines: docker compose service names ("llm-1  | "), ISO or syslog time stamps,

@@ -35,6 +35,9 @@ METRICS = MetricNames(
         # before v0.10 (V0 engine): names kept so older installs still report
         "vllm:gpu_cache_usage_perc", "vllm:gpu_prefix_cache_queries_total", "vllm:gpu_prefix_cache_hits_total",
     ),
+    legacy=(("kv_cache_usage", "vllm:gpu_cache_usage_perc"),
+            ("prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total"),
+            ("prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total")),
 )
 
 

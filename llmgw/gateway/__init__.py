@@ -10,6 +10,7 @@ from llmgw.gateway.metrics import GatewayMetrics
 from llmgw.gateway.problems import ApiError
 from llmgw.gateway.routing import Balancer, choose_replica, prefix_key
 from llmgw.gateway.streaming import SseRelay
+from llmgw.gateway.tracing import GatewayTracing, open_gateway_tracing
 from llmgw.gateway.upstream import Timeouts, UpstreamFailure, UpstreamPool
 
 __all__ = [
@@ -17,11 +18,13 @@ __all__ = [
     "Balancer",
     "Gateway",
     "GatewayMetrics",
+    "GatewayTracing",
     "SseRelay",
     "Timeouts",
     "UpstreamFailure",
     "UpstreamPool",
     "choose_replica",
+    "open_gateway_tracing",
     "prefix_key",
     "serve_lifespan",
 ]

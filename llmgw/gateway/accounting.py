@@ -15,6 +15,7 @@ tokens (None = free).
 from __future__ import annotations
 
 import math
+import os
 import time
 import uuid
 from collections.abc import Mapping
@@ -103,6 +104,12 @@ def ratelimit_headers(headroom) -> list[tuple[bytes, bytes]]:
 STORE_RETRY_SECONDS = 2.0
 
 
+def new_request_id() -> str:
+    """A gateway request's id: "req_" + 32 hex digits (128 random bits), unique, so it keys the request's usage
+    record (`Settlement.entry_id`). os.urandom rather than uuid4: about 2 us instead of 9 us per request here."""
+    return "req_" + os.urandom(16).hex()
+
+
 def store_unavailable(what: str, error: LlmgwError) -> ApiError:
     """The 503 a request gets when the store cannot admit it: OpenAI's error object, `Retry-After` from the error's
     delay (at least STORE_RETRY_SECONDS)."""
@@ -156,15 +163,17 @@ class Accounting:
             self.boundary.last_error = str(error)
 
     async def settle(self, reservation: Reservation | None, actual_tokens: int | None, actual_cost: float,
-                     record: UsageRecord) -> bool:
+                     record: UsageRecord, request_id: str | None = None) -> bool:
         """Record `record` and close `reservation` (settled with `actual_tokens` and `actual_cost`, or released
         when `actual_tokens` is None), through the spool; True when the store committed it at once.
+        `request_id`: the request's unique id (`new_request_id`), kept as the record's idempotency id so
+        `llmgw usage --request ID` finds it (None: a fresh one).
 
         Never raises for a store failure: the usage is written, exactly once, when the store answers again, and
         the reservation's concurrency slots are freed then.
         """
         settlement = Settlement(
-            entry_id="stl_" + uuid.uuid4().hex, time=record.time,
+            entry_id=request_id or "stl_" + uuid.uuid4().hex, time=record.time,
             reservation_id=reservation.reservation_id if reservation is not None else None,
             has_slots=bool(reservation is not None and reservation.slots),
             actual_tokens=actual_tokens, actual_cost=actual_cost, usage=record, charges=charged(reservation))

@@ -37,6 +37,7 @@ from llmgw.gateway.accounting import (
     Accounting,
     cost_of,
     estimate_prompt_tokens,
+    new_request_id,
     ratelimit_headers,
 )
 from llmgw.gateway.asgi import (
@@ -60,6 +61,7 @@ from llmgw.gateway.proxying import (
 from llmgw.gateway.routing import Balancer, prefix_key
 from llmgw.gateway.routing_prefix import hashing_scheme, held_by_replica, prompt_blocks, tokenize_body
 from llmgw.gateway.tokenizing import engine_tokens
+from llmgw.gateway.tracing import GatewayTracing, RequestTrace
 from llmgw.gateway.upstream import Timeouts, UpstreamPool
 from llmgw.gateway.validation import parse_body, validate_request
 from llmgw.routes import BlockSnapshot, ModelRoute, ProjectPolicy, RouteTable
@@ -88,15 +90,23 @@ class Gateway:
     `set_table`). `registry`: a prometheus CollectorRegistry (None: a fresh one). `timeouts`: upstream timeouts.
     `key_cache_seconds`: an accepted API key is remembered (by SHA-256 of the key) that long, so a revocation
     takes effect within that time (default 2 s). `body_grace_seconds` and `body_min_bytes_per_second`: the request
-    body's read deadline and minimum rate (`asgi.read_body`). `asgi_app` is the ASGI callable for embedding.
+    body's read deadline and minimum rate (`asgi.read_body`). `tracing`: spans of sampled requests
+    (`llmgw.gateway.tracing`; None: off). `asgi_app` is the ASGI callable for embedding.
+
+    Every proxied request gets a unique id (`new_request_id`, "req_" + 32 hex digits), answered in the
+    `x-request-id` header (also on refusals), sent to the engine in the same header, and kept as the key of its
+    usage record: `llmgw usage --request ID` shows it. A client's own `x-request-id` is not used (it need not be
+    unique).
     """
 
     def __init__(self, store, table: RouteTable, *, registry=None, timeouts: Timeouts = Timeouts(),
                  spool_dir: str | Path | None = None, settle_wait: float = DEFAULT_SETTLE_WAIT,
                  health_interval: float = HEALTH_INTERVAL, key_cache_seconds: float = KEY_CACHE_SECONDS,
                  body_grace_seconds: float = BODY_GRACE_SECONDS,
-                 body_min_bytes_per_second: float = BODY_MIN_BYTES_PER_SECOND):
+                 body_min_bytes_per_second: float = BODY_MIN_BYTES_PER_SECOND,
+                 tracing: GatewayTracing | None = None):
         self.store = store
+        self.tracing = tracing
         self.accounting = Accounting(store, spool_dir, settle_wait=settle_wait)
         self.table = table
         self.blocks = BlockSnapshot()
@@ -171,6 +181,8 @@ class Gateway:
         finally:
             with trio.move_on_after(2, shield=True):
                 await self.pool.aclose()
+                if self.tracing is not None:
+                    await trio.to_thread.run_sync(self.tracing.shutdown)
             self.accounting.close()
 
     async def asgi_app(self, scope, receive, send) -> None:
@@ -182,11 +194,15 @@ class Gateway:
 
     async def _http(self, scope, receive, send) -> None:
         path, method = scope["path"], scope["method"]
+        request_id = trace = None
         try:
             if path in PROXIED:
+                request_id = new_request_id()
+                if self.tracing is not None:
+                    trace = self.tracing.begin(path, request_id, header_map(scope).get(b"traceparent"))
                 if method != "POST":
                     raise ApiError(405, f"{path} takes POST.", "invalid_request_error", "method_not_allowed")
-                await self._proxied(scope, receive, send, PROXIED[path])
+                await self._proxied(scope, receive, send, PROXIED[path], request_id, trace)
             elif path == "/v1/models" or path.startswith("/v1/models/"):
                 await self._models(scope, send, path[len("/v1/models/"):] if path != "/v1/models" else None)
             elif path in ("/health", "/healthz"):
@@ -196,9 +212,14 @@ class Gateway:
                 raise ApiError(404, f"There is no {method} {path} here; the API is under /v1.",
                                "invalid_request_error", "unknown_url")
         except ApiError as error:
-            await send_error(send, error)
+            if trace is not None:
+                trace.end(error.status)
+            await send_error(send, error, [(b"x-request-id", request_id.encode())] if request_id else None)
         except Disconnected:
             return
+        finally:
+            if trace is not None:  # a request that ended without a settlement (a disconnect while reading)
+                trace.end(STATUS_CLIENT_CLOSED)
 
     # ---- steps ----
     async def _authenticate(self, headers: dict[bytes, bytes]) -> ApiKey:
@@ -252,7 +273,8 @@ class Gateway:
             raise model_not_found(one)
         await send_json(send, 200, {"object": "list", "data": entries})
 
-    async def _proxied(self, scope, receive, send, upstream_path: str) -> None:
+    async def _proxied(self, scope, receive, send, upstream_path: str, request_id: str,
+                       trace: RequestTrace | None) -> None:
         started = time.perf_counter()
         headers = header_map(scope)
         key = await self._authenticate(headers)
@@ -260,7 +282,8 @@ class Gateway:
         table = self.table
         # a body that may be over 1 MiB is read holding the project's concurrency slots (`early_slots`)
         early = slot_quotas(policy.quotas) if body_may_be_big(headers) else ()
-        held = await self._reserve(key, policy, UNKNOWN_MODEL, early, 0, 0.0, started) if early else None
+        held = await self._reserve(key, policy, UNKNOWN_MODEL, early, 0, 0.0, started,
+                                   request_id) if early else None
         try:
             if held is None:
                 raw = await read_body(receive, headers, table.max_request_body_bytes,
@@ -291,8 +314,11 @@ class Gateway:
         elif not route.replicas:
             error = unavailable(f"No replica of model '{route.name}' is ready yet; retry in a few seconds.",
                                 "model_not_ready", NO_REPLICA_RETRY_SECONDS)
+        if trace is not None:
+            trace.request(route.name if route else UNKNOWN_MODEL, body, policy.name)
         if error is not None:
-            await self._refused(key, policy, route.name if route else UNKNOWN_MODEL, error.status, started)
+            await self._refused(key, policy, route.name if route else UNKNOWN_MODEL, error.status, started,
+                                request_id)
             raise error
         assert route is not None
         embeddings = upstream_path.endswith("embeddings")
@@ -303,9 +329,11 @@ class Gateway:
         reservation: Reservation | None = None
         if policy.quotas:
             reservation = await self._reserve(key, policy, route.name, policy.quotas, estimate,
-                                              cost_of(route, estimate, 0), started)
+                                              cost_of(route, estimate, 0), started, request_id)
+        if trace is not None:
+            trace.admitted(reservation is not None)
         await self._run(send, receive, key, policy, route, body, raw, upstream_path, reservation, prompt_estimate,
-                        started, overrides)
+                        started, overrides, request_id, trace)
 
     async def _read_holding(self, held: Reservation, receive, headers, limit: int) -> bytes:
         """`read_body`, renewing `held`'s slots meanwhile (a 10 MiB body may take longer than the slot TTL).
@@ -325,17 +353,17 @@ class Gateway:
         return raw
 
     async def _reserve(self, key: ApiKey, policy: ProjectPolicy, model: str, quotas, estimate: int, cost: float,
-                       started: float) -> Reservation:
+                       started: float, request_id: str) -> Reservation:
         """Reserve `quotas` for a request of `model`; a refusal is recorded and raised: 429 (a limit, with
         Retry-After and the x-ratelimit headers) or 503 (the store cannot take reservations now)."""
         try:
             decision = await self.accounting.reserve(quotas, estimate, cost, time.time())
         except ApiError as error:  # the store cannot take reservations now: 503, recorded through the spool
-            await self._refused(key, policy, model, error.status, started)
+            await self._refused(key, policy, model, error.status, started, request_id)
             raise
         if isinstance(decision, Rejection):
             self.metrics.quota_rejections.labels(policy.name, decision.limit_name).inc()
-            await self._refused(key, policy, model, 429, started)
+            await self._refused(key, policy, model, 429, started, request_id)
             raise ApiError(429, decision.message, "rate_limit_error" if decision.limit_name != "budget"
                            else "insufficient_quota", "rate_limit_exceeded" if decision.limit_name != "budget"
                            else "insufficient_quota",
@@ -345,12 +373,14 @@ class Gateway:
 
     async def _run(self, send, receive, key: ApiKey, policy: ProjectPolicy, route: ModelRoute, body: dict, raw: bytes,
                    upstream_path: str, reservation: Reservation | None, prompt_estimate: int, started: float,
-                   overrides: dict) -> None:
+                   overrides: dict, request_id: str, trace: RequestTrace | None) -> None:
         """Forward an admitted request; settle and record whatever happens (shielded from cancellation)."""
         stream = bool(body.get("stream")) and not upstream_path.endswith("embeddings")
         options = body.get("stream_options")
         include_usage = bool(options.get("include_usage")) if isinstance(options, dict) else False
-        extra_headers = ratelimit_headers(reservation.headroom) if reservation is not None else []
+        extra_headers = [(b"x-request-id", request_id.encode())]
+        if reservation is not None:
+            extra_headers.extend(ratelimit_headers(reservation.headroom))
         outcome = Outcome()
         settled = False
         requested = body["model"]
@@ -363,7 +393,8 @@ class Gateway:
                 return
             settled = True
             with trio.move_on_after(CLEANUP_SECONDS, shield=True):
-                await self._settle(key, policy, route, reservation, outcome, prompt_estimate, started)
+                await self._settle(key, policy, route, reservation, outcome, prompt_estimate, started, request_id,
+                                   trace)
 
         try:
             async with trio.open_nursery() as nursery:
@@ -375,10 +406,12 @@ class Gateway:
                     precise = await self._prompt_blocks(route, upstream_path, body, prompt_estimate)
                     try:
                         response = await open_upstream(self.pool, self.balancer, route, upstream_path, body, raw,
-                                                       stream, prefix, outcome, overrides, precise)
+                                                       stream, prefix, outcome, overrides, precise, request_id)
                     finally:
                         if outcome.routing:
                             self.metrics.child(self.metrics.routing_decisions, route.name, outcome.routing).inc()
+                    if trace is not None:
+                        trace.responded(outcome.replica)
                     try:
                         extra = [*extra_headers, (b"x-llmgw-replica", outcome.replica.replica_id.encode())]
                         if stream:
@@ -409,7 +442,8 @@ class Gateway:
             await self.accounting.renew(reservation, time.time())
 
     async def _settle(self, key: ApiKey, policy: ProjectPolicy, route: ModelRoute, reservation: Reservation | None,
-                      outcome: Outcome, prompt_estimate: int, started: float) -> None:
+                      outcome: Outcome, prompt_estimate: int, started: float, request_id: str,
+                      trace: RequestTrace | None) -> None:
         """Settle (or, when nothing reached an engine, release) the reservation and record the usage: one spooled
         settlement, one store transaction (see Accounting.settle)."""
         generated = outcome.completion_tokens if outcome.completion_tokens is not None else outcome.counted_chunks
@@ -426,7 +460,10 @@ class Gateway:
                              prompt_tokens=prompt, completion_tokens=generated, cached_tokens=outcome.cached_tokens,
                              ttft_seconds=outcome.ttft_seconds, duration_seconds=time.perf_counter() - started,
                              status=outcome.status, cost=cost)
-        await self.accounting.settle(reservation, prompt + generated if (prompt or generated) else None, cost, record)
+        await self.accounting.settle(reservation, prompt + generated if (prompt or generated) else None, cost, record,
+                                     request_id)
+        if trace is not None:
+            trace.end(outcome.status, record)
         labels = (route.name, policy.name)
         self._count(route.name, policy.name, outcome.status)
         self.metrics.child(self.metrics.duration, route.name).observe(record.duration_seconds)
@@ -437,13 +474,14 @@ class Gateway:
         if generated:
             self.metrics.child(self.metrics.completion_tokens, *labels).inc(generated)
 
-    async def _refused(self, key: ApiKey, policy: ProjectPolicy, model: str, status: int, started: float) -> None:
+    async def _refused(self, key: ApiKey, policy: ProjectPolicy, model: str, status: int, started: float,
+                       request_id: str) -> None:
         """Record a request refused before admission (403, 404, 429, 503): it consumed nothing."""
         self._count(model, policy.name, status)
         record = UsageRecord(project=policy.name, model=model, time=time.time(), key_id=key.key_id,
                              duration_seconds=time.perf_counter() - started, status=status)
         with trio.move_on_after(CLEANUP_SECONDS, shield=True):
-            await self.accounting.settle(None, None, 0.0, record)
+            await self.accounting.settle(None, None, 0.0, record, request_id)
 
     def _count(self, model: str, project: str, status: int) -> None:
         self.metrics.child(self.metrics.requests, model, project, str(status)).inc()

@@ -86,11 +86,13 @@ def upstream_body(body: dict, raw: bytes, replica: ReplicaRoute, stream: bool, c
 
 async def open_upstream(pool: UpstreamPool, balancer: Balancer, route: ModelRoute, path: str, body: dict, raw: bytes,
                         stream: bool, prefix: str | None, outcome: Outcome,
-                        overrides: Mapping | None = None, precise: PromptBlocks | None = None) -> UpstreamResponse:
+                        overrides: Mapping | None = None, precise: PromptBlocks | None = None,
+                        request_id: str = "") -> UpstreamResponse:
     """Send to a chosen replica, retrying once elsewhere on a failure before the first byte.
 
     The replica is chosen by `choose_by_blocks` when `precise` gives the prompt's blocks and what each replica
     holds, else by the balancer's approximate policy (`choose_replica`); `outcome.routing` says which decided.
+    `request_id`: the gateway's id of the request, sent to the engine as `x-request-id` ("": not sent).
 
     `overrides`: top-level fields to set in the forwarded body (see `upstream_body`). The replica stays counted as
     outstanding in `balancer` until the caller calls `balancer.finished(replica_id)` for `outcome.replica`.
@@ -120,6 +122,8 @@ async def open_upstream(pool: UpstreamPool, balancer: Balancer, route: ModelRout
                    (b"accept", EVENT_STREAM if stream else b"application/json")]
         if replica.replica_key:
             headers.append((b"authorization", b"Bearer " + replica.replica_key.encode()))
+        if request_id:
+            headers.append((b"x-request-id", request_id.encode()))
         payload = upstream_body(body, raw, replica, stream, route.name, overrides)
         balancer.started(replica.replica_id)
         try:

@@ -132,6 +132,9 @@ class Store(Protocol):
                      limit: int = 100) -> list[UsageRecord]:
         """The latest `limit` records, newest first."""
 
+    def usage_of_request(self, request_id: str) -> UsageRecord | None:
+        """The record of one gateway request (its `x-request-id`), or None when the store has none (yet)."""
+
     # -- leases ------------------------------------------------------------------------------------------------
     def acquire_lease(self, name: str, holder: str, ttl_seconds: float, now: float | None = None) -> int:
         """Take or renew the lease `name` for `holder` until now + ttl_seconds (unix seconds).

@@ -225,6 +225,10 @@ class SqlStore:
         with self._read() as conn:
             return usage_table.query_usage(conn, project, since, by)
 
+    def usage_of_request(self, request_id: str) -> UsageRecord | None:
+        with self._read() as conn:
+            return usage_table.usage_of_request(conn, request_id)
+
     def recent_usage(self, project: str | None = None, since: float | None = None,
                      limit: int = 100) -> list[UsageRecord]:
         with self._read() as conn:

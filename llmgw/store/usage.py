@@ -74,3 +74,13 @@ def list_usage(conn: SqlConnection, project: str | None, since: float | None, li
         (*params, limit),
     ).fetchall()
     return [UsageRecord(*row) for row in rows]
+
+
+def usage_of_request(conn: SqlConnection, request_id: str) -> UsageRecord | None:
+    """The usage record the gateway wrote for request `request_id` (the `x-request-id` it answered with, used as
+    the record's idempotency id), or None when there is none (an unknown id, or one still in a gateway's spool)."""
+    row = conn.execute(
+        "SELECT project, model, time, key_id, replica, node, prompt_tokens, completion_tokens, cached_tokens, "
+        "ttft_seconds, duration_seconds, status, cost FROM usage WHERE request_id = ?", (request_id,),
+    ).fetchone()
+    return None if row is None else UsageRecord(*row)

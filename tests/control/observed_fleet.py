@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+import httpx
 import trio
 
 from llmgw.agent import AgentConfig, run_agent
@@ -48,3 +49,12 @@ async def observed_fleet(tmp_path: Path, weights_mirror, fake_engine: Path,
         await wait_for(lambda: plane.snapshot().fleet.get("n1").readings is not None, 10, "n1 readings")
         yield plane
         nursery.cancel_scope.cancel()
+
+
+async def chat_once(plane: ControlPlane, client: httpx.AsyncClient) -> dict:
+    """One chat completion of "tiny" through the plane's gateway with a new key of project "demo"; its answer."""
+    _record, api_key = plane.store.create_api_key("demo")
+    reply = await client.post(f"{plane.gateway_url}/v1/chat/completions", headers={"Authorization": f"Bearer {api_key}"},
+                              json={"model": "tiny", "messages": [{"role": "user", "content": "hi"}]})
+    assert reply.status_code == 200, reply.text
+    return reply.json()

@@ -16,6 +16,7 @@ from llmgw.control.state import ControlState, PassRecord
 from llmgw.control.tallies import PASS_SECONDS_BUCKETS, Tallies
 from llmgw.identity import ShardState
 from llmgw.plan.types import GpuState, NodeState, ObservedShard
+from llmgw.tools.engine_metrics import EngineLoad
 
 
 def shard(shard_id: str, replica: str, state: ShardState, restarts: int = 0) -> ObservedShard:
@@ -101,3 +102,22 @@ def test_tallies_count_passes_by_outcome_their_duration_and_actions_by_outcome()
     assert found[("llmgw_control_pass_duration_seconds_count", frozenset())] == 2
     assert found[("llmgw_control_converged", frozenset())] == 0
     assert found[("llmgw_control_last_pass_timestamp_seconds", frozenset())] == 5.0
+
+
+def test_an_engines_own_load_is_exported_per_shard_and_what_it_does_not_publish_is_absent():
+    shards = (shard("big-0/0", "big-0", ShardState.READY), shard("big-1/0", "big-1", ShardState.READY))
+    base = record(shards=shards)
+    load = EngineLoad(requests_running=2.0, requests_waiting=5.0, kv_cache_usage=0.25, prompt_tokens_total=900.0,
+                      generation_tokens_total=80.0)
+    readings = replace(base.readings, shards=(ShardReading("big-0/0", 0.5, 1 << 30, load),
+                                              ShardReading("big-1/0", 0.5, 1 << 30)))  # not read: no engine load
+    found = scrape([replace(base, readings=readings)], 100.0)
+    labels = frozenset({("node", "g1"), ("model", "big"), ("replica", "big-0"), ("shard", "big-0/0")})
+    assert found[("llmgw_engine_requests_running", labels)] == 2
+    assert found[("llmgw_engine_requests_waiting", labels)] == 5
+    assert found[("llmgw_engine_kv_cache_usage_ratio", labels)] == 0.25
+    assert found[("llmgw_engine_prompt_tokens_total", labels)] == 900
+    assert found[("llmgw_engine_generation_tokens_total", labels)] == 80
+    engine_series = [key for key in found if key[0].startswith("llmgw_engine_")]
+    assert len(engine_series) == 5  # big-1's engine was not read, big-0's publishes no prefix-cache counters
+    assert not [key for key in scrape([replace(base, readings=readings)], 161.0) if key[0].startswith("llmgw_engine")]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from .observed_fleet import observed_fleet
+from .observed_fleet import chat_once, observed_fleet
 from .prometheus_tools import promtool
 from .test_in_process_fleet import wait_for
 
@@ -28,12 +28,8 @@ async def test_one_scrape_shows_the_node_its_gpu_the_replica_the_passes_and_the_
     tmp_path, weights_mirror, fake_engine,
 ):
     async with observed_fleet(tmp_path, weights_mirror, fake_engine) as plane:
-        _record, api_key = plane.store.create_api_key("demo")
         async with httpx.AsyncClient(timeout=10) as client:
-            reply = await client.post(f"{plane.gateway_url}/v1/chat/completions",
-                                      headers={"Authorization": f"Bearer {api_key}"},
-                                      json={"model": "tiny", "messages": [{"role": "user", "content": "hi"}]})
-            assert reply.status_code == 200, reply.text
+            await chat_once(plane, client)
             assert (await client.get(f"{plane.gateway_url}/metrics")).status_code == 404
             assert (await client.get(f"{plane.admin_url}/metrics")).status_code == 401
             wrong = await client.get(f"{plane.admin_url}/metrics", headers={"Authorization": "Bearer nope"})

@@ -4,65 +4,20 @@ under it that ends when its node reports the shard ready. Off by default."""
 
 from __future__ import annotations
 
-import gzip
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+import sys
+from pathlib import Path
 
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
-    ExportTraceServiceRequest, ExportTraceServiceResponse,
-)
-from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
+import pytest
+from opentelemetry.proto.trace.v1.trace_pb2 import Status
 
 from llmgw.control import ControlConfig, ControlPlane
 
 from .observed_fleet import observed_fleet
+from .process_fleet import server_and_agent
+from .test_fleet_end_to_end import wait_for
 
-
-@contextmanager
-def otlp_receiver() -> Iterator[tuple[str, list[tuple[dict, Span]]]]:
-    """An OTLP/HTTP trace receiver on loopback: yields (endpoint, spans), each span with its resource's
-    attributes, appended as the exporter POSTs them to /v1/traces."""
-    spans: list[tuple[dict, Span]] = []
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self):  # noqa: N802 - http.server's name
-            body = self.rfile.read(int(self.headers["Content-Length"]))
-            if self.headers.get("Content-Encoding") == "gzip":
-                body = gzip.decompress(body)
-            request = ExportTraceServiceRequest.FromString(body)
-            assert self.path == "/v1/traces", self.path
-            for resource_spans in request.resource_spans:
-                resource = {a.key: a.value.string_value for a in resource_spans.resource.attributes}
-                for scope_spans in resource_spans.scope_spans:
-                    spans.extend((resource, span) for span in scope_spans.spans)
-            reply = ExportTraceServiceResponse().SerializeToString()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/x-protobuf")
-            self.send_header("Content-Length", str(len(reply)))
-            self.end_headers()
-            self.wfile.write(reply)
-
-        def log_message(self, *args):
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", spans
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
-def attributes(span: Span) -> dict:
-    out = {}
-    for attribute in span.attributes:
-        value = attribute.value
-        out[attribute.key] = getattr(value, value.WhichOneof("value"))
-    return out
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
+from otlp_receiver import attributes, otlp_receiver  # noqa: E402
 
 
 async def test_a_replica_start_is_a_span_from_its_placing_pass_until_the_node_reports_it_ready(
@@ -92,3 +47,36 @@ async def test_a_replica_start_is_a_span_from_its_placing_pass_until_the_node_re
 def test_tracing_is_off_unless_an_endpoint_is_given(tmp_path):
     plane = ControlPlane(ControlConfig(repo=str(tmp_path / "none.git"), state_dir=tmp_path / "state"))
     assert plane.tracing is None
+
+
+@pytest.mark.slow
+def test_a_replica_start_continues_on_the_node_in_one_trace_across_processes(tmp_path, weights_mirror, fake_engine):
+    """`llmgw server` and `llmgw agent` as separate processes, both pointed at the receiver: the agent's spans of
+    the start (weights fetch, engine launch, ready wait) are children of the control plane's "replica start"."""
+    with otlp_receiver() as (endpoint, spans):
+        with server_and_agent(tmp_path, weights_mirror, fake_engine, server_args=("--otlp-endpoint", endpoint),
+                              agent_args=("--otlp-endpoint", endpoint)):
+            # both export finished spans within 5 s (their batch processors' delay)
+            wanted = {"replica start", "shard start", "weights fetch", "engine launch", "engine ready wait"}
+            wait_for(lambda: wanted <= {s.name for _, s in spans}, 30, "the spans of both processes",
+                     lambda: sorted(s.name for _, s in spans))
+        by_name: dict[str, list] = {}
+        for resource, span in spans:
+            by_name.setdefault(span.name, []).append((resource, span))
+    (start,) = [s for _, s in by_name["replica start"] if attributes(s)["llmgw.replica"] == "tiny-0"]
+    (agent_resource, shard_start), = by_name["shard start"]
+    assert agent_resource["service.name"] == "llmgw-agent"
+    assert shard_start.trace_id == start.trace_id and shard_start.parent_span_id == start.span_id
+    assert attributes(shard_start)["llmgw.node"] == "n1" and attributes(shard_start)["llmgw.shard"] == "tiny-0/0"
+    assert shard_start.status.code == Status.STATUS_CODE_OK
+    steps = {}
+    for name in ("weights fetch", "engine launch", "engine ready wait"):
+        (_, step), = by_name[name]
+        assert step.trace_id == start.trace_id and step.parent_span_id == shard_start.span_id, name
+        assert step.status.code == Status.STATUS_CODE_OK, (name, step.status.message)
+        steps[name] = step
+    assert attributes(steps["weights fetch"])["llmgw.weights.files"] == 1
+    # in order, on the node, inside the control plane's span
+    assert (start.start_time_unix_nano <= steps["weights fetch"].start_time_unix_nano
+            <= steps["engine launch"].start_time_unix_nano <= steps["engine ready wait"].start_time_unix_nano
+            < steps["engine ready wait"].end_time_unix_nano <= shard_start.end_time_unix_nano)

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
+import sys
+from pathlib import Path
 
 import httpx
 import pytest
@@ -12,39 +13,18 @@ import trio
 
 from llmgw.engines import Launch, llamacpp
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
+from llama_server_process import free_port, running_llama_server, stop  # noqa: E402
+
 KEY = "sk-engine-test-7f3a"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.mark.slow
 async def test_real_llama_server_answers_with_its_key_and_refuses_without(llama_server_binary, gemma_gguf, tmp_path):
-    port = free_port()
-    launch = Launch(binary=llama_server_binary, model_path=gemma_gguf, port=port, threads=2, context_size=2048,
-                    served_name="gemma-3-270m", api_key=KEY,
-                    engine_args=("--no-jinja", "--chat-template", "gemma"))
-    argv, env = llamacpp.command_line(launch)
-    assert KEY not in " ".join(argv)
     log_path = tmp_path / "engine.log"
-    with log_path.open("wb") as log:
-        process = await trio.lowlevel.open_process(argv, env={**os.environ, **env}, stdout=log,
-                                                   stderr=subprocess.STDOUT)
-    try:
-        base = f"http://127.0.0.1:{port}"
-        async with httpx.AsyncClient(base_url=base, timeout=60) as client:
-            with trio.fail_after(60):
-                while True:
-                    assert process.poll() is None, log_path.read_text()
-                    try:
-                        if (await client.get(llamacpp.HEALTH_PATH)).status_code == 200:
-                            break
-                    except httpx.TransportError:
-                        pass
-                    await trio.sleep(0.2)
+    async with running_llama_server(llama_server_binary, gemma_gguf, log_path, api_key=KEY) as engine:
+        assert KEY not in " ".join(engine.argv)
+        async with httpx.AsyncClient(base_url=engine.base_url, timeout=60) as client:
             body = {"model": "gemma-3-270m", "messages": [{"role": "user", "content": "Count: one, two,"}],
                     "max_tokens": 8, "temperature": 0, "seed": 1}
             refused = await client.post("/v1/chat/completions", json=body)
@@ -68,12 +48,6 @@ async def test_real_llama_server_answers_with_its_key_and_refuses_without(llama_
             assert llamacpp.METRICS.requests_running in metrics
             exported = {line.split()[0] for line in metrics.splitlines() if line and not line.startswith("#")}
             assert exported <= set(llamacpp.METRICS.all_names)
-    finally:
-        process.terminate()
-        with trio.move_on_after(10, shield=True):
-            await process.wait()
-        if process.poll() is None:
-            process.kill()
     report = llamacpp.parse_startup_log(log_path.read_text(errors="replace").splitlines())
     assert report.ready and report.errors == ()
     assert llamacpp.startup_failure(report, expects_gpu=False) is None
@@ -94,11 +68,7 @@ async def test_gpu_shard_on_a_build_without_gpu_is_failed_from_its_startup_log(l
                 assert process.poll() is None, log_path.read_text()
                 await trio.sleep(0.1)
     finally:
-        process.terminate()
-        with trio.move_on_after(10, shield=True):
-            await process.wait()
-        if process.poll() is None:
-            process.kill()
+        await stop(process)
     report = llamacpp.parse_startup_log(log_path.read_text(errors="replace").splitlines())
     reason = llamacpp.startup_failure(report, expects_gpu=True)
     assert reason is not None and "found no usable GPU" in reason

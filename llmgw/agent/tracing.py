@@ -1,0 +1,120 @@
+"""OpenTelemetry traces of the agent's side of a replica start, continuing the control plane's trace.
+
+The control plane's StartShard carries the W3C `traceparent` of its "replica start" span (llmgw.control.tracing);
+the agent's spans are its children, so one trace runs from the pass that placed the replica down to the engine
+answering its health check on the node. A StartShard without one (the control plane does not trace) starts a
+trace of its own.
+
+Off by default and free when off: `open_agent_tracing(None, ...)` returns None and `NodeAgent` then uses
+`NO_TRACE`, whose steps do nothing and import nothing.
+
+    tracing = open_agent_tracing("http://collector:4318", node_id="gpu-7")
+    trace = tracing.begin(start_shard_message)
+    with trace.step("weights fetch"): ...
+    trace.end(error="")                      # OK; a non-empty error ends it with status ERROR
+
+Spans (names and attributes):
+- "shard start" (child of the control plane's "replica start"): `llmgw.node`, `llmgw.shard`, `llmgw.replica`,
+  `llmgw.model`, `llmgw.engine`, `llmgw.settings.commit`; ERROR with the reason when the start failed.
+- under it "weights fetch" (`llmgw.weights.files`), "engine launch" (building the command line and spawning the
+  process) and "engine ready wait" (from the spawn until the engine's health path answers 200). A step that
+  raises, or ends with an error, has status ERROR and the error as its description.
+Resource `service.name`: "llmgw-agent", plus `host.name` = the node id.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from llmgw.tracing import context_from_traceparent, open_provider
+from llmgw.wire import pb
+
+TRACER_NAME = "llmgw.agent"
+
+
+def open_agent_tracing(endpoint: str | None, node_id: str, *,
+                       schedule_delay_seconds: float = 5.0) -> AgentTracing | None:
+    """An `AgentTracing` exporting to the OTLP/HTTP collector at `endpoint` ("http://host:4318"), or None when
+    `endpoint` is None or empty (off; nothing of OpenTelemetry is imported). `schedule_delay_seconds`: the
+    longest a finished span waits before it is sent."""
+    if not endpoint:
+        return None
+    provider = open_provider(endpoint, "llmgw-agent", schedule_delay_seconds=schedule_delay_seconds)
+    return AgentTracing(provider, node_id)
+
+
+class AgentTracing:
+    """Makes a `ShardTrace` per StartShard with `provider` (an opentelemetry-sdk TracerProvider). `shutdown()`
+    sends what is buffered (blocks up to the exporter's timeout: call it from a thread)."""
+
+    def __init__(self, provider: Any, node_id: str):
+        self.provider = provider
+        self.node_id = node_id
+        self._tracer = provider.get_tracer(TRACER_NAME)
+
+    def begin(self, command: pb.StartShard) -> ShardTrace:
+        """Open the "shard start" span of `command`, a child of its `traceparent` (a new trace when empty)."""
+        span = self._tracer.start_span("shard start", context=context_from_traceparent(command.traceparent),
+                                       attributes={
+            "llmgw.node": self.node_id, "llmgw.shard": command.shard_id, "llmgw.replica": command.replica_id,
+            "llmgw.model": command.model, "llmgw.engine": f"{command.engine}@{command.engine_version}",
+            "llmgw.settings.commit": command.settings_commit,
+        })
+        return ShardTrace(self._tracer, span)
+
+    def shutdown(self) -> None:
+        self.provider.shutdown()
+
+
+class ShardTrace:
+    """The spans of one shard's start: `step(name)` around each stage, `end(error)` once."""
+
+    def __init__(self, tracer: Any, span: Any):
+        self._tracer = tracer
+        self._span = span
+        self._ended = False
+
+    @contextmanager
+    def step(self, name: str, **attributes: Any) -> Iterator[Any]:
+        """A child span around the block; yields a `fail(error)` callable that ends the step with status ERROR.
+        An exception (cancellation included) escaping the block ends it with ERROR and is re-raised."""
+        from opentelemetry import trace
+        from opentelemetry.trace import Status, StatusCode
+
+        span = self._tracer.start_span(name, context=trace.set_span_in_context(self._span),
+                                       attributes={f"llmgw.{k.replace('_', '.')}": v for k, v in attributes.items()})
+        failed: list[str] = []
+        try:
+            yield failed.append
+        except BaseException as exc:
+            span.set_status(Status(StatusCode.ERROR, str(exc) or type(exc).__name__))
+            span.end()
+            raise
+        span.set_status(Status(StatusCode.ERROR, failed[0]) if failed else Status(StatusCode.OK))
+        span.end()
+
+    def end(self, error: str = "") -> None:
+        """End "shard start": OK, or ERROR with `error`. Later calls do nothing."""
+        if self._ended:
+            return
+        from opentelemetry.trace import Status, StatusCode
+
+        self._ended = True
+        self._span.set_status(Status(StatusCode.ERROR, error) if error else Status(StatusCode.OK))
+        self._span.end()
+
+
+class _NoTrace:
+    """What `NodeAgent` uses when tracing is off: every step is a no-op."""
+
+    @contextmanager
+    def step(self, name: str, **attributes: Any) -> Iterator[Any]:
+        yield lambda error: None
+
+    def end(self, error: str = "") -> None:
+        pass
+
+
+NO_TRACE: Any = _NoTrace()

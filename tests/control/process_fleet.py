@@ -1,0 +1,45 @@
+"""`llmgw server` and one `llmgw agent` ("n1", running the llama-server stand-in) as separate processes, serving
+replica tiny-0 of the test settings: what the tests that follow a request or a start across processes run."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+
+from llmgw.settings import init_repository
+
+from .conftest import write_seed
+from .test_fleet_end_to_end import Fleet, wait_for
+
+
+@contextmanager
+def server_and_agent(tmp_path: Path, weights_mirror, fake_engine: Path, *, server_args: tuple[str, ...] = (),
+                     agent_args: tuple[str, ...] = ()) -> Iterator[tuple[httpx.Client, Path]]:
+    """Start both (the server with its gateway, admin and agents listeners on free loopback ports, plus
+    `server_args`; the agent plus `agent_args`), wait until tiny-0 is ready, yield (admin API client, state
+    directory); stop both with SIGTERM on exit (so they flush what they buffer)."""
+    mirror, sha = weights_mirror
+    repo = tmp_path / "settings.git"
+    init_repository(repo, write_seed(tmp_path / "seed", sha))
+    state = tmp_path / "state"
+    fleet = Fleet(tmp_path)
+    try:
+        fleet.spawn("server", "server", "--repo", str(repo), "--state", str(state), "--gateway", "127.0.0.1:0",
+                    "--admin", "127.0.0.1:0", "--agents", "127.0.0.1:0", *server_args)
+        wait_for(lambda: (state / "admin-url").is_file() and (state / "admin-token").is_file(), 30, "the server",
+                 lambda: (tmp_path / "server.log").read_text())
+        admin = httpx.Client(base_url=(state / "admin-url").read_text().strip(), timeout=10, headers={
+            "Authorization": f"Bearer {(state / 'admin-token').read_text().strip()}"})
+        plane = wait_for(lambda: admin.get("/api/v1/status").json()["control_plane"], 30, "the admin API")
+        fleet.spawn("n1", "agent", "--control-plane", f"127.0.0.1:{plane['agents_port']}", "--node-id", "n1",
+                    "--state-dir", str(tmp_path / "n1"), "--mirror", str(mirror), "--heartbeat-interval", "200ms",
+                    "--insecure", "--engine-binary", f"llama.cpp@b11434={fake_engine}", "--stop-shards-on-exit",
+                    *agent_args)
+        wait_for(lambda: admin.get("/api/v1/status").json()["replicas"]["tiny-0"]["state"] == "ready", 60,
+                 "tiny-0 ready", lambda: admin.get("/api/v1/status").text)
+        yield admin, state
+    finally:
+        fleet.stop()

