@@ -12,7 +12,9 @@ import httpx
 from llmgw.settings import init_repository
 
 from .conftest import write_seed
-from .test_fleet_end_to_end import Fleet, wait_for
+from support.llmgw_processes import LlmgwProcesses
+
+from .test_fleet_end_to_end import wait_for
 
 
 @contextmanager
@@ -25,7 +27,7 @@ def server_and_agent(tmp_path: Path, weights_mirror, fake_engine: Path, *, serve
     repo = tmp_path / "settings.git"
     init_repository(repo, write_seed(tmp_path / "seed", sha))
     state = tmp_path / "state"
-    fleet = Fleet(tmp_path)
+    fleet = LlmgwProcesses(tmp_path)
     try:
         fleet.spawn("server", "server", "--repo", str(repo), "--state", str(state), "--gateway", "127.0.0.1:0",
                     "--admin", "127.0.0.1:0", "--agents", "127.0.0.1:0", *server_args)
