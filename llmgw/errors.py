@@ -47,6 +47,8 @@ class Issue:
             where += f":{self.line}:{self.column}" if self.column else f":{self.line}"
         key = f" {self.key_path}:" if self.key_path else ""
         prefix = "warning: " if self.severity == "warning" else ""
+        if not where:  # a sentence that names its own file (e.g. one relayed by the admin API)
+            return f"{key.strip()} {prefix}{self.message}".lstrip()
         return f"{where}:{key} {prefix}{self.message}"
 
 

@@ -14,6 +14,7 @@ import re
 import time
 from collections.abc import Callable
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import TypeVar
 
 import click
@@ -141,6 +142,7 @@ def keys_create(ctx: click.Context, project: str, name: str | None, expires: str
         raise UsageError(f"--expires {expires} is in the past; give a later date or a duration such as 30d.")
     key, plaintext = with_store(ctx, lambda store: store.create_api_key(project, name=name, expires_at=expires_at,
                                                                          now=now))
+    _warn_unknown_project(ctx, project)
     if as_json:
         click.echo(json.dumps({**_key_json(key, now), "key": plaintext}))
         return
@@ -148,6 +150,27 @@ def keys_create(ctx: click.Context, project: str, name: str | None, expires: str
     click.echo(f"Created {key.key_id} for project {project}"
                + (f", expires {format_moment(expires_at)}" if expires_at else "")
                + ". This is the only time the key is shown: store it now.", err=True)
+
+
+def _warn_unknown_project(ctx: click.Context, project: str) -> None:
+    """Warn (stderr) when the settings in the state directory (`<state>/settings.git`, as `llmgw up` and
+    `llmgw server` keep them) have no project `project`: its keys get 403 until projects.yaml names it. Settings
+    elsewhere, or none readable, are not checked."""
+    from llmgw.errors import SettingsError
+    from llmgw.settings import load_commit
+
+    options = ctx.find_root().meta.get("llmgw.store_options") or {}
+    repo = Path(options.get("state") or ".state") / "settings.git"
+    if not repo.is_dir():
+        return
+    try:
+        projects = load_commit(repo).projects
+    except SettingsError:
+        return
+    if project not in projects:
+        known = ", ".join(sorted(projects)) or "none"
+        click.echo(f"warning: projects.yaml of {repo} has no project {project!r} (it has: {known}); requests with "
+                   "this key are refused (403) until the project is added there.", err=True)
 
 
 @keys_group.command("list")
@@ -254,8 +277,21 @@ def _show_request(ctx: click.Context, request_id: str, as_json: bool) -> None:
         return
     table = Table("field", "value")
     for name, value in doc.items():
-        table.add_row(name, "" if value is None else str(value))
+        table.add_row(name, _request_field(name, value))
     _console().print(table)
+
+
+def _request_field(name: str, value: object) -> str:
+    """One field of `llmgw usage --request` for a person: cost as `format_cost`, seconds as ms or s."""
+    if value is None:
+        return ""
+    if name == "cost":
+        return format_cost(float(value))
+    if name == "ttft_seconds":
+        return f"{float(value) * 1000:.0f} ms"
+    if name == "duration_seconds":
+        return f"{float(value):.2f} s"
+    return str(value)
 
 
 def register(group: click.Group) -> None:

@@ -101,7 +101,7 @@ def render_status(doc: dict[str, Any]) -> list[str]:
              + ("  SERVING STOPPED" if settings.get("serving_stopped") else "")]
     for key, title in (("cordoned", "cordoned"), ("drained", "drained"), ("lent", "lent to Slurm")):
         if settings.get(key):
-            lines.append(f"nodes       {title}: {', '.join(settings[key])}")
+            lines.append(f"kept off    {title}: {', '.join(settings[key])}")
     for name, title in (("bad", "NOT APPLIED (does not validate)"), ("held", "HELD BACK")):
         rejected = settings.get(name)
         if rejected:

@@ -35,7 +35,11 @@ def _verb(verb: str):
         answer = client.post(f"/api/v1/nodes/{node}/{verb}", {"author_name": name, "author_email": email})
         if as_json:
             _print_json(answer)
-        elif not answer.get("changed", True):
+            return
+        if not answer.get("known", True):
+            click.echo(f"warning: the control plane knows no node {node!r} (`llmgw nodes` lists them); the settings "
+                       "say it all the same, for when such a node joins.", err=True)
+        if not answer.get("changed", True):
             click.echo(f"{node} was already {_SAYS[verb].split(':')[0]}: nothing to commit "
                        f"(settings at {_short(answer['commit'])})")
         else:

@@ -265,8 +265,9 @@ class AdminApp:
             body = _json_body(await _read_body(receive))
             done = await plane.node_verb(verb, node, body_text(body, "author_name", "llmgw operator"),
                                          body_text(body, "author_email", "operator@llmgw.invalid"))
+            known = plane.snapshot().fleet.get(node) is not None
             return await _send_json(send, 200, {"commit": done.commit, "changed": done.changed, "node": node,
-                                                "verb": verb})
+                                                "verb": verb, "known": known})
         if method == "POST" and path == "/api/v1/join-tokens":
             body = _json_body(await _read_body(receive))
             ttl = body_number(body, "ttl_seconds", 3600.0, 0.0, MAX_JOIN_TOKEN_TTL)

@@ -704,8 +704,14 @@ class ControlPlane:
     async def logs(self, node_id: str, shard_id: str, lines: int) -> list[str]:
         """The last `lines` log lines of `shard_id` ("" for the agent's own) on `node_id`.
 
-        Raises: UsageError for an unknown or disconnected node; TemporaryError when it does not answer.
+        Raises: UsageError for an unknown or disconnected node, or a shard the node does not report;
+        TemporaryError when it does not answer.
         """
+        record = self.snapshot().fleet.get(node_id)
+        if shard_id and record is not None and shard_id not in {s.shard_id for s in record.state.shards}:
+            known = ", ".join(sorted(s.shard_id for s in record.state.shards)) or "none"
+            raise UsageError(f"node {node_id!r} reports no shard {shard_id!r} (its shards: {known}); leave out "
+                             "--shard for the agent's own log.")
         return await self.agents.logs(node_id, shard_id, lines)
 
 

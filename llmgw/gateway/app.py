@@ -251,8 +251,8 @@ class Gateway:
     def _policy(self, key: ApiKey) -> ProjectPolicy:
         policy = self.table.projects.get(key.project)
         if policy is None:
-            raise forbidden(f"The project '{key.project}' of this API key is not in projects.yaml any more; "
-                            "ask your operator.", "project_unknown")
+            raise forbidden(f"The project '{key.project}' of this API key is not in projects.yaml (removed, or never "
+                            "added); ask your operator.", "project_unknown")
         return policy
 
     async def _models(self, scope, send, one: str | None) -> None:

@@ -187,7 +187,7 @@ class _Planner(Spanning, Placement):
             return f"model {shard.model} is not in the catalog"
         if model.endpoints:
             return f"model {shard.model} is served by external endpoints"
-        return f"model {shard.model} wants {model.replicas} replicas"
+        return f"model {shard.model} wants {model.replicas} replica{'' if model.replicas == 1 else 's'}"
 
     def judge(self, replica_id: str, model: Model, demand: Demand,
               shards: list[tuple[NodeState, ObservedShard]], taken: set[str]) -> Pending | None:

@@ -59,6 +59,8 @@ async def test_the_client_commands_drive_a_running_control_plane(tmp_path, setti
         assert "0 GPUs, 1 shard\n" in out  # not "1 shards"
         code, out, _ = await llmgw(plane, "replicas", "--json")
         assert "tiny-0" in json.loads(out)["replicas"]
+        code, out, err = await llmgw(plane, "logs", "n1", "--shard", "nope/0")
+        assert code == 1 and "node 'n1' reports no shard 'nope/0' (its shards: tiny-0/0)" in err
         code, out, err = await llmgw(plane, "logs", "n1", "--shard", "tiny-0/0", "--json")
         assert code == 0, err
         assert isinstance(json.loads(out)["lines"], list)

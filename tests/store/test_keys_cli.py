@@ -100,3 +100,28 @@ def test_an_expiry_in_the_past_is_refused(llmgw: click.Group, tmp_path: Path) ->
     result = CliRunner().invoke(llmgw, ["keys", "create", "--state", str(tmp_path), "--project", "chat",
                                         "--expires", "2001-01-01"])
     assert result.exit_code != 0 and "in the past" in str(result.exception)
+
+
+def test_a_key_for_a_project_the_settings_do_not_name_is_created_with_a_warning(llmgw: click.Group,
+                                                                                 tmp_path: Path) -> None:
+    # `llmgw up` keeps its settings in <state>/settings.git: a typo in --project is caught there
+    from llmgw.settings import init_repository
+
+    state = tmp_path / ".state"
+    init_repository(state / "settings.git", Path(__file__).resolve().parents[2] / "examples" / "cluster-repo")
+    result = CliRunner().invoke(llmgw, ["keys", "create", "--state", str(state), "--project", "nosuch"])
+    assert result.exit_code == 0 and result.stdout.startswith("sk-llmgw-")
+    assert "has no project 'nosuch' (it has: assistants, ci, demo)" in result.stderr and "refused (403)" in result.stderr
+    known = CliRunner().invoke(llmgw, ["keys", "create", "--state", str(state), "--project", "demo"])
+    assert known.exit_code == 0 and "warning" not in known.stderr
+
+
+def test_one_requests_usage_is_shown_with_its_cost_and_times_readable(llmgw: click.Group, tmp_path: Path) -> None:
+    store = open_store(tmp_path / "llmgw.sqlite3")
+    store.record_usage_once(UsageRecord("demo", "gemma", time.time(), key_id="key_1", prompt_tokens=8,
+                                        completion_tokens=8, ttft_seconds=0.1284, duration_seconds=1.408074000999477,
+                                        cost=9.600000000000001e-07), "req_" + "ab" * 16)
+    store.close()
+    table = run(llmgw, "usage", "--state", str(tmp_path), "--request", "req_" + "ab" * 16)
+    assert "0.00000096" in table and "128 ms" in table and "1.41 s" in table
+    assert "e-07" not in table and "1.408074" not in table
