@@ -107,6 +107,8 @@ class Gateway:
         self.health_interval = health_interval
         self._probe_slots = trio.CapacityLimiter(health_concurrency)
         self._probing: set[str] = set()  # replica ids whose probe runs now
+        self._replicas_of: RouteTable | None = None  # the table _replicas_by_id was built from
+        self._replicas_by_id: dict[str, ReplicaRoute] = {}
         # what GET /health adds to {"status": "ok"} (the control plane sets {"leader": bool}, and "status":
         # "recovering" while it learns its fleet back: then the answer is 503, see llmgw.control.recovering)
         self.health_details: Callable[[], dict[str, Any]] = dict
@@ -420,8 +422,11 @@ class Gateway:
 
     # ---- health ----
     def _replicas(self) -> dict[str, ReplicaRoute]:
-        """The routing table's replicas by id (a replica of several models once)."""
-        return {r.replica_id: r for route in self.table.models.values() for r in route.replicas}
+        """The routing table's replicas by id (a replica of several models once), built once per table."""
+        if self._replicas_of is not self.table:
+            self._replicas_by_id = {r.replica_id: r for route in self.table.models.values() for r in route.replicas}
+            self._replicas_of = self.table
+        return self._replicas_by_id
 
     async def check_health(self) -> None:
         """Probe every replica once, now (at most `health_concurrency` at a time), and return when all are done."""

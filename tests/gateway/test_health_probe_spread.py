@@ -106,3 +106,19 @@ async def test_check_health_probes_every_replica_now_within_the_limit(nursery, s
     assert sorted(r for _, r in engine.probes) == REPLICAS and engine.most_in_flight == 8
     assert trio.current_time() - started == pytest.approx(len(REPLICAS) / 8 * 1.0, abs=0.1)
     assert gateway.balancer.is_ejected("r03", trio.current_time())
+
+
+async def test_a_new_table_changes_which_replicas_are_probed(nursery, store, clock):
+    engine = HealthRecorder()
+    gateway = await _gateway(nursery, store, engine)
+    started = trio.current_time()
+    nursery.start_soon(gateway.watch_health)
+    await trio.sleep(2 * INTERVAL + 0.001)  # just after the second interval's schedule was made from the old table
+    port = gateway.table.models["gemma"].replicas[0].base_url.split(":")[2].split("/")[0]
+    gateway.set_table(make_table({"gemma": [replica(r, f"http://127.0.0.1:{port}/{r}") for r in ("r00", "new")]}))
+    engine.probes.clear()
+    # the rest of this interval (its schedule, replicas left out of the table skipped) and the next, up to just
+    # after the new replica's probe in it
+    await trio.sleep_until(started + 3 * INTERVAL + probe_phase("new", INTERVAL) + 0.01)
+    probed = [r for _, r in engine.probes]
+    assert set(probed) == {"r00", "new"} and probed.count("new") == 1
