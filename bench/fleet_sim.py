@@ -27,13 +27,15 @@ import trio
 
 from llmgw.errors import WireError
 from llmgw.wire import agent_message, connect, connecting, pb
+from llmgw.wire import grpc_link
 from llmgw.wire.grpc_link import open_aio_loop
 
 # Each simulated node gets its own TCP connection, as a real agent (one per machine) has. Without this, gRPC shares
 # one subchannel between every channel of a process to one address, and HTTP/2 caps the streams of a connection:
 # about 100 nodes per process stayed connected and the rest reconnected with CANCELLED in a loop (1,000 agents in 4
 # processes: 373 connected, 3,076 reconnects).
-connecting.AGENT_CHANNEL_OPTIONS = [*connecting.AGENT_CHANNEL_OPTIONS, ("grpc.use_local_subchannel_pool", 1)]
+_agent_channel_options = connecting.agent_channel_options
+connecting.agent_channel_options = lambda: [*_agent_channel_options(), ("grpc.use_local_subchannel_pool", 1)]
 
 ROOT = Path(__file__).resolve().parents[1]
 H200 = json.loads((ROOT / "tests/fixtures/nvidia-h200/nvml-dump.json").read_text())["devices"][0]
@@ -180,9 +182,7 @@ async def run_node(node: Node, address: str, interval: float, ready_after: float
 
 async def main(args: argparse.Namespace) -> None:
     if args.keepalive:  # an experiment: agents that ping less often than `llmgw agent` does
-        connecting.AGENT_CHANNEL_OPTIONS = [
-            *(o for o in connecting.AGENT_CHANNEL_OPTIONS if o[0] != "grpc.keepalive_time_ms"),
-            ("grpc.keepalive_time_ms", int(args.keepalive * 1000))]
+        grpc_link.AGENT_KEEPALIVE_SECONDS = args.keepalive
     nodes = [Node(f"sim{n:05d}", random.Random(n)) for n in range(args.first, args.first + args.count)]
     events = [trio.Event() for _ in nodes]
     async with open_aio_loop(), trio.open_nursery() as nursery:

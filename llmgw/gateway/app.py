@@ -47,6 +47,7 @@ from llmgw.gateway.asgi import (
 from llmgw.gateway.early_slots import body_may_be_big, slot_quotas
 from llmgw.gateway.limits import completion_limit, enforced_fields, limits_tokens
 from llmgw.gateway.metrics import GatewayMetrics
+from llmgw.gateway.probing import HEALTH_PROBE_CONCURRENCY, probe_schedule
 from llmgw.gateway.problems import (
     ApiError,
     bad_request,
@@ -64,7 +65,7 @@ from llmgw.gateway.tokenizing import engine_tokens
 from llmgw.gateway.tracing import GatewayTracing, RequestTrace
 from llmgw.gateway.upstream import Timeouts, UpstreamPool
 from llmgw.gateway.validation import parse_body, validate_request
-from llmgw.routes import BlockSnapshot, ModelRoute, ProjectPolicy, RouteTable
+from llmgw.routes import BlockSnapshot, ModelRoute, ProjectPolicy, ReplicaRoute, RouteTable
 from llmgw.store import ApiKey, Rejection, Reservation, UsageRecord
 
 PROXIED = {"/v1/chat/completions": "/v1/chat/completions", "/v1/completions": "/v1/completions",
@@ -101,7 +102,8 @@ class Gateway:
 
     def __init__(self, store, table: RouteTable, *, registry=None, timeouts: Timeouts = Timeouts(),
                  spool_dir: str | Path | None = None, settle_wait: float = DEFAULT_SETTLE_WAIT,
-                 health_interval: float = HEALTH_INTERVAL, key_cache_seconds: float = KEY_CACHE_SECONDS,
+                 health_interval: float = HEALTH_INTERVAL, health_concurrency: int = HEALTH_PROBE_CONCURRENCY,
+                 key_cache_seconds: float = KEY_CACHE_SECONDS,
                  body_grace_seconds: float = BODY_GRACE_SECONDS,
                  body_min_bytes_per_second: float = BODY_MIN_BYTES_PER_SECOND,
                  tracing: GatewayTracing | None = None):
@@ -118,6 +120,10 @@ class Gateway:
         self.body_min_bytes_per_second = body_min_bytes_per_second
         self._keys: dict[bytes, tuple[ApiKey, float]] = {}
         self.health_interval = health_interval
+        self._probe_slots = trio.CapacityLimiter(health_concurrency)
+        self._probing: set[str] = set()  # replica ids whose probe runs now
+        self._replicas_of: RouteTable | None = None  # the table _replicas_by_id was built from
+        self._replicas_by_id: dict[str, ReplicaRoute] = {}
         # what GET /health adds to {"status": "ok"} (the control plane sets {"leader": bool}, and "status":
         # "recovering" while it learns its fleet back: then the answer is 503, see llmgw.control.recovering)
         self.health_details: Callable[[], dict[str, Any]] = dict
@@ -154,8 +160,8 @@ class Gateway:
 
     # ---- serving ----
     async def serve(self, host: str, port: int, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
-        """Serve HTTP on hypercorn's trio worker until cancelled, health-checking replicas every
-        `health_interval` seconds. `task_status.started(bound_port)` (port 0 picks a free one)."""
+        """Serve HTTP on hypercorn's trio worker until cancelled, health-checking each replica every
+        `health_interval` seconds (`watch_health`). `task_status.started(bound_port)` (port 0 picks a free one)."""
         from hypercorn.config import Config
         from hypercorn.trio import serve
 
@@ -175,7 +181,7 @@ class Gateway:
         try:
             async with trio.open_nursery() as nursery:
                 binds = await nursery.start(lambda task_status: serve(self.asgi_app, config, task_status=task_status))
-                nursery.start_soon(self._health_loop)
+                nursery.start_soon(self.watch_health)
                 await nursery.start(self.accounting.run)
                 task_status.started(int(binds[0].rsplit(":", 1)[1]))
         finally:
@@ -487,15 +493,58 @@ class Gateway:
         self.metrics.child(self.metrics.requests, model, project, str(status)).inc()
 
     # ---- health ----
-    async def check_health(self) -> None:
-        """Probe every replica once (engines: GET /health; external endpoints: GET /v1/models with their key):
-        eject the failing ones for the balancer's cooldown, readmit the healthy ones."""
-        replicas = [r for route in self.table.models.values() for r in route.replicas]
-        async with trio.open_nursery() as nursery:
-            for replica in replicas:
-                nursery.start_soon(self._probe, replica)
+    def _replicas(self) -> dict[str, ReplicaRoute]:
+        """The routing table's replicas by id (a replica of several models once), built once per table."""
+        if self._replicas_of is not self.table:
+            self._replicas_by_id = {r.replica_id: r for route in self.table.models.values() for r in route.replicas}
+            self._replicas_of = self.table
+        return self._replicas_by_id
 
-    async def _probe(self, replica) -> None:
+    async def check_health(self) -> None:
+        """Probe every replica once, now (at most `health_concurrency` at a time), and return when all are done."""
+        async with trio.open_nursery() as nursery:
+            for replica in self._replicas().values():
+                nursery.start_soon(self._probe_in_slot, replica)
+
+    async def watch_health(self) -> None:
+        """Probe each replica once every `health_interval` seconds until cancelled, the first time one interval
+        after the start: each replica at its own phase of the interval (`probing.probe_phase`, from its id), at
+        most `health_concurrency` probes at once. A replica whose previous probe has not finished is not probed
+        again; one that joined the table during an interval is first probed in the next one. When probes fall
+        behind (every slot taken by replicas that do not answer), the next interval starts when the last probe of
+        this one has started, not earlier."""
+        interval = self.health_interval
+        start = trio.current_time() + interval
+        async with trio.open_nursery() as nursery:
+            while True:
+                await trio.sleep_until(start)
+                for offset, replica_id in probe_schedule(self._replicas(), interval):
+                    await trio.sleep_until(start + offset)
+                    replica = self._replicas().get(replica_id)  # still in the table now?
+                    if replica is None or replica_id in self._probing:
+                        continue
+                    slot = object()
+                    await self._probe_slots.acquire_on_behalf_of(slot)
+                    self._probing.add(replica_id)
+                    nursery.start_soon(self._probe_holding, replica, slot)
+                start = max(start + interval, trio.current_time())
+
+    async def _probe_in_slot(self, replica: ReplicaRoute) -> None:
+        slot = object()
+        await self._probe_slots.acquire_on_behalf_of(slot)
+        await self._probe_holding(replica, slot)
+
+    async def _probe_holding(self, replica: ReplicaRoute, slot: object) -> None:
+        try:
+            await self._probe(replica)
+        finally:
+            self._probing.discard(replica.replica_id)
+            self._probe_slots.release_on_behalf_of(slot)
+
+    async def _probe(self, replica: ReplicaRoute) -> None:
+        """GET /health of an engine (external endpoints: GET /v1/models with their key) within max(1 s, interval):
+        a 200 readmits the replica, anything else (another status, no answer, a failed connection) ejects it for
+        the balancer's cooldown."""
         from llmgw.gateway.upstream import UpstreamFailure
 
         path = "/v1/models" if replica.external else "/health"
@@ -515,11 +564,6 @@ class Gateway:
             self.balancer.readmit(replica.replica_id)
         else:
             self.balancer.eject(replica.replica_id, trio.current_time())
-
-    async def _health_loop(self) -> None:
-        while True:
-            await trio.sleep(self.health_interval)
-            await self.check_health()
 
 
 async def _watch_disconnect(receive, cancel_scope: trio.CancelScope, outcome: Outcome) -> None:

@@ -17,7 +17,7 @@ from llmgw.errors import WireError
 
 from . import agent_pb2 as pb
 from . import agent_pb2_grpc as pb_grpc
-from .grpc_link import AGENT_CHANNEL_OPTIONS, CHANNEL_OPTIONS, GrpcLink, describe_rpc_error, open_aio_loop
+from .grpc_link import CHANNEL_OPTIONS, GrpcLink, agent_channel_options, describe_rpc_error, open_aio_loop
 from .link import AgentLink
 from .messages import PROTOCOL_VERSION
 from .tls import ClientTls, make_key_and_csr
@@ -30,8 +30,8 @@ CLOSE_GRACE_SECONDS = 1.0
 async def _channel(address: str, tls: ClientTls | None) -> grpc.aio.Channel:
     """A grpc.aio channel; created on the asyncio side, since grpc.aio binds it to the running loop."""
     if tls is None:
-        return grpc.aio.insecure_channel(address, options=AGENT_CHANNEL_OPTIONS)
-    return grpc.aio.secure_channel(address, tls.credentials(), options=AGENT_CHANNEL_OPTIONS + tls.channel_options())
+        return grpc.aio.insecure_channel(address, options=agent_channel_options())
+    return grpc.aio.secure_channel(address, tls.credentials(), options=agent_channel_options() + tls.channel_options())
 
 
 def _unreachable(address: str, exc: BaseException, tls: ClientTls | None) -> WireError:

@@ -49,19 +49,50 @@ AGENT_KEEPALIVE_SECONDS = 2.0
 AGENT_KEEPALIVE_TIMEOUT_SECONDS = 3.0
 """The agent pings each control plane every 2 s and gives up on it when a ping goes unanswered 3 s: a control plane
 whose machine vanished (no RST, e.g. powered off or cut off) is noticed within about 5 s, not the kernel's
-15 minutes, and the agent's other control planes carry on."""
-AGENT_CHANNEL_OPTIONS: list[tuple[str, Any]] = [
-    *(option for option in CHANNEL_OPTIONS if not option[0].startswith("grpc.keepalive_")),
-    ("grpc.keepalive_time_ms", int(AGENT_KEEPALIVE_SECONDS * 1000)),
-    ("grpc.keepalive_timeout_ms", int(AGENT_KEEPALIVE_TIMEOUT_SECONDS * 1000)),
-    ("grpc.keepalive_permit_without_calls", 1),
-]
-SERVER_OPTIONS: list[tuple[str, Any]] = CHANNEL_OPTIONS + [
-    ("grpc.so_reuseport", 0),  # a second control plane on the same port must fail, not share it silently
-    ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
-    # agents ping every AGENT_KEEPALIVE_SECONDS: a stricter server would answer their pings with GOAWAY
-    ("grpc.http2.min_recv_ping_interval_without_data_ms", 1_000),
-]
+15 minutes, and the agent's other control planes carry on. Both ends' options are built from these two at call
+time (`agent_channel_options`, `server_options`), so changing them (tests, bench/fleet_sim.py) changes both. gRPC's
+client sends pings at most once a second whatever its keepalive time (chttp2), so values under 1 s act as 1 s."""
+
+
+def agent_channel_options() -> list[tuple[str, Any]]:
+    """The gRPC options of an agent's channel: CHANNEL_OPTIONS with a ping every AGENT_KEEPALIVE_SECONDS, given up
+    after AGENT_KEEPALIVE_TIMEOUT_SECONDS, also while no RPC is open (a list of (name, value) pairs, times in ms)."""
+    return [
+        *(option for option in CHANNEL_OPTIONS if not option[0].startswith("grpc.keepalive_")),
+        ("grpc.keepalive_time_ms", int(AGENT_KEEPALIVE_SECONDS * 1000)),
+        ("grpc.keepalive_timeout_ms", int(AGENT_KEEPALIVE_TIMEOUT_SECONDS * 1000)),
+        ("grpc.keepalive_permit_without_calls", 1),
+    ]
+
+
+def server_options() -> list[tuple[str, Any]]:
+    """The control plane's gRPC server options: CHANNEL_OPTIONS plus a ping policy that accepts the agents' keepalive
+    (a list of (name, value) pairs, times in ms).
+
+    gRPC's doc/keepalive.md (grpc/grpc): the server counts a "ping strike" for each ping that comes sooner than
+    `grpc.http2.min_ping_interval_without_data_ms` (GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, server
+    side, default 5 min) after the previous one while it sends no data or headers, and after
+    `grpc.http2.max_ping_strikes` (default 2; 0 accepts any number) closes the connection with GOAWAY
+    "too_many_pings" (the agent sees `UNAVAILABLE: Too many pings`); pings while no call is open count only with
+    `grpc.keepalive_permit_without_calls` 1 on both sides. "The client-side keepalive settings should also be in
+    agreement with the server-side settings."
+
+    Here: the minimum interval is half the agents' AGENT_KEEPALIVE_SECONDS (a ping held up behind a busy process
+    may come early), calls need not be open, and strikes never close a connection. A strike is only forgotten when
+    the server writes to that connection, and a control plane may send an agent nothing for minutes, so with any
+    finite limit a loaded server, which reads two pings of one agent at once now and then, would close the streams
+    of well-behaved agents in the end (1,000 agents: 5,237 streams closed in 150 s, docs/scale.md). The price: gRPC
+    does not cut off a connected peer that floods pings (each costs the server an acknowledgement); the port is
+    for agents, and with mutual TLS only nodes holding a certificate of the control plane's CA connect.
+    (Before: the minimum was 10 s with 2 strikes, so a stream the server did not write to for 8 s was closed.)
+    """
+    return [
+        *CHANNEL_OPTIONS,
+        ("grpc.so_reuseport", 0),  # a second control plane on the same port must fail, not share it silently
+        ("grpc.http2.min_ping_interval_without_data_ms", int(AGENT_KEEPALIVE_SECONDS * 1000) // 2),
+        ("grpc.http2.max_ping_strikes", 0),  # grpc.keepalive_permit_without_calls 1 comes with CHANNEL_OPTIONS
+    ]
+
 
 _CLOSE = object()
 

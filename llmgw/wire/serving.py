@@ -20,7 +20,7 @@ from llmgw.errors import LlmgwError, WireError
 
 from . import agent_pb2 as pb
 from . import agent_pb2_grpc as pb_grpc
-from .grpc_link import SERVER_OPTIONS, GrpcLink, open_aio_loop
+from .grpc_link import GrpcLink, open_aio_loop, server_options
 from .link import ControlLink
 from .messages import PROTOCOL_VERSION
 from .tls import REVOCATION_CHECK_SECONDS, CertificateExists, ServerTls
@@ -220,7 +220,7 @@ async def serve_agents(
         servicer = _Servicer(handler, None, loop, tls is not None, join)
 
         async def bind() -> tuple[grpc.aio.Server, int, int | None]:
-            server = grpc.aio.server(options=SERVER_OPTIONS)
+            server = grpc.aio.server(options=server_options())
             pb_grpc.add_ControlPlaneServicer_to_server(servicer, server)
             address = f"{host}:{port}"
             bound, bound_join = 0, None

@@ -68,16 +68,21 @@ class ReplayEngine:
         await send({"type": "http.response.body", "body": body})
 
     async def serve(self, host: str = "127.0.0.1", port: int = 0, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
-        from hypercorn.config import Config
-        from hypercorn.trio import serve
+        await serve_asgi(self, host, port, task_status=task_status)
 
-        config = Config()
-        config.bind = [f"{host}:{port}"]
-        config.accesslog = config.errorlog = None
-        config.loglevel = "ERROR"
-        async with trio.open_nursery() as nursery:
-            binds = await nursery.start(lambda task_status: serve(self, config, task_status=task_status))
-            task_status.started(int(binds[0].rsplit(":", 1)[1]))
+
+async def serve_asgi(app, host: str = "127.0.0.1", port: int = 0, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+    """Serve the ASGI callable `app` with hypercorn on trio until cancelled; `task_status.started(bound port)`."""
+    from hypercorn.config import Config
+    from hypercorn.trio import serve
+
+    config = Config()
+    config.bind = [f"{host}:{port}"]
+    config.accesslog = config.errorlog = None
+    config.loglevel = "ERROR"
+    async with trio.open_nursery() as nursery:
+        binds = await nursery.start(lambda task_status: serve(app, config, task_status=task_status))
+        task_status.started(int(binds[0].rsplit(":", 1)[1]))
 
 
 async def start_replay(nursery, engine: ReplayEngine) -> str:
@@ -118,5 +123,5 @@ async def start_gateway(nursery, store, table: RouteTable, **kwargs) -> tuple[Ga
 
 
 __all__ = ["FakeLlamaServer", "ModelRoute", "ProjectPolicy", "Quota", "ReplicaRoute", "ReplayEngine",
-           "RouteTable", "start_engine", "start_replay", "make_table", "replica", "start_gateway", "vllm_capture",
-           "ENGINE_KEY"]
+           "RouteTable", "serve_asgi", "start_engine", "start_replay", "make_table", "replica", "start_gateway",
+           "vllm_capture", "ENGINE_KEY"]
