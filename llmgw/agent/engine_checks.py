@@ -44,6 +44,9 @@ def find_broken_engines(config: AgentConfig) -> dict[str, str]:
             broken[key] = f"{binary} is missing"
             continue
         reason = check_installed(config.engines_path, home.name)
+        if reason and not binary.is_file():  # deleted while `--version` ran: say what the operator did
+            marker.unlink(missing_ok=True)
+            reason = f"{binary} is missing"
         if reason:
             broken[key] = reason
     for engine in python_env.PYTHON_ENGINES:
