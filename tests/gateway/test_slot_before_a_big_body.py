@@ -27,7 +27,8 @@ async def _status_of_small(client: httpx.AsyncClient) -> int:
     return (await client.post("/chat/completions", json=SMALL)).status_code
 
 
-async def _wait_for_status(client: httpx.AsyncClient, status: int, seconds: float = 5.0) -> None:
+async def _wait_for_status(client: httpx.AsyncClient, status: int, seconds: float = 30.0) -> None:
+    # a deadline for a loaded machine, not a timing claim: the status must come at all
     with trio.fail_after(seconds):
         while await _status_of_small(client) != status:
             await trio.sleep(0.05)
@@ -50,7 +51,7 @@ async def test_a_body_over_one_mebibyte_holds_the_projects_slot_before_it_is_rea
                                   b"\r\nauthorization: Bearer " + key.encode() + b"\r\ncontent-length: "
                                   + str(5 * EARLY_SLOT_BYTES).encode() + b"\r\n\r\n")
             answer = b""
-            with trio.fail_after(5):
+            with trio.fail_after(30):
                 while b"\r\n\r\n" not in answer:
                     answer += await second.receive_some(4096)
             assert answer.startswith(b"HTTP/1.1 429") and b"retry-after" in answer.lower()
