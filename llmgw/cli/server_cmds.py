@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from functools import wraps
@@ -254,8 +255,17 @@ def server_cmd(repo, branch, state_dir, store, secrets_dir, gateway_addr, admin_
         request_sample_ratio=request_sample_ratio,
     ))
 
+    stopped: list[str] = []  # the signal that stopped the server, when one did
+
+    async def stop_on_sigterm(scope: trio.CancelScope) -> None:
+        with trio.open_signal_receiver(signal.SIGTERM) as signals:
+            async for _ in signals:
+                stopped.append("SIGTERM")
+                scope.cancel()  # plane.run's exit writes the queued audit commits and releases the lease
+
     async def main() -> None:
         async with trio.open_nursery() as nursery:
+            nursery.start_soon(stop_on_sigterm, nursery.cancel_scope)
             await nursery.start(plane.run)
             click.echo(f"admin API    {plane.admin_url}   (token in {Path(state_dir) / 'admin-token'})", err=True)
             click.echo(f"console      {plane.admin_url}/console/   (log in with the admin token)", err=True)
@@ -274,6 +284,9 @@ def server_cmd(repo, branch, state_dir, store, secrets_dir, gateway_addr, admin_
         trio.run(main)
     except KeyboardInterrupt:
         click.echo("stopped", err=True)
+        return
+    if stopped:
+        click.echo(f"stopped ({stopped[0]}): queued audit commits written, leader lease released", err=True)
         return
     click.echo("restarting the control plane (`llmgw restart`)", err=True)
     sys.stderr.flush()
