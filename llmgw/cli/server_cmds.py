@@ -365,7 +365,7 @@ def history_cmd(client, as_json, limit):
     import time
 
     for entry in answer["entries"]:
-        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(entry.get("time", 0)))
+        when = time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(entry.get("time", 0)))
         subject = (entry.get("message") or "").splitlines()[0] if entry.get("message") else ""
         click.echo(f"{entry.get('commit', '')[:12]}  {when}  {subject}")
 

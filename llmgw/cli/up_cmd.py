@@ -82,7 +82,7 @@ def _prepare_demo(console: Console, cache: Path) -> tuple[Path, Path]:
     from llmgw.engines import demo
 
     with _Progress(console) as progress:
-        progress.update("preparing the llama.cpp engine (a first build takes several minutes)…", force=True)
+        progress.update("llama.cpp engine: reusing the cached build, or building it (several minutes the first time)…", force=True)
         binary = demo.ensure_llama_server(
             cache, progress=lambda fraction, text: progress.update(f"llama.cpp: {text} ({fraction:.0%})")
         )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import os
 import sys
 
@@ -82,6 +83,7 @@ async def test_the_client_commands_drive_a_running_control_plane(tmp_path, setti
         await plane.audit.flush(10)
         code, out, _ = await llmgw(plane, "history", "--limit", "50")
         assert code == 0 and "stop tiny-0/0 on n1" in out and "start tiny-0/0 on n1" in out
+        assert re.search(r"^[0-9a-f]{12}  \d{4}-\d\d-\d\d \d\d:\d\d:\d\d [A-Z+-][A-Za-z0-9+-]*  pass ", out, re.M), out
 
         code, _, err = await llmgw(plane, "status", token="wrong")
         assert code == 1 and "refused the token" in err
