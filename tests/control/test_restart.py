@@ -82,10 +82,10 @@ def test_llmgw_restart_brings_a_real_server_back_in_the_same_process(tmp_path, s
     import sys
     import time
 
-    from .test_fleet_end_to_end import Fleet
+    from support.llmgw_processes import LlmgwProcesses
 
     state = tmp_path / "state"
-    fleet = Fleet(tmp_path)
+    fleet = LlmgwProcesses(tmp_path)
     try:
         server = fleet.spawn("server", "server", "--repo", str(settings_repo), "--state", str(state),
                              "--gateway", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--agents", "127.0.0.1:0")
