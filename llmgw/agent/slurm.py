@@ -520,7 +520,9 @@ class SlurmKeeper:
                         state=job.state, elapsed_seconds=job.elapsed_seconds, cpus=job.cpus, gpus=job.gpus,
                         gpu_type=next(iter(job.gpu_types), "") if len(job.gpu_types) == 1 else "",
                         end_time=float(job.end) if job.end.isdigit() else 0.0)
-            for job in jobs if job.ended][-MAX_FINISHED:]
+            # a job slurmdbd has not completed yet (no partition: its start record is still on its way; seen for
+            # an `srun` of milliseconds) waits for a later read: each job is priced once, from its first report
+            for job in jobs if job.ended and job.partition][-MAX_FINISHED:]
 
     async def run(self, interval: float = CHECK_INTERVAL) -> None:
         """`check_node` and `read_finished_jobs` every `interval` seconds, until cancelled."""

@@ -110,7 +110,9 @@ async def test_lend_run_reclaim_and_bill_a_node_through_the_control_plane(tmp_pa
             assert slurm_cmd("sacct", "-n", "-X", "-j", job, "-o", "State").stdout.split() == ["COMPLETED"]
 
             await wait_for(lambda: any(r.group == "slurm/debug" and r.requests == 2
-                                       for r in plane.store.query_usage(by="model")), 30, "the jobs in usage")
+                                       for r in plane.store.query_usage(by="model")), 30, "the jobs in usage",
+                           lambda: {"usage": plane.store.query_usage(by="model"), "slurm": node_slurm(),
+                                    "sacct": slurm_cmd("sacct", "-a", "-P", "-X", "-o", "JobID,State,End").stdout})
             code, out, err = await llmgw(plane, "usage", "--state", str(tmp_path / "state"), "--by", "model")
             assert code == 0 and "slurm/debug" in out, out + err
             [row] = [r for r in plane.store.query_usage(by="model") if r.group == "slurm/debug"]
