@@ -161,35 +161,37 @@ class AdminApp:
         except LlmgwError as exc:
             await _send_json(send, 500, {"error": {"type": type(exc).__name__, "message": str(exc)}})
 
-    async def authorised(self, request, needed: str = SCOPE_ADMIN) -> bool:
-        """True when the request's bearer token may use a route of scope `needed` (one of TOKEN_SCOPES).
-
-        The control plane's own admin token passes every scope; a store token passes its own scope, and an admin
-        one every scope (`Store.check_token`, run in a worker thread). A checkpoint.
-        """
+    def _presented(self, request) -> bool | str:
+        """What the request's Authorization presents: True for the control plane's own admin token, else the bearer
+        token to look up in the store ("" when there is none to look up: no bearer token, or no store)."""
         headers = dict(request.get("headers") or [])
         authorization = headers.get(b"authorization", b"").decode("latin-1")
         if token_matches(self.plane.admin_token, authorization):
             return True
         scheme, _, token = authorization.partition(" ")
         token = token.strip()
-        if scheme.lower() != "bearer" or not token or self.plane.store is None:
-            return False
-        store = self.plane.store
-        return bool(await trio.to_thread.run_sync(store.check_token, token, needed))
+        if scheme.lower() != "bearer" or self.plane.store is None:
+            return ""
+        return token
+
+    async def authorised(self, request, needed: str = SCOPE_ADMIN) -> bool:
+        """True when the request's bearer token may use a route of scope `needed` (one of TOKEN_SCOPES).
+
+        The control plane's own admin token passes every scope; a store token passes its own scope, and an admin
+        one every scope (`Store.check_token`, run in a worker thread). A checkpoint.
+        """
+        presented = self._presented(request)
+        if presented is True or not presented:
+            return bool(presented)
+        return bool(await trio.to_thread.run_sync(self.plane.store.check_token, presented, needed))
 
     def authorised_for(self, scope, token_scope: str) -> bool:
         """`authorised` for callers that cannot await (the console's login form): the same check, with the store's
         token lookup (one indexed SQLite/PostgreSQL read, at a login) made on the calling thread."""
-        headers = dict(scope.get("headers") or [])
-        authorization = headers.get(b"authorization", b"").decode("latin-1")
-        if token_matches(self.plane.admin_token, authorization):
-            return True
-        scheme, _, token = authorization.partition(" ")
-        token = token.strip()
-        if scheme.lower() != "bearer" or not token or self.plane.store is None:
-            return False
-        return bool(self.plane.store.check_token(token, token_scope))
+        presented = self._presented(scope)
+        if presented is True or not presented:
+            return bool(presented)
+        return bool(self.plane.store.check_token(presented, token_scope))
 
     async def _metrics(self, scope, send) -> None:
         from llmgw.control.metrics import CONTENT_TYPE, METRICS_SCOPE, ControlCollector, render_metrics
