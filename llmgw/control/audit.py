@@ -193,7 +193,13 @@ def audit_snapshot(doc: Mapping[str, Any]) -> dict[str, Any]:
         snap["failures"] = [{k: v for k, v in f.items() if k != "retry_at"} for f in doc["failures"]]
     if "pass" in doc:
         snap["converged"] = doc["pass"]["converged"]
+    if "control_plane" in doc:  # the audit's own queue, a running apply and the recovery countdown are not changes
+        snap["control_plane"] = {k: v for k, v in doc["control_plane"].items() if k not in _PASSING}
     return snap
+
+
+_PASSING = ("audit_pending", "audit_error", "apply_running", "fleet", "load")
+"""Keys of the status document's `control_plane` that change on their own between passes (audit_snapshot)."""
 
 
 def dump_yaml(doc: Mapping[str, Any]) -> bytes:
