@@ -95,12 +95,15 @@ def counted(number: int, noun: str) -> str:
     return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
 
 
+_KEPT_OFF_TITLES = (("cordoned", "cordoned"), ("drained", "drained"), ("lent", "lent to Slurm"))
+
+
 def render_status(doc: dict[str, Any]) -> list[str]:
     """The status document as lines for a person."""
     settings = doc.get("settings", {})
     lines = [f"settings    {_short(settings.get('commit'))} in force (branch head {_short(settings.get('head'))})"
              + ("  SERVING STOPPED" if settings.get("serving_stopped") else "")]
-    for key, title in (("cordoned", "cordoned"), ("drained", "drained"), ("lent", "lent to Slurm")):
+    for key, title in _KEPT_OFF_TITLES:
         if settings.get(key):
             lines.append(f"kept off    {title}: {', '.join(settings[key])}")
     for name, title in (("bad", "NOT APPLIED (does not validate)"), ("held", "HELD BACK")):
@@ -436,9 +439,12 @@ def nodes_cmd(client, as_json):
     if as_json:
         _print_json(answer)
         return
+    kept_off = {node_id: [title for key, title in _KEPT_OFF_TITLES if node_id in answer.get(key, ())]
+                for node_id in answer["nodes"]}
     for node_id, node in answer["nodes"].items():
+        marks = "".join(f"  ({title})" for title in kept_off[node_id])
         click.echo(f"{node_id:<20} {node['state']:<12} {node['address']:<15} {node['cpu_cores']:g} cores  "
-                   f"{counted(node['gpus'], 'GPU')}  engines: {', '.join(node['engines']) or 'none'}")
+                   f"{counted(node['gpus'], 'GPU')}  engines: {', '.join(node['engines']) or 'none'}{marks}")
         for shard_id, shard in node["shards"].items():
             extra = f"  {shard['error']}" if shard.get("error") else ""
             foreign = " (not started by llmgw)" if shard.get("foreign") else ""

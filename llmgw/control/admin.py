@@ -53,6 +53,7 @@ from llmgw.control.admin_inputs import (
     check_query_names,
     query_int,
 )
+from llmgw.control.audit import KEPT_OFF
 from llmgw.control.keys import token_matches, webhook_signature_valid
 from llmgw.control.view import ControlView
 from llmgw.errors import LlmgwError, SettingsError, TemporaryError, UsageError
@@ -237,7 +238,9 @@ class AdminApp:
         if method == "GET" and path == "/api/v1/status":
             return await _send_json(send, 200, plane.status())
         if method == "GET" and path == "/api/v1/nodes":
-            return await _send_json(send, 200, {"nodes": plane.status()["nodes"]})
+            doc = plane.status()
+            return await _send_json(send, 200, {"nodes": doc["nodes"], **{
+                key: doc["settings"].get(key, []) for key in KEPT_OFF}})
         if method == "GET" and path == "/api/v1/replicas":
             doc = plane.status()
             return await _send_json(send, 200, {"replicas": doc["replicas"],

@@ -44,6 +44,11 @@ Fence = Callable[[], Awaitable[int]]
 May raise (StoreError, TemporaryError): the write then waits and asks again, like a failed write."""
 
 
+KEPT_OFF = ("cordoned", "drained", "lent")
+"""The status document's `settings` keys naming nodes the settings keep replicas off (llmgw.plan.cordons):
+cordoned (no new replica), drained (replicas placed elsewhere, then stopped), lent to Slurm."""
+
+
 def node_documents(records: tuple[NodeRecord, ...]) -> dict[str, Any]:
     """Per node: connection state, address, engines, and its shards with state, settings commit and errors."""
     nodes: dict[str, Any] = {}

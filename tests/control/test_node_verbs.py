@@ -42,6 +42,8 @@ async def test_node_verbs_are_commits_and_a_lent_node_gives_up_its_replica(tmp_p
         assert code == 0 and "n1 drained" in out, err
         head = pygit2.Repository(str(repo)).references["refs/heads/main"].peel(pygit2.Commit)
         assert head.message == "llmgw node drain n1\n" and head.author.name == "Ada"
+        code, out, _ = await llmgw(plane, "nodes")
+        assert code == 0 and out.splitlines()[0].startswith("n1") and out.splitlines()[0].endswith("(drained)"), out
         code, out, _ = await llmgw(plane, "plan")
         assert "drained" in out  # no room elsewhere: the replica keeps serving, and the plan says why
         replica = plane.status()["replicas"]["tiny-0"]
@@ -60,6 +62,8 @@ async def test_node_verbs_are_commits_and_a_lent_node_gives_up_its_replica(tmp_p
 
         code, out, _ = await llmgw(plane, "status")
         assert "lent to Slurm: n1" in out
+        code, out, _ = await llmgw(plane, "nodes")
+        assert out.splitlines()[0].endswith("(lent to Slurm)") and "drained" not in out, out
         code, out, err = await llmgw(plane, "slurm", "reclaim", "n1", *WHO)
         assert code == 0, err
         await wait_for(lambda: "ready" in replica_states(plane).values(), 30, "a replica placed again")
