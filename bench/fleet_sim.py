@@ -28,7 +28,6 @@ import trio
 from llmgw.errors import WireError
 from llmgw.wire import agent_message, connect, connecting, pb
 from llmgw.wire import grpc_link
-from llmgw.wire.grpc_link import open_aio_loop
 
 # Each simulated node gets its own TCP connection, as a real agent (one per machine) has. Without this, gRPC shares
 # one subchannel between every channel of a process to one address, and HTTP/2 caps the streams of a connection:
@@ -185,7 +184,7 @@ async def main(args: argparse.Namespace) -> None:
         grpc_link.AGENT_KEEPALIVE_SECONDS = args.keepalive
     nodes = [Node(f"sim{n:05d}", random.Random(n)) for n in range(args.first, args.first + args.count)]
     events = [trio.Event() for _ in nodes]
-    async with open_aio_loop(), trio.open_nursery() as nursery:
+    async with trio.open_nursery() as nursery:
         for node, event in zip(nodes, events):
             tls = None
             if args.tls_dir:
