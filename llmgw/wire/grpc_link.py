@@ -35,6 +35,11 @@ is a bug of ours and propagates."""
 
 GRPC_LINK_BUFFER = 64
 """Messages buffered in each direction between the trio side and the gRPC call."""
+CREDITS_RETURNED_TOGETHER = GRPC_LINK_BUFFER // 4
+"""The trio side gives the reader its credits back this many at a time: each return wakes the gRPC thread (a write
+to its loop's pipe; those writes were 5% of the control plane's samples at 1,000 agents with one return per
+message). The reader never waits on credits the trio side holds back: when it has none left, 64 messages are in the channel or held
+back, so trio gives 16 back after receiving at most 16 more."""
 
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 """Largest message either side accepts (log replies can be large; gRPC's default is 4 MiB)."""
@@ -136,6 +141,7 @@ class GrpcLink(Link[Outgoing, Incoming]):
         # Unbounded on the trio side: the reader's credits (GRPC_LINK_BUFFER) bound what is in flight.
         self._incoming_send, self._incoming_receive = trio.open_memory_channel[Any](math.inf)
         self._read_credits = asyncio.Semaphore(GRPC_LINK_BUFFER)
+        self._held_credits = 0  # received on the trio side, not yet given back to the reader
         self._outgoing: asyncio.Queue[Any] = asyncio.Queue()
         self._write_credits = trio.Semaphore(GRPC_LINK_BUFFER)
         self._error: str | None = None
@@ -228,8 +234,15 @@ class GrpcLink(Link[Outgoing, Incoming]):
             if self._error is not None:
                 raise WireError(f"the link with {self.peer} broke: {self._error}.") from None
             raise
-        on_loop(self._read_credits.release)
+        self._held_credits += 1
+        if self._held_credits >= CREDITS_RETURNED_TOGETHER:
+            on_loop(self._return_credits, self._held_credits)
+            self._held_credits = 0
         return self._note_received(message)
+
+    def _return_credits(self, count: int) -> None:  # gRPC thread
+        for _ in range(count):
+            self._read_credits.release()
 
     async def aclose(self) -> None:
         if self._closed:
