@@ -104,6 +104,7 @@ async def run_node(node: Node, address: str, interval: float, ready_after: float
     """Keep one node connected: connect, register, beat, answer; reconnect after a Restart or a broken stream."""
     while True:
         restart = False
+        started, answered = time.monotonic(), None
         try:
             async with connect(address, tls=tls, timeout=60) as link, trio.open_nursery() as nursery:
                 await link.send(agent_message(register=node.register()))
@@ -141,6 +142,7 @@ async def run_node(node: Node, address: str, interval: float, ready_after: float
                     kind = message.WhichOneof("body")
                     command_id = message.command_id
                     if kind == "registered":
+                        answered = time.monotonic() - started
                         if not registered.is_set():
                             registered.set()
                             nursery.start_soon(beat)
@@ -173,8 +175,13 @@ async def run_node(node: Node, address: str, interval: float, ready_after: float
                     if restart:
                         break
         except* (WireError, trio.EndOfChannel, trio.BrokenResourceError, trio.ClosedResourceError, OSError) as group:
-            # the control plane ended the stream or went away: say so and reconnect, as agents do
-            print(f"{node.node_id}: {group.exceptions[0]}; connecting again", flush=True)
+            # the control plane ended the stream or went away: say so and reconnect, as agents do. How long the
+            # stream lived and whether the control plane had answered Register tell a call it never accepted
+            # (gRPC's core cancels those after 30 s) from an accepted stream that ended.
+            lived = time.monotonic() - started
+            said = f"registered after {answered:.1f} s" if answered is not None else "never registered"
+            print(f"{node.node_id}: {group.exceptions[0]}; {said}, ended after {lived:.1f} s; connecting again",
+                  flush=True)
         if not restart:
             await trio.sleep(1 + node.rng.uniform(0, 2))
 

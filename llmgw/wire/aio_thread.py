@@ -74,7 +74,8 @@ def to_trio(token: trio.lowlevel.TrioToken, fn: Callable[..., Any], *args: Any) 
 
 async def call_in_trio(token: trio.lowlevel.TrioToken, fn: Callable[..., T], *args: Any) -> T:
     """From the gRPC thread: run `fn(*args)` on the trio thread of `token` and return its result, or raise the
-    LlmgwError it raised (any other exception is a bug and crashes that trio run, as `run_sync_soon` does).
+    LlmgwError or OSError it raised (any other exception is a bug and crashes that trio run, as `run_sync_soon`
+    does).
     Raises asyncio.CancelledError when that trio run has finished."""
     loop = asyncio.get_running_loop()
     future: asyncio.Future[T] = loop.create_future()
@@ -86,7 +87,7 @@ async def call_in_trio(token: trio.lowlevel.TrioToken, fn: Callable[..., T], *ar
     def run() -> None:
         try:
             result = fn(*args)
-        except LlmgwError as exc:  # handed to the awaiting coroutine, which raises it; anything else is a bug
+        except (LlmgwError, OSError) as exc:  # handed to the awaiting coroutine, which raises it; the rest are bugs
             loop.call_soon_threadsafe(settle, functools.partial(future.set_exception, exc))
         else:
             loop.call_soon_threadsafe(settle, lambda: future.set_result(result))

@@ -73,6 +73,17 @@ def agent_channel_options() -> list[tuple[str, Any]]:
     ]
 
 
+UNACCEPTED_CALL_SECONDS = 300
+"""How long an agent's call may wait for the control plane to take it before gRPC's core cancels it
+(`grpc.server_max_unrequested_time_in_server`, GRPC_ARG_SERVER_MAX_UNREQUESTED_TIME_IN_SERVER_SECONDS in
+grpc_types.h: "Maximum time to allow a request to be: (1) received by the server, but (2) not requested by a
+RequestCall ... before the request is cancelled"; default 30 s). grpc.aio's server takes calls one at a time, so when
+thousands of agents connect at once to a busy control plane the last ones wait; cancelled, each agent reconnected at
+the back of the queue and added a connection's setup to the load (2,000 agents joining on the shared 2 cores: 858
+calls cancelled after 30 s, none of them ever answered; docs/scale.md). Waiting keeps its place; a control plane that
+takes none for 5 minutes is wedged, and the agent then connects again."""
+
+
 def server_options() -> list[tuple[str, Any]]:
     """The control plane's gRPC server options: CHANNEL_OPTIONS plus a ping policy that accepts the agents' keepalive
     (a list of (name, value) pairs, times in ms).
@@ -99,6 +110,7 @@ def server_options() -> list[tuple[str, Any]]:
         ("grpc.so_reuseport", 0),  # a second control plane on the same port must fail, not share it silently
         ("grpc.http2.min_ping_interval_without_data_ms", int(AGENT_KEEPALIVE_SECONDS * 1000) // 2),
         ("grpc.http2.max_ping_strikes", 0),  # grpc.keepalive_permit_without_calls 1 comes with CHANNEL_OPTIONS
+        ("grpc.server_max_unrequested_time_in_server", UNACCEPTED_CALL_SECONDS),
     ]
 
 
