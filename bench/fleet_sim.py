@@ -28,7 +28,6 @@ import trio
 from llmgw.errors import WireError
 from llmgw.wire import agent_message, connect, connecting, pb
 from llmgw.wire import grpc_link
-from llmgw.wire.grpc_link import open_aio_loop
 
 # Each simulated node gets its own TCP connection, as a real agent (one per machine) has. Without this, gRPC shares
 # one subchannel between every channel of a process to one address, and HTTP/2 caps the streams of a connection:
@@ -105,6 +104,7 @@ async def run_node(node: Node, address: str, interval: float, ready_after: float
     """Keep one node connected: connect, register, beat, answer; reconnect after a Restart or a broken stream."""
     while True:
         restart = False
+        started, answered = time.monotonic(), None
         try:
             async with connect(address, tls=tls, timeout=60) as link, trio.open_nursery() as nursery:
                 await link.send(agent_message(register=node.register()))
@@ -142,6 +142,7 @@ async def run_node(node: Node, address: str, interval: float, ready_after: float
                     kind = message.WhichOneof("body")
                     command_id = message.command_id
                     if kind == "registered":
+                        answered = time.monotonic() - started
                         if not registered.is_set():
                             registered.set()
                             nursery.start_soon(beat)
@@ -174,8 +175,13 @@ async def run_node(node: Node, address: str, interval: float, ready_after: float
                     if restart:
                         break
         except* (WireError, trio.EndOfChannel, trio.BrokenResourceError, trio.ClosedResourceError, OSError) as group:
-            # the control plane ended the stream or went away: say so and reconnect, as agents do
-            print(f"{node.node_id}: {group.exceptions[0]}; connecting again", flush=True)
+            # the control plane ended the stream or went away: say so and reconnect, as agents do. How long the
+            # stream lived and whether the control plane had answered Register tell a call it never accepted
+            # (gRPC's core cancels those after 30 s) from an accepted stream that ended.
+            lived = time.monotonic() - started
+            said = f"registered after {answered:.1f} s" if answered is not None else "never registered"
+            print(f"{node.node_id}: {group.exceptions[0]}; {said}, ended after {lived:.1f} s; connecting again",
+                  flush=True)
         if not restart:
             await trio.sleep(1 + node.rng.uniform(0, 2))
 
@@ -185,7 +191,7 @@ async def main(args: argparse.Namespace) -> None:
         grpc_link.AGENT_KEEPALIVE_SECONDS = args.keepalive
     nodes = [Node(f"sim{n:05d}", random.Random(n)) for n in range(args.first, args.first + args.count)]
     events = [trio.Event() for _ in nodes]
-    async with open_aio_loop(), trio.open_nursery() as nursery:
+    async with trio.open_nursery() as nursery:
         for node, event in zip(nodes, events):
             tls = None
             if args.tls_dir:

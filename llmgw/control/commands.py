@@ -104,6 +104,14 @@ def install_engine(action: Action, settings: Settings, platform: str) -> pb.Inst
     )
 
 
+def may_take_part_in_slurm(settings: Settings, node_id: str) -> bool:
+    """Whether `node_id` can have a part in Slurm at all: Slurm enabled and the node its controller or one of its
+    nodes. Pure and O(1): a control plane asks it before building the whole fleet for `slurm_role` (the fleet built
+    for every node's agent settings was a quarter of the server's CPU while 500 agents joined, docs/scale.md)."""
+    slurm = settings.slurm
+    return bool(slurm.enabled) and (node_id == slurm.controller or node_id in slurm.nodes)
+
+
 def slurm_role(settings: Settings, fleet: Fleet, node_id: str, secret: Callable[[str], str]) -> pb.SlurmRole:
     """`node_id`'s part in Slurm (llmgw.plan.slurm_roles) as the wire's SlurmRole, with the munge key (the secret
     slurm.yaml names, as UTF-8 bytes) and, on the controller with accounting, slurmdbd.conf and the MariaDB user's
@@ -112,6 +120,8 @@ def slurm_role(settings: Settings, fleet: Fleet, node_id: str, secret: Callable[
     Raises: UsageError when the munge key secret is missing.
     """
     slurm = settings.slurm
+    if not may_take_part_in_slurm(settings, node_id):
+        return pb.SlurmRole()
     hosts = hosts_of(fleet)
     role = slurm_roles(slurm, hosts, desired_accounts(settings)).get(node_id)
     if role is None:

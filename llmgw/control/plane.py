@@ -34,7 +34,9 @@ from llmgw import __version__
 from llmgw.control.agents import AgentHub
 from llmgw.control.applying import apply
 from llmgw.control.audit import AuditWriter, audit_message, audit_snapshot, state_changes, status_document
-from llmgw.control.commands import agent_settings, install_engine, platform_of, slurm_role, start_shard, stop_shard
+from llmgw.control.commands import (
+    agent_settings, install_engine, may_take_part_in_slurm, platform_of, slurm_role, start_shard, stop_shard,
+)
 from llmgw.control.deciding import Decision
 from llmgw.control.keys import (
     REPLICA_KEY_SECRET, WEBHOOK_SECRET, SecretResolver, replica_key,
@@ -57,7 +59,7 @@ from llmgw.settings import NOTIFY_URL_KEY, redact_url, set_config_value
 from llmgw.settings.model import Listener, Settings
 from llmgw.settings.node_commits import NodeVerbCommit, commit_node_verb
 from llmgw.store import open_store_from_settings
-from llmgw.wire import check_agents_listener, serve_agents
+from llmgw.wire import check_agents_listener, pb, serve_agents
 
 log = logging.getLogger("llmgw.control")
 
@@ -478,9 +480,11 @@ class ControlPlane:
     async def _execute(self, action: Action, settings: Settings) -> None:
         timeout = settings.cluster.action_timeout
         if action.kind is ActionKind.CONFIGURE:
-            fleet = fleet_for(self.loop.state.fleet.fleet(), settings)
-            message = agent_settings(settings, action.node_id,
-                                     slurm_role(settings, fleet, action.node_id, self.secrets.require))
+            role = pb.SlurmRole()  # what slurm_role says for a node without a part
+            if may_take_part_in_slurm(settings, action.node_id):  # the whole fleet only for Slurm's own nodes
+                fleet = fleet_for(self.loop.state.fleet.fleet(), settings)
+                role = slurm_role(settings, fleet, action.node_id, self.secrets.require)
+            message = agent_settings(settings, action.node_id, role)
             message.fingerprint = action.engine
             body = {"agent_settings": message}
         elif action.kind in (ActionKind.START, ActionKind.RESTART):

@@ -10,7 +10,7 @@
     join(...)             a node's one-time-token exchange for a certificate (mTLS)
     tls                   CertificateAuthority, ServerTls, ClientTls, make_key_and_csr
 
-grpc.aio runs on a trio-asyncio loop opened inside serve_agents / connect / join; no caller sees asyncio.
+grpc.aio runs on its own thread's asyncio loop (aio_thread.py), started on first use; no caller sees asyncio.
 """
 
 import os

@@ -1,6 +1,6 @@
 """The agent's side of the wire: `connect` opens the Connect stream as a Link, `join` obtains a node certificate.
 
-Both open a trio-asyncio loop of their own when the caller has none, so callers only use trio.
+Both run grpc.aio on the gRPC thread (aio_thread.py), so callers only use trio.
 """
 
 from __future__ import annotations
@@ -11,13 +11,13 @@ from typing import Any
 
 import grpc
 import trio
-import trio_asyncio
 
 from llmgw.errors import WireError
 
 from . import agent_pb2 as pb
 from . import agent_pb2_grpc as pb_grpc
-from .grpc_link import CHANNEL_OPTIONS, GrpcLink, agent_channel_options, describe_rpc_error, open_aio_loop
+from .aio_thread import on_loop, run_aio
+from .grpc_link import GrpcLink, agent_channel_options, describe_rpc_error
 from .link import AgentLink
 from .messages import PROTOCOL_VERSION
 from .tls import ClientTls, make_key_and_csr
@@ -60,44 +60,44 @@ async def connect(
     Raises: WireError with a sentence when the control plane cannot be reached, refuses the certificate, or does
     not answer within `timeout`.
     """
-    async with open_aio_loop() as loop:
-        channel = await trio_asyncio.aio_as_trio(_channel, loop=loop)(address, tls)
-        try:
+    token = trio.lowlevel.current_trio_token()
+    channel = await run_aio(_channel, address, tls)
+    try:
 
-            async def open_stream() -> GrpcLink[pb.AgentMessage, pb.ControlMessage]:
-                call: Any = pb_grpc.ControlPlaneStub(channel).Connect(wait_for_ready=False)
-                try:
-                    await call.wait_for_connection()
-                except grpc.aio.AioRpcError as exc:
-                    raise _unreachable(address, exc, tls) from exc
-                link: GrpcLink[pb.AgentMessage, pb.ControlMessage] = GrpcLink(
-                    loop, call.read, call.write, call.done_writing, pb.AgentMessage, address
-                )
-                link.call = call  # type: ignore[attr-defined]
-                link.start()
-                return link
-
-            with trio.move_on_after(timeout) as deadline:
-                link = await trio_asyncio.aio_as_trio(open_stream, loop=loop)()
-            if deadline.cancelled_caught:
-                raise WireError(
-                    f"the control plane at {address} did not answer within {timeout:g} s; "
-                    "check the address and that `llmgw server` is running there."
-                )
+        async def open_stream() -> GrpcLink[pb.AgentMessage, pb.ControlMessage]:
+            call: Any = pb_grpc.ControlPlaneStub(channel).Connect(wait_for_ready=False)
             try:
-                yield link
-            finally:
-                await link.aclose()
-                with trio.move_on_after(CLOSE_GRACE_SECONDS, shield=True):
-                    await link.wait_written(CLOSE_GRACE_SECONDS)
-                    reader = link.reader
-                    if reader is not None and not reader.done():
-                        await trio_asyncio.aio_as_trio(_wait, loop=loop)(reader)
-                link.call.cancel()  # type: ignore[attr-defined]
-                link.stop_pumps()
+                await call.wait_for_connection()
+            except grpc.aio.AioRpcError as exc:
+                raise _unreachable(address, exc, tls) from exc
+            link: GrpcLink[pb.AgentMessage, pb.ControlMessage] = GrpcLink(
+                token, call.read, call.write, call.done_writing, pb.AgentMessage, address
+            )
+            link.call = call  # type: ignore[attr-defined]
+            link.start()
+            return link
+
+        with trio.move_on_after(timeout) as deadline:
+            link = await run_aio(open_stream)
+        if deadline.cancelled_caught:
+            raise WireError(
+                f"the control plane at {address} did not answer within {timeout:g} s; "
+                "check the address and that `llmgw server` is running there."
+            )
+        try:
+            yield link
         finally:
-            with trio.move_on_after(2, shield=True):
-                await trio_asyncio.aio_as_trio(channel.close, loop=loop)()
+            await link.aclose()
+            with trio.move_on_after(CLOSE_GRACE_SECONDS, shield=True):
+                await link.wait_written(CLOSE_GRACE_SECONDS)
+                reader = link.reader
+                if reader is not None and not reader.done():
+                    await run_aio(_wait, reader)
+            on_loop(link.call.cancel)  # type: ignore[attr-defined]
+            link.stop_pumps()
+    finally:
+        with trio.move_on_after(2, shield=True):
+            await run_aio(channel.close)
 
 
 async def _wait(task: Any) -> None:
@@ -117,24 +117,23 @@ async def join(
     """
     key_pem, csr_pem = make_key_and_csr(node_id)
     tls = ClientTls(ca_pem=ca_pem)
-    async with open_aio_loop() as loop:
-        channel = await trio_asyncio.aio_as_trio(_channel, loop=loop)(address, tls)
+    channel = await run_aio(_channel, address, tls)
 
-        async def call() -> pb.JoinResponse:
-            stub = pb_grpc.ControlPlaneStub(channel)
-            request = pb.JoinRequest(protocol=PROTOCOL_VERSION, token=token, node_id=node_id, csr_pem=csr_pem)
-            return await stub.Join(request, timeout=timeout)
+    async def call() -> pb.JoinResponse:
+        stub = pb_grpc.ControlPlaneStub(channel)
+        request = pb.JoinRequest(protocol=PROTOCOL_VERSION, token=token, node_id=node_id, csr_pem=csr_pem)
+        return await stub.Join(request, timeout=timeout)
 
-        try:
-            response = await trio_asyncio.aio_as_trio(call, loop=loop)()
-        except grpc.aio.AioRpcError as exc:
-            if exc.code() in (grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.INVALID_ARGUMENT,
-                              grpc.StatusCode.ALREADY_EXISTS):
-                raise WireError(f"the control plane at {address} refused to join node {node_id!r}: {exc.details()}") from exc
-            raise _unreachable(address, exc, tls) from exc
-        finally:
-            with trio.move_on_after(2, shield=True):
-                await trio_asyncio.aio_as_trio(channel.close, loop=loop)()
+    try:
+        response = await run_aio(call)
+    except grpc.aio.AioRpcError as exc:
+        if exc.code() in (grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.INVALID_ARGUMENT,
+                          grpc.StatusCode.ALREADY_EXISTS):
+            raise WireError(f"the control plane at {address} refused to join node {node_id!r}: {exc.details()}") from exc
+        raise _unreachable(address, exc, tls) from exc
+    finally:
+        with trio.move_on_after(2, shield=True):
+            await run_aio(channel.close)
     if response.error:
         raise WireError(f"the control plane at {address} refused to join node {node_id!r}: {response.error}")
     return bytes(response.certificate_pem), key_pem, bytes(response.ca_pem)

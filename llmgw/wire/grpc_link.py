@@ -1,27 +1,30 @@
-"""The gRPC transport of a Link: grpc.aio running on a trio-asyncio loop, hidden behind trio channels.
+"""The gRPC transport of a Link: grpc.aio running on its own thread (aio_thread.py), hidden behind trio channels.
 
-Each Link over gRPC owns two asyncio "pump" tasks on the trio-asyncio loop: the reader moves every message the call
-yields into a trio memory channel, the writer drains an asyncio queue into the call. The trio side therefore only
-touches a trio channel and a queue, so cancelling `receive()` (a timeout, say) never cancels a gRPC read half-way,
-and no asyncio task is created per message. Nothing outside llmgw.wire sees asyncio.
+Each Link over gRPC owns two asyncio "pump" tasks on the gRPC thread's loop: the reader moves every message the call
+yields into a trio memory channel (handed across with `to_trio`), the writer drains an asyncio queue into the call.
+Each direction holds at most GRPC_LINK_BUFFER messages in flight: the reader takes a credit per message and the trio
+side gives it back when it receives that message; a trio sender takes one per message and the writer gives it back
+once written. The trio side therefore only touches a trio channel and a queue, so cancelling `receive()` (a timeout,
+say) never cancels a gRPC read half-way, and no asyncio task is created per message. Nothing outside llmgw.wire sees
+asyncio.
 
-Trap (DESIGN.md): every grpc.aio call must run on the asyncio side (`aio_as_trio`), and an ended RPC must cancel
-its whole trio session; serving.py and connecting.py do the latter.
+Trap (DESIGN.md): every grpc.aio call must run on the gRPC thread (`run_aio`), and an ended RPC must cancel its whole
+trio session; serving.py and connecting.py do the latter.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+import math
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import grpc
 import trio
-import trio_asyncio
 
 from llmgw.errors import WireError
 
+from .aio_thread import on_loop, run_aio, to_trio
 from .link import Incoming, Link, Outgoing
 
 RPC_ERRORS = (grpc.RpcError, grpc.aio.BaseError, asyncio.InvalidStateError, ConnectionError)
@@ -32,6 +35,11 @@ is a bug of ours and propagates."""
 
 GRPC_LINK_BUFFER = 64
 """Messages buffered in each direction between the trio side and the gRPC call."""
+CREDITS_RETURNED_TOGETHER = GRPC_LINK_BUFFER // 4
+"""The trio side gives the reader its credits back this many at a time: each return wakes the gRPC thread (a write
+to its loop's pipe; those writes were 5% of the control plane's samples at 1,000 agents with one return per
+message). The reader never waits on credits the trio side holds back: when it has none left, 64 messages are in the channel or held
+back, so trio gives 16 back after receiving at most 16 more."""
 
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 """Largest message either side accepts (log replies can be large; gRPC's default is 4 MiB)."""
@@ -65,6 +73,17 @@ def agent_channel_options() -> list[tuple[str, Any]]:
     ]
 
 
+UNACCEPTED_CALL_SECONDS = 300
+"""How long an agent's call may wait for the control plane to take it before gRPC's core cancels it
+(`grpc.server_max_unrequested_time_in_server`, GRPC_ARG_SERVER_MAX_UNREQUESTED_TIME_IN_SERVER_SECONDS in
+grpc_types.h: "Maximum time to allow a request to be: (1) received by the server, but (2) not requested by a
+RequestCall ... before the request is cancelled"; default 30 s). grpc.aio's server takes calls one at a time, so when
+thousands of agents connect at once to a busy control plane the last ones wait; cancelled, each agent reconnected at
+the back of the queue and added a connection's setup to the load (2,000 agents joining on the shared 2 cores: 858
+calls cancelled after 30 s, none of them ever answered; docs/scale.md). Waiting keeps its place; a control plane that
+takes none for 5 minutes is wedged, and the agent then connects again."""
+
+
 def server_options() -> list[tuple[str, Any]]:
     """The control plane's gRPC server options: CHANNEL_OPTIONS plus a ping policy that accepts the agents' keepalive
     (a list of (name, value) pairs, times in ms).
@@ -91,43 +110,11 @@ def server_options() -> list[tuple[str, Any]]:
         ("grpc.so_reuseport", 0),  # a second control plane on the same port must fail, not share it silently
         ("grpc.http2.min_ping_interval_without_data_ms", int(AGENT_KEEPALIVE_SECONDS * 1000) // 2),
         ("grpc.http2.max_ping_strikes", 0),  # grpc.keepalive_permit_without_calls 1 comes with CHANNEL_OPTIONS
+        ("grpc.server_max_unrequested_time_in_server", UNACCEPTED_CALL_SECONDS),
     ]
 
 
 _CLOSE = object()
-
-
-_SHARED_LOOP: trio.lowlevel.RunVar[trio_asyncio.TrioEventLoop] = trio.lowlevel.RunVar("llmgw_wire_aio_loop")
-_SHARED_LOOP_READY: trio.lowlevel.RunVar[trio.Event] = trio.lowlevel.RunVar("llmgw_wire_aio_loop_ready")
-
-
-async def _run_shared_loop(ready: trio.Event) -> None:
-    async with trio_asyncio.open_loop() as loop:
-        _SHARED_LOOP.set(loop)
-        ready.set()
-        await trio.sleep_forever()
-
-
-@asynccontextmanager
-async def open_aio_loop() -> AsyncIterator[trio_asyncio.TrioEventLoop]:
-    """The trio-asyncio loop that grpc.aio runs on: the caller's if it opened one, else one per trio run.
-
-    grpc.aio's completion-queue poller registers one socket with every event loop it serves, and trio refuses two
-    waiters on one fd, so two trio-asyncio loops in one process break gRPC: everything in llmgw.wire shares one
-    loop, opened on first use as a trio system task and closed when the trio run ends.
-    """
-    loop = trio_asyncio.current_loop.get()
-    if loop is not None:
-        yield loop
-        return
-    try:
-        ready = _SHARED_LOOP_READY.get()
-    except LookupError:
-        ready = trio.Event()
-        _SHARED_LOOP_READY.set(ready)
-        trio.lowlevel.spawn_system_task(_run_shared_loop, ready, name="llmgw.wire asyncio loop")
-    await ready.wait()
-    yield _SHARED_LOOP.get()
 
 
 def describe_rpc_error(exc: BaseException) -> str:
@@ -138,16 +125,17 @@ def describe_rpc_error(exc: BaseException) -> str:
 
 
 class GrpcLink(Link[Outgoing, Incoming]):
-    """A Link over one gRPC stream (either end). Built and started on the asyncio side by serving/connecting.
+    """A Link over one gRPC stream (either end). Built and started on the gRPC thread by serving/connecting.
 
     `read()` returns the next message or grpc.aio.EOF; `write(msg)` writes one; `done_writing()` (client only)
-    half-closes. `peer` describes the other side ("ipv4:127.0.0.1:50432"); `peer_certificate_name` is the common
-    name of the client certificate the peer showed (server side with mTLS; None otherwise).
+    half-closes; all three are the call's own, awaited on the gRPC thread. `token` is the trio run that uses the
+    link. `peer` describes the other side ("ipv4:127.0.0.1:50432"); `peer_certificate_name` is the common name of the
+    client certificate the peer showed (server side with mTLS; None otherwise).
     """
 
     def __init__(
         self,
-        loop: trio_asyncio.TrioEventLoop,
+        token: trio.lowlevel.TrioToken,
         read: Callable[[], Awaitable[Any]],
         write: Callable[[Any], Awaitable[None]],
         done_writing: Callable[[], Awaitable[None]] | None,
@@ -156,14 +144,18 @@ class GrpcLink(Link[Outgoing, Incoming]):
         peer_certificate_name: str | None = None,
     ) -> None:
         self.outgoing_type = outgoing_type
-        self._loop = loop
+        self._token = token
         self._read = read
         self._write = write
         self._done_writing = done_writing
         self.peer = peer
         self.peer_certificate_name = peer_certificate_name
-        self._incoming_send, self._incoming_receive = trio.open_memory_channel[Any](GRPC_LINK_BUFFER)
-        self._outgoing: asyncio.Queue[Any] = asyncio.Queue(maxsize=GRPC_LINK_BUFFER)
+        # Unbounded on the trio side: the reader's credits (GRPC_LINK_BUFFER) bound what is in flight.
+        self._incoming_send, self._incoming_receive = trio.open_memory_channel[Any](math.inf)
+        self._read_credits = asyncio.Semaphore(GRPC_LINK_BUFFER)
+        self._held_credits = 0  # received on the trio side, not yet given back to the reader
+        self._outgoing: asyncio.Queue[Any] = asyncio.Queue()
+        self._write_credits = trio.Semaphore(GRPC_LINK_BUFFER)
         self._error: str | None = None
         self._peer_ended = False  # client side: the control plane ended the RPC with status OK
         self._closed = False
@@ -171,39 +163,43 @@ class GrpcLink(Link[Outgoing, Incoming]):
         self.reader: asyncio.Task[None] | None = None
         self.writer: asyncio.Task[None] | None = None
 
-    # asyncio side ----------------------------------------------------------------------------------------
+    # gRPC thread ----------------------------------------------------------------------------------------
 
     def start(self) -> None:
-        """Start the pump tasks. Call on the asyncio side (inside a coroutine running on the loop)."""
-        self.reader = self._loop.create_task(self._read_pump())
-        self.writer = self._loop.create_task(self._write_pump())
+        """Start the pump tasks. Call on the gRPC thread (inside a coroutine running on its loop)."""
+        loop = asyncio.get_running_loop()
+        self.reader = loop.create_task(self._read_pump())
+        self.writer = loop.create_task(self._write_pump())
 
     def fail(self, reason: str) -> None:
-        """Mark the link broken: later sends raise WireError(reason), receive raises it after buffered messages."""
+        """Mark the link broken: later sends raise WireError(reason), receive raises it after buffered messages.
+        Call on the gRPC thread (it hands the close to trio after every message already handed over)."""
         if self._error is None:
             self._error = reason
-        self._incoming_send.close()
+        to_trio(self._token, self._incoming_send.close)
+
+    def _deliver(self, message: Any) -> None:  # trio thread
+        try:
+            self._incoming_send.send_nowait(message)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass  # our own side was closed: nobody reads any more
 
     async def _read_pump(self) -> None:
         try:
             while True:
+                await self._read_credits.acquire()
                 message = await self._read()
                 if message is grpc.aio.EOF:
                     if self._done_writing is not None:  # client: the server's end of stream is the RPC's end
                         self._peer_ended = True
                     break
-                try:
-                    self._incoming_send.send_nowait(message)
-                except trio.WouldBlock:
-                    await trio_asyncio.trio_as_aio(self._incoming_send.send, loop=self._loop)(message)
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            pass  # our own side was closed: nobody reads any more
+                to_trio(self._token, self._deliver, message)
         except asyncio.CancelledError:
             raise
         except RPC_ERRORS as exc:  # the transport boundary: gRPC's failures become the link's WireError
             self.fail(f"the stream ended with an error ({describe_rpc_error(exc)})")
         finally:
-            self._incoming_send.close()
+            to_trio(self._token, self._incoming_send.close)
 
     async def _write_pump(self) -> None:
         try:
@@ -213,6 +209,7 @@ class GrpcLink(Link[Outgoing, Incoming]):
                     break
                 if self._error is None and not self._peer_ended:
                     await self._write(message)
+                to_trio(self._token, self._write_credits.release)
             if self._done_writing is not None and self._error is None and not self._peer_ended:
                 await self._done_writing()
         except asyncio.CancelledError:
@@ -220,15 +217,9 @@ class GrpcLink(Link[Outgoing, Incoming]):
         except RPC_ERRORS as exc:  # the transport boundary: gRPC's failures become the link's WireError
             if not self._peer_ended:  # a write racing the control plane's clean end is not a failure
                 self.fail(f"a message could not be sent ({describe_rpc_error(exc)})")
+            to_trio(self._token, self._write_credits.release)  # the message that failed
             while (await self._outgoing.get()) is not _CLOSE:
-                pass  # keep draining so that no sender waits forever on a full queue
-
-    def _queue(self, item: object) -> Awaitable[None] | None:
-        try:
-            self._outgoing.put_nowait(item)
-            return None
-        except asyncio.QueueFull:
-            return trio_asyncio.aio_as_trio(self._outgoing.put, loop=self._loop)(item)
+                to_trio(self._token, self._write_credits.release)  # keep draining: no sender waits forever
 
     # trio side -------------------------------------------------------------------------------------------
 
@@ -238,11 +229,8 @@ class GrpcLink(Link[Outgoing, Incoming]):
         self._raise_if_unsendable()
         self._check_outgoing(message)
         async with self._send_lock:
-            pending = self._queue(message)
-            if pending is None:
-                await trio.lowlevel.checkpoint()
-            else:
-                await pending
+            await self._write_credits.acquire()
+            on_loop(self._outgoing.put_nowait, message)
         self._raise_if_unsendable()
 
     def _raise_if_unsendable(self) -> None:
@@ -258,7 +246,15 @@ class GrpcLink(Link[Outgoing, Incoming]):
             if self._error is not None:
                 raise WireError(f"the link with {self.peer} broke: {self._error}.") from None
             raise
+        self._held_credits += 1
+        if self._held_credits >= CREDITS_RETURNED_TOGETHER:
+            on_loop(self._return_credits, self._held_credits)
+            self._held_credits = 0
         return self._note_received(message)
+
+    def _return_credits(self, count: int) -> None:  # gRPC thread
+        for _ in range(count):
+            self._read_credits.release()
 
     async def aclose(self) -> None:
         if self._closed:
@@ -266,11 +262,7 @@ class GrpcLink(Link[Outgoing, Incoming]):
             return
         self._closed = True
         self._incoming_receive.close()
-        with trio.move_on_after(5, shield=True):
-            async with self._send_lock:
-                pending = self._queue(_CLOSE)
-                if pending is not None:
-                    await pending
+        on_loop(self._outgoing.put_nowait, _CLOSE)  # the queue is unbounded: the credits bound the messages
         await trio.lowlevel.checkpoint()
 
     async def wait_written(self, timeout: float) -> None:
@@ -279,10 +271,10 @@ class GrpcLink(Link[Outgoing, Incoming]):
         if writer is None or writer.done():
             return
         with trio.move_on_after(timeout, shield=True):
-            await trio_asyncio.aio_as_trio(asyncio.wait, loop=self._loop)([writer])
+            await run_aio(asyncio.wait, [writer])
 
     def stop_pumps(self) -> None:
-        """Cancel both pump tasks (the RPC is over). Safe to call more than once."""
+        """Cancel both pump tasks (the RPC is over). Safe to call more than once, from either thread."""
         for task in (self.reader, self.writer):
-            if task is not None and not task.done():
-                task.cancel()
+            if task is not None:
+                on_loop(task.cancel)

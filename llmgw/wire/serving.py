@@ -1,7 +1,8 @@
 """The control plane's side of the wire: a gRPC server whose Connect streams become trio Links.
 
-`serve_agents` runs grpc.aio on a trio-asyncio loop it opens itself (callers only use trio). Each Connect stream is
-handed to `handler(link, peer)` as a task of serve_agents' own nursery. The handler's return ends the RPC with
+`serve_agents` runs grpc.aio on the gRPC thread (aio_thread.py; callers only use trio). Each Connect stream is
+handed to `handler(link, peer)` as a task of serve_agents' own nursery, on the trio thread; so is everything the
+servicer asks of the join authority. The handler's return ends the RPC with
 status OK (after every message it sent is written); an RPC that ends first (the agent went away, a keepalive
 failed, the server stops) cancels the handler. The Join RPC signs node certificates (see tls.py).
 """
@@ -14,13 +15,13 @@ from typing import Any, Protocol
 
 import grpc
 import trio
-import trio_asyncio
 
 from llmgw.errors import LlmgwError, WireError
 
 from . import agent_pb2 as pb
 from . import agent_pb2_grpc as pb_grpc
-from .grpc_link import GrpcLink, open_aio_loop, server_options
+from .aio_thread import call_in_trio, run_aio, to_trio
+from .grpc_link import GrpcLink, server_options
 from .link import ControlLink
 from .messages import PROTOCOL_VERSION
 from .tls import REVOCATION_CHECK_SECONDS, CertificateExists, ServerTls
@@ -63,12 +64,12 @@ class BoundPort(int):
 
 class _Servicer(pb_grpc.ControlPlaneServicer):
     def __init__(
-        self, handler: Handler, nursery: trio.Nursery | None, loop: Any, require_certificate: bool,
-        join: JoinAuthority | None,
+        self, handler: Handler, nursery: trio.Nursery | None, token: trio.lowlevel.TrioToken,
+        require_certificate: bool, join: JoinAuthority | None,
     ) -> None:
         self._handler = handler
         self.nursery = nursery
-        self._loop = loop
+        self._token = token
         self._require_certificate = require_certificate
         self._join = join
 
@@ -89,7 +90,7 @@ class _Servicer(pb_grpc.ControlPlaneServicer):
                 if not certificate_pem:
                     await context.abort(grpc.StatusCode.UNAUTHENTICATED, "the node certificate did not come through.")
                 try:
-                    was_revoked = self._join.is_certificate_revoked(certificate_pem)
+                    was_revoked = await call_in_trio(self._token, self._join.is_certificate_revoked, certificate_pem)
                 except WireError as exc:  # the record of revocations is unreadable: refuse rather than guess
                     await context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
                 if was_revoked:
@@ -99,25 +100,37 @@ class _Servicer(pb_grpc.ControlPlaneServicer):
         assert self.nursery is not None
         await context.send_initial_metadata(())
         link: GrpcLink[pb.ControlMessage, pb.AgentMessage] = GrpcLink(
-            self._loop, context.read, context.write, None, pb.ControlMessage, context.peer(), certificate_name
+            self._token, context.read, context.write, None, pb.ControlMessage, context.peer(), certificate_name
         )
         link.start()
-        finished: asyncio.Future[str | None] = self._loop.create_future()
+        loop = asyncio.get_running_loop()
+        finished: asyncio.Future[str | None] = loop.create_future()
         scope = trio.CancelScope()
         revoked: list[str] = []
-        if self._join is not None and certificate_pem and certificate_name:
-            watch = trio.CancelScope()
-            self.nursery.start_soon(self._watch_revocation, certificate_pem, certificate_name, scope, watch, revoked)
-        else:
-            watch = None
-        self.nursery.start_soon(self._run_handler, link, scope, finished, watch, revoked,
-                                name=f"agent stream {link.peer}")
+        watch = trio.CancelScope() if self._join is not None and certificate_pem and certificate_name else None
+
+        def settle(outcome: str | None) -> None:  # gRPC thread
+            if not finished.done():
+                finished.set_result(outcome)
+
+        def spawn() -> None:  # trio thread
+            assert self.nursery is not None
+            try:
+                if watch is not None:
+                    self.nursery.start_soon(self._watch_revocation, certificate_pem, certificate_name, scope, watch,
+                                            revoked)
+                self.nursery.start_soon(self._run_handler, link, scope, loop, settle, watch, revoked,
+                                        name=f"agent stream {link.peer}")
+            except RuntimeError:  # serve_agents' nursery is closing: the server stops
+                loop.call_soon_threadsafe(settle, "the control plane is stopping; connect again.")
+
+        to_trio(self._token, spawn)
         try:
             error = await asyncio.shield(finished)
             if link.writer is not None and not link.writer.done():
                 await asyncio.wait([link.writer], timeout=STOP_GRACE_SECONDS)
         except asyncio.CancelledError:
-            scope.cancel()  # the RPC ended first: the handler goes too
+            to_trio(self._token, scope.cancel)  # the RPC ended first: the handler goes too
             link.fail("the RPC ended")
             raise
         finally:
@@ -145,7 +158,8 @@ class _Servicer(pb_grpc.ControlPlaneServicer):
 
     async def _run_handler(
         self, link: GrpcLink[pb.ControlMessage, pb.AgentMessage], scope: trio.CancelScope,
-        finished: asyncio.Future[str | None], watch: trio.CancelScope | None = None, revoked: list[str] | None = None,
+        loop: asyncio.AbstractEventLoop, settle: Callable[[str | None], None], watch: trio.CancelScope | None = None,
+        revoked: list[str] | None = None,
     ) -> None:
         outcome: str | None = "the control plane stopped handling this agent."
         try:
@@ -163,27 +177,27 @@ class _Servicer(pb_grpc.ControlPlaneServicer):
             if revoked:
                 outcome = revoked[0]
             await link.aclose()
-            if not finished.done():
-                finished.set_result(outcome)
+            loop.call_soon_threadsafe(settle, outcome)
 
     async def Join(self, request: pb.JoinRequest, context: grpc.aio.ServicerContext) -> pb.JoinResponse:  # noqa: N802
         if self._join is None:
             await context.abort(grpc.StatusCode.UNIMPLEMENTED, "this control plane does not accept joins.")
-        assert self._join is not None
+        join = self._join
+        assert join is not None
         if not request.node_id:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the join request names no node id.")
         try:  # validate and sign first, so that a malformed request does not burn the token
-            certificate = self._join.sign_csr(bytes(request.csr_pem), request.node_id)
+            certificate = await call_in_trio(self._token, join.sign_csr, bytes(request.csr_pem), request.node_id)
         except CertificateExists as exc:
             await context.abort(grpc.StatusCode.ALREADY_EXISTS, str(exc))
         except WireError as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-        if not self._join.consume_join_token(request.token):
+        if not await call_in_trio(self._token, join.consume_join_token, request.token):
             await context.abort(
                 grpc.StatusCode.PERMISSION_DENIED,
                 "the join token is unknown, expired or already used; create a new one on the control plane.",
             )
-        self._join.record_certificate(request.node_id, certificate)
+        await call_in_trio(self._token, join.record_certificate, request.node_id, certificate)
         return pb.JoinResponse(
             protocol=PROTOCOL_VERSION, certificate_pem=certificate, ca_pem=self._join.certificate_pem
         )
@@ -216,41 +230,40 @@ async def serve_agents(
     """
     if join is not None and tls is None:
         raise WireError("the Join service needs TLS (a ServerTls); without it nodes could not trust the answer.")
-    async with open_aio_loop() as loop:
-        servicer = _Servicer(handler, None, loop, tls is not None, join)
+    servicer = _Servicer(handler, None, trio.lowlevel.current_trio_token(), tls is not None, join)
 
-        async def bind() -> tuple[grpc.aio.Server, int, int | None]:
-            server = grpc.aio.server(options=server_options())
-            pb_grpc.add_ControlPlaneServicer_to_server(servicer, server)
-            address = f"{host}:{port}"
-            bound, bound_join = 0, None
-            try:
-                if tls is None:
-                    bound = server.add_insecure_port(address)
-                else:
-                    bound = server.add_secure_port(address, tls.credentials(require_client_certificate=True))
-                if join is not None and tls is not None:
-                    bound_join = server.add_secure_port(
-                        f"{host}:{join_port}", tls.credentials(require_client_certificate=False)
-                    )
-            except RuntimeError:
-                pass  # grpc says only "Failed to bind"; its log line has the errno
-            if not bound or bound_join == 0:
-                where = address if not bound else f"{host}:{join_port} (the join port)"
-                await server.stop(None)
-                raise WireError(
-                    f"cannot listen for agents on {where}: the address is in use or not on this machine; "
-                    "choose another port or stop the process using it."
-                )
-            return server, bound, bound_join
-
-        server, bound, bound_join = await trio_asyncio.aio_as_trio(bind, loop=loop)()
+    async def bind() -> tuple[grpc.aio.Server, int, int | None]:
+        server = grpc.aio.server(options=server_options())
+        pb_grpc.add_ControlPlaneServicer_to_server(servicer, server)
+        address = f"{host}:{port}"
+        bound, bound_join = 0, None
         try:
-            async with trio.open_nursery() as nursery:
-                servicer.nursery = nursery
-                await trio_asyncio.aio_as_trio(server.start, loop=loop)()
-                task_status.started(BoundPort(bound, bound_join))
-                await trio.sleep_forever()
-        finally:
-            with trio.move_on_after(STOP_GRACE_SECONDS + 3, shield=True):
-                await trio_asyncio.aio_as_trio(server.stop, loop=loop)(STOP_GRACE_SECONDS)
+            if tls is None:
+                bound = server.add_insecure_port(address)
+            else:
+                bound = server.add_secure_port(address, tls.credentials(require_client_certificate=True))
+            if join is not None and tls is not None:
+                bound_join = server.add_secure_port(
+                    f"{host}:{join_port}", tls.credentials(require_client_certificate=False)
+                )
+        except RuntimeError:
+            pass  # grpc says only "Failed to bind"; its log line has the errno
+        if not bound or bound_join == 0:
+            where = address if not bound else f"{host}:{join_port} (the join port)"
+            await server.stop(None)
+            raise WireError(
+                f"cannot listen for agents on {where}: the address is in use or not on this machine; "
+                "choose another port or stop the process using it."
+            )
+        return server, bound, bound_join
+
+    server, bound, bound_join = await run_aio(bind)
+    try:
+        async with trio.open_nursery() as nursery:
+            servicer.nursery = nursery
+            await run_aio(server.start)
+            task_status.started(BoundPort(bound, bound_join))
+            await trio.sleep_forever()
+    finally:
+        with trio.move_on_after(STOP_GRACE_SECONDS + 3, shield=True):
+            await run_aio(server.stop, STOP_GRACE_SECONDS)

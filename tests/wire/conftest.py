@@ -84,3 +84,14 @@ def tls_control_plane(tmp_path: Path) -> Iterator[ControlPlaneProcess]:
         yield ControlPlaneProcess(process, port, join_port, ca_dir, token_file.read_text())
     finally:
         _stop(process)
+
+
+@pytest.fixture
+def busy_control_plane() -> Iterator[ControlPlaneProcess]:
+    """A plaintext control plane in another process whose trio loop does 50 ms of synchronous work every turn."""
+    process = _start(["--busy-ms", "50"])
+    try:
+        port, join_port = _ready(process)
+        yield ControlPlaneProcess(process, port, join_port)
+    finally:
+        _stop(process)

@@ -7,13 +7,15 @@ It prints `PORT <connect port> <join port or 0>` once listening, then one line p
   LogLines ["bye"]         -> returns (the RPC ends with OK)
   LogLines ["fail"]        -> raises WireError("the test asked this stream to fail")
 With --ca-dir, the CA there (made if absent) serves mTLS and answers Join; `--token-file F` writes a fresh join
-token into F before listening.
+token into F before listening. `--busy-ms N`: a task keeps the trio loop busy, N ms of synchronous work in every turn
+of the scheduler (as a control plane's passes, status documents and audit do under load).
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import time
 
 import trio
 
@@ -46,10 +48,17 @@ async def handler(link, peer: str) -> None:  # type: ignore[no-untyped-def]
         raise
 
 
+async def keep_busy(milliseconds: float) -> None:
+    while True:
+        time.sleep(milliseconds / 1000)  # blocks the trio thread, as a long synchronous computation does
+        await trio.sleep(0)
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--ca-dir")
     parser.add_argument("--token-file")
+    parser.add_argument("--busy-ms", type=float, default=0.0)
     args = parser.parse_args()
     tls = join = None
     if args.ca_dir:
@@ -63,6 +72,8 @@ async def main() -> None:
             handler, "127.0.0.1", 0, tls=tls, join=join, task_status=task_status
         ))
         print(f"PORT {int(port)} {port.join_port or 0}", flush=True)
+        if args.busy_ms:
+            nursery.start_soon(keep_busy, args.busy_ms)
 
 
 if __name__ == "__main__":
