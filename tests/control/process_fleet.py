@@ -3,9 +3,10 @@ replica tiny-0 of the test settings: what the tests that follow a request or a s
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+from types import MappingProxyType
 
 import httpx
 
@@ -19,13 +20,19 @@ from .test_fleet_end_to_end import wait_for
 
 @contextmanager
 def server_and_agent(tmp_path: Path, weights_mirror, fake_engine: Path, *, server_args: tuple[str, ...] = (),
-                     agent_args: tuple[str, ...] = ()) -> Iterator[tuple[httpx.Client, Path]]:
+                     agent_args: tuple[str, ...] = (), settings: Mapping[str, str] = MappingProxyType({}),
+                     ) -> Iterator[tuple[httpx.Client, Path]]:
     """Start both (the server with its gateway, admin and agents listeners on free loopback ports, plus
     `server_args`; the agent plus `agent_args`), wait until tiny-0 is ready, yield (admin API client, state
-    directory); stop both with SIGTERM on exit (so they flush what they buffer)."""
+    directory); stop both with SIGTERM on exit (so they flush what they buffer). `settings`: YAML text appended to
+    files of the settings tree ("llmgw.yaml", "agents/default.yaml", ...) before its first commit."""
     mirror, sha = weights_mirror
     repo = tmp_path / "settings.git"
-    init_repository(repo, write_seed(tmp_path / "seed", sha))
+    seed = write_seed(tmp_path / "seed", sha)
+    for name, text in settings.items():
+        with open(seed / name, "a") as file:
+            file.write(text)
+    init_repository(repo, seed)
     state = tmp_path / "state"
     fleet = LlmgwProcesses(tmp_path)
     try:
