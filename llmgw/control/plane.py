@@ -357,7 +357,8 @@ class ControlPlane:
         finally:
             with trio.move_on_after(3.0, shield=True):
                 await self.audit.write_pending()
-                if self.tracing is not None:
+            if self.tracing is not None:  # sends the spans buffered (also those of the last 5 s) on any stop
+                with trio.CancelScope(shield=True):  # bounded by the exporter's own timeout (10 s)
                     await trio.to_thread.run_sync(self.tracing.shutdown)
             if self.leader:
                 store.release_lease(LEASE_NAME, self.holder)
