@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import signal
 
-
 from llmgw.control.leading import LEASE_NAME
 from llmgw.settings import init_repository
 from llmgw.store import open_store
