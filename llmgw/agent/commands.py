@@ -207,7 +207,7 @@ class NodeAgent:
                      f", GPUs left alone: {', '.join(self.config.ignore_gpus)}" if self.config.ignore_gpus else "")
             self.settings_changed.set()
             self.settings_changed = trio.Event()
-            self.retrace()  # before the next await: a command handled after these settings is traced by them
+            await self.retrace()  # before the next message of this link is handled: it is traced by these settings
             try:  # kept for the next agent, which applies them before it can reach the control plane
                 await trio.to_thread.run_sync(save_agent_settings, self.config.state_dir,
                                               without_secrets(message.agent_settings))
@@ -243,18 +243,19 @@ class NodeAgent:
         if command_id:
             self._result(command_id, error)
 
-    def retrace(self) -> None:
+    async def retrace(self) -> None:
         """Follow `config.trace_target` (command line, else agents/ `tracing:`): open a new `AgentTracing` when it
-        changed (None when it names no endpoint) and let the old one send what it holds, in a thread. Spans still
-        open on the old one when it stops are lost (a start or install that outlives a tracing change)."""
+        changed (None when it names no endpoint; in a thread: importing OpenTelemetry takes about 0.3 s here) and
+        let the old one send what it holds, in a thread. Spans still open on the old one when it stops are lost (a
+        start or install that outlives a tracing change). A checkpoint."""
         target = self.config.trace_target
         current = self.tracing.target if self.tracing is not None else None
         if target == current:
             return
         old = self.tracing
         try:
-            self.tracing = open_agent_tracing(target, self.config.node_id)
-        except (ImportError, ValueError) as exc:  # the tracing extra is not installed here
+            self.tracing = await trio.to_thread.run_sync(open_agent_tracing, target, self.config.node_id)
+        except ImportError as exc:  # the tracing extra is not installed on this node: the agent goes on untraced
             log.warning("cannot send traces to %s: %s; install the tracing extra (pip install 'llmgw[tracing]')",
                         target[0] if target else "", exc)
             self.tracing = None
