@@ -69,7 +69,6 @@ PASS_COALESCE = 0.25
 """Seconds from one pass's end to the next: events arriving meanwhile make one batch and one pass."""
 AUDIT_MIN_GAP = 1.0
 """Seconds between two audit commits: the passes in between are written as one."""
-log = logging.getLogger("llmgw.control")
 SLURM_RECORDED_MAX = 20000
 """Ended Slurm jobs whose usage this control plane remembers having recorded (the store dedups beyond that)."""
 
@@ -298,10 +297,16 @@ class ControlPlane:
         self.store = store
         traced = cluster.tracing if cluster else Tracing()
         trace_endpoint = self.config.otlp_endpoint or traced.endpoint
-        if self.tracing is None:
-            self.tracing = open_tracing(trace_endpoint, sample_ratio=traced.sample_ratio)
         trace_requests = (self.config.request_sample_ratio if self.config.request_sample_ratio is not None
                           else cluster.trace_requests if cluster else 0.0)
+        try:
+            if self.tracing is None:
+                self.tracing = open_tracing(trace_endpoint, sample_ratio=traced.sample_ratio)
+            request_tracing = open_gateway_tracing(trace_endpoint, trace_requests) if self.config.gateway else None
+        except ImportError as exc:  # tracing asked for, the extra not installed: serve untraced, and say so
+            log.warning("cannot send traces to %s: %s; install the tracing extra (pip install 'llmgw[tracing]')",
+                        trace_endpoint, exc)
+            request_tracing = None
         self._replica_secret = store.get_or_create_secret(REPLICA_KEY_SECRET)
         self._known_nodes = decode_known(store.get(KNOWN_NODES_KEY))
         self._started_clock = trio.current_time()
@@ -340,7 +345,7 @@ class ControlPlane:
                 self.admin_url = f"http://{_url_host(admin.host)}:{self.admin_port}"
                 if self.config.gateway:
                     self.gateway = Gateway(store, self.table, spool_dir=self.state_dir / "usage-spool",
-                                           tracing=open_gateway_tracing(trace_endpoint, trace_requests))
+                                           tracing=request_tracing)
                     self.gateway.health_details = self._health_details
                     self.gateway_port = await nursery.start(self.gateway.serve, gateway.host, gateway.port)
                     self.gateway_url = f"http://{_url_host(gateway.host)}:{self.gateway_port}"

@@ -9,6 +9,9 @@ from pathlib import Path
 
 import httpx
 import pytest
+import trio
+
+from llmgw.control import ControlConfig, ControlPlane
 
 from .conftest import git
 from .process_fleet import server_and_agent
@@ -57,3 +60,24 @@ def test_tracing_settings_in_the_repository_send_the_server_and_the_agents_spans
     (request,) = [s for _, s in spans if s.name == "chat"]
     assert attributes(request)["http.response.status_code"] == 401
     assert attributes(request)["llmgw.request_id"] == answer.headers["x-request-id"]
+
+
+async def test_a_control_plane_without_the_tracing_extra_serves_untraced_and_says_so(
+    tmp_path, settings_repo, monkeypatch, caplog,
+):
+    """llmgw.yaml may turn tracing on for a control plane installed without `llmgw[tracing]`: it starts all the
+    same, without spans, and logs what to install (the missing package is simulated by hiding the exporter)."""
+    checkout = tmp_path / "checkout"
+    git("clone", "-q", str(settings_repo), str(checkout), cwd=tmp_path)
+    with open(checkout / "llmgw.yaml", "a") as file:
+        file.write(cluster_tracing("http://127.0.0.1:9"))
+    git("commit", "-qam", "tracing", cwd=checkout)
+    git("push", "-q", "origin", "HEAD:main", cwd=checkout)
+    monkeypatch.setitem(sys.modules, "opentelemetry.exporter.otlp.proto.http.trace_exporter", None)
+    plane = ControlPlane(ControlConfig(repo=str(settings_repo), state_dir=tmp_path / "state"))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(plane.run)
+        assert plane.snapshot().settings.cluster.tracing.endpoint == "http://127.0.0.1:9"
+        assert plane.tracing is None and plane.gateway.tracing is None
+        nursery.cancel_scope.cancel()
+    assert "install the tracing extra" in caplog.text
