@@ -32,8 +32,8 @@ def cluster_tracing(endpoint: str) -> str:
 def test_tracing_settings_in_the_repository_send_the_server_and_the_agents_spans(
     tmp_path, weights_mirror, fake_engine,
 ):
-    """A fresh agent learns agents/ `tracing:` with its first AgentSettings, which may arrive after its first
-    StartShard: the test traces the start of a second replica, pushed once the node holds its settings."""
+    """A fresh agent learns agents/ `tracing:` with its first AgentSettings, answered before the control plane
+    sends it the first StartShard; a second replica, pushed later, is traced too."""
     with otlp_receiver() as (endpoint, spans):
         settings = {"llmgw.yaml": cluster_tracing(endpoint),
                     "agents/default.yaml": f"tracing:\n  endpoint: {endpoint}\n"}
@@ -47,16 +47,17 @@ def test_tracing_settings_in_the_repository_send_the_server_and_the_agents_spans
             model.write_text(model.read_text().replace("replicas: 1\n", "replicas: 2\n"))
             git("commit", "-qam", "a second replica", cwd=checkout)
             git("push", "-q", "origin", "HEAD:main", cwd=checkout)
-            wait_for(lambda: {"tiny-1"} <= {attributes(s).get("llmgw.replica") for _, s in spans
+            wait_for(lambda: {"tiny-0", "tiny-1"} <= {attributes(s).get("llmgw.replica") for _, s in spans
                                             if s.name == "shard start"}, 60, "the agent's span of tiny-1's start",
                      lambda: sorted((s.name, attributes(s).get("llmgw.replica", "")) for _, s in spans))
     services = {span.name: resource["service.name"] for resource, span in spans}
     assert services["reconcile pass"] == services["replica start"] == "llmgw-control-plane"
     assert services["shard start"] == services["engine ready wait"] == "llmgw-agent"
     assert services["chat"] == "llmgw-gateway"
-    (start,) = [s for _, s in spans if s.name == "replica start" and attributes(s)["llmgw.replica"] == "tiny-1"]
-    (shard_start,) = [s for _, s in spans if s.name == "shard start" and attributes(s)["llmgw.replica"] == "tiny-1"]
-    assert shard_start.trace_id == start.trace_id and shard_start.parent_span_id == start.span_id
+    for replica in ("tiny-0", "tiny-1"):
+        (start,) = [s for _, s in spans if s.name == "replica start" and attributes(s)["llmgw.replica"] == replica]
+        (shard,) = [s for _, s in spans if s.name == "shard start" and attributes(s)["llmgw.replica"] == replica]
+        assert shard.trace_id == start.trace_id and shard.parent_span_id == start.span_id
     (request,) = [s for _, s in spans if s.name == "chat"]
     assert attributes(request)["http.response.status_code"] == 401
     assert attributes(request)["llmgw.request_id"] == answer.headers["x-request-id"]
