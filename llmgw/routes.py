@@ -27,6 +27,8 @@ class ReplicaRoute:
     `Authorization: Bearer <replica_key>` (None: send none): the replica key (`llmgw.control.replica_key`) of a
     replica llmgw runs, the endpoint's secret for an external one. `external` marks an endpoint llmgw does not run.
     `upstream_model` is the model name to put in the forwarded body (None: leave the body's model as sent).
+    `settings_commit`: the settings commit the replica was started from, as its node reports it (None: unknown,
+    or an external endpoint); kept in each request's usage record.
     """
 
     replica_id: str
@@ -35,6 +37,7 @@ class ReplicaRoute:
     replica_key: str | None = None
     external: bool = False
     upstream_model: str | None = None
+    settings_commit: str | None = None
 
 
 @dataclass(frozen=True)

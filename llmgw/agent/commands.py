@@ -8,6 +8,7 @@ goes through `NodeAgent.emit` (dropped when no connection takes it: heartbeats c
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 from collections.abc import Callable
@@ -25,7 +26,7 @@ from llmgw.agent.logs import LogRing
 from llmgw.agent.shards import ShardSpec, ShardView
 from llmgw.agent.slurm import SlurmKeeper, SlurmLayout, without_secrets
 from llmgw.agent.supervisor import Supervisor
-from llmgw.agent.tracing import NO_TRACE, AgentTracing
+from llmgw.agent.tracing import NO_TRACE, AgentTracing, open_agent_tracing
 from llmgw.agent.weights_layout import engine_model_path
 from llmgw.engines import Launch, LlamaCppSource, get_engine, llamacpp, vllm
 from llmgw.engines.python_env import install_python_engine
@@ -206,6 +207,7 @@ class NodeAgent:
                      f", GPUs left alone: {', '.join(self.config.ignore_gpus)}" if self.config.ignore_gpus else "")
             self.settings_changed.set()
             self.settings_changed = trio.Event()
+            await self.retrace()  # before the next message of this link is handled: it is traced by these settings
             try:  # kept for the next agent, which applies them before it can reach the control plane
                 await trio.to_thread.run_sync(save_agent_settings, self.config.state_dir,
                                               without_secrets(message.agent_settings))
@@ -240,6 +242,27 @@ class NodeAgent:
             request_id=request.request_id, shard_id=request.shard_id, lines=lines)))
         if command_id:
             self._result(command_id, error)
+
+    async def retrace(self) -> None:
+        """Follow `config.trace_target` (command line, else agents/ `tracing:`): open a new `AgentTracing` when it
+        changed (None when it names no endpoint; in a thread: importing OpenTelemetry takes about 0.3 s here) and
+        let the old one send what it holds, in a thread. Spans still open on the old one when it stops are lost (a
+        start or install that outlives a tracing change). A checkpoint."""
+        target = self.config.trace_target
+        current = self.tracing.target if self.tracing is not None else None
+        if target == current:
+            return
+        old = self.tracing
+        try:
+            self.tracing = await trio.to_thread.run_sync(open_agent_tracing, target, self.config.node_id)
+        except ImportError as exc:  # the tracing extra is not installed on this node: the agent goes on untraced
+            log.warning("cannot send traces to %s: %s; install the tracing extra (pip install 'llmgw[tracing]')",
+                        target[0] if target else "", exc)
+            self.tracing = None
+        log.info("traces of shard starts and engine installs go to %s", target[0] if target and self.tracing
+                 else "nowhere (tracing off)")
+        if old is not None:
+            self.nursery.start_soon(functools.partial(trio.to_thread.run_sync, old.shutdown))
 
     # --- StartShard ---------------------------------------------------------------------------------------
 
@@ -392,6 +415,7 @@ class NodeAgent:
         if key in self.installing:
             self._result(command_id)
             return
+        trace = self.tracing.begin_install(command) if self.tracing is not None else NO_TRACE
         status = pb.EngineStatus(engine=key, state="installing", progress=0.0, progress_text="starting")
         self.installing[key] = status
         self.emit(agent_message(engine_status=status))
@@ -422,12 +446,15 @@ class NodeAgent:
                                                      self.config.engines_path, progress=progress)
         except LlmgwError as exc:
             log.warning("installing %s failed: %s", key, exc)
+            trace.end(str(exc))
             self.emit(agent_message(engine_status=pb.EngineStatus(engine=key, state="failed", error=str(exc))))
             self._result(command_id, str(exc))
         else:
             log.info("installed %s at %s", key, binary)
+            trace.end()
             self.engine_checks.broken.pop(key, None)
             self.emit(agent_message(engine_status=pb.EngineStatus(engine=key, state="installed", progress=1.0)))
             self._result(command_id)
         finally:
+            trace.end("the install did not finish")  # ended already unless cancelled or broken (later ends do nothing)
             self.installing.pop(key, None)

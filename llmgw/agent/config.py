@@ -53,8 +53,10 @@ class AgentConfig:
     `engine_check_interval` seconds between re-verifications of installed engines (`llmgw.agent.engine_checks`).
     `control_planes`: the control planes' agents addresses ("host:port") the agent connects to (`llmgw agent
     --control-plane`, and those the settings name, added by AgentSettings: see `run_agent`'s `connect_to`).
-    `otlp_endpoint`: an OTLP/HTTP collector ("http://host:4318") receiving the traces of shard starts
-    (`llmgw.agent.tracing`; None: off).
+    `otlp_endpoint`: an OTLP/HTTP collector ("http://host:4318") receiving the traces of shard starts and engine
+    installs (`llmgw.agent.tracing`; None: off), from the command line: it overrides `settings_otlp_endpoint`,
+    the endpoint of agents/ `tracing:` (AgentSettings; "" none). `trace_sample_ratio` (0..1): the share of the
+    traces the agent begins itself that are recorded (agents/ `tracing.sample_ratio`).
     """
 
     node_id: str = field(default_factory=socket.gethostname)
@@ -78,6 +80,15 @@ class AgentConfig:
     engine_check_interval: float = 600.0
     control_planes: tuple[str, ...] = ()
     otlp_endpoint: str | None = None
+    settings_otlp_endpoint: str = ""
+    trace_sample_ratio: float = 1.0
+
+    @property
+    def trace_target(self) -> tuple[str, float] | None:
+        """(OTLP endpoint, sample ratio) the agent's spans go to: the command line's endpoint, else the settings';
+        None when neither names one (tracing off)."""
+        endpoint = self.otlp_endpoint or self.settings_otlp_endpoint
+        return (endpoint, self.trace_sample_ratio) if endpoint else None
 
     @property
     def weights_path(self) -> Path:
@@ -114,6 +125,10 @@ class AgentConfig:
             changes["mirrors"] = tuple(settings.mirrors)
         if settings.shard_stop_grace > 0:
             changes["shard_stop_grace"] = bounded_interval(settings.shard_stop_grace)
+        if settings.HasField("tracing"):  # stated whole by the control plane (an empty endpoint: off)
+            ratio = settings.tracing.sample_ratio
+            changes["settings_otlp_endpoint"] = settings.tracing.endpoint
+            changes["trace_sample_ratio"] = 1.0 if math.isnan(ratio) else min(max(ratio, 0.0), 1.0)
         if settings.control_planes:  # added to those the agent was started with, never removing one
             changes["control_planes"] = tuple(dict.fromkeys([*self.control_planes, *settings.control_planes]))
         return replace(self, **changes)

@@ -153,7 +153,9 @@ async def run_agent(config: AgentConfig, connect: Connect | Sequence[Connect] = 
     root.addHandler(handler)
     if root.level == logging.NOTSET or root.level > logging.INFO:
         root.setLevel(logging.INFO)
-    tracing = open_agent_tracing(config.otlp_endpoint, config.node_id)
+    target = config.trace_target  # command line, else agents/ tracing: the control plane last sent
+    tracing = open_agent_tracing(target, config.node_id)
+    agent: NodeAgent | None = None
     try:
         async with Supervisor(
             config.state_dir, backoff_initial=config.restart_backoff_initial,
@@ -212,6 +214,8 @@ async def run_agent(config: AgentConfig, connect: Connect | Sequence[Connect] = 
                     await cleanup.stop_all()
         raise
     finally:
+        if agent is not None:  # AgentSettings may have replaced it (NodeAgent.retrace)
+            tracing = agent.tracing
         if tracing is not None:  # send the spans still buffered (the exporter's own timeout bounds it)
             with trio.move_on_after(15, shield=True):
                 await trio.to_thread.run_sync(tracing.shutdown)

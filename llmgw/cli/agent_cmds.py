@@ -104,8 +104,9 @@ def register(group: click.Group) -> None:
     @click.option("--stop-shards-on-exit", is_flag=True, help="Stop every engine when the agent exits.")
     @click.option("--json", "as_json", is_flag=True, help="Print the agent's state as JSON once started.")
     @click.option("--otlp-endpoint", envvar="LLMGW_OTLP_ENDPOINT", default=None, metavar="URL",
-                  help="Send traces of shard starts (weights fetch, engine launch, readiness) to this OTLP/HTTP "
-                       "collector (http://host:4318), under the control plane's trace; off when not given.")
+                  help="Send traces of shard starts (weights fetch, engine launch, readiness) and engine installs "
+                       "to this OTLP/HTTP collector (http://host:4318), under the control plane's trace [default: "
+                       "agents/ tracing.endpoint of the settings; off without one].")
     def agent_command(control_planes, node_id, state_dir, weights_dir, engines_dir, mirrors, labels,
                       heartbeat_interval, address, engine_binaries, tls_dir, insecure, stop_shards_on_exit, as_json,
                       otlp_endpoint):

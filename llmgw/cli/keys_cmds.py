@@ -220,7 +220,8 @@ def _row_json(row: UsageRow) -> dict:
 @click.option("--by", type=click.Choice(["model", "project", "day"]), default="model", show_default=True,
               help="Group rows by.")
 @click.option("--request", "request_id", default=None, metavar="ID",
-              help="Show one request's record instead: the id the gateway answered in `x-request-id`.")
+              help="Show one request's record instead: the id the gateway answered in `x-request-id` (the "
+                   "gateway's req_... id, or the client's own x-request-id it kept).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @_store_options
 @click.pass_context
@@ -255,23 +256,39 @@ def format_cost(cost: float) -> str:
 
 
 def request_json(request_id: str, record: UsageRecord) -> dict:
-    """One request's usage record as `llmgw usage --request ID --json` prints it: times in ISO 8601 UTC (`started`
-    is `ended` less the duration), durations in seconds, `cost` in the cluster's currency."""
-    return {"request_id": request_id, "project": record.project, "key_id": record.key_id, "model": record.model,
-            "replica": record.replica, "node": record.node, "status": record.status,
+    """One request's usage record as `llmgw usage --request ID --json` prints it: `request_id` the gateway's own id,
+    `client_request_id` the client's (None: it sent none), `settings_commit` the commit the replica was started
+    from, `trace_id` 32 hex digits (None: untraced); times in ISO 8601 UTC (`started` is `ended` less the
+    duration), durations in seconds, `cost` in the cluster's currency."""
+    return {"request_id": request_id, "client_request_id": record.client_request_id, "project": record.project,
+            "key_id": record.key_id, "model": record.model, "replica": record.replica, "node": record.node,
+            "settings_commit": record.settings_commit, "trace_id": record.trace_id, "status": record.status,
             "prompt_tokens": record.prompt_tokens, "completion_tokens": record.completion_tokens,
             "cached_tokens": record.cached_tokens, "cost": record.cost,
             "started": format_moment(record.time - record.duration_seconds), "ended": format_moment(record.time),
             "ttft_seconds": record.ttft_seconds, "duration_seconds": record.duration_seconds}
 
 
+def find_request(store, request_id: str) -> list[tuple[str, UsageRecord]]:
+    """The requests `request_id` names, newest first, each as (the gateway's id, record): the one whose gateway id it
+    is, else those whose client sent it as its own `x-request-id` (a client may reuse one); [] when none."""
+    record = store.usage_of_request(request_id)
+    if record is not None:
+        return [(request_id, record)]
+    return store.usage_of_client_request(request_id)
+
+
 def _show_request(ctx: click.Context, request_id: str, as_json: bool) -> None:
-    record = with_store(ctx, lambda store: store.usage_of_request(request_id))
-    if record is None:
+    found = with_store(ctx, lambda store: find_request(store, request_id))
+    if not found:
         raise UsageError(f"The store has no usage record of request {request_id!r}. Give the id the gateway "
-                         "answered in its x-request-id header (req_ and 32 hex digits); a request that just ended "
-                         "may still be in the gateway's usage spool while the store is unreachable.")
-    doc = request_json(request_id, record)
+                         "answered in its x-request-id header (req_ and 32 hex digits, or the client's own id); a "
+                         "request that just ended may still be in the gateway's usage spool while the store is "
+                         "unreachable.")
+    (own_id, record), others = found[0], [rid for rid, _ in found[1:]]
+    doc = request_json(own_id, record)
+    if others:  # the client sent this id with several requests: the newest is shown
+        doc["also_matching"] = others
     if as_json:
         click.echo(json.dumps(doc))
         return
@@ -291,6 +308,8 @@ def _request_field(name: str, value: object) -> str:
         return f"{float(value) * 1000:.0f} ms"
     if name == "duration_seconds":
         return f"{float(value):.2f} s"
+    if name == "also_matching":
+        return "older, same id: " + ", ".join(map(str, value)) if isinstance(value, list) else str(value)
     return str(value)
 
 

@@ -215,11 +215,12 @@ def live_diff(client, rev: str | None, as_json: bool) -> int:
 @click.option("--insecure", is_flag=True, help="Allow agents in plain text on an address other machines reach "
               "(refused without --tls otherwise): only on a network where every machine is trusted.")
 @click.option("--otlp-endpoint", envvar="LLMGW_OTLP_ENDPOINT", default=None, metavar="URL",
-              help="Send traces of reconcile passes and replica starts to this OTLP/HTTP collector "
-              "(http://host:4318); off when not given.")
-@click.option("--trace-requests", "request_sample_ratio", envvar="LLMGW_TRACE_REQUESTS", default=0.0,
-              type=click.FloatRange(0.0, 1.0), show_default=True, metavar="RATIO",
-              help="Trace this share (0-1) of the gateway's requests to --otlp-endpoint (0: none).")
+              help="Send traces of reconcile passes, replica starts and engine installs to this OTLP/HTTP collector "
+              "(http://host:4318) [default: llmgw.yaml tracing.endpoint; off without one].")
+@click.option("--trace-requests", "request_sample_ratio", envvar="LLMGW_TRACE_REQUESTS", default=None,
+              type=click.FloatRange(0.0, 1.0), metavar="RATIO",
+              help="Trace this share (0-1) of the gateway's requests (0: none) [default: llmgw.yaml "
+              "tracing.sample_requests, else 0].")
 @click.option("--lease", "lease", default="6s", show_default=True, metavar="DURATION",
               help="How long the leader lease lasts in the store (renewed every third of it): a standby takes over "
                    "this long after the leader dies.")

@@ -27,7 +27,7 @@ import trio
 from llmgw.control.deciding import Decision, action_answered, action_failed, action_key, decide
 from llmgw.control.state import ControlState, PassRecord
 from llmgw.errors import LlmgwError, TemporaryError
-from llmgw.plan.types import Action
+from llmgw.plan.types import Action, ActionKind
 from llmgw.settings.model import Settings
 
 Transition = Callable[[ControlState], "tuple[ControlState, bool]"]
@@ -38,7 +38,8 @@ class ControlLoop:
     """Owns `state` (a `ControlState`) and the only task that replaces it.
 
     `execute(action, settings)` sends one action's command and waits for its node's answer (raising LlmgwError;
-    a TemporaryError's `delay` is honoured). `on_change(old, new, reasons)` runs after each batch of events and
+    a TemporaryError's `delay` is honoured). A pass's commands are sent concurrently, but for a node that also gets
+    a CONFIGURE (new agent settings) in the pass: its other commands wait until that one is answered. `on_change(old, new, reasons)` runs after each batch of events and
     after each pass; `reasons` is empty when nothing placement-relevant changed. `on_pass(decision, state)` runs
     after each pass with the state it produced. `interval()` is the seconds between passes when nothing wakes one.
     """
@@ -203,16 +204,33 @@ class ControlLoop:
         state = replace(state, last_pass=record, tallies=state.tallies.counted_pass(
             record.converged, duration, tuple(a.kind.value for a in decision.send)))
         self.state = state
+        configured = {a.node_id: trio.Event() for a in decision.send if a.kind is ActionKind.CONFIGURE}
         for action in decision.send:
             assert self._nursery is not None, "ControlLoop.run must be running"
-            self._nursery.start_soon(self._run_action, action, state.settings)
+            first = configured.get(action.node_id)
+            if action.kind is ActionKind.CONFIGURE:
+                self._nursery.start_soon(self._run_action, action, state.settings, None, first)
+            else:  # a node's new agent settings (directories, mirrors, tracing) reach it before its other commands
+                self._nursery.start_soon(self._run_action, action, state.settings, first, None)
         self._on_change(old, state, [])
         self._on_pass(decision, state)
         event, self._pass_done = self._pass_done, trio.Event()
         event.set()
         return decision.record
 
-    async def _run_action(self, action: Action, settings: Settings) -> None:
+    async def _run_action(self, action: Action, settings: Settings, after: trio.Event | None = None,
+                          done: trio.Event | None = None) -> None:
+        """Send `action` (once `after` is set, when given: its node's CONFIGURE of the same pass was answered or
+        failed) and record its outcome; set `done` at the end, whatever happened."""
+        try:
+            if after is not None:
+                await after.wait()
+            await self._send_action(action, settings)
+        finally:
+            if done is not None:
+                done.set()
+
+    async def _send_action(self, action: Action, settings: Settings) -> None:
         key = action_key(action)
         async with self._limiter:
             try:

@@ -56,7 +56,7 @@ from llmgw.gateway import Gateway, open_gateway_tracing
 from llmgw.plan.types import Action, ActionKind, Plan
 from llmgw.routes import BlockSnapshot, RouteTable
 from llmgw.settings import NOTIFY_URL_KEY, redact_url, set_config_value
-from llmgw.settings.model import Listener, Settings
+from llmgw.settings.model import Listener, Settings, Tracing
 from llmgw.settings.node_commits import NodeVerbCommit, commit_node_verb
 from llmgw.store import open_store_from_settings
 from llmgw.wire import check_agents_listener, pb, serve_agents
@@ -71,7 +71,6 @@ PASS_COALESCE = 0.25
 """Seconds from one pass's end to the next: events arriving meanwhile make one batch and one pass."""
 AUDIT_MIN_GAP = 1.0
 """Seconds between two audit commits: the passes in between are written as one."""
-log = logging.getLogger("llmgw.control")
 SLURM_RECORDED_MAX = 20000
 """Ended Slurm jobs whose usage this control plane remembers having recorded (the store dedups beyond that)."""
 
@@ -98,9 +97,10 @@ class ControlConfig:
     `llmgw.wire.ServerTls` of your own instead (no Join). `insecure_agents`: allow a plain-text agents listener
     on an address other machines reach (refused otherwise, see `llmgw.wire.check_agents_listener`).
     `gateway`: False runs no gateway. `otlp_endpoint`: an OTLP/HTTP collector ("http://host:4318") that receives
-    traces of passes and replica starts (None: off, see llmgw.control.tracing); `tracer_provider`: an
-    opentelemetry-sdk TracerProvider of your own instead. `request_sample_ratio`: the share (0..1) of gateway
-    requests traced to `otlp_endpoint` (0: none, see llmgw.gateway.tracing).
+    traces of passes and replica starts (None: llmgw.yaml's `tracing.endpoint`, and off without one; see
+    llmgw.control.tracing); `tracer_provider`: an opentelemetry-sdk TracerProvider of your own instead.
+    `request_sample_ratio`: the share (0..1) of gateway requests traced (None: llmgw.yaml's
+    `tracing.sample_requests`, default 0; see llmgw.gateway.tracing). Both are read once, at start.
     """
 
     repo: str
@@ -126,7 +126,7 @@ class ControlConfig:
     recovery_grace: float = DEFAULT_GRACE
     otlp_endpoint: str | None = None
     tracer_provider: Any = None
-    request_sample_ratio: float = 0.0
+    request_sample_ratio: float | None = None
 
 
 def check_listeners_free(listeners: dict[str, Listener]) -> None:
@@ -194,8 +194,8 @@ class ControlPlane:
         self.started_at = time.time()
         self.holder = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
         self.restart_requested = trio.Event()
-        self.tracing = (StartTracing(config.tracer_provider) if config.tracer_provider is not None
-                        else open_tracing(config.otlp_endpoint))
+        # opened by `run` once llmgw.yaml's `tracing:` is read (the command line's endpoint overrides it)
+        self.tracing = StartTracing(config.tracer_provider) if config.tracer_provider is not None else None
         self.lease: LeaseKeeper | None = None
         self._known_nodes: frozenset[str] = frozenset()  # connected to the leader before this start (the store's)
         self._started_clock = 0.0
@@ -297,6 +297,18 @@ class ControlPlane:
                 open_store_from_settings, cluster.store if cluster else None, self.state_dir, self.secrets.get,
                 override_url=store))
         self.store = store
+        traced = cluster.tracing if cluster else Tracing()
+        trace_endpoint = self.config.otlp_endpoint or traced.endpoint
+        trace_requests = (self.config.request_sample_ratio if self.config.request_sample_ratio is not None
+                          else cluster.trace_requests if cluster else 0.0)
+        try:
+            if self.tracing is None:
+                self.tracing = open_tracing(trace_endpoint, sample_ratio=traced.sample_ratio)
+            request_tracing = open_gateway_tracing(trace_endpoint, trace_requests) if self.config.gateway else None
+        except ImportError as exc:  # tracing asked for, the extra not installed: serve untraced, and say so
+            log.warning("cannot send traces to %s: %s; install the tracing extra (pip install 'llmgw[tracing]')",
+                        trace_endpoint, exc)
+            request_tracing = None
         self._replica_secret = store.get_or_create_secret(REPLICA_KEY_SECRET)
         self._known_nodes = decode_known(store.get(KNOWN_NODES_KEY))
         self._started_clock = trio.current_time()
@@ -335,8 +347,7 @@ class ControlPlane:
                 self.admin_url = f"http://{_url_host(admin.host)}:{self.admin_port}"
                 if self.config.gateway:
                     self.gateway = Gateway(store, self.table, spool_dir=self.state_dir / "usage-spool",
-                                           tracing=open_gateway_tracing(self.config.otlp_endpoint,
-                                                                        self.config.request_sample_ratio))
+                                           tracing=request_tracing)
                     self.gateway.health_details = self._health_details
                     self.gateway_port = await nursery.start(self.gateway.serve, gateway.host, gateway.port)
                     self.gateway_url = f"http://{_url_host(gateway.host)}:{self.gateway_port}"
@@ -353,7 +364,8 @@ class ControlPlane:
         finally:
             with trio.move_on_after(3.0, shield=True):
                 await self.audit.write_pending()
-                if self.tracing is not None:
+            if self.tracing is not None:  # sends the spans buffered (also those of the last 5 s) on any stop
+                with trio.CancelScope(shield=True):  # bounded by the exporter's own timeout (10 s)
                     await trio.to_thread.run_sync(self.tracing.shutdown)
             if self.leader:
                 store.release_lease(LEASE_NAME, self.holder)
@@ -496,8 +508,11 @@ class ControlPlane:
             body = {"stop_shard": stop_shard(action, settings)}
         elif action.kind is ActionKind.INSTALL:
             record = self.registry.get(action.node_id)
-            body = {"install_engine": install_engine(action, settings, platform_of(record.os, record.arch)
-                                                     if record else "linux-x86_64")}
+            command = install_engine(action, settings, platform_of(record.os, record.arch)
+                                     if record else "linux-x86_64")
+            if self.tracing is not None:  # the agent's "engine install" span joins the sending pass's trace
+                command.traceparent = self.tracing.install_traceparent(action.node_id, action.engine)
+            body = {"install_engine": command}
         else:
             return
         leadership = self.loop.state.leadership

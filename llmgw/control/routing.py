@@ -44,6 +44,7 @@ def ready_replicas(fleet: Fleet) -> dict[str, list[ReplicaRoute]]:
                 replica_id=shard.replica_id,
                 node_id=node.node_id,
                 base_url=f"http://{node.address}:{shard.port}",
+                settings_commit=shard.settings_commit or None,
             ))
     for routes in found.values():
         routes.sort(key=lambda r: (r.replica_id, r.node_id))
@@ -82,7 +83,7 @@ def build_route_table(
             replicas = tuple(
                 ReplicaRoute(
                     replica_id=r.replica_id, node_id=r.node_id, base_url=r.base_url,
-                    replica_key=replica_key(r.replica_id),
+                    replica_key=replica_key(r.replica_id), settings_commit=r.settings_commit,
                 )
                 for r in ready.get(name, ())
             )

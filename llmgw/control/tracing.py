@@ -19,7 +19,9 @@ What is traced (span names and attributes):
   failed (with its error), when the command failed, or when a later pass no longer plans it.
 
 The StartShard sent for a traced start carries the span's W3C `traceparent` (`traceparent(node, shard)`), so
-the agent's spans (llmgw.agent.tracing: weights fetch, engine launch, readiness) are its children.
+the agent's spans (llmgw.agent.tracing: weights fetch, engine launch, readiness) are its children. An
+InstallEngine carries the `traceparent` of the pass that sent it (`install_traceparent(node, engine)`): the
+agent's "engine install" span is a child of that pass.
 """
 
 from __future__ import annotations
@@ -44,14 +46,17 @@ class _Open:
     last_state: str = ""
 
 
-def open_tracing(endpoint: str | None, *, service_name: str = "llmgw-control-plane",
+def open_tracing(endpoint: str | None, *, sample_ratio: float = 1.0, service_name: str = "llmgw-control-plane",
                  schedule_delay_seconds: float = 5.0) -> StartTracing | None:
     """A `StartTracing` exporting to the OTLP/HTTP collector at `endpoint` ("http://host:4318"; spans are POSTed
     to `<endpoint>/v1/traces`), or None when `endpoint` is None or empty (tracing off; nothing is imported).
-    `schedule_delay_seconds`: the longest a finished span waits before it is sent."""
+    `sample_ratio` (0..1): the share of reconcile passes recorded (with the starts and installs under them).
+    `schedule_delay_seconds`: the longest a finished span waits before it is sent.
+    Raises: ValueError when `sample_ratio` is outside 0..1."""
     if not endpoint:
         return None
-    return StartTracing(open_provider(endpoint, service_name, schedule_delay_seconds=schedule_delay_seconds))
+    return StartTracing(open_provider(endpoint, service_name, sample_ratio=sample_ratio,
+                                      schedule_delay_seconds=schedule_delay_seconds))
 
 
 class StartTracing:
@@ -62,6 +67,7 @@ class StartTracing:
         self.provider = provider
         self._tracer = provider.get_tracer(TRACER_NAME)
         self._open: dict[tuple[str, str], _Open] = {}
+        self._installs: dict[tuple[str, str], str] = {}  # (node, engine key) -> traceparent of the sending pass
 
     def after_pass(self, decision: Decision, state: ControlState) -> None:
         """Record a pass that sent actions or left replicas unplaced, with a "replica start" span per START or
@@ -88,6 +94,9 @@ class StartTracing:
                                                  "llmgw.reasons": [f"{n}: {r}" for n, r in unplaced.reasons]})
             context = trace.set_span_in_context(pass_span)
             for action in decision.send:
+                if action.kind is ActionKind.INSTALL:
+                    self._installs[action_key(action)[1:]] = traceparent_of(pass_span)
+                    continue
                 if action.kind not in (ActionKind.START, ActionKind.RESTART):
                     continue
                 _kind, node_id, shard_id = action_key(action)
@@ -106,6 +115,12 @@ class StartTracing:
         "" when none is open (the start was not sent by a traced pass)."""
         opened = self._open.get((node_id, shard_id))
         return traceparent_of(opened.span) if opened is not None else ""
+
+    def install_traceparent(self, node_id: str, engine: str) -> str:
+        """The W3C `traceparent` of the reconcile pass that sent the install of `engine` ("llama.cpp@b11434") to
+        `node_id`, for its InstallEngine (the agent's "engine install" span is its child); "" when no traced pass
+        sent it. Each is given once."""
+        return self._installs.pop((node_id, engine), "")
 
     def on_change(self, old: ControlState, new: ControlState) -> None:
         """Follow the open starts through the fleet of `new`: an event per shard state reported, the span's end

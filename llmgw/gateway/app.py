@@ -62,6 +62,7 @@ from llmgw.gateway.proxying import (
 from llmgw.gateway.routing import Balancer, prefix_key
 from llmgw.gateway.routing_prefix import hashing_scheme, held_by_replica, prompt_blocks, tokenize_body
 from llmgw.gateway.tokenizing import engine_tokens
+from llmgw.gateway.request_ids import RequestIds, client_request_id, trace_id_of
 from llmgw.gateway.tracing import GatewayTracing, RequestTrace
 from llmgw.gateway.upstream import Timeouts, UpstreamPool
 from llmgw.gateway.validation import parse_body, validate_request
@@ -94,10 +95,12 @@ class Gateway:
     body's read deadline and minimum rate (`asgi.read_body`). `tracing`: spans of sampled requests
     (`llmgw.gateway.tracing`; None: off). `asgi_app` is the ASGI callable for embedding.
 
-    Every proxied request gets a unique id (`new_request_id`, "req_" + 32 hex digits), answered in the
-    `x-request-id` header (also on refusals), sent to the engine in the same header, and kept as the key of its
-    usage record: `llmgw usage --request ID` shows it. A client's own `x-request-id` is not used (it need not be
-    unique).
+    Every proxied request gets a unique id (`new_request_id`, "req_" + 32 hex digits), sent to the engine as its
+    `x-request-id` and kept as the key of its usage record. A client's own `x-request-id` (visible ASCII, at most
+    128 characters) is accepted beside it: answered back in `x-request-id` (the gateway's own id then in
+    `x-llmgw-request-id`) and kept in the usage record; without one, `x-request-id` answers the gateway's id. Both
+    are answered on refusals too, and `llmgw usage --request ID` finds the request by either
+    (`llmgw.gateway.request_ids`). The usage record also keeps the replica's settings commit and the trace id.
     """
 
     def __init__(self, store, table: RouteTable, *, registry=None, timeouts: Timeouts = Timeouts(),
@@ -200,15 +203,14 @@ class Gateway:
 
     async def _http(self, scope, receive, send) -> None:
         path, method = scope["path"], scope["method"]
-        request_id = trace = None
+        ids = trace = None
         try:
             if path in PROXIED:
-                request_id = new_request_id()
-                if self.tracing is not None:
-                    trace = self.tracing.begin(path, request_id, header_map(scope).get(b"traceparent"))
+                headers = header_map(scope)
+                ids, trace = self._ids(path, headers)
                 if method != "POST":
                     raise ApiError(405, f"{path} takes POST.", "invalid_request_error", "method_not_allowed")
-                await self._proxied(scope, receive, send, PROXIED[path], request_id, trace)
+                await self._proxied(receive, send, headers, PROXIED[path], ids, trace)
             elif path == "/v1/models" or path.startswith("/v1/models/"):
                 await self._models(scope, send, path[len("/v1/models/"):] if path != "/v1/models" else None)
             elif path in ("/health", "/healthz"):
@@ -220,7 +222,7 @@ class Gateway:
         except ApiError as error:
             if trace is not None:
                 trace.end(error.status)
-            await send_error(send, error, [(b"x-request-id", request_id.encode())] if request_id else None)
+            await send_error(send, error, ids.headers() if ids is not None else None)
         except Disconnected:
             return
         finally:
@@ -279,17 +281,24 @@ class Gateway:
             raise model_not_found(one)
         await send_json(send, 200, {"object": "list", "data": entries})
 
-    async def _proxied(self, scope, receive, send, upstream_path: str, request_id: str,
+    def _ids(self, path: str, headers: dict[bytes, bytes]) -> tuple[RequestIds, RequestTrace | None]:
+        """A new request's ids (`llmgw.gateway.request_ids`) and its trace (None: not traced)."""
+        own = new_request_id()
+        client = client_request_id(headers.get(b"x-request-id"))
+        traceparent = headers.get(b"traceparent")
+        trace = self.tracing.begin(path, own, traceparent, client) if self.tracing is not None else None
+        trace_id = trace.trace_id if trace is not None else trace_id_of(traceparent)
+        return RequestIds(own, client, trace_id), trace
+
+    async def _proxied(self, receive, send, headers: dict[bytes, bytes], upstream_path: str, ids: RequestIds,
                        trace: RequestTrace | None) -> None:
         started = time.perf_counter()
-        headers = header_map(scope)
         key = await self._authenticate(headers)
         policy = self._policy(key)
         table = self.table
         # a body that may be over 1 MiB is read holding the project's concurrency slots (`early_slots`)
         early = slot_quotas(policy.quotas) if body_may_be_big(headers) else ()
-        held = await self._reserve(key, policy, UNKNOWN_MODEL, early, 0, 0.0, started,
-                                   request_id) if early else None
+        held = await self._reserve(key, policy, UNKNOWN_MODEL, early, 0, 0.0, started, ids) if early else None
         try:
             if held is None:
                 raw = await read_body(receive, headers, table.max_request_body_bytes,
@@ -323,8 +332,7 @@ class Gateway:
         if trace is not None:
             trace.request(route.name if route else UNKNOWN_MODEL, body, policy.name)
         if error is not None:
-            await self._refused(key, policy, route.name if route else UNKNOWN_MODEL, error.status, started,
-                                request_id)
+            await self._refused(key, policy, route.name if route else UNKNOWN_MODEL, error.status, started, ids)
             raise error
         assert route is not None
         embeddings = upstream_path.endswith("embeddings")
@@ -335,11 +343,11 @@ class Gateway:
         reservation: Reservation | None = None
         if policy.quotas:
             reservation = await self._reserve(key, policy, route.name, policy.quotas, estimate,
-                                              cost_of(route, estimate, 0), started, request_id)
+                                              cost_of(route, estimate, 0), started, ids)
         if trace is not None:
             trace.admitted(reservation is not None)
         await self._run(send, receive, key, policy, route, body, raw, upstream_path, reservation, prompt_estimate,
-                        started, overrides, request_id, trace)
+                        started, overrides, ids, trace)
 
     async def _read_holding(self, held: Reservation, receive, headers, limit: int) -> bytes:
         """`read_body`, renewing `held`'s slots meanwhile (a 10 MiB body may take longer than the slot TTL).
@@ -359,17 +367,17 @@ class Gateway:
         return raw
 
     async def _reserve(self, key: ApiKey, policy: ProjectPolicy, model: str, quotas, estimate: int, cost: float,
-                       started: float, request_id: str) -> Reservation:
+                       started: float, ids: RequestIds) -> Reservation:
         """Reserve `quotas` for a request of `model`; a refusal is recorded and raised: 429 (a limit, with
         Retry-After and the x-ratelimit headers) or 503 (the store cannot take reservations now)."""
         try:
             decision = await self.accounting.reserve(quotas, estimate, cost, time.time())
         except ApiError as error:  # the store cannot take reservations now: 503, recorded through the spool
-            await self._refused(key, policy, model, error.status, started, request_id)
+            await self._refused(key, policy, model, error.status, started, ids)
             raise
         if isinstance(decision, Rejection):
             self.metrics.quota_rejections.labels(policy.name, decision.limit_name).inc()
-            await self._refused(key, policy, model, 429, started, request_id)
+            await self._refused(key, policy, model, 429, started, ids)
             raise ApiError(429, decision.message, "rate_limit_error" if decision.limit_name != "budget"
                            else "insufficient_quota", "rate_limit_exceeded" if decision.limit_name != "budget"
                            else "insufficient_quota",
@@ -379,12 +387,12 @@ class Gateway:
 
     async def _run(self, send, receive, key: ApiKey, policy: ProjectPolicy, route: ModelRoute, body: dict, raw: bytes,
                    upstream_path: str, reservation: Reservation | None, prompt_estimate: int, started: float,
-                   overrides: dict, request_id: str, trace: RequestTrace | None) -> None:
+                   overrides: dict, ids: RequestIds, trace: RequestTrace | None) -> None:
         """Forward an admitted request; settle and record whatever happens (shielded from cancellation)."""
         stream = bool(body.get("stream")) and not upstream_path.endswith("embeddings")
         options = body.get("stream_options")
         include_usage = bool(options.get("include_usage")) if isinstance(options, dict) else False
-        extra_headers = [(b"x-request-id", request_id.encode())]
+        extra_headers = ids.headers()
         if reservation is not None:
             extra_headers.extend(ratelimit_headers(reservation.headroom))
         outcome = Outcome()
@@ -399,8 +407,7 @@ class Gateway:
                 return
             settled = True
             with trio.move_on_after(CLEANUP_SECONDS, shield=True):
-                await self._settle(key, policy, route, reservation, outcome, prompt_estimate, started, request_id,
-                                   trace)
+                await self._settle(key, policy, route, reservation, outcome, prompt_estimate, started, ids, trace)
 
         try:
             async with trio.open_nursery() as nursery:
@@ -412,7 +419,7 @@ class Gateway:
                     precise = await self._prompt_blocks(route, upstream_path, body, prompt_estimate)
                     try:
                         response = await open_upstream(self.pool, self.balancer, route, upstream_path, body, raw,
-                                                       stream, prefix, outcome, overrides, precise, request_id)
+                                                       stream, prefix, outcome, overrides, precise, ids.own)
                     finally:
                         if outcome.routing:
                             self.metrics.child(self.metrics.routing_decisions, route.name, outcome.routing).inc()
@@ -448,7 +455,7 @@ class Gateway:
             await self.accounting.renew(reservation, time.time())
 
     async def _settle(self, key: ApiKey, policy: ProjectPolicy, route: ModelRoute, reservation: Reservation | None,
-                      outcome: Outcome, prompt_estimate: int, started: float, request_id: str,
+                      outcome: Outcome, prompt_estimate: int, started: float, ids: RequestIds,
                       trace: RequestTrace | None) -> None:
         """Settle (or, when nothing reached an engine, release) the reservation and record the usage: one spooled
         settlement, one store transaction (see Accounting.settle)."""
@@ -465,9 +472,10 @@ class Gateway:
                              replica=replica.replica_id if replica else None, node=replica.node_id if replica else None,
                              prompt_tokens=prompt, completion_tokens=generated, cached_tokens=outcome.cached_tokens,
                              ttft_seconds=outcome.ttft_seconds, duration_seconds=time.perf_counter() - started,
-                             status=outcome.status, cost=cost)
+                             status=outcome.status, cost=cost, client_request_id=ids.client,
+                             settings_commit=replica.settings_commit if replica else None, trace_id=ids.trace)
         await self.accounting.settle(reservation, prompt + generated if (prompt or generated) else None, cost, record,
-                                     request_id)
+                                     ids.own)
         if trace is not None:
             trace.end(outcome.status, record)
         labels = (route.name, policy.name)
@@ -481,13 +489,14 @@ class Gateway:
             self.metrics.child(self.metrics.completion_tokens, *labels).inc(generated)
 
     async def _refused(self, key: ApiKey, policy: ProjectPolicy, model: str, status: int, started: float,
-                       request_id: str) -> None:
+                       ids: RequestIds) -> None:
         """Record a request refused before admission (403, 404, 429, 503): it consumed nothing."""
         self._count(model, policy.name, status)
         record = UsageRecord(project=policy.name, model=model, time=time.time(), key_id=key.key_id,
-                             duration_seconds=time.perf_counter() - started, status=status)
+                             duration_seconds=time.perf_counter() - started, status=status,
+                             client_request_id=ids.client, trace_id=ids.trace)
         with trio.move_on_after(CLEANUP_SECONDS, shield=True):
-            await self.accounting.settle(None, None, 0.0, record, request_id)
+            await self.accounting.settle(None, None, 0.0, record, ids.own)
 
     def _count(self, model: str, project: str, status: int) -> None:
         self.metrics.child(self.metrics.requests, model, project, str(status)).inc()

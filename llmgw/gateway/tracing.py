@@ -14,7 +14,8 @@ attribute names as in opentelemetry-semantic-conventions 0.66b2, `gen_ai_attribu
   `gen_ai.request.temperature`, `gen_ai.request.stream`... when the client sent them;
 - at settlement `gen_ai.usage.input_tokens`, `gen_ai.usage.output_tokens`, `http.response.status_code`,
   `error.type` (the status, for 400 and above), `server.address`/`server.port` of the replica;
-- llmgw's own: `llmgw.request_id` (the `x-request-id` answered), `llmgw.project`, `llmgw.replica`, `llmgw.node`,
+- llmgw's own: `llmgw.request_id` (the gateway's own id), `llmgw.client_request_id` (the client's
+  `x-request-id`, when it sent one the gateway kept), `llmgw.project`, `llmgw.replica`, `llmgw.node`,
   `llmgw.usage.cached_tokens`, `llmgw.ttft_seconds`.
 Events: "admitted" (quota reserved, or no quota), "upstream response" (the engine's response head arrived: the
 routing choice, with `llmgw.replica`, `llmgw.node`), "first token" (its time), and the span ends when the request
@@ -61,13 +62,17 @@ class GatewayTracing:
         self._tracer = provider.get_tracer(TRACER_NAME)
         self._kind = SpanKind.SERVER
 
-    def begin(self, path: str, request_id: str, traceparent: bytes | None) -> RequestTrace | None:
-        """The trace of a request to `path` with id `request_id`, continuing the client's `traceparent` header
-        (raw bytes; None: a new trace); None when the sampler leaves it out."""
+    def begin(self, path: str, request_id: str, traceparent: bytes | None,
+              client_request_id: str | None = None) -> RequestTrace | None:
+        """The trace of a request to `path` with the gateway's id `request_id` (and the client's own
+        `client_request_id`, when it sent one), continuing the client's `traceparent` header (raw bytes; None: a
+        new trace); None when the sampler leaves it out."""
         operation = OPERATIONS.get(path, "chat")
         context = context_from_traceparent(traceparent.decode("latin-1")) if traceparent else None
-        span = self._tracer.start_span(operation, context=context, kind=self._kind, attributes={
-            "gen_ai.operation.name": operation, "llmgw.request_id": request_id})
+        attributes = {"gen_ai.operation.name": operation, "llmgw.request_id": request_id}
+        if client_request_id is not None:
+            attributes["llmgw.client_request_id"] = client_request_id
+        span = self._tracer.start_span(operation, context=context, kind=self._kind, attributes=attributes)
         if not span.is_recording():
             return None
         return RequestTrace(span, operation)
@@ -86,6 +91,11 @@ class RequestTrace:
         self.started_ns = time.time_ns()
         self.started_perf = time.perf_counter()
         self._ended = False
+
+    @property
+    def trace_id(self) -> str:
+        """The span's trace id, 32 hex digits."""
+        return format(self.span.get_span_context().trace_id, "032x")
 
     def request(self, model: str, body: dict, project: str) -> None:
         """The resolved catalog `model` (renames the span), the client's sampling fields of `body`, `project`."""

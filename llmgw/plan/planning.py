@@ -316,7 +316,10 @@ def _spread(shard: ObservedShard, demand: Demand) -> bool:
 
 
 def _fingerprint_of(agent, control_planes: tuple[str, ...] = ()) -> str:
-    described = repr(sorted((f.name, _plain(getattr(agent, f.name))) for f in fields(agent)))
+    # a field added later counts only when set (`_ADDED_LATER`): settings without it keep their fingerprint, so an
+    # upgrade sends no node its agent settings again
+    described = repr(sorted((f.name, _plain(getattr(agent, f.name))) for f in fields(agent)
+                            if not (f.name in _ADDED_LATER and getattr(agent, f.name) == f.default)))
     if control_planes:  # sent with them (AgentSettings.control_planes); absent: as before
         described += repr(control_planes)
     return hashlib.sha256(described.encode()).hexdigest()[:16]
@@ -325,6 +328,9 @@ def _fingerprint_of(agent, control_planes: tuple[str, ...] = ()) -> str:
 def with_slurm_role(fingerprint: str, role: SlurmRole) -> str:
     """An agent settings fingerprint covering the node's part in Slurm too (16 hex digits)."""
     return hashlib.sha256(f"{fingerprint} slurm {role.digest()}".encode()).hexdigest()[:16]
+
+
+_ADDED_LATER = frozenset({"tracing"})
 
 
 def _plain(value):

@@ -15,7 +15,7 @@ from llmgw.settings.diffing import Change, FieldChange, SettingsDiff, diff_setti
 from llmgw.settings.loading import load_commit, load_directory
 from llmgw.settings.model import (
     Adapter, AgentSettings, ClusterSettings, Endpoint, EngineVersion, Listener, Model, Organisation, Prices,
-    Project, Quota, Resources, Settings, StoreSettings, Team, WeightsFile,
+    Project, Quota, Resources, Settings, StoreSettings, Team, Tracing, WeightsFile,
 )
 from llmgw.settings.reading import MAX_FILE_BYTES
 from llmgw.settings.refs import (
@@ -27,7 +27,8 @@ from llmgw.settings.unbuilt import NOT_ACTED_ON, UNBUILT, UnbuiltKey, is_not_act
 
 __all__ = [
     "Adapter", "AgentSettings", "ClusterSettings", "Endpoint", "EngineVersion", "Listener", "Model",
-    "Organisation", "Prices", "Project", "Quota", "Resources", "Settings", "StoreSettings", "Team", "WeightsFile",
+    "Organisation", "Prices", "Project", "Quota", "Resources", "Settings", "StoreSettings", "Team", "Tracing",
+    "WeightsFile",
     "load_directory", "load_commit", "diff_settings", "SettingsDiff", "Change", "FieldChange",
     "init_repository", "install_hooks", "NOTIFY_URL_KEY", "BRANCH_KEY", "MAX_FILE_BYTES",
     "set_serving_stopped", "append_audit", "set_ref", "read_audit_log", "read_audit_file", "AuditEntry",

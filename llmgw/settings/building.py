@@ -20,7 +20,7 @@ from typing import Any
 from llmgw.errors import Issue
 from llmgw.settings.model import (
     Adapter, AgentSettings, ClusterSettings, Endpoint, EngineVersion, Listener, Model, Organisation, Prices,
-    Project, Quota, Resources, Settings, StoreSettings, Team, WeightsFile,
+    Project, Quota, Resources, Settings, StoreSettings, Team, Tracing, WeightsFile,
 )
 from llmgw.settings.parsing import Parsed
 from llmgw.settings.schemas import format_path
@@ -94,7 +94,15 @@ def build_cluster(data: Mapping[str, Any]) -> ClusterSettings:
         gpu_hour_cost=MappingProxyType({k: float(v) for k, v in prices.get("gpu_hour_cost", {}).items()}),
         max_request_body_bytes=parse_size(data.get("limits", {}).get("max_request_body", defaults.max_request_body_bytes)),
         control_planes=tuple(dict.fromkeys(data.get("control_planes", ()))),
+        tracing=build_tracing(data.get("tracing", {})),
+        trace_requests=float(data.get("tracing", {}).get("sample_requests", defaults.trace_requests)),
     )
+
+
+def build_tracing(data: Mapping[str, Any], base: Tracing = Tracing()) -> Tracing:
+    """`tracing:` data (schema-valid: an http(s) URL, ratios 0..1) -> Tracing; keys absent keep `base`'s."""
+    return Tracing(endpoint=data.get("endpoint", base.endpoint),
+                   sample_ratio=float(data.get("sample_ratio", base.sample_ratio)))
 
 
 def _weights(raw: Mapping[str, Any]) -> WeightsFile:
@@ -212,6 +220,7 @@ def build_agent(data: Mapping[str, Any], base: AgentSettings | None = None) -> A
         memory_reserved_bytes=parse_size(data["memory_reserved"]) if "memory_reserved" in data else base.memory_reserved_bytes,
         shard_stop_grace=_duration(data, "shard_stop_grace", base.shard_stop_grace),
         fabrics=tuple(data.get("fabrics", base.fabrics)),
+        tracing=build_tracing(data.get("tracing", {}), base.tracing),
     )
 
 

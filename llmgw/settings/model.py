@@ -43,6 +43,16 @@ class StoreSettings:
 
 
 @dataclass(frozen=True)
+class Tracing:
+    """Where OpenTelemetry traces go (`tracing:` of llmgw.yaml and agents/): `endpoint` is an OTLP/HTTP collector's
+    base URL ("http://collector:4318"; None: no traces); `sample_ratio` the share (0..1) of the traces the process
+    begins itself that are recorded."""
+
+    endpoint: str | None = None
+    sample_ratio: float = 1.0
+
+
+@dataclass(frozen=True)
 class ClusterSettings:
     """`llmgw.yaml`: the cluster as a whole.
 
@@ -54,6 +64,8 @@ class ClusterSettings:
     then stopped (`llmgw node cordon|uncordon|drain`), both sorted.
     `control_planes`: every control plane's agents address ("host:port"), told to every agent (which connects to
     each: see docs/ha.md); empty with one control plane.
+    `tracing`: the control plane's traces; `trace_requests` the share (0..1) of the gateway's requests traced
+    (`llmgw server --otlp-endpoint` / `--trace-requests` override both).
     """
 
     name: str
@@ -73,6 +85,8 @@ class ClusterSettings:
     gpu_hour_cost: Mapping[str, float] = field(default_factory=frozen_map)
     max_request_body_bytes: int = 10 * 1024 * 1024
     control_planes: tuple[str, ...] = ()
+    tracing: Tracing = Tracing()
+    trace_requests: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -191,7 +205,8 @@ class AgentSettings:
 
     Directories are absolute or relative to the agent's state directory. Durations in seconds.
     `ignore_gpus` lists GPU indices or UUIDs the agent must leave alone. `mirrors` are directories searched
-    for weights by sha256 before any download.
+    for weights by sha256 before any download. `tracing`: the node's spans of replica starts and engine
+    installs (`llmgw agent --otlp-endpoint` overrides the endpoint).
     """
 
     weights_dir: str = "weights"
@@ -205,6 +220,7 @@ class AgentSettings:
     memory_reserved_bytes: int = 0
     shard_stop_grace: float = 10.0
     fabrics: tuple[str, ...] = ()
+    tracing: Tracing = Tracing()
 
 
 @dataclass(frozen=True)

@@ -133,7 +133,12 @@ class Store(Protocol):
         """The latest `limit` records, newest first."""
 
     def usage_of_request(self, request_id: str) -> UsageRecord | None:
-        """The record of one gateway request (its `x-request-id`), or None when the store has none (yet)."""
+        """The record of one gateway request (the gateway's own id, "req_" + 32 hex digits), or None when the store
+        has none (yet)."""
+
+    def usage_of_client_request(self, client_request_id: str, limit: int = 10) -> list[tuple[str, UsageRecord]]:
+        """The records whose client sent `x-request-id: <client_request_id>` (not unique: a client may reuse one),
+        newest first, at most `limit`, each with the gateway's own id of the request; [] when none."""
 
     # -- leases ------------------------------------------------------------------------------------------------
     def acquire_lease(self, name: str, holder: str, ttl_seconds: float, now: float | None = None) -> int:

@@ -210,6 +210,9 @@ class UsageRecord:
     """One request as billed. Times: `time` is when the request ended (epoch seconds); `ttft_seconds` the
     time to first token (None for non-streamed or failed requests); `duration_seconds` the whole request.
     `status` is the HTTP status answered. `cost` in the cluster's currency.
+    `client_request_id`: the client's own `x-request-id`, as sent (None: it sent none, or one the gateway did not
+    accept); `settings_commit`: the settings commit the replica was started from (as its node reports it);
+    `trace_id`: the request's W3C trace id, 32 hex digits (the gateway's span, or the client's `traceparent`).
     """
 
     project: str
@@ -225,6 +228,9 @@ class UsageRecord:
     duration_seconds: float = 0.0
     status: int = 200
     cost: float = 0.0
+    client_request_id: str | None = None
+    settings_commit: str | None = None
+    trace_id: str | None = None
 
 
 @dataclass(frozen=True)

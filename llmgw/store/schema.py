@@ -77,6 +77,14 @@ MIGRATIONS: tuple[str, ...] = (
         FROM admin_tokens;
     DROP TABLE admin_tokens;
     """,
+    # 6: a usage row keeps the client's own x-request-id (not unique: found by it too), the settings commit its
+    # replica was started from, and the request's trace id
+    """
+    ALTER TABLE usage ADD COLUMN client_request_id TEXT;
+    ALTER TABLE usage ADD COLUMN settings_commit TEXT;
+    ALTER TABLE usage ADD COLUMN trace_id TEXT;
+    CREATE INDEX usage_client_request ON usage (client_request_id);
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -45,7 +45,8 @@ TABLES: dict[str, tuple[str, ...]] = {
     "quota_slots": ("reservation_id", "scope", "expires_at"),
     "quota_reservations": ("id", "created_at", "state", "estimated_tokens", "estimated_cost", "charges"),
     "usage": ("id", "time", "project", "key_id", "model", "replica", "node", "prompt_tokens", "completion_tokens",
-              "cached_tokens", "ttft_seconds", "duration_seconds", "status", "cost", "request_id"),
+              "cached_tokens", "ttft_seconds", "duration_seconds", "status", "cost", "request_id", "client_request_id",
+              "settings_commit", "trace_id"),
     "leases": ("name", "holder", "expires_at", "token"),
 }
 # The order rows are read in (for copies and comparisons that must not depend on physical order).
@@ -228,6 +229,10 @@ class SqlStore:
     def usage_of_request(self, request_id: str) -> UsageRecord | None:
         with self._read() as conn:
             return usage_table.usage_of_request(conn, request_id)
+
+    def usage_of_client_request(self, client_request_id: str, limit: int = 10) -> list[tuple[str, UsageRecord]]:
+        with self._read() as conn:
+            return usage_table.usage_of_client_request(conn, client_request_id, limit)
 
     def recent_usage(self, project: str | None = None, since: float | None = None,
                      limit: int = 100) -> list[UsageRecord]:

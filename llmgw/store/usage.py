@@ -23,12 +23,19 @@ def insert_usage(conn: SqlConnection, record: UsageRecord, request_id: str | Non
     """
     return conn.execute(
         "INSERT INTO usage (time, project, key_id, model, replica, node, prompt_tokens, completion_tokens, "
-        "cached_tokens, ttft_seconds, duration_seconds, status, cost, request_id) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (request_id) DO NOTHING RETURNING id",
+        "cached_tokens, ttft_seconds, duration_seconds, status, cost, request_id, client_request_id, "
+        "settings_commit, trace_id) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (request_id) DO NOTHING RETURNING id",
         (record.time, record.project, record.key_id, record.model, record.replica, record.node,
          int(record.prompt_tokens), int(record.completion_tokens), int(record.cached_tokens),
-         record.ttft_seconds, float(record.duration_seconds), int(record.status), float(record.cost), request_id),
+         record.ttft_seconds, float(record.duration_seconds), int(record.status), float(record.cost), request_id,
+         record.client_request_id, record.settings_commit, record.trace_id),
     )
+
+
+# the columns of a UsageRecord, in its fields' order
+_RECORD_COLUMNS = ("project, model, time, key_id, replica, node, prompt_tokens, completion_tokens, cached_tokens, "
+                   "ttft_seconds, duration_seconds, status, cost, client_request_id, settings_commit, trace_id")
 
 
 def _filter(project: str | None, since: float | None) -> tuple[str, list]:
@@ -69,9 +76,7 @@ def list_usage(conn: SqlConnection, project: str | None, since: float | None, li
     """The latest `limit` usage records, newest first (of `project` and since `since`, when given)."""
     clause, params = _filter(project, since)
     rows = conn.execute(
-        "SELECT project, model, time, key_id, replica, node, prompt_tokens, completion_tokens, cached_tokens, "
-        f"ttft_seconds, duration_seconds, status, cost FROM usage {clause} ORDER BY time DESC, id DESC LIMIT ?",
-        (*params, limit),
+        f"SELECT {_RECORD_COLUMNS} FROM usage {clause} ORDER BY time DESC, id DESC LIMIT ?", (*params, limit),
     ).fetchall()
     return [UsageRecord(*row) for row in rows]
 
@@ -79,8 +84,15 @@ def list_usage(conn: SqlConnection, project: str | None, since: float | None, li
 def usage_of_request(conn: SqlConnection, request_id: str) -> UsageRecord | None:
     """The usage record the gateway wrote for request `request_id` (the `x-request-id` it answered with, used as
     the record's idempotency id), or None when there is none (an unknown id, or one still in a gateway's spool)."""
-    row = conn.execute(
-        "SELECT project, model, time, key_id, replica, node, prompt_tokens, completion_tokens, cached_tokens, "
-        "ttft_seconds, duration_seconds, status, cost FROM usage WHERE request_id = ?", (request_id,),
-    ).fetchone()
+    row = conn.execute(f"SELECT {_RECORD_COLUMNS} FROM usage WHERE request_id = ?", (request_id,)).fetchone()
     return None if row is None else UsageRecord(*row)
+
+
+def usage_of_client_request(conn: SqlConnection, client_request_id: str, limit: int) -> list[tuple[str, UsageRecord]]:
+    """The records of the requests whose client sent `x-request-id: <client_request_id>` (a client may reuse an
+    id), newest first, at most `limit`: (the gateway's own id of the request, its record)."""
+    rows = conn.execute(
+        f"SELECT request_id, {_RECORD_COLUMNS} FROM usage WHERE client_request_id = ? ORDER BY time DESC, id DESC "
+        "LIMIT ?", (client_request_id, limit),
+    ).fetchall()
+    return [(row[0], UsageRecord(*row[1:])) for row in rows]

@@ -483,7 +483,7 @@ class StopShard(_message.Message):
     def __init__(self, shard_id: _Optional[str] = ..., grace_seconds: _Optional[float] = ...) -> None: ...
 
 class InstallEngine(_message.Message):
-    __slots__ = ("engine", "version", "archive_url", "archive_sha256", "sdist_package", "sdist_version", "sdist_sha256", "mirror", "build_args", "python_packages")
+    __slots__ = ("engine", "version", "archive_url", "archive_sha256", "sdist_package", "sdist_version", "sdist_sha256", "mirror", "build_args", "python_packages", "traceparent")
     ENGINE_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     ARCHIVE_URL_FIELD_NUMBER: _ClassVar[int]
@@ -494,6 +494,7 @@ class InstallEngine(_message.Message):
     MIRROR_FIELD_NUMBER: _ClassVar[int]
     BUILD_ARGS_FIELD_NUMBER: _ClassVar[int]
     PYTHON_PACKAGES_FIELD_NUMBER: _ClassVar[int]
+    TRACEPARENT_FIELD_NUMBER: _ClassVar[int]
     engine: str
     version: str
     archive_url: str
@@ -504,10 +505,11 @@ class InstallEngine(_message.Message):
     mirror: str
     build_args: _containers.RepeatedScalarFieldContainer[str]
     python_packages: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, engine: _Optional[str] = ..., version: _Optional[str] = ..., archive_url: _Optional[str] = ..., archive_sha256: _Optional[str] = ..., sdist_package: _Optional[str] = ..., sdist_version: _Optional[str] = ..., sdist_sha256: _Optional[str] = ..., mirror: _Optional[str] = ..., build_args: _Optional[_Iterable[str]] = ..., python_packages: _Optional[_Iterable[str]] = ...) -> None: ...
+    traceparent: str
+    def __init__(self, engine: _Optional[str] = ..., version: _Optional[str] = ..., archive_url: _Optional[str] = ..., archive_sha256: _Optional[str] = ..., sdist_package: _Optional[str] = ..., sdist_version: _Optional[str] = ..., sdist_sha256: _Optional[str] = ..., mirror: _Optional[str] = ..., build_args: _Optional[_Iterable[str]] = ..., python_packages: _Optional[_Iterable[str]] = ..., traceparent: _Optional[str] = ...) -> None: ...
 
 class AgentSettings(_message.Message):
-    __slots__ = ("weights_dir", "engines_dir", "heartbeat_interval", "telemetry_interval", "labels", "ignore_gpus", "mirrors", "shard_stop_grace", "fingerprint", "control_planes", "slurm")
+    __slots__ = ("weights_dir", "engines_dir", "heartbeat_interval", "telemetry_interval", "labels", "ignore_gpus", "mirrors", "shard_stop_grace", "fingerprint", "control_planes", "slurm", "tracing")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -526,6 +528,7 @@ class AgentSettings(_message.Message):
     FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
     CONTROL_PLANES_FIELD_NUMBER: _ClassVar[int]
     SLURM_FIELD_NUMBER: _ClassVar[int]
+    TRACING_FIELD_NUMBER: _ClassVar[int]
     weights_dir: str
     engines_dir: str
     heartbeat_interval: float
@@ -537,7 +540,16 @@ class AgentSettings(_message.Message):
     fingerprint: str
     control_planes: _containers.RepeatedScalarFieldContainer[str]
     slurm: SlurmRole
-    def __init__(self, weights_dir: _Optional[str] = ..., engines_dir: _Optional[str] = ..., heartbeat_interval: _Optional[float] = ..., telemetry_interval: _Optional[float] = ..., labels: _Optional[_Mapping[str, str]] = ..., ignore_gpus: _Optional[_Iterable[str]] = ..., mirrors: _Optional[_Iterable[str]] = ..., shard_stop_grace: _Optional[float] = ..., fingerprint: _Optional[str] = ..., control_planes: _Optional[_Iterable[str]] = ..., slurm: _Optional[_Union[SlurmRole, _Mapping]] = ...) -> None: ...
+    tracing: TraceSettings
+    def __init__(self, weights_dir: _Optional[str] = ..., engines_dir: _Optional[str] = ..., heartbeat_interval: _Optional[float] = ..., telemetry_interval: _Optional[float] = ..., labels: _Optional[_Mapping[str, str]] = ..., ignore_gpus: _Optional[_Iterable[str]] = ..., mirrors: _Optional[_Iterable[str]] = ..., shard_stop_grace: _Optional[float] = ..., fingerprint: _Optional[str] = ..., control_planes: _Optional[_Iterable[str]] = ..., slurm: _Optional[_Union[SlurmRole, _Mapping]] = ..., tracing: _Optional[_Union[TraceSettings, _Mapping]] = ...) -> None: ...
+
+class TraceSettings(_message.Message):
+    __slots__ = ("endpoint", "sample_ratio")
+    ENDPOINT_FIELD_NUMBER: _ClassVar[int]
+    SAMPLE_RATIO_FIELD_NUMBER: _ClassVar[int]
+    endpoint: str
+    sample_ratio: float
+    def __init__(self, endpoint: _Optional[str] = ..., sample_ratio: _Optional[float] = ...) -> None: ...
 
 class SlurmRole(_message.Message):
     __slots__ = ("daemons", "node_name", "lent", "drain_reason", "slurm_conf", "gres_conf", "slurmdbd_conf", "munge_key", "storage_host", "storage_port", "storage_user", "storage_password", "storage_database", "slurmctld_port", "slurmdbd_port", "cluster_name", "accounts")

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import signal
 
-import httpx
-
 from llmgw.control.leading import LEASE_NAME
 from llmgw.settings import init_repository
 from llmgw.store import open_store
 from support.llmgw_processes import LlmgwProcesses
 
 from .conftest import write_seed
+from .process_fleet import spawn_server
 from .test_fleet_end_to_end import wait_for
 
 
@@ -21,11 +20,7 @@ def test_sigterm_releases_the_lease_and_exits_0(tmp_path):
     init_repository(repo, write_seed(tmp_path / "seed", "ab" * 32))
     procs = LlmgwProcesses(tmp_path)
     try:
-        server = procs.spawn("server", "server", "--repo", str(repo), "--state", str(state), "--gateway",
-                             "127.0.0.1:0", "--admin", "127.0.0.1:0", "--agents", "127.0.0.1:0")
-        wait_for(lambda: (state / "admin-url").is_file() and (state / "admin-token").is_file(), 60, "the server")
-        admin = httpx.Client(base_url=(state / "admin-url").read_text().strip(), timeout=10, headers={
-            "Authorization": f"Bearer {(state / 'admin-token').read_text().strip()}"})
+        server, admin = spawn_server(procs, repo, state)
         wait_for(lambda: admin.get("/api/v1/health").json()["leader"], 60, "the server to lead")
         store = open_store(state / "llmgw.sqlite3")
         try:

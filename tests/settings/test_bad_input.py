@@ -51,6 +51,8 @@ CASES = {
     "node-override-unknown-key": ("agents/nodes/n1.yaml:2:1", "unknown key 'gpu_ignore'"),
     "node-override-bad-duration": ("agents/nodes/n1.yaml:1:21", "'fast' is not a duration"),
     "agent-bad-fabric": ("agents/default.yaml:2:19", "'token-ring' is not one of"),
+    "tracing-bad-endpoint": ("llmgw.yaml:3:13", "'collector:4318' is not an OTLP/HTTP URL"),
+    "tracing-ratio-above-one": ("agents/nodes/n1.yaml:2:17", "2 is greater than the maximum of 1"),
     "project-unknown-model": ("projects.yaml:7:36", "unknown model 'gpt-5'"),
     "project-name-twice": ("projects.yaml:9:11", "project 'p' is also in team 't1'"),
     "project-bad-member": ("projects.yaml:7:23", "'alice' does not match"),

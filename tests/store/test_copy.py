@@ -30,8 +30,9 @@ def fill(store) -> dict:
     store.revoke_api_key(revoked.key_id, NOW + 5)
     scopes = [("project:chat", Quota(concurrent_requests=4, tokens_per_minute=1000, budget=10.0))]
     settled = store.reserve(scopes, 100, 0.5, NOW)
-    store.settle(settled, 40, 0.2, NOW + 1, usage=UsageRecord("chat", "gemma", NOW + 1, key_id=key.key_id,
-                                                               prompt_tokens=30, completion_tokens=10, cost=0.2))
+    store.settle(settled, 40, 0.2, NOW + 1, usage=UsageRecord(
+        "chat", "gemma", NOW + 1, key_id=key.key_id, prompt_tokens=30, completion_tokens=10, cost=0.2,
+        client_request_id="client-7", settings_commit="c0ffee" * 6 + "c0ff", trace_id="ab" * 16))
     held = store.reserve(scopes, 200, 1.0, NOW + 2)
     for i in range(3):
         store.record_usage(UsageRecord("chat", "gemma", NOW + 3 + i, prompt_tokens=i, ttft_seconds=0.25))
@@ -77,6 +78,8 @@ def test_a_sqlite_store_copied_to_postgresql_holds_the_same_rows_in_every_table(
         destination.record_usage(UsageRecord("chat", "gemma", NOW + 20))
         assert [r[0] for r in destination.table_rows("usage")] == [1, 2, 3, 4, 5]
         assert destination.lease_holder("llmgw-reconciler", NOW + 1) == "cp-1"
+        (_, kept), = destination.usage_of_client_request("client-7")  # the client's id, commit and trace id too
+        assert (kept.settings_commit, kept.trace_id) == ("c0ffee" * 6 + "c0ff", "ab" * 16)
     finally:
         source.close()
         destination.close()
