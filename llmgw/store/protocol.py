@@ -116,6 +116,10 @@ class Store(Protocol):
         """Close the settlement's reservation and record its usage in one transaction, at most once per
         `settlement.entry_id`; False when that id was applied before (nothing written again)."""
 
+    def apply_settlements(self, settlements: Sequence[Settlement]) -> list[bool]:
+        """`apply_settlement` of each settlement in order, all in one transaction (a group commit: each whole or not
+        at all, and the group too); one bool each, False for an entry id applied before or repeated in the group."""
+
     # -- usage -------------------------------------------------------------------------------------------------
     def record_usage(self, record: UsageRecord) -> None:
         """Append `record`; committed (surviving a crash of this process) before returning."""
