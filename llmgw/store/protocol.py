@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Protocol, runtime_checkable
 
+from llmgw.errors import UsageError
 from llmgw.identity import Quota
 from llmgw.store.records import (
     ApiKey,
@@ -96,6 +97,11 @@ class Store(Protocol):
     def reserve(self, scopes: Sequence[tuple[str, Quota]], estimated_tokens: int, estimated_cost: float,
                 now: float | None = None) -> Reservation | Rejection:
         """Admit a request against every scope at once, or refuse it consuming nothing in any scope."""
+
+    def reserve_many(self, requests: Sequence[tuple[Sequence[tuple[str, Quota]], int, float, float | None]]
+                     ) -> list[Reservation | Rejection | UsageError]:
+        """`reserve` of each (scopes, estimated_tokens, estimated_cost, now), in order, in one transaction (a group
+        commit), each decided on what those before it left; a UsageError is returned, not raised, per request."""
 
     def settle(self, reservation: Reservation, actual_tokens: int, actual_cost: float, now: float | None = None,
                usage: UsageRecord | None = None) -> bool:

@@ -192,17 +192,19 @@ def decide(snapshot: Snapshot, limited: Sequence[tuple[str, Quota]], estimated_t
 
 
 def reserve(conn: SqlConnection, scopes: Sequence[tuple[str, Quota]], estimated_tokens: int,
-            estimated_cost: float, now: float, reservation_id: str, slot_ttl: float) -> Reservation | Rejection:
+            estimated_cost: float, now: float, reservation_id: str, slot_ttl: float,
+            locked: bool = False) -> Reservation | Rejection:
     """Check every limit of every scope, then charge them all, or charge nothing and return a Rejection.
 
-    Must run inside a write transaction: the scopes are locked first (`SqlConnection.lock_scopes`), so the
-    check and the charge are atomic against every other gateway. Scopes without any limit are skipped and cost
-    no writes.
+    Must run inside a write transaction: the scopes are locked first (`SqlConnection.lock_scopes`; `locked`
+    True: the caller has locked them in this transaction already), so the check and the charge are atomic
+    against every other gateway. Scopes without any limit are skipped and cost no writes.
     """
     limited = [(scope, limits) for scope, limits in scopes if has_limits(limits)]
     if not limited:
         return Reservation(None, (), estimated_tokens, estimated_cost, now)
-    conn.lock_scopes([scope for scope, _limits in limited])
+    if not locked:
+        conn.lock_scopes([scope for scope, _limits in limited])
     snapshot = read_snapshot(conn, limited, now)
     decision = decide(snapshot, limited, estimated_tokens, estimated_cost)
     if isinstance(decision, Rejection):

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 import trio
+import trio.testing
 
 from llmgw.routes import Quota
 from llmgw.store import Reservation, Settlement, StoreBoundary, UsageSpool, open_store
@@ -113,5 +116,109 @@ async def test_settles_that_arrive_while_a_group_is_written_go_together_as_the_n
         assert len(store.recent_usage(limit=100)) == 20
         assert store.headroom(scopes, NOW + 2).tokens.remaining == 100_000 - 20 * 5
         assert sorted(store.table_rows("quota_slots")) == []
+    finally:
+        boundary.close()
+
+
+def test_a_group_of_reservations_admits_exactly_what_one_by_one_admits(store) -> None:
+    """Seven requests against 3 requests per minute and 2 slots, with a negative estimate and an unlimited scope
+    among them: each is decided on what those before it in the group left."""
+    scopes = [("project:chat", Quota(requests_per_minute=3, concurrent_requests=2)), ("team:t", Quota())]
+    requests = [(scopes, 10, 0.0, NOW)] * 2 + [(scopes, -1, 0.0, NOW), ([("team:t", Quota())], 5, 0.0, NOW)] + [
+        (scopes, 10, 0.0, NOW)] * 3
+    outcomes = store.reserve_many(requests)
+    kinds = [type(outcome).__name__ for outcome in outcomes]
+    assert kinds == ["Reservation", "Reservation", "UsageError", "Reservation", "Rejection", "Rejection", "Rejection"]
+    assert outcomes[3].reservation_id is None  # no limit: nothing written
+    assert {outcome.limit_name for outcome in outcomes[4:]} == {"concurrent_requests"}
+    store.release(outcomes[0], NOW)
+    later = store.reserve_many([(scopes, 10, 0.0, NOW + 1)] * 2)
+    assert [type(outcome).__name__ for outcome in later] == ["Reservation", "Rejection"]
+    assert later[1].limit_name == "requests_per_minute"
+
+
+class _GatedStore:
+    """A real store whose `reserve_many` first waits for its gate (one threading.Event per call, in order) to open:
+    to hold a group while it is being written."""
+
+    def __init__(self, store, calls: int) -> None:
+        self.store = store
+        self.gates = [threading.Event() for _ in range(calls)]
+        self.groups: list[int] = []
+
+    def __getattr__(self, name):
+        return getattr(self.store, name)
+
+    def reserve_many(self, requests):
+        self.groups.append(len(requests))
+        self.gates[len(self.groups) - 1].wait(10)
+        return self.store.reserve_many(requests)
+
+
+async def test_reservations_queued_behind_a_group_go_together_and_cancelled_ones_get_what_was_written(
+        store, tmp_path) -> None:
+    scopes = [("project:chat", Quota(concurrent_requests=3))]
+    gated = _GatedStore(store, 2)
+    boundary = StoreBoundary(gated, UsageSpool(tmp_path / "spool"))
+    got: dict[str, object] = {}
+    scopes_of: dict[str, trio.CancelScope] = {}
+
+    async def reserve(name: str) -> None:
+        with trio.CancelScope() as scope:
+            scopes_of[name] = scope
+            got[name] = await boundary.reserve(scopes, 10, 0.0, NOW)
+            await trio.sleep_forever()
+
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(reserve, "first")  # written alone, held at the first gate
+            await trio.testing.wait_all_tasks_blocked()
+            for name in ("queued-then-cancelled", "second", "third", "fourth"):  # queued in this order
+                nursery.start_soon(reserve, name)
+                await trio.testing.wait_all_tasks_blocked()
+            scopes_of["queued-then-cancelled"].cancel()  # never written
+            await trio.testing.wait_all_tasks_blocked()
+            gated.gates[0].set()
+            while len(gated.groups) < 2:  # the next group is in the store, held at the second gate
+                await trio.sleep(0.01)
+            scopes_of["second"].cancel()
+            scopes_of["third"].cancel()
+            await trio.testing.wait_all_tasks_blocked()
+            gated.gates[1].set()
+            while len(got) < 4:
+                await trio.sleep(0.01)
+            for name in ("first", "fourth"):
+                scopes_of[name].cancel()
+        assert gated.groups == [1, 3]
+        assert "queued-then-cancelled" not in got
+        assert [type(got[name]).__name__ for name in ("first", "second", "third")] == ["Reservation"] * 3
+        assert type(got["fourth"]).__name__ == "Rejection"  # three slots: the group decided in order
+        assert boundary.statistics()["reservation_groups"] == 2
+    finally:
+        boundary.close()
+
+
+async def test_a_reservation_cancelled_while_its_group_is_written_still_reaches_its_caller(store, tmp_path) -> None:
+    scopes = [("project:chat", Quota(concurrent_requests=5))]
+    gated = _GatedStore(store, 1)
+    boundary = StoreBoundary(gated, UsageSpool(tmp_path / "spool"))
+    got: list[object] = []
+
+    async def reserve(scope: trio.CancelScope) -> None:
+        with scope:
+            got.append(await boundary.reserve(scopes, 10, 0.0, NOW))
+            await trio.sleep_forever()
+
+    try:
+        async with trio.open_nursery() as nursery:
+            scope = trio.CancelScope()
+            nursery.start_soon(reserve, scope)
+            await trio.testing.wait_all_tasks_blocked()  # its group is in the store, held at the gate
+            scope.cancel()
+            await trio.testing.wait_all_tasks_blocked()
+            assert got == []
+            gated.gates[0].set()
+        assert len(got) == 1 and type(got[0]).__name__ == "Reservation"
+        assert store.release(got[0], NOW) is True  # the caller has what the store wrote, and can free it
     finally:
         boundary.close()
