@@ -80,7 +80,11 @@ def run_gateway(port: int, mock_port: int, state_dir: str, store_url: str | None
                                                                   replica_key="engine-key"),))},
         projects={"bench": ProjectPolicy("bench", "team", "org",
                                          quotas=(("project:bench", Quota(requests_per_minute=10**9)),))})
-    gateway = Gateway(store, table, spool_dir=Path(state_dir) / ("spool" if store_url is None else "spool-pg"))
+    slowed = {}
+    if os.environ.get("LLMGW_BENCH_UNDER_VALGRIND"):  # 50x slower: no settle may miss its wait, no key re-checked
+        slowed = {"settle_wait": 600.0, "key_cache_seconds": 3600.0}
+    gateway = Gateway(store, table, spool_dir=Path(state_dir) / ("spool" if store_url is None else "spool-pg"),
+                      **slowed)
     profile_to = os.environ.get("LLMGW_BENCH_CPROFILE")  # a path: the gateway's cProfile stats, written on SIGTERM
     if not profile_to:
         trio.run(gateway.serve, "127.0.0.1", port)

@@ -230,7 +230,7 @@ def decide(
     following = replace(
         state, passes=number, last_pass=record, last_plan=plan, in_flight=_same_or_frozen(state.in_flight, in_flight),
         failures=_same_or_frozen(state.failures, failures), restarts=_same_or_frozen(state.restarts, restarts),
-        timers=timers, plan_basis=basis,
+        timers=timers, plan_basis=basis, recovering=state.recovering.latched(state.fleet, now),
     )
     return Decision(plan, tuple(send), record), following
 

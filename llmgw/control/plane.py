@@ -43,7 +43,7 @@ from llmgw.control.keys import (
 )
 from llmgw.control.leading import LEASE_NAME, LeaseKeeper
 from llmgw.control.looping import ControlLoop
-from llmgw.control.recovering import DEFAULT_GRACE, KNOWN_NODES_KEY, Recovery, decode_known, encode_known, recovery
+from llmgw.control.recovering import DEFAULT_GRACE, KNOWN_NODES_KEY, Recovery, decode_known, encode_known
 from llmgw.control.registry import FleetRegistry
 from llmgw.control.reports import fleet_for, memory_thresholds
 from llmgw.control.routing import build_route_table
@@ -197,9 +197,6 @@ class ControlPlane:
         # opened by `run` once llmgw.yaml's `tracing:` is read (the command line's endpoint overrides it)
         self.tracing = StartTracing(config.tracer_provider) if config.tracer_provider is not None else None
         self.lease: LeaseKeeper | None = None
-        self._known_nodes: frozenset[str] = frozenset()  # connected to the leader before this start (the store's)
-        self._started_clock = 0.0
-        self._recovered: Recovery | None = None
         self._remembered: frozenset[str] | None = None  # the known nodes this control plane last wrote as leader
 
     # -- the state, as readers see it ---------------------------------------------------------------------
@@ -247,14 +244,9 @@ class ControlPlane:
         return self.gateway.metrics.registry if self.gateway is not None else None
 
     def recovery(self) -> Recovery:
-        """Whether this control plane has its fleet back since it started (see `llmgw.control.recovering`)."""
-        if self._recovered is not None:
-            return self._recovered
-        now = recovery(self._known_nodes, self.agents.sessions, self._started_clock, trio.current_time(),
-                       self.config.recovery_grace)
-        if now.done:
-            self._recovered = now
-        return now
+        """Whether this control plane has its fleet back since it started (`ControlState.recovery`, see
+        `llmgw.control.recovering`)."""
+        return self.loop.state.recovery(trio.current_time())
 
     def _health_details(self) -> dict[str, Any]:
         """What the gateway's /health adds: leadership, and "status": "recovering" with the fleet's line."""
@@ -310,8 +302,9 @@ class ControlPlane:
                         trace_endpoint, exc)
             request_tracing = None
         self._replica_secret = store.get_or_create_secret(REPLICA_KEY_SECRET)
-        self._known_nodes = decode_known(store.get(KNOWN_NODES_KEY))
-        self._started_clock = trio.current_time()
+        # part of the loop's initial state: nothing runs yet (the agents' service and the loop start below)
+        self.loop.state = self.loop.state.recovering_from(decode_known(store.get(KNOWN_NODES_KEY)),
+                                                          trio.current_time(), self.config.recovery_grace)
         self.admin_token = self._load_admin_token()
 
         def listener(override: Listener | None, name: str, default: Listener) -> Listener:

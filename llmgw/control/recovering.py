@@ -11,7 +11,8 @@ yet), and the admin API's health and `llmgw status` say the same. Once recovered
 the fleet's business, not the control plane's health).
 
 `recovery` is pure: it takes the known ids, the connected ids, and times on one clock (the control plane's trio
-clock), and returns a `Recovery`.
+clock), and returns a `Recovery`. The countdown itself is part of `ControlState` (`state.Recovering`: the known ids,
+the start and the grace, and the Recovery once a pass found it done).
 """
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
+from llmgw.control.recovering import DEFAULT_GRACE, Recovery, recovery
 from llmgw.control.registry import FleetRegistry
 from llmgw.control.tallies import Tallies
 from llmgw.errors import Issue
@@ -75,6 +76,49 @@ class Leadership:
     holder: str | None = None
     token: int = 0
     until: float | None = None
+
+
+class _Connected:
+    """The node ids whose agents are connected, as `recovery` asks about them (`id in connected`), read from the
+    fleet one id at a time (no set of the whole fleet is built)."""
+
+    __slots__ = ("fleet",)
+
+    def __init__(self, fleet: FleetRegistry) -> None:
+        self.fleet = fleet
+
+    def __contains__(self, node_id: object) -> bool:
+        record = self.fleet.get(node_id) if isinstance(node_id, str) else None
+        return record is not None and record.connected
+
+
+@dataclass(frozen=True)
+class Recovering:
+    """How this control plane learns its fleet back after it started (`llmgw.control.recovering`).
+
+    `known`: the node ids the store named at start (connected to the leader before); `started_at` (control-plane
+    clock) and `grace` (seconds): how long it waits for them at most. `recovered`: the Recovery once done (every
+    known node connected, or the grace over); from then on it stays so (a node lost later is the fleet's business).
+    The default (no known nodes) is recovered from the start.
+    """
+
+    known: frozenset[str] = frozenset()
+    started_at: float = 0.0
+    grace: float = DEFAULT_GRACE
+    recovered: Recovery | None = None
+
+    def at(self, fleet: FleetRegistry, now: float) -> Recovery:
+        """Where recovery stands at `now` (control-plane clock) with the nodes `fleet` has connected."""
+        if self.recovered is not None:
+            return self.recovered
+        return recovery(self.known, _Connected(fleet), self.started_at, now, self.grace)
+
+    def latched(self, fleet: FleetRegistry, now: float) -> Recovering:
+        """This value, or once recovery is done at `now`, a copy that keeps that Recovery."""
+        if self.recovered is not None:
+            return self
+        current = self.at(fleet, now)
+        return replace(self, recovered=current) if current.done else self
 
 
 @dataclass(frozen=True)
@@ -176,7 +220,8 @@ class ControlState:
     a commit `llmgw apply --allow-empty` let empty the catalog. `passes`, `last_pass`, `last_plan`: the latest
     reconcile pass. `timers`: wake-up times (control-plane clock) with their reason, for backoffs. `tallies`:
     running counts of passes and actions (llmgw.control.tallies), what /metrics exports. `plan_basis`: what
-    `last_plan` was made from (None: nothing to reuse).
+    `last_plan` was made from (None: nothing to reuse). `recovering`: how far the control plane has its fleet back
+    since it started (the gateway's /health says "recovering" until then; latched by each pass once done).
     """
 
     watch: WatchState = WatchState()
@@ -194,6 +239,7 @@ class ControlState:
     timers: tuple[tuple[float, str], ...] = ()
     tallies: Tallies = Tallies()
     plan_basis: PlanBasis | None = None
+    recovering: Recovering = Recovering()
 
     @property
     def settings(self) -> Settings | None:
@@ -202,6 +248,16 @@ class ControlState:
 
     def with_fleet(self, fleet: FleetRegistry) -> ControlState:
         return self if fleet is self.fleet else replace(self, fleet=fleet)
+
+    def recovery(self, now: float) -> Recovery:
+        """Whether the fleet known at start is back at `now` (control-plane clock): see `Recovering`."""
+        return self.recovering.at(self.fleet, now)
+
+    def recovering_from(self, known: frozenset[str], now: float, grace: float) -> ControlState:
+        """The state of a control plane that starts at `now` waiting at most `grace` seconds for the nodes `known`
+        (a timer wakes a pass when the grace ends, which latches the outcome)."""
+        return replace(self, recovering=Recovering(known, now, grace),
+                       timers=(*self.timers, (now + grace, "recovery grace over")) if known else self.timers)
 
     def next_timer(self) -> float | None:
         """The earliest wake-up time (control-plane clock), None when none is set."""

@@ -151,7 +151,7 @@ class Accounting:
                       now: float) -> Reservation | Rejection:
         """Reserve quota (a write). Raises ApiError 503 with Retry-After when the store cannot take it."""
         try:
-            return await self.boundary.call(self.store.reserve, scopes, estimated_tokens, estimated_cost, now)
+            return await self.boundary.reserve(scopes, estimated_tokens, estimated_cost, now)
         except (TemporaryError, StoreError) as error:
             raise store_unavailable("check this project's quota", error) from error
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Protocol, runtime_checkable
 
+from llmgw.errors import UsageError
 from llmgw.identity import Quota
 from llmgw.store.records import (
     ApiKey,
@@ -97,6 +98,11 @@ class Store(Protocol):
                 now: float | None = None) -> Reservation | Rejection:
         """Admit a request against every scope at once, or refuse it consuming nothing in any scope."""
 
+    def reserve_many(self, requests: Sequence[tuple[Sequence[tuple[str, Quota]], int, float, float | None]]
+                     ) -> list[Reservation | Rejection | UsageError]:
+        """`reserve` of each (scopes, estimated_tokens, estimated_cost, now), in order, in one transaction (a group
+        commit), each decided on what those before it left; a UsageError is returned, not raised, per request."""
+
     def settle(self, reservation: Reservation, actual_tokens: int, actual_cost: float, now: float | None = None,
                usage: UsageRecord | None = None) -> bool:
         """Replace the estimate by the actual usage, free the concurrency slots and (if given) record `usage`,
@@ -115,6 +121,10 @@ class Store(Protocol):
     def apply_settlement(self, settlement: Settlement) -> bool:
         """Close the settlement's reservation and record its usage in one transaction, at most once per
         `settlement.entry_id`; False when that id was applied before (nothing written again)."""
+
+    def apply_settlements(self, settlements: Sequence[Settlement]) -> list[bool]:
+        """`apply_settlement` of each settlement in order, all in one transaction (a group commit: each whole or not
+        at all, and the group too); one bool each, False for an entry id applied before or repeated in the group."""
 
     # -- usage -------------------------------------------------------------------------------------------------
     def record_usage(self, record: UsageRecord) -> None:

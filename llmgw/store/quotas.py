@@ -192,17 +192,19 @@ def decide(snapshot: Snapshot, limited: Sequence[tuple[str, Quota]], estimated_t
 
 
 def reserve(conn: SqlConnection, scopes: Sequence[tuple[str, Quota]], estimated_tokens: int,
-            estimated_cost: float, now: float, reservation_id: str, slot_ttl: float) -> Reservation | Rejection:
+            estimated_cost: float, now: float, reservation_id: str, slot_ttl: float,
+            locked: bool = False) -> Reservation | Rejection:
     """Check every limit of every scope, then charge them all, or charge nothing and return a Rejection.
 
-    Must run inside a write transaction: the scopes are locked first (`SqlConnection.lock_scopes`), so the
-    check and the charge are atomic against every other gateway. Scopes without any limit are skipped and cost
-    no writes.
+    Must run inside a write transaction: the scopes are locked first (`SqlConnection.lock_scopes`; `locked`
+    True: the caller has locked them in this transaction already), so the check and the charge are atomic
+    against every other gateway. Scopes without any limit are skipped and cost no writes.
     """
     limited = [(scope, limits) for scope, limits in scopes if has_limits(limits)]
     if not limited:
         return Reservation(None, (), estimated_tokens, estimated_cost, now)
-    conn.lock_scopes([scope for scope, _limits in limited])
+    if not locked:
+        conn.lock_scopes([scope for scope, _limits in limited])
     snapshot = read_snapshot(conn, limited, now)
     decision = decide(snapshot, limited, estimated_tokens, estimated_cost)
     if isinstance(decision, Rejection):
@@ -287,27 +289,38 @@ def _add_to_windows(conn: SqlConnection, rows: list[tuple[str, str, float, int, 
         )
 
 
-def close_charged(conn: SqlConnection, reservation_id: str, charges: Sequence[Sequence],
-                  actual: tuple[int, float] | None, now: float, has_slots: bool = True) -> None:
-    """`close` in one statement, when the caller knows the reservation's `charges` (as reserved) and the backend runs
-    data-modifying WITH (PostgreSQL only; SQLite has no such statement): the reservation row is deleted, the slots
-    freed, and the windows changed by `closing_deltas` only if that row was still open, so a second close changes
-    nothing, as with `close`. Nothing is read back: the statement goes with the transaction's others (one round
-    trip, `dialects.PostgresBatch`). Must run inside a write transaction.
+def close_charged(conn: SqlConnection, closes: Sequence[tuple[str, Sequence[Sequence], tuple[int, float] | None,
+                                                         float, bool]]) -> None:
+    """`close` of several reservations in one statement, when the caller knows each one's charges (as reserved) and
+    the backend runs data-modifying WITH (PostgreSQL only; SQLite has no such statement).
+
+    `closes`: (reservation_id, charges, actual, now, has_slots) per reservation, as `close` takes them, each
+    reservation id once. The reservation rows are deleted, the slots of those with `has_slots` freed, and the
+    windows changed by the `closing_deltas` of each reservation whose row was still open (summed per window, the
+    windows written in the order of `_add_to_windows`: code points, "C" collation, so that neither two such statements nor
+    one and a reservation deadlock), so a second close of the same
+    reservation changes nothing, as with `close`. Nothing is read back: the statement goes with the transaction's
+    others (one round trip, `dialects.PostgresBatch`). Must run inside a write transaction.
     Format: https://www.postgresql.org/docs/15/queries-with.html#QUERIES-WITH-MODIFYING.
     """
-    rows = [(scope, period, float(start), 0, tokens, float(cost))
+    if not closes:
+        return
+    ids = [reservation_id for reservation_id, _charges, _actual, _now, _slots in closes]
+    with_slots = [reservation_id for reservation_id, _charges, _actual, _now, has_slots in closes if has_slots]
+    rows = [(reservation_id, scope, period, float(start), tokens, float(cost))
+            for reservation_id, charges, actual, now, _slots in closes
             for scope, period, start, tokens, cost in closing_deltas(charges, actual, now)]
-    sql = "WITH closed AS (DELETE FROM quota_reservations WHERE id = ? AND state = 'open' RETURNING id)"
-    params: list = [reservation_id]
-    if has_slots:
-        sql += ", freed AS (DELETE FROM quota_slots WHERE reservation_id = ?)"
-        params.append(reservation_id)
+    sql = ("WITH closed AS (DELETE FROM quota_reservations WHERE id IN (" + ", ".join(["?"] * len(ids))
+           + ") AND state = 'open' RETURNING id)")
+    params: list = list(ids)
+    if with_slots:
+        sql += ", freed AS (DELETE FROM quota_slots WHERE reservation_id IN (" + ", ".join(["?"] * len(with_slots)) + "))"
+        params += with_slots
     if rows:
-        sql += (" INSERT INTO quota_windows (scope, period, start, requests, tokens, cost) SELECT * FROM (VALUES "
-                + ", ".join(["(?, ?, ?, ?, ?, ?)"] * len(rows))
-                + ") AS v (scope, period, start, requests, tokens, cost) WHERE EXISTS (SELECT 1 FROM closed)"
-                + _ADD_ON_CONFLICT)
+        sql += (" INSERT INTO quota_windows (scope, period, start, requests, tokens, cost) SELECT scope, period, start, 0, "
+                "sum(tokens), sum(cost) FROM (VALUES " + ", ".join(["(?, ?, ?, ?, ?, ?)"] * len(rows))
+                + ") AS v (id, scope, period, start, tokens, cost) WHERE id IN (SELECT id FROM closed) "
+                "GROUP BY scope, period, start ORDER BY scope COLLATE \"C\", period COLLATE \"C\", start" + _ADD_ON_CONFLICT)
         params += [value for row in rows for value in row]
     else:
         sql += " SELECT count(*) FROM closed"

@@ -144,17 +144,45 @@ class SqlStore:
     # -- quotas ------------------------------------------------------------------------------------------------
     def reserve(self, scopes: Sequence[tuple[str, Quota]], estimated_tokens: int, estimated_cost: float,
                 now: float | None = None) -> Reservation | Rejection:
-        if estimated_tokens < 0 or estimated_cost < 0:
-            raise UsageError("A reservation's estimated tokens and cost cannot be negative.")
-        now = _now(now)
-        if not any(quotas.has_limits(limits) for _scope, limits in scopes):
-            return Reservation(None, (), estimated_tokens, estimated_cost, now)
+        outcome = self.reserve_many([(scopes, estimated_tokens, estimated_cost, now)])[0]
+        if isinstance(outcome, UsageError):
+            raise outcome
+        return outcome
+
+    def reserve_many(self, requests: Sequence[tuple[Sequence[tuple[str, Quota]], int, float, float | None]]
+                     ) -> list[Reservation | Rejection | UsageError]:
+        """`reserve` of each (scopes, estimated_tokens, estimated_cost, now) of `requests`, in order, in one
+        transaction (a group commit): each decided on what the ones before it in the group left, exactly as one by
+        one. Every limited scope of the group is locked first, in one sorted statement (PostgreSQL), so two groups
+        never deadlock on scopes; on PostgreSQL the group takes one round trip per reservation plus one
+        (`dialects.PostgresBatch`: each read is sent with the previous reservation's writes).
+
+        One outcome per request: a Reservation, a Rejection, or a UsageError (not raised) for negative estimates.
+        Raises TemporaryError or StoreError for the whole group (nothing is written).
+        """
+        outcomes: list = [None] * len(requests)
+        limited: list[tuple[int, Sequence[tuple[str, Quota]], int, float, float]] = []
+        for index, (scopes, estimated_tokens, estimated_cost, now) in enumerate(requests):
+            now = _now(now)
+            if estimated_tokens < 0 or estimated_cost < 0:
+                outcomes[index] = UsageError("A reservation's estimated tokens and cost cannot be negative.")
+            elif not any(quotas.has_limits(limits) for _scope, limits in scopes):
+                outcomes[index] = Reservation(None, (), estimated_tokens, estimated_cost, now)
+            else:
+                limited.append((index, scopes, estimated_tokens, estimated_cost, now))
+        if not limited:
+            return outcomes
         with self._write() as conn:
-            if now - self._last_prune >= PRUNE_INTERVAL:
-                quotas.prune(conn, now)
-                self._last_prune = now
-            return quotas.reserve(conn, scopes, estimated_tokens, estimated_cost, now,
-                                  "res_" + uuid.uuid4().hex, self.slot_ttl)
+            latest = max(now for *_rest, now in limited)
+            if latest - self._last_prune >= PRUNE_INTERVAL:
+                quotas.prune(conn, latest)
+                self._last_prune = latest
+            conn.lock_scopes([scope for _index, scopes, *_rest in limited
+                              for scope, limits in scopes if quotas.has_limits(limits)])
+            for index, scopes, estimated_tokens, estimated_cost, now in limited:
+                outcomes[index] = quotas.reserve(conn, scopes, estimated_tokens, estimated_cost, now,
+                                                 "res_" + uuid.uuid4().hex, self.slot_ttl, locked=True)
+        return outcomes
 
     def settle(self, reservation: Reservation, actual_tokens: int, actual_cost: float, now: float | None = None,
                usage: UsageRecord | None = None) -> bool:
@@ -193,24 +221,55 @@ class SqlStore:
 
         Returns False when a settlement with this `entry_id` was applied before (nothing is written again).
         """
-        if settlement.usage is None and settlement.reservation_id is None:
-            return True
+        return self.apply_settlements([settlement])[0]
+
+    def apply_settlements(self, settlements: Sequence[Settlement]) -> list[bool]:
+        """`apply_settlement` of each of `settlements` (in order), all in one transaction: a group commit, one
+        round trip on PostgreSQL (`quotas.close_charged`, `usage.insert_usage_many`) however many there are.
+
+        Each settlement is written whole or not at all, and so is the group: an error writes none of them. Returns
+        one bool per settlement, False for one whose `entry_id` was applied before, or comes again in the group,
+        whose usage is then not written again; a reservation closed twice in the group is closed once, by the first.
+        """
+        results = [True] * len(settlements)
+        work: list[tuple[int, Settlement]] = []
+        entries: set[str] = set()
+        for index, settlement in enumerate(settlements):
+            if settlement.entry_id in entries:
+                results[index] = False
+            elif settlement.usage is not None or settlement.reservation_id is not None:
+                entries.add(settlement.entry_id)
+                work.append((index, settlement))
+        if not work:
+            return results
+        written: set[str] = set()
         with self._write() as conn:
             # Applied before: the usage insert writes nothing, and the reservation is gone already (closed in that
             # same first transaction), so closing it again changes nothing either.
-            inserted = (usage_table.insert_usage(conn, settlement.usage, settlement.entry_id)
-                        if settlement.usage is not None else None)
-            if settlement.reservation_id is not None:
+            records = [(s.usage, s.entry_id) for _index, s in work if s.usage is not None]
+            inserted = usage_table.insert_usage_many(conn, records) if records else None
+            charged_closes, closing = [], set()
+            for _index, settlement in work:
+                reservation_id = settlement.reservation_id
+                if reservation_id is None or reservation_id in closing:
+                    continue
+                closing.add(reservation_id)
                 actual = None if settlement.actual_tokens is None else (int(settlement.actual_tokens),
                                                                         float(settlement.actual_cost))
                 if settlement.charges is not None and conn.dialect == "postgresql":
-                    quotas.close_charged(conn, settlement.reservation_id, settlement.charges, actual,
-                                         settlement.time, settlement.has_slots)
+                    charged_closes.append((reservation_id, settlement.charges, actual, settlement.time,
+                                           settlement.has_slots))
                 else:
-                    quotas.close(conn, settlement.reservation_id, actual, settlement.time, settlement.has_slots)
-            if not conn.batched:
-                return inserted is None or inserted.fetchone() is not None
-        return inserted is None or inserted.fetchone() is not None  # a batch's rows are there after its COMMIT
+                    quotas.close(conn, reservation_id, actual, settlement.time, settlement.has_slots)
+            quotas.close_charged(conn, charged_closes)
+            if inserted is not None and not conn.batched:
+                written = {row[0] for row in inserted.fetchall()}
+        if inserted is not None and conn.batched:  # a batch's rows are there after its COMMIT
+            written = {row[0] for row in inserted.fetchall()}
+        for index, settlement in work:
+            if settlement.usage is not None:
+                results[index] = settlement.entry_id in written
+        return results
 
     # -- usage -------------------------------------------------------------------------------------------------
     def record_usage(self, record: UsageRecord) -> None:

@@ -14,6 +14,19 @@ GROUPINGS = ("model", "project", "day")
 _GROUP_COLUMNS = {"model": "model", "project": "project"}
 
 
+def _values(record: UsageRecord, request_id: str | None) -> tuple:
+    return (record.time, record.project, record.key_id, record.model, record.replica, record.node,
+            int(record.prompt_tokens), int(record.completion_tokens), int(record.cached_tokens),
+            record.ttft_seconds, float(record.duration_seconds), int(record.status), float(record.cost), request_id,
+            record.client_request_id, record.settings_commit, record.trace_id)
+
+
+_INSERT = ("INSERT INTO usage (time, project, key_id, model, replica, node, prompt_tokens, completion_tokens, "
+           "cached_tokens, ttft_seconds, duration_seconds, status, cost, request_id, client_request_id, "
+           "settings_commit, trace_id) VALUES ")
+_ROW = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+
+
 def insert_usage(conn: SqlConnection, record: UsageRecord, request_id: str | None = None):
     """Append `record` to the usage table, unless a row with `request_id` is there already.
 
@@ -21,16 +34,17 @@ def insert_usage(conn: SqlConnection, record: UsageRecord, request_id: str | Non
     None: no deduplication. Returns the statement's result, not yet read: its `fetchone()` is None when nothing
     was written (reading it waits for the database; a caller that does not need to know never reads it).
     """
-    return conn.execute(
-        "INSERT INTO usage (time, project, key_id, model, replica, node, prompt_tokens, completion_tokens, "
-        "cached_tokens, ttft_seconds, duration_seconds, status, cost, request_id, client_request_id, "
-        "settings_commit, trace_id) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (request_id) DO NOTHING RETURNING id",
-        (record.time, record.project, record.key_id, record.model, record.replica, record.node,
-         int(record.prompt_tokens), int(record.completion_tokens), int(record.cached_tokens),
-         record.ttft_seconds, float(record.duration_seconds), int(record.status), float(record.cost), request_id,
-         record.client_request_id, record.settings_commit, record.trace_id),
-    )
+    return conn.execute(_INSERT + _ROW + " ON CONFLICT (request_id) DO NOTHING RETURNING id",
+                        _values(record, request_id))
+
+
+def insert_usage_many(conn: SqlConnection, records: list[tuple[UsageRecord, str]]):
+    """Append each (record, request_id) of `records` (one statement; request ids distinct) whose request id is not
+    in the table yet. Returns the statement's result, not yet read: `fetchall()` gives one (request_id,) row per
+    record written."""
+    return conn.execute(_INSERT + ", ".join([_ROW] * len(records))
+                        + " ON CONFLICT (request_id) DO NOTHING RETURNING request_id",
+                        [value for record, request_id in records for value in _values(record, request_id)])
 
 
 # the columns of a UsageRecord, in its fields' order

@@ -6,17 +6,23 @@ from __future__ import annotations
 
 import signal
 import socket
+from dataclasses import replace
 
 import httpx
 import pytest
 import trio
 
 from llmgw.cli.server_cmds import render_status
+from llmgw.control.deciding import decide
 from llmgw.control.recovering import KNOWN_NODES_KEY, decode_known, encode_known, recovery
+from llmgw.control.registry import FleetRegistry
+from llmgw.control.state import ControlState
+from llmgw.plan.types import NodeState
 from llmgw.store import open_store
 
 from support.llmgw_processes import LlmgwProcesses
 
+from .test_decide_invariants import random_state
 from .test_failover import Plane, wait_for
 
 
@@ -43,6 +49,30 @@ def test_recovery_waits_for_the_known_nodes_or_the_grace_period(known, connected
 ])
 def test_the_known_nodes_entry_reads_back_and_a_damaged_one_waits_for_nothing(value, ids):
     assert decode_known(value) == ids
+
+
+def test_recovery_is_part_of_the_control_state_and_a_pass_latches_it_once_done():
+    """The state of a started control plane says "recovering" until its known nodes have registered in its fleet;
+    the pass after that keeps "ready" in the state, so a node that disconnects later does not bring it back; a
+    timer wakes a pass when the grace ends."""
+    base, now = random_state(3)
+    nodes = [record.node_id for record in base.fleet.records()][:2]
+    fleet = FleetRegistry(lost_after=30.0)
+    state = replace(base, fleet=fleet, timers=()).recovering_from(frozenset(nodes), now, grace=20.0)
+    assert state.timers == ((now + 20.0, "recovery grace over"),)
+    assert state.recovery(now + 5).text == "recovering: 0 of 2 known nodes reconnected (at most 15 s more)"
+    for node_id in nodes:
+        fleet, _ = fleet.register(NodeState(node_id=node_id, cpu_cores=8, memory_bytes=16 << 30), now + 1)
+    back = state.with_fleet(fleet)
+    assert back.recovery(now + 2).text == "ready" and back.recovering.recovered is None
+    _, passed = decide(back, now + 2)
+    assert passed.recovering.recovered is not None
+    gone, _ = fleet.disconnect(nodes[0], now + 3)
+    assert passed.with_fleet(gone).recovery(now + 4).text == "ready"
+    assert back.with_fleet(gone).recovery(now + 4).text.startswith("recovering: 1 of 2")  # not latched: waits again
+    _, late = decide(back.with_fleet(gone), now + 21)
+    assert late.recovery(now + 21).text == f"ready (1 of 2 known nodes did not reconnect within 20 s: {nodes[0]})"
+    assert ControlState().recovery(0.0).text == "ready"  # nothing known: nothing to wait for
 
 
 def _free_port() -> int:

@@ -1,0 +1,224 @@
+"""Settlements written as a group (one transaction, `Store.apply_settlements`) leave the store as written one by one."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import trio
+import trio.testing
+
+from llmgw.routes import Quota
+from llmgw.store import Reservation, Settlement, StoreBoundary, UsageSpool, open_store
+
+from .test_spool import NOW, settlement
+
+SCOPES = {name: [(f"project:{name}", Quota(concurrent_requests=4, requests_per_minute=100, tokens_per_minute=10_000,
+                                           tokens_per_day=100_000, budget=50.0))]
+          for name in ("a", "b", "B")}  # "B" sorts before "a" by code point, after it in most collations
+
+
+def _entries(store) -> list[Settlement]:
+    """Reservations of three projects settled, released, replayed and repeated, some a minute later."""
+    reservations = [store.reserve(SCOPES[name], 100 + i, 0.5, NOW + i) for i, name in enumerate("abBab")]
+    assert all(isinstance(r, Reservation) for r in reservations)
+    first = settlement("stl_0", reservations[0], tokens=7, with_charges=True)
+    return [first,
+            settlement("stl_1", reservations[1], tokens=None, with_charges=True, at=NOW + 61),  # released next minute
+            settlement("stl_2", reservations[2], tokens=30, with_charges=False),  # charges read from the row
+            first,  # the same entry again in the group
+            settlement("stl_3", reservations[3], tokens=9, with_charges=True, at=NOW + 61),
+            settlement("stl_4", reservations[3], tokens=500, with_charges=True),  # its reservation closed above
+            settlement("stl_5", None),  # usage only
+            settlement("stl_6", reservations[4], tokens=0, with_charges=True)]
+
+
+def _state(store) -> list:
+    return [sorted(store.table_rows(table)) for table in ("quota_windows", "quota_slots", "quota_reservations")] + [
+        sorted((r.project, r.prompt_tokens, r.completion_tokens) for r in store.recent_usage(limit=1000))]
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_a_group_of_settlements_changes_the_store_as_the_same_settlements_one_by_one(backend, tmp_path,
+                                                                                    request) -> None:
+    stores = []
+    for name in ("single", "group"):
+        if backend == "sqlite":
+            url = str(tmp_path / name / "llmgw.sqlite3")
+        else:
+            from .conftest import schema_url
+            url = schema_url(request.getfixturevalue("postgres_schema") if name == "single"
+                             else _another_schema(request))
+        stores.append(open_store(url))
+    single, group = stores
+    try:
+        entries_single, entries_group = _entries(single), _entries(group)
+        # the group's reservation ids differ: compare what each settlement did, not the ids
+        replayed = [entries_single[0]]
+        one_by_one = [single.apply_settlement(e) for e in entries_single] + [single.apply_settlement(replayed[0])]
+        grouped = group.apply_settlements(entries_group) + group.apply_settlements([entries_group[0]])
+        assert one_by_one == grouped == [True, True, True, False, True, True, True, True, False]
+        assert _state(single) == _state(group)
+        assert _state(group)[1:3] == [[], []]  # every slot freed, every reservation closed
+        later = NOW + 62
+        assert group.headroom(SCOPES["a"], later).tokens.remaining == 10_000 - 9
+        for name in ("a", "b", "B"):  # every slot is free again
+            assert all(isinstance(group.reserve(SCOPES[name], 1, 0.0, later), Reservation) for _ in range(4))
+    finally:
+        for store in stores:
+            store.close()
+
+
+def _another_schema(request) -> str:
+    import secrets
+
+    import psycopg
+
+    from .conftest import POSTGRES_URL
+
+    name = "llmgw_test_" + secrets.token_hex(6)
+    with psycopg.connect(POSTGRES_URL, autocommit=True, connect_timeout=5) as conn:
+        conn.execute(f"CREATE SCHEMA {name}")
+
+    def drop() -> None:
+        with psycopg.connect(POSTGRES_URL, autocommit=True, connect_timeout=5) as conn:
+            conn.execute(f"DROP SCHEMA {name} CASCADE")
+
+    request.addfinalizer(drop)
+    return name
+
+
+def test_an_empty_group_and_a_group_of_empty_settlements_write_nothing(store) -> None:
+    assert store.apply_settlements([]) == []
+    assert store.apply_settlements([Settlement(entry_id="stl_none", time=NOW)]) == [True]
+    assert store.recent_usage() == []
+
+
+async def test_settles_that_arrive_while_a_group_is_written_go_together_as_the_next_group(store, tmp_path) -> None:
+    """Twenty settles at once: the first is written alone, the nineteen that queued behind it as one group; each
+    settle hears that its own settlement was taken, and every usage row and slot is written or freed once."""
+    scopes = [("project:chat", Quota(concurrent_requests=20, tokens_per_minute=100_000))]
+    reservations = [store.reserve(scopes, 100, 0.0, NOW) for _ in range(20)]
+    boundary = StoreBoundary(store, UsageSpool(tmp_path / "spool"))
+    taken: list[bool] = []
+
+    async def settle(index: int) -> None:
+        taken.append(await boundary.settle(settlement(f"stl_{index}", reservations[index], tokens=5,
+                                                      with_charges=index % 2 == 0)))
+
+    try:
+        async with trio.open_nursery() as nursery:
+            for index in range(20):
+                nursery.start_soon(settle, index)
+        assert taken == [True] * 20
+        assert boundary.statistics()["groups"] == 2
+        assert boundary.statistics()["pending"] == 0
+        assert len(store.recent_usage(limit=100)) == 20
+        assert store.headroom(scopes, NOW + 2).tokens.remaining == 100_000 - 20 * 5
+        assert sorted(store.table_rows("quota_slots")) == []
+    finally:
+        boundary.close()
+
+
+def test_a_group_of_reservations_admits_exactly_what_one_by_one_admits(store) -> None:
+    """Seven requests against 3 requests per minute and 2 slots, with a negative estimate and an unlimited scope
+    among them: each is decided on what those before it in the group left."""
+    scopes = [("project:chat", Quota(requests_per_minute=3, concurrent_requests=2)), ("team:t", Quota())]
+    requests = [(scopes, 10, 0.0, NOW)] * 2 + [(scopes, -1, 0.0, NOW), ([("team:t", Quota())], 5, 0.0, NOW)] + [
+        (scopes, 10, 0.0, NOW)] * 3
+    outcomes = store.reserve_many(requests)
+    kinds = [type(outcome).__name__ for outcome in outcomes]
+    assert kinds == ["Reservation", "Reservation", "UsageError", "Reservation", "Rejection", "Rejection", "Rejection"]
+    assert outcomes[3].reservation_id is None  # no limit: nothing written
+    assert {outcome.limit_name for outcome in outcomes[4:]} == {"concurrent_requests"}
+    store.release(outcomes[0], NOW)
+    later = store.reserve_many([(scopes, 10, 0.0, NOW + 1)] * 2)
+    assert [type(outcome).__name__ for outcome in later] == ["Reservation", "Rejection"]
+    assert later[1].limit_name == "requests_per_minute"
+
+
+class _GatedStore:
+    """A real store whose `reserve_many` first waits for its gate (one threading.Event per call, in order) to open:
+    to hold a group while it is being written."""
+
+    def __init__(self, store, calls: int) -> None:
+        self.store = store
+        self.gates = [threading.Event() for _ in range(calls)]
+        self.groups: list[int] = []
+
+    def __getattr__(self, name):
+        return getattr(self.store, name)
+
+    def reserve_many(self, requests):
+        self.groups.append(len(requests))
+        self.gates[len(self.groups) - 1].wait(10)
+        return self.store.reserve_many(requests)
+
+
+async def test_reservations_queued_behind_a_group_go_together_and_cancelled_ones_get_what_was_written(
+        store, tmp_path) -> None:
+    scopes = [("project:chat", Quota(concurrent_requests=3))]
+    gated = _GatedStore(store, 2)
+    boundary = StoreBoundary(gated, UsageSpool(tmp_path / "spool"))
+    got: dict[str, object] = {}
+    scopes_of: dict[str, trio.CancelScope] = {}
+
+    async def reserve(name: str) -> None:
+        with trio.CancelScope() as scope:
+            scopes_of[name] = scope
+            got[name] = await boundary.reserve(scopes, 10, 0.0, NOW)
+            await trio.sleep_forever()
+
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(reserve, "first")  # written alone, held at the first gate
+            await trio.testing.wait_all_tasks_blocked()
+            for name in ("queued-then-cancelled", "second", "third", "fourth"):  # queued in this order
+                nursery.start_soon(reserve, name)
+                await trio.testing.wait_all_tasks_blocked()
+            scopes_of["queued-then-cancelled"].cancel()  # never written
+            await trio.testing.wait_all_tasks_blocked()
+            gated.gates[0].set()
+            while len(gated.groups) < 2:  # the next group is in the store, held at the second gate
+                await trio.sleep(0.01)
+            scopes_of["second"].cancel()
+            scopes_of["third"].cancel()
+            await trio.testing.wait_all_tasks_blocked()
+            gated.gates[1].set()
+            while len(got) < 4:
+                await trio.sleep(0.01)
+            for name in ("first", "fourth"):
+                scopes_of[name].cancel()
+        assert gated.groups == [1, 3]
+        assert "queued-then-cancelled" not in got
+        assert [type(got[name]).__name__ for name in ("first", "second", "third")] == ["Reservation"] * 3
+        assert type(got["fourth"]).__name__ == "Rejection"  # three slots: the group decided in order
+        assert boundary.statistics()["reservation_groups"] == 2
+    finally:
+        boundary.close()
+
+
+async def test_a_reservation_cancelled_while_its_group_is_written_still_reaches_its_caller(store, tmp_path) -> None:
+    scopes = [("project:chat", Quota(concurrent_requests=5))]
+    gated = _GatedStore(store, 1)
+    boundary = StoreBoundary(gated, UsageSpool(tmp_path / "spool"))
+    got: list[object] = []
+
+    async def reserve(scope: trio.CancelScope) -> None:
+        with scope:
+            got.append(await boundary.reserve(scopes, 10, 0.0, NOW))
+            await trio.sleep_forever()
+
+    try:
+        async with trio.open_nursery() as nursery:
+            scope = trio.CancelScope()
+            nursery.start_soon(reserve, scope)
+            await trio.testing.wait_all_tasks_blocked()  # its group is in the store, held at the gate
+            scope.cancel()
+            await trio.testing.wait_all_tasks_blocked()
+            assert got == []
+            gated.gates[0].set()
+        assert len(got) == 1 and type(got[0]).__name__ == "Reservation"
+        assert store.release(got[0], NOW) is True  # the caller has what the store wrote, and can free it
+    finally:
+        boundary.close()
