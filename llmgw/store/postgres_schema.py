@@ -1,7 +1,7 @@
 """The PostgreSQL schema as numbered migrations, applied in order and recorded in `schema_migrations`.
 
 The same tables and columns as SQLite's schema (`schema.py`; PostgreSQL's 1 is SQLite's 3, its 2 SQLite's 4, its 3
-SQLite's 5), in PostgreSQL's types: times and
+SQLite's 5, its 4 SQLite's 6), in PostgreSQL's types: times and
 costs `double precision` (epoch seconds need more than `real`'s 24 bits), counts `bigint`, secrets and digests
 `bytea`. One table more, `quota_scopes`: one row per quota scope, locked by a reservation (see `dialects`).
 A migration is never edited once released; a change to the store ships a migration for both backends.
@@ -70,6 +70,14 @@ MIGRATIONS: tuple[str, ...] = (
                NULL, NULL, hash
         FROM admin_tokens;
     DROP TABLE admin_tokens;
+    """,
+    # 4 (SQLite's 6): the Linux users llmgw makes on Slurm nodes: one row per e-mail ever given a login and a UID,
+    # never deleted, so a UID is never given to anyone else
+    """
+    CREATE TABLE slurm_users (
+        email TEXT PRIMARY KEY, login TEXT NOT NULL UNIQUE, uid BIGINT NOT NULL UNIQUE,
+        created_at DOUBLE PRECISION NOT NULL
+    );
     """,
 )
 

@@ -36,6 +36,7 @@ def fill(store) -> dict:
     for i in range(3):
         store.record_usage(UsageRecord("chat", "gemma", NOW + 3 + i, prompt_tokens=i, ttft_seconds=0.25))
     store.acquire_lease("llmgw-reconciler", "cp-1", 30.0, NOW)
+    store.assign_slurm_users([("ada@lab.example", ("ada",)), ("bob@lab.example", ("bob",))], 200000, NOW)
     assert isinstance(held, Reservation)
     return {"secret": secret, "admin": admin, "plaintext": plaintext, "held": held, "scopes": scopes}
 
@@ -77,6 +78,9 @@ def test_a_sqlite_store_copied_to_postgresql_holds_the_same_rows_in_every_table(
         destination.record_usage(UsageRecord("chat", "gemma", NOW + 20))
         assert [r[0] for r in destination.table_rows("usage")] == [1, 2, 3, 4, 5]
         assert destination.lease_holder("llmgw-reconciler", NOW + 1) == "cp-1"
+        # the Linux users keep their UIDs, and the next member gets a new one, never one given before
+        [ada, cy] = destination.assign_slurm_users([("ada@lab.example", ("x",)), ("cy@lab.example", ("cy",))], 200000)
+        assert (ada.login, ada.uid, cy.uid) == ("ada", 200000, 200002)
     finally:
         source.close()
         destination.close()
