@@ -55,7 +55,8 @@ def slurm_status(status: dict[str, Any]) -> dict[str, Any]:
     {"node", "slurmctld", "slurmdbd"} or None, "nodes": {node: {"state", "reason", "lent", "reclaiming",
     "job_steps", "slurmd", "version", "users", "warnings"}}, "job_steps": the total}. `users`: the Linux users llmgw
     made that the node has (slurm.yaml users: llmgw). A node is "reclaiming" while it is not
-    lent and still runs job steps; a daemon's state is "" when the node does not run it."""
+    lent and still runs job steps; a daemon's state is "" when the node does not run it. A node is listed when it runs
+    slurmd, Slurm knows its state, or its report carries a warning (Slurm missing or broken there)."""
     controller = None
     nodes: dict[str, Any] = {}
     for name, node in sorted(status.get("nodes", {}).items()):
@@ -66,8 +67,8 @@ def slurm_status(status: dict[str, Any]) -> dict[str, Any]:
         if "slurmctld" in daemons:
             controller = {"node": name, "slurmctld": daemons["slurmctld"]["state"],
                           "slurmdbd": daemons.get("slurmdbd", {}).get("state", "")}
-        if "slurmd" not in daemons and not slurm.get("node_state"):
-            continue
+        if "slurmd" not in daemons and not slurm.get("node_state") and not slurm.get("warnings"):
+            continue  # the controller alone, all well: its line says it
         steps = int(slurm.get("job_steps", 0))
         nodes[name] = {"state": slurm.get("node_state", ""), "reason": slurm.get("node_reason", ""),
                        "lent": bool(slurm.get("lent")), "reclaiming": not slurm.get("lent") and steps > 0,

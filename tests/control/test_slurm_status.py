@@ -43,6 +43,8 @@ def test_the_status_shows_the_controller_and_each_nodes_part() -> None:
     g2 = view["nodes"]["g2"]
     assert g2["reclaiming"] and g2["slurmd"] == "backoff" and g2["warnings"] == ["scontrol could not drain g2: timeout"]
     assert view["job_steps"] == 4
+    missing = slurm_status({"nodes": {"g3": {"slurm": {"warnings": ["munged is not installed on this node"]}}}})
+    assert missing["nodes"]["g3"]["warnings"] == ["munged is not installed on this node"]  # Slurm missing: shown
     lines = _status_lines(view)
     assert lines[0] == "controller: ctl (slurmctld running, slurmdbd running)"
     assert lines[1] == "g1: lent, Slurm state mixed, 3 job step(s), slurmd running, 2 users"
