@@ -174,6 +174,8 @@ class ControlPlane:
         self.agents.on_slurm_jobs = self._record_slurm_jobs
         self._slurm_recorded: dict[str, None] = {}  # request ids of Slurm jobs recorded, oldest first (bounded)
         self._slurm_cursor: dict[str, float] = {}  # per Slurm cluster: the cursor last written (or being written)
+        self._slurm_failed: set[str] = set()  # request ids of Slurm jobs whose recording failed: no cursor moves
+        self._slurm_writing = trio.Lock()
         self.audit = AuditWriter(self.watcher.repo_path, min_gap=AUDIT_MIN_GAP, fence=self._audit_fence)
         self.passes: deque[PassRecord] = deque(maxlen=100)
         self.apply_lock = trio.Lock()
@@ -542,22 +544,25 @@ class ControlPlane:
             self._slurm_cursor[cluster] = max(until, self._slurm_cursor.get(cluster, 0.0))
 
         async def write() -> None:
-            for request_id, record in fresh:
-                try:
-                    await trio.to_thread.run_sync(self.store.record_usage_once, record, request_id)
-                except StoreError as exc:  # forgotten here: the next beat carries the job again
-                    self._slurm_recorded.pop(request_id, None)
+            async with self._slurm_writing:  # one beat's jobs after the other: a cursor never passes a failed job
+                for request_id, record in fresh:
+                    try:
+                        await trio.to_thread.run_sync(self.store.record_usage_once, record, request_id)
+                    except StoreError as exc:  # forgotten here: the next beat carries the job again
+                        self._slurm_recorded.pop(request_id, None)
+                        self._slurm_failed.add(request_id)
+                        log.warning("could not record Slurm job %s into usage: %s", request_id, exc)
+                    else:
+                        self._slurm_failed.discard(request_id)
+                if not until or self._slurm_failed:  # the agent keeps reading from the old cursor
                     self._slurm_cursor.pop(cluster, None)
-                    log.warning("could not record Slurm job %s into usage: %s", request_id, exc)
                     return
-            if not until:
-                return
-            try:
-                await trio.to_thread.run_sync(advance_cursor, self.store, cluster, until)
-            except StoreError as exc:
-                self._slurm_cursor.pop(cluster, None)
-                log.warning("could not keep the sacct cursor of Slurm cluster %s: %s", cluster, exc)
-                return
+                try:
+                    await trio.to_thread.run_sync(advance_cursor, self.store, cluster, until)
+                except StoreError as exc:
+                    self._slurm_cursor.pop(cluster, None)
+                    log.warning("could not keep the sacct cursor of Slurm cluster %s: %s", cluster, exc)
+                    return
             session = self.agents.sessions.get(node_id)
             if session is not None:
                 try:  # not a command: no answer; a lost one only means the margin is read again
