@@ -11,7 +11,9 @@ the node's drain in step with the role: resumed when lent and drained with llmgw
 reason when not lent, an administrator's drain (another reason) never touched (`llmgw.tools.slurm.drain_verdict`).
 `report()` is the heartbeat's SlurmReport: each daemon's state, pid, restarts and last error in Slurm's own words,
 Slurm's version, the node's state, reason and running job steps, and on the controller with accounting the jobs
-that ended within the last hour (`sacct`), which the control plane prices into usage once each.
+that ended since the sacct cursor (`read_finished_jobs`, `recorded`), which the control plane prices into usage
+once each. With slurm.yaml `users: llmgw` it gives the node the role's Linux users, their homes on the shared path
+and their SSH keys (`sync_users`, decided by llmgw.tools.linux_users).
 
 Layout (`SlurmLayout`): everything under one directory (the role's @SLURM_DIR@): munge/ (key, socket, seed),
 state/, spool/, log/, run/, etc/. The agent runs its own munged on its own socket (so a site's or test's other
