@@ -193,6 +193,8 @@ class NodeAgent:
                     log.warning("could not keep the fencing token in %s: %s", self.config.state_dir, exc)
         if kind == "registered":
             log.info("registered with the control plane as %s", message.registered.node_id)
+        elif kind == "slurm_jobs_recorded":  # not a command: the sacct cursor moved on
+            self.slurm.recorded(message.slurm_jobs_recorded.until)
         elif kind == "start_shard":
             self._begin_start(command_id, message.start_shard)
         elif kind == "stop_shard":

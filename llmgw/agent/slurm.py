@@ -11,7 +11,9 @@ the node's drain in step with the role: resumed when lent and drained with llmgw
 reason when not lent, an administrator's drain (another reason) never touched (`llmgw.tools.slurm.drain_verdict`).
 `report()` is the heartbeat's SlurmReport: each daemon's state, pid, restarts and last error in Slurm's own words,
 Slurm's version, the node's state, reason and running job steps, and on the controller with accounting the jobs
-that ended within the last hour (`sacct`), which the control plane prices into usage once each.
+that ended since the sacct cursor (`read_finished_jobs`, `recorded`), which the control plane prices into usage
+once each. With slurm.yaml `users: llmgw` it gives the node the role's Linux users, their homes on the shared path
+and their SSH keys (`sync_users`, decided by llmgw.tools.linux_users).
 
 Layout (`SlurmLayout`): everything under one directory (the role's @SLURM_DIR@): munge/ (key, socket, seed),
 state/, spool/, log/, run/, etc/. The agent runs its own munged on its own socket (so a site's or test's other
@@ -31,6 +33,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +42,7 @@ import trio
 
 from llmgw.agent.shards import next_backoff
 from llmgw.tools.slurm import SACCT_FIELDS, drain_verdict, parse_sacct, parse_sacctmgr_accounts, parse_sacctmgr_assocs, parse_scontrol_nodes
+from llmgw.tools.linux_users import MARK, UserSpec, parse_group, parse_passwd, parse_shadow_expiry, user_commands
 from llmgw.tools.slurm_accounts import WantedAccount, account_commands
 from llmgw.tools.values import ParseError
 from llmgw.wire import pb
@@ -53,10 +57,13 @@ CHECK_INTERVAL = 10.0
 START_TIMEOUT = 30.0
 """Seconds a daemon has to answer (munged's socket, slurmdbd's and slurmctld's ports) before the next starts."""
 FINISHED_WINDOW = 3600.0
-"""Seconds back that the controller's agent reads ended jobs: each is in every beat for that long (the control plane
-records it once), so a control plane away for less misses none."""
+"""Seconds back that the controller's agent reads ended jobs when it has no cursor (no control plane has recorded
+any job of this cluster yet)."""
+CURSOR_MARGIN = 300.0
+"""Seconds before the cursor that every read starts: a job slurmdbd learns of late (its end written after the read
+that passed its end time) is still read once it is there. Jobs read twice are recorded once (their request id)."""
 MAX_FINISHED = 2000
-"""The most ended jobs one beat carries (the newest)."""
+"""The most ended jobs one beat carries (the oldest: the cursor then stops at the last one carried)."""
 ENDED_STATES = "CD,F,CA,TO,OOM,NF,PR,DL,BF"
 """sacct --state: completed, failed, cancelled, timeout, out of memory, node fail, preempted, deadline, boot fail."""
 COMMAND_TIMEOUT = 30.0
@@ -70,6 +77,8 @@ class SlurmLayout:
 
     root: Path
     user: str = field(default_factory=lambda: pwd.getpwuid(os.geteuid()).pw_name)
+    users_prefix: str = ""
+    """shadow's `--prefix DIR` for the Linux users of `users: llmgw` ("" : the machine's own /etc/passwd); tests."""
 
     @property
     def munge_dir(self) -> Path:
@@ -90,6 +99,15 @@ class SlurmLayout:
     @property
     def slurm_conf(self) -> Path:
         return self.etc / "slurm.conf"
+
+    @property
+    def authorized_keys(self) -> Path:
+        """The directory of the users' SSH keys, one file per login: sshd's `AuthorizedKeysFile <this>/%u`."""
+        return self.root / "ssh" / "authorized_keys"
+
+    def etc_file(self, name: str) -> Path:
+        """/etc/<name> of the users' database: under `users_prefix` when one is given."""
+        return Path(self.users_prefix or "/") / "etc" / name
 
     def fill(self, text: str) -> str:
         """A file of the role with its placeholders (llmgw.plan.slurm_roles.AGENT_PATHS) replaced."""
@@ -165,6 +183,11 @@ async def keep_running(daemon: Daemon, log_file: Path, env: dict[str, str] | Non
         delay = 0.0 if trio.current_time() - began >= stable_after else delay
         delay = next_backoff(delay, 1.0, BACKOFF_MAX)
         await trio.sleep(delay)
+
+
+def _sacct_time(when: float) -> str:
+    """Unix seconds as sacct's -S/-E take them: local time "YYYY-MM-DDTHH:MM:SS" (sacct(1), TIME FORMAT)."""
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(when))
 
 
 def _exit_words(code: int | None) -> str:
@@ -266,6 +289,9 @@ class SlurmKeeper:
         self.node_reason = ""
         self.job_steps = 0
         self.finished_jobs: list[pb.SlurmJob] = []
+        self.finished_since: float | None = None  # the sacct cursor (unix seconds): None until the first one is known
+        self.finished_until = 0.0  # up to where `finished_jobs` holds every ended job
+        self.users_ready = 0
         self._lock = trio.Lock()
 
     def _program(self, name: str) -> str | None:
@@ -281,6 +307,8 @@ class SlurmKeeper:
         Slurm that is missing or broken: that goes to `warnings` (the report's)."""
         async with self._lock:
             self.role = role
+            if role.finished_since:  # the store's cursor, sent with every CONFIGURE of the controller
+                self.finished_since = role.finished_since
             wanted = list(role.daemons)
             if not wanted:
                 await self._stop_all()
@@ -300,8 +328,9 @@ class SlurmKeeper:
             except OSError as exc:
                 self.warnings = [f"cannot write Slurm's files under {self.layout.root}: {exc}"]
                 return
+            warnings += await self.sync_users(role)
             if not self.layout.munge_key.exists():
-                self.warnings = ["no munge key: the control plane sent none and none was written before"]
+                self.warnings = [*warnings, "no munge key: the control plane sent none and none was written before"]
                 return
             if "slurmdbd" in wanted and role.storage_password:  # none: kept settings, the database is made
                 problem = await self._make_storage(role)
@@ -360,6 +389,77 @@ class SlurmKeeper:
             return (f"MariaDB at {role.storage_host}:{role.storage_port} refused slurmdbd's database and user: "
                     f"{done.stderr.decode(errors='replace').strip()}")
         return ""
+
+    async def sync_users(self, role: pb.SlurmRole) -> list[str]:
+        """Give the node the role's Linux users (llmgw.tools.linux_users: groupadd/useradd/usermod, only users llmgw
+        made are changed, nothing deleted), make their homes on the shared path when missing (mode 0700, owned by
+        the user; never moved or deleted) and write their SSH keys into `layout.authorized_keys` (one file per
+        login, mode 0644; the files of users no longer wanted are removed). Returns warnings in words: the shared
+        path missing on this node, users left alone, a command's refusal in its own words."""
+        layout = self.layout
+        try:
+            passwd = parse_passwd(layout.etc_file("passwd").read_text())
+            if not role.users and not any(entry.gecos.startswith(MARK) for entry in passwd):
+                return []  # no user wanted and none made before: nothing to read or do
+            groups = parse_group(layout.etc_file("group").read_text())
+            expiry = parse_shadow_expiry(layout.etc_file("shadow").read_text())
+        except (OSError, ParseError) as exc:
+            return [f"cannot read the node's users ({exc}): the users of slurm.yaml are not made here"]
+        warnings: list[str] = []
+        shared = Path(role.shared_path) if role.shared_path else None
+        if role.users and (shared is None or not shared.is_dir()):
+            warnings.append(f"the shared path {role.shared_path} is not present on this node: mount it (docs/slurm.md); "
+                            "the users are made here but their homes are not")
+            shared = None
+        wanted = [UserSpec(u.login, u.uid, u.email, u.home, u.shell or "/bin/bash") for u in role.users]
+        plan = user_commands(wanted, passwd, groups, expiry, layout.users_prefix)
+        warnings += plan.warnings
+        failed: set[str] = set()
+        for command in plan.commands:
+            done = await self._slurm(*command)
+            if done.returncode != 0:
+                failed.add(command[-1])
+                warnings.append(f"{' '.join(command[:1] + command[-1:])} failed: "
+                                f"{done.stderr.decode(errors='replace').strip()}")
+        ready = [user for user in plan.ready if user.login not in failed]
+        keys = {u.login: list(u.keys) for u in role.users}
+        try:
+            warnings += await trio.to_thread.run_sync(self._homes_and_keys, ready, keys, shared)
+        except OSError as exc:
+            warnings.append(f"cannot write the users' homes or SSH keys: {exc}")
+        self.users_ready = len(ready)
+        return warnings
+
+    def _homes_and_keys(self, ready: list[UserSpec], keys: dict[str, list[str]], shared: Path | None) -> list[str]:
+        warnings = []
+        if shared is not None:
+            for user in ready:
+                home = Path(user.home)
+                if home.exists():
+                    continue
+                home.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+                home.mkdir(mode=0o700)
+                try:
+                    os.chown(home, user.uid, user.uid)
+                except PermissionError as exc:
+                    warnings.append(f"home {home} of {user.login} is made but not theirs (the agent is not root): {exc}")
+        directory = self.layout.authorized_keys
+        directory.mkdir(mode=0o755, parents=True, exist_ok=True)
+        wanted = {user.login for user in ready if keys.get(user.login)}
+        for path in directory.iterdir():
+            if path.name not in wanted:
+                path.unlink()
+        for user in ready:
+            if user.login in wanted:
+                text = "".join(line.strip() + "\n" for line in keys[user.login])
+                path = directory / user.login
+                try:
+                    same = path.read_text() == text
+                except OSError:
+                    same = False
+                if not same:
+                    _write(path, text.encode(), 0o644)
+        return warnings
 
     async def _sync_accounts(self, role: pb.SlurmRole) -> None:
         """Make Slurm's accounts match the role's (llmgw.tools.slurm_accounts): read `sacctmgr show`, run what
@@ -498,14 +598,24 @@ class SlurmKeeper:
         # a batch job shows no step of its own in every version: its running self counts as one at least
         self.job_steps = max(_count_lines(steps.stdout, skip=".extern"), _count_lines(jobs.stdout))
 
-    async def read_finished_jobs(self) -> None:
-        """On the controller with accounting: the jobs that ended within the last FINISHED_WINDOW seconds, from
-        `sacct -a --parsable2` with times as unix seconds (SLURM_TIME_FORMAT=%s), into `finished_jobs`."""
+    def recorded(self, until: float) -> None:
+        """The control plane recorded the ended jobs up to `until` (unix seconds) and stored that as its cursor: the
+        next reads start there (less CURSOR_MARGIN)."""
+        self.finished_since = max(self.finished_since or 0.0, until)
+
+    async def read_finished_jobs(self, now: float | None = None) -> None:
+        """On the controller with accounting: the jobs that ended since the cursor (`finished_since` less
+        CURSOR_MARGIN; without one, the last FINISHED_WINDOW seconds) up to `now` (unix seconds, default the
+        clock), from `sacct -a --parsable2` with times as unix seconds (SLURM_TIME_FORMAT=%s), into
+        `finished_jobs`, oldest end first; `finished_until` is how far they are complete: `now`, or the end of the
+        last job carried when more than MAX_FINISHED ended, or the end of a job slurmdbd has not completed yet."""
         if "slurmdbd" not in self.daemons:
-            self.finished_jobs = []
+            self.finished_jobs, self.finished_until = [], 0.0
             return
+        now = time.time() if now is None else now
+        start = (self.finished_since - CURSOR_MARGIN) if self.finished_since else now - FINISHED_WINDOW
         done = await self._slurm("sacct", "-a", "--parsable2", "--format=" + ",".join(SACCT_FIELDS),
-                                 f"--state={ENDED_STATES}", "-S", f"now-{FINISHED_WINDOW:.0f}", "-E", "now",
+                                 f"--state={ENDED_STATES}", "-S", _sacct_time(start), "-E", _sacct_time(now),
                                  env={"SLURM_TIME_FORMAT": "%s"})
         if done.returncode != 0:
             self._checks.append(f"sacct failed: {done.stderr.decode(errors='replace').strip()}")
@@ -515,14 +625,27 @@ class SlurmKeeper:
         except ParseError as exc:
             self._checks.append(str(exc))
             return
-        self.finished_jobs = [
-            pb.SlurmJob(job_id=job.job_id, partition=job.partition, account=job.account, user=job.user,
-                        state=job.state, elapsed_seconds=job.elapsed_seconds, cpus=job.cpus, gpus=job.gpus,
-                        gpu_type=next(iter(job.gpu_types), "") if len(job.gpu_types) == 1 else "",
-                        end_time=float(job.end) if job.end.isdigit() else 0.0)
-            # a job slurmdbd has not completed yet (no partition: its start record is still on its way; seen for
-            # an `srun` of milliseconds) waits for a later read: each job is priced once, from its first report
-            for job in jobs if job.ended and job.partition][-MAX_FINISHED:]
+        until = now
+        ended = []
+        for job in jobs:
+            end = float(job.end) if job.end.isdigit() else 0.0
+            if not job.ended:
+                continue
+            if not job.partition:
+                # a job slurmdbd has not completed yet (no partition: its start record is still on its way; seen
+                # for an `srun` of milliseconds) waits for a later read, and the cursor waits before it: each job
+                # is priced once, from its first complete report
+                until = min(until, end - 1.0) if end else until
+                continue
+            ended.append(pb.SlurmJob(job_id=job.job_id, partition=job.partition, account=job.account, user=job.user,
+                                     state=job.state, elapsed_seconds=job.elapsed_seconds, cpus=job.cpus,
+                                     gpus=job.gpus, end_time=end,
+                                     gpu_type=next(iter(job.gpu_types), "") if len(job.gpu_types) == 1 else ""))
+        ended.sort(key=lambda job: job.end_time)
+        if len(ended) > MAX_FINISHED:
+            ended = ended[:MAX_FINISHED]
+            until = min(until, ended[-1].end_time)
+        self.finished_jobs, self.finished_until = ended, until
 
     async def run(self, interval: float = CHECK_INTERVAL) -> None:
         """`check_node` and `read_finished_jobs` every `interval` seconds, until cancelled."""
@@ -542,5 +665,6 @@ class SlurmKeeper:
                      if n in self.daemons],
             version=self.version, node_state=self.node_state, node_reason=self.node_reason,
             job_steps=self.job_steps, lent=self.role.lent, warnings=warnings,
-            finished_jobs=self.finished_jobs, cluster_name=self.role.cluster_name)
+            finished_jobs=self.finished_jobs, cluster_name=self.role.cluster_name, users=self.users_ready,
+            finished_until=self.finished_until)
 

@@ -3,7 +3,9 @@
 The node verbs are commits to the settings on the operator's behalf, made by the control plane like `llmgw stop`
 (POST /api/v1/nodes/NODE/VERB): cordon (no new replicas), drain (replicas placed elsewhere first, then stopped),
 uncordon (both lifted), lend (`nodes.NODE.lent: true` in slurm.yaml: drained of replicas, kept off them),
-reclaim (lent: false). `llmgw slurm status` shows what the agents report of Slurm. `llmgw slurm render` prints the slurm.conf and gres.conf llmgw writes for a settings tree
+reclaim (lent: false). `llmgw slurm users list` lists the members as Linux users (login, UID, home, keys) and
+`llmgw slurm users keys add|list|remove` keeps their SSH keys (commits of slurm.yaml `ssh_keys`, GET/POST
+/api/v1/slurm/users[/keys]). `llmgw slurm status` shows what the agents report of Slurm. `llmgw slurm render` prints the slurm.conf and gres.conf llmgw writes for a settings tree
 and a fleet snapshot (`llmgw fleet snapshot`), or a node's `slurmd -C`.
 """
 
@@ -14,7 +16,7 @@ from typing import Any
 
 import click
 
-from llmgw.cli.server_cmds import _client_options, _git_identity, _print_json, _short
+from llmgw.cli.server_cmds import _client_options, _git_identity, _print_json, _short, counted
 
 _SAYS = {
     "cordon": "cordoned: no new replica goes there; its replicas keep running",
@@ -51,8 +53,10 @@ def _verb(verb: str):
 def slurm_status(status: dict[str, Any]) -> dict[str, Any]:
     """`llmgw slurm status --json` from the control plane's status document (GET /api/v1/status): {"controller":
     {"node", "slurmctld", "slurmdbd"} or None, "nodes": {node: {"state", "reason", "lent", "reclaiming",
-    "job_steps", "slurmd", "version", "warnings"}}, "job_steps": the total}. A node is "reclaiming" while it is not
-    lent and still runs job steps; a daemon's state is "" when the node does not run it."""
+    "job_steps", "slurmd", "version", "users", "warnings"}}, "job_steps": the total}. `users`: the Linux users llmgw
+    made that the node has (slurm.yaml users: llmgw). A node is "reclaiming" while it is not
+    lent and still runs job steps; a daemon's state is "" when the node does not run it. A node is listed when it runs
+    slurmd, Slurm knows its state, or its report carries a warning (Slurm missing or broken there)."""
     controller = None
     nodes: dict[str, Any] = {}
     for name, node in sorted(status.get("nodes", {}).items()):
@@ -63,13 +67,14 @@ def slurm_status(status: dict[str, Any]) -> dict[str, Any]:
         if "slurmctld" in daemons:
             controller = {"node": name, "slurmctld": daemons["slurmctld"]["state"],
                           "slurmdbd": daemons.get("slurmdbd", {}).get("state", "")}
-        if "slurmd" not in daemons and not slurm.get("node_state"):
-            continue
+        if "slurmd" not in daemons and not slurm.get("node_state") and not slurm.get("warnings"):
+            continue  # the controller alone, all well: its line says it
         steps = int(slurm.get("job_steps", 0))
         nodes[name] = {"state": slurm.get("node_state", ""), "reason": slurm.get("node_reason", ""),
                        "lent": bool(slurm.get("lent")), "reclaiming": not slurm.get("lent") and steps > 0,
                        "job_steps": steps, "slurmd": daemons.get("slurmd", {}).get("state", ""),
-                       "version": slurm.get("version", ""), "warnings": list(slurm.get("warnings", ()))}
+                       "version": slurm.get("version", ""), "users": int(slurm.get("users", 0)),
+                       "warnings": list(slurm.get("warnings", ()))}
     return {"controller": controller, "nodes": nodes, "job_steps": sum(n["job_steps"] for n in nodes.values())}
 
 
@@ -83,11 +88,102 @@ def _status_lines(view: dict[str, Any]) -> list[str]:
     for name, node in view["nodes"].items():
         role = "reclaiming" if node["reclaiming"] else ("lent" if node["lent"] else "not lent")
         reason = f" ({node['reason']})" if node["reason"] else ""
+        users = f", {counted(node['users'], 'user')}" if node["users"] else ""
         lines.append(f"{name}: {role}, Slurm state {node['state'] or 'unknown'}{reason}, {node['job_steps']} job "
-                     f"step(s), slurmd {node['slurmd'] or 'not running'}")
+                     f"step(s), slurmd {node['slurmd'] or 'not running'}{users}")
         lines += [f"  warning: {warning}" for warning in node["warnings"]]
     lines.append(f"job steps running: {view['job_steps']}")
     return lines
+
+
+def read_keys(text: str) -> tuple[str, ...]:
+    """The key lines of a public key file (`~/.ssh/id_ed25519.pub`, or several in authorized_keys form): blank
+    lines and comments ('#') left out."""
+    return tuple(line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#"))
+
+
+def _users_lines(users: list[dict[str, Any]]) -> list[str]:
+    if not users:
+        return ["no users: slurm.yaml says users: none, or no project has members"]
+    lines = []
+    for user in users:
+        where = user["home"] if user["member"] else "left: closed on the nodes, UID kept"
+        lines.append(f"{user['login']:<20} {user['uid']:>7}  {user['email']}  {where}  {counted(len(user['keys']), 'key')}")
+    return lines
+
+
+def _register_users(slurm_group: click.Group) -> None:
+    @slurm_group.group("users")
+    def users_group() -> None:
+        """Project members as Linux users on the Slurm nodes (users: llmgw): login, UID, home, SSH keys."""
+
+    @users_group.command("list")
+    @_client_options
+    def users_list(client, as_json) -> None:
+        """Every member given a login and UID (by UID; one who left keeps the UID), home and number of keys."""
+        answer = client.get("/api/v1/slurm/users")
+        if as_json:
+            _print_json(answer)
+        else:
+            click.echo("\n".join(_users_lines(answer["users"])))
+
+    @users_group.group("keys")
+    def keys_group() -> None:
+        """Members' SSH public keys (slurm.yaml ssh_keys), written where sshd reads them on every Slurm node."""
+
+    def post(client, as_json, action, email, keys, author_name, author_email) -> None:
+        name, address = _git_identity(author_name, author_email)
+        answer = client.post("/api/v1/slurm/users/keys", {"action": action, "email": email, "keys": list(keys),
+                                                          "author_name": name, "author_email": address})
+        if as_json:
+            _print_json(answer)
+        elif not answer["changed"]:
+            click.echo(f"nothing to {action}: slurm.yaml already says so (settings at {_short(answer['commit'])})")
+        else:
+            click.echo(f"{'added' if action == 'add' else 'removed'} {len(keys) or 'all'} key(s) of {email} "
+                       f"(settings commit {_short(answer['commit'])} by {name} <{address}>)")
+
+    author = [click.option("--author-name", default=None, help="Commit author [default: git config user.name]."),
+              click.option("--author-email", default=None, help="Commit author email [default: git config user.email].")]
+
+    @keys_group.command("add")
+    @click.argument("email")
+    @click.argument("key_file", type=click.File("r"), default="-")
+    @author[0]
+    @author[1]
+    @_client_options
+    def add_command(client, as_json, email, key_file, author_name, author_email) -> None:
+        """Add the public keys in KEY_FILE (default: stdin) for member EMAIL: a commit to slurm.yaml as you."""
+        from llmgw.errors import UsageError
+
+        keys = read_keys(key_file.read())
+        if not keys:
+            raise UsageError(f"{key_file.name} holds no public key line (e.g. ~/.ssh/id_ed25519.pub)")
+        post(client, as_json, "add", email, keys, author_name, author_email)
+
+    @keys_group.command("remove")
+    @click.argument("email")
+    @click.argument("keys", nargs=-1)
+    @author[0]
+    @author[1]
+    @_client_options
+    def remove_command(client, as_json, email, keys, author_name, author_email) -> None:
+        """Remove EMAIL's keys named by KEYS (a whole line, its base64 body or its comment); none named: all."""
+        post(client, as_json, "remove", email, keys, author_name, author_email)
+
+    @keys_group.command("list")
+    @click.argument("email", required=False)
+    @_client_options
+    def list_command(client, as_json, email) -> None:
+        """Each member's keys (of EMAIL only, when given)."""
+        users = [u for u in client.get("/api/v1/slurm/users")["users"] if email in (None, u["email"])]
+        if as_json:
+            _print_json({"keys": {u["email"]: u["keys"] for u in users}})
+            return
+        for user in users:
+            click.echo(f"{user['email']} ({user['login']}): {counted(len(user['keys']), 'key')}")
+            for key in user["keys"]:
+                click.echo(f"  {key}")
 
 
 def register(group: click.Group) -> None:
@@ -111,6 +207,8 @@ def register(group: click.Group) -> None:
     slurm_group.command("lend", help="Lend NODE to Slurm: nodes.NODE.lent: true in slurm.yaml, committed as you.")(
         _verb("lend"))
     slurm_group.command("reclaim", help="Take NODE back from Slurm: lent: false, committed as you.")(_verb("reclaim"))
+
+    _register_users(slurm_group)
 
     @slurm_group.command("status")
     @_client_options

@@ -175,9 +175,10 @@ async def _stop_on_signals(signals: Any, running: trio.CancelScope, console: Con
 
 async def run_up(
     seed: Path, state: Path, *, gateway: Listener | None, admin: Listener | None, agents: Listener | None,
-    console: Console,
+    console: Console, slurm: bool = False,
 ) -> None:
-    """Run everything until SIGINT/SIGTERM, then stop it all (engines included) within STOP_DEADLINE seconds."""
+    """Run everything until SIGINT/SIGTERM, then stop it all (engines included) within STOP_DEADLINE seconds.
+    `slurm`: Slurm beside llmgw on this machine (llmgw.cli.up_slurm)."""
     from llmgw.agent import AgentConfig, run_agent_restarting
     from llmgw.control import ControlConfig, ControlPlane
     from llmgw.engines.demo import DEMO_LLAMA_CPP_VERSION
@@ -185,6 +186,16 @@ async def run_up(
     state.mkdir(parents=True, exist_ok=True)
     state = state.resolve()  # engines run in their own working directory: every path they get is absolute
     repo = state / "settings.git"
+    node_id = socket.gethostname()
+    if slurm:
+        from llmgw.cli import up_slurm
+
+        node_id = up_slurm.short_hostname()
+        if repo.exists():
+            up_slurm.check_resumed(repo, node_id)
+        else:
+            seed = up_slurm.slurm_seed(seed, state / "seed-slurm", node_id, cgroup2=up_slurm.cgroup_v2())
+        up_slurm.ensure_munge_key(state / "secrets")
     _prepare_settings_repo(console, seed, repo)
     binary, mirror = await trio.to_thread.run_sync(_prepare_demo, console, cache_dir())
 
@@ -192,7 +203,7 @@ async def run_up(
         repo=str(repo), state_dir=state, gateway_listener=gateway, admin_listener=admin, agents_listener=agents,
     ))
     agent_config = AgentConfig(
-        node_id=socket.gethostname(),
+        node_id=node_id,
         state_dir=state / "agent",
         weights_dir=state / "agent" / "weights",
         cache_dir=cache_dir(),
@@ -227,11 +238,14 @@ def register(group: click.Group) -> None:
     @click.option("--gateway", "gateway_addr", metavar="HOST:PORT", help="Gateway listener (overrides llmgw.yaml).")
     @click.option("--admin", "admin_addr", metavar="HOST:PORT", help="Admin API listener (overrides llmgw.yaml).")
     @click.option("--agents", "agents_addr", metavar="HOST:PORT", help="Agents' gRPC listener (overrides llmgw.yaml).")
-    def up(seed: Path, state: Path, gateway_addr: str | None, admin_addr: str | None, agents_addr: str | None) -> None:
+    @click.option("--slurm", is_flag=True, help="Slurm beside llmgw on this machine (first run: slurm.yaml names it "
+                  "controller and lendable node; munge key made): `llmgw slurm lend|reclaim|status` act on it.")
+    def up(seed: Path, state: Path, gateway_addr: str | None, admin_addr: str | None, agents_addr: str | None,
+           slurm: bool) -> None:
         """Run the control plane, the gateway and a local agent serving the catalog, until Ctrl-C."""
         console = Console(highlight=False, soft_wrap=True)
         trio.run(lambda: run_up(
             seed, state, gateway=parse_listener(gateway_addr), admin=parse_listener(admin_addr),
             agents=parse_listener(agents_addr),
-            console=console,
+            console=console, slurm=slurm,
         ))

@@ -22,6 +22,9 @@ The API is described in docs/admin-api.yaml (OpenAPI 3.1), served at GET /openap
     GET  /api/v1/logs?node=N&shard=S&lines=K  a shard's (or the agent's) last log lines
     POST /api/v1/stop | /api/v1/start {"author_name", "author_email"}   serving.stopped commits
     POST /api/v1/nodes/{node}/{verb} {"author_name", "author_email"}   verb: cordon|uncordon|drain|lend|reclaim
+    GET  /api/v1/slurm/users                  members as Linux users on Slurm nodes: login, UID, home, keys
+    POST /api/v1/slurm/users/keys {"action": "add"|"remove", "email", "keys": [...], "author_name", "author_email"}
+                                              a commit of slurm.yaml ssh_keys
     POST /api/v1/join-tokens {"ttl_seconds"}  a one-time token for `llmgw node join` (mTLS control planes), at
                                               most 7 days (MAX_JOIN_TOKEN_TTL)
     GET  /console/...                         the web console (llmgw.console; its own login, docs/console.md)
@@ -273,6 +276,20 @@ class AdminApp:
             known = plane.snapshot().fleet.get(node) is not None
             return await _send_json(send, 200, {"commit": done.commit, "changed": done.changed, "node": node,
                                                 "verb": verb, "known": known})
+        if method == "GET" and path == "/api/v1/slurm/users":
+            return await _send_json(send, 200, await plane.slurm_users())
+        if method == "POST" and path == "/api/v1/slurm/users/keys":
+            body = _json_body(await _read_body(receive))
+            action, email = body_text(body, "action", ""), body_text(body, "email", "")
+            keys = body.get("keys", [])
+            if action not in ("add", "remove") or not email or not isinstance(keys, list) \
+                    or not all(isinstance(key, str) for key in keys) or (action == "add" and not keys):
+                raise _HttpError(400, "bad_request", "say {\"action\": \"add\" or \"remove\", \"email\": ..., "
+                                 "\"keys\": [public key lines]} (add needs at least one key)")
+            done = await plane.ssh_keys(action, email, tuple(keys), body_text(body, "author_name", "llmgw operator"),
+                                        body_text(body, "author_email", "operator@llmgw.invalid"))
+            return await _send_json(send, 200, {"commit": done.commit, "changed": done.changed, "email": email,
+                                                "action": action})
         if method == "POST" and path == "/api/v1/join-tokens":
             body = _json_body(await _read_body(receive))
             ttl = body_number(body, "ttl_seconds", 3600.0, 0.0, MAX_JOIN_TOKEN_TTL)

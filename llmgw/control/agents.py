@@ -189,7 +189,8 @@ class AgentHub:
             health = health_from_message(beat.health) if beat.HasField("health") else None
             steps = beat.slurm.job_steps if beat.HasField("slurm") else 0
             slurm = slurm_summary(beat.slurm) if beat.HasField("slurm") else None
-            if beat.HasField("slurm") and beat.slurm.finished_jobs and self.on_slurm_jobs is not None:
+            if beat.HasField("slurm") and (beat.slurm.finished_jobs or beat.slurm.finished_until) \
+                    and self.on_slurm_jobs is not None:
                 self.on_slurm_jobs(node_id, beat.slurm)
 
             def transition(state: ControlState) -> tuple[ControlState, bool]:
@@ -229,8 +230,8 @@ class AgentHub:
 
 def slurm_summary(report: pb.SlurmReport) -> dict[str, Any]:
     """A heartbeat's SlurmReport as the status document shows it: {"daemons": {name: {"state", "pid", "restarts",
-    "error"?}}, "version", "node_state", "node_reason", "job_steps", "lent", "warnings"?}; the ended jobs are left
-    out (they go to usage)."""
+    "error"?}}, "version", "node_state", "node_reason", "job_steps", "lent", "users"? (Linux users llmgw made there),
+    "warnings"?}; the ended jobs are left out (they go to usage)."""
     daemons = {}
     for daemon in report.daemons:
         entry: dict[str, Any] = {"state": daemon.state, "pid": daemon.pid, "restarts": daemon.restarts}
@@ -239,6 +240,8 @@ def slurm_summary(report: pb.SlurmReport) -> dict[str, Any]:
         daemons[daemon.name] = entry
     summary: dict[str, Any] = {"daemons": daemons, "version": report.version, "node_state": report.node_state,
                                "node_reason": report.node_reason, "job_steps": report.job_steps, "lent": report.lent}
+    if report.users:
+        summary["users"] = report.users
     if report.warnings:
         summary["warnings"] = list(report.warnings)
     return summary

@@ -8,7 +8,7 @@ environment); they are never written to status, audit or logs.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from llmgw.control.deciding import action_key, shard_id_of  # noqa: F401 - re-exported for callers
 from llmgw.errors import UsageError
@@ -16,6 +16,7 @@ from llmgw.identity import split_engine_key
 from llmgw.plan.identity import engine_version_of
 from llmgw.plan.slurm_accounts import desired_accounts
 from llmgw.plan.slurm_conf import hosts_of
+from llmgw.plan.slurm_users import WantedUser
 from llmgw.plan.slurm_roles import STORAGE_HOST, STORAGE_PORT, slurm_roles, slurmdbd_conf, storage_names, storage_password
 from llmgw.plan.types import Action, ActionKind, Fleet
 from llmgw.settings.model import Settings
@@ -112,10 +113,13 @@ def may_take_part_in_slurm(settings: Settings, node_id: str) -> bool:
     return bool(slurm.enabled) and (node_id == slurm.controller or node_id in slurm.nodes)
 
 
-def slurm_role(settings: Settings, fleet: Fleet, node_id: str, secret: Callable[[str], str]) -> pb.SlurmRole:
+def slurm_role(settings: Settings, fleet: Fleet, node_id: str, secret: Callable[[str], str],
+               users: Sequence[WantedUser] = (), finished_since: float = 0.0) -> pb.SlurmRole:
     """`node_id`'s part in Slurm (llmgw.plan.slurm_roles) as the wire's SlurmRole, with the munge key (the secret
-    slurm.yaml names, as UTF-8 bytes) and, on the controller with accounting, slurmdbd.conf and the MariaDB user's
-    password derived from the key. An empty SlurmRole when the node has no part.
+    slurm.yaml names, as UTF-8 bytes), the Linux users every Slurm node has (`users`, from
+    `llmgw.control.slurm_store.users_from_store`) and, on the controller with accounting, slurmdbd.conf, the MariaDB
+    user's password derived from the key, the accounts (members by their logins of `users`) and the sacct cursor
+    `finished_since` (unix seconds, 0: none). An empty SlurmRole when the node has no part.
 
     Raises: UsageError when the munge key secret is missing.
     """
@@ -130,7 +134,10 @@ def slurm_role(settings: Settings, fleet: Fleet, node_id: str, secret: Callable[
     message = pb.SlurmRole(
         daemons=list(role.daemons), node_name=role.node_name, lent=role.lent, drain_reason=role.drain_reason,
         slurm_conf=role.slurm_conf, gres_conf=role.gres_conf, munge_key=key,
-        slurmctld_port=slurm.ports["slurmctld"], slurmdbd_port=slurm.ports["slurmdbd"])
+        slurmctld_port=slurm.ports["slurmctld"], slurmdbd_port=slurm.ports["slurmdbd"],
+        users=[pb.SlurmUser(login=u.login, uid=u.uid, email=u.email, home=u.home, shell=u.shell, keys=list(u.keys))
+               for u in users],
+        shared_path=slurm.shared_path if users else "")
     if role.accounting:
         password = storage_password(key, slurm)
         user, database = storage_names(slurm)
@@ -138,9 +145,11 @@ def slurm_role(settings: Settings, fleet: Fleet, node_id: str, secret: Callable[
         message.storage_host, message.storage_port = STORAGE_HOST, STORAGE_PORT
         message.storage_user, message.storage_database, message.storage_password = user, database, password
         message.cluster_name = slurm.cluster_name
+        message.finished_since = finished_since
+        accounts = desired_accounts(settings, {u.email: u.login for u in users}) if users else dict(role.accounts)
         message.accounts.extend(pb.SlurmAccountWanted(name=name, parent=a.parent, description=a.description,
                                                       organisation=a.organisation, users=list(a.users))
-                                for name, a in role.accounts)
+                                for name, a in accounts.items())
     return message
 
 

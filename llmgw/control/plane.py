@@ -49,6 +49,7 @@ from llmgw.control.reports import fleet_for, memory_thresholds
 from llmgw.control.routing import build_route_table
 from llmgw.control.tracing import StartTracing, open_tracing
 from llmgw.control.watching import SettingsWatcher
+from llmgw.control.slurm_store import advance_cursor, read_cursor, users_from_store
 from llmgw.control.slurm_usage import slurm_usage
 from llmgw.control.state import ControlState, PassRecord, WatchState
 from llmgw.errors import EngineError, SettingsError, StoreError, TemporaryError, UsageError
@@ -57,9 +58,9 @@ from llmgw.plan.types import Action, ActionKind, Plan
 from llmgw.routes import BlockSnapshot, RouteTable
 from llmgw.settings import NOTIFY_URL_KEY, redact_url, set_config_value
 from llmgw.settings.model import Listener, Settings, Tracing
-from llmgw.settings.node_commits import NodeVerbCommit, commit_node_verb
+from llmgw.settings.node_commits import NodeVerbCommit, commit_node_verb, commit_ssh_key
 from llmgw.store import open_store_from_settings
-from llmgw.wire import check_agents_listener, pb, serve_agents
+from llmgw.wire import check_agents_listener, control_message, pb, serve_agents
 
 log = logging.getLogger("llmgw.control")
 
@@ -174,6 +175,9 @@ class ControlPlane:
         self.agents = AgentHub(self.loop.update, self._blocks_changed)
         self.agents.on_slurm_jobs = self._record_slurm_jobs
         self._slurm_recorded: dict[str, None] = {}  # request ids of Slurm jobs recorded, oldest first (bounded)
+        self._slurm_cursor: dict[str, float] = {}  # per Slurm cluster: the cursor last written (or being written)
+        self._slurm_failed: set[str] = set()  # request ids of Slurm jobs whose recording failed: no cursor moves
+        self._slurm_writing = trio.Lock()
         self.audit = AuditWriter(self.watcher.repo_path, min_gap=AUDIT_MIN_GAP, fence=self._audit_fence)
         self.passes: deque[PassRecord] = deque(maxlen=100)
         self.apply_lock = trio.Lock()
@@ -488,7 +492,8 @@ class ControlPlane:
             role = pb.SlurmRole()  # what slurm_role says for a node without a part
             if may_take_part_in_slurm(settings, action.node_id):  # the whole fleet only for Slurm's own nodes
                 fleet = fleet_for(self.loop.state.fleet.fleet(), settings)
-                role = slurm_role(settings, fleet, action.node_id, self.secrets.require)
+                users, since = await self._slurm_from_store(settings, action.node_id)
+                role = slurm_role(settings, fleet, action.node_id, self.secrets.require, users, since)
             message = agent_settings(settings, action.node_id, role)
             message.fingerprint = action.engine
             body = {"agent_settings": message}
@@ -518,29 +523,64 @@ class ControlPlane:
                 action.shard_id or action.replica_id or action.engine)
             raise EngineError(f"node {action.node_id} refused to {action.kind.value} {subject}: {outcome.error}")
 
+    async def _slurm_from_store(self, settings: Settings, node_id: str) -> tuple[tuple, float]:
+        """(the Linux users of `users: llmgw`, the sacct cursor) for `node_id`'s part in Slurm, from the store
+        (llmgw.control.slurm_store); ((), 0.0) for a node with no part or without a store."""
+        slurm = settings.slurm
+        if not slurm.enabled or self.store is None or node_id not in (slurm.controller, *slurm.nodes):
+            return (), 0.0
+        users = await trio.to_thread.run_sync(users_from_store, self.store, settings)
+        since = (await trio.to_thread.run_sync(read_cursor, self.store, slurm.cluster_name)
+                 if node_id == slurm.controller else 0.0)
+        return users, since
+
     def _record_slurm_jobs(self, node_id: str, report) -> None:
         """Price the ended Slurm jobs of a heartbeat into usage (llmgw.control.slurm_usage), each once: those
-        recorded already are skipped here, and the store keeps each job's id unique anyway."""
+        recorded already are skipped here, and the store keeps each job's id unique anyway. Once they are all
+        written, the sacct cursor moves to the report's `finished_until` in the store and the agent is told
+        (SlurmJobsRecorded), so it reads on from there (llmgw.control.slurm_store)."""
         settings = self.watcher.state.settings
         if settings is None or self.store is None or self._nursery is None:
             return
         cluster = report.cluster_name or settings.slurm.cluster_name
         fresh = [slurm_usage(job, cluster, node_id, settings.cluster.gpu_hour_cost) for job in report.finished_jobs]
         fresh = [(rid, record) for rid, record in fresh if rid not in self._slurm_recorded]
-        if not fresh:
+        until = report.finished_until
+        if not fresh and until <= self._slurm_cursor.get(cluster, 0.0):
             return
         for request_id, _ in fresh:
             self._slurm_recorded[request_id] = None
         while len(self._slurm_recorded) > SLURM_RECORDED_MAX:
             del self._slurm_recorded[next(iter(self._slurm_recorded))]
+        if until:
+            self._slurm_cursor[cluster] = max(until, self._slurm_cursor.get(cluster, 0.0))
 
         async def write() -> None:
-            for request_id, record in fresh:
+            async with self._slurm_writing:  # one beat's jobs after the other: a cursor never passes a failed job
+                for request_id, record in fresh:
+                    try:
+                        await trio.to_thread.run_sync(self.store.record_usage_once, record, request_id)
+                    except StoreError as exc:  # forgotten here: the next beat carries the job again
+                        self._slurm_recorded.pop(request_id, None)
+                        self._slurm_failed.add(request_id)
+                        log.warning("could not record Slurm job %s into usage: %s", request_id, exc)
+                    else:
+                        self._slurm_failed.discard(request_id)
+                if not until or self._slurm_failed:  # the agent keeps reading from the old cursor
+                    self._slurm_cursor.pop(cluster, None)
+                    return
                 try:
-                    await trio.to_thread.run_sync(self.store.record_usage_once, record, request_id)
-                except StoreError as exc:  # forgotten here: the next beat carries the job again
-                    self._slurm_recorded.pop(request_id, None)
-                    log.warning("could not record Slurm job %s into usage: %s", request_id, exc)
+                    await trio.to_thread.run_sync(advance_cursor, self.store, cluster, until)
+                except StoreError as exc:
+                    self._slurm_cursor.pop(cluster, None)
+                    log.warning("could not keep the sacct cursor of Slurm cluster %s: %s", cluster, exc)
+                    return
+            session = self.agents.sessions.get(node_id)
+            if session is not None:
+                try:  # not a command: no answer; a lost one only means the margin is read again
+                    await session.send(control_message(slurm_jobs_recorded=pb.SlurmJobsRecorded(until=until)))
+                except TemporaryError:
+                    pass
 
         self._nursery.start_soon(write)
 
@@ -701,6 +741,33 @@ class ControlPlane:
         )
         await self.watcher.poll()
         return commit
+
+    async def ssh_keys(self, action: str, email: str, keys: tuple[str, ...], author_name: str,
+                       author_email: str) -> NodeVerbCommit:
+        """Commit `llmgw slurm users keys add|remove` (llmgw.settings.node_commits.commit_ssh_key) as the operator.
+        Raises: UsageError when the settings are remote; SettingsError when the result does not validate."""
+        if self.watcher.remote:
+            raise UsageError(f"the settings live at {self.config.repo}; change ssh_keys in slurm.yaml there and "
+                             "push it.")
+        commit = await trio.to_thread.run_sync(
+            functools.partial(commit_ssh_key, str(self.watcher.repo_path), action, email, keys, author_name,
+                              author_email, branch=self.config.branch))
+        await self.watcher.poll()
+        return commit
+
+    async def slurm_users(self) -> dict[str, Any]:
+        """`llmgw slurm users`: {"users": [{"email", "login", "uid", "home", "member", "keys"}]}: every member the
+        store ever gave a login and UID (by UID; `member` False for one who left, whose UID stays theirs), with the
+        home and SSH keys the settings in force give them; members not given one yet are assigned now."""
+        settings = self.watcher.state.settings
+        if settings is None or self.store is None:
+            return {"users": []}
+        wanted = {user.email: user for user in await trio.to_thread.run_sync(users_from_store, self.store, settings)}
+        rows = await trio.to_thread.run_sync(self.store.slurm_users)
+        return {"users": [{"email": row.email, "login": row.login, "uid": row.uid,
+                           "home": wanted[row.email].home if row.email in wanted else "",
+                           "member": row.email in wanted,
+                           "keys": list(wanted[row.email].keys) if row.email in wanted else []} for row in rows]}
 
     def create_join_token(self, ttl_seconds: float = 3600.0) -> dict[str, Any]:
         """A one-time join token for a new node: {"token", "join_port", "ca_pem", "expires_in"}.

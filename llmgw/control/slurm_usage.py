@@ -1,7 +1,7 @@
 """Slurm jobs priced into llmgw's usage: one usage row per job that ended, so one bill covers both (issue 15). Pure.
 
 The controller's agent reads the jobs that ended (`sacct`, llmgw.agent.slurm) and sends them in every heartbeat
-for an hour; `slurm_usage` turns each into a UsageRecord and the id it is recorded under,
+until the control plane has recorded them and moved the sacct cursor (llmgw.control.slurm_store); `slurm_usage` turns each into a UsageRecord and the id it is recorded under,
 "slurm:<cluster>:<job id>", which the usage table keeps unique (`Store.record_usage_once`), so a job repeated
 in later beats, or sent by two control planes' agents' links, is counted once.
 

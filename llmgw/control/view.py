@@ -90,5 +90,12 @@ class ControlView(Protocol):
     async def node_verb(self, verb: str, node: str, author_name: str, author_email: str) -> str:
         """Commit cordon/uncordon/drain (or Slurm lend/reclaim) of `node` as the operator; returns the branch head."""
 
+    async def ssh_keys(self, action: str, email: str, keys: tuple[str, ...], author_name: str,
+                       author_email: str) -> Any:
+        """Commit a member's SSH keys added to or removed from slurm.yaml as the operator (NodeVerbCommit)."""
+
+    async def slurm_users(self) -> dict[str, Any]:
+        """The Linux users of slurm.yaml `users: llmgw`: {"users": [...]}."""
+
     def create_join_token(self, ttl_seconds: float = 3600.0) -> dict[str, Any]:
         """A one-time join token for a new node."""

@@ -39,6 +39,7 @@ from llmgw.plan.placing import Pending, Placement
 from llmgw.plan.slurm_accounts import desired_accounts
 from llmgw.plan.slurm_conf import hosts_of
 from llmgw.plan.slurm_roles import SlurmRole, slurm_roles
+from llmgw.plan.slurm_users import users_digest_input
 from llmgw.plan.spanning import Spanning
 from llmgw.plan.types import Action, ActionKind, Assignment, Fleet, NodeState, ObservedShard, Plan
 from llmgw.settings.model import Model, Settings
@@ -164,7 +165,8 @@ class _Planner(Spanning, Placement):
         fingerprints: dict[int, str] = {}  # most nodes share one AgentSettings value: hash each value once
         roles = {}
         if self.settings.slurm.enabled:  # each node's part in Slurm goes with its agent settings
-            roles = slurm_roles(self.settings.slurm, hosts_of(Fleet(tuple(self.nodes))), desired_accounts(self.settings))
+            roles = slurm_roles(self.settings.slurm, hosts_of(Fleet(tuple(self.nodes))), desired_accounts(self.settings),
+                                users_digest_input(self.settings))
         for node in self.nodes:
             if not node.alive or node.agent_settings_applied is None:
                 continue

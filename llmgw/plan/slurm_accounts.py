@@ -9,7 +9,7 @@ accounts so marked: an account an administrator made is never touched. Format: s
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from llmgw.settings.model import Settings
 from llmgw.tools.slurm import SlurmAccount, SlurmAssociation
@@ -28,9 +28,11 @@ def login_of(email: str) -> str:
     return login[:32]
 
 
-def desired_accounts(settings: Settings) -> dict[str, WantedAccount]:
+def desired_accounts(settings: Settings, logins: Mapping[str, str] | None = None) -> dict[str, WantedAccount]:
     """Account name -> WantedAccount, parents before children (organisation, team, project); a project's users are
-    its members' logins (`login_of`), sorted."""
+    its members' logins, sorted: from `logins` (e-mail -> the login the store gave it, `llmgw.plan.slurm_users`)
+    where it has one, else `login_of`."""
+    logins = logins or {}
     out: dict[str, WantedAccount] = {}
     for name in sorted(settings.organisations):
         out[f"org-{name}"] = WantedAccount("root", f"{MARK} organisation {name}", name)
@@ -40,7 +42,7 @@ def desired_accounts(settings: Settings) -> dict[str, WantedAccount]:
     for name in sorted(settings.projects):
         project = settings.projects[name]
         out[name] = WantedAccount(f"team-{project.team}", f"{MARK} project {name}", project.organisation,
-                                  tuple(sorted({login_of(member) for member in project.members})))
+                                  tuple(sorted({logins.get(member) or login_of(member) for member in project.members})))
     return out
 
 

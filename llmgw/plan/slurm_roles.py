@@ -42,7 +42,9 @@ class SlurmRole:
     """One node's part. `daemons` in start order ("slurmdbd", "slurmctld", "slurmd"); `node_name` its NodeName
     ("" without slurmd); `lent` from slurm.yaml; `slurm_conf`/`gres_conf` with AGENT_PATHS' placeholders;
     `accounting` True on the controller when slurmdbd runs (its conf needs the password: `slurmdbd_conf`), and then
-    `accounts` the Slurm accounts it keeps with sacctmgr (`llmgw.plan.slurm_accounts.desired_accounts`), in order."""
+    `accounts` the Slurm accounts it keeps with sacctmgr (`llmgw.plan.slurm_accounts.desired_accounts`), in order;
+    `members` what the Linux users of `users: llmgw` depend on (`llmgw.plan.slurm_users.users_digest_input`): the
+    control plane adds their logins and UIDs from the store when it sends the role."""
 
     daemons: tuple[str, ...]
     node_name: str
@@ -52,18 +54,21 @@ class SlurmRole:
     accounting: bool
     drain_reason: str = DRAIN_REASON
     accounts: tuple[tuple[str, WantedAccount], ...] = ()
+    members: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     def digest(self) -> str:
         """16 hex digits of sha256 over everything the agent is told (not the secret): a change means a CONFIGURE."""
         described = repr((self.daemons, self.node_name, self.lent, self.slurm_conf, self.gres_conf,
-                          self.accounting, self.drain_reason, self.accounts))
+                          self.accounting, self.drain_reason, self.accounts, self.members))
         return hashlib.sha256(described.encode()).hexdigest()[:16]
 
 
 def slurm_roles(slurm: SlurmSettings, hosts: Mapping[str, SlurmHost],
-                accounts: Mapping[str, WantedAccount] | None = None) -> dict[str, SlurmRole]:
+                accounts: Mapping[str, WantedAccount] | None = None,
+                members: tuple[tuple[str, tuple[str, ...]], ...] = ()) -> dict[str, SlurmRole]:
     """Every node's part, by node id (a node with none is absent; {} when Slurm is disabled). `accounts` go to the
-    controller with accounting (`llmgw.plan.slurm_accounts.desired_accounts(settings)`). `hosts` by node id,
+    controller with accounting (`llmgw.plan.slurm_accounts.desired_accounts(settings)`), `members` to every node
+    (`llmgw.plan.slurm_users.users_digest_input(settings)`). `hosts` by node id,
     e.g. `llmgw.plan.slurm_conf.hosts_of(fleet)`; a lendable node the fleet does not report yet is left out of
     slurm.conf until it does (then every node's files change, and each is configured again). Renders once."""
     if not slurm.enabled:
@@ -82,7 +87,8 @@ def slurm_roles(slurm: SlurmSettings, hosts: Mapping[str, SlurmHost],
         node = slurm.nodes.get(node_id)
         kept = tuple((accounts or {}).items()) if "slurmdbd" in daemons else ()
         roles[node_id] = SlurmRole(tuple(daemons), node_id if "slurmd" in daemons else "", bool(node and node.lent),
-                                   rendered.slurm_conf, rendered.gres_conf, "slurmdbd" in daemons, accounts=kept)
+                                   rendered.slurm_conf, rendered.gres_conf, "slurmdbd" in daemons, accounts=kept,
+                                   members=members)
     return roles
 
 

@@ -208,6 +208,11 @@ def _load_tree(tree: TreeFiles, commit: str | None, found: Found) -> Settings:
     fleet = None if any(i.file.startswith("agents/nodes") for i in tree.issues) else frozenset(
         _stem(path) for path in tree.texts if path.startswith("agents/nodes/"))
     slurm = build_slurm(good["slurm.yaml"][1], found, "slurm.yaml", fleet) if "slurm.yaml" in good else SlurmSettings()
+    members = {member for project in projects.values() for member in project.members}
+    for email in slurm.ssh_keys:
+        if "projects.yaml" in good and email not in members:
+            found.add("slurm.yaml", ("ssh_keys", email), f"{email} is a member of no project in projects.yaml: no "
+                      "Linux user is made for it, so its keys are not written", of_key=True, severity="warning")
     found.current = "llmgw.yaml"
     if cluster is not None and fleet is not None:
         _check_node_lists(found, cluster, fleet)

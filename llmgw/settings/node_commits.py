@@ -4,7 +4,9 @@
 - cordon: NODE joins `serving.cordoned` in llmgw.yaml (no new replicas);
 - drain: NODE joins `serving.drained` (replicas placed elsewhere first, then stopped);
 - uncordon: NODE leaves both lists;
-- lend / reclaim: `nodes.<NODE>.lent` in slurm.yaml becomes true / false (the node must be listed there).
+- lend / reclaim: `nodes.<NODE>.lent` in slurm.yaml becomes true / false (the node must be listed there);
+- `llmgw slurm users keys add|remove EMAIL KEY`: a member's SSH public key joins or leaves `ssh_keys.<EMAIL>` in
+  slurm.yaml (`commit_ssh_key`; removing without a key removes all of the member's).
 Comments and layout are kept (ruamel.yaml round trip); the new tree is validated before the commit is written.
 """
 
@@ -88,6 +90,59 @@ class NodeVerbCommit:
     changed: bool
 
 
+def _same_key(stored: str, given: str) -> bool:
+    """`given` names `stored` (an authorized_keys line "TYPE BASE64 [COMMENT]"): the whole line, its base64 body
+    or its comment."""
+    parts = stored.split(" ", 2)
+    return given in (stored, *parts[1:])
+
+
+def _edit_keys(email: str, keys: tuple[str, ...], add: bool) -> Callable[[CommentedMap], bool]:
+    def edit(document: CommentedMap) -> bool:
+        table = document.get("ssh_keys")
+        if table is None:
+            if not add:
+                return False
+            table = document["ssh_keys"] = CommentedMap()
+        have = table.get(email)
+        if add:
+            if have is None:
+                have = table[email] = CommentedSeq()
+            fresh = [key for key in keys if key not in have]
+            have.extend(fresh)
+            return bool(fresh)
+        if have is None:
+            return False
+        gone = [key for key in have if not keys or any(_same_key(key, given) for given in keys)]
+        for key in gone:
+            have.remove(key)
+        if not have:
+            del table[email]
+        if not table:
+            del document["ssh_keys"]
+        return bool(gone)
+
+    return edit
+
+
+def commit_ssh_key(repo_path: str | os.PathLike[str], action: str, email: str, keys: tuple[str, ...],
+                   author_name: str, author_email: str, branch: str = DEFAULT_BRANCH) -> NodeVerbCommit:
+    """Commit `action` "add" (each of `keys`, OpenSSH public key lines, joins `ssh_keys.<email>` in slurm.yaml) or
+    "remove" (each key given, matched by the whole line or by its comment, leaves it; no keys: all of the member's)
+    as the operator; returns the branch head afterwards and whether it moved.
+
+    Raises: SettingsError when slurm.yaml is missing, a key is not an OpenSSH public key line or the result does not
+    validate; ValueError for another action.
+    """
+    if action not in ("add", "remove"):
+        raise ValueError(f"unknown keys action {action!r}")
+    keys = tuple(" ".join(key.split()) for key in keys)
+    verb = "added to" if action == "add" else "removed from"
+    return _commit_edit(repo_path, "slurm.yaml", _edit_keys(email, keys, action == "add"),
+                        f"llmgw slurm users keys {action} {email}\n\n{len(keys) or 'All'} SSH key(s) {verb} "
+                        f"ssh_keys.{email} in slurm.yaml.\n", author_name, author_email, branch)
+
+
 def commit_node_verb(repo_path: str | os.PathLike[str], verb: str, node: str, author_name: str, author_email: str,
                      branch: str = DEFAULT_BRANCH) -> NodeVerbCommit:
     """Commit `verb` ("cordon", "uncordon", "drain", "lend", "reclaim") for `node` on the settings branch as the
@@ -102,6 +157,13 @@ def commit_node_verb(repo_path: str | os.PathLike[str], verb: str, node: str, au
         file, edit = "slurm.yaml", _edit_lent(node, verb == "lend")
     else:
         raise ValueError(f"unknown node verb {verb!r}")
+    message = f"llmgw {'slurm ' if verb in SLURM_VERBS else 'node '}{verb} {node}\n"
+    return _commit_edit(repo_path, file, edit, message, author_name, author_email, branch)
+
+
+def _commit_edit(repo_path: str | os.PathLike[str], file: str, edit: Callable[[CommentedMap], bool], message: str,
+                 author_name: str, author_email: str, branch: str) -> NodeVerbCommit:
+    """Apply `edit` to `file` of the branch head (round trip), validate the new tree, commit it as the operator."""
     repo = open_repository(repo_path)
     main = branch_ref(branch)
     head = resolve_commit(repo, main)
@@ -120,8 +182,7 @@ def commit_node_verb(repo_path: str | os.PathLike[str], verb: str, node: str, au
     tree_files.texts[file] = new_text
     load_tree(tree_files)  # raises SettingsError when the edit would not validate
     tree = write_tree(repo, {file: new_text.encode("utf-8")}, head.tree)
-    message = f"llmgw {'slurm ' if verb in SLURM_VERBS else 'node '}{verb} {node}\n"
     commit = repo.create_commit(None, pygit2.Signature(author_name, author_email),
                                 pygit2.Signature(*LLMGW_SIGNATURE), message, tree, [head.id])
-    _move(repo, main, commit, head.id, message.strip())
+    _move(repo, main, commit, head.id, message.splitlines()[0].strip())
     return NodeVerbCommit(str(commit), changed=True)

@@ -3,7 +3,7 @@
 `build_slurm(data, found, file, fleet)` turns the schema-valid mapping into `SlurmSettings` and adds an error at
 file:line for each of: a node of `nodes` (or the controller) the fleet does not know, a node naming a partition
 that `partitions` lacks, a partition with no node, two default partitions, and `users: llmgw` without a
-`shared_path`. "The fleet" here is what the settings know of it: the node ids with an `agents/nodes/<node>.yaml`.
+`shared_path` (and a warning for `ssh_keys` without `users: llmgw`). "The fleet" here is what the settings know of it: the node ids with an `agents/nodes/<node>.yaml`.
 Durations are in seconds.
 """
 
@@ -38,7 +38,7 @@ class SlurmPartition:
 @dataclass(frozen=True)
 class SlurmSettings:
     """`slurm.yaml`. `nodes` by node id, `partitions` by name (both in file order); `users` "none" or "llmgw";
-    `shared_path` "" when not given; `ports` maps "slurmctld" / "slurmd" / "slurmdbd" to a TCP port."""
+    `shared_path` "" when not given; `ssh_keys` each member's SSH public keys by e-mail (file order); `ports` maps "slurmctld" / "slurmd" / "slurmdbd" to a TCP port."""
 
     enabled: bool = False
     cluster_name: str = "llmgw"
@@ -48,6 +48,7 @@ class SlurmSettings:
     accounting: bool = False
     users: str = "none"
     shared_path: str = ""
+    ssh_keys: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: MappingProxyType({}))
     munge_key_secret: str = "munge-key"
     proctrack_type: str = "proctrack/cgroup"
     task_plugin: str = "task/cgroup,task/affinity"
@@ -78,6 +79,7 @@ def build_slurm(data: Mapping[str, Any], found: Any, file: str, fleet: frozenset
         accounting=bool(data.get("accounting", False)),
         users=data.get("users", "none"),
         shared_path=data.get("shared_path", ""),
+        ssh_keys=MappingProxyType({email: tuple(keys) for email, keys in data.get("ssh_keys", {}).items()}),
         munge_key_secret=data.get("munge_key_secret", "munge-key"),
         proctrack_type=data.get("proctrack_type", "proctrack/cgroup"),
         task_plugin=data.get("task_plugin", "task/cgroup,task/affinity"),
@@ -106,6 +108,9 @@ def build_slurm(data: Mapping[str, Any], found: Any, file: str, fleet: frozenset
                   "default; keep one")
     if settings.users == "llmgw" and not settings.shared_path:
         found.add(file, ("users",), "users: llmgw needs a shared_path (the file system holding the users' homes)")
+    if settings.ssh_keys and settings.users != "llmgw":
+        found.add(file, ("ssh_keys",), "ssh_keys are written only for users llmgw makes: set `users: llmgw` (and "
+                  "shared_path), or remove them", of_key=True, severity="warning")
     if nodes and not settings.controller:
         found.add(file, ("nodes",), "nodes may be lent but no controller is named: add `controller: <node>`",
                   of_key=True)

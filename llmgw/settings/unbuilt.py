@@ -69,11 +69,11 @@ UNBUILT: tuple[UnbuiltKey, ...] = (
       for engine in ("vllm", "sglang") for key in ("archives", "sdist", "mirror", "build_args")),
     UnbuiltKey("agent", ("fabrics",), "nothing reads this key: agents report the interconnects they discover"),
     UnbuiltKey("projects", ("organisations", NAME, "teams", NAME, "projects", NAME, "members"),
-               "API keys are created and revoked with the admin token (`llmgw keys`); members are not consulted"),
+               "API keys are created and revoked with the admin token (`llmgw keys`), whoever the members are; "
+               "members only become users of the project's Slurm account and, with slurm.yaml `users: llmgw`, Linux "
+               "users on the Slurm nodes"),
     UnbuiltKey("firewall", ("enabled",), "llmgw writes no firewall rule on any node yet", when="`true`",
                applies=lambda value: value is True),
-    UnbuiltKey("slurm", ("users",), "llmgw makes no Linux user and writes no SSH key yet", when="`llmgw`",
-               applies=lambda value: value == "llmgw"),
 )
 
 

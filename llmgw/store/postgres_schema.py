@@ -79,6 +79,14 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE usage ADD COLUMN trace_id TEXT;
     CREATE INDEX usage_client_request ON usage (client_request_id);
     """,
+    # 5 (SQLite's 7): the Linux users llmgw makes on Slurm nodes: one row per e-mail ever given a login and a UID,
+    # never deleted, so a UID is never given to anyone else
+    """
+    CREATE TABLE slurm_users (
+        email TEXT PRIMARY KEY, login TEXT NOT NULL UNIQUE, uid BIGINT NOT NULL UNIQUE,
+        created_at DOUBLE PRECISION NOT NULL
+    );
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -25,6 +25,7 @@ from llmgw.store.records import (
     Rejection,
     Reservation,
     Settlement,
+    SlurmUser,
     Token,
     UsageRecord,
     UsageRow,
@@ -167,6 +168,17 @@ class Store(Protocol):
 
     def lease(self, name: str, now: float | None = None) -> Lease | None:
         """The lease `name` at `now` (holder, fencing token, expiry in unix seconds), None when nobody holds it."""
+
+    # -- Linux users on Slurm nodes (llmgw.store.slurm_users) -------------------------------------------------------
+    def slurm_users(self) -> list[SlurmUser]:
+        """Every member ever given a login and UID, by UID (rows are never deleted)."""
+
+    def assign_slurm_users(self, wanted: Sequence[tuple[str, Sequence[str]]], first_uid: int,
+                           now: float | None = None) -> list[SlurmUser]:
+        """Give each e-mail of `wanted` ((email, logins to try in order)) without a row the first free login and
+        the next UID (one more than the highest ever given, at least `first_uid`), in one transaction; returns the
+        rows of `wanted`'s e-mails in order. Raises StoreError when no offered login is free, or when another
+        control plane assigned the same login or UID at the same moment (retry)."""
 
     # -- whole tables ------------------------------------------------------------------------------------------
     def table_rows(self, table: str) -> Iterator[tuple]:

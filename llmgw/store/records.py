@@ -95,6 +95,17 @@ class Lease:
 
 
 @dataclass(frozen=True)
+class SlurmUser:
+    """A Linux user llmgw makes on Slurm nodes for a project member (`llmgw.store.slurm_users`): the member's
+    `email`, the `login` and `uid` given to it once and kept for good, and when (`created_at`, unix seconds)."""
+
+    email: str
+    login: str
+    uid: int
+    created_at: float
+
+
+@dataclass(frozen=True)
 class KeyCheck:
     """The result of checking a presented API key: `key` when accepted, else None and a `reason`.
 

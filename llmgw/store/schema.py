@@ -85,6 +85,13 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE usage ADD COLUMN trace_id TEXT;
     CREATE INDEX usage_client_request ON usage (client_request_id);
     """,
+    # 7: the Linux users llmgw makes on Slurm nodes from project members (slurm.yaml `users: llmgw`): one row per
+    # e-mail ever given a login and a UID; rows are never deleted, so a UID is never given to anyone else
+    """
+    CREATE TABLE slurm_users (
+        email TEXT PRIMARY KEY, login TEXT NOT NULL UNIQUE, uid INTEGER NOT NULL UNIQUE, created_at REAL NOT NULL
+    );
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -16,7 +16,7 @@ from contextlib import AbstractContextManager
 
 from llmgw.errors import UsageError
 from llmgw.identity import Quota
-from llmgw.store import keys, quotas
+from llmgw.store import keys, quotas, slurm_users
 from llmgw.store import usage as usage_table
 from llmgw.store.dialects import SqlConnection
 from llmgw.store.records import (
@@ -28,6 +28,7 @@ from llmgw.store.records import (
     Rejection,
     Reservation,
     Settlement,
+    SlurmUser,
     Token,
     UsageRecord,
     UsageRow,
@@ -48,12 +49,13 @@ TABLES: dict[str, tuple[str, ...]] = {
               "cached_tokens", "ttft_seconds", "duration_seconds", "status", "cost", "request_id", "client_request_id",
               "settings_commit", "trace_id"),
     "leases": ("name", "holder", "expires_at", "token"),
+    "slurm_users": ("email", "login", "uid", "created_at"),
 }
 # The order rows are read in (for copies and comparisons that must not depend on physical order).
 TABLE_ORDER: dict[str, str] = {
     "secrets": "name", "kv": "key", "tokens": "id", "api_keys": "id",
     "quota_windows": "scope, period, start", "quota_slots": "reservation_id, scope", "quota_reservations": "id",
-    "usage": "id", "leases": "name",
+    "usage": "id", "leases": "name", "slurm_users": "uid",
 }
 
 
@@ -329,6 +331,16 @@ class SqlStore:
             row = conn.execute("SELECT holder, token, expires_at FROM leases WHERE name = ? AND expires_at > ?",
                                (name, _now(now))).fetchone()
         return None if row is None else Lease(row[0], int(row[1]), float(row[2]))
+
+    # -- Linux users on Slurm nodes -------------------------------------------------------------------------------
+    def slurm_users(self) -> list[SlurmUser]:
+        with self._read() as conn:
+            return slurm_users.list_users(conn)
+
+    def assign_slurm_users(self, wanted: Sequence[tuple[str, Sequence[str]]], first_uid: int,
+                           now: float | None = None) -> list[SlurmUser]:
+        with self._write() as conn:
+            return slurm_users.assign_users(conn, wanted, first_uid, _now(now))
 
     # -- whole tables (copies between stores) --------------------------------------------------------------------
     def table_rows(self, table: str) -> Iterator[tuple]:

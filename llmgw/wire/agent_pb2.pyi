@@ -27,7 +27,7 @@ class AgentMessage(_message.Message):
     def __init__(self, protocol: _Optional[int] = ..., register: _Optional[_Union[Register, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., shard_status: _Optional[_Union[ShardStatus, _Mapping]] = ..., log_lines: _Optional[_Union[LogLines, _Mapping]] = ..., command_result: _Optional[_Union[CommandResult, _Mapping]] = ..., engine_status: _Optional[_Union[EngineStatus, _Mapping]] = ..., kv_blocks: _Optional[_Union[KvBlocks, _Mapping]] = ...) -> None: ...
 
 class ControlMessage(_message.Message):
-    __slots__ = ("protocol", "command_id", "fencing_token", "start_shard", "stop_shard", "install_engine", "agent_settings", "request_logs", "restart", "registered")
+    __slots__ = ("protocol", "command_id", "fencing_token", "start_shard", "stop_shard", "install_engine", "agent_settings", "request_logs", "restart", "registered", "slurm_jobs_recorded")
     PROTOCOL_FIELD_NUMBER: _ClassVar[int]
     COMMAND_ID_FIELD_NUMBER: _ClassVar[int]
     FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
@@ -38,6 +38,7 @@ class ControlMessage(_message.Message):
     REQUEST_LOGS_FIELD_NUMBER: _ClassVar[int]
     RESTART_FIELD_NUMBER: _ClassVar[int]
     REGISTERED_FIELD_NUMBER: _ClassVar[int]
+    SLURM_JOBS_RECORDED_FIELD_NUMBER: _ClassVar[int]
     protocol: int
     command_id: str
     fencing_token: int
@@ -48,7 +49,14 @@ class ControlMessage(_message.Message):
     request_logs: RequestLogs
     restart: Restart
     registered: Registered
-    def __init__(self, protocol: _Optional[int] = ..., command_id: _Optional[str] = ..., fencing_token: _Optional[int] = ..., start_shard: _Optional[_Union[StartShard, _Mapping]] = ..., stop_shard: _Optional[_Union[StopShard, _Mapping]] = ..., install_engine: _Optional[_Union[InstallEngine, _Mapping]] = ..., agent_settings: _Optional[_Union[AgentSettings, _Mapping]] = ..., request_logs: _Optional[_Union[RequestLogs, _Mapping]] = ..., restart: _Optional[_Union[Restart, _Mapping]] = ..., registered: _Optional[_Union[Registered, _Mapping]] = ...) -> None: ...
+    slurm_jobs_recorded: SlurmJobsRecorded
+    def __init__(self, protocol: _Optional[int] = ..., command_id: _Optional[str] = ..., fencing_token: _Optional[int] = ..., start_shard: _Optional[_Union[StartShard, _Mapping]] = ..., stop_shard: _Optional[_Union[StopShard, _Mapping]] = ..., install_engine: _Optional[_Union[InstallEngine, _Mapping]] = ..., agent_settings: _Optional[_Union[AgentSettings, _Mapping]] = ..., request_logs: _Optional[_Union[RequestLogs, _Mapping]] = ..., restart: _Optional[_Union[Restart, _Mapping]] = ..., registered: _Optional[_Union[Registered, _Mapping]] = ..., slurm_jobs_recorded: _Optional[_Union[SlurmJobsRecorded, _Mapping]] = ...) -> None: ...
+
+class SlurmJobsRecorded(_message.Message):
+    __slots__ = ("until",)
+    UNTIL_FIELD_NUMBER: _ClassVar[int]
+    until: float
+    def __init__(self, until: _Optional[float] = ...) -> None: ...
 
 class Gpu(_message.Message):
     __slots__ = ("index", "uuid", "name", "gpu_class", "device_id", "memory_total_bytes", "memory_used_bytes", "memory_free_bytes", "compute_capability", "pcie_gen_current", "pcie_gen_max", "pcie_width_current", "pcie_width_max", "mig_enabled", "is_mig_instance", "parent_uuid", "ecc_enabled", "power_limit_watts", "foreign_pids", "numa_node", "nvlink_peers")
@@ -552,7 +560,7 @@ class TraceSettings(_message.Message):
     def __init__(self, endpoint: _Optional[str] = ..., sample_ratio: _Optional[float] = ...) -> None: ...
 
 class SlurmRole(_message.Message):
-    __slots__ = ("daemons", "node_name", "lent", "drain_reason", "slurm_conf", "gres_conf", "slurmdbd_conf", "munge_key", "storage_host", "storage_port", "storage_user", "storage_password", "storage_database", "slurmctld_port", "slurmdbd_port", "cluster_name", "accounts")
+    __slots__ = ("daemons", "node_name", "lent", "drain_reason", "slurm_conf", "gres_conf", "slurmdbd_conf", "munge_key", "storage_host", "storage_port", "storage_user", "storage_password", "storage_database", "slurmctld_port", "slurmdbd_port", "cluster_name", "accounts", "users", "shared_path", "finished_since")
     DAEMONS_FIELD_NUMBER: _ClassVar[int]
     NODE_NAME_FIELD_NUMBER: _ClassVar[int]
     LENT_FIELD_NUMBER: _ClassVar[int]
@@ -570,6 +578,9 @@ class SlurmRole(_message.Message):
     SLURMDBD_PORT_FIELD_NUMBER: _ClassVar[int]
     CLUSTER_NAME_FIELD_NUMBER: _ClassVar[int]
     ACCOUNTS_FIELD_NUMBER: _ClassVar[int]
+    USERS_FIELD_NUMBER: _ClassVar[int]
+    SHARED_PATH_FIELD_NUMBER: _ClassVar[int]
+    FINISHED_SINCE_FIELD_NUMBER: _ClassVar[int]
     daemons: _containers.RepeatedScalarFieldContainer[str]
     node_name: str
     lent: bool
@@ -587,7 +598,26 @@ class SlurmRole(_message.Message):
     slurmdbd_port: int
     cluster_name: str
     accounts: _containers.RepeatedCompositeFieldContainer[SlurmAccountWanted]
-    def __init__(self, daemons: _Optional[_Iterable[str]] = ..., node_name: _Optional[str] = ..., lent: _Optional[bool] = ..., drain_reason: _Optional[str] = ..., slurm_conf: _Optional[str] = ..., gres_conf: _Optional[str] = ..., slurmdbd_conf: _Optional[str] = ..., munge_key: _Optional[bytes] = ..., storage_host: _Optional[str] = ..., storage_port: _Optional[int] = ..., storage_user: _Optional[str] = ..., storage_password: _Optional[str] = ..., storage_database: _Optional[str] = ..., slurmctld_port: _Optional[int] = ..., slurmdbd_port: _Optional[int] = ..., cluster_name: _Optional[str] = ..., accounts: _Optional[_Iterable[_Union[SlurmAccountWanted, _Mapping]]] = ...) -> None: ...
+    users: _containers.RepeatedCompositeFieldContainer[SlurmUser]
+    shared_path: str
+    finished_since: float
+    def __init__(self, daemons: _Optional[_Iterable[str]] = ..., node_name: _Optional[str] = ..., lent: _Optional[bool] = ..., drain_reason: _Optional[str] = ..., slurm_conf: _Optional[str] = ..., gres_conf: _Optional[str] = ..., slurmdbd_conf: _Optional[str] = ..., munge_key: _Optional[bytes] = ..., storage_host: _Optional[str] = ..., storage_port: _Optional[int] = ..., storage_user: _Optional[str] = ..., storage_password: _Optional[str] = ..., storage_database: _Optional[str] = ..., slurmctld_port: _Optional[int] = ..., slurmdbd_port: _Optional[int] = ..., cluster_name: _Optional[str] = ..., accounts: _Optional[_Iterable[_Union[SlurmAccountWanted, _Mapping]]] = ..., users: _Optional[_Iterable[_Union[SlurmUser, _Mapping]]] = ..., shared_path: _Optional[str] = ..., finished_since: _Optional[float] = ...) -> None: ...
+
+class SlurmUser(_message.Message):
+    __slots__ = ("login", "uid", "email", "home", "shell", "keys")
+    LOGIN_FIELD_NUMBER: _ClassVar[int]
+    UID_FIELD_NUMBER: _ClassVar[int]
+    EMAIL_FIELD_NUMBER: _ClassVar[int]
+    HOME_FIELD_NUMBER: _ClassVar[int]
+    SHELL_FIELD_NUMBER: _ClassVar[int]
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    login: str
+    uid: int
+    email: str
+    home: str
+    shell: str
+    keys: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, login: _Optional[str] = ..., uid: _Optional[int] = ..., email: _Optional[str] = ..., home: _Optional[str] = ..., shell: _Optional[str] = ..., keys: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class SlurmAccountWanted(_message.Message):
     __slots__ = ("name", "parent", "description", "organisation", "users")
@@ -618,7 +648,7 @@ class SlurmDaemon(_message.Message):
     def __init__(self, name: _Optional[str] = ..., state: _Optional[str] = ..., pid: _Optional[int] = ..., restarts: _Optional[int] = ..., error: _Optional[str] = ...) -> None: ...
 
 class SlurmReport(_message.Message):
-    __slots__ = ("daemons", "version", "node_state", "node_reason", "job_steps", "lent", "warnings", "finished_jobs", "cluster_name")
+    __slots__ = ("daemons", "version", "node_state", "node_reason", "job_steps", "lent", "warnings", "finished_jobs", "cluster_name", "finished_until", "users")
     DAEMONS_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     NODE_STATE_FIELD_NUMBER: _ClassVar[int]
@@ -628,6 +658,8 @@ class SlurmReport(_message.Message):
     WARNINGS_FIELD_NUMBER: _ClassVar[int]
     FINISHED_JOBS_FIELD_NUMBER: _ClassVar[int]
     CLUSTER_NAME_FIELD_NUMBER: _ClassVar[int]
+    FINISHED_UNTIL_FIELD_NUMBER: _ClassVar[int]
+    USERS_FIELD_NUMBER: _ClassVar[int]
     daemons: _containers.RepeatedCompositeFieldContainer[SlurmDaemon]
     version: str
     node_state: str
@@ -637,7 +669,9 @@ class SlurmReport(_message.Message):
     warnings: _containers.RepeatedScalarFieldContainer[str]
     finished_jobs: _containers.RepeatedCompositeFieldContainer[SlurmJob]
     cluster_name: str
-    def __init__(self, daemons: _Optional[_Iterable[_Union[SlurmDaemon, _Mapping]]] = ..., version: _Optional[str] = ..., node_state: _Optional[str] = ..., node_reason: _Optional[str] = ..., job_steps: _Optional[int] = ..., lent: _Optional[bool] = ..., warnings: _Optional[_Iterable[str]] = ..., finished_jobs: _Optional[_Iterable[_Union[SlurmJob, _Mapping]]] = ..., cluster_name: _Optional[str] = ...) -> None: ...
+    finished_until: float
+    users: int
+    def __init__(self, daemons: _Optional[_Iterable[_Union[SlurmDaemon, _Mapping]]] = ..., version: _Optional[str] = ..., node_state: _Optional[str] = ..., node_reason: _Optional[str] = ..., job_steps: _Optional[int] = ..., lent: _Optional[bool] = ..., warnings: _Optional[_Iterable[str]] = ..., finished_jobs: _Optional[_Iterable[_Union[SlurmJob, _Mapping]]] = ..., cluster_name: _Optional[str] = ..., finished_until: _Optional[float] = ..., users: _Optional[int] = ...) -> None: ...
 
 class SlurmJob(_message.Message):
     __slots__ = ("job_id", "partition", "account", "user", "state", "elapsed_seconds", "cpus", "gpus", "gpu_type", "end_time")

@@ -76,3 +76,50 @@ def test_the_kept_agent_settings_hold_no_slurm_secret(tmp_path) -> None:
     kept = load_agent_settings(tmp_path)
     assert kept is not None and list(kept.slurm.daemons) == ["slurmdbd", "slurmctld"]
     assert kept.slurm.slurm_conf == "ClusterName=x\n" and settings.slurm.munge_key == key  # the original is intact
+
+
+SACCT_OUT = """JobID|JobName|Partition|Account|User|State|ElapsedRaw|AllocCPUS|AllocTRES|Start|End
+7|wrap|gpu|ci|alice|COMPLETED|60|2|billing=2,cpu=2,node=1|1799999900|1799999960
+7.batch|batch||ci||COMPLETED|60|2|cpu=2,node=1|1799999900|1799999960
+5|wrap|gpu|ci|alice|FAILED|10|1|billing=1,cpu=1,node=1|1799999000|1799999010
+8|srun||ci|alice|COMPLETED|0|1||1799999970|1799999980
+"""
+
+
+async def test_the_controller_reads_ended_jobs_from_the_cursor_and_moves_it_when_told(tmp_path) -> None:
+    import time as clock
+
+    calls = tmp_path / "sacct-calls"
+    sacct = tmp_path / "sacct"
+    (tmp_path / "out.txt").write_text(SACCT_OUT)
+    sacct.write_text(f"#!/bin/sh\necho \"$@\" >> {calls}\ncat {tmp_path / 'out.txt'}\n")
+    sacct.chmod(0o755)
+    now = 1_800_000_000.0
+
+    def window() -> list[str]:
+        args = calls.read_text().splitlines()[-1].split()
+        return [args[args.index("-S") + 1], args[args.index("-E") + 1]]
+
+    def local(seconds: float) -> str:
+        return clock.strftime("%Y-%m-%dT%H:%M:%S", clock.localtime(seconds))
+
+    async with trio.open_nursery() as nursery:
+        keeper = SlurmKeeper(SlurmLayout(tmp_path / "slurm"), nursery, programs={"sacct": str(sacct)})
+        keeper.daemons["slurmdbd"] = Daemon("slurmdbd", ("slurmdbd",))  # the controller with accounting
+        await keeper.read_finished_jobs(now)
+        assert window() == [local(now - 3600), local(now)]  # no cursor yet: the last hour
+        # oldest first; job 8 has no partition yet (slurmdbd has not completed it): left for a later read, and the
+        # cursor stops before its end so that read still covers it
+        assert [j.job_id for j in keeper.finished_jobs] == ["5", "7"]
+        assert keeper.finished_until == 1799999980 - 1
+        assert keeper.report().finished_until == keeper.finished_until
+
+        keeper.recorded(1799999979)  # the control plane recorded them and stored its cursor
+        await keeper.read_finished_jobs(now + 10)
+        assert window() == [local(1799999979 - 300), local(now + 10)]  # from the cursor, less the margin
+        keeper.recorded(1000.0)  # an older acknowledgement never moves it back
+        assert keeper.finished_since == 1799999979
+
+        await keeper.apply(pb.SlurmRole(daemons=["slurmctld"], finished_since=1799990000))
+        assert keeper.finished_since == 1799990000  # a new control plane's CONFIGURE says where its store stands
+        nursery.cancel_scope.cancel()

@@ -22,7 +22,7 @@ def registry_with_reports() -> FleetRegistry:
     reports = {
         "ctl": pb.SlurmReport(daemons=[daemon("munged"), daemon("slurmdbd"), daemon("slurmctld")]),
         "g1": pb.SlurmReport(daemons=[daemon("munged"), daemon("slurmd")], lent=True, node_state="mixed",
-                             job_steps=3, version="slurm-wlm 22.05.8"),
+                             job_steps=3, version="slurm-wlm 22.05.8", users=2),
         "g2": pb.SlurmReport(daemons=[daemon("munged"), daemon("slurmd", "backoff", restarts=2,
                                                                error="slurmd exited with status 1: fatal")],
                              node_state="allocated+drain", node_reason="llmgw: not lent", job_steps=1,
@@ -39,12 +39,15 @@ def test_the_status_shows_the_controller_and_each_nodes_part() -> None:
     assert set(view["nodes"]) == {"g1", "g2"}  # web has no part; ctl runs no slurmd
     assert view["nodes"]["g1"] | {"warnings": []} == {
         "state": "mixed", "reason": "", "lent": True, "reclaiming": False, "job_steps": 3, "slurmd": "running",
-        "version": "slurm-wlm 22.05.8", "warnings": []}
+        "version": "slurm-wlm 22.05.8", "users": 2, "warnings": []}
     g2 = view["nodes"]["g2"]
     assert g2["reclaiming"] and g2["slurmd"] == "backoff" and g2["warnings"] == ["scontrol could not drain g2: timeout"]
     assert view["job_steps"] == 4
+    missing = slurm_status({"nodes": {"g3": {"slurm": {"warnings": ["munged is not installed on this node"]}}}})
+    assert missing["nodes"]["g3"]["warnings"] == ["munged is not installed on this node"]  # Slurm missing: shown
     lines = _status_lines(view)
     assert lines[0] == "controller: ctl (slurmctld running, slurmdbd running)"
+    assert lines[1] == "g1: lent, Slurm state mixed, 3 job step(s), slurmd running, 2 users"
     assert lines[2] == ("g2: reclaiming, Slurm state allocated+drain (llmgw: not lent), 1 job step(s), slurmd backoff")
     assert lines[-1] == "job steps running: 4"
 

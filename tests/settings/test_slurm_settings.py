@@ -40,6 +40,9 @@ BAD = {
         HEAD + "nodes:\n  gpu-node-01: {partition: a}\n  gpu-node-02: {partition: b}\npartitions:\n"
         "  a: {default: true}\n  b: {default: true}\n", "slurm.yaml:8:16", "both the default"),
     "unknown users value": (HEAD + "users: everyone\n", "slurm.yaml:3:8", "'everyone' is not one of"),
+    "an ssh key with options or a line break": (
+        HEAD + "users: llmgw\nshared_path: /srv\nssh_keys:\n  ada@x: ['command=\"sh\" ssh-ed25519 AAAA ada']\n",
+        "slurm.yaml:6:11", "does not match"),
 }
 
 
@@ -78,13 +81,25 @@ def test_a_lent_node_is_listed_as_lent(tmp_path: Path) -> None:
     assert load_directory(_tree(tmp_path, text)).slurm.lent == {"gpu-node-01"}
 
 
-def test_users_llmgw_is_accepted_not_acted_on_and_said_so_while_enabled_and_accounting_are_acted_on(
+KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGx3WnJ0b2tlbi1mb3ItdGVzdHMtb25seS0wMDAwMDAw ada@laptop"
+
+
+def test_users_llmgw_with_keys_loads_typed_without_warnings_and_keys_of_no_member_are_a_warning(
         tmp_path: Path) -> None:
     text = ("enabled: true\ncontroller: gpu-node-01\nnodes:\n  gpu-node-01: {partition: gpu}\npartitions:\n"
-            "  gpu: {}\naccounting: true\nusers: llmgw\nshared_path: /srv/home\n")
-    warnings = [str(w) for w in load_directory(_tree(tmp_path, text)).warnings if w.file == "slurm.yaml"]
-    assert [w.split(": warning")[0] for w in warnings] == [
-        "slurm.yaml:8:1: users"]
+            f"  gpu: {{}}\naccounting: true\nusers: llmgw\nshared_path: /srv/home\nssh_keys:\n  ada@lab.example: ['{KEY}']\n"
+            f"  ghost@lab.example: ['{KEY}']\n")
+    tree = _tree(tmp_path, text)
+    projects = tree / "projects.yaml"
+    projects.write_text(projects.read_text().replace("          ci:\n", "          ci:\n            members: [ada@lab.example]\n"))
+    settings = load_directory(tree)
+    assert dict(settings.slurm.ssh_keys) == {"ada@lab.example": (KEY,), "ghost@lab.example": (KEY,)}
+    warnings = [str(w) for w in settings.warnings if w.file == "slurm.yaml"]
+    assert [w.split(": warning")[0] for w in warnings] == ["slurm.yaml:12:3: ssh_keys.ghost@lab.example"]
+    assert "is a member of no project in projects.yaml" in warnings[0]
+    text = text.replace("users: llmgw\n", "")
+    warnings = [str(w) for w in load_directory(_tree(tmp_path / "b", text)).warnings if w.file == "slurm.yaml"]
+    assert any("ssh_keys are written only for users llmgw makes" in w for w in warnings)
 
 
 @pytest.mark.parametrize("key", ["cordoned", "drained"])

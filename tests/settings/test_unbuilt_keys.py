@@ -42,7 +42,6 @@ CASES = {
         ("projects.yaml", "          ci:\n", "          ci:\n            members: [alice@acme.example]\n"),
         ["projects.yaml:22:13: organisations.acme.teams.platform.projects.ci.members"]),
     "firewall enabled": (("firewall.yaml", "enabled: false", "enabled: true"), ["firewall.yaml:4:1: enabled"]),
-    "slurm users": (("slurm.yaml", "users: none ", "users: llmgw"), ["slurm.yaml:13:1: users"]),
 }
 
 
@@ -87,14 +86,15 @@ def test_values_that_are_acted_on_give_no_warning(tmp_path: Path) -> None:
 
 
 def test_validate_json_lists_the_keys_not_acted_on_with_their_place(tmp_path: Path) -> None:
-    tree = edited_example(tmp_path, "slurm.yaml", "users: none ", "users: llmgw")
+    tree = edited_example(tmp_path, "llmgw.yaml", "  # gpu_hour_cost: {", "  gpu_hour_cost: {")
     result = CliRunner().invoke(cli, ["validate", "--json", str(tree)])
     assert result.exit_code == 0, result.output
     document = json.loads(result.stdout)
     assert document["valid"] is True
-    assert document["not_acted_on"] == [{"file": "slurm.yaml", "line": 13, "column": 1, "key": "users"}]
-    [issue] = [i for i in document["issues"] if i["file"] == "slurm.yaml"]
-    assert issue["severity"] == "warning" and issue["reason"].startswith("accepted, not acted on yet: llmgw makes no")
+    [place] = document["not_acted_on"]
+    assert (place["file"], place["key"]) == ("llmgw.yaml", "prices.gpu_hour_cost")
+    [issue] = [i for i in document["issues"] if i["file"] == "llmgw.yaml" and i["severity"] == "warning"]
+    assert issue["reason"].startswith("accepted, not acted on yet: it prices Slurm jobs only")
 
 
 def test_validate_json_of_an_invalid_tree_still_lists_the_keys_not_acted_on(tmp_path: Path) -> None:

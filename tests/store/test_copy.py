@@ -37,6 +37,7 @@ def fill(store) -> dict:
     for i in range(3):
         store.record_usage(UsageRecord("chat", "gemma", NOW + 3 + i, prompt_tokens=i, ttft_seconds=0.25))
     store.acquire_lease("llmgw-reconciler", "cp-1", 30.0, NOW)
+    store.assign_slurm_users([("ada@lab.example", ("ada",)), ("bob@lab.example", ("bob",))], 200000, NOW)
     assert isinstance(held, Reservation)
     return {"secret": secret, "admin": admin, "plaintext": plaintext, "held": held, "scopes": scopes}
 
@@ -80,6 +81,9 @@ def test_a_sqlite_store_copied_to_postgresql_holds_the_same_rows_in_every_table(
         assert destination.lease_holder("llmgw-reconciler", NOW + 1) == "cp-1"
         (_, kept), = destination.usage_of_client_request("client-7")  # the client's id, commit and trace id too
         assert (kept.settings_commit, kept.trace_id) == ("c0ffee" * 6 + "c0ff", "ab" * 16)
+        # the Linux users keep their UIDs, and the next member gets a new one, never one given before
+        [ada, cy] = destination.assign_slurm_users([("ada@lab.example", ("x",)), ("cy@lab.example", ("cy",))], 200000)
+        assert (ada.login, ada.uid, cy.uid) == ("ada", 200000, 200002)
     finally:
         source.close()
         destination.close()

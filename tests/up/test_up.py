@@ -33,13 +33,13 @@ MODEL = "gemma-3-270m"
 class UpProcess:
     """A running `llmgw up` with its stdout collected line by line."""
 
-    def __init__(self, state: Path, seed: Path):
+    def __init__(self, state: Path, seed: Path, *options: str):
         self.state = state
         self.lines: list[str] = []
         self._queue: queue.Queue[str] = queue.Queue()
         self.process = subprocess.Popen(
             [*LLMGW, "up", "--repo", str(seed), "--state", str(state),
-             "--gateway", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--agents", "127.0.0.1:0"],
+             "--gateway", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--agents", "127.0.0.1:0", *options],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO_ROOT,
             env={**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "200"},
         )
