@@ -270,7 +270,10 @@ class Gateway:
             if policy.models is not None and name not in policy.models:
                 continue
             for model_id in (name, *route.aliases):
-                entries.append({"id": model_id, "object": "model", "created": route.created, "owned_by": "llmgw"})
+                entry = {"id": model_id, "object": "model", "created": route.created, "owned_by": "llmgw"}
+                if route.adapter_of is not None:  # a LoRA adapter: the model it runs on, as vLLM lists its own
+                    entry["parent"] = route.adapter_of
+                entries.append(entry)
         if one is not None:
             for entry in entries:
                 if entry["id"] == one:
