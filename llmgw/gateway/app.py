@@ -156,7 +156,8 @@ class Gateway:
         tokens = request if isinstance(request, list) else await engine_tokens(self.pool, ask, request)
         if tokens is None:
             return None
-        return PromptBlocks(tuple(prompt_blocks(tokens, scheme)), held)
+        lora_name = route.name if route.adapter_of is not None else None  # vLLM serves an adapter under its name
+        return PromptBlocks(tuple(prompt_blocks(tokens, scheme, lora_name)), held)
 
     # ---- serving ----
     async def serve(self, host: str, port: int, *, task_status=trio.TASK_STATUS_IGNORED) -> None:

@@ -59,7 +59,7 @@ def test_an_adapter_pinned_by_sha256_alone_is_warned_about_at_its_line(tmp_path:
     gemma.write_text(gemma.read_text().replace(f"@{REV}/pirate.gguf", "/pirate.gguf"))
     result = CliRunner().invoke(cli, ["validate", str(tree)])
     assert result.exit_code == 0, result.output
-    assert "catalog/gemma-3-270m.yaml:32:17: adapters[0].weights[0].source: warning: pinned by sha256 alone" \
+    assert "catalog/gemma-3-270m.yaml:41:17: adapters[0].weights[0].source: warning: pinned by sha256 alone" \
         in result.output
 
 
