@@ -42,10 +42,13 @@ class ReplicaRoute:
 
 @dataclass(frozen=True)
 class ModelRoute:
-    """A catalog model as the gateway sees it: its aliases, prices and ready replicas.
+    """A catalog model, or one of its LoRA adapters, as the gateway sees it: its aliases, prices and ready replicas.
 
     Prices are in the cluster's currency per million tokens (None: free). `replicas` empty means none is
-    ready now (the gateway answers 503 with Retry-After).
+    ready now (the gateway answers 503 with Retry-After). `adapter_of` names the model whose replicas serve this
+    LoRA adapter (None: a model of its own); an adapter is allowed, routed, counted and billed under its own name.
+    `body_fields` are top-level fields the gateway sets in every body it forwards for this name, over the client's
+    (llama.cpp's `lora` choosing the adapter, or none for the base model); the `model` sent is the route's name.
     """
 
     name: str
@@ -54,6 +57,8 @@ class ModelRoute:
     prompt_price_per_million: float | None = None
     completion_price_per_million: float | None = None
     created: int = 0
+    adapter_of: str | None = None
+    body_fields: Mapping[str, object] = field(default_factory=_empty)
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from llmgw.agent.shards import ShardSpec, ShardView
 from llmgw.agent.slurm import SlurmKeeper, SlurmLayout, without_secrets
 from llmgw.agent.supervisor import Supervisor
 from llmgw.agent.tracing import NO_TRACE, AgentTracing, open_agent_tracing
-from llmgw.agent.weights_layout import engine_model_path
+from llmgw.agent.weights_layout import engine_model_path, lay_out_adapters
 from llmgw.engines import Launch, LlamaCppSource, get_engine, llamacpp, vllm
 from llmgw.engines.python_env import install_python_engine
 from llmgw.errors import EngineError, LlmgwError, UsageError, WeightsError
@@ -339,11 +339,15 @@ class NodeAgent:
                                                       progress_text=text))
 
             self._set_pending(view.with_state(ShardState.FETCHING, progress=0.0, progress_text="looking for the weights"))
-            paths = await fetch_weights(list(command.weights), self.config.weights_path, self.config.mirrors,
+            # the adapters' files come with the model's, in one fetch (one progress, the same cache and checks)
+            files = [*command.weights, *(f for a in command.adapters for f in a.weights)]
+            paths = await fetch_weights(files, self.config.weights_path, self.config.mirrors,
                                         allow_pickle=command.allow_pickle, progress=progress)
             sources = [f.source for f in command.weights]  # several files: laid out under their names
-            model_path = await trio.to_thread.run_sync(engine_model_path, module.NAME, sources, paths,
+            model_path = await trio.to_thread.run_sync(engine_model_path, module.NAME, sources, paths[:len(sources)],
                                                        self.config.weights_path)
+            adapters = await trio.to_thread.run_sync(lay_out_adapters, module.NAME, list(command.adapters),
+                                                     paths[len(sources):], self.config.weights_path)
         else:
             raise WeightsError(f"shard {command.shard_id} names no weights; the catalog entry needs a weights source")
         host = self.config.listen_host
@@ -360,7 +364,7 @@ class NodeAgent:
             pipeline_parallel=command.pipeline_parallel or 1, rank=command.rank, nodes=command.nodes or 1,
             rendezvous=command.rendezvous, extra_env=dict(command.env),
             kv_events_endpoint=f"tcp://127.0.0.1:{kv_port}" if kv_port else "",
-            allow_pickle=command.allow_pickle,
+            allow_pickle=command.allow_pickle, adapters=adapters,
         )
         argv, env = module.command_line(launch)
         # Ranks above 0 of a replica spread over nodes serve no HTTP (vLLM --headless): ready while they run.

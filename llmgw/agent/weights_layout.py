@@ -9,7 +9,8 @@ pairs, so two models sharing files share the cache and a changed file makes a ne
 - vLLM and SGLang: the directory (they read `config.json` and the index there);
 - llama.cpp: the first GGUF split (`-00001-of-`), which finds the other splits beside it by name, or the one GGUF.
 
-A single file for llama.cpp is given as its cached path, as before. Before anything is laid out the set is checked
+A single file for llama.cpp is given as its cached path, as before. LoRA adapters (`lay_out_adapters`) go the same
+way: llama.cpp gets an adapter's one GGUF, vLLM the directory holding its `adapter_config.json`. Before anything is laid out the set is checked
 (`check_complete`): every shard an index names, and every split of a split GGUF, must be listed in the catalog.
 Formats: Hugging Face's sharded checkpoints (`*.safetensors.index.json`, `weight_map`: tensor -> file name);
 llama.cpp's `gguf-split` naming (`%s-%05d-of-%05d.gguf`, `llama_split_path` in llama.cpp).
@@ -25,8 +26,10 @@ import secrets
 import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path, PurePosixPath
+from typing import Any
 from urllib.parse import unquote, urlparse
 
+from llmgw.engines import LoraAdapter
 from llmgw.errors import WeightsError
 
 _SPLIT = re.compile(r"^(?P<stem>.+)-(?P<index>\d{5})-of-(?P<count>\d{5})\.gguf$")
@@ -139,3 +142,46 @@ def engine_model_path(engine: str, sources: Sequence[str], paths: Sequence[Path]
         raise WeightsError(f"llama.cpp loads one GGUF (or the first of its splits); the weights list "
                            f"{', '.join(ggufs) or 'none'}: list one model's GGUF files")
     return directory / (first[0] if first else next(n for n in ggufs if not _SPLIT.match(PurePosixPath(n).name)))
+
+
+PEFT_CONFIG = "adapter_config.json"
+
+
+def peft_rank(config_text: str, what: str) -> int:
+    """The largest LoRA rank of a PEFT `adapter_config.json` (`r`, and the values of `rank_pattern`); 0 when it names
+    none. Format: peft's `LoraConfig`. Raises WeightsError naming `what` when the text is not a JSON object."""
+    try:
+        config = json.loads(config_text)
+        if not isinstance(config, dict):
+            raise TypeError("not an object")
+        ranks = [config.get("r") or 0, *(config.get("rank_pattern") or {}).values()]
+        return max(int(r) for r in ranks)
+    except (ValueError, TypeError, AttributeError) as exc:
+        raise WeightsError(f"{what}: {PEFT_CONFIG} is not a PEFT LoRA config ({exc}); check the adapter's "
+                           "files") from exc
+
+
+def lay_out_adapters(engine: str, adapters: Sequence[Any], paths: Sequence[Path],
+                     weights_dir: Path) -> tuple[LoraAdapter, ...]:
+    """The adapters to give `engine`: `adapters` (each with `.name` and `.weights`, the wire's LoraAdapter) and
+    `paths`, the cached files of all their weights one after the other in that order. llama.cpp gets each adapter's
+    GGUF file; vLLM (and SGLang) the directory holding its `adapter_config.json` (laid out as `engine_model_path`
+    does), with its rank (`peft_rank`). Blocking (file system). Raises WeightsError (`lay_out`, `peft_rank`, or an
+    adapter of a Python engine without `adapter_config.json`)."""
+    result = []
+    rest = list(paths)
+    for adapter in adapters:
+        sources = [f.source for f in adapter.weights]
+        mine, rest = rest[:len(sources)], rest[len(sources):]
+        if engine not in PYTHON_ENGINES:
+            result.append(LoraAdapter(adapter.name, engine_model_path(engine, sources, mine, weights_dir)))
+            continue
+        names = [repository_path(s) for s in sources]
+        configs = [n for n in names if PurePosixPath(n).name == PEFT_CONFIG]
+        if len(configs) != 1:
+            raise WeightsError(f"adapter {adapter.name}: {engine} loads a PEFT adapter's directory, which holds one "
+                               f"{PEFT_CONFIG}; its files are {', '.join(names)}")
+        directory = engine_model_path(engine, sources, mine, weights_dir) / PurePosixPath(configs[0]).parent
+        rank = peft_rank((directory / PEFT_CONFIG).read_text(), f"adapter {adapter.name}")
+        result.append(LoraAdapter(adapter.name, directory, rank))
+    return tuple(result)

@@ -30,7 +30,7 @@ def start_shard(
     secret: Callable[[str], str],
 ) -> pb.StartShard:
     """The StartShard for a START or RESTART action (with the rank, group, rendezvous and NCCL variables of a
-    replica spread over several nodes, `llmgw.plan.spanning`).
+    replica spread over several nodes, `llmgw.plan.spanning`), and the model's LoRA adapters in catalog order.
 
     Raises: UsageError when the model is gone from the settings or a secret its weights name is missing.
     """
@@ -38,10 +38,12 @@ def start_shard(
     if model is None:
         raise UsageError(f"model {action.model!r} of replica {action.replica_id} is not in the settings in force.")
     assignment = action.assignment
-    weights = [
-        pb.WeightsFile(source=w.source, sha256=w.sha256, secret_value=secret(w.secret) if w.secret else "")
-        for w in model.weights
-    ]
+    def files(items) -> list[pb.WeightsFile]:
+        return [pb.WeightsFile(source=w.source, sha256=w.sha256, secret_value=secret(w.secret) if w.secret else "")
+                for w in items]
+
+    weights = files(model.weights)
+    adapters = [pb.LoraAdapter(name=a.name, weights=files(a.weights)) for a in model.adapters]
     return pb.StartShard(
         shard_id=shard_id_of(action),
         replica_id=action.replica_id,
@@ -66,6 +68,7 @@ def start_shard(
         group=assignment.group if assignment else "",
         rendezvous=assignment.rendezvous if assignment else "",
         env=dict(assignment.env) if assignment else {},
+        adapters=adapters,
     )
 
 

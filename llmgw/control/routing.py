@@ -13,6 +13,12 @@ Rules:
 - A project's `models` are resolved from names or aliases to catalog names; `*` means every model (None).
   Its quotas are listed narrowest first: project, team, organisation; scopes without any limit are left out.
 - `stopped` is `serving.stopped`; replicas are listed anyway (the gateway answers 503 system_stopped).
+- A model's LoRA adapters are routes of their own (`adapter_of` the model, its prices), served by the model's
+  replicas that run the settings' fingerprint, so each holds the adapter as numbered now (a replica still
+  running an older generation during a roll may lack it, or number it otherwise). llama.cpp is told which adapter
+  by the `lora` field (`llmgw.engines.llamacpp.lora_request_field`): the adapter's position, and none for the
+  model's own name, so no client applies an adapter under the model's name; vLLM by the adapter's name as `model`.
+  A project's `models` name adapters on their own: allowing a model does not allow its adapters.
 """
 
 from __future__ import annotations
@@ -20,10 +26,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from types import MappingProxyType
 
+from llmgw.engines.llamacpp import LORA_FIELD, lora_request_field
 from llmgw.identity import Quota, ShardState
+from llmgw.plan.identity import engine_version_of, fingerprint
 from llmgw.plan.types import Fleet
 from llmgw.routes import ModelRoute, ProjectPolicy, ReplicaRoute, RouteTable
-from llmgw.settings.model import Settings
+from llmgw.settings.model import Model, Settings
 
 
 def _limits(quota: Quota) -> Quota | None:
@@ -49,6 +57,28 @@ def ready_replicas(fleet: Fleet) -> dict[str, list[ReplicaRoute]]:
     for routes in found.values():
         routes.sort(key=lambda r: (r.replica_id, r.node_id))
     return found
+
+
+def running(fleet: Fleet, model: str, wanted: str) -> set[str]:
+    """The ids of `model`'s replicas whose serving shard (rank 0) is ready with fingerprint `wanted`."""
+    return {shard.replica_id for node in fleet.nodes if node.alive for shard in node.shards
+            if shard.model == model and shard.state is ShardState.READY and not shard.rank
+            and shard.fingerprint == wanted}
+
+
+def adapter_routes(settings: Settings, model: Model, replicas: tuple[ReplicaRoute, ...],
+                   fleet: Fleet) -> list[ModelRoute]:
+    """One route per LoRA adapter of `model` (see the module), over those of `replicas` running its fingerprint."""
+    if not model.adapters:
+        return []
+    current = running(fleet, model.name, fingerprint(model, engine_version_of(settings, model)))
+    serving = tuple(r for r in replicas if r.replica_id in current)
+    return [ModelRoute(
+        name=adapter.name, replicas=serving, adapter_of=model.name,
+        prompt_price_per_million=model.prices.prompt_per_million,
+        completion_price_per_million=model.prices.completion_per_million,
+        body_fields=MappingProxyType({LORA_FIELD: lora_request_field(index)} if model.engine == "llama.cpp" else {}),
+    ) for index, adapter in enumerate(model.adapters)]
 
 
 def build_route_table(
@@ -87,13 +117,17 @@ def build_route_table(
                 )
                 for r in ready.get(name, ())
             )
+        base_fields = {LORA_FIELD: lora_request_field(None)} if model.adapters and model.engine == "llama.cpp" else {}
         models[name] = ModelRoute(
             name=name,
             aliases=tuple(model.aliases),
             replicas=replicas,
             prompt_price_per_million=model.prices.prompt_per_million,
             completion_price_per_million=model.prices.completion_per_million,
+            body_fields=MappingProxyType(base_fields),
         )
+        for route in adapter_routes(settings, model, replicas, fleet):
+            models[route.name] = route
     projects = {}
     for name in sorted(settings.projects):
         project = settings.projects[name]

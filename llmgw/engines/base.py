@@ -14,6 +14,17 @@ from pathlib import Path
 
 
 @dataclass(frozen=True)
+class LoraAdapter:
+    """A LoRA adapter an engine loads beside the model: `name` is what clients ask for (vLLM serves it under that
+    name), `path` the GGUF file (llama.cpp) or the PEFT adapter's directory (vLLM), `rank` its LoRA rank r from
+    `adapter_config.json` (0: not known), which vLLM must be told when above its default."""
+
+    name: str
+    path: Path
+    rank: int = 0
+
+
+@dataclass(frozen=True)
 class Launch:
     """Everything needed to start one shard's engine process.
 
@@ -28,7 +39,8 @@ class Launch:
     `rendezvous` "host:port" of rank 0; `extra_env` carries the NCCL variables (NCCL_IB_HCA, NCCL_MNNVL_ENABLE).
     `kv_events_endpoint`: where an engine that publishes KV-cache events (vLLM) sends them ("tcp://127.0.0.1:PORT",
     bound by the agent; "": none). `allow_pickle`: the model may load pickle formats (catalog `allow_pickle`);
-    otherwise vLLM loads safetensors only.
+    otherwise vLLM loads safetensors only. `adapters`: the model's LoRA adapters in catalog order (llama.cpp numbers
+    them by this position), loaded but applied to no request unless it asks.
     """
 
     binary: Path
@@ -49,6 +61,7 @@ class Launch:
     rendezvous: str = ""
     kv_events_endpoint: str = ""
     allow_pickle: bool = False
+    adapters: tuple[LoraAdapter, ...] = ()
 
 
 @dataclass(frozen=True)

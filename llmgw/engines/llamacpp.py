@@ -42,15 +42,30 @@ METRICS = MetricNames(
 
 ALL_LAYERS = 999
 """`-ngl` value that offloads every layer (llama.cpp clamps it to the model's layer count)."""
+LORA_UNAPPLIED = "--lora-init-without-apply"
+"""Load the `--lora` adapters with scale 0: the base model answers unless a request's `lora` field applies one."""
+LORA_FIELD = "lora"
+"""The request field choosing adapters by id and scale (tools/server: `parse_lora_request`); an adapter it does not
+list gets scale 0, and an empty list means the server's own scales (all 0 with LORA_UNAPPLIED)."""
+
+
+def lora_request_field(index: int | None) -> list[dict[str, float | int]]:
+    """The value of a request's `lora` field that applies the adapter loaded `index`-th at scale 1 and no other
+    (None: none, the base model alone). Format: llama.cpp b11434 tools/server/server-schema.cpp ("lora") and
+    server-context.cpp `construct_lora_list`. Pure."""
+    return [] if index is None else [{"id": index, "scale": 1.0}]
 
 
 def command_line(launch: Launch) -> tuple[list[str], dict[str, str]]:
     """Return `(argv, env)` to start llama-server for `launch`.
 
     argv: `<binary> --host H --port P -m MODEL [--alias NAME] [-c N] [--threads N] [-ngl 999] --metrics
-    [engine_args...]`. env holds only what is added to the inherited environment: `LLAMA_API_KEY` when a key is
-    set (never in argv, where `ps` would show it) and `CUDA_VISIBLE_DEVICES` (the shard's devices, or "" for a CPU
-    shard so it cannot touch GPUs placed for others). Pure; never raises.
+    [--lora FILE ... --lora-init-without-apply] [engine_args...]`. env holds only what is added to the inherited
+    environment: `LLAMA_API_KEY` when a key is set (never in argv, where `ps` would show it) and
+    `CUDA_VISIBLE_DEVICES` (the shard's devices, or "" for a CPU shard so it cannot touch GPUs placed for others).
+
+    Adapters are loaded in `launch.adapters` order, so the i-th has id i, and left unapplied (scale 0): a request
+    applies one with the `lora` field `[{"id": i, "scale": 1.0}]` (`lora_request_field`). Pure; never raises.
     """
     argv = [str(launch.binary), "--host", launch.host, "--port", str(launch.port), "-m", str(launch.model_path)]
     if launch.served_name:
@@ -66,6 +81,10 @@ def command_line(launch: Launch) -> tuple[list[str], dict[str, str]]:
     else:
         env["CUDA_VISIBLE_DEVICES"] = ""
     argv.append("--metrics")
+    for adapter in launch.adapters:
+        argv += ["--lora", str(adapter.path)]
+    if launch.adapters:
+        argv.append(LORA_UNAPPLIED)
     argv += list(launch.engine_args)
     if launch.api_key:
         env[API_KEY_ENV] = launch.api_key

@@ -49,6 +49,19 @@ HASH_SEED = "0"
 """vLLM derives its first block's parent hash from PYTHONHASHSEED: fixed so the gateway can hash prompts alike."""
 KV_EVENTS_FLAG = "--kv-events-config"
 KV_EVENTS_TOPIC = "kv"
+LORA_FLAG = "--enable-lora"
+LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+"""The values vLLM accepts for `--max-lora-rank` (vllm/config/lora.py `MaxLoRARanks`)."""
+DEFAULT_LORA_RANK = 16
+
+
+def max_lora_rank(rank: int) -> int | None:
+    """The `--max-lora-rank` that admits adapters of LoRA rank up to `rank`: the smallest value vLLM accepts that is
+    at least `rank`; None when vLLM's default (16) does already, or `rank` is 0 (unknown). A rank above 512 gets 512
+    (vLLM then refuses the adapter, saying so in its log). Pure."""
+    if rank <= DEFAULT_LORA_RANK:
+        return None
+    return next((r for r in LORA_RANKS if r >= rank), LORA_RANKS[-1])
 
 
 def kv_events_config(endpoint: str, topic: str = KV_EVENTS_TOPIC) -> str:
@@ -91,6 +104,9 @@ def command_line(launch: Launch) -> tuple[list[str], dict[str, str]]:
     `--prefix-caching-hash-algo sha256_cbor` unless `engine_args` choose another, and `PYTHONHASHSEED=0` in env.
     With `launch.kv_events_endpoint`, `--kv-events-config` publishing there (unless `engine_args` give their own).
     `--load-format safetensors` unless the model allows pickles or `engine_args` choose a load format.
+    With `launch.adapters` (unless `engine_args` give `--enable-lora` themselves): `--enable-lora --lora-modules
+    NAME=DIR ...` (each served under its name, which clients then send as `model`) and `--max-lora-rank R` when an
+    adapter's rank is above vLLM's default (`max_lora_rank`).
     env: `VLLM_API_KEY` when a key is set (never argv), `CUDA_VISIBLE_DEVICES` (the shard's devices, "" for none),
     `OMP_NUM_THREADS` when `threads` is set. Pure; never raises.
     """
@@ -120,6 +136,11 @@ def command_line(launch: Launch) -> tuple[list[str], dict[str, str]]:
         argv += ["--load-format", "safetensors"]
     if launch.kv_events_endpoint and KV_EVENTS_FLAG not in launch.engine_args:
         argv += [KV_EVENTS_FLAG, kv_events_config(launch.kv_events_endpoint)]
+    if launch.adapters and LORA_FLAG not in launch.engine_args:
+        argv += [LORA_FLAG, "--lora-modules", *(f"{a.name}={a.path}" for a in launch.adapters)]
+        rank = max_lora_rank(max(a.rank for a in launch.adapters))
+        if rank is not None and not any(a.startswith("--max-lora-rank") for a in launch.engine_args):
+            argv += ["--max-lora-rank", str(rank)]
     argv += list(launch.engine_args)
     env = python_engine_env(launch, API_KEY_ENV)
     env.setdefault("PYTHONHASHSEED", HASH_SEED)

@@ -159,7 +159,8 @@ class Gateway:
         tokens = request if isinstance(request, list) else await engine_tokens(self.pool, ask, request)
         if tokens is None:
             return None
-        return PromptBlocks(tuple(prompt_blocks(tokens, scheme)), held)
+        lora_name = route.name if route.adapter_of is not None else None  # vLLM serves an adapter under its name
+        return PromptBlocks(tuple(prompt_blocks(tokens, scheme, lora_name)), held)
 
     # ---- serving ----
     async def serve(self, host: str, port: int, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
@@ -272,7 +273,10 @@ class Gateway:
             if policy.models is not None and name not in policy.models:
                 continue
             for model_id in (name, *route.aliases):
-                entries.append({"id": model_id, "object": "model", "created": route.created, "owned_by": "llmgw"})
+                entry = {"id": model_id, "object": "model", "created": route.created, "owned_by": "llmgw"}
+                if route.adapter_of is not None:  # a LoRA adapter: the model it runs on, as vLLM lists its own
+                    entry["parent"] = route.adapter_of
+                entries.append(entry)
         if one is not None:
             for entry in entries:
                 if entry["id"] == one:

@@ -94,7 +94,8 @@ async def open_upstream(pool: UpstreamPool, balancer: Balancer, route: ModelRout
     holds, else by the balancer's approximate policy (`choose_replica`); `outcome.routing` says which decided.
     `request_id`: the gateway's id of the request, sent to the engine as `x-request-id` ("": not sent).
 
-    `overrides`: top-level fields to set in the forwarded body (see `upstream_body`). The replica stays counted as
+    `overrides`: top-level fields to set in the forwarded body (see `upstream_body`), with the route's own
+    `body_fields` (a llama.cpp adapter's `lora`) under them. The replica stays counted as
     outstanding in `balancer` until the caller calls `balancer.finished(replica_id)` for `outcome.replica`.
     `outcome.sent_to_engine` is True while the request has reached an engine that has not failed.
     Raises ApiError 502/504 (naming the model only) when both tries failed.
@@ -124,7 +125,9 @@ async def open_upstream(pool: UpstreamPool, balancer: Balancer, route: ModelRout
             headers.append((b"authorization", b"Bearer " + replica.replica_key.encode()))
         if request_id:
             headers.append((b"x-request-id", request_id.encode()))
-        payload = upstream_body(body, raw, replica, stream, route.name, overrides)
+        fields = ({**route.body_fields, **overrides} if route.body_fields and overrides
+                  else route.body_fields or overrides)
+        payload = upstream_body(body, raw, replica, stream, route.name, fields)
         balancer.started(replica.replica_id)
         try:
             response = await pool.request("POST", replica.base_url.rstrip("/") + path, headers, payload, on_sent=sent)

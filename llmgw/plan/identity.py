@@ -21,8 +21,9 @@ def fingerprint(model: Model, engine_version: str | None) -> str:
 
     It covers everything whose change needs the engine process restarted: the engine and `engine_version`
     (the resolved version string, e.g. "b11434"; None when unknown), the weights (source, sha256, revision),
-    LoRA adapters, context size, engine arguments, `allow_pickle`, and the resources the command line is
-    built from (GPU count and class, tensor and pipeline parallel, CPU cores). It leaves out what a running
+    LoRA adapters (names, files and order: llama.cpp numbers them by position), context size, engine arguments,
+    `allow_pickle`, and the resources the command line is built from (GPU count and class, tensor and pipeline
+    parallel, CPU cores). It leaves out what a running
     replica does not see: replica count, aliases, prices, node selector, memory reservation, endpoints.
     Stable across processes and Python versions (canonical JSON, no hash randomness).
     """
@@ -35,8 +36,7 @@ def fingerprint(model: Model, engine_version: str | None) -> str:
         "engine": model.engine,
         "engine_version": engine_version or "",
         "weights": [[w.source, w.sha256, w.revision or ""] for w in model.weights],
-        "adapters": [[a.name, a.weights.source, a.weights.sha256, a.weights.revision or ""]
-                     for a in model.adapters],
+        "adapters": [[a.name, [[w.source, w.sha256, w.revision or ""] for w in a.weights]] for a in model.adapters],
         "context_size": model.context_size,
         "engine_args": list(model.engine_args),
         "allow_pickle": model.allow_pickle,

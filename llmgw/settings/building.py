@@ -1,12 +1,12 @@
 """Turning schema-valid data into the typed `Settings`, with units normalised, and the cross-file checks.
 
 Every check reports through `Found`, which places each Issue at the file, line and column of the value it is
-about. Checks made here (beyond the schemas): a model's `name` differs from its file name; a name or alias
-used twice; an engine version engines.yaml does not list; tensor parallel x pipeline parallel different from
-the GPUs asked for; a GPU model without a GPU class; a CPU model without memory; pickle weights without
-`allow_pickle`; several default versions of one engine; a project naming an unknown model; a project or
-team name used twice; an empty catalog without `serving.allow_empty`. Warning: a hf:// source pinned by
-sha256 alone (no `@<revision>`).
+about. Checks made here (beyond the schemas): a model's `name` differs from its file name; a name, alias or
+adapter name used twice (one namespace); an engine version engines.yaml does not list; tensor parallel x pipeline
+parallel different from the GPUs asked for; a GPU model without a GPU class; a CPU model without memory; pickle
+weights without `allow_pickle`; adapters the model's engine cannot load (`llmgw.settings.adapters`); several
+default versions of one engine; a project naming an unknown model; a project or team name used twice; an empty
+catalog without `serving.allow_empty`. Warning: a hf:// source pinned by sha256 alone (no `@<revision>`).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from llmgw.settings.model import (
     Adapter, AgentSettings, ClusterSettings, Endpoint, EngineVersion, Listener, Model, Organisation, Prices,
     Project, Quota, Resources, Settings, StoreSettings, Team, Tracing, WeightsFile,
 )
+from llmgw.settings.adapters import adapter_problems
 from llmgw.settings.parsing import Parsed
 from llmgw.settings.schemas import format_path
 from llmgw.units import parse_duration, parse_size
@@ -129,7 +130,7 @@ def build_model(stem: str, file: str, data: Mapping[str, Any]) -> Model:
         context_size=data.get("context_size"),
         engine_args=tuple(data.get("engine_args", ())),
         aliases=tuple(data.get("aliases", ())),
-        adapters=tuple(Adapter(a["name"], _weights(a["weights"])) for a in data.get("adapters", ())),
+        adapters=tuple(Adapter(a["name"], tuple(_weights(w) for w in a["weights"])) for a in data.get("adapters", ())),
         allow_pickle=bool(data.get("allow_pickle", False)),
         endpoints=tuple(Endpoint(e["url"], e.get("secret"), e.get("model")) for e in data.get("endpoints", ())),
         prices=Prices(
@@ -165,14 +166,25 @@ def check_model(found: Found, file: str, stem: str, data: Mapping[str, Any], mod
                       "a CPU model must reserve memory: set resources.memory (e.g. 1Gi)")
         if not model.weights:
             found.add(file, (), "a model run by llmgw needs weights (or endpoints to route to)")
-    for index, weights in enumerate(model.weights):
-        where = ("weights", index, "source")
-        if weights.source.endswith(_PICKLE_SUFFIXES) and not model.allow_pickle:
-            found.add(file, where, "weights in a pickle format can run code when loaded; "
-                                   "use safetensors/GGUF or set allow_pickle: true")
+    check_files(found, file, ("weights",), model.weights, model.allow_pickle)
+    for index, adapter in enumerate(model.adapters):
+        check_files(found, file, ("adapters", index, "weights"), adapter.weights, model.allow_pickle)
+    for where, message in adapter_problems(model):
+        found.add(file, where, message, of_key=where == ("adapters",))
+
+
+def check_files(found: Found, file: str, where: tuple[str | int, ...], files: tuple[WeightsFile, ...],
+                allow_pickle: bool) -> None:
+    """Checks of a list of weights files at `where` (a model's `weights`, an adapter's): pickle formats without
+    `allow_pickle` (error), hf:// sources without a pinned revision (warning)."""
+    for index, weights in enumerate(files):
+        at = (*where, index, "source")
+        if weights.source.endswith(_PICKLE_SUFFIXES) and not allow_pickle:
+            found.add(file, at, "weights in a pickle format can run code when loaded; "
+                                "use safetensors/GGUF or set allow_pickle: true")
         if weights.source.startswith("hf://") and weights.revision is None:
-            found.add(file, where, "pinned by sha256 alone; add @<40-hex revision> after the repository name "
-                                   "so the source is reproducible", severity="warning")
+            found.add(file, at, "pinned by sha256 alone; add @<40-hex revision> after the repository name "
+                                "so the source is reproducible", severity="warning")
 
 
 def build_engines(data: Mapping[str, Any], found: Found, file: str) -> dict[tuple[str, str], EngineVersion]:
@@ -266,18 +278,25 @@ def build_projects(data: Mapping[str, Any], found: Found, file: str, known_model
 
 
 def check_names(found: Found, models: Mapping[str, Model]) -> set[str]:
-    """Report names and aliases used twice across the catalog; return every name and alias."""
+    """Report names, aliases and adapter names used twice across the catalog (they share one namespace: what a
+    client writes as `model`); return every name, alias and adapter name."""
     owner: dict[str, str] = {}
     for model in models.values():
-        owner[model.name] = model.name
+        owner[model.name] = f"the name or an alias of model {model.name!r}"
     for model in models.values():
         for index, alias in enumerate(model.aliases):
             if alias in owner:
-                other = owner[alias]
-                found.add(model.source_file, ("aliases", index),
-                          f"alias {alias!r} is already the name or an alias of model {other!r}")
+                found.add(model.source_file, ("aliases", index), f"alias {alias!r} is already {owner[alias]}")
             else:
-                owner[alias] = model.name
+                owner[alias] = f"the name or an alias of model {model.name!r}"
+    for model in models.values():
+        for index, adapter in enumerate(model.adapters):
+            if adapter.name in owner:
+                found.add(model.source_file, ("adapters", index, "name"),
+                          f"adapter {adapter.name!r} is already {owner[adapter.name]}; model names, aliases and "
+                          "adapter names share one namespace (what clients send as `model`): rename the adapter")
+            else:
+                owner[adapter.name] = f"an adapter of model {model.name!r}"
     return set(owner)
 
 

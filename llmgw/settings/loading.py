@@ -57,6 +57,8 @@ def _names_of_invalid_model(path: str, data: Any) -> set[str]:
             names.add(data["name"])
         if isinstance(data.get("aliases"), list):
             names.update(a for a in data["aliases"] if isinstance(a, str))
+        if isinstance(data.get("adapters"), list):
+            names.update(a["name"] for a in data["adapters"] if isinstance(a, dict) and isinstance(a.get("name"), str))
     return names
 
 

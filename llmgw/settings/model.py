@@ -137,10 +137,12 @@ class Endpoint:
 
 @dataclass(frozen=True)
 class Adapter:
-    """A LoRA adapter served on top of a model's weights."""
+    """A LoRA adapter served on top of a model's weights: `name` is what clients ask for (in the namespace of model
+    names and aliases), `weights` its files (one GGUF LoRA for llama.cpp; a PEFT adapter's `adapter_config.json`
+    and `adapter_model.safetensors` for vLLM), each pinned by sha256."""
 
     name: str
-    weights: WeightsFile
+    weights: tuple[WeightsFile, ...]
 
 
 @dataclass(frozen=True)

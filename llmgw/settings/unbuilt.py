@@ -63,7 +63,6 @@ _NO_INSTALL = {
 UNBUILT: tuple[UnbuiltKey, ...] = (
     UnbuiltKey("llmgw", ("prices", "gpu_hour_cost"), "it prices Slurm jobs only (docs/slurm.md); a model's usage is "
                "priced by its own `prices`, and a model without them costs nothing"),
-    UnbuiltKey("model", ("adapters",), "no engine is given LoRA adapters yet, and clients cannot ask for them"),
     *(UnbuiltKey("engines", (engine, ANY, "python_packages"), _NO_INSTALL[engine]) for engine in ("llama.cpp", "sglang")),
     *(UnbuiltKey("engines", (engine, ANY, key), _NO_INSTALL[engine])
       for engine in ("vllm", "sglang") for key in ("archives", "sdist", "mirror", "build_args")),

@@ -49,6 +49,22 @@ def test_a_weights_secret_is_resolved_and_a_missing_one_says_where_to_put_it(set
         start_shard(START, with_secret, lambda rid: "k", SecretResolver(tmp_path / "none", environ={}).require)
 
 
+def test_start_shard_carries_the_adapters_in_catalog_order_with_their_files_and_secrets(settings, tmp_path):
+    from llmgw.settings import Adapter
+
+    peft = (WeightsFile("hf://org/sql-lora/adapter_config.json", "01" * 32, secret="hf-token"),
+            WeightsFile("hf://org/sql-lora/adapter_model.safetensors", "02" * 32, secret="hf-token"))
+    adapters = (Adapter("tiny-sql", peft), Adapter("tiny-poet", (WeightsFile("file:///w/poet.gguf", "03" * 32),)))
+    with_adapters = replace(settings, models={"tiny": replace(settings.models["tiny"], adapters=adapters)})
+    secrets = SecretResolver(tmp_path / "secrets", environ={"LLMGW_SECRET_HF_TOKEN": "hf_abc"})
+    message = start_shard(START, with_adapters, lambda rid: "k", secrets.require)
+    assert [(a.name, [(w.source.rsplit("/", 1)[1], w.sha256, w.secret_value) for w in a.weights])
+            for a in message.adapters] == [
+        ("tiny-sql", [("adapter_config.json", "01" * 32, "hf_abc"), ("adapter_model.safetensors", "02" * 32, "hf_abc")]),
+        ("tiny-poet", [("poet.gguf", "03" * 32, "")])]
+    assert start_shard(START, settings, lambda rid: "k", secrets.require).adapters == []
+
+
 def test_stop_shard_uses_the_node_grace_and_install_names_the_archive_for_the_platform(settings):
     stop = Action(ActionKind.STOP, "n1", "tiny-0", "tiny-0/0@1234abcd", "tiny")
     assert (stop_shard(stop, settings).shard_id, stop_shard(stop, settings).grace_seconds) == ("tiny-0/0@1234abcd", 2.0)

@@ -15,3 +15,11 @@ def store(tmp_path):
     s = open_store(tmp_path / "store.db")
     yield s
     s.close()
+
+
+@pytest.fixture(scope="session")
+def vllm_server(tmp_path_factory):
+    """The real vLLM, started once per test run for every test that needs it (`vllm_harness`); yields `Served`."""
+    from vllm_harness import run_vllm
+
+    yield from run_vllm(tmp_path_factory.mktemp("vllm"))

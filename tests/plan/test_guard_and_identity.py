@@ -56,7 +56,7 @@ BASE_FP = fingerprint(GEMMA, "b11434")
     ({"engine_args": ("--mlock",)}, True),
     ({"context_size": 4096}, True),
     ({"weights": (WeightsFile("hf://x/y/z.gguf", "ef" * 32),)}, True),
-    ({"adapters": (Adapter("sql", WeightsFile("hf://x/y/lora.gguf", "01" * 32)),)}, True),
+    ({"adapters": (Adapter("sql", (WeightsFile("hf://x/y/lora.gguf", "01" * 32),)),)}, True),
     ({"allow_pickle": True}, True),
     ({"engine": "vllm"}, True),
     ({"replicas": 7}, False),

@@ -37,6 +37,15 @@ CASES = {
     "tp-on-cpu-model": ("catalog/m.yaml:8:20", "needs 2 GPUs but the model asks for none"),
     "unknown-engine-version": ("catalog/m.yaml:9:17", "engines.yaml lists no version 'b9999'"),
     "alias-is-another-model": ("catalog/m.yaml:9:15", "alias 'gemma' is already the name or an alias of model 'gemma-3-270m'"),
+    # LoRA adapters share the namespace of model names and aliases, and need an engine that loads them
+    "adapter-named-like-a-model": ("catalog/m.yaml:12:11", "adapter 'gemma-3-270m' is already the name or an alias "
+                                   "of model 'gemma-3-270m'; model names, aliases and adapter names share one namespace"),
+    "adapter-named-like-an-alias": ("catalog/m.yaml:8:11", "adapter 'gemma' is already the name or an alias of model"),
+    "adapter-on-sglang": ("catalog/m.yaml:7:1", "llmgw gives sglang no LoRA adapters yet"),
+    "adapter-on-endpoints": ("catalog/m.yaml:4:1", "is served by endpoints, where llmgw runs no engine to load adapters"),
+    "llama-cpp-adapter-not-gguf": ("catalog/m.yaml:10:7", "llama.cpp loads a LoRA adapter from one GGUF file"),
+    "vllm-adapter-without-config": ("catalog/m.yaml:10:7", "lacks adapter_config.json"),
+    "adapter-pickle-weights": ("catalog/m.yaml:12:17", "adapters[0].weights[1].source: weights in a pickle format"),
     "name-differs-from-file": ("catalog/m.yaml:1:7", "differs from the file name 'm'"),
     "bad-file-name": ("catalog/Big Model.yaml:", "is not a valid name"),
     "unknown-settings-file": ("projets.yaml:", "is not a settings file"),

@@ -15,20 +15,12 @@ from llmgw.settings import NOT_ACTED_ON, UNBUILT, init_repository, is_not_acted_
 from llmgw.settings.docs import docs_path
 from settings_trees import EXAMPLE
 
-ADAPTER = """adapters:
-  - name: gemma-pirate
-    weights:
-      source: hf://org/pirate-lora@0123456789abcdef0123456789abcdef01234567/adapter.gguf
-      sha256: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa
-"""
 
 # (file, old text, new text) -> every warning it gives, as "file:line:column: key"; named "<kind> <key>" after the
 # rows of UNBUILT it shows (" + " between several).
 CASES = {
     "llmgw prices.gpu_hour_cost": (("llmgw.yaml", "  # gpu_hour_cost: {", "  gpu_hour_cost: {"),
                                    ["llmgw.yaml:30:3: prices.gpu_hour_cost"]),
-    "model adapters": (("catalog/gemma-3-270m.yaml", "aliases: [gemma, gemma-3]\n", "aliases: [gemma, gemma-3]\n" + ADAPTER),
-                       ["catalog/gemma-3-270m.yaml:25:1: adapters"]),
     "engines sglang[].python_packages": (("engines.yaml", '    # python_packages: ["sglang', '    python_packages: ["sglang'),
                                          ["engines.yaml:41:5: sglang[0].python_packages"]),
     "engines llama.cpp[].python_packages": (("engines.yaml", "    default: true\n    # Built", "    default: true\n    python_packages: [x]\n    # Built"),

@@ -95,10 +95,9 @@ async def test_an_incomplete_set_is_refused_naming_the_missing_file(tmp_path, hu
     assert not (tmp_path / "models").exists() or not any((tmp_path / "models").iterdir())
 
 
-async def test_an_agent_starts_vllm_on_the_laid_out_checkpoint_after_reporting_the_fetch(tmp_path, hub, monkeypatch):
-    monkeypatch.setenv("HF_ENDPOINT", hub.url)
-    files = sharded_checkpoint()
-    specs = published(hub, files)
+async def start_vllm_agent(nursery, tmp_path: Path):
+    """An agent (state in `tmp_path`/state) whose vllm@0.32.0 is the stand-in tests/support/fake_vllm_server.py;
+    returns its link once it registered."""
     vllm = tmp_path / "vllm"
     fake = Path(__file__).resolve().parents[1] / "support" / "fake_vllm_server.py"
     vllm.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{fake}" "$@"\n')
@@ -106,10 +105,18 @@ async def test_an_agent_starts_vllm_on_the_laid_out_checkpoint_after_reporting_t
     config = AgentConfig(node_id="n", state_dir=tmp_path / "state", heartbeat_interval=0.5,
                          engine_binaries={"vllm@0.32.0": vllm}, stop_shards_on_exit=True)
     control = ControlSide()
+    await nursery.start(run_agent, config, control.connect)
+    link = await control.links.receive()
+    await link.receive()  # Register
+    return link
+
+
+async def test_an_agent_starts_vllm_on_the_laid_out_checkpoint_after_reporting_the_fetch(tmp_path, hub, monkeypatch):
+    monkeypatch.setenv("HF_ENDPOINT", hub.url)
+    files = sharded_checkpoint()
+    specs = published(hub, files)
     async with trio.open_nursery() as nursery:
-        await nursery.start(run_agent, config, control.connect)
-        link = await control.links.receive()
-        await link.receive()  # Register
+        link = await start_vllm_agent(nursery, tmp_path)
         await link.send(control_message(command_id="s", start_shard=pb.StartShard(
             shard_id="tiny-0/0", replica_id="tiny-0", model="tiny", engine="vllm", engine_version="0.32.0",
             weights=[pb.WeightsFile(source=s.source, sha256=s.sha256) for s in specs], replica_key="k")))

