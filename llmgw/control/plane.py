@@ -657,6 +657,8 @@ class ControlPlane:
             "leader_token": state.leadership.token,
             "fleet": self.recovery().text,
         }
+        if self.gateway_workers is not None:
+            doc["control_plane"]["gateway_workers"] = self.gateway_workers.statistics()
         if readings:
             doc["control_plane"]["load"] = self._load_figures()
         return doc

@@ -134,6 +134,12 @@ class GatewayWorkers:
             if index != but:
                 event.set()
 
+    def statistics(self) -> dict[str, Any]:
+        """{"workers": N, "pids": {K: pid now}, "restarts": {K: times started again}} (the status document's
+        `control_plane.gateway_workers`)."""
+        return {"workers": self.count, "pids": {str(k): pid for k, pid in sorted(self.pids.items())},
+                "restarts": {str(k): n - 1 for k, n in sorted(self.starts.items())}}
+
     # -- running ------------------------------------------------------------------------------------------------
     async def serve(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Start the workers, keep them running until cancelled, then stop them (feed closed, SIGKILL after

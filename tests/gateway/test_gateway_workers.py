@@ -200,6 +200,9 @@ def test_quotas_are_exact_and_usage_complete_across_two_workers_with_one_killed(
         # the control plane starts worker 0 or 1 again; the new one writes what the dead one left in its spool
         wait_for(lambda: len(worker_pids(server.pid)) == 2 and victim not in worker_pids(server.pid), 30,
                  "the killed worker to be started again")
+        workers = wait_for(lambda: (lambda w: w if victim not in w["pids"].values() else None)(
+            admin.get("/api/v1/status").json()["control_plane"]["gateway_workers"]), 30, "the status to say so")
+        assert workers["workers"] == 2 and sorted(workers["restarts"].values()) == [0, 1]
         wait_for(lambda: all(store.usage_of_request(rid) is not None for rid in broken), 30,
                  "the killed worker's requests in flight to be billed")
         for rid, tokens in done.items():  # every completed request: billed what the client was told
