@@ -390,6 +390,10 @@ class ControlPlane:
             nursery.start_soon(drain_spools, store, worker_spools(spools, 0))
             return await nursery.start(self.gateway.serve, gateway.host, gateway.port)
         url = _store_url(self.config.store, store, cluster, self.state_dir, self.secrets.get)
+        if "://" not in url or url.startswith("sqlite:"):
+            log.warning("%d gateway workers share the SQLite store %s: each reservation and settlement takes its one "
+                        "write lock, which processes wait for by polling; under load run them with PostgreSQL "
+                        "(docs/gateway.md, worker processes).", count, url)
         workers = self.gateway_workers = GatewayWorkers(
             count, gateway.host, gateway.port, store_url=url, spool_root=spools,
             metrics_dir=self.state_dir / "gateway-metrics", otlp_endpoint=self.config.otlp_endpoint,
