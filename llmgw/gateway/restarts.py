@@ -30,6 +30,18 @@ def restart_delay(previous: float | None, uptime: float) -> float:
     return min(MAX_DELAY, previous * 2)
 
 
+def only_error(group: BaseExceptionGroup, kinds) -> BaseException | None:
+    """The first error of `group` when every error in it is one of `kinds` (a class or tuple), else None: a
+    failure to report as its own sentence rather than as a group (see cli/main.py's use of `split`)."""
+    matched, rest = group.split(kinds)
+    if matched is None or rest is not None:
+        return None
+    error: BaseException = matched
+    while isinstance(error, BaseExceptionGroup):
+        error = error.exceptions[0]
+    return error
+
+
 class WorkerStartError(LlmgwError):
     """A gateway worker ended before it was serving, the first time it was started (its log says why)."""
 

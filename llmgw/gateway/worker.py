@@ -22,8 +22,10 @@ import sys
 
 import trio
 
+from llmgw.errors import LlmgwError
 from llmgw.gateway.app import Gateway
 from llmgw.gateway.feed import FeedError, MessageStream, apply_blocks_message, table_from_json
+from llmgw.gateway.restarts import only_error
 from llmgw.gateway.tcp import reuseport_socket
 from llmgw.gateway.tracing import open_gateway_tracing
 from llmgw.routes import BlockSnapshot, RouteTable
@@ -112,7 +114,14 @@ def main(argv: list[str] | None = None) -> None:
             await run_worker(feed_socket)
             nursery.cancel_scope.cancel()
 
-    trio.run(serve)
+    try:
+        trio.run(serve)
+    except BaseExceptionGroup as group:  # a store or address failure is a sentence in the control plane's log
+        error = only_error(group, (LlmgwError, OSError))
+        if error is None:
+            raise
+        print(f"gateway worker {os.getpid()}: {error}", file=sys.stderr)
+        raise SystemExit(1) from None
 
 
 if __name__ == "__main__":

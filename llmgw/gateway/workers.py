@@ -34,7 +34,7 @@ from typing import Any
 import trio
 
 from llmgw.gateway.feed import MessageStream, blocks_message, table_to_json
-from llmgw.gateway.restarts import keep_running
+from llmgw.gateway.restarts import WorkerStartError, keep_running, only_error
 from llmgw.gateway.tcp import reuseport_socket
 from llmgw.routes import BlockSnapshot, RouteTable
 
@@ -161,6 +161,11 @@ class GatewayWorkers:
                         k, task_status=task_status), f"worker {index}")
                 nursery.start_soon(self._watch_health)
                 task_status.started(self.port)
+        except BaseExceptionGroup as group:  # a worker's failed first start alone: raised as itself, a sentence
+            failed = only_error(group, WorkerStartError)
+            if failed is None:
+                raise
+            raise failed from None
         finally:
             holder.close()
 
