@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import concurrent.futures
 import os
+import secrets
+import signal
 import socket
 import subprocess
 import sys
@@ -18,6 +20,7 @@ from pathlib import Path
 
 import httpx
 import openai
+import psycopg
 import pytest
 
 from llmgw.gateway.app import STATUS_PROCESS_LOST
@@ -29,6 +32,7 @@ from support.settings_seed import write_seed
 ROOT = Path(__file__).resolve().parents[2]
 FAKE_SERVER = ROOT / "tests" / "support" / "fake_llama_server.py"
 RPM = 20
+POSTGRES_URL = os.environ.get("LLMGW_TEST_POSTGRES", "postgresql://127.0.0.1:5432/test")
 
 MODEL_YAML = """\
 name: tiny
@@ -90,10 +94,25 @@ def worker_pids(server_pid: int) -> set[int]:
     return found
 
 
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_url(request, tmp_path):
+    """The store the server and its workers share: its SQLite file, or a fresh schema of the test PostgreSQL
+    database (dropped at the end)."""
+    if request.param == "sqlite":
+        yield str(tmp_path / "state" / "llmgw.sqlite3")
+        return
+    schema = "llmgw_test_" + secrets.token_hex(6)
+    with psycopg.connect(POSTGRES_URL, autocommit=True, connect_timeout=5) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+    yield f"{POSTGRES_URL}{'&' if '?' in POSTGRES_URL else '?'}options=-csearch_path%3D{schema}"
+    with psycopg.connect(POSTGRES_URL, autocommit=True, connect_timeout=5) as conn:
+        conn.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
 @pytest.fixture
-def served(tmp_path):
-    """(gateway base URL, state dir, server process, processes) of `llmgw server --gateway-workers 2` in front of the
-    stand-in (50 ms between streamed tokens)."""
+def served(tmp_path, store_url):
+    """(gateway base URL, state dir, server process, processes) of `llmgw server` with `workers: 2` in front of the
+    stand-in (50 ms between streamed tokens), on the store of `store_url`."""
     engine_port = _free_port()
     log = open(tmp_path / "engine.log", "wb")
     engine = subprocess.Popen([sys.executable, str(FAKE_SERVER), "--host", "127.0.0.1", "--port", str(engine_port),
@@ -108,7 +127,7 @@ def served(tmp_path):
     procs = LlmgwProcesses(tmp_path)
     try:
         server = procs.spawn("server", "server", "--repo", str(repo), "--state", str(state), "--admin", "127.0.0.1:0",
-                             "--agents", "127.0.0.1:0")
+                             "--agents", "127.0.0.1:0", "--store", store_url)
         wait_for(lambda: "gateway      http" in (tmp_path / "server.log").read_text(), 90, "the server")
         url = (tmp_path / "server.log").read_text().split("gateway      ", 1)[1].split()[0]
         wait_for(lambda: httpx.get(url.removesuffix("/v1") + "/health").status_code == 200, 30, "the gateway")
@@ -119,9 +138,9 @@ def served(tmp_path):
         engine.wait()
 
 
-def test_quotas_are_exact_and_usage_complete_across_two_workers_with_one_killed(served, tmp_path):
+def test_quotas_are_exact_and_usage_complete_across_two_workers_with_one_killed(served, store_url):
     url, state, server, _procs = served
-    store = open_store(state / "llmgw.sqlite3")
+    store = open_store(store_url)
     try:
         _, demo_key = store.create_api_key("demo")
         _, bulk_key = store.create_api_key("bulk")
@@ -219,5 +238,11 @@ def test_quotas_are_exact_and_usage_complete_across_two_workers_with_one_killed(
         windows = [row for row in store.table_rows("quota_windows") if row[0] == "project:bulk" and row[1] == "day"]
         assert sum(row[4] for row in windows) == billed
         assert list(store.table_rows("quota_reservations")) == []
+
+        # SIGTERM stops the server in order, and its workers with it
+        workers_now = worker_pids(server.pid)
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(timeout=30) == 0
+        wait_for(lambda: not any(Path(f"/proc/{pid}").exists() for pid in workers_now), 15, "the workers to end")
     finally:
         store.close()

@@ -1,6 +1,6 @@
 """Gateway worker processes (`GatewayWorkers`, real processes sharing one port) route alike: a prompt goes to the same
 replica whichever worker the kernel gave its connection to (rendezvous affinity, no shared memory), and a new routing
-table reaches every worker; a worker that cannot open the store fails the start with a sentence."""
+table and /health's details reach every worker; a worker that cannot open the store fails the start with a sentence."""
 
 from __future__ import annotations
 
@@ -32,6 +32,8 @@ async def test_a_prompt_reaches_the_same_replica_from_every_worker_and_new_table
         workers = GatewayWorkers(2, "127.0.0.1", 0, store_url=str(store.path), spool_root=tmp_path / "spools",
                                  metrics_dir=tmp_path / "metrics")
         workers.set_table(make_table({"gemma": replicas}))
+        health = {"leader": True}
+        workers.health_details = lambda: dict(health)
         port = await nursery.start(workers.serve)
         homes = {}
         for prompt in ("alpha", "bravo", "charlie", "delta"):
@@ -49,6 +51,20 @@ async def test_a_prompt_reaches_the_same_replica_from_every_worker_and_new_table
                     break
                 await trio.sleep(0.05)
         assert len(set(served)) == 1
+
+        # /health says what the control plane says (leadership, recovering), from every worker
+        async def healths() -> list[httpx.Response]:
+            answers = []
+            for _ in range(8):
+                async with httpx.AsyncClient(timeout=30) as client:
+                    answers.append(await client.get(f"http://127.0.0.1:{port}/health"))
+            return answers
+
+        assert all(a.status_code == 200 and a.json() == {"status": "ok", "leader": True} for a in await healths())
+        health["status"] = "recovering"
+        with trio.fail_after(30):
+            while not all(a.status_code == 503 for a in await healths()):
+                await trio.sleep(0.1)
         nursery.cancel_scope.cancel()
 
 
