@@ -11,7 +11,7 @@ each event in its own write. The load generator (asyncio, raw HTTP/1.1, one keep
 token gap times 10. Targets, each in its own process, measured round after round (interleaved):
 - direct: the mock itself (its rate is the demand the others are held to);
 - gateway: llmgw's gateway (SQLite store, an API key, a project with a requests-per-minute quota: every stream
-  reserves and settles), `--workers` > 1 adds a row "gateway-wN" served by N worker processes (when built);
+  reserves and settles), `--workers` > 1 adds a row "gateway-wN" served by N worker processes (`GatewayWorkers`);
 - gateway-base: with `--baseline-root DIR`, the gateway of another checkout (for example `git archive` of an older
   commit into DIR), for a before/after in one run;
 - naive: hypercorn's trio worker and an httpx.AsyncClient relaying the engine's bytes untouched (no auth, no usage);
@@ -357,12 +357,13 @@ def _pids(proc) -> int | list[int]:
     """The pid to charge CPU to: the process itself, or (a gateway with workers) it and its children."""
     if isinstance(proc, int):
         return proc
-    children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children")
-    try:
-        kids = [int(p) for p in children.read_text().split()]
-    except OSError:
-        kids = []
-    return [proc.pid, *kids]
+    kids: list[int] = []
+    for children in Path(f"/proc/{proc.pid}/task").glob("*/children"):  # every thread's: trio spawns from threads
+        try:
+            kids += [int(p) for p in children.read_text().split()]
+        except OSError:
+            pass
+    return [proc.pid, *sorted(set(kids))]
 
 
 def _pid_list(proc) -> list[int]:

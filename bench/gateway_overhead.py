@@ -65,13 +65,14 @@ def run_mock(port: int) -> None:
 
 
 # ---------------------------------------------------------------- gateway (subprocess: `gateway PORT MOCK_PORT DIR [STORE]`)
-def run_gateway(port: int, mock_port: int, state_dir: str, store_url: str | None = None) -> None:
+def run_gateway(port: int, mock_port: int, state_dir: str, store_url: str | None = None, workers: int = 1) -> None:
     import trio
 
-    from llmgw.gateway import Gateway
+    from llmgw.gateway import Gateway, GatewayWorkers
     from llmgw.routes import ModelRoute, ProjectPolicy, Quota, ReplicaRoute, RouteTable
     from llmgw.store import open_store
 
+    Path(state_dir).mkdir(parents=True, exist_ok=True)
     store = open_store(store_url or Path(state_dir) / "store.db")
     _record, plaintext = store.create_api_key("bench")
     Path(state_dir, "key" if store_url is None else "key-pg").write_text(plaintext)
@@ -80,6 +81,12 @@ def run_gateway(port: int, mock_port: int, state_dir: str, store_url: str | None
                                                                   replica_key="engine-key"),))},
         projects={"bench": ProjectPolicy("bench", "team", "org",
                                          quotas=(("project:bench", Quota(requests_per_minute=10**9)),))})
+    if workers > 1:  # worker processes, fed this table, as `listeners.gateway.workers: N` runs them
+        many = GatewayWorkers(workers, "127.0.0.1", port, store_url=store_url or str(Path(state_dir) / "store.db"),
+                              spool_root=Path(state_dir) / "spools", metrics_dir=Path(state_dir) / "metrics")
+        many.set_table(table)
+        trio.run(many.serve)
+        return
     slowed = {}
     if os.environ.get("LLMGW_BENCH_UNDER_VALGRIND"):  # 50x slower: no settle may miss its wait, no key re-checked
         slowed = {"settle_wait": 600.0, "key_cache_seconds": 3600.0}
@@ -255,7 +262,7 @@ def _wait_http(port: int, path: str, seconds: float) -> None:
 
 
 def _start_gateway(port: int, mock_port: int, state_dir: str, workers: int = 1) -> subprocess.Popen:
-    """A gateway process in front of the mock (`workers` > 1: that many worker processes, when built)."""
+    """A gateway process in front of the mock (`workers` > 1: that many worker processes under it)."""
     return subprocess.Popen([sys.executable, __file__, "gateway", str(port), str(mock_port), state_dir,
                              "", str(workers)], cwd=ROOT, stderr=subprocess.DEVNULL)
 
@@ -278,8 +285,6 @@ def main() -> None:
     parser.add_argument("--baseline-root", default=None,
                         help="gaps scenario: also the gateway of this checkout (a before/after in one run)")
     args = parser.parse_args()
-    if args.workers > 1:
-        raise SystemExit("--workers: gateway worker processes are not built yet (docs/gateway.md, issue 11)")
     if args.token_gap_ms is not None:
         import gateway_gaps
 
@@ -356,7 +361,8 @@ if __name__ == "__main__":
         run_mock(int(sys.argv[2]))
     elif len(sys.argv) > 1 and sys.argv[1] == "gateway":
         sys.path.insert(0, str(ROOT))
-        run_gateway(int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], (sys.argv[5] or None) if len(sys.argv) > 5 else None)
+        run_gateway(int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], (sys.argv[5] or None) if len(sys.argv) > 5 else None,
+                    int(sys.argv[6]) if len(sys.argv) > 6 else 1)
     elif len(sys.argv) > 1 and sys.argv[1] == "mock-sse":
         import gateway_gaps
         gateway_gaps.run_sse_mock(int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4]))

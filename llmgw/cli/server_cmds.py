@@ -209,6 +209,9 @@ def live_diff(client, rev: str | None, as_json: bool) -> int:
 @click.option("--admin", "admin_addr", metavar="HOST:PORT", help="Admin API listener (overrides llmgw.yaml).")
 @click.option("--agents", "agents_addr", metavar="HOST:PORT", help="Agents' gRPC listener (overrides llmgw.yaml).")
 @click.option("--no-gateway", is_flag=True, help="Run no gateway in this process.")
+@click.option("--gateway-workers", "gateway_workers", default=None, metavar="N|auto",
+              help="Processes serving the gateway port together (overrides llmgw.yaml listeners.gateway.workers; "
+                   "1: in this process; auto: one per CPU core).")
 @click.option("--tls", is_flag=True, help="Agents connect with mutual TLS (CA in <state>/ca); nodes join with "
               "one-time tokens from `llmgw join-token`.")
 @click.option("--join-port", default=0, show_default=True, help="Port answering Join with --tls (0: a free one).")
@@ -228,7 +231,7 @@ def live_diff(client, rev: str | None, as_json: bool) -> int:
               help="After a start, how long at most the gateway's /health says 503 \"recovering\" while nodes "
                    "connected before have not reconnected.")
 def server_cmd(repo, branch, state_dir, store, secrets_dir, gateway_addr, admin_addr, agents_addr, no_gateway,
-               tls, join_port, insecure, otlp_endpoint, request_sample_ratio, lease, recovery_grace):
+               gateway_workers, tls, join_port, insecure, otlp_endpoint, request_sample_ratio, lease, recovery_grace):
     """Run the control plane: settings watcher, reconciler, agents' service, admin API and gateway.
 
     Without --tls the agents' listener must be a loopback address (127.0.0.1, ::1, localhost) unless --insecure
@@ -248,6 +251,9 @@ def server_cmd(repo, branch, state_dir, store, secrets_dir, gateway_addr, admin_
         grace_seconds = parse_duration(recovery_grace)
     except ValueError as exc:
         raise UsageError(f"--recovery-grace: {exc}") from None
+    if gateway_workers is not None and gateway_workers != "auto" and not (
+            gateway_workers.isdigit() and 1 <= int(gateway_workers) <= 256):
+        raise UsageError(f"--gateway-workers {gateway_workers!r}: give a number from 1 to 256, or auto.")
     if "://" not in repo and "@" not in repo.split(":", 1)[0]:
         repo = str(Path(repo).resolve())
     plane = ControlPlane(ControlConfig(
@@ -257,6 +263,7 @@ def server_cmd(repo, branch, state_dir, store, secrets_dir, gateway_addr, admin_
         insecure_agents=insecure, otlp_endpoint=otlp_endpoint, lease_seconds=lease_seconds,
         recovery_grace=grace_seconds,
         request_sample_ratio=request_sample_ratio,
+        gateway_workers=gateway_workers if gateway_workers in (None, "auto") else int(gateway_workers),
     ))
 
     stopped: list[str] = []  # the signal that stopped the server, when one did

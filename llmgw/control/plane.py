@@ -53,7 +53,7 @@ from llmgw.control.slurm_store import advance_cursor, read_cursor, users_from_st
 from llmgw.control.slurm_usage import slurm_usage
 from llmgw.control.state import ControlState, PassRecord, WatchState
 from llmgw.errors import EngineError, SettingsError, StoreError, TemporaryError, UsageError
-from llmgw.gateway import Gateway, open_gateway_tracing
+from llmgw.gateway import Gateway, GatewayWorkers, drain_spools, open_gateway_tracing, worker_count, worker_spools
 from llmgw.plan.types import Action, ActionKind, Plan
 from llmgw.routes import BlockSnapshot, RouteTable
 from llmgw.settings import NOTIFY_URL_KEY, redact_url, set_config_value
@@ -97,7 +97,9 @@ class ControlConfig:
     (0: a free port) so nodes get certificates with one-time tokens (`create_join_token`). `agent_tls`: a
     `llmgw.wire.ServerTls` of your own instead (no Join). `insecure_agents`: allow a plain-text agents listener
     on an address other machines reach (refused otherwise, see `llmgw.wire.check_agents_listener`).
-    `gateway`: False runs no gateway. `otlp_endpoint`: an OTLP/HTTP collector ("http://host:4318") that receives
+    `gateway`: False runs no gateway. `gateway_workers`: how many processes serve the gateway (an int or "auto";
+    None: llmgw.yaml's `listeners.gateway.workers`); 1 serves it in this process (`Gateway`), more start
+    `llmgw.gateway.GatewayWorkers`. `otlp_endpoint`: an OTLP/HTTP collector ("http://host:4318") that receives
     traces of passes and replica starts (None: llmgw.yaml's `tracing.endpoint`, and off without one; see
     llmgw.control.tracing); `tracer_provider`: an opentelemetry-sdk TracerProvider of your own instead.
     `request_sample_ratio`: the share (0..1) of gateway requests traced (None: llmgw.yaml's
@@ -128,6 +130,25 @@ class ControlConfig:
     otlp_endpoint: str | None = None
     tracer_provider: Any = None
     request_sample_ratio: float | None = None
+    gateway_workers: int | str | None = None
+
+
+def _store_url(config_store: Any, store: Any, cluster: Any, state_dir: Path, secrets_get) -> str:
+    """The URL gateway worker processes open the store by: `config_store` when it is a URL or path, else the one
+    llmgw.yaml names (with its password), else the SQLite file of a Store object given. Raises UsageError for a
+    PostgreSQL Store object given without its URL (its password is not kept readable)."""
+    from llmgw.store import STORE_FILE_NAME, store_url_from_settings
+
+    if isinstance(config_store, (str, Path)):
+        return str(config_store)
+    if config_store is None:
+        if cluster is None:
+            return str(state_dir / STORE_FILE_NAME)
+        return store_url_from_settings(cluster.store, state_dir, secrets_get)
+    if getattr(store, "path", None) is not None:
+        return str(store.path)
+    raise UsageError("gateway worker processes open the store themselves: give the control plane the store's URL "
+                     "(--store or llmgw.yaml store:) rather than an opened store, or run listeners.gateway.workers: 1.")
 
 
 def check_listeners_free(listeners: dict[str, Listener]) -> None:
@@ -183,7 +204,8 @@ class ControlPlane:
         self.apply_lock = trio.Lock()
         self.apply_holder: str | None = None
         self.store: Any = None
-        self.gateway: Gateway | None = None
+        self.gateway: Gateway | None = None  # the in-process gateway (workers: 1)
+        self.gateway_workers: GatewayWorkers | None = None  # the worker processes (workers > 1)
         self.table = RouteTable()
         self.table_rebuilds = 0
         self.admin_token = ""
@@ -245,6 +267,8 @@ class ControlPlane:
 
     def gateway_registry(self):
         """The Prometheus registry of this control plane's gateway counters, or None when it runs no gateway."""
+        if self.gateway_workers is not None:
+            return self.gateway_workers.registry
         return self.gateway.metrics.registry if self.gateway is not None else None
 
     def recovery(self) -> Recovery:
@@ -343,10 +367,8 @@ class ControlPlane:
                 self.admin_port = await nursery.start(serve_admin, self, admin.host, admin.port)
                 self.admin_url = f"http://{_url_host(admin.host)}:{self.admin_port}"
                 if self.config.gateway:
-                    self.gateway = Gateway(store, self.table, spool_dir=self.state_dir / "usage-spool",
-                                           tracing=request_tracing)
-                    self.gateway.health_details = self._health_details
-                    self.gateway_port = await nursery.start(self.gateway.serve, gateway.host, gateway.port)
+                    self.gateway_port = await self._start_gateway(nursery, store, cluster, gateway, request_tracing,
+                                                                  trace_endpoint, trace_requests)
                     self.gateway_url = f"http://{_url_host(gateway.host)}:{self.gateway_port}"
                 self._write_state_files()
                 await nursery.start(self.loop.run)
@@ -368,6 +390,34 @@ class ControlPlane:
                 store.release_lease(LEASE_NAME, self.holder)
             if self.config.store is None or isinstance(self.config.store, (str, Path)):
                 store.close()
+
+    async def _start_gateway(self, nursery: trio.Nursery, store: Any, cluster: Any, gateway: Listener,
+                             tracing: Any, trace_endpoint: str | None, trace_requests: float) -> int:
+        """Serve the gateway: in this process (`workers` 1, traced by `tracing`, None: untraced) or as worker
+        processes (each opens its own tracing to `trace_endpoint` for the share `trace_requests` of requests);
+        returns the bound port."""
+        count = worker_count(self.config.gateway_workers if self.config.gateway_workers is not None
+                             else gateway.workers)
+        spools = self.state_dir / "usage-spool"
+        if count <= 1:
+            self.gateway = Gateway(store, self.table, spool_dir=spools, tracing=tracing)
+            self.gateway.health_details = self._health_details
+            nursery.start_soon(drain_spools, store, worker_spools(spools, 0))
+            return await nursery.start(self.gateway.serve, gateway.host, gateway.port)
+        url = _store_url(self.config.store, store, cluster, self.state_dir, self.secrets.get)
+        if "://" not in url or url.startswith("sqlite:"):
+            log.warning("%d gateway workers share the SQLite store %s: each reservation and settlement takes its one "
+                        "write lock, which processes wait for by polling; under load run them with PostgreSQL "
+                        "(docs/gateway.md, worker processes).", count, url)
+        workers = self.gateway_workers = GatewayWorkers(
+            count, gateway.host, gateway.port, store_url=url, spool_root=spools,
+            metrics_dir=self.state_dir / "gateway-metrics", otlp_endpoint=trace_endpoint,
+            request_sample_ratio=trace_requests if trace_endpoint else 0.0)
+        workers.health_details = self._health_details
+        workers.set_table(self.table)
+        # what an in-process gateway (an earlier `workers: 1`) or more workers than now left in their spools
+        nursery.start_soon(drain_spools, store, [spools, *worker_spools(spools, count)])
+        return await nursery.start(workers.serve)
 
     def _load_admin_token(self) -> str:
         if self.config.admin_token:
@@ -451,11 +501,15 @@ class ControlPlane:
             self.table = table
             if self.gateway is not None:
                 self.gateway.set_table(table)
+            if self.gateway_workers is not None:
+                self.gateway_workers.set_table(table)
 
     def _blocks_changed(self, snapshot: BlockSnapshot) -> None:
         """The agents' vLLM shards' held blocks changed: the gateway routes by them from the next request on."""
         if self.gateway is not None:
             self.gateway.set_blocks(snapshot)
+        if self.gateway_workers is not None:
+            self.gateway_workers.set_blocks(snapshot)
 
     def _on_change(self, old: ControlState, new: ControlState, reasons: list[str]) -> None:
         """After each batch of events: the routing table is rebuilt once, when something it depends on changed."""
@@ -663,6 +717,8 @@ class ControlPlane:
             "leader_token": state.leadership.token,
             "fleet": self.recovery().text,
         }
+        if self.gateway_workers is not None:
+            doc["control_plane"]["gateway_workers"] = self.gateway_workers.statistics()
         if readings:
             doc["control_plane"]["load"] = self._load_figures()
         return doc

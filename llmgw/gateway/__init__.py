@@ -2,6 +2,7 @@
 
 `Gateway(store, table)` serves with `await gateway.serve(host, port, task_status=...)` or embeds as
 `gateway.asgi_app`; the control plane replaces its routing table with `gateway.set_table(table)`.
+`GatewayWorkers` runs the same gateway as N worker processes sharing the port (`listeners.gateway.workers`).
 """
 
 from llmgw.gateway.app import Gateway
@@ -12,6 +13,7 @@ from llmgw.gateway.routing import Balancer, choose_replica, prefix_key
 from llmgw.gateway.streaming import SseRelay
 from llmgw.gateway.tracing import GatewayTracing, open_gateway_tracing
 from llmgw.gateway.upstream import Timeouts, UpstreamFailure, UpstreamPool
+from llmgw.gateway.workers import GatewayWorkers, drain_spools, worker_count, worker_spools
 
 __all__ = [
     "ApiError",
@@ -19,12 +21,16 @@ __all__ = [
     "Gateway",
     "GatewayMetrics",
     "GatewayTracing",
+    "GatewayWorkers",
     "SseRelay",
     "Timeouts",
     "UpstreamFailure",
     "UpstreamPool",
     "choose_replica",
+    "drain_spools",
     "open_gateway_tracing",
     "prefix_key",
     "serve_lifespan",
+    "worker_count",
+    "worker_spools",
 ]

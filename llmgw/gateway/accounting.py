@@ -118,6 +118,15 @@ def store_unavailable(what: str, error: LlmgwError) -> ApiError:
                        f"{delay:.0f} s.", "store_unavailable", delay)
 
 
+def _settlement(reservation: Reservation | None, actual_tokens: int | None, actual_cost: float, record: UsageRecord,
+                request_id: str | None) -> Settlement:
+    return Settlement(
+        entry_id=request_id or "stl_" + uuid.uuid4().hex, time=record.time,
+        reservation_id=reservation.reservation_id if reservation is not None else None,
+        has_slots=bool(reservation is not None and reservation.slots),
+        actual_tokens=actual_tokens, actual_cost=actual_cost, usage=record, charges=charged(reservation))
+
+
 class Accounting:
     """The gateway's calls into the store, through a `StoreBoundary` (worker threads and the usage spool).
 
@@ -172,12 +181,18 @@ class Accounting:
         Never raises for a store failure: the usage is written, exactly once, when the store answers again, and
         the reservation's concurrency slots are freed then.
         """
-        settlement = Settlement(
-            entry_id=request_id or "stl_" + uuid.uuid4().hex, time=record.time,
-            reservation_id=reservation.reservation_id if reservation is not None else None,
-            has_slots=bool(reservation is not None and reservation.slots),
-            actual_tokens=actual_tokens, actual_cost=actual_cost, usage=record, charges=charged(reservation))
-        return await self.boundary.settle(settlement)
+        return await self.boundary.settle(_settlement(reservation, actual_tokens, actual_cost, record, request_id))
+
+    def open_entry(self, reservation: Reservation | None, tokens: int, cost: float, record: UsageRecord,
+                   request_id: str) -> None:
+        """Keep, in the spool, what to bill for request `request_id` if this process dies before it settles:
+        `reservation` settled with `tokens` and `cost`, and `record` (`UsageSpool.open_entry`; the settlement of
+        the same id supersedes it). One write(2) on the event loop; a spool that cannot be written is noted in
+        `boundary.last_error` (the request goes on: only a crash would need the entry)."""
+        try:
+            self.boundary.spool.open_entry(_settlement(reservation, tokens, cost, record, request_id))
+        except StoreError as error:
+            self.boundary.last_error = str(error)
 
     async def release(self, reservation: Reservation) -> None:
         """Free `reservation`'s slots and refund its estimate, through the spool (so a store failure only delays

@@ -79,6 +79,8 @@ SLOT_RENEW_SECONDS = 60.0
 KEY_CACHE_SECONDS = 2.0
 KEY_CACHE_ENTRIES = 10000
 MAX_STREAMS_PER_CONNECTION = 100
+STATUS_PROCESS_LOST = 502
+"""The status of a usage record billed for a request whose gateway process died before it settled (`journal`)."""
 UNKNOWN_MODEL = "(unknown)"  # catalog names match ^[a-z0-9][a-z0-9._-]{0,62}$, so this is never one
 
 
@@ -93,7 +95,10 @@ class Gateway:
     `key_cache_seconds`: an accepted API key is remembered (by SHA-256 of the key) that long, so a revocation
     takes effect within that time (default 2 s). `body_grace_seconds` and `body_min_bytes_per_second`: the request
     body's read deadline and minimum rate (`asgi.read_body`). `tracing`: spans of sampled requests
-    (`llmgw.gateway.tracing`; None: off). `asgi_app` is the ASGI callable for embedding.
+    (`llmgw.gateway.tracing`; None: off). `asgi_app` is the ASGI callable for embedding. `journal`: keep each
+    admitted request in the spool while it is in flight (`Accounting.open_entry`), so that if this process is
+    killed it is billed what it reserved (status STATUS_PROCESS_LOST) when the spool is next opened; gateway worker
+    processes set it (`llmgw.gateway.worker`).
 
     Every proxied request gets a unique id (`new_request_id`, "req_" + 32 hex digits), sent to the engine as its
     `x-request-id` and kept as the key of its usage record. A client's own `x-request-id` (visible ASCII, at most
@@ -109,8 +114,9 @@ class Gateway:
                  key_cache_seconds: float = KEY_CACHE_SECONDS,
                  body_grace_seconds: float = BODY_GRACE_SECONDS,
                  body_min_bytes_per_second: float = BODY_MIN_BYTES_PER_SECOND,
-                 tracing: GatewayTracing | None = None):
+                 tracing: GatewayTracing | None = None, journal: bool = False):
         self.store = store
+        self.journal = journal
         self.tracing = tracing
         self.accounting = Accounting(store, spool_dir, settle_wait=settle_wait)
         self.table = table
@@ -152,7 +158,8 @@ class Gateway:
             return None
         held = held_by_replica(route.replicas, snapshot, scheme)
         reporting = [r for r in route.replicas if held[r.replica_id] is not None]
-        ask = min(reporting, key=lambda r: self.balancer.outstanding.get(r.replica_id, 0))
+        load = self.balancer.load()
+        ask = min(reporting, key=lambda r: load.get(r.replica_id, 0))
         request = tokenize_body(path, body, ask.upstream_model or route.name)
         if request is None:
             return None
@@ -163,9 +170,12 @@ class Gateway:
         return PromptBlocks(tuple(prompt_blocks(tokens, scheme, lora_name)), held)
 
     # ---- serving ----
-    async def serve(self, host: str, port: int, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+    async def serve(self, host: str, port: int, *, fd: int | None = None,
+                    task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Serve HTTP on hypercorn's trio worker until cancelled, health-checking each replica every
-        `health_interval` seconds (`watch_health`). `task_status.started(bound_port)` (port 0 picks a free one)."""
+        `health_interval` seconds (`watch_health`). `task_status.started(bound_port)` (port 0 picks a free one).
+        `fd`: a bound TCP socket's file descriptor to serve instead of binding `host`:`port` (a gateway worker's
+        SO_REUSEPORT socket, `llmgw.gateway.worker`); hypercorn owns it from then on."""
         from hypercorn.config import Config
         from hypercorn.trio import serve
 
@@ -173,7 +183,7 @@ class Gateway:
 
         install()  # writes to clients without a scheduler pass each (client_writes)
         config = Config()
-        config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
+        config.bind = [f"fd://{fd}" if fd is not None else f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
         config.accesslog = None
         config.loglevel = "WARNING"  # hypercorn's "Running on ..." line; the caller prints the URL it serves
         config.keep_alive_timeout = 75
@@ -348,6 +358,12 @@ class Gateway:
         if policy.quotas:
             reservation = await self._reserve(key, policy, route.name, policy.quotas, estimate,
                                               cost_of(route, estimate, 0), started, ids)
+        if self.journal:  # billed what it reserved if this process dies before it settles
+            self.accounting.open_entry(reservation, estimate, cost_of(route, prompt_estimate, limit.total), UsageRecord(
+                project=policy.name, model=route.name, time=time.time(), key_id=key.key_id,
+                prompt_tokens=prompt_estimate, completion_tokens=limit.total, status=STATUS_PROCESS_LOST,
+                cost=cost_of(route, prompt_estimate, limit.total), client_request_id=ids.client,
+                trace_id=ids.trace), ids.own)
         if trace is not None:
             trace.admitted(reservation is not None)
         await self._run(send, receive, key, policy, route, body, raw, upstream_path, reservation, prompt_estimate,

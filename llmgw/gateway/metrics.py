@@ -4,6 +4,10 @@ GET /metrics, llmgw.control.metrics).
 Names (all prefixed `llmgw_gateway_`): requests_total{model,project,status}, request_duration_seconds{model}
 and time_to_first_token_seconds{model} histograms, prompt_tokens_total / completion_tokens_total{model,project},
 requests_in_flight{model}, quota_rejections_total{project,limit}, ready_replicas{model}.
+
+Gateway worker processes (`llmgw.gateway.workers`) run prometheus_client's multiprocess mode: the gauges say how
+to combine the workers' values (in flight: the live workers' sum; ready replicas: their maximum, all seeing one
+table); outside that mode the setting is ignored.
 """
 
 from __future__ import annotations
@@ -33,14 +37,15 @@ class GatewayMetrics:
                                      registry=r)
         self.completion_tokens = Counter("llmgw_gateway_completion_tokens", "Completion tokens billed.",
                                          ["model", "project"], registry=r)
-        self.in_flight = Gauge("llmgw_gateway_requests_in_flight", "Requests being proxied now.", ["model"], registry=r)
+        self.in_flight = Gauge("llmgw_gateway_requests_in_flight", "Requests being proxied now.", ["model"], registry=r,
+                               multiprocess_mode="livesum")
         self.quota_rejections = Counter("llmgw_gateway_quota_rejections", "Requests refused for quota (429).",
                                         ["project", "limit"], registry=r)
         self.routing_decisions = Counter(
             "llmgw_gateway_routing_decisions", "Replica choices by kind: precise (KV blocks the engine holds), "
             "approximate (prompt-prefix affinity), least-loaded.", ["model", "kind"], registry=r)
         self.ready_replicas = Gauge("llmgw_gateway_ready_replicas", "Replicas in the routing table, per model.",
-                                    ["model"], registry=r)
+                                    ["model"], registry=r, multiprocess_mode="livemax")
 
         self._children: dict[tuple, object] = {}
 

@@ -108,12 +108,13 @@ async def open_upstream(pool: UpstreamPool, balancer: Balancer, route: ModelRout
     failure: ApiError | None = None
     for _attempt in range(2):
         now = trio.current_time()
-        inputs = balancer.policy_inputs(prefix, now, frozenset(tried))
+        inputs = balancer.policy_inputs(prefix, now, frozenset(tried), route.replicas)
+        load = balancer.load()
         if precise is not None:
-            choice = choose_by_blocks(route.replicas, balancer.outstanding, precise.held, precise.blocks, **inputs)
+            choice = choose_by_blocks(route.replicas, load, precise.held, precise.blocks, **inputs)
             replica, outcome.routing = choice.replica, choice.kind
         else:
-            replica = choose_replica(route.replicas, balancer.outstanding, **inputs)
+            replica = choose_replica(route.replicas, load, **inputs)
             outcome.routing = APPROXIMATE if prefix is not None else LEAST_LOADED
         balancer.remember(prefix, replica)
         if replica is None:

@@ -10,6 +10,8 @@ only; TLS keeps trio's SSLStream.
 Semantics kept from trio's streams: `receive_some` and `send_all` are checkpoints and can be cancelled while they
 wait; errors are OSError (the upstream client maps them to UpstreamFailure); `aclose` tells trio the socket is
 closing so a task waiting on it wakes with ClosedResourceError.
+
+`reuseport_socket` binds the listening socket of a gateway worker process (several share one port, SO_REUSEPORT).
 """
 
 from __future__ import annotations
@@ -59,3 +61,19 @@ class PlainStream:
             trio.lowlevel.notify_closing(self.socket)
             self.socket.close()
         await trio.lowlevel.checkpoint()
+
+
+def reuseport_socket(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to `host`:`port` with SO_REUSEPORT (and SO_REUSEADDR, TCP_NODELAY), not listening yet.
+    Raises OSError when the address cannot be bound."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
+    return sock

@@ -71,7 +71,9 @@ def build_cluster(data: Mapping[str, Any]) -> ClusterSettings:
 
     def listener(key: str, default: Listener) -> Listener:
         raw = listeners.get(key)
-        return default if raw is None else Listener(raw.get("host", default.host), raw.get("port", default.port))
+        if raw is None:
+            return default
+        return Listener(raw.get("host", default.host), raw.get("port", default.port), raw.get("workers", 1))
 
     store = data.get("store", {})
     reconcile = data.get("reconcile", {})

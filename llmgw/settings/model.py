@@ -27,10 +27,12 @@ def frozen_map(data: Mapping[str, Any] | None = None) -> Mapping[str, Any]:
 
 @dataclass(frozen=True)
 class Listener:
-    """An address to listen on. `port` 0 means any free port."""
+    """An address to listen on. `port` 0 means any free port. `workers` (the gateway's only): how many processes
+    serve it, an int >= 1 or "auto" (one per CPU core, resolved where it runs: `llmgw.gateway.worker_count`)."""
 
     host: str = "127.0.0.1"
     port: int = 0
+    workers: int | str = 1
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,11 @@ the store committed in time needs no fsync of the spool (it is as durable as the
 Format (one JSON object per line, UTF-8, `\\n`-terminated):
     {"settle": {<Settlement fields>, "usage": {<UsageRecord fields>} | null}}
     {"done": "<entry_id>"}
+    {"open": {<Settlement fields>, ...}}
+An "open" line is a request in flight (`open_entry`, written by gateway worker processes when they admit a request):
+what to bill if this process dies before it settles that request. A later "settle" (or "done") line of the same
+entry id supersedes it; one left without either when the spool is opened again (the process was killed) becomes a
+pending settlement, written to the store like any other.
 A last line without its `\\n` (a crash in the middle of a write) is cut off when the spool is opened; it was
 never acknowledged. The file is rewritten (to a temporary file, fsync'd, renamed) with only the pending entries
 when it has grown past `compact_bytes`.
@@ -49,14 +54,30 @@ def encode_settlement(settlement: Settlement) -> bytes:
     return json.dumps({"settle": fields}, separators=(",", ":")).encode() + b"\n"
 
 
-def decode_line(line: bytes) -> Settlement | str:
-    """A spool line (without `\\n`): the Settlement it appends, or the entry id it marks done.
+def encode_open(settlement: Settlement) -> bytes:
+    """One spool line (with its `\\n`) keeping `settlement` as what to bill if the request never settles."""
+    return b'{"open":' + encode_settlement(settlement)[len(b'{"settle":'):]
 
-    Raises ValueError for a line that is not one of the two shapes.
+
+class Opened:
+    """A decoded "open" line: `settlement` is what to bill if its request never settles."""
+
+    __slots__ = ("settlement",)
+
+    def __init__(self, settlement: Settlement):
+        self.settlement = settlement
+
+
+def decode_line(line: bytes) -> Settlement | str | Opened:
+    """A spool line (without `\\n`): the Settlement it appends, the entry id it marks done, or an Opened.
+
+    Raises ValueError for a line that is not one of the three shapes.
     """
     obj = json.loads(line)
     if isinstance(obj, dict) and isinstance(obj.get("done"), str):
         return obj["done"]
+    if isinstance(obj, dict) and isinstance(obj.get("open"), dict):
+        return Opened(decode_line(json.dumps({"settle": obj["open"]}).encode()))  # type: ignore[arg-type]
     if isinstance(obj, dict) and isinstance(obj.get("settle"), dict):
         fields = dict(obj["settle"])
         usage = fields.pop("usage", None)
@@ -79,6 +100,7 @@ class UsageSpool:
         self.compact_bytes = compact_bytes
         self._lock = threading.Lock()
         self._pending: dict[str, Settlement] = {}
+        self._open: dict[str, Settlement] = {}  # requests in flight now (`open_entry`), kept through compaction
         self._claimed: set[str] = set()
         self.damaged_lines = 0
         try:
@@ -105,6 +127,7 @@ class UsageSpool:
         if good < len(data):
             os.ftruncate(self._fd, good)
             os.fsync(self._fd)
+        opened: dict[str, Settlement] = {}
         for line in data[:good].splitlines():
             try:
                 item = decode_line(line)
@@ -113,19 +136,36 @@ class UsageSpool:
                 continue
             if isinstance(item, str):
                 self._pending.pop(item, None)
+                opened.pop(item, None)
+            elif isinstance(item, Opened):
+                opened[item.settlement.entry_id] = item.settlement
             else:
+                opened.pop(item.entry_id, None)
                 self._pending[item.entry_id] = item
+        self.abandoned = len(opened)
+        self._pending.update(opened)  # requests of a process that died before settling them: billed as opened
         return good
 
     def __repr__(self) -> str:
         return f"UsageSpool({str(self.path)!r}, pending={len(self._pending)})"
 
     def append(self, settlement: Settlement) -> None:
-        """Write `settlement` to the file (one write(2); not fsync'd: see `sync`) and keep it pending."""
+        """Write `settlement` to the file (one write(2); not fsync'd: see `sync`) and keep it pending. It supersedes
+        an `open_entry` of the same entry id."""
         line = encode_settlement(settlement)
         with self._lock:
             self._write(line)
             self._pending[settlement.entry_id] = settlement
+            self._open.pop(settlement.entry_id, None)
+
+    def open_entry(self, settlement: Settlement) -> None:
+        """Write an "open" line for a request in flight (one write(2), not fsync'd: it survives the death of this
+        process, which is what it is for): `settlement` is billed if no `append` of its entry id follows before
+        the process ends. Raises StoreError when the file cannot be written."""
+        line = encode_open(settlement)
+        with self._lock:
+            self._write(line)
+            self._open[settlement.entry_id] = settlement
 
     def sync(self) -> None:
         """fsync(2) the file: every entry appended before this call survives an OS crash. Blocks milliseconds."""
@@ -156,10 +196,11 @@ class UsageSpool:
 
     def statistics(self) -> dict[str, int]:
         """{"pending": entries not yet in the store, "claimed": being written now, "bytes": file size,
-        "damaged_lines": unreadable lines skipped when the spool was opened}."""
+        "damaged_lines": unreadable lines skipped when the spool was opened, "open": requests in flight now,
+        "abandoned": "open" entries found without their settlement when the spool was opened}."""
         with self._lock:
             return {"pending": len(self._pending), "claimed": len(self._claimed), "bytes": self._size,
-                    "damaged_lines": self.damaged_lines}
+                    "damaged_lines": self.damaged_lines, "open": len(self._open), "abandoned": self.abandoned}
 
     def close(self) -> None:
         """Close the file (pending entries stay in it for the next opening)."""
@@ -181,7 +222,8 @@ class UsageSpool:
     def _compact(self) -> None:
         """Rewrite the file with only the pending entries (temporary file, fsync, rename, fsync the directory)."""
         temporary = self.path.with_suffix(".compacting")
-        data = b"".join(encode_settlement(s) for s in self._pending.values())
+        data = (b"".join(encode_settlement(s) for s in self._pending.values())
+                + b"".join(encode_open(s) for s in self._open.values()))
         fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
         try:
             os.write(fd, data)

@@ -163,3 +163,28 @@ def test_an_unreadable_line_in_the_middle_is_skipped_counted_and_the_others_kept
     assert [s.entry_id for s in again.pending()] == ["stl_a", "stl_b"]
     assert again.statistics()["damaged_lines"] == 1 and "1 unreadable lines" in caplog.text
     again.close()
+
+
+def test_a_request_open_when_its_process_died_is_billed_once_and_a_settled_one_as_settled(
+        store, tmp_path: Path) -> None:
+    """`open_entry` (gateway workers' journal): an entry opened and never settled (the process was killed) becomes
+    pending when the spool is opened again and lands in the store once; one opened then settled counts as settled;
+    compaction keeps the entries still open."""
+    spool_dir = tmp_path / "spool"
+    spool = UsageSpool(spool_dir, compact_bytes=1)
+    killed, finished = settlement("req_killed", tokens=140), settlement("req_finished", tokens=7)
+    spool.open_entry(killed)
+    spool.open_entry(finished)
+    spool.append(finished)  # the second request settled (its real usage supersedes what was opened)
+    assert spool.statistics()["open"] == 1 and [s.entry_id for s in spool.pending()] == ["req_finished"]
+    boundary = StoreBoundary(store, spool)
+    assert trio.run(boundary.drain)  # the store takes req_finished; the done mark compacts the file (1 byte limit)
+    spool.close()  # as if SIGKILLed: the open entry is still in the (compacted) file
+
+    again = UsageSpool(spool_dir)
+    assert again.statistics()["abandoned"] == 1 and [s.entry_id for s in again.pending()] == ["req_killed"]
+    assert trio.run(StoreBoundary(store, again).drain)
+    again.close()
+    assert UsageSpool(spool_dir).pending() == []
+    assert store.usage_of_request("req_killed") is not None and store.usage_of_request("req_finished") is not None
+    assert len(store.recent_usage()) == 2
