@@ -10,6 +10,8 @@ from pathlib import Path
 import psycopg
 
 from llmgw.store import Store, UsageRecord, open_store
+from llmgw.store.postgres_schema import SCHEMA_VERSION as PG_SCHEMA_VERSION
+from llmgw.store.schema import SCHEMA_VERSION
 
 from .conftest import POSTGRES_URL, schema_url
 
@@ -48,7 +50,7 @@ def test_a_version_5_sqlite_store_keeps_its_usage_rows_and_gains_the_new_fields(
         raw.execute("INSERT INTO schema_migrations VALUES (?, 0)", (version,))
     raw.execute(OLD_ROW)
     raw.close()
-    _check_migrated(open_store(store_path), 6)
+    _check_migrated(open_store(store_path), SCHEMA_VERSION)  # 6 and on
 
 
 def test_a_version_3_postgres_store_keeps_its_usage_rows_and_gains_the_new_fields(postgres_schema: str) -> None:
@@ -62,7 +64,7 @@ def test_a_version_3_postgres_store_keeps_its_usage_rows_and_gains_the_new_field
             conn.execute(migration)
             conn.execute("INSERT INTO schema_migrations VALUES (%s, 0)", (version,))
         conn.execute(OLD_ROW)
-    _check_migrated(open_store(schema_url(postgres_schema)), 4)
+    _check_migrated(open_store(schema_url(postgres_schema)), PG_SCHEMA_VERSION)  # 4 and on
 
 
 def _check_migrated(store: Store, version: int) -> None:
