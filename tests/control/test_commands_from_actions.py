@@ -4,14 +4,19 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from types import MappingProxyType
 
 import pytest
 
-from llmgw.control.commands import action_key, install_engine, platform_of, start_shard, stop_shard
+from llmgw.control.commands import (
+    action_key, install_engine, may_take_part_in_slurm, platform_of, slurm_role, start_shard, stop_shard,
+)
 from llmgw.control.keys import SecretResolver, replica_key
 from llmgw.errors import UsageError
 from llmgw.plan.types import Action, ActionKind, Assignment
 from llmgw.settings import WeightsFile, load_directory
+from llmgw.settings.slurm import SlurmNode
+from llmgw.wire import pb
 
 from .conftest import write_seed
 
@@ -99,3 +104,18 @@ def test_agent_settings_tell_every_agent_the_control_planes_and_a_new_list_is_se
     several = replace(settings, cluster=replace(settings.cluster, control_planes=("10.0.0.1:8082", "10.0.0.2:8082")))
     assert list(agent_settings(several, "n1").control_planes) == ["10.0.0.1:8082", "10.0.0.2:8082"]
     assert agent_settings_fingerprint(several, "n1") != agent_settings_fingerprint(settings, "n1")
+
+
+@pytest.mark.parametrize(("enabled", "node_id", "expected"), [
+    (False, "ctl", False),  # Slurm off: no node has a part
+    (True, "ctl", True),    # the controller
+    (True, "n1", True),     # a node slurm.yaml may lend
+    (True, "n2", False),    # any other node of the fleet
+])
+def test_only_slurms_own_nodes_may_take_part_in_it(settings, enabled, node_id, expected):
+    slurm = replace(settings.slurm, enabled=enabled, controller="ctl",
+                    nodes=MappingProxyType({"n1": SlurmNode("debug")}))
+    settings = replace(settings, slurm=slurm)
+    assert may_take_part_in_slurm(settings, node_id) is expected
+    if not expected:  # answered without the fleet: a joining node's agent settings no longer build the whole fleet
+        assert slurm_role(settings, None, node_id, {}.__getitem__) == pb.SlurmRole()  # type: ignore[arg-type]
