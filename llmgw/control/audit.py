@@ -7,8 +7,10 @@ only queues, and a failed write (a locked ref, a full disk) is retried later wit
 
 Fenced: only the leader lease's holder writes. Each queued write carries the fencing token of the term that queued
 it, and before every write the `AuditWriter` asks its `fence` for the token this control plane holds now (checked
-against the store); when they differ (the lease ended, or another control plane took it), every write queued in an
-older term is dropped and the log says so, so a deposed leader that wakes up late writes nothing.
+against the store); when they differ (another control plane took the lease), every write queued in an older term is
+dropped and the log says so, so a deposed leader that wakes up late writes nothing. While nobody holds the lease
+(this control plane's own lease lapsed) the writes wait: taken again by the same control plane, the lease keeps its
+token, and they are written.
 """
 
 from __future__ import annotations
@@ -37,9 +39,14 @@ MAX_QUEUED = 200
 MAX_MESSAGE = 256 * 1024
 """Characters of pass messages one coalesced audit commit keeps, newest first."""
 
-Fence = Callable[[], Awaitable[int]]
-"""The fencing token of the leader lease this control plane holds now, as the store says (0: it does not lead).
-May raise (StoreError, TemporaryError): the write then waits and asks again, like a failed write."""
+Fence = Callable[[], Awaitable[int | None]]
+"""The fencing token of the leader lease this control plane holds now, as the store says; 0 when another control
+plane holds it (writes of this one's terms are dropped); None when nobody holds it now (this one's own lease lapsed,
+say while it was too busy to renew: its writes wait, and go once it takes the lease again, with the same token as
+nobody else held it in between). May raise (StoreError, TemporaryError): the write then waits and asks again, like
+a failed write."""
+LAPSE_RETRY_MAX = 10.0
+"""Seconds, at most, between two looks at a lapsed lease while writes wait (from 1 s, doubling)."""
 
 
 KEPT_OFF = ("cordoned", "drained", "lent")
@@ -369,13 +376,15 @@ class AuditWriter:
     def pending(self) -> int:
         return len(self._queue)
 
-    async def _fenced(self, item: _Write) -> bool:
+    async def _fenced(self, item: _Write) -> bool | None:
         """True when `item` may be written: no fence, or the fence's token now (not 0) is the one `item` was queued
-        under. Otherwise drops every queued write of another term, or all of them when not leading (logged), and
-        returns False."""
+        under. None while nobody holds the lease (the writes wait). Otherwise drops every queued write of another
+        term, or all of them when another control plane leads (logged), and returns False."""
         if self.fence is None:
             return True
         current = await self.fence()
+        if current is None:
+            return None
         if current and current == item.token:
             return True
         stale = [w for w in self._queue if not current or w.token != current]
@@ -391,7 +400,7 @@ class AuditWriter:
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Write what is queued, forever; a failure waits (1 s doubling to 60 s) and tries the same write again."""
         task_status.started()
-        delay = 1.0
+        delay = lapse_delay = 1.0
         while True:
             if not self._queue:
                 await self._wake.wait()
@@ -400,9 +409,14 @@ class AuditWriter:
             item, taken = coalesced(self._queue)
             self._writing = taken
             try:
-                if not await self._fenced(item):
+                fenced = await self._fenced(item)
+                if not fenced:
                     self._writing = 0
+                    if fenced is None:  # the lease lapsed: look again later
+                        await trio.sleep(lapse_delay)
+                        lapse_delay = min(LAPSE_RETRY_MAX, lapse_delay * 2)
                     continue
+                lapse_delay = 1.0
                 if item.status is not None:
                     await trio.to_thread.run_sync(
                         lambda: append_audit(str(self.repo_path), item.files(self.yaml), item.message))
@@ -434,7 +448,10 @@ class AuditWriter:
         while self._queue:
             item = self._queue[0]
             try:
-                if not await self._fenced(item):
+                fenced = await self._fenced(item)
+                if fenced is None:  # nobody holds the lease: nothing may be written now
+                    break
+                if not fenced:
                     continue
                 if item.status is not None:
                     await trio.to_thread.run_sync(

@@ -468,16 +468,14 @@ class ControlPlane:
             return token, self.holder
         return 0, await trio.to_thread.run_sync(self.store.lease_holder, LEASE_NAME, abandon_on_cancel=True)
 
-    async def _audit_fence(self) -> int:
-        """The fencing token this control plane leads with now, as the store's lease row says (0: it does not lead,
-        or the store names another holder or term); the audit writer checks it before each write."""
-        leadership = self.loop.state.leadership
-        if not leadership.leader:
-            return 0
+    async def _audit_fence(self) -> int | None:
+        """The fencing token this control plane holds the leader lease with, as the store's lease row says; 0 when
+        another control plane holds it; None when nobody does (this one's lapsed: see `llmgw.control.audit.Fence`).
+        The audit writer checks it before each write."""
         lease = await trio.to_thread.run_sync(self.store.lease, LEASE_NAME, abandon_on_cancel=True)
-        if lease is None or lease.holder != self.holder or lease.token != leadership.token:
-            return 0
-        return leadership.token
+        if lease is None:
+            return None
+        return lease.token if lease.holder == self.holder else 0
 
     def replica_key(self, replica_id: str) -> str:
         """The replica key of `replica_id` (HMAC-SHA256 of it under the store's "engine-key" secret, hex); kept

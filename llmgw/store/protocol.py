@@ -156,12 +156,13 @@ class Store(Protocol):
         """Take or renew the lease `name` for `holder` until now + ttl_seconds (unix seconds).
 
         Returns its fencing token (>= 1) when `holder` holds it, 0 while another does. The token stays the same
-        while the holder renews a live lease and rises by one on every other take (another holder, or the same
-        one after it expired or was released), so a command carrying an older token comes from a deposed holder.
+        while one holder keeps or takes it again (a renewal, or a take after its own lease lapsed or was released:
+        nobody else held it in between) and rises by one whenever another holder takes it, so a command carrying
+        an older token comes from a deposed holder.
         """
 
     def release_lease(self, name: str, holder: str) -> bool:
-        """Give the lease up if `holder` holds it; True when it did. The next take gets a higher token."""
+        """Give the lease up if `holder` holds it; True when it did. Another holder's next take gets a higher token."""
 
     def lease_holder(self, name: str, now: float | None = None) -> str | None:
         """Who holds the lease `name` at `now`, or None."""

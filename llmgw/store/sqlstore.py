@@ -305,20 +305,19 @@ class SqlStore:
         now = _now(now)
         with self._write() as conn:
             # one statement: taken when free, expired or already ours; untouched (0 rows) while another holds it.
-            # The token stays while the holder renews a live lease and rises by one on every other take.
+            # The token stays while the same holder holds or takes it again and rises by one when another takes it.
             row = conn.execute(
                 "INSERT INTO leases (name, holder, expires_at, token) VALUES (?, ?, ?, 1) ON CONFLICT (name) "
                 "DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at, "
-                "token = CASE WHEN leases.holder = excluded.holder AND leases.expires_at > ? "
-                "THEN leases.token ELSE leases.token + 1 END "
+                "token = CASE WHEN leases.holder = excluded.holder THEN leases.token ELSE leases.token + 1 END "
                 "WHERE leases.holder = excluded.holder OR leases.expires_at <= ? RETURNING token",
-                (name, holder, now + ttl_seconds, now, now),
+                (name, holder, now + ttl_seconds, now),
             ).fetchone()
         return 0 if row is None else int(row[0])
 
     def release_lease(self, name: str, holder: str) -> bool:
         with self._write() as conn:
-            # the row stays (expired at once) so the next holder's token is still higher than this one's
+            # the row stays (expired at once) so another holder's next token is still higher than this one's
             return conn.execute("UPDATE leases SET expires_at = 0 WHERE name = ? AND holder = ? AND expires_at > 0 "
                                 "RETURNING name", (name, holder)).fetchone() is not None
 

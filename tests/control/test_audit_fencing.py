@@ -7,6 +7,7 @@ import logging
 import time
 
 import trio
+import trio.testing
 
 from llmgw.control import ControlConfig, ControlPlane
 from llmgw.control.audit import AuditWriter
@@ -70,3 +71,31 @@ async def test_a_writer_fenced_out_writes_nothing_and_one_of_a_newer_term_writes
     await _written_by(writer)
     subjects = _subjects(settings_repo)
     assert writer.dropped == 2 and "of term two" in subjects and not any("term one" in s for s in subjects)
+
+
+def test_writes_wait_while_the_lease_has_lapsed_and_go_once_it_is_held_again(settings_repo):
+    """A leader too busy to renew lets its lease lapse; nobody else takes it, it takes it again with the same
+    token (llmgw.store leases), and what it queued meanwhile is written, not dropped (on MockClock)."""
+    answers = [None, None, 5]  # nobody holds the lease twice, then this control plane again (token 5)
+    looks: list[float] = []
+
+    async def fence() -> int | None:
+        looks.append(trio.current_time())
+        return answers.pop(0) if len(answers) > 1 else answers[0]
+
+    async def main() -> None:
+        writer = AuditWriter(settings_repo, fence=fence)
+        assert await writer.write_pending() == 0 and writer.pending() == 0  # nothing queued: nothing asked
+        writer.queue_audit({"nodes": {"a": 1}}, "queued before the lapse\n", token=5)
+        answers.insert(0, None)
+        assert await writer.write_pending() == 0 and writer.pending() == 1  # at shutdown: kept, not dropped
+        async with trio.open_nursery() as nursery:
+            await nursery.start(writer.run)
+            while writer.pending():
+                await trio.sleep(0.1)
+            nursery.cancel_scope.cancel()
+        assert writer.dropped == 0 and writer.written == 1
+        assert looks[-3:] == [looks[-3], looks[-3] + 1.0, looks[-3] + 3.0]  # 1 s, then 2 s between looks
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    assert "queued before the lapse" in _subjects(settings_repo)

@@ -40,7 +40,7 @@ def test_two_stores_on_one_database_see_each_others_leases(store_url: str) -> No
         b.close()
 
 
-def test_the_fencing_token_stays_while_renewed_and_rises_with_every_new_holder(store: Store) -> None:
+def test_the_fencing_token_stays_with_its_holder_and_rises_with_every_new_holder(store: Store) -> None:
     first = store.acquire_lease("leader", "cp-a", 10.0, NOW)
     assert first >= 1
     assert store.acquire_lease("leader", "cp-a", 10.0, NOW + 5) == first  # renewal keeps the token
@@ -49,10 +49,12 @@ def test_the_fencing_token_stays_while_renewed_and_rises_with_every_new_holder(s
     assert second == first + 1
     lease = store.lease("leader", NOW + 16)
     assert lease is not None and (lease.holder, lease.token, lease.expires_at) == ("cp-b", second, NOW + 25)
-    assert store.acquire_lease("leader", "cp-b", 10.0, NOW + 40) == second + 1  # taken again after expiry
+    # taken again by its holder after it lapsed: nobody else held it in between, so cp-b's commands and audit
+    # writes of before the lapse are still the newest term's (a busy leader that renewed late loses nothing)
+    assert store.acquire_lease("leader", "cp-b", 10.0, NOW + 40) == second
     assert store.release_lease("leader", "cp-b")
     assert store.lease("leader", NOW + 41) is None
-    assert store.acquire_lease("leader", "cp-a", 10.0, NOW + 41) == second + 2  # a release never lowers it
+    assert store.acquire_lease("leader", "cp-a", 10.0, NOW + 41) == second + 1  # another holder: higher
 
 
 def test_two_control_planes_racing_for_an_expired_lease_get_one_token(store_url: str) -> None:
