@@ -15,10 +15,12 @@ import time
 
 import trio
 
+from llmgw.agent.slurm import CURSOR_MARGIN
 from llmgw.control import ControlConfig, ControlPlane
 from llmgw.control.slurm_store import read_cursor
 from llmgw.settings import init_repository
-from llmgw.store import open_store
+from llmgw.errors import StoreError
+from llmgw.store import SqliteStore, open_store
 from llmgw.wire import agent_message, pb
 
 from .conftest import write_seed
@@ -45,7 +47,8 @@ def job(job_id: str, end: float) -> pb.SlurmJob:
 
 class ScriptedAgent:
     """Node n1's agent as the protocol sees it: registers, acknowledges its agent settings (kept in `settings`),
-    heartbeats every 0.1 s with `report`, and keeps the SlurmJobsRecorded it is sent."""
+    heartbeats every 0.1 s with `report`, and keeps the SlurmJobsRecorded it is sent; like the real agent, it then
+    reads on from there, so the jobs that ended before it (less the margin) are in no later beat."""
 
     def __init__(self) -> None:
         self.settings: list[pb.AgentSettings] = []
@@ -65,7 +68,11 @@ class ScriptedAgent:
                     if kind == "agent_settings":
                         self.settings.append(message.agent_settings)
                     elif kind == "slurm_jobs_recorded":
-                        self.recorded.append(message.slurm_jobs_recorded.until)
+                        until = message.slurm_jobs_recorded.until
+                        self.recorded.append(until)
+                        kept = [j for j in self.report.finished_jobs if j.end_time > until - CURSOR_MARGIN]
+                        self.report = pb.SlurmReport(cluster_name="lab", finished_jobs=kept,
+                                                     finished_until=self.report.finished_until)
                     if message.command_id:
                         await link.send(agent_message(command_result=pb.CommandResult(
                             command_id=message.command_id, ok=kind == "agent_settings", error="scripted")))
@@ -134,3 +141,33 @@ async def test_the_sacct_cursor_and_the_users_uids_outlive_the_control_plane(tmp
         assert sorted(r.replica for r in rows) == ["slurm:1", "slurm:2", "slurm:3"]  # each job once
     finally:
         store.close()
+
+
+class StoreFailingOnce(SqliteStore):
+    """The SQLite store, refusing the first Slurm job it is asked to record (a database away for a moment)."""
+
+    failed: list[str] = []
+
+    def record_usage_once(self, record, request_id):
+        if not self.failed:
+            self.failed.append(request_id)
+            raise StoreError("the store is away for a moment")
+        return super().record_usage_once(record, request_id)
+
+
+async def test_a_job_whose_recording_failed_keeps_the_cursor_until_it_is_recorded(tmp_path, weights_mirror) -> None:
+    repo = slurm_repo(tmp_path, weights_mirror[1])
+    store = StoreFailingOnce(tmp_path / "state" / "llmgw.sqlite3")
+    now = time.time()
+    agent = ScriptedAgent()
+    plane = ControlPlane(ControlConfig(repo=str(repo), state_dir=tmp_path / "state", store=store))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(plane.run)
+        await nursery.start(agent.run, plane.local_connector())
+        await wait_until(lambda: agent.settings, "the agent got its settings")
+        agent.report = pb.SlurmReport(cluster_name="lab", finished_jobs=[job("1", now - 900)], finished_until=now)
+        await wait_until(lambda: now in agent.recorded, "the job recorded from a later beat, then acknowledged")
+        assert store.failed == ["slurm:lab:1"]  # the first try failed: no acknowledgement came of it
+        assert [r.replica for r in store.recent_usage()] == ["slurm:1"] and read_cursor(store, "lab") == now
+        nursery.cancel_scope.cancel()
+    store.close()
