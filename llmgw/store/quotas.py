@@ -21,7 +21,7 @@ rows with the statements of `dialects`.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 
@@ -116,6 +116,14 @@ def empty_snapshot(scopes: Sequence[tuple[str, Quota]], now: float) -> Snapshot:
 
 def read_snapshot(conn: SqlConnection, scopes: Sequence[tuple[str, Quota]], now: float) -> Snapshot:
     """Read the windows and slot counts of `scopes` at `now` (one SELECT for the windows, one per slot scope)."""
+    return queue_snapshot(conn, scopes, now)()
+
+
+def queue_snapshot(conn: SqlConnection, scopes: Sequence[tuple[str, Quota]],
+                   now: float) -> Callable[[], Snapshot]:
+    """`read_snapshot` in two steps: the statements are run (on a batching connection, queued) now, and the
+    returned function reads their rows into the Snapshot. Snapshots queued one after another on a
+    `dialects.PostgresBatch` are read in one round trip."""
     snapshot = empty_snapshot(scopes, now)
     counts = {scope: conn.execute("SELECT count(*) FROM quota_slots WHERE scope = ? AND expires_at > ?", (scope, now))
               for scope in snapshot.slots}
@@ -127,13 +135,32 @@ def read_snapshot(conn: SqlConnection, scopes: Sequence[tuple[str, Quota]], now:
             f"(VALUES {', '.join(['(?, ?, ?)'] * len(keys))})",
             [value for key in keys for value in key],
         )
-    for scope, result in counts.items():
-        snapshot.slots[scope] = int(result.fetchone()[0])
-    if windows is not None:
-        for scope, period, requests, tokens, cost in windows.fetchall():
-            start, end, _usage = snapshot.windows[(scope, period)]
-            snapshot.windows[(scope, period)] = (start, end, (int(requests), int(tokens), float(cost)))
-    return snapshot
+
+    def read() -> Snapshot:
+        for scope, result in counts.items():
+            snapshot.slots[scope] = int(result.fetchone()[0])
+        if windows is not None:
+            for scope, period, requests, tokens, cost in windows.fetchall():
+                start, end, _usage = snapshot.windows[(scope, period)]
+                snapshot.windows[(scope, period)] = (start, end, (int(requests), int(tokens), float(cost)))
+        return snapshot
+
+    return read
+
+
+def with_reservation(snapshot: Snapshot, reservation: Reservation) -> Snapshot:
+    """`snapshot` as it reads once `reservation` (taken in the same transaction after it was read) is written:
+    each window it charged counts one more request and its tokens and cost, each slot scope one more slot. Pure;
+    `snapshot` is left unchanged."""
+    windows = dict(snapshot.windows)
+    for charge in reservation.charges:
+        entry = windows.get((charge.scope, charge.period))
+        if entry is not None and entry[0] == charge.start:
+            start, end, (requests, tokens, cost) = entry
+            windows[(charge.scope, charge.period)] = (start, end, (requests + 1, tokens + charge.tokens,
+                                                                   cost + charge.cost))
+    slots = {scope: count + (scope in reservation.slots) for scope, count in snapshot.slots.items()}
+    return Snapshot(snapshot.now, windows, slots)
 
 
 def _headroom(snapshot: Snapshot, scopes: Sequence[tuple[str, Quota]],
@@ -193,19 +220,22 @@ def decide(snapshot: Snapshot, limited: Sequence[tuple[str, Quota]], estimated_t
 
 def reserve(conn: SqlConnection, scopes: Sequence[tuple[str, Quota]], estimated_tokens: int,
             estimated_cost: float, now: float, reservation_id: str, slot_ttl: float,
-            locked: bool = False) -> Reservation | Rejection:
+            locked: bool = False, snapshot: Snapshot | None = None) -> Reservation | Rejection:
     """Check every limit of every scope, then charge them all, or charge nothing and return a Rejection.
 
     Must run inside a write transaction: the scopes are locked first (`SqlConnection.lock_scopes`; `locked`
     True: the caller has locked them in this transaction already), so the check and the charge are atomic
-    against every other gateway. Scopes without any limit are skipped and cost no writes.
+    against every other gateway. Scopes without any limit are skipped and cost no writes. `snapshot`: the limited
+    scopes' usage as it stands in this transaction, when the caller has it (`queue_snapshot`, `with_reservation`);
+    None: read here.
     """
     limited = [(scope, limits) for scope, limits in scopes if has_limits(limits)]
     if not limited:
         return Reservation(None, (), estimated_tokens, estimated_cost, now)
     if not locked:
         conn.lock_scopes([scope for scope, _limits in limited])
-    snapshot = read_snapshot(conn, limited, now)
+    if snapshot is None:
+        snapshot = read_snapshot(conn, limited, now)
     decision = decide(snapshot, limited, estimated_tokens, estimated_cost)
     if isinstance(decision, Rejection):
         return decision

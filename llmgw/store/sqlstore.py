@@ -156,8 +156,9 @@ class SqlStore:
         """`reserve` of each (scopes, estimated_tokens, estimated_cost, now) of `requests`, in order, in one
         transaction (a group commit): each decided on what the ones before it in the group left, exactly as one by
         one. Every limited scope of the group is locked first, in one sorted statement (PostgreSQL), so two groups
-        never deadlock on scopes; on PostgreSQL the group takes one round trip per reservation plus one
-        (`dialects.PostgresBatch`: each read is sent with the previous reservation's writes).
+        never deadlock on scopes; then every request's usage is read at once and brought up to date in memory with
+        the reservations before it (`quotas.with_reservation`): on PostgreSQL a group takes two round trips, as one
+        reservation does (`dialects.PostgresBatch`).
 
         One outcome per request: a Reservation, a Rejection, or a UsageError (not raised) for negative estimates.
         Raises TemporaryError or StoreError for the whole group (nothing is written).
@@ -181,9 +182,21 @@ class SqlStore:
                 self._last_prune = latest
             conn.lock_scopes([scope for _index, scopes, *_rest in limited
                               for scope, limits in scopes if quotas.has_limits(limits)])
-            for index, scopes, estimated_tokens, estimated_cost, now in limited:
-                outcomes[index] = quotas.reserve(conn, scopes, estimated_tokens, estimated_cost, now,
-                                                 "res_" + uuid.uuid4().hex, self.slot_ttl, locked=True)
+            # every snapshot read at once (one round trip with the lock on PostgreSQL), each then brought up to
+            # date with the reservations taken before it in the group
+            reads = [quotas.queue_snapshot(conn, [(s, q) for s, q in scopes if quotas.has_limits(q)], now)
+                     for _index, scopes, _tokens, _cost, now in limited]
+            snapshots = [read() for read in reads]  # all read before any write (a SQLite cursor reads lazily)
+            taken: list[Reservation] = []
+            for (index, scopes, estimated_tokens, estimated_cost, now), snapshot in zip(limited, snapshots,
+                                                                                        strict=True):
+                for reservation in taken:
+                    snapshot = quotas.with_reservation(snapshot, reservation)
+                outcome = quotas.reserve(conn, scopes, estimated_tokens, estimated_cost, now,
+                                         "res_" + uuid.uuid4().hex, self.slot_ttl, locked=True, snapshot=snapshot)
+                if isinstance(outcome, Reservation):
+                    taken.append(outcome)
+                outcomes[index] = outcome
         return outcomes
 
     def settle(self, reservation: Reservation, actual_tokens: int, actual_cost: float, now: float | None = None,

@@ -222,3 +222,42 @@ async def test_a_reservation_cancelled_while_its_group_is_written_still_reaches_
         assert store.release(got[0], NOW) is True  # the caller has what the store wrote, and can free it
     finally:
         boundary.close()
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_random_groups_of_reservations_decide_as_one_by_one(backend, tmp_path, request) -> None:
+    """Seeded random groups (two projects sharing a team, small limits, estimates near them, times across a minute
+    boundary): a group admits and refuses what the same requests one by one do, and leaves the same windows and
+    slots."""
+    import random
+
+    urls = []
+    for name in ("single", "group"):
+        if backend == "sqlite":
+            urls.append(str(tmp_path / name / "llmgw.sqlite3"))
+        else:
+            from .conftest import schema_url
+            urls.append(schema_url(_another_schema(request)))
+    single, group = (open_store(url) for url in urls)
+    try:
+        for seed in range(12):
+            rng = random.Random(seed)
+            team = ("team:t", Quota(tokens_per_minute=rng.choice([None, 300, 800]),
+                                    concurrent_requests=rng.choice([None, 3])))
+            projects = {p: [(f"project:{p}", Quota(requests_per_minute=rng.choice([None, 2, 4]),
+                                                   tokens_per_day=rng.choice([None, 500]),
+                                                   budget=rng.choice([None, 1.0]))), team] for p in "xy"}
+            base = NOW + 3600 * seed + 50
+            requests = [(projects[rng.choice("xy")], rng.choice([0, 50, 150, 400]), rng.choice([0.0, 0.3, 0.6]),
+                         base + rng.choice([0.0, 5.0, 11.0])) for _ in range(rng.randint(1, 9))]
+            one_by_one = [single.reserve(*r) for r in requests]
+            grouped = group.reserve_many(requests)
+            assert [type(o).__name__ for o in grouped] == [type(o).__name__ for o in one_by_one], seed
+            assert [getattr(o, "limit_name", None) for o in grouped] == [getattr(o, "limit_name", None)
+                                                                          for o in one_by_one], seed
+            windows = [sorted(s.table_rows("quota_windows")) for s in (single, group)]
+            assert windows[0] == windows[1], seed
+            assert (len(list(single.table_rows("quota_slots"))) == len(list(group.table_rows("quota_slots")))), seed
+    finally:
+        single.close()
+        group.close()
