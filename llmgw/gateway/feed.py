@@ -47,7 +47,8 @@ class MessageStream:
     """Length-prefixed JSON messages over a trio stream (a `trio.SocketStream` of one end of the socketpair).
 
     `send(message)` writes one message (a checkpoint); `receive()` returns the next one, or None at the end of the
-    stream (the other process is gone). Raises FeedError for a frame over MAX_MESSAGE_BYTES or that is not JSON.
+    stream or when it was reset (the other process is gone: a process killed with unread data in its socket resets
+    it). Raises FeedError for a frame over MAX_MESSAGE_BYTES or that is not JSON.
     One task sends and one receives at a time (trio's stream rules; `send` holds a lock for several senders).
     """
 
@@ -63,7 +64,10 @@ class MessageStream:
 
     async def _fill(self, size: int) -> bool:
         while len(self._buffer) < size:
-            chunk = await self.stream.receive_some(1 << 20)
+            try:
+                chunk = await self.stream.receive_some(1 << 20)
+            except trio.BrokenResourceError:  # reset: the other process died
+                return False
             if not chunk:
                 return False
             self._buffer += chunk

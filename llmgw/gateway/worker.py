@@ -55,7 +55,10 @@ async def _report_load(gateway: Gateway, feed: MessageStream) -> None:
         await trio.sleep(LOAD_REPORT_SECONDS)
         if gateway.balancer.outstanding != sent:
             sent = dict(gateway.balancer.outstanding)
-            await feed.send({"type": "load", "outstanding": sent})
+            try:
+                await feed.send({"type": "load", "outstanding": sent})
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                return  # the control plane is gone: the feed's end stops this worker
 
 
 async def run_worker(feed_socket: socket.socket) -> None:

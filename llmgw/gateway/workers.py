@@ -33,7 +33,7 @@ from typing import Any
 
 import trio
 
-from llmgw.gateway.feed import MessageStream, blocks_message, table_to_json
+from llmgw.gateway.feed import FeedError, MessageStream, blocks_message, table_to_json
 from llmgw.gateway.restarts import WorkerStartError, keep_running, only_error
 from llmgw.gateway.tcp import reuseport_socket
 from llmgw.routes import BlockSnapshot, RouteTable
@@ -197,7 +197,7 @@ class GatewayWorkers:
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._feed, index, feed, nursery.cancel_scope)
-                nursery.start_soon(self._listen, index, feed, ready)
+                nursery.start_soon(self._listen, index, feed, ready, process)
                 nursery.start_soon(_cancel_on_exit, process, nursery.cancel_scope)
                 with trio.move_on_after(READY_TIMEOUT):
                     await ready.wait()
@@ -221,14 +221,24 @@ class GatewayWorkers:
                 log.warning("gateway worker %d (pid %d) ended with status %d", index, process.pid,
                             process.returncode)
 
-    async def _listen(self, index: int, feed: MessageStream, ready: trio.Event) -> None:
+    async def _listen(self, index: int, feed: MessageStream, ready: trio.Event, process: trio.Process) -> None:
         """Read worker `index`'s messages until its feed ends: `ready` sets `ready`, `load` is shared with the
-        other workers."""
+        other workers. A malformed message kills `process` (the restart policy starts it again)."""
+        try:
+            await self._read_reports(index, feed, ready)
+        except FeedError as exc:  # a bug of the worker's: it is stopped, and started again
+            log.error("gateway worker %d sent something that is not a message (%s); it is stopped", index, exc)
+            process.kill()
+
+    async def _read_reports(self, index: int, feed: MessageStream, ready: trio.Event) -> None:
         while (message := await feed.receive()) is not None:
             if message.get("type") == "ready":
                 ready.set()
             elif message.get("type") == "load":
-                self._loads[index] = {str(k): int(v) for k, v in dict(message["outstanding"]).items()}
+                try:
+                    self._loads[index] = {str(k): int(v) for k, v in dict(message["outstanding"]).items()}
+                except (KeyError, TypeError, ValueError) as exc:
+                    raise FeedError(f"a load report is not well formed ({exc!r})") from exc
                 self._wake_all(but=index)
 
     def _elsewhere(self, index: int) -> dict[str, int]:

@@ -80,6 +80,16 @@ async def test_messages_cross_a_socketpair_whole_and_the_end_is_none():
     assert await receiver.receive() is None
 
 
+async def test_a_feed_reset_by_a_killed_peer_ends_like_a_closed_one():
+    """A process killed with unread messages in its socket resets the pair (ECONNRESET): that is the feed's end,
+    not an error that would stop the control plane (a PostgreSQL run of test_gateway_workers.py met it)."""
+    mine, theirs = socket.socketpair()
+    feed = MessageStream(trio.SocketStream(trio.socket.from_stdlib_socket(mine)))
+    await feed.send({"type": "table", "table": table_to_json(RouteTable())})  # never read by the peer
+    theirs.close()
+    assert await feed.receive() is None
+
+
 def test_rendezvous_affinity_is_the_same_in_every_worker_and_moves_only_when_loaded():
     prefixes = [f"prefix-{i}" for i in range(200)]
     workers = [Balancer(rendezvous=True) for _ in range(3)]
