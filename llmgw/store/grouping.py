@@ -3,8 +3,8 @@
 A group commit: each group is one call of `write(items)` (one worker thread, one store transaction), so under
 concurrency a request costs a fraction of a thread hop and of a database round trip; a call that finds no group
 being written is written at once, as a group of one, so a lone request waits for nothing. One group is written at
-a time per `Groups`. Items are grouped with the first queued item's `key` (items of other keys wait for a later
-group), at most `limit` per group.
+a time per key: items are grouped by `key` (at most `limit` per group), and groups of different keys are written at
+the same time, so that one key's slow group (a quota scope locked by another gateway) holds up no other key.
 
 Cancellation: with `abandon` True (settlements, which the spool keeps), a cancelled caller stops waiting at once;
 when the cancelled caller was the group's writer, the worker thread is abandoned and still writes the group, whose
@@ -57,7 +57,7 @@ class Groups(Generic[Item, Outcome]):
         self.abandon = abandon
         self.groups = 0  # groups written since start
         self._queued: list[_Entry] = []
-        self._writing: trio.Event | None = None  # set when the group being written ends; None while none is
+        self._writing: dict[Hashable, trio.Event] = {}  # key -> set when its group being written ends
 
     async def submit(self, item: Item, key: Hashable = None) -> Outcome:
         """Have `item` written in a group of items with the same `key`; its outcome. A checkpoint.
@@ -68,10 +68,11 @@ class Groups(Generic[Item, Outcome]):
         self._queued.append(entry)
         try:
             while not entry.done:
-                if self._writing is not None:
-                    await self._writing.wait()
+                writing = self._writing.get(key)
+                if writing is not None:
+                    await writing.wait()
                 elif entry in self._queued:
-                    await self._write_group()
+                    await self._write_group(key)
                 else:
                     raise Abandoned()
         except trio.Cancelled:
@@ -79,8 +80,8 @@ class Groups(Generic[Item, Outcome]):
                 self._queued.remove(entry)
             elif not self.abandon:
                 with trio.CancelScope(shield=True):  # its group is being written: its outcome must reach the caller
-                    while not entry.done and self._writing is not None:
-                        await self._writing.wait()
+                    while not entry.done and (writing := self._writing.get(key)) is not None:
+                        await writing.wait()
                 if entry.done and entry.error is None:
                     return entry.outcome  # the caller meets its cancellation at its next checkpoint
             raise
@@ -88,12 +89,11 @@ class Groups(Generic[Item, Outcome]):
             raise entry.error
         return entry.outcome
 
-    async def _write_group(self) -> None:
-        key = self._queued[0].key
+    async def _write_group(self, key: Hashable) -> None:
         group = [entry for entry in self._queued if entry.key == key][:self.limit]
         taken = set(map(id, group))
         self._queued = [entry for entry in self._queued if id(entry) not in taken]
-        self._writing = finished = trio.Event()
+        self._writing[key] = finished = trio.Event()
         try:
             try:
                 outcomes = await self._write([entry.item for entry in group])
@@ -105,5 +105,5 @@ class Groups(Generic[Item, Outcome]):
                 for entry, outcome in zip(group, outcomes, strict=True):
                     entry.outcome, entry.done = outcome, True
         finally:
-            self._writing = None
+            del self._writing[key]
             finished.set()

@@ -145,13 +145,16 @@ class _GatedStore:
         self.store = store
         self.gates = [threading.Event() for _ in range(calls)]
         self.groups: list[int] = []
+        self.lock = threading.Lock()
 
     def __getattr__(self, name):
         return getattr(self.store, name)
 
     def reserve_many(self, requests):
-        self.groups.append(len(requests))
-        self.gates[len(self.groups) - 1].wait(10)
+        with self.lock:
+            gate = self.gates[len(self.groups)]
+            self.groups.append(len(requests))
+        gate.wait(10)
         return self.store.reserve_many(requests)
 
 
@@ -261,3 +264,28 @@ def test_random_groups_of_reservations_decide_as_one_by_one(backend, tmp_path, r
     finally:
         single.close()
         group.close()
+
+
+async def test_a_group_held_in_the_store_holds_up_no_reservation_of_other_scopes(store, tmp_path) -> None:
+    """A group waiting in the store (another gateway holding its scope, say) does not delay another project."""
+    gated = _GatedStore(store, 2)
+    gated.gates[1].set()
+    boundary = StoreBoundary(gated, UsageSpool(tmp_path / "spool"))
+    got: dict[str, object] = {}
+
+    async def reserve(name: str) -> None:
+        got[name] = await boundary.reserve([(f"project:{name}", Quota(concurrent_requests=1))], 10, 0.0, NOW)
+
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(reserve, "held")
+            await trio.testing.wait_all_tasks_blocked()
+            nursery.start_soon(reserve, "other")
+            with trio.fail_after(10):
+                while "other" not in got:
+                    await trio.sleep(0.01)
+            assert "held" not in got
+            gated.gates[0].set()
+        assert [type(got[name]).__name__ for name in ("held", "other")] == ["Reservation"] * 2
+    finally:
+        boundary.close()
