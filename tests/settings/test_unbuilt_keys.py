@@ -20,7 +20,7 @@ from settings_trees import EXAMPLE
 # rows of UNBUILT it shows (" + " between several).
 CASES = {
     "llmgw prices.gpu_hour_cost": (("llmgw.yaml", "  # gpu_hour_cost: {", "  gpu_hour_cost: {"),
-                                   ["llmgw.yaml:30:3: prices.gpu_hour_cost"]),
+                                   ["llmgw.yaml:36:3: prices.gpu_hour_cost"]),
     "engines sglang[].python_packages": (("engines.yaml", '    # python_packages: ["sglang', '    python_packages: ["sglang'),
                                          ["engines.yaml:41:5: sglang[0].python_packages"]),
     "engines llama.cpp[].python_packages": (("engines.yaml", "    default: true\n    # Built", "    default: true\n    python_packages: [x]\n    # Built"),

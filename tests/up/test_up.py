@@ -136,6 +136,24 @@ def test_the_sdk_gets_generated_text_from_gemma_through_the_gateway(client):
     assert reply.model == MODEL
 
 
+def test_the_request_id_a_client_gets_shows_its_usage_under_up(up, client):
+    """`llmgw usage --request ID` under `llmgw up`: the id the SDK exposes leads to the request's record, with the
+    replica that served it and the settings commit that replica was started from."""
+    reply = client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "Say hi."}], max_tokens=4, temperature=0,
+    )
+    assert reply._request_id and reply._request_id.startswith("req_")
+
+    def shown():
+        done = llmgw("usage", "--request", reply._request_id, "--json", state=up.state, check=False)
+        return json.loads(done.stdout) if done.returncode == 0 else None
+
+    record = wait_until(shown, 30, "the request's usage record")
+    assert (record["model"], record["status"]) == (MODEL, 200), record
+    assert record["replica"].startswith(f"{MODEL}-") and record["completion_tokens"] == reply.usage.completion_tokens
+    assert record["settings_commit"] and len(record["settings_commit"]) == 40, record
+
+
 def test_a_streamed_reply_arrives_in_chunks_and_an_alias_works(client):
     chunks = list(client.chat.completions.create(
         model="gemma", messages=[{"role": "user", "content": "Count to five."}], max_tokens=12, stream=True,
