@@ -29,6 +29,7 @@ from llmgw.agent.supervisor import Supervisor
 from llmgw.agent.tracing import NO_TRACE, AgentTracing, open_agent_tracing
 from llmgw.agent.weights_layout import engine_model_path, lay_out_adapters
 from llmgw.engines import Launch, LlamaCppSource, get_engine, llamacpp, vllm
+from llmgw.engines.builds import NodeFacts, choose_build
 from llmgw.engines.python_env import install_python_engine
 from llmgw.errors import EngineError, LlmgwError, UsageError, WeightsError
 from llmgw.groups import expect_leaves
@@ -112,6 +113,9 @@ class NodeAgent:
         self.fence = Fence(load_token(config.state_dir))  # the newest leader-lease token seen (llmgw.agent.fencing)
         self.slurm = SlurmKeeper(SlurmLayout(Path(config.state_dir) / "slurm"), nursery)  # Slurm's daemons (issue 15)
         self.kv_watch = KvWatch(nursery)  # each vLLM shard's KV-cache events (llmgw.agent.kv_watch)
+        # The GPUs and driver discovery found (set at each Register); the build of vLLM and SGLang is chosen from
+        # them (llmgw.engines.builds). None until then: Python engines install as engines.yaml names them.
+        self.node_facts: NodeFacts | None = None
 
     # --- reporting ----------------------------------------------------------------------------------------
 
@@ -447,9 +451,14 @@ class NodeAgent:
                     sdist_sha256=command.sdist_sha256, build_args=tuple(command.build_args),
                 )
                 binary = await llamacpp.install(source, self.config.engines_path, self.config.cache_dir, progress)
-            else:  # a Python engine: one venv of the version's python_packages
+            else:  # a Python engine: one venv of the version's python_packages, in the build chosen for this node
+                build = "" if self.node_facts is None else choose_build(self.node_facts, self.config.build,
+                                                                            self.config.node_id)
+                if build:
+                    progress(0.0, f"build {build} (agents/ build: {self.config.build})")
                 binary = await install_python_engine(command.engine, command.version, list(command.python_packages),
-                                                     self.config.engines_path, progress=progress)
+                                                     self.config.engines_path, progress=progress, build=build,
+                                                     node=self.config.node_id)
         except LlmgwError as exc:
             log.warning("installing %s failed: %s", key, exc)
             trace.end(str(exc))

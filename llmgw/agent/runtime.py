@@ -39,6 +39,7 @@ from llmgw.agent.discovery import discover_node, load_nvml
 from llmgw.agent.engine_load import read_engine_loads
 from llmgw.agent.health import HealthReader, HealthWatch, report_message
 from llmgw.agent.ignoring import ignored_cards, offered_gpus
+from llmgw.engines.builds import NodeFacts
 from llmgw.agent.inventory import free_bytes_under
 from llmgw.agent.kv_forwarding import ShardBlocks, kv_messages
 from llmgw.agent.readings import Readings
@@ -299,6 +300,7 @@ class _Session:
         discovery = await trio.to_thread.run_sync(
             functools.partial(discover_node, config.weights_path, ours, nvml=self.nvml))
         gpus = offered_gpus(discovery.gpus, config.ignore_gpus)
+        agent.node_facts = NodeFacts.from_report(gpus)  # what the build of Python engine installs is chosen from
         skip = ignored_cards(discovery.gpus, config.ignore_gpus)
         # Health goes with Register, so no card a finding takes out is offered bare: read the first time, judged
         # again with the ignored cards after that (no tools run, so the readings' timer does not run on meanwhile).

@@ -170,6 +170,7 @@ def agent_settings(settings: Settings, node_id: str, slurm: pb.SlurmRole | None 
         ignore_gpus=list(agent.ignore_gpus),
         mirrors=list(agent.mirrors),
         shard_stop_grace=agent.shard_stop_grace,
+        build=agent.build,
         control_planes=list(settings.cluster.control_planes),
         tracing=pb.TraceSettings(endpoint=agent.tracing.endpoint or "", sample_ratio=agent.tracing.sample_ratio),
     )

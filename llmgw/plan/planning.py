@@ -332,7 +332,7 @@ def with_slurm_role(fingerprint: str, role: SlurmRole) -> str:
     return hashlib.sha256(f"{fingerprint} slurm {role.digest()}".encode()).hexdigest()[:16]
 
 
-_ADDED_LATER = frozenset({"tracing"})
+_ADDED_LATER = frozenset({"tracing", "build"})
 
 
 def _plain(value):

@@ -235,6 +235,7 @@ def build_agent(data: Mapping[str, Any], base: AgentSettings | None = None) -> A
         shard_stop_grace=_duration(data, "shard_stop_grace", base.shard_stop_grace),
         fabrics=tuple(data.get("fabrics", base.fabrics)),
         tracing=build_tracing(data.get("tracing", {}), base.tracing),
+        build=data.get("build", base.build),
     )
 
 

@@ -210,7 +210,8 @@ class AgentSettings:
     Directories are absolute or relative to the agent's state directory. Durations in seconds.
     `ignore_gpus` lists GPU indices or UUIDs the agent must leave alone. `mirrors` are directories searched
     for weights by sha256 before any download. `tracing`: the node's spans of replica starts and engine
-    installs (`llmgw agent --otlp-endpoint` overrides the endpoint).
+    installs (`llmgw agent --otlp-endpoint` overrides the endpoint). `build`: which build of the Python engines
+    the node installs (`llmgw.engines.builds`; "auto" decides from its GPUs and driver).
     """
 
     weights_dir: str = "weights"
@@ -225,6 +226,7 @@ class AgentSettings:
     shard_stop_grace: float = 10.0
     fabrics: tuple[str, ...] = ()
     tracing: Tracing = Tracing()
+    build: str = "auto"
 
 
 @dataclass(frozen=True)

@@ -56,14 +56,13 @@ class UnbuiltKey:
 _NO_INSTALL = {
     "llama.cpp": "agents install llama.cpp from archives, an sdist or a mirror; no Python environment is made for it",
     "vllm": "agents install vLLM as a virtual environment of its `python_packages` only",
-    "sglang": "agents do not install SGLang yet, so an agent runs the one it is given with "
-              "`llmgw agent --engine-binary sglang@VERSION=PATH`",
+    "sglang": "agents install SGLang as a virtual environment of its `python_packages` only",
 }
 
 UNBUILT: tuple[UnbuiltKey, ...] = (
     UnbuiltKey("llmgw", ("prices", "gpu_hour_cost"), "it prices Slurm jobs only (docs/slurm.md); a model's usage is "
                "priced by its own `prices`, and a model without them costs nothing"),
-    *(UnbuiltKey("engines", (engine, ANY, "python_packages"), _NO_INSTALL[engine]) for engine in ("llama.cpp", "sglang")),
+    UnbuiltKey("engines", ("llama.cpp", ANY, "python_packages"), _NO_INSTALL["llama.cpp"]),
     *(UnbuiltKey("engines", (engine, ANY, key), _NO_INSTALL[engine])
       for engine in ("vllm", "sglang") for key in ("archives", "sdist", "mirror", "build_args")),
     UnbuiltKey("agent", ("fabrics",), "nothing reads this key: agents report the interconnects they discover"),

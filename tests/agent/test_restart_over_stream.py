@@ -45,7 +45,7 @@ async def test_restart_keeps_the_engine_serving_and_the_next_agent_adopts_it_wit
         link = await control.links.receive()
         register = (await link.receive()).register
         assert tuple(register.features) == FEATURES and features.RESTART in register.features
-        assert tuple(register.engines_installable) == ENGINES_INSTALLABLE == ("llama.cpp", "vllm")
+        assert tuple(register.engines_installable) == ENGINES_INSTALLABLE == ("llama.cpp", "vllm", "sglang")
         await link.send(_start(tmp_path))
         ready = (await next_matching(link, lambda m: _body("shard_status")(m) and m.shard_status.state == "ready",
                                      timeout=60)).shard_status

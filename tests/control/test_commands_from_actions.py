@@ -119,3 +119,14 @@ def test_only_slurms_own_nodes_may_take_part_in_it(settings, enabled, node_id, e
     assert may_take_part_in_slurm(settings, node_id) is expected
     if not expected:  # answered without the fleet: a joining node's agent settings no longer build the whole fleet
         assert slurm_role(settings, None, node_id, {}.__getitem__) == pb.SlurmRole()  # type: ignore[arg-type]
+
+
+def test_a_nodes_build_override_is_sent_to_its_agent_and_changes_its_fingerprint(settings):
+    from llmgw.control.commands import agent_settings
+    from llmgw.plan.planning import agent_settings_fingerprint
+
+    node = settings.agent_settings_for("n1")
+    assert agent_settings(settings, "n1").build == "auto"
+    cu129 = replace(settings, node_agents=MappingProxyType({"n1": replace(node, build="cu129")}))
+    assert agent_settings(cu129, "n1").build == "cu129"
+    assert agent_settings_fingerprint(cu129, "n1") != agent_settings_fingerprint(settings, "n1")

@@ -4,11 +4,10 @@ wheels generated here) becomes a lock of every package with its sha256; an insta
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import os
 import re
-import zipfile
+import sys
 from pathlib import Path
 
 import pytest
@@ -18,26 +17,8 @@ from llmgw.engines import python_env
 from llmgw.engines.locking import find_lock, lock_header, locked_packages, make_lock, render_lock
 from llmgw.errors import EngineError
 
-
-def wheel(index: Path, name: str, version: str, requires: tuple[str, ...] = (), body: str = "") -> Path:
-    """A pure-Python wheel `name` (module of the same name) in the PEP 503 index at `index`, with its page."""
-    module = name.replace("-", "_")
-    dist = f"{module}-{version}"
-    files = {f"{module}/__init__.py": f"__version__ = {version!r}\n{body}",
-             f"{dist}.dist-info/METADATA": "Metadata-Version: 2.1\nName: " + name + "\nVersion: " + version + "\n"
-             + "".join(f"Requires-Dist: {r}\n" for r in requires),
-             f"{dist}.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
-    record = "".join(f"{p},sha256={base64.urlsafe_b64encode(hashlib.sha256(c.encode()).digest()).rstrip(b'=').decode()},"
-                     f"{len(c.encode())}\n" for p, c in files.items()) + f"{dist}.dist-info/RECORD,,\n"
-    folder = index / name
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{dist}-py3-none-any.whl"
-    with zipfile.ZipFile(path, "w") as archive:
-        for member, content in {**files, f"{dist}.dist-info/RECORD": record}.items():
-            archive.writestr(member, content)
-    links = "".join(f'<a href="{p.name}">{p.name}</a>\n' for p in sorted(folder.glob("*.whl")))
-    (folder / "index.html").write_text(f"<html><body>\n{links}</body></html>\n")
-    return path
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
+from wheels import wheel  # noqa: E402
 
 
 def sha(path: Path) -> str:
