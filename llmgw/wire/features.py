@@ -18,7 +18,8 @@ RESTART = "restart"                    # Restart over the stream: answers, resta
 IGNORE_GPUS = "agent_settings.ignore_gpus"  # AgentSettings.ignore_gpus: those GPUs are not reported, read or offered
 TELEMETRY_INTERVAL = "agent_settings.telemetry_interval"  # readings every AgentSettings.telemetry_interval
 INSTALL_VLLM = "install:vllm"          # InstallEngine for vllm: a venv from InstallEngine.python_packages
+WEIGHTS_HF_DIRECTORY = "weights:hf-directory"  # a WeightsFile naming hf://org/repo@<revision>/[dir/], listed by the Hub
 
 ALL = (ADOPT, LOGS, INSTALL_LLAMA_CPP, WEIGHTS_MIRROR, WEIGHTS_HTTPS, WEIGHTS_HF, RESTART, IGNORE_GPUS,
-       TELEMETRY_INTERVAL, INSTALL_VLLM)
+       TELEMETRY_INTERVAL, INSTALL_VLLM, WEIGHTS_HF_DIRECTORY)
 """Every feature name defined so far, in the order they were added."""
