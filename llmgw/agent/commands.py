@@ -342,6 +342,9 @@ class NodeAgent:
                                                       progress_text=text))
 
             self._set_pending(view.with_state(ShardState.FETCHING, progress=0.0, progress_text="looking for the weights"))
+            if any(weights_tree.is_directory_source(f.source) for a in command.adapters for f in a.weights):
+                raise WeightsError(f"shard {command.shard_id}: an adapter names a directory source; adapters list "
+                                   "their files one by one (llmgw validate refuses this)")
             # the adapters' files come with the model's, in one fetch (one progress, the same cache and checks)
             files = [*command.weights, *(f for a in command.adapters for f in a.weights)]
             paths, sources, names = await fetch_weights(files, self.config.weights_path, self.config.mirrors,

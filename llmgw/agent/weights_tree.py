@@ -48,6 +48,9 @@ from llmgw.errors import WeightsError
 _DIRECTORY = re.compile(r"^hf://(?P<repo>[^/@]+/[^/@]+)@(?P<revision>[0-9a-f]{40})/(?P<path>(?:[^/\s@]+/)*)$")
 MAX_TREE_PAGES = 100
 """Pages of the tree followed at most (the Hub sends 1,000 entries a page)."""
+MAX_GIT_FILE_BYTES = 64 << 20
+"""The largest file kept in git (not LFS) that is downloaded into memory and checked by its blob id (the Hub
+refuses files over 10 MB outside LFS)."""
 
 
 @dataclass(frozen=True)
@@ -185,14 +188,21 @@ async def _sha256_of_git_file(file: TreeFile, weights_dir: Path, client: httpx.A
         digest = record.read_text().strip()
         if _hex(digest, 64) and (weights_dir / "sha256" / digest).is_file():
             return digest
+    if file.size > MAX_GIT_FILE_BYTES:
+        raise WeightsError(f"{file.source}: the Hub lists it in git, not LFS, at {file.size} bytes (more than "
+                           f"{MAX_GIT_FILE_BYTES}); list the model's files one by one with their sha256")
     url = hub_url(file.source, endpoint)
+    content = b""
     try:
-        response = await client.get(url, headers={"Authorization": f"Bearer {token}"} if token else {})
+        async with client.stream("GET", url, headers={"Authorization": f"Bearer {token}"} if token else {}) as answer:
+            if answer.status_code != 200:
+                raise WeightsError(f"{file.source}: the server answered HTTP {answer.status_code} at {url}")
+            async for chunk in answer.aiter_bytes():
+                content += chunk
+                if len(content) > file.size:
+                    break  # longer than the tree says: the id check below refuses it
     except httpx.HTTPError as exc:
         raise WeightsError(f"{file.source}: download from {url} failed ({exc})") from exc
-    if response.status_code != 200:
-        raise WeightsError(f"{file.source}: the server answered HTTP {response.status_code} at {url}")
-    content = response.content
     actual = git_blob_sha1(content)
     if actual != file.git_sha1:
         raise WeightsError(f"{file.source} has git blob id {actual}, but the Hub's tree publishes {file.git_sha1}; "

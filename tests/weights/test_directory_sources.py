@@ -109,17 +109,22 @@ async def test_a_subdirectory_is_given_to_llama_cpp_as_its_first_split(tmp_path,
     assert engine_model_path("llama.cpp", sources, paths, tmp_path, names).name == "tiny-00001-of-00003.gguf"
 
 
-@pytest.mark.parametrize(("tampered", "message"), [
-    ("model-00002-of-00002.safetensors", f"hf://{REPO}@{REVISION}/model-00002-of-00002.safetensors has sha256 "),
-    ("config.json", f"hf://{REPO}@{REVISION}/config.json has git blob id [0-9a-f]{{40}}, but the Hub's tree "
-                    "publishes"),
+EVIL = b'{"architectures": ["Evil"]}'
+
+
+@pytest.mark.parametrize(("tampered", "content", "message"), [
+    ("model-00002-of-00002.safetensors", EVIL,
+     f"hf://{REPO}@{REVISION}/model-00002-of-00002.safetensors has sha256 "),
+    ("config.json", EVIL, f"hf://{REPO}@{REVISION}/config.json has git blob id [0-9a-f]{{40}}, but the Hub's tree "
+                          "publishes"),
+    ("config.json", EVIL * 100_000, f"hf://{REPO}@{REVISION}/config.json has git blob id "),  # longer than listed
 ])
-async def test_a_tampered_file_is_refused_naming_it(tmp_path, hub, tampered, message):
+async def test_a_tampered_file_is_refused_naming_it(tmp_path, hub, tampered, content, message):
     publish(hub, sharded_checkpoint())
-    hub.state.tampered[(REPO, REVISION, tampered)] = b'{"architectures": ["Evil"]}'
+    hub.state.tampered[(REPO, REVISION, tampered)] = content
     with pytest.raises(WeightsError, match=message):
         await fetch_all([pb.WeightsFile(source=ROOT)], tmp_path, hf_endpoint=hub.url)
-    assert all(p.read_bytes() != b'{"architectures": ["Evil"]}' for p in (tmp_path / "sha256").glob("*"))
+    assert all(p.read_bytes() != content for p in (tmp_path / "sha256").glob("*"))
     if tampered == "config.json":  # nothing recorded for the blob that differed
         assert not list((tmp_path / "git-sha1").glob("*"))
 
