@@ -4,7 +4,7 @@
 directory, recursively) names every file under it at that revision. The operator gives no digest per file: each is
 checked against what the Hub publishes in its repository tree,
 
-    GET <endpoint>/api/models/<org>/<repo>/tree/<revision>/<dir>?recursive=true
+    GET <endpoint>/api/models/<org>/<repo>/tree/<revision>[/<dir>]?recursive=true
 
 a JSON array of entries `{"type": "file" | "directory", "path": "<repository path>", "size": N, "oid": "<git blob
 sha1>", "lfs": {"oid": "<sha256>", "size": N, "pointerSize": N}}`, paginated by a `Link: <url>; rel="next"` header.
@@ -88,7 +88,8 @@ def tree_url(source: str, endpoint: str | None = None) -> str:
     Raises WeightsError (`parse_directory`)."""
     repo, revision, path = parse_directory(source)
     base = (endpoint or os.environ.get("HF_ENDPOINT") or HF_DEFAULT_ENDPOINT).rstrip("/")
-    return f"{base}/api/models/{repo}/tree/{revision}/{quote(path.rstrip('/'))}?recursive=true"
+    folder = f"/{quote(path.rstrip('/'))}" if path else ""  # as huggingface_hub's list_repo_tree writes it
+    return f"{base}/api/models/{repo}/tree/{revision}{folder}?recursive=true"
 
 
 def _hex(value: object, length: int) -> bool:

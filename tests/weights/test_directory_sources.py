@@ -11,7 +11,7 @@ import subprocess
 import pytest
 
 from llmgw.agent.weights_layout import engine_model_path, layout_key
-from llmgw.agent.weights_tree import fetch_all, files_of_tree, git_blob_sha1, set_digest
+from llmgw.agent.weights_tree import fetch_all, files_of_tree, git_blob_sha1, set_digest, tree_url
 from llmgw.errors import WeightsError
 from llmgw.wire import pb
 from test_multi_file_weights import REPO, REVISION, gguf_splits, sharded_checkpoint
@@ -72,6 +72,14 @@ def test_pickles_in_a_directory_are_listed_with_allow_pickle():
 def test_the_git_blob_id_is_the_one_git_itself_computes(content):
     git = subprocess.run(["git", "hash-object", "--stdin"], input=content, capture_output=True, check=True)
     assert git_blob_sha1(content) == git.stdout.decode().strip()
+
+
+@pytest.mark.parametrize(("source", "url"), [
+    (ROOT, f"http://hub/api/models/{REPO}/tree/{REVISION}?recursive=true"),
+    (ROOT + "sub/dir/", f"http://hub/api/models/{REPO}/tree/{REVISION}/sub/dir?recursive=true"),
+])
+def test_the_tree_is_asked_for_as_huggingface_hub_asks(source, url):
+    assert tree_url(source, "http://hub/") == url
 
 
 def test_the_set_digest_names_the_laid_out_directory():
