@@ -17,7 +17,7 @@ from pathlib import Path
 
 import trio
 
-from llmgw.agent import reporting, weights
+from llmgw.agent import reporting, weights_tree
 from llmgw.agent.config import AgentConfig, engine_binary, installed_engines, save_agent_settings
 from llmgw.agent.engine_checks import EngineChecks
 from llmgw.agent.fencing import FENCED_COMMANDS, Fence, load_token, save_token
@@ -42,16 +42,19 @@ OUTBOX_MESSAGES = 512
 
 
 async def fetch_weights(files: list[pb.WeightsFile], weights_dir: Path, mirrors: tuple[str, ...], *,
-                        allow_pickle: bool, progress: Callable[[float, str], None]) -> list[Path]:
-    """Fetch a shard's weights with `llmgw.agent.weights.fetch` into `<weights_dir>/sha256/<digest>`.
+                        allow_pickle: bool,
+                        progress: Callable[[float, str], None]) -> tuple[list[Path], list[str], list[str | None]]:
+    """Fetch a shard's weights with `llmgw.agent.weights_tree.fetch_all` into `<weights_dir>/sha256/<digest>`,
+    directory sources expanded into their files.
 
-    Returns the local paths in the order of `files`. The token sent to the Hub is the first `secret_value` set.
+    Returns the local paths, their sources and their names in the model's directory (None: named by their source),
+    in the order of `files` with a directory's files in its place. The token sent to the Hub is the first `secret_value` set.
     Raises WeightsError (the fetcher's first, when several files failed at once).
     """
     token = next((f.secret_value for f in files if f.secret_value), None)
     try:
-        return await weights.fetch(files, weights_dir, [Path(m) for m in mirrors], allow_pickle=allow_pickle,
-                                   token=token, progress=progress)
+        return await weights_tree.fetch_all(files, weights_dir, [Path(m) for m in mirrors],
+                                            allow_pickle=allow_pickle, token=token, progress=progress)
     except BaseExceptionGroup as group:
         raise expect_leaves(group, LlmgwError)[0] from group
 
@@ -343,15 +346,19 @@ class NodeAgent:
                                                       progress_text=text))
 
             self._set_pending(view.with_state(ShardState.FETCHING, progress=0.0, progress_text="looking for the weights"))
+            if any(weights_tree.is_directory_source(f.source) for a in command.adapters for f in a.weights):
+                raise WeightsError(f"shard {command.shard_id}: an adapter names a directory source; adapters list "
+                                   "their files one by one (llmgw validate refuses this)")
             # the adapters' files come with the model's, in one fetch (one progress, the same cache and checks)
             files = [*command.weights, *(f for a in command.adapters for f in a.weights)]
-            paths = await fetch_weights(files, self.config.weights_path, self.config.mirrors,
-                                        allow_pickle=command.allow_pickle, progress=progress)
-            sources = [f.source for f in command.weights]  # several files: laid out under their names
-            model_path = await trio.to_thread.run_sync(engine_model_path, module.NAME, sources, paths[:len(sources)],
-                                                       self.config.weights_path)
+            paths, sources, names = await fetch_weights(files, self.config.weights_path, self.config.mirrors,
+                                                        allow_pickle=command.allow_pickle, progress=progress)
+            # several files: laid out under their names; a directory source became its files (adapters list theirs)
+            count = len(paths) - sum(len(a.weights) for a in command.adapters)
+            model_path = await trio.to_thread.run_sync(engine_model_path, module.NAME, sources[:count], paths[:count],
+                                                       self.config.weights_path, names[:count])
             adapters = await trio.to_thread.run_sync(lay_out_adapters, module.NAME, list(command.adapters),
-                                                     paths[len(sources):], self.config.weights_path)
+                                                     paths[count:], self.config.weights_path)
         else:
             raise WeightsError(f"shard {command.shard_id} names no weights; the catalog entry needs a weights source")
         host = self.config.listen_host

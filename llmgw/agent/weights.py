@@ -59,7 +59,7 @@ class WeightsSpec:
     token: str | None = None
 
 
-def _spec(item: object) -> WeightsSpec:
+def spec_of(item: object) -> WeightsSpec:
     """Accept a WeightsSpec, the settings' or the wire's WeightsFile (`.source`, `.sha256`, `.secret_value`) or a
     (source, sha256) pair."""
     if isinstance(item, WeightsSpec):
@@ -205,7 +205,7 @@ async def fetch(files: Sequence[object], weights_dir: Path, mirrors: Sequence[Pa
     deleted), or a full disk (no partial file is left). Cancellable: a cancelled download keeps its partial file
     for the next attempt.
     """
-    specs = [_spec(item) for item in files]
+    specs = [spec_of(item) for item in files]
     for spec in specs:
         check_request(spec, allow_pickle)
     weights_dir = Path(weights_dir)

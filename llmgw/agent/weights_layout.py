@@ -127,12 +127,16 @@ def lay_out(weights_dir: Path, names: Sequence[str], paths: Sequence[Path]) -> P
     return final
 
 
-def engine_model_path(engine: str, sources: Sequence[str], paths: Sequence[Path], weights_dir: Path) -> Path:
+def engine_model_path(engine: str, sources: Sequence[str], paths: Sequence[Path], weights_dir: Path,
+                      names: Sequence[str | None] = ()) -> Path:
     """What to give `engine` as its model: see the module. `sources` and `paths` (their cached files) in the
-    catalog's order. Blocking (lays out the directory). Raises WeightsError (see `lay_out`)."""
+    catalog's order; `names`, when given, the path of each file in the model's directory (None: `repository_path`
+    of its source; a directory source's files are named relative to the directory it names). Blocking (lays out the
+    directory). Raises WeightsError (see `lay_out`)."""
     if engine not in PYTHON_ENGINES and len(paths) == 1:
         return Path(paths[0])
-    names = [repository_path(s) for s in sources]
+    given = list(names) or [None] * len(sources)
+    names = [name or repository_path(s) for s, name in zip(sources, given)]
     directory = lay_out(weights_dir, names, paths)
     if engine in PYTHON_ENGINES:
         return directory

@@ -51,6 +51,8 @@ def adapter_problems(model: Model) -> list[Problem]:
     problems: list[Problem] = []
     for index, adapter in enumerate(model.adapters):
         where = ("adapters", index, "weights")
+        if any(w.is_directory for w in adapter.weights):
+            continue  # refused by name where the weights are checked (`building.check_files`' caller)
         names = [_file_name(w.source) for w in adapter.weights]
         if model.engine == "llama.cpp":
             if len(names) != 1 or not names[0].endswith(".gguf"):

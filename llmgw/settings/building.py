@@ -27,7 +27,7 @@ from llmgw.settings.parsing import Parsed
 from llmgw.settings.schemas import format_path
 from llmgw.units import parse_duration, parse_size
 
-_HF = re.compile(r"^hf://([^/@]+)/([^/@]+)(?:@([0-9a-f]{40}))?/(.+)$")
+_HF = re.compile(r"^hf://([^/@]+)/([^/@]+)(?:@([0-9a-f]{40}))?/(.*)$")
 _PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
 
 
@@ -110,7 +110,7 @@ def build_tracing(data: Mapping[str, Any], base: Tracing = Tracing()) -> Tracing
 
 def _weights(raw: Mapping[str, Any]) -> WeightsFile:
     match = _HF.match(raw["source"])
-    return WeightsFile(source=raw["source"], sha256=raw["sha256"], revision=match.group(3) if match else None,
+    return WeightsFile(source=raw["source"], sha256=raw.get("sha256", ""), revision=match.group(3) if match else None,
                        secret=raw.get("secret"))
 
 
@@ -171,6 +171,10 @@ def check_model(found: Found, file: str, stem: str, data: Mapping[str, Any], mod
     check_files(found, file, ("weights",), model.weights, model.allow_pickle)
     for index, adapter in enumerate(model.adapters):
         check_files(found, file, ("adapters", index, "weights"), adapter.weights, model.allow_pickle)
+        for number, weights in enumerate(adapter.weights):
+            if weights.is_directory:
+                found.add(file, ("adapters", index, "weights", number, "source"), "an adapter lists its files one "
+                          "by one, each with its sha256; a directory source is for the model's weights")
     for where, message in adapter_problems(model):
         found.add(file, where, message, of_key=where == ("adapters",))
 
@@ -178,9 +182,18 @@ def check_model(found: Found, file: str, stem: str, data: Mapping[str, Any], mod
 def check_files(found: Found, file: str, where: tuple[str | int, ...], files: tuple[WeightsFile, ...],
                 allow_pickle: bool) -> None:
     """Checks of a list of weights files at `where` (a model's `weights`, an adapter's): pickle formats without
-    `allow_pickle` (error), hf:// sources without a pinned revision (warning)."""
+    `allow_pickle` (error), a file without its sha256 (error), a directory source (ending in "/") not on the Hub or
+    not pinned to a 40-hex revision (error), hf:// files without a pinned revision (warning)."""
     for index, weights in enumerate(files):
         at = (*where, index, "source")
+        if weights.is_directory:
+            if not weights.source.startswith("hf://") or weights.revision is None:
+                found.add(file, at, "a directory source is a Hugging Face repository directory pinned to a commit: "
+                                    "write hf://org/repo@<40-hex revision>/ or hf://org/repo@<40-hex revision>/dir/")
+            continue
+        if not weights.sha256:
+            found.add(file, at, "a weights file needs its sha256 (only a directory source, ending in /, may omit "
+                                "it); add sha256: <64 hex digits>")
         if weights.source.endswith(_PICKLE_SUFFIXES) and not allow_pickle:
             found.add(file, at, "weights in a pickle format can run code when loaded; "
                                 "use safetensors/GGUF or set allow_pickle: true")

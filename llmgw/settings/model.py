@@ -97,12 +97,20 @@ class WeightsFile:
 
     `source` is `hf://org/repo[@<40-hex revision>]/path`, `https://...` or `file://...`; `sha256` is the
     hex digest of the file's content; `revision` is the pinned revision of an hf:// source (None if unpinned).
+    A source ending in "/" (`is_directory`, `hf://org/repo@<revision>/[dir/]`) names every file under that directory
+    of the repository, each checked against the sha256 the Hub publishes; its `sha256` is then the digest of the
+    whole set, or "" when the operator gives none (docs/engines.md, `llmgw.agent.weights_tree`).
     """
 
     source: str
     sha256: str
     revision: str | None = None
     secret: str | None = None
+
+    @property
+    def is_directory(self) -> bool:
+        """Whether the source names a repository directory (it ends in "/")."""
+        return self.source.endswith("/")
 
     @property
     def filename(self) -> str:

@@ -19,7 +19,8 @@ IGNORE_GPUS = "agent_settings.ignore_gpus"  # AgentSettings.ignore_gpus: those G
 TELEMETRY_INTERVAL = "agent_settings.telemetry_interval"  # readings every AgentSettings.telemetry_interval
 INSTALL_VLLM = "install:vllm"          # InstallEngine for vllm: a venv from InstallEngine.python_packages
 INSTALL_SGLANG = "install:sglang"      # InstallEngine for sglang: the same, on GPU nodes (llmgw.engines.builds)
+WEIGHTS_HF_DIRECTORY = "weights:hf-directory"  # a WeightsFile naming hf://org/repo@<revision>/[dir/], listed by the Hub
 
 ALL = (ADOPT, LOGS, INSTALL_LLAMA_CPP, WEIGHTS_MIRROR, WEIGHTS_HTTPS, WEIGHTS_HF, RESTART, IGNORE_GPUS,
-       TELEMETRY_INTERVAL, INSTALL_VLLM, INSTALL_SGLANG)
+       TELEMETRY_INTERVAL, INSTALL_VLLM, INSTALL_SGLANG, WEIGHTS_HF_DIRECTORY)
 """Every feature name defined so far, in the order they were added."""

@@ -31,6 +31,12 @@ CASES = {
     "bad-sha256": ("catalog/m.yaml:4:13", "is not a sha256 digest"),
     "bad-source": ("catalog/m.yaml:3:13", "is not a weights source"),
     "pickle-weights": ("catalog/m.yaml:3:13", "pickle format"),
+    # a repository directory as a source: only on the Hub, pinned to a 40-hex revision; files keep their sha256
+    "directory-unpinned": ("catalog/m.yaml:3:13", "weights[0].source: a directory source is a Hugging Face "
+                           "repository directory pinned to a commit"),
+    "directory-on-branch": ("catalog/m.yaml:3:13", "is not a weights source"),
+    "adapter-directory-source": ("catalog/m.yaml:9:17", "an adapter lists its files one by one"),
+    "file-without-sha256": ("catalog/m.yaml:4:13", "weights[1].source: a weights file needs its sha256"),
     "tp-larger-than-gpus": ("catalog/m.yaml:9:20", "= 4 is larger than the 2 GPUs asked for"),
     "gpu-without-class": ("catalog/m.yaml:7:9", "must name its resources.gpu_class"),
     "cpu-model-without-memory": ("catalog/m.yaml:7:3", "a CPU model must reserve memory"),

@@ -111,15 +111,19 @@ async def start_vllm_agent(nursery, tmp_path: Path):
     return link
 
 
-async def test_an_agent_starts_vllm_on_the_laid_out_checkpoint_after_reporting_the_fetch(tmp_path, hub, monkeypatch):
+@pytest.mark.parametrize("listed", ["file by file", "as the repository directory"])
+async def test_an_agent_starts_vllm_on_the_laid_out_checkpoint_after_reporting_the_fetch(tmp_path, hub, monkeypatch,
+                                                                                         listed):
     monkeypatch.setenv("HF_ENDPOINT", hub.url)
     files = sharded_checkpoint()
     specs = published(hub, files)
+    weights = ([pb.WeightsFile(source=s.source, sha256=s.sha256) for s in specs] if listed == "file by file"
+               else [pb.WeightsFile(source=f"hf://{REPO}@{REVISION}/")])
     async with trio.open_nursery() as nursery:
         link = await start_vllm_agent(nursery, tmp_path)
         await link.send(control_message(command_id="s", start_shard=pb.StartShard(
             shard_id="tiny-0/0", replica_id="tiny-0", model="tiny", engine="vllm", engine_version="0.32.0",
-            weights=[pb.WeightsFile(source=s.source, sha256=s.sha256) for s in specs], replica_key="k")))
+            weights=weights, replica_key="k")))
         fetching = await next_matching(link, lambda m: m.WhichOneof("body") == "shard_status"
                                        and m.shard_status.state == "fetching" and m.shard_status.progress == 1.0)
         assert fetching.shard_status.model == "tiny"
