@@ -69,7 +69,7 @@ async def test_a_llama_cpp_adapter_is_applied_by_its_position_and_billed_under_i
     answer = await pirates.completions.create(model="gemma-pirate", prompt="Ahoy", max_tokens=8)
     assert answer.model == "gemma-pirate" and answer.usage.completion_tokens == 8
     sent = engines["gemma"].bodies[-1]
-    assert (sent["model"], sent["lora"]) == ("gemma-pirate", [{"id": 0, "scale": 1.0}])
+    assert (sent["model"], sent["lora"]) == ("gemma-pirate", [{"id": 0, "scale": 1.0}, {"id": 1, "scale": 0.0}])
     with pytest.raises(openai.PermissionDeniedError, match="may not use the model 'gemma'"):
         await pirates.completions.create(model="gemma", prompt="Ahoy", max_tokens=8)
     with pytest.raises(openai.PermissionDeniedError, match="may not use the model 'gemma-poet'"):
@@ -83,11 +83,12 @@ async def test_the_second_adapter_gets_id_one_and_the_models_own_name_applies_no
     engines, client = world
     anyone = client("all")
     await anyone.completions.create(model="gemma-poet", prompt="Roses", max_tokens=8)
-    assert engines["gemma"].bodies[-1]["lora"] == [{"id": 1, "scale": 1.0}]
+    assert engines["gemma"].bodies[-1]["lora"] == [{"id": 0, "scale": 0.0}, {"id": 1, "scale": 1.0}]
     await anyone.completions.create(model="g", prompt="Roses", max_tokens=8,
                                     extra_body={"lora": [{"id": 1, "scale": 1.0}]})
     sent = engines["gemma"].bodies[-1]
-    assert (sent["model"], sent["lora"]) == ("gemma", [])  # not the poet, which this name does not pay for
+    # not the poet, which this name does not pay for
+    assert (sent["model"], sent["lora"]) == ("gemma", [{"id": 0, "scale": 0.0}, {"id": 1, "scale": 0.0}])
 
 
 async def test_a_vllm_adapter_is_sent_by_name_and_billed_under_it(world, store):
