@@ -99,13 +99,3 @@ async def test_a_vllm_adapter_is_sent_by_name_and_billed_under_it(world, store):
     assert sent["model"] == "qwen-sql" and "lora" not in sent
     assert [r.model for r in store.recent_usage(project="all")] == ["qwen-sql"]
 
-
-def test_a_vllm_adapters_prompt_hashes_apart_from_the_models_so_only_its_own_blocks_match():
-    from llmgw.gateway.routing_prefix import prompt_blocks
-    from llmgw.routes import ReplicaBlocks
-
-    scheme = ReplicaBlocks(block_size=4, hash_algorithm="sha256_cbor", hash_seed="0")
-    tokens = list(range(10))
-    base, sql, other = (prompt_blocks(tokens, scheme, name) for name in (None, "qwen-sql", "qwen-other"))
-    assert len(base) == len(sql) == len(other) == 2
-    assert not set(base) & set(sql) and not set(sql) & set(other)
