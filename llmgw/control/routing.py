@@ -16,8 +16,9 @@ Rules:
 - A model's LoRA adapters are routes of their own (`adapter_of` the model, its prices), served by the model's
   replicas that run the settings' fingerprint, so each holds the adapter as numbered now (a replica still
   running an older generation during a roll may lack it, or number it otherwise). llama.cpp is told which adapter
-  by the `lora` field (`llmgw.engines.llamacpp.lora_request_field`): the adapter's position, and none for the
-  model's own name, so no client applies an adapter under the model's name; vLLM by the adapter's name as `model`.
+  by the `lora` field (`llmgw.engines.llamacpp.lora_request_field`): the adapter's position at scale 1 and every
+  other at 0, and all at 0 for the model's own name, so no client applies an adapter under the model's name; vLLM
+  by the adapter's name as `model`.
   A project's `models` name adapters on their own: allowing a model does not allow its adapters.
 """
 
@@ -77,7 +78,8 @@ def adapter_routes(settings: Settings, model: Model, replicas: tuple[ReplicaRout
         name=adapter.name, replicas=serving, adapter_of=model.name,
         prompt_price_per_million=model.prices.prompt_per_million,
         completion_price_per_million=model.prices.completion_per_million,
-        body_fields=MappingProxyType({LORA_FIELD: lora_request_field(index)} if model.engine == "llama.cpp" else {}),
+        body_fields=MappingProxyType({LORA_FIELD: lora_request_field(index, len(model.adapters))}
+                                     if model.engine == "llama.cpp" else {}),
     ) for index, adapter in enumerate(model.adapters)]
 
 
@@ -117,7 +119,8 @@ def build_route_table(
                 )
                 for r in ready.get(name, ())
             )
-        base_fields = {LORA_FIELD: lora_request_field(None)} if model.adapters and model.engine == "llama.cpp" else {}
+        base_fields = ({LORA_FIELD: lora_request_field(None, len(model.adapters))}
+                       if model.adapters and model.engine == "llama.cpp" else {})
         models[name] = ModelRoute(
             name=name,
             aliases=tuple(model.aliases),

@@ -7,7 +7,7 @@ Formats: llama.cpp b11434 source (`common/arg.cpp`, `tools/server/`, `ggml/src/g
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from llmgw.engines import installing
@@ -43,29 +43,48 @@ METRICS = MetricNames(
 ALL_LAYERS = 999
 """`-ngl` value that offloads every layer (llama.cpp clamps it to the model's layer count)."""
 LORA_UNAPPLIED = "--lora-init-without-apply"
-"""Load the `--lora` adapters with scale 0: the base model answers unless a request's `lora` field applies one."""
+"""Load the adapters without applying them to the context at start-up."""
 LORA_FIELD = "lora"
-"""The request field choosing adapters by id and scale (tools/server: `parse_lora_request`); an adapter it does not
-list gets scale 0, and an empty list means the server's own scales (all 0 with LORA_UNAPPLIED)."""
+"""The request field choosing adapters by id and scale (tools/server: `parse_lora_request`)."""
 
 
-def lora_request_field(index: int | None) -> list[dict[str, float | int]]:
-    """The value of a request's `lora` field that applies the adapter loaded `index`-th at scale 1 and no other
-    (None: none, the base model alone). Format: llama.cpp b11434 tools/server/server-schema.cpp ("lora") and
-    server-context.cpp `construct_lora_list`. Pure."""
-    return [] if index is None else [{"id": index, "scale": 1.0}]
+def lora_arguments(paths: Sequence[Path]) -> list[str]:
+    """llama-server's arguments loading the adapters at `paths` in order (the i-th gets id i) at scale 0:
+    `--lora-scaled PATH:0` each, `--lora-init-without-apply`, and `--cache-ram 0`; none without adapters.
 
+    Why not `--lora PATH`: in b11434 `--lora-init-without-apply` only skips applying the adapters at start-up; the
+    server keeps their scale 1 as its default, so a request without a `lora` field (or with `[]`) ran with every
+    adapter applied (measured: the base model's greedy answer changed). Loaded at scale 0, the default is the base
+    model. Why `--cache-ram 0`: the server's prompt cache in host memory (8 GiB by default) is keyed by tokens alone
+    and restored into whichever slot takes a request before the slot's adapters are compared, so a prompt computed
+    under one adapter was reused under another (measured: an adapter's greedy answer changed with the requests
+    before it); each slot's own cache is still kept, and cleared when its adapters change. A path may not hold ','
+    or ':' (llama.cpp splits the value on them). Source: common/arg.cpp, tools/server/server-context.cpp. Pure."""
+    out = []
+    for path in paths:
+        out += ["--lora-scaled", f"{path}:0"]
+    return [*out, LORA_UNAPPLIED, "--cache-ram", "0"] if out else []
+
+
+def lora_request_field(index: int | None, count: int) -> list[dict[str, float | int]]:
+    """The value of a request's `lora` field that applies the adapter loaded `index`-th at scale 1 and the others
+    of the `count` loaded at 0 (None: all at 0, the base model alone). Every adapter is listed: llama-server b11434
+    clears a slot's cached prompt when a request's non-empty list differs from the slot's last one, but an empty list
+    (or none) takes the server's defaults without that check, so a base request after an adapter's reused the
+    adapter's cached prompt (measured: its greedy answer changed). Format: tools/server/server-schema.cpp ("lora"),
+    server-context.cpp `construct_lora_list` and `launch_slot_with_task`. Pure."""
+    return [{"id": i, "scale": 1.0 if i == index else 0.0} for i in range(count)]
 
 def command_line(launch: Launch) -> tuple[list[str], dict[str, str]]:
     """Return `(argv, env)` to start llama-server for `launch`.
 
     argv: `<binary> --host H --port P -m MODEL [--alias NAME] [-c N] [--threads N] [-ngl 999] --metrics
-    [--lora FILE ... --lora-init-without-apply] [engine_args...]`. env holds only what is added to the inherited
+    [--lora-scaled FILE:0 ... --lora-init-without-apply] [engine_args...]`. env holds only what is added to the inherited
     environment: `LLAMA_API_KEY` when a key is set (never in argv, where `ps` would show it) and
     `CUDA_VISIBLE_DEVICES` (the shard's devices, or "" for a CPU shard so it cannot touch GPUs placed for others).
 
-    Adapters are loaded in `launch.adapters` order, so the i-th has id i, and left unapplied (scale 0): a request
-    applies one with the `lora` field `[{"id": i, "scale": 1.0}]` (`lora_request_field`). Pure; never raises.
+    Adapters are loaded in `launch.adapters` order, so the i-th has id i, and left unapplied (scale 0,
+    `lora_arguments`): a request applies one with the `lora` field (`lora_request_field`). Pure; never raises.
     """
     argv = [str(launch.binary), "--host", launch.host, "--port", str(launch.port), "-m", str(launch.model_path)]
     if launch.served_name:
@@ -81,10 +100,7 @@ def command_line(launch: Launch) -> tuple[list[str], dict[str, str]]:
     else:
         env["CUDA_VISIBLE_DEVICES"] = ""
     argv.append("--metrics")
-    for adapter in launch.adapters:
-        argv += ["--lora", str(adapter.path)]
-    if launch.adapters:
-        argv.append(LORA_UNAPPLIED)
+    argv += lora_arguments([a.path for a in launch.adapters])
     argv += list(launch.engine_args)
     if launch.api_key:
         env[API_KEY_ENV] = launch.api_key

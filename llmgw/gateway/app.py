@@ -150,9 +150,12 @@ class Gateway:
     async def _prompt_blocks(self, route: ModelRoute, path: str, body: dict, prompt_estimate: int) -> PromptBlocks | None:
         """Precise routing's inputs for this request, or None (the approximate policy decides): None when no
         replica of `route` reports its blocks with a reproducible hashing, when the prompt is unlikely to fill one
-        block (estimated under half a block), has no single prompt, or the engine could not tokenise it.
+        block (estimated under half a block), has no single prompt, or the engine could not tokenise it, and for a
+        LoRA adapter (`routing_prefix.prompt_blocks` says why).
         The tokens come from the least loaded reporting replica's `/tokenize` (`llmgw.gateway.tokenizing`)."""
         snapshot = self.blocks
+        if route.adapter_of is not None:  # vLLM hashes an adapter's blocks with its path on the node: unknown here
+            return None
         scheme = hashing_scheme(route.replicas, snapshot) if snapshot.replicas else None
         if scheme is None or prompt_estimate * 2 < scheme.block_size:
             return None
@@ -166,8 +169,7 @@ class Gateway:
         tokens = request if isinstance(request, list) else await engine_tokens(self.pool, ask, request)
         if tokens is None:
             return None
-        lora_name = route.name if route.adapter_of is not None else None  # vLLM serves an adapter under its name
-        return PromptBlocks(tuple(prompt_blocks(tokens, scheme, lora_name)), held)
+        return PromptBlocks(tuple(prompt_blocks(tokens, scheme)), held)
 
     # ---- serving ----
     async def serve(self, host: str, port: int, *, fd: int | None = None,

@@ -142,11 +142,10 @@ def held_by_replica(replicas: Sequence[ReplicaRoute], snapshot: BlockSnapshot,
     return out
 
 
-def prompt_blocks(tokens: Sequence[int], scheme: ReplicaBlocks, lora_name: str | None = None) -> list[int]:
+def prompt_blocks(tokens: Sequence[int], scheme: ReplicaBlocks) -> list[int]:
     """The prompt's full-block hashes as the engines of `scheme` compute them (empty: shorter than one block).
 
-    `lora_name`: the LoRA adapter the request runs with (None: none). vLLM keeps an adapter's blocks apart by
-    hashing each block with the adapter's name as its extra keys (vLLM 0.32 `kv_cache_utils._gen_lora_extra_hash_keys`:
-    `[lora_request.lora_name]`); checked against the real engine's KV events in tests/gateway/test_lora_vllm_real.py."""
-    extra = None if lora_name is None else [(lora_name,)] * (len(tokens) // scheme.block_size)
-    return block_hashes(tokens, scheme.block_size, seed=scheme.hash_seed, extra_keys=extra)
+    Plain prompts only: vLLM 0.32 hashes a LoRA adapter's blocks with `("lora", name, path)` as extra keys
+    (`kv_cache_utils._gen_lora_extra_hash_keys`), the path being the adapter's directory on the node, which the
+    gateway does not know; requests for an adapter are not routed precisely (`Gateway._prompt_blocks`)."""
+    return block_hashes(tokens, scheme.block_size, seed=scheme.hash_seed)

@@ -67,9 +67,10 @@ def test_each_adapter_is_a_route_of_its_own_on_its_models_replicas_at_its_models
 
 def test_llama_cpp_is_told_the_adapters_position_and_the_base_name_applies_none():
     routes = table(shard("gemma-0", 9001, CURRENT["gemma"])).models
-    assert dict(routes["gemma-pirate"].body_fields) == {"lora": [{"id": 0, "scale": 1.0}]}
-    assert dict(routes["gemma-poet"].body_fields) == {"lora": [{"id": 1, "scale": 1.0}]}
-    assert dict(routes["gemma"].body_fields) == {"lora": []}  # a client's own `lora` cannot reach an adapter
+    assert dict(routes["gemma-pirate"].body_fields) == {"lora": [{"id": 0, "scale": 1.0}, {"id": 1, "scale": 0.0}]}
+    assert dict(routes["gemma-poet"].body_fields) == {"lora": [{"id": 0, "scale": 0.0}, {"id": 1, "scale": 1.0}]}
+    # a client's own `lora` cannot reach an adapter through the model's name
+    assert dict(routes["gemma"].body_fields) == {"lora": [{"id": 0, "scale": 0.0}, {"id": 1, "scale": 0.0}]}
     assert dict(routes["plain"].body_fields) == {}  # no adapters: the body passes as the client wrote it
 
 

@@ -24,6 +24,7 @@ from .test_in_process_fleet import push_catalog, wait_for
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
 from llama_server_process import running_llama_server  # noqa: E402
 from lora_adapters import write_gguf_lora  # noqa: E402
+from settings_seed import PROJECTS_YAML  # noqa: E402
 from settings_seed import write_seed as seed_tree  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -46,14 +47,7 @@ prices:
   completion_per_million: 2.0
 adapters:
 {adapters}"""
-PROJECTS = """\
-organisations:
-  acme:
-    teams:
-      platform:
-        projects:
-          demo:
-            models: [gemma-3-270m, gemma-pirate, gemma-poet]
+PROJECTS = PROJECTS_YAML.format(model="gemma-3-270m, gemma-pirate, gemma-poet") + """\
           pirates:
             models: [gemma-pirate]
 """
@@ -102,8 +96,8 @@ async def test_gguf_loras_are_fetched_loaded_unapplied_chosen_per_request_and_bi
         # fetched with the weights into the agent's cache, given to llama-server in catalog order, unapplied
         argv = engine_argv(agent_state)
         cache = agent_state / "weights" / "sha256"
-        assert [argv[i + 1] for i, a in enumerate(argv) if a == "--lora"] == [
-            str(cache / loras["gemma-pirate"][1]), str(cache / loras["gemma-poet"][1])]
+        assert [argv[i + 1] for i, a in enumerate(argv) if a == "--lora-scaled"] == [
+            f"{cache / loras['gemma-pirate'][1]}:0", f"{cache / loras['gemma-poet'][1]}:0"]
         assert "--lora-init-without-apply" in argv
 
         demo = openai.AsyncOpenAI(base_url=plane.gateway_url + "/v1", max_retries=0,
@@ -138,14 +132,15 @@ async def test_gguf_loras_are_fetched_loaded_unapplied_chosen_per_request_and_bi
         argv_before = argv
         del loras["gemma-poet"]
 
-        def drop_poet(checkout: Path) -> None:
+        def drop_poet(checkout: Path) -> None:  # projects.yaml may not name an adapter gone (validate refuses it)
             (checkout / "catalog" / "gemma-3-270m.yaml").write_text(
                 MODEL.format(gemma=GEMMA_SHA256, adapters=adapters_yaml(loras)))
+            (checkout / "projects.yaml").write_text(PROJECTS.replace(", gemma-poet", ""))
         await push_catalog(tmp_path / "checkout", repo, drop_poet, "gemma: drop the poet adapter")
         await wait_for(lambda: "gemma-poet" not in plane.table.models and plane.table.models["gemma-pirate"].replicas,
                        120, "the replica back with one adapter", plane.status)
         argv = engine_argv(agent_state)
-        assert argv != argv_before and argv.count("--lora") == 1
+        assert argv != argv_before and argv.count("--lora-scaled") == 1
         with pytest.raises(openai.NotFoundError):
             await greedy(demo, "gemma-poet")
         assert await greedy(demo, "gemma-pirate") == pirate

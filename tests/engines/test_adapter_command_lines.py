@@ -12,12 +12,14 @@ from llmgw.engines import Launch, LoraAdapter, llamacpp, vllm
 ADAPTERS = (LoraAdapter("pirate", Path("/w/sha256/aa")), LoraAdapter("poet", Path("/w/sha256/bb")))
 
 
-def test_llama_server_loads_every_adapter_in_order_and_applies_none():
+def test_llama_server_loads_every_adapter_in_order_at_scale_zero():
     argv, _env = llamacpp.command_line(Launch(binary=Path("/bin/llama-server"), model_path=Path("/m.gguf"),
                                               adapters=ADAPTERS, engine_args=("--no-jinja",)))
-    loras = [argv[i + 1] for i, a in enumerate(argv) if a == "--lora"]
-    assert loras == ["/w/sha256/aa", "/w/sha256/bb"]
+    loras = [argv[i + 1] for i, a in enumerate(argv) if a == "--lora-scaled"]
+    assert loras == ["/w/sha256/aa:0", "/w/sha256/bb:0"]
+    assert "--lora" not in argv  # `--lora` keeps scale 1 as the server's default for every request
     assert argv.count("--lora-init-without-apply") == 1 and argv[-1] == "--no-jinja"
+    assert argv[argv.index("--cache-ram") + 1] == "0"  # the host prompt cache ignores adapters
 
 
 def test_llama_server_without_adapters_gets_no_lora_arguments():
@@ -26,12 +28,12 @@ def test_llama_server_without_adapters_gets_no_lora_arguments():
 
 
 @pytest.mark.parametrize(("index", "field"), [
-    (None, []),  # the base model: every adapter at scale 0
-    (0, [{"id": 0, "scale": 1.0}]),
-    (1, [{"id": 1, "scale": 1.0}]),  # the second --lora; the first stays at 0
+    (None, [{"id": 0, "scale": 0.0}, {"id": 1, "scale": 0.0}]),  # the base model: every adapter at 0
+    (0, [{"id": 0, "scale": 1.0}, {"id": 1, "scale": 0.0}]),
+    (1, [{"id": 0, "scale": 0.0}, {"id": 1, "scale": 1.0}]),  # the second loaded; the first stays at 0
 ])
-def test_a_request_applies_one_adapter_by_its_position_or_none(index, field):
-    assert llamacpp.lora_request_field(index) == field
+def test_a_request_lists_every_adapter_applying_one_by_its_position_or_none(index, field):
+    assert llamacpp.lora_request_field(index, 2) == field
 
 
 def test_vllm_serves_each_adapter_under_its_name():
