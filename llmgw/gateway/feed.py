@@ -106,7 +106,8 @@ def table_to_json(table: RouteTable) -> dict[str, Any]:
         "models": {name: {"name": m.name, "aliases": list(m.aliases),
                           "replicas": [vars(r) for r in m.replicas],
                           "prompt_price_per_million": m.prompt_price_per_million,
-                          "completion_price_per_million": m.completion_price_per_million, "created": m.created}
+                          "completion_price_per_million": m.completion_price_per_million, "created": m.created,
+                          "adapter_of": m.adapter_of, "body_fields": dict(m.body_fields)}
                    for name, m in table.models.items()},
         "projects": {name: {"name": p.name, "team": p.team, "organisation": p.organisation,
                             "models": sorted(p.models) if p.models is not None else None,
@@ -124,7 +125,8 @@ def table_from_json(data: Mapping[str, Any]) -> RouteTable:
                                    replicas=tuple(ReplicaRoute(**r) for r in m["replicas"]),
                                    prompt_price_per_million=m["prompt_price_per_million"],
                                    completion_price_per_million=m["completion_price_per_million"],
-                                   created=m["created"])
+                                   created=m["created"], adapter_of=m["adapter_of"],
+                                   body_fields=MappingProxyType(dict(m["body_fields"])))
                   for name, m in data["models"].items()}
         projects = {name: ProjectPolicy(name=p["name"], team=p["team"], organisation=p["organisation"],
                                         models=frozenset(p["models"]) if p["models"] is not None else None,
