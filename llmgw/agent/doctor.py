@@ -69,7 +69,8 @@ def _gib(size: int) -> str:
     return f"{size / 1024**3:.1f} GiB"
 
 
-def _gpu_checks(node: NodeDiscovery) -> list[Check]:
+def gpu_checks(node: NodeDiscovery) -> list[Check]:
+    """One check per device of `node.gpus` (placeable or why not, class, memory), after the GPU source's."""
     report = node.gpus
     if report.source == "none":
         why = "; ".join(report.notes) or "no NVIDIA driver"
@@ -87,6 +88,12 @@ def _gpu_checks(node: NodeDiscovery) -> list[Check]:
         facts = f"{gpu.name or 'unnamed'}, class {gpu.gpu_class or 'unknown'}"
         if gpu.memory_total_bytes is not None:
             facts += f", {_gib(gpu.memory_total_bytes)}"
+        if not gpu.is_mig_instance and gpu.pcie_gen_max is not None:
+            width = f" x{gpu.pcie_width_current}" if gpu.pcie_width_current is not None else ""
+            facts += f", PCIe gen {gpu.pcie_gen_max}{width}" + (f" of x{gpu.pcie_width_max}"
+                                                                 if gpu.pcie_width_max is not None else "")
+        if not gpu.is_mig_instance and gpu.ecc_enabled is not None:
+            facts += f", ECC {'on' if gpu.ecc_enabled else 'off'}"
         if gpu.placeable:
             checks.append(Check("gpu", "ok", f"{label}: {facts}, placeable"))
         elif gpu.mig_enabled and not gpu.is_mig_instance:
@@ -185,17 +192,24 @@ def run_doctor(weights_dir: Path, *, engines_dir: Path | None = None, state_dir:
     if nvml is not _LOAD:
         kwargs["nvml"] = nvml
     node = discover_node(Path(weights_dir), our_pids, run=run, **kwargs)
-    checks = [*_gpu_checks(node), *_cpu_checks(node), _disk_check(Path(weights_dir), node.inventory.disk_free_bytes),
+    checks = [*gpu_checks(node), *_cpu_checks(node), _disk_check(Path(weights_dir), node.inventory.disk_free_bytes),
               _engine_check(engines_dir, state_dir), _clock_check(now, run)]
     if cert_path is not None:
         checks.append(_certificate_check(Path(cert_path), now))
-    ib = node.fabrics.infiniband
-    checks.append(Check("fabrics", "info", (f"InfiniBand: {', '.join(f'{p.ca}/{p.port} {p.state}' for p in ib)}"
-                                            if ib else "no InfiniBand") + ("; IMEX configured" if node.fabrics.imex
-                                                                          else "; no IMEX")))
     health = HealthReader(run, nvml=kwargs["nvml"] if "nvml" in kwargs else load_nvml(),
                           **{k: v for k, v in kwargs.items() if k in ("sys_root", "etc_root")}).read()
+    checks.extend(node_checks(node, health))
+    return DoctorReport(tuple(checks), node, health)
+
+
+def node_checks(node: NodeDiscovery, health: NodeHealthReport) -> list[Check]:
+    """The checks of what discovery and the health reading concluded, in the order `render` prints them: the
+    fabrics, every health finding (`llmgw.agent.doctor_health`), then discovery's warnings. No I/O."""
+    ib = node.fabrics.infiniband
+    checks = [Check("fabrics", "info", (f"InfiniBand: {', '.join(f'{p.ca}/{p.port} {p.state}' for p in ib)}"
+                                        if ib else "no InfiniBand") + ("; IMEX configured" if node.fabrics.imex
+                                                                      else "; no IMEX"))]
     checks.extend(Check(*check) for check in health_checks(health))
     topo_warnings = node.topology.warnings if node.topology else ()
     checks.extend(Check("discovery", "warn", w) for w in (*node.gpus.warnings, *topo_warnings))
-    return DoctorReport(tuple(checks), node, health)
+    return checks

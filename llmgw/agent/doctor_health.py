@@ -2,13 +2,13 @@
 (`llmgw.agent.health`), one check per finding. Pure over the report; `run_doctor` does the reading.
 
 Each check is (name, status, detail): name "health" for a card's findings and unattributed XIDs, "nvlink" for the
-node's NVLink domain, status "fail" for a finding that takes its card out of placement, "warn" for any other
+node's NVLink domain, "fabrics" for its InfiniBand ports as the control plane groups them, status "fail" for a finding that takes its card out of placement, "warn" for any other
 finding, "ok" for a card without findings, "info" for facts and for what could not be read.
 """
 
 from __future__ import annotations
 
-from llmgw.tools import Finding, Level
+from llmgw.tools import Finding, Level, group_fabrics
 from llmgw.tools.node_report import NodeHealthReport
 
 
@@ -37,5 +37,24 @@ def health_checks(report: NodeHealthReport) -> list[tuple[str, str, str]]:
                                              f"{', '.join(sorted(set(domain.clique_ids))) or '?'})"))
         else:
             checks.append(("nvlink", "info", f"no multi-node NVLink domain: {domain.reason}"))
+    checks.extend(fabric_checks(report))
     checks.extend(("health", "info", note) for note in report.notes)
+    return checks
+
+
+def fabric_checks(report: NodeHealthReport) -> list[tuple[str, str, str]]:
+    """The node's InfiniBand as the control plane groups it (`llmgw.tools.group_fabrics` over this one node):
+    "fabrics" info per physical fabric (named by its lowest subnet manager GUID) with its ports; warn for each port
+    outside any fabric (down, or no subnet manager read), and warn when the ports span two or more physical
+    fabrics: whatever one name an operator gives them, llmgw never places a replica across them."""
+    view = group_fabrics({"": report})
+    infiniband = view.of_kind("infiniband")
+    checks = [("fabrics", "info", f"InfiniBand fabric {g.name}: ports "
+                                  f"{', '.join(p.partition(':')[2] for p in g.ports)}") for g in infiniband]
+    if len(infiniband) > 1:
+        checks.append(("fabrics", "warn", f"InfiniBand ports on {len(infiniband)} physical fabrics "
+                                          f"({', '.join(g.name for g in infiniband)}, by their subnet managers): "
+                                          "even under one name, a replica is never placed across them; cable "
+                                          "the rails to one fabric if they were meant as one"))
+    checks.extend(("fabrics", "warn", reason) for _, reason in view.outside if reason.startswith("InfiniBand"))
     return checks

@@ -43,7 +43,7 @@ from typing import Any
 
 import trio
 
-from llmgw.agent.discovery import read_fabrics, run_tool
+from llmgw.agent.discovery import SysfsFabrics, run_tool
 from llmgw.agent.discovery.node import Runner
 from llmgw.agent.nvml_health import read_nvml_health
 from llmgw.tools import (
@@ -147,12 +147,15 @@ def port_fabric(run: Runner, ca: str, port: int) -> tuple[str, str]:
 class HealthReader:
     """Reads a node's health (see the module docstring), keeping the kernel log cursor and the XIDs of the last
     `xid_hold` seconds between readings. `interval` the seconds between readings `HealthWatch` keeps. `clock`
-    (monotonic seconds) and `wall` (unix seconds) are injectable."""
+    (monotonic seconds) and `wall` (unix seconds) are injectable. `fabric_source` (default `SysfsFabrics(sys_root,
+    etc_root)`) has `fabrics() -> Fabrics` and `node_guid_text(ca) -> str`."""
 
     def __init__(self, run: Runner = run_tool, *, sys_root: Path = Path("/sys"), etc_root: Path = Path("/etc"),
                  xid_hold: float = XID_HOLD, interval: float = HEALTH_INTERVAL, clock: Callable[[], float] = time.monotonic,
-                 wall: Callable[[], float] = time.time, nvml: Any = None, own_names: tuple[str, ...] | None = None):
+                 wall: Callable[[], float] = time.time, nvml: Any = None, own_names: tuple[str, ...] | None = None,
+                 fabric_source: Any = None):
         self._run = run
+        self._fabric_source = fabric_source if fabric_source is not None else SysfsFabrics(sys_root, etc_root)
         self.own_names = own_names if own_names is not None else (socket.gethostname(),)
         self._nvml = nvml
         self._source = "none"
@@ -174,8 +177,9 @@ class HealthReader:
         self._cards: tuple[CardHealth, ...] | None = None
 
     def fabrics(self) -> tuple[tuple[IbPort, ...], bool]:
-        """(InfiniBand ports, IMEX configured), from sysfs and /etc. Blocking (file reads); never raises."""
-        fabrics = read_fabrics(self.sys_root, self.etc_root)
+        """(InfiniBand ports, IMEX configured), from sysfs and /etc (or the reader's `fabric_source`: a capture
+        directory for `llmgw node doctor --from`). Blocking (file reads); never raises."""
+        fabrics = self._fabric_source.fabrics()
         return fabrics.infiniband, fabrics.imex
 
     def read(self, skip_cards: frozenset[int] = frozenset()) -> NodeHealthReport:
@@ -238,10 +242,8 @@ class HealthReader:
             for c, p, f in port_fabrics:
                 if f != fabric:
                     continue
-                try:
-                    guid = node_guid((self.sys_root / "class" / "infiniband" / c / "node_guid").read_text())
-                except OSError:
-                    guid = ""
+                text = self._fabric_source.node_guid_text(c)
+                guid = node_guid(text) if text else ""
                 leaf = cached[1].get((guid, p), "")
                 if leaf:
                     out.append((c, p, leaf))

@@ -62,7 +62,9 @@ def cli() -> None:
 def main(argv: list[str] | None = None) -> None:
     """Run the command line; exit 1 with a readable message on any LlmgwError."""
     try:
-        cli.main(args=argv, prog_name="llmgw", standalone_mode=False)
+        code = cli.main(args=argv, prog_name="llmgw", standalone_mode=False)
+        if isinstance(code, int) and code:  # not standalone, click returns an explicit Exit's code (click 8.x)
+            sys.exit(code)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
     except click.ClickException as exc:

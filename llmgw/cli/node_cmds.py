@@ -2,7 +2,7 @@
 `llmgw node revoke ID` (on the control plane: revoke a node's certificates, see `llmgw.wire.tls`).
 
 Attaches both to the `node` group `llmgw.cli.agent_cmds` defines (`node join`), creating the group when that
-module is absent. `doctor` exits 1 when a check failed (warnings alone exit 0); `revoke` exits 1 when there is no CA.
+module is absent. `doctor --from DIR` reads captured tool output instead (`llmgw.agent.doctor_capture`). `doctor` exits 1 when a check failed (warnings alone exit 0); `revoke` exits 1 when there is no CA.
 """
 
 from __future__ import annotations
@@ -35,12 +35,23 @@ def register(group: click.Group) -> None:
                        "`llmgw up` made it here; else ~/.local/state/llmgw/agent).")
     @click.option("--cert", "cert_path", type=click.Path(path_type=Path), default=None,
                   help="A node certificate to check (e.g. <state-dir>/tls/node.crt).")
+    @click.option("--from", "from_dir", type=click.Path(path_type=Path), default=None,
+                  help="Read a directory of captured tool output instead of running the tools "
+                       "(docs/doctor-captures.md): devices, fabrics and warnings as the agent would conclude.")
     def doctor_command(as_json: bool, weights_dir: Path | None, engines_dir: Path | None, state_dir: Path | None,
-                       cert_path: Path | None) -> None:
+                       cert_path: Path | None, from_dir: Path | None) -> None:
         """Discover this node (CPUs, memory, GPUs, MIG, NVLink, fabrics) and check what serving needs."""
         from llmgw.agent.config import default_state_dir
         from llmgw.agent.doctor import run_doctor
 
+        if from_dir is not None:
+            from llmgw.agent.doctor_capture import doctor_from
+
+            report = doctor_from(from_dir)
+            click.echo(json.dumps(report.to_json(), indent=2) if as_json else report.render())
+            if not report.ok:
+                raise click.exceptions.Exit(1)
+            return
         state = state_dir or _doctor_state_dir(default_state_dir())
         weights = weights_dir or state / "weights"
         report = run_doctor(weights, engines_dir=engines_dir, state_dir=state, cert_path=cert_path)

@@ -68,3 +68,24 @@ def read_fabrics(sys_root: Path = Path("/sys"), etc_root: Path = Path("/etc")) -
                 sm_lid=_lid(read("sm_lid")),
             ))
     return Fabrics(infiniband=tuple(ports), imex=(etc_root / "nvidia-imex").is_dir())
+
+
+@dataclass(frozen=True)
+class SysfsFabrics:
+    """Where a live node's fabrics are read: sysfs under `sys_root` and IMEX's configuration under `etc_root`.
+    `llmgw.agent.discovery.captured.CaptureDir` answers the same two calls from a capture directory, so the
+    health reading (`llmgw.agent.health.HealthReader`) does not care which it reads."""
+
+    sys_root: Path = Path("/sys")
+    etc_root: Path = Path("/etc")
+
+    def fabrics(self) -> Fabrics:
+        """`read_fabrics(sys_root, etc_root)`. Blocking (file reads); never raises."""
+        return read_fabrics(self.sys_root, self.etc_root)
+
+    def node_guid_text(self, ca: str) -> str:
+        """The adapter's sysfs `node_guid` as written ("a088:c203:004f:6000"), "" when unreadable."""
+        try:
+            return (self.sys_root / "class" / "infiniband" / ca / "node_guid").read_text()
+        except OSError:
+            return ""
