@@ -373,7 +373,7 @@ class ControlPlane:
                 self._write_state_files()
                 await nursery.start(self.loop.run)
                 self.lease = LeaseKeeper(self._acquire_lease, self.loop.update, ttl=self.config.lease_seconds,
-                                         holder=self.holder)
+                                         holder=self.holder, acquire_sync=self._acquire_lease_sync)
                 await nursery.start(self.lease.run)
                 await nursery.start(self.audit.run)
                 nursery.start_soon(self.watcher.run, self._poll_interval)
@@ -462,11 +462,14 @@ class ControlPlane:
 
     async def _acquire_lease(self) -> tuple[int, str | None]:
         """Take or renew the leader lease (see `llmgw.control.leading.LeaseKeeper`): (token or 0, holder)."""
-        take = functools.partial(self.store.acquire_lease, LEASE_NAME, self.holder, self.config.lease_seconds)
-        token = await trio.to_thread.run_sync(take, abandon_on_cancel=True)
+        return await trio.to_thread.run_sync(self._acquire_lease_sync, abandon_on_cancel=True)
+
+    def _acquire_lease_sync(self) -> tuple[int, str | None]:
+        """`_acquire_lease`, blocking (the lease keeper's renewal thread calls it; the store is thread-safe)."""
+        token = self.store.acquire_lease(LEASE_NAME, self.holder, self.config.lease_seconds)
         if token:
             return token, self.holder
-        return 0, await trio.to_thread.run_sync(self.store.lease_holder, LEASE_NAME, abandon_on_cancel=True)
+        return 0, self.store.lease_holder(LEASE_NAME)
 
     async def _audit_fence(self) -> int | None:
         """The fencing token this control plane holds the leader lease with, as the store's lease row says; 0 when
