@@ -22,7 +22,7 @@ class Pacer:
 
     free: float = 0.02
     share: float = 0.1
-    longest: float = 1.0
+    longest: float = 3.0
     cost: float = 0.0
     """Wall seconds the last rebuild took."""
     ended: float = field(default=-math.inf)
