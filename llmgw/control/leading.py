@@ -180,8 +180,8 @@ class LeaseKeeper:
                 await changed.wait()
                 continue
             self._take_latest()  # a renewal the thread got in time, not yet applied because the loop was busy
-            if self.until is not None and self.until > trio.current_time():
-                continue
+            if self.until is None or self.until > trio.current_time():
+                continue  # renewed in time, or the thread's answer says another control plane leads
             token, now = self.token, trio.current_time()
             self.token, self.until, self._term = 0, None, 0
             log.warning("the leader lease could not be renewed in time: this control plane stops commanding")

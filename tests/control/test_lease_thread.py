@@ -1,7 +1,8 @@
 """The leader lease while the trio loop is busy: renewed from its own thread, a lease outlives task steps longer
 than itself, and a standby cannot take it; a store that stops answering still makes the leader step down before the
 store's lease ends. Real SQLite store, real threads: a blocked loop cannot be simulated on MockClock, so the loop is
-blocked for real (`time.sleep` inside a task step) with a lease of 0.6 s; each test takes about 2 s."""
+blocked for real (`time.sleep` inside a task step) with a lease of 0.6 s; each test takes about 2 s. A loop that
+takes no answer at all (hung) stops the renewals."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import time
 import trio
 
 from llmgw.control.leading import LEASE_NAME, LeaseKeeper
+from llmgw.control.renewing import RenewalThread
 from llmgw.control.state import ControlState
 from llmgw.errors import TemporaryError
 from llmgw.store import open_store
@@ -95,3 +97,17 @@ async def test_a_leader_whose_store_fails_in_the_thread_steps_down_before_its_le
     # the store's lease ends at most TTL after the last renewal asked before the failures began
     assert stepped_down_at - failed_after <= TTL - plane.keeper.margin + 0.05
     assert store.lease(LEASE_NAME) is None  # it did lapse in the store: nothing renewed it
+
+
+def test_a_hung_loop_is_not_kept_leading():
+    attempts: list[float] = []
+
+    def acquire() -> tuple[int, str | None]:
+        attempts.append(time.monotonic())
+        return 1, "cp-a"
+
+    thread = RenewalThread(acquire, lambda: None, interval=0.02, hang_limit=0.1)  # the loop never takes an answer
+    thread.start()
+    time.sleep(0.4)
+    thread.stop(wait=1.0)
+    assert attempts and attempts[-1] - attempts[0] <= 0.15  # it stopped asking once the loop looked hung
