@@ -28,6 +28,7 @@ from typing import Any
 
 import click
 
+from llmgw.control import stalls
 from llmgw.errors import UsageError
 
 
@@ -292,7 +293,7 @@ def server_cmd(repo, branch, state_dir, store, secrets_dir, gateway_addr, admin_
             nursery.cancel_scope.cancel()
 
     try:
-        trio.run(main)
+        trio.run(main, instruments=stalls.from_environment())
     except KeyboardInterrupt:
         click.echo("stopped", err=True)
         return

@@ -14,7 +14,9 @@ expiry counts from a later moment, so this end is never later than the store's).
 already on its way and the clock difference between this machine and the one that checks the lease next.
 
 The transitions are pure functions of `ControlState`; `LeaseKeeper` is the I/O: one renewal every `ttl / 3`
-seconds, each given at most that long.
+seconds, each given at most that long. Given `acquire_sync`, the renewals after the first run in a thread of their
+own on its own timer (`llmgw.control.renewing`), and the keeper takes the thread's latest answer before stepping
+down, so a trio loop busy for seconds does not let the lease lapse.
 """
 
 from __future__ import annotations
@@ -25,10 +27,14 @@ from dataclasses import replace
 
 import trio
 
+from llmgw.control.renewing import AcquireSync, Renewal, RenewalThread
 from llmgw.control.state import ControlState, Leadership
 from llmgw.errors import StoreError, TemporaryError
 
 log = logging.getLogger("llmgw.control")
+
+HANG_LEASES = 10
+"""A loop that takes no renewal answer for this many lease lengths is hung: its renewal thread stops renewing."""
 
 LEASE_NAME = "llmgw-reconciler"
 """The store lease whose holder leads."""
@@ -78,10 +84,16 @@ class LeaseKeeper:
 
     `ttl` seconds of lease (the store's), renewed every `ttl / 3`; `margin` seconds (default a fifth of ttl) before
     its end when a leader whose renewals failed steps down. `holder` names this control plane in the reasons.
+    `acquire_sync` (the same as `acquire`, blocking and thread-safe): renew from a thread of its own after the first
+    attempt (see the module docstring); without it every renewal is a trio task.
     """
 
-    def __init__(self, acquire: Acquire, update: Update, *, ttl: float, holder: str, margin: float | None = None):
+    def __init__(self, acquire: Acquire, update: Update, *, ttl: float, holder: str, margin: float | None = None,
+                 acquire_sync: AcquireSync | None = None):
         self._acquire = acquire
+        self._acquire_sync = acquire_sync
+        self._thread: RenewalThread | None = None
+        self._taken: Renewal | None = None
         self._update = update
         self.ttl = ttl
         self.margin = default_margin(ttl) if margin is None else margin
@@ -97,9 +109,36 @@ class LeaseKeeper:
             nursery.start_soon(self._step_down_on_time)
             await self.renew()
             task_status.started()
+            if self._acquire_sync is not None:
+                await self._renew_in_thread()  # until cancelled
             while True:
                 await trio.sleep(self.ttl / 3)
                 await self.renew()
+
+    async def _renew_in_thread(self) -> None:
+        token = trio.lowlevel.current_trio_token()
+        thread = RenewalThread(self._acquire_sync, lambda: token.run_sync_soon(self._take_latest),
+                               interval=self.ttl / 3, hang_limit=HANG_LEASES * self.ttl)
+        self._thread = thread
+        await trio.sleep(self.ttl / 3)
+        thread.start()
+        try:
+            await trio.sleep_forever()
+        finally:
+            thread.stop(wait=self.ttl / 3)  # no renewal after this returns (the plane may release the lease next)
+
+    def _take_latest(self) -> None:
+        """Apply the renewal thread's latest answer if not yet applied. On the trio thread; not a checkpoint."""
+        thread = self._thread
+        if thread is None:
+            return
+        thread.alive()
+        latest = thread.latest
+        if latest is None or latest is self._taken:
+            return
+        self._taken = latest
+        asked = trio.current_time() - (thread.clock() - latest.asked)  # the thread's clock onto trio's
+        self._apply(asked, (latest.token, latest.holder))
 
     async def renew(self) -> None:
         """One attempt, given at most `ttl / 3` seconds; a failure (StoreError, TemporaryError, timeout) is logged
@@ -116,6 +155,9 @@ class LeaseKeeper:
                 log.warning("the leader lease was not renewed; commands stop in %.1f s",
                             max(0.0, self.until - trio.current_time()))
             return
+        self._apply(asked, result)
+
+    def _apply(self, asked: float, result: tuple[int, str | None]) -> None:
         token, holder = result
         if token:
             self.token, self.until = token, asked + self.ttl - self.margin
@@ -137,6 +179,9 @@ class LeaseKeeper:
             with trio.move_on_at(self.until):
                 await changed.wait()
                 continue
+            self._take_latest()  # a renewal the thread got in time, not yet applied because the loop was busy
+            if self.until is None or self.until > trio.current_time():
+                continue  # renewed in time, or the thread's answer says another control plane leads
             token, now = self.token, trio.current_time()
             self.token, self.until, self._term = 0, None, 0
             log.warning("the leader lease could not be renewed in time: this control plane stops commanding")

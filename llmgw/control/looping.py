@@ -30,6 +30,14 @@ from llmgw.errors import LlmgwError, TemporaryError
 from llmgw.plan.types import Action, ActionKind
 from llmgw.settings.model import Settings
 
+FOLD_CHUNK = 64
+"""Transitions folded (and reported to `on_change`) together while a backlog is drained."""
+
+FOLD_SLICE = 0.05
+"""Wall seconds of folding a backlog after which the loop lets other tasks run before it folds the rest: 2,000
+agents joining at once left thousands of heartbeats waiting, and folding them in one task step held the trio loop
+for 1-5 s (docs/scale.md), delaying every timer and the gRPC thread's hand-offs."""
+
 Transition = Callable[[ControlState], "tuple[ControlState, bool]"]
 """A pure event: the next state, and whether the change is placement-relevant (wakes a pass)."""
 
@@ -117,7 +125,7 @@ class ControlLoop:
                 with trio.move_on_at(deadline):
                     item = await self._receive.receive()
                     self._fold([item], triggers)
-                self._fold(self._drain(), triggers)
+                await self._fold_waiting(triggers)
                 now = trio.current_time()
                 expired = self._expire(now)
                 if expired:
@@ -129,18 +137,31 @@ class ControlLoop:
                 gap = max(self.coalesce, self.pass_cost) if self.coalesce > 0 else 0.0
                 if now < self._last_pass_end + gap:
                     await trio.sleep_until(self._last_pass_end + gap)
-                    self._fold(self._drain(), triggers)
+                    await self._fold_waiting(triggers)
                 self.run_pass(", ".join(dict.fromkeys(triggers)))
                 self._last_pass_end = trio.current_time()
                 next_pass = trio.current_time() + self._interval()
 
-    def _drain(self) -> list:
-        batch = []
-        while True:
+    async def _fold_waiting(self, triggers: list[str]) -> None:
+        """Fold every transition waiting, `FOLD_CHUNK` at a time, with a checkpoint after each `FOLD_SLICE` seconds
+        of folding (none when the backlog took less)."""
+        began = time.perf_counter()
+        while batch := self._drain(FOLD_CHUNK):
+            self._fold(batch, triggers)
+            if len(batch) < FOLD_CHUNK:
+                return
+            if time.perf_counter() - began >= FOLD_SLICE:
+                await trio.sleep(0)
+                began = time.perf_counter()
+
+    def _drain(self, limit: int) -> list:
+        batch: list = []
+        while len(batch) < limit:
             try:
                 batch.append(self._receive.receive_nowait())
             except trio.WouldBlock:
-                return batch
+                break
+        return batch
 
     def _next_due(self) -> float:
         times = [self.state.next_timer(), self.state.fleet.next_expiry()]

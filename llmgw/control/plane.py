@@ -42,6 +42,7 @@ from llmgw.control.keys import (
     REPLICA_KEY_SECRET, WEBHOOK_SECRET, SecretResolver, replica_key,
 )
 from llmgw.control.leading import LEASE_NAME, LeaseKeeper
+from llmgw.control.pacing import Pacer
 from llmgw.control.looping import ControlLoop
 from llmgw.control.recovering import DEFAULT_GRACE, KNOWN_NODES_KEY, Recovery, decode_known, encode_known
 from llmgw.control.registry import FleetRegistry
@@ -208,6 +209,8 @@ class ControlPlane:
         self.gateway_workers: GatewayWorkers | None = None  # the worker processes (workers > 1)
         self.table = RouteTable()
         self.table_rebuilds = 0
+        self._table_pacer = Pacer()
+        self._table_wanted: trio.Event | None = None  # a paced rebuild is waiting (this event names it)
         self.admin_token = ""
         self.admin_url = self.gateway_url = ""
         self.admin_port = self.gateway_port = self.agents_port = 0
@@ -373,7 +376,7 @@ class ControlPlane:
                 self._write_state_files()
                 await nursery.start(self.loop.run)
                 self.lease = LeaseKeeper(self._acquire_lease, self.loop.update, ttl=self.config.lease_seconds,
-                                         holder=self.holder)
+                                         holder=self.holder, acquire_sync=self._acquire_lease_sync)
                 await nursery.start(self.lease.run)
                 await nursery.start(self.audit.run)
                 nursery.start_soon(self.watcher.run, self._poll_interval)
@@ -462,11 +465,14 @@ class ControlPlane:
 
     async def _acquire_lease(self) -> tuple[int, str | None]:
         """Take or renew the leader lease (see `llmgw.control.leading.LeaseKeeper`): (token or 0, holder)."""
-        take = functools.partial(self.store.acquire_lease, LEASE_NAME, self.holder, self.config.lease_seconds)
-        token = await trio.to_thread.run_sync(take, abandon_on_cancel=True)
+        return await trio.to_thread.run_sync(self._acquire_lease_sync, abandon_on_cancel=True)
+
+    def _acquire_lease_sync(self) -> tuple[int, str | None]:
+        """`_acquire_lease`, blocking (the lease keeper's renewal thread calls it; the store is thread-safe)."""
+        token = self.store.acquire_lease(LEASE_NAME, self.holder, self.config.lease_seconds)
         if token:
             return token, self.holder
-        return 0, await trio.to_thread.run_sync(self.store.lease_holder, LEASE_NAME, abandon_on_cancel=True)
+        return 0, self.store.lease_holder(LEASE_NAME)
 
     async def _audit_fence(self) -> int | None:
         """The fencing token this control plane holds the leader lease with, as the store's lease row says; 0 when
@@ -491,6 +497,27 @@ class ControlPlane:
         return value.encode() if value else None
 
     def _rebuild_table(self, state: ControlState) -> None:
+        began = time.perf_counter()
+        self._build_table(state)
+        self._table_pacer.ran(time.perf_counter() - began, trio.current_time())
+
+    def _ask_table(self, state: ControlState, at_once: bool) -> None:
+        """A rebuild of the routing table is wanted: now (`at_once`, or while rebuilds are cheap), or paced
+        (`llmgw.control.pacing`) by `_paced_tables`, from the loop's state then."""
+        if at_once or self._table_pacer.now_ok(trio.current_time()) or self._nursery is None:
+            self._table_wanted = None
+            self._rebuild_table(state)
+        elif self._table_wanted is None:
+            self._table_wanted = trio.Event()
+            self._nursery.start_soon(self._paced_table, self._table_wanted)
+
+    async def _paced_table(self, wanted: trio.Event) -> None:
+        await trio.sleep_until(self._table_pacer.next_at())
+        if self._table_wanted is wanted:
+            self._table_wanted = None
+            self._rebuild_table(self.loop.state)
+
+    def _build_table(self, state: ControlState) -> None:
         settings = state.settings
         table = build_route_table(settings, fleet_for(state.fleet.fleet(), settings), self.replica_key,
                                   self.secrets.get)
@@ -512,7 +539,7 @@ class ControlPlane:
     def _on_change(self, old: ControlState, new: ControlState, reasons: list[str]) -> None:
         """After each batch of events: the routing table is rebuilt once, when something it depends on changed."""
         if reasons or new.settings is not old.settings:
-            self._rebuild_table(new)
+            self._ask_table(new, at_once=new.settings is not old.settings)
         if self.tracing is not None:
             self.tracing.on_change(old, new)
 
