@@ -11,6 +11,9 @@ from pathlib import Path
 
 import pytest
 
+collect_ignore = ["device"]
+"""tests/device/ holds checks for a real GPU (gpu_health_check.py), run by hand on a device, never by pytest."""
+
 GEMMA_SHA256 = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
 
 

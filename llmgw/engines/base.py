@@ -37,6 +37,9 @@ class Launch:
     `tensor_parallel` and `pipeline_parallel` are process-group widths (1 = none), over every node of the replica.
     A replica spread over several nodes gives each shard its `rank` (0 serves the API) of `nodes` and the
     `rendezvous` "host:port" of rank 0; `extra_env` carries the NCCL variables (NCCL_IB_HCA, NCCL_MNNVL_ENABLE).
+    `peers`: for engines whose rank 0 connects to the others (llama.cpp's RPC servers), the "host:port" of each rank
+    above 0 in rank order, given to rank 0 only (empty otherwise; the planner does not fill it yet, see
+    docs/placement.md).
     `kv_events_endpoint`: where an engine that publishes KV-cache events (vLLM) sends them ("tcp://127.0.0.1:PORT",
     bound by the agent; "": none). `allow_pickle`: the model may load pickle formats (catalog `allow_pickle`);
     otherwise vLLM loads safetensors only. `adapters`: the model's LoRA adapters in catalog order (llama.cpp numbers
@@ -59,6 +62,7 @@ class Launch:
     rank: int = 0
     nodes: int = 1
     rendezvous: str = ""
+    peers: tuple[str, ...] = ()
     kv_events_endpoint: str = ""
     allow_pickle: bool = False
     adapters: tuple[LoraAdapter, ...] = ()

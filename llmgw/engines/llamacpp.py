@@ -75,6 +75,36 @@ def lora_request_field(index: int | None, count: int) -> list[dict[str, float | 
     server-context.cpp `construct_lora_list` and `launch_slot_with_task`. Pure."""
     return [{"id": i, "scale": 1.0 if i == index else 0.0} for i in range(count)]
 
+RPC_SERVER = "rpc-server"
+"""llama.cpp's RPC server (tools/rpc/rpc-server.cpp), built beside llama-server only with `RPC_BUILD_ARGS`."""
+RPC_BUILD_ARGS = ("-DGGML_RPC=ON",)
+"""The CMake option that builds ggml's RPC back end, `rpc-server`, and llama-server's `--rpc` (without it llama-server
+rejects `--rpc` with "RPC not supported in this build", common/arg.cpp). llmgw's install builds the `llama-server`
+target alone, without it (DEFAULT_CMAKE_ARGS of llmgw.engines.building)."""
+
+
+def rpc_server_binary(llama_server: Path) -> Path:
+    """Where `rpc-server` lies in a build whose `llama-server` is at `llama_server` (the same `bin/`)."""
+    return llama_server.with_name(RPC_SERVER)
+
+
+def rpc_command_line(launch: Launch) -> tuple[list[str], dict[str, str]]:
+    """Return `(argv, env)` for a rank above 0 of a llama.cpp replica spread over several nodes: `rpc-server -H HOST
+    -p PORT [-t THREADS]` from the same `bin/` as `launch.binary`, which serves this node's devices (those of
+    `CUDA_VISIBLE_DEVICES`, set like llama-server's; "" leaves only its CPU device) to rank 0's llama-server.
+
+    Flags: tools/rpc/rpc-server.cpp b11434 (`-H/--host` default 127.0.0.1, `-p/--port` default 50052,
+    `-t/--threads`, `-d/--device`, `-c/--cache`). It serves no HTTP, takes neither the model nor an API key (it has
+    no authentication: llama.cpp's README says never to expose it on an open network, and it warns when bound to
+    anything but 127.0.0.1), and `engine_args` (llama-server's) are not passed to it. Pure; never raises."""
+    argv = [str(rpc_server_binary(launch.binary)), "-H", launch.host, "-p", str(launch.port)]
+    if launch.threads:
+        argv += ["-t", str(launch.threads)]
+    env: dict[str, str] = dict(launch.extra_env)
+    env["CUDA_VISIBLE_DEVICES"] = ",".join(launch.devices)
+    return argv, env
+
+
 def command_line(launch: Launch) -> tuple[list[str], dict[str, str]]:
     """Return `(argv, env)` to start llama-server for `launch`.
 
@@ -84,8 +114,15 @@ def command_line(launch: Launch) -> tuple[list[str], dict[str, str]]:
     `CUDA_VISIBLE_DEVICES` (the shard's devices, or "" for a CPU shard so it cannot touch GPUs placed for others).
 
     Adapters are loaded in `launch.adapters` order, so the i-th has id i, and left unapplied (scale 0,
-    `lora_arguments`): a request applies one with the `lora` field (`lora_request_field`). Pure; never raises.
+    `lora_arguments`): a request applies one with the `lora` field (`lora_request_field`).
+
+    A replica spread over `launch.nodes` > 1 nodes: ranks above 0 run `rpc_command_line` instead; rank 0 runs
+    llama-server as above with `--rpc HOST1:PORT1,HOST2:PORT2,...` (`launch.peers`, rank order; common/arg.cpp
+    "comma-separated list of RPC servers"), so it splits the layers over its own devices and theirs. Pure; never
+    raises.
     """
+    if launch.nodes > 1 and launch.rank > 0:
+        return rpc_command_line(launch)
     argv = [str(launch.binary), "--host", launch.host, "--port", str(launch.port), "-m", str(launch.model_path)]
     if launch.served_name:
         argv += ["--alias", launch.served_name]
@@ -100,6 +137,8 @@ def command_line(launch: Launch) -> tuple[list[str], dict[str, str]]:
     else:
         env["CUDA_VISIBLE_DEVICES"] = ""
     argv.append("--metrics")
+    if launch.nodes > 1 and launch.peers:
+        argv += ["--rpc", ",".join(launch.peers)]
     argv += lora_arguments([a.path for a in launch.adapters])
     argv += list(launch.engine_args)
     if launch.api_key:

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
-from dataclasses import fields
+from dataclasses import fields, replace
 
 from llmgw.plan.capacity import Demand
 from llmgw.plan.guard import guard_fleet_not_emptied
@@ -93,7 +93,13 @@ class _Planner(Spanning, Placement):
     def place(self, item: Pending) -> None:
         span = self.span_of(item.demand)
         if span is None:
+            count = len(self.unplaced)
             super().place(item)
+            refusal = self.spanning_refusal(item.demand)
+            if refusal and len(self.unplaced) > count and self.unplaced[-1].replica_id == item.replica_id:
+                # why it was not spread over nodes instead (llama.cpp's build has no RPC)
+                last = self.unplaced[-1]
+                self.unplaced[-1] = replace(last, reasons=(("all nodes", refusal), *last.reasons))
         else:
             self.place_spanning(item, span)
 

@@ -2,12 +2,13 @@
 (stage 2) with `llmgw.plan.multinode.place_multinode`. Private to llmgw.plan; mixed into the planner.
 
 When a replica spans nodes: its engine has a multi-node command line (`MULTI_NODE_ENGINES`: vLLM's `--nnodes`,
-`--node-rank`, `--master-addr`; llama.cpp's RPC servers are not built) and its model asks for more whole GPUs of
-its class (`resources.gpus`, that is tensor parallel x pipeline parallel) than the alive node with the most cards of
-that class has. Other engines stay on one node and are refused there with each node's reason. It is then split evenly
-over as few nodes as fit (`split_over_nodes`: 16 GPUs on 8-GPU nodes gives 2 shards of 8), one shard per node,
-shard k ("<replica>/<k>") of rank k; rank 0's node address with a port of `RENDEZVOUS_PORTS` is the rendezvous,
-and rank 0's shard id names the group. A MIG class never spans nodes.
+`--node-rank`, `--master-addr`) and its model asks for more whole GPUs of its class (`resources.gpus`, that is
+tensor parallel x pipeline parallel) than the alive node with the most cards of that class has. It is then split
+evenly over as few nodes as fit (`split_over_nodes`: 16 GPUs on 8-GPU nodes gives 2 shards of 8), one shard per
+node, shard k ("<replica>/<k>") of rank k; rank 0's node address with a port of `RENDEZVOUS_PORTS` is the
+rendezvous, and rank 0's shard id names the group. A MIG class never spans nodes. Other engines stay on one node
+and are refused there with each node's reason; for llama.cpp (which has the command lines,
+`llmgw.engines.llamacpp.rpc_command_line`, but whose build lacks RPC) `LLAMACPP_SPAN_REFUSAL` comes first.
 
 A spread replica is one process group (NCCL): it serves only while every rank runs.
 - Stage 1: its current shards (its fingerprint, on a fit node, on healthy cards) are kept when there is exactly one
@@ -40,6 +41,9 @@ _RANK = {ShardState.READY: 0, ShardState.STARTING: 1, ShardState.FETCHING: 2, Sh
 
 MULTI_NODE_ENGINES = frozenset({"vllm"})
 """Engines whose shards llmgw can start as ranks of one replica over several nodes (`llmgw.engines.vllm`)."""
+
+LLAMACPP_SPAN_REFUSAL = "llama.cpp is not spread over nodes: llmgw's build has no RPC (rpc-server, -DGGML_RPC=ON)"
+"""Why a llama.cpp replica larger than one node is refused on every node (docs/placement.md)."""
 
 
 RENDEZVOUS_PORTS = (29500, 1000)
@@ -91,6 +95,15 @@ class Spanning:
                 span = split_over_nodes(demand.gpus, most)
             cache[key] = span
         return cache[key]
+
+    def spanning_refusal(self, demand: Demand) -> str:
+        """Why `demand` is not spread over nodes though no alive node has enough cards of its class for it
+        (`LLAMACPP_SPAN_REFUSAL` for llama.cpp), "" otherwise. Such a replica stays on the one-node path: each node
+        says why it cannot hold it, and this sentence comes first, on "all nodes"."""
+        most = self.largest.get(demand.gpu_class, 0)
+        if demand.engine == "llama.cpp" and demand.gpus and not demand.refusal and 0 < most < demand.gpus:
+            return LLAMACPP_SPAN_REFUSAL
+        return ""
 
     def judge_spanning(self, replica_id: str, model_name: str, demand: Demand, span: tuple[int, int] | str,
                        shards: list[tuple[NodeState, ObservedShard]], taken: set[str]) -> Pending | None:

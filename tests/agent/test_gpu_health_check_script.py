@@ -1,5 +1,6 @@
-"""The device check bench/gpu_health_check.py (run on a real GPU by a later session): its comparison, on the H200's
-NVML stand-in against the same card's nvidia-smi capture, finds every field equal and names a field that differs."""
+"""The device check tests/device/gpu_health_check.py (run by hand on a real GPU; pytest does not collect
+tests/device/): its comparison, on the H200's NVML stand-in against the same card's nvidia-smi capture, finds every
+field equal and names a field that differs."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from captures import capture
 from llmgw.agent.nvml_health import read_nvml_health
 from llmgw.tools import parse_smi_health
 
-SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "gpu_health_check.py"
+SCRIPT = Path(__file__).resolve().parents[1] / "device" / "gpu_health_check.py"
 
 
 def load():
@@ -43,5 +44,5 @@ def test_on_a_machine_without_an_nvidia_driver_the_script_says_so_and_exits_2(ca
         pass  # no driver: the real library fails to start, as here
     else:
         pynvml.nvmlShutdown()
-        pytest.skip("an NVIDIA driver is here: run bench/gpu_health_check.py itself")
+        pytest.skip("an NVIDIA driver is here: run tests/device/gpu_health_check.py itself")
     assert load().main([]) == 2 and "NVML did not start" in capsys.readouterr().err

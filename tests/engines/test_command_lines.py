@@ -110,3 +110,38 @@ def test_every_series_of_a_real_llama_server_metrics_page_is_a_known_name():
     core = [llamacpp.METRICS.requests_running, llamacpp.METRICS.requests_waiting,
             llamacpp.METRICS.prompt_tokens_total, llamacpp.METRICS.generation_tokens_total]
     assert set(core) <= exported
+
+
+def spread(rank: int, **overrides) -> Launch:
+    """A shard of a llama.cpp replica over three nodes (rank 0 on 10.0.0.1; ranks 1 and 2 serve RPC)."""
+    values = dict(rank=rank, nodes=3, devices=("0", "1"), extra_env={"NCCL_IB_HCA": "mlx5_0"},
+                  host="10.0.0.2" if rank else "127.0.0.1", port=50052 if rank else 40123,
+                  engine_args=("--no-jinja",), peers=("10.0.0.2:50052", "10.0.0.3:50052") if rank == 0 else ())
+    values.update(overrides)
+    return launch(**values)
+
+
+def test_llama_cpp_rank_0_of_a_spread_replica_serves_with_every_other_ranks_rpc_server():
+    argv, env = llamacpp.command_line(spread(0))
+    assert argv[0] == "/opt/engines/llama-server" and argv[argv.index("-m") + 1] == "/w/sha256/abc"
+    assert argv[argv.index("--rpc") + 1] == "10.0.0.2:50052,10.0.0.3:50052"
+    assert argv.count("--rpc") == 1 and argv[-1] == "--no-jinja" and "-ngl" in argv
+    assert env["CUDA_VISIBLE_DEVICES"] == "0,1" and env[llamacpp.API_KEY_ENV] == KEY
+    assert "--rpc" not in llamacpp.command_line(launch(peers=("10.0.0.2:50052",)))[0]  # one node: no RPC
+
+
+@pytest.mark.parametrize("rank", [1, 2])
+def test_llama_cpp_ranks_above_0_run_rpc_server_on_their_devices_without_model_key_or_engine_args(rank):
+    argv, env = llamacpp.command_line(spread(rank))
+    assert argv == ["/opt/engines/rpc-server", "-H", "10.0.0.2", "-p", "50052", "-t", "2"]
+    assert env == {"CUDA_VISIBLE_DEVICES": "0,1", "NCCL_IB_HCA": "mlx5_0"}
+    assert all(KEY not in arg for arg in argv) and llamacpp.API_KEY_ENV not in env
+    cpu_argv, cpu_env = llamacpp.command_line(spread(rank, devices=(), threads=None))
+    assert cpu_argv == ["/opt/engines/rpc-server", "-H", "10.0.0.2", "-p", "50052"]
+    assert cpu_env["CUDA_VISIBLE_DEVICES"] == ""
+
+
+def test_the_rpc_server_is_the_llama_server_builds_sibling_built_only_with_ggml_rpc():
+    assert llamacpp.rpc_server_binary(Path("/e/llama.cpp/b11434/bin/llama-server")) == Path(
+        "/e/llama.cpp/b11434/bin/rpc-server")
+    assert llamacpp.RPC_BUILD_ARGS == ("-DGGML_RPC=ON",)

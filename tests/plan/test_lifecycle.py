@@ -8,6 +8,7 @@ import pytest
 from plan_fleets import GiB, LLAMA, apply_plan, converge, cpu_node, fleet, gpu_node, model, settings, shard
 
 from llmgw.plan import ActionKind, ShardState, fingerprint, make_plan
+from llmgw.plan.spanning import LLAMACPP_SPAN_REFUSAL
 
 GEMMA = model("gemma", cores=2, memory=2 * GiB)
 H100 = model("llama", gpus=2, gpu_class="h100-80g", tp=2)
@@ -186,7 +187,8 @@ def test_an_in_place_roll_that_could_not_fit_keeps_the_old_shard():
     f = fleet(gpu_node("node01", count=2, shards=[shard(H100, 0, devices=("0", "1"))]))
     plan = make_plan(s, f)
     assert kinds(plan) == [("keep", "llama-0/0", "node01")]
-    assert plan.unplaced[0].reasons == (("node01", "0 of 4 h100-80g free (2 held by shards)"),)
+    assert plan.unplaced[0].reasons == (("all nodes", LLAMACPP_SPAN_REFUSAL),  # a llama.cpp replica never spreads
+                                        ("node01", "0 of 4 h100-80g free (2 held by shards)"))
 
 
 def test_old_shards_that_are_not_healthy_stop_at_once():

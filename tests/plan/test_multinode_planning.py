@@ -13,7 +13,7 @@ import plan_fleets
 from plan_fleets import apply_plan, fleet, model
 
 from llmgw.plan import ActionKind, Interconnect, ShardState, make_plan
-from llmgw.plan.spanning import rendezvous_of
+from llmgw.plan.spanning import LLAMACPP_SPAN_REFUSAL, rendezvous_of
 from llmgw.settings.model import EngineVersion, frozen_map
 
 FABRIC_A = "0010e0406d5aa0a0"
@@ -175,11 +175,23 @@ def test_the_plan_does_not_depend_on_the_order_of_nodes():
 
 
 def test_an_engine_without_a_multi_node_command_line_is_not_spread():
+    sglang = model("sg", gpus=16, gpu_class="h100-80g", tp=16, engine="sglang")
+    f = fleet(on_leaf(plan_fleets.gpu_node("node1"), "leaf-1"), on_leaf(plan_fleets.gpu_node("node2"), "leaf-1"))
+    plan = make_plan(plan_fleets.settings(sglang), f)
+    assert not starts(plan)
+    assert dict(plan.unplaced[0].reasons)["node1"] == "8 of 16 h100-80g free"
+
+
+def test_a_llama_cpp_replica_larger_than_a_node_is_refused_for_lack_of_rpc_servers():
     llama = model("llama", gpus=16, gpu_class="h100-80g", tp=16)
     f = fleet(on_leaf(plan_fleets.gpu_node("node1"), "leaf-1"), on_leaf(plan_fleets.gpu_node("node2"), "leaf-1"))
     plan = make_plan(plan_fleets.settings(llama), f)
-    assert not starts(plan)
-    assert dict(plan.unplaced[0].reasons)["node1"] == "8 of 16 h100-80g free"
+    assert not starts(plan) and not [a for a in plan.actions if a.kind is ActionKind.INSTALL]
+    assert plan.unplaced[0].reasons == (("all nodes", LLAMACPP_SPAN_REFUSAL), ("node1", "8 of 16 h100-80g free"),
+                                        ("node2", "8 of 16 h100-80g free"))
+    assert "-DGGML_RPC=ON" in LLAMACPP_SPAN_REFUSAL
+    one_node = model("llama", gpus=8, gpu_class="h100-80g", tp=8)
+    assert [a.node_id for a in starts(make_plan(plan_fleets.settings(one_node), f))] == ["node1"]
 
 
 def random_fleet(rng: random.Random) -> list:

@@ -8,6 +8,7 @@ from dataclasses import replace
 from plan_fleets import GiB, cpu_node, fleet, gpu_node, model, settings, shard
 
 from llmgw.plan import fingerprint, make_plan, plan_from_json, plan_to_json, render_plan
+from llmgw.plan.spanning import LLAMACPP_SPAN_REFUSAL
 
 GEMMA = model("gemma", cores=2, memory=2 * GiB)
 H100 = model("llama", gpus=2, gpu_class="h100-80g", tp=2)
@@ -29,7 +30,8 @@ def test_the_lines_say_start_stop_move_keep_install_and_why_not():
         "replaces gemma-0/0 on lost node node01",
         "stop old-0/0 on node02: model old is not in the catalog",
         "keep llama-0/0 on node03 (GPU 0,1)",
-        "cannot place huge-0: node01: lost (no heartbeat); node02: no h100-80g GPUs; "
+        f"cannot place huge-0: all nodes: {LLAMACPP_SPAN_REFUSAL}; node01: lost (no heartbeat); "
+        "node02: no h100-80g GPUs; "
         "node03: 6 of 16 h100-80g free (2 held by shards); node04: no h100-80g GPUs",
         "cannot place late-0: node01: lost (no heartbeat); node02: labels do not match node_selector pool=new; "
         "node03: labels do not match node_selector pool=new; node04: installing llama.cpp b11434",
@@ -62,5 +64,6 @@ def test_the_json_form_is_plain_json_and_reads_back_to_the_same_plan():
     again = json.loads(text)
     assert again["changes"] is True and again["settings_commit"] == s.commit
     assert {a["kind"] for a in again["actions"]} == {"install", "start"}
-    assert again["unplaced"][-1]["reasons"][0] == {"node": "node01", "reason": "no h100-80g GPUs"}
+    assert again["unplaced"][-1]["reasons"][:2] == [{"node": "all nodes", "reason": LLAMACPP_SPAN_REFUSAL},
+                                                    {"node": "node01", "reason": "no h100-80g GPUs"}]
     assert plan_from_json(again) == plan

@@ -111,7 +111,7 @@ def test_the_verdict_agrees_with_the_planners_unplaced_list(seed):
     assert [u.replica_id for u in review.unplaced] == [u.replica_id for u in plan.unplaced]
     alive = {n.node_id for n in f.nodes}
     for item in review.unplaced:
-        named = {node for node, _why in item.reasons}
+        named = {node for node, _why in item.reasons} - {"all nodes"}  # a sentence for the whole fleet may lead
         assert named == alive or len(alive) > 12, "every node says why not"
     document = review_to_json(review)
     assert json.loads(json.dumps(document)) == document

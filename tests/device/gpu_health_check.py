@@ -2,7 +2,7 @@
 
 Run it on a GPU node from the repository root, in one go (about 2 s on one H200; nothing is changed on the machine):
 
-    .venv/bin/python bench/gpu_health_check.py [--json OUT.json]
+    .venv/bin/python tests/device/gpu_health_check.py [--json OUT.json]
 
 It reads every whole card twice, through `llmgw.agent.nvml_health.read_nvml_health` (the real `pynvml` of
 nvidia-ml-py) and through `nvidia-smi -q -x` parsed by `llmgw.tools.parse_smi_health`, plus `nvidia-smi nvlink -e`
@@ -14,6 +14,9 @@ generation and width (they drop at idle) and the clock event reasons. `gen_host_
 Exit status: 0 when every other field matches, 1 when one differs, 2 when there is no NVML or no nvidia-smi.
 With `$OUT` set (the device runner's output folder) or `--json`, the whole comparison is also written as JSON, so
 a later session can keep it under tests/fixtures/ as a capture.
+
+It lies in tests/device/, which pytest does not collect (`collect_ignore` in tests/conftest.py), so `make test` never
+runs it; its comparison (`compare`) is unit-tested on the H200 captures by tests/agent/test_gpu_health_check_script.py.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import time
 from dataclasses import asdict, fields
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from llmgw.agent.nvml_health import read_nvml_health  # noqa: E402
 from llmgw.tools import CardHealth, card_verdict, parse_nvlink_errors, parse_smi_health  # noqa: E402
