@@ -1,11 +1,12 @@
 """`llmgw fabric-test A B` end to end: a real control plane, two in-process agents over its streams, each with two
-active 200 Gb/s HDR InfiniBand ports in sysfs's layout, and a stand-in `ib_write_bw` on PATH
+active 200 Gb/s HDR InfiniBand ports in sysfs's layout (listed out of order: rails pair in adapter-name order), and a stand-in `ib_write_bw` on PATH
 (tests/support/fake_ib_write_bw.py) that prints perftest's tables: rail 0 healthy, rail 1 at half its rate. The CLI
 runs as a real process through the admin API."""
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -20,19 +21,9 @@ from llmgw.settings import init_repository
 from .conftest import write_seed
 from .test_cli_over_admin_api import llmgw
 from .test_in_process_fleet import wait_for
+from .test_multinode_end_to_end import ib_sysfs
 
 SUPPORT = Path(__file__).resolve().parents[1] / "support"
-
-
-def two_rails(root: Path) -> Path:
-    """mlx5_0/1 and mlx5_1/1, Active 4X HDR (200 Gb/s), as sysfs lays them out (gpud's capture's values)."""
-    for ca in ("mlx5_1", "mlx5_0"):
-        port = root / "class" / "infiniband" / ca / "ports" / "1"
-        port.mkdir(parents=True)
-        for name, value in (("state", "4: ACTIVE"), ("phys_state", "5: LinkUp"), ("rate", "200 Gb/sec (4X HDR)"),
-                            ("link_layer", "InfiniBand")):
-            (port / name).write_text(value + "\n")
-    return root
 
 
 def no_tools(argv):
@@ -46,14 +37,14 @@ async def test_fabric_test_grades_each_rail_from_the_stand_in_ib_write_bw_tables
     tool.parent.mkdir()
     tool.write_text(f"#!/bin/sh\nexec {sys.executable} {SUPPORT / 'fake_ib_write_bw.py'} \"$@\"\n")
     tool.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{tool.parent}:{__import__('os').environ['PATH']}")
+    monkeypatch.setenv("PATH", f"{tool.parent}:{os.environ['PATH']}")
     init_repository(tmp_path / "settings.git", write_seed(tmp_path / "seed", "ab" * 32, replicas=0))
     plane = ControlPlane(ControlConfig(repo=str(tmp_path / "settings.git"), state_dir=tmp_path / "state"))
     async with trio.open_nursery() as nursery:
         await nursery.start(plane.run)
         for name in ("ib1", "ib2"):
-            reader = HealthReader(no_tools, sys_root=two_rails(tmp_path / name / "sys"), etc_root=tmp_path / name,
-                                  interval=0.3)
+            sys_root = ib_sysfs(tmp_path / name / "sys", ("mlx5_1", "mlx5_0"), "200 Gb/sec (4X HDR)")
+            reader = HealthReader(no_tools, sys_root=sys_root, etc_root=tmp_path / name, interval=0.3)
             agent = AgentConfig(node_id=name, state_dir=tmp_path / name / "agent", heartbeat_interval=0.2,
                                 stop_shards_on_exit=True)
             await nursery.start(lambda task_status, agent=agent, reader=reader: run_agent(
