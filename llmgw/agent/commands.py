@@ -20,7 +20,7 @@ import trio
 from llmgw.agent import reporting, weights_tree
 from llmgw.agent.config import AgentConfig, engine_binary, installed_engines, save_agent_settings
 from llmgw.agent.engine_checks import EngineChecks
-from llmgw.agent.fabric_test import run_fabric_test
+from llmgw.agent.fabric_test import run_perftest
 from llmgw.agent.fencing import FENCED_COMMANDS, Fence, load_token, save_token
 from llmgw.agent.kv_watch import KvWatch
 from llmgw.agent.logs import LogRing
@@ -241,7 +241,7 @@ class NodeAgent:
             self._result(command_id, f"this agent does not understand the command {kind!r}; upgrade it")
 
     async def _fabric_test(self, request: pb.FabricTest) -> None:
-        self.emit(agent_message(fabric_test_output=await run_fabric_test(request, self.nursery)))
+        self.emit(agent_message(fabric_test_output=await run_perftest(request, self.nursery)))
 
     def _send_logs(self, command_id: str, request: pb.RequestLogs) -> None:
         count = request.lines or None

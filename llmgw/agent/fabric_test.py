@@ -44,7 +44,7 @@ def _last_line(*outputs: bytes) -> str:
     return ""
 
 
-async def run_fabric_test(request: pb.FabricTest, nursery: trio.Nursery,
+async def run_perftest(request: pb.FabricTest, nursery: trio.Nursery,
                       which: Callable[[str], str | None] = shutil.which) -> pb.FabricTestOutput:
     """Run one FabricTest and return its answer. A server goes on in `nursery` (until its client is done or
     `timeout_seconds` pass); a client is awaited, at most `timeout_seconds`. Never raises for the tool's

@@ -75,13 +75,13 @@ async def test_fabric_test_grades_each_rail_from_the_stand_in_ib_write_bw_tables
 
 
 async def test_a_missing_ib_write_bw_is_that_rails_error(tmp_path):
-    from llmgw.agent.fabric_test import run_fabric_test
+    from llmgw.agent.fabric_test import run_perftest
     from llmgw.plan import Rail, grade_rail
     from llmgw.wire import pb
 
     async with trio.open_nursery() as nursery:
-        answer = await run_fabric_test(pb.FabricTest(adapter="mlx5_0", port=18515, server="10.0.0.2"), nursery,
-                                       which=lambda name: None)
+        answer = await run_perftest(pb.FabricTest(adapter="mlx5_0", port=18515, server="10.0.0.2"), nursery,
+                                    which=lambda name: None)
     assert answer.output == "" and "ib_write_bw is not installed on this node" in answer.error
     assert "apt install perftest" in answer.error
     grade = grade_rail(Rail(0, "mlx5_0", "mlx5_0", 200.0), answer.output, answer.error)
