@@ -1,6 +1,7 @@
-"""`llmgw fabric-test A B` end to end: a real control plane, two in-process agents over its streams, each with two
+"""`llmgw fabric-test A B` end to end: a real control plane, two in-process agents over its streams, each with three
 active 200 Gb/s HDR InfiniBand ports in sysfs's layout (listed out of order: rails pair in adapter-name order), and a stand-in `ib_write_bw` on PATH
-(tests/support/fake_ib_write_bw.py) that prints perftest's tables: rail 0 healthy, rail 1 at half its rate. The CLI
+(tests/support/fake_ib_write_bw.py) that prints perftest's tables: rail 0 healthy, rail 1 at half its rate, and on
+rail 2 an adapter it does not find (the server fails). The CLI
 runs as a real process through the admin API."""
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ async def test_fabric_test_grades_each_rail_from_the_stand_in_ib_write_bw_tables
     async with trio.open_nursery() as nursery:
         await nursery.start(plane.run)
         for name in ("ib1", "ib2"):
-            sys_root = ib_sysfs(tmp_path / name / "sys", ("mlx5_1", "mlx5_0"), "200 Gb/sec (4X HDR)")
+            sys_root = ib_sysfs(tmp_path / name / "sys", ("mlx5_1", "mlx5_2", "mlx5_0"), "200 Gb/sec (4X HDR)")
             reader = HealthReader(no_tools, sys_root=sys_root, etc_root=tmp_path / name, interval=0.3)
             agent = AgentConfig(node_id=name, state_dir=tmp_path / name / "agent", heartbeat_interval=0.2,
                                 stop_shards_on_exit=True)
@@ -53,21 +54,24 @@ async def test_fabric_test_grades_each_rail_from_the_stand_in_ib_write_bw_tables
         def both_report_rails() -> bool:
             fleet = plane.snapshot().fleet
             return all(fleet.get(n) is not None and fleet.get(n).health is not None
-                       and len(fleet.get(n).health.ib_ports) == 2 for n in ("ib1", "ib2"))
+                       and len(fleet.get(n).health.ib_ports) == 3 for n in ("ib1", "ib2"))
 
         await wait_for(both_report_rails, 30, "both nodes reporting two InfiniBand ports")
 
         code, out, err = await llmgw(plane, "fabric-test", "ib1", "ib2")
         assert code == 2, out + err  # a rail is not ok
         lines = out.splitlines()
-        assert lines[0] == "ib1 -> ib2: ib_write_bw, 2 rails"
+        assert lines[0] == "ib1 -> ib2: ib_write_bw, 3 rails"
         assert lines[1] == "rail 0  mlx5_0 -> mlx5_0  196.4 of 200 Gb/s (98.2 %)  ok"
         assert lines[2].startswith("rail 1  mlx5_1 -> mlx5_1  98.2 of 200 Gb/s (49.1 %)  degraded: below 90 % of the "
                                    "200 Gb/s link"), lines[2]
+        assert lines[3] == ("rail 2  mlx5_2 -> mlx5_2  no result  failed: on ib2: ib_write_bw server on mlx5_2 exited "
+                            "with status 1: Unable to find the Infiniband/RoCE device")
 
         calls = [json.loads(p.read_text()) for p in sorted(records.glob("*.json"))]
         assert calls == [["-d", "mlx5_0", "-p", "18515"], ["-d", "mlx5_0", "-p", "18515", "127.0.0.1"],
-                         ["-d", "mlx5_1", "-p", "18516"], ["-d", "mlx5_1", "-p", "18516", "127.0.0.1"]]
+                         ["-d", "mlx5_1", "-p", "18516"], ["-d", "mlx5_1", "-p", "18516", "127.0.0.1"],
+                         ["-d", "mlx5_2", "-p", "18517"]]  # its server failed: no client was run
 
         code, out, err = await llmgw(plane, "fabric-test", "ib1", "nowhere")
         assert code == 1 and "node 'nowhere' is not in the fleet" in out + err, out + err

@@ -4,7 +4,7 @@ Called as the real tool is, `ib_write_bw -d ADAPTER -p PORT [SERVER]`: without S
 one client and exits (as perftest's server does); with SERVER it connects once to SERVER:PORT (so a wrong address
 or port fails the run, "Couldn't connect to SERVER:PORT", as perftest says it) and prints the hand-made table of
 tests/fixtures/hand-made for its adapter: mlx5_0 a healthy 196 Gb/s (perftest-write-bw-gbits.txt), mlx5_1 half its
-rate (perftest-write-bw-mib-degraded.txt). Each call's argv is written to $FAKE_PERFTEST_RECORDS/<n>.json.
+rate (perftest-write-bw-mib-degraded.txt); any other adapter is "not found" (exit 1). Each call's argv is written to $FAKE_PERFTEST_RECORDS/<n>.json.
 """
 
 from __future__ import annotations
@@ -29,6 +29,9 @@ def main(argv: list[str]) -> int:
         name = rest.pop(0)
         options[name] = rest.pop(0)
     device, port = options["-d"], int(options["-p"])
+    if device not in TABLES:  # as perftest says it of a device the machine lacks
+        print(f"IB device {device} not found\n Unable to find the Infiniband/RoCE device", file=sys.stderr)
+        return 1
     if not rest:  # the server: one client, then exit
         with socket.create_server(("0.0.0.0", port), reuse_port=False) as server:
             server.settimeout(30)
