@@ -1,5 +1,5 @@
 """The agent's answers to the control plane's commands: StartShard, StopShard, InstallEngine, AgentSettings,
-RequestLogs, Restart. Each command is answered with a CommandResult carrying its `command_id`.
+RequestLogs, Restart, FabricTest (answered with a FabricTestOutput). Each command is answered with a CommandResult carrying its `command_id`.
 
 Long commands (starting a shard: fetch weights, build the command line, spawn, wait for readiness; installing an
 engine) run as tasks of the agent's own nursery, so they go on while the connection is down; what they report
@@ -20,6 +20,7 @@ import trio
 from llmgw.agent import reporting, weights_tree
 from llmgw.agent.config import AgentConfig, engine_binary, installed_engines, save_agent_settings
 from llmgw.agent.engine_checks import EngineChecks
+from llmgw.agent.fabric_test import run_perftest
 from llmgw.agent.fencing import FENCED_COMMANDS, Fence, load_token, save_token
 from llmgw.agent.kv_watch import KvWatch
 from llmgw.agent.logs import LogRing
@@ -230,12 +231,17 @@ class NodeAgent:
                 self.register_again.set()
         elif kind == "request_logs":
             self._send_logs(command_id, message.request_logs)
+        elif kind == "fabric_test":
+            self.nursery.start_soon(self._fabric_test, message.fabric_test)
         elif kind == "restart":
             log.info("the control plane asked this agent to restart; engines keep running")
             await link.send(agent_message(command_result=pb.CommandResult(command_id=command_id, ok=True)))
             self.restart_requested.set()
         elif command_id:
             self._result(command_id, f"this agent does not understand the command {kind!r}; upgrade it")
+
+    async def _fabric_test(self, request: pb.FabricTest) -> None:
+        self.emit(agent_message(fabric_test_output=await run_perftest(request, self.nursery)))
 
     def _send_logs(self, command_id: str, request: pb.RequestLogs) -> None:
         count = request.lines or None

@@ -24,6 +24,7 @@ COMMAND_MODULES: dict[str, tuple[str, ...]] = {
     "up": ("llmgw.cli.up_cmd",),
     **{name: ("llmgw.cli.server_cmds",) for name in (
         "server", "apply", "plan", "status", "history", "stop", "start", "nodes", "replicas", "logs", "join-token", "restart",
+        "fabric-test",
     )},
     "review": ("llmgw.cli.review_cmds",),
     "fleet": ("llmgw.cli.review_cmds",),

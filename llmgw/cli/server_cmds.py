@@ -6,13 +6,14 @@
     llmgw status | history | nodes | replicas            where the cluster stands, what was done
     llmgw stop | start                                   serving.stopped commits, authored by you
     llmgw logs NODE [--shard S]                          an engine's (or the agent's) last log lines
+    llmgw fabric-test A B                                ib_write_bw from A to B rail by rail, each graded
     llmgw join-token [--ttl S]                           a one-time token for `llmgw node join` (--tls)
 
 `llmgw server` refuses a plain-text agents listener on an address other machines reach unless --insecure is
 given (`llmgw.wire.check_agents_listener`).
 
 Every client command takes --url / --token / --state (see llmgw.control.client for the lookup order) and
---json (the admin API's JSON, unchanged). Exit status: 0 done, 1 error; `plan` exits 2 when there are changes.
+--json (the admin API's JSON, unchanged). Exit status: 0 done, 1 error; `plan` exits 2 when there are changes, `fabric-test` when a rail is not ok.
 """
 
 from __future__ import annotations
@@ -496,8 +497,47 @@ def logs_cmd(client, as_json, node, shard, lines):
         click.echo(line)
 
 
+def render_rails(doc: dict[str, Any]) -> list[str]:
+    """One line per rail of POST /api/v1/fabric-test's answer: "rail 0  mlx5_0 -> mlx5_0  392.1 of 400 Gb/s
+    (98.0 %)  ok", the reason after the grade when there is one."""
+    lines = []
+    for rail in doc["rails"]:
+        pair = f"{rail['a'] or '-'} -> {rail['b'] or '-'}"
+        figure = "no result"
+        if rail["measured_gbps"] is not None:
+            figure = f"{rail['measured_gbps']:.1f}"
+            figure += f" of {rail['rate_gbps']:g} Gb/s" if rail["rate_gbps"] else " Gb/s, link rate unknown"
+            figure += f" ({rail['percent']:.1f} %)" if rail["percent"] is not None else ""
+        reason = f": {rail['reason']}" if rail["reason"] else ""
+        lines.append(f"rail {rail['index']}  {pair}  {figure}  {rail['grade']}{reason}")
+    return lines
+
+
+@click.command("fabric-test")
+@click.argument("a")
+@click.argument("b")
+@_client_options
+def fabric_test_cmd(client, as_json, a, b):
+    """Measure the InfiniBand/RoCE rails from node A to node B with perftest's ib_write_bw, rail i with rail i.
+
+    B's agent runs the server, A's the client, adapter by adapter, over the agents' own streams (no SSH). Each
+    rail is graded against its link's rate: ok at 90 % or more, degraded below, failed without a result.
+    Exits 2 when a rail is not ok. Both nodes need perftest (Debian/Ubuntu: apt install perftest).
+    """
+    answer = client.post("/api/v1/fabric-test", {"a": a, "b": b})
+    if as_json:
+        _print_json(answer)
+    else:
+        click.echo(f"{a} -> {b}: ib_write_bw, {counted(len(answer['rails']), 'rail')}")
+        for line in render_rails(answer):
+            click.echo(line)
+    if any(rail["grade"] != "ok" for rail in answer["rails"]):
+        sys.exit(2)
+
+
 def register(group: click.Group) -> None:
-    """Add server, apply, plan, status, history, stop, start, nodes, replicas, logs, join-token and restart."""
+    """Add server, apply, plan, status, history, stop, start, nodes, replicas, logs, join-token, restart and
+    fabric-test."""
     for command in (server_cmd, apply_cmd, plan_cmd, status_cmd, history_cmd, stop_cmd, start_cmd, nodes_cmd,
-                    replicas_cmd, logs_cmd, join_token_cmd, restart_cmd):
+                    replicas_cmd, logs_cmd, join_token_cmd, restart_cmd, fabric_test_cmd):
         group.add_command(command)

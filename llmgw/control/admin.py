@@ -22,6 +22,8 @@ The API is described in docs/admin-api.yaml (OpenAPI 3.1), served at GET /openap
     GET  /api/v1/logs?node=N&shard=S&lines=K  a shard's (or the agent's) last log lines
     POST /api/v1/stop | /api/v1/start {"author_name", "author_email"}   serving.stopped commits
     POST /api/v1/nodes/{node}/{verb} {"author_name", "author_email"}   verb: cordon|uncordon|drain|lend|reclaim
+    POST /api/v1/fabric-test {"a", "b"}     ib_write_bw from node a to node b, rail by rail, each graded
+                                              (llmgw.control.fabric_test); seconds per rail
     GET  /api/v1/slurm/users                  members as Linux users on Slurm nodes: login, UID, home, keys
     POST /api/v1/slurm/users/keys {"action": "add"|"remove", "email", "keys": [...], "author_name", "author_email"}
                                               a commit of slurm.yaml ssh_keys
@@ -276,6 +278,12 @@ class AdminApp:
             known = plane.snapshot().fleet.get(node) is not None
             return await _send_json(send, 200, {"commit": done.commit, "changed": done.changed, "node": node,
                                                 "verb": verb, "known": known})
+        if method == "POST" and path == "/api/v1/fabric-test":
+            body = _json_body(await _read_body(receive))
+            a, b = body_text(body, "a", ""), body_text(body, "b", "")
+            if not a or not b:
+                raise _HttpError(400, "bad_request", "say which nodes: {\"a\": CLIENT_NODE, \"b\": SERVER_NODE}")
+            return await _send_json(send, 200, await plane.fabric_test(a, b))
         if method == "GET" and path == "/api/v1/slurm/users":
             return await _send_json(send, 200, await plane.slurm_users())
         if method == "POST" and path == "/api/v1/slurm/users/keys":

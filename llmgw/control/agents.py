@@ -221,6 +221,9 @@ class AgentHub:
         elif kind == "log_lines":
             session.deliver_logs(message.log_lines)
             return
+        elif kind == "fabric_test_output":
+            session.deliver_fabric_test(message.fabric_test_output)
+            return
         elif kind == "register":
             transition = _registered(message.register, _peer_host(session.peer), now)
         else:

@@ -38,6 +38,7 @@ from llmgw.control.commands import (
     agent_settings, install_engine, may_take_part_in_slurm, platform_of, slurm_role, start_shard, stop_shard,
 )
 from llmgw.control.deciding import Decision
+from llmgw.control.fabric_test import check_nodes, grades_document, run_fabric_test
 from llmgw.control.keys import (
     REPLICA_KEY_SECRET, WEBHOOK_SECRET, SecretResolver, replica_key,
 )
@@ -873,6 +874,21 @@ class ControlPlane:
             raise UsageError(f"node {node_id!r} reports no shard {shard_id!r} (its shards: {known}); leave out "
                              "--shard for the agent's own log.")
         return await self.agents.logs(node_id, shard_id, lines)
+
+    async def fabric_test(self, a: str, b: str) -> dict[str, Any]:
+        """Run perftest's ib_write_bw from node `a` (client) to node `b` (server), rail by rail, and grade each
+        (`llmgw.control.fabric_test`). A checkpoint; takes a few seconds per rail.
+
+        Raises: UsageError for an unknown, disconnected or unfit node (or a == b); TemporaryError when one goes
+        away or does not answer.
+        """
+        if a == b:
+            raise UsageError("a fabric test needs two different nodes: llmgw fabric-test A B.")
+        fleet = self.snapshot().fleet
+        records = fleet.get(a), fleet.get(b)
+        check_nodes(*records, names=(a, b), connected=set(self.agents.sessions))
+        grades = await run_fabric_test(self.agents.sessions, *records)  # type: ignore[arg-type]
+        return grades_document(a, b, grades)
 
 
 def _url_host(host: str) -> str:

@@ -2,7 +2,8 @@
 
 A command (StartShard, StopShard, InstallEngine) carries a fresh `command_id`; the agent answers with a
 `CommandResult` echoing it. `AgentSession.command` sends one and waits for that answer under the caller's
-deadline. `request_logs` does the same round trip for `RequestLogs` -> `LogLines`.
+deadline. `request_logs` does the same round trip for `RequestLogs` -> `LogLines`, `fabric_test` for
+`FabricTest` -> `FabricTestOutput`.
 The session's receive loop (in `llmgw.control.plane`) hands answers in with `deliver_result` / `deliver_logs`.
 """
 
@@ -54,6 +55,7 @@ class AgentSession:
         self._send_lock = trio.Lock()
         self._results: dict[str, _Waiter] = {}
         self._logs: dict[str, _Waiter] = {}
+        self._fabric: dict[str, _Waiter] = {}
 
     async def send(self, message: pb.ControlMessage) -> None:
         """Send one message to the agent. Raises TemporaryError when the stream is gone."""
@@ -108,6 +110,30 @@ class AgentSession:
         finally:
             self._logs.pop(request_id, None)
 
+    async def fabric_test(self, request: pb.FabricTest, timeout: float) -> pb.FabricTestOutput:
+        """Send one FabricTest (its `request_id` set here) and wait up to `timeout` seconds for its output.
+
+        Raises: TemporaryError when the node is gone or does not answer in time.
+        """
+        request_id = f"f{_PREFIX}-{next(_ids)}"
+        request.request_id = request_id
+        waiter = _Waiter()
+        self._fabric[request_id] = waiter
+        try:
+            await self.send(control_message(command_id=request_id, fabric_test=request))
+            with trio.move_on_after(timeout):
+                await waiter.event.wait()
+            if not waiter.event.is_set() or waiter.value is None:
+                raise TemporaryError(f"node {self.node_id} did not answer the fabric test within {timeout:g} s.")
+            return waiter.value  # type: ignore[return-value]
+        finally:
+            self._fabric.pop(request_id, None)
+
+    def deliver_fabric_test(self, output: pb.FabricTestOutput) -> None:
+        waiter = self._fabric.get(output.request_id)
+        if waiter is not None:
+            waiter.set(output)
+
     def deliver_result(self, result: pb.CommandResult) -> None:
         waiter = self._results.get(result.command_id)
         if waiter is not None:
@@ -121,5 +147,5 @@ class AgentSession:
     def close(self) -> None:
         """Mark the session gone and wake every waiter (they raise TemporaryError)."""
         self.closed = True
-        for waiter in list(self._results.values()) + list(self._logs.values()):
+        for waiter in [*self._results.values(), *self._logs.values(), *self._fabric.values()]:
             waiter.set(None)

@@ -58,6 +58,9 @@ class ControlView(Protocol):
     async def logs(self, node_id: str, shard_id: str, lines: int) -> list[str]:
         """The last `lines` log lines of `shard_id` ("" for the agent's own) on `node_id`."""
 
+    async def fabric_test(self, a: str, b: str) -> dict[str, Any]:
+        """`llmgw fabric-test A B`'s graded rails (`llmgw.control.fabric_test.grades_document`)."""
+
     # -- requests
     def kick(self, reason: str) -> None:
         """Bring the next reconcile pass forward."""

@@ -4,7 +4,8 @@
 `check_not_emptied(previous, new)` is the empty-catalog guard; `render_plan` / `plan_to_json` show a plan.
 `place_multinode(offers, nodes, per_node)` / `split_over_nodes` place one replica over several nodes (`make_plan`
 uses them for a replica that needs more GPUs than one node has); `interconnect_of(report)` is what a node's health
-report offers them. `ShardState` and the id and engine-key builders are `llmgw.identity`'s, re-exported here.
+report offers them. `pair_rails` / `grade_rail` are `llmgw fabric-test`'s rail pairing and grading.
+`ShardState` and the id and engine-key builders are `llmgw.identity`'s, re-exported here.
 """
 
 from llmgw.plan.guard import EmptiedCatalogError, check_not_emptied, guard_fleet_not_emptied, serves_something
@@ -12,6 +13,7 @@ from llmgw.identity import (
     ShardState, base_shard_id, describe_engine, engine_key, new_shard_id, replica_id, replica_index,
     split_engine_key,
 )
+from llmgw.plan.fabric_rails import OK_FRACTION, Rail, RailGrade, grade_rail, pair_rails
 from llmgw.plan.identity import engine_version_of, fingerprint, replica_ids
 from llmgw.plan.multinode import (
     MultiNodePlacement, NodeOffer, ShardSlot, interconnect_of, place_multinode, split_over_nodes,
@@ -29,4 +31,5 @@ __all__ = [
     "fingerprint", "guard_fleet_not_emptied", "is_mig_class", "make_plan", "new_shard_id", "plan_from_json",
     "plan_to_json", "render_plan", "replica_id", "replica_ids", "replica_index", "serves_something",
     "split_engine_key", "Interconnect", "interconnect_of", "MultiNodePlacement", "NodeOffer", "ShardSlot", "place_multinode", "split_over_nodes",
+    "OK_FRACTION", "Rail", "RailGrade", "grade_rail", "pair_rails",
 ]

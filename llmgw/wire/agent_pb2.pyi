@@ -7,7 +7,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class AgentMessage(_message.Message):
-    __slots__ = ("protocol", "register", "heartbeat", "shard_status", "log_lines", "command_result", "engine_status", "kv_blocks")
+    __slots__ = ("protocol", "register", "heartbeat", "shard_status", "log_lines", "command_result", "engine_status", "kv_blocks", "fabric_test_output")
     PROTOCOL_FIELD_NUMBER: _ClassVar[int]
     REGISTER_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
@@ -16,6 +16,7 @@ class AgentMessage(_message.Message):
     COMMAND_RESULT_FIELD_NUMBER: _ClassVar[int]
     ENGINE_STATUS_FIELD_NUMBER: _ClassVar[int]
     KV_BLOCKS_FIELD_NUMBER: _ClassVar[int]
+    FABRIC_TEST_OUTPUT_FIELD_NUMBER: _ClassVar[int]
     protocol: int
     register: Register
     heartbeat: Heartbeat
@@ -24,10 +25,11 @@ class AgentMessage(_message.Message):
     command_result: CommandResult
     engine_status: EngineStatus
     kv_blocks: KvBlocks
-    def __init__(self, protocol: _Optional[int] = ..., register: _Optional[_Union[Register, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., shard_status: _Optional[_Union[ShardStatus, _Mapping]] = ..., log_lines: _Optional[_Union[LogLines, _Mapping]] = ..., command_result: _Optional[_Union[CommandResult, _Mapping]] = ..., engine_status: _Optional[_Union[EngineStatus, _Mapping]] = ..., kv_blocks: _Optional[_Union[KvBlocks, _Mapping]] = ...) -> None: ...
+    fabric_test_output: FabricTestOutput
+    def __init__(self, protocol: _Optional[int] = ..., register: _Optional[_Union[Register, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., shard_status: _Optional[_Union[ShardStatus, _Mapping]] = ..., log_lines: _Optional[_Union[LogLines, _Mapping]] = ..., command_result: _Optional[_Union[CommandResult, _Mapping]] = ..., engine_status: _Optional[_Union[EngineStatus, _Mapping]] = ..., kv_blocks: _Optional[_Union[KvBlocks, _Mapping]] = ..., fabric_test_output: _Optional[_Union[FabricTestOutput, _Mapping]] = ...) -> None: ...
 
 class ControlMessage(_message.Message):
-    __slots__ = ("protocol", "command_id", "fencing_token", "start_shard", "stop_shard", "install_engine", "agent_settings", "request_logs", "restart", "registered", "slurm_jobs_recorded")
+    __slots__ = ("protocol", "command_id", "fencing_token", "start_shard", "stop_shard", "install_engine", "agent_settings", "request_logs", "restart", "registered", "slurm_jobs_recorded", "fabric_test")
     PROTOCOL_FIELD_NUMBER: _ClassVar[int]
     COMMAND_ID_FIELD_NUMBER: _ClassVar[int]
     FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
@@ -39,6 +41,7 @@ class ControlMessage(_message.Message):
     RESTART_FIELD_NUMBER: _ClassVar[int]
     REGISTERED_FIELD_NUMBER: _ClassVar[int]
     SLURM_JOBS_RECORDED_FIELD_NUMBER: _ClassVar[int]
+    FABRIC_TEST_FIELD_NUMBER: _ClassVar[int]
     protocol: int
     command_id: str
     fencing_token: int
@@ -50,7 +53,8 @@ class ControlMessage(_message.Message):
     restart: Restart
     registered: Registered
     slurm_jobs_recorded: SlurmJobsRecorded
-    def __init__(self, protocol: _Optional[int] = ..., command_id: _Optional[str] = ..., fencing_token: _Optional[int] = ..., start_shard: _Optional[_Union[StartShard, _Mapping]] = ..., stop_shard: _Optional[_Union[StopShard, _Mapping]] = ..., install_engine: _Optional[_Union[InstallEngine, _Mapping]] = ..., agent_settings: _Optional[_Union[AgentSettings, _Mapping]] = ..., request_logs: _Optional[_Union[RequestLogs, _Mapping]] = ..., restart: _Optional[_Union[Restart, _Mapping]] = ..., registered: _Optional[_Union[Registered, _Mapping]] = ..., slurm_jobs_recorded: _Optional[_Union[SlurmJobsRecorded, _Mapping]] = ...) -> None: ...
+    fabric_test: FabricTest
+    def __init__(self, protocol: _Optional[int] = ..., command_id: _Optional[str] = ..., fencing_token: _Optional[int] = ..., start_shard: _Optional[_Union[StartShard, _Mapping]] = ..., stop_shard: _Optional[_Union[StopShard, _Mapping]] = ..., install_engine: _Optional[_Union[InstallEngine, _Mapping]] = ..., agent_settings: _Optional[_Union[AgentSettings, _Mapping]] = ..., request_logs: _Optional[_Union[RequestLogs, _Mapping]] = ..., restart: _Optional[_Union[Restart, _Mapping]] = ..., registered: _Optional[_Union[Registered, _Mapping]] = ..., slurm_jobs_recorded: _Optional[_Union[SlurmJobsRecorded, _Mapping]] = ..., fabric_test: _Optional[_Union[FabricTest, _Mapping]] = ...) -> None: ...
 
 class SlurmJobsRecorded(_message.Message):
     __slots__ = ("until",)
@@ -722,6 +726,32 @@ class RequestLogs(_message.Message):
 class Restart(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
+
+class FabricTest(_message.Message):
+    __slots__ = ("request_id", "adapter", "port", "server", "timeout_seconds")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    ADAPTER_FIELD_NUMBER: _ClassVar[int]
+    PORT_FIELD_NUMBER: _ClassVar[int]
+    SERVER_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    adapter: str
+    port: int
+    server: str
+    timeout_seconds: float
+    def __init__(self, request_id: _Optional[str] = ..., adapter: _Optional[str] = ..., port: _Optional[int] = ..., server: _Optional[str] = ..., timeout_seconds: _Optional[float] = ...) -> None: ...
+
+class FabricTestOutput(_message.Message):
+    __slots__ = ("request_id", "adapter", "output", "error")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    ADAPTER_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    adapter: str
+    output: str
+    error: str
+    def __init__(self, request_id: _Optional[str] = ..., adapter: _Optional[str] = ..., output: _Optional[str] = ..., error: _Optional[str] = ...) -> None: ...
 
 class Registered(_message.Message):
     __slots__ = ("node_id", "control_plane_version")

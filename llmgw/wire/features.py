@@ -20,7 +20,8 @@ TELEMETRY_INTERVAL = "agent_settings.telemetry_interval"  # readings every Agent
 INSTALL_VLLM = "install:vllm"          # InstallEngine for vllm: a venv from InstallEngine.python_packages
 INSTALL_SGLANG = "install:sglang"      # InstallEngine for sglang: the same, on GPU nodes (llmgw.engines.builds)
 WEIGHTS_HF_DIRECTORY = "weights:hf-directory"  # a WeightsFile naming hf://org/repo@<revision>/[dir/], listed by the Hub
+FABRIC_TEST = "fabric-test:ib_write_bw"  # FabricTest: perftest's ib_write_bw server or client on one adapter
 
 ALL = (ADOPT, LOGS, INSTALL_LLAMA_CPP, WEIGHTS_MIRROR, WEIGHTS_HTTPS, WEIGHTS_HF, RESTART, IGNORE_GPUS,
-       TELEMETRY_INTERVAL, INSTALL_VLLM, INSTALL_SGLANG, WEIGHTS_HF_DIRECTORY)
+       TELEMETRY_INTERVAL, INSTALL_VLLM, INSTALL_SGLANG, WEIGHTS_HF_DIRECTORY, FABRIC_TEST)
 """Every feature name defined so far, in the order they were added."""

@@ -42,13 +42,15 @@ resources:
 """
 
 
-def ib_sysfs(root: Path) -> Path:
-    """One active 4X NDR InfiniBand port, mlx5_0/1, in sysfs's layout (values as gpud's H100 capture has them)."""
-    port = root / "class" / "infiniband" / "mlx5_0" / "ports" / "1"
-    port.mkdir(parents=True)
-    for name, value in (("state", "4: ACTIVE"), ("phys_state", "5: LinkUp"), ("rate", "400 Gb/sec (4X NDR)"),
-                        ("link_layer", "InfiniBand")):
-        (port / name).write_text(value + "\n")
+def ib_sysfs(root: Path, adapters: tuple[str, ...] = ("mlx5_0",), rate: str = "400 Gb/sec (4X NDR)") -> Path:
+    """One active InfiniBand port (port 1) per adapter, 4X NDR by default, in sysfs's layout (values as gpud's H100
+    capture has them)."""
+    for ca in adapters:
+        port = root / "class" / "infiniband" / ca / "ports" / "1"
+        port.mkdir(parents=True)
+        for name, value in (("state", "4: ACTIVE"), ("phys_state", "5: LinkUp"), ("rate", rate),
+                            ("link_layer", "InfiniBand")):
+            (port / name).write_text(value + "\n")
     return root
 
 
