@@ -139,6 +139,17 @@ def test_a_body_that_is_not_a_json_object_is_invalid_json(raw):
     assert info.value.code == "invalid_json"
 
 
+@pytest.mark.parametrize("raw", [
+    json.dumps({"model": "gemma", "messages": USER, "n": 2, "temperature": 0.5}).encode(),
+    b"\xef\xbb\xbf" + json.dumps({"model": "caf\u00e9"}).encode(),  # UTF-8 with a byte-order mark
+    json.dumps({"model": "gemma", "stop": ["\u00e9"]}).encode("utf-16"),
+    json.dumps({"model": "gemma", "seed": 7}).encode("utf-32-le"),
+    bytearray(b'{"model": "gemma", "x": "\\ud800"}'),  # a lone surrogate, as json.loads keeps it
+])
+def test_a_body_in_any_json_encoding_parses_as_the_standard_library_reads_it(raw):
+    assert parse_body(raw) == json.loads(raw)
+
+
 @pytest.mark.parametrize(("body", "embeddings", "expected"), [
     ({}, False, CompletionLimit(256, 1)),
     ({"max_tokens": 40}, False, CompletionLimit(40, 1)),
