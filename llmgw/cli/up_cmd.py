@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -159,6 +160,14 @@ def _print_banner(console: Console, plane: Any, repo: Path, state: Path) -> None
     console.print("[dim]Ctrl-C stops everything, engines included[/dim]")
 
 
+async def _stop_on_restart(plane: Any, running: trio.CancelScope, console: Console) -> None:
+    """`llmgw restart`: once its answer is out, stop everything as Ctrl-C does; `llmgw up` then starts again."""
+    await plane.restart_requested.wait()
+    await trio.sleep(0.5)  # let the answers already sent (`llmgw restart`'s own) leave the sockets
+    console.print("restarting (`llmgw restart`): engines, agent, gateway stop, then start again…")
+    running.cancel()
+
+
 async def _stop_on_signals(signals: Any, running: trio.CancelScope, console: Console) -> None:
     """First SIGINT/SIGTERM: cancel `running` (engines are stopped on the way out). A third one exits at once."""
     count = 0
@@ -176,9 +185,10 @@ async def _stop_on_signals(signals: Any, running: trio.CancelScope, console: Con
 async def run_up(
     seed: Path, state: Path, *, gateway: Listener | None, admin: Listener | None, agents: Listener | None,
     console: Console, slurm: bool = False,
-) -> None:
+) -> bool:
     """Run everything until SIGINT/SIGTERM, then stop it all (engines included) within STOP_DEADLINE seconds.
-    `slurm`: Slurm beside llmgw on this machine (llmgw.cli.up_slurm)."""
+    `slurm`: Slurm beside llmgw on this machine (llmgw.cli.up_slurm). Returns True when it stopped for
+    `llmgw restart` (the caller starts it again: `llmgw up` re-executes itself), False for a signal."""
     from llmgw.agent import AgentConfig, run_agent_restarting
     from llmgw.control import ControlConfig, ControlPlane
     from llmgw.engines.demo import DEMO_LLAMA_CPP_VERSION
@@ -216,6 +226,7 @@ async def run_up(
         async with trio.open_nursery() as outer:
             running = trio.CancelScope()
             outer.start_soon(_stop_on_signals, signals, running, console)
+            outer.start_soon(_stop_on_restart, plane, running, console)
             with running:
                 async with trio.open_nursery() as nursery:
                     await nursery.start(plane.run)
@@ -223,7 +234,10 @@ async def run_up(
                     await nursery.start(run_agent_restarting, agent_config, plane.local_connector())
                     nursery.start_soon(_report_progress, plane, console)
             outer.cancel_scope.cancel()
+    if plane.restart_requested.is_set():
+        return True
     console.print("stopped")
+    return False
 
 
 def register(group: click.Group) -> None:
@@ -244,8 +258,10 @@ def register(group: click.Group) -> None:
            slurm: bool) -> None:
         """Run the control plane, the gateway and a local agent serving the catalog, until Ctrl-C."""
         console = Console(highlight=False, soft_wrap=True)
-        trio.run(lambda: run_up(
+        restart = trio.run(lambda: run_up(
             seed, state, gateway=parse_listener(gateway_addr), admin=parse_listener(admin_addr),
             agents=parse_listener(agents_addr),
             console=console, slurm=slurm,
         ))
+        if restart:  # the same command line again, as `llmgw server` does after `llmgw restart`
+            os.execv(sys.executable, [sys.executable, "-m", "llmgw.cli", *sys.argv[1:]])

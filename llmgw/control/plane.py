@@ -16,6 +16,7 @@ the leader queues an audit commit when something changed. Readers get `plane.sna
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import os
@@ -151,6 +152,13 @@ def _store_url(config_store: Any, store: Any, cluster: Any, state_dir: Path, sec
         return str(store.path)
     raise UsageError("gateway worker processes open the store themselves: give the control plane the store's URL "
                      "(--store or llmgw.yaml store:) rather than an opened store, or run listeners.gateway.workers: 1.")
+
+
+def listening_on(override: Listener | None, configured: Listener) -> Listener:
+    """The listener to serve: `configured` (llmgw.yaml's, or the default), at `override`'s address when one is given
+    (`--gateway HOST:PORT`). How many processes serve it stays the configured `workers` (the control plane's
+    `gateway_workers` overrides that), so moving the gateway to another port keeps its worker processes."""
+    return dataclasses.replace(override, workers=configured.workers) if override else configured
 
 
 def check_listeners_free(listeners: dict[str, Listener]) -> None:
@@ -340,7 +348,7 @@ class ControlPlane:
         self.admin_token = self._load_admin_token()
 
         def listener(override: Listener | None, name: str, default: Listener) -> Listener:
-            return override or (getattr(cluster, name) if cluster else default)
+            return listening_on(override, getattr(cluster, name) if cluster else default)
 
         agents = listener(self.config.agents_listener, "agents", Listener(port=8082))
         check_agents_listener(agents.host, agents.port, tls=self.config.tls or self.config.agent_tls is not None,

@@ -94,5 +94,5 @@ async def restart_fleet(plane: ControlView, emit: Callable[[dict[str, Any]], Awa
     ok = all(results.values())
     if control_plane:  # the caller asks for it once its answer is out (`ControlView.request_restart`)
         await emit({"event": "control_plane", "ok": True,
-                    "message": "the control plane restarts now (llmgw server re-executes itself)"})
+                    "message": "the control plane restarts now (llmgw server or llmgw up re-executes itself)"})
     return ok

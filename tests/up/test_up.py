@@ -258,6 +258,27 @@ def test_diff_live_says_the_running_fleet_matches_the_branch_head(up):
     assert "no changes" in result.stdout
 
 
+def test_llmgw_restart_starts_everything_again_and_it_serves(up):
+    """`llmgw restart` under `llmgw up`: the agent, then the control plane restart (the process re-executes itself,
+    same pid) and serve again. The listeners were port 0, so the new gateway is read from the new banner."""
+    seen = len(up.lines)
+    result = llmgw("restart", state=up.state, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "the control plane restarts now" in result.stdout
+
+    def after_restart(pattern: str) -> re.Match | None:
+        return next((m for line in up.lines[seen:] if (m := re.search(pattern, line))), None)
+
+    wait_until(lambda: after_restart(r"restarting \(`llmgw restart`\)"), 60, "the restart to begin")
+    base = wait_until(lambda: after_restart(r"gateway\s+(http://\S+/v1)"), 120, "the new banner").group(1)
+    wait_until(lambda: after_restart(rf"{MODEL}-0\s+ready"), 300, "the replica ready again")
+    assert up.process.poll() is None  # the same process (pid), re-executed
+    key = up.wait_for(r"API key\s+(sk-llmgw-\S+)", timeout=5).group(1)
+    again = openai.OpenAI(base_url=base, api_key=key, max_retries=2, timeout=120)
+    reply = again.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "Hi."}], max_tokens=4)
+    assert reply.choices[0].message.content is not None
+
+
 def test_ctrl_c_stops_everything_within_seconds(up):
     started = time.monotonic()
     up.process.send_signal(signal.SIGINT)
