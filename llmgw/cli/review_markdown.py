@@ -7,6 +7,7 @@ base commit and fleet revision the comment was computed against (and so whether 
 
 from __future__ import annotations
 
+from llmgw.cli.server_cmds import counted
 from llmgw.plan.headroom import Headroom
 from llmgw.plan.reviewing import Review
 from llmgw.units import format_size
@@ -144,7 +145,7 @@ def _drift(review: Review) -> list[str]:
     if not review.base_drift:
         return []
     return ["", "<details><summary>The fleet has not converged to base: without this change the control plane "
-            f"would still do {len(review.base_drift)} things</summary>", "",
+            f"would still do {counted(len(review.base_drift), 'thing')}</summary>", "",
             *[f"- {line}" for line in review.base_drift], "", "</details>"]
 
 
