@@ -279,7 +279,8 @@ async def test_a_group_held_in_the_store_holds_up_no_reservation_of_other_scopes
     try:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(reserve, "held")
-            await trio.testing.wait_all_tasks_blocked()
+            while not gated.groups:  # its thread has taken the first gate (a blocked task need not mean that yet)
+                await trio.sleep(0.01)
             nursery.start_soon(reserve, "other")
             with trio.fail_after(10):
                 while "other" not in got:
