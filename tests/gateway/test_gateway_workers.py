@@ -27,6 +27,7 @@ from llmgw.gateway.app import STATUS_PROCESS_LOST
 from llmgw.settings import init_repository
 from llmgw.store import open_store
 from support.llmgw_processes import LlmgwProcesses
+from support.waiting import wait_for
 from support.settings_seed import write_seed
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -62,19 +63,6 @@ def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
-
-
-def wait_for(check, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            value = check()
-        except (httpx.TransportError, KeyError, FileNotFoundError, ValueError):
-            value = None
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 def worker_pids(server_pid: int) -> set[int]:
