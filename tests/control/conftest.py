@@ -14,6 +14,7 @@ FAKE_SERVER = ROOT / "tests" / "support" / "fake_llama_server.py"
 sys.path.insert(0, str(ROOT / "tests" / "support"))
 import settings_seed  # noqa: E402  (shared with bench/fleet_scale.py)
 from settings_seed import git  # noqa: E402,F401  (the tests import it from here)
+from stand_ins import python_tool  # noqa: E402
 
 MODEL_YAML = """\
 name: tiny
@@ -61,7 +62,4 @@ def settings_repo(tmp_path: Path, weights_mirror) -> Path:
 @pytest.fixture
 def fake_engine(tmp_path: Path) -> Path:
     """An executable that runs the llama-server stand-in with this interpreter."""
-    script = tmp_path / "fake-llama-server"
-    script.write_text(f"#!/bin/sh\nexec {sys.executable} {FAKE_SERVER} \"$@\"\n")
-    script.chmod(0o755)
-    return script
+    return python_tool(tmp_path / "fake-llama-server", FAKE_SERVER)

@@ -20,6 +20,7 @@ from llmgw.agent import AgentConfig, run_agent
 from llmgw.control import ControlConfig, ControlPlane
 from llmgw.plan.slurm_roles import storage_names
 from slurm.local_slurm import drop_storage, loopback_settings, require_slurm
+from support.settings_seed import projects_yaml
 
 from .conftest import write_seed
 from .test_cli_over_admin_api import llmgw
@@ -29,16 +30,7 @@ pytestmark = pytest.mark.slow
 
 HOST = socket.gethostname().split(".")[0]
 WHO = ("--author-name", "Ada", "--author-email", "ada@example.com")
-PROJECTS = """\
-organisations:
-  acme:
-    teams:
-      platform:
-        projects:
-          demo:
-            models: [tiny]
-            members: [root@acme.example]
-"""
+PROJECTS = projects_yaml({"demo": {"models": ["tiny"], "members": ["root@acme.example"]}})
 
 
 def slurm_yaml(slurm) -> str:

@@ -28,7 +28,7 @@ from llmgw.settings import init_repository
 from llmgw.store import open_store
 from support.llmgw_processes import LlmgwProcesses
 from support.waiting import wait_for
-from support.settings_seed import write_seed
+from support.settings_seed import projects_yaml, write_seed
 
 ROOT = Path(__file__).resolve().parents[2]
 FAKE_SERVER = ROOT / "tests" / "support" / "fake_llama_server.py"
@@ -42,21 +42,8 @@ endpoints:
   - url: http://127.0.0.1:{port}
 """
 
-PROJECTS_YAML = f"""\
-organisations:
-  acme:
-    teams:
-      platform:
-        projects:
-          demo:
-            models: [tiny]
-            quota:
-              requests_per_minute: {RPM}
-          bulk:
-            models: [tiny]
-            quota:
-              tokens_per_day: 10000000
-"""
+PROJECTS_YAML = projects_yaml({"demo": {"models": ["tiny"], "quota": {"requests_per_minute": RPM}},
+                               "bulk": {"models": ["tiny"], "quota": {"tokens_per_day": 10000000}}})
 
 
 def _free_port() -> int:
