@@ -12,7 +12,6 @@ import concurrent.futures
 import os
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -28,6 +27,7 @@ from llmgw.settings import init_repository
 from llmgw.store import open_store
 from support.llmgw_processes import LlmgwProcesses
 from support.waiting import wait_for
+from support.serving_process import free_port
 from support.settings_seed import projects_yaml, write_seed
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,12 +44,6 @@ endpoints:
 
 PROJECTS_YAML = projects_yaml({"demo": {"models": ["tiny"], "quota": {"requests_per_minute": RPM}},
                                "bulk": {"models": ["tiny"], "quota": {"tokens_per_day": 10000000}}})
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def worker_pids(server_pid: int) -> set[int]:
@@ -88,7 +82,7 @@ def store_url(request, tmp_path):
 def served(tmp_path, store_url):
     """(gateway base URL, state dir, server process, processes) of `llmgw server` with `workers: 2` in front of the
     stand-in (50 ms between streamed tokens), on the store of `store_url`."""
-    engine_port = _free_port()
+    engine_port = free_port()
     log = open(tmp_path / "engine.log", "wb")
     engine = subprocess.Popen([sys.executable, str(FAKE_SERVER), "--host", "127.0.0.1", "--port", str(engine_port),
                                "-a", "tiny", "--fake-token-delay", "0.05"], stdout=log, stderr=subprocess.STDOUT)
