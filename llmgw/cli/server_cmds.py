@@ -543,8 +543,7 @@ def fabric_test_cmd(client, as_json, a, b):
 
 
 def register(group: click.Group) -> None:
-    """Add server, apply, plan, status, history, stop, start, nodes, replicas, logs, join-token, restart and
-    fabric-test."""
+    """Add the commands of this module (the module docstring lists them) to `group`."""
     for command in (server_cmd, apply_cmd, plan_cmd, status_cmd, history_cmd, stop_cmd, start_cmd, nodes_cmd,
                     replicas_cmd, logs_cmd, join_token_cmd, restart_cmd, fabric_test_cmd):
         group.add_command(command)
