@@ -13,8 +13,9 @@ import trio
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
+from control.conftest import stand_in_agent
 from control.test_in_process_fleet import commit_directly, wait_for
-from llmgw.agent import AgentConfig, run_agent
+from llmgw.agent import run_agent
 from llmgw.console.views import load_class
 from llmgw.control import ControlConfig, ControlPlane
 from llmgw.settings import init_repository
@@ -75,9 +76,7 @@ async def test_an_operator_logs_in_reads_the_fleet_sees_a_gpu_change_live_and_lo
     plane = ControlPlane(ControlConfig(repo=str(repo), state_dir=tmp_path / "state"))
     async with trio.open_nursery() as nursery:
         await nursery.start(plane.run)
-        agent = AgentConfig(node_id="gpu1", state_dir=tmp_path / "agent", mirrors=(str(mirror),),
-                            heartbeat_interval=0.2, engine_binaries={"llama.cpp@b11434": fake_engine},
-                            stop_shards_on_exit=True, shard_stop_grace=2.0)
+        agent = stand_in_agent("gpu1", tmp_path / "agent", mirror, fake_engine)
         await nursery.start(lambda task_status: run_agent(agent, plane.local_connector(), nvml=nvml,
                                                           task_status=task_status))
         await wait_for(lambda: {r["state"] for r in plane.status()["replicas"].values()} == {"ready"}, 30,
@@ -216,9 +215,7 @@ async def test_the_gpu_map_of_an_h200_fleet_colours_every_card_by_its_load(
     async with trio.open_nursery() as nursery:
         await nursery.start(plane.run)
         for number, (node_id, loads) in enumerate(FLEET_LOADS.items()):
-            agent = AgentConfig(node_id=node_id, state_dir=tmp_path / node_id, mirrors=(str(mirror),),
-                                heartbeat_interval=0.2, engine_binaries={"llama.cpp@b11434": fake_engine},
-                                stop_shards_on_exit=True, shard_stop_grace=2.0)
+            agent = stand_in_agent(node_id, tmp_path / node_id, mirror, fake_engine)
             nvml = h200_cards(loads, number + 1)
             await nursery.start(lambda task_status, agent=agent, nvml=nvml: run_agent(
                 agent, plane.local_connector(), nvml=nvml, task_status=task_status))

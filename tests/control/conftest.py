@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -57,6 +58,18 @@ def settings_repo(tmp_path: Path, weights_mirror) -> Path:
     repo = tmp_path / "settings.git"
     init_repository(repo, seed)
     return repo
+
+
+def stand_in_agent(node_id: str, state_dir: Path, mirror: Path, fake_engine: Path, **changes: Any):
+    """The AgentConfig of the control plane's tests: node `node_id`, its state in `state_dir`, weights from the
+    mirror directory `mirror`, llama.cpp@b11434 the stand-in `fake_engine`, a heartbeat every 200 ms, its engines
+    stopped when it ends (2 s grace); `changes` replace fields (stop_shards_on_exit=False leaves the engines to the
+    next agent)."""
+    from llmgw.agent import AgentConfig
+
+    return AgentConfig(**{"node_id": node_id, "state_dir": state_dir, "mirrors": (str(mirror),),
+                          "heartbeat_interval": 0.2, "engine_binaries": {"llama.cpp@b11434": fake_engine},
+                          "stop_shards_on_exit": True, "shard_stop_grace": 2.0, **changes})
 
 
 @pytest.fixture
