@@ -37,8 +37,10 @@ context_size: 512
 """
 
 
-def gpu_repo(tmp_path: Path, sha: str, agents_extra: str = "") -> Path:
-    seed = write_seed(tmp_path / "seed", sha, replicas=0)
+def gpu_repo(tmp_path: Path, sha: str, agents_extra: str = "", tiny_replicas: int = 0) -> Path:
+    """A settings repository under `tmp_path` serving "big" (one H200) and `tiny_replicas` of "tiny", with
+    `agents_extra` (YAML lines) added to agents/default.yaml."""
+    seed = write_seed(tmp_path / "seed", sha, replicas=tiny_replicas)
     (seed / "catalog" / "big.yaml").write_text(GPU_MODEL.format(sha=sha))
     (seed / "projects.yaml").write_text((seed / "projects.yaml").read_text().replace("[tiny]", "[tiny, big]"))
     if agents_extra:
