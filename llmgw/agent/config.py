@@ -7,8 +7,8 @@ with AgentSettings (see `AgentConfig.with_settings`).
 
 from __future__ import annotations
 
+import json
 import math
-
 import os
 import socket
 from collections.abc import Mapping
@@ -23,6 +23,8 @@ from llmgw.errors import UsageError
 from llmgw.wire import pb
 
 SETTINGS_FILE = "agent-settings.pb"
+ENGINE_BINARIES_FILE = "engine-binaries.json"
+"""Under the state directory: the `engine_binaries` the agent was last started with (`save_engine_binaries`)."""
 
 
 def default_state_dir() -> Path:
@@ -206,3 +208,38 @@ def load_agent_settings(state_dir: Path) -> pb.AgentSettings | None:
         raise UsageError(f"the saved agent settings {path} are damaged ({exc}); delete the file, the control "
                          "plane sends them again") from exc
     return settings
+
+
+def save_engine_binaries(state_dir: Path, binaries: Mapping[str, Path]) -> Path:
+    """Record the `engine_binaries` an agent starts with in `<state_dir>/engine-binaries.json` (a JSON object,
+    "engine@version" to an absolute path; the file is removed when there are none), so that `llmgw node doctor`
+    reports the engines this agent runs that live outside its engines directory (`llmgw up`'s cached llama-server,
+    `llmgw agent --engine-binary`). Blocking (one small write, renamed into place). Returns the file's path.
+    Raises OSError when the state directory is not writable."""
+    path = Path(state_dir) / ENGINE_BINARIES_FILE
+    if not binaries:
+        path.unlink(missing_ok=True)
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(ENGINE_BINARIES_FILE + ".tmp")
+    tmp.write_text(json.dumps({key: str(Path(value).absolute()) for key, value in sorted(binaries.items())},
+                              indent=2) + "\n")
+    tmp.replace(path)
+    return path
+
+
+def load_engine_binaries(state_dir: Path) -> dict[str, Path]:
+    """The `engine_binaries` recorded by `save_engine_binaries`; {} when none were (no file).
+
+    Raises UsageError naming the file when it cannot be read or is not such a JSON object."""
+    path = Path(state_dir) / ENGINE_BINARIES_FILE
+    try:
+        doc = json.loads(path.read_text())
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"cannot read {path} ({exc}): the agent writes it again when it starts") from exc
+    if not isinstance(doc, dict) or not all(isinstance(v, str) for v in doc.values()):
+        raise UsageError(f"{path} is not a JSON object of engine@version to a path: the agent writes it again "
+                         "when it starts")
+    return {key: Path(value) for key, value in doc.items()}

@@ -8,17 +8,19 @@ Each check has a status: "ok", "info" (a fact, e.g. "a CPU node"), "warn" (works
 from __future__ import annotations
 
 import datetime
+import os
 import time
 from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from llmgw.agent.config import AgentConfig, installed_engines
+from llmgw.agent.config import AgentConfig, installed_engines, load_engine_binaries
 from llmgw.agent.discovery import NodeDiscovery, discover_node, load_nvml, run_tool
 from llmgw.agent.discovery.node import Runner
 from llmgw.agent.doctor_health import health_checks
 from llmgw.agent.health import HealthReader
+from llmgw.errors import UsageError
 from llmgw.tools.node_report import NodeHealthReport
 
 LOW_DISK_BYTES = 20 * 1024**3       # below this, one 8B model's weights may not fit
@@ -132,13 +134,32 @@ def _disk_check(weights_dir: Path, free: int | None) -> Check:
     return Check("weights", "ok", f"{_gib(free)} free under {weights_dir}")
 
 
-def _engine_check(engines_dir: Path | None, state_dir: Path | None) -> Check:
+def _engine_checks(engines_dir: Path | None, state_dir: Path | None) -> list[Check]:
+    """The engines the agent of `state_dir` can run: installs under the engines directory, plus the binaries it
+    was last started with (`engine-binaries.json`: `llmgw up`'s cached llama-server, `--engine-binary`), each a
+    warning when it is no longer an executable file."""
     config = AgentConfig(**{k: v for k, v in (("engines_dir", engines_dir), ("state_dir", state_dir)) if v})
-    found = installed_engines(config)
-    if not found:
-        return Check("engines", "info", f"no engine installed under {config.engines_path} yet; the agent installs "
-                                        "llama.cpp when a model placed here needs it")
-    return Check("engines", "ok", "installed: " + ", ".join(found))
+    checks: list[Check] = []
+    given: dict[str, Path] = {}
+    try:
+        given = load_engine_binaries(config.state_dir)
+    except UsageError as exc:
+        checks.append(Check("engines", "warn", str(exc)))
+    for key, binary in sorted(given.items()):
+        if binary.is_file() and os.access(binary, os.X_OK):
+            checks.append(Check("engines", "ok", f"{key}: {binary} (the binary the agent was last started with: "
+                                                 "`llmgw up`'s engine or `--engine-binary`)"))
+        else:
+            checks.append(Check("engines", "warn", f"{key}: {binary}, which the agent was last started with, is "
+                                                   "missing or not executable: build it again (`make engine` for "
+                                                   "`llmgw up`) or start the agent with another --engine-binary"))
+    installed = [key for key in installed_engines(config) if key not in given]
+    if installed:
+        checks.append(Check("engines", "ok", "installed: " + ", ".join(installed)))
+    elif not given:
+        checks.append(Check("engines", "info", f"no engine installed under {config.engines_path} yet; the agent "
+                                               "installs llama.cpp when a model placed here needs it"))
+    return checks
 
 
 def _clock_check(now: float, run: Runner) -> Check:
@@ -193,7 +214,7 @@ def run_doctor(weights_dir: Path, *, engines_dir: Path | None = None, state_dir:
         kwargs["nvml"] = nvml
     node = discover_node(Path(weights_dir), our_pids, run=run, **kwargs)
     checks = [*gpu_checks(node), *_cpu_checks(node), _disk_check(Path(weights_dir), node.inventory.disk_free_bytes),
-              _engine_check(engines_dir, state_dir), _clock_check(now, run)]
+              *_engine_checks(engines_dir, state_dir), _clock_check(now, run)]
     if cert_path is not None:
         checks.append(_certificate_check(Path(cert_path), now))
     health = HealthReader(run, nvml=kwargs["nvml"] if "nvml" in kwargs else load_nvml(),

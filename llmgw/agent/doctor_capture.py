@@ -14,7 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from llmgw.agent.discovery import NodeDiscovery, discover_gpus
-from llmgw.agent.discovery.captured import CaptureDir
+from llmgw.agent.discovery.captured import CaptureDir, CaptureError
 from llmgw.agent.doctor import Check, DoctorReport, gpu_checks, node_checks
 from llmgw.agent.health import HealthReader
 from llmgw.agent.inventory import CpuInfo, Inventory, parse_meminfo
@@ -32,9 +32,15 @@ def doctor_from(directory: Path) -> DoctorReport:
 
     Returns the report: first a "capture" check naming the directory and the GPU source, then the devices, the
     fabrics, the health findings, discovery's warnings and one "capture" info per file not captured.
-    Raises `CaptureError` (a `UsageError`) when `directory` is not a directory or a file in it cannot be read.
+    Raises `CaptureError` (a `UsageError`) when `directory` is not a directory, holds none of the files of the
+    layout (nothing was captured: judging it would call a node with nothing on record ready), or a file in it
+    cannot be read.
     """
     capture = CaptureDir(Path(directory))
+    if not capture.captured():
+        raise CaptureError(f"nothing was captured in {directory}: it holds none of the files `llmgw node doctor "
+                           f"--from` reads (nvidia-smi-q-x.xml, hostname.txt, ...; docs/doctor-captures.md). "
+                           f"Capture the node with `sh deploy/capture-node.sh {directory}` on it.")
     hostname = capture.hostname()
     gpus, topology, samples = discover_gpus(nvml=None, run=capture.run)
     gpus = replace(gpus, notes=())  # "NVML is not installed" is about this machine, not the captured one

@@ -34,7 +34,7 @@ import trio
 
 from llmgw.agent import reporting
 from llmgw.agent.commands import NodeAgent
-from llmgw.agent.config import AgentConfig, load_agent_settings
+from llmgw.agent.config import AgentConfig, load_agent_settings, save_engine_binaries
 from llmgw.agent.discovery import discover_node, load_nvml
 from llmgw.agent.engine_load import read_engine_loads
 from llmgw.agent.health import HealthReader, HealthWatch, report_message
@@ -145,6 +145,7 @@ async def run_agent(config: AgentConfig, connect: Connect | Sequence[Connect] = 
     if not connect and connect_to is None:
         raise UsageError("the agent needs a control plane to connect to (llmgw agent --control-plane HOST:PORT).")
     lock = _lock_state_dir(config.state_dir)
+    save_engine_binaries(config.state_dir, config.engine_binaries)  # for `llmgw node doctor` (and removed when none)
     if nvml is _LOAD:
         nvml = load_nvml()
     config, saved_slurm = _with_saved_settings(config)

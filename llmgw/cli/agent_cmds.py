@@ -23,6 +23,7 @@ import trio
 from llmgw.agent import AgentConfig, read_inventory, run_agent
 from llmgw.agent.config import default_state_dir, installed_engines
 from llmgw.agent.inventory import route_address
+from llmgw.cli.node_cmds import node_group
 from llmgw.errors import UsageError
 from llmgw.units import parse_duration
 from llmgw.wire import ClientTls, connect, join
@@ -156,11 +157,7 @@ def register(group: click.Group) -> None:
         if trio.run(main) == "restart":
             os.execv(sys.executable, [sys.executable, *sys.orig_argv[1:]])
 
-    @group.group("node")
-    def node_group():
-        """This node: join the fleet (join), check what its agent finds (doctor)."""
-
-    @node_group.command("join")
+    @node_group(group).command("join")
     @click.option("--control-plane", "control_plane", required=True, metavar="HOST:JOIN_PORT",
                   help="The control plane's join port (printed by `llmgw node token`).")
     @click.option("--token", required=True, help="The one-time join token.")

@@ -16,7 +16,8 @@ from llmgw.errors import LlmgwError
 
 # Which module registers each top-level command (each module defines `register(group)`). Modules are imported
 # only when their command runs (or `--help` lists them), so `llmgw agent` loads none of the control plane and a
-# quick `llmgw status` none of the agent.
+# quick `llmgw status` none of the agent. This index cannot be derived from the modules without importing them all
+# (0.5 to 4 s each): tests/core/test_command_index.py checks it against what each module registers.
 COMMAND_MODULES: dict[str, tuple[str, ...]] = {
     "validate": ("llmgw.cli.settings_cmds",),
     "diff": ("llmgw.cli.settings_cmds",),

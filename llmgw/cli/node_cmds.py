@@ -1,8 +1,7 @@
 """`llmgw node doctor` (what this node has and whether it can serve, see `llmgw.agent.doctor`) and
 `llmgw node revoke ID` (on the control plane: revoke a node's certificates, see `llmgw.wire.tls`).
 
-Attaches both to the `node` group `llmgw.cli.agent_cmds` defines (`node join`), creating the group when that
-module is absent. `doctor --from DIR` reads captured tool output instead (`llmgw.agent.doctor_capture`). `doctor` exits 1 when a check failed (warnings alone exit 0); `revoke` exits 1 when there is no CA.
+Attaches both to the `node` group (`node_group`, which `llmgw.cli.agent_cmds` and `llmgw.cli.slurm_cmds` share). `doctor --from DIR` reads captured tool output instead (`llmgw.agent.doctor_capture`). `doctor` exits 1 when a check failed (warnings alone exit 0); `revoke` exits 1 when there is no CA.
 """
 
 from __future__ import annotations
@@ -14,17 +13,26 @@ from pathlib import Path
 import click
 
 
+def node_group(group: click.Group) -> click.Group:
+    """The `node` group of `group`, added when it has none yet: agent_cmds (join), this module (doctor, revoke) and
+    slurm_cmds (cordon, uncordon, drain) each add their verbs to it."""
+    found = group.commands.get("node")
+    if isinstance(found, click.Group):
+        return found
+
+    @group.group("node")
+    def node() -> None:
+        """This node: join the fleet (join), check what its agent finds (doctor), revoke its certificates (revoke),
+        keep replicas off it (cordon, uncordon, drain)."""
+
+    return node
+
+
 def register(group: click.Group) -> None:
     """Add `node doctor` and `node revoke` to the `llmgw` command."""
-    node_group = group.commands.get("node")
-    if not isinstance(node_group, click.Group):
-        @group.group("node")
-        def node_group_command() -> None:
-            """This node: checks and joining the fleet."""
+    node = node_group(group)
 
-        node_group = node_group_command
-
-    @node_group.command("doctor")
+    @node.command("doctor")
     @click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON object.")
     @click.option("--weights-dir", type=click.Path(path_type=Path), default=None,
                   help="Where weights are kept (default: <state-dir>/weights).")
@@ -63,7 +71,7 @@ def register(group: click.Group) -> None:
         if not report.ok:
             raise click.exceptions.Exit(1)
 
-    @node_group.command("revoke")
+    @node.command("revoke")
     @click.argument("node_id")
     @click.option("--state", "state_dir", envvar="LLMGW_STATE", default=".state", show_default=True,
                   type=click.Path(file_okay=False, path_type=Path),

@@ -238,6 +238,8 @@ def server_cmd(repo, branch, state_dir, store, secrets_dir, gateway_addr, admin_
 
     Without --tls the agents' listener must be a loopback address (127.0.0.1, ::1, localhost) unless --insecure
     is given: a plain-text listener lets any machine that reaches it register as a node.
+
+    SIGTERM and SIGINT (Ctrl-C) stop it alike: queued audit commits written, the leader lease released, exit 0.
     """
     import trio
 
@@ -270,28 +272,33 @@ def server_cmd(repo, branch, state_dir, store, secrets_dir, gateway_addr, admin_
 
     stopped: list[str] = []  # the signal that stopped the server, when one did
 
-    async def stop_on_sigterm(scope: trio.CancelScope) -> None:
-        with trio.open_signal_receiver(signal.SIGTERM) as signals:
-            async for _ in signals:
-                stopped.append("SIGTERM")
-                scope.cancel()  # plane.run's exit writes the queued audit commits and releases the lease
+    async def stop_on_signals(signals, scope: trio.CancelScope) -> None:
+        async for signum in signals:
+            stopped.append(signal.Signals(signum).name)
+            scope.cancel()  # plane.run's exit writes the queued audit commits and releases the lease
 
     async def main() -> None:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(stop_on_sigterm, nursery.cancel_scope)
-            await nursery.start(plane.run)
-            click.echo(f"admin API    {plane.admin_url}   (token in {Path(state_dir) / 'admin-token'})", err=True)
-            click.echo(f"console      {plane.admin_url}/console/   (log in with the admin token)", err=True)
-            if plane.gateway_url:
-                click.echo(f"gateway      {plane.gateway_url}/v1", err=True)
-            click.echo(f"agents       port {plane.agents_port}"
-                       + (f" (mutual TLS; join port {plane.join_port})" if plane.join_port else ""), err=True)
-            settings = plane.snapshot().settings
-            click.echo(f"settings     {_short(settings.commit if settings else None)} from {repo}", err=True)
-            sys.stderr.flush()
-            await plane.restart_requested.wait()
-            await trio.sleep(0.5)  # let the answers already sent (`llmgw restart`'s own) leave the sockets
-            nursery.cancel_scope.cancel()
+        # SIGINT (Ctrl-C) is received like SIGTERM, not raised as KeyboardInterrupt wherever a task happens to be
+        # (trio's default): the same orderly stop, with no traceback.
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(stop_on_signals, signals, nursery.cancel_scope)
+                await serve(nursery)
+
+    async def serve(nursery: trio.Nursery) -> None:
+        await nursery.start(plane.run)
+        click.echo(f"admin API    {plane.admin_url}   (token in {Path(state_dir) / 'admin-token'})", err=True)
+        click.echo(f"console      {plane.admin_url}/console/   (log in with the admin token)", err=True)
+        if plane.gateway_url:
+            click.echo(f"gateway      {plane.gateway_url}/v1", err=True)
+        click.echo(f"agents       port {plane.agents_port}"
+                   + (f" (mutual TLS; join port {plane.join_port})" if plane.join_port else ""), err=True)
+        settings = plane.snapshot().settings
+        click.echo(f"settings     {_short(settings.commit if settings else None)} from {repo}", err=True)
+        sys.stderr.flush()
+        await plane.restart_requested.wait()
+        await trio.sleep(0.5)  # let the answers already sent (`llmgw restart`'s own) leave the sockets
+        nursery.cancel_scope.cancel()
 
     try:
         trio.run(main, instruments=stalls.from_environment())
@@ -536,8 +543,7 @@ def fabric_test_cmd(client, as_json, a, b):
 
 
 def register(group: click.Group) -> None:
-    """Add server, apply, plan, status, history, stop, start, nodes, replicas, logs, join-token, restart and
-    fabric-test."""
+    """Add the commands of this module (the module docstring lists them) to `group`."""
     for command in (server_cmd, apply_cmd, plan_cmd, status_cmd, history_cmd, stop_cmd, start_cmd, nodes_cmd,
                     replicas_cmd, logs_cmd, join_token_cmd, restart_cmd, fabric_test_cmd):
         group.add_command(command)

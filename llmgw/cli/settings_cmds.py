@@ -3,7 +3,9 @@ line.
 
 Exit codes: validate 0 valid (warnings may be printed: e.g. keys accepted, not acted on yet), 1 invalid (every error on stderr, one per line as
 `file:line:column: key.path: reason`). diff follows `terraform plan -detailed-exitcode`: 0 no change,
-2 changes, 1 error.
+2 changes, 1 error; below the changes it names each changed key the control plane reads only when it starts
+(listeners, gateway workers, store, tracing: `llmgw.settings.RESTART_ONLY`) with "run `llmgw restart`" (--json:
+"restart_only", their llmgw.yaml paths).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import click
 from llmgw.errors import SettingsError, UsageError
 from llmgw.settings import (
     DEFAULT_BRANCH, Settings, diff_settings, discover_repository, init_repository, install_hooks, is_not_acted_on,
-    load_commit, load_directory,
+    load_commit, load_directory, restart_only_changes,
 )
 
 
@@ -105,7 +107,8 @@ def _count(number: int, noun: str) -> str:
 def diff_cmd(ctx: click.Context, revisions: tuple[str, ...], repo: str | None, live: bool, state_dir: Path | None,
              as_json: bool) -> None:
     """Show what changes from settings OLD to NEW (directories, commits or branches), or with --live what
-    REV would change on the running fleet.
+    REV would change on the running fleet. Keys read only when the control plane starts (listeners, gateway
+    workers, store, tracing) are named again below, with "run `llmgw restart`".
 
     Exit 0: no change; 2: changes; 1: an error (invalid settings, unknown revision).
     """
@@ -126,12 +129,17 @@ def diff_cmd(ctx: click.Context, revisions: tuple[str, ...], repo: str | None, l
         _print_issues(exc)
         sys.exit(1)
     difference = diff_settings(before, after)
+    restart = restart_only_changes(before.cluster, after.cluster)
     if as_json:
-        click.echo(json.dumps(difference.to_json(), indent=2))
-    elif sys.stdout.isatty():
-        _print_rich(difference)
+        click.echo(json.dumps({**difference.to_json(), "restart_only": [c.path for c in restart]}, indent=2))
     else:
-        click.echo(difference.to_text() or "no changes", nl=not difference)
+        if sys.stdout.isatty():
+            _print_rich(difference)
+        else:
+            click.echo(difference.to_text() or "no changes", nl=not difference)
+        for change in restart:
+            click.echo(f"restart: {change.path} takes effect only when the control plane starts again: run "
+                       "`llmgw restart` once this is applied")
     sys.exit(2 if difference else 0)
 
 

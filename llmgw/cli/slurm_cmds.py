@@ -16,6 +16,7 @@ from typing import Any
 
 import click
 
+from llmgw.cli.node_cmds import node_group
 from llmgw.cli.server_cmds import _client_options, _git_identity, _print_json, _short, counted
 
 _SAYS = {
@@ -188,17 +189,11 @@ def _register_users(slurm_group: click.Group) -> None:
 
 def register(group: click.Group) -> None:
     """Add `node cordon|uncordon|drain` (to the existing `node` group, or a new one) and the `slurm` group."""
-    node_group = group.commands.get("node")
-    if not isinstance(node_group, click.Group):
-        @group.group("node")
-        def node_group_command() -> None:
-            """This node: checks and joining the fleet; cordon, drain."""
-
-        node_group = node_group_command
+    node = node_group(group)
     for verb, text in (("cordon", "No new replica on NODE (a settings commit as you); its replicas keep running."),
                        ("uncordon", "Lift cordon and drain from NODE (a settings commit as you)."),
                        ("drain", "Place NODE's replicas elsewhere first, then stop them there (a commit as you).")):
-        node_group.command(verb, help=text)(_verb(verb))
+        node.command(verb, help=text)(_verb(verb))
 
     @group.group("slurm")
     def slurm_group() -> None:

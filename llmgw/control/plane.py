@@ -48,6 +48,7 @@ from llmgw.control.pacing import Pacer
 from llmgw.control.looping import ControlLoop
 from llmgw.control.recovering import DEFAULT_GRACE, KNOWN_NODES_KEY, Recovery, decode_known, encode_known
 from llmgw.control.registry import FleetRegistry
+from llmgw.control.restart_only import command_line_keys, restart_notes
 from llmgw.control.reports import fleet_for, memory_thresholds
 from llmgw.control.routing import build_route_table
 from llmgw.control.tracing import StartTracing, open_tracing
@@ -60,7 +61,7 @@ from llmgw.gateway import Gateway, GatewayWorkers, drain_spools, open_gateway_tr
 from llmgw.plan.types import Action, ActionKind, Plan
 from llmgw.routes import BlockSnapshot, RouteTable
 from llmgw.settings import NOTIFY_URL_KEY, redact_url, set_config_value
-from llmgw.settings.model import Listener, Settings, Tracing
+from llmgw.settings.model import ClusterSettings, Listener, Settings, Tracing
 from llmgw.settings.node_commits import NodeVerbCommit, commit_node_verb, commit_ssh_key
 from llmgw.store import open_store_from_settings
 from llmgw.wire import check_agents_listener, control_message, pb, serve_agents
@@ -232,6 +233,10 @@ class ControlPlane:
         self.started_at = time.time()
         self.holder = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
         self.restart_requested = trio.Event()
+        # what `run` started with that only a start changes (cluster settings, keys given on the command line), and
+        # the notes of the settings that differ from it (llmgw.control.restart_only)
+        self._started: tuple[ClusterSettings, frozenset[str]] | None = None
+        self.restart_notes: tuple[str, ...] = ()
         # opened by `run` once llmgw.yaml's `tracing:` is read (the command line's endpoint overrides it)
         self.tracing = StartTracing(config.tracer_provider) if config.tracer_provider is not None else None
         self.lease: LeaseKeeper | None = None
@@ -358,6 +363,11 @@ class ControlPlane:
         check_listeners_free(
             {"agents": agents, "admin": admin, **({"gateway": gateway} if self.config.gateway else {})}
         )
+        started = cluster or ClusterSettings(name="")
+        workers = worker_count(self.config.gateway_workers if self.config.gateway_workers is not None
+                               else gateway.workers)
+        self._started = (replace(started, gateway=replace(started.gateway, workers=workers)),
+                         command_line_keys(self.config))
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = self.agents.nursery = nursery
@@ -459,6 +469,12 @@ class ControlPlane:
         def transition(state: ControlState) -> tuple[ControlState, bool]:
             return replace(state, watch=watch, fleet=state.fleet.with_limits(lost_after, thresholds)), True
 
+        if self._started is not None and settings is not None:
+            notes = restart_notes(*self._started, settings.cluster)
+            for note in notes:
+                if note not in self.restart_notes:
+                    log.warning("%s", note)
+            self.restart_notes = notes
         commit = settings.commit[:12] if settings and settings.commit else "none"
         rejected = watch.bad or watch.held
         reason = f"settings {commit}" + (f" (head {rejected.commit[:12]} rejected)" if rejected else "")
@@ -732,8 +748,9 @@ class ControlPlane:
                 if node_doc is not None:
                     node_doc["readings"] = record.readings.to_json(now) if record.readings else None
         plan = state.last_plan
-        if plan is not None and plan.notes:
-            doc["notes"] = list(plan.notes)
+        notes = [*(plan.notes if plan is not None else ()), *self.restart_notes]
+        if notes:
+            doc["notes"] = notes
         doc["control_plane"] = {
             "version": __version__,
             "repository": redact_url(self.config.repo),

@@ -11,7 +11,9 @@ notify_url, branch)`, `install_hooks`. Refs and config: `branch_head`, `ref_comm
 from llmgw.settings.committing import (
     AuditEntry, append_audit, read_audit_file, read_audit_log, set_ref, set_serving_stopped,
 )
-from llmgw.settings.diffing import Change, FieldChange, SettingsDiff, diff_settings
+from llmgw.settings.diffing import (
+    RESTART_ONLY, Change, FieldChange, SettingsDiff, diff_settings, restart_only_changes,
+)
 from llmgw.settings.loading import load_commit, load_directory
 from llmgw.settings.model import (
     Adapter, AgentSettings, ClusterSettings, Endpoint, EngineVersion, Listener, Model, Organisation, Prices,
@@ -30,6 +32,7 @@ __all__ = [
     "Organisation", "Prices", "Project", "Quota", "Resources", "Settings", "StoreSettings", "Team", "Tracing",
     "WeightsFile",
     "load_directory", "load_commit", "diff_settings", "SettingsDiff", "Change", "FieldChange",
+    "RESTART_ONLY", "restart_only_changes",
     "init_repository", "install_hooks", "NOTIFY_URL_KEY", "BRANCH_KEY", "MAX_FILE_BYTES",
     "set_serving_stopped", "append_audit", "set_ref", "read_audit_log", "read_audit_file", "AuditEntry",
     "AUDIT_REF", "APPLIED_REF", "DEFAULT_BRANCH", "branch_head", "ref_commit", "fetch_mirror", "set_config_value",

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from llmgw.settings.model import Settings
+from llmgw.settings.model import ClusterSettings, Settings
 from llmgw.units import format_duration, format_size
 
 REDACTED_CHANGED = "<redacted, changed>"
@@ -190,3 +190,24 @@ def diff_settings(a: Settings, b: Settings) -> SettingsDiff:
         if fields:
             changes.append(Change(section, section, "changed", fields))
     return SettingsDiff(tuple(changes))
+
+
+RESTART_ONLY: Mapping[str, str] = {
+    "gateway": "listeners.gateway", "admin": "listeners.admin", "agents": "listeners.agents", "store": "store",
+    "tracing": "tracing", "trace_requests": "tracing.sample_requests",
+}
+"""`ClusterSettings` fields the control plane reads only when it starts (`ControlPlane.run`: the listeners and the
+gateway's worker processes, the store, the control plane's tracing) -> their key in llmgw.yaml. A change to one
+takes effect at the control plane's next start (`llmgw restart`), not when the commit is applied."""
+
+
+def restart_only_changes(before: ClusterSettings, after: ClusterSettings) -> tuple[FieldChange, ...]:
+    """The values of RESTART_ONLY keys that differ from `before` to `after`, each `path` spelt as in llmgw.yaml
+    ("listeners.gateway.workers", "store.url" with its value redacted), sorted by path. Empty: none. Pure."""
+    changes = []
+    for change in _field_changes(before, after):
+        field, _, rest = change.path.partition(".")
+        if field in RESTART_ONLY:
+            path = RESTART_ONLY[field] + (f".{rest}" if rest else "")
+            changes.append(FieldChange(path, change.old, change.new))
+    return tuple(sorted(changes, key=lambda c: c.path))

@@ -8,6 +8,7 @@ from pathlib import Path
 import trio
 
 from llmgw.agent.shards import ShardSpec
+from support.stand_ins import python_tool
 
 STANDIN = Path(__file__).with_name("engine_standin.py")
 
@@ -36,10 +37,7 @@ FAKE_LLAMA_SERVER = Path(__file__).resolve().parents[1] / "support" / "fake_llam
 
 def fake_engine_binary(directory: Path) -> Path:
     """An executable `llama-server` in `directory` that runs the gateway's llama-server stand-in."""
-    binary = directory / "llama-server"
-    binary.write_text(f'#!/bin/sh\nPYTHONUNBUFFERED=1 exec "{sys.executable}" "{FAKE_LLAMA_SERVER}" "$@"\n')
-    binary.chmod(0o755)
-    return binary
+    return python_tool(directory / "llama-server", FAKE_LLAMA_SERVER)
 
 
 def tiny_mirror(directory: Path, content: bytes = b"GGUF not really a model") -> tuple[Path, str]:

@@ -15,7 +15,7 @@ from llmgw.identity import ShardState
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
 from fake_llama_server import FakeLlamaServer  # noqa: E402
-from llama_server_process import free_port  # noqa: E402
+from serving_process import free_port  # noqa: E402
 
 KEY = "sk-replica-key-51"
 

@@ -24,6 +24,7 @@ from llmgw.tools.vllm_kv_events import (
     AllBlocksCleared, BlockRemoved, BlockStored, KvBlocks, KvEventBatch, parse_message, split_recording,
 )
 from llmgw.wire import control_message, pb
+from support.stand_ins import python_tool
 
 from agent_support import next_matching, serve_grpc_control_side, tiny_mirror
 
@@ -138,9 +139,7 @@ async def test_a_real_agent_starts_vllm_with_kv_events_forwards_its_blocks_over_
     shard's record again, and the engine (reconnecting, as vLLM does) reaches it: a full copy on the new stream."""
     mirror, config = tiny_mirror(tmp_path / "mirror", b'{"architectures": ["Gemma3ForCausalLM"]}')
     _, tensors = tiny_mirror(tmp_path / "mirror", b"not really safetensors")
-    vllm = tmp_path / "vllm"
-    vllm.write_text(f'#!/bin/sh\nPYTHONUNBUFFERED=1 exec "{sys.executable}" "{FAKE_VLLM}" "$@"\n')
-    vllm.chmod(0o755)
+    vllm = python_tool(tmp_path / "vllm", FAKE_VLLM)
     expected = _captured("kv-events-seeded.bin").held()
 
     def blocks_held(m) -> bool:

@@ -13,46 +13,18 @@ import trio
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
+from control.conftest import stand_in_agent
+from control.test_fleet_readings import gpu_repo
 from control.test_in_process_fleet import commit_directly, wait_for
-from llmgw.agent import AgentConfig, run_agent
+from llmgw.agent import run_agent
 from llmgw.console.views import load_class
 from llmgw.control import ControlConfig, ControlPlane
-from llmgw.settings import init_repository
 
-from .conftest import write_seed
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "agent" / "discovery"))
 from fake_nvml import FakeNvml  # noqa: E402
 
 pytestmark = pytest.mark.slow
-
-GPU_MODEL = """\
-name: big
-engine: llama.cpp
-engine_version: b11434
-weights:
-  - source: https://example.invalid/big/big.gguf
-    sha256: {sha}
-replicas: 1
-resources:
-  gpus: 1
-  gpu_class: h200-141g
-  cpu_cores: 0.1
-  memory: 64Mi
-context_size: 512
-"""
-
-
-def repo_with_a_gpu_model(tmp_path: Path, sha: str) -> Path:
-    seed = write_seed(tmp_path / "seed", sha, replicas=1)
-    (seed / "catalog" / "big.yaml").write_text(GPU_MODEL.format(sha=sha))
-    (seed / "projects.yaml").write_text((seed / "projects.yaml").read_text().replace("[tiny]", "[tiny, big]"))
-    default = seed / "agents" / "default.yaml"
-    default.write_text(default.read_text() + "telemetry_interval: 1s\n")  # GPU readings every second
-    repo = tmp_path / "settings.git"
-    init_repository(repo, seed)
-    return repo
-
 
 def wait_until(driver, check, what: str, timeout: float = 20.0):
     try:
@@ -70,14 +42,12 @@ async def test_an_operator_logs_in_reads_the_fleet_sees_a_gpu_change_live_and_lo
     tmp_path, weights_mirror, fake_engine, browser, artefacts,
 ):
     mirror, sha = weights_mirror
-    repo = repo_with_a_gpu_model(tmp_path, sha)
+    repo = gpu_repo(tmp_path, sha, "telemetry_interval: 1s\n", tiny_replicas=1)  # GPU readings every second
     nvml = FakeNvml.h200(utilization={"gpu": 85, "memory": 40})
     plane = ControlPlane(ControlConfig(repo=str(repo), state_dir=tmp_path / "state"))
     async with trio.open_nursery() as nursery:
         await nursery.start(plane.run)
-        agent = AgentConfig(node_id="gpu1", state_dir=tmp_path / "agent", mirrors=(str(mirror),),
-                            heartbeat_interval=0.2, engine_binaries={"llama.cpp@b11434": fake_engine},
-                            stop_shards_on_exit=True, shard_stop_grace=2.0)
+        agent = stand_in_agent("gpu1", tmp_path / "agent", mirror, fake_engine)
         await nursery.start(lambda task_status: run_agent(agent, plane.local_connector(), nvml=nvml,
                                                           task_status=task_status))
         await wait_for(lambda: {r["state"] for r in plane.status()["replicas"].values()} == {"ready"}, 30,
@@ -216,9 +186,7 @@ async def test_the_gpu_map_of_an_h200_fleet_colours_every_card_by_its_load(
     async with trio.open_nursery() as nursery:
         await nursery.start(plane.run)
         for number, (node_id, loads) in enumerate(FLEET_LOADS.items()):
-            agent = AgentConfig(node_id=node_id, state_dir=tmp_path / node_id, mirrors=(str(mirror),),
-                                heartbeat_interval=0.2, engine_binaries={"llama.cpp@b11434": fake_engine},
-                                stop_shards_on_exit=True, shard_stop_grace=2.0)
+            agent = stand_in_agent(node_id, tmp_path / node_id, mirror, fake_engine)
             nvml = h200_cards(loads, number + 1)
             await nursery.start(lambda task_status, agent=agent, nvml=nvml: run_agent(
                 agent, plane.local_connector(), nvml=nvml, task_status=task_status))

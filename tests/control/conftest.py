@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -14,6 +15,7 @@ FAKE_SERVER = ROOT / "tests" / "support" / "fake_llama_server.py"
 sys.path.insert(0, str(ROOT / "tests" / "support"))
 import settings_seed  # noqa: E402  (shared with bench/fleet_scale.py)
 from settings_seed import git  # noqa: E402,F401  (the tests import it from here)
+from stand_ins import python_tool  # noqa: E402
 
 MODEL_YAML = """\
 name: tiny
@@ -58,10 +60,19 @@ def settings_repo(tmp_path: Path, weights_mirror) -> Path:
     return repo
 
 
+def stand_in_agent(node_id: str, state_dir: Path, mirror: Path, fake_engine: Path, **changes: Any):
+    """The AgentConfig of the control plane's tests: node `node_id`, its state in `state_dir`, weights from the
+    mirror directory `mirror`, llama.cpp@b11434 the stand-in `fake_engine`, a heartbeat every 200 ms, its engines
+    stopped when it ends (2 s grace); `changes` replace fields (stop_shards_on_exit=False leaves the engines to the
+    next agent)."""
+    from llmgw.agent import AgentConfig
+
+    return AgentConfig(**{"node_id": node_id, "state_dir": state_dir, "mirrors": (str(mirror),),
+                          "heartbeat_interval": 0.2, "engine_binaries": {"llama.cpp@b11434": fake_engine},
+                          "stop_shards_on_exit": True, "shard_stop_grace": 2.0, **changes})
+
+
 @pytest.fixture
 def fake_engine(tmp_path: Path) -> Path:
     """An executable that runs the llama-server stand-in with this interpreter."""
-    script = tmp_path / "fake-llama-server"
-    script.write_text(f"#!/bin/sh\nexec {sys.executable} {FAKE_SERVER} \"$@\"\n")
-    script.chmod(0o755)
-    return script
+    return python_tool(tmp_path / "fake-llama-server", FAKE_SERVER)

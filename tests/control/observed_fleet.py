@@ -11,11 +11,11 @@ from pathlib import Path
 import httpx
 import trio
 
-from llmgw.agent import AgentConfig, run_agent
+from llmgw.agent import run_agent
 from llmgw.control import ControlConfig, ControlPlane
 from llmgw.settings import init_repository
 
-from .conftest import write_seed
+from .conftest import stand_in_agent, write_seed
 from .test_in_process_fleet import wait_for
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "agent" / "discovery"))
@@ -37,9 +37,7 @@ async def observed_fleet(tmp_path: Path, weights_mirror, fake_engine: Path,
     init_repository(settings_repo, seed)
     plane = ControlPlane(ControlConfig(repo=str(settings_repo), state_dir=tmp_path / "state",
                                        otlp_endpoint=otlp_endpoint))
-    agent = AgentConfig(node_id="n1", state_dir=tmp_path / "agent", mirrors=(str(mirror),), heartbeat_interval=0.2,
-                        engine_binaries={"llama.cpp@b11434": fake_engine}, stop_shards_on_exit=True,
-                        shard_stop_grace=2.0)
+    agent = stand_in_agent("n1", tmp_path / "agent", mirror, fake_engine)
     async with trio.open_nursery() as nursery:
         await nursery.start(plane.run)
         await nursery.start(lambda task_status: run_agent(agent, plane.local_connector(),

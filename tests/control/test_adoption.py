@@ -8,9 +8,10 @@ import signal
 
 import trio
 
-from llmgw.agent import AgentConfig, run_agent
+from llmgw.agent import run_agent
 from llmgw.control import ControlConfig, ControlPlane
 
+from .conftest import stand_in_agent
 from .test_in_process_fleet import replica_states, wait_for
 
 
@@ -19,8 +20,7 @@ async def test_a_returning_node_has_its_running_engines_adopted_not_restarted(
 ):
     mirror, _ = weights_mirror
     plane = ControlPlane(ControlConfig(repo=str(settings_repo), state_dir=tmp_path / "state", gateway=False))
-    agent = AgentConfig(node_id="n1", state_dir=tmp_path / "agent", mirrors=(str(mirror),), heartbeat_interval=0.2,
-                        engine_binaries={"llama.cpp@b11434": fake_engine}, shard_stop_grace=2.0)
+    agent = stand_in_agent("n1", tmp_path / "agent", mirror, fake_engine, stop_shards_on_exit=False)
     pid = None
     try:
         async with trio.open_nursery() as nursery:

@@ -10,9 +10,10 @@ import sys
 import httpx
 import trio
 
-from llmgw.agent import AgentConfig, run_agent
+from llmgw.agent import run_agent
 from llmgw.control import ControlConfig, ControlPlane
 
+from .conftest import stand_in_agent
 from .test_in_process_fleet import commit_directly, replica_states, wait_for
 
 
@@ -28,10 +29,7 @@ async def test_the_client_commands_drive_a_running_control_plane(tmp_path, setti
     plane = ControlPlane(ControlConfig(repo=str(settings_repo), state_dir=tmp_path / "state"))
     async with trio.open_nursery() as nursery:
         await nursery.start(plane.run)
-        agent = AgentConfig(
-            node_id="n1", state_dir=tmp_path / "agent", mirrors=(str(mirror),), heartbeat_interval=0.2,
-            engine_binaries={"llama.cpp@b11434": fake_engine}, stop_shards_on_exit=True, shard_stop_grace=2.0,
-        )
+        agent = stand_in_agent("n1", tmp_path / "agent", mirror, fake_engine)
         await nursery.start(run_agent, agent, plane.local_connector())
 
         code, out, err = await llmgw(plane, "apply", "--timeout", "30")

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from pathlib import Path
 
 import trio
@@ -18,6 +17,7 @@ from llmgw.agent.discovery import ToolOutput
 from llmgw.agent.health import HealthReader
 from llmgw.control import ControlConfig, ControlPlane
 from llmgw.settings import init_repository
+from support.stand_ins import python_tool
 
 from .conftest import write_seed
 from .test_cli_over_admin_api import llmgw
@@ -34,10 +34,7 @@ def no_tools(argv):
 async def test_fabric_test_grades_each_rail_from_the_stand_in_ib_write_bw_tables(tmp_path, monkeypatch):
     records = tmp_path / "perftest"
     monkeypatch.setenv("FAKE_PERFTEST_RECORDS", str(records))
-    tool = tmp_path / "bin" / "ib_write_bw"
-    tool.parent.mkdir()
-    tool.write_text(f"#!/bin/sh\nexec {sys.executable} {SUPPORT / 'fake_ib_write_bw.py'} \"$@\"\n")
-    tool.chmod(0o755)
+    tool = python_tool(tmp_path / "bin" / "ib_write_bw", SUPPORT / "fake_ib_write_bw.py")
     monkeypatch.setenv("PATH", f"{tool.parent}:{os.environ['PATH']}")
     init_repository(tmp_path / "settings.git", write_seed(tmp_path / "seed", "ab" * 32, replicas=0))
     plane = ControlPlane(ControlConfig(repo=str(tmp_path / "settings.git"), state_dir=tmp_path / "state"))

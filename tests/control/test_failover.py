@@ -20,24 +20,14 @@ from llmgw.store import open_store
 from llmgw.wire import control_message, pb, serve_agents
 
 from support.llmgw_processes import LlmgwProcesses
+from support.settings_seed import projects_yaml
 
 from .conftest import git, write_seed
 
 POSTGRES_URL = os.environ.get("LLMGW_TEST_POSTGRES", "postgresql://127.0.0.1:5432/test")
 LEASE = 3.0
-PROJECTS = """\
-organisations:
-  acme:
-    teams:
-      platform:
-        projects:
-          demo:
-            models: [tiny]
-          limited:
-            models: [tiny]
-            quota:
-              requests_per_minute: 100
-"""
+PROJECTS = projects_yaml({"demo": {"models": ["tiny"]},
+                          "limited": {"models": ["tiny"], "quota": {"requests_per_minute": 100}}})
 
 
 @pytest.fixture

@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from support.llmgw_processes import LlmgwProcesses
+from support.waiting import wait_for
 
 from .conftest import git, write_seed
 from .test_in_process_fleet import commit_directly
@@ -33,19 +34,6 @@ context_size: 2048
 engine_args: ["--no-jinja", "--chat-template", "gemma", "-t", "2"]
 node_selector: {{engine: real}}
 """
-
-
-def wait_for(check, timeout: float, what: str, show=None):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            value = check()
-        except (httpx.TransportError, KeyError, FileNotFoundError):
-            value = None
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}" + (f"\n{show()}" if show else ""))
 
 
 def shard_of(status: dict, node: str, replica: str) -> dict:

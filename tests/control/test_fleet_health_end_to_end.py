@@ -9,11 +9,12 @@ from pathlib import Path
 
 import trio
 
-from llmgw.agent import AgentConfig, run_agent
+from llmgw.agent import run_agent
 from llmgw.agent.discovery import ToolOutput
 from llmgw.agent.health import HealthReader
 from llmgw.control import ControlConfig, ControlPlane
 
+from .conftest import stand_in_agent
 from .test_fleet_readings import gpu_repo, unplaced_reasons
 from .test_in_process_fleet import wait_for
 
@@ -44,9 +45,7 @@ async def test_an_xid_79_keeps_the_card_out_of_placement_with_its_reason_until_i
     plane = ControlPlane(ControlConfig(repo=str(gpu_repo(tmp_path, sha)), state_dir=tmp_path / "state"))
     async with trio.open_nursery() as nursery:
         await nursery.start(plane.run)
-        agent = AgentConfig(node_id="gpu1", state_dir=tmp_path / "agent", mirrors=(str(mirror),),
-                            heartbeat_interval=0.2, engine_binaries={"llama.cpp@b11434": fake_engine},
-                            stop_shards_on_exit=True, shard_stop_grace=2.0)
+        agent = stand_in_agent("gpu1", tmp_path / "agent", mirror, fake_engine)
         await nursery.start(lambda task_status: run_agent(agent, plane.local_connector(), nvml=FakeNvml.h200(),
                                                           health=reader, task_status=task_status))
         await wait_for(lambda: "out of placement for health (GPU 0: Xid 79" in unplaced_reasons(plane), 20,

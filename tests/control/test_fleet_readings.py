@@ -9,12 +9,12 @@ from pathlib import Path
 
 import trio
 
-from llmgw.agent import AgentConfig, run_agent
+from llmgw.agent import run_agent
 from llmgw.control import ControlConfig, ControlPlane
 from llmgw.control.readings import NodeReadings
 from llmgw.settings import init_repository
 
-from .conftest import write_seed
+from .conftest import stand_in_agent, write_seed
 from .test_in_process_fleet import wait_for
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "agent" / "discovery"))
@@ -37,8 +37,10 @@ context_size: 512
 """
 
 
-def gpu_repo(tmp_path: Path, sha: str, agents_extra: str = "") -> Path:
-    seed = write_seed(tmp_path / "seed", sha, replicas=0)
+def gpu_repo(tmp_path: Path, sha: str, agents_extra: str = "", tiny_replicas: int = 0) -> Path:
+    """A settings repository under `tmp_path` serving "big" (one H200) and `tiny_replicas` of "tiny", with
+    `agents_extra` (YAML lines) added to agents/default.yaml."""
+    seed = write_seed(tmp_path / "seed", sha, replicas=tiny_replicas)
     (seed / "catalog" / "big.yaml").write_text(GPU_MODEL.format(sha=sha))
     (seed / "projects.yaml").write_text((seed / "projects.yaml").read_text().replace("[tiny]", "[tiny, big]"))
     if agents_extra:
@@ -62,9 +64,7 @@ async def test_a_card_held_by_another_process_comes_back_within_two_heartbeats_o
     plane = ControlPlane(ControlConfig(repo=str(gpu_repo(tmp_path, sha)), state_dir=tmp_path / "state"))
     async with trio.open_nursery() as nursery:
         await nursery.start(plane.run)
-        agent = AgentConfig(node_id="gpu1", state_dir=tmp_path / "agent", mirrors=(str(mirror),),
-                            heartbeat_interval=0.2, engine_binaries={"llama.cpp@b11434": fake_engine},
-                            stop_shards_on_exit=True, shard_stop_grace=2.0)
+        agent = stand_in_agent("gpu1", tmp_path / "agent", mirror, fake_engine)
         await nursery.start(lambda task_status: run_agent(agent, plane.local_connector(), nvml=nvml,
                                                           task_status=task_status))
         await wait_for(lambda: "1 with foreign processes" in unplaced_reasons(plane), 20,
@@ -93,9 +93,7 @@ async def test_ignore_gpus_hides_a_card_from_placement(tmp_path, weights_mirror,
                                        state_dir=tmp_path / "state"))
     async with trio.open_nursery() as nursery:
         await nursery.start(plane.run)
-        agent = AgentConfig(node_id="gpu1", state_dir=tmp_path / "agent", mirrors=(str(mirror),),
-                            heartbeat_interval=0.2, engine_binaries={"llama.cpp@b11434": fake_engine},
-                            stop_shards_on_exit=True, shard_stop_grace=2.0)
+        agent = stand_in_agent("gpu1", tmp_path / "agent", mirror, fake_engine)
         await nursery.start(lambda task_status: run_agent(agent, plane.local_connector(), nvml=FakeNvml.h200(),
                                                           task_status=task_status))
         await wait_for(lambda: "1 ignored by agent settings" in unplaced_reasons(plane), 20,
@@ -111,9 +109,7 @@ async def test_status_shows_each_nodes_readings_with_their_age_updated_every_hea
     plane = ControlPlane(ControlConfig(repo=str(settings_repo), state_dir=tmp_path / "state"))
     async with trio.open_nursery() as nursery:
         await nursery.start(plane.run)
-        agent = AgentConfig(node_id="n1", state_dir=tmp_path / "agent", mirrors=(str(mirror),),
-                            heartbeat_interval=0.2, engine_binaries={"llama.cpp@b11434": fake_engine},
-                            stop_shards_on_exit=True, shard_stop_grace=2.0)
+        agent = stand_in_agent("n1", tmp_path / "agent", mirror, fake_engine)
         await nursery.start(lambda task_status: run_agent(agent, plane.local_connector(), nvml=FakeNvml.h200(),
                                                           task_status=task_status))
         await wait_for(lambda: (plane.status()["nodes"].get("n1") or {}).get("readings"), 20, "n1 readings")
@@ -145,9 +141,7 @@ async def test_a_node_away_when_an_agents_change_lands_gets_its_settings_on_retu
 
     mirror, _sha = weights_mirror
     plane = ControlPlane(ControlConfig(repo=str(settings_repo), state_dir=tmp_path / "state"))
-    agent = AgentConfig(node_id="n1", state_dir=tmp_path / "agent", mirrors=(str(mirror),), heartbeat_interval=0.2,
-                        engine_binaries={"llama.cpp@b11434": fake_engine}, stop_shards_on_exit=True,
-                        shard_stop_grace=2.0)
+    agent = stand_in_agent("n1", tmp_path / "agent", mirror, fake_engine)
     async with trio.open_nursery() as nursery:
         await nursery.start(plane.run)
         away, gone = trio.CancelScope(), trio.Event()

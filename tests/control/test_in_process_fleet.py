@@ -10,11 +10,11 @@ import httpx
 import pygit2
 import trio
 
-from llmgw.agent import AgentConfig, run_agent
+from llmgw.agent import run_agent
 from llmgw.control import ControlConfig, ControlPlane, sign_webhook
 from llmgw.settings import read_audit_log
 
-from .conftest import git
+from .conftest import git, stand_in_agent
 
 
 async def wait_for(check, timeout: float, what: str, show=None):
@@ -79,10 +79,7 @@ async def test_pushes_are_placed_served_scaled_to_zero_and_bad_commits_kept_out(
     plane = ControlPlane(ControlConfig(repo=str(settings_repo), state_dir=tmp_path / "state"))
     async with trio.open_nursery() as nursery:
         await nursery.start(plane.run)
-        agent = AgentConfig(
-            node_id="n1", state_dir=tmp_path / "agent", mirrors=(str(mirror),), heartbeat_interval=0.2,
-            engine_binaries={"llama.cpp@b11434": fake_engine}, stop_shards_on_exit=True, shard_stop_grace=2.0,
-        )
+        agent = stand_in_agent("n1", tmp_path / "agent", mirror, fake_engine)
         await nursery.start(run_agent, agent, plane.local_connector())
         await wait_for(lambda: replica_states(plane).get("tiny-0") == "ready", 30, "tiny-0 ready")
 

@@ -6,10 +6,11 @@ from __future__ import annotations
 import httpx
 import trio
 
-from llmgw.agent import AgentConfig, run_agent
+from llmgw.agent import run_agent
 from llmgw.cli.server_cmds import render_status
 from llmgw.control import ControlConfig, ControlPlane
 
+from .conftest import stand_in_agent
 from .test_in_process_fleet import replica_states, wait_for
 
 
@@ -24,9 +25,7 @@ async def test_only_the_leader_acts_and_the_other_takes_over_when_it_stops(
                                           gateway=False, lease_seconds=1.5))
 
     first, second = plane("a"), plane("b")
-    agent = AgentConfig(node_id="n1", state_dir=tmp_path / "agent", mirrors=(str(mirror),), heartbeat_interval=0.2,
-                        engine_binaries={"llama.cpp@b11434": fake_engine}, stop_shards_on_exit=True,
-                        shard_stop_grace=2.0)
+    agent = stand_in_agent("n1", tmp_path / "agent", mirror, fake_engine)
     async with trio.open_nursery() as nursery:
         async with trio.open_nursery() as leader_nursery:
             await leader_nursery.start(first.run)
@@ -54,9 +53,7 @@ async def test_an_agent_on_both_control_planes_is_known_to_both_and_the_standby_
                                           lease_seconds=1.5))
 
     first, second = plane("a"), plane("b")
-    agent = AgentConfig(node_id="n1", state_dir=tmp_path / "agent", mirrors=(str(mirror),), heartbeat_interval=0.2,
-                        engine_binaries={"llama.cpp@b11434": fake_engine}, stop_shards_on_exit=True,
-                        shard_stop_grace=2.0)
+    agent = stand_in_agent("n1", tmp_path / "agent", mirror, fake_engine)
     async with trio.open_nursery() as nursery:
         async with trio.open_nursery() as leader_nursery:
             await leader_nursery.start(first.run)

@@ -24,7 +24,7 @@ from .test_in_process_fleet import push_catalog, wait_for
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
 from llama_server_process import running_llama_server  # noqa: E402
 from lora_adapters import write_gguf_lora  # noqa: E402
-from settings_seed import PROJECTS_YAML  # noqa: E402
+from settings_seed import projects_yaml  # noqa: E402
 from settings_seed import write_seed as seed_tree  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -47,10 +47,8 @@ prices:
   completion_per_million: 2.0
 adapters:
 {adapters}"""
-PROJECTS = PROJECTS_YAML.format(model="gemma-3-270m, gemma-pirate, gemma-poet") + """\
-          pirates:
-            models: [gemma-pirate]
-"""
+PROJECTS = projects_yaml({"demo": {"models": ["gemma-3-270m", "gemma-pirate", "gemma-poet"]},
+                          "pirates": {"models": ["gemma-pirate"]}})
 
 
 def adapters_yaml(loras: dict[str, tuple[Path, str]]) -> str:

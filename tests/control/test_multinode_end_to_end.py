@@ -17,6 +17,7 @@ from llmgw.agent.discovery import ToolOutput
 from llmgw.agent.health import HealthReader
 from llmgw.control import ControlConfig, ControlPlane
 from llmgw.settings import init_repository
+from support.stand_ins import python_tool
 
 from .conftest import write_seed
 from .test_in_process_fleet import wait_for
@@ -68,10 +69,7 @@ async def test_a_replica_needing_two_h200s_starts_one_ranked_shard_on_each_of_tw
     mirror, sha = weights_mirror
     records = tmp_path / "ranks"
     monkeypatch.setenv("FAKE_VLLM_RECORDS", str(records))
-    vllm = tmp_path / "bin" / "vllm"
-    vllm.parent.mkdir()
-    vllm.write_text(f"#!/bin/sh\nexec {sys.executable} {SUPPORT / 'fake_vllm_multinode.py'} \"$@\"\n")
-    vllm.chmod(0o755)
+    vllm = python_tool(tmp_path / "bin" / "vllm", SUPPORT / "fake_vllm_multinode.py")
     seed = write_seed(tmp_path / "seed", sha, replicas=0)
     (seed / "catalog" / "spread.yaml").write_text(SPREAD_MODEL.format(sha=sha))
     (seed / "projects.yaml").write_text((seed / "projects.yaml").read_text().replace("[tiny]", "[tiny, spread]"))

@@ -16,11 +16,11 @@ from pathlib import Path
 import httpx
 import trio
 
-from llmgw.agent import AgentConfig, run_agent
+from llmgw.agent import run_agent
 from llmgw.control import ControlConfig, ControlPlane
 from llmgw.settings.model import Listener
 
-from .conftest import git
+from .conftest import git, stand_in_agent
 from .test_in_process_fleet import push_catalog, replica_states, wait_for
 
 HUBBED_YAML = """\
@@ -108,10 +108,7 @@ async def test_no_secret_reaches_status_audit_logs_answers_or_cli_output_of_a_ru
         planted["admin token"] = plane.admin_token
         planted["replica key"] = plane.replica_key("tiny-0")
         planted["hubbed replica key"] = plane.replica_key("hubbed-0")
-        agent = AgentConfig(
-            node_id="n1", state_dir=tmp_path / "agent", mirrors=(str(mirror),), heartbeat_interval=0.2,
-            engine_binaries={"llama.cpp@b11434": fake_engine}, stop_shards_on_exit=True, shard_stop_grace=2.0,
-        )
+        agent = stand_in_agent("n1", tmp_path / "agent", mirror, fake_engine)
         await nursery.start(run_agent, agent, plane.local_connector())
         await wait_for(lambda: replica_states(plane).get("tiny-0") == "ready", 30, "tiny-0 ready")
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pygit2
 import trio
 
-from llmgw.agent import AgentConfig, run_agent
+from llmgw.agent import run_agent
 from llmgw.control import ControlConfig, ControlPlane
 
-from .conftest import write_seed
+from .conftest import stand_in_agent, write_seed
 from .test_cli_over_admin_api import llmgw
 from .test_in_process_fleet import replica_states, wait_for
 
@@ -30,10 +30,7 @@ async def test_node_verbs_are_commits_and_a_lent_node_gives_up_its_replica(tmp_p
     plane = ControlPlane(ControlConfig(repo=str(repo), state_dir=tmp_path / "state"))
     async with trio.open_nursery() as nursery:
         await nursery.start(plane.run)
-        agent = AgentConfig(
-            node_id="n1", state_dir=tmp_path / "agent", mirrors=(str(mirror),), heartbeat_interval=0.2,
-            engine_binaries={"llama.cpp@b11434": fake_engine}, stop_shards_on_exit=True, shard_stop_grace=2.0,
-        )
+        agent = stand_in_agent("n1", tmp_path / "agent", mirror, fake_engine)
         await nursery.start(run_agent, agent, plane.local_connector())
         code, out, err = await llmgw(plane, "apply", "--timeout", "30")
         assert code == 0, out + err

@@ -6,7 +6,6 @@ are the real ones. Requests sharing a long prefix follow the blocks."""
 from __future__ import annotations
 
 import hashlib
-import sys
 from pathlib import Path
 
 import httpx
@@ -15,6 +14,7 @@ import trio
 from llmgw.agent import AgentConfig, run_agent
 from llmgw.control import ControlConfig, ControlPlane
 from llmgw.settings import init_repository
+from support.stand_ins import python_tool
 
 from .conftest import ROOT, write_seed
 from .test_in_process_fleet import replica_states, wait_for
@@ -53,9 +53,7 @@ async def test_requests_sharing_a_prefix_go_to_the_replica_whose_engine_reported
     (seed / "catalog" / "tiny.yaml").write_text(MODEL.format(config=config, tensors=tensors))
     repo = tmp_path / "settings.git"
     init_repository(repo, seed)
-    vllm = tmp_path / "vllm"
-    vllm.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{FAKE_VLLM}" "$@"\n')
-    vllm.chmod(0o755)
+    vllm = python_tool(tmp_path / "vllm", FAKE_VLLM)
     plane = ControlPlane(ControlConfig(repo=str(repo), state_dir=tmp_path / "state"))
     async with trio.open_nursery() as nursery:
         await nursery.start(plane.run)

@@ -8,11 +8,12 @@ import httpx
 import pytest
 import trio
 
-from llmgw.agent import AgentConfig, run_agent_restarting
+from llmgw.agent import run_agent_restarting
 from llmgw.control import ControlConfig, ControlPlane
 from llmgw.control.restarting import restart_refusal
 from llmgw.control.state import ControlState
 
+from .conftest import stand_in_agent
 from .loop_world import control_state
 from .test_in_process_fleet import replica_states, wait_for
 
@@ -24,9 +25,7 @@ async def test_restart_keeps_engines_and_their_pids_serving_throughout(
     plane = ControlPlane(ControlConfig(repo=str(settings_repo), state_dir=tmp_path / "state"))
     async with trio.open_nursery() as nursery:
         await nursery.start(plane.run)
-        agent = AgentConfig(node_id="n1", state_dir=tmp_path / "agent", mirrors=(str(mirror),),
-                            heartbeat_interval=0.2, engine_binaries={"llama.cpp@b11434": fake_engine},
-                            stop_shards_on_exit=True, shard_stop_grace=2.0)
+        agent = stand_in_agent("n1", tmp_path / "agent", mirror, fake_engine)
         nursery.start_soon(run_agent_restarting, agent, plane.local_connector())
         await wait_for(lambda: replica_states(plane).get("tiny-0") == "ready", 30, "tiny-0 ready")
         _record, api_key = plane.store.create_api_key("demo")

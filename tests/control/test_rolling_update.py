@@ -5,18 +5,17 @@ from __future__ import annotations
 
 import trio
 
-from llmgw.agent import AgentConfig, run_agent
+from llmgw.agent import run_agent
 from llmgw.control import ControlConfig, ControlPlane
 
+from .conftest import stand_in_agent
 from .test_in_process_fleet import commit_directly, replica_states, wait_for
 
 
 async def test_a_changed_model_rolls_without_a_moment_unserved(tmp_path, settings_repo, weights_mirror, fake_engine):
     mirror, sha = weights_mirror
     plane = ControlPlane(ControlConfig(repo=str(settings_repo), state_dir=tmp_path / "state"))
-    agent = AgentConfig(node_id="n1", state_dir=tmp_path / "agent", mirrors=(str(mirror),), heartbeat_interval=0.2,
-                        engine_binaries={"llama.cpp@b11434": fake_engine}, stop_shards_on_exit=True,
-                        shard_stop_grace=2.0)
+    agent = stand_in_agent("n1", tmp_path / "agent", mirror, fake_engine)
     async with trio.open_nursery() as nursery:
         await nursery.start(plane.run)
         await nursery.start(run_agent, agent, plane.local_connector())

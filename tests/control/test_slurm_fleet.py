@@ -16,12 +16,13 @@ import subprocess
 import pytest
 import trio
 
-from llmgw.agent import AgentConfig, run_agent
+from llmgw.agent import run_agent
 from llmgw.control import ControlConfig, ControlPlane
 from llmgw.plan.slurm_roles import storage_names
 from slurm.local_slurm import drop_storage, loopback_settings, require_slurm
+from support.settings_seed import projects_yaml
 
-from .conftest import write_seed
+from .conftest import stand_in_agent, write_seed
 from .test_cli_over_admin_api import llmgw
 from .test_in_process_fleet import replica_states, wait_for
 
@@ -29,16 +30,7 @@ pytestmark = pytest.mark.slow
 
 HOST = socket.gethostname().split(".")[0]
 WHO = ("--author-name", "Ada", "--author-email", "ada@example.com")
-PROJECTS = """\
-organisations:
-  acme:
-    teams:
-      platform:
-        projects:
-          demo:
-            models: [tiny]
-            members: [root@acme.example]
-"""
+PROJECTS = projects_yaml({"demo": {"models": ["tiny"], "members": ["root@acme.example"]}})
 
 
 def slurm_yaml(slurm) -> str:
@@ -76,10 +68,7 @@ async def test_lend_run_reclaim_and_bill_a_node_through_the_control_plane(tmp_pa
     try:
         async with trio.open_nursery() as nursery:
             await nursery.start(plane.run)
-            agent = AgentConfig(
-                node_id=HOST, state_dir=tmp_path / "agent", mirrors=(str(mirror),), heartbeat_interval=0.2,
-                engine_binaries={"llama.cpp@b11434": fake_engine}, stop_shards_on_exit=True, shard_stop_grace=2.0,
-            )
+            agent = stand_in_agent(HOST, tmp_path / "agent", mirror, fake_engine)
             await nursery.start(run_agent, agent, plane.local_connector())
 
             def node_slurm() -> dict:

@@ -14,7 +14,8 @@ import trio
 from llmgw.engines import Launch, llamacpp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
-from llama_server_process import free_port, running_llama_server, stop  # noqa: E402
+from llama_server_process import running_llama_server, stop  # noqa: E402
+from serving_process import free_port  # noqa: E402
 
 KEY = "sk-engine-test-7f3a"
 

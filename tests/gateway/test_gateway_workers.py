@@ -12,7 +12,6 @@ import concurrent.futures
 import os
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -27,7 +26,9 @@ from llmgw.gateway.app import STATUS_PROCESS_LOST
 from llmgw.settings import init_repository
 from llmgw.store import open_store
 from support.llmgw_processes import LlmgwProcesses
-from support.settings_seed import write_seed
+from support.waiting import wait_for
+from support.serving_process import free_port
+from support.settings_seed import projects_yaml, write_seed
 
 ROOT = Path(__file__).resolve().parents[2]
 FAKE_SERVER = ROOT / "tests" / "support" / "fake_llama_server.py"
@@ -41,40 +42,8 @@ endpoints:
   - url: http://127.0.0.1:{port}
 """
 
-PROJECTS_YAML = f"""\
-organisations:
-  acme:
-    teams:
-      platform:
-        projects:
-          demo:
-            models: [tiny]
-            quota:
-              requests_per_minute: {RPM}
-          bulk:
-            models: [tiny]
-            quota:
-              tokens_per_day: 10000000
-"""
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def wait_for(check, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            value = check()
-        except (httpx.TransportError, KeyError, FileNotFoundError, ValueError):
-            value = None
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+PROJECTS_YAML = projects_yaml({"demo": {"models": ["tiny"], "quota": {"requests_per_minute": RPM}},
+                               "bulk": {"models": ["tiny"], "quota": {"tokens_per_day": 10000000}}})
 
 
 def worker_pids(server_pid: int) -> set[int]:
@@ -113,7 +82,7 @@ def store_url(request, tmp_path):
 def served(tmp_path, store_url):
     """(gateway base URL, state dir, server process, processes) of `llmgw server` with `workers: 2` in front of the
     stand-in (50 ms between streamed tokens), on the store of `store_url`."""
-    engine_port = _free_port()
+    engine_port = free_port()
     log = open(tmp_path / "engine.log", "wb")
     engine = subprocess.Popen([sys.executable, str(FAKE_SERVER), "--host", "127.0.0.1", "--port", str(engine_port),
                                "-a", "tiny", "--fake-token-delay", "0.05"], stdout=log, stderr=subprocess.STDOUT)

@@ -5,57 +5,30 @@ Gemma 270M is a base model: tests assert shapes, token counts and determinism (t
 
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
 import time
 
-import httpx
 import openai
 import pytest
 import trio
 from gateway_harness import ProjectPolicy, Quota, make_table, replica, start_gateway
+from support.serving_process import free_port, serving_process
 
 pytestmark = pytest.mark.slow
 ENGINE_KEY = "real-engine-key"
 MESSAGES = [{"role": "user", "content": "Write one sentence about the sea."}]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def llama_server(llama_server_binary, gemma_gguf, tmp_path_factory):
     """A llama-server on 127.0.0.1 with LLAMA_API_KEY set; yields its base URL."""
-    port = _free_port()
-    log = (tmp_path_factory.mktemp("llama") / "server.log").open("wb")
-    process = subprocess.Popen(
-        [str(llama_server_binary), "-m", str(gemma_gguf), "--host", "127.0.0.1", "--port", str(port),
-         "-c", "2048", "-t", "2", "--no-jinja", "--chat-template", "gemma", "--metrics", "--parallel", "2"],
-        env={**os.environ, "LLAMA_API_KEY": ENGINE_KEY}, stdout=log, stderr=subprocess.STDOUT)
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert process.poll() is None, f"llama-server exited; see {log.name}"
-            try:
-                if httpx.get(url + "/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, "llama-server did not become healthy in 60 s"
-            time.sleep(0.2)
+    with serving_process(
+            [str(llama_server_binary), "-m", str(gemma_gguf), "--host", "127.0.0.1", "--port", str(port),
+             "-c", "2048", "-t", "2", "--no-jinja", "--chat-template", "gemma", "--metrics", "--parallel", "2"],
+            {"LLAMA_API_KEY": ENGINE_KEY}, tmp_path_factory.mktemp("llama") / "server.log", url,
+            what="llama-server", limit=60):
         yield url
-    finally:
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-        log.close()
 
 
 @pytest.fixture

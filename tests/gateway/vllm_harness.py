@@ -11,16 +11,12 @@ are missing). Nothing is skipped: a missing install or model fails. Imported by 
 
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
 
-import httpx
 import trio
 
 from llmgw.engines import Launch, LoraAdapter
@@ -31,6 +27,7 @@ from llmgw.engines.vllm_kv_listener import kv_events_config
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
 from lora_adapters import write_peft_lora  # noqa: E402
+from serving_process import free_port, serving_process  # noqa: E402
 
 ENGINE_KEY = "real-vllm-key"
 SERVED = "gemma-3-270m"
@@ -52,12 +49,6 @@ class Served(NamedTuple):
     adapter_files: dict[str, str]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def run_vllm(work: Path) -> Iterator[Served]:
     """Start vLLM (see the module) with its log and adapter under `work`; yield once /health answers 200; stop it."""
     cache = default_cache_dir()
@@ -74,29 +65,9 @@ def run_vllm(work: Path) -> Iterator[Served]:
         engine_args=("--dtype", "bfloat16", "--enable-prefix-caching", "--chat-template",
                      str(model / "chat_template.jinja"),
                      "--kv-events-config", kv_events_config(f"tcp://127.0.0.1:{kv_port}"))))
-    log_path = work / "server.log"
-    log = log_path.open("wb")
-    process = subprocess.Popen(argv, env={**os.environ, **env, "HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1"},
-                               stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     started = time.monotonic()
-    try:
-        while True:
-            assert process.poll() is None, f"vLLM exited; see {log_path}:\n" + log_path.read_text()[-3000:]
-            try:
-                if httpx.get(url + "/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() - started < START_LIMIT, \
-                f"vLLM did not become healthy in {START_LIMIT} s; see {log_path}"
-            time.sleep(1)
+    with serving_process(argv, {**env, "HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1"}, work / "server.log",
+                         url, what="vLLM", limit=START_LIMIT, interval=1, stop_grace=30) as process:
         print(f"vLLM serving after {time.monotonic() - started:.0f} s")
         yield Served(url, kv_port, argv, env, process.pid, adapter_dir, adapter_files)
-    finally:
-        process.terminate()
-        try:
-            process.wait(30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-        log.close()

@@ -142,3 +142,22 @@ def test_the_command_compares_branches_and_commits_of_a_repository(tmp_path: Pat
     assert by_id.output == result.output
     unknown = runner.invoke(cli, ["diff", "--repo", str(tmp_path / "repo.git"), "main", "no-such-branch"])
     assert unknown.exit_code == 1 and "no-such-branch: names no commit" in unknown.output
+
+
+def test_keys_read_only_at_start_are_named_with_llmgw_restart(tmp_path: Path) -> None:
+    a, b = copy_example(tmp_path / "a"), copy_example(tmp_path / "b")
+    edit(b, "llmgw.yaml", "port: 8080}", "port: 8080, workers: 2}")
+    edit(b, "llmgw.yaml", "path: llmgw.sqlite3", "path: llmgw.sqlite3\n  url: postgresql://llmgw:hunter2@db/llmgw")
+    edit(b, GEMMA, "replicas: 1\n", "replicas: 2\n")
+    runner = CliRunner()
+    result = runner.invoke(cli, ["diff", str(a), str(b)])
+    assert result.exit_code == 2
+    notes = [line for line in result.output.splitlines() if line.startswith("restart: ")]
+    assert notes == [f"restart: {key} takes effect only when the control plane starts again: run `llmgw restart` "
+                     "once this is applied" for key in ("listeners.gateway.workers", "store.url")]
+    assert "hunter2" not in result.output
+    as_json = json.loads(runner.invoke(cli, ["diff", "--json", str(a), str(b)]).output)
+    assert as_json["restart_only"] == ["listeners.gateway.workers", "store.url"]
+    only_replicas = copy_example(tmp_path / "c")
+    edit(only_replicas, GEMMA, "replicas: 1\n", "replicas: 2\n")
+    assert "restart" not in runner.invoke(cli, ["diff", str(a), str(only_replicas)]).output

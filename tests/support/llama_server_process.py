@@ -4,7 +4,6 @@ tests that need a real engine: `async with running_llama_server(binary, gguf, lo
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -15,6 +14,7 @@ import httpx
 import trio
 
 from llmgw.engines import Launch, llamacpp
+from serving_process import free_port
 
 
 @dataclass(frozen=True)
@@ -25,12 +25,6 @@ class RunningEngine:
     base_url: str
     argv: tuple[str, ...]
     env: dict[str, str]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @asynccontextmanager

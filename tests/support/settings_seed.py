@@ -8,10 +8,15 @@ would set them. Formats: schema/*.json (docs/settings.md).
 
 from __future__ import annotations
 
+import io
 import os
 import shutil
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
+
+from ruamel.yaml import YAML
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -38,15 +43,15 @@ cpu_cores_reserved: 0
 memory_reserved: 0Mi
 """
 
-PROJECTS_YAML = """\
-organisations:
-  acme:
-    teams:
-      platform:
-        projects:
-          demo:
-            models: [{model}]
-"""
+
+
+def projects_yaml(projects: Mapping[str, Mapping[str, Any]]) -> str:
+    """projects.yaml text (schema/projects.json) with `projects` (name -> its keys: `models`, `quota`, `members`,
+    ...) in organisation "acme", team "platform"."""
+    out = io.StringIO()
+    YAML(typ="safe", pure=True).dump(
+        {"organisations": {"acme": {"teams": {"platform": {"projects": dict(projects)}}}}}, out)
+    return out.getvalue()
 
 
 def git(*args: str, cwd: Path) -> str:
@@ -73,5 +78,5 @@ def write_seed(seed: Path, model: str, model_yaml: str, *, name: str = "test", p
     (seed / "agents" / "default.yaml").write_text(AGENTS_YAML.format(heartbeat=heartbeat))
     (seed / "catalog").mkdir(exist_ok=True)
     (seed / "catalog" / f"{model}.yaml").write_text(model_yaml)
-    (seed / "projects.yaml").write_text(PROJECTS_YAML.format(model=model))
+    (seed / "projects.yaml").write_text(projects_yaml({"demo": {"models": [model]}}))
     return seed

@@ -136,6 +136,16 @@ def test_the_sdk_gets_generated_text_from_gemma_through_the_gateway(client):
     assert reply.model == MODEL
 
 
+def test_node_doctor_reports_the_engine_up_runs(up, client, llama_server_binary, tmp_path):
+    """Right after `llmgw up`, `llmgw node doctor` for its agent names the cached llama-server it runs (it said
+    that no engine was installed: up's engine lives in the engines cache, not the agent's engines directory)."""
+    done = subprocess.run([*LLMGW, "node", "doctor", "--json"], capture_output=True, text=True, timeout=120,
+                          cwd=tmp_path, env={**os.environ, "LLMGW_STATE": str(up.state)})
+    engines = [c for c in json.loads(done.stdout)["checks"] if c["name"] == "engines"]
+    assert [c["status"] for c in engines] == ["ok"], engines
+    assert engines[0]["detail"].startswith(f"llama.cpp@b11434: {llama_server_binary} "), engines
+
+
 def test_the_request_id_a_client_gets_shows_its_usage_under_up(up, client):
     """`llmgw usage --request ID` under `llmgw up`: the id the SDK exposes leads to the request's record, with the
     replica that served it and the settings commit that replica was started from."""

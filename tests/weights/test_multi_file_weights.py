@@ -18,6 +18,7 @@ from llmgw.agent.weights import WeightsSpec, fetch
 from llmgw.agent.weights_layout import engine_model_path, repository_path
 from llmgw.errors import WeightsError
 from llmgw.wire import control_message, pb
+from support.stand_ins import python_tool
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "agent"))  # agent_support, by name
 
@@ -98,10 +99,7 @@ async def test_an_incomplete_set_is_refused_naming_the_missing_file(tmp_path, hu
 async def start_vllm_agent(nursery, tmp_path: Path):
     """An agent (state in `tmp_path`/state) whose vllm@0.32.0 is the stand-in tests/support/fake_vllm_server.py;
     returns its link once it registered."""
-    vllm = tmp_path / "vllm"
-    fake = Path(__file__).resolve().parents[1] / "support" / "fake_vllm_server.py"
-    vllm.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{fake}" "$@"\n')
-    vllm.chmod(0o755)
+    vllm = python_tool(tmp_path / "vllm", Path(__file__).resolve().parents[1] / "support" / "fake_vllm_server.py")
     config = AgentConfig(node_id="n", state_dir=tmp_path / "state", heartbeat_interval=0.5,
                          engine_binaries={"vllm@0.32.0": vllm}, stop_shards_on_exit=True)
     control = ControlSide()

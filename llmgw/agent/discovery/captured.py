@@ -92,6 +92,13 @@ class CaptureDir:
                 exit_code = int(match.group(1))
         return command_body(text), exit_code
 
+    def captured(self) -> tuple[str, ...]:
+        """The names of the files in `root` that the layout knows (`CAPTURE_FILES`, per-port ones included, and
+        `OTHER_FILES`), sorted; empty when the directory holds no capture at all. Blocking (lists `root`)."""
+        patterns = [name.format(ca="*", port="*") for names in CAPTURE_FILES.values() for name in names]
+        patterns += OTHER_FILES
+        return tuple(sorted({path.name for pattern in patterns for path in self.root.glob(pattern)}))
+
     def files_for(self, argv: list[str]) -> tuple[str, ...]:
         """The file names that may answer `argv` (empty: no capture answers that command)."""
         for prefix, names in CAPTURE_FILES.items():

@@ -97,6 +97,23 @@ def test_an_unreadable_file_is_an_error_naming_it(tmp_path):
     assert f"error: {tmp_path / 'nvidia-smi-topo-m.txt'} cannot be read" in done.stderr
 
 
+@pytest.mark.parametrize("files", [(), ("notes.txt", "capture.tar")], ids=["empty", "unrelated-files"])
+def test_a_directory_with_nothing_captured_is_an_error_not_ready(tmp_path, files):
+    for name in files:
+        (tmp_path / name).write_text("not a capture\n")
+    done = subprocess.run([sys.executable, "-m", "llmgw.cli", "node", "doctor", "--from", str(tmp_path)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and "ready" not in done.stdout
+    assert done.stderr.startswith(f"error: nothing was captured in {tmp_path}")
+    assert "deploy/capture-node.sh" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_one_captured_file_is_enough_to_be_judged(tmp_path):
+    (tmp_path / "sminfo-mlx5_0-1.txt").write_text("# $ sminfo -C mlx5_0 -P 1\nnot found\n# exit=127\n")
+    assert CaptureDir(tmp_path).captured() == ("sminfo-mlx5_0-1.txt",)
+    assert doctor(tmp_path).exit_code == 0
+
+
 def test_a_failing_card_exits_1_through_the_real_command():
     done = subprocess.run([sys.executable, "-m", "llmgw.cli", "node", "doctor", "--from",
                            str(HAND_MADE / "doctor-xid-79")], capture_output=True, text=True, timeout=120)

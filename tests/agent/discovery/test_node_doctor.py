@@ -14,6 +14,8 @@ from captures import capture
 from fake_nvml import FakeNvml, load_readings
 from llmgw.agent.discovery import ToolOutput
 from llmgw.agent.doctor import run_doctor
+from support.llmgw_processes import LlmgwProcesses
+from support.waiting import wait_for
 
 NOW = datetime.datetime(2026, 11, 30, tzinfo=datetime.timezone.utc).timestamp()
 
@@ -124,3 +126,32 @@ def test_without_a_state_dir_the_doctor_checks_llmgw_ups_agent_directory_and_say
     assert done.returncode == 0, done.stderr
     assert f"agent state {tmp_path / '.state' / 'agent'}\n" in done.stdout
     assert f"weights     {tmp_path / '.state' / 'agent' / 'weights'}\n" in done.stdout
+
+
+def test_the_engine_the_agent_was_started_with_is_reported_and_a_vanished_one_warned_about(tmp_path):
+    # `llmgw up` gives its agent the cached llama-server (as `llmgw agent --engine-binary` does), outside the
+    # agent's engines directory: the doctor said "no engine installed" right after `make up`
+    binary = tmp_path / "cache" / "engines" / "llama.cpp" / "b11434" / "bin" / "llama-server"
+    binary.parent.mkdir(parents=True)
+    binary.write_text("#!/bin/sh\necho 'version: 11434'\n")
+    binary.chmod(0o755)
+    state = tmp_path / "state"
+    procs = LlmgwProcesses(tmp_path)
+    try:  # no control plane answers on port 1: the agent keeps trying, which is all this test needs
+        procs.spawn("agent", "agent", "--control-plane", "127.0.0.1:1", "--node-id", "n1", "--state-dir",
+                    str(state), "--insecure", "--engine-binary", f"llama.cpp@b11434={binary}")
+        wait_for(lambda: (state / "engine-binaries.json").is_file(), 60, "the agent to start",
+                 lambda: (tmp_path / "agent.log").read_text())
+    finally:
+        procs.stop()
+
+    def engines():
+        done = subprocess.run([sys.executable, "-m", "llmgw.cli", "node", "doctor", "--json", "--weights-dir",
+                               str(tmp_path), "--state-dir", str(state)], capture_output=True, text=True, timeout=120)
+        return [(c["status"], c["detail"]) for c in json.loads(done.stdout)["checks"] if c["name"] == "engines"]
+
+    (found,) = engines()
+    assert found[0] == "ok" and found[1].startswith(f"llama.cpp@b11434: {binary} ")
+    binary.unlink()
+    (found,) = engines()
+    assert found[0] == "warn" and f"llama.cpp@b11434: {binary}, which the agent was last started with" in found[1]
