@@ -1,8 +1,8 @@
 """Prefix routing with real engines: time to first token and the engines' own prefix-cache hits under round robin,
 least loaded and approximate prefix affinity, through the real llmgw gateway (issue 13's benchmark).
 
-    .venv/bin/python bench/prefix_routing.py [--rounds 2] [--system-prompts 4] [--conversations 3] [--turns 4]
-        [--system-words 450] [--parallel 2] [--max-tokens 8] [--cache DIR] [--keep]
+    .venv/bin/python bench/prefix_routing.py [--rounds 3] [--system-prompts 4] [--conversations 8] [--clients 4]
+        [--turns 3] [--think 1.0] [--system-words 200] [--parallel 2] [--max-tokens 8] [--cache DIR] [--keep]
 
 Set-up (no hand steps): a settings repository (`init_repository`, hooks and all; the tree of
 tests/support/settings_seed.py) whose catalog runs 2 replicas of Gemma 3 270M Q4_K_M on llama.cpp b11434, a real
@@ -16,13 +16,18 @@ tokens each), `--cache-ram 0` (no host-memory prompt cache: a prompt evicted fro
 (Gemma 3's sliding-window layers keep every position, so a slot's cached prefix is reusable by a new request that
 shares only its beginning; without it llama-server re-processes the whole prompt), `--no-jinja --chat-template gemma`.
 
-Workload (per policy and round, fresh text so that no policy finds another's prompts cached): S system prompts
-(--system-prompts, default 4 = 2 x P: more than one replica's slots keep, exactly what both keep) of about
---system-words random words (default 450, ~600 tokens), each starting with a tag unique to (round, policy, prompt).
-One client per system prompt runs --conversations conversations one after the other, each of --turns turns: every
-turn's prompt is the conversation so far (system prompt, earlier questions and the model's answers) plus a new
-~15-word question, streamed with the official openai SDK (temperature 0, `max_tokens` --max-tokens, `ignore_eos`).
-So S requests are in flight at a time, at most P per replica when the S prompts are spread evenly.
+Workload (per policy and round): S system prompts (--system-prompts, default 4 = 2 x P: more than one replica's
+slots keep, exactly what both keep) of about --system-words random words (default 200, ~300 tokens with the chat
+template), and --conversations conversations (default 8) spread evenly over them: each system prompt once per block
+of S conversations, shuffled within the block (`conversation_plan`). --clients
+clients (default 4) each take the next conversation and run its --turns turns (default 3) one after the other,
+waiting a random --think seconds between turns (exponential, mean 1 s: without it, a client's next turn usually finds
+its replica the less loaded one, and least loaded sticks to conversations by accident): every
+turn's prompt is the conversation so far (system prompt, earlier questions and the model's answers) plus a
+new ~10-word question, streamed with the official openai SDK (temperature 0, `max_tokens` --max-tokens with
+`ignore_eos`, so every answer has the same length). The text is the same for every policy of a round except a tag
+at the start of each system prompt (round, policy, prompt), so no run finds another's prompts cached; a run's
+first request of each system prompt misses under any policy.
 
 Policies: the catalog's `routing` (docs/gateway.md, "Which replica gets a request"), changed by a settings commit
 pushed to the repository between runs (it restarts no replica; the bench checks the engines' ports stay the same):
@@ -33,7 +38,8 @@ odd rounds, so drift in the machine's load hits each policy alike.
 Figures per policy, over all rounds:
 - TTFT p50/p90/mean (ms): request sent -> first chunk carrying text, as the client sees it through the gateway;
 - cached: the engines' own per-request count of prompt tokens taken from their cache (llama-server b11434's
-  `usage.prompt_tokens_details.cached_tokens`, the same number as its `timings.cache_n`), over prompt tokens;
+  `usage.prompt_tokens_details.cached_tokens`, filled from the same slot statistic as its `timings.cache_n`),
+  over prompt tokens;
 - prefilled: prompt tokens the engines processed, and hit(metrics): tokens reused / (reused + processed), from
   their /metrics (`llamacpp:prompt_tokens_total` "processed, excluding cached tokens" and
   `llamacpp:prompt_tokens_cached_total`, read with the replica key before and after each run, summed over
@@ -42,7 +48,32 @@ Figures per policy, over all rounds:
   prompt, and requests per replica (the gateway's `x-llmgw-replica` header).
 Then each policy's ratios to round robin, and the target: prefix affinity >= 3x better TTFT p50 than round robin.
 
-Measured (2026-12-01, defaults, 2 shared cores; see bench/README.md): see the figures there and in docs/gateway.md.
+Measured here on 2026-12-01 13:02 UTC with the defaults (3 rounds, 325 s; load average 6.3 before, 11.0 after: the
+2 cores were shared by both engines at 1 thread each, the llmgw server and agent, this client, and other work on
+the machine), as printed:
+
+    policy         requests  TTFT p50     p90    mean   cached  prefilled  hit(metrics)  sticky  per replica
+    round-robin          72      3690    7654    3932    30.2%      16742         30.2%     52%  0:36 1:36
+    least-loaded         72      2422    4993    2280    45.4%      13083         45.4%     53%  0:35 1:37
+    prefix               72       789    4830    1736    68.1%       7596         68.1%    100%  0:36 1:36
+
+    TTFT p50 per round (ms): round-robin r0 3248; least-loaded r0 2422; prefix r0 1100; prefix r1 789;
+    least-loaded r1 2903; round-robin r1 3866; round-robin r2 4540; least-loaded r2 2324; prefix r2 388
+    ratios to round robin: least-loaded p50 1.52x, p90 1.53x; prefix p50 4.68x, p90 1.58x
+    target (prefix affinity >= 3x better TTFT p50 than round robin): MET (4.68x)
+
+The engines' per-request `cached_tokens` and their /metrics counters agree to the token. A prefill here runs at
+about 40-55 prompt tokens/s (1 thread, loaded machine), so a miss of the ~300-token system prompt costs seconds and
+a hit a few hundred ms. p90 is each policy's cold misses (every run's first request of each system prompt) and is
+close for all three. Prefix's 68% is near its ceiling: the cold misses are 4 of its 24 requests per run and the
+longest prompts' worth of tokens.
+
+Seen on the way, a limit of the approximate policy (not of this bench): it places a prompt prefix where the least
+loaded replica is when the prefix is first seen, blind to how many prefixes each replica already keeps. With the
+conversations in a fully shuffled order (an earlier version of `conversation_plan`), one round put 3 of the 4
+system prompts on one replica (30 of 48 requests over two rounds, the 2 slots thrashing): prefix's p50 that round
+was 3955 ms against round robin's 1236 ms, and over two rounds 1.73x against round robin's p50. Precise routing
+(vLLM's KV events) sees where blocks are, not how much room is left either.
 """
 
 from __future__ import annotations
@@ -253,23 +284,44 @@ def system_prompt(tag: str, index: int, count: int, rng: random.Random) -> str:
     return f"[{tag}] You are assistant number {index}. Follow these rules. " + " ".join(rules)
 
 
+def conversation_plan(round_no: int, args: argparse.Namespace) -> list[int]:
+    """The system prompt of each conversation of a round, in the order the clients take them (the same for every
+    policy of the round): --conversations of them, every system prompt once per block of S, in a shuffled order
+    within each block (so the first S conversations, which the first clients start together, have S different
+    system prompts)."""
+    rng = random.Random(f"plan/{round_no}")
+    plan: list[int] = []
+    while len(plan) < args.conversations:
+        block = list(range(args.system_prompts))
+        rng.shuffle(block)
+        plan += block
+    return plan[:args.conversations]
+
+
 async def run_policy(stack: Stack, policy: str, round_no: int, args: argparse.Namespace) -> Run:
-    """Run the workload once under `policy` (already in force) with prompts of its own; return what it measured."""
+    """Run the workload once under `policy` (already in force); return what it measured. The text is the same
+    for every policy of a round except a tag at the start of each system prompt, so that no run finds another's
+    prompts cached."""
     import openai
     import trio
 
     run = Run(policy, round_no)
     sdk = openai.AsyncOpenAI(base_url=stack.gateway_url + "/v1", api_key=stack.api_key, max_retries=0,
-                             timeout=300)
+                             timeout=600)
+    systems = [system_prompt(f"r{round_no}-{policy}-p{k}", k, args.system_words, random.Random(f"{round_no}/{k}"))
+               for k in range(args.system_prompts)]
+    send, receive = trio.open_memory_channel[tuple[int, int]](args.conversations)
+    for conversation, prompt in enumerate(conversation_plan(round_no, args)):
+        send.send_nowait((conversation, prompt))
+    send.close()
 
-    async def client(index: int) -> None:
-        rng = random.Random(f"{round_no}/{policy}/{index}")
-        system = system_prompt(f"r{round_no}-{policy}-p{index}", index, args.system_words, rng)
-        for conversation in range(args.conversations):
-            messages = [{"role": "system", "content": system}]
+    async def client() -> None:
+        async for conversation, prompt in receive:
+            rng = random.Random(f"{round_no}/c{conversation}")
+            messages = [{"role": "system", "content": systems[prompt]}]
             for turn in range(args.turns):
                 messages.append({"role": "user", "content": f"Question {conversation}.{turn}: "
-                                 f"what about the {words(rng, 14)}?"})
+                                 f"what about the {words(rng, 10)}?"})
                 began = time.perf_counter()
                 raw = await sdk.chat.completions.with_raw_response.create(
                     model=MODEL, messages=messages, stream=True, max_tokens=args.max_tokens, temperature=0,
@@ -284,16 +336,18 @@ async def run_policy(stack: Stack, policy: str, round_no: int, args: argparse.Na
                 if first is None or usage is None:
                     raise SystemExit(f"a stream had no text or no usage (policy {policy}): {usage}")
                 details = usage.prompt_tokens_details
-                run.results.append(Result(policy, round_no, index, first - began, usage.prompt_tokens,
+                run.results.append(Result(policy, round_no, prompt, first - began, usage.prompt_tokens,
                                           (details.cached_tokens or 0) if details else 0,
                                           raw.headers.get("x-llmgw-replica", "?")))
                 messages.append({"role": "assistant", "content": "".join(text)})
+                if turn + 1 < args.turns and args.think:
+                    await trio.sleep(rng.expovariate(1 / args.think))
 
     before = stack.engine_counters()
     began = time.monotonic()
     async with trio.open_nursery() as nursery:
-        for index in range(args.system_prompts):
-            nursery.start_soon(client, index)
+        for _ in range(args.clients):
+            nursery.start_soon(client)
     run.seconds = time.monotonic() - began
     after = stack.engine_counters()
     run.prefilled, run.metrics_cached = after[0] - before[0], after[1] - before[1]
@@ -314,9 +368,9 @@ def report(runs: list[Run], args: argparse.Namespace, loads: tuple[str, str], to
           f"client; measured in {took:.0f} s")
     print(f"engines: 2 x llama-server b11434, Gemma 3 270M Q4_K_M, `{' '.join(engine_args(args.parallel))} "
           f"-c {2048 * args.parallel} --threads 1`")
-    print(f"workload per policy and round: {args.system_prompts} system prompts of ~{args.system_words} words, "
-          f"1 client each, {args.conversations} conversations x {args.turns} turns each, max_tokens "
-          f"{args.max_tokens}; {args.rounds} round(s)\n")
+    print(f"workload per policy and round: {args.conversations} conversations x {args.turns} turns over "
+          f"{args.system_prompts} system prompts of ~{args.system_words} words, {args.clients} clients thinking "
+          f"{args.think:g} s between turns, max_tokens {args.max_tokens}; {args.rounds} round(s)\n")
     header = (f"{'policy':14}{'requests':>9}{'TTFT p50':>10}{'p90':>8}{'mean':>8}{'cached':>9}{'prefilled':>11}"
               f"{'hit(metrics)':>14}{'sticky':>8}  per replica")
     print(header + "\n" + "-" * len(header))
@@ -357,11 +411,15 @@ def report(runs: list[Run], args: argparse.Namespace, loads: tuple[str, str], to
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--rounds", type=int, default=2, help="runs of every policy (order reversed on odd rounds)")
-    parser.add_argument("--system-prompts", type=int, default=4, help="distinct system prompts (one client each)")
-    parser.add_argument("--conversations", type=int, default=3, help="conversations per system prompt")
-    parser.add_argument("--turns", type=int, default=4, help="turns per conversation")
-    parser.add_argument("--system-words", type=int, default=450, help="words per system prompt (~1.3 tokens each)")
+    parser.add_argument("--rounds", type=int, default=3, help="runs of every policy (order reversed on odd rounds)")
+    parser.add_argument("--system-prompts", type=int, default=4, help="distinct system prompts")
+    parser.add_argument("--conversations", type=int, default=8,
+                        help="conversations per run, spread evenly over the system prompts")
+    parser.add_argument("--clients", type=int, default=4, help="clients, each running one conversation at a time")
+    parser.add_argument("--turns", type=int, default=3, help="turns per conversation")
+    parser.add_argument("--think", type=float, default=1.0,
+                        help="mean seconds a client waits between turns (exponential; 0: none)")
+    parser.add_argument("--system-words", type=int, default=200, help="words per system prompt (~1.4 tokens each)")
     parser.add_argument("--parallel", type=int, default=2, help="llama-server --parallel: slots per replica")
     parser.add_argument("--max-tokens", type=int, default=8, help="tokens generated per turn")
     parser.add_argument("--cache", type=Path, default=None, help="default: $LLMGW_CACHE or ~/.cache/llmgw")
