@@ -62,6 +62,10 @@ the machine), as printed:
     ratios to round robin: least-loaded p50 1.52x, p90 1.53x; prefix p50 4.68x, p90 1.58x
     target (prefix affinity >= 3x better TTFT p50 than round robin): MET (4.68x)
 
+Run again at 13:13 UTC on a quieter machine (153 s; load average 5.6 before, 2.8 after): TTFT p50 round robin
+916 ms, least loaded 930 ms, prefix 200 ms (4.57x; per round 186-212 ms against round robin's 842-1800 ms), p90
+1983 / 1796 / 1716 ms, hits 37.7% / 39.8% / 69.6%: the absolute times follow the machine's load, the ratio holds.
+
 The engines' per-request `cached_tokens` and their /metrics counters agree to the token. A prefill here runs at
 about 40-55 prompt tokens/s (1 thread, loaded machine), so a miss of the ~300-token system prompt costs seconds and
 a hit a few hundred ms. p90 is each policy's cold misses (every run's first request of each system prompt) and is
