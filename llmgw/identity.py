@@ -96,6 +96,20 @@ def new_shard_id(replica: str, fingerprint_hex: str, taken: set[str] | frozenset
     return candidate
 
 
+class Routing(str, enum.Enum):
+    """A model's routing policy (catalog `routing`): how the gateway picks one of its replicas for a request.
+
+    PREFIX: the replica holding the prompt's prefix in cache (`llmgw.gateway.routing_prefix` when replicas send
+    KV blocks, else prompt-prefix affinity) until saturated, else the least loaded. LEAST_LOADED: the fewest
+    requests in flight. ROUND_ROBIN: each replica in turn, ignoring load and prefixes (a baseline to measure the
+    others against: bench/prefix_routing.py).
+    """
+
+    PREFIX = "prefix"
+    LEAST_LOADED = "least-loaded"
+    ROUND_ROBIN = "round-robin"
+
+
 class HasAliases(Protocol):
     """Anything named in a catalog with aliases: a settings `Model`, a gateway `ModelRoute`."""
 

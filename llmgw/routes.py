@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from llmgw.identity import Quota, resolve_model
+from llmgw.identity import Quota, Routing, resolve_model
 
 
 def _empty() -> Mapping:
@@ -47,6 +47,7 @@ class ModelRoute:
     Prices are in the cluster's currency per million tokens (None: free). `replicas` empty means none is
     ready now (the gateway answers 503 with Retry-After). `adapter_of` names the model whose replicas serve this
     LoRA adapter (None: a model of its own); an adapter is allowed, routed, counted and billed under its own name.
+    `routing`: the catalog's policy for choosing among `replicas` (an adapter's is its model's).
     `body_fields` are top-level fields the gateway sets in every body it forwards for this name, over the client's
     (llama.cpp's `lora` choosing the adapter, or none for the base model); the `model` sent is the route's name.
     """
@@ -59,6 +60,7 @@ class ModelRoute:
     created: int = 0
     adapter_of: str | None = None
     body_fields: Mapping[str, object] = field(default_factory=_empty)
+    routing: Routing = Routing.PREFIX
 
 
 @dataclass(frozen=True)

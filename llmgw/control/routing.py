@@ -80,6 +80,7 @@ def adapter_routes(settings: Settings, model: Model, replicas: tuple[ReplicaRout
         completion_price_per_million=model.prices.completion_per_million,
         body_fields=MappingProxyType({LORA_FIELD: lora_request_field(index, len(model.adapters))}
                                      if model.engine == "llama.cpp" else {}),
+        routing=model.routing,
     ) for index, adapter in enumerate(model.adapters)]
 
 
@@ -128,6 +129,7 @@ def build_route_table(
             prompt_price_per_million=model.prices.prompt_per_million,
             completion_price_per_million=model.prices.completion_per_million,
             body_fields=MappingProxyType(base_fields),
+            routing=model.routing,
         )
         for route in adapter_routes(settings, model, replicas, fleet):
             models[route.name] = route

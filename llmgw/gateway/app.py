@@ -66,6 +66,7 @@ from llmgw.gateway.request_ids import RequestIds, client_request_id, trace_id_of
 from llmgw.gateway.tracing import GatewayTracing, RequestTrace
 from llmgw.gateway.upstream import Timeouts, UpstreamPool
 from llmgw.gateway.validation import parse_body, validate_request
+from llmgw.identity import Routing
 from llmgw.routes import BlockSnapshot, ModelRoute, ProjectPolicy, ReplicaRoute, RouteTable
 from llmgw.store import ApiKey, Rejection, Reservation, UsageRecord
 
@@ -437,8 +438,10 @@ class Gateway:
                 if reservation is not None and reservation.slots:
                     nursery.start_soon(self._keep_slots, reservation)
                 try:
-                    prefix = prefix_key(route.name, body)
-                    precise = await self._prompt_blocks(route, upstream_path, body, prompt_estimate)
+                    by_prefix = route.routing is Routing.PREFIX
+                    prefix = prefix_key(route.name, body) if by_prefix else None
+                    precise = await self._prompt_blocks(route, upstream_path, body, prompt_estimate) if by_prefix \
+                        else None
                     try:
                         response = await open_upstream(self.pool, self.balancer, route, upstream_path, body, raw,
                                                        stream, prefix, outcome, overrides, precise, ids.own)

@@ -31,7 +31,7 @@ from typing import Any
 import trio
 
 from llmgw.errors import LlmgwError
-from llmgw.identity import Quota
+from llmgw.identity import Quota, Routing
 from llmgw.routes import BlockSnapshot, ModelRoute, ProjectPolicy, ReplicaBlocks, ReplicaRoute, RouteTable
 
 MAX_MESSAGE_BYTES = 1 << 30
@@ -107,7 +107,8 @@ def table_to_json(table: RouteTable) -> dict[str, Any]:
                           "replicas": [vars(r) for r in m.replicas],
                           "prompt_price_per_million": m.prompt_price_per_million,
                           "completion_price_per_million": m.completion_price_per_million, "created": m.created,
-                          "adapter_of": m.adapter_of, "body_fields": dict(m.body_fields)}
+                          "adapter_of": m.adapter_of, "body_fields": dict(m.body_fields),
+                          "routing": m.routing.value}
                    for name, m in table.models.items()},
         "projects": {name: {"name": p.name, "team": p.team, "organisation": p.organisation,
                             "models": sorted(p.models) if p.models is not None else None,
@@ -126,7 +127,8 @@ def table_from_json(data: Mapping[str, Any]) -> RouteTable:
                                    prompt_price_per_million=m["prompt_price_per_million"],
                                    completion_price_per_million=m["completion_price_per_million"],
                                    created=m["created"], adapter_of=m["adapter_of"],
-                                   body_fields=MappingProxyType(dict(m["body_fields"])))
+                                   body_fields=MappingProxyType(dict(m["body_fields"])),
+                                   routing=Routing(m["routing"]))
                   for name, m in data["models"].items()}
         projects = {name: ProjectPolicy(name=p["name"], team=p["team"], organisation=p["organisation"],
                                         models=frozenset(p["models"]) if p["models"] is not None else None,
@@ -135,7 +137,7 @@ def table_from_json(data: Mapping[str, Any]) -> RouteTable:
         return RouteTable(models=MappingProxyType(models), projects=MappingProxyType(projects),
                           stopped=data["stopped"], settings_commit=data["settings_commit"],
                           max_request_body_bytes=data["max_request_body_bytes"], currency=data["currency"])
-    except (KeyError, TypeError, AttributeError) as exc:
+    except (KeyError, TypeError, AttributeError, ValueError) as exc:
         raise FeedError(f"a routing table in the feed is not well formed ({exc!r}).") from exc
 
 

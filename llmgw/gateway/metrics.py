@@ -43,7 +43,8 @@ class GatewayMetrics:
                                         ["project", "limit"], registry=r)
         self.routing_decisions = Counter(
             "llmgw_gateway_routing_decisions", "Replica choices by kind: precise (KV blocks the engine holds), "
-            "approximate (prompt-prefix affinity), least-loaded.", ["model", "kind"], registry=r)
+            "approximate (prompt-prefix affinity), least-loaded, round-robin (the model's routing policy).",
+            ["model", "kind"], registry=r)
         self.ready_replicas = Gauge("llmgw_gateway_ready_replicas", "Replicas in the routing table, per model.",
                                     ["model"], registry=r, multiprocess_mode="livemax")
 

@@ -24,9 +24,10 @@ import trio
 
 from llmgw.gateway.problems import ApiError, engine_error, upstream_failed
 from llmgw.gateway.routing import Balancer, choose_replica
-from llmgw.gateway.routing_prefix import APPROXIMATE, LEAST_LOADED, choose_by_blocks
+from llmgw.gateway.routing_prefix import APPROXIMATE, LEAST_LOADED, ROUND_ROBIN, choose_by_blocks
 from llmgw.gateway.streaming import SseRelay, error_event, usage_numbers
 from llmgw.gateway.upstream import UpstreamFailure, UpstreamPool, UpstreamResponse
+from llmgw.identity import Routing
 from llmgw.routes import ModelRoute, ReplicaRoute
 
 STATUS_CLIENT_CLOSED = 499
@@ -91,7 +92,9 @@ async def open_upstream(pool: UpstreamPool, balancer: Balancer, route: ModelRout
     """Send to a chosen replica, retrying once elsewhere on a failure before the first byte.
 
     The replica is chosen by `choose_by_blocks` when `precise` gives the prompt's blocks and what each replica
-    holds, else by the balancer's approximate policy (`choose_replica`); `outcome.routing` says which decided.
+    holds, else by the balancer's approximate policy (`choose_replica`; least loaded when `prefix` is None), or in
+    turn (the balancer's rotation, load ignored) when the route's `routing` is round robin; `outcome.routing` says
+    which decided.
     `request_id`: the gateway's id of the request, sent to the engine as `x-request-id` ("": not sent).
 
     `overrides`: top-level fields to set in the forwarded body (see `upstream_body`), with the route's own
@@ -110,7 +113,9 @@ async def open_upstream(pool: UpstreamPool, balancer: Balancer, route: ModelRout
         now = trio.current_time()
         inputs = balancer.policy_inputs(prefix, now, frozenset(tried), route.replicas)
         load = balancer.load()
-        if precise is not None:
+        if route.routing is Routing.ROUND_ROBIN:  # every replica ties at 0: the rotation alone picks
+            replica, outcome.routing = choose_replica(route.replicas, {}, **inputs), ROUND_ROBIN
+        elif precise is not None:
             choice = choose_by_blocks(route.replicas, load, precise.held, precise.blocks, **inputs)
             replica, outcome.routing = choice.replica, choice.kind
         else:

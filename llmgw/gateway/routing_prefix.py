@@ -31,7 +31,8 @@ from llmgw.tools.vllm_hashing import ALGORITHM, block_hashes
 PRECISE = "precise"
 APPROXIMATE = "approximate"
 LEAST_LOADED = "least-loaded"
-DecisionKind = Literal["precise", "approximate", "least-loaded"]
+ROUND_ROBIN = "round-robin"  # the catalog's `routing: round-robin` (llmgw.identity.Routing): never this module's
+DecisionKind = Literal["precise", "approximate", "least-loaded", "round-robin"]
 
 
 @dataclass(frozen=True)

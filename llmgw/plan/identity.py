@@ -24,7 +24,7 @@ def fingerprint(model: Model, engine_version: str | None) -> str:
     LoRA adapters (names, files and order: llama.cpp numbers them by position), context size, engine arguments,
     `allow_pickle`, and the resources the command line is built from (GPU count and class, tensor and pipeline
     parallel, CPU cores). It leaves out what a running
-    replica does not see: replica count, aliases, prices, node selector, memory reservation, endpoints.
+    replica does not see: replica count, aliases, prices, node selector, memory reservation, endpoints, routing.
     Stable across processes and Python versions (canonical JSON, no hash randomness).
     """
     key = (id(model), engine_version or "")

@@ -18,6 +18,7 @@ from types import MappingProxyType
 from typing import Any
 
 from llmgw.errors import Issue
+from llmgw.identity import Routing
 from llmgw.settings.model import (
     Adapter, AgentSettings, ClusterSettings, Endpoint, EngineVersion, Listener, Model, Organisation, Prices,
     Project, Quota, Resources, Settings, StoreSettings, Team, Tracing, WeightsFile,
@@ -140,6 +141,7 @@ def build_model(stem: str, file: str, data: Mapping[str, Any]) -> Model:
             None if prices.get("completion_per_million") is None else float(prices["completion_per_million"]),
         ),
         node_selector=MappingProxyType(dict(data.get("node_selector", {}))),
+        routing=Routing(data.get("routing", Routing.PREFIX.value)),
         source_file=file,
     )
 

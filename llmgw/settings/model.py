@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from llmgw.identity import Quota, resolve_model
+from llmgw.identity import Quota, Routing, resolve_model
 from llmgw.settings.slurm import SlurmSettings
 
 ENGINES = ("llama.cpp", "vllm", "sglang")
@@ -170,7 +170,8 @@ class Model:
     `engine` is one of ENGINES; `engine_version` names a version from engines.yaml (None: that engine's
     default). `replicas` is how many copies run; 0 places none. `endpoints` non-empty means llmgw runs no
     engine for it and routes to those servers instead. `node_selector` must match a node's labels.
-    `engine_args` are passed to the engine's command line after llmgw's own arguments.
+    `engine_args` are passed to the engine's command line after llmgw's own arguments. `routing` is the gateway's
+    policy for choosing among its replicas (`llmgw.identity.Routing`).
     """
 
     name: str
@@ -187,6 +188,7 @@ class Model:
     endpoints: tuple[Endpoint, ...] = ()
     prices: Prices = Prices()
     node_selector: Mapping[str, str] = field(default_factory=frozen_map)
+    routing: Routing = Routing.PREFIX
     source_file: str = field(default="", compare=False)
 
 

@@ -9,6 +9,7 @@ import pytest
 from llmgw.control.keys import replica_key
 from llmgw.control.routing import build_route_table
 from llmgw.plan.types import Fleet, NodeState, ObservedShard, ShardState
+from llmgw.identity import Routing
 from llmgw.routes import Quota
 from llmgw.settings.model import (
     ClusterSettings, Endpoint, Model, Organisation, Prices, Project, Quota, Settings, Team,
@@ -20,7 +21,7 @@ SECRET = b"s" * 32
 def settings(**cluster) -> Settings:
     models = {
         "gemma": Model(name="gemma", engine="llama.cpp", aliases=("g",), prices=Prices(0.1, 0.2)),
-        "qwen": Model(name="qwen", engine="llama.cpp"),
+        "qwen": Model(name="qwen", engine="llama.cpp", routing=Routing.LEAST_LOADED),
         "remote": Model(name="remote", engine="llama.cpp", endpoints=(
             Endpoint(url="https://api.example.com/", secret="remote-key", model="gpt-x"),)),
     }
@@ -107,3 +108,8 @@ def test_replica_keys_are_hmac_of_the_replica_id_and_differ_per_replica():
     a, b = replica_key(SECRET, "gemma-0"), replica_key(SECRET, "gemma-1")
     assert len(a) == 64 and a != b and a == replica_key(SECRET, "gemma-0")
     assert replica_key(b"other", "gemma-0") != a
+
+
+def test_each_model_is_routed_by_its_catalog_policy_prefix_unless_it_says_otherwise():
+    models = table().models
+    assert (models["gemma"].routing, models["qwen"].routing) == (Routing.PREFIX, Routing.LEAST_LOADED)

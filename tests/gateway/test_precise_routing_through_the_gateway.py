@@ -6,11 +6,13 @@ real HTTP with vLLM 0.32's captured shapes; the official openai SDK is the clien
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import httpx
 import openai
 from gateway_harness import ReplayEngine, make_table, replica, start_gateway, start_replay, vllm_capture
 
+from llmgw.identity import Routing
 from llmgw.routes import BlockSnapshot, ReplicaBlocks
 from llmgw.tools.vllm_hashing import block_hashes
 
@@ -61,10 +63,12 @@ def decisions(gateway) -> dict[str, float]:
             if m.name == "llmgw_gateway_routing_decisions" for s in m.samples if s.name.endswith("_total")}
 
 
-async def _setup(nursery, store, engines, held):
+async def _setup(nursery, store, engines, held, routing=Routing.PREFIX):
     urls = [await start_replay(nursery, e) for e in engines]
     replicas = [replica(f"r{i}", url) for i, url in enumerate(urls)]
-    gateway, base = await start_gateway(nursery, store, make_table({"gemma": replicas}))
+    table = make_table({"gemma": replicas})
+    table = replace(table, models={"gemma": replace(table.models["gemma"], routing=routing)})
+    gateway, base = await start_gateway(nursery, store, table)
     gateway.set_blocks(BlockSnapshot({f"r{i}": blocks for i, blocks in held.items()}, version=1))
     _key, plaintext = store.create_api_key("chat")
     return gateway, base, plaintext
@@ -123,3 +127,27 @@ async def test_a_prompt_shorter_than_half_a_block_is_not_tokenised(nursery, stor
     sdk = openai.AsyncOpenAI(base_url=base, api_key=key, max_retries=0)
     await sdk.completions.create(model="gemma", prompt="hi", max_tokens=4)
     assert not any(e.tokenized for e in engines) and decisions(gateway) == {"approximate": 1.0}
+
+
+async def test_round_robin_sends_a_prompt_to_each_replica_in_turn_though_one_holds_its_blocks(nursery, store):
+    engines = [TokenizingEngine() for _ in range(3)]
+    tokens = tokens_of({"prompt": PROMPT})
+    gateway, base, key = await _setup(nursery, store, engines, {0: holding(tokens, 0), 1: holding(tokens, 0),
+                                                                 2: holding(tokens, 7)}, Routing.ROUND_ROBIN)
+    sdk = openai.AsyncOpenAI(base_url=base, api_key=key, max_retries=0)
+    served = [(await sdk.completions.with_raw_response.create(model="gemma", prompt=PROMPT, max_tokens=4)
+               ).headers["x-llmgw-replica"] for _ in range(6)]
+    assert served[:3] == served[3:] and sorted(served[:3]) == ["r0", "r1", "r2"]
+    assert decisions(gateway) == {"round-robin": 6.0} and not any(e.tokenized for e in engines)
+
+
+async def test_least_loaded_ignores_the_prompt_so_one_prompt_spreads_over_idle_replicas(nursery, store):
+    engines = [TokenizingEngine(), TokenizingEngine()]
+    tokens = tokens_of({"prompt": PROMPT})
+    gateway, base, key = await _setup(nursery, store, engines, {0: holding(tokens, 7), 1: holding(tokens, 0)},
+                                      Routing.LEAST_LOADED)
+    sdk = openai.AsyncOpenAI(base_url=base, api_key=key, max_retries=0)
+    for _ in range(4):
+        await sdk.completions.create(model="gemma", prompt=PROMPT, max_tokens=4)
+    assert [len(e.bodies) for e in engines] == [2, 2]  # idle replicas tie; the rotation shares them
+    assert decisions(gateway) == {"least-loaded": 4.0} and not any(e.tokenized for e in engines)

@@ -8,6 +8,7 @@ import pytest
 from plan_fleets import GiB, cpu_node, fleet, model, settings, shard
 
 from llmgw.errors import SettingsError
+from llmgw.identity import Routing
 from llmgw.plan import (
     EmptiedCatalogError, ShardState, check_not_emptied, fingerprint, make_plan, new_shard_id,
 )
@@ -62,6 +63,7 @@ BASE_FP = fingerprint(GEMMA, "b11434")
     ({"replicas": 7}, False),
     ({"aliases": ("g",)}, False),
     ({"node_selector": frozen_map({"zone": "a"})}, False),
+    ({"routing": Routing.ROUND_ROBIN}, False),  # the gateway's choice among replicas: no engine sees it
     ({"source_file": "catalog/other.yaml"}, False),
 ])
 def test_the_fingerprint_changes_exactly_when_a_restart_is_needed(change, restarts):
