@@ -5,9 +5,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-import pytest
-import trio
-import trio.testing
 
 from llmgw.console import Console
 from llmgw.control.readings import GpuSample, NodeReadings
