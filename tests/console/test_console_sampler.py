@@ -1,10 +1,9 @@
-"""The console's sampler reads the snapshot every `sample_interval` seconds: it folds each heartbeat's GPU readings
-once and remembers every pass it sees. On trio's MockClock."""
+"""The console's sampler (`Console.sample`, which `run_sampler` calls every `sample_interval` seconds): it folds
+each heartbeat's GPU readings once and remembers every pass it sees."""
 
 from __future__ import annotations
 
 from dataclasses import replace
-
 
 from llmgw.console import Console
 from llmgw.control.readings import GpuSample, NodeReadings
