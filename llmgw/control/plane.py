@@ -34,7 +34,8 @@ import trio
 from llmgw import __version__
 from llmgw.control.agents import AgentHub
 from llmgw.control.applying import apply
-from llmgw.control.audit import AuditWriter, audit_message, audit_snapshot, state_changes, status_document
+from llmgw.control.audit import AuditWriter, audit_message, audit_snapshot, state_changes
+from llmgw.control.documents import StatusDocuments
 from llmgw.control.commands import (
     agent_settings, install_engine, may_take_part_in_slurm, platform_of, slurm_role, start_shard, stop_shard,
 )
@@ -228,6 +229,7 @@ class ControlPlane:
         self._replica_secret = b""
         self._replica_keys: dict[str, str] = {}
         self._last_snapshot: dict | None = None
+        self._documents = StatusDocuments()  # the status document, rebuilt in proportion to the change
         self._nursery: trio.Nursery | None = None
         self.started_at = time.time()
         self.holder = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
@@ -723,14 +725,14 @@ class ControlPlane:
         control plane's own state; with `readings`, each node's last readings and their age (absent when older
         than 60 s)."""
         state = state or self.loop.state
-        doc = status_document(state.watch, state.fleet.records(), state.last_pass, state.last_plan,
-                              self.failures(state))
-        if readings:
+        doc = self._documents.build(state.watch, state.fleet, state.last_pass, state.last_plan, self.failures(state))
+        if readings:  # the node entries are shared with earlier documents (llmgw.control.documents): copied here
             now = trio.current_time()
-            for record in state.fleet.records():
-                node_doc = doc["nodes"].get(record.node_id)
-                if node_doc is not None:
-                    node_doc["readings"] = record.readings.to_json(now) if record.readings else None
+            nodes = doc["nodes"]
+            doc["nodes"] = {
+                record.node_id: {**nodes[record.node_id],
+                                 "readings": record.readings.to_json(now) if record.readings else None}
+                for record in state.fleet.records() if record.node_id in nodes}
         plan = state.last_plan
         if plan is not None and plan.notes:
             doc["notes"] = list(plan.notes)
