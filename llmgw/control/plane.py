@@ -50,7 +50,7 @@ from llmgw.control.looping import ControlLoop
 from llmgw.control.recovering import DEFAULT_GRACE, KNOWN_NODES_KEY, Recovery, decode_known, encode_known
 from llmgw.control.registry import FleetRegistry
 from llmgw.control.reports import fleet_for, memory_thresholds
-from llmgw.control.routing import build_route_table
+from llmgw.control.routing import ReadyRoutes, build_route_table
 from llmgw.control.tracing import StartTracing, open_tracing
 from llmgw.control.watching import SettingsWatcher
 from llmgw.control.slurm_store import advance_cursor, read_cursor, users_from_store
@@ -220,6 +220,7 @@ class ControlPlane:
         self.table = RouteTable()
         self.table_rebuilds = 0
         self._table_pacer = Pacer()
+        self._ready = ReadyRoutes(self.replica_key)  # the ready replicas by model, kept per node
         self._table_wanted: trio.Event | None = None  # a paced rebuild is waiting (this event names it)
         self.admin_token = ""
         self.admin_url = self.gateway_url = ""
@@ -530,8 +531,8 @@ class ControlPlane:
 
     def _build_table(self, state: ControlState) -> None:
         settings = state.settings
-        table = build_route_table(settings, fleet_for(state.fleet.fleet(), settings), self.replica_key,
-                                  self.secrets.get)
+        self._ready.sync(state.fleet)  # only the nodes whose shards changed are looked at again
+        table = build_route_table(settings, self._ready, self.replica_key, self.secrets.get)
         self.table_rebuilds += 1
         if table != self.table:
             self.table = table
