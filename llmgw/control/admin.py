@@ -37,6 +37,7 @@ The API is described in docs/admin-api.yaml (OpenAPI 3.1), served at GET /openap
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from pathlib import Path
@@ -87,6 +88,13 @@ class _HttpError(Exception):
     def __init__(self, status: int, kind: str, message: str):
         self.status, self.kind, self.message = status, kind, message
         super().__init__(message)
+
+
+async def _status_aside(plane: ControlView) -> dict[str, Any]:
+    """`plane.status()` built in a worker thread from the state now: a fleet's readings (2,000 nodes x 8 cards)
+    held the trio loop 0.4-0.8 s per request on this machine; in a thread the loop folds heartbeats meanwhile."""
+    state, now = plane.snapshot(), trio.current_time()
+    return await trio.to_thread.run_sync(functools.partial(plane.status, state, now=now))
 
 
 def _large(data: Any) -> bool:
@@ -264,9 +272,9 @@ class AdminApp:
         check_query_names(path, {unquote_plus(part.partition("=")[0]): "" for part in raw_query.split("&") if part})
         plane = self.plane
         if method == "GET" and path == "/api/v1/status":
-            return await _send_json(send, 200, plane.status())
+            return await _send_json(send, 200, await _status_aside(plane))
         if method == "GET" and path == "/api/v1/nodes":
-            doc = plane.status()
+            doc = await _status_aside(plane)
             return await _send_json(send, 200, {"nodes": doc["nodes"], **{
                 key: doc["settings"].get(key, []) for key in KEPT_OFF}})
         if method == "GET" and path == "/api/v1/replicas":

@@ -18,6 +18,7 @@ registry transitions). Its entries are shared between documents: nobody may chan
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from llmgw.control.audit import node_document, node_document_key, replica_documents, status_document
@@ -29,10 +30,12 @@ from llmgw.plan.types import Plan
 class StatusDocuments:
     """Builds status documents, reusing unchanged node entries and an unchanged `replicas` section (see the module).
 
-    Not thread-safe: one trio loop calls it. `built` / `reused` count the node entries built and reused.
+    Thread-safe: the trio loop builds one after each pass, the admin API in a worker thread (`build` holds a lock).
+    `built` / `reused` count the node entries built and reused.
     """
 
     def __init__(self) -> None:
+        self._lock = threading.Lock()
         self._nodes: dict[str, tuple[NodeRecord, tuple, dict[str, Any]]] = {}
         self._replicas: tuple[object, int, Plan | None, dict[str, Any]] | None = None
         self.built = 0
@@ -69,6 +72,11 @@ class StatusDocuments:
               ) -> dict[str, Any]:
         """The status document of these parts (`llmgw.control.audit.status_document`); a new top-level dict whose
         `nodes` and `replicas` entries may be shared with earlier documents (never change them)."""
+        with self._lock:
+            return self._build(watch, fleet, last_pass, plan, failures)
+
+    def _build(self, watch: WatchState, fleet: FleetRegistry, last_pass: PassRecord | None, plan: Plan | None,
+               failures: list[dict[str, Any]]) -> dict[str, Any]:
         records = fleet.records()
         if len(self._nodes) > len(records):  # a registry rebuilt without some node (a new line): forget it
             ids = {r.node_id for r in records}

@@ -721,14 +721,16 @@ class ControlPlane:
             for f in state.failures.values()
         ]
 
-    def status(self, state: ControlState | None = None, *, readings: bool = True) -> dict[str, Any]:
+    def status(self, state: ControlState | None = None, *, readings: bool = True,
+               now: float | None = None) -> dict[str, Any]:
         """The status document (see `llmgw.control.audit.status_document`) of `state` (default: now) plus the
-        control plane's own state; with `readings`, each node's last readings and their age (absent when older
-        than 60 s)."""
+        control plane's own state; with `readings`, each node's last readings and their age at `now` (trio's clock;
+        default: now) (absent when older than 60 s). Given `state` and `now`, it may run in a worker thread (the
+        admin API builds a fleet's readings there, off the trio loop)."""
         state = state or self.loop.state
+        now = trio.current_time() if now is None else now
         doc = self._documents.build(state.watch, state.fleet, state.last_pass, state.last_plan, self.failures(state))
         if readings:  # the node entries are shared with earlier documents (llmgw.control.documents): copied here
-            now = trio.current_time()
             nodes = doc["nodes"]
             doc["nodes"] = {
                 record.node_id: {**nodes[record.node_id],
@@ -752,7 +754,7 @@ class ControlPlane:
             "leader": state.leadership.leader,
             "leader_holder": state.leadership.holder,
             "leader_token": state.leadership.token,
-            "fleet": self.recovery().text,
+            "fleet": state.recovery(now).text,
         }
         if self.gateway_workers is not None:
             doc["control_plane"]["gateway_workers"] = self.gateway_workers.statistics()

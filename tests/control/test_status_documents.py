@@ -71,3 +71,31 @@ def test_a_shard_changing_rebuilds_its_node_entry_only():
     assert second["nodes"][record.node_id] is not first["nodes"][record.node_id]
     assert all(second["nodes"][n] is first["nodes"][n] for n in first["nodes"] if n != record.node_id)
     assert second["replicas"] is not first["replicas"]
+
+
+def test_the_plane_builds_a_status_with_readings_in_a_worker_thread(tmp_path):
+    """The admin API builds a fleet's status (readings included) off the trio loop: given the state and the time,
+    the plane's `status` needs nothing of trio's run (it raised "must be called from async context" before)."""
+    import threading
+
+    import trio
+
+    from llmgw.control import ControlConfig, ControlPlane
+
+    plane = ControlPlane(ControlConfig(repo=str(tmp_path / "repo"), state_dir=tmp_path / "state"))
+    state, now, rng = prepared(5)
+    record = next(r for r in state.fleet.records() if not r.lost)
+    registry, _ = state.fleet.heartbeat(record.node_id, now, readings=readings(record.state, rng, now, cross=False))
+    state = state.with_fleet(registry)
+    got: list[dict] = []
+
+    async def main() -> None:
+        def build() -> None:
+            assert threading.current_thread() is not threading.main_thread()
+            got.append(plane.status(state, now=now + 1.0))
+        await trio.to_thread.run_sync(build)
+
+    trio.run(main)
+    node = got[0]["nodes"][record.node_id]
+    assert node["readings"]["age_seconds"] == 1.0
+    assert {k: v for k, v in node.items() if k != "readings"} == fresh(state)["nodes"][record.node_id]
