@@ -55,52 +55,65 @@ cordoned (no new replica), drained (replicas placed elsewhere, then stopped), le
 
 
 def node_documents(records: tuple[NodeRecord, ...]) -> dict[str, Any]:
-    """Per node: connection state, address, engines, and its shards with state, settings commit and errors."""
-    nodes: dict[str, Any] = {}
-    for record in records:
-        node = record.state
-        state = "lost" if record.lost else ("connected" if record.connected else "disconnected")
-        shards = {}
-        for shard in node.shards:
-            entry: dict[str, Any] = {
-                "replica": shard.replica_id,
-                "model": shard.model,
-                "state": shard.state.value,
-                "settings_commit": shard.settings_commit,
-                "port": shard.port,
-            }
-            detail = record.details.get(shard.shard_id)
-            if detail is not None and detail.pid:
-                entry["pid"] = detail.pid
-            if shard.devices:
-                entry["devices"] = list(shard.devices)
-            if shard.error:
-                entry["error"] = shard.error
-            if shard.restarts:
-                entry["restarts"] = shard.restarts
-            if shard.adopted_foreign:
-                entry["foreign"] = True
-            shards[shard.shard_id] = entry
-        doc: dict[str, Any] = {
-            "state": state,
-            "address": node.address,
-            "gpus": len(node.gpus),
-            "cpu_cores": node.cpu_cores,
-            "engines": sorted(node.engines_installed),
-            "shards": shards,
+    """Per node (by node id): `node_document` of each record."""
+    return {record.node_id: node_document(record) for record in records}
+
+
+def node_document(record: NodeRecord) -> dict[str, Any]:
+    """One node: connection state, address, engines, and its shards with state, settings commit and errors.
+
+    Reads only the fields `node_document_key` names (`llmgw.control.documents` reuses a document while they are
+    equal)."""
+    node = record.state
+    state = "lost" if record.lost else ("connected" if record.connected else "disconnected")
+    shards = {}
+    for shard in node.shards:
+        entry: dict[str, Any] = {
+            "replica": shard.replica_id,
+            "model": shard.model,
+            "state": shard.state.value,
+            "settings_commit": shard.settings_commit,
+            "port": shard.port,
         }
-        if node.engines_installing:
-            doc["engines_installing"] = sorted(node.engines_installing)
-        if record.engine_errors:
-            doc["engine_errors"] = dict(record.engine_errors)
-        if record.warnings:
-            doc["warnings"] = list(record.warnings)
-        if record.health is not None:
-            doc["health"] = record.health.to_json()
-        if record.slurm is not None:
-            doc["slurm"] = dict(record.slurm)
-        nodes[node.node_id] = doc
-    return nodes
+        detail = record.details.get(shard.shard_id)
+        if detail is not None and detail.pid:
+            entry["pid"] = detail.pid
+        if shard.devices:
+            entry["devices"] = list(shard.devices)
+        if shard.error:
+            entry["error"] = shard.error
+        if shard.restarts:
+            entry["restarts"] = shard.restarts
+        if shard.adopted_foreign:
+            entry["foreign"] = True
+        shards[shard.shard_id] = entry
+    doc: dict[str, Any] = {
+        "state": state,
+        "address": node.address,
+        "gpus": len(node.gpus),
+        "cpu_cores": node.cpu_cores,
+        "engines": sorted(node.engines_installed),
+        "shards": shards,
+    }
+    if node.engines_installing:
+        doc["engines_installing"] = sorted(node.engines_installing)
+    if record.engine_errors:
+        doc["engine_errors"] = dict(record.engine_errors)
+    if record.warnings:
+        doc["warnings"] = list(record.warnings)
+    if record.health is not None:
+        doc["health"] = record.health.to_json()
+    if record.slurm is not None:
+        doc["slurm"] = dict(record.slurm)
+    return doc
+
+
+def node_document_key(record: NodeRecord) -> tuple:
+    """Everything `node_document(record)` reads: two records with equal keys have equal documents."""
+    node = record.state
+    return (record.lost, record.connected, node.address, len(node.gpus), node.cpu_cores, node.engines_installed,
+            node.engines_installing, node.shards, {s: d.pid for s, d in record.details.items()},
+            record.engine_errors, record.warnings, record.health, record.slurm)
 
 
 def replica_documents(records: tuple[NodeRecord, ...], plan: Plan | None) -> dict[str, Any]:
@@ -143,8 +156,14 @@ def status_document(
     last_pass: PassRecord | None,
     plan: Plan | None,
     failures: list[dict[str, Any]] = (),  # type: ignore[assignment]
+    *,
+    nodes: dict[str, Any] | None = None,
+    replicas: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The whole status as plain data: settings (in force, head, rejected), nodes, replicas, failures, last pass.
+
+    `nodes` / `replicas`: those sections already built from `records` (`llmgw.control.documents` keeps them);
+    None builds them here.
 
     This is what `GET /api/v1/status` returns and (without times) what each audit commit's status.yaml holds.
     `fabrics` (only when a node reports one): nodes grouped by NVLink domain and InfiniBand fabric, and what is
@@ -157,8 +176,8 @@ def status_document(
             "head": watch.head,
             "serving_stopped": settings.cluster.serving_stopped if settings else False,
         },
-        "nodes": node_documents(records),
-        "replicas": replica_documents(records, plan),
+        "nodes": node_documents(records) if nodes is None else nodes,
+        "replicas": replica_documents(records, plan) if replicas is None else replicas,
     }
     if settings is not None:  # nodes kept off by settings (llmgw.plan.cordons); the keys only when not empty
         for key, ids in (("cordoned", settings.cluster.cordoned), ("drained", settings.cluster.drained),
@@ -198,7 +217,8 @@ def audit_snapshot(doc: Mapping[str, Any]) -> dict[str, Any]:
     """The parts of a status document whose change is worth a commit (no times, pass numbers or triggers)."""
     snap = {k: v for k, v in doc.items() if k not in ("pass", "failures", "nodes")}
     if "nodes" in doc:  # a node's Slurm report changes with every job: written with the next commit, never one itself
-        snap["nodes"] = {name: {k: v for k, v in node.items() if k != "slurm"} for name, node in doc["nodes"].items()}
+        snap["nodes"] = {name: {k: v for k, v in node.items() if k != "slurm"} if "slurm" in node else node
+                         for name, node in doc["nodes"].items()}  # shared, not copied: unchanged entries compare at once
     if "failures" in doc:
         snap["failures"] = [{k: v for k, v in f.items() if k != "retry_at"} for f in doc["failures"]]
     if "pass" in doc:
@@ -220,15 +240,16 @@ def state_changes(before: Mapping[str, Any] | None, after: Mapping[str, Any]) ->
     before = before or {}
     changes = []
     old_replicas, new_replicas = before.get("replicas", {}), after.get("replicas", {})
-    for rid, replica in new_replicas.items():
-        old = old_replicas.get(rid, {})
-        if replica.get("state") != old.get("state"):
-            where = f" on {replica['node']}" if replica.get("node") else ""
-            changes.append(f"{rid} {replica.get('state')}{where}")
-    changes += [f"{rid} gone" for rid in old_replicas if rid not in new_replicas]
+    if new_replicas is not old_replicas:  # a section kept from the last document (llmgw.control.documents)
+        for rid, replica in new_replicas.items():
+            old = old_replicas.get(rid, {})
+            if replica.get("state") != old.get("state"):
+                where = f" on {replica['node']}" if replica.get("node") else ""
+                changes.append(f"{rid} {replica.get('state')}{where}")
+        changes += [f"{rid} gone" for rid in old_replicas if rid not in new_replicas]
     old_nodes, new_nodes = before.get("nodes", {}), after.get("nodes", {})
     for node_id, node in new_nodes.items():
-        if node.get("state") != old_nodes.get(node_id, {}).get("state"):
+        if node is not old_nodes.get(node_id) and node.get("state") != old_nodes.get(node_id, {}).get("state"):
             changes.append(f"node {node_id} {node.get('state')}")
     for name, words in (("bad", "does not validate"), ("held", "held back")):
         rejected = after.get("settings", {}).get(name)

@@ -24,7 +24,9 @@ from dataclasses import replace
 
 import trio
 
-from llmgw.control.deciding import Decision, action_answered, action_failed, action_key, decide
+from llmgw.control.deciding import (
+    Decision, action_answered, action_failed, action_key, decide, needs_planning, plan_stage,
+)
 from llmgw.control.state import ControlState, PassRecord
 from llmgw.errors import LlmgwError, TemporaryError
 from llmgw.plan.types import Action, ActionKind
@@ -37,6 +39,12 @@ FOLD_SLICE = 0.05
 """Wall seconds of folding a backlog after which the loop lets other tasks run before it folds the rest: 2,000
 agents joining at once left thousands of heartbeats waiting, and folding them in one task step held the trio loop
 for 1-5 s (docs/scale.md), delaying every timer and the gRPC thread's hand-offs."""
+
+PLAN_ASIDE_AFTER = 0.02
+"""Wall seconds a plan from scratch last took, above which the next one runs in a worker thread while the loop keeps
+folding events (`ControlLoop.plan_cost`). At 2,000 nodes a plan took 0.5-2.4 s of this loaded machine's wall time,
+all in one task step: every heartbeat waited behind it (docs/scale.md). Cheaper plans (small fleets, every test's)
+stay on the loop, where they cost less than the thread hand-off."""
 
 Transition = Callable[[ControlState], "tuple[ControlState, bool]"]
 """A pure event: the next state, and whether the change is placement-relevant (wakes a pass)."""
@@ -63,6 +71,7 @@ class ControlLoop:
         concurrency: int = 8,
         settle_after: float = 15.0,
         coalesce: float = 0.0,
+        plan: Callable[[ControlState], tuple] = plan_stage,
     ):
         self.state = state
         self._execute = execute
@@ -78,7 +87,14 @@ class ControlLoop:
         `on_pass` callbacks, seconds of wall time), so passes take at most half the loop's time and heartbeats are
         folded between them however large the fleet (bench/fleet_scale.py: 1,000 agents joining at once)."""
         self.pass_cost = 0.0
-        """Wall seconds the last pass took, callbacks included."""
+        """Wall seconds the last pass took, callbacks included (and its plan, when made aside)."""
+        self._plan = plan
+        self.plan_cost = 0.0
+        """Wall seconds the last plan from scratch took (on the loop or in its thread); above `PLAN_ASIDE_AFTER` the
+        next one is made in a worker thread (`plan`: `llmgw.control.deciding.plan_stage`, pure) while the loop keeps
+        folding events, and the pass then acts on the state as it is when the plan is ready."""
+        self.planned_aside = 0
+        """How many plans were made in the worker thread."""
         self._last_pass_end = -math.inf
         self._send, self._receive = trio.open_memory_channel[tuple[Transition | None, str | None, float | None]](
             math.inf)
@@ -138,7 +154,8 @@ class ControlLoop:
                 if now < self._last_pass_end + gap:
                     await trio.sleep_until(self._last_pass_end + gap)
                     await self._fold_waiting(triggers)
-                self.run_pass(", ".join(dict.fromkeys(triggers)))
+                planned, seconds = await self._plan_aside(triggers)
+                self.run_pass(", ".join(dict.fromkeys(triggers)), planned, seconds)
                 self._last_pass_end = trio.current_time()
                 next_pass = trio.current_time() + self._interval()
 
@@ -153,6 +170,28 @@ class ControlLoop:
             if time.perf_counter() - began >= FOLD_SLICE:
                 await trio.sleep(0)
                 began = time.perf_counter()
+
+    async def _plan_aside(self, triggers: list[str]) -> tuple[tuple | None, float]:
+        """When the coming pass must plan from scratch and the last plan cost more than `PLAN_ASIDE_AFTER`: make the
+        plan of the state now in a worker thread, folding events meanwhile (their triggers join `triggers`); return
+        (plan_stage's result, its wall seconds). Else (None, 0.0): the pass plans on the loop, if it must."""
+        state = self.state
+        if self.plan_cost < PLAN_ASIDE_AFTER or not needs_planning(state):
+            return None, 0.0
+        result: list = []
+        began = time.perf_counter()
+        async with trio.open_nursery() as nursery:
+            async def plan() -> None:
+                result.append(await trio.to_thread.run_sync(self._plan, state))
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(plan)
+            while True:
+                self._fold([await self._receive.receive()], triggers)
+                await self._fold_waiting(triggers)
+        self.plan_cost = time.perf_counter() - began
+        self.planned_aside += 1
+        return result[0], self.plan_cost
 
     def _drain(self, limit: int) -> list:
         batch: list = []
@@ -204,22 +243,27 @@ class ControlLoop:
         self._on_change(old, self.state, [reason])
         return reason
 
-    def run_pass(self, trigger: str) -> PassRecord | None:
+    def run_pass(self, trigger: str, planned: tuple | None = None, planned_seconds: float = 0.0) -> PassRecord | None:
         """Run one pass now (not a checkpoint): decide, record the next state, start sending its actions.
+        `planned`: a plan made aside (`_plan_aside`) in `planned_seconds`, counted in the pass's duration.
         Returns its record, or None when no settings are in force yet."""
         started = trio.current_time()
         old = self.state
         took = time.perf_counter()
         try:
-            return self._pass(started, old, took, trigger)
+            return self._pass(started, old, took, trigger, planned, planned_seconds)
         finally:
-            self.pass_cost = time.perf_counter() - took
+            self.pass_cost = time.perf_counter() - took + planned_seconds
 
-    def _pass(self, started: float, old: ControlState, took: float, trigger: str) -> PassRecord | None:
-        decision, state = decide(old, started, now_unix=time.time(), trigger=trigger, settle_after=self.settle_after)
+    def _pass(self, started: float, old: ControlState, took: float, trigger: str, planned: tuple | None,
+              planned_seconds: float) -> PassRecord | None:
+        decision, state = decide(old, started, now_unix=time.time(), trigger=trigger, settle_after=self.settle_after,
+                                 planned=planned)
         if decision is None:
             return None
-        duration = time.perf_counter() - took  # CPU-bound: the wall time of decide
+        duration = time.perf_counter() - took + planned_seconds  # CPU-bound: the wall time of decide (and plan)
+        if planned is None and decision.plan is not old.last_plan:  # planned from scratch on the loop
+            self.plan_cost = duration
         record = replace(decision.record, duration=duration)
         decision = replace(decision, record=record)
         state = replace(state, last_pass=record, tallies=state.tallies.counted_pass(

@@ -34,7 +34,8 @@ import trio
 from llmgw import __version__
 from llmgw.control.agents import AgentHub
 from llmgw.control.applying import apply
-from llmgw.control.audit import AuditWriter, audit_message, audit_snapshot, state_changes, status_document
+from llmgw.control.audit import AuditWriter, audit_message, audit_snapshot, state_changes
+from llmgw.control.documents import StatusDocuments
 from llmgw.control.commands import (
     agent_settings, install_engine, may_take_part_in_slurm, platform_of, slurm_role, start_shard, stop_shard,
 )
@@ -50,7 +51,7 @@ from llmgw.control.recovering import DEFAULT_GRACE, KNOWN_NODES_KEY, Recovery, d
 from llmgw.control.registry import FleetRegistry
 from llmgw.control.restart_only import command_line_keys, restart_notes
 from llmgw.control.reports import fleet_for, memory_thresholds
-from llmgw.control.routing import build_route_table
+from llmgw.control.routing import ReadyRoutes, build_route_table
 from llmgw.control.tracing import StartTracing, open_tracing
 from llmgw.control.watching import SettingsWatcher
 from llmgw.control.slurm_store import advance_cursor, read_cursor, users_from_store
@@ -220,6 +221,7 @@ class ControlPlane:
         self.table = RouteTable()
         self.table_rebuilds = 0
         self._table_pacer = Pacer()
+        self._ready = ReadyRoutes(self.replica_key)  # the ready replicas by model, kept per node
         self._table_wanted: trio.Event | None = None  # a paced rebuild is waiting (this event names it)
         self.admin_token = ""
         self.admin_url = self.gateway_url = ""
@@ -229,6 +231,7 @@ class ControlPlane:
         self._replica_secret = b""
         self._replica_keys: dict[str, str] = {}
         self._last_snapshot: dict | None = None
+        self._documents = StatusDocuments()  # the status document, rebuilt in proportion to the change
         self._nursery: trio.Nursery | None = None
         self.started_at = time.time()
         self.holder = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
@@ -544,8 +547,8 @@ class ControlPlane:
 
     def _build_table(self, state: ControlState) -> None:
         settings = state.settings
-        table = build_route_table(settings, fleet_for(state.fleet.fleet(), settings), self.replica_key,
-                                  self.secrets.get)
+        self._ready.sync(state.fleet)  # only the nodes whose shards changed are looked at again
+        table = build_route_table(settings, self._ready, self.replica_key, self.secrets.get)
         self.table_rebuilds += 1
         if table != self.table:
             self.table = table
@@ -734,19 +737,21 @@ class ControlPlane:
             for f in state.failures.values()
         ]
 
-    def status(self, state: ControlState | None = None, *, readings: bool = True) -> dict[str, Any]:
+    def status(self, state: ControlState | None = None, *, readings: bool = True,
+               now: float | None = None) -> dict[str, Any]:
         """The status document (see `llmgw.control.audit.status_document`) of `state` (default: now) plus the
-        control plane's own state; with `readings`, each node's last readings and their age (absent when older
-        than 60 s)."""
+        control plane's own state; with `readings`, each node's last readings and their age at `now` (trio's clock;
+        default: now) (absent when older than 60 s). Given `state` and `now`, it may run in a worker thread (the
+        admin API builds a fleet's readings there, off the trio loop)."""
         state = state or self.loop.state
-        doc = status_document(state.watch, state.fleet.records(), state.last_pass, state.last_plan,
-                              self.failures(state))
-        if readings:
-            now = trio.current_time()
-            for record in state.fleet.records():
-                node_doc = doc["nodes"].get(record.node_id)
-                if node_doc is not None:
-                    node_doc["readings"] = record.readings.to_json(now) if record.readings else None
+        now = trio.current_time() if now is None else now
+        doc = self._documents.build(state.watch, state.fleet, state.last_pass, state.last_plan, self.failures(state))
+        if readings:  # the node entries are shared with earlier documents (llmgw.control.documents): copied here
+            nodes = doc["nodes"]
+            doc["nodes"] = {
+                record.node_id: {**nodes[record.node_id],
+                                 "readings": record.readings.to_json(now) if record.readings else None}
+                for record in state.fleet.records() if record.node_id in nodes}
         plan = state.last_plan
         notes = [*(plan.notes if plan is not None else ()), *self.restart_notes]
         if notes:
@@ -766,7 +771,7 @@ class ControlPlane:
             "leader": state.leadership.leader,
             "leader_holder": state.leadership.holder,
             "leader_token": state.leadership.token,
-            "fleet": self.recovery().text,
+            "fleet": state.recovery(now).text,
         }
         if self.gateway_workers is not None:
             doc["control_plane"]["gateway_workers"] = self.gateway_workers.statistics()

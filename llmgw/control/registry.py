@@ -278,7 +278,9 @@ class FleetRegistry:
             return self, False
         state = old.state
         if shards is not None:
-            state = replace(state, shards=tuple(shards))
+            shards = tuple(shards)
+            if shards != state.shards:  # else the same tuple stays: readers compare shards by identity first
+                state = replace(state, shards=shards)
         if engines_installed is not None:
             state = replace(state, engines_installed=frozenset(engines_installed))
         if engines_installing is not None:

@@ -24,13 +24,14 @@ Rules:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from types import MappingProxyType
 
 from llmgw.engines.llamacpp import LORA_FIELD, lora_request_field
 from llmgw.identity import Quota, ShardState
 from llmgw.plan.identity import engine_version_of, fingerprint
-from llmgw.plan.types import Fleet
+from llmgw.control.registry import FleetRegistry
+from llmgw.plan.types import Fleet, ObservedShard
 from llmgw.routes import ModelRoute, ProjectPolicy, ReplicaRoute, RouteTable
 from llmgw.settings.model import Model, Settings
 
@@ -40,39 +41,104 @@ def _limits(quota: Quota) -> Quota | None:
     return None if quota == Quota() else quota
 
 
-def ready_replicas(fleet: Fleet) -> dict[str, list[ReplicaRoute]]:
-    """Ready replicas by model name, each without a replica key yet, in (node id, replica id) order."""
-    found: dict[str, list[ReplicaRoute]] = {}
-    for node in fleet.nodes:
-        if not node.alive:
-            continue
-        for shard in node.shards:
-            if shard.state is not ShardState.READY or shard.adopted_foreign or not shard.port or shard.rank:
-                continue  # a rank above 0 of a replica spread over nodes serves no API (vLLM --headless)
-            found.setdefault(shard.model, []).append(ReplicaRoute(
-                replica_id=shard.replica_id,
-                node_id=node.node_id,
-                base_url=f"http://{node.address}:{shard.port}",
-                settings_commit=shard.settings_commit or None,
-            ))
-    for routes in found.values():
-        routes.sort(key=lambda r: (r.replica_id, r.node_id))
-    return found
+Served = tuple[str, ReplicaRoute, str]
+"""One ready serving shard: (model, its route with the replica key, its fingerprint)."""
 
 
-def running(fleet: Fleet, model: str, wanted: str) -> set[str]:
-    """The ids of `model`'s replicas whose serving shard (rank 0) is ready with fingerprint `wanted`."""
-    return {shard.replica_id for node in fleet.nodes if node.alive for shard in node.shards
-            if shard.model == model and shard.state is ShardState.READY and not shard.rank
-            and shard.fingerprint == wanted}
+def node_routes(node_id: str, address: str, shards: Iterable[ObservedShard],
+                replica_key: Callable[[str], str]) -> tuple[Served, ...]:
+    """The ready serving shards of one live node: READY, ours, with a port, rank 0 (a rank above 0 of a replica
+    spread over nodes serves no API: vLLM --headless)."""
+    return tuple(
+        (shard.model, ReplicaRoute(replica_id=shard.replica_id, node_id=node_id,
+                                   base_url=f"http://{address}:{shard.port}",
+                                   replica_key=replica_key(shard.replica_id),
+                                   settings_commit=shard.settings_commit or None), shard.fingerprint)
+        for shard in shards
+        if shard.state is ShardState.READY and not shard.adopted_foreign and shard.port and not shard.rank)
+
+
+class ReadyRoutes:
+    """The ready replicas of a fleet by model, kept per node: `sync(registry)` looks again only at nodes whose
+    record changed what routing reads (lost or not, address, shards), so a rebuild of the routing table after one
+    node's change costs that node plus one identity check per node, not a copy of every node (at 2,000 nodes the
+    copies were 14% of the trio loop's long steps while the fleet joined: docs/scale.md).
+
+    `replica_key(replica_id)` gives each route its replica key. Not thread-safe; owned by one caller (the control
+    plane). `ReadyRoutes.of(fleet, replica_key)` is the same index built at once from a `Fleet`.
+    """
+
+    def __init__(self, replica_key: Callable[[str], str]):
+        self._replica_key = replica_key
+        self._nodes: dict[str, tuple[tuple, tuple[Served, ...]]] = {}
+        self._models: dict[str, dict[tuple[str, str, int], Served]] = {}
+        self._sorted: dict[str, tuple[ReplicaRoute, ...]] = {}
+        self._seen: tuple[object, int] | None = None
+        self.looked_at = 0
+        """Nodes whose routes were worked out again since this index was made (a count, for tests)."""
+
+    @classmethod
+    def of(cls, fleet: Fleet, replica_key: Callable[[str], str]) -> ReadyRoutes:
+        """The index of `fleet`'s alive nodes."""
+        ready = cls(replica_key)
+        for node in fleet.nodes:
+            if node.alive:
+                ready._set(node.node_id, (node.address, node.shards), node.address, node.shards)
+        return ready
+
+    def sync(self, registry: FleetRegistry) -> None:
+        """Bring the index to `registry`'s records (lost nodes serve nothing). Nothing is looked at when the
+        registry's line and revision are the ones last synced (every change of shards, loss or registration moves
+        the revision)."""
+        if self._seen == (registry.line, registry.revision):
+            return
+        records = registry.records()
+        for record in records:
+            node = record.state
+            key = (None, ()) if record.lost else (node.address, node.shards)
+            kept = self._nodes.get(node.node_id)
+            if kept is not None and (kept[0] is key or kept[0] == key):
+                continue
+            self._set(node.node_id, key, *key)
+        if len(self._nodes) > len(records):
+            ids = {r.node_id for r in records}
+            for gone in [n for n in self._nodes if n not in ids]:
+                self._set(gone, None, None, ())
+        self._seen = (registry.line, registry.revision)
+
+    def _set(self, node_id: str, key: tuple | None, address: str | None, shards: Iterable[ObservedShard]) -> None:
+        self.looked_at += 1
+        old = self._nodes.pop(node_id, None)
+        for n, (model, route, _) in enumerate(old[1] if old else ()):
+            self._models[model].pop((route.replica_id, node_id, n), None)
+            self._sorted.pop(model, None)
+        if key is None:
+            return
+        served = node_routes(node_id, address or "", shards, self._replica_key)
+        self._nodes[node_id] = (key, served)
+        for n, entry in enumerate(served):  # n: two shards of one replica on one node (a roll) both serve
+            self._models.setdefault(entry[0], {})[(entry[1].replica_id, node_id, n)] = entry
+            self._sorted.pop(entry[0], None)
+
+    def routes(self, model: str) -> tuple[ReplicaRoute, ...]:
+        """`model`'s ready replicas, in (replica id, node id) order."""
+        kept = self._sorted.get(model)
+        if kept is None:
+            entries = self._models.get(model, {})
+            kept = self._sorted[model] = tuple(entries[k][1] for k in sorted(entries))
+        return kept
+
+    def running(self, model: str, wanted: str) -> set[str]:
+        """The ids of `model`'s ready replicas whose serving shard runs fingerprint `wanted`."""
+        return {route.replica_id for _, route, fp in self._models.get(model, {}).values() if fp == wanted}
 
 
 def adapter_routes(settings: Settings, model: Model, replicas: tuple[ReplicaRoute, ...],
-                   fleet: Fleet) -> list[ModelRoute]:
+                   ready: ReadyRoutes) -> list[ModelRoute]:
     """One route per LoRA adapter of `model` (see the module), over those of `replicas` running its fingerprint."""
     if not model.adapters:
         return []
-    current = running(fleet, model.name, fingerprint(model, engine_version_of(settings, model)))
+    current = ready.running(model.name, fingerprint(model, engine_version_of(settings, model)))
     serving = tuple(r for r in replicas if r.replica_id in current)
     return [ModelRoute(
         name=adapter.name, replicas=serving, adapter_of=model.name,
@@ -86,17 +152,19 @@ def adapter_routes(settings: Settings, model: Model, replicas: tuple[ReplicaRout
 
 def build_route_table(
     settings: Settings | None,
-    fleet: Fleet,
+    fleet: Fleet | ReadyRoutes,
     replica_key: Callable[[str], str],
     secret: Callable[[str], str | None] = lambda name: None,
 ) -> RouteTable:
-    """The routing table for `settings` (None: no settings in force, an empty table) over `fleet`.
+    """The routing table for `settings` (None: no settings in force, an empty table) over `fleet`: a `Fleet`, or
+    its ready replicas already indexed (`ReadyRoutes`, kept in step with the registry by the control plane; the
+    table is the same).
 
     `replica_key(replica_id)` returns a replica's replica key; `secret(name)` a named secret's value or None.
     """
     if settings is None:
         return RouteTable()
-    ready = ready_replicas(fleet)
+    ready = fleet if isinstance(fleet, ReadyRoutes) else ReadyRoutes.of(fleet, replica_key)
     models = {}
     for name in sorted(settings.models):
         model = settings.models[name]
@@ -113,13 +181,7 @@ def build_route_table(
                 for i, endpoint in enumerate(model.endpoints)
             )
         else:
-            replicas = tuple(
-                ReplicaRoute(
-                    replica_id=r.replica_id, node_id=r.node_id, base_url=r.base_url,
-                    replica_key=replica_key(r.replica_id), settings_commit=r.settings_commit,
-                )
-                for r in ready.get(name, ())
-            )
+            replicas = ready.routes(name)
         base_fields = ({LORA_FIELD: lora_request_field(None, len(model.adapters))}
                        if model.adapters and model.engine == "llama.cpp" else {})
         models[name] = ModelRoute(
@@ -131,7 +193,7 @@ def build_route_table(
             body_fields=MappingProxyType(base_fields),
             routing=model.routing,
         )
-        for route in adapter_routes(settings, model, replicas, fleet):
+        for route in adapter_routes(settings, model, replicas, ready):
             models[route.name] = route
     projects = {}
     for name in sorted(settings.projects):

@@ -34,8 +34,10 @@ class ControlView(Protocol):
     def snapshot(self) -> ControlState:
         """The state now: settings in force and rejected head, fleet with readings, leadership, last pass."""
 
-    def status(self, state: ControlState | None = None, *, readings: bool = True) -> dict[str, Any]:
-        """The status document of `state` (default: now)."""
+    def status(self, state: ControlState | None = None, *, readings: bool = True,
+               now: float | None = None) -> dict[str, Any]:
+        """The status document of `state` (default: now), readings aged at `now` (trio's clock; default: now).
+        Given both, it may be called from a worker thread."""
 
     def webhook_secret(self) -> bytes | None:
         """The forge webhook secret (named secret "webhook"), or None."""

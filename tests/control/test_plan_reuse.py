@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from llmgw.control.deciding import action_answered, action_failed, decide, reusable_plan
+from llmgw.control.deciding import action_answered, action_failed, action_key, decide, plan_stage, reusable_plan
 from llmgw.control.readings import GpuSample, NodeReadings
 from llmgw.control.reports import memory_thresholds
 from llmgw.control.state import ControlState
@@ -125,3 +125,41 @@ def test_a_shard_changing_or_free_memory_crossing_a_need_makes_the_next_pass_pla
         return
     unjudged = state.with_fleet(state.fleet.with_limits(30.0, ()))  # a registry that does not judge memory needs
     assert reusable_plan(unjudged, allow_empty=False) is None
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_a_pass_given_its_own_states_plan_decides_what_planning_in_the_pass_decides(seed):
+    state, now, rng = prepared(seed)
+    for step in range(3):
+        now += rng.choice([0.5, 5.0, 40.0])
+        state = replace(random_events(state, rng, now), plan_basis=None)
+        given, after_given = decide(state, now, planned=plan_stage(state))
+        fresh, after_fresh = decide(state, now)
+        assert given == fresh, f"step {step}: the decision differs from planning in the pass"
+        assert after_given == after_fresh
+        state = after_fresh
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_a_plan_made_before_events_acts_on_the_state_after_them(seed):
+    """The loop planned in a thread while events were folded: nothing goes to a node not connected now, nothing in
+    flight now is sent again, the pass does not report converged over a fleet that moved, and the next pass plans
+    again."""
+    state, now, rng = prepared(seed)
+    for _ in range(3):
+        before = replace(state, plan_basis=None)
+        planned = plan_stage(before)
+        now += rng.choice([0.5, 5.0, 40.0])
+        moved = random_events(before, rng, now)
+        fleet, _ = moved.fleet.expire(now)
+        moved = moved.with_fleet(fleet)
+        decision, state = decide(moved, now, planned=planned)
+        if reusable_plan(replace(moved, plan_basis=planned[1]), allow_empty=False) is not None:
+            assert decision == decide(replace(moved, plan_basis=None), now)[0]  # nothing the planner reads moved
+            continue
+        for action in decision.send:
+            record = moved.fleet.get(action.node_id)
+            assert record is not None and record.connected and not record.lost
+            assert action_key(action) not in moved.in_flight
+        assert not decision.record.converged
+        assert reusable_plan(state, allow_empty=False) is None
