@@ -41,8 +41,8 @@ class ChunkedBody:
             self._pending = b""
         if not self._left and not self._crlf and not self._trailers:  # the usual read: exactly one whole chunk
             eol = data.find(b"\r\n")
-            if eol > 0:
-                size = _size(data[:eol])
+            if 0 < eol <= 20 and not data[:eol].strip(HEX_DIGITS):  # a bare size (else the loop below checks)
+                size = int(data[:eol], 16)
                 if size and len(data) == eol + size + 4 and data.endswith(b"\r\n"):
                     return data[eol + 2:-2]
         out: list[bytes] = []
@@ -86,7 +86,7 @@ class ChunkedBody:
 
 def _size(line: bytes) -> int:
     # h11 0.16's chunk header: ([0-9A-Fa-f]){1,20}(;.*)?[ \t]*\r\n
-    digits = line.split(b";", 1)[0] if b";" in line else line.rstrip(b" \t")
+    digits = line.split(b";", 1)[0] if line.find(b";") >= 0 else line.rstrip(b" \t")  # find: see streaming
     if not digits or digits.strip(HEX_DIGITS) or len(digits) > 20:
         raise ValueError(f"bad chunk size line {line[:40]!r}")
     return int(digits, 16)
