@@ -6,11 +6,16 @@ Wall time and /proc CPU on a shared 2-core machine move by ±30 % from run to ru
 gateway (as bench/gateway_overhead.py starts it: SQLite store, API key, a project with a requests-per-minute quota)
 runs under `valgrind --tool=callgrind` in front of bench/gateway_gaps.py's mock engine. Once it answers, its counters
 are zeroed (`callgrind_control --zero`); `--streams` clients then each run `--rounds` streams of `--tokens` content
-chunks `--token-gap-ms` apart (wide enough that the slowed gateway is never saturated, so each engine read holds one
-event: the worst case, no batching); then the counters are dumped. Printed: user-space instructions (Ir) per content
-chunk relayed, the streams' setup (auth, reservation, settlement) amortised in, and the top functions by inclusive
-cost in the dump (`callgrind_annotate`). Kernel time (socket syscalls) is not counted. Two runs with different
+chunks `--token-gap-ms` apart (meant to be wide enough that the slowed gateway keeps up, so each engine read holds
+one event: the worst case, no batching; see "Reads" below); then the counters are dumped. Printed: user-space
+instructions (Ir) per content chunk relayed, the streams' setup (auth, reservation, settlement) amortised in, and
+the top functions by inclusive cost in the dump (`callgrind_annotate`). Kernel time (socket syscalls) is not counted. Two runs with different
 `--tokens` separate the cost per chunk (the difference over the difference in chunks) from the cost per stream.
+
+Reads: the gateway's socket `recv` calls (callgrind's call count; engine and client sockets: a stream of n tokens
+has about n + 2 engine reads and a few more for the request without batching). When the machine is loaded the slowed
+gateway falls behind and one read brings several events, which costs fewer instructions per chunk: compare runs at
+about the same chunks per read (use `--streams 4 --rounds 4` on a loaded machine), or runs made side by side.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -58,6 +64,17 @@ async def _streams(port: int, key: str, streams: int, rounds: int, tokens: int) 
     return sum(await asyncio.gather(*(client(0.05 * i) for i in range(streams))))
 
 
+def _calls(dump: Path, function: str) -> int:
+    """How often the C function `function` ("file.c:name ") was called in a callgrind dump: the sum of its callers'
+    call counts in `callgrind_annotate --tree=caller`."""
+    tree = subprocess.run(["callgrind_annotate", "--tree=caller", "--threshold=100", "--auto=no", str(dump)],
+                          capture_output=True, text=True).stdout
+    for block in tree.split("\n\n"):
+        if any("*  " in line and function in line for line in block.splitlines()):
+            return sum(int(n.replace(",", "")) for n in re.findall(r"\(([\d,]+)x\)", block))
+    return 0
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--streams", type=int, default=8)
@@ -87,8 +104,10 @@ def main() -> None:
                                   text=True).stdout
         total = next(int(line.split()[0].replace(",", "")) for line in annotate.splitlines()
                      if line.strip().endswith("PROGRAM TOTALS"))
+        reads = _calls(dumps[-1], "socketmodule.c:sock_recv ")
         print(f"{chunks} content chunks in {args.streams} x {args.rounds} streams ({took:.0f} s under valgrind): "
-              f"{total:,} Ir, {total / chunks:,.0f} Ir per chunk")
+              f"{total:,} Ir, {total / chunks:,.0f} Ir per chunk; {reads:,} socket reads "
+              f"({chunks / max(reads, 1):.2f} chunks per read: above about 1.0 the slowed gateway fell behind)")
         print("\n".join(annotate.splitlines()[:60]) if os.environ.get("LLMGW_BENCH_ANNOTATE") else "")
     finally:
         stop_all([gateway, mock], 20)

@@ -1,4 +1,4 @@
-"""Writing to clients without a scheduler pass per write: a hook on hypercorn's trio TCPServer.
+"""Writing to clients without a scheduler pass per write, and framing chunked body pieces without h11: hooks on hypercorn.
 
 hypercorn (0.17-0.18, trio worker) writes every response piece through `TCPServer.protocol_send`: a trio.Lock
 (acquiring it is a scheduler pass), a shielded CancelScope, then trio's `SocketStream.send_all` (a conflict detector,
@@ -16,16 +16,36 @@ the call is not a checkpoint: every caller in hypercorn and the gateway awaits s
 `install()` replaces the `TCPServer` name that `hypercorn.trio.run.worker_serve` instantiates per connection (a
 module global read at call time); it is a contribution-quality change kept here as a subclass until hypercorn has
 such a fast path itself.
+
+`FramingH11Protocol.stream_send` frames a response body piece for a chunked HTTP/1.1 response itself
+(`<size in hex>CRLF<data>CRLF`, RFC 9112 section 7.1) instead of through h11's `Connection.send`, which builds an
+`h11.Data` event, runs its state machine (a body piece changes no state) and joins the writer's three pieces: about
+5 µs per relayed chunk against 0.3 µs. It applies only when h11's own writer for the response is its ChunkedWriter and
+the connection is in SEND_BODY (what h11 would frame the same way); anything else (the head, the end, a sized or
+HTTP/1.0 body, an errored connection) goes through h11 as before, so h11's state stays exact. h11 has no public
+name for the writer in use: `Connection._writer` and `h11._writers.ChunkedWriter` (h11 0.14-0.16) are read, and
+without them the hook falls back to h11 for everything. `install()` puts it where hypercorn's ProtocolWrapper
+instantiates `H11Protocol` (a module global read per connection).
 """
 
 from __future__ import annotations
 
 import os
 
+import h11
+import hypercorn.protocol
 import trio
 from hypercorn.events import Event, RawData
+from hypercorn.protocol.events import Body
+from hypercorn.protocol.events import Event as StreamEvent
+from hypercorn.protocol.h11 import H11Protocol
 from hypercorn.trio import run as hypercorn_run
 from hypercorn.trio.tcp_server import TCPServer
+
+try:
+    from h11._writers import ChunkedWriter
+except ImportError:  # a future h11 that moved it: no own framing, h11 frames everything
+    ChunkedWriter = None  # type: ignore[assignment,misc]
 
 
 class ImmediateWriteTCPServer(TCPServer):
@@ -49,6 +69,22 @@ class ImmediateWriteTCPServer(TCPServer):
         await super().protocol_send(event)
 
 
+class FramingH11Protocol(H11Protocol):
+    """hypercorn's HTTP/1.1 protocol that frames chunked body pieces itself (see the module docstring)."""
+
+    async def stream_send(self, event: StreamEvent) -> None:
+        if type(event) is Body and ChunkedWriter is not None:
+            connection = self.connection
+            if (type(getattr(connection, "_writer", None)) is ChunkedWriter and connection.our_state is h11.SEND_BODY
+                    and event.data):
+                data = event.data
+                await self.send(RawData(data=b"%x\r\n%b\r\n" % (len(data), data)))
+                return
+        await super().stream_send(event)
+
+
 def install() -> None:
-    """Make hypercorn's trio worker serve connections with ImmediateWriteTCPServer (idempotent, process-wide)."""
+    """Make hypercorn's trio worker serve connections with ImmediateWriteTCPServer and FramingH11Protocol
+    (idempotent, process-wide)."""
     hypercorn_run.TCPServer = ImmediateWriteTCPServer  # type: ignore[misc]
+    hypercorn.protocol.H11Protocol = FramingH11Protocol  # type: ignore[misc]

@@ -257,7 +257,7 @@ async def _relay_events(response: UpstreamResponse, relay: SseRelay, send, outco
         async with trio.open_nursery() as nursery:
             nursery.start_soon(response.watch_idle, idle_scope)
             try:
-                async for data in response.body(watched=True):
+                while data := await response.receive_watched():
                     out = relay.feed(data, time.perf_counter())
                     if out:
                         message["body"] = out

@@ -12,6 +12,10 @@ relayed as soon as it is complete (no buffering beyond one event), except the cl
 the caller sends after the usage is committed (`usage.done` says it arrived). Completion tokens are counted from the chunks
 (one per chunk carrying content, text or tool-call deltas) so a client that leaves mid-stream is billed for what was
 generated; the engine's own usage replaces the count when it arrives.
+
+Per chunk, byte markers are looked up with `bytes.find`, not `in`: CPython 3.11's `bytes.__contains__` first tries the
+operand as an integer and formats, raises and clears a TypeError before searching (about 1,900 instructions of the
+~140,000 a relayed chunk costs, five times per chunk: callgrind, bench/relay_instructions.py).
 """
 
 from __future__ import annotations
@@ -72,17 +76,17 @@ class SseRelay:
 
     def feed(self, data: bytes, now: float) -> bytes:
         """Take bytes from the engine; return complete, reshaped events (possibly b"")."""
-        if not self._buffer and data.startswith(b"data:") and data.endswith(b"\n\n") and b"\r" not in data:
+        if not self._buffer and data.startswith(b"data:") and data.endswith(b"\n\n") and data.find(b"\r") < 0:
             if data.count(b"\n") == 2:  # the usual read: exactly one one-line event
                 return self._payload(data[5:-2].lstrip(b" "), now, data)
             events = data[:-2].split(b"\n\n")
-            if all(event.startswith(b"data:") and b"\n" not in event for event in events):
+            if all(event.startswith(b"data:") and event.find(b"\n") < 0 for event in events):
                 # several one-line events read together
                 return b"".join([self._payload(event[5:].lstrip(b" "), now) for event in events])
         self._buffer += data
-        if b"\n\n" not in self._buffer and b"\r\n\r\n" not in self._buffer:
+        if self._buffer.find(b"\n\n") < 0 and self._buffer.find(b"\r\n\r\n") < 0:
             return b""
-        if b"\r\n" in self._buffer:
+        if self._buffer.find(b"\r\n") >= 0:
             self._buffer = self._buffer.replace(b"\r\n", b"\n")
         *events, self._buffer = self._buffer.split(b"\n\n")
         out = []
@@ -159,7 +163,7 @@ class SseRelay:
                 self._learn_model(first["model"])
         if self._model_swap is not None:
             payload = payload.replace(*self._model_swap).replace(*self._model_swap_spaced)
-        if b'"usage"' not in payload and b'"error"' not in payload:  # JSON is parsed only where these can be
+        if payload.find(b'"usage"') < 0 and payload.find(b'"error"') < 0:  # JSON is parsed only where these can be
             self._count(payload, now)
             if self.include_usage and payload.endswith(b"}"):
                 payload = payload[:-1] + b',"usage":null}'
@@ -194,7 +198,7 @@ class SseRelay:
         return _frame(json.dumps(chunk, separators=(",", ":")).encode())
 
     def _count(self, payload: bytes, now: float) -> None:
-        if b'"tool_calls"' in payload or _has_text(payload, b'"content":') or _has_text(payload, b'"text":'):
+        if payload.find(b'"tool_calls"') >= 0 or _has_text(payload, b'"content":') or _has_text(payload, b'"text":'):
             self.usage.counted_chunks += 1
             if self.usage.first_token_at is None:
                 self.usage.first_token_at = now

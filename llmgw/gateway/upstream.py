@@ -23,6 +23,7 @@ import h11
 import trio
 
 from llmgw.errors import UpstreamError
+from llmgw.gateway.chunked import ChunkedBody
 from llmgw.gateway.tcp import PlainStream
 
 READ_SIZE = 65536
@@ -71,7 +72,9 @@ class UpstreamResponse:
         self._timeouts = timeouts
         self._done = False
         self.read_since = trio.current_time()  # when the pending (or last) read from the engine began
-        self._reading = False  # a read of body(watched=True) is waiting for the engine
+        self._reading = False  # a read of body(watched=True) or receive_watched() is waiting for the engine
+        self._chunked: ChunkedBody | None = None  # receive_watched's decoder of a chunked body (h11 only parsed the head)
+        self._watched: AsyncIterator[bytes] | None = None  # receive_watched's body(watched=True) when not chunked
 
     def header(self, name: bytes) -> bytes | None:
         for key, value in self.headers:
@@ -129,6 +132,68 @@ class UpstreamResponse:
                     yield b"".join(parts)
                 raise UpstreamFailure("the engine closed the connection before the response ended")
 
+    async def receive_watched(self) -> bytes:
+        """The body bytes that the next read(s) from the engine complete (never b"" before the end); b"" once the
+        body ended. As `body(watched=True)`, for the caller that runs `watch_idle` beside it; the streamed relay's
+        loop (no async generator step per read). Raises UpstreamFailure on a reset, a bad body or a close before
+        the end (502). A checkpoint.
+
+        A chunked body (what engines stream) is decoded by `chunked.ChunkedBody`, not h11, once the head is parsed:
+        the bytes h11 had read past the head (`trailing_data`) go first. Any other framing goes through h11.
+        """
+        decoder = self._chunked
+        if decoder is None:
+            if self._watched is None:
+                if (self.header(b"transfer-encoding") == b"chunked" and self._conn is not None
+                        and self._conn.h11.their_state is h11.SEND_BODY):
+                    self._chunked = decoder = ChunkedBody()
+                    out = self._feed(decoder, self._conn.h11.trailing_data[0])
+                    if out:
+                        return out
+                else:
+                    self._watched = self.body(watched=True)
+            if decoder is None:
+                try:
+                    return await self._watched.__anext__()
+                except StopAsyncIteration:
+                    return b""
+        conn = self._conn
+        assert conn is not None
+        while not decoder.done:
+            self.read_since = trio.current_time()
+            self._reading = True
+            data = await self._receive(conn)
+            self._reading = False
+            if not data:
+                conn.at_eof = True
+                raise UpstreamFailure("the engine closed the connection before the response ended")
+            out = self._feed(decoder, data)
+            if out:
+                return out
+        self._done = True
+        return b""
+
+    @staticmethod
+    def _feed(decoder: ChunkedBody, data: bytes) -> bytes:
+        try:
+            return decoder.feed(data)
+        except ValueError as exc:
+            raise UpstreamFailure(f"the engine sent a bad response: {exc}") from exc
+
+    def _reusable(self, conn: _Connection) -> bool:
+        """Whether the connection may carry another request after a body decoded by ChunkedBody: the body ended
+        with nothing after it, and the engine keeps the connection alive (h11's rule: HTTP/1.1 and no
+        `Connection: close`). Then a fresh h11 state replaces the one left at the head."""
+        decoder = self._chunked
+        assert decoder is not None
+        if decoder.extra or conn.h11.our_state is not h11.DONE or conn.h11.their_http_version != b"1.1":
+            return False
+        tokens = [token.strip() for token in (self.header(b"connection") or b"").lower().split(b",")]
+        if b"close" in tokens:
+            return False
+        conn.h11 = h11.Connection(h11.CLIENT)
+        return True
+
     @staticmethod
     async def _receive(conn: _Connection) -> bytes:
         try:
@@ -167,7 +232,12 @@ class UpstreamResponse:
         conn, self._conn = self._conn, None
         if conn is None:
             return
-        if (self._done and not conn.at_eof and conn.h11.our_state is h11.DONE
+        if self._done and not conn.at_eof and self._chunked is not None:
+            if self._reusable(conn):
+                self._pool._give_back(self._origin, conn)
+            else:
+                await conn.aclose()
+        elif (self._done and not conn.at_eof and conn.h11.our_state is h11.DONE
                 and conn.h11.their_state is h11.DONE):
             try:
                 conn.h11.start_next_cycle()

@@ -88,3 +88,49 @@ async def test_a_slow_reader_gets_every_byte_in_order_and_a_client_that_leaves_e
                 await trio.sleep(0.05)
         assert finished[1] == "whole"  # hypercorn drops what a gone client cannot take; the app is not failed
         nursery.cancel_scope.cancel()
+
+
+async def test_body_pieces_are_framed_as_h11_frames_them_and_other_framings_are_left_to_h11() -> None:
+    """The framing hook (FramingH11Protocol) against h11's own framing: an HTTP/1.1 client gets the very bytes h11
+    writes for a chunked answer (pieces of 1 byte to 70 KB, then keep-alive: a second request on the connection);
+    an HTTP/1.0 client gets the close-delimited body h11 writes for it, and a sized answer stays sized."""
+    pieces = [b"x", b"data: {}\n\n", bytes(range(256)) * 300]
+
+    async def app(scope, receive, send):
+        if scope["type"] == "lifespan":
+            await serve_lifespan(receive, send)
+            return
+        sized = scope["path"] == "/sized"
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")] + (
+            [(b"content-length", str(sum(map(len, pieces))).encode())] if sized else [])})
+        for p in pieces:
+            await send({"type": "http.response.body", "body": p, "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    def h11_wrote(http_version: bytes) -> bytes:
+        """The body bytes h11 itself writes for `pieces` to a client of `http_version`."""
+        import h11
+        conn = h11.Connection(h11.SERVER)
+        conn.receive_data(b"GET / HTTP/" + http_version + b"\r\nhost: x\r\n\r\n")
+        conn.next_event()
+        conn.send(h11.Response(status_code=200, headers=[]))
+        return b"".join(conn.send(h11.Data(data=p)) for p in pieces) + conn.send(h11.EndOfMessage())
+
+    def exchange(requests: bytes) -> list[bytes]:
+        """The answers' bodies, read until the gateway closes (the last request asks it to)."""
+        with socket.create_connection(("127.0.0.1", port)) as s:
+            s.sendall(requests)
+            parts = []
+            while data := s.recv(65536):
+                parts.append(data)
+        return [answer.partition(b"\r\n\r\n")[2] for answer in b"".join(parts).split(b"HTTP/1.1 200")[1:]]
+
+    async with trio.open_nursery() as nursery:
+        port = await start(nursery, app)
+        get, last = b"GET / HTTP/1.1\r\nhost: x\r\n\r\n", b"GET / HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n"
+        assert await trio.to_thread.run_sync(exchange, get + last) == [h11_wrote(b"1.1")] * 2
+        old = await trio.to_thread.run_sync(exchange, b"GET / HTTP/1.0\r\nhost: x\r\n\r\n")
+        assert old == [h11_wrote(b"1.0")] == [b"".join(pieces)]
+        sized = await trio.to_thread.run_sync(exchange, last.replace(b"GET /", b"GET /sized"))
+        assert sized == [b"".join(pieces)]
+        nursery.cancel_scope.cancel()

@@ -109,3 +109,20 @@ def test_events_read_together_are_relayed_as_the_same_bytes_as_events_read_one_b
 def test_an_unchanged_event_is_relayed_as_the_very_bytes_it_came_in():
     event = frame(delta("a"))
     assert SseRelay(include_usage=False).feed(event, 0.0) is event
+
+
+def test_an_error_event_inside_a_read_of_several_events_is_seen_and_relayed_in_place():
+    """An engine's error event between token events of one read (the batched path) is taken as the stream's error
+    and relayed where it came, as when each event is read alone or the bytes arrive one at a time."""
+    error = {"error": {"message": "out of memory", "type": "server_error", "code": 500}}
+    events = [frame(delta("a")), frame(error), frame(delta(" b"))]
+    whole = b"".join(events)
+    outputs = []
+    for pieces in (events, [whole], [whole[i:i + 1] for i in range(len(whole))]):
+        relay = SseRelay(include_usage=False)
+        out = b"".join(relay.feed(p, 1.0) for p in pieces) + relay.finish()
+        outputs.append((out, relay.usage.error, relay.usage.counted_chunks))
+    assert all(o == outputs[0] for o in outputs[1:])
+    out, seen, counted = outputs[0]
+    assert seen == error["error"] and counted == 2
+    assert out.index(b"out of memory") < out.index(b'" b"') and out.index(b'"a"') < out.index(b"out of memory")

@@ -1,5 +1,6 @@
 """The upstream client (h11 over trio) frames chunked and sized bodies: any split of the bytes gives the same body, and a
-complete body leaves the connection reusable; bad framing fails the request."""
+complete body leaves the connection reusable; bad framing fails the request. The streamed relay's reader
+(`receive_watched`, which decodes a chunked body with `chunked.ChunkedBody` instead of h11) is held to the same."""
 
 from __future__ import annotations
 
@@ -11,6 +12,17 @@ from llmgw.gateway.upstream import Timeouts, UpstreamFailure, UpstreamPool
 CHUNKED = (b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
            b"7;ext=1\r\ndata: 1\r\n" b"10\r\n" + b"x" * 16 + b"\r\n" b"0\r\nx-trailer: yes\r\n\r\n")
 CHUNKED_BODY = b"data: 1" + b"x" * 16
+READERS = ["h11", "watched"]
+
+
+async def read_body(response, reader: str) -> bytes:
+    """The whole body through `read()` (h11) or the streamed relay's `receive_watched()` loop."""
+    if reader == "h11":
+        return await response.read()
+    parts = []
+    while data := await response.receive_watched():
+        parts.append(data)
+    return b"".join(parts)
 
 
 async def serve(answers: list[bytes], piece: int, connections: list[int], nursery, linger: bool = False,
@@ -44,8 +56,9 @@ async def serve(answers: list[bytes], piece: int, connections: list[int], nurser
     return listeners[0].socket.getsockname()[1]
 
 
+@pytest.mark.parametrize("reader", READERS)
 @pytest.mark.parametrize("piece", [1, 3, 1000])
-async def test_a_chunked_body_split_anywhere_arrives_whole_and_the_connection_is_reused(piece: int) -> None:
+async def test_a_chunked_body_split_anywhere_arrives_whole_and_the_connection_is_reused(piece: int, reader: str) -> None:
     connections: list[int] = []
     async with trio.open_nursery() as nursery:
         port = await serve([CHUNKED, CHUNKED], piece, connections, nursery)
@@ -53,7 +66,7 @@ async def test_a_chunked_body_split_anywhere_arrives_whole_and_the_connection_is
         for _ in range(2):
             response = await pool.request("POST", f"http://127.0.0.1:{port}/v1/x", [], b"{}")
             assert response.status == 200
-            assert await response.read() == CHUNKED_BODY
+            assert await read_body(response, reader) == CHUNKED_BODY
             await response.aclose()
         assert len(connections) == 1
         await pool.aclose()
@@ -78,15 +91,17 @@ async def test_a_sized_body_is_read_to_its_length_and_a_closing_answer_is_not_ke
         nursery.cancel_scope.cancel()
 
 
-@pytest.mark.parametrize("bad", [b"zz\r\nab\r\n0\r\n\r\n", b"2\r\nabXY0\r\n\r\n"])
-async def test_bad_chunk_framing_fails_the_request(bad: bytes) -> None:
+@pytest.mark.parametrize("reader", READERS)
+@pytest.mark.parametrize("bad", [b"zz\r\nab\r\n0\r\n\r\n", b"2\r\nabXY0\r\n\r\n", b"2\r\nab\r\n",
+                                 b"0x2\r\nab\r\n0\r\n\r\n"])
+async def test_bad_chunk_framing_fails_the_request(bad: bytes, reader: str) -> None:
     answer = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n" + bad
     async with trio.open_nursery() as nursery:
         port = await serve([answer], 1000, [], nursery)
         pool = UpstreamPool()
         response = await pool.request("POST", f"http://127.0.0.1:{port}/", [], b"{}")
         with pytest.raises(UpstreamFailure):
-            await response.read()
+            await read_body(response, reader)
         await response.aclose()
         await pool.aclose()
         nursery.cancel_scope.cancel()
@@ -164,10 +179,27 @@ async def test_a_watched_body_fails_only_after_the_engine_was_silent_for_the_idl
         with trio.CancelScope() as idle_scope:
             async with trio.open_nursery() as watch:
                 watch.start_soon(response.watch_idle, idle_scope)
-                async for data in response.body(watched=True):
+                while data := await response.receive_watched():
                     pieces.append(data)
         assert idle_scope.cancelled_caught and response.idle_failure().status == 504
         assert b"".join(pieces) == b"chunk" * 5
         await response.aclose()
+        await pool.aclose()
+        nursery.cancel_scope.cancel()
+
+
+@pytest.mark.parametrize("reader", READERS)
+@pytest.mark.parametrize("answer", [
+    CHUNKED.replace(b"\r\n\r\n", b"\r\nconnection: Close\r\n\r\n", 1),  # the engine ends the connection
+    CHUNKED.replace(b"HTTP/1.1", b"HTTP/1.0", 1),  # HTTP/1.0: no keep-alive
+])
+async def test_a_chunked_answer_that_closes_its_connection_is_not_kept(answer: bytes, reader: str) -> None:
+    async with trio.open_nursery() as nursery:
+        port = await serve([answer], 1000, [], nursery, linger=True)
+        pool = UpstreamPool()
+        response = await pool.request("POST", f"http://127.0.0.1:{port}/", [], b"{}")
+        assert await read_body(response, reader) == CHUNKED_BODY
+        await response.aclose()
+        assert pool._idle.get(("http", "127.0.0.1", port), []) == []
         await pool.aclose()
         nursery.cancel_scope.cancel()
