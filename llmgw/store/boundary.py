@@ -11,7 +11,11 @@ then asks the store to write it in a worker thread and waits at most `settle_wai
 Settlements, and reservations (`reserve`), are written in group commits (`grouping.Groups`): while one group is
 written (one transaction, `Store.apply_settlements`, `Store.reserve_many`), the calls that arrive queue, and go
 together as the next group; alone, one is written at once. Under concurrency this saves worker-thread hops and
-(PostgreSQL) round trips per request (docs/store.md). If the
+(PostgreSQL) round trips per request (docs/store.md). A store that can write without waiting (`call_nowait`:
+SQLite, when no other thread or process holds its write lock) takes a settlement or reservation that finds no
+group of its kind queued or being written on the event loop's own thread instead, at once: no worker-thread hop
+(two per request, most of a request's futex and epoll system calls); when it would wait, the call goes through
+the group and a worker thread as above. If the
 store has not committed by then (locked, down, or failing), the spool is fsync'd and `settle` returns False: the
 caller answers its client anyway. `run` (a background task) writes what the spool still holds: at start (what a
 crashed process left) and every `retry_interval` seconds (doubling up to MAX_RETRY_INTERVAL while the store
@@ -88,7 +92,7 @@ class StoreBoundary:
             return await self._settle_without_spool(settlement, exc)
         with trio.move_on_after(self.settle_wait):
             try:
-                if await self._settles.submit(settlement.entry_id):
+                if await self._write_settlement(settlement.entry_id):
                     return True
             except Abandoned:
                 pass  # its group's writer was cancelled; the spool has the entry
@@ -112,6 +116,25 @@ class StoreBoundary:
                   spool_error, self.last_error, encode_settlement(settlement).decode().strip())
         return False
 
+    async def _write_settlement(self, entry_id: str) -> bool:
+        """The spooled entry `entry_id` written to the store: at once on this thread when the store can and no group
+        of settlements waits (`_nowait`), else in a group commit. True when the store took it."""
+        if not self._settles.busy(None):
+            await trio.lowlevel.checkpoint_if_cancelled()
+            try:
+                return entry_id in self._nowait(self._apply, [entry_id])
+            except trio.WouldBlock:
+                pass
+        return await self._settles.submit(entry_id)
+
+    def _nowait(self, function: Callable[..., T], *args: Any) -> T:
+        """`function(*args)` through the store's `call_nowait`; trio.WouldBlock when it would wait or the store
+        has no such call (PostgreSQL: every call waits on the network)."""
+        call_nowait = getattr(self.store, "call_nowait", None)
+        if call_nowait is None:
+            raise trio.WouldBlock
+        return call_nowait(function, *args)
+
     async def _write_settlements(self, entry_ids: list[str]) -> list[bool]:
         taken = await trio.to_thread.run_sync(self._apply, entry_ids, limiter=self.limiter, abandon_on_cancel=True)
         return [entry_id in taken for entry_id in entry_ids]
@@ -123,11 +146,21 @@ class StoreBoundary:
 
         Grouped so only by scopes and minute: the reservations of one group then write the same quota windows, in
         one order, which keeps two transactions from deadlocking on PostgreSQL. A cancelled caller whose
-        reservation is being written still gets it (and must release it), as with `call`.
+        reservation is being written still gets it (and must release it), as with `call`. With no group of the
+        same scopes and minute queued or being written, a store that can (`_nowait`) writes it at once on this
+        thread: then only a cancellation already pending is a checkpoint.
         Raises what `Store.reserve` raises (UsageError for this request; TemporaryError, StoreError for the group).
         """
-        outcome = await self._reservations.submit((scopes, estimated_tokens, estimated_cost, now),
-                                                  (tuple(scopes), now // 60))
+        request, key = (scopes, estimated_tokens, estimated_cost, now), (tuple(scopes), now // 60)
+        outcome = None
+        if not self._reservations.busy(key):
+            await trio.lowlevel.checkpoint_if_cancelled()
+            try:
+                outcome = self._nowait(self.store.reserve_many, [request])[0]
+            except trio.WouldBlock:
+                pass
+        if outcome is None:
+            outcome = await self._reservations.submit(request, key)
         if isinstance(outcome, Exception):
             raise outcome
         return outcome

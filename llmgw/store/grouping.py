@@ -59,6 +59,10 @@ class Groups(Generic[Item, Outcome]):
         self._queued: list[_Entry] = []
         self._writing: dict[Hashable, trio.Event] = {}  # key -> set when its group being written ends
 
+    def busy(self, key: Hashable = None) -> bool:
+        """Whether items of `key` are queued or a group of `key` is being written now."""
+        return key in self._writing or any(entry.key == key for entry in self._queued)
+
     async def submit(self, item: Item, key: Hashable = None) -> Outcome:
         """Have `item` written in a group of items with the same `key`; its outcome. A checkpoint.
 
