@@ -90,12 +90,21 @@ class StoreBoundary:
             self.spool.append(settlement)
         except StoreError as exc:
             return await self._settle_without_spool(settlement, exc)
-        with trio.move_on_after(self.settle_wait):
+        taken = None
+        if not self._settles.busy(None):  # at once on this thread when the store can (no cancel scope needed)
+            await trio.lowlevel.checkpoint_if_cancelled()
             try:
-                if await self._write_settlement(settlement.entry_id):
-                    return True
-            except Abandoned:
-                pass  # its group's writer was cancelled; the spool has the entry
+                taken = settlement.entry_id in self._nowait(self._apply, [settlement.entry_id])
+            except trio.WouldBlock:
+                pass
+        if taken is None:
+            with trio.move_on_after(self.settle_wait):
+                try:
+                    taken = await self._settles.submit(settlement.entry_id)
+                except Abandoned:
+                    pass  # its group's writer was cancelled; the spool has the entry
+        if taken:
+            return True
         self.spooled += 1
         try:
             await trio.to_thread.run_sync(self.spool.sync)
@@ -115,17 +124,6 @@ class StoreBoundary:
         log.error("%s The store did not take it either (%s); this usage is lost unless re-entered: %s",
                   spool_error, self.last_error, encode_settlement(settlement).decode().strip())
         return False
-
-    async def _write_settlement(self, entry_id: str) -> bool:
-        """The spooled entry `entry_id` written to the store: at once on this thread when the store can and no group
-        of settlements waits (`_nowait`), else in a group commit. True when the store took it."""
-        if not self._settles.busy(None):
-            await trio.lowlevel.checkpoint_if_cancelled()
-            try:
-                return entry_id in self._nowait(self._apply, [entry_id])
-            except trio.WouldBlock:
-                pass
-        return await self._settles.submit(entry_id)
 
     def _nowait(self, function: Callable[..., T], *args: Any) -> T:
         """`function(*args)` through the store's `call_nowait`; trio.WouldBlock when it would wait or the store
