@@ -12,10 +12,10 @@ Settlements, and reservations (`reserve`), are written in group commits (`groupi
 written (one transaction, `Store.apply_settlements`, `Store.reserve_many`), the calls that arrive queue, and go
 together as the next group; alone, one is written at once. Under concurrency this saves worker-thread hops and
 (PostgreSQL) round trips per request (docs/store.md). A store that can write without waiting (`call_nowait`:
-SQLite, when no other thread or process holds its write lock) takes a settlement or reservation that finds no
-group of its kind queued or being written on the event loop's own thread instead, at once: no worker-thread hop
-(two per request, most of a request's futex and epoll system calls); when it would wait, the call goes through
-the group and a worker thread as above. If the
+SQLite, when no other thread or process holds its write lock) has each group written on the event loop's own
+thread instead, with the calls made in the same scheduler pass (`Groups`' `write_nowait`): no worker-thread hop
+(two per request, most of a request's futex and epoll system calls); when it would wait, the group goes to a
+worker thread as above. If the
 store has not committed by then (locked, down, or failing), the spool is fsync'd and `settle` returns False: the
 caller answers its client anyway. `run` (a background task) writes what the spool still holds: at start (what a
 crashed process left) and every `retry_interval` seconds (doubling up to MAX_RETRY_INTERVAL while the store
@@ -69,8 +69,13 @@ class StoreBoundary:
         self.limiter = trio.CapacityLimiter(threads)
         self.last_error: str | None = None
         self.spooled = 0  # settlements left to `run` since start
-        self._settles: Groups[str, bool] = Groups(self._write_settlements, limit=GROUP_LIMIT, abandon=True)
-        self._reservations: Groups = Groups(self._write_reservations, limit=GROUP_LIMIT, abandon=False)
+        nowait = getattr(store, "call_nowait", None) is not None
+        self._settles: Groups[str, bool] = Groups(
+            self._write_settlements, limit=GROUP_LIMIT, abandon=True,
+            write_nowait=self._write_settlements_nowait if nowait else None)
+        self._reservations: Groups = Groups(
+            self._write_reservations, limit=GROUP_LIMIT, abandon=False,
+            write_nowait=self._write_reservations_nowait if nowait else None)
 
     async def call(self, function: Callable[..., T], *args: Any) -> T:
         """`function(*args)` (a method of the store) in a worker thread; a checkpoint.
@@ -90,21 +95,12 @@ class StoreBoundary:
             self.spool.append(settlement)
         except StoreError as exc:
             return await self._settle_without_spool(settlement, exc)
-        taken = None
-        if not self._settles.busy(None):  # at once on this thread when the store can (no cancel scope needed)
-            await trio.lowlevel.checkpoint_if_cancelled()
+        with trio.move_on_after(self.settle_wait):
             try:
-                taken = settlement.entry_id in self._nowait(self._apply, [settlement.entry_id])
-            except trio.WouldBlock:
-                pass
-        if taken is None:
-            with trio.move_on_after(self.settle_wait):
-                try:
-                    taken = await self._settles.submit(settlement.entry_id)
-                except Abandoned:
-                    pass  # its group's writer was cancelled; the spool has the entry
-        if taken:
-            return True
+                if await self._settles.submit(settlement.entry_id):
+                    return True
+            except Abandoned:
+                pass  # its group's writer was cancelled; the spool has the entry
         self.spooled += 1
         try:
             await trio.to_thread.run_sync(self.spool.sync)
@@ -125,13 +121,9 @@ class StoreBoundary:
                   spool_error, self.last_error, encode_settlement(settlement).decode().strip())
         return False
 
-    def _nowait(self, function: Callable[..., T], *args: Any) -> T:
-        """`function(*args)` through the store's `call_nowait`; trio.WouldBlock when it would wait or the store
-        has no such call (PostgreSQL: every call waits on the network)."""
-        call_nowait = getattr(self.store, "call_nowait", None)
-        if call_nowait is None:
-            raise trio.WouldBlock
-        return call_nowait(function, *args)
+    def _write_settlements_nowait(self, entry_ids: list[str]) -> list[bool]:
+        taken = self.store.call_nowait(self._apply, entry_ids)
+        return [entry_id in taken for entry_id in entry_ids]
 
     async def _write_settlements(self, entry_ids: list[str]) -> list[bool]:
         taken = await trio.to_thread.run_sync(self._apply, entry_ids, limiter=self.limiter, abandon_on_cancel=True)
@@ -144,27 +136,20 @@ class StoreBoundary:
 
         Grouped so only by scopes and minute: the reservations of one group then write the same quota windows, in
         one order, which keeps two transactions from deadlocking on PostgreSQL. A cancelled caller whose
-        reservation is being written still gets it (and must release it), as with `call`. With no group of the
-        same scopes and minute queued or being written, a store that can (`_nowait`) writes it at once on this
-        thread: then only a cancellation already pending is a checkpoint.
+        reservation is being written still gets it (and must release it), as with `call`.
         Raises what `Store.reserve` raises (UsageError for this request; TemporaryError, StoreError for the group).
         """
-        request, key = (scopes, estimated_tokens, estimated_cost, now), (tuple(scopes), now // 60)
-        outcome = None
-        if not self._reservations.busy(key):
-            await trio.lowlevel.checkpoint_if_cancelled()
-            try:
-                outcome = self._nowait(self.store.reserve_many, [request])[0]
-            except trio.WouldBlock:
-                pass
-        if outcome is None:
-            outcome = await self._reservations.submit(request, key)
+        outcome = await self._reservations.submit((scopes, estimated_tokens, estimated_cost, now),
+                                                  (tuple(scopes), now // 60))
         if isinstance(outcome, Exception):
             raise outcome
         return outcome
 
     async def _write_reservations(self, requests: list) -> list:
         return await trio.to_thread.run_sync(self.store.reserve_many, requests, limiter=self.limiter)
+
+    def _write_reservations_nowait(self, requests: list) -> list:
+        return self.store.call_nowait(self.store.reserve_many, requests)
 
     def _apply(self, entry_ids: list[str]) -> set[str]:
         """(Worker thread.) Write the spooled entries `entry_ids` to the store in order, in groups of at most

@@ -45,10 +45,34 @@ async def test_a_free_store_reserves_and_settles_on_the_event_loop_thread_and_fr
         assert await boundary.settle(settlement("req_1", reservation, tokens=7, with_charges=True)) is True
         loop = threading.get_ident()
         assert store.threads == [("reserve", loop), ("settle", loop)]
-        assert boundary.statistics()["groups"] == boundary.statistics()["reservation_groups"] == 0
+        assert boundary.statistics()["threads_busy"] == 0
         assert boundary.statistics()["pending"] == 0 and store.usage_of_request("req_1") is not None
         assert store.headroom(SCOPES, NOW + 1).tokens.remaining == 10_000 - 7
         assert list(store.table_rows("quota_slots")) == []
+    finally:
+        boundary.close()
+        store.close()
+
+
+async def test_settles_made_in_one_scheduler_pass_are_one_group_written_on_the_event_loop_thread(tmp_path) -> None:
+    scopes = [("project:chat", Quota(concurrent_requests=20, tokens_per_minute=100_000))]
+    store = _ThreadsSeen(tmp_path / "llmgw.sqlite3")
+    reservations = [store.reserve(scopes, 100, 0.0, NOW) for _ in range(20)]
+    store.threads.clear()
+    boundary = StoreBoundary(store, UsageSpool(tmp_path / "spool"))
+    taken: list[bool] = []
+
+    async def settle(index: int) -> None:
+        taken.append(await boundary.settle(settlement(f"req_{index}", reservations[index], tokens=5)))
+
+    try:
+        async with trio.open_nursery() as nursery:
+            for index in range(20):
+                nursery.start_soon(settle, index)
+        assert taken == [True] * 20
+        assert store.threads == [("settle", threading.get_ident())]  # one transaction, no worker thread
+        assert len(store.recent_usage(limit=100)) == 20 and list(store.table_rows("quota_slots")) == []
+        assert store.headroom(scopes, NOW + 2).tokens.remaining == 100_000 - 20 * 5
     finally:
         boundary.close()
         store.close()
