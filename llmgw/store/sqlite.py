@@ -16,7 +16,7 @@ is still checked while another process holds the write lock.
 
 Writes without waiting (`call_nowait`): the gateway's event loop runs its per-request writes (a quota reservation,
 a settlement) on its own thread when they need not wait, saving a worker-thread hop each (two per request: about
-0.6 M of a request's 4.7 M instructions, and most of its futex and epoll system calls, `bench/gateway_overhead.py`).
+0.5 M of a request's 4.7 M instructions, and most of its futex and epoll system calls; docs/gateway.md).
 Such a write takes this process's write lock only if it is free and runs with SQLite's busy timeout at 0, so it
 never waits for another thread or process: when either holds the lock it raises `trio.WouldBlock` (nothing was
 written; a transaction begun is rolled back) and the caller runs it in a worker thread as before. What the write
