@@ -13,7 +13,10 @@ proxy in front of the same mock (installed by this script into its own virtual e
 The load generator is a raw keep-alive HTTP/1.1 client (asyncio), one connection per concurrent client, so its
 own cost stays small. For each target and concurrency: p50/p99 latency, requests/s, the server's CPU per request
 (from /proc, gateway or LiteLLM process only), then the gateway's added p50/p99 over direct and its throughput
-ratio over LiteLLM. Targets (issue 5): added p50 <= 1 ms; >= 3x LiteLLM's requests/s.
+ratio over LiteLLM. Targets (issue 5): added p50 <= 1 ms; >= 3x LiteLLM's requests/s (issue 11: >= 10x, and at
+most 0.8 ms of gateway CPU per request). `--baseline-root DIR` adds the gateway of another checkout ("gateway-base",
+e.g. `git archive` of an older commit, SQLite store of its own) to the same run, interleaved with the others, and
+prints its added p50 and CPU per request beside this checkout's.
 
 The same gateway also runs a second time, its store on PostgreSQL ("gateway-pg": a schema of its own in the
 database of --postgres, default postgresql://127.0.0.1:5432/test, dropped at the end; usage spool in the temporary
@@ -238,6 +241,8 @@ def _postgres_schema(url: str, drop: str | None = None) -> str:
 
 def _key(state: str, target: str) -> str:
     """The API key for `target` (each gateway has its own store)."""
+    if target == "gateway-base":
+        return Path(state, "base", "key").read_text()
     return Path(state, "key-pg" if target == "gateway-pg" else "key").read_text()
 
 
@@ -283,7 +288,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=1, help="gaps scenario: also a gateway with N workers")
     parser.add_argument("--no-naive", action="store_true", help="gaps scenario: leave out the naive relay")
     parser.add_argument("--baseline-root", default=None,
-                        help="gaps scenario: also the gateway of this checkout (a before/after in one run)")
+                        help="also the gateway of this checkout (gateway-base: a before/after in one run)")
     args = parser.parse_args()
     if args.token_gap_ms is not None:
         import gateway_gaps
@@ -311,6 +316,15 @@ def main() -> None:
         if pg_url is not None:
             _wait_http(pg_port, "/health", 30)
             targets.append(("gateway-pg", pg_port, processes[2].pid))
+        if args.baseline_root:  # the same gateway from another checkout (e.g. `git archive <commit>`), same run
+            base_port = _free_port()
+            Path(state, "base").mkdir()
+            base = subprocess.Popen([sys.executable, str(Path(args.baseline_root, "bench", "gateway_overhead.py")),
+                                     "gateway", str(base_port), str(mock_port), str(Path(state, "base"))],
+                                    cwd=args.baseline_root, stderr=subprocess.DEVNULL)
+            processes.append(base)
+            _wait_http(base_port, "/health", 30)
+            targets.append(("gateway-base", base_port, base.pid))
         if not args.no_litellm:
             litellm = start_litellm(litellm_port, mock_port, state)
             processes.append(litellm)
@@ -333,6 +347,13 @@ def main() -> None:
                 r = results[name, concurrency]
                 print(f"{name:8} {concurrency:4d} {r['rps']:8.0f} {r['p50']:8.2f} {r['p99']:8.2f} "
                       f"{r['cpu_ms']:10.2f} {r['errors']:6d}")
+        if args.baseline_root:
+            print("\nconc  added p50 ms gateway / gateway-base   cpu ms/req gateway / gateway-base   req/s ratio")
+            for concurrency in levels:
+                g, b, d = (results[name, concurrency] for name in ("gateway", "gateway-base", "direct"))
+                print(f"{concurrency:4d}  {g['p50'] - d['p50']:8.2f} / {b['p50'] - d['p50']:5.2f}"
+                      f"   {g['cpu_ms']:14.2f} / {b['cpu_ms']:5.2f} = {g['cpu_ms'] / b['cpu_ms']:4.2f}x"
+                      f"   {g['rps'] / b['rps']:11.2f}")
         print("\nconc  gateway added p50/p99 ms   gateway/direct req/s   gateway/litellm req/s   litellm added p50 ms")
         for concurrency in levels:
             g, d = results["gateway", concurrency], results["direct", concurrency]

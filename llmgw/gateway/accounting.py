@@ -1,9 +1,10 @@
 """The gateway's accounting: its calls into the store (`Accounting`), estimating a request's tokens and cost
 before it runs, and the `x-ratelimit-*` headers.
 
-`Accounting` runs every store call off the event loop and every usage record through the durable spool
-(`llmgw.store.boundary`): a store that is locked, slow or down costs a request its admission (503 with
-Retry-After) only when the request needs the store to be admitted, never an answer or a usage record.
+`Accounting` runs every store call that may wait off the event loop (a SQLite write that need not wait runs on it,
+`llmgw.store.boundary`) and every usage record through the durable spool: a store that is locked, slow or down
+costs a request its admission (503 with Retry-After) only when the request needs the store to be admitted, never
+an answer or a usage record.
 
 Estimate (reserved before admitting): prompt characters / 4 (chat: the text of every message plus
 MESSAGE_OVERHEAD tokens per message and REPLY_PRIMING for the reply's header, as chat templates add them;

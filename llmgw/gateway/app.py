@@ -9,8 +9,8 @@ the body may be over 1 MiB, the project's concurrency slots (`early_slots`; a 42
 -> project allowlist -> serving stopped? -> ready replicas? -> quota reservation (store; `limits`: the engine is
 held to the reserved max_tokens when tokens or budget are limited) -> forward and relay (proxying; an internal
 replica gets the catalog name as `model`) -> settle with the real usage and record it (spooled, then one store
-transaction, waited for at most `settle_wait` before the response ends). Store calls run in worker threads
-(accounting.Accounting). The concurrency slot is released on success, error, cancellation and client disconnect.
+transaction, waited for at most `settle_wait` before the response ends). Store calls that may wait run in worker
+threads; SQLite writes that need not wait run on the event loop (accounting.Accounting, llmgw.store.boundary). The concurrency slot is released on success, error, cancellation and client disconnect.
 A request whose body reached an engine is billed its prompt (estimated when the engine's usage never came) even if
 the client left before the answer.
 

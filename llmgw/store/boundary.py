@@ -11,7 +11,11 @@ then asks the store to write it in a worker thread and waits at most `settle_wai
 Settlements, and reservations (`reserve`), are written in group commits (`grouping.Groups`): while one group is
 written (one transaction, `Store.apply_settlements`, `Store.reserve_many`), the calls that arrive queue, and go
 together as the next group; alone, one is written at once. Under concurrency this saves worker-thread hops and
-(PostgreSQL) round trips per request (docs/store.md). If the
+(PostgreSQL) round trips per request (docs/store.md). A store that can write without waiting (`call_nowait`:
+SQLite, when no other thread or process holds its write lock) has each group written on the event loop's own
+thread instead, with the calls made in the same scheduler pass (`Groups`' `write_nowait`): no worker-thread hop
+(two per request, most of a request's futex and epoll system calls); when it would wait, the group goes to a
+worker thread as above. If the
 store has not committed by then (locked, down, or failing), the spool is fsync'd and `settle` returns False: the
 caller answers its client anyway. `run` (a background task) writes what the spool still holds: at start (what a
 crashed process left) and every `retry_interval` seconds (doubling up to MAX_RETRY_INTERVAL while the store
@@ -65,8 +69,13 @@ class StoreBoundary:
         self.limiter = trio.CapacityLimiter(threads)
         self.last_error: str | None = None
         self.spooled = 0  # settlements left to `run` since start
-        self._settles: Groups[str, bool] = Groups(self._write_settlements, limit=GROUP_LIMIT, abandon=True)
-        self._reservations: Groups = Groups(self._write_reservations, limit=GROUP_LIMIT, abandon=False)
+        nowait = getattr(store, "call_nowait", None) is not None
+        self._settles: Groups[str, bool] = Groups(
+            self._write_settlements, limit=GROUP_LIMIT, abandon=True,
+            write_nowait=self._write_settlements_nowait if nowait else None)
+        self._reservations: Groups = Groups(
+            self._write_reservations, limit=GROUP_LIMIT, abandon=False,
+            write_nowait=self._write_reservations_nowait if nowait else None)
 
     async def call(self, function: Callable[..., T], *args: Any) -> T:
         """`function(*args)` (a method of the store) in a worker thread; a checkpoint.
@@ -112,6 +121,10 @@ class StoreBoundary:
                   spool_error, self.last_error, encode_settlement(settlement).decode().strip())
         return False
 
+    def _write_settlements_nowait(self, entry_ids: list[str]) -> list[bool]:
+        taken = self.store.call_nowait(self._apply, entry_ids)
+        return [entry_id in taken for entry_id in entry_ids]
+
     async def _write_settlements(self, entry_ids: list[str]) -> list[bool]:
         taken = await trio.to_thread.run_sync(self._apply, entry_ids, limiter=self.limiter, abandon_on_cancel=True)
         return [entry_id in taken for entry_id in entry_ids]
@@ -134,6 +147,9 @@ class StoreBoundary:
 
     async def _write_reservations(self, requests: list) -> list:
         return await trio.to_thread.run_sync(self.store.reserve_many, requests, limiter=self.limiter)
+
+    def _write_reservations_nowait(self, requests: list) -> list:
+        return self.store.call_nowait(self.store.reserve_many, requests)
 
     def _apply(self, entry_ids: list[str]) -> set[str]:
         """(Worker thread.) Write the spooled entries `entry_ids` to the store in order, in groups of at most

@@ -1,6 +1,7 @@
 """`Groups`: store calls that arrive while one group is being written wait, and go together as the next group.
 
-A group commit: each group is one call of `write(items)` (one worker thread, one store transaction), so under
+A group commit: each group is one call of `write(items)` (one worker thread, one store transaction; or, when the
+store can write without waiting, `write_nowait` on the event loop's thread: no thread at all), so under
 concurrency a request costs a fraction of a thread hop and of a database round trip; a call that finds no group
 being written is written at once, as a group of one, so a lone request waits for nothing. One group is written at
 a time per key: items are grouped by `key` (at most `limit` per group), and groups of different keys are written at
@@ -48,11 +49,19 @@ class Groups(Generic[Item, Outcome]):
     `write(items)` (async, e.g. a worker thread) returns one outcome per item, in order, or raises: an LlmgwError
     then reaches every caller of that group; any other exception (a bug) reaches the group's writer, and its other
     callers get Abandoned. `limit`: items per group at most.
+
+    `write_nowait(items)` (optional, synchronous): the same write done at once on the event loop's thread, or
+    trio.WouldBlock (nothing written) when it would wait; `write` then writes the group. With it, a group's writer
+    first passes the scheduler once (shielded from cancellation), so that the calls made by the other tasks that
+    run in that pass (those woken by the same events, say) join its group: one transaction for what arrived
+    together, as the worker thread's time did. (trio's count of runnable tasks cannot tell whether any will: the
+    tasks of the batch being run are not in it.)
     """
 
     def __init__(self, write: Callable[[list[Item]], Awaitable[Sequence[Outcome]]], *, limit: int,
-                 abandon: bool) -> None:
+                 abandon: bool, write_nowait: Callable[[list[Item]], Sequence[Outcome]] | None = None) -> None:
         self._write = write
+        self._write_nowait = write_nowait
         self.limit = limit
         self.abandon = abandon
         self.groups = 0  # groups written since start
@@ -90,13 +99,22 @@ class Groups(Generic[Item, Outcome]):
         return entry.outcome
 
     async def _write_group(self, key: Hashable) -> None:
-        group = [entry for entry in self._queued if entry.key == key][:self.limit]
-        taken = set(map(id, group))
-        self._queued = [entry for entry in self._queued if id(entry) not in taken]
         self._writing[key] = finished = trio.Event()
         try:
+            if self._write_nowait is not None:  # the calls of this scheduler pass join the group (class docstring)
+                await trio.lowlevel.cancel_shielded_checkpoint()
+            group = [entry for entry in self._queued if entry.key == key][:self.limit]
+            taken = set(map(id, group))
+            self._queued = [entry for entry in self._queued if id(entry) not in taken]
             try:
-                outcomes = await self._write([entry.item for entry in group])
+                outcomes = None
+                if self._write_nowait is not None:
+                    try:
+                        outcomes = self._write_nowait([entry.item for entry in group])
+                    except trio.WouldBlock:
+                        pass
+                if outcomes is None:
+                    outcomes = await self._write([entry.item for entry in group])
             except LlmgwError as exc:  # every caller of the group gets it (a bug propagates from the writer only)
                 for entry in group:
                     entry.error, entry.done = exc, True

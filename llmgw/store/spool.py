@@ -1,7 +1,10 @@
 """`UsageSpool`: settlements kept in an append-only file until the store has them, so none is lost or doubled.
 
 A settlement (a request's usage record and the closing of its quota reservation, `records.Settlement`) is
-appended to the spool BEFORE the store is asked to write it, and marked done AFTER the store committed it. Its
+appended to the spool BEFORE the store is asked to write it, and marked done AFTER the store committed it. The
+done mark is written with the next line the spool writes (or at `close`), not on its own: one write(2) per
+request instead of two; a mark that a crash kept from the file only makes the next opening hand its entry to the
+store again, which writes it at most once (below). Its
 `entry_id` is the idempotency id: the store writes an id at most once (`Store.apply_settlement`), so an entry
 replayed after a crash between the store's commit and the done mark is not counted twice, and an entry the
 store never received is written when the spool is opened again. Exactly once, in both crash windows.
@@ -102,6 +105,7 @@ class UsageSpool:
         self._pending: dict[str, Settlement] = {}
         self._open: dict[str, Settlement] = {}  # requests in flight now (`open_entry`), kept through compaction
         self._claimed: set[str] = set()
+        self._marks: list[bytes] = []  # done marks not in the file yet: written with the next line (`_write`)
         self.damaged_lines = 0
         try:
             self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -181,11 +185,12 @@ class UsageSpool:
             return self._pending[entry_id]
 
     def finish(self, entry_id: str, done: bool) -> None:
-        """End a claim: `done` True (the store has the entry) marks it done in the file; False leaves it pending."""
+        """End a claim: `done` True (the store has the entry) marks it done (in the file with the next line written,
+        see the module docstring); False leaves it pending."""
         with self._lock:
             self._claimed.discard(entry_id)
             if done and self._pending.pop(entry_id, None) is not None:
-                self._write(json.dumps({"done": entry_id}).encode() + b"\n")
+                self._marks.append(b'{"done":' + json.dumps(entry_id).encode() + b'}\n')
                 if self._size > self.compact_bytes:
                     self._compact()
 
@@ -203,13 +208,21 @@ class UsageSpool:
                     "damaged_lines": self.damaged_lines, "open": len(self._open), "abandoned": self.abandoned}
 
     def close(self) -> None:
-        """Close the file (pending entries stay in it for the next opening)."""
+        """Write the done marks not yet in the file, and close it (pending entries stay in it for the next opening)."""
         with self._lock:
             if self._fd >= 0:
+                if self._marks:
+                    try:
+                        self._write(b"")
+                    except StoreError as exc:  # the entries are handed to the store again at the next opening
+                        log.warning("%s", exc)
                 os.close(self._fd)
                 self._fd = -1
 
     def _write(self, line: bytes) -> None:
+        """One write(2) of `line` and the done marks waiting to be written (`_marks`)."""
+        if self._marks:
+            line += b"".join(self._marks)
         try:
             written = os.write(self._fd, line)
         except OSError as exc:
@@ -218,6 +231,7 @@ class UsageSpool:
             os.ftruncate(self._fd, self._size)
             raise StoreError(f"Cannot write the usage spool {self.path}: the disk is full; free disk space.")
         self._size += written
+        self._marks.clear()
 
     def _compact(self) -> None:
         """Rewrite the file with only the pending entries (temporary file, fsync, rename, fsync the directory)."""
@@ -242,3 +256,4 @@ class UsageSpool:
         fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         os.close(old)
         self._size = len(data)
+        self._marks.clear()  # their entries are not in the rewritten file

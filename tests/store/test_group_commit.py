@@ -94,12 +94,25 @@ def test_an_empty_group_and_a_group_of_empty_settlements_write_nothing(store) ->
     assert store.recent_usage() == []
 
 
+class _Waiting:
+    """A real store whose every call may wait (as a PostgreSQL store's do): it has no `call_nowait`, so the boundary
+    runs its calls in worker threads, in groups."""
+
+    call_nowait = None
+
+    def __init__(self, store) -> None:
+        self.store = store
+
+    def __getattr__(self, name):
+        return getattr(self.store, name)
+
+
 async def test_settles_that_arrive_while_a_group_is_written_go_together_as_the_next_group(store, tmp_path) -> None:
     """Twenty settles at once: the first is written alone, the nineteen that queued behind it as one group; each
     settle hears that its own settlement was taken, and every usage row and slot is written or freed once."""
     scopes = [("project:chat", Quota(concurrent_requests=20, tokens_per_minute=100_000))]
     reservations = [store.reserve(scopes, 100, 0.0, NOW) for _ in range(20)]
-    boundary = StoreBoundary(store, UsageSpool(tmp_path / "spool"))
+    boundary = StoreBoundary(_Waiting(store), UsageSpool(tmp_path / "spool"))
     taken: list[bool] = []
 
     async def settle(index: int) -> None:
@@ -137,18 +150,15 @@ def test_a_group_of_reservations_admits_exactly_what_one_by_one_admits(store) ->
     assert later[1].limit_name == "requests_per_minute"
 
 
-class _GatedStore:
+class _GatedStore(_Waiting):
     """A real store whose `reserve_many` first waits for its gate (one threading.Event per call, in order) to open:
     to hold a group while it is being written."""
 
     def __init__(self, store, calls: int) -> None:
-        self.store = store
+        super().__init__(store)
         self.gates = [threading.Event() for _ in range(calls)]
         self.groups: list[int] = []
         self.lock = threading.Lock()
-
-    def __getattr__(self, name):
-        return getattr(self.store, name)
 
     def reserve_many(self, requests):
         with self.lock:

@@ -40,17 +40,21 @@ CRASHING = textwrap.dedent("""
     spool.append(entry)
     if stage == "after-store":
         open_store(store_url).apply_settlement(entry)  # committed, but the spool never hears of it
+    elif stage == "marked-done":  # committed and marked done, the mark waiting for the spool's next line
+        spool.claim(entry.entry_id)
+        open_store(store_url).apply_settlement(entry)
+        spool.finish(entry.entry_id, done=True)
     os.kill(os.getpid(), signal.SIGKILL)
 """)
 
 
-@pytest.mark.parametrize("stage", ["before-store", "after-store"])
+@pytest.mark.parametrize("stage", ["before-store", "after-store", "marked-done"])
 def test_a_settlement_spooled_before_a_sigkill_lands_in_the_store_exactly_once(store, tmp_path: Path,
                                                                                stage: str) -> None:
     spool_dir = tmp_path / "spool"
     crashed = subprocess.run([sys.executable, "-c", CRASHING, store.url, str(spool_dir), stage], timeout=60)
     assert crashed.returncode == -signal.SIGKILL
-    assert len(store.recent_usage()) == (1 if stage == "after-store" else 0)
+    assert len(store.recent_usage()) == (0 if stage == "before-store" else 1)
 
     spool = UsageSpool(spool_dir)
     assert [s.entry_id for s in spool.pending()] == ["stl_crash"]
@@ -126,6 +130,24 @@ def test_entries_marked_done_are_not_pending_after_reopening(tmp_path: Path) -> 
     assert spool.claim("stl_b") is None  # done
     spool.close()
     assert [s.entry_id for s in UsageSpool(tmp_path).pending()] == ["stl_a", "stl_c"]
+
+
+def test_a_done_mark_is_written_with_the_next_line_and_the_last_ones_at_close(tmp_path: Path) -> None:
+    """One write per settlement: an entry's done mark waits for the spool's next line (or its closing)."""
+    path = tmp_path / "usage.spool"
+    spool = UsageSpool(tmp_path)
+    spool.append(settlement("stl_a"))
+    size = path.stat().st_size
+    spool.claim("stl_a")
+    spool.finish("stl_a", done=True)
+    assert path.stat().st_size == size and spool.pending() == []
+    spool.append(settlement("stl_b"))
+    assert [decode_line(line) for line in path.read_bytes().splitlines()[1:]] == [settlement("stl_b"), "stl_a"]
+    spool.claim("stl_b")
+    spool.finish("stl_b", done=True)
+    spool.close()
+    assert decode_line(path.read_bytes().splitlines()[-1]) == "stl_b"
+    assert UsageSpool(tmp_path).pending() == []
 
 
 def test_a_grown_spool_is_rewritten_with_only_its_pending_entries(tmp_path: Path) -> None:
