@@ -392,6 +392,10 @@ class ControlPlane:
                 self.admin_port = await nursery.start(serve_admin, self, admin.host, admin.port)
                 self.admin_url = f"http://{_url_host(admin.host)}:{self.admin_port}"
                 if self.config.gateway:
+                    # the table of the settings read (the watcher's news reaches the loop's state only once the
+                    # loop runs), before any request: workers started on an empty table and answered 403
+                    # project_unknown until the first rebuild reached them
+                    self._rebuild_table(replace(self.loop.state, watch=self.watcher.state))
                     self.gateway_port = await self._start_gateway(nursery, store, cluster, gateway, request_tracing,
                                                                   trace_endpoint, trace_requests)
                     self.gateway_url = f"http://{_url_host(gateway.host)}:{self.gateway_port}"

@@ -9,6 +9,7 @@ they reserved, the store's quota windows agree with the usage records, and the c
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import os
 import secrets
 import signal
@@ -78,17 +79,17 @@ def store_url(request, tmp_path):
         conn.execute(f"DROP SCHEMA {schema} CASCADE")
 
 
-@pytest.fixture
-def served(tmp_path, store_url):
-    """(gateway base URL, state dir, server process, processes) of `llmgw server` with `workers: 2` in front of the
-    stand-in (50 ms between streamed tokens), on the store of `store_url`."""
+@contextlib.contextmanager
+def workers_server(tmp_path: Path, store_url: str, gateway_port: int = 0):
+    """(server process, processes, engine port) of `llmgw server` with `workers: 2` on `gateway_port` in front of the
+    stand-in (50 ms between streamed tokens), on the store of `store_url`; stopped at the end."""
     engine_port = free_port()
     log = open(tmp_path / "engine.log", "wb")
     engine = subprocess.Popen([sys.executable, str(FAKE_SERVER), "--host", "127.0.0.1", "--port", str(engine_port),
                                "-a", "tiny", "--fake-token-delay", "0.05"], stdout=log, stderr=subprocess.STDOUT)
     seed = write_seed(tmp_path / "seed", "tiny", MODEL_YAML.format(port=engine_port))
-    text = (seed / "llmgw.yaml").read_text().replace("gateway: {host: 127.0.0.1, port: 0}",
-                                                     "gateway: {host: 127.0.0.1, port: 0, workers: 2}")
+    text = (seed / "llmgw.yaml").read_text().replace(
+        "gateway: {host: 127.0.0.1, port: 0}", f"gateway: {{host: 127.0.0.1, port: {gateway_port}, workers: 2}}")
     (seed / "llmgw.yaml").write_text(text)
     (seed / "projects.yaml").write_text(PROJECTS_YAML)
     repo, state = tmp_path / "settings.git", tmp_path / "state"
@@ -97,14 +98,49 @@ def served(tmp_path, store_url):
     try:
         server = procs.spawn("server", "server", "--repo", str(repo), "--state", str(state), "--admin", "127.0.0.1:0",
                              "--agents", "127.0.0.1:0", "--store", store_url)
-        wait_for(lambda: "gateway      http" in (tmp_path / "server.log").read_text(), 90, "the server")
-        url = (tmp_path / "server.log").read_text().split("gateway      ", 1)[1].split()[0]
-        wait_for(lambda: httpx.get(url.removesuffix("/v1") + "/health").status_code == 200, 30, "the gateway")
-        yield url, state, server, procs
+        yield server, procs
     finally:
         procs.stop()
         engine.kill()
         engine.wait()
+
+
+@pytest.fixture
+def served(tmp_path, store_url):
+    """(gateway base URL, state dir, server process, processes) of `workers_server` once its gateway answers."""
+    with workers_server(tmp_path, store_url) as (server, procs):
+        wait_for(lambda: "gateway      http" in (tmp_path / "server.log").read_text(), 90, "the server")
+        url = (tmp_path / "server.log").read_text().split("gateway      ", 1)[1].split()[0]
+        wait_for(lambda: httpx.get(url.removesuffix("/v1") + "/health").status_code == 200, 30, "the gateway")
+        yield url, tmp_path / "state", server, procs
+
+
+def test_workers_answer_from_the_settings_from_their_first_request(tmp_path):
+    """Requests sent from the moment the workers accept connections are served by the settings' table: a fresh
+    user's trial saw 403 project_unknown from workers that had started on an empty table."""
+    store_path = tmp_path / "state" / "llmgw.sqlite3"
+    store_path.parent.mkdir(parents=True)
+    store = open_store(str(store_path))
+    try:
+        _, key = store.create_api_key("bulk")
+    finally:
+        store.close()
+    port = free_port()
+    statuses: list[int] = []
+    with workers_server(tmp_path, str(store_path), port):
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and 200 not in statuses:
+            try:
+                response = httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions", timeout=10,
+                                      headers={"Authorization": f"Bearer {key}"},
+                                      json={"model": "tiny", "messages": [{"role": "user", "content": "hi"}],
+                                            "max_tokens": 2})
+            except httpx.TransportError:  # not listening yet
+                time.sleep(0.005)
+                continue
+            statuses.append(response.status_code)
+    assert statuses and statuses[-1] == 200, statuses
+    assert 403 not in statuses, statuses
 
 
 def test_quotas_are_exact_and_usage_complete_across_two_workers_with_one_killed(served, store_url):
