@@ -2,7 +2,8 @@
 line.
 
 Exit codes: validate 0 valid (warnings may be printed: e.g. keys accepted, not acted on yet), 1 invalid (every error on stderr, one per line as
-`file:line:column: key.path: reason`). diff follows `terraform plan -detailed-exitcode`: 0 no change,
+`file:line:column: key.path: reason`), 2 used wrongly (the directory is no settings tree, does not exist, or no
+repository holds the revision). diff follows `terraform plan -detailed-exitcode`: 0 no change,
 2 changes, 1 error; below the changes it names each changed key the control plane reads only when it starts
 (listeners, gateway workers, store, tracing: `llmgw.settings.RESTART_ONLY`) with "run `llmgw restart`" (--json:
 "restart_only", their llmgw.yaml paths).
@@ -22,6 +23,7 @@ from llmgw.settings import (
     DEFAULT_BRANCH, Settings, diff_settings, discover_repository, init_repository, install_hooks, is_not_acted_on,
     load_commit, load_directory, restart_only_changes,
 )
+from llmgw.settings.reading import open_repository, resolve_commit
 
 
 def _discover(repo: str | None) -> str:
@@ -32,10 +34,39 @@ def _discover(repo: str | None) -> str:
     return found
 
 
+# Given instead of a settings tree (a source checkout of llmgw, a home directory), say so once, not once per file.
+_WHAT_TO_GIVE = ("give the settings repository's directory (llmgw validate PATH; `llmgw repo init` makes one), or a "
+                 "revision with --repo (`llmgw up` keeps its settings in .state/settings.git)")
+
+
+def _names_revision(target: str) -> bool:
+    """Whether the git repository around the current directory has a commit `target` (a branch such as origin/main)."""
+    found = discover_repository(os.getcwd())
+    if found is None:
+        return False
+    try:
+        resolve_commit(open_repository(found), target)
+    except SettingsError:
+        return False
+    return True
+
+
 def _load(target: str, repo: str | None) -> Settings:
-    """A directory when `target` is one (and --repo was not given), else a revision of the repository."""
-    if repo is None and Path(target).is_dir():
-        return load_directory(target)
+    """A directory when `target` is one (and --repo was not given), else a revision of the repository.
+
+    Raises: UsageError when the directory holds neither llmgw.yaml nor catalog/ (it is no settings tree), or when
+    `target` looks like a path (has a "/") that does not exist and names no revision.
+    """
+    if repo is None:
+        path = Path(target)
+        if path.is_dir():
+            if not (path / "llmgw.yaml").exists() and not (path / "catalog").is_dir():
+                raise UsageError(f"{target}: is not a settings tree (it has no llmgw.yaml and no catalog/); {_WHAT_TO_GIVE}")
+            return load_directory(target)
+        if path.exists():
+            raise UsageError(f"{target}: is a file, not a directory; {_WHAT_TO_GIVE}")
+        if ("/" in target or os.sep in target) and (target.startswith(("/", "./", "../", "~")) or not _names_revision(target)):
+            raise UsageError(f"{target}: no such directory; {_WHAT_TO_GIVE}")
     return load_commit(_discover(repo), target)
 
 
@@ -63,9 +94,12 @@ def _not_acted_on_json(issues) -> list[dict]:
               help='Print {"valid", "commit", "models", "projects", "issues": [{file, line, column, key, reason, '
                    'severity, text}], "not_acted_on": [{file, line, column, key}]} on stdout.')
 def validate_cmd(target: str, repo: str | None, as_json: bool) -> None:
-    """Check a settings tree (directory, default .) or a commit (REV with --repo); exit 1 listing every error."""
+    """Check a settings tree (directory, default .) or a commit (REV with --repo); exit 1 listing every error,
+    2 when TARGET is no settings tree, no directory and no revision."""
     try:
         settings = _load(target, repo)
+    except UsageError as exc:
+        raise click.UsageError(str(exc)) from exc
     except SettingsError as exc:
         if as_json:
             click.echo(json.dumps({"valid": False, "issues": [_issue_json(i) for i in exc.issues],
