@@ -71,7 +71,10 @@ time) above the engines' hits (218 x 128 = 27904 > 25216 tokens) counts blocks e
 between the decision and the prefill. The oracle's 49 timed-out waits (5 s each, clients waiting together: why its
 runs take longer) are finished requests whose blocks never showed in the mirror and after which that engine sent
 nothing more until the wait ended; not diagnosed here (blocks vLLM did not store or a gap in the mirror), and they
-affect precise and oracle alike, since both read the same mirror.
+affect precise and oracle alike, since both read the same mirror. The bench now prints where the first few such
+requests' blocks were in the mirror ("waited for:"). A shorter run (13:46 UTC, one round of 48 requests, load 4.4)
+had no timed-out wait and gave precise 8832, oracle 9344, round robin 5376 hit tokens: precise/oracle 0.945, under
+the target: one run of 48 requests swings by as much as the runs above (-3 % to +9 %), so compare several rounds.
 """
 
 from __future__ import annotations
@@ -146,6 +149,7 @@ class RunStats:
     per_replica: dict[str, int] = field(default_factory=dict)
     mirror_matched: int = 0  # blocks the chosen replica's mirror held at decision time (leading run)
     waits_timed_out: int = 0
+    stuck: list[str] = field(default_factory=list)  # why some timed-out waits waited (the first few)
     seconds: float = 0.0
 
 
@@ -283,6 +287,8 @@ async def run_policy(policy: str, tag: str, plan: list[tuple[int, str]], systems
                     while not settled():
                         await trio.sleep(0.01)
                 stats.waits_timed_out += scope.cancelled_caught
+                if scope.cancelled_caught and len(stats.stuck) < 6:
+                    stats.stuck += [explain(by_id[rid], blocks) for rid, blocks, _ in pending[:2]]
             held = {r.route.replica_id: r.listener.blocks.held() for r in replicas}
             choice = choose_by_blocks(routes, outstanding, held, blocks, rotation=counter[0])
             counter[0] += 1
@@ -335,6 +341,16 @@ async def wait_for_events(client: httpx.AsyncClient, replicas: list[Replica], sy
                         await trio.sleep(0.05)
 
 
+def explain(replica: Replica, blocks: list[int]) -> str:
+    """Where a finished request's blocks are in `replica`'s mirror: held (full-attention), per group."""
+    mirror = replica.listener.blocks
+    held = mirror.held()
+    groups = " ".join(f"g{g}({mirror.kinds.get(g, '?')[:4]}):{sum(b in hashes for b in blocks)}"
+                      for g, hashes in sorted(mirror.groups.items(), key=lambda item: str(item[0])))
+    return (f"{replica.route.replica_id}: {sum(b in held for b in blocks)}/{len(blocks)} held; {groups}; "
+            f"{mirror.block_size=} {mirror.resets=}")
+
+
 def percent(part: float, whole: float) -> str:
     return f"{100 * part / whole:.1f}%" if whole else "-"
 
@@ -366,6 +382,7 @@ async def bench(args: argparse.Namespace, started: list[tuple[str, int, Path]]) 
                 total.prompt_tokens += stats.prompt_tokens
                 total.mirror_matched += stats.mirror_matched
                 total.waits_timed_out += stats.waits_timed_out
+                total.stuck += stats.stuck
                 total.seconds += stats.seconds
                 for key, value in stats.kinds.items():
                     total.kinds[key] = total.kinds.get(key, 0) + value
@@ -393,6 +410,8 @@ def report(args: argparse.Namespace, totals: dict[str, RunStats], per_round: lis
     print("\nper run: " + "; ".join(per_round))
     oracle, precise, floor = totals["oracle"], totals["precise"], totals["round-robin"]
     print(f"oracle waits timed out: {oracle.waits_timed_out}")
+    for line in oracle.stuck:
+        print(f"  waited for: {line}")
     if oracle.hits:
         ratio = precise.hits / oracle.hits
         print(f"precise / oracle hit tokens: {ratio:.3f} (target >= 0.95: {'met' if ratio >= 0.95 else 'NOT met'})"
