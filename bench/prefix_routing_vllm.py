@@ -72,7 +72,15 @@ between the decision and the prefill. The oracle's 49 timed-out waits (5 s each,
 runs take longer) are finished requests whose blocks never showed in the mirror and after which that engine sent
 nothing more until the wait ended; not diagnosed here (blocks vLLM did not store or a gap in the mirror), and they
 affect precise and oracle alike, since both read the same mirror. The bench now prints where the first few such
-requests' blocks were in the mirror ("waited for:"). A shorter run (13:46 UTC, one round of 48 requests, load 4.4)
+requests' blocks were in the mirror ("waited for:"). A third run with the defaults (13:52 UTC, load 3.0 before,
+7.0 after, 480 s) gave precise 25088 (52.3%), oracle 25600 (53.4%), round robin 13952 (28.9%) hit tokens:
+precise/oracle 0.980, met; 33 timed-out waits, whose requests' blocks were missing from the mirror's
+full-attention group (e.g. "0/2 held; g0..g3 sliding 2,2,2,1, g4 0, g5 full 0") right after vLLM had served them.
+The likely cause, from vLLM 0.32's source: vLLM does not de-duplicate cached blocks (`BlockHashToBlockMap`, "NOTE
+#1"), so two requests computing the same prefix at once each store a block with the same hash, and evicting one
+sends BlockRemoved for the hash while the other still holds it; llmgw's mirror (`KvBlocks`, a set of hashes per
+group) then forgets a block the engine holds. Not fixed here (it needs a count per hash in `KvBlocks`); it costs
+precise and oracle alike. A shorter run (13:46 UTC, one round of 48 requests, load 4.4)
 had no timed-out wait and gave precise 8832, oracle 9344, round robin 5376 hit tokens: precise/oracle 0.945, under
 the target: one run of 48 requests swings by as much as the runs above (-3 % to +9 %), so compare several rounds.
 """
