@@ -79,8 +79,8 @@ full-attention group (e.g. "0/2 held; g0..g3 sliding 2,2,2,1, g4 0, g5 full 0") 
 The likely cause, from vLLM 0.32's source: vLLM does not de-duplicate cached blocks (`BlockHashToBlockMap`, "NOTE
 #1"), so two requests computing the same prefix at once each store a block with the same hash, and evicting one
 sends BlockRemoved for the hash while the other still holds it; llmgw's mirror (`KvBlocks`, a set of hashes per
-group) then forgets a block the engine holds. Not fixed here (it needs a count per hash in `KvBlocks`); it costs
-precise and oracle alike. A shorter run (13:46 UTC, one round of 48 requests, load 4.4)
+group) then forgot a block the engine held. It cost precise and oracle alike. Fixed after these runs: `KvBlocks`
+counts the copies of a hash (`copies`) and keeps it held until its last block is removed. A shorter run (13:46 UTC, one round of 48 requests, load 4.4)
 had no timed-out wait and gave precise 8832, oracle 9344, round robin 5376 hit tokens: precise/oracle 0.945, under
 the target: one run of 48 requests swings by as much as the runs above (-3 % to +9 %), so compare several rounds.
 """

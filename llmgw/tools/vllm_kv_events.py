@@ -225,10 +225,14 @@ class KvBlocks:
     not say) to the block hashes held in it; `kinds` maps a group to its spec kind as last reported. `last_seq` is
     the sequence number of the last batch applied (None: none yet); `resets` counts how often the mirror was
     emptied (a sequence gap or restart, AllBlocksCleared); `block_size` the tokens per block of the last
-    BlockStored (0: none seen)."""
+    BlockStored (0: none seen). `copies` maps a group to the hashes held by more than one block, with how many
+    blocks beyond the first: vLLM does not de-duplicate cached blocks (vllm/v1/core/block_pool.py, 0.32, "NOTE #1"),
+    so two requests that fill the same prefix at once each store a block of the same hash, each stored and later
+    removed with its own event; a hash stays held until its last block is removed."""
 
     groups: Mapping[int | None, frozenset[int]] = field(default_factory=lambda: MappingProxyType({}))
     kinds: Mapping[int | None, str] = field(default_factory=lambda: MappingProxyType({}))
+    copies: Mapping[int | None, Mapping[int, int]] = field(default_factory=lambda: MappingProxyType({}))
     last_seq: int | None = None
     resets: int = 0
     block_size: int = 0
@@ -251,14 +255,19 @@ class KvBlocks:
         restarted and counts from 0 again) first empties the mirror: what was missed cannot be known. Pure."""
         groups = dict(self.groups)
         kinds = dict(self.kinds)
+        copies = {group: dict(extra) for group, extra in self.copies.items()}
         resets, size = self.resets, self.block_size
         if self.last_seq is not None and batch.seq != self.last_seq + 1:
-            groups, kinds, resets = {}, {}, resets + 1
+            groups, kinds, copies, resets = {}, {}, {}, resets + 1
         for event in batch.events:
             if isinstance(event, AllBlocksCleared):
-                groups, resets = {}, resets + 1
+                groups, copies, resets = {}, {}, resets + 1
             elif isinstance(event, BlockStored):
-                groups[event.group_idx] = groups.get(event.group_idx, frozenset()) | set(event.block_hashes)
+                held = groups.get(event.group_idx, frozenset())
+                for again in held.intersection(event.block_hashes):
+                    extra = copies.setdefault(event.group_idx, {})
+                    extra[again] = extra.get(again, 0) + 1
+                groups[event.group_idx] = held | set(event.block_hashes)
                 size = event.block_size
                 if event.spec_kind:
                     kinds[event.group_idx] = event.spec_kind
@@ -266,6 +275,23 @@ class KvBlocks:
                 targets = [event.group_idx] if event.group_idx is not None else list(groups)
                 for group in targets:
                     if group in groups:
-                        groups[group] = groups[group] - set(event.block_hashes)
-        return KvBlocks(groups=MappingProxyType(groups), kinds=MappingProxyType(kinds), last_seq=batch.seq,
-                        resets=resets, block_size=size)
+                        groups[group] = groups[group] - _last_copies(copies.get(group), event.block_hashes)
+        return KvBlocks(groups=MappingProxyType(groups), kinds=MappingProxyType(kinds),
+                        copies=MappingProxyType({g: MappingProxyType(e) for g, e in copies.items() if e}),
+                        last_seq=batch.seq, resets=resets, block_size=size)
+
+
+def _last_copies(extra: dict[int, int] | None, removed: Sequence[int]) -> set[int]:
+    """Of the hashes in one BlockRemoved, those whose last block it removes; the others lose one copy in `extra`."""
+    if not extra:
+        return set(removed)
+    gone = set()
+    for block_hash in removed:
+        count = extra.get(block_hash, 0)
+        if count > 1:
+            extra[block_hash] = count - 1
+        elif count == 1:
+            del extra[block_hash]
+        else:
+            gone.add(block_hash)
+    return gone

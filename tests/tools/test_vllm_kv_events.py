@@ -115,6 +115,23 @@ def test_removed_blocks_leave_the_mirror_and_a_clear_empties_it():
     assert state.held() == frozenset() and state.resets == 1
 
 
+def test_a_hash_stored_by_two_blocks_stays_held_until_both_are_removed():
+    """vLLM does not de-duplicate cached blocks: two requests that fill the same prefix at once store it twice, and
+    evicting one copy removes its hash once (bench/prefix_routing_vllm.py saw the mirror lose blocks vLLM held)."""
+    stored = {"type": "BlockStored", "block_hashes": [1, 2], "parent_block_hash": None, "token_ids": [0] * 32,
+              "block_size": 16, "group_idx": 0, "kv_cache_spec_kind": "full_attention"}
+    removed = {"type": "BlockRemoved", "block_hashes": [2], "group_idx": 0}
+    state = KvBlocks().apply(parse_message(_message([stored, dict(stored, block_hashes=[2])], seq=0)))
+    state = state.apply(parse_message(_message([removed], seq=1)))
+    assert state.held() == {1, 2}  # one of the two blocks of hash 2 is left
+    state = state.apply(parse_message(_message([removed], seq=2)))
+    assert state.held() == {1} and dict(state.copies) == {}
+    again = state.apply(parse_message(_message([dict(stored, block_hashes=[1])], seq=3)))
+    cleared = again.apply(parse_message(_message([{"type": "AllBlocksCleared"}], seq=4)))
+    refilled = cleared.apply(parse_message(_message([dict(stored, block_hashes=[1])], seq=5)))
+    assert refilled.apply(parse_message(_message([dict(removed, block_hashes=[1])], seq=6))).held() == frozenset()
+
+
 def test_a_sequence_gap_or_engine_restart_resets_the_mirror_before_the_batch():
     stored = {"type": "BlockStored", "block_hashes": [1], "parent_block_hash": None, "token_ids": [0] * 16,
               "block_size": 16}
