@@ -35,6 +35,8 @@ from llmgw.settings.model import Listener
 FIRST_KEY_MARKER = "up.first-key-created"
 DEMO_PROJECT = "demo"
 STOP_DEADLINE = 15.0
+REAP_DEADLINE = 5.0
+"""Seconds `llmgw up` waits, before re-executing itself, for the children it stopped to end (see reap_children)."""
 
 
 def cache_dir() -> Path:
@@ -240,6 +242,26 @@ async def run_up(
     return False
 
 
+def reap_children(timeout: float) -> list[int]:
+    """Reap (os.waitpid) this process's children that have ended, waiting up to `timeout` seconds for those still
+    ending; returns their pids. Called once trio.run is over, before `llmgw up` re-executes itself: an engine the
+    in-process agent adopted after its own restart is no trio Process of this image, so nothing else reaps it, and
+    the new image would keep it as a zombie until `up` exits. A child still running after `timeout` is left."""
+    deadline = time.monotonic() + timeout
+    reaped = []
+    while True:
+        try:
+            pid, _status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return reaped  # no children left
+        if pid:
+            reaped.append(pid)
+        elif time.monotonic() >= deadline:
+            return reaped
+        else:
+            time.sleep(0.05)
+
+
 def register(group: click.Group) -> None:
     """Add `llmgw up` to the command group."""
 
@@ -264,4 +286,5 @@ def register(group: click.Group) -> None:
             console=console, slurm=slurm,
         ))
         if restart:  # the same command line again, as `llmgw server` does after `llmgw restart`
+            reap_children(REAP_DEADLINE)
             os.execv(sys.executable, [sys.executable, "-m", "llmgw.cli", *sys.argv[1:]])

@@ -69,7 +69,9 @@ async def run_worker(feed_socket: socket.socket) -> None:
 
     feed = MessageStream(trio.SocketStream(trio.socket.from_stdlib_socket(feed_socket)))
     start = await feed.receive()
-    if start is None or start.get("type") != "start":
+    if start is None:
+        return  # the control plane stopped before this worker started
+    if start.get("type") != "start":
         raise FeedError(f"a gateway worker's first message must be start, not {start!r:.80}")
     store = await trio.to_thread.run_sync(lambda: open_store(start["store"], migrate=False))
     gateway = Gateway(store, RouteTable(), spool_dir=start["spool_dir"], journal=True,
@@ -88,10 +90,13 @@ async def run_worker(feed_socket: socket.socket) -> None:
         async with trio.open_nursery() as nursery:
             port = await nursery.start(lambda task_status: gateway.serve(
                 start["host"], int(start["port"]), fd=listening.detach(), task_status=task_status))
-            await feed.send({"type": "ready", "port": port, "pid": os.getpid()})
-            nursery.start_soon(_report_load, gateway, feed)
-            while (message := await feed.receive()) is not None:
-                apply_message(gateway, message)
+            try:
+                await feed.send({"type": "ready", "port": port, "pid": os.getpid()})
+                nursery.start_soon(_report_load, gateway, feed)
+                while (message := await feed.receive()) is not None:
+                    apply_message(gateway, message)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                pass  # the control plane closed the feed (it is stopping): end quietly
             nursery.cancel_scope.cancel()  # the control plane is gone
     finally:
         listening.close()

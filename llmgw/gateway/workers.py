@@ -10,7 +10,9 @@ Each worker K (0..N-1) is `python -m llmgw.gateway.worker` with one end of its o
 says what travels on it: the start message, the routing table, KV blocks, the other workers' load, /health's
 details). It serves the gateway address with a SO_REUSEPORT socket of its own; this process holds one more socket
 bound to the address (not listening) so that port 0 is resolved once and the port stays this control plane's
-while a worker restarts. A worker that ends is started again with the same K (`restarts.keep_running`: 1 s, doubling
+while a worker restarts. Workers run in process groups of their own, so a terminal's Ctrl-C (SIGINT to the
+foreground group) reaches only this process, which stops them by closing their feeds (a worker still importing
+would otherwise die with a KeyboardInterrupt traceback). A worker that ends is started again with the same K (`restarts.keep_running`: 1 s, doubling
 to 30 s while it keeps dying), so it reopens its spool `spool_root/worker-K` and writes what the dead one left:
 completed requests' usage and, from its journal, what the requests it had in flight reserved.
 
@@ -187,7 +189,7 @@ class GatewayWorkers:
         try:
             process = await trio.lowlevel.open_process(
                 [sys.executable, "-m", "llmgw.gateway.worker", "--feed-fd", str(theirs.fileno())],
-                pass_fds=(theirs.fileno(),), env=env)
+                pass_fds=(theirs.fileno(),), env=env, process_group=0)
         finally:
             theirs.close()
         self.pids[index] = process.pid

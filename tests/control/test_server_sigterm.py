@@ -51,3 +51,32 @@ def test_a_stop_signal_releases_the_lease_and_exits_0_without_a_traceback(tmp_pa
         assert "Traceback" not in log and "KeyboardInterrupt" not in log
     finally:
         procs.stop()
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{task}/children") as file:
+            found += [int(child) for child in file.read().split()]
+    return found
+
+
+def test_ctrl_c_while_the_gateway_workers_start_exits_0_without_a_traceback(tmp_path):
+    """Ctrl-C moments after start-up (the gateway workers still importing, or not yet ready) ends the server and its
+    workers quietly: no traceback from a worker, no 'worker ... ended with status' line, exit status 0."""
+    repo, state = tmp_path / "settings.git", tmp_path / "state"
+    init_repository(repo, write_seed(tmp_path / "seed", "ab" * 32))
+    procs = LlmgwProcesses(tmp_path)
+    try:
+        server = procs.spawn("server", "server", "--repo", str(repo), "--state", str(state), "--gateway",
+                             "127.0.0.1:0", "--admin", "127.0.0.1:0", "--agents", "127.0.0.1:0",
+                             "--gateway-workers", "2")
+        wait_for(lambda: len(_children(server.pid)) >= 2, 60, "the gateway workers to start",
+                 lambda: (tmp_path / "server.log").read_text())
+        _ctrl_c(server)
+        assert server.wait(timeout=30) == 0
+        log = (tmp_path / "server.log").read_text()
+        assert "Traceback" not in log and "KeyboardInterrupt" not in log, log
+        assert "ended with status" not in log, log
+    finally:
+        procs.stop()

@@ -287,6 +287,24 @@ def test_llmgw_restart_starts_everything_again_and_it_serves(up):
     again = openai.OpenAI(base_url=base, api_key=key, max_retries=2, timeout=120)
     reply = again.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "Hi."}], max_tokens=4)
     assert reply.choices[0].message.content is not None
+    assert not zombie_children(up.process.pid)  # the old image's stopped engines were reaped before the re-exec
+
+
+def zombie_children(pid: int) -> list[str]:
+    """The children of process `pid` that have ended and were not reaped (state Z), as "PID (name)"."""
+    found = []
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{task}/children") as file:
+            for child in file.read().split():
+                try:
+                    with open(f"/proc/{child}/stat") as stat:
+                        text = stat.read()
+                except FileNotFoundError:
+                    continue  # reaped meanwhile
+                name, state = text[text.index("(") + 1:text.rindex(")")], text[text.rindex(")") + 2]
+                if state == "Z":
+                    found.append(f"{child} ({name})")
+    return found
 
 
 def test_ctrl_c_stops_everything_within_seconds(up):
