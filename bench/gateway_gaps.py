@@ -120,6 +120,14 @@ class _SseMock(RequestProtocol):
         self.transport.write(_event(FINISH) + _event(usage) + _event(b"[DONE]") + b"0\r\n\r\n")
 
 
+def start_baseline(root: str, port: int, mock_port: int, state: str) -> subprocess.Popen:
+    """The gateway of another checkout at `root` (e.g. `git archive <commit>`) on `port` in front of the mock, its
+    state in `<state>/base`: the `gateway-base` row of both scenarios."""
+    Path(state, "base").mkdir()
+    return subprocess.Popen([sys.executable, str(Path(root, "bench", "gateway_overhead.py")), "gateway", str(port),
+                             str(mock_port), str(Path(state, "base"))], cwd=root, stderr=subprocess.DEVNULL)
+
+
 def run_sse_mock(port: int, gap_ms: float, tokens: int) -> None:
     _SseMock.gap = gap_ms / 1000
     _SseMock.tokens = tokens
@@ -290,10 +298,7 @@ def run(args, me: list[str], root: Path, free_port, wait_http, start_gateway, li
         keys["gateway"] = state
         if args.baseline_root:  # the same gateway from another checkout (e.g. `git archive <commit>`), same run
             port = free_port()
-            Path(state, "base").mkdir()
-            base = subprocess.Popen([sys.executable, str(Path(args.baseline_root, "bench", "gateway_overhead.py")),
-                                     "gateway", str(port), str(mock_port), str(Path(state, "base"))],
-                                    cwd=args.baseline_root, stderr=subprocess.DEVNULL)
+            base = start_baseline(args.baseline_root, port, mock_port, state)
             processes.append(base)
             targets.append(("gateway-base", port, base.pid))
             keys["gateway-base"] = str(Path(state, "base"))

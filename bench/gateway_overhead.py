@@ -38,7 +38,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from gateway_gaps import RequestProtocol, stop_all
+from gateway_gaps import RequestProtocol, start_baseline, stop_all
 
 ROOT = Path(__file__).resolve().parents[1]
 LITELLM_VERSION = "1.108.7"
@@ -318,10 +318,7 @@ def main() -> None:
             targets.append(("gateway-pg", pg_port, processes[2].pid))
         if args.baseline_root:  # the same gateway from another checkout (e.g. `git archive <commit>`), same run
             base_port = _free_port()
-            Path(state, "base").mkdir()
-            base = subprocess.Popen([sys.executable, str(Path(args.baseline_root, "bench", "gateway_overhead.py")),
-                                     "gateway", str(base_port), str(mock_port), str(Path(state, "base"))],
-                                    cwd=args.baseline_root, stderr=subprocess.DEVNULL)
+            base = start_baseline(args.baseline_root, base_port, mock_port, state)
             processes.append(base)
             _wait_http(base_port, "/health", 30)
             targets.append(("gateway-base", base_port, base.pid))
