@@ -2,7 +2,10 @@
 
 `llmgw repo init` installs two shell scripts that run this module (see llmgw.settings.repository); git gives them
 the pushed ref updates on stdin and shows what they print on stderr to the pusher, prefixed with "remote:".
-pre-receive: `llmgw.settings.hook.check_push` decides; its exit status accepts (0) or refuses (1) the push.
+pre-receive: `llmgw.settings.hook.judge_push` decides; its exit status accepts (0) or refuses (1) the push. The tree
+ids it found valid are added to the repository's record of valid trees (`record_valid_trees`, the format is
+llmgw.settings.valid_trees'), so that the control plane does not check them again; a record that cannot be written
+is a warning and never fails the push (the control plane then validates the tree in full).
 post-receive: POSTs `llmgw.settings.hook.notification`'s JSON body to `llmgw.notifyurl` (a running control plane)
 with httpx, waiting at most NOTIFY_TIMEOUT seconds; a failure is a warning on stderr and never fails the push (the
 control plane notices the push at its next poll). URLs are printed with any password or token replaced by `***`.
@@ -10,15 +13,18 @@ control plane notices the push at its next poll). URLs are printed with any pass
 
 from __future__ import annotations
 
+import fcntl
 import os
 import sys
+import tempfile
 from collections.abc import Sequence
 from typing import TextIO
 
 import httpx
 
 from llmgw.settings import redact_url
-from llmgw.settings.hook import Notification, check_push, notification
+from llmgw.settings.hook import Notification, judge_push, notification
+from llmgw.settings.valid_trees import read_record, record_path, render_record, validation_key
 
 NOTIFY_TIMEOUT = 2.0
 USAGE = "usage: python -m llmgw.cli.hook_cmds pre-receive|post-receive"
@@ -46,6 +52,39 @@ def notify(message: Notification, out: TextIO, timeout: float = NOTIFY_TIMEOUT) 
     return False
 
 
+def record_valid_trees(git_dir: str | os.PathLike[str], trees: Sequence[str], key: str | None = None) -> None:
+    """Add `trees` (tree ids, 40 hex) under `key` (default: this llmgw's `validation_key()`) to the record of valid
+    trees in `git_dir`, keeping its newest entries (see llmgw.settings.valid_trees).
+
+    Concurrent pushes each run their hook: the read-modify-write holds an exclusive lock (flock on
+    `<record>.lock`), and the new record is written to a temporary file in the same directory, flushed to disk
+    and renamed over the old one, so a reader sees the old record or the new one, never a part. A damaged record
+    is replaced. The file gets the mode a new file of this process gets (0666 less the umask), so a control plane
+    running as another user of the group can read it. Blocking.
+    Raises: OSError when the directory cannot be written (the caller warns; the tree is then validated in full).
+    """
+    target = record_path(git_dir)
+    mask = os.umask(0)
+    os.umask(mask)
+    lock = os.open(f"{target}.lock", os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        data = render_record(read_record(git_dir), trees, validation_key() if key is None else key)
+        handle, temporary = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+        try:
+            with os.fdopen(handle, "wb") as stream:
+                stream.write(data)
+                stream.flush()
+                os.fsync(stream.fileno())
+            os.chmod(temporary, 0o666 & ~mask)
+            os.replace(temporary, target)
+        except BaseException:
+            os.unlink(temporary)
+            raise
+    finally:
+        os.close(lock)
+
+
 def main(argv: Sequence[str] | None = None, stdin: TextIO | None = None, out: TextIO | None = None) -> int:
     """Run hook `argv[0]` in the repository git runs it in (GIT_DIR, else the current directory).
 
@@ -57,7 +96,14 @@ def main(argv: Sequence[str] | None = None, stdin: TextIO | None = None, out: Te
     out = sys.stderr if out is None else out
     repo_dir = os.environ.get("GIT_DIR", ".")
     if args[:1] == ["pre-receive"]:
-        return check_push(stdin, repo_dir, out)
+        verdict = judge_push(stdin, repo_dir, out)
+        if verdict.valid_trees:
+            try:
+                record_valid_trees(repo_dir, verdict.valid_trees)
+            except OSError as exc:
+                print(f"warning: could not record the valid settings tree in {record_path(repo_dir)} ({exc}); "
+                      "the control plane will validate it again", file=out)
+        return verdict.status
     if args[:1] == ["post-receive"]:
         message = notification(stdin, repo_dir)
         if message is not None:

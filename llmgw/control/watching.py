@@ -2,8 +2,12 @@
 
 The settings repository is a local path (read in place) or a URL (https, ssh, file: fetched with pygit2 into a
 bare mirror under the state directory). Each poll fetches (URL only), reads the branch head, and, when it moved,
-loads and validates that commit (`llmgw.settings.load_commit`). A commit that does not validate is never put in
-force: the last good one stays, and `WatchState.bad` names the commit and every issue (file, line, reason).
+loads and validates that commit (`llmgw.settings.load_commit`). A commit whose tree the repository's pre-receive
+hook recorded as valid under this llmgw (llmgw.settings.valid_trees) is not schema-checked a second time; every
+other commit is validated in full: one written by a forge or by anything else without the hook, one fetched into
+the mirror (the mirror has no record), one recorded by another llmgw version. A commit that does not validate is
+never put in force: the last good one stays, and `WatchState.bad` names the commit and every issue (file, line,
+reason).
 A remote that cannot be reached keeps the last good commit; `WatchState.remote_error` says so.
 
 Guard: a commit that removes every model while models are in force is held back (`WatchState.held`) unless its
@@ -18,6 +22,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 import trio
@@ -25,7 +30,9 @@ import trio
 from llmgw.control.state import RejectedCommit, WatchState
 from llmgw.errors import Issue, SettingsError
 from llmgw.plan import check_not_emptied
-from llmgw.settings import APPLIED_REF, branch_head, fetch_mirror, load_commit, redact_url, ref_commit
+from llmgw.settings import (
+    APPLIED_REF, SchemaCheck, branch_head, fetch_mirror, load_commit, redact_url, ref_commit, validate_data,
+)
 from llmgw.settings.model import Settings
 
 def is_url(location: str) -> bool:
@@ -42,15 +49,19 @@ class SettingsWatcher:
     `location` is a local repository path or a URL; `mirror` where a URL is fetched to. `publish(state)` is
     called (synchronously) with the new `WatchState` after it is set, whenever the settings in force change, a
     new head is rejected (bad or held) or the remote's reachability changes; it never reads the watcher back.
+    `check_schema` is the schema check of a commit the pre-receive hook has not recorded as valid (default
+    `llmgw.settings.validate_data`; a test passes one that counts its calls).
     """
 
     def __init__(self, location: str, branch: str, mirror: Path,
-                 publish: Callable[[WatchState], None] = lambda state: None):
+                 publish: Callable[[WatchState], None] = lambda state: None, *,
+                 check_schema: SchemaCheck = validate_data):
         self.location = location
         self.branch = branch
         self.remote = is_url(location)
         self.repo_path = mirror if self.remote else Path(location)
         self.publish = publish
+        self._load = partial(load_commit, trust_hook_record=True, check_schema=check_schema)
         self.state = WatchState()
         self._wake = trio.Event()
         self._lock = trio.Lock()
@@ -91,7 +102,7 @@ class SettingsWatcher:
                 return state
             state = replace(state, head=head)
             try:
-                settings = await trio.to_thread.run_sync(load_commit, str(self.repo_path), head)
+                settings = await trio.to_thread.run_sync(self._load, str(self.repo_path), head)
             except SettingsError as exc:
                 state = replace(state, bad=RejectedCommit(head, exc.issues, time.time()), held=None)
                 if state.settings is None:
@@ -113,7 +124,7 @@ class SettingsWatcher:
         if applied is None:
             return state
         try:
-            settings = await trio.to_thread.run_sync(load_commit, str(self.repo_path), applied)
+            settings = await trio.to_thread.run_sync(self._load, str(self.repo_path), applied)
         except SettingsError:
             return state
         return replace(state, settings=settings)

@@ -2,10 +2,12 @@
 
 Loading: `load_directory(path)`, `load_commit(repo_path, rev)` -> Settings (raise SettingsError listing every
 error as `file:line:column: key.path: reason`; keys accepted but not acted on yet are warnings, see
-`NOT_ACTED_ON`). Diff: `diff_settings(a, b)` -> SettingsDiff. Repository: `init_repository(path, seed_dir,
-notify_url, branch)`, `install_hooks`. Refs and config: `branch_head`, `ref_commit`, `fetch_mirror`,
-`set_config_value`, `discover_repository`, `redact_url`, `AUDIT_REF`, `APPLIED_REF`. Commits:
-`set_serving_stopped`, `append_audit`, `set_ref`, `read_audit_log`, `read_audit_file`.
+`NOT_ACTED_ON`; `load_commit(..., trust_hook_record=True)` skips the schema check of a tree the pre-receive hook
+recorded as valid, see `read_valid_trees`, `validation_key`, `VALID_TREES_FILE`). Diff: `diff_settings(a, b)` ->
+SettingsDiff. Repository: `init_repository(path, seed_dir, notify_url, branch)`, `install_hooks`. Refs and
+config: `branch_head`, `ref_commit`, `fetch_mirror`, `set_config_value`, `discover_repository`, `redact_url`,
+`AUDIT_REF`, `APPLIED_REF`. Commits: `set_serving_stopped`, `append_audit`, `set_ref`, `read_audit_log`,
+`read_audit_file`.
 """
 
 from llmgw.settings.committing import (
@@ -14,7 +16,7 @@ from llmgw.settings.committing import (
 from llmgw.settings.diffing import (
     RESTART_ONLY, Change, FieldChange, SettingsDiff, diff_settings, restart_only_changes,
 )
-from llmgw.settings.loading import load_commit, load_directory
+from llmgw.settings.loading import SchemaCheck, load_commit, load_directory
 from llmgw.settings.model import (
     Adapter, AgentSettings, ClusterSettings, Endpoint, EngineVersion, Listener, Model, Organisation, Prices,
     Project, Quota, Resources, Settings, StoreSettings, Team, Tracing, WeightsFile,
@@ -25,13 +27,16 @@ from llmgw.settings.refs import (
     ref_commit, set_config_value,
 )
 from llmgw.settings.repository import NOTIFY_URL_KEY, init_repository, install_hooks
+from llmgw.settings.schemas import validate_data
 from llmgw.settings.unbuilt import NOT_ACTED_ON, UNBUILT, UnbuiltKey, is_not_acted_on
+from llmgw.settings.valid_trees import VALID_TREES_FILE, read_valid_trees, validation_key
 
 __all__ = [
     "Adapter", "AgentSettings", "ClusterSettings", "Endpoint", "EngineVersion", "Listener", "Model",
     "Organisation", "Prices", "Project", "Quota", "Resources", "Settings", "StoreSettings", "Team", "Tracing",
     "WeightsFile",
-    "load_directory", "load_commit", "diff_settings", "SettingsDiff", "Change", "FieldChange",
+    "load_directory", "load_commit", "SchemaCheck", "validate_data",
+    "VALID_TREES_FILE", "read_valid_trees", "validation_key", "diff_settings", "SettingsDiff", "Change", "FieldChange",
     "RESTART_ONLY", "restart_only_changes",
     "init_repository", "install_hooks", "NOTIFY_URL_KEY", "BRANCH_KEY", "MAX_FILE_BYTES",
     "set_serving_stopped", "append_audit", "set_ref", "read_audit_log", "read_audit_file", "AuditEntry",

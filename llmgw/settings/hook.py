@@ -4,12 +4,14 @@ Git runs the hooks in the bare repository with the pushed ref updates on stdin, 
 (https://git-scm.com/docs/githooks#pre-receive). In pre-receive the pushed objects are still quarantined, so the
 repository is opened from the environment (GIT_DIR, GIT_QUARANTINE_PATH, GIT_OBJECT_DIRECTORY...).
 
-pre-receive (`check_push`): a push may only move the settings branch (git config `llmgw.branch`, default `main`)
-forward to a commit whose settings validate. Refused, each with a sentence: any other ref (other branches, tags,
-`refs/llmgw/audit` and `refs/llmgw/applied`, which only the control plane writes), deleting the branch, a
-non-fast-forward update of it, and settings that do not validate (the error list, `file:line:column: key:
-reason`). Git applies all of a push's updates or none, so one refused update refuses the whole push; every
-update still gets its verdict. What the pusher sees is prefixed by git with "remote:".
+pre-receive (`judge_push`, `check_push`): a push may only move the settings branch (git config `llmgw.branch`,
+default `main`) forward to a commit whose settings validate. Refused, each with a sentence: any other ref (other
+branches, tags, `refs/llmgw/audit` and `refs/llmgw/applied`, which only the control plane writes), deleting the
+branch, a non-fast-forward update of it, and settings that do not validate (the error list, `file:line:column:
+key: reason`). Git applies all of a push's updates or none, so one refused update refuses the whole push; every
+update still gets its verdict. What the pusher sees is prefixed by git with "remote:". `judge_push` also returns
+the tree ids it found valid, which the hook's command records (llmgw.settings.valid_trees) so that the control
+plane does not check them again.
 post-receive (`notification`): the URL in `llmgw.notifyurl` and the JSON body {"refs": [{"ref", "old", "new"}]}
 to POST there; the POST itself is the caller's (llmgw.settings does no network I/O).
 Run as `python -m llmgw.settings.hook` (what hooks of an older llmgw run), it refuses the push and says to rewrite
@@ -29,7 +31,7 @@ import pygit2
 
 from llmgw.errors import SettingsError
 from llmgw.settings.loading import load_commit
-from llmgw.settings.reading import open_repository
+from llmgw.settings.reading import open_repository, resolve_commit
 from llmgw.settings.refs import APPLIED_REF, AUDIT_REF, BRANCH_KEY, DEFAULT_BRANCH, branch_ref
 from llmgw.settings.repository import NOTIFY_URL_KEY
 
@@ -43,6 +45,15 @@ class RefUpdate:
     old: str
     new: str
     ref: str
+
+
+@dataclass(frozen=True)
+class PushVerdict:
+    """What pre-receive decided: `status` 0 accepts the push, 1 refuses it; `valid_trees` the tree ids (40 hex) of
+    the pushed commits whose settings validated, in push order (also when another update refused the push)."""
+
+    status: int
+    valid_trees: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -98,19 +109,25 @@ def _refusal(repo: pygit2.Repository, update: RefUpdate, branch: str) -> str | N
 
 
 def check_push(lines: Iterable[str], repo_dir: str | os.PathLike[str], out: TextIO) -> int:
+    """pre-receive: `judge_push`'s exit status only (0 accepts the push, 1 refuses it). Blocking."""
+    return judge_push(lines, repo_dir, out).status
+
+
+def judge_push(lines: Iterable[str], repo_dir: str | os.PathLike[str], out: TextIO) -> PushVerdict:
     """pre-receive: judge every pushed ref update, printing one verdict (and any settings issues) per update to `out`.
 
-    Returns the hook's exit status: 0 accepts the push, 1 refuses it (all of it, as git does).
-    Blocking (reads the repository, quarantined objects included).
+    Returns the hook's exit status (0 accepts the push, 1 refuses it, all of it, as git does) and the tree ids
+    whose settings validated in full here. Blocking (reads the repository, quarantined objects included).
     """
     updates = parse_updates(lines)
     try:
         repo = open_repository(repo_dir, from_env=True)
     except SettingsError as exc:
         print(f"refusing the push: {exc}", file=out)
-        return 1
+        return PushVerdict(1)
     branch = settings_branch(repo)
     refused = False
+    valid: list[str] = []
     for update in updates:
         refusal = _refusal(repo, update, branch)
         if refusal is not None:
@@ -127,12 +144,13 @@ def check_push(lines: Iterable[str], repo_dir: str | os.PathLike[str], out: Text
                 print(f"  {issue}", file=out)
             refused = True
             continue
+        valid.append(str(resolve_commit(repo, update.new).tree_id))
         for warning in settings.warnings:
             print(f"  {warning}", file=out)
         print(f"{update.ref} at {update.new[:12]}: settings valid", file=out)
     if refused and len(updates) > 1:
         print("the whole push is refused: git applies all of a push's ref updates or none", file=out)
-    return 1 if refused else 0
+    return PushVerdict(1 if refused else 0, tuple(valid))
 
 
 def notification(lines: Iterable[str], repo_dir: str | os.PathLike[str]) -> Notification | None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from typing import Any
 
 import pygit2
@@ -26,7 +27,11 @@ from llmgw.settings.reading import TreeFiles, open_repository, read_commit, read
 from llmgw.settings.schemas import validate_data
 from llmgw.settings.slurm import SlurmSettings, build_slurm
 from llmgw.settings.unbuilt import unbuilt_warnings
+from llmgw.settings.valid_trees import read_valid_trees
 from llmgw.units import parse_duration
+
+SchemaCheck = Callable[[str, str, Parsed], list[Issue]]
+"""`check(kind, file, parsed)`: every schema violation of one parsed file as an Issue (`validate_data` is the one)."""
 
 _SINGLE = {"llmgw.yaml": "llmgw", "engines.yaml": "engines", "projects.yaml": "projects",
            "firewall.yaml": "firewall", "slurm.yaml": "slurm", "agents/default.yaml": "agent"}
@@ -62,8 +67,10 @@ def _names_of_invalid_model(path: str, data: Any) -> set[str]:
     return names
 
 
-def _parse_all(tree: TreeFiles, found: Found, invalid_names: set[str]) -> dict[str, tuple[str, Any]]:
-    """Parse and schema-check every file; return (kind, data) of the files that passed.
+def _parse_all(tree: TreeFiles, found: Found, invalid_names: set[str],
+               check_schema: SchemaCheck | None) -> dict[str, tuple[str, Any]]:
+    """Parse and schema-check (with `check_schema`; None: no schema check) every file; return (kind, data) of the
+    files that passed.
 
     Adds to `invalid_names` the names model files that failed would define.
     """
@@ -99,7 +106,7 @@ def _parse_all(tree: TreeFiles, found: Found, invalid_names: set[str]) -> dict[s
             found.issues.append(Issue(path, *parsed.position(()), "",
                                       f"the file holds a {kind_word}; it must hold a mapping (key: value lines)"))
             continue
-        schema_issues = validate_data(kind, path, parsed)
+        schema_issues = check_schema(kind, path, parsed) if check_schema is not None else []
         if schema_issues:
             found.issues.extend(schema_issues)
             continue
@@ -128,9 +135,15 @@ def _check_node_lists(found: Found, cluster: Any, fleet: frozenset[str]) -> None
                           severity="warning")
 
 
-def load_tree(tree: TreeFiles, commit: str | None = None) -> Settings:
+def load_tree(tree: TreeFiles, commit: str | None = None, *, schema_checked: bool = False,
+              check_schema: SchemaCheck = validate_data) -> Settings:
     """Validate and build the Settings of `tree` (files as read by reading.py).
 
+    `check_schema` checks each parsed file against its schema (default `validate_data`). `schema_checked`: the
+    tree's files are known to pass that check under this llmgw (the pre-receive hook checked this very tree, see
+    `load_commit`), so it is not run again; every other stage still is (reading, YAML parsing, which builds the
+    data, and building with its cross-file checks, which also find the warnings). The schema check is the costly
+    stage (about 55 % of loading the example tree) and the only one skipped.
     Returns Settings (frozen, units normalised; `warnings` holds warnings). Raises: SettingsError with every
     error found, sorted by file, line and column; and SettingsError, never anything else, naming the file being
     loaded when a stage fails in a way no check foresaw (a bug of llmgw or of a library it uses), so that the
@@ -138,7 +151,7 @@ def load_tree(tree: TreeFiles, commit: str | None = None) -> Settings:
     """
     found = Found(files={})
     try:
-        return _load_tree(tree, commit, found)
+        return _load_tree(tree, commit, found, None if schema_checked else check_schema)
     except SettingsError:
         raise
     except Exception as exc:  # noqa: BLE001 - the boundary of untrusted input: any failure is this tree's, as a sentence
@@ -147,13 +160,13 @@ def load_tree(tree: TreeFiles, commit: str | None = None) -> Settings:
                                    "this is a bug of llmgw: please report it with this file")]) from exc
 
 
-def _load_tree(tree: TreeFiles, commit: str | None, found: Found) -> Settings:
+def _load_tree(tree: TreeFiles, commit: str | None, found: Found, check_schema: SchemaCheck | None) -> Settings:
     found.issues.extend(tree.issues)
     invalid_names: set[str] = set()
     for path in tree.issues:
         if path.file.startswith("catalog/") and path.file.endswith(".yaml"):
             invalid_names.add(_stem(path.file))
-    good = _parse_all(tree, found, invalid_names)
+    good = _parse_all(tree, found, invalid_names, check_schema)
 
     if "llmgw.yaml" not in tree.texts and not any(i.file == "llmgw.yaml" for i in found.issues):
         found.issues.append(Issue("llmgw.yaml", 0, 0, "", "is missing; every settings tree has one (name: <cluster>)"))
@@ -239,18 +252,25 @@ def load_directory(path: str | os.PathLike[str]) -> Settings:
     return load_tree(read_directory(path))
 
 
-def load_commit(repo_path: str | os.PathLike[str], rev: str = "refs/heads/main", *, from_env: bool = False) -> Settings:
+def load_commit(repo_path: str | os.PathLike[str], rev: str = "refs/heads/main", *, from_env: bool = False,
+                trust_hook_record: bool = False, check_schema: SchemaCheck = validate_data) -> Settings:
     """Load and validate the settings tree of commit `rev` of the git repository at `repo_path` (bare or not).
 
     `rev` is anything git's rev-parse takes (branch, tag, ref, commit id). `from_env` opens the repository
-    from GIT_* variables (hooks). Returns Settings with `commit` set to the commit id (40 hex).
+    from GIT_* variables (hooks). `trust_hook_record`: when this repository's record of valid trees
+    (`llmgw.settings.valid_trees`, written by its pre-receive hook) holds the commit's tree id under this llmgw's
+    validation key, the schema check is skipped (see `load_tree`): the hook ran it on the same bytes with the same
+    schemas and code, and a pusher cannot write the record. A tree not recorded, or recorded under another key, is
+    validated in full. `check_schema` is the schema check run otherwise (default `validate_data`).
+    Returns Settings with `commit` set to the commit id (40 hex).
     Raises: SettingsError when the repository or revision do not exist, or with every error of the tree.
     """
     repo = open_repository(repo_path, from_env=from_env)
     commit = resolve_commit(repo, rev)
+    checked = trust_hook_record and str(commit.tree_id) in read_valid_trees(repo.path)
     try:
         files = read_commit(repo, commit)
     except (KeyError, ValueError, pygit2.GitError) as exc:
         raise SettingsError([Issue(str(commit.id), 0, 0, "", f"cannot be read from {repo.path}: an object of its "
                                    f"tree is missing or damaged ({exc})")]) from exc
-    return load_tree(files, commit=str(commit.id))
+    return load_tree(files, commit=str(commit.id), schema_checked=checked, check_schema=check_schema)
