@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import fcntl
 import os
+import secrets
 import sys
-import tempfile
 from collections.abc import Sequence
 from typing import TextIO
 
@@ -57,29 +57,27 @@ def record_valid_trees(git_dir: str | os.PathLike[str], trees: Sequence[str], ke
     trees in `git_dir`, keeping its newest entries (see llmgw.settings.valid_trees).
 
     Concurrent pushes each run their hook: the read-modify-write holds an exclusive lock (flock on
-    `<record>.lock`), and the new record is written to a temporary file in the same directory, flushed to disk
+    `<record>.lock`), and the new record is written to a new temporary file in the same directory, flushed to disk
     and renamed over the old one, so a reader sees the old record or the new one, never a part. A damaged record
-    is replaced. The file gets the mode a new file of this process gets (0666 less the umask), so a control plane
-    running as another user of the group can read it. Blocking.
+    is replaced. Files are created with mode 0666 less the umask (what git's own files get), so a control plane
+    running as another user of the repository's group can read the record. Blocking.
     Raises: OSError when the directory cannot be written (the caller warns; the tree is then validated in full).
     """
     target = record_path(git_dir)
-    mask = os.umask(0)
-    os.umask(mask)
     lock = os.open(f"{target}.lock", os.O_RDWR | os.O_CREAT, 0o666)
     try:
         fcntl.flock(lock, fcntl.LOCK_EX)
         data = render_record(read_record(git_dir), trees, validation_key() if key is None else key)
-        handle, temporary = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+        temporary = target.parent / f".{target.name}.{os.getpid()}.{secrets.token_hex(8)}"
+        handle = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
         try:
             with os.fdopen(handle, "wb") as stream:
                 stream.write(data)
                 stream.flush()
                 os.fsync(stream.fileno())
-            os.chmod(temporary, 0o666 & ~mask)
             os.replace(temporary, target)
         except BaseException:
-            os.unlink(temporary)
+            temporary.unlink(missing_ok=True)
             raise
     finally:
         os.close(lock)

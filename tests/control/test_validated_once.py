@@ -131,9 +131,16 @@ async def test_a_damaged_record_is_not_trusted_and_crashes_nothing(tmp_path, set
         assert state.settings.commit == head and state.bad is None, what
         assert "catalog/tiny.yaml" in check.files, what
     record.unlink()
-    record.mkdir()  # not even a file
+    record.mkdir()  # not even a file: the watcher validates in full, the hook warns and accepts the push
     state = await watcher.poll(force=True)
     assert state.settings.commit == head and state.bad is None
+    (work / "README.md").write_text("notes\n")
+    git("add", "README.md", cwd=work)
+    git("commit", "-qm", "a note", cwd=work)
+    pushed = git("push", "origin", "main", cwd=work)
+    assert "settings valid" in pushed and "could not record the valid settings tree" in pushed
+    state = await watcher.poll()
+    assert state.settings.commit == git("rev-parse", "HEAD", cwd=work).strip()
 
     record.rmdir()
     record.write_bytes(b"garbage\n")

@@ -3,6 +3,7 @@ holds skips only the schema check (the Settings built are the same as a full val
 
 from __future__ import annotations
 
+import os
 import threading
 from pathlib import Path
 
@@ -10,7 +11,7 @@ import pygit2
 import pytest
 
 from llmgw.cli.hook_cmds import record_valid_trees
-from llmgw.settings import init_repository, load_commit, read_valid_trees, validate_data, validation_key
+from llmgw.settings import VALID_TREES_FILE, init_repository, load_commit, read_valid_trees, validate_data, validation_key
 from llmgw.settings.valid_trees import MAX_ENTRIES, MAX_FILE_BYTES, parse_record, read_record, render_record
 from settings_trees import EXAMPLE
 
@@ -62,6 +63,15 @@ def test_concurrent_hooks_lose_no_entry_and_leave_an_intact_record(tmp_path: Pat
         thread.join()
     assert read_valid_trees(tmp_path) == {tree(100 * t + n) for t in range(8) for n in range(5)}
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temporary file left behind
+
+
+def test_the_record_gets_the_mode_of_a_new_file_so_the_repositorys_group_can_read_it(tmp_path: Path) -> None:
+    before = os.umask(0o027)
+    try:
+        record_valid_trees(tmp_path, [tree(1)])
+    finally:
+        os.umask(before)
+    assert (tmp_path / VALID_TREES_FILE).stat().st_mode & 0o777 == 0o640
 
 
 def test_a_tree_in_the_record_skips_the_schema_check_only(tmp_path: Path) -> None:
