@@ -3,8 +3,8 @@
 `llmgw repo init` installs two shell scripts that run this module (see llmgw.settings.repository); git gives them
 the pushed ref updates on stdin and shows what they print on stderr to the pusher, prefixed with "remote:".
 pre-receive: `llmgw.settings.hook.judge_push` decides; its exit status accepts (0) or refuses (1) the push. The tree
-ids it found valid are added to the repository's record of valid trees (`record_valid_trees`, the format is
-llmgw.settings.valid_trees'), so that the control plane does not check them again; a record that cannot be written
+ids it found valid are added to the repository's record of valid trees (`record_valid_trees`; the format is in
+llmgw.settings.valid_trees), so that the control plane does not check them again; a record that cannot be written
 is a warning and never fails the push (the control plane then validates the tree in full).
 post-receive: POSTs `llmgw.settings.hook.notification`'s JSON body to `llmgw.notifyurl` (a running control plane)
 with httpx, waiting at most NOTIFY_TIMEOUT seconds; a failure is a warning on stderr and never fails the push (the
