@@ -27,6 +27,7 @@ from llmgw.store.records import (
     SCOPE_ADMIN,
     TOKEN_SCOPES,
     ApiKey,
+    CredentialState,
     KeyCheck,
     Token,
 )
@@ -70,17 +71,18 @@ def insert_api_key(conn: SqlConnection, project: str, name: str | None, expires_
     if not project:
         raise StoreError("An API key needs a project; pass the name of a project of projects.yaml.")
     plaintext = new_token(API_KEY_PREFIX)
+    shown = plaintext[: len(API_KEY_PREFIX) + _DISPLAY_CHARS]
     for _attempt in range(8):
         key_id = "key_" + secrets.token_hex(4)
         inserted = conn.execute(
             f"INSERT INTO api_keys ({_KEY_COLUMNS}, hash) VALUES (?, ?, ?, ?, ?, ?, NULL, ?) ON CONFLICT DO NOTHING "
             "RETURNING id",
-            (key_id, project, name, plaintext[: len(API_KEY_PREFIX) + _DISPLAY_CHARS], now, expires_at,
-             digest(plaintext)),
+            (key_id, project, name, shown, now, expires_at, digest(plaintext)),
         ).fetchone()
         if inserted is None:
             continue  # id collision (1 in 4 billion): draw another id
-        return ApiKey(key_id, project, name, plaintext[: len(API_KEY_PREFIX) + _DISPLAY_CHARS], now, expires_at), plaintext
+        return ApiKey(key_id=key_id, project=project, name=name, prefix=shown, created_at=now,
+                      expires_at=expires_at), plaintext
     raise StoreError("Could not draw a free API key id after 8 attempts; the api_keys table looks corrupt.")
 
 
@@ -94,9 +96,9 @@ def check_api_key(conn: SqlConnection, plaintext: str, now: float) -> KeyCheck:
         return KeyCheck(None, KEY_UNKNOWN)
     key = _row_to_key(row)
     state = key.state(now)
-    if state == "revoked":
+    if state is CredentialState.REVOKED:
         return KeyCheck(None, KEY_REVOKED)
-    if state == "expired":
+    if state is CredentialState.EXPIRED:
         return KeyCheck(None, KEY_EXPIRED)
     return KeyCheck(key)
 
@@ -156,7 +158,8 @@ def insert_token(conn: SqlConnection, scope: str, name: str | None, expires_at: 
             (token_id, scope, name, shown, now, expires_at, digest(plaintext)),
         ).fetchone()
         if inserted is not None:
-            return Token(token_id, scope, name, shown, now, expires_at), plaintext
+            return Token(token_id=token_id, scope=scope, name=name, prefix=shown, created_at=now,
+                         expires_at=expires_at), plaintext
     raise StoreError("Could not draw a free token id after 8 attempts; the tokens table looks corrupt.")
 
 
@@ -181,7 +184,7 @@ def check_token(conn: SqlConnection, plaintext: str, scope: str, now: float) -> 
     """
     _check_scope(scope)
     token = find_token(conn, plaintext)
-    return (token is not None and token.state(now) == "active"
+    return (token is not None and token.state(now) is CredentialState.ACTIVE
             and token.scope in (scope, SCOPE_ADMIN))
 
 
