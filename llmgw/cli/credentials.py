@@ -12,6 +12,7 @@ and as a table (rich's `Table`, the tables of every `llmgw` command).
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from typing import TypeVar
@@ -152,3 +153,35 @@ def echo_revoked(item: Credential, as_json: bool, now: float) -> None:
         click.echo(json.dumps(credential_json(item, now)))
     else:
         click.echo(f"Revoked {item.credential_id} of {item.GROUP} {item.group} at {format_moment(item.revoked_at)}.")
+
+
+def add_list_and_revoke(group: click.Group, *, grouped_by: str, only_help: str, choices: Sequence[str] | None,
+                        listing: Callable[[Store, str | None], list], list_help: str,
+                        revoking: Callable[[Store, str], Credential], id_metavar: str, revoke_help: str) -> None:
+    """Add to `group` its `list [--<grouped_by> X] [--json]` and `revoke ID [--json]` commands.
+
+    `listing(store, X or None)` reads the credentials of one kind, `revoking(store, id)` revokes one (raising
+    StoreError for an unknown id); `grouped_by` is what they belong to ("project", "scope": the option, the table's
+    column), `choices` its allowed values (None: any); the help texts are the commands' and the option's.
+    """
+
+    @group.command("list", help=list_help)
+    @click.option(f"--{grouped_by}", "only", default=None, type=click.Choice(choices) if choices else None,
+                  help=only_help)
+    @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+    @store_options
+    @click.pass_context
+    def list_command(ctx: click.Context, only: str | None, as_json: bool, state_dir: str | None,
+                     store_url: str | None) -> None:
+        remember_store(ctx, state_dir, store_url)
+        echo_listed(with_store(ctx, lambda store: listing(store, only)), grouped_by, as_json, time.time())
+
+    @group.command("revoke", help=revoke_help)
+    @click.argument("credential_id", metavar=id_metavar)
+    @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+    @store_options
+    @click.pass_context
+    def revoke_command(ctx: click.Context, credential_id: str, as_json: bool, state_dir: str | None,
+                       store_url: str | None) -> None:
+        remember_store(ctx, state_dir, store_url)
+        echo_revoked(with_store(ctx, lambda store: revoking(store, credential_id)), as_json, time.time())

@@ -18,7 +18,7 @@ import click
 from rich.table import Table
 
 from llmgw.cli.credentials import (
-    echo_created, echo_listed, echo_revoked, format_moment, new_expiry, parse_moment, remember_store, state_of,
+    add_list_and_revoke, echo_created, format_moment, new_expiry, parse_moment, remember_store, state_of,
     store_options, table_console, with_store,
 )
 from llmgw.errors import UsageError
@@ -75,28 +75,13 @@ def _warn_unknown_project(ctx: click.Context, project: str) -> None:
                    "this key are refused (403) until the project is added there.", err=True)
 
 
-@keys_group.command("list")
-@click.option("--project", default=None, help="Only the keys of this project.")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-@store_options
-@click.pass_context
-def keys_list(ctx: click.Context, project: str | None, as_json: bool, state_dir: str | None,
-              store_url: str | None) -> None:
-    """List API keys (ids and prefixes only; keys themselves are never stored)."""
-    remember_store(ctx, state_dir, store_url)
-    echo_listed(with_store(ctx, lambda store: store.list_api_keys(project)), "project", as_json, time.time())
-
-
-@keys_group.command("revoke")
-@click.argument("key_id")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-@store_options
-@click.pass_context
-def keys_revoke(ctx: click.Context, key_id: str, as_json: bool, state_dir: str | None,
-                store_url: str | None) -> None:
-    """Revoke the API key KEY_ID (see `llmgw keys list`); requests with it get 401 from then on."""
-    remember_store(ctx, state_dir, store_url)
-    echo_revoked(with_store(ctx, lambda store: store.revoke_api_key(key_id)), as_json, time.time())
+add_list_and_revoke(
+    keys_group, grouped_by="project", only_help="Only the keys of this project.", choices=None,
+    listing=lambda store, project: store.list_api_keys(project),
+    list_help="List API keys (ids and prefixes only; keys themselves are never stored).",
+    revoking=lambda store, key_id: store.revoke_api_key(key_id), id_metavar="KEY_ID",
+    revoke_help="Revoke the API key KEY_ID (see `llmgw keys list`); requests with it get 401 from then on.",
+)
 
 
 def _row_json(row: UsageRow) -> dict:

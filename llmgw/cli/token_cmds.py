@@ -14,7 +14,7 @@ import time
 import click
 
 from llmgw.cli.credentials import (
-    echo_created, echo_listed, echo_revoked, new_expiry, remember_store, store_options, with_store,
+    add_list_and_revoke, echo_created, new_expiry, remember_store, store_options, with_store,
 )
 from llmgw.store import TOKEN_SCOPES
 
@@ -48,28 +48,13 @@ def token_create(ctx: click.Context, scope: str, name: str | None, expires: str 
     echo_created(token, plaintext, "token", f"of scope {scope}", as_json, now)
 
 
-@token_group.command("list")
-@click.option("--scope", default=None, type=click.Choice(TOKEN_SCOPES), help="Only the tokens of this scope.")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-@store_options
-@click.pass_context
-def token_list(ctx: click.Context, scope: str | None, as_json: bool, state_dir: str | None,
-               store_url: str | None) -> None:
-    """List tokens (ids, scopes and prefixes only; tokens themselves are never stored)."""
-    remember_store(ctx, state_dir, store_url)
-    echo_listed(with_store(ctx, lambda store: store.list_tokens(scope)), "scope", as_json, time.time())
-
-
-@token_group.command("revoke")
-@click.argument("token_id")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-@store_options
-@click.pass_context
-def token_revoke(ctx: click.Context, token_id: str, as_json: bool, state_dir: str | None,
-                 store_url: str | None) -> None:
-    """Revoke the token TOKEN_ID (see `llmgw token list`); the admin listener answers it 401 from then on."""
-    remember_store(ctx, state_dir, store_url)
-    echo_revoked(with_store(ctx, lambda store: store.revoke_token(token_id)), as_json, time.time())
+add_list_and_revoke(
+    token_group, grouped_by="scope", only_help="Only the tokens of this scope.", choices=TOKEN_SCOPES,
+    listing=lambda store, scope: store.list_tokens(scope),
+    list_help="List tokens (ids, scopes and prefixes only; tokens themselves are never stored).",
+    revoking=lambda store, token_id: store.revoke_token(token_id), id_metavar="TOKEN_ID",
+    revoke_help="Revoke the token TOKEN_ID (see `llmgw token list`); the admin listener answers it 401 from then on.",
+)
 
 
 def register(group: click.Group) -> None:
