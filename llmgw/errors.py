@@ -2,7 +2,6 @@
 
     LlmgwError                      base of every error llmgw raises on purpose
     ├── SettingsError               bad settings input; never retried; carries the issues found
-    ├── PlacementError              a replica cannot be placed; carries per-node reasons
     ├── TemporaryError              worth retrying after `delay` seconds (network, busy store, ...)
     ├── UpstreamError               an engine or external endpoint failed (mapped from httpx at the boundary)
     ├── EngineError                 an engine could not be installed, built, verified or started
@@ -11,13 +10,14 @@
     ├── WireError                   the agent <-> control plane protocol failed
     └── UsageError                  a command line or API call was used wrongly (what to do instead is in the message)
 
+A replica that cannot be placed is no error: the plan lists it with its reasons (`Plan.unplaced`).
 A lower layer's exceptions never leak past that layer: they are caught at the boundary and re-raised as one
 of these with `raise ... from exc`. `str(error)` is a sentence for a person: what is wrong and what to do.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 
@@ -60,15 +60,6 @@ class SettingsError(LlmgwError):
             issues = [Issue("", 0, 0, "", issues)]
         self.issues: tuple[Issue, ...] = tuple(issues)
         super().__init__("\n".join(str(i) for i in self.issues))
-
-
-class PlacementError(LlmgwError):
-    """A replica could not be placed. `reasons` is a sequence of (node id, reason) pairs."""
-
-    def __init__(self, message: str, reasons: Sequence[tuple[str, str]] = ()):
-        self.reasons = tuple(reasons)
-        detail = "; ".join(f"{node}: {why}" for node, why in self.reasons)
-        super().__init__(f"{message}: {detail}" if detail else message)
 
 
 class TemporaryError(LlmgwError):

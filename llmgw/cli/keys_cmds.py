@@ -1,127 +1,38 @@
 """`llmgw keys create|list|revoke` and `llmgw usage`: API keys and usage, read from the store file.
 
 These commands open the store directly (`--state DIR`, default `.state`, store `DIR/llmgw.sqlite3`, the
-layout of `llmgw up`; or `--store PATH|URL`, PostgreSQL included). That works on the control plane's machine, also while it runs
-(SQLite WAL lets both write; a write waits up to the busy timeout for the other). A later version may route
-them through the admin API instead. Times are printed in UTC; `--json` prints machine-readable output.
+layout of `llmgw up`; or `--store PATH|URL`, PostgreSQL included). That works on the control plane's machine, also
+while it runs (SQLite WAL lets both write; a write waits up to the busy timeout for the other). A later version may
+route them through the admin API instead. Times are printed in UTC; `--json` prints machine-readable output. What
+they share with `llmgw token` (store options, moments, the credential table and JSON) is `llmgw.cli.credentials`.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import re
 import time
-from collections.abc import Callable
-from datetime import datetime, timezone
 from pathlib import Path
-from typing import TypeVar
 
 import click
-from rich.console import Console
 from rich.table import Table
 
+from llmgw.cli.credentials import (
+    add_list_and_revoke, echo_created, format_moment, new_expiry, parse_moment, remember_store, state_of,
+    store_options, table_console, with_store,
+)
 from llmgw.errors import UsageError
-from llmgw.store import ApiKey, Store, Token, UsageRecord, UsageRow, open_store, store_url_for_state
-from llmgw.units import parse_duration
+from llmgw.store import UsageRecord, UsageRow
 
-T = TypeVar("T")
-
-_DATE_ONLY = re.compile(r"^\d{4}-\d{2}-\d{2}$")
-
-
-def parse_moment(text: str, now: float, *, future: bool) -> float:
-    """Epoch seconds from an ISO date ("2026-01-31", 00:00 UTC), an ISO date and time (UTC unless it carries
-    an offset), or a duration ("30d", "12h") counted forward from `now` (`future`) or back from it.
-
-    Raises UsageError naming the text when it is none of these.
-    """
-    value = text.strip()
-    try:
-        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        try:
-            seconds = parse_duration(value)
-        except ValueError:
-            raise UsageError(f"{text!r} is neither a date (2026-01-31, 2026-01-31T12:00) nor a duration "
-                             "(30d, 12h).") from None
-        return now + seconds if future else now - seconds
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=timezone.utc)
-    return moment.timestamp()
-
-
-def format_moment(seconds: float | None) -> str | None:
-    """Epoch seconds as ISO 8601 in UTC with a Z ("2026-01-31T00:00:00Z"); None stays None."""
-    if seconds is None:
-        return None
-    return datetime.fromtimestamp(seconds, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _open(ctx: click.Context) -> Store:
-    options = ctx.find_root().meta.get("llmgw.store_options") or {}
-    state, url = options.get("state") or ".state", options.get("store")
-    return open_store(url or store_url_for_state(state))
-
-
-def _console() -> Console:
-    """A console for tables: the terminal's width, or wide enough not to cut columns when piped."""
-    console = Console()
-    return console if console.is_terminal else Console(width=200)
-
-
-def with_store(ctx: click.Context, call: Callable[[Store], T]) -> T:
-    """`call(store)` on the store the command's options name (`--state`, `--store`), closed afterwards."""
-    store = _open(ctx)
-    try:
-        return call(store)
-    finally:
-        store.close()
-
-
-def credential_json(item: ApiKey | Token, now: float, **identity: str) -> dict:
-    """An API key or admin token as JSON: `identity` (its id, and its project or scope), then name, prefix, state
-    at `now` (unix s) and its times as ISO 8601 UTC (None when unset)."""
-    return {**identity, "name": item.name, "prefix": item.prefix, "state": item.state(now),
-            "created_at": format_moment(item.created_at), "expires_at": format_moment(item.expires_at),
-            "revoked_at": format_moment(item.revoked_at)}
-
-
-def print_credentials(rows: list[tuple[str, str, ApiKey | Token]], kind: str, now: float) -> None:
-    """A table of API keys or admin tokens: `rows` of (id, project or scope, item); `kind` names the second column."""
-    table = Table("id", kind, "name", "prefix", "state", "created", "expires")
-    for item_id, group, item in rows:
-        table.add_row(item_id, group, item.name or "", item.prefix + "…", item.state(now),
-                      format_moment(item.created_at), format_moment(item.expires_at) or "never")
-    _console().print(table)
-
-
-def _key_json(key: ApiKey, now: float) -> dict:
-    return credential_json(key, now, id=key.key_id, project=key.project)
-
-
-def _store_options(func):
-    func = click.option("--store", "store_url", envvar="LLMGW_STORE", default=None,
-                        help="Store: a SQLite path, sqlite:///path or postgresql://... (overrides --state).")(func)
-    func = click.option("--state", "state_dir", envvar="LLMGW_STATE", default=None,
-                        help="State directory of `llmgw up` holding llmgw.sqlite3 [default: .state].")(func)
-    return func
-
-
-def _remember(ctx: click.Context, state_dir: str | None, store_url: str | None) -> None:
-    meta = ctx.find_root().meta.setdefault("llmgw.store_options", {})
-    if state_dir:
-        meta["state"] = state_dir
-    if store_url:
-        meta["store"] = store_url
+__all__ = ["format_cost", "format_moment", "parse_moment", "register", "request_json"]
 
 
 @click.group("keys")
-@_store_options
+@store_options
 @click.pass_context
 def keys_group(ctx: click.Context, state_dir: str | None, store_url: str | None) -> None:
     """Create, list and revoke API keys (kept as hashes in the store)."""
-    _remember(ctx, state_dir, store_url)
+    remember_store(ctx, state_dir, store_url)
 
 
 @keys_group.command("create")
@@ -130,26 +41,18 @@ def keys_group(ctx: click.Context, state_dir: str | None, store_url: str | None)
 @click.option("--expires", default=None, metavar="DATE",
               help="Expiry: 2026-01-31 (00:00 UTC), 2026-01-31T12:00 or a duration from now (30d).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-@_store_options
+@store_options
 @click.pass_context
 def keys_create(ctx: click.Context, project: str, name: str | None, expires: str | None, as_json: bool,
                 state_dir: str | None, store_url: str | None) -> None:
     """Create an API key for PROJECT and print it once: only its hash is kept."""
-    _remember(ctx, state_dir, store_url)
+    remember_store(ctx, state_dir, store_url)
     now = time.time()
-    expires_at = parse_moment(expires, now, future=True) if expires else None
-    if expires_at is not None and expires_at <= now:
-        raise UsageError(f"--expires {expires} is in the past; give a later date or a duration such as 30d.")
+    expires_at = new_expiry(expires, now)
     key, plaintext = with_store(ctx, lambda store: store.create_api_key(project, name=name, expires_at=expires_at,
                                                                          now=now))
     _warn_unknown_project(ctx, project)
-    if as_json:
-        click.echo(json.dumps({**_key_json(key, now), "key": plaintext}))
-        return
-    click.echo(plaintext)
-    click.echo(f"Created {key.key_id} for project {project}"
-               + (f", expires {format_moment(expires_at)}" if expires_at else "")
-               + ". This is the only time the key is shown: store it now.", err=True)
+    echo_created(key, plaintext, "key", f"for project {project}", as_json, now)
 
 
 def _warn_unknown_project(ctx: click.Context, project: str) -> None:
@@ -159,8 +62,7 @@ def _warn_unknown_project(ctx: click.Context, project: str) -> None:
     from llmgw.errors import SettingsError
     from llmgw.settings import load_commit
 
-    options = ctx.find_root().meta.get("llmgw.store_options") or {}
-    repo = Path(options.get("state") or ".state") / "settings.git"
+    repo = Path(state_of(ctx)) / "settings.git"
     if not repo.is_dir():
         return
     try:
@@ -173,37 +75,13 @@ def _warn_unknown_project(ctx: click.Context, project: str) -> None:
                    "this key are refused (403) until the project is added there.", err=True)
 
 
-@keys_group.command("list")
-@click.option("--project", default=None, help="Only the keys of this project.")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-@_store_options
-@click.pass_context
-def keys_list(ctx: click.Context, project: str | None, as_json: bool, state_dir: str | None,
-              store_url: str | None) -> None:
-    """List API keys (ids and prefixes only; keys themselves are never stored)."""
-    _remember(ctx, state_dir, store_url)
-    found = with_store(ctx, lambda store: store.list_api_keys(project))
-    now = time.time()
-    if as_json:
-        click.echo(json.dumps([_key_json(key, now) for key in found]))
-        return
-    print_credentials([(key.key_id, key.project, key) for key in found], "project", now)
-
-
-@keys_group.command("revoke")
-@click.argument("key_id")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-@_store_options
-@click.pass_context
-def keys_revoke(ctx: click.Context, key_id: str, as_json: bool, state_dir: str | None,
-                store_url: str | None) -> None:
-    """Revoke the API key KEY_ID (see `llmgw keys list`); requests with it get 401 from then on."""
-    _remember(ctx, state_dir, store_url)
-    key = with_store(ctx, lambda store: store.revoke_api_key(key_id))
-    if as_json:
-        click.echo(json.dumps(_key_json(key, time.time())))
-    else:
-        click.echo(f"Revoked {key.key_id} of project {key.project} at {format_moment(key.revoked_at)}.")
+add_list_and_revoke(
+    keys_group, grouped_by="project", only_help="Only the keys of this project.", choices=None,
+    listing=lambda store, project: store.list_api_keys(project),
+    list_help="List API keys (ids and prefixes only; keys themselves are never stored).",
+    revoking=lambda store, key_id: store.revoke_api_key(key_id), id_metavar="KEY_ID",
+    revoke_help="Revoke the API key KEY_ID (see `llmgw keys list`); requests with it get 401 from then on.",
+)
 
 
 def _row_json(row: UsageRow) -> dict:
@@ -223,12 +101,12 @@ def _row_json(row: UsageRow) -> dict:
               help="Show one request's record instead: the id the gateway answered in `x-request-id` (the "
                    "gateway's req_... id, or the client's own x-request-id it kept).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-@_store_options
+@store_options
 @click.pass_context
 def usage_command(ctx: click.Context, project: str | None, since: str | None, by: str, request_id: str | None,
                   as_json: bool, state_dir: str | None, store_url: str | None) -> None:
     """Requests, tokens and cost served, summed by model, project or UTC day; or one request (--request ID)."""
-    _remember(ctx, state_dir, store_url)
+    remember_store(ctx, state_dir, store_url)
     if request_id is not None:
         _show_request(ctx, request_id.strip(), as_json)
         return
@@ -244,7 +122,7 @@ def usage_command(ctx: click.Context, project: str | None, since: str | None, by
                       str(row.completion_tokens), str(row.cached_tokens), format_cost(row.cost),
                       "" if row.mean_ttft_seconds is None else f"{row.mean_ttft_seconds * 1000:.0f} ms",
                       "" if row.mean_duration_seconds is None else f"{row.mean_duration_seconds:.2f} s")
-    _console().print(table)
+    table_console().print(table)
 
 
 def format_cost(cost: float) -> str:
@@ -295,7 +173,7 @@ def _show_request(ctx: click.Context, request_id: str, as_json: bool) -> None:
     table = Table("field", "value")
     for name, value in doc.items():
         table.add_row(name, _request_field(name, value))
-    _console().print(table)
+    table_console().print(table)
 
 
 def _request_field(name: str, value: object) -> str:

@@ -243,6 +243,7 @@ def server_cmd(repo, branch, state_dir, store, secrets_dir, gateway_addr, admin_
     """
     import trio
 
+    from llmgw.cli.console_mount import console_mount
     from llmgw.control import ControlConfig, ControlPlane
 
     from llmgw.units import parse_duration
@@ -268,6 +269,7 @@ def server_cmd(repo, branch, state_dir, store, secrets_dir, gateway_addr, admin_
         recovery_grace=grace_seconds,
         request_sample_ratio=request_sample_ratio,
         gateway_workers=gateway_workers if gateway_workers in (None, "auto") else int(gateway_workers),
+        admin_mounts=(console_mount,),
     ))
 
     stopped: list[str] = []  # the signal that stopped the server, when one did

@@ -9,28 +9,22 @@ token is kept, so `create` prints the token once and `list` shows ids and prefix
 
 from __future__ import annotations
 
-import json
 import time
 
 import click
 
-from llmgw.cli.keys_cmds import (
-    _remember, _store_options, credential_json, format_moment, parse_moment, print_credentials, with_store,
+from llmgw.cli.credentials import (
+    add_list_and_revoke, echo_created, new_expiry, remember_store, store_options, with_store,
 )
-from llmgw.errors import UsageError
-from llmgw.store import TOKEN_SCOPES, Token
-
-
-def _token_json(token: Token, now: float) -> dict:
-    return credential_json(token, now, id=token.token_id, scope=token.scope)
+from llmgw.store import TOKEN_SCOPES
 
 
 @click.group("token")
-@_store_options
+@store_options
 @click.pass_context
 def token_group(ctx: click.Context, state_dir: str | None, store_url: str | None) -> None:
     """Create, list and revoke tokens of the admin listener (scopes: admin, metrics, review, console)."""
-    _remember(ctx, state_dir, store_url)
+    remember_store(ctx, state_dir, store_url)
 
 
 @token_group.command("create")
@@ -41,58 +35,26 @@ def token_group(ctx: click.Context, state_dir: str | None, store_url: str | None
 @click.option("--expires", default=None, metavar="DATE",
               help="Expiry: 2026-01-31 (00:00 UTC), 2026-01-31T12:00 or a duration from now (30d).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-@_store_options
+@store_options
 @click.pass_context
 def token_create(ctx: click.Context, scope: str, name: str | None, expires: str | None, as_json: bool,
                  state_dir: str | None, store_url: str | None) -> None:
     """Create a token of SCOPE and print it once: only its hash is kept."""
-    _remember(ctx, state_dir, store_url)
+    remember_store(ctx, state_dir, store_url)
     now = time.time()
-    expires_at = parse_moment(expires, now, future=True) if expires else None
-    if expires_at is not None and expires_at <= now:
-        raise UsageError(f"--expires {expires} is in the past; give a later date or a duration such as 30d.")
+    expires_at = new_expiry(expires, now)
     token, plaintext = with_store(ctx, lambda store: store.create_token(scope, name=name, expires_at=expires_at,
                                                                         now=now))
-    if as_json:
-        click.echo(json.dumps({**_token_json(token, now), "token": plaintext}))
-        return
-    click.echo(plaintext)
-    click.echo(f"Created {token.token_id} of scope {scope}"
-               + (f", expires {format_moment(expires_at)}" if expires_at else "")
-               + ". This is the only time the token is shown: store it now.", err=True)
+    echo_created(token, plaintext, "token", f"of scope {scope}", as_json, now)
 
 
-@token_group.command("list")
-@click.option("--scope", default=None, type=click.Choice(TOKEN_SCOPES), help="Only the tokens of this scope.")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-@_store_options
-@click.pass_context
-def token_list(ctx: click.Context, scope: str | None, as_json: bool, state_dir: str | None,
-               store_url: str | None) -> None:
-    """List tokens (ids, scopes and prefixes only; tokens themselves are never stored)."""
-    _remember(ctx, state_dir, store_url)
-    found = with_store(ctx, lambda store: store.list_tokens(scope))
-    now = time.time()
-    if as_json:
-        click.echo(json.dumps([_token_json(token, now) for token in found]))
-        return
-    print_credentials([(token.token_id, token.scope, token) for token in found], "scope", now)
-
-
-@token_group.command("revoke")
-@click.argument("token_id")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-@_store_options
-@click.pass_context
-def token_revoke(ctx: click.Context, token_id: str, as_json: bool, state_dir: str | None,
-                 store_url: str | None) -> None:
-    """Revoke the token TOKEN_ID (see `llmgw token list`); the admin listener answers it 401 from then on."""
-    _remember(ctx, state_dir, store_url)
-    token = with_store(ctx, lambda store: store.revoke_token(token_id))
-    if as_json:
-        click.echo(json.dumps(_token_json(token, time.time())))
-    else:
-        click.echo(f"Revoked {token.token_id} of scope {token.scope} at {format_moment(token.revoked_at)}.")
+add_list_and_revoke(
+    token_group, grouped_by="scope", only_help="Only the tokens of this scope.", choices=TOKEN_SCOPES,
+    listing=lambda store, scope: store.list_tokens(scope),
+    list_help="List tokens (ids, scopes and prefixes only; tokens themselves are never stored).",
+    revoking=lambda store, token_id: store.revoke_token(token_id), id_metavar="TOKEN_ID",
+    revoke_help="Revoke the token TOKEN_ID (see `llmgw token list`); the admin listener answers it 401 from then on.",
+)
 
 
 def register(group: click.Group) -> None:

@@ -192,6 +192,7 @@ async def run_up(
     `slurm`: Slurm beside llmgw on this machine (llmgw.cli.up_slurm). Returns True when it stopped for
     `llmgw restart` (the caller starts it again: `llmgw up` re-executes itself), False for a signal."""
     from llmgw.agent import AgentConfig, run_agent_restarting
+    from llmgw.cli.console_mount import console_mount
     from llmgw.control import ControlConfig, ControlPlane
     from llmgw.engines.demo import DEMO_LLAMA_CPP_VERSION
 
@@ -213,6 +214,7 @@ async def run_up(
 
     plane = ControlPlane(ControlConfig(
         repo=str(repo), state_dir=state, gateway_listener=gateway, admin_listener=admin, agents_listener=agents,
+        admin_mounts=(console_mount,),
     ))
     agent_config = AgentConfig(
         node_id=node_id,

@@ -3,8 +3,9 @@
     Console(snapshot, authorise=..., history=...)   the ASGI app (llmgw.console.app); `run_sampler` feeds the charts
     FleetHistory, GpuSeries                          one-minute GPU buckets of the last hour (pure, llmgw.console.buckets)
 
-It reads the control plane through `ControlPlane.snapshot()` (an immutable `ControlState`) and the status document
-only (see docs/console.md).
+It reads the control plane through `ControlView.snapshot()` (an immutable `ControlState`) and the status document
+only (see docs/console.md), and imports of `llmgw.control` only its view module (`llmgw.control.view`, an import
+contract); the CLI mounts it on the admin listener (`llmgw.cli.console_mount`).
 """
 
 from llmgw.console.app import Console

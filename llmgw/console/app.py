@@ -11,7 +11,8 @@ audit log reader, a checkpoint) and `usage(by, since) -> rows` (usage summed by 
 a unix time, rows shaped like `llmgw.store.UsageRow`; None hides the Usage page) and `logs(node, shard, lines)`
 (a shard's last log lines, "" for the agent's own; None hides the log pages) and `applied_diff(audit_commit)`
 (the settings diff an audit commit applied, shaped like `llmgw.control.audit_diff.AppliedDiff`; None: history
-entries show their message only).
+entries show their message only). Of the control plane it imports only `llmgw.control.view` (an import contract);
+`llmgw.cli.console_mount` makes these functions and mounts the console on the admin listener.
 
 Security: every page but the login form and the stylesheet/script needs a session cookie (set by the login form,
 HttpOnly, SameSite=Strict, Secure over TLS, path /console, expires after `SESSION_TTL`) or an
@@ -38,7 +39,7 @@ from llmgw.console.buckets import FleetHistory
 from llmgw.console.charts import day_columns, gpu_chart
 from llmgw.console.sessions import SESSION_TTL, SessionBook, csrf_matches
 from llmgw.console.views import MAP_COLOURINGS, cluster_view, gpu_tiles, load_class, models_view, node_row
-from llmgw.control.state import ControlState, PassRecord
+from llmgw.control.view import ControlState, PassRecord
 from llmgw.errors import TemporaryError, UsageError
 from llmgw.units import format_duration, format_size
 

@@ -19,8 +19,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from llmgw.control.readings import GpuSample
-from llmgw.control.registry import NodeRecord
+from llmgw.control.view import GpuSample, NodeRecord
 
 MINUTES = 60
 """How many one-minute buckets a card keeps: the last hour."""

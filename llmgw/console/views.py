@@ -12,10 +12,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from llmgw.control.audit import status_document
-from llmgw.control.readings import GpuSample
-from llmgw.control.registry import NodeRecord
-from llmgw.control.state import ControlState
+from llmgw.control.view import ControlState, GpuSample, NodeRecord, state_document
 
 LOAD_CLASSES = ((10.0, "load-idle"), (40.0, "load-low"), (70.0, "load-mid"))
 MAP_COLOURINGS = ("utilization", "memory", "power")
@@ -37,20 +34,6 @@ def ratio(part: float | None, whole: float | None) -> float | None:
     if part is None or not whole:
         return None
     return max(0.0, min(1.0, part / whole))
-
-
-def failures_of(state: ControlState) -> list[dict[str, Any]]:
-    """The failed actions waiting to be retried, as the admin API's status lists them."""
-    return [
-        {"kind": f.kind, "node": f.node_id, "subject": f.subject, "attempts": f.attempts, "error": f.error,
-         "retry_at": f.retry_at_unix}
-        for f in state.failures.values()
-    ]
-
-
-def status_of(state: ControlState) -> dict[str, Any]:
-    """The status document of `state` (`llmgw.control.audit.status_document`), without readings."""
-    return status_document(state.watch, state.fleet.records(), state.last_pass, state.last_plan, failures_of(state))
 
 
 def node_state(record: NodeRecord) -> str:
@@ -167,7 +150,7 @@ def node_row(record: NodeRecord, now: float) -> NodeRow:
 
 def cluster_view(state: ControlState) -> dict[str, Any]:
     """The cluster page: the status document plus counts of nodes and replicas by state."""
-    doc = status_of(state)
+    doc = state_document(state)
     return {
         "status": doc,
         "node_states": dict(sorted(Counter(n["state"] for n in doc["nodes"].values()).items())),
@@ -178,7 +161,7 @@ def cluster_view(state: ControlState) -> dict[str, Any]:
 def models_view(state: ControlState) -> dict[str, dict[str, Any]]:
     """Per model of the settings in force (and any model still running): wanted and ready replica counts and its
     replicas from the status document."""
-    replicas = status_of(state)["replicas"]
+    replicas = state_document(state)["replicas"]
     models: dict[str, dict[str, Any]] = {}
     settings = state.settings
     for model in (settings.models if settings else {}).values():

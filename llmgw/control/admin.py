@@ -29,7 +29,8 @@ The API is described in docs/admin-api.yaml (OpenAPI 3.1), served at GET /openap
                                               a commit of slurm.yaml ssh_keys
     POST /api/v1/join-tokens {"ttl_seconds"}  a one-time token for `llmgw node join` (mTLS control planes), at
                                               most 7 days (MAX_JOIN_TOKEN_TTL)
-    GET  /console/...                         the web console (llmgw.console; its own login, docs/console.md)
+    GET  /console/...                         the web console (llmgw.console; its own login, docs/console.md),
+                                              mounted by the CLI (`AdminMount`; no console without one)
     POST /api/v1/hooks/git                    wake the watcher: a forge signs with X-Hub-Signature-256
                                               (wrong signature: 401); unsigned only from loopback (the
                                               post-receive hook of `llmgw repo init`)
@@ -40,8 +41,9 @@ from __future__ import annotations
 import functools
 import json
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from dataclasses import asdict, is_dataclass
+from dataclasses import asdict, dataclass, is_dataclass
 from typing import Any
 from urllib.parse import parse_qs, unquote_plus
 
@@ -166,22 +168,49 @@ def _json_body(body: bytes) -> dict[str, Any]:
     return data
 
 
+Asgi = Callable[[dict[str, Any], Any, Any], Awaitable[None]]
+"""An ASGI app: `await app(scope, receive, send)`."""
+
+
+@dataclass(frozen=True)
+class AdminMount:
+    """An ASGI app served on the admin listener under the path `prefix` ("/console": that path and every path
+    under it), and the task `run(task_status=...)` it needs beside it (None: none), which `serve_admin` starts
+    with `nursery.start` before the listener is bound and cancels with it.
+
+    Mounts are made by the layer above the control plane (the CLI mounts `llmgw.console`), so the control plane
+    imports none of them: `ControlConfig.admin_mounts` holds `MountFactory`s, each called once with the `AdminApp`.
+    """
+
+    prefix: str
+    app: Asgi
+    run: Callable[..., Awaitable[None]] | None = None
+
+    def serves(self, path: str) -> bool:
+        """True when `path` is `prefix` or under it."""
+        return path == self.prefix or path.startswith(self.prefix + "/")
+
+
+MountFactory = Callable[["AdminApp"], AdminMount]
+"""What `ControlConfig.admin_mounts` holds: given the admin API (its `plane`, `authorised_for` and
+`history_entries`), the mount to serve beside it."""
+
+
 class AdminApp:
-    """The ASGI app of the admin API over one `ControlPlane`."""
+    """The ASGI app of the admin API over one `ControlView`, with the `mounts` (`MountFactory`s) made over it."""
 
-    def __init__(self, plane: ControlView):
-        from llmgw.control.console_mount import console_for
-
+    def __init__(self, plane: ControlView, mounts: tuple[MountFactory, ...] = ()):
         self.plane = plane
-        self.console = console_for(self)  # the web console under /console (docs/console.md)
+        self.mounts = tuple(factory(self) for factory in mounts)  # the console under /console (docs/console.md)
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] == "lifespan":
             await serve_lifespan(receive, send)
         if scope["type"] != "http":
             return
-        if scope["path"] == "/console" or scope["path"].startswith("/console/"):
-            return await self.console(scope, receive, send)
+        for mount in self.mounts:
+            if mount.serves(scope["path"]):
+                return await mount.app(scope, receive, send)
         try:
             await self._route(scope, receive, send)
         except _HttpError as exc:
@@ -418,8 +447,10 @@ class AdminApp:
             self.plane.request_restart()  # after the answer is out
 
 
-async def serve_admin(plane: ControlView, host: str, port: int, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
-    """Serve the admin API for `plane` until cancelled; `task_status.started(bound_port)`."""
+async def serve_admin(plane: ControlView, host: str, port: int, *, mounts: tuple[MountFactory, ...] = (),
+                      task_status=trio.TASK_STATUS_IGNORED) -> None:
+    """Serve the admin API for `plane`, and the `mounts` beside it (`AdminMount`), until cancelled;
+    `task_status.started(bound_port)`."""
     from hypercorn.config import Config
     from hypercorn.trio import serve
 
@@ -429,12 +460,14 @@ async def serve_admin(plane: ControlView, host: str, port: int, *, task_status=t
     config.errorlog = None
     config.graceful_timeout = 1.0
 
-    app = AdminApp(plane)
+    app = AdminApp(plane, mounts)
 
     async def started(task_status=trio.TASK_STATUS_IGNORED):
         await serve(app, config, task_status=task_status)
 
     async with trio.open_nursery() as nursery:
-        await nursery.start(app.console.run_sampler)
+        for mount in app.mounts:
+            if mount.run is not None:
+                await nursery.start(mount.run)
         binds = await nursery.start(started)
         task_status.started(int(binds[0].rsplit(":", 1)[1]))

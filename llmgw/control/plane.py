@@ -136,6 +136,7 @@ class ControlConfig:
     tracer_provider: Any = None
     request_sample_ratio: float | None = None
     gateway_workers: int | str | None = None
+    admin_mounts: tuple = ()  # `llmgw.control.admin.MountFactory`s: apps beside the admin API (the CLI's console)
 
 
 def _store_url(config_store: Any, store: Any, cluster: Any, state_dir: Path, secrets_get) -> str:
@@ -389,7 +390,8 @@ class ControlPlane:
                 )
                 self.agents_port = int(bound)
                 self.join_port = getattr(bound, "join_port", None)
-                self.admin_port = await nursery.start(serve_admin, self, admin.host, admin.port)
+                self.admin_port = await nursery.start(
+                    functools.partial(serve_admin, mounts=self.config.admin_mounts), self, admin.host, admin.port)
                 self.admin_url = f"http://{_url_host(admin.host)}:{self.admin_port}"
                 if self.config.gateway:
                     # the table of the settings read (the watcher's news reaches the loop's state only once the

@@ -3,6 +3,10 @@ the CLI reach a running control plane. `ControlPlane` implements it; nothing els
 
 Reads return values that cannot change under the reader (`snapshot()` is the immutable `ControlState`; `status()`
 a fresh document). Writes are requests: they become events of the control loop or commits to the settings branch.
+
+This module is also all of the control plane that `llmgw.console` may import (an import contract in
+pyproject.toml): the value types a snapshot is made of (`ControlState`, `PassRecord`, `WatchState`, `NodeRecord`,
+`NodeReadings`, `GpuSample`) and `state_document(state)`, the status document of a snapshot.
 """
 
 from __future__ import annotations
@@ -11,10 +15,18 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from llmgw.control.audit import status_document
+from llmgw.control.readings import GpuSample, NodeReadings
 from llmgw.control.recovering import Recovery
+from llmgw.control.registry import NodeRecord
 from llmgw.control.sessions import CommandOutcome
 from llmgw.control.state import ControlState, PassRecord, WatchState
 from llmgw.plan.types import Plan
+
+__all__ = [
+    "ControlState", "ControlView", "Emit", "GpuSample", "NodeReadings", "NodeRecord", "PassRecord", "WatchState",
+    "failure_documents", "state_document",
+]
 
 Emit = Callable[[dict[str, Any]], Awaitable[None]]
 """Where a long request reports its progress, one JSON-ready dict per step."""
@@ -104,3 +116,20 @@ class ControlView(Protocol):
 
     def create_join_token(self, ttl_seconds: float = 3600.0) -> dict[str, Any]:
         """A one-time join token for a new node."""
+
+
+def failure_documents(state: ControlState) -> list[dict[str, Any]]:
+    """The failed actions of `state` waiting to be retried, as the status document lists them: kind, node,
+    subject, attempts, error, retry_at (unix seconds)."""
+    return [
+        {"kind": f.kind, "node": f.node_id, "subject": f.subject, "attempts": f.attempts, "error": f.error,
+         "retry_at": f.retry_at_unix}
+        for f in state.failures.values()
+    ]
+
+
+def state_document(state: ControlState) -> dict[str, Any]:
+    """The status document of `state` (`llmgw.control.audit.status_document`) without readings and without the
+    control plane's own section (`ControlView.status` adds both). Pure."""
+    return status_document(state.watch, state.fleet.records(), state.last_pass, state.last_plan,
+                           failure_documents(state))

