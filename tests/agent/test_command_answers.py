@@ -11,8 +11,9 @@ from contextlib import asynccontextmanager
 import pytest
 import trio
 
-from llmgw.agent import AgentConfig, fabric_test, run_agent
+from llmgw.agent import AgentConfig, commands, fabric_test, install_command, node_commands, run_agent, shard_commands
 from llmgw.agent.config import load_agent_settings
+from llmgw.agent.node import Command
 from llmgw.agent.fencing import FENCED_COMMANDS
 from llmgw.agent.reporting import ENGINES_INSTALLABLE
 from llmgw.agent.slurm import without_secrets
@@ -21,6 +22,34 @@ from llmgw.wire import control_message, pb
 from agent_support import ControlSide, fake_engine_binary, next_matching, tiny_mirror, wait_for
 
 UNKNOWN = "this agent does not understand the command None; upgrade it"
+
+HANDLERS = {
+    "start_shard": shard_commands.start_shard, "stop_shard": shard_commands.stop_shard,
+    "install_engine": install_command.install_engine, "agent_settings": node_commands.agent_settings,
+    "request_logs": node_commands.request_logs, "fabric_test": node_commands.fabric_test,
+    "restart": node_commands.restart, "registered": node_commands.registered,
+    "slurm_jobs_recorded": node_commands.slurm_jobs_recorded,
+}
+
+
+def test_every_body_of_a_control_message_has_its_handler_and_every_fenced_one_is_a_command():
+    bodies = {f.name for f in pb.ControlMessage.DESCRIPTOR.oneofs_by_name["body"].fields}
+    assert set(commands.COMMANDS) == bodies == set(HANDLERS)
+    assert FENCED_COMMANDS <= bodies
+
+
+@pytest.mark.parametrize("kind", sorted(HANDLERS))
+def test_the_registry_routes_each_kind_to_its_handler(kind):
+    assert commands.handler_for(kind) is HANDLERS[kind]
+    message = control_message(command_id="c1")
+    getattr(message, kind).SetInParent()  # an empty body of that kind
+    command = commands.command_of(message, link=None)
+    assert (command.kind, command.id, command.body) == (kind, "c1", getattr(message, kind))
+
+
+@pytest.mark.parametrize("kind", [None, "", "upgrade_agent"])
+def test_a_kind_without_a_handler_goes_to_not_understood(kind):
+    assert commands.handler_for(kind) is commands.not_understood
 
 
 def _config(tmp_path, **changes) -> AgentConfig:
@@ -212,6 +241,13 @@ async def test_an_empty_body_is_answered_as_not_understood_and_without_a_command
         assert await _answers(link, "e1") == [pb.CommandResult(command_id="e1", ok=False, error=UNKNOWN)]
         await link.send(control_message())
         await _nothing_before_next(link)
+
+
+async def test_not_understood_names_the_kind_it_has_no_handler_for(tmp_path):
+    async with _agent(tmp_path) as (agent, link):
+        await commands.not_understood(agent, Command(kind="upgrade_agent", body=None, id="u1", link=link))
+        assert await _answers(link, "u1") == [pb.CommandResult(
+            command_id="u1", ok=False, error="this agent does not understand the command 'upgrade_agent'; upgrade it")]
 
 
 async def test_a_command_from_a_newer_control_plane_is_answered_as_not_understood(tmp_path):
