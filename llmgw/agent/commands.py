@@ -24,7 +24,7 @@ import trio
 from llmgw.agent import install_command, node_commands, shard_commands
 from llmgw.agent.fencing import FENCED_COMMANDS, save_token
 from llmgw.agent.node import Command, CommandHandler, NodeAgent
-from llmgw.wire import pb
+from llmgw.wire import AgentLink, pb
 
 log = logging.getLogger("llmgw.agent")
 
@@ -56,17 +56,18 @@ def handler_for(kind: str | None) -> CommandHandler:
     return COMMANDS.get(kind or "", not_understood)
 
 
-def command_of(message: pb.ControlMessage, link) -> Command:
+def command_of(message: pb.ControlMessage, link: AgentLink) -> Command:
     """The `Command` a handler gets for `message`, received on `link`."""
     kind = message.WhichOneof("body")
     return Command(kind=kind, body=getattr(message, kind) if kind else None, id=message.command_id, link=link)
 
 
-async def handle(agent: NodeAgent, message: pb.ControlMessage, link) -> None:
+async def handle(agent: NodeAgent, message: pb.ControlMessage, link: AgentLink) -> None:
     """Act on one ControlMessage received on `link`: refused when it changes the node and carries an older
     leader-lease token than the newest seen (the newest is kept under the state directory), else handed to its
     handler (`handler_for`). Returns once the handler did: a long command goes on as a task of the agent's
-    nursery. A checkpoint when the fence moves or the handler awaits; raises nothing of the command's own."""
+    nursery. A checkpoint when the fence moves or the handler awaits. A failure of the command is its answer;
+    raises only what `link.send` raises (Restart answers on `link`)."""
     command = command_of(message, link)
     if command.kind in FENCED_COMMANDS and not await _admit(agent, command, message.fencing_token):
         return

@@ -13,9 +13,9 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import trio
+from google.protobuf.message import Message
 
 from llmgw.agent import reporting
 from llmgw.agent.config import AgentConfig, installed_engines
@@ -29,7 +29,7 @@ from llmgw.agent.supervisor import Supervisor
 from llmgw.agent.tracing import AgentTracing, open_agent_tracing
 from llmgw.engines.builds import NodeFacts
 from llmgw.identity import EngineState
-from llmgw.wire import agent_message, pb
+from llmgw.wire import AgentLink, agent_message, pb
 
 log = logging.getLogger("llmgw.agent")
 
@@ -44,14 +44,15 @@ class Command:
     on (answers go through `NodeAgent.emit`, to every connection; only Restart answers on `link` itself)."""
 
     kind: str | None
-    body: Any
+    body: Message | None
     id: str
-    link: Any
+    link: AgentLink
 
 
 CommandHandler = Callable[["NodeAgent", Command], Awaitable[None]]
 """Acts on one command: answers it (a CommandResult when it has an id, see `NodeAgent.result`) or starts a task
-of `NodeAgent.nursery` that answers it later. Raises nothing: every failure is a sentence in the answer."""
+of `NodeAgent.nursery` that answers it later. A failure of the command is a sentence in its answer, never raised;
+only Restart, which answers on its link, raises what `link.send` raises (the connection is gone)."""
 
 
 class Outbox:
