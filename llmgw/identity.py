@@ -1,4 +1,5 @@
-"""The words every layer shares, defined once: a shard's lifecycle, engine keys, replica and shard ids, aliases.
+"""The words every layer shares, defined once: a shard's lifecycle, an engine install's states, engine keys,
+replica and shard ids, aliases.
 
 Pure and at the bottom: it imports nothing of llmgw, so every package (wire, agent, plan, control, gateway,
 settings) may import it, like `llmgw.units`.
@@ -38,6 +39,14 @@ class ShardState(str, enum.Enum):
     STOPPING = "stopping"
     STOPPED = "stopped"
     FAILED = "failed"            # exited or could not start; `error` says why; restarted with backoff
+
+
+class EngineState(str, enum.Enum):
+    """An engine install on one node as its agent reports it. The wire (`EngineStatus.state`) carries `.value`."""
+
+    INSTALLING = "installing"    # under way; `progress` and `progress_text` say how far
+    INSTALLED = "installed"      # verified: shards may use it
+    FAILED = "failed"            # the install failed, or a periodic check found it broken; `error` says why
 
 
 def engine_key(engine: str, version: str | None) -> str:

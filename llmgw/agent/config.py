@@ -20,6 +20,7 @@ from google.protobuf.message import DecodeError
 from llmgw.engines import installed_binary
 from llmgw.engines.python_env import PYTHON_ENGINES, installed_python, installed_versions
 from llmgw.errors import UsageError
+from llmgw.identity import engine_key
 from llmgw.wire import pb
 
 SETTINGS_FILE = "agent-settings.pb"
@@ -153,7 +154,7 @@ def bounded_interval(seconds: float) -> float:
 
 def engine_binary(config: AgentConfig, engine: str, version: str) -> Path | None:
     """The executable for `engine`@`version`: an `engine_binaries` override, else a verified install, else None."""
-    override = config.engine_binaries.get(f"{engine}@{version}")
+    override = config.engine_binaries.get(engine_key(engine, version))
     if override is not None:
         return Path(override)
     if engine == "llama.cpp":
@@ -171,9 +172,9 @@ def installed_engines(config: AgentConfig) -> list[str]:
     if root.is_dir():
         for home in root.iterdir():
             if not home.name.startswith(".") and installed_binary(config.engines_path, home.name) is not None:
-                keys.add(f"llama.cpp@{home.name}")
+                keys.add(engine_key("llama.cpp", home.name))
     for engine in PYTHON_ENGINES:
-        keys.update(f"{engine}@{version}" for version in installed_versions(config.engines_path, engine))
+        keys.update(engine_key(engine, version) for version in installed_versions(config.engines_path, engine))
     return sorted(keys)
 
 

@@ -1,8 +1,8 @@
 """`llmgw node doctor`: discovery plus checks of what a node needs to serve (NVML and driver, AVX2, engines,
 weights directory space, clock, certificates, GPU health as the agent reads it: `llmgw.agent.doctor_health`), as data (`DoctorReport`) with JSON and a readable rendering.
 
-Each check has a status: "ok", "info" (a fact, e.g. "a CPU node"), "warn" (works, but worse or soon broken) or
-"fail" (this node cannot do its job until fixed). Blocking (runs discovery and a few tools).
+Each check has a status (`CheckStatus`): ok, info (a fact, e.g. "a CPU node"), warn (works, but worse or soon
+broken) or fail (this node cannot do its job until fixed). Blocking (runs discovery and a few tools).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any
 from llmgw.agent.config import AgentConfig, installed_engines, load_engine_binaries
 from llmgw.agent.discovery import NodeDiscovery, discover_node, load_nvml, run_tool
 from llmgw.agent.discovery.node import Runner
-from llmgw.agent.doctor_health import health_checks
+from llmgw.agent.doctor_health import FAIL, INFO, OK, WARN, CheckStatus, health_checks
 from llmgw.agent.health import HealthReader
 from llmgw.errors import UsageError
 from llmgw.tools.node_report import NodeHealthReport
@@ -34,8 +34,12 @@ class Check:
     """One check: `name` ("nvml", "cpu", ...), `status` ok/info/warn/fail, `detail` a sentence for a person."""
 
     name: str
-    status: str
+    status: CheckStatus
     detail: str
+
+    def to_json(self) -> dict:
+        """{"name", "status" (its value: "ok", "info", "warn" or "fail"), "detail"}."""
+        return {"name": self.name, "status": CheckStatus(self.status).value, "detail": self.detail}
 
 
 @dataclass(frozen=True)
@@ -48,20 +52,20 @@ class DoctorReport:
 
     @property
     def ok(self) -> bool:
-        return all(c.status != "fail" for c in self.checks)
+        return all(c.status is not FAIL for c in self.checks)
 
     def to_json(self) -> dict:
         """Plain JSON types: {"ok", "checks": [{name, status, detail}], "node": NodeDiscovery.to_json(), "health":
         NodeHealthReport.to_json() (null when not read)}."""
-        return {"ok": self.ok, "checks": [c.__dict__ for c in self.checks], "node": self.discovery.to_json(),
+        return {"ok": self.ok, "checks": [c.to_json() for c in self.checks], "node": self.discovery.to_json(),
                 "health": self.health.to_json() if self.health is not None else None}
 
     def render(self) -> str:
         """One line per check ("warn  cpu        this CPU has no AVX2 ..."), then a verdict line."""
         width = max((len(c.name) for c in self.checks), default=4)
-        lines = [f"{c.status:<5} {c.name:<{width}}  {c.detail}" for c in self.checks]
-        failed = sum(c.status == "fail" for c in self.checks)
-        warned = sum(c.status == "warn" for c in self.checks)
+        lines = [f"{c.status.value:<5} {c.name:<{width}}  {c.detail}" for c in self.checks]
+        failed = sum(c.status is FAIL for c in self.checks)
+        warned = sum(c.status is WARN for c in self.checks)
         lines.append("node doctor: " + ("ready" if not failed else f"{failed} check(s) failed")
                      + (f", {warned} warning(s)" if warned else ""))
         return "\n".join(lines)
@@ -76,15 +80,15 @@ def gpu_checks(node: NodeDiscovery) -> list[Check]:
     report = node.gpus
     if report.source == "none":
         why = "; ".join(report.notes) or "no NVIDIA driver"
-        return [Check("nvml", "info", f"a CPU node: no NVIDIA GPU found ({why})")]
+        return [Check("nvml", INFO, f"a CPU node: no NVIDIA GPU found ({why})")]
     checks = []
     if report.source == "nvml":
-        checks.append(Check("nvml", "ok", f"NVML loaded, driver {report.driver_version or '?'}, CUDA "
-                                          f"{report.cuda_version or '?'}, {len(report.gpus)} device(s)"))
+        checks.append(Check("nvml", OK, f"NVML loaded, driver {report.driver_version or '?'}, CUDA "
+                                        f"{report.cuda_version or '?'}, {len(report.gpus)} device(s)"))
     else:
-        checks.append(Check("nvml", "warn", f"NVML could not be loaded ({'; '.join(report.notes)}); GPUs read from "
-                                            f"nvidia-smi, driver {report.driver_version or '?'}: install nvidia-ml-py "
-                                            "or fix the driver's library path for live telemetry"))
+        checks.append(Check("nvml", WARN, f"NVML could not be loaded ({'; '.join(report.notes)}); GPUs read from "
+                                          f"nvidia-smi, driver {report.driver_version or '?'}: install nvidia-ml-py "
+                                          "or fix the driver's library path for live telemetry"))
     for gpu in report.gpus:
         label = f"GPU {gpu.index}" + (f" MIG {gpu.mig_profile or '?'} {gpu.device_id}" if gpu.is_mig_instance else "")
         facts = f"{gpu.name or 'unnamed'}, class {gpu.gpu_class or 'unknown'}"
@@ -97,18 +101,18 @@ def gpu_checks(node: NodeDiscovery) -> list[Check]:
         if not gpu.is_mig_instance and gpu.ecc_enabled is not None:
             facts += f", ECC {'on' if gpu.ecc_enabled else 'off'}"
         if gpu.placeable:
-            checks.append(Check("gpu", "ok", f"{label}: {facts}, placeable"))
+            checks.append(Check("gpu", OK, f"{label}: {facts}, placeable"))
         elif gpu.mig_enabled and not gpu.is_mig_instance:
-            checks.append(Check("gpu", "info", f"{label}: {facts}, MIG enabled: shards go on its instances"))
+            checks.append(Check("gpu", INFO, f"{label}: {facts}, MIG enabled: shards go on its instances"))
         elif gpu.foreign_pids:
             pids = ", ".join(str(p) for p in gpu.foreign_pids)
-            checks.append(Check("gpu", "warn", f"{label}: {facts}, used by processes llmgw did not start "
-                                               f"(pid {pids}): not placeable until they end"))
+            checks.append(Check("gpu", WARN, f"{label}: {facts}, used by processes llmgw did not start "
+                                             f"(pid {pids}): not placeable until they end"))
         else:
-            checks.append(Check("gpu", "warn", f"{label}: {facts}: not placeable (class or memory unknown)"))
+            checks.append(Check("gpu", WARN, f"{label}: {facts}: not placeable (class or memory unknown)"))
         if gpu.pcie_gen_current is not None and gpu.pcie_gen_max and gpu.pcie_gen_current < gpu.pcie_gen_max:
-            checks.append(Check("gpu", "info", f"{label}: PCIe link at gen {gpu.pcie_gen_current} of "
-                                               f"{gpu.pcie_gen_max} now (cards lower it when idle)"))
+            checks.append(Check("gpu", INFO, f"{label}: PCIe link at gen {gpu.pcie_gen_current} of "
+                                             f"{gpu.pcie_gen_max} now (cards lower it when idle)"))
     return checks
 
 
@@ -116,10 +120,10 @@ def _cpu_checks(node: NodeDiscovery) -> list[Check]:
     inv = node.inventory
     cpu = inv.cpu
     flags = " ".join(cpu.flags) or "none known"
-    checks = [Check("cpu", "ok", f"{cpu.cores} logical CPUs, {cpu.model or 'model unknown'} ({inv.arch}); "
-                                 f"vector extensions: {flags}")]
-    checks.extend(Check("cpu", "warn", w) for w in inv.warnings)
-    checks.append(Check("memory", "ok" if inv.memory_total_bytes else "warn",
+    checks = [Check("cpu", OK, f"{cpu.cores} logical CPUs, {cpu.model or 'model unknown'} ({inv.arch}); "
+                               f"vector extensions: {flags}")]
+    checks.extend(Check("cpu", WARN, w) for w in inv.warnings)
+    checks.append(Check("memory", OK if inv.memory_total_bytes else WARN,
                         f"{_gib(inv.memory_total_bytes)} total" if inv.memory_total_bytes
                         else "total memory could not be read from /proc/meminfo"))
     return checks
@@ -127,11 +131,11 @@ def _cpu_checks(node: NodeDiscovery) -> list[Check]:
 
 def _disk_check(weights_dir: Path, free: int | None) -> Check:
     if free is None:
-        return Check("weights", "warn", f"free space under {weights_dir} cannot be measured")
+        return Check("weights", WARN, f"free space under {weights_dir} cannot be measured")
     if free < LOW_DISK_BYTES:
-        return Check("weights", "warn", f"only {_gib(free)} free under {weights_dir}: free space or point "
-                                        "weights_dir at a larger disk")
-    return Check("weights", "ok", f"{_gib(free)} free under {weights_dir}")
+        return Check("weights", WARN, f"only {_gib(free)} free under {weights_dir}: free space or point "
+                                      "weights_dir at a larger disk")
+    return Check("weights", OK, f"{_gib(free)} free under {weights_dir}")
 
 
 def _engine_checks(engines_dir: Path | None, state_dir: Path | None) -> list[Check]:
@@ -144,36 +148,36 @@ def _engine_checks(engines_dir: Path | None, state_dir: Path | None) -> list[Che
     try:
         given = load_engine_binaries(config.state_dir)
     except UsageError as exc:
-        checks.append(Check("engines", "warn", str(exc)))
+        checks.append(Check("engines", WARN, str(exc)))
     for key, binary in sorted(given.items()):
         if binary.is_file() and os.access(binary, os.X_OK):
-            checks.append(Check("engines", "ok", f"{key}: {binary} (the binary the agent was last started with: "
-                                                 "`llmgw up`'s engine or `--engine-binary`)"))
+            checks.append(Check("engines", OK, f"{key}: {binary} (the binary the agent was last started with: "
+                                               "`llmgw up`'s engine or `--engine-binary`)"))
         else:
-            checks.append(Check("engines", "warn", f"{key}: {binary}, which the agent was last started with, is "
-                                                   "missing or not executable: build it again (`make engine` for "
-                                                   "`llmgw up`) or start the agent with another --engine-binary"))
+            checks.append(Check("engines", WARN, f"{key}: {binary}, which the agent was last started with, is "
+                                                 "missing or not executable: build it again (`make engine` for "
+                                                 "`llmgw up`) or start the agent with another --engine-binary"))
     installed = [key for key in installed_engines(config) if key not in given]
     if installed:
-        checks.append(Check("engines", "ok", "installed: " + ", ".join(installed)))
+        checks.append(Check("engines", OK, "installed: " + ", ".join(installed)))
     elif not given:
-        checks.append(Check("engines", "info", f"no engine installed under {config.engines_path} yet; the agent "
-                                               "installs llama.cpp when a model placed here needs it"))
+        checks.append(Check("engines", INFO, f"no engine installed under {config.engines_path} yet; the agent "
+                                             "installs llama.cpp when a model placed here needs it"))
     return checks
 
 
 def _clock_check(now: float, run: Runner) -> Check:
     moment = datetime.datetime.fromtimestamp(now, tz=datetime.timezone.utc)
     if moment < _EARLIEST_SANE:
-        return Check("clock", "fail", f"the clock reads {moment:%Y-%m-%d %H:%M} UTC, before this release: "
-                                      "certificates will not verify; set the time (NTP)")
+        return Check("clock", FAIL, f"the clock reads {moment:%Y-%m-%d %H:%M} UTC, before this release: "
+                                    "certificates will not verify; set the time (NTP)")
     out = run(["timedatectl", "show", "-p", "NTPSynchronized", "--value"])
     synced = out.text.strip().lower() if out is not None and out.exit_code == 0 else ""
     if synced == "no":
-        return Check("clock", "warn", f"{moment:%Y-%m-%d %H:%M:%S} UTC, not synchronised by NTP: "
-                                      "certificate checks and audit times may be off")
+        return Check("clock", WARN, f"{moment:%Y-%m-%d %H:%M:%S} UTC, not synchronised by NTP: "
+                                    "certificate checks and audit times may be off")
     state = "NTP synchronised" if synced == "yes" else "NTP state unknown (no timedatectl)"
-    return Check("clock", "ok", f"{moment:%Y-%m-%d %H:%M:%S} UTC, {state}")
+    return Check("clock", OK, f"{moment:%Y-%m-%d %H:%M:%S} UTC, {state}")
 
 
 def _certificate_check(path: Path, now: float) -> Check:
@@ -182,21 +186,21 @@ def _certificate_check(path: Path, now: float) -> Check:
     try:
         certificate = x509.load_pem_x509_certificate(path.read_bytes())
     except OSError as exc:
-        return Check("certificate", "fail", f"{path} cannot be read ({exc.strerror}): run `llmgw node join`")
+        return Check("certificate", FAIL, f"{path} cannot be read ({exc.strerror}): run `llmgw node join`")
     except ValueError as exc:
-        return Check("certificate", "fail", f"{path} is not a PEM certificate ({exc})")
+        return Check("certificate", FAIL, f"{path} is not a PEM certificate ({exc})")
     moment = datetime.datetime.fromtimestamp(now, tz=datetime.timezone.utc)
     start, end = certificate.not_valid_before_utc, certificate.not_valid_after_utc
     subject = certificate.subject.rfc4514_string()
     if moment < start:
-        return Check("certificate", "fail", f"{path} ({subject}) is valid only from {start:%Y-%m-%d %H:%M} UTC: "
-                                            "check this node's clock")
+        return Check("certificate", FAIL, f"{path} ({subject}) is valid only from {start:%Y-%m-%d %H:%M} UTC: "
+                                          "check this node's clock")
     if moment > end:
-        return Check("certificate", "fail", f"{path} ({subject}) expired {end:%Y-%m-%d}: run `llmgw node join` "
-                                            "with a new token")
+        return Check("certificate", FAIL, f"{path} ({subject}) expired {end:%Y-%m-%d}: run `llmgw node join` "
+                                          "with a new token")
     if end - moment < datetime.timedelta(days=CERT_WARN_DAYS):
-        return Check("certificate", "warn", f"{path} ({subject}) expires {end:%Y-%m-%d}: renew it soon")
-    return Check("certificate", "ok", f"{path} ({subject}) valid until {end:%Y-%m-%d}")
+        return Check("certificate", WARN, f"{path} ({subject}) expires {end:%Y-%m-%d}: renew it soon")
+    return Check("certificate", OK, f"{path} ({subject}) valid until {end:%Y-%m-%d}")
 
 
 def run_doctor(weights_dir: Path, *, engines_dir: Path | None = None, state_dir: Path | None = None,
@@ -227,10 +231,10 @@ def node_checks(node: NodeDiscovery, health: NodeHealthReport) -> list[Check]:
     """The checks of what discovery and the health reading concluded, in the order `render` prints them: the
     fabrics, every health finding (`llmgw.agent.doctor_health`), then discovery's warnings. No I/O."""
     ib = node.fabrics.infiniband
-    checks = [Check("fabrics", "info", (f"InfiniBand: {', '.join(f'{p.ca}/{p.port} {p.state}' for p in ib)}"
-                                        if ib else "no InfiniBand") + ("; IMEX configured" if node.fabrics.imex
-                                                                      else "; no IMEX"))]
+    checks = [Check("fabrics", INFO, (f"InfiniBand: {', '.join(f'{p.ca}/{p.port} {p.state}' for p in ib)}"
+                                      if ib else "no InfiniBand") + ("; IMEX configured" if node.fabrics.imex
+                                                                    else "; no IMEX"))]
     checks.extend(Check(*check) for check in health_checks(health))
     topo_warnings = node.topology.warnings if node.topology else ()
-    checks.extend(Check("discovery", "warn", w) for w in (*node.gpus.warnings, *topo_warnings))
+    checks.extend(Check("discovery", WARN, w) for w in (*node.gpus.warnings, *topo_warnings))
     return checks

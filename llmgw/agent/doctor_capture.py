@@ -16,6 +16,7 @@ from pathlib import Path
 from llmgw.agent.discovery import NodeDiscovery, discover_gpus
 from llmgw.agent.discovery.captured import CaptureDir, CaptureError
 from llmgw.agent.doctor import Check, DoctorReport, gpu_checks, node_checks
+from llmgw.agent.doctor_health import INFO, OK
 from llmgw.agent.health import HealthReader
 from llmgw.agent.inventory import CpuInfo, Inventory, parse_meminfo
 
@@ -49,11 +50,11 @@ def doctor_from(directory: Path) -> DoctorReport:
     reader = HealthReader(capture.run, nvml=None, fabric_source=capture, own_names=(hostname,) if hostname else ())
     health = reader.read()
     if gpus.source == "none":
-        source = Check("capture", "info", f"{directory}: no GPU captured (nvidia-smi -q -x absent or not installed)")
+        source = Check("capture", INFO, f"{directory}: no GPU captured (nvidia-smi -q -x absent or not installed)")
     else:
-        source = Check("capture", "ok", f"{directory}: {hostname or 'node'} read from nvidia-smi -q -x, driver "
-                                        f"{gpus.driver_version or '?'}, CUDA {gpus.cuda_version or '?'}, "
-                                        f"{sum(not g.is_mig_instance for g in gpus.gpus)} card(s)")
+        source = Check("capture", OK, f"{directory}: {hostname or 'node'} read from nvidia-smi -q -x, driver "
+                                      f"{gpus.driver_version or '?'}, CUDA {gpus.cuda_version or '?'}, "
+                                      f"{sum(not g.is_mig_instance for g in gpus.gpus)} card(s)")
     checks = [source, *(c for c in gpu_checks(node) if c.name != "nvml"), *node_checks(node, health)]
-    checks.extend(Check("capture", "info", f"not captured: {name}") for name in capture.not_captured)
+    checks.extend(Check("capture", INFO, f"not captured: {name}") for name in capture.not_captured)
     return DoctorReport(tuple(checks), node, health)

@@ -20,7 +20,7 @@ from llmgw.agent.config import AgentConfig, engine_binary
 from llmgw.engines import check_installed, install_dir
 from llmgw.engines import python_env
 from llmgw.engines.installing import MARKER
-from llmgw.identity import split_engine_key
+from llmgw.identity import engine_key, split_engine_key
 
 log = logging.getLogger("llmgw.agent")
 
@@ -32,7 +32,7 @@ def find_broken_engines(config: AgentConfig) -> dict[str, str]:
     root = config.engines_path / "llama.cpp"
     homes = sorted(root.iterdir()) if root.is_dir() else []
     for home in homes:
-        key = f"llama.cpp@{home.name}"
+        key = engine_key("llama.cpp", home.name)
         if home.name.startswith(".") or not home.is_dir() or key in config.engine_binaries:
             continue
         marker = home / MARKER
@@ -51,7 +51,7 @@ def find_broken_engines(config: AgentConfig) -> dict[str, str]:
             broken[key] = reason
     for engine in python_env.PYTHON_ENGINES:
         for version in python_env.installed_versions(config.engines_path, engine):
-            key = f"{engine}@{version}"
+            key = engine_key(engine, version)
             if key not in config.engine_binaries:
                 reason = python_env.check_installed(config.engines_path, engine, version)
                 if reason:

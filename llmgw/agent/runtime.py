@@ -32,8 +32,7 @@ from typing import Any
 
 import trio
 
-from llmgw.agent import reporting
-from llmgw.agent.commands import NodeAgent
+from llmgw.agent import commands, reporting
 from llmgw.agent.config import AgentConfig, load_agent_settings, save_engine_binaries
 from llmgw.agent.discovery import discover_node, load_nvml
 from llmgw.agent.engine_load import read_engine_loads
@@ -45,6 +44,7 @@ from llmgw.agent.kv_forwarding import ShardBlocks, kv_messages
 from llmgw.agent.readings import Readings
 from llmgw.agent.telemetry import open_gpu_telemetry
 from llmgw.agent.logs import LogRing, RingHandler
+from llmgw.agent.node import NodeAgent
 from llmgw.agent.shards import next_backoff
 from llmgw.agent.supervisor import Supervisor
 from llmgw.agent.tracing import open_agent_tracing
@@ -359,7 +359,7 @@ class _Session:
                 nursery.start_soon(self._wait_register_again, nursery.cancel_scope)
                 nursery.start_soon(self._forward_kv_blocks)
                 async for message in link:
-                    await agent.handle(message, link)
+                    await commands.handle(agent, message, link)
                 raise WireError("the control plane closed the stream")
         except BaseExceptionGroup as group:
             raise WireError(str(expect_leaves(group, _LINK_ERRORS)[0])) from group

@@ -26,6 +26,7 @@ man pages at slurm.schedmd.com and munged(8).
 
 from __future__ import annotations
 
+import enum
 import logging
 import os
 import pwd
@@ -119,14 +120,22 @@ class SlurmLayout:
         return dict(os.environ, SLURM_CONF=str(self.slurm_conf))
 
 
+class DaemonState(str, enum.Enum):
+    """One Slurm daemon's state as the keeper reports it. The wire (`SlurmDaemon.state`) carries `.value`."""
+
+    STARTING = "starting"
+    RUNNING = "running"
+    BACKOFF = "backoff"          # exited, waiting to start again
+    STOPPED = "stopped"
+
+
 @dataclass
 class Daemon:
-    """One daemon's state as reported: "starting", "running", "backoff" (exited, waiting to start again),
-    "stopped"; `error` the last exit with its log's last lines."""
+    """One daemon's state as reported (`DaemonState`); `error` the last exit with its log's last lines."""
 
     name: str
     argv: tuple[str, ...]
-    state: str = "starting"
+    state: DaemonState = DaemonState.STARTING
     pid: int = 0
     restarts: int = 0
     error: str = ""
@@ -134,7 +143,7 @@ class Daemon:
     process: trio.Process | None = None
 
     def message(self) -> pb.SlurmDaemon:
-        return pb.SlurmDaemon(name=self.name, state=self.state, pid=self.pid, restarts=self.restarts, error=self.error)
+        return pb.SlurmDaemon(name=self.name, state=self.state.value, pid=self.pid, restarts=self.restarts, error=self.error)
 
 
 def _tail(path: Path, lines: int = _TAIL) -> str:
@@ -156,7 +165,7 @@ async def keep_running(daemon: Daemon, log_file: Path, env: dict[str, str] | Non
     log_file.parent.mkdir(parents=True, exist_ok=True)
     while True:
         began = trio.current_time()
-        daemon.state = "starting"
+        daemon.state = DaemonState.STARTING
         try:
             with open(log_file, "ab") as out:
                 process = await trio.lowlevel.open_process(list(daemon.argv), stdout=out, stderr=subprocess.STDOUT,
@@ -165,7 +174,7 @@ async def keep_running(daemon: Daemon, log_file: Path, env: dict[str, str] | Non
             daemon.error = f"{daemon.argv[0]} could not start: {exc}"
             code = None
         else:
-            daemon.process, daemon.pid, daemon.state = process, process.pid, "running"
+            daemon.process, daemon.pid, daemon.state = process, process.pid, DaemonState.RUNNING
             daemon.started.set()
             on_change(daemon)
             try:
@@ -174,10 +183,10 @@ async def keep_running(daemon: Daemon, log_file: Path, env: dict[str, str] | Non
                 if process.returncode is None:
                     with trio.CancelScope(shield=True):
                         await _stop(process)
-                    daemon.state, daemon.pid = "stopped", 0
+                    daemon.state, daemon.pid = DaemonState.STOPPED, 0
             daemon.error = f"{daemon.name} exited with {_exit_words(code)}: {_tail(log_file)}".rstrip(": ")
         daemon.restarts += 1
-        daemon.state, daemon.pid = "backoff", 0
+        daemon.state, daemon.pid = DaemonState.BACKOFF, 0
         log.warning("%s", daemon.error)
         on_change(daemon)
         delay = 0.0 if trio.current_time() - began >= stable_after else delay
@@ -535,7 +544,7 @@ class SlurmKeeper:
         if process is not None:
             with trio.CancelScope(shield=True):
                 await process.wait()
-        daemon.state, daemon.pid = "stopped", 0
+        daemon.state, daemon.pid = DaemonState.STOPPED, 0
 
     async def _stop_all(self) -> None:
         for name in ("slurmd", "slurmctld", "slurmdbd", "munged"):

@@ -35,6 +35,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from llmgw.identity import engine_key
 from llmgw.tracing import context_from_traceparent, open_provider
 from llmgw.wire import pb
 
@@ -72,7 +73,7 @@ class AgentTracing:
         span = self._tracer.start_span("shard start", context=context_from_traceparent(command.traceparent),
                                        attributes={
             "llmgw.node": self.node_id, "llmgw.shard": command.shard_id, "llmgw.replica": command.replica_id,
-            "llmgw.model": command.model, "llmgw.engine": f"{command.engine}@{command.engine_version}",
+            "llmgw.model": command.model, "llmgw.engine": engine_key(command.engine, command.engine_version),
             "llmgw.settings.commit": command.settings_commit,
         })
         return ShardTrace(self._tracer, span)
@@ -82,7 +83,7 @@ class AgentTracing:
         that sent it; a new trace when empty). End it with `end(error)`."""
         span = self._tracer.start_span("engine install", context=context_from_traceparent(command.traceparent),
                                        attributes={
-            "llmgw.node": self.node_id, "llmgw.engine": f"{command.engine}@{command.version}",
+            "llmgw.node": self.node_id, "llmgw.engine": engine_key(command.engine, command.version),
             "llmgw.engine.sources": _install_sources(command),
         })
         return ShardTrace(self._tracer, span)

@@ -30,6 +30,7 @@ import trio
 from rich.console import Console
 
 from llmgw.cli.server_cmds import parse_listener
+from llmgw.identity import engine_key
 from llmgw.settings.model import Listener
 
 FIRST_KEY_MARKER = "up.first-key-created"
@@ -222,7 +223,7 @@ async def run_up(
         weights_dir=state / "agent" / "weights",
         cache_dir=cache_dir(),
         mirrors=(str(mirror),),
-        engine_binaries={f"llama.cpp@{DEMO_LLAMA_CPP_VERSION}": binary},
+        engine_binaries={engine_key("llama.cpp", DEMO_LLAMA_CPP_VERSION): binary},
         heartbeat_interval=1.0,
         stop_shards_on_exit=True,
     )

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from llmgw.identity import engine_key
 from llmgw.settings.model import ClusterSettings, Settings
 from llmgw.units import format_duration, format_size
 
@@ -163,7 +164,7 @@ def diff_settings(a: Settings, b: Settings) -> SettingsDiff:
     if cluster:
         changes.append(Change("cluster", a.cluster.name if a.cluster.name == b.cluster.name else b.cluster.name,
                               "changed", cluster))
-    changes += _section("engine", a.engines, b.engines, name=lambda k: f"{k[0]}@{k[1]}")
+    changes += _section("engine", a.engines, b.engines, name=lambda k: engine_key(*k))
     changes += _section("model", a.models, b.models)
     defaults = _field_changes(a.agent_defaults, b.agent_defaults)
     if defaults:

@@ -1,0 +1,95 @@
+"""The agent's handlers (`llmgw.agent.commands`) of the commands about the agent itself: AgentSettings, RequestLogs,
+FabricTest, Restart, and the two notices that are not answered (Registered, SlurmJobsRecorded).
+
+AgentSettings is applied before the next message of its connection is handled (that one is traced by the new
+settings); a FabricTest runs as a task of the agent's nursery and is answered with a FabricTestOutput only.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import trio
+
+from llmgw.agent.config import save_agent_settings
+from llmgw.agent.fabric_test import run_perftest
+from llmgw.agent.node import Command, NodeAgent
+from llmgw.agent.slurm import without_secrets
+from llmgw.errors import UsageError
+from llmgw.wire import agent_message, pb
+
+log = logging.getLogger("llmgw.agent")
+
+
+async def agent_settings(agent: NodeAgent, command: Command) -> None:
+    """AgentSettings: replace the agent's config (`AgentConfig.with_settings`), wake the timers waiting on an
+    interval, follow the tracing target, keep the settings for the next agent (without their secrets), answer,
+    then apply its part in Slurm (a task). When `ignore_gpus` changed, the session ends after the answer and the
+    agent registers again with the GPUs it now offers. A checkpoint."""
+    settings: pb.AgentSettings = command.body
+    before = agent.config
+    agent.config = agent.config.with_settings(settings)
+    log.info("agent settings changed: heartbeat every %g s, readings every %g s%s",
+             agent.config.heartbeat_interval, agent.config.telemetry_interval,
+             f", GPUs left alone: {', '.join(agent.config.ignore_gpus)}" if agent.config.ignore_gpus else "")
+    agent.settings_changed.set()
+    agent.settings_changed = trio.Event()
+    await agent.retrace()  # before the next message of this link is handled: it is traced by these settings
+    try:  # kept for the next agent, which applies them before it can reach the control plane
+        await trio.to_thread.run_sync(save_agent_settings, agent.config.state_dir, without_secrets(settings))
+    except OSError as exc:
+        log.warning("could not keep the agent settings in %s for the next start: %s", agent.config.state_dir, exc)
+    agent.result(command.id)
+    agent.nursery.start_soon(agent.slurm.apply, settings.slurm)  # its part in Slurm, or none
+    if agent.config.ignore_gpus != before.ignore_gpus:  # after the answer: the session ends once it is out
+        log.info("ignore_gpus changed: registering again with the GPUs this node now offers")
+        agent.register_again.set()
+
+
+async def request_logs(agent: NodeAgent, command: Command) -> None:
+    """RequestLogs: the last `lines` lines (all kept when 0) of a shard's engine, or of the agent's own log when
+    it names no shard, as LogLines; then the CommandResult when it has an id (not ok for an unknown shard, whose
+    LogLines are empty). Not a checkpoint."""
+    request: pb.RequestLogs = command.body
+    count = request.lines or None
+    error = ""
+    if request.shard_id:
+        try:
+            lines = agent.supervisor.logs(request.shard_id, count)
+        except UsageError as exc:
+            lines, error = [], str(exc)
+    else:
+        lines = agent.ring.tail(count)
+    agent.emit(agent_message(log_lines=pb.LogLines(request_id=request.request_id, shard_id=request.shard_id,
+                                                   lines=lines)))
+    if command.id:
+        agent.result(command.id, error)
+
+
+async def fabric_test(agent: NodeAgent, command: Command) -> None:
+    """FabricTest: run perftest's ib_write_bw (`llmgw.agent.fabric_test`) in a task and send its FabricTestOutput
+    (the tool's failures are its `error`); no CommandResult. Not a checkpoint."""
+    agent.nursery.start_soon(_fabric_test, agent, command.body)
+
+
+async def _fabric_test(agent: NodeAgent, request: pb.FabricTest) -> None:
+    agent.emit(agent_message(fabric_test_output=await run_perftest(request, agent.nursery)))
+
+
+async def restart(agent: NodeAgent, command: Command) -> None:
+    """Restart: answer ok on the command's own connection (before the session ends), then ask the runtime to
+    restart the agent; its engines keep running and the next agent adopts them. A checkpoint."""
+    log.info("the control plane asked this agent to restart; engines keep running")
+    await command.link.send(agent_message(command_result=pb.CommandResult(command_id=command.id, ok=True)))
+    agent.restart_requested.set()
+
+
+async def registered(agent: NodeAgent, command: Command) -> None:
+    """Registered (a notice, not answered): logged with the node id the control plane knows this node by."""
+    log.info("registered with the control plane as %s", command.body.node_id)
+
+
+async def slurm_jobs_recorded(agent: NodeAgent, command: Command) -> None:
+    """SlurmJobsRecorded (a notice, not answered): the control plane stored the ended Slurm jobs up to `until`, so
+    the next read of sacct starts there (`SlurmKeeper.recorded`)."""
+    agent.slurm.recorded(command.body.until)

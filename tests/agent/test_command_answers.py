@@ -1,0 +1,277 @@
+"""Each kind of ControlMessage over an in-process link to a real `run_agent`, and the agent's answer on the wire:
+what it sends back (CommandResult, ShardStatus, EngineStatus, LogLines, FabricTestOutput) and in which order, for
+every body the control plane sends, for a body this agent does not know, and for a fenced command from a deposed
+leader. The handlers behind them are `llmgw.agent.commands.COMMANDS`."""
+
+from __future__ import annotations
+
+import logging
+from contextlib import asynccontextmanager
+
+import pytest
+import trio
+
+from llmgw.agent import AgentConfig, commands, fabric_test, install_command, node_commands, run_agent, shard_commands
+from llmgw.agent.config import load_agent_settings
+from llmgw.agent.node import Command
+from llmgw.agent.fencing import FENCED_COMMANDS
+from llmgw.agent.reporting import ENGINES_INSTALLABLE
+from llmgw.agent.slurm import without_secrets
+from llmgw.wire import control_message, pb
+
+from agent_support import ControlSide, fake_engine_binary, next_matching, tiny_mirror, wait_for
+
+UNKNOWN = "this agent does not understand the command None; upgrade it"
+
+HANDLERS = {
+    "start_shard": shard_commands.start_shard, "stop_shard": shard_commands.stop_shard,
+    "install_engine": install_command.install_engine, "agent_settings": node_commands.agent_settings,
+    "request_logs": node_commands.request_logs, "fabric_test": node_commands.fabric_test,
+    "restart": node_commands.restart, "registered": node_commands.registered,
+    "slurm_jobs_recorded": node_commands.slurm_jobs_recorded,
+}
+
+
+def test_every_body_of_a_control_message_has_its_handler_and_every_fenced_one_is_a_command():
+    bodies = {f.name for f in pb.ControlMessage.DESCRIPTOR.oneofs_by_name["body"].fields}
+    assert set(commands.COMMANDS) == bodies == set(HANDLERS)
+    assert FENCED_COMMANDS <= bodies
+
+
+@pytest.mark.parametrize("kind", sorted(HANDLERS))
+def test_the_registry_routes_each_kind_to_its_handler(kind):
+    assert commands.handler_for(kind) is HANDLERS[kind]
+    message = control_message(command_id="c1")
+    getattr(message, kind).SetInParent()  # an empty body of that kind
+    command = commands.command_of(message, link=None)
+    assert (command.kind, command.id, command.body) == (kind, "c1", getattr(message, kind))
+
+
+@pytest.mark.parametrize("kind", [None, "", "upgrade_agent"])
+def test_a_kind_without_a_handler_goes_to_not_understood(kind):
+    assert commands.handler_for(kind) is commands.not_understood
+
+
+def _config(tmp_path, **changes) -> AgentConfig:
+    mirror, _ = tiny_mirror(tmp_path / "mirror")
+    values = dict(node_id="node-a", state_dir=tmp_path / "state", mirrors=(str(mirror),), heartbeat_interval=60.0,
+                  engine_binaries={"llama.cpp@b1": fake_engine_binary(tmp_path)})
+    values.update(changes)
+    return AgentConfig(**values)
+
+
+@asynccontextmanager
+async def _agent(tmp_path, **changes):
+    """A running agent and the control plane's end of its link, past Register: (NodeAgent, link)."""
+    control = ControlSide()
+    async with trio.open_nursery() as nursery:
+        agent = await nursery.start(run_agent, _config(tmp_path, **changes), control.connect)
+        link = await control.links.receive()
+        assert (await link.receive()).WhichOneof("body") == "register"
+        yield agent, link
+        nursery.cancel_scope.cancel()
+
+
+def _body(message: pb.AgentMessage):
+    return getattr(message, message.WhichOneof("body"))
+
+
+async def _answers(link, command_id: str) -> list:
+    """The bodies the agent sends (heartbeats left out) up to and including the CommandResult of `command_id`."""
+    bodies = []
+    with trio.fail_after(20):
+        while True:
+            message = await link.receive()
+            if message.WhichOneof("body") == "heartbeat":
+                continue
+            bodies.append(_body(message))
+            if message.WhichOneof("body") == "command_result" and message.command_result.command_id == command_id:
+                return bodies
+
+
+async def _nothing_before_next(link, sent_after: str = "probe") -> None:
+    """Send a RequestLogs `sent_after` and check that its LogLines and result are the first things answered: the
+    command sent before it was answered with nothing."""
+    await link.send(control_message(command_id=sent_after, request_logs=pb.RequestLogs(request_id=sent_after)))
+    answers = await _answers(link, sent_after)
+    assert [type(a).__name__ for a in answers] == ["LogLines", "CommandResult"], answers
+    assert answers[0].request_id == sent_after
+
+
+def _start(tmp_path, shard_id="m-0/0", engine_version="b1") -> pb.StartShard:
+    _, digest = tiny_mirror(tmp_path / "mirror")
+    return pb.StartShard(shard_id=shard_id, replica_id=shard_id.split("/")[0], model="m", engine="llama.cpp",
+                         engine_version=engine_version, fingerprint="fp1", replica_key="k",
+                         weights=[pb.WeightsFile(source="hf://org/m@abc/m.gguf", sha256=digest)])
+
+
+async def test_registered_is_logged_and_not_answered(tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="llmgw.agent")
+    async with _agent(tmp_path) as (_, link):
+        await link.send(control_message(registered=pb.Registered(node_id="known-as-b", control_plane_version="9")))
+        await _nothing_before_next(link)
+    assert "registered with the control plane as known-as-b" in caplog.text
+
+
+async def test_slurm_jobs_recorded_moves_the_accounting_cursor_and_is_not_answered(tmp_path):
+    async with _agent(tmp_path) as (agent, link):
+        await link.send(control_message(slurm_jobs_recorded=pb.SlurmJobsRecorded(until=1_700_000_000.5)))
+        await _nothing_before_next(link)
+        assert agent.slurm.finished_since == 1_700_000_000.5
+
+
+async def test_start_shard_of_an_engine_not_installed_fails_with_a_sentence(tmp_path):
+    async with _agent(tmp_path) as (_, link):
+        await link.send(control_message(command_id="s1", start_shard=_start(tmp_path, engine_version="b9")))
+        answers = await _answers(link, "s1")
+        assert [(a.state, a.shard_id) for a in answers[:-1]] == [("pending", "m-0/0"), ("failed", "m-0/0")]
+        pending, failed, result = answers
+        assert pending.fingerprint == "fp1" and pending.replica_id == "m-0" and pending.model == "m"
+        error = ("engine llama.cpp@b9 is not installed on node node-a; it is installed with InstallEngine "
+                 "(engines.yaml) before shards can use it")
+        assert failed.error == error
+        assert result == pb.CommandResult(command_id="s1", ok=False, error=error)
+
+
+async def test_start_shard_runs_the_engine_and_the_same_start_again_is_answered_at_once(tmp_path):
+    async with _agent(tmp_path) as (agent, link):
+        await link.send(control_message(command_id="s1", start_shard=_start(tmp_path)))
+        answers = await _answers(link, "s1")
+        assert [a.state for a in answers[:-1]][:2] == ["pending", "fetching"]
+        assert answers[-1] == pb.CommandResult(command_id="s1", ok=True)
+        await next_matching(link, lambda m: m.WhichOneof("body") == "shard_status" and m.shard_status.state == "ready")
+        pid = agent.supervisor.get("m-0/0").pid
+
+        await link.send(control_message(command_id="s2", start_shard=_start(tmp_path)))  # the same fingerprint
+        assert await _answers(link, "s2") == [pb.CommandResult(command_id="s2", ok=True)]
+        assert agent.supervisor.get("m-0/0").pid == pid
+
+        await wait_for(lambda: "m-0/0" not in agent.starting)  # its start has seen the engine ready
+        await link.send(control_message(command_id="x1", stop_shard=pb.StopShard(shard_id="m-0/0")))
+        answers = await _answers(link, "x1")
+        assert [a.state for a in answers[:-1]] == ["stopping", "stopped"]
+        assert answers[-1] == pb.CommandResult(command_id="x1", ok=True)
+        assert agent.supervisor.get("m-0/0") is None
+
+
+async def test_stop_shard_of_a_failed_shard_reports_it_stopped_and_of_an_unknown_one_succeeds(tmp_path):
+    async with _agent(tmp_path) as (_, link):
+        await link.send(control_message(command_id="s1", start_shard=_start(tmp_path, engine_version="b9")))
+        await _answers(link, "s1")  # failed: not installed
+        await link.send(control_message(command_id="x1", stop_shard=pb.StopShard(shard_id="m-0/0")))
+        stopped, result = await _answers(link, "x1")
+        assert (stopped.shard_id, stopped.state, stopped.error) == ("m-0/0", "stopped", "")
+        assert result == pb.CommandResult(command_id="x1", ok=True)
+        await link.send(control_message(command_id="x2", stop_shard=pb.StopShard(shard_id="nothing-0/0")))
+        assert await _answers(link, "x2") == [pb.CommandResult(command_id="x2", ok=True)]
+
+
+async def test_install_engine_of_an_installed_engine_and_of_one_this_agent_cannot_install(tmp_path):
+    async with _agent(tmp_path) as (_, link):
+        await link.send(control_message(command_id="i1", install_engine=pb.InstallEngine(
+            engine="llama.cpp", version="b1")))
+        assert await _answers(link, "i1") == [pb.EngineStatus(engine="llama.cpp@b1", state="installed"),
+                                              pb.CommandResult(command_id="i1", ok=True)]
+
+        await link.send(control_message(command_id="i2", install_engine=pb.InstallEngine(engine="tgi", version="3")))
+        error = f"this agent cannot install tgi yet; it installs {', '.join(ENGINES_INSTALLABLE)}"
+        assert await _answers(link, "i2") == [
+            pb.EngineStatus(engine="tgi@3", state="installing", progress=0.0, progress_text="starting"),
+            pb.EngineStatus(engine="tgi@3", state="failed", error=error),
+            pb.CommandResult(command_id="i2", ok=False, error=error),
+        ]
+
+
+async def test_agent_settings_change_the_config_are_kept_and_answered(tmp_path):
+    async with _agent(tmp_path) as (agent, link):
+        settings = pb.AgentSettings(heartbeat_interval=2.0, labels={"zone": "z"}, fingerprint="f1")
+        await link.send(control_message(command_id="c1", agent_settings=settings))
+        assert await _answers(link, "c1") == [pb.CommandResult(command_id="c1", ok=True)]
+        assert agent.config.heartbeat_interval == 2.0 and agent.config.labels == {"zone": "z"}
+        assert load_agent_settings(tmp_path / "state") == without_secrets(settings)
+
+
+async def test_request_logs_of_the_agent_of_a_shard_and_of_an_unknown_shard(tmp_path):
+    async with _agent(tmp_path) as (_, link):
+        await link.send(control_message(command_id="l1", request_logs=pb.RequestLogs(request_id="r1", lines=5)))
+        lines, result = await _answers(link, "l1")
+        assert lines.request_id == "r1" and lines.shard_id == "" and 0 < len(lines.lines) <= 5
+        assert result == pb.CommandResult(command_id="l1", ok=True)
+
+        await link.send(control_message(command_id="l2", request_logs=pb.RequestLogs(request_id="r2",
+                                                                                     shard_id="gone-0/0")))
+        error = "no shard 'gone-0/0' on this node; `llmgw replicas` lists the shards"
+        assert await _answers(link, "l2") == [pb.LogLines(request_id="r2", shard_id="gone-0/0"),
+                                              pb.CommandResult(command_id="l2", ok=False, error=error)]
+
+        # without a command id (an older control plane) only the lines come back
+        await link.send(control_message(request_logs=pb.RequestLogs(request_id="r3", lines=1)))
+        message = await next_matching(link, lambda m: m.WhichOneof("body") in ("log_lines", "command_result"))
+        assert message.WhichOneof("body") == "log_lines" and message.log_lines.request_id == "r3"
+        await _nothing_before_next(link)
+
+
+async def test_fabric_test_is_answered_with_its_output_and_no_result(tmp_path, monkeypatch):
+    (tmp_path / "no-tools").mkdir()
+    monkeypatch.setenv("PATH", str(tmp_path / "no-tools"))  # no ib_write_bw here
+    async with _agent(tmp_path) as (_, link):
+        await link.send(control_message(command_id="f1", fabric_test=pb.FabricTest(
+            request_id="ft", adapter="mlx5_0", port=1, timeout_seconds=5)))
+        message = await next_matching(link, lambda m: m.WhichOneof("body") in ("fabric_test_output", "command_result"))
+        assert message.fabric_test_output == pb.FabricTestOutput(request_id="ft", adapter="mlx5_0",
+                                                                 error=fabric_test.MISSING)
+        await _nothing_before_next(link)
+
+
+async def test_restart_is_answered_before_the_agent_ends(tmp_path):
+    control = ControlSide()
+    with trio.fail_after(20):  # run_agent returns (RESTART) by itself: the nursery ends without a cancel
+        async with trio.open_nursery() as nursery:
+            agent = await nursery.start(run_agent, _config(tmp_path), control.connect)
+            link = await control.links.receive()
+            await link.receive()
+            await link.send(control_message(command_id="r1", restart=pb.Restart()))
+            assert await _answers(link, "r1") == [pb.CommandResult(command_id="r1", ok=True)]
+    assert agent.restart_requested.is_set()
+
+
+async def test_an_empty_body_is_answered_as_not_understood_and_without_a_command_id_not_at_all(tmp_path):
+    async with _agent(tmp_path) as (_, link):
+        await link.send(control_message(command_id="e1"))
+        assert await _answers(link, "e1") == [pb.CommandResult(command_id="e1", ok=False, error=UNKNOWN)]
+        await link.send(control_message())
+        await _nothing_before_next(link)
+
+
+async def test_not_understood_names_the_kind_it_has_no_handler_for(tmp_path):
+    async with _agent(tmp_path) as (agent, link):
+        await commands.not_understood(agent, Command(kind="upgrade_agent", body=None, id="u1", link=link))
+        assert await _answers(link, "u1") == [pb.CommandResult(
+            command_id="u1", ok=False, error="this agent does not understand the command 'upgrade_agent'; upgrade it")]
+
+
+async def test_a_command_from_a_newer_control_plane_is_answered_as_not_understood(tmp_path):
+    # field 99 of ControlMessage, a message this agent's protocol does not have: parsed as an unknown field
+    newer = control_message(command_id="n1").SerializeToString() + bytes([0x9a, 0x06, 0x02, 0x08, 0x01])
+    message = pb.ControlMessage.FromString(newer)
+    assert message.command_id == "n1" and message.WhichOneof("body") is None
+    async with _agent(tmp_path) as (_, link):
+        await link.send(message)
+        assert await _answers(link, "n1") == [pb.CommandResult(command_id="n1", ok=False, error=UNKNOWN)]
+
+
+@pytest.mark.parametrize("kind", sorted(FENCED_COMMANDS))
+async def test_a_fenced_command_from_a_deposed_leader_is_refused_and_not_run(tmp_path, kind):
+    bodies = {"start_shard": _start(tmp_path), "stop_shard": pb.StopShard(shard_id="m-0/0"),
+              "install_engine": pb.InstallEngine(engine="llama.cpp", version="b1"),
+              "agent_settings": pb.AgentSettings(heartbeat_interval=9.0), "restart": pb.Restart()}
+    async with _agent(tmp_path) as (agent, link):
+        await link.send(control_message(command_id="new", fencing_token=7,
+                                        agent_settings=pb.AgentSettings(heartbeat_interval=2.0)))
+        assert await _answers(link, "new") == [pb.CommandResult(command_id="new", ok=True)]
+        await link.send(control_message(command_id="old", fencing_token=6, **{kind: bodies[kind]}))
+        [result] = await _answers(link, "old")
+        assert not result.ok and "token 6, older than token 7" in result.error
+        assert agent.config.heartbeat_interval == 2.0 and not agent.restart_requested.is_set()
+        assert agent.supervisor.get("m-0/0") is None and "m-0/0" not in agent.pending
+        await _nothing_before_next(link)
