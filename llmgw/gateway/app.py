@@ -56,18 +56,17 @@ from llmgw.gateway.problems import (
     unauthorized,
     unavailable,
 )
-from llmgw.gateway.proxying import (
-    STATUS_CLIENT_CLOSED, Outcome, PromptBlocks, open_upstream, relay_stream, relay_whole,
-)
-from llmgw.gateway.routing import Balancer, prefix_key
+from llmgw.gateway.proxying import open_upstream, relay_stream, relay_whole
+from llmgw.gateway.request_context import STATUS_CLIENT_CLOSED, Caller, Ledger, RequestContext
+from llmgw.gateway.routing import Balancer, PromptBlocks, prefix_key
+from llmgw.gateway.routing_policies import policy_of
 from llmgw.gateway.routing_prefix import hashing_scheme, held_by_replica, prompt_blocks, tokenize_body
 from llmgw.gateway.tokenizing import engine_tokens
 from llmgw.gateway.request_ids import RequestIds, client_request_id, trace_id_of
 from llmgw.gateway.tracing import GatewayTracing, RequestTrace
 from llmgw.gateway.upstream import Timeouts, UpstreamPool
 from llmgw.gateway.validation import parse_body, validate_request
-from llmgw.identity import Routing
-from llmgw.routes import BlockSnapshot, ModelRoute, ProjectPolicy, ReplicaRoute, RouteTable
+from llmgw.routes import BlockSnapshot, ProjectPolicy, ReplicaRoute, RouteTable
 from llmgw.store import ApiKey, Rejection, Reservation, UsageRecord
 
 PROXIED = {"/v1/chat/completions": "/v1/chat/completions", "/v1/completions": "/v1/completions",
@@ -148,23 +147,23 @@ class Gateway:
         """Route by the prefix-cache blocks in `blocks` from the next request on (`llmgw.control.kv_blocks`)."""
         self.blocks = blocks
 
-    async def _prompt_blocks(self, route: ModelRoute, path: str, body: dict, prompt_estimate: int) -> PromptBlocks | None:
+    async def _prompt_blocks(self, ctx: RequestContext) -> PromptBlocks | None:
         """Precise routing's inputs for this request, or None (the approximate policy decides): None when no
-        replica of `route` reports its blocks with a reproducible hashing, when the prompt is unlikely to fill one
+        replica of its route reports its blocks with a reproducible hashing, when the prompt is unlikely to fill one
         block (estimated under half a block), has no single prompt, or the engine could not tokenise it, and for a
         LoRA adapter (`routing_prefix.prompt_blocks` says why).
         The tokens come from the least loaded reporting replica's `/tokenize` (`llmgw.gateway.tokenizing`)."""
-        snapshot = self.blocks
+        route, snapshot = ctx.route, self.blocks
         if route.adapter_of is not None:  # vLLM hashes an adapter's blocks with its path on the node: unknown here
             return None
         scheme = hashing_scheme(route.replicas, snapshot) if snapshot.replicas else None
-        if scheme is None or prompt_estimate * 2 < scheme.block_size:
+        if scheme is None or ctx.prompt_estimate * 2 < scheme.block_size:
             return None
         held = held_by_replica(route.replicas, snapshot, scheme)
         reporting = [r for r in route.replicas if held[r.replica_id] is not None]
         load = self.balancer.load()
         ask = min(reporting, key=lambda r: load.get(r.replica_id, 0))
-        request = tokenize_body(path, body, ask.upstream_model or route.name)
+        request = tokenize_body(ctx.path, ctx.body, ask.upstream_model or route.name)
         if request is None:
             return None
         tokens = request if isinstance(request, list) else await engine_tokens(self.pool, ask, request)
@@ -309,13 +308,15 @@ class Gateway:
 
     async def _proxied(self, receive, send, headers: dict[bytes, bytes], upstream_path: str, ids: RequestIds,
                        trace: RequestTrace | None) -> None:
+        """Authenticate, read and check the body, admit (`_admit`), then forward and relay (`_run`). Raises
+        ApiError for a refusal (recorded first when the key was accepted), Disconnected when the client left."""
         started = time.perf_counter()
         key = await self._authenticate(headers)
-        policy = self._policy(key)
+        caller = Caller(key, self._policy(key), ids, trace, started)
         table = self.table
         # a body that may be over 1 MiB is read holding the project's concurrency slots (`early_slots`)
-        early = slot_quotas(policy.quotas) if body_may_be_big(headers) else ()
-        held = await self._reserve(key, policy, UNKNOWN_MODEL, early, 0, 0.0, started, ids) if early else None
+        early = slot_quotas(caller.project.quotas) if body_may_be_big(headers) else ()
+        held = await self._reserve(caller, UNKNOWN_MODEL, early, 0, 0.0) if early else None
         try:
             if held is None:
                 raw = await read_body(receive, headers, table.max_request_body_bytes,
@@ -329,10 +330,18 @@ class Gateway:
                     await self.accounting.release(held)
         body = parse_body(raw)
         validate_request(upstream_path, body)
+        await self._run(await self._admit(caller, table, upstream_path, body, raw), send, receive)
+
+    async def _admit(self, caller: Caller, table: RouteTable, upstream_path: str, body: dict,
+                     raw: bytes) -> RequestContext:
+        """The request's context once `table` resolves its model, the project may use it, serving is on, a replica
+        is ready and its quotas are reserved (in that order); journaled when `journal`. A refusal is recorded and
+        raised as ApiError (400 empty model, 404, 403, 503, 429)."""
         requested = body["model"]
         if not requested:
             raise bad_request("The request has an empty `model`; name a model from GET /v1/models.", "missing_model",
                               "model")
+        policy, ids, trace = caller.project, caller.ids, caller.trace
         route = table.resolve(requested)
         error: ApiError | None = None
         if route is None:
@@ -349,28 +358,33 @@ class Gateway:
         if trace is not None:
             trace.request(route.name if route else UNKNOWN_MODEL, body, policy.name)
         if error is not None:
-            await self._refused(key, policy, route.name if route else UNKNOWN_MODEL, error.status, started, ids)
+            await self._refused(caller, route.name if route else UNKNOWN_MODEL, error.status)
             raise error
         assert route is not None
         embeddings = upstream_path.endswith("embeddings")
         prompt_estimate = estimate_prompt_tokens(body)
         limit = completion_limit(body, embeddings)
         estimate = prompt_estimate + limit.total
-        overrides = enforced_fields(body, limit, embeddings) if limits_tokens(policy) else {}
         reservation: Reservation | None = None
         if policy.quotas:
-            reservation = await self._reserve(key, policy, route.name, policy.quotas, estimate,
-                                              cost_of(route, estimate, 0), started, ids)
+            reservation = await self._reserve(caller, route.name, policy.quotas, estimate, cost_of(route, estimate, 0))
         if self.journal:  # billed what it reserved if this process dies before it settles
-            self.accounting.open_entry(reservation, estimate, cost_of(route, prompt_estimate, limit.total), UsageRecord(
-                project=policy.name, model=route.name, time=time.time(), key_id=key.key_id,
+            cost = cost_of(route, prompt_estimate, limit.total)
+            self.accounting.open_entry(reservation, estimate, cost, UsageRecord(
+                project=policy.name, model=route.name, time=time.time(), key_id=caller.key.key_id,
                 prompt_tokens=prompt_estimate, completion_tokens=limit.total, status=STATUS_PROCESS_LOST,
-                cost=cost_of(route, prompt_estimate, limit.total), client_request_id=ids.client,
-                trace_id=ids.trace), ids.own)
+                cost=cost, client_request_id=ids.client, trace_id=ids.trace), ids.own)
         if trace is not None:
             trace.admitted(reservation is not None)
-        await self._run(send, receive, key, policy, route, body, raw, upstream_path, reservation, prompt_estimate,
-                        started, overrides, ids, trace)
+        routing = policy_of(route)
+        options = body.get("stream_options")
+        return RequestContext(
+            caller=caller, route=route, policy=routing, path=upstream_path, body=body, raw=raw, requested=requested,
+            stream=bool(body.get("stream")) and not embeddings,
+            include_usage=bool(options.get("include_usage")) if isinstance(options, dict) else False,
+            prompt_estimate=prompt_estimate,
+            overrides=enforced_fields(body, limit, embeddings) if limits_tokens(policy) else {},
+            reservation=reservation, prefix=prefix_key(route.name, body) if routing.by_prefix else None)
 
     async def _read_holding(self, held: Reservation, receive, headers, limit: int) -> bytes:
         """`read_body`, renewing `held`'s slots meanwhile (a 10 MiB body may take longer than the slot TTL).
@@ -389,18 +403,18 @@ class Gateway:
             raise failure
         return raw
 
-    async def _reserve(self, key: ApiKey, policy: ProjectPolicy, model: str, quotas, estimate: int, cost: float,
-                       started: float, ids: RequestIds) -> Reservation:
-        """Reserve `quotas` for a request of `model`; a refusal is recorded and raised: 429 (a limit, with
-        Retry-After and the x-ratelimit headers) or 503 (the store cannot take reservations now)."""
+    async def _reserve(self, caller: Caller, model: str, quotas, estimate: int, cost: float) -> Reservation:
+        """Reserve `quotas` for a request of `model` (`estimate` tokens, `cost` in the cluster's currency); a
+        refusal is recorded and raised: 429 (a limit, with Retry-After and the x-ratelimit headers) or 503 (the
+        store cannot take reservations now)."""
         try:
             decision = await self.accounting.reserve(quotas, estimate, cost, time.time())
         except ApiError as error:  # the store cannot take reservations now: 503, recorded through the spool
-            await self._refused(key, policy, model, error.status, started, ids)
+            await self._refused(caller, model, error.status)
             raise
         if isinstance(decision, Rejection):
-            self.metrics.quota_rejections.labels(policy.name, decision.limit_name).inc()
-            await self._refused(key, policy, model, 429, started, ids)
+            self.metrics.quota_rejections.labels(caller.project.name, decision.limit_name).inc()
+            await self._refused(caller, model, 429)
             raise ApiError(429, decision.message, "rate_limit_error" if decision.limit_name != "budget"
                            else "insufficient_quota", "rate_limit_exceeded" if decision.limit_name != "budget"
                            else "insufficient_quota",
@@ -408,19 +422,14 @@ class Gateway:
                                     *ratelimit_headers(decision.headroom)])
         return decision
 
-    async def _run(self, send, receive, key: ApiKey, policy: ProjectPolicy, route: ModelRoute, body: dict, raw: bytes,
-                   upstream_path: str, reservation: Reservation | None, prompt_estimate: int, started: float,
-                   overrides: dict, ids: RequestIds, trace: RequestTrace | None) -> None:
+    async def _run(self, ctx: RequestContext, send, receive) -> None:
         """Forward an admitted request; settle and record whatever happens (shielded from cancellation)."""
-        stream = bool(body.get("stream")) and not upstream_path.endswith("embeddings")
-        options = body.get("stream_options")
-        include_usage = bool(options.get("include_usage")) if isinstance(options, dict) else False
-        extra_headers = ids.headers()
+        route, reservation, trace = ctx.route, ctx.reservation, ctx.caller.trace
+        extra_headers = ctx.caller.ids.headers()
         if reservation is not None:
             extra_headers.extend(ratelimit_headers(reservation.headroom))
-        outcome = Outcome()
+        ledger = Ledger()
         settled = False
-        requested = body["model"]
         in_flight = self.metrics.child(self.metrics.in_flight, route.name)
         in_flight.inc()
 
@@ -430,46 +439,41 @@ class Gateway:
                 return
             settled = True
             with trio.move_on_after(CLEANUP_SECONDS, shield=True):
-                await self._settle(key, policy, route, reservation, outcome, prompt_estimate, started, ids, trace)
+                await self._settle(ctx, ledger)
 
         try:
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(_watch_disconnect, receive, nursery.cancel_scope, outcome)
+                nursery.start_soon(_watch_disconnect, receive, nursery.cancel_scope, ledger)
                 if reservation is not None and reservation.slots:
                     nursery.start_soon(self._keep_slots, reservation)
                 try:
-                    by_prefix = route.routing is Routing.PREFIX
-                    prefix = prefix_key(route.name, body) if by_prefix else None
-                    precise = await self._prompt_blocks(route, upstream_path, body, prompt_estimate) if by_prefix \
-                        else None
+                    blocks = await self._prompt_blocks(ctx) if ctx.policy.by_prefix else None
                     try:
-                        response = await open_upstream(self.pool, self.balancer, route, upstream_path, body, raw,
-                                                       stream, prefix, outcome, overrides, precise, ids.own)
+                        response = await open_upstream(ctx, self.pool, self.balancer, ledger, blocks)
                     finally:
-                        if outcome.routing:
-                            self.metrics.child(self.metrics.routing_decisions, route.name, outcome.routing).inc()
+                        if ledger.routing:
+                            self.metrics.child(self.metrics.routing_decisions, route.name, ledger.routing).inc()
                     if trace is not None:
-                        trace.responded(outcome.replica)
+                        trace.responded(ledger.replica)
                     try:
-                        extra = [*extra_headers, (b"x-llmgw-replica", outcome.replica.replica_id.encode())]
-                        if stream:
-                            await relay_stream(response, send, outcome, requested, include_usage, extra,
-                                               started, settle)
+                        extra = [*extra_headers, (b"x-llmgw-replica", ledger.replica.replica_id.encode())]
+                        if ctx.stream:
+                            await relay_stream(ctx, response, send, ledger, extra, settle)
                         else:
-                            await relay_whole(response, send, outcome, requested, extra, settle)
+                            await relay_whole(ctx, response, send, ledger, extra, settle)
                     finally:
                         await response.aclose()
-                        self.balancer.finished(outcome.replica.replica_id)
+                        self.balancer.finished(ledger.replica.replica_id)
                 except ApiError as error:
-                    outcome.status = error.status
+                    ledger.status = error.status
                     await settle()
                     await send_error(send, error, extra_headers)
                 nursery.cancel_scope.cancel()
         finally:
             in_flight.dec()
             if not settled:
-                if outcome.status in (0, 200) or outcome.started_response:
-                    outcome.status = STATUS_CLIENT_CLOSED
+                if ledger.status in (0, 200) or ledger.started_response:
+                    ledger.status = STATUS_CLIENT_CLOSED
                 await settle()
 
     async def _keep_slots(self, reservation: Reservation) -> None:
@@ -479,49 +483,42 @@ class Gateway:
             await trio.sleep(SLOT_RENEW_SECONDS)
             await self.accounting.renew(reservation, time.time())
 
-    async def _settle(self, key: ApiKey, policy: ProjectPolicy, route: ModelRoute, reservation: Reservation | None,
-                      outcome: Outcome, prompt_estimate: int, started: float, ids: RequestIds,
-                      trace: RequestTrace | None) -> None:
-        """Settle (or, when nothing reached an engine, release) the reservation and record the usage: one spooled
-        settlement, one store transaction (see Accounting.settle)."""
-        generated = outcome.completion_tokens if outcome.completion_tokens is not None else outcome.counted_chunks
-        if outcome.prompt_tokens is not None:
-            prompt = outcome.prompt_tokens
-        elif outcome.started_response or generated or outcome.sent_to_engine:
-            prompt = prompt_estimate  # the engine took the prompt but its usage never came (client left)
-        else:
-            prompt = 0  # nothing reached an engine
-        replica = outcome.replica
+    async def _settle(self, ctx: RequestContext, ledger: Ledger) -> None:
+        """Settle (or, when nothing reached an engine, release) the reservation and record the usage from `ledger`:
+        one spooled settlement, one store transaction (see Accounting.settle)."""
+        caller, route = ctx.caller, ctx.route
+        prompt, generated = ledger.billed_tokens(ctx.prompt_estimate)
+        replica = ledger.replica
         cost = cost_of(route, prompt, generated)
-        record = UsageRecord(project=policy.name, model=route.name, time=time.time(), key_id=key.key_id,
-                             replica=replica.replica_id if replica else None, node=replica.node_id if replica else None,
-                             prompt_tokens=prompt, completion_tokens=generated, cached_tokens=outcome.cached_tokens,
-                             ttft_seconds=outcome.ttft_seconds, duration_seconds=time.perf_counter() - started,
-                             status=outcome.status, cost=cost, client_request_id=ids.client,
-                             settings_commit=replica.settings_commit if replica else None, trace_id=ids.trace)
-        await self.accounting.settle(reservation, prompt + generated if (prompt or generated) else None, cost, record,
-                                     ids.own)
-        if trace is not None:
-            trace.end(outcome.status, record)
-        labels = (route.name, policy.name)
-        self._count(route.name, policy.name, outcome.status)
+        record = UsageRecord(project=caller.project.name, model=route.name, time=time.time(),
+                             key_id=caller.key.key_id, replica=replica.replica_id if replica else None,
+                             node=replica.node_id if replica else None, prompt_tokens=prompt,
+                             completion_tokens=generated, cached_tokens=ledger.cached_tokens,
+                             ttft_seconds=ledger.ttft_seconds, duration_seconds=time.perf_counter() - caller.started,
+                             status=ledger.status, cost=cost, client_request_id=caller.ids.client,
+                             settings_commit=replica.settings_commit if replica else None, trace_id=caller.ids.trace)
+        await self.accounting.settle(ctx.reservation, prompt + generated if (prompt or generated) else None, cost,
+                                     record, caller.ids.own)
+        if caller.trace is not None:
+            caller.trace.end(ledger.status, record)
+        labels = (route.name, caller.project.name)
+        self._count(route.name, caller.project.name, ledger.status)
         self.metrics.child(self.metrics.duration, route.name).observe(record.duration_seconds)
-        if outcome.ttft_seconds is not None:
-            self.metrics.child(self.metrics.ttft, route.name).observe(outcome.ttft_seconds)
+        if ledger.ttft_seconds is not None:
+            self.metrics.child(self.metrics.ttft, route.name).observe(ledger.ttft_seconds)
         if prompt:
             self.metrics.child(self.metrics.prompt_tokens, *labels).inc(prompt)
         if generated:
             self.metrics.child(self.metrics.completion_tokens, *labels).inc(generated)
 
-    async def _refused(self, key: ApiKey, policy: ProjectPolicy, model: str, status: int, started: float,
-                       ids: RequestIds) -> None:
+    async def _refused(self, caller: Caller, model: str, status: int) -> None:
         """Record a request refused before admission (403, 404, 429, 503): it consumed nothing."""
-        self._count(model, policy.name, status)
-        record = UsageRecord(project=policy.name, model=model, time=time.time(), key_id=key.key_id,
-                             duration_seconds=time.perf_counter() - started, status=status,
-                             client_request_id=ids.client, trace_id=ids.trace)
+        self._count(model, caller.project.name, status)
+        record = UsageRecord(project=caller.project.name, model=model, time=time.time(), key_id=caller.key.key_id,
+                             duration_seconds=time.perf_counter() - caller.started, status=status,
+                             client_request_id=caller.ids.client, trace_id=caller.ids.trace)
         with trio.move_on_after(CLEANUP_SECONDS, shield=True):
-            await self.accounting.settle(None, None, 0.0, record, ids.own)
+            await self.accounting.settle(None, None, 0.0, record, caller.ids.own)
 
     def _count(self, model: str, project: str, status: int) -> None:
         self.metrics.child(self.metrics.requests, model, project, str(status)).inc()
@@ -600,11 +597,11 @@ class Gateway:
             self.balancer.eject(replica.replica_id, trio.current_time())
 
 
-async def _watch_disconnect(receive, cancel_scope: trio.CancelScope, outcome: Outcome) -> None:
+async def _watch_disconnect(receive, cancel_scope: trio.CancelScope, ledger: Ledger) -> None:
     """Cancel the request's work when the client disconnects (hypercorn delivers http.disconnect)."""
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
-            outcome.status = STATUS_CLIENT_CLOSED
+            ledger.status = STATUS_CLIENT_CLOSED
             cancel_scope.cancel()
             return
