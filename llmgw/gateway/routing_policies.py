@@ -50,6 +50,14 @@ class RoutingPolicy(Protocol):
         ...
 
 
+def _least_loaded(replicas: Sequence[ReplicaRoute], load: Mapping[str, int],
+                  facts: RoutingFacts) -> ReplicaRoute | None:
+    """The least loaded of the `eligible` replicas, ties rotated by `facts.rotation`, whatever `facts.affinity`
+    says; None when none is eligible."""
+    pool = eligible(replicas, facts)
+    return pick_from(pool, load, None, facts) if pool else None
+
+
 class RoundRobin:
     """Each replica in turn: every replica ties at load 0, so the rotation alone picks (ejected and tried replicas
     still left out). The baseline the others are measured against (bench/prefix_routing.py)."""
@@ -58,8 +66,7 @@ class RoundRobin:
 
     def choose(self, replicas: Sequence[ReplicaRoute], load: Mapping[str, int],
                facts: RoutingFacts) -> RoutingChoice:
-        pool = eligible(replicas, facts)
-        return RoutingChoice(pick_from(pool, _NO_LOAD, None, facts) if pool else None, ROUND_ROBIN)
+        return RoutingChoice(_least_loaded(replicas, _NO_LOAD, facts), ROUND_ROBIN)
 
 
 class LeastLoaded:
@@ -69,8 +76,7 @@ class LeastLoaded:
 
     def choose(self, replicas: Sequence[ReplicaRoute], load: Mapping[str, int],
                facts: RoutingFacts) -> RoutingChoice:
-        pool = eligible(replicas, facts)
-        return RoutingChoice(pick_from(pool, load, None, facts) if pool else None, LEAST_LOADED)
+        return RoutingChoice(_least_loaded(replicas, load, facts), LEAST_LOADED)
 
 
 class PrefixAffinity:
