@@ -1,8 +1,10 @@
 """Choosing a replica: least outstanding requests, prefix affinity ("sticky until saturated"), ejection.
 
-The decision is a pure function, `choose_replica`, over plain data (the ready replicas, their outstanding request
-counts, the replica that last served this prompt prefix, the ejected set); `Balancer` holds that data for the
-gateway (one trio thread, no locks) and records outcomes.
+The decision is a pure function, `choose_replica`, over plain data: the ready replicas, their outstanding request
+counts, and the choice's `RoutingFacts` (the replica that last served this prompt prefix, the ejected set, the
+replicas already tried, saturation, rotation). `Balancer` holds that data for the gateway (one trio thread, no
+locks), builds each choice's facts (`Balancer.facts`) and records outcomes. The route's `RoutingPolicy`
+(`routing_policies`) decides with these functions; every decision is a `RoutingChoice` with its kind.
 
 - Least outstanding: among eligible replicas, the fewest requests in flight through this gateway; ties go to the
   first in table order, rotated by a counter so equal replicas share the load.
