@@ -81,8 +81,8 @@ class Gateway:
     body's read deadline and minimum rate (`asgi.read_body`). `tracing`: spans of sampled requests
     (`llmgw.gateway.tracing`; None: off). `asgi_app` is the ASGI callable for embedding. `journal`: keep each
     admitted request in the spool while it is in flight (`Accounting.open_entry`), so that if this process is
-    killed it is billed what it reserved (status STATUS_PROCESS_LOST) when the spool is next opened; gateway worker
-    processes set it (`llmgw.gateway.worker`).
+    killed it is billed what it reserved (status `admission.STATUS_PROCESS_LOST`) when the spool is next opened;
+    gateway worker processes set it (`llmgw.gateway.worker`).
 
     Every proxied request gets a unique id (`new_request_id`, "req_" + 32 hex digits), sent to the engine as its
     `x-request-id` and kept as the key of its usage record. A client's own `x-request-id` (visible ASCII, at most
