@@ -18,7 +18,7 @@ import argparse
 import random
 from collections import OrderedDict, deque
 
-from llmgw.gateway.routing import choose_replica
+from llmgw.gateway.routing import RoutingFacts, choose_replica
 from llmgw.gateway.routing_prefix import choose_by_blocks
 from llmgw.routes import ReplicaRoute
 
@@ -82,18 +82,18 @@ def run(policy: str, requests, replicas: int, capacity: int, in_flight: int, lag
         if policy == "round-robin":
             chosen = routes[n % replicas]
         elif policy == "least-loaded":
-            chosen = choose_replica(routes, outstanding, rotation=n)
+            chosen = choose_replica(routes, outstanding, RoutingFacts(rotation=n))
         elif policy == "approximate":
-            chosen = choose_replica(routes, outstanding, affinity=affinity.get(system), rotation=n)
+            chosen = choose_replica(routes, outstanding, RoutingFacts(affinity=affinity.get(system), rotation=n))
             affinity[system] = chosen.replica_id
         elif policy == "precise":
             held = snapshots[0] if len(snapshots) > lag else {r.replica_id: frozenset() for r in routes}
-            choice = choose_by_blocks(routes, outstanding, held, prompt, rotation=n)
+            choice = choose_by_blocks(routes, outstanding, held, prompt, RoutingFacts(rotation=n))
             kinds[choice.kind] = kinds.get(choice.kind, 0) + 1
             chosen = choice.replica
         else:  # oracle: the caches as they are now
             now = {rid: frozenset(e.blocks) for rid, e in engines.items()}
-            chosen = choose_by_blocks(routes, outstanding, now, prompt, rotation=n).replica
+            chosen = choose_by_blocks(routes, outstanding, now, prompt, RoutingFacts(rotation=n)).replica
         while len(snapshots) > lag:
             snapshots.popleft()
         hits += engines[chosen.replica_id].serve(prompt)

@@ -110,6 +110,7 @@ from llmgw.engines import vllm as vllm_engine
 from llmgw.engines.installing import default_cache_dir
 from llmgw.engines.vllm_demo import ensure_gemma_hf, ensure_vllm
 from llmgw.engines.vllm_kv_listener import KvEventListener
+from llmgw.gateway.routing import RoutingFacts
 from llmgw.gateway.routing_prefix import choose_by_blocks, leading_blocks_held, tokenize_body
 from llmgw.gateway.tokenizing import engine_tokens
 from llmgw.gateway.upstream import UpstreamPool
@@ -301,7 +302,7 @@ async def run_policy(policy: str, tag: str, plan: list[tuple[int, str]], systems
                 if scope.cancelled_caught and len(stats.stuck) < 6:
                     stats.stuck += [explain(by_id[rid], blocks) for rid, blocks, _ in pending[:2]]
             held = {r.route.replica_id: r.listener.blocks.held() for r in replicas}
-            choice = choose_by_blocks(routes, outstanding, held, blocks, rotation=counter[0])
+            choice = choose_by_blocks(routes, outstanding, held, blocks, RoutingFacts(rotation=counter[0]))
             counter[0] += 1
             chosen, kind = choice.replica, choice.kind
         stats.kinds[kind] = stats.kinds.get(kind, 0) + 1

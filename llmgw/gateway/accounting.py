@@ -8,8 +8,9 @@ an answer or a usage record.
 
 Estimate (reserved before admitting): prompt characters / 4 (chat: the text of every message plus
 MESSAGE_OVERHEAD tokens per message and REPLY_PRIMING for the reply's header, as chat templates add them;
-completions: the prompt; embeddings: the input) plus `max_tokens` (or `max_completion_tokens`) times `n`, or DEFAULT_MAX_TOKENS
-when the request sets none. Settled later with the engine's own usage. Costs use the model's prices per million
+completions: the prompt; embeddings: the input) plus the completion tokens the request may generate
+(`limits.completion_limit`: `max_completion_tokens` or `max_tokens`, or DEFAULT_MAX_TOKENS when the request sets
+none, times `n` or `best_of`). Settled later with the engine's own usage. Costs use the model's prices per million
 tokens (None = free).
 """
 
@@ -63,18 +64,6 @@ def estimate_prompt_tokens(body: Mapping) -> int:
     else:
         chars = _text_length(body.get("input"))
     return max(1, math.ceil(chars / CHARS_PER_TOKEN))
-
-
-def estimate_completion_tokens(body: Mapping, embeddings: bool) -> int:
-    """Completion tokens to reserve: max_tokens (or max_completion_tokens, or the default) times n; 0 for embeddings."""
-    if embeddings:
-        return 0
-    limit = body.get("max_completion_tokens") or body.get("max_tokens")
-    if not isinstance(limit, int) or isinstance(limit, bool) or limit <= 0:
-        limit = DEFAULT_MAX_TOKENS
-    n = body.get("n")
-    n = n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else 1
-    return limit * n
 
 
 def cost_of(route: ModelRoute, prompt_tokens: int, completion_tokens: int) -> float:

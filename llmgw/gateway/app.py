@@ -2,15 +2,23 @@
 
 Endpoints: GET /v1/models, GET /v1/models/{model}, POST /v1/chat/completions, /v1/completions, /v1/embeddings,
 GET /health. (The gateway's Prometheus counters are served with the fleet's on the admin listener's /metrics,
-see llmgw.control.metrics; the API port has no /metrics.) A proxied request goes: key (store) -> project -> when
-the body may be over 1 MiB, the project's concurrency slots (`early_slots`; a 429 before any of the body is read)
--> body (size limit, read deadline and minimum rate) -> bounded JSON and OpenAI's request schema (`validation`)
--> model (catalog names and aliases only)
--> project allowlist -> serving stopped? -> ready replicas? -> quota reservation (store; `limits`: the engine is
-held to the reserved max_tokens when tokens or budget are limited) -> forward and relay (proxying; an internal
-replica gets the catalog name as `model`) -> settle with the real usage and record it (spooled, then one store
-transaction, waited for at most `settle_wait` before the response ends). Store calls that may wait run in worker
-threads; SQLite writes that need not wait run on the event loop (accounting.Accounting, llmgw.store.boundary). The concurrency slot is released on success, error, cancellation and client disconnect.
+see llmgw.control.metrics; the API port has no /metrics.)
+
+A proxied request goes through three stages, each handing the next one value (`request_context`):
+1. admission (`admission.Admission`): key (store) -> project (a `Caller`) -> when the body may be over 1 MiB, the
+   project's concurrency slots (`early_slots`; a 429 before any of the body is read) -> body (size limit, read
+   deadline and minimum rate) -> bounded JSON and OpenAI's request schema (`validation`) -> model (catalog names
+   and aliases only) -> project allowlist -> serving stopped? -> ready replicas? -> quota reservation (store;
+   `limits`: the engine is held to the reserved max_tokens when tokens or budget are limited) -> a frozen
+   `RequestContext` naming the route's routing policy (`routing_policies`);
+2. `_run`: the prompt's blocks for precise routing (`_prompt_blocks`), then forward and relay (`proxying`: the
+   policy chooses the replica; an internal replica gets the catalog name as `model`), what the relay learns going
+   into the request's `Ledger`;
+3. `_settle`: settle with the ledger's usage and record it (spooled, then one store transaction, waited for at most
+   `settle_wait` before the response ends).
+Store calls that may wait run in worker threads; SQLite writes that need not wait run on the event loop
+(accounting.Accounting, llmgw.store.boundary). The concurrency slot is released on success, error, cancellation and
+client disconnect. Health probes of the replicas run beside (`health.HealthProbes`).
 A request whose body reached an engine is billed its prompt (estimated when the engine's usage never came) even if
 the client left before the answer.
 
@@ -19,12 +27,11 @@ Limits of our own, stated: request bodies up to `RouteTable.max_request_body_byt
 response head 600 s, silence between two body reads 300 s (`upstream.Timeouts`); no limit on a stream's total
 duration; hypercorn keep-alive 75 s between client requests; HTTP/2: at most MAX_STREAMS_PER_CONNECTION (100)
 concurrent streams per client connection. A model name that is not in the catalog is counted and recorded as
-UNKNOWN_MODEL, so clients cannot grow metric label sets or usage rows with names of their choosing.
+`admission.UNKNOWN_MODEL`, so clients cannot grow metric label sets or usage rows with names of their choosing.
 """
 
 from __future__ import annotations
 
-import hashlib
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -32,57 +39,33 @@ from typing import Any
 
 import trio
 
-from llmgw.gateway.accounting import (
-    DEFAULT_SETTLE_WAIT,
-    Accounting,
-    cost_of,
-    estimate_prompt_tokens,
-    new_request_id,
-    ratelimit_headers,
+from llmgw.gateway.accounting import DEFAULT_SETTLE_WAIT, Accounting, cost_of, new_request_id, ratelimit_headers
+from llmgw.gateway.admission import (
+    CLEANUP_SECONDS, KEY_CACHE_SECONDS, Admission, keep_slots, project_of,
 )
 from llmgw.gateway.asgi import (
-    BODY_GRACE_SECONDS, BODY_MIN_BYTES_PER_SECOND, Disconnected, header_map, read_body, send_bytes, send_error,
-    send_json, serve_lifespan,
+    BODY_GRACE_SECONDS, BODY_MIN_BYTES_PER_SECOND, Disconnected, header_map, send_error, send_json, serve_lifespan,
 )
-from llmgw.gateway.early_slots import body_may_be_big, slot_quotas
-from llmgw.gateway.limits import completion_limit, enforced_fields, limits_tokens
+from llmgw.gateway.health import HealthProbes
 from llmgw.gateway.metrics import GatewayMetrics
-from llmgw.gateway.probing import HEALTH_PROBE_CONCURRENCY, probe_schedule
-from llmgw.gateway.problems import (
-    ApiError,
-    bad_request,
-    forbidden,
-    model_not_found,
-    unauthorized,
-    unavailable,
-)
-from llmgw.gateway.proxying import (
-    STATUS_CLIENT_CLOSED, Outcome, PromptBlocks, open_upstream, relay_stream, relay_whole,
-)
-from llmgw.gateway.routing import Balancer, prefix_key
+from llmgw.gateway.probing import HEALTH_PROBE_CONCURRENCY
+from llmgw.gateway.problems import ApiError, model_not_found
+from llmgw.gateway.proxying import open_upstream, relay_stream, relay_whole
+from llmgw.gateway.request_context import STATUS_CLIENT_CLOSED, Caller, Ledger, RequestContext
+from llmgw.gateway.request_ids import RequestIds, client_request_id, trace_id_of
+from llmgw.gateway.routing import Balancer, PromptBlocks
 from llmgw.gateway.routing_prefix import hashing_scheme, held_by_replica, prompt_blocks, tokenize_body
 from llmgw.gateway.tokenizing import engine_tokens
-from llmgw.gateway.request_ids import RequestIds, client_request_id, trace_id_of
 from llmgw.gateway.tracing import GatewayTracing, RequestTrace
 from llmgw.gateway.upstream import Timeouts, UpstreamPool
 from llmgw.gateway.validation import parse_body, validate_request
-from llmgw.identity import Routing
-from llmgw.routes import BlockSnapshot, ModelRoute, ProjectPolicy, ReplicaRoute, RouteTable
-from llmgw.store import ApiKey, Rejection, Reservation, UsageRecord
+from llmgw.routes import BlockSnapshot, ReplicaRoute, RouteTable
+from llmgw.store import UsageRecord
 
 PROXIED = {"/v1/chat/completions": "/v1/chat/completions", "/v1/completions": "/v1/completions",
            "/v1/embeddings": "/v1/embeddings"}
-NO_REPLICA_RETRY_SECONDS = 5.0
-STOPPED_RETRY_SECONDS = 60.0
 HEALTH_INTERVAL = 5.0
-CLEANUP_SECONDS = 10.0
-SLOT_RENEW_SECONDS = 60.0
-KEY_CACHE_SECONDS = 2.0
-KEY_CACHE_ENTRIES = 10000
 MAX_STREAMS_PER_CONNECTION = 100
-STATUS_PROCESS_LOST = 502
-"""The status of a usage record billed for a request whose gateway process died before it settled (`journal`)."""
-UNKNOWN_MODEL = "(unknown)"  # catalog names match ^[a-z0-9][a-z0-9._-]{0,62}$, so this is never one
 
 
 class Gateway:
@@ -98,8 +81,8 @@ class Gateway:
     body's read deadline and minimum rate (`asgi.read_body`). `tracing`: spans of sampled requests
     (`llmgw.gateway.tracing`; None: off). `asgi_app` is the ASGI callable for embedding. `journal`: keep each
     admitted request in the spool while it is in flight (`Accounting.open_entry`), so that if this process is
-    killed it is billed what it reserved (status STATUS_PROCESS_LOST) when the spool is next opened; gateway worker
-    processes set it (`llmgw.gateway.worker`).
+    killed it is billed what it reserved (status `admission.STATUS_PROCESS_LOST`) when the spool is next opened;
+    gateway worker processes set it (`llmgw.gateway.worker`).
 
     Every proxied request gets a unique id (`new_request_id`, "req_" + 32 hex digits), sent to the engine as its
     `x-request-id` and kept as the key of its usage record. A client's own `x-request-id` (visible ASCII, at most
@@ -117,7 +100,6 @@ class Gateway:
                  body_min_bytes_per_second: float = BODY_MIN_BYTES_PER_SECOND,
                  tracing: GatewayTracing | None = None, journal: bool = False):
         self.store = store
-        self.journal = journal
         self.tracing = tracing
         self.accounting = Accounting(store, spool_dir, settle_wait=settle_wait)
         self.table = table
@@ -125,13 +107,10 @@ class Gateway:
         self.metrics = GatewayMetrics(registry)
         self.balancer = Balancer()
         self.pool = UpstreamPool(timeouts)
-        self.key_cache_seconds = key_cache_seconds
-        self.body_grace_seconds = body_grace_seconds
-        self.body_min_bytes_per_second = body_min_bytes_per_second
-        self._keys: dict[bytes, tuple[ApiKey, float]] = {}
-        self.health_interval = health_interval
-        self._probe_slots = trio.CapacityLimiter(health_concurrency)
-        self._probing: set[str] = set()  # replica ids whose probe runs now
+        self.admission = Admission(self.accounting, self.metrics, key_cache_seconds=key_cache_seconds,
+                                   body_grace_seconds=body_grace_seconds,
+                                   body_min_bytes_per_second=body_min_bytes_per_second, journal=journal)
+        self.probes = HealthProbes(self.pool, self.balancer, health_interval, health_concurrency)
         self._replicas_of: RouteTable | None = None  # the table _replicas_by_id was built from
         self._replicas_by_id: dict[str, ReplicaRoute] = {}
         # what GET /health adds to {"status": "ok"} (the control plane sets {"leader": bool}, and "status":
@@ -148,23 +127,23 @@ class Gateway:
         """Route by the prefix-cache blocks in `blocks` from the next request on (`llmgw.control.kv_blocks`)."""
         self.blocks = blocks
 
-    async def _prompt_blocks(self, route: ModelRoute, path: str, body: dict, prompt_estimate: int) -> PromptBlocks | None:
+    async def _prompt_blocks(self, ctx: RequestContext) -> PromptBlocks | None:
         """Precise routing's inputs for this request, or None (the approximate policy decides): None when no
-        replica of `route` reports its blocks with a reproducible hashing, when the prompt is unlikely to fill one
+        replica of its route reports its blocks with a reproducible hashing, when the prompt is unlikely to fill one
         block (estimated under half a block), has no single prompt, or the engine could not tokenise it, and for a
         LoRA adapter (`routing_prefix.prompt_blocks` says why).
         The tokens come from the least loaded reporting replica's `/tokenize` (`llmgw.gateway.tokenizing`)."""
-        snapshot = self.blocks
+        route, snapshot = ctx.route, self.blocks
         if route.adapter_of is not None:  # vLLM hashes an adapter's blocks with its path on the node: unknown here
             return None
         scheme = hashing_scheme(route.replicas, snapshot) if snapshot.replicas else None
-        if scheme is None or prompt_estimate * 2 < scheme.block_size:
+        if scheme is None or ctx.prompt_estimate * 2 < scheme.block_size:
             return None
         held = held_by_replica(route.replicas, snapshot, scheme)
         reporting = [r for r in route.replicas if held[r.replica_id] is not None]
         load = self.balancer.load()
         ask = min(reporting, key=lambda r: load.get(r.replica_id, 0))
-        request = tokenize_body(path, body, ask.upstream_model or route.name)
+        request = tokenize_body(ctx.path, ctx.body, ask.upstream_model or route.name)
         if request is None:
             return None
         tokens = request if isinstance(request, list) else await engine_tokens(self.pool, ask, request)
@@ -243,44 +222,10 @@ class Gateway:
             if trace is not None:  # a request that ended without a settlement (a disconnect while reading)
                 trace.end(STATUS_CLIENT_CLOSED)
 
-    # ---- steps ----
-    async def _authenticate(self, headers: dict[bytes, bytes]) -> ApiKey:
-        raw = headers.get(b"authorization")
-        token = None
-        if raw is not None:
-            scheme, _, value = raw.decode("latin-1").partition(" ")
-            if scheme.lower() == "bearer":
-                token = value.strip()
-        if not token and b"api-key" in headers:
-            token = headers[b"api-key"].decode("latin-1").strip()
-        if not token:
-            raise unauthorized("No API key: send `Authorization: Bearer sk-llmgw-...` (ask your operator for a key).")
-        now = time.time()
-        digest = hashlib.sha256(token.encode()).digest()
-        cached = self._keys.get(digest)
-        if cached is not None and cached[1] > now and cached[0].state(now) == "active":
-            return cached[0]
-        check = await self.accounting.check_key(token, now)
-        key = check.key
-        if key is None:
-            self._keys.pop(digest, None)
-            raise unauthorized(check.message or "The API key is not valid here.")
-        if len(self._keys) >= KEY_CACHE_ENTRIES:
-            self._keys.clear()
-        self._keys[digest] = (key, now + self.key_cache_seconds)
-        return key
-
-    def _policy(self, key: ApiKey) -> ProjectPolicy:
-        policy = self.table.projects.get(key.project)
-        if policy is None:
-            raise forbidden(f"The project '{key.project}' of this API key is not in projects.yaml (removed, or never "
-                            "added); ask your operator.", "project_unknown")
-        return policy
-
     async def _models(self, scope, send, one: str | None) -> None:
         if scope["method"] != "GET":
             raise ApiError(405, "/v1/models takes GET.", "invalid_request_error", "method_not_allowed")
-        policy = self._policy(await self._authenticate(header_map(scope)))
+        policy = project_of(self.table, await self.admission.authenticate(header_map(scope)))
         entries = []
         for name, route in self.table.models.items():
             if policy.models is not None and name not in policy.models:
@@ -309,118 +254,26 @@ class Gateway:
 
     async def _proxied(self, receive, send, headers: dict[bytes, bytes], upstream_path: str, ids: RequestIds,
                        trace: RequestTrace | None) -> None:
+        """Admit (`admission`: key, project, body, schema, model, quotas), then forward and relay (`_run`). Raises
+        ApiError for a refusal (recorded first when the key was accepted), Disconnected when the client left."""
         started = time.perf_counter()
-        key = await self._authenticate(headers)
-        policy = self._policy(key)
+        admission = self.admission
+        key = await admission.authenticate(headers)
+        caller = Caller(key, project_of(self.table, key), ids, trace, started)
         table = self.table
-        # a body that may be over 1 MiB is read holding the project's concurrency slots (`early_slots`)
-        early = slot_quotas(policy.quotas) if body_may_be_big(headers) else ()
-        held = await self._reserve(key, policy, UNKNOWN_MODEL, early, 0, 0.0, started, ids) if early else None
-        try:
-            if held is None:
-                raw = await read_body(receive, headers, table.max_request_body_bytes,
-                                      grace_seconds=self.body_grace_seconds,
-                                      min_bytes_per_second=self.body_min_bytes_per_second)
-            else:
-                raw = await self._read_holding(held, receive, headers, table.max_request_body_bytes)
-        finally:
-            if held is not None:  # freed before the request's own reservation takes the slots again
-                with trio.move_on_after(CLEANUP_SECONDS, shield=True):
-                    await self.accounting.release(held)
+        raw = await admission.receive_body(caller, table, receive, headers)
         body = parse_body(raw)
         validate_request(upstream_path, body)
-        requested = body["model"]
-        if not requested:
-            raise bad_request("The request has an empty `model`; name a model from GET /v1/models.", "missing_model",
-                              "model")
-        route = table.resolve(requested)
-        error: ApiError | None = None
-        if route is None:
-            error = model_not_found(requested)
-        elif policy.models is not None and route.name not in policy.models:
-            error = forbidden(f"The project '{policy.name}' may not use the model '{requested}'; "
-                              "ask your operator to add it to the project's models in projects.yaml.")
-        elif table.stopped:
-            error = unavailable("Serving is stopped on this cluster (serving.stopped); try again later.",
-                                "system_stopped", STOPPED_RETRY_SECONDS)
-        elif not route.replicas:
-            error = unavailable(f"No replica of model '{route.name}' is ready yet; retry in a few seconds.",
-                                "model_not_ready", NO_REPLICA_RETRY_SECONDS)
-        if trace is not None:
-            trace.request(route.name if route else UNKNOWN_MODEL, body, policy.name)
-        if error is not None:
-            await self._refused(key, policy, route.name if route else UNKNOWN_MODEL, error.status, started, ids)
-            raise error
-        assert route is not None
-        embeddings = upstream_path.endswith("embeddings")
-        prompt_estimate = estimate_prompt_tokens(body)
-        limit = completion_limit(body, embeddings)
-        estimate = prompt_estimate + limit.total
-        overrides = enforced_fields(body, limit, embeddings) if limits_tokens(policy) else {}
-        reservation: Reservation | None = None
-        if policy.quotas:
-            reservation = await self._reserve(key, policy, route.name, policy.quotas, estimate,
-                                              cost_of(route, estimate, 0), started, ids)
-        if self.journal:  # billed what it reserved if this process dies before it settles
-            self.accounting.open_entry(reservation, estimate, cost_of(route, prompt_estimate, limit.total), UsageRecord(
-                project=policy.name, model=route.name, time=time.time(), key_id=key.key_id,
-                prompt_tokens=prompt_estimate, completion_tokens=limit.total, status=STATUS_PROCESS_LOST,
-                cost=cost_of(route, prompt_estimate, limit.total), client_request_id=ids.client,
-                trace_id=ids.trace), ids.own)
-        if trace is not None:
-            trace.admitted(reservation is not None)
-        await self._run(send, receive, key, policy, route, body, raw, upstream_path, reservation, prompt_estimate,
-                        started, overrides, ids, trace)
+        await self._run(await admission.admit(caller, table, upstream_path, body, raw), send, receive)
 
-    async def _read_holding(self, held: Reservation, receive, headers, limit: int) -> bytes:
-        """`read_body`, renewing `held`'s slots meanwhile (a 10 MiB body may take longer than the slot TTL).
-        Its refusals (ApiError, Disconnected) are raised as they are, not grouped."""
-        failure: ApiError | Disconnected | None = None
-        raw = b""
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._keep_slots, held)
-            try:
-                raw = await read_body(receive, headers, limit, grace_seconds=self.body_grace_seconds,
-                                      min_bytes_per_second=self.body_min_bytes_per_second)
-            except (ApiError, Disconnected) as exc:
-                failure = exc
-            nursery.cancel_scope.cancel()
-        if failure is not None:
-            raise failure
-        return raw
-
-    async def _reserve(self, key: ApiKey, policy: ProjectPolicy, model: str, quotas, estimate: int, cost: float,
-                       started: float, ids: RequestIds) -> Reservation:
-        """Reserve `quotas` for a request of `model`; a refusal is recorded and raised: 429 (a limit, with
-        Retry-After and the x-ratelimit headers) or 503 (the store cannot take reservations now)."""
-        try:
-            decision = await self.accounting.reserve(quotas, estimate, cost, time.time())
-        except ApiError as error:  # the store cannot take reservations now: 503, recorded through the spool
-            await self._refused(key, policy, model, error.status, started, ids)
-            raise
-        if isinstance(decision, Rejection):
-            self.metrics.quota_rejections.labels(policy.name, decision.limit_name).inc()
-            await self._refused(key, policy, model, 429, started, ids)
-            raise ApiError(429, decision.message, "rate_limit_error" if decision.limit_name != "budget"
-                           else "insufficient_quota", "rate_limit_exceeded" if decision.limit_name != "budget"
-                           else "insufficient_quota",
-                           headers=[(b"retry-after", str(max(1, round(decision.retry_after_seconds))).encode()),
-                                    *ratelimit_headers(decision.headroom)])
-        return decision
-
-    async def _run(self, send, receive, key: ApiKey, policy: ProjectPolicy, route: ModelRoute, body: dict, raw: bytes,
-                   upstream_path: str, reservation: Reservation | None, prompt_estimate: int, started: float,
-                   overrides: dict, ids: RequestIds, trace: RequestTrace | None) -> None:
+    async def _run(self, ctx: RequestContext, send, receive) -> None:
         """Forward an admitted request; settle and record whatever happens (shielded from cancellation)."""
-        stream = bool(body.get("stream")) and not upstream_path.endswith("embeddings")
-        options = body.get("stream_options")
-        include_usage = bool(options.get("include_usage")) if isinstance(options, dict) else False
-        extra_headers = ids.headers()
+        route, reservation, trace = ctx.route, ctx.reservation, ctx.caller.trace
+        extra_headers = ctx.caller.ids.headers()
         if reservation is not None:
             extra_headers.extend(ratelimit_headers(reservation.headroom))
-        outcome = Outcome()
+        ledger = Ledger()
         settled = False
-        requested = body["model"]
         in_flight = self.metrics.child(self.metrics.in_flight, route.name)
         in_flight.inc()
 
@@ -430,101 +283,70 @@ class Gateway:
                 return
             settled = True
             with trio.move_on_after(CLEANUP_SECONDS, shield=True):
-                await self._settle(key, policy, route, reservation, outcome, prompt_estimate, started, ids, trace)
+                await self._settle(ctx, ledger)
 
         try:
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(_watch_disconnect, receive, nursery.cancel_scope, outcome)
+                nursery.start_soon(_watch_disconnect, receive, nursery.cancel_scope, ledger)
                 if reservation is not None and reservation.slots:
-                    nursery.start_soon(self._keep_slots, reservation)
+                    nursery.start_soon(keep_slots, self.accounting, reservation)
                 try:
-                    by_prefix = route.routing is Routing.PREFIX
-                    prefix = prefix_key(route.name, body) if by_prefix else None
-                    precise = await self._prompt_blocks(route, upstream_path, body, prompt_estimate) if by_prefix \
-                        else None
+                    blocks = await self._prompt_blocks(ctx) if ctx.policy.by_prefix else None
                     try:
-                        response = await open_upstream(self.pool, self.balancer, route, upstream_path, body, raw,
-                                                       stream, prefix, outcome, overrides, precise, ids.own)
+                        response = await open_upstream(ctx, self.pool, self.balancer, ledger, blocks)
                     finally:
-                        if outcome.routing:
-                            self.metrics.child(self.metrics.routing_decisions, route.name, outcome.routing).inc()
+                        if ledger.routing:
+                            self.metrics.child(self.metrics.routing_decisions, route.name, ledger.routing).inc()
                     if trace is not None:
-                        trace.responded(outcome.replica)
+                        trace.responded(ledger.replica)
                     try:
-                        extra = [*extra_headers, (b"x-llmgw-replica", outcome.replica.replica_id.encode())]
-                        if stream:
-                            await relay_stream(response, send, outcome, requested, include_usage, extra,
-                                               started, settle)
+                        extra = [*extra_headers, (b"x-llmgw-replica", ledger.replica.replica_id.encode())]
+                        if ctx.stream:
+                            await relay_stream(ctx, response, send, ledger, extra, settle)
                         else:
-                            await relay_whole(response, send, outcome, requested, extra, settle)
+                            await relay_whole(ctx, response, send, ledger, extra, settle)
                     finally:
                         await response.aclose()
-                        self.balancer.finished(outcome.replica.replica_id)
+                        self.balancer.finished(ledger.replica.replica_id)
                 except ApiError as error:
-                    outcome.status = error.status
+                    ledger.status = error.status
                     await settle()
                     await send_error(send, error, extra_headers)
                 nursery.cancel_scope.cancel()
         finally:
             in_flight.dec()
             if not settled:
-                if outcome.status in (0, 200) or outcome.started_response:
-                    outcome.status = STATUS_CLIENT_CLOSED
+                if ledger.status in (0, 200) or ledger.started_response:
+                    ledger.status = STATUS_CLIENT_CLOSED
                 await settle()
 
-    async def _keep_slots(self, reservation: Reservation) -> None:
-        """Renew a long request's concurrency slots every SLOT_RENEW_SECONDS (the store expires them after its
-        slot TTL, 300 s by default, so a crashed gateway cannot hold them for ever)."""
-        while True:
-            await trio.sleep(SLOT_RENEW_SECONDS)
-            await self.accounting.renew(reservation, time.time())
-
-    async def _settle(self, key: ApiKey, policy: ProjectPolicy, route: ModelRoute, reservation: Reservation | None,
-                      outcome: Outcome, prompt_estimate: int, started: float, ids: RequestIds,
-                      trace: RequestTrace | None) -> None:
-        """Settle (or, when nothing reached an engine, release) the reservation and record the usage: one spooled
-        settlement, one store transaction (see Accounting.settle)."""
-        generated = outcome.completion_tokens if outcome.completion_tokens is not None else outcome.counted_chunks
-        if outcome.prompt_tokens is not None:
-            prompt = outcome.prompt_tokens
-        elif outcome.started_response or generated or outcome.sent_to_engine:
-            prompt = prompt_estimate  # the engine took the prompt but its usage never came (client left)
-        else:
-            prompt = 0  # nothing reached an engine
-        replica = outcome.replica
+    async def _settle(self, ctx: RequestContext, ledger: Ledger) -> None:
+        """Settle (or, when nothing reached an engine, release) the reservation and record the usage from `ledger`:
+        one spooled settlement, one store transaction (see Accounting.settle)."""
+        caller, route = ctx.caller, ctx.route
+        prompt, generated = ledger.billed_tokens(ctx.prompt_estimate)
+        replica = ledger.replica
         cost = cost_of(route, prompt, generated)
-        record = UsageRecord(project=policy.name, model=route.name, time=time.time(), key_id=key.key_id,
-                             replica=replica.replica_id if replica else None, node=replica.node_id if replica else None,
-                             prompt_tokens=prompt, completion_tokens=generated, cached_tokens=outcome.cached_tokens,
-                             ttft_seconds=outcome.ttft_seconds, duration_seconds=time.perf_counter() - started,
-                             status=outcome.status, cost=cost, client_request_id=ids.client,
-                             settings_commit=replica.settings_commit if replica else None, trace_id=ids.trace)
-        await self.accounting.settle(reservation, prompt + generated if (prompt or generated) else None, cost, record,
-                                     ids.own)
-        if trace is not None:
-            trace.end(outcome.status, record)
-        labels = (route.name, policy.name)
-        self._count(route.name, policy.name, outcome.status)
+        record = UsageRecord(project=caller.project.name, model=route.name, time=time.time(),
+                             key_id=caller.key.key_id, replica=replica.replica_id if replica else None,
+                             node=replica.node_id if replica else None, prompt_tokens=prompt,
+                             completion_tokens=generated, cached_tokens=ledger.cached_tokens,
+                             ttft_seconds=ledger.ttft_seconds, duration_seconds=time.perf_counter() - caller.started,
+                             status=ledger.status, cost=cost, client_request_id=caller.ids.client,
+                             settings_commit=replica.settings_commit if replica else None, trace_id=caller.ids.trace)
+        await self.accounting.settle(ctx.reservation, prompt + generated if (prompt or generated) else None, cost,
+                                     record, caller.ids.own)
+        if caller.trace is not None:
+            caller.trace.end(ledger.status, record)
+        labels = (route.name, caller.project.name)
+        self.metrics.count_request(route.name, caller.project.name, ledger.status)
         self.metrics.child(self.metrics.duration, route.name).observe(record.duration_seconds)
-        if outcome.ttft_seconds is not None:
-            self.metrics.child(self.metrics.ttft, route.name).observe(outcome.ttft_seconds)
+        if ledger.ttft_seconds is not None:
+            self.metrics.child(self.metrics.ttft, route.name).observe(ledger.ttft_seconds)
         if prompt:
             self.metrics.child(self.metrics.prompt_tokens, *labels).inc(prompt)
         if generated:
             self.metrics.child(self.metrics.completion_tokens, *labels).inc(generated)
-
-    async def _refused(self, key: ApiKey, policy: ProjectPolicy, model: str, status: int, started: float,
-                       ids: RequestIds) -> None:
-        """Record a request refused before admission (403, 404, 429, 503): it consumed nothing."""
-        self._count(model, policy.name, status)
-        record = UsageRecord(project=policy.name, model=model, time=time.time(), key_id=key.key_id,
-                             duration_seconds=time.perf_counter() - started, status=status,
-                             client_request_id=ids.client, trace_id=ids.trace)
-        with trio.move_on_after(CLEANUP_SECONDS, shield=True):
-            await self.accounting.settle(None, None, 0.0, record, ids.own)
-
-    def _count(self, model: str, project: str, status: int) -> None:
-        self.metrics.child(self.metrics.requests, model, project, str(status)).inc()
 
     # ---- health ----
     def _replicas(self) -> dict[str, ReplicaRoute]:
@@ -535,76 +357,21 @@ class Gateway:
         return self._replicas_by_id
 
     async def check_health(self) -> None:
-        """Probe every replica once, now (at most `health_concurrency` at a time), and return when all are done."""
-        async with trio.open_nursery() as nursery:
-            for replica in self._replicas().values():
-                nursery.start_soon(self._probe_in_slot, replica)
+        """Probe every replica once, now (at most `health_concurrency` at a time), and return when all are done
+        (`health.HealthProbes.check`)."""
+        await self.probes.check(self._replicas())
 
     async def watch_health(self) -> None:
-        """Probe each replica once every `health_interval` seconds until cancelled, the first time one interval
-        after the start: each replica at its own phase of the interval (`probing.probe_phase`, from its id), at
-        most `health_concurrency` probes at once. A replica whose previous probe has not finished is not probed
-        again; one that joined the table during an interval is first probed in the next one. When probes fall
-        behind (every slot taken by replicas that do not answer), the next interval starts when the last probe of
-        this one has started, not earlier."""
-        interval = self.health_interval
-        start = trio.current_time() + interval
-        async with trio.open_nursery() as nursery:
-            while True:
-                await trio.sleep_until(start)
-                for offset, replica_id in probe_schedule(self._replicas(), interval):
-                    await trio.sleep_until(start + offset)
-                    replica = self._replicas().get(replica_id)  # still in the table now?
-                    if replica is None or replica_id in self._probing:
-                        continue
-                    slot = object()
-                    await self._probe_slots.acquire_on_behalf_of(slot)
-                    self._probing.add(replica_id)
-                    nursery.start_soon(self._probe_holding, replica, slot)
-                start = max(start + interval, trio.current_time())
-
-    async def _probe_in_slot(self, replica: ReplicaRoute) -> None:
-        slot = object()
-        await self._probe_slots.acquire_on_behalf_of(slot)
-        await self._probe_holding(replica, slot)
-
-    async def _probe_holding(self, replica: ReplicaRoute, slot: object) -> None:
-        try:
-            await self._probe(replica)
-        finally:
-            self._probing.discard(replica.replica_id)
-            self._probe_slots.release_on_behalf_of(slot)
-
-    async def _probe(self, replica: ReplicaRoute) -> None:
-        """GET /health of an engine (external endpoints: GET /v1/models with their key) within max(1 s, interval):
-        a 200 readmits the replica, anything else (another status, no answer, a failed connection) ejects it for
-        the balancer's cooldown."""
-        from llmgw.gateway.upstream import UpstreamFailure
-
-        path = "/v1/models" if replica.external else "/health"
-        headers = [(b"authorization", b"Bearer " + replica.replica_key.encode())] if replica.replica_key else []
-        healthy = False
-        with trio.move_on_after(max(1.0, self.health_interval)):
-            try:
-                response = await self.pool.request("GET", replica.base_url.rstrip("/") + path, headers, b"")
-                try:
-                    await response.read()
-                    healthy = response.status == 200
-                finally:
-                    await response.aclose()
-            except UpstreamFailure:
-                healthy = False
-        if healthy:
-            self.balancer.readmit(replica.replica_id)
-        else:
-            self.balancer.eject(replica.replica_id, trio.current_time())
+        """Probe each replica once every `health_interval` seconds until cancelled, each at its own phase of the
+        interval, at most `health_concurrency` at once (`health.HealthProbes.watch`)."""
+        await self.probes.watch(self._replicas)
 
 
-async def _watch_disconnect(receive, cancel_scope: trio.CancelScope, outcome: Outcome) -> None:
+async def _watch_disconnect(receive, cancel_scope: trio.CancelScope, ledger: Ledger) -> None:
     """Cancel the request's work when the client disconnects (hypercorn delivers http.disconnect)."""
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
-            outcome.status = STATUS_CLIENT_CLOSED
+            ledger.status = STATUS_CLIENT_CLOSED
             cancel_scope.cancel()
             return

@@ -61,6 +61,11 @@ class GatewayMetrics:
             found = self._children[key] = metric.labels(*labels)
         return found
 
+    def count_request(self, model: str, project: str, status: int) -> None:
+        """Count one request of `model` (a catalog name, or the admission's UNKNOWN_MODEL) by `project` answered
+        `status` (`requests`)."""
+        self.child(self.requests, model, project, str(status)).inc()
+
     def observe_table(self, table: RouteTable) -> None:
         """Set ready_replicas from a new routing table (models that left it drop to 0)."""
         for labels in list(self.ready_replicas._metrics):  # noqa: SLF001 - prometheus-client has no public listing

@@ -1,6 +1,6 @@
 """When the gateway probes each replica's health: every replica once per interval, each at its own phase.
 
-Pure: `probe_phase` and `probe_schedule` decide when; `Gateway.watch_health` (app.py) sleeps, probes and ejects.
+Pure: `probe_phase` and `probe_schedule` decide when; `health.HealthProbes.watch` sleeps, probes and ejects.
 Probing every replica at the same instant made a burst of connections every interval (500 replicas: 23% of the
 control plane's samples and a heartbeat p99 of 2.35 s instead of 0.1 s, docs/scale.md); spread over the interval,
 the same probes are a steady trickle.

@@ -1,10 +1,12 @@
 """One proxied request after admission: pick a replica, forward, relay the answer, and say what it cost.
 
-`open_upstream` sends the (rewritten) body to a replica chosen by the Balancer, retrying once on another replica when
-the first failed before any response byte (refused, reset, engine 5xx, engine 401); a replica that refused the
-connection is ejected for the balancer's cooldown. Non-streamed answers are read whole (usage taken from them);
-streams are relayed event by event through SseRelay. A failure after the first streamed byte ends the stream with an
-OpenAI-style error event. The outcome (`Outcome`) carries tokens, TTFT and status for settling and usage.
+`open_upstream` sends the (rewritten) body to a replica chosen by the route's routing policy (`routing_policies`,
+from the request's `RequestContext`) over the Balancer's load and facts, retrying once on another replica when the
+first failed before any response byte (refused, reset, engine 5xx, engine 401); a replica that refused the connection
+is ejected for the balancer's cooldown. Non-streamed answers are read whole (usage taken from them); streams are
+relayed event by event through SseRelay. A failure after the first streamed byte ends the stream with an
+OpenAI-style error event. The request's `Ledger` (`request_context`) records the replica, tokens, TTFT and status
+for settling and usage.
 
 Engine answers, mapped (issue 19): a 4xx reaches the client with the same status and the engine's own message, in
 OpenAI's error shape (`problems.engine_error`), except a 401, which means the engine refused llmgw's engine key (the
@@ -18,46 +20,20 @@ import json
 import logging
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 import trio
 
 from llmgw.gateway.problems import ApiError, engine_error, upstream_failed
-from llmgw.gateway.routing import Balancer, choose_replica
-from llmgw.gateway.routing_prefix import APPROXIMATE, LEAST_LOADED, ROUND_ROBIN, choose_by_blocks
+from llmgw.gateway.request_context import Ledger, RequestContext
+from llmgw.gateway.routing import Balancer, PromptBlocks
 from llmgw.gateway.streaming import SseRelay, error_event, usage_numbers
 from llmgw.gateway.upstream import UpstreamFailure, UpstreamPool, UpstreamResponse
-from llmgw.identity import Routing
-from llmgw.routes import ModelRoute, ReplicaRoute
+from llmgw.routes import ReplicaRoute
 
-STATUS_CLIENT_CLOSED = 499
 log = logging.getLogger("llmgw.gateway")
 EVENT_STREAM = b"text/event-stream"
-
-
-@dataclass
-class Outcome:
-    """What happened to one admitted request. `status` is what the client got (499: it left first)."""
-
-    status: int = 0
-    replica: ReplicaRoute | None = None
-    prompt_tokens: int | None = None
-    completion_tokens: int | None = None
-    cached_tokens: int = 0
-    ttft_seconds: float | None = None
-    started_response: bool = False
-    counted_chunks: int = 0
-    sent_to_engine: bool = False  # the request's bytes reached an engine that has not failed (yet)
-    routing: str = ""  # the kind of the last routing decision: "precise", "approximate", "least-loaded"
-
-
-@dataclass(frozen=True)
-class PromptBlocks:
-    """Precise routing's inputs for one request: the prompt's full-block hashes in order, and per replica id the
-    blocks its engine holds (None: it sends no events). See `llmgw.gateway.routing_prefix`."""
-
-    blocks: tuple[int, ...]
-    held: Mapping[str, frozenset[int] | None]
+_JSON_HEADERS = ((b"content-type", b"application/json"), (b"accept", b"application/json"))
+_STREAM_HEADERS = ((b"content-type", b"application/json"), (b"accept", EVENT_STREAM))
 
 
 def upstream_body(body: dict, raw: bytes, replica: ReplicaRoute, stream: bool, catalog_name: str | None = None,
@@ -85,60 +61,57 @@ def upstream_body(body: dict, raw: bytes, replica: ReplicaRoute, stream: bool, c
     return json.dumps(copy, separators=(",", ":")).encode()
 
 
-async def open_upstream(pool: UpstreamPool, balancer: Balancer, route: ModelRoute, path: str, body: dict, raw: bytes,
-                        stream: bool, prefix: str | None, outcome: Outcome,
-                        overrides: Mapping | None = None, precise: PromptBlocks | None = None,
-                        request_id: str = "") -> UpstreamResponse:
-    """Send to a chosen replica, retrying once elsewhere on a failure before the first byte.
+def _engine_headers(ctx: RequestContext, replica: ReplicaRoute) -> list[tuple[bytes, bytes]]:
+    """The headers of a request to `replica`'s engine: JSON in, JSON or an event stream out, the replica's key, the
+    gateway's request id as `x-request-id`."""
+    headers = list(_STREAM_HEADERS if ctx.stream else _JSON_HEADERS)
+    if replica.replica_key:
+        headers.append((b"authorization", b"Bearer " + replica.replica_key.encode()))
+    headers.append((b"x-request-id", ctx.caller.ids.own.encode()))
+    return headers
 
-    The replica is chosen by `choose_by_blocks` when `precise` gives the prompt's blocks and what each replica
-    holds, else by the balancer's approximate policy (`choose_replica`; least loaded when `prefix` is None), or in
-    turn (the balancer's rotation, load ignored) when the route's `routing` is round robin; `outcome.routing` says
-    which decided.
-    `request_id`: the gateway's id of the request, sent to the engine as `x-request-id` ("": not sent).
 
-    `overrides`: top-level fields to set in the forwarded body (see `upstream_body`), with the route's own
-    `body_fields` (a llama.cpp adapter's `lora`) under them. The replica stays counted as
-    outstanding in `balancer` until the caller calls `balancer.finished(replica_id)` for `outcome.replica`.
-    `outcome.sent_to_engine` is True while the request has reached an engine that has not failed.
-    Raises ApiError 502/504 (naming the model only) when both tries failed.
+async def open_upstream(ctx: RequestContext, pool: UpstreamPool, balancer: Balancer, ledger: Ledger,
+                        blocks: PromptBlocks | None = None) -> UpstreamResponse:
+    """Send `ctx`'s request to a replica its route's policy chooses, retrying once elsewhere on a failure before the
+    first byte.
+
+    Each try asks `ctx.policy` (`routing_policies`) to choose among `ctx.route.replicas` under `balancer.load()` and
+    `balancer.facts(...)` (with `ctx.prefix` and `blocks`: the prompt's blocks and what each replica holds, None when
+    precise routing is off for it); `ledger.routing` says which kind of decision it was. The body sent is
+    `upstream_body` of `ctx.body` with the route's `body_fields` under `ctx.overrides`; the engine gets the gateway's
+    request id as `x-request-id`.
+
+    The replica stays counted as outstanding in `balancer` until the caller calls `balancer.finished(replica_id)`
+    for `ledger.replica`. `ledger.sent_to_engine` is True while the request has reached an engine that has not
+    failed. Raises ApiError 502/504 (naming the model only) when both tries failed. A checkpoint.
     """
 
     def sent() -> None:
-        outcome.sent_to_engine = True
+        ledger.sent_to_engine = True
 
+    route = ctx.route
+    overrides = ctx.overrides
     tried: set[str] = set()
     failure: ApiError | None = None
     for _attempt in range(2):
         now = trio.current_time()
-        inputs = balancer.policy_inputs(prefix, now, frozenset(tried), route.replicas)
-        load = balancer.load()
-        if route.routing is Routing.ROUND_ROBIN:  # every replica ties at 0: the rotation alone picks
-            replica, outcome.routing = choose_replica(route.replicas, {}, **inputs), ROUND_ROBIN
-        elif precise is not None:
-            choice = choose_by_blocks(route.replicas, load, precise.held, precise.blocks, **inputs)
-            replica, outcome.routing = choice.replica, choice.kind
-        else:
-            replica = choose_replica(route.replicas, load, **inputs)
-            outcome.routing = APPROXIMATE if prefix is not None else LEAST_LOADED
-        balancer.remember(prefix, replica)
+        facts = balancer.facts(route.replicas, now, frozenset(tried), ctx.prefix, blocks)
+        choice = ctx.policy.choose(route.replicas, balancer.load(), facts)
+        replica, ledger.routing = choice.replica, choice.kind
+        balancer.remember(ctx.prefix, replica)
         if replica is None:
             break
         tried.add(replica.replica_id)
-        headers = [(b"content-type", b"application/json"),
-                   (b"accept", EVENT_STREAM if stream else b"application/json")]
-        if replica.replica_key:
-            headers.append((b"authorization", b"Bearer " + replica.replica_key.encode()))
-        if request_id:
-            headers.append((b"x-request-id", request_id.encode()))
         fields = ({**route.body_fields, **overrides} if route.body_fields and overrides
                   else route.body_fields or overrides)
-        payload = upstream_body(body, raw, replica, stream, route.name, fields)
+        payload = upstream_body(ctx.body, ctx.raw, replica, ctx.stream, route.name, fields)
         balancer.started(replica.replica_id)
         try:
-            response = await pool.request("POST", replica.base_url.rstrip("/") + path, headers, payload, on_sent=sent)
+            response = await pool.request("POST", replica.base_url.rstrip("/") + ctx.path,
+                                          _engine_headers(ctx, replica), payload, on_sent=sent)
         except UpstreamFailure as exc:
-            outcome.sent_to_engine = False
+            ledger.sent_to_engine = False
             balancer.finished(replica.replica_id)
             if exc.refused:
                 balancer.eject(replica.replica_id, now)
@@ -150,41 +123,50 @@ async def open_upstream(pool: UpstreamPool, balancer: Balancer, route: ModelRout
             balancer.finished(replica.replica_id)
             raise
         if response.status >= 500 or response.status == 401:
-            raw_detail = b""
             try:
-                with trio.move_on_after(5):
-                    raw_detail = (await response.read())[:2000]
-            except UpstreamFailure:
-                pass
+                failure = await _refused_by_engine(route.name, replica, response)
             finally:
-                await response.aclose()
                 balancer.finished(replica.replica_id)
-            detail = raw_detail[:300].decode("utf-8", "replace")
-            outcome.sent_to_engine = False
-            log.warning("model %s replica %s: the engine answered %d: %s", route.name, replica.replica_id,
-                        response.status, detail)
-            if response.status == 401:
-                why = "refused llmgw's replica key (the operator must check it); try again"
-            else:  # the engine's own words say what went wrong; its address and key never reach the client
-                netloc = _netloc(replica.base_url)
-                said = engine_error(response.status, raw_detail, hide=[
-                    replica.replica_key or "", netloc, netloc.rsplit(":", 1)[0].strip("[]")]).message
-                why = (f"failed (status {response.status}): {said}" if said
-                       else f"failed (status {response.status}); try again")
-            failure = upstream_failed(f"The engine for model '{route.name}' {why}", 502)
+            ledger.sent_to_engine = False
             continue
-        outcome.replica = replica
+        ledger.replica = replica
         return response
     raise failure or upstream_failed(f"No replica of model '{route.name}' could take the request.", 502)
 
 
-async def relay_whole(response: UpstreamResponse, send, outcome: Outcome, client_model: str,
+async def _refused_by_engine(model: str, replica: ReplicaRoute, response: UpstreamResponse) -> ApiError:
+    """The 502 for an engine's 5xx or 401 (read at most 5 s, then the response is closed): the engine's own words
+    (its address and key hidden) for a 5xx, the operator's key problem for a 401; the answer goes to the log."""
+    raw_detail = b""
+    try:
+        with trio.move_on_after(5):
+            raw_detail = (await response.read())[:2000]
+    except UpstreamFailure:
+        pass
+    finally:
+        await response.aclose()
+    detail = raw_detail[:300].decode("utf-8", "replace")
+    log.warning("model %s replica %s: the engine answered %d: %s", model, replica.replica_id, response.status, detail)
+    if response.status == 401:
+        why = "refused llmgw's replica key (the operator must check it); try again"
+    else:  # the engine's own words say what went wrong; its address and key never reach the client
+        netloc = _netloc(replica.base_url)
+        said = engine_error(response.status, raw_detail, hide=[
+            replica.replica_key or "", netloc, netloc.rsplit(":", 1)[0].strip("[]")]).message
+        why = (f"failed (status {response.status}): {said}" if said
+               else f"failed (status {response.status}); try again")
+    return upstream_failed(f"The engine for model '{model}' {why}", 502)
+
+
+async def relay_whole(ctx: RequestContext, response: UpstreamResponse, send, ledger: Ledger,
                       headers: list[tuple[bytes, bytes]], before_send) -> None:
-    """Read a non-streamed answer, take its usage, await `before_send()` (settling), then send it."""
+    """Read a non-streamed answer, take its usage into `ledger`, await `before_send()` (settling), then send it
+    (ASGI `send`) with `headers` added, its `model` the one the client named (`ctx.requested`)."""
+    client_model = ctx.requested
     body = await response.read()
-    outcome.status = response.status
+    ledger.status = response.status
     if response.status >= 400:
-        await _relay_engine_error(response, body, send, outcome, headers, before_send)
+        await _relay_engine_error(response, body, send, ledger, headers, before_send)
         return
     if response.status == 200:
         try:
@@ -194,7 +176,7 @@ async def relay_whole(response: UpstreamResponse, send, outcome: Outcome, client
         if isinstance(parsed, dict):
             usage = parsed.get("usage")
             if isinstance(usage, dict):
-                outcome.prompt_tokens, outcome.completion_tokens, outcome.cached_tokens = usage_numbers(usage)
+                ledger.prompt_tokens, ledger.completion_tokens, ledger.cached_tokens = usage_numbers(usage)
             if "model" in parsed and parsed.get("model") != client_model:  # llama-server answers with its path
                 parsed["model"] = client_model
                 body = json.dumps(parsed).encode()
@@ -202,49 +184,52 @@ async def relay_whole(response: UpstreamResponse, send, outcome: Outcome, client
     content_type = response.header(b"content-type") or b"application/json"
     out_headers = [(b"content-type", content_type), (b"content-length", str(len(body)).encode()), *headers]
     await send({"type": "http.response.start", "status": response.status, "headers": out_headers})
-    outcome.started_response = True
+    ledger.started_response = True
     await send({"type": "http.response.body", "body": body, "more_body": False})
 
 
-async def relay_stream(response: UpstreamResponse, send, outcome: Outcome, client_model: str, include_usage: bool,
-                       headers: list[tuple[bytes, bytes]], started_at: float, before_end) -> None:
-    """Relay an event stream as it comes; await `before_end()` (settling) before the final `[DONE]`.
+async def relay_stream(ctx: RequestContext, response: UpstreamResponse, send, ledger: Ledger,
+                       headers: list[tuple[bytes, bytes]], before_end) -> None:
+    """Relay an event stream as it comes (ASGI `send`, `headers` added to the head), its tokens, usage and time to
+    first token (from `ctx.caller.started`) into `ledger`; await `before_end()` (settling) before the final
+    `[DONE]`.
 
     A non-200 answer is relayed whole instead. An engine failure mid-stream becomes an error event.
     """
     if response.status != 200 or not (response.header(b"content-type") or b"").startswith(EVENT_STREAM):
-        await relay_whole(response, send, outcome, client_model, headers, before_end)
+        await relay_whole(ctx, response, send, ledger, headers, before_end)
         return
-    replica = outcome.replica
-    relay = SseRelay(include_usage, client_model=client_model,
+    started_at = ctx.caller.started
+    replica = ledger.replica
+    relay = SseRelay(ctx.include_usage, client_model=ctx.requested,
                      upstream_model=replica.upstream_model if replica else None)
     await send({"type": "http.response.start", "status": 200, "headers": [
         (b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache"),
         (b"x-accel-buffering", b"no"), *headers]})
-    outcome.started_response = True
-    outcome.status = 200
+    ledger.started_response = True
+    ledger.status = 200
     tail = b""
     try:
-        await _relay_events(response, relay, send, outcome, started_at)
+        await _relay_events(response, relay, send, ledger, started_at)
         tail = relay.finish()
     except UpstreamFailure as exc:
-        _take(relay, outcome, started_at)
-        outcome.status = exc.status
+        _take(relay, ledger, started_at)
+        ledger.status = exc.status
         tail = relay.finish() + error_event(f"The engine failed mid-stream: {exc}", "server_error",
                                             "upstream_error")
         await before_end()
         await send({"type": "http.response.body", "body": tail, "more_body": False})
         return
-    _take(relay, outcome, started_at)
+    _take(relay, ledger, started_at)
     if relay.usage.error is not None:
-        outcome.status = 502
+        ledger.status = 502
     await before_end()
     if relay.usage.done:
         tail += b"data: [DONE]\n\n"
     await send({"type": "http.response.body", "body": tail, "more_body": False})
 
 
-async def _relay_events(response: UpstreamResponse, relay: SseRelay, send, outcome: Outcome,
+async def _relay_events(response: UpstreamResponse, relay: SseRelay, send, ledger: Ledger,
                         started_at: float) -> None:
     """Send each read's reshaped events as they come, until the engine's body ends.
 
@@ -264,8 +249,8 @@ async def _relay_events(response: UpstreamResponse, relay: SseRelay, send, outco
                         await send(message)
             except UpstreamFailure as exc:  # raised as itself, not grouped by the nursery
                 failure = exc
-            finally:  # the outcome is brought up to date once, however the loop ended (a client that left too)
-                _take(relay, outcome, started_at)
+            finally:  # the ledger is brought up to date once, however the loop ended (a client that left too)
+                _take(relay, ledger, started_at)
             nursery.cancel_scope.cancel()
     if idle_scope.cancelled_caught:
         failure = response.idle_failure()
@@ -273,21 +258,21 @@ async def _relay_events(response: UpstreamResponse, relay: SseRelay, send, outco
         raise failure
 
 
-async def _relay_engine_error(response: UpstreamResponse, body: bytes, send, outcome: Outcome,
+async def _relay_engine_error(response: UpstreamResponse, body: bytes, send, ledger: Ledger,
                               headers: list[tuple[bytes, bytes]], before_send) -> None:
     """An engine's 4xx in OpenAI's shape with its status and words (nothing billed: the engine refused the work)."""
-    replica = outcome.replica
+    replica = ledger.replica
     error = engine_error(response.status, body, hide=[replica.replica_key or "", _netloc(replica.base_url)]
                          if replica else [])
-    outcome.prompt_tokens = outcome.completion_tokens = 0
-    outcome.sent_to_engine = False
+    ledger.prompt_tokens = ledger.completion_tokens = 0
+    ledger.sent_to_engine = False
     retry_after = response.header(b"retry-after")
     extra = [(b"retry-after", retry_after)] if retry_after and retry_after.isdigit() else []
     await before_send()
     payload = error.body()
     await send({"type": "http.response.start", "status": error.status, "headers": [
         (b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode()), *extra, *headers]})
-    outcome.started_response = True
+    ledger.started_response = True
     await send({"type": "http.response.body", "body": payload, "more_body": False})
 
 
@@ -296,12 +281,12 @@ def _netloc(url: str) -> str:
     return rest.split("/", 1)[0]
 
 
-def _take(relay: SseRelay, outcome: Outcome, started_at: float) -> None:
+def _take(relay: SseRelay, ledger: Ledger, started_at: float) -> None:
     usage = relay.usage
-    outcome.counted_chunks = usage.counted_chunks
+    ledger.counted_chunks = usage.counted_chunks
     if usage.prompt_tokens is not None:
-        outcome.prompt_tokens = usage.prompt_tokens
-        outcome.completion_tokens = usage.completion_tokens
-        outcome.cached_tokens = usage.cached_tokens
-    if usage.first_token_at is not None and outcome.ttft_seconds is None:
-        outcome.ttft_seconds = max(0.0, usage.first_token_at - started_at)
+        ledger.prompt_tokens = usage.prompt_tokens
+        ledger.completion_tokens = usage.completion_tokens
+        ledger.cached_tokens = usage.cached_tokens
+    if usage.first_token_at is not None and ledger.ttft_seconds is None:
+        ledger.ttft_seconds = max(0.0, usage.first_token_at - started_at)

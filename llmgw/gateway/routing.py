@@ -1,8 +1,10 @@
 """Choosing a replica: least outstanding requests, prefix affinity ("sticky until saturated"), ejection.
 
-The decision is a pure function, `choose_replica`, over plain data (the ready replicas, their outstanding request
-counts, the replica that last served this prompt prefix, the ejected set); `Balancer` holds that data for the
-gateway (one trio thread, no locks) and records outcomes.
+The decision is a pure function, `choose_replica`, over plain data: the ready replicas, their outstanding request
+counts, and the choice's `RoutingFacts` (the replica that last served this prompt prefix, the ejected set, the
+replicas already tried, saturation, rotation). `Balancer` holds that data for the gateway (one trio thread, no
+locks), builds each choice's facts (`Balancer.facts`) and records outcomes. The route's `RoutingPolicy`
+(`routing_policies`) decides with these functions; every decision is a `RoutingChoice` with its kind.
 
 - Least outstanding: among eligible replicas, the fewest requests in flight through this gateway; ties go to the
   first in table order, rotated by a counter so equal replicas share the load.
@@ -25,6 +27,9 @@ from __future__ import annotations
 import hashlib
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from typing import Literal
 
 from llmgw.routes import ReplicaRoute
 
@@ -70,50 +75,118 @@ def rendezvous_order(prefix: str, replica_ids: Sequence[str]) -> list[str]:
     return sorted(replica_ids, key=lambda rid: (weight(rid), rid), reverse=True)
 
 
-def rendezvous_affinity(replicas: Sequence[ReplicaRoute], prefix: str, outstanding: Mapping[str, int], *,
-                        ejected: Mapping[str, float] | None = None, now: float = 0.0,
-                        exclude: frozenset[str] = frozenset(), saturation: int = DEFAULT_SATURATION) -> str | None:
-    """The replica id `prefix` belongs to now: the first in its `rendezvous_order` among the eligible replicas (not
-    excluded, not ejected unless all are) whose load is below `saturation` and less than `saturation` above the
-    least loaded one's; None when none is (least loaded decides). Pure."""
-    candidates = [r for r in replicas if r.replica_id not in exclude]
-    ejected = ejected or {}
-    pool = [r for r in candidates if ejected.get(r.replica_id, 0.0) <= now] or candidates
+PRECISE = "precise"
+APPROXIMATE = "approximate"
+LEAST_LOADED = "least-loaded"
+ROUND_ROBIN = "round-robin"
+DecisionKind = Literal["precise", "approximate", "least-loaded", "round-robin"]
+
+
+@dataclass(frozen=True, slots=True)
+class RoutingChoice:
+    """One routing decision: the chosen replica (None when there is none to choose), the decision's kind (the
+    `routing_decisions` counter's label), and how many leading blocks of the prompt the chosen replica holds (0
+    unless the kind is "precise")."""
+
+    replica: ReplicaRoute | None
+    kind: DecisionKind
+    matched_blocks: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class PromptBlocks:
+    """Precise routing's inputs for one request: the prompt's full-block hashes in order, and per replica id the
+    blocks its engine holds (None: it sends no events). See `llmgw.gateway.routing_prefix`."""
+
+    blocks: tuple[int, ...]
+    held: Mapping[str, frozenset[int] | None]
+
+
+@dataclass(frozen=True, slots=True)
+class RoutingFacts:
+    """What one replica choice knows besides the replicas and their load (`Balancer.facts` builds it per try).
+
+    `affinity`: the replica id this prompt's prefix belongs to (remembered, or by rendezvous), None: no preference.
+    `ejected`: replica id -> monotonic time (seconds) until which it is left out (None: none is). `now`: that
+    clock's time, seconds. `exclude`: replica ids already tried for this request. `saturation`: requests in flight
+    at which a replica loses a prefix's preference. `rotation`: breaks ties among equally loaded replicas.
+    `prefix`: the prompt's prefix key (`prefix_key`; None: no prompt text, or a policy that ignores prefixes).
+    `blocks`: the prompt's blocks and what each replica holds (None: precise routing is off for this request).
+    """
+
+    affinity: str | None = None
+    ejected: Mapping[str, float] | None = None
+    now: float = 0.0
+    exclude: frozenset[str] = frozenset()
+    saturation: int = DEFAULT_SATURATION
+    rotation: int = 0
+    prefix: str | None = None
+    blocks: PromptBlocks | None = None
+
+
+NO_FACTS = RoutingFacts()
+
+
+def eligible(replicas: Sequence[ReplicaRoute], facts: RoutingFacts) -> list[ReplicaRoute]:
+    """The replicas a choice picks from: `replicas` minus `facts.exclude`, minus the ejected ones unless every one
+    left is ejected (better a try than a certain 503); in table order; empty when all were excluded. Pure."""
+    candidates = [r for r in replicas if r.replica_id not in facts.exclude]
+    ejected = facts.ejected
+    if not ejected:
+        return candidates
+    now = facts.now
+    return [r for r in candidates if ejected.get(r.replica_id, 0.0) <= now] or candidates
+
+
+def under_saturation(load: int, least: int, saturation: int) -> bool:
+    """Whether a replica with `load` requests in flight keeps a prompt's preference (affinity, held blocks): below
+    `saturation` and less than `saturation` above the least loaded eligible replica's `least`."""
+    return load < saturation and load - least < saturation
+
+
+def rendezvous_affinity(replicas: Sequence[ReplicaRoute], prefix: str, outstanding: Mapping[str, int],
+                        facts: RoutingFacts = NO_FACTS) -> str | None:
+    """The replica id `prefix` belongs to now: the first in its `rendezvous_order` among the `eligible` replicas
+    whose load keeps the preference (`under_saturation` of `facts.saturation`); None when none does (least loaded
+    decides). `outstanding`: replica id -> requests in flight (missing = 0). Reads `facts`' ejected, now, exclude
+    and saturation only. Pure."""
+    pool = eligible(replicas, facts)
     if not pool:
         return None
     least = min(outstanding.get(r.replica_id, 0) for r in pool)
     for replica_id in rendezvous_order(prefix, [r.replica_id for r in pool]):
-        load = outstanding.get(replica_id, 0)
-        if load < saturation and load - least < saturation:
+        if under_saturation(outstanding.get(replica_id, 0), least, facts.saturation):
             return replica_id
     return None
 
 
-def choose_replica(replicas: Sequence[ReplicaRoute], outstanding: Mapping[str, int], *,
-                   affinity: str | None = None, ejected: Mapping[str, float] | None = None, now: float = 0.0,
-                   exclude: frozenset[str] = frozenset(), saturation: int = DEFAULT_SATURATION,
-                   rotation: int = 0) -> ReplicaRoute | None:
-    """Pick the replica for one request, or None when `replicas` minus `exclude` is empty.
+def choose_replica(replicas: Sequence[ReplicaRoute], outstanding: Mapping[str, int],
+                   facts: RoutingFacts = NO_FACTS) -> ReplicaRoute | None:
+    """Pick the replica for one request, or None when `replicas` minus `facts.exclude` is empty.
 
-    `outstanding`: replica id -> requests in flight (missing = 0). `affinity`: the replica id that last served this
-    prefix. `ejected`: replica id -> monotonic time (seconds) until which it is left out. `rotation` breaks ties.
+    `outstanding`: replica id -> requests in flight (missing = 0). Among the `eligible` replicas: `facts.affinity`'s
+    replica while it is `under_saturation`, else the least loaded, ties in table order rotated by `facts.rotation`.
+    Reads `facts`' affinity, ejected, now, exclude, saturation and rotation (not prefix nor blocks). Pure.
     """
-    candidates = [r for r in replicas if r.replica_id not in exclude]
-    if not candidates:
+    pool = eligible(replicas, facts)
+    if not pool:
         return None
-    ejected = ejected or {}
-    healthy = [r for r in candidates if ejected.get(r.replica_id, 0.0) <= now]
-    pool = healthy or candidates
+    return pick_from(pool, outstanding, facts.affinity, facts)
+
+
+def pick_from(pool: Sequence[ReplicaRoute], outstanding: Mapping[str, int], affinity: str | None,
+              facts: RoutingFacts) -> ReplicaRoute:
+    """`choose_replica`'s pick among a non-empty `eligible` `pool`, with `affinity` in place of `facts.affinity`
+    (None: least loaded alone). Pure."""
     least = min(outstanding.get(r.replica_id, 0) for r in pool)
     if affinity is not None:
         for replica in pool:
             if replica.replica_id == affinity:
-                load = outstanding.get(affinity, 0)
-                if load < saturation and load - least < saturation:
+                if under_saturation(outstanding.get(affinity, 0), least, facts.saturation):
                     return replica
                 break
     tied = [r for r in pool if outstanding.get(r.replica_id, 0) == least]
-    return tied[rotation % len(tied)]
+    return tied[facts.rotation % len(tied)]
 
 
 class Balancer:
@@ -139,8 +212,8 @@ class Balancer:
 
     def choose(self, replicas: Sequence[ReplicaRoute], prefix: str | None, now: float,
                exclude: frozenset[str] = frozenset()) -> ReplicaRoute | None:
-        """Choose (see `choose_replica`) and remember the choice for `prefix`."""
-        replica = choose_replica(replicas, self.load(), **self.policy_inputs(prefix, now, exclude, replicas))
+        """Choose by the prefix affinity policy (see `choose_replica`) and remember the choice for `prefix`."""
+        replica = choose_replica(replicas, self.load(), self.facts(replicas, now, exclude, prefix))
         self.remember(prefix, replica)
         return replica
 
@@ -157,21 +230,22 @@ class Balancer:
         """The other gateway workers' requests in flight per replica id (the control plane's `load` message)."""
         self.elsewhere = dict(outstanding)
 
-    def policy_inputs(self, prefix: str | None, now: float, exclude: frozenset[str] = frozenset(),
-                      replicas: Sequence[ReplicaRoute] = ()) -> dict:
-        """The keyword arguments `choose_replica` (and `choose_by_blocks`) take from this balancer for one choice:
-        the affinity of `prefix` (remembered, or with `rendezvous` worked out over `replicas`), ejections,
-        saturation and the next rotation."""
+    def facts(self, replicas: Sequence[ReplicaRoute], now: float, exclude: frozenset[str] = frozenset(),
+              prefix: str | None = None, blocks: PromptBlocks | None = None) -> RoutingFacts:
+        """The `RoutingFacts` of one choice among `replicas` at `now` (seconds, this balancer's clock), leaving out
+        `exclude`: this balancer's ejections, saturation and next rotation, and the affinity of `prefix`
+        (remembered, or with `rendezvous` worked out over `replicas` and `load()`; None when `prefix` is None).
+        Advances the rotation by one."""
         self._rotation += 1
+        facts = RoutingFacts(ejected=self.ejected, now=now, exclude=exclude, saturation=self.saturation,
+                             rotation=self._rotation, prefix=prefix, blocks=blocks)
         if prefix is None:
-            affinity = None
-        elif self.rendezvous:
-            affinity = rendezvous_affinity(replicas, prefix, self.load(), ejected=self.ejected, now=now,
-                                           exclude=exclude, saturation=self.saturation)
+            return facts
+        if self.rendezvous:
+            affinity = rendezvous_affinity(replicas, prefix, self.load(), facts)
         else:
             affinity = self._affinity.get(prefix)
-        return dict(affinity=affinity, ejected=self.ejected, now=now, exclude=exclude, saturation=self.saturation,
-                    rotation=self._rotation)
+        return replace(facts, affinity=affinity) if affinity is not None else facts
 
     def remember(self, prefix: str | None, replica: ReplicaRoute | None) -> None:
         """Remember that `replica` served `prefix` (the approximate policy's affinity; bounded LRU; nothing with

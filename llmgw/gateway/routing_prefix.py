@@ -10,7 +10,7 @@ missing one: vLLM reuses a prefix only from the start). Among replicas that are 
 loaded), the best score wins; ties go to the least loaded, then by `rotation`. When nothing scores (no replica
 holds the first block, or every holder is saturated), the decision falls back: to the approximate policy
 (`choose_replica` with the remembered `affinity`) when some eligible replica sends no events, else least loaded.
-Every decision says its kind, for the counters: "precise", "approximate" or "least-loaded".
+Every decision (a `routing.RoutingChoice`) says its kind, for the counters: "precise", "approximate" or "least-loaded".
 
 The prompt's tokens come from the engine itself (`tokenize_body`: what to POST to vLLM's `/tokenize` so it applies
 its own chat template, exactly as for the request), and are hashed with the scheme its replicas report
@@ -21,28 +21,13 @@ model reporting another block size or hashing are treated as sending no events.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
-from llmgw.gateway.routing import DEFAULT_SATURATION, choose_replica
+from llmgw.gateway.routing import (
+    APPROXIMATE, LEAST_LOADED, NO_FACTS, PRECISE, RoutingChoice, RoutingFacts, eligible, pick_from, under_saturation,
+)
 from llmgw.routes import BlockSnapshot, ReplicaBlocks, ReplicaRoute
 from llmgw.tools.vllm_hashing import ALGORITHM, block_hashes
-
-PRECISE = "precise"
-APPROXIMATE = "approximate"
-LEAST_LOADED = "least-loaded"
-ROUND_ROBIN = "round-robin"  # the catalog's `routing: round-robin` (llmgw.identity.Routing): never this module's
-DecisionKind = Literal["precise", "approximate", "least-loaded", "round-robin"]
-
-
-@dataclass(frozen=True)
-class PrefixChoice:
-    """The chosen replica (None when there is none to choose), the decision's kind, and how many leading blocks of
-    the prompt the chosen replica holds (0 unless the kind is "precise")."""
-
-    replica: ReplicaRoute | None
-    kind: DecisionKind
-    matched_blocks: int = 0
 
 
 def leading_blocks_held(prompt_blocks: Sequence[int], held: frozenset[int] | None) -> int:
@@ -58,39 +43,34 @@ def leading_blocks_held(prompt_blocks: Sequence[int], held: frozenset[int] | Non
 
 
 def choose_by_blocks(replicas: Sequence[ReplicaRoute], outstanding: Mapping[str, int],
-                     held: Mapping[str, frozenset[int] | None], prompt_blocks: Sequence[int], *,
-                     affinity: str | None = None, ejected: Mapping[str, float] | None = None, now: float = 0.0,
-                     exclude: frozenset[str] = frozenset(), saturation: int = DEFAULT_SATURATION,
-                     rotation: int = 0) -> PrefixChoice:
+                     held: Mapping[str, frozenset[int] | None], prompt_blocks: Sequence[int],
+                     facts: RoutingFacts = NO_FACTS) -> RoutingChoice:
     """Pick the replica for one request by the prompt's leading blocks each replica's engine holds.
 
     `held`: replica id -> the block hashes its engine holds, None (or missing) when it sends no events.
     `prompt_blocks`: the prompt's full-block hashes in order (empty: a prompt shorter than one block).
-    The other arguments are `choose_replica`'s. Returns a PrefixChoice (replica None only when `replicas` minus
-    `exclude` is empty). Pure; never raises.
+    `outstanding` and `facts` are `choose_replica`'s (`facts.affinity` is used by the approximate fallback only).
+    Returns a RoutingChoice (replica None only when `replicas` minus `facts.exclude` is empty). Pure; never raises.
     """
-    fallback_kwargs = dict(ejected=ejected, now=now, exclude=exclude, saturation=saturation, rotation=rotation)
-    candidates = [r for r in replicas if r.replica_id not in exclude]
-    if not candidates:
-        return PrefixChoice(None, LEAST_LOADED)
-    ejected = ejected or {}
-    pool = [r for r in candidates if ejected.get(r.replica_id, 0.0) <= now] or candidates
+    pool = eligible(replicas, facts)
+    if not pool:
+        return RoutingChoice(None, LEAST_LOADED)
     least = min(outstanding.get(r.replica_id, 0) for r in pool)
 
     def load(replica: ReplicaRoute) -> int:
         return outstanding.get(replica.replica_id, 0)
 
-    open_ = [r for r in pool if load(r) < saturation and load(r) - least < saturation]
+    open_ = [r for r in pool if under_saturation(load(r), least, facts.saturation)]
     scored = [(leading_blocks_held(prompt_blocks, held.get(r.replica_id)), r) for r in open_]
     best = max((score for score, _ in scored), default=0)
     if best > 0:
         top = [r for score, r in scored if score == best]
         fewest = min(load(r) for r in top)
         tied = [r for r in top if load(r) == fewest]
-        return PrefixChoice(tied[rotation % len(tied)], PRECISE, best)
+        return RoutingChoice(tied[facts.rotation % len(tied)], PRECISE, best)
     if any(held.get(r.replica_id) is None for r in pool):
-        return PrefixChoice(choose_replica(replicas, outstanding, affinity=affinity, **fallback_kwargs), APPROXIMATE)
-    return PrefixChoice(choose_replica(replicas, outstanding, **fallback_kwargs), LEAST_LOADED)
+        return RoutingChoice(pick_from(pool, outstanding, facts.affinity, facts), APPROXIMATE)
+    return RoutingChoice(pick_from(pool, outstanding, None, facts), LEAST_LOADED)
 
 
 # The fields of a chat request that change what vLLM's chat template renders (vLLM's TokenizeChatRequest).

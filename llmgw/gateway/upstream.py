@@ -300,13 +300,14 @@ class UpstreamPool:
         origin = (scheme, parts.hostname or "127.0.0.1", parts.port or (443 if scheme == "https" else 80))
         target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         host_header = parts.netloc.encode()
-        all_headers = [(b"host", host_header), (b"content-length", str(len(body)).encode()), *headers]
+        head = h11.Request(method=method, target=target,
+                           headers=[(b"host", host_header), (b"content-length", str(len(body)).encode()), *headers])
         stack = self._idle.get(origin)
         for attempt in (0, 1):
             reused = bool(stack) and attempt == 0
             conn = stack.pop() if reused else await self._connect(origin)
             try:
-                return await self._exchange(origin, conn, method, target, all_headers, body, on_sent)
+                return await self._exchange(origin, conn, head, body, on_sent)
             except UpstreamFailure as failure:
                 await conn.aclose()
                 if reused and failure.before_send:
@@ -317,9 +318,10 @@ class UpstreamPool:
                 raise
         raise AssertionError("unreachable")
 
-    async def _exchange(self, origin, conn: _Connection, method, target, headers, body, on_sent) -> UpstreamResponse:
+    async def _exchange(self, origin: tuple, conn: _Connection, head: h11.Request, body: bytes,
+                        on_sent: Callable[[], None] | None) -> UpstreamResponse:
         h = conn.h11
-        data = h.send(h11.Request(method=method, target=target, headers=headers))
+        data = h.send(head)
         data += h.send(h11.Data(data=body)) + h.send(h11.EndOfMessage())
         try:
             await conn.stream.send_all(data)

@@ -13,7 +13,8 @@ import pytest
 import trio
 from gateway_harness import make_table, replica, start_engine, start_gateway
 
-from llmgw.gateway.app import MAX_STREAMS_PER_CONNECTION, UNKNOWN_MODEL
+from llmgw.gateway.admission import UNKNOWN_MODEL
+from llmgw.gateway.app import MAX_STREAMS_PER_CONNECTION
 from llmgw.gateway.asgi import read_body
 from llmgw.gateway.problems import ApiError
 

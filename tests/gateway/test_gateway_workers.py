@@ -23,7 +23,7 @@ import openai
 import psycopg
 import pytest
 
-from llmgw.gateway.app import STATUS_PROCESS_LOST
+from llmgw.gateway.admission import STATUS_PROCESS_LOST
 from llmgw.settings import init_repository
 from llmgw.store import open_store
 from support.llmgw_processes import LlmgwProcesses

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from llmgw.gateway.routing import RoutingFacts
 from llmgw.gateway.routing_prefix import APPROXIMATE, LEAST_LOADED, PRECISE, choose_by_blocks, leading_blocks_held
 from llmgw.routes import ReplicaRoute
 from llmgw.tools.vllm_hashing import block_hashes
@@ -40,12 +41,12 @@ def test_the_longest_leading_run_wins_not_the_most_blocks_anywhere():
 
 def test_a_saturated_holder_loses_its_preference():
     held = {"a": frozenset({1, 2}), "b": frozenset()}
-    choice = choose_by_blocks([A, B], {"a": 8, "b": 0}, held, [1, 2], saturation=8)
+    choice = choose_by_blocks([A, B], {"a": 8, "b": 0}, held, [1, 2], RoutingFacts(saturation=8))
     assert (choice.replica, choice.kind) == (B, LEAST_LOADED)
 
 
 def test_replicas_without_events_fall_back_to_the_approximate_policy():
-    choice = choose_by_blocks([A, B], {"a": 1, "b": 0}, {"a": None, "b": None}, [1, 2], affinity="a")
+    choice = choose_by_blocks([A, B], {"a": 1, "b": 0}, {"a": None, "b": None}, [1, 2], RoutingFacts(affinity="a"))
     assert (choice.replica, choice.kind) == (A, APPROXIMATE)
 
 
@@ -58,11 +59,11 @@ def test_no_holder_and_all_replicas_reporting_is_least_loaded():
 def test_ties_between_holders_go_to_the_least_loaded_then_rotate():
     held = {"a": frozenset({1}), "b": frozenset({1}), "c": frozenset({1})}
     assert choose_by_blocks([A, B, C], {"a": 1}, held, [1]).replica == B
-    assert choose_by_blocks([A, B, C], {"a": 1}, held, [1], rotation=1).replica == C
+    assert choose_by_blocks([A, B, C], {"a": 1}, held, [1], RoutingFacts(rotation=1)).replica == C
 
 
 def test_excluded_and_ejected_replicas_are_left_out():
     held = {"a": frozenset({1}), "b": frozenset()}
-    assert choose_by_blocks([A, B], {}, held, [1], exclude=frozenset({"a"})).replica == B
-    assert choose_by_blocks([A, B], {}, held, [1], ejected={"a": 10.0}, now=5.0).replica == B
-    assert choose_by_blocks([A], {}, held, [1], exclude=frozenset({"a"})).replica is None
+    assert choose_by_blocks([A, B], {}, held, [1], RoutingFacts(exclude=frozenset({"a"}))).replica == B
+    assert choose_by_blocks([A, B], {}, held, [1], RoutingFacts(ejected={"a": 10.0}, now=5.0)).replica == B
+    assert choose_by_blocks([A], {}, held, [1], RoutingFacts(exclude=frozenset({"a"}))).replica is None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from llmgw.gateway import Balancer, choose_replica, prefix_key
+from llmgw.gateway.routing import RoutingFacts
 from llmgw.routes import ReplicaRoute
 
 A, B, C = (ReplicaRoute(replica_id=i, node_id="n", base_url=f"http://{i}") for i in ("a", "b", "c"))
@@ -26,13 +27,13 @@ A, B, C = (ReplicaRoute(replica_id=i, node_id="n", base_url=f"http://{i}") for i
 )
 def test_choice_follows_load_affinity_and_ejection(outstanding, affinity, ejected, exclude, expected):
     now = 10.0
-    chosen = choose_replica([A, B, C], outstanding, affinity=affinity, ejected=ejected, now=now, exclude=exclude,
-                            saturation=8)
+    chosen = choose_replica([A, B, C], outstanding, RoutingFacts(affinity=affinity, ejected=ejected, now=now,
+                                                                 exclude=exclude, saturation=8))
     assert (chosen.replica_id if chosen else None) == expected
 
 
 def test_ties_rotate_so_idle_replicas_share_the_load():
-    picks = {choose_replica([A, B, C], {}, rotation=r).replica_id for r in range(3)}
+    picks = {choose_replica([A, B, C], {}, RoutingFacts(rotation=r)).replica_id for r in range(3)}
     assert picks == {"a", "b", "c"}
 
 
