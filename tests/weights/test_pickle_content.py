@@ -20,7 +20,8 @@ from urllib.parse import quote
 
 import pytest
 
-from llmgw.agent.weights import WeightsSpec, _pickle_protocol, fetch, pickle_format
+from llmgw.agent.pickles import _pickle_protocol
+from llmgw.agent.weights import WeightsSpec, fetch, pickle_format
 from llmgw.errors import WeightsError
 
 
