@@ -3,6 +3,8 @@
 Pure conversions: a pb message in, `NodeState` / `ObservedShard` / `ShardDetail` values out. The messages are
 read by field name only, so anything with the same attributes converts the same way.
 Units follow agent.proto: bytes, seconds; an unset `optional` field means "not measured".
+A Register whose address is not an IP literal or an RFC 1123 host name is refused (`check_register`, WireError):
+the address goes into the Slurm files every node reads.
 """
 
 from __future__ import annotations
