@@ -8,6 +8,7 @@
     ├── WeightsError                weights could not be fetched or verified
     ├── StoreError                  the runtime store failed or holds unexpected data
     ├── WireError                   the agent <-> control plane protocol failed
+    ├── GeneratedFileError          a value refused by the writer of generated files (llmgw.plan.conf_lines)
     └── UsageError                  a command line or API call was used wrongly (what to do instead is in the message)
 
 A replica that cannot be placed is no error: the plan lists it with its reasons (`Plan.unplaced`).
@@ -92,6 +93,11 @@ class StoreError(LlmgwError):
 
 class WireError(LlmgwError):
     """The agent <-> control plane protocol failed (connection, version, certificate)."""
+
+
+class GeneratedFileError(LlmgwError, ValueError):
+    """A value that cannot be written into a generated file (slurm.conf, gres.conf, ...) as one value: it would
+    change the file's meaning (a newline, `#`, `=`, whitespace in a token). The message names the key and value."""
 
 
 class UsageError(LlmgwError):

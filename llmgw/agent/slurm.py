@@ -43,6 +43,7 @@ import trio
 
 from llmgw.agent.shards import next_backoff
 from llmgw.tools.slurm import SACCT_FIELDS, drain_verdict, parse_sacct, parse_sacctmgr_accounts, parse_sacctmgr_assocs, parse_scontrol_nodes
+from llmgw.tools.conf_keys import GRES_CONF_KEYS, SLURM_CONF_KEYS, SLURMDBD_CONF_KEYS, rendered_problem
 from llmgw.tools.linux_users import MARK, UserSpec, parse_group, parse_passwd, parse_shadow_expiry, user_commands
 from llmgw.tools.slurm_accounts import WantedAccount, account_commands
 from llmgw.tools.values import ParseError
@@ -258,6 +259,21 @@ def _munge_owner() -> str | None:
     return "munge"
 
 
+def refused_files(layout: SlurmLayout, role: pb.SlurmRole) -> str | None:
+    """Why the role's files must not be written, or None: each file as it would be written (placeholders filled)
+    holds only `Key=Value` lines with the keys llmgw's renderer writes there (`llmgw.tools.conf_keys`: slurm.conf,
+    gres.conf, slurmdbd.conf). A file with any other key (a `Prolog=`, an `Include`) or a control character is
+    refused whole, so a tampered or injected file never reaches slurmctld or slurmd."""
+    files = [("slurm.conf", role.slurm_conf, SLURM_CONF_KEYS), ("gres.conf", role.gres_conf, GRES_CONF_KEYS)]
+    if role.slurmdbd_conf:
+        files.append(("slurmdbd.conf", role.slurmdbd_conf, SLURMDBD_CONF_KEYS))
+    for name, text, keys in files:
+        problem = rendered_problem(name, layout.fill(text), keys)
+        if problem is not None:
+            return f"the control plane's {problem}; Slurm here keeps its earlier files"
+    return None
+
+
 def without_secrets(settings: pb.AgentSettings) -> pb.AgentSettings:
     """A copy of `settings` without the Slurm role's secrets (munge key, slurmdbd.conf, database password), as the
     agent keeps it on disk for its next start: the keeper then uses the files it wrote before."""
@@ -313,8 +329,13 @@ class SlurmKeeper:
 
     async def apply(self, role: pb.SlurmRole) -> None:
         """Make the node match `role`: files written, daemons started or stopped, drain set. Never raises for a
-        Slurm that is missing or broken: that goes to `warnings` (the report's)."""
+        Slurm that is missing or broken: that goes to `warnings` (the report's). A role whose files hold a key llmgw
+        never writes there is not taken at all (`refused_files`, a warning saying which line)."""
         async with self._lock:
+            refused = refused_files(self.layout, role)
+            if refused is not None:  # the role is not taken: the files, daemons and drain stay as they were
+                self.warnings = [refused]
+                return
             self.role = role
             if role.finished_since:  # the store's cursor, sent with every CONFIGURE of the controller
                 self.finished_since = role.finished_since

@@ -10,9 +10,10 @@ main>/<path>`, endpoint from the argument, `$HF_ENDPOINT` or https://huggingface
 only), `https://...` / `http://...`, and `file://...`. Mirrors are searched first by digest; a file found there is
 hard-linked when on the same file system, else copied, and checked like any other.
 
-Pickles are refused by content as well as by name (`pickle_format`): a file whose first bytes are the pickle
-protocol opcode (0x80, then the protocol 2-5, then valid opcodes) or that is a zip holding `data.pkl` (PyTorch's
-checkpoint layout) is refused, after the download and before it becomes `sha256/<digest>` (and when such a file
+Pickles are refused by content as well as by name (`llmgw.agent.pickles.pickle_format`): a file whose first bytes
+are a pickle of any protocol (0x80, the protocol 2-5 and valid opcodes; or, for protocols 0 and 1, which have no
+PROTO opcode, opcodes that parse with the unpickler's stack from the first byte) or that is a zip holding
+`data.pkl` (PyTorch's checkpoint layout) is refused, after the download and before it becomes `sha256/<digest>` (and when such a file
 is already in the cache), unless the model sets `allow_pickle`. GGUF (`GGUF` magic) and safetensors (an 8-byte
 header length, then JSON) never match.
 """
@@ -22,11 +23,8 @@ from __future__ import annotations
 import errno
 import fcntl
 import hashlib
-import io
 import os
-import pickletools
 import shutil
-import zipfile
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -36,6 +34,7 @@ from urllib.parse import quote, unquote, urlparse
 import httpx
 import trio
 
+from llmgw.agent.pickles import pickle_format
 from llmgw.errors import WeightsError
 from llmgw.groups import expect_leaves
 
@@ -99,50 +98,6 @@ def check_request(spec: WeightsSpec, allow_pickle: bool) -> None:
     if not allow_pickle and name.endswith(PICKLE_SUFFIXES):
         raise WeightsError(f"{spec.source} is a pickle format ({', '.join(PICKLE_SUFFIXES)}), which can run code when "
                            "loaded; use safetensors or GGUF, or set allow_pickle: true on the model if you trust it")
-
-
-_SNIFF_BYTES = 64 * 1024
-
-
-def _pickle_protocol(head: bytes) -> int | None:
-    """The protocol of the pickle `head` starts (0x80 PROTO, 2..5, then at least three opcodes that parse), or None.
-    Format: the opcodes of the standard library's `pickletools` (PEP 307, PEP 3154, PEP 574)."""
-    if len(head) < 3 or head[0] != 0x80 or not 2 <= head[1] <= 5:
-        return None
-    try:
-        for count, (opcode, _arg, _pos) in enumerate(pickletools.genops(io.BytesIO(head))):
-            if opcode.name == "STOP" or count >= 3:
-                return head[1]
-    except ValueError:  # an unknown opcode or a truncated argument: not a pickle (e.g. a safetensors length)
-        return None
-    return None
-
-
-def pickle_format(path: Path) -> str | None:
-    """What kind of pickle the file at `path` is, judged by its content, or None when it is none.
-
-    "a pickle (protocol N)" for a file starting with the pickle protocol opcode (raw pickles, joblib files, PyTorch's
-    legacy format); "a PyTorch checkpoint (zip holding NAME)" for a zip with a `data.pkl` member (torch.save's
-    layout, `archive/data.pkl`). Reads the first 64 KiB and, for a zip, its central directory. Blocking.
-    Raises OSError when the file cannot be read.
-    """
-    with path.open("rb") as handle:
-        head = handle.read(_SNIFF_BYTES)
-    protocol = _pickle_protocol(head)
-    if protocol is not None:
-        return f"a pickle (protocol {protocol})"
-    if head[:4] == b"GGUF":
-        return None
-    if zipfile.is_zipfile(path):
-        try:
-            with zipfile.ZipFile(path) as archive:
-                names = archive.namelist()
-        except (zipfile.BadZipFile, OSError, ValueError):
-            return None
-        for name in names:
-            if name == "data.pkl" or name.endswith("/data.pkl"):
-                return f"a PyTorch checkpoint (zip holding {name})"
-    return None
 
 
 def _refuse_pickle(path: Path, source: str, allow_pickle: bool) -> None:

@@ -155,7 +155,7 @@ def register(group: click.Group) -> None:
             return outcome
 
         if trio.run(main) == "restart":
-            os.execv(sys.executable, [sys.executable, *sys.orig_argv[1:]])
+            os.execv(sys.executable, [sys.executable, "-P", *sys.orig_argv[1:]])  # -P: no cwd on sys.path
 
     @node_group(group).command("join")
     @click.option("--control-plane", "control_plane", required=True, metavar="HOST:JOIN_PORT",

@@ -312,7 +312,9 @@ def server_cmd(repo, branch, state_dir, store, secrets_dir, gateway_addr, admin_
         return
     click.echo("restarting the control plane (`llmgw restart`)", err=True)
     sys.stderr.flush()
-    os.execv(sys.executable, [sys.executable, "-m", "llmgw.cli", *sys.argv[1:]])
+    # -P: no working directory on sys.path, so a `llmgw/` directory where the server runs cannot shadow llmgw; the
+    # working directory itself is kept (relative paths on the command line keep their meaning).
+    os.execv(sys.executable, [sys.executable, "-P", "-m", "llmgw.cli", *sys.argv[1:]])
 
 
 @click.command("apply")

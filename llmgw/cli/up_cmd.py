@@ -290,4 +290,4 @@ def register(group: click.Group) -> None:
         ))
         if restart:  # the same command line again, as `llmgw server` does after `llmgw restart`
             reap_children(REAP_DEADLINE)
-            os.execv(sys.executable, [sys.executable, "-m", "llmgw.cli", *sys.argv[1:]])
+            os.execv(sys.executable, [sys.executable, "-P", "-m", "llmgw.cli", *sys.argv[1:]])  # -P: see server_cmds

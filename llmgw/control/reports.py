@@ -3,15 +3,20 @@
 Pure conversions: a pb message in, `NodeState` / `ObservedShard` / `ShardDetail` values out. The messages are
 read by field name only, so anything with the same attributes converts the same way.
 Units follow agent.proto: bytes, seconds; an unset `optional` field means "not measured".
+A Register whose address is not an IP literal or an RFC 1123 host name is refused (`check_register`, WireError):
+the address goes into the Slurm files every node reads.
 """
 
 from __future__ import annotations
 
+import ipaddress
+import re
 from collections.abc import Iterable
 from dataclasses import replace
 
 from llmgw.control.readings import GpuSample, NodeReadings, ShardReading
 from llmgw.control.registry import ShardDetail
+from llmgw.errors import WireError
 from llmgw.identity import ShardState
 from llmgw.plan.types import Fleet, GpuState, NodeState, ObservedShard
 from llmgw.settings.model import Settings
@@ -152,12 +157,55 @@ def gpu_from_report(gpu) -> GpuState:
     )
 
 
+_LABEL = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
+
+
+def address_problem(address: str) -> str | None:
+    """Why `address` cannot be a node's address, or None when it can.
+
+    A node's address is an IP literal (IPv4 dotted quad, or IPv6 without a zone such as `%eth0`) or an RFC 1123
+    host name: dot-separated labels of 1..63 letters, digits and hyphens, neither starting nor ending with a hyphen,
+    253 characters at most, the last label not all digits (RFC 1123 2.1, RFC 3696 2: "10.0.0.300" is no name).
+    Anything else (spaces, newlines, `=`, `#`, a trailing dot, brackets, a port) is refused: the address is written
+    into slurm.conf (`NodeAddr=`) and other generated files that every node reads. Pure.
+    """
+    try:
+        literal = ipaddress.ip_address(address)
+    except ValueError:
+        literal = None
+    if literal is not None:
+        return "an IPv6 address with a zone (%...) is not accepted" if "%" in address else None
+    labels = address.split(".")
+    if not address or len(address) > 253 or not all(_LABEL.fullmatch(label) for label in labels):
+        return "it is neither an IP address nor a host name (RFC 1123: letters, digits, hyphens and dots)"
+    if labels[-1].isdigit():
+        return "it looks like an IPv4 address but is not one"
+    return None
+
+
+def check_register(register, peer_host: str = "127.0.0.1") -> None:
+    """Refuse a pb `Register` whose node may not join: its address (the reported one, else `peer_host`) is not an IP
+    literal or host name (`address_problem`). Pure.
+
+    Raises: WireError with a sentence for the agent: what is wrong and what to do. The control plane ends the
+    agent's stream with it, so the node is never recorded.
+    """
+    address = register.address or peer_host
+    problem = address_problem(address)
+    if problem is not None:
+        raise WireError(f"node {register.node_id!r} reported the address {address!r}, which is refused: {problem}. "
+                        "Set the agent's address to the node's IP address or host name (llmgw agent --address).")
+
+
 def node_from_register(register, peer_host: str = "127.0.0.1") -> NodeState:
     """A `NodeState` from a pb `Register`, with the shards it runs now (to be adopted).
 
     A GPU with MIG enabled is not itself placeable: its MIG instances are (reported as their own `Gpu`
     entries with `is_mig_instance`). `address` is the reported address, else the peer's host.
+    Raises: WireError (`check_register`) for an address that is not an IP literal or host name: such a node
+    never joins.
     """
+    check_register(register, peer_host)
     shards, _details = convert_shards(register.shards)
     gpus = tuple(
         gpu_from_report(g) for g in register.gpus if g.is_mig_instance or not g.mig_enabled

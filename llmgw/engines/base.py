@@ -188,8 +188,12 @@ def cleaned(lines: Iterable[str]) -> list[tuple[str, str | None]]:
 
 def python_engine_env(launch: Launch, api_key_env: str) -> dict[str, str]:
     """Environment added for a Python engine server (vLLM, SGLang): `launch.extra_env`, the shard's devices in
-    `CUDA_VISIBLE_DEVICES` ("" for none), `OMP_NUM_THREADS` when `threads` is set, the key in `api_key_env`."""
+    `CUDA_VISIBLE_DEVICES` ("" for none), `OMP_NUM_THREADS` when `threads` is set, the key in `api_key_env`, and
+    `PYTHONSAFEPATH=1`: the interpreter then puts no working directory on sys.path for `-m`/`-c` (`-P`'s setting,
+    Python 3.11+; an older interpreter given as the engine's binary ignores it, where `-P` would make it fail), so a
+    `vllm/` or `torch/` directory where the agent runs cannot shadow the engine's packages (issue 25)."""
     env = dict(launch.extra_env)
+    env["PYTHONSAFEPATH"] = "1"
     env["CUDA_VISIBLE_DEVICES"] = ",".join(launch.devices)
     if launch.threads:
         env["OMP_NUM_THREADS"] = str(launch.threads)

@@ -125,11 +125,11 @@ def make_lock(engine: str, version: str, build: str, packages: Sequence[str], *,
     it reads every wheel's metadata). Raises EngineError with pip's last words when it fails."""
     with tempfile.TemporaryDirectory(prefix="llmgw-lock-") as scratch:
         venv, report = Path(scratch) / "venv", Path(scratch) / "report.json"
-        for argv in ([python, "-m", "venv", str(venv)],
-                     [str(venv / "bin" / "python"), "-m", "pip", "install", "--disable-pip-version-check",
+        for argv in ([python, "-I", "-m", "venv", str(venv)],
+                     [str(venv / "bin" / "python"), "-I", "-m", "pip", "install", "--disable-pip-version-check",
                       "--no-input", "--quiet", "--dry-run", "--ignore-installed", "--report", str(report),
                       *index_args, *packages]):
-            done = subprocess.run(argv, capture_output=True, text=True)
+            done = subprocess.run(argv, capture_output=True, text=True)  # -I: see llmgw.engines.python_env
             if done.returncode:
                 raise EngineError(f"{' '.join(argv[:4])} ... failed (exit {done.returncode}): "
                                   + "\n".join((done.stdout + done.stderr).strip().splitlines()[-10:]))

@@ -96,8 +96,10 @@ def install_steps(engine: str, staging: Path, packages: Sequence[str], *, python
                   index_url: str = "", lock: Path | None = None, extra_index_url: str = "") -> list[Step]:
     """The commands that build the venv at `staging` (see the module's docstring), in order; with `lock`, pip
     installs the lock's packages only, each checked against its sha256; `extra_index_url` is pip's
-    `--extra-index-url` (a build's, e.g. cu129's). Pure."""
-    pip = (str(staging / "bin" / "python"), "-m", "pip", "--disable-pip-version-check", "--no-input")
+    `--extra-index-url` (a build's, e.g. cu129's). Every interpreter runs isolated (`-I`): no working directory or
+    script directory on sys.path (a `pip/`, `venv/` or `torch/` directory there would shadow the real one), no
+    PYTHONPATH, no user site-packages. Pure."""
+    pip = (str(staging / "bin" / "python"), "-I", "-m", "pip", "--disable-pip-version-check", "--no-input")
     index = (*(("--index-url", index_url) if index_url else ()),
              *(("--extra-index-url", extra_index_url) if extra_index_url else ()))
     if lock is not None:
@@ -106,11 +108,11 @@ def install_steps(engine: str, staging: Path, packages: Sequence[str], *, python
     else:
         installing = Step((*pip, "install", *index, *packages), 0.05, f"pip install {' '.join(packages)}"
                           + (f" (extra index {extra_index_url})" if extra_index_url else ""))
-    steps = [Step((python, "-m", "venv", str(staging)), 0.0, "creating the virtual environment"), installing]
+    steps = [Step((python, "-I", "-m", "venv", str(staging)), 0.0, "creating the virtual environment"), installing]
     if engine in _BROKEN_EXTRAS:
         steps.append(Step((*pip, "uninstall", "-y", *_BROKEN_EXTRAS[engine]), 0.9,
                           f"removing {', '.join(_BROKEN_EXTRAS[engine])} (built for another torch)"))
-    steps.append(Step((str(staging / "bin" / "python"), "-c", verify_code(engine)), 0.95,
+    steps.append(Step((str(staging / "bin" / "python"), "-I", "-c", verify_code(engine)), 0.95,
                       f"checking the install: import {_MODULES[engine]} and one torch operation"))
     return steps
 
@@ -139,13 +141,14 @@ def installed_versions(engines_dir: Path, engine: str) -> list[str]:
 
 
 async def _run(step: Step, progress: Progress, log_path: Path) -> str:
-    """Run one step, its output appended to `log_path`; each pip "Collecting"/"Installing" line becomes progress
+    """Run one step in the directory of `log_path` (the engine's, llmgw's own: never the caller's working
+    directory), its output appended to `log_path`; each pip "Collecting"/"Installing" line becomes progress
     text. Returns the step's last output line. Raises EngineError with the output's tail when it fails."""
     tail: list[str] = []
     with log_path.open("ab") as log:
         log.write(f"$ {' '.join(step.argv[:6])}{' ...' if len(step.argv) > 6 else ''}\n".encode())
         process = await trio.lowlevel.open_process(list(step.argv), stdout=subprocess.PIPE,
-                                                   stderr=subprocess.STDOUT)
+                                                   stderr=subprocess.STDOUT, cwd=log_path.parent)
         try:
             buffer = b""
             assert process.stdout is not None
@@ -189,6 +192,8 @@ async def install_python_engine(engine: str, version: str, packages: Sequence[st
     install leaves nothing marked installed. Takes minutes for vLLM (~3.5 GB of wheels).
     """
     extra_index_url = ""
+    # the steps run in the engine's directory: the paths they are given must not be relative
+    engines_dir, locks_dir = Path(engines_dir).absolute(), Path(locks_dir).absolute()
     if build:
         chosen = build_requirements(engine, version, build, packages, indexes, node)
         packages, extra_index_url = list(chosen.packages), chosen.extra_index_url

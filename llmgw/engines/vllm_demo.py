@@ -89,10 +89,10 @@ def ensure_gemma_hf(cache_dir: Path, python: Path) -> Path:
     (source / "gemma.gguf").symlink_to(gguf)
     started = time.monotonic()
     if not tools.is_dir():
-        _run([str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-deps",
+        _run([str(python), "-I", "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-deps",
               "--target", str(tools), *CONVERT_TOOLS], "installing gguf and accelerate for the conversion")
     env = {**os.environ, "PYTHONPATH": str(tools), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    _run([str(python), "-c", _CONVERT, str(source), "gemma.gguf", str(staging)], "converting the Gemma GGUF",
+    _run([str(python), "-P", "-c", _CONVERT, str(source), "gemma.gguf", str(staging)], "converting the Gemma GGUF",
          env=env)
     (staging / "chat_template.jinja").write_text(CHAT_TEMPLATE + "\n")
     (source / "gemma.gguf").unlink()

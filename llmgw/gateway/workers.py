@@ -188,7 +188,7 @@ class GatewayWorkers:
         env = dict(os.environ, PROMETHEUS_MULTIPROC_DIR=str(self.metrics_dir))
         try:
             process = await trio.lowlevel.open_process(
-                [sys.executable, "-m", "llmgw.gateway.worker", "--feed-fd", str(theirs.fileno())],
+                [sys.executable, "-P", "-m", "llmgw.gateway.worker", "--feed-fd", str(theirs.fileno())],
                 pass_fds=(theirs.fileno(),), env=env, process_group=0)
         finally:
             theirs.close()

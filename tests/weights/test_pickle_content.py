@@ -1,12 +1,17 @@
 """Pickles are refused by their content, not only by their name (issue 19, item 8): a file that is a pickle or a
 PyTorch zip checkpoint never becomes `sha256/<digest>` under a name that looks harmless, unless the model sets
-`allow_pickle`. Real GGUF and safetensors layouts pass. No torch needed: the files are made here."""
+`allow_pickle`. Real GGUF and safetensors layouts pass. No torch needed: the files are made here.
+
+Issue 25 (item 6): pickles of protocols 0 and 1 (no PROTO opcode: text opcodes such as `c`, `(`, `.`) are refused
+too, including a code-running one cut short or followed by garbage, while the real Gemma GGUF, a real safetensors
+header under every 2-byte header length, and every capture in tests/fixtures stay no pickles."""
 
 from __future__ import annotations
 
 import hashlib
 import io
 import json
+import os
 import pickle
 import struct
 import zipfile
@@ -15,6 +20,7 @@ from urllib.parse import quote
 
 import pytest
 
+from llmgw.agent.pickles import _pickle_protocol
 from llmgw.agent.weights import WeightsSpec, fetch, pickle_format
 from llmgw.errors import WeightsError
 
@@ -24,6 +30,13 @@ class Payload:
 
     def __init__(self) -> None:
         self.weights = [0.5] * 64
+
+
+class Hostile:
+    """Unpickling this runs os.system: the payload a hostile weights file carries."""
+
+    def __reduce__(self):
+        return os.system, ("echo pwned",)
 
 
 def a_pickle(protocol: int) -> bytes:
@@ -75,13 +88,16 @@ def write(tmp_path: Path, name: str, content: bytes) -> Path:
 
 
 @pytest.mark.parametrize("content,kind", [
+    (a_pickle(0), "a pickle (protocol 0)"),
+    (a_pickle(1), "a pickle (protocol 1)"),
     (a_pickle(2), "a pickle (protocol 2)"),
     (a_pickle(4), "a pickle (protocol 4)"),
     (a_pickle(5), "a pickle (protocol 5)"),
     (a_torch_legacy(), "a pickle (protocol 2)"),
     (a_torch_zip(), "a PyTorch checkpoint (zip holding archive/data.pkl)"),
     (a_torch_zip("pytorch_model"), "a PyTorch checkpoint (zip holding pytorch_model/data.pkl)"),
-], ids=["pickle-2", "pickle-4", "pickle-5", "torch-legacy", "torch-zip", "torch-zip-named"])
+], ids=["pickle-0", "pickle-1", "pickle-2", "pickle-4", "pickle-5", "torch-legacy", "torch-zip",
+        "torch-zip-named"])
 def test_pickles_and_torch_checkpoints_are_recognised_by_content(tmp_path, content, kind):
     assert pickle_format(write(tmp_path, "model.safetensors", content)) == kind
 
@@ -98,13 +114,75 @@ def test_gguf_safetensors_and_other_files_are_no_pickles(tmp_path, content):
     assert pickle_format(write(tmp_path, "model.bin", content)) is None
 
 
+PLAIN_DATA = [{"step": 7, "name": "model"}, [1.5] * 20000, {"a": [1, 2, (3, 4)], "b": {"c": None}}]
+
+
+@pytest.mark.parametrize("protocol", range(6))
+@pytest.mark.parametrize("obj", [Payload(), {"weights": Payload()}, Hostile(), {1, 2}, *PLAIN_DATA],
+                         ids=["object", "dict-of-objects", "hostile", "set", "dict", "long-list", "nested"])
+def test_pickles_of_every_protocol_are_refused_by_content(tmp_path, protocol, obj):
+    kind = pickle_format(write(tmp_path, "model.safetensors", pickle.dumps(obj, protocol=protocol)))
+    assert kind == f"a pickle (protocol {protocol})" if protocol >= 2 else kind in (
+        "a pickle (protocol 0)", "a pickle (protocol 1)")
+
+
+@pytest.mark.parametrize("content", [
+    b"cos\nsystem\n(S'echo pwned'\ntR.",
+    b"cos\nsystem\n(S'echo pwned'\ntR",  # no STOP: the unpickler runs system() before it finds the end
+    b"cos\nsystem\n(S'echo pwned'\ntR\x00\x01 not a pickle any more",  # garbage after the call
+    b"cposix\nsystem\np0\n(Vecho pwned\np1\ntp2\nRp3\n.",
+    b"(S'echo pwned'\nios\nsystem\np0\n.",  # INST
+    pickle.dumps(Hostile(), protocol=0)[:20],  # cut short after the import
+], ids=["global-reduce", "no-stop", "garbage-after", "memo", "inst", "cut-short"])
+def test_hostile_protocol_0_pickles_are_refused_however_they_end(tmp_path, content):
+    assert pickle_format(write(tmp_path, "tokenizer.json", content)) == "a pickle (protocol 0)"
+
+
 def test_the_safetensors_case_really_starts_like_a_pickle():
     assert a_safetensors(PICKLE_LIKE_LENGTH)[:2] == b"\x80\x04"
 
 
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+
+
+@pytest.mark.parametrize("path", sorted(p for p in FIXTURES.rglob("*") if p.is_file()),
+                         ids=lambda p: str(p.relative_to(FIXTURES)))
+def test_no_capture_in_the_fixtures_is_a_pickle(path):
+    assert pickle_format(path) is None
+
+
+def test_the_real_gemma_gguf_is_no_pickle(gemma_gguf):
+    assert pickle_format(gemma_gguf) is None
+
+
+def real_safetensors_header() -> bytes:
+    """The first 64 KiB after the length of the Gemma 3 270M safetensors (`make vllm` makes it), else a header of
+    the same shape: tensor names with dots, dtypes F32/BF16, offsets."""
+    from llmgw.engines.vllm_demo import model_dir
+
+    cache = Path(os.environ.get("LLMGW_CACHE") or Path.home() / ".cache" / "llmgw")  # tests/conftest.py's cache_dir
+    real = model_dir(cache) / "model.safetensors"
+    if real.is_file():
+        with real.open("rb") as handle:
+            return handle.read(64 * 1024 + 8)[8:]
+    tensors = {f"model.layers.{i}.self_attn.{p}_proj.weight": {"dtype": ("BF16", "F32")[i % 2], "shape": [640, 640],
+                                                               "data_offsets": [i * 819200, (i + 1) * 819200]}
+               for i in range(18) for p in "qkvo"}
+    return json.dumps({"__metadata__": {"format": "pt"}, **tensors}).encode()
+
+
+def test_a_safetensors_header_of_any_two_byte_length_is_no_pickle():
+    """Every header length below 65536 (the first two bytes may be any pickle opcode), whole and cut to 200 bytes."""
+    body = real_safetensors_header()
+    found = [length for length in range(1 << 16) for cut in (64 * 1024, 208)
+             if _pickle_protocol((struct.pack("<Q", length) + body)[:cut]) is not None]
+    assert found == []
+
+
 @pytest.mark.parametrize("path", ["pytorch_model.bin/", "download?file=pytorch_model.bin", "model.safetensors",
                                   "model.gguf"])
-@pytest.mark.parametrize("content", [a_pickle(4), a_torch_zip()], ids=["pickle", "torch-zip"])
+@pytest.mark.parametrize("content", [a_pickle(4), a_pickle(0), a_torch_zip()],
+                         ids=["pickle", "pickle-0", "torch-zip"])
 async def test_a_pickle_under_any_name_is_refused_after_download_and_never_cached(tmp_path, hub, path, content):
     digest = hub.state.add("org/repo", quote(path), content)  # the stand-in matches the path as requested
     spec = WeightsSpec(f"hf://org/repo/{path}", digest)
