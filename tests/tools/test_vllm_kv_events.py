@@ -132,6 +132,23 @@ def test_a_hash_stored_by_two_blocks_stays_held_until_both_are_removed():
     assert refilled.apply(parse_message(_message([dict(removed, block_hashes=[1])], seq=6))).held() == frozenset()
 
 
+@pytest.mark.parametrize("copies", [2, 3, 5])
+def test_a_hash_stored_by_several_blocks_stays_held_until_its_last_block_is_removed(copies):
+    """Three requests filling one prefix at once store three blocks of one hash: after two removals the engine
+    still holds one, so the hash is still held; the last removal forgets it."""
+    stored = {"type": "BlockStored", "block_hashes": [7], "parent_block_hash": None, "token_ids": [0] * 16,
+              "block_size": 16, "group_idx": 0, "kv_cache_spec_kind": "full_attention"}
+    removed = {"type": "BlockRemoved", "block_hashes": [7], "group_idx": 0}
+    state = KvBlocks()
+    for seq in range(copies):
+        state = state.apply(parse_message(_message([stored], seq=seq)))
+    for left in range(copies - 1, 0, -1):
+        state = state.apply(parse_message(_message([removed], seq=2 * copies - 1 - left)))
+        assert state.held() == {7}, f"{copies} copies stored, {copies - left} removed: one is still held"
+    state = state.apply(parse_message(_message([removed], seq=2 * copies - 1)))
+    assert state.held() == frozenset() and dict(state.copies) == {}
+
+
 def test_a_sequence_gap_or_engine_restart_resets_the_mirror_before_the_batch():
     stored = {"type": "BlockStored", "block_hashes": [1], "parent_block_hash": None, "token_ids": [0] * 16,
               "block_size": 16}
