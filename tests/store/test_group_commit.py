@@ -9,7 +9,7 @@ import trio
 import trio.testing
 
 from llmgw.routes import Quota
-from llmgw.store import Reservation, Settlement, StoreBoundary, UsageSpool, open_store
+from llmgw.store import Rejection, Reservation, Settlement, StoreBoundary, UsageSpool, open_store
 
 from .test_spool import NOW, settlement
 
@@ -237,11 +237,46 @@ async def test_a_reservation_cancelled_while_its_group_is_written_still_reaches_
         boundary.close()
 
 
+def test_a_group_counts_the_tokens_of_the_reservations_before_it(store) -> None:
+    """Three 400-token requests against 1,000 tokens per minute: one by one the third is refused, and so it is in one
+    group (each request is decided on the tokens the ones before it in its group took)."""
+    def requests(scope: str) -> list:
+        return [([(scope, Quota(tokens_per_minute=1000))], 400, 0.0, NOW + i) for i in range(3)]
+
+    one_by_one = [store.reserve(*request) for request in requests("project:single")]
+    grouped = store.reserve_many(requests("project:group"))
+    for outcomes in (one_by_one, grouped):
+        assert [type(o).__name__ for o in outcomes] == ["Reservation", "Reservation", "Rejection"]
+        assert (outcomes[2].limit_name, outcomes[2].remaining, outcomes[2].requested) == ("tokens_per_minute", 200, 400)
+    windows = {scope: [row[3:] for row in store.table_rows("quota_windows") if row[0] == scope]
+               for scope in ("project:single", "project:group")}
+    assert windows["project:single"] == windows["project:group"] != []
+
+
+KINDS = ("requests_per_minute", "tokens_per_minute", "tokens_per_day", "concurrent_requests", "budget")
+
+
+def _random_limits(rng, kind: str, seed: int) -> dict[str, list]:
+    """Two projects sharing a team, with small limits: of `kind` alone, or ("mixed") of every kind at random. Scope
+    names carry the seed and kind, so no seed sees what another left in the store (day and month windows)."""
+    if kind == "mixed":
+        team = Quota(tokens_per_minute=rng.choice([None, 300, 800]), concurrent_requests=rng.choice([None, 3]))
+        own = {p: Quota(requests_per_minute=rng.choice([None, 2, 4]), tokens_per_day=rng.choice([None, 500]),
+                        budget=rng.choice([None, 1.0])) for p in "xy"}
+    else:
+        small = {"requests_per_minute": [2, 3], "tokens_per_minute": [300, 500], "tokens_per_day": [400, 700],
+                 "concurrent_requests": [2, 3], "budget": [0.5, 1.0]}[kind]
+        team = Quota(**{kind: rng.choice(small)}) if rng.random() < 0.5 else Quota()
+        own = {p: Quota(**{kind: rng.choice(small)}) for p in "xy"}
+    return {p: [(f"project:{p}-{kind}-{seed}", own[p]), (f"team:t-{kind}-{seed}", team)] for p in "xy"}
+
+
+@pytest.mark.parametrize("kind", ("mixed", *KINDS))
 @pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
-def test_random_groups_of_reservations_decide_as_one_by_one(backend, tmp_path, request) -> None:
-    """Seeded random groups (two projects sharing a team, small limits, estimates near them, times across a minute
-    boundary): a group admits and refuses what the same requests one by one do, and leaves the same windows and
-    slots."""
+def test_random_groups_of_reservations_decide_as_one_by_one(backend, kind, tmp_path, request) -> None:
+    """Seeded random groups (two projects sharing a team, small limits of one kind alone or of every kind, estimates
+    near them, times across a minute boundary), each seed on scopes of its own: a group admits and refuses what the
+    same requests one by one do, and leaves the same windows and slots; the limit under test refuses some."""
     import random
 
     urls = []
@@ -252,15 +287,12 @@ def test_random_groups_of_reservations_decide_as_one_by_one(backend, tmp_path, r
             from .conftest import schema_url
             urls.append(schema_url(_another_schema(request)))
     single, group = (open_store(url) for url in urls)
+    refused_by: set[str] = set()
     try:
         for seed in range(12):
-            rng = random.Random(seed)
-            team = ("team:t", Quota(tokens_per_minute=rng.choice([None, 300, 800]),
-                                    concurrent_requests=rng.choice([None, 3])))
-            projects = {p: [(f"project:{p}", Quota(requests_per_minute=rng.choice([None, 2, 4]),
-                                                   tokens_per_day=rng.choice([None, 500]),
-                                                   budget=rng.choice([None, 1.0]))), team] for p in "xy"}
-            base = NOW + 3600 * seed + 50
+            rng = random.Random(f"{kind}-{seed}")
+            projects = _random_limits(rng, kind, seed)
+            base = NOW + 50
             requests = [(projects[rng.choice("xy")], rng.choice([0, 50, 150, 400]), rng.choice([0.0, 0.3, 0.6]),
                          base + rng.choice([0.0, 5.0, 11.0])) for _ in range(rng.randint(1, 9))]
             one_by_one = [single.reserve(*r) for r in requests]
@@ -268,12 +300,14 @@ def test_random_groups_of_reservations_decide_as_one_by_one(backend, tmp_path, r
             assert [type(o).__name__ for o in grouped] == [type(o).__name__ for o in one_by_one], seed
             assert [getattr(o, "limit_name", None) for o in grouped] == [getattr(o, "limit_name", None)
                                                                           for o in one_by_one], seed
+            refused_by.update(o.limit_name for o in one_by_one if isinstance(o, Rejection))
             windows = [sorted(s.table_rows("quota_windows")) for s in (single, group)]
             assert windows[0] == windows[1], seed
             assert (len(list(single.table_rows("quota_slots"))) == len(list(group.table_rows("quota_slots")))), seed
     finally:
         single.close()
         group.close()
+    assert refused_by >= (set(KINDS) - {"concurrent_requests"} if kind == "mixed" else {kind}), refused_by
 
 
 async def test_a_group_held_in_the_store_holds_up_no_reservation_of_other_scopes(store, tmp_path) -> None:
