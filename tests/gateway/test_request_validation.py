@@ -55,6 +55,10 @@ REFUSED = [
     (CHAT, {"model": 7, "messages": USER}, "model", "invalid_type"),
     (COMPLETIONS, {"model": "gemma"}, "prompt", "missing_required_parameter"),
     (COMPLETIONS, {"model": "gemma", "prompt": "x", "max_tokens": -1}, "max_tokens", "integer_below_min_value"),
+    (COMPLETIONS, {"model": "gemma", "prompt": "x", "max_tokens": MAX_TOKENS_CAP + 1}, "max_tokens",
+     "integer_above_max_value"),
+    (COMPLETIONS, {"model": "gemma", "prompt": "x", "max_tokens": 10**19}, "max_tokens", "integer_above_max_value"),
+    (COMPLETIONS, {"model": "gemma", "prompt": "x", "n": 129}, "n", "integer_above_max_value"),
     (COMPLETIONS, {"model": "gemma", "prompt": {"text": "x"}}, "prompt", "invalid_type"),
     (EMBEDDINGS, {"model": "gemma"}, "input", "missing_required_parameter"),
     (EMBEDDINGS, {"model": "gemma", "input": []}, "input", "empty_array"),
@@ -101,6 +105,8 @@ def test_openais_own_words_for_the_commonest_mistakes():
     (CHAT, chat(top_k=40, repetition_penalty=1.1, chat_template_kwargs={"enable_thinking": False}, cache_prompt=True,
                 messages=[{"role": "user", "content": "x", "engine_extension": [1, {"a": None}]}])),
     (COMPLETIONS, {"model": "gemma", "prompt": [[1, 2], [3]], "max_tokens": 0, "echo": True, "n_probs": 3}),
+    (COMPLETIONS, {"model": "gemma", "prompt": "x", "max_tokens": MAX_TOKENS_CAP, "n": 128}),  # at the bounds
+    (CHAT, chat(max_tokens=MAX_TOKENS_CAP, max_completion_tokens=MAX_TOKENS_CAP, n=128)),
     (EMBEDDINGS, {"model": "gemma", "input": [[1, 2, 3]], "encoding_format": "float", "truncate": True}),
 ])
 def test_valid_requests_and_fields_openai_does_not_define_pass_untouched(endpoint, body):
