@@ -151,6 +151,24 @@ async def test_a_session_expires(console, wall):
     assert (await client.get("/console/")).status_code == 401
 
 
+async def test_a_second_login_keeps_the_first_session_and_logging_out_one_keeps_the_other(console, wall):
+    """Two operators (two browsers) log in one after the other: both stay logged in; each expires on its own."""
+    first, second = console.app.test_client(), console.app.test_client()
+    await log_in(first)
+    wall.now += 600.0
+    await log_in(second)
+    for client in (first, second):
+        assert (await client.get("/console/nodes", headers=HTML)).status_code == 200
+    page = await second.get("/console/", headers=HTML)
+    await second.post("/console/logout", form={"csrf": csrf_of(await page.get_data(as_text=True))})
+    assert (await second.get("/console/")).status_code == 401
+    assert (await first.get("/console/nodes", headers=HTML)).status_code == 200
+    await log_in(second)
+    wall.now += 3000.0  # the first session is 3,600 s old: gone; the second 3,000 s: still open
+    assert (await first.get("/console/")).status_code == 401
+    assert (await second.get("/console/", headers=HTML)).status_code == 200
+
+
 @pytest.mark.parametrize("path", ("/console/login", *PAGES))
 async def test_every_answer_has_a_csp_without_inline_script_and_no_page_has_any(console, path):
     client = console.app.test_client()
