@@ -27,6 +27,10 @@ NOW = 1_800_000_000.0
     (f"postgresql://db.example/llmgw?user=llmgw&password={SECRET}&sslmode=require",
      "postgresql://db.example/llmgw?user=llmgw&password=***&sslmode=require"),
     ("postgresql://llmgw@db.example/llmgw", "postgresql://llmgw@db.example/llmgw"),
+    # a password holding "@" (written unquoted): the host is after the last "@", all before it up to ":" hidden
+    ("postgresql://llmgw:p@ss@word@db.example:5432/llmgw", "postgresql://llmgw:***@db.example:5432/llmgw"),
+    ("postgresql://llmgw:@@db.example/llmgw", "postgresql://llmgw:***@db.example/llmgw"),
+    (f"postgresql://llmgw:{SECRET}%40x@db.example/llmgw", "postgresql://llmgw:***@db.example/llmgw"),
 ])
 def test_a_password_in_a_url_is_shown_as_stars(url: str, shown: str) -> None:
     assert redact_url(url) == shown
