@@ -161,3 +161,77 @@ def test_keys_read_only_at_start_are_named_with_llmgw_restart(tmp_path: Path) ->
     only_replicas = copy_example(tmp_path / "c")
     edit(only_replicas, GEMMA, "replicas: 1\n", "replicas: 2\n")
     assert "restart" not in runner.invoke(cli, ["diff", str(a), str(only_replicas)]).output
+
+
+# The keys docs/gateway.md and `RESTART_ONLY` name as read only when the control plane starts ("the listeners'
+# addresses, the store and tracing:"): an edit of llmgw.yaml and the restart notes it must give, value hidden where
+# secret. Written out here, not read from RESTART_ONLY, so that a key dropped there fails.
+RESTART_EDITS = [
+    ("gateway: {host: 127.0.0.1, port: 8080}", "gateway: {host: 0.0.0.0, port: 8080}", ["listeners.gateway.host"]),
+    ("port: 8080}", "port: 9080}", ["listeners.gateway.port"]),
+    ("port: 8080}", "port: 8080, workers: 4}", ["listeners.gateway.workers"]),
+    ("admin: {host: 127.0.0.1, port: 8081}", "admin: {host: 0.0.0.0, port: 8081}", ["listeners.admin.host"]),
+    ("port: 8081}", "port: 9081}", ["listeners.admin.port"]),
+    ("agents: {host: 127.0.0.1, port: 8082}", "agents: {host: 0.0.0.0, port: 8082}", ["listeners.agents.host"]),
+    ("port: 8082}", "port: 9082}", ["listeners.agents.port"]),
+    ("path: llmgw.sqlite3", "path: other.sqlite3", ["store.path"]),
+    ("kind: sqlite\n  path: llmgw.sqlite3", "kind: postgresql\n  url: postgresql://llmgw:hunter2@db/llmgw",
+     ["store.kind", "store.url"]),
+    ("# tracing:\n#   endpoint: http://collector:4318", "tracing:\n  endpoint: http://collector:4318",
+     ["tracing.endpoint"]),
+    ("# tracing:\n#   endpoint: http://collector:4318\n#   sample_ratio: 1 ",
+     "tracing:\n  sample_ratio: 0.5 ", ["tracing.sample_ratio"]),
+    ("# tracing:\n#   endpoint: http://collector:4318\n#   sample_ratio: 1          # share of reconcile passes traced "
+     "(with the starts and installs they send)\n#   sample_requests: 0.01",
+     "tracing:\n  sample_requests: 0.01", ["tracing.sample_requests"]),
+]
+# Keys of llmgw.yaml that take effect when a commit is applied: no restart note.
+LIVE_EDITS = [
+    ("name: demo", "name: other"),
+    ("poll_interval: 2s ", "poll_interval: 3s "),
+    ("interval: 10s ", "interval: 20s "),
+    ("node_lost_after: 30s", "node_lost_after: 60s"),
+    ("action_timeout: 10m", "action_timeout: 20m"),
+    ("stopped: false", "stopped: true"),
+    ("allow_empty: false", "allow_empty: true"),
+    ("max_request_body: 10Mi", "max_request_body: 20Mi"),
+    ("currency: USD", "currency: EUR"),
+    ("  # gpu_hour_cost: {default", "  gpu_hour_cost: {default"),
+]
+
+
+@pytest.fixture(scope="module")
+def example_cluster(tmp_path_factory):
+    return load_directory(copy_example(tmp_path_factory.mktemp("example") / "tree")).cluster
+
+
+@pytest.mark.parametrize(("old", "new", "paths"), RESTART_EDITS, ids=[",".join(p) for *_e, p in RESTART_EDITS])
+def test_every_key_read_only_at_start_gives_a_restart_note(tmp_path: Path, example_cluster, old, new, paths) -> None:
+    from llmgw.settings import restart_only_changes
+
+    tree = copy_example(tmp_path / "tree")
+    edit(tree, "llmgw.yaml", old, new)
+    changes = restart_only_changes(example_cluster, load_directory(tree).cluster)
+    assert [change.path for change in changes] == paths
+    assert all("hunter2" not in (change.old or "") + (change.new or "") for change in changes)
+
+
+@pytest.mark.parametrize(("old", "new"), LIVE_EDITS, ids=[new.strip() for _old, new in LIVE_EDITS])
+def test_a_key_applied_with_its_commit_gives_no_restart_note(tmp_path: Path, example_cluster, old, new) -> None:
+    from llmgw.settings import restart_only_changes
+
+    tree = copy_example(tmp_path / "tree")
+    edit(tree, "llmgw.yaml", old, new)
+    after = load_directory(tree).cluster
+    assert after != example_cluster
+    assert restart_only_changes(example_cluster, after) == ()
+
+
+def test_the_restart_only_keys_are_the_documented_ones_and_each_has_an_edit_above() -> None:
+    from llmgw.settings import RESTART_ONLY
+
+    documented = {"listeners.gateway", "listeners.admin", "listeners.agents", "store", "tracing",
+                  "tracing.sample_requests"}
+    assert set(RESTART_ONLY.values()) == documented
+    edited = {path for *_edit, paths in RESTART_EDITS for path in paths}
+    assert all(any(path == key or path.startswith(key + ".") for path in edited) for key in documented)
