@@ -99,3 +99,25 @@ def test_a_small_fleet_renders_exactly() -> None:
     assert rendered.gres_conf.splitlines()[1:] == ["NodeName=gpu-1 Name=gpu Type=h100-80g File=/dev/nvidia0",
                                                    "NodeName=gpu-1 Name=gpu Type=h100-80g File=/dev/nvidia1"]
     assert rendered.missing == ()
+
+
+@pytest.mark.parametrize("ports", [None, {"slurmctld": 7001, "slurmd": 7002, "slurmdbd": 7003}],
+                         ids=["default-ports", "ports-of-slurm-yaml"])
+def test_each_daemon_port_is_rendered_under_its_own_key(ports) -> None:
+    """slurmd listens on SlurmdPort, slurmctld on SlurmctldPort, slurmdbd on DbdPort (AccountingStoragePort in
+    slurm.conf); the defaults are Slurm's own 6817, 6818, 6819."""
+    from llmgw.plan.slurm_conf import render_slurmdbd_conf
+
+    expected = ports or {"slurmctld": 6817, "slurmd": 6818, "slurmdbd": 6819}
+    extra = {"ports": MappingProxyType(ports)} if ports else {}
+    slurm = SlurmSettings(enabled=True, cluster_name="demo", controller="gpu-1", accounting=True,
+                          nodes=MappingProxyType({"gpu-1": SlurmNode("gpu")}),
+                          partitions=MappingProxyType({"gpu": SlurmPartition(True)}), **extra)
+    conf = render_slurm(slurm, hosts_of(Fleet((gpu_node("gpu-1", count=1),)))).slurm_conf.splitlines()
+    assert [line for line in conf if line.split("=")[0].endswith("Port")] == [
+        f"SlurmctldPort={expected['slurmctld']}", f"SlurmdPort={expected['slurmd']}",
+        f"AccountingStoragePort={expected['slurmdbd']}"]
+    dbd = render_slurmdbd_conf(slurm, storage_host="127.0.0.1", storage_port=3306, storage_user="slurm",
+                               storage_password="pw", storage_database="slurm_acct_db", dbd_host="gpu-1",
+                               dbd_address="10.0.0.1")
+    assert f"DbdPort={expected['slurmdbd']}" in dbd.splitlines() and "StoragePort=3306" in dbd.splitlines()
