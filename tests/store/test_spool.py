@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from llmgw.errors import StoreError
+from llmgw.errors import StoreError, TemporaryError
 from llmgw.routes import Quota
 from llmgw.store import Reservation, Settlement, StoreBoundary, UsageRecord, UsageSpool, charged
 from llmgw.store.spool import decode_line, encode_settlement
@@ -103,6 +103,62 @@ def test_a_spooled_settlement_keeps_its_charges(store) -> None:
     reservation = store.reserve([("project:chat", Quota(tokens_per_minute=1000))], 100, 0.0, NOW)
     entry = settlement("stl_line", reservation, with_charges=True)
     assert entry.charges and decode_line(encode_settlement(entry).rstrip(b"\n")) == entry
+
+
+class _Failing:
+    """A real store whose settlements fail while `error` is set (a store that is down or locked); its other calls go
+    through. No `call_nowait`: the boundary writes in worker threads."""
+
+    call_nowait = None
+
+    def __init__(self, store, error: Exception | None) -> None:
+        self.store, self.error = store, error
+
+    def apply_settlements(self, settlements):
+        if self.error is not None:
+            raise self.error
+        return self.store.apply_settlements(settlements)
+
+    def __getattr__(self, name):
+        return getattr(self.store, name)
+
+
+@pytest.mark.parametrize("error", [TemporaryError("the store is locked", delay=1.0), StoreError("the store is down")],
+                         ids=["temporary", "store-error"])
+async def test_a_settlement_the_store_failed_to_take_is_not_marked_done(store, tmp_path: Path, error) -> None:
+    """The spool keeps an entry until the store has it: a failed write leaves no done mark, in memory or in the file,
+    so the entry is written when the store is back (also after a restart), once."""
+    failing = _Failing(store, error)
+    spool = UsageSpool(tmp_path)
+    boundary = StoreBoundary(failing, spool, settle_wait=5.0)
+    assert await boundary.settle(settlement("stl_a")) is False
+    assert await boundary.drain() is False
+    assert [s.entry_id for s in spool.pending()] == ["stl_a"] and boundary.statistics()["last_error"] == str(error)
+    spool.append(settlement("stl_b"))  # a done mark would be written with this line
+    boundary.close()
+    assert b'"done"' not in (tmp_path / "usage.spool").read_bytes()
+    assert store.recent_usage() == []
+    reopened = UsageSpool(tmp_path)
+    assert [s.entry_id for s in reopened.pending()] == ["stl_a", "stl_b"]
+    failing.error = None
+    boundary = StoreBoundary(failing, reopened)
+    assert await boundary.drain() is True
+    boundary.close()
+    assert sorted(r.time for r in store.recent_usage()) == [NOW + 1, NOW + 1]
+    assert UsageSpool(tmp_path).pending() == []
+
+
+def test_an_entry_finished_without_the_store_stays_pending(tmp_path: Path) -> None:
+    spool = UsageSpool(tmp_path)
+    spool.append(settlement("stl_a"))
+    assert spool.claim("stl_a") is not None
+    spool.finish("stl_a", done=False)
+    assert [s.entry_id for s in spool.pending()] == ["stl_a"]
+    assert spool.claim("stl_a") is not None  # claimable again, by the next retry
+    spool.finish("stl_a", done=False)
+    spool.append(settlement("stl_b"))
+    spool.close()
+    assert [s.entry_id for s in UsageSpool(tmp_path).pending()] == ["stl_a", "stl_b"]
 
 
 def test_a_torn_last_line_is_cut_off_and_the_entries_before_it_are_kept(tmp_path: Path) -> None:
