@@ -1,7 +1,7 @@
 """The routing table kept per node (`ReadyRoutes.sync`, incremental) as a property (hypothesis): after any sequence of
-registry transitions (registrations, heartbeats with new or the same shards, shard statuses, streams ending, nodes lost
-to silence), the table is the one built from the whole fleet at once. tests/control/test_ready_routes.py runs seeded
-sequences of the same kind."""
+registry transitions (registrations, new addresses, heartbeats with new or the same shards, shard statuses, streams
+ending, nodes lost to silence, another control plane's registry), the table is the one built from the whole fleet at
+once. tests/control/test_ready_routes.py runs seeded sequences of the same kind."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ SETTINGS = adapter_settings()
 MODELS = sorted(SETTINGS.models)
 CURRENT = {name: fingerprint(m, engine_version_of(SETTINGS, m)) for name, m in SETTINGS.models.items()}
 NODES = 6
+STATES = st.sampled_from([ShardState.READY] * 4 + list(ShardState))  # most shards serve: the table is not empty
 
 
 def key(replica_id: str) -> str:
@@ -38,10 +39,9 @@ def shard_lists(draw, node: int) -> tuple[ObservedShard, ...]:
         replica = f"{model}-{draw(st.integers(0, 3))}"
         shard_id = f"{replica}/0{draw(st.sampled_from(['', '@old']))}"
         shards[shard_id] = ObservedShard(
-            shard_id, replica, model, draw(st.sampled_from(list(ShardState))),
-            port=draw(st.sampled_from([0, 9000 + node * 10 + n])),
-            fingerprint=draw(st.sampled_from([CURRENT[model], "old"])), rank=draw(st.sampled_from([0, 0, 1])),
-            adopted_foreign=draw(st.booleans()), settings_commit=draw(st.sampled_from(["", "c1"])))
+            shard_id, replica, model, draw(STATES), port=draw(st.sampled_from([9000 + node * 10 + n] * 3 + [0])),
+            fingerprint=draw(st.sampled_from([CURRENT[model], "old"])), rank=draw(st.sampled_from([0, 0, 0, 1])),
+            adopted_foreign=draw(st.sampled_from([False] * 5 + [True])), settings_commit=draw(st.sampled_from(["", "c1"])))
     return tuple(sorted(shards.values(), key=lambda s: s.shard_id))
 
 
@@ -52,9 +52,13 @@ def transitions(draw, registry: FleetRegistry, now: float) -> FleetRegistry:
         n = draw(st.integers(0, NODES - 1))
         node_id = f"n{n}"
         record = registry.get(node_id)
-        kinds = ["register"] + (["heartbeat-new", "heartbeat-same", "shard-status", "disconnect"] if record else [])
+        kinds = ["register"] + (["heartbeat-new", "heartbeat-same", "shard-status", "disconnect", "readdress"]
+                                 if record else [])
         kind = draw(st.sampled_from(kinds))
-        if kind == "register":
+        if kind == "readdress":  # the same shards at another address
+            node = replace(record.state, address=f"10.1.{draw(st.integers(0, 1))}.{n}")
+            registry, _ = registry.register(node, now)
+        elif kind == "register":
             node = NodeState(node_id, address=f"10.0.{draw(st.integers(0, 1))}.{n}", shards=draw(shard_lists(n)))
             registry, _ = registry.register(node, now)
         elif kind == "heartbeat-new":
@@ -63,12 +67,21 @@ def transitions(draw, registry: FleetRegistry, now: float) -> FleetRegistry:
             registry, _ = registry.heartbeat(node_id, now, shards=tuple(replace(s) for s in record.state.shards))
         elif kind == "shard-status" and record.state.shards:
             shard = draw(st.sampled_from(record.state.shards))
-            registry, _ = registry.shard_status(node_id, replace(shard, state=draw(st.sampled_from(list(ShardState)))),
+            registry, _ = registry.shard_status(node_id, replace(shard, state=draw(STATES)),
                                                 now)
         elif kind == "disconnect":
             registry, _ = registry.disconnect(node_id, now)
     registry, _ = registry.expire(now)
     return registry
+
+
+def takeover(registry: FleetRegistry, keep: list[bool], now: float) -> FleetRegistry:
+    """A registry of another line (another control plane took over) that the nodes of `keep` registered with."""
+    fresh = FleetRegistry(lost_after=registry.lost_after)
+    for record, kept in zip(registry.records(), keep):
+        if kept:
+            fresh, _ = fresh.register(record.state, now)
+    return fresh
 
 
 @settings(max_examples=60, deadline=None)
@@ -78,6 +91,8 @@ def test_the_table_kept_per_node_is_the_table_built_from_the_whole_fleet(data):
     ready = ReadyRoutes(key)
     for _ in range(data.draw(st.integers(1, 12))):
         now += data.draw(st.sampled_from([1.0, 5.0, 40.0]))
+        if registry.records() and data.draw(st.integers(0, 9)) == 0:
+            registry = takeover(registry, data.draw(st.lists(st.booleans(), min_size=NODES, max_size=NODES)), now)
         registry = data.draw(transitions(registry, now))
         ready.sync(registry)
         whole = fleet_for(registry.fleet(), SETTINGS)
