@@ -24,7 +24,9 @@ DEFAULT_BRANCH = "main"
 AUDIT_REF = "refs/llmgw/audit"
 APPLIED_REF = "refs/llmgw/applied"
 BRANCH_KEY = "llmgw.branch"
-_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^/@\s]*)@")
+_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^/\s]*)@")
+"""A URL's user information: up to the authority's LAST "@" (a password written unquoted may hold "@"; the host
+follows the last one, as libpq and git read such URLs), never past the first "/" or a space."""
 
 
 def branch_ref(branch: str) -> str:
@@ -35,7 +37,8 @@ def branch_ref(branch: str) -> str:
 def redact_url(text: str) -> str:
     """`text` with the user information of every URL in it (`user:password@`, `token@`) replaced by `***@`.
 
-    "https://u:s3cret@forge/x.git" -> "https://***@forge/x.git"; text without a URL is returned unchanged.
+    "https://u:s3cret@forge/x.git" -> "https://***@forge/x.git", "https://u:p@ss@forge/x" -> "https://***@forge/x";
+    text without a URL is returned unchanged.
     """
     return _USERINFO.sub(lambda m: f"{m.group('scheme')}***@", text)
 
