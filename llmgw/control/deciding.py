@@ -17,13 +17,17 @@ Rules, each checked over seeded random states in tests/control/test_decide_invar
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
+from llmgw.control.effects import (
+    Command, Effect, PublishRoutingTable, RecordSlurmUsage, RememberNodes, SetApplied, WriteAudit, command_for,
+)
 from llmgw.control.reports import memory_thresholds, settings_view
 from llmgw.control.starting import with_starts_in_flight
 from llmgw.control.state import (
-    ActionKey, ActionRecord, ControlState, Failure, InFlight, PassRecord, PlanBasis, frozen,
+    RECENT_PASSES, SLURM_RECORDED_MAX, ActionKey, ActionRecord, ControlState, Failure, InFlight, PassRecord, PlanBasis, SlurmLedger,
+    frozen,
 )
 from llmgw.identity import base_shard_id
 from llmgw.plan import EmptiedCatalogError, make_plan
@@ -52,8 +56,10 @@ def action_key(action: Action) -> ActionKey:
     """Identity of an action across passes: (kind, node, shard id, engine, or agent-settings fingerprint).
     START and RESTART share one."""
     kind = "start" if action.kind in (ActionKind.START, ActionKind.RESTART) else action.kind.value
-    if action.kind in (ActionKind.INSTALL, ActionKind.CONFIGURE):
+    if action.kind is ActionKind.INSTALL:
         return (kind, action.node_id, action.engine)
+    if action.kind is ActionKind.CONFIGURE:
+        return (kind, action.node_id, action.fingerprint)
     return (kind, action.node_id, shard_id_of(action))
 
 
@@ -121,7 +127,7 @@ def _observed_done(action: Action, node: NodeState | None, acked: Mapping[str, s
     if node is None:
         return False
     if action.kind is ActionKind.CONFIGURE:
-        return acked.get(action.node_id) == action.engine
+        return acked.get(action.node_id) == action.fingerprint
     if action.kind is ActionKind.INSTALL:
         return action.engine in node.engines_installed or action.engine in node.engines_installing
     shard_id = shard_id_of(action)
@@ -148,11 +154,23 @@ def refusal_for(action: Action, state: ControlState) -> str | None:
 
 @dataclass(frozen=True)
 class Decision:
-    """What one pass decided: the `plan`, the actions to `send` now (in plan order), and the pass's `record`."""
+    """What one pass decided: the `plan`, the actions to `send` now (in plan order), the pass's `record`, and the
+    `effects` to run (`llmgw.control.effects`): a command per action sent, in the same order, then (leader only)
+    `RememberNodes` when the connected nodes changed since last kept, `WriteAudit`, and `SetApplied` when the pass
+    converged."""
 
     plan: Plan
     send: tuple[Action, ...]
     record: PassRecord
+    effects: tuple[Effect, ...] = ()
+
+    @property
+    def commands(self) -> tuple[Command, ...]:
+        """The command effects, in plan order."""
+        return tuple(e for e in self.effects if isinstance(e, COMMAND_TYPES))
+
+
+COMMAND_TYPES = Command.__args__  # type: ignore[attr-defined]
 
 
 def _starts_in_flight(state: ControlState) -> tuple:
@@ -276,7 +294,96 @@ def decide(
         failures=_same_or_frozen(state.failures, failures), restarts=_same_or_frozen(state.restarts, restarts),
         timers=timers, plan_basis=basis, recovering=state.recovering.latched(state.fleet, now),
     )
-    return Decision(plan, tuple(send), record), following
+    effects: list[Effect] = [command_for(action, state) for action in send]
+    if following.leadership.leader:
+        following, leader_effects = _leader_writes(following, record, now)
+        effects += leader_effects
+    return Decision(plan, tuple(send), record, tuple(effects)), following
+
+
+def _leader_writes(state: ControlState, record: PassRecord, now: float) -> tuple[ControlState, list[Effect]]:
+    """(Leader.) What a pass writes besides its commands: the connected nodes when they changed since last kept and
+    the fleet is back (a half-recovered list would let the next start stop waiting too early), the audit commit,
+    and the applied ref when it converged."""
+    effects: list[Effect] = []
+    token = state.leadership.token
+    if state.recovery(now).done:
+        connected = state.connected()
+        if connected != state.remembered:
+            state = replace(state, remembered=connected)
+            effects.append(RememberNodes(connected))
+    effects.append(WriteAudit(record, state, token))
+    if record.converged and record.settings_commit:
+        effects.append(SetApplied(record.settings_commit, token))
+    return state, effects
+
+
+def timed(decision: Decision, state: ControlState, duration: float) -> tuple[Decision, ControlState]:
+    """`decision` and the `state` its pass produced, with the pass's `duration` (wall seconds) in its record, the
+    pass counted in the tallies, and the `WriteAudit` of the pass over that very state."""
+    record = replace(decision.record, duration=duration)
+    state = replace(state, last_pass=record, recent_passes=(*state.recent_passes[1 - RECENT_PASSES:], record),
+                    tallies=state.tallies.counted_pass(
+                        record.converged, duration, tuple(a.kind.value for a in decision.send)))
+    effects = tuple(replace(e, record=record, state=state) if isinstance(e, WriteAudit) else e
+                    for e in decision.effects)
+    return replace(decision, record=record, effects=effects), state
+
+
+def change_effects(old: ControlState, new: ControlState, reasons: list[str]) -> tuple[Effect, ...]:
+    """The effects of a batch of events that changed `old` into `new` (`reasons`: the placement-relevant ones):
+    the routing table is published again when something it depends on changed, at once when the settings did."""
+    if reasons or new.settings is not old.settings:
+        return (PublishRoutingTable(new, at_once=new.settings is not old.settings),)
+    return ()
+
+
+def audit_written(snapshot) -> "Callable[[ControlState], tuple[ControlState, bool]]":
+    """The transition of an audit commit queued with status snapshot `snapshot`."""
+    return lambda state: (replace(state, audit_snapshot=snapshot), False)
+
+
+def nodes_forgotten(state: ControlState) -> tuple[ControlState, bool]:
+    """Keeping the connected nodes in the store failed: the next pass tries again."""
+    return replace(state, remembered=None), False
+
+
+def slurm_jobs_reported(state: ControlState, node_id: str, cluster: str, jobs: tuple[tuple[str, object], ...],
+                        until: float) -> tuple[ControlState, bool, tuple[Effect, ...]]:
+    """A heartbeat of `node_id` reported ended Slurm jobs `jobs` ((request id, usage record) pairs) of `cluster`
+    and the sacct margin `until` (unix seconds, 0: none). Those recorded already are left out; when nothing is new
+    and the cursor is there already, nothing happens. Otherwise the jobs count as recorded (at most
+    `SLURM_RECORDED_MAX` remembered, oldest forgotten first), the cursor as moved, and a `RecordSlurmUsage` writes
+    them. Returns (state, False, effects)."""
+    ledger = state.slurm
+    fresh = tuple((rid, record) for rid, record in jobs if rid not in ledger.recorded)
+    if not fresh and until <= ledger.cursors.get(cluster, 0.0):
+        return state, False, ()
+    recorded = dict(ledger.recorded)
+    for request_id, _ in fresh:
+        recorded[request_id] = None
+    while len(recorded) > SLURM_RECORDED_MAX:
+        del recorded[next(iter(recorded))]
+    cursors = ledger.cursors
+    if until:
+        cursors = frozen({**cursors, cluster: max(until, cursors.get(cluster, 0.0))})
+    following = replace(state, slurm=replace(ledger, recorded=frozen(recorded), cursors=cursors))
+    return following, False, (RecordSlurmUsage(node_id, cluster, fresh, until, ledger.failed),)
+
+
+def slurm_jobs_written(cluster: str, recorded: tuple[str, ...], failed: tuple[str, ...], cursor_moved: bool,
+                       ) -> "Callable[[ControlState], tuple[ControlState, bool]]":
+    """The transition of a `RecordSlurmUsage` written: `failed` request ids are forgotten as recorded and kept as
+    failed (the agent sends them again), `recorded` ones are no longer failed, and the cluster's cursor is forgotten
+    unless it moved in the store (`cursor_moved`)."""
+    def transition(state: ControlState) -> tuple[ControlState, bool]:
+        ledger = state.slurm
+        recorded_ids = {k: None for k in ledger.recorded if k not in failed}
+        cursors = ledger.cursors if cursor_moved else frozen(
+            {k: v for k, v in ledger.cursors.items() if k != cluster})
+        return replace(state, slurm=SlurmLedger(recorded=frozen(recorded_ids), cursors=cursors,
+                                                failed=(ledger.failed - set(recorded)) | set(failed))), False
+    return transition
 
 
 def _same_or_frozen(old: Mapping, new: Mapping) -> Mapping:
@@ -364,7 +471,7 @@ def action_answered(state: ControlState, key: ActionKey, now: float) -> ControlS
     if flight is not None:
         in_flight[key] = replace(flight, answered_at=now)
         if flight.action.kind is ActionKind.CONFIGURE:
-            acked = frozen({**state.acked_settings, flight.action.node_id: flight.action.engine})
+            acked = frozen({**state.acked_settings, flight.action.node_id: flight.action.fingerprint})
     failures = {k: f for k, f in state.failures.items() if k != key}
     return replace(state, in_flight=frozen(in_flight), failures=frozen(failures), acked_settings=acked)
 

@@ -23,7 +23,6 @@ import os
 import secrets
 import socket
 import time
-from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -34,38 +33,35 @@ import trio
 from llmgw import __version__
 from llmgw.control.agents import AgentHub
 from llmgw.control.applying import apply
-from llmgw.control.audit import AuditWriter, audit_message, audit_snapshot, state_changes
+from llmgw.control.audit import AuditWriter
 from llmgw.control.documents import StatusDocuments
-from llmgw.control.commands import (
-    agent_settings, install_engine, may_take_part_in_slurm, platform_of, slurm_role, start_shard, stop_shard,
-)
-from llmgw.control.deciding import Decision
+from llmgw.control.effects import PublishRoutingTable
 from llmgw.control.fabric_test import check_nodes, grades_document, run_fabric_test
+from llmgw.control.feeding import GatewayFeed
+from llmgw.control.handlers import EffectContext, register_handlers
+from llmgw.control.handling import Handlers
 from llmgw.control.keys import (
     REPLICA_KEY_SECRET, WEBHOOK_SECRET, SecretResolver, replica_key,
 )
 from llmgw.control.leading import LEASE_NAME, LeaseKeeper
-from llmgw.control.pacing import Pacer
 from llmgw.control.looping import ControlLoop
-from llmgw.control.recovering import DEFAULT_GRACE, KNOWN_NODES_KEY, Recovery, decode_known, encode_known
+from llmgw.control.recovering import DEFAULT_GRACE, KNOWN_NODES_KEY, Recovery, decode_known
 from llmgw.control.registry import FleetRegistry
 from llmgw.control.restart_only import command_line_keys, restart_notes
 from llmgw.control.reports import fleet_for, memory_thresholds
-from llmgw.control.routing import ReadyRoutes, build_route_table
 from llmgw.control.tracing import StartTracing, open_tracing
 from llmgw.control.watching import SettingsWatcher
-from llmgw.control.slurm_store import advance_cursor, read_cursor, users_from_store
-from llmgw.control.slurm_usage import slurm_usage
+from llmgw.control.slurm_store import users_from_store
 from llmgw.control.state import ControlState, PassRecord, WatchState
-from llmgw.errors import EngineError, SettingsError, StoreError, TemporaryError, UsageError
+from llmgw.errors import SettingsError, UsageError
 from llmgw.gateway import Gateway, GatewayWorkers, drain_spools, open_gateway_tracing, worker_count, worker_spools
-from llmgw.plan.types import Action, ActionKind, Plan
-from llmgw.routes import BlockSnapshot, RouteTable
+from llmgw.plan.types import Plan
+from llmgw.routes import RouteTable
 from llmgw.settings import NOTIFY_URL_KEY, redact_url, set_config_value
-from llmgw.settings.model import ClusterSettings, Listener, Settings, Tracing
+from llmgw.settings.model import ClusterSettings, Listener, Tracing
 from llmgw.settings.node_commits import NodeVerbCommit, commit_node_verb, commit_ssh_key
 from llmgw.store import open_store_from_settings
-from llmgw.wire import check_agents_listener, control_message, pb, serve_agents
+from llmgw.wire import check_agents_listener, serve_agents
 
 log = logging.getLogger("llmgw.control")
 
@@ -77,8 +73,6 @@ PASS_COALESCE = 0.25
 """Seconds from one pass's end to the next: events arriving meanwhile make one batch and one pass."""
 AUDIT_MIN_GAP = 1.0
 """Seconds between two audit commits: the passes in between are written as one."""
-SLURM_RECORDED_MAX = 20000
-"""Ended Slurm jobs whose usage this control plane remembers having recorded (the store dedups beyond that)."""
 
 
 
@@ -197,32 +191,22 @@ class ControlPlane:
         self.config = config
         self.state_dir = Path(config.state_dir)
         self.secrets = SecretResolver(config.secrets_dir or self.state_dir / "secrets")
+        self.handlers = Handlers()
         self.loop = ControlLoop(
-            ControlState(fleet=FleetRegistry(lost_after=config.node_lost_after or 30.0)), self._execute,
-            interval=self._reconcile_interval, on_change=self._on_change, on_pass=self._after_pass,
-            concurrency=PASS_CONCURRENCY, coalesce=PASS_COALESCE,
+            ControlState(fleet=FleetRegistry(lost_after=config.node_lost_after or 30.0)), self.handlers,
+            interval=self._reconcile_interval, concurrency=PASS_CONCURRENCY, coalesce=PASS_COALESCE,
         )
         self.watcher = SettingsWatcher(
             config.repo, config.branch, self.state_dir / "settings-mirror.git", publish=self._publish_watch,
         )
-        self.agents = AgentHub(self.loop.update, self._blocks_changed)
-        self.agents.on_slurm_jobs = self._record_slurm_jobs
-        self._slurm_recorded: dict[str, None] = {}  # request ids of Slurm jobs recorded, oldest first (bounded)
-        self._slurm_cursor: dict[str, float] = {}  # per Slurm cluster: the cursor last written (or being written)
-        self._slurm_failed: set[str] = set()  # request ids of Slurm jobs whose recording failed: no cursor moves
-        self._slurm_writing = trio.Lock()
+        self.feed = GatewayFeed(self.replica_key, self.secrets.get)
+        self.handlers.register(PublishRoutingTable, self.feed.publish)
+        self.agents = AgentHub(self.loop.update, self.feed.blocks_changed)
         self.audit = AuditWriter(self.watcher.repo_path, min_gap=AUDIT_MIN_GAP, fence=self._audit_fence)
-        self.passes: deque[PassRecord] = deque(maxlen=100)
         self.apply_lock = trio.Lock()
-        self.apply_holder: str | None = None
         self.store: Any = None
         self.gateway: Gateway | None = None  # the in-process gateway (workers: 1)
         self.gateway_workers: GatewayWorkers | None = None  # the worker processes (workers > 1)
-        self.table = RouteTable()
-        self.table_rebuilds = 0
-        self._table_pacer = Pacer()
-        self._ready = ReadyRoutes(self.replica_key)  # the ready replicas by model, kept per node
-        self._table_wanted: trio.Event | None = None  # a paced rebuild is waiting (this event names it)
         self.admin_token = ""
         self.admin_url = self.gateway_url = ""
         self.admin_port = self.gateway_port = self.agents_port = 0
@@ -230,7 +214,6 @@ class ControlPlane:
         self.ca: Any = None
         self._replica_secret = b""
         self._replica_keys: dict[str, str] = {}
-        self._last_snapshot: dict | None = None
         self._documents = StatusDocuments()  # the status document, rebuilt in proportion to the change
         self._nursery: trio.Nursery | None = None
         self.started_at = time.time()
@@ -243,7 +226,6 @@ class ControlPlane:
         # opened by `run` once llmgw.yaml's `tracing:` is read (the command line's endpoint overrides it)
         self.tracing = StartTracing(config.tracer_provider) if config.tracer_provider is not None else None
         self.lease: LeaseKeeper | None = None
-        self._remembered: frozenset[str] | None = None  # the known nodes this control plane last wrote as leader
 
     # -- the state, as readers see it ---------------------------------------------------------------------
 
@@ -263,6 +245,25 @@ class ControlPlane:
     @property
     def leader_holder(self) -> str | None:
         return self.loop.state.leadership.holder
+
+    @property
+    def table(self) -> RouteTable:
+        """The routing table the gateway serves by."""
+        return self.feed.table
+
+    @property
+    def passes(self) -> tuple[PassRecord, ...]:
+        """The latest reconcile passes (at most 100), oldest first."""
+        return self.loop.state.recent_passes
+
+    @property
+    def apply_holder(self) -> str | None:
+        """Who runs the `llmgw apply` in progress (None: none)."""
+        return self.loop.state.apply_holder
+
+    @apply_holder.setter
+    def apply_holder(self, holder: str | None) -> None:
+        self.loop.update(lambda s: (replace(s, apply_holder=holder), False))
 
     def kick(self, reason: str) -> None:
         """Bring the next reconcile pass forward."""
@@ -350,6 +351,11 @@ class ControlPlane:
                         trace_endpoint, exc)
             request_tracing = None
         self._replica_secret = store.get_or_create_secret(REPLICA_KEY_SECRET)
+        self.loop.tracing = self.tracing
+        register_handlers(self.handlers, EffectContext(
+            agents=self.agents, secret=self.secrets.require, replica_key=self.replica_key, audit=self.audit,
+            status=lambda state: self.status(state, readings=False), update=self.loop.update, store=store,
+            tracing=self.tracing))
         # part of the loop's initial state: nothing runs yet (the agents' service and the loop start below)
         self.loop.state = self.loop.state.recovering_from(decode_known(store.get(KNOWN_NODES_KEY)),
                                                           trio.current_time(), self.config.recovery_grace)
@@ -373,7 +379,7 @@ class ControlPlane:
                          command_line_keys(self.config))
         try:
             async with trio.open_nursery() as nursery:
-                self._nursery = self.agents.nursery = nursery
+                self._nursery = self.agents.nursery = self.feed.nursery = nursery
                 tls, join = self.config.agent_tls, None
                 if self.config.tls and tls is None:
                     from llmgw.wire import CertificateAuthority
@@ -395,7 +401,7 @@ class ControlPlane:
                     # the table of the settings read (the watcher's news reaches the loop's state only once the
                     # loop runs), before any request: workers started on an empty table and answered 403
                     # project_unknown until the first rebuild reached them
-                    self._rebuild_table(replace(self.loop.state, watch=self.watcher.state))
+                    self.feed.publish_now(replace(self.loop.state, watch=self.watcher.state))
                     self.gateway_port = await self._start_gateway(nursery, store, cluster, gateway, request_tracing,
                                                                   trace_endpoint, trace_requests)
                     self.gateway_url = f"http://{_url_host(gateway.host)}:{self.gateway_port}"
@@ -406,7 +412,7 @@ class ControlPlane:
                 await nursery.start(self.lease.run)
                 await nursery.start(self.audit.run)
                 nursery.start_soon(self.watcher.run, self._poll_interval)
-                self._rebuild_table(self.loop.state)
+                self.feed.publish_now(self.loop.state)
                 self.loop.kick("start")
                 task_status.started(self)
         finally:
@@ -431,6 +437,7 @@ class ControlPlane:
         if count <= 1:
             self.gateway = Gateway(store, self.table, spool_dir=spools, tracing=tracing)
             self.gateway.health_details = self._health_details
+            self.feed.attach(self.gateway)
             nursery.start_soon(drain_spools, store, worker_spools(spools, 0))
             return await nursery.start(self.gateway.serve, gateway.host, gateway.port)
         url = _store_url(self.config.store, store, cluster, self.state_dir, self.secrets.get)
@@ -443,7 +450,7 @@ class ControlPlane:
             metrics_dir=self.state_dir / "gateway-metrics", otlp_endpoint=trace_endpoint,
             request_sample_ratio=trace_requests if trace_endpoint else 0.0)
         workers.health_details = self._health_details
-        workers.set_table(self.table)
+        self.feed.attach(workers)
         # what an in-process gateway (an earlier `workers: 1`) or more workers than now left in their spools
         nursery.start_soon(drain_spools, store, [spools, *worker_spools(spools, count)])
         return await nursery.start(workers.serve)
@@ -528,53 +535,6 @@ class ControlPlane:
         value = self.secrets.get(WEBHOOK_SECRET)
         return value.encode() if value else None
 
-    def _rebuild_table(self, state: ControlState) -> None:
-        began = time.perf_counter()
-        self._build_table(state)
-        self._table_pacer.ran(time.perf_counter() - began, trio.current_time())
-
-    def _ask_table(self, state: ControlState, at_once: bool) -> None:
-        """A rebuild of the routing table is wanted: now (`at_once`, or while rebuilds are cheap), or paced
-        (`llmgw.control.pacing`) by `_paced_tables`, from the loop's state then."""
-        if at_once or self._table_pacer.now_ok(trio.current_time()) or self._nursery is None:
-            self._table_wanted = None
-            self._rebuild_table(state)
-        elif self._table_wanted is None:
-            self._table_wanted = trio.Event()
-            self._nursery.start_soon(self._paced_table, self._table_wanted)
-
-    async def _paced_table(self, wanted: trio.Event) -> None:
-        await trio.sleep_until(self._table_pacer.next_at())
-        if self._table_wanted is wanted:
-            self._table_wanted = None
-            self._rebuild_table(self.loop.state)
-
-    def _build_table(self, state: ControlState) -> None:
-        settings = state.settings
-        self._ready.sync(state.fleet)  # only the nodes whose shards changed are looked at again
-        table = build_route_table(settings, self._ready, self.replica_key, self.secrets.get)
-        self.table_rebuilds += 1
-        if table != self.table:
-            self.table = table
-            if self.gateway is not None:
-                self.gateway.set_table(table)
-            if self.gateway_workers is not None:
-                self.gateway_workers.set_table(table)
-
-    def _blocks_changed(self, snapshot: BlockSnapshot) -> None:
-        """The agents' vLLM shards' held blocks changed: the gateway routes by them from the next request on."""
-        if self.gateway is not None:
-            self.gateway.set_blocks(snapshot)
-        if self.gateway_workers is not None:
-            self.gateway_workers.set_blocks(snapshot)
-
-    def _on_change(self, old: ControlState, new: ControlState, reasons: list[str]) -> None:
-        """After each batch of events: the routing table is rebuilt once, when something it depends on changed."""
-        if reasons or new.settings is not old.settings:
-            self._ask_table(new, at_once=new.settings is not old.settings)
-        if self.tracing is not None:
-            self.tracing.on_change(old, new)
-
     # -- agents -------------------------------------------------------------------------------------------
 
     async def accept_agent(self, link, peer: str) -> None:
@@ -594,141 +554,6 @@ class ControlPlane:
     def sessions(self):
         """The connected agents' sessions by node id."""
         return self.agents.sessions
-
-    # -- the reconciler's hooks --------------------------------------------------------------------------
-
-    async def _execute(self, action: Action, settings: Settings) -> None:
-        timeout = settings.cluster.action_timeout
-        if action.kind is ActionKind.CONFIGURE:
-            role = pb.SlurmRole()  # what slurm_role says for a node without a part
-            if may_take_part_in_slurm(settings, action.node_id):  # the whole fleet only for Slurm's own nodes
-                fleet = fleet_for(self.loop.state.fleet.fleet(), settings)
-                users, since = await self._slurm_from_store(settings, action.node_id)
-                role = slurm_role(settings, fleet, action.node_id, self.secrets.require, users, since)
-            message = agent_settings(settings, action.node_id, role)
-            message.fingerprint = action.engine
-            body = {"agent_settings": message}
-        elif action.kind in (ActionKind.START, ActionKind.RESTART):
-            command = start_shard(action, settings, self.replica_key, self.secrets.require)
-            if self.tracing is not None:  # the agent's spans continue the replica start's trace
-                command.traceparent = self.tracing.traceparent(action.node_id, action.shard_id)
-            body = {"start_shard": command}
-        elif action.kind is ActionKind.STOP:
-            body = {"stop_shard": stop_shard(action, settings)}
-        elif action.kind is ActionKind.INSTALL:
-            record = self.registry.get(action.node_id)
-            command = install_engine(action, settings, platform_of(record.os, record.arch)
-                                     if record else "linux-x86_64")
-            if self.tracing is not None:  # the agent's "engine install" span joins the sending pass's trace
-                command.traceparent = self.tracing.install_traceparent(action.node_id, action.engine)
-            body = {"install_engine": command}
-        else:
-            return
-        leadership = self.loop.state.leadership
-        if not leadership.leader:  # the lease ended after the pass that planned this action
-            raise TemporaryError(f"this control plane no longer holds the leader lease; {action.kind.value} on "
-                                 f"{action.node_id} is left to the leader.")
-        outcome = await self.agents.command(action.node_id, timeout, fencing_token=leadership.token, **body)
-        if not outcome.ok:
-            subject = "its agent settings" if action.kind is ActionKind.CONFIGURE else (
-                action.shard_id or action.replica_id or action.engine)
-            raise EngineError(f"node {action.node_id} refused to {action.kind.value} {subject}: {outcome.error}")
-
-    async def _slurm_from_store(self, settings: Settings, node_id: str) -> tuple[tuple, float]:
-        """(the Linux users of `users: llmgw`, the sacct cursor) for `node_id`'s part in Slurm, from the store
-        (llmgw.control.slurm_store); ((), 0.0) for a node with no part or without a store."""
-        slurm = settings.slurm
-        if not slurm.enabled or self.store is None or node_id not in (slurm.controller, *slurm.nodes):
-            return (), 0.0
-        users = await trio.to_thread.run_sync(users_from_store, self.store, settings)
-        since = (await trio.to_thread.run_sync(read_cursor, self.store, slurm.cluster_name)
-                 if node_id == slurm.controller else 0.0)
-        return users, since
-
-    def _record_slurm_jobs(self, node_id: str, report) -> None:
-        """Price the ended Slurm jobs of a heartbeat into usage (llmgw.control.slurm_usage), each once: those
-        recorded already are skipped here, and the store keeps each job's id unique anyway. Once they are all
-        written, the sacct cursor moves to the report's `finished_until` in the store and the agent is told
-        (SlurmJobsRecorded), so it reads on from there (llmgw.control.slurm_store)."""
-        settings = self.watcher.state.settings
-        if settings is None or self.store is None or self._nursery is None:
-            return
-        cluster = report.cluster_name or settings.slurm.cluster_name
-        fresh = [slurm_usage(job, cluster, node_id, settings.cluster.gpu_hour_cost) for job in report.finished_jobs]
-        fresh = [(rid, record) for rid, record in fresh if rid not in self._slurm_recorded]
-        until = report.finished_until
-        if not fresh and until <= self._slurm_cursor.get(cluster, 0.0):
-            return
-        for request_id, _ in fresh:
-            self._slurm_recorded[request_id] = None
-        while len(self._slurm_recorded) > SLURM_RECORDED_MAX:
-            del self._slurm_recorded[next(iter(self._slurm_recorded))]
-        if until:
-            self._slurm_cursor[cluster] = max(until, self._slurm_cursor.get(cluster, 0.0))
-
-        async def write() -> None:
-            async with self._slurm_writing:  # one beat's jobs after the other: a cursor never passes a failed job
-                for request_id, record in fresh:
-                    try:
-                        await trio.to_thread.run_sync(self.store.record_usage_once, record, request_id)
-                    except StoreError as exc:  # forgotten here: the next beat carries the job again
-                        self._slurm_recorded.pop(request_id, None)
-                        self._slurm_failed.add(request_id)
-                        log.warning("could not record Slurm job %s into usage: %s", request_id, exc)
-                    else:
-                        self._slurm_failed.discard(request_id)
-                if not until or self._slurm_failed:  # the agent keeps reading from the old cursor
-                    self._slurm_cursor.pop(cluster, None)
-                    return
-                try:
-                    await trio.to_thread.run_sync(advance_cursor, self.store, cluster, until)
-                except StoreError as exc:
-                    self._slurm_cursor.pop(cluster, None)
-                    log.warning("could not keep the sacct cursor of Slurm cluster %s: %s", cluster, exc)
-                    return
-            session = self.agents.sessions.get(node_id)
-            if session is not None:
-                try:  # not a command: no answer; a lost one only means the margin is read again
-                    await session.send(control_message(slurm_jobs_recorded=pb.SlurmJobsRecorded(until=until)))
-                except TemporaryError:
-                    pass
-
-        self._nursery.start_soon(write)
-
-    def _after_pass(self, decision: Decision, state: ControlState) -> None:
-        record = decision.record
-        self.passes.append(record)
-        if self.tracing is not None:
-            self.tracing.after_pass(decision, state)
-        if not state.leadership.leader:
-            return  # followers plan and report; only the leader writes the audit and the known nodes
-        self._remember_nodes()
-        doc = self.status(state, readings=False)
-        snapshot = audit_snapshot(doc)
-        if record.sent or snapshot != self._last_snapshot:
-            changes = state_changes(self._last_snapshot, snapshot)
-            self._last_snapshot = snapshot
-            audit_doc = {k: v for k, v in doc.items() if k != "control_plane"}
-            self.audit.queue_audit(audit_doc, audit_message(record, changes), token=state.leadership.token)
-        if record.converged and record.settings_commit:
-            self.audit.queue_applied(record.settings_commit, token=state.leadership.token)
-
-    def _remember_nodes(self) -> None:
-        """(Leader.) Keep the connected nodes' ids in the store when they changed, once this control plane has its
-        fleet back (a half-recovered list would let the next start stop waiting too early)."""
-        connected = frozenset(self.agents.sessions)
-        if connected == self._remembered or not self.recovery().done or self._nursery is None:
-            return
-        self._remembered = connected
-
-        async def write() -> None:
-            try:
-                await trio.to_thread.run_sync(self.store.put, KNOWN_NODES_KEY, encode_known(connected))
-            except (StoreError, TemporaryError) as exc:
-                self._remembered = None  # tried again after the next pass
-                log.warning("could not keep the connected nodes in the store: %s", exc)
-
-        self._nursery.start_soon(write)
 
     # -- what the admin API offers ------------------------------------------------------------------------
 
@@ -791,7 +616,7 @@ class ControlPlane:
         def quantile(q: float) -> float | None:
             return lags[min(len(lags) - 1, int(q * len(lags)))] if lags else None
 
-        return {"folded": self.loop.folded, "table_rebuilds": self.table_rebuilds, "passes": self.loop.state.passes,
+        return {"folded": self.loop.folded, "table_rebuilds": self.feed.rebuilds, "passes": self.loop.state.passes,
                 "heartbeat_latency_p50": quantile(0.5), "heartbeat_latency_p99": quantile(0.99),
                 "heartbeat_latency_samples": len(lags)}
 
