@@ -19,7 +19,8 @@ from contextlib import asynccontextmanager
 import trio
 
 from llmgw import __version__
-from llmgw.control.deciding import node_connected, slurm_jobs_reported
+from llmgw.control.deciding import node_connected
+from llmgw.control.events import slurm_jobs_reported
 from llmgw.control.health import health_from_message
 from llmgw.control.kv_blocks import BlocksUpdate, apply_block_updates, forget_node
 from llmgw.control.reports import convert_shards, node_from_register, readings_from_heartbeat

@@ -17,17 +17,14 @@ Rules, each checked over seeded random states in tests/control/test_decide_invar
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from llmgw.control.effects import (
-    Command, Effect, PublishRoutingTable, RecordSlurmUsage, RememberNodes, SetApplied, WriteAudit, command_for,
-)
+from llmgw.control.effects import Command, Effect, RememberNodes, SetApplied, WriteAudit, command_for
 from llmgw.control.reports import memory_thresholds, settings_view
 from llmgw.control.starting import with_starts_in_flight
 from llmgw.control.state import (
-    RECENT_PASSES, SLURM_RECORDED_MAX, ActionKey, ActionRecord, ControlState, Failure, InFlight, PassRecord, PlanBasis, SlurmLedger,
-    frozen,
+    RECENT_PASSES, ActionKey, ActionRecord, ControlState, Failure, InFlight, PassRecord, PlanBasis, frozen,
 )
 from llmgw.identity import base_shard_id
 from llmgw.plan import EmptiedCatalogError, make_plan
@@ -328,62 +325,6 @@ def timed(decision: Decision, state: ControlState, duration: float) -> tuple[Dec
     effects = tuple(replace(e, record=record, state=state) if isinstance(e, WriteAudit) else e
                     for e in decision.effects)
     return replace(decision, record=record, effects=effects), state
-
-
-def change_effects(old: ControlState, new: ControlState, reasons: list[str]) -> tuple[Effect, ...]:
-    """The effects of a batch of events that changed `old` into `new` (`reasons`: the placement-relevant ones):
-    the routing table is published again when something it depends on changed, at once when the settings did."""
-    if reasons or new.settings is not old.settings:
-        return (PublishRoutingTable(new, at_once=new.settings is not old.settings),)
-    return ()
-
-
-def audit_written(snapshot) -> "Callable[[ControlState], tuple[ControlState, bool]]":
-    """The transition of an audit commit queued with status snapshot `snapshot`."""
-    return lambda state: (replace(state, audit_snapshot=snapshot), False)
-
-
-def nodes_forgotten(state: ControlState) -> tuple[ControlState, bool]:
-    """Keeping the connected nodes in the store failed: the next pass tries again."""
-    return replace(state, remembered=None), False
-
-
-def slurm_jobs_reported(state: ControlState, node_id: str, cluster: str, jobs: tuple[tuple[str, object], ...],
-                        until: float) -> tuple[ControlState, bool, tuple[Effect, ...]]:
-    """A heartbeat of `node_id` reported ended Slurm jobs `jobs` ((request id, usage record) pairs) of `cluster`
-    and the sacct margin `until` (unix seconds, 0: none). Those recorded already are left out; when nothing is new
-    and the cursor is there already, nothing happens. Otherwise the jobs count as recorded (at most
-    `SLURM_RECORDED_MAX` remembered, oldest forgotten first), the cursor as moved, and a `RecordSlurmUsage` writes
-    them. Returns (state, False, effects)."""
-    ledger = state.slurm
-    fresh = tuple((rid, record) for rid, record in jobs if rid not in ledger.recorded)
-    if not fresh and until <= ledger.cursors.get(cluster, 0.0):
-        return state, False, ()
-    recorded = dict(ledger.recorded)
-    for request_id, _ in fresh:
-        recorded[request_id] = None
-    while len(recorded) > SLURM_RECORDED_MAX:
-        del recorded[next(iter(recorded))]
-    cursors = ledger.cursors
-    if until:
-        cursors = frozen({**cursors, cluster: max(until, cursors.get(cluster, 0.0))})
-    following = replace(state, slurm=replace(ledger, recorded=frozen(recorded), cursors=cursors))
-    return following, False, (RecordSlurmUsage(node_id, cluster, fresh, until, ledger.failed),)
-
-
-def slurm_jobs_written(cluster: str, recorded: tuple[str, ...], failed: tuple[str, ...], cursor_moved: bool,
-                       ) -> "Callable[[ControlState], tuple[ControlState, bool]]":
-    """The transition of a `RecordSlurmUsage` written: `failed` request ids are forgotten as recorded and kept as
-    failed (the agent sends them again), `recorded` ones are no longer failed, and the cluster's cursor is forgotten
-    unless it moved in the store (`cursor_moved`)."""
-    def transition(state: ControlState) -> tuple[ControlState, bool]:
-        ledger = state.slurm
-        recorded_ids = {k: None for k in ledger.recorded if k not in failed}
-        cursors = ledger.cursors if cursor_moved else frozen(
-            {k: v for k, v in ledger.cursors.items() if k != cluster})
-        return replace(state, slurm=SlurmLedger(recorded=frozen(recorded_ids), cursors=cursors,
-                                                failed=(ledger.failed - set(recorded)) | set(failed))), False
-    return transition
 
 
 def _same_or_frozen(old: Mapping, new: Mapping) -> Mapping:

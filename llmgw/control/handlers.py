@@ -22,7 +22,7 @@ import trio
 from llmgw.control.agents import AgentHub
 from llmgw.control.audit import AuditWriter, audit_message, audit_snapshot, state_changes
 from llmgw.control.commands import agent_settings, install_engine, may_take_part_in_slurm, slurm_role, start_shard, stop_shard
-from llmgw.control.deciding import audit_written, nodes_forgotten, slurm_jobs_written
+from llmgw.control.events import audit_written, nodes_forgotten, slurm_jobs_written
 from llmgw.control.effects import (
     ConfigureAgent, InstallEngine, RecordSlurmUsage, RememberNodes, SetApplied, StartShard, StopShard, WriteAudit,
 )

@@ -28,9 +28,9 @@ from typing import Any
 import trio
 
 from llmgw.control.deciding import (
-    COMMAND_TYPES, action_answered, action_failed, action_key, change_effects, decide, needs_planning, plan_stage,
-    timed,
+    COMMAND_TYPES, action_answered, action_failed, action_key, decide, needs_planning, plan_stage, timed,
 )
+from llmgw.control.events import change_effects
 from llmgw.control.effects import Command, ConfigureAgent, Effect
 from llmgw.control.handling import Handlers
 from llmgw.control.state import ControlState, PassRecord
@@ -135,14 +135,17 @@ class ControlLoop:
     # -- the loop -----------------------------------------------------------------------------------------
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
-        """Fold events and run passes until cancelled."""
+        """Fold events and run passes until cancelled. The events queued before it runs (the control plane's initial
+        recovery, the first settings) are folded before `task_status.started()`."""
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
+            waiting: list[str] = []
+            self._fold(self._drain(math.inf), waiting)
             task_status.started()
             next_pass = trio.current_time() + self._interval()
             while True:
-                deadline = min(next_pass, self._next_due())
-                triggers: list[str] = []
+                triggers, waiting = waiting, []
+                deadline = min(next_pass, self._next_due()) if not triggers else trio.current_time()
                 with trio.move_on_at(deadline):
                     item = await self._receive.receive()
                     self._fold([item], triggers)

@@ -47,8 +47,9 @@ from llmgw.control.leading import LEASE_NAME, LeaseKeeper
 from llmgw.control.looping import ControlLoop
 from llmgw.control.recovering import DEFAULT_GRACE, KNOWN_NODES_KEY, Recovery, decode_known
 from llmgw.control.registry import FleetRegistry
+from llmgw.control.events import settings_published
 from llmgw.control.restart_only import command_line_keys, restart_notes
-from llmgw.control.reports import fleet_for, memory_thresholds
+from llmgw.control.reports import fleet_for
 from llmgw.control.tracing import StartTracing, open_tracing
 from llmgw.control.watching import SettingsWatcher
 from llmgw.control.slurm_store import users_from_store
@@ -222,7 +223,6 @@ class ControlPlane:
         # what `run` started with that only a start changes (cluster settings, keys given on the command line), and
         # the notes of the settings that differ from it (llmgw.control.restart_only)
         self._started: tuple[ClusterSettings, frozenset[str]] | None = None
-        self.restart_notes: tuple[str, ...] = ()
         # opened by `run` once llmgw.yaml's `tracing:` is read (the command line's endpoint overrides it)
         self.tracing = StartTracing(config.tracer_provider) if config.tracer_provider is not None else None
         self.lease: LeaseKeeper | None = None
@@ -304,7 +304,8 @@ class ControlPlane:
 
     def is_connected(self, node_id: str) -> bool:
         """True while `node_id`'s agent has a stream open to this control plane."""
-        return node_id in self.agents.sessions
+        record = self.loop.state.fleet.get(node_id)  # the fleet holds connections; the hub only the streams
+        return record is not None and record.connected
 
     async def command(self, node_id: str, timeout: float, **body: Any):
         """Send one command to `node_id`'s agent and wait up to `timeout` seconds for its `CommandOutcome`.
@@ -329,8 +330,8 @@ class ControlPlane:
         from llmgw.control.admin import serve_admin
 
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        await self.watcher.poll()
-        settings = self.watcher.state.settings
+        watched = await self.watcher.poll()  # its news reaches the loop as a transition; this is the wiring's copy
+        settings = watched.settings
         cluster = settings.cluster if settings else None
         store = self.config.store
         if store is None or isinstance(store, (str, Path)):
@@ -357,8 +358,8 @@ class ControlPlane:
             status=lambda state: self.status(state, readings=False), update=self.loop.update, store=store,
             tracing=self.tracing))
         # part of the loop's initial state: nothing runs yet (the agents' service and the loop start below)
-        self.loop.state = self.loop.state.recovering_from(decode_known(store.get(KNOWN_NODES_KEY)),
-                                                          trio.current_time(), self.config.recovery_grace)
+        known, began, grace = decode_known(store.get(KNOWN_NODES_KEY)), trio.current_time(), self.config.recovery_grace
+        self.loop.update(lambda state: (state.recovering_from(known, began, grace), False))
         self.admin_token = self._load_admin_token()
 
         def listener(override: Listener | None, name: str, default: Listener) -> Listener:
@@ -401,7 +402,7 @@ class ControlPlane:
                     # the table of the settings read (the watcher's news reaches the loop's state only once the
                     # loop runs), before any request: workers started on an empty table and answered 403
                     # project_unknown until the first rebuild reached them
-                    self.feed.publish_now(replace(self.loop.state, watch=self.watcher.state))
+                    self.feed.publish_now(replace(self.loop.state, watch=watched))
                     self.gateway_port = await self._start_gateway(nursery, store, cluster, gateway, request_tracing,
                                                                   trace_endpoint, trace_requests)
                     self.gateway_url = f"http://{_url_host(gateway.host)}:{self.gateway_port}"
@@ -476,30 +477,24 @@ class ControlPlane:
                 pass  # not a repository yet: the watcher reports it; the hook keeps polling instead
 
     def _publish_watch(self, watch: WatchState) -> None:
+        """The watcher's news, sent to the loop as a transition (`llmgw.control.events.settings_published`)."""
         settings = watch.settings
-        lost_after = self.config.node_lost_after or (settings.cluster.node_lost_after if settings else 30.0)
-        thresholds = memory_thresholds(settings)
-
-        def transition(state: ControlState) -> tuple[ControlState, bool]:
-            return replace(state, watch=watch, fleet=state.fleet.with_limits(lost_after, thresholds)), True
-
         if self._started is not None and settings is not None:
-            notes = restart_notes(*self._started, settings.cluster)
-            for note in notes:
-                if note not in self.restart_notes:
+            logged = self.loop.state.restart_notes
+            for note in restart_notes(*self._started, settings.cluster):
+                if note not in logged:
                     log.warning("%s", note)
-            self.restart_notes = notes
         commit = settings.commit[:12] if settings and settings.commit else "none"
         rejected = watch.bad or watch.held
         reason = f"settings {commit}" + (f" (head {rejected.commit[:12]} rejected)" if rejected else "")
-        self.loop.update(transition, reason)
+        self.loop.update(settings_published(watch, self.config.node_lost_after, self._started), reason)
 
     def _poll_interval(self) -> float:
-        settings = self.watcher.state.settings
+        settings = self.loop.state.settings
         return self.config.poll_interval or (settings.cluster.poll_interval if settings else 2.0)
 
     def _reconcile_interval(self) -> float:
-        settings = self.watcher.state.settings
+        settings = self.loop.state.settings
         return self.config.reconcile_interval or (settings.cluster.reconcile_interval if settings else 10.0)
 
     async def _acquire_lease(self) -> tuple[int, str | None]:
@@ -582,7 +577,7 @@ class ControlPlane:
                                  "readings": record.readings.to_json(now) if record.readings else None}
                 for record in state.fleet.records() if record.node_id in nodes}
         plan = state.last_plan
-        notes = [*(plan.notes if plan is not None else ()), *self.restart_notes]
+        notes = [*(plan.notes if plan is not None else ()), *state.restart_notes]
         if notes:
             doc["notes"] = notes
         doc["control_plane"] = {
@@ -700,7 +695,7 @@ class ControlPlane:
         """`llmgw slurm users`: {"users": [{"email", "login", "uid", "home", "member", "keys"}]}: every member the
         store ever gave a login and UID (by UID; `member` False for one who left, whose UID stays theirs), with the
         home and SSH keys the settings in force give them; members not given one yet are assigned now."""
-        settings = self.watcher.state.settings
+        settings = self.loop.state.settings
         if settings is None or self.store is None:
             return {"users": []}
         wanted = {user.email: user for user in await trio.to_thread.run_sync(users_from_store, self.store, settings)}
@@ -745,7 +740,7 @@ class ControlPlane:
             raise UsageError("a fabric test needs two different nodes: llmgw fabric-test A B.")
         fleet = self.snapshot().fleet
         records = fleet.get(a), fleet.get(b)
-        check_nodes(*records, names=(a, b), connected=set(self.agents.sessions))
+        check_nodes(*records, names=(a, b), connected=self.loop.state.connected())
         grades = await run_fabric_test(self.agents.sessions, *records)  # type: ignore[arg-type]
         return grades_document(a, b, grades)
 

@@ -247,7 +247,8 @@ class ControlState:
     (None: none yet). `remembered`: the connected node ids last kept in the store as leader (None: not yet, or the
     write failed). `slurm`: the Slurm jobs recorded into usage and the sacct cursors. `apply_holder`: who runs the
     `llmgw apply` in progress (None: none). `recent_passes`: the latest passes' records (at most
-    `RECENT_PASSES`), oldest first.
+    `RECENT_PASSES`), oldest first. `restart_notes`: the settings in force that only a restart of the control plane
+    applies (llmgw.control.restart_only), one sentence each.
     """
 
     watch: WatchState = WatchState()
@@ -271,6 +272,7 @@ class ControlState:
     slurm: SlurmLedger = SlurmLedger()
     apply_holder: str | None = None
     recent_passes: tuple[PassRecord, ...] = ()
+    restart_notes: tuple[str, ...] = ()
 
     @property
     def settings(self) -> Settings | None:
