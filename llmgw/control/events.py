@@ -39,6 +39,14 @@ def settings_published(watch: WatchState, lost_after: float | None,
     return transition
 
 
+def watch_reason(watch: WatchState) -> str:
+    """How the watcher's news is named among a pass's triggers: "settings <commit>" (and a rejected head)."""
+    settings = watch.settings
+    commit = settings.commit[:12] if settings and settings.commit else "none"
+    rejected = watch.bad or watch.held
+    return f"settings {commit}" + (f" (head {rejected.commit[:12]} rejected)" if rejected else "")
+
+
 def change_effects(old: ControlState, new: ControlState, reasons: list[str]) -> tuple[Effect, ...]:
     """The effects of a batch of events that changed `old` into `new` (`reasons`: the placement-relevant ones):
     the routing table is published again when something it depends on changed, at once when the settings did."""

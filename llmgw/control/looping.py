@@ -110,6 +110,8 @@ class ControlLoop:
         to the loop folding it, for the latest 4,096 such events."""
         self._pass_done = trio.Event()
         self._nursery: trio.Nursery | None = None
+        self._queued = self._taken = 0  # events sent to the channel, and taken from it
+        self._barriers: list[tuple[int, trio.Event]] = []
 
     # -- events -------------------------------------------------------------------------------------------
 
@@ -121,6 +123,16 @@ class ControlLoop:
         given, the seconds from then to the fold are kept in `fold_latencies`. Never blocks; safe from any task
         of the loop's trio run."""
         self._send.send_nowait((transition, reason, origin_unix))
+        self._queued += 1
+
+    async def folded_all(self) -> None:
+        """Wait until every event queued before this call is folded into `state`. A checkpoint."""
+        if self._taken >= self._queued:
+            await trio.lowlevel.checkpoint()
+            return
+        done = trio.Event()
+        self._barriers.append((self._queued, done))
+        await done.wait()
 
     def kick(self, reason: str) -> None:
         """Bring the next pass forward (`reason` is recorded as its trigger)."""
@@ -221,6 +233,11 @@ class ControlLoop:
     def _fold(self, items: list, triggers: list[str]) -> None:
         if not items:
             return
+        self._taken += len(items)
+        if self._barriers:
+            for barrier in [b for b in self._barriers if b[0] <= self._taken]:
+                self._barriers.remove(barrier)
+                barrier[1].set()
         old = state = self.state
         reasons: list[str] = []
         effects: list[Effect] = []
