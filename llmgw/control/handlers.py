@@ -62,8 +62,8 @@ def register_handlers(handlers: Handlers, ctx: EffectContext) -> None:
     handlers.register(StopShard, lambda e: _send(ctx, e, "stop", stop_shard=stop_shard(e.action, e.settings)))
     handlers.register(InstallEngine, lambda e: _install(ctx, e))
     handlers.register(ConfigureAgent, lambda e: _configure(ctx, e))
-    handlers.register(WriteAudit, lambda e: _write_audit(ctx, e))
-    handlers.register(SetApplied, lambda e: _set_applied(ctx, e))
+    handlers.register(WriteAudit, lambda e: _write_audit(ctx, e), lane="audit")
+    handlers.register(SetApplied, lambda e: _set_applied(ctx, e), lane="audit")
     handlers.register(RememberNodes, lambda e: _remember(ctx, e))
     lock = trio.Lock()  # one beat's jobs after the other: a cursor never passes a failed job
     handlers.register(RecordSlurmUsage, lambda e: _record_slurm(ctx, e, lock))

@@ -12,7 +12,7 @@ routing table is published when a change was placement-relevant), and runs a rec
 (`llmgw.control.deciding.decide`) when a transition asked for one, when a backoff timer or a node's expiry is due,
 or every `interval()` seconds. Every effect (`llmgw.control.effects`) goes to its handler in the registry
 (`llmgw.control.handling`), in the loop's nursery: commands at most `concurrency` at a time, their outcomes back as
-transitions; the other effects of one batch or pass one after the other, in order. Nothing calls back into the
+transitions; the other effects one after the other per lane, in the order they were emitted. Nothing calls back into the
 control plane: readers take `loop.state`, an immutable value.
 """
 
@@ -112,6 +112,7 @@ class ControlLoop:
         self._nursery: trio.Nursery | None = None
         self._queued = self._taken = 0  # events sent to the channel, and taken from it
         self._barriers: list[tuple[int, trio.Event]] = []
+        self._lanes: dict[str, trio.MemorySendChannel] = {}
 
     # -- events -------------------------------------------------------------------------------------------
 
@@ -150,7 +151,7 @@ class ControlLoop:
         """Fold events and run passes until cancelled. The events queued before it runs (the control plane's initial
         recovery, the first settings) are folded before `task_status.started()`."""
         async with trio.open_nursery() as nursery:
-            self._nursery = nursery
+            self._nursery, self._lanes = nursery, {}
             waiting: list[str] = []
             self._fold(self._drain(math.inf), waiting)
             task_status.started()
@@ -281,11 +282,20 @@ class ControlLoop:
         self._dispatch([*effects, *change_effects(old, new, reasons)])
 
     def _dispatch(self, effects: list[Effect]) -> None:
-        """Run `effects` (none a command) one after the other in a task of the loop's nursery."""
-        todo = [(effect, handler) for effect in effects if (handler := self.handlers.get(effect)) is not None]
-        if todo:
-            assert self._nursery is not None, "ControlLoop.run must be running"
-            self._nursery.start_soon(_in_order, todo)
+        """Queue `effects` (none a command) to their lanes (`llmgw.control.handling`), each lane's handled one
+        after the other by a task of the loop's nursery; an effect without a handler is dropped."""
+        for effect in effects:
+            handler = self.handlers.get(effect)
+            if handler is None:
+                continue
+            lane = self.handlers.lane(effect)
+            send = self._lanes.get(lane)
+            if send is None:
+                assert self._nursery is not None, "ControlLoop.run must be running"
+                send, receive = trio.open_memory_channel[tuple](math.inf)
+                self._lanes[lane] = send
+                self._nursery.start_soon(_in_order, receive)
+            send.send_nowait((effect, handler))
 
     def run_pass(self, trigger: str, planned: tuple | None = None, planned_seconds: float = 0.0) -> PassRecord | None:
         """Run one pass now (not a checkpoint): decide, record the next state, start sending its actions.
@@ -361,9 +371,9 @@ class ControlLoop:
                     f"{action.kind.value} {key[2]} answered")
 
 
-async def _in_order(todo: list) -> None:
-    """Await each (effect, handler) of `todo` in turn."""
-    for effect, handler in todo:
+async def _in_order(lane: trio.MemoryReceiveChannel) -> None:
+    """Await each (effect, handler) of `lane` in turn, forever."""
+    async for effect, handler in lane:
         await handler(effect)
 
 

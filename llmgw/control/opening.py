@@ -31,7 +31,9 @@ from llmgw.control.handlers import EffectContext, register_handlers
 from llmgw.control.keys import REPLICA_KEY_SECRET
 from llmgw.control.leading import LEASE_NAME, LeaseKeeper
 from llmgw.control.recovering import KNOWN_NODES_KEY, decode_known
-from llmgw.control.restart_only import command_line_keys
+from llmgw.control.events import settings_published, watch_reason
+from llmgw.control.restart_only import command_line_keys, restart_notes
+from llmgw.control.state import WatchState
 from llmgw.control.status import Endpoints
 from llmgw.control.tracing import open_tracing
 from llmgw.errors import SettingsError
@@ -45,6 +47,27 @@ log = logging.getLogger("llmgw.control")
 
 ADMIN_TOKEN_FILE = "admin-token"
 ADMIN_URL_FILE = "admin-url"
+
+
+class SettingsNews:
+    """The settings watcher's `publish`: each `WatchState` becomes a `settings_published` transition on the loop's
+    channel (`update`); the notes of settings only a restart applies are logged once each. `started_with`: what the
+    control plane started with (llmgw.control.restart_only), set once opened."""
+
+    def __init__(self, update: Any, node_lost_after: float | None):
+        self.update, self.node_lost_after = update, node_lost_after
+        self.started_with: tuple[ClusterSettings, frozenset[str]] | None = None
+        self._logged: tuple[str, ...] = ()
+
+    def __call__(self, watch: WatchState) -> None:
+        settings = watch.settings
+        if self.started_with is not None and settings is not None:
+            notes = restart_notes(*self.started_with, settings.cluster)
+            for note in notes:
+                if note not in self._logged:  # a log line, once; the notes themselves are in the state
+                    log.warning("%s", note)
+            self._logged = notes
+        self.update(settings_published(watch, self.node_lost_after, self.started_with), watch_reason(watch))
 
 
 @asynccontextmanager
@@ -86,8 +109,8 @@ async def open_control_plane(config: ControlConfig, plane: Any = None) -> AsyncI
     check_listeners_free({"agents": agents, "admin": admin, **({"gateway": gateway} if config.gateway else {})})
     started = cluster or ClusterSettings(name="")
     workers = worker_count(config.gateway_workers if config.gateway_workers is not None else gateway.workers)
-    plane.started_with = (replace(started, gateway=replace(started.gateway, workers=workers)),
-                          command_line_keys(config))
+    plane.news.started_with = (replace(started, gateway=replace(started.gateway, workers=workers)),
+                               command_line_keys(config))
     try:
         async with trio.open_nursery() as nursery:
             plane.agents.nursery = plane.feed.nursery = nursery
@@ -103,7 +126,8 @@ async def open_control_plane(config: ControlConfig, plane: Any = None) -> AsyncI
                 task_status=task_status))
             where = Endpoints(agents_port=int(bound), join_port=getattr(bound, "join_port", None))
             admin_port = await nursery.start(serve_admin, plane, admin.host, admin.port)
-            plane.endpoints = where = replace(where, admin_url=f"http://{url_host(admin.host)}:{admin_port}")
+            plane.endpoints = where = replace(where, admin_url=f"http://{url_host(admin.host)}:{admin_port}",
+                                              admin_port=admin_port)
             if config.gateway:
                 # the table of the settings read (the watcher's news reaches the loop's state only once the
                 # loop runs), before any request: workers started on an empty table and answered 403
@@ -111,7 +135,7 @@ async def open_control_plane(config: ControlConfig, plane: Any = None) -> AsyncI
                 plane.feed.publish_now(replace(plane.loop.state, watch=watched))
                 port = await _start_gateway(plane, config, nursery, cluster, gateway, request_tracing,
                                             trace_endpoint, trace_requests)
-                plane.endpoints = replace(where, gateway_url=f"http://{url_host(gateway.host)}:{port}")
+                plane.endpoints = replace(where, gateway_url=f"http://{url_host(gateway.host)}:{port}", gateway_port=port)
             _write_state_files(plane, config)
             await nursery.start(plane.loop.run)
             plane.lease = LeaseKeeper(

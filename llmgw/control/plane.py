@@ -8,7 +8,6 @@ one line handing over to the module of its concept (status, operating, node_requ
 
 from __future__ import annotations
 
-import logging
 import os
 import secrets
 import socket
@@ -24,15 +23,14 @@ from llmgw.control.applying import apply
 from llmgw.control.audit import AuditWriter
 from llmgw.control.config import ControlConfig, check_listeners_free, listening_on, reconcile_interval
 from llmgw.control.effects import PublishRoutingTable
-from llmgw.control.events import settings_published, watch_reason
 from llmgw.control.feeding import GatewayFeed
 from llmgw.control.handling import Handlers
 from llmgw.control.keys import WEBHOOK_SECRET, ReplicaKeys, SecretResolver
 from llmgw.control.looping import ControlLoop
+from llmgw.control.opening import SettingsNews
 from llmgw.control.operating import SettingsDesk
 from llmgw.control.recovering import Recovery
 from llmgw.control.registry import FleetRegistry
-from llmgw.control.restart_only import restart_notes
 from llmgw.control.state import ControlState, PassRecord, WatchState
 from llmgw.control.status import Endpoints, StatusReporter, health_details
 from llmgw.control.tracing import StartTracing
@@ -41,8 +39,6 @@ from llmgw.control.watching import SettingsWatcher
 from llmgw.plan.types import Plan
 
 __all__ = ["ControlConfig", "ControlPlane", "check_listeners_free", "listening_on"]
-
-log = logging.getLogger("llmgw.control")
 
 PASS_CONCURRENCY = 64
 """Commands awaiting their node's answer at once (8 made a 1,500-replica roll-out to 250 nodes start ~2/s)."""
@@ -55,7 +51,7 @@ AUDIT_MIN_GAP = 1.0
 class ControlPlane:
     """One control plane's parts and its view. Slots filled once opened (by `open_control_plane` only): `store`,
     `tracing`, `admin_token`, `endpoints` (`admin_url`, `gateway_url`, `agents_port`, `join_port`), `ca`, `gateway`
-    or `gateway_workers`, `lease`, `started_with`."""
+    or `gateway_workers`, `lease`, `news.started_with`."""
 
     def __init__(self, config: ControlConfig):
         self.config = config
@@ -65,8 +61,9 @@ class ControlPlane:
         self.loop = ControlLoop(ControlState(fleet=FleetRegistry(lost_after=config.node_lost_after or 30.0)),
                                 self.handlers, interval=lambda: reconcile_interval(config, self.loop.state.settings),
                                 concurrency=PASS_CONCURRENCY, coalesce=PASS_COALESCE)
+        self.news = SettingsNews(self.loop.update, config.node_lost_after)  # the watcher feeds the loop's channel
         self.watcher = SettingsWatcher(config.repo, config.branch, self.state_dir / "settings-mirror.git",
-                                       publish=self._publish_watch)
+                                       publish=self.news)
         self.keys = ReplicaKeys()
         self.feed = GatewayFeed(self.keys.get, self.secrets.get)
         self.handlers.register(PublishRoutingTable, self.feed.publish)
@@ -86,8 +83,6 @@ class ControlPlane:
         self.gateway: Any = None  # the in-process gateway (workers: 1)
         self.gateway_workers: Any = None  # the worker processes (workers > 1)
         self.lease: Any = None
-        self.started_with: tuple[Any, frozenset[str]] | None = None  # see llmgw.control.restart_only
-        self._logged_notes: tuple[str, ...] = ()
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Open this control plane (`open_control_plane`) and serve until cancelled; `task_status.started(self)`
@@ -97,17 +92,6 @@ class ControlPlane:
         async with open_control_plane(self.config, self):
             task_status.started(self)
             await trio.sleep_forever()
-
-    def _publish_watch(self, watch: WatchState) -> None:
-        """The watcher's news, sent to the loop as a transition (`llmgw.control.events.settings_published`)."""
-        settings = watch.settings
-        if self.started_with is not None and settings is not None:
-            notes = restart_notes(*self.started_with, settings.cluster)
-            for note in notes:
-                if note not in self._logged_notes:  # a log line, once; the notes themselves are in the state
-                    log.warning("%s", note)
-            self._logged_notes = notes
-        self.loop.update(settings_published(watch, self.config.node_lost_after, self.started_with), watch_reason(watch))
 
     def health_details(self) -> dict[str, Any]:
         """What the gateway's /health adds (`llmgw.control.status.health_details` of the state now)."""
@@ -125,6 +109,8 @@ class ControlPlane:
     gateway_url = property(lambda self: self.endpoints.gateway_url)
     agents_port = property(lambda self: self.endpoints.agents_port)
     join_port = property(lambda self: self.endpoints.join_port)
+    admin_port = property(lambda self: self.endpoints.admin_port)
+    gateway_port = property(lambda self: self.endpoints.gateway_port)
     watcher_repo_path = property(lambda self: self.watcher.repo_path, doc="The settings repository as read.")
 
     @property

@@ -25,13 +25,15 @@ from llmgw.settings import redact_url
 
 @dataclass(frozen=True)
 class Endpoints:
-    """Where a control plane serves: admin and gateway URLs ("" until bound or without a gateway), the agents' port
-    and the join port (None without mutual TLS)."""
+    """Where a control plane serves: admin and gateway URLs and ports ("" and 0 until bound or without a gateway),
+    the agents' port and the join port (None without mutual TLS)."""
 
     admin_url: str = ""
     gateway_url: str = ""
     agents_port: int = 0
     join_port: int | None = None
+    admin_port: int = 0
+    gateway_port: int = 0
 
 
 def failures_of(state: ControlState) -> list[dict[str, Any]]:

@@ -34,7 +34,7 @@ from llmgw.store import open_store
 from llmgw.wire import agent_message, memory_link_pair, pb
 
 from .conftest import write_seed
-from .loop_world import control_state, shard
+from .loop_world import World, control_state, shard
 
 
 @pytest.fixture
@@ -267,6 +267,31 @@ async def test_a_settings_change_publishes_the_routing_table_at_once_to_the_gate
     route = gateway.tables[-1].resolve("tiny")
     assert route is not None and feed.rebuilds == 1
     assert [r.replica_id for r in route.replicas] == ["tiny-0"]
+
+
+async def test_the_applied_ref_moves_after_the_audit_commit_queued_before_it(settings, autojump_clock):
+    handled: list[str] = []
+
+    async def slow_audit(effect) -> None:
+        await trio.sleep(1.0)  # a handler that waits does not let a later effect of its lane overtake it
+        handled.append(f"audit {effect.record.number}")
+
+    async def applied(effect) -> None:
+        handled.append(f"applied {effect.commit[:4]}")
+
+    handlers = Handlers()
+    handlers.register(WriteAudit, slow_audit, lane="audit")
+    handlers.register(SetApplied, applied, lane="audit")
+    ready = shard("tiny-0", fingerprint(settings.models["tiny"], "b11434"))
+    world = World(control_state(replace(settings, commit="c" * 40), node(ready)))
+    world.loop.handlers = handlers
+    async with trio.open_nursery() as nursery:
+        await nursery.start(world.loop.run)
+        world.loop.run_pass("test")
+        world.loop.run_pass("test")
+        await trio.sleep(5.0)
+        nursery.cancel_scope.cancel()
+    assert handled == ["audit 1", "applied cccc", "audit 2", "applied cccc"]
 
 
 def test_effects_without_a_handler_are_dropped_and_a_kind_has_one_handler():
