@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from llmgw.control.effects import Command, Effect, RememberNodes, SetApplied, WriteAudit, command_for
+from llmgw.control.effects import COMMANDS, Command, Effect, RememberNodes, SetApplied, WriteAudit, command_for
 from llmgw.control.reports import memory_thresholds, settings_view
 from llmgw.control.starting import with_starts_in_flight
 from llmgw.control.state import (
@@ -167,7 +167,7 @@ class Decision:
         return tuple(e for e in self.effects if isinstance(e, COMMAND_TYPES))
 
 
-COMMAND_TYPES = Command.__args__  # type: ignore[attr-defined]
+COMMAND_TYPES = COMMANDS
 
 
 def _starts_in_flight(state: ControlState) -> tuple:

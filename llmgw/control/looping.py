@@ -7,13 +7,13 @@
 Every event (a settings commit, an agent message, a lease renewal, an action's outcome, a timer, an admin or CLI
 request) is a pure transition `ControlState -> (ControlState, placement_relevant)` sent through one unbounded
 trigger channel; a transition may also return effects, `(state, placement_relevant, effects)`. The loop task
-folds every transition waiting, then runs the effects of the batch (`llmgw.control.deciding.change_effects`: the
+folds every transition waiting, then runs the effects of the batch (`llmgw.control.events.change_effects`: the
 routing table is published when a change was placement-relevant), and runs a reconcile pass
 (`llmgw.control.deciding.decide`) when a transition asked for one, when a backoff timer or a node's expiry is due,
 or every `interval()` seconds. Every effect (`llmgw.control.effects`) goes to its handler in the registry
 (`llmgw.control.handling`), in the loop's nursery: commands at most `concurrency` at a time, their outcomes back as
-transitions; the other effects one after the other per lane, in the order they were emitted. Nothing calls back into the
-control plane: readers take `loop.state`, an immutable value.
+transitions; the other effects one after the other per lane, in the order they were emitted. Nothing calls back
+into the control plane: readers take `loop.state`, an immutable value.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from llmgw.control.state import ControlState, PassRecord
 from llmgw.errors import LlmgwError, TemporaryError
 
 FOLD_CHUNK = 64
-"""Transitions folded (and reported to `on_change`) together while a backlog is drained."""
+"""Transitions folded together (their effects run as one batch) while a backlog is drained."""
 
 FOLD_SLICE = 0.05
 """Wall seconds of folding a backlog after which the loop lets other tasks run before it folds the rest: 2,000

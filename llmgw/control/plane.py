@@ -27,7 +27,7 @@ from llmgw.control.feeding import GatewayFeed
 from llmgw.control.handling import Handlers
 from llmgw.control.keys import WEBHOOK_SECRET, ReplicaKeys, SecretResolver
 from llmgw.control.looping import ControlLoop
-from llmgw.control.opening import SettingsNews
+from llmgw.control.opening import SettingsNews, open_control_plane
 from llmgw.control.operating import SettingsDesk
 from llmgw.control.recovering import Recovery
 from llmgw.control.registry import FleetRegistry
@@ -87,8 +87,6 @@ class ControlPlane:
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Open this control plane (`open_control_plane`) and serve until cancelled; `task_status.started(self)`
         once every listener is bound. Raises what `open_control_plane` raises."""
-        from llmgw.control.opening import open_control_plane
-
         async with open_control_plane(self.config, self):
             task_status.started(self)
             await trio.sleep_forever()
