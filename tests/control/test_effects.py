@@ -170,13 +170,12 @@ async def test_agent_settings_not_acknowledged_are_a_configure_agent_carrying_it
 
 async def test_a_leader_s_pass_is_a_write_audit_and_a_converged_one_a_set_applied(settings, tmp_path):
     ready = shard("tiny-0", fingerprint(settings.models["tiny"], "b11434"))
-    commit_settings = replace(settings, commit=None)
     repo = tmp_path / "settings.git"
     bare = pygit2.init_repository(str(repo), bare=True)
     tree = bare.TreeBuilder().write()
     signature = pygit2.Signature("t", "t@example.com")
     commit = str(bare.create_commit("refs/heads/main", signature, signature, "settings", tree, []))
-    state = control_state(replace(commit_settings, commit=commit), node(ready))
+    state = control_state(replace(settings, commit=commit), node(ready))  # a commit the ref can point at
     decision, after = decide(state, 0.0)
     audit_effect, applied = only(decision.effects, WriteAudit), only(decision.effects, SetApplied)
     assert audit_effect.state is after and applied.commit == commit and decision.record.converged
