@@ -1,6 +1,8 @@
 """llmgw.control: the control plane (settings watcher, fleet registry, reconciler, audit, admin API).
 
-    ControlPlane(ControlConfig(...))     run with `await nursery.start(plane.run)`; `plane.accept_agent(link, peer)`
+    open_control_plane(ControlConfig(...))   async with ... as plane: the wiring (llmgw.control.opening), yielding
+                                         the read-only view `ControlPlane` (llmgw.control.view.ControlView)
+    ControlPlane(ControlConfig(...))     or run with `await nursery.start(plane.run)`; `plane.accept_agent(link, peer)`
     AdminClient(url, token)              the admin API from the CLI (llmgw.control.client)
     build_route_table(settings, fleet, replica_key, secret)    the gateway's routing table (pure)
     ControlState, decide(state, now)     the one immutable state and the pure pass over it (llmgw.control.deciding)
@@ -21,7 +23,7 @@ __all__ = [
     "AdminClient", "ControlConfig", "ControlLoop", "ControlPlane", "ControlState", "Decision", "FleetRegistry",
     "NodeRecord", "PassRecord", "backoff", "decide",
     "SecretResolver", "SettingsWatcher", "WatchState", "build_route_table", "converged", "default_state_dir",
-    "replica_key", "sign_webhook", "webhook_signature_valid",
+    "open_control_plane", "replica_key", "sign_webhook", "webhook_signature_valid",
 ]
 
 
@@ -31,6 +33,10 @@ def __getattr__(name: str):
         from llmgw.control import plane
 
         return getattr(plane, name)
+    if name == "open_control_plane":
+        from llmgw.control import opening
+
+        return opening.open_control_plane
     if name in ("AdminClient", "default_state_dir"):
         from llmgw.control import client
 

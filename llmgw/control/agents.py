@@ -20,10 +20,12 @@ import trio
 
 from llmgw import __version__
 from llmgw.control.deciding import node_connected
+from llmgw.control.events import slurm_jobs_reported
 from llmgw.control.health import health_from_message
 from llmgw.control.kv_blocks import BlocksUpdate, apply_block_updates, forget_node
 from llmgw.control.reports import convert_shards, node_from_register, readings_from_heartbeat
 from llmgw.control.sessions import AgentSession, CommandOutcome
+from llmgw.control.slurm_usage import slurm_usage
 from llmgw.control.state import ControlState
 from llmgw.errors import TemporaryError, UsageError, WireError
 from llmgw.routes import BlockSnapshot
@@ -69,8 +71,6 @@ class AgentHub:
     def __init__(self, update: Update, blocks_changed: Callable[[BlockSnapshot], None] = lambda snapshot: None):
         self.sessions: dict[str, AgentSession] = {}
         self.nursery: trio.Nursery | None = None
-        # Called with (node id, SlurmReport) for a heartbeat that carries ended Slurm jobs (the controller's).
-        self.on_slurm_jobs: Callable[[str, pb.SlurmReport], None] | None = None
         self._update = update
         self.blocks = BlockSnapshot()
         self.blocks_changed = blocks_changed
@@ -189,9 +189,8 @@ class AgentHub:
             health = health_from_message(beat.health) if beat.HasField("health") else None
             steps = beat.slurm.job_steps if beat.HasField("slurm") else 0
             slurm = slurm_summary(beat.slurm) if beat.HasField("slurm") else None
-            if beat.HasField("slurm") and (beat.slurm.finished_jobs or beat.slurm.finished_until) \
-                    and self.on_slurm_jobs is not None:
-                self.on_slurm_jobs(node_id, beat.slurm)
+            if beat.HasField("slurm") and (beat.slurm.finished_jobs or beat.slurm.finished_until):
+                self._update(_slurm_jobs(node_id, beat.slurm), f"ended Slurm jobs from {node_id}")
 
             def transition(state: ControlState) -> tuple[ControlState, bool]:
                 fleet, changed = state.fleet.heartbeat(
@@ -229,6 +228,23 @@ class AgentHub:
         else:
             return
         self._update(transition, f"{kind} from {node_id}", origin)
+
+
+def _slurm_jobs(node_id: str, report: pb.SlurmReport):
+    """The transition of a heartbeat's ended Slurm jobs (the controller's): each priced into a usage record
+    (llmgw.control.slurm_usage) under the settings in force, then `slurm_jobs_reported` (which asks for a
+    `RecordSlurmUsage` of those not recorded yet). Nothing before settings are in force."""
+    jobs, until, cluster_given = tuple(report.finished_jobs), report.finished_until, report.cluster_name
+
+    def transition(state: ControlState):
+        settings = state.settings
+        if settings is None:
+            return state, False
+        cluster = cluster_given or settings.slurm.cluster_name
+        priced = tuple(slurm_usage(job, cluster, node_id, settings.cluster.gpu_hour_cost) for job in jobs)
+        return slurm_jobs_reported(state, node_id, cluster, priced, until)
+
+    return transition
 
 
 def slurm_summary(report: pb.SlurmReport) -> dict[str, Any]:

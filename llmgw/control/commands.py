@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from llmgw.control.deciding import action_key, shard_id_of  # noqa: F401 - re-exported for callers
+from llmgw.control.effects import platform_of  # noqa: F401 - re-exported for callers
 from llmgw.errors import UsageError
 from llmgw.identity import split_engine_key
 from llmgw.plan.identity import engine_version_of
@@ -76,13 +77,6 @@ def stop_shard(action: Action, settings: Settings) -> pb.StopShard:
     """The StopShard for a STOP action, with the node's `shard_stop_grace` (seconds)."""
     grace = settings.agent_settings_for(action.node_id).shard_stop_grace
     return pb.StopShard(shard_id=shard_id_of(action), grace_seconds=grace)
-
-
-def platform_of(os_name: str, arch: str) -> str:
-    """engines.yaml's platform key for what an agent reports: ("Linux 6.8.0", "x86_64") -> "linux-x86_64"."""
-    system = (os_name.split() or ["linux"])[0].lower()
-    machine = {"amd64": "x86_64", "arm64": "aarch64"}.get(arch.lower(), arch.lower() or "x86_64")
-    return f"{system}-{machine}"
 
 
 def install_engine(action: Action, settings: Settings, platform: str) -> pb.InstallEngine:

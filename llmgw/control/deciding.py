@@ -20,10 +20,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
+from llmgw.control.effects import COMMANDS, Command, Effect, RememberNodes, SetApplied, WriteAudit, command_for
 from llmgw.control.reports import memory_thresholds, settings_view
 from llmgw.control.starting import with_starts_in_flight
 from llmgw.control.state import (
-    ActionKey, ActionRecord, ControlState, Failure, InFlight, PassRecord, PlanBasis, frozen,
+    RECENT_PASSES, ActionKey, ActionRecord, ControlState, Failure, InFlight, PassRecord, PlanBasis, frozen,
 )
 from llmgw.identity import base_shard_id
 from llmgw.plan import EmptiedCatalogError, make_plan
@@ -52,8 +53,10 @@ def action_key(action: Action) -> ActionKey:
     """Identity of an action across passes: (kind, node, shard id, engine, or agent-settings fingerprint).
     START and RESTART share one."""
     kind = "start" if action.kind in (ActionKind.START, ActionKind.RESTART) else action.kind.value
-    if action.kind in (ActionKind.INSTALL, ActionKind.CONFIGURE):
+    if action.kind is ActionKind.INSTALL:
         return (kind, action.node_id, action.engine)
+    if action.kind is ActionKind.CONFIGURE:
+        return (kind, action.node_id, action.fingerprint)
     return (kind, action.node_id, shard_id_of(action))
 
 
@@ -121,7 +124,7 @@ def _observed_done(action: Action, node: NodeState | None, acked: Mapping[str, s
     if node is None:
         return False
     if action.kind is ActionKind.CONFIGURE:
-        return acked.get(action.node_id) == action.engine
+        return acked.get(action.node_id) == action.fingerprint
     if action.kind is ActionKind.INSTALL:
         return action.engine in node.engines_installed or action.engine in node.engines_installing
     shard_id = shard_id_of(action)
@@ -148,11 +151,23 @@ def refusal_for(action: Action, state: ControlState) -> str | None:
 
 @dataclass(frozen=True)
 class Decision:
-    """What one pass decided: the `plan`, the actions to `send` now (in plan order), and the pass's `record`."""
+    """What one pass decided: the `plan`, the actions to `send` now (in plan order), the pass's `record`, and the
+    `effects` to run (`llmgw.control.effects`): a command per action sent, in the same order, then (leader only)
+    `RememberNodes` when the connected nodes changed since last kept, `WriteAudit`, and `SetApplied` when the pass
+    converged."""
 
     plan: Plan
     send: tuple[Action, ...]
     record: PassRecord
+    effects: tuple[Effect, ...] = ()
+
+    @property
+    def commands(self) -> tuple[Command, ...]:
+        """The command effects, in plan order."""
+        return tuple(e for e in self.effects if isinstance(e, COMMAND_TYPES))
+
+
+COMMAND_TYPES = COMMANDS
 
 
 def _starts_in_flight(state: ControlState) -> tuple:
@@ -276,7 +291,40 @@ def decide(
         failures=_same_or_frozen(state.failures, failures), restarts=_same_or_frozen(state.restarts, restarts),
         timers=timers, plan_basis=basis, recovering=state.recovering.latched(state.fleet, now),
     )
-    return Decision(plan, tuple(send), record), following
+    effects: list[Effect] = [command_for(action, state) for action in send]
+    if following.leadership.leader:
+        following, leader_effects = _leader_writes(following, record, now)
+        effects += leader_effects
+    return Decision(plan, tuple(send), record, tuple(effects)), following
+
+
+def _leader_writes(state: ControlState, record: PassRecord, now: float) -> tuple[ControlState, list[Effect]]:
+    """(Leader.) What a pass writes besides its commands: the connected nodes when they changed since last kept and
+    the fleet is back (a half-recovered list would let the next start stop waiting too early), the audit commit,
+    and the applied ref when it converged."""
+    effects: list[Effect] = []
+    token = state.leadership.token
+    if state.recovery(now).done:
+        connected = state.connected()
+        if connected != state.remembered:
+            state = replace(state, remembered=connected)
+            effects.append(RememberNodes(connected))
+    effects.append(WriteAudit(record, state, token))
+    if record.converged and record.settings_commit:
+        effects.append(SetApplied(record.settings_commit, token))
+    return state, effects
+
+
+def timed(decision: Decision, state: ControlState, duration: float) -> tuple[Decision, ControlState]:
+    """`decision` and the `state` its pass produced, with the pass's `duration` (wall seconds) in its record, the
+    pass counted in the tallies, and the `WriteAudit` of the pass over that very state."""
+    record = replace(decision.record, duration=duration)
+    state = replace(state, last_pass=record, recent_passes=(*state.recent_passes[1 - RECENT_PASSES:], record),
+                    tallies=state.tallies.counted_pass(
+                        record.converged, duration, tuple(a.kind.value for a in decision.send)))
+    effects = tuple(replace(e, record=record, state=state) if isinstance(e, WriteAudit) else e
+                    for e in decision.effects)
+    return replace(decision, record=record, effects=effects), state
 
 
 def _same_or_frozen(old: Mapping, new: Mapping) -> Mapping:
@@ -364,7 +412,7 @@ def action_answered(state: ControlState, key: ActionKey, now: float) -> ControlS
     if flight is not None:
         in_flight[key] = replace(flight, answered_at=now)
         if flight.action.kind is ActionKind.CONFIGURE:
-            acked = frozen({**state.acked_settings, flight.action.node_id: flight.action.engine})
+            acked = frozen({**state.acked_settings, flight.action.node_id: flight.action.fingerprint})
     failures = {k: f for k, f in state.failures.items() if k != key}
     return replace(state, in_flight=frozen(in_flight), failures=frozen(failures), acked_settings=acked)
 

@@ -53,6 +53,22 @@ def token_matches(expected: str, authorization: str | None) -> bool:
     return scheme.lower() == "bearer" and hmac.compare_digest(value.strip().encode(), expected.encode())
 
 
+class ReplicaKeys:
+    """Replica keys by replica id under the store's "engine-key" secret (`secret`, set once the store is open),
+    each kept once computed (every routing-table build asks for every ready replica's)."""
+
+    def __init__(self, secret: bytes = b""):
+        self.secret = secret
+        self._keys: dict[str, str] = {}
+
+    def get(self, replica_id: str) -> str:
+        """`replica_key(secret, replica_id)`, from the cache when computed before."""
+        key = self._keys.get(replica_id)
+        if key is None:
+            key = self._keys[replica_id] = replica_key(self.secret, replica_id)
+        return key
+
+
 class SecretResolver:
     """Looks up named secrets in a directory, then the environment. Values are never logged or committed."""
 

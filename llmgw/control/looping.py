@@ -1,17 +1,19 @@
 """`ControlLoop`: the one place where the control plane's state changes.
 
-    loop = ControlLoop(ControlState(), execute, interval=lambda: 10.0, on_change=..., on_pass=...)
+    loop = ControlLoop(ControlState(), handlers, interval=lambda: 10.0)   # handlers: llmgw.control.handling
     await nursery.start(loop.run)
     loop.update(lambda s: (replace(s, leadership=...), True), "became leader")   # from any task, never blocks
 
 Every event (a settings commit, an agent message, a lease renewal, an action's outcome, a timer, an admin or CLI
 request) is a pure transition `ControlState -> (ControlState, placement_relevant)` sent through one unbounded
-trigger channel. The loop task folds every transition waiting, calls `on_change(old, new, reasons)` once for the
-batch (the control plane rebuilds the routing table there when a change was placement-relevant), and runs a
-reconcile pass (`llmgw.control.deciding.decide`) when a transition asked for one, when a backoff timer or a node's
-expiry is due, or every `interval()` seconds. The pass's actions are then sent in the loop's nursery, at most
-`concurrency` at a time; their outcomes come back as transitions. Nothing reads state back through a callback:
-readers take `loop.state`, an immutable value.
+trigger channel; a transition may also return effects, `(state, placement_relevant, effects)`. The loop task
+folds every transition waiting, then runs the effects of the batch (`llmgw.control.events.change_effects`: the
+routing table is published when a change was placement-relevant), and runs a reconcile pass
+(`llmgw.control.deciding.decide`) when a transition asked for one, when a backoff timer or a node's expiry is due,
+or every `interval()` seconds. Every effect (`llmgw.control.effects`) goes to its handler in the registry
+(`llmgw.control.handling`), in the loop's nursery: commands at most `concurrency` at a time, their outcomes back as
+transitions; the other effects one after the other per lane, in the order they were emitted. Nothing calls back
+into the control plane: readers take `loop.state`, an immutable value.
 """
 
 from __future__ import annotations
@@ -19,21 +21,23 @@ from __future__ import annotations
 import math
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 import trio
 
 from llmgw.control.deciding import (
-    Decision, action_answered, action_failed, action_key, decide, needs_planning, plan_stage,
+    COMMAND_TYPES, action_answered, action_failed, action_key, decide, needs_planning, plan_stage, timed,
 )
+from llmgw.control.events import change_effects
+from llmgw.control.effects import Command, ConfigureAgent, Effect
+from llmgw.control.handling import Handlers
 from llmgw.control.state import ControlState, PassRecord
 from llmgw.errors import LlmgwError, TemporaryError
-from llmgw.plan.types import Action, ActionKind
-from llmgw.settings.model import Settings
 
 FOLD_CHUNK = 64
-"""Transitions folded (and reported to `on_change`) together while a backlog is drained."""
+"""Transitions folded together (their effects run as one batch) while a backlog is drained."""
 
 FOLD_SLICE = 0.05
 """Wall seconds of folding a backlog after which the loop lets other tasks run before it folds the rest: 2,000
@@ -46,48 +50,49 @@ folding events (`ControlLoop.plan_cost`). At 2,000 nodes a plan took 0.5-2.4 s o
 all in one task step: every heartbeat waited behind it (docs/scale.md). Cheaper plans (small fleets, every test's)
 stay on the loop, where they cost less than the thread hand-off."""
 
-Transition = Callable[[ControlState], "tuple[ControlState, bool]"]
-"""A pure event: the next state, and whether the change is placement-relevant (wakes a pass)."""
+Transition = Callable[[ControlState], "tuple[ControlState, bool] | tuple[ControlState, bool, tuple[Effect, ...]]"]
+"""A pure event: the next state, whether the change is placement-relevant (wakes a pass), and optionally the
+effects it asks for."""
 
 
 class ControlLoop:
     """Owns `state` (a `ControlState`) and the only task that replaces it.
 
-    `execute(action, settings)` sends one action's command and waits for its node's answer (raising LlmgwError;
-    a TemporaryError's `delay` is honoured). A pass's commands are sent concurrently, but for a node that also gets
-    a CONFIGURE (new agent settings) in the pass: its other commands wait until that one is answered. `on_change(old, new, reasons)` runs after each batch of events and
-    after each pass; `reasons` is empty when nothing placement-relevant changed. `on_pass(decision, state)` runs
-    after each pass with the state it produced. `interval()` is the seconds between passes when nothing wakes one.
+    `handlers` (`llmgw.control.handling.Handlers`, None: none yet, `register` them before `run`): a command's
+    handler sends it and waits for its node's answer (raising LlmgwError; a TemporaryError's `delay` is honoured);
+    a command without a handler counts as answered. A pass's commands are sent concurrently, but for a node that
+    also gets a ConfigureAgent (new agent settings) in the pass: its other commands wait until that one is answered.
+    A command is not sent once this control plane lost the leader lease after the pass that chose it (it fails with
+    a TemporaryError). `tracing` (a `llmgw.control.tracing.StartTracing`, None: off) sees each change and each pass.
+    `interval()` is the seconds between passes when nothing wakes one.
     """
 
     def __init__(
         self,
         state: ControlState,
-        execute: Callable[[Action, Settings], Awaitable[None]],
+        handlers: Handlers | None = None,
         *,
         interval: Callable[[], float] = lambda: 10.0,
-        on_change: Callable[[ControlState, ControlState, list[str]], None] = lambda old, new, reasons: None,
-        on_pass: Callable[[Decision, ControlState], None] = lambda decision, state: None,
+        tracing: Any = None,
         concurrency: int = 8,
         settle_after: float = 15.0,
         coalesce: float = 0.0,
         plan: Callable[[ControlState], tuple] = plan_stage,
     ):
         self.state = state
-        self._execute = execute
+        self.handlers = handlers if handlers is not None else Handlers()
+        self.tracing = tracing
         self._interval = interval
-        self._on_change = on_change
-        self._on_pass = on_pass
         self._limiter = trio.CapacityLimiter(concurrency)
         self.settle_after = settle_after
         self.coalesce = coalesce
         """Seconds between the end of a pass and the next: events arriving meanwhile are folded into one batch and
         one pass (a burst of answers during a roll-out costs one pass per `coalesce`, not one per answer). When
-        above 0, the gap is at least what the last pass cost too (`pass_cost`: decide and the `on_change` and
-        `on_pass` callbacks, seconds of wall time), so passes take at most half the loop's time and heartbeats are
+        above 0, the gap is at least what the last pass cost too (`pass_cost`: decide and the effects' dispatch,
+        seconds of wall time), so passes take at most half the loop's time and heartbeats are
         folded between them however large the fleet (bench/fleet_scale.py: 1,000 agents joining at once)."""
         self.pass_cost = 0.0
-        """Wall seconds the last pass took, callbacks included (and its plan, when made aside)."""
+        """Wall seconds the last pass took, dispatch included (and its plan, when made aside)."""
         self._plan = plan
         self.plan_cost = 0.0
         """Wall seconds the last plan from scratch took (on the loop or in its thread); above `PLAN_ASIDE_AFTER` the
@@ -105,6 +110,9 @@ class ControlLoop:
         to the loop folding it, for the latest 4,096 such events."""
         self._pass_done = trio.Event()
         self._nursery: trio.Nursery | None = None
+        self._queued = self._taken = 0  # events sent to the channel, and taken from it
+        self._barriers: list[tuple[int, trio.Event]] = []
+        self._lanes: dict[str, trio.MemorySendChannel] = {}
 
     # -- events -------------------------------------------------------------------------------------------
 
@@ -116,6 +124,16 @@ class ControlLoop:
         given, the seconds from then to the fold are kept in `fold_latencies`. Never blocks; safe from any task
         of the loop's trio run."""
         self._send.send_nowait((transition, reason, origin_unix))
+        self._queued += 1
+
+    async def folded_all(self) -> None:
+        """Wait until every event queued before this call is folded into `state`. A checkpoint."""
+        if self._taken >= self._queued:
+            await trio.lowlevel.checkpoint()
+            return
+        done = trio.Event()
+        self._barriers.append((self._queued, done))
+        await done.wait()
 
     def kick(self, reason: str) -> None:
         """Bring the next pass forward (`reason` is recorded as its trigger)."""
@@ -130,14 +148,17 @@ class ControlLoop:
     # -- the loop -----------------------------------------------------------------------------------------
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
-        """Fold events and run passes until cancelled."""
+        """Fold events and run passes until cancelled. The events queued before it runs (the control plane's initial
+        recovery, the first settings) are folded before `task_status.started()`."""
         async with trio.open_nursery() as nursery:
-            self._nursery = nursery
+            self._nursery, self._lanes = nursery, {}
+            waiting: list[str] = []
+            self._fold(self._drain(math.inf), waiting)
             task_status.started()
             next_pass = trio.current_time() + self._interval()
             while True:
-                deadline = min(next_pass, self._next_due())
-                triggers: list[str] = []
+                triggers, waiting = waiting, []
+                deadline = min(next_pass, self._next_due()) if not triggers else trio.current_time()
                 with trio.move_on_at(deadline):
                     item = await self._receive.receive()
                     self._fold([item], triggers)
@@ -213,8 +234,14 @@ class ControlLoop:
     def _fold(self, items: list, triggers: list[str]) -> None:
         if not items:
             return
+        self._taken += len(items)
+        if self._barriers:
+            for barrier in [b for b in self._barriers if b[0] <= self._taken]:
+                self._barriers.remove(barrier)
+                barrier[1].set()
         old = state = self.state
         reasons: list[str] = []
+        effects: list[Effect] = []
         folded_unix = None
         for transition, reason, origin_unix in items:
             if origin_unix is not None:
@@ -224,14 +251,19 @@ class ControlLoop:
                 if reason:
                     triggers.append(reason)
                 continue
-            state, relevant = transition(state)
+            result = transition(state)
+            state, relevant = result[0], result[1]
+            if len(result) > 2:
+                effects.extend(result[2])
             self.folded += 1
             if relevant and reason:
                 reasons.append(reason)
         self.state = state
         triggers.extend(reasons)
         if state is not old:
-            self._on_change(old, state, reasons)
+            self._changed(old, state, reasons, effects)
+        elif effects:
+            self._dispatch(effects)
 
     def _expire(self, now: float) -> str | None:
         fleet, lost = self.state.fleet.expire(now)
@@ -240,8 +272,30 @@ class ControlLoop:
         old = self.state
         self.state = old.with_fleet(fleet)
         reason = f"node {', '.join(lost)} lost"
-        self._on_change(old, self.state, [reason])
+        self._changed(old, self.state, [reason])
         return reason
+
+    def _changed(self, old: ControlState, new: ControlState, reasons: list[str], effects: list[Effect] = ()) -> None:
+        """After a batch of events or a pass changed `old` into `new`: run the batch's `effects` and the change's."""
+        if self.tracing is not None:
+            self.tracing.on_change(old, new)
+        self._dispatch([*effects, *change_effects(old, new, reasons)])
+
+    def _dispatch(self, effects: list[Effect]) -> None:
+        """Queue `effects` (none a command) to their lanes (`llmgw.control.handling`), each lane's handled one
+        after the other by a task of the loop's nursery; an effect without a handler is dropped."""
+        for effect in effects:
+            handler = self.handlers.get(effect)
+            if handler is None:
+                continue
+            lane = self.handlers.lane(effect)
+            send = self._lanes.get(lane)
+            if send is None:
+                assert self._nursery is not None, "ControlLoop.run must be running"
+                send, receive = trio.open_memory_channel[tuple](math.inf)
+                self._lanes[lane] = send
+                self._nursery.start_soon(_in_order, receive)
+            send.send_nowait((effect, handler))
 
     def run_pass(self, trigger: str, planned: tuple | None = None, planned_seconds: float = 0.0) -> PassRecord | None:
         """Run one pass now (not a checkpoint): decide, record the next state, start sending its actions.
@@ -264,42 +318,47 @@ class ControlLoop:
         duration = time.perf_counter() - took + planned_seconds  # CPU-bound: the wall time of decide (and plan)
         if planned is None and decision.plan is not old.last_plan:  # planned from scratch on the loop
             self.plan_cost = duration
-        record = replace(decision.record, duration=duration)
-        decision = replace(decision, record=record)
-        state = replace(state, last_pass=record, tallies=state.tallies.counted_pass(
-            record.converged, duration, tuple(a.kind.value for a in decision.send)))
+        decision, state = timed(decision, state, duration)
         self.state = state
-        configured = {a.node_id: trio.Event() for a in decision.send if a.kind is ActionKind.CONFIGURE}
-        for action in decision.send:
+        commands = decision.commands
+        configured = {c.node_id: trio.Event() for c in commands if isinstance(c, ConfigureAgent)}
+        for command in commands:
             assert self._nursery is not None, "ControlLoop.run must be running"
-            first = configured.get(action.node_id)
-            if action.kind is ActionKind.CONFIGURE:
-                self._nursery.start_soon(self._run_action, action, state.settings, None, first)
+            first = configured.get(command.node_id)
+            if isinstance(command, ConfigureAgent):
+                self._nursery.start_soon(self._run_command, command, None, first)
             else:  # a node's new agent settings (directories, mirrors, tracing) reach it before its other commands
-                self._nursery.start_soon(self._run_action, action, state.settings, first, None)
-        self._on_change(old, state, [])
-        self._on_pass(decision, state)
+                self._nursery.start_soon(self._run_command, command, first, None)
+        if self.tracing is not None:
+            self.tracing.after_pass(decision, state)
+        self._changed(old, state, [], [e for e in decision.effects if not isinstance(e, COMMAND_TYPES)])
         event, self._pass_done = self._pass_done, trio.Event()
         event.set()
         return decision.record
 
-    async def _run_action(self, action: Action, settings: Settings, after: trio.Event | None = None,
-                          done: trio.Event | None = None) -> None:
-        """Send `action` (once `after` is set, when given: its node's CONFIGURE of the same pass was answered or
-        failed) and record its outcome; set `done` at the end, whatever happened."""
+    async def _run_command(self, command: Command, after: trio.Event | None = None,
+                           done: trio.Event | None = None) -> None:
+        """Send `command` (once `after` is set, when given: its node's ConfigureAgent of the same pass was answered
+        or failed) and record its outcome; set `done` at the end, whatever happened."""
         try:
             if after is not None:
                 await after.wait()
-            await self._send_action(action, settings)
+            await self._send_command(command)
         finally:
             if done is not None:
                 done.set()
 
-    async def _send_action(self, action: Action, settings: Settings) -> None:
+    async def _send_command(self, command: Command) -> None:
+        action = command.action
         key = action_key(action)
         async with self._limiter:
             try:
-                await self._execute(action, settings)
+                if not self.state.leadership.leader:  # the lease ended after the pass that chose this command
+                    raise TemporaryError(f"this control plane no longer holds the leader lease; {action.kind.value} "
+                                         f"on {action.node_id} is left to the leader.")
+                handler = self.handlers.get(command)
+                if handler is not None:
+                    await handler(command)
             except LlmgwError as exc:
                 delay = exc.delay if isinstance(exc, TemporaryError) else None
                 now, error = trio.current_time(), str(exc)
@@ -310,6 +369,12 @@ class ControlLoop:
         now = trio.current_time()
         self.update(lambda s: (_counted(action_answered(s, key, now), action.kind.value, "succeeded"), True),
                     f"{action.kind.value} {key[2]} answered")
+
+
+async def _in_order(lane: trio.MemoryReceiveChannel) -> None:
+    """Await each (effect, handler) of `lane` in turn, forever."""
+    async for effect, handler in lane:
+        await handler(effect)
 
 
 def _counted(state: ControlState, kind: str, outcome: str) -> ControlState:

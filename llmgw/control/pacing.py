@@ -1,8 +1,8 @@
 """When to rebuild the routing table: at once while a rebuild is cheap, at most a share of the loop's time when not.
 
-Each batch of placement-relevant events asks for a new routing table (`ControlPlane._on_change`). A rebuild walked
-the whole fleet (`FleetRegistry.fleet`, `fleet_for`, `build_route_table`): about a millisecond for tens of nodes,
-but for 2,000 nodes joining at once it ran on every batch, seconds of the trio loop's time per second
+Each batch of placement-relevant events asks for a new routing table (`PublishRoutingTable`, handled by
+`llmgw.control.feeding.GatewayFeed`). A rebuild walked the whole fleet (`FleetRegistry.fleet`, `fleet_for`,
+`build_route_table`): about a millisecond for tens of nodes, but for 2,000 nodes joining at once it ran on every batch, seconds of the trio loop's time per second
 (docs/scale.md, issue 18, the stall recorder's samples). It now looks again only at the nodes whose shards changed
 (`llmgw.control.routing.ReadyRoutes`), and the table itself is built per model; pacing stays for what is left. `Pacer` decides: a rebuild that last cost less than
 `free` seconds runs at once (small fleets see no change); a costlier one runs at once when the previous one ended at

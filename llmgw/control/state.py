@@ -209,6 +209,27 @@ class PlanBasis:
     changes: tuple[Action, ...]
 
 
+RECENT_PASSES = 100
+"""Pass records `ControlState.recent_passes` keeps."""
+
+SLURM_RECORDED_MAX = 20000
+"""Ended Slurm jobs whose usage a control plane remembers having recorded (the store dedups beyond that)."""
+
+
+@dataclass(frozen=True)
+class SlurmLedger:
+    """Which ended Slurm jobs this control plane recorded into usage (llmgw.control.slurm_usage).
+
+    `recorded`: request ids recorded or being recorded, oldest first (at most `SLURM_RECORDED_MAX`); `cursors`: per
+    Slurm cluster, the sacct cursor (unix seconds) last written or being written; `failed`: request ids whose
+    recording failed (the cursor does not move past them; the agent sends them again).
+    """
+
+    recorded: Mapping[str, None] = field(default_factory=frozen)
+    cursors: Mapping[str, float] = field(default_factory=frozen)
+    failed: frozenset[str] = frozenset()
+
+
 @dataclass(frozen=True)
 class ControlState:
     """The control plane's one state. Build the next one with `dataclasses.replace` or the `with_*` helpers.
@@ -222,6 +243,12 @@ class ControlState:
     running counts of passes and actions (llmgw.control.tallies), what /metrics exports. `plan_basis`: what
     `last_plan` was made from (None: nothing to reuse). `recovering`: how far the control plane has its fleet back
     since it started (the gateway's /health says "recovering" until then; latched by each pass once done).
+    `audit_snapshot`: the status snapshot (`llmgw.control.audit.audit_snapshot`) of the last audit commit queued
+    (None: none yet). `remembered`: the connected node ids last kept in the store as leader (None: not yet, or the
+    write failed). `slurm`: the Slurm jobs recorded into usage and the sacct cursors. `apply_holder`: who runs the
+    `llmgw apply` in progress (None: none). `recent_passes`: the latest passes' records (at most
+    `RECENT_PASSES`), oldest first. `restart_notes`: the settings in force that only a restart of the control plane
+    applies (llmgw.control.restart_only), one sentence each.
     """
 
     watch: WatchState = WatchState()
@@ -240,11 +267,22 @@ class ControlState:
     tallies: Tallies = Tallies()
     plan_basis: PlanBasis | None = None
     recovering: Recovering = Recovering()
+    audit_snapshot: Mapping | None = None
+    remembered: frozenset[str] | None = None
+    slurm: SlurmLedger = SlurmLedger()
+    apply_holder: str | None = None
+    recent_passes: tuple[PassRecord, ...] = ()
+    restart_notes: tuple[str, ...] = ()
 
     @property
     def settings(self) -> Settings | None:
         """The settings in force (None before any commit validated)."""
         return self.watch.settings
+
+    def connected(self) -> frozenset[str]:
+        """The ids of the nodes whose agents have a stream open to this control plane (the fleet's records say so:
+        the one place connections are kept; the agent hub holds only the streams)."""
+        return frozenset(r.node_id for r in self.fleet.records() if r.connected)
 
     def with_fleet(self, fleet: FleetRegistry) -> ControlState:
         return self if fleet is self.fleet else replace(self, fleet=fleet)

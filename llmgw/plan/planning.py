@@ -185,7 +185,7 @@ class _Planner(Spanning, Placement):
                 wanted = with_slurm_role(wanted, role)
             if node.agent_settings_applied != wanted:
                 reason = "agent settings changed" if node.agent_settings_applied else "node has no agent settings yet"
-                self.actions.append(Action(ActionKind.CONFIGURE, node.node_id, engine=wanted, reason=reason))
+                self.actions.append(Action(ActionKind.CONFIGURE, node.node_id, fingerprint=wanted, reason=reason))
 
     def unwanted_reason(self, shard: ObservedShard, stopped: bool) -> str:
         if stopped:

@@ -85,7 +85,8 @@ def plan_to_json(plan: Plan) -> dict[str, Any]:
     """Return `plan` as JSON-ready data (dicts, lists, str, int, float, bool, None); no secret is in a plan.
 
     Shape: {"version": 1, "settings_commit", "changes": bool, "actions": [{"kind", "node_id", "replica_id",
-    "shard_id", "model", "engine", "reason", "previous_node", "assignment": {...} | null}], "assignments":
+    "shard_id", "model", "engine", "fingerprint", "reason", "previous_node", "assignment": {...} | null}]
+    ("engine": an INSTALL's engine key; "fingerprint": a CONFIGURE's agent-settings fingerprint), "assignments":
     [{"replica_id", "model", "node_id", "shard_id", "devices", "cpu_cores", "memory_bytes", "fingerprint"}],
     "unplaced": [{"replica_id", "model", "reasons": [{"node", "reason"}]}], "notes": [str]}.
     """
@@ -95,7 +96,7 @@ def plan_to_json(plan: Plan) -> dict[str, Any]:
         "changes": plan.changes,
         "actions": [{
             "kind": a.kind.value, "node_id": a.node_id, "replica_id": a.replica_id, "shard_id": a.shard_id,
-            "model": a.model, "engine": a.engine, "reason": a.reason, "previous_node": a.previous_node,
+            "model": a.model, "engine": a.engine, "fingerprint": a.fingerprint, "reason": a.reason, "previous_node": a.previous_node,
             "assignment": _assignment_json(a.assignment) if a.assignment is not None else None,
         } for a in plan.actions],
         "assignments": [_assignment_json(a) for a in plan.assignments],

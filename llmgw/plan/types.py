@@ -167,6 +167,9 @@ class Assignment:
 class Action:
     """One step of a plan: `kind` on `node_id` for `replica_id` / `shard_id` (engine key for INSTALL), and why.
 
+    `engine` is the engine key ("llama.cpp@b11434") of an INSTALL, `fingerprint` the agent-settings fingerprint a
+    CONFIGURE sends (`llmgw.plan.planning`); each field means one thing only.
+
     `previous_node` is set on a START that replaces a shard of the same replica elsewhere (a lost node, a
     roll to another node): renderers show it as a move.
     """
@@ -180,6 +183,7 @@ class Action:
     assignment: Assignment | None = None
     reason: str = ""
     previous_node: str = ""
+    fingerprint: str = ""
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ from dataclasses import replace
 import trio
 
 from llmgw.control import ControlLoop, ControlState, FleetRegistry
+from llmgw.control.handling import Handlers, every_command
 from llmgw.control.state import Leadership, WatchState, frozen
 from llmgw.plan import agent_settings_fingerprint
 from llmgw.plan.types import NodeState, ObservedShard, ShardState
@@ -46,11 +47,12 @@ class World:
     def __init__(self, state: ControlState):
         self.sent: list[tuple[str, str, float]] = []
         self.fail: Exception | None = None
-        self.loop = ControlLoop(state, self.execute, interval=lambda: 1000.0)
+        self.loop = ControlLoop(state, Handlers(every_command(self.execute)), interval=lambda: 1000.0)
 
-    async def execute(self, action, settings) -> None:
-        self.sent.append((action.kind.value, action.shard_id or action.replica_id or action.engine,
-                          trio.current_time()))
+    async def execute(self, command) -> None:
+        action = command.action
+        self.sent.append((action.kind.value, action.shard_id or action.replica_id or action.engine
+                          or action.fingerprint, trio.current_time()))
         if self.fail is not None:
             raise self.fail
 

@@ -135,7 +135,7 @@ def test_a_node_that_has_not_acknowledged_its_agent_settings_is_sent_them_first(
     state = control_state(one_replica, node(shard("tiny-0", fp(one_replica))), acked=False)
     decision, after = decide(state, 0.0)
     wanted = agent_settings_fingerprint(one_replica, "n1")
-    assert [(a.kind.value, a.engine) for a in decision.send] == [("configure", wanted)]
+    assert [(a.kind.value, a.fingerprint) for a in decision.send] == [("configure", wanted)]
     assert not decision.record.converged and ("configure", "n1", wanted) in after.in_flight
 
 

@@ -36,3 +36,21 @@ def test_the_admin_api_apply_and_restart_use_only_what_the_view_names():
         used = plane_attributes(CONTROL / module)
         assert used, module
         assert used <= VIEW_NAMES, f"{module} reaches into the plane for {sorted(used - VIEW_NAMES)}"
+
+
+async def test_open_control_plane_yields_the_view_with_its_listeners_bound(settings_repo, tmp_path):
+    import trio
+
+    from llmgw.control import open_control_plane
+    from llmgw.settings.model import Listener
+
+    config = ControlConfig(repo=str(settings_repo), state_dir=tmp_path / "state", gateway=False,
+                           admin_listener=Listener("127.0.0.1", 0), agents_listener=Listener("127.0.0.1", 0))
+    async with open_control_plane(config) as plane:
+        assert isinstance(plane, ControlView)
+        assert plane.admin_url.startswith("http://127.0.0.1:") and plane.agents_port > 0
+        with trio.fail_after(10):
+            while plane.snapshot().settings is None or not plane.snapshot().leadership.leader:
+                await trio.sleep(0.05)
+        assert plane.status(readings=False)["control_plane"]["admin_url"] == plane.admin_url
+    assert (tmp_path / "state" / "admin-url").read_text().strip() == plane.admin_url

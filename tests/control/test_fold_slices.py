@@ -9,11 +9,13 @@ import time
 
 import trio
 
+from llmgw.control.handling import Handlers, every_command
+
 from llmgw.control.looping import FOLD_CHUNK, FOLD_SLICE, ControlLoop
 from llmgw.control.state import ControlState
 
 
-async def never(action, settings) -> None:
+async def never(command) -> None:
     raise AssertionError("no pass should command anything")
 
 
@@ -41,7 +43,7 @@ def test_a_backlog_of_slow_transitions_is_folded_in_slices_in_order():
         return transition
 
     async def main() -> None:
-        loop = ControlLoop(ControlState(), never, interval=lambda: 3600.0)
+        loop = ControlLoop(ControlState(), Handlers(every_command(never)), interval=lambda: 3600.0)
         async with trio.open_nursery() as nursery:
             await nursery.start(loop.run)
             for number in range(300):

@@ -9,6 +9,8 @@ from dataclasses import replace
 
 import trio
 
+from llmgw.control.handling import Handlers, every_command
+
 from llmgw.control.deciding import plan_stage
 from llmgw.control.looping import PLAN_ASIDE_AFTER, ControlLoop
 from llmgw.control.state import ControlState
@@ -16,7 +18,7 @@ from llmgw.control.state import ControlState
 from .test_decide_invariants import random_state
 
 
-async def sent(action, settings) -> None:
+async def sent(command) -> None:
     """Every command is answered at once."""
 
 
@@ -36,7 +38,7 @@ def test_heartbeats_are_folded_while_a_costly_plan_is_made():
         return state, False
 
     async def main() -> None:
-        loop = ControlLoop(state, sent, interval=lambda: 3600.0, plan=costly_plan)
+        loop = ControlLoop(state, Handlers(every_command(sent)), interval=lambda: 3600.0, plan=costly_plan)
         loop.plan_cost = PLAN_ASIDE_AFTER * 10  # the last plan from scratch was costly
         async with trio.open_nursery() as nursery:
             await nursery.start(loop.run)

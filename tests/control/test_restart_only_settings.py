@@ -39,16 +39,16 @@ async def test_a_gateway_workers_commit_is_said_to_need_a_restart(tmp_path, capl
         assert "notes" not in plane.status(readings=False)
         two = commit_directly(repo, "llmgw.yaml", yaml.replace(ONE_WORKER, ONE_WORKER[:-1] + ", workers: 2}").encode(),
                               "two gateway workers")
-        assert (await plane.watcher.poll()).settings.commit == two
+        assert (await plane.reload()).settings.commit == two
         expected = [f"llmgw.yaml listeners.gateway.workers is 2 in the settings in force but 1 runs: {RESTART}"]
         if not noted:  # `llmgw server --gateway-workers 1` decides at every start, whatever the settings say
             expected = []
         assert plane.status(readings=False).get("notes", []) == expected
         commit_directly(repo, "projects.yaml", (seed / "projects.yaml").read_bytes() + b"# touched\n", "another")
-        await plane.watcher.poll()
+        await plane.reload()
         assert warnings_about(caplog, "listeners.gateway.workers") == expected  # logged once, not per commit
         commit_directly(repo, "llmgw.yaml", yaml.encode(), "back to one worker")
-        await plane.watcher.poll()
+        await plane.reload()
         assert "notes" not in plane.status(readings=False)
         nursery.cancel_scope.cancel()
 

@@ -66,7 +66,7 @@ def test_the_planner_configures_a_node_again_when_its_part_in_slurm_changes() ->
     settings = Settings(cluster=ClusterSettings(name="t"), slurm=slurm())
     plain = agent_settings_fingerprint(settings, "g1")
     nodes = tuple(replace(node, agent_settings_applied=plain) for node in FLEET.nodes)
-    configured = {a.node_id: a.engine for a in make_plan(settings, Fleet(nodes)).actions
+    configured = {a.node_id: a.fingerprint for a in make_plan(settings, Fleet(nodes)).actions
                   if a.kind is ActionKind.CONFIGURE}
     assert set(configured) == {"ctl", "g1", "g2"}  # web has no part: its settings are the plain ones
 

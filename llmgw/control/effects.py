@@ -1,0 +1,173 @@
+"""Effects: what the control plane does next, as data. Pure: frozen values, no I/O.
+
+`llmgw.control.deciding.decide` returns them for a pass, and an event's transition may return them too (a heartbeat
+with ended Slurm jobs asks for `RecordSlurmUsage`, a placement-relevant change for `PublishRoutingTable`). The control
+loop (`llmgw.control.looping`) hands each one to the one async handler its type has in the registry
+(`llmgw.control.handlers`); what the handler learns comes back as a transition on the loop's channel. A tagged
+union: one class per kind, each field meaning one thing.
+
+Commands to an agent (each answered by the node; the loop turns the answer into `action_answered` /
+`action_failed`):
+- `StartShard`: a START or RESTART `action` (they share one `key`: a restart is a start again).
+- `StopShard`: a STOP `action`.
+- `InstallEngine`: an INSTALL `action`, for the node's `platform` ("linux-x86_64").
+- `ConfigureAgent`: the agent settings of `node_id` whose fingerprint is `fingerprint`; `fleet` is the fleet the
+  node's part in Slurm is worked out from.
+
+Writes of the leader after a pass: `WriteAudit` (an audit commit of the pass when the status changed or a command
+was sent), `SetApplied` (refs/llmgw/applied moves to a commit the fleet converged to), `RememberNodes` (the
+connected node ids kept in the store, so a control plane started again knows whom to wait for).
+
+Events' effects: `RecordSlurmUsage` (ended Slurm jobs priced into usage, then the sacct cursor moved) and
+`PublishRoutingTable` (the gateway's routing table rebuilt from `state`).
+
+Every command effect carries `token`, the leader lease's fencing token of the pass that chose it (the agent refuses
+an older term's), and `settings`, the settings in force for that pass.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Union
+
+from llmgw.control.registry import FleetRegistry
+from llmgw.control.state import ControlState, PassRecord
+from llmgw.plan.types import Action, ActionKind
+from llmgw.settings.model import Settings
+
+
+@dataclass(frozen=True)
+class StartShard:
+    """Start (or restart) the shard of `action` (kind START or RESTART) on its node."""
+
+    action: Action
+    settings: Settings
+    token: int = 0
+
+    @property
+    def node_id(self) -> str:
+        return self.action.node_id
+
+
+@dataclass(frozen=True)
+class StopShard:
+    """Stop the shard of `action` (kind STOP) on its node, within the node's `shard_stop_grace`."""
+
+    action: Action
+    settings: Settings
+    token: int = 0
+
+    @property
+    def node_id(self) -> str:
+        return self.action.node_id
+
+
+@dataclass(frozen=True)
+class InstallEngine:
+    """Install the engine version `action.engine` ("llama.cpp@b11434") on its node, the archive for `platform`."""
+
+    action: Action
+    settings: Settings
+    platform: str = "linux-x86_64"
+    token: int = 0
+
+    @property
+    def node_id(self) -> str:
+        return self.action.node_id
+
+
+@dataclass(frozen=True)
+class ConfigureAgent:
+    """Send `node_id` its agent settings (with its part in Slurm, worked out from `fleet`); `fingerprint` is what
+    the node acknowledges them by (`llmgw.plan.agent_settings_fingerprint`). `action`: the planned CONFIGURE."""
+
+    node_id: str
+    fingerprint: str
+    action: Action
+    settings: Settings
+    fleet: FleetRegistry
+    token: int = 0
+
+
+Command = Union[StartShard, StopShard, InstallEngine, ConfigureAgent]
+"""The effects that are commands to one node's agent."""
+
+
+@dataclass(frozen=True)
+class WriteAudit:
+    """(Leader.) Queue the audit commit of pass `record` over `state` (the state that pass produced), unless
+    nothing was sent and the status is what `state.audit_snapshot` holds. `token`: the lease's fencing token."""
+
+    record: PassRecord
+    state: ControlState
+    token: int = 0
+
+
+@dataclass(frozen=True)
+class SetApplied:
+    """(Leader.) Move refs/llmgw/applied to settings commit `commit`: the fleet converged to it."""
+
+    commit: str
+    token: int = 0
+
+
+@dataclass(frozen=True)
+class RememberNodes:
+    """(Leader.) Keep `nodes`, the connected node ids, in the store (llmgw.control.recovering)."""
+
+    nodes: frozenset[str]
+
+
+@dataclass(frozen=True)
+class RecordSlurmUsage:
+    """Record the ended Slurm jobs `jobs` ((request id, usage record) pairs, `llmgw.control.slurm_usage`) reported
+    by `node_id` for Slurm cluster `cluster`; then, when `until` (unix seconds) is given and no job failed, move the
+    cluster's sacct cursor there and tell the node. `failed`: request ids whose recording failed before."""
+
+    node_id: str
+    cluster: str
+    jobs: tuple[tuple[str, Any], ...]
+    until: float = 0.0
+    failed: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
+class PublishRoutingTable:
+    """Rebuild the gateway's routing table from `state` and hand it to the gateway: `at_once` (the settings
+    changed), or paced by how long a rebuild takes (`llmgw.control.pacing`)."""
+
+    state: ControlState
+    at_once: bool = False
+
+
+Effect = Union[StartShard, StopShard, InstallEngine, ConfigureAgent, WriteAudit, SetApplied, RememberNodes,
+               RecordSlurmUsage, PublishRoutingTable]
+"""Every kind of effect (see the module docstring)."""
+
+COMMANDS = (StartShard, StopShard, InstallEngine, ConfigureAgent)
+
+
+def command_for(action: Action, state: ControlState) -> Command:
+    """The command effect of a planned action chosen to be sent (kind START, RESTART, STOP, INSTALL or CONFIGURE)
+    in a pass over `state` (whose settings must be in force). Raises ValueError for KEEP."""
+    settings = state.settings
+    assert settings is not None
+    token = state.leadership.token
+    if action.kind in (ActionKind.START, ActionKind.RESTART):
+        return StartShard(action, settings, token)
+    if action.kind is ActionKind.STOP:
+        return StopShard(action, settings, token)
+    if action.kind is ActionKind.INSTALL:
+        record = state.fleet.get(action.node_id)
+        return InstallEngine(action, settings, platform_of(record.os, record.arch) if record else "linux-x86_64",
+                             token)
+    if action.kind is ActionKind.CONFIGURE:
+        return ConfigureAgent(action.node_id, action.fingerprint, action, settings, state.fleet, token)
+    raise ValueError(f"a {action.kind.value} action is not a command")
+
+
+def platform_of(os_name: str, arch: str) -> str:
+    """engines.yaml's platform key for what an agent reports: ("Linux 6.8.0", "x86_64") -> "linux-x86_64"."""
+    system = (os_name.split() or ["linux"])[0].lower()
+    machine = {"amd64": "x86_64", "arm64": "aarch64"}.get(arch.lower(), arch.lower() or "x86_64")
+    return f"{system}-{machine}"

@@ -1,0 +1,179 @@
+"""The handlers of the control plane's effects (`llmgw.control.effects`), one small async function per type,
+registered by `register_handlers` in the loop's registry (`llmgw.control.handling`).
+
+- commands (`StartShard`, `StopShard`, `InstallEngine`, `ConfigureAgent`) become the wire's command messages
+  (`llmgw.control.commands`), sent over the node's stream (`AgentHub.command`); a refusal raises EngineError;
+- `WriteAudit` / `SetApplied` queue writes of the audit writer (`llmgw.control.audit.AuditWriter`);
+- `RememberNodes` and `RecordSlurmUsage` write the store (in a worker thread);
+- `PublishRoutingTable` goes to the gateway feed (`llmgw.control.feeding.GatewayFeed`).
+
+What a handler learns goes back to the loop as a transition (`update`); none reads the loop's state.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import trio
+
+from llmgw.control.agents import AgentHub
+from llmgw.control.audit import AuditWriter, audit_message, audit_snapshot, state_changes
+from llmgw.control.commands import agent_settings, install_engine, may_take_part_in_slurm, slurm_role, start_shard, stop_shard
+from llmgw.control.events import audit_written, nodes_forgotten, slurm_jobs_written
+from llmgw.control.effects import (
+    ConfigureAgent, InstallEngine, RecordSlurmUsage, RememberNodes, SetApplied, StartShard, StopShard, WriteAudit,
+)
+from llmgw.control.handling import Handlers
+from llmgw.control.recovering import KNOWN_NODES_KEY, encode_known
+from llmgw.control.reports import fleet_for
+from llmgw.control.slurm_store import advance_cursor, read_cursor, users_from_store
+from llmgw.errors import EngineError, StoreError, TemporaryError
+from llmgw.settings.model import Settings
+from llmgw.wire import control_message, pb
+
+log = logging.getLogger("llmgw.control")
+
+Update = Callable[..., None]
+"""`ControlLoop.update(transition, reason)`."""
+
+
+@dataclass
+class EffectContext:
+    """What the handlers reach: the agents' streams, the store (None until opened), named secrets (`secret(name)`
+    raises UsageError when missing), replica keys by replica id, the audit writer, the status document of a state
+    without readings (`status(state)`), tracing (None: off) and the loop's `update`."""
+
+    agents: AgentHub
+    secret: Callable[[str], str]
+    replica_key: Callable[[str], str]
+    audit: AuditWriter
+    status: Callable[[Any], dict]
+    update: Update
+    store: Any = None
+    tracing: Any = None
+
+
+def register_handlers(handlers: Handlers, ctx: EffectContext) -> None:
+    """Register the handler of every effect type but `PublishRoutingTable` (the gateway feed's) in `handlers`."""
+    handlers.register(StartShard, lambda e: _start(ctx, e))
+    handlers.register(StopShard, lambda e: _send(ctx, e, "stop", stop_shard=stop_shard(e.action, e.settings)))
+    handlers.register(InstallEngine, lambda e: _install(ctx, e))
+    handlers.register(ConfigureAgent, lambda e: _configure(ctx, e))
+    handlers.register(WriteAudit, lambda e: _write_audit(ctx, e), lane="audit")
+    handlers.register(SetApplied, lambda e: _set_applied(ctx, e), lane="audit")
+    handlers.register(RememberNodes, lambda e: _remember(ctx, e))
+    lock = trio.Lock()  # one beat's jobs after the other: a cursor never passes a failed job
+    handlers.register(RecordSlurmUsage, lambda e: _record_slurm(ctx, e, lock))
+
+
+async def _send(ctx: EffectContext, effect, verb: str, **body) -> None:
+    """Send one command and wait for its answer. Raises TemporaryError (not connected, no answer in time) or
+    EngineError (the node refused)."""
+    action = effect.action
+    outcome = await ctx.agents.command(action.node_id, effect.settings.cluster.action_timeout,
+                                       fencing_token=effect.token, **body)
+    if not outcome.ok:
+        subject = "its agent settings" if isinstance(effect, ConfigureAgent) else (
+            action.shard_id or action.replica_id or action.engine)
+        raise EngineError(f"node {action.node_id} refused to {verb} {subject}: {outcome.error}")
+
+
+async def _start(ctx: EffectContext, effect: StartShard) -> None:
+    action = effect.action
+    command = start_shard(action, effect.settings, ctx.replica_key, ctx.secret)
+    if ctx.tracing is not None:  # the agent's spans continue the replica start's trace
+        command.traceparent = ctx.tracing.traceparent(action.node_id, action.shard_id)
+    await _send(ctx, effect, action.kind.value, start_shard=command)
+
+
+async def _install(ctx: EffectContext, effect: InstallEngine) -> None:
+    action = effect.action
+    command = install_engine(action, effect.settings, effect.platform)
+    if ctx.tracing is not None:  # the agent's "engine install" span joins the sending pass's trace
+        command.traceparent = ctx.tracing.install_traceparent(action.node_id, action.engine)
+    await _send(ctx, effect, "install", install_engine=command)
+
+
+async def _configure(ctx: EffectContext, effect: ConfigureAgent) -> None:
+    settings, node_id = effect.settings, effect.node_id
+    role = pb.SlurmRole()  # what slurm_role says for a node without a part
+    if may_take_part_in_slurm(settings, node_id):  # the whole fleet only for Slurm's own nodes
+        fleet = fleet_for(effect.fleet.fleet(), settings)
+        users, since = await _slurm_from_store(ctx.store, settings, node_id)
+        role = slurm_role(settings, fleet, node_id, ctx.secret, users, since)
+    message = agent_settings(settings, node_id, role)
+    message.fingerprint = effect.fingerprint
+    await _send(ctx, effect, "configure", agent_settings=message)
+
+
+async def _slurm_from_store(store: Any, settings: Settings, node_id: str) -> tuple[tuple, float]:
+    """(the Linux users of `users: llmgw`, the sacct cursor) for `node_id`'s part in Slurm, from the store
+    (llmgw.control.slurm_store); ((), 0.0) for a node with no part or without a store."""
+    slurm = settings.slurm
+    if not slurm.enabled or store is None or node_id not in (slurm.controller, *slurm.nodes):
+        return (), 0.0
+    users = await trio.to_thread.run_sync(users_from_store, store, settings)
+    since = (await trio.to_thread.run_sync(read_cursor, store, slurm.cluster_name)
+             if node_id == slurm.controller else 0.0)
+    return users, since
+
+
+async def _write_audit(ctx: EffectContext, effect: WriteAudit) -> None:
+    """Queue the pass's audit commit when a command was sent or the status changed since the last one queued."""
+    state, record = effect.state, effect.record
+    doc = ctx.status(state)
+    snapshot = audit_snapshot(doc)
+    if record.sent or snapshot != state.audit_snapshot:
+        changes = state_changes(state.audit_snapshot, snapshot)
+        ctx.update(audit_written(snapshot))
+        audit_doc = {k: v for k, v in doc.items() if k != "control_plane"}
+        ctx.audit.queue_audit(audit_doc, audit_message(record, changes), token=effect.token)
+
+
+async def _set_applied(ctx: EffectContext, effect: SetApplied) -> None:
+    ctx.audit.queue_applied(effect.commit, token=effect.token)
+
+
+async def _remember(ctx: EffectContext, effect: RememberNodes) -> None:
+    """Keep the connected nodes in the store; on failure the next pass tries again."""
+    try:
+        await trio.to_thread.run_sync(ctx.store.put, KNOWN_NODES_KEY, encode_known(effect.nodes))
+    except (StoreError, TemporaryError) as exc:
+        ctx.update(nodes_forgotten)
+        log.warning("could not keep the connected nodes in the store: %s", exc)
+
+
+async def _record_slurm(ctx: EffectContext, effect: RecordSlurmUsage, lock: trio.Lock) -> None:
+    """Record each job once into usage; once all are written, move the sacct cursor to `until` in the store and
+    tell the agent (SlurmJobsRecorded), so it reads on from there (llmgw.control.slurm_store)."""
+    recorded: list[str] = []
+    failed: list[str] = []
+    moved = False
+    async with lock:
+        for request_id, record in effect.jobs:
+            try:
+                await trio.to_thread.run_sync(ctx.store.record_usage_once, record, request_id)
+            except StoreError as exc:  # forgotten: the next beat carries the job again
+                failed.append(request_id)
+                log.warning("could not record Slurm job %s into usage: %s", request_id, exc)
+            else:
+                recorded.append(request_id)
+        still_failed = (effect.failed - set(recorded)) | set(failed)
+        if effect.until and not still_failed:
+            try:
+                await trio.to_thread.run_sync(advance_cursor, ctx.store, effect.cluster, effect.until)
+                moved = True
+            except StoreError as exc:
+                log.warning("could not keep the sacct cursor of Slurm cluster %s: %s", effect.cluster, exc)
+    ctx.update(slurm_jobs_written(effect.cluster, tuple(recorded), tuple(failed), moved))
+    if not moved:
+        return  # the agent keeps reading from the old cursor
+    session = ctx.agents.sessions.get(effect.node_id)
+    if session is not None:
+        try:  # not a command: no answer; a lost one only means the margin is read again
+            await session.send(control_message(slurm_jobs_recorded=pb.SlurmJobsRecorded(until=effect.until)))
+        except TemporaryError:
+            pass

@@ -1,0 +1,109 @@
+"""The status document a running control plane serves (`GET /api/v1/status`, `llmgw status`, the audit's
+status.yaml): `StatusReporter.status(state, ...)`.
+
+The fleet part is `llmgw.control.audit.status_document` of the state (built in proportion to the change by
+`llmgw.control.documents.StatusDocuments`); the "control_plane" part says where this control plane listens, how its
+audit writes go, who leads, whether the fleet is back since the start, and (with readings) counters of its own work.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import trio
+
+from llmgw import __version__
+from llmgw.control.audit import AuditWriter
+from llmgw.control.documents import StatusDocuments
+from llmgw.control.feeding import GatewayFeed
+from llmgw.control.looping import ControlLoop
+from llmgw.control.state import ControlState
+from llmgw.settings import redact_url
+
+
+@dataclass(frozen=True)
+class Endpoints:
+    """Where a control plane serves: admin and gateway URLs and ports ("" and 0 until bound or without a gateway),
+    the agents' port and the join port (None without mutual TLS)."""
+
+    admin_url: str = ""
+    gateway_url: str = ""
+    agents_port: int = 0
+    join_port: int | None = None
+    admin_port: int = 0
+    gateway_port: int = 0
+
+
+def failures_of(state: ControlState) -> list[dict[str, Any]]:
+    """Actions that failed and wait to be retried: kind, node, subject, attempts, error, retry_at (unix s)."""
+    return [{"kind": f.kind, "node": f.node_id, "subject": f.subject, "attempts": f.attempts, "error": f.error,
+             "retry_at": f.retry_at_unix} for f in state.failures.values()]
+
+
+def health_details(state: ControlState, now: float) -> dict[str, Any]:
+    """What the gateway's /health adds: leadership, and "status": "recovering" with the fleet's line while the
+    fleet known at start is not back at `now` (control-plane clock)."""
+    fleet = state.recovery(now)
+    return {"leader": state.leadership.leader, **({} if fleet.done else {"status": "recovering", "fleet": fleet.text})}
+
+
+class StatusReporter:
+    """Builds status documents of the states of `loop`, with what `audit`, `feed` and the gateway workers (a
+    callable giving them, None without) say; `repository` and `branch` as configured; `endpoints()` once bound."""
+
+    def __init__(self, loop: ControlLoop, audit: AuditWriter, feed: GatewayFeed, repository: str, branch: str,
+                 endpoints: Callable[[], Endpoints], workers: Callable[[], Any]):
+        self._loop, self._audit, self._feed = loop, audit, feed
+        self._repository, self._branch = redact_url(repository), branch
+        self._endpoints, self._workers = endpoints, workers
+        self._documents = StatusDocuments()  # the status document, rebuilt in proportion to the change
+
+    def status(self, state: ControlState | None = None, *, readings: bool = True,
+               now: float | None = None) -> dict[str, Any]:
+        """The status document (see `llmgw.control.audit.status_document`) of `state` (default: now) plus the
+        control plane's own state; with `readings`, each node's last readings and their age at `now` (trio's clock;
+        default: now) (absent when older than 60 s). Given `state` and `now`, it may run in a worker thread (the
+        admin API builds a fleet's readings there, off the trio loop)."""
+        state = state or self._loop.state
+        now = trio.current_time() if now is None else now
+        doc = self._documents.build(state.watch, state.fleet, state.last_pass, state.last_plan, failures_of(state))
+        if readings:  # the node entries are shared with earlier documents (llmgw.control.documents): copied here
+            nodes = doc["nodes"]
+            doc["nodes"] = {
+                record.node_id: {**nodes[record.node_id],
+                                 "readings": record.readings.to_json(now) if record.readings else None}
+                for record in state.fleet.records() if record.node_id in nodes}
+        plan = state.last_plan
+        notes = [*(plan.notes if plan is not None else ()), *state.restart_notes]
+        if notes:
+            doc["notes"] = notes
+        where = self._endpoints()
+        doc["control_plane"] = {
+            "version": __version__, "repository": self._repository, "branch": self._branch,
+            "admin_url": where.admin_url, "gateway_url": where.gateway_url, "agents_port": where.agents_port,
+            "join_port": where.join_port, "audit_pending": self._audit.pending(), "audit_error": self._audit.last_error,
+            "applied": self._audit.applied, "apply_running": state.apply_holder, "leader": state.leadership.leader,
+            "leader_holder": state.leadership.holder, "leader_token": state.leadership.token,
+            "fleet": state.recovery(now).text,
+        }
+        workers = self._workers()
+        if workers is not None:
+            doc["control_plane"]["gateway_workers"] = workers.statistics()
+        if readings:
+            doc["control_plane"]["load"] = self.load_figures()
+        return doc
+
+    def load_figures(self) -> dict[str, Any]:
+        """Counters of the control plane's own work (bench/fleet_scale.py reads them): transitions folded, routing
+        tables built, passes, and heartbeat latency p50/p99 in seconds (agent send -> fold; latest 4,096)."""
+        loop = self._loop
+        lags = sorted(loop.fold_latencies)
+
+        def quantile(q: float) -> float | None:
+            return lags[min(len(lags) - 1, int(q * len(lags)))] if lags else None
+
+        return {"folded": loop.folded, "table_rebuilds": self._feed.rebuilds, "passes": loop.state.passes,
+                "heartbeat_latency_p50": quantile(0.5), "heartbeat_latency_p99": quantile(0.99),
+                "heartbeat_latency_samples": len(lags)}
