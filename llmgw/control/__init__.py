@@ -29,14 +29,10 @@ __all__ = [
 
 def __getattr__(name: str):
     # The plane pulls in the gateway, the store and the wire transport: import them only when asked.
-    if name in ("ControlPlane", "ControlConfig"):
+    if name in ("ControlPlane", "ControlConfig", "open_control_plane"):
         from llmgw.control import plane
 
         return getattr(plane, name)
-    if name == "open_control_plane":
-        from llmgw.control import opening
-
-        return opening.open_control_plane
     if name in ("AdminClient", "default_state_dir"):
         from llmgw.control import client
 

@@ -23,7 +23,7 @@ from llmgw.control.deciding import node_connected
 from llmgw.control.events import slurm_jobs_reported
 from llmgw.control.health import health_from_message
 from llmgw.control.kv_blocks import BlocksUpdate, apply_block_updates, forget_node
-from llmgw.control.reports import convert_shards, node_from_register, readings_from_heartbeat
+from llmgw.control.reports import check_register, convert_shards, node_from_register, readings_from_heartbeat
 from llmgw.control.sessions import AgentSession, CommandOutcome
 from llmgw.control.slurm_usage import slurm_usage
 from llmgw.control.state import ControlState
@@ -119,6 +119,7 @@ class AgentHub:
         if certified and certified != register.node_id:
             raise WireError(f"the agent registered as {register.node_id!r} but its certificate names {certified!r}; "
                             "a node may only register under the id it joined with.")
+        check_register(register, _peer_host(peer))  # before anything: a refused node displaces no session
         node_id = register.node_id
         session = AgentSession(link, node_id, peer)
         old = self.sessions.get(node_id)

@@ -1,4 +1,5 @@
-"""`open_control_plane(config)`: the control plane's wiring, as one async context manager.
+"""`open_wiring(plane)`: the control plane's wiring, as one async context manager (`open_control_plane` in
+`llmgw.control.plane` builds the plane and opens it here).
 
     async with open_control_plane(ControlConfig(repo=..., state_dir=...)) as plane:   # every listener bound
         print(plane.gateway_url, plane.admin_url)          # plane: the read-only view (llmgw.control.view)
@@ -71,14 +72,13 @@ class SettingsNews:
 
 
 @asynccontextmanager
-async def open_control_plane(config: ControlConfig, plane: Any = None) -> AsyncIterator[Any]:
-    """Open a control plane (`plane`: a `llmgw.control.plane.ControlPlane` not yet opened; None: a new one of
-    `config`) and yield it once every listener is bound. Raises: StoreError when the store cannot be opened;
-    UsageError / WireError / OSError when a listener's address cannot be used."""
+async def open_wiring(plane: Any) -> AsyncIterator[Any]:
+    """Open `plane` (a `llmgw.control.plane.ControlPlane` not yet opened, built of its `config`) and yield it once
+    every listener is bound (`llmgw.control.plane.open_control_plane` is the public way in). Raises: StoreError when
+    the store cannot be opened; UsageError / WireError / OSError when a listener's address cannot be used."""
     from llmgw.control.admin import serve_admin
-    from llmgw.control.plane import ControlPlane
 
-    plane = plane if plane is not None else ControlPlane(config)
+    config: ControlConfig = plane.config
     plane.state_dir.mkdir(parents=True, exist_ok=True)
     watched = await plane.watcher.poll()  # its news reaches the loop as a transition; this is the wiring's copy
     cluster = watched.settings.cluster if watched.settings else None

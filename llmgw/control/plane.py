@@ -1,5 +1,5 @@
 """`ControlPlane`: a running control plane's read-only view (`llmgw.control.view.ControlView`) over the parts
-`llmgw.control.opening.open_control_plane` wires (or `await nursery.start(ControlPlane(config).run)`).
+`open_control_plane` below opens (the wiring: `llmgw.control.opening`) (or `await nursery.start(ControlPlane(config).run)`).
 
 No part calls back into the plane: every event is a pure transition on the one `ControlLoop`, whose passes return
 effects (llmgw.control.effects) carried out by the handlers registered in `handlers`. Each request of the view is
@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 import secrets
 import socket
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -27,7 +29,7 @@ from llmgw.control.feeding import GatewayFeed
 from llmgw.control.handling import Handlers
 from llmgw.control.keys import WEBHOOK_SECRET, ReplicaKeys, SecretResolver
 from llmgw.control.looping import ControlLoop
-from llmgw.control.opening import SettingsNews, open_control_plane
+from llmgw.control.opening import SettingsNews, open_wiring
 from llmgw.control.operating import SettingsDesk
 from llmgw.control.recovering import Recovery
 from llmgw.control.registry import FleetRegistry
@@ -87,7 +89,7 @@ class ControlPlane:
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Open this control plane (`open_control_plane`) and serve until cancelled; `task_status.started(self)`
         once every listener is bound. Raises what `open_control_plane` raises."""
-        async with open_control_plane(self.config, self):
+        async with open_wiring(self):
             task_status.started(self)
             await trio.sleep_forever()
 
@@ -231,3 +233,12 @@ class ControlPlane:
     def local_connector(self):
         """A `connect()` factory linking an in-process agent (`llmgw up`) to this running plane (`AgentHub`)."""
         return self.agents.local_connector()
+
+
+@asynccontextmanager
+async def open_control_plane(config: ControlConfig) -> AsyncIterator[ControlPlane]:
+    """Build a control plane of `config`, open it (`llmgw.control.opening.open_wiring`) and yield it, the read-only
+    view (`llmgw.control.view.ControlView`), once every listener is bound; leaving the block stops it. Raises what
+    `open_wiring` raises."""
+    async with open_wiring(ControlPlane(config)) as plane:
+        yield plane

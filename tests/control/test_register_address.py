@@ -115,3 +115,26 @@ async def test_a_register_with_the_slurm_conf_injection_is_refused_and_the_node_
             await wait_for(lambda: plane.registry.get("evil") is not None, 5, "the node registered")
             assert plane.registry.get("evil").state.address == "10.0.0.9"
         nursery.cancel_scope.cancel()
+
+
+async def test_a_refused_register_displaces_no_session_of_the_same_node(tmp_path, settings_repo):
+    """The address is checked before anything: a Register with a bad address for a connected node id gets no
+    Registered, and the node's live stream stays its session."""
+    plane = ControlPlane(ControlConfig(repo=str(settings_repo), state_dir=tmp_path / "state", gateway=False))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(plane.run)
+        async with connect(f"127.0.0.1:{plane.agents_port}") as good:
+            await good.send(agent_message(register=pb.Register(node_id="n1", address="10.0.0.9", cpu_cores=2,
+                                                               memory_total_bytes=1 << 30)))
+            assert (await good.receive()).WhichOneof("body") == "registered"
+            await wait_for(lambda: plane.is_connected("n1"), 5, "the node connected")
+            session = plane.agents.sessions["n1"]
+            async with connect(f"127.0.0.1:{plane.agents_port}") as evil:
+                await evil.send(agent_message(register=pb.Register(node_id="n1", address=INJECTION, cpu_cores=2,
+                                                                   memory_total_bytes=1 << 30)))
+                with pytest.raises(WireError, match="is refused"):
+                    with trio.fail_after(10):
+                        await evil.receive()  # the sentence, never a Registered first
+            assert plane.agents.sessions.get("n1") is session
+            assert plane.registry.get("n1").state.address == "10.0.0.9"
+        nursery.cancel_scope.cancel()
