@@ -18,8 +18,10 @@ Writes of the leader after a pass: `WriteAudit` (an audit commit of the pass whe
 was sent), `SetApplied` (refs/llmgw/applied moves to a commit the fleet converged to), `RememberNodes` (the
 connected node ids kept in the store, so a control plane started again knows whom to wait for).
 
-Events' effects: `RecordSlurmUsage` (ended Slurm jobs priced into usage, then the sacct cursor moved) and
-`PublishRoutingTable` (the gateway's routing table rebuilt from `state`).
+Events' effects: `RecordSlurmUsage` (ended Slurm jobs priced into usage, then the sacct cursor moved),
+`PublishRoutingTable` (the gateway's routing table rebuilt from `state`) and `CommitSettings` (a person's edit
+committed to the settings branch, authored by them: `llmgw stop|start`, node verbs, SSH keys; the only way llmgw
+writes desired state).
 
 Every command effect carries `token`, the leader lease's fencing token of the pass that chose it (the agent refuses
 an older term's), and `settings`, the settings in force for that pass.
@@ -140,8 +142,47 @@ class PublishRoutingTable:
     at_once: bool = False
 
 
+@dataclass(frozen=True)
+class ServingStopped:
+    """The edit of `llmgw stop` (`stopped` True) and `llmgw start`: llmgw.yaml's `serving.stopped`."""
+
+    stopped: bool
+
+
+@dataclass(frozen=True)
+class NodeVerb:
+    """The edit of `llmgw node cordon|uncordon|drain NODE` and `llmgw slurm lend|reclaim NODE` (`verb`)."""
+
+    verb: str
+    node: str
+
+
+@dataclass(frozen=True)
+class SshKeys:
+    """The edit of `llmgw slurm users keys add|remove` (`action`): `keys` (OpenSSH public keys) of member `email`."""
+
+    action: str
+    email: str
+    keys: tuple[str, ...]
+
+
+SettingsEdit = Union[ServingStopped, NodeVerb, SshKeys]
+"""What a person asks to change in the settings (llmgw.settings.node_commits writes each)."""
+
+
+@dataclass(frozen=True)
+class CommitSettings:
+    """Commit `edit` to the settings branch as the person `author_name` <`author_email`>. `request`: the id the
+    requester waits on for the commit (or the error) the handler answers with (`llmgw.control.operating`)."""
+
+    request: str
+    edit: SettingsEdit
+    author_name: str
+    author_email: str
+
+
 Effect = Union[StartShard, StopShard, InstallEngine, ConfigureAgent, WriteAudit, SetApplied, RememberNodes,
-               RecordSlurmUsage, PublishRoutingTable]
+               RecordSlurmUsage, PublishRoutingTable, CommitSettings]
 """Every kind of effect (see the module docstring)."""
 
 COMMANDS = (StartShard, StopShard, InstallEngine, ConfigureAgent)

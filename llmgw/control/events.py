@@ -5,6 +5,8 @@ outcomes). Pure: each builds the next `ControlState`, and some ask for effects (
 - `change_effects`: a batch of events that changed what the routing table depends on asks for `PublishRoutingTable`.
 - `audit_written`, `nodes_forgotten`: what the audit and store handlers learned.
 - `slurm_jobs_reported`, `slurm_jobs_written`: ended Slurm jobs to record into usage, and the outcome.
+- `settings_edit_requested`: a person's edit of the settings, to be committed as them (`CommitSettings`); its
+  outcome comes back as the watcher's news of the new branch head (`settings_published`).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection
 from dataclasses import replace
 
-from llmgw.control.effects import Effect, PublishRoutingTable, RecordSlurmUsage
+from llmgw.control.effects import CommitSettings, Effect, PublishRoutingTable, RecordSlurmUsage
 from llmgw.control.reports import memory_thresholds
 from llmgw.control.restart_only import restart_notes
 from llmgw.control.state import SLURM_RECORDED_MAX, ControlState, SlurmLedger, WatchState, frozen
@@ -103,3 +105,7 @@ def slurm_jobs_written(cluster: str, recorded: tuple[str, ...], failed: tuple[st
     return transition
 
 
+def settings_edit_requested(effect: CommitSettings) -> Transition:
+    """The transition of a person's edit of the settings (admin API, CLI, console): the state stays, and the edit is
+    committed as them (`effect`). Not placement-relevant: the new head, once committed, is."""
+    return lambda state: (state, False, (effect,))

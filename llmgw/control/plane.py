@@ -24,7 +24,7 @@ from llmgw.control.agents import AgentHub
 from llmgw.control.applying import apply
 from llmgw.control.audit import AuditWriter
 from llmgw.control.config import ControlConfig, check_listeners_free, listening_on, reconcile_interval
-from llmgw.control.effects import PublishRoutingTable
+from llmgw.control.effects import CommitSettings, PublishRoutingTable
 from llmgw.control.feeding import GatewayFeed
 from llmgw.control.handling import Handlers
 from llmgw.control.keys import WEBHOOK_SECRET, ReplicaKeys, SecretResolver
@@ -71,7 +71,8 @@ class ControlPlane:
         self.handlers.register(PublishRoutingTable, self.feed.publish)
         self.agents = AgentHub(self.loop.update, self.feed.blocks_changed)
         self.audit = AuditWriter(self.watcher.repo_path, min_gap=AUDIT_MIN_GAP)
-        self.desk = SettingsDesk(self.watcher, config.repo, config.branch)
+        self.desk = SettingsDesk(self.watcher, config.repo, config.branch, self.loop.update)
+        self.handlers.register(CommitSettings, self.desk.commit, lane="settings")
         self.reporter = StatusReporter(self.loop, self.audit, self.feed, config.repo, config.branch,
                                        lambda: self.endpoints, lambda: self.gateway_workers)
         self.apply_lock = trio.Lock()

@@ -16,10 +16,10 @@ from llmgw.control.agents import AgentHub
 from llmgw.control.audit import AuditWriter, status_document
 from llmgw.control.deciding import decide
 from llmgw.control.effects import (
-    ConfigureAgent, InstallEngine, PublishRoutingTable, RecordSlurmUsage, RememberNodes, SetApplied, StartShard,
-    StopShard, WriteAudit,
+    CommitSettings, ConfigureAgent, InstallEngine, PublishRoutingTable, RecordSlurmUsage, RememberNodes, ServingStopped,
+    SetApplied, StartShard, StopShard, WriteAudit,
 )
-from llmgw.control.events import change_effects, slurm_jobs_reported
+from llmgw.control.events import change_effects, settings_edit_requested, slurm_jobs_reported
 from llmgw.control.feeding import GatewayFeed
 from llmgw.control.handlers import EffectContext, register_handlers
 from llmgw.control.handling import Handlers
@@ -291,6 +291,42 @@ async def test_the_applied_ref_moves_after_the_audit_commit_queued_before_it(set
         await trio.sleep(5.0)
         nursery.cancel_scope.cancel()
     assert handled == ["audit 1", "applied cccc", "audit 2", "applied cccc"]
+
+
+async def test_a_person_s_edit_is_a_commit_settings_committed_as_them_and_answered(settings, tmp_path):
+    """The edit is an event whose effect the desk's handler commits (real git, authored by the person); the watcher
+    reads the new head, and the requester gets the commit id, or the writer's error with nothing committed."""
+    from llmgw.control.operating import SettingsDesk
+    from llmgw.control.watching import SettingsWatcher
+    from llmgw.errors import SettingsError
+    from llmgw.settings import branch_head, init_repository, load_commit
+
+    repo = tmp_path / "settings.git"
+    init_repository(repo, write_seed(tmp_path / "seed", "ab" * 32))
+    state = control_state(settings, node())
+    edit = CommitSettings("r1", ServingStopped(True), "Ada", "ada@example.com")
+    after, relevant, effects = settings_edit_requested(edit)(state)
+    assert after is state and not relevant and effects == (edit,)
+    news: list = []
+    watcher = SettingsWatcher(str(repo), "main", tmp_path / "mirror.git", publish=news.append)
+    handlers = Handlers()
+    desk = SettingsDesk(watcher, str(repo), "main", lambda transition, reason=None: [
+        nursery.start_soon(run_effect, handlers, e) for e in transition(state)[2]])
+    handlers.register(CommitSettings, desk.commit, lane="settings")
+    async with trio.open_nursery() as nursery:
+        commit = await desk.set_stopped(True, "Ada", "ada@example.com")
+        assert commit == branch_head(str(repo), "main")
+        assert news[-1].settings.commit == commit and news[-1].settings.cluster.serving_stopped  # the watcher's
+        author = pygit2.Repository(str(repo))[commit].author
+        assert (author.name, author.email) == ("Ada", "ada@example.com")
+        with pytest.raises(SettingsError, match="slurm.yaml"):  # the writer's error reaches the requester
+            await desk.node_verb("lend", "n1", "Ada", "ada@example.com")  # the seed has no slurm.yaml
+        assert branch_head(str(repo), "main") == commit
+        cordoned = await desk.node_verb("cordon", "n1", "Ada", "ada@example.com")
+        assert cordoned.changed and cordoned.commit == news[-1].settings.commit
+        assert news[-1].settings.cluster.cordoned == ("n1",)
+        nursery.cancel_scope.cancel()
+    assert load_commit(str(repo), commit).cluster.serving_stopped
 
 
 def test_effects_without_a_handler_are_dropped_and_a_kind_has_one_handler():
