@@ -12,9 +12,10 @@ the gateway's router, so they do not go through the control loop.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
-from typing import Any
 from contextlib import asynccontextmanager
+from typing import Any
 
 import trio
 
@@ -28,8 +29,11 @@ from llmgw.control.sessions import AgentSession, CommandOutcome
 from llmgw.control.slurm_usage import slurm_usage
 from llmgw.control.state import ControlState
 from llmgw.errors import TemporaryError, UsageError, WireError
+from llmgw.identity import EngineState
 from llmgw.routes import BlockSnapshot
 from llmgw.wire import control_message, memory_link_pair, pb
+
+log = logging.getLogger("llmgw.control")
 
 REGISTER_TIMEOUT = 30.0
 
@@ -178,57 +182,88 @@ class AgentHub:
                 await link.aclose()
 
     def _on_message(self, node_id: str, session: AgentSession, message) -> None:
+        """One message of `node_id`'s stream, handled by the one function its kind has in `MESSAGES` (a kind this
+        control plane does not know, from a newer agent, is left alone): an event becomes a transition on the loop's
+        channel, an answer goes to the session waiting for it."""
         kind = message.WhichOneof("body")
-        now = trio.current_time()
-        origin = None
-        if kind == "heartbeat":
-            beat = message.heartbeat
-            shards, details = convert_shards(beat.shard_states)
-            readings = readings_from_heartbeat(beat, now)
-            installed, installing = tuple(beat.engines_installed), tuple(beat.engines_installing)
-            origin = float(beat.time) or None  # the agent's send time: the loop keeps the latency to its fold
-            health = health_from_message(beat.health) if beat.HasField("health") else None
-            steps = beat.slurm.job_steps if beat.HasField("slurm") else 0
-            slurm = slurm_summary(beat.slurm) if beat.HasField("slurm") else None
-            if beat.HasField("slurm") and (beat.slurm.finished_jobs or beat.slurm.finished_until):
-                self._update(_slurm_jobs(node_id, beat.slurm), f"ended Slurm jobs from {node_id}")
+        handler = MESSAGES.get(kind)
+        if handler is None:
+            return
+        event = handler(self, node_id, session, getattr(message, kind), trio.current_time())
+        if event is not None:
+            transition, origin = event
+            self._update(transition, f"{kind} from {node_id}", origin)
 
-            def transition(state: ControlState) -> tuple[ControlState, bool]:
-                fleet, changed = state.fleet.heartbeat(
-                    node_id, now, shards=shards, details=details, engines_installed=installed,
-                    engines_installing=installing, readings=readings, health=health, slurm_job_steps=steps, slurm=slurm)
-                return state.with_fleet(fleet), changed
-        elif kind == "shard_status":
-            shards, details = convert_shards([message.shard_status])
-            shard, detail = shards[0], details[shards[0].shard_id]
 
-            def transition(state: ControlState) -> tuple[ControlState, bool]:
-                fleet, changed = state.fleet.shard_status(node_id, shard, now, detail)
-                return state.with_fleet(fleet), changed
-        elif kind == "engine_status":
-            status = message.engine_status
-            engine, engine_state, error = status.engine, status.state, status.error
+def _heartbeat(hub: AgentHub, node_id: str, session: AgentSession, beat, now: float):
+    shards, details = convert_shards(beat.shard_states)
+    readings = readings_from_heartbeat(beat, now)
+    installed, installing = tuple(beat.engines_installed), tuple(beat.engines_installing)
+    origin = float(beat.time) or None  # the agent's send time: the loop keeps the latency to its fold
+    health = health_from_message(beat.health) if beat.HasField("health") else None
+    steps = beat.slurm.job_steps if beat.HasField("slurm") else 0
+    slurm = slurm_summary(beat.slurm) if beat.HasField("slurm") else None
+    if beat.HasField("slurm") and (beat.slurm.finished_jobs or beat.slurm.finished_until):
+        hub._update(_slurm_jobs(node_id, beat.slurm), f"ended Slurm jobs from {node_id}")
 
-            def transition(state: ControlState) -> tuple[ControlState, bool]:
-                fleet, changed = state.fleet.engine_status(node_id, engine, engine_state, error, now)
-                return state.with_fleet(fleet), changed
-        elif kind == "kv_blocks":
-            self._set_blocks(apply_block_updates(self.blocks, node_id, [blocks_update(message.kv_blocks)]))
-            return
-        elif kind == "command_result":
-            session.deliver_result(message.command_result)
-            return
-        elif kind == "log_lines":
-            session.deliver_logs(message.log_lines)
-            return
-        elif kind == "fabric_test_output":
-            session.deliver_fabric_test(message.fabric_test_output)
-            return
-        elif kind == "register":
-            transition = _registered(message.register, _peer_host(session.peer), now)
-        else:
-            return
-        self._update(transition, f"{kind} from {node_id}", origin)
+    def transition(state: ControlState) -> tuple[ControlState, bool]:
+        fleet, changed = state.fleet.heartbeat(
+            node_id, now, shards=shards, details=details, engines_installed=installed,
+            engines_installing=installing, readings=readings, health=health, slurm_job_steps=steps, slurm=slurm)
+        return state.with_fleet(fleet), changed
+
+    return transition, origin
+
+
+def _shard_status(hub: AgentHub, node_id: str, session: AgentSession, status, now: float):
+    shards, details = convert_shards([status])
+    shard, detail = shards[0], details[shards[0].shard_id]
+
+    def transition(state: ControlState) -> tuple[ControlState, bool]:
+        fleet, changed = state.fleet.shard_status(node_id, shard, now, detail)
+        return state.with_fleet(fleet), changed
+
+    return transition, None
+
+
+def _engine_status(hub: AgentHub, node_id: str, session: AgentSession, status, now: float):
+    try:
+        engine_state = EngineState(status.state)
+    except ValueError:  # a state a newer agent knows: the next heartbeat's engine lists still tell
+        log.info("node %s reported engine %s in state %r, which this control plane does not know", node_id,
+                 status.engine, status.state)
+        return None
+    engine, error = status.engine, status.error
+
+    def transition(state: ControlState) -> tuple[ControlState, bool]:
+        fleet, changed = state.fleet.engine_status(node_id, engine, engine_state, error, now)
+        return state.with_fleet(fleet), changed
+
+    return transition, None
+
+
+def _kv_blocks(hub: AgentHub, node_id: str, session: AgentSession, blocks, now: float) -> None:
+    hub._set_blocks(apply_block_updates(hub.blocks, node_id, [blocks_update(blocks)]))
+
+
+def _register_again(hub: AgentHub, node_id: str, session: AgentSession, register, now: float):
+    return _registered(register, _peer_host(session.peer), now), None
+
+
+MESSAGES: dict[str, Callable[..., Any]] = {
+    "heartbeat": _heartbeat,
+    "shard_status": _shard_status,
+    "engine_status": _engine_status,
+    "kv_blocks": _kv_blocks,
+    "register": _register_again,
+    "command_result": lambda hub, node_id, session, result, now: session.deliver_result(result),
+    "log_lines": lambda hub, node_id, session, lines, now: session.deliver_logs(lines),
+    "fabric_test_output": lambda hub, node_id, session, output, now: session.deliver_fabric_test(output),
+}
+"""An agent message's kind (the `AgentMessage.body` field set) -> its handler `(hub, node id, session, body, now on
+the control plane's clock)`, which returns (the event's transition, the agent's send time in unix seconds or None),
+or None when it handled the message without one (an answer to a command goes to the session waiting for it;
+prefix-cache blocks go to the gateway feed)."""
 
 
 def _slurm_jobs(node_id: str, report: pb.SlurmReport):

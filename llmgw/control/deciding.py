@@ -24,7 +24,7 @@ from llmgw.control.effects import COMMANDS, Command, Effect, RememberNodes, SetA
 from llmgw.control.reports import memory_thresholds, settings_view
 from llmgw.control.starting import with_starts_in_flight
 from llmgw.control.state import (
-    RECENT_PASSES, ActionKey, ActionRecord, ControlState, Failure, InFlight, PassRecord, PlanBasis, frozen,
+    RECENT_PASSES, ActionKey, ActionRecord, ControlState, Failure, InFlight, Outcome, PassRecord, PlanBasis, frozen,
 )
 from llmgw.identity import base_shard_id
 from llmgw.plan import EmptiedCatalogError, make_plan
@@ -278,7 +278,7 @@ def decide(
         else:
             refusal = (f"another control plane ({state.leadership.holder or 'unknown'}) holds the leader lease; "
                        "this one plans and reports but sends nothing")
-            records = [_record(a, "skipped", refusal) for a in basis.changes]
+            records = [_record(a, Outcome.SKIPPED, refusal) for a in basis.changes]
             send, in_flight, failures, restarts = [], state.in_flight, state.failures, state.restarts
         done = basis.converged and not in_flight and not stale
     number = state.passes + 1
@@ -337,7 +337,7 @@ def _same_or_frozen(old: Mapping, new: Mapping) -> Mapping:
 _MISSING = object()
 
 
-def _record(action: Action, outcome: str, error: str = "", retry_at: float | None = None) -> ActionRecord:
+def _record(action: Action, outcome: Outcome, error: str = "", retry_at: float | None = None) -> ActionRecord:
     return ActionRecord(
         kind=action.kind.value, node_id=action.node_id, subject=action_key(action)[2], model=action.model,
         reason=action.reason, outcome=outcome, error=error, retry_at=retry_at, previous_node=action.previous_node,
@@ -366,25 +366,25 @@ def _act(state: ControlState, changes: tuple[Action, ...], now: float, now_unix:
         record = state.fleet.get(action.node_id)
         if record is None or record.lost or not record.connected:
             why = "is lost" if record is None or record.lost else "is not connected; the command waits for it"
-            records.append(_record(action, "skipped", f"node {action.node_id} {why}"))
+            records.append(_record(action, Outcome.SKIPPED, f"node {action.node_id} {why}"))
             continue
         if key in in_flight or (stale and (key in state.in_flight or _observed_done(
                 action, _observed(state, action.node_id), state.acked_settings))):
-            records.append(_record(action, "in flight"))
+            records.append(_record(action, Outcome.IN_FLIGHT))
             continue
         refusal = refusal_for(action, state)
         if refusal is not None:
-            records.append(_record(action, "refused", refusal))
+            records.append(_record(action, Outcome.REFUSED, refusal))
             continue
         failure = failures.get(key)
         if failure is not None and failure.retry_at > now:
-            records.append(_record(action, "backing off", failure.error, failure.retry_at_unix))
+            records.append(_record(action, Outcome.BACKING_OFF, failure.error, failure.retry_at_unix))
             continue
         if action.kind is ActionKind.RESTART:
             restart = restarts.get(key)
             if restart is not None and restart.retry_at > now:
-                records.append(_record(action, "backing off", f"restart {restart.attempts + 1} waits: {restart.error}",
-                                       restart.retry_at_unix))
+                waits = f"restart {restart.attempts + 1} waits: {restart.error}"
+                records.append(_record(action, Outcome.BACKING_OFF, waits, restart.retry_at_unix))
                 continue
             attempts = (restart.attempts if restart else 0) + 1
             delay = backoff(attempts)
@@ -394,10 +394,10 @@ def _act(state: ControlState, changes: tuple[Action, ...], now: float, now_unix:
             timers_out.append((now + delay, f"restart backoff of {key[2]} over"))
         in_flight[key] = InFlight(action, now)
         send.append(action)
-        records.append(_record(action, "sent"))
+        records.append(_record(action, Outcome.SENT))
     for key, flight in in_flight.items():  # starts the planner held as pending shards (llmgw.control.starting)
         if key[0] == "start" and key not in planned:
-            records.append(_record(flight.action, "in flight"))
+            records.append(_record(flight.action, Outcome.IN_FLIGHT))
     return records, send, in_flight, failures, restarts, tuple(timers_out)
 
 

@@ -42,6 +42,7 @@ from llmgw.control.health import apply_health, with_interconnect
 from llmgw.control.readings import NodeReadings
 from llmgw.tools.node_report import NodeHealthReport
 from llmgw.plan.types import Fleet, GpuState, NodeState, ObservedShard
+from llmgw.identity import EngineState
 
 
 @dataclass(frozen=True)
@@ -335,8 +336,9 @@ class FleetRegistry:
         changed = old.lost or _shard_key(old.state.shards) != _shard_key(record.state.shards)
         return self._with(node_id, record, changed or old.state.shards != record.state.shards), changed
 
-    def engine_status(self, node_id: str, engine: str, state: str, error: str, now: float) -> tuple[FleetRegistry, bool]:
-        """An engine install progressed: "installing", "installed" or "failed" (with `error`)."""
+    def engine_status(self, node_id: str, engine: str, state: EngineState, error: str,
+                      now: float) -> tuple[FleetRegistry, bool]:
+        """An engine install progressed: INSTALLING, INSTALLED or FAILED (with `error`)."""
         old = self._records.get(node_id)
         if old is None:
             return self, False
@@ -345,11 +347,11 @@ class FleetRegistry:
         errors = dict(old.engine_errors)
         installing.discard(engine)
         errors.pop(engine, None)
-        if state == "installing":
+        if state is EngineState.INSTALLING:
             installing.add(engine)
-        elif state == "installed":
+        elif state is EngineState.INSTALLED:
             installed.add(engine)
-        elif state == "failed":
+        else:
             errors[engine] = error or "failed without a reason"
         state_value = replace(old.state, engines_installed=frozenset(installed), engines_installing=frozenset(installing))
         record = replace(

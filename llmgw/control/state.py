@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from enum import StrEnum
 from types import MappingProxyType
 
 from llmgw.control.recovering import DEFAULT_GRACE, Recovery, recovery
@@ -146,13 +147,22 @@ class Failure:
     subject: str = ""
 
 
+class Outcome(StrEnum):
+    """What a pass did with one planned action (`ActionRecord.outcome`); the value is what documents show."""
+
+    SENT = "sent"                # its command was issued this pass
+    IN_FLIGHT = "in flight"      # issued earlier, not done yet
+    BACKING_OFF = "backing off"  # failed before; tried again at `retry_at`
+    SKIPPED = "skipped"          # cannot be sent (`error` says why: not connected, not the leader, ...)
+    REFUSED = "refused"          # the node cannot do it (`error` names the node and its agent version)
+
+
 @dataclass(frozen=True)
 class ActionRecord:
     """What a pass did with one planned action.
 
-    `outcome`: "sent" (command issued this pass), "in flight" (issued earlier, not done yet), "backing off"
-    (failed before; next try at `retry_at`, unix seconds), "skipped" (cannot be sent: `error` says why),
-    "refused" (the node cannot do it: `error` names the node and its agent version).
+    `outcome`: an `Outcome` (sent, in flight, backing off with the next try at `retry_at` in unix seconds, skipped
+    or refused with `error` saying why).
     """
 
     kind: str
@@ -160,7 +170,7 @@ class ActionRecord:
     subject: str
     model: str
     reason: str
-    outcome: str
+    outcome: Outcome
     error: str = ""
     retry_at: float | None = None
     previous_node: str = ""
@@ -183,7 +193,7 @@ class PassRecord:
 
     @property
     def sent(self) -> tuple[ActionRecord, ...]:
-        return tuple(a for a in self.actions if a.outcome == "sent")
+        return tuple(a for a in self.actions if a.outcome == Outcome.SENT)
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from llmgw.control.audit import audit_message, audit_snapshot, dump_yaml, state_changes
-from llmgw.control.state import ActionRecord, PassRecord
+from llmgw.control.state import ActionRecord, Outcome, PassRecord
 
 
 def snap(replicas=None, nodes=None, bad=None):
@@ -36,8 +36,8 @@ def record(*actions: ActionRecord, converged=False) -> PassRecord:
 
 
 def test_a_message_says_what_was_sent_for_which_settings_commit():
-    sent = ActionRecord("start", "n1", "tiny-1/0", "tiny", "new replica", "sent")
-    waiting = ActionRecord("stop", "n2", "tiny-0/0", "tiny", "", "backing off", error="node n2 went away")
+    sent = ActionRecord("start", "n1", "tiny-1/0", "tiny", "new replica", Outcome.SENT)
+    waiting = ActionRecord("stop", "n2", "tiny-0/0", "tiny", "", Outcome.BACKING_OFF, error="node n2 went away")
     message = audit_message(record(sent, waiting))
     subject, _, body = message.partition("\n\n")
     assert subject == "pass 7 for settings aaaaaaaaaaaa: start tiny-1/0 on n1"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from llmgw.control.registry import FleetRegistry
+from llmgw.identity import EngineState
 from llmgw.plan.types import NodeState, ObservedShard, ShardState
 
 
@@ -92,7 +93,7 @@ def test_a_shard_status_replaces_that_shard_only():
 def test_engine_installs_move_between_installing_and_installed(events, installed, installing):
     registry, _ = FleetRegistry(lost_after=30).register(node("n1"), now=0.0)
     for state, error in events:
-        registry, _ = registry.engine_status("n1", "llama.cpp@b1", state, error, now=1.0)
+        registry, _ = registry.engine_status("n1", "llama.cpp@b1", EngineState(state), error, now=1.0)
     record = registry.get("n1")
     assert set(record.state.engines_installed) == installed
     assert set(record.state.engines_installing) == installing
