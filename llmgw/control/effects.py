@@ -39,43 +39,33 @@ from llmgw.settings.model import Settings
 
 
 @dataclass(frozen=True)
-class StartShard:
+class _PlannedCommand:
+    """A command that carries out one planned `action` under the pass's `settings`, with the lease's `token`."""
+
+    action: Action
+    settings: Settings
+    token: int = 0
+
+    @property
+    def node_id(self) -> str:
+        return self.action.node_id
+
+
+@dataclass(frozen=True)
+class StartShard(_PlannedCommand):
     """Start (or restart) the shard of `action` (kind START or RESTART) on its node."""
 
-    action: Action
-    settings: Settings
-    token: int = 0
-
-    @property
-    def node_id(self) -> str:
-        return self.action.node_id
-
 
 @dataclass(frozen=True)
-class StopShard:
+class StopShard(_PlannedCommand):
     """Stop the shard of `action` (kind STOP) on its node, within the node's `shard_stop_grace`."""
 
-    action: Action
-    settings: Settings
-    token: int = 0
-
-    @property
-    def node_id(self) -> str:
-        return self.action.node_id
-
 
 @dataclass(frozen=True)
-class InstallEngine:
+class InstallEngine(_PlannedCommand):
     """Install the engine version `action.engine` ("llama.cpp@b11434") on its node, the archive for `platform`."""
 
-    action: Action
-    settings: Settings
     platform: str = "linux-x86_64"
-    token: int = 0
-
-    @property
-    def node_id(self) -> str:
-        return self.action.node_id
 
 
 @dataclass(frozen=True)
@@ -200,8 +190,8 @@ def command_for(action: Action, state: ControlState) -> Command:
         return StopShard(action, settings, token)
     if action.kind is ActionKind.INSTALL:
         record = state.fleet.get(action.node_id)
-        return InstallEngine(action, settings, platform_of(record.os, record.arch) if record else "linux-x86_64",
-                             token)
+        return InstallEngine(action, settings, token,
+                             platform=platform_of(record.os, record.arch) if record else "linux-x86_64")
     if action.kind is ActionKind.CONFIGURE:
         return ConfigureAgent(action.node_id, action.fingerprint, action, settings, state.fleet, token)
     raise ValueError(f"a {action.kind.value} action is not a command")
