@@ -10,8 +10,10 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from llmgw.control.deciding import action_answered, action_failed, action_key, decide
+from llmgw.control.deciding import SETTLE_AFTER, action_answered, action_failed, action_key, decide
 from llmgw.control.state import ControlState, InFlight, Leadership, WatchState, frozen
 from llmgw.control.registry import FleetRegistry
 from llmgw.plan import agent_settings_fingerprint
@@ -36,14 +38,17 @@ def random_state(seed: int) -> tuple[ControlState, float]:
     acked = {n.node_id: agent_settings_fingerprint(settings, n.node_id) for n in fleet.nodes if rng.random() < 0.7}
     state = ControlState(watch=WatchState(settings=settings), fleet=registry,
                          leadership=Leadership(rng.random() < 0.8, "someone"), acked_settings=frozen(acked))
-    # a first pass puts actions in flight; some are answered, some fail
-    _, state = decide(replace(state, leadership=Leadership(True, "me")), now - 10.0)
+    # a first pass puts actions in flight, some time ago; some are answered after a while, some fail: the answer
+    # times vary, so the settle window's start (the answer, not the send) matters
+    sent = now - rng.choice([10.0, 30.0, 60.0])
+    _, state = decide(replace(state, leadership=Leadership(True, "me")), sent)
     for key in list(state.in_flight):
         roll = rng.random()
+        answered = min(now, sent + rng.choice([0.5, 2.0, 20.0, 45.0]))
         if roll < 0.3:
-            state = action_answered(state, key, now - 8.0)
+            state = action_answered(state, key, answered)
         elif roll < 0.5:
-            state = action_failed(state, key, "refused", now - 8.0, delay=rng.choice([None, 3.0, 30.0]))
+            state = action_failed(state, key, "refused", answered, delay=rng.choice([None, 3.0, 30.0]))
     return replace(state, leadership=Leadership(rng.random() < 0.8, "someone")), now
 
 
@@ -56,7 +61,9 @@ def test_decide_keeps_its_promises_on_random_states(seed):
     assert len(keys) == len(set(keys)), "an action is sent once per pass"
     starts = [(a.node_id, a.shard_id or a.replica_id) for a in sent if a.kind in (ActionKind.START, ActionKind.RESTART)]
     assert len(starts) == len(set(starts)), "a shard is started once"
-    assert not set(keys) & set(state.in_flight), "nothing already in flight is sent again"
+    settling = {key for key, flight in state.in_flight.items()
+                if flight.answered_at is None or now - flight.answered_at <= SETTLE_AFTER}
+    assert not set(keys) & settling, "nothing in flight is sent again until SETTLE_AFTER seconds after its answer"
     for action in sent:
         record = state.fleet.get(action.node_id)
         assert record is not None and record.connected and not record.lost, "only connected nodes are commanded"
@@ -69,8 +76,47 @@ def test_decide_keeps_its_promises_on_random_states(seed):
         kept = after.in_flight.get(key)
         if flight.answered_at is None:
             assert kept == flight, "an action waiting for its answer stays in flight"
+        elif now - flight.answered_at <= SETTLE_AFTER:
+            assert key not in keys, "an answered action settles for SETTLE_AFTER seconds after its answer"
     for key in keys:
         assert isinstance(after.in_flight[key], InFlight), "what is sent is in flight afterwards"
     # a second pass at the same moment sends nothing new
     again, _ = decide(after, now)
     assert not {action_key(a) for a in again.send} & set(keys)
+
+
+def test_a_start_answered_late_is_not_sent_again_within_the_settle_window_after_its_answer():
+    """Sent at t=0, answered at t=20 (a slow node), not shown running yet at t=30: 10 s after the answer it still
+    settles (SETTLE_AFTER is 15 s from the answer, not from the send); at t=40 it is let go and planned again."""
+    state, _ = random_state(0)
+    state = replace(state, leadership=Leadership(True, "me"), in_flight=frozen())
+    decision, after = decide(state, 0.0)
+    starts = [a for a in decision.send if a.kind is ActionKind.START]
+    assert starts, "seed 0 places a replica"
+    key = action_key(starts[0])
+    after = action_answered(after, key, 20.0)
+    assert key not in {action_key(a) for a in decide(after, 30.0)[0].send}
+    assert key in decide(after, 30.0)[1].in_flight
+    settled = decide(after, 40.0)[1]  # the pass that finds it settled lets it go; the next one plans it again
+    assert key not in settled.in_flight
+    assert key in {action_key(a) for a in decide(settled, 40.0)[0].send}
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 59), ago=st.floats(0.0, 120.0),
+       answers=st.lists(st.one_of(st.none(), st.floats(0.0, 120.0)), min_size=1, max_size=8))
+def test_decide_never_resends_an_action_waiting_for_its_answer_or_settling(seed, ago, answers):
+    """Whatever the answer times (`answers`: per action in flight, seconds after the send, None: no answer yet), a
+    pass sends nothing that waits for its answer or was answered at most SETTLE_AFTER seconds ago."""
+    state, now = random_state(seed)
+    state = replace(state, leadership=Leadership(True, "me"), in_flight=frozen(), failures=frozen())
+    sent = now - ago
+    _, state = decide(state, sent)
+    for index, key in enumerate(state.in_flight):
+        delay = answers[index % len(answers)]
+        if delay is not None and sent + delay <= now:
+            state = action_answered(state, key, sent + delay)
+    decision, _ = decide(state, now)
+    settling = {key for key, flight in state.in_flight.items()
+                if flight.answered_at is None or now - flight.answered_at <= SETTLE_AFTER}
+    assert not {action_key(a) for a in decision.send} & settling
