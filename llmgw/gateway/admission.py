@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+from collections.abc import Callable
 
 import trio
 
@@ -68,12 +69,15 @@ class Admission:
     effect within that time. `body_grace_seconds`, `body_min_bytes_per_second`: the body's read deadline and
     minimum rate (`asgi.read_body`). `journal`: keep each admitted request in the spool while it is in flight
     (`Accounting.open_entry`), billed what it reserved (STATUS_PROCESS_LOST) if this process dies before it settles.
+    `clock`: epoch seconds as quota reservations see them (`time.time`; tests drive the sliding windows with it).
     """
 
     def __init__(self, accounting: Accounting, metrics: GatewayMetrics, *, key_cache_seconds: float = KEY_CACHE_SECONDS,
                  body_grace_seconds: float = BODY_GRACE_SECONDS,
-                 body_min_bytes_per_second: float = BODY_MIN_BYTES_PER_SECOND, journal: bool = False):
+                 body_min_bytes_per_second: float = BODY_MIN_BYTES_PER_SECOND, journal: bool = False,
+                 clock: Callable[[], float] = time.time):
         self.accounting = accounting
+        self.clock = clock
         self.metrics = metrics
         self.key_cache_seconds = key_cache_seconds
         self.body_grace_seconds = body_grace_seconds
@@ -205,7 +209,7 @@ class Admission:
         refusal is recorded and raised: 429 (a limit, with Retry-After and the x-ratelimit headers) or 503 (the
         store cannot take reservations now)."""
         try:
-            decision = await self.accounting.reserve(quotas, estimate, cost, time.time())
+            decision = await self.accounting.reserve(quotas, estimate, cost, self.clock())
         except ApiError as error:  # the store cannot take reservations now: 503, recorded through the spool
             await self.refused(caller, model, error.status)
             raise
