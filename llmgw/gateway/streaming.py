@@ -172,7 +172,9 @@ class SseRelay:
         if payload.find(b'"usage"') < 0 and payload.find(b'"error"') < 0:  # JSON is parsed only where these can be
             if payload.find(b'"tool_calls"') >= 0:
                 payload = self._indexed(payload)
-            self._count(payload, now)
+                self._counted(now)
+            elif _has_text(payload, b'"content":') or _has_text(payload, b'"text":'):
+                self._counted(now)
             if self.include_usage and payload.endswith(b"}"):
                 payload = payload[:-1] + b',"usage":null}'
             elif event is not None and self._model_swap is None and event.startswith(b"data: ") \
@@ -219,9 +221,13 @@ class SseRelay:
 
     def _count(self, payload: bytes, now: float) -> None:
         if payload.find(b'"tool_calls"') >= 0 or _has_text(payload, b'"content":') or _has_text(payload, b'"text":'):
-            self.usage.counted_chunks += 1
-            if self.usage.first_token_at is None:
-                self.usage.first_token_at = now
+            self._counted(now)
+
+    def _counted(self, now: float) -> None:
+        """One more content chunk (text or tool-call deltas), the first one's time kept."""
+        self.usage.counted_chunks += 1
+        if self.usage.first_token_at is None:
+            self.usage.first_token_at = now
 
 
 def _has_text(payload: bytes, key: bytes) -> bool:
