@@ -70,15 +70,15 @@ class Admission:
     effect within that time. `body_grace_seconds`, `body_min_bytes_per_second`: the body's read deadline and
     minimum rate (`asgi.read_body`). `journal`: keep each admitted request in the spool while it is in flight
     (`Accounting.open_entry`), billed what it reserved (STATUS_PROCESS_LOST) if this process dies before it settles.
-    `clock`: epoch seconds as quota reservations see them (`time.time`; tests drive the sliding windows with it).
+    `clock` (an attribute, `time.time` unless the gateway sets another): epoch seconds as quota reservations see
+    them (tests drive the sliding windows with it).
     """
 
     def __init__(self, accounting: Accounting, metrics: GatewayMetrics, *, key_cache_seconds: float = KEY_CACHE_SECONDS,
                  body_grace_seconds: float = BODY_GRACE_SECONDS,
-                 body_min_bytes_per_second: float = BODY_MIN_BYTES_PER_SECOND, journal: bool = False,
-                 clock: Callable[[], float] = time.time):
+                 body_min_bytes_per_second: float = BODY_MIN_BYTES_PER_SECOND, journal: bool = False):
         self.accounting = accounting
-        self.clock = clock
+        self.clock: Callable[[], float] = time.time
         self.metrics = metrics
         self.key_cache_seconds = key_cache_seconds
         self.body_grace_seconds = body_grace_seconds

@@ -111,8 +111,8 @@ class Gateway:
         self.pool = UpstreamPool(timeouts)
         self.admission = Admission(self.accounting, self.metrics, key_cache_seconds=key_cache_seconds,
                                    body_grace_seconds=body_grace_seconds,
-                                   body_min_bytes_per_second=body_min_bytes_per_second, journal=journal,
-                                   clock=clock)
+                                   body_min_bytes_per_second=body_min_bytes_per_second, journal=journal)
+        self.admission.clock = clock
         self.probes = HealthProbes(self.pool, self.balancer, health_interval, health_concurrency)
         self._replicas_of: RouteTable | None = None  # the table _replicas_by_id was built from
         self._replicas_by_id: dict[str, ReplicaRoute] = {}
