@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 STATE ?= .state
 export LLMGW_CACHE ?= $(HOME)/.cache/llmgw
 
-.PHONY: up test venv engine vllm lint bench clean prometheus chromium system-packages
+.PHONY: up test venv engine vllm lint bench clean prometheus chromium system-packages node-sdk
 
 venv: $(VENV)/.installed
 
@@ -53,7 +53,14 @@ system-packages:
 # kept as names for the docs and the tests' error messages ("run `make chromium`")
 prometheus chromium: system-packages
 
-test: engine vllm lint system-packages
+# The official Node `openai` SDK (pinned), for the test of streamed tool calls through its stream helper (issue 39),
+# installed with npm into $(LLMGW_CACHE)/node (outside the work tree); the test installs it too when it is missing.
+NODE_OPENAI := openai@6.49.0
+node-sdk:
+	@test "$$(node -p 'require(process.argv[1]).version' $(LLMGW_CACHE)/node/node_modules/openai/package.json 2>/dev/null)" = "$(lastword $(subst @, ,$(NODE_OPENAI)))" \
+	|| npm install --prefix $(LLMGW_CACHE)/node --no-audit --no-fund --no-save $(NODE_OPENAI)
+
+test: engine vllm lint system-packages node-sdk
 	$(BIN)/pytest
 
 bench: engine

@@ -6,7 +6,9 @@ before it runs, and the `x-ratelimit-*` headers.
 costs a request its admission (503 with Retry-After) only when the request needs the store to be admitted, never
 an answer or a usage record.
 
-Estimate (reserved before admitting): prompt characters / 4 (chat: the text of every message plus
+Reserved before admitting: the prompt's bound (`token_bounds.prompt_token_bound`, never below the engine's count)
+plus the completion tokens the request may generate, at the model's prompt and completion prices. The estimate
+here (`estimate_prompt_tokens`, the prompt tokens billed when the engine's usage never came): prompt characters / 4 (chat: the text of every message plus
 MESSAGE_OVERHEAD tokens per message and REPLY_PRIMING for the reply's header, as chat templates add them;
 completions: the prompt; embeddings: the input) plus the completion tokens the request may generate
 (`limits.completion_limit`: `max_completion_tokens` or `max_tokens`, or DEFAULT_MAX_TOKENS when the request sets

@@ -4,8 +4,8 @@ The steps, in order (`Gateway._proxied` calls them): the API key (`authenticate`
 accepted in the last `key_cache_seconds`) -> its project (`project_of`) -> the body (`receive_body`; when it may be over
 1 MiB, held under the project's concurrency slots, `early_slots`) -> JSON and OpenAI's schema (`validation`, by the
 caller) -> `admit`: the model (catalog names and aliases only) -> the project's allowlist -> serving stopped? ->
-a ready replica? -> the quota reservation (`limits`: the engine is held to the reserved max_tokens when tokens or
-budget are limited) -> journaled (gateway workers) -> the `RequestContext`, with the route's routing policy.
+a ready replica? -> the quota reservation (prompt tokens: `token_bounds.prompt_token_bound`, never below the engine's
+count; completion tokens: `limits`, the engine held to the reserved max_tokens when tokens or budget are limited) -> journaled (gateway workers) -> the `RequestContext`, with the route's routing policy.
 
 A refusal after the key was accepted is counted and recorded as a usage record of its status that consumed nothing
 (`refused`); a model name that is not in the catalog is recorded as UNKNOWN_MODEL, so clients cannot grow metric
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+from collections.abc import Callable
 
 import trio
 
@@ -28,6 +29,7 @@ from llmgw.gateway.problems import ApiError, bad_request, forbidden, model_not_f
 from llmgw.gateway.request_context import Caller, RequestContext
 from llmgw.gateway.routing import prefix_key
 from llmgw.gateway.routing_policies import policy_of
+from llmgw.gateway.token_bounds import prompt_token_bound
 from llmgw.routes import ProjectPolicy, RouteTable
 from llmgw.store import ApiKey, Rejection, Reservation, UsageRecord
 
@@ -68,12 +70,15 @@ class Admission:
     effect within that time. `body_grace_seconds`, `body_min_bytes_per_second`: the body's read deadline and
     minimum rate (`asgi.read_body`). `journal`: keep each admitted request in the spool while it is in flight
     (`Accounting.open_entry`), billed what it reserved (STATUS_PROCESS_LOST) if this process dies before it settles.
+    `clock` (an attribute, `time.time` unless the gateway sets another): epoch seconds as quota reservations see
+    them (tests drive the sliding windows with it).
     """
 
     def __init__(self, accounting: Accounting, metrics: GatewayMetrics, *, key_cache_seconds: float = KEY_CACHE_SECONDS,
                  body_grace_seconds: float = BODY_GRACE_SECONDS,
                  body_min_bytes_per_second: float = BODY_MIN_BYTES_PER_SECOND, journal: bool = False):
         self.accounting = accounting
+        self.clock: Callable[[], float] = time.time
         self.metrics = metrics
         self.key_cache_seconds = key_cache_seconds
         self.body_grace_seconds = body_grace_seconds
@@ -160,16 +165,17 @@ class Admission:
         assert route is not None
         embeddings = upstream_path.endswith("embeddings")
         prompt_estimate = estimate_prompt_tokens(body)
+        prompt_bound = max(prompt_estimate, prompt_token_bound(body))  # reserved: never below the engine's count
         limit = completion_limit(body, embeddings)
-        estimate = prompt_estimate + limit.total
+        estimate = prompt_bound + limit.total
+        cost = cost_of(route, prompt_bound, limit.total)
         reservation: Reservation | None = None
         if policy.quotas:
-            reservation = await self.reserve(caller, route.name, policy.quotas, estimate, cost_of(route, estimate, 0))
+            reservation = await self.reserve(caller, route.name, policy.quotas, estimate, cost)
         if self.journal:  # billed what it reserved if this process dies before it settles
-            cost = cost_of(route, prompt_estimate, limit.total)
             self.accounting.open_entry(reservation, estimate, cost, UsageRecord(
                 project=policy.name, model=route.name, time=time.time(), key_id=caller.key.key_id,
-                prompt_tokens=prompt_estimate, completion_tokens=limit.total, status=STATUS_PROCESS_LOST,
+                prompt_tokens=prompt_bound, completion_tokens=limit.total, status=STATUS_PROCESS_LOST,
                 cost=cost, client_request_id=ids.client, trace_id=ids.trace), ids.own)
         if trace is not None:
             trace.admitted(reservation is not None)
@@ -205,7 +211,7 @@ class Admission:
         refusal is recorded and raised: 429 (a limit, with Retry-After and the x-ratelimit headers) or 503 (the
         store cannot take reservations now)."""
         try:
-            decision = await self.accounting.reserve(quotas, estimate, cost, time.time())
+            decision = await self.accounting.reserve(quotas, estimate, cost, self.clock())
         except ApiError as error:  # the store cannot take reservations now: 503, recorded through the spool
             await self.refused(caller, model, error.status)
             raise

@@ -82,7 +82,8 @@ class Gateway:
     (`llmgw.gateway.tracing`; None: off). `asgi_app` is the ASGI callable for embedding. `journal`: keep each
     admitted request in the spool while it is in flight (`Accounting.open_entry`), so that if this process is
     killed it is billed what it reserved (status `admission.STATUS_PROCESS_LOST`) when the spool is next opened;
-    gateway worker processes set it (`llmgw.gateway.worker`).
+    gateway worker processes set it (`llmgw.gateway.worker`). `clock`: epoch seconds as quota reservations see them
+    (default `time.time`; tests drive the sliding per-minute limits with it).
 
     Every proxied request gets a unique id (`new_request_id`, "req_" + 32 hex digits), sent to the engine as its
     `x-request-id` and kept as the key of its usage record. A client's own `x-request-id` (visible ASCII, at most
@@ -98,7 +99,8 @@ class Gateway:
                  key_cache_seconds: float = KEY_CACHE_SECONDS,
                  body_grace_seconds: float = BODY_GRACE_SECONDS,
                  body_min_bytes_per_second: float = BODY_MIN_BYTES_PER_SECOND,
-                 tracing: GatewayTracing | None = None, journal: bool = False):
+                 tracing: GatewayTracing | None = None, journal: bool = False,
+                 clock: Callable[[], float] = time.time):
         self.store = store
         self.tracing = tracing
         self.accounting = Accounting(store, spool_dir, settle_wait=settle_wait)
@@ -110,6 +112,7 @@ class Gateway:
         self.admission = Admission(self.accounting, self.metrics, key_cache_seconds=key_cache_seconds,
                                    body_grace_seconds=body_grace_seconds,
                                    body_min_bytes_per_second=body_min_bytes_per_second, journal=journal)
+        self.admission.clock = clock
         self.probes = HealthProbes(self.pool, self.balancer, health_interval, health_concurrency)
         self._replicas_of: RouteTable | None = None  # the table _replicas_by_id was built from
         self._replicas_by_id: dict[str, ReplicaRoute] = {}

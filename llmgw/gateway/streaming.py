@@ -13,6 +13,9 @@ the caller sends after the usage is committed (`usage.done` says it arrived). Co
 (one per chunk carrying content, text or tool-call deltas) so a client that leaves mid-stream is billed for what was
 generated; the engine's own usage replaces the count when it arrives.
 
+Tool-call deltas without `index` get one (`tool_call_indices`); only chunks containing `"tool_calls"` are parsed
+for that, and rewritten only when an index was missing.
+
 Per chunk, byte markers are looked up with `bytes.find`, not `in`: CPython 3.11's `bytes.__contains__` first tries the
 operand as an integer and formats, raises and clears a TypeError before searching (about 1,900 instructions of the
 ~140,000 a relayed chunk costs, five times per chunk: callgrind, bench/relay_instructions.py).
@@ -22,6 +25,8 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+
+from llmgw.gateway.tool_call_indices import ToolCallIndexer
 
 
 @dataclass
@@ -62,6 +67,7 @@ class SseRelay:
         self._client_model = client_model
         self._model_swap: tuple[bytes, bytes] | None = None
         self._model_known = client_model is None
+        self._tool_calls = ToolCallIndexer()
         if upstream_model is not None:
             self._learn_model(upstream_model)
 
@@ -164,7 +170,11 @@ class SseRelay:
         if self._model_swap is not None:
             payload = payload.replace(*self._model_swap).replace(*self._model_swap_spaced)
         if payload.find(b'"usage"') < 0 and payload.find(b'"error"') < 0:  # JSON is parsed only where these can be
-            self._count(payload, now)
+            if payload.find(b'"tool_calls"') >= 0:
+                payload = self._indexed(payload)
+                self._counted(now)
+            elif _has_text(payload, b'"content":') or _has_text(payload, b'"text":'):
+                self._counted(now)
             if self.include_usage and payload.endswith(b"}"):
                 payload = payload[:-1] + b',"usage":null}'
             elif event is not None and self._model_swap is None and event.startswith(b"data: ") \
@@ -182,6 +192,7 @@ class SseRelay:
             return _frame(payload)
         usage = chunk.get("usage")
         choices = chunk.get("choices")
+        self._tool_calls.index_chunk(chunk)
         if isinstance(usage, dict):
             self._take_usage(usage, usage_only=not choices)
         if not choices:
@@ -197,11 +208,26 @@ class SseRelay:
             chunk.pop("usage", None)
         return _frame(json.dumps(chunk, separators=(",", ":")).encode())
 
+    def _indexed(self, payload: bytes) -> bytes:
+        """`payload` with an `index` on every tool-call delta (`tool_call_indices`); the same bytes when every
+        delta had one (or it is not a JSON object)."""
+        try:
+            chunk = json.loads(payload)
+        except ValueError:
+            return payload
+        if not isinstance(chunk, dict) or not self._tool_calls.index_chunk(chunk):
+            return payload
+        return json.dumps(chunk, separators=(",", ":")).encode()
+
     def _count(self, payload: bytes, now: float) -> None:
         if payload.find(b'"tool_calls"') >= 0 or _has_text(payload, b'"content":') or _has_text(payload, b'"text":'):
-            self.usage.counted_chunks += 1
-            if self.usage.first_token_at is None:
-                self.usage.first_token_at = now
+            self._counted(now)
+
+    def _counted(self, now: float) -> None:
+        """One more content chunk (text or tool-call deltas), the first one's time kept."""
+        self.usage.counted_chunks += 1
+        if self.usage.first_token_at is None:
+            self.usage.first_token_at = now
 
 
 def _has_text(payload: bytes, key: bytes) -> bool:

@@ -1,17 +1,21 @@
 """Quota windows, reservations and concurrency slots, enforced inside one store transaction.
 
-Windows are FIXED, aligned to UTC: a minute window is [floor(t/60)*60, +60 s), a day window the UTC calendar
-day, the budget window the UTC calendar month. Requests and tokens per minute count in the minute window,
-tokens per day in the day window, cost against `budget` in the month window. (Fixed windows let up to twice a
-per-minute limit through across a window boundary; they are exact, cheap and their reset time is plain.)
+Per-minute limits SLIDE: requests and tokens per minute count what was charged in the last minute, kept in
+one-second buckets (rows of period "minute" whose `start` is the second, floor(t)); at `now` the buckets from
+floor(now) - 60 to floor(now) count, so a charge counts for between 60 and 61 seconds (never less than a minute:
+no more than the limit is ever admitted in any 60-second interval, and a refusal comes at most one second early).
+A refusal's retry time is when enough of the oldest buckets have left the span for the request to fit. Tokens
+per day count in the UTC calendar day, cost against `budget` in the UTC calendar month (fixed windows: they reset
+at midnight and on the first). Rows of a pre-sliding store (minute-aligned "minute" rows) read as one bucket each.
 
 A reservation adds one request, the estimated tokens and the estimated cost to every window that has a limit
-in every limited scope, and takes one concurrency slot in every scope with `concurrent_requests`. It is all
-or nothing: the caller runs `reserve` inside a write transaction, the scopes are locked first (SQLite: the
-whole file by `BEGIN IMMEDIATE`; PostgreSQL: one row per scope, see `dialects`), every scope is checked before
-anything is written, and a rejection writes nothing. Settling removes the estimate from the windows it was charged to
-and adds the actual tokens and cost to the windows current at settle time, then frees the slots. A slot not
-freed within its TTL (a crashed gateway) stops counting and is deleted by `prune`.
+in every limited scope (the per-minute limits: the bucket of `now`), and takes one concurrency slot in every scope
+with `concurrent_requests`. It is all or nothing: the caller runs `reserve` inside a write transaction, the scopes
+are locked first (SQLite: the whole file by `BEGIN IMMEDIATE`; PostgreSQL: one row per scope, see `dialects`),
+every scope is checked before anything is written, and a rejection writes nothing: exact across gateways and
+control planes sharing one store. Settling removes the estimate from the windows it was charged to and adds the
+actual tokens and cost to the windows current at settle time, then frees the slots. A slot not freed within its TTL
+(a crashed gateway) stops counting and is deleted by `prune`.
 
 The rules are pure functions (`window_bounds`, `decide`, `closing_deltas`), shared by both backends; the
 functions taking a `SqlConnection` (already inside a write transaction, except `read_*`) only read and write
@@ -43,6 +47,8 @@ LIMITS: dict[str, tuple[str, str]] = {
 }
 
 CONCURRENCY_RETRY_SECONDS = 1.0
+SLIDING_SPAN = 60
+"""Seconds of one-second buckets before the current one that a per-minute limit counts (61 buckets in all)."""
 
 
 def has_limits(limits: Quota) -> bool:
@@ -51,10 +57,11 @@ def has_limits(limits: Quota) -> bool:
 
 
 def window_bounds(period: str, now: float) -> tuple[float, float]:
-    """The (start, end) in epoch seconds of the fixed UTC window of `period` that holds `now`."""
+    """The (start, end) in epoch seconds of the row `now` is charged to: for MINUTE the one-second bucket holding
+    `now` (the sliding minute counts it until `end + SLIDING_SPAN`), for DAY and MONTH the fixed UTC window."""
     if period == MINUTE:
-        start = float(int(now // 60) * 60)
-        return start, start + 60.0
+        start = float(now // 1)
+        return start, start + 1.0
     if period == DAY:
         start = float(int(now // 86400) * 86400)
         return start, start + 86400.0
@@ -81,22 +88,49 @@ def _periods(limits: Quota) -> list[str]:
 class Snapshot:
     """Usage of every limited window and the slot count of the scopes of one request, at `now`.
 
-    `windows` maps (scope, period) to (start, end, (requests, tokens, cost)); `slots` maps a scope with a
-    concurrency limit to its active slots. Built by `read_snapshot` (SQL) or by hand in tests (pure).
+    `windows` maps (scope, period) to (start, end, (requests, tokens, cost)): the row a reservation now charges
+    (for MINUTE the current one-second bucket) and the usage that counts (for MINUTE summed over the sliding
+    span); `buckets` maps a scope with a per-minute limit to its counted buckets, start -> (requests, tokens);
+    `slots` maps a scope with a concurrency limit to its active slots. Built by `read_snapshot` (SQL) or by hand in
+    tests (pure).
     """
 
     now: float
     windows: dict[tuple[str, str], tuple[float, float, tuple[int, int, float]]] = field(default_factory=dict)
     slots: dict[str, int] = field(default_factory=dict)
+    buckets: dict[str, dict[float, tuple[int, int]]] = field(default_factory=dict)
 
     def used(self, scope: str, limit_name: str) -> tuple[float, float]:
-        """(amount used, seconds until reset) of one limit of one scope."""
+        """(amount used, seconds until it is all gone: the window's end, or for a sliding limit when the newest
+        bucket holding any of it leaves the span) of one limit of one scope."""
         period, measure = LIMITS[limit_name]
         if measure == "slots":
             return self.slots[scope], CONCURRENCY_RETRY_SECONDS
         start, end, (requests, tokens, cost) = self.windows[(scope, period)]
         amount = {"requests": requests, "tokens": tokens, "cost": cost}[measure]
-        return amount, max(0.0, end - self.now)
+        if period != MINUTE:
+            return amount, max(0.0, end - self.now)
+        held = [second for second, counts in self.buckets.get(scope, {}).items() if counts[measure == "tokens"] > 0]
+        return amount, self.leaves(max(held)) if held else 0.0
+
+    def retry_after(self, scope: str, limit_name: str, limit: float, requested: float) -> float:
+        """Seconds until `requested` more fits under `limit`, the limit `limit_name` of `scope` (its reset time when
+        it never fits, or the limit is not sliding): for a per-minute limit, when enough of the oldest buckets have
+        left the sliding span."""
+        period, measure = LIMITS[limit_name]
+        used, reset = self.used(scope, limit_name)
+        if period != MINUTE or requested > limit:
+            return reset
+        left = used
+        for second, counts in sorted(self.buckets.get(scope, {}).items()):
+            left -= counts[measure == "tokens"]
+            if left + requested <= limit:
+                return self.leaves(second)
+        return reset
+
+    def leaves(self, second: float) -> float:
+        """Seconds until the bucket starting at `second` stops counting (0.0 when it already has)."""
+        return max(0.0, second + 1.0 + SLIDING_SPAN - self.now)
 
 
 def empty_snapshot(scopes: Sequence[tuple[str, Quota]], now: float) -> Snapshot:
@@ -123,44 +157,69 @@ def queue_snapshot(conn: SqlConnection, scopes: Sequence[tuple[str, Quota]],
                    now: float) -> Callable[[], Snapshot]:
     """`read_snapshot` in two steps: the statements are run (on a batching connection, queued) now, and the
     returned function reads their rows into the Snapshot. Snapshots queued one after another on a
-    `dialects.PostgresBatch` are read in one round trip."""
+    `dialects.PostgresBatch` are read in one round trip. One SELECT reads the fixed windows' rows and every
+    one-second bucket of the per-minute limits from `floor(now) - SLIDING_SPAN` on (a later one, written by a
+    gateway whose clock is ahead, counts too)."""
     snapshot = empty_snapshot(scopes, now)
     counts = {scope: conn.execute("SELECT count(*) FROM quota_slots WHERE scope = ? AND expires_at > ?", (scope, now))
               for scope in snapshot.slots}
     windows = None
-    if snapshot.windows:
-        keys = [(scope, period, start) for (scope, period), (start, _e, _u) in snapshot.windows.items()]
-        windows = conn.execute(
-            "SELECT scope, period, requests, tokens, cost FROM quota_windows WHERE (scope, period, start) IN "
-            f"(VALUES {', '.join(['(?, ?, ?)'] * len(keys))})",
-            [value for key in keys for value in key],
-        )
+    keys = [(scope, period, start) for (scope, period), (start, _e, _u) in snapshot.windows.items() if period != MINUTE]
+    sliding = [scope for scope, period in snapshot.windows if period == MINUTE]
+    selects, params = [], []
+    if keys:
+        selects.append("SELECT scope, period, start, requests, tokens, cost FROM quota_windows WHERE "
+                       f"(scope, period, start) IN (VALUES {', '.join(['(?, ?, ?)'] * len(keys))})")
+        params += [value for key in keys for value in key]
+    if sliding:
+        selects.append("SELECT scope, period, start, requests, tokens, cost FROM quota_windows WHERE period = ? AND "
+                       f"start >= ? AND scope IN ({', '.join(['?'] * len(sliding))})")
+        params += [MINUTE, span_start(now), *sliding]
+    if selects:
+        windows = conn.execute(" UNION ALL ".join(selects), params)
 
     def read() -> Snapshot:
         for scope, result in counts.items():
             snapshot.slots[scope] = int(result.fetchone()[0])
         if windows is not None:
-            for scope, period, requests, tokens, cost in windows.fetchall():
-                start, end, _usage = snapshot.windows[(scope, period)]
-                snapshot.windows[(scope, period)] = (start, end, (int(requests), int(tokens), float(cost)))
+            for scope, period, second, requests, tokens, cost in windows.fetchall():
+                start, end, (had_requests, had_tokens, had_cost) = snapshot.windows[(scope, period)]
+                snapshot.windows[(scope, period)] = (start, end, (had_requests + int(requests),
+                                                                  had_tokens + int(tokens), had_cost + float(cost)))
+                if period == MINUTE:
+                    snapshot.buckets.setdefault(scope, {})[float(second)] = (int(requests), int(tokens))
         return snapshot
 
     return read
 
 
+def span_start(now: float) -> float:
+    """The start of the oldest one-second bucket a per-minute limit counts at `now`."""
+    return float(now // 1) - SLIDING_SPAN
+
+
 def with_reservation(snapshot: Snapshot, reservation: Reservation) -> Snapshot:
     """`snapshot` as it reads once `reservation` (taken in the same transaction after it was read) is written:
-    each window it charged counts one more request and its tokens and cost, each slot scope one more slot. Pure;
-    `snapshot` is left unchanged."""
+    each window it charged counts one more request and its tokens and cost (a per-minute bucket when it is in the
+    snapshot's sliding span), each slot scope one more slot. Pure; `snapshot` is left unchanged."""
     windows = dict(snapshot.windows)
+    buckets = {scope: dict(seconds) for scope, seconds in snapshot.buckets.items()}
     for charge in reservation.charges:
         entry = windows.get((charge.scope, charge.period))
-        if entry is not None and entry[0] == charge.start:
-            start, end, (requests, tokens, cost) = entry
-            windows[(charge.scope, charge.period)] = (start, end, (requests + 1, tokens + charge.tokens,
-                                                                   cost + charge.cost))
+        if entry is None:
+            continue
+        if charge.period == MINUTE:
+            if charge.start < span_start(snapshot.now):
+                continue
+            requests, tokens = buckets.setdefault(charge.scope, {}).get(charge.start, (0, 0))
+            buckets[charge.scope][charge.start] = (requests + 1, tokens + charge.tokens)
+        elif entry[0] != charge.start:
+            continue
+        start, end, (requests, tokens, cost) = entry
+        windows[(charge.scope, charge.period)] = (start, end, (requests + 1, tokens + charge.tokens,
+                                                               cost + charge.cost))
     slots = {scope: count + (scope in reservation.slots) for scope, count in snapshot.slots.items()}
-    return Snapshot(snapshot.now, windows, slots)
+    return Snapshot(snapshot.now, windows, slots, buckets)
 
 
 def _headroom(snapshot: Snapshot, scopes: Sequence[tuple[str, Quota]],
@@ -174,6 +233,8 @@ def _headroom(snapshot: Snapshot, scopes: Sequence[tuple[str, Quota]],
             if limit is None:
                 continue
             used, reset = snapshot.used(scope, name)
+            if extra and name != "tokens_per_day":  # what this reservation adds counts until its bucket leaves
+                reset = max(reset, snapshot.leaves(window_bounds(MINUTE, snapshot.now)[0]))
             allowance = Allowance(scope, name, int(limit), max(0, int(limit - used - extra)), reset)
             if name == "requests_per_minute":
                 if requests is None or allowance.remaining < requests.remaining:
@@ -208,7 +269,8 @@ def decide(snapshot: Snapshot, limited: Sequence[tuple[str, Quota]], estimated_t
             used, reset = snapshot.used(scope, name)
             if used + requested > limit:
                 failures.append(Rejection(scope=scope, limit_name=name, limit=limit, remaining=max(0, limit - used),
-                                          requested=requested, reset_seconds=reset, retry_after_seconds=reset,
+                                          requested=requested, reset_seconds=reset,
+                                          retry_after_seconds=snapshot.retry_after(scope, name, limit, requested),
                                           exceeds_limit=requested > limit))
     if failures:
         worst = max(failures, key=lambda r: (r.exceeds_limit, r.retry_after_seconds))
@@ -366,11 +428,11 @@ def renew(conn: SqlConnection, reservation_id: str, now: float, slot_ttl: float)
 def prune(conn: SqlConnection, now: float) -> None:
     """Delete expired slots, windows that can no longer count, and closed or stale reservations.
 
-    Minute windows are kept 2 minutes, day windows 2 days, month windows 62 days; reservations left open (a
+    Per-minute buckets are kept 2 minutes, day windows 2 days, month windows 62 days; reservations left open (a
     crashed gateway) 2 days (closed ones are deleted when closed, so this scans only the few open ones).
     """
     conn.execute("DELETE FROM quota_slots WHERE expires_at <= ?", (now,))
-    conn.execute("DELETE FROM quota_windows WHERE period = ? AND start < ?", (MINUTE, now - 120))
+    conn.execute("DELETE FROM quota_windows WHERE period = ? AND start < ?", (MINUTE, span_start(now) - 60))
     conn.execute("DELETE FROM quota_windows WHERE period = ? AND start < ?", (DAY, now - 2 * 86400))
     conn.execute("DELETE FROM quota_windows WHERE period = ? AND start < ?", (MONTH, now - 62 * 86400))
     conn.execute("DELETE FROM quota_reservations WHERE created_at < ?", (now - 2 * 86400,))

@@ -71,6 +71,16 @@ class ReplayEngine:
         await serve_asgi(self, host, port, task_status=task_status)
 
 
+async def read_body(receive) -> bytes:
+    """The whole request body of an ASGI http request (b"" when the client left first)."""
+    raw = b""
+    while True:
+        message = await receive()
+        raw += message.get("body", b"")
+        if not message.get("more_body"):
+            return raw
+
+
 async def serve_asgi(app, host: str = "127.0.0.1", port: int = 0, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
     """Serve the ASGI callable `app` with hypercorn on trio until cancelled; `task_status.started(bound port)`."""
     from hypercorn.config import Config
@@ -123,5 +133,5 @@ async def start_gateway(nursery, store, table: RouteTable, **kwargs) -> tuple[Ga
 
 
 __all__ = ["FakeLlamaServer", "ModelRoute", "ProjectPolicy", "Quota", "ReplicaRoute", "ReplayEngine",
-           "RouteTable", "serve_asgi", "start_engine", "start_replay", "make_table", "replica", "start_gateway",
+           "RouteTable", "read_body", "serve_asgi", "start_engine", "start_replay", "make_table", "replica", "start_gateway",
            "vllm_capture", "ENGINE_KEY"]

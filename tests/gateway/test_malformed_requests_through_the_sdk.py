@@ -17,7 +17,7 @@ USER = [{"role": "user", "content": "hi there"}]
 @pytest.fixture
 async def served(nursery, store):
     engine, url = await start_engine(nursery)
-    projects = {"chat": ProjectPolicy("chat", "t", "o", quotas=(("project:chat", Quota(tokens_per_day=300)),))}
+    projects = {"chat": ProjectPolicy("chat", "t", "o", quotas=(("project:chat", Quota(tokens_per_day=3000)),))}
     gateway, base = await start_gateway(nursery, store, make_table({"gemma": [replica("g-1", url)]}, projects=projects))
     _key, plaintext = store.create_api_key("chat")
     client = openai.AsyncOpenAI(base_url=base, api_key=plaintext, max_retries=0)

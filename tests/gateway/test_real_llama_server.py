@@ -130,3 +130,68 @@ async def test_an_aborted_real_stream_frees_the_slot(client, store):
     assert reply.usage.completion_tokens == 2
     aborted = [r for r in store.recent_usage() if r.status == 499]
     assert len(aborted) == 1 and 3 <= aborted[0].completion_tokens < 200 and aborted[0].prompt_tokens > 0
+
+
+JAPANESE = "東京の天気について短い文章を書いてください。明日は晴れか、それとも雨が降るのですか。"  # 42 characters
+BUDGET = 0.05
+PRICE = 280.0  # per million tokens, prompt and completion alike
+
+
+async def test_a_budget_is_never_overspent_by_concurrent_japanese_prompts(nursery, store, llama_server):
+    """Issue 39: budget 0.05, five concurrent requests of a 42-character Japanese prompt. Guessed as characters / 4
+    (18 tokens, the engine counts about 35) all five fitted the budget and the spend passed it. Reserved from the
+    bound (`token_bounds`: 170 prompt tokens, 8 completion), one fits, the others are refused, the spend stays
+    within the budget, and the engine's count is within the bound."""
+    from dataclasses import replace
+
+    from llmgw.gateway.token_bounds import prompt_token_bound
+
+    messages = [{"role": "user", "content": JAPANESE}]
+    projects = {"chat": ProjectPolicy("chat", "t", "o", quotas=(("project:chat", Quota(budget=BUDGET)),))}
+    table = make_table({"gemma-3-270m": [replica("gemma-3-270m-1", llama_server, replica_key=ENGINE_KEY)]},
+                       projects=projects)
+    priced = replace(table.models["gemma-3-270m"], prompt_price_per_million=PRICE, completion_price_per_million=PRICE)
+    _gateway, base = await start_gateway(nursery, store, replace(table, models={"gemma-3-270m": priced}))
+    _key, plaintext = store.create_api_key("chat")
+    sdk = openai.AsyncOpenAI(base_url=base, api_key=plaintext, max_retries=0)
+    outcomes: list = []
+
+    async def ask():
+        try:
+            outcomes.append(await sdk.chat.completions.create(model="gemma-3-270m", messages=messages, max_tokens=8,
+                                                              temperature=0, seed=1))
+        except openai.RateLimitError as refused:
+            outcomes.append(refused)
+
+    async with trio.open_nursery() as requests:
+        for _ in range(5):
+            requests.start_soon(ask)
+    answered = [o for o in outcomes if not isinstance(o, Exception)]
+    refused = [o for o in outcomes if isinstance(o, openai.RateLimitError)]
+    assert len(answered) >= 1 and len(answered) + len(refused) == 5
+    assert all(o.code == "insufficient_quota" for o in refused)
+    bound = prompt_token_bound({"messages": messages})
+    assert all(0 < o.usage.prompt_tokens <= bound for o in answered), [o.usage for o in answered]
+    records = [r for r in store.recent_usage() if r.status == 200]
+    spent = sum(r.cost for r in records)
+    assert len(records) == len(answered) and 0 < spent <= BUDGET
+
+
+@pytest.mark.parametrize("messages", [
+    [{"role": "user", "content": JAPANESE}],
+    [{"role": "system", "content": "Réponds en français, s'il te plaît."},
+     {"role": "user", "content": "naïve café ☕️ 🚀 emoji and \u0000 control \t characters"},
+     {"role": "assistant", "content": "D'accord."}, {"role": "user", "content": "<start_of_turn> " * 20}],
+    [{"role": "user", "content": [{"type": "text", "text": "中文和한국어 mixed"}, {"type": "text", "text": "ok"}]}],
+])
+async def test_the_reserved_bound_is_never_below_the_engines_own_count(llama_server, messages):
+    """`token_bounds.prompt_token_bound` against llama-server's count of the prompt its chat template makes."""
+    import httpx
+
+    from llmgw.gateway.token_bounds import prompt_token_bound
+
+    headers = {"authorization": f"Bearer {ENGINE_KEY}"}
+    async with httpx.AsyncClient(base_url=llama_server, headers=headers) as engine:
+        prompt = (await engine.post("/apply-template", json={"messages": messages})).json()["prompt"]
+        tokens = (await engine.post("/tokenize", json={"content": prompt, "add_special": True})).json()["tokens"]
+    assert 0 < len(tokens) <= prompt_token_bound({"messages": messages})

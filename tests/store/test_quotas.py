@@ -47,7 +47,7 @@ def test_scopes_without_limits_never_refuse_and_write_nothing(store: Store) -> N
     assert store.headroom(scopes, NOW).requests is None
 
 
-def test_requests_per_minute_refuses_the_third_request_until_the_next_minute(store: Store) -> None:
+def test_requests_per_minute_refuses_the_third_request_until_the_first_leaves_the_sliding_minute(store: Store) -> None:
     scopes = [("project:chat", Quota(requests_per_minute=2))]
     admitted(store.reserve(scopes, 10, 0.0, NOW + 1))
     second = admitted(store.reserve(scopes, 10, 0.0, NOW + 2))
@@ -55,11 +55,38 @@ def test_requests_per_minute_refuses_the_third_request_until_the_next_minute(sto
     rejection = refused(store.reserve(scopes, 10, 0.0, NOW + 15))
     assert (rejection.scope, rejection.limit_name, rejection.limit, rejection.remaining) == \
         ("project:chat", "requests_per_minute", 2, 0)
-    assert rejection.reset_seconds == pytest.approx(45.0)
-    assert rejection.retry_after_seconds == pytest.approx(45.0)
+    assert rejection.reset_seconds == pytest.approx(48.0)  # both gone: the second's bucket [2, 3) + 60 s
+    assert rejection.retry_after_seconds == pytest.approx(47.0)  # the first's bucket [1, 2) + 60 s
     assert not rejection.exceeds_limit
-    assert "retry after 45 s" in rejection.message
-    admitted(store.reserve(scopes, 10, 0.0, NOW + 60))
+    assert "retry after 47 s" in rejection.message
+    refused(store.reserve(scopes, 10, 0.0, NOW + 60))  # a fixed minute would have started afresh here
+    refused(store.reserve(scopes, 10, 0.0, NOW + 61.9))
+    admitted(store.reserve(scopes, 10, 0.0, NOW + 62))
+    refused(store.reserve(scopes, 10, 0.0, NOW + 62.5))
+
+
+def test_two_requests_1_7_s_apart_across_a_minute_boundary_are_one_too_many_at_one_per_minute(store: Store) -> None:
+    """Issue 39: requests at 06:33:58.7 and 06:34:00.4 with requests_per_minute 1 were both admitted (fixed minute)."""
+    scopes = [("project:chat", Quota(requests_per_minute=1))]
+    boundary = datetime(2026, 12, 2, 6, 34, tzinfo=timezone.utc).timestamp()
+    admitted(store.reserve(scopes, 10, 0.0, boundary - 1.3))
+    rejection = refused(store.reserve(scopes, 10, 0.0, boundary + 0.4))
+    assert rejection.limit_name == "requests_per_minute"
+    assert 58.3 <= rejection.retry_after_seconds <= 59.3  # 60 s after the first, rounded up to its second
+    refused(store.reserve(scopes, 10, 0.0, boundary + 58.6))
+    admitted(store.reserve(scopes, 10, 0.0, boundary - 1.3 + 60 + rejection.retry_after_seconds - 58.3))
+
+
+def test_tokens_per_minute_slide_and_the_retry_time_is_when_enough_has_left(store: Store) -> None:
+    scopes = [("project:chat", Quota(tokens_per_minute=1000))]
+    admitted(store.reserve(scopes, 300, 0.0, NOW + 10))
+    admitted(store.reserve(scopes, 300, 0.0, NOW + 20))
+    admitted(store.reserve(scopes, 300, 0.0, NOW + 30))
+    rejection = refused(store.reserve(scopes, 500, 0.0, NOW + 40))  # 100 left: the first two must leave
+    assert rejection.retry_after_seconds == pytest.approx(20 + 61 - 40)
+    assert rejection.reset_seconds == pytest.approx(30 + 61 - 40)
+    refused(store.reserve(scopes, 500, 0.0, NOW + 80))  # only the first has left
+    admitted(store.reserve(scopes, 500, 0.0, NOW + 81))
 
 
 def test_tokens_per_minute_counts_estimates_and_flags_a_request_larger_than_the_limit(store: Store) -> None:
@@ -145,12 +172,14 @@ def test_settling_replaces_the_estimate_with_the_actual_tokens(store: Store) -> 
     assert store.headroom(scopes, NOW + 5).tokens.remaining == 880
 
 
-def test_tokens_settled_in_a_later_minute_count_in_that_minute(store: Store) -> None:
+def test_tokens_settled_later_count_from_the_settle_time(store: Store) -> None:
     scopes = [("project:chat", Quota(tokens_per_minute=1000))]
     reservation = admitted(store.reserve(scopes, 500, 0.0, NOW + 50))
+    assert store.headroom(scopes, NOW + 69).tokens.remaining == 500
     store.settle(reservation, 300, 0.0, NOW + 70)
-    assert store.headroom(scopes, NOW + 59).tokens.remaining == 1000
     assert store.headroom(scopes, NOW + 71).tokens.remaining == 700
+    assert store.headroom(scopes, NOW + 130.5).tokens.remaining == 700  # the estimate's bucket has long left
+    assert store.headroom(scopes, NOW + 131).tokens.remaining == 1000
 
 
 def test_releasing_refunds_tokens_and_cost_but_the_request_still_counts(store: Store) -> None:
@@ -211,7 +240,7 @@ def test_headroom_reports_the_tightest_scope(store: Store) -> None:
     admitted(store.reserve(scopes, 1500, 0.0, NOW + 30))
     headroom = store.headroom(scopes, NOW + 30)
     assert (headroom.requests.scope, headroom.requests.limit, headroom.requests.remaining) == ("team:research", 3, 2)
-    assert headroom.requests.reset_seconds == pytest.approx(30.0)
+    assert headroom.requests.reset_seconds == pytest.approx(61.0)  # its bucket [30, 31) counts 60 s more
     assert (headroom.tokens.scope, headroom.tokens.limit_name, headroom.tokens.remaining) == \
         ("team:research", "tokens_per_day", 500)
 

@@ -81,8 +81,9 @@ def test_applying_one_settlement_twice_writes_its_usage_and_frees_its_slot_once(
 
 @pytest.mark.parametrize("tokens", [7, None], ids=["settled", "released"])
 def test_a_settlement_carrying_its_charges_moves_the_windows_as_one_that_reads_them(store, tokens) -> None:
-    """Reserved in one minute, settled in the next: the estimate leaves the first, the actual tokens go to the
-    second (none when released), whichever way the charges are found, also when one settlement is replayed."""
+    """Reserved in one minute, settled 61 s later: the estimate leaves its one-second bucket, the actual tokens go to
+    the bucket of the settle time (none when released), whichever way the charges are found, also when one
+    settlement is replayed. At NOW + 60.5 both buckets are in the sliding minute, at NOW + 122 neither."""
     scopes = [("project:chat", Quota(tokens_per_minute=1000, tokens_per_day=10_000))]
     seen = []
     for with_charges in (False, True):
@@ -93,10 +94,10 @@ def test_a_settlement_carrying_its_charges_moves_the_windows_as_one_that_reads_t
                            at=NOW + 61)
         store.apply_settlement(entry)
         store.apply_settlement(entry)
-        seen.append([(h.tokens.remaining, h.requests) for h in (store.headroom(limited, NOW + 1),
-                                                                 store.headroom(limited, NOW + 62))])
+        seen.append([(h.tokens.remaining, h.requests) for h in (store.headroom(limited, NOW + 60.5),
+                                                                 store.headroom(limited, NOW + 122))])
     assert seen[0] == seen[1]
-    assert seen[1][0][0] == 1000 and seen[1][1][0] == 1000 - (tokens or 0)
+    assert seen[1][0][0] == 1000 - (tokens or 0) and seen[1][1][0] == 1000
 
 
 def test_a_spooled_settlement_keeps_its_charges(store) -> None:
