@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import trio
+from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
@@ -28,8 +29,13 @@ from fake_nvml import FakeNvml  # noqa: E402
 pytestmark = pytest.mark.slow
 
 def wait_until(driver, check, what: str, timeout: float = 20.0):
+    """Poll `check(driver)` until it is truthy. An element found by one poll may be replaced before the check reads it
+    (the console swaps <main> on every refresh): a stale element is only a poll to repeat (it failed the whole wait
+    once, in a full-suite run, though the page showed what was waited for)."""
     try:
-        return WebDriverWait(driver, timeout, poll_frequency=0.2).until(lambda d: check(d))
+        return WebDriverWait(driver, timeout, poll_frequency=0.2,
+                             ignored_exceptions=(NoSuchElementException, StaleElementReferenceException),
+                             ).until(lambda d: check(d))
     except Exception as exc:  # noqa: BLE001 - selenium's TimeoutException: say what we waited for
         raise AssertionError(f"timed out after {timeout} s waiting for {what}; page:\n{driver.page_source[:3000]}") \
             from exc
