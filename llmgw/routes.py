@@ -50,6 +50,8 @@ class ModelRoute:
     `routing`: the catalog's policy for choosing among `replicas` (an adapter's is its model's).
     `body_fields` are top-level fields the gateway sets in every body it forwards for this name, over the client's
     (llama.cpp's `lora` choosing the adapter, or none for the base model); the `model` sent is the route's name.
+    `context_size`: the context window in tokens that every replica's engine was started with, so that a request
+    without `max_tokens` stops there (None: unknown, e.g. an external endpoint or the engine's own default).
     """
 
     name: str
@@ -61,6 +63,7 @@ class ModelRoute:
     adapter_of: str | None = None
     body_fields: Mapping[str, object] = field(default_factory=_empty)
     routing: Routing = Routing.PREFIX
+    context_size: int | None = None
 
 
 @dataclass(frozen=True)

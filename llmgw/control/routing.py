@@ -20,6 +20,9 @@ Rules:
   other at 0, and all at 0 for the model's own name, so no client applies an adapter under the model's name; vLLM
   by the adapter's name as `model`.
   A project's `models` name adapters on their own: allowing a model does not allow its adapters.
+- A model's route (and its adapters') carries its `context_size` when llmgw starts its engines with it (`-c`,
+  `--max-model-len`, `--context-length`): not for `endpoints` (their servers' context is their own) nor when
+  `engine_args` set the context again or let llama-server generate past it (CONTEXT_ARGS); None there.
 """
 
 from __future__ import annotations
@@ -34,6 +37,18 @@ from llmgw.control.registry import FleetRegistry
 from llmgw.plan.types import Fleet, ObservedShard
 from llmgw.routes import ModelRoute, ProjectPolicy, ReplicaRoute, RouteTable
 from llmgw.settings.model import Model, Settings
+
+
+CONTEXT_ARGS = frozenset({"-c", "--ctx-size", "--context-shift", "--max-model-len", "--context-length"})
+"""Engine arguments after which the catalog's `context_size` no longer bounds what one request generates."""
+
+
+def engine_context(model: Model) -> int | None:
+    """The context window in tokens every engine of `model` runs with, so a request without `max_tokens` stops
+    there; None when llmgw does not know it (see the module)."""
+    if model.endpoints or any(arg.split("=", 1)[0] in CONTEXT_ARGS for arg in model.engine_args):
+        return None
+    return model.context_size
 
 
 def _limits(quota: Quota) -> Quota | None:
@@ -146,7 +161,7 @@ def adapter_routes(settings: Settings, model: Model, replicas: tuple[ReplicaRout
         completion_price_per_million=model.prices.completion_per_million,
         body_fields=MappingProxyType({LORA_FIELD: lora_request_field(index, len(model.adapters))}
                                      if model.engine == "llama.cpp" else {}),
-        routing=model.routing,
+        routing=model.routing, context_size=engine_context(model),
     ) for index, adapter in enumerate(model.adapters)]
 
 
@@ -192,6 +207,7 @@ def build_route_table(
             completion_price_per_million=model.prices.completion_per_million,
             body_fields=MappingProxyType(base_fields),
             routing=model.routing,
+            context_size=engine_context(model),
         )
         for route in adapter_routes(settings, model, replicas, ready):
             models[route.name] = route

@@ -11,9 +11,9 @@ plus the completion tokens the request may generate, at the model's prompt and c
 here (`estimate_prompt_tokens`, the prompt tokens billed when the engine's usage never came): prompt characters / 4 (chat: the text of every message plus
 MESSAGE_OVERHEAD tokens per message and REPLY_PRIMING for the reply's header, as chat templates add them;
 completions: the prompt; embeddings: the input) plus the completion tokens the request may generate
-(`limits.completion_limit`: `max_completion_tokens` or `max_tokens`, or DEFAULT_MAX_TOKENS when the request sets
-none, times `n` or `best_of`). Settled later with the engine's own usage. Costs use the model's prices per million
-tokens (None = free).
+(`limits.completion_limit`: `max_completion_tokens` or `max_tokens`; when the request sets none, the model's
+context size, or DEFAULT_MAX_TOKENS when the route does not know it; times `n` or `best_of`). Settled later with
+the engine's own usage. Costs use the model's prices per million tokens (None = free).
 """
 
 from __future__ import annotations

@@ -5,7 +5,9 @@ accepted in the last `key_cache_seconds`) -> its project (`project_of`) -> the b
 1 MiB, held under the project's concurrency slots, `early_slots`) -> JSON and OpenAI's schema (`validation`, by the
 caller) -> `admit`: the model (catalog names and aliases only) -> the project's allowlist -> serving stopped? ->
 a ready replica? -> the quota reservation (prompt tokens: `token_bounds.prompt_token_bound`, never below the engine's
-count; completion tokens: `limits`, the engine held to the reserved max_tokens when tokens or budget are limited) -> journaled (gateway workers) -> the `RequestContext`, with the route's routing policy.
+count; completion tokens: `limits`, max tokens or the route's context size, the engine held to the reserved
+max_tokens when tokens or budget are limited and its context does not hold it) -> journaled (gateway workers) ->
+the `RequestContext`, with the route's routing policy.
 
 A refusal after the key was accepted is counted and recorded as a usage record of its status that consumed nothing
 (`refused`); a model name that is not in the catalog is recorded as UNKNOWN_MODEL, so clients cannot grow metric
@@ -166,7 +168,7 @@ class Admission:
         embeddings = upstream_path.endswith("embeddings")
         prompt_estimate = estimate_prompt_tokens(body)
         prompt_bound = max(prompt_estimate, prompt_token_bound(body))  # reserved: never below the engine's count
-        limit = completion_limit(body, embeddings)
+        limit = completion_limit(body, embeddings, route.context_size)
         estimate = prompt_bound + limit.total
         cost = cost_of(route, prompt_bound, limit.total)
         reservation: Reservation | None = None

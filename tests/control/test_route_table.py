@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from types import MappingProxyType
 
 import pytest
@@ -12,7 +13,7 @@ from llmgw.plan.types import Fleet, NodeState, ObservedShard, ShardState
 from llmgw.identity import Routing
 from llmgw.routes import Quota
 from llmgw.settings.model import (
-    ClusterSettings, Endpoint, Model, Organisation, Prices, Project, Quota, Settings, Team,
+    Adapter, ClusterSettings, Endpoint, Model, Organisation, Prices, Project, Quota, Settings, Team, WeightsFile,
 )
 
 SECRET = b"s" * 32
@@ -113,3 +114,19 @@ def test_replica_keys_are_hmac_of_the_replica_id_and_differ_per_replica():
 def test_each_model_is_routed_by_its_catalog_policy_prefix_unless_it_says_otherwise():
     models = table().models
     assert (models["gemma"].routing, models["qwen"].routing) == (Routing.PREFIX, Routing.LEAST_LOADED)
+
+
+@pytest.mark.parametrize(("changes", "expected"), [
+    ({"context_size": 512}, 512),  # the engine is started with it (-c, --max-model-len): requests stop there
+    ({}, None),  # the engine's own default context: unknown to the gateway
+    ({"context_size": 512, "engine_args": ("--ctx-size=4096",)}, None),  # set again by the engine's arguments
+    ({"context_size": 512, "engine_args": ("--context-shift",)}, None),  # llama-server generates past it
+    ({"context_size": 512, "endpoints": (Endpoint(url="https://api.example.com/"),)}, None),  # not ours to start
+])
+def test_a_models_route_carries_the_context_its_engines_run_with_and_its_adapters_too(changes, expected):
+    base = settings()
+    gemma = replace(base.models["gemma"], adapters=(Adapter("gemma-pirate", (WeightsFile("file:///p.gguf", "b" * 64),)),),
+                    **changes)
+    routes = build_route_table(replace(base, models=MappingProxyType({**base.models, "gemma": gemma})), fleet(),
+                               lambda rid: replica_key(SECRET, rid)).models
+    assert routes["gemma"].context_size == expected and routes["gemma-pirate"].context_size == expected

@@ -6,10 +6,14 @@ Regression tests for issue 19 defect 3 (bodies reached the engine unchecked: 502
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import httpx
 import openai
 import pytest
 from gateway_harness import ProjectPolicy, Quota, make_table, replica, start_engine, start_gateway
+
+from llmgw.gateway.token_bounds import prompt_token_bound
 
 USER = [{"role": "user", "content": "hi there"}]
 
@@ -99,6 +103,27 @@ async def test_under_a_token_quota_the_engine_is_sent_the_reserved_max_tokens(se
     assert (sent["max_tokens"], sent["max_completion_tokens"], sent["n"]) == (12, 12, 2)
     await client.completions.create(model="gemma", prompt="once upon", max_tokens=7)
     assert engine.stats.bodies[-1]["max_tokens"] == 7
+
+
+@pytest.mark.parametrize(("context_size", "n", "per_choice", "sent"), [
+    (512, 1, 512, None),  # the engine stops at its context: reserved whole, not forced (the answer is not cut)
+    (512, 2, 512, None),
+    (None, 1, 256, 256),  # a context the gateway does not know: 256 forced and reserved, as before
+])
+async def test_without_max_tokens_the_models_context_is_reserved_and_the_engine_stops_there_itself(
+        nursery, store, context_size, n, per_choice, sent):
+    engine, url = await start_engine(nursery)
+    table = make_table({"gemma": [replica("g-1", url)]}, projects={"chat": ProjectPolicy(
+        "chat", "t", "o", quotas=(("project:chat", Quota(tokens_per_day=3000)),))})
+    table = replace(table, models={"gemma": replace(table.models["gemma"], context_size=context_size)})
+    _gateway, base = await start_gateway(nursery, store, table)
+    _key, plaintext = store.create_api_key("chat")
+    client = openai.AsyncOpenAI(base_url=base, api_key=plaintext, max_retries=0)
+    answer = await client.chat.completions.with_raw_response.create(model="gemma", messages=USER, n=n)
+    reserved = prompt_token_bound({"messages": USER}) + per_choice * n
+    assert answer.headers["x-ratelimit-remaining-tokens"] == str(3000 - reserved)
+    assert engine.stats.bodies[-1].get("max_tokens") == sent and engine.stats.bodies[-1].get("n", 1) == n
+    assert len(answer.parse().choices) == n
 
 
 async def test_without_token_limits_the_body_keeps_its_own_max_tokens(nursery, store):

@@ -169,6 +169,14 @@ def test_the_reserved_completion_tokens_follow_max_tokens_and_n(body, embeddings
     assert completion_limit(body, embeddings) == expected
 
 
+def test_without_max_tokens_the_models_context_is_reserved_per_choice_and_max_tokens_still_wins():
+    assert completion_limit({"n": 2}, False, 512) == CompletionLimit(512, 2, by_context=True)
+    assert completion_limit({"max_tokens": 40}, False, 512) == CompletionLimit(40, 1)
+    assert completion_limit({"max_completion_tokens": 900}, False, 512) == CompletionLimit(900, 1)
+    assert completion_limit({"input": "x"}, True, 512) == CompletionLimit(0, 1)
+    assert enforced_fields({}, CompletionLimit(512, 1, by_context=True), False) == {}  # the engine stops there
+
+
 def test_under_token_limits_the_engine_is_sent_the_reserved_max_tokens():
     assert enforced_fields({}, CompletionLimit(256, 1), False) == {"max_tokens": 256}
     assert enforced_fields({"max_completion_tokens": 30}, CompletionLimit(30, 2), False) == {"max_tokens": 30}
