@@ -270,7 +270,15 @@ def test_diff_live_says_the_running_fleet_matches_the_branch_head(up):
 
 def test_llmgw_restart_starts_everything_again_and_it_serves(up):
     """`llmgw restart` under `llmgw up`: the agent, then the control plane restart (the process re-executes itself,
-    same pid) and serve again. The listeners were port 0, so the new gateway is read from the new banner."""
+    same pid) and serve again, with the same engines: the agent of the new image adopts them (same pids), as a
+    separate `llmgw agent` does. The listeners were port 0, so the new gateway is read from the new banner."""
+    def all_ready() -> bool:
+        states = [entry.get("state") for entry in replicas(up.state).values() if entry.get("model") == MODEL]
+        return bool(states) and all(state == "ready" for state in states)
+
+    wait_until(all_ready, 300, "every replica ready")
+    engines = engine_pids(up.state)
+    assert engines
     seen = len(up.lines)
     result = llmgw("restart", state=up.state, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -287,7 +295,8 @@ def test_llmgw_restart_starts_everything_again_and_it_serves(up):
     again = openai.OpenAI(base_url=base, api_key=key, max_retries=2, timeout=120)
     reply = again.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "Hi."}], max_tokens=4)
     assert reply.choices[0].message.content is not None
-    assert not zombie_children(up.process.pid)  # the old image's stopped engines were reaped before the re-exec
+    assert engine_pids(up.state) == engines  # adopted across the re-execution, never started again
+    assert not zombie_children(up.process.pid)  # no ended child of the old image is left unreaped
 
 
 def zombie_children(pid: int) -> list[str]:
