@@ -46,7 +46,7 @@ from llmgw.gateway.admission import (
 from llmgw.gateway.asgi import (
     BODY_GRACE_SECONDS, BODY_MIN_BYTES_PER_SECOND, Disconnected, header_map, send_error, send_json, serve_lifespan,
 )
-from llmgw.gateway.draining import CLOSE, DRAIN_TIMEOUT, Drain, cut_error, draining_error, serve_http
+from llmgw.gateway.draining import DRAIN_TIMEOUT, Drain, close_header, cut_error, draining_error, serve_http
 from llmgw.gateway.health import HealthProbes
 from llmgw.gateway.metrics import GatewayMetrics
 from llmgw.gateway.probing import HEALTH_PROBE_CONCURRENCY
@@ -223,26 +223,21 @@ class Gateway:
 
     async def _http(self, scope, receive, send) -> None:
         path, method = scope["path"], scope["method"]
-        if path in ("/health", "/healthz"):
-            await self._health(send)
-            return
-        with self.drain_state.counted():
-            await self._request(scope, receive, send, path, method)
-
-    async def _health(self, send) -> None:
-        """GET /health: {"status": "ok", ...health_details} (200), else 503 ("recovering", "draining")."""
-        if self.drain_state.draining:
-            await send_json(send, 503, {"status": "draining", **{k: v for k, v in self.health_details().items()
-                                                                   if k != "status"}}, [CLOSE])
-            return
-        health = {"status": "ok", **self.health_details()}
-        await send_json(send, 200 if health["status"] == "ok" else 503, health)
+        if self.drain_state.draining:  # arrived on a connection kept alive: refused, and the connection closes
+            health = path in ("/health", "/healthz")
+            body = {"status": "draining", **{k: v for k, v in self.health_details().items() if k != "status"}}
+            await (send_json(send, 503, body, close_header(scope)) if health
+                   else send_error(send, draining_error(), close_header(scope)))
+        elif path in ("/health", "/healthz"):
+            health = {"status": "ok", **self.health_details()}
+            await send_json(send, 200 if health["status"] == "ok" else 503, health)
+        else:
+            with self.drain_state.counted():
+                await self._request(scope, receive, send, path, method)
 
     async def _request(self, scope, receive, send, path: str, method: str) -> None:
         ids = trace = None
         try:
-            if self.drain_state.draining:
-                raise draining_error()
             if path in PROXIED:
                 headers = header_map(scope)
                 ids, trace = self._ids(path, headers)

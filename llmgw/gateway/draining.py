@@ -10,7 +10,7 @@
 1. `started` is set: `serve_http` stops accepting (its listening sockets are closed, so the kernel refuses new
    connections and resets those waiting in the backlog; other SO_REUSEPORT workers keep the address), while the
    connections already open stay open: the app answers what arrives on them 503 with `Retry-After` and
-   `Connection: close` (`draining_error`), and `/health` says "draining" (503) so a load balancer moves away;
+   `Connection: close` (`draining_error`, `close_header`), and `/health` says "draining" (503) so a load balancer moves away;
 2. the requests in flight (`counted`) finish, for `timeout` seconds at most;
 3. past it, every request still working is cut (`cuttable` scopes cancelled; one that starts later is cut at once):
    the app bills what it used and ends it with a 503, or, once a stream's head is out, an error event; they get
@@ -40,21 +40,28 @@ CUT_GRACE = 5.0
 """Seconds the requests cut at the drain timeout get to settle their usage and send their error."""
 RETRY_AFTER_SECONDS = 2
 """The `Retry-After` of a request refused while draining: another gateway, or this one started again, takes it."""
-CLOSE = (b"connection", b"close")
+
+
+def close_header(scope) -> list[tuple[bytes, bytes]]:
+    """`Connection: close` for an HTTP/1.x request of ASGI `scope`; none for HTTP/2 (a connection-specific header
+    is not allowed there: the connection closes with GOAWAY when the drain is done)."""
+    return [] if scope.get("http_version", "1.1").startswith("2") else [(b"connection", b"close")]
 
 
 def draining_error() -> ApiError:
-    """The 503 a request gets when it arrives while the gateway drains (Retry-After, and the connection closes)."""
+    """The 503 a request gets when it arrives while the gateway drains, with Retry-After (the caller adds
+    `close_header`)."""
     return ApiError(503, "This gateway is stopping; send the request again (another gateway or this one started "
                          "again will take it).", "server_error", "gateway_draining",
-                    headers=[(b"retry-after", str(RETRY_AFTER_SECONDS).encode()), CLOSE])
+                    headers=[(b"retry-after", str(RETRY_AFTER_SECONDS).encode())])
 
 
 def cut_error() -> ApiError:
-    """The 503 (or error event) of a request still working when the drain timeout passed."""
+    """The 503 (or error event) of a request still working when the drain timeout passed, with Retry-After (its
+    connection closes when the drain is done)."""
     return ApiError(503, "This gateway stopped before the answer was complete (its drain timeout passed); what was "
                          "generated is billed. Send the request again.", "server_error", "gateway_stopped",
-                    headers=[(b"retry-after", str(RETRY_AFTER_SECONDS).encode()), CLOSE])
+                    headers=[(b"retry-after", str(RETRY_AFTER_SECONDS).encode())])
 
 
 class Drain:
