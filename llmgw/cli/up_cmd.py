@@ -190,7 +190,9 @@ async def run_up(
 ) -> bool:
     """Run everything until SIGINT/SIGTERM, then stop it all (engines included) within STOP_DEADLINE seconds.
     `slurm`: Slurm beside llmgw on this machine (llmgw.cli.up_slurm). Returns True when it stopped for
-    `llmgw restart` (the caller starts it again: `llmgw up` re-executes itself), False for a signal."""
+    `llmgw restart` (the caller starts it again: `llmgw up` re-executes itself; the engines were left running and
+    the new process's agent adopts them), False for a signal. Either way the gateway drains first
+    (llmgw.gateway.draining)."""
     from llmgw.agent import AgentConfig, run_agent_restarting
     from llmgw.cli.console_mount import console_mount
     from llmgw.control import ControlConfig, ControlPlane
