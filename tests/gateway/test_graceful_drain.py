@@ -80,11 +80,12 @@ async def test_a_stop_lets_requests_in_flight_finish_refuses_new_ones_and_record
             assert refused.status_code == 503 and refused.body["code"] == "gateway_draining"
             assert refused.response.headers["retry-after"] == "2"
             assert refused.response.headers["connection"] == "close"
-        try:
-            await httpx.AsyncClient().get(f"{base}/models")  # a new connection: the listener is closed
-            raise AssertionError("a new connection was accepted while draining")
-        except httpx.ConnectError:
-            pass
+        async with httpx.AsyncClient() as fresh:
+            try:
+                await fresh.get(f"{base}/models")  # a new connection: the listener is closed
+                raise AssertionError("a new connection was accepted while draining")
+            except httpx.ConnectError:
+                pass
         assert not ended.is_set()  # still draining: the requests in flight run on
 
     await _until(ended.is_set)
