@@ -122,7 +122,7 @@ async def _follow_control_planes(agent: NodeAgent, start: Callable[[str], None])
 
 async def run_agent(config: AgentConfig, connect: Connect | Sequence[Connect] = (), *, nvml: Any = _LOAD,
                     connect_to: Callable[[str], Connect] | None = None, health: HealthReader | None = None,
-                    task_status=trio.TASK_STATUS_IGNORED) -> str:
+                    keep_engines: Callable[[], bool] | None = None, task_status=trio.TASK_STATUS_IGNORED) -> str:
     """Run the node agent until cancelled or told to restart; returns `RESTART` ("restart") in that case, with
     every engine left running (also with `config.stop_shards_on_exit`) for the next agent to adopt.
 
@@ -133,7 +133,9 @@ async def run_agent(config: AgentConfig, connect: Connect | Sequence[Connect] = 
     "host:port"), the agent also connects to every address of `config.control_planes`, and to each one AgentSettings
     add later (llmgw.yaml `control_planes:`, told by the control plane), once each.
     Engines keep running when this returns or is cancelled (unless `config.stop_shards_on_exit`): the next agent
-    adopts them. `task_status.started(agent)` is called with the NodeAgent once earlier shards are adopted.
+    adopts them. `keep_engines()` True when it is cancelled leaves them running despite `config.stop_shards_on_exit`
+    (`llmgw up` restarting itself: the agent of the re-executed process adopts them, same pids).
+    `task_status.started(agent)` is called with the NodeAgent once earlier shards are adopted.
     Connection failures (WireError, end of stream) are logged and retried; they never end the agent.
     `nvml` is the NVML module discovery and telemetry use (default: the installed `pynvml`, see
     `llmgw.agent.discovery.load_nvml`; None: no NVML, GPUs from nvidia-smi if any; tests pass a stand-in).
@@ -208,7 +210,7 @@ async def run_agent(config: AgentConfig, connect: Connect | Sequence[Connect] = 
                 telemetry.close()  # also when cancelled: every nvmlInit is shut down
         return RESTART  # engines keep serving (also with stop_shards_on_exit): the next agent adopts them
     except BaseException:
-        if config.stop_shards_on_exit:
+        if config.stop_shards_on_exit and not (keep_engines is not None and keep_engines()):
             # Cancelled or failed: the supervisor's context has ended, so stop engines by their records.
             with trio.move_on_after(config.shard_stop_grace + 10, shield=True):
                 async with Supervisor(config.state_dir) as cleanup:
@@ -226,17 +228,18 @@ async def run_agent(config: AgentConfig, connect: Connect | Sequence[Connect] = 
 
 
 async def run_agent_restarting(config: AgentConfig, connect: Connect, *, nvml: Any = _LOAD,
+                               keep_engines: Callable[[], bool] | None = None,
                                task_status=trio.TASK_STATUS_IGNORED) -> None:
     """`run_agent` for an in-process owner (`llmgw up`, tests): run it again each time it returns `RESTART`, so a
     restart asked over the stream ends the agent and a new one adopts the engines, which serve throughout.
 
     `task_status.started(agent)` is called once, with the first NodeAgent. Runs until cancelled; raises what
-    `run_agent` raises.
+    `run_agent` raises. `keep_engines`: as `run_agent`'s.
     """
-    await run_agent(config, connect, nvml=nvml, task_status=task_status)
+    await run_agent(config, connect, nvml=nvml, keep_engines=keep_engines, task_status=task_status)
     while True:  # run_agent returns only when asked to restart
         log.info("the agent restarts in this process; its engines keep serving and are adopted again")
-        await run_agent(config, connect, nvml=nvml)
+        await run_agent(config, connect, nvml=nvml, keep_engines=keep_engines)
 
 
 def _with_saved_settings(config: AgentConfig) -> tuple[AgentConfig, pb.SlurmRole | None]:

@@ -310,6 +310,7 @@ class Supervisor:
             return await shard.process.wait()
         while procfs.process_start_time(shard.pid) == shard.start_time:
             await trio.sleep(1.0)
+        _reap(shard.pid)
         return None
 
     async def _run_shard(self, shard: _Shard, task_status=trio.TASK_STATUS_IGNORED) -> None:
@@ -395,6 +396,16 @@ class Supervisor:
             _signal_group(pgid, signal.SIGKILL)
             with trio.move_on_after(5):
                 await exited.wait()
+
+
+def _reap(pid: int) -> None:
+    """Reap `pid` when it is an ended child of this process: an engine adopted by the agent of a process that
+    re-executed itself (`llmgw up` after `llmgw restart`) is still its child, though no trio Process of this image,
+    and would stay a zombie until the process exits. Any other process: nothing to do."""
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass  # not our child (adopted from a separate agent that ended): its parent or init reaps it
 
 
 def _signal_group(pgid: int, signum: int) -> None:

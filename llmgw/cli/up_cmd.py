@@ -17,6 +17,7 @@ it started, engines included.
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import socket
@@ -36,8 +37,6 @@ from llmgw.settings.model import Listener
 FIRST_KEY_MARKER = "up.first-key-created"
 DEMO_PROJECT = "demo"
 STOP_DEADLINE = 15.0
-REAP_DEADLINE = 5.0
-"""Seconds `llmgw up` waits, before re-executing itself, for the children it stopped to end (see reap_children)."""
 
 
 def cache_dir() -> Path:
@@ -167,7 +166,7 @@ async def _stop_on_restart(plane: Any, running: trio.CancelScope, console: Conso
     """`llmgw restart`: once its answer is out, stop everything as Ctrl-C does; `llmgw up` then starts again."""
     await plane.restart_requested.wait()
     await trio.sleep(0.5)  # let the answers already sent (`llmgw restart`'s own) leave the sockets
-    console.print("restarting (`llmgw restart`): engines, agent, gateway stop, then start again…")
+    console.print("restarting (`llmgw restart`): agent and gateway stop, then start again; engines keep serving…")
     running.cancel()
 
 
@@ -191,7 +190,9 @@ async def run_up(
 ) -> bool:
     """Run everything until SIGINT/SIGTERM, then stop it all (engines included) within STOP_DEADLINE seconds.
     `slurm`: Slurm beside llmgw on this machine (llmgw.cli.up_slurm). Returns True when it stopped for
-    `llmgw restart` (the caller starts it again: `llmgw up` re-executes itself), False for a signal."""
+    `llmgw restart` (the caller starts it again: `llmgw up` re-executes itself; the engines were left running and
+    the new process's agent adopts them), False for a signal. Either way the gateway drains first
+    (llmgw.gateway.draining)."""
     from llmgw.agent import AgentConfig, run_agent_restarting
     from llmgw.cli.console_mount import console_mount
     from llmgw.control import ControlConfig, ControlPlane
@@ -236,7 +237,10 @@ async def run_up(
                 async with trio.open_nursery() as nursery:
                     await nursery.start(plane.run)
                     _print_banner(console, plane, repo, state)
-                    await nursery.start(run_agent_restarting, agent_config, plane.local_connector())
+                    # engines stop with `up` (Ctrl-C), but keep serving across `llmgw restart`: the agent of the
+                    # re-executed process adopts them (same pids), as a separate `llmgw agent` does
+                    agent = functools.partial(run_agent_restarting, keep_engines=plane.restart_requested.is_set)
+                    await nursery.start(agent, agent_config, plane.local_connector())
                     nursery.start_soon(_report_progress, plane, console)
             outer.cancel_scope.cancel()
     if plane.restart_requested.is_set():
@@ -245,24 +249,20 @@ async def run_up(
     return False
 
 
-def reap_children(timeout: float) -> list[int]:
-    """Reap (os.waitpid) this process's children that have ended, waiting up to `timeout` seconds for those still
-    ending; returns their pids. Called once trio.run is over, before `llmgw up` re-executes itself: an engine the
-    in-process agent adopted after its own restart is no trio Process of this image, so nothing else reaps it, and
-    the new image would keep it as a zombie until `up` exits. A child still running after `timeout` is left."""
-    deadline = time.monotonic() + timeout
+def reap_children() -> list[int]:
+    """Reap (os.waitpid) this process's children that have ended, without waiting for those still running (the
+    engines kept across `llmgw restart`); returns their pids. Called once trio.run is over, before `llmgw up`
+    re-executes itself, so that no child that ended meanwhile stays a zombie of the new image (whose supervisor
+    reaps the engines it adopts when they end: `llmgw.agent.supervisor`)."""
     reaped = []
     while True:
         try:
             pid, _status = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
             return reaped  # no children left
-        if pid:
-            reaped.append(pid)
-        elif time.monotonic() >= deadline:
-            return reaped
-        else:
-            time.sleep(0.05)
+        if not pid:
+            return reaped  # the others still run
+        reaped.append(pid)
 
 
 def register(group: click.Group) -> None:
@@ -289,5 +289,5 @@ def register(group: click.Group) -> None:
             console=console, slurm=slurm,
         ))
         if restart:  # the same command line again, as `llmgw server` does after `llmgw restart`
-            reap_children(REAP_DEADLINE)
+            reap_children()
             os.execv(sys.executable, [sys.executable, "-P", "-m", "llmgw.cli", *sys.argv[1:]])  # -P: see server_cmds

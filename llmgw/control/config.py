@@ -91,8 +91,10 @@ def worker_store_url(config_store: Any, store: Any, cluster: Any, state_dir: Pat
 def listening_on(override: Listener | None, configured: Listener) -> Listener:
     """The listener to serve: `configured` (llmgw.yaml's, or the default), at `override`'s address when one is given
     (`--gateway HOST:PORT`). How many processes serve it stays the configured `workers` (the control plane's
-    `gateway_workers` overrides that), so moving the gateway to another port keeps its worker processes."""
-    return dataclasses.replace(override, workers=configured.workers) if override else configured
+    `gateway_workers` overrides that), so moving the gateway to another port keeps its worker processes (and its
+    `drain_timeout`)."""
+    return (dataclasses.replace(override, workers=configured.workers, drain_timeout=configured.drain_timeout)
+            if override else configured)
 
 
 def check_listeners_free(listeners: dict[str, Listener]) -> None:

@@ -189,7 +189,8 @@ async def _start_gateway(plane: Any, config: ControlConfig, nursery: trio.Nurser
     spools = plane.state_dir / "usage-spool"
     store = plane.store
     if count <= 1:
-        served = plane.gateway = Gateway(store, plane.table, spool_dir=spools, tracing=tracing)
+        served = plane.gateway = Gateway(store, plane.table, spool_dir=spools, tracing=tracing,
+                                         drain_timeout=gateway.drain_timeout)
         served.health_details = plane.health_details
         plane.feed.attach(served)
         nursery.start_soon(drain_spools, store, worker_spools(spools, 0))
@@ -202,7 +203,7 @@ async def _start_gateway(plane: Any, config: ControlConfig, nursery: trio.Nurser
     workers = plane.gateway_workers = GatewayWorkers(
         count, gateway.host, gateway.port, store_url=url, spool_root=spools,
         metrics_dir=plane.state_dir / "gateway-metrics", otlp_endpoint=trace_endpoint,
-        request_sample_ratio=trace_requests if trace_endpoint else 0.0)
+        request_sample_ratio=trace_requests if trace_endpoint else 0.0, drain_timeout=gateway.drain_timeout)
     workers.health_details = plane.health_details
     plane.feed.attach(workers)
     # what an in-process gateway (an earlier `workers: 1`) or more workers than now left in their spools

@@ -46,6 +46,7 @@ from llmgw.gateway.admission import (
 from llmgw.gateway.asgi import (
     BODY_GRACE_SECONDS, BODY_MIN_BYTES_PER_SECOND, Disconnected, header_map, send_error, send_json, serve_lifespan,
 )
+from llmgw.gateway.draining import DRAIN_TIMEOUT, Drain, close_header, cut_error, draining_error, serve_http
 from llmgw.gateway.health import HealthProbes
 from llmgw.gateway.metrics import GatewayMetrics
 from llmgw.gateway.probing import HEALTH_PROBE_CONCURRENCY
@@ -55,6 +56,7 @@ from llmgw.gateway.request_context import STATUS_CLIENT_CLOSED, Caller, Ledger, 
 from llmgw.gateway.request_ids import RequestIds, client_request_id, trace_id_of
 from llmgw.gateway.routing import Balancer, PromptBlocks
 from llmgw.gateway.routing_prefix import hashing_scheme, held_by_replica, prompt_blocks, tokenize_body
+from llmgw.gateway.streaming import error_event
 from llmgw.gateway.tokenizing import engine_tokens
 from llmgw.gateway.tracing import GatewayTracing, RequestTrace
 from llmgw.gateway.upstream import Timeouts, UpstreamPool
@@ -83,7 +85,8 @@ class Gateway:
     admitted request in the spool while it is in flight (`Accounting.open_entry`), so that if this process is
     killed it is billed what it reserved (status `admission.STATUS_PROCESS_LOST`) when the spool is next opened;
     gateway worker processes set it (`llmgw.gateway.worker`). `clock`: epoch seconds as quota reservations see them
-    (default `time.time`; tests drive the sliding per-minute limits with it).
+    (default `time.time`; tests drive the sliding per-minute limits with it). `drain_timeout`: seconds the requests
+    in flight get to finish when the gateway stops (`drain`, or `serve` cancelled; see `llmgw.gateway.draining`).
 
     Every proxied request gets a unique id (`new_request_id`, "req_" + 32 hex digits), sent to the engine as its
     `x-request-id` and kept as the key of its usage record. A client's own `x-request-id` (visible ASCII, at most
@@ -100,8 +103,9 @@ class Gateway:
                  body_grace_seconds: float = BODY_GRACE_SECONDS,
                  body_min_bytes_per_second: float = BODY_MIN_BYTES_PER_SECOND,
                  tracing: GatewayTracing | None = None, journal: bool = False,
-                 clock: Callable[[], float] = time.time):
+                 clock: Callable[[], float] = time.time, drain_timeout: float = DRAIN_TIMEOUT):
         self.store = store
+        self.drain_state = Drain(drain_timeout)
         self.tracing = tracing
         self.accounting = Accounting(store, spool_dir, settle_wait=settle_wait)
         self.table = table
@@ -157,12 +161,13 @@ class Gateway:
     # ---- serving ----
     async def serve(self, host: str, port: int, *, fd: int | None = None,
                     task_status=trio.TASK_STATUS_IGNORED) -> None:
-        """Serve HTTP on hypercorn's trio worker until cancelled, health-checking each replica every
+        """Serve HTTP on hypercorn's trio connections until drained, health-checking each replica every
         `health_interval` seconds (`watch_health`). `task_status.started(bound_port)` (port 0 picks a free one).
         `fd`: a bound TCP socket's file descriptor to serve instead of binding `host`:`port` (a gateway worker's
-        SO_REUSEPORT socket, `llmgw.gateway.worker`); hypercorn owns it from then on."""
+        SO_REUSEPORT socket, `llmgw.gateway.worker`); hypercorn owns it from then on.
+        Returns once `drain()` has run; cancelled, it drains first (shielded: at most the drain timeout plus
+        `draining.CUT_GRACE` and hypercorn's graceful timeout), then re-raises the cancellation."""
         from hypercorn.config import Config
-        from hypercorn.trio import serve
 
         from llmgw.gateway.client_writes import install
 
@@ -170,25 +175,44 @@ class Gateway:
         config = Config()
         config.bind = [f"fd://{fd}" if fd is not None else f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
         config.accesslog = None
-        config.loglevel = "WARNING"  # hypercorn's "Running on ..." line; the caller prints the URL it serves
+        config.loglevel = "WARNING"
         config.keep_alive_timeout = 75
         config.keep_alive_max_requests = 1_000_000  # hypercorn's default (1000) closes busy client connections
         config.read_timeout = None
-        config.graceful_timeout = 5
+        config.graceful_timeout = 5  # after the drain: connections still open (idle ones close at once)
         config.include_server_header = False  # one header less to build and validate per response
         config.h2_max_concurrent_streams = MAX_STREAMS_PER_CONNECTION
         try:
             async with trio.open_nursery() as nursery:
-                binds = await nursery.start(lambda task_status: serve(self.asgi_app, config, task_status=task_status))
-                nursery.start_soon(self.watch_health)
-                await nursery.start(self.accounting.run)
-                task_status.started(int(binds[0].rsplit(":", 1)[1]))
+                task_status.started(await nursery.start(self._serve_until_drained, config))
+                try:
+                    await self.drain_state.done.wait()
+                finally:  # cancelled (the control plane stops) or drained: requests in flight finish first
+                    with trio.CancelScope(shield=True):
+                        await self.drain_state.run()
         finally:
             with trio.move_on_after(2, shield=True):
                 await self.pool.aclose()
                 if self.tracing is not None:
                     await trio.to_thread.run_sync(self.tracing.shutdown)
             self.accounting.close()
+
+    async def _serve_until_drained(self, config, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        """hypercorn (`draining.serve_http`), health probes and the accounting, shielded from cancellation: they
+        end once the drain is done and the connections have closed (`serve` drains when it is cancelled)."""
+        with trio.CancelScope(shield=True):
+            async with trio.open_nursery() as beside:
+                beside.start_soon(self.watch_health)
+                await beside.start(self.accounting.run)
+                async with trio.open_nursery() as serving:
+                    task_status.started(await serving.start(serve_http, self.asgi_app, config, self.drain_state))
+                beside.cancel_scope.cancel()
+
+    async def drain(self) -> None:
+        """Stop serving gracefully (`llmgw.gateway.draining`): refuse new connections and requests (503 with
+        Retry-After), let the requests in flight finish for the drain timeout, cut the rest (billed, with an error);
+        `serve` returns after. Returns when the requests are done. A checkpoint."""
+        await self.drain_state.run()
 
     async def asgi_app(self, scope, receive, send) -> None:
         """The ASGI application (HTTP and lifespan)."""
@@ -199,6 +223,19 @@ class Gateway:
 
     async def _http(self, scope, receive, send) -> None:
         path, method = scope["path"], scope["method"]
+        if self.drain_state.draining:  # arrived on a connection kept alive: refused, and the connection closes
+            health = path in ("/health", "/healthz")
+            body = {"status": "draining", **{k: v for k, v in self.health_details().items() if k != "status"}}
+            await (send_json(send, 503, body, close_header(scope)) if health
+                   else send_error(send, draining_error(), close_header(scope)))
+        elif path in ("/health", "/healthz"):
+            health = {"status": "ok", **self.health_details()}
+            await send_json(send, 200 if health["status"] == "ok" else 503, health)
+        else:
+            with self.drain_state.counted():
+                await self._request(scope, receive, send, path, method)
+
+    async def _request(self, scope, receive, send, path: str, method: str) -> None:
         ids = trace = None
         try:
             if path in PROXIED:
@@ -209,9 +246,6 @@ class Gateway:
                 await self._proxied(receive, send, headers, PROXIED[path], ids, trace)
             elif path == "/v1/models" or path.startswith("/v1/models/"):
                 await self._models(scope, send, path[len("/v1/models/"):] if path != "/v1/models" else None)
-            elif path in ("/health", "/healthz"):
-                health = {"status": "ok", **self.health_details()}
-                await send_json(send, 200 if health["status"] == "ok" else 503, health)
             else:
                 raise ApiError(404, f"There is no {method} {path} here; the API is under /v1.",
                                "invalid_request_error", "unknown_url")
@@ -293,28 +327,10 @@ class Gateway:
                 nursery.start_soon(_watch_disconnect, receive, nursery.cancel_scope, ledger)
                 if reservation is not None and reservation.slots:
                     nursery.start_soon(keep_slots, self.accounting, reservation)
-                try:
-                    blocks = await self._prompt_blocks(ctx) if ctx.policy.by_prefix else None
-                    try:
-                        response = await open_upstream(ctx, self.pool, self.balancer, ledger, blocks)
-                    finally:
-                        if ledger.routing:
-                            self.metrics.child(self.metrics.routing_decisions, route.name, ledger.routing).inc()
-                    if trace is not None:
-                        trace.responded(ledger.replica)
-                    try:
-                        extra = [*extra_headers, (b"x-llmgw-replica", ledger.replica.replica_id.encode())]
-                        if ctx.stream:
-                            await relay_stream(ctx, response, send, ledger, extra, settle)
-                        else:
-                            await relay_whole(ctx, response, send, ledger, extra, settle)
-                    finally:
-                        await response.aclose()
-                        self.balancer.finished(ledger.replica.replica_id)
-                except ApiError as error:
-                    ledger.status = error.status
-                    await settle()
-                    await send_error(send, error, extra_headers)
+                with self.drain_state.cuttable() as cut:
+                    await self._forward(ctx, send, ledger, extra_headers, settle)
+                if cut.cancelled_caught:  # the drain timeout passed: billed what it used, ended with an error
+                    await self._cut(ctx, send, ledger, extra_headers, settle)
                 nursery.cancel_scope.cancel()
         finally:
             in_flight.dec()
@@ -322,6 +338,47 @@ class Gateway:
                 if ledger.status in (0, 200) or ledger.started_response:
                     ledger.status = STATUS_CLIENT_CLOSED
                 await settle()
+
+    async def _forward(self, ctx: RequestContext, send, ledger: Ledger, extra_headers: list[tuple[bytes, bytes]],
+                       settle) -> None:
+        """Choose a replica, forward, relay its answer (`proxying`); an ApiError is settled and answered."""
+        route, trace = ctx.route, ctx.caller.trace
+        try:
+            blocks = await self._prompt_blocks(ctx) if ctx.policy.by_prefix else None
+            try:
+                response = await open_upstream(ctx, self.pool, self.balancer, ledger, blocks)
+            finally:
+                if ledger.routing:
+                    self.metrics.child(self.metrics.routing_decisions, route.name, ledger.routing).inc()
+            if trace is not None:
+                trace.responded(ledger.replica)
+            try:
+                extra = [*extra_headers, (b"x-llmgw-replica", ledger.replica.replica_id.encode())]
+                if ctx.stream:
+                    await relay_stream(ctx, response, send, ledger, extra, settle)
+                else:
+                    await relay_whole(ctx, response, send, ledger, extra, settle)
+            finally:
+                await response.aclose()
+                self.balancer.finished(ledger.replica.replica_id)
+        except ApiError as error:
+            ledger.status = error.status
+            await settle()
+            await send_error(send, error, extra_headers)
+
+    async def _cut(self, ctx: RequestContext, send, ledger: Ledger, extra_headers: list[tuple[bytes, bytes]],
+                   settle) -> None:
+        """End a request the drain cut: settle what it used (status 503), then answer 503, or end a stream whose head
+        went out with an error event (`data: {"error": ...}`), so the client sees a well-formed end, never a reset."""
+        error = cut_error()
+        ledger.status = error.status
+        await settle()
+        with trio.move_on_after(CLEANUP_SECONDS, shield=True):
+            if not ledger.started_response:
+                await send_error(send, error, extra_headers)
+            elif ctx.stream:
+                await send({"type": "http.response.body", "more_body": False,
+                            "body": error_event(error.message, error.error_type, error.code)})
 
     async def _settle(self, ctx: RequestContext, ledger: Ledger) -> None:
         """Settle (or, when nothing reached an engine, release) the reservation and record the usage from `ledger`:

@@ -7,7 +7,8 @@ SO_REUSEPORT on the gateway address (the kernel spreads connections over the wor
 gateway there with its own upstream pool, usage spool (`spool_dir`, one per worker index) and journal of requests
 in flight (`Gateway(journal=True)`), says `ready`, then applies each message as it comes and reports its requests
 in flight per replica (at most every LOAD_REPORT_SECONDS, when they changed). It exits when the pair ends (its
-control plane is gone) or on SIGTERM/SIGINT. Metrics go to `PROMETHEUS_MULTIPROC_DIR` (prometheus_client's
+control plane is gone) or on SIGTERM/SIGINT, after draining (`llmgw.gateway.draining`: the start message's
+`drain_timeout`). Metrics go to `PROMETHEUS_MULTIPROC_DIR` (prometheus_client's
 multiprocess mode), which the control plane reads at its admin listener's /metrics.
 """
 
@@ -24,6 +25,7 @@ import trio
 
 from llmgw.errors import LlmgwError
 from llmgw.gateway.app import Gateway
+from llmgw.gateway.draining import DRAIN_TIMEOUT
 from llmgw.gateway.feed import FeedError, MessageStream, apply_blocks_message, table_from_json
 from llmgw.gateway.restarts import only_error
 from llmgw.gateway.tcp import reuseport_socket
@@ -75,6 +77,7 @@ async def run_worker(feed_socket: socket.socket) -> None:
         raise FeedError(f"a gateway worker's first message must be start, not {start!r:.80}")
     store = await trio.to_thread.run_sync(lambda: open_store(start["store"], migrate=False))
     gateway = Gateway(store, RouteTable(), spool_dir=start["spool_dir"], journal=True,
+                      drain_timeout=float(start.get("drain_timeout", DRAIN_TIMEOUT)),
                       tracing=open_gateway_tracing(start.get("otlp_endpoint"), start.get("request_sample_ratio", 0.0)))
     gateway.balancer.rendezvous = True
     gateway.blocks = BlockSnapshot()

@@ -35,6 +35,7 @@ from typing import Any
 
 import trio
 
+from llmgw.gateway.draining import CUT_GRACE, DRAIN_TIMEOUT
 from llmgw.gateway.feed import FeedError, MessageStream, blocks_message, table_to_json
 from llmgw.gateway.restarts import WorkerStartError, keep_running, only_error
 from llmgw.gateway.tcp import reuseport_socket
@@ -47,7 +48,8 @@ FEED_GAP = 0.02
 HEALTH_EVERY = 1.0
 """Seconds between two looks at /health's details (they change with time: recovering)."""
 STOP_GRACE = 5.0
-"""Seconds a worker has to end after its feed closes before it is killed."""
+"""Seconds a worker has to end after its feed closes and its drain (`drain_timeout` + CUT_GRACE + hypercorn's
+graceful close, 5 s) before it is killed."""
 
 log = logging.getLogger("llmgw.gateway")
 
@@ -99,11 +101,14 @@ class GatewayWorkers:
     the start message over the pair, never on a command line). `spool_root`: each worker's spool is
     `spool_root/worker-K`. `metrics_dir`: prometheus_client's multiprocess directory (emptied). `otlp_endpoint`,
     `request_sample_ratio`: request tracing, as the in-process gateway's. `health_details`: what /health adds.
+    `drain_timeout`: seconds a stopping worker's requests in flight get (`llmgw.gateway.draining`).
     """
 
     def __init__(self, count: int, host: str, port: int, *, store_url: str, spool_root: Path, metrics_dir: Path,
-                 otlp_endpoint: str | None = None, request_sample_ratio: float = 0.0):
+                 otlp_endpoint: str | None = None, request_sample_ratio: float = 0.0,
+                 drain_timeout: float = DRAIN_TIMEOUT):
         self.count = count
+        self.drain_timeout = drain_timeout
         self.host = host
         self.port = port
         self.store_url = store_url
@@ -144,8 +149,8 @@ class GatewayWorkers:
 
     # -- running ------------------------------------------------------------------------------------------------
     async def serve(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
-        """Start the workers, keep them running until cancelled, then stop them (feed closed, SIGKILL after
-        STOP_GRACE). `task_status.started(port)` once every worker serves. Raises OSError when the address cannot
+        """Start the workers, keep them running until cancelled, then stop them (feed closed: each drains; SIGKILL
+        after its drain and STOP_GRACE). `task_status.started(port)` once every worker serves. Raises OSError when the address cannot
         be bound, WorkerStartError when a worker's first start fails."""
         from prometheus_client import CollectorRegistry
         from prometheus_client.multiprocess import MultiProcessCollector
@@ -211,7 +216,7 @@ class GatewayWorkers:
         finally:
             with trio.CancelScope(shield=True):
                 await feed.aclose()  # the worker sees its feed end and stops
-                with trio.move_on_after(STOP_GRACE):
+                with trio.move_on_after(self.drain_timeout + CUT_GRACE + 5 + STOP_GRACE):  # it drains first
                     await process.wait()
                 if process.returncode is None:
                     process.kill()
@@ -255,7 +260,7 @@ class GatewayWorkers:
         """Send worker `index` its start message, then what changed, in rounds at most every FEED_GAP seconds."""
         await feed.send({"type": "start", "store": self.store_url, "spool_dir": str(self.spool_root / f"worker-{index}"),
                          "host": self.host, "port": self.port, "index": index, "otlp_endpoint": self.otlp_endpoint,
-                         "request_sample_ratio": self.request_sample_ratio})
+                         "request_sample_ratio": self.request_sample_ratio, "drain_timeout": self.drain_timeout})
         table: RouteTable | None = None
         blocks: BlockSnapshot | None = None
         load: dict[str, int] = {}

@@ -74,7 +74,8 @@ def build_cluster(data: Mapping[str, Any]) -> ClusterSettings:
         raw = listeners.get(key)
         if raw is None:
             return default
-        return Listener(raw.get("host", default.host), raw.get("port", default.port), raw.get("workers", 1))
+        return Listener(raw.get("host", default.host), raw.get("port", default.port), raw.get("workers", 1),
+                        _duration(raw, "drain_timeout", default.drain_timeout))
 
     store = data.get("store", {})
     reconcile = data.get("reconcile", {})

@@ -28,11 +28,14 @@ def frozen_map(data: Mapping[str, Any] | None = None) -> Mapping[str, Any]:
 @dataclass(frozen=True)
 class Listener:
     """An address to listen on. `port` 0 means any free port. `workers` (the gateway's only): how many processes
-    serve it, an int >= 1 or "auto" (one per CPU core, resolved where it runs: `llmgw.gateway.worker_count`)."""
+    serve it, an int >= 1 or "auto" (one per CPU core, resolved where it runs: `llmgw.gateway.worker_count`).
+    `drain_timeout` (the gateway's only): seconds the requests in flight get to finish when the gateway stops
+    (`llmgw.gateway.draining`)."""
 
     host: str = "127.0.0.1"
     port: int = 0
     workers: int | str = 1
+    drain_timeout: float = 30.0
 
 
 @dataclass(frozen=True)

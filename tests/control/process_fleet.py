@@ -34,11 +34,12 @@ def spawn_server(fleet: LlmgwProcesses, repo: Path, state: Path, *args: str) -> 
 @contextmanager
 def server_and_agent(tmp_path: Path, weights_mirror, fake_engine: Path, *, server_args: tuple[str, ...] = (),
                      agent_args: tuple[str, ...] = (), settings: Mapping[str, str] = MappingProxyType({}),
-                     ) -> Iterator[tuple[httpx.Client, Path]]:
+                     fleet: LlmgwProcesses | None = None) -> Iterator[tuple[httpx.Client, Path]]:
     """Start both (the server with its gateway, admin and agents listeners on free loopback ports, plus
     `server_args`; the agent plus `agent_args`), wait until tiny-0 is ready, yield (admin API client, state
     directory); stop both with SIGTERM on exit (so they flush what they buffer). `settings`: YAML text appended to
-    files of the settings tree ("llmgw.yaml", "agents/default.yaml", ...) before its first commit."""
+    files of the settings tree ("llmgw.yaml", "agents/default.yaml", ...) before its first commit. `fleet`: the
+    LlmgwProcesses to run them in (the caller reaches the processes as fleet.procs["server"], ["n1"])."""
     mirror, sha = weights_mirror
     repo = tmp_path / "settings.git"
     seed = write_seed(tmp_path / "seed", sha)
@@ -47,7 +48,7 @@ def server_and_agent(tmp_path: Path, weights_mirror, fake_engine: Path, *, serve
             file.write(text)
     init_repository(repo, seed)
     state = tmp_path / "state"
-    fleet = LlmgwProcesses(tmp_path)
+    fleet = fleet or LlmgwProcesses(tmp_path)
     try:
         _server, admin = spawn_server(fleet, repo, state, *server_args)
         plane = wait_for(lambda: admin.get("/api/v1/status").json()["control_plane"], 30, "the admin API")

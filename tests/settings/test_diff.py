@@ -31,6 +31,7 @@ SAME = [
     ("projects.yaml", "budget: 5000.00", "budget: 5000"),
     ("llmgw.yaml", "interval: 10s ", "interval: 10000ms "),
     ("llmgw.yaml", "action_timeout: 10m", "action_timeout: 600s"),
+    ("llmgw.yaml", "port: 8080}", "port: 8080, drain_timeout: 30s}"),  # the default, written out
     (GEMMA, "replicas: 1\n", "replicas: 1\nallow_pickle: false\n"),
     (GEMMA, "cpu_cores: 0.75\n", "cpu_cores: 0.750\n  tensor_parallel: 1\n"),
     ("agents/default.yaml", "engines_dir: engines\n", ""),
@@ -170,6 +171,7 @@ RESTART_EDITS = [
     ("gateway: {host: 127.0.0.1, port: 8080}", "gateway: {host: 0.0.0.0, port: 8080}", ["listeners.gateway.host"]),
     ("port: 8080}", "port: 9080}", ["listeners.gateway.port"]),
     ("port: 8080}", "port: 8080, workers: 4}", ["listeners.gateway.workers"]),
+    ("port: 8080}", "port: 8080, drain_timeout: 5s}", ["listeners.gateway.drain_timeout"]),
     ("admin: {host: 127.0.0.1, port: 8081}", "admin: {host: 0.0.0.0, port: 8081}", ["listeners.admin.host"]),
     ("port: 8081}", "port: 9081}", ["listeners.admin.port"]),
     ("agents: {host: 127.0.0.1, port: 8082}", "agents: {host: 0.0.0.0, port: 8082}", ["listeners.agents.host"]),

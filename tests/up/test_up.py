@@ -268,18 +268,50 @@ def test_diff_live_says_the_running_fleet_matches_the_branch_head(up):
     assert "no changes" in result.stdout
 
 
-def test_llmgw_restart_starts_everything_again_and_it_serves(up):
+def test_llmgw_restart_starts_everything_again_and_it_serves(up, client):
     """`llmgw restart` under `llmgw up`: the agent, then the control plane restart (the process re-executes itself,
-    same pid) and serve again. The listeners were port 0, so the new gateway is read from the new banner."""
+    same pid) and serve again, with the same engines: the agent of the new image adopts them (same pids), as a
+    separate `llmgw agent` does. Streams in flight when the restart begins finish: the gateway drains first
+    (llmgw.gateway.draining) and the engines keep running. The listeners were port 0, so the new gateway is read from
+    the new banner."""
+    def all_ready() -> bool:
+        states = [entry.get("state") for entry in replicas(up.state).values() if entry.get("model") == MODEL]
+        return bool(states) and all(state == "ready" for state in states)
+
+    wait_until(all_ready, 300, "every replica ready")
+    engines = engine_pids(up.state)
+    assert engines
     seen = len(up.lines)
-    result = llmgw("restart", state=up.state, check=False)
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "the control plane restarts now" in result.stdout
 
     def after_restart(pattern: str) -> re.Match | None:
         return next((m for line in up.lines[seen:] if (m := re.search(pattern, line))), None)
 
+    streams: dict[int, tuple[str, str | None, bool] | BaseException] = {}
+
+    def stream(i: int) -> None:
+        try:
+            parts, finish = [], None
+            for chunk in client.chat.completions.create(
+                    model=MODEL, stream=True, max_tokens=200,
+                    messages=[{"role": "user", "content": f"Tell a long story about lighthouse number {i}."}]):
+                if chunk.choices:
+                    parts.append(chunk.choices[0].delta.content or "")
+                    finish = chunk.choices[0].finish_reason or finish
+            streams[i] = ("".join(parts), finish, after_restart(r"restarting \(`llmgw restart`\)") is not None)
+        except openai.OpenAIError as error:
+            streams[i] = error
+
+    threads = [threading.Thread(target=stream, args=(i,)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    result = llmgw("restart", state=up.state, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "the control plane restarts now" in result.stdout
     wait_until(lambda: after_restart(r"restarting \(`llmgw restart`\)"), 60, "the restart to begin")
+    for thread in threads:
+        thread.join(timeout=120)
+    assert all(isinstance(s, tuple) and s[0] and s[1] in ("stop", "length") for s in streams.values()), streams
+    assert len(streams) == 4 and any(s[2] for s in streams.values()), streams  # some ended while it drained
     base = wait_until(lambda: after_restart(r"gateway\s+(http://\S+/v1)"), 120, "the new banner").group(1)
     wait_until(lambda: after_restart(rf"{MODEL}-0\s+ready"), 300, "the replica ready again")
     assert up.process.poll() is None  # the same process (pid), re-executed
@@ -287,7 +319,8 @@ def test_llmgw_restart_starts_everything_again_and_it_serves(up):
     again = openai.OpenAI(base_url=base, api_key=key, max_retries=2, timeout=120)
     reply = again.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "Hi."}], max_tokens=4)
     assert reply.choices[0].message.content is not None
-    assert not zombie_children(up.process.pid)  # the old image's stopped engines were reaped before the re-exec
+    assert engine_pids(up.state) == engines  # adopted across the re-execution, never started again
+    assert not zombie_children(up.process.pid)  # no ended child of the old image is left unreaped
 
 
 def zombie_children(pid: int) -> list[str]:
