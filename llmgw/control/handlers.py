@@ -57,7 +57,8 @@ class EffectContext:
 
 
 def register_handlers(handlers: Handlers, ctx: EffectContext) -> None:
-    """Register the handler of every effect type but `PublishRoutingTable` (the gateway feed's) in `handlers`."""
+    """Register the handler of every effect type but `PublishRoutingTable` (the gateway feed's) and `CommitSettings`
+    (the settings desk's, `llmgw.control.operating`) in `handlers`."""
     handlers.register(StartShard, lambda e: _start(ctx, e))
     handlers.register(StopShard, lambda e: _send(ctx, e, "stop", stop_shard=stop_shard(e.action, e.settings)))
     handlers.register(InstallEngine, lambda e: _install(ctx, e))

@@ -21,13 +21,14 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import trio
 
 from llmgw.control.config import (
     ControlConfig, check_listeners_free, listening_on, poll_interval, url_host, worker_store_url,
 )
+from llmgw.control.effects import Effect
 from llmgw.control.handlers import EffectContext, register_handlers
 from llmgw.control.keys import REPLICA_KEY_SECRET
 from llmgw.control.leading import LEASE_NAME, LeaseKeeper
@@ -93,6 +94,8 @@ async def open_wiring(plane: Any) -> AsyncIterator[Any]:
         agents=plane.agents, secret=plane.secrets.require, replica_key=plane.replica_key, audit=plane.audit,
         status=lambda state: plane.status(state, readings=False), update=plane.loop.update, store=store,
         tracing=plane.tracing))
+    unhandled = [kind.__name__ for kind in get_args(Effect) if kind not in plane.handlers.kinds()]
+    assert not unhandled, f"effects without a handler would be dropped: {unhandled}"  # a bug of llmgw, not input
     plane.audit.fence = functools.partial(_audit_fence, store, plane.holder)
     known, began, grace = decode_known(store.get(KNOWN_NODES_KEY)), trio.current_time(), config.recovery_grace
     plane.loop.update(lambda state: (state.recovering_from(known, began, grace), False))

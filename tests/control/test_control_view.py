@@ -53,4 +53,8 @@ async def test_open_control_plane_yields_the_view_with_its_listeners_bound(setti
             while plane.snapshot().settings is None or not plane.snapshot().leadership.leader:
                 await trio.sleep(0.05)
         assert plane.status(readings=False)["control_plane"]["admin_url"] == plane.admin_url
+        from typing import get_args
+
+        from llmgw.control.effects import Effect
+        assert set(get_args(Effect)) <= set(plane.handlers.kinds())  # no kind of effect is dropped unhandled
     assert (tmp_path / "state" / "admin-url").read_text().strip() == plane.admin_url
