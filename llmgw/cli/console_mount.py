@@ -11,9 +11,12 @@ control plane only its view (`llmgw.control.view`; the import contracts in pypro
 
 from __future__ import annotations
 
+import hmac
+import time
+
 import trio
 
-from llmgw.console import Console
+from llmgw.console import Console, Login
 from llmgw.control.admin import AdminApp, AdminMount
 
 CONSOLE_SCOPE = "console"
@@ -25,11 +28,21 @@ def console_mount(admin: AdminApp) -> AdminMount:
     /console, with its sampler (`Console.run_sampler`) as the mount's task."""
     plane = admin.plane
 
-    def principal(token: str) -> str | None:
-        # the admin API's check for the scope "console": today the plane's admin token or one of the store's;
-        # scoped console tokens plug in there (`AdminApp.authorised_for`)
-        scope = {"headers": [(b"authorization", f"Bearer {token}".encode())]}
-        return "admin" if admin.authorised_for(scope, CONSOLE_SCOPE) else None
+    async def login(token: str) -> Login | None:
+        # the plane's own admin token, or a store token of scope "console" or "admin", looked up in a worker
+        # thread (`AdminApp.in_store_thread`): a stream of fake tokens never holds the event loop
+        if plane.admin_token and hmac.compare_digest(plane.admin_token.encode(), token.encode()):
+            return Login("admin")
+        if plane.store is None or not token:
+            return None
+        found = await admin.in_store_thread(plane.store.find_token, token)
+        if found is None or found.scope not in (CONSOLE_SCOPE, "admin") or not _active(found):
+            return None
+        return Login(found.name or found.scope, found.token_id)
+
+    async def still_valid(token_id: str) -> bool:
+        found = await admin.in_store_thread(plane.store.token_by_id, token_id)
+        return found is not None and _active(found)
 
     async def usage(by: str, since: float | None) -> list:
         return await trio.to_thread.run_sync(plane.store.query_usage, None, since, by)
@@ -39,6 +52,13 @@ def console_mount(admin: AdminApp) -> AdminMount:
 
         return await trio.to_thread.run_sync(applied_diff, str(plane.watcher_repo_path), audit_commit)
 
-    console = Console(plane.snapshot, authorise=principal, history=admin.history_entries, usage=usage,
+    console = Console(plane.snapshot, authorise=login, still_valid=still_valid, history=admin.history_entries,
+                      usage=usage,
                       logs=plane.logs, applied_diff=applied)
     return AdminMount("/console", console, console.run_sampler)
+
+
+def _active(token) -> bool:
+    from llmgw.store import CredentialState
+
+    return token.state(time.time()) is CredentialState.ACTIVE

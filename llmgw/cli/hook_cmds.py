@@ -7,7 +7,7 @@ ids it found valid are added to the repository's record of valid trees (`record_
 llmgw.settings.valid_trees), so that the control plane does not check them again; a record that cannot be written
 is a warning and never fails the push (the control plane then validates the tree in full).
 post-receive: POSTs `llmgw.settings.hook.notification`'s JSON body to `llmgw.notifyurl` (a running control plane)
-with httpx, waiting at most NOTIFY_TIMEOUT seconds; a failure is a warning on stderr and never fails the push (the
+with the repository's hook token (header X-Llmgw-Hook-Token) with httpx, waiting at most NOTIFY_TIMEOUT seconds; a failure is a warning on stderr and never fails the push (the
 control plane notices the push at its next poll). URLs are printed with any password or token replaced by `***`.
 """
 
@@ -16,6 +16,7 @@ from __future__ import annotations
 import fcntl
 import os
 import secrets
+import ssl
 import sys
 from collections.abc import Sequence
 from typing import TextIO
@@ -39,8 +40,12 @@ def notify(message: Notification, out: TextIO, timeout: float = NOTIFY_TIMEOUT) 
     """
     where = redact_url(message.url)
     try:
+        headers = {"Content-Type": "application/json"}
+        if message.token:
+            headers["X-Llmgw-Hook-Token"] = message.token
         response = httpx.post(message.url, content=message.body, timeout=timeout, trust_env=False,
-                              headers={"Content-Type": "application/json"})
+                              headers=headers,
+                              verify=ssl.create_default_context(cafile=message.ca_file) if message.ca_file else True)
     except (httpx.HTTPError, httpx.InvalidURL, OSError, ValueError) as exc:
         reason = redact_url(str(exc)) or type(exc).__name__
     else:

@@ -63,10 +63,10 @@ def _read_json(path: Path, what: str):
 
 def _admin_snapshot(url: str | None, token: str | None, state_dir: Path | None) -> tuple[dict, str]:
     """The snapshot JSON from `GET /api/v1/fleet` and a description of where it came from."""
-    from llmgw.control.client import AdminClient, resolve_admin
+    from llmgw.control.client import AdminClient, admin_ca_file, resolve_admin
 
     url, token = resolve_admin(url, token, state_dir)
-    with AdminClient(url, token) as client:
+    with AdminClient(url, token, ca_file=admin_ca_file(state_dir)) as client:
         data = client.get("/api/v1/fleet")
     return data, f"admin API {url}"
 

@@ -10,7 +10,8 @@
     llmgw join-token [--ttl S]                           a one-time token for `llmgw node join` (--tls)
 
 `llmgw server` refuses a plain-text agents listener on an address other machines reach unless --insecure is
-given (`llmgw.wire.check_agents_listener`).
+given (`llmgw.wire.check_agents_listener`), and a plain-text admin listener likewise (`--tls` or --admin-cert/--admin-key
+serve it over HTTPS; `llmgw.control.admin_listener`).
 
 Every client command takes --url / --token / --state (see llmgw.control.client for the lookup order) and
 --json (the admin API's JSON, unchanged). Exit status: 0 done, 1 error; `plan` exits 2 when there are changes, `fabric-test` when a rail is not ok.
@@ -42,10 +43,10 @@ def _client_options(func):
     @click.option("--json", "as_json", is_flag=True, help="Print the admin API's JSON.")
     @wraps(func)
     def wrapper(url, token, state_dir, as_json, **kwargs):
-        from llmgw.control.client import AdminClient, resolve_admin
+        from llmgw.control.client import AdminClient, admin_ca_file, resolve_admin
 
         url, token = resolve_admin(url, token, state_dir)
-        with AdminClient(url, token) as client:
+        with AdminClient(url, token, ca_file=admin_ca_file(state_dir)) as client:
             return func(client, as_json, **kwargs)
 
     return wrapper
@@ -215,10 +216,19 @@ def live_diff(client, rev: str | None, as_json: bool) -> int:
               help="Processes serving the gateway port together (overrides llmgw.yaml listeners.gateway.workers; "
                    "1: in this process; auto: one per CPU core).")
 @click.option("--tls", is_flag=True, help="Agents connect with mutual TLS (CA in <state>/ca); nodes join with "
-              "one-time tokens from `llmgw join-token`.")
+              "one-time tokens from `llmgw join-token`; the admin API and console serve HTTPS with a certificate of "
+              "that CA (unless --admin-cert is given).")
+@click.option("--admin-cert", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
+              help="Serve the admin API and console over HTTPS with this certificate (PEM chain); needs --admin-key.")
+@click.option("--admin-key", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
+              help="The private key (PEM) of --admin-cert.")
+@click.option("--trusted-proxy", "trusted_proxy", multiple=True, metavar="ADDRESS",
+              help="A TLS-terminating proxy in front of the admin listener (an IP address or network; repeatable): "
+              "its X-Forwarded-Proto and X-Forwarded-For are believed, nobody else's.")
 @click.option("--join-port", default=0, show_default=True, help="Port answering Join with --tls (0: a free one).")
-@click.option("--insecure", is_flag=True, help="Allow agents in plain text on an address other machines reach "
-              "(refused without --tls otherwise): only on a network where every machine is trusted.")
+@click.option("--insecure", is_flag=True, help="Allow agents, the admin API and the console in plain text on an "
+              "address other machines reach (refused without TLS otherwise): only on a network where every machine "
+              "is trusted.")
 @click.option("--otlp-endpoint", envvar="LLMGW_OTLP_ENDPOINT", default=None, metavar="URL",
               help="Send traces of reconcile passes, replica starts and engine installs to this OTLP/HTTP collector "
               "(http://host:4318) [default: llmgw.yaml tracing.endpoint; off without one].")
@@ -233,11 +243,13 @@ def live_diff(client, rev: str | None, as_json: bool) -> int:
               help="After a start, how long at most the gateway's /health says 503 \"recovering\" while nodes "
                    "connected before have not reconnected.")
 def server_cmd(repo, branch, state_dir, store, secrets_dir, gateway_addr, admin_addr, agents_addr, no_gateway,
-               gateway_workers, tls, join_port, insecure, otlp_endpoint, request_sample_ratio, lease, recovery_grace):
+               gateway_workers, tls, admin_cert, admin_key, trusted_proxy, join_port, insecure, otlp_endpoint,
+               request_sample_ratio, lease, recovery_grace):
     """Run the control plane: settings watcher, reconciler, agents' service, admin API and gateway.
 
     Without --tls the agents' listener must be a loopback address (127.0.0.1, ::1, localhost) unless --insecure
-    is given: a plain-text listener lets any machine that reaches it register as a node.
+    is given: a plain-text listener lets any machine that reaches it register as a node. Likewise the admin
+    listener without --tls or --admin-cert/--admin-key: admin tokens and console cookies would cross in plain text.
 
     SIGTERM and SIGINT (Ctrl-C) stop it alike: queued audit commits written, the leader lease released, exit 0.
     """
@@ -261,11 +273,18 @@ def server_cmd(repo, branch, state_dir, store, secrets_dir, gateway_addr, admin_
         raise UsageError(f"--gateway-workers {gateway_workers!r}: give a number from 1 to 256, or auto.")
     if "://" not in repo and "@" not in repo.split(":", 1)[0]:
         repo = str(Path(repo).resolve())
+    if (admin_cert is None) != (admin_key is None):
+        raise UsageError("--admin-cert and --admin-key go together: give the certificate and its private key.")
+    from llmgw.control.admin_listener import AdminTls, trusted_proxies
+
+    trusted_proxies(trusted_proxy)  # a wrong address is a sentence now, not at start
+    admin_tls = AdminTls(admin_cert, admin_key) if admin_cert else (True if tls else None)
     plane = ControlPlane(ControlConfig(
         repo=repo, branch=branch, state_dir=Path(state_dir), store=store, secrets_dir=secrets_dir,
         gateway_listener=parse_listener(gateway_addr), admin_listener=parse_listener(admin_addr),
         agents_listener=parse_listener(agents_addr), gateway=not no_gateway, tls=tls, join_port=join_port,
-        insecure_agents=insecure, otlp_endpoint=otlp_endpoint, lease_seconds=lease_seconds,
+        insecure_agents=insecure, admin_tls=admin_tls, insecure_admin=insecure, trusted_proxies=tuple(trusted_proxy),
+        otlp_endpoint=otlp_endpoint, lease_seconds=lease_seconds,
         recovery_grace=grace_seconds,
         request_sample_ratio=request_sample_ratio,
         gateway_workers=gateway_workers if gateway_workers in (None, "auto") else int(gateway_workers),

@@ -10,5 +10,6 @@ contract); the CLI mounts it on the admin listener (`llmgw.cli.console_mount`).
 
 from llmgw.console.app import Console
 from llmgw.console.buckets import MINUTES, FleetHistory, GpuSeries
+from llmgw.console.sessions import Login
 
-__all__ = ["MINUTES", "Console", "FleetHistory", "GpuSeries"]
+__all__ = ["MINUTES", "Console", "FleetHistory", "GpuSeries", "Login"]

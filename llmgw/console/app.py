@@ -5,8 +5,9 @@
     nursery.start_soon(console.run_sampler)      # folds GPU readings into one-minute buckets (owned by its caller)
 
 The console reads the control plane through `snapshot()` (an immutable `ControlState`) only; what it needs
-beyond the state comes in as functions: `authorise(token) -> principal | None` (the hook for scoped console
-tokens: today the admin API passes its admin-token check) `history(limit) -> entries` (the admin API's
+beyond the state comes in as functions: `authorise(token) -> Login | None` (a checkpoint: the admin API's token
+check for the scope "console", in a worker thread) and `still_valid(token_id) -> bool` (a checkpoint: the store
+token a session logged in with is neither revoked nor expired; asked at least every minute per session) `history(limit) -> entries` (the admin API's
 audit log reader, a checkpoint) and `usage(by, since) -> rows` (usage summed by "day", "model" or "project" since
 a unix time, rows shaped like `llmgw.store.UsageRow`; None hides the Usage page) and `logs(node, shard, lines)`
 (a shard's last log lines, "" for the agent's own; None hides the log pages) and `applied_diff(audit_commit)`
@@ -37,7 +38,7 @@ from quart_trio import QuartTrio
 
 from llmgw.console.buckets import FleetHistory
 from llmgw.console.charts import day_columns, gpu_chart
-from llmgw.console.sessions import SESSION_TTL, SessionBook, csrf_matches
+from llmgw.console.sessions import SESSION_TTL, Login, SessionBook, csrf_matches
 from llmgw.console.views import MAP_COLOURINGS, cluster_view, gpu_tiles, load_class, models_view, node_row
 from llmgw.control.view import ControlState, PassRecord
 from llmgw.errors import TemporaryError, UsageError
@@ -52,7 +53,8 @@ CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' 
        "form-action 'self'; frame-ancestors 'none'; base-uri 'none'; object-src 'none'")
 PASSES_KEPT = 20
 
-Authorise = Callable[[str], "str | None"]
+Authorise = Callable[[str], Awaitable["Login | None"]]
+StillValid = Callable[[str], Awaitable[bool]]
 History = Callable[[int], Awaitable[list[Any]]]
 Usage = Callable[[str, "float | None"], Awaitable[list[Any]]]
 Logs = Callable[[str, str, int], Awaitable[list[str]]]
@@ -69,11 +71,12 @@ class Console:
     """
 
     def __init__(self, snapshot: Callable[[], ControlState], *, authorise: Authorise, history: History,
-                 usage: Usage | None = None, logs: Logs | None = None,
+                 still_valid: StillValid | None = None, usage: Usage | None = None, logs: Logs | None = None,
                  applied_diff: AppliedDiff | None = None, sample_interval: float = 5.0, session_ttl: float = SESSION_TTL,
                  clock: Callable[[], float] = trio.current_time, wall: Callable[[], float] = time.time):
         self.snapshot = snapshot
         self.authorise = authorise
+        self.still_valid = still_valid
         self.history = history
         self.usage = usage
         self.logs = logs
@@ -138,13 +141,20 @@ class Console:
         authorization = request.headers.get("Authorization", "")
         scheme, _, token = authorization.partition(" ")
         if scheme.lower() == "bearer" and token.strip():
-            principal = self.authorise(token.strip())
-            if principal is None:
+            login = await self.authorise(token.strip())
+            if login is None:
                 return Response("the bearer token is not valid for the console\n", 401,
                                 {"WWW-Authenticate": "Bearer"}, content_type="text/plain")
-            g.principal, g.csrf, g.bearer = principal, "", True
+            g.principal, g.csrf, g.bearer = login.principal, "", True
             return None
-        session = self.sessions.get(request.cookies.get(SESSION_COOKIE), self.wall())
+        now = self.wall()
+        session = self.sessions.get(request.cookies.get(SESSION_COOKIE), now)
+        if session is not None and session.due(now) and self.still_valid is not None:
+            if await self.still_valid(session.token_id):
+                session = self.sessions.checked(session, now)
+            else:  # its token was revoked (or expired) since the login
+                self.sessions.close(session.session_id)
+                session = None
         if session is None:
             if request.method == "GET" and "text/html" in request.headers.get("Accept", ""):
                 return redirect(f"{PREFIX}/login")
@@ -159,6 +169,8 @@ class Console:
         return None
 
     def _secure(self) -> bool:
+        # the scheme the client used: https when served over TLS, or behind a trusted proxy that says so
+        # (X-Forwarded-Proto, believed from trusted proxies only: llmgw.control.admin_listener)
         return request.scheme == "https"
 
     async def _login(self) -> Any:
@@ -173,12 +185,12 @@ class Console:
         if not nonce or not csrf_matches(nonce, form.get("csrf")):
             return Response("the login form's CSRF token does not match: reload the login page\n", 403,
                             content_type="text/plain")
-        principal = self.authorise((form.get("token") or "").strip())
-        if principal is None:
+        login = await self.authorise((form.get("token") or "").strip())
+        if login is None:
             return Response(await render_template("login.html", csrf=nonce,
                                                   error="That token is not valid. Use the control plane's admin "
                                                         "token (<state>/admin-token)."), 401)
-        session = self.sessions.open(principal, self.wall())
+        session = self.sessions.open(login.principal, self.wall(), login.token_id)
         response = redirect(f"{PREFIX}/", 303)
         response.set_cookie(SESSION_COOKIE, session.session_id, httponly=True, samesite="Strict",
                             secure=self._secure(), path=PREFIX, max_age=int(self.sessions.ttl))

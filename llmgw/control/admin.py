@@ -32,13 +32,20 @@ The API is described in docs/admin-api.yaml (OpenAPI 3.1), served at GET /openap
     GET  /console/...                         the web console (llmgw.console; its own login, docs/console.md),
                                               mounted by the CLI (`AdminMount`; no console without one)
     POST /api/v1/hooks/git                    wake the watcher: a forge signs with X-Hub-Signature-256
-                                              (wrong signature: 401); unsigned only from loopback (the
-                                              post-receive hook of `llmgw repo init`)
+                                              (wrong signature: 401); unsigned only with the repository's hook
+                                              token in X-Llmgw-Hook-Token (the post-receive hook of `llmgw repo
+                                              init`; llmgw.settings.hook_token) or an admin token
+
+The listener serves TLS when given a certificate (`serve_admin(tls=...)`); requests from a trusted proxy have their
+X-Forwarded-Proto and X-Forwarded-For believed (`llmgw.control.admin_listener.forwarded_scope`). Every store lookup
+of a presented token runs in a worker thread under one CapacityLimiter (`TOKEN_CHECK_THREADS`): a stream of fake
+tokens while the store is slow or locked queues there and never holds the event loop.
 """
 
 from __future__ import annotations
 
 import functools
+import hmac
 import json
 import time
 from collections.abc import Awaitable, Callable
@@ -49,6 +56,7 @@ from urllib.parse import parse_qs, unquote_plus
 
 import trio
 
+from llmgw.control.admin_listener import HOOK_TOKEN_HEADER, AdminTls, Network, forwarded_scope
 from llmgw.control.admin_inputs import (
     MAX_APPLY_TIMEOUT,
     MAX_HISTORY_LIMIT,
@@ -68,7 +76,8 @@ from llmgw.errors import LlmgwError, SettingsError, TemporaryError, UsageError
 from llmgw.gateway import serve_lifespan
 
 MAX_BODY = 1 << 20
-LOOPBACK = ("127.0.0.1", "::1", "localhost")
+TOKEN_CHECK_THREADS = 4
+"""Worker threads at most looking tokens up in the store at once (the admin API's and the console's together)."""
 SCOPE_ADMIN = "admin"
 # GET routes a token of scope "review" may read (besides admin tokens)
 REVIEW_ROUTES = frozenset({"/api/v1/plan", "/api/v1/fleet", "/api/v1/status"})
@@ -199,8 +208,10 @@ MountFactory = Callable[["AdminApp"], AdminMount]
 class AdminApp:
     """The ASGI app of the admin API over one `ControlView`, with the `mounts` (`MountFactory`s) made over it."""
 
-    def __init__(self, plane: ControlView, mounts: tuple[MountFactory, ...] = ()):
+    def __init__(self, plane: ControlView, mounts: tuple[MountFactory, ...] = (), proxies: tuple[Network, ...] = ()):
         self.plane = plane
+        self.proxies = proxies
+        self.token_checks = trio.CapacityLimiter(TOKEN_CHECK_THREADS)
         self.mounts = tuple(factory(self) for factory in mounts)  # the console under /console (docs/console.md)
 
     async def __call__(self, scope, receive, send) -> None:
@@ -208,6 +219,7 @@ class AdminApp:
             await serve_lifespan(receive, send)
         if scope["type"] != "http":
             return
+        scope = forwarded_scope(scope, self.proxies)
         for mount in self.mounts:
             if mount.serves(scope["path"]):
                 return await mount.app(scope, receive, send)
@@ -249,15 +261,14 @@ class AdminApp:
         presented = self._presented(request)
         if presented is True or not presented:
             return bool(presented)
-        return bool(await trio.to_thread.run_sync(self.plane.store.check_token, presented, needed))
+        return bool(await self.in_store_thread(self.plane.store.check_token, presented, needed))
 
-    def authorised_for(self, scope, token_scope: str) -> bool:
-        """`authorised` for callers that cannot await (the console's login form): the same check, with the store's
-        token lookup (one indexed SQLite/PostgreSQL read, at a login) made on the calling thread."""
-        presented = self._presented(scope)
-        if presented is True or not presented:
-            return bool(presented)
-        return bool(self.plane.store.check_token(presented, token_scope))
+    async def in_store_thread(self, function: Callable[..., Any], *args: Any) -> Any:
+        """`function(*args)` (a blocking store read) in a worker thread, at most TOKEN_CHECK_THREADS at once; the
+        caller waits for a thread when all are busy (the event loop does not). A checkpoint; cancelling it abandons
+        the thread."""
+        return await trio.to_thread.run_sync(functools.partial(function, *args), limiter=self.token_checks,
+                                             abandon_on_cancel=True)
 
     async def _metrics(self, scope, send) -> None:
         from llmgw.control.metrics import CONTENT_TYPE, METRICS_SCOPE, ControlCollector, render_metrics
@@ -372,15 +383,18 @@ class AdminApp:
         body = await _read_body(receive)
         headers = dict(scope.get("headers") or [])
         signature = headers.get(b"x-hub-signature-256")
-        client = (scope.get("client") or ("", 0))[0]
+        presented = headers.get(HOOK_TOKEN_HEADER, b"").decode("latin-1").strip()
+        hook_token = getattr(self.plane, "hook_token", "")
         if signature is not None:
             secret = self.plane.webhook_secret()
             if secret is None or not webhook_signature_valid(secret, body, signature):
                 raise _HttpError(401, "bad_signature", "the X-Hub-Signature-256 of this webhook does not match "
                                  "the secret \"webhook\" of the control plane")
-        elif client not in LOOPBACK and not await self.authorised(scope):
-            raise _HttpError(401, "unauthorized", "a webhook from another machine must be signed "
-                             "(X-Hub-Signature-256 with the secret \"webhook\")")
+        elif not (hook_token and presented and hmac.compare_digest(hook_token.encode(), presented.encode())) \
+                and not await self.authorised(scope):
+            raise _HttpError(401, "unauthorized", "an unsigned notification needs the settings repository's hook "
+                             "token (X-Llmgw-Hook-Token, from its llmgw-hook-token file) or an admin token; a "
+                             "forge signs its webhook (X-Hub-Signature-256 with the secret \"webhook\")")
         self.plane.wake_watcher()
         await _send_json(send, 202, {"ok": True})
 
@@ -448,9 +462,11 @@ class AdminApp:
 
 
 async def serve_admin(plane: ControlView, host: str, port: int, *, mounts: tuple[MountFactory, ...] = (),
+                      tls: AdminTls | None = None, proxies: tuple[Network, ...] = (),
                       task_status=trio.TASK_STATUS_IGNORED) -> None:
     """Serve the admin API for `plane`, and the `mounts` beside it (`AdminMount`), until cancelled;
-    `task_status.started(bound_port)`."""
+    `task_status.started(bound_port)`. `tls`: serve HTTPS with that certificate (None: plain HTTP). `proxies`: the
+    networks whose X-Forwarded-Proto/-For are believed (`forwarded_scope`)."""
     from hypercorn.config import Config
     from hypercorn.trio import serve
 
@@ -459,8 +475,10 @@ async def serve_admin(plane: ControlView, host: str, port: int, *, mounts: tuple
     config.accesslog = None
     config.errorlog = None
     config.graceful_timeout = 1.0
+    if tls is not None:
+        config.certfile, config.keyfile = str(tls.cert_file), str(tls.key_file)
 
-    app = AdminApp(plane, mounts)
+    app = AdminApp(plane, mounts, proxies)
 
     async def started(task_status=trio.TASK_STATUS_IGNORED):
         await serve(app, config, task_status=task_status)

@@ -2,7 +2,8 @@
 
 Where: `--url`, else `$LLMGW_ADMIN_URL`, else `<state>/admin-url` (written by `llmgw server` / `llmgw up`).
 Token: `--token`, else `$LLMGW_ADMIN_TOKEN`, else `<state>/admin-token`. The state directory is `--state`,
-else `$LLMGW_STATE`, else `.state` (as `llmgw up` uses).
+else `$LLMGW_STATE`, else `.state` (as `llmgw up` uses). An https admin API is verified with `$LLMGW_ADMIN_CA`, else
+the agents' CA `<state>/ca/ca.crt` when there is one (`llmgw server --tls`), else the system's CAs.
 """
 
 from __future__ import annotations
@@ -44,6 +45,15 @@ def resolve_admin(url: str | None, token: str | None, state_dir: Path | None) ->
     return url.rstrip("/"), token
 
 
+def admin_ca_file(state_dir: Path | None) -> str | None:
+    """The CA certificate file an https admin API is verified with: `$LLMGW_ADMIN_CA`, else `<state>/ca/ca.crt`
+    when it exists, else None (the system's CAs)."""
+    if os.environ.get("LLMGW_ADMIN_CA"):
+        return os.environ["LLMGW_ADMIN_CA"]
+    ca = (Path(state_dir) if state_dir else default_state_dir()) / "ca" / "ca.crt"
+    return str(ca) if ca.is_file() else None
+
+
 class AdminClient:
     """Blocking calls to the admin API at `url` with `token`. Timeouts in seconds.
 
@@ -52,10 +62,13 @@ class AdminClient:
     LlmgwError for anything else the server reports.
     """
 
-    def __init__(self, url: str, token: str, timeout: float = 30.0):
+    def __init__(self, url: str, token: str, timeout: float = 30.0, ca_file: str | None = None):
+        import ssl
+
         self.url = url.rstrip("/")
         self._client = httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {token}"},
-                                    timeout=httpx.Timeout(timeout, read=None))
+                                    timeout=httpx.Timeout(timeout, read=None),
+                                    verify=ssl.create_default_context(cafile=ca_file) if ca_file else True)
 
     def close(self) -> None:
         self._client.close()

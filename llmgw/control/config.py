@@ -33,6 +33,11 @@ class ControlConfig:
     (0: a free port) so nodes get certificates with one-time tokens (`create_join_token`). `agent_tls`: a
     `llmgw.wire.ServerTls` of your own instead (no Join). `insecure_agents`: allow a plain-text agents listener
     on an address other machines reach (refused otherwise, see `llmgw.wire.check_agents_listener`).
+    `admin_tls`: the admin listener serves TLS: True with a certificate of the agents' CA (`<state_dir>/ca`,
+    created; written to `<state_dir>/admin-tls/`), or a `llmgw.control.admin_listener.AdminTls` of your own; None
+    serves plain HTTP, refused on an address other machines reach unless `insecure_admin`
+    (`llmgw.control.admin_listener.check_admin_listener`). `trusted_proxies`: addresses or networks of
+    TLS-terminating proxies in front of the admin listener whose X-Forwarded-Proto/-For are believed.
     `gateway`: False runs no gateway. `gateway_workers`: how many processes serve the gateway (an int or "auto";
     None: llmgw.yaml's `listeners.gateway.workers`); 1 serves it in this process (`Gateway`), more start
     `llmgw.gateway.GatewayWorkers`. `otlp_endpoint`: an OTLP/HTTP collector ("http://host:4318") that receives
@@ -59,6 +64,9 @@ class ControlConfig:
     tls_hostnames: tuple[str, ...] = ()
     join_port: int = 0
     insecure_agents: bool = False
+    admin_tls: Any = None
+    insecure_admin: bool = False
+    trusted_proxies: tuple[str, ...] = ()
     gateway: bool = True
     set_notify_url: bool = True
     lease_seconds: float = 6.0

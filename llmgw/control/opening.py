@@ -25,6 +25,9 @@ from typing import Any, get_args
 
 import trio
 
+from llmgw.control.admin_listener import (
+    ADMIN_TLS_DIR, AdminTls, check_admin_listener, trusted_proxies, write_admin_tls,
+)
 from llmgw.control.config import (
     ControlConfig, check_listeners_free, listening_on, poll_interval, url_host, worker_store_url,
 )
@@ -40,7 +43,7 @@ from llmgw.control.status import Endpoints
 from llmgw.control.tracing import open_tracing
 from llmgw.errors import SettingsError
 from llmgw.gateway import Gateway, GatewayWorkers, drain_spools, open_gateway_tracing, worker_count, worker_spools
-from llmgw.settings import NOTIFY_URL_KEY, set_config_value
+from llmgw.settings import NOTIFY_CA_KEY, NOTIFY_URL_KEY, hook_token, set_config_value
 from llmgw.settings.model import ClusterSettings, Listener, Tracing
 from llmgw.store import open_store_from_settings
 from llmgw.wire import check_agents_listener, serve_agents
@@ -108,6 +111,8 @@ async def open_wiring(plane: Any) -> AsyncIterator[Any]:
     check_agents_listener(agents.host, agents.port, tls=config.tls or config.agent_tls is not None,
                           insecure=config.insecure_agents)
     admin = listener(config.admin_listener, "admin", Listener(port=8081))
+    check_admin_listener(admin.host, admin.port, tls=bool(config.admin_tls), insecure=config.insecure_admin)
+    proxies = trusted_proxies(config.trusted_proxies)
     gateway = listener(config.gateway_listener, "gateway", Listener(port=8080))
     check_listeners_free({"agents": agents, "admin": admin, **({"gateway": gateway} if config.gateway else {})})
     started = cluster or ClusterSettings(name="")
@@ -128,9 +133,12 @@ async def open_wiring(plane: Any) -> AsyncIterator[Any]:
                 plane.accept_agent, agents.host, agents.port, tls=tls, join=join, join_port=config.join_port,
                 task_status=task_status))
             where = Endpoints(agents_port=int(bound), join_port=getattr(bound, "join_port", None))
-            admin_port = await nursery.start(
-                functools.partial(serve_admin, plane, admin.host, admin.port, mounts=config.admin_mounts))
-            plane.endpoints = where = replace(where, admin_url=f"http://{url_host(admin.host)}:{admin_port}",
+            admin_tls = _admin_tls(plane, config, admin)
+            admin_port = await nursery.start(functools.partial(
+                serve_admin, plane, admin.host, admin.port, mounts=config.admin_mounts, tls=admin_tls,
+                proxies=proxies))
+            scheme = "https" if admin_tls else "http"
+            plane.endpoints = where = replace(where, admin_url=f"{scheme}://{url_host(admin.host)}:{admin_port}",
                                               admin_port=admin_port)
             if config.gateway:
                 # the table of the settings read (the watcher's news reaches the loop's state only once the
@@ -228,12 +236,34 @@ def _admin_token(config: ControlConfig, state_dir: Path, store: Any) -> str:
     return token
 
 
+def _admin_tls(plane: Any, config: ControlConfig, admin: Listener) -> AdminTls | None:
+    """The admin listener's certificate: the one configured, or (`admin_tls` True) one the agents' CA issues for
+    the listener's host, localhost, 127.0.0.1 and `tls_hostnames`, written under `<state_dir>/admin-tls/`; None:
+    plain HTTP."""
+    if not config.admin_tls:
+        return None
+    if isinstance(config.admin_tls, AdminTls):
+        return config.admin_tls
+    from llmgw.wire import CertificateAuthority
+
+    ca = plane.ca or CertificateAuthority.load_or_create(plane.state_dir / "ca")  # `plane.ca`: agents' TLS only
+    names = [name for name in (*config.tls_hostnames, admin.host, "localhost", "127.0.0.1")
+             if name not in ("", "0.0.0.0", "::")]
+    cert, key = ca.issue_server_certificate(list(dict.fromkeys(names)))
+    return write_admin_tls(plane.state_dir / ADMIN_TLS_DIR, cert, key)
+
+
 def _write_state_files(plane: Any, config: ControlConfig) -> None:
-    """`<state_dir>/admin-url`, and the local settings repository's notify URL (its push hook wakes the watcher)."""
+    """`<state_dir>/admin-url`, and the local settings repository's notify URL (its push hook wakes the watcher),
+    the hook's token (`llmgw.settings.hook_token`) and, for an admin listener under the agents' CA, that CA's file
+    (`llmgw.notifyca`)."""
     (plane.state_dir / ADMIN_URL_FILE).write_text(plane.admin_url + "\n")
     if config.set_notify_url and not plane.watcher.remote:
         try:
+            plane.hook_token = hook_token(plane.watcher.repo_path)
             set_config_value(plane.watcher.repo_path, NOTIFY_URL_KEY, f"{plane.admin_url}/api/v1/hooks/git")
+            if config.admin_tls is True:
+                set_config_value(plane.watcher.repo_path, NOTIFY_CA_KEY, str(plane.state_dir / "ca" / "ca.crt"))
         except SettingsError:
             pass  # not a repository yet: the watcher reports it; the hook keeps polling instead
 

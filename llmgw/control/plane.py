@@ -81,6 +81,7 @@ class ControlPlane:
         self.tracing = StartTracing(config.tracer_provider) if config.tracer_provider is not None else None
         self.store: Any = None
         self.admin_token = ""
+        self.hook_token = ""  # what the local settings repository's post-receive hook sends (llmgw.settings.hook_token)
         self.endpoints = Endpoints()
         self.ca: Any = None
         self.gateway: Any = None  # the in-process gateway (workers: 1)

@@ -38,6 +38,7 @@ class ControlView(Protocol):
 
     store: Any
     admin_token: str
+    hook_token: str          # the post-receive hook's token ("" when the settings repository is not local)
     watcher_repo_path: Path
     apply_lock: Any          # a trio.Lock: one `llmgw apply` at a time
     apply_holder: str | None  # who runs the apply in progress, for the status document

@@ -26,7 +26,9 @@ from llmgw.settings.refs import (
     APPLIED_REF, AUDIT_REF, BRANCH_KEY, DEFAULT_BRANCH, branch_head, discover_repository, fetch_mirror, redact_url,
     ref_commit, set_config_value,
 )
-from llmgw.settings.repository import NOTIFY_URL_KEY, init_repository, install_hooks
+from llmgw.settings.repository import (
+    HOOK_TOKEN_FILE, NOTIFY_CA_KEY, NOTIFY_URL_KEY, hook_token, init_repository, install_hooks,
+)
 from llmgw.settings.schemas import validate_data
 from llmgw.settings.unbuilt import NOT_ACTED_ON, UNBUILT, UnbuiltKey, is_not_acted_on
 from llmgw.settings.valid_trees import VALID_TREES_FILE, read_valid_trees, validation_key
@@ -38,7 +40,7 @@ __all__ = [
     "load_directory", "load_commit", "SchemaCheck", "validate_data",
     "VALID_TREES_FILE", "read_valid_trees", "validation_key", "diff_settings", "SettingsDiff", "Change", "FieldChange",
     "RESTART_ONLY", "restart_only_changes",
-    "init_repository", "install_hooks", "NOTIFY_URL_KEY", "BRANCH_KEY", "MAX_FILE_BYTES",
+    "init_repository", "install_hooks", "NOTIFY_URL_KEY", "NOTIFY_CA_KEY", "HOOK_TOKEN_FILE", "hook_token", "BRANCH_KEY", "MAX_FILE_BYTES",
     "set_serving_stopped", "append_audit", "set_ref", "read_audit_log", "read_audit_file", "AuditEntry",
     "AUDIT_REF", "APPLIED_REF", "DEFAULT_BRANCH", "branch_head", "ref_commit", "fetch_mirror", "set_config_value",
     "discover_repository", "redact_url", "NOT_ACTED_ON", "UNBUILT", "UnbuiltKey", "is_not_acted_on",

@@ -13,7 +13,8 @@ update still gets its verdict. What the pusher sees is prefixed by git with "rem
 the tree ids it found valid, which the hook's command records (llmgw.settings.valid_trees) so that the control
 plane does not check them again.
 post-receive (`notification`): the URL in `llmgw.notifyurl` and the JSON body {"refs": [{"ref", "old", "new"}]}
-to POST there; the POST itself is the caller's (llmgw.settings does no network I/O).
+to POST there, with the token in the git directory's `llmgw-hook-token` (the control plane accepts an unsigned
+notification only with it) and the CA file in `llmgw.notifyca` (an https control plane); the POST itself is the caller's (llmgw.settings does no network I/O).
 Run as `python -m llmgw.settings.hook` (what hooks of an older llmgw run), it refuses the push and says to rewrite
 the hooks with `llmgw repo hooks`.
 """
@@ -33,7 +34,7 @@ from llmgw.errors import SettingsError
 from llmgw.settings.loading import load_commit
 from llmgw.settings.reading import open_repository, resolve_commit
 from llmgw.settings.refs import APPLIED_REF, AUDIT_REF, BRANCH_KEY, DEFAULT_BRANCH, branch_ref
-from llmgw.settings.repository import NOTIFY_URL_KEY
+from llmgw.settings.repository import HOOK_TOKEN_FILE, NOTIFY_CA_KEY, NOTIFY_URL_KEY
 
 ZERO = "0" * 40
 
@@ -58,10 +59,13 @@ class PushVerdict:
 
 @dataclass(frozen=True)
 class Notification:
-    """What post-receive sends: a JSON `body` (bytes) to POST to `url`."""
+    """What post-receive sends: a JSON `body` (bytes) to POST to `url`, with the repository's hook `token` (""
+    when there is none) and the CA file to verify an https `url` with (`ca_file`, "" for the system's CAs)."""
 
     url: str
     body: bytes
+    token: str = ""
+    ca_file: str = ""
 
 
 def parse_updates(lines: Iterable[str]) -> list[RefUpdate]:
@@ -162,12 +166,15 @@ def notification(lines: Iterable[str], repo_dir: str | os.PathLike[str]) -> Noti
     try:
         repo = open_repository(repo_dir)
         url = repo.config[NOTIFY_URL_KEY] if NOTIFY_URL_KEY in repo.config else None
-    except (SettingsError, pygit2.GitError, KeyError, ValueError):
+        ca_file = repo.config[NOTIFY_CA_KEY] if NOTIFY_CA_KEY in repo.config else ""
+        token_file = os.path.join(repo.path, HOOK_TOKEN_FILE)
+        token = open(token_file).read().strip() if os.path.isfile(token_file) else ""
+    except (SettingsError, pygit2.GitError, KeyError, ValueError, OSError):
         url = None
     if not url or not updates:
         return None
     body = json.dumps({"refs": [{"ref": u.ref, "old": u.old, "new": u.new} for u in updates]}).encode()
-    return Notification(url, body)
+    return Notification(url, body, token, ca_file)
 
 
 def _outdated(argv: list[str]) -> int:

@@ -25,6 +25,12 @@ from llmgw.settings.loading import load_directory
 from llmgw.settings.refs import BRANCH_KEY, DEFAULT_BRANCH, branch_ref
 
 NOTIFY_URL_KEY = "llmgw.notifyurl"
+NOTIFY_CA_KEY = "llmgw.notifyca"
+"""Git config key: the CA certificate file the post-receive hook verifies an https notify URL with (unset: the
+system's CAs)."""
+HOOK_TOKEN_FILE = "llmgw-hook-token"
+"""In the settings repository's git directory (mode 0600): the token the post-receive hook sends the control plane
+(header X-Llmgw-Hook-Token); written by the control plane (`hook_token`)."""
 LLMGW_SIGNATURE = ("llmgw", "llmgw@localhost")
 _PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 
@@ -80,6 +86,29 @@ def _hook_script(stage: str) -> str:
     return ("#!/bin/sh\n"
             f"# Installed by llmgw repo init: {'validate pushed settings' if stage == 'pre-receive' else 'notify the control plane'}.\n"
             f"PYTHONPATH={root}${{PYTHONPATH:+:$PYTHONPATH}} exec {python} -P -m llmgw.cli.hook_cmds {stage}\n")
+
+
+def hook_token(repo_path: str | os.PathLike[str]) -> str:
+    """The token the post-receive hook of the repository at `repo_path` sends: the one in its git directory's
+    `llmgw-hook-token`, else a new one written there (mode 0600, readable by the repository's owner only, whom the
+    hook runs as). Blocking. Raises: SettingsError when `repo_path` is not a repository or the file cannot be
+    written."""
+    import secrets
+
+    from llmgw.settings.reading import open_repository
+
+    path = Path(open_repository(repo_path).path) / HOOK_TOKEN_FILE
+    try:
+        text = path.read_text().strip() if path.is_file() else ""
+        if text:
+            return text
+        token = "llmgw-hook-" + secrets.token_urlsafe(32)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(token + "\n")
+        return token
+    except OSError as exc:
+        raise SettingsError([Issue(str(path), 0, 0, HOOK_TOKEN_FILE, f"cannot be written ({exc})")]) from exc
 
 
 def install_hooks(repo_path: str | os.PathLike[str]) -> None:

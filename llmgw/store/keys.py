@@ -197,6 +197,12 @@ def find_token(conn: SqlConnection, plaintext: str) -> Token | None:
     return _find(conn, _TOKENS, plaintext)
 
 
+def token_by_id(conn: SqlConnection, token_id: str) -> Token | None:
+    """The token record `token_id` (revoked and expired ones too), or None when there is none."""
+    row = conn.execute(f"SELECT {_TOKENS.columns} FROM {_TOKENS.table} WHERE id = ?", (token_id,)).fetchone()
+    return None if row is None else _TOKENS.record_of(row)
+
+
 def check_token(conn: SqlConnection, plaintext: str, scope: str, now: float) -> bool:
     """True when `plaintext` is an active token (not revoked, not expired at `now`) of `scope` or of scope admin.
 

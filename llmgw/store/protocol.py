@@ -65,6 +65,13 @@ class Store(Protocol):
         False for anything else (malformed, unknown, revoked, expired, another scope). Digest compared in
         constant time. Raises UsageError for a scope not in TOKEN_SCOPES."""
 
+    def find_token(self, token: str) -> Token | None:
+        """The record of the token whose plaintext is `token` (revoked and expired ones too), or None (malformed or
+        unknown). Digest compared in constant time."""
+
+    def token_by_id(self, token_id: str) -> Token | None:
+        """The record of token `token_id` (revoked and expired ones too), or None when there is none."""
+
     def list_tokens(self, scope: str | None = None) -> list[Token]:
         """Every token (of `scope`), oldest first, revoked and expired included."""
 

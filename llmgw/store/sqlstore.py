@@ -108,6 +108,14 @@ class SqlStore:
         with self._read() as conn:
             return keys.check_token(conn, token, scope, _now(now))
 
+    def find_token(self, token: str) -> Token | None:
+        with self._read() as conn:
+            return keys.find_token(conn, token)
+
+    def token_by_id(self, token_id: str) -> Token | None:
+        with self._read() as conn:
+            return keys.token_by_id(conn, token_id)
+
     def list_tokens(self, scope: str | None = None) -> list[Token]:
         with self._read() as conn:
             return keys.list_tokens(conn, scope)

@@ -8,14 +8,15 @@ import trio
 from llmgw.console import Console
 from llmgw.errors import TemporaryError, UsageError
 
-from .test_console_security import TOKEN, no_history, state_with_one_gpu_node
+from .test_console_security import TOKEN, admin_only, no_history, state_with_one_gpu_node
+
 
 BEARER = {"Authorization": f"Bearer {TOKEN}", "Accept": "text/html"}
 
 
 def console_with(logs) -> Console:
     state = state_with_one_gpu_node()
-    return Console(lambda: state, authorise=lambda t: "admin" if t == TOKEN else None, history=no_history, logs=logs)
+    return Console(lambda: state, authorise=admin_only, history=no_history, logs=logs)
 
 
 async def test_a_shards_log_lines_are_shown_and_following_refreshes_every_two_seconds():

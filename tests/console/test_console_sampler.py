@@ -5,13 +5,19 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from llmgw.console import Console
+from llmgw.console import Console, Login
 from llmgw.control.readings import GpuSample, NodeReadings
 from llmgw.control.registry import FleetRegistry
 from llmgw.control.state import ControlState, PassRecord
 from llmgw.plan.types import GpuState, NodeState
 
 from .test_console_security import no_history
+
+
+async def nobody(token: str) -> Login | None:
+    """A token check that lets nobody in."""
+    return None
+
 
 GIB = 1 << 30
 
@@ -26,7 +32,7 @@ async def test_the_sampler_folds_new_readings_and_keeps_the_passes_it_saw():
             GpuSample(0, utilization_percent=util),)))
         state["now"] = replace(state["now"], fleet=fleet, last_pass=PassRecord(number, "timer", None, at, 0.1))
 
-    console = Console(lambda: state["now"], authorise=lambda t: None, history=no_history, sample_interval=5.0,
+    console = Console(lambda: state["now"], authorise=nobody, history=no_history, sample_interval=5.0,
                       wall=lambda: wall["now"])
     # Samples are taken by hand, as `run_sampler` takes them every 5 s: a clock that jumps after real idleness
     # raced the fold's worker thread on a loaded machine (seen once: a sample was skipped).

@@ -9,7 +9,7 @@ import re
 import pytest
 import trio
 
-from llmgw.console import Console
+from llmgw.console import Console, Login
 from llmgw.console.app import CSP
 from llmgw.control.readings import GpuSample, NodeReadings
 from llmgw.control.registry import FleetRegistry
@@ -17,6 +17,12 @@ from llmgw.control.state import ControlState
 from llmgw.plan.types import GpuState, NodeState
 
 TOKEN = "admin-token-for-tests"
+
+
+async def admin_only(token: str) -> Login | None:
+    """The console's token check of these tests: TOKEN logs in as admin."""
+    return Login("admin") if token == TOKEN else None
+
 GIB = 1 << 30
 PAGES = ("/console/", "/console/nodes", "/console/nodes/gpu1", "/console/gpus", "/console/replicas",
          "/console/history")
@@ -57,7 +63,7 @@ def wall() -> Wall:
 @pytest.fixture
 def console(wall) -> Console:
     state = state_with_one_gpu_node()
-    return Console(lambda: state, authorise=lambda t: "admin" if t == TOKEN else None, history=no_history,
+    return Console(lambda: state, authorise=admin_only, history=no_history,
                    clock=lambda: 1.0, wall=wall, session_ttl=3600.0)
 
 

@@ -11,7 +11,8 @@ from llmgw.console import Console
 from llmgw.control.state import ControlState
 from llmgw.store import UsageRecord, open_store
 
-from .test_console_security import TOKEN, no_history
+from .test_console_security import TOKEN, admin_only, no_history
+
 
 DAY = 86400.0
 NOW = 1_800_000_000.0  # 2027-01-15 08:00 UTC
@@ -22,7 +23,7 @@ def console_over(store) -> Console:
     async def usage(by: str, since: float | None) -> list:
         return await trio.to_thread.run_sync(store.query_usage, None, since, by)
 
-    return Console(ControlState, authorise=lambda t: "admin" if t == TOKEN else None, history=no_history,
+    return Console(ControlState, authorise=admin_only, history=no_history,
                    usage=usage, wall=lambda: NOW)
 
 
@@ -61,7 +62,7 @@ async def test_usage_is_summed_by_day_model_and_project_within_the_chosen_days(t
 
 
 async def test_without_a_usage_store_the_page_is_404_and_out_of_the_navigation():
-    console = Console(ControlState, authorise=lambda t: "admin" if t == TOKEN else None, history=no_history)
+    console = Console(ControlState, authorise=admin_only, history=no_history)
     client = console.app.test_client()
     assert (await client.get("/console/usage", headers=BEARER)).status_code == 404
     assert 'href="/console/usage"' not in await (await client.get("/console/", headers=BEARER)).get_data(as_text=True)

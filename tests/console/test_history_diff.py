@@ -14,7 +14,8 @@ from llmgw.control.audit_diff import applied_diff
 from llmgw.control.state import ControlState
 from llmgw.settings import append_audit, load_commit, read_audit_log
 
-from .test_console_security import TOKEN
+from .test_console_security import TOKEN, admin_only
+
 
 BEARER = {"Authorization": f"Bearer {TOKEN}", "Accept": "text/html"}
 
@@ -52,7 +53,7 @@ async def test_the_history_page_links_each_entry_to_the_diff_it_applied(tmp_path
     async def diff(commit: str):
         return await trio.to_thread.run_sync(partial(applied_diff, settings_repo, commit))
 
-    console = Console(ControlState, authorise=lambda t: "admin" if t == TOKEN else None, history=history,
+    console = Console(ControlState, authorise=admin_only, history=history,
                       applied_diff=diff)
     client = console.app.test_client()
     listing = await (await client.get("/console/history", headers=BEARER)).get_data(as_text=True)
