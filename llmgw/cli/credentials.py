@@ -1,5 +1,7 @@
-"""What `llmgw keys`, `llmgw token` and `llmgw usage` share: the store they open (`--state DIR`, default `.state`,
-store `DIR/llmgw.sqlite3`, the layout of `llmgw up`; or `--store PATH|URL`), moments (parsed from dates or durations,
+"""What `llmgw keys`, `llmgw token`, `llmgw usage` and `llmgw store` share: the store they open (`--store PATH|URL`,
+else the store of the control plane whose state directory `--state DIR` names, default `.state`: the one its
+`store.json` records (`llmgw.store.StoreRecord`: SQLite or PostgreSQL, the password from the secret it names), else
+its `llmgw.sqlite3`; never a new empty store: `resolve_store_url`), moments (parsed from dates or durations,
 printed as ISO 8601 UTC) and the output of a credential (`llmgw.store.Credential`: an API key or a token) as JSON
 and as a table (rich's `Table`, the tables of every `llmgw` command).
 
@@ -21,8 +23,13 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from pathlib import Path
+from urllib.parse import urlsplit
+
 from llmgw.errors import UsageError
-from llmgw.store import Credential, Store, open_store, store_url_for_state
+from llmgw.store import (
+    STORE_FILE_NAME, STORE_RECORD_FILE, Credential, Store, open_store, read_store_record, redacted, with_password,
+)
 from llmgw.units import parse_duration
 
 T = TypeVar("T")
@@ -61,7 +68,8 @@ def store_options(func):
     func = click.option("--store", "store_url", envvar="LLMGW_STORE", default=None,
                         help="Store: a SQLite path, sqlite:///path or postgresql://... (overrides --state).")(func)
     func = click.option("--state", "state_dir", envvar="LLMGW_STATE", default=None,
-                        help="State directory of `llmgw up` holding llmgw.sqlite3 [default: .state].")(func)
+                        help="State directory of the control plane (`llmgw server --state`, `llmgw up`) whose store "
+                        "to use [default: .state].")(func)
     return func
 
 
@@ -80,10 +88,61 @@ def state_of(ctx: click.Context) -> str:
     return options.get("state") or ".state"
 
 
+def _missing_sqlite(url: str) -> Path | None:
+    """The SQLite file `url` (a path or sqlite:///path) names when it does not exist; None otherwise."""
+    if "://" not in url:
+        path = Path(url).expanduser()
+    elif urlsplit(url).scheme.lower() == "sqlite":
+        path = Path(urlsplit(url).path)
+    else:
+        return None
+    return None if path.exists() else path
+
+
+def resolve_store_url(state_dir: str | Path, store_url: str | None, environ: dict[str, str] | None = None) -> str:
+    """The URL of the store to open: `store_url` (`--store`), else the one the control plane recorded in
+    `<state_dir>/store.json` (with its password from the secret it names: `<secrets_dir>/<name>`, else
+    `$LLMGW_SECRET_<NAME>`), else `<state_dir>/llmgw.sqlite3` when that file exists.
+
+    Raises UsageError naming what to pass when none of these is there, when a SQLite store named does not exist
+    (no command but `llmgw store init` creates one), or when the password's secret cannot be found.
+    """
+    from llmgw.control.keys import SecretResolver
+
+    state = Path(state_dir)
+    url = store_url
+    if not url:
+        record = read_store_record(state)
+        if record is None:
+            legacy = state / STORE_FILE_NAME
+            if legacy.is_file():
+                return str(legacy)
+            raise UsageError(
+                f"{state} holds no store: no {STORE_RECORD_FILE} (a control plane writes it there when it starts) and "
+                f"no {STORE_FILE_NAME}. Pass --state with the control plane's state directory (its `llmgw server "
+                f"--state`), or --store URL; `llmgw store init --state {state}` creates an empty store there.")
+        url = record.url
+        if record.password_secret:
+            secrets = SecretResolver(Path(record.secrets_dir) if record.secrets_dir else state / "secrets", environ)
+            password = secrets.get(record.password_secret)
+            if password is None:
+                where = Path(record.secrets_dir) if record.secrets_dir else state / "secrets"
+                env = "LLMGW_SECRET_" + record.password_secret.upper().replace("-", "_").replace(".", "_")
+                raise UsageError(f"the store of {state} ({redacted(url)}) takes its password from the secret "
+                                 f"{record.password_secret!r}: make it readable in {where}/{record.password_secret} "
+                                 f"or set {env}, or pass --store URL.")
+            url = with_password(url, password)
+    missing = _missing_sqlite(url)
+    if missing is not None:
+        raise UsageError(f"there is no store at {missing}: pass --state with the control plane's state directory or "
+                         f"--store with its store; `llmgw store init --store {missing}` creates an empty one.")
+    return url
+
+
 def with_store(ctx: click.Context, call: Callable[[Store], T]) -> T:
-    """`call(store)` on the store the command's options name (`--store`, else `--state`'s), closed afterwards."""
+    """`call(store)` on the store the command's options name (`resolve_store_url`), closed afterwards."""
     options = ctx.find_root().meta.get("llmgw.store_options") or {}
-    store = open_store(options.get("store") or store_url_for_state(state_of(ctx)))
+    store = open_store(resolve_store_url(state_of(ctx), options.get("store")))
     try:
         return call(store)
     finally:

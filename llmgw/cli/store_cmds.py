@@ -1,4 +1,7 @@
-"""`llmgw store migrate` and `llmgw store copy SRC DST`: the store's schema and moving it to another backend.
+"""`llmgw store init`, `llmgw store migrate` and `llmgw store copy SRC DST`: making a store, its schema, and moving
+it to another backend. `migrate` (like `keys`, `token` and `usage`) works on an existing store only, found from
+`--store` or the control plane's `--state` (llmgw.cli.credentials.resolve_store_url); only `init` (and `copy`'s
+destination) makes a new one.
 
 A store is named by a path (SQLite), `sqlite:///PATH` or `postgresql://user:password@host:port/database`; the
 password is never printed (`postgresql://user:***@host/db`). See docs/store.md.
@@ -10,7 +13,14 @@ import json
 
 import click
 
-from llmgw.store import open_store, redacted, store_url_for_state
+from pathlib import Path
+
+from llmgw.cli.credentials import resolve_store_url
+from llmgw.errors import UsageError
+from llmgw.store import (
+    STORE_RECORD_FILE, open_store, read_store_record, redacted, store_record, store_url_for_state,
+    write_store_record,
+)
 from llmgw.store.copying import copy_store, migrate_store
 
 
@@ -19,14 +29,36 @@ def store_group() -> None:
     """The runtime store: bring its schema up to date, copy it to another backend."""
 
 
+@store_group.command("init")
+@click.option("--store", "store_url", envvar="LLMGW_STORE", default=None, metavar="URL",
+              help="The store to create (a SQLite path or a postgresql:// URL) [default: <state>/llmgw.sqlite3].")
+@click.option("--state", "state_dir", envvar="LLMGW_STATE", default=".state", show_default=True,
+              help="State directory to create the store in (and record it in, for the other commands).")
+def init_command(store_url: str | None, state_dir: str) -> None:
+    """Create an empty store (its schema migrated) and record it in the state directory's store.json. A store
+    already there is kept; a state directory that already records another store is refused."""
+    state = Path(state_dir)
+    url = store_url or store_url_for_state(state)
+    record = store_record(None, state, override_url=url)
+    existing = read_store_record(state)
+    if existing is not None and existing.url != record.url:
+        raise UsageError(f"{state}/{STORE_RECORD_FILE} records the store {redacted(existing.url)} already; a "
+                         "control plane uses it. Give another --state for a new store.")
+    state.mkdir(parents=True, exist_ok=True)
+    before, after = migrate_store(url)
+    write_store_record(state, record)
+    verb = "Created" if before == 0 else "Kept"
+    click.echo(f"{verb} the store {redacted(url)} (schema version {after}), recorded in {state}/{STORE_RECORD_FILE}.")
+
+
 @store_group.command("migrate")
 @click.option("--store", "store_url", envvar="LLMGW_STORE", default=None, metavar="URL",
               help="The store (a SQLite path or a postgresql:// URL); default: the state directory's.")
 @click.option("--state", "state_dir", envvar="LLMGW_STATE", default=".state", show_default=True,
-              help="State directory whose llmgw.sqlite3 is the store when --store is not given.")
+              help="State directory of the control plane whose store to migrate when --store is not given.")
 def migrate_command(store_url: str | None, state_dir: str) -> None:
-    """Apply the store's missing schema migrations (creating the store if it does not exist)."""
-    url = store_url or store_url_for_state(state_dir)
+    """Apply the store's missing schema migrations (an existing store only: `llmgw store init` makes one)."""
+    url = resolve_store_url(state_dir, store_url)
     before, after = migrate_store(url)
     if before == after:
         click.echo(f"The store {redacted(url)} is at schema version {after}; nothing to do.")

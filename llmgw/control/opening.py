@@ -45,7 +45,7 @@ from llmgw.errors import SettingsError
 from llmgw.gateway import Gateway, GatewayWorkers, drain_spools, open_gateway_tracing, worker_count, worker_spools
 from llmgw.settings import NOTIFY_CA_KEY, NOTIFY_URL_KEY, hook_token, set_config_value
 from llmgw.settings.model import ClusterSettings, Listener, Tracing
-from llmgw.store import open_store_from_settings
+from llmgw.store import open_store_from_settings, store_record, write_store_record
 from llmgw.wire import check_agents_listener, serve_agents
 
 log = logging.getLogger("llmgw.control")
@@ -90,6 +90,9 @@ async def open_wiring(plane: Any) -> AsyncIterator[Any]:
     store = plane.store = await trio.to_thread.run_sync(functools.partial(
         open_store_from_settings, cluster.store if cluster else None, plane.state_dir, plane.secrets.get,
         override_url=config.store)) if owned else config.store
+    if owned:  # which store this is, for `llmgw keys/token/usage/store --state DIR` (no password in it)
+        write_store_record(plane.state_dir, store_record(cluster.store if cluster else None, plane.state_dir,
+                                                         override_url=config.store, secrets_dir=config.secrets_dir))
     request_tracing, trace_endpoint, trace_requests = _open_tracing(plane, config, cluster)
     plane.keys.secret = store.get_or_create_secret(REPLICA_KEY_SECRET)
     plane.loop.tracing = plane.tracing

@@ -40,11 +40,13 @@ class Listener:
 
 @dataclass(frozen=True)
 class StoreSettings:
-    """Where runtime state lives: kind "sqlite" (`path`, relative to the state directory) or "postgresql" (`url`)."""
+    """Where runtime state lives: kind "sqlite" (`path`, relative to the state directory) or "postgresql" (`url`,
+    without a password: `password_secret` names the secret holding it)."""
 
     kind: str = "sqlite"
     path: str = "llmgw.sqlite3"
     url: str | None = None
+    password_secret: str | None = None
 
 
 @dataclass(frozen=True)

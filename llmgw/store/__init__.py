@@ -3,18 +3,26 @@
 Secrets (the engine-key secret), key/value entries, scoped tokens of the admin listener, API key hashes, quota reservations,
 usage records, leases, and the Linux users made on Slurm nodes (never reused UIDs). `open_store(url)` gives a `Store`: SQLite (WAL, one file) by default,
 PostgreSQL (`postgresql://...`) for several control planes; `open_store_from_settings` opens what llmgw.yaml's
-`store:` names. `StoreBoundary` runs store calls off an event loop, with usage through a `UsageSpool`.
+`store:` names; `store_record`/`write_store_record`/`read_store_record` keep which store a control plane uses in its
+state directory (`store.json`, no password in it). `StoreBoundary` runs store calls off an event loop, with usage through a `UsageSpool`.
 """
 
 from llmgw.store.boundary import StoreBoundary
 from llmgw.store.keys import ADMIN_TOKEN_PREFIX, API_KEY_PREFIX
 from llmgw.store.opening import (
     STORE_FILE_NAME,
+    STORE_RECORD_FILE,
+    StoreRecord,
     open_store,
     open_store_from_settings,
     redacted,
     store_url_for_state,
     store_url_from_settings,
+    read_store_record,
+    store_record,
+    with_password,
+    without_password,
+    write_store_record,
 )
 from llmgw.store.protocol import Store
 from llmgw.store.quotas import window_bounds
@@ -48,7 +56,8 @@ from llmgw.store.sqlite import SqliteStore
 
 __all__ = [
     "ADMIN_TOKEN_PREFIX", "API_KEY_PREFIX", "KEY_EXPIRED", "KEY_FAILURE_MESSAGES", "KEY_MALFORMED",
-    "KEY_REVOKED", "KEY_UNKNOWN", "SCHEMA_VERSION", "SCOPE_ADMIN", "TOKEN_SCOPES", "Token", "STORE_FILE_NAME",
+    "KEY_REVOKED", "KEY_UNKNOWN", "SCHEMA_VERSION", "STORE_RECORD_FILE", "StoreRecord", "read_store_record",
+    "store_record", "with_password", "without_password", "write_store_record", "SCOPE_ADMIN", "TOKEN_SCOPES", "Token", "STORE_FILE_NAME",
     "Allowance", "ApiKey", "Credential", "CredentialState", "Headroom", "KeyCheck", "Lease", "Rejection", "Reservation", "Settlement", "SlurmUser", "SqliteStore",
     "Store", "StoreBoundary", "UsageRecord",
     "UsageRow", "UsageSpool", "charged", "open_store", "open_store_from_settings", "redacted", "store_url_for_state", "store_url_from_settings", "window_bounds",

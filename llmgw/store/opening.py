@@ -1,8 +1,21 @@
-"""Opening a store from a URL, a path, or the `store:` settings of llmgw.yaml."""
+"""Opening a store from a URL, a path, or the `store:` settings of llmgw.yaml; and the record of which store a
+control plane uses, kept in its state directory (`StoreRecord`, `<state>/store.json`) so that `llmgw keys`,
+`llmgw token`, `llmgw usage` and `llmgw store` find that store from `--state DIR` alone:
+
+    {"url": "postgresql://llmgw@db:5432/llmgw", "password_secret": "store-password", "secrets_dir": "/etc/llmgw"}
+
+`url` never holds a password; `password_secret` names the secret holding it (looked up the way the control plane
+does: `<secrets_dir>/<name>`, else `$LLMGW_SECRET_<NAME>`), null when there is none; `secrets_dir` is the control
+plane's secrets directory (null: `<state>/secrets`). A SQLite store's url is its absolute path.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote, urlsplit, urlunsplit
 
@@ -11,7 +24,82 @@ from llmgw.store.protocol import Store
 from llmgw.store.sqlite import DEFAULT_BUSY_TIMEOUT, DEFAULT_SLOT_TTL, SqliteStore
 
 STORE_FILE_NAME = "llmgw.sqlite3"
+STORE_RECORD_FILE = "store.json"
 POSTGRES_SCHEMES = ("postgresql", "postgres")
+
+
+@dataclass(frozen=True)
+class StoreRecord:
+    """Which store a control plane opened (see the module docstring): `url` without a password, the name of the
+    secret holding it (`password_secret`, None: none) and the control plane's secrets directory (None: default)."""
+
+    url: str
+    password_secret: str | None = None
+    secrets_dir: str | None = None
+
+
+def without_password(url: str) -> str:
+    """`url` with any password removed from its authority (the user stays); a path is returned unchanged."""
+    if "://" not in url:
+        return url
+    parts = urlsplit(url)
+    userinfo, at, host = parts.netloc.rpartition("@")
+    if not at:
+        return url
+    user = userinfo.partition(":")[0]
+    return urlunsplit((parts.scheme, f"{user}@{host}" if user else host, parts.path, parts.query, parts.fragment))
+
+
+def with_password(url: str, password: str) -> str:
+    """`url` (postgresql://user@host/db) with `password` put in its authority, percent-encoded."""
+    parts = urlsplit(url)
+    user = parts.username or ""
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit((parts.scheme, f"{quote(user, safe='')}:{quote(password, safe='')}@{host}", parts.path,
+                       parts.query, parts.fragment))
+
+
+def store_record(store_settings, state_dir: str | Path, override_url: str | Path | None = None,
+                 secrets_dir: str | Path | None = None) -> StoreRecord:
+    """The record of the store `open_store_from_settings(store_settings, state_dir, override_url=...)` opens.
+    Pure (no secret is read). Raises StoreError as `store_url_from_settings` does."""
+    if override_url is not None:
+        url = str(override_url)
+        if "://" not in url:
+            url = str(Path(url).expanduser().resolve())
+        return StoreRecord(without_password(url), None, str(secrets_dir) if secrets_dir else None)
+    secret = getattr(store_settings, "password_secret", None) if store_settings is not None else None
+    if store_settings is None:
+        url = str(Path(state_dir).resolve() / STORE_FILE_NAME)
+    else:
+        plain = store_settings
+        if secret:  # the URL without the password: the record names the secret instead
+            plain = (dataclasses.replace(store_settings, password_secret=None) if dataclasses.is_dataclass(store_settings)
+                     else type("Plain", (), {**vars(store_settings), "password_secret": None})())
+        url = store_url_from_settings(plain, Path(state_dir).resolve())
+    return StoreRecord(without_password(url), secret or None, str(secrets_dir) if secrets_dir else None)
+
+
+def write_store_record(state_dir: str | Path, record: StoreRecord) -> None:
+    """Write `record` to `<state_dir>/store.json` (replaced atomically). Raises OSError when it cannot be written."""
+    path = Path(state_dir) / STORE_RECORD_FILE
+    temporary = path.with_name(f".{path.name}.{os.getpid()}")
+    temporary.write_text(json.dumps(dataclasses.asdict(record), indent=1) + "\n")
+    os.replace(temporary, path)
+
+
+def read_store_record(state_dir: str | Path) -> StoreRecord | None:
+    """The record in `<state_dir>/store.json`, or None when there is none. Raises StoreError naming the file when it
+    does not parse."""
+    path = Path(state_dir) / STORE_RECORD_FILE
+    try:
+        data = json.loads(path.read_text())
+        return StoreRecord(str(data["url"]), data.get("password_secret") or None, data.get("secrets_dir") or None)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise StoreError(f"{path} does not say which store this control plane uses ({exc}); start the control "
+                         "plane again to rewrite it, or pass --store URL.") from exc
 
 
 def store_url_for_state(state_dir: str | Path) -> str:
@@ -84,13 +172,7 @@ def store_url_from_settings(store_settings, state_dir: str | Path,
             raise StoreError(f"llmgw.yaml store.password_secret names the secret {secret_name!r}, which this "
                              "control plane does not have; add it to its secrets directory or environment.")
     if url:
-        if password is None:
-            return url
-        parts = urlsplit(url)
-        user = parts.username or ""
-        host = parts.netloc.rpartition("@")[2]
-        return urlunsplit((parts.scheme, f"{quote(user, safe='')}:{quote(password, safe='')}@{host}", parts.path,
-                           parts.query, parts.fragment))
+        return url if password is None else with_password(url, password)
     host = getattr(store_settings, "host", None)
     if not host:
         raise StoreError("llmgw.yaml store.kind is postgresql but neither store.url nor store.host is set.")

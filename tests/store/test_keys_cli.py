@@ -26,6 +26,15 @@ def llmgw() -> click.Group:
     return group
 
 
+@pytest.fixture(autouse=True)
+def stores(tmp_path: Path) -> None:
+    """The stores a control plane (or `llmgw store init`) made in the state directories these tests name: the
+    commands use an existing store only (tests/control/test_one_store.py)."""
+    for state in (tmp_path, tmp_path / ".state"):
+        state.mkdir(exist_ok=True)
+        open_store(state / "llmgw.sqlite3").close()
+
+
 def run(group: click.Group, *args: str) -> str:
     result = CliRunner().invoke(group, list(args), catch_exceptions=False)
     assert result.exit_code == 0, result.output
