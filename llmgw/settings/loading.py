@@ -27,6 +27,7 @@ from llmgw.settings.reading import TreeFiles, open_repository, read_commit, read
 from llmgw.settings.schemas import validate_data
 from llmgw.settings.slurm import SlurmSettings, build_slurm
 from llmgw.settings.unbuilt import unbuilt_warnings
+from llmgw.settings.url_secrets import secret_in_url_message, urls_with_secrets
 from llmgw.settings.valid_trees import read_valid_trees
 from llmgw.units import parse_duration
 
@@ -167,6 +168,9 @@ def _load_tree(tree: TreeFiles, commit: str | None, found: Found, check_schema: 
         if path.file.startswith("catalog/") and path.file.endswith(".yaml"):
             invalid_names.add(_stem(path.file))
     good = _parse_all(tree, found, invalid_names, check_schema)
+    for path, (_kind, data) in good.items():  # secrets inside URLs: refused, the settings live in git
+        for key_path, what in urls_with_secrets(data):
+            found.add(path, key_path, secret_in_url_message(key_path, what))
 
     if "llmgw.yaml" not in tree.texts and not any(i.file == "llmgw.yaml" for i in found.issues):
         found.issues.append(Issue("llmgw.yaml", 0, 0, "", "is missing; every settings tree has one (name: <cluster>)"))

@@ -19,6 +19,7 @@ import pygit2
 
 from llmgw.errors import Issue, SettingsError
 from llmgw.settings.reading import open_repository
+from llmgw.settings.url_secrets import TOKEN_QUERY_PARAMETERS
 
 DEFAULT_BRANCH = "main"
 AUDIT_REF = "refs/llmgw/audit"
@@ -34,13 +35,20 @@ def branch_ref(branch: str) -> str:
     return f"refs/heads/{branch}"
 
 
-def redact_url(text: str) -> str:
-    """`text` with the user information of every URL in it (`user:password@`, `token@`) replaced by `***@`.
+_TOKEN_PARAMETER = re.compile(r"(?P<name>[?&;](?:" + "|".join(re.escape(name) for name in sorted(
+    TOKEN_QUERY_PARAMETERS, key=len, reverse=True)) + r")=)(?P<value>[^&#\s]+)", re.IGNORECASE)
 
-    "https://u:s3cret@forge/x.git" -> "https://***@forge/x.git", "https://u:p@ss@forge/x" -> "https://***@forge/x";
-    text without a URL is returned unchanged.
+
+def redact_url(text: str) -> str:
+    """`text` with the user information of every URL in it (`user:password@`, `token@`: the whole authority up to
+    its last "@") replaced by `***@`, and the value of every query parameter that carries a token
+    (`llmgw.settings.url_secrets.TOKEN_QUERY_PARAMETERS`: private_token, access_token, password, ...) by `***`.
+
+    "https://u:s3cret@forge/x.git" -> "https://***@forge/x.git", "https://u:p@ss@forge/x" -> "https://***@forge/x",
+    "https://forge/x?private_token=abc" -> "https://forge/x?private_token=***"; text without a URL is unchanged.
     """
-    return _USERINFO.sub(lambda m: f"{m.group('scheme')}***@", text)
+    text = _USERINFO.sub(lambda m: f"{m.group('scheme')}***@", text)
+    return _TOKEN_PARAMETER.sub(lambda m: f"{m.group('name')}***", text)
 
 
 def _password_free(url: str, text: str) -> str:

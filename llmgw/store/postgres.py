@@ -42,8 +42,15 @@ _RETRYABLE = (psycopg.OperationalError, psycopg.errors.SerializationFailure, psy
               psycopg.errors.LockNotAvailable, psycopg.errors.QueryCanceled)
 
 
+_SECRET_PARAMETERS = frozenset({"password", "passwd", "private_token", "access_token", "token", "api_key", "apikey",
+                                "client_secret", "secret", "sig", "signature", "sslpassword"})
+"""Query parameters whose values are redacted (llmgw.settings.url_secrets.TOKEN_QUERY_PARAMETERS, which the store
+layer may not import, and libpq's sslpassword)."""
+
+
 def redact_url(url: str) -> str:
-    """`url` with its password (in the user part, or a `password=` query parameter) replaced by ***."""
+    """`url` with its password (in the user part up to the authority's last "@", or a query parameter of
+    _SECRET_PARAMETERS) replaced by ***."""
     parts = urlsplit(url)
     netloc = parts.netloc
     if "@" in netloc:
@@ -53,8 +60,8 @@ def redact_url(url: str) -> str:
     query = parts.query
     if query:
         pairs = parse_qsl(query, keep_blank_values=True)
-        if any(name == "password" for name, _ in pairs):
-            query = urlencode([(n, REDACTED if n == "password" else v) for n, v in pairs], safe="*")
+        if any(name.lower() in _SECRET_PARAMETERS for name, _ in pairs):
+            query = urlencode([(n, REDACTED if n.lower() in _SECRET_PARAMETERS else v) for n, v in pairs], safe="*")
     return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
 

@@ -98,7 +98,7 @@ def test_added_and_removed_subjects_are_listed(example_tree: Path) -> None:
 
 
 def test_secret_values_never_show_but_their_change_does(example_tree: Path) -> None:
-    edit(example_tree, "llmgw.yaml", "path: llmgw.sqlite3", "path: llmgw.sqlite3\n  url: postgresql://llmgw:hunter2@db/llmgw")
+    edit(example_tree, "llmgw.yaml", "path: llmgw.sqlite3", "path: llmgw.sqlite3\n  url: postgresql://llmgw@hunter2.db/llmgw")
     before = load_directory(example_tree)
     edit(example_tree, "llmgw.yaml", "hunter2", "correct-horse")
     edit(example_tree, "catalog/llama-3.1-70b-instruct.yaml", "secret: hf-token", "secret: hf-token-2")
@@ -148,7 +148,7 @@ def test_the_command_compares_branches_and_commits_of_a_repository(tmp_path: Pat
 def test_keys_read_only_at_start_are_named_with_llmgw_restart(tmp_path: Path) -> None:
     a, b = copy_example(tmp_path / "a"), copy_example(tmp_path / "b")
     edit(b, "llmgw.yaml", "port: 8080}", "port: 8080, workers: 2}")
-    edit(b, "llmgw.yaml", "path: llmgw.sqlite3", "path: llmgw.sqlite3\n  url: postgresql://llmgw:hunter2@db/llmgw")
+    edit(b, "llmgw.yaml", "path: llmgw.sqlite3", "path: llmgw.sqlite3\n  url: postgresql://llmgw@hunter2.db/llmgw")
     edit(b, GEMMA, "replicas: 1\n", "replicas: 2\n")
     runner = CliRunner()
     result = runner.invoke(cli, ["diff", str(a), str(b)])
@@ -177,7 +177,7 @@ RESTART_EDITS = [
     ("agents: {host: 127.0.0.1, port: 8082}", "agents: {host: 0.0.0.0, port: 8082}", ["listeners.agents.host"]),
     ("port: 8082}", "port: 9082}", ["listeners.agents.port"]),
     ("path: llmgw.sqlite3", "path: other.sqlite3", ["store.path"]),
-    ("kind: sqlite\n  path: llmgw.sqlite3", "kind: postgresql\n  url: postgresql://llmgw:hunter2@db/llmgw",
+    ("kind: sqlite\n  path: llmgw.sqlite3", "kind: postgresql\n  url: postgresql://llmgw@hunter2.db/llmgw",
      ["store.kind", "store.url"]),
     ("# tracing:\n#   endpoint: http://collector:4318", "tracing:\n  endpoint: http://collector:4318",
      ["tracing.endpoint"]),
