@@ -15,7 +15,6 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from typing import Any
-from urllib.parse import parse_qsl
 
 TOKEN_QUERY_PARAMETERS = frozenset({
     "password", "passwd", "private_token", "access_token", "token", "api_key", "apikey", "client_secret", "secret",
@@ -41,7 +40,8 @@ def url_secret(text: str) -> str | None:
         if scheme in ("http", "https") and userinfo:
             return f"a token (the user part of an {scheme} URL)"
     query = rest.partition("?")[2].partition("#")[0]
-    for name, value in parse_qsl(query, keep_blank_values=True):
+    for pair in re.split(r"[&;]", query):  # no urllib in llmgw.settings (an import contract): the names are plain
+        name, _, value = pair.partition("=")
         if name.lower() in TOKEN_QUERY_PARAMETERS and value:
             return f"a token (query parameter {name})"
     return None
