@@ -120,6 +120,7 @@ class Console:
         app.jinja_env.filters.update(size=_size, duration=_duration, percent=_percent, short=_short, when=_when)
         app.jinja_env.globals.update(load_class=load_class)
         app.before_request(self._guard)
+        app.register_error_handler(BadParameter, _bad_parameter)
         app.after_request(_secure_headers)
         app.add_url_rule(f"{PREFIX}/login", "login", self._login, methods=["GET", "POST"])
         app.add_url_rule(f"{PREFIX}/logout", "logout", self._logout, methods=["POST"])
@@ -243,7 +244,7 @@ class Console:
     async def _logs(self, node_id: str) -> Any:
         state = self.snapshot()
         shard = request.args.get("shard", "")
-        lines = max(1, min(2000, int(request.args.get("lines", "200") or 200)))
+        lines = _int_arg("lines", 200, 1, 2000)
         follow = request.args.get("follow") == "1"
         if self.logs is None or state.fleet.get(node_id) is None:
             return await self._page("missing.html", "nodes", state=state, what=f"log of node {node_id}"), 404
@@ -274,7 +275,7 @@ class Console:
 
     async def _history(self) -> str:
         state = self.snapshot()
-        limit = max(1, min(500, int(request.args.get("limit", "50") or 50)))
+        limit = _int_arg("limit", 50, 1, 500)
         entries = [_plain(e) for e in await self.history(limit)]
         return await self._page("history.html", "history", state=state, entries=entries, limit=limit)
 
@@ -293,13 +294,36 @@ class Console:
         state = self.snapshot()
         if self.usage is None:
             return await self._page("missing.html", "usage", state=state, what="usage store"), 404
-        days = max(1, min(366, int(request.args.get("days", "7") or 7)))
+        days = _int_arg("days", 7, 1, 366)
         since = self.wall() - days * 86400.0
         groups = {by: await self.usage(by, since) for by in USAGE_GROUPS}
         settings = state.settings
         currency = settings.cluster.currency if settings else ""
         return await self._page("usage.html", "usage", state=state, days=days, groups=groups, currency=currency,
                                 chart=day_columns(groups["day"], "tokens per day (prompt + completion)"))
+
+
+class BadParameter(ValueError):
+    """A query parameter of a console page that is not what the page takes: 400 with a sentence naming it."""
+
+    def __init__(self, name: str, message: str):
+        super().__init__(f"the query parameter {name!r} {message}")
+        self.name = name
+
+
+def _int_arg(name: str, default: int, low: int, high: int) -> int:
+    """The request's query parameter `name` as a whole number from `low` to `high` (`default` when absent or
+    empty). Raises BadParameter naming it for anything else (`abc`, `1e9`, `-3`)."""
+    text = request.args.get(name, "").strip()
+    if not text:
+        return default
+    if not text.isdigit() or not low <= int(text) <= high:
+        raise BadParameter(name, f"is {text[:40]!r}: give a whole number from {low} to {high}")
+    return int(text)
+
+
+async def _bad_parameter(error: BadParameter) -> Response:
+    return Response(f"{error}\n", 400, {"X-Bad-Parameter": error.name}, content_type="text/plain")
 
 
 def _plain(entry: Any) -> dict[str, Any]:
