@@ -28,6 +28,8 @@ class SqlConnection(Protocol):
 
     dialect: str
     day_expression: str
+    now_expression: str
+    """SQL for the database's clock in unix seconds (leases expire by it: one clock for every control plane)."""
     batched: bool
     """True when statements are sent in batches (`PostgresBatch`): their rows can still be read after the
     transaction's end."""
@@ -47,6 +49,8 @@ class SqliteSql:
 
     dialect = "sqlite"
     day_expression = "strftime('%Y-%m-%d', time, 'unixepoch')"
+    now_expression = "((julianday('now') - 2440587.5) * 86400.0)"
+    """The database's clock in unix seconds (SQLite: the machine's, the one every process on the file shares)."""
     batched = False
 
     def __init__(self, conn) -> None:
@@ -102,6 +106,8 @@ class PostgresSql:
 
     dialect = "postgresql"
     day_expression = "to_char(to_timestamp(time) AT TIME ZONE 'UTC', 'YYYY-MM-DD')"
+    now_expression = "CAST(EXTRACT(EPOCH FROM clock_timestamp()) AS DOUBLE PRECISION)"
+    """The database server's clock in unix seconds: one clock for every control plane sharing the store."""
     batched = False
 
     def __init__(self, conn) -> None:
@@ -167,6 +173,7 @@ class PostgresBatch:
 
     dialect = "postgresql"
     day_expression = PostgresSql.day_expression
+    now_expression = PostgresSql.now_expression
     batched = True
 
     def __init__(self, cursor) -> None:

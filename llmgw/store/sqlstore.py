@@ -323,16 +323,18 @@ class SqlStore:
 
     # -- leases ------------------------------------------------------------------------------------------------
     def acquire_lease(self, name: str, holder: str, ttl_seconds: float, now: float | None = None) -> int:
-        now = _now(now)
         with self._write() as conn:
+            # `now` None: the database's clock, the one all control planes sharing the store read (each one's own
+            # clock let a skew of D seconds make D seconds of two leaders)
+            clock, at = (conn.now_expression, ()) if now is None else ("?", (now,))
             # one statement: taken when free, expired or already ours; untouched (0 rows) while another holds it.
             # The token stays while the same holder holds or takes it again and rises by one when another takes it.
             row = conn.execute(
-                "INSERT INTO leases (name, holder, expires_at, token) VALUES (?, ?, ?, 1) ON CONFLICT (name) "
-                "DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at, "
+                f"INSERT INTO leases (name, holder, expires_at, token) VALUES (?, ?, {clock} + ?, 1) ON CONFLICT "
+                "(name) DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at, "
                 "token = CASE WHEN leases.holder = excluded.holder THEN leases.token ELSE leases.token + 1 END "
-                "WHERE leases.holder = excluded.holder OR leases.expires_at <= ? RETURNING token",
-                (name, holder, now + ttl_seconds, now),
+                f"WHERE leases.holder = excluded.holder OR leases.expires_at <= {clock} RETURNING token",
+                (name, holder, *at, ttl_seconds, *at),
             ).fetchone()
         return 0 if row is None else int(row[0])
 
@@ -348,8 +350,9 @@ class SqlStore:
 
     def lease(self, name: str, now: float | None = None) -> Lease | None:
         with self._read() as conn:
-            row = conn.execute("SELECT holder, token, expires_at FROM leases WHERE name = ? AND expires_at > ?",
-                               (name, _now(now))).fetchone()
+            clock, at = (conn.now_expression, ()) if now is None else ("?", (now,))
+            row = conn.execute(f"SELECT holder, token, expires_at FROM leases WHERE name = ? AND expires_at > {clock}",
+                               (name, *at)).fetchone()
         return None if row is None else Lease(row[0], int(row[1]), float(row[2]))
 
     # -- Linux users on Slurm nodes -------------------------------------------------------------------------------
