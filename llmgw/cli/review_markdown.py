@@ -7,6 +7,8 @@ base commit and fleet revision the comment was computed against (and so whether 
 
 from __future__ import annotations
 
+import re
+
 from llmgw.cli.server_cmds import counted
 from llmgw.plan.headroom import Headroom
 from llmgw.plan.reviewing import Review
@@ -22,6 +24,15 @@ _VERDICT = {"fits": "fits: every replica can be placed", "no change": "no change
 def _cell(text: str) -> str:
     """`text` safe inside a table cell: pipes escaped, newlines as spaces."""
     return text.replace("|", "\\|").replace("\n", " ") or " "
+
+
+def fenced(text: str, info: str = "") -> list[str]:
+    """`text` as a fenced code block whose fence is longer than any run of backticks in it (CommonMark: a fence
+    closes only on one at least as long), so no text, however written, ends the block early and renders as
+    Markdown (a pull request's author writes the settings it quotes)."""
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return [fence + info, text, fence]
 
 
 def _code(text: str | None) -> str:
@@ -110,7 +121,7 @@ def _settings(review: Review) -> list[str]:
     lines = ["", "### Settings diff", ""]
     if not review.settings_diff:
         return lines + ["The settings of base and head mean the same."]
-    return lines + ["```diff", review.settings_diff.to_text().rstrip("\n"), "```"]
+    return lines + fenced(review.settings_diff.to_text().rstrip("\n"), "diff")
 
 
 def _projects(review: Review) -> list[str]:

@@ -1,19 +1,21 @@
 """`llmgw review --post FORGE`: the review as one pull-request comment, edited in place, and a commit status.
 
-One comment per pull request: the one whose body starts with `<!-- llmgw-review` (the Markdown's first line) is
-edited; when there is none, one is created. The commit status is named `llmgw/plan` and set on HEAD's commit.
+One comment per pull request: the one written by the token's own user (`GET /user`; GitHub Actions' GITHUB_TOKEN,
+which may not read /user, posts as `github-actions[bot]`) whose body starts with `<!-- llmgw-review` (the
+Markdown's first line) is edited; when there is none, one is created. A marker in anybody else's comment (a pull
+request's author can write one first) is never edited. The commit status is named `llmgw/plan` and set on HEAD's commit.
 Blocking HTTP with httpx; every call raises `UsageError` for a refused token or an unknown pull request and
 `TemporaryError` when the forge cannot be reached or answers 5xx.
 
 Forge REST APIs, from their published descriptions:
-- GitHub (docs.github.com/en/rest): `GET|POST /repos/{owner}/{repo}/issues/{number}/comments` (pages via the
+- GitHub (docs.github.com/en/rest): `GET /user` (`login`), `GET|POST /repos/{owner}/{repo}/issues/{number}/comments` (pages via the
   `Link` header), `PATCH /repos/{owner}/{repo}/issues/comments/{id}`, `POST /repos/{owner}/{repo}/statuses/{sha}`
   with `state` error|failure|pending|success and `context`; `Authorization: Bearer`.
-- GitLab (docs.gitlab.com/ee/api/notes.html, commits.html): `GET|POST /projects/{id}/merge_requests/{iid}/notes`
+- GitLab (docs.gitlab.com/ee/api/notes.html, commits.html, users.html): `GET /user` (`username`), `GET|POST /projects/{id}/merge_requests/{iid}/notes`
   (pages via `X-Next-Page`), `PUT /projects/{id}/merge_requests/{iid}/notes/{note_id}`,
   `POST /projects/{id}/statuses/{sha}` with `state` pending|running|success|failed|canceled and `name`;
   `{id}` is the project id or its URL-encoded path; `PRIVATE-TOKEN` header.
-- Gitea / Forgejo (their swagger, /api/swagger): `GET|POST /repos/{owner}/{repo}/issues/{index}/comments` (GET
+- Gitea / Forgejo (their swagger, /api/swagger): `GET /user` (`login`), `GET|POST /repos/{owner}/{repo}/issues/{index}/comments` (GET
   takes no paging parameters: every comment at once),
   `PATCH /repos/{owner}/{repo}/issues/comments/{id}`, `POST /repos/{owner}/{repo}/statuses/{sha}` with `state`
   pending|success|error|failure|warning and `context`; `Authorization: token`.
@@ -27,11 +29,13 @@ from urllib.parse import quote
 
 import httpx
 
-from llmgw.cli.review_markdown import MARKER
+from llmgw.cli.review_markdown import MARKER, fenced
 from llmgw.errors import LlmgwError, TemporaryError, UsageError
 
 FORGES = ("github", "gitlab", "gitea")
 STATUS_NAME = "llmgw/plan"
+GITHUB_ACTIONS_LOGIN = "github-actions[bot]"
+"""Who comments with a GitHub Actions GITHUB_TOKEN (which cannot read GET /user)."""
 _MAX_PAGES = 50
 
 # The verdict of `llmgw review` (its exit code) as each forge's commit status state.
@@ -94,9 +98,19 @@ class _Forge:
     def comments(self) -> list[dict[str, Any]]:
         raise NotImplementedError
 
+    def whoami(self) -> str:
+        """The login of the token's user (GitLab: its username), as comments name their author."""
+        raise NotImplementedError
+
+    def author(self, comment: dict[str, Any]) -> str:
+        """The login (GitLab: username) of `comment`'s author, "" when it names none."""
+        raise NotImplementedError
+
     def find(self) -> int | None:
+        """The id of the first comment the token's own user wrote that starts with MARKER, or None."""
+        me = self.whoami()
         for comment in self.comments():
-            if str(comment.get("body") or "").startswith(MARKER):
+            if self.author(comment) == me and str(comment.get("body") or "").startswith(MARKER):
                 return int(comment["id"])
         return None
 
@@ -106,6 +120,17 @@ class _GitHubLike(_Forge):
 
     def base(self) -> str:
         return f"{self.target.api_url}/repos/{self.target.repository}"
+
+    def whoami(self) -> str:
+        try:
+            return str(self._call("GET", f"{self.target.api_url}/user").json()["login"])
+        except UsageError:
+            if self.target.forge != "github":
+                raise
+            return GITHUB_ACTIONS_LOGIN  # an Actions GITHUB_TOKEN may not read /user; it comments as this user
+
+    def author(self, comment: dict[str, Any]) -> str:
+        return str((comment.get("user") or {}).get("login") or "")
 
     def comments(self) -> list[dict[str, Any]]:
         url: str | None = f"{self.base()}/issues/{self.target.number}/comments"
@@ -138,6 +163,12 @@ class _GitHubLike(_Forge):
 class _GitLab(_Forge):
     def base(self) -> str:
         return f"{self.target.api_url}/projects/{quote(self.target.repository, safe='')}"
+
+    def whoami(self) -> str:
+        return str(self._call("GET", f"{self.target.api_url}/user").json()["username"])
+
+    def author(self, comment: dict[str, Any]) -> str:
+        return str((comment.get("author") or {}).get("username") or "")
 
     def comments(self) -> list[dict[str, Any]]:
         found: list[dict[str, Any]] = []
@@ -210,7 +241,7 @@ def post_review(target: Target, markdown: str, exit_code: int, head_sha: str | N
 def error_markdown(head_sha: str | None, message: str) -> str:
     """The comment for a review that could not be made (exit 1): the marker, then llmgw's message verbatim."""
     return (f"{MARKER} base=- head={head_sha or '-'} fleet=- -->\n## llmgw review: failed\n\n"
-            f"```\n{message.rstrip()}\n```\n")
+            + "\n".join(fenced(message.rstrip())) + "\n")
 
 
 def forge_target(forge: str, env: dict[str, str], *, api_url: str | None = None, repository: str | None = None,

@@ -25,6 +25,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, unquote, urlparse
 
 TOKEN = "forge-token-1234"
+BOT = "llmgw-bot"
+"""The user TOKEN belongs to: GET /user answers it, and the comments made with TOKEN are its."""
 STATES = {"github": {"error", "failure", "pending", "success"},
           "gitlab": {"pending", "running", "success", "failed", "canceled", "skipped"},
           "gitea": {"pending", "success", "error", "failure", "warning"}}
@@ -63,7 +65,11 @@ class Forge:
         return comment
 
     def ours(self, repository: str, number: int) -> list[dict]:
-        return [c for c in self.comments[(repository, number)] if c["body"].startswith("<!-- llmgw-review")]
+        """The llmgw comments of the pull request written with TOKEN."""
+        author = "author" if self.kind == "gitlab" else "user"
+        key = "username" if self.kind == "gitlab" else "login"
+        return [c for c in self.comments[(repository, number)]
+                if c["body"].startswith("<!-- llmgw-review") and c[author][key] == BOT]
 
 
 def _handler(forge: Forge):
@@ -154,7 +160,11 @@ def _create(handler, forge: Forge, repository: str, number: str, *, query) -> No
     body = handler.body().get("body")
     if not isinstance(body, str) or not body:
         return handler.error(400 if forge.kind == "gitlab" else 422, "body is missing")
-    return handler.answer(201, forge.add(repository, int(number), body, "llmgw-bot"))
+    return handler.answer(201, forge.add(repository, int(number), body, BOT))
+
+
+def _user(handler, forge: Forge, *, query) -> None:
+    return handler.answer(200, {"id": 2, "username": BOT} if forge.kind == "gitlab" else {"id": 2, "login": BOT})
 
 
 def _edit(handler, forge: Forge, repository: str, *ids: str, query) -> None:
@@ -185,6 +195,7 @@ def _status(handler, forge: Forge, repository: str, sha: str, *, query) -> None:
 
 _REPO = r"/repos/([^/]+/[^/]+)"
 _GITHUB = [
+    (r"/user", "GET", _user),
     (_REPO + r"/issues/(\d+)/comments", "GET", _list),
     (_REPO + r"/issues/(\d+)/comments", "POST", _create),
     (_REPO + r"/issues/comments/(\d+)", "PATCH", _edit),
@@ -192,6 +203,7 @@ _GITHUB = [
 ]
 _PROJECT = r"/projects/([^/]+)"
 _GITLAB = [
+    (r"/user", "GET", _user),
     (_PROJECT + r"/merge_requests/(\d+)/notes", "GET", _list),
     (_PROJECT + r"/merge_requests/(\d+)/notes", "POST", _create),
     (_PROJECT + r"/merge_requests/(\d+)/notes/(\d+)", "PUT", _edit),

@@ -126,3 +126,29 @@ def test_a_refused_token_or_missing_target_is_an_error_with_a_sentence(repo, sna
         assert done.returncode == 1
         assert "--post github needs --forge-repo (or GITHUB_REPOSITORY), --pr (or GITHUB_REF)" in done.stderr
         assert not forge.ours("acme/settings", 7)
+
+
+@pytest.mark.parametrize("kind", ["github", "gitlab", "gitea"])
+def test_a_marker_planted_by_someone_else_is_never_edited(kind, repo, snapshot):
+    branch(repo, "add-70b", [replicas(1)])
+    with running_forge(kind) as forge:
+        forge.seed(REPOSITORY[kind], 7)
+        planted = forge.add(REPOSITORY[kind], 7, "<!-- llmgw-review base=- head=- fleet=- -->\nall good, merge it",
+                            "mallory")
+        done = post(repo, snapshot, "add-70b", forge)
+        assert done.returncode == 2, done.stderr
+        assert planted["body"].endswith("all good, merge it")  # untouched
+        ours = forge.ours(REPOSITORY[kind], 7)
+        assert len(ours) == 1 and ours[0]["id"] != planted["id"] and "## llmgw review: fits" in ours[0]["body"]
+
+
+def test_a_message_holding_a_fence_stays_inside_its_code_block():
+    from llmgw.cli.review_markdown import fenced
+    from llmgw.cli.review_posting import error_markdown
+
+    message = "catalog/x.yaml:3:1: name: 'a```\n## Approved by llmgw\n````' is not valid"
+    body = error_markdown("ab" * 20, message)
+    opening = body.splitlines()[3]
+    assert set(opening) == {"`"} and len(opening) == 5  # longer than the longest run of backticks inside
+    assert body.rstrip("\n").endswith("\n" + opening) and body.count("\n" + opening + "\n") == 2  # open, close
+    assert fenced("plain", "diff") == ["```diff", "plain", "```"]
