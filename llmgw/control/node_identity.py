@@ -26,13 +26,14 @@ import hashlib
 import hmac
 import json
 import logging
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any
 
 import trio
 
-from llmgw.errors import WireError
+from llmgw.errors import StoreError, TemporaryError, WireError
 
 log = logging.getLogger("llmgw.control")
 
@@ -101,15 +102,17 @@ class MemoryKv:
 
     def __init__(self) -> None:
         self.values: dict[str, str] = {}
+        self._lock = threading.Lock()
 
     def get(self, key: str) -> str | None:
         return self.values.get(key)
 
     def swap(self, key: str, expected: str | None, value: str) -> bool:
-        if self.values.get(key) != expected:
-            return False
-        self.values[key] = value
-        return True
+        with self._lock:
+            if self.values.get(key) != expected:
+                return False
+            self.values[key] = value
+            return True
 
 
 class NodeIdentities:
@@ -121,9 +124,13 @@ class NodeIdentities:
     async def prove(self, node_id: str, secret: str, certified: bool) -> None:
         """Accept a Register of `node_id` carrying `secret` (recording it where `judge` says), or refuse it.
 
-        Raises: WireError with the sentence for the agent; StoreError / TemporaryError when the store fails (the
-        stream ends and the agent tries again)."""
-        await trio.to_thread.run_sync(self._prove, node_id, secret, certified)
+        Raises: WireError with the sentence for the agent, also when the store fails (the stream ends and the
+        agent tries again)."""
+        try:
+            await trio.to_thread.run_sync(self._prove, node_id, secret, certified)
+        except (StoreError, TemporaryError) as exc:
+            raise WireError(f"the control plane cannot check the identity of node {node_id!r} now ({exc}); the agent "
+                            "tries again.") from exc
 
     def _prove(self, node_id: str, secret: str, certified: bool) -> None:
         key = identity_key(node_id)

@@ -8,21 +8,25 @@ store, recorded on first use), on plain text and the in-process link alike; over
 
 from __future__ import annotations
 
+import functools
+import logging
 import stat
 
 import pytest
 import trio
 from click.testing import CliRunner
 
+from llmgw.agent import run_agent
 from llmgw.agent.node_secret import SECRET_FILE, load_or_create_secret
 from llmgw.cli.main import cli as llmgw_cli
 from llmgw.control import ControlConfig, ControlPlane
 from llmgw.control.agents import AgentHub
 from llmgw.control.node_identity import NodeIdentities, identity_key, judge
-from llmgw.errors import UsageError, WireError
+from llmgw.errors import StoreError, UsageError, WireError
 from llmgw.store import SqliteStore
 from llmgw.wire import agent_message, connect, memory_link_pair, pb
 
+from .conftest import stand_in_agent
 from .test_in_process_fleet import wait_for
 
 
@@ -76,6 +80,41 @@ async def test_a_second_register_for_a_connected_node_id_needs_its_secret_and_th
             await node.send(register("n1", secret))
             assert (await node.receive()).WhichOneof("body") == "registered"
             await wait_for(lambda: plane.is_connected("n1"), 5, "the restarted node connected")
+        nursery.cancel_scope.cancel()
+
+
+async def test_the_real_agent_restarted_on_its_state_directory_is_accepted_and_an_impostor_agent_is_not(
+        tmp_path, settings_repo, weights_mirror, fake_engine, caplog):
+    """Real agents over real gRPC on loopback: one with another state directory (another secret) registering as
+    the connected node id logs the refusal and never becomes its session; the node's own agent, stopped and
+    started again on its state directory, is accepted."""
+    caplog.set_level(logging.INFO)
+    plane = ControlPlane(ControlConfig(repo=str(settings_repo), state_dir=tmp_path / "state", gateway=False))
+
+    def agent(state: str):
+        config = stand_in_agent("n1", tmp_path / state, weights_mirror[0], fake_engine)
+        return functools.partial(run_agent, config, lambda: connect(f"127.0.0.1:{plane.agents_port}"), nvml=None)
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(plane.run)
+        async with trio.open_nursery() as first:
+            await first.start(agent("agent"))
+            await wait_for(lambda: plane.is_connected("n1"), 15, "the node's agent connected")
+            session = plane.agents.sessions["n1"]
+            async with trio.open_nursery() as impostor:
+                await impostor.start(agent("impostor"))
+                await wait_for(lambda: any(  # the impostor agent's own log line says why
+                    "the link to the control plane failed" in r.getMessage()
+                    and "already known with another node secret" in r.getMessage() for r in caplog.records), 15,
+                    "the impostor's refusal logged by its agent")
+                impostor.cancel_scope.cancel()
+            assert plane.agents.sessions["n1"] is session
+            first.cancel_scope.cancel()
+        await wait_for(lambda: not plane.is_connected("n1"), 15, "the node's agent gone")
+        async with trio.open_nursery() as again:
+            await again.start(agent("agent"))
+            await wait_for(lambda: plane.is_connected("n1"), 15, "the restarted agent connected")
+            again.cancel_scope.cancel()
         nursery.cancel_scope.cancel()
 
 
@@ -150,3 +189,12 @@ def test_the_rules_of_judge():
     assert "sent no node secret" in judge("n1", None, "", False, 2.0).refusal
     assert "is not one" in judge("n1", None, "short", False, 2.0).refusal
     assert "is not one" in judge("n1", None, "a\n" * 20, False, 2.0).refusal
+
+
+def test_a_store_that_fails_ends_the_stream_with_a_sentence_and_lets_nobody_in():
+    class Down:
+        def get(self, key):
+            raise StoreError("the database is gone")
+
+    with pytest.raises(WireError, match="cannot check the identity of node 'n1' now .*the database is gone"):
+        trio.run(NodeIdentities(Down()).prove, "n1", "a" * 43, False)
