@@ -282,7 +282,10 @@ def _kv_blocks(hub: AgentHub, node_id: str, session: AgentSession, blocks, now: 
     """Prefix-cache blocks: only for a replica the node's own shards run, capped per replica (`hub.kv_cap()`)."""
     if not blocks.replica_id:
         return
-    problem = blocks_problem(node_id, blocks.replica_id, session.replicas)
+    held = hub.blocks.replicas.get(blocks.replica_id)
+    removal = blocks.full and not blocks.stored and not blocks.block_size  # the engine stopped (kv_blocks.py)
+    problem = blocks_problem(node_id, blocks.replica_id, session.replicas,
+                             removes_its_own=removal and held is not None and held.node_id == node_id)
     if problem is not None:
         hub.refused(node_id, problem)
         return

@@ -10,8 +10,9 @@ message of its stream speaks for that node id only, and these checks bound what 
   agent's margin (`CURSOR_MARGIN`) and the skew, and each job's length, GPUs and CPUs within `JOB_BOUNDS`.
   `slurm_report_problem` says what is wrong; the whole report is then left out (nothing recorded, the cursor
   unmoved). A `finished_until` before the cursor never moves it back (`llmgw.control.events.slurm_jobs_reported`).
-- **Prefix-cache blocks** (`KvBlocks`) only for a replica one of the node's own reported shards runs
-  (`blocks_problem`); how many a replica may hold is capped in `llmgw.control.kv_blocks`.
+- **Prefix-cache blocks** (`KvBlocks`) only for a replica one of the node's own reported shards runs, or to remove
+  an entry the node made itself (`blocks_problem`); how many a replica may hold is capped in
+  `llmgw.control.kv_blocks`.
 """
 
 from __future__ import annotations
@@ -58,10 +59,12 @@ def slurm_report_problem(node_id: str, report, slurm, cursor: float, unix_now: f
     return None
 
 
-def blocks_problem(node_id: str, replica_id: str, runs: Collection[str]) -> str | None:
+def blocks_problem(node_id: str, replica_id: str, runs: Collection[str], removes_its_own: bool = False) -> str | None:
     """Why `node_id` may not send prefix-cache blocks for `replica_id`, or None: `runs` are the replica ids of the
-    shards it reports as its own (Register, heartbeats, shard status; engines llmgw did not start left out)."""
-    if replica_id not in runs:
+    shards it reports as its own (Register, heartbeats, shard status; engines llmgw did not start left out).
+    `removes_its_own`: the update only removes an entry `node_id` itself made (its shard stopped, so its heartbeats
+    no longer list the replica): always allowed."""
+    if replica_id not in runs and not removes_its_own:
         return (f"node {node_id!r} sent prefix-cache blocks for replica {replica_id!r}, which none of its shards "
                 "runs; they are ignored")
     return None

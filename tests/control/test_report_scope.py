@@ -119,9 +119,16 @@ def test_a_kv_block_update_for_another_nodes_replica_is_refused():
     MESSAGES["kv_blocks"](hub, "n2", sessions["n2"], blocks("r1", full=False, removed=[1, 2, 3]), 0.0)
     MESSAGES["kv_blocks"](hub, "n2", sessions["n2"], blocks("r9", [7]), 0.0)  # an engine llmgw did not start
     assert hub.blocks is before and before.replicas["r1"].node_id == "n1"
+    MESSAGES["kv_blocks"](hub, "n2", sessions["n2"], pb.KvBlocks(replica_id="r1", full=True), 0.0)  # nor remove it
+    assert hub.blocks is before
     MESSAGES["shard_status"](hub, "n2", sessions["n2"], shard("r3"), 0.0)  # a shard starting: its blocks are its own
     MESSAGES["kv_blocks"](hub, "n2", sessions["n2"], blocks("r3", [5]), 0.0)
     assert set(hub.blocks.replicas["r3"].blocks) == {5}
+    MESSAGES["heartbeat"](hub, "n2", sessions["n2"], pb.Heartbeat(shard_states=[shard("r2")]), 0.0)  # r3 stopped
+    MESSAGES["kv_blocks"](hub, "n2", sessions["n2"], blocks("r3", [6]), 0.0)  # no longer its own to add to
+    assert set(hub.blocks.replicas["r3"].blocks) == {5}
+    MESSAGES["kv_blocks"](hub, "n2", sessions["n2"], pb.KvBlocks(replica_id="r3", full=True), 0.0)  # but to remove
+    assert "r3" not in hub.blocks.replicas and "r1" in hub.blocks.replicas
 
 
 def test_a_full_update_replaces_only_its_replica():
