@@ -68,7 +68,7 @@ class Node:
                 power_limit_watts=H200["power_limit_mw"] / 1000, numa_node=i // 4,
                 nvlink_peers=[str(j) for j in range(GPU_COUNT) if j != i]))
         return pb.Register(
-            node_id=self.node_id, address="127.0.0.1", os="linux", arch="x86_64", cpu_model="Intel Xeon Platinum 8480+",
+            node_id=self.node_id, address="127.0.0.1", os="linux", node_secret=f"{self.node_id:-<43}", arch="x86_64", cpu_model="Intel Xeon Platinum 8480+",
             cpu_cores=CPU_CORES, cpu_flags=["avx2", "avx512f", "amx_tile"], memory_total_bytes=MEMORY,
             disk_free_bytes=4 * 1024**4, gpus=gpus, engines_installed=ENGINES, engines_installable=ENGINES,
             shards=[s.status for s in self.shards.values()], agent_version="sim", labels={"rack": self.node_id[-2:]})

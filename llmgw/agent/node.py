@@ -21,6 +21,7 @@ from llmgw.agent import reporting
 from llmgw.agent.config import AgentConfig, installed_engines
 from llmgw.agent.engine_checks import EngineChecks
 from llmgw.agent.fencing import Fence, load_token
+from llmgw.agent.node_secret import load_or_create_secret
 from llmgw.agent.kv_watch import KvWatch
 from llmgw.agent.logs import LogRing
 from llmgw.agent.shards import ShardView
@@ -110,6 +111,7 @@ class NodeAgent:
         self.settings_changed = trio.Event()
         self.engine_checks = EngineChecks()
         self.fence = Fence(load_token(config.state_dir))  # the newest leader-lease token seen (llmgw.agent.fencing)
+        self.node_secret = load_or_create_secret(config.state_dir)  # proves this node at Register (node_secret.py)
         self.slurm = SlurmKeeper(SlurmLayout(Path(config.state_dir) / "slurm"), nursery)  # Slurm's daemons (issue 15)
         self.kv_watch = KvWatch(nursery)  # each vLLM shard's KV-cache events (llmgw.agent.kv_watch)
         # The GPUs and driver discovery found (set at each Register); the build of vLLM and SGLang is chosen from

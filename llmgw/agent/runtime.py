@@ -319,6 +319,7 @@ class _Session:
             gpus=[pb.Gpu(**gpu.pb_fields()) for gpu in gpus.gpus],
         ))
         message.register.health.CopyFrom(report_message(health))
+        message.register.node_secret = agent.node_secret
         return message
 
     async def heartbeat(self) -> pb.AgentMessage:

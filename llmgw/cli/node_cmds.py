@@ -1,5 +1,7 @@
 """`llmgw node doctor` (what this node has and whether it can serve, see `llmgw.agent.doctor`) and
-`llmgw node revoke ID` (on the control plane: revoke a node's certificates, see `llmgw.wire.tls`).
+`llmgw node revoke ID` (on the control plane: revoke a node's certificates, see `llmgw.wire.tls`) and
+`llmgw node forget-identity ID` (on the control plane: let a node with a new node secret in, see
+`llmgw.control.node_identity`).
 
 Attaches both to the `node` group (`node_group`, which `llmgw.cli.agent_cmds` and `llmgw.cli.slurm_cmds` share). `doctor --from DIR` reads captured tool output instead (`llmgw.agent.doctor_capture`). `doctor` exits 1 when a check failed (warnings alone exit 0); `revoke` exits 1 when there is no CA.
 """
@@ -12,6 +14,8 @@ from pathlib import Path
 
 import click
 
+from llmgw.cli.credentials import remember_store, store_options, with_store
+
 
 def node_group(group: click.Group) -> click.Group:
     """The `node` group of `group`, added when it has none yet: agent_cmds (join), this module (doctor, revoke) and
@@ -23,13 +27,13 @@ def node_group(group: click.Group) -> click.Group:
     @group.group("node")
     def node() -> None:
         """This node: join the fleet (join), check what its agent finds (doctor), revoke its certificates (revoke),
-        keep replicas off it (cordon, uncordon, drain)."""
+        let it in with a new node secret (forget-identity), keep replicas off it (cordon, uncordon, drain)."""
 
     return node
 
 
 def register(group: click.Group) -> None:
-    """Add `node doctor` and `node revoke` to the `llmgw` command."""
+    """Add `node doctor`, `node revoke` and `node forget-identity` to the `llmgw` command."""
     node = node_group(group)
 
     @node.command("doctor")
@@ -101,6 +105,26 @@ def register(group: click.Group) -> None:
             click.echo(f"no live certificate of node {node_id!r} is on record in {directory / NODES_FILE} (check "
                        f"the id with `llmgw nodes`); any certificate issued to it until now is refused all the same",
                        err=True)
+
+
+    @node.command("forget-identity")
+    @click.argument("node_id")
+    @store_options
+    @click.pass_context
+    def forget_identity_command(ctx: click.Context, node_id: str, state_dir: str | None, store_url: str | None) -> None:
+        """Forget the node secret NODE_ID proved itself with (run on the control plane's machine, or give its
+        store): its next Register records a new one. For a node whose state directory was lost or replaced; until
+        then the control plane refuses it ("already known with another node secret"). Any machine that
+        registers as NODE_ID first is then taken for it: stop the old one first, start the new one right after.
+        """
+        from llmgw.control.node_identity import NodeIdentities
+
+        remember_store(ctx, state_dir, store_url)
+        if with_store(ctx, lambda store: NodeIdentities(store).forget(node_id)):
+            click.echo(f"forgot the node secret of node {node_id!r}; its next Register records a new one")
+        else:
+            click.echo(f"no node secret of node {node_id!r} is recorded (check the id with `llmgw nodes`); its next "
+                       "Register records one", err=True)
 
 
 def _doctor_state_dir(default: Path) -> Path:

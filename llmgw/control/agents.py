@@ -8,11 +8,18 @@ answer. Every message becomes a pure transition of the `ControlState`'s fleet, s
 shards hold (`blocks`, a `BlockSnapshot` replaced on each `KvBlocks` message and on a disconnect, see
 `llmgw.control.kv_blocks`), handed to `blocks_changed(snapshot)`: they change many times a second and feed only
 the gateway's router, so they do not go through the control loop.
+
+Who may speak (issue 25): a Register proves its node id (its node secret, `llmgw.control.node_identity`, or its
+client certificate) before it displaces any session; every later message of the stream speaks for that node id
+only: a Register again under another id ends the stream, prefix-cache blocks are taken only for replicas the node's
+own shards run, and ended Slurm jobs only from the cluster's controller within bounds
+(`llmgw.control.report_scope`).
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -23,7 +30,9 @@ from llmgw import __version__
 from llmgw.control.deciding import node_connected
 from llmgw.control.events import slurm_jobs_reported
 from llmgw.control.health import health_from_message
-from llmgw.control.kv_blocks import BlocksUpdate, apply_block_updates, forget_node
+from llmgw.control.kv_blocks import KV_BLOCKS_PER_REPLICA, BlocksUpdate, apply_block_updates, forget_node
+from llmgw.control.node_identity import NodeIdentities
+from llmgw.control.report_scope import blocks_problem, slurm_report_problem
 from llmgw.control.reports import check_register, convert_shards, node_from_register, readings_from_heartbeat
 from llmgw.control.sessions import AgentSession, CommandOutcome
 from llmgw.control.slurm_usage import slurm_usage
@@ -69,15 +78,33 @@ def _registered(register, peer_host: str, now: float):
 class AgentHub:
     """Every connected agent, by node id (`sessions`); what they say goes to `update(transition, reason)`.
 
-    `nursery` must be set (by the control plane's run) before `local_connector`.
+    `nursery` must be set (by the control plane's run) before `local_connector`. `identities` proves each
+    Register (`llmgw.control.node_identity.NodeIdentities`; the control plane's opening gives it the store, the
+    default keeps them in memory). `kv_cap()` is the most block hashes one replica may hold now (llmgw.yaml
+    `limits.kv_blocks_per_replica`).
     """
 
-    def __init__(self, update: Update, blocks_changed: Callable[[BlockSnapshot], None] = lambda snapshot: None):
+    def __init__(self, update: Update, blocks_changed: Callable[[BlockSnapshot], None] = lambda snapshot: None,
+                 identities: NodeIdentities | None = None, kv_cap: Callable[[], int] = lambda: KV_BLOCKS_PER_REPLICA):
         self.sessions: dict[str, AgentSession] = {}
         self.nursery: trio.Nursery | None = None
         self._update = update
         self.blocks = BlockSnapshot()
         self.blocks_changed = blocks_changed
+        self.identities = identities if identities is not None else NodeIdentities()
+        self.kv_cap = kv_cap
+        self._refusals: dict[tuple[str, str], None] = {}
+
+    def refused(self, node_id: str, sentence: str) -> None:
+        """Log a report of `node_id` that was left out (`sentence`), once per node and sentence (most recent
+        1,000 remembered): an agent repeats a report every beat."""
+        key = (node_id, sentence)
+        if key in self._refusals:
+            return
+        self._refusals[key] = None
+        if len(self._refusals) > 1000:
+            del self._refusals[next(iter(self._refusals))]
+        log.warning("%s", sentence)
 
     def _set_blocks(self, snapshot: BlockSnapshot) -> None:
         if snapshot is not self.blocks:
@@ -124,8 +151,10 @@ class AgentHub:
             raise WireError(f"the agent registered as {register.node_id!r} but its certificate names {certified!r}; "
                             "a node may only register under the id it joined with.")
         check_register(register, _peer_host(peer))  # before anything: a refused node displaces no session
+        await self.identities.prove(register.node_id, register.node_secret, certified=bool(certified))
         node_id = register.node_id
         session = AgentSession(link, node_id, peer)
+        session.replicas = _replicas_run(register.shards)
         old = self.sessions.get(node_id)
         if old is not None:
             old.close()
@@ -195,8 +224,14 @@ class AgentHub:
             self._update(transition, f"{kind} from {node_id}", origin)
 
 
+def _replicas_run(statuses) -> frozenset[str]:
+    """The replica ids of pb ShardStatus `statuses`, engines llmgw did not start left out."""
+    return frozenset(status.replica_id for status in statuses if status.replica_id and not status.foreign)
+
+
 def _heartbeat(hub: AgentHub, node_id: str, session: AgentSession, beat, now: float):
     shards, details = convert_shards(beat.shard_states)
+    session.replicas = _replicas_run(beat.shard_states)
     readings = readings_from_heartbeat(beat, now)
     installed, installing = tuple(beat.engines_installed), tuple(beat.engines_installing)
     origin = float(beat.time) or None  # the agent's send time: the loop keeps the latency to its fold
@@ -204,7 +239,7 @@ def _heartbeat(hub: AgentHub, node_id: str, session: AgentSession, beat, now: fl
     steps = beat.slurm.job_steps if beat.HasField("slurm") else 0
     slurm = slurm_summary(beat.slurm) if beat.HasField("slurm") else None
     if beat.HasField("slurm") and (beat.slurm.finished_jobs or beat.slurm.finished_until):
-        hub._update(_slurm_jobs(node_id, beat.slurm), f"ended Slurm jobs from {node_id}")
+        hub._update(_slurm_jobs(node_id, beat.slurm, hub.refused), f"ended Slurm jobs from {node_id}")
 
     def transition(state: ControlState) -> tuple[ControlState, bool]:
         fleet, changed = state.fleet.heartbeat(
@@ -217,6 +252,7 @@ def _heartbeat(hub: AgentHub, node_id: str, session: AgentSession, beat, now: fl
 
 def _shard_status(hub: AgentHub, node_id: str, session: AgentSession, status, now: float):
     shards, details = convert_shards([status])
+    session.replicas = session.replicas | _replicas_run([status])  # a shard starting: its blocks may come first
     shard, detail = shards[0], details[shards[0].shard_id]
 
     def transition(state: ControlState) -> tuple[ControlState, bool]:
@@ -243,10 +279,31 @@ def _engine_status(hub: AgentHub, node_id: str, session: AgentSession, status, n
 
 
 def _kv_blocks(hub: AgentHub, node_id: str, session: AgentSession, blocks, now: float) -> None:
-    hub._set_blocks(apply_block_updates(hub.blocks, node_id, [blocks_update(blocks)]))
+    """Prefix-cache blocks: only for a replica the node's own shards run, capped per replica (`hub.kv_cap()`)."""
+    if not blocks.replica_id:
+        return
+    held = hub.blocks.replicas.get(blocks.replica_id)
+    removal = blocks.full and not blocks.stored and not blocks.block_size  # the engine stopped (kv_blocks.py)
+    problem = blocks_problem(node_id, blocks.replica_id, session.replicas,
+                             removes_its_own=removal and held is not None and held.node_id == node_id)
+    if problem is not None:
+        hub.refused(node_id, problem)
+        return
+    cap = hub.kv_cap()
+    after = apply_block_updates(hub.blocks, node_id, [blocks_update(blocks)], cap=cap)
+    if blocks.stored and blocks.replica_id not in after.replicas:
+        hub.refused(node_id, f"node {node_id!r} sent more than {cap} prefix-cache blocks for replica "
+                             f"{blocks.replica_id!r} (limits.kv_blocks_per_replica): its map is dropped until a "
+                             "full update within the cap")
+    hub._set_blocks(after)
 
 
 def _register_again(hub: AgentHub, node_id: str, session: AgentSession, register, now: float):
+    """A Register on a stream that registered already: only for the same node id (it proved that one)."""
+    if register.node_id != node_id:
+        raise WireError(f"the stream of node {node_id!r} sent a Register as {register.node_id!r}; a stream speaks "
+                        "for the node it registered first only. Closing it.")
+    session.replicas = _replicas_run(register.shards)
     return _registered(register, _peer_host(session.peer), now), None
 
 
@@ -266,17 +323,25 @@ or None when it handled the message without one (an answer to a command goes to 
 prefix-cache blocks go to the gateway feed)."""
 
 
-def _slurm_jobs(node_id: str, report: pb.SlurmReport):
+def _slurm_jobs(node_id: str, report: pb.SlurmReport, refused: Callable[[str, str], None] = lambda n, s: None):
     """The transition of a heartbeat's ended Slurm jobs (the controller's): each priced into a usage record
     (llmgw.control.slurm_usage) under the settings in force, then `slurm_jobs_reported` (which asks for a
-    `RecordSlurmUsage` of those not recorded yet). Nothing before settings are in force."""
+    `RecordSlurmUsage` of those not recorded yet). Nothing before settings are in force, nor when the report is
+    not the controller's or out of bounds (`llmgw.control.report_scope.slurm_report_problem`, told to
+    `refused(node_id, sentence)`): then no usage is recorded and the cursor stays."""
     jobs, until, cluster_given = tuple(report.finished_jobs), report.finished_until, report.cluster_name
+    unix_now = time.time()
 
     def transition(state: ControlState):
         settings = state.settings
         if settings is None:
             return state, False
         cluster = cluster_given or settings.slurm.cluster_name
+        problem = slurm_report_problem(node_id, report, settings.slurm, state.slurm.cursors.get(cluster, 0.0),
+                                       unix_now)
+        if problem is not None:
+            refused(node_id, problem)
+            return state, False
         priced = tuple(slurm_usage(job, cluster, node_id, settings.cluster.gpu_hour_cost) for job in jobs)
         return slurm_jobs_reported(state, node_id, cluster, priced, until)
 

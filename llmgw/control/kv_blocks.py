@@ -6,7 +6,11 @@ Rules (the agent's side is `llmgw.agent.kv_forwarding`):
   stopped, or one that has sent no event yet) removes the replica: the gateway then treats it as sending no events;
 - any other update adds `stored` and takes away `removed`; one for a replica not known yet starts from nothing
   (its full copy was lost: the next reset brings it back);
-- a node that disconnects loses its replicas' entries: its agent sends full copies when it comes back.
+- a node that disconnects loses its replicas' entries: its agent sends full copies when it comes back;
+- a replica holds at most `cap` hashes (llmgw.yaml `limits.kv_blocks_per_replica`, default
+  `KV_BLOCKS_PER_REPLICA`): an update that would make it hold more removes the replica instead (the gateway routes
+  to it as to one sending no events) until a full update within the cap. No update touches another replica, and
+  which replicas a node may send at all is checked before (`llmgw.control.report_scope.blocks_problem`).
 """
 
 from __future__ import annotations
@@ -16,6 +20,9 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from llmgw.routes import BlockSnapshot, ReplicaBlocks
+
+KV_BLOCKS_PER_REPLICA = 1_000_000
+"""The default cap on the block hashes one replica's entry holds (llmgw.yaml `limits.kv_blocks_per_replica`)."""
 
 
 @dataclass(frozen=True)
@@ -31,9 +38,11 @@ class BlocksUpdate:
     hash_seed: str = ""
 
 
-def apply_block_updates(snapshot: BlockSnapshot, node_id: str, updates: Iterable[BlocksUpdate]) -> BlockSnapshot:
+def apply_block_updates(snapshot: BlockSnapshot, node_id: str, updates: Iterable[BlocksUpdate], *,
+                        cap: int = KV_BLOCKS_PER_REPLICA) -> BlockSnapshot:
     """`snapshot` after `updates` from `node_id`'s agent, in order; `snapshot` itself when nothing changed.
 
+    A replica that would hold more than `cap` hashes is removed instead (module docstring).
     Cost: each update copies the replica's set (O(blocks held)). Pure; never raises."""
     replicas = dict(snapshot.replicas)
     for update in updates:
@@ -41,13 +50,16 @@ def apply_block_updates(snapshot: BlockSnapshot, node_id: str, updates: Iterable
             continue
         before = replicas.get(update.replica_id)
         if update.full:
-            if not update.stored and not update.block_size:
+            if (not update.stored and not update.block_size) or len(update.stored) > cap:
                 replicas.pop(update.replica_id, None)
                 continue
             blocks = frozenset(update.stored)
         else:
             held = before.blocks if before is not None else frozenset()
             blocks = (held | frozenset(update.stored)) - frozenset(update.removed)
+        if len(blocks) > cap:
+            replicas.pop(update.replica_id, None)
+            continue
         replicas[update.replica_id] = ReplicaBlocks(blocks=blocks, block_size=update.block_size,
                                                     hash_algorithm=update.hash_algorithm,
                                                     hash_seed=update.hash_seed, node_id=node_id)

@@ -35,6 +35,7 @@ from llmgw.control.effects import Effect
 from llmgw.control.handlers import EffectContext, register_handlers
 from llmgw.control.keys import REPLICA_KEY_SECRET
 from llmgw.control.leading import LEASE_NAME, LeaseKeeper
+from llmgw.control.node_identity import NodeIdentities
 from llmgw.control.recovering import KNOWN_NODES_KEY, decode_known
 from llmgw.control.events import settings_published, watch_reason
 from llmgw.control.restart_only import command_line_keys, restart_notes
@@ -95,6 +96,7 @@ async def open_wiring(plane: Any) -> AsyncIterator[Any]:
                                                          override_url=config.store, secrets_dir=config.secrets_dir))
     request_tracing, trace_endpoint, trace_requests = _open_tracing(plane, config, cluster)
     plane.keys.secret = store.get_or_create_secret(REPLICA_KEY_SECRET)
+    plane.agents.identities = NodeIdentities(store)  # node secrets' hashes, shared by every control plane
     plane.loop.tracing = plane.tracing
     register_handlers(plane.handlers, EffectContext(
         agents=plane.agents, secret=plane.secrets.require, replica_key=plane.replica_key, audit=plane.audit,

@@ -21,6 +21,7 @@ import trio
 
 from llmgw.control import node_requests
 from llmgw.control.agents import AgentHub
+from llmgw.control.kv_blocks import KV_BLOCKS_PER_REPLICA
 from llmgw.control.applying import apply
 from llmgw.control.audit import AuditWriter
 from llmgw.control.config import ControlConfig, check_listeners_free, listening_on, reconcile_interval
@@ -69,7 +70,7 @@ class ControlPlane:
         self.keys = ReplicaKeys()
         self.feed = GatewayFeed(self.keys.get, self.secrets.get)
         self.handlers.register(PublishRoutingTable, self.feed.publish)
-        self.agents = AgentHub(self.loop.update, self.feed.blocks_changed)
+        self.agents = AgentHub(self.loop.update, self.feed.blocks_changed, kv_cap=self._kv_cap)
         self.audit = AuditWriter(self.watcher.repo_path, min_gap=AUDIT_MIN_GAP)
         self.desk = SettingsDesk(self.watcher, config.repo, config.branch, self.loop.update)
         self.handlers.register(CommitSettings, self.desk.commit, lane="settings")
@@ -87,6 +88,11 @@ class ControlPlane:
         self.gateway: Any = None  # the in-process gateway (workers: 1)
         self.gateway_workers: Any = None  # the worker processes (workers > 1)
         self.lease: Any = None
+
+    def _kv_cap(self) -> int:
+        """The most prefix-cache block hashes one replica may hold (llmgw.yaml `limits.kv_blocks_per_replica`)."""
+        settings = self.loop.state.settings
+        return settings.cluster.kv_blocks_per_replica if settings is not None else KV_BLOCKS_PER_REPLICA
 
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Open this control plane (`open_control_plane`) and serve until cancelled; `task_status.started(self)`

@@ -45,13 +45,15 @@ class _Waiter:
 
 
 class AgentSession:
-    """The control plane's end of one agent's stream (`link`), once that agent registered as `node_id`."""
+    """The control plane's end of one agent's stream (`link`), once that agent registered as `node_id`; `replicas`
+    the replica ids of the shards it last reported (the hub keeps them, `llmgw.control.agents`)."""
 
     def __init__(self, link, node_id: str, peer: str):
         self.link = link
         self.node_id = node_id
         self.peer = peer
         self.closed = False
+        self.replicas: frozenset[str] = frozenset()  # of the shards it reports (its prefix-cache blocks' scope)
         self._send_lock = trio.Lock()
         self._results: dict[str, _Waiter] = {}
         self._logs: dict[str, _Waiter] = {}

@@ -99,6 +99,7 @@ def build_cluster(data: Mapping[str, Any]) -> ClusterSettings:
         currency=prices.get("currency", "USD"),
         gpu_hour_cost=MappingProxyType({k: float(v) for k, v in prices.get("gpu_hour_cost", {}).items()}),
         max_request_body_bytes=parse_size(data.get("limits", {}).get("max_request_body", defaults.max_request_body_bytes)),
+        kv_blocks_per_replica=int(data.get("limits", {}).get("kv_blocks_per_replica", defaults.kv_blocks_per_replica)),
         control_planes=tuple(dict.fromkeys(data.get("control_planes", ()))),
         tracing=build_tracing(data.get("tracing", {})),
         trace_requests=float(data.get("tracing", {}).get("sample_requests", defaults.trace_requests)),

@@ -73,6 +73,7 @@ class ClusterSettings:
     each: see docs/ha.md); empty with one control plane.
     `tracing`: the control plane's traces; `trace_requests` the share (0..1) of the gateway's requests traced
     (`llmgw server --otlp-endpoint` / `--trace-requests` override both).
+    `kv_blocks_per_replica`: the most prefix-cache block hashes kept per vLLM replica (llmgw.control.kv_blocks).
     """
 
     name: str
@@ -91,6 +92,7 @@ class ClusterSettings:
     currency: str = "USD"
     gpu_hour_cost: Mapping[str, float] = field(default_factory=frozen_map)
     max_request_body_bytes: int = 10 * 1024 * 1024
+    kv_blocks_per_replica: int = 1_000_000
     control_planes: tuple[str, ...] = ()
     tracing: Tracing = Tracing()
     trace_requests: float = 0.0

@@ -54,6 +54,10 @@ class Store(Protocol):
     def put(self, key: str, value: str) -> None:
         """Store `value` under `key`, replacing any previous value."""
 
+    def swap(self, key: str, expected: str | None, value: str) -> bool:
+        """Store `value` under `key` only if the value there is `expected` (None: no value at all), in one
+        statement: True when it was stored, False when another writer got there first (read it again)."""
+
     # -- tokens of the admin listener (scopes: records.TOKEN_SCOPES) ----------------------------------------------
     def create_token(self, scope: str, name: str | None = None, expires_at: float | None = None,
                      now: float | None = None) -> tuple[Token, str]:

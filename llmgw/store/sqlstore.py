@@ -98,6 +98,16 @@ class SqlStore:
                          "ON CONFLICT (key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at",
                          (key, value, time.time()))
 
+    def swap(self, key: str, expected: str | None, value: str) -> bool:
+        with self._write() as conn:
+            if expected is None:
+                row = conn.execute("INSERT INTO kv (key, value, updated_at) VALUES (?, ?, ?) ON CONFLICT (key) DO NOTHING "
+                                   "RETURNING key", (key, value, time.time())).fetchone()
+            else:
+                row = conn.execute("UPDATE kv SET value = ?, updated_at = ? WHERE key = ? AND value = ? RETURNING key",
+                                   (value, time.time(), key, expected)).fetchone()
+        return row is not None
+
     # -- tokens of the admin listener ----------------------------------------------------------------------------
     def create_token(self, scope: str, name: str | None = None, expires_at: float | None = None,
                      now: float | None = None) -> tuple[Token, str]:

@@ -75,7 +75,7 @@ class FarAgent:
             await trio.sleep(0.01)
 
     async def _answer(self, link) -> None:
-        await link.send(agent_message(register=pb.Register(node_id="n1", agent_version="0.1.0")))
+        await link.send(agent_message(register=pb.Register(node_id="n1", agent_version="0.1.0", node_secret="n" * 43)))
         async for message in link:
             self.received.append(message)
             if message.WhichOneof("body") in ("start_shard", "stop_shard", "install_engine", "agent_settings"):

@@ -64,7 +64,7 @@ def running(tmp_path_factory):
 
 
 def _register(node_id: str) -> pb.AgentMessage:
-    return agent_message(register=pb.Register(node_id=node_id, os="linux", arch="x86_64", cpu_cores=4,
+    return agent_message(register=pb.Register(node_id=node_id, os="linux", node_secret="n" * 43, arch="x86_64", cpu_cores=4,
                                               memory_total_bytes=8 << 30))
 
 

@@ -1,5 +1,5 @@
 """No secret in any output: known secrets are planted in every place one can come from (the store URL's password,
-the settings repository URL's token, a Hub token, the replica key, the admin token) and every output is searched
+the settings repository URL's token, a Hub token, the replica key, the admin token, the agent's node secret) and every output is searched
 for them: the status document, the audit commits, every log record, the agent's and engines' log lines, the
 admin API's and the gateway's answers, the CLI's output and error texts."""
 
@@ -111,6 +111,7 @@ async def test_no_secret_reaches_status_audit_logs_answers_or_cli_output_of_a_ru
         agent = stand_in_agent("n1", tmp_path / "agent", mirror, fake_engine)
         await nursery.start(run_agent, agent, plane.local_connector())
         await wait_for(lambda: replica_states(plane).get("tiny-0") == "ready", 30, "tiny-0 ready")
+        planted["node secret"] = (tmp_path / "agent" / "node-secret").read_text().strip()  # made by the agent
 
         # a model whose weights come from the Hub with a token: the Hub answers 500 and echoes the request
         def add_hubbed(checkout: Path) -> None:

@@ -15,6 +15,8 @@ from llmgw.wire import agent_message, connect, pb
 
 from .test_in_process_fleet import wait_for
 
+SECRET = "n" * 43
+"""The node secret the scripted agents prove their node id with (llmgw.control.node_identity)."""
 INJECTION = "10.0.0.9\nPrologSlurmctld=/x/evil.sh\nProlog=/x/evil.sh #"
 """The reproduction of issue 25: one node's address adding root Prolog lines to every node's slurm.conf."""
 
@@ -97,7 +99,7 @@ async def test_a_register_with_the_slurm_conf_injection_is_refused_and_the_node_
     async with trio.open_nursery() as nursery:
         await nursery.start(plane.run)
         async with connect(f"127.0.0.1:{plane.agents_port}") as link:
-            await link.send(agent_message(register=pb.Register(node_id="evil", address=INJECTION, cpu_cores=2,
+            await link.send(agent_message(register=pb.Register(node_id="evil", address=INJECTION, cpu_cores=2, node_secret=SECRET,
                                                                memory_total_bytes=1 << 30)))
             with pytest.raises(WireError) as caught:
                 with trio.fail_after(10):
@@ -108,7 +110,7 @@ async def test_a_register_with_the_slurm_conf_injection_is_refused_and_the_node_
         assert plane.registry.get("evil") is None
 
         async with connect(f"127.0.0.1:{plane.agents_port}") as link:  # the same node with a real address joins
-            await link.send(agent_message(register=pb.Register(node_id="evil", address="10.0.0.9", cpu_cores=2,
+            await link.send(agent_message(register=pb.Register(node_id="evil", address="10.0.0.9", cpu_cores=2, node_secret=SECRET,
                                                                memory_total_bytes=1 << 30)))
             welcome = await link.receive()
             assert welcome.WhichOneof("body") == "registered"
@@ -124,13 +126,13 @@ async def test_a_refused_register_displaces_no_session_of_the_same_node(tmp_path
     async with trio.open_nursery() as nursery:
         await nursery.start(plane.run)
         async with connect(f"127.0.0.1:{plane.agents_port}") as good:
-            await good.send(agent_message(register=pb.Register(node_id="n1", address="10.0.0.9", cpu_cores=2,
+            await good.send(agent_message(register=pb.Register(node_id="n1", address="10.0.0.9", cpu_cores=2, node_secret=SECRET,
                                                                memory_total_bytes=1 << 30)))
             assert (await good.receive()).WhichOneof("body") == "registered"
             await wait_for(lambda: plane.is_connected("n1"), 5, "the node connected")
             session = plane.agents.sessions["n1"]
             async with connect(f"127.0.0.1:{plane.agents_port}") as evil:
-                await evil.send(agent_message(register=pb.Register(node_id="n1", address=INJECTION, cpu_cores=2,
+                await evil.send(agent_message(register=pb.Register(node_id="n1", address=INJECTION, cpu_cores=2, node_secret=SECRET,
                                                                    memory_total_bytes=1 << 30)))
                 with pytest.raises(WireError, match="is refused"):
                     with trio.fail_after(10):

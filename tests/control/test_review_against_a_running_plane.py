@@ -30,7 +30,7 @@ def h100_register() -> pb.Register:
     gpus = [pb.Gpu(index=i, uuid=f"GPU-{i:04d}", name="NVIDIA H100 80GB HBM3", gpu_class="h100-80g", device_id=ids[i],
                    memory_total_bytes=80 * GiB, memory_free_bytes=80 * GiB, numa_node=i // 4,
                    nvlink_peers=[d for d in ids if d != ids[i]]) for i in range(8)]
-    return pb.Register(node_id="gpu-node-01", address="10.0.0.1", os="linux", arch="x86_64", cpu_cores=64,
+    return pb.Register(node_id="gpu-node-01", address="10.0.0.1", os="linux", node_secret="g" * 43, arch="x86_64", cpu_cores=64,
                        memory_total_bytes=512 * GiB, gpus=gpus, engines_installed=["llama.cpp@b11434", "vllm@0.11.0"])
 
 
@@ -38,7 +38,7 @@ def cpu_register(gemma_fingerprint: str, commit: str) -> pb.Register:
     running = pb.ShardStatus(shard_id="gemma-3-270m-0/0", replica_id="gemma-3-270m-0", model="gemma-3-270m",
                              state="ready", fingerprint=gemma_fingerprint, settings_commit=commit, cpu_cores=0.75,
                              memory_bytes=GiB, port=20000)
-    return pb.Register(node_id="cpu-node-01", address="10.0.0.2", os="linux", arch="x86_64", cpu_cores=8,
+    return pb.Register(node_id="cpu-node-01", address="10.0.0.2", os="linux", node_secret="c" * 43, arch="x86_64", cpu_cores=8,
                        memory_total_bytes=32 * GiB, engines_installed=["llama.cpp@b11434"], shards=[running])
 
 

@@ -57,7 +57,7 @@ class ScriptedAgent:
 
     async def run(self, connect, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
         async with connect() as link:
-            await link.send(agent_message(register=pb.Register(node_id="n1", address="127.0.0.1", os="linux",
+            await link.send(agent_message(register=pb.Register(node_id="n1", address="127.0.0.1", os="linux", node_secret="n" * 43,
                                                                arch="x86_64", cpu_cores=4,
                                                                memory_total_bytes=8 << 30)))
             task_status.started()
