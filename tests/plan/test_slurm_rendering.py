@@ -168,3 +168,10 @@ def test_a_node_with_gpus_of_several_classes_lists_each_class_in_its_gres() -> N
                           partitions=MappingProxyType({"gpu": SlurmPartition(True)}))
     conf = render_slurm(slurm, mixed).slurm_conf
     assert "Gres=gpu:a10:1,gpu:h100:2" in conf
+
+
+def test_a_host_leaves_out_ignored_gpus_numbers_devices_in_order_and_has_at_least_one_core() -> None:
+    fleet = Fleet((gpu_node("gpu-1", count=12, cpu_cores=0.5, memory=3 * GiB),))
+    host = hosts_of(fleet, {"gpu-1": ["1"], "other": ["0"]})["gpu-1"]
+    assert (host.node_id, host.cpus, host.memory_mib) == ("gpu-1", 1, 3072)
+    assert [device for _, device in host.gpus] == [f"/dev/nvidia{n}" for n in (0, *range(2, 12))]

@@ -13,7 +13,7 @@ import pytest
 from llmgw.tools.values import ParseError
 from llmgw.tools.vllm_hashing import block_hashes, none_hash
 from llmgw.tools.vllm_kv_events import (
-    AllBlocksCleared, BlockRemoved, BlockStored, KvBlocks, block_hash, parse_event, parse_message,
+    AllBlocksCleared, BlockRemoved, BlockStored, KvBlocks, KvEventBatch, block_hash, parse_event, parse_message,
     split_recording,
 )
 
@@ -227,3 +227,39 @@ def test_a_recording_cut_short_or_with_impossible_sizes_says_where(data, message
     with pytest.raises(ParseError) as info:
         split_recording(data)
     assert str(info.value) == f"vLLM KV events: {message}"
+
+
+def test_a_map_encoded_batch_and_one_without_a_rank_decode_like_the_array_form():
+    seq = struct.pack(">Q", 7)
+    cleared = {"type": "AllBlocksCleared"}
+    as_map = msgpack.packb({"ts": 2.5, "events": [cleared], "data_parallel_rank": 2})
+    assert parse_message([b"kv", seq, as_map]) == KvEventBatch("kv", 7, 2.5, (AllBlocksCleared(),), 2)
+    assert parse_message([seq, msgpack.packb([3, []])]) == KvEventBatch("", 7, 3.0, (), None)
+    # a map with an integer key (msgpack allows it; the unpacker is told to take it)
+    stored = {"type": "BlockStored", "block_hashes": [1], "block_size": 1, 99: "future field"}
+    assert parse_message([seq, msgpack.packb([3, [stored]])]).events == (BlockStored((1,), None, (), 1),)
+
+
+@pytest.mark.parametrize("frames, message", [
+    ([b"kv", b"\0" * 7, msgpack.packb([1, []])], "the sequence number frame has 7 bytes, not 8"),
+    ([b"kv"], "a message has 1 frames, not 3 (topic, sequence number, payload)"),
+    ([b"\0" * 8, msgpack.packb(["now", []])], "the batch timestamp is not a number ('now')"),
+    ([b"\0" * 8, msgpack.packb([True, []])], "the batch timestamp is not a number (True)"),
+    ([b"\0" * 8, msgpack.packb([1, [], "r"])], "data_parallel_rank is not an integer ('r')"),
+    ([b"\0" * 8, msgpack.packb(5)], "the payload is not [timestamp, [events...], dp_rank] (5)"),
+    ([b"\0" * 8, msgpack.packb([1.0, "x"])], "the payload is not [timestamp, [events...], dp_rank] ([1.0, 'x'])"),
+    ([b"\0" * 8, msgpack.packb([1.0, [{"type": "BlockRemoved", "block_hashes": [True]}]])],
+     "a block hash is a boolean (True)"),
+    ([b"\0" * 8, msgpack.packb([1.0, [{"type": "BlockRemoved", "block_hashes": [1.5]}]])],
+     "a block hash is neither an integer nor bytes (1.5)"),
+])
+def test_a_malformed_message_names_the_tool_and_what_is_wrong(frames, message):
+    with pytest.raises(ParseError) as info:
+        parse_message(frames)
+    assert str(info.value) == f"vLLM KV events: {message}"
+    with pytest.raises(ParseError, match=r"^vLLM KV events: the payload is not msgpack \("):
+        parse_message([b"\0" * 8, b"\xc1"])
+
+
+def test_a_block_hash_longer_than_8_bytes_keeps_its_last_8():
+    assert block_hash(b"\x01" + bytes(range(8))) == int.from_bytes(bytes(range(8)), "big")
