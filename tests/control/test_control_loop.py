@@ -193,3 +193,16 @@ async def test_a_costly_pass_keeps_the_next_one_away_as_long_as_it_took(settings
         await loop.wait_pass()
         assert 0.25 <= trio.current_time() - second_end < 2.0
         nursery.cancel_scope.cancel()
+
+
+def test_a_node_that_connects_again_loses_its_acknowledgements_and_commands_in_flight_and_only_it(settings):
+    from llmgw.control.deciding import node_connected
+    from llmgw.control.state import frozen
+
+    base = control_state(settings, node(node_id="n1"), node(node_id="n2"))
+    flight = {("start", "n1", "s1"): 1.0, ("start", "n2", "s2"): 2.0, ("stop", "n1", "s3"): 3.0}
+    state = replace(base, acked_settings=frozen({"n1": "fp-1", "n2": "fp-2"}), in_flight=frozen(flight))
+    after = node_connected(state, "n1")
+    assert dict(after.acked_settings) == {"n2": "fp-2"}
+    assert dict(after.in_flight) == {("start", "n2", "s2"): 2.0}
+    assert replace(after, acked_settings=state.acked_settings, in_flight=state.in_flight) == state
