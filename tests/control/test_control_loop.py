@@ -206,3 +206,23 @@ def test_a_node_that_connects_again_loses_its_acknowledgements_and_commands_in_f
     assert dict(after.acked_settings) == {"n2": "fp-2"}
     assert dict(after.in_flight) == {("start", "n2", "s2"): 2.0}
     assert replace(after, acked_settings=state.acked_settings, in_flight=state.in_flight) == state
+
+
+def test_a_timed_pass_records_its_duration_keeps_the_last_passes_counts_it_and_audits_that_state(one_replica):
+    from llmgw.control.deciding import timed
+    from llmgw.control.effects import WriteAudit
+    from llmgw.control.state import RECENT_PASSES
+
+    decision, state = decide(control_state(one_replica, node(shard("tiny-0", fp(one_replica)))), 0.0)
+    assert decision.record.converged
+    older = tuple(replace(decision.record, duration=float(n)) for n in range(RECENT_PASSES))
+    state = replace(state, recent_passes=older)
+    timed_decision, after = timed(decision, state, 0.25)
+    record = timed_decision.record
+    assert record == replace(decision.record, duration=0.25) and after.last_pass == record
+    assert after.recent_passes == (*older[1:], record)
+    assert after.tallies == state.tallies.counted_pass(True, 0.25, ())
+    audits = [e for e in timed_decision.effects if isinstance(e, WriteAudit)]
+    assert audits and all(a.record == record and a.state is after for a in audits)
+    assert [e for e in timed_decision.effects if not isinstance(e, WriteAudit)] == [
+        e for e in decision.effects if not isinstance(e, WriteAudit)]
