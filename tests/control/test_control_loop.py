@@ -226,3 +226,12 @@ def test_a_timed_pass_records_its_duration_keeps_the_last_passes_counts_it_and_a
     assert audits and all(a.record == record and a.state is after for a in audits)
     assert [e for e in timed_decision.effects if not isinstance(e, WriteAudit)] == [
         e for e in decision.effects if not isinstance(e, WriteAudit)]
+
+
+def test_a_pass_plans_from_scratch_only_with_settings_in_force_and_no_plan_to_reuse(one_replica):
+    from llmgw.control.deciding import needs_planning
+
+    state = control_state(one_replica, node(shard("tiny-0", fp(one_replica))))
+    assert needs_planning(state) and not needs_planning(replace(state, watch=replace(state.watch, settings=None)))
+    _, after = decide(state, 0.0)
+    assert not needs_planning(after)  # the plan of that pass is reused while nothing the planner reads changed
