@@ -235,3 +235,18 @@ def test_a_pass_plans_from_scratch_only_with_settings_in_force_and_no_plan_to_re
     assert needs_planning(state) and not needs_planning(replace(state, watch=replace(state.watch, settings=None)))
     _, after = decide(state, 0.0)
     assert not needs_planning(after)  # the plan of that pass is reused while nothing the planner reads changed
+
+
+def test_a_restart_timer_is_dropped_once_its_shard_is_ready_and_kept_while_it_is_not(one_replica):
+    from llmgw.control.state import Failure, frozen
+
+    ready_key, waiting_key = ("start", "n1", "tiny-0/0"), ("start", "n1", "tiny-1/0")
+    other_node_key, lost_key = ("start", "n2", "tiny-0/0"), ("start", "n3", "tiny-0/0")
+    starting = shard("tiny-1", fp(one_replica), ShardState.STARTING)
+    state = control_state(one_replica, node(shard("tiny-0", fp(one_replica)), starting),
+                          node(node_id="n2"), node(shard("tiny-0", fp(one_replica)), node_id="n3"), lost=("n3",))
+    failure = Failure(1, "engine exited", 100.0)
+    state = replace(state, restarts=frozen({key: failure for key in (ready_key, waiting_key, other_node_key,
+                                                                       lost_key)}))
+    _, after = decide(state, 0.0)
+    assert set(after.restarts) == {waiting_key, other_node_key, lost_key}
