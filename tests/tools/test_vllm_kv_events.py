@@ -261,5 +261,23 @@ def test_a_malformed_message_names_the_tool_and_what_is_wrong(frames, message):
         parse_message([b"\0" * 8, b"\xc1"])
 
 
+def test_undecodable_text_is_replaced_and_the_sequence_number_is_unsigned():
+    removed = {"type": "BlockRemoved", "block_hashes": [1], "medium": b"GP\xff"}
+    batch = parse_message([b"kv\xff", struct.pack(">Q", 2**64 - 1), msgpack.packb([1, [removed]])])
+    assert (batch.topic, batch.seq, batch.events) == ("kv\ufffd", 2**64 - 1, (BlockRemoved((1,), "GP\ufffd"),))
+
+
+@pytest.mark.parametrize("event, message", [
+    (5, "an event is neither a map with 'type' nor a tagged array (5)"),
+    ([], "an event is neither a map with 'type' nor a tagged array ([])"),
+    ([7, [1]], "an event is neither a map with 'type' nor a tagged array ([7, [1]])"),
+    ({"type": "BlockMoved"}, "unknown event type 'BlockMoved'"),
+])
+def test_an_event_of_no_known_shape_or_type_is_named(event, message):
+    with pytest.raises(ParseError) as info:
+        parse_event(event)
+    assert str(info.value) == f"vLLM KV events: {message}"
+
+
 def test_a_block_hash_longer_than_8_bytes_keeps_its_last_8():
     assert block_hash(b"\x01" + bytes(range(8))) == int.from_bytes(bytes(range(8)), "big")
