@@ -15,7 +15,7 @@ venv: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet -c constraints.txt -e '.[test,demo]'
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[test,demo,bench]'
 	touch $@
 
 # Build (or reuse) llama-server and assemble the Gemma weights mirror, with progress.

@@ -193,3 +193,60 @@ async def test_a_costly_pass_keeps_the_next_one_away_as_long_as_it_took(settings
         await loop.wait_pass()
         assert 0.25 <= trio.current_time() - second_end < 2.0
         nursery.cancel_scope.cancel()
+
+
+def test_a_node_that_connects_again_loses_its_acknowledgements_and_commands_in_flight_and_only_it(settings):
+    from llmgw.control.deciding import node_connected
+    from llmgw.control.state import frozen
+
+    base = control_state(settings, node(node_id="n1"), node(node_id="n2"))
+    flight = {("start", "n1", "s1"): 1.0, ("start", "n2", "s2"): 2.0, ("stop", "n1", "s3"): 3.0}
+    state = replace(base, acked_settings=frozen({"n1": "fp-1", "n2": "fp-2"}), in_flight=frozen(flight))
+    after = node_connected(state, "n1")
+    assert dict(after.acked_settings) == {"n2": "fp-2"}
+    assert dict(after.in_flight) == {("start", "n2", "s2"): 2.0}
+    assert replace(after, acked_settings=state.acked_settings, in_flight=state.in_flight) == state
+
+
+def test_a_timed_pass_records_its_duration_keeps_the_last_passes_counts_it_and_audits_that_state(one_replica):
+    from llmgw.control.deciding import timed
+    from llmgw.control.effects import WriteAudit
+    from llmgw.control.state import RECENT_PASSES
+
+    decision, state = decide(control_state(one_replica, node(shard("tiny-0", fp(one_replica)))), 0.0)
+    assert decision.record.converged
+    older = tuple(replace(decision.record, duration=float(n)) for n in range(RECENT_PASSES))
+    state = replace(state, recent_passes=older)
+    timed_decision, after = timed(decision, state, 0.25)
+    record = timed_decision.record
+    assert record == replace(decision.record, duration=0.25) and after.last_pass == record
+    assert after.recent_passes == (*older[1:], record)
+    assert after.tallies == state.tallies.counted_pass(True, 0.25, ())
+    audits = [e for e in timed_decision.effects if isinstance(e, WriteAudit)]
+    assert audits and all(a.record == record and a.state is after for a in audits)
+    assert [e for e in timed_decision.effects if not isinstance(e, WriteAudit)] == [
+        e for e in decision.effects if not isinstance(e, WriteAudit)]
+
+
+def test_a_pass_plans_from_scratch_only_with_settings_in_force_and_no_plan_to_reuse(one_replica):
+    from llmgw.control.deciding import needs_planning
+
+    state = control_state(one_replica, node(shard("tiny-0", fp(one_replica))))
+    assert needs_planning(state) and not needs_planning(replace(state, watch=replace(state.watch, settings=None)))
+    _, after = decide(state, 0.0)
+    assert not needs_planning(after)  # the plan of that pass is reused while nothing the planner reads changed
+
+
+def test_a_restart_timer_is_dropped_once_its_shard_is_ready_and_kept_while_it_is_not(one_replica):
+    from llmgw.control.state import Failure, frozen
+
+    ready_key, waiting_key = ("start", "n1", "tiny-0/0"), ("start", "n1", "tiny-1/0")
+    other_node_key, lost_key = ("start", "n2", "tiny-0/0"), ("start", "n3", "tiny-0/0")
+    starting = shard("tiny-1", fp(one_replica), ShardState.STARTING)
+    state = control_state(one_replica, node(shard("tiny-0", fp(one_replica)), starting),
+                          node(node_id="n2"), node(shard("tiny-0", fp(one_replica)), node_id="n3"), lost=("n3",))
+    failure = Failure(1, "engine exited", 100.0)
+    state = replace(state, restarts=frozen({key: failure for key in (ready_key, waiting_key, other_node_key,
+                                                                       lost_key)}))
+    _, after = decide(state, 0.0)
+    assert set(after.restarts) == {waiting_key, other_node_key, lost_key}

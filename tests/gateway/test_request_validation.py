@@ -12,7 +12,15 @@ import pytest
 from llmgw.gateway.limits import CompletionLimit, completion_limit, enforced_fields, limits_tokens
 from llmgw.gateway.openapi.update import convert
 from llmgw.gateway.problems import ApiError
-from llmgw.gateway.validation import MAX_JSON_DEPTH, MAX_TOKENS_CAP, parse_body, source, validate_request
+from llmgw.gateway.validation import (
+    INTEGER_MAX,
+    INTEGER_MIN,
+    MAX_JSON_DEPTH,
+    MAX_TOKENS_CAP,
+    parse_body,
+    source,
+    validate_request,
+)
 from llmgw.routes import ProjectPolicy, Quota
 
 CHAT, COMPLETIONS, EMBEDDINGS = "/v1/chat/completions", "/v1/completions", "/v1/embeddings"
@@ -108,6 +116,8 @@ def test_openais_own_words_for_the_commonest_mistakes():
     (COMPLETIONS, {"model": "gemma", "prompt": "x", "max_tokens": MAX_TOKENS_CAP, "n": 128}),  # at the bounds
     (CHAT, chat(max_tokens=MAX_TOKENS_CAP, max_completion_tokens=MAX_TOKENS_CAP, n=128)),
     (EMBEDDINGS, {"model": "gemma", "input": [[1, 2, 3]], "encoding_format": "float", "truncate": True}),
+    # the stream_options rule is for completions: embeddings, which never stream, pass it untouched
+    (EMBEDDINGS, {"model": "gemma", "input": "x", "stream_options": {"include_usage": True}}),
 ])
 def test_valid_requests_and_fields_openai_does_not_define_pass_untouched(endpoint, body):
     before = json.dumps(body, sort_keys=True)
@@ -122,6 +132,37 @@ def test_nan_infinity_and_oversized_numbers_are_refused(raw):
     with pytest.raises(ApiError) as info:
         parse_body(raw)
     assert (info.value.status, info.value.code) == (400, "invalid_number")
+
+
+_RANGE = f"is out of range; integers here lie between {INTEGER_MIN} and {INTEGER_MAX}."
+
+
+@pytest.mark.parametrize("raw, message", [
+    ('{"t": NaN}', "The request body contains NaN, which JSON does not allow; send a finite number."),
+    ('{"t": -Infinity}', "The request body contains -Infinity, which JSON does not allow; send a finite number."),
+    ('{"t": 1e999}', "The number 1e999 is too large; send a finite number."),
+    ('{"t": ' + "1" * 45 + 'e999}', f"The number {'1' * 40} is too large; send a finite number."),
+    ('{"seed": 18446744073709551616}', f"The integer 18446744073709551616 {_RANGE}"),
+    ('{"seed": ' + "9" * 40 + "}", f"The integer {'9' * 40} {_RANGE}"),  # 40 characters: shown whole
+    ('{"seed": ' + "9" * 41 + "}", f"The integer {'9' * 40}... {_RANGE}"),  # more: the first 40 and "..."
+    ('{"seed": -' + "9" * 41 + "}", f"The integer -{'9' * 39}... {_RANGE}"),
+    ("[1]", "The request body must be a JSON object."),
+    ('{"x": ' + "[" * MAX_JSON_DEPTH + "]" * MAX_JSON_DEPTH + "}",
+     f"The request body nests arrays and objects more than {MAX_JSON_DEPTH} deep, the most this gateway takes."),
+])
+@pytest.mark.parametrize("as_text", [False, True])
+def test_a_refused_body_is_told_what_is_wrong_in_bytes_and_in_text_alike(raw, message, as_text):
+    """The sentence a client reads, for each bound of parse_body; a str body (json.loads' other input) is held to
+    the same bounds as bytes."""
+    with pytest.raises(ApiError) as info:
+        parse_body(raw if as_text else raw.encode())
+    assert (info.value.status, info.value.message) == (400, message)
+
+
+@pytest.mark.parametrize("as_text", [False, True])
+def test_a_body_at_the_bounds_parses_the_same_from_text_and_bytes(as_text):
+    raw = ('{"a": -9223372036854775808, "b": 18446744073709551615, "c": 1.5e300, "d": [[["x"]]], "e": 12}')
+    assert parse_body(raw if as_text else raw.encode()) == json.loads(raw)
 
 
 @pytest.mark.parametrize("depth", [MAX_JSON_DEPTH + 1, 5000, 200_000])
@@ -143,6 +184,9 @@ def test_a_body_that_is_not_a_json_object_is_invalid_json(raw):
     with pytest.raises(ApiError) as info:
         parse_body(raw)
     assert info.value.code == "invalid_json"
+    message = info.value.message
+    assert message == "The request body must be a JSON object." or (
+        message.startswith("The request body is not valid JSON (") and message.endswith("); send a JSON object."))
 
 
 @pytest.mark.parametrize("raw", [
@@ -151,6 +195,7 @@ def test_a_body_that_is_not_a_json_object_is_invalid_json(raw):
     json.dumps({"model": "gemma", "stop": ["\u00e9"]}).encode("utf-16"),
     json.dumps({"model": "gemma", "seed": 7}).encode("utf-32-le"),
     bytearray(b'{"model": "gemma", "x": "\\ud800"}'),  # a lone surrogate, as json.loads keeps it
+    b'{"model": "gemma", "x": "\xed\xa0\x80"}',  # a lone surrogate in UTF-8 bytes, which json.loads takes too
 ])
 def test_a_body_in_any_json_encoding_parses_as_the_standard_library_reads_it(raw):
     assert parse_body(raw) == json.loads(raw)

@@ -121,3 +121,57 @@ def test_each_daemon_port_is_rendered_under_its_own_key(ports) -> None:
                                storage_password="pw", storage_database="slurm_acct_db", dbd_host="gpu-1",
                                dbd_address="10.0.0.1")
     assert f"DbdPort={expected['slurmdbd']}" in dbd.splitlines() and "StoragePort=3306" in dbd.splitlines()
+
+
+def test_slurmdbd_conf_renders_exactly() -> None:
+    from llmgw.plan.slurm_conf import render_slurmdbd_conf
+
+    slurm = SlurmSettings(enabled=True, cluster_name="demo", controller="gpu-1", accounting=True,
+                          nodes=MappingProxyType({"gpu-1": SlurmNode("gpu")}),
+                          partitions=MappingProxyType({"gpu": SlurmPartition(True)}))
+    paths = SlurmPaths(log_dir="/l", run_dir="/r", slurm_user="slurmy", munge_socket="/m/socket")
+    dbd = render_slurmdbd_conf(slurm, storage_host="db", storage_port=3307, storage_user="acct",
+                               storage_password="pw", storage_database="acct_db", dbd_host="gpu-1",
+                               dbd_address="10.0.0.1", paths=paths)
+    assert dbd.splitlines() == [
+        "# Written by llmgw from slurm.yaml: edits here are overwritten.",
+        "AuthType=auth/munge", "AuthInfo=socket=/m/socket", "DbdHost=gpu-1", "DbdAddr=10.0.0.1", "DbdPort=6819",
+        "SlurmUser=slurmy", "PidFile=/r/slurmdbd.pid", "LogFile=/l/slurmdbd.log",
+        "StorageType=accounting_storage/mysql", "StorageHost=db", "StoragePort=3307", "StorageUser=acct",
+        "StoragePass=pw", "StorageLoc=acct_db"]
+    assert "AuthInfo" not in render_slurmdbd_conf(
+        slurm, storage_host="db", storage_port=3307, storage_user="acct", storage_password="pw",
+        storage_database="acct_db", dbd_host="gpu-1", dbd_address="10.0.0.1")  # munge's default socket
+
+
+def test_a_host_from_slurmd_c_numbers_its_typed_gpus_in_type_order() -> None:
+    from llmgw.plan.slurm_conf import SlurmHost, gres_type, host_from_slurmd
+    from llmgw.tools.slurm import SlurmdConfig
+
+    config = SlurmdConfig(node_name="gpu-1.lab", cpus=64, boards=1, sockets_per_board=2, cores_per_socket=16,
+                          threads_per_core=2, memory_mib=515_000, gpus={"l4": 1, "h100 80g": 2, "": 1})
+    assert host_from_slurmd(config, "n1", "10.0.0.9") == SlurmHost(
+        "n1", "10.0.0.9", 64, 515_000,
+        (("gpu", "/dev/nvidia0"), ("h100_80g", "/dev/nvidia1"), ("h100_80g", "/dev/nvidia2"), ("l4", "/dev/nvidia3")),
+        "gpu-1.lab")
+    assert (gres_type(""), gres_type("a100/40GB"), gres_type("h-1_0")) == ("gpu", "a100_40GB", "h-1_0")
+
+
+def test_a_node_with_gpus_of_several_classes_lists_each_class_in_its_gres() -> None:
+    fleet = Fleet((gpu_node("gpu-1", count=1, gpu_class="h100-80g"),))
+    hosts = hosts_of(fleet)
+    host = hosts["gpu-1"]
+    mixed = {"gpu-1": type(host)(host.node_id, host.address, host.cpus, host.memory_mib,
+                                 (("a10", "/dev/nvidia0"), ("h100", "/dev/nvidia1"), ("h100", "/dev/nvidia2")))}
+    slurm = SlurmSettings(enabled=True, cluster_name="demo", controller="gpu-1",
+                          nodes=MappingProxyType({"gpu-1": SlurmNode("gpu")}),
+                          partitions=MappingProxyType({"gpu": SlurmPartition(True)}))
+    conf = render_slurm(slurm, mixed).slurm_conf
+    assert "Gres=gpu:a10:1,gpu:h100:2" in conf
+
+
+def test_a_host_leaves_out_ignored_gpus_numbers_devices_in_order_and_has_at_least_one_core() -> None:
+    fleet = Fleet((gpu_node("gpu-1", count=12, cpu_cores=0.5, memory=3 * GiB),))
+    host = hosts_of(fleet, {"gpu-1": ["1"], "other": ["0"]})["gpu-1"]
+    assert (host.node_id, host.cpus, host.memory_mib) == ("gpu-1", 1, 3072)
+    assert [device for _, device in host.gpus] == [f"/dev/nvidia{n}" for n in (0, *range(2, 12))]

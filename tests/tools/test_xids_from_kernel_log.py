@@ -6,6 +6,7 @@ import pytest
 
 from fixture_files import fixture
 from llmgw.tools import XidAction, classify_xid, normalise_bus_id, parse_xids, xid_info
+from llmgw.tools.xid import CATALOG_URL, XidInfo
 
 
 def test_a_healthy_h200_log_with_nvrm_lines_has_no_xid():
@@ -116,3 +117,32 @@ def test_an_xid_63_syslog_line_with_pid_but_no_name():
     assert (event.pci_bus_id, event.xid, event.pid, event.process) == ("00000000:10:1C.0", 63, 1896, "")
     assert event.message.startswith("Row Remapper: New row marked for remapping")
     assert classify_xid(63).action is XidAction.IGNORE
+
+
+def test_an_xid_entry_carries_its_code_description_note_and_the_catalog_address():
+    assert xid_info(79) == XidInfo(79, "GPU has fallen off the bus", XidAction.REBOOT,
+                                   "catalog: restart the bare-metal machine", CATALOG_URL)
+    assert xid_info(9999) == XidInfo(9999, "not in llmgw's copy of NVIDIA's XID catalog", XidAction.WATCH,
+                                     "look it up in NVIDIA's catalog", CATALOG_URL)
+
+
+@pytest.mark.parametrize("message, action, now", [
+    ("GPU recovery action changed from 0x0 (None) to 0x1 (GPU Reset Required)", XidAction.RESET_GPU,
+     "GPU Reset Required"),
+    ("GPU recovery action changed from 0x0 (None) to 0x4 ( Drain and Reset )", XidAction.RESET_GPU,
+     "Drain and Reset"),
+    ("GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot Required)", XidAction.REBOOT,
+     "Node Reboot Required"),
+    ("GPU recovery action changed from 0x0 (None) to 0x8 (Something New)", XidAction.WATCH, "Something New"),
+    ("GPU recovery action changed from 0x0 (None) to 0xa (Hex Digits)", XidAction.WATCH, "Hex Digits"),
+])
+def test_xid_154_keeps_its_catalog_entry_and_says_which_action_its_message_named(message, action, now):
+    assert classify_xid(154, message) == XidInfo(154, "GPU Recovery Action Changed", action,
+                                                  f"recovery action now {now!r}", CATALOG_URL)
+
+
+def test_only_xid_154_reads_an_action_from_its_message():
+    message = "GPU recovery action changed from 0x0 (None) to 0x0 (None)"
+    assert classify_xid(79, message) == xid_info(79)
+    assert classify_xid(155, message) == xid_info(155)
+    assert classify_xid(154, "no action named") == xid_info(154)
