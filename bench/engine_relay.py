@@ -1,9 +1,9 @@
-"""Engine relay: the latency the agent's relay (`llmgw.agent.relay`) adds to a request and to a streamed event.
+"""Engine relay: the latency the agent's relay (`llmgw.engines.relay`) adds to a request and to a streamed event.
 
     .venv/bin/python bench/engine_relay.py [--requests 2000] [--events 2000] [--gap-ms 0.5]
 
-Three processes, as on a node: an engine stand-in, the relay in front of it (`serve_relay`, as the agent runs it),
-and this client. The engine stand-in is a plain blocking HTTP/1.1 server (one thread per connection, keep-alive):
+Three processes, as on a node: the relay process as the agent starts it (`llmgw.engines.relay.relay_command`,
+`python -P -m llmgw.engines.relay --listen ... -- ENGINE`), the engine stand-in as its child, and this client. The engine stand-in is a plain blocking HTTP/1.1 server (one thread per connection, keep-alive):
 any request is answered with a small JSON body (Content-Length); `GET /stream?n=N` with N server-sent events in
 chunked coding, one chunk per event, `gap-ms` apart (so events do not merge into one read), each carrying the
 engine's CLOCK_MONOTONIC in nanoseconds when it was written. The client uses one keep-alive connection per path and
@@ -15,7 +15,8 @@ round, alternating, so other work on the machine hits both alike):
   added p50 (relay p50 - direct p50; target < 0.2 ms, issue 25);
 - per event: for each event, the time from the engine writing it to the client having read it, p50 per path over
   `events` events of one stream per path, and the added p50 (target < 20 µs).
-The relay is the agent's code unchanged; its process runs nothing else.
+The relay is the agent's code unchanged; its process runs nothing else. Also printed: the relay process's CPU
+time per request and per event (/proc/PID/task/*/schedstat), which depends less on other load than latencies do.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import socket
 import statistics
 import subprocess
@@ -84,22 +86,6 @@ def run_engine(port: int, gap: float) -> None:
         threading.Thread(target=_serve_engine_connection, args=(conn, gap), daemon=True).start()
 
 
-# ------------------------------------------------------------------------------------------- the relay
-def run_relay(port: int, engine_port: int) -> None:
-    import trio
-
-    sys.path.insert(0, str(ROOT))
-    from llmgw.agent.relay import RelayTarget, open_relay_listeners, serve_relay
-
-    async def main() -> None:
-        listeners = await open_relay_listeners("127.0.0.1", port)
-        async with trio.open_nursery() as nursery:
-            await nursery.start(serve_relay, listeners, RelayTarget("127.0.0.1", engine_port, KEY.encode()))
-            print("ready", flush=True)
-
-    trio.run(main)
-
-
 # ------------------------------------------------------------------------------------------- the client
 class Client:
     """One blocking keep-alive connection."""
@@ -153,12 +139,6 @@ class Client:
             self.buffer += data
 
 
-def _start(args: list[str]) -> subprocess.Popen:
-    process = subprocess.Popen([sys.executable, __file__, *args], stdout=subprocess.PIPE, text=True)
-    assert process.stdout.readline().strip() == "ready"
-    return process
-
-
 def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -183,8 +163,15 @@ def main() -> None:
     parser.add_argument("--gap-ms", type=float, default=0.5)
     args = parser.parse_args()
     engine_port, relay_port = _free_port(), _free_port()
-    engine = _start(["engine", str(engine_port), str(args.gap_ms / 1000)])
-    relay = _start(["relay", str(relay_port), str(engine_port)])
+    sys.path.insert(0, str(ROOT))
+    from llmgw.engines.relay import relay_command
+
+    argv = relay_command(sys.executable, "127.0.0.1", relay_port, engine_port, "BENCH_RELAY_KEY",
+                         [sys.executable, __file__, "engine", str(engine_port), str(args.gap_ms / 1000)])
+    env = {**os.environ, "BENCH_RELAY_KEY": KEY, "PYTHONPATH": os.pathsep.join(
+        [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    relay = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, env=env, start_new_session=True)
+    assert relay.stdout.readline().strip() == "ready"  # the engine's line: the relay listens before it starts
     try:
         direct, relayed = Client(engine_port), Client(relay_port)
         for _ in range(200):  # warm-up
@@ -201,8 +188,7 @@ def main() -> None:
         events["relay"] = relayed.stream(args.events)
         cpu_event = (_cpu_ns(relay.pid) - cpu_before) / args.events / 1e3
     finally:
-        relay.kill()
-        engine.kill()
+        os.killpg(relay.pid, signal.SIGKILL)
     cpus = os.cpu_count()
     print(f"engine relay, {args.requests} requests and {args.events} events per path, {cpus} CPUs, load "
           f"{os.getloadavg()[0]:.2f}")
@@ -222,7 +208,5 @@ def main() -> None:
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "engine":
         run_engine(int(sys.argv[2]), float(sys.argv[3]))
-    elif len(sys.argv) > 1 and sys.argv[1] == "relay":
-        run_relay(int(sys.argv[2]), int(sys.argv[3]))
     else:
         main()

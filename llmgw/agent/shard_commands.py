@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import math
+import sys
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -25,6 +26,7 @@ from llmgw.agent.shards import ShardSpec, ShardView
 from llmgw.agent.tracing import NO_TRACE
 from llmgw.agent.weights_layout import engine_model_path, lay_out_adapters
 from llmgw.engines import ENGINE_HOST, Launch, get_engine, listen_overrides, vllm
+from llmgw.engines.relay import relay_command
 from llmgw.errors import EngineError, LlmgwError, WeightsError
 from llmgw.groups import expect_leaves
 from llmgw.identity import ShardState, engine_key
@@ -173,6 +175,8 @@ async def _prepare(agent: NodeAgent, command: pb.StartShard, info: ShardSpec, vi
         allow_pickle=command.allow_pickle, adapters=adapters,
     )
     argv, env = module.command_line(launch)
+    if relay_port:  # the engine runs as the child of its relay (llmgw.engines.relay), its only door
+        argv = relay_command(sys.executable, relay_host, relay_port, port, module.API_KEY_ENV, argv)
     # Ranks above 0 of a replica spread over nodes serve no HTTP (vLLM --headless): ready while they run.
     health_path = module.HEALTH_PATH if command.rank == 0 else ""
     return replace(info, argv=tuple(argv), env=env, port=port, host=host, health_path=health_path,

@@ -35,11 +35,11 @@ class ShardSpec:
     the form of agents before IPC sockets, kept for the engines they left running. `kv_events_endpoint`: the IPC
     socket the engine binds for its events ("ipc://...", in the agent's 0700 directory, `llmgw.agent.kv_sockets`;
     the agent's listener connects to it), "" for none.
-    `relay_host`/`relay_port`: where the agent's relay for this engine listens (`llmgw.agent.relay`: the node's
-    address and the port the shard advertises, the engine itself then listening on `host` 127.0.0.1:`port`);
-    `relay_port` 0 for no relay (a headless rank, or a record of an agent from before relays: its engine
-    listens on the node's address itself). `key_env`: the name of the variable of `env` holding the replica key
-    the relay checks ("" or absent: the relay refuses every request).
+    `relay_host`/`relay_port`: where this engine's relay listens (`llmgw.engines.relay`, whose process `argv`
+    starts, the engine its child: the node's address and the port the shard advertises, the engine itself then
+    listening on `host` 127.0.0.1:`port`); `relay_port` 0 for no relay (a headless rank, or a record of an agent
+    from before relays: its engine listens on the node's address itself). `key_env`: the name of the variable of
+    `env` holding the replica key, which the engine and its relay read.
     """
 
     shard_id: str
@@ -70,11 +70,6 @@ class ShardSpec:
     def advertised_port(self) -> int:
         """The port the gateway reaches this shard on: the relay's, else (no relay) the engine's."""
         return self.relay_port or self.port
-
-    @property
-    def relay_key(self) -> bytes:
-        """The replica key the relay checks (b"" when none: every request is refused)."""
-        return self.env.get(self.key_env, "").encode() if self.key_env else b""
 
     def to_json(self) -> dict:
         data = asdict(self)

@@ -6,9 +6,8 @@ engine's health path answering 200. An unexpected exit is reported (state "faile
 log lines) and restarted after 1 s, doubling to 60 s (reset once the engine was ready for `stable_after` seconds).
 Stop sends SIGTERM to the group, then SIGKILL after the grace period. Leaving the supervisor's `async with`
 leaves engines running: a restarted agent adopts them from their records (pid and start time must match).
-A shard with a `relay_port` gets its relay (`llmgw.agent.relay`, the engine's only door with the replica key) for
-as long as it is supervised: bound before its engine is spawned (a port that cannot be bound fails the start), and
-again when an agent adopts the engine (retried every `relay_rebind_interval` seconds while the port is taken).
+A shard whose engine runs behind its relay (`llmgw.engines.relay`) has the relay as its process, the engine as the
+relay's child in the same group: all of the above holds for both.
 """
 
 from __future__ import annotations
@@ -28,7 +27,6 @@ import trio
 
 from llmgw.agent import procfs
 from llmgw.agent.logs import LogRing, open_log_file, tail_into
-from llmgw.agent.relay import RelayTarget, open_relay_listeners, serve_relay
 from llmgw.agent.shards import (
     ShardRecord, ShardSpec, ShardView, delete_record, is_same_process, load_records, local_url, log_path,
     next_backoff, save_record,
@@ -108,7 +106,6 @@ class _Shard:
         self.scope = trio.CancelScope()
         self.exited = trio.Event()
         self.ready_since = math.inf
-        self.relay: list[trio.SocketListener] | None = None  # bound, not yet served (see Supervisor._relay)
 
 
 class Supervisor:
@@ -131,7 +128,6 @@ class Supervisor:
         ready_check_interval: float = 15.0,
         stable_after: float = 60.0,
         ring_lines: int = 2000,
-        relay_rebind_interval: float = 5.0,
     ):
         self.state_dir = Path(state_dir)
         self.on_change = on_change
@@ -141,7 +137,6 @@ class Supervisor:
         self.ready_check_interval = ready_check_interval
         self.stable_after = stable_after
         self.ring_lines = ring_lines
-        self.relay_rebind_interval = relay_rebind_interval
         self.warnings: list[str] = []
         self._shards: dict[str, _Shard] = {}
         self._nursery: trio.Nursery | None = None
@@ -243,25 +238,17 @@ class Supervisor:
         """Start an engine for `spec` (its process is spawned before this returns; readiness comes later).
 
         Raises UsageError when a shard with that id already runs (stop it first), EngineError when the
-        engine cannot be spawned (the binary is missing or not executable) or its relay's port cannot be bound.
+        engine cannot be spawned (the binary is missing or not executable).
         """
         if spec.shard_id in self._shards:
             raise UsageError(f"shard {spec.shard_id} already runs on this node; stop it before starting it again")
         shard = _Shard(spec, LogRing(self.ring_lines))
-        if spec.relay_port:
-            try:
-                shard.relay = await open_relay_listeners(spec.relay_host, spec.relay_port)
-            except OSError as exc:
-                raise EngineError(f"cannot listen on {spec.relay_host}:{spec.relay_port} for shard {spec.shard_id}"
-                                  f" ({exc}); another process holds the port, the shard is started again") from exc
         self._shards[spec.shard_id] = shard
         try:
             await self._spawn(shard)
         except EngineError:
             del self._shards[spec.shard_id]
             delete_record(self.state_dir, spec.shard_id)
-            for listener in shard.relay or ():
-                await listener.aclose()
             raise
         await self._nursery.start(self._run_shard, shard)
         return shard.view
@@ -332,8 +319,6 @@ class Supervisor:
         with shard.scope:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(tail_into, log_path(self.state_dir, shard.spec.shard_id), shard.ring)
-                if shard.spec.relay_port:
-                    nursery.start_soon(self._relay, shard)
                 task_status.started()
                 delay = 0.0
                 while True:
@@ -367,20 +352,6 @@ class Supervisor:
                     ))
                     log.warning("shard %s: engine %s; restarting in %g s", shard.spec.shard_id, how, delay)
                     await trio.sleep(delay)
-
-    async def _relay(self, shard: _Shard) -> None:
-        """Serve the shard's relay (see the module) until the shard's supervision ends: on the listeners `start`
-        bound, else (an adopted engine) on ones bound here, retried while the port is taken."""
-        spec = shard.spec
-        listeners, shard.relay = shard.relay, None
-        while listeners is None:
-            try:
-                listeners = await open_relay_listeners(spec.relay_host, spec.relay_port)
-            except OSError as exc:
-                log.warning("shard %s: cannot listen on %s:%d for its relay (%s); retrying in %g s", spec.shard_id,
-                            spec.relay_host, spec.relay_port, exc, self.relay_rebind_interval)
-                await trio.sleep(self.relay_rebind_interval)
-        await serve_relay(listeners, RelayTarget(spec.host, spec.port, spec.relay_key))
 
     async def _watch_health(self, shard: _Shard, scope: trio.CancelScope) -> None:
         with scope:

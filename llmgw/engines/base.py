@@ -26,7 +26,7 @@ class LoraAdapter:
 
 ENGINE_HOST = "127.0.0.1"
 """Where every engine the agent starts listens: loopback only. The network reaches it through the agent's relay,
-which checks the replica key on every request (`llmgw.agent.relay`; docs/security.md "Engine port")."""
+which checks the replica key on every request (`llmgw.engines.relay`; docs/security.md "Engine port")."""
 LISTEN_FLAGS = ("--host", "--port", "--uds")
 """Engine flags that choose where an engine listens: `engine_args` may not set them (`listen_overrides`)."""
 

@@ -13,6 +13,7 @@ command line (`--host 127.0.0.1`) and by connecting to them.
 
 from __future__ import annotations
 
+import os
 import socket
 import sys
 from pathlib import Path
@@ -23,8 +24,8 @@ import pytest
 import trio
 
 from llmgw.agent import AgentConfig, run_agent
-from llmgw.agent.relay import RelayTarget, open_relay_listeners, serve_relay
-from llmgw.agent.relay_framing import Refusal, chunk_size, parse_head
+from llmgw.engines.relay import BIND_FAILED, RelayTarget, open_relay_listeners, relay_command, serve_relay
+from llmgw.engines.relay_framing import Refusal, chunk_size, parse_head
 from llmgw.store import open_store
 from llmgw.wire import control_message, pb
 
@@ -187,7 +188,7 @@ async def test_the_gateway_answers_the_openai_sdk_through_the_relay(relayed, nur
     try:
         _gateway, url = await start_gateway(nursery, store, make_table(
             {SERVED: [replica("gemma-0", base, replica_key=KEY)]}))
-        _key, plaintext = store.create_api_key("relay")
+        _key, plaintext = store.create_api_key("chat")
         sdk = openai.AsyncOpenAI(base_url=url, api_key=plaintext, max_retries=0)
         reply = await sdk.chat.completions.create(model=SERVED, max_tokens=4, temperature=0,
                                                   messages=[{"role": "user", "content": "Say hello."}])
@@ -215,3 +216,20 @@ async def test_a_connection_that_sends_no_head_is_closed_after_the_head_timeout(
     assert trio.current_time() - began >= 0.15
     await stranger.aclose()
     await engine[0].aclose()
+
+
+async def test_the_relay_process_exits_with_the_engines_status_and_starts_no_engine_on_a_taken_port(tmp_path):
+    held = socket.socket()
+    held.bind(("127.0.0.1", 0))
+    held.listen()
+    taken = held.getsockname()[1]
+    marker = tmp_path / "engine-ran"
+    engine = [sys.executable, "-c", f"open({str(marker)!r}, 'w'); raise SystemExit(7)"]
+    env = {**os.environ, "K": KEY}
+    refused = await trio.run_process(relay_command(sys.executable, "127.0.0.1", taken, 1, "K", engine), env=env,
+                                     check=False, capture_stderr=True)
+    assert refused.returncode == BIND_FAILED and b"cannot listen on 127.0.0.1:" in refused.stderr
+    assert not marker.exists()
+    held.close()
+    ran = await trio.run_process(relay_command(sys.executable, "127.0.0.1", 0, 1, "K", engine), env=env, check=False)
+    assert ran.returncode == 7 and marker.exists()

@@ -1,12 +1,19 @@
 """The engine relay: the only way from the network to an engine, and only with the replica key.
 
-Engines listen on 127.0.0.1 (an internal port); for each shard that serves HTTP the agent runs a relay on the node's
-address and the port the shard advertises (the one the gateway's route table names). For every request on a
-connection the relay reads the head, checks it (`llmgw.agent.relay_framing.parse_head`: the replica key on every
-path and method, strict framing), then forwards the head and the body's bytes unchanged, framed by Content-Length
-or chunked coding, so the next request's head is checked too. Anything refused is answered by the relay itself
-(401 without the key, 400/431/501 for a head it will not forward, 502 when the engine cannot be reached) and the
-connection is closed; nothing of a refused request reaches the engine.
+Engines listen on 127.0.0.1 (an internal port); for each shard that serves HTTP the agent starts the engine through
+this module, as `python -P -m llmgw.engines.relay --listen HOST:PORT --engine PORT --key-env NAME -- ENGINE ARGV...`
+(`relay_command`): one process that binds the node's address at the port the shard advertises (the one the
+gateway's route table names), then starts the engine as its child (same process group, environment and log), relays
+until the engine exits, and exits with the engine's status. So the relay is part of the shard's process: it keeps
+serving while the agent restarts, is adopted with the engine, restarted with it, and stopped with it (SIGTERM to
+the group: the relay waits for the engine to finish, so the engine's grace period holds). A port that cannot be
+bound ends the process with status 3 and a sentence in the shard's log, before the engine starts.
+
+For every request on a connection the relay reads the head, checks it (`llmgw.engines.relay_framing.parse_head`:
+the replica key on every path and method, strict framing), then forwards the head and the body's bytes unchanged,
+framed by Content-Length or chunked coding, so the next request's head is checked too. Anything refused is
+answered by the relay itself (401 without the key, 400/431/501 for a head it will not forward, 502 when the engine
+cannot be reached) and the connection is closed; nothing of a refused request reaches the engine.
 
 The engine's answer goes back as it arrives: one read from the engine, one write to the client, no buffering and
 no parsing, so chunked and SSE streams pass through event by event (the added cost per event is one read and one
@@ -25,17 +32,22 @@ Sockets are plain non-blocking stdlib sockets with trio waits: one system call p
 
 from __future__ import annotations
 
+import argparse
 import logging
+import os
+import signal
 import socket
+import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import trio
 
-from llmgw.agent.relay_framing import (
+from llmgw.engines.relay_framing import (
     MAX_CHUNK_LINE_BYTES, MAX_HEAD_BYTES, Refusal, chunk_size, head_end, parse_head, refusal_response,
 )
 
-log = logging.getLogger("llmgw.agent.relay")
+log = logging.getLogger("llmgw.engines.relay")
 
 READ_SIZE = 65536
 
@@ -280,3 +292,66 @@ class _Connection:
                 await self.client.send_all(refusal_response(refusal))
         except (OSError, trio.ClosedResourceError):
             pass  # the client went away: nothing to tell
+
+
+# --------------------------------------------------------------------------------------------- the relay process
+
+BIND_FAILED = 3
+"""The relay process's exit status when its port cannot be bound (the engine was not started)."""
+
+
+def relay_command(python: str, listen_host: str, listen_port: int, engine_port: int, key_env: str,
+                  engine_argv: Sequence[str]) -> list[str]:
+    """The argv that runs `engine_argv` behind a relay (see the module): `python -P -m llmgw.engines.relay --listen
+    HOST:PORT --engine PORT --key-env NAME -- ENGINE_ARGV...`. The key stays in the environment (`key_env` names
+    the variable the engine reads too), never in argv. Pure."""
+    host = f"[{listen_host}]" if ":" in listen_host else listen_host
+    return [python, "-P", "-m", "llmgw.engines.relay", "--listen", f"{host}:{listen_port}", "--engine",
+            str(engine_port), "--key-env", key_env, "--", *engine_argv]
+
+
+def engine_argv(argv: Sequence[str]) -> list[str]:
+    """The engine's own argv inside a `relay_command` argv (everything after "--"); `argv` itself when it is not
+    one. Pure."""
+    argv = list(argv)
+    if "llmgw.engines.relay" in argv and "--" in argv:
+        return argv[argv.index("--") + 1:]
+    return argv
+
+
+async def _run_process(listen: str, engine_port: int, key: bytes, argv: list[str]) -> int:
+    host, _, port = listen.rpartition(":")
+    try:
+        listeners = await open_relay_listeners(host.strip("[]"), int(port))
+    except OSError as exc:
+        print(f"llmgw relay: cannot listen on {listen} ({exc}); another process holds the port", file=sys.stderr,
+              flush=True)
+        return BIND_FAILED
+    # SIGTERM goes to the whole process group: the engine finishes in its own time, then this process ends.
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as _signals:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(serve_relay, listeners, RelayTarget("127.0.0.1", engine_port, key))
+            process = await trio.lowlevel.open_process(argv)
+            status = await process.wait()
+            nursery.cancel_scope.cancel()
+    return status if status >= 0 else 128 - status
+
+
+def main(args: Sequence[str] | None = None) -> None:
+    """`python -m llmgw.engines.relay` (see the module). Exits with the engine's status (128 + N when a signal N
+    ended it), or BIND_FAILED."""
+    parser = argparse.ArgumentParser(prog="python -m llmgw.engines.relay", description="Relay to an engine.")
+    parser.add_argument("--listen", required=True, help="HOST:PORT the relay listens on")
+    parser.add_argument("--engine", type=int, required=True, help="the engine's port on 127.0.0.1")
+    parser.add_argument("--key-env", required=True, help="the variable holding the replica key")
+    parser.add_argument("argv", nargs=argparse.REMAINDER, help="-- the engine's command line")
+    options = parser.parse_args(args)
+    argv = options.argv[1:] if options.argv[:1] == ["--"] else options.argv
+    if not argv:
+        parser.error("the engine's command line is missing after --")
+    key = os.environ.get(options.key_env, "").encode()
+    sys.exit(trio.run(_run_process, options.listen, options.engine, key, argv))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,6 +1,6 @@
 """What the engine relay decides about one HTTP/1.1 request head, before a byte of it reaches the engine (pure).
 
-The relay (`llmgw.agent.relay`) forwards a request's bytes unchanged, so it must frame requests exactly as the engine
+The relay (`llmgw.engines.relay`) forwards a request's bytes unchanged, so it must frame requests exactly as the engine
 does, and refuse what two parsers could read two ways (request smuggling: RFC 9112 section 6.3 and 11.2). A head
 is refused unless it is strict HTTP/1.x: CRLF line ends only (no bare CR or LF), no obsolete line folding, header
 names that are tokens with no space before the colon, at most one Content-Length value (repeated equal values are
