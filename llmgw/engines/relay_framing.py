@@ -66,9 +66,11 @@ def parse_head(head: bytes, key: bytes) -> RequestHead:
         raise Refusal(431, "the request head is too large")
     if not head.endswith(b"\r\n\r\n"):
         raise Refusal(400, "the request head does not end with a blank line")
-    lines = head[:-4].split(b"\r\n")
-    if any(b"\r" in line or b"\n" in line for line in lines):
+    text = head[:-4]
+    line_ends = text.count(b"\r\n")
+    if text.count(b"\r") != line_ends or text.count(b"\n") != line_ends:
         raise Refusal(400, "a bare CR or LF in the request head")
+    lines = text.split(b"\r\n")
     match = _REQUEST_LINE.fullmatch(lines[0])
     if match is None:
         raise Refusal(400, "the request line is not `METHOD TARGET HTTP/1.x`")
