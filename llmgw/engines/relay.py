@@ -33,6 +33,7 @@ Sockets are plain non-blocking stdlib sockets with trio waits: one system call p
 from __future__ import annotations
 
 import argparse
+import ctypes
 import logging
 import os
 import signal
@@ -140,6 +141,8 @@ class _Relay:
         self.connections += 1
         try:
             await _Connection(self.target, client).run()
+        except Exception:  # noqa: BLE001 - untrusted input: a bug one request finds must not end the shard's door
+            log.exception("relay to port %d: a connection ended on an unexpected error", self.target.port)
         finally:
             self.connections -= 1
 
@@ -328,13 +331,24 @@ async def _run_process(listen: str, engine_port: int, key: bytes, argv: list[str
               flush=True)
         return BIND_FAILED
     # SIGTERM goes to the whole process group: the engine finishes in its own time, then this process ends.
-    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as _signals:
-        async with trio.open_nursery() as nursery:
-            await nursery.start(serve_relay, listeners, RelayTarget("127.0.0.1", engine_port, key))
-            process = await trio.lowlevel.open_process(argv)
-            status = await process.wait()
-            nursery.cancel_scope.cancel()
+    process: trio.Process | None = None
+    try:
+        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as _signals:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(serve_relay, listeners, RelayTarget("127.0.0.1", engine_port, key))
+                process = await trio.lowlevel.open_process(argv, preexec_fn=_die_with_parent)
+                status = await process.wait()
+                nursery.cancel_scope.cancel()
+    finally:
+        if process is not None and process.returncode is None:
+            process.kill()  # the relay failed: no engine may serve without its door (nor hold its GPUs)
     return status if status >= 0 else 128 - status
+
+
+def _die_with_parent() -> None:
+    """In the engine's child process before exec: SIGKILL it when the relay's process ends (prctl
+    PR_SET_PDEATHSIG), so an engine never outlives its relay, even a relay killed alone."""
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG (linux/prctl.h)
 
 
 def main(args: Sequence[str] | None = None) -> None:

@@ -233,3 +233,17 @@ async def test_the_relay_process_exits_with_the_engines_status_and_starts_no_eng
     held.close()
     ran = await trio.run_process(relay_command(sys.executable, "127.0.0.1", 0, 1, "K", engine), env=env, check=False)
     assert ran.returncode == 7 and marker.exists()
+
+
+async def test_an_engine_never_outlives_its_relay_process(tmp_path):
+    pid_file = tmp_path / "engine.pid"
+    engine = [sys.executable, "-c", f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); "
+              "time.sleep(60)"]
+    relay = await trio.lowlevel.open_process(relay_command(sys.executable, "127.0.0.1", 0, 1, "K", engine),
+                                             env={**os.environ, "K": KEY})
+    await wait_for(lambda: pid_file.exists() and pid_file.read_text(), timeout=30)
+    engine_pid = int(pid_file.read_text())
+    relay.kill()  # the relay alone, as a crash would end it
+    await relay.wait()
+    await wait_for(lambda: not Path(f"/proc/{engine_pid}").exists()
+                   or Path(f"/proc/{engine_pid}/stat").read_text().split(") ")[1].startswith("Z"), timeout=10)
