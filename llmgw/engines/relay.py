@@ -38,6 +38,7 @@ import logging
 import os
 import signal
 import socket
+import subprocess
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -331,16 +332,23 @@ async def _run_process(listen: str, engine_port: int, key: bytes, argv: list[str
               flush=True)
         return BIND_FAILED
     # SIGTERM goes to the whole process group: the engine finishes in its own time, then this process ends.
-    process: trio.Process | None = None
+    process: subprocess.Popen | None = None
     try:
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as _signals:
             async with trio.open_nursery() as nursery:
                 await nursery.start(serve_relay, listeners, RelayTarget("127.0.0.1", engine_port, key))
-                process = await trio.lowlevel.open_process(argv, preexec_fn=_die_with_parent)
-                status = await process.wait()
+                # Spawned from this (the main) thread: PR_SET_PDEATHSIG fires when the thread that forked ends, and
+                # trio.lowlevel.open_process forks in a worker thread that ends when idle.
+                process = subprocess.Popen(argv, preexec_fn=_die_with_parent)
+                pidfd = os.pidfd_open(process.pid)
+                try:
+                    await trio.lowlevel.wait_readable(pidfd)  # readable once the engine has exited
+                finally:
+                    os.close(pidfd)
+                status = process.wait()
                 nursery.cancel_scope.cancel()
     finally:
-        if process is not None and process.returncode is None:
+        if process is not None and process.poll() is None:
             process.kill()  # the relay failed: no engine may serve without its door (nor hold its GPUs)
     return status if status >= 0 else 128 - status
 

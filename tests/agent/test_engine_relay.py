@@ -243,6 +243,7 @@ async def test_an_engine_never_outlives_its_relay_process(tmp_path):
                                              env={**os.environ, "K": KEY})
     await wait_for(lambda: pid_file.exists() and pid_file.read_text(), timeout=30)
     engine_pid = int(pid_file.read_text())
+    assert relay.poll() is None  # (that it lives as long as its relay: the real llama-server tests above)
     relay.kill()  # the relay alone, as a crash would end it
     await relay.wait()
     await wait_for(lambda: not Path(f"/proc/{engine_pid}").exists()
