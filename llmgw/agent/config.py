@@ -46,7 +46,8 @@ class AgentConfig:
     telemetry, node CPU and memory, each shard's cores and memory): a heartbeat carries the latest reading.
     `ignore_gpus` lists GPUs the agent leaves alone (index, card UUID or MIG UUID; see `llmgw.agent.ignoring`).
     `address` is this node's address as the gateway should reach its
-    engines ("" = 127.0.0.1); engines listen on `engine_host` ("" = `address` or 127.0.0.1).
+    engines ("" = 127.0.0.1); engines listen on 127.0.0.1 only, and each one's relay (`llmgw.engines.relay`, which
+    checks the replica key on every request) on `engine_host` ("" = `address` or 127.0.0.1).
     `engine_binaries` maps "engine@version" (e.g. "llama.cpp@b11434") to an executable used instead of an
     install (a cached build, or a stand-in in tests); those count as installed. `shard_stop_grace` seconds
     between SIGTERM and SIGKILL. `restart_backoff_initial`/`_max` seconds bound engine restarts,
@@ -105,6 +106,7 @@ class AgentConfig:
 
     @property
     def listen_host(self) -> str:
+        """Where the engines' relays listen (the engines themselves: 127.0.0.1)."""
         return self.engine_host or self.address or "127.0.0.1"
 
     def with_settings(self, settings) -> AgentConfig:

@@ -1,9 +1,11 @@
-"""The agent's KV-event listeners: one loopback ZMQ SUB socket per vLLM shard, bound on the port the shard's
-engine was told to publish to (`ShardSpec.kv_events_port`, in `--kv-events-config`).
+"""The agent's KV-event listeners: one ZMQ SUB socket per vLLM shard, connected to the IPC socket the shard's
+engine binds (`ShardSpec.kv_events_endpoint`, in `--kv-events-config`, in the agent's 0700 directory:
+`llmgw.agent.kv_sockets`), or, for an engine an older agent started, bound on the loopback port it publishes to
+(`ShardSpec.kv_events_port`).
 
 `KvWatch.follow(view)` is called on every shard change (and for each shard adopted at start): it starts the
-shard's listener once (the port is in the shard's record, so a restarted agent binds the same one and the adopted
-engine reconnects to it within seconds), empties the mirror when the engine's process changes (a restarted engine
+shard's listener once (the endpoint is in the shard's record, so a restarted agent connects to the same one, or binds the same
+port, and the events reach it again within seconds), empties the mirror when the engine's process changes (a restarted engine
 holds nothing), and stops the listener when the shard stops. `current()` is every followed shard's mirror as
 `ShardBlocks`, which each connection turns into messages (`llmgw.agent.kv_forwarding`). A port that cannot be
 bound is retried every `rebind_interval` seconds (logged): the engine keeps serving, routing falls back.
@@ -59,7 +61,7 @@ class KvWatch:
         """Act on one shard's new view: start its listener, reset its mirror, or stop it (see the module)."""
         spec = view.spec
         followed = self._followed.get(view.shard_id)
-        if view.state is ShardState.STOPPED or spec is None or not spec.kv_events_port:
+        if view.state is ShardState.STOPPED or spec is None or not (spec.kv_events_endpoint or spec.kv_events_port):
             if followed is not None and view.state is ShardState.STOPPED:
                 followed.scope.cancel()
                 del self._followed[view.shard_id]
@@ -69,7 +71,8 @@ class KvWatch:
             if not view.pid:  # no engine runs (a shard failed before it started): nothing to listen to
                 return
             algorithm, seed = block_hashing(spec.argv, spec.env)
-            listener = KvEventListener(host=self.host, port=spec.kv_events_port, on_change=self._touch)
+            listener = KvEventListener(host=self.host, port=spec.kv_events_port, on_change=self._touch,
+                                       endpoint=spec.kv_events_endpoint)
             followed = _Followed(listener, trio.CancelScope(), spec.replica_id, algorithm, seed, pid=view.pid)
             self._followed[view.shard_id] = followed
             self.nursery.start_soon(self._listen, view.shard_id, followed)
@@ -86,8 +89,9 @@ class KvWatch:
                 try:
                     await followed.listener.run()
                 except zmq.ZMQError as exc:
-                    log.warning("shard %s: cannot receive KV events on %s:%d (%s); retrying in %g s", shard_id,
-                                self.host, followed.listener.port, exc, self.rebind_interval)
+                    where = followed.listener.endpoint or f"{self.host}:{followed.listener.port}"
+                    log.warning("shard %s: cannot receive KV events on %s (%s); retrying in %g s", shard_id,
+                                where, exc, self.rebind_interval)
                 await trio.sleep(self.rebind_interval)
 
     def current(self) -> dict[str, ShardBlocks]:

@@ -51,7 +51,7 @@ def shard_status(view: ShardView) -> pb.ShardStatus:
         status.devices.extend(spec.devices)
         status.cpu_cores = spec.cpu_cores
         status.memory_bytes = spec.memory_bytes
-        status.port = spec.port
+        status.port = spec.advertised_port
         status.rank = spec.rank
         status.group = spec.group
     if view.progress is not None:

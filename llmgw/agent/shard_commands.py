@@ -11,19 +11,22 @@ from __future__ import annotations
 
 import logging
 import math
+import sys
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
 import trio
 
-from llmgw.agent import weights_tree
+from llmgw.agent import kv_sockets, weights_tree
 from llmgw.agent.config import engine_binary
+from llmgw.agent.kv_sockets import kv_socket_dir
 from llmgw.agent.node import Command, NodeAgent
 from llmgw.agent.shards import ShardSpec, ShardView
 from llmgw.agent.tracing import NO_TRACE
 from llmgw.agent.weights_layout import engine_model_path, lay_out_adapters
-from llmgw.engines import Launch, get_engine, vllm
+from llmgw.engines import ENGINE_HOST, Launch, get_engine, listen_overrides, vllm
+from llmgw.engines.relay import relay_command
 from llmgw.errors import EngineError, LlmgwError, WeightsError
 from llmgw.groups import expect_leaves
 from llmgw.identity import ShardState, engine_key
@@ -146,11 +149,20 @@ async def _prepare(agent: NodeAgent, command: pb.StartShard, info: ShardSpec, vi
                                                  paths[count:], agent.config.weights_path)
     else:
         raise WeightsError(f"shard {command.shard_id} names no weights; the catalog entry needs a weights source")
-    host = agent.config.listen_host
+    overrides = listen_overrides(command.engine_args)
+    if overrides:
+        raise EngineError(f"shard {command.shard_id}: engine_args set {', '.join(overrides)}; the agent chooses "
+                          "where an engine listens (127.0.0.1, behind its relay on the node's address): remove them")
+    host = ENGINE_HOST
     port = agent.supervisor.free_port(host)
-    kv_port = 0
+    relay_host, relay_port = "", 0
+    if command.rank == 0:  # rank 0 serves HTTP: through the relay, on the node's address (advertised)
+        relay_host = agent.config.listen_host
+        relay_port = agent.supervisor.free_port(relay_host, avoid={port})
+    kv_endpoint = ""
     if module is vllm and vllm.KV_EVENTS_FLAG not in command.engine_args:  # precise prefix routing
-        kv_port = agent.supervisor.free_port("127.0.0.1", avoid={port})
+        directory = await trio.to_thread.run_sync(kv_socket_dir, agent.config.state_dir)
+        kv_endpoint = kv_sockets.kv_endpoint(directory, command.shard_id)
     threads = math.ceil(command.cpu_cores) if command.cpu_cores > 0 else None
     launch = Launch(
         binary=binary, model_path=model_path, host=host, port=port, threads=threads,
@@ -159,14 +171,17 @@ async def _prepare(agent: NodeAgent, command: pb.StartShard, info: ShardSpec, vi
         api_key=command.replica_key, tensor_parallel=command.tensor_parallel or 1,
         pipeline_parallel=command.pipeline_parallel or 1, rank=command.rank, nodes=command.nodes or 1,
         rendezvous=command.rendezvous, extra_env=dict(command.env),
-        kv_events_endpoint=f"tcp://127.0.0.1:{kv_port}" if kv_port else "",
+        kv_events_endpoint=kv_endpoint,
         allow_pickle=command.allow_pickle, adapters=adapters,
     )
     argv, env = module.command_line(launch)
+    if relay_port:  # the engine runs as the child of its relay (llmgw.engines.relay), its only door
+        argv = relay_command(sys.executable, relay_host, relay_port, port, module.API_KEY_ENV, argv)
     # Ranks above 0 of a replica spread over nodes serve no HTTP (vLLM --headless): ready while they run.
     health_path = module.HEALTH_PATH if command.rank == 0 else ""
     return replace(info, argv=tuple(argv), env=env, port=port, host=host, health_path=health_path,
-                   threads=threads or 0, grace_seconds=agent.config.shard_stop_grace, kv_events_port=kv_port)
+                   threads=threads or 0, grace_seconds=agent.config.shard_stop_grace, kv_events_endpoint=kv_endpoint,
+                   relay_host=relay_host, relay_port=relay_port, key_env=module.API_KEY_ENV)
 
 
 async def _check_startup(agent: NodeAgent, command: pb.StartShard, spec: ShardSpec) -> str:

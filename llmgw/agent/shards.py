@@ -31,7 +31,15 @@ class ShardSpec:
     "llama.cpp@b11434", `cpu_cores` cores, `memory_bytes` bytes, `rank` and `group` its place in a replica spread
     over several nodes (echoed in ShardStatus). `health_path` "" for an engine process that serves no HTTP (a rank
     above 0 of a spread vLLM replica, `--headless`): it counts as ready while it runs. `kv_events_port`: the
-    loopback port the engine publishes its KV-cache events to (vLLM; the agent's listener binds it), 0 for none.
+    loopback port the engine publishes its KV-cache events to (vLLM; the agent's listener binds it), 0 for none:
+    the form of agents before IPC sockets, kept for the engines they left running. `kv_events_endpoint`: the IPC
+    socket the engine binds for its events ("ipc://...", in the agent's 0700 directory, `llmgw.agent.kv_sockets`;
+    the agent's listener connects to it), "" for none.
+    `relay_host`/`relay_port`: where this engine's relay listens (`llmgw.engines.relay`, whose process `argv`
+    starts, the engine its child: the node's address and the port the shard advertises, the engine itself then
+    listening on `host` 127.0.0.1:`port`); `relay_port` 0 for no relay (a headless rank, or a record of an agent
+    from before relays: its engine listens on the node's address itself). `key_env`: the name of the variable of
+    `env` holding the replica key, which the engine and its relay read.
     """
 
     shard_id: str
@@ -53,6 +61,15 @@ class ShardSpec:
     rank: int = 0
     group: str = ""
     kv_events_port: int = 0
+    kv_events_endpoint: str = ""
+    relay_host: str = ""
+    relay_port: int = 0
+    key_env: str = ""
+
+    @property
+    def advertised_port(self) -> int:
+        """The port the gateway reaches this shard on: the relay's, else (no relay) the engine's."""
+        return self.relay_port or self.port
 
     def to_json(self) -> dict:
         data = asdict(self)

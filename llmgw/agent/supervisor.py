@@ -6,6 +6,8 @@ engine's health path answering 200. An unexpected exit is reported (state "faile
 log lines) and restarted after 1 s, doubling to 60 s (reset once the engine was ready for `stable_after` seconds).
 Stop sends SIGTERM to the group, then SIGKILL after the grace period. Leaving the supervisor's `async with`
 leaves engines running: a restarted agent adopts them from their records (pid and start time must match).
+A shard whose engine runs behind its relay (`llmgw.engines.relay`) has the relay as its process, the engine as the
+relay's child in the same group: all of the above holds for both.
 """
 
 from __future__ import annotations
@@ -176,8 +178,8 @@ class Supervisor:
         return shard.ring.tail(count)
 
     def used_ports(self) -> set[int]:
-        """The ports this supervisor's shards hold: their engines' and their KV-event listeners'."""
-        return {p for s in self._shards.values() for p in (s.spec.port, s.spec.kv_events_port) if p}
+        """The ports this supervisor's shards hold: their engines', relays' and KV-event listeners'."""
+        return {p for s in self._shards.values() for p in (s.spec.port, s.spec.kv_events_port, s.spec.relay_port) if p}
 
     def free_port(self, host: str = "127.0.0.1", avoid: set[int] = frozenset()) -> int:
         """A free port for a new shard, not one of this supervisor's shards' ports nor in `avoid`."""

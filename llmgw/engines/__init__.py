@@ -10,7 +10,9 @@ from __future__ import annotations
 from types import ModuleType
 
 from llmgw.engines import llamacpp, sglang, vllm
-from llmgw.engines.base import GpuDevice, Launch, LoraAdapter, MetricNames, StartupReport, clean_line
+from llmgw.engines.base import (
+    ENGINE_HOST, GpuDevice, Launch, LoraAdapter, MetricNames, StartupReport, clean_line, listen_overrides,
+)
 from llmgw.engines.building import DEFAULT_CMAKE_ARGS, build_dir_for, build_llama_server, cmake_args, fetch_source
 from llmgw.engines.downloading import Progress, sha256_file
 from llmgw.engines.installing import (
@@ -40,8 +42,8 @@ def get_engine(name: str) -> ModuleType:
 
 
 __all__ = [
-    "DEFAULT_CMAKE_ARGS", "cmake_args", "ENGINES", "GpuDevice", "Launch", "LlamaCppSource", "LoraAdapter", "MetricNames", "Progress",
+    "DEFAULT_CMAKE_ARGS", "cmake_args", "ENGINE_HOST", "ENGINES", "GpuDevice", "Launch", "LlamaCppSource", "LoraAdapter", "MetricNames", "Progress",
     "StartupReport", "build_dir_for", "build_llama_server", "check_installed", "clean_line", "default_cache_dir",
-    "fetch_source", "get_engine", "install_dir", "installed_binary", "llamacpp", "sglang", "sha256_file",
+    "fetch_source", "get_engine", "install_dir", "installed_binary", "listen_overrides", "llamacpp", "sglang", "sha256_file",
     "unpack_archive", "verify_binary", "vllm",
 ]

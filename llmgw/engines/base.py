@@ -24,13 +24,26 @@ class LoraAdapter:
     rank: int = 0
 
 
+ENGINE_HOST = "127.0.0.1"
+"""Where every engine the agent starts listens: loopback only. The network reaches it through the agent's relay,
+which checks the replica key on every request (`llmgw.engines.relay`; docs/security.md "Engine port")."""
+LISTEN_FLAGS = ("--host", "--port", "--uds")
+"""Engine flags that choose where an engine listens: `engine_args` may not set them (`listen_overrides`)."""
+
+
+def listen_overrides(engine_args: Iterable[str]) -> list[str]:
+    """The flags of `engine_args` that would move where an engine listens (`--host`, `--port`, `--uds`, also as
+    `--flag=value`), in order; [] when none. Pure."""
+    return [a for a in engine_args if a.split("=", 1)[0] in LISTEN_FLAGS]
+
+
 @dataclass(frozen=True)
 class Launch:
     """Everything needed to start one shard's engine process.
 
     `binary` is the engine executable (llama-server) or the Python interpreter of the engine's virtual environment
     (vLLM, SGLang). `model_path` is the weights file (GGUF) or directory. `host`/`port` are where the engine listens
-    (port 1..65535). `threads` is the CPU thread count (None: the engine's default). `context_size` in tokens (None:
+    (port 1..65535; the agent always gives ENGINE_HOST, 127.0.0.1, and relays the node's address to it). `threads` is the CPU thread count (None: the engine's default). `context_size` in tokens (None:
     the model's). `devices` are what the shard may use: CUDA indices ("0") or MIG UUIDs ("MIG-..."); empty means
     CPU only. `engine_args` are appended verbatim after ours (settings `engine_args`). `served_name` is the model
     name the engine reports (`/v1/models`). `api_key` is the replica key (the bearer key the gateway sends): it goes into the environment, never argv.
@@ -40,8 +53,8 @@ class Launch:
     `peers`: for engines whose rank 0 connects to the others (llama.cpp's RPC servers), the "host:port" of each rank
     above 0 in rank order, given to rank 0 only (empty otherwise; the planner does not fill it yet, see
     docs/placement.md).
-    `kv_events_endpoint`: where an engine that publishes KV-cache events (vLLM) sends them ("tcp://127.0.0.1:PORT",
-    bound by the agent; "": none). `allow_pickle`: the model may load pickle formats (catalog `allow_pickle`);
+    `kv_events_endpoint`: where an engine that publishes KV-cache events (vLLM) sends them ("ipc:///DIR/kv.sock", a
+    socket the engine binds in a 0700 directory of the agent's; "": none). `allow_pickle`: the model may load pickle formats (catalog `allow_pickle`);
     otherwise vLLM loads safetensors only. `adapters`: the model's LoRA adapters in catalog order (llama.cpp numbers
     them by this position), loaded but applied to no request unless it asks.
     """

@@ -228,7 +228,9 @@ class KvBlocks:
     BlockStored (0: none seen). `copies` maps a group to the hashes held by more than one block, with how many
     blocks beyond the first: vLLM does not de-duplicate cached blocks (vllm/v1/core/block_pool.py, 0.32, "NOTE #1"),
     so two requests that fill the same prefix at once each store a block of the same hash, each stored and later
-    removed with its own event; a hash stays held until its last block is removed."""
+    removed with its own event; a hash stays held until its last block is removed. `reset_at` is when (seconds on
+    the caller's clock) the mirror was last emptied by a batch (None: never); `reset_due` is True while a reset is
+    postponed by `apply`'s `reset_interval`; `capped` counts stored hashes left out by `apply`'s `max_hashes`."""
 
     groups: Mapping[int | None, frozenset[int]] = field(default_factory=lambda: MappingProxyType({}))
     kinds: Mapping[int | None, str] = field(default_factory=lambda: MappingProxyType({}))
@@ -236,6 +238,9 @@ class KvBlocks:
     last_seq: int | None = None
     resets: int = 0
     block_size: int = 0
+    reset_at: float | None = None
+    reset_due: bool = False
+    capped: int = 0
 
     def held(self) -> frozenset[int]:
         """The hashes a prompt can reuse: those held in every full-attention group (every group when no group
@@ -250,24 +255,44 @@ class KvBlocks:
             out = out & blocks
         return out
 
-    def apply(self, batch: KvEventBatch) -> KvBlocks:
+    def apply(self, batch: KvEventBatch, *, now: float = 0.0, reset_interval: float = 0.0,
+              max_hashes: int | None = None) -> KvBlocks:
         """The mirror after `batch`. A batch whose `seq` is not `last_seq + 1` (lost messages, or an engine that
-        restarted and counts from 0 again) first empties the mirror: what was missed cannot be known. Pure."""
+        restarted and counts from 0 again) first empties the mirror: what was missed cannot be known; so does an
+        AllBlocksCleared event where it stands.
+
+        Resets are rate-limited (issue 25: one forged message must not empty the mirror again and again): a reset
+        less than `reset_interval` seconds after the last one (`now` and `reset_at` on the caller's clock) is
+        postponed, not dropped: the first batch at least `reset_interval` after the last reset empties the mirror
+        before its events (a mirror holding too much is only a worse routing hint; one emptied at will is a denial
+        of it). `max_hashes` (None: no limit) caps the hashes held over all groups: a store beyond it keeps the
+        hashes that fit, in event order, and counts the others in `capped`. Pure."""
         groups = dict(self.groups)
         kinds = dict(self.kinds)
         copies = {group: dict(extra) for group, extra in self.copies.items()}
-        resets, size = self.resets, self.block_size
+        resets, size, reset_at, due, capped = self.resets, self.block_size, self.reset_at, self.reset_due, self.capped
+        held_count = sum(len(g) for g in groups.values())
         if self.last_seq is not None and batch.seq != self.last_seq + 1:
-            groups, kinds, copies, resets = {}, {}, {}, resets + 1
-        for event in batch.events:
-            if isinstance(event, AllBlocksCleared):
-                groups, copies, resets = {}, {}, resets + 1
+            due = True
+        for event in (None, *batch.events):  # None: a reset due before the batch's first event
+            if event is None or isinstance(event, AllBlocksCleared):
+                due = due or event is not None
+                if due and (reset_at is None or now - reset_at >= reset_interval):
+                    groups, copies, resets, reset_at, due, held_count = {}, {}, resets + 1, now, False, 0
+                    if event is None:
+                        kinds = {}
             elif isinstance(event, BlockStored):
                 held = groups.get(event.group_idx, frozenset())
                 for again in held.intersection(event.block_hashes):
                     extra = copies.setdefault(event.group_idx, {})
                     extra[again] = extra.get(again, 0) + 1
-                groups[event.group_idx] = held | set(event.block_hashes)
+                new = [h for h in dict.fromkeys(event.block_hashes) if h not in held]
+                if max_hashes is not None and held_count + len(new) > max_hashes:
+                    room = max(0, max_hashes - held_count)
+                    capped += len(new) - room
+                    new = new[:room]
+                held_count += len(new)
+                groups[event.group_idx] = held | set(new)
                 size = event.block_size
                 if event.spec_kind:
                     kinds[event.group_idx] = event.spec_kind
@@ -275,10 +300,13 @@ class KvBlocks:
                 targets = [event.group_idx] if event.group_idx is not None else list(groups)
                 for group in targets:
                     if group in groups:
+                        before = len(groups[group])
                         groups[group] = groups[group] - _last_copies(copies.get(group), event.block_hashes)
+                        held_count -= before - len(groups[group])
         return KvBlocks(groups=MappingProxyType(groups), kinds=MappingProxyType(kinds),
                         copies=MappingProxyType({g: MappingProxyType(e) for g, e in copies.items() if e}),
-                        last_seq=batch.seq, resets=resets, block_size=size)
+                        last_seq=batch.seq, resets=resets, block_size=size, reset_at=reset_at, reset_due=due,
+                        capped=capped)
 
 
 def _last_copies(extra: dict[int, int] | None, removed: Sequence[int]) -> set[int]:

@@ -3,8 +3,8 @@
 
 Like vLLM, it exits with status 1 when its model (the argument after `serve`) is not a directory holding
 `config.json`. It answers GET /health with 200 and an empty body (as vLLM 0.32 does, fixtures' health.json). Its
-KV-cache events go out on a ZMQ PUB socket that *connects* to the config's endpoint, as vLLM does, in one of two
-ways:
+KV-cache events go out on a ZMQ PUB socket that binds the config's endpoint when it is an "ipc://" (or wildcard)
+one and connects to it otherwise, as vLLM's ZmqEventPublisher does, in one of two ways:
 
 - FAKE_VLLM_KV_RECORDING=<file>: a real recording of vLLM's frames (the fixtures' kv-events*.bin) is sent again
   every 0.2 s with the sequence number counting on (a PUB drops what it sends before the subscriber is connected;
@@ -46,7 +46,11 @@ served: list[str] = []
 lock = threading.Lock()
 socket = zmq.Context.instance().socket(zmq.PUB)
 if config is not None:
-    socket.connect(config["endpoint"])
+    endpoint = config["endpoint"]
+    if endpoint.startswith(("ipc://", "inproc://")) or "*" in endpoint or "::" in endpoint:
+        socket.bind(endpoint)
+    else:
+        socket.connect(endpoint)
 seq = 0
 
 
