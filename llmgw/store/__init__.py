@@ -1,7 +1,7 @@
 """llmgw.store: runtime state that is not settings (see DESIGN.md).
 
 Secrets (the engine-key secret), key/value entries, scoped tokens of the admin listener, API key hashes, quota reservations,
-usage records, leases, and the Linux users made on Slurm nodes (never reused UIDs). `open_store(url)` gives a `Store`: SQLite (WAL, one file) by default,
+usage records, leases, the responses served on /v1/responses (kept for a retention), and the Linux users made on Slurm nodes (never reused UIDs). `open_store(url)` gives a `Store`: SQLite (WAL, one file) by default,
 PostgreSQL (`postgresql://...`) for several control planes; `open_store_from_settings` opens what llmgw.yaml's
 `store:` names. `StoreBoundary` runs store calls off an event loop, with usage through a `UsageSpool`.
 """
@@ -42,6 +42,7 @@ from llmgw.store.records import (
     UsageRow,
     charged,
 )
+from llmgw.store.responses import DEFAULT_RETENTION_SECONDS, StoredResponse
 from llmgw.store.schema import SCHEMA_VERSION
 from llmgw.store.spool import UsageSpool
 from llmgw.store.sqlite import SqliteStore
@@ -50,6 +51,6 @@ __all__ = [
     "ADMIN_TOKEN_PREFIX", "API_KEY_PREFIX", "KEY_EXPIRED", "KEY_FAILURE_MESSAGES", "KEY_MALFORMED",
     "KEY_REVOKED", "KEY_UNKNOWN", "SCHEMA_VERSION", "SCOPE_ADMIN", "TOKEN_SCOPES", "Token", "STORE_FILE_NAME",
     "Allowance", "ApiKey", "Credential", "CredentialState", "Headroom", "KeyCheck", "Lease", "Rejection", "Reservation", "Settlement", "SlurmUser", "SqliteStore",
-    "Store", "StoreBoundary", "UsageRecord",
+    "Store", "StoreBoundary", "StoredResponse", "UsageRecord", "DEFAULT_RETENTION_SECONDS",
     "UsageRow", "UsageSpool", "charged", "open_store", "open_store_from_settings", "redacted", "store_url_for_state", "store_url_from_settings", "window_bounds",
 ]
