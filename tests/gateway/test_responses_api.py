@@ -8,15 +8,19 @@ The same against real llama-server replicas is in test_responses_real_llama_serv
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 
 import httpx
 import openai
 import pytest
 import trio
 from gateway_harness import ProjectPolicy, make_table, replica, start_engine, start_gateway
+from test_tool_call_indices import node_modules  # noqa: F401 (the pinned Node SDK, a session fixture)
 
 from llmgw.gateway.responses_chat import chat_request, context_items
 
+NODE_SCRIPT = Path(__file__).with_name("node") / "responses_turns.cjs"
 TOOL = {"type": "function", "name": "get_weather", "description": "The weather in a city.", "strict": None,
         "parameters": {"type": "object", "properties": {"location": {"type": "string"}}}}
 
@@ -184,6 +188,19 @@ async def test_a_client_that_leaves_mid_stream_is_billed(nursery, store):
         await trio.sleep(0.05)
     record = store.recent_usage()[0]
     assert record.status == 499 and record.prompt_tokens > 0 and record.completion_tokens >= 3
+
+
+async def test_the_node_sdk_creates_streams_continues_and_retrieves(served, node_modules):  # noqa: F811
+    base, keys, _engines, _gateway = served
+    done = await trio.run_process(["node", str(NODE_SCRIPT), base, keys["chat"], "gemma"], capture_stdout=True,
+                                  capture_stderr=True, check=False, env={**os.environ, "NODE_PATH": str(node_modules)})
+    assert done.returncode == 0, done.stderr.decode()
+    seen = json.loads(done.stdout)
+    assert seen["first"]["status"] == "completed" and seen["first"]["text"] == seen["retrieved"]
+    assert seen["types"][0] == "response.created" and seen["types"][-1] == "response.completed"
+    assert "response.output_text.delta" in seen["types"]
+    assert seen["second"]["previous"] == seen["first"]["id"]
+    assert seen["second"]["input_tokens"] > seen["first"]["input_tokens"]
 
 
 def test_reasoning_items_and_developer_messages_reach_chat_as_its_fields():

@@ -50,3 +50,20 @@ def test_a_store_copy_carries_the_responses(store, tmp_path):
         assert copy.load_response("resp_a", "chat", now=1001.0) == store.load_response("resp_a", "chat", now=1001.0)
     finally:
         copy.close()
+
+
+def test_llmgw_purge_deletes_one_projects_responses_and_prints_counts_only(store, store_url):
+    from click.testing import CliRunner
+
+    from llmgw.cli.main import cli
+
+    store.save_response(_stored("resp_a", "chat", 1000.0, 10.0))
+    store.save_response(_stored("resp_b", "team", 1000.0, 10.0))
+    runner = CliRunner()
+    refused = runner.invoke(cli, ["purge", "--store", store_url])
+    assert refused.exit_code == 2 and "--project" in refused.output
+    done = runner.invoke(cli, ["purge", "--project", "chat", "--store", store_url])
+    assert done.exit_code == 0 and "Purged 1 stored responses of project 'chat'" in done.output
+    assert "héllo" not in done.output
+    expired = runner.invoke(cli, ["purge", "--expired", "--store", store_url])
+    assert expired.exit_code == 0 and "Purged 1 stored responses past their retention" in expired.output
