@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from types import SimpleNamespace
 
 import httpx
 import openai
@@ -18,6 +19,7 @@ import trio
 from gateway_harness import ProjectPolicy, make_table, replica, start_engine, start_gateway
 from test_tool_call_indices import node_modules  # noqa: F401 (the pinned Node SDK, a session fixture)
 
+from llmgw.gateway.responses import PURGE_INTERVAL, ResponsesApi
 from llmgw.gateway.responses_chat import chat_request, context_items
 
 NODE_SCRIPT = Path(__file__).with_name("node") / "responses_turns.cjs"
@@ -215,3 +217,36 @@ def test_reasoning_items_and_developer_messages_reach_chat_as_its_fields():
                                 {"role": "assistant", "content": "Hi.", "reasoning_content": "thinking"},
                                 {"role": "user", "content": "Again."}]
     assert chat["reasoning_effort"] == "low" and chat["top_k"] == 5
+
+
+async def test_expired_responses_are_purged_at_start_and_every_hour(autojump_clock):
+    purges: list[tuple[float, tuple]] = []
+
+    async def call(function, *args):
+        purges.append((trio.current_time(), args))
+        return 0
+
+    boundary = SimpleNamespace(call=call)
+    api = ResponsesApi(SimpleNamespace(accounting=SimpleNamespace(boundary=boundary, store=SimpleNamespace(
+        purge_responses=None))))
+    with trio.move_on_after(3 * PURGE_INTERVAL + 1):
+        await api.purge_expired_periodically()
+    assert [when for when, _args in purges] == [0.0, PURGE_INTERVAL, 2 * PURGE_INTERVAL, 3 * PURGE_INTERVAL]
+    assert all(args[0] is None for _when, args in purges)  # every project's expired rows, never a project's all
+
+
+async def test_a_response_past_the_retention_reads_as_absent(nursery, store):
+    _engine, url = await start_engine(nursery)
+    _gateway, base = await start_gateway(nursery, store, make_table({"gemma": [replica("g-0", url)]},
+                                                                   responses_retention_seconds=0.3))
+    sdk = _sdk(base, store.create_api_key("chat")[1])
+    response = await sdk.responses.create(model="gemma", input="Say hi.")
+    for _ in range(100):
+        try:
+            await sdk.responses.retrieve(response.id)
+        except openai.NotFoundError:
+            break
+        await trio.sleep(0.05)
+    else:
+        raise AssertionError("the response was still served past its retention")
+    assert store.purge_responses() == 1
