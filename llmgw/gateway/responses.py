@@ -81,15 +81,14 @@ class ResponsesApi:
         caller = await self._caller(headers, ids, trace)
         if tail == "input_items" and method == "GET":
             stored = await self._stored(caller, response_id)
-            await send_json(send, 200, input_item_list(stored.input, scope.get("query_string", b"")),
-                            ids.headers())
+            await _answer(send, input_item_list(stored.input, scope.get("query_string", b"")), ids, trace)
         elif tail == "" and method == "GET":
-            await send_json(send, 200, (await self._stored(caller, response_id)).response, ids.headers())
+            await _answer(send, (await self._stored(caller, response_id)).response, ids, trace)
         elif tail == "" and method == "DELETE":
             accounting = self.gateway.accounting
             if not await self._store_call(accounting.store.delete_response, response_id, caller.project.name):
                 raise _not_found(response_id)
-            await send_json(send, 200, {"id": response_id, "object": "response", "deleted": True}, ids.headers())
+            await _answer(send, {"id": response_id, "object": "response", "deleted": True}, ids, trace)
         else:
             raise ApiError(404, f"There is no {method} {path} here.", "invalid_request_error", "unknown_url")
 
@@ -152,7 +151,7 @@ class ResponsesApi:
         for replica in sorted(route.replicas, key=lambda r: load.get(r.replica_id, 0)):
             count = await count_tokens(self.gateway.pool, replica, chat, replica.upstream_model or route.name)
             if count is not None:
-                await send_json(send, 200, {"object": "response.input_tokens", "input_tokens": count}, ids.headers())
+                await _answer(send, {"object": "response.input_tokens", "input_tokens": count}, ids, trace)
                 return
         raise ApiError(503, f"No replica of model '{route.name}' could count the tokens; try again.",
                        "server_error", "model_not_ready", headers=[(b"retry-after", b"5")])
@@ -181,6 +180,13 @@ class ResponsesApi:
             except LlmgwError as error:
                 log.warning("responses: the purge of expired responses failed: %s", error)
             await trio.sleep(interval)
+
+
+async def _answer(send, payload: dict, ids: RequestIds, trace: RequestTrace | None) -> None:
+    """A 200 JSON answer with the request's ids; its span (if traced) ended with 200."""
+    await send_json(send, 200, payload, ids.headers())
+    if trace is not None:
+        trace.end(200)
 
 
 def _not_found(response_id: str) -> ApiError:

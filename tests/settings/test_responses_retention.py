@@ -16,3 +16,13 @@ def test_the_retention_is_thirty_days_unless_set(store, seconds):
 
 def test_the_routing_tables_default_is_the_settings_default():
     assert RouteTable().responses_retention_seconds == build_cluster({"name": "c"}).store.responses_retention
+
+
+def test_a_new_retention_is_not_reported_as_waiting_for_a_restart_but_a_new_store_path_is():
+    from llmgw.settings import restart_only_changes
+
+    before = build_cluster({"name": "c"})
+    retention = build_cluster({"name": "c", "store": {"responses_retention": "1d"}})
+    moved = build_cluster({"name": "c", "store": {"path": "other.sqlite3"}})
+    assert restart_only_changes(before, retention) == ()
+    assert [c.path for c in restart_only_changes(before, moved)] == ["store.path"]
