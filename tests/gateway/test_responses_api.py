@@ -250,3 +250,16 @@ async def test_a_response_past_the_retention_reads_as_absent(nursery, store):
     else:
         raise AssertionError("the response was still served past its retention")
     assert store.purge_responses() == 1
+
+
+async def test_a_project_not_allowed_the_model_is_refused_on_create_and_count(nursery, store):
+    _engine, url = await start_engine(nursery)
+    projects = {"chat": ProjectPolicy("chat", "t", "o", models=frozenset({"other"}))}
+    _gateway, base = await start_gateway(nursery, store, make_table({"gemma": [replica("g-0", url)]},
+                                                                   projects=projects))
+    sdk = _sdk(base, store.create_api_key("chat")[1])
+    with pytest.raises(openai.PermissionDeniedError):
+        await sdk.responses.create(model="gemma", input="Say hi.")
+    with pytest.raises(openai.PermissionDeniedError):
+        await sdk.responses.input_tokens.count(model="gemma", input="Say hi.")
+    assert [r.status for r in store.recent_usage()] == [403]
