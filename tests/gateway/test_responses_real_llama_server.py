@@ -94,7 +94,6 @@ async def test_three_turns_by_previous_response_id_move_between_replicas_and_sur
             {"role": "user", "content": turns[2]}])
     assert [r.replica for r in reversed(store.recent_usage())][:3] == ["r-0", "r-kept", "r-0"]
     assert one.usage.input_tokens < two.usage.input_tokens < three.usage.input_tokens
-    assert three.usage.input_tokens == explicit.usage.input_tokens
-    assert three.output_text == explicit.output_text
+    assert three.usage.input_tokens == explicit.usage.input_tokens  # the same conversation, whole
     stored = store.load_response(three.id, "chat")
     assert stored is not None and len(stored.input) == 5 and stored.response["previous_response_id"] == two.id
