@@ -208,7 +208,7 @@ async def count_tokens(pool, replica, chat: Mapping[str, Any], model: str) -> in
     answers. A checkpoint."""
     fields = {k: chat[k] for k in ("messages", "tools", "chat_template_kwargs") if k in chat}
     tokens = await engine_tokens(pool, replica, {"model": model, **fields})
-    if tokens is not None:
+    if tokens:  # llama-server's /tokenize answers [] to messages (it reads `content` only)
         return len(tokens)
     headers = [(b"content-type", b"application/json"), (b"accept", b"application/json")]
     if replica.replica_key:
