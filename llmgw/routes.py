@@ -92,6 +92,7 @@ class RouteTable:
     settings_commit: str | None = None
     max_request_body_bytes: int = 10 * 1024 * 1024
     currency: str = "USD"
+    responses_retention_seconds: float = 30 * 86400.0  # llmgw.yaml store.responses_retention (/v1/responses state)
 
     def resolve(self, name: str) -> ModelRoute | None:
         """The model called `name` or having `name` as an alias; None for anything else (an engine's own name too).

@@ -33,6 +33,7 @@ COMMAND_MODULES: dict[str, tuple[str, ...]] = {
     "usage": ("llmgw.cli.keys_cmds",),
     "token": ("llmgw.cli.token_cmds",),
     "store": ("llmgw.cli.store_cmds",),
+    "purge": ("llmgw.cli.store_cmds",),
     "agent": ("llmgw.cli.agent_cmds",),
     # node join (agent), node doctor (discovery), node cordon|uncordon|drain (settings commits)
     "node": ("llmgw.cli.agent_cmds", "llmgw.cli.node_cmds", "llmgw.cli.slurm_cmds"),

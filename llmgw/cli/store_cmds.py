@@ -2,6 +2,7 @@
 it to another backend. `migrate` (like `keys`, `token` and `usage`) works on an existing store only, found from
 `--store` or the control plane's `--state` (llmgw.cli.credentials.resolve_store_url); only `init` (and `copy`'s
 destination) makes a new one.
+`llmgw purge --project P | --expired`: deleting the requests' content the gateway stored (docs/gateway.md).
 
 A store is named by a path (SQLite), `sqlite:///PATH` or `postgresql://user:password@host:port/database`; the
 password is never printed (`postgresql://user:***@host/db`). See docs/store.md.
@@ -92,5 +93,28 @@ def copy_command(source: str, destination: str, as_json: bool) -> None:
         click.echo(f"  {table:<20} {count:>8} rows")
 
 
+@click.command("purge")
+@click.option("--project", default=None, metavar="PROJECT", help="Delete everything stored of this project's requests.")
+@click.option("--expired", is_flag=True, help="Delete what is past its retention, of every project.")
+@click.option("--store", "store_url", envvar="LLMGW_STORE", default=None, metavar="URL",
+              help="The store (a SQLite path or a postgresql:// URL); default: the state directory's.")
+@click.option("--state", "state_dir", envvar="LLMGW_STATE", default=".state", show_default=True,
+              help="State directory whose llmgw.sqlite3 is the store when --store is not given.")
+def purge_command(project: str | None, expired: bool, store_url: str | None, state_dir: str) -> None:
+    """Delete the requests' content the gateway stored: the responses kept for /v1/responses (input and output
+    items). --project P deletes all of P's at once; --expired those past store.responses_retention (the gateway
+    also does that every hour). Counts are printed, never the content."""
+    if (project is None) == (not expired):
+        raise click.UsageError("Give --project PROJECT or --expired.")
+    store = open_store(store_url or store_url_for_state(state_dir))
+    try:
+        purged = store.purge_responses(project=project) if project is not None else store.purge_responses()
+    finally:
+        store.close()
+    whose = f"of project '{project}'" if project is not None else "past their retention"
+    click.echo(f"Purged {purged} stored responses {whose} from {store.url}.")
+
+
 def register(group: click.Group) -> None:
     group.add_command(store_group)
+    group.add_command(purge_command)

@@ -241,4 +241,5 @@ def build_route_table(
         settings_commit=settings.commit,
         max_request_body_bytes=settings.cluster.max_request_body_bytes,
         currency=settings.cluster.currency,
+        responses_retention_seconds=settings.cluster.store.responses_retention,
     )

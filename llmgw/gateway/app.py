@@ -1,7 +1,7 @@
 """The gateway: the OpenAI-compatible API in front of the fleet's replicas and external endpoints.
 
 Endpoints: GET /v1/models, GET /v1/models/{model}, POST /v1/chat/completions, /v1/completions, /v1/embeddings,
-GET /health. (The gateway's Prometheus counters are served with the fleet's on the admin listener's /metrics,
+/v1/responses (and GET, DELETE /v1/responses/{id}, POST /v1/responses/input_tokens: `responses`), GET /health. (The gateway's Prometheus counters are served with the fleet's on the admin listener's /metrics,
 see llmgw.control.metrics; the API port has no /metrics.)
 
 A proxied request goes through three stages, each handing the next one value (`request_context`):
@@ -54,6 +54,8 @@ from llmgw.gateway.problems import ApiError, model_not_found
 from llmgw.gateway.proxying import open_upstream, relay_stream, relay_whole
 from llmgw.gateway.request_context import STATUS_CLIENT_CLOSED, Caller, Ledger, RequestContext
 from llmgw.gateway.request_ids import RequestIds, client_request_id, trace_id_of
+from llmgw.gateway.responses import PREFIX as RESPONSES_PREFIX
+from llmgw.gateway.responses import ResponsesApi
 from llmgw.gateway.routing import Balancer, PromptBlocks
 from llmgw.gateway.routing_prefix import hashing_scheme, held_by_replica, prompt_blocks, tokenize_body
 from llmgw.gateway.streaming import error_event
@@ -124,6 +126,7 @@ class Gateway:
         # "recovering" while it learns its fleet back: then the answer is 503, see llmgw.control.recovering)
         self.health_details: Callable[[], dict[str, Any]] = dict
         self.metrics.observe_table(table)
+        self.responses = ResponsesApi(self)  # /v1/responses (llmgw.gateway.responses)
 
     def set_table(self, table: RouteTable) -> None:
         """Route by `table` from the next request on (requests in flight finish where they are)."""
@@ -203,6 +206,7 @@ class Gateway:
         with trio.CancelScope(shield=True):
             async with trio.open_nursery() as beside:
                 beside.start_soon(self.watch_health)
+                beside.start_soon(self.responses.purge_expired_periodically)
                 await beside.start(self.accounting.run)
                 async with trio.open_nursery() as serving:
                     task_status.started(await serving.start(serve_http, self.asgi_app, config, self.drain_state))
@@ -244,6 +248,10 @@ class Gateway:
                 if method != "POST":
                     raise ApiError(405, f"{path} takes POST.", "invalid_request_error", "method_not_allowed")
                 await self._proxied(receive, send, headers, PROXIED[path], ids, trace)
+            elif path == RESPONSES_PREFIX or path.startswith(RESPONSES_PREFIX + "/"):
+                headers = header_map(scope)
+                ids, trace = self._ids(path, headers)
+                await self.responses.serve(scope, receive, send, headers, ids, trace)
             elif path == "/v1/models" or path.startswith("/v1/models/"):
                 await self._models(scope, send, path[len("/v1/models/"):] if path != "/v1/models" else None)
             else:
@@ -303,8 +311,10 @@ class Gateway:
         validate_request(upstream_path, body)
         await self._run(await admission.admit(caller, table, upstream_path, body, raw), send, receive)
 
-    async def _run(self, ctx: RequestContext, send, receive) -> None:
-        """Forward an admitted request; settle and record whatever happens (shielded from cancellation)."""
+    async def _run(self, ctx: RequestContext, send, receive, relay=None) -> None:
+        """Forward an admitted request; settle and record whatever happens (shielded from cancellation).
+        `relay`: an object with `whole` and `stream` taking `relay_whole`'s arguments, which relays the engine's
+        answer in another API's shape (`responses.ResponsesRelay`); None: relayed as it is (`proxying`)."""
         route, reservation, trace = ctx.route, ctx.reservation, ctx.caller.trace
         extra_headers = ctx.caller.ids.headers()
         if reservation is not None:
@@ -328,7 +338,7 @@ class Gateway:
                 if reservation is not None and reservation.slots:
                     nursery.start_soon(keep_slots, self.accounting, reservation)
                 with self.drain_state.cuttable() as cut:
-                    await self._forward(ctx, send, ledger, extra_headers, settle)
+                    await self._forward(ctx, send, ledger, extra_headers, settle, relay)
                 if cut.cancelled_caught:  # the drain timeout passed: billed what it used, ended with an error
                     await self._cut(ctx, send, ledger, extra_headers, settle)
                 nursery.cancel_scope.cancel()
@@ -340,7 +350,7 @@ class Gateway:
                 await settle()
 
     async def _forward(self, ctx: RequestContext, send, ledger: Ledger, extra_headers: list[tuple[bytes, bytes]],
-                       settle) -> None:
+                       settle, relay=None) -> None:
         """Choose a replica, forward, relay its answer (`proxying`); an ApiError is settled and answered."""
         route, trace = ctx.route, ctx.caller.trace
         try:
@@ -355,9 +365,9 @@ class Gateway:
             try:
                 extra = [*extra_headers, (b"x-llmgw-replica", ledger.replica.replica_id.encode())]
                 if ctx.stream:
-                    await relay_stream(ctx, response, send, ledger, extra, settle)
+                    await (relay.stream if relay else relay_stream)(ctx, response, send, ledger, extra, settle)
                 else:
-                    await relay_whole(ctx, response, send, ledger, extra, settle)
+                    await (relay.whole if relay else relay_whole)(ctx, response, send, ledger, extra, settle)
             finally:
                 await response.aclose()
                 self.balancer.finished(ledger.replica.replica_id)

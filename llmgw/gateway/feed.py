@@ -116,6 +116,7 @@ def table_to_json(table: RouteTable) -> dict[str, Any]:
                      for name, p in table.projects.items()},
         "stopped": table.stopped, "settings_commit": table.settings_commit,
         "max_request_body_bytes": table.max_request_body_bytes, "currency": table.currency,
+        "responses_retention_seconds": table.responses_retention_seconds,
     }
 
 
@@ -136,7 +137,8 @@ def table_from_json(data: Mapping[str, Any]) -> RouteTable:
                     for name, p in data["projects"].items()}
         return RouteTable(models=MappingProxyType(models), projects=MappingProxyType(projects),
                           stopped=data["stopped"], settings_commit=data["settings_commit"],
-                          max_request_body_bytes=data["max_request_body_bytes"], currency=data["currency"])
+                          max_request_body_bytes=data["max_request_body_bytes"], currency=data["currency"],
+                          responses_retention_seconds=data["responses_retention_seconds"])
     except (KeyError, TypeError, AttributeError, ValueError) as exc:
         raise FeedError(f"a routing table in the feed is not well formed ({exc!r}).") from exc
 

@@ -7,11 +7,12 @@ Two steps, each refusing with a 400 in OpenAI's error shape (`problems.ApiError`
    [INTEGER_MIN, INTEGER_MAX] (signed 64-bit low end, unsigned 64-bit high end: what engines written in C++ and Rust
    can hold). Arrays and objects nest at most MAX_JSON_DEPTH deep. The body is a JSON object.
 2. `validate_request(endpoint, body)`: OpenAI's request schema for the endpoint (`CreateChatCompletionRequest`,
-   `CreateCompletionRequest`, `CreateEmbeddingRequest`, vendored from openai-openapi in `openapi/`), compiled once
+   `CreateCompletionRequest`, `CreateEmbeddingRequest`, `CreateResponse`, `TokenCountsBody`, vendored from openai-openapi in `openapi/`), compiled once
    by jsonschema-rs (native: about 1 µs for a typical chat body here, where fastjsonschema took 50 µs and jsonschema
    700 µs; bench/request_validation.py), plus an overlay of our own bounds (`BOUNDS`): model names up to
    MAX_MODEL_NAME_CHARS characters, `max_tokens`/`max_completion_tokens` up to MAX_TOKENS_CAP (and at least 1 for
-   chat, as OpenAI answers), `n` up to MAX_CHOICES. One rule OpenAI states only in prose is checked too:
+   chat, as OpenAI answers), `n` up to MAX_CHOICES, `max_output_tokens` up to MAX_TOKENS_CAP, and a `model` on
+   /v1/responses (OpenAI's schema leaves it optional for its stored prompts, which the gateway does not serve). One rule OpenAI states only in prose is checked too:
    `stream_options` only with `stream: true`. Fields the schema does not define pass untouched.
 
 Only a refused body is explained in detail (`explaining.explain`, from jsonschema-rs's error tree), so a valid request
@@ -42,6 +43,8 @@ ENDPOINTS = {
     "/v1/chat/completions": "CreateChatCompletionRequest",
     "/v1/completions": "CreateCompletionRequest",
     "/v1/embeddings": "CreateEmbeddingRequest",
+    "/v1/responses": "CreateResponse",
+    "/v1/responses/input_tokens": "TokenCountsBody",
 }
 _MODEL = {"model": {"maxLength": MAX_MODEL_NAME_CHARS}}
 BOUNDS = {
@@ -51,6 +54,9 @@ BOUNDS = {
     "CreateCompletionRequest": {"properties": {
         **_MODEL, "max_tokens": {"maximum": MAX_TOKENS_CAP}, "n": {"maximum": MAX_CHOICES}}},
     "CreateEmbeddingRequest": {"properties": {**_MODEL}},
+    "CreateResponse": {"required": ["model"], "properties": {
+        **_MODEL, "max_output_tokens": {"maximum": MAX_TOKENS_CAP}}},
+    "TokenCountsBody": {"required": ["model"], "properties": {**_MODEL}},
 }
 
 

@@ -200,6 +200,8 @@ RESTART_ONLY: Mapping[str, str] = {
 """`ClusterSettings` fields the control plane reads only when it starts (`ControlPlane.run`: the listeners and the
 gateway's worker processes, the store, the control plane's tracing) -> their key in llmgw.yaml. A change to one
 takes effect at the control plane's next start (`llmgw restart`), not when the commit is applied."""
+APPLIED_AT_ONCE = frozenset({"store.responses_retention"})
+"""Keys under a RESTART_ONLY field that take effect when the commit is applied (through the routing table)."""
 
 
 def restart_only_changes(before: ClusterSettings, after: ClusterSettings) -> tuple[FieldChange, ...]:
@@ -208,7 +210,7 @@ def restart_only_changes(before: ClusterSettings, after: ClusterSettings) -> tup
     changes = []
     for change in _field_changes(before, after):
         field, _, rest = change.path.partition(".")
-        if field in RESTART_ONLY:
+        if field in RESTART_ONLY and change.path not in APPLIED_AT_ONCE:
             path = RESTART_ONLY[field] + (f".{rest}" if rest else "")
             changes.append(FieldChange(path, change.old, change.new))
     return tuple(sorted(changes, key=lambda c: c.path))

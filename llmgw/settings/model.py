@@ -41,12 +41,15 @@ class Listener:
 @dataclass(frozen=True)
 class StoreSettings:
     """Where runtime state lives: kind "sqlite" (`path`, relative to the state directory) or "postgresql" (`url`,
-    without a password: `password_secret` names the secret holding it)."""
+    without a password: `password_secret` names the secret holding it).
+    `responses_retention`: seconds a response served on /v1/responses is kept for later turns (default 30 days;
+    `llmgw.store.responses`)."""
 
     kind: str = "sqlite"
     path: str = "llmgw.sqlite3"
     url: str | None = None
     password_secret: str | None = None
+    responses_retention: float = 30 * 86400.0
 
 
 @dataclass(frozen=True)

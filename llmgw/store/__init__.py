@@ -1,7 +1,7 @@
 """llmgw.store: runtime state that is not settings (see DESIGN.md).
 
 Secrets (the engine-key secret), key/value entries, scoped tokens of the admin listener, API key hashes, quota reservations,
-usage records, leases, and the Linux users made on Slurm nodes (never reused UIDs). `open_store(url)` gives a `Store`: SQLite (WAL, one file) by default,
+usage records, leases, the responses served on /v1/responses (kept for a retention), and the Linux users made on Slurm nodes (never reused UIDs). `open_store(url)` gives a `Store`: SQLite (WAL, one file) by default,
 PostgreSQL (`postgresql://...`) for several control planes; `open_store_from_settings` opens what llmgw.yaml's
 `store:` names; `store_record`/`write_store_record`/`read_store_record` keep which store a control plane uses in its
 state directory (`store.json`, no password in it). `StoreBoundary` runs store calls off an event loop, with usage through a `UsageSpool`.
@@ -50,6 +50,7 @@ from llmgw.store.records import (
     UsageRow,
     charged,
 )
+from llmgw.store.responses import DEFAULT_RETENTION_SECONDS, StoredResponse
 from llmgw.store.schema import SCHEMA_VERSION
 from llmgw.store.spool import UsageSpool
 from llmgw.store.sqlite import SqliteStore
@@ -59,6 +60,6 @@ __all__ = [
     "KEY_REVOKED", "KEY_UNKNOWN", "SCHEMA_VERSION", "STORE_RECORD_FILE", "StoreRecord", "read_store_record",
     "store_record", "with_password", "without_password", "write_store_record", "SCOPE_ADMIN", "TOKEN_SCOPES", "Token", "STORE_FILE_NAME",
     "Allowance", "ApiKey", "Credential", "CredentialState", "Headroom", "KeyCheck", "Lease", "Rejection", "Reservation", "Settlement", "SlurmUser", "SqliteStore",
-    "Store", "StoreBoundary", "UsageRecord",
+    "Store", "StoreBoundary", "StoredResponse", "UsageRecord", "DEFAULT_RETENTION_SECONDS",
     "UsageRow", "UsageSpool", "charged", "open_store", "open_store_from_settings", "redacted", "store_url_for_state", "store_url_from_settings", "window_bounds",
 ]

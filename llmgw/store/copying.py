@@ -3,7 +3,7 @@
 
 A copy moves every table of `sqlstore.TABLES` (secrets, including the engine-key secret without which a gateway
 is locked out of every running engine; key/value; tokens of the admin listener; API keys; quota windows, slots and open
-reservations; usage with its ids; leases; the Slurm nodes' Linux users with their UIDs) row for row, in one transaction per table, into a store whose tables
+reservations; usage with its ids; leases; the Slurm nodes' Linux users with their UIDs; the stored responses of /v1/responses) row for row, in one transaction per table, into a store whose tables
 are all empty. Stop the control planes that write the source first: a copy reads each table once, not the whole
 store at one instant.
 """

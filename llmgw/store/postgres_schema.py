@@ -1,7 +1,7 @@
 """The PostgreSQL schema as numbered migrations, applied in order and recorded in `schema_migrations`.
 
 The same tables and columns as SQLite's schema (`schema.py`; PostgreSQL's 1 is SQLite's 3, its 2 SQLite's 4, its 3
-SQLite's 5, its 4 SQLite's 6), in PostgreSQL's types: times and
+SQLite's 5, its 4 SQLite's 6, its 5 SQLite's 7, its 6 SQLite's 8), in PostgreSQL's types: times and
 costs `double precision` (epoch seconds need more than `real`'s 24 bits), counts `bigint`, secrets and digests
 `bytea`. One table more, `quota_scopes`: one row per quota scope, locked by a reservation (see `dialects`).
 A migration is never edited once released; a change to the store ships a migration for both backends.
@@ -86,6 +86,15 @@ MIGRATIONS: tuple[str, ...] = (
         email TEXT PRIMARY KEY, login TEXT NOT NULL UNIQUE, uid BIGINT NOT NULL UNIQUE,
         created_at DOUBLE PRECISION NOT NULL
     );
+    """,
+    # 6 (SQLite's 8): the responses the gateway served on /v1/responses (`llmgw.store.responses`)
+    """
+    CREATE TABLE responses (
+        id TEXT PRIMARY KEY, project TEXT NOT NULL, created_at DOUBLE PRECISION NOT NULL,
+        expires_at DOUBLE PRECISION NOT NULL, model TEXT NOT NULL, body TEXT NOT NULL
+    );
+    CREATE INDEX responses_expires ON responses (expires_at);
+    CREATE INDEX responses_project ON responses (project);
     """,
 )
 

@@ -30,6 +30,7 @@ from llmgw.store.records import (
     UsageRecord,
     UsageRow,
 )
+from llmgw.store.responses import StoredResponse
 
 
 @runtime_checkable
@@ -191,6 +192,21 @@ class Store(Protocol):
         the next UID (one more than the highest ever given, at least `first_uid`), in one transaction; returns the
         rows of `wanted`'s e-mails in order. Raises StoreError when no offered login is free, or when another
         control plane assigned the same login or UID at the same moment (retry)."""
+
+    # -- responses of /v1/responses (llmgw.store.responses) --------------------------------------------------------
+    def save_response(self, stored: StoredResponse) -> None:
+        """Keep `stored` until its `expires_at`; committed before returning."""
+
+    def load_response(self, response_id: str, project: str, now: float | None = None) -> StoredResponse | None:
+        """The response `response_id` of `project` while kept at `now`; None when absent, expired or another
+        project's."""
+
+    def delete_response(self, response_id: str, project: str) -> bool:
+        """Delete the response `response_id` of `project`; True when one was there."""
+
+    def purge_responses(self, project: str | None = None, now: float | None = None) -> int:
+        """Delete every response of `project` (kept or not), or, with no project, every response expired at `now`;
+        returns how many were deleted."""
 
     # -- whole tables ------------------------------------------------------------------------------------------
     def table_rows(self, table: str) -> Iterator[tuple]:

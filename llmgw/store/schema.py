@@ -92,6 +92,16 @@ MIGRATIONS: tuple[str, ...] = (
         email TEXT PRIMARY KEY, login TEXT NOT NULL UNIQUE, uid INTEGER NOT NULL UNIQUE, created_at REAL NOT NULL
     );
     """,
+    # 8: the responses the gateway served on /v1/responses (`llmgw.store.responses`): the whole context and the
+    # answer as JSON, kept until `expires_at` (the retention in force when it was written), found by id and project
+    """
+    CREATE TABLE responses (
+        id TEXT PRIMARY KEY, project TEXT NOT NULL, created_at REAL NOT NULL, expires_at REAL NOT NULL,
+        model TEXT NOT NULL, body TEXT NOT NULL
+    );
+    CREATE INDEX responses_expires ON responses (expires_at);
+    CREATE INDEX responses_project ON responses (project);
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -17,8 +17,10 @@ from contextlib import AbstractContextManager
 from llmgw.errors import UsageError
 from llmgw.identity import Quota
 from llmgw.store import keys, quotas, slurm_users
+from llmgw.store import responses as responses_table
 from llmgw.store import usage as usage_table
 from llmgw.store.dialects import SqlConnection
+from llmgw.store.responses import StoredResponse
 from llmgw.store.records import (
     SCOPE_ADMIN,
     ApiKey,
@@ -50,12 +52,13 @@ TABLES: dict[str, tuple[str, ...]] = {
               "settings_commit", "trace_id"),
     "leases": ("name", "holder", "expires_at", "token"),
     "slurm_users": ("email", "login", "uid", "created_at"),
+    "responses": ("id", "project", "created_at", "expires_at", "model", "body"),
 }
 # The order rows are read in (for copies and comparisons that must not depend on physical order).
 TABLE_ORDER: dict[str, str] = {
     "secrets": "name", "kv": "key", "tokens": "id", "api_keys": "id",
     "quota_windows": "scope, period, start", "quota_slots": "reservation_id, scope", "quota_reservations": "id",
-    "usage": "id", "leases": "name", "slurm_users": "uid",
+    "usage": "id", "leases": "name", "slurm_users": "uid", "responses": "id",
 }
 
 
@@ -374,6 +377,25 @@ class SqlStore:
                            now: float | None = None) -> list[SlurmUser]:
         with self._write() as conn:
             return slurm_users.assign_users(conn, wanted, first_uid, _now(now))
+
+    # -- responses of /v1/responses (llmgw.store.responses) --------------------------------------------------------
+    def save_response(self, stored: StoredResponse) -> None:
+        with self._write() as conn:
+            responses_table.insert(conn, stored)
+
+    def load_response(self, response_id: str, project: str, now: float | None = None) -> StoredResponse | None:
+        with self._read() as conn:
+            return responses_table.find(conn, response_id, project, _now(now))
+
+    def delete_response(self, response_id: str, project: str) -> bool:
+        with self._write() as conn:
+            return responses_table.delete(conn, response_id, project)
+
+    def purge_responses(self, project: str | None = None, now: float | None = None) -> int:
+        with self._write() as conn:
+            if project is not None:
+                return responses_table.purge_project(conn, project)
+            return responses_table.purge_expired(conn, _now(now))
 
     # -- whole tables (copies between stores) --------------------------------------------------------------------
     def table_rows(self, table: str) -> Iterator[tuple]:

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from llmgw.cli import store_cmds
 from llmgw.errors import StoreError
 from llmgw.routes import Quota
-from llmgw.store import Reservation, UsageRecord, open_store
+from llmgw.store import Reservation, StoredResponse, UsageRecord, open_store
 from llmgw.store.sqlstore import TABLES
 
 from .conftest import schema_url
@@ -38,6 +38,8 @@ def fill(store) -> dict:
         store.record_usage(UsageRecord("chat", "gemma", NOW + 3 + i, prompt_tokens=i, ttft_seconds=0.25))
     store.acquire_lease("llmgw-reconciler", "cp-1", 30.0, NOW)
     store.assign_slurm_users([("ada@lab.example", ("ada",)), ("bob@lab.example", ("bob",))], 200000, NOW)
+    store.save_response(StoredResponse("resp_" + "0" * 32, "chat", NOW, NOW + 86400, "gemma",
+                                       [{"role": "user", "content": "hi"}], {"id": "resp_" + "0" * 32}))
     assert isinstance(held, Reservation)
     return {"secret": secret, "admin": admin, "plaintext": plaintext, "held": held, "scopes": scopes}
 

@@ -29,12 +29,15 @@ class RunningEngine:
 
 @asynccontextmanager
 async def running_llama_server(binary: Path, gguf: Path, log_path: Path, *, api_key: str,
-                               served_name: str = "gemma-3-270m") -> AsyncIterator[RunningEngine]:
-    """Start llama-server (2 threads, 2048 context, Gemma's chat template) with `api_key`, writing its output to
-    `log_path`; yield once its health path answers 200 (within 60 s, else fail with its log); stop it on exit."""
-    port = free_port()
+                               served_name: str = "gemma-3-270m", port: int | None = None,
+                               engine_args: tuple[str, ...] = ("--no-jinja", "--chat-template", "gemma"),
+                               ) -> AsyncIterator[RunningEngine]:
+    """Start llama-server (2 threads, 2048 context, Gemma's chat template unless `engine_args` say otherwise) with
+    `api_key` on `port` (None: a free one), writing its output to `log_path`; yield once its health path answers
+    200 (within 60 s, else fail with its log); stop it on exit."""
+    port = port or free_port()
     launch = Launch(binary=binary, model_path=gguf, port=port, threads=2, context_size=2048, served_name=served_name,
-                    api_key=api_key, engine_args=("--no-jinja", "--chat-template", "gemma"))
+                    api_key=api_key, engine_args=engine_args)
     argv, env = llamacpp.command_line(launch)
     with log_path.open("wb") as log:
         process = await trio.lowlevel.open_process(argv, env={**os.environ, **env}, stdout=log,

@@ -8,8 +8,9 @@ Without `--spec` the file is downloaded from raw.githubusercontent.com at that c
 example `git show SHA:openapi.json` of a clone) is read instead. The commit is recorded in the output, and the
 repository's LICENSE (MIT) is kept beside it as `LICENSE-openai-openapi`.
 
-What is taken: the request bodies `CreateChatCompletionRequest`, `CreateCompletionRequest` and
-`CreateEmbeddingRequest` and every schema they reference, as draft-07 JSON Schema `definitions`. Mechanical changes,
+What is taken: the request bodies `CreateChatCompletionRequest`, `CreateCompletionRequest`,
+`CreateEmbeddingRequest`, `CreateResponse` and `TokenCountsBody` (/v1/responses/input_tokens) and every schema they
+reference, as draft-07 JSON Schema `definitions`. Mechanical changes,
 each a rule below (`convert`), none a change of OpenAI's shapes:
 
 - OpenAPI's `nullable: true` becomes JSON Schema's `null` type (or `null` added to an `enum`);
@@ -31,7 +32,8 @@ from pathlib import Path
 
 REPOSITORY = "https://github.com/openai/openai-openapi"
 RAW = "https://raw.githubusercontent.com/openai/openai-openapi/{commit}/openapi.json"
-ROOTS = ("CreateChatCompletionRequest", "CreateCompletionRequest", "CreateEmbeddingRequest")
+ROOTS = ("CreateChatCompletionRequest", "CreateCompletionRequest", "CreateEmbeddingRequest", "CreateResponse",
+         "TokenCountsBody")
 OUTPUT = Path(__file__).with_name("openai-requests.json")
 ANNOTATIONS = {"description", "example", "examples", "title", "default", "deprecated", "format", "discriminator",
                "readOnly", "writeOnly"}
