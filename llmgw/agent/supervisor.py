@@ -16,7 +16,7 @@ import os
 import signal
 import socket
 import subprocess
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -251,17 +251,23 @@ class Supervisor:
         await self._nursery.start(self._run_shard, shard)
         return shard.view
 
-    async def stop(self, shard_id: str, grace: float | None = None) -> ShardView:
+    async def stop(self, shard_id: str, grace: float | None = None,
+                   drain: Callable[[ShardSpec], Awaitable[object]] | None = None) -> ShardView:
         """Stop a shard: SIGTERM to its process group, SIGKILL after `grace` seconds (default: the spec's).
 
+        The shard is reported STOPPING first; when it was READY and `drain` is given, `await drain(spec)` (its
+        requests in flight finish: `llmgw.agent.draining.drain_engine`) comes before the SIGTERM.
         Forgets the shard (its record is deleted). Returns its final view (state "stopped"). A checkpoint.
         Raises UsageError for an unknown shard.
         """
         shard = self._shards.get(shard_id)
         if shard is None:
             raise UsageError(f"no shard {shard_id!r} on this node")
+        was_ready = shard.view.state is ShardState.READY and not shard.stopping
         shard.stopping = True
         self._set(shard, shard.view.with_state(ShardState.STOPPING))
+        if drain is not None and was_ready and shard.pid:
+            await drain(shard.spec)
         grace = shard.spec.grace_seconds if grace is None else grace
         if shard.pid:
             await self._terminate_group(shard, grace)
@@ -363,6 +369,8 @@ class Supervisor:
             while True:
                 await trio.sleep(self.ready_check_interval if ready else self.health_interval)
                 reason = await self._probe(url)
+                if shard.stopping:  # STOPPING (draining) stays so: back to READY would route to it again
+                    continue
                 if reason is None:
                     failures = 0
                     if not ready:
