@@ -50,7 +50,8 @@ class AgentConfig:
     checks the replica key on every request) on `engine_host` ("" = `address` or 127.0.0.1).
     `engine_binaries` maps "engine@version" (e.g. "llama.cpp@b11434") to an executable used instead of an
     install (a cached build, or a stand-in in tests); those count as installed. `shard_stop_grace` seconds
-    between SIGTERM and SIGKILL. `restart_backoff_initial`/`_max` seconds bound engine restarts,
+    between SIGTERM and SIGKILL. `shard_drain_timeout` seconds a ready shard told to stop gets to finish its
+    requests in flight before the SIGTERM when the StopShard names none (`llmgw.agent.draining`; 0: no drain). `restart_backoff_initial`/`_max` seconds bound engine restarts,
     `reconnect_backoff_max` seconds the longest wait between connection attempts to one control plane (small, so
     that a control plane started again has its fleet back within seconds; see `llmgw.agent.runtime`). `stop_shards_on_exit` stops every
     engine when `run_agent` ends (default: leave them running, to be adopted by the next agent).
@@ -78,6 +79,7 @@ class AgentConfig:
     engine_host: str = ""
     engine_binaries: Mapping[str, Path] = field(default_factory=dict)
     shard_stop_grace: float = 10.0
+    shard_drain_timeout: float = 30.0
     restart_backoff_initial: float = 1.0
     restart_backoff_max: float = 60.0
     reconnect_backoff_max: float = 5.0

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 import httpx
 import trio
 
-from llmgw.agent.shards import ShardView, local_url
+from llmgw.agent.shards import ShardSpec, ShardView, local_url
 from llmgw.engines import get_engine
 from llmgw.errors import LlmgwError
 from llmgw.identity import ShardState
@@ -46,12 +46,20 @@ async def read_engine_loads(views: Iterable[ShardView], *, timeout: float = SCRA
 
 
 async def _read_one(client: httpx.AsyncClient, view: ShardView, loads: dict[str, EngineLoad]) -> None:
-    spec = view.spec
-    assert spec is not None
+    assert view.spec is not None
+    load = await read_engine_load(client, view.spec)
+    if load is not None:
+        loads[view.spec.shard_id] = load
+
+
+async def read_engine_load(client: httpx.AsyncClient, spec: ShardSpec) -> EngineLoad | None:
+    """One reading of the engine of `spec` (its /metrics through `client`, with the replica key), or None when the
+    engine is unknown to this agent, did not answer 200, or answered something that is not Prometheus text (logged
+    at debug level). A checkpoint."""
     try:
         module = get_engine(spec.engine.split("@", 1)[0])
     except LlmgwError:
-        return  # an engine this agent does not know: nothing to read
+        return None  # an engine this agent does not know: nothing to read
     key = spec.env.get(module.API_KEY_ENV)
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     url = local_url(spec, module.METRICS_PATH)
@@ -59,11 +67,12 @@ async def _read_one(client: httpx.AsyncClient, view: ShardView, loads: dict[str,
         response = await client.get(url, headers=headers)
     except httpx.HTTPError as exc:
         log.debug("shard %s: %s: %s", spec.shard_id, url, exc)
-        return
+        return None
     if response.status_code != 200:
         log.debug("shard %s: %s answered %d", spec.shard_id, url, response.status_code)
-        return
+        return None
     try:
-        loads[spec.shard_id] = parse_engine_metrics(response.text, module.METRICS.candidates())
+        return parse_engine_metrics(response.text, module.METRICS.candidates())
     except ParseError as exc:
         log.debug("shard %s: %s", spec.shard_id, exc)
+        return None

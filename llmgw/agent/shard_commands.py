@@ -21,6 +21,7 @@ import trio
 from llmgw.agent import kv_sockets, weights_tree
 from llmgw.agent.config import engine_binary
 from llmgw.agent.kv_sockets import kv_socket_dir
+from llmgw.agent.draining import drain_engine
 from llmgw.agent.node import Command, NodeAgent
 from llmgw.agent.shards import ShardSpec, ShardView
 from llmgw.agent.tracing import NO_TRACE
@@ -217,9 +218,14 @@ async def _stop(agent: NodeAgent, command_id: str, command: pb.StopShard) -> Non
     if scope is not None:
         scope.cancel()
     grace = command.grace_seconds or agent.config.shard_stop_grace
+    drain_timeout = command.drain_seconds or agent.config.shard_drain_timeout
+
+    async def drain(spec: ShardSpec) -> None:  # its requests in flight finish first (llmgw.agent.draining)
+        await drain_engine(spec, drain_timeout)
+
     try:
         if agent.supervisor.get(command.shard_id) is not None:
-            await agent.supervisor.stop(command.shard_id, grace)
+            await agent.supervisor.stop(command.shard_id, grace, drain if drain_timeout > 0 else None)
         else:
             view = agent.pending.get(command.shard_id)
             if view is not None:

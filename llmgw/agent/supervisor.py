@@ -18,7 +18,7 @@ import os
 import signal
 import socket
 import subprocess
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -103,6 +103,7 @@ class _Shard:
         self.pid = 0
         self.start_time = 0
         self.stopping = False
+        self.stop_under_way: trio.Event | None = None  # set once the stop under way ended (or was cancelled)
         self.scope = trio.CancelScope()
         self.exited = trio.Event()
         self.ready_since = math.inf
@@ -253,17 +254,38 @@ class Supervisor:
         await self._nursery.start(self._run_shard, shard)
         return shard.view
 
-    async def stop(self, shard_id: str, grace: float | None = None) -> ShardView:
+    async def stop(self, shard_id: str, grace: float | None = None,
+                   drain: Callable[[ShardSpec], Awaitable[object]] | None = None) -> ShardView:
         """Stop a shard: SIGTERM to its process group, SIGKILL after `grace` seconds (default: the spec's).
 
+        The shard is reported STOPPING first; when it was READY and `drain` is given, `await drain(spec)` (its
+        requests in flight finish: `llmgw.agent.draining.drain_engine`) comes before the SIGTERM. A stop of a shard
+        being stopped (drained) waits for that stop first (a StopShard sent again, a start replacing it).
         Forgets the shard (its record is deleted). Returns its final view (state "stopped"). A checkpoint.
         Raises UsageError for an unknown shard.
         """
         shard = self._shards.get(shard_id)
         if shard is None:
             raise UsageError(f"no shard {shard_id!r} on this node")
+        if shard.stop_under_way is not None:  # e.g. draining: the engine's requests finish first
+            await shard.stop_under_way.wait()
+            if self._shards.get(shard_id) is not shard:
+                return shard.view
+        under_way = shard.stop_under_way = trio.Event()
+        try:
+            return await self._stop(shard, grace, drain)
+        finally:
+            under_way.set()
+            shard.stop_under_way = None
+
+    async def _stop(self, shard: _Shard, grace: float | None,
+                    drain: Callable[[ShardSpec], Awaitable[object]] | None) -> ShardView:
+        shard_id = shard.spec.shard_id
+        was_ready = shard.view.state is ShardState.READY and not shard.stopping
         shard.stopping = True
         self._set(shard, shard.view.with_state(ShardState.STOPPING))
+        if drain is not None and was_ready and shard.pid:
+            await drain(shard.spec)
         grace = shard.spec.grace_seconds if grace is None else grace
         if shard.pid:
             await self._terminate_group(shard, grace)
@@ -365,6 +387,8 @@ class Supervisor:
             while True:
                 await trio.sleep(self.ready_check_interval if ready else self.health_interval)
                 reason = await self._probe(url)
+                if shard.stopping:  # STOPPING (draining) stays so: back to READY would route to it again
+                    continue
                 if reason is None:
                     failures = 0
                     if not ready:

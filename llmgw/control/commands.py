@@ -74,9 +74,12 @@ def start_shard(
 
 
 def stop_shard(action: Action, settings: Settings) -> pb.StopShard:
-    """The StopShard for a STOP action, with the node's `shard_stop_grace` (seconds)."""
+    """The StopShard for a STOP action, with the node's `shard_stop_grace` (seconds) and the drain timeout
+    (llmgw.yaml `listeners.gateway.drain_timeout`, seconds): a ready shard's requests in flight get that long
+    to finish once it left the routing tables (`llmgw.agent.draining`)."""
     grace = settings.agent_settings_for(action.node_id).shard_stop_grace
-    return pb.StopShard(shard_id=shard_id_of(action), grace_seconds=grace)
+    return pb.StopShard(shard_id=shard_id_of(action), grace_seconds=grace,
+                        drain_seconds=settings.cluster.gateway.drain_timeout)
 
 
 def install_engine(action: Action, settings: Settings, platform: str) -> pb.InstallEngine:

@@ -13,7 +13,9 @@ A pass goes in two stages.
    capacity left (indexes by GPU class, best fit, replicas of one model spread over nodes when possible).
    A node lacking the engine but otherwise fit gets an INSTALL and the replica waits for it. A rolling
    replica that fits nowhere while its old shard runs is rolled in place (old stopped first) when the old
-   shard's node can take the new generation and every other replica of the model is ready.
+   shard's node can take the new generation and every other replica of the model is ready. At most
+   `reconcile.max_surge` (default 1) replaced replicas of a model run their new shard beside the old one at once;
+   the others wait, unplaced, their old shard serving.
 
 A healthy replica is never moved to improve the packing: placement only ever looks at replicas without a
 current shard. Nodes not alive are ignored (their shards hold nothing; replicas are placed elsewhere).
@@ -35,13 +37,13 @@ from llmgw.plan.guard import guard_fleet_not_emptied
 from llmgw.plan.health import unhealthy_devices
 from llmgw.identity import ShardState, engine_key, replica_index
 from llmgw.plan.identity import engine_version_of, fingerprint, replica_ids
-from llmgw.plan.placing import Pending, Placement
+from llmgw.plan.placing import ALL_NODES, Pending, Placement
 from llmgw.plan.slurm_accounts import desired_accounts
 from llmgw.plan.slurm_conf import hosts_of
 from llmgw.plan.slurm_roles import SlurmRole, slurm_roles
 from llmgw.plan.slurm_users import users_digest_input
 from llmgw.plan.spanning import Spanning
-from llmgw.plan.types import Action, ActionKind, Assignment, Fleet, NodeState, ObservedShard, Plan
+from llmgw.plan.types import Action, ActionKind, Assignment, Fleet, NodeState, ObservedShard, Plan, Unplaced
 from llmgw.settings.model import Model, Settings
 
 _HOLDING = frozenset({ShardState.PENDING, ShardState.FETCHING, ShardState.STARTING, ShardState.READY,
@@ -88,6 +90,7 @@ class _Planner(Spanning, Placement):
     def __init__(self, settings: Settings, fleet: Fleet):
         super().__init__(settings, sorted(fleet.nodes, key=lambda n: n.node_id))
         self.indexes: dict[str, int] = {}  # replica id -> its index n, known when the ids are built
+        self.surging: dict[str, int] = {}  # model -> its replicas whose new shard runs beside the old one
         self.init_spanning()
 
     def place(self, item: Pending) -> None:
@@ -161,10 +164,32 @@ class _Planner(Spanning, Placement):
                     continue
                 self.stop(node, shard, self.unwanted_reason(shard, stopped))
 
+        pending = self.within_surge(pending)
         if pending:
             self.place_all(pending)
         self.configure_nodes()
         return self.finish()
+
+    def within_surge(self, pending: list[Pending]) -> list[Pending]:
+        """`pending` less the replaced replicas (those with an old shard still serving) beyond llmgw.yaml
+        `reconcile.max_surge` per model, counting those whose new shard already runs: the others keep their old
+        shard serving, its KEEP and their `unplaced` entry saying why, and are placed in a later pass."""
+        limit = max(1, self.settings.cluster.max_surge)
+        kept = []
+        for item in pending:
+            model = item.demand.model
+            if item.old and self.surging.get(model, 0) >= limit:
+                reason = f"rolling: waits for another replica of {model} (reconcile.max_surge {limit})"
+                for node, shard in item.old:
+                    index = self.old_keeps.get((node.node_id, shard.shard_id))
+                    if index is not None:
+                        self.actions[index] = replace(self.actions[index], reason=reason)
+                self.unplaced.append(Unplaced(item.replica_id, model, ((ALL_NODES, reason),)))
+                continue
+            if item.old:
+                self.surging[model] = self.surging.get(model, 0) + 1
+            kept.append(item)
+        return kept
 
     def configure_nodes(self) -> None:
         """A CONFIGURE for every alive, tracked node whose acknowledged agent settings differ from the settings'."""
@@ -271,6 +296,8 @@ class _Planner(Spanning, Placement):
             self.actions.append(action)
             kept.append((node, shard))
         if primary is not None:
+            if kept:  # its new shard runs beside the old one, not ready yet: counted against max_surge
+                self.surging[model.name] = self.surging.get(model.name, 0) + 1
             return None
         item = Pending(replica_id, demand, taken, old=kept)
         if kept:

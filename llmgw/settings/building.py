@@ -94,6 +94,7 @@ def build_cluster(data: Mapping[str, Any]) -> ClusterSettings:
         reconcile_interval=_duration(reconcile, "interval", defaults.reconcile_interval),
         node_lost_after=_duration(reconcile, "node_lost_after", defaults.node_lost_after),
         action_timeout=_duration(reconcile, "action_timeout", defaults.action_timeout),
+        max_surge=int(reconcile.get("max_surge", defaults.max_surge)),
         serving_stopped=bool(serving.get("stopped", False)),
         allow_empty=bool(serving.get("allow_empty", False)),
         cordoned=tuple(sorted(set(serving.get("cordoned", ())))),

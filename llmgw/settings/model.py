@@ -74,6 +74,7 @@ class ClusterSettings:
     then stopped (`llmgw node cordon|uncordon|drain`), both sorted.
     `control_planes`: every control plane's agents address ("host:port"), told to every agent (which connects to
     each: see docs/ha.md); empty with one control plane.
+    `max_surge`: per model, how many replaced replicas may run their new shard beside the old one at once.
     `tracing`: the control plane's traces; `trace_requests` the share (0..1) of the gateway's requests traced
     (`llmgw server --otlp-endpoint` / `--trace-requests` override both).
     `kv_blocks_per_replica`: the most prefix-cache block hashes kept per vLLM replica (llmgw.control.kv_blocks).
@@ -88,6 +89,7 @@ class ClusterSettings:
     reconcile_interval: float = 10.0
     node_lost_after: float = 30.0
     action_timeout: float = 600.0
+    max_surge: int = 1
     serving_stopped: bool = False
     allow_empty: bool = False
     cordoned: tuple[str, ...] = ()

@@ -499,12 +499,14 @@ class LoraAdapter(_message.Message):
     def __init__(self, name: _Optional[str] = ..., weights: _Optional[_Iterable[_Union[WeightsFile, _Mapping]]] = ...) -> None: ...
 
 class StopShard(_message.Message):
-    __slots__ = ("shard_id", "grace_seconds")
+    __slots__ = ("shard_id", "grace_seconds", "drain_seconds")
     SHARD_ID_FIELD_NUMBER: _ClassVar[int]
     GRACE_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    DRAIN_SECONDS_FIELD_NUMBER: _ClassVar[int]
     shard_id: str
     grace_seconds: float
-    def __init__(self, shard_id: _Optional[str] = ..., grace_seconds: _Optional[float] = ...) -> None: ...
+    drain_seconds: float
+    def __init__(self, shard_id: _Optional[str] = ..., grace_seconds: _Optional[float] = ..., drain_seconds: _Optional[float] = ...) -> None: ...
 
 class InstallEngine(_message.Message):
     __slots__ = ("engine", "version", "archive_url", "archive_sha256", "sdist_package", "sdist_version", "sdist_sha256", "mirror", "build_args", "python_packages", "traceparent")

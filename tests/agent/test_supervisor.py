@@ -147,3 +147,31 @@ async def test_a_headless_rank_that_serves_no_http_is_ready_while_it_runs_and_fa
         await wait_for(lambda: supervisor.get("m-0/1").state == "ready")
         await wait_for(lambda: supervisor.get("m-0/1").state == "failed", timeout=10)
         await supervisor.stop("m-0/1")
+
+
+async def test_a_drained_stop_reports_stopping_first_and_a_second_stop_waits_for_the_drain(tmp_path):
+    seen = []
+    async with Supervisor(tmp_path, on_change=seen.append, ready_check_interval=0.05) as supervisor:
+        spec = standin_spec("m-0/0", supervisor.free_port())
+        pid = (await supervisor.start(spec)).pid
+        await wait_for(lambda: supervisor.get("m-0/0").state == "ready")
+        drained = trio.Event()
+        release = trio.Event()
+
+        async def drain(spec_drained) -> None:  # the engine's requests finishing (llmgw.agent.draining)
+            assert spec_drained is spec and _alive(pid)
+            drained.set()
+            await release.wait()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(supervisor.stop, "m-0/0", None, drain)
+            await drained.wait()
+            await trio.sleep(0.3)  # several health checks pass meanwhile: the shard stays STOPPING
+            assert supervisor.get("m-0/0").state == "stopping" and _alive(pid)
+            nursery.start_soon(supervisor.stop, "m-0/0")  # sent again: waits for the drain, kills nothing
+            await trio.sleep(0.2)
+            assert _alive(pid)
+            release.set()
+        assert not _alive(pid) and supervisor.shards() == []
+        states = [v.state for v in seen if v.shard_id == "m-0/0"]
+        assert states[-2:] == ["stopping", "stopped"] and "ready" not in states[states.index("stopping"):]

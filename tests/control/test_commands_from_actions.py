@@ -70,9 +70,11 @@ def test_start_shard_carries_the_adapters_in_catalog_order_with_their_files_and_
     assert start_shard(START, settings, lambda rid: "k", secrets.require).adapters == []
 
 
-def test_stop_shard_uses_the_node_grace_and_install_names_the_archive_for_the_platform(settings):
+def test_stop_shard_uses_the_node_grace_and_the_drain_timeout_and_install_names_the_archive_for_the_platform(
+        settings):
     stop = Action(ActionKind.STOP, "n1", "tiny-0", "tiny-0/0@1234abcd", "tiny")
     assert (stop_shard(stop, settings).shard_id, stop_shard(stop, settings).grace_seconds) == ("tiny-0/0@1234abcd", 2.0)
+    assert stop_shard(stop, settings).drain_seconds == settings.cluster.gateway.drain_timeout == 30.0  # the default
     install = install_engine(Action(ActionKind.INSTALL, "n1", engine="llama.cpp@b11434"), settings,
                              platform_of("Linux 6.8.0-45-generic", "x86_64"))
     assert install.version == "b11434" and install.archive_url.endswith("ubuntu-x64.zip")

@@ -23,12 +23,13 @@ async def test_a_changed_model_rolls_without_a_moment_unserved(tmp_path, setting
                        30, "tiny-0 ready")
         old_url = plane.table.models["tiny"].replicas[0].base_url
 
-        unserved = []
+        unserved = []  # (time, the shards' states then) of each moment the gateway had no route to tiny
 
         async def watch_routes() -> None:
             while True:
                 if not plane.table.models["tiny"].replicas:
-                    unserved.append(trio.current_time())
+                    shards = plane.status()["nodes"]["n1"]["shards"]
+                    unserved.append((trio.current_time(), {sid: s["state"] for sid, s in shards.items()}))
                 await trio.sleep(0.01)
 
         nursery.start_soon(watch_routes)

@@ -216,3 +216,29 @@ def test_a_full_node_installs_the_new_engine_before_rolling_in_place():
         ("node01", "installing llama.cpp b12000 (then rolling llama-0/0 in place)"),)
     installed = apply_plan(plan, f)
     assert kinds(make_plan(s, installed)) == [("stop", "llama-0/0", "node01")]
+
+
+@pytest.mark.parametrize("max_surge", [1, 2, 3])
+def test_a_roll_runs_at_most_max_surge_new_shards_of_a_model_beside_their_old_ones(max_surge):
+    m = replace(GEMMA, replicas=3)
+    old_fleet = converge(settings(m), fleet(cpu_node("node01"), cpu_node("node02"), cpu_node("node03")))
+    s = settings(replace(m, context_size=8192))
+    s = replace(s, cluster=replace(s.cluster, max_surge=max_surge))
+    plan = make_plan(s, old_fleet)
+    starts = [a.replica_id for a in plan.actions if a.kind is ActionKind.START]
+    assert starts == ["gemma-0", "gemma-1", "gemma-2"][:max_surge]
+    waiting = [a for a in plan.actions if a.kind is ActionKind.KEEP and "max_surge" in a.reason]
+    assert len(waiting) == 3 - max_surge and not any(a.kind is ActionKind.STOP for a in plan.actions)
+
+    starting = apply_plan(plan, old_fleet, state=ShardState.STARTING)  # the new shards not ready yet: no more
+    assert not [a for a in make_plan(s, starting).actions if a.kind is ActionKind.START]
+
+    ready = fleet(*(replace(n, shards=tuple(replace(x, state=ShardState.READY) for x in n.shards))
+                    for n in starting.nodes))
+    plan = make_plan(s, ready)  # those replaced: their old shards stop, the next ones start
+    assert len([a for a in plan.actions if a.kind is ActionKind.STOP]) == max_surge
+    assert [a.replica_id for a in plan.actions if a.kind is ActionKind.START] == [
+        "gemma-0", "gemma-1", "gemma-2"][max_surge:2 * max_surge]
+    for _ in range(4):
+        ready = converge(s, ready)
+    assert not make_plan(s, ready).changes
