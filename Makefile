@@ -9,13 +9,13 @@ BIN := $(VENV)/bin
 STATE ?= .state
 export LLMGW_CACHE ?= $(HOME)/.cache/llmgw
 
-.PHONY: up test venv engine vllm lint bench clean prometheus chromium system-packages node-sdk
+.PHONY: up test venv engine vllm lint bench bench-deps clean prometheus chromium system-packages node-sdk
 
 venv: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet -c constraints.txt -e '.[test,demo,bench]'
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[test,demo]'
 	touch $@
 
 # Build (or reuse) llama-server and assemble the Gemma weights mirror, with progress.
@@ -63,7 +63,11 @@ node-sdk:
 test: engine vllm lint system-packages node-sdk
 	$(BIN)/pytest
 
-bench: engine
+# The bench extra (mutmut, for bench/mutation.py) only where benchmarks run: `make up` and `make test` need none of it.
+bench-deps: venv
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[bench]'
+
+bench: engine bench-deps
 	for script in bench/*.py; do $(BIN)/python $$script || exit 1; done
 
 clean:
