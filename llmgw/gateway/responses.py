@@ -118,7 +118,7 @@ class ResponsesApi:
         """The caller, the checked body (`endpoint`'s schema) and the whole context of the turn."""
         caller = await self._caller(headers, ids, trace)
         raw = await self.gateway.admission.receive_body(caller, self.gateway.table, receive, headers)
-        body = parse_body(raw)
+        body = with_omitted_nullables(parse_body(raw))
         validate_request(endpoint, body)
         previous_id = body.get("previous_response_id")
         if previous_id is not None:
@@ -187,6 +187,24 @@ async def _answer(send, payload: dict, ids: RequestIds, trace: RequestTrace | No
     await send_json(send, 200, payload, ids.headers())
     if trace is not None:
         trace.end(200)
+
+
+FUNCTION_TOOL_NULLABLES = ("strict", "parameters")
+
+
+def with_omitted_nullables(body: Any) -> Any:
+    """`body` with a function tool's omitted `strict` and `parameters` as null.
+
+    OpenAI's published schema (`FunctionTool`) lists both as required though each may be null, and OpenAI's service
+    and SDKs let a caller leave them out (`tools=[{"type": "function", "name": "f"}]`): an omitted one means null
+    here, as there. Anything that is not a dict of tools is returned as it is, for the schema check to refuse.
+    """
+    tools = body.get("tools") if isinstance(body, dict) else None
+    if not isinstance(tools, list):
+        return body
+    filled = [{**{key: None for key in FUNCTION_TOOL_NULLABLES}, **tool}
+              if isinstance(tool, dict) and tool.get("type") == "function" else tool for tool in tools]
+    return {**body, "tools": filled}
 
 
 def _not_found(response_id: str) -> ApiError:

@@ -23,7 +23,8 @@ from llmgw.gateway.responses import PURGE_INTERVAL, ResponsesApi
 from llmgw.gateway.responses_chat import chat_request, context_items
 
 NODE_SCRIPT = Path(__file__).with_name("node") / "responses_turns.cjs"
-TOOL = {"type": "function", "name": "get_weather", "description": "The weather in a city.", "strict": None,
+# No `strict`: the SDKs let a caller leave it out (OpenAI's schema lists it as required but nullable).
+TOOL = {"type": "function", "name": "get_weather", "description": "The weather in a city.",
         "parameters": {"type": "object", "properties": {"location": {"type": "string"}}}}
 
 
