@@ -1,6 +1,7 @@
 """The gateway: the OpenAI-compatible API in front of the fleet's replicas and external endpoints.
 
 Endpoints: GET /v1/models, GET /v1/models/{model}, POST /v1/chat/completions, /v1/completions, /v1/embeddings,
+POST /v1/messages, /v1/messages/count_tokens (Anthropic's Messages API), /v1/rerank, /v1/score (`dialects`),
 GET /health. (The gateway's Prometheus counters are served with the fleet's on the admin listener's /metrics,
 see llmgw.control.metrics; the API port has no /metrics.)
 
@@ -46,6 +47,8 @@ from llmgw.gateway.admission import (
 from llmgw.gateway.asgi import (
     BODY_GRACE_SECONDS, BODY_MIN_BYTES_PER_SECOND, Disconnected, header_map, send_error, send_json, serve_lifespan,
 )
+from llmgw.gateway.dialects import HANDLERS as DIALECTS
+from llmgw.gateway.dialects import serve_dialect
 from llmgw.gateway.draining import DRAIN_TIMEOUT, Drain, close_header, cut_error, draining_error, serve_http
 from llmgw.gateway.health import HealthProbes
 from llmgw.gateway.metrics import GatewayMetrics
@@ -244,6 +247,8 @@ class Gateway:
                 if method != "POST":
                     raise ApiError(405, f"{path} takes POST.", "invalid_request_error", "method_not_allowed")
                 await self._proxied(receive, send, headers, PROXIED[path], ids, trace)
+            elif path in DIALECTS:  # Anthropic's Messages API, rerank and score (llmgw.gateway.dialects)
+                await serve_dialect(self, scope, receive, send, path, method)
             elif path == "/v1/models" or path.startswith("/v1/models/"):
                 await self._models(scope, send, path[len("/v1/models/"):] if path != "/v1/models" else None)
             else:
