@@ -21,7 +21,8 @@ TOOLS = [{"name": "get_weather", "description": "The weather at a place.",
 async def setup(nursery, store):
     engine, url = await start_engine(nursery, token_delay=0.0)
     projects = {"chat": ProjectPolicy("chat", "t", "o", quotas=(("project:chat", Quota(tokens_per_day=10**9)),)),
-                "narrow": ProjectPolicy("narrow", "t", "o", models=frozenset({"other"}))}
+                "narrow": ProjectPolicy("narrow", "t", "o", models=frozenset({"other"})),
+                "tight": ProjectPolicy("tight", "t", "o", quotas=(("project:tight", Quota(requests_per_minute=1)),))}
     table = make_table({"gemma": [replica("gemma-1", url)], "other": [replica("other-1", url)]},
                        aliases={"gemma": ("gemma-3",)}, projects=projects)
     gateway, base = await start_gateway(nursery, store, table)
@@ -129,13 +130,18 @@ async def test_refusals_come_in_anthropics_error_shape_with_the_sdks_exceptions(
         with pytest.raises(anthropic.PermissionDeniedError) as info:
             await call
         assert info.value.body["error"]["type"] == "permission_error"
+    _key, tight = store.create_api_key("tight")  # one request per minute
+    await client.with_options(api_key=tight).messages.create(model="gemma", max_tokens=2, messages=MESSAGES)
+    with pytest.raises(anthropic.RateLimitError) as info:
+        await client.with_options(api_key=tight).messages.create(model="gemma", max_tokens=2, messages=MESSAGES)
+    assert info.value.body["error"]["type"] == "rate_limit_error" and info.value.response.headers["retry-after"]
     async with httpx.AsyncClient() as raw:
         answer = await raw.post(base + "/messages", headers={"x-api-key": plaintext, "anthropic-version": "latest"},
                                 json={"model": "gemma", "max_tokens": 3, "messages": MESSAGES})
         assert answer.status_code == 400 and answer.json()["error"]["type"] == "invalid_request_error"
         answer = await raw.get(base + "/messages", headers={"x-api-key": plaintext})
         assert answer.status_code == 405 and answer.json()["type"] == "error"
-    assert {r.status for r in store.recent_usage()} >= {404, 403}
+    assert {r.status for r in store.recent_usage()} >= {404, 403, 429}
 
 
 async def test_a_client_that_leaves_mid_stream_is_billed_what_reached_the_engine(nursery, store):
