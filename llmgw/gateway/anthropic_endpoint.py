@@ -31,21 +31,24 @@ from llmgw.gateway.anthropic import COUNT_TOKENS_PATH, check_request, message_id
 from llmgw.gateway.anthropic_stream import MessagesSend
 from llmgw.gateway.problems import ApiError
 from llmgw.gateway.proxying import open_upstream, relay_whole
-from llmgw.gateway.request_context import STATUS_CLIENT_CLOSED, Caller, Ledger
+from llmgw.gateway.dialect_request import Incoming
+from llmgw.gateway.request_context import STATUS_CLIENT_CLOSED, Ledger
 
 CHAT_PATH = "/v1/chat/completions"
 
 
-async def messages(gateway, caller: Caller, table, path: str, body: dict, raw: bytes, send, receive) -> None:
+async def messages(gateway, incoming: Incoming, send, receive) -> None:
     """Serve a Messages request (module docstring). Raises ApiError for a refusal before the forward."""
+    caller, table, body = incoming.caller, incoming.table, incoming.body
     check_request(body)
     chat = to_chat(body)
     ctx = await gateway.admission.admit(caller, table, CHAT_PATH, chat, json.dumps(chat).encode())
     await gateway._run(ctx, MessagesSend(send, message_id(caller.ids.own), body["model"]), receive)
 
 
-async def count_tokens(gateway, caller: Caller, table, path: str, body: dict, raw: bytes, send, receive) -> None:
+async def count_tokens(gateway, incoming: Incoming, send, receive) -> None:
     """Serve a count_tokens request (module docstring): `{"input_tokens": N}` from the engine, billed nothing."""
+    caller, table, body, raw = incoming.caller, incoming.table, incoming.body, incoming.raw
     check_request(body, count=True)
     chat = to_chat(body, count=True)
     # admitted as a request that generates nothing (the embeddings path): the prompt's bound is reserved

@@ -17,13 +17,14 @@ from llmgw.gateway.admission import project_of
 from llmgw.gateway.anthropic import COUNT_TOKENS_PATH, MESSAGES_PATH, check_version, refused
 from llmgw.gateway.anthropic_endpoint import count_tokens, messages
 from llmgw.gateway.asgi import header_map, send_bytes
+from llmgw.gateway.dialect_request import Incoming
 from llmgw.gateway.problems import ApiError
 from llmgw.gateway.request_context import STATUS_CLIENT_CLOSED, Caller
 from llmgw.gateway.rerank import RERANK_PATH, SCORE_PATH, rerank
 from llmgw.gateway.validation import parse_body
 
 HANDLERS = {MESSAGES_PATH: messages, COUNT_TOKENS_PATH: count_tokens, RERANK_PATH: rerank, SCORE_PATH: rerank}
-"""The paths served here and their handler: `await handler(gateway, caller, table, path, body, raw, send, receive)`."""
+"""The paths served here and their handler: `await handler(gateway, incoming, send, receive)` (`Incoming`)."""
 
 
 async def serve_dialect(gateway, scope, receive, send, path: str, method: str) -> None:
@@ -43,7 +44,7 @@ async def serve_dialect(gateway, scope, receive, send, path: str, method: str) -
         table = gateway.table
         caller = Caller(key, project_of(table, key), ids, trace, started)
         raw = await gateway.admission.receive_body(caller, table, receive, headers)
-        await HANDLERS[path](gateway, caller, table, path, parse_body(raw), raw, send, receive)
+        await HANDLERS[path](gateway, Incoming(caller, table, path, parse_body(raw), raw), send, receive)
     except ApiError as error:
         if trace is not None:
             trace.end(error.status)

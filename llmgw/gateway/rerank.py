@@ -25,7 +25,7 @@ import jsonschema_rs
 
 from llmgw.gateway.explaining import Problem, explain
 from llmgw.gateway.problems import bad_request
-from llmgw.gateway.request_context import Caller
+from llmgw.gateway.dialect_request import Incoming
 from llmgw.gateway.validation import MAX_MODEL_NAME_CHARS
 
 RERANK_PATH = "/v1/rerank"
@@ -83,8 +83,9 @@ def not_served(route, path: str) -> str | None:
     return None
 
 
-async def rerank(gateway, caller: Caller, table, path: str, body: dict, raw: bytes, send, receive) -> None:
+async def rerank(gateway, incoming: Incoming, send, receive) -> None:
     """Serve a rerank or score request (module docstring). Raises ApiError for a refusal before the forward."""
+    caller, table, path, body, raw = incoming.caller, incoming.table, incoming.path, incoming.body, incoming.raw
     check_request(path, body)
     route = table.resolve(body["model"]) if body["model"] else None
     allowed = route is not None and (caller.project.models is None or route.name in caller.project.models)
