@@ -13,7 +13,10 @@ Anthropic's `MessageCreateParams` the gateway translates; unknown fields pass) a
 - `tools` become functions (`input_schema` the parameters); `tool_choice` auto/any/tool/none becomes
   auto/required/{function}/none, `disable_parallel_tool_use` `parallel_tool_calls: false`;
 - `max_tokens`, `temperature`, `top_p`, `top_k` keep their names; `stop_sequences` becomes `stop`; `stream: true`
-  asks for the usage chunk too (`stream_options.include_usage`), which becomes `message_delta`'s usage.
+  asks for the usage chunk too (`stream_options.include_usage`), which becomes `message_delta`'s usage;
+- Anthropic's fields that mean nothing to a chat engine (ANTHROPIC_ONLY: `metadata`, `thinking`, `output_config`,
+  ...) are dropped; any other field (an engine's own, as `seed`) passes as it is, and the chat request as a whole
+  is then checked against OpenAI's chat schema (`validation.validate_request`) as a chat request is.
 A `document` block, server tools (a tool with a `type` other than "custom") and anything else the chat API cannot
 say are refused with a 400 naming the field.
 
@@ -83,6 +86,15 @@ COUNT_SCHEMA = {**REQUEST_SCHEMA, "required": ["model", "messages"]}
 """What `/v1/messages/count_tokens` checks (no `max_tokens`)."""
 
 
+_TRANSLATED = frozenset({"model", "max_tokens", "messages", "system", "stop_sequences", "stream", "temperature",
+                         "top_p", "top_k", "tools", "tool_choice"})
+ANTHROPIC_ONLY = frozenset({"metadata", "thinking", "output_config", "cache_control", "service_tier", "container",
+                            "diagnostics", "inference_geo", "speed", "user_profile_id", "workspace_id", "mcp_servers",
+                            "context_management", "betas"})
+"""Fields of Anthropic's API that mean nothing to a chat engine: accepted and not forwarded. Any other field the
+translation does not know (an engine's own: `seed`, `min_p`, `cache_prompt`, ...) passes to the engine as it is."""
+
+
 def error_body(status: int, message: str) -> bytes:
     """Anthropic's error object for an answer of `status`, UTF-8 JSON."""
     return json.dumps({"type": "error", "error": {"type": ERROR_TYPES.get(status, "api_error" if status >= 500
@@ -146,6 +158,9 @@ def to_chat(body: Mapping[str, Any], *, count: bool = False) -> dict:
     if body.get("stream") and not count:
         chat["stream"] = True
         chat["stream_options"] = {"include_usage": True}
+    for field, value in body.items():  # the engine's own fields (seed, min_p, cache_prompt, ...) pass
+        if field not in _TRANSLATED and field not in ANTHROPIC_ONLY and field not in chat:
+            chat[field] = value
     tools = body.get("tools")
     choice = body.get("tool_choice")
     if tools:

@@ -33,6 +33,7 @@ from llmgw.gateway.problems import ApiError
 from llmgw.gateway.proxying import open_upstream, relay_whole
 from llmgw.gateway.dialect_request import Incoming
 from llmgw.gateway.request_context import STATUS_CLIENT_CLOSED, Ledger
+from llmgw.gateway.validation import validate_request
 
 CHAT_PATH = "/v1/chat/completions"
 
@@ -42,6 +43,7 @@ async def messages(gateway, incoming: Incoming, send, receive) -> None:
     caller, table, body = incoming.caller, incoming.table, incoming.body
     check_request(body)
     chat = to_chat(body)
+    validate_request(CHAT_PATH, chat)  # the fields passed to the engine as they are meet chat's checks too
     ctx = await gateway.admission.admit(caller, table, CHAT_PATH, chat, json.dumps(chat).encode())
     await gateway._run(ctx, MessagesSend(send, message_id(caller.ids.own), body["model"]), receive)
 

@@ -34,10 +34,12 @@ async def setup(nursery, store):
 async def test_a_message_is_translated_to_chat_and_answered_as_anthropic_shapes_it(setup, store):
     engine, _gateway, _base, client, _ = setup
     reply = await client.messages.create(model="gemma-3", max_tokens=20, system="Be brief.", messages=MESSAGES,
-                                         stop_sequences=["zulu"], extra_body={"temperature": 0.5, "top_k": 5})
+                                         stop_sequences=["zulu"], metadata={"user_id": "u-1"},
+                                         extra_body={"temperature": 0.5, "top_k": 5, "seed": 3})
     sent = engine.stats.bodies[-1]
     assert sent["messages"] == [{"role": "system", "content": "Be brief."}, *MESSAGES]
     assert (sent["max_tokens"], sent["temperature"], sent["stop"], sent["top_k"]) == (20, 0.5, ["zulu"], 5)
+    assert sent["seed"] == 3 and "metadata" not in sent  # an engine's own field passes; Anthropic's only do not
     assert reply.type == "message" and reply.role == "assistant" and reply.model == "gemma-3"
     assert reply.id.startswith("msg_") and [b.type for b in reply.content] == ["text"] and reply.content[0].text
     assert reply.stop_reason in ("end_turn", "max_tokens") and reply.usage.output_tokens > 0

