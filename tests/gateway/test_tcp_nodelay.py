@@ -60,12 +60,18 @@ async def test_a_gateway_workers_client_and_upstream_sockets_have_tcp_nodelay(nu
                 await trio.sleep(0.05)
         body = {"model": "gemma", "stream": True, "max_tokens": 40, "messages": [{"role": "user", "content": "Hi"}]}
         async with http.stream("POST", "/chat/completions", json=body) as response:
+            seen = []
             async for line in response.aiter_lines():
-                if line.startswith("data:"):
-                    break  # mid-stream: both connections are open
-            sockets = await trio.to_thread.run_sync(tcp_sockets_of, workers.pids[0])
-    client_side = [s for s in sockets if s[0][1] == port]
-    upstream = [s for s in sockets if s[1][1] == engine_port]
-    assert client_side and upstream, sockets
+                seen.append(line)
+                if line.startswith("data:") and '"content": "' in line:
+                    break  # a token relayed, more to come (4 s of them): both connections are open
+            for _attempt in range(20):  # polled: the worker's fd table is read while it runs
+                sockets = await trio.to_thread.run_sync(tcp_sockets_of, workers.pids[0])
+                client_side = [s for s in sockets if s[0][1] == port]
+                upstream = [s for s in sockets if s[1][1] == engine_port]
+                if client_side and upstream:
+                    break
+                await trio.sleep(0.1)
+    assert client_side and upstream, (sockets, response.status_code, seen[:3])
     assert all(nodelay for _local, _peer, nodelay in client_side + upstream), sockets
     nursery.cancel_scope.cancel()
