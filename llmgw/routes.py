@@ -52,6 +52,8 @@ class ModelRoute:
     (llama.cpp's `lora` choosing the adapter, or none for the base model); the `model` sent is the route's name.
     `context_size`: the context window in tokens that every replica's engine was started with, so that a request
     without `max_tokens` stops there (None: unknown, e.g. an external endpoint or the engine's own default).
+    `engine`: the catalog's engine ("llama.cpp", "vllm", "sglang"; "" unknown). `rerank`: the catalog says the
+    model reranks (`/v1/rerank`, and `/v1/score` on vLLM: `llmgw.gateway.rerank`).
     """
 
     name: str
@@ -64,6 +66,8 @@ class ModelRoute:
     body_fields: Mapping[str, object] = field(default_factory=_empty)
     routing: Routing = Routing.PREFIX
     context_size: int | None = None
+    engine: str = ""
+    rerank: bool = False
 
 
 @dataclass(frozen=True)

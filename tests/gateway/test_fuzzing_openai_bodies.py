@@ -1,7 +1,9 @@
 """A hypothesis fuzzer of OpenAI request bodies against the served gateway and the llama-server stand-in.
 
 Any answer but a 2xx or an OpenAI-shaped 4xx (`{"error": {"message": str, "type": str, "param": str|null,
-"code": str|null}}`) is a failure (issue 19 item 10). The fast suite tries FAST_EXAMPLES bodies; the slow test
+"code": str|null}}`) is a failure (issue 19 item 10); on Anthropic's Messages API (`/messages`,
+`/messages/count_tokens`), anything but a 2xx or Anthropic's `{"type": "error", "error": {"type", "message"}}`
+(issue 31). Rerank and score bodies are fuzzed beside OpenAI's (OpenAI's error shape). The fast suite tries FAST_EXAMPLES bodies; the slow test
 (`-m slow`, run in CI) SLOW_EXAMPLES. Bodies are mostly near-valid (right model, real roles and fields) with wrong
 types, out-of-range numbers, NaN, unknown fields and random JSON mixed in, so both the refusals and the paths through
 the engine (streams, n, tools, the quota reservation) are exercised.
@@ -12,6 +14,7 @@ test's thread (one keep-alive connection), so each example costs a few milliseco
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import threading
@@ -27,7 +30,8 @@ from llmgw.store import open_store
 
 FAST_EXAMPLES = 60
 SLOW_EXAMPLES = 1500
-ENDPOINTS = ("/chat/completions", "/completions", "/embeddings")
+ENDPOINTS = ("/chat/completions", "/completions", "/embeddings", "/rerank", "/score")
+ANTHROPIC = ("/messages", "/messages/count_tokens")
 
 
 @pytest.fixture(scope="module")
@@ -44,6 +48,8 @@ def served(tmp_path_factory):
             _engine, url = await start_engine(nursery)
             table = make_table({"gemma": [replica("g-1", url)]}, aliases={"gemma": ("gemma-3",)},
                                projects={"chat": ProjectPolicy("chat", "t", "o", quotas=quotas)})
+            table = dataclasses.replace(table, models={  # gemma reranks here too: /rerank reaches the engine
+                "gemma": dataclasses.replace(table.models["gemma"], rerank=True, engine="llama.cpp")})
             _gateway, base = await start_gateway(nursery, store, table)
             box.update(base=base, key=plaintext, token=trio.lowlevel.current_trio_token(), scope=nursery.cancel_scope)
             ready.set()
@@ -101,9 +107,12 @@ def _streaming_options(body: dict, include_usage: bool) -> dict:
     return body
 
 
+valid_rerank = st.fixed_dictionaries({"model": models, "query": texts, "documents": st.lists(texts, min_size=1,
+                                                                                             max_size=3)},
+                                     optional={"top_n": st.integers(1, 3), "return_documents": st.booleans()})
 valid = (st.tuples(st.just("/chat/completions"), st.builds(_streaming_options, valid_chat, st.booleans()))
          | st.tuples(st.just("/completions"), st.builds(_streaming_options, valid_completion, st.booleans()))
-         | st.tuples(st.just("/embeddings"), valid_embedding))
+         | st.tuples(st.just("/embeddings"), valid_embedding) | st.tuples(st.just("/rerank"), valid_rerank))
 
 # ... then one field wrong (or dropped, or unknown), or the whole body any JSON at all
 counts = st.integers(-3, 0) | st.integers(-(2**70), 2**70) | st.floats() | st.text(max_size=3) | st.booleans()
@@ -125,6 +134,50 @@ requests = (valid | st.builds(_mutated, valid, fields, bad_values, st.booleans()
             | st.tuples(st.sampled_from(ENDPOINTS), any_json))
 
 
+# Anthropic's Messages API: near-valid bodies (text, images, tool use and results, tools), then one field wrong
+blocks = st.one_of(
+    st.fixed_dictionaries({"type": st.just("text"), "text": texts}),
+    st.fixed_dictionaries({"type": st.just("image"), "source": st.fixed_dictionaries(
+        {"type": st.just("base64"), "media_type": st.just("image/png"), "data": st.just("iVBORw0KGgo=")})}),
+    st.fixed_dictionaries({"type": st.just("tool_result"), "tool_use_id": st.just("toolu_1"),
+                           "content": texts | st.lists(st.fixed_dictionaries({"type": st.just("text"),
+                                                                              "text": texts}), max_size=2)}),
+    st.fixed_dictionaries({"type": st.sampled_from(["document", "thinking", "x"]), "text": texts}))
+assistant_blocks = st.one_of(
+    st.fixed_dictionaries({"type": st.just("text"), "text": texts}),
+    st.fixed_dictionaries({"type": st.just("tool_use"), "id": st.just("toolu_1"), "name": st.just("get_weather"),
+                           "input": st.fixed_dictionaries({}, optional={"location": texts})}))
+anthropic_turn = (st.fixed_dictionaries({"role": st.just("user"), "content": texts | st.lists(blocks, min_size=1,
+                                                                                               max_size=3)})
+                  | st.fixed_dictionaries({"role": st.just("assistant"), "content": texts | st.lists(
+                      assistant_blocks, min_size=1, max_size=2)}))
+anthropic_tool = st.fixed_dictionaries({"name": st.text("abcdefgh_", min_size=1, max_size=8)}, optional={
+    "description": texts, "input_schema": st.just({"type": "object", "properties": {"location": {"type": "string"}}}),
+    "type": st.sampled_from(["custom", "web_search_20250305"])})
+valid_message = st.fixed_dictionaries(
+    {"model": models, "max_tokens": st.integers(1, 40), "messages": st.lists(anthropic_turn, min_size=1, max_size=3)},
+    optional={"system": texts | st.lists(st.fixed_dictionaries({"type": st.just("text"), "text": texts}),
+                                         max_size=2),
+              "stream": st.booleans(), "temperature": st.floats(0, 1), "top_p": st.floats(0, 1),
+              "top_k": st.integers(0, 50), "stop_sequences": st.lists(st.text(max_size=5), max_size=3),
+              "tools": st.lists(anthropic_tool, max_size=2), "metadata": st.just({"user_id": "u"}),
+              "tool_choice": st.fixed_dictionaries({"type": st.sampled_from(["auto", "any", "none", "tool"])},
+                                                   optional={"name": st.just("get_weather")})})
+anthropic_fields = st.sampled_from(["model", "max_tokens", "messages", "system", "stream", "temperature", "top_p",
+                                    "top_k", "stop_sequences", "tools", "tool_choice", "metadata"]) | st.text(max_size=8)
+anthropic_requests = (st.tuples(st.sampled_from(ANTHROPIC), valid_message)
+                      | st.builds(_mutated, st.tuples(st.sampled_from(ANTHROPIC), valid_message), anthropic_fields,
+                                  bad_values, st.booleans())
+                      | st.tuples(st.sampled_from(ANTHROPIC), any_json))
+
+
+def _is_anthropic_error(payload) -> bool:
+    if not isinstance(payload, dict) or payload.get("type") != "error" or not isinstance(payload.get("error"), dict):
+        return False
+    error = payload["error"]
+    return set(error) == {"type", "message"} and all(isinstance(error[k], str) and error[k] for k in error)
+
+
 def _is_openai_error(payload) -> bool:
     if not isinstance(payload, dict) or not isinstance(payload.get("error"), dict):
         return False
@@ -139,9 +192,12 @@ def _check(client: httpx.Client, path: str, body) -> None:
     answer = client.post(path, content=raw, headers={"content-type": "application/json"})
     event(f"{path} {answer.status_code}")  # --hypothesis-show-statistics shows the mix
     if 200 <= answer.status_code < 300:
+        if path == "/messages" and isinstance(body, dict) and body.get("stream") is True:
+            assert "event: message_stop" in answer.text or "event: error" in answer.text, answer.text[-500:]
         return
     assert 400 <= answer.status_code < 500, (answer.status_code, answer.text[:500], raw[:500])
-    assert _is_openai_error(answer.json()), (answer.text[:500], raw[:500])
+    shaped = _is_anthropic_error if path in ANTHROPIC else _is_openai_error
+    assert shaped(answer.json()), (answer.text[:500], raw[:500])
     if answer.status_code == 400 and not _has_nonfinite(body):
         json.loads(raw)  # the body itself was JSON: the refusal was about its content
 
@@ -160,6 +216,21 @@ def _has_nonfinite(value) -> bool:
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(request=requests)
 def test_fuzzed_openai_bodies_get_a_2xx_or_an_openai_shaped_4xx(served, request):
+    _check(served, *request)
+
+
+@settings(max_examples=FAST_EXAMPLES, deadline=None, database=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(request=anthropic_requests)
+def test_fuzzed_anthropic_bodies_get_a_2xx_or_an_anthropic_shaped_4xx(served, request):
+    _check(served, *request)
+
+
+@pytest.mark.slow
+@settings(max_examples=SLOW_EXAMPLES, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(request=anthropic_requests)
+def test_many_fuzzed_anthropic_bodies_get_a_2xx_or_an_anthropic_shaped_4xx(served, request):
     _check(served, *request)
 
 

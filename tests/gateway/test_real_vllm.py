@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import uuid
 
+import anthropic
 import httpx
 import openai
 import pytest
@@ -55,6 +56,21 @@ async def test_vllm_answers_the_openai_sdk_through_the_gateway_streamed_and_not_
         stream_options={"include_usage": True})]
     assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == whole.choices[0].message.content
     assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 8
+    assert [r.completion_tokens for r in store.recent_usage()] == [8, 8]
+
+
+async def test_vllm_answers_the_anthropic_sdk_through_the_messages_translation(nursery, store, vllm_server):
+    table = make_table({SERVED: [replica("vllm-1", vllm_server.url, replica_key=ENGINE_KEY)]})
+    _gateway, base = await start_gateway(nursery, store, table)
+    _key, plaintext = store.create_api_key("chat")
+    client = anthropic.AsyncAnthropic(base_url=base.removesuffix("/v1"), api_key=plaintext, max_retries=0)
+    messages = [{"role": "user", "content": "Write one sentence about the sea."}]
+    whole = await client.messages.create(model=SERVED, max_tokens=8, messages=messages, extra_body={"temperature": 0})
+    assert whole.usage.output_tokens == 8 and whole.stop_reason == "max_tokens" and whole.content[0].text
+    async with client.messages.stream(model=SERVED, max_tokens=8, messages=messages,
+                                      extra_body={"temperature": 0}) as stream:
+        text = "".join([piece async for piece in stream.text_stream])
+    assert text == whole.content[0].text
     assert [r.completion_tokens for r in store.recent_usage()] == [8, 8]
 
 

@@ -70,13 +70,16 @@ def replicas(n: int) -> tuple[str, str, str]:
 
 def example_fleet(settings: Settings) -> Fleet:
     """The fleet converged to the example `settings`: the 8 x H100 node (no shards) and a CPU node running
-    gemma-3-270m-0 (ready, with the fingerprint `settings` give it)."""
-    gemma = settings.models["gemma-3-270m"]
-    running = ObservedShard("gemma-3-270m-0/0", "gemma-3-270m-0", "gemma-3-270m", ShardState.READY,
-                            fingerprint(gemma, gemma.engine_version), settings.commit or "", (), 0.75, GiB, 20000)
+    gemma-3-270m-0 and smollm2-135m-instruct-0 (ready, with the fingerprints `settings` give them)."""
+    running = []
+    for port, name in enumerate(("gemma-3-270m", "smollm2-135m-instruct"), start=20000):
+        model = settings.models[name]
+        running.append(ObservedShard(f"{name}-0/0", f"{name}-0", name, ShardState.READY,
+                                     fingerprint(model, model.engine_version), settings.commit or "", (),
+                                     model.resources.cpu_cores, GiB, port))
     return Fleet((
         gpu_node(GPU_NODE, engines=("llama.cpp@b11434", "vllm@0.11.0"), labels={"zone": "eu-west-1"}),
-        cpu_node(CPU_NODE, cores=8, memory=32 * GiB, shards=(running,)),
+        cpu_node(CPU_NODE, cores=8, memory=32 * GiB, shards=tuple(running)),
     ))
 
 

@@ -83,7 +83,7 @@ def test_a_quota_change_alone_exits_2_with_no_plan_changes_and_the_project_liste
         "quotas": [{"subject": "project ci", "key": "requests_per_minute", "old": "120", "new": "240"}],
     }]
     markdown = review(repo, snapshot, "more-ci").stdout
-    assert "No replica starts, stops or moves (1 shard kept as they are)." in markdown
+    assert "No replica starts, stops or moves (2 shards kept as they are)." in markdown
     assert "| `ci` | project ci: requests_per_minute | 120 | 240 |" in markdown
 
 

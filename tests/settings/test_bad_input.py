@@ -41,6 +41,7 @@ CASES = {
     "tp-larger-than-gpus": ("catalog/m.yaml:9:20", "= 4 is larger than the 2 GPUs asked for"),
     "gpu-without-class": ("catalog/m.yaml:7:9", "must name its resources.gpu_class"),
     "cpu-model-without-memory": ("catalog/m.yaml:7:3", "a CPU model must reserve memory"),
+    "rerank-without-reranking": ("catalog/m.yaml:7:9", "llama-server reranks only when started with --reranking"),
     "tp-on-cpu-model": ("catalog/m.yaml:8:20", "needs 2 GPUs but the model asks for none"),
     "unknown-engine-version": ("catalog/m.yaml:9:17", "engines.yaml lists no version 'b9999'"),
     "alias-is-another-model": ("catalog/m.yaml:9:15", "alias 'gemma' is already the name or an alias of model 'gemma-3-270m'"),

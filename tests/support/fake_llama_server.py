@@ -137,6 +137,25 @@ class FakeLlamaServer:
                 await _send_json(send, 200, self._embeddings(request))
             else:
                 await self._completion(send, request, chat=path.endswith("chat/completions"))
+        elif path in ("/v1/messages/count_tokens", "/v1/rerank"):  # as b11434 answers them (shapes only)
+            try:
+                request = json.loads(body)
+                self.stats.bodies.append(request)
+                if path == "/v1/rerank":
+                    documents = request["documents"]
+                    tokens = sum(_count_tokens(f"{request['query']} {d}") for d in documents)
+                    answer = {"model": request.get("model") or self.alias, "object": "list",
+                              "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+                              "results": [{"index": i, "relevance_score": float(len(d) % 7)}
+                                          for i, d in enumerate(documents)]}
+                else:
+                    text = json.dumps(request["messages"]) + json.dumps(request.get("system") or "")
+                    answer = {"input_tokens": _count_tokens(text)}
+            except (ValueError, KeyError, TypeError):
+                await _send_json(send, 400, {"error": {"code": 400, "message": "bad request",
+                                                      "type": "invalid_request_error"}})
+                return
+            await _send_json(send, 200, answer)
         else:
             await _send_json(send, 404, {"error": {"code": 404, "message": "File Not Found", "type": "not_found_error"}})
 
