@@ -50,3 +50,13 @@ def smollm2_gguf() -> Path:
     from llmgw.engines import demo
 
     return demo.ensure_smollm2_mirror(cache_dir()) / "sha256" / demo.SMOLLM2_SHA256
+
+
+@pytest.fixture(scope="session")
+def vllm_slot():
+    """The run's one real vLLM at a time (tests/support/vllm_slot.py), stopped at the end of the run."""
+    from support.vllm_slot import VllmSlot
+
+    slot = VllmSlot()
+    yield slot
+    slot.release()

@@ -3,7 +3,9 @@
 Each engine gets its own session and process group (`start_new_session`), port, environment and thread count;
 its stdout and stderr go to `<state_dir>/shards/<id>.log`, followed into a 2,000-line ring. Readiness is the
 engine's health path answering 200. An unexpected exit is reported (state "failed", the exit status and the last
-log lines) and restarted after 1 s, doubling to 60 s (reset once the engine was ready for `stable_after` seconds).
+log lines), what is left of its process group is killed (an engine's own children, such as vLLM's EngineCore,
+would hold memory, and its KV-event connection, beside the restarted engine) and it is restarted after 1 s,
+doubling to 60 s (reset once the engine was ready for `stable_after` seconds).
 Stop sends SIGTERM to the group, then SIGKILL after the grace period. Leaving the supervisor's `async with`
 leaves engines running: a restarted agent adopts them from their records (pid and start time must match).
 A shard whose engine runs behind its relay (`llmgw.engines.relay`) has the relay as its process, the engine as the
@@ -354,6 +356,7 @@ class Supervisor:
                             continue
                     health_scope = trio.CancelScope()
                     nursery.start_soon(self._watch_health, shard, health_scope)
+                    pgid = shard.pid
                     status = await self._wait_exit(shard)
                     health_scope.cancel()
                     ready_for = trio.current_time() - shard.ready_since
@@ -363,6 +366,10 @@ class Supervisor:
                     if shard.stopping:
                         nursery.cancel_scope.cancel()
                         return
+                    if _group_alive(pgid):  # the engine's own children (vLLM's EngineCore) outlived it
+                        log.warning("shard %s: killing what is left of the engine's process group %d",
+                                    shard.spec.shard_id, pgid)
+                        _signal_group(pgid, signal.SIGKILL)
                     if ready_for >= self.stable_after:
                         delay = 0.0
                     delay = next_backoff(delay, self.backoff_initial, self.backoff_max)

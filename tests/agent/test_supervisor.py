@@ -7,6 +7,7 @@ import signal
 import stat
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 import trio
@@ -20,6 +21,14 @@ from agent_support import standin_spec, wait_for
 
 def _alive(pid: int) -> bool:
     return procfs.process_start_time(pid) is not None
+
+
+def _gone(pid: int) -> bool:
+    """True when `pid` has ended (a zombie that its new parent has not reaped yet counts as ended)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True
 
 
 async def test_engine_runs_in_its_own_process_group_and_becomes_ready(tmp_path):
@@ -175,3 +184,23 @@ async def test_a_drained_stop_reports_stopping_first_and_a_second_stop_waits_for
         assert not _alive(pid) and supervisor.shards() == []
         states = [v.state for v in seen if v.shard_id == "m-0/0"]
         assert states[-2:] == ["stopping", "stopped"] and "ready" not in states[states.index("stopping"):]
+
+
+async def test_an_engine_killed_has_the_rest_of_its_process_group_killed_before_it_is_started_again(tmp_path):
+    """vLLM's API server runs its EngineCore as a child: when the server is killed, the supervisor kills what is left
+    of its group before starting it again, so no orphan keeps the memory and KV-event connection of the dead one."""
+    from llmgw.agent.shards import ShardSpec
+
+    children = tmp_path / "children"
+    script = f"sleep 300 & echo $! >> {children}; wait"  # the engine's own child, in its process group
+    async with Supervisor(tmp_path / "state", backoff_initial=0.2) as supervisor:
+        spec = ShardSpec("m-0/0", ("sh", "-c", script), supervisor.free_port(), health_path="")
+        first = await supervisor.start(spec)
+        await wait_for(lambda: children.is_file() and children.read_text().strip())
+        child = int(children.read_text().split()[0])
+        assert os.getpgid(child) == first.pid
+        os.kill(first.pid, signal.SIGKILL)
+        await wait_for(lambda: len(children.read_text().split()) == 2, timeout=10)  # started again
+        assert _gone(child)
+        assert supervisor.get("m-0/0").pid not in (0, first.pid)
+        await supervisor.stop("m-0/0", grace=1)

@@ -5,6 +5,8 @@ Everything runs on 127.0.0.1 with port 0. The official `openai` SDK is the clien
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import pytest
 
 from llmgw.store import open_store
@@ -17,9 +19,10 @@ def store(tmp_path):
     s.close()
 
 
-@pytest.fixture(scope="session")
-def vllm_server(tmp_path_factory):
-    """The real vLLM, started once per test run for every test that needs it (`vllm_harness`); yields `Served`."""
+@pytest.fixture
+def vllm_server(vllm_slot, tmp_path_factory):
+    """The real vLLM (`vllm_harness`), started once per test run for every test that needs it and kept in the run's
+    one vLLM slot (tests/support/vllm_slot.py) until another holder takes it or the run ends; its `Served`."""
     from vllm_harness import run_vllm
 
-    yield from run_vllm(tmp_path_factory.mktemp("vllm"))
+    return vllm_slot.take("vllm_server", lambda: contextmanager(run_vllm)(tmp_path_factory.mktemp("vllm")))

