@@ -33,7 +33,7 @@ SAME = [
     ("llmgw.yaml", "action_timeout: 10m", "action_timeout: 600s"),
     ("llmgw.yaml", "port: 8080}", "port: 8080, drain_timeout: 30s}"),  # the default, written out
     (GEMMA, "replicas: 1\n", "replicas: 1\nallow_pickle: false\n"),
-    (GEMMA, "cpu_cores: 0.75\n", "cpu_cores: 0.750\n  tensor_parallel: 1\n"),
+    (GEMMA, "cpu_cores: 0.5\n", "cpu_cores: 0.50\n  tensor_parallel: 1\n"),
     ("agents/default.yaml", "engines_dir: engines\n", ""),
     ("catalog/llama-3.1-70b-instruct.yaml", '"0.90"', '"0.90"'),
     (GEMMA, "aliases: [gemma, gemma-3]", "aliases:\n  - gemma\n  - gemma-3  # a comment"),

@@ -21,7 +21,7 @@ GEMMA_SHA256 = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818
 def test_validate_says_the_example_is_valid_with_one_warning_for_the_unpinned_revision() -> None:
     result = CliRunner().invoke(cli, ["validate", str(EXAMPLE)])
     assert result.exit_code == 0, result.output
-    assert "valid: 3 models, 3 projects, 1 node override, 1 warning" in result.output
+    assert "valid: 4 models, 3 projects, 1 node override, 1 warning" in result.output
     assert "catalog/gemma-3-270m.yaml:10:13: weights[0].source: warning: pinned by sha256 alone" in result.output
 
 
@@ -72,7 +72,7 @@ def test_projects_form_one_organisation_two_teams_three_projects() -> None:
     assert {t.name for t in settings.teams.values()} == {"platform", "research"}
     assert set(settings.projects) == {"demo", "ci", "assistants"}
     demo = settings.projects["demo"]
-    assert demo.models == ("smollm2-135m-instruct", "gemma-3-270m") and demo.quota.requests_per_minute >= 1000
+    assert demo.models == ("smollm2-135m-instruct", "gemma-3-270m", "gemma-3-270m-vllm") and demo.quota.requests_per_minute >= 1000
     assert not any(p.members for p in settings.projects.values())  # members: accepted, not acted on yet
 
 

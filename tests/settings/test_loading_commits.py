@@ -52,7 +52,7 @@ def test_a_working_clone_loads_without_its_git_directory(bare: tuple[Path, Path]
     subprocess.run(["git", "clone", "-q", str(repo_path), str(tmp_path / "clone")], check=True)
     assert load_commit(tmp_path / "clone", "HEAD") == load_directory(tmp_path / "clone")
     result = CliRunner().invoke(cli, ["validate", "--repo", str(tmp_path / "clone"), "main"])
-    assert result.exit_code == 0 and "valid: 3 models" in result.output
+    assert result.exit_code == 0 and "valid: 4 models" in result.output
 
 
 def test_symlinks_and_big_blobs_in_a_commit_are_refused(bare: tuple[Path, Path]) -> None:
@@ -98,7 +98,7 @@ def test_validate_takes_a_revision_of_the_repository_around_the_current_director
     monkeypatch.chdir(tmp_path / "clone" / "catalog")
     result = CliRunner().invoke(cli, ["validate", "origin/main"])
     assert result.exit_code == 0, result.output
-    assert "origin/main (" in result.output and "): valid: 3 models" in result.output
+    assert "origin/main (" in result.output and "): valid: 4 models" in result.output
 
 
 def test_validate_json_lists_every_issue_with_its_place(example_tree: Path) -> None:

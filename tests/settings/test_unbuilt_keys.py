@@ -26,7 +26,7 @@ CASES = {
     "engines vllm[].mirror + engines vllm[].build_args": (("engines.yaml", "  - version: 0.11.0\n", "  - version: 0.11.0\n    mirror: /srv/mirror\n    build_args: [-DX=1]\n"),
                               ["engines.yaml:35:5: vllm[0].mirror", "engines.yaml:36:5: vllm[0].build_args"]),
     "engines sglang[].sdist": (("engines.yaml", "  - version: 0.5.3\n", "  - version: 0.5.3\n    sdist: {package: sglang, version: 0.5.3, sha256: " + "b" * 64 + "}\n"),
-                               ["engines.yaml:40:5: sglang[0].sdist"]),
+                               ["engines.yaml:45:5: sglang[0].sdist"]),
     "agent fabrics": (("agents/nodes/gpu-node-01.yaml", "# fabrics:", "fabrics:"), ["agents/nodes/gpu-node-01.yaml:7:1: fabrics"]),
     "projects organisations.<name>.teams.<name>.projects.<name>.members": (
         ("projects.yaml", "          ci:\n", "          ci:\n            members: [alice@acme.example]\n"),

@@ -42,4 +42,4 @@ def test_a_revision_with_a_slash_still_validates(tmp_path: Path, monkeypatch: py
     repo.references.create("refs/heads/team/x", repo.references["refs/heads/main"].target)
     monkeypatch.chdir(tmp_path / "repo")
     result = CliRunner().invoke(cli, ["validate", "team/x"])
-    assert result.exit_code == 0 and "valid: 3 models" in result.output, result.output
+    assert result.exit_code == 0 and "valid: 4 models" in result.output, result.output
