@@ -134,8 +134,11 @@ def test_the_example_vllm_entry_serves_through_llmgw_up_routes_on_its_kv_events_
     weights = up.state / "agent" / "weights" / "sha256"
     assert all((weights / digest).is_file() for digest in GEMMA_HF_FILES.values())
     pid = wait_until(lambda: vllm_shard(up.state).get("pid"), 30, "the agent to report the engine's pid")
-    argv = Path(f"/proc/{pid}/cmdline").read_text().split("\0")
+    relay = Path(f"/proc/{pid}/cmdline").read_text().split("\0")
+    assert relay[1:4] == ["-P", "-m", "llmgw.engines.relay"]  # the shard's process is vLLM's relay (issue 25)
+    argv = relay[relay.index("--"):]
     assert argv[1:3] == ["-m", "vllm.entrypoints.openai.api_server"]
+    assert argv[argv.index("--host") + 1] == "127.0.0.1"
     assert argv[argv.index("--model") + 1].startswith(str(up.state / "agent" / "weights" / "models"))
     assert "--kv-events-config" in argv and argv[argv.index("--served-model-name") + 1] == MODEL
 
@@ -147,6 +150,15 @@ def test_the_example_vllm_entry_serves_through_llmgw_up_routes_on_its_kv_events_
                                      temperature=0).choices[0].text
     assert text
     print(f"chat: {chat.choices[0].message.content!r}; completion: {text!r}")
+
+    # vLLM's port takes nothing without the replica key: its relay refuses every path, also those vLLM itself
+    # answers without a key (issue 25: /invocations, /tokenize, /pooling, /score, /rerank, /classify).
+    listen = relay[relay.index("--listen") + 1]
+    body = {"model": MODEL, "prompt": "hello", "max_tokens": 1}
+    for path in ("/invocations", "/tokenize", "/pooling", "/score", "/rerank", "/classify", "/v1/completions",
+                 "/v1/models", "/health"):
+        refused = httpx.post(f"http://{listen}{path}", json=body, timeout=30)
+        assert refused.status_code == 401, (path, refused.status_code, refused.text[:200])
 
     # A long prefix, repeated: once vLLM's events for it reach the gateway, it is routed precisely.
     before = precise_decisions(up.state)
