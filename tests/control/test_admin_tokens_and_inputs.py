@@ -101,6 +101,9 @@ def test_llmgw_token_creates_lists_and_revokes_scoped_tokens(tmp_path):
 
     import json
 
+    # Only `llmgw store init` makes an empty store (issue 26): the token commands refuse a directory without one.
+    subprocess.run([sys.executable, "-m", "llmgw.cli", "store", "init", "--state", str(tmp_path)], check=True,
+                   capture_output=True)
     made = llmgw("create", "--scope", "review", "--name", "ci", "--json")
     assert made.returncode == 0, made.stderr
     created = json.loads(made.stdout)
