@@ -136,7 +136,7 @@ def test_the_example_vllm_entry_serves_through_llmgw_up_routes_on_its_kv_events_
     pid = wait_until(lambda: vllm_shard(up.state).get("pid"), 30, "the agent to report the engine's pid")
     relay = Path(f"/proc/{pid}/cmdline").read_text().split("\0")
     assert relay[1:4] == ["-P", "-m", "llmgw.engines.relay"]  # the shard's process is vLLM's relay (issue 25)
-    argv = relay[relay.index("--"):]
+    argv = relay[relay.index("--") + 1:]
     assert argv[1:3] == ["-m", "vllm.entrypoints.openai.api_server"]
     assert argv[argv.index("--host") + 1] == "127.0.0.1"
     assert argv[argv.index("--model") + 1].startswith(str(up.state / "agent" / "weights" / "models"))
