@@ -88,6 +88,7 @@ class KvEventListener:
         the way out. Raises zmq.ZMQError when the endpoint cannot be bound or connected."""
         context = zmq.Context.instance()
         socket = context.socket(zmq.SUB)
+        monitor = None
         try:
             socket.setsockopt(zmq.LINGER, 0)
             socket.setsockopt(zmq.MAXMSGSIZE, self.max_message_bytes)
@@ -107,6 +108,12 @@ class KvEventListener:
                 task_status.started(self.endpoint)
                 await self._receive(socket)
         finally:
+            if monitor is not None:
+                # The monitor is stopped before its reader closes: libzmq's I/O thread sends each event to the
+                # reader with a blocking send, and with the reader gone (the engine went away as the listener
+                # stopped) that send never returns, and every ZMQ socket of the process stops with it.
+                socket.disable_monitor()
+                monitor.close(linger=0)
             socket.close(linger=0)
 
     async def _receive(self, socket: zmq.Socket) -> None:
@@ -120,16 +127,13 @@ class KvEventListener:
     async def _reconnect_on_drop(self, socket: zmq.Socket, monitor: zmq.Socket) -> None:
         """Connect `socket` to the endpoint again after each drop `monitor` reports (counted in `disconnects`)."""
         fd = monitor.getsockopt(zmq.FD)
-        try:
-            while True:
-                while monitor.getsockopt(zmq.EVENTS) & zmq.POLLIN:
-                    monitor.recv_multipart(zmq.NOBLOCK)  # EVENT_DISCONNECTED: an oversized message, or the engine
-                    self.disconnects += 1                # went away (reconnecting costs nothing then either)
-                    socket.disconnect(self.endpoint)
-                    socket.connect(self.endpoint)
-                await trio.lowlevel.wait_readable(fd)
-        finally:
-            monitor.close(linger=0)
+        while True:
+            while monitor.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+                monitor.recv_multipart(zmq.NOBLOCK)  # EVENT_DISCONNECTED: an oversized message, or the engine
+                self.disconnects += 1                # went away (reconnecting costs nothing then either)
+                socket.disconnect(self.endpoint)
+                socket.connect(self.endpoint)
+            await trio.lowlevel.wait_readable(fd)
 
     def _apply(self, frames: list[bytes]) -> None:
         try:

@@ -122,3 +122,34 @@ def test_the_mirror_holds_at_most_max_hashes_and_counts_the_rest():
     assert (state.held(), state.capped) == (set(range(5)), 3)
     state = state.apply(KvEventBatch("kv", 1, 0.0, (BlockStored((0, 1, 99), None, (), 16),)), max_hashes=5)
     assert (state.held(), state.capped) == (set(range(5)), 4)  # held again: no room taken; 99 left out
+
+
+async def test_an_engine_gone_as_its_listener_stops_leaves_the_other_listeners_hearing(tmp_path):
+    """An engine that sent an oversized message (its connection dropped and made again) and then exits just as the
+    agent stops following it: libzmq's I/O thread, shared by every listener of the process, must not hang on the
+    monitor event of that drop (it did, one time in a few, when the monitor's reader closed first)."""
+    huge = _message(1, range(2**63, 2**63 + 500_000))
+    for round_ in range(20):
+        endpoint = kv_endpoint(kv_socket_dir(tmp_path / "state"), f"gone-{round_}/0")
+        publisher = zmq.Context.instance().socket(zmq.PUB)
+        publisher.setsockopt(zmq.LINGER, 0)
+        publisher.bind(endpoint)
+        listener = KvEventListener(endpoint=endpoint)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(listener.run)
+            await _until_applied(publisher, listener, _message(0, [1]), 1)
+            publisher.send_multipart(huge)
+            await _until_applied(publisher, listener, _message(2, [2]), 2)
+            publisher.close(linger=0)  # the engine exits, and the agent stops following it at once
+            nursery.cancel_scope.cancel()
+    endpoint = kv_endpoint(kv_socket_dir(tmp_path / "state"), "after/0")
+    publisher = zmq.Context.instance().socket(zmq.PUB)
+    publisher.setsockopt(zmq.LINGER, 0)
+    publisher.bind(endpoint)
+    listener = KvEventListener(endpoint=endpoint)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(listener.run)
+        await _until_applied(publisher, listener, _message(0, [7]), 1)
+        nursery.cancel_scope.cancel()
+    publisher.close(linger=0)
+    assert 7 in listener.blocks.held()
