@@ -5,7 +5,8 @@ every directory above it. The agent makes `<state_dir>/kv` with mode 0700, owned
 engines run as), and refuses one that is not exactly that (a symbolic link, another owner, group or other access):
 no other user of the node (a Slurm job's, say) can then publish into the mirror, subscribe to the engine's events, or
 take the socket's name first (issue 25). A Unix socket's path must fit `sun_path` (107 bytes on Linux): when
-`<state_dir>/kv` is too deep for that, the directory is `<temp dir>/llmgw-kv-<uid>` instead, with the same checks.
+`<state_dir>/kv` is too deep for that, the directory is `<temp dir>/llmgw-kv-<uid>-<digest>` instead (the digest
+of the state directory's path: two agents of one user never share it), with the same checks.
 Each shard's socket is named by a digest of its shard id (shard ids hold "/").
 """
 
@@ -30,7 +31,8 @@ def kv_socket_dir(state_dir: Path) -> Path:
     with an existing directory (the caller does not start the engine's events then)."""
     preferred = Path(state_dir).absolute() / "kv"
     if len(os.fsencode(str(preferred))) + 1 + _NAME_LENGTH > MAX_SOCKET_PATH:
-        preferred = Path(tempfile.gettempdir()) / f"llmgw-kv-{os.getuid()}"
+        digest = hashlib.sha256(os.fsencode(str(preferred))).hexdigest()[:12]
+        preferred = Path(tempfile.gettempdir()) / f"llmgw-kv-{os.getuid()}-{digest}"
     try:
         preferred.parent.mkdir(parents=True, exist_ok=True)
         preferred.mkdir(mode=0o700, exist_ok=True)

@@ -153,3 +153,10 @@ async def test_an_engine_gone_as_its_listener_stops_leaves_the_other_listeners_h
         nursery.cancel_scope.cancel()
     publisher.close(linger=0)
     assert 7 in listener.blocks.held()
+
+
+def test_two_agents_with_deep_state_directories_get_socket_directories_of_their_own(tmp_path):
+    first = kv_socket_dir(tmp_path / "a" / ("d" * 120))
+    second = kv_socket_dir(tmp_path / "b" / ("d" * 120))
+    assert first != second and first.parent == second.parent  # both in the temporary directory, never shared
+    assert kv_endpoint(first, "gemma-0/0") != kv_endpoint(second, "gemma-0/0")
