@@ -60,8 +60,11 @@ node-sdk:
 	@test "$$(node -p 'require(process.argv[1]).version' $(LLMGW_CACHE)/node/node_modules/openai/package.json 2>/dev/null)" = "$(lastword $(subst @, ,$(NODE_OPENAI)))" \
 	|| npm install --prefix $(LLMGW_CACHE)/node --no-audit --no-fund --no-save $(NODE_OPENAI)
 
+# The suite runs on TEST_WORKERS pytest-xdist workers (issue 40); the tests of the one real vLLM share a worker
+# (tests/conftest.py, `--dist loadgroup`). `make test TEST_WORKERS=0` runs it in one process.
+TEST_WORKERS ?= 2
 test: engine vllm lint system-packages node-sdk
-	$(BIN)/pytest
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup --durations=25
 
 # The bench extra (mutmut, for bench/mutation.py) only where benchmarks run: `make up` and `make test` need none of it.
 bench-deps: venv

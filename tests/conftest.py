@@ -60,3 +60,12 @@ def vllm_slot():
     slot = VllmSlot()
     yield slot
     slot.release()
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist (`make test` runs 2 workers, `--dist loadgroup`), every test that uses the run's one real
+    vLLM (the `vllm_slot` fixture, directly or through another fixture) goes to one worker, in collection order,
+    so vLLM starts once per run as without workers (tests/support/vllm_slot.py)."""
+    for item in items:
+        if "vllm_slot" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group("vllm"))
