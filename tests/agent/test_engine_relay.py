@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
 import sys
 from pathlib import Path
 
@@ -248,3 +249,17 @@ async def test_an_engine_never_outlives_its_relay_process(tmp_path):
     await relay.wait()
     await wait_for(lambda: not Path(f"/proc/{engine_pid}").exists()
                    or Path(f"/proc/{engine_pid}/stat").read_text().split(") ")[1].startswith("Z"), timeout=10)
+
+
+def test_the_relay_process_loads_only_what_it_relays_with():
+    """A relay starts with every engine start: it imports trio and its own framing, not the llama.cpp installer
+    (httpx and the rest: about 0.6 s more before the engine could start)."""
+    code = ("import sys, runpy; sys.argv = ['relay', '--help']\n"
+            "try: runpy.run_module('llmgw.engines.relay', run_name='__main__')\n"
+            "except SystemExit: pass\n"
+            "print(' '.join(sorted(m for m in sys.modules if m.startswith(('llmgw', 'httpx')))))")
+    done = subprocess.run([sys.executable, "-P", "-c", code], capture_output=True, text=True, timeout=60,
+                          cwd=Path(__file__).resolve().parents[2])
+    loaded = set(done.stdout.split("\n")[-2].split())
+    assert "llmgw.engines.relay_framing" in loaded and "httpx" not in loaded, loaded
+    assert not loaded & {"llmgw.engines.installing", "llmgw.engines.building", "llmgw.engines.llamacpp"}, loaded
