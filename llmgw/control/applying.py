@@ -1,7 +1,7 @@
 """`llmgw apply`: converge to the settings branch head now, with progress, one apply at a time.
 
 `apply(plane, emit, ...)` polls the branch (forcing a reload), runs passes until the fleet converged to the head
-(or `timeout` seconds pass) and sends each step to `emit` as a dict: {"event": "waiting" | "settings" | "pass" |
+(or `timeout` seconds pass; with `expect`, only when the head is that revision) and sends each step to `emit` as a dict: {"event": "waiting" | "settings" | "pass" |
 "done", ...}. A second apply while one runs first emits "waiting" (naming the one running), then waits its turn.
 """
 
@@ -13,13 +13,14 @@ from typing import Any
 
 import trio
 
+from llmgw.control.expecting import expect_refusal
 from llmgw.control.state import PassRecord
 from llmgw.control.view import ControlView
 
 
 async def apply(
     plane: ControlView, emit: Callable[[dict[str, Any]], Awaitable[None]], *, wait: bool = True,
-    allow_empty: bool = False, timeout: float = 600.0, who: str = "admin API",
+    allow_empty: bool = False, timeout: float = 600.0, who: str = "admin API", expect: str = "",
 ) -> bool:
     """Converge `plane` (a running ControlPlane) to the branch head now: poll, run a pass, and (when `wait`) run
     passes until converged.
@@ -27,19 +28,28 @@ async def apply(
     Progress goes to `emit` as dicts with "event": "waiting" | "settings" | "pass" | "done". Only one apply
     runs at a time; a second emits "waiting" and waits its turn. Returns True when converged (or, without
     `wait`, when the first pass ran); False on a bad commit, a held commit or the timeout.
+
+    `expect` (`llmgw apply --expect REV`; "" none): the revision that was reviewed. When the branch head just read
+    is another commit, nothing is applied: a "settings" event with "ok": false says what changed since
+    (`llmgw.control.expecting`), and the result is False.
     """
     if plane.apply_lock.locked():
         await emit({"event": "waiting", "message": f"another apply ({plane.apply_holder}) is running; waiting for it"})
     async with plane.apply_lock:
         plane.apply_holder = f"{who} since {time.strftime('%H:%M:%S')}"
         try:
-            return await _apply(plane, emit, wait=wait, allow_empty=allow_empty, timeout=timeout)
+            return await _apply(plane, emit, wait=wait, allow_empty=allow_empty, timeout=timeout, expect=expect)
         finally:
             plane.apply_holder = None
 
 
-async def _apply(plane: ControlView, emit, *, wait: bool, allow_empty: bool, timeout: float) -> bool:
+async def _apply(plane: ControlView, emit, *, wait: bool, allow_empty: bool, timeout: float, expect: str) -> bool:
     state = await plane.reload(force=True, allow_empty=allow_empty)
+    if expect:
+        refusal = await trio.to_thread.run_sync(expect_refusal, plane.watcher_repo_path, expect, state.head)
+        if refusal is not None:
+            await emit(refusal)
+            return False
     for name, rejected in (("bad", state.bad), ("held", state.held)):
         if rejected is not None:
             await emit({"event": "settings", "ok": False, "commit": rejected.commit,

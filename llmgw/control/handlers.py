@@ -20,7 +20,7 @@ from typing import Any
 import trio
 
 from llmgw.control.agents import AgentHub
-from llmgw.control.audit import AuditWriter, audit_message, audit_snapshot, state_changes
+from llmgw.control.audit import AuditWriter, Planning, audit_message, audit_snapshot, state_changes
 from llmgw.control.commands import agent_settings, install_engine, may_take_part_in_slurm, slurm_role, start_shard, stop_shard
 from llmgw.control.events import audit_written, nodes_forgotten, slurm_jobs_written
 from llmgw.control.effects import (
@@ -131,7 +131,10 @@ async def _write_audit(ctx: EffectContext, effect: WriteAudit) -> None:
         changes = state_changes(state.audit_snapshot, snapshot)
         ctx.update(audit_written(snapshot))
         audit_doc = {k: v for k, v in doc.items() if k != "control_plane"}
-        ctx.audit.queue_audit(audit_doc, audit_message(record, changes), token=effect.token)
+        basis, plan = state.plan_basis, state.last_plan
+        planning = (Planning(record.number, basis.settings, basis.allow_empty, basis.fleet, plan)
+                    if basis is not None and plan is not None else None)
+        ctx.audit.queue_audit(audit_doc, audit_message(record, changes), token=effect.token, planning=planning)
 
 
 async def _set_applied(ctx: EffectContext, effect: SetApplied) -> None:

@@ -203,9 +203,9 @@ class ControlPlane:
         return await self.agents.command(node_id, timeout, fencing_token=self.loop.state.leadership.token, **body)
 
     async def apply(self, emit: Emit, *, wait: bool = True, allow_empty: bool = False, timeout: float = 600.0,
-                    who: str = "admin API") -> bool:
+                    who: str = "admin API", expect: str = "") -> bool:
         """Converge to the branch head now, reporting progress to `emit` (see `llmgw.control.applying.apply`)."""
-        return await apply(self, emit, wait=wait, allow_empty=allow_empty, timeout=timeout, who=who)
+        return await apply(self, emit, wait=wait, allow_empty=allow_empty, timeout=timeout, who=who, expect=expect)
 
     async def restart(self, emit: Emit, *, control_plane: bool = True) -> bool:
         """Restart every agent, engines serving throughout, then this control plane (`restarting.restart_fleet`)."""

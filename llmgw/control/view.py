@@ -93,8 +93,9 @@ class ControlView(Protocol):
         """Send one command to `node_id`'s agent and wait for its answer."""
 
     async def apply(self, emit: Emit, *, wait: bool = True, allow_empty: bool = False, timeout: float = 600.0,
-                    who: str = "admin API") -> bool:
-        """Converge to the branch head now, reporting progress to `emit`."""
+                    who: str = "admin API", expect: str = "") -> bool:
+        """Converge to the branch head now (with `expect`, only when the head is that revision), reporting
+        progress to `emit`."""
 
     async def restart(self, emit: Emit, *, control_plane: bool = True) -> bool:
         """Restart every agent over its stream, then (with `control_plane`) this control plane."""
