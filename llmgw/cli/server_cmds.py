@@ -165,8 +165,27 @@ def render_status(doc: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _reviewed_body(path: Path, expect: str | None) -> dict[str, Any]:
+    """The apply body's "reviewed" from the review JSON at `path`. Raises UsageError for a file that is not one,
+    a review of a directory (no head commit), or an --expect that is not its head commit."""
+    try:
+        doc = json.loads(path.read_text())
+        reviewed = {"commit": doc["head"]["commit"], "fleet": doc["fleet"]["revision"], "plan": doc["plan"]}
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise UsageError(f"{path} is not a review's JSON (`llmgw review BASE HEAD --json-file FILE`): {exc!r}") from exc
+    if not isinstance(reviewed["commit"], str):
+        raise UsageError(f"{path} reviews a directory, not a commit: there is no reviewed commit to apply")
+    if expect and not reviewed["commit"].startswith(expect) and expect != reviewed["commit"]:
+        raise UsageError(f"--expect {expect} is not the head {reviewed['commit'][:12]} that {path} reviewed")
+    return reviewed
+
+
 def _render_event(event: dict[str, Any]) -> list[str]:
     kind = event.get("event")
+    if kind == "reviewed":
+        if not event.get("lines"):
+            return [f"as reviewed: every replica is placed where the review of {_short(event.get('commit'))} showed"]
+        return ["differs from the reviewed plan:", *(f"  {line}" for line in event["lines"])]
     if kind == "waiting":
         return [event["message"]]
     if kind == "settings":
@@ -351,14 +370,19 @@ def server_cmd(repo, branch, state_dir, store, secrets_dir, gateway_addr, admin_
 @click.option("--expect", metavar="REV", default=None,
               help="Apply only if the settings branch head is REV (the commit that was reviewed: the review comment "
                    "names it); otherwise refuse, saying what changed since.")
+@click.option("--review", "review_file", default=None, type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="A review's JSON (`llmgw review --json-file`): apply only its head commit (as --expect) and record "
+                   "in the audit where each pass's placements differ from the plan it showed, and why.")
 @_client_options
-def apply_cmd(client, as_json, wait, allow_empty, timeout, expect):
+def apply_cmd(client, as_json, wait, allow_empty, timeout, expect, review_file):
     """Converge the fleet to the settings branch head now, showing progress. With --expect REV, only when the head
     is REV (exit 1 and the commits since, otherwise)."""
     ok = False
-    body = {"wait": wait, "allow_empty": allow_empty, "timeout": timeout, "who": "llmgw apply"}
+    body: dict[str, Any] = {"wait": wait, "allow_empty": allow_empty, "timeout": timeout, "who": "llmgw apply"}
     if expect:
         body["expect"] = expect
+    if review_file is not None:
+        body["reviewed"] = _reviewed_body(review_file, expect)
     for event in client.stream("/api/v1/apply", body):
         if event.get("event") == "end":
             ok = bool(event.get("ok"))

@@ -14,13 +14,15 @@ from typing import Any
 import trio
 
 from llmgw.control.expecting import expect_refusal
-from llmgw.control.state import PassRecord
+from llmgw.control.state import ControlState, PassRecord
+from llmgw.plan.reviewed import ReviewedPlan, review_differences
 from llmgw.control.view import ControlView
 
 
 async def apply(
     plane: ControlView, emit: Callable[[dict[str, Any]], Awaitable[None]], *, wait: bool = True,
     allow_empty: bool = False, timeout: float = 600.0, who: str = "admin API", expect: str = "",
+    reviewed: ReviewedPlan | None = None,
 ) -> bool:
     """Converge `plane` (a running ControlPlane) to the branch head now: poll, run a pass, and (when `wait`) run
     passes until converged.
@@ -32,24 +34,33 @@ async def apply(
     `expect` (`llmgw apply --expect REV`; "" none): the revision that was reviewed. When the branch head just read
     is another commit, nothing is applied: a "settings" event with "ok": false says what changed since
     (`llmgw.control.expecting`), and the result is False.
+
+    `reviewed` (`llmgw apply --review REVIEW.json`): the plan a review showed for its head commit (which `expect`
+    then defaults to). Once the head is that commit, every pass planning it compares its placements with the
+    review's and its audit commit records where they differ and why (`llmgw.plan.reviewed`); the apply emits
+    {"event": "reviewed", "differences": [...]} after its first pass of that commit.
     """
     if plane.apply_lock.locked():
         await emit({"event": "waiting", "message": f"another apply ({plane.apply_holder}) is running; waiting for it"})
     async with plane.apply_lock:
         plane.apply_holder = f"{who} since {time.strftime('%H:%M:%S')}"
         try:
-            return await _apply(plane, emit, wait=wait, allow_empty=allow_empty, timeout=timeout, expect=expect)
+            return await _apply(plane, emit, wait=wait, allow_empty=allow_empty, timeout=timeout,
+                                expect=expect or (reviewed.commit if reviewed is not None else ""), reviewed=reviewed)
         finally:
             plane.apply_holder = None
 
 
-async def _apply(plane: ControlView, emit, *, wait: bool, allow_empty: bool, timeout: float, expect: str) -> bool:
+async def _apply(plane: ControlView, emit, *, wait: bool, allow_empty: bool, timeout: float, expect: str,
+                 reviewed: ReviewedPlan | None) -> bool:
     state = await plane.reload(force=True, allow_empty=allow_empty)
     if expect:
         refusal = await trio.to_thread.run_sync(expect_refusal, plane.watcher_repo_path, expect, state.head)
         if refusal is not None:
             await emit(refusal)
             return False
+    if reviewed is not None:
+        plane.set_reviewed(reviewed)
     for name, rejected in (("bad", state.bad), ("held", state.held)):
         if rejected is not None:
             await emit({"event": "settings", "ok": False, "commit": rejected.commit,
@@ -74,6 +85,9 @@ async def _apply(plane: ControlView, emit, *, wait: bool, allow_empty: bool, tim
             if summary != last_summary:
                 last_summary = summary
                 await emit({"event": "pass", **summary})
+            if reviewed is not None and record.settings_commit == reviewed.commit:
+                await emit(_reviewed_event(plane.snapshot(), reviewed))
+                reviewed = None  # once: the audit commits record every pass
             if record.converged and record.settings_commit == settings.commit:
                 await emit({"event": "done", "converged": True, "commit": settings.commit})
                 return True
@@ -85,6 +99,15 @@ async def _apply(plane: ControlView, emit, *, wait: bool, allow_empty: bool, tim
     await emit({"event": "done", "converged": False, "commit": settings.commit,
                 "message": f"not converged within {timeout:g} s"})
     return False
+
+
+def _reviewed_event(state: ControlState, reviewed: ReviewedPlan) -> dict[str, Any]:
+    """{"event": "reviewed", "commit", "differences": [{"replica_id", "reviewed", "now", "why"}]} of the pass
+    `state` holds the plan of, against the plan `reviewed` showed."""
+    basis, plan = state.plan_basis, state.last_plan
+    differences = review_differences(reviewed, plan, basis.fleet) if basis is not None and plan is not None else []
+    return {"event": "reviewed", "commit": reviewed.commit, "differences": [d.to_json() for d in differences],
+            "lines": [str(d) for d in differences]}
 
 
 def pass_summary(record: PassRecord, status: dict[str, Any]) -> dict[str, Any]:

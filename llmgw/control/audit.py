@@ -17,6 +17,7 @@ token, and they are written.
 from __future__ import annotations
 
 import itertools
+import json
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
@@ -31,6 +32,7 @@ from llmgw.control.registry import NodeRecord
 from llmgw.control.state import PassRecord, WatchState
 from llmgw.errors import LlmgwError
 from llmgw.plan import FLEET_FILE, PASS_FILE, fleet_record, recorded_files
+from llmgw.plan.reviewed import Difference, ReviewedPlan
 from llmgw.plan.types import Fleet, Plan
 from llmgw.settings.model import Settings
 from llmgw.tools.fabric_groups import group_fabrics
@@ -50,6 +52,11 @@ nobody else held it in between). May raise (StoreError, TemporaryError): the wri
 a failed write."""
 LAPSE_RETRY_MAX = 10.0
 """Seconds, at most, between two looks at a lapsed lease while writes wait (from 1 s, doubling)."""
+
+
+REVIEWED_FILE = "plan/reviewed.json"
+"""In an audit commit of a pass planning a commit `llmgw apply --review` was given: {"commit", "fleet" (the
+review's fleet revision), "differences": [{"replica_id", "reviewed", "now", "why"}]} (empty: as reviewed)."""
 
 
 KEPT_OFF = ("cordoned", "drained", "lent")
@@ -303,6 +310,9 @@ class Planning:
     allow_empty: bool
     fleet: Fleet
     plan: Plan
+    review: tuple[ReviewedPlan, tuple[Difference, ...]] | None = None
+    """The plan `llmgw apply --review` showed for this settings commit and where this pass's differs from it
+    (`llmgw.plan.reviewed`); None when no review of this commit was handed to an apply."""
 
 
 class _FleetBytes:
@@ -332,8 +342,14 @@ class _Write:
             "status.yaml": dumper.dump(self.status) if dumper is not None else dump_yaml(self.status)}
         planning = self.planning
         if planning is None:
-            return {**files, FLEET_FILE: None, PASS_FILE: None}
+            return {**files, FLEET_FILE: None, PASS_FILE: None, REVIEWED_FILE: None}
         fleet_bytes = (fleets or _FleetBytes()).of(planning.fleet)
+        files[REVIEWED_FILE] = None
+        if planning.review is not None:
+            reviewed, differences = planning.review
+            files[REVIEWED_FILE] = json.dumps(
+                {"commit": reviewed.commit, "fleet": reviewed.fleet_revision,
+                 "differences": [d.to_json() for d in differences]}, indent=1).encode() + b"\n"
         return {**files, **recorded_files(planning.number, planning.settings, planning.allow_empty, planning.fleet,
                                           planning.plan, fleet_bytes)}
 

@@ -21,6 +21,7 @@ from llmgw.control.recovering import DEFAULT_GRACE, Recovery, recovery
 from llmgw.control.registry import FleetRegistry
 from llmgw.control.tallies import Tallies
 from llmgw.errors import Issue
+from llmgw.plan.reviewed import ReviewedPlan
 from llmgw.plan.types import Action, Fleet, Plan, Unplaced
 from llmgw.settings.model import Settings
 
@@ -262,7 +263,8 @@ class ControlState:
     write failed). `slurm`: the Slurm jobs recorded into usage and the sacct cursors. `apply_holder`: who runs the
     `llmgw apply` in progress (None: none). `recent_passes`: the latest passes' records (at most
     `RECENT_PASSES`), oldest first. `restart_notes`: the settings in force that only a restart of the control plane
-    applies (llmgw.control.restart_only), one sentence each.
+    applies (llmgw.control.restart_only), one sentence each. `reviewed`: the plan the last `llmgw apply --review`
+    showed (None: none); each audit commit of a pass planning its commit records where the pass differs from it.
     """
 
     watch: WatchState = WatchState()
@@ -287,6 +289,7 @@ class ControlState:
     apply_holder: str | None = None
     recent_passes: tuple[PassRecord, ...] = ()
     restart_notes: tuple[str, ...] = ()
+    reviewed: ReviewedPlan | None = None
 
     @property
     def settings(self) -> Settings | None:

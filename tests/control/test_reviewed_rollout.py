@@ -4,7 +4,8 @@ a real settings repository (pushes with the git CLI, hooks running):
 - every audit commit carries the fleet its pass planned from, and `llmgw plan --at` makes that pass's plan again,
   byte for byte, though the fleet changed in between; `llmgw diff --at REV` plans REV against the fleet it was
   applied to; an unchanged fleet is one blob however many audit commits carry it;
-- `llmgw apply --expect REV` refuses a head that is not REV and names the commits since; with the head, it applies;
+- `llmgw apply --expect REV` refuses a head that is not REV and names the commits since; with the head (here from
+  a review's JSON, `--review`), it applies, and the audit records how the passes compare with the reviewed plan;
 - reverting a settings commit restores the replicas and routes of the commit before it.
 
 The `llmgw` commands run in-process (click's runner, in a worker thread while the control plane serves).
@@ -25,7 +26,7 @@ from llmgw.cli.main import cli
 from llmgw.control import ControlConfig, ControlPlane
 from llmgw.errors import LlmgwError
 from llmgw.plan import PASS_FILE, fleet_from_record, plan_digest, plan_or_refusal
-from llmgw.settings import AUDIT_REF, load_commit, read_audit_chain
+from llmgw.settings import AUDIT_REF, load_commit, read_audit_chain, read_audit_file
 
 from .conftest import git, stand_in_agent
 from .test_in_process_fleet import push_catalog, replica_states, set_replicas, wait_for
@@ -173,8 +174,18 @@ async def test_apply_expect_refuses_a_stale_head_naming_what_changed_and_a_rever
         assert f"{unreviewed[:12]} tiny: 3 replicas, dearer (" in out and "catalog/tiny.yaml" in out, out
         code, out = await llmgw("apply", "--expect", "no-such-rev", "--timeout", "30", *admin)
         assert code == 1 and "no-such-rev names no commit" in out, out
-        code, out = await llmgw("apply", "--expect", unreviewed, "--timeout", "30", *admin)
+        review = tmp_path / "review.json"
+        code, out = await llmgw("review", reviewed, unreviewed, "--repo", str(settings_repo), "--admin",
+                                plane.admin_url, "--token", plane.admin_token, "--json-file", str(review))
+        assert code == 2, out
+        code, out = await llmgw("apply", "--review", str(review), "--timeout", "30", *admin)
         assert code == 0 and f"converged to {unreviewed[:12]}" in out, out
+        assert f"as reviewed: every replica is placed where the review of {unreviewed[:12]} showed" in out, out
+        await plane.audit.flush(10)
+        recorded = json.loads(await trio.to_thread.run_sync(
+            read_audit_file, str(settings_repo), "plan/reviewed.json"))
+        assert recorded == {"commit": unreviewed, "fleet": json.loads(review.read_text())["fleet"]["revision"],
+                            "differences": []}
         assert len(replica_states(plane)) == 3 and plane.table.models["tiny"].prompt_price_per_million == 9.0
         assert served(plane) != before
 
