@@ -59,6 +59,9 @@ def _header(review: Review) -> list[str]:
                 if review.fleet_settings_commit else ""),
              f"- Exit code {review.exit_code}. Computed against this base commit and this fleet: when either moves, "
              f"run `llmgw review` again (`--check REVIEW.json` says whether a stored review still holds)."]
+    if review.head_commit:
+        lines.append(f"- Apply what was reviewed: `llmgw apply --expect {review.head_commit}` (refused, naming the "
+                     f"commits since, when the settings branch then holds other settings).")
     return lines
 
 

@@ -2,7 +2,9 @@
 
     llmgw server --repo PATH|URL [--state DIR] ...      run the control plane (and its gateway)
     llmgw apply [--wait/--no-wait] [--allow-empty]       converge to the branch head now, with progress
+                [--expect REV]                           ... only when the head is REV (what was reviewed)
     llmgw plan [REV]                                     the plan REV would run on the live fleet (`diff --live`)
+    llmgw plan --at AUDIT_COMMIT                         a past pass's plan, made again (llmgw.cli.replay_cmds)
     llmgw status | history | nodes | replicas            where the cluster stands, what was done
     llmgw stop | start                                   serving.stopped commits, authored by you
     llmgw logs NODE [--shard S]                          an engine's (or the agent's) last log lines
@@ -34,13 +36,19 @@ from llmgw.control import stalls
 from llmgw.errors import UsageError
 
 
+def _admin_options(func):
+    """--url, --token, --state and --json, passed on as url, token, state_dir and as_json."""
+    func = click.option("--json", "as_json", is_flag=True, help="Print the admin API's JSON.")(func)
+    func = click.option("--state", "state_dir", envvar="LLMGW_STATE", default=None, type=click.Path(path_type=Path),
+                        help="State directory of `llmgw server` / `llmgw up` [default: .state].")(func)
+    func = click.option("--token", envvar="LLMGW_ADMIN_TOKEN", default=None,
+                        help="Admin token [default: $LLMGW_ADMIN_TOKEN, then <state>/admin-token].")(func)
+    return click.option("--url", envvar="LLMGW_ADMIN_URL", default=None,
+                        help="Admin API URL [default: <state>/admin-url].")(func)
+
+
 def _client_options(func):
-    @click.option("--url", envvar="LLMGW_ADMIN_URL", default=None, help="Admin API URL [default: <state>/admin-url].")
-    @click.option("--token", envvar="LLMGW_ADMIN_TOKEN", default=None,
-                  help="Admin token [default: $LLMGW_ADMIN_TOKEN, then <state>/admin-token].")
-    @click.option("--state", "state_dir", envvar="LLMGW_STATE", default=None, type=click.Path(path_type=Path),
-                  help="State directory of `llmgw server` / `llmgw up` [default: .state].")
-    @click.option("--json", "as_json", is_flag=True, help="Print the admin API's JSON.")
+    @_admin_options
     @wraps(func)
     def wrapper(url, token, state_dir, as_json, **kwargs):
         from llmgw.control.client import AdminClient, admin_ca_file, resolve_admin
@@ -157,8 +165,27 @@ def render_status(doc: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _reviewed_body(path: Path, expect: str | None) -> dict[str, Any]:
+    """The apply body's "reviewed" from the review JSON at `path`. Raises UsageError for a file that is not one,
+    a review of a directory (no head commit), or an --expect that is not its head commit."""
+    try:
+        doc = json.loads(path.read_text())
+        reviewed = {"commit": doc["head"]["commit"], "fleet": doc["fleet"]["revision"], "plan": doc["plan"]}
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise UsageError(f"{path} is not a review's JSON (`llmgw review BASE HEAD --json-file FILE`): {exc!r}") from exc
+    if not isinstance(reviewed["commit"], str):
+        raise UsageError(f"{path} reviews a directory, not a commit: there is no reviewed commit to apply")
+    if expect and not reviewed["commit"].startswith(expect) and expect != reviewed["commit"]:
+        raise UsageError(f"--expect {expect} is not the head {reviewed['commit'][:12]} that {path} reviewed")
+    return reviewed
+
+
 def _render_event(event: dict[str, Any]) -> list[str]:
     kind = event.get("event")
+    if kind == "reviewed":
+        if not event.get("lines"):
+            return [f"as reviewed: every replica is placed where the review of {_short(event.get('commit'))} showed"]
+        return ["differs from the reviewed plan:", *(f"  {line}" for line in event["lines"])]
     if kind == "waiting":
         return [event["message"]]
     if kind == "settings":
@@ -340,12 +367,23 @@ def server_cmd(repo, branch, state_dir, store, secrets_dir, gateway_addr, admin_
 @click.option("--wait/--no-wait", default=True, show_default=True, help="Wait until the fleet converged.")
 @click.option("--allow-empty", is_flag=True, help="Apply even a catalog that would stop every model.")
 @click.option("--timeout", default=600.0, show_default=True, help="Seconds to wait for convergence.")
+@click.option("--expect", metavar="REV", default=None,
+              help="Apply only if the settings branch head is REV (the commit that was reviewed: the review comment "
+                   "names it); otherwise refuse, saying what changed since.")
+@click.option("--review", "review_file", default=None, type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="A review's JSON (`llmgw review --json-file`): apply only its head commit (as --expect) and record "
+                   "in the audit where each pass's placements differ from the plan it showed, and why.")
 @_client_options
-def apply_cmd(client, as_json, wait, allow_empty, timeout):
-    """Converge the fleet to the settings branch head now, showing progress."""
+def apply_cmd(client, as_json, wait, allow_empty, timeout, expect, review_file):
+    """Converge the fleet to the settings branch head now, showing progress. With --expect REV, only when the head
+    is REV (exit 1 and the commits since, otherwise)."""
     ok = False
-    for event in client.stream("/api/v1/apply", {"wait": wait, "allow_empty": allow_empty, "timeout": timeout,
-                                                 "who": "llmgw apply"}):
+    body: dict[str, Any] = {"wait": wait, "allow_empty": allow_empty, "timeout": timeout, "who": "llmgw apply"}
+    if expect:
+        body["expect"] = expect
+    if review_file is not None:
+        body["reviewed"] = _reviewed_body(review_file, expect)
+    for event in client.stream("/api/v1/apply", body):
         if event.get("event") == "end":
             ok = bool(event.get("ok"))
             continue
@@ -377,11 +415,27 @@ def restart_cmd(client, as_json, agents_only):
 
 @click.command("plan")
 @click.argument("rev", required=False)
-@_client_options
-def plan_cmd(client, as_json, rev):
+@click.option("--at", "at", metavar="AUDIT_COMMIT", default=None,
+              help="Make the plan of a past pass again, from the fleet its audit commit recorded (no control plane "
+                   "needed; read from --repo); exit 1 when it is not the plan that pass made.")
+@click.option("--repo", default=None, help="With --at: the settings repository holding refs/llmgw/audit [default: "
+              "<state>/settings.git when it exists, else the one around the current directory].")
+@_admin_options
+def plan_cmd(rev, at, repo, url, token, state_dir, as_json):
     """Show what REV (default: the branch head) would start, stop or move on the live fleet, and what cannot be
-    placed and why. Exit 0: no changes, 2: changes, 1: error. (`llmgw diff --live`.)"""
-    sys.exit(live_diff(client, rev, as_json))
+    placed and why; with --at AUDIT_COMMIT, the plan that audit commit's pass made, made again. Exit 0: no
+    changes, 2: changes, 1: error. (`llmgw diff --live`, `llmgw diff --at`.)"""
+    if at is not None:
+        if rev is not None:
+            raise click.UsageError("--at takes the audit commit; give no REV with it (the pass's settings are used)")
+        from llmgw.cli.replay_cmds import plan_at_command
+
+        sys.exit(plan_at_command(at, repo, state_dir, as_json))
+    from llmgw.control.client import AdminClient, admin_ca_file, resolve_admin
+
+    url, token = resolve_admin(url, token, state_dir)
+    with AdminClient(url, token, ca_file=admin_ca_file(state_dir)) as client:
+        sys.exit(live_diff(client, rev, as_json))
 
 
 @click.command("status")

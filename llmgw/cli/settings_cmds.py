@@ -1,4 +1,4 @@
-"""`llmgw validate`, `llmgw diff`, `llmgw repo init` and `llmgw repo hooks`: the settings repository from the command
+"""`llmgw validate`, `llmgw diff` (`--at REV`: llmgw.cli.replay_cmds), `llmgw repo init` and `llmgw repo hooks`: the settings repository from the command
 line.
 
 Exit codes: validate 0 valid (warnings may be printed: e.g. keys accepted, not acted on yet), 1 invalid (every error on stderr, one per line as
@@ -129,30 +129,39 @@ def _count(number: int, noun: str) -> str:
 
 
 @click.command("diff", context_settings={"ignore_unknown_options": False})
-@click.argument("revisions", nargs=-1, metavar="OLD NEW | --live [REV]")
+@click.argument("revisions", nargs=-1, metavar="OLD NEW | --live [REV] | --at REV")
 @click.option("--repo", default=None, help="Git repository holding OLD and NEW when they are revisions (default: the one around the current directory).")
 @click.option("--live", is_flag=True,
               help="Compare REV (default: the branch head) with the live fleet: what would start, stop or move, "
                    "and what cannot be placed and why (asks the control plane; same as `llmgw plan`).")
 @click.option("--state", "state_dir", default=None, type=click.Path(path_type=Path),
-              help="With --live: state directory of `llmgw up` / `llmgw server` [default: .state].")
+              help="With --live or --at: state directory of `llmgw up` / `llmgw server` [default: .state].")
+@click.option("--at", "at", is_flag=True,
+              help="Plan REV against the fleet as it was when REV was applied (recorded in the audit commit of the "
+                   "first pass that planned it; read from --repo, no control plane needed).")
 @click.option("--json", "as_json", is_flag=True, help="Print the difference as JSON.")
 @click.pass_context
 def diff_cmd(ctx: click.Context, revisions: tuple[str, ...], repo: str | None, live: bool, state_dir: Path | None,
-             as_json: bool) -> None:
-    """Show what changes from settings OLD to NEW (directories, commits or branches), or with --live what
-    REV would change on the running fleet. Keys read only when the control plane starts (listeners, gateway
+             at: bool, as_json: bool) -> None:
+    """Show what changes from settings OLD to NEW (directories, commits or branches), with --live what
+    REV would change on the running fleet, or with --at REV what REV changed on the fleet when it was applied. Keys read only when the control plane starts (listeners, gateway
     workers, store, tracing) are named again below, with "run `llmgw restart`".
 
     Exit 0: no change; 2: changes; 1: an error (invalid settings, unknown revision).
     """
+    if at:
+        if len(revisions) != 1 or live:
+            raise click.UsageError("--at takes one settings revision: llmgw diff --at REV")
+        from llmgw.cli.replay_cmds import diff_at_command
+
+        sys.exit(diff_at_command(revisions[0], repo, state_dir, as_json))
     if live:
         if len(revisions) > 1:
             raise click.UsageError("--live takes at most one revision: llmgw diff --live [REV]")
         from llmgw.cli.server_cmds import plan_cmd
 
-        ctx.invoke(plan_cmd, rev=revisions[0] if revisions else None, url=None, token=None, state_dir=state_dir,
-                   as_json=as_json)
+        ctx.invoke(plan_cmd, rev=revisions[0] if revisions else None, at=None, repo=None, url=None, token=None,
+                   state_dir=state_dir, as_json=as_json)
         return
     if len(revisions) != 2:
         raise click.UsageError("give two settings versions: llmgw diff OLD NEW (or llmgw diff --live [REV])")

@@ -15,7 +15,9 @@ The API is described in docs/admin-api.yaml (OpenAPI 3.1), served at GET /openap
     GET  /api/v1/status                      the status document
     GET  /api/v1/history?limit=N              audit commits, newest first
     GET  /api/v1/nodes | /api/v1/replicas     parts of the status
-    POST /api/v1/apply {"wait", "allow_empty", "timeout"}    NDJSON progress lines, the last {"event": "done"}
+    POST /api/v1/apply {"wait", "allow_empty", "timeout", "expect", "reviewed"}    NDJSON progress lines, the
+                                              last {"event": "end"}; "expect": refused unless the head is that
+                                              REV; "reviewed": the plan a review showed (audited differences)
     GET  /api/v1/plan?rev=REV                 the plan REV (default: branch head) would run on the live fleet
     POST /api/v1/restart                      every agent restarts over its stream, then the control plane (ndjson)
     GET  /api/v1/fleet                        the fleet snapshot (llmgw.plan.snapshot) `llmgw review` plans against
@@ -65,6 +67,7 @@ from llmgw.control.admin_inputs import (
     AdminInputError,
     body_bool,
     body_number,
+    body_reviewed,
     body_text,
     check_query_names,
     query_int,
@@ -439,7 +442,8 @@ class AdminApp:
 
         options = dict(wait=body_bool(body, "wait", True), allow_empty=body_bool(body, "allow_empty", False),
                        timeout=body_number(body, "timeout", 600.0, 0.0, MAX_APPLY_TIMEOUT),
-                       who=body_text(body, "who", "admin API"))
+                       who=body_text(body, "who", "admin API"), expect=body_text(body, "expect", ""),
+                       reviewed=body_reviewed(body))
         await send({"type": "http.response.start", "status": 200,
                     "headers": [(b"content-type", b"application/x-ndjson")]})
         ok = await self.plane.apply(emit, **options)

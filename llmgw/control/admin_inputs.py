@@ -13,6 +13,8 @@ from typing import Any
 from llmgw.errors import LlmgwError
 
 from llmgw.wire.tls import MAX_JOIN_TOKEN_TTL  # seconds: a join token lives a week at most
+from llmgw.plan.rendering import plan_from_json
+from llmgw.plan.reviewed import ReviewedPlan
 MAX_HISTORY_LIMIT = 10_000
 MAX_LOG_LINES = 100_000
 MAX_APPLY_TIMEOUT = 24 * 3600.0  # seconds
@@ -102,3 +104,25 @@ def body_text(body: dict[str, Any], field: str, default: str, max_length: int = 
     if len(value) > max_length:
         raise AdminInputError(field, f"{field} must be at most {max_length} characters, not {len(value)}")
     return value
+
+
+def body_reviewed(body: dict[str, Any]) -> ReviewedPlan | None:
+    """The body's `reviewed` object, {"commit": 40 hex, "fleet": "sha256:...", "plan": `llmgw plan --json`'s plan}
+    (what `llmgw apply --review` sends from a review's JSON), as a ReviewedPlan; None when absent or null.
+
+    Raises AdminInputError naming `reviewed` (or the key inside it) for anything else.
+    """
+    value = body.get("reviewed")
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise AdminInputError("reviewed", "reviewed must be an object: {commit, fleet, plan}")
+    commit, fleet = value.get("commit"), value.get("fleet", "")
+    if not isinstance(commit, str) or len(commit) != 40 or not isinstance(fleet, str) or len(fleet) > 200:
+        raise AdminInputError("reviewed", "reviewed.commit must be the reviewed head's commit id (40 hex) and "
+                                          "reviewed.fleet the review's fleet revision")
+    try:
+        plan = plan_from_json(value["plan"])
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise AdminInputError("reviewed", f"reviewed.plan is not a plan as `llmgw review --json` writes it: {exc!r}"[:300]) from None
+    return ReviewedPlan(commit, fleet, plan)

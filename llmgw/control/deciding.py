@@ -27,7 +27,7 @@ from llmgw.control.state import (
     RECENT_PASSES, ActionKey, ActionRecord, ControlState, Failure, InFlight, Outcome, PassRecord, PlanBasis, frozen,
 )
 from llmgw.identity import base_shard_id
-from llmgw.plan import EmptiedCatalogError, make_plan
+from llmgw.plan import plan_or_refusal
 from llmgw.plan.types import Action, ActionKind, Fleet, NodeState, Plan, ShardState
 
 BACKOFF_FIRST = 1.0
@@ -217,12 +217,12 @@ def plan_stage(state: ControlState) -> tuple[Plan, PlanBasis | None]:
     assert settings is not None
     allow_empty = settings.commit is not None and settings.commit == state.allow_empty_commit
     fleet = planner_fleet(state)
-    try:
-        plan = make_plan(settings, with_starts_in_flight(fleet, state.in_flight), allow_empty=allow_empty)
-    except EmptiedCatalogError as exc:
-        return Plan(settings_commit=settings.commit, notes=(str(exc),)), None
+    given = with_starts_in_flight(fleet, state.in_flight)
+    plan, refused = plan_or_refusal(settings, given, allow_empty)
+    if refused:
+        return plan, None
     return plan, PlanBasis(
-        settings=settings, allow_empty=allow_empty, fleet_line=state.fleet.line,
+        settings=settings, allow_empty=allow_empty, fleet=given, fleet_line=state.fleet.line,
         fleet_revision=state.fleet.revision, thresholds=memory_thresholds(settings),
         acked_settings=state.acked_settings,
         starts=_starts_in_flight(state), converged=converged(plan, fleet),

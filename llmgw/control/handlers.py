@@ -20,7 +20,7 @@ from typing import Any
 import trio
 
 from llmgw.control.agents import AgentHub
-from llmgw.control.audit import AuditWriter, audit_message, audit_snapshot, state_changes
+from llmgw.control.audit import AuditWriter, Planning, audit_message, audit_snapshot, state_changes
 from llmgw.control.commands import agent_settings, install_engine, may_take_part_in_slurm, slurm_role, start_shard, stop_shard
 from llmgw.control.events import audit_written, nodes_forgotten, slurm_jobs_written
 from llmgw.control.effects import (
@@ -31,6 +31,7 @@ from llmgw.control.recovering import KNOWN_NODES_KEY, encode_known
 from llmgw.control.reports import fleet_for
 from llmgw.control.slurm_store import advance_cursor, read_cursor, users_from_store
 from llmgw.errors import EngineError, StoreError, TemporaryError
+from llmgw.plan.reviewed import review_differences
 from llmgw.settings.model import Settings
 from llmgw.wire import control_message, pb
 
@@ -131,7 +132,17 @@ async def _write_audit(ctx: EffectContext, effect: WriteAudit) -> None:
         changes = state_changes(state.audit_snapshot, snapshot)
         ctx.update(audit_written(snapshot))
         audit_doc = {k: v for k, v in doc.items() if k != "control_plane"}
-        ctx.audit.queue_audit(audit_doc, audit_message(record, changes), token=effect.token)
+        basis, plan, reviewed = state.plan_basis, state.last_plan, state.reviewed
+        planning = None
+        message = audit_message(record, changes)
+        if basis is not None and plan is not None:
+            review = None
+            if reviewed is not None and reviewed.commit == basis.settings.commit:
+                differences = tuple(review_differences(reviewed, plan, basis.fleet))
+                review = (reviewed, differences)
+                message += "".join(f"- differs from the reviewed plan: {d}\n" for d in differences)
+            planning = Planning(record.number, basis.settings, basis.allow_empty, basis.fleet, plan, review)
+        ctx.audit.queue_audit(audit_doc, message, token=effect.token, planning=planning)
 
 
 async def _set_applied(ctx: EffectContext, effect: SetApplied) -> None:

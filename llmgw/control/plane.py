@@ -39,6 +39,7 @@ from llmgw.control.status import Endpoints, StatusReporter, health_details
 from llmgw.control.tracing import StartTracing
 from llmgw.control.view import Emit
 from llmgw.control.watching import SettingsWatcher
+from llmgw.plan.reviewed import ReviewedPlan
 from llmgw.plan.types import Plan
 
 __all__ = ["ControlConfig", "ControlPlane", "check_listeners_free", "listening_on"]
@@ -186,6 +187,10 @@ class ControlPlane:
         """Make the settings watcher poll now (a hook or forge said the branch moved)."""
         self.watcher.wake()
 
+    def set_reviewed(self, reviewed: ReviewedPlan) -> None:
+        """Compare each pass planning `reviewed.commit` with the plan a review showed (`llmgw apply --review`)."""
+        self.loop.update(lambda s: (replace(s, reviewed=reviewed), True), f"apply --review {reviewed.commit[:12]}")
+
     def allow_empty(self, commit: str) -> None:
         """Let settings commit `commit` empty the catalog (`llmgw apply --allow-empty`)."""
         self.loop.update(lambda s: (replace(s, allow_empty_commit=commit), True), f"apply --allow-empty {commit[:12]}")
@@ -203,9 +208,10 @@ class ControlPlane:
         return await self.agents.command(node_id, timeout, fencing_token=self.loop.state.leadership.token, **body)
 
     async def apply(self, emit: Emit, *, wait: bool = True, allow_empty: bool = False, timeout: float = 600.0,
-                    who: str = "admin API") -> bool:
+                    who: str = "admin API", expect: str = "", reviewed: ReviewedPlan | None = None) -> bool:
         """Converge to the branch head now, reporting progress to `emit` (see `llmgw.control.applying.apply`)."""
-        return await apply(self, emit, wait=wait, allow_empty=allow_empty, timeout=timeout, who=who)
+        return await apply(self, emit, wait=wait, allow_empty=allow_empty, timeout=timeout, who=who, expect=expect,
+                           reviewed=reviewed)
 
     async def restart(self, emit: Emit, *, control_plane: bool = True) -> bool:
         """Restart every agent, engines serving throughout, then this control plane (`restarting.restart_fleet`)."""

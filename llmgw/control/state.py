@@ -21,7 +21,8 @@ from llmgw.control.recovering import DEFAULT_GRACE, Recovery, recovery
 from llmgw.control.registry import FleetRegistry
 from llmgw.control.tallies import Tallies
 from llmgw.errors import Issue
-from llmgw.plan.types import Action, Plan, Unplaced
+from llmgw.plan.reviewed import ReviewedPlan
+from llmgw.plan.types import Action, Fleet, Plan, Unplaced
 from llmgw.settings.model import Settings
 
 ActionKey = tuple[str, str, str]
@@ -201,7 +202,10 @@ class PlanBasis:
     """What `ControlState.last_plan` was made from, kept so that a pass over the same inputs reuses that plan
     instead of planning the whole fleet again (see `llmgw.control.deciding.decide`).
 
-    `settings` (the very object), `allow_empty`, the fleet registry's `fleet_line` and `fleet_revision` (see
+    `settings` (the very object), `allow_empty`, `fleet` (the very fleet `make_plan` was given, recorded in the
+    audit commit: `llmgw.plan.recorded`; not compared: a reused plan keeps the fleet it was made from, which may
+    differ from today's in what the planner cannot see, such as free memory between two thresholds), the fleet
+    registry's `fleet_line` and `fleet_revision` (see
     `FleetRegistry.revision`), `thresholds` (the per-GPU memory needs of the catalog, bytes: the plan is reused only
     while the registry judges free memory against these), `acked_settings` (the very mapping) and `starts` (the START actions in flight, by key,
     which the planner counts as pending shards). `converged`: the plan's fleet shows every assigned shard READY and
@@ -210,6 +214,7 @@ class PlanBasis:
 
     settings: Settings
     allow_empty: bool
+    fleet: Fleet = field(compare=False)  # a record of the input (for the audit), not what a reuse is judged by
     fleet_line: object
     fleet_revision: int
     thresholds: tuple[int, ...]
@@ -258,7 +263,8 @@ class ControlState:
     write failed). `slurm`: the Slurm jobs recorded into usage and the sacct cursors. `apply_holder`: who runs the
     `llmgw apply` in progress (None: none). `recent_passes`: the latest passes' records (at most
     `RECENT_PASSES`), oldest first. `restart_notes`: the settings in force that only a restart of the control plane
-    applies (llmgw.control.restart_only), one sentence each.
+    applies (llmgw.control.restart_only), one sentence each. `reviewed`: the plan the last `llmgw apply --review`
+    showed (None: none); each audit commit of a pass planning its commit records where the pass differs from it.
     """
 
     watch: WatchState = WatchState()
@@ -283,6 +289,7 @@ class ControlState:
     apply_holder: str | None = None
     recent_passes: tuple[PassRecord, ...] = ()
     restart_notes: tuple[str, ...] = ()
+    reviewed: ReviewedPlan | None = None
 
     @property
     def settings(self) -> Settings | None:

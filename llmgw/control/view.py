@@ -21,6 +21,7 @@ from llmgw.control.recovering import Recovery
 from llmgw.control.registry import NodeRecord
 from llmgw.control.sessions import CommandOutcome
 from llmgw.control.state import ControlState, PassRecord, WatchState
+from llmgw.plan.reviewed import ReviewedPlan
 from llmgw.plan.types import Plan
 
 __all__ = [
@@ -86,6 +87,9 @@ class ControlView(Protocol):
     def allow_empty(self, commit: str) -> None:
         """Let settings commit `commit` empty the catalog."""
 
+    def set_reviewed(self, reviewed: ReviewedPlan) -> None:
+        """Compare each pass planning `reviewed.commit` with the plan a review showed (recorded in the audit)."""
+
     async def reload(self, *, force: bool = False, allow_empty: bool = False) -> WatchState:
         """Poll the settings branch now and return where the watcher stands."""
 
@@ -93,8 +97,9 @@ class ControlView(Protocol):
         """Send one command to `node_id`'s agent and wait for its answer."""
 
     async def apply(self, emit: Emit, *, wait: bool = True, allow_empty: bool = False, timeout: float = 600.0,
-                    who: str = "admin API") -> bool:
-        """Converge to the branch head now, reporting progress to `emit`."""
+                    who: str = "admin API", expect: str = "", reviewed: ReviewedPlan | None = None) -> bool:
+        """Converge to the branch head now (with `expect`, only when the head is that revision), reporting
+        progress to `emit`."""
 
     async def restart(self, emit: Emit, *, control_plane: bool = True) -> bool:
         """Restart every agent over its stream, then (with `control_plane`) this control plane."""

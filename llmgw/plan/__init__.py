@@ -2,6 +2,8 @@
 
 `make_plan(settings, fleet)` is the planner; `fingerprint(model, engine_version)` names what a replica runs;
 `check_not_emptied(previous, new)` is the empty-catalog guard; `render_plan` / `plan_to_json` show a plan.
+`recorded_files` / `fleet_from_record` / `plan_digest` record a pass's planning in its audit commit so that
+`llmgw plan --at` can make that plan again (`llmgw.plan.recorded`).
 `place_multinode(offers, nodes, per_node)` / `split_over_nodes` place one replica over several nodes (`make_plan`
 uses them for a replica that needs more GPUs than one node has); `interconnect_of(report)` is what a node's health
 report offers them. `pair_rails` / `grade_rail` are `llmgw fabric-test`'s rail pairing and grading.
@@ -19,6 +21,10 @@ from llmgw.plan.multinode import (
     MultiNodePlacement, NodeOffer, ShardSlot, interconnect_of, place_multinode, split_over_nodes,
 )
 from llmgw.plan.planning import agent_settings_fingerprint, demand_of, is_mig_class, make_plan
+from llmgw.plan.recorded import (
+    FLEET_FILE, PASS_FILE, PlannedPass, fleet_from_record, fleet_record, pass_from_record, plan_digest, plan_or_refusal,
+    recorded_files,
+)
 from llmgw.plan.rendering import plan_from_json, plan_to_json, render_plan
 from llmgw.plan.types import (
     Action, ActionKind, Assignment, Fleet, GpuState, Interconnect, NodeState, ObservedShard, Plan, Unplaced,
@@ -32,4 +38,6 @@ __all__ = [
     "plan_to_json", "render_plan", "replica_id", "replica_ids", "replica_index", "serves_something",
     "split_engine_key", "Interconnect", "interconnect_of", "MultiNodePlacement", "NodeOffer", "ShardSlot", "place_multinode", "split_over_nodes",
     "OK_FRACTION", "Rail", "RailGrade", "grade_rail", "pair_rails",
+    "FLEET_FILE", "PASS_FILE", "PlannedPass", "fleet_from_record", "fleet_record", "pass_from_record", "plan_digest",
+    "plan_or_refusal", "recorded_files",
 ]

@@ -7,7 +7,8 @@ recorded as valid, see `read_valid_trees`, `validation_key`, `VALID_TREES_FILE`)
 SettingsDiff. Repository: `init_repository(path, seed_dir, notify_url, branch)`, `install_hooks`. Refs and
 config: `branch_head`, `ref_commit`, `fetch_mirror`, `set_config_value`, `discover_repository`, `redact_url`,
 `AUDIT_REF`, `APPLIED_REF`. Commits: `set_serving_stopped`, `append_audit`, `set_ref`, `read_audit_log`,
-`read_audit_file`.
+`read_audit_file`. History: `commits_since(repo, old, new)` (what changed on a branch since a commit),
+`read_audit_chain`, `audit_commit`.
 """
 
 from llmgw.settings.committing import (
@@ -16,6 +17,7 @@ from llmgw.settings.committing import (
 from llmgw.settings.diffing import (
     RESTART_ONLY, Change, FieldChange, SettingsDiff, diff_settings, restart_only_changes,
 )
+from llmgw.settings.history import BranchCommit, audit_commit, commits_since, read_audit_chain
 from llmgw.settings.loading import SchemaCheck, load_commit, load_directory
 from llmgw.settings.model import (
     Adapter, AgentSettings, ClusterSettings, Endpoint, EngineVersion, Listener, Model, Organisation, Prices,
@@ -44,4 +46,5 @@ __all__ = [
     "set_serving_stopped", "append_audit", "set_ref", "read_audit_log", "read_audit_file", "AuditEntry",
     "AUDIT_REF", "APPLIED_REF", "DEFAULT_BRANCH", "branch_head", "ref_commit", "fetch_mirror", "set_config_value",
     "discover_repository", "redact_url", "NOT_ACTED_ON", "UNBUILT", "UnbuiltKey", "is_not_acted_on",
+    "BranchCommit", "audit_commit", "commits_since", "read_audit_chain",
 ]
