@@ -196,7 +196,7 @@ def review_warnings(base: Settings, head: Settings, refused: str | None = None) 
                 found.append(ReviewWarning("pickle", f"{model.source_file or model.name}: allow_pickle: true: "
                                                      f"weights in a pickle format{what} can run code when loaded"))
         warned = {getattr(w, "file", "") for w in settings.warnings}
-        switches = {"firewall": bool(settings.firewall.get("enabled")), "slurm": settings.slurm.enabled}
+        switches = {"firewall": settings.firewall.enabled, "slurm": settings.slurm.enabled}
         for name, enabled in switches.items():
             # Left to the loader once it warns about the file itself (its list of keys not acted on yet).
             if enabled and f"{name}.yaml" not in warned:

@@ -68,9 +68,10 @@ def test_validate_warns_at_each_key_not_acted_on_yet_and_still_accepts_the_tree(
 
 
 def test_values_that_are_acted_on_give_no_warning(tmp_path: Path) -> None:
-    tree = edited_example(tmp_path, "firewall.yaml", "backend: nftables", "backend: iptables")
+    tree = edited_example(tmp_path, "firewall.yaml", "rollback_after: 60s", "rollback_after: 2m")
     settings = load_directory(tree)
-    assert settings.cluster.store.kind == "sqlite" and settings.firewall["enabled"] is False
+    assert settings.cluster.store.kind == "sqlite" and settings.firewall.enabled is False
+    assert settings.firewall.rollback_after_seconds == 120.0
     assert settings.slurm.enabled is False and not settings.cluster.gpu_hour_cost
     assert not [w for w in settings.warnings if is_not_acted_on(w)]
 
