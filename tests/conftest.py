@@ -69,3 +69,13 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "vllm_slot" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.xdist_group("vllm"))
+
+
+@pytest.fixture
+def netns_lab():
+    """Network namespaces joined by a bridge, their ranges unreachable from the root namespace first
+    (tests/support/netns.py); `lab.host(name)` adds a host. Removed after the test."""
+    from support.netns import open_lab
+
+    with open_lab() as lab:
+        yield lab

@@ -25,8 +25,8 @@ name is checked to be a word before it is written (GeneratedFileError otherwise)
 agent's report can add syntax to the table. The nft syntax is not `Key=Value`, so `llmgw.plan.conf_lines` does not
 apply; this module is the one writer of nft text.
 
-`replace_script(table)` and REMOVE_SCRIPT are the one-transaction scripts the agent gives `nft -f`: they create,
-delete and define (or delete) only table `inet llmgw`, so the swap is atomic and no other table is read or written.
+The agent swaps a node's table in one `nft -f` transaction that names table `inet llmgw` only
+(`llmgw.tools.nft.replace_script`, `REMOVE_SCRIPT`): atomic, and no other table is read or written.
 Format: the nft(8) manual page, nftables 1.0.6 (Debian 12), checked by `nft -c -f` in tests/plan/test_firewall_render.py.
 """
 
@@ -42,12 +42,7 @@ from llmgw.errors import GeneratedFileError
 from llmgw.plan.types import Fleet, NodeState
 from llmgw.settings.firewall import Network
 from llmgw.settings.model import Settings
-
-TABLE = "inet llmgw"
-"""The one table llmgw writes (family inet: IPv4 and IPv6)."""
-
-REMOVE_SCRIPT = f"table {TABLE}\ndelete table {TABLE}\n"
-"""nft -f script removing llmgw's table; a no-op when it is absent (declared first, then deleted)."""
+from llmgw.tools.nft import TABLE
 
 _WORD = re.compile(r"[a-z0-9][a-z0-9._-]{0,62}")
 
@@ -63,11 +58,6 @@ class FirewallTable:
     digest: str
     rollback_after_seconds: float
     unknown: tuple[str, ...] = ()
-
-
-def replace_script(table: FirewallTable) -> str:
-    """The nft -f script that swaps llmgw's table for `table` in one transaction (nothing else touched)."""
-    return f"table {TABLE}\ndelete table {TABLE}\n{table.text}"
 
 
 def _address(node: NodeState) -> Network | None:

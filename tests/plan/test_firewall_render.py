@@ -23,11 +23,12 @@ from types import MappingProxyType
 
 import pytest
 
-from llmgw.plan.firewall import REMOVE_SCRIPT, firewall_table, firewall_tables, replace_script
+from llmgw.plan.firewall import firewall_table, firewall_tables
 from llmgw.plan.types import Fleet, NodeState, ObservedShard, ShardState
 from llmgw.settings.firewall import FirewallRule, FirewallSettings
 from llmgw.settings.model import AgentSettings, ClusterSettings, Settings
 from llmgw.settings.slurm import SlurmNode, SlurmPartition, SlurmSettings
+from llmgw.tools.nft import REMOVE_SCRIPT, replace_script, table_refusal
 
 net = ipaddress.ip_network
 
@@ -92,8 +93,9 @@ def test_rendered_tables_load_and_keep_their_rules(seed: int) -> None:
     control = settings.firewall.control_planes
     for node_id, table in tables.items():
         node = fleet.node(node_id)
-        checked = nft_check(replace_script(table))
+        checked = nft_check(replace_script(table.text))
         assert checked.returncode == 0, (checked.stderr, table.text)
+        assert table_refusal(table.text) is None
         rules = chain(table.text)
         assert rules[0] == "ct state established,related accept"
         assert rules[-2:] == ['meta l4proto tcp reject with tcp reset comment "refused"', 'reject comment "refused"']
@@ -148,4 +150,14 @@ def test_an_address_with_nft_syntax_in_it_is_left_out() -> None:
     fleet = Fleet((NodeState("n0", "10.20.0.1"), NodeState("evil", '10.0.0.1 } accept; flush ruleset; #')))
     table = firewall_table(settings, fleet, "n0")
     assert "flush" not in table.text and table.unknown == ("evil",)
-    assert nft_check(replace_script(table)).returncode == 0
+    assert nft_check(replace_script(table.text)).returncode == 0
+
+
+@pytest.mark.parametrize("text", [
+    "table inet other {\n}\n",
+    "table inet llmgw {\n}\ntable ip nat {\n}\n",
+    "table inet llmgw {\n\tchain input {\n\t}\n}\nflush ruleset\n",
+    "table inet llmgw {\n\tinclude \"/etc/x\"\n}\n",
+])
+def test_an_agent_refuses_a_table_that_reaches_beyond_its_own(text: str) -> None:
+    assert table_refusal(text)
