@@ -8,8 +8,9 @@ previous table stays. `text` "" removes the table (firewall.yaml off).
 A table must never cut the agent off its control plane. After a table loads, the keeper opens new TCP connections
 to the control planes' agents addresses ("host:port"), once a second; when none has succeeded within
 `rollback_after` seconds it restores the table there was before (or removes its own, when there was none) and
-records why (`FirewallState.error`): the control plane sees the table it sent is not applied, and the next
-CONFIGURE tries again. Only one watch runs at a time: a newer apply ends the older watch.
+records why (`FirewallState.error`); the same table sent again is refused with that sentence (the control plane
+shows it as the CONFIGURE's failure) until the settings render another. Only one watch runs at a time: a newer
+apply ends the older watch. `text` "" with no table of llmgw's on the node does nothing (not even run nft).
 
 `nft`: the argv that runs nft (tests run it inside a network namespace with `ip netns exec NS nft`).
 Every method is a checkpoint; `apply` is cancelled with its caller, and a watch with the keeper's nursery.
@@ -49,6 +50,7 @@ class FirewallKeeper:
         self.nft = tuple(nft)
         self.state = FirewallState()
         self._watch: trio.CancelScope | None = None
+        self._rolled_back: dict[str, str] = {}  # digest -> why it was rolled back
 
     async def _run(self, *argv: str, script: str | None = None) -> tuple[int, str, str]:
         try:
@@ -74,7 +76,10 @@ class FirewallKeeper:
         `error` (nft's message, with "nft refused the table:" before it)."""
         if text and digest == self.state.digest and not self.state.error and await self.current():
             return self.state
-        refusal = table_refusal(text) if text else None
+        if not text and not await self.current():  # nothing of llmgw's to remove (or no nft on this node)
+            self.state = FirewallState()
+            return self.state
+        refusal = (table_refusal(text) or self._rolled_back.get(digest)) if text else None
         if refusal:
             self.state = FirewallState(self.state.digest, refusal)
             return self.state
@@ -108,6 +113,7 @@ class FirewallKeeper:
             if error:
                 why += f"; restoring the previous table failed too: {error}"
             self.state = FirewallState(before if not error else digest, why, digest)
+            self._rolled_back[digest] = why + "; it is not applied again: change firewall.yaml"
             log.warning("firewall: %s", why)
 
 

@@ -1,7 +1,7 @@
 """Each node's nftables table `inet llmgw`, rendered from firewall.yaml, llmgw.yaml, slurm.yaml and the fleet. Pure
 and deterministic: the same settings and fleet give byte-identical text, so its digest changes only on a real change.
 
-`firewall_table(settings, fleet, node_id)` is one node's `FirewallTable` (None when firewall.yaml is off), and
+`firewall_table(settings, fleet, node_id)` is one node's `FirewallTable` (llmgw.plan.types; None when firewall.yaml is off), and
 `firewall_tables(settings, fleet)` every alive node's. The table has one base chain, `input` (hook input, priority
 filter), whose rules in order:
 
@@ -39,25 +39,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from llmgw.errors import GeneratedFileError
-from llmgw.plan.types import Fleet, NodeState
+from llmgw.plan.types import FirewallTable, Fleet, NodeState
 from llmgw.settings.firewall import Network
 from llmgw.settings.model import Settings
 from llmgw.tools.nft import TABLE
 
 _WORD = re.compile(r"[a-z0-9][a-z0-9._-]{0,62}")
-
-
-@dataclass(frozen=True)
-class FirewallTable:
-    """One node's table: `text` (nft syntax, the `table inet llmgw { ... }` block), `digest` 16 hex digits of its
-    sha256, `rollback_after_seconds` (firewall.yaml), `unknown` the node ids whose address is not an IP address
-    (left out of every set, sorted)."""
-
-    node_id: str
-    text: str
-    digest: str
-    rollback_after_seconds: float
-    unknown: tuple[str, ...] = ()
 
 
 def _address(node: NodeState) -> Network | None:
@@ -97,21 +84,43 @@ def _is_in(address: Network | None, networks: Iterable[Network]) -> bool:
     return address is not None and any(address.version == n.version and address.subnet_of(n) for n in networks)
 
 
-def firewall_table(settings: Settings, fleet: Fleet, node_id: str,
-                   addresses: Mapping[str, Network | None] | None = None) -> FirewallTable | None:
+@dataclass(frozen=True)
+class _View:
+    """What every node's table reads of the fleet, worked out once: each node by id, its address (None: not an IP
+    address), the node ids holding each replica, the nodes whose address is not an IP address (sorted)."""
+
+    nodes: Mapping[str, NodeState]
+    addresses: Mapping[str, Network | None]
+    holders: Mapping[str, frozenset[str]]
+    unknown: tuple[str, ...]
+
+    @classmethod
+    def of(cls, fleet: Fleet) -> _View:
+        addresses = {node.node_id: _address(node) for node in fleet.nodes}
+        holders: dict[str, set[str]] = {}
+        for node in fleet.nodes:
+            for shard in node.shards:
+                holders.setdefault(shard.replica_id, set()).add(node.node_id)
+        return cls({node.node_id: node for node in fleet.nodes}, addresses,
+                   {replica: frozenset(ids) for replica, ids in holders.items()},
+                   tuple(sorted(n for n, a in addresses.items() if a is None)))
+
+
+def firewall_table(settings: Settings, fleet: Fleet, node_id: str) -> FirewallTable | None:
     """`node_id`'s table (module docstring), or None when firewall.yaml is off. `fleet`: the nodes the control
     plane knows (their addresses, labels and shards); a node absent from it gets the table of a node that is
-    neither a control plane nor holds a spread replica. `addresses`: each node's address (`_address` of the
-    fleet's nodes) when the caller has them. Raises GeneratedFileError for a name that cannot be written."""
-    firewall = settings.firewall
-    if not firewall.enabled:
+    neither a control plane nor holds a replica. Raises GeneratedFileError for a name that cannot be written."""
+    if not settings.firewall.enabled:
         return None
-    if addresses is None:
-        addresses = {node.node_id: _address(node) for node in fleet.nodes}
-    node = fleet.node(node_id)
+    return _table(settings, _View.of(fleet), node_id)
+
+
+def _table(settings: Settings, view: _View, node_id: str) -> FirewallTable:
+    firewall = settings.firewall
+    addresses = view.addresses
+    node = view.nodes.get(node_id)
     mine = addresses.get(node_id)
     cluster, slurm = settings.cluster, settings.slurm
-    nodes = [a for a in addresses.values() if a is not None]
     lines = [
         "ct state established,related accept",
         "ct state invalid drop",
@@ -120,17 +129,18 @@ def firewall_table(settings: Settings, fleet: Fleet, node_id: str,
         "udp dport { 68, 546 } accept " + _comment("DHCP and DHCPv6 replies"),
     ]
     lines += _from(firewall.control_planes, "accept " + _comment("control planes and gateways"))
-    replicas = {s.replica_id for s in node.shards} if node is not None else set()
-    peers = [addresses.get(other.node_id) for other in fleet.nodes if other.node_id != node_id
-             and replicas & {s.replica_id for s in other.shards}]
-    lines += _from([p for p in peers if p is not None], "accept " + _comment("nodes of this node's replicas"))
+    peers = {other for shard in (node.shards if node is not None else ()) for other in view.holders[shard.replica_id]}
+    peers.discard(node_id)
+    lines += _from([a for p in peers if (a := addresses.get(p)) is not None],
+                   "accept " + _comment("nodes of this node's replicas"))
     ssh = f"tcp dport {firewall.ssh_port} accept " + _comment("ssh")
     lines += _from(firewall.ssh_sources, ssh) if firewall.ssh_sources else [ssh]
     if _is_in(mine, firewall.control_planes):
         gateway = f"tcp dport {cluster.gateway.port} accept " + _comment("gateway")
         lines += _from(firewall.gateway_sources, gateway) if firewall.gateway_sources else [gateway]
         lines += _from(firewall.admin_sources, f"tcp dport {cluster.admin.port} accept " + _comment("admin API"))
-        lines += _from(nodes, f"tcp dport {cluster.agents.port} accept " + _comment("agents"))
+        lines += _from([a for a in addresses.values() if a is not None],
+                       f"tcp dport {cluster.agents.port} accept " + _comment("agents"))
     if slurm.enabled and node_id in (slurm.controller, *slurm.nodes):
         members = [addresses.get(n) for n in dict.fromkeys((slurm.controller, *slurm.nodes))]
         ports = sorted(slurm.ports.values())
@@ -146,20 +156,13 @@ def firewall_table(settings: Settings, fleet: Fleet, node_id: str,
     body = "".join(f"\t\t{line}\n" for line in lines)
     text = (f"table {TABLE} {{\n\tchain input {{\n\t\ttype filter hook input priority filter; policy accept;\n"
             f"{body}\t}}\n}}\n")
-    unknown = tuple(sorted(n for n, a in addresses.items() if a is None))
     return FirewallTable(node_id, text, hashlib.sha256(text.encode()).hexdigest()[:16],
-                         firewall.rollback_after_seconds, unknown)
+                         firewall.rollback_after_seconds, view.unknown)
 
 
 def firewall_tables(settings: Settings, fleet: Fleet) -> dict[str, FirewallTable]:
     """Every alive node's table by node id ({} when firewall.yaml is off)."""
     if not settings.firewall.enabled:
         return {}
-    addresses = {node.node_id: _address(node) for node in fleet.nodes}
-    tables = {}
-    for node in fleet.nodes:
-        if node.alive:
-            table = firewall_table(settings, fleet, node.node_id, addresses)
-            assert table is not None
-            tables[node.node_id] = table
-    return tables
+    view = _View.of(fleet)
+    return {node.node_id: _table(settings, view, node.node_id) for node in fleet.nodes if node.alive}

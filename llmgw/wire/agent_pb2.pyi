@@ -535,7 +535,7 @@ class InstallEngine(_message.Message):
     def __init__(self, engine: _Optional[str] = ..., version: _Optional[str] = ..., archive_url: _Optional[str] = ..., archive_sha256: _Optional[str] = ..., sdist_package: _Optional[str] = ..., sdist_version: _Optional[str] = ..., sdist_sha256: _Optional[str] = ..., mirror: _Optional[str] = ..., build_args: _Optional[_Iterable[str]] = ..., python_packages: _Optional[_Iterable[str]] = ..., traceparent: _Optional[str] = ...) -> None: ...
 
 class AgentSettings(_message.Message):
-    __slots__ = ("weights_dir", "engines_dir", "heartbeat_interval", "telemetry_interval", "labels", "ignore_gpus", "mirrors", "shard_stop_grace", "fingerprint", "control_planes", "slurm", "tracing", "build")
+    __slots__ = ("weights_dir", "engines_dir", "heartbeat_interval", "telemetry_interval", "labels", "ignore_gpus", "mirrors", "shard_stop_grace", "fingerprint", "control_planes", "slurm", "tracing", "build", "firewall")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -556,6 +556,7 @@ class AgentSettings(_message.Message):
     SLURM_FIELD_NUMBER: _ClassVar[int]
     TRACING_FIELD_NUMBER: _ClassVar[int]
     BUILD_FIELD_NUMBER: _ClassVar[int]
+    FIREWALL_FIELD_NUMBER: _ClassVar[int]
     weights_dir: str
     engines_dir: str
     heartbeat_interval: float
@@ -569,7 +570,18 @@ class AgentSettings(_message.Message):
     slurm: SlurmRole
     tracing: TraceSettings
     build: str
-    def __init__(self, weights_dir: _Optional[str] = ..., engines_dir: _Optional[str] = ..., heartbeat_interval: _Optional[float] = ..., telemetry_interval: _Optional[float] = ..., labels: _Optional[_Mapping[str, str]] = ..., ignore_gpus: _Optional[_Iterable[str]] = ..., mirrors: _Optional[_Iterable[str]] = ..., shard_stop_grace: _Optional[float] = ..., fingerprint: _Optional[str] = ..., control_planes: _Optional[_Iterable[str]] = ..., slurm: _Optional[_Union[SlurmRole, _Mapping]] = ..., tracing: _Optional[_Union[TraceSettings, _Mapping]] = ..., build: _Optional[str] = ...) -> None: ...
+    firewall: FirewallTable
+    def __init__(self, weights_dir: _Optional[str] = ..., engines_dir: _Optional[str] = ..., heartbeat_interval: _Optional[float] = ..., telemetry_interval: _Optional[float] = ..., labels: _Optional[_Mapping[str, str]] = ..., ignore_gpus: _Optional[_Iterable[str]] = ..., mirrors: _Optional[_Iterable[str]] = ..., shard_stop_grace: _Optional[float] = ..., fingerprint: _Optional[str] = ..., control_planes: _Optional[_Iterable[str]] = ..., slurm: _Optional[_Union[SlurmRole, _Mapping]] = ..., tracing: _Optional[_Union[TraceSettings, _Mapping]] = ..., build: _Optional[str] = ..., firewall: _Optional[_Union[FirewallTable, _Mapping]] = ...) -> None: ...
+
+class FirewallTable(_message.Message):
+    __slots__ = ("text", "digest", "rollback_after")
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    DIGEST_FIELD_NUMBER: _ClassVar[int]
+    ROLLBACK_AFTER_FIELD_NUMBER: _ClassVar[int]
+    text: str
+    digest: str
+    rollback_after: float
+    def __init__(self, text: _Optional[str] = ..., digest: _Optional[str] = ..., rollback_after: _Optional[float] = ...) -> None: ...
 
 class TraceSettings(_message.Message):
     __slots__ = ("endpoint", "sample_ratio")

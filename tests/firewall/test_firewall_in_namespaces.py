@@ -103,7 +103,9 @@ async def main():
         await keeper.apply(first, "1" * 16)  # no control plane: no watch
         await keeper.apply(second, "2" * 16, rollback_after=1.0, control_planes=[control_plane])
         await trio.sleep(wait)
-        print(json.dumps(vars(keeper.state)))
+        state = vars(keeper.state)
+        again = await keeper.apply(second, "2" * 16, rollback_after=1.0, control_planes=[control_plane])
+        print(json.dumps({**state, "again": again.error}))
         nursery.cancel_scope.cancel()
 
 trio.run(main)
@@ -131,12 +133,13 @@ def test_a_table_that_cuts_the_agent_off_is_rolled_back_and_one_that_does_not_is
     control_plane = f"{cp.address}:{AGENTS_PORT}"
 
     kept = run_agent_keeper(node, table.text, table.text.replace("ssh", "ssh again"), control_plane, 1.5)
-    assert kept == {"digest": "2" * 16, "error": "", "rolled_back": ""}
+    assert kept == {"digest": "2" * 16, "error": "", "rolled_back": "", "again": ""}
     assert "ssh again" in node.run(["nft", "list", "table", "inet", "llmgw"]).stdout
 
     rolled = run_agent_keeper(node, table.text, cutting, control_plane, 2.5)
     assert rolled["digest"] == "1" * 16 and rolled["rolled_back"] == "2" * 16
     assert "rolled back: no control plane" in rolled["error"] and "within 1 s" in rolled["error"]
+    assert rolled["again"].endswith("it is not applied again: change firewall.yaml")  # sent again: refused
     listed = node.run(["nft", "list", "table", "inet", "llmgw"]).stdout
     assert "cuts the agent off" not in listed and "control planes and gateways" in listed
 

@@ -23,6 +23,7 @@ from types import MappingProxyType
 
 import pytest
 
+from llmgw.plan import ActionKind, agent_settings_fingerprint, make_plan
 from llmgw.plan.firewall import firewall_table, firewall_tables
 from llmgw.plan.types import Fleet, NodeState, ObservedShard, ShardState
 from llmgw.settings.firewall import FirewallRule, FirewallSettings
@@ -161,3 +162,24 @@ def test_an_address_with_nft_syntax_in_it_is_left_out() -> None:
 ])
 def test_an_agent_refuses_a_table_that_reaches_beyond_its_own(text: str) -> None:
     assert table_refusal(text)
+
+
+def test_the_planner_sends_each_node_its_table_and_turning_it_off_sends_the_plain_settings() -> None:
+    firewall = FirewallSettings(enabled=True, control_planes=(net("10.20.0.10/32"),))
+    on = Settings(ClusterSettings(name="t"), firewall=firewall)
+    plain = agent_settings_fingerprint(on, "a")
+    fleet = Fleet(tuple(NodeState(n, a, agent_settings_applied=plain) for n, a in (("cp", "10.20.0.10"),
+                                                                                     ("a", "10.20.0.21"))))
+    sent = {a.node_id: a for a in make_plan(on, fleet).actions if a.kind is ActionKind.CONFIGURE}
+    assert set(sent) == {"cp", "a"} and sent["cp"].firewall.digest != sent["a"].firewall.digest
+    assert sent["a"].firewall == firewall_table(on, fleet, "a")
+
+    acknowledged = Fleet(tuple(replace(n, agent_settings_applied=sent[n.node_id].fingerprint) for n in fleet.nodes))
+    assert not [a for a in make_plan(on, acknowledged).actions if a.kind is ActionKind.CONFIGURE]
+    moved = Fleet(tuple(replace(n, address="10.20.0.22") if n.node_id == "a" else n for n in acknowledged.nodes))
+    again = [a.node_id for a in make_plan(on, moved).actions if a.kind is ActionKind.CONFIGURE]
+    assert again == ["cp"]  # cp's agents' listener lets a's new address in; a's own table names no node address
+
+    off = replace(on, firewall=replace(firewall, enabled=False))
+    removed = [a for a in make_plan(off, acknowledged).actions if a.kind is ActionKind.CONFIGURE]
+    assert sorted((a.node_id, a.fingerprint, a.firewall) for a in removed) == [("a", plain, None), ("cp", plain, None)]
