@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import trio
 
 from llmgw.tools.nft import REMOVE_SCRIPT, TABLE, replace_script, table_refusal
+from llmgw.wire import pb
 
 log = logging.getLogger("llmgw.agent")
 
@@ -40,6 +41,13 @@ class FirewallState:
     digest: str = ""
     error: str = ""
     rolled_back: str = ""
+
+
+def report_message(state: FirewallState) -> pb.FirewallReport | None:
+    """The heartbeat's FirewallReport of `state`, or None when the node holds no table and nothing failed."""
+    if not (state.digest or state.error or state.rolled_back):
+        return None
+    return pb.FirewallReport(digest=state.digest, error=state.error, rolled_back=state.rolled_back)
 
 
 class FirewallKeeper:

@@ -220,7 +220,7 @@ class EngineLoad(_message.Message):
     def __init__(self, requests_running: _Optional[float] = ..., requests_waiting: _Optional[float] = ..., kv_cache_usage: _Optional[float] = ..., prompt_tokens_total: _Optional[float] = ..., generation_tokens_total: _Optional[float] = ..., prefix_cache_hits_total: _Optional[float] = ..., prefix_cache_queries_total: _Optional[float] = ...) -> None: ...
 
 class Heartbeat(_message.Message):
-    __slots__ = ("time", "gpus", "cpu_percent", "load1", "memory_used_bytes", "memory_available_bytes", "shards", "shard_states", "engines_installed", "engines_installing", "sampled_at", "disk_free_bytes", "health", "slurm")
+    __slots__ = ("time", "gpus", "cpu_percent", "load1", "memory_used_bytes", "memory_available_bytes", "shards", "shard_states", "engines_installed", "engines_installing", "sampled_at", "disk_free_bytes", "health", "slurm", "firewall")
     TIME_FIELD_NUMBER: _ClassVar[int]
     GPUS_FIELD_NUMBER: _ClassVar[int]
     CPU_PERCENT_FIELD_NUMBER: _ClassVar[int]
@@ -235,6 +235,7 @@ class Heartbeat(_message.Message):
     DISK_FREE_BYTES_FIELD_NUMBER: _ClassVar[int]
     HEALTH_FIELD_NUMBER: _ClassVar[int]
     SLURM_FIELD_NUMBER: _ClassVar[int]
+    FIREWALL_FIELD_NUMBER: _ClassVar[int]
     time: float
     gpus: _containers.RepeatedCompositeFieldContainer[GpuSample]
     cpu_percent: float
@@ -249,7 +250,18 @@ class Heartbeat(_message.Message):
     disk_free_bytes: int
     health: HealthReport
     slurm: SlurmReport
-    def __init__(self, time: _Optional[float] = ..., gpus: _Optional[_Iterable[_Union[GpuSample, _Mapping]]] = ..., cpu_percent: _Optional[float] = ..., load1: _Optional[float] = ..., memory_used_bytes: _Optional[int] = ..., memory_available_bytes: _Optional[int] = ..., shards: _Optional[_Iterable[_Union[ProcessGroupSample, _Mapping]]] = ..., shard_states: _Optional[_Iterable[_Union[ShardStatus, _Mapping]]] = ..., engines_installed: _Optional[_Iterable[str]] = ..., engines_installing: _Optional[_Iterable[str]] = ..., sampled_at: _Optional[float] = ..., disk_free_bytes: _Optional[int] = ..., health: _Optional[_Union[HealthReport, _Mapping]] = ..., slurm: _Optional[_Union[SlurmReport, _Mapping]] = ...) -> None: ...
+    firewall: FirewallReport
+    def __init__(self, time: _Optional[float] = ..., gpus: _Optional[_Iterable[_Union[GpuSample, _Mapping]]] = ..., cpu_percent: _Optional[float] = ..., load1: _Optional[float] = ..., memory_used_bytes: _Optional[int] = ..., memory_available_bytes: _Optional[int] = ..., shards: _Optional[_Iterable[_Union[ProcessGroupSample, _Mapping]]] = ..., shard_states: _Optional[_Iterable[_Union[ShardStatus, _Mapping]]] = ..., engines_installed: _Optional[_Iterable[str]] = ..., engines_installing: _Optional[_Iterable[str]] = ..., sampled_at: _Optional[float] = ..., disk_free_bytes: _Optional[int] = ..., health: _Optional[_Union[HealthReport, _Mapping]] = ..., slurm: _Optional[_Union[SlurmReport, _Mapping]] = ..., firewall: _Optional[_Union[FirewallReport, _Mapping]] = ...) -> None: ...
+
+class FirewallReport(_message.Message):
+    __slots__ = ("digest", "error", "rolled_back")
+    DIGEST_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    ROLLED_BACK_FIELD_NUMBER: _ClassVar[int]
+    digest: str
+    error: str
+    rolled_back: str
+    def __init__(self, digest: _Optional[str] = ..., error: _Optional[str] = ..., rolled_back: _Optional[str] = ...) -> None: ...
 
 class HealthFinding(_message.Message):
     __slots__ = ("level", "code", "message", "source", "blocks_placement")

@@ -103,6 +103,12 @@ def test_a_settings_push_closes_the_node_to_a_client_and_another_opens_it(
     assert refused(client, cp.address, AGENTS) and refused(client, cp.address, ADMIN)
     assert not refused(node, cp.address, AGENTS)  # the agents' listener is open to the nodes
     assert ask() == "200", show()  # the gateway reaches the relay; the client reaches the gateway
+    digest = wait_for(lambda: status()["nodes"]["node"]["firewall"]["digest"], 10, "the node's firewall report", show)
+    shown = cp.run([sys.executable, "-m", "llmgw.cli", "nodes", "--state", str(state)]).stdout
+    assert f"firewall: table inet llmgw {digest}" in shown, shown
+    printed = cp.run([sys.executable, "-m", "llmgw.cli", "firewall", "show", "node", "--repo", str(repo),
+                      "--state", str(state)]).stdout
+    assert f"table inet llmgw, digest {digest}" in printed  # what `show` prints is what the node applied
     wait_for(lambda: status()["pass"]["converged"], 30, "the pass converged with the table applied", show)
 
     firewall.write_text(firewall.read_text().replace("enabled: true", "enabled: false"))
