@@ -3,7 +3,8 @@
 `build_firewall(data, found, file, control_planes)` turns the schema-valid mapping into `FirewallSettings` and adds
 an error at file:line for each of: a network that is not one (`10.0.0.300/8`) or has host bits set (`10.0.0.1/8`:
 write `10.0.0.0/8`), a port range whose first port is above its last, two rules of one name, and `enabled: true`
-with no control-plane network at all (the table would cut every agent off its control plane).
+with no control-plane network at all (the table would cut every agent off its control plane) or with a listener of
+llmgw.yaml on port 0 (any free port: no table can open it).
 
 Networks are kept as `ipaddress` networks (IPv4 and IPv6 mixed, in file order, duplicates dropped): an address
 without a prefix is its own /32 or /128. Ports are inclusive (first, last) ranges. Durations are in seconds.
@@ -103,10 +104,11 @@ def control_plane_addresses(control_planes: Iterable[str]) -> tuple[Network, ...
     return tuple(out)
 
 
-def build_firewall(data: Mapping[str, Any], found: Any, file: str,
-                   control_planes: Iterable[str] = ()) -> FirewallSettings:
+def build_firewall(data: Mapping[str, Any], found: Any, file: str, control_planes: Iterable[str] = (),
+                   listener_ports: Mapping[str, int] | None = None) -> FirewallSettings:
     """`firewall.yaml` data (schema-valid) -> FirewallSettings; the checks (module docstring) added to `found`
-    (building.Found) as errors. `control_planes`: llmgw.yaml's `control_planes` ("host:port")."""
+    (building.Found) as errors. `control_planes`: llmgw.yaml's `control_planes` ("host:port"); `listener_ports`:
+    llmgw.yaml's listeners by name ("gateway", "admin", "agents") -> port, where 0 (any free port) cannot be opened."""
     rules = []
     names: set[str] = set()
     for index, entry in enumerate(data.get("rules", [])):
@@ -130,6 +132,10 @@ def build_firewall(data: Mapping[str, Any], found: Any, file: str,
         else DEFAULT_ROLLBACK_SECONDS,
         rules=tuple(rules),
     )
+    for name, port in (listener_ports or {}).items():
+        if settings.enabled and port == 0:
+            found.add(file, ("enabled",), f"enabled: true needs a fixed port for llmgw.yaml listeners.{name} (it has "
+                      "port 0, any free port, which no table can open); give it one", of_key=True)
     if settings.enabled and not settings.control_planes:
         found.add(file, ("enabled",), "enabled: true needs the control planes' networks: list them in "
                   "`control_planes` (or give llmgw.yaml `control_planes` as IP addresses); without them the table "

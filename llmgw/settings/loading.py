@@ -214,7 +214,9 @@ def _load_tree(tree: TreeFiles, commit: str | None, found: Found, check_schema: 
 
     found.current = "firewall.yaml"
     firewall = (build_firewall(good["firewall.yaml"][1], found, "firewall.yaml",
-                               cluster.control_planes if cluster is not None else ())
+                               cluster.control_planes if cluster is not None else (),
+                               {name: getattr(cluster, name).port for name in ("gateway", "admin", "agents")}
+                               if cluster is not None else None)
                 if "firewall.yaml" in good else FirewallSettings())
     found.current = "slurm.yaml"
     # The nodes the settings know; None (no fleet checks) when agents/nodes/ itself could not be read.

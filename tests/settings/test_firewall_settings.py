@@ -68,3 +68,12 @@ def test_the_control_planes_of_llmgw_yaml_given_as_addresses_count(tmp_path: Pat
     llmgw.write_text(llmgw.read_text() + "control_planes: ['10.20.0.11:8082', '[fd00::11]:8082', 'cp3.example:8082']\n")
     firewall = load_directory(tree).firewall
     assert [str(n) for n in firewall.control_planes] == ["10.20.0.11/32", "fd00::11/128"]
+
+
+def test_enabled_with_a_listener_on_any_free_port_is_an_error(tmp_path: Path) -> None:
+    tree = _tree(tmp_path, "enabled: true\ncontrol_planes: [10.20.0.10]\n")
+    llmgw = tree / "llmgw.yaml"
+    llmgw.write_text(llmgw.read_text().replace("port: 8081", "port: 0"))
+    result = CliRunner().invoke(cli, ["validate", str(tree)])
+    assert result.exit_code == 1 and "firewall.yaml:1:1: enabled: enabled: true needs a fixed port for llmgw.yaml " \
+        "listeners.admin" in result.output, result.output
