@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import trio
 
-from llmgw.tools.nft import REMOVE_SCRIPT, TABLE, replace_script, table_refusal
+from llmgw.tools.nft import REMOVE_SCRIPT, TABLE, fabric_element, replace_script, table_refusal
 from llmgw.wire import pb
 
 log = logging.getLogger("llmgw.agent")
@@ -107,6 +107,17 @@ class FirewallKeeper:
             self.nursery.start_soon(self._keep_or_restore, self._watch, previous, before, digest, rollback_after,
                                     tuple(control_planes))
         return self.state
+
+    async def let_in(self, address: str, port: int, seconds: float) -> str:
+        """Let `address` reach TCP `port` for `seconds` (a fabric test's client, `llmgw.tools.nft.fabric_element`),
+        when llmgw holds a table here; "" done or nothing to do, else why not (nft's message)."""
+        if not self.state.digest:
+            return ""
+        try:
+            script = fabric_element(address, port, seconds)
+        except ValueError:
+            return f"the fabric test's client {address!r} is not an IP address: the firewall cannot let it in"
+        return await self._load(script)
 
     async def _keep_or_restore(self, scope: trio.CancelScope, previous: str, before: str, digest: str,
                                rollback_after: float, control_planes: tuple[str, ...]) -> None:

@@ -77,6 +77,10 @@ async def fabric_test(agent: NodeAgent, command: Command) -> None:
 
 
 async def _fabric_test(agent: NodeAgent, request: pb.FabricTest) -> None:
+    if request.client and not request.server:  # the server: its firewall lets the client in for the test
+        refused = await agent.firewall.let_in(request.client, request.port, request.timeout_seconds or 60.0)
+        if refused:
+            log.warning("fabric test on port %d: %s", request.port, refused)
     agent.emit(agent_message(fabric_test_output=await run_perftest(request, agent.nursery)))
 
 

@@ -8,7 +8,9 @@ filter), whose rules in order:
 1. established and related traffic, loopback, ICMP and ICMPv6 (neighbour discovery), and DHCP/DHCPv6 replies pass;
 2. the control planes and gateway hosts (firewall.yaml `control_planes` with llmgw.yaml's own) reach every port:
    engines and relays, whose ports the agents choose free, are open to them only;
-3. the other nodes of a replica spread over several nodes reach this node (the ranks' rendezvous and NCCL ports,
+3. a fabric test's client reaches its server's port while the test runs: the server's agent adds (client address,
+   port) with a timeout to the set `fabric_test4` / `fabric_test6` (`llmgw.tools.nft.fabric_element`);
+   the other nodes of a replica spread over several nodes reach this node (the ranks' rendezvous and NCCL ports,
    docs/security.md "An engine port");
 4. ssh (`ssh_port`) from `ssh_sources` (every network when empty);
 5. on a control plane (a node whose address is in `control_planes`): the gateway listener from `gateway_sources`
@@ -42,7 +44,7 @@ from llmgw.errors import GeneratedFileError
 from llmgw.plan.types import FirewallTable, Fleet, NodeState
 from llmgw.settings.firewall import Network
 from llmgw.settings.model import Settings
-from llmgw.tools.nft import TABLE
+from llmgw.tools.nft import FABRIC_SETS, TABLE
 
 _WORD = re.compile(r"[a-z0-9][a-z0-9._-]{0,62}")
 
@@ -129,6 +131,7 @@ def _table(settings: Settings, view: _View, node_id: str) -> FirewallTable:
         "udp dport { 68, 546 } accept " + _comment("DHCP and DHCPv6 replies"),
     ]
     lines += _from(firewall.control_planes, "accept " + _comment("control planes and gateways"))
+    lines += [f"{family} saddr . tcp dport @{name} accept " + _comment("fabric test") for family, name in FABRIC_SETS]
     peers = {other for shard in (node.shards if node is not None else ()) for other in view.holders[shard.replica_id]}
     peers.discard(node_id)
     lines += _from([a for p in peers if (a := addresses.get(p)) is not None],
@@ -154,7 +157,9 @@ def _table(settings: Settings, view: _View, node_id: str) -> FirewallTable:
     lines += ["meta l4proto tcp reject with tcp reset " + _comment("refused"),
               "reject " + _comment("refused")]
     body = "".join(f"\t\t{line}\n" for line in lines)
-    text = (f"table {TABLE} {{\n\tchain input {{\n\t\ttype filter hook input priority filter; policy accept;\n"
+    sets = "".join(f"\tset {name} {{\n\t\ttype {'ipv4_addr' if family == 'ip' else 'ipv6_addr'} . inet_service\n"
+                   "\t\tflags timeout\n\t}\n" for family, name in FABRIC_SETS)
+    text = (f"table {TABLE} {{\n{sets}\tchain input {{\n\t\ttype filter hook input priority filter; policy accept;\n"
             f"{body}\t}}\n}}\n")
     return FirewallTable(node_id, text, hashlib.sha256(text.encode()).hexdigest()[:16],
                          firewall.rollback_after_seconds, view.unknown)

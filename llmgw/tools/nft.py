@@ -10,7 +10,9 @@ Format: the nft(8) manual page and libnftables-json(5), nftables 1.0.6 (Debian 1
 
 from __future__ import annotations
 
+import ipaddress
 import json
+import math
 import re
 
 TABLE = "inet llmgw"
@@ -18,6 +20,10 @@ TABLE = "inet llmgw"
 
 REMOVE_SCRIPT = f"table {TABLE}\ndelete table {TABLE}\n"
 """The nft -f script removing llmgw's table; a no-op when it is absent."""
+
+FABRIC_SETS = (("ip", "fabric_test4"), ("ip6", "fabric_test6"))
+"""The table's sets of (client address, TCP port) a running fabric test lets in, by address family; their elements
+carry a timeout, so a test's hole closes by itself."""
 
 _OPENING = f"table {TABLE} {{\n"
 _FORBIDDEN = re.compile(r"^\s*(table|delete|flush|destroy|add|create|insert|replace|reset|include|define|list|"
@@ -57,3 +63,11 @@ def ruleset_rules(text: str, family: str, table: str) -> list[dict]:
     document = json.loads(text)
     return [item["rule"] for item in document["nftables"]
             if "rule" in item and item["rule"]["family"] == family and item["rule"]["table"] == table]
+
+
+def fabric_element(address: str, port: int, seconds: float) -> str:
+    """The nft -f script letting `address` (IPv4 or IPv6) reach TCP `port` for `seconds` (at least 1): one element of
+    the fabric test's set of its family. Raises ValueError when `address` is not an IP address."""
+    ip = ipaddress.ip_address(address.strip("[]"))
+    name = dict(FABRIC_SETS)["ip" if ip.version == 4 else "ip6"]
+    return f"add element {TABLE} {name} {{ {ip} . {int(port)} timeout {max(1, math.ceil(seconds))}s }}\n"

@@ -756,18 +756,20 @@ class Restart(_message.Message):
     def __init__(self) -> None: ...
 
 class FabricTest(_message.Message):
-    __slots__ = ("request_id", "adapter", "port", "server", "timeout_seconds")
+    __slots__ = ("request_id", "adapter", "port", "server", "timeout_seconds", "client")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     ADAPTER_FIELD_NUMBER: _ClassVar[int]
     PORT_FIELD_NUMBER: _ClassVar[int]
     SERVER_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     adapter: str
     port: int
     server: str
     timeout_seconds: float
-    def __init__(self, request_id: _Optional[str] = ..., adapter: _Optional[str] = ..., port: _Optional[int] = ..., server: _Optional[str] = ..., timeout_seconds: _Optional[float] = ...) -> None: ...
+    client: str
+    def __init__(self, request_id: _Optional[str] = ..., adapter: _Optional[str] = ..., port: _Optional[int] = ..., server: _Optional[str] = ..., timeout_seconds: _Optional[float] = ..., client: _Optional[str] = ...) -> None: ...
 
 class FabricTestOutput(_message.Message):
     __slots__ = ("request_id", "adapter", "output", "error")

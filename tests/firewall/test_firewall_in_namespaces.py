@@ -7,7 +7,8 @@ agent's FirewallKeeper with nft inside the node's namespace.
 - another program's table on the node survives every apply and the removal (`nft -j list ruleset`);
 - a table that fails to load is reported with nft's own message and the previous table stays;
 - a table that cuts the agent off its control plane is rolled back by the agent within the set time, and one that
-  does not is kept.
+  does not is kept;
+- a fabric test's client is let in on its port for the test's time only (IPv4 and IPv6), and no other host is.
 """
 
 from __future__ import annotations
@@ -159,3 +160,27 @@ def test_the_lab_is_unreachable_from_the_root_namespace_and_gone_after() -> None
         netns = host.netns
     assert netns not in route("netns", "list").stdout
     assert str(lab.network) not in route("route").stdout and str(lab.network6) not in route("-6", "route").stdout
+
+
+async def test_a_fabric_tests_client_is_let_in_on_its_port_until_the_time_runs_out(netns_lab) -> None:
+    hosts = {name: netns_lab.host(name) for name in ("cp", "node", "client", "other")}
+    node, client, other = hosts["node"], hosts["client"], hosts["other"]
+    listen(node, ENGINE_PORT)
+    listen(node, ENGINE_PORT + 1)
+    settings, fleet = lab_settings(netns_lab, hosts)
+    table = firewall_table(settings, fleet, "node")
+    async with trio.open_nursery() as nursery:
+        keeper = FirewallKeeper(nursery, nft=node.argv(["nft"]))
+        assert await keeper.let_in(client.address, ENGINE_PORT, 1) == ""  # no table yet: nothing to open
+        await keeper.apply(table.text, table.digest)
+        assert connect(client, node.address, ENGINE_PORT).startswith("refused")
+        for address in (client.address, client.address6):
+            assert await keeper.let_in(address, ENGINE_PORT, 2) == ""
+        assert connect(client, node.address, ENGINE_PORT) == "open"
+        assert connect(client, node.address6, ENGINE_PORT) == "open"
+        assert connect(other, node.address, ENGINE_PORT).startswith("refused")
+        assert connect(client, node.address, ENGINE_PORT + 1).startswith("refused")  # that port only
+        with trio.fail_after(5):  # the element's timeout closes the hole by itself
+            while connect(client, node.address, ENGINE_PORT) == "open":
+                await trio.sleep(0.1)
+        assert "not an IP address" in await keeper.let_in("far.example", ENGINE_PORT, 2)

@@ -79,7 +79,9 @@ def seeded(seed: int) -> tuple[Settings, Fleet]:
 
 
 def chain(text: str) -> list[str]:
-    return [line.strip() for line in text.splitlines() if line.startswith("\t\t") and "type filter" not in line]
+    """The rules of the table's input chain, in order."""
+    body = text[text.index("\tchain input {\n"):]
+    return [line.strip() for line in body.splitlines() if line.startswith("\t\t") and "type filter" not in line]
 
 
 @pytest.mark.parametrize("seed", range(40))
