@@ -59,6 +59,7 @@ class FirewallKeeper:
         self.state = FirewallState()
         self._watch: trio.CancelScope | None = None
         self._rolled_back: dict[str, str] = {}  # digest -> why it was rolled back
+        self._lock = trio.Lock()  # one swap at a time: an apply, or a watch's restore
 
     async def _run(self, *argv: str, script: str | None = None) -> tuple[int, str, str]:
         try:
@@ -82,6 +83,10 @@ class FirewallKeeper:
         """Swap llmgw's table for `text` ("" removes it), then watch that a control plane is still reachable
         (module docstring). Returns the state after the swap; a failure leaves the previous table and says why in
         `error` (nft's message, with "nft refused the table:" before it)."""
+        async with self._lock:
+            return await self._apply(text, digest, rollback_after, control_planes)
+
+    async def _apply(self, text: str, digest: str, rollback_after: float, control_planes: Sequence[str]) -> FirewallState:
         if text and digest == self.state.digest and not self.state.error and await self.current():
             return self.state
         if not text and not await self.current():  # nothing of llmgw's to remove (or no nft on this node)
@@ -100,8 +105,9 @@ class FirewallKeeper:
         before = self.state.digest
         self.state = FirewallState(digest if text else "")
         log.info("firewall: table %s %s", TABLE, f"applied (digest {digest})" if text else "removed")
-        if self._watch is not None:
+        if self._watch is not None:  # the older table's watch ends: that table is gone
             self._watch.cancel()
+            self._watch = None
         if text and control_planes:
             self._watch = trio.CancelScope()
             self.nursery.start_soon(self._keep_or_restore, self._watch, previous, before, digest, rollback_after,
@@ -117,7 +123,8 @@ class FirewallKeeper:
             script = fabric_element(address, port, seconds)
         except ValueError:
             return f"the fabric test's client {address!r} is not an IP address: the firewall cannot let it in"
-        return await self._load(script)
+        async with self._lock:  # not while a swap recreates the sets
+            return await self._load(script)
 
     async def _keep_or_restore(self, scope: trio.CancelScope, previous: str, before: str, digest: str,
                                rollback_after: float, control_planes: tuple[str, ...]) -> None:
@@ -126,13 +133,16 @@ class FirewallKeeper:
                 while not await _reach_any(control_planes):
                     await trio.sleep(PROBE_INTERVAL)
                 return
-            error = await self._load(replace_script(previous) if previous else REMOVE_SCRIPT)
-            why = (f"table {digest} rolled back: no control plane ({', '.join(control_planes)}) could be reached "
-                   f"within {rollback_after:g} s of applying it")
-            if error:
-                why += f"; restoring the previous table failed too: {error}"
-            self.state = FirewallState(before if not error else digest, why, digest)
-            self._rolled_back[digest] = why + "; it is not applied again: change firewall.yaml"
+            async with self._lock:  # a newer apply waiting here cancels this watch first
+                with trio.CancelScope(shield=True):  # a restore begun is finished
+                    error = await self._load(replace_script(previous) if previous else REMOVE_SCRIPT)
+                why = (f"table {digest} rolled back: no control plane ({', '.join(control_planes)}) could be reached "
+                       f"within {rollback_after:g} s of applying it")
+                if error:
+                    why += f"; restoring the previous table failed too: {error}"
+                self.state = FirewallState(before if not error else digest, why, digest)
+                self._rolled_back[digest] = why + "; it is not applied again: change firewall.yaml"
+                self._watch = None
             log.warning("firewall: %s", why)
 
 
