@@ -71,3 +71,13 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         module = item.nodeid.split("::")[0]
         item.add_marker(pytest.mark.xdist_group("vllm" if module in vllm_modules else module))
+
+
+@pytest.fixture
+def netns_lab():
+    """Network namespaces joined by a bridge, their ranges unreachable from the root namespace first
+    (tests/support/netns.py); `lab.host(name)` adds a host. Removed after the test."""
+    from support.netns import open_lab
+
+    with open_lab() as lab:
+        yield lab

@@ -25,6 +25,7 @@ from llmgw.agent.node_secret import load_or_create_secret
 from llmgw.agent.kv_watch import KvWatch
 from llmgw.agent.logs import LogRing
 from llmgw.agent.shards import ShardView
+from llmgw.agent.firewall import FirewallKeeper
 from llmgw.agent.slurm import SlurmKeeper, SlurmLayout
 from llmgw.agent.supervisor import Supervisor
 from llmgw.agent.tracing import AgentTracing, open_agent_tracing
@@ -113,6 +114,7 @@ class NodeAgent:
         self.fence = Fence(load_token(config.state_dir))  # the newest leader-lease token seen (llmgw.agent.fencing)
         self.node_secret = load_or_create_secret(config.state_dir)  # proves this node at Register (node_secret.py)
         self.slurm = SlurmKeeper(SlurmLayout(Path(config.state_dir) / "slurm"), nursery)  # Slurm's daemons (issue 15)
+        self.firewall = FirewallKeeper(nursery)  # llmgw's nftables table (issue 29)
         self.kv_watch = KvWatch(nursery)  # each vLLM shard's KV-cache events (llmgw.agent.kv_watch)
         # The GPUs and driver discovery found (set at each Register); the build of vLLM and SGLang is chosen from
         # them (llmgw.engines.builds). None until then: Python engines install as engines.yaml names them.

@@ -23,8 +23,9 @@ log = logging.getLogger("llmgw.agent")
 
 async def agent_settings(agent: NodeAgent, command: Command) -> None:
     """AgentSettings: replace the agent's config (`AgentConfig.with_settings`), wake the timers waiting on an
-    interval, follow the tracing target, keep the settings for the next agent (without their secrets), answer,
-    then apply its part in Slurm (a task). When `ignore_gpus` changed, the session ends after the answer and the
+    interval, follow the tracing target, keep the settings for the next agent (without their secrets), swap its
+    firewall table (`FirewallKeeper`: a table nft refuses, or one rolled back before, is the answer's error and the
+    previous table stays), answer, then apply its part in Slurm (a task). When `ignore_gpus` changed, the session ends after the answer and the
     agent registers again with the GPUs it now offers. A checkpoint."""
     settings: pb.AgentSettings = command.body
     before = agent.config
@@ -39,7 +40,10 @@ async def agent_settings(agent: NodeAgent, command: Command) -> None:
         await trio.to_thread.run_sync(save_agent_settings, agent.config.state_dir, without_secrets(settings))
     except OSError as exc:
         log.warning("could not keep the agent settings in %s for the next start: %s", agent.config.state_dir, exc)
-    agent.result(command.id)
+    table = settings.firewall  # applied before the answer: a table nft refuses is this command's failure
+    firewall = await agent.firewall.apply(table.text, table.digest, table.rollback_after or 60.0,
+                                          list(agent.config.control_planes))
+    agent.result(command.id, firewall.error if firewall.digest != table.digest else "")
     agent.nursery.start_soon(agent.slurm.apply, settings.slurm)  # its part in Slurm, or none
     if agent.config.ignore_gpus != before.ignore_gpus:  # after the answer: the session ends once it is out
         log.info("ignore_gpus changed: registering again with the GPUs this node now offers")
@@ -73,6 +77,10 @@ async def fabric_test(agent: NodeAgent, command: Command) -> None:
 
 
 async def _fabric_test(agent: NodeAgent, request: pb.FabricTest) -> None:
+    if request.client and not request.server:  # the server: its firewall lets the client in for the test
+        refused = await agent.firewall.let_in(request.client, request.port, request.timeout_seconds or 60.0)
+        if refused:
+            log.warning("fabric test on port %d: %s", request.port, refused)
     agent.emit(agent_message(fabric_test_output=await run_perftest(request, agent.nursery)))
 
 

@@ -33,6 +33,7 @@ from typing import Any
 import trio
 
 from llmgw.agent import commands, reporting
+from llmgw.agent.firewall import report_message as firewall_report
 from llmgw.agent.config import AgentConfig, load_agent_settings, save_engine_binaries
 from llmgw.agent.discovery import discover_node, load_nvml
 from llmgw.agent.engine_load import read_engine_loads
@@ -346,6 +347,9 @@ class _Session:
         slurm = agent.slurm.report()
         if slurm is not None:
             beat.slurm.CopyFrom(slurm)
+        firewall = firewall_report(agent.firewall.state)
+        if firewall is not None:
+            beat.firewall.CopyFrom(firewall)
         return agent_message(heartbeat=beat)
 
     async def serve(self, link) -> None:

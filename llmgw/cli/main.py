@@ -38,6 +38,7 @@ COMMAND_MODULES: dict[str, tuple[str, ...]] = {
     # node join (agent), node doctor (discovery), node cordon|uncordon|drain (settings commits)
     "node": ("llmgw.cli.agent_cmds", "llmgw.cli.node_cmds", "llmgw.cli.slurm_cmds"),
     "slurm": ("llmgw.cli.slurm_cmds",),
+    "firewall": ("llmgw.cli.firewall_cmds",),
 }
 
 

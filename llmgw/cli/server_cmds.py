@@ -545,6 +545,10 @@ def nodes_cmd(client, as_json):
             click.echo(f"  {shard_id:<28} {shard['state']:<10} port {shard['port']}{foreign}{extra}")
         for line in _health_lines(node.get("health"), "  "):
             click.echo(line)
+        firewall = node.get("firewall")
+        if firewall:
+            held = f"table inet llmgw {firewall['digest']}" if firewall.get("digest") else "no table"
+            click.echo(f"  firewall: {held}" + (f"; {firewall['error']}" if firewall.get("error") else ""))
 
 
 @click.command("replicas")

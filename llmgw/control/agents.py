@@ -22,6 +22,7 @@ import logging
 import time
 from collections.abc import Callable
 from contextlib import asynccontextmanager
+from types import MappingProxyType
 from typing import Any
 
 import trio
@@ -238,13 +239,17 @@ def _heartbeat(hub: AgentHub, node_id: str, session: AgentSession, beat, now: fl
     health = health_from_message(beat.health) if beat.HasField("health") else None
     steps = beat.slurm.job_steps if beat.HasField("slurm") else 0
     slurm = slurm_summary(beat.slurm) if beat.HasField("slurm") else None
+    firewall = (MappingProxyType({"digest": beat.firewall.digest, "error": beat.firewall.error,
+                                  "rolled_back": beat.firewall.rolled_back})
+                if beat.HasField("firewall") else None)
     if beat.HasField("slurm") and (beat.slurm.finished_jobs or beat.slurm.finished_until):
         hub._update(_slurm_jobs(node_id, beat.slurm, hub.refused), f"ended Slurm jobs from {node_id}")
 
     def transition(state: ControlState) -> tuple[ControlState, bool]:
         fleet, changed = state.fleet.heartbeat(
             node_id, now, shards=shards, details=details, engines_installed=installed,
-            engines_installing=installing, readings=readings, health=health, slurm_job_steps=steps, slurm=slurm)
+            engines_installing=installing, readings=readings, health=health, slurm_job_steps=steps, slurm=slurm,
+            firewall=firewall)
         return state.with_fleet(fleet), changed
 
     return transition, origin

@@ -115,6 +115,8 @@ def node_document(record: NodeRecord) -> dict[str, Any]:
         doc["health"] = record.health.to_json()
     if record.slurm is not None:
         doc["slurm"] = dict(record.slurm)
+    if record.firewall is not None:
+        doc["firewall"] = {k: v for k, v in record.firewall.items() if v}
     return doc
 
 
@@ -123,7 +125,7 @@ def node_document_key(record: NodeRecord) -> tuple:
     node = record.state
     return (record.lost, record.connected, node.address, len(node.gpus), node.cpu_cores, node.engines_installed,
             node.engines_installing, node.shards, {s: d.pid for s, d in record.details.items()},
-            record.engine_errors, record.warnings, record.health, record.slurm)
+            record.engine_errors, record.warnings, record.health, record.slurm, record.firewall)
 
 
 def replica_documents(records: tuple[NodeRecord, ...], plan: Plan | None) -> dict[str, Any]:

@@ -56,7 +56,8 @@ async def run_fabric_test(sessions: dict[str, AgentSession], a: NodeRecord, b: N
             continue
         port = BASE_PORT + rail.index
         server = await _session(sessions, b).fabric_test(
-            pb.FabricTest(adapter=rail.b, port=port, timeout_seconds=rail_timeout + 10), rail_timeout)
+            pb.FabricTest(adapter=rail.b, port=port, timeout_seconds=rail_timeout + 10, client=a.state.address),
+            rail_timeout)
         if server.error:
             grades.append(grade_rail(rail, "", f"on {b.node_id}: {server.error}"))
             continue

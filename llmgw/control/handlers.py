@@ -108,6 +108,10 @@ async def _configure(ctx: EffectContext, effect: ConfigureAgent) -> None:
         role = slurm_role(settings, fleet, node_id, ctx.secret, users, since)
     message = agent_settings(settings, node_id, role)
     message.fingerprint = effect.fingerprint
+    table = effect.action.firewall  # as the planner rendered it (llmgw.plan.firewall); None: firewall.yaml off
+    if table is not None:
+        message.firewall.CopyFrom(pb.FirewallTable(text=table.text, digest=table.digest,
+                                                   rollback_after=table.rollback_after_seconds))
     await _send(ctx, effect, "configure", agent_settings=message)
 
 

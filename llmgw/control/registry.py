@@ -67,7 +67,8 @@ class NodeRecord:
     readings (None before the first; see `NodeReadings.to_json` for the 60 s age limit). `engines_installable`
     and `features` are what the agent said it can do at Register. `health` the node's last GPU health and fabrics
     report (None before the first; kept across a new Register that carries none). `slurm` the node's last Slurm
-    report as plain data (`llmgw.control.agents.slurm_summary`; None: the node has no part in Slurm).
+    report as plain data (`llmgw.control.agents.slurm_summary`; None: the node has no part in Slurm). `firewall`
+    the node's last firewall report ("digest", "error", "rolled_back"; None: it holds no table, nothing failed).
     """
 
     state: NodeState
@@ -86,6 +87,7 @@ class NodeRecord:
     features: frozenset[str] = frozenset()
     health: NodeHealthReport | None = None
     slurm: Mapping[str, Any] | None = None
+    firewall: Mapping[str, str] | None = None
 
     @property
     def node_id(self) -> str:
@@ -265,12 +267,14 @@ class FleetRegistry:
         health: NodeHealthReport | None = None,
         slurm_job_steps: int | None = None,
         slurm: Mapping[str, Any] | None = None,
+        firewall: Mapping[str, str] | None = None,
     ) -> tuple[FleetRegistry, bool]:
         """A heartbeat: the node is alive; `shards` (when given) is its full shard list now; `readings` replace
         the node's readings and update its cards' free memory and shared-card verdict; `health` replaces the
         node's health report and its cards' `unhealthy`; `slurm_job_steps` (when given) the Slurm job steps
         running there (a change is a change of the fleet: a reclaimed node opens when it reaches 0); `slurm` the
-        node's Slurm report as plain data (None: it has none), kept for the status document.
+        node's Slurm report as plain data (None: it has none), kept for the status document; `firewall` likewise its
+        firewall report (None: no table, nothing failed).
 
         A heartbeat from a node that never registered is ignored (returns (self, False)): the agent registers first.
         """
@@ -302,7 +306,8 @@ class FleetRegistry:
             health_changed = health_changed or link_changed
         record = replace(old, state=state, last_seen=now, lost=False, connected=True,
                          readings=readings if readings is not None else old.readings,
-                         health=health if health is not None else old.health, slurm=slurm)
+                         health=health if health is not None else old.health, slurm=slurm,
+                         firewall=firewall)
         if details is not None:
             record = replace(record, details=MappingProxyType(dict(details)))
         changed = (

@@ -38,6 +38,7 @@ from llmgw.plan.health import unhealthy_devices
 from llmgw.identity import ShardState, engine_key, replica_index
 from llmgw.plan.identity import engine_version_of, fingerprint, replica_ids
 from llmgw.plan.placing import ALL_NODES, Pending, Placement
+from llmgw.plan.firewall import firewall_tables
 from llmgw.plan.slurm_accounts import desired_accounts
 from llmgw.plan.slurm_conf import hosts_of
 from llmgw.plan.slurm_roles import SlurmRole, slurm_roles
@@ -198,6 +199,7 @@ class _Planner(Spanning, Placement):
         if self.settings.slurm.enabled:  # each node's part in Slurm goes with its agent settings
             roles = slurm_roles(self.settings.slurm, hosts_of(Fleet(tuple(self.nodes))), desired_accounts(self.settings),
                                 users_digest_input(self.settings))
+        tables = firewall_tables(self.settings, Fleet(tuple(self.nodes)))  # {} when firewall.yaml is off
         for node in self.nodes:
             if not node.alive or node.agent_settings_applied is None:
                 continue
@@ -208,9 +210,13 @@ class _Planner(Spanning, Placement):
             role = roles.get(node.node_id)
             if role is not None:  # its part in Slurm goes with its agent settings (AgentSettings.slurm)
                 wanted = with_slurm_role(wanted, role)
+            table = tables.get(node.node_id)
+            if table is not None:  # its firewall table goes with its agent settings (AgentSettings.firewall)
+                wanted = with_firewall(wanted, table.digest)
             if node.agent_settings_applied != wanted:
                 reason = "agent settings changed" if node.agent_settings_applied else "node has no agent settings yet"
-                self.actions.append(Action(ActionKind.CONFIGURE, node.node_id, fingerprint=wanted, reason=reason))
+                self.actions.append(Action(ActionKind.CONFIGURE, node.node_id, fingerprint=wanted, reason=reason,
+                                           firewall=table))
 
     def unwanted_reason(self, shard: ObservedShard, stopped: bool) -> str:
         if stopped:
@@ -363,6 +369,11 @@ def _fingerprint_of(agent, control_planes: tuple[str, ...] = ()) -> str:
 def with_slurm_role(fingerprint: str, role: SlurmRole) -> str:
     """An agent settings fingerprint covering the node's part in Slurm too (16 hex digits)."""
     return hashlib.sha256(f"{fingerprint} slurm {role.digest()}".encode()).hexdigest()[:16]
+
+
+def with_firewall(fingerprint: str, digest: str) -> str:
+    """An agent settings fingerprint covering the node's firewall table (`digest`) too (16 hex digits)."""
+    return hashlib.sha256(f"{fingerprint} firewall {digest}".encode()).hexdigest()[:16]
 
 
 _ADDED_LATER = frozenset({"tracing", "build"})

@@ -184,7 +184,7 @@ def node_steps(plan: Plan) -> tuple[NodeSteps, ...]:
 def review_warnings(base: Settings, head: Settings, refused: str | None = None) -> tuple[ReviewWarning, ...]:
     """HEAD's warnings: the settings loader's (`Settings.warnings`: weights pinned by sha256 alone, and whatever
     else llmgw.settings warns about), models allowed to load pickles, and files accepted but not acted on yet
-    (`enabled: true` in firewall.yaml or slurm.yaml: nothing in llmgw applies them yet). `refused`: why the
+    (`enabled: true` in slurm.yaml, as this check has it). `refused`: why the
     control plane would refuse HEAD (the empty-catalog guard), shown first. `new` False when BASE warns the same."""
 
     def own(settings: Settings) -> list[ReviewWarning]:
@@ -196,7 +196,7 @@ def review_warnings(base: Settings, head: Settings, refused: str | None = None) 
                 found.append(ReviewWarning("pickle", f"{model.source_file or model.name}: allow_pickle: true: "
                                                      f"weights in a pickle format{what} can run code when loaded"))
         warned = {getattr(w, "file", "") for w in settings.warnings}
-        switches = {"firewall": bool(settings.firewall.get("enabled")), "slurm": settings.slurm.enabled}
+        switches = {"slurm": settings.slurm.enabled}
         for name, enabled in switches.items():
             # Left to the loader once it warns about the file itself (its list of keys not acted on yet).
             if enabled and f"{name}.yaml" not in warned:

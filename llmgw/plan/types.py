@@ -164,11 +164,25 @@ class Assignment:
 
 
 @dataclass(frozen=True)
+class FirewallTable:
+    """One node's nftables table (`llmgw.plan.firewall`): `text` (nft syntax, the `table inet llmgw { ... }` block),
+    `digest` 16 hex digits of its sha256, `rollback_after_seconds` (firewall.yaml), `unknown` the node ids whose
+    address is not an IP address (left out of every set, sorted)."""
+
+    node_id: str
+    text: str
+    digest: str
+    rollback_after_seconds: float
+    unknown: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Action:
     """One step of a plan: `kind` on `node_id` for `replica_id` / `shard_id` (engine key for INSTALL), and why.
 
     `engine` is the engine key ("llama.cpp@b11434") of an INSTALL, `fingerprint` the agent-settings fingerprint a
-    CONFIGURE sends (`llmgw.plan.planning`); each field means one thing only.
+    CONFIGURE sends (`llmgw.plan.planning`), `firewall` the node's nftables table a CONFIGURE sends (None: none,
+    firewall.yaml off: the agent removes llmgw's table); each field means one thing only.
 
     `previous_node` is set on a START that replaces a shard of the same replica elsewhere (a lost node, a
     roll to another node): renderers show it as a move.
@@ -184,6 +198,7 @@ class Action:
     reason: str = ""
     previous_node: str = ""
     fingerprint: str = ""
+    firewall: FirewallTable | None = None
 
 
 @dataclass(frozen=True)

@@ -19,17 +19,17 @@ import pygit2
 from llmgw.errors import Issue, SettingsError
 from llmgw.settings.building import (
     Found, build_agent, build_cluster, build_engines, build_model, build_projects, build_settings, check_model,
-    check_names, deep_freeze,
+    check_names,
 )
 from llmgw.settings.model import AgentSettings, Model, Settings
 from llmgw.settings.parsing import Parsed, parse_yaml
 from llmgw.settings.reading import TreeFiles, open_repository, read_commit, read_directory, resolve_commit
 from llmgw.settings.schemas import validate_data
+from llmgw.settings.firewall import FirewallSettings, build_firewall
 from llmgw.settings.slurm import SlurmSettings, build_slurm
 from llmgw.settings.unbuilt import unbuilt_warnings
 from llmgw.settings.url_secrets import secret_in_url_message, urls_with_secrets
 from llmgw.settings.valid_trees import read_valid_trees
-from llmgw.units import parse_duration
 
 SchemaCheck = Callable[[str, str, Parsed], list[Issue]]
 """`check(kind, file, parsed)`: every schema violation of one parsed file as an Issue (`validate_data` is the one)."""
@@ -37,7 +37,6 @@ SchemaCheck = Callable[[str, str, Parsed], list[Issue]]
 _SINGLE = {"llmgw.yaml": "llmgw", "engines.yaml": "engines", "projects.yaml": "projects",
            "firewall.yaml": "firewall", "slurm.yaml": "slurm", "agents/default.yaml": "agent"}
 _STEM = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
-_FIREWALL_DEFAULTS = {"backend": "nftables", "default_policy": "accept", "rules": []}
 
 
 def classify(path: str) -> str | None:
@@ -116,13 +115,6 @@ def _parse_all(tree: TreeFiles, found: Found, invalid_names: set[str],
         if kind == "model":
             invalid_names.difference_update(_names_of_invalid_model(path, parsed.data))
     return good
-
-
-def _freeze_switch(data: dict[str, Any], defaults: dict[str, Any]) -> Any:
-    merged = {**defaults, **data}
-    if "job_time_limit" in merged:
-        merged["job_time_limit"] = parse_duration(merged["job_time_limit"])
-    return deep_freeze(merged)
 
 
 def _check_node_lists(found: Found, cluster: Any, fleet: frozenset[str]) -> None:
@@ -221,7 +213,11 @@ def _load_tree(tree: TreeFiles, commit: str | None, found: Found, check_schema: 
                                                None if invalid_names else known)
 
     found.current = "firewall.yaml"
-    firewall = _freeze_switch(good["firewall.yaml"][1], _FIREWALL_DEFAULTS) if "firewall.yaml" in good else deep_freeze({})
+    firewall = (build_firewall(good["firewall.yaml"][1], found, "firewall.yaml",
+                               cluster.control_planes if cluster is not None else (),
+                               {name: getattr(cluster, name).port for name in ("gateway", "admin", "agents")}
+                               if cluster is not None else None)
+                if "firewall.yaml" in good else FirewallSettings())
     found.current = "slurm.yaml"
     # The nodes the settings know; None (no fleet checks) when agents/nodes/ itself could not be read.
     fleet = None if any(i.file.startswith("agents/nodes") for i in tree.issues) else frozenset(

@@ -15,6 +15,7 @@ from types import MappingProxyType
 from typing import Any
 
 from llmgw.identity import Quota, Routing, resolve_model
+from llmgw.settings.firewall import FirewallSettings
 from llmgw.settings.slurm import SlurmSettings
 
 ENGINES = ("llama.cpp", "vllm", "sglang")
@@ -287,7 +288,7 @@ class Settings:
 
     `models` by name; `engines` by (engine, version); `node_overrides` maps a node id to the raw (validated)
     mapping of `agents/nodes/<node>.yaml`, applied with `agent_settings_for`. `firewall` is the
-    validated raw mapping of its file, `slurm` the typed `slurm.yaml` (llmgw.settings.slurm). `commit` is the
+    typed `firewall.yaml` (llmgw.settings.firewall), `slurm` the typed `slurm.yaml` (llmgw.settings.slurm). `commit` is the
     settings commit id it was loaded from (None for a
     directory).
     """
@@ -300,7 +301,7 @@ class Settings:
     organisations: Mapping[str, Organisation] = field(default_factory=frozen_map)
     teams: Mapping[str, Team] = field(default_factory=frozen_map)
     projects: Mapping[str, Project] = field(default_factory=frozen_map)
-    firewall: Mapping[str, Any] = field(default_factory=frozen_map)
+    firewall: FirewallSettings = FirewallSettings()
     slurm: SlurmSettings = SlurmSettings()
     commit: str | None = field(default=None, compare=False)
     # Added by the settings loader: warnings found while loading (e.g. weights pinned by sha256 alone), as

@@ -70,8 +70,6 @@ UNBUILT: tuple[UnbuiltKey, ...] = (
                "API keys are created and revoked with the admin token (`llmgw keys`), whoever the members are; "
                "members only become users of the project's Slurm account and, with slurm.yaml `users: llmgw`, Linux "
                "users on the Slurm nodes"),
-    UnbuiltKey("firewall", ("enabled",), "llmgw writes no firewall rule on any node yet", when="`true`",
-               applies=lambda value: value is True),
 )
 
 

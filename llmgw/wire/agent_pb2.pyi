@@ -220,7 +220,7 @@ class EngineLoad(_message.Message):
     def __init__(self, requests_running: _Optional[float] = ..., requests_waiting: _Optional[float] = ..., kv_cache_usage: _Optional[float] = ..., prompt_tokens_total: _Optional[float] = ..., generation_tokens_total: _Optional[float] = ..., prefix_cache_hits_total: _Optional[float] = ..., prefix_cache_queries_total: _Optional[float] = ...) -> None: ...
 
 class Heartbeat(_message.Message):
-    __slots__ = ("time", "gpus", "cpu_percent", "load1", "memory_used_bytes", "memory_available_bytes", "shards", "shard_states", "engines_installed", "engines_installing", "sampled_at", "disk_free_bytes", "health", "slurm")
+    __slots__ = ("time", "gpus", "cpu_percent", "load1", "memory_used_bytes", "memory_available_bytes", "shards", "shard_states", "engines_installed", "engines_installing", "sampled_at", "disk_free_bytes", "health", "slurm", "firewall")
     TIME_FIELD_NUMBER: _ClassVar[int]
     GPUS_FIELD_NUMBER: _ClassVar[int]
     CPU_PERCENT_FIELD_NUMBER: _ClassVar[int]
@@ -235,6 +235,7 @@ class Heartbeat(_message.Message):
     DISK_FREE_BYTES_FIELD_NUMBER: _ClassVar[int]
     HEALTH_FIELD_NUMBER: _ClassVar[int]
     SLURM_FIELD_NUMBER: _ClassVar[int]
+    FIREWALL_FIELD_NUMBER: _ClassVar[int]
     time: float
     gpus: _containers.RepeatedCompositeFieldContainer[GpuSample]
     cpu_percent: float
@@ -249,7 +250,18 @@ class Heartbeat(_message.Message):
     disk_free_bytes: int
     health: HealthReport
     slurm: SlurmReport
-    def __init__(self, time: _Optional[float] = ..., gpus: _Optional[_Iterable[_Union[GpuSample, _Mapping]]] = ..., cpu_percent: _Optional[float] = ..., load1: _Optional[float] = ..., memory_used_bytes: _Optional[int] = ..., memory_available_bytes: _Optional[int] = ..., shards: _Optional[_Iterable[_Union[ProcessGroupSample, _Mapping]]] = ..., shard_states: _Optional[_Iterable[_Union[ShardStatus, _Mapping]]] = ..., engines_installed: _Optional[_Iterable[str]] = ..., engines_installing: _Optional[_Iterable[str]] = ..., sampled_at: _Optional[float] = ..., disk_free_bytes: _Optional[int] = ..., health: _Optional[_Union[HealthReport, _Mapping]] = ..., slurm: _Optional[_Union[SlurmReport, _Mapping]] = ...) -> None: ...
+    firewall: FirewallReport
+    def __init__(self, time: _Optional[float] = ..., gpus: _Optional[_Iterable[_Union[GpuSample, _Mapping]]] = ..., cpu_percent: _Optional[float] = ..., load1: _Optional[float] = ..., memory_used_bytes: _Optional[int] = ..., memory_available_bytes: _Optional[int] = ..., shards: _Optional[_Iterable[_Union[ProcessGroupSample, _Mapping]]] = ..., shard_states: _Optional[_Iterable[_Union[ShardStatus, _Mapping]]] = ..., engines_installed: _Optional[_Iterable[str]] = ..., engines_installing: _Optional[_Iterable[str]] = ..., sampled_at: _Optional[float] = ..., disk_free_bytes: _Optional[int] = ..., health: _Optional[_Union[HealthReport, _Mapping]] = ..., slurm: _Optional[_Union[SlurmReport, _Mapping]] = ..., firewall: _Optional[_Union[FirewallReport, _Mapping]] = ...) -> None: ...
+
+class FirewallReport(_message.Message):
+    __slots__ = ("digest", "error", "rolled_back")
+    DIGEST_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    ROLLED_BACK_FIELD_NUMBER: _ClassVar[int]
+    digest: str
+    error: str
+    rolled_back: str
+    def __init__(self, digest: _Optional[str] = ..., error: _Optional[str] = ..., rolled_back: _Optional[str] = ...) -> None: ...
 
 class HealthFinding(_message.Message):
     __slots__ = ("level", "code", "message", "source", "blocks_placement")
@@ -535,7 +547,7 @@ class InstallEngine(_message.Message):
     def __init__(self, engine: _Optional[str] = ..., version: _Optional[str] = ..., archive_url: _Optional[str] = ..., archive_sha256: _Optional[str] = ..., sdist_package: _Optional[str] = ..., sdist_version: _Optional[str] = ..., sdist_sha256: _Optional[str] = ..., mirror: _Optional[str] = ..., build_args: _Optional[_Iterable[str]] = ..., python_packages: _Optional[_Iterable[str]] = ..., traceparent: _Optional[str] = ...) -> None: ...
 
 class AgentSettings(_message.Message):
-    __slots__ = ("weights_dir", "engines_dir", "heartbeat_interval", "telemetry_interval", "labels", "ignore_gpus", "mirrors", "shard_stop_grace", "fingerprint", "control_planes", "slurm", "tracing", "build")
+    __slots__ = ("weights_dir", "engines_dir", "heartbeat_interval", "telemetry_interval", "labels", "ignore_gpus", "mirrors", "shard_stop_grace", "fingerprint", "control_planes", "slurm", "tracing", "build", "firewall")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -556,6 +568,7 @@ class AgentSettings(_message.Message):
     SLURM_FIELD_NUMBER: _ClassVar[int]
     TRACING_FIELD_NUMBER: _ClassVar[int]
     BUILD_FIELD_NUMBER: _ClassVar[int]
+    FIREWALL_FIELD_NUMBER: _ClassVar[int]
     weights_dir: str
     engines_dir: str
     heartbeat_interval: float
@@ -569,7 +582,18 @@ class AgentSettings(_message.Message):
     slurm: SlurmRole
     tracing: TraceSettings
     build: str
-    def __init__(self, weights_dir: _Optional[str] = ..., engines_dir: _Optional[str] = ..., heartbeat_interval: _Optional[float] = ..., telemetry_interval: _Optional[float] = ..., labels: _Optional[_Mapping[str, str]] = ..., ignore_gpus: _Optional[_Iterable[str]] = ..., mirrors: _Optional[_Iterable[str]] = ..., shard_stop_grace: _Optional[float] = ..., fingerprint: _Optional[str] = ..., control_planes: _Optional[_Iterable[str]] = ..., slurm: _Optional[_Union[SlurmRole, _Mapping]] = ..., tracing: _Optional[_Union[TraceSettings, _Mapping]] = ..., build: _Optional[str] = ...) -> None: ...
+    firewall: FirewallTable
+    def __init__(self, weights_dir: _Optional[str] = ..., engines_dir: _Optional[str] = ..., heartbeat_interval: _Optional[float] = ..., telemetry_interval: _Optional[float] = ..., labels: _Optional[_Mapping[str, str]] = ..., ignore_gpus: _Optional[_Iterable[str]] = ..., mirrors: _Optional[_Iterable[str]] = ..., shard_stop_grace: _Optional[float] = ..., fingerprint: _Optional[str] = ..., control_planes: _Optional[_Iterable[str]] = ..., slurm: _Optional[_Union[SlurmRole, _Mapping]] = ..., tracing: _Optional[_Union[TraceSettings, _Mapping]] = ..., build: _Optional[str] = ..., firewall: _Optional[_Union[FirewallTable, _Mapping]] = ...) -> None: ...
+
+class FirewallTable(_message.Message):
+    __slots__ = ("text", "digest", "rollback_after")
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    DIGEST_FIELD_NUMBER: _ClassVar[int]
+    ROLLBACK_AFTER_FIELD_NUMBER: _ClassVar[int]
+    text: str
+    digest: str
+    rollback_after: float
+    def __init__(self, text: _Optional[str] = ..., digest: _Optional[str] = ..., rollback_after: _Optional[float] = ...) -> None: ...
 
 class TraceSettings(_message.Message):
     __slots__ = ("endpoint", "sample_ratio")
@@ -732,18 +756,20 @@ class Restart(_message.Message):
     def __init__(self) -> None: ...
 
 class FabricTest(_message.Message):
-    __slots__ = ("request_id", "adapter", "port", "server", "timeout_seconds")
+    __slots__ = ("request_id", "adapter", "port", "server", "timeout_seconds", "client")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     ADAPTER_FIELD_NUMBER: _ClassVar[int]
     PORT_FIELD_NUMBER: _ClassVar[int]
     SERVER_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     adapter: str
     port: int
     server: str
     timeout_seconds: float
-    def __init__(self, request_id: _Optional[str] = ..., adapter: _Optional[str] = ..., port: _Optional[int] = ..., server: _Optional[str] = ..., timeout_seconds: _Optional[float] = ...) -> None: ...
+    client: str
+    def __init__(self, request_id: _Optional[str] = ..., adapter: _Optional[str] = ..., port: _Optional[int] = ..., server: _Optional[str] = ..., timeout_seconds: _Optional[float] = ..., client: _Optional[str] = ...) -> None: ...
 
 class FabricTestOutput(_message.Message):
     __slots__ = ("request_id", "adapter", "output", "error")

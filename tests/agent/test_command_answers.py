@@ -191,6 +191,44 @@ async def test_agent_settings_change_the_config_are_kept_and_answered(tmp_path):
         assert load_agent_settings(tmp_path / "state") == without_secrets(settings)
 
 
+NFT_STAND_IN = """#!/bin/sh
+# nft as far as the agent's FirewallKeeper uses it: `list table inet llmgw` and `-f -` (one table kept in a file)
+table="$(dirname "$0")/table"
+if [ "$1" = list ]; then [ -f "$table" ] && cat "$table" && exit 0; echo "Error: No such file or directory" >&2; exit 1; fi
+script=$(cat)
+case "$script" in *REFUSED*) echo "Error: syntax error, unexpected REFUSED" >&2; exit 1;; esac
+case "$script" in *"{"*) printf '%s\\n' "$script" | sed '1,2d' > "$table";; *) rm -f "$table";; esac
+"""
+
+
+async def test_agent_settings_with_a_firewall_table_nft_refuses_are_answered_with_nfts_message(tmp_path):
+    nft = tmp_path / "bin" / "nft"
+    nft.parent.mkdir()
+    nft.write_text(NFT_STAND_IN)
+    nft.chmod(0o755)
+    table = 'table inet llmgw {\n\tchain input {\n\t\ttype filter hook input priority filter; policy accept;\n\t}\n}\n'
+    async with _agent(tmp_path) as (agent, link):
+        agent.firewall.nft = (str(nft),)
+        settings = pb.AgentSettings(fingerprint="f1", heartbeat_interval=0.2, firewall=pb.FirewallTable(text=table, digest="a" * 16))
+        await link.send(control_message(command_id="c1", agent_settings=settings))
+        assert await _answers(link, "c1") == [pb.CommandResult(command_id="c1", ok=True)]
+        beat = await next_matching(link, lambda m: m.WhichOneof("body") == "heartbeat")
+        assert beat.heartbeat.firewall == pb.FirewallReport(digest="a" * 16)
+
+        refused = table.replace("policy accept;", "policy accept;\n\t\tREFUSED")
+        settings = pb.AgentSettings(fingerprint="f2", heartbeat_interval=0.2, firewall=pb.FirewallTable(text=refused, digest="b" * 16))
+        await link.send(control_message(command_id="c2", agent_settings=settings))
+        error = "nft refused the table: Error: syntax error, unexpected REFUSED"
+        assert await _answers(link, "c2") == [pb.CommandResult(command_id="c2", ok=False, error=error)]
+        beat = await next_matching(link, lambda m: m.WhichOneof("body") == "heartbeat")
+        assert beat.heartbeat.firewall == pb.FirewallReport(digest="a" * 16, error=error)  # the previous one stays
+        assert (nft.parent / "table").read_text() == table
+
+        await link.send(control_message(command_id="c3", agent_settings=pb.AgentSettings(fingerprint="f3")))
+        assert await _answers(link, "c3") == [pb.CommandResult(command_id="c3", ok=True)]  # off: removed
+        assert not (nft.parent / "table").exists()
+
+
 async def test_request_logs_of_the_agent_of_a_shard_and_of_an_unknown_shard(tmp_path):
     async with _agent(tmp_path) as (_, link):
         await link.send(control_message(command_id="l1", request_logs=pb.RequestLogs(request_id="r1", lines=5)))

@@ -223,3 +223,16 @@ async def test_a_standby_control_planes_console_says_it_is_a_standby_and_shows_t
     html = await (await client.get("/console/nodes", headers=HTML)).get_data(as_text=True)
     assert '<span class="role standby" id="role">standby</span>' in html  # leadership.leader is False here
     assert 'id="node-gpu1"' in html
+
+
+async def test_the_node_page_shows_the_firewall_table_it_holds_and_why_the_last_one_is_not_applied():
+    state = state_with_one_gpu_node()
+    fleet, _ = state.fleet.heartbeat("gpu1", 0.0, firewall={"digest": "d46e424c69fb4267", "rolled_back": "",
+                                                             "error": "nft refused the table: syntax error"})
+    console = Console(lambda: state.with_fleet(fleet), authorise=admin_only, history=no_history, clock=lambda: 1.0,
+                      wall=Wall(), session_ttl=3600.0)
+    client = console.app.test_client()
+    await log_in(client)
+    html = await (await client.get("/console/nodes/gpu1", headers=HTML)).get_data(as_text=True)
+    assert re.search(r'<dd id="firewall">table inet llmgw <code>d46e424c69fb4267</code> '
+                     r'<span class="error">nft refused the table: syntax error</span></dd>', html), html

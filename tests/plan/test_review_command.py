@@ -106,11 +106,12 @@ def test_a_price_change_shows_under_every_project_that_may_use_the_model(repo, s
 
 def test_pickles_allowed_and_keys_not_acted_on_are_new_warnings(repo, snapshot):
     branch(repo, "risky", [("catalog/gemma-3-270m.yaml", "context_size: 2048", "context_size: 2048\nallow_pickle: true"),
-                           ("firewall.yaml", "enabled: false", "enabled: true")])
+                           ("agents/nodes/gpu-node-01.yaml", "# fabrics:", "fabrics:")])
     document = json.loads(review(repo, snapshot, "risky", "--json").stdout)
     kinds = {w["kind"]: w for w in document["warnings"]}
     assert kinds["pickle"]["new"] and "catalog/gemma-3-270m.yaml: allow_pickle: true" in kinds["pickle"]["text"]
-    assert kinds["not-acted-on"]["new"] and kinds["not-acted-on"]["text"].startswith("firewall.yaml:4:1: enabled:")
+    assert kinds["not-acted-on"]["new"] and kinds["not-acted-on"]["text"].startswith(
+        "agents/nodes/gpu-node-01.yaml:7:1: fabrics:")
 
 
 def test_a_stored_review_is_stale_once_the_base_moves_or_the_plan_changes(repo, snapshot, tmp_path):

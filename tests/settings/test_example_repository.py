@@ -87,7 +87,7 @@ def test_a_node_override_changes_its_keys_and_merges_labels() -> None:
 
 def test_firewall_and_slurm_are_switched_off_but_complete() -> None:
     settings = load_directory(EXAMPLE)
-    assert settings.firewall["enabled"] is False and len(settings.firewall["rules"]) == 3
+    assert settings.firewall.enabled is False and len(settings.firewall.rules) == 2
     assert settings.slurm.enabled is False and settings.slurm.partitions["gpu"].max_time_seconds == 7 * 86400.0
 
 

@@ -31,7 +31,6 @@ CASES = {
     "projects organisations.<name>.teams.<name>.projects.<name>.members": (
         ("projects.yaml", "          ci:\n", "          ci:\n            members: [alice@acme.example]\n"),
         ["projects.yaml:22:13: organisations.acme.teams.platform.projects.ci.members"]),
-    "firewall enabled": (("firewall.yaml", "enabled: false", "enabled: true"), ["firewall.yaml:4:1: enabled"]),
 }
 
 
@@ -68,9 +67,10 @@ def test_validate_warns_at_each_key_not_acted_on_yet_and_still_accepts_the_tree(
 
 
 def test_values_that_are_acted_on_give_no_warning(tmp_path: Path) -> None:
-    tree = edited_example(tmp_path, "firewall.yaml", "backend: nftables", "backend: iptables")
+    tree = edited_example(tmp_path, "firewall.yaml", "rollback_after: 60s", "rollback_after: 2m")
     settings = load_directory(tree)
-    assert settings.cluster.store.kind == "sqlite" and settings.firewall["enabled"] is False
+    assert settings.cluster.store.kind == "sqlite" and settings.firewall.enabled is False
+    assert settings.firewall.rollback_after_seconds == 120.0
     assert settings.slurm.enabled is False and not settings.cluster.gpu_hour_cost
     assert not [w for w in settings.warnings if is_not_acted_on(w)]
 
@@ -88,13 +88,14 @@ def test_validate_json_lists_the_keys_not_acted_on_with_their_place(tmp_path: Pa
 
 
 def test_validate_json_of_an_invalid_tree_still_lists_the_keys_not_acted_on(tmp_path: Path) -> None:
-    tree = edited_example(tmp_path, "firewall.yaml", "enabled: false", "enabled: true")
+    tree = edited_example(tmp_path, "agents/nodes/gpu-node-01.yaml", "# fabrics:", "fabrics:")
     (tree / "slurm.yaml").write_text((tree / "slurm.yaml").read_text() + "bogus: 1\n")
     result = CliRunner().invoke(cli, ["validate", "--json", str(tree)])
     assert result.exit_code == 1, result.output
     document = json.loads(result.stdout)
     assert document["valid"] is False
-    assert document["not_acted_on"] == [{"file": "firewall.yaml", "line": 4, "column": 1, "key": "enabled"}]
+    assert document["not_acted_on"] == [{"file": "agents/nodes/gpu-node-01.yaml", "line": 7, "column": 1,
+                                         "key": "fabrics"}]
 
 
 @pytest.mark.parametrize("row", UNBUILT, ids=lambda row: f"{row.kind} {row.key}")
@@ -108,10 +109,11 @@ def test_a_push_setting_a_key_not_acted_on_is_accepted_and_the_pusher_is_told(tm
     init_repository(bare, EXAMPLE)
     work = tmp_path / "work"
     subprocess.run(["git", "clone", "-q", str(bare), str(work)], check=True)
-    (work / "firewall.yaml").write_text((work / "firewall.yaml").read_text().replace("enabled: false", "enabled: true"))
+    node = work / "agents" / "nodes" / "gpu-node-01.yaml"
+    node.write_text(node.read_text().replace("# fabrics:", "fabrics:"))
     git = ["git", "-c", "user.name=Operator", "-c", "user.email=operator@acme.example"]
-    subprocess.run([*git, "commit", "-qam", "firewall on"], cwd=work, check=True)
+    subprocess.run([*git, "commit", "-qam", "fabrics"], cwd=work, check=True)
     pushed = subprocess.run([*git, "push", "origin", "main"], cwd=work, capture_output=True, text=True)
     assert pushed.returncode == 0, pushed.stderr
-    assert ("remote:   firewall.yaml:4:1: enabled: warning: accepted, not acted on yet: llmgw writes no firewall rule "
-            "on any node yet") in pushed.stderr
+    assert ("remote:   agents/nodes/gpu-node-01.yaml:7:1: fabrics: warning: accepted, not acted on yet: nothing reads "
+            "this key") in pushed.stderr
