@@ -54,6 +54,7 @@ from llmgw.gateway.draining import DRAIN_TIMEOUT, Drain, close_header, cut_error
 from llmgw.gateway.health import HealthProbes
 from llmgw.gateway.metrics import GatewayMetrics
 from llmgw.gateway.probing import HEALTH_PROBE_CONCURRENCY
+from llmgw.gateway.native import ENGINE_API_HEADER
 from llmgw.gateway.problems import ApiError, model_not_found
 from llmgw.gateway.proxying import open_upstream, relay_stream, relay_whole
 from llmgw.gateway.request_context import STATUS_CLIENT_CLOSED, Caller, Ledger, RequestContext
@@ -369,7 +370,8 @@ class Gateway:
             if trace is not None:
                 trace.responded(ledger.replica)
             try:
-                extra = [*extra_headers, (b"x-llmgw-replica", ledger.replica.replica_id.encode())]
+                extra = [*extra_headers, (b"x-llmgw-replica", ledger.replica.replica_id.encode()),
+                         (ENGINE_API_HEADER, ctx.path.encode())]  # the engine's path that answered (`native`)
                 if ctx.stream:
                     await (relay.stream if relay else relay_stream)(ctx, response, send, ledger, extra, settle)
                 else:

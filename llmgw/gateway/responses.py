@@ -25,6 +25,7 @@ the error only). Expired responses are purged every PURGE_INTERVAL seconds (`pur
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import time
@@ -36,6 +37,8 @@ import trio
 from llmgw.errors import LlmgwError
 from llmgw.gateway.admission import project_of
 from llmgw.gateway.asgi import send_json
+from llmgw.gateway.native import RESPONSES, responses_engine_body, serves_natively
+from llmgw.gateway.native_relay import NativeResponsesRelay
 from llmgw.gateway.problems import ApiError, bad_request, model_not_found, forbidden
 from llmgw.gateway.proxying import EVENT_STREAM, relay_whole
 from llmgw.gateway.request_context import Caller, Ledger, RequestContext
@@ -114,11 +117,13 @@ class ResponsesApi:
         return stored
 
     async def _read(self, receive, headers, ids: RequestIds, trace: RequestTrace | None,
-                    endpoint: str) -> tuple[Caller, dict, list[dict]]:
-        """The caller, the checked body (`endpoint`'s schema) and the whole context of the turn."""
+                    endpoint: str) -> tuple[Caller, dict, list[dict], dict]:
+        """The caller, the checked body (`endpoint`'s schema), the whole context of the turn and the body as the
+        client sent it (before `with_omitted_nullables`: what an engine's own endpoint is sent)."""
         caller = await self._caller(headers, ids, trace)
         raw = await self.gateway.admission.receive_body(caller, self.gateway.table, receive, headers)
-        body = with_omitted_nullables(parse_body(raw))
+        sent = parse_body(raw)
+        body = with_omitted_nullables(sent)
         validate_request(endpoint, body)
         previous_id = body.get("previous_response_id")
         if previous_id is not None:
@@ -127,19 +132,28 @@ class ResponsesApi:
             if previous is None:
                 raise bad_request(f"Previous response with id '{previous_id}' not found.",
                                   "previous_response_not_found", "previous_response_id")
-            return caller, body, context_items(previous.input, previous.response.get("output") or (), body)
-        return caller, body, context_items((), (), body)
+            return (caller, body, context_items(previous.input, previous.response.get("output") or (), body),
+                    sent)
+        return caller, body, context_items((), (), body), sent
 
     async def _create(self, receive, send, headers, ids: RequestIds, trace: RequestTrace | None) -> None:
-        caller, body, items = await self._read(receive, headers, ids, trace, PREFIX)
+        """Admitted on the chat translation (its prompt bound and max tokens); then passed to the engine's own
+        `/v1/responses` with the whole context when its engine serves it (`native`), else translated to chat."""
+        caller, body, items, sent = await self._read(receive, headers, ids, trace, PREFIX)
         chat = chat_request(body, items)
         gateway = self.gateway
         ctx = await gateway.admission.admit(caller, gateway.table, CHAT_PATH, chat,
                                             json.dumps(chat, separators=(",", ":")).encode())
-        await gateway._run(ctx, send, receive, ResponsesRelay(self, body, items))
+        if not serves_natively(ctx.route, RESPONSES):
+            await gateway._run(ctx, send, receive, ResponsesRelay(self, body, items))
+            return
+        engine_body = responses_engine_body(sent, items, ctx.route.name, ctx.overrides)
+        ctx = dataclasses.replace(ctx, path=RESPONSES, body=engine_body, overrides={}, include_usage=False,
+                                  raw=json.dumps(engine_body, separators=(",", ":")).encode())
+        await gateway._run(ctx, send, receive, NativeResponsesRelay(self, body, items, new_id("resp")))
 
     async def _input_tokens(self, receive, send, headers, ids: RequestIds, trace: RequestTrace | None) -> None:
-        caller, body, items = await self._read(receive, headers, ids, trace, PREFIX + "/input_tokens")
+        caller, body, items, _sent = await self._read(receive, headers, ids, trace, PREFIX + "/input_tokens")
         chat = chat_request(body, items)
         table = self.gateway.table
         route = table.resolve(body.get("model") or "")
