@@ -16,8 +16,8 @@ Responses (`NativeResponseEvents`), shapes from llama-server b11434 (seen on loo
   terminal: their usage is the stream's, their `response` the one stored (`final`).
 Messages (`NativeMessageEvents`), shapes from llama-server b11434 (seen) and vLLM 0.32
 (vllm/entrypoints/anthropic/serving.py `message_stream_converter`): `message_start`'s message gets the gateway's id
-and the client's model; usage comes from `message_start` (input tokens) and `message_delta` (output tokens; vLLM
-repeats the input tokens there); `content_block_delta` events are counted; `message_stop` is terminal.
+and the client's model; usage comes from `message_start` (input tokens; its output_tokens, 0, is not taken) and
+`message_delta` (output tokens; vLLM repeats the input tokens there); `content_block_delta` events are counted; `message_stop` is terminal.
 An `error` event from the engine passes as it is and sets `error`.
 """
 
@@ -147,18 +147,20 @@ class NativeMessageEvents(NativeEvents):
         message = payload.get("message")
         if name == "message_start" and isinstance(message, dict):
             payload["message"] = {**message, "id": self.message_id, "model": self.model}
-            self._usage(message.get("usage"))
+            self._usage(message.get("usage"), final=False)
         elif name == "message_delta":
-            self._usage(payload.get("usage"))
+            self._usage(payload.get("usage"), final=True)
         elif name == "content_block_delta":
             self.counted += 1
         return payload
 
-    def _usage(self, usage: Any) -> None:
+    def _usage(self, usage: Any, final: bool) -> None:
+        """Take a usage object's prompt; its output tokens only when `final` (message_start says 0 output tokens:
+        taken, they would bill 0 for a stream cut before message_delta instead of the deltas counted)."""
         if not isinstance(usage, Mapping):
             return
         prompt, completion, cached = messages_usage_numbers(usage)
         if prompt is not None:
             self.prompt_tokens, self.cached_tokens = prompt, cached
-        if completion is not None:
+        if completion is not None and final:
             self.completion_tokens = completion

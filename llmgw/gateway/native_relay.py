@@ -29,6 +29,12 @@ from llmgw.gateway.upstream import UpstreamFailure
 class NativeRelay:
     """What the two dialects share (module docstring); a subclass says how an answer is reshaped."""
 
+    _events: NativeEvents | None = None  # a stream's, once it started
+
+    def cut_event(self, message: str) -> bytes:
+        """The end of a stream the drain cut (`Gateway._cut`): the dialect's failure event."""
+        return self.failed(self._events, message) if self._events is not None else b""
+
     async def whole(self, ctx: RequestContext, response, send, ledger: Ledger, headers, before_send) -> None:
         if response.status != 200:
             await relay_whole(ctx, response, send, ledger, headers, before_send)
@@ -52,7 +58,7 @@ class NativeRelay:
         if response.status != 200 or not (response.header(b"content-type") or b"").startswith(EVENT_STREAM):
             await self.whole(ctx, response, send, ledger, headers, before_end)
             return
-        events = self.events(ctx)
+        events = self._events = self.events(ctx)
         await send({"type": "http.response.start", "status": 200, "headers": [
             (b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache"),
             (b"x-accel-buffering", b"no"), *headers]})

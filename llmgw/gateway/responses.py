@@ -1,12 +1,16 @@
-"""`/v1/responses`: OpenAI's Responses API with its state kept by the gateway, served through chat on the engines.
+"""`/v1/responses`: OpenAI's Responses API with its state kept by the gateway, served by the engine's own
+`/v1/responses` where it has one (`native`), else through chat.
 
 Endpoints (`ResponsesApi.serve`):
 - `POST /v1/responses`: the key and project (`admission`), the body (bounded JSON, OpenAI's `CreateResponse`
   schema: `validation`), `previous_response_id` expanded from the store into the whole context (the response of
   another project, or one past its retention, is a 400 `previous_response_not_found` as OpenAI answers), the chat
-  request (`responses_chat`), then admission of that chat request (model, allowlist, quotas) and `Gateway._run`
-  with a `ResponsesRelay`: the engine's chat answer becomes the Response object, or its stream the Responses event
-  sequence (`responses_events`). Usage is billed as chat's (the engine's prompt, completion and cached tokens; a
+  request (`responses_chat`), then admission of that chat request (model, allowlist, quotas) and `Gateway._run`:
+  where the route's engine serves `/v1/responses` (`native.serves_natively`), the whole context is sent there
+  (`native.responses_engine_body`: no previous_response_id, `store: false`) and relayed by
+  `native_relay.NativeResponsesRelay` (the engine's answer in the gateway's Response frame); otherwise the chat
+  request goes to the engine with a `ResponsesRelay`: the engine's chat answer becomes the Response object, or its
+  stream the Responses event sequence (`responses_events`). Usage is billed as chat's (the engine's prompt, completion and cached tokens; a
   client that leaves mid-stream is billed its prompt and the content chunks relayed).
   Unless `store` is false, the served response is stored (`llmgw.store.responses`: the whole context, the output
   items, the usage, the model, the project) before its last byte goes out, kept for `store.responses_retention`
@@ -283,6 +287,7 @@ class ResponsesRelay:
         self.response_id = new_id("resp")
         self.created_at = time.time()
         self.store = body.get("store") is not False
+        self._events: ResponseEvents | None = None  # a stream's, once it started
 
     async def whole(self, ctx: RequestContext, response, send, ledger: Ledger, headers, before_send) -> None:
         """A non-streamed answer: the Response object (stored first), or the engine's refusal as chat's."""
@@ -316,7 +321,7 @@ class ResponsesRelay:
         if response.status != 200 or not (response.header(b"content-type") or b"").startswith(EVENT_STREAM):
             await self.whole(ctx, response, send, ledger, headers, before_end)
             return
-        events = ResponseEvents(self.response_id, self.created_at, {**self.body, "model": ctx.requested})
+        events = self._events = ResponseEvents(self.response_id, self.created_at, {**self.body, "model": ctx.requested})
         await send({"type": "http.response.start", "status": 200, "headers": [
             (b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache"),
             (b"x-accel-buffering", b"no"), *headers]})
@@ -345,6 +350,10 @@ class ResponsesRelay:
             await self.api.save(ctx, self.items, answer)
         await before_end()
         await send({"type": "http.response.body", "body": tail, "more_body": False})
+
+    def cut_event(self, message: str) -> bytes:
+        """The end of a stream the drain cut: response.failed."""
+        return self._events.failed(message) if self._events is not None else b""
 
     @staticmethod
     def _take(chunk: dict, events: ResponseEvents, ledger: Ledger, ctx: RequestContext) -> bytes:

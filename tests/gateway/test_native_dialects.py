@@ -15,16 +15,23 @@ import dataclasses
 import anthropic
 import openai
 import pytest
+import trio
 from gateway_harness import ProjectPolicy, Quota, make_table, replica, serve_asgi, start_gateway
 from vllm_dialects import VllmDialects
 
 TEXT = "The capital of France is Paris."
 
 
+async def _until(predicate, timeout: float = 10.0) -> None:
+    with trio.fail_after(timeout):
+        while not predicate():
+            await trio.sleep(0.01)
+
+
 @pytest.fixture
 async def served(nursery, store):
     """The vLLM stand-in behind a gateway whose route says engine vllm ("gemma") and sglang ("gemma-sglang"); the
-    project "capped" has a token quota (the engine is held to the reserved max tokens)."""
+    project "capped" has a token quota (the engine is held to the reserved max tokens). Drain timeout: 0.3 s."""
     engine = VllmDialects()
     url = f"http://127.0.0.1:{await nursery.start(serve_asgi, engine)}"
     projects = {"chat": ProjectPolicy("chat", "t", "o"),
@@ -34,7 +41,7 @@ async def served(nursery, store):
     table = dataclasses.replace(table, models={
         "gemma": dataclasses.replace(table.models["gemma"], engine="vllm"),
         "gemma-sglang": dataclasses.replace(table.models["gemma-sglang"], engine="sglang")})
-    gateway, base = await start_gateway(nursery, store, table)
+    gateway, base = await start_gateway(nursery, store, table, drain_timeout=0.3)
     keys = {name: store.create_api_key(name)[1] for name in projects}
     return engine, base, keys, gateway
 
@@ -133,3 +140,56 @@ async def test_an_engine_that_does_not_serve_the_dialect_gets_it_translated_to_c
     await claude.close()
     await sdk.close()
     assert [r.status for r in store.recent_usage()] == [200, 200]
+
+
+async def test_a_client_that_leaves_mid_stream_is_billed_its_prompt_and_the_deltas_it_got(served, store):
+    engine, base, keys, _gateway = served
+    engine.event_delay = 0.05
+    sdk = openai.AsyncOpenAI(base_url=base, api_key=keys["chat"], max_retries=0)
+    stream = await sdk.responses.create(model="gemma", input="What is the capital of France?", stream=True)
+    deltas = 0
+    async for event in stream:
+        deltas += event.type == "response.output_text.delta"
+        if deltas == 2:
+            break
+    await stream.close()
+    await sdk.close()
+    await _until(lambda: store.recent_usage())
+    [record] = store.recent_usage()
+    assert record.status == 499 and record.completion_tokens in (2, 3) and record.prompt_tokens > 0
+
+
+async def test_the_drain_ends_native_streams_with_each_dialects_failure_and_bills_them(served, store):
+    engine, base, keys, gateway = served
+    engine.event_delay = 0.2  # 15 events: 3 s, past the drain timeout (0.3 s)
+    sdk = openai.AsyncOpenAI(base_url=base, api_key=keys["chat"], max_retries=0)
+    claude = anthropic.AsyncAnthropic(base_url=base.removesuffix("/v1"), api_key=keys["chat"], max_retries=0)
+    seen: dict[str, list] = {"responses": [], "messages": []}
+    refused: list[anthropic.APIStatusError] = []
+
+    async def responses() -> None:
+        async for event in await sdk.responses.create(model="gemma", input="Hi", stream=True):
+            seen["responses"].append(event)
+
+    async def messages() -> None:
+        try:
+            async with claude.messages.stream(model="gemma", max_tokens=16,
+                                              messages=[{"role": "user", "content": "Hi"}]) as stream:
+                async for piece in stream.text_stream:
+                    seen["messages"].append(piece)
+        except anthropic.APIStatusError as error:
+            refused.append(error)
+
+    async with trio.open_nursery() as clients:
+        clients.start_soon(responses)
+        clients.start_soon(messages)
+        await _until(lambda: any(e.type == "response.output_text.delta" for e in seen["responses"])
+                     and seen["messages"])
+        await gateway.drain()
+    assert seen["responses"][-1].type == "response.failed" and "drain" in seen["responses"][-1].response.error.message
+    assert [e.sequence_number for e in seen["responses"]] == list(range(len(seen["responses"])))
+    assert refused and "drain" in str(refused[0])
+    records = store.recent_usage()
+    assert sorted(r.status for r in records) == [503, 503] and all(r.completion_tokens >= 1 for r in records), records
+    await sdk.close()
+    await claude.close()

@@ -3,15 +3,17 @@
 Its answers are the files of tests/fixtures/hand-made/vllm-0.32-dialects/, made by vLLM 0.32's own protocol classes
 and serialised as its routers do (`make_vllm_dialect_answers.py` says how; no capture of a real vLLM answering
 these paths exists here). `/v1/chat/completions` answers the real capture completion_0.json (whole) or
-chat_stream_usage.txt (streamed). Every POST is kept in `requests` as (path, JSON body); the `x-request-id` of each
-in `request_ids`. `stream_cut_after`: end a stream's body after that many events without its last ones (an engine
-that died mid-stream; None: whole). GET /health answers 200 with an empty body, as vLLM.
+chat_stream_usage.txt (streamed). Every POST is kept in `requests` as (path, JSON body). `stream_cut_after`: end a stream's body after that many events without its last ones (an engine
+that died mid-stream; None: whole). `event_delay`: seconds between two streamed events (None: the stream is sent
+in one write). GET /health answers 200 with an empty body, as vLLM.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+
+import trio
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 ANSWERS = FIXTURES / "hand-made" / "vllm-0.32-dialects"
@@ -31,6 +33,7 @@ class VllmDialects:
     def __init__(self) -> None:
         self.requests: list[tuple[str, dict]] = []
         self.stream_cut_after: int | None = None
+        self.event_delay: float | None = None
 
     def answer(self, path: str, body: dict) -> tuple[int, bytes, bytes]:
         """(status, content type, body) for a POST of `body` to `path`."""
@@ -71,6 +74,13 @@ class VllmDialects:
             request = json.loads(raw)
             self.requests.append((scope["path"], request))
             status, kind, body = self.answer(scope["path"], request)
+        if kind == b"text/event-stream" and self.event_delay is not None:
+            await send({"type": "http.response.start", "status": status, "headers": [(b"content-type", kind)]})
+            for event in body.split(b"\n\n")[:-1]:
+                await send({"type": "http.response.body", "body": event + b"\n\n", "more_body": True})
+                await trio.sleep(self.event_delay)
+            await send({"type": "http.response.body", "body": b""})
+            return
         await send({"type": "http.response.start", "status": status,
                     "headers": [(b"content-type", kind), (b"content-length", str(len(body)).encode())]})
         await send({"type": "http.response.body", "body": body})
