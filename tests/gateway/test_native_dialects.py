@@ -16,7 +16,7 @@ import anthropic
 import openai
 import pytest
 import trio
-from gateway_harness import ProjectPolicy, Quota, make_table, replica, serve_asgi, start_gateway
+from gateway_harness import ProjectPolicy, Quota, make_table, replica, serve_asgi, start_engine, start_gateway
 from vllm_dialects import VllmDialects
 
 TEXT = "The capital of France is Paris."
@@ -193,3 +193,22 @@ async def test_the_drain_ends_native_streams_with_each_dialects_failure_and_bill
     assert sorted(r.status for r in records) == [503, 503] and all(r.completion_tokens >= 1 for r in records), records
     await sdk.close()
     await claude.close()
+
+
+async def test_llama_servers_short_events_are_completed_for_the_sdks_stream_helper(nursery, store):
+    """The llama-server stand-in answers /v1/responses in b11434's shapes (no sequence numbers or indices, a short
+    Response object) and refuses previous_response_id as b11434 does: the SDK's stream helper, which reads
+    `output_index`, builds the response, and a second turn passes because the gateway sends the whole context."""
+    engine, url = await start_engine(nursery)
+    table = make_table({"smol": [replica("l-1", url)]})
+    table = dataclasses.replace(table, models={"smol": dataclasses.replace(table.models["smol"], engine="llama.cpp")})
+    _gateway, base = await start_gateway(nursery, store, table)
+    sdk = openai.AsyncOpenAI(base_url=base, api_key=store.create_api_key("chat")[1], max_retries=0)
+    async with sdk.responses.stream(model="smol", input="Name a colour.", max_output_tokens=16) as stream:
+        one = await stream.get_final_response()
+    assert one.output_text and one.model == "smol" and one.usage.output_tokens > 0
+    two = await sdk.responses.create(model="smol", input="Another?", previous_response_id=one.id)
+    assert two.previous_response_id == one.id and two.output_text
+    sent = engine.stats.bodies[-1]
+    assert "previous_response_id" not in sent and sent["input"][1]["content"][0]["text"] == one.output_text
+    await sdk.close()
