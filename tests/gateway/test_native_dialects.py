@@ -19,6 +19,8 @@ import trio
 from gateway_harness import ProjectPolicy, Quota, make_table, replica, serve_asgi, start_engine, start_gateway
 from vllm_dialects import VllmDialects
 
+from llmgw.gateway.accounting import DEFAULT_MAX_TOKENS
+
 TEXT = "The capital of France is Paris."
 
 
@@ -211,4 +213,13 @@ async def test_llama_servers_short_events_are_completed_for_the_sdks_stream_help
     assert two.previous_response_id == one.id and two.output_text
     sent = engine.stats.bodies[-1]
     assert "previous_response_id" not in sent and sent["input"][1]["content"][0]["text"] == one.output_text
+    await sdk.close()
+
+
+async def test_a_project_with_a_token_quota_holds_the_native_engine_to_what_was_reserved(served, store):
+    engine, base, keys, _gateway = served
+    sdk = openai.AsyncOpenAI(base_url=base, api_key=keys["capped"], max_retries=0)
+    await sdk.responses.create(model="gemma", input="Hi")  # no max_output_tokens: the default was reserved
+    assert engine.requests[-1][1]["max_output_tokens"] == DEFAULT_MAX_TOKENS
+    assert "max_tokens" not in engine.requests[-1][1]
     await sdk.close()
