@@ -13,7 +13,7 @@ Responses (`NativeResponseEvents`), shapes from llama-server b11434 (seen on loo
   (llama-server sends none) gets the index of its item (counted from `response.output_item.added`), and a part
   event without `content_index` gets 0 (llama-server sends one part per message);
 - deltas (`*.delta` events) are counted; `response.completed`, `response.incomplete` and `response.failed` are
-  terminal: their usage is the stream's, their `response` the one stored (`final`).
+  terminal: their usage is the stream's, their `response` the one stored (`final`; a failed one sets `error`).
 Messages (`NativeMessageEvents`), shapes from llama-server b11434 (seen) and vLLM 0.32
 (vllm/entrypoints/anthropic/serving.py `message_stream_converter`): `message_start`'s message gets the gateway's id
 and the client's model; usage comes from `message_start` (input tokens; its output_tokens, 0, is not taken) and
@@ -114,6 +114,8 @@ class NativeResponseEvents(NativeEvents):
             frame = native_response(response, self.response_id, self.created_at, self.body)
             if name in self.TERMINAL:
                 self.final = frame
+                if name == "response.failed":  # the engine's own failure: the request's status is 502
+                    self.error = frame.get("error") or {"message": "The engine failed the response."}
             else:  # the engine's interim objects say in_progress, with no output yet
                 frame["status"] = response.get("status") or "in_progress"
             payload["response"] = frame
