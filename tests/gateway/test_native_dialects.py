@@ -166,12 +166,12 @@ async def test_the_drain_ends_native_streams_with_each_dialects_failure_and_bill
     engine.event_delay = 0.2  # 15 events: 3 s, past the drain timeout (0.3 s)
     sdk = openai.AsyncOpenAI(base_url=base, api_key=keys["chat"], max_retries=0)
     claude = anthropic.AsyncAnthropic(base_url=base.removesuffix("/v1"), api_key=keys["chat"], max_retries=0)
-    seen: dict[str, list] = {"responses": [], "messages": []}
+    seen: dict[str, list] = {"responses": [], "messages": [], "gemma-sglang": []}
     refused: list[anthropic.APIStatusError] = []
 
-    async def responses() -> None:
-        async for event in await sdk.responses.create(model="gemma", input="Hi", stream=True):
-            seen["responses"].append(event)
+    async def responses(model: str = "gemma", into: str = "responses") -> None:
+        async for event in await sdk.responses.create(model=model, input="Hi", stream=True):
+            seen[into].append(event)
 
     async def messages() -> None:
         try:
@@ -185,14 +185,17 @@ async def test_the_drain_ends_native_streams_with_each_dialects_failure_and_bill
     async with trio.open_nursery() as clients:
         clients.start_soon(responses)
         clients.start_soon(messages)
+        clients.start_soon(responses, "gemma-sglang", "gemma-sglang")  # translated: the chat stream's relay
         await _until(lambda: any(e.type == "response.output_text.delta" for e in seen["responses"])
-                     and seen["messages"])
+                     and seen["messages"] and any(e.type == "response.output_text.delta"
+                                                  for e in seen["gemma-sglang"]))
         await gateway.drain()
     assert seen["responses"][-1].type == "response.failed" and "drain" in seen["responses"][-1].response.error.message
+    assert seen["gemma-sglang"][-1].type == "response.failed"
     assert [e.sequence_number for e in seen["responses"]] == list(range(len(seen["responses"])))
     assert refused and "drain" in str(refused[0])
     records = store.recent_usage()
-    assert sorted(r.status for r in records) == [503, 503] and all(r.completion_tokens >= 1 for r in records), records
+    assert sorted(r.status for r in records) == [503] * 3 and all(r.completion_tokens >= 1 for r in records), records
     await sdk.close()
     await claude.close()
 
