@@ -1,17 +1,16 @@
 """`POST /v1/messages` and `/v1/messages/count_tokens` after the key and the body (`dialects.serve_dialect`).
 
-Messages: checked (`anthropic.check_request`), translated to a chat completion (`anthropic.to_chat`), admitted as
-chat (`Admission.admit`: model, allowlist, quotas with the reserved max_tokens enforced), forwarded to the engine's
-`/v1/chat/completions` and relayed by the chat path (`Gateway._run`), whose answer, stream and refusals
-`anthropic_stream.MessagesSend` says in Anthropic's shapes. So usage, quotas, time to first token, routing (prefix
-and precise), the drain and a client's disconnect (billed what reached the engine) are exactly chat's.
-
-Why every engine gets chat, not its own `/v1/messages`: llama-server (b11434) and vLLM (0.32) serve `/v1/messages`
-by converting the request to their chat request and applying the same chat template (llama.cpp:
-`server_chat_convert_anthropic_to_oai`, tools/server/server-context.cpp; vLLM: its anthropic serving layer builds a
-ChatCompletionRequest), so passing it through would give the engine the same prompt; external OpenAI-compatible
-endpoints and SGLang have no `/v1/messages`; and one relay keeps the gateway's usage, quota and routing logic in
-one place.
+Messages: checked (`anthropic.check_request`), translated to a chat completion (`anthropic.to_chat`) and admitted
+as chat (`Admission.admit`: model, allowlist, quotas with the reserved max_tokens enforced). Then:
+- the route's engine serves `/v1/messages` itself (`native.serves_natively`: llama-server b11434, vLLM 0.32): the
+  client's body goes to the engine's `/v1/messages` (the reserved `max_tokens` forced when enforced) and its
+  answer is relayed by `native_relay.NativeMessagesRelay` (usage from Anthropic's `usage`, the gateway's id and the
+  client's model name in the answer);
+- otherwise (SGLang, external endpoints, unknown engines) the chat request goes to `/v1/chat/completions` and the
+  chat path's answer, stream and refusals are said in Anthropic's shapes by `anthropic_stream.MessagesSend`.
+Either way `Gateway._run` forwards and settles: usage, quotas, time to first token, approximate prefix routing, the
+drain and a client's disconnect (billed what reached the engine) are chat's. Precise (KV-block) routing needs a
+chat body to tokenise: native requests are routed by prefix key only.
 
 count_tokens: checked like a Messages request without `max_tokens`, admitted (quotas reserve the prompt's bound,
 nothing for a completion), and passed to the engine's own `/v1/messages/count_tokens` (llama-server b11434 applies
@@ -27,8 +26,10 @@ import json
 import trio
 
 from llmgw.gateway.admission import CLEANUP_SECONDS
-from llmgw.gateway.anthropic import COUNT_TOKENS_PATH, check_request, message_id, to_chat
+from llmgw.gateway.anthropic import COUNT_TOKENS_PATH, MESSAGES_PATH, check_request, message_id, to_chat
 from llmgw.gateway.anthropic_stream import MessagesSend
+from llmgw.gateway.native import serves_natively
+from llmgw.gateway.native_relay import NativeMessagesRelay
 from llmgw.gateway.problems import ApiError
 from llmgw.gateway.proxying import open_upstream, relay_whole
 from llmgw.gateway.dialect_request import Incoming
@@ -45,7 +46,15 @@ async def messages(gateway, incoming: Incoming, send, receive) -> None:
     chat = to_chat(body)
     validate_request(CHAT_PATH, chat)  # the fields passed to the engine as they are meet chat's checks too
     ctx = await gateway.admission.admit(caller, table, CHAT_PATH, chat, json.dumps(chat).encode())
-    await gateway._run(ctx, MessagesSend(send, message_id(caller.ids.own), body["model"]), receive)
+    answer_id = message_id(caller.ids.own)
+    if not serves_natively(ctx.route, MESSAGES_PATH):
+        await gateway._run(ctx, MessagesSend(send, answer_id, body["model"]), receive)
+        return
+    sent = {**body, **ctx.overrides}  # the reserved max_tokens, when enforced, has the same name here
+    ctx = dataclasses.replace(ctx, path=MESSAGES_PATH, body=sent, overrides={}, include_usage=False,
+                              raw=incoming.raw if sent == body else json.dumps(sent).encode())
+    await gateway._run(ctx, MessagesSend(send, answer_id, body["model"], convert=False), receive,
+                       NativeMessagesRelay(answer_id, body["model"]))
 
 
 async def count_tokens(gateway, incoming: Incoming, send, receive) -> None:

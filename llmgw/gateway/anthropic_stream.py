@@ -150,7 +150,8 @@ class MessagesSend:
     """An ASGI `send` that says what the chat path sends in Anthropic's dialect (module docstring).
 
     `send`: the client's. `message_id`, `model`: the answer's id and the model name the client used.
-    `convert`: translate a 200 chat completion into a Message (False: pass 200 answers as they are).
+    `convert`: translate a 200 chat completion into a Message and a chat stream into Anthropic's events (False: pass
+    200 answers and event streams as they are: count_tokens, and an engine's own `/v1/messages`).
     """
 
     def __init__(self, send, message_id: str, model: str, *, convert: bool = True):
@@ -158,12 +159,16 @@ class MessagesSend:
         self._start: dict | None = None
         self._parts: list[bytes] = []
         self._events: MessagesEvents | None = None
+        self._send_as_is = False
 
     async def __call__(self, message: dict) -> None:
         if message["type"] == "http.response.start":
             content_type = dict(message.get("headers") or ()).get(b"content-type", b"")
             if message["status"] == 200 and content_type.startswith(EVENT_STREAM):
-                self._events = MessagesEvents(self.message_id, self.model)
+                if self.convert:
+                    self._events = MessagesEvents(self.message_id, self.model)
+                else:  # already Anthropic's events (an engine's own /v1/messages): they pass as they are
+                    self._send_as_is = True
                 await self._send(message)
             else:
                 self._start = message
@@ -172,6 +177,9 @@ class MessagesSend:
             await self._send(message)
             return
         more = message.get("more_body", False)
+        if self._send_as_is:
+            await self._send(message)
+            return
         if self._events is not None:
             out = self._events.feed(message.get("body", b""))
             if not more:

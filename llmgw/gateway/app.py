@@ -54,6 +54,7 @@ from llmgw.gateway.draining import DRAIN_TIMEOUT, Drain, close_header, cut_error
 from llmgw.gateway.health import HealthProbes
 from llmgw.gateway.metrics import GatewayMetrics
 from llmgw.gateway.probing import HEALTH_PROBE_CONCURRENCY
+from llmgw.gateway.native import ENGINE_API_HEADER
 from llmgw.gateway.problems import ApiError, model_not_found
 from llmgw.gateway.proxying import open_upstream, relay_stream, relay_whole
 from llmgw.gateway.request_context import STATUS_CLIENT_CLOSED, Caller, Ledger, RequestContext
@@ -320,7 +321,8 @@ class Gateway:
     async def _run(self, ctx: RequestContext, send, receive, relay=None) -> None:
         """Forward an admitted request; settle and record whatever happens (shielded from cancellation).
         `relay`: an object with `whole` and `stream` taking `relay_whole`'s arguments, which relays the engine's
-        answer in another API's shape (`responses.ResponsesRelay`); None: relayed as it is (`proxying`)."""
+        answer in another API's shape, and `cut_event(message)`, the bytes that end its stream when the drain cuts
+        it (`responses.ResponsesRelay`, `native_relay`); None: relayed as it is (`proxying`)."""
         route, reservation, trace = ctx.route, ctx.reservation, ctx.caller.trace
         extra_headers = ctx.caller.ids.headers()
         if reservation is not None:
@@ -346,7 +348,7 @@ class Gateway:
                 with self.drain_state.cuttable() as cut:
                     await self._forward(ctx, send, ledger, extra_headers, settle, relay)
                 if cut.cancelled_caught:  # the drain timeout passed: billed what it used, ended with an error
-                    await self._cut(ctx, send, ledger, extra_headers, settle)
+                    await self._cut(ctx, send, ledger, extra_headers, settle, relay)
                 nursery.cancel_scope.cancel()
         finally:
             in_flight.dec()
@@ -369,7 +371,8 @@ class Gateway:
             if trace is not None:
                 trace.responded(ledger.replica)
             try:
-                extra = [*extra_headers, (b"x-llmgw-replica", ledger.replica.replica_id.encode())]
+                extra = [*extra_headers, (b"x-llmgw-replica", ledger.replica.replica_id.encode()),
+                         (ENGINE_API_HEADER, ctx.path.encode())]  # the engine's path that answered (`native`)
                 if ctx.stream:
                     await (relay.stream if relay else relay_stream)(ctx, response, send, ledger, extra, settle)
                 else:
@@ -383,7 +386,7 @@ class Gateway:
             await send_error(send, error, extra_headers)
 
     async def _cut(self, ctx: RequestContext, send, ledger: Ledger, extra_headers: list[tuple[bytes, bytes]],
-                   settle) -> None:
+                   settle, relay=None) -> None:
         """End a request the drain cut: settle what it used (status 503), then answer 503, or end a stream whose head
         went out with an error event (`data: {"error": ...}`), so the client sees a well-formed end, never a reset."""
         error = cut_error()
@@ -392,9 +395,10 @@ class Gateway:
         with trio.move_on_after(CLEANUP_SECONDS, shield=True):
             if not ledger.started_response:
                 await send_error(send, error, extra_headers)
-            elif ctx.stream:
+            elif ctx.stream:  # a relay in another dialect ends its stream its own way (`cut_event`)
                 await send({"type": "http.response.body", "more_body": False,
-                            "body": error_event(error.message, error.error_type, error.code)})
+                            "body": relay.cut_event(error.message) if relay is not None
+                            else error_event(error.message, error.error_type, error.code)})
 
     async def _settle(self, ctx: RequestContext, ledger: Ledger) -> None:
         """Settle (or, when nothing reached an engine, release) the reservation and record the usage from `ledger`:

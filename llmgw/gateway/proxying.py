@@ -32,6 +32,9 @@ from llmgw.routes import ReplicaRoute
 
 log = logging.getLogger("llmgw.gateway")
 EVENT_STREAM = b"text/event-stream"
+USAGE_OPTION_PATHS = frozenset({"/v1/chat/completions", "/v1/completions"})
+"""The engine paths whose streams carry usage only when asked (`stream_options.include_usage`, set by
+`upstream_body`); an engine's own `/v1/responses` and `/v1/messages` streams always end with theirs."""
 _JSON_HEADERS = ((b"content-type", b"application/json"), (b"accept", b"application/json"))
 _STREAM_HEADERS = ((b"content-type", b"application/json"), (b"accept", EVENT_STREAM))
 
@@ -105,7 +108,8 @@ async def open_upstream(ctx: RequestContext, pool: UpstreamPool, balancer: Balan
         tried.add(replica.replica_id)
         fields = ({**route.body_fields, **overrides} if route.body_fields and overrides
                   else route.body_fields or overrides)
-        payload = upstream_body(ctx.body, ctx.raw, replica, ctx.stream, route.name, fields)
+        payload = upstream_body(ctx.body, ctx.raw, replica, ctx.stream and ctx.path in USAGE_OPTION_PATHS,
+                                route.name, fields)
         balancer.started(replica.replica_id)
         try:
             response = await pool.request("POST", replica.base_url.rstrip("/") + ctx.path,

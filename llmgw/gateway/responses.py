@@ -1,12 +1,16 @@
-"""`/v1/responses`: OpenAI's Responses API with its state kept by the gateway, served through chat on the engines.
+"""`/v1/responses`: OpenAI's Responses API with its state kept by the gateway, served by the engine's own
+`/v1/responses` where it has one (`native`), else through chat.
 
 Endpoints (`ResponsesApi.serve`):
 - `POST /v1/responses`: the key and project (`admission`), the body (bounded JSON, OpenAI's `CreateResponse`
   schema: `validation`), `previous_response_id` expanded from the store into the whole context (the response of
   another project, or one past its retention, is a 400 `previous_response_not_found` as OpenAI answers), the chat
-  request (`responses_chat`), then admission of that chat request (model, allowlist, quotas) and `Gateway._run`
-  with a `ResponsesRelay`: the engine's chat answer becomes the Response object, or its stream the Responses event
-  sequence (`responses_events`). Usage is billed as chat's (the engine's prompt, completion and cached tokens; a
+  request (`responses_chat`), then admission of that chat request (model, allowlist, quotas) and `Gateway._run`:
+  where the route's engine serves `/v1/responses` (`native.serves_natively`), the whole context is sent there
+  (`native.responses_engine_body`: no previous_response_id, `store: false`) and relayed by
+  `native_relay.NativeResponsesRelay` (the engine's answer in the gateway's Response frame); otherwise the chat
+  request goes to the engine with a `ResponsesRelay`: the engine's chat answer becomes the Response object, or its
+  stream the Responses event sequence (`responses_events`). Usage is billed as chat's (the engine's prompt, completion and cached tokens; a
   client that leaves mid-stream is billed its prompt and the content chunks relayed).
   Unless `store` is false, the served response is stored (`llmgw.store.responses`: the whole context, the output
   items, the usage, the model, the project) before its last byte goes out, kept for `store.responses_retention`
@@ -25,6 +29,7 @@ the error only). Expired responses are purged every PURGE_INTERVAL seconds (`pur
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import time
@@ -36,6 +41,8 @@ import trio
 from llmgw.errors import LlmgwError
 from llmgw.gateway.admission import project_of
 from llmgw.gateway.asgi import send_json
+from llmgw.gateway.native import RESPONSES, responses_engine_body, serves_natively
+from llmgw.gateway.native_relay import NativeResponsesRelay
 from llmgw.gateway.problems import ApiError, bad_request, model_not_found, forbidden
 from llmgw.gateway.proxying import EVENT_STREAM, relay_whole
 from llmgw.gateway.request_context import Caller, Ledger, RequestContext
@@ -114,11 +121,13 @@ class ResponsesApi:
         return stored
 
     async def _read(self, receive, headers, ids: RequestIds, trace: RequestTrace | None,
-                    endpoint: str) -> tuple[Caller, dict, list[dict]]:
-        """The caller, the checked body (`endpoint`'s schema) and the whole context of the turn."""
+                    endpoint: str) -> tuple[Caller, dict, list[dict], dict]:
+        """The caller, the checked body (`endpoint`'s schema), the whole context of the turn and the body as the
+        client sent it (before `with_omitted_nullables`: what an engine's own endpoint is sent)."""
         caller = await self._caller(headers, ids, trace)
         raw = await self.gateway.admission.receive_body(caller, self.gateway.table, receive, headers)
-        body = with_omitted_nullables(parse_body(raw))
+        sent = parse_body(raw)
+        body = with_omitted_nullables(sent)
         validate_request(endpoint, body)
         previous_id = body.get("previous_response_id")
         if previous_id is not None:
@@ -127,19 +136,28 @@ class ResponsesApi:
             if previous is None:
                 raise bad_request(f"Previous response with id '{previous_id}' not found.",
                                   "previous_response_not_found", "previous_response_id")
-            return caller, body, context_items(previous.input, previous.response.get("output") or (), body)
-        return caller, body, context_items((), (), body)
+            return (caller, body, context_items(previous.input, previous.response.get("output") or (), body),
+                    sent)
+        return caller, body, context_items((), (), body), sent
 
     async def _create(self, receive, send, headers, ids: RequestIds, trace: RequestTrace | None) -> None:
-        caller, body, items = await self._read(receive, headers, ids, trace, PREFIX)
+        """Admitted on the chat translation (its prompt bound and max tokens); then passed to the engine's own
+        `/v1/responses` with the whole context when its engine serves it (`native`), else translated to chat."""
+        caller, body, items, sent = await self._read(receive, headers, ids, trace, PREFIX)
         chat = chat_request(body, items)
         gateway = self.gateway
         ctx = await gateway.admission.admit(caller, gateway.table, CHAT_PATH, chat,
                                             json.dumps(chat, separators=(",", ":")).encode())
-        await gateway._run(ctx, send, receive, ResponsesRelay(self, body, items))
+        if not serves_natively(ctx.route, RESPONSES):
+            await gateway._run(ctx, send, receive, ResponsesRelay(self, body, items))
+            return
+        engine_body = responses_engine_body(sent, items, ctx.route.name, ctx.overrides)
+        ctx = dataclasses.replace(ctx, path=RESPONSES, body=engine_body, overrides={}, include_usage=False,
+                                  raw=json.dumps(engine_body, separators=(",", ":")).encode())
+        await gateway._run(ctx, send, receive, NativeResponsesRelay(self, body, items, new_id("resp")))
 
     async def _input_tokens(self, receive, send, headers, ids: RequestIds, trace: RequestTrace | None) -> None:
-        caller, body, items = await self._read(receive, headers, ids, trace, PREFIX + "/input_tokens")
+        caller, body, items, _sent = await self._read(receive, headers, ids, trace, PREFIX + "/input_tokens")
         chat = chat_request(body, items)
         table = self.gateway.table
         route = table.resolve(body.get("model") or "")
@@ -269,6 +287,7 @@ class ResponsesRelay:
         self.response_id = new_id("resp")
         self.created_at = time.time()
         self.store = body.get("store") is not False
+        self._events: ResponseEvents | None = None  # a stream's, once it started
 
     async def whole(self, ctx: RequestContext, response, send, ledger: Ledger, headers, before_send) -> None:
         """A non-streamed answer: the Response object (stored first), or the engine's refusal as chat's."""
@@ -302,7 +321,7 @@ class ResponsesRelay:
         if response.status != 200 or not (response.header(b"content-type") or b"").startswith(EVENT_STREAM):
             await self.whole(ctx, response, send, ledger, headers, before_end)
             return
-        events = ResponseEvents(self.response_id, self.created_at, {**self.body, "model": ctx.requested})
+        events = self._events = ResponseEvents(self.response_id, self.created_at, {**self.body, "model": ctx.requested})
         await send({"type": "http.response.start", "status": 200, "headers": [
             (b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache"),
             (b"x-accel-buffering", b"no"), *headers]})
@@ -331,6 +350,10 @@ class ResponsesRelay:
             await self.api.save(ctx, self.items, answer)
         await before_end()
         await send({"type": "http.response.body", "body": tail, "more_body": False})
+
+    def cut_event(self, message: str) -> bytes:
+        """The end of a stream the drain cut: response.failed."""
+        return self._events.failed(message) if self._events is not None else b""
 
     @staticmethod
     def _take(chunk: dict, events: ResponseEvents, ledger: Ledger, ctx: RequestContext) -> bytes:

@@ -1,7 +1,7 @@
 """The Responses API in chat's words and back: pure translation, no I/O (`responses` does the I/O).
 
-A `/v1/responses` request becomes one `/v1/chat/completions` request for the engine (every engine llmgw runs serves
-chat; see docs/gateway.md for why the gateway does not pass Responses to llama-server's or vLLM's own endpoint):
+A `/v1/responses` request becomes one `/v1/chat/completions` request for an engine that does not serve `/v1/responses`
+itself (`native.serves_natively`; the chat request is also what admission reserves for, native or not):
 
 - `context_items(previous_input, previous_output, body)`: the whole conversation as Responses input items: the
   stored context of `previous_response_id` (its input, then its output), then this request's `input` (a string is

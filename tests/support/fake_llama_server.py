@@ -18,6 +18,7 @@ Shapes follow llama.cpp's tools/server (server-task.cpp, b11434) and shared/FORM
   b11434 does); `tools` (and tool_choice not "none"): a call to the
   first tool, streamed as `tool_calls` deltas by index, finish_reason "tool_calls".
 - `/metrics` with llamacpp:* names, 501 unless started with `--metrics`.
+- `/v1/responses` and `/v1/messages`, whole and streamed, in b11434's own shapes (`fake_llama_dialects`).
 
 Text is deterministic: the same prompt and seed give the same words. Token counts: prompt = words of the prompt
 text + 4 per message; each generated word is one token.
@@ -34,6 +35,9 @@ import time
 from dataclasses import dataclass, field
 
 import trio
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from fake_llama_dialects import answer_dialect  # noqa: E402
 
 WORDS = ("alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliet",
          "kilo", "lima", "mike", "november", "oscar", "papa", "quebec", "romeo", "sierra", "tango")
@@ -122,7 +126,7 @@ class FakeLlamaServer:
             else:
                 await _send(send, 200, self._metrics_text().encode(), "text/plain; version=0.0.4")
         elif path in ("/v1/chat/completions", "/chat/completions", "/v1/completions", "/completions",
-                      "/v1/embeddings", "/embeddings"):
+                      "/v1/embeddings", "/embeddings", "/v1/responses", "/v1/messages"):
             try:
                 request = json.loads(body)
                 if not isinstance(request, dict):
@@ -133,6 +137,9 @@ class FakeLlamaServer:
                 return
             self.stats.bodies.append(request)
             self.stats.headers.append(headers)
+            if path in ("/v1/responses", "/v1/messages"):  # b11434's own dialects (fake_llama_dialects)
+                await answer_dialect(self, send, path, request, _send_json)
+                return
             if path.endswith("embeddings"):
                 await _send_json(send, 200, self._embeddings(request))
             else:
