@@ -9,8 +9,11 @@ engine, sending vLLM 0.32's message shape (`[topic, seq, msgpack batch]`, map-en
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 import struct
+import tempfile
+from pathlib import Path
 
 import msgpack
 import pytest
@@ -62,11 +65,15 @@ def test_the_socket_directory_is_the_agents_own_and_closed_to_everyone_else(tmp_
     assert stat.S_IMODE(os.lstat(kv_socket_dir(tmp_path / "state")).st_mode) == 0o700
     endpoint = kv_endpoint(directory, "gemma-0/0")
     assert endpoint.startswith(f"ipc://{directory}/") and len(endpoint) - len("ipc://") <= MAX_SOCKET_PATH
-    (tmp_path / "elsewhere").mkdir()
-    (tmp_path / "linked").mkdir()
-    (tmp_path / "linked" / "kv").symlink_to(tmp_path / "elsewhere")
-    with pytest.raises(EngineError, match="not a directory"):
-        kv_socket_dir(tmp_path / "linked")
+    short = Path(tempfile.mkdtemp(prefix="kv-"))  # short enough for a socket's name wherever pytest's tmp_path is
+    try:
+        (short / "elsewhere").mkdir()
+        (short / "linked").mkdir()
+        (short / "linked" / "kv").symlink_to(short / "elsewhere")
+        with pytest.raises(EngineError, match="not a directory"):
+            kv_socket_dir(short / "linked")
+    finally:
+        shutil.rmtree(short)
     deep = kv_socket_dir(tmp_path / ("d" * 120))  # too deep for a socket's name: the temporary directory's
     assert stat.S_IMODE(os.lstat(deep).st_mode) == 0o700 and len(kv_endpoint(deep, "x")) - 6 <= MAX_SOCKET_PATH
 

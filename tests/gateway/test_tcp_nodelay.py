@@ -61,7 +61,8 @@ async def test_a_gateway_workers_client_and_upstream_sockets_have_tcp_nodelay(nu
         body = {"model": "gemma", "stream": True, "max_tokens": 40, "messages": [{"role": "user", "content": "Hi"}]}
         async with http.stream("POST", "/chat/completions", json=body) as response:
             seen = []
-            async for line in response.aiter_lines():
+            lines = response.aiter_lines()  # held: a generator left behind would be closed, and the connection with it
+            async for line in lines:
                 seen.append(line)
                 if line.startswith("data:") and '"content": "' in line:
                     break  # a token relayed, more to come (4 s of them): both connections are open
