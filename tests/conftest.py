@@ -66,10 +66,14 @@ def pytest_collection_modifyitems(config, items):
     """Under pytest-xdist (`make test` runs 2 workers, `--dist loadgroup`) each test module runs whole on one worker,
     so a module-scoped fixture (`llmgw up`, a fleet) starts once and the module's tests keep their order; the
     modules that use the run's one real vLLM (the `vllm_slot` fixture, directly or through another fixture) all go
-    to one worker, in collection order, so vLLM starts once per run as without workers (tests/support/vllm_slot.py)."""
+    to one worker, in collection order, so vLLM starts once per run as without workers (tests/support/vllm_slot.py).
+    A module that names its group (`pytestmark = pytest.mark.xdist_group("slurm")`: the real-Slurm modules, whose
+    daemons use the machine's one munge and node name) keeps it."""
     vllm_modules = {item.nodeid.split("::")[0] for item in items if "vllm_slot" in getattr(item, "fixturenames", ())}
     for item in items:
         module = item.nodeid.split("::")[0]
+        if item.get_closest_marker("xdist_group") is not None and module not in vllm_modules:
+            continue
         item.add_marker(pytest.mark.xdist_group("vllm" if module in vllm_modules else module))
 
 

@@ -33,7 +33,8 @@ from llmgw.tools.slurm import parse_slurmd_config
 
 from .local_slurm import drop_storage, loopback_settings, mysql, require_slurm
 
-pytestmark = pytest.mark.slow
+# one pytest-xdist worker for every real-Slurm module (tests/conftest.py): their daemons share this host's name
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("slurm")]
 
 HOST = socket.gethostname().split(".")[0]  # the controller's node id is its short hostname (slurmctld checks)
 MiB = 1 << 20

@@ -16,7 +16,8 @@ from llmgw.tools.slurm import SACCT_FIELDS, drain_verdict, parse_sacct
 
 from .local_slurm import NODE, LocalSlurm, require_slurm
 
-pytestmark = pytest.mark.slow
+# one pytest-xdist worker for every real-Slurm module (tests/conftest.py): their daemons share this host's name
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("slurm")]
 
 
 @pytest.fixture
