@@ -209,10 +209,12 @@ def register(group: click.Group) -> None:
             node_class=where.node_class, engine_build=run.engine_build, via=via, prompt_tokens=prompt_tokens,
             output_tokens=output_tokens, concurrency=concurrency, requests=request_count,
             ttft_p50_seconds=summary.ttft.p50, ttft_p90_seconds=summary.ttft.p90, itl_p50_seconds=summary.itl.p50,
-            output_tokens_per_second=summary.output_tokens_per_second, summary=summary.to_json())
+            output_tokens_per_second=summary.output_tokens_per_second,
+            summary={**summary.to_json(), "engine_slots": run.slots})
         kept = "" if no_save else _keep(record, state, store_url, explicit=bool(store_url or state_dir))
         if as_json:
             click.echo(json.dumps({"target": where.__dict__, "via": via, "engine_build": run.engine_build,
+                                   "engine_slots": run.slots,
                                    "prompt_tokens": prompt_tokens, "output_tokens": output_tokens,
                                    "concurrency": concurrency, "kept": kept, "summary": summary.to_json()}, indent=2))
         else:

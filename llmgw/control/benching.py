@@ -50,12 +50,14 @@ class BenchLoad:
 class BenchRun:
     """What `run_load` measured: every request's timing in the order they finished, the wall time in seconds from
     the first request sent to the last one's end, the engine build its answers named (`system_fingerprint`; ""
-    when none did), and the words per prompt the warm-up settled on."""
+    when none did), the words per prompt the warm-up settled on, and the requests the engine runs at once
+    (llama-server's `GET /props` `total_slots`; 0: not said, as vLLM and the gateway do not)."""
 
     timings: tuple[RequestTiming, ...]
     wall_seconds: float
     engine_build: str
     prompt_words: int
+    slots: int = 0
 
 
 def prompt_text(words: int, index: int) -> str:
@@ -132,6 +134,7 @@ async def run_load(load: BenchLoad, on_done: Callable[[RequestTiming], None] = l
                                 f"{warm.error}")
         if warm.prompt_tokens > 0:
             words = max(1, words + load.prompt_tokens - warm.prompt_tokens)
+        slots = await _slots(client, load)
         timings: list[RequestTiming] = []
         next_index = iter(range(1, load.requests + 1))
 
@@ -146,4 +149,15 @@ async def run_load(load: BenchLoad, on_done: Callable[[RequestTiming], None] = l
             for _ in range(min(load.concurrency, load.requests)):
                 nursery.start_soon(worker)
         wall = trio.current_time() - start
-    return BenchRun(tuple(timings), wall, build[0] if build else "", words)
+    return BenchRun(tuple(timings), wall, build[0] if build else "", words, slots)
+
+
+async def _slots(client: httpx.AsyncClient, load: BenchLoad) -> int:
+    """llama-server's slot count (`GET /props` `total_slots`), 0 when the target does not say (any other answer)."""
+    headers = {"Authorization": f"Bearer {load.key}"} if load.key else {}
+    try:
+        answer = await client.get("/props", headers=headers)
+        slots = answer.json().get("total_slots") if answer.status_code == 200 else None
+    except (httpx.HTTPError, ValueError, AttributeError):
+        return 0
+    return slots if isinstance(slots, int) and not isinstance(slots, bool) and slots > 0 else 0

@@ -8,7 +8,8 @@ runs through the gateway measure no one replica and are left out) gives them as:
   many requests at once; at concurrency 1, one request's speed);
 - prefill: the prompt tokens asked per request over the run's median TTFT (the prompt's processing, queueing
   included), times its concurrency likewise;
-- slots: unknown (0): a bench does not say how many requests the engine runs at once.
+- slots: the requests the engine runs at once, as llama-server's `/props` told the bench (`engine_slots` in the
+  summary; 0, unknown, for vLLM and runs without it).
 
 The latest run of each replica wins, whatever its age (`measured_at` keeps it). A run without the figures (every
 request failed, or one token each) gives no speed.
@@ -31,7 +32,8 @@ def speed_of_bench(record: BenchRecord) -> ReplicaSpeed | None:
     if not decode or not ttft or ttft <= 0 or record.via != "engine":
         return None
     return ReplicaSpeed(prefill_tokens_per_second=record.prompt_tokens / ttft * record.concurrency,
-                        decode_tokens_per_second=float(decode) * record.concurrency, slots=0,
+                        decode_tokens_per_second=float(decode) * record.concurrency,
+                        slots=int(record.summary.get("engine_slots") or 0),
                         measured_at=record.time, source=SOURCE)
 
 

@@ -36,6 +36,7 @@ async def test_bench_figures_agree_with_the_engines_own_timings_and_the_cli_keep
         summary = summarize(run.timings, run.wall_seconds)
         assert len(done) == 4 and summary.failed == 0
         assert run.engine_build  # llama-server names its build in system_fingerprint
+        assert run.slots >= 1  # and its slots in GET /props
         assert all(t.prompt_tokens == 32 and t.completion_tokens == 8 for t in run.timings)  # ignore_eos
         for timing in run.timings:
             # the first token cannot come before the engine finished the prompt; our decode rate is the engine's
@@ -66,4 +67,5 @@ async def test_bench_figures_agree_with_the_engines_own_timings_and_the_cli_keep
         store.close()
     assert (kept.replica, kept.via, kept.engine_build, kept.requests) == ("gemma", "engine", run.engine_build, 2)
     assert kept.ttft_p50_seconds == printed["summary"]["ttft_seconds"]["p50"]
+    assert kept.summary["engine_slots"] == printed["engine_slots"] == run.slots
     assert bench_line(latest_benches(tmp_path)["gemma"]).endswith(f"(class unknown, build {run.engine_build})")

@@ -22,6 +22,8 @@ async def test_a_connection_closed_while_idle_is_retried_once_and_other_failures
     calls = []
 
     def answer(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/props":
+            return httpx.Response(200, json={"total_slots": 4, "build_info": "b11434"})
         calls.append(json.loads(request.content))
         if len(calls) in (2, 4, 5):  # request 1 meets a stale connection; request 3 meets two in a row
             raise httpx.RemoteProtocolError("Server disconnected without sending a response.", request=request)
@@ -33,6 +35,7 @@ async def test_a_connection_closed_while_idle_is_retried_once_and_other_failures
     assert run.prompt_words == 12  # the warm-up's 20 prompt tokens for 16 words: 4 fewer words
     assert [t.error[:19] for t in run.timings] == ["", "RemoteProtocolError", ""]
     assert [t.completion_tokens for t in run.timings] == [3, 0, 3] and run.engine_build == "b11434"
+    assert run.slots == 4
     assert all(call["ignore_eos"] and call["stream"] for call in calls) and calls[0]["max_tokens"] == 1
 
 
