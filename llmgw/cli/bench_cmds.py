@@ -86,12 +86,12 @@ def bench_line(record) -> str:
 
 def latest_benches(state_dir: Path | None) -> dict[str, Any]:
     """The latest bench per replica id in the store of `state_dir` (`--state`; $LLMGW_STATE; .state), {} when no
-    store is found there (`llmgw nodes` run away from the control plane shows no benches)."""
-    from llmgw.errors import StoreError
+    store is found or it cannot be read now (`llmgw nodes` run away from the control plane shows no benches)."""
+    from llmgw.errors import LlmgwError
 
     try:
         store = _open_store(state_dir, None)
-    except (UsageError, StoreError):
+    except LlmgwError:  # no store here, or one that refuses: the nodes are shown all the same
         return {}
     try:
         latest: dict[str, Any] = {}
