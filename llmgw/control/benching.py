@@ -153,11 +153,17 @@ async def run_load(load: BenchLoad, on_done: Callable[[RequestTiming], None] = l
 
 
 async def _slots(client: httpx.AsyncClient, load: BenchLoad) -> int:
-    """llama-server's slot count (`GET /props` `total_slots`), 0 when the target does not say (any other answer)."""
+    """llama-server's slot count (`GET /props` `total_slots`), 0 when the target does not say (any other answer).
+    Asked twice when the connection fails (one the engine closed in the pool, as for the requests)."""
     headers = {"Authorization": f"Bearer {load.key}"} if load.key else {}
-    try:
-        answer = await client.get("/props", headers=headers)
-        slots = answer.json().get("total_slots") if answer.status_code == 200 else None
-    except (httpx.HTTPError, ValueError, AttributeError):
-        return 0
+    slots = None
+    for _attempt in range(2):
+        try:
+            answer = await client.get("/props", headers=headers)
+            slots = answer.json().get("total_slots") if answer.status_code == 200 else None
+            break
+        except httpx.TransportError:
+            continue
+        except (httpx.HTTPError, ValueError, AttributeError):
+            return 0
     return slots if isinstance(slots, int) and not isinstance(slots, bool) and slots > 0 else 0
