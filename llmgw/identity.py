@@ -111,12 +111,14 @@ class Routing(str, enum.Enum):
     PREFIX: the replica holding the prompt's prefix in cache (`llmgw.gateway.routing_prefix` when replicas send
     KV blocks, else prompt-prefix affinity) until saturated, else the least loaded. LEAST_LOADED: the fewest
     requests in flight. ROUND_ROBIN: each replica in turn, ignoring load and prefixes (a baseline to measure the
-    others against: bench/prefix_routing.py).
+    others against: bench/prefix_routing.py). EXPECTED_TIME: the replica expected to finish the request first, from
+    its requests in flight, its measured speed and the prompt's prefix hits (`llmgw.gateway.routing_expected`).
     """
 
     PREFIX = "prefix"
     LEAST_LOADED = "least-loaded"
     ROUND_ROBIN = "round-robin"
+    EXPECTED_TIME = "expected-time"
 
 
 class HasAliases(Protocol):

@@ -20,6 +20,23 @@ def _empty() -> Mapping:
 
 
 @dataclass(frozen=True)
+class ReplicaSpeed:
+    """What one replica was measured to do: the routing policy "expected-time" reads it.
+
+    `prefill_tokens_per_second`, `decode_tokens_per_second`: prompt tokens processed and completion tokens made per
+    second by the whole replica (all its requests at once: a batch of 8 at 40 tokens/s each is 320), > 0.
+    `slots`: requests it runs at once (llama-server `--parallel`, vLLM `--max-num-seqs`; 0: unknown, never taken
+    for full). `measured_at`: epoch seconds; `source`: where the figures came from ("bench", "metrics").
+    """
+
+    prefill_tokens_per_second: float
+    decode_tokens_per_second: float
+    slots: int = 0
+    measured_at: float = 0.0
+    source: str = ""
+
+
+@dataclass(frozen=True)
 class ReplicaRoute:
     """One ready place that serves a model.
 
@@ -28,7 +45,8 @@ class ReplicaRoute:
     replica llmgw runs, the endpoint's secret for an external one. `external` marks an endpoint llmgw does not run.
     `upstream_model` is the model name to put in the forwarded body (None: leave the body's model as sent).
     `settings_commit`: the settings commit the replica was started from, as its node reports it (None: unknown,
-    or an external endpoint); kept in each request's usage record.
+    or an external endpoint); kept in each request's usage record. `speed`: what the replica was measured to do
+    (None: not measured), read by the "expected-time" routing policy.
     """
 
     replica_id: str
@@ -38,6 +56,7 @@ class ReplicaRoute:
     external: bool = False
     upstream_model: str | None = None
     settings_commit: str | None = None
+    speed: ReplicaSpeed | None = None
 
 
 @dataclass(frozen=True)

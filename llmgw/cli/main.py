@@ -27,6 +27,7 @@ COMMAND_MODULES: dict[str, tuple[str, ...]] = {
         "server", "apply", "plan", "status", "history", "stop", "start", "nodes", "replicas", "logs", "join-token", "restart",
         "fabric-test",
     )},
+    "bench": ("llmgw.cli.bench_cmds",),
     "review": ("llmgw.cli.review_cmds",),
     "fleet": ("llmgw.cli.review_cmds",),
     "keys": ("llmgw.cli.keys_cmds",),

@@ -50,12 +50,19 @@ def register(group: click.Group) -> None:
     @click.option("--from", "from_dir", type=click.Path(path_type=Path), default=None,
                   help="Read a directory of captured tool output instead of running the tools "
                        "(docs/doctor-captures.md): devices, fabrics and warnings as the agent would conclude.")
+    @click.option("--bandwidth", is_flag=True,
+                  help="Also measure this machine's memory read bandwidth (one core, all cores; about a second) "
+                       "and the decode speed it gives a dense model of 1 GB (docs/capacity.md).")
     def doctor_command(as_json: bool, weights_dir: Path | None, engines_dir: Path | None, state_dir: Path | None,
-                       cert_path: Path | None, from_dir: Path | None) -> None:
+                       cert_path: Path | None, from_dir: Path | None, bandwidth: bool) -> None:
         """Discover this node (CPUs, memory, GPUs, MIG, NVLink, fabrics) and check what serving needs."""
         from llmgw.agent.config import default_state_dir
         from llmgw.agent.doctor import run_doctor
 
+        if bandwidth and from_dir is not None:
+            from llmgw.errors import UsageError
+
+            raise UsageError("--bandwidth measures this machine, --from reads captures of another: give one of them")
         if from_dir is not None:
             from llmgw.agent.doctor_capture import doctor_from
 
@@ -67,11 +74,18 @@ def register(group: click.Group) -> None:
         state = state_dir or _doctor_state_dir(default_state_dir())
         weights = weights_dir or state / "weights"
         report = run_doctor(weights, engines_dir=engines_dir, state_dir=state, cert_path=cert_path)
+        measured = _bandwidth() if bandwidth else None
         if as_json:
-            click.echo(json.dumps(report.to_json(), indent=2))
+            click.echo(json.dumps({**report.to_json(), **({"memory_bandwidth": measured} if measured else {})},
+                                  indent=2))
         else:
             click.echo(f"agent state {state}\nweights     {weights}\nengines     {engines_dir or state / 'engines'}\n")
             click.echo(report.render())
+            if measured:
+                click.echo(f"memory bandwidth: one core {measured['one_core_bytes_per_second'] / 1e9:.1f} GB/s, "
+                           f"{measured['threads']} cores {measured['all_cores_bytes_per_second'] / 1e9:.1f} GB/s "
+                           f"(read, {measured['seconds']:.1f} s); a dense model of 1 GB: about "
+                           f"{measured['gigabyte_model_tokens_per_second']:.1f} tokens/s")
         if not report.ok:
             raise click.exceptions.Exit(1)
 
@@ -125,6 +139,17 @@ def register(group: click.Group) -> None:
         else:
             click.echo(f"no node secret of node {node_id!r} is recorded (check the id with `llmgw nodes`); its next "
                        "Register records one", err=True)
+
+
+def _bandwidth() -> dict:
+    """This machine's memory bandwidth (`llmgw.agent.bandwidth`) as JSON, with the decode speed all its cores give
+    a dense model of 1 GB (`llmgw.plan.cpu_speed`)."""
+    from llmgw.agent.bandwidth import probe_memory_bandwidth
+    from llmgw.plan.cpu_speed import estimate_decode_tokens_per_second
+
+    measured = probe_memory_bandwidth()
+    return {**measured.to_json(), "gigabyte_model_tokens_per_second": estimate_decode_tokens_per_second(
+        10**9, measured.all_cores_bytes_per_second)}
 
 
 def _doctor_state_dir(default: Path) -> Path:

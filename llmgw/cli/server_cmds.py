@@ -53,6 +53,8 @@ def _client_options(func):
     def wrapper(url, token, state_dir, as_json, **kwargs):
         from llmgw.control.client import AdminClient, admin_ca_file, resolve_admin
 
+        click.get_current_context().meta["llmgw.admin_state"] = state_dir
+
         url, token = resolve_admin(url, token, state_dir)
         with AdminClient(url, token, ca_file=admin_ca_file(state_dir)) as client:
             return func(client, as_json, **kwargs)
@@ -528,11 +530,15 @@ def _health_lines(health: dict | None, indent: str, *, only_blocking: bool = Fal
 @click.command("nodes")
 @_client_options
 def nodes_cmd(client, as_json):
-    """The nodes the control plane knows, with their state and shards."""
+    """The nodes the control plane knows, with their state and shards, and each replica's latest `llmgw bench`
+    (from the store, when it is found on this machine)."""
+    from llmgw.cli.bench_cmds import bench_line, latest_benches
+
     answer = client.get("/api/v1/nodes")
     if as_json:
         _print_json(answer)
         return
+    benches = latest_benches(click.get_current_context().meta.get("llmgw.admin_state"))
     kept_off = {node_id: [title for key, title in _KEPT_OFF_TITLES if node_id in answer.get(key, ())]
                 for node_id in answer["nodes"]}
     for node_id, node in answer["nodes"].items():
@@ -543,6 +549,8 @@ def nodes_cmd(client, as_json):
             extra = f"  {shard['error']}" if shard.get("error") else ""
             foreign = " (not started by llmgw)" if shard.get("foreign") else ""
             click.echo(f"  {shard_id:<28} {shard['state']:<10} port {shard['port']}{foreign}{extra}")
+            if shard.get("replica") in benches:
+                click.echo(f"    {bench_line(benches.pop(shard['replica']))}")
         for line in _health_lines(node.get("health"), "  "):
             click.echo(line)
         firewall = node.get("firewall")

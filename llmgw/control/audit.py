@@ -70,7 +70,8 @@ def node_documents(records: tuple[NodeRecord, ...]) -> dict[str, Any]:
 
 
 def node_document(record: NodeRecord) -> dict[str, Any]:
-    """One node: connection state, address, engines, and its shards with state, settings commit and errors.
+    """One node: connection state, address, GPUs (count, and GPU class by device id), engines, and its shards with
+    state, settings commit and errors.
 
     Reads only the fields `node_document_key` names (`llmgw.control.documents` reuses a document while they are
     equal)."""
@@ -101,6 +102,7 @@ def node_document(record: NodeRecord) -> dict[str, Any]:
         "state": state,
         "address": node.address,
         "gpus": len(node.gpus),
+        "gpu_classes": {gpu.device_id: gpu.gpu_class for gpu in node.gpus},
         "cpu_cores": node.cpu_cores,
         "engines": sorted(node.engines_installed),
         "shards": shards,
@@ -123,7 +125,8 @@ def node_document(record: NodeRecord) -> dict[str, Any]:
 def node_document_key(record: NodeRecord) -> tuple:
     """Everything `node_document(record)` reads: two records with equal keys have equal documents."""
     node = record.state
-    return (record.lost, record.connected, node.address, len(node.gpus), node.cpu_cores, node.engines_installed,
+    return (record.lost, record.connected, node.address, tuple((g.device_id, g.gpu_class) for g in node.gpus),
+            node.cpu_cores, node.engines_installed,
             node.engines_installing, node.shards, {s: d.pid for s, d in record.details.items()},
             record.engine_errors, record.warnings, record.health, record.slurm, record.firewall)
 

@@ -5,7 +5,8 @@ this process, or its worker processes) routes by.
     feed.publish_now(state)                  # the table of a state, before the gateway serves
     await feed.publish(PublishRoutingTable(state, at_once=False))   # paced (llmgw.control.pacing)
 
-A rebuild reads only the nodes whose shards changed (`llmgw.control.routing.ReadyRoutes`); rebuilds are paced by
+Each replica's measured speed (`set_speeds`, from `llmgw bench`'s results: `llmgw.control.speeds`) goes into the
+table with its replica. A rebuild reads only the nodes whose shards changed (`llmgw.control.routing.ReadyRoutes`); rebuilds are paced by
 what one costs, a paced one builds from the latest state it was handed. The gateways are attached once they serve
 (`attach`); a table equal to the one they have is not handed again.
 """
@@ -13,7 +14,7 @@ what one costs, a paced one builds from the latest state it was handed. The gate
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import trio
@@ -22,7 +23,7 @@ from llmgw.control.effects import PublishRoutingTable
 from llmgw.control.pacing import Pacer
 from llmgw.control.routing import ReadyRoutes, build_route_table
 from llmgw.control.state import ControlState
-from llmgw.routes import BlockSnapshot, RouteTable
+from llmgw.routes import BlockSnapshot, ReplicaSpeed, RouteTable
 
 
 class GatewayFeed:
@@ -41,6 +42,7 @@ class GatewayFeed:
         self._pacer = Pacer()
         self._latest: ControlState | None = None  # the state a paced rebuild builds from
         self._wanted: trio.Event | None = None  # a paced rebuild is waiting (this event names it)
+        self.speeds: Mapping[str, ReplicaSpeed] = {}  # measured speed by replica id (llmgw.control.speeds)
 
     def attach(self, gateway: Any) -> None:
         """Hand `gateway` the table now and every later one."""
@@ -67,13 +69,20 @@ class GatewayFeed:
         """Build the table of `state` and hand it to the gateways when it changed. Not a checkpoint."""
         began = time.perf_counter()
         self._ready.sync(state.fleet)  # only the nodes whose shards changed are looked at again
-        table = build_route_table(state.settings, self._ready, self._replica_key, self._secret)
+        table = build_route_table(state.settings, self._ready, self._replica_key, self._secret, self.speeds)
         self.rebuilds += 1
         if table != self.table:
             self.table = table
             for gateway in self.gateways:
                 gateway.set_table(table)
         self._pacer.ran(time.perf_counter() - began, trio.current_time())
+
+    def set_speeds(self, speeds: Mapping[str, ReplicaSpeed], state: ControlState) -> None:
+        """Route by `speeds` (replica id -> measured speed) from now on: the table of `state` is built again with
+        them when they changed. Not a checkpoint."""
+        if speeds != self.speeds:
+            self.speeds = dict(speeds)
+            self.publish_now(state)
 
     def blocks_changed(self, snapshot: BlockSnapshot) -> None:
         """The agents' vLLM shards' held blocks changed: the gateways route by them from the next request on."""

@@ -39,10 +39,11 @@ from llmgw.control.node_identity import NodeIdentities
 from llmgw.control.recovering import KNOWN_NODES_KEY, decode_known
 from llmgw.control.events import settings_published, watch_reason
 from llmgw.control.restart_only import command_line_keys, restart_notes
+from llmgw.control.speeds import speeds_from_benches
 from llmgw.control.state import WatchState
 from llmgw.control.status import Endpoints
 from llmgw.control.tracing import open_tracing
-from llmgw.errors import SettingsError
+from llmgw.errors import SettingsError, StoreError, TemporaryError
 from llmgw.gateway import Gateway, GatewayWorkers, drain_spools, open_gateway_tracing, worker_count, worker_spools
 from llmgw.settings import NOTIFY_CA_KEY, NOTIFY_URL_KEY, hook_token, set_config_value
 from llmgw.settings.model import ClusterSettings, Listener, Tracing
@@ -51,6 +52,10 @@ from llmgw.wire import check_agents_listener, serve_agents
 
 log = logging.getLogger("llmgw.control")
 
+SPEEDS_INTERVAL = 60.0
+"""Seconds between two reads of the bench results into the routing table (`read_speeds`)."""
+SPEEDS_BENCHES = 10000
+"""The latest bench runs read each time (the latest per replica counts)."""
 ADMIN_TOKEN_FILE = "admin-token"
 ADMIN_URL_FILE = "admin-url"
 
@@ -153,6 +158,7 @@ async def open_wiring(plane: Any) -> AsyncIterator[Any]:
                 port = await _start_gateway(plane, config, nursery, cluster, gateway, request_tracing,
                                             trace_endpoint, trace_requests)
                 plane.endpoints = replace(where, gateway_url=f"http://{url_host(gateway.host)}:{port}", gateway_port=port)
+                nursery.start_soon(read_speeds, plane, store)
             _write_state_files(plane, config)
             await nursery.start(plane.loop.run)
             plane.lease = LeaseKeeper(
@@ -177,6 +183,20 @@ async def open_wiring(plane: Any) -> AsyncIterator[Any]:
             store.release_lease(LEASE_NAME, plane.holder)
         if owned:
             store.close()
+
+
+async def read_speeds(plane: Any, store: Any, interval: float = SPEEDS_INTERVAL) -> None:
+    """Every `interval` seconds (the first time at once), hand the gateway feed each replica's measured speed from
+    the bench results in `store` (`llmgw.control.speeds`); a store that cannot be read now is tried again next
+    time (a warning). Runs until cancelled."""
+    while True:
+        try:
+            records = await trio.to_thread.run_sync(store.benches, None, SPEEDS_BENCHES, abandon_on_cancel=True)
+        except (StoreError, TemporaryError) as exc:
+            log.warning("cannot read the bench results for routing by expected time: %s", exc)
+        else:
+            plane.feed.set_speeds(speeds_from_benches(records), plane.loop.state)
+        await trio.sleep(interval)
 
 
 def _open_tracing(plane: Any, config: ControlConfig, cluster: Any) -> tuple[Any, str | None, float]:

@@ -27,7 +27,8 @@ Rules:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
 from types import MappingProxyType
 
 from llmgw.engines.llamacpp import LORA_FIELD, lora_request_field
@@ -35,7 +36,7 @@ from llmgw.identity import Quota, ShardState
 from llmgw.plan.identity import engine_version_of, fingerprint
 from llmgw.control.registry import FleetRegistry
 from llmgw.plan.types import Fleet, ObservedShard
-from llmgw.routes import ModelRoute, ProjectPolicy, ReplicaRoute, RouteTable
+from llmgw.routes import ModelRoute, ProjectPolicy, ReplicaRoute, ReplicaSpeed, RouteTable
 from llmgw.settings.model import Model, Settings
 
 
@@ -170,12 +171,14 @@ def build_route_table(
     fleet: Fleet | ReadyRoutes,
     replica_key: Callable[[str], str],
     secret: Callable[[str], str | None] = lambda name: None,
+    speeds: Mapping[str, ReplicaSpeed] = MappingProxyType({}),
 ) -> RouteTable:
     """The routing table for `settings` (None: no settings in force, an empty table) over `fleet`: a `Fleet`, or
     its ready replicas already indexed (`ReadyRoutes`, kept in step with the registry by the control plane; the
     table is the same).
 
-    `replica_key(replica_id)` returns a replica's replica key; `secret(name)` a named secret's value or None.
+    `replica_key(replica_id)` returns a replica's replica key; `secret(name)` a named secret's value or None;
+    `speeds` each replica's measured speed by replica id (`llmgw.control.speeds`; missing: not measured).
     """
     if settings is None:
         return RouteTable()
@@ -197,6 +200,9 @@ def build_route_table(
             )
         else:
             replicas = ready.routes(name)
+            if speeds:
+                replicas = tuple(replace(r, speed=speeds[r.replica_id]) if r.replica_id in speeds else r
+                                 for r in replicas)
         base_fields = ({LORA_FIELD: lora_request_field(None, len(model.adapters))}
                        if model.adapters and model.engine == "llama.cpp" else {})
         models[name] = ModelRoute(

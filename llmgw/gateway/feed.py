@@ -32,7 +32,7 @@ import trio
 
 from llmgw.errors import LlmgwError
 from llmgw.identity import Quota, Routing
-from llmgw.routes import BlockSnapshot, ModelRoute, ProjectPolicy, ReplicaBlocks, ReplicaRoute, RouteTable
+from llmgw.routes import BlockSnapshot, ModelRoute, ProjectPolicy, ReplicaBlocks, ReplicaRoute, ReplicaSpeed, RouteTable
 
 MAX_MESSAGE_BYTES = 1 << 30
 """A message longer than this (1 GiB) is refused: it can only be a broken peer."""
@@ -104,7 +104,8 @@ def table_to_json(table: RouteTable) -> dict[str, Any]:
     """`table` as JSON-ready data (every field; engine keys included: send it only over the inherited pair)."""
     return {
         "models": {name: {"name": m.name, "aliases": list(m.aliases),
-                          "replicas": [vars(r) for r in m.replicas],
+                          "replicas": [{**vars(r), "speed": vars(r.speed) if r.speed else None}
+                                       for r in m.replicas],
                           "prompt_price_per_million": m.prompt_price_per_million,
                           "completion_price_per_million": m.completion_price_per_million, "created": m.created,
                           "adapter_of": m.adapter_of, "body_fields": dict(m.body_fields),
@@ -125,7 +126,7 @@ def table_from_json(data: Mapping[str, Any]) -> RouteTable:
     """The RouteTable `table_to_json` made. Raises FeedError when a field is missing or of another shape."""
     try:
         models = {name: ModelRoute(name=m["name"], aliases=tuple(m["aliases"]),
-                                   replicas=tuple(ReplicaRoute(**r) for r in m["replicas"]),
+                                   replicas=tuple(_replica_from_json(r) for r in m["replicas"]),
                                    prompt_price_per_million=m["prompt_price_per_million"],
                                    completion_price_per_million=m["completion_price_per_million"],
                                    created=m["created"], adapter_of=m["adapter_of"],
@@ -143,6 +144,11 @@ def table_from_json(data: Mapping[str, Any]) -> RouteTable:
                           responses_retention_seconds=data["responses_retention_seconds"])
     except (KeyError, TypeError, AttributeError, ValueError) as exc:
         raise FeedError(f"a routing table in the feed is not well formed ({exc!r}).") from exc
+
+
+def _replica_from_json(data: Mapping[str, Any]) -> ReplicaRoute:
+    speed = data.get("speed")
+    return ReplicaRoute(**{**data, "speed": ReplicaSpeed(**speed) if speed else None})
 
 
 def replica_blocks_to_json(blocks: ReplicaBlocks) -> dict[str, Any]:

@@ -74,6 +74,17 @@ def _engine_headers(ctx: RequestContext, replica: ReplicaRoute) -> list[tuple[by
     return headers
 
 
+def output_tokens(ctx: RequestContext) -> int:
+    """The completion tokens `ctx`'s request may make: the `max_tokens` (or `max_completion_tokens`) forced or
+    asked; 0 when none is set (the routing policy then assumes its default). Pure."""
+    for source in (ctx.overrides, ctx.body):
+        for name in ("max_tokens", "max_completion_tokens"):
+            value = source.get(name)
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                return value
+    return 0
+
+
 async def open_upstream(ctx: RequestContext, pool: UpstreamPool, balancer: Balancer, ledger: Ledger,
                         blocks: PromptBlocks | None = None) -> UpstreamResponse:
     """Send `ctx`'s request to a replica its route's policy chooses, retrying once elsewhere on a failure before the
@@ -99,7 +110,8 @@ async def open_upstream(ctx: RequestContext, pool: UpstreamPool, balancer: Balan
     failure: ApiError | None = None
     for _attempt in range(2):
         now = trio.current_time()
-        facts = balancer.facts(route.replicas, now, frozenset(tried), ctx.prefix, blocks)
+        facts = balancer.facts(route.replicas, now, frozenset(tried), ctx.prefix, blocks, ctx.prompt_estimate,
+                               output_tokens(ctx))
         choice = ctx.policy.choose(route.replicas, balancer.load(), facts)
         replica, ledger.routing = choice.replica, choice.kind
         balancer.remember(ctx.prefix, replica)

@@ -79,7 +79,8 @@ PRECISE = "precise"
 APPROXIMATE = "approximate"
 LEAST_LOADED = "least-loaded"
 ROUND_ROBIN = "round-robin"
-DecisionKind = Literal["precise", "approximate", "least-loaded", "round-robin"]
+EXPECTED_TIME = "expected-time"
+DecisionKind = Literal["precise", "approximate", "least-loaded", "round-robin", "expected-time"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +113,8 @@ class RoutingFacts:
     at which a replica loses a prefix's preference. `rotation`: breaks ties among equally loaded replicas.
     `prefix`: the prompt's prefix key (`prefix_key`; None: no prompt text, or a policy that ignores prefixes).
     `blocks`: the prompt's blocks and what each replica holds (None: precise routing is off for this request).
+    `prompt_tokens`, `output_tokens`: the request's size as the gateway guesses it (its prompt estimate, the
+    `max_tokens` asked; 0: unknown).
     """
 
     affinity: str | None = None
@@ -122,6 +125,8 @@ class RoutingFacts:
     rotation: int = 0
     prefix: str | None = None
     blocks: PromptBlocks | None = None
+    prompt_tokens: int = 0
+    output_tokens: int = 0
 
 
 NO_FACTS = RoutingFacts()
@@ -231,14 +236,16 @@ class Balancer:
         self.elsewhere = dict(outstanding)
 
     def facts(self, replicas: Sequence[ReplicaRoute], now: float, exclude: frozenset[str] = frozenset(),
-              prefix: str | None = None, blocks: PromptBlocks | None = None) -> RoutingFacts:
+              prefix: str | None = None, blocks: PromptBlocks | None = None, prompt_tokens: int = 0,
+              output_tokens: int = 0) -> RoutingFacts:
         """The `RoutingFacts` of one choice among `replicas` at `now` (seconds, this balancer's clock), leaving out
-        `exclude`: this balancer's ejections, saturation and next rotation, and the affinity of `prefix`
-        (remembered, or with `rendezvous` worked out over `replicas` and `load()`; None when `prefix` is None).
-        Advances the rotation by one."""
+        `exclude`: this balancer's ejections, saturation and next rotation, the request's size (`prompt_tokens`,
+        `output_tokens`: 0 unknown), and the affinity of `prefix` (remembered, or with `rendezvous` worked out over
+        `replicas` and `load()`; None when `prefix` is None). Advances the rotation by one."""
         self._rotation += 1
         facts = RoutingFacts(ejected=self.ejected, now=now, exclude=exclude, saturation=self.saturation,
-                             rotation=self._rotation, prefix=prefix, blocks=blocks)
+                             rotation=self._rotation, prefix=prefix, blocks=blocks, prompt_tokens=prompt_tokens,
+                             output_tokens=output_tokens)
         if prefix is None:
             return facts
         if self.rendezvous:

@@ -13,6 +13,8 @@ retry, the balancer's bookkeeping).
 | prefix            | `PreciseKv`       | leading KV blocks held (`choose_by_blocks`) when the request has   |
 |                   |                   | them, else `PrefixAffinity`: the prompt prefix's replica until     |
 |                   |                   | saturated, else least loaded                                       |
+| expected-time     | `ExpectedTime`    | the soonest expected completion from load, measured speed and      |
+|                   |                   | prefix hits (`routing_expected.choose_by_expected_time`)           |
 
 `POLICIES` maps each `llmgw.identity.Routing` to its policy; `policy_of(route)` is that lookup (no if-chain).
 """
@@ -26,6 +28,7 @@ from typing import ClassVar, Protocol
 from llmgw.gateway.routing import (
     APPROXIMATE, LEAST_LOADED, ROUND_ROBIN, RoutingChoice, RoutingFacts, eligible, pick_from,
 )
+from llmgw.gateway.routing_expected import choose_by_expected_time
 from llmgw.gateway.routing_prefix import choose_by_blocks
 from llmgw.identity import Routing
 from llmgw.routes import ModelRoute, ReplicaRoute
@@ -109,10 +112,23 @@ class PreciseKv:
         return choose_by_blocks(replicas, load, blocks.held, blocks.blocks, facts)
 
 
+class ExpectedTime:
+    """The replica expected to finish the request first (`routing_expected.choose_by_expected_time`: requests in
+    flight, each replica's measured `speed`, the prompt's prefix hits from `facts.blocks` or `facts.affinity`); least loaded while no
+    replica is measured."""
+
+    by_prefix: ClassVar[bool] = True
+
+    def choose(self, replicas: Sequence[ReplicaRoute], load: Mapping[str, int],
+               facts: RoutingFacts) -> RoutingChoice:
+        return choose_by_expected_time(replicas, load, facts)
+
+
 POLICIES: Mapping[Routing, RoutingPolicy] = MappingProxyType({
     Routing.ROUND_ROBIN: RoundRobin(),
     Routing.LEAST_LOADED: LeastLoaded(),
     Routing.PREFIX: PreciseKv(),
+    Routing.EXPECTED_TIME: ExpectedTime(),
 })
 
 

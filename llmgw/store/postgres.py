@@ -178,6 +178,6 @@ class PostgresStore(SqlStore):
             raise StoreError(f"The store {self.url} failed: {self._scrub(exc)}.") from exc
 
     def _after_insert_rows(self, conn: PostgresBatch, table: str) -> None:
-        if table == "usage":  # rows came with their ids: new rows must be numbered after them
-            conn.execute("SELECT setval(pg_get_serial_sequence('usage', 'id'), coalesce(max(id), 0) + 1, false) "
-                         "FROM usage")
+        if table in ("usage", "bench_results"):  # rows came with their ids: new rows must be numbered after them
+            conn.execute(f"SELECT setval(pg_get_serial_sequence('{table}', 'id'), coalesce(max(id), 0) + 1, false) "
+                         f"FROM {table}")

@@ -30,6 +30,7 @@ from llmgw.store.records import (
     UsageRecord,
     UsageRow,
 )
+from llmgw.store.benches import BenchRecord
 from llmgw.store.responses import StoredResponse
 
 
@@ -207,6 +208,13 @@ class Store(Protocol):
     def purge_responses(self, project: str | None = None, now: float | None = None) -> int:
         """Delete every response of `project` (kept or not), or, with no project, every response expired at `now`;
         returns how many were deleted."""
+
+    # -- results of `llmgw bench` (llmgw.store.benches) ----------------------------------------------------------
+    def record_bench(self, record: BenchRecord) -> int:
+        """Keep one bench run (its `id` ignored); returns its id. Committed before returning."""
+
+    def benches(self, replica: str | None = None, limit: int = 100) -> list[BenchRecord]:
+        """The latest `limit` bench runs (of `replica` when given), newest first; [] when none."""
 
     # -- whole tables ------------------------------------------------------------------------------------------
     def table_rows(self, table: str) -> Iterator[tuple]:

@@ -102,6 +102,17 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX responses_expires ON responses (expires_at);
     CREATE INDEX responses_project ON responses (project);
     """,
+    # 9: results of `llmgw bench` (`llmgw.store.benches`): one row per run against one replica
+    """
+    CREATE TABLE bench_results (
+        id INTEGER PRIMARY KEY, time REAL NOT NULL, replica TEXT NOT NULL, model TEXT NOT NULL, node TEXT NOT NULL,
+        node_class TEXT NOT NULL, engine_build TEXT NOT NULL, via TEXT NOT NULL, prompt_tokens INTEGER NOT NULL,
+        output_tokens INTEGER NOT NULL, concurrency INTEGER NOT NULL, requests INTEGER NOT NULL,
+        ttft_p50_seconds REAL, ttft_p90_seconds REAL, itl_p50_seconds REAL, output_tokens_per_second REAL NOT NULL,
+        summary TEXT NOT NULL
+    );
+    CREATE INDEX bench_results_replica_time ON bench_results (replica, time);
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

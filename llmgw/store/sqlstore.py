@@ -16,10 +16,11 @@ from contextlib import AbstractContextManager
 
 from llmgw.errors import UsageError
 from llmgw.identity import Quota
-from llmgw.store import keys, quotas, slurm_users
+from llmgw.store import benches, keys, quotas, slurm_users
 from llmgw.store import responses as responses_table
 from llmgw.store import usage as usage_table
 from llmgw.store.dialects import SqlConnection
+from llmgw.store.benches import BenchRecord
 from llmgw.store.responses import StoredResponse
 from llmgw.store.records import (
     SCOPE_ADMIN,
@@ -53,12 +54,14 @@ TABLES: dict[str, tuple[str, ...]] = {
     "leases": ("name", "holder", "expires_at", "token"),
     "slurm_users": ("email", "login", "uid", "created_at"),
     "responses": ("id", "project", "created_at", "expires_at", "model", "body"),
+    "bench_results": benches.COLUMNS,
 }
 # The order rows are read in (for copies and comparisons that must not depend on physical order).
 TABLE_ORDER: dict[str, str] = {
     "secrets": "name", "kv": "key", "tokens": "id", "api_keys": "id",
     "quota_windows": "scope, period, start", "quota_slots": "reservation_id, scope", "quota_reservations": "id",
     "usage": "id", "leases": "name", "slurm_users": "uid", "responses": "id",
+    "bench_results": "id",
 }
 
 
@@ -396,6 +399,15 @@ class SqlStore:
             if project is not None:
                 return responses_table.purge_project(conn, project)
             return responses_table.purge_expired(conn, _now(now))
+
+    # -- results of `llmgw bench` (llmgw.store.benches) ----------------------------------------------------------
+    def record_bench(self, record: BenchRecord) -> int:
+        with self._write() as conn:
+            return benches.insert(conn, record)
+
+    def benches(self, replica: str | None = None, limit: int = 100) -> list[BenchRecord]:
+        with self._read() as conn:
+            return benches.latest(conn, replica, limit)
 
     # -- whole tables (copies between stores) --------------------------------------------------------------------
     def table_rows(self, table: str) -> Iterator[tuple]:

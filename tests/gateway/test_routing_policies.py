@@ -12,7 +12,7 @@ from llmgw.gateway.routing import (
     APPROXIMATE, LEAST_LOADED, PRECISE, ROUND_ROBIN, Balancer, PromptBlocks, RoutingFacts, choose_replica,
 )
 from llmgw.gateway.routing_policies import (
-    POLICIES, LeastLoaded, PreciseKv, PrefixAffinity, RoundRobin, policy_of,
+    POLICIES, ExpectedTime, LeastLoaded, PreciseKv, PrefixAffinity, RoundRobin, policy_of,
 )
 from llmgw.gateway.routing_prefix import choose_by_blocks
 from llmgw.identity import Routing
@@ -26,6 +26,7 @@ ABC = (A, B, C)
     (Routing.ROUND_ROBIN, RoundRobin, False),
     (Routing.LEAST_LOADED, LeastLoaded, False),
     (Routing.PREFIX, PreciseKv, True),
+    (Routing.EXPECTED_TIME, ExpectedTime, True),
 ])
 def test_each_catalog_routing_names_one_policy_class(routing, policy, by_prefix):
     chosen = policy_of(ModelRoute(name="m", replicas=ABC, routing=routing))

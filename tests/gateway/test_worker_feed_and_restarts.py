@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import random
 import socket
+from dataclasses import replace
 from types import MappingProxyType
 
 import pytest
@@ -20,7 +21,7 @@ from llmgw.gateway.feed import (
 from llmgw.gateway.restarts import MAX_DELAY, WorkerStartError, keep_running, restart_delay
 from llmgw.gateway.routing import rendezvous_order
 from llmgw.identity import Quota, Routing
-from llmgw.routes import BlockSnapshot, ModelRoute, ProjectPolicy, ReplicaBlocks, ReplicaRoute, RouteTable
+from llmgw.routes import BlockSnapshot, ModelRoute, ProjectPolicy, ReplicaBlocks, ReplicaRoute, ReplicaSpeed, RouteTable
 
 REPLICAS = tuple(ReplicaRoute(replica_id=f"r{i}", node_id="n", base_url=f"http://10.0.0.{i}:80", replica_key=f"k{i}")
                  for i in range(5))
@@ -31,7 +32,8 @@ def test_a_routing_table_round_trips_exactly_through_the_feed():
     rerank, by them."""
     table = RouteTable(
         models=MappingProxyType({"gemma": ModelRoute(
-            name="gemma", aliases=("g",), replicas=(*REPLICAS[:2], ReplicaRoute(
+            name="gemma", aliases=("g",), replicas=(REPLICAS[0], replace(REPLICAS[1], speed=ReplicaSpeed(
+                2000.0, 150.5, slots=4, measured_at=1796400000.5, source="bench")), ReplicaRoute(
                 replica_id="ext", node_id="", base_url="https://api.example.com", replica_key="sk", external=True,
                 upstream_model="gpt-x")), prompt_price_per_million=0.5, completion_price_per_million=None,
             created=17, routing=Routing.ROUND_ROBIN, context_size=512, engine="vllm", rerank=True), "gemma-pirate": ModelRoute(  # a LoRA adapter on gemma's replicas, chosen by llama.cpp's lora

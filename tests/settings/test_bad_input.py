@@ -20,7 +20,7 @@ CASES = {
     "negative-number": ("catalog/m.yaml:5:11", "replicas: -1 is less than the minimum of 0"),
     "huge-number": ("catalog/m.yaml:5:11", "greater than the maximum of 1024"),
     "unknown-engine": ("catalog/m.yaml:1:9", "'llama' is not one of"),
-    "unknown-routing": ("catalog/m.yaml:9:10", "'random' is not one of ['prefix', 'least-loaded', 'round-robin']"),
+    "unknown-routing": ("catalog/m.yaml:9:10", "'random' is not one of ['prefix', 'least-loaded', 'round-robin', 'expected-time']"),
     "duplicate-key": ("catalog/m.yaml:9:1", "duplicate key 'replicas' (first at line 5)"),
     "tabs": ("catalog/m.yaml:8:1", "tab character"),
     "non-utf8": ("catalog/m.yaml:9:6", "byte 0xe9 is not UTF-8"),

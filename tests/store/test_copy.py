@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from llmgw.cli import store_cmds
 from llmgw.errors import StoreError
 from llmgw.routes import Quota
-from llmgw.store import Reservation, StoredResponse, UsageRecord, open_store
+from llmgw.store import BenchRecord, Reservation, StoredResponse, UsageRecord, open_store
 from llmgw.store.sqlstore import TABLES
 
 from .conftest import schema_url
@@ -40,6 +40,8 @@ def fill(store) -> dict:
     store.assign_slurm_users([("ada@lab.example", ("ada",)), ("bob@lab.example", ("bob",))], 200000, NOW)
     store.save_response(StoredResponse("resp_" + "0" * 32, "chat", NOW, NOW + 86400, "gemma",
                                        [{"role": "user", "content": "hi"}], {"id": "resp_" + "0" * 32}))
+    store.record_bench(BenchRecord(NOW, "gemma-0", "gemma", "n1", "cpu 16 cores", "b11434", "engine", 128, 64, 2, 8,
+                                   0.05, 0.07, 0.01, 210.5, {"requests": 8}))
     assert isinstance(held, Reservation)
     return {"secret": secret, "admin": admin, "plaintext": plaintext, "held": held, "scopes": scopes}
 

@@ -31,14 +31,17 @@ class RunningEngine:
 async def running_llama_server(binary: Path, gguf: Path, log_path: Path, *, api_key: str,
                                served_name: str = "gemma-3-270m", port: int | None = None,
                                engine_args: tuple[str, ...] = ("--no-jinja", "--chat-template", "gemma"),
+                               threads: int = 2, prefix: tuple[str, ...] = (),
                                ) -> AsyncIterator[RunningEngine]:
-    """Start llama-server (2 threads, 2048 context, Gemma's chat template unless `engine_args` say otherwise) with
-    `api_key` on `port` (None: a free one), writing its output to `log_path`; yield once its health path answers
-    200 (within 60 s, else fail with its log); stop it on exit."""
+    """Start llama-server (`threads` threads, 2048 context, Gemma's chat template unless `engine_args` say
+    otherwise) with `api_key` on `port` (None: a free one), writing its output to `log_path`; yield once its health
+    path answers 200 (within 60 s, else fail with its log); stop it on exit. `prefix`: a command to run it under
+    (e.g. ("nice", "-n", "19"))."""
     port = port or free_port()
-    launch = Launch(binary=binary, model_path=gguf, port=port, threads=2, context_size=2048, served_name=served_name,
-                    api_key=api_key, engine_args=engine_args)
+    launch = Launch(binary=binary, model_path=gguf, port=port, threads=threads, context_size=2048,
+                    served_name=served_name, api_key=api_key, engine_args=engine_args)
     argv, env = llamacpp.command_line(launch)
+    argv = [*prefix, *argv]
     with log_path.open("wb") as log:
         process = await trio.lowlevel.open_process(argv, env={**os.environ, **env}, stdout=log,
                                                    stderr=subprocess.STDOUT)

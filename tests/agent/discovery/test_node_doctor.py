@@ -28,12 +28,15 @@ def statuses(report, name):
     return [c.status for c in report.checks if c.name == name]
 
 
-def test_the_command_on_this_machine_reports_a_cpu_node_and_exits_0(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "llmgw.cli", "node", "doctor", "--json",
+def test_the_command_on_this_machine_reports_a_cpu_node_and_its_memory_bandwidth_and_exits_0(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "llmgw.cli", "node", "doctor", "--json", "--bandwidth",
                            "--weights-dir", str(tmp_path), "--state-dir", str(tmp_path / "state")],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
+    bandwidth = report["memory_bandwidth"]  # the probe: bounded, gigabytes per second on any machine of today
+    assert bandwidth["seconds"] < 5 and bandwidth["one_core_bytes_per_second"] > 0.5e9
+    assert bandwidth["threads"] >= 1 and 1 < bandwidth["gigabyte_model_tokens_per_second"] < 200
     assert report["ok"] and report["node"]["cpu_node"] is True
     assert report["node"]["cpu"]["cores"] >= 1 and report["node"]["memory_total_bytes"] > 0
     assert {c["name"] for c in report["checks"]} >= {"nvml", "cpu", "memory", "weights", "engines", "clock"}
@@ -155,3 +158,12 @@ def test_the_engine_the_agent_was_started_with_is_reported_and_a_vanished_one_wa
     binary.unlink()
     (found,) = engines()
     assert found[0] == "warn" and f"llama.cpp@b11434: {binary}, which the agent was last started with" in found[1]
+
+
+def test_bandwidth_is_refused_with_captures_of_another_machine(tmp_path):
+    from click.testing import CliRunner
+
+    from llmgw.cli.main import cli
+
+    done = CliRunner().invoke(cli, ["node", "doctor", "--bandwidth", "--from", str(tmp_path)])
+    assert done.exit_code == 1 and "--bandwidth measures this machine, --from reads captures" in str(done.exception)
