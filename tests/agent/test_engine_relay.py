@@ -6,9 +6,10 @@ Through the relay, a request without the key (or with another) to any path, with
 before it reaches the engine; with the key it is answered, a streamed completion arrives event by event, and the
 gateway (which addresses the reported port with the key) answers the openai SDK unchanged.
 
-Where: the tests have no network-namespace fixture, so the "other host" is this one: the relay listens on 127.0.0.1
-(the agent's address here) and the engine's own port is shown unreachable on the machine's other addresses by its
-command line (`--host 127.0.0.1`) and by connecting to them.
+Where: here the "other host" is this one: the relay listens on 127.0.0.1 (the agent's address here) and the engine's
+own port is shown unreachable on the machine's other addresses by its command line (`--host 127.0.0.1`) and by
+connecting to them. From hosts of their own (network namespaces: a client host refused on every path, the engine's
+port refused at once, a gateway host answered through the relay): tests/agent/test_engine_relay_other_hosts.py.
 """
 
 from __future__ import annotations
