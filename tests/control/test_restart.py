@@ -74,11 +74,12 @@ def test_an_agent_too_old_to_restart_over_its_stream_is_refused_naming_it_and_it
 
 
 @pytest.mark.slow
-def test_llmgw_restart_brings_a_real_server_back_in_the_same_process(tmp_path, settings_repo):
+def test_llmgw_restart_brings_a_real_server_back_in_the_same_process(tmp_path, settings_repo, monkeypatch):
     """`llmgw restart` against a real `llmgw server`: no agents to restart, then the control plane re-executes
     itself (same pid) and serves again. The proof of the re-exec is what the new image does, not the ports: it logs
     the restart, then starts anew and rewrites `<state>/admin-url` (its port-0 listeners are bound anew, which may
     give a port it had before, so the URL itself need not change)."""
+    import signal
     import time
 
     from click.testing import CliRunner
@@ -89,11 +90,16 @@ def test_llmgw_restart_brings_a_real_server_back_in_the_same_process(tmp_path, s
     state = tmp_path / "state"
     url_file, log = state / "admin-url", tmp_path / "server.log"
     fleet = LlmgwProcesses(tmp_path)
+    monkeypatch.setenv("PYTHONFAULTHANDLER", "1")  # kept through the re-exec: SIGABRT writes every thread's stack
 
     def wait(condition, seconds: float, what: str) -> None:  # polls; the deadline only bounds a failure
         deadline = time.monotonic() + seconds
         while not condition():
-            assert time.monotonic() < deadline, f"{what} within {seconds} s; server log:\n{log.read_text()}"
+            if time.monotonic() > deadline:  # stuck or slow? the log says how far it got, the stacks where it is
+                if server.poll() is None:
+                    server.send_signal(signal.SIGABRT)
+                    server.wait(10)
+                raise AssertionError(f"no sign that {what} within {seconds} s; server log:\n{log.read_text()}")
             time.sleep(0.05)
 
     def written() -> int:  # when the admin-url was written (0: not yet): once per start of the control plane
