@@ -20,7 +20,8 @@ heartbeats (longer when needed so that the server's latest 4,096 latencies all f
 then commits models `roll0`, `roll1`... with `--roll` replicas in all (1 GPU each; default 2,000, at most 6 per
 node) and times how long the fleet takes to converge to it (the pass reports converged); last, the gateway's added
 latency again with every agent stopped (SIGSTOP: idle). Prints one table; asserts no timings.
-`--quick`: 50 agents, 20 s, 300 roll-out replicas (tests/control/test_fleet_scale.py runs it).
+`--quick`: 50 agents, 20 s, 300 roll-out replicas (tests/control/test_fleet_scale.py runs it, with a 2 s window,
+1 s heartbeats and 1 s of gateway requests: that the benchmark runs, not its figures).
 `--tls`: agents connect with mutual TLS (certificates issued by the server's CA before the agents start).
 `--no-gateway`: the server without its gateway (no gateway figures). `--roll 0`: no roll-out.
 
@@ -342,7 +343,8 @@ def main() -> None:
     parser.add_argument("--agents", default="250,500,1000,2000", help="fleet sizes, comma-separated")
     parser.add_argument("--procs", type=int, default=4, help="processes of simulated agents")
     parser.add_argument("--interval", type=float, default=5.0, help="heartbeat interval, seconds")
-    parser.add_argument("--duration", type=float, default=30.0, help="steady-state window, seconds")
+    parser.add_argument("--duration", type=float, default=None,
+                        help="steady-state window, seconds [default: 30; 20 with --quick]")
     parser.add_argument("--roll", type=int, default=2000, help="replicas of the roll-out commit (<= 6 per node; "
                         "0: no roll-out)")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for each convergence")
@@ -355,10 +357,13 @@ def main() -> None:
     parser.add_argument("--gateway-seconds", type=float, default=3.0,
                         help="seconds of gateway (and direct) requests under load and idle")
     parser.add_argument("--keep", action="store_true", help="keep the work directory (server.log, sim-*.log)")
-    parser.add_argument("--quick", action="store_true", help="50 agents, 2 processes, 20 s window, 300 replicas")
+    parser.add_argument("--quick", action="store_true",
+                        help="50 agents, 2 processes, 300 replicas, a 20 s window unless --duration says otherwise")
     args = parser.parse_args()
     if args.quick:
-        args.agents, args.procs, args.duration, args.roll = "50", 2, 20.0, 300
+        args.agents, args.procs, args.roll = "50", 2, 300
+    if args.duration is None:
+        args.duration = 20.0 if args.quick else 30.0
     print(f"{'agents':>6} {'tls':>3} {'join s':>7} {'cpu':>5} {'rss MiB':>7} {'hb p50 ms':>9} {'hb p99 ms':>9} "
           f"{'pass ms':>7} {'pass/s':>6} {'tables/s':>8} {'folds/s':>7} {'gw+ p50/p99 load':>16} {'gw+ p50/p99 idle':>16} "
           f"{'roll':>5} {'roll s':>6} {'roll cpu s':>10}",

@@ -1,4 +1,5 @@
-"""The `llmgw` client commands, run as real processes against a running control plane with an in-process agent."""
+"""The `llmgw` client commands (two as real processes, the rest in this process) against a running control plane
+with an in-process agent."""
 
 from __future__ import annotations
 
@@ -13,15 +14,24 @@ import trio
 from llmgw.agent import run_agent
 from llmgw.control import ControlConfig, ControlPlane
 
+from support.in_process_cli import run_llmgw
+
 from .conftest import stand_in_agent
 from .test_in_process_fleet import commit_directly, replica_states, wait_for
 
 
-async def llmgw(plane: ControlPlane, *args: str, token: str | None = None) -> tuple[int, str, str]:
+async def llmgw(plane: ControlPlane, *args: str, token: str | None = None,
+                process: bool = False) -> tuple[int, str, str]:
+    """Run `llmgw ARGS` against `plane` (its URL and token from the environment, as a user sets them): (exit
+    status, stdout, stderr). `process`: as a real `python -m llmgw.cli` process; else the same command in this
+    process, in a thread (a process start costs about a second of imports, and most commands here are not about
+    the process boundary)."""
     env = dict(os.environ, LLMGW_ADMIN_URL=plane.admin_url, LLMGW_ADMIN_TOKEN=token or plane.admin_token)
-    done = await trio.run_process([sys.executable, "-m", "llmgw.cli", *args], env=env, capture_stdout=True,
-                                  capture_stderr=True, check=False)
-    return done.returncode, done.stdout.decode(), done.stderr.decode()
+    if process:
+        done = await trio.run_process([sys.executable, "-m", "llmgw.cli", *args], env=env, capture_stdout=True,
+                                      capture_stderr=True, check=False)
+        return done.returncode, done.stdout.decode(), done.stderr.decode()
+    return await trio.to_thread.run_sync(run_llmgw, list(args), env)
 
 
 async def test_the_client_commands_drive_a_running_control_plane(tmp_path, settings_repo, weights_mirror, fake_engine):
@@ -32,7 +42,7 @@ async def test_the_client_commands_drive_a_running_control_plane(tmp_path, setti
         agent = stand_in_agent("n1", tmp_path / "agent", mirror, fake_engine)
         await nursery.start(run_agent, agent, plane.local_connector())
 
-        code, out, err = await llmgw(plane, "apply", "--timeout", "30")
+        code, out, err = await llmgw(plane, "apply", "--timeout", "30", process=True)
         assert code == 0, out + err
         assert "converged to" in out and "tiny-0 ready" in out
 
@@ -86,6 +96,6 @@ async def test_the_client_commands_drive_a_running_control_plane(tmp_path, setti
         assert code == 0 and "stop tiny-0/0 on n1" in out and "start tiny-0/0 on n1" in out
         assert re.search(r"^[0-9a-f]{12}  \d{4}-\d\d-\d\d \d\d:\d\d:\d\d [A-Z+-][A-Za-z0-9+-]*  pass ", out, re.M), out
 
-        code, _, err = await llmgw(plane, "status", token="wrong")
+        code, _, err = await llmgw(plane, "status", token="wrong", process=True)
         assert code == 1 and "refused the token" in err
         nursery.cancel_scope.cancel()

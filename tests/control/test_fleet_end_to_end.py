@@ -13,6 +13,7 @@ import time
 import httpx
 import pytest
 
+from support.in_process_cli import run_llmgw
 from support.llmgw_processes import LlmgwProcesses
 from support.waiting import wait_for
 
@@ -136,11 +137,9 @@ def test_a_fleet_of_processes_follows_pushes_survives_kills_and_refuses_bad_comm
         assert doc["settings"]["bad"]["issues"][0]["line"] == 3
 
         # what was done is in `llmgw history` and in git
-        env = dict(os.environ, LLMGW_STATE=str(state))
-
-        def history() -> str:
-            answer = subprocess.run([sys.executable, "-m", "llmgw.cli", "history", "--limit", "100", "--json"],
-                                    env=env, capture_output=True, text=True, check=True).stdout
+        def history() -> str:  # polled: run in this process (a process start costs about a second of imports)
+            code, answer, err = run_llmgw(["history", "--limit", "100", "--json"], {"LLMGW_STATE": str(state)})
+            assert code == 0, err
             # every pass's actions are in its audit commit's message (subjects name the first few; coalesced
             # commits hold the messages of every pass they stand for)
             return "\n".join(entry["message"] for entry in json.loads(answer)["entries"])

@@ -20,6 +20,8 @@ from llmgw.agent import run_agent
 from llmgw.control import ControlConfig, ControlPlane
 from llmgw.settings.model import Listener
 
+from support.in_process_cli import run_llmgw
+
 from .conftest import git, stand_in_agent
 from .test_in_process_fleet import push_catalog, replica_states, wait_for
 
@@ -83,11 +85,17 @@ async def _echoing_hub(seen: list[bytes], task_status=trio.TASK_STATUS_IGNORED) 
     await trio.serve_listeners(answer, listeners)
 
 
-async def _cli(plane: ControlPlane, *args: str) -> str:
-    env = dict(os.environ, LLMGW_ADMIN_URL=plane.admin_url, LLMGW_ADMIN_TOKEN=plane.admin_token)
-    done = await trio.run_process([sys.executable, "-m", "llmgw.cli", *args], env=env, capture_stdout=True,
-                                  capture_stderr=True, check=False)
-    return f"$ llmgw {' '.join(args)} -> {done.returncode}\n{done.stdout.decode()}{done.stderr.decode()}"
+async def _cli(plane: ControlPlane, *args: str, process: bool = False) -> str:
+    """`llmgw ARGS` against `plane`: what it printed. `process`: as a real process; else in this process, in a
+    thread (its log records are searched too; a process start costs about a second of imports)."""
+    env = {"LLMGW_ADMIN_URL": plane.admin_url, "LLMGW_ADMIN_TOKEN": plane.admin_token}
+    if process:
+        done = await trio.run_process([sys.executable, "-m", "llmgw.cli", *args], env=dict(os.environ, **env),
+                                      capture_stdout=True, capture_stderr=True, check=False)
+        code, out, err = done.returncode, done.stdout.decode(), done.stderr.decode()
+    else:
+        code, out, err = await trio.to_thread.run_sync(run_llmgw, list(args), env)
+    return f"$ llmgw {' '.join(args)} -> {code}\n{out}{err}"
 
 
 async def test_no_secret_reaches_status_audit_logs_answers_or_cli_output_of_a_running_fleet(
@@ -149,7 +157,7 @@ async def test_no_secret_reaches_status_audit_logs_answers_or_cli_output_of_a_ru
             outputs.append((await admin.get("/api/v1/status")).text)  # no token: the 401's text
         for args in (("status", "--json"), ("status",), ("history",), ("nodes",), ("replicas",), ("logs", "n1"),
                      ("logs", "n1", "--shard", "hubbed-0/0"), ("plan",), ("apply", "--timeout", "5", "--json")):
-            outputs.append(await _cli(plane, *args))
+            outputs.append(await _cli(plane, *args, process=args == ("status", "--json")))
 
         await plane.audit.flush(10)
         outputs.append(await trio.to_thread.run_sync(
@@ -176,10 +184,17 @@ def test_no_store_password_or_repository_token_reaches_errors_status_or_logs(tmp
     repo_token = _planted("ghp_repotoken")
     outputs = []
 
-    def llmgw(*args: str, cwd: Path = tmp_path) -> None:
-        done = subprocess.run([sys.executable, "-m", "llmgw.cli", *args], capture_output=True, text=True, cwd=cwd)
+    def llmgw(*args: str, process: bool = False) -> None:
+        """`process`: as a real process (what the interpreter itself prints too); else in this process, whose log
+        records are searched as well (a process start costs about a second of imports)."""
+        if process:
+            done = subprocess.run([sys.executable, "-m", "llmgw.cli", *args], capture_output=True, text=True,
+                                  cwd=tmp_path)
+            code, out, err = done.returncode, done.stdout, done.stderr
+        else:
+            code, out, err = run_llmgw(list(args), cwd=tmp_path)
         # what llmgw printed (not the command line the test typed, which holds the URL by design)
-        outputs.append(f"$ llmgw {args[0]} ... -> {done.returncode}\n{done.stdout}{done.stderr}")
+        outputs.append(f"$ llmgw {args[0]} ... -> {code}\n{out}{err}")
 
     # the store's URL, mistyped and unreachable, in llmgw.yaml, on the command line and in the environment
     seed = tmp_path / "seed"
@@ -187,7 +202,7 @@ def test_no_store_password_or_repository_token_reaches_errors_status_or_logs(tmp
     for n, url in enumerate((f"postgresq://llmgw:{store_password}@db.invalid/llmgw",
                              f"postgresql://llmgw:{store_password}@127.0.0.1:1/llmgw")):
         (seed / "llmgw.yaml").write_text(f"name: t\nstore:\n  kind: postgresql\n  url: {url}\n")
-        llmgw("validate", str(seed))
+        llmgw("validate", str(seed), process=True)
         llmgw("diff", "--help")
         llmgw("store", "migrate", "--store", url)
         llmgw("keys", "list", "--store", url)

@@ -74,46 +74,61 @@ def test_an_agent_too_old_to_restart_over_its_stream_is_refused_naming_it_and_it
 
 
 @pytest.mark.slow
-def test_llmgw_restart_brings_a_real_server_back_in_the_same_process(tmp_path, settings_repo):
+def test_llmgw_restart_brings_a_real_server_back_in_the_same_process(tmp_path, settings_repo, monkeypatch):
     """`llmgw restart` against a real `llmgw server`: no agents to restart, then the control plane re-executes
-    itself (same pid) and serves again (its port-0 listeners are bound anew, so admin-url changes)."""
-    import subprocess
-    import sys
+    itself (same pid) and serves again. The proof of the re-exec is what the new image does, not the ports: it logs
+    the restart, then starts anew and rewrites `<state>/admin-url` (its port-0 listeners are bound anew, which may
+    give a port it had before, so the URL itself need not change)."""
+    import signal
     import time
 
+    from click.testing import CliRunner
+
+    from llmgw.cli.main import cli
     from support.llmgw_processes import LlmgwProcesses
 
     state = tmp_path / "state"
+    url_file, log = state / "admin-url", tmp_path / "server.log"
     fleet = LlmgwProcesses(tmp_path)
+    monkeypatch.setenv("PYTHONFAULTHANDLER", "1")  # kept through the re-exec: SIGABRT writes every thread's stack
+
+    def wait(condition, seconds: float, what: str) -> None:  # polls; the deadline only bounds a failure
+        deadline = time.monotonic() + seconds
+        while not condition():
+            if time.monotonic() > deadline:  # stuck or slow? the log says how far it got, the stacks where it is
+                if server.poll() is None:
+                    server.send_signal(signal.SIGABRT)
+                    server.wait(10)
+                raise AssertionError(f"no sign that {what} within {seconds} s; server log:\n{log.read_text()}")
+            time.sleep(0.05)
+
+    def written() -> int:  # when the admin-url was written (0: not yet): once per start of the control plane
+        try:
+            return url_file.stat().st_mtime_ns if url_file.read_text().strip() else 0
+        except FileNotFoundError:
+            return 0
+
     try:
         server = fleet.spawn("server", "server", "--repo", str(settings_repo), "--state", str(state),
                              "--gateway", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--agents", "127.0.0.1:0")
-        url_file = state / "admin-url"
-        deadline = time.monotonic() + 60
-        while not (url_file.is_file() and url_file.read_text().strip()) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        before = url_file.read_text().strip()
-        done = subprocess.run([sys.executable, "-m", "llmgw.cli", "restart", "--state", str(state)],
-                              capture_output=True, text=True, timeout=60)
-        assert done.returncode == 0, done.stdout + done.stderr
-        assert "the control plane restarts now" in done.stdout
-        while time.monotonic() < deadline + 60:
-            now = url_file.read_text().strip() if url_file.is_file() else before
-            if now and now != before:
-                break
-            time.sleep(0.2)
+        wait(written, 90, "the server wrote its admin-url")
+        first = written()
+        done = CliRunner().invoke(cli, ["restart", "--state", str(state)])  # the command, not its interpreter
+        assert done.exit_code == 0, done.output
+        assert "the control plane restarts now" in done.output
+        wait(lambda: written() != first, 90, "the re-executed server rewrote its admin-url")
+        assert server.poll() is None  # the same process (pid), re-executed
+        assert log.read_text().count("restarting the control plane (`llmgw restart`)") == 1
         after = url_file.read_text().strip()
-        assert after != before and server.poll() is None  # the same process, serving on new ports
         token = (state / "admin-token").read_text().strip()
         with httpx.Client(base_url=after, timeout=10, headers={"Authorization": f"Bearer {token}"}) as admin:
-            deadline = time.monotonic() + 30
-            while True:
+
+            def answers() -> bool:
                 try:
-                    if admin.get("/api/v1/status").status_code == 200:
-                        break
+                    return admin.get("/api/v1/status").status_code == 200
                 except httpx.TransportError:
-                    pass
-                assert time.monotonic() < deadline, "the restarted control plane does not answer"
-                time.sleep(0.2)
+                    return False
+
+            wait(answers, 60, "the restarted control plane answers")
     finally:
         fleet.stop()
