@@ -13,8 +13,8 @@ hypercorn's own path unchanged, which waits for the lock and for writability and
 bytes and their order are the same; only the waiting is skipped when there is none to do. Without a scheduler pass
 the call is not a checkpoint: every caller in hypercorn and the gateway awaits something else (a read) next.
 
-`install()` replaces the `TCPServer` name that `hypercorn.trio.run.worker_serve` instantiates per connection (a
-module global read at call time); it is a contribution-quality change kept here as a subclass until hypercorn has
+`install()` replaces the `TCPServer` name that `hypercorn.trio.run.worker_serve` (and the gateway's
+`draining.serve_http`) instantiates per connection (a module global read at call time); it is a contribution-quality change kept here as a subclass until hypercorn has
 such a fast path itself.
 
 `FramingH11Protocol.stream_send` frames a response body piece for a chunked HTTP/1.1 response itself
