@@ -13,8 +13,8 @@ hypercorn's own path unchanged, which waits for the lock and for writability and
 bytes and their order are the same; only the waiting is skipped when there is none to do. Without a scheduler pass
 the call is not a checkpoint: every caller in hypercorn and the gateway awaits something else (a read) next.
 
-`install()` replaces the `TCPServer` name that `hypercorn.trio.run.worker_serve` instantiates per connection (a
-module global read at call time); it is a contribution-quality change kept here as a subclass until hypercorn has
+`install()` replaces the `TCPServer` name that `hypercorn.trio.run.worker_serve` (and the gateway's
+`draining.serve_http`) instantiates per connection (a module global read at call time); it is a contribution-quality change kept here as a subclass until hypercorn has
 such a fast path itself.
 
 `FramingH11Protocol.stream_send` frames a response body piece for a chunked HTTP/1.1 response itself
@@ -26,6 +26,14 @@ HTTP/1.0 body, an errored connection) goes through h11 as before, so h11's state
 name for the writer in use: `Connection._writer` and `h11._writers.ChunkedWriter` (h11 0.14-0.16) are read, and
 without them the hook falls back to h11 for everything. `install()` puts it where hypercorn's ProtocolWrapper
 instantiates `H11Protocol` (a module global read per connection).
+
+`FramingH11Protocol` also shields the end of each response from the app's cancellation. hypercorn recycles an
+HTTP/1.1 keep-alive connection inside the app's last `send` (`StreamClosed`): it delivers `http.disconnect` to the
+app, then restarts the connection's idle task (the keep-alive timeout, and the wait for the server's stop). The
+gateway's request cancels its work when it receives `http.disconnect` (`app._watch_disconnect`), which cancelled that
+restart at its first checkpoint: the connection stayed open without an idle task, so it never timed out and a
+stopping gateway waited `graceful_timeout` (5 s) for it instead of closing it at once. Shielded, the recycle always
+completes (it only writes nothing and starts a task).
 """
 
 from __future__ import annotations
@@ -36,7 +44,7 @@ import h11
 import hypercorn.protocol
 import trio
 from hypercorn.events import Event, RawData
-from hypercorn.protocol.events import Body
+from hypercorn.protocol.events import Body, StreamClosed
 from hypercorn.protocol.events import Event as StreamEvent
 from hypercorn.protocol.h11 import H11Protocol
 from hypercorn.trio import run as hypercorn_run
@@ -70,9 +78,14 @@ class ImmediateWriteTCPServer(TCPServer):
 
 
 class FramingH11Protocol(H11Protocol):
-    """hypercorn's HTTP/1.1 protocol that frames chunked body pieces itself (see the module docstring)."""
+    """hypercorn's HTTP/1.1 protocol that frames chunked body pieces itself and recycles a keep-alive connection
+    whatever cancels the app (see the module docstring)."""
 
     async def stream_send(self, event: StreamEvent) -> None:
+        if type(event) is StreamClosed:
+            with trio.CancelScope(shield=True):  # the idle task must start even if the app's task is cancelled
+                await super().stream_send(event)
+            return
         if type(event) is Body and ChunkedWriter is not None:
             connection = self.connection
             if (type(getattr(connection, "_writer", None)) is ChunkedWriter and connection.our_state is h11.SEND_BODY

@@ -140,8 +140,8 @@ async def serve_http(app, config, drain: Drain, *, task_status=trio.TASK_STATUS_
     """Serve the ASGI `app` on hypercorn's trio connections at `config.bind` (one address, or "fd://N") until
     `drain.done` and its connections have closed; `task_status.started(port)` with the bound port. Accepting stops at
     `drain.started` (the listening sockets close). Cancelling it stops at once. Raises OSError when it cannot bind."""
+    from hypercorn.trio import run as hypercorn_run  # its TCPServer: the one `client_writes.install` put there
     from hypercorn.trio.statsd import StatsdLogger
-    from hypercorn.trio.tcp_server import TCPServer
     from hypercorn.trio.worker_context import WorkerContext
     from hypercorn.typing import ConnectionState
     from hypercorn.utils import wrap_app
@@ -154,7 +154,8 @@ async def serve_http(app, config, drain: Drain, *, task_status=trio.TASK_STATUS_
         sock.listen(config.backlog)
         listeners.append(trio.SocketListener(trio.socket.from_stdlib_socket(sock)))
     port = listeners[0].socket.getsockname()[1]
-    handler = partial(TCPServer, wrap_app(app, config.wsgi_max_body_size, None), config, context, ConnectionState({}))
+    handler = partial(hypercorn_run.TCPServer, wrap_app(app, config.wsgi_max_body_size, None), config, context,
+                      ConnectionState({}))
     try:
         async with trio.open_nursery() as connections:
             async with trio.open_nursery() as accepting:

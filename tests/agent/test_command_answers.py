@@ -55,7 +55,8 @@ def test_a_kind_without_a_handler_goes_to_not_understood(kind):
 def _config(tmp_path, **changes) -> AgentConfig:
     mirror, _ = tiny_mirror(tmp_path / "mirror")
     values = dict(node_id="node-a", state_dir=tmp_path / "state", mirrors=(str(mirror),), heartbeat_interval=60.0,
-                  engine_binaries={"llama.cpp@b1": fake_engine_binary(tmp_path)})
+                  engine_binaries={"llama.cpp@b1": fake_engine_binary(tmp_path)},
+                  shard_drain_timeout=0.0)  # stops at once: draining is tests/agent/test_draining.py's
     values.update(changes)
     return AgentConfig(**values)
 

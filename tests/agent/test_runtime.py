@@ -17,6 +17,7 @@ def _config(tmp_path, **changes) -> AgentConfig:
     values = dict(
         node_id="node-a", state_dir=tmp_path / "state", mirrors=(str(mirror),), heartbeat_interval=0.3,
         engine_binaries={"llama.cpp@b1": fake_engine_binary(tmp_path)}, labels={"rack": "r1"},
+        shard_drain_timeout=0.0,  # stops at once: draining is tests/agent/test_draining.py's
     )
     values.update(changes)
     return AgentConfig(**values)

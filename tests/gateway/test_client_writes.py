@@ -53,7 +53,7 @@ async def test_a_slow_reader_gets_every_byte_in_order_and_a_client_that_leaves_e
 
         def slow_read() -> bytes:
             with socket.create_connection(("127.0.0.1", port)) as s:
-                s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
                 s.sendall(b"GET / HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
                 parts = []
                 while True:

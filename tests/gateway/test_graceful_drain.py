@@ -138,3 +138,21 @@ async def test_a_stream_longer_than_the_drain_timeout_ends_with_an_error_event_a
     assert row.status == 503 and row.prompt_tokens > 0 and row.completion_tokens >= 1  # billed what it used
     (row,) = _rows(store, "long-w")
     assert row.status == 503 and row.prompt_tokens > 0  # its prompt reached the engine
+
+
+async def test_a_stop_closes_an_idle_keep_alive_connection_at_once_after_streamed_answers(nursery, store):
+    """A client that keeps its connection open after a few streamed answers (the SDK's pool does) does not hold the
+    stop for hypercorn's graceful timeout (5 s): the idle connection closes as soon as the drain is done."""
+    _engine, url = await start_engine(nursery)
+    table = make_table({"gemma": [replica("gemma-1", url, upstream_model="/models/gemma.gguf")]})
+    gateway, base, scope, ended = await _serve(nursery, store, table, settle_wait=30.0)
+    _key, plaintext = store.create_api_key("chat")
+    async with openai.AsyncOpenAI(base_url=base, api_key=plaintext, max_retries=0, timeout=30) as client:
+        for _ in range(3):
+            stream = await client.chat.completions.create(model="gemma", max_tokens=5, stream=True,
+                                                          messages=[{"role": "user", "content": "hi"}])
+            assert "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
+        stopping = trio.current_time()
+        scope.cancel()  # the client's keep-alive connection is still open
+        await _until(ended.is_set)
+        assert trio.current_time() - stopping < 2  # not hypercorn's graceful timeout (5 s)
