@@ -130,6 +130,13 @@ class MemoryLink(Link[Outgoing, Incoming]):
         self._receive_channel.close()
         await trio.lowlevel.checkpoint()
 
+    def statistics(self) -> trio.MemoryChannelStatistics:
+        """trio's statistics of the direction this end sends in: `current_buffer_used` (messages sent that the
+        peer has not taken yet), `tasks_waiting_receive` (1 while the peer waits for the next message: it has
+        handled every earlier one, when it handles each before receiving the next), `open_receive_channels` (0
+        once the peer closed). Not a checkpoint."""
+        return self._send_channel.statistics()
+
 
 def memory_link_pair(buffer: int = MEMORY_LINK_BUFFER) -> tuple[AgentLink, ControlLink]:
     """Two connected in-process links: (agent end, control plane end), used by `llmgw up` for its local agent.

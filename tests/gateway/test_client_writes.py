@@ -1,6 +1,11 @@
 """hypercorn with the gateway's immediate-write hook (llmgw.gateway.client_writes) over real loopback sockets:
 a client that reads slowly still gets every byte in order (the kernel's buffer fills, the rest waits), and a client
-that leaves mid-response ends the response without an error in the application."""
+that leaves mid-response ends the response without an error in the application.
+
+The slow client sets a receive buffer of 64 KiB (the kernel doubles it) and reads nothing until the application's
+sends have stalled, then reads it all. A receive buffer far below loopback's MSS (64 KiB) is not used: the sender's
+silly-window avoidance then waits for the 200 ms persist timer on every few KiB, and 8 MiB took 160 s of idle
+waiting."""
 
 from __future__ import annotations
 
@@ -33,15 +38,18 @@ def piece(i: int) -> bytes:
 
 async def test_a_slow_reader_gets_every_byte_in_order_and_a_client_that_leaves_ends_the_response() -> None:
     finished: list[str] = []
+    sent = [0]  # body pieces the application's send has returned for, on the current response
 
     async def app(scope, receive, send):
         if scope["type"] == "lifespan":
             await serve_lifespan(receive, send)
             return
+        sent[0] = 0
         await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]})
         try:
             for i in range(PIECES):
                 await send({"type": "http.response.body", "body": piece(i), "more_body": True})
+                sent[0] += 1
             await send({"type": "http.response.body", "body": b"", "more_body": False})
             finished.append("whole")
         except BaseException as exc:
@@ -51,18 +59,21 @@ async def test_a_slow_reader_gets_every_byte_in_order_and_a_client_that_leaves_e
     async with trio.open_nursery() as nursery:
         port = await start(nursery, app)
 
-        def slow_read() -> bytes:
-            with socket.create_connection(("127.0.0.1", port)) as s:
-                s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
-                s.sendall(b"GET / HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
-                parts = []
-                while True:
-                    data = s.recv(8192)
-                    if not data:
-                        return b"".join(parts)
-                    parts.append(data)
-
-        raw = await trio.to_thread.run_sync(slow_read)
+        client = trio.socket.socket()
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+        await client.connect(("127.0.0.1", port))
+        await client.send(b"GET / HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+        with trio.fail_after(10):  # the client reads nothing until the application's sends stop returning
+            seen, still = -1, 0
+            while still < 4:
+                await trio.sleep(0.05)
+                seen, still = sent[0], (still + 1 if sent[0] == seen > 0 else 0)
+        assert 0 < sent[0] < PIECES and finished == []  # the kernel's buffers are full, the rest waits
+        parts = []
+        with client, trio.fail_after(10):
+            while data := await client.recv(1 << 20):
+                parts.append(data)
+        raw = b"".join(parts)
         head, _, body = raw.partition(b"\r\n\r\n")
         assert head.startswith(b"HTTP/1.1 200")
         decoded, rest = [], body
@@ -74,6 +85,9 @@ async def test_a_slow_reader_gets_every_byte_in_order_and_a_client_that_leaves_e
             decoded.append(rest[:size])
             rest = rest[size + 2:]
         assert b"".join(decoded) == b"".join(piece(i) for i in range(PIECES))
+        with trio.fail_after(10):  # the client can see the end before the application's last send returns
+            while not finished:
+                await trio.sleep(0.01)
         assert finished == ["whole"]
 
         def leave_early() -> None:

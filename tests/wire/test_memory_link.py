@@ -66,3 +66,23 @@ async def test_sending_the_other_directions_message_type_is_a_type_error() -> No
     agent_end, _ = memory_link_pair()
     with pytest.raises(TypeError, match="sends AgentMessage, not ControlMessage"):
         await agent_end.send(control_message(restart=pb.Restart()))
+
+
+async def test_statistics_say_what_the_peer_has_not_taken_whether_it_waits_and_whether_it_closed() -> None:
+    agent_end, control_end = memory_link_pair()
+    for t in range(2):
+        await agent_end.send(agent_message(heartbeat=pb.Heartbeat(time=t)))
+    sent = agent_end.statistics()
+    assert (sent.current_buffer_used, sent.tasks_waiting_receive, sent.open_receive_channels) == (2, 0, 1)
+    async with trio.open_nursery() as nursery:
+        async def drain() -> None:
+            async for _message in control_end:
+                pass
+
+        nursery.start_soon(drain)
+        await trio.testing.wait_all_tasks_blocked()
+        sent = agent_end.statistics()
+        assert (sent.current_buffer_used, sent.tasks_waiting_receive) == (0, 1)  # it took both and waits
+        nursery.cancel_scope.cancel()
+    await control_end.aclose()
+    assert agent_end.statistics().open_receive_channels == 0
