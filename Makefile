@@ -62,9 +62,11 @@ node-sdk:
 
 # The suite runs on TEST_WORKERS pytest-xdist workers (issue 40); the tests of the one real vLLM share a worker
 # (tests/conftest.py, `--dist loadgroup`). `make test TEST_WORKERS=0` runs it in one process.
+# `--durations` lists the slowest tests at the end (docs/testing.md keeps that list; 0 lists every test).
 TEST_WORKERS ?= 2
+TEST_DURATIONS ?= 25
 test: engine vllm lint system-packages node-sdk
-	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup --durations=25
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup --durations=$(TEST_DURATIONS)
 
 # The bench extra (mutmut, for bench/mutation.py) only where benchmarks run: `make up` and `make test` need none of it.
 bench-deps: venv
