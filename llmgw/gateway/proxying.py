@@ -110,8 +110,8 @@ async def open_upstream(ctx: RequestContext, pool: UpstreamPool, balancer: Balan
     failure: ApiError | None = None
     for _attempt in range(2):
         now = trio.current_time()
-        facts = balancer.facts(route.replicas, now, frozenset(tried), ctx.prefix, blocks, ctx.prompt_estimate,
-                               output_tokens(ctx))
+        facts = balancer.facts(route.replicas, now, frozenset(tried), ctx.prefix, blocks,
+                               (ctx.prompt_estimate, output_tokens(ctx)))
         choice = ctx.policy.choose(route.replicas, balancer.load(), facts)
         replica, ledger.routing = choice.replica, choice.kind
         balancer.remember(ctx.prefix, replica)

@@ -236,13 +236,14 @@ class Balancer:
         self.elsewhere = dict(outstanding)
 
     def facts(self, replicas: Sequence[ReplicaRoute], now: float, exclude: frozenset[str] = frozenset(),
-              prefix: str | None = None, blocks: PromptBlocks | None = None, prompt_tokens: int = 0,
-              output_tokens: int = 0) -> RoutingFacts:
+              prefix: str | None = None, blocks: PromptBlocks | None = None,
+              size: tuple[int, int] = (0, 0)) -> RoutingFacts:
         """The `RoutingFacts` of one choice among `replicas` at `now` (seconds, this balancer's clock), leaving out
-        `exclude`: this balancer's ejections, saturation and next rotation, the request's size (`prompt_tokens`,
-        `output_tokens`: 0 unknown), and the affinity of `prefix` (remembered, or with `rendezvous` worked out over
+        `exclude`: this balancer's ejections, saturation and next rotation, the request's `size` (prompt tokens,
+        output tokens; 0 unknown), and the affinity of `prefix` (remembered, or with `rendezvous` worked out over
         `replicas` and `load()`; None when `prefix` is None). Advances the rotation by one."""
         self._rotation += 1
+        prompt_tokens, output_tokens = size
         facts = RoutingFacts(ejected=self.ejected, now=now, exclude=exclude, saturation=self.saturation,
                              rotation=self._rotation, prefix=prefix, blocks=blocks, prompt_tokens=prompt_tokens,
                              output_tokens=output_tokens)
