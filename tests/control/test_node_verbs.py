@@ -43,9 +43,10 @@ async def test_node_verbs_are_commits_and_a_lent_node_gives_up_its_replica(tmp_p
         assert code == 0 and out.splitlines()[0].startswith("n1") and out.splitlines()[0].endswith("(drained)"), out
         code, out, _ = await llmgw(plane, "plan")
         assert "drained" in out  # no room elsewhere: the replica keeps serving, and the plan says why
+        await wait_for(lambda: plane.status()["replicas"]["tiny-0"].get("unplaced", {}).get("n1", "").startswith(
+            "drained"), 10, "the drained node named in the replica's status")  # the pass after the commit
         replica = plane.status()["replicas"]["tiny-0"]
         assert replica["shards"]["tiny-0/0"]["state"] == "ready"  # still serving: no room elsewhere
-        assert replica["unplaced"]["n1"].startswith("drained")
 
         code, out, err = await llmgw(plane, "node", "uncordon", "n1", *WHO)
         assert code == 0 and "n1 uncordoned" in out, err
