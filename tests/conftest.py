@@ -62,19 +62,28 @@ def vllm_slot():
     slot.release()
 
 
+MACHINE_WIDE = "machine-wide"
+"""The pytest-xdist group of the modules that cannot share this machine with each other: the run's one real vLLM
+(tests/support/vllm_slot.py), `llmgw up` (two at once on one host disturbed each other: requests and Slurm
+state went astray, seen with tests/up/test_up.py beside tests/up/test_up_slurm.py) and the real-Slurm daemons
+(one host name, one munge). A module joins it with `pytestmark = pytest.mark.xdist_group(MACHINE_WIDE)`."""
+
+
 def pytest_collection_modifyitems(config, items):
     """Under pytest-xdist (`make test` runs 2 workers, `--dist loadgroup`) each test module runs whole on one worker,
-    so a module-scoped fixture (`llmgw up`, a fleet) starts once and the module's tests keep their order; the
-    modules that use the run's one real vLLM (the `vllm_slot` fixture, directly or through another fixture) all go
-    to one worker, in collection order, so vLLM starts once per run as without workers (tests/support/vllm_slot.py).
-    A module that names its group (`pytestmark = pytest.mark.xdist_group("slurm")`: the real-Slurm modules, whose
-    daemons use the machine's one munge and node name) keeps it."""
-    vllm_modules = {item.nodeid.split("::")[0] for item in items if "vllm_slot" in getattr(item, "fixturenames", ())}
+    so a module-scoped fixture (`llmgw up`, a fleet) starts once and the module's tests keep their order. The
+    modules of `MACHINE_WIDE` (those marked so, every tests/up module, and those using the `vllm_slot` fixture,
+    directly or through another fixture) all run on one worker, in collection order, so vLLM starts once per run
+    as without workers and no two of them run at once."""
+    def marked(item) -> bool:
+        mark = item.get_closest_marker("xdist_group")
+        return mark is not None and mark.args[:1] == (MACHINE_WIDE,)
+
+    wide = {item.nodeid.split("::")[0] for item in items
+            if "vllm_slot" in getattr(item, "fixturenames", ()) or item.nodeid.startswith("tests/up/") or marked(item)}
     for item in items:
         module = item.nodeid.split("::")[0]
-        if item.get_closest_marker("xdist_group") is not None and module not in vllm_modules:
-            continue
-        item.add_marker(pytest.mark.xdist_group("vllm" if module in vllm_modules else module))
+        item.add_marker(pytest.mark.xdist_group(MACHINE_WIDE if module in wide else module))
 
 
 @pytest.fixture

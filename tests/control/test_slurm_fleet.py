@@ -26,8 +26,8 @@ from .conftest import stand_in_agent, write_seed
 from .test_cli_over_admin_api import llmgw
 from .test_in_process_fleet import replica_states, wait_for
 
-# one pytest-xdist worker for every real-Slurm module (tests/conftest.py): their daemons share this host's name
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("slurm")]
+# one pytest-xdist worker for the real-Slurm modules, vLLM and llmgw up (tests/conftest.py, MACHINE_WIDE)
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("machine-wide")]
 
 HOST = socket.gethostname().split(".")[0]
 WHO = ("--author-name", "Ada", "--author-email", "ada@example.com")

@@ -33,8 +33,8 @@ from llmgw.tools.slurm import parse_slurmd_config
 
 from .local_slurm import drop_storage, loopback_settings, mysql, require_slurm
 
-# one pytest-xdist worker for every real-Slurm module (tests/conftest.py): their daemons share this host's name
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("slurm")]
+# one pytest-xdist worker for the real-Slurm modules, vLLM and llmgw up (tests/conftest.py, MACHINE_WIDE)
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("machine-wide")]
 
 HOST = socket.gethostname().split(".")[0]  # the controller's node id is its short hostname (slurmctld checks)
 MiB = 1 << 20

@@ -16,8 +16,8 @@ from llmgw.tools.slurm import SACCT_FIELDS, drain_verdict, parse_sacct
 
 from .local_slurm import NODE, LocalSlurm, require_slurm
 
-# one pytest-xdist worker for every real-Slurm module (tests/conftest.py): their daemons share this host's name
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("slurm")]
+# one pytest-xdist worker for the real-Slurm modules, vLLM and llmgw up (tests/conftest.py, MACHINE_WIDE)
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("machine-wide")]
 
 
 @pytest.fixture

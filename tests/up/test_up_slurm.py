@@ -26,8 +26,8 @@ from llmgw.settings import init_repository, load_directory
 from up.test_up import REPO_ROOT, UpProcess, llmgw, wait_until
 
 EXAMPLE = REPO_ROOT / "examples" / "cluster-repo"
-# one pytest-xdist worker for every real-Slurm module (tests/conftest.py): their daemons share this host's name
-pytestmark = pytest.mark.xdist_group("slurm")
+# one pytest-xdist worker for the real-Slurm modules, vLLM and llmgw up (tests/conftest.py, MACHINE_WIDE)
+pytestmark = pytest.mark.xdist_group("machine-wide")
 
 
 @pytest.mark.parametrize(("cgroup2", "proctrack", "task"), [
