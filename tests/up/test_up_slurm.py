@@ -88,9 +88,17 @@ def test_lend_reclaim_and_status_under_llmgw_up(tmp_path: Path, llama_server_bin
     try:
         up.wait_for(r"^gateway ", 300)
         assert (state / "secrets" / "munge-key").stat().st_mode & 0o777 == 0o600
-        view = wait_until(lambda: (s := status())["controller"] and s["controller"]["slurmctld"] == "running"
-                          and "drain" in s["nodes"].get(host, {}).get("state", "") and s, 120,
-                          "slurmctld running and the node drained (not lent)")
+        seen: list[dict] = []
+
+        def drained() -> dict | None:
+            seen[:] = [s := status()]
+            ready = s["controller"] and s["controller"]["slurmctld"] == "running"
+            return s if ready and "drain" in s["nodes"].get(host, {}).get("state", "") else None
+
+        try:
+            view = wait_until(drained, 120, "slurmctld running and the node drained (not lent)")
+        except AssertionError as timed_out:  # what Slurm said last, and what llmgw up printed
+            raise AssertionError(f"{timed_out}: {seen}; llmgw up said: {up.lines[-40:]}") from None
         assert view["nodes"][host]["slurmd"] == "running" and not view["nodes"][host]["lent"]
 
         out = llmgw("slurm", "lend", host, "--author-name", "Op", "--author-email", "op@x", state=state).stdout
