@@ -246,7 +246,7 @@ def test_start_serves_again(up, client):
 def test_usage_shows_the_calls(up):
     """Every call the module's client got answered is a usage row (written by the gateway after the answer:
     polled), besides those of the tests' own clients."""
-    assert len(ANSWERED) >= 5, ANSWERED
+    assert ANSWERED, "the module's calls ran first"
 
     def gemma() -> dict | None:
         doc = json.loads(llmgw("usage", "--by", "model", "--json", state=up.state).stdout)
