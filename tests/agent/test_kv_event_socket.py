@@ -35,13 +35,19 @@ def _message(seq: int, hashes, topic: bytes = b"kv") -> list[bytes]:
     return [topic, struct.pack(">Q", seq), msgpack.packb([1.0, events, 0])]
 
 
-@pytest.fixture
-async def engine_and_listener(tmp_path, nursery):
-    """(a PUB socket bound at the agent's endpoint, as vLLM binds it; the agent's listener connected to it)."""
-    endpoint = kv_endpoint(kv_socket_dir(tmp_path / "state"), "gemma-0/0")
+def _engine_publisher(state_dir, shard_id: str) -> tuple[zmq.Socket, str]:
+    """(a PUB socket bound at the agent's endpoint for `shard_id`, as vLLM binds it; that endpoint)."""
+    endpoint = kv_endpoint(kv_socket_dir(state_dir), shard_id)
     publisher = zmq.Context.instance().socket(zmq.PUB)
     publisher.setsockopt(zmq.LINGER, 0)
     publisher.bind(endpoint)
+    return publisher, endpoint
+
+
+@pytest.fixture
+async def engine_and_listener(tmp_path, nursery):
+    """(a PUB socket bound at the agent's endpoint, as vLLM binds it; the agent's listener connected to it)."""
+    publisher, endpoint = _engine_publisher(tmp_path / "state", "gemma-0/0")
     listener = KvEventListener(endpoint=endpoint)
     await nursery.start(listener.run)
     yield publisher, listener
@@ -137,10 +143,7 @@ async def test_an_engine_gone_as_its_listener_stops_leaves_the_other_listeners_h
     monitor event of that drop (it did, one time in a few, when the monitor's reader closed first)."""
     huge = _message(1, range(2**63, 2**63 + 500_000))
     for round_ in range(20):
-        endpoint = kv_endpoint(kv_socket_dir(tmp_path / "state"), f"gone-{round_}/0")
-        publisher = zmq.Context.instance().socket(zmq.PUB)
-        publisher.setsockopt(zmq.LINGER, 0)
-        publisher.bind(endpoint)
+        publisher, endpoint = _engine_publisher(tmp_path / "state", f"gone-{round_}/0")
         listener = KvEventListener(endpoint=endpoint)
         async with trio.open_nursery() as nursery:
             await nursery.start(listener.run)
@@ -149,10 +152,7 @@ async def test_an_engine_gone_as_its_listener_stops_leaves_the_other_listeners_h
             await _until_applied(publisher, listener, _message(2, [2]), 2)
             publisher.close(linger=0)  # the engine exits, and the agent stops following it at once
             nursery.cancel_scope.cancel()
-    endpoint = kv_endpoint(kv_socket_dir(tmp_path / "state"), "after/0")
-    publisher = zmq.Context.instance().socket(zmq.PUB)
-    publisher.setsockopt(zmq.LINGER, 0)
-    publisher.bind(endpoint)
+    publisher, endpoint = _engine_publisher(tmp_path / "state", "after/0")
     listener = KvEventListener(endpoint=endpoint)
     async with trio.open_nursery() as nursery:
         await nursery.start(listener.run)
