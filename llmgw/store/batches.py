@@ -155,6 +155,13 @@ def finish(conn: SqlConnection, batch_id: str, line: int, holder: str, ok: bool,
     ).fetchone() is not None
 
 
+def release(conn: SqlConnection, batch_id: str, line: int, holder: str) -> bool:
+    """Hand one line `holder` claimed but did not run back to "pending"; False when it was not running for it."""
+    return conn.execute("UPDATE batch_lines SET state = 'pending', claimed_by = NULL, claimed_at = NULL "
+                        "WHERE batch_id = ? AND line = ? AND state = 'running' AND claimed_by = ? RETURNING line",
+                        (batch_id, line, holder)).fetchone() is not None
+
+
 def requeue(conn: SqlConnection, batch_id: str, holder: str) -> int:
     """Hand back to "pending" every line of the batch running for a holder other than `holder`; returns how many."""
     return len(conn.execute("UPDATE batch_lines SET state = 'pending', claimed_by = NULL, claimed_at = NULL "

@@ -258,6 +258,9 @@ class Store(Protocol):
     def finish_batch_line(self, batch_id: str, line: int, holder: str, ok: bool, result: str) -> bool:
         """Record a claimed line's result (`batches.finish`); False when it is no longer `holder`'s."""
 
+    def release_batch_line(self, batch_id: str, line: int, holder: str) -> bool:
+        """Hand back one line `holder` claimed and did not run (`batches.release`); False when it was not its."""
+
     def requeue_batch_lines(self, batch_id: str, holder: str) -> int:
         """Hand back the batch's lines running for another holder (`batches.requeue`); how many."""
 

@@ -474,6 +474,10 @@ class SqlStore:
         with self._write() as conn:
             return batches_table.finish(conn, batch_id, line, holder, ok, result)
 
+    def release_batch_line(self, batch_id: str, line: int, holder: str) -> bool:
+        with self._write() as conn:
+            return batches_table.release(conn, batch_id, line, holder)
+
     def requeue_batch_lines(self, batch_id: str, holder: str) -> int:
         with self._write() as conn:
             return batches_table.requeue(conn, batch_id, holder)
