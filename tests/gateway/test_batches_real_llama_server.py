@@ -123,3 +123,34 @@ async def test_a_cancel_stops_the_batch_and_keeps_the_finished_lines(nursery, st
     await trio.sleep(0.5)  # nothing runs after the cancel
     assert len([r for r in store.recent_usage(limit=100) if r.batch_id == batch.id]) == len(ids)
     assert (await sdk.batches.cancel(batch.id)).status == "cancelled"  # again: as it is
+
+
+async def test_a_runner_stopped_mid_batch_is_resumed_by_another_and_no_line_is_answered_twice_or_lost(
+        nursery, store, engine):
+    table = make_table({MODEL: [replica("r-0", engine, replica_key=KEY)]})
+    gateway, base = await start_gateway(nursery, store, table)
+    sdk = openai.AsyncOpenAI(base_url=base, api_key=store.create_api_key("chat")[1], max_retries=0)
+    first = trio.CancelScope()
+
+    async def run_first() -> None:
+        with first:  # cancelled mid-line, like a control plane killed: its running line stays claimed
+            await BatchRunner(gateway, "cp-killed", poll=0.2).run()
+
+    nursery.start_soon(run_first)
+    rows = [_request(f"r-{i:02d}", f"Name {i}.") for i in range(20)]
+    upload = await sdk.files.create(file=("requests.jsonl", "\n".join(rows).encode()), purpose="batch")
+    batch = await sdk.batches.create(input_file_id=upload.id, endpoint=CHAT, completion_window="24h")
+    await _until(sdk, batch.id, lambda b: b.request_counts.completed >= 5)
+    first.cancel()
+    await trio.sleep(0.3)
+    stopped = await sdk.batches.retrieve(batch.id)
+    assert stopped.status == "in_progress" and stopped.request_counts.completed < 20
+    await nursery.start(BatchRunner(gateway, "cp-next", poll=0.2).run)
+    done = await _until(sdk, batch.id, lambda b: b.status == "completed")
+    assert (done.request_counts.completed, done.request_counts.failed) == (20, 0)
+    output = _lines((await sdk.files.content(done.output_file_id)).content)
+    assert [line["custom_id"] for line in output] == [f"r-{i:02d}" for i in range(20)]
+    records = [r for r in store.recent_usage(limit=200) if r.batch_id == batch.id]
+    answered = sorted(r.client_request_id or "" for r in records if r.status == 200)
+    assert len(answered) == 20  # each line answered once: the interrupted one ran again, none twice
+    assert [r.status for r in records if r.status != 200] in ([], [499])  # the line cut by the stop, billed
