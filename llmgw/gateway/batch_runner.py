@@ -198,7 +198,7 @@ class BatchRunner:
                     raise ApiError(400, "A batch's /v1/responses line cannot name previous_response_id; send the "
                                         "whole input.", "invalid_request_error", "unsupported_in_batch",
                                    "previous_response_id")
-                await gateway.responses.create(caller, table, checked, context_items((), (), checked), body,
+                await gateway.responses.create(caller, table, (checked, context_items((), (), checked), body),
                                                answer.send, _never)
             else:
                 validate_request(endpoint, body)

@@ -140,11 +140,13 @@ class ResponsesApi:
         """Admitted on the chat translation (its prompt bound and max tokens); then passed to the engine's own
         `/v1/responses` with the whole context when its engine serves it (`native`), else translated to chat."""
         caller, body, items, sent = await self._read(receive, headers, ids, trace, PREFIX)
-        await self.create(caller, self.gateway.table, body, items, sent, send, receive)
+        await self.create(caller, self.gateway.table, (body, items, sent), send, receive)
 
-    async def create(self, caller: Caller, table, body: dict, items: list[dict], sent: dict, send, receive) -> None:
-        """Admit and run one turn read by `_read` (or a batch's line: `batch_runner`) under `table`'s routes and
-        quotas; the answer goes to `send`."""
+    async def create(self, caller: Caller, table, turn: tuple[dict, list[dict], dict], send, receive) -> None:
+        """Admit and run one turn under `table`'s routes and quotas; the answer goes to `send`. `turn`: the checked
+        body, the whole context's items and the body as sent, as `_read` gives them (or a batch's line:
+        `batch_runner`)."""
+        body, items, sent = turn
         chat = chat_request(body, items)
         gateway = self.gateway
         ctx = await gateway.admission.admit(caller, table, CHAT_PATH, chat,

@@ -154,3 +154,22 @@ async def test_a_runner_stopped_mid_batch_is_resumed_by_another_and_no_line_is_a
     answered = sorted(r.client_request_id or "" for r in records if r.status == 200)
     assert len(answered) == 20  # each line answered once: the interrupted one ran again, none twice
     assert [r.status for r in records if r.status != 200] in ([], [499])  # the line cut by the stop, billed
+
+
+async def test_a_responses_batch_answers_response_objects_and_refuses_a_previous_response_id(nursery, store, engine):
+    _gw, sdk = await _gateway(nursery, store, engine)
+    rows = [json.dumps({"custom_id": "plain", "method": "POST", "url": "/v1/responses", "body": {
+                "model": MODEL, "input": "Name a colour.", "max_output_tokens": 16, "temperature": 0}}),
+            json.dumps({"custom_id": "chained", "method": "POST", "url": "/v1/responses", "body": {
+                "model": MODEL, "input": "And another?", "previous_response_id": "resp_" + "0" * 32,
+                "max_output_tokens": 16}})]
+    upload = await sdk.files.create(file=("responses.jsonl", "\n".join(rows).encode()), purpose="batch")
+    batch = await sdk.batches.create(input_file_id=upload.id, endpoint="/v1/responses", completion_window="24h")
+    done = await _until(sdk, batch.id, lambda b: b.status == "completed")
+    [answered] = _lines((await sdk.files.content(done.output_file_id)).content)
+    assert answered["custom_id"] == "plain" and answered["response"]["body"]["object"] == "response"
+    assert answered["response"]["body"]["usage"]["output_tokens"] > 0
+    [refused] = _lines((await sdk.files.content(done.error_file_id)).content)
+    assert refused["response"]["status_code"] == 400
+    assert refused["response"]["body"]["error"]["param"] == "previous_response_id"
+    assert done.usage.output_tokens == answered["response"]["body"]["usage"]["output_tokens"]
