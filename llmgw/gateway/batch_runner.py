@@ -144,8 +144,8 @@ class BatchRunner:
     async def _wait_for_room(self, record: BatchRecord, line: BatchLine
                              ) -> tuple[ReplicaRoute | None, RouteTable | None]:
         """The replica to run `line` on and the table it runs under, once one has room; (None, table) when the line
-        cannot run anywhere (an unknown model: it runs to its refusal); (None, None) when the batch was cancelled or
-        this runner stopped leading meanwhile (the line is handed back)."""
+        cannot run anywhere (an unknown model: it runs to its refusal); (None, None) when the batch was cancelled, its
+        completion window ended or this runner stopped leading meanwhile (the line is handed back)."""
         body = json.loads(line.request).get("body") or {}
         model = body.get("model")
         checked = trio.current_time()
@@ -170,7 +170,8 @@ class BatchRunner:
             if trio.current_time() - checked >= self.poll:
                 checked = trio.current_time()
                 latest = await self._call(self.gateway.accounting.store.batch, record.id)
-                if not self.leading() or latest is None or latest.status != "in_progress":
+                if (not self.leading() or latest is None or latest.status != "in_progress"
+                        or time.time() >= record.body["expires_at"]):
                     return None, None
 
     async def _run_line(self, record: BatchRecord, line: BatchLine, table: RouteTable,
