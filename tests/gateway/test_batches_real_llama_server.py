@@ -17,6 +17,7 @@ import trio
 from gateway_harness import ProjectPolicy, make_table, replica, start_gateway
 from serving_process import free_port, serving_process
 
+from llmgw.cli.keys_cmds import request_json
 from llmgw.engines import Launch, llamacpp
 from llmgw.gateway.batch_runner import BatchRunner
 from llmgw.routes import Quota
@@ -97,6 +98,8 @@ async def test_a_batch_of_20_completes_with_a_line_per_custom_id_and_a_malformed
         await sdk.batches.cancel(done.id)
     records = [r for r in store.recent_usage(limit=100) if r.batch_id == batch.id]
     assert len(records) == 20 and all(r.status == 200 and r.replica == "r-0" for r in records)
+    first_line = output[0]["response"]["request_id"]  # the gateway's id of the line's request: `llmgw usage --request`
+    assert request_json(first_line, store.usage_of_request(first_line))["batch_id"] == batch.id
     assert sum(r.prompt_tokens for r in records) == done.usage.input_tokens
     assert all(r.cost == pytest.approx((r.prompt_tokens * 1.0 + r.completion_tokens * 2.0) / 1e6) for r in records)
     # the daily tokens count them; the per-minute requests (1) do not: an interactive request is still admitted
