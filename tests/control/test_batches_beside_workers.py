@@ -2,7 +2,8 @@
 serves no port (`llmgw.control.batching.run_batches`): fed the plane's routing table, it counts the workers' requests
 in flight (`GatewayWorkers.outstanding`) as the replica's load, so a batch waits while the workers fill the replica's
 slots and runs once they are free; it works only while the plane leads. Stand-ins for the plane and the workers,
-the llama-server stand-in as the engine, a real SQLite store. Time: about 3 s (the runner reads the store every second)."""
+the llama-server stand-in as the engine, a real SQLite store. Time: about 3 s (the runner reads the store every second).
+And what the engines say they queue, per replica, from the fleet's fresh readings."""
 
 from __future__ import annotations
 
@@ -54,3 +55,20 @@ async def test_a_batch_beside_workers_waits_for_their_load_and_for_leadership(tm
     assert counts() == {"total": 3, "completed": 3, "failed": 0}
     assert {r.batch_id for r in store.recent_usage()} == {"batch_w"}
     store.close()
+
+
+def test_the_engines_queues_come_from_fresh_readings_per_replica():
+    from llmgw.control.batching import engine_waiting
+    from llmgw.control.readings import NodeReadings, ShardReading
+    from llmgw.identity import ShardState
+    from llmgw.plan.types import NodeState, ObservedShard
+    from llmgw.tools.engine_metrics import EngineLoad
+
+    shards = (ObservedShard("a/0", "a", "tiny", ShardState.READY), ObservedShard("b/0", "b", "tiny",
+                                                                                  ShardState.READY))
+    fleet, _ = FleetRegistry(30.0).register(NodeState("n1", shards=shards), now=0.0)
+    readings = NodeReadings(at=10.0, shards=(ShardReading("a/0", engine=EngineLoad(requests_waiting=3.0)),
+                                             ShardReading("b/0", engine=EngineLoad(requests_waiting=0.0))))
+    fleet, _ = fleet.heartbeat("n1", 10.0, readings=readings)
+    assert engine_waiting(fleet, 11.0) == {"a": 3}
+    assert engine_waiting(fleet, 10.0 + 3600) == {}  # stale readings say nothing
