@@ -7,6 +7,7 @@ the LoRA tests (it serves a PEFT adapter too). Nothing is skipped: a missing ins
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 
 import anthropic
@@ -72,6 +73,47 @@ async def test_vllm_answers_the_anthropic_sdk_through_the_messages_translation(n
         text = "".join([piece async for piece in stream.text_stream])
     assert text == whole.content[0].text
     assert [r.completion_tokens for r in store.recent_usage()] == [8, 8]
+
+
+async def test_responses_and_messages_go_to_vllms_own_endpoints_with_the_gateways_ids_and_vllms_usage(
+        nursery, store, vllm_server):
+    table = make_table({SERVED: [replica("vllm-1", vllm_server.url, replica_key=ENGINE_KEY)]})
+    table = dataclasses.replace(table, models={SERVED: dataclasses.replace(table.models[SERVED], engine="vllm")})
+    _gateway, base = await start_gateway(nursery, store, table)
+    key = store.create_api_key("chat")[1]
+    sdk = openai.AsyncOpenAI(base_url=base, api_key=key, max_retries=0)
+    raw = await sdk.responses.with_raw_response.create(model=SERVED, input="Write one sentence about the sea.",
+                                                       max_output_tokens=8, temperature=0)
+    assert raw.headers["x-llmgw-engine-api"] == "/v1/responses"  # vLLM's own, not the chat translation
+    one = raw.parse()
+    assert one.id.startswith("resp_") and one.model == SERVED and one.output_text
+    assert one.usage.output_tokens == 8 and one.usage.input_tokens > 5
+    events = [e async for e in await sdk.responses.create(
+        model=SERVED, input="And one about the sky.", previous_response_id=one.id, max_output_tokens=8,
+        temperature=0, stream=True)]
+    assert events[0].type == "response.created" and events[-1].type == "response.completed"
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    two = events[-1].response
+    assert two.previous_response_id == one.id and two.id != one.id and two.model == SERVED
+    assert "".join(e.delta for e in events if e.type == "response.output_text.delta") == two.output_text
+    assert two.usage.input_tokens > one.usage.input_tokens + one.usage.output_tokens  # the whole context went
+    assert (await sdk.responses.retrieve(two.id)).output_text == two.output_text
+    await sdk.close()
+
+    client = anthropic.AsyncAnthropic(base_url=base.removesuffix("/v1"), api_key=key, max_retries=0)
+    question = [{"role": "user", "content": "Write one sentence about the sea."}]
+    raw = await client.messages.with_raw_response.create(model=SERVED, max_tokens=8, messages=question,
+                                                         extra_body={"temperature": 0})
+    assert raw.headers["x-llmgw-engine-api"] == "/v1/messages"
+    whole = await raw.parse()
+    assert whole.id.startswith("msg_") and whole.model == SERVED and whole.usage.output_tokens == 8
+    async with client.messages.stream(model=SERVED, max_tokens=8, messages=question,
+                                      extra_body={"temperature": 0}) as stream:
+        text = "".join([piece async for piece in stream.text_stream])
+        final = await stream.get_final_message()
+    assert text == whole.content[0].text and final.usage.output_tokens == 8
+    await client.close()
+    assert [r.completion_tokens for r in store.recent_usage()] == [8, 8, 8, 8]
 
 
 async def test_kv_events_arrive_and_the_prompt_hashes_as_vllm_hashed_it_so_routing_is_precise(
