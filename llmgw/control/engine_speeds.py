@@ -1,0 +1,119 @@
+"""Each shard's prefill and decode speed from its engine's own counters, reading after reading (pure).
+
+The agents carry each ready shard's `EngineLoad` in every heartbeat (`llmgw.agent.engine_load`): counters of the
+seconds the engine spent on prefill and on decode and of the tokens it did in them. Between two readings of one
+shard:
+
+    prefill tokens/s = Δ prefill_tokens_total / Δ prefill_seconds_total
+    decode tokens/s  = (Δ decode_tokens_total - Δ decode_requests_total) / Δ decode_seconds_total
+
+(each request's first token comes out of its prefill, so it is taken off the decode tokens where the engine counts
+its requests: vLLM; llama-server does not, and its figure keeps them in, as its own `predicted_per_second` does).
+A phase in which no tokens were done between the two readings (or no time passed) gives no new figure: its last
+one stays, with the time it was measured. A counter lower than before means the engine restarted: the reading's
+own values are then what was done since the restart (as Prometheus' `rate()` takes them).
+
+What the figures mean: vLLM's seconds, and llama-server's generation seconds, are summed over the requests in
+flight, so those figures are what one request got at the concurrency the engine ran (with 8 requests decoding at
+40 tokens/s each, 40, not 320); llama-server's prompt seconds are its own wall time of prompt batches, so its
+prefill figure is the whole engine's. An engine without the counters (SGLang, an older llama-server) has no figure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+
+from llmgw.routes import ReplicaSpeed
+from llmgw.tools.engine_metrics import EngineLoad
+
+SOURCE = "metrics"
+
+_COUNTERS = ("prefill_seconds_total", "prefill_tokens_total", "decode_seconds_total", "decode_tokens_total",
+             "decode_requests_total")
+
+
+@dataclass(frozen=True)
+class MeasuredSpeed:
+    """One shard's speed from its engine's counters.
+
+    `load` and `at` (unix seconds at the agent): the last reading, which the next one is compared with.
+    `prefill_tokens_per_second` / `decode_tokens_per_second` (None: never measured) and `prefill_at` /
+    `decode_at` (unix seconds of the reading that measured each; 0.0: never).
+    """
+
+    load: EngineLoad
+    at: float
+    prefill_tokens_per_second: float | None = None
+    prefill_at: float = 0.0
+    decode_tokens_per_second: float | None = None
+    decode_at: float = 0.0
+
+    def replica_speed(self) -> ReplicaSpeed | None:
+        """The figures as the routing table carries them (`source` "metrics", `measured_at` the older of the two
+        phases' times, `slots` 0: unknown), or None until both phases have one."""
+        if not self.prefill_tokens_per_second or not self.decode_tokens_per_second:
+            return None
+        return ReplicaSpeed(prefill_tokens_per_second=self.prefill_tokens_per_second,
+                            decode_tokens_per_second=self.decode_tokens_per_second,
+                            measured_at=min(self.prefill_at, self.decode_at), source=SOURCE)
+
+
+def _reset(before: EngineLoad, now: EngineLoad) -> bool:
+    """Whether a counter went down between the two readings (the engine restarted)."""
+    for name in _COUNTERS:
+        old, new = getattr(before, name), getattr(now, name)
+        if old is not None and new is not None and new < old:
+            return True
+    return False
+
+
+def _done(before: EngineLoad | None, now: EngineLoad, name: str) -> float | None:
+    """How much counter `name` grew from `before` (None: since the engine started) to `now`; None when `now` does
+    not have it."""
+    new = getattr(now, name)
+    if new is None:
+        return None
+    old = getattr(before, name) if before is not None else None
+    return new - (old or 0.0)
+
+
+def _rate(tokens: float | None, seconds: float | None) -> float | None:
+    if tokens is None or seconds is None or tokens <= 0 or seconds <= 0:
+        return None
+    return tokens / seconds
+
+
+def next_speed(previous: MeasuredSpeed | None, load: EngineLoad, at: float) -> MeasuredSpeed:
+    """The shard's speed after its reading `load`, taken at `at` (unix seconds), given its speed before
+    (`previous`; None: first reading, which only becomes the baseline). See the module docstring for the rules."""
+    if previous is None:
+        return MeasuredSpeed(load=load, at=at)
+    before: EngineLoad | None = None if _reset(previous.load, load) else previous.load
+    prefill = _rate(_done(before, load, "prefill_tokens_total"), _done(before, load, "prefill_seconds_total"))
+    tokens = _done(before, load, "decode_tokens_total")
+    if tokens is not None:
+        tokens -= _done(before, load, "decode_requests_total") or 0.0
+    decode = _rate(tokens, _done(before, load, "decode_seconds_total"))
+    speed = replace(previous, load=load, at=at)
+    if prefill is not None:
+        speed = replace(speed, prefill_tokens_per_second=prefill, prefill_at=at)
+    if decode is not None:
+        speed = replace(speed, decode_tokens_per_second=decode, decode_at=at)
+    return speed
+
+
+def next_node_speeds(speeds: Mapping[str, MeasuredSpeed], loads: Mapping[str, EngineLoad], at: float,
+                     shards: Iterable[str]) -> dict[str, MeasuredSpeed]:
+    """A node's speeds by shard id after one reading: each shard of `loads` (its engine's reading, taken at `at`)
+    goes through `next_speed`; a shard not read this time keeps what it had; shards not in `shards` (the node's
+    shard ids now) are dropped."""
+    out: dict[str, MeasuredSpeed] = {}
+    for shard_id in shards:
+        load = loads.get(shard_id)
+        kept = speeds.get(shard_id)
+        if load is not None:
+            out[shard_id] = next_speed(kept, load, at)
+        elif kept is not None:
+            out[shard_id] = kept
+    return out
