@@ -5,18 +5,23 @@ seconds the engine spent on prefill and on decode and of the tokens it did in th
 shard:
 
     prefill tokens/s = Δ prefill_tokens_total / Δ prefill_seconds_total
-    decode tokens/s  = (Δ decode_tokens_total - Δ decode_requests_total) / Δ decode_seconds_total
+    decode tokens/s  = (Δ decode_tokens_total - Δ decode_requests_total) / Δ decode_seconds_total  x  batch
+    batch            = requests decoding at once, per engine step, at least 1:
+                       llama-server Δ(busy_slots_per_step x steps_total) / Δ steps_total,
+                       vLLM Δ generation_tokens_total / Δ steps_total (one token per running request and step)
 
-(each request's first token comes out of its prefill, so it is taken off the decode tokens where the engine counts
-its requests: vLLM; llama-server does not, and its figure keeps them in, as its own `predicted_per_second` does).
+Each request's first token comes out of its prefill, so it is taken off the decode tokens where the engine counts
+its requests (vLLM; llama-server does not, and its figure keeps them in, as its own `predicted_per_second` does).
+The decode seconds are summed over the requests in flight, so tokens over seconds is what one request got; times
+the batch it is the whole replica's, as `ReplicaSpeed` and `llmgw bench` (per request x concurrency) mean it: 8
+requests decoding at once at 40 tokens/s each make 320. Prefill: llama-server's prompt seconds are its own wall
+time of prompt batches, so its figure is the whole engine's; vLLM's are summed over requests like its decode
+seconds, so its figure is what one request's prompt got (no batch is applied: prompts share steps with decodes).
+
 A phase in which no tokens were done between the two readings (or no time passed) gives no new figure: its last
 one stays, with the time it was measured. A counter lower than before means the engine restarted: the reading's
-own values are then what was done since the restart (as Prometheus' `rate()` takes them).
-
-What the figures mean: vLLM's seconds, and llama-server's generation seconds, are summed over the requests in
-flight, so those figures are what one request got at the concurrency the engine ran (with 8 requests decoding at
-40 tokens/s each, 40, not 320); llama-server's prompt seconds are its own wall time of prompt batches, so its
-prefill figure is the whole engine's. An engine without the counters (SGLang, an older llama-server) has no figure.
+own values are then what was done since the restart (as Prometheus' `rate()` takes them). An engine without the
+counters (SGLang, an older llama-server) has no figure; one without step counters gets a batch of 1.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from llmgw.tools.engine_metrics import EngineLoad
 SOURCE = "metrics"
 
 _COUNTERS = ("prefill_seconds_total", "prefill_tokens_total", "decode_seconds_total", "decode_tokens_total",
-             "decode_requests_total")
+             "decode_requests_total", "steps_total", "generation_tokens_total")
 
 
 @dataclass(frozen=True)
@@ -78,6 +83,20 @@ def _done(before: EngineLoad | None, now: EngineLoad, name: str) -> float | None
     return new - (old or 0.0)
 
 
+def decode_batch(before: EngineLoad | None, now: EngineLoad) -> float:
+    """The requests the engine decoded at once, per step, between `before` (None: since it started) and `now`; at
+    least 1, and 1 when the engine does not say (see the module docstring)."""
+    steps = _done(before, now, "steps_total")
+    if not steps or steps <= 0:
+        return 1.0
+    if now.busy_slots_per_step is not None and now.steps_total is not None:
+        old = (before.busy_slots_per_step or 0.0) * (before.steps_total or 0.0) if before is not None else 0.0
+        running = now.busy_slots_per_step * now.steps_total - old
+    else:
+        running = _done(before, now, "generation_tokens_total") or 0.0
+    return max(1.0, running / steps)
+
+
 def _rate(tokens: float | None, seconds: float | None) -> float | None:
     if tokens is None or seconds is None or tokens <= 0 or seconds <= 0:
         return None
@@ -95,6 +114,8 @@ def next_speed(previous: MeasuredSpeed | None, load: EngineLoad, at: float) -> M
     if tokens is not None:
         tokens -= _done(before, load, "decode_requests_total") or 0.0
     decode = _rate(tokens, _done(before, load, "decode_seconds_total"))
+    if decode is not None:
+        decode *= decode_batch(before, load)
     speed = replace(previous, load=load, at=at)
     if prefill is not None:
         speed = replace(speed, prefill_tokens_per_second=prefill, prefill_at=at)

@@ -115,7 +115,8 @@ class StartupReport:
 
 LOAD_NAMES = ("requests_running", "requests_waiting", "prompt_tokens_total", "generation_tokens_total",
               "kv_cache_usage", "prefix_cache_hits_total", "prefix_cache_queries_total", "prefill_seconds_total",
-              "prefill_tokens_total", "decode_seconds_total", "decode_tokens_total", "decode_requests_total")
+              "prefill_tokens_total", "decode_seconds_total", "decode_tokens_total", "decode_requests_total",
+              "steps_total", "busy_slots_per_step")
 """The fields of `MetricNames` that name a series (those of `llmgw.tools.engine_metrics.EngineLoad`)."""
 
 
@@ -138,6 +139,8 @@ class MetricNames:
     decode_seconds_total: str | None = None
     decode_tokens_total: str | None = None
     decode_requests_total: str | None = None
+    steps_total: str | None = None
+    busy_slots_per_step: str | None = None
     all_names: tuple[str, ...] = ()
     legacy: tuple[tuple[str, str], ...] = ()
     """(field, name) pairs of older versions' names, tried after the field's own name."""

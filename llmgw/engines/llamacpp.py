@@ -35,6 +35,8 @@ METRICS = MetricNames(
     prefill_tokens_total="llamacpp:prompt_tokens_total",
     decode_seconds_total="llamacpp:tokens_predicted_seconds_total",
     decode_tokens_total="llamacpp:tokens_predicted_total",
+    steps_total="llamacpp:n_decode_total",
+    busy_slots_per_step="llamacpp:n_busy_slots_per_decode",
     all_names=tuple(f"llamacpp:{name}" for name in (
         # exported by b11434 (tools/server/server-task.cpp, and a live /metrics of the demo build)
         "prompt_tokens_total", "prompt_tokens_cached_total", "prompt_seconds_total", "tokens_predicted_total",

@@ -34,12 +34,13 @@ METRICS = MetricNames(
     decode_seconds_total="vllm:request_decode_time_seconds_sum",
     decode_tokens_total="vllm:request_generation_tokens_sum",
     decode_requests_total="vllm:request_generation_tokens_count",
+    steps_total="vllm:iteration_tokens_total_count",  # engine steps (counted as they run)
     all_names=(
         "vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
         "vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total", "vllm:prompt_tokens_total",
         "vllm:generation_tokens_total", "vllm:time_to_first_token_seconds", "vllm:e2e_request_latency_seconds",
         "vllm:request_prefill_time_seconds", "vllm:request_prefill_kv_computed_tokens",
-        "vllm:request_decode_time_seconds", "vllm:request_prompt_tokens", "vllm:request_generation_tokens",
+        "vllm:request_decode_time_seconds", "vllm:request_prompt_tokens", "vllm:request_generation_tokens", "vllm:iteration_tokens_total",
         # before v0.10 (V0 engine): names kept so older installs still report
         "vllm:gpu_cache_usage_perc", "vllm:gpu_prefix_cache_queries_total", "vllm:gpu_prefix_cache_hits_total",
     ),

@@ -38,7 +38,10 @@ class EngineLoad:
     first token is made by its prefill, so decode steps are tokens minus requests; None: the engine does not say,
     the first tokens stay in). vLLM's are its per-request histograms' `_sum`/`_count` (seconds summed over
     requests); llama-server's prompt seconds are its own wall time of prompt batches, its generation seconds summed
-    over requests. SGLang publishes none of them."""
+    over requests. `steps_total` counts the engine's forward steps (vLLM's iterations, llama-server's
+    `llama_decode` calls) and `busy_slots_per_step` is llama-server's mean of busy slots per step since it started
+    (a gauge): with them, the requests decoding at once (vLLM: generated tokens per step). SGLang publishes none of
+    them."""
 
     requests_running: float | None = None
     requests_waiting: float | None = None
@@ -52,6 +55,8 @@ class EngineLoad:
     decode_seconds_total: float | None = None
     decode_tokens_total: float | None = None
     decode_requests_total: float | None = None
+    steps_total: float | None = None
+    busy_slots_per_step: float | None = None
 
 
 LOAD_FIELDS = tuple(f.name for f in fields(EngineLoad))
