@@ -22,10 +22,17 @@ A phase in which no tokens were done between the two readings (or no time passed
 one stays, with the time it was measured. A counter lower than before means the engine restarted: the reading's
 own values are then what was done since the restart (as Prometheus' `rate()` takes them). An engine without the
 counters (SGLang, an older llama-server) has no figure; one without step counters gets a batch of 1.
+
+Precision: llama-server prints its counters with 6 significant digits (C++'s default stream precision: 12345678
+tokens read "1.23457e+07"), so after a long run a few seconds' growth is lost in the last digit. A phase's figure
+is taken only once its tokens and seconds each grew by at least `PRECISION_DIGITS` times the last printed digit of
+their counters (1 % at worst); until then each phase keeps the reading it is measured from (`prefill_from`,
+`decode_from`) and the growth adds up over the next readings.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
@@ -33,6 +40,8 @@ from llmgw.routes import ReplicaSpeed
 from llmgw.tools.engine_metrics import EngineLoad
 
 SOURCE = "metrics"
+PRECISION_DIGITS = 100
+"""How many of its counter's last printed digit (6 significant digits) a phase's growth must be for a figure."""
 
 _COUNTERS = ("prefill_seconds_total", "prefill_tokens_total", "decode_seconds_total", "decode_tokens_total",
              "decode_requests_total", "steps_total", "generation_tokens_total")
@@ -42,13 +51,16 @@ _COUNTERS = ("prefill_seconds_total", "prefill_tokens_total", "decode_seconds_to
 class MeasuredSpeed:
     """One shard's speed from its engine's counters.
 
-    `load` and `at` (unix seconds at the agent): the last reading, which the next one is compared with.
-    `prefill_tokens_per_second` / `decode_tokens_per_second` (None: never measured) and `prefill_at` /
-    `decode_at` (unix seconds of the reading that measured each; 0.0: never).
+    `load` and `at` (unix seconds at the agent): the last reading (a restart is judged against it).
+    `prefill_from` / `decode_from`: the reading each phase's next figure is measured from (None: the engine's
+    start, after a restart). `prefill_tokens_per_second` / `decode_tokens_per_second` (None: never measured) and
+    `prefill_at` / `decode_at` (unix seconds of the reading that measured each; 0.0: never).
     """
 
     load: EngineLoad
     at: float
+    prefill_from: EngineLoad | None = None
+    decode_from: EngineLoad | None = None
     prefill_tokens_per_second: float | None = None
     prefill_at: float = 0.0
     decode_tokens_per_second: float | None = None
@@ -97,30 +109,54 @@ def decode_batch(before: EngineLoad | None, now: EngineLoad) -> float:
     return max(1.0, running / steps)
 
 
-def _rate(tokens: float | None, seconds: float | None) -> float | None:
-    if tokens is None or seconds is None or tokens <= 0 or seconds <= 0:
-        return None
-    return tokens / seconds
+def _precise(before: EngineLoad | None, now: EngineLoad, *names: str) -> bool:
+    """Whether each counter of `names` grew by at least `PRECISION_DIGITS` of its last printed digit."""
+    for name in names:
+        value, grown = getattr(now, name), _done(before, now, name)
+        if value is None or grown is None or value <= 0:
+            return False
+        if grown < PRECISION_DIGITS * 10.0 ** (math.floor(math.log10(value)) - 5):
+            return False
+    return True
+
+
+def _phase(before: EngineLoad | None, load: EngineLoad, tokens_name: str, seconds_name: str,
+           first_tokens: str | None = None) -> tuple[float | None, bool]:
+    """(tokens per second of one phase from `before` to `load`, or None; whether `load` becomes the phase's
+    reading to measure from): a figure when tokens were done, time passed and both grew precisely enough; the
+    reading moves on with a figure, or when no tokens were done (or the engine does not say); else it stays."""
+    tokens, seconds = _done(before, load, tokens_name), _done(before, load, seconds_name)
+    if tokens is None or seconds is None:
+        return None, True
+    if first_tokens is not None:
+        tokens -= _done(before, load, first_tokens) or 0.0
+    if tokens <= 0:
+        return None, True
+    if seconds <= 0 or not _precise(before, load, tokens_name, seconds_name):
+        return None, False
+    return tokens / seconds, True
 
 
 def next_speed(previous: MeasuredSpeed | None, load: EngineLoad, at: float) -> MeasuredSpeed:
     """The shard's speed after its reading `load`, taken at `at` (unix seconds), given its speed before
-    (`previous`; None: first reading, which only becomes the baseline). See the module docstring for the rules."""
+    (`previous`; None: first reading, which only becomes the reading to measure from). See the module docstring
+    for the rules."""
     if previous is None:
-        return MeasuredSpeed(load=load, at=at)
-    before: EngineLoad | None = None if _reset(previous.load, load) else previous.load
-    prefill = _rate(_done(before, load, "prefill_tokens_total"), _done(before, load, "prefill_seconds_total"))
-    tokens = _done(before, load, "decode_tokens_total")
-    if tokens is not None:
-        tokens -= _done(before, load, "decode_requests_total") or 0.0
-    decode = _rate(tokens, _done(before, load, "decode_seconds_total"))
-    if decode is not None:
-        decode *= decode_batch(before, load)
-    speed = replace(previous, load=load, at=at)
+        return MeasuredSpeed(load=load, at=at, prefill_from=load, decode_from=load)
+    restarted = _reset(previous.load, load)
+    prefill_from = None if restarted else previous.prefill_from
+    decode_from = None if restarted else previous.decode_from
+    speed = replace(previous, load=load, at=at, prefill_from=prefill_from, decode_from=decode_from)
+    prefill, moves = _phase(prefill_from, load, "prefill_tokens_total", "prefill_seconds_total")
+    if moves:
+        speed = replace(speed, prefill_from=load)
     if prefill is not None:
         speed = replace(speed, prefill_tokens_per_second=prefill, prefill_at=at)
+    decode, moves = _phase(decode_from, load, "decode_tokens_total", "decode_seconds_total", "decode_requests_total")
+    if moves:
+        speed = replace(speed, decode_from=load)
     if decode is not None:
-        speed = replace(speed, decode_tokens_per_second=decode, decode_at=at)
+        speed = replace(speed, decode_tokens_per_second=decode * decode_batch(decode_from, load), decode_at=at)
     return speed
 
 
