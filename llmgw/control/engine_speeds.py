@@ -26,8 +26,8 @@ counters (SGLang, an older llama-server) has no figure; one without step counter
 Precision: llama-server prints its counters with 6 significant digits (C++'s default stream precision: 12345678
 tokens read "1.23457e+07"), so after a long run a few seconds' growth is lost in the last digit. A phase's figure
 is taken only once its tokens and seconds each grew by at least `PRECISION_DIGITS` times the last printed digit of
-their counters (1 % at worst); until then each phase keeps the reading it is measured from (`prefill_from`,
-`decode_from`) and the growth adds up over the next readings.
+their counters (1 % at worst), and the decode batch's steps and busy slots likewise; until then each phase keeps
+the reading it is measured from (`prefill_from`, `decode_from`) and the growth adds up over the next readings.
 """
 
 from __future__ import annotations
@@ -109,22 +109,47 @@ def decode_batch(before: EngineLoad | None, now: EngineLoad) -> float:
     return max(1.0, running / steps)
 
 
+def _digit(value: float) -> float:
+    """The last digit of `value` printed with 6 significant digits (0.0 for 0)."""
+    return 10.0 ** (math.floor(math.log10(abs(value))) - 5) if value else 0.0
+
+
 def _precise(before: EngineLoad | None, now: EngineLoad, *names: str) -> bool:
     """Whether each counter of `names` grew by at least `PRECISION_DIGITS` of its last printed digit."""
     for name in names:
         value, grown = getattr(now, name), _done(before, now, name)
         if value is None or grown is None or value <= 0:
             return False
-        if grown < PRECISION_DIGITS * 10.0 ** (math.floor(math.log10(value)) - 5):
+        if grown < PRECISION_DIGITS * _digit(value):
             return False
     return True
 
 
+def _batch_precise(before: EngineLoad | None, now: EngineLoad) -> bool:
+    """Whether `decode_batch` is 1 % precise: the steps grew by `PRECISION_DIGITS` of their last printed digit,
+    and the busy slots (llama-server: a product of two printed values, whose rounding adds up) or the generated
+    tokens (vLLM) likewise. True when the engine counts no steps (its batch is 1)."""
+    steps = _done(before, now, "steps_total")
+    if steps is None:
+        return True
+    if not _precise(before, now, "steps_total"):
+        return False
+    if now.busy_slots_per_step is None:
+        return _precise(before, now, "generation_tokens_total")
+    error = 0.0
+    for load in (before, now):
+        if load is not None and load.steps_total and load.busy_slots_per_step is not None:
+            error += (load.busy_slots_per_step * _digit(load.steps_total)
+                      + load.steps_total * _digit(load.busy_slots_per_step))
+    return decode_batch(before, now) * steps >= PRECISION_DIGITS * error
+
+
 def _phase(before: EngineLoad | None, load: EngineLoad, tokens_name: str, seconds_name: str,
-           first_tokens: str | None = None) -> tuple[float | None, bool]:
+           first_tokens: str | None = None, ready: bool = True) -> tuple[float | None, bool]:
     """(tokens per second of one phase from `before` to `load`, or None; whether `load` becomes the phase's
-    reading to measure from): a figure when tokens were done, time passed and both grew precisely enough; the
-    reading moves on with a figure, or when no tokens were done (or the engine does not say); else it stays."""
+    reading to measure from): a figure when tokens were done, time passed and both grew precisely enough (and
+    `ready`: what else the figure needs is); the reading moves on with a figure, or when no tokens were done (or
+    the engine does not say); else it stays."""
     tokens, seconds = _done(before, load, tokens_name), _done(before, load, seconds_name)
     if tokens is None or seconds is None:
         return None, True
@@ -132,7 +157,7 @@ def _phase(before: EngineLoad | None, load: EngineLoad, tokens_name: str, second
         tokens -= _done(before, load, first_tokens) or 0.0
     if tokens <= 0:
         return None, True
-    if seconds <= 0 or not _precise(before, load, tokens_name, seconds_name):
+    if seconds <= 0 or not ready or not _precise(before, load, tokens_name, seconds_name):
         return None, False
     return tokens / seconds, True
 
@@ -152,7 +177,8 @@ def next_speed(previous: MeasuredSpeed | None, load: EngineLoad, at: float) -> M
         speed = replace(speed, prefill_from=load)
     if prefill is not None:
         speed = replace(speed, prefill_tokens_per_second=prefill, prefill_at=at)
-    decode, moves = _phase(decode_from, load, "decode_tokens_total", "decode_seconds_total", "decode_requests_total")
+    decode, moves = _phase(decode_from, load, "decode_tokens_total", "decode_seconds_total", "decode_requests_total",
+                           _batch_precise(decode_from, load))
     if moves:
         speed = replace(speed, decode_from=load)
     if decode is not None:

@@ -138,27 +138,42 @@ def _last_digit(value: float) -> float:
 def test_seeded_readings_give_each_phases_true_rate_within_two_percent_as_soon_as_the_counters_allow(seed):
     """Random runs of one engine at its own prefill and decode speed (restarts, idle readings, decode-only readings,
     requests counted or not, an engine that ran long before: counters up to 10^7, printed with 6 significant
-    digits as llama-server prints them). Every new figure is within 2 % of the phase's true rate over the readings
-    since its last figure (or the restart, or the last reading at which it had done nothing); a figure's time moves
-    only when it is new; and a figure comes as soon as the phase's tokens and seconds each grew by more than
-    101 of their counters' last printed digit (1 % of precision). A restart shows as a counter going down: here the
-    first reading after one is taken before any work (the blind spot of a restart hidden by growth is stated in
+    digits as llama-server prints them; steps counted as llama-server does (busy slots per step), as vLLM does
+    (generated tokens per step) or not at all, up to 10^8 steps before, with 1 to 64 requests decoded at once).
+    Every new figure is within
+    2 % of the phase's true rate (decode: per request x the batch) over the readings since its last figure (or the
+    restart, or the last reading at which it had done nothing); a figure's time moves only when it is new; and,
+    without step counters, a figure comes as soon as the phase's tokens and seconds each grew by more than 101 of
+    their counters' last printed digit (1 % of precision). A restart shows as a counter going down: here the first
+    reading after one is taken before any work (the blind spot of a restart hidden by growth is stated in
     llmgw/control/engine_speeds.py)."""
     rng = random.Random(seed)
     counted = rng.random() < 0.5
+    style = rng.choice(["none", "llama", "vllm"])
     prefill_rate, decode_rate = rng.uniform(50.0, 20000.0), rng.uniform(2.0, 2000.0)
     ran = rng.choice([0.0, 1e4, 1e6, 1e7])  # tokens done before the first reading
-    totals = [ran / prefill_rate, ran, ran / decode_rate, ran, ran / 100 if counted else 0.0]
+    # prefill s, prefill tokens, decode s, decode tokens, requests, steps, busy slots (llama) / generated (vllm)
+    stepped = rng.choice([0.0, 1e5, 1e8])  # engine steps before the first reading, 1 to 8 requests each
+    totals = [ran / prefill_rate, ran, ran / decode_rate, ran, ran / 100 if counted else 0.0, stepped,
+              stepped * rng.randint(1, 8)]
 
     def reading() -> EngineLoad:
         printed = [_printed(v) for v in totals]
-        return _load(*printed[:4], printed[4] if counted else None)
+        load = _load(*printed[:4], printed[4] if counted else None)
+        if style == "llama":
+            return replace(load, steps_total=printed[5],
+                           busy_slots_per_step=_printed(totals[6] / totals[5]) if totals[5] else 0.0)
+        return replace(load, steps_total=printed[5], generation_tokens_total=printed[6]) if style == "vllm" else load
+
+    def batch(base: list[float]) -> float:
+        steps = totals[5] - base[5]
+        return max(1.0, (totals[6] - base[6]) / steps) if style != "none" and steps > 0 else 1.0
 
     speed = next_speed(None, reading(), 0.0)
     windows = {"prefill": list(totals), "decode": list(totals)}  # the true totals each phase measures from
     for step in range(1, 40):
         if rng.random() < 0.08:
-            totals = [0.0] * 5  # an engine restart
+            totals = [0.0] * 7  # an engine restart
             windows = {"prefill": list(totals), "decode": list(totals)}
         elif rng.random() < 0.75:
             requests = rng.randint(1, 8)
@@ -169,6 +184,9 @@ def test_seeded_readings_give_each_phases_true_rate_within_two_percent_as_soon_a
             totals[2] += steps / decode_rate
             totals[3] += steps + requests  # each request's first token comes from its prefill
             totals[4] += requests
+            at_once = rng.randint(1, 64)
+            totals[5] += steps / at_once + (1 if prompt else 0)  # engine steps, a prompt's own among them
+            totals[6] += steps + (requests if style == "vllm" else at_once if prompt else 0)
         last, speed = speed, next_speed(speed, reading(), float(step))
         for phase, (s, t), rate, at, old in (
                 ("prefill", (0, 1), speed.prefill_tokens_per_second, speed.prefill_at,
@@ -180,13 +198,16 @@ def test_seeded_readings_give_each_phases_true_rate_within_two_percent_as_soon_a
             seconds = totals[s] - base[s]
             if (rate, at) == old:  # no new figure: the counters did not allow one yet, or nothing was done
                 enough = all(totals[i] - base[i] > 101 * _last_digit(_printed(totals[i]))
-                             for i in (s, t))
+                             for i in (s, t)) and (phase == "prefill" or style == "none")
                 assert not (enough and tokens > 0), f"step {step}: no {phase} figure though the counters allow one"
-                if _printed(totals[t]) - _printed(base[t]) <= 0:
+                done = _printed(totals[t]) - _printed(base[t])
+                if counted and phase == "decode":
+                    done -= _printed(totals[4]) - _printed(base[4])
+                if done <= 0:
                     windows[phase] = list(totals)  # nothing done since: measured from here on
                 continue
             assert at == step and math.isfinite(rate)
-            assert rate == pytest.approx(tokens / seconds, rel=0.02)
+            assert rate == pytest.approx(tokens / seconds * (batch(base) if phase == "decode" else 1.0), rel=0.02)
             windows[phase] = list(totals)
 
 
