@@ -83,13 +83,13 @@ async def test_responses_and_messages_go_to_vllms_own_endpoints_with_the_gateway
     key = store.create_api_key("chat")[1]
     sdk = openai.AsyncOpenAI(base_url=base, api_key=key, max_retries=0)
     raw = await sdk.responses.with_raw_response.create(model=SERVED, input="Write one sentence about the sea.",
-                                                       max_output_tokens=8, temperature=0)
+                                                       max_output_tokens=16, temperature=0)  # vLLM's least: 16
     assert raw.headers["x-llmgw-engine-api"] == "/v1/responses"  # vLLM's own, not the chat translation
     one = raw.parse()
     assert one.id.startswith("resp_") and one.model == SERVED and one.output_text
-    assert one.usage.output_tokens == 8 and one.usage.input_tokens > 5
+    assert 0 < one.usage.output_tokens <= 16 and one.usage.input_tokens > 5
     events = [e async for e in await sdk.responses.create(
-        model=SERVED, input="And one about the sky.", previous_response_id=one.id, max_output_tokens=8,
+        model=SERVED, input="And one about the sky.", previous_response_id=one.id, max_output_tokens=16,
         temperature=0, stream=True)]
     assert events[0].type == "response.created" and events[-1].type == "response.completed"
     assert [e.sequence_number for e in events] == list(range(len(events)))
@@ -113,7 +113,8 @@ async def test_responses_and_messages_go_to_vllms_own_endpoints_with_the_gateway
         final = await stream.get_final_message()
     assert text == whole.content[0].text and final.usage.output_tokens == 8
     await client.close()
-    assert [r.completion_tokens for r in store.recent_usage()] == [8, 8, 8, 8]
+    assert [r.completion_tokens for r in store.recent_usage()] == [8, 8, two.usage.output_tokens,
+                                                                   one.usage.output_tokens]
 
 
 async def test_kv_events_arrive_and_the_prompt_hashes_as_vllm_hashed_it_so_routing_is_precise(
