@@ -9,6 +9,7 @@
     ├── StoreError                  the runtime store failed or holds unexpected data
     ├── WireError                   the agent <-> control plane protocol failed
     ├── GeneratedFileError          a value refused by the writer of generated files (llmgw.plan.conf_lines)
+    ├── ReleaseError                a release could not be built, signed or verified (llmgw.release)
     └── UsageError                  a command line or API call was used wrongly (what to do instead is in the message)
 
 A replica that cannot be placed is no error: the plan lists it with its reasons (`Plan.unplaced`).
@@ -98,6 +99,17 @@ class WireError(LlmgwError):
 class GeneratedFileError(LlmgwError, ValueError):
     """A value that cannot be written into a generated file (slurm.conf, gres.conf, ...) as one value: it would
     change the file's meaning (a newline, `#`, `=`, whitespace in a token). The message names the key and value."""
+
+
+class ReleaseError(LlmgwError):
+    """A release that could not be built, signed or verified, or a key that could not be read. `paths`: the files
+    of the release at fault, relative to its directory (a digest that differs, a file not in the manifest); `key_id`:
+    the signing key at fault (16 hex digits as minisign prints it), when the fault is the key."""
+
+    def __init__(self, message: str, *, paths: tuple[str, ...] = (), key_id: str | None = None):
+        self.paths = paths
+        self.key_id = key_id
+        super().__init__(message)
 
 
 class UsageError(LlmgwError):

@@ -83,6 +83,8 @@ class ClusterSettings:
     `max_file_bytes`: the largest upload on /v1/files; `batch_slot_share`: the share of a replica's slots that
     requests of /v1/batches may take (`llmgw.gateway.batch_room`).
     `kv_blocks_per_replica`: the most prefix-cache block hashes kept per vLLM replica (llmgw.control.kv_blocks).
+    `trusted_release_keys`: `releases.trusted_keys`, the key lines of the minisign public keys whose releases nodes
+    may install (llmgw.release.verify_release takes them), in file order without repeats.
     """
 
     name: str
@@ -108,6 +110,7 @@ class ClusterSettings:
     control_planes: tuple[str, ...] = ()
     tracing: Tracing = Tracing()
     trace_requests: float = 0.0
+    trusted_release_keys: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
