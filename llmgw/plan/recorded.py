@@ -26,11 +26,13 @@ import hashlib
 import json
 import types
 import typing
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
 from llmgw.errors import UsageError
+from llmgw.plan.canary import CanaryHold
 from llmgw.plan.guard import EmptiedCatalogError
 from llmgw.plan.planning import make_plan
 from llmgw.plan.types import Fleet, NodeState, Plan
@@ -53,11 +55,13 @@ class PlannedPass:
     plan_digest: str
 
 
-def plan_or_refusal(settings: Settings, fleet: Fleet, allow_empty: bool) -> tuple[Plan, bool]:
-    """(`make_plan(settings, fleet, allow_empty=...)`, False), or when the empty-catalog guard refuses, (a plan
-    holding only the guard's sentence as a note, True): what a control-plane pass plans, and `llmgw plan --at`."""
+def plan_or_refusal(settings: Settings, fleet: Fleet, allow_empty: bool,
+                    canaries: Mapping[str, CanaryHold] = types.MappingProxyType({})) -> tuple[Plan, bool]:
+    """(`make_plan(settings, fleet, allow_empty=..., canaries=...)`, False), or when the empty-catalog guard refuses,
+    (a plan holding only the guard's sentence as a note, True): what a control-plane pass plans, and `llmgw plan
+    --at`."""
     try:
-        return make_plan(settings, fleet, allow_empty=allow_empty), False
+        return make_plan(settings, fleet, allow_empty=allow_empty, canaries=canaries), False
     except EmptiedCatalogError as exc:
         return Plan(settings_commit=settings.commit, notes=(str(exc),)), True
 
