@@ -82,7 +82,9 @@ def canaries_for_settings(canaries: Mapping[str, Canary], before: Settings | Non
 def holds_of(canaries: Mapping[str, Canary]) -> Mapping[str, CanaryHold]:
     """What the planner is told (`make_plan(canaries=...)`): a hold per running or failed canary."""
     return frozen({name: CanaryHold(c.replica_id, c.commit, failed=c.phase is CanaryPhase.FAILED,
-                                    previous=c.previous if c.phase is CanaryPhase.FAILED else None, reason=c.reason)
+                                    previous=c.previous if c.phase is CanaryPhase.FAILED else None,
+                                    reason=c.reason if c.phase is CanaryPhase.FAILED else "",
+                                    previous_commit=c.previous_commit)
                    for name, c in canaries.items() if c.phase is not CanaryPhase.HELD})
 
 

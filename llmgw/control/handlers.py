@@ -180,7 +180,8 @@ async def _write_audit(ctx: EffectContext, effect: WriteAudit) -> None:
                 differences = tuple(review_differences(reviewed, plan, basis.fleet))
                 review = (reviewed, differences)
                 message += "".join(f"- differs from the reviewed plan: {d}\n" for d in differences)
-            planning = Planning(record.number, basis.settings, basis.allow_empty, basis.fleet, plan, review)
+            planning = Planning(record.number, basis.settings, basis.allow_empty, basis.fleet, plan, review,
+                                basis.holds)
         ctx.audit.queue_audit(audit_doc, message, token=effect.token, planning=planning)
 
 

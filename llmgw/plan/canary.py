@@ -114,7 +114,8 @@ class CanaryHold:
 
     `replica_id`: the replica whose new generation is the canary. `failed`: the canary missed its SLO; the model is
     then planned as `previous` (its definition in the settings the old replicas run) and `reason` says why it
-    stops. `commit`: the settings commit of the revision under test.
+    stops. `commit`: the settings commit of the revision under test; `previous_commit`: the settings commit whose
+    definition of the model `previous` is (what an audit commit records, so `llmgw plan --at` loads it again).
     """
 
     replica_id: str
@@ -122,3 +123,9 @@ class CanaryHold:
     failed: bool = False
     previous: Model | None = None
     reason: str = ""
+    previous_commit: str | None = None
+
+    def to_json(self) -> dict:
+        """As `plan/pass.json` records it (`llmgw.plan.recorded`): without `previous`, named by its commit."""
+        return {"replica": self.replica_id, "commit": self.commit, "failed": self.failed, "reason": self.reason,
+                "previous_commit": self.previous_commit}
