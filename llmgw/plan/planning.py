@@ -272,6 +272,10 @@ class _Planner(Spanning, Placement):
                 not demand.selector or all(self.node_labels(node).get(k) == v for k, v in demand.selector)) and (
                 not unhealthy_devices(node, shard.devices))  # a card out for health: placed elsewhere
             (current if ok else old).append((node, shard))
+        hold = self.canaries.get(model.name)
+        if hold is not None and not hold.failed and hold.replica_id != replica_id:
+            # while its canary runs, no other replica of the model starts the new revision, not even again
+            current = [p for p in current if p[1].state not in (ShardState.FAILED, ShardState.STOPPED)]
         ready = self.ready.setdefault(model.name, set())
         primary = None
         if current:
@@ -299,8 +303,7 @@ class _Planner(Spanning, Placement):
                                            assignment=assignment, reason=reason))
         new_ready = primary is not None and primary[1].state is ShardState.READY
         new_name = primary[1].shard_id if primary is not None else "the new generation"
-        hold = self.canaries.get(model.name)
-        beside = hold is not None and not hold.failed and hold.replica_id == replica_id  # the canary's old shard
+        beside = hold is not None and not hold.failed  # old shards serve on beside the new revision until the verdict
         kept = []
         for node, shard in sorted(old, key=lambda p: (p[0].node_id, p[1].shard_id)):
             if shard.state in _GONE:

@@ -170,7 +170,9 @@ async def test_a_canary_that_holds_rolls_the_rest_out(before, autojump_clock):
         assert "within the SLO" in world.loop.state.canaries["tiny"].reason
         kinds = world.kinds()
         new_one = f"tiny-1/0@{canary_shard.split('@')[1]}"
-        assert kinds == [("start", canary_shard), ("start", new_one), ("stop", "tiny-0/0"), ("stop", "tiny-1/0")]
+        assert kinds[0] == ("start", canary_shard) and sorted(kinds[1:]) == [
+            ("start", new_one), ("stop", "tiny-0/0"), ("stop", "tiny-1/0")], kinds
+        assert kinds.index(("start", new_one)) < kinds.index(("stop", "tiny-1/0"))  # replaced before it stops
         assert world.sent[1][2] - ready_at == pytest.approx(WINDOW, abs=1.0)  # the rest waited for the verdict
         nursery.cancel_scope.cancel()
 
