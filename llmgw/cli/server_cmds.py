@@ -151,6 +151,8 @@ def render_status(doc: dict[str, Any]) -> list[str]:
                      f"({failure['attempts']}x): {failure['error']}")
     for note in doc.get("notes", []):
         lines.append(f"note        {note}")
+    for canary in doc.get("canaries", {}).values():
+        lines.append(f"canary      {canary['summary']}")
     last = doc.get("pass")
     if last:
         lines.append(f"last pass   #{last['number']} for {_short(last['settings_commit'])}: "

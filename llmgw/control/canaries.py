@@ -8,7 +8,7 @@ audit commit (status.yaml `canaries:`, and a line per canary in the commit messa
   `canary`, that the settings before had with replicas, and whose fingerprint changed (a change that restarts its
   replicas); the canary replica is the model's first. Settings that bring the model back to what its old
   replicas run (a revert) end the canary; a change of anything else (a price) keeps it; a further change of the
-  revision starts another against the same old replicas.
+  revision starts another against the same old replicas (against the held revision, once a canary held).
 - `watch_canaries` (each pass, leader): a running canary is ready once a shard of its replica runs the new
   fingerprint READY on a live node; `window` seconds later (a timer wakes that pass) it is measured
   (`MeasureCanary`: the handler reads its usage records and answers with `canary_measured`).
@@ -60,6 +60,8 @@ def canaries_for_settings(canaries: Mapping[str, Canary], before: Settings | Non
             result.pop(name, None)  # gone, external, or no longer a canary: the operator's settings decide
             continue
         new = _fingerprint(after, model)
+        if current is not None and current.phase is CanaryPhase.HELD and new != current.fingerprint:
+            current = None  # it held and rolled out: the next change is compared with what it rolled out
         if current is not None:
             if new == current.fingerprint:
                 if current.rollout != model.rollout:

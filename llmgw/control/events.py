@@ -37,8 +37,9 @@ def settings_published(watch: WatchState, lost_after: float | None,
     notes = restart_notes(*started, settings.cluster) if started is not None and settings is not None else None
 
     def transition(state: ControlState) -> tuple[ControlState, bool]:
+        before = state.settings if state.settings is not None else watch.applied  # at start: the applied commit's
         following = replace(state, watch=watch, fleet=state.fleet.with_limits(expiry, thresholds),
-                            canaries=canaries_for_settings(state.canaries, state.settings, settings))
+                            canaries=canaries_for_settings(state.canaries, before, settings))
         return (following if notes is None else replace(following, restart_notes=notes)), True
 
     return transition

@@ -86,10 +86,11 @@ async def _measure_canary(ctx: EffectContext, effect: MeasureCanary) -> None:
                                                 effect.commit, effect.since_unix)
     except (StoreError, TemporaryError) as exc:
         log.warning("could not read the requests of the canary of %s: %s", effect.model, exc)
-        ctx.update(canary_unmeasured(effect.model, effect.commit, str(exc)))
+        ctx.update(canary_unmeasured(effect.model, effect.commit, str(exc)), f"canary of {effect.model} not measured")
         return
     samples = tuple(CanarySample(r.status, r.ttft_seconds, r.duration_seconds) for r in records)
-    ctx.update(canary_measured(effect.model, effect.commit, samples, effect.elapsed))
+    ctx.update(canary_measured(effect.model, effect.commit, samples, effect.elapsed),
+               f"canary of {effect.model} measured")
 
 
 async def _propose_revert(ctx: EffectContext, effect: ProposeRevert) -> None:
@@ -100,9 +101,11 @@ async def _propose_revert(ctx: EffectContext, effect: ProposeRevert) -> None:
         await trio.to_thread.run_sync(propose_revert, ctx.audit.repo_path, effect.commit, effect.branch, reason)
     except SettingsError as exc:
         log.warning("could not propose the revert of %s: %s", effect.commit[:12], exc)
-        ctx.update(revert_proposed(effect.model, effect.commit, effect.branch, str(exc)))
+        ctx.update(revert_proposed(effect.model, effect.commit, effect.branch, str(exc)),
+                   f"revert of {effect.commit[:12]} not proposed")
         return
-    ctx.update(revert_proposed(effect.model, effect.commit, effect.branch))
+    ctx.update(revert_proposed(effect.model, effect.commit, effect.branch),
+               f"revert of {effect.commit[:12]} proposed on {effect.branch}")
 
 
 async def _send(ctx: EffectContext, effect, verb: str, **body) -> None:

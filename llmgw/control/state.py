@@ -56,7 +56,9 @@ class WatchState:
     `settings` is the settings in force (None before any commit validated); `head` the branch head last read;
     `bad` the head when it does not validate; `held` the head when the empty-catalog guard holds it back;
     `remote_error` a sentence when the last fetch failed (None when it worked or there is no remote);
-    `last_poll` unix seconds of the last poll.
+    `last_poll` unix seconds of the last poll. `applied`: the settings of `refs/llmgw/applied` when the first settings
+    put in force were another commit (a control plane started while the fleet had not converged to the head), what a
+    canary compares the head with (`llmgw.control.canaries`); None otherwise.
     """
 
     settings: Settings | None = None
@@ -65,6 +67,7 @@ class WatchState:
     held: RejectedCommit | None = None
     remote_error: str | None = None
     last_poll: float | None = None
+    applied: Settings | None = None
 
 
 @dataclass(frozen=True)

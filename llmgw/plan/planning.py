@@ -333,7 +333,9 @@ class _Planner(Spanning, Placement):
         if kept:
             item.previous_node = kept[0][0].node_id
             item.reason = (f"moves {kept[0][1].shard_id} off {item.previous_node}: {self.closed[item.previous_node]}"
-                           if item.previous_node in self.evicted else f"rolling: new generation of {kept[0][1].shard_id}")
+                           if item.previous_node in self.evicted else
+                           f"canary: the new revision beside {kept[0][1].shard_id}" if beside
+                           else f"rolling: new generation of {kept[0][1].shard_id}")
         return item
 
     def stop(self, node: NodeState, shard: ObservedShard, reason: str) -> None:

@@ -21,6 +21,7 @@ import httpx
 import pygit2
 import trio
 
+from llmgw.cli.server_cmds import render_status
 from llmgw.control import ControlPlane
 from llmgw.plan import PASS_FILE
 from llmgw.settings import APPLIED_REF, read_audit_chain, read_audit_log
@@ -93,6 +94,8 @@ async def test_a_slow_canary_is_rolled_back_with_its_reason_and_a_good_one_rolls
         await wait_for(lambda: canary_of(plane).get("phase") == "failed", 30, "the canary's verdict", plane.status)
         canary = canary_of(plane)
         assert canary["commit"] == slow and canary["previous_commit"] == before
+        assert f"canary      canary of tiny at {slow[:12]} (tiny-0, 0.5 of requests) failed: TTFT p90" in "\n".join(
+            render_status(plane.status()))  # `llmgw status`
         assert "TTFT p90" in canary["reason"] and "above the SLO's 200 ms" in canary["reason"], canary
         assert canary["requests"] >= 3 and canary["ttft_p90_seconds"] >= 0.4
 

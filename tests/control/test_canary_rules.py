@@ -50,6 +50,10 @@ def test_a_change_that_restarts_replicas_under_a_canary_rollout_starts_a_canary_
     assert again["tiny"].commit == "e" * 40 and again["tiny"].phase is CanaryPhase.RUNNING
     held = {"tiny": replace(canary, phase=CanaryPhase.HELD)}
     assert holds_of(held) == {} and route_canaries(held) == {}
+    # once it held, the next revision is tried against the one it rolled out
+    later = canaries_for_settings(held, slow, edit(base, "f", engine_args=("--threads", "3"), rollout=CANARY))
+    assert later["tiny"].previous == slow.models["tiny"] and later["tiny"].previous_commit == "b" * 40
+    assert canaries_for_settings(held, slow, priced) is held
 
 
 @pytest.mark.parametrize("changes, before_none", [
@@ -60,3 +64,14 @@ def test_a_change_that_restarts_replicas_under_a_canary_rollout_starts_a_canary_
 ])
 def test_no_canary_starts_where_there_is_nothing_to_compare(base, changes, before_none):
     assert canaries_for_settings({}, None if before_none else base, edit(base, "b", **changes)) == {}
+
+
+def test_a_control_plane_started_before_the_fleet_converged_starts_the_canary_against_the_applied_commit(base):
+    from llmgw.control.events import settings_published
+    from llmgw.control.state import ControlState, WatchState
+
+    slow = edit(base, "b", engine_args=("--threads", "1"), rollout=CANARY)
+    state, _ = settings_published(WatchState(settings=slow, applied=base), None)(ControlState())
+    assert state.canaries["tiny"].previous_commit == "a" * 40 and state.canaries["tiny"].commit == "b" * 40
+    state, _ = settings_published(WatchState(settings=slow), None)(ControlState())
+    assert state.canaries == {}  # the head is what was applied: nothing to compare
