@@ -6,6 +6,7 @@ A model of two replicas says `rollout: canary` and its change restarts replicas 
   replicas, misses TTFT p90 200 ms, and is stopped: the old replicas keep serving, the applied ref stays, the audit
   commit says why, and a revert of the commit waits on the branch `llmgw/revert-<commit>` (main untouched);
 - a good one (no delay) holds its SLOs over the window and the rest of the model rolls out;
+- `llmgw status --post github` sets the failed canary's commit status (a stand-in forge on loopback);
 - `llmgw plan --at` makes the plan of every pass a canary held back again, byte for byte (the audit records it).
 
 Streamed requests go through the gateway the whole time (a client of the openai wire format over loopback).
@@ -15,12 +16,16 @@ Time: about 20 s.
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import httpx
 import pygit2
 import trio
 
+from click.testing import CliRunner
+
+from llmgw.cli.main import cli
 from llmgw.cli.server_cmds import render_status
 from llmgw.control import ControlPlane
 from llmgw.plan import PASS_FILE
@@ -28,6 +33,9 @@ from llmgw.settings import APPLIED_REF, read_audit_chain, read_audit_log
 
 from .test_in_process_fleet import push_catalog, replica_states, set_replicas, wait_for
 from .test_reviewed_rollout import head, llmgw, serving_one_replica
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "plan"))
+from forge_stand_in import TOKEN, running_forge  # noqa: E402  (the forges' stand-in of the review tests)
 
 MARK = "# canary test\n"
 
@@ -121,6 +129,17 @@ async def test_a_slow_canary_is_rolled_back_with_its_reason_and_a_good_one_rolls
         stopped = [e for e in entries if "stop tiny-0/0@" in e.message and "canary of" in e.message]
         assert stopped, [e.message for e in entries[:5]]
         (tmp_path / "audit-failed.txt").write_text(failed[-1].message)  # the entry docs/review.md shows
+
+        # CI marks the commit: `llmgw status --post github` (with a review-scope token it reads the status only)
+        with running_forge("github") as forge:
+            result = await trio.to_thread.run_sync(lambda: CliRunner().invoke(cli, [
+                "status", "--post", "github", "--forge-url", forge.url, "--forge-repo", "ops/settings",
+                "--url", plane.admin_url, "--token", plane.admin_token], env={"LLMGW_FORGE_TOKEN": TOKEN}))
+            assert result.exit_code == 0, result.output
+            assert f"posted      llmgw/canary failure on {slow[:12]} (canary of tiny)" in result.output
+            (status,) = forge.statuses[("ops/settings", slow)]
+            assert (status["context"], status["state"]) == ("llmgw/canary", "failure")
+            assert "TTFT p90" in status["description"]
 
         # a good revision: its canary holds, and the rest of the model rolls out
         await push_catalog(checkout, settings_repo, canary_revision(0), "tiny: no delay")
