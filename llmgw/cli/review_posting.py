@@ -4,7 +4,7 @@ One comment per pull request: the one written by the token's own user (`GET /use
 which may not read /user, posts as `github-actions[bot]`) whose body starts with `<!-- llmgw-review` (the
 Markdown's first line) is edited; when there is none, one is created. A marker in anybody else's comment (a pull
 request's author can write one first) is never edited. The commit status is named `llmgw/plan` and set on HEAD's commit.
-`post_canary_statuses` (`llmgw status --post FORGE`) sets `llmgw/canary` on each canary's settings commit.
+`post_canary_statuses` (`llmgw canaries --post FORGE`) sets `llmgw/canary` on each canary's settings commit.
 Blocking HTTP with httpx; every call raises `UsageError` for a refused token or an unknown pull request and
 `TemporaryError` when the forge cannot be reached or answers 5xx.
 

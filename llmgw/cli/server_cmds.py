@@ -443,29 +443,16 @@ def plan_cmd(rev, at, repo, url, token, state_dir, as_json):
 
 
 @click.command("status")
-@click.option("--post", type=click.Choice(["github", "gitlab", "gitea"]), default=None,
-              help="Also set each canary's llmgw/canary commit status on this forge (token: LLMGW_FORGE_TOKEN or the "
-                   "forge's CI token; as `llmgw review --post`).")
-@click.option("--forge-url", default=None, help="With --post: the forge's API root [default: from CI variables].")
-@click.option("--forge-repo", default=None, help="With --post: owner/name (GitLab: project id or path).")
 @_client_options
-def status_cmd(client, as_json, post, forge_url, forge_repo):
+def status_cmd(client, as_json):
     """Where the cluster stands: settings in force (and any commit not applied, with why), nodes, replicas,
-    canaries. With --post FORGE, also each canary's `llmgw/canary` commit status on its settings commit."""
+    canaries."""
     doc = client.get("/api/v1/status")
     if as_json:
         _print_json(doc)
-    else:
-        for line in render_status(doc):
-            click.echo(line)
-    if post:
-        import os
-
-        from llmgw.cli.review_posting import forge_target, post_canary_statuses
-
-        target = forge_target(post, dict(os.environ), api_url=forge_url, repository=forge_repo, statuses_only=True)
-        for model, commit, state in post_canary_statuses(target, doc.get("canaries", {})):
-            click.echo(f"posted      llmgw/canary {state} on {commit[:12]} (canary of {model})", err=as_json)
+        return
+    for line in render_status(doc):
+        click.echo(line)
 
 
 @click.command("history")

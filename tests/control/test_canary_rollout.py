@@ -6,7 +6,7 @@ A model of two replicas says `rollout: canary` and its change restarts replicas 
   replicas, misses TTFT p90 200 ms, and is stopped: the old replicas keep serving, the applied ref stays, the audit
   commit says why, and a revert of the commit waits on the branch `llmgw/revert-<commit>` (main untouched);
 - a good one (no delay) holds its SLOs over the window and the rest of the model rolls out;
-- `llmgw status --post github` sets the failed canary's commit status (a stand-in forge on loopback);
+- `llmgw canaries --post github` sets the failed canary's commit status (a stand-in forge on loopback);
 - `llmgw plan --at` makes the plan of every pass a canary held back again, byte for byte (the audit records it).
 
 Streamed requests go through the gateway the whole time (a client of the openai wire format over loopback).
@@ -130,13 +130,15 @@ async def test_a_slow_canary_is_rolled_back_with_its_reason_and_a_good_one_rolls
         assert stopped, [e.message for e in entries[:5]]
         (tmp_path / "audit-failed.txt").write_text(failed[-1].message)  # the entry docs/review.md shows
 
-        # CI marks the commit: `llmgw status --post github` (with a review-scope token it reads the status only)
+        # CI marks the commit: `llmgw canaries --post github`, with a review-scope token (it reads the status only)
+        _token, review_token = plane.store.create_token("review", "ci-review")
         with running_forge("github") as forge:
             result = await trio.to_thread.run_sync(lambda: CliRunner().invoke(cli, [
-                "status", "--post", "github", "--forge-url", forge.url, "--forge-repo", "ops/settings",
-                "--url", plane.admin_url, "--token", plane.admin_token], env={"LLMGW_FORGE_TOKEN": TOKEN}))
+                "canaries", "--post", "github", "--forge-url", forge.url, "--forge-repo", "ops/settings",
+                "--url", plane.admin_url, "--token", review_token], env={"LLMGW_FORGE_TOKEN": TOKEN}))
             assert result.exit_code == 0, result.output
-            assert f"posted      llmgw/canary failure on {slow[:12]} (canary of tiny)" in result.output
+            assert f"canary of tiny at {slow[:12]} (tiny-0, 0.5 of requests) failed: TTFT p90" in result.output
+            assert f"posted llmgw/canary failure on {slow[:12]} (canary of tiny)" in result.output
             (status,) = forge.statuses[("ops/settings", slow)]
             assert (status["context"], status["state"]) == ("llmgw/canary", "failure")
             assert "TTFT p90" in status["description"]
