@@ -111,7 +111,8 @@ def table_to_json(table: RouteTable) -> dict[str, Any]:
                           "adapter_of": m.adapter_of, "body_fields": dict(m.body_fields),
                           "routing": m.routing.value, "context_size": m.context_size, "engine": m.engine,
                           "rerank": m.rerank, "batch_prompt_price_per_million": m.batch_prompt_price_per_million,
-                          "batch_completion_price_per_million": m.batch_completion_price_per_million}
+                          "batch_completion_price_per_million": m.batch_completion_price_per_million,
+                           "canary_share": m.canary_share}
                    for name, m in table.models.items()},
         "projects": {name: {"name": p.name, "team": p.team, "organisation": p.organisation,
                             "models": sorted(p.models) if p.models is not None else None,
@@ -136,7 +137,8 @@ def table_from_json(data: Mapping[str, Any]) -> RouteTable:
                                    routing=Routing(m["routing"]), context_size=m["context_size"],
                                    engine=m["engine"], rerank=m["rerank"],
                                    batch_prompt_price_per_million=m["batch_prompt_price_per_million"],
-                                   batch_completion_price_per_million=m["batch_completion_price_per_million"])
+                                   batch_completion_price_per_million=m["batch_completion_price_per_million"],
+                                   canary_share=m.get("canary_share"))
                   for name, m in data["models"].items()}
         projects = {name: ProjectPolicy(name=p["name"], team=p["team"], organisation=p["organisation"],
                                         models=frozenset(p["models"]) if p["models"] is not None else None,
