@@ -40,6 +40,7 @@ COMMAND_MODULES: dict[str, tuple[str, ...]] = {
     "node": ("llmgw.cli.agent_cmds", "llmgw.cli.node_cmds", "llmgw.cli.slurm_cmds"),
     "slurm": ("llmgw.cli.slurm_cmds",),
     "firewall": ("llmgw.cli.firewall_cmds",),
+    "wipe": ("llmgw.cli.wipe_cmd",),
 }
 
 

@@ -16,10 +16,12 @@ from llmgw.install.journal import (
     sha256_of,
     write_atomically,
 )
-from llmgw.install.undoing import Outcome, kept_paths, run_command, size_of, sizes, undo
+from llmgw.install.commands import Runner, run_command
+from llmgw.install.undoing import Outcome, kept_paths, size_of, sizes, undo
+from llmgw.install.users import create_user
 
 __all__ = [
     "JOURNAL_PATH", "CreatedDirectory", "CreatedLink", "CreatedUser", "Entry", "FirewallTable", "InstalledUnit",
-    "Journal", "Outcome", "WrittenFile", "describe", "kept_paths", "run_command", "sha256_of", "size_of", "sizes",
+    "Journal", "Outcome", "Runner", "WrittenFile", "create_user", "describe", "kept_paths", "run_command", "sha256_of", "size_of", "sizes",
     "undo", "write_atomically",
 ]

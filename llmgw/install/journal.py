@@ -54,12 +54,14 @@ class CreatedDirectory:
 @dataclass(frozen=True)
 class WrittenFile:
     """A file llmgw wrote with content `sha256` and permission bits `mode`. `replaced`: the sha256 of the file that
-    was there before (its copy is `backups/<replaced>` beside the journal), or "" when there was none."""
+    was there before (its copy is `backups/<replaced>` beside the journal), or "" when there was none;
+    `replaced_mode` its permission bits (its owner is kept: the file is replaced, not removed)."""
 
     path: str
     sha256: str
     mode: int
     replaced: str = ""
+    replaced_mode: int = 0
     kind = "file"
 
 
@@ -84,9 +86,12 @@ class InstalledUnit:
 
 @dataclass(frozen=True)
 class CreatedUser:
-    """A Linux user (and its group of the same name) llmgw created, e.g. for Slurm or the agent."""
+    """A Linux user (and its group of the same name) llmgw created, e.g. for Slurm or the agent. `files`: the
+    files useradd and userdel rewrite besides the user's own lines (/etc/passwd- and the like), each with the
+    sha256 it had before (its copy in `backups/`), or "" when it was absent (llmgw.install.users)."""
 
     name: str
+    files: tuple[tuple[str, str], ...] = ()
     kind = "user"
 
 
@@ -119,6 +124,11 @@ def describe(entry: Entry) -> str:
     return f"{entry.kind} {entry.path}" + (" (weights)" if getattr(entry, "weights", False) else "")
 
 
+def _frozen(value):
+    """JSON lists as tuples (of tuples), as the entries hold them."""
+    return tuple(_frozen(v) for v in value) if isinstance(value, list) else value
+
+
 def sha256_of(path: Path) -> str:
     """The sha256 of the file at `path`, hex. Raises OSError when it cannot be read."""
     with path.open("rb") as handle:
@@ -134,13 +144,17 @@ def _fsync_dir(path: Path) -> None:
 
 
 def write_atomically(path: Path, data: bytes, mode: int) -> None:
-    """Replace `path` with `data` (permission bits `mode`) so a reader sees the old or the new file, never half:
-    a temporary file beside it, fsync, rename, fsync of the directory. Raises OSError."""
+    """Replace `path` with `data` (permission bits `mode`; the owner and group of a file replaced are kept) so a
+    reader sees the old or the new file, never half: a temporary file beside it, fsync, rename, fsync of the
+    directory. Raises OSError."""
     fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
+            if path.is_file():
+                old = path.stat()
+                os.fchown(handle.fileno(), old.st_uid, old.st_gid)
             os.fchmod(handle.fileno(), mode)
             os.fsync(handle.fileno())
         os.replace(temporary, path)
@@ -189,7 +203,7 @@ class Journal:
         for number, raw in enumerate(doc["entries"], 1):
             try:
                 entry_type = _KINDS[raw["kind"]]
-                entries.append(entry_type(**{f.name: raw[f.name] for f in fields(entry_type) if f.name in raw}))
+                entries.append(entry_type(**{f.name: _frozen(raw[f.name]) for f in fields(entry_type) if f.name in raw}))
             except (KeyError, TypeError) as exc:
                 raise InstallError(f"{path}: entry {number} is not one llmgw writes ({raw!r}); nothing was "
                                    "changed") from exc
@@ -243,14 +257,25 @@ class Journal:
         is copied to `backups/` first and restored by undoing."""
         self.make_dirs(path.parent)
         previous = self._entry_at(WrittenFile, path)
-        replaced = previous.replaced if previous else ""
-        if path.exists() and previous is None:
-            replaced = sha256_of(path)
-            self.make_dirs(self.backups, mode=0o700)
-            if not (self.backups / replaced).exists():
-                write_atomically(self.backups / replaced, path.read_bytes(), 0o600)
-        self.record(WrittenFile(str(path), hashlib.sha256(data).hexdigest(), mode, replaced), replacing=previous)
+        if previous:
+            replaced, replaced_mode = previous.replaced, previous.replaced_mode
+        else:
+            replaced = self.keep_copy(path)
+            replaced_mode = path.stat().st_mode & 0o7777 if replaced else 0
+        entry = WrittenFile(str(path), hashlib.sha256(data).hexdigest(), mode, replaced, replaced_mode)
+        self.record(entry, replacing=previous)
         write_atomically(path, data, mode)
+
+    def keep_copy(self, path: Path) -> str:
+        """Copy the file at `path` to `backups/<sha256>` (once per content) and return that sha256; "" when there
+        is no file at `path`. Raises OSError when it cannot be read or copied."""
+        if not path.is_file():
+            return ""
+        digest = sha256_of(path)
+        self.make_dirs(self.backups, mode=0o700)
+        if not (self.backups / digest).exists():
+            write_atomically(self.backups / digest, path.read_bytes(), 0o600)
+        return digest
 
     def symlink(self, path: Path, target: str) -> None:
         """Point the link `path` at `target`, replacing a link llmgw made there before (atomically: a new link

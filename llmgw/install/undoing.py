@@ -8,26 +8,25 @@ leaves a journal of what is still there and can simply be run again. What each k
 
 - a unit: `systemctl disable --now` where systemd is PID 1 (/run/systemd/system exists), nothing to do elsewhere;
 - a firewall table: `nft delete table FAMILY NAME` (absent already: nothing to do);
-- a user: `userdel NAME` (absent already: nothing to do);
+- a user: `userdel NAME` (absent already: nothing to do), then its side files as they were (llmgw.install.users);
 - a link: removed when it still points where llmgw pointed it;
 - a file: removed when its content is still what llmgw wrote; restored from `backups/` when llmgw replaced one;
   changed since (someone edited it) and outside any directory llmgw made: kept, and named in the outcome;
 - a directory: removed with everything in it. With `keep_weights`, a weights directory stays, and so do the
   directories above it and the journal, which still lists them for a later wipe.
 
-Undoing runs `systemctl`, `nft` and `userdel` (the only processes of llmgw.install) and removes files.
+Undoing runs `systemctl`, `nft` and `userdel` (llmgw.install.commands) and removes files.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-import subprocess
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from llmgw.errors import InstallError
+from llmgw.install.commands import Runner, check_command, run_command
 from llmgw.install.journal import (
     CreatedDirectory,
     CreatedLink,
@@ -37,20 +36,11 @@ from llmgw.install.journal import (
     InstalledUnit,
     Journal,
     WrittenFile,
+    describe,
     sha256_of,
     write_atomically,
 )
-
-Runner = Callable[[Sequence[str]], subprocess.CompletedProcess]
-
-
-def run_command(argv: Sequence[str]) -> subprocess.CompletedProcess:
-    """Run `argv` (60 s at most), output captured as text. Raises InstallError when it cannot be started."""
-    try:
-        return subprocess.run(list(argv), capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise InstallError(f"`{' '.join(argv)}` could not run: {exc}") from exc
-
+from llmgw.install.users import remove_user
 
 @dataclass(frozen=True)
 class Outcome:
@@ -116,18 +106,15 @@ def _undo_one(entry: Entry, journal: Journal, keep: set[Path], run: Runner) -> s
     if isinstance(entry, InstalledUnit):
         if not _systemd_runs():
             return "absent"
-        _check(run(["systemctl", "disable", "--now", entry.name]), entry)
+        check_command(run(["systemctl", "disable", "--now", entry.name]), f"unit {entry.name}")
         return "stopped"
     if isinstance(entry, FirewallTable):
         if run(["nft", "list", "table", entry.family, entry.name]).returncode:
             return "absent"
-        _check(run(["nft", "delete", "table", entry.family, entry.name]), entry)
+        check_command(run(["nft", "delete", "table", entry.family, entry.name]), describe(entry))
         return "removed"
     if isinstance(entry, CreatedUser):
-        if run(["getent", "passwd", entry.name]).returncode:
-            return "absent"
-        _check(run(["userdel", entry.name]), entry)
-        return "removed"
+        return remove_user(entry, journal, run)
     path = Path(entry.path)
     if isinstance(entry, CreatedLink):
         if not path.is_symlink() or os.readlink(path) != entry.target:
@@ -143,19 +130,13 @@ def _undo_one(entry: Entry, journal: Journal, keep: set[Path], run: Runner) -> s
             return "changed"
         if entry.replaced:
             backup = journal.backups / entry.replaced
-            write_atomically(path, backup.read_bytes(), entry.mode)
+            write_atomically(path, backup.read_bytes(), entry.replaced_mode)
             return "restored"
         path.unlink()
         return "removed"
     if not path.is_dir():
         return "absent"
     return "removed" if _remove_tree(path, keep) else "kept"
-
-
-def _check(done: subprocess.CompletedProcess, entry: Entry) -> None:
-    if done.returncode:
-        raise InstallError(f"{entry.kind} {getattr(entry, 'name', '')}: `{' '.join(done.args)}` failed "
-                           f"({done.stderr.strip() or done.returncode}); fix that and run `llmgw wipe` again")
 
 
 def undo(journal: Journal, *, keep_weights: bool = False, run: Runner = run_command) -> list[Outcome]:

@@ -142,11 +142,18 @@ class SshHost:
         return Path(f"/proc/{self.keeper}/root{self.mount_point}/upper")
 
     def snapshot(self) -> dict[str, tuple]:
-        """What this host changed of the machine's root and what its hidden paths hold now, by path as the host
-        names it: ("dir", mode), ("file", mode, sha256), ("link", target) or ("deleted",) for a whiteout.
-        /run, /tmp, /proc and the like are not included: compare two snapshots for a file-system diff."""
+        """What differs on this host's root from the machine's and what its hidden paths hold now, by path as the
+        host names it: ("dir", mode), ("file", mode, sha256), ("link", target) or ("deleted",) for a whiteout.
+        A path the overlay copied up but whose kind, mode and content equal the machine's (a file written back as
+        it was, a directory something was done in) is no difference. /run, /tmp, /proc and the like are not
+        included. Compare two snapshots for a file-system diff."""
         entries: dict[str, tuple] = {}
         _walk(self.upper, "", entries)
+        machine: dict[str, tuple] = {}
+        for path in list(entries):
+            if entries[path][0] != "deleted" and os.path.lexists(path):
+                _entry(Path(path), path, machine)
+        entries = {path: value for path, value in entries.items() if machine.get(path) != value}
         for path in hidden_paths():
             if os.path.isdir(path):
                 _walk(self.root / path.lstrip("/"), path, entries)
@@ -170,19 +177,21 @@ def _walk(top: Path, prefix: str, entries: dict[str, tuple]) -> None:
     for dirpath, dirnames, filenames in os.walk(top):
         rel = prefix + dirpath[len(str(top)):]
         for name in sorted(dirnames + filenames):
-            path = Path(dirpath) / name
-            info = path.lstat()
-            key = f"{rel}/{name}"
-            if stat.S_ISLNK(info.st_mode):
-                entries[key] = ("link", os.readlink(path))
-            elif stat.S_ISDIR(info.st_mode):
-                entries[key] = ("dir", stat.S_IMODE(info.st_mode))
-            elif stat.S_ISCHR(info.st_mode) and info.st_rdev == 0:
-                entries[key] = ("deleted",)
-            elif stat.S_ISREG(info.st_mode):
-                entries[key] = ("file", stat.S_IMODE(info.st_mode), hashlib.sha256(path.read_bytes()).hexdigest())
-            else:
-                entries[key] = ("other", info.st_mode)
+            _entry(Path(dirpath) / name, f"{rel}/{name}", entries)
+
+
+def _entry(path: Path, key: str, entries: dict[str, tuple]) -> None:
+    info = path.lstat()
+    if stat.S_ISLNK(info.st_mode):
+        entries[key] = ("link", os.readlink(path))
+    elif stat.S_ISDIR(info.st_mode):
+        entries[key] = ("dir", stat.S_IMODE(info.st_mode))
+    elif stat.S_ISCHR(info.st_mode) and info.st_rdev == 0:
+        entries[key] = ("deleted",)
+    elif stat.S_ISREG(info.st_mode):
+        entries[key] = ("file", stat.S_IMODE(info.st_mode), hashlib.sha256(path.read_bytes()).hexdigest())
+    else:
+        entries[key] = ("other", info.st_mode)
 
 
 def _children(pid: int) -> list[int]:
