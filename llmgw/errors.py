@@ -10,6 +10,7 @@
     ├── WireError                   the agent <-> control plane protocol failed
     ├── GeneratedFileError          a value refused by the writer of generated files (llmgw.plan.conf_lines)
     ├── InstallError                a host's install journal could not be read, written or undone (llmgw.install)
+    ├── ReleaseError                a release could not be built, signed or verified (llmgw.release)
     └── UsageError                  a command line or API call was used wrongly (what to do instead is in the message)
 
 A replica that cannot be placed is no error: the plan lists it with its reasons (`Plan.unplaced`).
@@ -104,6 +105,17 @@ class GeneratedFileError(LlmgwError, ValueError):
 class InstallError(LlmgwError):
     """What llmgw installed on a host could not be recorded, read back or undone: the message names the journal or
     the path and what to do (see llmgw.install)."""
+
+
+class ReleaseError(LlmgwError):
+    """A release that could not be built, signed or verified, or a key that could not be read. `paths`: the files
+    of the release at fault, relative to its directory (a digest that differs, a file not in the manifest); `key_id`:
+    the signing key at fault (16 hex digits as minisign prints it), when the fault is the key."""
+
+    def __init__(self, message: str, *, paths: tuple[str, ...] = (), key_id: str | None = None):
+        self.paths = paths
+        self.key_id = key_id
+        super().__init__(message)
 
 
 class UsageError(LlmgwError):

@@ -41,6 +41,7 @@ COMMAND_MODULES: dict[str, tuple[str, ...]] = {
     "slurm": ("llmgw.cli.slurm_cmds",),
     "firewall": ("llmgw.cli.firewall_cmds",),
     "wipe": ("llmgw.cli.wipe_cmd",),
+    "release": ("llmgw.cli.release_cmds",),
 }
 
 

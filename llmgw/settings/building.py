@@ -106,6 +106,7 @@ def build_cluster(data: Mapping[str, Any]) -> ClusterSettings:
         control_planes=tuple(dict.fromkeys(data.get("control_planes", ()))),
         tracing=build_tracing(data.get("tracing", {})),
         trace_requests=float(data.get("tracing", {}).get("sample_requests", defaults.trace_requests)),
+        trusted_release_keys=tuple(data.get("releases", {}).get("trusted_keys", ())),
     )
 
 

@@ -79,6 +79,8 @@ class ClusterSettings:
     `tracing`: the control plane's traces; `trace_requests` the share (0..1) of the gateway's requests traced
     (`llmgw server --otlp-endpoint` / `--trace-requests` override both).
     `kv_blocks_per_replica`: the most prefix-cache block hashes kept per vLLM replica (llmgw.control.kv_blocks).
+    `trusted_release_keys`: `releases.trusted_keys`, the key lines of the minisign public keys whose releases nodes
+    may install (llmgw.release.verify_release takes them), in file order without repeats.
     """
 
     name: str
@@ -102,6 +104,7 @@ class ClusterSettings:
     control_planes: tuple[str, ...] = ()
     tracing: Tracing = Tracing()
     trace_requests: float = 0.0
+    trusted_release_keys: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -64,6 +64,9 @@ CASES = {
     "port-out-of-range": ("llmgw.yaml:4:11", "70000 is greater than the maximum of 65535"),
     "bad-store-kind": ("llmgw.yaml:3:9", "'mysql' is not one of ['sqlite', 'postgresql']"),
     "bad-control-plane": ("llmgw.yaml:4:5", "'10.0.0.2' is not host:port"),
+    # a whole public key file pasted where its key line belongs: the base64 line alone is a key
+    "bad-release-key": ("llmgw.yaml:4:7", "'untrusted comment: minisign public key 4F4B0252E7E6CE92' is not a "
+                        "minisign public key: give the second line of the public key file"),
     "bad-currency": ("llmgw.yaml:3:13", "'usd' does not match"),
     "node-override-unknown-key": ("agents/nodes/n1.yaml:2:1", "unknown key 'gpu_ignore'"),
     "node-override-bad-duration": ("agents/nodes/n1.yaml:1:21", "'fast' is not a duration"),
