@@ -67,7 +67,7 @@ def refuse_while_an_agent_runs() -> None:
 @click.option("--keep-weights", is_flag=True,
               help="Keep the weights directories (and the journal, which still lists them for a later wipe).")
 @click.option("--journal", "journal_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="The install journal [default: /var/lib/llmgw/install-journal.json].")
+              help="The install journal [default: /var/lib/llmgw-install/journal.json].")
 def wipe_cmd(yes: bool, keep_weights: bool, journal_path: Path | None) -> None:
     """Remove from this machine exactly what llmgw installed on it (its install journal), after listing it."""
     from llmgw.install import JOURNAL_PATH, Journal, describe, kept_paths, sizes, undo

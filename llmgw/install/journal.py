@@ -1,6 +1,6 @@
 """The install journal: everything llmgw created on a host, recorded before it is done, so it can be undone.
 
-    journal = Journal.open(Path("/var/lib/llmgw/install-journal.json"))   # makes its directory, recorded first
+    journal = Journal.open()                                     # /var/lib/llmgw-install/journal.json
     journal.make_dirs(Path("/opt/llmgw/0.9.0"))                  # each directory that did not exist
     journal.write_file(Path("/etc/llmgw/agent.yaml"), data, mode=0o600)
     journal.make_dirs(Path("/var/lib/llmgw/weights"), weights=True)   # kept by `llmgw wipe --keep-weights`
@@ -35,8 +35,10 @@ from pathlib import Path
 
 from llmgw.errors import InstallError
 
-JOURNAL_PATH = Path("/var/lib/llmgw/install-journal.json")
-"""Where a host's journal lives unless told otherwise (`llmgw wipe --journal`)."""
+JOURNAL_PATH = Path("/var/lib/llmgw-install/journal.json")
+"""Where a host's journal lives unless told otherwise (`llmgw wipe --journal`): a directory of root's own (0700),
+not /var/lib/llmgw, which the control plane's unit gives to its unprivileged user (a journal it could write would
+let it make a root `llmgw wipe` remove any path)."""
 
 FORMAT = 1
 
@@ -180,7 +182,7 @@ class Journal:
         journal = cls(path)
         missing = [p for p in (path.parent, *path.parent.parents) if not p.exists()][::-1]
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)  # a crash before the save below leaves these empty
+            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)  # a crash before the save leaves these empty
         except OSError as exc:
             raise InstallError(f"{path.parent}: cannot make the install journal's directory ({exc})") from exc
         journal._save(tuple(CreatedDirectory(str(directory)) for directory in missing))

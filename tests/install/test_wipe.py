@@ -36,7 +36,7 @@ journal.make_dirs(Path("/var/lib/llmgw/weights"), weights=True)
 journal.make_dirs(Path("/var/lib/llmgw/engines/llama.cpp"))
 """
 
-WEIGHTS = {"/var/lib/llmgw", "/var/lib/llmgw/install-journal.json", "/var/lib/llmgw/weights",
+WEIGHTS = {"/var/lib/llmgw", "/var/lib/llmgw-install", "/var/lib/llmgw-install/journal.json", "/var/lib/llmgw/weights",
            "/var/lib/llmgw/weights/sha256", f"/var/lib/llmgw/weights/sha256/{'ab' * 32}"}
 
 
@@ -71,7 +71,7 @@ def test_wipe_lists_with_sizes_asks_and_leaves_the_hosts_root_as_it_was(ssh_host
     declined = host.ssh(f"{LLMGW} wipe", input="n\n", check=False)
     assert declined.returncode == 130, declined.stderr
     lines = declined.stdout.splitlines()
-    assert lines[0] == "/var/lib/llmgw/install-journal.json lists 16 things llmgw made on this machine (newest first):"
+    assert lines[0] == "/var/lib/llmgw-install/journal.json lists 17 things llmgw made on this machine (newest first):"
     assert lines[1].split() == ["directory", "/var/lib/llmgw/engines/llama.cpp"]  # newest first, nothing in it
     assert "1Mi  directory /var/lib/llmgw/weights (weights)" in declined.stdout
     assert "user llmgw" in declined.stdout and "unit llmgw-agent.service" in declined.stdout
@@ -114,5 +114,5 @@ def test_wipe_without_a_journal_says_there_is_nothing_of_llmgw_here(ssh_hosts) -
     push_llmgw(host)
     done = host.ssh(f"{LLMGW} wipe --yes", check=False)
     assert done.returncode == 1
-    assert done.stderr.strip() == ("error: /var/lib/llmgw/install-journal.json: no install journal here: llmgw "
+    assert done.stderr.strip() == ("error: /var/lib/llmgw-install/journal.json: no install journal here: llmgw "
                                    "installed nothing on this machine (or it was wiped already)")
