@@ -7,15 +7,8 @@ diff), run by the host's Debian python3: the host has no venv or checkout of its
 
 from __future__ import annotations
 
-import io
-import tarfile
-from pathlib import Path
-
-import click
-
-import llmgw
-
-LLMGW = "PYTHONPATH=/tmp/llmgw /usr/bin/python3 -m llmgw.cli"
+from support.ssh_hosts import LLMGW_ON_HOST as LLMGW
+from support.ssh_hosts import push_llmgw_source
 
 INSTALL = r"""
 import os, sys
@@ -40,18 +33,9 @@ WEIGHTS = {"/var/lib/llmgw", "/var/lib/llmgw-install", "/var/lib/llmgw-install/j
            "/var/lib/llmgw/weights/sha256", f"/var/lib/llmgw/weights/sha256/{'ab' * 32}"}
 
 
-def push_llmgw(host) -> None:
-    """Copy llmgw's and click's source into the host's /tmp/llmgw over ssh (a tar stream on stdin)."""
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w") as tar:
-        for package in (Path(llmgw.__file__).parent, Path(click.__file__).parent):
-            tar.add(package, arcname=package.name, filter=lambda info: None if "__pycache__" in info.name else info)
-    host.ssh("mkdir -p /tmp/llmgw && tar -x -C /tmp/llmgw", input=buffer.getvalue(), text=False)
-
-
 def installed(host) -> dict:
     """The host with llmgw's source pushed, `INSTALL` run on it; its snapshot from before the install."""
-    push_llmgw(host)
+    push_llmgw_source(host)
     before = host.snapshot()
     host.ssh(f"PYTHONPATH=/tmp/llmgw /usr/bin/python3 -c '{INSTALL}'")
     assert host.ssh("id -u llmgw && readlink /opt/llmgw/current").stdout.split()[1] == "0.1.0"
@@ -111,7 +95,7 @@ def test_wipe_is_refused_while_an_agent_runs_and_removes_nothing(ssh_hosts) -> N
 
 def test_wipe_without_a_journal_says_there_is_nothing_of_llmgw_here(ssh_hosts) -> None:
     host, = ssh_hosts(1)
-    push_llmgw(host)
+    push_llmgw_source(host)
     done = host.ssh(f"{LLMGW} wipe --yes", check=False)
     assert done.returncode == 1
     assert done.stderr.strip() == ("error: /var/lib/llmgw-install/journal.json: no install journal here: llmgw "

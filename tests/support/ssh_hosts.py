@@ -71,8 +71,15 @@ mount -t tmpfs -o mode=1777 tmpfs "$R/dev/shm"
 mount -t devpts -o newinstance,ptmxmode=0666,mode=620 devpts "$R/dev/pts"
 mount -t tmpfs -o mode=755 tmpfs "$R/run"
 mount -t tmpfs -o mode=1777 tmpfs "$R/tmp"
+while [ "$#" -gt 0 ] && [ "$1" != "--share" ]; do
+    if [ -d "$R$1" ]; then mount -t tmpfs -o "mode=$(stat -c %a "$1")" tmpfs "$R$1"; fi
+    shift
+done
+[ "$#" -gt 0 ] && shift
 for path in "$@"; do
-    if [ -d "$R$path" ]; then mount -t tmpfs -o "mode=$(stat -c %a "$path")" tmpfs "$R$path"; fi
+    mkdir -p "$R$path"
+    mount --bind "$path" "$R$path"
+    mount -o remount,bind,ro "$R$path"
 done
 mkdir -p -m 700 "$R/root/.ssh" "$R/run/llmgw-host"
 mkdir -m 755 "$R/run/sshd"
@@ -116,6 +123,7 @@ class SshHost:
     log: Path
     pid: int = 0
     keeper: int = 0
+    shared: tuple[str, ...] = ()
 
     def ssh_argv(self, command: str) -> list[str]:
         """The ssh command line that runs the shell `command` on this host."""
@@ -155,9 +163,10 @@ class SshHost:
                 _entry(Path(path), path, machine)
         entries = {path: value for path, value in entries.items() if machine.get(path) != value}
         for path in hidden_paths():
-            if os.path.isdir(path):
-                _walk(self.root / path.lstrip("/"), path, entries)
-        return entries
+            if os.path.isdir(path) and not any(path == p or path.startswith(p + "/") for p in self.shared):
+                _walk(self.root / path.lstrip("/"), path, entries, skip={self.root / p.lstrip("/") for p in self.shared})
+        return {path: value for path, value in entries.items()
+                if not any(path == p or path.startswith(p + "/") or p.startswith(path + "/") for p in self.shared)}
 
     def stop(self) -> None:
         """Stop sshd and with it everything on this host (its PID namespace); idempotent."""
@@ -173,8 +182,9 @@ class SshHost:
             self.mount_point.rmdir()
 
 
-def _walk(top: Path, prefix: str, entries: dict[str, tuple]) -> None:
+def _walk(top: Path, prefix: str, entries: dict[str, tuple], skip: set[Path] = frozenset()) -> None:
     for dirpath, dirnames, filenames in os.walk(top):
+        dirnames[:] = [d for d in dirnames if Path(dirpath) / d not in skip]
         rel = prefix + dirpath[len(str(top)):]
         for name in sorted(dirnames + filenames):
             _entry(Path(dirpath) / name, f"{rel}/{name}", entries)
@@ -225,9 +235,12 @@ def _wait_started(host: SshHost, deadline: float) -> None:
 
 
 @contextlib.contextmanager
-def open_ssh_hosts(lab: Lab, count: int, workdir: Path, *, hide: Sequence[str] = ()) -> Iterator[list[SshHost]]:
+def open_ssh_hosts(lab: Lab, count: int, workdir: Path, *, hide: Sequence[str] = (),
+                   share: Sequence[str] = ()) -> Iterator[list[SshHost]]:
     """`count` hosts (module docstring) named host1.. in `lab` (joined to the root namespace), their keys, logs and
-    mount points in `workdir`; every host hides `hidden_paths(hide)`. All stopped on exit.
+    mount points in `workdir`; every host hides `hidden_paths(hide)`, then shows each directory of `share` read-only
+    (a bind mount of the machine's: e.g. the test's venv and its Python, for a test that needs llmgw's dependencies
+    before `node add` brings a release). All stopped on exit.
     Raises RuntimeError with sshd's log when a host does not answer within 10 s."""
     workdir.mkdir(parents=True, exist_ok=True)
     seed = workdir / "keys"
@@ -259,10 +272,11 @@ def open_ssh_hosts(lab: Lab, count: int, workdir: Path, *, hide: Sequence[str] =
                 process = subprocess.Popen(
                     net.argv(["unshare", "--mount", "--pid", "--uts", "--fork", "--kill-child",
                               "--propagation", "private", "bash", "-c", _START, "host",
-                              str(mount_point), name, str(seed), net.address, *hidden_paths(hide)]),
+                              str(mount_point), name, str(seed), net.address, *hidden_paths(hide),
+                              "--share", *share]),
                     stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT,
                     preexec_fn=_parent_death_kill)
-            hosts.append(SshHost(name, net.address, ssh_config, mount_point, process, log))
+            hosts.append(SshHost(name, net.address, ssh_config, mount_point, process, log, shared=tuple(share)))
         with (workdir / "known_hosts").open("a") as known_hosts:
             known_hosts.write("".join(line + "\n" for line in known))
         ssh_config.write_text("\n".join(config))
@@ -278,3 +292,27 @@ def open_ssh_hosts(lab: Lab, count: int, workdir: Path, *, hide: Sequence[str] =
 def quoted(argv: Sequence[str]) -> str:
     """`argv` as one shell command for `SshHost.ssh`."""
     return shlex.join(argv)
+
+
+SOURCE = "/tmp/llmgw"
+"""Where `push_llmgw_source` puts llmgw on a host (its /tmp: a tmpfs outside `snapshot`)."""
+LLMGW_ON_HOST = f"PYTHONPATH={SOURCE} /usr/bin/python3 -m llmgw.cli"
+"""llmgw from the pushed source, run by the host's Debian python3 (commands that need only click)."""
+
+
+def push_llmgw_source(host: SshHost) -> None:
+    """Copy this checkout's llmgw (the package, and schema/, examples/cluster-repo/, deploy/systemd/ that it reads
+    in a source tree) and click into the host's /tmp/llmgw over ssh, one tar stream on stdin."""
+    import io
+    import tarfile
+
+    import click
+
+    checkout = Path(__file__).resolve().parents[2]
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        for path, name in [(checkout / "llmgw", "llmgw"), (checkout / "schema", "schema"),
+                           (checkout / "examples" / "cluster-repo", "examples/cluster-repo"),
+                           (checkout / "deploy" / "systemd", "deploy/systemd"), (Path(click.__file__).parent, "click")]:
+            tar.add(path, arcname=name, filter=lambda info: None if "__pycache__" in info.name else info)
+    host.ssh(f"mkdir -p {SOURCE} && tar -x -C {SOURCE}", input=buffer.getvalue(), text=False)
