@@ -187,7 +187,7 @@ def run_init(seed: Path | None, store_url: str | None, listen: str, journal_path
         report.made(f"{UNIT} enabled and started")
     elif systemd:
         report.kept(f"{UNIT} (enabled by an earlier init)")
-    _next_steps(report, systemd, listen)
+    _next_steps(report, systemd, settings.cluster.agents.port)
 
 
 def _admin_token(journal, settings, store_url: str | None, token_file: Path, owner: tuple[int, int]) -> None:
@@ -206,7 +206,7 @@ def _admin_token(journal, settings, store_url: str | None, token_file: Path, own
     os.chown(token_file, *owner)
 
 
-def _next_steps(report: _Report, systemd: bool, listen: str) -> None:
+def _next_steps(report: _Report, systemd: bool, agents_port: int) -> None:
     if not report.changed:
         click.echo("nothing to do: this machine was set up already (every step above was in place).")
     if not systemd:
@@ -220,7 +220,7 @@ Next:
   - your admin token is in {STATE / 'admin-token'}: `llmgw status --state {STATE}` on this machine
   - settings: `git clone {STATE / 'settings.git'}`, edit, push (a push that does not validate is refused)
   - nodes: `llmgw join-token --state {STATE}` here, then `llmgw node join` on each node (`llmgw node add HOST` is
-    not built yet); agents connect to {listen} port 8082 with mutual TLS
+    not built yet); agents connect to this machine's port {agents_port} with mutual TLS
   - releases: `llmgw release keygen` where releases are built; its public key goes in llmgw.yaml
     releases.trusted_keys
   - take it all off again: `llmgw wipe` (it lists what init made first)""")

@@ -9,10 +9,15 @@ bring. About 15-25 s here (the control plane's start is most of it).
 
 from __future__ import annotations
 
+import shlex
+import subprocess
 import sys
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
+from llmgw.store import open_store
+from support.postgres import POSTGRES_URL, postgres_schema, schema_url
 from support.ssh_hosts import SOURCE, push_llmgw_source
 
 CHECKOUT = Path(__file__).resolve().parents[2]
@@ -77,3 +82,25 @@ def test_server_init_refuses_a_seed_that_does_not_validate_before_making_anythin
     assert refused.returncode == 1
     assert refused.stderr.startswith("error: llmgw.yaml:") and "listeners" in refused.stderr
     assert host.snapshot() == before
+
+
+def test_server_init_keeps_the_admin_tokens_hash_in_a_postgresql_store(ssh_hosts) -> None:
+    """The host reaches the machine's PostgreSQL through the ssh connection itself (`ssh -R`, a port on the host's
+    loopback): init opens that store, migrates it and keeps the admin token's hash there."""
+    host, = ssh_hosts(1, share=SHARE)
+    push_llmgw_source(host)
+    with postgres_schema() as schema:
+        remote = schema_url(schema, "postgresql://127.0.0.1:15432/test")
+        argv = host.ssh_argv(f"{LLMGW} server init --store {shlex.quote(remote)}")
+        done = subprocess.run([*argv[:-2], "-R", f"15432:{urlsplit(POSTGRES_URL).netloc}", *argv[-2:]],
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        assert "(its hash in the store: postgresql://127.0.0.1:15432/test?options" in done.stdout
+        assert f"--store {remote}" in (host.root / "etc/llmgw/server.env").read_text()
+        token = (host.root / "var/lib/llmgw/admin-token").read_text().strip()
+        store = open_store(schema_url(schema))
+        try:
+            assert store.check_admin_token(token) and not store.check_admin_token(token[:-1] + "x")
+        finally:
+            store.close()
+        assert not (host.root / "var/lib/llmgw/llmgw.sqlite3").exists()
