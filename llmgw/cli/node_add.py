@@ -8,11 +8,12 @@ sent to a host for a release that does not check. Then the steps of llmgw.instal
 operator's own ssh (keys and ~/.ssh/config, or the options above), each shown as it goes: the host's Python, the
 release copied and its digests checked there, the install into /opt/llmgw/<version>, `llmgw node doctor` (unless
 --force), the CA, a one-time join token (asked of the control plane only then, through its admin API: --url,
---token, --state as for `llmgw status`), agent.env, llmgw-agent.service, the agent started. Every change on the
+--token, --state as for `llmgw status`), agent.env, llmgw-agent.service, the agent started, and the wait until
+it is connected. Every change on the
 host goes into the host's install journal first; a step that fails undoes the host from it and says so, with the
 host's own words. `--dry-run` prints every command it would run on the host and connects to nothing.
 
-Not built yet: waiting until the node is connected and its engines installable (it returns once the agent started).
+It returns once the node is connected (`CONNECT_TIMEOUT`). Not built yet: waiting until its engines are installable.
 """
 
 from __future__ import annotations
@@ -147,7 +148,32 @@ def add_cmd(host, release_dir, keys, settings_dir, control_plane, node_id, user,
     run_steps(host, ssh, steps, onboarding.FIRST_CHANGE, undo, release)
     join = _join_facts(url, token, state_dir, control_plane)
     run_steps(host, ssh, onboarding.join_steps(facts, join), 0, undo, release)
-    click.echo(f"[{host}] llmgw {manifest.version} installed; the agent started as node {node_id}")
+    click.echo(f"[{host}] llmgw {manifest.version} installed; waiting for node {node_id} to connect")
+    state = _wait_connected(url, token, state_dir, node_id, CONNECT_TIMEOUT)
+    click.echo(f"node {node_id} connected ({state})")
+
+
+CONNECT_TIMEOUT = 120.0
+"""Seconds `node add` waits for the new node's agent to connect to the control plane."""
+
+
+def _wait_connected(url, token, state_dir, node_id: str, timeout: float) -> str:
+    """Poll the control plane's status (every 0.5 s, `timeout` seconds) until `node_id` is there; its state.
+    Raises InstallError when it does not come (the host keeps what was installed: `llmgw wipe` there removes it)."""
+    import time
+
+    from llmgw.control.client import AdminClient, admin_ca_file, resolve_admin
+
+    url, token = resolve_admin(url, token, state_dir)
+    deadline = time.monotonic() + timeout
+    with AdminClient(url, token, ca_file=admin_ca_file(state_dir)) as client:
+        while time.monotonic() < deadline:
+            node = client.get("/api/v1/status").get("nodes", {}).get(node_id)
+            if node:
+                return node.get("state", "connected")
+            time.sleep(0.5)
+    raise InstallError(f"node {node_id} did not connect within {timeout:g} s: see /var/log/llmgw/agent.log or "
+                       "`journalctl -u llmgw-agent` on it (it stays installed; `llmgw wipe` there takes it off)")
 
 
 def _join_facts(url, token, state_dir, control_plane):

@@ -5,7 +5,7 @@ ssh, or prints them (`--dry-run`). The layout is that of deploy/systemd/llmgw-ag
 
     /opt/llmgw/<version>        a venv with the release's wheels installed offline; /opt/llmgw/current links to it
     /etc/llmgw/ca.crt           the control plane's CA; agent.env: LLMGW_AGENT_OPTIONS (control plane, node id)
-    /var/lib/llmgw/agent        the agent's state (tls/ from `llmgw node join`); engines/, weights/ beside it
+    /var/lib/llmgw/agent        the agent's state (tls/ from `llmgw node join`); engines/, weights/, cache/ beside it
     /etc/systemd/system/llmgw-agent.service
 
 Every step that changes the host goes through the install journal's verbs (`python3 -m llmgw.install.host`, run
@@ -69,7 +69,9 @@ FIRST_CHANGE = 3
 def agent_env(facts: NodeFacts) -> bytes:
     """/etc/llmgw/agent.env: LLMGW_AGENT_OPTIONS for the unit (quoted for sh and systemd alike)."""
     return (f"# Written by `llmgw node add` (docs/install.md): the options of `llmgw agent` in {UNIT}.\n"
-            f'LLMGW_AGENT_OPTIONS="--control-plane {facts.control_plane} --node-id {facts.node_id}"\n').encode()
+            f'LLMGW_AGENT_OPTIONS="--control-plane {facts.control_plane} --node-id {facts.node_id}"\n'
+            "# Engine downloads and builds: under the state directory (the install journal lists it), not ~/.cache.\n"
+            f"LLMGW_CACHE={STATE}/cache\n").encode()
 
 
 def _check(facts: object, names: tuple[str, ...]) -> None:
@@ -106,9 +108,9 @@ def install_steps(facts: NodeFacts, *, doctor: bool = True) -> list[RemoteStep]:
                    f"{venv}/bin/pip install --quiet --no-index --find-links {scratch}/wheels llmgw=={facts.version}"),
         RemoteStep(f"link {OPT}/current to {facts.version}", f"{journal} link {OPT}/current {facts.version}"),
     ]
-    steps.append(RemoteStep(f"make {STATE}/agent, engines, weights",
+    steps.append(RemoteStep(f"make {STATE}/agent, engines, weights, cache",
                             f"{journal} mkdir {STATE}/agent --mode 0750 && {journal} mkdir {STATE}/engines && "
-                            f"{journal} mkdir {STATE}/weights --weights"))
+                            f"{journal} mkdir {STATE}/weights --weights && {journal} mkdir {STATE}/cache"))
     if doctor:
         steps.append(RemoteStep("check the host with `llmgw node doctor` (stops here when it cannot serve)",
                                 f"{llmgw} node doctor --weights-dir {STATE}/weights --engines-dir {STATE}/engines "
@@ -133,10 +135,10 @@ def join_steps(facts: NodeFacts, join: JoinFacts) -> list[RemoteStep]:
                    payload=facts.unit.encode()),
         RemoteStep(f"enable and start {UNIT} (where systemd runs)", f"{journal} unit {UNIT}"),
         RemoteStep("start the agent as a process of its own where systemd does not run",
-                   f"[ -d /run/systemd/system ] || {{ {journal} write /var/log/llmgw-agent.log --mode 0640 "
-                   f"</dev/null && set -a && . {CONFIG}/agent.env && set +a && setsid {llmgw} agent "
+                   f"[ -d /run/systemd/system ] || {{ {journal} mkdir /var/log/llmgw --mode 0750 "
+                   f"&& set -a && . {CONFIG}/agent.env && set +a && setsid -f {llmgw} agent "
                    f"--state-dir {STATE}/agent --engines-dir {STATE}/engines --weights-dir {STATE}/weights "
-                   f"$LLMGW_AGENT_OPTIONS >>/var/log/llmgw-agent.log 2>&1 </dev/null & }}"),
+                   f"$LLMGW_AGENT_OPTIONS >>/var/log/llmgw/agent.log 2>&1 </dev/null; }}"),
         RemoteStep(f"remove {facts.scratch}", f"rm -rf {facts.scratch}"),
     ]
 
