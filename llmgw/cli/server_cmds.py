@@ -35,6 +35,7 @@ import click
 
 from llmgw.control import stalls
 from llmgw.errors import UsageError
+from llmgw.units import format_duration
 
 
 def _admin_options(func):
@@ -537,8 +538,8 @@ def _health_lines(health: dict | None, indent: str, *, only_blocking: bool = Fal
 @click.command("nodes")
 @_client_options
 def nodes_cmd(client, as_json):
-    """The nodes the control plane knows, with their state and shards, and each replica's latest `llmgw bench`
-    (from the store, when it is found on this machine)."""
+    """The nodes the control plane knows, with their state and shards, each replica's measured speed (what routing
+    uses, with its source and age) and its latest `llmgw bench` (from the store, when it is found on this machine)."""
     from llmgw.cli.bench_cmds import bench_line, latest_benches
 
     answer = client.get("/api/v1/nodes")
@@ -546,6 +547,7 @@ def nodes_cmd(client, as_json):
         _print_json(answer)
         return
     benches = latest_benches(click.get_current_context().meta.get("llmgw.admin_state"))
+    speeds = dict(answer.get("speeds", {}))
     kept_off = {node_id: [title for key, title in _KEPT_OFF_TITLES if node_id in answer.get(key, ())]
                 for node_id in answer["nodes"]}
     for node_id, node in answer["nodes"].items():
@@ -556,6 +558,8 @@ def nodes_cmd(client, as_json):
             extra = f"  {shard['error']}" if shard.get("error") else ""
             foreign = " (not started by llmgw)" if shard.get("foreign") else ""
             click.echo(f"  {shard_id:<28} {shard['state']:<10} port {shard['port']}{foreign}{extra}")
+            if shard.get("replica") in speeds:
+                click.echo(f"    {speed_line(speeds.pop(shard['replica']))}")
             if shard.get("replica") in benches:
                 click.echo(f"    {bench_line(benches.pop(shard['replica']))}")
         for line in _health_lines(node.get("health"), "  "):
@@ -569,7 +573,7 @@ def nodes_cmd(client, as_json):
 @click.command("replicas")
 @_client_options
 def replicas_cmd(client, as_json):
-    """Every replica: its model, node and state, or why it cannot be placed."""
+    """Every replica: its model, node and state, or why it cannot be placed, and its measured speed (source, age)."""
     answer = client.get("/api/v1/replicas")
     if as_json:
         _print_json(answer)
@@ -583,6 +587,17 @@ def replicas_cmd(client, as_json):
         if "unplaced" in replica:
             detail = "  " + "; ".join(f"{n}: {why}" for n, why in replica["unplaced"].items())
         click.echo(f"{replica_id:<24} {replica['model']:<24} {replica['state']:<10} {replica.get('node', '')}{detail}")
+        if replica.get("speed"):
+            click.echo(f"  {speed_line(replica['speed'])}")
+
+
+def speed_line(speed: dict[str, Any]) -> str:
+    """One line for a replica's measured speed (a status document's `replicas.<id>.speed`): "speed: prefill 45.2
+    tokens/s, decode 13.9 tokens/s, 4 slots (metrics, 12s ago)". Pure."""
+    slots = f", {speed['slots']} slots" if speed.get("slots") else ""
+    return (f"speed: prefill {speed['prefill_tokens_per_second']:.1f} tokens/s, decode "
+            f"{speed['decode_tokens_per_second']:.1f} tokens/s{slots} ({speed['source']}, "
+            f"{format_duration(speed['age_seconds'])} ago)")
 
 
 @click.command("logs")

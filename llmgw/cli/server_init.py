@@ -5,13 +5,14 @@
 Run as root on the first machine. Each step says what it made or that it found it in place, and everything it makes
 goes into the install journal first (llmgw.install), so `llmgw wipe` takes it off again:
 
-    user llmgw                            the control plane's own unprivileged user (and group)
-    /var/lib/llmgw                        state (0750, llmgw): settings.git, ca/, the SQLite store, admin-token
-    /var/lib/llmgw/settings.git           the settings repository, seeded from --from DIR or the example
-    /var/lib/llmgw/ca                     the CA of the agents' mutual TLS (`llmgw join-token`, `node join`)
-    /var/lib/llmgw/admin-token            the admin token (0600), its hash in the store
-    /etc/llmgw/server.env                 LLMGW_SERVER_OPTIONS for the unit: --repo, --tls, listeners, --store
-    /etc/llmgw/secrets/                   named secrets (store.password_secret, hf-token, ...), root:llmgw 0750
+    user llmgw                            the control plane's own unprivileged user (home: its state, no login)
+    /var/lib/llmgw/server                 state (0750, llmgw): settings.git, ca/, secrets/, the store, admin-token
+    /var/lib/llmgw/server/settings.git    the settings repository, seeded from --from DIR or the example
+    /var/lib/llmgw/server/ca              the CA of the agents' mutual TLS (`llmgw join-token`, `node join`)
+    /var/lib/llmgw/server/secrets/        named secrets (store.password_secret, hf-token, ...), 0700 llmgw
+    /var/lib/llmgw/server/admin-token     the admin token (0600), its hash in the store
+    /etc/llmgw/server.env                 LLMGW_SERVER_OPTIONS for the unit (read by systemd): --repo, --tls,
+                                          the listeners, --store
     /etc/systemd/system/llmgw-server.service   the unit as shipped (deploy/systemd/), and a drop-in
                                           llmgw-server.service.d/llmgw.conf pointing ExecStart at this llmgw
                                           when /opt/llmgw/current (a release) is not there
@@ -32,7 +33,8 @@ import click
 
 from llmgw.errors import UsageError
 
-STATE = Path("/var/lib/llmgw")
+STATE = Path("/var/lib/llmgw/server")
+"""The control plane's state, as deploy/systemd/llmgw-server.service has it (its StateDirectory, the user's own)."""
 CONFIG = Path("/etc/llmgw")
 UNITS = Path("/etc/systemd/system")
 RELEASE_BIN = Path("/opt/llmgw/current/bin/llmgw")
@@ -121,8 +123,8 @@ def run_init(seed: Path | None, store_url: str | None, listen: str, journal_path
     from llmgw.settings.packaged import example_dir
 
     if os.geteuid() != 0:
-        raise UsageError("llmgw server init sets this machine up (a user, /var/lib/llmgw, /etc/llmgw, a systemd "
-                         "unit): run it as root, e.g. `sudo llmgw server init`.")
+        raise UsageError("llmgw server init sets this machine up (a user, /var/lib/llmgw/server, /etc/llmgw, a "
+                         "systemd unit): run it as root, e.g. `sudo llmgw server init`.")
     seed_dir = seed or example_dir()
     settings = load_directory(seed_dir)  # a bad seed is refused before anything is made
     report = _Report()
@@ -131,14 +133,15 @@ def run_init(seed: Path | None, store_url: str | None, listen: str, journal_path
     if user_exists(USER):
         report.kept(f"user {USER}")
     else:
-        create_user(journal, USER)
+        create_user(journal, USER, home=STATE)
         report.made(f"user {USER}")
     llmgw_user = pwd.getpwnam(USER)
-    owner, root_group = (llmgw_user.pw_uid, llmgw_user.pw_gid), (0, llmgw_user.pw_gid)
+    owner = (llmgw_user.pw_uid, llmgw_user.pw_gid)
 
+    _make_dir(journal, report, STATE.parent, 0o755, (0, 0))
     _make_dir(journal, report, STATE, 0o750, owner)
-    _make_dir(journal, report, CONFIG, 0o750, root_group)
-    _make_dir(journal, report, CONFIG / "secrets", 0o750, root_group)
+    _make_dir(journal, report, STATE / "secrets", 0o700, owner)
+    _make_dir(journal, report, CONFIG, 0o755, (0, 0))
 
     repo = STATE / "settings.git"
     if repo.exists():
@@ -167,14 +170,14 @@ def run_init(seed: Path | None, store_url: str | None, listen: str, journal_path
         _admin_token(journal, settings, store_url, token_file, owner)
         report.made(f"{token_file} (its hash in the store: {store_url or 'SQLite, ' + str(STATE / 'llmgw.sqlite3')})")
 
-    _write(journal, report, CONFIG / "server.env", server_env(settings, store_url, listen), 0o640, root_group)
+    _write(journal, report, CONFIG / "server.env", server_env(settings, store_url, listen), 0o640, (0, 0))
     _write(journal, report, UNITS / UNIT, (units_dir() / UNIT).read_text(), 0o644, (0, 0))
     if not RELEASE_BIN.exists():
         command = this_llmgw()
         _write(journal, report, UNITS / DROP_IN,
                "# Written by `llmgw server init`: no release in /opt/llmgw/current, so the llmgw that ran init.\n"
-               f"[Service]\nExecStart=\nExecStart={command} server --state {STATE} --secrets {CONFIG / 'secrets'} "
-               "$LLMGW_SERVER_OPTIONS\n", 0o644, (0, 0))
+               f"[Service]\nExecStart=\nExecStart={command} server --state {STATE} $LLMGW_SERVER_OPTIONS\n",
+               0o644, (0, 0))
 
     systemd = Path("/run/systemd/system").is_dir()
     if systemd and not any(isinstance(e, InstalledUnit) and e.name == UNIT for e in journal):
@@ -194,7 +197,7 @@ def _admin_token(journal, settings, store_url: str | None, token_file: Path, own
     from llmgw.control.keys import SecretResolver
     from llmgw.store import open_store_from_settings
 
-    store = open_store_from_settings(settings.cluster.store, STATE, SecretResolver(CONFIG / "secrets").get,
+    store = open_store_from_settings(settings.cluster.store, STATE, SecretResolver(STATE / "secrets").get,
                                      override_url=store_url)
     try:
         token = store.create_admin_token()
@@ -214,13 +217,14 @@ def _next_steps(report: _Report, systemd: bool, agents_port: int) -> None:
                    f"{UNITS / UNIT} is written but not started. Run the control plane by hand:\n"
                    f"  set -a; . {CONFIG / 'server.env'}; set +a\n"
                    f"  runuser -u {USER} -- {this_llmgw() if not RELEASE_BIN.exists() else RELEASE_BIN} server "
-                   f"--state {STATE} --secrets {CONFIG / 'secrets'} $LLMGW_SERVER_OPTIONS")
+                   f"--state {STATE} $LLMGW_SERVER_OPTIONS")
     click.echo(f"""
 Next:
   - your admin token is in {STATE / 'admin-token'}: `llmgw status --state {STATE}` on this machine
   - settings: `git clone {STATE / 'settings.git'}`, edit, push (a push that does not validate is refused)
-  - nodes: `llmgw join-token --state {STATE}` here, then `llmgw node join` on each node (`llmgw node add HOST` is
-    not built yet); agents connect to this machine's port {agents_port} with mutual TLS
+  - nodes: `llmgw node add HOST --release DIR --settings SETTINGS --state {STATE}` over ssh (or
+    `llmgw join-token --state {STATE}` here and `llmgw node join` there); agents connect to this machine's port
+    {agents_port} with mutual TLS
   - releases: `llmgw release keygen` where releases are built; its public key goes in llmgw.yaml
     releases.trusted_keys
   - take it all off again: `llmgw wipe` (it lists what init made first)""")
@@ -231,7 +235,7 @@ Next:
               help="Seed the settings repository from this directory [default: the example settings].")
 @click.option("--store", "store_url", default=None, metavar="URL",
               help="The store: postgresql://user@host/db (its password from llmgw.yaml store.password_secret, a "
-                   "file in /etc/llmgw/secrets) [default: SQLite in /var/lib/llmgw].")
+                   "file in /var/lib/llmgw/server/secrets) [default: SQLite in /var/lib/llmgw/server].")
 @click.option("--listen", default="0.0.0.0", show_default=True, metavar="ADDRESS",
               help="Address of the gateway, admin and agents' listeners (ports from llmgw.yaml).")
 @click.option("--journal", "journal_path", type=click.Path(dir_okay=False, path_type=Path), default=None,

@@ -113,6 +113,8 @@ class ControlLoop:
         self._queued = self._taken = 0  # events sent to the channel, and taken from it
         self._barriers: list[tuple[int, trio.Event]] = []
         self._lanes: dict[str, trio.MemorySendChannel] = {}
+        self._dispatched = self._handled = 0  # effects queued to lanes, and handled
+        self._handled_barriers: list[tuple[int, trio.Event]] = []
 
     # -- events -------------------------------------------------------------------------------------------
 
@@ -138,6 +140,16 @@ class ControlLoop:
     def kick(self, reason: str) -> None:
         """Bring the next pass forward (`reason` is recorded as its trigger)."""
         self.update(None, reason)
+
+    async def effects_handled(self) -> None:
+        """Wait until every effect dispatched before this call (to any lane) has been handled: a pass's effects, its
+        audit commit queued among them, are handled after `wait_pass` returns. A checkpoint."""
+        if self._handled >= self._dispatched:
+            await trio.lowlevel.checkpoint()
+            return
+        done = trio.Event()
+        self._handled_barriers.append((self._dispatched, done))
+        await done.wait()
 
     async def wait_pass(self) -> PassRecord:
         """Wait for the next pass to finish and return its record. A checkpoint."""
@@ -294,8 +306,20 @@ class ControlLoop:
                 assert self._nursery is not None, "ControlLoop.run must be running"
                 send, receive = trio.open_memory_channel[tuple](math.inf)
                 self._lanes[lane] = send
-                self._nursery.start_soon(_in_order, receive)
+                self._nursery.start_soon(self._in_order, receive)
             send.send_nowait((effect, handler))
+            self._dispatched += 1
+
+    async def _in_order(self, lane: trio.MemoryReceiveChannel) -> None:
+        """Await each (effect, handler) of `lane` in turn, forever; count each handled (`effects_handled`)."""
+        async for effect, handler in lane:
+            try:
+                await handler(effect)
+            finally:
+                self._handled += 1
+                for barrier in [b for b in self._handled_barriers if b[0] <= self._handled]:
+                    self._handled_barriers.remove(barrier)
+                    barrier[1].set()
 
     def run_pass(self, trigger: str, planned: tuple | None = None, planned_seconds: float = 0.0) -> PassRecord | None:
         """Run one pass now (not a checkpoint): decide, record the next state, start sending its actions.
@@ -369,12 +393,6 @@ class ControlLoop:
         now = trio.current_time()
         self.update(lambda s: (_counted(action_answered(s, key, now), action.kind.value, "succeeded"), True),
                     f"{action.kind.value} {key[2]} answered")
-
-
-async def _in_order(lane: trio.MemoryReceiveChannel) -> None:
-    """Await each (effect, handler) of `lane` in turn, forever."""
-    async for effect, handler in lane:
-        await handler(effect)
 
 
 def _counted(state: ControlState, kind: str, outcome: str) -> ControlState:

@@ -39,11 +39,12 @@ from llmgw.control.node_identity import NodeIdentities
 from llmgw.control.recovering import KNOWN_NODES_KEY, decode_known
 from llmgw.control.events import settings_published, watch_reason
 from llmgw.control.restart_only import command_line_keys, restart_notes
-from llmgw.control.speeds import speeds_from_benches
+from llmgw.control.speeds import merged_speeds, metrics_speeds, speeds_from_benches
 from llmgw.control.state import WatchState
 from llmgw.control.status import Endpoints
 from llmgw.control.tracing import open_tracing
 from llmgw.errors import SettingsError, StoreError, TemporaryError
+from llmgw.routes import ReplicaSpeed
 from llmgw.gateway import Gateway, GatewayWorkers, drain_spools, open_gateway_tracing, worker_count, worker_spools
 from llmgw.settings import NOTIFY_CA_KEY, NOTIFY_URL_KEY, hook_token, set_config_value
 from llmgw.settings.model import ClusterSettings, Listener, Tracing
@@ -54,6 +55,8 @@ log = logging.getLogger("llmgw.control")
 
 SPEEDS_INTERVAL = 60.0
 """Seconds between two reads of the bench results into the routing table (`read_speeds`)."""
+SPEEDS_MERGE_INTERVAL = 5.0
+"""Seconds between two merges of the engines' measured speeds (the fleet state) into the routing table."""
 SPEEDS_BENCHES = 10000
 """The latest bench runs read each time (the latest per replica counts)."""
 ADMIN_TOKEN_FILE = "admin-token"
@@ -185,18 +188,26 @@ async def open_wiring(plane: Any) -> AsyncIterator[Any]:
             store.close()
 
 
-async def read_speeds(plane: Any, store: Any, interval: float = SPEEDS_INTERVAL) -> None:
-    """Every `interval` seconds (the first time at once), hand the gateway feed each replica's measured speed from
-    the bench results in `store` (`llmgw.control.speeds`); a store that cannot be read now is tried again next
-    time (a warning). Runs until cancelled."""
+async def read_speeds(plane: Any, store: Any, interval: float = SPEEDS_INTERVAL,
+                      every: float = SPEEDS_MERGE_INTERVAL) -> None:
+    """Every `every` seconds (the first time at once), hand the gateway feed each replica's measured speed: the
+    bench results in `store`, read every `interval` seconds, merged with the speeds the engines' counters gave in
+    the fleet state now (`llmgw.control.speeds.merged_speeds`). A store that cannot be read is tried again
+    `interval` seconds later (a warning), the last bench speeds read standing meanwhile. Runs until cancelled."""
+    benches: dict[str, ReplicaSpeed] = {}
+    read_at = trio.current_time()
     while True:
-        try:
-            records = await trio.to_thread.run_sync(store.benches, None, SPEEDS_BENCHES, abandon_on_cancel=True)
-        except (StoreError, TemporaryError) as exc:
-            log.warning("cannot read the bench results for routing by expected time: %s", exc)
-        else:
-            plane.feed.set_speeds(speeds_from_benches(records), plane.loop.state)
-        await trio.sleep(interval)
+        if trio.current_time() >= read_at:
+            read_at = trio.current_time() + interval
+            try:
+                records = await trio.to_thread.run_sync(store.benches, None, SPEEDS_BENCHES, abandon_on_cancel=True)
+            except (StoreError, TemporaryError) as exc:
+                log.warning("cannot read the bench results for routing by expected time: %s", exc)
+            else:
+                benches = speeds_from_benches(records)
+        state = plane.loop.state
+        plane.feed.set_speeds(merged_speeds(benches, metrics_speeds(state.fleet.records())), state)
+        await trio.sleep(every)
 
 
 def _open_tracing(plane: Any, config: ControlConfig, cluster: Any) -> tuple[Any, str | None, float]:

@@ -51,10 +51,14 @@ async def messages(gateway, incoming: Incoming, send, receive) -> None:
         await gateway._run(ctx, MessagesSend(send, answer_id, body["model"]), receive)
         return
     sent = {**body, **ctx.overrides}  # the reserved max_tokens, when enforced, has the same name here
-    ctx = dataclasses.replace(ctx, path=MESSAGES_PATH, body=sent, overrides={}, include_usage=False,
-                              raw=incoming.raw if sent == body else json.dumps(sent).encode())
-    await gateway._run(ctx, MessagesSend(send, answer_id, body["model"], convert=False), receive,
-                       NativeMessagesRelay(answer_id, body["model"]))
+    native = dataclasses.replace(ctx, path=MESSAGES_PATH, body=sent, overrides={}, include_usage=False,
+                                 raw=incoming.raw if sent == body else json.dumps(sent).encode())
+    out = MessagesSend(send, answer_id, body["model"], convert=False)
+
+    def translation():  # the engine answered 404 at /v1/messages: chat, and its answer converted
+        out.convert = True
+        return ctx, None
+    await gateway._run(native, out, receive, NativeMessagesRelay(answer_id, body["model"], translation))
 
 
 async def count_tokens(gateway, incoming: Incoming, send, receive) -> None:

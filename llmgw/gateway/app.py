@@ -34,6 +34,7 @@ concurrent streams per client connection. A model name that is not in the catalo
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -70,6 +71,8 @@ from llmgw.gateway.upstream import Timeouts, UpstreamPool
 from llmgw.gateway.validation import parse_body, validate_request
 from llmgw.routes import BlockSnapshot, ReplicaRoute, RouteTable
 from llmgw.store import UsageRecord
+
+log = logging.getLogger("llmgw.gateway")
 
 PROXIED = {"/v1/chat/completions": "/v1/chat/completions", "/v1/completions": "/v1/completions",
            "/v1/embeddings": "/v1/embeddings"}
@@ -365,6 +368,13 @@ class Gateway:
             blocks = await self._prompt_blocks(ctx) if ctx.policy.by_prefix else None
             try:
                 response = await open_upstream(ctx, self.pool, self.balancer, ledger, blocks)
+                if response.status == 404 and getattr(relay, "translation", None) is not None:
+                    await response.aclose()  # the engine's build lacks the native path: translated to chat
+                    self.balancer.finished(ledger.replica.replica_id)
+                    log.info("%s: replica %s answered 404 at %s; translated to chat", route.name,
+                             ledger.replica.replica_id, ctx.path)
+                    ctx, relay = relay.fall_back()
+                    response = await open_upstream(ctx, self.pool, self.balancer, ledger, blocks)
             finally:
                 if ledger.routing:
                     self.metrics.child(self.metrics.routing_decisions, route.name, ledger.routing).inc()
@@ -391,6 +401,8 @@ class Gateway:
         went out with an error event (`data: {"error": ...}`), so the client sees a well-formed end, never a reset."""
         error = cut_error()
         ledger.status = error.status
+        if getattr(relay, "translated", None):  # a native relay that fell back: the translation ends the stream
+            relay = relay.translated[0]
         await settle()
         with trio.move_on_after(CLEANUP_SECONDS, shield=True):
             if not ledger.started_response:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from typing import Any
 
 from llmgw.gateway.anthropic import error_body
@@ -27,9 +28,22 @@ from llmgw.gateway.upstream import UpstreamFailure
 
 
 class NativeRelay:
-    """What the two dialects share (module docstring); a subclass says how an answer is reshaped."""
+    """What the two dialects share (module docstring); a subclass says how an answer is reshaped.
+
+    `translation`: None, or a function returning (the translated request's context, its relay or None) for when
+    the engine answers 404 at its native path (a build without it): `Gateway._forward` then closes that answer and
+    sends the translation to the same replica (`fall_back`); `translated` holds (that relay,) afterwards."""
 
     _events: NativeEvents | None = None  # a stream's, once it started
+    translation: Callable[[], tuple[RequestContext, Any]] | None = None
+    translated: tuple[Any] | None = None
+
+    def fall_back(self) -> tuple[RequestContext, Any]:
+        """The translated request's context and relay (see the class); remembered in `translated`."""
+        assert self.translation is not None
+        ctx, relay = self.translation()
+        self.translated = (relay,)
+        return ctx, relay
 
     def cut_event(self, message: str) -> bytes:
         """The end of a stream the drain cut (`Gateway._cut`): the dialect's failure event."""
@@ -119,8 +133,10 @@ class NativeResponsesRelay(NativeRelay):
     """An engine's own `/v1/responses` answer. `api`: the endpoints (`responses.ResponsesApi`, for `save`);
     `body`: the client's request; `items`: the turn's whole context (stored with the response)."""
 
-    def __init__(self, api, body: dict, items: list[dict], response_id: str):
+    def __init__(self, api, body: dict, items: list[dict], response_id: str,
+                 translation: Callable[[], tuple[RequestContext, Any]] | None = None):
         self.api, self.body, self.items, self.response_id = api, body, items, response_id
+        self.translation = translation
         self.created_at = time.time()
         self.store = body.get("store") is not False
 
@@ -154,8 +170,9 @@ class NativeMessagesRelay(NativeRelay):
     """An engine's own `/v1/messages` answer, sent through `anthropic_stream.MessagesSend(convert=False)` (its
     refusals in Anthropic's shape). `message_id`: the answer's id; `model`: the client's name for the model."""
 
-    def __init__(self, message_id: str, model: str):
-        self.message_id, self.model = message_id, model
+    def __init__(self, message_id: str, model: str,
+                 translation: Callable[[], tuple[RequestContext, Any]] | None = None):
+        self.message_id, self.model, self.translation = message_id, model, translation
 
     def events(self, ctx: RequestContext) -> NativeMessageEvents:
         return NativeMessageEvents(self.message_id, self.model)

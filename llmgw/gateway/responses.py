@@ -152,9 +152,10 @@ class ResponsesApi:
             await gateway._run(ctx, send, receive, ResponsesRelay(self, body, items))
             return
         engine_body = responses_engine_body(sent, items, ctx.route.name, ctx.overrides)
-        ctx = dataclasses.replace(ctx, path=RESPONSES, body=engine_body, overrides={}, include_usage=False,
-                                  raw=json.dumps(engine_body, separators=(",", ":")).encode())
-        await gateway._run(ctx, send, receive, NativeResponsesRelay(self, body, items, new_id("resp")))
+        native = dataclasses.replace(ctx, path=RESPONSES, body=engine_body, overrides={}, include_usage=False,
+                                     raw=json.dumps(engine_body, separators=(",", ":")).encode())
+        await gateway._run(native, send, receive, NativeResponsesRelay(
+            self, body, items, new_id("resp"), translation=lambda: (ctx, ResponsesRelay(self, body, items))))
 
     async def _input_tokens(self, receive, send, headers, ids: RequestIds, trace: RequestTrace | None) -> None:
         caller, body, items, _sent = await self._read(receive, headers, ids, trace, PREFIX + "/input_tokens")

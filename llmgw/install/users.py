@@ -27,10 +27,11 @@ def user_exists(name: str) -> bool:
     return True
 
 
-def create_user(journal: Journal, name: str, *, run: Runner = run_command) -> None:
-    """Create the system user `name` with its own group, no home and no login shell, recorded first (module
-    docstring). Nothing is done for a user the journal already lists. Raises InstallError when a user of that name
-    exists that llmgw did not make, or when useradd fails."""
+def create_user(journal: Journal, name: str, *, home: Path | None = None, run: Runner = run_command) -> None:
+    """Create the system user `name` with its own group and no login shell, recorded first (module docstring);
+    `home` is its home directory's path (not made here: a unit's StateDirectory, say). Nothing is done for a user
+    the journal already lists. Raises InstallError when a user of that name exists that llmgw did not make, or when
+    useradd fails."""
     if any(isinstance(e, CreatedUser) and e.name == name for e in journal):
         return
     if user_exists(name):
@@ -38,8 +39,9 @@ def create_user(journal: Journal, name: str, *, run: Runner = run_command) -> No
                            "it later); remove it or choose another name")
     files = tuple((path, journal.keep_copy(Path(path))) for path in SIDE_FILES)
     journal.record(CreatedUser(name, files))
-    check_command(run(["useradd", "--system", "--user-group", "--no-create-home", "--shell", "/usr/sbin/nologin",
-                       name]), f"user {name}")
+    home_dir = ["--home-dir", str(home)] if home else []
+    check_command(run(["useradd", "--system", "--user-group", "--no-create-home", *home_dir, "--shell",
+                       "/usr/sbin/nologin", name]), f"user {name}")
 
 
 def remove_user(entry: CreatedUser, journal: Journal, run: Runner = run_command) -> str:

@@ -61,16 +61,20 @@ def format_key_id(key_id: bytes) -> str:
 
 
 @dataclass(frozen=True)
-class PublicKey:
-    """A minisign public key: `key_id` (8 bytes) and the raw Ed25519 public key (32 bytes)."""
-
+class _Identified:
     key_id: bytes
-    raw: bytes
 
     @property
     def id_text(self) -> str:
         """The key id as minisign prints it ("B1A4C5D2E3F40516")."""
         return format_key_id(self.key_id)
+
+
+@dataclass(frozen=True)
+class PublicKey(_Identified):
+    """A minisign public key: `key_id` (8 bytes) and the raw Ed25519 public key (32 bytes)."""
+
+    raw: bytes
 
     @property
     def line(self) -> str:
@@ -86,15 +90,10 @@ class PublicKey:
 
 
 @dataclass(frozen=True)
-class SecretKey:
+class SecretKey(_Identified):
     """A decrypted minisign secret key: `key_id` (8 bytes) and the Ed25519 seed (32 bytes)."""
 
-    key_id: bytes
     seed: bytes
-
-    @property
-    def id_text(self) -> str:
-        return format_key_id(self.key_id)
 
     def signer(self) -> Ed25519PrivateKey:
         return Ed25519PrivateKey.from_private_bytes(self.seed)
@@ -111,8 +110,13 @@ def _base64_line(text: str, size: int, what: str) -> bytes:
     if len(lines) != 1:
         raise ReleaseError(f"{what}: expected one base64 line (after an optional '{COMMENT_PREFIX.strip()}' line), "
                            f"found {len(lines)}")
+    return decode_base64(lines[0], size, what)
+
+
+def decode_base64(line: str, size: int, what: str) -> bytes:
+    """`line` decoded from base64, which must give `size` bytes. Raises: ReleaseError naming `what` otherwise."""
     try:
-        data = base64.b64decode(lines[0], validate=True)
+        data = base64.b64decode(line.strip(), validate=True)
     except binascii.Error as exc:
         raise ReleaseError(f"{what}: not base64 ({exc})") from exc
     if len(data) != size:

@@ -13,7 +13,6 @@ writes and `verify` accepts what `minisign -S` writes (tests/release/test_minisi
 from __future__ import annotations
 
 import base64
-import binascii
 import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -21,7 +20,7 @@ from dataclasses import dataclass
 from cryptography.exceptions import InvalidSignature
 
 from llmgw.errors import ReleaseError
-from llmgw.release.keys import COMMENT_PREFIX, PublicKey, SecretKey, format_key_id
+from llmgw.release.keys import COMMENT_PREFIX, PublicKey, SecretKey, decode_base64, format_key_id
 
 PREHASHED = b"ED"
 LEGACY = b"Ed"
@@ -61,16 +60,6 @@ def sign(data: bytes, key: SecretKey, trusted_comment: str, *, prehashed: bool =
             f"{base64.b64encode(global_signature).decode()}\n")
 
 
-def _decode(line: str, size: int, what: str) -> bytes:
-    try:
-        data = base64.b64decode(line.strip(), validate=True)
-    except binascii.Error as exc:
-        raise ReleaseError(f"{what} is not base64 ({exc})") from exc
-    if len(data) != size:
-        raise ReleaseError(f"{what} holds {len(data)} bytes where minisign's format has {size}")
-    return data
-
-
 def signature_key_id(signature_text: str, what: str = "signature") -> str:
     """The id of the key that claims to have made a signature (16 hex digits), read without verifying anything.
 
@@ -79,7 +68,7 @@ def signature_key_id(signature_text: str, what: str = "signature") -> str:
     lines = signature_text.splitlines()
     if len(lines) < 2 or not lines[0].startswith(COMMENT_PREFIX):
         raise ReleaseError(f"{what} is not a minisign signature (its first line is not '{COMMENT_PREFIX.strip()}')")
-    return format_key_id(_decode(lines[1], 74, f"{what}'s second line")[2:10])
+    return format_key_id(decode_base64(lines[1], 74, f"{what}'s second line")[2:10])
 
 
 def verify(data: bytes, signature_text: str, trusted: Iterable[PublicKey], what: str = "signature") -> Signature:
@@ -94,7 +83,7 @@ def verify(data: bytes, signature_text: str, trusted: Iterable[PublicKey], what:
     if len(lines) != 4 or not lines[0].startswith(COMMENT_PREFIX) or not lines[2].startswith(TRUSTED_PREFIX):
         raise ReleaseError(f"{what} is not a minisign signature (four lines: untrusted comment, signature, trusted "
                            "comment, global signature)")
-    body = _decode(lines[1], 74, f"{what}'s second line")
+    body = decode_base64(lines[1], 74, f"{what}'s second line")
     algorithm, key_id, signature = body[:2], body[2:10], body[10:]
     if algorithm not in (PREHASHED, LEGACY):
         raise ReleaseError(f"{what}: algorithm {algorithm!r} is neither minisign's 'ED' nor its legacy 'Ed'")
@@ -112,7 +101,7 @@ def verify(data: bytes, signature_text: str, trusted: Iterable[PublicKey], what:
         raise ReleaseError(f"{what}: the signature of key {key.id_text} does not match the signed file (the file "
                            "was changed after signing, or the signature is forged)", key_id=key.id_text) from exc
     trusted_comment = lines[2][len(TRUSTED_PREFIX):]
-    global_signature = _decode(lines[3], 64, f"{what}'s fourth line")
+    global_signature = decode_base64(lines[3], 64, f"{what}'s fourth line")
     try:
         verifier.verify(global_signature, signature + trusted_comment.encode())
     except InvalidSignature as exc:

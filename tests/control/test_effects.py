@@ -293,6 +293,29 @@ async def test_the_applied_ref_moves_after_the_audit_commit_queued_before_it(set
     assert handled == ["audit 1", "applied cccc", "audit 2", "applied cccc"]
 
 
+async def test_effects_handled_waits_for_the_effects_of_a_pass_that_wait_pass_saw_end(settings, autojump_clock):
+    handled: list[str] = []
+
+    async def slow_audit(effect) -> None:
+        await trio.sleep(3.0)  # e.g. an audit lane behind a slow store write
+        handled.append(f"audit {effect.record.number}")
+
+    handlers = Handlers()
+    handlers.register(WriteAudit, slow_audit, lane="audit")
+    ready = shard("tiny-0", fingerprint(settings.models["tiny"], "b11434"))
+    world = World(control_state(replace(settings, commit="c" * 40), node(ready)))
+    world.loop.handlers = handlers
+    async with trio.open_nursery() as nursery:
+        await nursery.start(world.loop.run)
+        await world.loop.effects_handled()  # nothing dispatched yet: returns at once
+        world.loop.kick("test")
+        record = await world.loop.wait_pass()
+        assert handled == []  # the pass ended; its audit effect is still being handled
+        await world.loop.effects_handled()
+        assert handled == [f"audit {record.number}"] and trio.current_time() >= 3.0
+        nursery.cancel_scope.cancel()
+
+
 async def test_a_person_s_edit_is_a_commit_settings_committed_as_them_and_answered(settings, tmp_path):
     """The edit is an event whose effect the desk's handler commits (real git, authored by the person); the watcher
     reads the new head, and the requester gets the commit id, or the writer's error with nothing committed."""

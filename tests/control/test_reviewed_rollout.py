@@ -85,6 +85,14 @@ async def serving_one_replica(nursery: trio.Nursery, tmp_path: Path, settings_re
     return plane
 
 
+async def audit_drained(plane: ControlPlane) -> None:
+    """Every pass run so far is written to the audit, so the passes of the next settings commit get commits of their
+    own (queued passes share one commit, which records the newest one's plan: under load, the passes of a commit
+    that was replaced at once were written with the next one's)."""
+    await plane.loop.effects_handled()
+    await wait_for(lambda: plane.audit.pending() == 0, 10, "the audit written")
+
+
 async def test_plan_at_makes_three_past_passes_plans_again_from_fleets_that_changed_in_between(
     tmp_path, settings_repo, weights_mirror, fake_engine,
 ):
@@ -95,12 +103,15 @@ async def test_plan_at_makes_three_past_passes_plans_again_from_fleets_that_chan
         await nursery.start(run_agent, stand_in_agent("n2", tmp_path / "a2", mirror, fake_engine),
                             plane.local_connector())
         await wait_for(lambda: plane.is_connected("n2"), 10, "n2 connected")
+        await audit_drained(plane)
         await push_catalog(checkout, settings_repo, set_replicas(2), "tiny: 2 replicas")
         two = head(settings_repo)
         await wait_for(lambda: replica_states(plane) == {"tiny-0": "ready", "tiny-1": "ready"}, 30, "2 ready")
+        await audit_drained(plane)
         await push_catalog(checkout, settings_repo, set_replicas(3), "tiny: 3 replicas")
         await wait_for(lambda: set(replica_states(plane).values()) == {"ready"} and len(replica_states(plane)) == 3,
                        30, "3 ready")
+        await audit_drained(plane)
         await push_catalog(checkout, settings_repo, with_price(1.5), "tiny: a price")  # the fleet does not change
         priced = head(settings_repo)
         await wait_for(lambda: plane.status()["settings"]["commit"] == priced, 10, "the price in force")

@@ -19,6 +19,7 @@ from llmgw.control.state import ControlState, WatchState
 from llmgw.routes import ReplicaSpeed
 from llmgw.store import BenchRecord, open_store
 
+from support.waiting import wait_in_real_time
 from .test_route_table import SECRET, fleet, replica_key, settings
 
 
@@ -75,9 +76,7 @@ async def test_the_reader_hands_the_feed_the_stores_speeds_and_the_gateway_a_new
             await trio.sleep(1)
             assert feed.speeds == {} and len(gateway.tables) == handed  # nothing measured: nothing new to hand
             store.record_bench(_bench("gemma-0", 10.0, 50.0))
-            with trio.fail_after(600):  # virtual seconds: the reads run in threads, the clock jumps meanwhile
-                while "gemma-0" not in feed.speeds:
-                    await trio.sleep(1)
+            await wait_in_real_time(lambda: "gemma-0" in feed.speeds, 30, "the next read of the bench results")
             assert feed.speeds["gemma-0"].decode_tokens_per_second == 100.0
             assert len(gateway.tables) == handed + 1
             assert [r.speed and r.speed.decode_tokens_per_second for r in gateway.tables[-1].models["gemma"].replicas

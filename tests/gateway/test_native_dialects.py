@@ -144,6 +144,33 @@ async def test_an_engine_that_does_not_serve_the_dialect_gets_it_translated_to_c
     assert [r.status for r in store.recent_usage()] == [200, 200]
 
 
+async def test_an_engine_build_without_the_native_path_gets_the_request_translated_and_billed_once(served, store):
+    engine, base, keys, _gateway = served
+    engine.without = {"/v1/responses", "/v1/messages"}  # a build before these paths: 404 at each
+    sdk = openai.AsyncOpenAI(base_url=base, api_key=keys["chat"], max_retries=0)
+    raw = await sdk.responses.with_raw_response.create(model="gemma", input="Hi", max_output_tokens=16)
+    assert raw.headers["x-llmgw-engine-api"] == "/v1/chat/completions"
+    assert [path for path, _ in engine.requests] == ["/v1/responses", "/v1/chat/completions"]
+    whole = raw.parse()
+    assert whole.model == "gemma" and whole.usage.output_tokens > 0 and whole.id.startswith("resp_")
+    events = [e async for e in await sdk.responses.create(model="gemma", input="Again", previous_response_id=whole.id,
+                                                          max_output_tokens=16, stream=True)]
+    assert events[-1].type == "response.incomplete"  # the stand-in's chat answer ends at its length
+    assert events[-1].response.previous_response_id == whole.id
+    claude = anthropic.AsyncAnthropic(base_url=base.removesuffix("/v1"), api_key=keys["chat"], max_retries=0)
+    answer = await claude.messages.create(model="gemma", max_tokens=8, messages=[{"role": "user", "content": "Hi"}])
+    assert answer.model == "gemma" and answer.id.startswith("msg_") and answer.usage.output_tokens > 0
+    async with claude.messages.stream(model="gemma", max_tokens=8,
+                                      messages=[{"role": "user", "content": "Hi"}]) as stream:
+        assert (await stream.get_final_message()).model == "gemma"
+    await claude.close()
+    await sdk.close()
+    assert [path for path, _ in engine.requests][2:] == ["/v1/responses", "/v1/chat/completions",
+                                                     "/v1/messages", "/v1/chat/completions",
+                                                     "/v1/messages", "/v1/chat/completions"]
+    assert [r.status for r in store.recent_usage()] == [200] * 4  # one row a request, none for the 404s
+
+
 async def test_a_client_that_leaves_mid_stream_is_billed_its_prompt_and_the_deltas_it_got(served, store):
     engine, base, keys, _gateway = served
     engine.event_delay = 0.05

@@ -7,6 +7,8 @@ the LoRA tests (it serves a PEFT adapter too). Nothing is skipped: a missing ins
 
 from __future__ import annotations
 
+import dataclasses
+import time
 import uuid
 
 import anthropic
@@ -21,6 +23,7 @@ from llmgw.agent.kv_forwarding import kv_messages
 from llmgw.agent.kv_watch import KvWatch
 from llmgw.agent.shards import ShardSpec, ShardView
 from llmgw.control.agents import blocks_update
+from llmgw.control.engine_speeds import next_speed
 from llmgw.control.kv_blocks import apply_block_updates
 from llmgw.engines import vllm as vllm_engine
 from llmgw.engines.vllm_kv_listener import KvEventListener
@@ -72,6 +75,69 @@ async def test_vllm_answers_the_anthropic_sdk_through_the_messages_translation(n
         text = "".join([piece async for piece in stream.text_stream])
     assert text == whole.content[0].text
     assert [r.completion_tokens for r in store.recent_usage()] == [8, 8]
+
+
+async def test_responses_and_messages_go_to_vllms_own_endpoints_with_the_gateways_ids_and_vllms_usage(
+        nursery, store, vllm_server):
+    table = make_table({SERVED: [replica("vllm-1", vllm_server.url, replica_key=ENGINE_KEY)]})
+    table = dataclasses.replace(table, models={SERVED: dataclasses.replace(table.models[SERVED], engine="vllm")})
+    _gateway, base = await start_gateway(nursery, store, table)
+    key = store.create_api_key("chat")[1]
+    sdk = openai.AsyncOpenAI(base_url=base, api_key=key, max_retries=0)
+    raw = await sdk.responses.with_raw_response.create(model=SERVED, input="Write one sentence about the sea.",
+                                                       max_output_tokens=16, temperature=0)  # vLLM's least: 16
+    assert raw.headers["x-llmgw-engine-api"] == "/v1/responses"  # vLLM's own, not the chat translation
+    one = raw.parse()
+    assert one.id.startswith("resp_") and one.model == SERVED and one.output_text
+    assert 0 < one.usage.output_tokens <= 16 and one.usage.input_tokens > 5
+    events = [e async for e in await sdk.responses.create(
+        model=SERVED, input="And one about the sky.", previous_response_id=one.id, max_output_tokens=16,
+        temperature=0, stream=True)]
+    assert events[0].type == "response.created" and events[-1].type == "response.completed"
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    two = events[-1].response
+    assert two.previous_response_id == one.id and two.id != one.id and two.model == SERVED
+    assert "".join(e.delta for e in events if e.type == "response.output_text.delta") == two.output_text
+    assert two.usage.input_tokens > one.usage.input_tokens + one.usage.output_tokens  # the whole context went
+    assert (await sdk.responses.retrieve(two.id)).output_text == two.output_text
+    await sdk.close()
+
+    client = anthropic.AsyncAnthropic(base_url=base.removesuffix("/v1"), api_key=key, max_retries=0)
+    question = [{"role": "user", "content": "Write one sentence about the sea."}]
+    raw = await client.messages.with_raw_response.create(model=SERVED, max_tokens=8, messages=question,
+                                                         extra_body={"temperature": 0})
+    assert raw.headers["x-llmgw-engine-api"] == "/v1/messages"
+    whole = await raw.parse()
+    assert whole.id.startswith("msg_") and whole.model == SERVED and whole.usage.output_tokens == 8
+    async with client.messages.stream(model=SERVED, max_tokens=8, messages=question,
+                                      extra_body={"temperature": 0}) as stream:
+        text = "".join([piece async for piece in stream.text_stream])
+        final = await stream.get_final_message()
+    assert text == whole.content[0].text and final.usage.output_tokens == 8
+    await client.close()
+    assert [r.completion_tokens for r in store.recent_usage()] == [8, 8, two.usage.output_tokens,
+                                                                   one.usage.output_tokens]
+
+
+async def test_vllms_own_counters_give_the_replicas_prefill_and_decode_speed(sdk, vllm_server):
+    async def reading():
+        async with httpx.AsyncClient(timeout=30, headers={"authorization": f"Bearer {ENGINE_KEY}"}) as engine:
+            text = (await engine.get(vllm_server.url + "/metrics")).text
+        return parse_engine_metrics(text, vllm_engine.METRICS.candidates())
+
+    first = await reading()
+    speed = next_speed(None, first, time.time())
+    for n in range(3):  # requests that finish: vLLM records its per-request histograms at the end of each
+        await sdk.chat.completions.create(model=SERVED, max_tokens=16, temperature=0, messages=[
+            {"role": "user", "content": f"Count from {n} to {n + 20}, one number a line."}])
+    later = await reading()
+    assert later.decode_tokens_total - first.decode_tokens_total >= 3 * 15  # 16 each, less the prefill's first
+    assert later.prefill_tokens_total > first.prefill_tokens_total and later.steps_total > first.steps_total
+    speed = next_speed(speed, later, time.time())
+    measured = speed.replica_speed()
+    assert measured is not None and measured.source == "metrics"
+    # Gemma 270M on 2 loaded cores: tens to thousands of tokens/s (plausible, not a benchmark)
+    assert 1 < measured.decode_tokens_per_second < 10_000 and 1 < measured.prefill_tokens_per_second < 100_000
 
 
 async def test_kv_events_arrive_and_the_prompt_hashes_as_vllm_hashed_it_so_routing_is_precise(

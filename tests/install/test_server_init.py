@@ -37,11 +37,12 @@ def test_server_init_sets_up_a_control_plane_that_runs_and_a_second_run_changes_
 
     first = host.ssh(f"{LLMGW} server init --listen {host.address}")
     made = [line.split(None, 1)[1] for line in first.stdout.splitlines() if line.startswith("made ")]
-    assert made[:5] == ["user llmgw", "/var/lib/llmgw", "/etc/llmgw", "/etc/llmgw/secrets",
-                        "/var/lib/llmgw/settings.git, seeded from /tmp/llmgw/examples/cluster-repo (commit "
-                        + made[4].rsplit(" ", 1)[1]]
-    assert made[5:] == ["/var/lib/llmgw/ca (the agents' CA)",
-                        "/var/lib/llmgw/admin-token (its hash in the store: SQLite, /var/lib/llmgw/llmgw.sqlite3)",
+    assert made[:6] == ["user llmgw", "/var/lib/llmgw", "/var/lib/llmgw/server", "/var/lib/llmgw/server/secrets",
+                        "/etc/llmgw", "/var/lib/llmgw/server/settings.git, seeded from "
+                        "/tmp/llmgw/examples/cluster-repo (commit " + made[5].rsplit(" ", 1)[1]]
+    assert made[6:] == ["/var/lib/llmgw/server/ca (the agents' CA)",
+                        "/var/lib/llmgw/server/admin-token (its hash in the store: SQLite, "
+                        "/var/lib/llmgw/server/llmgw.sqlite3)",
                         "/etc/llmgw/server.env", "/etc/systemd/system/llmgw-server.service",
                         "/etc/systemd/system/llmgw-server.service.d/llmgw.conf"]
     assert "systemd is not running here (PID 1 is sshd)" in first.stdout
@@ -60,7 +61,7 @@ def test_server_init_sets_up_a_control_plane_that_runs_and_a_second_run_changes_
     by_hand = first.stdout.split("Run the control plane by hand:\n", 1)[1].split("\n\n", 1)[0].strip()
     host.ssh(f"export PYTHONPATH={SOURCE}; ( {by_hand.replace(chr(10), ' ; ')} ) >/tmp/server.log 2>&1 &")
     deadline = time.monotonic() + 90
-    while (status := host.ssh(f"{LLMGW} status --state /var/lib/llmgw", check=False)).returncode:
+    while (status := host.ssh(f"{LLMGW} status --state /var/lib/llmgw/server", check=False)).returncode:
         running = host.ssh("pgrep -u llmgw", check=False).returncode == 0
         assert running and time.monotonic() < deadline, (status.stderr, host.ssh("cat /tmp/server.log").stdout)
         time.sleep(0.5)
@@ -97,10 +98,10 @@ def test_server_init_keeps_the_admin_tokens_hash_in_a_postgresql_store(ssh_hosts
         assert done.returncode == 0, done.stderr
         assert "(its hash in the store: postgresql://127.0.0.1:15432/test?options" in done.stdout
         assert f"--store {remote}" in (host.root / "etc/llmgw/server.env").read_text()
-        token = (host.root / "var/lib/llmgw/admin-token").read_text().strip()
+        token = (host.root / "var/lib/llmgw/server/admin-token").read_text().strip()
         store = open_store(schema_url(schema))
         try:
             assert store.check_admin_token(token) and not store.check_admin_token(token[:-1] + "x")
         finally:
             store.close()
-        assert not (host.root / "var/lib/llmgw/llmgw.sqlite3").exists()
+        assert not (host.root / "var/lib/llmgw/server/llmgw.sqlite3").exists()

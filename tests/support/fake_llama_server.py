@@ -17,7 +17,8 @@ Shapes follow llama.cpp's tools/server (server-task.cpp, b11434) and shared/FORM
 - `n` > 1: one choice per index (streams interleave the indices, and each choice ends with its own usage, as
   b11434 does); `tools` (and tool_choice not "none"): a call to the
   first tool, streamed as `tool_calls` deltas by index, finish_reason "tool_calls".
-- `/metrics` with llamacpp:* names, 501 unless started with `--metrics`.
+- `/metrics` with llamacpp:* names, 501 unless started with `--metrics`; its prompt and generation seconds are its
+  tokens at `PROMPT_TOKENS_PER_SECOND` and `PREDICTED_TOKENS_PER_SECOND` (what a measured speed of it should say).
 - `/v1/responses` and `/v1/messages`, whole and streamed, in b11434's own shapes (`fake_llama_dialects`).
 
 Text is deterministic: the same prompt and seed give the same words. Token counts: prompt = words of the prompt
@@ -43,6 +44,9 @@ WORDS = ("alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel
          "kilo", "lima", "mike", "november", "oscar", "papa", "quebec", "romeo", "sierra", "tango")
 BUILD_INFO = "b11434-fake"
 PUBLIC_PATHS = {"/health", "/v1/health", "/models", "/v1/models"}
+PROMPT_TOKENS_PER_SECOND = 1000.0
+PREDICTED_TOKENS_PER_SECOND = 250.0
+"""The speeds its /metrics counters say it works at (prompt and generation seconds are its tokens over these)."""
 
 
 @dataclass
@@ -185,9 +189,10 @@ class FakeLlamaServer:
         lines = []
         for name, kind, value, text in (
             ("prompt_tokens_total", "counter", s.prompt_tokens, "Number of prompt tokens processed."),
-            ("prompt_seconds_total", "counter", 0.0, "Prompt process time"),
+            ("prompt_seconds_total", "counter", s.prompt_tokens / PROMPT_TOKENS_PER_SECOND, "Prompt process time"),
             ("tokens_predicted_total", "counter", s.predicted_tokens, "Number of generation tokens processed."),
-            ("tokens_predicted_seconds_total", "counter", 0.0, "Predict process time"),
+            ("tokens_predicted_seconds_total", "counter", s.predicted_tokens / PREDICTED_TOKENS_PER_SECOND,
+             "Predict process time"),
             ("n_decode_total", "counter", s.predicted_tokens, "Total number of llama_decode() calls"),
             ("n_busy_slots_per_decode", "counter", 1, "Average number of busy slots per llama_decode() call"),
             ("prompt_tokens_seconds", "gauge", 0.0, "Average prompt throughput in tokens/s."),

@@ -32,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import os
+import signal
 import subprocess
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -119,14 +120,25 @@ class Lab:
         return self.root_address
 
     def close(self) -> None:
+        """Stop every host's processes (SIGTERM, so an agent stops its engines; SIGKILL after 5 s), then kill
+        whatever still runs in a host's namespace (an engine an agent started in its own process group), then
+        delete the namespaces."""
         if self.root_address is not None:
             _ip("link", "del", f"{self.prefix}-r", check=False)  # its /25 route goes with it; the /24 claim stays
-        for host in self.hosts.values():
-            for process in host.processes:
-                if process.poll() is None:
-                    process.kill()
+        started = [p for host in self.hosts.values() for p in host.processes if p.poll() is None]
+        for process in started:
+            process.terminate()
+        for process in started:
+            try:
+                process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                process.kill()
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     process.wait(timeout=5)
+        for host in self.hosts.values():
+            for pid in _ip("netns", "pids", host.netns, check=False).stdout.split():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(int(pid), signal.SIGKILL)
             _ip("netns", "del", host.netns, check=False)
         _ip("netns", "del", self.switch, check=False)
 

@@ -34,11 +34,12 @@ class VllmDialects:
         self.requests: list[tuple[str, dict]] = []
         self.stream_cut_after: int | None = None
         self.event_delay: float | None = None
+        self.without: set[str] = set()  # paths answered 404, as a build without them answers (vLLM's own 404 body)
 
     def answer(self, path: str, body: dict) -> tuple[int, bytes, bytes]:
         """(status, content type, body) for a POST of `body` to `path`."""
         stream = bool(body.get("stream"))
-        if path in ("/v1/responses", "/v1/messages"):
+        if path in ("/v1/responses", "/v1/messages") and path not in self.without:
             name = path.rsplit("/", 1)[1]
             if stream:
                 events = (ANSWERS / f"{name}_stream.txt").read_bytes().split(b"\n\n")[:-1]
