@@ -40,8 +40,9 @@ lint: venv
 #   prometheus (promtool, a real Prometheus: issue 12), chromium + chromium-driver (the console in a browser:
 #   issue 16), slurm-wlm, slurmdbd, munge, slurm-client (a real Slurm beside llmgw: issue 15), haproxy (in front of
 #   two gateways: issue 10), nftables (the nodes' firewall), minisign (llmgw's release signatures checked by the
-#   real tool, both ways) and systemd (systemd-analyze verify|security on deploy/systemd/: issue 27).
-SYSTEM_PACKAGES := prometheus chromium chromium-driver slurm-wlm slurmdbd munge slurm-client haproxy nftables minisign systemd
+#   real tool, both ways), systemd (systemd-analyze verify|security on deploy/systemd/: issue 27) and openssh-server
+#   (sshd for the onboarding tests' hosts: issue 27).
+SYSTEM_PACKAGES := prometheus chromium chromium-driver slurm-wlm slurmdbd munge slurm-client haproxy nftables minisign systemd openssh-server
 system-packages:
 	@missing=$$(for p in $(SYSTEM_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done); \
 	if [ -n "$$missing" ]; then \

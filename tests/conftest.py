@@ -94,3 +94,21 @@ def netns_lab():
 
     with open_lab() as lab:
         yield lab
+
+
+@pytest.fixture
+def ssh_hosts(netns_lab, tmp_path_factory):
+    """Start hosts reached over real ssh, each with its own root and address (tests/support/ssh_hosts.py):
+    `ssh_hosts(3)` returns three `SshHost`s (host1..host3; `hide=[...]` hides more paths on them). Each
+    call's hosts share one `ssh_config`; `share=[dir, ...]` shows those directories of the machine read-only on them.
+    All stopped after the test, then the lab is removed."""
+    import contextlib
+
+    from support.ssh_hosts import open_ssh_hosts
+
+    with contextlib.ExitStack() as stack:
+        def start(count: int, *, hide=(), share=()):
+            workdir = tmp_path_factory.mktemp("hosts")
+            return stack.enter_context(open_ssh_hosts(netns_lab, count, workdir, hide=hide, share=share))
+
+        yield start
