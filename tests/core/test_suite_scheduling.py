@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import subprocess
 import sys
@@ -25,10 +26,10 @@ def test_each_module_runs_whole_on_one_of_two_workers():
 
 
 def test_the_machine_wide_modules_are_found_from_their_text():
-    sys.path.insert(0, str(ROOT / "tests"))
-    from conftest import MACHINE_WIDE, machine_wide_modules
-
-    wide = machine_wide_modules(ROOT)
+    spec = importlib.util.spec_from_file_location("root_conftest", ROOT / "tests" / "conftest.py")
+    conftest = importlib.util.module_from_spec(spec)  # by path: another conftest may be the module `conftest` now
+    spec.loader.exec_module(conftest)
+    MACHINE_WIDE, wide = conftest.MACHINE_WIDE, conftest.machine_wide_modules(ROOT)
     assert {"tests/gateway/test_real_vllm.py", "tests/gateway/test_lora_vllm_real.py", "tests/up/test_up.py",
             "tests/control/test_slurm_fleet.py", "tests/slurm/test_real_slurm.py"} <= wide
     assert "tests/control/test_precise_routing_fleet.py" not in wide  # names fake_vllm_server, a stand-in
