@@ -41,6 +41,8 @@ COMMAND_MODULES: dict[str, tuple[str, ...]] = {
     "slurm": ("llmgw.cli.slurm_cmds",),
     "firewall": ("llmgw.cli.firewall_cmds",),
     "release": ("llmgw.cli.release_cmds",),
+    "backup": ("llmgw.cli.backup_cmds",),
+    "restore": ("llmgw.cli.backup_cmds",),
 }
 
 
