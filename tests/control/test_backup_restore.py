@@ -160,6 +160,8 @@ async def test_a_restored_control_plane_serves_the_same_key_and_usage_and_its_ag
         models = await trio.to_thread.run_sync(lambda: openai.OpenAI(base_url=new_gateway, api_key=key).models.list())
         assert sorted(model.id for model in models.data) == ["tiny", "tiny-alias"]
         assert usage_rows(new) >= 1
+        said = llmgw("status", "--state", str(new))
+        assert said.returncode == 0 and "agents' CA  valid until " in said.stdout, said.stdout + said.stderr
         audit = subprocess.run(["git", "-C", str(new_repo), "rev-parse", "refs/llmgw/audit"], capture_output=True,
                                text=True)
         assert audit.returncode == 0  # the audit history came along
