@@ -98,15 +98,14 @@ def _files(directory: Path) -> Iterator[Path]:
 def write_backup(state_dir: Path, out: Path, *, store_url: str, repo: Path, branch: str = "main",
                  secrets_dir: Path | None = None, now: datetime.datetime | None = None) -> BackupSummary:
     """Write the archive of the control plane whose state is `state_dir` to `out` (mode 0600; refused when `out`
-    exists). `store_url`: its store (a SQLite path or a postgresql:// URL with its password); `repo`: its settings
+    exists). Its CA is archived when `<state>/ca` holds one (a control plane that never served TLS has none). `store_url`: its store (a SQLite path or a postgresql:// URL with its password); `repo`: its settings
     repository; `secrets_dir`: its secrets (default `<state>/secrets`). Blocking (seconds for a large store).
     Raises BackupError naming the file or tool at fault; nothing is left at `out` then."""
     if out.exists():
         raise BackupError(f"{out} exists; give a new file name (a backup never overwrites one).")
-    ca = state_dir / "ca"
-    if not (ca / "ca.key").is_file():
-        raise BackupError(f"{ca / 'ca.key'} does not exist: {state_dir} is not the state directory of a control plane "
-                          "with a CA (`llmgw server --tls`), or give the right --state.")
+    if not state_dir.is_dir():
+        raise BackupError(f"{state_dir} is not a directory: give the control plane's state directory with --state.")
+    ca = state_dir / "ca"  # absent when the control plane never served TLS: the archive then holds no CA
     now = now or datetime.datetime.now(datetime.timezone.utc)
     with tempfile.TemporaryDirectory(prefix=".llmgw-backup-", dir=out.parent) as scratch_name:
         scratch = Path(scratch_name)

@@ -54,11 +54,16 @@ def backup_command(out: Path, state_dir: Path, repo: Path | None, branch: str | 
     summary = write_backup(state_dir, out, store_url=url, repo=settings, branch=branch or _branch(settings),
                            secrets_dir=secrets_dir)
     size = out.stat().st_size
+    ca = "the CA" if summary.manifest.holds_ca_key else f"no CA (none in {state_dir / 'ca'})"
     click.echo(f"Wrote {out} ({len(summary.manifest.members)} files, {size / 1e6:.1f} MB, mode 0600) in "
-               f"{time.monotonic() - began:.1f} s: the {summary.manifest.store_kind} store, the CA, the admin token, "
+               f"{time.monotonic() - began:.1f} s: the {summary.manifest.store_kind} store, {ca}, the admin token, "
                f"the secrets and the settings refs of {settings}.")
-    click.echo("It holds the CA's private key and the secrets: whoever reads it can issue node certificates "
-               "and read every secret. Keep it as you keep the CA key.")
+    if summary.manifest.holds_ca_key:
+        click.echo("It holds the CA's private key and the secrets: whoever reads it can issue node certificates "
+                   "and read every secret. Keep it as you keep the CA key.")
+    else:
+        click.echo("It holds the secrets and the admin token: keep it where only the control plane's operators "
+                   "can read it.")
 
 
 @click.command("restore")
@@ -79,9 +84,11 @@ def restore_command(archive: Path, state_dir: Path, store_url: str | None) -> No
     summary = restore_backup(archive, state_dir, store_url=store_url)
     click.echo(f"Restored {archive} (written {summary.manifest.created} by llmgw {summary.manifest.llmgw_version}) "
                f"into {state_dir} in {time.monotonic() - began:.1f} s; store {redacted(summary.store)}.")
-    store = f" --store {redacted(store_url)}" if store_url else ""
+    store = f" --store {redacted(store_url)}" if store_url else ""  # over a store: in llmgw.yaml naming the old one
     click.echo(f"Start it with: llmgw server --repo {summary.repo} --state {state_dir}{store} --tls "
                "--agents HOST:PORT (the address the agents dial: the old control plane's, or move it there)")
+    if store_url:
+        click.echo("--store overrides a store: in llmgw.yaml, which may still name the old database.")
 
 
 def register(group: click.Group) -> None:

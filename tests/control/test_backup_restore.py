@@ -256,3 +256,20 @@ def test_a_postgresql_store_is_dumped_and_restored_into_another_schema_beside_th
         restore_backup(archive, tmp_path / "again", store_url=source)
     assert not (tmp_path / "again").exists()
     assert os.stat(archive).st_mode & 0o777 == 0o600
+
+
+def test_a_control_plane_without_tls_is_backed_up_without_a_ca_and_says_what_it_holds(tmp_path):
+    state, repo, key = _small_state(tmp_path, str(tmp_path / "state" / "llmgw.sqlite3"))
+    for name in ("ca.key", "ca.crt"):
+        (state / "ca" / name).unlink()
+    result = llmgw("backup", "--state", str(state), "--repo", str(repo), "--store", str(state / "llmgw.sqlite3"),
+                   str(tmp_path / "plain.tar.gz"))
+    assert result.returncode == 0, result.stderr
+    assert "no CA" in result.stdout and "private key" not in result.stdout
+    restored = restore_backup(tmp_path / "plain.tar.gz", tmp_path / "new")
+    assert not restored.manifest.holds_ca_key and not (tmp_path / "new" / "ca" / "ca.key").exists()
+    store = open_store(tmp_path / "new" / "llmgw.sqlite3")
+    try:
+        assert store.authenticate(key) is not None
+    finally:
+        store.close()
