@@ -30,7 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from llmgw.backup.manifest import (
-    BUNDLE_MEMBER, MANIFEST_NAME, PGDUMP_MEMBER, SQLITE_MEMBER, Manifest, damaged_members, parse_manifest,
+    BUNDLE_MEMBER, MANIFEST_NAME, PGDUMP_MEMBER, SQLITE_MEMBER, Manifest, check_member_name, damaged_members,
+    parse_manifest,
 )
 from llmgw.backup.postgres_dump import load_schema
 from llmgw.errors import BackupError
@@ -133,6 +134,7 @@ def restore_backup(archive: Path, state_dir: Path, *, store_url: str | None = No
                     handle = tar.extractfile(info)
                     if info.name == MANIFEST_NAME or handle is None:
                         continue
+                    check_member_name(info.name)  # checked in the first pass too: the file may have changed since
                     if info.name == SQLITE_MEMBER:
                         _write(state_dir / STORE_FILE_NAME, handle)
                     elif info.name in (PGDUMP_MEMBER, BUNDLE_MEMBER):
