@@ -100,8 +100,8 @@ def _git(*args: str) -> None:
 
 
 def _restore_repo(bundle: Path, repo: Path, branch: str) -> None:
-    _git("bundle", "verify", "--quiet", str(bundle))
     _git("init", "--quiet", "--bare", str(repo))
+    _git("-C", str(repo), "bundle", "verify", "--quiet", str(bundle))  # git verifies a bundle inside a repository
     _git("-C", str(repo), "fetch", "--quiet", str(bundle), "refs/*:refs/*")
     _git("-C", str(repo), "symbolic-ref", "HEAD", f"refs/heads/{branch}")
     _git("-C", str(repo), "config", "llmgw.branch", branch)

@@ -54,7 +54,8 @@ def sha256_file(path: Path) -> str:
 
 def copy_sqlite(source: Path, destination: Path) -> None:
     """A consistent copy of the live SQLite database `source` into the new file `destination`, through sqlite3's
-    online backup API (pages copied under SQLite's own locking; writers are not stopped). Blocking."""
+    online backup API: all pages in one step, inside one read transaction (the store runs in WAL mode, so its writers
+    are not stopped; a copy in several steps would restart whenever they wrote). Blocking."""
     try:
         src = sqlite3.connect(f"file:{source}?mode=ro", uri=True, timeout=30)
     except sqlite3.Error as exc:
@@ -62,7 +63,7 @@ def copy_sqlite(source: Path, destination: Path) -> None:
     try:
         dst = sqlite3.connect(destination)
         try:
-            src.backup(dst, pages=4096)
+            src.backup(dst)  # every page in one step: one read transaction, never restarted by a writer
         finally:
             dst.close()
     except sqlite3.Error as exc:

@@ -35,6 +35,7 @@ from .conftest import write_seed
 from .test_failover import PROJECTS, POSTGRES_URL, wait_for
 
 LLMGW = [sys.executable, "-m", "llmgw.cli"]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _free_port() -> int:
@@ -44,7 +45,10 @@ def _free_port() -> int:
 
 
 def llmgw(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([*LLMGW, *args], capture_output=True, text=True, timeout=120)
+    """`llmgw ARGS` (this checkout's) run from / (outside any git repository, as an operator may run it)."""
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    return subprocess.run([*LLMGW, *args], capture_output=True, text=True, timeout=120, cwd="/",
+                          env={**os.environ, "PYTHONPATH": path})
 
 
 def _settings_repo(tmp_path: Path, sha: str) -> Path:
