@@ -1,6 +1,7 @@
 """`llmgw server` and the commands that talk to a running control plane through its admin API.
 
     llmgw server --repo PATH|URL [--state DIR] ...      run the control plane (and its gateway)
+    llmgw server init [--from DIR] [--store URL]        set this machine up for it (llmgw.cli.server_init)
     llmgw apply [--wait/--no-wait] [--allow-empty]       converge to the branch head now, with progress
                 [--expect REV]                           ... only when the head is REV (what was reviewed)
     llmgw plan [REV]                                     the plan REV would run on the live fleet (`diff --live`)
@@ -34,6 +35,7 @@ import click
 
 from llmgw.control import stalls
 from llmgw.errors import UsageError
+from llmgw.units import format_duration
 
 
 def _admin_options(func):
@@ -151,6 +153,8 @@ def render_status(doc: dict[str, Any]) -> list[str]:
                      f"({failure['attempts']}x): {failure['error']}")
     for note in doc.get("notes", []):
         lines.append(f"note        {note}")
+    for canary in doc.get("canaries", {}).values():
+        lines.append(f"canary      {canary['summary']}")
     ca = doc.get("control_plane", {}).get("ca")
     if ca:
         lines.append(f"agents' CA  valid until {ca['until']} ({ca['days_left']} days)")
@@ -234,8 +238,8 @@ def live_diff(client, rev: str | None, as_json: bool) -> int:
 
 # -- commands ---------------------------------------------------------------------------------------------------
 
-@click.command("server")
-@click.option("--repo", required=True, help="Settings repository: a local path or a URL (https, ssh, file).")
+@click.group("server", invoke_without_command=True)
+@click.option("--repo", default=None, help="Settings repository: a local path or a URL (https, ssh, file) [required].")
 @click.option("--branch", default="main", show_default=True, help="Branch holding the settings.")
 @click.option("--state", "state_dir", envvar="LLMGW_STATE", default=".state", show_default=True,
               type=click.Path(file_okay=False, path_type=Path), help="State directory (store, mirror, tokens).")
@@ -276,10 +280,12 @@ def live_diff(client, rev: str | None, as_json: bool) -> int:
 @click.option("--recovery-grace", "recovery_grace", default="20s", show_default=True, metavar="DURATION",
               help="After a start, how long at most the gateway's /health says 503 \"recovering\" while nodes "
                    "connected before have not reconnected.")
-def server_cmd(repo, branch, state_dir, store, secrets_dir, gateway_addr, admin_addr, agents_addr, no_gateway,
+@click.pass_context
+def server_cmd(ctx, repo, branch, state_dir, store, secrets_dir, gateway_addr, admin_addr, agents_addr, no_gateway,
                gateway_workers, tls, admin_cert, admin_key, trusted_proxy, join_port, insecure, otlp_endpoint,
                request_sample_ratio, lease, recovery_grace):
     """Run the control plane: settings watcher, reconciler, agents' service, admin API and gateway.
+    `llmgw server init` sets a machine up for it first (state, CA, admin token, settings, systemd unit).
 
     Without --tls the agents' listener must be a loopback address (127.0.0.1, ::1, localhost) unless --insecure
     is given: a plain-text listener lets any machine that reaches it register as a node. Likewise the admin
@@ -287,6 +293,10 @@ def server_cmd(repo, branch, state_dir, store, secrets_dir, gateway_addr, admin_
 
     SIGTERM and SIGINT (Ctrl-C) stop it alike: queued audit commits written, the leader lease released, exit 0.
     """
+    if ctx.invoked_subcommand:  # `llmgw server init`: the group's own options are not for it
+        return
+    if not repo:
+        raise click.UsageError("Missing option '--repo' (the settings repository; `llmgw server init` makes one).")
     import trio
 
     from llmgw.cli.console_mount import console_mount
@@ -448,7 +458,8 @@ def plan_cmd(rev, at, repo, url, token, state_dir, as_json):
 @click.command("status")
 @_client_options
 def status_cmd(client, as_json):
-    """Where the cluster stands: settings in force (and any commit not applied, with why), nodes, replicas."""
+    """Where the cluster stands: settings in force (and any commit not applied, with why), nodes, replicas,
+    canaries."""
     doc = client.get("/api/v1/status")
     if as_json:
         _print_json(doc)
@@ -535,8 +546,8 @@ def _health_lines(health: dict | None, indent: str, *, only_blocking: bool = Fal
 @click.command("nodes")
 @_client_options
 def nodes_cmd(client, as_json):
-    """The nodes the control plane knows, with their state and shards, and each replica's latest `llmgw bench`
-    (from the store, when it is found on this machine)."""
+    """The nodes the control plane knows, with their state and shards, each replica's measured speed (what routing
+    uses, with its source and age) and its latest `llmgw bench` (from the store, when it is found on this machine)."""
     from llmgw.cli.bench_cmds import bench_line, latest_benches
 
     answer = client.get("/api/v1/nodes")
@@ -544,6 +555,7 @@ def nodes_cmd(client, as_json):
         _print_json(answer)
         return
     benches = latest_benches(click.get_current_context().meta.get("llmgw.admin_state"))
+    speeds = dict(answer.get("speeds", {}))
     kept_off = {node_id: [title for key, title in _KEPT_OFF_TITLES if node_id in answer.get(key, ())]
                 for node_id in answer["nodes"]}
     for node_id, node in answer["nodes"].items():
@@ -554,6 +566,8 @@ def nodes_cmd(client, as_json):
             extra = f"  {shard['error']}" if shard.get("error") else ""
             foreign = " (not started by llmgw)" if shard.get("foreign") else ""
             click.echo(f"  {shard_id:<28} {shard['state']:<10} port {shard['port']}{foreign}{extra}")
+            if shard.get("replica") in speeds:
+                click.echo(f"    {speed_line(speeds.pop(shard['replica']))}")
             if shard.get("replica") in benches:
                 click.echo(f"    {bench_line(benches.pop(shard['replica']))}")
         for line in _health_lines(node.get("health"), "  "):
@@ -567,7 +581,7 @@ def nodes_cmd(client, as_json):
 @click.command("replicas")
 @_client_options
 def replicas_cmd(client, as_json):
-    """Every replica: its model, node and state, or why it cannot be placed."""
+    """Every replica: its model, node and state, or why it cannot be placed, and its measured speed (source, age)."""
     answer = client.get("/api/v1/replicas")
     if as_json:
         _print_json(answer)
@@ -581,6 +595,17 @@ def replicas_cmd(client, as_json):
         if "unplaced" in replica:
             detail = "  " + "; ".join(f"{n}: {why}" for n, why in replica["unplaced"].items())
         click.echo(f"{replica_id:<24} {replica['model']:<24} {replica['state']:<10} {replica.get('node', '')}{detail}")
+        if replica.get("speed"):
+            click.echo(f"  {speed_line(replica['speed'])}")
+
+
+def speed_line(speed: dict[str, Any]) -> str:
+    """One line for a replica's measured speed (a status document's `replicas.<id>.speed`): "speed: prefill 45.2
+    tokens/s, decode 13.9 tokens/s, 4 slots (metrics, 12s ago)". Pure."""
+    slots = f", {speed['slots']} slots" if speed.get("slots") else ""
+    return (f"speed: prefill {speed['prefill_tokens_per_second']:.1f} tokens/s, decode "
+            f"{speed['decode_tokens_per_second']:.1f} tokens/s{slots} ({speed['source']}, "
+            f"{format_duration(speed['age_seconds'])} ago)")
 
 
 @click.command("logs")
@@ -637,7 +662,10 @@ def fabric_test_cmd(client, as_json, a, b):
 
 
 def register(group: click.Group) -> None:
-    """Add the commands of this module (the module docstring lists them) to `group`."""
+    """Add the commands of this module (the module docstring lists them) to `group`; `server init` under `server`."""
+    from llmgw.cli.server_init import init_cmd
+
+    server_cmd.add_command(init_cmd)
     for command in (server_cmd, apply_cmd, plan_cmd, status_cmd, history_cmd, stop_cmd, start_cmd, nodes_cmd,
                     replicas_cmd, logs_cmd, join_token_cmd, restart_cmd, fabric_test_cmd):
         group.add_command(command)

@@ -319,7 +319,8 @@ class AdminApp:
         if method == "GET" and path == "/api/v1/nodes":
             doc = await _status_aside(plane)
             return await _send_json(send, 200, {"nodes": doc["nodes"], **{
-                key: doc["settings"].get(key, []) for key in KEPT_OFF}})
+                key: doc["settings"].get(key, []) for key in KEPT_OFF}, "speeds": {
+                rid: replica["speed"] for rid, replica in doc["replicas"].items() if "speed" in replica}})
         if method == "GET" and path == "/api/v1/replicas":
             doc = plane.status()
             return await _send_json(send, 200, {"replicas": doc["replicas"],

@@ -5,8 +5,8 @@ this process, or its worker processes) routes by.
     feed.publish_now(state)                  # the table of a state, before the gateway serves
     await feed.publish(PublishRoutingTable(state, at_once=False))   # paced (llmgw.control.pacing)
 
-Each replica's measured speed (`set_speeds`, from `llmgw bench`'s results: `llmgw.control.speeds`) goes into the
-table with its replica. A rebuild reads only the nodes whose shards changed (`llmgw.control.routing.ReadyRoutes`); rebuilds are paced by
+Each replica's measured speed (`set_speeds`, from `llmgw bench`'s results and the engines' counters:
+`llmgw.control.speeds`) goes into the table with its replica. A rebuild reads only the nodes whose shards changed (`llmgw.control.routing.ReadyRoutes`); rebuilds are paced by
 what one costs, a paced one builds from the latest state it was handed. The gateways are attached once they serve
 (`attach`); a table equal to the one they have is not handed again.
 """
@@ -19,9 +19,11 @@ from typing import Any
 
 import trio
 
+from llmgw.control.canaries import route_canaries
 from llmgw.control.effects import PublishRoutingTable
 from llmgw.control.pacing import Pacer
 from llmgw.control.routing import ReadyRoutes, build_route_table
+from llmgw.control.speeds import routing_changed
 from llmgw.control.state import ControlState
 from llmgw.routes import BlockSnapshot, ReplicaSpeed, RouteTable
 
@@ -69,7 +71,8 @@ class GatewayFeed:
         """Build the table of `state` and hand it to the gateways when it changed. Not a checkpoint."""
         began = time.perf_counter()
         self._ready.sync(state.fleet)  # only the nodes whose shards changed are looked at again
-        table = build_route_table(state.settings, self._ready, self._replica_key, self._secret, self.speeds)
+        table = build_route_table(state.settings, self._ready, self._replica_key, self._secret, self.speeds,
+                                  route_canaries(state.canaries) if state.canaries else {})
         self.rebuilds += 1
         if table != self.table:
             self.table = table
@@ -79,10 +82,13 @@ class GatewayFeed:
 
     def set_speeds(self, speeds: Mapping[str, ReplicaSpeed], state: ControlState) -> None:
         """Route by `speeds` (replica id -> measured speed) from now on: the table of `state` is built again with
-        them when they changed. Not a checkpoint."""
+        them when routing by them differs (`llmgw.control.speeds.routing_changed`: a figure moved by more than
+        10 %, a replica gained or lost one); else the next table built carries them. Not a checkpoint."""
         if speeds != self.speeds:
+            changed = routing_changed(self.speeds, speeds)
             self.speeds = dict(speeds)
-            self.publish_now(state)
+            if changed:
+                self.publish_now(state)
 
     def blocks_changed(self, snapshot: BlockSnapshot) -> None:
         """The agents' vLLM shards' held blocks changed: the gateways route by them from the next request on."""

@@ -33,6 +33,15 @@ _FAMILIES = (
      "Prompt tokens looked up in the engine's prefix cache since it started."),
     ("prefix_cache_hits_total", "llmgw_engine_prefix_cache_hits", True,
      "Prompt tokens found in the engine's prefix cache since it started."),
+    ("prefill_seconds_total", "llmgw_engine_prefill_seconds", True,
+     "Seconds the engine spent on prompts since it started (vLLM: summed over requests)."),
+    ("prefill_tokens_total", "llmgw_engine_prefill_tokens", True,
+     "Prompt tokens the engine computed in those seconds (prefix-cache hits left out)."),
+    ("decode_seconds_total", "llmgw_engine_decode_seconds", True,
+     "Seconds the engine's requests spent generating after their first token, summed over requests."),
+    ("decode_tokens_total", "llmgw_engine_decode_tokens", True, "Tokens generated in those requests."),
+    ("decode_requests_total", "llmgw_engine_decode_requests", True,
+     "Requests counted in llmgw_engine_decode_tokens (vLLM only)."),
 )
 
 

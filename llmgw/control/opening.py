@@ -6,8 +6,9 @@
 
 In order: the first poll of the settings, the store, tracing, the effect handlers (llmgw.control.handlers) and the
 loop's initial recovery (a transition, folded before the loop reports started), the agents' listener, the admin API,
-the gateway (its routing table built from the settings just read, before any request), the control loop, the lease
-keeper, the audit writer and the watcher. Leaving it stops them all, writes what the audit still holds, and gives
+the gateway (its routing table built from the settings just read, before any request) with its batch runner
+(`llmgw.control.batching`: it works while this control plane leads), the control loop, the lease keeper, the audit
+writer and the watcher. Leaving it stops them all, writes what the audit still holds, and gives
 the lease back. Nothing calls back into the plane: every part feeds the loop's channel or handles its effects.
 This module is the only writer of the plane's slots that exist once it runs (store, tracing, ports, URLs, ...).
 """
@@ -28,6 +29,7 @@ import trio
 from llmgw.control.admin_listener import (
     ADMIN_TLS_DIR, AdminTls, check_admin_listener, trusted_proxies, write_admin_tls,
 )
+from llmgw.control.batching import run_batches
 from llmgw.control.config import (
     ControlConfig, check_listeners_free, listening_on, poll_interval, url_host, worker_store_url,
 )
@@ -39,11 +41,12 @@ from llmgw.control.node_identity import NodeIdentities
 from llmgw.control.recovering import KNOWN_NODES_KEY, decode_known
 from llmgw.control.events import settings_published, watch_reason
 from llmgw.control.restart_only import command_line_keys, restart_notes
-from llmgw.control.speeds import speeds_from_benches
+from llmgw.control.speeds import merged_speeds, metrics_speeds, speeds_from_benches
 from llmgw.control.state import WatchState
 from llmgw.control.status import Endpoints
 from llmgw.control.tracing import open_tracing
 from llmgw.errors import SettingsError, StoreError, TemporaryError
+from llmgw.routes import ReplicaSpeed
 from llmgw.gateway import Gateway, GatewayWorkers, drain_spools, open_gateway_tracing, worker_count, worker_spools
 from llmgw.settings import NOTIFY_CA_KEY, NOTIFY_URL_KEY, hook_token, set_config_value
 from llmgw.settings.model import ClusterSettings, Listener, Tracing
@@ -54,6 +57,8 @@ log = logging.getLogger("llmgw.control")
 
 SPEEDS_INTERVAL = 60.0
 """Seconds between two reads of the bench results into the routing table (`read_speeds`)."""
+SPEEDS_MERGE_INTERVAL = 5.0
+"""Seconds between two merges of the engines' measured speeds (the fleet state) into the routing table."""
 SPEEDS_BENCHES = 10000
 """The latest bench runs read each time (the latest per replica counts)."""
 ADMIN_TOKEN_FILE = "admin-token"
@@ -185,18 +190,26 @@ async def open_wiring(plane: Any) -> AsyncIterator[Any]:
             store.close()
 
 
-async def read_speeds(plane: Any, store: Any, interval: float = SPEEDS_INTERVAL) -> None:
-    """Every `interval` seconds (the first time at once), hand the gateway feed each replica's measured speed from
-    the bench results in `store` (`llmgw.control.speeds`); a store that cannot be read now is tried again next
-    time (a warning). Runs until cancelled."""
+async def read_speeds(plane: Any, store: Any, interval: float = SPEEDS_INTERVAL,
+                      every: float = SPEEDS_MERGE_INTERVAL) -> None:
+    """Every `every` seconds (the first time at once), hand the gateway feed each replica's measured speed: the
+    bench results in `store`, read every `interval` seconds, merged with the speeds the engines' counters gave in
+    the fleet state now (`llmgw.control.speeds.merged_speeds`). A store that cannot be read is tried again
+    `interval` seconds later (a warning), the last bench speeds read standing meanwhile. Runs until cancelled."""
+    benches: dict[str, ReplicaSpeed] = {}
+    read_at = trio.current_time()
     while True:
-        try:
-            records = await trio.to_thread.run_sync(store.benches, None, SPEEDS_BENCHES, abandon_on_cancel=True)
-        except (StoreError, TemporaryError) as exc:
-            log.warning("cannot read the bench results for routing by expected time: %s", exc)
-        else:
-            plane.feed.set_speeds(speeds_from_benches(records), plane.loop.state)
-        await trio.sleep(interval)
+        if trio.current_time() >= read_at:
+            read_at = trio.current_time() + interval
+            try:
+                records = await trio.to_thread.run_sync(store.benches, None, SPEEDS_BENCHES, abandon_on_cancel=True)
+            except (StoreError, TemporaryError) as exc:
+                log.warning("cannot read the bench results for routing by expected time: %s", exc)
+            else:
+                benches = speeds_from_benches(records)
+        state = plane.loop.state
+        plane.feed.set_speeds(merged_speeds(benches, metrics_speeds(state.fleet.records())), state)
+        await trio.sleep(every)
 
 
 def _open_tracing(plane: Any, config: ControlConfig, cluster: Any) -> tuple[Any, str | None, float]:
@@ -230,7 +243,9 @@ async def _start_gateway(plane: Any, config: ControlConfig, nursery: trio.Nurser
         served.health_details = plane.health_details
         plane.feed.attach(served)
         nursery.start_soon(drain_spools, store, worker_spools(spools, 0))
-        return await nursery.start(served.serve, gateway.host, gateway.port)
+        port = await nursery.start(served.serve, gateway.host, gateway.port)
+        nursery.start_soon(run_batches, plane, served)
+        return port
     url = worker_store_url(config.store, store, cluster, plane.state_dir, plane.secrets.get)
     if "://" not in url or url.startswith("sqlite:"):
         log.warning("%d gateway workers share the SQLite store %s: each reservation and settlement takes its one "
@@ -244,7 +259,9 @@ async def _start_gateway(plane: Any, config: ControlConfig, nursery: trio.Nurser
     plane.feed.attach(workers)
     # what an in-process gateway (an earlier `workers: 1`) or more workers than now left in their spools
     nursery.start_soon(drain_spools, store, [spools, *worker_spools(spools, count)])
-    return await nursery.start(workers.serve)
+    port = await nursery.start(workers.serve)
+    nursery.start_soon(run_batches, plane, None, workers)
+    return port
 
 
 def _admin_token(config: ControlConfig, state_dir: Path, store: Any) -> str:

@@ -11,8 +11,9 @@ Placement-relevant (what wakes the planner and rebuilds the routing table; writt
 - a card's free memory crossing what a model of the catalog needs per GPU (`memory_thresholds`);
 - a card's health verdict taking it out of placement or giving it back, or a node's NVLink domain or InfiniBand
   adapters changing (`llmgw.control.health`).
-Readings alone (utilisation, power, temperatures, CPU, memory, disk, shard cores) replace the node's
-`readings` and change nothing else: they never wake the planner nor move a running replica.
+Readings alone (utilisation, power, temperatures, CPU, memory, disk, shard cores, engine counters) replace the
+node's `readings` and advance its shards' `speeds` (`llmgw.control.engine_speeds`), and change nothing else: they
+never wake the planner nor move a running replica.
 
 Transitions of one node:
 
@@ -38,6 +39,7 @@ from types import MappingProxyType
 
 from rpds import HashTrieMap
 
+from llmgw.control.engine_speeds import MeasuredSpeed, next_node_speeds
 from llmgw.control.health import apply_health, with_interconnect
 from llmgw.control.readings import NodeReadings
 from llmgw.tools.node_report import NodeHealthReport
@@ -69,6 +71,8 @@ class NodeRecord:
     report (None before the first; kept across a new Register that carries none). `slurm` the node's last Slurm
     report as plain data (`llmgw.control.agents.slurm_summary`; None: the node has no part in Slurm). `firewall`
     the node's last firewall report ("digest", "error", "rolled_back"; None: it holds no table, nothing failed).
+    `speeds` each shard's prefill and decode speed from its engine's counters, by shard id
+    (`llmgw.control.engine_speeds`; a shard whose engine was never read is absent).
     """
 
     state: NodeState
@@ -88,6 +92,7 @@ class NodeRecord:
     health: NodeHealthReport | None = None
     slurm: Mapping[str, Any] | None = None
     firewall: Mapping[str, str] | None = None
+    speeds: Mapping[str, MeasuredSpeed] = field(default_factory=lambda: MappingProxyType({}))
 
     @property
     def node_id(self) -> str:
@@ -270,11 +275,11 @@ class FleetRegistry:
         firewall: Mapping[str, str] | None = None,
     ) -> tuple[FleetRegistry, bool]:
         """A heartbeat: the node is alive; `shards` (when given) is its full shard list now; `readings` replace
-        the node's readings and update its cards' free memory and shared-card verdict; `health` replaces the
-        node's health report and its cards' `unhealthy`; `slurm_job_steps` (when given) the Slurm job steps
-        running there (a change is a change of the fleet: a reclaimed node opens when it reaches 0); `slurm` the
-        node's Slurm report as plain data (None: it has none), kept for the status document; `firewall` likewise its
-        firewall report (None: no table, nothing failed).
+        the node's readings, advance its shards' speeds from their engines' counters, and update its cards' free
+        memory and shared-card verdict; `health` replaces the node's health report and its cards' `unhealthy`;
+        `slurm_job_steps` (when given) the Slurm job steps running there (a change is a change of the fleet: a
+        reclaimed node opens when it reaches 0); `slurm` the node's Slurm report as plain data (None: it has none),
+        kept for the status document; `firewall` likewise its firewall report (None: no table, nothing failed).
 
         A heartbeat from a node that never registered is ignored (returns (self, False)): the agent registers first.
         """
@@ -304,10 +309,15 @@ class FleetRegistry:
                 state = replace(state, gpus=gpus)
             state, link_changed = with_interconnect(state, health)
             health_changed = health_changed or link_changed
+        speeds = old.speeds
+        if readings is not None and (old.speeds or any(s.engine is not None for s in readings.shards)):
+            speeds = MappingProxyType(next_node_speeds(
+                old.speeds, {s.shard_id: s.engine for s in readings.shards if s.engine is not None},
+                readings.agent_time, (s.shard_id for s in state.shards)))
         record = replace(old, state=state, last_seen=now, lost=False, connected=True,
                          readings=readings if readings is not None else old.readings,
                          health=health if health is not None else old.health, slurm=slurm,
-                         firewall=firewall)
+                         firewall=firewall, speeds=speeds)
         if details is not None:
             record = replace(record, details=MappingProxyType(dict(details)))
         changed = (

@@ -4,7 +4,8 @@ status.yaml): `StatusReporter.status(state, ...)`.
 The fleet part is `llmgw.control.audit.status_document` of the state (built in proportion to the change by
 `llmgw.control.documents.StatusDocuments`); the "control_plane" part says where this control plane listens, how its
 audit writes go, who leads, whether the fleet is back since the start, when the agents' CA expires (`ca_expiry`,
-with a warning six months ahead), and (with readings) counters of its own work.
+with a warning six months ahead), and (with readings) counters of its own work and each replica's measured
+speed with its source and age (`replicas.<id>.speed`).
 """
 
 from __future__ import annotations
@@ -19,9 +20,11 @@ import trio
 
 from llmgw import __version__
 from llmgw.control.audit import AuditWriter
+from llmgw.control.canaries import canaries_status
 from llmgw.control.documents import StatusDocuments
 from llmgw.control.feeding import GatewayFeed
 from llmgw.control.looping import ControlLoop
+from llmgw.control.speeds import metrics_speeds, speed_document
 from llmgw.control.state import ControlState
 from llmgw.settings import redact_url
 
@@ -103,10 +106,13 @@ class StatusReporter:
                 record.node_id: {**nodes[record.node_id],
                                  "readings": record.readings.to_json(now) if record.readings else None}
                 for record in state.fleet.records() if record.node_id in nodes}
+            doc["replicas"] = self._with_speeds(state, doc["replicas"])
         plan = state.last_plan
         notes = [*(plan.notes if plan is not None else ()), *state.restart_notes]
         if notes:
             doc["notes"] = notes
+        if state.canaries:
+            doc["canaries"] = canaries_status(state.canaries)
         where = self._endpoints()
         doc["control_plane"] = {
             "version": __version__, "repository": self._repository, "branch": self._branch,
@@ -125,6 +131,15 @@ class StatusReporter:
         if readings:
             doc["control_plane"]["load"] = self.load_figures()
         return doc
+
+    def _with_speeds(self, state: ControlState, replicas: dict[str, Any]) -> dict[str, Any]:
+        """`replicas` (entries copied where changed) with each measured replica's `speed`: what the gateway routes
+        by (`GatewayFeed.speeds`: bench results and the engines' counters merged), else, without a gateway, what
+        the engines' counters gave (`llmgw.control.speeds.metrics_speeds`)."""
+        speeds = {**metrics_speeds(state.fleet.records()), **self._feed.speeds}
+        wall = time.time()
+        return {rid: {**entry, "speed": speed_document(speeds[rid], wall)} if rid in speeds else entry
+                for rid, entry in replicas.items()}
 
     def load_figures(self) -> dict[str, Any]:
         """Counters of the control plane's own work (bench/fleet_scale.py reads them): transitions folded, routing

@@ -113,6 +113,13 @@ class StartupReport:
     ready: bool = False
 
 
+LOAD_NAMES = ("requests_running", "requests_waiting", "prompt_tokens_total", "generation_tokens_total",
+              "kv_cache_usage", "prefix_cache_hits_total", "prefix_cache_queries_total", "prefill_seconds_total",
+              "prefill_tokens_total", "decode_seconds_total", "decode_tokens_total", "decode_requests_total",
+              "steps_total", "busy_slots_per_step")
+"""The fields of `MetricNames` that name a series (those of `llmgw.tools.engine_metrics.EngineLoad`)."""
+
+
 @dataclass(frozen=True)
 class MetricNames:
     """Prometheus series names an engine exports, mapped to llmgw's meanings (None: the engine has none).
@@ -127,6 +134,13 @@ class MetricNames:
     kv_cache_usage: str | None
     prefix_cache_hits_total: str | None = None
     prefix_cache_queries_total: str | None = None
+    prefill_seconds_total: str | None = None
+    prefill_tokens_total: str | None = None
+    decode_seconds_total: str | None = None
+    decode_tokens_total: str | None = None
+    decode_requests_total: str | None = None
+    steps_total: str | None = None
+    busy_slots_per_step: str | None = None
     all_names: tuple[str, ...] = ()
     legacy: tuple[tuple[str, str], ...] = ()
     """(field, name) pairs of older versions' names, tried after the field's own name."""
@@ -135,8 +149,7 @@ class MetricNames:
         """{field: series names to try, newest first} for `llmgw.tools.engine_metrics.parse_engine_metrics`;
         fields the engine has no series for are left out."""
         out: dict[str, tuple[str, ...]] = {}
-        for field in ("requests_running", "requests_waiting", "prompt_tokens_total", "generation_tokens_total",
-                      "kv_cache_usage", "prefix_cache_hits_total", "prefix_cache_queries_total"):
+        for field in LOAD_NAMES:
             names = tuple(n for n in (getattr(self, field), *(n for f, n in self.legacy if f == field)) if n)
             if names:
                 out[field] = names

@@ -29,6 +29,14 @@ METRICS = MetricNames(
     prompt_tokens_total="llamacpp:prompt_tokens_total",
     generation_tokens_total="llamacpp:tokens_predicted_total",
     kv_cache_usage="llamacpp:kv_cache_usage_ratio",
+    # b11434 (tools/server/server-common.h server_metrics; tests/fixtures/llama-server-b11434): prompt seconds are
+    # the engine's wall time of prompt batches; generation seconds and tokens are added per request at its end
+    prefill_seconds_total="llamacpp:prompt_seconds_total",
+    prefill_tokens_total="llamacpp:prompt_tokens_total",
+    decode_seconds_total="llamacpp:tokens_predicted_seconds_total",
+    decode_tokens_total="llamacpp:tokens_predicted_total",
+    steps_total="llamacpp:n_decode_total",
+    busy_slots_per_step="llamacpp:n_busy_slots_per_decode",
     all_names=tuple(f"llamacpp:{name}" for name in (
         # exported by b11434 (tools/server/server-task.cpp, and a live /metrics of the demo build)
         "prompt_tokens_total", "prompt_tokens_cached_total", "prompt_seconds_total", "tokens_predicted_total",

@@ -28,16 +28,27 @@ METRICS = MetricNames(
     kv_cache_usage="vllm:kv_cache_usage_perc",
     prefix_cache_hits_total="vllm:prefix_cache_hits_total",
     prefix_cache_queries_total="vllm:prefix_cache_queries_total",
+    # per-request histograms, all observed when a request finishes (so tokens and seconds move together)
+    prefill_seconds_total="vllm:request_prefill_time_seconds_sum",
+    prefill_tokens_total="vllm:request_prefill_kv_computed_tokens_sum",
+    decode_seconds_total="vllm:request_decode_time_seconds_sum",
+    decode_tokens_total="vllm:request_generation_tokens_sum",
+    decode_requests_total="vllm:request_generation_tokens_count",
+    steps_total="vllm:iteration_tokens_total_count",  # engine steps (counted as they run)
     all_names=(
         "vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
         "vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total", "vllm:prompt_tokens_total",
         "vllm:generation_tokens_total", "vllm:time_to_first_token_seconds", "vllm:e2e_request_latency_seconds",
+        "vllm:request_prefill_time_seconds", "vllm:request_prefill_kv_computed_tokens",
+        "vllm:request_decode_time_seconds", "vllm:request_prompt_tokens", "vllm:request_generation_tokens", "vllm:iteration_tokens_total",
         # before v0.10 (V0 engine): names kept so older installs still report
         "vllm:gpu_cache_usage_perc", "vllm:gpu_prefix_cache_queries_total", "vllm:gpu_prefix_cache_hits_total",
     ),
     legacy=(("kv_cache_usage", "vllm:gpu_cache_usage_perc"),
             ("prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total"),
-            ("prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total")),
+            ("prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total"),
+            # before the computed-tokens histogram: every prompt token, prefix-cache hits included
+            ("prefill_tokens_total", "vllm:request_prompt_tokens_sum")),
 )
 
 

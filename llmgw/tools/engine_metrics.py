@@ -1,5 +1,6 @@
 """An engine's own `/metrics` (Prometheus text) reduced to the load a replica reports: requests running and waiting,
-KV-cache use, tokens and prefix-cache counters (pure).
+KV-cache use, tokens and prefix-cache counters, and the time spent on prefill and decode with the tokens done in it
+(pure).
 
 The series names differ per engine and version; the caller gives them (`llmgw.engines.<engine>.METRICS`, which
 `MetricNames.candidates()` turns into {field: names to try, newest first}). Samples of a name are summed over
@@ -28,7 +29,19 @@ _MEAN = frozenset({"kv_cache_usage"})
 class EngineLoad:
     """One scrape of one engine: `requests_running` and `requests_waiting` (counts now), `kv_cache_usage`
     (fraction 0-1 now), `prompt_tokens_total` and `generation_tokens_total` (tokens, counters since the engine
-    started), `prefix_cache_hits_total` and `prefix_cache_queries_total` (tokens, counters). None: not published."""
+    started), `prefix_cache_hits_total` and `prefix_cache_queries_total` (tokens, counters). None: not published.
+
+    Speed counters (since the engine started; `llmgw.control.engine_speeds` turns two readings into tokens/s):
+    `prefill_seconds_total` seconds spent on prompts and `prefill_tokens_total` the prompt tokens computed in them
+    (prefix-cache hits left out); `decode_seconds_total` seconds spent generating after each request's first token,
+    `decode_tokens_total` the tokens generated, and `decode_requests_total` the requests counted in them (each one's
+    first token is made by its prefill, so decode steps are tokens minus requests; None: the engine does not say,
+    the first tokens stay in). vLLM's are its per-request histograms' `_sum`/`_count` (seconds summed over
+    requests); llama-server's prompt seconds are its own wall time of prompt batches, its generation seconds summed
+    over requests. `steps_total` counts the engine's forward steps (vLLM's iterations, llama-server's
+    `llama_decode` calls) and `busy_slots_per_step` is llama-server's mean of busy slots per step since it started
+    (a gauge): with them, the requests decoding at once (vLLM: generated tokens per step). SGLang publishes none of
+    them."""
 
     requests_running: float | None = None
     requests_waiting: float | None = None
@@ -37,6 +50,13 @@ class EngineLoad:
     generation_tokens_total: float | None = None
     prefix_cache_hits_total: float | None = None
     prefix_cache_queries_total: float | None = None
+    prefill_seconds_total: float | None = None
+    prefill_tokens_total: float | None = None
+    decode_seconds_total: float | None = None
+    decode_tokens_total: float | None = None
+    decode_requests_total: float | None = None
+    steps_total: float | None = None
+    busy_slots_per_step: float | None = None
 
 
 LOAD_FIELDS = tuple(f.name for f in fields(EngineLoad))

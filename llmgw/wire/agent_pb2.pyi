@@ -206,7 +206,7 @@ class ProcessGroupSample(_message.Message):
     def __init__(self, shard_id: _Optional[str] = ..., cpu_cores_used: _Optional[float] = ..., resident_memory_bytes: _Optional[int] = ..., engine: _Optional[_Union[EngineLoad, _Mapping]] = ...) -> None: ...
 
 class EngineLoad(_message.Message):
-    __slots__ = ("requests_running", "requests_waiting", "kv_cache_usage", "prompt_tokens_total", "generation_tokens_total", "prefix_cache_hits_total", "prefix_cache_queries_total")
+    __slots__ = ("requests_running", "requests_waiting", "kv_cache_usage", "prompt_tokens_total", "generation_tokens_total", "prefix_cache_hits_total", "prefix_cache_queries_total", "prefill_seconds_total", "prefill_tokens_total", "decode_seconds_total", "decode_tokens_total", "decode_requests_total", "steps_total", "busy_slots_per_step")
     REQUESTS_RUNNING_FIELD_NUMBER: _ClassVar[int]
     REQUESTS_WAITING_FIELD_NUMBER: _ClassVar[int]
     KV_CACHE_USAGE_FIELD_NUMBER: _ClassVar[int]
@@ -214,6 +214,13 @@ class EngineLoad(_message.Message):
     GENERATION_TOKENS_TOTAL_FIELD_NUMBER: _ClassVar[int]
     PREFIX_CACHE_HITS_TOTAL_FIELD_NUMBER: _ClassVar[int]
     PREFIX_CACHE_QUERIES_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    PREFILL_SECONDS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    PREFILL_TOKENS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    DECODE_SECONDS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    DECODE_TOKENS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    DECODE_REQUESTS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    STEPS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    BUSY_SLOTS_PER_STEP_FIELD_NUMBER: _ClassVar[int]
     requests_running: float
     requests_waiting: float
     kv_cache_usage: float
@@ -221,7 +228,14 @@ class EngineLoad(_message.Message):
     generation_tokens_total: float
     prefix_cache_hits_total: float
     prefix_cache_queries_total: float
-    def __init__(self, requests_running: _Optional[float] = ..., requests_waiting: _Optional[float] = ..., kv_cache_usage: _Optional[float] = ..., prompt_tokens_total: _Optional[float] = ..., generation_tokens_total: _Optional[float] = ..., prefix_cache_hits_total: _Optional[float] = ..., prefix_cache_queries_total: _Optional[float] = ...) -> None: ...
+    prefill_seconds_total: float
+    prefill_tokens_total: float
+    decode_seconds_total: float
+    decode_tokens_total: float
+    decode_requests_total: float
+    steps_total: float
+    busy_slots_per_step: float
+    def __init__(self, requests_running: _Optional[float] = ..., requests_waiting: _Optional[float] = ..., kv_cache_usage: _Optional[float] = ..., prompt_tokens_total: _Optional[float] = ..., generation_tokens_total: _Optional[float] = ..., prefix_cache_hits_total: _Optional[float] = ..., prefix_cache_queries_total: _Optional[float] = ..., prefill_seconds_total: _Optional[float] = ..., prefill_tokens_total: _Optional[float] = ..., decode_seconds_total: _Optional[float] = ..., decode_tokens_total: _Optional[float] = ..., decode_requests_total: _Optional[float] = ..., steps_total: _Optional[float] = ..., busy_slots_per_step: _Optional[float] = ...) -> None: ...
 
 class Heartbeat(_message.Message):
     __slots__ = ("time", "gpus", "cpu_percent", "load1", "memory_used_bytes", "memory_available_bytes", "shards", "shard_states", "engines_installed", "engines_installing", "sampled_at", "disk_free_bytes", "health", "slurm", "firewall")

@@ -1,5 +1,6 @@
 """The agent reads a real llama-server's own /metrics (b11434 with Gemma 3 270M, started with our command line:
-`--metrics`, the replica key in its environment) into the load it reports for the replica."""
+`--metrics`, the replica key in its environment) into the load it reports for the replica, speed counters
+included."""
 
 from __future__ import annotations
 
@@ -43,3 +44,12 @@ async def test_a_real_llama_servers_counters_and_queue_are_read_with_its_key(lla
     assert (after.requests_running, after.requests_waiting) == (0, 0)
     assert after.kv_cache_usage is None  # b11434 publishes no KV-cache series
     assert after.prefix_cache_hits_total is None
+    # the speed counters: the request's prompt and tokens, the time the engine took for them (its own timings)
+    timings = reply.json()["timings"]
+    assert after.prefill_tokens_total - before.prefill_tokens_total == timings["prompt_n"] == usage["prompt_tokens"]
+    assert after.decode_tokens_total - before.decode_tokens_total == timings["predicted_n"]
+    assert after.prefill_seconds_total - before.prefill_seconds_total == pytest.approx(timings["prompt_ms"] / 1000,
+                                                                                       rel=0.05, abs=0.002)
+    assert after.decode_seconds_total - before.decode_seconds_total == pytest.approx(timings["predicted_ms"] / 1000,
+                                                                                     rel=0.05, abs=0.002)
+    assert after.steps_total > before.steps_total and after.busy_slots_per_step == pytest.approx(1.0)

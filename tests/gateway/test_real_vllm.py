@@ -8,6 +8,7 @@ the LoRA tests (it serves a PEFT adapter too). Nothing is skipped: a missing ins
 from __future__ import annotations
 
 import dataclasses
+import time
 import uuid
 
 import anthropic
@@ -22,6 +23,7 @@ from llmgw.agent.kv_forwarding import kv_messages
 from llmgw.agent.kv_watch import KvWatch
 from llmgw.agent.shards import ShardSpec, ShardView
 from llmgw.control.agents import blocks_update
+from llmgw.control.engine_speeds import next_speed
 from llmgw.control.kv_blocks import apply_block_updates
 from llmgw.engines import vllm as vllm_engine
 from llmgw.engines.vllm_kv_listener import KvEventListener
@@ -83,13 +85,13 @@ async def test_responses_and_messages_go_to_vllms_own_endpoints_with_the_gateway
     key = store.create_api_key("chat")[1]
     sdk = openai.AsyncOpenAI(base_url=base, api_key=key, max_retries=0)
     raw = await sdk.responses.with_raw_response.create(model=SERVED, input="Write one sentence about the sea.",
-                                                       max_output_tokens=8, temperature=0)
+                                                       max_output_tokens=16, temperature=0)  # vLLM's least: 16
     assert raw.headers["x-llmgw-engine-api"] == "/v1/responses"  # vLLM's own, not the chat translation
     one = raw.parse()
     assert one.id.startswith("resp_") and one.model == SERVED and one.output_text
-    assert one.usage.output_tokens == 8 and one.usage.input_tokens > 5
+    assert 0 < one.usage.output_tokens <= 16 and one.usage.input_tokens > 5
     events = [e async for e in await sdk.responses.create(
-        model=SERVED, input="And one about the sky.", previous_response_id=one.id, max_output_tokens=8,
+        model=SERVED, input="And one about the sky.", previous_response_id=one.id, max_output_tokens=16,
         temperature=0, stream=True)]
     assert events[0].type == "response.created" and events[-1].type == "response.completed"
     assert [e.sequence_number for e in events] == list(range(len(events)))
@@ -112,8 +114,32 @@ async def test_responses_and_messages_go_to_vllms_own_endpoints_with_the_gateway
         text = "".join([piece async for piece in stream.text_stream])
         final = await stream.get_final_message()
     assert text == whole.content[0].text and final.usage.output_tokens == 8
+    counted = await client.messages.count_tokens(model=SERVED, messages=question)  # vLLM's own count_tokens
+    assert counted.input_tokens == whole.usage.input_tokens + (whole.usage.cache_read_input_tokens or 0)
     await client.close()
-    assert [r.completion_tokens for r in store.recent_usage()] == [8, 8, 8, 8]
+    assert [r.completion_tokens for r in store.recent_usage()] == [0, 8, 8, two.usage.output_tokens,
+                                                                   one.usage.output_tokens]
+
+
+async def test_vllms_own_counters_give_the_replicas_prefill_and_decode_speed(sdk, vllm_server):
+    async def reading():
+        async with httpx.AsyncClient(timeout=30, headers={"authorization": f"Bearer {ENGINE_KEY}"}) as engine:
+            text = (await engine.get(vllm_server.url + "/metrics")).text
+        return parse_engine_metrics(text, vllm_engine.METRICS.candidates())
+
+    first = await reading()
+    speed = next_speed(None, first, time.time())
+    for n in range(3):  # requests that finish: vLLM records its per-request histograms at the end of each
+        await sdk.chat.completions.create(model=SERVED, max_tokens=16, temperature=0, messages=[
+            {"role": "user", "content": f"Count from {n} to {n + 20}, one number a line."}])
+    later = await reading()
+    assert later.decode_tokens_total - first.decode_tokens_total >= 3 * 15  # 16 each, less the prefill's first
+    assert later.prefill_tokens_total > first.prefill_tokens_total and later.steps_total > first.steps_total
+    speed = next_speed(speed, later, time.time())
+    measured = speed.replica_speed()
+    assert measured is not None and measured.source == "metrics"
+    # Gemma 270M on 2 loaded cores: tens to thousands of tokens/s (plausible, not a benchmark)
+    assert 1 < measured.decode_tokens_per_second < 10_000 and 1 < measured.prefill_tokens_per_second < 100_000
 
 
 async def test_kv_events_arrive_and_the_prompt_hashes_as_vllm_hashed_it_so_routing_is_precise(

@@ -17,7 +17,8 @@ Shapes follow llama.cpp's tools/server (server-task.cpp, b11434) and shared/FORM
 - `n` > 1: one choice per index (streams interleave the indices, and each choice ends with its own usage, as
   b11434 does); `tools` (and tool_choice not "none"): a call to the
   first tool, streamed as `tool_calls` deltas by index, finish_reason "tool_calls".
-- `/metrics` with llamacpp:* names, 501 unless started with `--metrics`.
+- `/metrics` with llamacpp:* names, 501 unless started with `--metrics`; its prompt and generation seconds are its
+  tokens at `PROMPT_TOKENS_PER_SECOND` and `PREDICTED_TOKENS_PER_SECOND` (what a measured speed of it should say).
 - `/v1/responses` and `/v1/messages`, whole and streamed, in b11434's own shapes (`fake_llama_dialects`).
 
 Text is deterministic: the same prompt and seed give the same words. Token counts: prompt = words of the prompt
@@ -43,6 +44,9 @@ WORDS = ("alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel
          "kilo", "lima", "mike", "november", "oscar", "papa", "quebec", "romeo", "sierra", "tango")
 BUILD_INFO = "b11434-fake"
 PUBLIC_PATHS = {"/health", "/v1/health", "/models", "/v1/models"}
+PROMPT_TOKENS_PER_SECOND = 1000.0
+PREDICTED_TOKENS_PER_SECOND = 250.0
+"""The speeds its /metrics counters say it works at (prompt and generation seconds are its tokens over these)."""
 
 
 @dataclass
@@ -63,12 +67,13 @@ class FakeLlamaServer:
     `model_path` is what `-m` named; `alias` the served name (default: the path, as llama-server does).
     `api_key` None accepts every request. `token_delay` seconds between streamed tokens. `max_tokens_default`
     when the request gives none. `fail_after_chunks`: when set, a stream's connection is dropped after that many
-    token chunks (an engine crash mid-stream).
+    token chunks (an engine crash mid-stream). `first_token_delay`: seconds a completion waits before its answer
+    starts (a slow prompt processing: every request's time to first token grows by it).
     """
 
     def __init__(self, model_path: str = "/models/fake.gguf", alias: str | None = None, *, api_key: str | None = None,
                  metrics: bool = True, token_delay: float = 0.0, max_tokens_default: int = 16,
-                 fail_after_chunks: int | None = None, context_size: int = 2048):
+                 fail_after_chunks: int | None = None, context_size: int = 2048, first_token_delay: float = 0.0):
         self.model_path = model_path
         self.alias = alias or model_path
         self.api_key = api_key
@@ -77,6 +82,7 @@ class FakeLlamaServer:
         self.max_tokens_default = max_tokens_default
         self.fail_after_chunks = fail_after_chunks
         self.context_size = context_size
+        self.first_token_delay = first_token_delay
         self.stats = FakeStats()
         self.healthy = True  # False: /health answers 503 "Loading model", as llama-server does while loading
         self._ids = 0
@@ -185,9 +191,10 @@ class FakeLlamaServer:
         lines = []
         for name, kind, value, text in (
             ("prompt_tokens_total", "counter", s.prompt_tokens, "Number of prompt tokens processed."),
-            ("prompt_seconds_total", "counter", 0.0, "Prompt process time"),
+            ("prompt_seconds_total", "counter", s.prompt_tokens / PROMPT_TOKENS_PER_SECOND, "Prompt process time"),
             ("tokens_predicted_total", "counter", s.predicted_tokens, "Number of generation tokens processed."),
-            ("tokens_predicted_seconds_total", "counter", 0.0, "Predict process time"),
+            ("tokens_predicted_seconds_total", "counter", s.predicted_tokens / PREDICTED_TOKENS_PER_SECOND,
+             "Predict process time"),
             ("n_decode_total", "counter", s.predicted_tokens, "Total number of llama_decode() calls"),
             ("n_busy_slots_per_decode", "counter", 1, "Average number of busy slots per llama_decode() call"),
             ("prompt_tokens_seconds", "gauge", 0.0, "Average prompt throughput in tokens/s."),
@@ -235,6 +242,8 @@ class FakeLlamaServer:
         self.stats.prompt_tokens += prompt_tokens
         self.stats.processing += 1
         try:
+            if self.first_token_delay:
+                await trio.sleep(self.first_token_delay)
             if request.get("stream"):
                 include_usage = bool((request.get("stream_options") or {}).get("include_usage"))
                 await self._stream(send, choices, chat, cmpl_id, model, usage, timings, include_usage)
@@ -388,9 +397,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--api-key", default=None)
     parser.add_argument("-c", "--ctx-size", type=int, default=2048)
     parser.add_argument("--fake-token-delay", type=float, default=0.0, help="seconds between streamed tokens")
+    parser.add_argument("--fake-first-token-delay", type=float, default=0.0,
+                        help="seconds before a completion's answer starts")
     args, _unknown = parser.parse_known_args(argv)
     server = FakeLlamaServer(args.model, args.alias, api_key=args.api_key or os.environ.get("LLAMA_API_KEY"),
-                             metrics=args.metrics, token_delay=args.fake_token_delay, context_size=args.ctx_size)
+                             metrics=args.metrics, token_delay=args.fake_token_delay, context_size=args.ctx_size,
+                             first_token_delay=args.fake_first_token_delay)
 
     async def run() -> None:
         async with trio.open_nursery() as nursery:

