@@ -198,6 +198,7 @@ def _small_state(tmp_path: Path, store_url: str) -> tuple[Path, Path, str]:
     finally:
         store.close()
     seed = write_seed(tmp_path / "seed", "a" * 64)
+    (seed / "projects.yaml").write_text(PROJECTS)
     repo = tmp_path / "settings.git"
     init_repository(repo, seed)
     return state, repo, key
@@ -260,6 +261,34 @@ def test_a_postgresql_store_is_dumped_and_restored_into_another_schema_beside_th
         restore_backup(archive, tmp_path / "again", store_url=source)
     assert not (tmp_path / "again").exists()
     assert os.stat(archive).st_mode & 0o777 == 0o600
+
+
+async def test_a_real_server_on_the_restored_postgresql_schema_serves_the_same_key(tmp_path, two_schemas):
+    source, target = two_schemas
+    state, repo, key = _small_state(tmp_path, source)
+    write_backup(state, tmp_path / "pg.tar.gz", store_url=source, repo=repo)
+    restored = llmgw("restore", str(tmp_path / "pg.tar.gz"), "--state", str(tmp_path / "new"), "--store", target)
+    assert restored.returncode == 0 and "--store" in restored.stdout, restored.stderr
+    gateway = f"127.0.0.1:{_free_port()}"
+    procs = LlmgwProcesses(tmp_path)
+    try:
+        procs.spawn("new", "server", "--repo", str(tmp_path / "new" / "settings.git"), "--state", str(tmp_path / "new"),
+                    "--store", target, "--gateway", gateway, "--admin", f"127.0.0.1:{_free_port()}",
+                    "--agents", f"127.0.0.1:{_free_port()}")
+
+        async def models():
+            try:
+                return await trio.to_thread.run_sync(
+                    lambda: openai.OpenAI(base_url=f"http://{gateway}/v1", api_key=key, max_retries=0).models.list())
+            except openai.APIConnectionError:
+                return None  # not listening yet
+
+        listed = await wait_for(models, 60, "the restored server's gateway")
+        assert "tiny" in [model.id for model in listed.data]
+        with pytest.raises(openai.AuthenticationError):
+            openai.OpenAI(base_url=f"http://{gateway}/v1", api_key=key[:-2] + "xx", max_retries=0).models.list()
+    finally:
+        procs.stop()
 
 
 def test_a_control_plane_without_tls_is_backed_up_without_a_ca_and_says_what_it_holds(tmp_path):
