@@ -22,10 +22,16 @@ from llmgw.wire import certificate_validity, control_message, pb
 log = logging.getLogger("llmgw.control")
 
 
-def renewal_refusal(has_ca: bool, certified_name: str | None, node_id: str) -> str | None:
+MAX_LIVE_CERTIFICATES = 5
+"""A node holding this many unexpired certificates on record gets no more: an agent renews at a share of 825 days,
+so it holds two at most, a few more after answers lost with their streams; a node asking in a loop would otherwise
+grow nodes.json without end."""
+
+
+def renewal_refusal(has_ca: bool, certified_name: str | None, node_id: str, live: int = 0) -> str | None:
     """Why a RenewCertificate of `node_id`'s stream is refused before anything is signed, or None. `has_ca`: this
     control plane serves agents under its own CA (`--tls`); `certified_name`: the common name of the certificate the
-    stream was opened with (None: no certificate). Pure."""
+    stream was opened with (None: no certificate); `live`: the node's unexpired certificates on record. Pure."""
     if not has_ca:
         return ("this control plane has no CA of its own (started without --tls), so it renews no node certificate; "
                 "renewal needs a control plane started with --tls.")
@@ -34,12 +40,18 @@ def renewal_refusal(has_ca: bool, certified_name: str | None, node_id: str) -> s
                 "renewed only over mutual TLS.")
     if certified_name != node_id:
         return f"the stream's certificate names {certified_name!r}, not node {node_id!r}; nothing is signed."
+    if live >= MAX_LIVE_CERTIFICATES:
+        return (f"node {node_id!r} holds {live} unexpired certificates already, so no more is signed; if this node "
+                f"really lost them, `llmgw node revoke {node_id}` and join it again.")
     return None
 
 
 def _sign(ca: Any, node_id: str, csr_pem: bytes) -> bytes:
     if ca.is_revoked(node_id):
         raise WireError(f"node {node_id!r} was revoked (`llmgw node revoke`); it must join again with a join token.")
+    refusal = renewal_refusal(True, node_id, node_id, ca.live_certificates(node_id))
+    if refusal is not None:
+        raise WireError(refusal)
     certificate = ca.sign_csr(csr_pem, node_id, replace=True)
     ca.record_certificate(node_id, certificate)
     return certificate
@@ -58,6 +70,8 @@ async def answer_renewal(ca: Any, identities: Any, session: Any, node_id: str, r
             log.info("renewed the certificate of node %s (valid until %s)", node_id, end)
         except WireError as exc:
             error = str(exc)
+        except OSError as exc:  # the CA's files could not be read or written
+            error = f"the control plane could not record the certificate ({exc}); the agent asks again later."
     if error is not None:
         log.warning("refused to renew the certificate of node %s: %s", node_id, error)
     try:

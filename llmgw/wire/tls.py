@@ -392,6 +392,10 @@ class CertificateAuthority:
                 f"plane first (`llmgw node revoke {node_id}`), then join again."
             )
 
+    def live_certificates(self, node_id: str) -> int:
+        """How many certificates of `node_id` on record are neither revoked nor expired. Blocking (reads nodes.json)."""
+        return len(self._live(self._nodes_snapshot().get(node_id, {}), time.time()))
+
     def record_certificate(self, node_id: str, certificate_pem: bytes) -> None:
         """Note in nodes.json that `certificate_pem` was issued to `node_id` (its serial and validity). Blocking."""
         cert = x509.load_pem_x509_certificate(certificate_pem)

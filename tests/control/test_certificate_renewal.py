@@ -41,14 +41,16 @@ def test_the_renewal_comes_after_the_given_share_of_the_lifetime(start, end, fra
     assert renewal_time(start, end, fraction) >= start
 
 
-@pytest.mark.parametrize("has_ca, certified, node, refused", [
-    (True, "n1", "n1", None),
-    (False, "n1", "n1", "without --tls"),
-    (True, None, "n1", "only over mutual TLS"),
-    (True, "n2", "n1", "names 'n2', not node 'n1'"),
+@pytest.mark.parametrize("has_ca, certified, node, live, refused", [
+    (True, "n1", "n1", 0, None),
+    (True, "n1", "n1", 4, None),
+    (True, "n1", "n1", 5, "holds 5 unexpired certificates"),
+    (False, "n1", "n1", 0, "without --tls"),
+    (True, None, "n1", 0, "only over mutual TLS"),
+    (True, "n2", "n1", 0, "names 'n2', not node 'n1'"),
 ])
-def test_a_renewal_is_signed_only_over_mutual_tls_for_the_streams_own_node(has_ca, certified, node, refused):
-    said = renewal_refusal(has_ca, certified, node)
+def test_a_renewal_is_signed_only_over_mutual_tls_for_the_streams_own_node(has_ca, certified, node, live, refused):
+    said = renewal_refusal(has_ca, certified, node, live)
     assert (said is None) if refused is None else (refused in said)
 
 
