@@ -11,6 +11,7 @@
     ├── GeneratedFileError          a value refused by the writer of generated files (llmgw.plan.conf_lines)
     ├── InstallError                a host's install journal could not be read, written or undone (llmgw.install)
     ├── ReleaseError                a release could not be built, signed or verified (llmgw.release)
+    ├── BackupError                 a backup could not be written, or an archive is damaged or cannot be restored
     └── UsageError                  a command line or API call was used wrongly (what to do instead is in the message)
 
 A replica that cannot be placed is no error: the plan lists it with its reasons (`Plan.unplaced`).
@@ -116,6 +117,11 @@ class ReleaseError(LlmgwError):
         self.paths = paths
         self.key_id = key_id
         super().__init__(message)
+
+
+class BackupError(LlmgwError):
+    """A backup could not be written, or an archive is damaged or cannot be restored (`llmgw.backup`); the
+    message names the member, file or tool."""
 
 
 class UsageError(LlmgwError):

@@ -7,8 +7,8 @@ body, its field unknown to this agent's protocol) goes to `not_understood`, whic
 not understood. Adding a command is: the message in `llmgw.wire`, a handler, a line in `COMMANDS`; no if-chain.
 
 The handlers, by concept: StartShard and StopShard in `llmgw.agent.shard_commands`, InstallEngine in
-`llmgw.agent.install_command`, AgentSettings, RequestLogs, FabricTest, Restart and the notices Registered and
-SlurmJobsRecorded in `llmgw.agent.node_commands`. Each command is answered with a CommandResult carrying its
+`llmgw.agent.install_command`, AgentSettings, RequestLogs, FabricTest, Restart and the notices Registered,
+SlurmJobsRecorded and CertificateRenewed in `llmgw.agent.node_commands`. Each command is answered with a CommandResult carrying its
 `command_id` (FabricTest with a FabricTestOutput; the notices not at all). Long commands (starting a shard,
 installing an engine) run as tasks of the agent's own nursery, so they go on while the connection is down.
 """
@@ -46,6 +46,7 @@ COMMANDS: Mapping[str, CommandHandler] = MappingProxyType({
     "restart": node_commands.restart,
     "registered": node_commands.registered,
     "slurm_jobs_recorded": node_commands.slurm_jobs_recorded,
+    "certificate_renewed": node_commands.certificate_renewed,
 })
 """The handler of each ControlMessage body, by its field name in the `body` oneof."""
 

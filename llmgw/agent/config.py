@@ -63,6 +63,10 @@ class AgentConfig:
     the endpoint of agents/ `tracing:` (AgentSettings; "" none). `trace_sample_ratio` (0..1): the share of the
     traces the agent begins itself that are recorded (agents/ `tracing.sample_ratio`). `build`: agents/ `build`
     (auto, cu13, cu129, cpu, none), which build of vLLM and SGLang the agent installs (`llmgw.engines.builds`).
+    `tls_dir`: the directory of the node's certificate (`ca.crt`, `node.crt`, `node.key`) when the agent connects
+    with mutual TLS (None: it does not, and renews nothing); `certificate_renew_fraction`: the share of that
+    certificate's lifetime after which it is renewed over the stream (agents/ `certificate_renew_fraction`;
+    `llmgw.agent.renewal`).
     """
 
     node_id: str = field(default_factory=socket.gethostname)
@@ -90,6 +94,8 @@ class AgentConfig:
     settings_otlp_endpoint: str = ""
     trace_sample_ratio: float = 1.0
     build: str = "auto"
+    tls_dir: Path | None = None
+    certificate_renew_fraction: float = 0.6667
 
     @property
     def trace_target(self) -> tuple[str, float] | None:
@@ -139,6 +145,8 @@ class AgentConfig:
             changes["settings_otlp_endpoint"] = settings.tracing.endpoint
             changes["trace_sample_ratio"] = 1.0 if math.isnan(ratio) else min(max(ratio, 0.0), 1.0)
         changes["build"] = settings.build or "auto"  # stated whole; "" from an older control plane
+        if 0.1 < settings.certificate_renew_fraction <= 0.95:  # 0 from an older control plane: kept as it was
+            changes["certificate_renew_fraction"] = settings.certificate_renew_fraction
         if settings.control_planes:  # added to those the agent was started with, never removing one
             changes["control_planes"] = tuple(dict.fromkeys([*self.control_planes, *settings.control_planes]))
         return replace(self, **changes)

@@ -25,6 +25,7 @@ from llmgw.tools.node_report import NodeHealthReport
 
 LOW_DISK_BYTES = 20 * 1024**3       # below this, one 8B model's weights may not fit
 CERT_WARN_DAYS = 30
+CA_WARN_DAYS = 180  # the CA that signed the node certificate (ca.crt beside it): warned about six months ahead
 _EARLIEST_SANE = datetime.datetime(2025, 1, 1, tzinfo=datetime.timezone.utc)
 _LOAD = object()
 
@@ -180,27 +181,29 @@ def _clock_check(now: float, run: Runner) -> Check:
     return Check("clock", OK, f"{moment:%Y-%m-%d %H:%M:%S} UTC, {state}")
 
 
-def _certificate_check(path: Path, now: float) -> Check:
+def _certificate_check(path: Path, now: float, name: str = "certificate", warn_days: int = CERT_WARN_DAYS,
+                       soon: str = "the agent renews it over its stream before this (agents/ "
+                                   "certificate_renew_fraction): check the agent's log for why it did not") -> Check:
     from cryptography import x509
 
     try:
         certificate = x509.load_pem_x509_certificate(path.read_bytes())
     except OSError as exc:
-        return Check("certificate", FAIL, f"{path} cannot be read ({exc.strerror}): run `llmgw node join`")
+        return Check(name, FAIL, f"{path} cannot be read ({exc.strerror}): run `llmgw node join`")
     except ValueError as exc:
-        return Check("certificate", FAIL, f"{path} is not a PEM certificate ({exc})")
+        return Check(name, FAIL, f"{path} is not a PEM certificate ({exc})")
     moment = datetime.datetime.fromtimestamp(now, tz=datetime.timezone.utc)
     start, end = certificate.not_valid_before_utc, certificate.not_valid_after_utc
     subject = certificate.subject.rfc4514_string()
     if moment < start:
-        return Check("certificate", FAIL, f"{path} ({subject}) is valid only from {start:%Y-%m-%d %H:%M} UTC: "
-                                          "check this node's clock")
+        return Check(name, FAIL, f"{path} ({subject}) is valid only from {start:%Y-%m-%d %H:%M} UTC: "
+                                 "check this node's clock")
     if moment > end:
-        return Check("certificate", FAIL, f"{path} ({subject}) expired {end:%Y-%m-%d}: run `llmgw node join` "
-                                          "with a new token")
-    if end - moment < datetime.timedelta(days=CERT_WARN_DAYS):
-        return Check("certificate", WARN, f"{path} ({subject}) expires {end:%Y-%m-%d}: renew it soon")
-    return Check("certificate", OK, f"{path} ({subject}) valid until {end:%Y-%m-%d}")
+        return Check(name, FAIL, f"{path} ({subject}) expired {end:%Y-%m-%d}: run `llmgw node join` "
+                                 "with a new token")
+    if end - moment < datetime.timedelta(days=warn_days):
+        return Check(name, WARN, f"{path} ({subject}) expires {end:%Y-%m-%d}, in {(end - moment).days} days: {soon}")
+    return Check(name, OK, f"{path} ({subject}) valid until {end:%Y-%m-%d}")
 
 
 def run_doctor(weights_dir: Path, *, engines_dir: Path | None = None, state_dir: Path | None = None,
@@ -221,6 +224,11 @@ def run_doctor(weights_dir: Path, *, engines_dir: Path | None = None, state_dir:
               *_engine_checks(engines_dir, state_dir), _clock_check(now, run)]
     if cert_path is not None:
         checks.append(_certificate_check(Path(cert_path), now))
+        if (Path(cert_path).parent / "ca.crt").is_file():  # the CA beside it (llmgw node join writes both)
+            checks.append(_certificate_check(
+                Path(cert_path).parent / "ca.crt", now, name="CA", warn_days=CA_WARN_DAYS,
+                soon="every node certificate it signed stops working with it; the control plane needs a new CA and "
+                     "every node must join again before then"))
     health = HealthReader(run, nvml=kwargs["nvml"] if "nvml" in kwargs else load_nvml(),
                           **{k: v for k, v in kwargs.items() if k in ("sys_root", "etc_root")}).read()
     checks.extend(node_checks(node, health))

@@ -22,6 +22,7 @@ from llmgw.agent.config import AgentConfig, installed_engines
 from llmgw.agent.engine_checks import EngineChecks
 from llmgw.agent.fencing import Fence, load_token
 from llmgw.agent.node_secret import load_or_create_secret
+from llmgw.agent.renewal import CertificateRenewer
 from llmgw.agent.kv_watch import KvWatch
 from llmgw.agent.logs import LogRing
 from llmgw.agent.shards import ShardView
@@ -113,6 +114,10 @@ class NodeAgent:
         self.engine_checks = EngineChecks()
         self.fence = Fence(load_token(config.state_dir))  # the newest leader-lease token seen (llmgw.agent.fencing)
         self.node_secret = load_or_create_secret(config.state_dir)  # proves this node at Register (node_secret.py)
+        # renews the node certificate over a stream before it expires (llmgw.agent.renewal); None without TLS
+        self.renewer = CertificateRenewer(config.tls_dir, config.node_id,
+                                          lambda: self.config.certificate_renew_fraction,
+                                          lambda: self.node_secret) if config.tls_dir is not None else None
         self.slurm = SlurmKeeper(SlurmLayout(Path(config.state_dir) / "slurm"), nursery)  # Slurm's daemons (issue 15)
         self.firewall = FirewallKeeper(nursery)  # llmgw's nftables table (issue 29)
         self.kv_watch = KvWatch(nursery)  # each vLLM shard's KV-cache events (llmgw.agent.kv_watch)

@@ -101,3 +101,10 @@ async def slurm_jobs_recorded(agent: NodeAgent, command: Command) -> None:
     """SlurmJobsRecorded (a notice, not answered): the control plane stored the ended Slurm jobs up to `until`, so
     the next read of sacct starts there (`SlurmKeeper.recorded`)."""
     agent.slurm.recorded(command.body.until)
+
+
+async def certificate_renewed(agent: NodeAgent, command: Command) -> None:
+    """CertificateRenewed (a notice, not answered): the control plane's answer to RenewCertificate, checked and
+    installed by the agent's `CertificateRenewer` (`llmgw.agent.renewal`); ignored by an agent without TLS."""
+    if agent.renewer is not None:
+        agent.renewer.accept(command.body)

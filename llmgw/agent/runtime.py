@@ -366,6 +366,8 @@ class _Session:
                 nursery.start_soon(self._wait_restart, nursery.cancel_scope)
                 nursery.start_soon(self._wait_register_again, nursery.cancel_scope)
                 nursery.start_soon(self._forward_kv_blocks)
+                if agent.renewer is not None:  # the node certificate, renewed over this stream when it is due
+                    nursery.start_soon(agent.renewer.run, outbox.put)
                 async for message in link:
                     await commands.handle(agent, message, link)
                 raise WireError("the control plane closed the stream")

@@ -15,6 +15,7 @@ import os
 import signal
 import socket
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import click
@@ -127,6 +128,8 @@ def register(group: click.Group) -> None:
             otlp_endpoint=otlp_endpoint,
         )
         tls = _client_tls(tls_dir, state_dir, insecure)
+        if tls is not None:  # renewed over the stream when due (llmgw.agent.renewal), read again at every connection
+            config = replace(config, tls_dir=tls_dir or state_dir / "tls")
         logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                             format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         for noisy in ("httpx", "httpcore"):  # one line per readiness poll is noise
@@ -137,8 +140,12 @@ def register(group: click.Group) -> None:
             async with trio.open_nursery() as nursery:
                 async def run(task_status=trio.TASK_STATUS_IGNORED) -> None:
                     nonlocal outcome
-                    outcome = await run_agent(config, connect_to=lambda address: functools.partial(connect, address, tls=tls),
-                                              task_status=task_status)
+                    def connect_to(address: str):
+                        if tls is None:
+                            return functools.partial(connect, address, tls=None)
+                        return lambda: connect(address, tls=ClientTls.load(config.tls_dir))  # a renewed one included
+
+                    outcome = await run_agent(config, connect_to=connect_to, task_status=task_status)
                     nursery.cancel_scope.cancel()
 
                 async def on_sigterm() -> None:

@@ -155,6 +155,11 @@ def render_status(doc: dict[str, Any]) -> list[str]:
         lines.append(f"note        {note}")
     for canary in doc.get("canaries", {}).values():
         lines.append(f"canary      {canary['summary']}")
+    ca = doc.get("control_plane", {}).get("ca")
+    if ca:
+        lines.append(f"agents' CA  valid until {ca['until']} ({ca['days_left']} days)")
+        if ca.get("warning"):
+            lines.append(f"WARNING     {ca['warning']}")
     last = doc.get("pass")
     if last:
         lines.append(f"last pass   #{last['number']} for {_short(last['settings_commit'])}: "

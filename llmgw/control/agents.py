@@ -28,6 +28,7 @@ from typing import Any
 import trio
 
 from llmgw import __version__
+from llmgw.control.certificate_renewal import answer_renewal
 from llmgw.control.deciding import node_connected
 from llmgw.control.events import slurm_jobs_reported
 from llmgw.control.health import health_from_message
@@ -95,6 +96,7 @@ class AgentHub:
         self.identities = identities if identities is not None else NodeIdentities()
         self.kv_cap = kv_cap
         self._refusals: dict[tuple[str, str], None] = {}
+        self.ca: Any = None  # the agents' CA (`llmgw.wire.CertificateAuthority`) under --tls: renews certificates
 
     def refused(self, node_id: str, sentence: str) -> None:
         """Log a report of `node_id` that was left out (`sentence`), once per node and sentence (most recent
@@ -312,6 +314,13 @@ def _register_again(hub: AgentHub, node_id: str, session: AgentSession, register
     return _registered(register, _peer_host(session.peer), now), None
 
 
+def _renew_certificate(hub: AgentHub, node_id: str, session: AgentSession, request, now: float) -> None:
+    """RenewCertificate: checked, signed and answered on this stream by a task (`llmgw.control.certificate_renewal`),
+    so the stream's other messages are not held up by the signature and the store."""
+    if hub.nursery is not None:
+        hub.nursery.start_soon(answer_renewal, hub.ca, hub.identities, session, node_id, request)
+
+
 MESSAGES: dict[str, Callable[..., Any]] = {
     "heartbeat": _heartbeat,
     "shard_status": _shard_status,
@@ -321,6 +330,7 @@ MESSAGES: dict[str, Callable[..., Any]] = {
     "command_result": lambda hub, node_id, session, result, now: session.deliver_result(result),
     "log_lines": lambda hub, node_id, session, lines, now: session.deliver_logs(lines),
     "fabric_test_output": lambda hub, node_id, session, output, now: session.deliver_fabric_test(output),
+    "renew_certificate": _renew_certificate,
 }
 """An agent message's kind (the `AgentMessage.body` field set) -> its handler `(hub, node id, session, body, now on
 the control plane's clock)`, which returns (the event's transition, the agent's send time in unix seconds or None),

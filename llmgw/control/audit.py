@@ -244,7 +244,7 @@ def audit_snapshot(doc: Mapping[str, Any]) -> dict[str, Any]:
     return snap
 
 
-_PASSING = ("audit_pending", "audit_error", "apply_running", "fleet", "load")
+_PASSING = ("audit_pending", "audit_error", "apply_running", "fleet", "load", "ca")
 """Keys of the status document's `control_plane` that change on their own between passes (audit_snapshot)."""
 
 

@@ -168,6 +168,7 @@ def agent_settings(settings: Settings, node_id: str, slurm: pb.SlurmRole | None 
         mirrors=list(agent.mirrors),
         shard_stop_grace=agent.shard_stop_grace,
         build=agent.build,
+        certificate_renew_fraction=agent.certificate_renew_fraction,
         control_planes=list(settings.cluster.control_planes),
         tracing=pb.TraceSettings(endpoint=agent.tracing.endpoint or "", sample_ratio=agent.tracing.sample_ratio),
     )

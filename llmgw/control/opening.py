@@ -141,7 +141,7 @@ async def open_wiring(plane: Any) -> AsyncIterator[Any]:
             if config.tls and tls is None:
                 from llmgw.wire import CertificateAuthority
 
-                plane.ca = join = CertificateAuthority.load_or_create(plane.state_dir / "ca")
+                plane.ca = join = plane.agents.ca = CertificateAuthority.load_or_create(plane.state_dir / "ca")
                 names = config.tls_hostnames or tuple(dict.fromkeys((agents.host, "localhost", "127.0.0.1")))
                 tls = plane.ca.server_tls(list(names))
             bound = await nursery.start(lambda task_status: serve_agents(

@@ -3,12 +3,14 @@ status.yaml): `StatusReporter.status(state, ...)`.
 
 The fleet part is `llmgw.control.audit.status_document` of the state (built in proportion to the change by
 `llmgw.control.documents.StatusDocuments`); the "control_plane" part says where this control plane listens, how its
-audit writes go, who leads, whether the fleet is back since the start, and (with readings) counters of its own work
-and each replica's measured speed with its source and age (`replicas.<id>.speed`).
+audit writes go, who leads, whether the fleet is back since the start, when the agents' CA expires (`ca_expiry`,
+with a warning six months ahead), and (with readings) counters of its own work and each replica's measured
+speed with its source and age (`replicas.<id>.speed`).
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -53,15 +55,40 @@ def health_details(state: ControlState, now: float) -> dict[str, Any]:
     return {"leader": state.leadership.leader, **({} if fleet.done else {"status": "recovering", "fleet": fleet.text})}
 
 
+CA_WARN_DAYS = 180
+"""`llmgw status` warns this many days (about six months) before the agents' CA expires."""
+
+
+def ca_expiry(not_after: float | None, now: float) -> dict[str, Any] | None:
+    """The status document's "ca" part: when the agents' CA certificate ends (`not_after`, unix seconds; None: this
+    control plane has no CA, so None) and the whole days left at `now` (unix seconds), with a "warning" sentence from
+    `CA_WARN_DAYS` days before. Pure."""
+    if not_after is None:
+        return None
+    days = math.floor((not_after - now) / 86400)
+    until = time.strftime("%Y-%m-%d", time.gmtime(not_after))
+    doc: dict[str, Any] = {"not_after": not_after, "until": until, "days_left": days}
+    if days < 0:
+        doc["warning"] = (f"the agents' CA expired on {until}: no node can connect over mutual TLS. Make a new CA and "
+                          "have every node join again (llmgw ca rotate is not built yet).")
+    elif days < CA_WARN_DAYS:
+        doc["warning"] = (f"the agents' CA expires on {until}, in {days} days: every node certificate stops working "
+                          "with it. Plan a new CA and have every node join again before then (llmgw ca rotate is "
+                          "not built yet).")
+    return doc
+
+
 class StatusReporter:
     """Builds status documents of the states of `loop`, with what `audit`, `feed` and the gateway workers (a
     callable giving them, None without) say; `repository` and `branch` as configured; `endpoints()` once bound."""
 
     def __init__(self, loop: ControlLoop, audit: AuditWriter, feed: GatewayFeed, repository: str, branch: str,
-                 endpoints: Callable[[], Endpoints], workers: Callable[[], Any]):
+                 endpoints: Callable[[], Endpoints], workers: Callable[[], Any],
+                 ca_not_after: Callable[[], float | None] = lambda: None):
         self._loop, self._audit, self._feed = loop, audit, feed
         self._repository, self._branch = redact_url(repository), branch
         self._endpoints, self._workers = endpoints, workers
+        self._ca_not_after = ca_not_after
         self._documents = StatusDocuments()  # the status document, rebuilt in proportion to the change
 
     def status(self, state: ControlState | None = None, *, readings: bool = True,
@@ -95,6 +122,9 @@ class StatusReporter:
             "leader_holder": state.leadership.holder, "leader_token": state.leadership.token,
             "fleet": state.recovery(now).text,
         }
+        ca = ca_expiry(self._ca_not_after(), time.time())
+        if ca is not None:
+            doc["control_plane"]["ca"] = ca
         workers = self._workers()
         if workers is not None:
             doc["control_plane"]["gateway_workers"] = workers.statistics()

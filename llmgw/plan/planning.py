@@ -402,7 +402,7 @@ def with_firewall(fingerprint: str, digest: str) -> str:
     return hashlib.sha256(f"{fingerprint} firewall {digest}".encode()).hexdigest()[:16]
 
 
-_ADDED_LATER = frozenset({"tracing", "build"})
+_ADDED_LATER = frozenset({"tracing", "build", "certificate_renew_fraction"})
 
 
 def _plain(value):

@@ -289,6 +289,7 @@ def build_agent(data: Mapping[str, Any], base: AgentSettings | None = None) -> A
         fabrics=tuple(data.get("fabrics", base.fabrics)),
         tracing=build_tracing(data.get("tracing", {}), base.tracing),
         build=data.get("build", base.build),
+        certificate_renew_fraction=float(data.get("certificate_renew_fraction", base.certificate_renew_fraction)),
     )
 
 

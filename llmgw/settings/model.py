@@ -274,6 +274,8 @@ class AgentSettings:
     for weights by sha256 before any download. `tracing`: the node's spans of replica starts and engine
     installs (`llmgw agent --otlp-endpoint` overrides the endpoint). `build`: which build of the Python engines
     the node installs (`llmgw.engines.builds`; "auto" decides from its GPUs and driver).
+    `certificate_renew_fraction`: the share of its node certificate's lifetime after which the agent renews it over
+    its stream (`llmgw.agent.renewal`).
     """
 
     weights_dir: str = "weights"
@@ -289,6 +291,7 @@ class AgentSettings:
     fabrics: tuple[str, ...] = ()
     tracing: Tracing = Tracing()
     build: str = "auto"
+    certificate_renew_fraction: float = 0.6667
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,10 @@ from .connecting import connect, join  # noqa: E402
 from .link import AgentLink, ControlLink, Link, memory_link_pair  # noqa: E402
 from .messages import PROTOCOL_VERSION, agent_message, control_message, pb  # noqa: E402
 from .serving import BoundPort, Handler, JoinAuthority, serve_agents  # noqa: E402
-from .tls import CertificateAuthority, CertificateExists, ClientTls, ServerTls, check_agents_listener  # noqa: E402
+from .tls import (  # noqa: E402
+    CertificateAuthority, CertificateExists, ClientTls, ServerTls, certificate_validity, check_agents_listener,
+    check_renewed, install_renewed,
+)
 
 __all__ = [
     "PROTOCOL_VERSION",
@@ -31,6 +34,9 @@ __all__ = [
     "BoundPort",
     "CertificateAuthority",
     "CertificateExists",
+    "certificate_validity",
+    "check_renewed",
+    "install_renewed",
     "ClientTls",
     "ControlLink",
     "Handler",

@@ -7,7 +7,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class AgentMessage(_message.Message):
-    __slots__ = ("protocol", "register", "heartbeat", "shard_status", "log_lines", "command_result", "engine_status", "kv_blocks", "fabric_test_output")
+    __slots__ = ("protocol", "register", "heartbeat", "shard_status", "log_lines", "command_result", "engine_status", "kv_blocks", "fabric_test_output", "renew_certificate")
     PROTOCOL_FIELD_NUMBER: _ClassVar[int]
     REGISTER_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
@@ -17,6 +17,7 @@ class AgentMessage(_message.Message):
     ENGINE_STATUS_FIELD_NUMBER: _ClassVar[int]
     KV_BLOCKS_FIELD_NUMBER: _ClassVar[int]
     FABRIC_TEST_OUTPUT_FIELD_NUMBER: _ClassVar[int]
+    RENEW_CERTIFICATE_FIELD_NUMBER: _ClassVar[int]
     protocol: int
     register: Register
     heartbeat: Heartbeat
@@ -26,10 +27,11 @@ class AgentMessage(_message.Message):
     engine_status: EngineStatus
     kv_blocks: KvBlocks
     fabric_test_output: FabricTestOutput
-    def __init__(self, protocol: _Optional[int] = ..., register: _Optional[_Union[Register, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., shard_status: _Optional[_Union[ShardStatus, _Mapping]] = ..., log_lines: _Optional[_Union[LogLines, _Mapping]] = ..., command_result: _Optional[_Union[CommandResult, _Mapping]] = ..., engine_status: _Optional[_Union[EngineStatus, _Mapping]] = ..., kv_blocks: _Optional[_Union[KvBlocks, _Mapping]] = ..., fabric_test_output: _Optional[_Union[FabricTestOutput, _Mapping]] = ...) -> None: ...
+    renew_certificate: RenewCertificate
+    def __init__(self, protocol: _Optional[int] = ..., register: _Optional[_Union[Register, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., shard_status: _Optional[_Union[ShardStatus, _Mapping]] = ..., log_lines: _Optional[_Union[LogLines, _Mapping]] = ..., command_result: _Optional[_Union[CommandResult, _Mapping]] = ..., engine_status: _Optional[_Union[EngineStatus, _Mapping]] = ..., kv_blocks: _Optional[_Union[KvBlocks, _Mapping]] = ..., fabric_test_output: _Optional[_Union[FabricTestOutput, _Mapping]] = ..., renew_certificate: _Optional[_Union[RenewCertificate, _Mapping]] = ...) -> None: ...
 
 class ControlMessage(_message.Message):
-    __slots__ = ("protocol", "command_id", "fencing_token", "start_shard", "stop_shard", "install_engine", "agent_settings", "request_logs", "restart", "registered", "slurm_jobs_recorded", "fabric_test")
+    __slots__ = ("protocol", "command_id", "fencing_token", "start_shard", "stop_shard", "install_engine", "agent_settings", "request_logs", "restart", "registered", "slurm_jobs_recorded", "fabric_test", "certificate_renewed")
     PROTOCOL_FIELD_NUMBER: _ClassVar[int]
     COMMAND_ID_FIELD_NUMBER: _ClassVar[int]
     FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
@@ -42,6 +44,7 @@ class ControlMessage(_message.Message):
     REGISTERED_FIELD_NUMBER: _ClassVar[int]
     SLURM_JOBS_RECORDED_FIELD_NUMBER: _ClassVar[int]
     FABRIC_TEST_FIELD_NUMBER: _ClassVar[int]
+    CERTIFICATE_RENEWED_FIELD_NUMBER: _ClassVar[int]
     protocol: int
     command_id: str
     fencing_token: int
@@ -54,7 +57,8 @@ class ControlMessage(_message.Message):
     registered: Registered
     slurm_jobs_recorded: SlurmJobsRecorded
     fabric_test: FabricTest
-    def __init__(self, protocol: _Optional[int] = ..., command_id: _Optional[str] = ..., fencing_token: _Optional[int] = ..., start_shard: _Optional[_Union[StartShard, _Mapping]] = ..., stop_shard: _Optional[_Union[StopShard, _Mapping]] = ..., install_engine: _Optional[_Union[InstallEngine, _Mapping]] = ..., agent_settings: _Optional[_Union[AgentSettings, _Mapping]] = ..., request_logs: _Optional[_Union[RequestLogs, _Mapping]] = ..., restart: _Optional[_Union[Restart, _Mapping]] = ..., registered: _Optional[_Union[Registered, _Mapping]] = ..., slurm_jobs_recorded: _Optional[_Union[SlurmJobsRecorded, _Mapping]] = ..., fabric_test: _Optional[_Union[FabricTest, _Mapping]] = ...) -> None: ...
+    certificate_renewed: CertificateRenewed
+    def __init__(self, protocol: _Optional[int] = ..., command_id: _Optional[str] = ..., fencing_token: _Optional[int] = ..., start_shard: _Optional[_Union[StartShard, _Mapping]] = ..., stop_shard: _Optional[_Union[StopShard, _Mapping]] = ..., install_engine: _Optional[_Union[InstallEngine, _Mapping]] = ..., agent_settings: _Optional[_Union[AgentSettings, _Mapping]] = ..., request_logs: _Optional[_Union[RequestLogs, _Mapping]] = ..., restart: _Optional[_Union[Restart, _Mapping]] = ..., registered: _Optional[_Union[Registered, _Mapping]] = ..., slurm_jobs_recorded: _Optional[_Union[SlurmJobsRecorded, _Mapping]] = ..., fabric_test: _Optional[_Union[FabricTest, _Mapping]] = ..., certificate_renewed: _Optional[_Union[CertificateRenewed, _Mapping]] = ...) -> None: ...
 
 class SlurmJobsRecorded(_message.Message):
     __slots__ = ("until",)
@@ -561,7 +565,7 @@ class InstallEngine(_message.Message):
     def __init__(self, engine: _Optional[str] = ..., version: _Optional[str] = ..., archive_url: _Optional[str] = ..., archive_sha256: _Optional[str] = ..., sdist_package: _Optional[str] = ..., sdist_version: _Optional[str] = ..., sdist_sha256: _Optional[str] = ..., mirror: _Optional[str] = ..., build_args: _Optional[_Iterable[str]] = ..., python_packages: _Optional[_Iterable[str]] = ..., traceparent: _Optional[str] = ...) -> None: ...
 
 class AgentSettings(_message.Message):
-    __slots__ = ("weights_dir", "engines_dir", "heartbeat_interval", "telemetry_interval", "labels", "ignore_gpus", "mirrors", "shard_stop_grace", "fingerprint", "control_planes", "slurm", "tracing", "build", "firewall")
+    __slots__ = ("weights_dir", "engines_dir", "heartbeat_interval", "telemetry_interval", "labels", "ignore_gpus", "mirrors", "shard_stop_grace", "fingerprint", "control_planes", "slurm", "tracing", "build", "firewall", "certificate_renew_fraction")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -583,6 +587,7 @@ class AgentSettings(_message.Message):
     TRACING_FIELD_NUMBER: _ClassVar[int]
     BUILD_FIELD_NUMBER: _ClassVar[int]
     FIREWALL_FIELD_NUMBER: _ClassVar[int]
+    CERTIFICATE_RENEW_FRACTION_FIELD_NUMBER: _ClassVar[int]
     weights_dir: str
     engines_dir: str
     heartbeat_interval: float
@@ -597,7 +602,8 @@ class AgentSettings(_message.Message):
     tracing: TraceSettings
     build: str
     firewall: FirewallTable
-    def __init__(self, weights_dir: _Optional[str] = ..., engines_dir: _Optional[str] = ..., heartbeat_interval: _Optional[float] = ..., telemetry_interval: _Optional[float] = ..., labels: _Optional[_Mapping[str, str]] = ..., ignore_gpus: _Optional[_Iterable[str]] = ..., mirrors: _Optional[_Iterable[str]] = ..., shard_stop_grace: _Optional[float] = ..., fingerprint: _Optional[str] = ..., control_planes: _Optional[_Iterable[str]] = ..., slurm: _Optional[_Union[SlurmRole, _Mapping]] = ..., tracing: _Optional[_Union[TraceSettings, _Mapping]] = ..., build: _Optional[str] = ..., firewall: _Optional[_Union[FirewallTable, _Mapping]] = ...) -> None: ...
+    certificate_renew_fraction: float
+    def __init__(self, weights_dir: _Optional[str] = ..., engines_dir: _Optional[str] = ..., heartbeat_interval: _Optional[float] = ..., telemetry_interval: _Optional[float] = ..., labels: _Optional[_Mapping[str, str]] = ..., ignore_gpus: _Optional[_Iterable[str]] = ..., mirrors: _Optional[_Iterable[str]] = ..., shard_stop_grace: _Optional[float] = ..., fingerprint: _Optional[str] = ..., control_planes: _Optional[_Iterable[str]] = ..., slurm: _Optional[_Union[SlurmRole, _Mapping]] = ..., tracing: _Optional[_Union[TraceSettings, _Mapping]] = ..., build: _Optional[str] = ..., firewall: _Optional[_Union[FirewallTable, _Mapping]] = ..., certificate_renew_fraction: _Optional[float] = ...) -> None: ...
 
 class FirewallTable(_message.Message):
     __slots__ = ("text", "digest", "rollback_after")
@@ -796,6 +802,22 @@ class FabricTestOutput(_message.Message):
     output: str
     error: str
     def __init__(self, request_id: _Optional[str] = ..., adapter: _Optional[str] = ..., output: _Optional[str] = ..., error: _Optional[str] = ...) -> None: ...
+
+class RenewCertificate(_message.Message):
+    __slots__ = ("csr_pem", "node_secret")
+    CSR_PEM_FIELD_NUMBER: _ClassVar[int]
+    NODE_SECRET_FIELD_NUMBER: _ClassVar[int]
+    csr_pem: bytes
+    node_secret: str
+    def __init__(self, csr_pem: _Optional[bytes] = ..., node_secret: _Optional[str] = ...) -> None: ...
+
+class CertificateRenewed(_message.Message):
+    __slots__ = ("certificate_pem", "error")
+    CERTIFICATE_PEM_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    certificate_pem: bytes
+    error: str
+    def __init__(self, certificate_pem: _Optional[bytes] = ..., error: _Optional[str] = ...) -> None: ...
 
 class Registered(_message.Message):
     __slots__ = ("node_id", "control_plane_version")

@@ -160,6 +160,67 @@ def certificate_common_name(cert_pem: bytes) -> str:
     return str(names[0].value) if names else ""
 
 
+def certificate_validity(cert_pem: bytes) -> tuple[float, float]:
+    """(not before, not after) of a PEM certificate, unix seconds. Raises WireError when it does not parse."""
+    try:
+        cert = _parsed(cert_pem)
+    except ValueError as exc:
+        raise WireError(f"a certificate does not parse ({exc}).") from exc
+    return _not_before(cert), _not_after(cert)
+
+
+def check_renewed(cert_pem: bytes, key_pem: bytes, ca_pem: bytes, node_id: str) -> float:
+    """Check a renewed node certificate before it replaces the old one: it parses, names `node_id`, holds the public
+    key of `key_pem` (the key the node made for its request) and is signed by the CA `ca_pem`. Returns its end (unix
+    seconds). Raises WireError saying which check failed. Not a checkpoint (about 1 ms)."""
+    try:
+        cert = x509.load_pem_x509_certificate(cert_pem)
+        key = serialization.load_pem_private_key(key_pem, password=None)
+        ca = x509.load_pem_x509_certificate(ca_pem)
+    except ValueError as exc:
+        raise WireError(f"the renewed certificate does not parse ({exc}); the old one stays in use.") from exc
+    if certificate_common_name(cert_pem) != node_id:
+        raise WireError(f"the renewed certificate names {certificate_common_name(cert_pem)!r}, not this node "
+                        f"{node_id!r}; the old one stays in use.")
+    public = serialization.PublicFormat.SubjectPublicKeyInfo
+    if (cert.public_key().public_bytes(serialization.Encoding.DER, public)
+            != key.public_key().public_bytes(serialization.Encoding.DER, public)):
+        raise WireError("the renewed certificate is not for the key this node asked with; the old one stays in use.")
+    try:
+        cert.verify_directly_issued_by(ca)
+    except (ValueError, TypeError, InvalidSignature) as exc:
+        raise WireError("the renewed certificate is not signed by this node's CA (ca.crt); the old one stays in "
+                        "use.") from exc
+    return _not_after(cert)
+
+
+NEXT_CERT_FILE = "node.next.crt"
+NEXT_KEY_FILE = "node.next.key"
+
+
+def install_renewed(directory: str | os.PathLike[str], cert_pem: bytes, key_pem: bytes) -> None:
+    """Replace `node.crt` and `node.key` in `directory` by a renewed pair, so that a crash at any point leaves a
+    matching pair: both are written whole first (`node.next.crt`, `node.next.key` 0600), then renamed over the old
+    ones, the key first; `finish_renewal` completes a swap a crash interrupted. Blocking."""
+    path = Path(directory)
+    _write_private(path / NEXT_KEY_FILE, key_pem)
+    _write_private(path / NEXT_CERT_FILE, cert_pem)
+    finish_renewal(path)
+
+
+def finish_renewal(directory: str | os.PathLike[str]) -> None:
+    """Complete a renewal `install_renewed` began in `directory`: a `node.next.key` is renamed over `node.key`, then
+    a `node.next.crt` over `node.crt` (the next files are only ever there whole). Nothing to do: no change."""
+    path = Path(directory)
+    if (path / NEXT_KEY_FILE).exists():
+        if not (path / NEXT_CERT_FILE).exists():  # the certificate's file was never written whole: not begun
+            (path / NEXT_KEY_FILE).unlink()
+            return
+        os.replace(path / NEXT_KEY_FILE, path / "node.key")
+    if (path / NEXT_CERT_FILE).exists():
+        os.replace(path / NEXT_CERT_FILE, path / "node.crt")
+
+
 class CertificateAuthority:
     """The control plane's CA, kept in `directory` (see the module docstring for the files)."""
 
@@ -212,6 +273,11 @@ class CertificateAuthority:
         _write_private(key_path, _key_pem(key))
         cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
         return cls(path, key, cert)
+
+    @property
+    def not_after(self) -> float:
+        """When the CA certificate ends (unix seconds): every certificate it signed stops verifying then."""
+        return _not_after(self.certificate)
 
     @property
     def certificate_pem(self) -> bytes:
@@ -325,6 +391,10 @@ class CertificateAuthority:
                 f"under its id. If it is the same node with a new key, revoke the old certificate on the control "
                 f"plane first (`llmgw node revoke {node_id}`), then join again."
             )
+
+    def live_certificates(self, node_id: str) -> int:
+        """How many certificates of `node_id` on record are neither revoked nor expired. Blocking (reads nodes.json)."""
+        return len(self._live(self._nodes_snapshot().get(node_id, {}), time.time()))
 
     def record_certificate(self, node_id: str, certificate_pem: bytes) -> None:
         """Note in nodes.json that `certificate_pem` was issued to `node_id` (its serial and validity). Blocking."""
@@ -473,8 +543,11 @@ class ClientTls:
 
     @classmethod
     def load(cls, directory: str | os.PathLike[str]) -> ClientTls:
-        """Read `ca.crt`, `node.crt` and `node.key` written by `save`. Raises: WireError naming a missing file."""
+        """Read `ca.crt`, `node.crt` and `node.key` written by `save` (a renewal a crash interrupted completed first:
+        `finish_renewal`). Raises: WireError naming a missing file."""
         path = Path(directory)
+        if path.is_dir():
+            finish_renewal(path)
         try:
             return cls(
                 ca_pem=(path / "ca.crt").read_bytes(),

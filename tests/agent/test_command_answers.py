@@ -29,6 +29,7 @@ HANDLERS = {
     "request_logs": node_commands.request_logs, "fabric_test": node_commands.fabric_test,
     "restart": node_commands.restart, "registered": node_commands.registered,
     "slurm_jobs_recorded": node_commands.slurm_jobs_recorded,
+    "certificate_renewed": node_commands.certificate_renewed,
 }
 
 
@@ -112,6 +113,13 @@ async def test_registered_is_logged_and_not_answered(tmp_path, caplog):
         await link.send(control_message(registered=pb.Registered(node_id="known-as-b", control_plane_version="9")))
         await _nothing_before_next(link)
     assert "registered with the control plane as known-as-b" in caplog.text
+
+
+async def test_a_certificate_renewed_an_agent_without_tls_never_asked_for_is_not_answered(tmp_path):
+    async with _agent(tmp_path) as (agent, link):
+        assert agent.renewer is None  # no --tls: nothing to renew (tests/control/test_certificate_renewal.py)
+        await link.send(control_message(certificate_renewed=pb.CertificateRenewed(certificate_pem=b"x")))
+        await _nothing_before_next(link)
 
 
 async def test_slurm_jobs_recorded_moves_the_accounting_cursor_and_is_not_answered(tmp_path):

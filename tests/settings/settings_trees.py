@@ -19,6 +19,15 @@ def copy_example(target: Path) -> Path:
     return target
 
 
+def with_node_line(tmp_path: Path, line: str) -> Path:
+    """A copy of examples/cluster-repo under `tmp_path/settings` with `line` added at the end (line 11) of
+    agents/nodes/gpu-node-01.yaml."""
+    tree = copy_example(tmp_path / "settings")
+    node = tree / "agents" / "nodes" / "gpu-node-01.yaml"
+    node.write_text(node.read_text() + line)
+    return tree
+
+
 def overlay(tree: Path, case_dir: Path) -> Path:
     """Lay the files of `case_dir` over `tree`; paths listed in its DELETE file are removed from `tree`."""
     for path in sorted(case_dir.rglob("*")):

@@ -3,20 +3,11 @@ at its file, line and key."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from llmgw.errors import SettingsError
 from llmgw.settings import load_directory
-from settings_trees import copy_example
-
-
-def _tree(tmp_path: Path, node_line: str) -> Path:
-    tree = copy_example(tmp_path / "settings")
-    node = tree / "agents" / "nodes" / "gpu-node-01.yaml"
-    node.write_text(node.read_text() + node_line)
-    return tree
+from settings_trees import with_node_line as _tree
 
 
 def test_a_nodes_build_overrides_the_default_auto(tmp_path):

@@ -95,6 +95,17 @@ def test_certificates_are_checked_for_dates(tmp_path):
     (tmp_path / "junk.crt").write_text("not a certificate")
     assert check(NOW, tmp_path / "junk.crt").status == "fail"
 
+    (tmp_path / "ca.crt").write_bytes(path.read_bytes())  # the CA beside the node certificate: warned 180 days ahead
+
+    def ca_check(now):
+        report = run_doctor(tmp_path, state_dir=tmp_path, nvml=None, run=no_tools, now=now, cert_path=path)
+        (found,) = [c for c in report.checks if c.name == "CA"]
+        return found
+
+    assert ca_check(datetime.datetime(2026, 6, 1, tzinfo=datetime.timezone.utc).timestamp()).status == "ok"
+    late = ca_check(datetime.datetime(2026, 7, 1, tzinfo=datetime.timezone.utc).timestamp())
+    assert late.status == "warn" and "in 159 days" in late.detail and "join again" in late.detail
+
 
 def test_h200_health_findings_are_checks_and_an_xid_79_fails_the_card(tmp_path):
     xid = ("2026-11-24T12:00:09+00:00 h200 kernel: NVRM: Xid (PCI:0000:00:06): 79, pid='<unknown>', "

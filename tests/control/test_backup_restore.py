@@ -1,0 +1,308 @@
+"""`llmgw backup` and `llmgw restore` as a user runs them: a real `llmgw server --tls` with a real `llmgw agent` that
+joined it over mutual TLS is backed up while it runs, stopped, and restored on a new state directory; the restored
+server serves the same API key (the openai SDK lists models with it), keeps the usage rows, and the agent reconnects
+to it with its existing certificate, without joining again. A damaged archive is refused by member name; a
+PostgreSQL store is dumped and loaded into another schema with pg_dump / pg_restore."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import secrets
+import socket
+import ssl
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+import httpx
+import openai
+import psycopg
+import pytest
+import trio
+
+from llmgw.backup import restore_backup, write_backup
+from llmgw.errors import BackupError
+from llmgw.store import UsageRecord, open_store
+from llmgw.wire import CertificateAuthority
+
+from support.llmgw_processes import LlmgwProcesses
+
+from .conftest import write_seed
+from .test_failover import PROJECTS, POSTGRES_URL, wait_for
+
+LLMGW = [sys.executable, "-m", "llmgw.cli"]
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def llmgw(*args: str) -> subprocess.CompletedProcess:
+    """`llmgw ARGS` (this checkout's) run from / (outside any git repository, as an operator may run it)."""
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    return subprocess.run([*LLMGW, *args], capture_output=True, text=True, timeout=120, cwd="/",
+                          env={**os.environ, "PYTHONPATH": path})
+
+
+def _settings_repo(tmp_path: Path, sha: str) -> Path:
+    from llmgw.settings import init_repository
+
+    seed = write_seed(tmp_path / "seed", sha)
+    (seed / "projects.yaml").write_text(PROJECTS)
+    repo = tmp_path / "settings.git"
+    init_repository(repo, seed)
+    return repo
+
+
+class Admin:
+    """One `llmgw server --tls`'s admin API over HTTPS (its CA from the state directory)."""
+
+    def __init__(self, state: Path):
+        self.state = state
+
+    async def status(self) -> dict:
+        url = (self.state / "admin-url").read_text().strip()
+        token = (self.state / "admin-token").read_text().strip()
+        async with httpx.AsyncClient(base_url=url, timeout=5, verify=ssl.create_default_context(cafile=self.state / "ca" / "ca.crt"),
+                                     headers={"Authorization": f"Bearer {token}"}) as client:
+            reply = await client.get("/api/v1/status")
+            reply.raise_for_status()
+            return reply.json()
+
+
+@pytest.mark.slow
+async def test_a_restored_control_plane_serves_the_same_key_and_usage_and_its_agent_reconnects_without_joining(
+    tmp_path, weights_mirror, fake_engine,
+):
+    mirror, sha = weights_mirror
+    repo = _settings_repo(tmp_path, sha)
+    old, new, node = tmp_path / "old", tmp_path / "new", tmp_path / "n1"
+    agents_port = _free_port()
+
+    def server(state: Path, repo: Path) -> list[str]:
+        return ["server", "--repo", str(repo), "--state", str(state), "--tls", "--lease", "3s",
+                "--recovery-grace", "5s", "--agents", f"127.0.0.1:{agents_port}",
+                "--gateway", f"127.0.0.1:{_free_port()}", "--admin", f"127.0.0.1:{_free_port()}",
+                "--join-port", str(_free_port())]
+
+    procs = LlmgwProcesses(tmp_path)
+    try:
+        procs.spawn("old", *server(old, repo))
+        await wait_for(Admin(old).status, 60, "the old control plane")
+        grant = json.loads(llmgw("join-token", "--state", str(old), "--json", "--ca-out",
+                                 str(tmp_path / "ca.crt")).stdout)
+        joined = llmgw("node", "join", "--control-plane", f"127.0.0.1:{grant['join_port']}", "--token",
+                       grant["token"], "--ca-file", str(tmp_path / "ca.crt"), "--node-id", "n1", "--state-dir",
+                       str(node))
+        assert joined.returncode == 0, joined.stderr
+        certificate = (node / "tls" / "node.crt").read_bytes()
+        procs.spawn("n1", "agent", "--control-plane", f"127.0.0.1:{agents_port}", "--node-id", "n1",
+                    "--state-dir", str(node), "--mirror", str(mirror), "--heartbeat-interval", "200ms",
+                    "--engine-binary", f"llama.cpp@b11434={fake_engine}", "--stop-shards-on-exit")
+
+        async def served() -> dict | None:
+            status = await Admin(old).status()
+            ready = [r for r in status["replicas"].values() if r["state"] == "ready"]
+            return status if ready else None
+
+        status = await wait_for(served, 60, "tiny served on n1 by the old control plane")
+        created = llmgw("keys", "create", "--project", "demo", "--state", str(old))
+        assert created.returncode == 0, created.stderr
+        key = next(word for word in created.stdout.split() if word.startswith("sk-llmgw-"))
+        old_gateway = f"http://{procs_arg(procs, 'old', '--gateway')}/v1"
+        answer = await trio.to_thread.run_sync(lambda: openai.OpenAI(base_url=old_gateway, api_key=key).chat
+                                               .completions.create(model="tiny", max_tokens=4,
+                                                                   messages=[{"role": "user", "content": "hi"}]))
+        assert answer.usage.total_tokens > 0
+
+        def usage_rows(state: Path) -> int:
+            store = open_store(state / "llmgw.sqlite3")
+            try:
+                return len(store.recent_usage(project="demo"))
+            finally:
+                store.close()
+
+        await wait_for(lambda: trio.to_thread.run_sync(lambda: usage_rows(old) or None), 20, "the usage row")
+
+        archive = tmp_path / "backups" / "cp.tar.gz"
+        archive.parent.mkdir()
+        began = time.monotonic()
+        made = llmgw("backup", "--state", str(old), "--repo", str(repo), str(archive))  # while it runs
+        backup_seconds = time.monotonic() - began
+        assert made.returncode == 0, made.stderr
+        assert "holds the CA's private key" in made.stdout
+        assert archive.stat().st_mode & 0o777 == 0o600
+        procs.procs["old"].terminate()
+        procs.procs["old"].wait(timeout=30)
+
+        began = time.monotonic()
+        restored = llmgw("restore", str(archive), "--state", str(new))
+        restore_seconds = time.monotonic() - began
+        assert restored.returncode == 0, restored.stderr
+        refused = llmgw("restore", str(archive), "--state", str(new))
+        assert refused.returncode == 1 and "is not empty" in refused.stderr, refused.stderr
+
+        new_repo = new / "settings.git"
+        procs.spawn("new", *server(new, new_repo))
+        began = time.monotonic()
+
+        async def back() -> dict | None:
+            status = await Admin(new).status()
+            return status if status["nodes"].get("n1", {}).get("state") == "connected" else None
+
+        await wait_for(back, 60, "n1 back on the restored control plane")
+        reconnect_seconds = time.monotonic() - began
+        assert (node / "tls" / "node.crt").read_bytes() == certificate  # the same certificate: no new join
+        new_gateway = f"http://{procs_arg(procs, 'new', '--gateway')}/v1"
+        models = await trio.to_thread.run_sync(lambda: openai.OpenAI(base_url=new_gateway, api_key=key).models.list())
+        assert sorted(model.id for model in models.data) == ["tiny", "tiny-alias"]
+        assert usage_rows(new) >= 1
+        said = llmgw("status", "--state", str(new))
+        assert said.returncode == 0 and "agents' CA  valid until " in said.stdout, said.stdout + said.stderr
+        audit = subprocess.run(["git", "-C", str(new_repo), "rev-parse", "refs/llmgw/audit"], capture_output=True,
+                               text=True)
+        assert audit.returncode == 0  # the audit history came along
+        print(f"backup {backup_seconds:.1f} s, restore {restore_seconds:.1f} s, "
+              f"agent back {reconnect_seconds:.1f} s after the restored server started")
+    finally:
+        procs.stop()
+
+
+def procs_arg(procs: LlmgwProcesses, name: str, option: str) -> str:
+    args = procs.procs[name].args
+    return args[args.index(option) + 1]
+
+
+def _small_state(tmp_path: Path, store_url: str) -> tuple[Path, Path, str]:
+    """A state directory with a CA, an admin token and a secret, a store holding one API key and one usage row, and
+    a settings repository: (state, repo, the key's plaintext)."""
+    from llmgw.settings import init_repository
+
+    state = tmp_path / "state"
+    CertificateAuthority.load_or_create(state / "ca")
+    (state / "admin-token").write_text("llmgw-admin-x\n")
+    (state / "secrets").mkdir()
+    (state / "secrets" / "hf-token").write_text("hf_secret\n")
+    store = open_store(store_url)
+    try:
+        _, key = store.create_api_key("demo")
+        store.record_usage(UsageRecord(project="demo", model="tiny", time=time.time(), prompt_tokens=3,
+                                       completion_tokens=4))
+    finally:
+        store.close()
+    seed = write_seed(tmp_path / "seed", "a" * 64)
+    (seed / "projects.yaml").write_text(PROJECTS)
+    repo = tmp_path / "settings.git"
+    init_repository(repo, seed)
+    return state, repo, key
+
+
+def test_a_damaged_member_is_refused_by_name_and_nothing_is_written(tmp_path):
+    state, repo, _ = _small_state(tmp_path, str(tmp_path / "state" / "llmgw.sqlite3"))
+    archive = tmp_path / "a.tar.gz"
+    write_backup(state, archive, store_url=str(state / "llmgw.sqlite3"), repo=repo)
+    with pytest.raises(BackupError, match="exists"):
+        write_backup(state, archive, store_url=str(state / "llmgw.sqlite3"), repo=repo)
+    damaged = tmp_path / "damaged.tar.gz"
+    with tarfile.open(archive) as src, tarfile.open(damaged, "w:gz") as dst:
+        for info in src:
+            data = src.extractfile(info).read()
+            if info.name == "ca/ca.crt":
+                data = data.replace(b"A", b"B", 1)
+            dst.addfile(info, io.BytesIO(data))
+    with pytest.raises(BackupError, match=r"member ca/ca.crt is damaged"):
+        restore_backup(damaged, tmp_path / "target")
+    assert not (tmp_path / "target").exists()
+    truncated = tmp_path / "truncated.tar.gz"
+    truncated.write_bytes(archive.read_bytes()[: archive.stat().st_size // 2])
+    result = llmgw("restore", str(truncated), "--state", str(tmp_path / "target"))
+    assert result.returncode == 1 and "damaged or truncated" in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "target").exists()
+
+
+@pytest.fixture
+def two_schemas():
+    names = ["llmgw_backup_" + secrets.token_hex(5) for _ in range(2)]
+    with psycopg.connect(POSTGRES_URL, autocommit=True, connect_timeout=5) as conn:
+        conn.execute(f"CREATE SCHEMA {names[0]}")
+    yield [f"{POSTGRES_URL}?options=-csearch_path%3D{name}" for name in names]
+    with psycopg.connect(POSTGRES_URL, autocommit=True, connect_timeout=5) as conn:
+        for name in names:
+            conn.execute(f"DROP SCHEMA IF EXISTS {name} CASCADE")
+
+
+def test_a_postgresql_store_is_dumped_and_restored_into_another_schema_beside_the_old_one(tmp_path, two_schemas):
+    source, target = two_schemas
+    state, repo, key = _small_state(tmp_path, source)
+    archive = tmp_path / "pg.tar.gz"
+    summary = write_backup(state, archive, store_url=source, repo=repo)
+    assert summary.manifest.store_kind == "postgresql"
+    with pytest.raises(BackupError, match="give --store"):
+        restore_backup(archive, tmp_path / "new")
+    restored = restore_backup(archive, tmp_path / "new", store_url=target)
+    store = open_store(target)
+    try:
+        assert store.authenticate(key) is not None
+        assert [row.completion_tokens for row in store.recent_usage(project="demo")] == [4]
+    finally:
+        store.close()
+    assert json.loads((tmp_path / "new" / "store.json").read_text())["url"] == target
+    assert (tmp_path / "new" / "secrets" / "hf-token").read_text() == "hf_secret\n"
+    assert (tmp_path / "new" / "ca" / "ca.key").stat().st_mode & 0o777 == 0o600
+    assert restored.repo.joinpath("hooks", "pre-receive").is_file()
+    with pytest.raises(BackupError, match="holds tables already"):
+        restore_backup(archive, tmp_path / "again", store_url=source)
+    assert not (tmp_path / "again").exists()
+    assert os.stat(archive).st_mode & 0o777 == 0o600
+
+
+async def test_a_real_server_on_the_restored_postgresql_schema_serves_the_same_key(tmp_path, two_schemas):
+    source, target = two_schemas
+    state, repo, key = _small_state(tmp_path, source)
+    write_backup(state, tmp_path / "pg.tar.gz", store_url=source, repo=repo)
+    restored = llmgw("restore", str(tmp_path / "pg.tar.gz"), "--state", str(tmp_path / "new"), "--store", target)
+    assert restored.returncode == 0 and "--store" in restored.stdout, restored.stderr
+    gateway = f"127.0.0.1:{_free_port()}"
+    procs = LlmgwProcesses(tmp_path)
+    try:
+        procs.spawn("new", "server", "--repo", str(tmp_path / "new" / "settings.git"), "--state", str(tmp_path / "new"),
+                    "--store", target, "--gateway", gateway, "--admin", f"127.0.0.1:{_free_port()}",
+                    "--agents", f"127.0.0.1:{_free_port()}")
+
+        async def models():
+            try:
+                return await trio.to_thread.run_sync(
+                    lambda: openai.OpenAI(base_url=f"http://{gateway}/v1", api_key=key, max_retries=0).models.list())
+            except openai.APIConnectionError:
+                return None  # not listening yet
+
+        listed = await wait_for(models, 60, "the restored server's gateway")
+        assert "tiny" in [model.id for model in listed.data]
+        with pytest.raises(openai.AuthenticationError):
+            openai.OpenAI(base_url=f"http://{gateway}/v1", api_key=key[:-2] + "xx", max_retries=0).models.list()
+    finally:
+        procs.stop()
+
+
+def test_a_control_plane_without_tls_is_backed_up_without_a_ca_and_says_what_it_holds(tmp_path):
+    state, repo, key = _small_state(tmp_path, str(tmp_path / "state" / "llmgw.sqlite3"))
+    for name in ("ca.key", "ca.crt"):
+        (state / "ca" / name).unlink()
+    result = llmgw("backup", "--state", str(state), "--repo", str(repo), "--store", str(state / "llmgw.sqlite3"),
+                   str(tmp_path / "plain.tar.gz"))
+    assert result.returncode == 0, result.stderr
+    assert "no CA" in result.stdout and "private key" not in result.stdout
+    restored = restore_backup(tmp_path / "plain.tar.gz", tmp_path / "new")
+    assert not restored.manifest.holds_ca_key and not (tmp_path / "new" / "ca" / "ca.key").exists()
+    store = open_store(tmp_path / "new" / "llmgw.sqlite3")
+    try:
+        assert store.authenticate(key) is not None
+    finally:
+        store.close()
