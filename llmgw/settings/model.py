@@ -16,6 +16,7 @@ from typing import Any
 
 from llmgw.identity import Quota, Routing, resolve_model
 from llmgw.settings.firewall import FirewallSettings
+from llmgw.settings.people import Access, People, access_of
 from llmgw.settings.slurm import SlurmSettings
 
 ENGINES = ("llama.cpp", "vllm", "sglang")
@@ -306,10 +307,16 @@ class Settings:
     projects: Mapping[str, Project] = field(default_factory=frozen_map)
     firewall: FirewallSettings = FirewallSettings()
     slurm: SlurmSettings = SlurmSettings()
+    people: People = People()
     commit: str | None = field(default=None, compare=False)
     # Added by the settings loader: warnings found while loading (e.g. weights pinned by sha256 alone), as
     # llmgw.errors.Issue with severity "warning". Not part of the settings' meaning, so not compared.
     warnings: tuple[Any, ...] = field(default=(), compare=False)
+
+    def access_of(self, email: str) -> Access:
+        """What the person `email` may do under these settings (projects.yaml `people` and project `members`;
+        `llmgw.settings.people`)."""
+        return access_of(email, self.people, self.projects)
 
     def agent_settings_for(self, node_id: str) -> AgentSettings:
         """The agent settings of `node_id`: its override file merged over the defaults, or the defaults."""

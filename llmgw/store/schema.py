@@ -113,6 +113,15 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX bench_results_replica_time ON bench_results (replica, time);
     """,
+    # 10: people (`llmgw.store.accounts`): local accounts by e-mail with a scrypt hash of their password, and the
+    # person a token of the admin listener belongs to (`owner`, an account's e-mail; NULL: nobody's, as before)
+    """
+    CREATE TABLE accounts (
+        email TEXT PRIMARY KEY, name TEXT NOT NULL, password TEXT NOT NULL, created_at REAL NOT NULL,
+        password_changed_at REAL NOT NULL, disabled_at REAL
+    );
+    ALTER TABLE tokens ADD COLUMN owner TEXT;
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)
