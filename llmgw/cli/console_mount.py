@@ -30,7 +30,8 @@ def console_mount(admin: AdminApp) -> AdminMount:
 
     async def login(token: str) -> Login | None:
         # the plane's own admin token, or a store token of scope "console" or "admin", looked up in a worker
-        # thread (`AdminApp.in_store_thread`): a stream of fake tokens never holds the event loop
+        # thread (`AdminApp.in_store_thread`): a stream of fake tokens never holds the event loop. A token that
+        # belongs to a person gives that person's role (`AdminApp.person_of`: none while their account is disabled)
         if plane.admin_token and hmac.compare_digest(plane.admin_token.encode(), token.encode()):
             return Login("admin")
         if plane.store is None or not token:
@@ -38,14 +39,19 @@ def console_mount(admin: AdminApp) -> AdminMount:
         found = await admin.in_store_thread(plane.store.find_token, token)
         if found is None or found.scope not in (CONSOLE_SCOPE, "admin") or not _active(found):
             return None
-        return Login(found.name or found.scope, found.token_id)
+        if found.owner is None:
+            return Login(found.name or found.scope, found.token_id)
+        person = await admin.person_of(found.owner)
+        if person is None or not person.access.role:
+            return None
+        return Login(person.name, found.token_id, person.email, person.access.role, person.access.projects)
 
     async def still_valid(token_id: str) -> bool:
         found = await admin.in_store_thread(plane.store.token_by_id, token_id)
         return found is not None and _active(found)
 
-    async def usage(by: str, since: float | None) -> list:
-        return await trio.to_thread.run_sync(plane.store.query_usage, None, since, by)
+    async def usage(by: str, since: float | None, projects: tuple[str, ...] | None = None) -> list:
+        return await trio.to_thread.run_sync(plane.store.query_usage, projects, since, by)
 
     async def applied(audit_commit: str):
         from llmgw.control.audit_diff import applied_diff
@@ -53,9 +59,30 @@ def console_mount(admin: AdminApp) -> AdminMount:
         return await trio.to_thread.run_sync(applied_diff, str(plane.watcher_repo_path), audit_commit)
 
     console = Console(plane.snapshot, authorise=login, still_valid=still_valid, history=admin.history_entries,
-                      usage=usage,
-                      logs=plane.logs, applied_diff=applied)
+                      usage=usage, logs=plane.logs, applied_diff=applied,
+                      accounts=StoreAccounts(admin) if plane.store is not None else None)
     return AdminMount("/console", console, console.run_sampler)
+
+
+class StoreAccounts:
+    """The console's `Accounts` over the admin API's store and settings: a password checked in a worker thread
+    (`Store.check_password`, one scrypt), the role from the settings in force (`Settings.access_of`)."""
+
+    def __init__(self, admin: AdminApp):
+        self.admin = admin
+
+    async def log_in(self, email: str, password: str) -> Login | None:
+        account = await self.admin.in_store_thread(self.admin.plane.store.check_password, email, password)
+        if account is None:
+            return None
+        access = self.admin.access_of(account.email)
+        return Login(account.name, None, account.email, access.role or "", access.projects)
+
+    async def recheck(self, login: Login) -> Login | None:
+        person = await self.admin.person_of(login.person or "")
+        if person is None or not person.access.role:
+            return None
+        return Login(login.principal, login.token_id, person.email, person.access.role, person.access.projects)
 
 
 def _active(token) -> bool:

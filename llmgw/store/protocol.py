@@ -150,9 +150,10 @@ class Store(Protocol):
         """Append `record` unless a record with `request_id` is there already (a Slurm job, "slurm:<cluster>:<id>");
         True when written. Committed before returning."""
 
-    def query_usage(self, project: str | None = None, since: float | None = None,
+    def query_usage(self, project: str | Sequence[str] | None = None, since: float | None = None,
                     by: str = "model") -> list[UsageRow]:
-        """Usage summed per "model", "project" or "day" (UTC), of one project and since a time if given."""
+        """Usage summed per "model", "project" or "day" (UTC), of one project (or of several: a sequence of names)
+        and since a time if given."""
 
     def recent_usage(self, project: str | None = None, since: float | None = None,
                      limit: int = 100) -> list[UsageRecord]:

@@ -322,7 +322,7 @@ class SqlStore:
         with self._write() as conn:
             return usage_table.insert_usage(conn, record, request_id).fetchone() is not None
 
-    def query_usage(self, project: str | None = None, since: float | None = None,
+    def query_usage(self, project: str | Sequence[str] | None = None, since: float | None = None,
                     by: str = "model") -> list[UsageRow]:
         with self._read() as conn:
             return usage_table.query_usage(conn, project, since, by)

@@ -1,0 +1,108 @@
+"""People on a real control plane's admin listener, over HTTP on loopback (issue 36): a token that belongs to a
+person does what their role in projects.yaml allows (a viewer reads and is refused any change with 403 and a
+sentence, a member may change only their own SSH keys), every settings commit made for them has them as author and
+llmgw as committer whatever the body claims, and a disabled account's tokens pass nothing. The console's password
+login goes through the same store and settings."""
+
+from __future__ import annotations
+
+import re
+
+import httpx
+import pygit2
+import trio
+
+from llmgw.cli.console_mount import console_mount
+from llmgw.control import ControlConfig, ControlPlane
+from llmgw.control.admin import AdminApp
+from llmgw.settings import init_repository
+
+from .conftest import write_seed
+
+PASSWORD = "correct horse battery"
+PEOPLE = "people:\n  operators: [ops@lab.example]\n  viewers: [audit@lab.example]\n"
+KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHVjb25zdGFudGtleWZvcnRlc3RzMDAwMDAwMDAwMDAw ada@laptop"
+
+
+def people_repo(tmp_path, sha: str):
+    seed = write_seed(tmp_path / "seed", sha)
+    projects = seed / "projects.yaml"
+    projects.write_text(PEOPLE + projects.read_text().replace("models: [tiny]",
+                                                              "models: [tiny]\n            members: [ada@lab.example]"))
+    (seed / "slurm.yaml").write_text("enabled: false\n")
+    repo = tmp_path / "settings.git"
+    init_repository(repo, seed)
+    return repo
+
+
+def head(repo) -> pygit2.Commit:
+    return pygit2.Repository(str(repo)).references["refs/heads/main"].peel(pygit2.Commit)
+
+
+async def test_each_person_does_what_their_role_allows_and_authors_their_commits(tmp_path, weights_mirror):
+    repo = people_repo(tmp_path, weights_mirror[1])
+    plane = ControlPlane(ControlConfig(repo=str(repo), state_dir=tmp_path / "state", gateway=False))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(plane.run)
+        tokens = {}
+        for email, name in (("ops@lab.example", "Olga Ops"), ("audit@lab.example", "Aud Itor"),
+                            ("ada@lab.example", "Ada Lovelace"), ("nobody@lab.example", "No Body")):
+            plane.store.add_account(email, name, PASSWORD)
+            tokens[email] = plane.store.create_token("admin", owner=email)[1]
+
+        def client(email: str) -> httpx.AsyncClient:
+            return httpx.AsyncClient(base_url=plane.admin_url, headers={"Authorization": f"Bearer {tokens[email]}"})
+
+        async with client("audit@lab.example") as viewer, client("ops@lab.example") as operator, \
+                client("ada@lab.example") as member, client("nobody@lab.example") as nobody:
+            assert (await viewer.get("/api/v1/status")).status_code == 200
+            refused = await viewer.post("/api/v1/nodes/n1/drain", json={})
+            assert refused.status_code == 403 and refused.json()["error"]["message"] == (
+                "audit@lab.example is a viewer (projects.yaml people.viewers): viewers read everything and change "
+                "nothing; ask an operator to POST /api/v1/nodes/n1/drain.")
+            before = head(repo).id
+            member_refused = await member.get("/api/v1/status")
+            assert member_refused.status_code == 403 and "ada@lab.example is a member of demo" in \
+                member_refused.json()["error"]["message"]
+            assert (await nobody.get("/api/v1/status")).json()["error"]["message"].startswith(
+                "nobody@lab.example has no role")
+
+            # the operator drains: the commit is theirs whatever the body claims, and llmgw commits it
+            drained = await operator.post("/api/v1/nodes/n1/drain",
+                                          json={"author_name": "Mallory", "author_email": "mallory@evil.example"})
+            assert drained.status_code == 200 and drained.json()["author"] == "Olga Ops <ops@lab.example>"
+            commit = head(repo)
+            assert commit.parents[0].id == before and commit.message == "llmgw node drain n1\n"
+            assert (commit.author.name, commit.author.email) == ("Olga Ops", "ops@lab.example")
+            assert commit.committer.name == "llmgw"
+
+            # a member adds their own SSH key, not someone else's
+            own = await member.post("/api/v1/slurm/users/keys",
+                                    json={"action": "add", "email": "ada@lab.example", "keys": [KEY]})
+            assert own.status_code == 200, own.text
+            assert head(repo).author.email == "ada@lab.example"
+            other = await member.post("/api/v1/slurm/users/keys",
+                                      json={"action": "add", "email": "ops@lab.example", "keys": [KEY]})
+            assert other.status_code == 403
+
+            # a disabled account's tokens pass nothing
+            plane.store.set_account_disabled("ops@lab.example", True)
+            assert (await operator.get("/api/v1/status")).status_code == 401
+
+        # the console's password login, as `llmgw server` mounts it
+        console = console_mount(AdminApp(plane)).app
+        browser = console.app.test_client()
+        page = await browser.get("/console/login")
+        csrf = re.search(r'name="csrf" value="([^"]+)"', await page.get_data(as_text=True)).group(1)
+        wrong = await browser.post("/console/login", form={"csrf": csrf, "email": "audit@lab.example",
+                                                           "password": "wrong password!"})
+        assert wrong.status_code == 401
+        viewer_in = await browser.post("/console/login", form={"csrf": csrf, "email": "Audit@lab.example",
+                                                               "password": PASSWORD})
+        assert viewer_in.status_code == 303
+        nodes = await browser.get("/console/nodes", headers={"Accept": "text/html"})
+        assert nodes.status_code == 200 and "viewer" in await nodes.get_data(as_text=True)
+        session = next(iter(console.sessions._sessions.values()))
+        assert (session.login.person, session.login.role, session.principal) == ("audit@lab.example", "viewer",
+                                                                                  "Aud Itor")
+        nursery.cancel_scope.cancel()
