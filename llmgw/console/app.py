@@ -405,7 +405,8 @@ async def _bad_parameter(error: BadParameter) -> Response:
 def _plain(entry: Any) -> dict[str, Any]:
     if isinstance(entry, dict):
         return entry
-    return {name: getattr(entry, name) for name in ("commit", "time", "author", "message", "files")}
+    return {name: getattr(entry, name, "") for name in ("commit", "time", "author", "message", "files",
+                                                         "settings_author")}
 
 
 async def _secure_headers(response: Response) -> Response:

@@ -15,7 +15,7 @@ The API is described in docs/admin-api.yaml (OpenAPI 3.1), served at GET /openap
     GET  /metrics                             Prometheus text format: fleet, control plane and gateway
                                               (llmgw.control.metrics); the admin token or a metrics token
     GET  /api/v1/status                      the status document
-    GET  /api/v1/history?limit=N              audit commits, newest first
+    GET  /api/v1/history?limit=N&author=P     audit commits, newest first (of person P's settings commits)
     GET  /api/v1/nodes | /api/v1/replicas     parts of the status
     POST /api/v1/apply {"wait", "allow_empty", "timeout", "expect", "reviewed"}    NDJSON progress lines, the
                                               last {"event": "end"}; "expect": refused unless the head is that
@@ -415,7 +415,8 @@ class AdminApp:
             return await _send_json(send, 200, {"replicas": doc["replicas"],
                                                 "serving_stopped": doc["settings"]["serving_stopped"]})
         if method == "GET" and path == "/api/v1/history":
-            return await self._history(send, query_int(query, "limit", 50, 1, MAX_HISTORY_LIMIT))
+            return await self._history(send, query_int(query, "limit", 50, 1, MAX_HISTORY_LIMIT),
+                                       query.get("author") or None)
         if method == "GET" and path == "/api/v1/fleet":
             return await _send_json(send, 200, self._fleet_snapshot())
         if method == "GET" and path == "/api/v1/plan":
@@ -507,14 +508,15 @@ class AdminApp:
         taken = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         return snapshot_to_json(FleetSnapshot(state.fleet.fleet(), taken, settings.commit if settings else None))
 
-    async def history_entries(self, limit: int) -> list:
-        """The last `limit` audit commits, newest first (`llmgw.settings.read_audit_log`, in a thread)."""
+    async def history_entries(self, limit: int, author: str | None = None) -> list:
+        """The last `limit` audit commits, newest first, of `author`'s settings commits when given (a name or
+        e-mail: `llmgw.settings.AuditEntry.by`; `llmgw.settings.read_audit_log`, in a thread)."""
         from llmgw.settings import read_audit_log
 
-        return await trio.to_thread.run_sync(read_audit_log, str(self.plane.watcher_repo_path), limit)
+        return await trio.to_thread.run_sync(read_audit_log, str(self.plane.watcher_repo_path), limit, author)
 
-    async def _history(self, send, limit: int) -> None:
-        entries = await self.history_entries(limit)
+    async def _history(self, send, limit: int, author: str | None = None) -> None:
+        entries = await self.history_entries(limit, author)
         await _send_json(send, 200, {"entries": [
             asdict(e) if is_dataclass(e) else e for e in entries
         ]})

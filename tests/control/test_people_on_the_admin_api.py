@@ -18,6 +18,7 @@ from llmgw.control.admin import AdminApp
 from llmgw.settings import init_repository
 
 from .conftest import write_seed
+from .test_cli_over_admin_api import llmgw
 
 PASSWORD = "correct horse battery"
 PEOPLE = "people:\n  operators: [ops@lab.example]\n  viewers: [audit@lab.example]\n"
@@ -33,6 +34,15 @@ def people_repo(tmp_path, sha: str):
     repo = tmp_path / "settings.git"
     init_repository(repo, seed)
     return repo
+
+
+async def wait_for_async(check, what: str, timeout: float = 20.0):
+    """The first truthy answer of the awaitable `check()`, polled every 50 ms."""
+    with trio.move_on_after(timeout):
+        while not (value := await check()):
+            await trio.sleep(0.05)
+        return value
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 def head(repo) -> pygit2.Commit:
@@ -84,6 +94,23 @@ async def test_each_person_does_what_their_role_allows_and_authors_their_commits
             other = await member.post("/api/v1/slurm/users/keys",
                                       json={"action": "add", "email": "ops@lab.example", "keys": [KEY]})
             assert other.status_code == 403
+
+            # the audit names the person behind each pass, and `llmgw history --author` finds theirs
+            drain_commit = str(commit.id)
+
+            async def passes_for(who: str) -> list[dict]:
+                return (await viewer.get("/api/v1/history", params={"author": who, "limit": 50})).json()["entries"]
+
+            mine = await wait_for_async(lambda: passes_for("ops@lab.example"), "an audit commit for Olga's drain")
+            assert all("Settings-Author: Olga Ops <ops@lab.example>\n" in e["message"] for e in mine)
+            assert f"Settings-Commit: {drain_commit}\nSettings-Author: Olga Ops <ops@lab.example>\n" in \
+                mine[-1]["message"]
+            assert all(not any("Olga" in line for line in e["message"].splitlines() if line.startswith("Settings-A"))
+                       for e in await passes_for("ada@lab.example") if e not in mine)
+            code, out, err = await llmgw(plane, "history", "--author", "olga", token=tokens["ops@lab.example"])
+            assert code == 0 and len(out.splitlines()) == len(mine), out + err
+            code, out, err = await llmgw(plane, "history", "--author", "mallory", token=tokens["ops@lab.example"])
+            assert code == 0 and out == "" and "authored by 'mallory'" in err
 
             # a disabled account's tokens pass nothing
             plane.store.set_account_disabled("ops@lab.example", True)
