@@ -487,7 +487,7 @@ def _stop_start(stopped: bool):
             _print_json(answer)
         else:
             verb = "stopped: every replica stops; the gateway answers 503" if stopped else "started: replicas start again"
-            click.echo(f"serving {verb} (settings commit {_short(answer['commit'])} by {name} <{email}>)")
+            click.echo(f"serving {verb} (settings commit {_short(answer['commit'])} by {answer.get('author') or f'{name} <{email}>'})")
 
     return command
 

@@ -70,6 +70,8 @@ async def test_each_person_does_what_their_role_allows_and_authors_their_commits
             assert refused.status_code == 403 and refused.json()["error"]["message"] == (
                 "audit@lab.example is a viewer (projects.yaml people.viewers): viewers read everything and change "
                 "nothing; ask an operator to POST /api/v1/nodes/n1/drain.")
+            code, out, err = await llmgw(plane, "node", "drain", "n1", token=tokens["audit@lab.example"])
+            assert code == 1 and "error: audit@lab.example is a viewer (projects.yaml people.viewers)" in err, out + err
             before = head(repo).id
             member_refused = await member.get("/api/v1/status")
             assert member_refused.status_code == 403 and "ada@lab.example is a member of demo" in \
