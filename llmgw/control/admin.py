@@ -31,6 +31,8 @@ The API is described in docs/admin-api.yaml (OpenAPI 3.1), served at GET /openap
     GET  /api/v1/slurm/users                  members as Linux users on Slurm nodes: login, UID, home, keys
     POST /api/v1/slurm/users/keys {"action": "add"|"remove", "email", "keys": [...], "author_name", "author_email"}
                                               a commit of slurm.yaml ssh_keys
+    GET  /api/v1/keys?project=P | POST /api/v1/keys {"project", "name"} | POST /api/v1/keys/{id}/revoke
+                                              API keys (llmgw.control.admin_keys: members their projects')
     POST /api/v1/join-tokens {"ttl_seconds"}  a one-time token for `llmgw node join` (mTLS control planes), at
                                               most 7 days (MAX_JOIN_TOKEN_TTL)
     GET  /console/...                         the web console (llmgw.console; its own login, docs/console.md),
@@ -60,6 +62,7 @@ from urllib.parse import parse_qs, unquote_plus
 
 import trio
 
+from llmgw.control import admin_keys
 from llmgw.control.admin_listener import HOOK_TOKEN_HEADER, AdminTls, Network, forwarded_scope
 from llmgw.control.admin_inputs import (
     MAX_APPLY_TIMEOUT,
@@ -396,6 +399,11 @@ class AdminApp:
                              + " is needed: pass --token, set LLMGW_ADMIN_TOKEN, or run on the control plane's "
                              "machine (it reads <state>/admin-token); a token of a disabled account passes nothing")
         person = caller.person
+        if admin_keys.serves(path):  # their own rule: a member may use their projects' keys
+            body = _json_body(await _read_body(receive)) if method == "POST" else {}
+            status, doc = await admin_keys.serve_keys(self, person.access if person else None, method, path, query,
+                                                      body)
+            return await _send_json(send, status, doc)
         if person is not None and not (method == "POST" and path == "/api/v1/slurm/users/keys"):
             why = refusal(person, method, path)  # the SSH keys' route is checked with its body below
             if why is not None:

@@ -33,6 +33,7 @@ QUERY_PARAMETERS: dict[str, frozenset[str]] = {
     "/api/v1/history": frozenset({"limit", "author"}),
     "/api/v1/plan": frozenset({"rev"}),
     "/api/v1/logs": frozenset({"node", "shard", "lines"}),
+    "/api/v1/keys": frozenset({"project"}),
 }
 
 

@@ -45,6 +45,11 @@ async def wait_for_async(check, what: str, timeout: float = 20.0):
     raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
+def store_key_project(plane, plaintext: str) -> str | None:
+    key = plane.store.authenticate(plaintext)
+    return None if key is None else key.project
+
+
 def head(repo) -> pygit2.Commit:
     return pygit2.Repository(str(repo)).references["refs/heads/main"].peel(pygit2.Commit)
 
@@ -97,6 +102,22 @@ async def test_each_person_does_what_their_role_allows_and_authors_their_commits
                                       json={"action": "add", "email": "ops@lab.example", "keys": [KEY]})
             assert other.status_code == 403
 
+            # a member makes, lists and revokes their own project's keys, and no other's; a viewer reads them
+            made = await member.post("/api/v1/keys", json={"project": "demo", "name": "laptop"})
+            assert made.status_code == 200 and made.json()["key"].startswith("sk-llmgw-"), made.text
+            assert store_key_project(plane, made.json()["key"]) == "demo"
+            assert (await member.post("/api/v1/keys", json={"project": "ci"})).status_code == 400  # not in settings
+            others = await operator.post("/api/v1/keys", json={"project": "demo"})
+            assert [k["id"] for k in (await member.get("/api/v1/keys", params={"project": "demo"})).json()["keys"]] \
+                == [made.json()["id"], others.json()["id"]]
+            everyone = await member.get("/api/v1/keys")
+            assert everyone.status_code == 403 and "not of what this asks (every project's keys)" in everyone.text
+            assert (await viewer.get("/api/v1/keys")).status_code == 200
+            assert (await viewer.post("/api/v1/keys", json={"project": "demo"})).status_code == 403
+            revoked = await member.post(f"/api/v1/keys/{made.json()['id']}/revoke")
+            assert revoked.status_code == 200 and revoked.json()["state"] == "revoked"
+            assert plane.store.authenticate(made.json()["key"]) is None
+
             # the audit names the person behind each pass, and `llmgw history --author` finds theirs
             drain_commit = str(commit.id)
 
@@ -135,3 +156,17 @@ async def test_each_person_does_what_their_role_allows_and_authors_their_commits
         assert (session.login.person, session.login.role, session.principal) == ("audit@lab.example", "viewer",
                                                                                   "Aud Itor")
         nursery.cancel_scope.cancel()
+
+
+def test_who_may_use_which_projects_keys():
+    from llmgw.control.admin_keys import keys_refusal
+    from llmgw.settings import Access
+
+    member = Access("ada@lab.example", "member", ("demo",))
+    viewer = Access("aud@lab.example", "viewer")
+    allowed = [(None, "POST", "x"), (Access("o@x", "operator"), "POST", None), (member, "GET", "demo"),
+               (member, "POST", "demo"), (viewer, "GET", None), (viewer, "GET", "demo")]
+    refused = [(member, "GET", None), (member, "POST", "ci"), (viewer, "POST", "demo"),
+               (Access("n@x", None), "GET", "demo")]
+    assert [keys_refusal(*case) for case in allowed] == [None] * len(allowed)
+    assert all(keys_refusal(*case) for case in refused)
