@@ -78,11 +78,21 @@ class StoreAccounts:
         access = self.admin.access_of(account.email)
         return Login(account.name, None, account.email, access.role or "", access.projects)
 
-    async def recheck(self, login: Login) -> Login | None:
-        person = await self.admin.person_of(login.person or "")
-        if person is None or not person.access.role:
+    async def person(self, email: str) -> Login | None:
+        """The login of `email` vouched for by an OpenID provider: None when they have a disabled local account,
+        role "" when the settings give them none; named as their account is, else by the e-mail."""
+        account = await self.admin.in_store_thread(self.admin.plane.store.account, email)
+        if account is not None and not account.active:
             return None
-        return Login(login.principal, login.token_id, person.email, person.access.role, person.access.projects)
+        access = self.admin.access_of(email)
+        return Login(account.name if account else access.email, None, access.email, access.role or "",
+                     access.projects)
+
+    async def recheck(self, login: Login) -> Login | None:
+        fresh = await self.person(login.person or "")
+        if fresh is None or not fresh.role:
+            return None
+        return Login(login.principal, login.token_id, fresh.person, fresh.role, fresh.projects)
 
 
 def _active(token) -> bool:

@@ -40,6 +40,7 @@ from quart_trio import QuartTrio
 from llmgw.console.buckets import FleetHistory
 from llmgw.console.charts import day_columns, gpu_chart
 from llmgw.console.sessions import SESSION_TTL, Login, SessionBook, csrf_matches
+from llmgw.console.oidc import OidcClient, OidcError
 from llmgw.console.throttle import LoginThrottle
 from llmgw.console.views import MAP_COLOURINGS, cluster_view, gpu_tiles, load_class, models_view, node_row
 from llmgw.control.view import ControlState, PassRecord
@@ -77,6 +78,10 @@ class Accounts(Protocol):
         """`login` as it stands now (account still active, role still given by the settings, maybe another), or
         None when it must end. A checkpoint."""
 
+    async def person(self, email: str) -> Login | None:
+        """The login of `email` as an OpenID provider vouched for it (no password): None when refused (a disabled
+        account), role "" when the settings give none. A checkpoint."""
+
 
 class Console:
     """The console over one control plane's `snapshot` function. See the module's docstring.
@@ -88,12 +93,14 @@ class Console:
 
     def __init__(self, snapshot: Callable[[], ControlState], *, authorise: Authorise, history: History,
                  still_valid: StillValid | None = None, usage: Usage | None = None, logs: Logs | None = None,
-                 applied_diff: AppliedDiff | None = None, accounts: Accounts | None = None, sample_interval: float = 5.0,
+                 applied_diff: AppliedDiff | None = None, accounts: Accounts | None = None,
+                 oidc: OidcClient | None = None, sample_interval: float = 5.0,
                  session_ttl: float = SESSION_TTL, clock: Callable[[], float] = trio.current_time,
                  wall: Callable[[], float] = time.time):
         self.snapshot = snapshot
         self.authorise = authorise
         self.accounts = accounts
+        self.oidc = oidc
         self.throttle = LoginThrottle()
         self.still_valid = still_valid
         self.history = history
@@ -143,6 +150,8 @@ class Console:
         app.after_request(_secure_headers)
         app.add_url_rule(f"{PREFIX}/login", "login", self._login, methods=["GET", "POST"])
         app.add_url_rule(f"{PREFIX}/logout", "logout", self._logout, methods=["POST"])
+        app.add_url_rule(f"{PREFIX}/oidc/start", "oidc_start", self._oidc_start)
+        app.add_url_rule(f"{PREFIX}/oidc/callback", "oidc_callback", self._oidc_callback)
         app.add_url_rule(f"{PREFIX}/", "cluster", self._cluster)
         app.add_url_rule(PREFIX, "cluster_bare", self._cluster)
         app.add_url_rule(f"{PREFIX}/nodes", "nodes", self._nodes)
@@ -156,7 +165,7 @@ class Console:
         return app
 
     async def _guard(self) -> Response | None:
-        if request.endpoint in ("login", "static"):
+        if request.endpoint in ("login", "static", "oidc_start", "oidc_callback"):
             return None
         authorization = request.headers.get("Authorization", "")
         scheme, _, token = authorization.partition(" ")
@@ -239,6 +248,10 @@ class Console:
             if login is None:
                 return Response(await self._login_page(nonce, "That token is not valid. Use the control plane's "
                                                               "admin token (<state>/admin-token)."), 401)
+        return self._opened(login)
+
+    def _opened(self, login: Login) -> Response:
+        """The answer of a login that succeeded: a new session's cookie and a redirect to the cluster's page."""
         session = self.sessions.open(login.principal, self.wall(), login.token_id, login)
         response = redirect(f"{PREFIX}/", 303)
         response.set_cookie(SESSION_COOKIE, session.session_id, httponly=True, samesite="Strict",
@@ -247,7 +260,37 @@ class Console:
         return response
 
     async def _login_page(self, nonce: str, error: str | None) -> str:
-        return await render_template("login.html", csrf=nonce, error=error, accounts=self.accounts is not None)
+        return await render_template("login.html", csrf=nonce, error=error, accounts=self.accounts is not None,
+                                     oidc=self.oidc is not None)
+
+    async def _oidc_start(self) -> Any:
+        if self.oidc is None or self.accounts is None:
+            return Response("this console has no OpenID provider\n", 404, content_type="text/plain")
+        try:
+            return redirect(await self.oidc.begin(self.wall()), 303)
+        except OidcError as exc:
+            return Response(await self._login_page("", str(exc)), 502)
+
+    async def _oidc_callback(self) -> Any:
+        """The provider's answer: the code exchanged, the ID token checked (`OidcClient.finish`), the e-mail's role
+        read from the settings (`Accounts.person`); a session like a password login's, or the login page with why
+        not. The provider's own error (access_denied, ...) is shown as it says it."""
+        if self.oidc is None or self.accounts is None:
+            return Response("this console has no OpenID provider\n", 404, content_type="text/plain")
+        args = request.args
+        if args.get("error"):
+            return Response(await self._login_page("", f"The OpenID provider refused the login: "
+                                                       f"{args.get('error')[:80]} {args.get('error_description', '')[:200]}"), 401)
+        try:
+            email = await self.oidc.finish(args.get("code", ""), args.get("state", ""), self.wall())
+        except OidcError as exc:
+            return Response(await self._login_page("", f"{exc}."), 401)
+        login = await self.accounts.person(email)
+        if login is None or not login.role:
+            return Response(await self._login_page("", f"{email} has no role here: projects.yaml names them "
+                                                       "neither in people nor as a project's member (or their "
+                                                       "account is disabled). Ask an operator."), 403)
+        return self._opened(login)
 
     async def _password_login(self, email: str, password: str) -> tuple[Login | None, tuple[int, str]]:
         """An account's login, or None and (status, sentence): 429 while the e-mail or the client's address is

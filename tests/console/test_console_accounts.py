@@ -33,6 +33,11 @@ class Accounts:
         role = self.roles.get(login.person or "")
         return None if role is None else Login(login.principal, None, login.person, role[0], role[1])
 
+    async def person(self, email: str) -> Login | None:
+        await trio.lowlevel.checkpoint()
+        role, projects = self.roles.get(email, ("", ()))
+        return Login(email.split("@")[0], None, email, role, projects)
+
 
 async def usage_of(by: str, since: float | None, projects: tuple[str, ...] | None = None) -> list:
     await trio.lowlevel.checkpoint()
