@@ -12,13 +12,17 @@ control plane only its view (`llmgw.control.view`; the import contracts in pypro
 from __future__ import annotations
 
 import hmac
+import logging
 import time
 
 import trio
 
 from llmgw.console import Console, Login
+from llmgw.console.oidc import OidcClient, OidcSettings
+from llmgw.settings import ConsoleOidc
 from llmgw.control.admin import AdminApp, AdminMount
 
+log = logging.getLogger("llmgw.console")
 CONSOLE_SCOPE = "console"
 """The token scope the console's login asks the admin API for."""
 
@@ -60,8 +64,36 @@ def console_mount(admin: AdminApp) -> AdminMount:
 
     console = Console(plane.snapshot, authorise=login, still_valid=still_valid, history=admin.history_entries,
                       usage=usage, logs=plane.logs, applied_diff=applied,
-                      accounts=StoreAccounts(admin) if plane.store is not None else None)
+                      accounts=StoreAccounts(admin) if plane.store is not None else None, oidc=SettingsOidc(plane))
     return AdminMount("/console", console, console.run_sampler)
+
+
+class SettingsOidc:
+    """The console's OpenID provider client as llmgw.yaml `console.oidc` names it in the settings in force (None
+    without one, or while its client secret cannot be read: logged once); a new client when those settings change."""
+
+    def __init__(self, plane):
+        self.plane = plane
+        self._of: ConsoleOidc | None = None
+        self._client: OidcClient | None = None
+        self._missing: ConsoleOidc | None = None  # whose missing secret was logged already
+
+    def __call__(self) -> OidcClient | None:
+        settings = self.plane.snapshot().settings
+        wanted = settings.cluster.console_oidc if settings is not None else None
+        if wanted is None:
+            return None
+        if wanted != self._of:
+            secret = self.plane.secret(wanted.client_secret)
+            if secret is None:
+                if self._missing != wanted:
+                    self._missing = wanted
+                    log.warning("llmgw.yaml console.oidc names the secret %r, which is neither in the secrets "
+                                "directory nor in the environment: no OpenID login until it is", wanted.client_secret)
+                return None
+            self._client = OidcClient(OidcSettings(wanted.issuer, wanted.client_id, secret, wanted.redirect_uri))
+            self._of = wanted
+        return self._client
 
 
 class StoreAccounts:

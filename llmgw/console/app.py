@@ -94,13 +94,13 @@ class Console:
     def __init__(self, snapshot: Callable[[], ControlState], *, authorise: Authorise, history: History,
                  still_valid: StillValid | None = None, usage: Usage | None = None, logs: Logs | None = None,
                  applied_diff: AppliedDiff | None = None, accounts: Accounts | None = None,
-                 oidc: OidcClient | None = None, sample_interval: float = 5.0,
+                 oidc: OidcClient | Callable[[], OidcClient | None] | None = None, sample_interval: float = 5.0,
                  session_ttl: float = SESSION_TTL, clock: Callable[[], float] = trio.current_time,
                  wall: Callable[[], float] = time.time):
         self.snapshot = snapshot
         self.authorise = authorise
         self.accounts = accounts
-        self.oidc = oidc
+        self._oidc = oidc  # a client, or a function giving the one the settings in force name (None: none)
         self.throttle = LoginThrottle()
         self.still_valid = still_valid
         self.history = history
@@ -263,11 +263,17 @@ class Console:
         return await render_template("login.html", csrf=nonce, error=error, accounts=self.accounts is not None,
                                      oidc=self.oidc is not None)
 
+    @property
+    def oidc(self) -> OidcClient | None:
+        """The OpenID provider's client now (None: no OpenID login)."""
+        return self._oidc() if callable(self._oidc) else self._oidc
+
     async def _oidc_start(self) -> Any:
-        if self.oidc is None or self.accounts is None:
+        oidc = self.oidc
+        if oidc is None or self.accounts is None:
             return Response("this console has no OpenID provider\n", 404, content_type="text/plain")
         try:
-            return redirect(await self.oidc.begin(self.wall()), 303)
+            return redirect(await oidc.begin(self.wall()), 303)
         except OidcError as exc:
             return Response(await self._login_page("", str(exc)), 502)
 
@@ -275,14 +281,15 @@ class Console:
         """The provider's answer: the code exchanged, the ID token checked (`OidcClient.finish`), the e-mail's role
         read from the settings (`Accounts.person`); a session like a password login's, or the login page with why
         not. The provider's own error (access_denied, ...) is shown as it says it."""
-        if self.oidc is None or self.accounts is None:
+        oidc = self.oidc
+        if oidc is None or self.accounts is None:
             return Response("this console has no OpenID provider\n", 404, content_type="text/plain")
         args = request.args
         if args.get("error"):
             return Response(await self._login_page("", f"The OpenID provider refused the login: "
                                                        f"{args.get('error')[:80]} {args.get('error_description', '')[:200]}"), 401)
         try:
-            email = await self.oidc.finish(args.get("code", ""), args.get("state", ""), self.wall())
+            email = await oidc.finish(args.get("code", ""), args.get("state", ""), self.wall())
         except OidcError as exc:
             return Response(await self._login_page("", f"{exc}."), 401)
         login = await self.accounts.person(email)

@@ -65,6 +65,18 @@ class Tracing:
 
 
 @dataclass(frozen=True)
+class ConsoleOidc:
+    """llmgw.yaml `console.oidc`: the OpenID provider the console logs people in through (`issuer`), the console as
+    its client (`client_id`, `client_secret`: the NAME of the secret holding it) and the `redirect_uri` registered
+    there."""
+
+    issuer: str
+    client_id: str
+    client_secret: str
+    redirect_uri: str
+
+
+@dataclass(frozen=True)
 class ClusterSettings:
     """`llmgw.yaml`: the cluster as a whole.
 
@@ -82,6 +94,7 @@ class ClusterSettings:
     `kv_blocks_per_replica`: the most prefix-cache block hashes kept per vLLM replica (llmgw.control.kv_blocks).
     `trusted_release_keys`: `releases.trusted_keys`, the key lines of the minisign public keys whose releases nodes
     may install (llmgw.release.verify_release takes them), in file order without repeats.
+    `console_oidc`: `console.oidc`, the console's OpenID Connect login (None: none).
     """
 
     name: str
@@ -106,6 +119,7 @@ class ClusterSettings:
     tracing: Tracing = Tracing()
     trace_requests: float = 0.0
     trusted_release_keys: tuple[str, ...] = ()
+    console_oidc: ConsoleOidc | None = None
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 
 import httpx
 import pytest
+import trio
 from joserfc import jwt
 from joserfc.jwk import KeySet, RSAKey
 
@@ -158,3 +159,31 @@ def test_an_id_token_is_refused_when(case, make, reason):
     assert check_id_token(signed(key), keys, ISSUER, CLIENT_ID, "n-1", NOW)["email"] == "ada@lab.example"
     with pytest.raises(OidcError, match=reason):
         check_id_token(make(key), keys, ISSUER, CLIENT_ID, "n-1", NOW)
+
+
+async def test_llmgw_yaml_console_oidc_logs_a_member_in_on_a_real_control_plane(provider, tmp_path, weights_mirror):
+    from control.test_people_on_the_admin_api import people_repo
+    from llmgw.cli.console_mount import console_mount
+    from llmgw.control import ControlConfig, ControlPlane
+    from llmgw.control.admin import AdminApp
+
+    oidc = (f"console:\n  oidc:\n    issuer: {provider}\n    client_id: {CLIENT_ID}\n    client_secret: oidc-client\n"
+            f"    redirect_uri: {REDIRECT}\n")
+    repo = people_repo(tmp_path, weights_mirror[1], llmgw_yaml_tail=oidc)
+    (tmp_path / "state" / "secrets").mkdir(parents=True)
+    (tmp_path / "state" / "secrets" / "oidc-client").write_text(SECRET + "\n")
+    plane = ControlPlane(ControlConfig(repo=str(repo), state_dir=tmp_path / "state", gateway=False))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(plane.run)
+        assert plane.snapshot().settings.cluster.console_oidc.issuer == provider
+        console = console_mount(AdminApp(plane)).app
+        client = console.app.test_client()
+        url = (await client.get("/console/oidc/start")).headers["Location"]
+        assert url.startswith(provider + "/auth?")
+        back = through_provider(url, "Ada@lab.example")
+        opened = await client.get("/console/oidc/callback?" + urlsplit(back.headers["location"]).query)
+        assert opened.status_code == 303, await opened.get_data(as_text=True)
+        session = next(iter(console.sessions._sessions.values()))
+        assert (session.login.person, session.login.role, session.login.projects) == ("ada@lab.example", "member",
+                                                                                      ("demo",))
+        nursery.cancel_scope.cancel()

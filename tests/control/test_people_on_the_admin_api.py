@@ -25,8 +25,11 @@ PEOPLE = "people:\n  operators: [ops@lab.example]\n  viewers: [audit@lab.example
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHVjb25zdGFudGtleWZvcnRlc3RzMDAwMDAwMDAwMDAw ada@laptop"
 
 
-def people_repo(tmp_path, sha: str):
+def people_repo(tmp_path, sha: str, llmgw_yaml_tail: str = ""):
+    """A bare settings repository serving "tiny", with PEOPLE and ada@lab.example a member of project demo
+    (`llmgw_yaml_tail` appended to llmgw.yaml)."""
     seed = write_seed(tmp_path / "seed", sha)
+    (seed / "llmgw.yaml").write_text((seed / "llmgw.yaml").read_text() + llmgw_yaml_tail)
     projects = seed / "projects.yaml"
     projects.write_text(PEOPLE + projects.read_text().replace("models: [tiny]",
                                                               "models: [tiny]\n            members: [ada@lab.example]"))
