@@ -6,8 +6,8 @@ can be raised later without breaking the hashes already kept: each is checked wi
 with. Passwords are at least MIN_PASSWORD_CHARS characters. What a person may do is not here: it follows the
 settings (projects.yaml `people` and project `members`, `llmgw.settings.Settings.access_of`).
 
-Functions taking a connection run inside the caller's transaction. Checking a password costs one scrypt (about
-50 ms of CPU and 32 MiB here): callers run it in a worker thread, and an unknown e-mail costs the same as a wrong
+Functions taking a connection run inside the caller's transaction. Checking a password costs one scrypt (0.15 s
+of CPU and 32 MiB, measured on this 2-core machine): callers run it in a worker thread, and an unknown e-mail costs the same as a wrong
 password, so answer times do not tell which e-mails have accounts.
 """
 
@@ -24,7 +24,7 @@ from llmgw.store.dialects import SqlConnection
 from llmgw.store.records import Account
 
 SCRYPT_N, SCRYPT_R, SCRYPT_P = 2 ** 15, 8, 1
-"""scrypt's cost for new hashes: 32 MiB (128 * n * r bytes) and about 50 ms of CPU per hash on this machine."""
+"""scrypt's cost for new hashes: 32 MiB (128 * n * r bytes) and 0.15 s of CPU per hash, measured on this 2-core machine."""
 MIN_PASSWORD_CHARS = 12
 _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+$")
 _COLUMNS = "email, name, created_at, password_changed_at, disabled_at"
