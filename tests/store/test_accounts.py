@@ -65,3 +65,42 @@ def test_a_token_belongs_to_a_person_with_an_active_account(store: Store) -> Non
     store.set_account_disabled("ada@lab.example", True, NOW)
     with pytest.raises(StoreError, match="ada@lab.example has a disabled account"):
         store.create_token("admin", owner="ada@lab.example")
+
+
+def test_a_store_made_before_accounts_keeps_its_tokens_when_migrated(backend, store_url) -> None:
+    """SQLite's migration 10 and PostgreSQL's 8 on a store holding a token of the schema before: it still checks,
+    belongs to nobody, and accounts can be made beside it."""
+    import sqlite3
+    from pathlib import Path
+
+    import psycopg
+
+    from llmgw.store import open_store, postgres_schema, schema
+    from llmgw.store.keys import digest, new_token
+
+    plaintext = new_token("llmgw-admin-")
+    row = ("tok_0123456789ab", "admin", "old", "llmgw-admin-abcd", NOW, None, None, digest(plaintext))
+    insert = "INSERT INTO tokens (id, scope, name, prefix, created_at, expires_at, revoked_at, hash) VALUES "
+    if backend == "sqlite":
+        Path(store_url).parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(store_url, isolation_level=None)
+        conn.execute("CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, applied_at REAL NOT NULL)")
+        for version, migration in enumerate(schema.MIGRATIONS[:-1], start=1):
+            conn.executescript(migration)
+            conn.execute("INSERT INTO schema_migrations VALUES (?, 0)", (version,))
+        conn.execute(insert + "(?, ?, ?, ?, ?, ?, ?, ?)", row)
+        conn.close()
+    else:
+        with psycopg.connect(store_url, autocommit=True) as conn:
+            conn.execute("CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, applied_at DOUBLE PRECISION)")
+            for version, migration in enumerate(postgres_schema.MIGRATIONS[:-1], start=1):
+                conn.execute(migration)
+                conn.execute("INSERT INTO schema_migrations VALUES (%s, 0)", (version,))
+            conn.execute(insert + "(%s, %s, %s, %s, %s, %s, %s, %s)", row)
+    store = open_store(store_url)
+    try:
+        assert store.find_token(plaintext).owner is None and store.check_token(plaintext, "admin", NOW + 1)
+        store.add_account("ada@lab.example", "Ada", PASSWORD, NOW)
+        assert store.create_token("admin", owner="ada@lab.example", now=NOW)[0].owner == "ada@lab.example"
+    finally:
+        store.close()
