@@ -29,6 +29,7 @@ COMMAND_MODULES: dict[str, tuple[str, ...]] = {
     )},
     "bench": ("llmgw.cli.bench_cmds",),
     "review": ("llmgw.cli.review_cmds",),
+    "canaries": ("llmgw.cli.canary_cmds",),
     "fleet": ("llmgw.cli.review_cmds",),
     "keys": ("llmgw.cli.keys_cmds",),
     "usage": ("llmgw.cli.keys_cmds",),
@@ -37,10 +38,11 @@ COMMAND_MODULES: dict[str, tuple[str, ...]] = {
     "store": ("llmgw.cli.store_cmds",),
     "purge": ("llmgw.cli.store_cmds",),
     "agent": ("llmgw.cli.agent_cmds",),
-    # node join (agent), node doctor (discovery), node cordon|uncordon|drain (settings commits)
-    "node": ("llmgw.cli.agent_cmds", "llmgw.cli.node_cmds", "llmgw.cli.slurm_cmds"),
+    # node join (agent), node doctor (discovery), node cordon|uncordon|drain (settings commits), node add (ssh)
+    "node": ("llmgw.cli.agent_cmds", "llmgw.cli.node_cmds", "llmgw.cli.slurm_cmds", "llmgw.cli.node_add"),
     "slurm": ("llmgw.cli.slurm_cmds",),
     "firewall": ("llmgw.cli.firewall_cmds",),
+    "wipe": ("llmgw.cli.wipe_cmd",),
     "release": ("llmgw.cli.release_cmds",),
 }
 

@@ -248,6 +248,10 @@ class GatewayWorkers:
                     raise FeedError(f"a load report is not well formed ({exc!r})") from exc
                 self._wake_all(but=index)
 
+    def outstanding(self) -> dict[str, int]:
+        """Requests in flight per replica id through all the workers, as they last reported."""
+        return self._elsewhere(-1)
+
     def _elsewhere(self, index: int) -> dict[str, int]:
         total: dict[str, int] = {}
         for other, loads in self._loads.items():

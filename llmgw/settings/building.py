@@ -20,8 +20,8 @@ from typing import Any
 from llmgw.errors import Issue
 from llmgw.identity import Routing
 from llmgw.settings.model import (
-    Adapter, AgentSettings, ClusterSettings, ConsoleOidc, Endpoint, EngineVersion, Listener, Model, Organisation, Prices,
-    Project, Quota, Resources, Settings, StoreSettings, Team, Tracing, WeightsFile,
+    Adapter, AgentSettings, ClusterSettings, ConsoleOidc, Endpoint, EngineVersion, Listener, Model, Organisation,
+    Prices, Project, Quota, Resources, Rollout, Settings, StoreSettings, Team, Tracing, WeightsFile,
 )
 from llmgw.settings.adapters import adapter_problems
 from llmgw.settings.parsing import Parsed
@@ -89,7 +89,8 @@ def build_cluster(data: Mapping[str, Any]) -> ClusterSettings:
         store=StoreSettings(kind=store.get("kind", "sqlite"), path=store.get("path", "llmgw.sqlite3"), url=store.get("url"),
                             password_secret=store.get("password_secret"),
                             responses_retention=_duration(store, "responses_retention",
-                                                          StoreSettings.responses_retention)),
+                                                          StoreSettings.responses_retention),
+                            files_retention=_duration(store, "files_retention", StoreSettings.files_retention)),
         poll_interval=_duration(reconcile, "poll_interval", defaults.poll_interval),
         reconcile_interval=_duration(reconcile, "interval", defaults.reconcile_interval),
         node_lost_after=_duration(reconcile, "node_lost_after", defaults.node_lost_after),
@@ -102,6 +103,8 @@ def build_cluster(data: Mapping[str, Any]) -> ClusterSettings:
         currency=prices.get("currency", "USD"),
         gpu_hour_cost=MappingProxyType({k: float(v) for k, v in prices.get("gpu_hour_cost", {}).items()}),
         max_request_body_bytes=parse_size(data.get("limits", {}).get("max_request_body", defaults.max_request_body_bytes)),
+        max_file_bytes=parse_size(data.get("limits", {}).get("max_file_size", defaults.max_file_bytes)),
+        batch_slot_share=float(data.get("limits", {}).get("batch_slot_share", defaults.batch_slot_share)),
         kv_blocks_per_replica=int(data.get("limits", {}).get("kv_blocks_per_replica", defaults.kv_blocks_per_replica)),
         control_planes=tuple(dict.fromkeys(data.get("control_planes", ()))),
         tracing=build_tracing(data.get("tracing", {})),
@@ -147,11 +150,27 @@ def build_model(stem: str, file: str, data: Mapping[str, Any]) -> Model:
         prices=Prices(
             None if prices.get("prompt_per_million") is None else float(prices["prompt_per_million"]),
             None if prices.get("completion_per_million") is None else float(prices["completion_per_million"]),
+            None if prices.get("batch_prompt_per_million") is None else float(prices["batch_prompt_per_million"]),
+            None if prices.get("batch_completion_per_million") is None
+            else float(prices["batch_completion_per_million"]),
         ),
         node_selector=MappingProxyType(dict(data.get("node_selector", {}))),
         routing=Routing(data.get("routing", Routing.PREFIX.value)),
         rerank=bool(data.get("rerank", False)),
+        rollout=build_rollout(data.get("rollout", {})),
         source_file=file,
+    )
+
+
+def build_rollout(data: Mapping[str, Any]) -> Rollout:
+    """A catalog model's `rollout:` data (schema-valid) -> Rollout (durations in seconds)."""
+    slo = data.get("slo", {})
+    return Rollout(
+        strategy=data.get("strategy", Rollout.strategy), share=float(data.get("share", Rollout.share)),
+        window=_duration(data, "window", Rollout.window),
+        min_requests=int(data.get("min_requests", Rollout.min_requests)),
+        max_error_rate=None if slo.get("error_rate") is None else float(slo["error_rate"]),
+        max_ttft_p90=None if slo.get("ttft_p90") is None else parse_duration(slo["ttft_p90"]),
     )
 
 
@@ -189,6 +208,14 @@ def check_model(found: Found, file: str, stem: str, data: Mapping[str, Any], mod
             if weights.is_directory:
                 found.add(file, ("adapters", index, "weights", number, "source"), "an adapter lists its files one "
                           "by one, each with its sha256; a directory source is for the model's weights")
+    rollout = data.get("rollout", {})
+    if rollout.get("strategy") != "canary" and set(rollout) - {"strategy"}:
+        key = next(k for k in ("share", "window", "min_requests", "slo") if k in rollout)
+        found.add(file, ("rollout", key), "read only by a canary: add strategy: canary to rollout "
+                                          "or drop this key")
+    elif model.rollout.canary and model.rollout.max_error_rate is None and model.rollout.max_ttft_p90 is None:
+        found.add(file, ("rollout", "strategy"), "a canary needs an SLO to judge it by: add rollout.slo.error_rate "
+                                                 "and/or rollout.slo.ttft_p90 (e.g. ttft_p90: 2s)")
     for where, message in adapter_problems(model):
         found.add(file, where, message, of_key=where == ("adapters",))
 

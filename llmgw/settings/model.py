@@ -45,13 +45,15 @@ class StoreSettings:
     """Where runtime state lives: kind "sqlite" (`path`, relative to the state directory) or "postgresql" (`url`,
     without a password: `password_secret` names the secret holding it).
     `responses_retention`: seconds a response served on /v1/responses is kept for later turns (default 30 days;
-    `llmgw.store.responses`)."""
+    `llmgw.store.responses`). `files_retention`: seconds a file of /v1/files and a batch of /v1/batches are kept
+    (default 30 days; `llmgw.store.files`, `llmgw.store.batches`)."""
 
     kind: str = "sqlite"
     path: str = "llmgw.sqlite3"
     url: str | None = None
     password_secret: str | None = None
     responses_retention: float = 30 * 86400.0
+    files_retention: float = 30 * 86400.0
 
 
 @dataclass(frozen=True)
@@ -91,6 +93,8 @@ class ClusterSettings:
     `max_surge`: per model, how many replaced replicas may run their new shard beside the old one at once.
     `tracing`: the control plane's traces; `trace_requests` the share (0..1) of the gateway's requests traced
     (`llmgw server --otlp-endpoint` / `--trace-requests` override both).
+    `max_file_bytes`: the largest upload on /v1/files; `batch_slot_share`: the share of a replica's slots that
+    requests of /v1/batches may take (`llmgw.gateway.batch_room`).
     `kv_blocks_per_replica`: the most prefix-cache block hashes kept per vLLM replica (llmgw.control.kv_blocks).
     `trusted_release_keys`: `releases.trusted_keys`, the key lines of the minisign public keys whose releases nodes
     may install (llmgw.release.verify_release takes them), in file order without repeats.
@@ -114,6 +118,8 @@ class ClusterSettings:
     currency: str = "USD"
     gpu_hour_cost: Mapping[str, float] = field(default_factory=frozen_map)
     max_request_body_bytes: int = 10 * 1024 * 1024
+    max_file_bytes: int = 100 * 1024 * 1024
+    batch_slot_share: float = 0.5
     kv_blocks_per_replica: int = 1_000_000
     control_planes: tuple[str, ...] = ()
     tracing: Tracing = Tracing()
@@ -188,10 +194,36 @@ class Adapter:
 
 @dataclass(frozen=True)
 class Prices:
-    """Price of a model's tokens in the cluster's currency per million tokens (None: free)."""
+    """Price of a model's tokens in the cluster's currency per million tokens (None: free); the batch prices are
+    those of a request run as a line of /v1/batches (None: the model's own price)."""
 
     prompt_per_million: float | None = None
     completion_per_million: float | None = None
+    batch_prompt_per_million: float | None = None
+    batch_completion_per_million: float | None = None
+
+
+@dataclass(frozen=True)
+class Rollout:
+    """A model's `rollout:`: how a change that restarts its replicas reaches them.
+
+    `strategy`: "rolling" (each replica's new generation beside its old one, `reconcile.max_surge` at once) or
+    "canary": one replica of the new revision takes `share` (0 < share <= 1) of the model's requests for `window`
+    seconds from when it is ready; it holds when, over at least `min_requests` requests, the share answered with a
+    status of 500 or above is at most `max_error_rate` (None: not checked) and the 90th percentile of time to
+    first token is at most `max_ttft_p90` seconds (None: not checked). Judged by `llmgw.plan.canary`.
+    """
+
+    strategy: str = "rolling"
+    share: float = 0.1
+    window: float = 600.0
+    min_requests: int = 10
+    max_error_rate: float | None = None
+    max_ttft_p90: float | None = None
+
+    @property
+    def canary(self) -> bool:
+        return self.strategy == "canary"
 
 
 @dataclass(frozen=True)
@@ -204,6 +236,7 @@ class Model:
     `engine_args` are passed to the engine's command line after llmgw's own arguments. `routing` is the gateway's
     policy for choosing among its replicas (`llmgw.identity.Routing`). `rerank`: the model reranks; the gateway
     serves it on `/v1/rerank` (and `/v1/score` on vLLM); a llama.cpp model needs `--reranking` in `engine_args`.
+    `rollout`: how a change that restarts its replicas is rolled out (`Rollout`; not part of the fingerprint).
     """
 
     name: str
@@ -222,6 +255,7 @@ class Model:
     node_selector: Mapping[str, str] = field(default_factory=frozen_map)
     routing: Routing = Routing.PREFIX
     rerank: bool = False
+    rollout: Rollout = Rollout()
     source_file: str = field(default="", compare=False)
 
 
