@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 STATE ?= .state
 export LLMGW_CACHE ?= $(HOME)/.cache/llmgw
 
-.PHONY: up test venv engine vllm lint bench bench-deps clean prometheus chromium system-packages node-sdk
+.PHONY: up test venv engine vllm lint bench bench-deps clean prometheus chromium system-packages node-sdk oidc-provider
 
 venv: $(VENV)/.installed
 
@@ -62,6 +62,13 @@ node-sdk:
 	@test "$$(node -p 'require(process.argv[1]).version' $(LLMGW_CACHE)/node/node_modules/openai/package.json 2>/dev/null)" = "$(lastword $(subst @, ,$(NODE_OPENAI)))" \
 	|| npm install --prefix $(LLMGW_CACHE)/node --no-audit --no-fund --no-save $(NODE_OPENAI)
 
+# npm `oidc-provider` (pinned; OpenID certified), the provider the console's OpenID Connect tests run (issue 36),
+# in $(LLMGW_CACHE)/oidc; tests/console/test_console_oidc.py fails naming this target when it is missing.
+OIDC_PROVIDER := oidc-provider@9.13.3
+oidc-provider:
+	@test "$$(node -p 'require(process.argv[1]).version' $(LLMGW_CACHE)/oidc/node_modules/oidc-provider/package.json 2>/dev/null)" = "$(lastword $(subst @, ,$(OIDC_PROVIDER)))" \
+	|| npm install --prefix $(LLMGW_CACHE)/oidc --no-audit --no-fund --no-save $(OIDC_PROVIDER)
+
 # The suite runs on TEST_WORKERS pytest-xdist workers (issue 40), each test module whole on one worker and the
 # machine-wide ones (the one real vLLM, real Slurm) together on one (tests/conftest.py, `pytest_xdist_make_scheduler`). `make test TEST_WORKERS=0` runs it in one process.
 # `--durations` lists the slowest tests at the end (docs/testing.md keeps that list; 0 lists every test).
@@ -69,7 +76,7 @@ TEST_WORKERS ?= 2
 TEST_DURATIONS ?= 25
 # tests/up runs after, in one process: its `llmgw up` processes time out on the workers (a deeper tmp_path made
 # munged's socket name too long; llmgw up's restart test was seen stuck there twice, cause not found).
-test: engine vllm lint system-packages node-sdk
+test: engine vllm lint system-packages node-sdk oidc-provider
 	$(BIN)/pytest -n $(TEST_WORKERS) --durations=$(TEST_DURATIONS) --ignore=tests/up; \
 	first=$$?; $(BIN)/pytest --durations=$(TEST_DURATIONS) tests/up && exit $$first
 

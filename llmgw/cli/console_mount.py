@@ -12,13 +12,17 @@ control plane only its view (`llmgw.control.view`; the import contracts in pypro
 from __future__ import annotations
 
 import hmac
+import logging
 import time
 
 import trio
 
 from llmgw.console import Console, Login
+from llmgw.console.oidc import OidcClient, OidcSettings
+from llmgw.settings import ConsoleOidc
 from llmgw.control.admin import AdminApp, AdminMount
 
+log = logging.getLogger("llmgw.console")
 CONSOLE_SCOPE = "console"
 """The token scope the console's login asks the admin API for."""
 
@@ -30,7 +34,8 @@ def console_mount(admin: AdminApp) -> AdminMount:
 
     async def login(token: str) -> Login | None:
         # the plane's own admin token, or a store token of scope "console" or "admin", looked up in a worker
-        # thread (`AdminApp.in_store_thread`): a stream of fake tokens never holds the event loop
+        # thread (`AdminApp.in_store_thread`): a stream of fake tokens never holds the event loop. A token that
+        # belongs to a person gives that person's role (`AdminApp.person_of`: none while their account is disabled)
         if plane.admin_token and hmac.compare_digest(plane.admin_token.encode(), token.encode()):
             return Login("admin")
         if plane.store is None or not token:
@@ -38,14 +43,19 @@ def console_mount(admin: AdminApp) -> AdminMount:
         found = await admin.in_store_thread(plane.store.find_token, token)
         if found is None or found.scope not in (CONSOLE_SCOPE, "admin") or not _active(found):
             return None
-        return Login(found.name or found.scope, found.token_id)
+        if found.owner is None:
+            return Login(found.name or found.scope, found.token_id)
+        person = await admin.person_of(found.owner)
+        if person is None or not person.access.role:
+            return None
+        return Login(person.name, found.token_id, person.email, person.access.role, person.access.projects)
 
     async def still_valid(token_id: str) -> bool:
         found = await admin.in_store_thread(plane.store.token_by_id, token_id)
         return found is not None and _active(found)
 
-    async def usage(by: str, since: float | None) -> list:
-        return await trio.to_thread.run_sync(plane.store.query_usage, None, since, by)
+    async def usage(by: str, since: float | None, projects: tuple[str, ...] | None = None) -> list:
+        return await trio.to_thread.run_sync(plane.store.query_usage, projects, since, by)
 
     async def applied(audit_commit: str):
         from llmgw.control.audit_diff import applied_diff
@@ -53,9 +63,68 @@ def console_mount(admin: AdminApp) -> AdminMount:
         return await trio.to_thread.run_sync(applied_diff, str(plane.watcher_repo_path), audit_commit)
 
     console = Console(plane.snapshot, authorise=login, still_valid=still_valid, history=admin.history_entries,
-                      usage=usage,
-                      logs=plane.logs, applied_diff=applied)
+                      usage=usage, logs=plane.logs, applied_diff=applied,
+                      accounts=StoreAccounts(admin) if plane.store is not None else None, oidc=SettingsOidc(plane))
     return AdminMount("/console", console, console.run_sampler)
+
+
+class SettingsOidc:
+    """The console's OpenID provider client as llmgw.yaml `console.oidc` names it in the settings in force (None
+    without one, or while its client secret cannot be read: logged once); a new client when those settings change."""
+
+    def __init__(self, plane):
+        self.plane = plane
+        self._of: ConsoleOidc | None = None
+        self._client: OidcClient | None = None
+        self._missing: ConsoleOidc | None = None  # whose missing secret was logged already
+
+    def __call__(self) -> OidcClient | None:
+        settings = self.plane.snapshot().settings
+        wanted = settings.cluster.console_oidc if settings is not None else None
+        if wanted is None:
+            return None
+        if wanted != self._of:
+            secret = self.plane.secret(wanted.client_secret)
+            if secret is None:
+                if self._missing != wanted:
+                    self._missing = wanted
+                    log.warning("llmgw.yaml console.oidc names the secret %r, which is neither in the secrets "
+                                "directory nor in the environment: no OpenID login until it is", wanted.client_secret)
+                return None
+            self._client = OidcClient(OidcSettings(wanted.issuer, wanted.client_id, secret, wanted.redirect_uri))
+            self._of = wanted
+        return self._client
+
+
+class StoreAccounts:
+    """The console's `Accounts` over the admin API's store and settings: a password checked in a worker thread
+    (`Store.check_password`, one scrypt), the role from the settings in force (`Settings.access_of`)."""
+
+    def __init__(self, admin: AdminApp):
+        self.admin = admin
+
+    async def log_in(self, email: str, password: str) -> Login | None:
+        account = await self.admin.in_store_thread(self.admin.plane.store.check_password, email, password)
+        if account is None:
+            return None
+        access = self.admin.access_of(account.email)
+        return Login(account.name, None, account.email, access.role or "", access.projects)
+
+    async def person(self, email: str) -> Login | None:
+        """The login of `email` vouched for by an OpenID provider: None when they have a disabled local account,
+        role "" when the settings give them none; named as their account is, else by the e-mail."""
+        account = await self.admin.in_store_thread(self.admin.plane.store.account, email)
+        if account is not None and not account.active:
+            return None
+        access = self.admin.access_of(email)
+        return Login(account.name if account else access.email, None, access.email, access.role or "",
+                     access.projects)
+
+    async def recheck(self, login: Login) -> Login | None:
+        fresh = await self.person(login.person or "")
+        if fresh is None or not fresh.role:
+            return None
+        return Login(login.principal, login.token_id, fresh.person, fresh.role, fresh.projects)
 
 
 def _active(token) -> bool:

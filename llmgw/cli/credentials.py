@@ -169,10 +169,11 @@ def new_expiry(expires: str | None, now: float) -> float | None:
 
 def credential_json(item: Credential, now: float) -> dict:
     """A credential as JSON: its id, its project or scope (keyed by `item.GROUP`), name, prefix, state at `now`
-    (unix s) and its times as ISO 8601 UTC (None when unset)."""
+    (unix s), its times as ISO 8601 UTC (None when unset) and, for a token, its `owner` (an e-mail or None)."""
     return {"id": item.credential_id, item.GROUP: item.group, "name": item.name, "prefix": item.prefix,
             "state": item.state(now), "created_at": format_moment(item.created_at),
-            "expires_at": format_moment(item.expires_at), "revoked_at": format_moment(item.revoked_at)}
+            "expires_at": format_moment(item.expires_at), "revoked_at": format_moment(item.revoked_at),
+            **({"owner": item.owner} if hasattr(item, "owner") else {})}
 
 
 def print_credentials(items: Sequence[Credential], group: str, now: float) -> None:

@@ -34,6 +34,7 @@ COMMAND_MODULES: dict[str, tuple[str, ...]] = {
     "keys": ("llmgw.cli.keys_cmds",),
     "usage": ("llmgw.cli.keys_cmds",),
     "token": ("llmgw.cli.token_cmds",),
+    "users": ("llmgw.cli.users_cmds",),
     "store": ("llmgw.cli.store_cmds",),
     "purge": ("llmgw.cli.store_cmds",),
     "agent": ("llmgw.cli.agent_cmds",),

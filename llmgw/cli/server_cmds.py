@@ -470,10 +470,12 @@ def status_cmd(client, as_json):
 
 @click.command("history")
 @click.option("--limit", default=20, show_default=True, help="How many audit commits.")
+@click.option("--author", default=None, metavar="PERSON",
+              help="Only the passes that worked for PERSON's settings commits (a name or e-mail, or part of one).")
 @_client_options
-def history_cmd(client, as_json, limit):
-    """What was done: the audit commits (refs/llmgw/audit), newest first."""
-    answer = client.get("/api/v1/history", limit=limit)
+def history_cmd(client, as_json, limit, author):
+    """What was done: the audit commits (refs/llmgw/audit), newest first, each with who authored the settings."""
+    answer = client.get("/api/v1/history", limit=limit, author=author)
     if as_json:
         _print_json(answer)
         return
@@ -482,7 +484,10 @@ def history_cmd(client, as_json, limit):
     for entry in answer["entries"]:
         when = time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(entry.get("time", 0)))
         subject = (entry.get("message") or "").splitlines()[0] if entry.get("message") else ""
-        click.echo(f"{entry.get('commit', '')[:12]}  {when}  {subject}")
+        by = f"  by {entry['settings_author']}" if entry.get("settings_author") else ""
+        click.echo(f"{entry.get('commit', '')[:12]}  {when}  {subject}{by}")
+    if author and not answer["entries"]:
+        click.echo(f"No audit commit (of the last 10,000) worked for settings authored by {author!r}.", err=True)
 
 
 def _stop_start(stopped: bool):
@@ -497,7 +502,7 @@ def _stop_start(stopped: bool):
             _print_json(answer)
         else:
             verb = "stopped: every replica stops; the gateway answers 503" if stopped else "started: replicas start again"
-            click.echo(f"serving {verb} (settings commit {_short(answer['commit'])} by {name} <{email}>)")
+            click.echo(f"serving {verb} (settings commit {_short(answer['commit'])} by {answer.get('author') or f'{name} <{email}>'})")
 
     return command
 

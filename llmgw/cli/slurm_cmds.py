@@ -46,7 +46,7 @@ def _verb(verb: str):
             click.echo(f"{node} was already {_SAYS[verb].split(':')[0]}: nothing to commit "
                        f"(settings at {_short(answer['commit'])})")
         else:
-            click.echo(f"{node} {_SAYS[verb]} (settings commit {_short(answer['commit'])} by {name} <{email}>)")
+            click.echo(f"{node} {_SAYS[verb]} (settings commit {_short(answer['commit'])} by {answer.get('author') or f'{name} <{email}>'})")
 
     return command
 
@@ -142,7 +142,7 @@ def _register_users(slurm_group: click.Group) -> None:
             click.echo(f"nothing to {action}: slurm.yaml already says so (settings at {_short(answer['commit'])})")
         else:
             click.echo(f"{'added' if action == 'add' else 'removed'} {len(keys) or 'all'} key(s) of {email} "
-                       f"(settings commit {_short(answer['commit'])} by {name} <{address}>)")
+                       f"(settings commit {_short(answer['commit'])} by {answer.get('author') or f'{name} <{address}>'})")
 
     author = [click.option("--author-name", default=None, help="Commit author [default: git config user.name]."),
               click.option("--author-email", default=None, help="Commit author email [default: git config user.email].")]

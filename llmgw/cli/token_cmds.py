@@ -34,18 +34,22 @@ def token_group(ctx: click.Context, state_dir: str | None, store_url: str | None
 @click.option("--name", default=None, help="A label to tell tokens apart (who or what uses it).")
 @click.option("--expires", default=None, metavar="DATE",
               help="Expiry: 2026-01-31 (00:00 UTC), 2026-01-31T12:00 or a duration from now (30d).")
+@click.option("--owner", default=None, metavar="EMAIL",
+              help="The person the token belongs to (an account of `llmgw users add`): the admin API lets it do what "
+                   "that person's role allows, and authors its settings commits as that person.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @store_options
 @click.pass_context
-def token_create(ctx: click.Context, scope: str, name: str | None, expires: str | None, as_json: bool,
-                 state_dir: str | None, store_url: str | None) -> None:
+def token_create(ctx: click.Context, scope: str, name: str | None, expires: str | None, owner: str | None,
+                 as_json: bool, state_dir: str | None, store_url: str | None) -> None:
     """Create a token of SCOPE and print it once: only its hash is kept."""
     remember_store(ctx, state_dir, store_url)
     now = time.time()
     expires_at = new_expiry(expires, now)
     token, plaintext = with_store(ctx, lambda store: store.create_token(scope, name=name, expires_at=expires_at,
-                                                                        now=now))
-    echo_created(token, plaintext, "token", f"of scope {scope}", as_json, now)
+                                                                        now=now, owner=owner))
+    echo_created(token, plaintext, "token", f"of scope {scope}" + (f" belonging to {token.owner}" if owner else ""),
+                 as_json, now)
 
 
 add_list_and_revoke(

@@ -12,7 +12,8 @@ audit log reader, a checkpoint) and `usage(by, since) -> rows` (usage summed by 
 a unix time, rows shaped like `llmgw.store.UsageRow`; None hides the Usage page) and `logs(node, shard, lines)`
 (a shard's last log lines, "" for the agent's own; None hides the log pages) and `applied_diff(audit_commit)`
 (the settings diff an audit commit applied, shaped like `llmgw.control.audit_diff.AppliedDiff`; None: history
-entries show their message only). Of the control plane it imports only `llmgw.control.view` (an import contract);
+entries show their message only) and `accounts` (`Accounts`: people's password logins and their roles, rechecked
+every minute; None: tokens only; failed logins limited by `llmgw.console.throttle`). Of the control plane it imports only `llmgw.control.view` (an import contract);
 `llmgw.cli.console_mount` makes these functions and mounts the console on the admin listener.
 
 Security: every page but the login form and the stylesheet/script needs a session cookie (set by the login form,
@@ -30,7 +31,7 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import trio
 from quart import Response, g, redirect, render_template, request
@@ -39,6 +40,8 @@ from quart_trio import QuartTrio
 from llmgw.console.buckets import FleetHistory
 from llmgw.console.charts import day_columns, gpu_chart
 from llmgw.console.sessions import SESSION_TTL, Login, SessionBook, csrf_matches
+from llmgw.console.oidc import OidcClient, OidcError
+from llmgw.console.throttle import LoginThrottle
 from llmgw.console.views import MAP_COLOURINGS, cluster_view, gpu_tiles, load_class, models_view, node_row
 from llmgw.control.view import ControlState, PassRecord
 from llmgw.errors import TemporaryError, UsageError
@@ -56,10 +59,28 @@ PASSES_KEPT = 20
 Authorise = Callable[[str], Awaitable["Login | None"]]
 StillValid = Callable[[str], Awaitable[bool]]
 History = Callable[[int], Awaitable[list[Any]]]
-Usage = Callable[[str, "float | None"], Awaitable[list[Any]]]
+Usage = Callable[..., Awaitable[list[Any]]]  # (by, since[, projects]) -> rows
 Logs = Callable[[str, str, int], Awaitable[list[str]]]
 AppliedDiff = Callable[[str], Awaitable[Any]]
 USAGE_GROUPS = ("day", "model", "project")
+MEMBER_PAGES = frozenset({"usage", "logout", "cluster", "cluster_bare"})
+"""The endpoints a project member may open (the cluster's page sends them to their usage)."""
+
+
+class Accounts(Protocol):
+    """People's logins, given to the console by its mount (llmgw.cli.console_mount)."""
+
+    async def log_in(self, email: str, password: str) -> Login | None:
+        """The login of `email` when `password` is its active account's password and the settings give it a role;
+        None otherwise. A checkpoint (a scrypt in a worker thread)."""
+
+    async def recheck(self, login: Login) -> Login | None:
+        """`login` as it stands now (account still active, role still given by the settings, maybe another), or
+        None when it must end. A checkpoint."""
+
+    async def person(self, email: str) -> Login | None:
+        """The login of `email` as an OpenID provider vouched for it (no password): None when refused (a disabled
+        account), role "" when the settings give none. A checkpoint."""
 
 
 class Console:
@@ -72,10 +93,15 @@ class Console:
 
     def __init__(self, snapshot: Callable[[], ControlState], *, authorise: Authorise, history: History,
                  still_valid: StillValid | None = None, usage: Usage | None = None, logs: Logs | None = None,
-                 applied_diff: AppliedDiff | None = None, sample_interval: float = 5.0, session_ttl: float = SESSION_TTL,
-                 clock: Callable[[], float] = trio.current_time, wall: Callable[[], float] = time.time):
+                 applied_diff: AppliedDiff | None = None, accounts: Accounts | None = None,
+                 oidc: OidcClient | Callable[[], OidcClient | None] | None = None, sample_interval: float = 5.0,
+                 session_ttl: float = SESSION_TTL, clock: Callable[[], float] = trio.current_time,
+                 wall: Callable[[], float] = time.time):
         self.snapshot = snapshot
         self.authorise = authorise
+        self.accounts = accounts
+        self._oidc = oidc  # a client, or a function giving the one the settings in force name (None: none)
+        self.throttle = LoginThrottle()
         self.still_valid = still_valid
         self.history = history
         self.usage = usage
@@ -124,6 +150,8 @@ class Console:
         app.after_request(_secure_headers)
         app.add_url_rule(f"{PREFIX}/login", "login", self._login, methods=["GET", "POST"])
         app.add_url_rule(f"{PREFIX}/logout", "logout", self._logout, methods=["POST"])
+        app.add_url_rule(f"{PREFIX}/oidc/start", "oidc_start", self._oidc_start)
+        app.add_url_rule(f"{PREFIX}/oidc/callback", "oidc_callback", self._oidc_callback)
         app.add_url_rule(f"{PREFIX}/", "cluster", self._cluster)
         app.add_url_rule(PREFIX, "cluster_bare", self._cluster)
         app.add_url_rule(f"{PREFIX}/nodes", "nodes", self._nodes)
@@ -137,7 +165,7 @@ class Console:
         return app
 
     async def _guard(self) -> Response | None:
-        if request.endpoint in ("login", "static"):
+        if request.endpoint in ("login", "static", "oidc_start", "oidc_callback"):
             return None
         authorization = request.headers.get("Authorization", "")
         scheme, _, token = authorization.partition(" ")
@@ -146,28 +174,53 @@ class Console:
             if login is None:
                 return Response("the bearer token is not valid for the console\n", 401,
                                 {"WWW-Authenticate": "Bearer"}, content_type="text/plain")
-            g.principal, g.csrf, g.bearer = login.principal, "", True
-            return None
+            g.principal, g.csrf, g.bearer, g.login = login.principal, "", True, login
+            return self._member_refusal(login)
         now = self.wall()
         session = self.sessions.get(request.cookies.get(SESSION_COOKIE), now)
-        if session is not None and session.due(now) and self.still_valid is not None:
-            if await self.still_valid(session.token_id):
-                session = self.sessions.checked(session, now)
-            else:  # its token was revoked (or expired) since the login
-                self.sessions.close(session.session_id)
-                session = None
+        if session is not None and session.due(now):
+            session = await self._recheck(session, now)
         if session is None:
             if request.method == "GET" and "text/html" in request.headers.get("Accept", ""):
                 return redirect(f"{PREFIX}/login")
             return Response("log in to the console first (or send Authorization: Bearer <admin token>)\n", 401,
                             content_type="text/plain")
         g.principal, g.csrf, g.bearer, g.session_id = session.principal, session.csrf, False, session.session_id
+        g.login = session.login or Login(session.principal, session.token_id)
         if request.method == "POST":
             form = await request.form
             if not csrf_matches(session.csrf, form.get("csrf")):
                 return Response("the form's CSRF token does not match this session: reload the page\n", 403,
                                 content_type="text/plain")
-        return None
+        return self._member_refusal(g.login)
+
+    async def _recheck(self, session: Any, now: float) -> Any:
+        """`session` after checking again its store token (revoked, expired?) and its person (account disabled,
+        role taken away?): the refreshed session, or None (closed)."""
+        login = session.login or Login(session.principal, session.token_id)
+        fresh: Login | None = login
+        if session.token_id is not None and self.still_valid is not None \
+                and not await self.still_valid(session.token_id):
+            fresh = None
+        if fresh is not None and login.person is not None and self.accounts is not None:
+            fresh = await self.accounts.recheck(login)
+        if fresh is None:
+            self.sessions.close(session.session_id)
+            return None
+        return self.sessions.checked(session, now, fresh)
+
+    def _member_refusal(self, login: Login) -> Response | None:
+        """A project member sees their projects' usage only: the cluster's page sends them there, any other page
+        is a 403 with a sentence. None for operators and viewers, and for the pages a member may open."""
+        if login.role != "member":
+            return None
+        if request.endpoint in ("cluster", "cluster_bare"):
+            return redirect(f"{PREFIX}/usage", 303)
+        if request.endpoint in MEMBER_PAGES:
+            return None
+        return Response(f"{login.person} is a member of {', '.join(login.projects)}: members see their projects' "
+                        "usage (/console/usage); the cluster's pages are for operators and viewers "
+                        "(projects.yaml people)\n", 403, content_type="text/plain")
 
     def _secure(self) -> bool:
         # the scheme the client used: https when served over TLS, or behind a trusted proxy that says so
@@ -177,7 +230,7 @@ class Console:
     async def _login(self) -> Any:
         if request.method == "GET":
             nonce = request.cookies.get(LOGIN_COOKIE) or secrets.token_urlsafe(24)
-            response = Response(await render_template("login.html", csrf=nonce, error=None))
+            response = Response(await self._login_page(nonce, None))
             response.set_cookie(LOGIN_COOKIE, nonce, httponly=True, samesite="Strict", secure=self._secure(),
                                 path=f"{PREFIX}/login")
             return response
@@ -186,17 +239,87 @@ class Console:
         if not nonce or not csrf_matches(nonce, form.get("csrf")):
             return Response("the login form's CSRF token does not match: reload the login page\n", 403,
                             content_type="text/plain")
-        login = await self.authorise((form.get("token") or "").strip())
-        if login is None:
-            return Response(await render_template("login.html", csrf=nonce,
-                                                  error="That token is not valid. Use the control plane's admin "
-                                                        "token (<state>/admin-token)."), 401)
-        session = self.sessions.open(login.principal, self.wall(), login.token_id)
+        if "email" in form:
+            login, refusal = await self._password_login(str(form.get("email") or ""), str(form.get("password") or ""))
+            if login is None:
+                return Response(await self._login_page(nonce, refusal[1]), refusal[0])
+        else:
+            login = await self.authorise((form.get("token") or "").strip())
+            if login is None:
+                return Response(await self._login_page(nonce, "That token is not valid. Use the control plane's "
+                                                              "admin token (<state>/admin-token)."), 401)
+        return self._opened(login)
+
+    def _opened(self, login: Login) -> Response:
+        """The answer of a login that succeeded: a new session's cookie and a redirect to the cluster's page."""
+        session = self.sessions.open(login.principal, self.wall(), login.token_id, login)
         response = redirect(f"{PREFIX}/", 303)
         response.set_cookie(SESSION_COOKIE, session.session_id, httponly=True, samesite="Strict",
                             secure=self._secure(), path=PREFIX, max_age=int(self.sessions.ttl))
         response.delete_cookie(LOGIN_COOKIE, path=f"{PREFIX}/login")
         return response
+
+    async def _login_page(self, nonce: str, error: str | None) -> str:
+        return await render_template("login.html", csrf=nonce, error=error, accounts=self.accounts is not None,
+                                     oidc=self.oidc is not None)
+
+    @property
+    def oidc(self) -> OidcClient | None:
+        """The OpenID provider's client now (None: no OpenID login)."""
+        return self._oidc() if callable(self._oidc) else self._oidc
+
+    async def _oidc_start(self) -> Any:
+        oidc = self.oidc
+        if oidc is None or self.accounts is None:
+            return Response("this console has no OpenID provider\n", 404, content_type="text/plain")
+        try:
+            return redirect(await oidc.begin(self.wall()), 303)
+        except OidcError as exc:
+            return Response(await self._login_page("", str(exc)), 502)
+
+    async def _oidc_callback(self) -> Any:
+        """The provider's answer: the code exchanged, the ID token checked (`OidcClient.finish`), the e-mail's role
+        read from the settings (`Accounts.person`); a session like a password login's, or the login page with why
+        not. The provider's own error (access_denied, ...) is shown as it says it."""
+        oidc = self.oidc
+        if oidc is None or self.accounts is None:
+            return Response("this console has no OpenID provider\n", 404, content_type="text/plain")
+        args = request.args
+        if args.get("error"):
+            return Response(await self._login_page("", f"The OpenID provider refused the login: "
+                                                       f"{args.get('error')[:80]} {args.get('error_description', '')[:200]}"), 401)
+        try:
+            email = await oidc.finish(args.get("code", ""), args.get("state", ""), self.wall())
+        except OidcError as exc:
+            return Response(await self._login_page("", f"{exc}."), 401)
+        login = await self.accounts.person(email)
+        if login is None or not login.role:
+            return Response(await self._login_page("", f"{email} has no role here: projects.yaml names them "
+                                                       "neither in people nor as a project's member (or their "
+                                                       "account is disabled). Ask an operator."), 403)
+        return self._opened(login)
+
+    async def _password_login(self, email: str, password: str) -> tuple[Login | None, tuple[int, str]]:
+        """An account's login, or None and (status, sentence): 429 while the e-mail or the client's address is
+        locked out (`LoginThrottle`: even a right password), 401 for a wrong one (counted), 403 for no role."""
+        if self.accounts is None:
+            return None, (404, "This console takes tokens only: no accounts are set up.")
+        email = email.strip().lower()
+        keys = (f"email:{email}", f"address:{request.remote_addr or ''}")
+        wait = self.throttle.wait(keys, self.clock())
+        if wait > 0:
+            minutes = max(1, round(wait / 60))
+            return None, (429, f"Too many failed logins for this account or from this address: try again in about "
+                               f"{minutes} minute{'s' if minutes != 1 else ''}.")
+        login = await self.accounts.log_in(email, password)
+        if login is None:
+            self.throttle.failed(keys, self.clock())
+            return None, (401, "That e-mail and password do not match an active account.")
+        self.throttle.succeeded(keys)
+        if login.role not in ("operator", "viewer", "member"):
+            return None, (403, f"{email} has no role: projects.yaml names them neither in people.operators or "
+                               "people.viewers nor as a project's member. Ask an operator.")
+        return login, (200, "")
 
     async def _logout(self) -> Any:
         if not g.bearer:
@@ -209,7 +332,7 @@ class Console:
         state = context.pop("state")
         settings = state.settings
         return await render_template(
-            template, page=page, principal=g.principal, csrf=g.csrf, bearer=g.bearer,
+            template, page=page, principal=g.principal, csrf=g.csrf, bearer=g.bearer, login=g.login,
             leader=state.leadership.leader, leader_holder=state.leadership.holder,
             cluster_name=settings.cluster.name if settings else "", usage_page=self.usage is not None,
             logs_page=self.logs is not None, **context,
@@ -296,7 +419,10 @@ class Console:
             return await self._page("missing.html", "usage", state=state, what="usage store"), 404
         days = _int_arg("days", 7, 1, 366)
         since = self.wall() - days * 86400.0
-        groups = {by: await self.usage(by, since) for by in USAGE_GROUPS}
+        if g.login.role == "member":  # their projects only
+            groups = {by: await self.usage(by, since, g.login.projects) for by in USAGE_GROUPS}
+        else:
+            groups = {by: await self.usage(by, since) for by in USAGE_GROUPS}
         settings = state.settings
         currency = settings.cluster.currency if settings else ""
         return await self._page("usage.html", "usage", state=state, days=days, groups=groups, currency=currency,
@@ -329,7 +455,8 @@ async def _bad_parameter(error: BadParameter) -> Response:
 def _plain(entry: Any) -> dict[str, Any]:
     if isinstance(entry, dict):
         return entry
-    return {name: getattr(entry, name) for name in ("commit", "time", "author", "message", "files")}
+    return {name: getattr(entry, name, "") for name in ("commit", "time", "author", "message", "files",
+                                                         "settings_author")}
 
 
 async def _secure_headers(response: Response) -> Response:

@@ -1,7 +1,8 @@
-"""The console's login sessions: random ids kept in memory, each with its principal, CSRF token and expiry, and
-the id of the store token it logged in with (None for the control plane's own admin token). A session's token is
-checked again (revoked? expired?) at least every RECHECK_SECONDS (`Session.due`): a revoked token's sessions end
-within a minute.
+"""The console's login sessions: random ids kept in memory, each with its principal, CSRF token and expiry, the
+id of the store token it logged in with (None for the control plane's own admin token or an account's password),
+and the person it belongs to (`person`, an e-mail: an account's login, or the owner of the token) with their role
+and projects. A session's token and person are checked again (revoked? expired? account disabled? role taken
+away in projects.yaml?) at least every RECHECK_SECONDS (`Session.due`): such sessions end within a minute.
 
 The id travels in a cookie (HttpOnly, SameSite=Strict, Secure over TLS, path /console); the CSRF token in every
 form. Sessions live in the control plane's memory: a restart of the control plane logs everyone out. Times are
@@ -24,17 +25,23 @@ RECHECK_SECONDS = 60.0
 
 @dataclass(frozen=True)
 class Login:
-    """Who a token check let in: `principal` (a name for pages) and the store token's id (`token_id`; None for the
-    control plane's own admin token, which no store can revoke)."""
+    """Who a check let in: `principal` (a name for pages), the store token's id (`token_id`; None for the control
+    plane's own admin token, which no store can revoke, and for a password login), the `person` (an e-mail; None:
+    a token of nobody's) and what they may do: `role` ("operator", "viewer" or "member", llmgw.settings.people;
+    a token of nobody's is "operator", as the admin token) and, for a member, their `projects`."""
 
     principal: str
     token_id: str | None = None
+    person: str | None = None
+    role: str = "operator"
+    projects: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
 class Session:
-    """One login: `principal` (who logged in, as the token check named it), `csrf` token, `expires` (unix s), the
-    store token's id (`token_id`, None: the plane's own token) and when it was last checked (`checked`, unix s)."""
+    """One login: `principal` (who logged in, as the check named it), `csrf` token, `expires` (unix s), the
+    store token's id (`token_id`, None: the plane's own or a password), when it was last checked (`checked`, unix
+    s), and the `login` it was opened with (refreshed by each check: a role can change with the settings)."""
 
     session_id: str
     principal: str
@@ -42,10 +49,12 @@ class Session:
     expires: float
     token_id: str | None = None
     checked: float = 0.0
+    login: Login | None = None
 
     def due(self, now: float) -> bool:
-        """Whether this session's store token must be checked again before it is used at `now`."""
-        return self.token_id is not None and now - self.checked >= RECHECK_SECONDS
+        """Whether this session's store token or person must be checked again before it is used at `now`."""
+        person = self.login is not None and self.login.person is not None
+        return (self.token_id is not None or person) and now - self.checked >= RECHECK_SECONDS
 
 
 class SessionBook:
@@ -55,14 +64,14 @@ class SessionBook:
         self.ttl = ttl
         self._sessions: dict[str, Session] = {}
 
-    def open(self, principal: str, now: float, token_id: str | None = None) -> Session:
-        """A new session for `principal` (logged in with store token `token_id`, None: the plane's own), valid for
-        `ttl` seconds from `now`."""
+    def open(self, principal: str, now: float, token_id: str | None = None, login: Login | None = None) -> Session:
+        """A new session for `principal` (logged in with store token `token_id`, None: the plane's own or a
+        password; `login`: the whole check's answer), valid for `ttl` seconds from `now`."""
         self._expire(now)
         while len(self._sessions) >= MAX_SESSIONS:
             self._sessions.pop(next(iter(self._sessions)))
         session = Session(secrets.token_urlsafe(32), principal, secrets.token_urlsafe(32), now + self.ttl,
-                          token_id, now)
+                          token_id, now, login or Login(principal, token_id))
         self._sessions[session.session_id] = session
         return session
 
@@ -76,9 +85,10 @@ class SessionBook:
             return None
         return session
 
-    def checked(self, session: Session, now: float) -> Session:
-        """`session` with its token found still valid at `now` (kept, if the session is still open)."""
-        renewed = replace(session, checked=now)
+    def checked(self, session: Session, now: float, login: Login | None = None) -> Session:
+        """`session` with its token and person found still valid at `now` (kept, if the session is still open);
+        `login`: what the person may do now (None: unchanged)."""
+        renewed = replace(session, checked=now, login=login or session.login)
         if session.session_id in self._sessions:
             self._sessions[session.session_id] = renewed
         return renewed

@@ -5,7 +5,9 @@ admin token, or a token of the store (`llmgw token create --scope S`) whose scop
 (`llmgw.store.TOKEN_SCOPES`): `admin` passes every route; `review` the read-only GET /api/v1/plan, /api/v1/fleet
 and /api/v1/status (`REVIEW_ROUTES`); `metrics` GET /metrics and `console` the web console's views (routes other
 modules add with `await authorised(request, "metrics")`). A missing or wrong token, or one of another
-scope, is 401.
+scope, is 401. A token that belongs to a person (`llmgw token create --owner EMAIL`) does what their role in
+projects.yaml allows (`refusal`: 403 with a sentence otherwise; a disabled account's tokens are 401), and the
+settings commits made for it have that person as author (`Caller.author`), llmgw as committer.
 Errors are `{"error": {"type", "message"}}` with 400 (bad request or settings; a wrong query parameter or body
 field adds `"param"`: its name), 401, 403, 404, 409 (the node is not connected) or 503 (try again).
 The API is described in docs/admin-api.yaml (OpenAPI 3.1), served at GET /openapi.yaml without a token.
@@ -13,7 +15,7 @@ The API is described in docs/admin-api.yaml (OpenAPI 3.1), served at GET /openap
     GET  /metrics                             Prometheus text format: fleet, control plane and gateway
                                               (llmgw.control.metrics); the admin token or a metrics token
     GET  /api/v1/status                      the status document
-    GET  /api/v1/history?limit=N              audit commits, newest first
+    GET  /api/v1/history?limit=N&author=P     audit commits, newest first (of person P's settings commits)
     GET  /api/v1/nodes | /api/v1/replicas     parts of the status
     POST /api/v1/apply {"wait", "allow_empty", "timeout", "expect", "reviewed"}    NDJSON progress lines, the
                                               last {"event": "end"}; "expect": refused unless the head is that
@@ -29,6 +31,8 @@ The API is described in docs/admin-api.yaml (OpenAPI 3.1), served at GET /openap
     GET  /api/v1/slurm/users                  members as Linux users on Slurm nodes: login, UID, home, keys
     POST /api/v1/slurm/users/keys {"action": "add"|"remove", "email", "keys": [...], "author_name", "author_email"}
                                               a commit of slurm.yaml ssh_keys
+    GET  /api/v1/keys?project=P | POST /api/v1/keys {"project", "name"} | POST /api/v1/keys/{id}/revoke
+                                              API keys (llmgw.control.admin_keys: members their projects')
     POST /api/v1/join-tokens {"ttl_seconds"}  a one-time token for `llmgw node join` (mTLS control planes), at
                                               most 7 days (MAX_JOIN_TOKEN_TTL)
     GET  /console/...                         the web console (llmgw.console; its own login, docs/console.md),
@@ -58,6 +62,7 @@ from urllib.parse import parse_qs, unquote_plus
 
 import trio
 
+from llmgw.control import admin_keys
 from llmgw.control.admin_listener import HOOK_TOKEN_HEADER, AdminTls, Network, forwarded_scope
 from llmgw.control.admin_inputs import (
     MAX_APPLY_TIMEOUT,
@@ -76,6 +81,8 @@ from llmgw.control.audit import KEPT_OFF
 from llmgw.control.keys import token_matches, webhook_signature_valid
 from llmgw.control.view import ControlView
 from llmgw.errors import LlmgwError, SettingsError, TemporaryError, UsageError
+from llmgw.settings import MEMBER, OPERATOR, VIEWER, Access
+from llmgw.store import CredentialState
 from llmgw.gateway import serve_lifespan
 
 MAX_BODY = 1 << 20
@@ -180,6 +187,55 @@ def _json_body(body: bytes) -> dict[str, Any]:
     return data
 
 
+@dataclass(frozen=True)
+class Person:
+    """Someone with an active account (`llmgw users add`): their `email`, `name` and what the settings in force let
+    them do (`access`: role and projects, llmgw.settings.people)."""
+
+    email: str
+    name: str
+    access: Access
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who sent an admin-API request: a `person` (a token that belongs to someone), or nobody's token (`person`
+    None: the control plane's own admin token, `token_id` None, or a store token of nobody's)."""
+
+    person: Person | None = None
+    token_id: str | None = None
+
+    def author(self, body: dict[str, Any]) -> tuple[str, str]:
+        """The author (name, e-mail) of a settings commit made for this caller: the person, whatever the body
+        says; for nobody's token the body's `author_name`/`author_email` (the CLI sends the caller's git config),
+        else "llmgw operator <operator@llmgw.invalid>"."""
+        if self.person is not None:
+            return self.person.name, self.person.email
+        return (body_text(body, "author_name", "llmgw operator"),
+                body_text(body, "author_email", "operator@llmgw.invalid"))
+
+
+def refusal(person: Person, method: str, path: str, body: dict[str, Any] | None = None) -> str | None:
+    """Why `person` may not send `method path` (a sentence for a 403), or None when they may. Operators may do
+    everything; viewers read (GET) everything; a project member may add and remove their own SSH keys only. Pure."""
+    role = person.access.role
+    if role == OPERATOR:
+        return None
+    if role == VIEWER:
+        return None if method == "GET" else (
+            f"{person.email} is a viewer (projects.yaml people.viewers): viewers read everything and change nothing; "
+            f"ask an operator to {method} {path}.")
+    if role == MEMBER:
+        if method == "POST" and path == "/api/v1/slurm/users/keys" and body is not None \
+                and str(body.get("email", "")).strip().lower() == person.email:
+            return None
+        return (f"{person.email} is a member of {', '.join(person.access.projects)}: members may change their own "
+                "SSH keys here, and see their projects' usage in the console; the rest of the admin API is for "
+                "operators and viewers (projects.yaml people).")
+    return (f"{person.email} has no role: projects.yaml names them neither in people.operators or people.viewers nor "
+            "as a project's member; ask an operator.")
+
+
 Asgi = Callable[[dict[str, Any], Any, Any], Awaitable[None]]
 """An ASGI app: `await app(scope, receive, send)`."""
 
@@ -256,15 +312,45 @@ class AdminApp:
         return token
 
     async def authorised(self, request, needed: str = SCOPE_ADMIN) -> bool:
-        """True when the request's bearer token may use a route of scope `needed` (one of TOKEN_SCOPES).
+        """True when the request's bearer token may use a route of scope `needed` (one of TOKEN_SCOPES)
+        (`caller` is not None). A checkpoint."""
+        return await self.caller(request, needed) is not None
 
-        The control plane's own admin token passes every scope; a store token passes its own scope, and an admin
-        one every scope (`Store.check_token`, run in a worker thread). A checkpoint.
+    async def caller(self, request, needed: str = SCOPE_ADMIN) -> Caller | None:
+        """Who sent the request, when its bearer token may use a route of scope `needed`; None when it may not.
+
+        The control plane's own admin token passes every scope, as nobody's; a store token passes its own scope,
+        and an admin one every scope (looked up in a worker thread). A token that belongs to a person is theirs
+        (`Caller.person`) while their account is active; a disabled account's tokens pass nothing. A checkpoint.
         """
         presented = self._presented(request)
-        if presented is True or not presented:
-            return bool(presented)
-        return bool(await self.in_store_thread(self.plane.store.check_token, presented, needed))
+        if presented is True:
+            return Caller()
+        if not presented:
+            return None
+        token = await self.in_store_thread(self.plane.store.find_token, presented)
+        if token is None or token.state(time.time()) is not CredentialState.ACTIVE \
+                or token.scope not in (needed, SCOPE_ADMIN):
+            return None
+        if token.owner is None:
+            return Caller(token_id=token.token_id)
+        person = await self.person_of(token.owner)
+        return None if person is None else Caller(person, token.token_id)
+
+    async def person_of(self, email: str) -> Person | None:
+        """The person of `email` when their account is active (a store read in a worker thread), with what the
+        settings in force let them do; None without an active account. A checkpoint."""
+        if self.plane.store is None or not email:
+            return None
+        account = await self.in_store_thread(self.plane.store.account, email)
+        if account is None or not account.active:
+            return None
+        return Person(account.email, account.name, self.access_of(account.email))
+
+    def access_of(self, email: str) -> Access:
+        """What `email` may do under the settings in force (no settings yet: nothing)."""
+        settings = self.plane.snapshot().settings
+        return settings.access_of(email) if settings is not None else Access(email.strip().lower(), None)
 
     async def in_store_thread(self, function: Callable[..., Any], *args: Any) -> Any:
         """`function(*args)` (a blocking store read) in a worker thread, at most TOKEN_CHECK_THREADS at once; the
@@ -306,11 +392,22 @@ class AdminApp:
         if path == "/metrics" and method == "GET":
             return await self._metrics(scope, send)
         needed = "review" if method == "GET" and path in REVIEW_ROUTES else SCOPE_ADMIN
-        if not await self.authorised(scope, needed):
+        caller = await self.caller(scope, needed)
+        if caller is None:
             raise _HttpError(401, "unauthorized",
                              "an admin token" + ("" if needed == SCOPE_ADMIN else f" or a token of scope {needed}")
                              + " is needed: pass --token, set LLMGW_ADMIN_TOKEN, or run on the control plane's "
-                             "machine (it reads <state>/admin-token)")
+                             "machine (it reads <state>/admin-token); a token of a disabled account passes nothing")
+        person = caller.person
+        if admin_keys.serves(path):  # their own rule: a member may use their projects' keys
+            body = _json_body(await _read_body(receive)) if method == "POST" else {}
+            status, doc = await admin_keys.serve_keys(self, person.access if person else None, method, path, query,
+                                                      body)
+            return await _send_json(send, status, doc)
+        if person is not None and not (method == "POST" and path == "/api/v1/slurm/users/keys"):
+            why = refusal(person, method, path)  # the SSH keys' route is checked with its body below
+            if why is not None:
+                raise _HttpError(403, "forbidden", why)
         raw_query = scope.get("query_string", b"").decode("utf-8", "replace")
         check_query_names(path, {unquote_plus(part.partition("=")[0]): "" for part in raw_query.split("&") if part})
         plane = self.plane
@@ -326,7 +423,8 @@ class AdminApp:
             return await _send_json(send, 200, {"replicas": doc["replicas"],
                                                 "serving_stopped": doc["settings"]["serving_stopped"]})
         if method == "GET" and path == "/api/v1/history":
-            return await self._history(send, query_int(query, "limit", 50, 1, MAX_HISTORY_LIMIT))
+            return await self._history(send, query_int(query, "limit", 50, 1, MAX_HISTORY_LIMIT),
+                                       query.get("author") or None)
         if method == "GET" and path == "/api/v1/fleet":
             return await _send_json(send, 200, self._fleet_snapshot())
         if method == "GET" and path == "/api/v1/plan":
@@ -339,20 +437,20 @@ class AdminApp:
             return await _send_json(send, 200, {"node": node, "shard": query.get("shard", ""), "lines": lines})
         if method == "POST" and path in ("/api/v1/stop", "/api/v1/start"):
             body = _json_body(await _read_body(receive))
-            name = body_text(body, "author_name", "llmgw operator")
-            email = body_text(body, "author_email", "operator@llmgw.invalid")
+            name, email = caller.author(body)
             commit = await plane.set_stopped(path.endswith("stop"), name, email)
-            return await _send_json(send, 200, {"commit": commit, "stopped": path.endswith("stop")})
+            return await _send_json(send, 200, {"commit": commit, "stopped": path.endswith("stop"),
+                                                "author": f"{name} <{email}>"})
         if method == "POST" and path.startswith("/api/v1/nodes/") and path.count("/") == 5:
             node, verb = path.split("/")[4:6]  # /api/v1/nodes/<node>/<cordon|uncordon|drain|lend|reclaim>
             if verb not in ("cordon", "uncordon", "drain", "lend", "reclaim"):
                 raise _HttpError(404, "not_found", f"no route {method} {path}")
             body = _json_body(await _read_body(receive))
-            done = await plane.node_verb(verb, node, body_text(body, "author_name", "llmgw operator"),
-                                         body_text(body, "author_email", "operator@llmgw.invalid"))
+            name, email = caller.author(body)
+            done = await plane.node_verb(verb, node, name, email)
             known = plane.snapshot().fleet.get(node) is not None
             return await _send_json(send, 200, {"commit": done.commit, "changed": done.changed, "node": node,
-                                                "verb": verb, "known": known})
+                                                "verb": verb, "known": known, "author": f"{name} <{email}>"})
         if method == "POST" and path == "/api/v1/fabric-test":
             body = _json_body(await _read_body(receive))
             a, b = body_text(body, "a", ""), body_text(body, "b", "")
@@ -369,16 +467,18 @@ class AdminApp:
                     or not all(isinstance(key, str) for key in keys) or (action == "add" and not keys):
                 raise _HttpError(400, "bad_request", "say {\"action\": \"add\" or \"remove\", \"email\": ..., "
                                  "\"keys\": [public key lines]} (add needs at least one key)")
-            done = await plane.ssh_keys(action, email, tuple(keys), body_text(body, "author_name", "llmgw operator"),
-                                        body_text(body, "author_email", "operator@llmgw.invalid"))
+            if person is not None and (why := refusal(person, method, path, body)) is not None:
+                raise _HttpError(403, "forbidden", why)
+            name, author_email = caller.author(body)
+            done = await plane.ssh_keys(action, email, tuple(keys), name, author_email)
             return await _send_json(send, 200, {"commit": done.commit, "changed": done.changed, "email": email,
-                                                "action": action})
+                                                "action": action, "author": f"{name} <{author_email}>"})
         if method == "POST" and path == "/api/v1/join-tokens":
             body = _json_body(await _read_body(receive))
             ttl = body_number(body, "ttl_seconds", 3600.0, 0.0, MAX_JOIN_TOKEN_TTL)
             return await _send_json(send, 200, plane.create_join_token(ttl))
         if method == "POST" and path == "/api/v1/apply":
-            return await self._apply(receive, send)
+            return await self._apply(receive, send, caller)
         if method == "POST" and path == "/api/v1/restart":
             return await self._restart(receive, send)
         raise _HttpError(404, "not_found", f"no route {method} {path}")
@@ -416,14 +516,15 @@ class AdminApp:
         taken = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         return snapshot_to_json(FleetSnapshot(state.fleet.fleet(), taken, settings.commit if settings else None))
 
-    async def history_entries(self, limit: int) -> list:
-        """The last `limit` audit commits, newest first (`llmgw.settings.read_audit_log`, in a thread)."""
+    async def history_entries(self, limit: int, author: str | None = None) -> list:
+        """The last `limit` audit commits, newest first, of `author`'s settings commits when given (a name or
+        e-mail: `llmgw.settings.AuditEntry.by`; `llmgw.settings.read_audit_log`, in a thread)."""
         from llmgw.settings import read_audit_log
 
-        return await trio.to_thread.run_sync(read_audit_log, str(self.plane.watcher_repo_path), limit)
+        return await trio.to_thread.run_sync(read_audit_log, str(self.plane.watcher_repo_path), limit, author)
 
-    async def _history(self, send, limit: int) -> None:
-        entries = await self.history_entries(limit)
+    async def _history(self, send, limit: int, author: str | None = None) -> None:
+        entries = await self.history_entries(limit, author)
         await _send_json(send, 200, {"entries": [
             asdict(e) if is_dataclass(e) else e for e in entries
         ]})
@@ -435,8 +536,10 @@ class AdminApp:
         await _send_json(send, 200, {"plan": plan_to_json(plan), "lines": render_plan(plan, include_keep=False),
                                      "changes": plan.changes or bool(plan.unplaced)})
 
-    async def _apply(self, receive, send) -> None:
+    async def _apply(self, receive, send, caller: Caller) -> None:
         body = _json_body(await _read_body(receive))
+        if caller.person is not None:  # the audit names the person, whatever the body says
+            body["who"] = f"{caller.person.name} <{caller.person.email}>"
 
         async def emit(event: dict[str, Any]) -> None:
             await send({"type": "http.response.body", "body": _encode(event) + b"\n", "more_body": True})

@@ -30,9 +30,10 @@ class AdminInputError(LlmgwError):
 
 # The query parameters each route takes; any other is refused (a typo such as `limt=5` is not silently ignored).
 QUERY_PARAMETERS: dict[str, frozenset[str]] = {
-    "/api/v1/history": frozenset({"limit"}),
+    "/api/v1/history": frozenset({"limit", "author"}),
     "/api/v1/plan": frozenset({"rev"}),
     "/api/v1/logs": frozenset({"node", "shard", "lines"}),
+    "/api/v1/keys": frozenset({"project"}),
 }
 
 

@@ -58,7 +58,7 @@ class AdminClient:
     """Blocking calls to the admin API at `url` with `token`. Timeouts in seconds.
 
     Every method raises: TemporaryError when nothing answers at `url`; UsageError for a refused token (401),
-    an unknown node (409) or a bad request; SettingsError (400 "settings") with the issues as sent;
+    a person's role that does not allow the request (403), an unknown node (409) or a bad request; SettingsError (400 "settings") with the issues as sent;
     LlmgwError for anything else the server reports.
     """
 
@@ -91,7 +91,7 @@ class AdminClient:
             raise UsageError(f"the admin API at {self.url} refused the token: {message}")
         if error.get("type") == "settings":
             raise SettingsError(message)
-        if response.status_code in (400, 404, 409, 413):
+        if response.status_code in (400, 403, 404, 409, 413):  # 403: a person's role does not allow it
             raise UsageError(message)
         if response.status_code == 503:
             raise TemporaryError(message)

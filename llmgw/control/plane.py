@@ -155,6 +155,10 @@ class ControlPlane:
         """The replica key of `replica_id` (`llmgw.control.keys.ReplicaKeys`)."""
         return self.keys.get(replica_id)
 
+    def secret(self, name: str) -> str | None:
+        """The named secret (`SecretResolver.get`: the secrets directory, else $LLMGW_SECRET_<NAME>), or None."""
+        return self.secrets.get(name)
+
     def webhook_secret(self) -> bytes | None:
         """The forge webhook secret (named secret "webhook"), or None when none is configured."""
         value = self.secrets.get(WEBHOOK_SECRET)

@@ -56,6 +56,9 @@ class ControlView(Protocol):
     def webhook_secret(self) -> bytes | None:
         """The forge webhook secret (named secret "webhook"), or None."""
 
+    def secret(self, name: str) -> str | None:
+        """The named secret (the secrets directory, else $LLMGW_SECRET_<NAME>), or None when there is none."""
+
     def gateway_registry(self) -> Any:
         """The Prometheus registry of this control plane's gateway counters, or None when it runs no gateway."""
 

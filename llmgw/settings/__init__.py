@@ -19,7 +19,9 @@ from llmgw.settings.diffing import (
 )
 from llmgw.settings.history import BranchCommit, audit_commit, commits_since, read_audit_chain
 from llmgw.settings.loading import SchemaCheck, load_commit, load_directory
+from llmgw.settings.people import MEMBER, OPERATOR, ROLES, VIEWER, Access, People
 from llmgw.settings.model import (
+    ConsoleOidc,
     Adapter, AgentSettings, ClusterSettings, Endpoint, EngineVersion, Listener, Model, Organisation, Prices,
     Project, Quota, Resources, Settings, StoreSettings, Team, Tracing, WeightsFile,
 )
@@ -38,7 +40,7 @@ from llmgw.settings.valid_trees import VALID_TREES_FILE, read_valid_trees, valid
 
 __all__ = [
     "Adapter", "AgentSettings", "ClusterSettings", "Endpoint", "EngineVersion", "Listener", "Model",
-    "Organisation", "Prices", "Project", "Quota", "Resources", "Settings", "StoreSettings", "Team", "Tracing",
+    "Access", "ConsoleOidc", "People", "ROLES", "OPERATOR", "VIEWER", "MEMBER", "Organisation", "Prices", "Project", "Quota", "Resources", "Settings", "StoreSettings", "Team", "Tracing",
     "WeightsFile",
     "load_directory", "load_commit", "SchemaCheck", "validate_data",
     "VALID_TREES_FILE", "read_valid_trees", "validation_key", "diff_settings", "SettingsDiff", "Change", "FieldChange",

@@ -20,8 +20,8 @@ from typing import Any
 from llmgw.errors import Issue
 from llmgw.identity import Routing
 from llmgw.settings.model import (
-    Adapter, AgentSettings, ClusterSettings, Endpoint, EngineVersion, Listener, Model, Organisation, Prices,
-    Project, Quota, Resources, Rollout, Settings, StoreSettings, Team, Tracing, WeightsFile,
+    Adapter, AgentSettings, ClusterSettings, ConsoleOidc, Endpoint, EngineVersion, Listener, Model, Organisation,
+    Prices, Project, Quota, Resources, Rollout, Settings, StoreSettings, Team, Tracing, WeightsFile,
 )
 from llmgw.settings.adapters import adapter_problems
 from llmgw.settings.parsing import Parsed
@@ -110,6 +110,7 @@ def build_cluster(data: Mapping[str, Any]) -> ClusterSettings:
         tracing=build_tracing(data.get("tracing", {})),
         trace_requests=float(data.get("tracing", {}).get("sample_requests", defaults.trace_requests)),
         trusted_release_keys=tuple(data.get("releases", {}).get("trusted_keys", ())),
+        console_oidc=ConsoleOidc(**data["console"]["oidc"]) if "oidc" in data.get("console", {}) else None,
     )
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import io
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pygit2
 from ruamel.yaml import YAML
@@ -30,13 +30,53 @@ from llmgw.settings.repository import LLMGW_SIGNATURE, write_tree
 @dataclass(frozen=True)
 class AuditEntry:
     """One audit commit: `commit` id, `time` (Unix seconds), `author` ("name <email>"), `message`,
-    and `files` the paths it added, changed or removed compared with its parent."""
+    `files` the paths it added, changed or removed compared with its parent, and `settings_author` ("name
+    <email>", "" when unknown): who authored the settings commit its (latest) pass worked for (its first
+    `Settings-Author:` line, `append_audit`), the person behind what the pass did."""
 
     commit: str
     time: float
     author: str
     message: str
     files: tuple[str, ...] = ()
+    settings_author: str = ""
+
+    def by(self, person: str) -> bool:
+        """Whether `person` (a name or e-mail, or a part of one; any case) authored a settings commit one of this
+        entry's passes worked for (an entry may hold several passes), or is its author."""
+        wanted = person.strip().lower()
+        authors = [*_trailers(self.message, SETTINGS_AUTHOR_TRAILER), self.author]
+        return bool(wanted) and any(wanted in author.lower() for author in authors)
+
+
+SETTINGS_COMMIT_TRAILER = "Settings-Commit: "
+SETTINGS_AUTHOR_TRAILER = "Settings-Author: "
+
+
+def _trailers(message: str, name: str) -> list[str]:
+    """The values of the lines of `message` starting with `name`, in order."""
+    return [line[len(name):].strip() for line in message.splitlines() if line.startswith(name)]
+
+
+def _with_settings_author(repo: pygit2.Repository, message: str) -> str:
+    """`message` with a `Settings-Author: name <email>` line after each `Settings-Commit: <id>` one (an audit commit
+    may hold several passes), naming that commit's author; a commit that is unknown, or "none", gets none."""
+    lines = message.split("\n")
+    out: list[str] = []
+    for index, line in enumerate(lines):
+        out.append(line)
+        if not line.startswith(SETTINGS_COMMIT_TRAILER):
+            continue
+        following = lines[index + 1] if index + 1 < len(lines) else ""
+        commit_id = line[len(SETTINGS_COMMIT_TRAILER):].strip()
+        if following.startswith(SETTINGS_AUTHOR_TRAILER) or not commit_id or commit_id == "none":
+            continue
+        try:
+            author = repo.revparse_single(commit_id).peel(pygit2.Commit).author
+        except (KeyError, ValueError, pygit2.GitError):
+            continue
+        out.append(f"{SETTINGS_AUTHOR_TRAILER}{author.name} <{author.email}>")
+    return "\n".join(out)
 
 
 def _head(repo: pygit2.Repository, ref: str) -> pygit2.Commit | None:
@@ -114,13 +154,14 @@ def append_audit(repo_path: str | os.PathLike[str], files: dict[str, bytes | Non
 
     `files` maps "dir/name" to content; a value of None removes that path. The parent is the previous audit
     commit (none for the first). Control characters in `message` other than newline and tab are escaped as
-    `\\xNN`. Returns the new commit id. The caller keeps secrets out of `files`.
+    `\\xNN`; each `Settings-Commit: <id>` line gets a `Settings-Author: name <email>` line after it, naming who
+    authored that settings commit. Returns the new commit id. The caller keeps secrets out of `files`.
     """
     repo = open_repository(repo_path)
     parent = _head(repo, AUDIT_REF)
     tree = write_tree(repo, dict(files), parent.tree if parent else None)
     signature = pygit2.Signature(author_name, author_email)
-    text = message.translate(_CONTROL_ESCAPES)
+    text = _with_settings_author(repo, message).translate(_CONTROL_ESCAPES)
     text = text if text.endswith("\n") else text + "\n"
     commit = repo.create_commit(None, signature, signature, text, tree, [parent.id] if parent else [])
     _move(repo, AUDIT_REF, commit, parent.id if parent else None, text.splitlines()[0] if text.strip() else "audit")
@@ -137,20 +178,23 @@ def set_ref(repo_path: str | os.PathLike[str], ref: str, commit_id: str) -> None
     repo.create_reference_direct(ref, commit.id, True, message=f"llmgw: {ref} -> {commit.id}")
 
 
-def read_audit_log(repo_path: str | os.PathLike[str], limit: int = 50) -> list[AuditEntry]:
-    """The last `limit` audit commits, newest first (empty when there is no audit ref yet)."""
+def read_audit_log(repo_path: str | os.PathLike[str], limit: int = 50, author: str | None = None,
+                   scan: int = 10_000) -> list[AuditEntry]:
+    """The last `limit` audit commits, newest first (empty when there is no audit ref yet); with `author`, only
+    those `AuditEntry.by` that person, looking at the last `scan` audit commits at most."""
     repo = open_repository(repo_path)
     commit = _head(repo, AUDIT_REF)
     entries: list[AuditEntry] = []
-    while commit is not None and len(entries) < limit:
+    seen = 0
+    while commit is not None and len(entries) < limit and seen < scan:
+        seen += 1
         parent = commit.parents[0] if commit.parents else None
-        if parent is not None:
-            diff = repo.diff(parent.tree, commit.tree)
-        else:
-            diff = commit.tree.diff_to_tree(swap=True)
-        paths = tuple(sorted({d.delta.new_file.path if d.delta.new_file.path else d.delta.old_file.path for d in diff}))
-        entries.append(AuditEntry(str(commit.id), float(commit.commit_time),
-                                  f"{commit.author.name} <{commit.author.email}>", commit.message, paths))
+        entry = AuditEntry(str(commit.id), float(commit.commit_time), f"{commit.author.name} <{commit.author.email}>",
+                           commit.message, (), next(iter(_trailers(commit.message, SETTINGS_AUTHOR_TRAILER)), ""))
+        if author is None or entry.by(author):
+            diff = repo.diff(parent.tree, commit.tree) if parent is not None else commit.tree.diff_to_tree(swap=True)
+            paths = {d.delta.new_file.path if d.delta.new_file.path else d.delta.old_file.path for d in diff}
+            entries.append(replace(entry, files=tuple(sorted(paths))))
         commit = parent
     return entries
 

@@ -42,7 +42,7 @@ class Change:
     """What changed about one subject.
 
     `section` is one of "cluster", "engine", "model", "agents", "node", "organisation", "team", "project",
-    "firewall", "slurm"; `name` the subject's name (model name, node id, "llama.cpp@b11434", ...);
+    "firewall", "slurm", "people"; `name` the subject's name (model name, node id, "llama.cpp@b11434", ...);
     `action` "added", "removed" or "changed"; `fields` the values that differ (for added/removed: its values).
     """
 
@@ -186,7 +186,7 @@ def diff_settings(a: Settings, b: Settings) -> SettingsDiff:
     changes += _section("organisation", a.organisations, b.organisations)
     changes += _section("team", a.teams, b.teams)
     changes += _section("project", a.projects, b.projects)
-    for section in ("firewall", "slurm"):
+    for section in ("firewall", "slurm", "people"):
         fields = _field_changes(getattr(a, section), getattr(b, section))
         if fields:
             changes.append(Change(section, section, "changed", fields))

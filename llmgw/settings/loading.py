@@ -17,6 +17,7 @@ from typing import Any
 import pygit2
 
 from llmgw.errors import Issue, SettingsError
+from llmgw.settings.people import People, build_people
 from llmgw.settings.building import (
     Found, build_agent, build_cluster, build_engines, build_model, build_projects, build_settings, check_model,
     check_names,
@@ -206,8 +207,10 @@ def _load_tree(tree: TreeFiles, commit: str | None, found: Found, check_schema: 
             node_agents[_stem(path)] = build_agent(data, agent_defaults)
 
     orgs, teams, projects = ({}, {}, {})
+    people = People()
     if "projects.yaml" in good:
         found.current = "projects.yaml"
+        people = build_people(good["projects.yaml"][1].get("people", {}), found, "projects.yaml")
         # A catalog file that did not load may hold the aliases a project names: no follow-on errors for those.
         orgs, teams, projects = build_projects(good["projects.yaml"][1], found, "projects.yaml",
                                                None if invalid_names else known)
@@ -239,7 +242,8 @@ def _load_tree(tree: TreeFiles, commit: str | None, found: Found, check_schema: 
         raise SettingsError(errors + list(warnings))
     return build_settings(
         cluster, models=models, engines=engines, agent_defaults=agent_defaults, node_agents=node_agents,
-        organisations=orgs, teams=teams, projects=projects, firewall=firewall, slurm=slurm, commit=commit,
+        organisations=orgs, teams=teams, projects=projects, firewall=firewall, slurm=slurm, people=people,
+        commit=commit,
         warnings=warnings,
     )
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from llmgw.identity import Quota, Routing, resolve_model
 from llmgw.settings.firewall import FirewallSettings
+from llmgw.settings.people import Access, People, access_of
 from llmgw.settings.slurm import SlurmSettings
 
 ENGINES = ("llama.cpp", "vllm", "sglang")
@@ -66,6 +67,18 @@ class Tracing:
 
 
 @dataclass(frozen=True)
+class ConsoleOidc:
+    """llmgw.yaml `console.oidc`: the OpenID provider the console logs people in through (`issuer`), the console as
+    its client (`client_id`, `client_secret`: the NAME of the secret holding it) and the `redirect_uri` registered
+    there."""
+
+    issuer: str
+    client_id: str
+    client_secret: str
+    redirect_uri: str
+
+
+@dataclass(frozen=True)
 class ClusterSettings:
     """`llmgw.yaml`: the cluster as a whole.
 
@@ -85,6 +98,7 @@ class ClusterSettings:
     `kv_blocks_per_replica`: the most prefix-cache block hashes kept per vLLM replica (llmgw.control.kv_blocks).
     `trusted_release_keys`: `releases.trusted_keys`, the key lines of the minisign public keys whose releases nodes
     may install (llmgw.release.verify_release takes them), in file order without repeats.
+    `console_oidc`: `console.oidc`, the console's OpenID Connect login (None: none).
     """
 
     name: str
@@ -111,6 +125,7 @@ class ClusterSettings:
     tracing: Tracing = Tracing()
     trace_requests: float = 0.0
     trusted_release_keys: tuple[str, ...] = ()
+    console_oidc: ConsoleOidc | None = None
 
 
 @dataclass(frozen=True)
@@ -343,10 +358,16 @@ class Settings:
     projects: Mapping[str, Project] = field(default_factory=frozen_map)
     firewall: FirewallSettings = FirewallSettings()
     slurm: SlurmSettings = SlurmSettings()
+    people: People = People()
     commit: str | None = field(default=None, compare=False)
     # Added by the settings loader: warnings found while loading (e.g. weights pinned by sha256 alone), as
     # llmgw.errors.Issue with severity "warning". Not part of the settings' meaning, so not compared.
     warnings: tuple[Any, ...] = field(default=(), compare=False)
+
+    def access_of(self, email: str) -> Access:
+        """What the person `email` may do under these settings (projects.yaml `people` and project `members`;
+        `llmgw.settings.people`)."""
+        return access_of(email, self.people, self.projects)
 
     def agent_settings_for(self, node_id: str) -> AgentSettings:
         """The agent settings of `node_id`: its override file merged over the defaults, or the defaults."""

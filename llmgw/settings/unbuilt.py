@@ -66,10 +66,6 @@ UNBUILT: tuple[UnbuiltKey, ...] = (
     *(UnbuiltKey("engines", (engine, ANY, key), _NO_INSTALL[engine])
       for engine in ("vllm", "sglang") for key in ("archives", "sdist", "mirror", "build_args")),
     UnbuiltKey("agent", ("fabrics",), "nothing reads this key: agents report the interconnects they discover"),
-    UnbuiltKey("projects", ("organisations", NAME, "teams", NAME, "projects", NAME, "members"),
-               "API keys are created and revoked with the admin token (`llmgw keys`), whoever the members are; "
-               "members only become users of the project's Slurm account and, with slurm.yaml `users: llmgw`, Linux "
-               "users on the Slurm nodes"),
 )
 
 

@@ -66,8 +66,9 @@ C = TypeVar("C", bound=Credential)
 @dataclass(frozen=True)
 class _Table(Generic[C]):
     """How one kind of `Credential` is stored: its `table`, whose rows are `_COLUMNS` with the `group` column (what
-    it belongs to) second and then the digest; its record type; its id (`id_prefix` and `id_bytes` random bytes in
-    hex); what a person calls it and the command that lists the ids."""
+    it belongs to) second, then the `extra` columns of that kind (fields of its record by the same name) and then the
+    digest; its record type; its id (`id_prefix` and `id_bytes` random bytes in hex); what a person calls it and
+    the command that lists the ids."""
 
     table: str
     group: str
@@ -76,34 +77,37 @@ class _Table(Generic[C]):
     id_bytes: int
     noun: str
     lister: str
+    extra: tuple[str, ...] = ()
 
     @property
     def columns(self) -> str:
-        return f"id, {self.group}, name, prefix, created_at, expires_at, revoked_at"
+        return ", ".join((f"id, {self.group}, name, prefix, created_at, expires_at, revoked_at", *self.extra))
 
     def record_of(self, row: tuple) -> C:
         return self.record(row[0], row[1], name=row[2], prefix=row[3], created_at=row[4], expires_at=row[5],
-                           revoked_at=row[6])
+                           revoked_at=row[6], **dict(zip(self.extra, row[7:7 + len(self.extra)])))
 
 
 _API_KEYS: _Table[ApiKey] = _Table("api_keys", "project", ApiKey, "key_", 4, "API key", "llmgw keys list")
-_TOKENS: _Table[Token] = _Table("tokens", "scope", Token, "tok_", 6, "token", "llmgw token list")
+_TOKENS: _Table[Token] = _Table("tokens", "scope", Token, "tok_", 6, "token", "llmgw token list", ("owner",))
 
 
 def _insert(conn: SqlConnection, kind: _Table[C], group: str, name: str | None, expires_at: float | None, now: float,
-            prefix: str) -> tuple[C, str]:
-    """Store a new credential of `kind` whose plaintext starts with `prefix`; returns (record, plaintext)."""
+            prefix: str, extra: tuple = ()) -> tuple[C, str]:
+    """Store a new credential of `kind` whose plaintext starts with `prefix` (`extra`: the values of its extra
+    columns); returns (record, plaintext)."""
     plaintext = new_token(prefix)
     shown = plaintext[: len(prefix) + _DISPLAY_CHARS]
+    marks = ", ".join("?" * len(kind.extra))
     for _attempt in range(8):
         credential_id = kind.id_prefix + secrets.token_hex(kind.id_bytes)
         inserted = conn.execute(
-            f"INSERT INTO {kind.table} ({kind.columns}, hash) VALUES (?, ?, ?, ?, ?, ?, NULL, ?) "
+            f"INSERT INTO {kind.table} ({kind.columns}, hash) VALUES (?, ?, ?, ?, ?, ?, NULL, {marks + ', ' if marks else ''}?) "
             "ON CONFLICT DO NOTHING RETURNING id",
-            (credential_id, group, name, shown, now, expires_at, digest(plaintext)),
+            (credential_id, group, name, shown, now, expires_at, *extra, digest(plaintext)),
         ).fetchone()
         if inserted is not None:  # None: an id collision (1 in 4 billion for keys): draw another id
-            return kind.record_of((credential_id, group, name, shown, now, expires_at, None)), plaintext
+            return kind.record_of((credential_id, group, name, shown, now, expires_at, None, *extra)), plaintext
     raise StoreError(f"Could not draw a free {kind.noun} id after 8 attempts; the {kind.table} table looks corrupt.")
 
 
@@ -111,7 +115,7 @@ def _find(conn: SqlConnection, kind: _Table[C], plaintext: str) -> C | None:
     """The record of `kind` whose digest is that of `plaintext` (revoked and expired ones too), or None."""
     presented = digest(plaintext)
     row = conn.execute(f"SELECT {kind.columns}, hash FROM {kind.table} WHERE hash = ?", (presented,)).fetchone()
-    if row is None or not hmac.compare_digest(bytes(row[7]), presented):
+    if row is None or not hmac.compare_digest(bytes(row[7 + len(kind.extra)]), presented):
         return None
     return kind.record_of(row)
 
@@ -178,13 +182,19 @@ def _check_scope(scope: str) -> None:
 
 
 def insert_token(conn: SqlConnection, scope: str, name: str | None, expires_at: float | None,
-                 now: float) -> tuple[Token, str]:
-    """Create a token of `scope` (one of TOKEN_SCOPES); returns (record, plaintext). Only its digest is stored.
+                 now: float, owner: str | None = None) -> tuple[Token, str]:
+    """Create a token of `scope` (one of TOKEN_SCOPES) belonging to `owner` (an account's e-mail, None: nobody);
+    returns (record, plaintext). Only its digest is stored.
 
-    Raises UsageError for an unknown scope.
+    Raises UsageError for an unknown scope, StoreError when `owner` has no account or a disabled one.
     """
     _check_scope(scope)
-    return _insert(conn, _TOKENS, scope, name, expires_at, now, token_prefix(scope))
+    if owner is not None:
+        row = conn.execute("SELECT disabled_at FROM accounts WHERE email = ?", (owner,)).fetchone()
+        if row is None or row[0] is not None:
+            raise StoreError(f"{owner} has {'no account' if row is None else 'a disabled account'}: a token "
+                             "belongs to a person with an active account (`llmgw users add`, `llmgw users list`).")
+    return _insert(conn, _TOKENS, scope, name, expires_at, now, token_prefix(scope), (owner,))
 
 
 def find_token(conn: SqlConnection, plaintext: str) -> Token | None:

@@ -1,7 +1,7 @@
 """The PostgreSQL schema as numbered migrations, applied in order and recorded in `schema_migrations`.
 
 The same tables and columns as SQLite's schema (`schema.py`; PostgreSQL's 1 is SQLite's 3, its 2 SQLite's 4, its 3
-SQLite's 5, its 4 SQLite's 6, its 5 SQLite's 7, its 6 SQLite's 8, its 7 SQLite's 9, its 8 SQLite's 10), in PostgreSQL's types: times and
+SQLite's 5, its 4 SQLite's 6, its 5 SQLite's 7, its 6 SQLite's 8, its 7 SQLite's 9, its 8 SQLite's 10, its 9 SQLite's 11), in PostgreSQL's types: times and
 costs `double precision` (epoch seconds need more than `real`'s 24 bits), counts `bigint`, secrets and digests
 `bytea`. One table more, `quota_scopes`: one row per quota scope, locked by a reservation (see `dialects`).
 A migration is never edited once released; a change to the store ships a migration for both backends.
@@ -132,6 +132,14 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX batch_lines_state ON batch_lines (batch_id, state, line);
     ALTER TABLE usage ADD COLUMN batch_id TEXT;
+    """,
+    # 9 (SQLite's 11): people (`llmgw.store.accounts`) and the person a token belongs to
+    """
+    CREATE TABLE accounts (
+        email TEXT PRIMARY KEY, name TEXT NOT NULL, password TEXT NOT NULL, created_at DOUBLE PRECISION NOT NULL,
+        password_changed_at DOUBLE PRECISION NOT NULL, disabled_at DOUBLE PRECISION
+    );
+    ALTER TABLE tokens ADD COLUMN owner TEXT;
     """,
 )
 

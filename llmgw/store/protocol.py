@@ -18,6 +18,7 @@ from typing import Protocol, runtime_checkable
 from llmgw.errors import UsageError
 from llmgw.identity import Quota
 from llmgw.store.records import (
+    Account,
     ApiKey,
     Headroom,
     KeyCheck,
@@ -64,9 +65,10 @@ class Store(Protocol):
 
     # -- tokens of the admin listener (scopes: records.TOKEN_SCOPES) ----------------------------------------------
     def create_token(self, scope: str, name: str | None = None, expires_at: float | None = None,
-                     now: float | None = None) -> tuple[Token, str]:
-        """A new token of `scope`: (its record, the plaintext "llmgw-<scope>-..." shown once; only its SHA-256
-        digest is stored). Raises UsageError for a scope not in TOKEN_SCOPES."""
+                     now: float | None = None, owner: str | None = None) -> tuple[Token, str]:
+        """A new token of `scope` belonging to `owner` (an account's e-mail; None: nobody's): (its record, the
+        plaintext "llmgw-<scope>-..." shown once; only its SHA-256 digest is stored). Raises UsageError for a scope
+        not in TOKEN_SCOPES, StoreError when `owner` has no active account."""
 
     def check_token(self, token: str, scope: str, now: float | None = None) -> bool:
         """True when `token` is an active token of `scope`, or of scope admin (which passes every check);
@@ -150,9 +152,10 @@ class Store(Protocol):
         """Append `record` unless a record with `request_id` is there already (a Slurm job, "slurm:<cluster>:<id>");
         True when written. Committed before returning."""
 
-    def query_usage(self, project: str | None = None, since: float | None = None,
+    def query_usage(self, project: str | Sequence[str] | None = None, since: float | None = None,
                     by: str = "model") -> list[UsageRow]:
-        """Usage summed per "model", "project" or "day" (UTC), of one project and since a time if given."""
+        """Usage summed per "model", "project" or "day" (UTC), of one project (or of several: a sequence of names)
+        and since a time if given."""
 
     def recent_usage(self, project: str | None = None, since: float | None = None,
                      limit: int = 100) -> list[UsageRecord]:
@@ -189,6 +192,29 @@ class Store(Protocol):
 
     def lease(self, name: str, now: float | None = None) -> Lease | None:
         """The lease `name` at `now` (holder, fencing token, expiry in unix seconds), None when nobody holds it."""
+
+    # -- people's accounts (llmgw.store.accounts) -----------------------------------------------------------------
+    def add_account(self, email: str, name: str, password: str, now: float | None = None) -> Account:
+        """Make the account of `email` (stored in lower case) named `name` with `password` (only a scrypt hash is
+        kept). Raises UsageError for a bad e-mail or a password under 12 characters, StoreError when the e-mail
+        has an account."""
+
+    def account(self, email: str) -> Account | None:
+        """The account of `email` (disabled ones too), or None."""
+
+    def list_accounts(self) -> list[Account]:
+        """Every account, by e-mail."""
+
+    def check_password(self, email: str, password: str) -> Account | None:
+        """The active account of `email` when `password` is its password, else None (unknown, disabled, wrong).
+        Costs one scrypt (0.15 s of CPU here) whatever the answer."""
+
+    def set_password(self, email: str, password: str, now: float | None = None) -> Account:
+        """Set a new password. Raises UsageError for a short one, StoreError for an unknown account."""
+
+    def set_account_disabled(self, email: str, disabled: bool, now: float | None = None) -> Account:
+        """Disable (the person can no longer log in, their tokens stop working) or enable an account. Raises
+        StoreError for an unknown account."""
 
     # -- Linux users on Slurm nodes (llmgw.store.slurm_users) -------------------------------------------------------
     def slurm_users(self) -> list[SlurmUser]:

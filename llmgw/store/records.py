@@ -103,13 +103,15 @@ SCOPE_ADMIN = "admin"
 
 @dataclass(frozen=True)
 class Token(Credential):
-    """A token of the admin listener as stored: `token_id` ("tok_1a2b3c4d5e6f") and its `scope` (one of
-    TOKEN_SCOPES), besides the `Credential` fields (keyword-only)."""
+    """A token of the admin listener as stored: `token_id` ("tok_1a2b3c4d5e6f"), its `scope` (one of
+    TOKEN_SCOPES) and the person it belongs to (`owner`: an account's e-mail, None: nobody's), besides the
+    `Credential` fields (keyword-only)."""
 
     GROUP: ClassVar[str] = "scope"
 
     token_id: str
     scope: str
+    owner: str | None = None
 
     @property
     def credential_id(self) -> str:
@@ -139,6 +141,23 @@ class SlurmUser:
     login: str
     uid: int
     created_at: float
+
+
+@dataclass(frozen=True)
+class Account:
+    """A person's local account (`llmgw.store.accounts`): their `email` (lower case: the key, and what projects.yaml
+    names), `name` (for commits and pages), when it was made and its password last set (unix seconds), and when it
+    was disabled (`disabled_at`, None: active). The password's hash never leaves the store."""
+
+    email: str
+    name: str
+    created_at: float
+    password_changed_at: float
+    disabled_at: float | None = None
+
+    @property
+    def active(self) -> bool:
+        return self.disabled_at is None
 
 
 @dataclass(frozen=True)

@@ -139,6 +139,15 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX batch_lines_state ON batch_lines (batch_id, state, line);
     ALTER TABLE usage ADD COLUMN batch_id TEXT;
     """,
+    # 11: people (`llmgw.store.accounts`): local accounts by e-mail with a scrypt hash of their password, and the
+    # person a token of the admin listener belongs to (`owner`, an account's e-mail; NULL: nobody's, as before)
+    """
+    CREATE TABLE accounts (
+        email TEXT PRIMARY KEY, name TEXT NOT NULL, password TEXT NOT NULL, created_at REAL NOT NULL,
+        password_changed_at REAL NOT NULL, disabled_at REAL
+    );
+    ALTER TABLE tokens ADD COLUMN owner TEXT;
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -16,8 +16,8 @@ from contextlib import AbstractContextManager
 
 from llmgw.errors import UsageError
 from llmgw.identity import Quota
+from llmgw.store import accounts, benches, keys, quotas, slurm_users
 from llmgw.store import batches as batches_table
-from llmgw.store import benches, keys, quotas, slurm_users
 from llmgw.store import files as files_table
 from llmgw.store import responses as responses_table
 from llmgw.store import usage as usage_table
@@ -28,6 +28,7 @@ from llmgw.store.files import FileRecord
 from llmgw.store.responses import StoredResponse
 from llmgw.store.records import (
     SCOPE_ADMIN,
+    Account,
     ApiKey,
     Headroom,
     KeyCheck,
@@ -47,7 +48,8 @@ PRUNE_INTERVAL = 30.0
 TABLES: dict[str, tuple[str, ...]] = {
     "secrets": ("name", "value", "created_at"),
     "kv": ("key", "value", "updated_at"),
-    "tokens": ("id", "scope", "name", "prefix", "created_at", "expires_at", "revoked_at", "hash"),
+    "accounts": ("email", "name", "password", "created_at", "password_changed_at", "disabled_at"),
+    "tokens": ("id", "scope", "name", "prefix", "created_at", "expires_at", "revoked_at", "hash", "owner"),
     "api_keys": ("id", "project", "name", "prefix", "created_at", "expires_at", "revoked_at", "hash"),
     "quota_windows": ("scope", "period", "start", "requests", "tokens", "cost"),
     "quota_slots": ("reservation_id", "scope", "expires_at"),
@@ -66,7 +68,7 @@ TABLES: dict[str, tuple[str, ...]] = {
 }
 # The order rows are read in (for copies and comparisons that must not depend on physical order).
 TABLE_ORDER: dict[str, str] = {
-    "secrets": "name", "kv": "key", "tokens": "id", "api_keys": "id",
+    "secrets": "name", "kv": "key", "accounts": "email", "tokens": "id", "api_keys": "id",
     "quota_windows": "scope, period, start", "quota_slots": "reservation_id, scope", "quota_reservations": "id",
     "usage": "id", "leases": "name", "slurm_users": "uid", "responses": "id",
     "bench_results": "id", "files": "id", "file_chunks": "file_id, seq", "batches": "id",
@@ -125,9 +127,10 @@ class SqlStore:
 
     # -- tokens of the admin listener ----------------------------------------------------------------------------
     def create_token(self, scope: str, name: str | None = None, expires_at: float | None = None,
-                     now: float | None = None) -> tuple[Token, str]:
+                     now: float | None = None, owner: str | None = None) -> tuple[Token, str]:
         with self._write() as conn:
-            return keys.insert_token(conn, scope, name, expires_at, _now(now))
+            return keys.insert_token(conn, scope, name, expires_at, _now(now),
+                                     None if owner is None else accounts.normal_email(owner))
 
     def check_token(self, token: str, scope: str, now: float | None = None) -> bool:
         with self._read() as conn:
@@ -328,7 +331,7 @@ class SqlStore:
         with self._write() as conn:
             return usage_table.insert_usage(conn, record, request_id).fetchone() is not None
 
-    def query_usage(self, project: str | None = None, since: float | None = None,
+    def query_usage(self, project: str | Sequence[str] | None = None, since: float | None = None,
                     by: str = "model") -> list[UsageRow]:
         with self._read() as conn:
             return usage_table.query_usage(conn, project, since, by)
@@ -384,6 +387,35 @@ class SqlStore:
             row = conn.execute(f"SELECT holder, token, expires_at FROM leases WHERE name = ? AND expires_at > {clock}",
                                (name, *at)).fetchone()
         return None if row is None else Lease(row[0], int(row[1]), float(row[2]))
+
+    # -- people's accounts (llmgw.store.accounts) -----------------------------------------------------------------
+    def add_account(self, email: str, name: str, password: str, now: float | None = None) -> Account:
+        accounts.normal_email(email)
+        hashed = accounts.hash_password(password)  # the CPU work outside the write transaction
+        with self._write() as conn:
+            return accounts.insert_account(conn, email, name, hashed, _now(now))
+
+    def account(self, email: str) -> Account | None:
+        with self._read() as conn:
+            return accounts.find_account(conn, email)
+
+    def list_accounts(self) -> list[Account]:
+        with self._read() as conn:
+            return accounts.list_accounts(conn)
+
+    def check_password(self, email: str, password: str) -> Account | None:
+        with self._read() as conn:
+            row = accounts.password_row(conn, email)
+        return accounts.matching(row, password)  # the CPU work after the read transaction
+
+    def set_password(self, email: str, password: str, now: float | None = None) -> Account:
+        hashed = accounts.hash_password(password)
+        with self._write() as conn:
+            return accounts.set_password(conn, email, hashed, _now(now))
+
+    def set_account_disabled(self, email: str, disabled: bool, now: float | None = None) -> Account:
+        with self._write() as conn:
+            return accounts.set_disabled(conn, email, disabled, _now(now))
 
     # -- Linux users on Slurm nodes -------------------------------------------------------------------------------
     def slurm_users(self) -> list[SlurmUser]:

@@ -5,6 +5,8 @@ Functions taking a connection run inside the caller's transaction (`insert_usage
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from llmgw.errors import UsageError
 from llmgw.store.dialects import SqlConnection
 from llmgw.store.records import UsageRecord, UsageRow
@@ -52,20 +54,26 @@ _RECORD_COLUMNS = ("project, model, time, key_id, replica, node, prompt_tokens, 
                    "ttft_seconds, duration_seconds, status, cost, client_request_id, settings_commit, trace_id, batch_id")
 
 
-def _filter(project: str | None, since: float | None) -> tuple[str, list]:
-    """The WHERE clause (possibly "") and its parameters selecting one project's records and those since a time."""
+def _filter(project: str | Sequence[str] | None, since: float | None) -> tuple[str, list]:
+    """The WHERE clause (possibly "") and its parameters selecting one project's records (or those of several: a
+    sequence of names, empty selecting none) and those since a time."""
     where, params = [], []
-    if project is not None:
+    if isinstance(project, str):
         where.append("project = ?")
         params.append(project)
+    elif project is not None:
+        where.append(f"project IN ({', '.join('?' * len(project))})" if project else "1 = 0")
+        params.extend(project)
     if since is not None:
         where.append("time >= ?")
         params.append(since)
     return (f"WHERE {' AND '.join(where)}" if where else ""), params
 
 
-def query_usage(conn: SqlConnection, project: str | None, since: float | None, by: str) -> list[UsageRow]:
-    """Sum usage per model, project or UTC day ("YYYY-MM-DD"), optionally for one project and since a time.
+def query_usage(conn: SqlConnection, project: str | Sequence[str] | None, since: float | None,
+                by: str) -> list[UsageRow]:
+    """Sum usage per model, project or UTC day ("YYYY-MM-DD"), optionally for one project (or several: a sequence of
+    names) and since a time.
 
     Rows are ordered by group name (days therefore oldest first). Raises UsageError for an unknown `by`.
     """

@@ -28,9 +28,6 @@ CASES = {
     "engines sglang[].sdist": (("engines.yaml", "  - version: 0.5.3\n", "  - version: 0.5.3\n    sdist: {package: sglang, version: 0.5.3, sha256: " + "b" * 64 + "}\n"),
                                ["engines.yaml:45:5: sglang[0].sdist"]),
     "agent fabrics": (("agents/nodes/gpu-node-01.yaml", "# fabrics:", "fabrics:"), ["agents/nodes/gpu-node-01.yaml:7:1: fabrics"]),
-    "projects organisations.<name>.teams.<name>.projects.<name>.members": (
-        ("projects.yaml", "          ci:\n", "          ci:\n            members: [alice@acme.example]\n"),
-        ["projects.yaml:22:13: organisations.acme.teams.platform.projects.ci.members"]),
 }
 
 

@@ -27,6 +27,8 @@ def fill(store) -> dict:
     secret = store.get_or_create_secret("engine-key")
     store.put("route-table", "v7")
     admin = store.create_admin_token()
+    store.add_account("ada@lab.example", "Ada", "correct horse battery", NOW)
+    store.create_token("console", owner="ada@lab.example", now=NOW)
     key, plaintext = store.create_api_key("chat", name="ci", expires_at=NOW + 86400, now=NOW)
     revoked, _ = store.create_api_key("chat", now=NOW)
     store.revoke_api_key(revoked.key_id, NOW + 5)

@@ -150,7 +150,8 @@ def test_keys_and_tokens_print_the_same_fields_but_what_they_belong_to(tmp_path:
     token = json.loads(run(both, "token", "create", "--state", state, "--scope", "review", "--expires", "1d",
                            "--json"))
     assert [*key][:2] == ["id", "project"] and [*token][:2] == ["id", "scope"]
-    assert [*key][2:-1] == [*token][2:-1] == ["name", "prefix", "state", "created_at", "expires_at", "revoked_at"]
+    assert [*key][2:-1] == [*token][2:-2] == ["name", "prefix", "state", "created_at", "expires_at", "revoked_at"]
+    assert [*token][-2:] == ["owner", "token"] and token["owner"] is None  # a token may belong to a person
     revoked = [json.loads(run(both, verb, "revoke", "--state", state, item["id"], "--json"))
                for verb, item in (("keys", key), ("token", token))]
     assert [r["state"] for r in revoked] == ["revoked", "revoked"] and revoked[0]["revoked_at"]

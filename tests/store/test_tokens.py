@@ -30,7 +30,8 @@ def test_a_token_passes_its_own_scope_and_an_admin_token_passes_every_scope(stor
 def test_a_token_is_stored_only_as_its_digest(store: Store) -> None:
     record, plaintext = store.create_token("review")
     rows = list(store.table_rows("tokens"))
-    assert rows == [(record.token_id, "review", None, record.prefix, record.created_at, None, None, digest(plaintext))]
+    assert rows == [(record.token_id, "review", None, record.prefix, record.created_at, None, None, digest(plaintext),
+                     None)]
     assert all(plaintext not in str(value) for value in rows[0][:-1])
 
 
