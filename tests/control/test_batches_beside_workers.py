@@ -8,7 +8,9 @@ And what the engines say they queue, per replica, from the fleet's fresh reading
 from __future__ import annotations
 
 import json
+import sys
 import time
+from pathlib import Path
 from types import SimpleNamespace
 
 import trio
@@ -20,7 +22,8 @@ from llmgw.gateway.batch_lines import batch_object, read_lines
 from llmgw.routes import ReplicaSpeed
 from llmgw.store import BatchRecord, open_store
 
-from tests.gateway.gateway_harness import make_table, replica, start_engine
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gateway"))
+from gateway_harness import make_table, replica, start_engine  # noqa: E402
 
 
 async def test_a_batch_beside_workers_waits_for_their_load_and_for_leadership(tmp_path, nursery):
