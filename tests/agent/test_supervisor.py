@@ -121,7 +121,9 @@ async def test_a_recorded_pid_now_used_by_another_process_is_neither_adopted_nor
 async def test_an_engine_llmgw_did_not_start_is_reported_and_left_running(tmp_path):
     fake = tmp_path / "llama-server"
     fake.symlink_to("/bin/sleep")
-    stranger = subprocess.Popen([str(fake), "60"])
+    # its own process group, as an engine someone else started has: engines are reported one per process group,
+    # and this test's own group holds whatever engines the session's fixtures run (one of them was reported instead)
+    stranger = subprocess.Popen([str(fake), "60"], start_new_session=True)
     try:
         async with Supervisor(tmp_path) as supervisor:
             spec = standin_spec("m-0/0", supervisor.free_port())
