@@ -46,7 +46,9 @@ class ReplicaRoute:
     `upstream_model` is the model name to put in the forwarded body (None: leave the body's model as sent).
     `settings_commit`: the settings commit the replica was started from, as its node reports it (None: unknown,
     or an external endpoint); kept in each request's usage record. `speed`: what the replica was measured to do
-    (None: not measured), read by the "expected-time" routing policy.
+    (None: not measured), read by the "expected-time" routing policy. `canary`: the replica runs a canary's new
+    revision (its `replica_id` is "<replica>@canary", apart from the old shard of the same replica serving beside
+    it); the gateway sends it its model's `ModelRoute.canary_share` of requests.
     """
 
     replica_id: str
@@ -57,6 +59,7 @@ class ReplicaRoute:
     upstream_model: str | None = None
     settings_commit: str | None = None
     speed: ReplicaSpeed | None = None
+    canary: bool = False
 
 
 @dataclass(frozen=True)
@@ -72,7 +75,9 @@ class ModelRoute:
     `context_size`: the context window in tokens that every replica's engine was started with, so that a request
     without `max_tokens` stops there (None: unknown, e.g. an external endpoint or the engine's own default).
     `engine`: the catalog's engine ("llama.cpp", "vllm", "sglang"; "" unknown). `rerank`: the catalog says the
-    model reranks (`/v1/rerank`, and `/v1/score` on vLLM: `llmgw.gateway.rerank`).
+    model reranks (`/v1/rerank`, and `/v1/score` on vLLM: `llmgw.gateway.rerank`). `canary_share`: the share
+    (0..1) of requests the `canary` replicas take while a canary rollout runs (None: no canary; 0: a failed canary
+    that still runs takes none): `llmgw.gateway.routing.canary_pool`.
     """
 
     name: str
@@ -87,6 +92,7 @@ class ModelRoute:
     context_size: int | None = None
     engine: str = ""
     rerank: bool = False
+    canary_share: float | None = None
 
 
 @dataclass(frozen=True)

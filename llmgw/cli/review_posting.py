@@ -4,6 +4,7 @@ One comment per pull request: the one written by the token's own user (`GET /use
 which may not read /user, posts as `github-actions[bot]`) whose body starts with `<!-- llmgw-review` (the
 Markdown's first line) is edited; when there is none, one is created. A marker in anybody else's comment (a pull
 request's author can write one first) is never edited. The commit status is named `llmgw/plan` and set on HEAD's commit.
+`post_canary_statuses` (`llmgw canaries --post FORGE`) sets `llmgw/canary` on each canary's settings commit.
 Blocking HTTP with httpx; every call raises `UsageError` for a refused token or an unknown pull request and
 `TemporaryError` when the forge cannot be reached or answers 5xx.
 
@@ -153,8 +154,8 @@ class _GitHubLike(_Forge):
     def update(self, comment_id: int, body: str) -> None:
         self._call("PATCH", f"{self.base()}/issues/comments/{comment_id}", json={"body": body})
 
-    def status(self, sha: str, state: str, description: str) -> None:
-        body = {"state": state, "context": STATUS_NAME, "description": description}
+    def status(self, sha: str, state: str, description: str, name: str = STATUS_NAME) -> None:
+        body = {"state": state, "context": name, "description": description}
         if self.target.target_url:
             body["target_url"] = self.target.target_url
         self._call("POST", f"{self.base()}/statuses/{sha}", json=body)
@@ -189,8 +190,8 @@ class _GitLab(_Forge):
     def update(self, comment_id: int, body: str) -> None:
         self._call("PUT", f"{self.base()}/merge_requests/{self.target.number}/notes/{comment_id}", json={"body": body})
 
-    def status(self, sha: str, state: str, description: str) -> None:
-        body = {"state": state, "name": STATUS_NAME, "description": description}
+    def status(self, sha: str, state: str, description: str, name: str = STATUS_NAME) -> None:
+        body = {"state": state, "name": name, "description": description}
         if self.target.target_url:
             body["target_url"] = self.target.target_url
         self._call("POST", f"{self.base()}/statuses/{sha}", json=body)
@@ -238,6 +239,44 @@ def post_review(target: Target, markdown: str, exit_code: int, head_sha: str | N
             http.close()
 
 
+CANARY_STATUS_NAME = "llmgw/canary"
+# A canary's phase (llmgw.control.canaries) as each forge's commit status state.
+_CANARY_STATES = {
+    "github": {"running": "pending", "held": "success", "failed": "failure"},
+    "gitlab": {"running": "running", "held": "success", "failed": "failed"},
+    "gitea": {"running": "pending", "held": "success", "failed": "failure"},
+}
+_DESCRIPTION_CHARS = 140  # GitHub refuses a longer status description
+
+
+def post_canary_statuses(target: Target, canaries: dict[str, Any], *,
+                         client: httpx.Client | None = None) -> list[tuple[str, str, str]]:
+    """Set the `llmgw/canary` commit status of each canary of `canaries` (status.yaml's / `GET /api/v1/status`'s
+    `canaries`: model -> {"commit", "phase", "summary", ...}) on its settings commit: pending (GitLab: running)
+    while it runs, success once it held, failure (GitLab: failed) once it failed, the description its summary
+    (cut to 140 characters). Returns (model, commit, state) per status set, by model. `target.number` is not used.
+    Raises as `post_review`.
+    """
+    if target.forge not in FORGES:
+        raise UsageError(f"--post takes one of {', '.join(FORGES)}, not {target.forge}")
+    own = client is None
+    http = client or httpx.Client(timeout=30.0)
+    try:
+        http.headers.update(forge_headers(target.forge, target.token))
+        forge: _GitHubLike | _GitLab = _GitLab(http, target) if target.forge == "gitlab" else _GitHubLike(http, target)
+        done = []
+        for model, canary in sorted(canaries.items()):
+            state = _CANARY_STATES[target.forge][canary["phase"]]
+            summary = str(canary.get("summary") or "")
+            description = summary if len(summary) <= _DESCRIPTION_CHARS else summary[:_DESCRIPTION_CHARS - 1] + "…"
+            forge.status(canary["commit"], state, description, CANARY_STATUS_NAME)
+            done.append((model, canary["commit"], state))
+        return done
+    finally:
+        if own:
+            http.close()
+
+
 def error_markdown(head_sha: str | None, message: str) -> str:
     """The comment for a review that could not be made (exit 1): the marker, then llmgw's message verbatim."""
     return (f"{MARKER} base=- head={head_sha or '-'} fleet=- -->\n## llmgw review: failed\n\n"
@@ -245,13 +284,14 @@ def error_markdown(head_sha: str | None, message: str) -> str:
 
 
 def forge_target(forge: str, env: dict[str, str], *, api_url: str | None = None, repository: str | None = None,
-                 number: int | None = None) -> Target:
+                 number: int | None = None, statuses_only: bool = False) -> Target:
     """Where `--post FORGE` goes: the flags, else what the forge's CI sets in `env`.
 
     GitHub Actions and Gitea/Forgejo Actions: GITHUB_API_URL, GITHUB_REPOSITORY, GITHUB_REF
     ("refs/pull/<n>/merge"), GITHUB_SERVER_URL + GITHUB_RUN_ID for the status link. GitLab CI: CI_API_V4_URL,
     CI_PROJECT_ID, CI_MERGE_REQUEST_IID, CI_PIPELINE_URL. Token: LLMGW_FORGE_TOKEN, else GITHUB_TOKEN,
     GITLAB_TOKEN or GITEA_TOKEN for that forge.
+    `statuses_only`: the target sets commit statuses only (no pull request: `number` 0 when not known).
     Raises: UsageError naming the flag or variable that is missing.
     """
     if forge not in FORGES:
@@ -277,7 +317,7 @@ def forge_target(forge: str, env: dict[str, str], *, api_url: str | None = None,
         names = ("GITHUB_API_URL", "GITHUB_REPOSITORY", "GITHUB_REF", "GITHUB_TOKEN")
     missing = [f"{flag} (or {name})" for flag, name, value in zip(
         ("--forge-url", "--forge-repo", "--pr", "LLMGW_FORGE_TOKEN"), names, (api_url, repository, number, token))
-        if not value]
+        if not value and not (statuses_only and flag == "--pr")]
     if missing:
         raise UsageError(f"--post {forge} needs {', '.join(missing)}")
     return Target(forge, str(api_url).rstrip("/"), str(repository), int(number or 0), str(token), link)

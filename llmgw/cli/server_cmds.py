@@ -152,6 +152,8 @@ def render_status(doc: dict[str, Any]) -> list[str]:
                      f"({failure['attempts']}x): {failure['error']}")
     for note in doc.get("notes", []):
         lines.append(f"note        {note}")
+    for canary in doc.get("canaries", {}).values():
+        lines.append(f"canary      {canary['summary']}")
     last = doc.get("pass")
     if last:
         lines.append(f"last pass   #{last['number']} for {_short(last['settings_commit'])}: "
@@ -444,7 +446,8 @@ def plan_cmd(rev, at, repo, url, token, state_dir, as_json):
 @click.command("status")
 @_client_options
 def status_cmd(client, as_json):
-    """Where the cluster stands: settings in force (and any commit not applied, with why), nodes, replicas."""
+    """Where the cluster stands: settings in force (and any commit not applied, with why), nodes, replicas,
+    canaries."""
     doc = client.get("/api/v1/status")
     if as_json:
         _print_json(doc)

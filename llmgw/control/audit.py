@@ -21,7 +21,7 @@ import json
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,7 @@ from llmgw.control.registry import NodeRecord
 from llmgw.control.state import PassRecord, WatchState
 from llmgw.errors import LlmgwError
 from llmgw.plan import FLEET_FILE, PASS_FILE, fleet_record, recorded_files
+from llmgw.plan.canary import CanaryHold
 from llmgw.plan.reviewed import Difference, ReviewedPlan
 from llmgw.plan.types import Fleet, Plan
 from llmgw.settings.model import Settings
@@ -318,6 +319,8 @@ class Planning:
     review: tuple[ReviewedPlan, tuple[Difference, ...]] | None = None
     """The plan `llmgw apply --review` showed for this settings commit and where this pass's differs from it
     (`llmgw.plan.reviewed`); None when no review of this commit was handed to an apply."""
+    canaries: Mapping[str, CanaryHold] = field(default_factory=dict)
+    """The canaries the planner was told of (`llmgw.plan.canary`), recorded in plan/pass.json."""
 
 
 class _FleetBytes:
@@ -359,7 +362,7 @@ class _Write:
                 {"commit": reviewed.commit, "fleet": reviewed.fleet_revision,
                  "differences": [d.to_json() for d in differences]}, indent=1).encode() + b"\n"
         return {**files, **recorded_files(planning.number, planning.settings, planning.allow_empty, planning.fleet,
-                                          planning.plan, fleet_bytes)}
+                                          planning.plan, fleet_bytes, planning.canaries)}
 
 
 def coalesced(queue: deque[_Write]) -> tuple[_Write, int]:

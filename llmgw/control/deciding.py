@@ -12,7 +12,9 @@ Rules, each checked over seeded random states in tests/control/test_decide_invar
 - an action in flight is not sent again; it stays in flight until its node answered and the fleet shows it
   done (or `settle_after` seconds pass after the answer);
 - a failed action waits: `TemporaryError.delay` seconds when the error names one, else 1 s doubling to 60 s;
-- a shard that keeps failing is restarted with the same growing backoff.
+- a shard that keeps failing is restarted with the same growing backoff;
+- (leader) canaries are watched each pass (`llmgw.control.canaries.watch_canaries`) and the planner told what they
+  hold (`holds_of`); the applied ref does not move to a commit whose canary failed.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
+from llmgw.control.canaries import failed_at, holds_of, watch_canaries
 from llmgw.control.effects import COMMANDS, Command, Effect, RememberNodes, SetApplied, WriteAudit, command_for
 from llmgw.control.reports import memory_thresholds, settings_view
 from llmgw.control.starting import with_starts_in_flight
@@ -191,7 +194,8 @@ def _fits(basis: PlanBasis, state: ControlState, allow_empty: bool) -> bool:
     if (basis.settings is not settings or basis.allow_empty != allow_empty
             or basis.fleet_line is not fleet.line or basis.fleet_revision != fleet.revision
             or basis.acked_settings is not state.acked_settings
-            or fleet.memory_thresholds != basis.thresholds):
+            or fleet.memory_thresholds != basis.thresholds
+            or (basis.holds or state.canaries) and basis.holds != holds_of(state.canaries)):
         return False
     starts = _starts_in_flight(state) if basis.starts or state.in_flight else ()
     return starts == basis.starts
@@ -218,7 +222,8 @@ def plan_stage(state: ControlState) -> tuple[Plan, PlanBasis | None]:
     allow_empty = settings.commit is not None and settings.commit == state.allow_empty_commit
     fleet = planner_fleet(state)
     given = with_starts_in_flight(fleet, state.in_flight)
-    plan, refused = plan_or_refusal(settings, given, allow_empty)
+    holds = holds_of(state.canaries)
+    plan, refused = plan_or_refusal(settings, given, allow_empty, holds)
     if refused:
         return plan, None
     return plan, PlanBasis(
@@ -226,7 +231,7 @@ def plan_stage(state: ControlState) -> tuple[Plan, PlanBasis | None]:
         fleet_revision=state.fleet.revision, thresholds=memory_thresholds(settings),
         acked_settings=state.acked_settings,
         starts=_starts_in_flight(state), converged=converged(plan, fleet),
-        changes=tuple(a for a in plan.actions if a.kind is not ActionKind.KEEP))
+        changes=tuple(a for a in plan.actions if a.kind is not ActionKind.KEEP), holds=holds)
 
 
 def decide(
@@ -255,6 +260,9 @@ def decide(
     if settings is None:
         return None, state
     allow_empty = settings.commit is not None and settings.commit == state.allow_empty_commit
+    canary_effects: list[Effect] = []
+    if state.leadership.leader:
+        state, canary_effects = watch_canaries(state, now, now_unix)
     timers = tuple(t for t in state.timers if t[0] > now)
     basis = reusable_plan(state, allow_empty)
     stale = False
@@ -292,6 +300,7 @@ def decide(
         timers=timers, plan_basis=basis, recovering=state.recovering.latched(state.fleet, now),
     )
     effects: list[Effect] = [command_for(action, state) for action in send]
+    effects += canary_effects
     if following.leadership.leader:
         following, leader_effects = _leader_writes(following, record, now)
         effects += leader_effects
@@ -310,7 +319,7 @@ def _leader_writes(state: ControlState, record: PassRecord, now: float) -> tuple
             state = replace(state, remembered=connected)
             effects.append(RememberNodes(connected))
     effects.append(WriteAudit(record, state, token))
-    if record.converged and record.settings_commit:
+    if record.converged and record.settings_commit and not failed_at(state.canaries, record.settings_commit):
         effects.append(SetApplied(record.settings_commit, token))
     return state, effects
 

@@ -23,6 +23,10 @@ Events' effects: `RecordSlurmUsage` (ended Slurm jobs priced into usage, then th
 committed to the settings branch, authored by them: `llmgw stop|start`, node verbs, SSH keys; the only way llmgw
 writes desired state).
 
+Canaries (`llmgw.control.canaries`): `MeasureCanary` (read a canary's requests from the usage records; answered
+with `canary_measured`) and `ProposeRevert` (a revert of a failed canary's settings commit, pushed to a branch of
+its own, never the settings branch; answered with `revert_proposed`).
+
 Every command effect carries `token`, the leader lease's fencing token of the pass that chose it (the agent refuses
 an older term's), and `settings`, the settings in force for that pass.
 """
@@ -171,8 +175,32 @@ class CommitSettings:
     author_email: str
 
 
+@dataclass(frozen=True)
+class MeasureCanary:
+    """Read the usage records of `model`'s canary: requests for `model` answered by replica `replica`
+    ("<replica>@canary") started from settings commit `commit`, since `since_unix` (unix seconds), `elapsed` seconds
+    after the canary was ready."""
+
+    model: str
+    commit: str
+    replica: str
+    since_unix: float
+    elapsed: float = 0.0
+
+
+@dataclass(frozen=True)
+class ProposeRevert:
+    """Write a commit reverting settings commit `commit` (whose canary of `model` failed: `reason`) on top of it, to
+    the branch `branch` of the settings repository (created, or left as it is when it holds that revert already)."""
+
+    model: str
+    commit: str
+    branch: str
+    reason: str
+
+
 Effect = Union[StartShard, StopShard, InstallEngine, ConfigureAgent, WriteAudit, SetApplied, RememberNodes,
-               RecordSlurmUsage, PublishRoutingTable, CommitSettings]
+               RecordSlurmUsage, PublishRoutingTable, CommitSettings, MeasureCanary, ProposeRevert]
 """Every kind of effect (see the module docstring)."""
 
 COMMANDS = (StartShard, StopShard, InstallEngine, ConfigureAgent)

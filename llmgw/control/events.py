@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection
 from dataclasses import replace
 
+from llmgw.control.canaries import canaries_for_settings
 from llmgw.control.effects import CommitSettings, Effect, PublishRoutingTable, RecordSlurmUsage
 from llmgw.control.reports import memory_thresholds
 from llmgw.control.restart_only import restart_notes
@@ -28,14 +29,17 @@ def settings_published(watch: WatchState, lost_after: float | None,
     """The transition of the watcher's new `watch`: the state's watch, the fleet's node expiry (`lost_after`
     seconds, None: the settings' `node_lost_after`, 30 s without settings) and memory thresholds, and the notes of
     settings that only a restart applies (`started`: the cluster settings the control plane started with and the
-    keys the command line set; None: none yet). Placement-relevant."""
+    keys the command line set; None: none yet), and the canaries the change starts or ends
+    (`llmgw.control.canaries.canaries_for_settings`). Placement-relevant."""
     settings = watch.settings
     expiry = lost_after or (settings.cluster.node_lost_after if settings else 30.0)
     thresholds = memory_thresholds(settings)
     notes = restart_notes(*started, settings.cluster) if started is not None and settings is not None else None
 
     def transition(state: ControlState) -> tuple[ControlState, bool]:
-        following = replace(state, watch=watch, fleet=state.fleet.with_limits(expiry, thresholds))
+        before = state.settings if state.settings is not None else watch.applied  # at start: the applied commit's
+        following = replace(state, watch=watch, fleet=state.fleet.with_limits(expiry, thresholds),
+                            canaries=canaries_for_settings(state.canaries, before, settings))
         return (following if notes is None else replace(following, restart_notes=notes)), True
 
     return transition

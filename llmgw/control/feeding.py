@@ -19,6 +19,7 @@ from typing import Any
 
 import trio
 
+from llmgw.control.canaries import route_canaries
 from llmgw.control.effects import PublishRoutingTable
 from llmgw.control.pacing import Pacer
 from llmgw.control.routing import ReadyRoutes, build_route_table
@@ -70,7 +71,8 @@ class GatewayFeed:
         """Build the table of `state` and hand it to the gateways when it changed. Not a checkpoint."""
         began = time.perf_counter()
         self._ready.sync(state.fleet)  # only the nodes whose shards changed are looked at again
-        table = build_route_table(state.settings, self._ready, self._replica_key, self._secret, self.speeds)
+        table = build_route_table(state.settings, self._ready, self._replica_key, self._secret, self.speeds,
+                                  route_canaries(state.canaries) if state.canaries else {})
         self.rebuilds += 1
         if table != self.table:
             self.table = table

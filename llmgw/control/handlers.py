@@ -5,7 +5,9 @@ registered by `register_handlers` in the loop's registry (`llmgw.control.handlin
   (`llmgw.control.commands`), sent over the node's stream (`AgentHub.command`); a refusal raises EngineError;
 - `WriteAudit` / `SetApplied` queue writes of the audit writer (`llmgw.control.audit.AuditWriter`);
 - `RememberNodes` and `RecordSlurmUsage` write the store (in a worker thread);
-- `PublishRoutingTable` goes to the gateway feed (`llmgw.control.feeding.GatewayFeed`).
+- `PublishRoutingTable` goes to the gateway feed (`llmgw.control.feeding.GatewayFeed`);
+- `MeasureCanary` reads a canary's usage records from the store, `ProposeRevert` writes a revert branch into the
+  repository the audit goes to (both in a worker thread; `llmgw.control.canaries`).
 
 What a handler learns goes back to the loop as a transition (`update`); none reads the loop's state.
 """
@@ -21,17 +23,21 @@ import trio
 
 from llmgw.control.agents import AgentHub
 from llmgw.control.audit import AuditWriter, Planning, audit_message, audit_snapshot, state_changes
+from llmgw.control.canaries import canary_line, canary_measured, canary_unmeasured, revert_proposed
 from llmgw.control.commands import agent_settings, install_engine, may_take_part_in_slurm, slurm_role, start_shard, stop_shard
 from llmgw.control.events import audit_written, nodes_forgotten, slurm_jobs_written
 from llmgw.control.effects import (
-    ConfigureAgent, InstallEngine, RecordSlurmUsage, RememberNodes, SetApplied, StartShard, StopShard, WriteAudit,
+    ConfigureAgent, InstallEngine, MeasureCanary, ProposeRevert, RecordSlurmUsage, RememberNodes, SetApplied,
+    StartShard, StopShard, WriteAudit,
 )
 from llmgw.control.handling import Handlers
 from llmgw.control.recovering import KNOWN_NODES_KEY, encode_known
 from llmgw.control.reports import fleet_for
 from llmgw.control.slurm_store import advance_cursor, read_cursor, users_from_store
-from llmgw.errors import EngineError, StoreError, TemporaryError
+from llmgw.errors import EngineError, SettingsError, StoreError, TemporaryError
+from llmgw.plan.canary import CanarySample
 from llmgw.plan.reviewed import review_differences
+from llmgw.settings import propose_revert
 from llmgw.settings.model import Settings
 from llmgw.wire import control_message, pb
 
@@ -69,6 +75,37 @@ def register_handlers(handlers: Handlers, ctx: EffectContext) -> None:
     handlers.register(RememberNodes, lambda e: _remember(ctx, e))
     lock = trio.Lock()  # one beat's jobs after the other: a cursor never passes a failed job
     handlers.register(RecordSlurmUsage, lambda e: _record_slurm(ctx, e, lock))
+    handlers.register(MeasureCanary, lambda e: _measure_canary(ctx, e))
+    handlers.register(ProposeRevert, lambda e: _propose_revert(ctx, e))
+
+
+async def _measure_canary(ctx: EffectContext, effect: MeasureCanary) -> None:
+    """Read the canary's requests from the usage records and hand them to `canary_measured`."""
+    try:
+        records = await trio.to_thread.run_sync(ctx.store.usage_of_replica, effect.model, effect.replica,
+                                                effect.commit, effect.since_unix)
+    except (StoreError, TemporaryError) as exc:
+        log.warning("could not read the requests of the canary of %s: %s", effect.model, exc)
+        ctx.update(canary_unmeasured(effect.model, effect.commit, str(exc)), f"canary of {effect.model} not measured")
+        return
+    samples = tuple(CanarySample(r.status, r.ttft_seconds, r.duration_seconds) for r in records)
+    ctx.update(canary_measured(effect.model, effect.commit, samples, effect.elapsed),
+               f"canary of {effect.model} measured")
+
+
+async def _propose_revert(ctx: EffectContext, effect: ProposeRevert) -> None:
+    """Push the revert of a failed canary's commit to its branch; the outcome goes to `revert_proposed`."""
+    reason = (f"llmgw: the canary of {effect.model} failed: {effect.reason}.\nThe old replicas kept serving; "
+              f"merge this revert to bring the settings back to what runs.")
+    try:
+        await trio.to_thread.run_sync(propose_revert, ctx.audit.repo_path, effect.commit, effect.branch, reason)
+    except SettingsError as exc:
+        log.warning("could not propose the revert of %s: %s", effect.commit[:12], exc)
+        ctx.update(revert_proposed(effect.model, effect.commit, effect.branch, str(exc)),
+                   f"revert of {effect.commit[:12]} not proposed")
+        return
+    ctx.update(revert_proposed(effect.model, effect.commit, effect.branch),
+               f"revert of {effect.commit[:12]} proposed on {effect.branch}")
 
 
 async def _send(ctx: EffectContext, effect, verb: str, **body) -> None:
@@ -139,13 +176,15 @@ async def _write_audit(ctx: EffectContext, effect: WriteAudit) -> None:
         basis, plan, reviewed = state.plan_basis, state.last_plan, state.reviewed
         planning = None
         message = audit_message(record, changes)
+        message += "".join(f"- {canary_line(c)}\n" for _, c in sorted(state.canaries.items()))
         if basis is not None and plan is not None:
             review = None
             if reviewed is not None and reviewed.commit == basis.settings.commit:
                 differences = tuple(review_differences(reviewed, plan, basis.fleet))
                 review = (reviewed, differences)
                 message += "".join(f"- differs from the reviewed plan: {d}\n" for d in differences)
-            planning = Planning(record.number, basis.settings, basis.allow_empty, basis.fleet, plan, review)
+            planning = Planning(record.number, basis.settings, basis.allow_empty, basis.fleet, plan, review,
+                                basis.holds)
         ctx.audit.queue_audit(audit_doc, message, token=effect.token, planning=planning)
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from llmgw.errors import UsageError
 from llmgw.plan import (
-    FLEET_FILE, PASS_FILE, Plan, PlannedPass, fleet_from_record, pass_from_record, plan_digest, plan_or_refusal,
+    FLEET_FILE, PASS_FILE, Plan, PlannedPass, canary_holds, fleet_from_record, pass_from_record, plan_digest, plan_or_refusal,
 )
 from llmgw.plan.types import Fleet
 from llmgw.settings import audit_commit, load_commit, read_audit_chain, read_audit_file
@@ -70,7 +70,8 @@ def _replay(path: str, audit: str, planned: PlannedPass, fleet: Fleet, settings_
     if settings_commit is None:
         raise UsageError(f"audit commit {audit[:12]} planned without settings in force: there is no plan to make")
     settings = load_commit(path, settings_commit)
-    plan, _refused = plan_or_refusal(settings, fleet, planned.allow_empty)
+    holds = canary_holds(planned.canaries, lambda commit, model: load_commit(path, commit).models[model])
+    plan, _refused = plan_or_refusal(settings, fleet, planned.allow_empty, holds)
     return Replay(audit, planned, fleet, settings.commit, plan)
 
 

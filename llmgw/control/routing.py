@@ -13,6 +13,9 @@ Rules:
 - A project's `models` are resolved from names or aliases to catalog names; `*` means every model (None).
   Its quotas are listed narrowest first: project, team, organisation; scopes without any limit are left out.
 - `stopped` is `serving.stopped`; replicas are listed anyway (the gateway answers 503 system_stopped).
+- A model under a canary rollout (`canaries`: model -> (the new revision's fingerprint, share)) lists the ready
+  shards running that fingerprint as `canary` replicas, "<replica>@canary", beside the others, and its route
+  carries the share (`ModelRoute.canary_share`; llmgw.control.canaries says which share: 0 once it failed).
 - A model's LoRA adapters are routes of their own (`adapter_of` the model, its prices), served by the model's
   replicas that run the settings' fingerprint, so each holds the adapter as numbered now (a replica still
   running an older generation during a roll may lack it, or number it otherwise). llama.cpp is told which adapter
@@ -144,9 +147,24 @@ class ReadyRoutes:
             kept = self._sorted[model] = tuple(entries[k][1] for k in sorted(entries))
         return kept
 
+    def fingerprinted(self, model: str) -> tuple[tuple[ReplicaRoute, str], ...]:
+        """`model`'s ready replicas with the fingerprint their serving shard runs, in `routes` order."""
+        entries = self._models.get(model, {})
+        return tuple((entries[k][1], entries[k][2]) for k in sorted(entries))
+
     def running(self, model: str, wanted: str) -> set[str]:
         """The ids of `model`'s ready replicas whose serving shard runs fingerprint `wanted`."""
         return {route.replica_id for _, route, fp in self._models.get(model, {}).values() if fp == wanted}
+
+
+def canary_routes(served: tuple[tuple[ReplicaRoute, str], ...], fingerprint: str,
+                  share: float) -> tuple[tuple[ReplicaRoute, ...], float | None]:
+    """(the routes of `served` with those running `fingerprint` made canary replicas, "<replica>@canary"; the
+    model's canary share: `share`, or None when no canary replica or no other one is ready)."""
+    routes = tuple(replace(route, replica_id=f"{route.replica_id}@canary", canary=True) if fp == fingerprint
+                   else route for route, fp in served)
+    marked = sum(1 for r in routes if r.canary)
+    return routes, (share if 0 < marked < len(routes) else None)
 
 
 def adapter_routes(settings: Settings, model: Model, replicas: tuple[ReplicaRoute, ...],
@@ -172,13 +190,15 @@ def build_route_table(
     replica_key: Callable[[str], str],
     secret: Callable[[str], str | None] = lambda name: None,
     speeds: Mapping[str, ReplicaSpeed] = MappingProxyType({}),
+    canaries: Mapping[str, tuple[str, float]] = MappingProxyType({}),
 ) -> RouteTable:
     """The routing table for `settings` (None: no settings in force, an empty table) over `fleet`: a `Fleet`, or
     its ready replicas already indexed (`ReadyRoutes`, kept in step with the registry by the control plane; the
     table is the same).
 
     `replica_key(replica_id)` returns a replica's replica key; `secret(name)` a named secret's value or None;
-    `speeds` each replica's measured speed by replica id (`llmgw.control.speeds`; missing: not measured).
+    `speeds` each replica's measured speed by replica id (`llmgw.control.speeds`; missing: not measured);
+    `canaries` model name -> (fingerprint of its canary's revision, the canary's share) (see the module).
     """
     if settings is None:
         return RouteTable()
@@ -186,6 +206,7 @@ def build_route_table(
     models = {}
     for name in sorted(settings.models):
         model = settings.models[name]
+        canary_share = None
         if model.endpoints:
             replicas = tuple(
                 ReplicaRoute(
@@ -200,6 +221,8 @@ def build_route_table(
             )
         else:
             replicas = ready.routes(name)
+            if name in canaries:
+                replicas, canary_share = canary_routes(ready.fingerprinted(name), *canaries[name])
             if speeds:
                 replicas = tuple(replace(r, speed=speeds[r.replica_id]) if r.replica_id in speeds else r
                                  for r in replicas)
@@ -216,6 +239,7 @@ def build_route_table(
             context_size=engine_context(model),
             engine=model.engine,
             rerank=model.rerank,
+            canary_share=canary_share,
         )
         for route in adapter_routes(settings, model, replicas, ready):
             models[route.name] = route

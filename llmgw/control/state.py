@@ -21,9 +21,10 @@ from llmgw.control.recovering import DEFAULT_GRACE, Recovery, recovery
 from llmgw.control.registry import FleetRegistry
 from llmgw.control.tallies import Tallies
 from llmgw.errors import Issue
+from llmgw.plan.canary import CanaryHold
 from llmgw.plan.reviewed import ReviewedPlan
 from llmgw.plan.types import Action, Fleet, Plan, Unplaced
-from llmgw.settings.model import Settings
+from llmgw.settings.model import Model, Rollout, Settings
 
 ActionKey = tuple[str, str, str]
 """(kind, node id, subject): one planned action, whatever pass planned it. See `action_key`."""
@@ -55,7 +56,9 @@ class WatchState:
     `settings` is the settings in force (None before any commit validated); `head` the branch head last read;
     `bad` the head when it does not validate; `held` the head when the empty-catalog guard holds it back;
     `remote_error` a sentence when the last fetch failed (None when it worked or there is no remote);
-    `last_poll` unix seconds of the last poll.
+    `last_poll` unix seconds of the last poll. `applied`: the settings of `refs/llmgw/applied` when the first settings
+    put in force were another commit (a control plane started while the fleet had not converged to the head), what a
+    canary compares the head with (`llmgw.control.canaries`); None otherwise.
     """
 
     settings: Settings | None = None
@@ -64,6 +67,7 @@ class WatchState:
     held: RejectedCommit | None = None
     remote_error: str | None = None
     last_poll: float | None = None
+    applied: Settings | None = None
 
 
 @dataclass(frozen=True)
@@ -222,6 +226,47 @@ class PlanBasis:
     starts: tuple[tuple[ActionKey, Action], ...]
     converged: bool
     changes: tuple[Action, ...]
+    holds: Mapping[str, CanaryHold] = field(default_factory=frozen)
+
+
+class CanaryPhase(StrEnum):
+    RUNNING = "running"
+    HELD = "held"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class Canary:
+    """One model's canary rollout (`llmgw.control.canaries` builds and judges it; `llmgw.plan.canary` the rules).
+
+    `model`; `commit`: the settings commit of the revision under test; `previous_commit`: the settings in force
+    before it, whose `previous` definition of the model its old replicas run; `fingerprint`: the new revision's;
+    `replica_id`: the replica whose new generation is the canary; `rollout`: the model's policy. `phase`: running,
+    held (the SLOs held: the rest rolls out) or failed. `ready_at` / `ready_at_unix`: when its shard was first seen
+    ready (None: not yet); `check_at`: when it is measured next (control-plane clock; None: not due);
+    `measuring`: a measurement is under way. `reason`: the verdict's sentence; `requests`, `error_rate`,
+    `ttft_p90` (seconds) its figures. `revert_branch`: the branch the proposed revert was pushed to ("" none yet);
+    `revert_error`: why it could not be.
+    """
+
+    model: str
+    commit: str
+    previous_commit: str | None
+    previous: Model
+    fingerprint: str
+    replica_id: str
+    rollout: Rollout
+    phase: CanaryPhase = CanaryPhase.RUNNING
+    ready_at: float | None = None
+    ready_at_unix: float = 0.0
+    check_at: float | None = None
+    measuring: bool = False
+    reason: str = ""
+    requests: int = 0
+    error_rate: float | None = None
+    ttft_p90: float | None = None
+    revert_branch: str = ""
+    revert_error: str = ""
 
 
 RECENT_PASSES = 100
@@ -265,6 +310,7 @@ class ControlState:
     `RECENT_PASSES`), oldest first. `restart_notes`: the settings in force that only a restart of the control plane
     applies (llmgw.control.restart_only), one sentence each. `reviewed`: the plan the last `llmgw apply --review`
     showed (None: none); each audit commit of a pass planning its commit records where the pass differs from it.
+    `canaries`: model name -> its canary rollout (`Canary`; runtime state, forgotten by a restart).
     """
 
     watch: WatchState = WatchState()
@@ -290,6 +336,7 @@ class ControlState:
     recent_passes: tuple[PassRecord, ...] = ()
     restart_notes: tuple[str, ...] = ()
     reviewed: ReviewedPlan | None = None
+    canaries: Mapping[str, Canary] = field(default_factory=frozen)
 
     @property
     def settings(self) -> Settings | None:

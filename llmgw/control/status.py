@@ -18,6 +18,7 @@ import trio
 
 from llmgw import __version__
 from llmgw.control.audit import AuditWriter
+from llmgw.control.canaries import canaries_status
 from llmgw.control.documents import StatusDocuments
 from llmgw.control.feeding import GatewayFeed
 from llmgw.control.looping import ControlLoop
@@ -83,6 +84,8 @@ class StatusReporter:
         notes = [*(plan.notes if plan is not None else ()), *state.restart_notes]
         if notes:
             doc["notes"] = notes
+        if state.canaries:
+            doc["canaries"] = canaries_status(state.canaries)
         where = self._endpoints()
         doc["control_plane"] = {
             "version": __version__, "repository": self._repository, "branch": self._branch,

@@ -14,7 +14,9 @@ Guard: a commit that removes every model while models are in force is held back 
 `llmgw.yaml` sets `allow_empty: true` or the poll is made with `allow_empty=True` (`llmgw apply --allow-empty`).
 
 At start, when the branch head does not validate, the commit `refs/llmgw/applied` points at (the last one the
-fleet converged to) is put in force instead, so a restart never leaves the fleet without settings.
+fleet converged to) is put in force instead, so a restart never leaves the fleet without settings. When the head
+validates and is not that commit, the applied commit's settings are kept beside it (`WatchState.applied`), so a
+canary rollout under way when the control plane stopped starts again rather than rolling out unjudged.
 """
 
 from __future__ import annotations
@@ -116,8 +118,20 @@ class SettingsWatcher:
                 self.state = replace(state, held=RejectedCommit(head, (issue,), time.time()), bad=None)
                 return self.state
             changed = current is None or current.commit != settings.commit or current != settings
+            if current is None:
+                state = replace(state, applied=await self._applied_other_than(head))
             self.state = replace(state, settings=settings if changed else current, bad=None, held=None)
         return self.state
+
+    async def _applied_other_than(self, head: str) -> Settings | None:
+        """The settings of refs/llmgw/applied when it names a commit other than `head` that loads; else None."""
+        applied = await trio.to_thread.run_sync(ref_commit, self.repo_path, APPLIED_REF)
+        if applied is None or applied == head:
+            return None
+        try:
+            return await trio.to_thread.run_sync(self._load, str(self.repo_path), applied)
+        except SettingsError:
+            return None
 
     async def _fall_back_to_applied(self, state: WatchState) -> WatchState:
         applied = await trio.to_thread.run_sync(ref_commit, self.repo_path, APPLIED_REF)

@@ -110,7 +110,7 @@ def table_to_json(table: RouteTable) -> dict[str, Any]:
                           "completion_price_per_million": m.completion_price_per_million, "created": m.created,
                           "adapter_of": m.adapter_of, "body_fields": dict(m.body_fields),
                           "routing": m.routing.value, "context_size": m.context_size, "engine": m.engine,
-                          "rerank": m.rerank}
+                          "rerank": m.rerank, "canary_share": m.canary_share}
                    for name, m in table.models.items()},
         "projects": {name: {"name": p.name, "team": p.team, "organisation": p.organisation,
                             "models": sorted(p.models) if p.models is not None else None,
@@ -132,7 +132,7 @@ def table_from_json(data: Mapping[str, Any]) -> RouteTable:
                                    created=m["created"], adapter_of=m["adapter_of"],
                                    body_fields=MappingProxyType(dict(m["body_fields"])),
                                    routing=Routing(m["routing"]), context_size=m["context_size"],
-                                   engine=m["engine"], rerank=m["rerank"])
+                                   engine=m["engine"], rerank=m["rerank"], canary_share=m.get("canary_share"))
                   for name, m in data["models"].items()}
         projects = {name: ProjectPolicy(name=p["name"], team=p["team"], organisation=p["organisation"],
                                         models=frozenset(p["models"]) if p["models"] is not None else None,

@@ -90,7 +90,8 @@ async def open_upstream(ctx: RequestContext, pool: UpstreamPool, balancer: Balan
     """Send `ctx`'s request to a replica its route's policy chooses, retrying once elsewhere on a failure before the
     first byte.
 
-    Each try asks `ctx.policy` (`routing_policies`) to choose among `ctx.route.replicas` under `balancer.load()` and
+    Each try asks `ctx.policy` (`routing_policies`) to choose among `ctx.route.replicas` (the first try: on the side
+    of a canary split its turn says, `Balancer.canary_pool`) under `balancer.load()` and
     `balancer.facts(...)` (with `ctx.prefix` and `blocks`: the prompt's blocks and what each replica holds, None when
     precise routing is off for it); `ledger.routing` says which kind of decision it was. The body sent is
     `upstream_body` of `ctx.body` with the route's `body_fields` under `ctx.overrides`; the engine gets the gateway's
@@ -110,9 +111,10 @@ async def open_upstream(ctx: RequestContext, pool: UpstreamPool, balancer: Balan
     failure: ApiError | None = None
     for _attempt in range(2):
         now = trio.current_time()
-        facts = balancer.facts(route.replicas, now, frozenset(tried), ctx.prefix, blocks,
+        replicas = route.replicas if tried else balancer.canary_pool(route)  # a retry goes anywhere not tried yet
+        facts = balancer.facts(replicas, now, frozenset(tried), ctx.prefix, blocks,
                                (ctx.prompt_estimate, output_tokens(ctx)))
-        choice = ctx.policy.choose(route.replicas, balancer.load(), facts)
+        choice = ctx.policy.choose(replicas, balancer.load(), facts)
         replica, ledger.routing = choice.replica, choice.kind
         balancer.remember(ctx.prefix, replica)
         if replica is None:

@@ -20,18 +20,23 @@ random weight hashing of (prefix, replica id)), that is within the same load bou
 order from the same table, so the same prefix goes to the same replica from any worker, and a replica joining or
 leaving moves only the prefixes it wins or held. Their outstanding counts add the other workers' (`elsewhere`, fed by
 the control plane), so "least loaded" means across all workers.
+
+- Canary split: while a model's route carries a `canary_share`, its requests are counted and `canary_turn` says
+  which go to the canary replicas (exactly floor(n x share) of the first n, evenly spread); `canary_pool` gives the
+  side a request chooses in, by the policy as usual. A retry goes anywhere not tried yet.
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from typing import Literal
 
-from llmgw.routes import ReplicaRoute
+from llmgw.routes import ModelRoute, ReplicaRoute
 
 PREFIX_CHARS = 256
 DEFAULT_SATURATION = 8
@@ -194,6 +199,21 @@ def pick_from(pool: Sequence[ReplicaRoute], outstanding: Mapping[str, int], affi
     return tied[facts.rotation % len(tied)]
 
 
+def canary_turn(count: int, share: float) -> bool:
+    """Whether a model's request number `count` (0-based) goes to its canary at `share` (0..1): of the first n
+    requests exactly floor(n x share) do, spread evenly (share 0.25: the 4th, 8th, 12th ...). Pure."""
+    return math.floor((count + 1) * share + 1e-9) > math.floor(count * share + 1e-9)
+
+
+def canary_pool(replicas: Sequence[ReplicaRoute], share: float | None, turn: bool) -> Sequence[ReplicaRoute]:
+    """The replicas one request chooses among: all of `replicas` when `share` is None (no canary); else the canary
+    ones on the request's `turn` and the others when not; all when that side has none. Pure."""
+    if share is None:
+        return replicas
+    side = [r for r in replicas if r.canary == turn]
+    return side or replicas
+
+
 class Balancer:
     """The gateway's routing state: outstanding counts, prefix affinity (bounded LRU), ejections.
 
@@ -214,6 +234,17 @@ class Balancer:
         self._affinity: OrderedDict[str, str] = OrderedDict()
         self._affinity_entries = affinity_entries
         self._rotation = 0
+        self._canary_counts: dict[str, int] = {}
+
+    def canary_pool(self, route: ModelRoute) -> Sequence[ReplicaRoute]:
+        """The replicas of `route` the next request chooses among (`canary_pool`), counting it when the route has a
+        canary (a count per model name, for `canary_turn`)."""
+        share = route.canary_share
+        if share is None:
+            return route.replicas
+        count = self._canary_counts.get(route.name, 0)
+        self._canary_counts[route.name] = count + 1
+        return canary_pool(route.replicas, share, canary_turn(count, share))
 
     def choose(self, replicas: Sequence[ReplicaRoute], prefix: str | None, now: float,
                exclude: frozenset[str] = frozenset()) -> ReplicaRoute | None:

@@ -22,9 +22,10 @@ from llmgw.plan.multinode import (
 )
 from llmgw.plan.planning import agent_settings_fingerprint, demand_of, is_mig_class, make_plan
 from llmgw.plan.recorded import (
-    FLEET_FILE, PASS_FILE, PlannedPass, fleet_from_record, fleet_record, pass_from_record, plan_digest, plan_or_refusal,
-    recorded_files,
+    FLEET_FILE, PASS_FILE, PlannedPass, canary_holds, fleet_from_record, fleet_record, pass_from_record, plan_digest,
+    plan_or_refusal, recorded_files,
 )
+from llmgw.plan.canary import CanaryHold, CanarySample, CanaryVerdict, Verdict, judge_canary
 from llmgw.plan.rendering import plan_from_json, plan_to_json, render_plan
 from llmgw.plan.types import (
     Action, ActionKind, Assignment, Fleet, GpuState, Interconnect, NodeState, ObservedShard, Plan, Unplaced,
@@ -39,5 +40,6 @@ __all__ = [
     "split_engine_key", "Interconnect", "interconnect_of", "MultiNodePlacement", "NodeOffer", "ShardSlot", "place_multinode", "split_over_nodes",
     "OK_FRACTION", "Rail", "RailGrade", "grade_rail", "pair_rails",
     "FLEET_FILE", "PASS_FILE", "PlannedPass", "fleet_from_record", "fleet_record", "pass_from_record", "plan_digest",
-    "plan_or_refusal", "recorded_files",
+    "plan_or_refusal", "recorded_files", "canary_holds",
+    "CanaryHold", "CanarySample", "CanaryVerdict", "Verdict", "judge_canary",
 ]

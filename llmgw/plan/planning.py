@@ -17,6 +17,10 @@ A pass goes in two stages.
    `reconcile.max_surge` (default 1) replaced replicas of a model run their new shard beside the old one at once;
    the others wait, unplaced, their old shard serving.
 
+A model under a canary (`canaries=`, `llmgw.plan.canary.CanaryHold`) rolls only its canary replica, whose old shard
+keeps serving beside the new one until the verdict; its other replicas wait, unplaced. A failed canary's model is
+planned as the revision its old replicas run, so the canary shard stops ("canary ... failed: <why>").
+
 A healthy replica is never moved to improve the packing: placement only ever looks at replicas without a
 current shard. Nodes not alive are ignored (their shards hold nothing; replicas are placed elsewhere).
 Cordoned, drained and lent nodes take no new replica; a drained or lent node's shards are judged as an old
@@ -31,7 +35,9 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping
 from dataclasses import fields, replace
+from types import MappingProxyType
 
+from llmgw.plan.canary import CanaryHold
 from llmgw.plan.capacity import Demand
 from llmgw.plan.guard import guard_fleet_not_emptied
 from llmgw.plan.health import unhealthy_devices
@@ -88,8 +94,9 @@ def demand_of(settings: Settings, model: Model) -> Demand:
 class _Planner(Spanning, Placement):
     """One planning pass: stage 1 here, stage 2 in `Placement`; replicas spread over nodes in `Spanning`."""
 
-    def __init__(self, settings: Settings, fleet: Fleet):
+    def __init__(self, settings: Settings, fleet: Fleet, canaries: Mapping[str, CanaryHold] = MappingProxyType({})):
         super().__init__(settings, sorted(fleet.nodes, key=lambda n: n.node_id))
+        self.canaries = canaries
         self.indexes: dict[str, int] = {}  # replica id -> its index n, known when the ids are built
         self.surging: dict[str, int] = {}  # model -> its replicas whose new shard runs beside the old one
         self.init_spanning()
@@ -179,6 +186,15 @@ class _Planner(Spanning, Placement):
         kept = []
         for item in pending:
             model = item.demand.model
+            hold = self.canaries.get(model)
+            if hold is not None and not hold.failed and item.replica_id != hold.replica_id:
+                reason = f"canary: waits for the verdict on {hold.replica_id} (rollout: canary)"
+                for node, shard in item.old:
+                    index = self.old_keeps.get((node.node_id, shard.shard_id))
+                    if index is not None:
+                        self.actions[index] = replace(self.actions[index], reason=reason)
+                self.unplaced.append(Unplaced(item.replica_id, model, ((ALL_NODES, reason),)))
+                continue
             if item.old and self.surging.get(model, 0) >= limit:
                 reason = f"rolling: waits for another replica of {model} (reconcile.max_surge {limit})"
                 for node, shard in item.old:
@@ -256,6 +272,10 @@ class _Planner(Spanning, Placement):
                 not demand.selector or all(self.node_labels(node).get(k) == v for k, v in demand.selector)) and (
                 not unhealthy_devices(node, shard.devices))  # a card out for health: placed elsewhere
             (current if ok else old).append((node, shard))
+        hold = self.canaries.get(model.name)
+        if hold is not None and not hold.failed and hold.replica_id != replica_id:
+            # while its canary runs, no other replica of the model starts the new revision, not even again
+            current = [p for p in current if p[1].state not in (ShardState.FAILED, ShardState.STOPPED)]
         ready = self.ready.setdefault(model.name, set())
         primary = None
         if current:
@@ -283,13 +303,16 @@ class _Planner(Spanning, Placement):
                                            assignment=assignment, reason=reason))
         new_ready = primary is not None and primary[1].state is ShardState.READY
         new_name = primary[1].shard_id if primary is not None else "the new generation"
+        beside = hold is not None and not hold.failed  # old shards serve on beside the new revision until the verdict
         kept = []
         for node, shard in sorted(old, key=lambda p: (p[0].node_id, p[1].shard_id)):
             if shard.state in _GONE:
                 continue
-            if new_ready or shard.state not in _HEALTHY:
-                self.stop(node, shard, f"rolled: replaced by {new_name}" if new_ready
-                          else f"superseded ({shard.state.value}) by a new generation")
+            if (new_ready and not beside) or shard.state not in _HEALTHY:
+                why = f"rolled: replaced by {new_name}"
+                if hold is not None and hold.failed:
+                    why = f"canary of {hold.commit[:12]} failed: {hold.reason}"
+                self.stop(node, shard, why if new_ready else f"superseded ({shard.state.value}) by a new generation")
                 continue
             if shard.state is ShardState.READY:
                 ready.add(replica_id)
@@ -297,7 +320,8 @@ class _Planner(Spanning, Placement):
             self.holds.append((node.node_id, shard.devices, shard.cpu_cores, shard.memory_bytes, None))
             why = f"{self.closed[node.node_id]}: " if node.node_id in self.evicted else "rolling: "
             action = Action(ActionKind.KEEP, node.node_id, replica_id, shard.shard_id, model.name,
-                            reason=f"{why}kept until {new_name} is ready")
+                            reason=f"canary: serves beside {new_name} until the canary's verdict" if beside and new_ready
+                            else f"{why}kept until {new_name} is ready")
             self.old_keeps[(node.node_id, shard.shard_id)] = len(self.actions)
             self.actions.append(action)
             kept.append((node, shard))
@@ -309,7 +333,9 @@ class _Planner(Spanning, Placement):
         if kept:
             item.previous_node = kept[0][0].node_id
             item.reason = (f"moves {kept[0][1].shard_id} off {item.previous_node}: {self.closed[item.previous_node]}"
-                           if item.previous_node in self.evicted else f"rolling: new generation of {kept[0][1].shard_id}")
+                           if item.previous_node in self.evicted else
+                           f"canary: the new revision beside {kept[0][1].shard_id}" if beside
+                           else f"rolling: new generation of {kept[0][1].shard_id}")
         return item
 
     def stop(self, node: NodeState, shard: ObservedShard, reason: str) -> None:
@@ -385,7 +411,8 @@ def _plain(value):
     return value
 
 
-def make_plan(settings: Settings, fleet: Fleet, *, allow_empty: bool = False) -> Plan:
+def make_plan(settings: Settings, fleet: Fleet, *, allow_empty: bool = False,
+              canaries: Mapping[str, CanaryHold] = MappingProxyType({})) -> Plan:
     """Return the desired assignment of every catalog replica and the actions that reach it from `fleet`.
 
     `settings`: the settings to converge to (`settings.commit` is copied to `Plan.settings_commit`).
@@ -395,6 +422,12 @@ def make_plan(settings: Settings, fleet: Fleet, *, allow_empty: bool = False) ->
     when there are more than 12); `notes` for lost nodes, foreign engines and a stopped service.
     Raises: `EmptiedCatalogError` when the settings want no replica and no endpoint at all while the fleet
     still runs shards, unless `allow_empty` or `allow_empty: true` in llmgw.yaml (or serving is stopped).
+    `canaries`: model name -> its canary (`llmgw.plan.canary`): a running one holds the model's roll at its canary
+    replica; a failed one plans the model as `previous` (the settings' other models and commit unchanged).
     """
+    failed = {name: hold.previous for name, hold in canaries.items()
+              if hold.failed and hold.previous is not None and name in settings.models}
+    if failed:
+        settings = replace(settings, models=MappingProxyType({**settings.models, **failed}))
     guard_fleet_not_emptied(settings, fleet, allow_empty=allow_empty)
-    return _Planner(settings, fleet).run()
+    return _Planner(settings, fleet, canaries).run()

@@ -5,7 +5,8 @@ The control plane writes two files into each audit commit (`llmgw.control.audit`
 
     plan/fleet.json   {"version": 1, "nodes": [NodeState, ...]}      the planner's input fleet, canonical JSON
     plan/pass.json    {"version": 1, "pass": int, "settings_commit": "40-hex" | null, "allow_empty": bool,
-                       "fleet": "sha256:<hex of fleet.json's bytes>", "plan": "sha256:<hex>"}
+                       "fleet": "sha256:<hex of fleet.json's bytes>", "plan": "sha256:<hex>",
+                       "canaries": {model: CanaryHold.to_json()}}     (only while canaries ran: llmgw.plan.canary)
 
 `fleet.json` is what the planner read and nothing else (`llmgw.control.deciding.planner_fleet`: the agents'
 reports with the settings' view laid over them, lost nodes without shards, the STARTs in flight as pending
@@ -26,11 +27,13 @@ import hashlib
 import json
 import types
 import typing
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
 from llmgw.errors import UsageError
+from llmgw.plan.canary import CanaryHold
 from llmgw.plan.guard import EmptiedCatalogError
 from llmgw.plan.planning import make_plan
 from llmgw.plan.types import Fleet, NodeState, Plan
@@ -51,13 +54,29 @@ class PlannedPass:
     allow_empty: bool
     fleet_digest: str
     plan_digest: str
+    canaries: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
+    """The canaries the planner was told of, as recorded (`CanaryHold.to_json`); `canary_holds` makes them again."""
 
 
-def plan_or_refusal(settings: Settings, fleet: Fleet, allow_empty: bool) -> tuple[Plan, bool]:
-    """(`make_plan(settings, fleet, allow_empty=...)`, False), or when the empty-catalog guard refuses, (a plan
-    holding only the guard's sentence as a note, True): what a control-plane pass plans, and `llmgw plan --at`."""
+def canary_holds(recorded: Mapping[str, Mapping[str, Any]], previous: Any) -> dict[str, CanaryHold]:
+    """The `CanaryHold`s of a `PlannedPass.canaries`; `previous(commit, model)` gives the model's definition in a
+    settings commit (a failed canary's old revision). Raises UsageError for a record of another shape."""
     try:
-        return make_plan(settings, fleet, allow_empty=allow_empty), False
+        return {name: CanaryHold(str(h["replica"]), str(h["commit"]), failed=bool(h["failed"]), reason=str(h["reason"]),
+                                 previous_commit=h["previous_commit"],
+                                 previous=previous(h["previous_commit"], name) if h["failed"] else None)
+                for name, h in recorded.items()}
+    except (KeyError, TypeError) as exc:
+        raise UsageError(f"{PASS_FILE} records canaries of another shape: {exc!r}") from None
+
+
+def plan_or_refusal(settings: Settings, fleet: Fleet, allow_empty: bool,
+                    canaries: Mapping[str, CanaryHold] = types.MappingProxyType({})) -> tuple[Plan, bool]:
+    """(`make_plan(settings, fleet, allow_empty=..., canaries=...)`, False), or when the empty-catalog guard refuses,
+    (a plan holding only the guard's sentence as a note, True): what a control-plane pass plans, and `llmgw plan
+    --at`."""
+    try:
+        return make_plan(settings, fleet, allow_empty=allow_empty, canaries=canaries), False
     except EmptiedCatalogError as exc:
         return Plan(settings_commit=settings.commit, notes=(str(exc),)), True
 
@@ -186,12 +205,16 @@ def plan_digest(plan: Plan) -> str:
 
 
 def recorded_files(number: int, settings: Settings, allow_empty: bool, fleet: Fleet, plan: Plan,
-                   fleet_bytes: bytes | None = None) -> dict[str, bytes]:
-    """The files an audit commit carries for pass `number`, which planned `plan` from `settings` and `fleet`:
-    {FLEET_FILE: ..., PASS_FILE: ...}. `fleet_bytes`: `fleet_record(fleet)` when the caller has it already."""
+                   fleet_bytes: bytes | None = None,
+                   canaries: Mapping[str, CanaryHold] = types.MappingProxyType({})) -> dict[str, bytes]:
+    """The files an audit commit carries for pass `number`, which planned `plan` from `settings` and `fleet` (and
+    `canaries`): {FLEET_FILE: ..., PASS_FILE: ...}. `fleet_bytes`: `fleet_record(fleet)` when the caller has it
+    already."""
     fleet_bytes = fleet_record(fleet) if fleet_bytes is None else fleet_bytes
     record = {"version": RECORD_VERSION, "pass": number, "settings_commit": settings.commit,
               "allow_empty": allow_empty, "fleet": _digest(fleet_bytes), "plan": plan_digest(plan)}
+    if canaries:
+        record["canaries"] = {name: hold.to_json() for name, hold in sorted(canaries.items())}
     return {FLEET_FILE: fleet_bytes, PASS_FILE: json.dumps(record, indent=1, sort_keys=True).encode() + b"\n"}
 
 
@@ -205,8 +228,11 @@ def pass_from_record(data: bytes, fleet_bytes: bytes, source: str = "plan/pass.j
         if not isinstance(doc, dict) or doc.get("version") != RECORD_VERSION:
             raise ValueError(f"version {doc.get('version') if isinstance(doc, dict) else None} is not "
                              f"{RECORD_VERSION}")
+        canaries = doc.get("canaries", {})
+        if not isinstance(canaries, dict):
+            raise ValueError("canaries is not an object")
         planned = PlannedPass(int(doc["pass"]), doc["settings_commit"], bool(doc["allow_empty"]), str(doc["fleet"]),
-                              str(doc["plan"]))
+                              str(doc["plan"]), canaries)
     except (KeyError, TypeError, ValueError) as exc:
         raise UsageError(f"{source} is not a recorded pass: {exc}") from None
     if planned.fleet_digest != _digest(fleet_bytes):

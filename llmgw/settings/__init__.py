@@ -24,6 +24,7 @@ from llmgw.settings.model import (
     Project, Quota, Resources, Settings, StoreSettings, Team, Tracing, WeightsFile,
 )
 from llmgw.settings.reading import MAX_FILE_BYTES
+from llmgw.settings.reverting import propose_revert
 from llmgw.settings.refs import (
     APPLIED_REF, AUDIT_REF, BRANCH_KEY, DEFAULT_BRANCH, branch_head, discover_repository, fetch_mirror, redact_url,
     ref_commit, set_config_value,
@@ -46,5 +47,5 @@ __all__ = [
     "set_serving_stopped", "append_audit", "set_ref", "read_audit_log", "read_audit_file", "AuditEntry",
     "AUDIT_REF", "APPLIED_REF", "DEFAULT_BRANCH", "branch_head", "ref_commit", "fetch_mirror", "set_config_value",
     "discover_repository", "redact_url", "NOT_ACTED_ON", "UNBUILT", "UnbuiltKey", "is_not_acted_on",
-    "BranchCommit", "audit_commit", "commits_since", "read_audit_chain",
+    "BranchCommit", "audit_commit", "commits_since", "read_audit_chain", "propose_revert",
 ]

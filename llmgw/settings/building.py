@@ -21,7 +21,7 @@ from llmgw.errors import Issue
 from llmgw.identity import Routing
 from llmgw.settings.model import (
     Adapter, AgentSettings, ClusterSettings, Endpoint, EngineVersion, Listener, Model, Organisation, Prices,
-    Project, Quota, Resources, Settings, StoreSettings, Team, Tracing, WeightsFile,
+    Project, Quota, Resources, Rollout, Settings, StoreSettings, Team, Tracing, WeightsFile,
 )
 from llmgw.settings.adapters import adapter_problems
 from llmgw.settings.parsing import Parsed
@@ -150,7 +150,20 @@ def build_model(stem: str, file: str, data: Mapping[str, Any]) -> Model:
         node_selector=MappingProxyType(dict(data.get("node_selector", {}))),
         routing=Routing(data.get("routing", Routing.PREFIX.value)),
         rerank=bool(data.get("rerank", False)),
+        rollout=build_rollout(data.get("rollout", {})),
         source_file=file,
+    )
+
+
+def build_rollout(data: Mapping[str, Any]) -> Rollout:
+    """A catalog model's `rollout:` data (schema-valid) -> Rollout (durations in seconds)."""
+    slo = data.get("slo", {})
+    return Rollout(
+        strategy=data.get("strategy", Rollout.strategy), share=float(data.get("share", Rollout.share)),
+        window=_duration(data, "window", Rollout.window),
+        min_requests=int(data.get("min_requests", Rollout.min_requests)),
+        max_error_rate=None if slo.get("error_rate") is None else float(slo["error_rate"]),
+        max_ttft_p90=None if slo.get("ttft_p90") is None else parse_duration(slo["ttft_p90"]),
     )
 
 
@@ -188,6 +201,14 @@ def check_model(found: Found, file: str, stem: str, data: Mapping[str, Any], mod
             if weights.is_directory:
                 found.add(file, ("adapters", index, "weights", number, "source"), "an adapter lists its files one "
                           "by one, each with its sha256; a directory source is for the model's weights")
+    rollout = data.get("rollout", {})
+    if rollout.get("strategy") != "canary" and set(rollout) - {"strategy"}:
+        key = next(k for k in ("share", "window", "min_requests", "slo") if k in rollout)
+        found.add(file, ("rollout", key), "read only by a canary: add strategy: canary to rollout "
+                                          "or drop this key")
+    elif model.rollout.canary and model.rollout.max_error_rate is None and model.rollout.max_ttft_p90 is None:
+        found.add(file, ("rollout", "strategy"), "a canary needs an SLO to judge it by: add rollout.slo.error_rate "
+                                                 "and/or rollout.slo.ttft_p90 (e.g. ttft_p90: 2s)")
     for where, message in adapter_problems(model):
         found.add(file, where, message, of_key=where == ("adapters",))
 

@@ -180,6 +180,29 @@ class Prices:
 
 
 @dataclass(frozen=True)
+class Rollout:
+    """A model's `rollout:`: how a change that restarts its replicas reaches them.
+
+    `strategy`: "rolling" (each replica's new generation beside its old one, `reconcile.max_surge` at once) or
+    "canary": one replica of the new revision takes `share` (0 < share <= 1) of the model's requests for `window`
+    seconds from when it is ready; it holds when, over at least `min_requests` requests, the share answered with a
+    status of 500 or above is at most `max_error_rate` (None: not checked) and the 90th percentile of time to
+    first token is at most `max_ttft_p90` seconds (None: not checked). Judged by `llmgw.plan.canary`.
+    """
+
+    strategy: str = "rolling"
+    share: float = 0.1
+    window: float = 600.0
+    min_requests: int = 10
+    max_error_rate: float | None = None
+    max_ttft_p90: float | None = None
+
+    @property
+    def canary(self) -> bool:
+        return self.strategy == "canary"
+
+
+@dataclass(frozen=True)
 class Model:
     """`catalog/<name>.yaml`: one model and how to run it.
 
@@ -189,6 +212,7 @@ class Model:
     `engine_args` are passed to the engine's command line after llmgw's own arguments. `routing` is the gateway's
     policy for choosing among its replicas (`llmgw.identity.Routing`). `rerank`: the model reranks; the gateway
     serves it on `/v1/rerank` (and `/v1/score` on vLLM); a llama.cpp model needs `--reranking` in `engine_args`.
+    `rollout`: how a change that restarts its replicas is rolled out (`Rollout`; not part of the fingerprint).
     """
 
     name: str
@@ -207,6 +231,7 @@ class Model:
     node_selector: Mapping[str, str] = field(default_factory=frozen_map)
     routing: Routing = Routing.PREFIX
     rerank: bool = False
+    rollout: Rollout = Rollout()
     source_file: str = field(default="", compare=False)
 
 

@@ -156,6 +156,11 @@ class Store(Protocol):
                      limit: int = 100) -> list[UsageRecord]:
         """The latest `limit` records, newest first."""
 
+    def usage_of_replica(self, model: str, replica: str, settings_commit: str, since: float,
+                         limit: int = 100000) -> list[UsageRecord]:
+        """The records of `model`'s requests answered by `replica` started from `settings_commit`, since `since`
+        (unix seconds), newest first, at most `limit` (a canary's requests: llmgw.control.canaries)."""
+
     def usage_of_request(self, request_id: str) -> UsageRecord | None:
         """The record of one gateway request (the gateway's own id, "req_" + 32 hex digits), or None when the store
         has none (yet)."""

@@ -324,6 +324,11 @@ class SqlStore:
         with self._read() as conn:
             return usage_table.query_usage(conn, project, since, by)
 
+    def usage_of_replica(self, model: str, replica: str, settings_commit: str, since: float,
+                         limit: int = 100000) -> list[UsageRecord]:
+        with self._read() as conn:
+            return usage_table.usage_of_replica(conn, model, replica, settings_commit, since, limit)
+
     def usage_of_request(self, request_id: str) -> UsageRecord | None:
         with self._read() as conn:
             return usage_table.usage_of_request(conn, request_id)

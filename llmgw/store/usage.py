@@ -95,6 +95,17 @@ def list_usage(conn: SqlConnection, project: str | None, since: float | None, li
     return [UsageRecord(*row) for row in rows]
 
 
+def usage_of_replica(conn: SqlConnection, model: str, replica: str, settings_commit: str, since: float,
+                     limit: int) -> list[UsageRecord]:
+    """The records of `model`'s requests answered by `replica` started from `settings_commit` since `since` (unix
+    seconds), newest first, at most `limit`."""
+    rows = conn.execute(
+        f"SELECT {_RECORD_COLUMNS} FROM usage WHERE model = ? AND replica = ? AND settings_commit = ? AND time >= ? "
+        "ORDER BY time DESC, id DESC LIMIT ?", (model, replica, settings_commit, since, limit),
+    ).fetchall()
+    return [UsageRecord(*row) for row in rows]
+
+
 def usage_of_request(conn: SqlConnection, request_id: str) -> UsageRecord | None:
     """The usage record the gateway wrote for request `request_id` (the `x-request-id` it answered with, used as
     the record's idempotency id), or None when there is none (an unknown id, or one still in a gateway's spool)."""

@@ -130,3 +130,23 @@ def test_a_models_route_carries_the_context_its_engines_run_with_and_its_adapter
     routes = build_route_table(replace(base, models=MappingProxyType({**base.models, "gemma": gemma})), fleet(),
                                lambda rid: replica_key(SECRET, rid)).models
     assert routes["gemma"].context_size == expected and routes["gemma-pirate"].context_size == expected
+
+
+@pytest.mark.parametrize("shares, ready_old, expected_share", [
+    ((0.1,), True, 0.1),   # running: the canary takes its share beside the old replicas
+    ((0.0,), True, 0.0),   # failed and not stopped yet: it takes none
+    ((0.1,), False, None),  # only the canary is ready: no split, it serves
+])
+def test_a_canary_revision_is_routed_apart_from_the_old_replicas_with_its_share(shares, ready_old, expected_share):
+    old_state = ShardState.READY if ready_old else ShardState.STOPPING
+    shards = (replace(shard("gemma-0/0", old_state, 9001), fingerprint="old"),
+              replace(shard("gemma-0/0", ShardState.READY, 9005), shard_id="gemma-0/0@new", fingerprint="new"))
+    fl = Fleet(nodes=(NodeState("n1", address="10.0.0.1", shards=shards),))
+    routes = build_route_table(settings(), fl, lambda rid: replica_key(SECRET, rid),
+                               canaries={"gemma": ("new", *shares)}).models
+    replicas = {r.replica_id: (r.base_url, r.canary, r.replica_key) for r in routes["gemma"].replicas}
+    expected = {"gemma-0@canary": ("http://10.0.0.1:9005", True, replica_key(SECRET, "gemma-0"))}
+    if ready_old:
+        expected["gemma-0"] = ("http://10.0.0.1:9001", False, replica_key(SECRET, "gemma-0"))
+    assert replicas == expected
+    assert routes["gemma"].canary_share == expected_share and routes["qwen"].canary_share is None

@@ -56,6 +56,18 @@ async def test_at_start_a_bad_head_falls_back_to_the_applied_commit(settings_rep
     assert [p.settings.commit for p in published] == [first.settings.commit] and published[0] is watcher.state
 
 
+async def test_at_start_a_good_head_ahead_of_the_applied_commit_keeps_the_applied_settings_beside_it(settings_repo):
+    first = await SettingsWatcher(str(settings_repo), "main", settings_repo.parent / "m").poll()
+    assert first.applied is None  # no applied ref yet
+    set_ref(settings_repo, "refs/llmgw/applied", first.settings.commit)
+    assert (await SettingsWatcher(str(settings_repo), "main", settings_repo.parent / "m").poll()).applied is None
+    text = (settings_repo.parent / "seed" / "catalog" / "tiny.yaml").read_bytes().replace(b"context_size: 512",
+                                                                                          b"context_size: 1024")
+    head = commit_directly(settings_repo, "catalog/tiny.yaml", text, "bigger context")
+    state = await SettingsWatcher(str(settings_repo), "main", settings_repo.parent / "m").poll()
+    assert state.settings.commit == head and state.applied.commit == first.settings.commit  # what a canary compares
+
+
 async def test_a_remote_is_fetched_into_a_mirror_and_an_unreachable_one_keeps_the_last_good_commit(
     tmp_path, settings_repo,
 ):

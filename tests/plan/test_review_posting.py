@@ -152,3 +152,23 @@ def test_a_message_holding_a_fence_stays_inside_its_code_block():
     assert set(opening) == {"`"} and len(opening) == 5  # longer than the longest run of backticks inside
     assert body.rstrip("\n").endswith("\n" + opening) and body.count("\n" + opening + "\n") == 2  # open, close
     assert fenced("plain", "diff") == ["```diff", "plain", "```"]
+
+
+@pytest.mark.parametrize("kind", ["github", "gitlab", "gitea"])
+def test_each_canary_sets_its_commit_status_by_phase(kind):
+    from llmgw.cli.review_posting import Target, post_canary_statuses
+
+    failed = "canary of big at aaaaaaaaaaaa (big-0, 0.1 of requests) failed: TTFT p90 3.10 s above the SLO's " \
+             "2.00 s over 40 requests; stopped, the old replicas kept serving; revert proposed on branch llmgw/revert-a"
+    canaries = {"big": {"commit": "a" * 40, "phase": "failed", "summary": failed},
+                "small": {"commit": "b" * 40, "phase": "held", "summary": "canary of small ... held"},
+                "tiny": {"commit": "c" * 40, "phase": "running", "summary": "canary of tiny ... running"}}
+    with running_forge(kind) as forge:
+        target = Target(kind, forge.url, REPOSITORY[kind], 0, TOKEN)
+        done = post_canary_statuses(target, canaries)
+        pending = "running" if kind == "gitlab" else "pending"
+        assert done == [("big", "a" * 40, FAILED[kind]), ("small", "b" * 40, "success"), ("tiny", "c" * 40, pending)]
+        name = "name" if kind == "gitlab" else "context"
+        (big,) = forge.statuses[(REPOSITORY[kind], "a" * 40)]
+        assert big[name] == "llmgw/canary" and len(big["description"]) == 140
+        assert big["description"].startswith("canary of big at aaaaaaaaaaaa (big-0, 0.1 of requests) failed: TTFT p90")

@@ -55,6 +55,12 @@ CASES = {
     "vllm-adapter-without-config": ("catalog/m.yaml:10:7", "lacks adapter_config.json"),
     "adapter-pickle-weights": ("catalog/m.yaml:12:17", "adapters[0].weights[1].source: weights in a pickle format"),
     "name-differs-from-file": ("catalog/m.yaml:1:7", "differs from the file name 'm'"),
+    # rollout: canary (docs/review.md)
+    "canary-share-above-one": ("catalog/m.yaml:7:36", "rollout.share: 1.5 is greater than the maximum of 1"),
+    "canary-without-slo": ("catalog/m.yaml:8:13", "a canary needs an SLO to judge it by"),
+    "canary-bad-ttft": ("catalog/m.yaml:9:19", "rollout.slo.ttft_p90: 'soon' is not a duration"),
+    "canary-keys-without-canary": ("catalog/m.yaml:8:11", "read only by a canary: add strategy: canary"),
+    "unknown-rollout-strategy": ("catalog/m.yaml:7:21", "'blue-green' is not a rollout strategy: write rolling or canary"),
     "bad-file-name": ("catalog/Big Model.yaml:", "is not a valid name"),
     "unknown-settings-file": ("projets.yaml:", "is not a settings file"),
     "yml-extension": ("catalog/m.yml:", "did you mean catalog/m.yaml?"),

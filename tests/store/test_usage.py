@@ -65,6 +65,20 @@ def test_recent_usage_returns_whole_records_newest_first(store: Store) -> None:
                                 duration_seconds=1.0, cost=0.01)
 
 
+def test_a_canarys_requests_are_read_by_model_replica_settings_commit_and_time(store: Store) -> None:
+    def record(time: float, replica: str, commit: str | None, model: str = "gemma", status: int = 200) -> None:
+        store.record_usage(UsageRecord("chat", model, time, replica=replica, settings_commit=commit, status=status,
+                                       ttft_seconds=0.4 if status == 200 else None, duration_seconds=1.0))
+    record(DAY1, "gemma-0@canary", "b" * 40)  # before the canary was ready
+    record(DAY2, "gemma-0@canary", "b" * 40)
+    record(DAY2 + 1, "gemma-0@canary", "b" * 40, status=502)
+    record(DAY2 + 2, "gemma-0", "a" * 40)  # an old replica
+    record(DAY2 + 3, "gemma-0@canary", "c" * 40)  # another revision's canary
+    record(DAY2 + 4, "gemma-0@canary", "b" * 40, model="qwen")
+    found = store.usage_of_replica("gemma", "gemma-0@canary", "b" * 40, DAY2)
+    assert [(r.time, r.status, r.ttft_seconds) for r in found] == [(DAY2 + 1, 502, None), (DAY2, 200, 0.4)]
+
+
 def test_an_unknown_grouping_is_a_usage_error(store: Store) -> None:
     with pytest.raises(UsageError, match="model, project, day"):
         store.query_usage(by="week")

@@ -67,12 +67,13 @@ class FakeLlamaServer:
     `model_path` is what `-m` named; `alias` the served name (default: the path, as llama-server does).
     `api_key` None accepts every request. `token_delay` seconds between streamed tokens. `max_tokens_default`
     when the request gives none. `fail_after_chunks`: when set, a stream's connection is dropped after that many
-    token chunks (an engine crash mid-stream).
+    token chunks (an engine crash mid-stream). `first_token_delay`: seconds a completion waits before its answer
+    starts (a slow prompt processing: every request's time to first token grows by it).
     """
 
     def __init__(self, model_path: str = "/models/fake.gguf", alias: str | None = None, *, api_key: str | None = None,
                  metrics: bool = True, token_delay: float = 0.0, max_tokens_default: int = 16,
-                 fail_after_chunks: int | None = None, context_size: int = 2048):
+                 fail_after_chunks: int | None = None, context_size: int = 2048, first_token_delay: float = 0.0):
         self.model_path = model_path
         self.alias = alias or model_path
         self.api_key = api_key
@@ -81,6 +82,7 @@ class FakeLlamaServer:
         self.max_tokens_default = max_tokens_default
         self.fail_after_chunks = fail_after_chunks
         self.context_size = context_size
+        self.first_token_delay = first_token_delay
         self.stats = FakeStats()
         self.healthy = True  # False: /health answers 503 "Loading model", as llama-server does while loading
         self._ids = 0
@@ -240,6 +242,8 @@ class FakeLlamaServer:
         self.stats.prompt_tokens += prompt_tokens
         self.stats.processing += 1
         try:
+            if self.first_token_delay:
+                await trio.sleep(self.first_token_delay)
             if request.get("stream"):
                 include_usage = bool((request.get("stream_options") or {}).get("include_usage"))
                 await self._stream(send, choices, chat, cmpl_id, model, usage, timings, include_usage)
@@ -393,9 +397,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--api-key", default=None)
     parser.add_argument("-c", "--ctx-size", type=int, default=2048)
     parser.add_argument("--fake-token-delay", type=float, default=0.0, help="seconds between streamed tokens")
+    parser.add_argument("--fake-first-token-delay", type=float, default=0.0,
+                        help="seconds before a completion's answer starts")
     args, _unknown = parser.parse_known_args(argv)
     server = FakeLlamaServer(args.model, args.alias, api_key=args.api_key or os.environ.get("LLAMA_API_KEY"),
-                             metrics=args.metrics, token_delay=args.fake_token_delay, context_size=args.ctx_size)
+                             metrics=args.metrics, token_delay=args.fake_token_delay, context_size=args.ctx_size,
+                             first_token_delay=args.fake_first_token_delay)
 
     async def run() -> None:
         async with trio.open_nursery() as nursery:
