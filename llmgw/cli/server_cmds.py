@@ -154,6 +154,9 @@ def render_status(doc: dict[str, Any]) -> list[str]:
         lines.append(f"note        {note}")
     for canary in doc.get("canaries", {}).values():
         lines.append(f"canary      {canary['summary']}")
+    for name, entry in doc.get("scaling", {}).items():
+        lines.append(f"autoscaler  {name}: {entry['wanted']} wanted, {entry['ready']} ready, {entry['held']} held "
+                     f"(range {entry['min']}-{entry['max']}): {entry['reason']}")
     last = doc.get("pass")
     if last:
         lines.append(f"last pass   #{last['number']} for {_short(last['settings_commit'])}: "

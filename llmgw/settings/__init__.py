@@ -21,7 +21,7 @@ from llmgw.settings.history import BranchCommit, audit_commit, commits_since, re
 from llmgw.settings.loading import SchemaCheck, load_commit, load_directory
 from llmgw.settings.model import (
     Adapter, AgentSettings, ClusterSettings, Endpoint, EngineVersion, Listener, Model, Organisation, Prices,
-    Project, Quota, Resources, Settings, StoreSettings, Team, Tracing, WeightsFile,
+    Project, Quota, Resources, Rollout, Scaling, Settings, StoreSettings, Team, Tracing, WeightsFile,
 )
 from llmgw.settings.reading import MAX_FILE_BYTES
 from llmgw.settings.reverting import propose_revert
@@ -38,7 +38,7 @@ from llmgw.settings.valid_trees import VALID_TREES_FILE, read_valid_trees, valid
 
 __all__ = [
     "Adapter", "AgentSettings", "ClusterSettings", "Endpoint", "EngineVersion", "Listener", "Model",
-    "Organisation", "Prices", "Project", "Quota", "Resources", "Settings", "StoreSettings", "Team", "Tracing",
+    "Organisation", "Prices", "Project", "Quota", "Resources", "Rollout", "Scaling", "Settings", "StoreSettings", "Team", "Tracing",
     "WeightsFile",
     "load_directory", "load_commit", "SchemaCheck", "validate_data",
     "VALID_TREES_FILE", "read_valid_trees", "validation_key", "diff_settings", "SettingsDiff", "Change", "FieldChange",
