@@ -1,0 +1,95 @@
+"""The autoscaler against a real control plane, its gateway, an in-process agent running the llama-server stand-in
+and a real settings repository (pushes with the git CLI, hooks running).
+
+tiny gets `replicas: {min: 1, max: 2, queue_per_replica: 1}` with short windows. Four slow streamed requests at once
+(the stand-in waits between tokens) fill tiny-0's engine queue: the agent's readings of its /metrics carry it, the
+rule wants 2, tiny-1 starts and serves; once the requests end, the count comes back to 1 and tiny-1 stops. The
+wanted count is runtime state: the settings never change, `llmgw status` and the audit commits carry the count and
+the reason. Time: about 10 s.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+import trio
+
+from llmgw.agent import run_agent
+from llmgw.cli.server_cmds import render_status
+from llmgw.control import ControlConfig, ControlPlane
+from llmgw.settings import read_audit_log
+
+from .conftest import stand_in_agent
+from .test_in_process_fleet import push_catalog, replica_states, wait_for
+from .test_reviewed_rollout import head
+
+RANGE = ("replicas:\n  min: 1\n  max: 2\n  queue_per_replica: 1\n  kv_cache_usage: 1\n  scale_up_window: 0s\n"
+         "  scale_down_window: 1s\n  cooldown: 1s\n")
+
+
+def autoscaled(checkout: Path) -> None:
+    path = checkout / "catalog" / "tiny.yaml"
+    lines = [line for line in path.read_text().splitlines() if not line.startswith("replicas:")]
+    path.write_text("\n".join(lines) + "\n" + RANGE + 'engine_args: ["--fake-token-delay", "0.1"]\n')
+    agents = checkout / "agents" / "default.yaml"  # the engines' load read every 200 ms
+    agents.write_text(agents.read_text() + "telemetry_interval: 200ms\n")
+
+
+async def slow_streams(url: str, api_key: str, answered: list[int]) -> None:
+    """Slow streamed chat completions to tiny, one after the other, until cancelled."""
+    async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+        while True:
+            await _slow_stream(client, api_key, answered)
+
+
+async def _slow_stream(client: httpx.AsyncClient, api_key: str, answered: list[int]) -> None:
+    async with client.stream("POST", "/v1/chat/completions", headers={"Authorization": f"Bearer {api_key}"},
+                             json={"model": "tiny", "stream": True, "max_tokens": 30,
+                                   "messages": [{"role": "user", "content": "hi"}]}) as reply:
+        body = await reply.aread()
+        answered.append(reply.status_code)
+        assert reply.status_code == 200, body
+
+
+def scaling_of(plane: ControlPlane) -> dict:
+    return plane.status().get("scaling", {}).get("tiny", {})
+
+
+async def test_a_queue_on_the_engine_starts_a_second_replica_and_its_end_stops_it(
+    tmp_path, settings_repo, weights_mirror, fake_engine,
+):
+    mirror, _sha = weights_mirror
+    checkout = tmp_path / "checkout"
+    async with trio.open_nursery() as nursery:
+        plane = ControlPlane(ControlConfig(repo=str(settings_repo), state_dir=tmp_path / "state"))
+        await nursery.start(plane.run)
+        await nursery.start(run_agent, stand_in_agent("n1", tmp_path / "a1", mirror, fake_engine),
+                            plane.local_connector())
+        await wait_for(lambda: replica_states(plane) == {"tiny-0": "ready"}, 30, "tiny-0 ready")
+        await push_catalog(checkout, settings_repo, autoscaled, "tiny: 1 to 2 replicas, autoscaled")
+        commit = head(settings_repo)
+        await wait_for(lambda: plane.audit.applied == commit, 30, "the range applied", plane.status)
+        assert scaling_of(plane)["wanted"] == 1
+
+        _record, api_key = plane.store.create_api_key("demo")
+        answered: list[int] = []
+        async with trio.open_nursery() as clients:
+            for _ in range(4):
+                clients.start_soon(slow_streams, plane.gateway_url, api_key, answered)
+            await wait_for(lambda: scaling_of(plane).get("wanted") == 2, 10, "the autoscaler wanting 2",
+                           plane.status)
+            assert "scaled up" in scaling_of(plane)["reason"]
+            await wait_for(lambda: replica_states(plane).get("tiny-1") == "ready", 20, "tiny-1 ready", plane.status)
+            clients.cancel_scope.cancel()
+        assert answered and set(answered) == {200}
+        assert "autoscaler  tiny: 2 wanted" in "\n".join(render_status(plane.status()))  # `llmgw status`
+
+        await wait_for(lambda: replica_states(plane) == {"tiny-0": "ready"}, 20, "tiny-1 stopped after the load",
+                       plane.status)
+        assert scaling_of(plane)["wanted"] == 1 and "scaled down" in scaling_of(plane)["reason"]
+        assert head(settings_repo) == commit  # the settings never changed
+        await wait_for(lambda: plane.audit.pending() == 0, 10, "the audit written")
+        messages = [entry.message for entry in read_audit_log(settings_repo)]
+        assert any("autoscaler: tiny: 2 wanted" in m and "scaled up" in m for m in messages), messages[:5]
+        nursery.cancel_scope.cancel()
