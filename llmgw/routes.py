@@ -77,7 +77,9 @@ class ModelRoute:
     `engine`: the catalog's engine ("llama.cpp", "vllm", "sglang"; "" unknown). `rerank`: the catalog says the
     model reranks (`/v1/rerank`, and `/v1/score` on vLLM: `llmgw.gateway.rerank`). `canary_share`: the share
     (0..1) of requests the `canary` replicas take while a canary rollout runs (None: no canary; 0: a failed canary
-    that still runs takes none): `llmgw.gateway.routing.canary_pool`.
+    that still runs takes none): `llmgw.gateway.routing.canary_pool`. `wakes`: the model scales to zero
+    (`replicas: {min: 0}`): while it has no replica, the gateway holds its requests while one starts
+    (`llmgw.gateway.holding`) instead of answering 503 at once.
     """
 
     name: str
@@ -93,6 +95,7 @@ class ModelRoute:
     engine: str = ""
     rerank: bool = False
     canary_share: float | None = None
+    wakes: bool = False
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ it beside the ready count.
 
 - `model_loads`: per model, its ready replicas, the requests running and waiting on their engines (the agents'
   last fresh readings of each READY shard's /metrics, `llmgw.agent.engine_load`), the mean KV-cache use, and the
-  requests the gateway holds for it (`ControlState.held`).
+  requests the gateway holds for it (`ControlState.held`, told by `held_changed`).
 - `watch_scales` (each pass): a `Scale` for each autoscaled model (first from the replicas running, so a restart
   of the control plane scales nothing by itself), moved by `next_scale`, with a timer for when the rule wants to
   look again; scales of models no longer autoscaled are dropped.
@@ -84,6 +84,22 @@ def watch_scales(state: ControlState, now: float) -> ControlState:
     if scales == dict(state.scales) and len(timers) == len(state.timers):
         return state
     return replace(state, scales=frozen(scales), timers=tuple(timers))
+
+
+def held_changed(model: str, count: int):
+    """The transition of the gateway's word that `count` requests wait for `model` (`llmgw.gateway.holding`):
+    placement-relevant when requests began to wait (a pass wakes the model at once)."""
+
+    def transition(state: ControlState) -> tuple[ControlState, bool]:
+        before = state.held.get(model, 0)
+        if count == before:
+            return state, False
+        held = {k: v for k, v in state.held.items() if k != model}
+        if count > 0:
+            held[model] = count
+        return replace(state, held=frozen(held)), before == 0 and count > 0
+
+    return transition
 
 
 def wanted_counts(scales: Mapping[str, Scale]) -> Mapping[str, int]:

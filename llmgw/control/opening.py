@@ -25,6 +25,7 @@ from typing import Any, get_args
 
 import trio
 
+from llmgw.control.autoscaling import held_changed
 from llmgw.control.admin_listener import (
     ADMIN_TLS_DIR, AdminTls, check_admin_listener, trusted_proxies, write_admin_tls,
 )
@@ -239,6 +240,8 @@ async def _start_gateway(plane: Any, config: ControlConfig, nursery: trio.Nurser
         served = plane.gateway = Gateway(store, plane.table, spool_dir=spools, tracing=tracing,
                                          drain_timeout=gateway.drain_timeout)
         served.health_details = plane.health_details
+        served.holding.on_change = lambda model, count: plane.loop.update(held_changed(model, count),
+                                                                          f"{count} requests held for {model}")
         plane.feed.attach(served)
         nursery.start_soon(drain_spools, store, worker_spools(spools, 0))
         return await nursery.start(served.serve, gateway.host, gateway.port)

@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import httpx
+import openai
 import trio
 
 from llmgw.agent import run_agent
@@ -92,4 +93,58 @@ async def test_a_queue_on_the_engine_starts_a_second_replica_and_its_end_stops_i
         await wait_for(lambda: plane.audit.pending() == 0, 10, "the audit written")
         messages = [entry.message for entry in read_audit_log(settings_repo)]
         assert any("autoscaler: tiny: 2 wanted" in m and "scaled up" in m for m in messages), messages[:5]
+        nursery.cancel_scope.cancel()
+
+
+ZERO = "replicas:\n  min: 0\n  max: 1\n  scale_up_window: 0s\n  scale_down_window: 0s\n  cooldown: 0s\n  idle: 1s\n"
+
+
+def to_zero(checkout: Path) -> None:
+    path = checkout / "catalog" / "tiny.yaml"
+    lines = [line for line in path.read_text().splitlines() if not line.startswith("replicas:")]
+    path.write_text("\n".join(lines) + "\n" + ZERO)
+
+
+async def test_an_idle_model_stops_and_its_next_request_is_held_while_it_starts_then_served(
+    tmp_path, settings_repo, weights_mirror, fake_engine,
+):
+    """(about 8 s) `min: 0`, idle 1 s: tiny-0 stops; a request through the openai SDK is held while tiny-0 starts
+    again and is answered; with one request held and the queue bounded at 1, another gets 503 with Retry-After."""
+    mirror, _sha = weights_mirror
+    checkout = tmp_path / "checkout"
+    async with trio.open_nursery() as nursery:
+        plane = ControlPlane(ControlConfig(repo=str(settings_repo), state_dir=tmp_path / "state"))
+        await nursery.start(plane.run)
+        await nursery.start(run_agent, stand_in_agent("n1", tmp_path / "a1", mirror, fake_engine),
+                            plane.local_connector())
+        await wait_for(lambda: replica_states(plane) == {"tiny-0": "ready"}, 30, "tiny-0 ready")
+        await push_catalog(checkout, settings_repo, to_zero, "tiny: scaled to zero when idle")
+        await wait_for(lambda: scaling_of(plane).get("wanted") == 0 and replica_states(plane) == {}, 20,
+                       "tiny stopped after 1 s idle", plane.status)
+        assert "idle" in scaling_of(plane)["reason"]
+        assert not plane.table.models["tiny"].replicas and plane.table.models["tiny"].wakes
+
+        _record, api_key = plane.store.create_api_key("demo")
+        client = openai.OpenAI(base_url=plane.gateway_url + "/v1", api_key=api_key, max_retries=0, timeout=30)
+        plane.gateway.holding.limit = 1
+        answers: list = []
+
+        def ask() -> None:
+            answers.append(client.chat.completions.create(
+                model="tiny", max_tokens=4, messages=[{"role": "user", "content": "hello"}]))
+
+        async with trio.open_nursery() as clients:
+            clients.start_soon(trio.to_thread.run_sync, ask)
+            await wait_for(lambda: plane.gateway.holding.held == {"tiny": 1}, 10, "the request held")
+            try:  # the queue is full: refused at once
+                await trio.to_thread.run_sync(ask)
+            except openai.APIStatusError as exc:
+                assert exc.status_code == 503 and int(exc.response.headers["retry-after"]) >= 1
+                assert "is starting" in exc.message
+            else:
+                raise AssertionError("a request beyond the held queue was not refused")
+        assert len(answers) == 1 and answers[0].choices[0].message.content
+        assert answers[0].usage.completion_tokens == 4
+        assert scaling_of(plane)["wanted"] == 1 and "woken" in scaling_of(plane)["reason"]
+        assert plane.gateway.holding.held == {}
         nursery.cancel_scope.cancel()
