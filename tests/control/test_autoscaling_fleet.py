@@ -16,14 +16,12 @@ import httpx
 import openai
 import trio
 
-from llmgw.agent import run_agent
 from llmgw.cli.server_cmds import render_status
-from llmgw.control import ControlConfig, ControlPlane
+from llmgw.control import ControlPlane
 from llmgw.settings import read_audit_log
 
-from .conftest import stand_in_agent
 from .test_in_process_fleet import push_catalog, replica_states, wait_for
-from .test_reviewed_rollout import head
+from .test_reviewed_rollout import head, serving_one_replica
 
 RANGE = ("replicas:\n  min: 1\n  max: 2\n  queue_per_replica: 1\n  kv_cache_usage: 1\n  scale_up_window: 0s\n"
          "  scale_down_window: 1s\n  cooldown: 1s\n")
@@ -63,11 +61,7 @@ async def test_a_queue_on_the_engine_starts_a_second_replica_and_its_end_stops_i
     mirror, _sha = weights_mirror
     checkout = tmp_path / "checkout"
     async with trio.open_nursery() as nursery:
-        plane = ControlPlane(ControlConfig(repo=str(settings_repo), state_dir=tmp_path / "state"))
-        await nursery.start(plane.run)
-        await nursery.start(run_agent, stand_in_agent("n1", tmp_path / "a1", mirror, fake_engine),
-                            plane.local_connector())
-        await wait_for(lambda: replica_states(plane) == {"tiny-0": "ready"}, 30, "tiny-0 ready")
+        plane = await serving_one_replica(nursery, tmp_path, settings_repo, mirror, fake_engine)
         await push_catalog(checkout, settings_repo, autoscaled, "tiny: 1 to 2 replicas, autoscaled")
         commit = head(settings_repo)
         await wait_for(lambda: plane.audit.applied == commit, 30, "the range applied", plane.status)
@@ -113,11 +107,7 @@ async def test_an_idle_model_stops_and_its_next_request_is_held_while_it_starts_
     mirror, _sha = weights_mirror
     checkout = tmp_path / "checkout"
     async with trio.open_nursery() as nursery:
-        plane = ControlPlane(ControlConfig(repo=str(settings_repo), state_dir=tmp_path / "state"))
-        await nursery.start(plane.run)
-        await nursery.start(run_agent, stand_in_agent("n1", tmp_path / "a1", mirror, fake_engine),
-                            plane.local_connector())
-        await wait_for(lambda: replica_states(plane) == {"tiny-0": "ready"}, 30, "tiny-0 ready")
+        plane = await serving_one_replica(nursery, tmp_path, settings_repo, mirror, fake_engine)
         await push_catalog(checkout, settings_repo, to_zero, "tiny: scaled to zero when idle")
         await wait_for(lambda: scaling_of(plane).get("wanted") == 0 and replica_states(plane) == {}, 20,
                        "tiny stopped after 1 s idle", plane.status)
