@@ -51,6 +51,13 @@ async def _slow_stream(client: httpx.AsyncClient, api_key: str, answered: list[i
         assert reply.status_code == 200, body
 
 
+async def scrape(plane: ControlPlane) -> str:
+    async with httpx.AsyncClient(timeout=10) as client:
+        reply = await client.get(f"{plane.admin_url}/metrics", headers={"Authorization": f"Bearer {plane.admin_token}"})
+    assert reply.status_code == 200
+    return reply.text
+
+
 def scaling_of(plane: ControlPlane) -> dict:
     return plane.status().get("scaling", {}).get("tiny", {})
 
@@ -79,6 +86,9 @@ async def test_a_queue_on_the_engine_starts_a_second_replica_and_its_end_stops_i
             clients.cancel_scope.cancel()
         assert answered and set(answered) == {200}
         assert "autoscaler  tiny: 2 wanted" in "\n".join(render_status(plane.status()))  # `llmgw status`
+        metrics = await scrape(plane)  # /metrics of the admin listener
+        assert 'llmgw_model_replicas_desired{model="tiny"} 2.0' in metrics
+        assert 'llmgw_model_replicas_ready{model="tiny"} 2.0' in metrics
 
         await wait_for(lambda: replica_states(plane) == {"tiny-0": "ready"}, 20, "tiny-1 stopped after the load",
                        plane.status)
@@ -126,6 +136,9 @@ async def test_an_idle_model_stops_and_its_next_request_is_held_while_it_starts_
         async with trio.open_nursery() as clients:
             clients.start_soon(trio.to_thread.run_sync, ask)
             await wait_for(lambda: plane.gateway.holding.held == {"tiny": 1}, 10, "the request held")
+            await wait_for(lambda: plane.snapshot().held == {"tiny": 1}, 10, "the control plane told")
+            held = await scrape(plane)
+            assert 'llmgw_model_requests_held{model="tiny"} 1.0' in held
             try:  # the queue is full: refused at once
                 await trio.to_thread.run_sync(ask)
             except openai.APIStatusError as exc:
@@ -137,4 +150,7 @@ async def test_an_idle_model_stops_and_its_next_request_is_held_while_it_starts_
         assert answers[0].usage.completion_tokens == 4
         assert scaling_of(plane)["wanted"] == 1 and "woken" in scaling_of(plane)["reason"]
         assert plane.gateway.holding.held == {}
+        woken = await scrape(plane)  # /metrics of the admin listener
+        assert 'llmgw_model_replicas_desired{model="tiny"} 1.0' in woken
+        assert 'llmgw_model_requests_held{model="tiny"}' not in woken
         nursery.cancel_scope.cancel()
