@@ -5,8 +5,8 @@ request is not refused: the gateway holds it here, tells the control plane how m
 (`on_change(model, count)`: the autoscaler wakes it, `llmgw.plan.autoscaling`), and sends it on as soon as the
 routing table has a ready replica of the model. Bounded:
 - at most `limit` requests wait per model; one more is refused at once with 503 and `Retry-After`;
-- one waits at most `timeout` seconds, then is refused the same way (the client's own timeout ends it sooner: a
-  client that goes away cancels its request, which leaves the queue).
+- one waits at most `timeout` seconds, then is refused the same way. A request cancelled meanwhile leaves the
+  queue; a client that disconnects is not looked for here.
 """
 
 from __future__ import annotations
