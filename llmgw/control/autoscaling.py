@@ -10,8 +10,10 @@ it beside the ready count.
   last fresh readings of each READY shard's /metrics, `llmgw.agent.engine_load`), the mean KV-cache use, and the
   requests the gateway holds for it (`ControlState.held`, told by `held_changed`).
 - `watch_scales` (each pass): a `Scale` for each autoscaled model (first from the replicas running, so a restart
-  of the control plane scales nothing by itself), moved by `next_scale`, with a timer for when the rule wants to
-  look again; scales of models no longer autoscaled are dropped.
+  of the control plane scales nothing by itself; while the control plane is still recovering its fleet, taken
+  from what runs again at every pass, since nodes that run replicas may not have reconnected yet), moved by
+  `next_scale`, with a timer for when the rule wants to look again; scales of models no longer autoscaled are
+  dropped.
 """
 
 from __future__ import annotations
@@ -75,8 +77,12 @@ def watch_scales(state: ControlState, now: float) -> ControlState:
     loads = model_loads(state, now, models)
     scales: dict[str, Scale] = {}
     timers = list(state.timers)
+    latched = state.recovering.recovered is not None  # a pass saw the fleet back (llmgw.control.recovering)
     for name, scaling in sorted(models.items()):
-        scale = state.scales.get(name) or initial_scale(scaling, running_replicas(state, name), now)
+        scale = state.scales.get(name) if latched else None  # recovering: follow what runs, decide nothing yet
+        if scale is None:
+            running = running_replicas(state, name)
+            scale = initial_scale(scaling, max(running, 1 if loads[name].demand > 0 else 0), now)
         scale, again = next_scale(scaling, scale, loads[name], now)
         scales[name] = scale
         if again is not None and again > now and (again, f"autoscaler of {name}") not in timers:
