@@ -40,8 +40,9 @@ lint: venv
 #   prometheus (promtool, a real Prometheus: issue 12), chromium + chromium-driver (the console in a browser:
 #   issue 16), slurm-wlm, slurmdbd, munge, slurm-client (a real Slurm beside llmgw: issue 15), haproxy (in front of
 #   two gateways: issue 10), nftables (the nodes' firewall), minisign (llmgw's release signatures checked by the
-#   real tool, both ways) and systemd (systemd-analyze verify|security on deploy/systemd/: issue 27).
-SYSTEM_PACKAGES := prometheus chromium chromium-driver slurm-wlm slurmdbd munge slurm-client haproxy nftables minisign systemd
+#   real tool, both ways), systemd (systemd-analyze verify|security on deploy/systemd/: issue 27) and openssh-server
+#   (sshd for the onboarding tests' hosts: issue 27).
+SYSTEM_PACKAGES := prometheus chromium chromium-driver slurm-wlm slurmdbd munge slurm-client haproxy nftables minisign systemd openssh-server
 system-packages:
 	@missing=$$(for p in $(SYSTEM_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
@@ -61,15 +62,15 @@ node-sdk:
 	@test "$$(node -p 'require(process.argv[1]).version' $(LLMGW_CACHE)/node/node_modules/openai/package.json 2>/dev/null)" = "$(lastword $(subst @, ,$(NODE_OPENAI)))" \
 	|| npm install --prefix $(LLMGW_CACHE)/node --no-audit --no-fund --no-save $(NODE_OPENAI)
 
-# The suite runs on TEST_WORKERS pytest-xdist workers (issue 40); the tests of the one real vLLM share a worker
-# (tests/conftest.py, `--dist loadgroup`). `make test TEST_WORKERS=0` runs it in one process.
+# The suite runs on TEST_WORKERS pytest-xdist workers (issue 40), each test module whole on one worker and the
+# machine-wide ones (the one real vLLM, real Slurm) together on one (tests/conftest.py, `pytest_xdist_make_scheduler`). `make test TEST_WORKERS=0` runs it in one process.
 # `--durations` lists the slowest tests at the end (docs/testing.md keeps that list; 0 lists every test).
 TEST_WORKERS ?= 2
 TEST_DURATIONS ?= 25
 # tests/up runs after, in one process: its `llmgw up` processes time out on the workers (a deeper tmp_path made
 # munged's socket name too long; llmgw up's restart test was seen stuck there twice, cause not found).
 test: engine vllm lint system-packages node-sdk
-	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup --durations=$(TEST_DURATIONS) --ignore=tests/up; \
+	$(BIN)/pytest -n $(TEST_WORKERS) --durations=$(TEST_DURATIONS) --ignore=tests/up; \
 	first=$$?; $(BIN)/pytest --durations=$(TEST_DURATIONS) tests/up && exit $$first
 
 # The bench extra (mutmut, for bench/mutation.py) only where benchmarks run: `make up` and `make test` need none of it.

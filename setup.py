@@ -4,6 +4,7 @@ wheel as package data.
     schema/*.json            -> llmgw/settings/_schema/      (the settings schemas; llmgw.settings.schemas.schema_dir)
     examples/cluster-repo/   -> llmgw/settings/_example/     (the default seed of `llmgw repo init`)
     docs/admin-api.yaml      -> llmgw/control/_openapi/      (the admin API's OpenAPI document, GET /openapi.yaml)
+    deploy/systemd/          -> llmgw/install/_systemd/      (the units `llmgw server init` installs)
 
 Everything else is in pyproject.toml. In the source tree (and an editable install) llmgw reads the originals.
 """
@@ -18,7 +19,7 @@ from setuptools.command.build_py import build_py
 
 HERE = Path(__file__).resolve().parent
 RUNTIME_DATA = {"schema": "llmgw/settings/_schema", "examples/cluster-repo": "llmgw/settings/_example",
-                "docs/admin-api.yaml": "llmgw/control/_openapi/admin-api.yaml"}
+                "docs/admin-api.yaml": "llmgw/control/_openapi/admin-api.yaml", "deploy/systemd": "llmgw/install/_systemd"}
 
 
 class BuildPyWithRuntimeData(build_py):

@@ -9,6 +9,7 @@
     ├── StoreError                  the runtime store failed or holds unexpected data
     ├── WireError                   the agent <-> control plane protocol failed
     ├── GeneratedFileError          a value refused by the writer of generated files (llmgw.plan.conf_lines)
+    ├── InstallError                a host's install journal could not be read, written or undone (llmgw.install)
     ├── ReleaseError                a release could not be built, signed or verified (llmgw.release)
     └── UsageError                  a command line or API call was used wrongly (what to do instead is in the message)
 
@@ -99,6 +100,11 @@ class WireError(LlmgwError):
 class GeneratedFileError(LlmgwError, ValueError):
     """A value that cannot be written into a generated file (slurm.conf, gres.conf, ...) as one value: it would
     change the file's meaning (a newline, `#`, `=`, whitespace in a token). The message names the key and value."""
+
+
+class InstallError(LlmgwError):
+    """What llmgw installed on a host could not be recorded, read back or undone: the message names the journal or
+    the path and what to do (see llmgw.install)."""
 
 
 class ReleaseError(LlmgwError):

@@ -77,9 +77,11 @@ class ModelRoute:
     `engine`: the catalog's engine ("llama.cpp", "vllm", "sglang"; "" unknown). `rerank`: the catalog says the
     model reranks (`/v1/rerank`, and `/v1/score` on vLLM: `llmgw.gateway.rerank`). `canary_share`: the share
     (0..1) of requests the `canary` replicas take while a canary rollout runs (None: no canary; 0: a failed canary
-    that still runs takes none): `llmgw.gateway.routing.canary_pool`. `wakes`: the model scales to zero
-    (`replicas: {min: 0}`): while it has no replica, the gateway holds its requests while one starts
-    (`llmgw.gateway.holding`) instead of answering 503 at once.
+    that still runs takes none): `llmgw.gateway.routing.canary_pool`.
+    `batch_prompt_price_per_million`, `batch_completion_price_per_million`: the prices of a request run as a line
+    of /v1/batches (None: the price above). `wakes`: the model scales to zero (`replicas: {min: 0}`): while it has
+    no replica, the gateway holds its requests while one starts (`llmgw.gateway.holding`) instead of answering 503
+    at once.
     """
 
     name: str
@@ -94,6 +96,8 @@ class ModelRoute:
     context_size: int | None = None
     engine: str = ""
     rerank: bool = False
+    batch_prompt_price_per_million: float | None = None
+    batch_completion_price_per_million: float | None = None
     canary_share: float | None = None
     wakes: bool = False
 
@@ -125,6 +129,9 @@ class RouteTable:
     max_request_body_bytes: int = 10 * 1024 * 1024
     currency: str = "USD"
     responses_retention_seconds: float = 30 * 86400.0  # llmgw.yaml store.responses_retention (/v1/responses state)
+    max_file_bytes: int = 100 * 1024 * 1024  # llmgw.yaml limits.max_file_size (/v1/files uploads)
+    files_retention_seconds: float = 30 * 86400.0  # llmgw.yaml store.files_retention (/v1/files, /v1/batches)
+    batch_slot_share: float = 0.5  # llmgw.yaml limits.batch_slot_share (/v1/batches)
 
     def resolve(self, name: str) -> ModelRoute | None:
         """The model called `name` or having `name` as an alias; None for anything else (an engine's own name too).

@@ -7,6 +7,7 @@ Neither fixture skips: a missing engine is built, a missing GGUF is assembled fr
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -63,27 +64,59 @@ def vllm_slot():
 
 
 MACHINE_WIDE = "machine-wide"
-"""The pytest-xdist group of the modules that cannot share this machine with each other: the run's one real vLLM
-(tests/support/vllm_slot.py), `llmgw up` (two at once on one host disturbed each other: requests and Slurm
-state went astray, seen with tests/up/test_up.py beside tests/up/test_up_slurm.py) and the real-Slurm daemons
-(one host name, one munge). A module joins it with `pytestmark = pytest.mark.xdist_group(MACHINE_WIDE)`."""
+"""The scope (pytest-xdist's unit of scheduling) of the modules that cannot share this machine with each other: the
+run's one real vLLM (tests/support/vllm_slot.py), `llmgw up` (two at once on one host disturbed each other: requests
+and Slurm state went astray, seen with tests/up/test_up.py beside tests/up/test_up_slurm.py) and the real-Slurm
+daemons (one host name, one munge). A module joins it with `pytestmark = pytest.mark.xdist_group(MACHINE_WIDE)`."""
+
+_WIDE_TEXT = re.compile(r"(?<!\w)vllm_(?:server|slot)\b|MACHINE_WIDE|xdist_group\(\"machine-wide\"\)")
+
+
+def machine_wide_modules(root: Path) -> frozenset[str]:
+    """The test modules (paths relative to `root`, as in test ids) of `MACHINE_WIDE`, read from their text: every
+    tests/up module and those that name the `vllm_server` or `vllm_slot` fixture or the group. Read so because the
+    controller that schedules (`pytest_xdist_make_scheduler`) sees test ids only; each worker checks the result
+    against the fixtures its tests really use (`pytest_collection_modifyitems`)."""
+    tests = root / "tests"
+    return frozenset(path.relative_to(root).as_posix() for path in tests.rglob("test_*.py")
+                     if path.relative_to(tests).parts[0] == "up" or _WIDE_TEXT.search(path.read_text(errors="replace")))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """Under pytest-xdist (`make test` runs 2 workers) each test module runs whole on one worker, so a module-scoped
+    fixture (`llmgw up`, a fleet) starts once and the module's tests keep their order; the modules of `MACHINE_WIDE`
+    run as one scope on one worker, in collection order, so vLLM starts once per run and no two of them run at once.
+
+    Our own scheduler, not `--dist loadgroup` with `xdist_group` marks: pytest-xdist 3.8 puts the group into
+    `item._nodeid`, which pytest 9.2 no longer reads (its ids come from `item._id`), so every test was scheduled
+    alone and a module's tests, and the machine-wide ones, ran on both workers at once (two vLLMs seen starting)."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    wide = machine_wide_modules(config.rootpath)
+
+    class ModuleScopes(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return MACHINE_WIDE if module in wide else module
+
+    return ModuleScopes(config, log)
 
 
 def pytest_collection_modifyitems(config, items):
-    """Under pytest-xdist (`make test` runs 2 workers, `--dist loadgroup`) each test module runs whole on one worker,
-    so a module-scoped fixture (`llmgw up`, a fleet) starts once and the module's tests keep their order. The
-    modules of `MACHINE_WIDE` (those marked so, every tests/up module, and those using the `vllm_slot` fixture,
-    directly or through another fixture) all run on one worker, in collection order, so vLLM starts once per run
-    as without workers and no two of them run at once."""
+    """Check that every module whose tests use the `vllm_slot` fixture (directly or through another fixture) or are
+    marked `MACHINE_WIDE` is one `machine_wide_modules` finds, so the scheduler (above) keeps it off the other
+    worker; a module that is not fails the run's collection with what to add."""
     def marked(item) -> bool:
         mark = item.get_closest_marker("xdist_group")
         return mark is not None and mark.args[:1] == (MACHINE_WIDE,)
 
-    wide = {item.nodeid.split("::")[0] for item in items
-            if "vllm_slot" in getattr(item, "fixturenames", ()) or item.nodeid.startswith("tests/up/") or marked(item)}
-    for item in items:
-        module = item.nodeid.split("::")[0]
-        item.add_marker(pytest.mark.xdist_group(MACHINE_WIDE if module in wide else module))
+    used = {item.nodeid.split("::")[0] for item in items if "vllm_slot" in getattr(item, "fixturenames", ()) or marked(item)}
+    missing = sorted(used - machine_wide_modules(config.rootpath))
+    if missing:
+        raise pytest.UsageError(f"{', '.join(missing)}: uses the run's one vLLM or is machine-wide, but its text names "
+                                "neither `vllm_server` nor `MACHINE_WIDE`: add `pytestmark = "
+                                "pytest.mark.xdist_group(\"machine-wide\")` so pytest-xdist keeps it on one worker")
 
 
 @pytest.fixture
@@ -94,3 +127,21 @@ def netns_lab():
 
     with open_lab() as lab:
         yield lab
+
+
+@pytest.fixture
+def ssh_hosts(netns_lab, tmp_path_factory):
+    """Start hosts reached over real ssh, each with its own root and address (tests/support/ssh_hosts.py):
+    `ssh_hosts(3)` returns three `SshHost`s (host1..host3; `hide=[...]` hides more paths on them). Each
+    call's hosts share one `ssh_config`; `share=[dir, ...]` shows those directories of the machine read-only on them.
+    All stopped after the test, then the lab is removed."""
+    import contextlib
+
+    from support.ssh_hosts import open_ssh_hosts
+
+    with contextlib.ExitStack() as stack:
+        def start(count: int, *, hide=(), share=()):
+            workdir = tmp_path_factory.mktemp("hosts")
+            return stack.enter_context(open_ssh_hosts(netns_lab, count, workdir, hide=hide, share=share))
+
+        yield start

@@ -136,11 +136,13 @@ def format_cost(cost: float) -> str:
 def request_json(request_id: str, record: UsageRecord) -> dict:
     """One request's usage record as `llmgw usage --request ID --json` prints it: `request_id` the gateway's own id,
     `client_request_id` the client's (None: it sent none), `settings_commit` the commit the replica was started
-    from, `trace_id` 32 hex digits (None: untraced); times in ISO 8601 UTC (`started` is `ended` less the
+    from, `trace_id` 32 hex digits (None: untraced), `batch_id` the batch of /v1/batches it was a line of (None: an
+    interactive request); times in ISO 8601 UTC (`started` is `ended` less the
     duration), durations in seconds, `cost` in the cluster's currency."""
     return {"request_id": request_id, "client_request_id": record.client_request_id, "project": record.project,
             "key_id": record.key_id, "model": record.model, "replica": record.replica, "node": record.node,
-            "settings_commit": record.settings_commit, "trace_id": record.trace_id, "status": record.status,
+            "settings_commit": record.settings_commit, "trace_id": record.trace_id, "batch_id": record.batch_id,
+            "status": record.status,
             "prompt_tokens": record.prompt_tokens, "completion_tokens": record.completion_tokens,
             "cached_tokens": record.cached_tokens, "cost": record.cost,
             "started": format_moment(record.time - record.duration_seconds), "ended": format_moment(record.time),

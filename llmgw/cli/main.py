@@ -37,10 +37,11 @@ COMMAND_MODULES: dict[str, tuple[str, ...]] = {
     "store": ("llmgw.cli.store_cmds",),
     "purge": ("llmgw.cli.store_cmds",),
     "agent": ("llmgw.cli.agent_cmds",),
-    # node join (agent), node doctor (discovery), node cordon|uncordon|drain (settings commits)
-    "node": ("llmgw.cli.agent_cmds", "llmgw.cli.node_cmds", "llmgw.cli.slurm_cmds"),
+    # node join (agent), node doctor (discovery), node cordon|uncordon|drain (settings commits), node add (ssh)
+    "node": ("llmgw.cli.agent_cmds", "llmgw.cli.node_cmds", "llmgw.cli.slurm_cmds", "llmgw.cli.node_add"),
     "slurm": ("llmgw.cli.slurm_cmds",),
     "firewall": ("llmgw.cli.firewall_cmds",),
+    "wipe": ("llmgw.cli.wipe_cmd",),
     "release": ("llmgw.cli.release_cmds",),
 }
 

@@ -1,6 +1,7 @@
 """`llmgw server` and the commands that talk to a running control plane through its admin API.
 
     llmgw server --repo PATH|URL [--state DIR] ...      run the control plane (and its gateway)
+    llmgw server init [--from DIR] [--store URL]        set this machine up for it (llmgw.cli.server_init)
     llmgw apply [--wait/--no-wait] [--allow-empty]       converge to the branch head now, with progress
                 [--expect REV]                           ... only when the head is REV (what was reviewed)
     llmgw plan [REV]                                     the plan REV would run on the live fleet (`diff --live`)
@@ -235,8 +236,8 @@ def live_diff(client, rev: str | None, as_json: bool) -> int:
 
 # -- commands ---------------------------------------------------------------------------------------------------
 
-@click.command("server")
-@click.option("--repo", required=True, help="Settings repository: a local path or a URL (https, ssh, file).")
+@click.group("server", invoke_without_command=True)
+@click.option("--repo", default=None, help="Settings repository: a local path or a URL (https, ssh, file) [required].")
 @click.option("--branch", default="main", show_default=True, help="Branch holding the settings.")
 @click.option("--state", "state_dir", envvar="LLMGW_STATE", default=".state", show_default=True,
               type=click.Path(file_okay=False, path_type=Path), help="State directory (store, mirror, tokens).")
@@ -277,10 +278,12 @@ def live_diff(client, rev: str | None, as_json: bool) -> int:
 @click.option("--recovery-grace", "recovery_grace", default="20s", show_default=True, metavar="DURATION",
               help="After a start, how long at most the gateway's /health says 503 \"recovering\" while nodes "
                    "connected before have not reconnected.")
-def server_cmd(repo, branch, state_dir, store, secrets_dir, gateway_addr, admin_addr, agents_addr, no_gateway,
+@click.pass_context
+def server_cmd(ctx, repo, branch, state_dir, store, secrets_dir, gateway_addr, admin_addr, agents_addr, no_gateway,
                gateway_workers, tls, admin_cert, admin_key, trusted_proxy, join_port, insecure, otlp_endpoint,
                request_sample_ratio, lease, recovery_grace):
     """Run the control plane: settings watcher, reconciler, agents' service, admin API and gateway.
+    `llmgw server init` sets a machine up for it first (state, CA, admin token, settings, systemd unit).
 
     Without --tls the agents' listener must be a loopback address (127.0.0.1, ::1, localhost) unless --insecure
     is given: a plain-text listener lets any machine that reaches it register as a node. Likewise the admin
@@ -288,6 +291,10 @@ def server_cmd(repo, branch, state_dir, store, secrets_dir, gateway_addr, admin_
 
     SIGTERM and SIGINT (Ctrl-C) stop it alike: queued audit commits written, the leader lease released, exit 0.
     """
+    if ctx.invoked_subcommand:  # `llmgw server init`: the group's own options are not for it
+        return
+    if not repo:
+        raise click.UsageError("Missing option '--repo' (the settings repository; `llmgw server init` makes one).")
     import trio
 
     from llmgw.cli.console_mount import console_mount
@@ -653,7 +660,10 @@ def fabric_test_cmd(client, as_json, a, b):
 
 
 def register(group: click.Group) -> None:
-    """Add the commands of this module (the module docstring lists them) to `group`."""
+    """Add the commands of this module (the module docstring lists them) to `group`; `server init` under `server`."""
+    from llmgw.cli.server_init import init_cmd
+
+    server_cmd.add_command(init_cmd)
     for command in (server_cmd, apply_cmd, plan_cmd, status_cmd, history_cmd, stop_cmd, start_cmd, nodes_cmd,
                     replicas_cmd, logs_cmd, join_token_cmd, restart_cmd, fabric_test_cmd):
         group.add_command(command)

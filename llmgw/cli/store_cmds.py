@@ -102,17 +102,23 @@ def copy_command(source: str, destination: str, as_json: bool) -> None:
               help="State directory whose llmgw.sqlite3 is the store when --store is not given.")
 def purge_command(project: str | None, expired: bool, store_url: str | None, state_dir: str) -> None:
     """Delete the requests' content the gateway stored: the responses kept for /v1/responses (input and output
-    items). --project P deletes all of P's at once; --expired those past store.responses_retention (the gateway
-    also does that every hour). Counts are printed, never the content."""
+    items), the files of /v1/files and the batches of /v1/batches (their lines and results). --project P deletes all
+    of P's at once; --expired those past store.responses_retention and store.files_retention (the gateway also does
+    that every hour). Counts are printed, never the content."""
     if (project is None) == (not expired):
         raise click.UsageError("Give --project PROJECT or --expired.")
     store = open_store(store_url or store_url_for_state(state_dir))
     try:
-        purged = store.purge_responses(project=project) if project is not None else store.purge_responses()
+        if project is not None:
+            purged = (store.purge_responses(project=project), store.purge_files(project=project),
+                      store.purge_batches(project=project))
+        else:
+            purged = (store.purge_responses(), store.purge_files(), store.purge_batches())
     finally:
         store.close()
     whose = f"of project '{project}'" if project is not None else "past their retention"
-    click.echo(f"Purged {purged} stored responses {whose} from {store.url}.")
+    click.echo(f"Purged {purged[0]} stored responses, {purged[1]} files and {purged[2]} batches {whose} "
+               f"from {store.url}.")
 
 
 def register(group: click.Group) -> None:

@@ -6,8 +6,9 @@
 
 In order: the first poll of the settings, the store, tracing, the effect handlers (llmgw.control.handlers) and the
 loop's initial recovery (a transition, folded before the loop reports started), the agents' listener, the admin API,
-the gateway (its routing table built from the settings just read, before any request), the control loop, the lease
-keeper, the audit writer and the watcher. Leaving it stops them all, writes what the audit still holds, and gives
+the gateway (its routing table built from the settings just read, before any request) with its batch runner
+(`llmgw.control.batching`: it works while this control plane leads), the control loop, the lease keeper, the audit
+writer and the watcher. Leaving it stops them all, writes what the audit still holds, and gives
 the lease back. Nothing calls back into the plane: every part feeds the loop's channel or handles its effects.
 This module is the only writer of the plane's slots that exist once it runs (store, tracing, ports, URLs, ...).
 """
@@ -29,6 +30,7 @@ from llmgw.control.autoscaling import held_changed
 from llmgw.control.admin_listener import (
     ADMIN_TLS_DIR, AdminTls, check_admin_listener, trusted_proxies, write_admin_tls,
 )
+from llmgw.control.batching import run_batches
 from llmgw.control.config import (
     ControlConfig, check_listeners_free, listening_on, poll_interval, url_host, worker_store_url,
 )
@@ -248,7 +250,9 @@ async def _start_gateway(plane: Any, config: ControlConfig, nursery: trio.Nurser
         served.holding.on_change = functools.partial(_report_held, plane.loop)
         plane.feed.attach(served)
         nursery.start_soon(drain_spools, store, worker_spools(spools, 0))
-        return await nursery.start(served.serve, gateway.host, gateway.port)
+        port = await nursery.start(served.serve, gateway.host, gateway.port)
+        nursery.start_soon(run_batches, plane, served)
+        return port
     url = worker_store_url(config.store, store, cluster, plane.state_dir, plane.secrets.get)
     if "://" not in url or url.startswith("sqlite:"):
         log.warning("%d gateway workers share the SQLite store %s: each reservation and settlement takes its one "
@@ -263,7 +267,9 @@ async def _start_gateway(plane: Any, config: ControlConfig, nursery: trio.Nurser
     plane.feed.attach(workers)
     # what an in-process gateway (an earlier `workers: 1`) or more workers than now left in their spools
     nursery.start_soon(drain_spools, store, [spools, *worker_spools(spools, count)])
-    return await nursery.start(workers.serve)
+    port = await nursery.start(workers.serve)
+    nursery.start_soon(run_batches, plane, None, workers)
+    return port
 
 
 def _admin_token(config: ControlConfig, state_dir: Path, store: Any) -> str:

@@ -178,6 +178,8 @@ def adapter_routes(settings: Settings, model: Model, replicas: tuple[ReplicaRout
         name=adapter.name, replicas=serving, adapter_of=model.name,
         prompt_price_per_million=model.prices.prompt_per_million,
         completion_price_per_million=model.prices.completion_per_million,
+        batch_prompt_price_per_million=model.prices.batch_prompt_per_million,
+        batch_completion_price_per_million=model.prices.batch_completion_per_million,
         body_fields=MappingProxyType({LORA_FIELD: lora_request_field(index, len(model.adapters))}
                                      if model.engine == "llama.cpp" else {}),
         routing=model.routing, context_size=engine_context(model),
@@ -234,6 +236,8 @@ def build_route_table(
             replicas=replicas,
             prompt_price_per_million=model.prices.prompt_per_million,
             completion_price_per_million=model.prices.completion_per_million,
+            batch_prompt_price_per_million=model.prices.batch_prompt_per_million,
+            batch_completion_price_per_million=model.prices.batch_completion_per_million,
             body_fields=MappingProxyType(base_fields),
             routing=model.routing,
             context_size=engine_context(model),
@@ -275,4 +279,7 @@ def build_route_table(
         max_request_body_bytes=settings.cluster.max_request_body_bytes,
         currency=settings.cluster.currency,
         responses_retention_seconds=settings.cluster.store.responses_retention,
+        max_file_bytes=settings.cluster.max_file_bytes,
+        files_retention_seconds=settings.cluster.store.files_retention,
+        batch_slot_share=settings.cluster.batch_slot_share,
     )

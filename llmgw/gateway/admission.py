@@ -244,6 +244,6 @@ class Admission:
         self.metrics.count_request(model, caller.project.name, status)
         record = UsageRecord(project=caller.project.name, model=model, time=time.time(), key_id=caller.key.key_id,
                              duration_seconds=time.perf_counter() - caller.started, status=status,
-                             client_request_id=caller.ids.client, trace_id=caller.ids.trace)
+                             client_request_id=caller.ids.client, trace_id=caller.ids.trace, batch_id=caller.batch)
         with trio.move_on_after(CLEANUP_SECONDS, shield=True):
             await self.accounting.settle(None, None, 0.0, record, caller.ids.own)

@@ -2,6 +2,8 @@
 
 Endpoints: GET /v1/models, GET /v1/models/{model}, POST /v1/chat/completions, /v1/completions, /v1/embeddings,
 /v1/responses (and GET, DELETE /v1/responses/{id}, POST /v1/responses/input_tokens: `responses`),
+/v1/files (upload, list, retrieve, content, delete: `files`), /v1/batches (create, list, retrieve, cancel: `batches`,
+run by `batch_runner.BatchRunner` on idle capacity),
 POST /v1/messages, /v1/messages/count_tokens (Anthropic's Messages API), /v1/rerank, /v1/score (`dialects`),
 GET /health. (The gateway's Prometheus counters are served with the fleet's on the admin listener's /metrics,
 see llmgw.control.metrics; the API port has no /metrics.)
@@ -52,6 +54,10 @@ from llmgw.gateway.asgi import (
 )
 from llmgw.gateway.dialects import HANDLERS as DIALECTS
 from llmgw.gateway.dialects import serve_dialect
+from llmgw.gateway.batches import PREFIX as BATCHES_PREFIX
+from llmgw.gateway.batches import BatchesApi
+from llmgw.gateway.files import PREFIX as FILES_PREFIX
+from llmgw.gateway.files import FilesApi
 from llmgw.gateway.draining import DRAIN_TIMEOUT, Drain, close_header, cut_error, draining_error, serve_http
 from llmgw.gateway.health import HealthProbes
 from llmgw.gateway.metrics import GatewayMetrics
@@ -137,6 +143,8 @@ class Gateway:
         self.health_details: Callable[[], dict[str, Any]] = dict
         self.metrics.observe_table(table)
         self.responses = ResponsesApi(self)  # /v1/responses (llmgw.gateway.responses)
+        self.files = FilesApi(self)  # /v1/files (llmgw.gateway.files)
+        self.batches = BatchesApi(self)  # /v1/batches (llmgw.gateway.batches; run by llmgw.gateway.batch_runner)
 
     def set_table(self, table: RouteTable) -> None:
         """Route by `table` from the next request on (requests in flight finish where they are)."""
@@ -218,6 +226,7 @@ class Gateway:
             async with trio.open_nursery() as beside:
                 beside.start_soon(self.watch_health)
                 beside.start_soon(self.responses.purge_expired_periodically)
+                beside.start_soon(self.files.purge_expired_periodically)
                 await beside.start(self.accounting.run)
                 async with trio.open_nursery() as serving:
                     task_status.started(await serving.start(serve_http, self.asgi_app, config, self.drain_state))
@@ -263,6 +272,13 @@ class Gateway:
                 headers = header_map(scope)
                 ids, trace = self._ids(path, headers)
                 await self.responses.serve(scope, receive, send, headers, ids, trace)
+            elif path in (FILES_PREFIX, BATCHES_PREFIX) or path.startswith((FILES_PREFIX + "/", BATCHES_PREFIX + "/")):
+                headers = header_map(scope)
+                ids, trace = self._ids(path, headers)
+                api = self.files if path.startswith(FILES_PREFIX) else self.batches
+                await api.serve(scope, receive, send, headers, ids)
+                if trace is not None:
+                    trace.end(200)
             elif path in DIALECTS:  # Anthropic's Messages API, rerank and score (llmgw.gateway.dialects)
                 await serve_dialect(self, scope, receive, send, path, method)
             elif path == "/v1/models" or path.startswith("/v1/models/"):
@@ -428,7 +444,8 @@ class Gateway:
                              completion_tokens=generated, cached_tokens=ledger.cached_tokens,
                              ttft_seconds=ledger.ttft_seconds, duration_seconds=time.perf_counter() - caller.started,
                              status=ledger.status, cost=cost, client_request_id=caller.ids.client,
-                             settings_commit=replica.settings_commit if replica else None, trace_id=caller.ids.trace)
+                             settings_commit=replica.settings_commit if replica else None, trace_id=caller.ids.trace,
+                             batch_id=caller.batch)
         await self.accounting.settle(ctx.reservation, prompt + generated if (prompt or generated) else None, cost,
                                      record, caller.ids.own)
         if caller.trace is not None:

@@ -111,7 +111,9 @@ def table_to_json(table: RouteTable) -> dict[str, Any]:
                           "completion_price_per_million": m.completion_price_per_million, "created": m.created,
                           "adapter_of": m.adapter_of, "body_fields": dict(m.body_fields),
                           "routing": m.routing.value, "context_size": m.context_size, "engine": m.engine,
-                          "rerank": m.rerank, "canary_share": m.canary_share, "wakes": m.wakes}
+                          "rerank": m.rerank, "batch_prompt_price_per_million": m.batch_prompt_price_per_million,
+                          "batch_completion_price_per_million": m.batch_completion_price_per_million,
+                          "canary_share": m.canary_share, "wakes": m.wakes}
                    for name, m in table.models.items()},
         "projects": {name: {"name": p.name, "team": p.team, "organisation": p.organisation,
                             "models": sorted(p.models) if p.models is not None else None,
@@ -119,7 +121,8 @@ def table_to_json(table: RouteTable) -> dict[str, Any]:
                      for name, p in table.projects.items()},
         "stopped": table.stopped, "settings_commit": table.settings_commit,
         "max_request_body_bytes": table.max_request_body_bytes, "currency": table.currency,
-        "responses_retention_seconds": table.responses_retention_seconds,
+        "responses_retention_seconds": table.responses_retention_seconds, "max_file_bytes": table.max_file_bytes,
+        "files_retention_seconds": table.files_retention_seconds, "batch_slot_share": table.batch_slot_share,
     }
 
 
@@ -133,7 +136,10 @@ def table_from_json(data: Mapping[str, Any]) -> RouteTable:
                                    created=m["created"], adapter_of=m["adapter_of"],
                                    body_fields=MappingProxyType(dict(m["body_fields"])),
                                    routing=Routing(m["routing"]), context_size=m["context_size"],
-                                   engine=m["engine"], rerank=m["rerank"], canary_share=m.get("canary_share"),
+                                   engine=m["engine"], rerank=m["rerank"],
+                                   batch_prompt_price_per_million=m["batch_prompt_price_per_million"],
+                                   batch_completion_price_per_million=m["batch_completion_price_per_million"],
+                                   canary_share=m.get("canary_share"),
                                    wakes=bool(m.get("wakes", False)))
                   for name, m in data["models"].items()}
         projects = {name: ProjectPolicy(name=p["name"], team=p["team"], organisation=p["organisation"],
@@ -143,7 +149,9 @@ def table_from_json(data: Mapping[str, Any]) -> RouteTable:
         return RouteTable(models=MappingProxyType(models), projects=MappingProxyType(projects),
                           stopped=data["stopped"], settings_commit=data["settings_commit"],
                           max_request_body_bytes=data["max_request_body_bytes"], currency=data["currency"],
-                          responses_retention_seconds=data["responses_retention_seconds"])
+                          responses_retention_seconds=data["responses_retention_seconds"],
+                          max_file_bytes=data["max_file_bytes"], files_retention_seconds=data["files_retention_seconds"],
+                          batch_slot_share=data["batch_slot_share"])
     except (KeyError, TypeError, AttributeError, ValueError) as exc:
         raise FeedError(f"a routing table in the feed is not well formed ({exc!r}).") from exc
 

@@ -37,6 +37,8 @@ class Caller:
     `key`: the accepted API key (never the secret). `project`: its project's policy (allowlist, quota chain).
     `ids`: the request's ids (`llmgw.gateway.request_ids`). `trace`: its span (None: not sampled).
     `started`: `time.perf_counter()` seconds when the request arrived (durations and TTFT count from it).
+    `batch`: the id of the batch of /v1/batches this request is a line of (None: an interactive request), kept in
+    its usage record.
     """
 
     key: ApiKey
@@ -44,6 +46,7 @@ class Caller:
     ids: RequestIds
     trace: RequestTrace | None
     started: float
+    batch: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

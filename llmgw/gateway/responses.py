@@ -41,6 +41,7 @@ import trio
 from llmgw.errors import LlmgwError
 from llmgw.gateway.admission import project_of
 from llmgw.gateway.asgi import send_json
+from llmgw.gateway.files import guarded_call
 from llmgw.gateway.native import RESPONSES, responses_engine_body, serves_natively
 from llmgw.gateway.native_relay import NativeResponsesRelay
 from llmgw.gateway.problems import ApiError, bad_request, model_not_found, forbidden
@@ -105,13 +106,8 @@ class ResponsesApi:
         return Caller(key, project_of(self.gateway.table, key), ids, trace, started)
 
     async def _store_call(self, function, *args):
-        """A store call in a worker thread; a store failure is a 503 (nothing of the request is logged)."""
-        try:
-            return await self.gateway.accounting.boundary.call(function, *args)
-        except LlmgwError as error:
-            log.warning("responses: the store failed: %s", type(error).__name__)
-            raise ApiError(503, "The store of responses cannot be reached now; try again.", "server_error",
-                           "store_unavailable", headers=[(b"retry-after", b"5")]) from error
+        """A store call in a worker thread; a store failure is a 503 (`files.guarded_call`)."""
+        return await guarded_call(self.gateway.accounting, "responses", function, *args)
 
     async def _stored(self, caller: Caller, response_id: str) -> StoredResponse:
         stored = await self._store_call(self.gateway.accounting.store.load_response, response_id,
@@ -144,9 +140,16 @@ class ResponsesApi:
         """Admitted on the chat translation (its prompt bound and max tokens); then passed to the engine's own
         `/v1/responses` with the whole context when its engine serves it (`native`), else translated to chat."""
         caller, body, items, sent = await self._read(receive, headers, ids, trace, PREFIX)
+        await self.create(caller, self.gateway.table, (body, items, sent), send, receive)
+
+    async def create(self, caller: Caller, table, turn: tuple[dict, list[dict], dict], send, receive) -> None:
+        """Admit and run one turn under `table`'s routes and quotas; the answer goes to `send`. `turn`: the checked
+        body, the whole context's items and the body as sent, as `_read` gives them (or a batch's line:
+        `batch_runner`)."""
+        body, items, sent = turn
         chat = chat_request(body, items)
         gateway = self.gateway
-        ctx = await gateway.admission.admit(caller, gateway.table, CHAT_PATH, chat,
+        ctx = await gateway.admission.admit(caller, table, CHAT_PATH, chat,
                                             json.dumps(chat, separators=(",", ":")).encode())
         if not serves_natively(ctx.route, RESPONSES):
             await gateway._run(ctx, send, receive, ResponsesRelay(self, body, items))

@@ -277,6 +277,10 @@ class GatewayWorkers:
                 total[model] = total.get(model, 0) + count
         return total
 
+    def outstanding(self) -> dict[str, int]:
+        """Requests in flight per replica id through all the workers, as they last reported."""
+        return self._elsewhere(-1)
+
     def _elsewhere(self, index: int) -> dict[str, int]:
         total: dict[str, int] = {}
         for other, loads in self._loads.items():

@@ -89,7 +89,8 @@ def build_cluster(data: Mapping[str, Any]) -> ClusterSettings:
         store=StoreSettings(kind=store.get("kind", "sqlite"), path=store.get("path", "llmgw.sqlite3"), url=store.get("url"),
                             password_secret=store.get("password_secret"),
                             responses_retention=_duration(store, "responses_retention",
-                                                          StoreSettings.responses_retention)),
+                                                          StoreSettings.responses_retention),
+                            files_retention=_duration(store, "files_retention", StoreSettings.files_retention)),
         poll_interval=_duration(reconcile, "poll_interval", defaults.poll_interval),
         reconcile_interval=_duration(reconcile, "interval", defaults.reconcile_interval),
         node_lost_after=_duration(reconcile, "node_lost_after", defaults.node_lost_after),
@@ -102,6 +103,8 @@ def build_cluster(data: Mapping[str, Any]) -> ClusterSettings:
         currency=prices.get("currency", "USD"),
         gpu_hour_cost=MappingProxyType({k: float(v) for k, v in prices.get("gpu_hour_cost", {}).items()}),
         max_request_body_bytes=parse_size(data.get("limits", {}).get("max_request_body", defaults.max_request_body_bytes)),
+        max_file_bytes=parse_size(data.get("limits", {}).get("max_file_size", defaults.max_file_bytes)),
+        batch_slot_share=float(data.get("limits", {}).get("batch_slot_share", defaults.batch_slot_share)),
         kv_blocks_per_replica=int(data.get("limits", {}).get("kv_blocks_per_replica", defaults.kv_blocks_per_replica)),
         control_planes=tuple(dict.fromkeys(data.get("control_planes", ()))),
         tracing=build_tracing(data.get("tracing", {})),
@@ -146,6 +149,9 @@ def build_model(stem: str, file: str, data: Mapping[str, Any]) -> Model:
         prices=Prices(
             None if prices.get("prompt_per_million") is None else float(prices["prompt_per_million"]),
             None if prices.get("completion_per_million") is None else float(prices["completion_per_million"]),
+            None if prices.get("batch_prompt_per_million") is None else float(prices["batch_prompt_per_million"]),
+            None if prices.get("batch_completion_per_million") is None
+            else float(prices["batch_completion_per_million"]),
         ),
         node_selector=MappingProxyType(dict(data.get("node_selector", {}))),
         routing=Routing(data.get("routing", Routing.PREFIX.value)),

@@ -200,7 +200,7 @@ RESTART_ONLY: Mapping[str, str] = {
 """`ClusterSettings` fields the control plane reads only when it starts (`ControlPlane.run`: the listeners and the
 gateway's worker processes, the store, the control plane's tracing) -> their key in llmgw.yaml. A change to one
 takes effect at the control plane's next start (`llmgw restart`), not when the commit is applied."""
-APPLIED_AT_ONCE = frozenset({"store.responses_retention"})
+APPLIED_AT_ONCE = frozenset({"store.responses_retention", "store.files_retention"})
 """Keys under a RESTART_ONLY field that take effect when the commit is applied (through the routing table)."""
 
 

@@ -44,13 +44,15 @@ class StoreSettings:
     """Where runtime state lives: kind "sqlite" (`path`, relative to the state directory) or "postgresql" (`url`,
     without a password: `password_secret` names the secret holding it).
     `responses_retention`: seconds a response served on /v1/responses is kept for later turns (default 30 days;
-    `llmgw.store.responses`)."""
+    `llmgw.store.responses`). `files_retention`: seconds a file of /v1/files and a batch of /v1/batches are kept
+    (default 30 days; `llmgw.store.files`, `llmgw.store.batches`)."""
 
     kind: str = "sqlite"
     path: str = "llmgw.sqlite3"
     url: str | None = None
     password_secret: str | None = None
     responses_retention: float = 30 * 86400.0
+    files_retention: float = 30 * 86400.0
 
 
 @dataclass(frozen=True)
@@ -78,6 +80,8 @@ class ClusterSettings:
     `max_surge`: per model, how many replaced replicas may run their new shard beside the old one at once.
     `tracing`: the control plane's traces; `trace_requests` the share (0..1) of the gateway's requests traced
     (`llmgw server --otlp-endpoint` / `--trace-requests` override both).
+    `max_file_bytes`: the largest upload on /v1/files; `batch_slot_share`: the share of a replica's slots that
+    requests of /v1/batches may take (`llmgw.gateway.batch_room`).
     `kv_blocks_per_replica`: the most prefix-cache block hashes kept per vLLM replica (llmgw.control.kv_blocks).
     `trusted_release_keys`: `releases.trusted_keys`, the key lines of the minisign public keys whose releases nodes
     may install (llmgw.release.verify_release takes them), in file order without repeats.
@@ -100,6 +104,8 @@ class ClusterSettings:
     currency: str = "USD"
     gpu_hour_cost: Mapping[str, float] = field(default_factory=frozen_map)
     max_request_body_bytes: int = 10 * 1024 * 1024
+    max_file_bytes: int = 100 * 1024 * 1024
+    batch_slot_share: float = 0.5
     kv_blocks_per_replica: int = 1_000_000
     control_planes: tuple[str, ...] = ()
     tracing: Tracing = Tracing()
@@ -173,10 +179,13 @@ class Adapter:
 
 @dataclass(frozen=True)
 class Prices:
-    """Price of a model's tokens in the cluster's currency per million tokens (None: free)."""
+    """Price of a model's tokens in the cluster's currency per million tokens (None: free); the batch prices are
+    those of a request run as a line of /v1/batches (None: the model's own price)."""
 
     prompt_per_million: float | None = None
     completion_per_million: float | None = None
+    batch_prompt_per_million: float | None = None
+    batch_completion_per_million: float | None = None
 
 
 @dataclass(frozen=True)

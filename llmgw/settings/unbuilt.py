@@ -62,8 +62,6 @@ _NO_INSTALL = {
 UNBUILT: tuple[UnbuiltKey, ...] = (
     UnbuiltKey("llmgw", ("prices", "gpu_hour_cost"), "it prices Slurm jobs only (docs/slurm.md); a model's usage is "
                "priced by its own `prices`, and a model without them costs nothing"),
-    UnbuiltKey("llmgw", ("releases", "trusted_keys"), "nothing installs releases on nodes yet: `llmgw node add`, "
-               "which is to install only releases these keys signed, is not built"),
     UnbuiltKey("engines", ("llama.cpp", ANY, "python_packages"), _NO_INSTALL["llama.cpp"]),
     *(UnbuiltKey("engines", (engine, ANY, key), _NO_INSTALL[engine])
       for engine in ("vllm", "sglang") for key in ("archives", "sdist", "mirror", "build_args")),

@@ -1,13 +1,15 @@
 """llmgw.store: runtime state that is not settings (see DESIGN.md).
 
 Secrets (the engine-key secret), key/value entries, scoped tokens of the admin listener, API key hashes, quota reservations,
-usage records, leases, the responses served on /v1/responses (kept for a retention), the Linux users made on Slurm nodes (never reused UIDs), and the results of `llmgw bench`. `open_store(url)` gives a `Store`: SQLite (WAL, one file) by default,
+usage records, leases, the responses served on /v1/responses and the files and batches of /v1/files and /v1/batches (kept for a retention), the Linux users made on Slurm nodes (never reused UIDs), and the results of `llmgw bench`. `open_store(url)` gives a `Store`: SQLite (WAL, one file) by default,
 PostgreSQL (`postgresql://...`) for several control planes; `open_store_from_settings` opens what llmgw.yaml's
 `store:` names; `store_record`/`write_store_record`/`read_store_record` keep which store a control plane uses in its
 state directory (`store.json`, no password in it). `StoreBoundary` runs store calls off an event loop, with usage through a `UsageSpool`.
 """
 
+from llmgw.store.batches import BatchLine, BatchRecord, LineCounts
 from llmgw.store.benches import BenchRecord
+from llmgw.store.files import FileRecord
 from llmgw.store.boundary import StoreBoundary
 from llmgw.store.keys import ADMIN_TOKEN_PREFIX, API_KEY_PREFIX
 from llmgw.store.opening import (
@@ -57,7 +59,7 @@ from llmgw.store.spool import UsageSpool
 from llmgw.store.sqlite import SqliteStore
 
 __all__ = [
-    "ADMIN_TOKEN_PREFIX", "BenchRecord", "API_KEY_PREFIX", "KEY_EXPIRED", "KEY_FAILURE_MESSAGES", "KEY_MALFORMED",
+    "ADMIN_TOKEN_PREFIX", "BatchLine", "BatchRecord", "FileRecord", "LineCounts", "BenchRecord", "API_KEY_PREFIX", "KEY_EXPIRED", "KEY_FAILURE_MESSAGES", "KEY_MALFORMED",
     "KEY_REVOKED", "KEY_UNKNOWN", "SCHEMA_VERSION", "STORE_RECORD_FILE", "StoreRecord", "read_store_record",
     "store_record", "with_password", "without_password", "write_store_record", "SCOPE_ADMIN", "TOKEN_SCOPES", "Token", "STORE_FILE_NAME",
     "Allowance", "ApiKey", "Credential", "CredentialState", "Headroom", "KeyCheck", "Lease", "Rejection", "Reservation", "Settlement", "SlurmUser", "SqliteStore",

@@ -1,7 +1,7 @@
 """The PostgreSQL schema as numbered migrations, applied in order and recorded in `schema_migrations`.
 
 The same tables and columns as SQLite's schema (`schema.py`; PostgreSQL's 1 is SQLite's 3, its 2 SQLite's 4, its 3
-SQLite's 5, its 4 SQLite's 6, its 5 SQLite's 7, its 6 SQLite's 8, its 7 SQLite's 9), in PostgreSQL's types: times and
+SQLite's 5, its 4 SQLite's 6, its 5 SQLite's 7, its 6 SQLite's 8, its 7 SQLite's 9, its 8 SQLite's 10), in PostgreSQL's types: times and
 costs `double precision` (epoch seconds need more than `real`'s 24 bits), counts `bigint`, secrets and digests
 `bytea`. One table more, `quota_scopes`: one row per quota scope, locked by a reservation (see `dialects`).
 A migration is never edited once released; a change to the store ships a migration for both backends.
@@ -107,6 +107,31 @@ MIGRATIONS: tuple[str, ...] = (
         output_tokens_per_second DOUBLE PRECISION NOT NULL, summary TEXT NOT NULL
     );
     CREATE INDEX bench_results_replica_time ON bench_results (replica, time);
+    """,
+    # 8 (SQLite's 10): files of /v1/files in chunks, batches of /v1/batches and their lines, a usage row's batch
+    """
+    CREATE TABLE files (
+        id TEXT PRIMARY KEY, project TEXT NOT NULL, purpose TEXT NOT NULL, filename TEXT NOT NULL,
+        bytes BIGINT NOT NULL, created_at DOUBLE PRECISION NOT NULL, expires_at DOUBLE PRECISION NOT NULL
+    );
+    CREATE INDEX files_project ON files (project, created_at);
+    CREATE INDEX files_expires ON files (expires_at);
+    CREATE TABLE file_chunks (
+        file_id TEXT NOT NULL, seq BIGINT NOT NULL, data BYTEA NOT NULL, PRIMARY KEY (file_id, seq)
+    );
+    CREATE TABLE batches (
+        id TEXT PRIMARY KEY, project TEXT NOT NULL, key_id TEXT, status TEXT NOT NULL,
+        created_at DOUBLE PRECISION NOT NULL, kept_until DOUBLE PRECISION NOT NULL, body TEXT NOT NULL
+    );
+    CREATE INDEX batches_project ON batches (project, created_at);
+    CREATE INDEX batches_status ON batches (status);
+    CREATE INDEX batches_kept ON batches (kept_until);
+    CREATE TABLE batch_lines (
+        batch_id TEXT NOT NULL, line BIGINT NOT NULL, state TEXT NOT NULL, custom_id TEXT, request TEXT NOT NULL,
+        result TEXT, claimed_by TEXT, claimed_at DOUBLE PRECISION, PRIMARY KEY (batch_id, line)
+    );
+    CREATE INDEX batch_lines_state ON batch_lines (batch_id, state, line);
+    ALTER TABLE usage ADD COLUMN batch_id TEXT;
     """,
 )
 

@@ -30,7 +30,9 @@ from llmgw.store.records import (
     UsageRecord,
     UsageRow,
 )
+from llmgw.store.batches import BatchLine, BatchRecord
 from llmgw.store.benches import BenchRecord
+from llmgw.store.files import FileRecord
 from llmgw.store.responses import StoredResponse
 
 
@@ -213,6 +215,66 @@ class Store(Protocol):
     def purge_responses(self, project: str | None = None, now: float | None = None) -> int:
         """Delete every response of `project` (kept or not), or, with no project, every response expired at `now`;
         returns how many were deleted."""
+
+    # -- files of /v1/files (llmgw.store.files) ------------------------------------------------------------------
+    def save_file(self, record: FileRecord, data: bytes) -> None:
+        """Keep `record` with its bytes `data` (in chunks) until its `expires_at`; committed before returning."""
+
+    def file_record(self, file_id: str, project: str | None, now: float | None = None) -> FileRecord | None:
+        """The file `file_id` of `project` (None: of any) while kept at `now`; None when absent, expired or another
+        project's."""
+
+    def list_files(self, project: str, purpose: str | None = None, after: str | None = None, limit: int = 10000,
+                   newest_first: bool = True, now: float | None = None) -> list[FileRecord]:
+        """Up to `limit` kept files of `project` (of `purpose`), by creation time, after the file `after`."""
+
+    def file_content(self, file_id: str, project: str | None, now: float | None = None) -> bytes | None:
+        """The bytes of the file `file_id` of `project` (None: of any) while kept; None as for `file_record`."""
+
+    def delete_file(self, file_id: str, project: str) -> bool:
+        """Delete the file `file_id` of `project` with its bytes; True when one was there."""
+
+    def purge_files(self, project: str | None = None, now: float | None = None) -> int:
+        """Delete every file of `project` (kept or not), or, with no project, every file expired at `now`; returns
+        how many were deleted."""
+
+    # -- batches of /v1/batches (llmgw.store.batches) ------------------------------------------------------------
+    def create_batch(self, record: BatchRecord, lines: Sequence[BatchLine]) -> None:
+        """Keep a new batch and its input lines, in one transaction."""
+
+    def batch(self, batch_id: str, project: str | None = None, now: float | None = None) -> BatchRecord | None:
+        """The batch `batch_id` (of `project` when given) while kept at `now`, its lines counted; None otherwise."""
+
+    def list_batches(self, project: str, after: str | None = None, limit: int = 20,
+                     now: float | None = None) -> list[BatchRecord]:
+        """Up to `limit` kept batches of `project`, newest first, after the batch `after`."""
+
+    def active_batches(self) -> list[BatchRecord]:
+        """Every batch with work left (`batches.ACTIVE`), oldest first."""
+
+    def update_batch(self, batch_id: str, expected: Sequence[str], status: str, body: dict,
+                     outputs: Sequence[tuple[FileRecord, bytes]] = ()) -> bool:
+        """Set the batch's status and body, and write `outputs` (its output and error files), in one transaction, if
+        its status is one of `expected`; False (nothing written) when it is not."""
+
+    def claim_batch_line(self, batch_id: str, holder: str, now: float | None = None) -> BatchLine | None:
+        """Claim the batch's lowest pending line for `holder` (`batches.claim`); None when none is pending."""
+
+    def finish_batch_line(self, batch_id: str, line: int, holder: str, ok: bool, result: str) -> bool:
+        """Record a claimed line's result (`batches.finish`); False when it is no longer `holder`'s."""
+
+    def release_batch_line(self, batch_id: str, line: int, holder: str) -> bool:
+        """Hand back one line `holder` claimed and did not run (`batches.release`); False when it was not its."""
+
+    def requeue_batch_lines(self, batch_id: str, holder: str) -> int:
+        """Hand back the batch's lines running for another holder (`batches.requeue`); how many."""
+
+    def batch_results(self, batch_id: str) -> list[BatchLine]:
+        """The batch's finished lines, in input order."""
+
+    def purge_batches(self, project: str | None = None, now: float | None = None) -> int:
+        """Delete every batch of `project`, or, with no project, every batch kept until `now` or before, with their
+        lines; returns how many batches."""
 
     # -- results of `llmgw bench` (llmgw.store.benches) ----------------------------------------------------------
     def record_bench(self, record: BenchRecord) -> int:

@@ -260,6 +260,7 @@ class UsageRecord:
     `client_request_id`: the client's own `x-request-id`, as sent (None: it sent none, or one the gateway did not
     accept); `settings_commit`: the settings commit the replica was started from (as its node reports it);
     `trace_id`: the request's W3C trace id, 32 hex digits (the gateway's span, or the client's `traceparent`).
+    `batch_id`: the batch of /v1/batches the request was a line of (None: an interactive request).
     """
 
     project: str
@@ -278,6 +279,7 @@ class UsageRecord:
     client_request_id: str | None = None
     settings_commit: str | None = None
     trace_id: str | None = None
+    batch_id: str | None = None
 
 
 @dataclass(frozen=True)

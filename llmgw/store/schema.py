@@ -113,6 +113,32 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX bench_results_replica_time ON bench_results (replica, time);
     """,
+    # 10: files of /v1/files in chunks, batches of /v1/batches with one row per input line (`llmgw.store.files`,
+    # `llmgw.store.batches`), and the batch a usage row came from
+    """
+    CREATE TABLE files (
+        id TEXT PRIMARY KEY, project TEXT NOT NULL, purpose TEXT NOT NULL, filename TEXT NOT NULL,
+        bytes INTEGER NOT NULL, created_at REAL NOT NULL, expires_at REAL NOT NULL
+    );
+    CREATE INDEX files_project ON files (project, created_at);
+    CREATE INDEX files_expires ON files (expires_at);
+    CREATE TABLE file_chunks (
+        file_id TEXT NOT NULL, seq INTEGER NOT NULL, data BLOB NOT NULL, PRIMARY KEY (file_id, seq)
+    ) WITHOUT ROWID;
+    CREATE TABLE batches (
+        id TEXT PRIMARY KEY, project TEXT NOT NULL, key_id TEXT, status TEXT NOT NULL, created_at REAL NOT NULL,
+        kept_until REAL NOT NULL, body TEXT NOT NULL
+    );
+    CREATE INDEX batches_project ON batches (project, created_at);
+    CREATE INDEX batches_status ON batches (status);
+    CREATE INDEX batches_kept ON batches (kept_until);
+    CREATE TABLE batch_lines (
+        batch_id TEXT NOT NULL, line INTEGER NOT NULL, state TEXT NOT NULL, custom_id TEXT, request TEXT NOT NULL,
+        result TEXT, claimed_by TEXT, claimed_at REAL, PRIMARY KEY (batch_id, line)
+    ) WITHOUT ROWID;
+    CREATE INDEX batch_lines_state ON batch_lines (batch_id, state, line);
+    ALTER TABLE usage ADD COLUMN batch_id TEXT;
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -16,11 +16,15 @@ from contextlib import AbstractContextManager
 
 from llmgw.errors import UsageError
 from llmgw.identity import Quota
+from llmgw.store import batches as batches_table
 from llmgw.store import benches, keys, quotas, slurm_users
+from llmgw.store import files as files_table
 from llmgw.store import responses as responses_table
 from llmgw.store import usage as usage_table
 from llmgw.store.dialects import SqlConnection
+from llmgw.store.batches import BatchLine, BatchRecord
 from llmgw.store.benches import BenchRecord
+from llmgw.store.files import FileRecord
 from llmgw.store.responses import StoredResponse
 from llmgw.store.records import (
     SCOPE_ADMIN,
@@ -50,18 +54,23 @@ TABLES: dict[str, tuple[str, ...]] = {
     "quota_reservations": ("id", "created_at", "state", "estimated_tokens", "estimated_cost", "charges"),
     "usage": ("id", "time", "project", "key_id", "model", "replica", "node", "prompt_tokens", "completion_tokens",
               "cached_tokens", "ttft_seconds", "duration_seconds", "status", "cost", "request_id", "client_request_id",
-              "settings_commit", "trace_id"),
+              "settings_commit", "trace_id", "batch_id"),
     "leases": ("name", "holder", "expires_at", "token"),
     "slurm_users": ("email", "login", "uid", "created_at"),
     "responses": ("id", "project", "created_at", "expires_at", "model", "body"),
     "bench_results": benches.COLUMNS,
+    "files": ("id", "project", "purpose", "filename", "bytes", "created_at", "expires_at"),
+    "file_chunks": ("file_id", "seq", "data"),
+    "batches": ("id", "project", "key_id", "status", "created_at", "kept_until", "body"),
+    "batch_lines": ("batch_id", "line", "state", "custom_id", "request", "result", "claimed_by", "claimed_at"),
 }
 # The order rows are read in (for copies and comparisons that must not depend on physical order).
 TABLE_ORDER: dict[str, str] = {
     "secrets": "name", "kv": "key", "tokens": "id", "api_keys": "id",
     "quota_windows": "scope, period, start", "quota_slots": "reservation_id, scope", "quota_reservations": "id",
     "usage": "id", "leases": "name", "slurm_users": "uid", "responses": "id",
-    "bench_results": "id",
+    "bench_results": "id", "files": "id", "file_chunks": "file_id, seq", "batches": "id",
+    "batch_lines": "batch_id, line",
 }
 
 
@@ -404,6 +413,89 @@ class SqlStore:
             if project is not None:
                 return responses_table.purge_project(conn, project)
             return responses_table.purge_expired(conn, _now(now))
+
+    # -- files of /v1/files (llmgw.store.files) ------------------------------------------------------------------
+    def save_file(self, record: FileRecord, data: bytes) -> None:
+        with self._write() as conn:
+            files_table.insert(conn, record, data)
+
+    def file_record(self, file_id: str, project: str | None, now: float | None = None) -> FileRecord | None:
+        with self._read() as conn:
+            return files_table.find(conn, file_id, project, _now(now))
+
+    def list_files(self, project: str, purpose: str | None = None, after: str | None = None, limit: int = 10000,
+                   newest_first: bool = True, now: float | None = None) -> list[FileRecord]:
+        with self._read() as conn:
+            return files_table.listed(conn, project, purpose, after, limit, newest_first, _now(now))
+
+    def file_content(self, file_id: str, project: str | None, now: float | None = None) -> bytes | None:
+        with self._read() as conn:
+            if files_table.find(conn, file_id, project, _now(now)) is None:
+                return None
+            return files_table.content(conn, file_id)
+
+    def delete_file(self, file_id: str, project: str) -> bool:
+        with self._write() as conn:
+            return files_table.delete(conn, file_id, project)
+
+    def purge_files(self, project: str | None = None, now: float | None = None) -> int:
+        with self._write() as conn:
+            if project is not None:
+                return files_table.purge_project(conn, project)
+            return files_table.purge_expired(conn, _now(now))
+
+    # -- batches of /v1/batches (llmgw.store.batches) ------------------------------------------------------------
+    def create_batch(self, record: BatchRecord, lines: Sequence[BatchLine]) -> None:
+        with self._write() as conn:
+            batches_table.insert(conn, record, lines)
+
+    def batch(self, batch_id: str, project: str | None = None, now: float | None = None) -> BatchRecord | None:
+        with self._read() as conn:
+            return batches_table.find(conn, batch_id, project, _now(now))
+
+    def list_batches(self, project: str, after: str | None = None, limit: int = 20,
+                     now: float | None = None) -> list[BatchRecord]:
+        with self._read() as conn:
+            return batches_table.listed(conn, project, after, limit, _now(now))
+
+    def active_batches(self) -> list[BatchRecord]:
+        with self._read() as conn:
+            return batches_table.active(conn)
+
+    def update_batch(self, batch_id: str, expected: Sequence[str], status: str, body: dict,
+                     outputs: Sequence[tuple[FileRecord, bytes]] = ()) -> bool:
+        with self._write() as conn:
+            if not batches_table.update(conn, batch_id, expected, status, body):
+                return False
+            for record, data in outputs:
+                files_table.insert(conn, record, data)
+            return True
+
+    def claim_batch_line(self, batch_id: str, holder: str, now: float | None = None) -> BatchLine | None:
+        with self._write() as conn:
+            return batches_table.claim(conn, batch_id, holder, _now(now))
+
+    def finish_batch_line(self, batch_id: str, line: int, holder: str, ok: bool, result: str) -> bool:
+        with self._write() as conn:
+            return batches_table.finish(conn, batch_id, line, holder, ok, result)
+
+    def release_batch_line(self, batch_id: str, line: int, holder: str) -> bool:
+        with self._write() as conn:
+            return batches_table.release(conn, batch_id, line, holder)
+
+    def requeue_batch_lines(self, batch_id: str, holder: str) -> int:
+        with self._write() as conn:
+            return batches_table.requeue(conn, batch_id, holder)
+
+    def batch_results(self, batch_id: str) -> list[BatchLine]:
+        with self._read() as conn:
+            return batches_table.results(conn, batch_id)
+
+    def purge_batches(self, project: str | None = None, now: float | None = None) -> int:
+        with self._write() as conn:
+            if project is not None:
+                return batches_table.purge_project(conn, project)
+            return batches_table.purge_expired(conn, _now(now))
 
     # -- results of `llmgw bench` (llmgw.store.benches) ----------------------------------------------------------
     def record_bench(self, record: BenchRecord) -> int:

@@ -18,13 +18,13 @@ def _values(record: UsageRecord, request_id: str | None) -> tuple:
     return (record.time, record.project, record.key_id, record.model, record.replica, record.node,
             int(record.prompt_tokens), int(record.completion_tokens), int(record.cached_tokens),
             record.ttft_seconds, float(record.duration_seconds), int(record.status), float(record.cost), request_id,
-            record.client_request_id, record.settings_commit, record.trace_id)
+            record.client_request_id, record.settings_commit, record.trace_id, record.batch_id)
 
 
 _INSERT = ("INSERT INTO usage (time, project, key_id, model, replica, node, prompt_tokens, completion_tokens, "
            "cached_tokens, ttft_seconds, duration_seconds, status, cost, request_id, client_request_id, "
-           "settings_commit, trace_id) VALUES ")
-_ROW = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+           "settings_commit, trace_id, batch_id) VALUES ")
+_ROW = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 
 
 def insert_usage(conn: SqlConnection, record: UsageRecord, request_id: str | None = None):
@@ -49,7 +49,7 @@ def insert_usage_many(conn: SqlConnection, records: list[tuple[UsageRecord, str]
 
 # the columns of a UsageRecord, in its fields' order
 _RECORD_COLUMNS = ("project, model, time, key_id, replica, node, prompt_tokens, completion_tokens, cached_tokens, "
-                   "ttft_seconds, duration_seconds, status, cost, client_request_id, settings_commit, trace_id")
+                   "ttft_seconds, duration_seconds, status, cost, client_request_id, settings_commit, trace_id, batch_id")
 
 
 def _filter(project: str | None, since: float | None) -> tuple[str, list]:

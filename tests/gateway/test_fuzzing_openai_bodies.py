@@ -3,7 +3,7 @@
 Any answer but a 2xx or an OpenAI-shaped 4xx (`{"error": {"message": str, "type": str, "param": str|null,
 "code": str|null}}`) is a failure (issue 19 item 10); on Anthropic's Messages API (`/messages`,
 `/messages/count_tokens`), anything but a 2xx or Anthropic's `{"type": "error", "error": {"type", "message"}}`
-(issue 31). Rerank and score bodies are fuzzed beside OpenAI's (OpenAI's error shape). The fast suite tries FAST_EXAMPLES bodies; the slow test
+(issue 31). Rerank, score and batch-creation bodies are fuzzed beside OpenAI's (OpenAI's error shape). The fast suite tries FAST_EXAMPLES bodies; the slow test
 (`-m slow`, run in CI) SLOW_EXAMPLES. Bodies are mostly near-valid (right model, real roles and fields) with wrong
 types, out-of-range numbers, NaN, unknown fields and random JSON mixed in, so both the refusals and the paths through
 the engine (streams, n, tools, the quota reservation) are exercised.
@@ -130,8 +130,13 @@ def _mutated(request: tuple, field: str, value, drop: bool) -> tuple:
     return path, body
 
 
+# /v1/batches (issue 32): near-valid creations (no such file: a 400 naming it), wrong fields, any JSON
+batches = st.fixed_dictionaries({}, optional={
+    "input_file_id": st.just("file-" + "0" * 24) | any_json, "metadata": st.just({"k": "v"}) | any_json,
+    "endpoint": st.sampled_from(["/v1/chat/completions", "/v1/responses", "/v1/moderations"]) | any_json,
+    "completion_window": st.just("24h") | any_json})
 requests = (valid | st.builds(_mutated, valid, fields, bad_values, st.booleans())
-            | st.tuples(st.sampled_from(ENDPOINTS), any_json))
+            | st.tuples(st.sampled_from(ENDPOINTS), any_json) | st.tuples(st.just("/batches"), batches | any_json))
 
 
 # Anthropic's Messages API: near-valid bodies (text, images, tool use and results, tools), then one field wrong

@@ -114,8 +114,10 @@ async def test_responses_and_messages_go_to_vllms_own_endpoints_with_the_gateway
         text = "".join([piece async for piece in stream.text_stream])
         final = await stream.get_final_message()
     assert text == whole.content[0].text and final.usage.output_tokens == 8
+    counted = await client.messages.count_tokens(model=SERVED, messages=question)  # vLLM's own count_tokens
+    assert counted.input_tokens == whole.usage.input_tokens + (whole.usage.cache_read_input_tokens or 0)
     await client.close()
-    assert [r.completion_tokens for r in store.recent_usage()] == [8, 8, two.usage.output_tokens,
+    assert [r.completion_tokens for r in store.recent_usage()] == [0, 8, 8, two.usage.output_tokens,
                                                                    one.usage.output_tokens]
 
 

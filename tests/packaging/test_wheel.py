@@ -47,6 +47,8 @@ def test_the_wheel_holds_the_schemas_the_example_and_every_data_file_of_the_pack
         rel = example.relative_to(ROOT / "examples" / "cluster-repo").as_posix()
         assert f"llmgw/settings/_example/{rel}" in names
     assert "llmgw/control/_openapi/admin-api.yaml" in names  # GET /openapi.yaml of the admin API
+    for unit in (ROOT / "deploy" / "systemd").glob("*.service"):  # what `llmgw server init` installs
+        assert f"llmgw/install/_systemd/{unit.name}" in names
     missing = [path for path in _tracked_data_files() if path not in names]
     assert missing == [], f"files read at run time but left out of the wheel: {missing}"
 

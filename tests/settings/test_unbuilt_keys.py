@@ -21,8 +21,6 @@ from settings_trees import EXAMPLE
 CASES = {
     "llmgw prices.gpu_hour_cost": (("llmgw.yaml", "  # gpu_hour_cost: {", "  gpu_hour_cost: {"),
                                    ["llmgw.yaml:36:3: prices.gpu_hour_cost"]),
-    "llmgw releases.trusted_keys": (("llmgw.yaml", "# releases:\n#   trusted_keys:\n#     - RWQ", "releases:\n  trusted_keys:\n    - RWQ"),
-                                    ["llmgw.yaml:42:3: releases.trusted_keys"]),
     "engines llama.cpp[].python_packages": (("engines.yaml", "    default: true\n    # Built", "    default: true\n    python_packages: [x]\n    # Built"),
                                             ["engines.yaml:6:5: llama.cpp[0].python_packages"]),
     "engines vllm[].mirror + engines vllm[].build_args": (("engines.yaml", "  - version: 0.11.0\n", "  - version: 0.11.0\n    mirror: /srv/mirror\n    build_args: [-DX=1]\n"),

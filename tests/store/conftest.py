@@ -7,35 +7,23 @@ A PostgreSQL that cannot be reached is an error of every postgresql test, never 
 
 from __future__ import annotations
 
-import os
-import secrets
 from collections.abc import Iterator
 from pathlib import Path
 
-import psycopg
 import pytest
 
+import support.postgres
 from llmgw.store import SqliteStore, Store, open_store
+from support.postgres import POSTGRES_URL, schema_url  # noqa: F401 - the store tests import them from here
 
-POSTGRES_URL = os.environ.get("LLMGW_TEST_POSTGRES", "postgresql://127.0.0.1:5432/test")
 BACKENDS = ("sqlite", "postgresql")
-
-
-def schema_url(schema: str) -> str:
-    """The test database's URL with `search_path` set to `schema` (libpq's `options` parameter)."""
-    joiner = "&" if "?" in POSTGRES_URL else "?"
-    return f"{POSTGRES_URL}{joiner}options=-csearch_path%3D{schema}"
 
 
 @pytest.fixture
 def postgres_schema() -> Iterator[str]:
     """A fresh, empty schema in the test database; dropped with everything in it when the test ends."""
-    name = "llmgw_test_" + secrets.token_hex(6)
-    with psycopg.connect(POSTGRES_URL, autocommit=True, connect_timeout=5) as conn:
-        conn.execute(f"CREATE SCHEMA {name}")
-    yield name
-    with psycopg.connect(POSTGRES_URL, autocommit=True, connect_timeout=5) as conn:
-        conn.execute(f"DROP SCHEMA {name} CASCADE")
+    with support.postgres.postgres_schema() as name:
+        yield name
 
 
 @pytest.fixture

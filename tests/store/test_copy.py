@@ -12,7 +12,9 @@ from click.testing import CliRunner
 from llmgw.cli import store_cmds
 from llmgw.errors import StoreError
 from llmgw.routes import Quota
-from llmgw.store import BenchRecord, Reservation, StoredResponse, UsageRecord, open_store
+from llmgw.store import (
+    BatchLine, BatchRecord, BenchRecord, FileRecord, Reservation, StoredResponse, UsageRecord, open_store,
+)
 from llmgw.store.sqlstore import TABLES
 
 from .conftest import schema_url
@@ -42,6 +44,10 @@ def fill(store) -> dict:
                                        [{"role": "user", "content": "hi"}], {"id": "resp_" + "0" * 32}))
     store.record_bench(BenchRecord(NOW, "gemma-0", "gemma", "n1", "cpu 16 cores", "b11434", "engine", 128, 64, 2, 8,
                                    0.05, 0.07, 0.01, 210.5, {"requests": 8}))
+    store.save_file(FileRecord("file-" + "0" * 24, "chat", "batch", "in.jsonl", 3, NOW, NOW + 86400), b"{}\n")
+    store.create_batch(BatchRecord("batch_" + "0" * 32, "chat", key.key_id, "in_progress", NOW, NOW + 86400,
+                                   {"endpoint": "/v1/embeddings"}), [BatchLine(0, "c0", "{}")])
+    store.record_usage(UsageRecord("chat", "gemma", NOW + 9, prompt_tokens=5, batch_id="batch_" + "0" * 32))
     assert isinstance(held, Reservation)
     return {"secret": secret, "admin": admin, "plaintext": plaintext, "held": held, "scopes": scopes}
 
@@ -67,7 +73,7 @@ def test_a_sqlite_store_copied_to_postgresql_holds_the_same_rows_in_every_table(
                                 catch_exceptions=False)
     assert result.exit_code == 0, result.output
     counts = json.loads(result.output)["rows"]
-    assert counts["secrets"] == 1 and counts["api_keys"] == 2 and counts["usage"] == 4
+    assert counts["secrets"] == 1 and counts["api_keys"] == 2 and counts["usage"] == 5
 
     source, destination = open_store(source_path), open_store(destination_url)
     try:
@@ -81,7 +87,7 @@ def test_a_sqlite_store_copied_to_postgresql_holds_the_same_rows_in_every_table(
         assert destination.settle(made["held"], 50, 0.1, NOW + 10)
         assert destination.headroom(made["scopes"], NOW + 10).tokens.remaining == 1000 - 40 - 50
         destination.record_usage(UsageRecord("chat", "gemma", NOW + 20))
-        assert [r[0] for r in destination.table_rows("usage")] == [1, 2, 3, 4, 5]
+        assert [r[0] for r in destination.table_rows("usage")] == [1, 2, 3, 4, 5, 6]
         assert destination.lease_holder("llmgw-reconciler", NOW + 1) == "cp-1"
         (_, kept), = destination.usage_of_client_request("client-7")  # the client's id, commit and trace id too
         assert (kept.settings_commit, kept.trace_id) == ("c0ffee" * 6 + "c0ff", "ab" * 16)

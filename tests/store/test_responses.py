@@ -63,7 +63,7 @@ def test_llmgw_purge_deletes_one_projects_responses_and_prints_counts_only(store
     refused = runner.invoke(cli, ["purge", "--store", store_url])
     assert refused.exit_code == 2 and "--project" in refused.output
     done = runner.invoke(cli, ["purge", "--project", "chat", "--store", store_url])
-    assert done.exit_code == 0 and "Purged 1 stored responses of project 'chat'" in done.output
+    assert done.exit_code == 0 and "Purged 1 stored responses, 0 files and 0 batches of project 'chat'" in done.output
     assert "héllo" not in done.output
     expired = runner.invoke(cli, ["purge", "--expired", "--store", store_url])
-    assert expired.exit_code == 0 and "Purged 1 stored responses past their retention" in expired.output
+    assert expired.exit_code == 0 and "Purged 1 stored responses, 0 files and 0 batches past their retention" in expired.output

@@ -19,6 +19,12 @@ interfaces go with them) and then the routes.
 
 Addresses: host N (1, 2, ... in creation order) is 10.<a>.<b>.N/24 and fd42:<a>:<b>::N/64; `Host.address` and
 `Host.address6` are the bare addresses. IPv6 addresses are added without duplicate detection (usable at once).
+
+`lab.join_root()` puts the test's own (root) namespace on the bridge too, at 10.<a>.<b>.254 (IPv4 only), so the
+test process itself (ssh, an HTTP client, a listener the hosts call back) reaches the hosts without `ip netns exec`.
+The hosts' part of the range, 10.<a>.<b>.0/25, is routed to that veth: a more specific route than the /24
+unreachable claim, which stays underneath, so if the veth ever goes, its route goes with it and the range is
+unreachable again (never the default route). Addresses .128-.253 stay unreachable from the root namespace.
 """
 
 from __future__ import annotations
@@ -75,6 +81,7 @@ class Lab:
         self.network6 = network6
         self.switch = f"{prefix}-sw"
         self.hosts: dict[str, Host] = {}
+        self.root_address: str | None = None
 
     def address(self, index: int) -> str:
         return str(self.network.network_address + index)
@@ -98,10 +105,26 @@ class Lab:
         _ip("-n", netns, "link", "set", "lo", "up")
         return host
 
+    def join_root(self) -> str:
+        """Join the root namespace to the bridge (module docstring) and return its address, 10.<a>.<b>.254;
+        a second call returns the same address. Hosts 1-126 are then reachable from the test process."""
+        if self.root_address is None:
+            port = f"{self.prefix}-r"
+            _ip("link", "add", port, "type", "veth", "peer", "name", "root", "netns", self.switch)
+            self.root_address = self.address(254)
+            _ip("-n", self.switch, "link", "set", "root", "master", "br0", "up")
+            _ip("addr", "add", f"{self.root_address}/{self.network.prefixlen}", "dev", port, "noprefixroute")
+            _ip("link", "set", port, "up")
+            hosts = ipaddress.ip_network(f"{self.network.network_address}/25")
+            _ip("route", "add", str(hosts), "dev", port, "src", self.root_address)
+        return self.root_address
+
     def close(self) -> None:
         """Stop every host's processes (SIGTERM, so an agent stops its engines; SIGKILL after 5 s), then kill
         whatever still runs in a host's namespace (an engine an agent started in its own process group), then
         delete the namespaces."""
+        if self.root_address is not None:
+            _ip("link", "del", f"{self.prefix}-r", check=False)  # its /25 route goes with it; the /24 claim stays
         started = [p for host in self.hosts.values() for p in host.processes if p.poll() is None]
         for process in started:
             process.terminate()

@@ -1,0 +1,195 @@
+"""`llmgw node add HOST`: put a verified release of llmgw onto a machine over ssh and make it a node.
+
+    llmgw node add HOST --release DIR (--trusted-key KEY | --settings DIR) [--control-plane HOST:PORT]
+                   [--user U] [--port P] [--ssh-key FILE] [--ssh-config FILE] [--node-id ID] [--force] [--dry-run]
+
+The release is checked here first (its signature by a trusted key, every file's digest: llmgw.release); nothing is
+sent to a host for a release that does not check. Then the steps of llmgw.install.onboarding run on HOST with the
+operator's own ssh (keys and ~/.ssh/config, or the options above), each shown as it goes: the host's Python, the
+release copied and its digests checked there, the install into /opt/llmgw/<version>, `llmgw node doctor` (unless
+--force), the CA, a one-time join token (asked of the control plane only then, through its admin API: --url,
+--token, --state as for `llmgw status`), agent.env, llmgw-agent.service, the agent started, and the wait until
+it is connected. Every change on the
+host goes into the host's install journal first; a step that fails undoes the host from it and says so, with the
+host's own words. `--dry-run` prints every command it would run on the host and connects to nothing.
+
+It returns once the node is connected (`CONNECT_TIMEOUT`). Not built yet: waiting until its engines are installable.
+"""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import tarfile
+from pathlib import Path
+
+import click
+
+from llmgw.cli.release_cmds import _trusted
+from llmgw.errors import InstallError
+
+SCRATCH = "/var/tmp/llmgw-add"
+
+
+def ssh_argv(host: str, user: str | None, port: int | None, key: Path | None, config: Path | None) -> list[str]:
+    """The ssh command line (without the remote command) for HOST with the operator's options."""
+    argv = ["ssh", "-o", "BatchMode=yes"]
+    if config:
+        argv += ["-F", str(config)]
+    if port:
+        argv += ["-p", str(port)]
+    if key:
+        argv += ["-i", str(key), "-o", "IdentitiesOnly=yes"]
+    if user:
+        argv += ["-l", user]
+    return [*argv, host]
+
+
+def release_tar(directory: Path, manifest) -> bytes:
+    """The release's files that the manifest lists, its manifest and signature, and SHA256SUMS (sha256sum's format,
+    from the verified manifest) as one tar stream."""
+    from llmgw.install.onboarding import SUMS
+    from llmgw.release import MANIFEST, SIGNATURE
+
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        for name in (MANIFEST, SIGNATURE, *(f.path for f in manifest.files)):
+            tar.add(directory / name, arcname=name, recursive=False)
+        sums = "".join(f"{f.sha256}  {f.path}\n" for f in manifest.files).encode()
+        info = tarfile.TarInfo(SUMS)
+        info.size = len(sums)
+        tar.addfile(info, io.BytesIO(sums))
+    return buffer.getvalue()
+
+
+def _run_step(ssh: list[str], step, release: bytes) -> subprocess.CompletedProcess:
+    stdin = release if step.release else step.payload
+    try:
+        return subprocess.run([*ssh, step.command], input=stdin if stdin is not None else b"",
+                              capture_output=True, timeout=1800)
+    except subprocess.TimeoutExpired as exc:
+        raise InstallError(f"{step.what}: no answer from the host in {exc.timeout:g} s") from exc
+
+
+def _words(done: subprocess.CompletedProcess) -> str:
+    text = (done.stderr or done.stdout or b"").decode(errors="replace").strip()
+    return text.splitlines()[-1] if text else f"exit status {done.returncode}"
+
+
+def run_steps(host: str, ssh: list[str], steps, first_change: int, undo, release: bytes) -> None:
+    """Run `steps` on the host in order, each announced; on a failure at index >= `first_change` run `undo` (the
+    journal's undo and the scratch directory's removal) first. Raises InstallError in the host's own words."""
+    for index, step in enumerate(steps):
+        click.echo(f"[{host}] {step.what}")
+        done = _run_step(ssh, step, release)
+        if done.returncode == 0:
+            continue
+        if done.returncode == 255 and not done.stdout:
+            raise InstallError(f"ssh to {host} failed: {_words(done)}")
+        if index < first_change:
+            _run_step(ssh, undo[-1], release)  # only the scratch directory to remove
+            raise InstallError(f"{host} cannot take llmgw: {step.what}: {_words(done)}; nothing was installed")
+        undone = [_run_step(ssh, u, release) for u in undo]
+        what = ("the host was undone from its install journal, as it was before" if not undone[0].returncode
+                else f"undoing failed too ({_words(undone[0])}): run `llmgw wipe` on the host")
+        raise InstallError(f"{host}: {step.what} failed: {_words(done)}; {what}")
+
+
+@click.command("add")
+@click.argument("host")
+@click.option("--release", "release_dir", required=True, type=click.Path(exists=True, file_okay=False, path_type=Path),
+              help="The release directory (`llmgw release build`).")
+@click.option("--trusted-key", "keys", multiple=True, metavar="KEY",
+              help="A trusted public key: its key line (RW...) or its .pub file (repeatable).")
+@click.option("--settings", "settings_dir", type=click.Path(file_okay=False, exists=True, path_type=Path),
+              default=None, help="A settings tree whose llmgw.yaml releases.trusted_keys are trusted.")
+@click.option("--control-plane", "control_plane", default=None, metavar="HOST:PORT",
+              help="The agents' listener as the node reaches it [default: the admin URL's host, port 8082].")
+@click.option("--node-id", default=None, help="The node's id [default: HOST].")
+@click.option("--user", default=None, help="ssh user [default: yours, or ~/.ssh/config's].")
+@click.option("--port", type=int, default=None, help="ssh port.")
+@click.option("--ssh-key", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None)
+@click.option("--ssh-config", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None)
+@click.option("--force", is_flag=True, help="Go on without `llmgw node doctor` on the host.")
+@click.option("--dry-run", is_flag=True, help="Print every command it would run on the host; connect to nothing.")
+@click.option("--url", envvar="LLMGW_ADMIN_URL", default=None, help="The control plane's admin API, for the join "
+              "token [default: <state>/admin-url].")
+@click.option("--token", envvar="LLMGW_ADMIN_TOKEN", default=None, help="Its admin token [default: <state>/admin-token].")
+@click.option("--state", "state_dir", envvar="LLMGW_STATE", default=None, type=click.Path(path_type=Path),
+              help="The control plane's state directory (where admin-url and admin-token are).")
+def add_cmd(host, release_dir, keys, settings_dir, control_plane, node_id, user, port, ssh_key, ssh_config, force,
+            dry_run, url, token, state_dir):
+    """Install a verified release on HOST over ssh and make it a node (journaled; undone on failure)."""
+    from llmgw.install import onboarding
+    from llmgw.install.packaged import units_dir
+    from llmgw.release import verify_release
+
+    manifest = verify_release(release_dir, _trusted(keys, settings_dir))
+    click.echo(f"release llmgw {manifest.version} verified: {len(manifest.files)} files, signed by key "
+               f"{manifest.key_id}")
+    node_id = node_id or host
+    if control_plane is None and not dry_run:  # the admin URL's host, the agents' default port
+        from llmgw.control.client import resolve_admin
+
+        control_plane = resolve_admin(url, token, state_dir)[0].split("://", 1)[-1].rsplit(":", 1)[0] + ":8082"
+    facts = onboarding.NodeFacts(manifest.version, manifest.llmgw_wheel, node_id, control_plane or "CONTROL-PLANE:8082",
+                                 (units_dir() / onboarding.UNIT).read_text(), SCRATCH)
+    steps = onboarding.install_steps(facts, doctor=not force)
+    ssh = ssh_argv(host, user, port, ssh_key, ssh_config)
+    if dry_run:
+        placeholder = onboarding.JoinFacts("CONTROL-PLANE:JOIN-PORT", "ONE-TIME-TOKEN", b"")
+        for step in steps + onboarding.join_steps(facts, placeholder):
+            sent = (" < the release (tar)" if step.release
+                    else f" < {len(step.payload)} bytes" if step.payload is not None else "")
+            click.echo(f"# {step.what}\n{subprocess.list2cmdline([*ssh, step.command])}{sent}")
+        return
+    release = release_tar(release_dir, manifest)
+    undo = onboarding.undo_steps(facts)
+    run_steps(host, ssh, steps, onboarding.FIRST_CHANGE, undo, release)
+    join = _join_facts(url, token, state_dir, control_plane)
+    run_steps(host, ssh, onboarding.join_steps(facts, join), 0, undo, release)
+    click.echo(f"[{host}] llmgw {manifest.version} installed; waiting for node {node_id} to connect")
+    state = _wait_connected(url, token, state_dir, node_id, CONNECT_TIMEOUT)
+    click.echo(f"node {node_id} connected ({state})")
+
+
+CONNECT_TIMEOUT = 120.0
+"""Seconds `node add` waits for the new node's agent to connect to the control plane."""
+
+
+def _wait_connected(url, token, state_dir, node_id: str, timeout: float) -> str:
+    """Poll the control plane's status (every 0.5 s, `timeout` seconds) until `node_id` is there; its state.
+    Raises InstallError when it does not come (the host keeps what was installed: `llmgw wipe` there removes it)."""
+    import time
+
+    from llmgw.control.client import AdminClient, admin_ca_file, resolve_admin
+
+    url, token = resolve_admin(url, token, state_dir)
+    deadline = time.monotonic() + timeout
+    with AdminClient(url, token, ca_file=admin_ca_file(state_dir)) as client:
+        while time.monotonic() < deadline:
+            node = client.get("/api/v1/status").get("nodes", {}).get(node_id)
+            if node:
+                return node.get("state", "connected")
+            time.sleep(0.5)
+    raise InstallError(f"node {node_id} did not connect within {timeout:g} s: see /var/log/llmgw/agent.log or "
+                       "`journalctl -u llmgw-agent` on it (it stays installed; `llmgw wipe` there takes it off)")
+
+
+def _join_facts(url, token, state_dir, control_plane):
+    """A one-time join token and the CA from the control plane's admin API."""
+    from llmgw.control.client import AdminClient, admin_ca_file, resolve_admin
+    from llmgw.install.onboarding import JoinFacts
+
+    url, token = resolve_admin(url, token, state_dir)
+    with AdminClient(url, token, ca_file=admin_ca_file(state_dir)) as client:
+        answer = client.post("/api/v1/join-tokens", {"ttl_seconds": 900})
+    host = (control_plane or url.split("://", 1)[-1]).rsplit(":", 1)[0]
+    return JoinFacts(f"{host}:{answer['join_port']}", answer["token"], answer["ca_pem"].encode())
+
+
+def register(group: click.Group) -> None:
+    """Add `node add` to the `node` group."""
+    from llmgw.cli.node_cmds import node_group
+
+    node_group(group).add_command(add_cmd)

@@ -1,0 +1,150 @@
+"""What `llmgw node add HOST` runs on the host, as data: one `RemoteStep` per shell command, in order.
+
+Pure functions of the release and the node's facts (`install_steps`, then `join_steps`); `llmgw.cli.node_add` runs the steps over
+ssh, or prints them (`--dry-run`). The layout is that of deploy/systemd/llmgw-agent.service:
+
+    /opt/llmgw/<version>        a venv with the release's wheels installed offline; /opt/llmgw/current links to it
+    /etc/llmgw/ca.crt           the control plane's CA; agent.env: LLMGW_AGENT_OPTIONS (control plane, node id)
+    /var/lib/llmgw/agent        the agent's state (tls/ from `llmgw node join`); engines/, weights/, cache/ beside it
+    /etc/systemd/system/llmgw-agent.service
+
+Every step that changes the host goes through the install journal's verbs (`python3 -m llmgw.install.host`, run
+from the release's own wheel before any venv exists), so the journal lists it before it is done. Steps before
+`FIRST_CHANGE` only check the host and copy the release into a scratch directory (removed at the end, and on
+failure); a failure at or after it is undone from the journal.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+
+OPT = "/opt/llmgw"
+STATE = "/var/lib/llmgw"
+CONFIG = "/etc/llmgw"
+UNIT = "llmgw-agent.service"
+SUMS = "SHA256SUMS"
+"""The release's digests in sha256sum's format, written beside it on the host from the verified manifest."""
+
+
+@dataclass(frozen=True)
+class RemoteStep:
+    """One shell `command` run on the host; `what` says it for a person. `payload`: bytes sent on its stdin (a file's
+    content); `release`: the release directory is sent on stdin as a tar stream instead."""
+
+    what: str
+    command: str
+    payload: bytes | None = None
+    release: bool = False
+
+
+@dataclass(frozen=True)
+class NodeFacts:
+    """What the install steps need to know. `wheel`: llmgw's wheel in the release ("wheels/llmgw-...whl");
+    `control_plane`: the agents' address as the host reaches it (HOST:PORT); `unit`: the text of
+    llmgw-agent.service; `scratch`: the host's directory for the release while it installs."""
+
+    version: str
+    wheel: str
+    node_id: str
+    control_plane: str
+    unit: str
+    scratch: str
+
+
+@dataclass(frozen=True)
+class JoinFacts:
+    """What joining needs, asked of the control plane only once the release is installed: `join` the join port's
+    address (HOST:PORT), `token` the one-time join token, `ca_pem` the CA certificate."""
+
+    join: str
+    token: str
+    ca_pem: bytes
+
+
+FIRST_CHANGE = 3
+"""Index of the first step that changes the host outside its scratch directory (the journal's first entry)."""
+
+
+def agent_env(facts: NodeFacts) -> bytes:
+    """/etc/llmgw/agent.env: LLMGW_AGENT_OPTIONS for the unit (quoted for sh and systemd alike)."""
+    return (f"# Written by `llmgw node add` (docs/install.md): the options of `llmgw agent` in {UNIT}.\n"
+            f'LLMGW_AGENT_OPTIONS="--control-plane {facts.control_plane} --node-id {facts.node_id}"\n'
+            "# Engine downloads and builds: under the state directory (the install journal lists it), not ~/.cache.\n"
+            f"LLMGW_CACHE={STATE}/cache\n").encode()
+
+
+def _check(facts: object, names: tuple[str, ...]) -> None:
+    for name in names:
+        value = getattr(facts, name)
+        if not value or any(c in value for c in "\"'$`\\ \n;&|<>"):
+            raise ValueError(f"{name} {value!r} cannot go on a command line as it is")
+
+
+def _journal(facts: NodeFacts) -> str:
+    return f"PYTHONPATH={facts.scratch}/{facts.wheel} python3 -m llmgw.install.host"
+
+
+LLMGW = f"{OPT}/current/bin/llmgw"
+
+
+def install_steps(facts: NodeFacts, *, doctor: bool = True) -> list[RemoteStep]:
+    """The commands `node add` runs on the host up to an installed, checked release, in order (module docstring).
+    `doctor`: run `llmgw node doctor` from the installed release before anything is configured (a failure stops
+    and undoes the host). Raises ValueError when a fact holds a character a shell or unit file would misread."""
+    _check(facts, ("version", "node_id", "control_plane", "scratch", "wheel"))
+    scratch, venv, journal, llmgw = facts.scratch, f"{OPT}/{facts.version}", _journal(facts), LLMGW
+    steps = [
+        RemoteStep("check that the host has Python 3.11 or newer, with venv (Debian: python3-venv)",
+                   "python3 -c " + shlex.quote("import sys; sys.version_info >= (3, 11) or sys.exit('Python ' + "
+                                               "sys.version.split()[0] + ' is older than 3.11'); import ensurepip, venv")),
+        RemoteStep(f"copy the release into {scratch}",
+                   f"rm -rf {scratch} && mkdir -p -m 700 {scratch} && tar -x -C {scratch}", release=True),
+        RemoteStep("check every file of the release against its signed digests",
+                   f"cd {scratch} && sha256sum --quiet --strict -c {SUMS}"),
+        RemoteStep(f"make {OPT}", f"{journal} mkdir {OPT}"),
+        RemoteStep(f"make the venv {venv}", f"{journal} venv {venv}"),
+        RemoteStep(f"install llmgw {facts.version} into it from the release's wheels (no registry)",
+                   f"{venv}/bin/pip install --quiet --no-index --find-links {scratch}/wheels llmgw=={facts.version}"),
+        RemoteStep(f"link {OPT}/current to {facts.version}", f"{journal} link {OPT}/current {facts.version}"),
+    ]
+    steps.append(RemoteStep(f"make {STATE}/agent, engines, weights, cache",
+                            f"{journal} mkdir {STATE}/agent --mode 0750 && {journal} mkdir {STATE}/engines && "
+                            f"{journal} mkdir {STATE}/weights --weights && {journal} mkdir {STATE}/cache"))
+    if doctor:
+        steps.append(RemoteStep("check the host with `llmgw node doctor` (stops here when it cannot serve)",
+                                f"{llmgw} node doctor --weights-dir {STATE}/weights --engines-dir {STATE}/engines "
+                                f"--state-dir {STATE}/agent"))
+    return steps
+
+
+def join_steps(facts: NodeFacts, join: JoinFacts) -> list[RemoteStep]:
+    """The commands after `install_steps`: the CA, joining, agent.env, the unit, starting the
+    agent, and removing the scratch directory. Raises ValueError as `install_steps` does."""
+    _check(join, ("join", "token"))
+    journal, llmgw = _journal(facts), LLMGW
+    return [
+        RemoteStep(f"write {CONFIG}/ca.crt (the control plane's CA)", f"{journal} write {CONFIG}/ca.crt",
+                   payload=join.ca_pem),
+        RemoteStep(f"join with a one-time token (certificate into {STATE}/agent/tls)",
+                   f"{llmgw} node join --control-plane {join.join} --token {join.token} --ca-file {CONFIG}/ca.crt "
+                   f"--node-id {facts.node_id} --state-dir {STATE}/agent"),
+        RemoteStep(f"write {CONFIG}/agent.env", f"{journal} write {CONFIG}/agent.env --mode 0640",
+                   payload=agent_env(facts)),
+        RemoteStep(f"write /etc/systemd/system/{UNIT}", f"{journal} write /etc/systemd/system/{UNIT}",
+                   payload=facts.unit.encode()),
+        RemoteStep(f"enable and start {UNIT} (where systemd runs)", f"{journal} unit {UNIT}"),
+        RemoteStep("start the agent as a process of its own where systemd does not run",
+                   f"[ -d /run/systemd/system ] || {{ {journal} mkdir /var/log/llmgw --mode 0750 "
+                   f"&& set -a && . {CONFIG}/agent.env && set +a && setsid -f {llmgw} agent "
+                   f"--state-dir {STATE}/agent --engines-dir {STATE}/engines --weights-dir {STATE}/weights "
+                   f"$LLMGW_AGENT_OPTIONS >>/var/log/llmgw/agent.log 2>&1 </dev/null; }}"),
+        RemoteStep(f"remove {facts.scratch}", f"rm -rf {facts.scratch}"),
+    ]
+
+
+def undo_steps(facts: NodeFacts) -> list[RemoteStep]:
+    """What a failure at or after `FIRST_CHANGE` runs: undo the journal, then remove the scratch directory."""
+    return [RemoteStep("undo what was done, from the host's install journal",
+                       f"PYTHONPATH={facts.scratch}/{facts.wheel} python3 -m llmgw.install.host undo"),
+            RemoteStep(f"remove {facts.scratch}", f"rm -rf {facts.scratch}")]
