@@ -79,7 +79,9 @@ class ModelRoute:
     (0..1) of requests the `canary` replicas take while a canary rollout runs (None: no canary; 0: a failed canary
     that still runs takes none): `llmgw.gateway.routing.canary_pool`.
     `batch_prompt_price_per_million`, `batch_completion_price_per_million`: the prices of a request run as a line
-    of /v1/batches (None: the price above).
+    of /v1/batches (None: the price above). `wakes`: the model scales to zero (`replicas: {min: 0}`): while it has
+    no replica, the gateway holds its requests while one starts (`llmgw.gateway.holding`) instead of answering 503
+    at once.
     """
 
     name: str
@@ -97,6 +99,7 @@ class ModelRoute:
     batch_prompt_price_per_million: float | None = None
     batch_completion_price_per_million: float | None = None
     canary_share: float | None = None
+    wakes: bool = False
 
 
 @dataclass(frozen=True)

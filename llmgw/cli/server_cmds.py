@@ -160,6 +160,9 @@ def render_status(doc: dict[str, Any]) -> list[str]:
         lines.append(f"agents' CA  valid until {ca['until']} ({ca['days_left']} days)")
         if ca.get("warning"):
             lines.append(f"WARNING     {ca['warning']}")
+    for name, entry in doc.get("scaling", {}).items():
+        lines.append(f"autoscaler  {name}: {entry['wanted']} wanted, {entry['ready']} ready, {entry['held']} held "
+                     f"(range {entry['min']}-{entry['max']}): {entry['reason']}")
     last = doc.get("pass")
     if last:
         lines.append(f"last pass   #{last['number']} for {_short(last['settings_commit'])}: "

@@ -321,6 +321,8 @@ class Planning:
     (`llmgw.plan.reviewed`); None when no review of this commit was handed to an apply."""
     canaries: Mapping[str, CanaryHold] = field(default_factory=dict)
     """The canaries the planner was told of (`llmgw.plan.canary`), recorded in plan/pass.json."""
+    replicas: Mapping[str, int] = field(default_factory=dict)
+    """The autoscaler's wanted counts the planner was told (`llmgw.plan.autoscaling`), recorded in plan/pass.json."""
 
 
 class _FleetBytes:
@@ -362,7 +364,7 @@ class _Write:
                 {"commit": reviewed.commit, "fleet": reviewed.fleet_revision,
                  "differences": [d.to_json() for d in differences]}, indent=1).encode() + b"\n"
         return {**files, **recorded_files(planning.number, planning.settings, planning.allow_empty, planning.fleet,
-                                          planning.plan, fleet_bytes, planning.canaries)}
+                                          planning.plan, fleet_bytes, planning.canaries, planning.replicas)}
 
 
 def coalesced(queue: deque[_Write]) -> tuple[_Write, int]:

@@ -14,7 +14,9 @@ Rules, each checked over seeded random states in tests/control/test_decide_invar
 - a failed action waits: `TemporaryError.delay` seconds when the error names one, else 1 s doubling to 60 s;
 - a shard that keeps failing is restarted with the same growing backoff;
 - (leader) canaries are watched each pass (`llmgw.control.canaries.watch_canaries`) and the planner told what they
-  hold (`holds_of`); the applied ref does not move to a commit whose canary failed.
+  hold (`holds_of`); the applied ref does not move to a commit whose canary failed;
+- each pass moves the autoscaled models' wanted counts (`llmgw.control.autoscaling.watch_scales`, leader or not, so
+  a standby that takes over has them) and the planner places those counts (`make_plan(replicas=...)`).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
+from llmgw.control.autoscaling import wanted_counts, watch_scales
 from llmgw.control.canaries import failed_at, holds_of, watch_canaries
 from llmgw.control.effects import COMMANDS, Command, Effect, RememberNodes, SetApplied, WriteAudit, command_for
 from llmgw.control.reports import memory_thresholds, settings_view
@@ -195,7 +198,8 @@ def _fits(basis: PlanBasis, state: ControlState, allow_empty: bool) -> bool:
             or basis.fleet_line is not fleet.line or basis.fleet_revision != fleet.revision
             or basis.acked_settings is not state.acked_settings
             or fleet.memory_thresholds != basis.thresholds
-            or (basis.holds or state.canaries) and basis.holds != holds_of(state.canaries)):
+            or (basis.holds or state.canaries) and basis.holds != holds_of(state.canaries)
+            or (basis.replicas or state.scales) and basis.replicas != wanted_counts(state.scales)):
         return False
     starts = _starts_in_flight(state) if basis.starts or state.in_flight else ()
     return starts == basis.starts
@@ -223,7 +227,8 @@ def plan_stage(state: ControlState) -> tuple[Plan, PlanBasis | None]:
     fleet = planner_fleet(state)
     given = with_starts_in_flight(fleet, state.in_flight)
     holds = holds_of(state.canaries)
-    plan, refused = plan_or_refusal(settings, given, allow_empty, holds)
+    counts = wanted_counts(state.scales)
+    plan, refused = plan_or_refusal(settings, given, allow_empty, holds, counts)
     if refused:
         return plan, None
     return plan, PlanBasis(
@@ -231,7 +236,8 @@ def plan_stage(state: ControlState) -> tuple[Plan, PlanBasis | None]:
         fleet_revision=state.fleet.revision, thresholds=memory_thresholds(settings),
         acked_settings=state.acked_settings,
         starts=_starts_in_flight(state), converged=converged(plan, fleet),
-        changes=tuple(a for a in plan.actions if a.kind is not ActionKind.KEEP), holds=holds)
+        changes=tuple(a for a in plan.actions if a.kind is not ActionKind.KEEP), holds=holds,
+        replicas=counts)
 
 
 def decide(
@@ -263,6 +269,7 @@ def decide(
     canary_effects: list[Effect] = []
     if state.leadership.leader:
         state, canary_effects = watch_canaries(state, now, now_unix)
+    state = watch_scales(state, now)
     timers = tuple(t for t in state.timers if t[0] > now)
     basis = reusable_plan(state, allow_empty)
     stale = False

@@ -23,6 +23,7 @@ import trio
 
 from llmgw.control.agents import AgentHub
 from llmgw.control.audit import AuditWriter, Planning, audit_message, audit_snapshot, state_changes
+from llmgw.control.autoscaling import scale_line
 from llmgw.control.canaries import canary_line, canary_measured, canary_unmeasured, revert_proposed
 from llmgw.control.commands import agent_settings, install_engine, may_take_part_in_slurm, slurm_role, start_shard, stop_shard
 from llmgw.control.events import audit_written, nodes_forgotten, slurm_jobs_written
@@ -177,6 +178,8 @@ async def _write_audit(ctx: EffectContext, effect: WriteAudit) -> None:
         planning = None
         message = audit_message(record, changes)
         message += "".join(f"- {canary_line(c)}\n" for _, c in sorted(state.canaries.items()))
+        message += "".join(f"- autoscaler: {scale_line(name, entry)}\n"
+                           for name, entry in doc.get("scaling", {}).items())
         if basis is not None and plan is not None:
             review = None
             if reviewed is not None and reviewed.commit == basis.settings.commit:
@@ -184,7 +187,7 @@ async def _write_audit(ctx: EffectContext, effect: WriteAudit) -> None:
                 review = (reviewed, differences)
                 message += "".join(f"- differs from the reviewed plan: {d}\n" for d in differences)
             planning = Planning(record.number, basis.settings, basis.allow_empty, basis.fleet, plan, review,
-                                basis.holds)
+                                basis.holds, basis.replicas)
         ctx.audit.queue_audit(audit_doc, message, token=effect.token, planning=planning)
 
 

@@ -9,7 +9,9 @@ counters live in its own prometheus_client registry (llmgw.gateway.metrics) and 
 
 Control-plane families (names in docs/observability.md): passes by outcome and their duration, actions by kind
 and outcome (from `ControlState.tallies`), actions in flight and backing off, whether the last pass converged,
-replicas left unplaced, the settings commit in force and a rejected branch head, leadership, agents connected.
+replicas left unplaced, the settings commit in force and a rejected branch head, leadership, agents connected;
+the requests the gateway holds for a model scaled to zero (`llmgw.control.autoscaling`; the replicas an autoscaled
+model wants are its `llmgw_model_replicas_desired`, llmgw.control.metrics_fleet).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from llmgw.control.autoscaling import wanted_counts
 from llmgw.control.metrics_fleet import fleet_families
 from llmgw.control.state import ControlState
 from llmgw.control.tallies import ACTION_OUTCOMES, PASS_OUTCOMES
@@ -118,7 +121,19 @@ class ControlCollector:
     def collect(self) -> Iterator[Metric]:
         state = self._snapshot()
         yield from control_families(state)
-        yield from fleet_families(state.fleet, state.settings, self._clock())
+        now = self._clock()
+        yield from fleet_families(state.fleet, state.settings, now, wanted_counts(state.scales))
+        yield held_family(state)
+
+
+def held_family(state: ControlState) -> Metric:
+    """`llmgw_model_requests_held`: per model scaled to zero, the requests the gateway holds while a replica starts
+    (`ControlState.held`; a model without any is left out)."""
+    held = GaugeMetricFamily("llmgw_model_requests_held", "Requests the gateway holds for a model scaled to zero "
+                             "while a replica starts.", labels=["model"])
+    for name, count in sorted(state.held.items()):
+        held.add_metric([name], count)
+    return held
 
 
 def render_metrics(collector: ControlCollector, gateway_registry: CollectorRegistry | None = None) -> bytes:

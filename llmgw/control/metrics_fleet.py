@@ -12,7 +12,8 @@ on its node), `gpu_class`, `model` / `replica` / `shard` (names from the setting
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from types import MappingProxyType
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
@@ -38,10 +39,13 @@ def node_state(record: NodeRecord) -> str:
     return "connected" if record.connected else "disconnected"
 
 
-def fleet_families(fleet: FleetRegistry, settings: Settings | None, now: float) -> list[Metric]:
+def fleet_families(fleet: FleetRegistry, settings: Settings | None, now: float,
+                   wanted: Mapping[str, int] = MappingProxyType({})) -> list[Metric]:
     """Every fleet metric family of `fleet` at `now` (control-plane clock seconds, as `NodeReadings.at`).
 
-    `settings` (None before any commit validated) gives the catalog's desired replicas per model. Families with
+    `settings` (None before any commit validated) gives the catalog's desired replicas per model; `wanted` the
+    autoscaler's count of the models whose catalog file gives a range (`llmgw.control.autoscaling`), which is then
+    the model's desired count. Families with
     no sample are still returned (with HELP and TYPE), so a scrape always names them.
     """
     records = fleet.records()
@@ -69,7 +73,7 @@ def fleet_families(fleet: FleetRegistry, settings: Settings | None, now: float) 
     out += list(_gpus(fresh))
     out += list(_shards(records, fresh))
     out += list(engine_families(fresh))
-    out += list(_replicas(records, settings))
+    out += list(_replicas(records, settings, wanted))
     return out
 
 
@@ -183,8 +187,10 @@ def _shards(records: tuple[NodeRecord, ...], fresh: list[tuple[NodeRecord, NodeR
     yield resident
 
 
-def _replicas(records: tuple[NodeRecord, ...], settings: Settings | None) -> Iterator[Metric]:
-    """Per model: replicas the catalog asks for, and replicas whose every shard is ready on a live node."""
+def _replicas(records: tuple[NodeRecord, ...], settings: Settings | None,
+              wanted: Mapping[str, int]) -> Iterator[Metric]:
+    """Per model: replicas the catalog (or for an autoscaled model, the autoscaler) asks for, and replicas whose
+    every shard is ready on a live node."""
     shards: dict[tuple[str, str], list[bool]] = {}
     for record in records:
         if record.lost:
@@ -196,12 +202,13 @@ def _replicas(records: tuple[NodeRecord, ...], settings: Settings | None) -> Ite
     for (model, _replica), states in shards.items():
         ready[model] = ready.get(model, 0) + (1 if all(states) else 0)
     desired = GaugeMetricFamily("llmgw_model_replicas_desired", "Replicas the settings in force ask for (models "
-                                "served by llmgw, not external endpoints).", labels=["model"])
+                                "served by llmgw, not external endpoints); for a model with a replicas range, the "
+                                "count the autoscaler wants.", labels=["model"])
     running = GaugeMetricFamily("llmgw_model_replicas_ready", "Replicas whose every shard is ready on a live node.",
                                 labels=["model"])
     models = {}
     if settings is not None:
-        models = {name: m.replicas for name, m in settings.models.items() if not m.endpoints}
+        models = {name: wanted.get(name, m.replicas) for name, m in settings.models.items() if not m.endpoints}
     for name in sorted(set(models) | set(ready)):
         if name in models:
             desired.add_metric([name], float(models[name]))

@@ -26,6 +26,7 @@ from typing import Any, get_args
 
 import trio
 
+from llmgw.control.autoscaling import held_changed
 from llmgw.control.admin_listener import (
     ADMIN_TLS_DIR, AdminTls, check_admin_listener, trusted_proxies, write_admin_tls,
 )
@@ -229,6 +230,11 @@ def _open_tracing(plane: Any, config: ControlConfig, cluster: Any) -> tuple[Any,
         return None, endpoint, requests
 
 
+def _report_held(loop: Any, model: str, count: int) -> None:
+    """The gateway's word that `count` requests wait for `model` to wake, on the loop's channel."""
+    loop.update(held_changed(model, count), f"{count} requests held for {model}")
+
+
 async def _start_gateway(plane: Any, config: ControlConfig, nursery: trio.Nursery, cluster: Any, gateway: Listener,
                          tracing: Any, trace_endpoint: str | None, trace_requests: float) -> int:
     """Serve the gateway: in this process (`workers` 1, traced by `tracing`, None: untraced) or as worker
@@ -241,6 +247,7 @@ async def _start_gateway(plane: Any, config: ControlConfig, nursery: trio.Nurser
         served = plane.gateway = Gateway(store, plane.table, spool_dir=spools, tracing=tracing,
                                          drain_timeout=gateway.drain_timeout)
         served.health_details = plane.health_details
+        served.holding.on_change = functools.partial(_report_held, plane.loop)
         plane.feed.attach(served)
         nursery.start_soon(drain_spools, store, worker_spools(spools, 0))
         port = await nursery.start(served.serve, gateway.host, gateway.port)
@@ -256,6 +263,7 @@ async def _start_gateway(plane: Any, config: ControlConfig, nursery: trio.Nurser
         metrics_dir=plane.state_dir / "gateway-metrics", otlp_endpoint=trace_endpoint,
         request_sample_ratio=trace_requests if trace_endpoint else 0.0, drain_timeout=gateway.drain_timeout)
     workers.health_details = plane.health_details
+    workers.on_held = functools.partial(_report_held, plane.loop)
     plane.feed.attach(workers)
     # what an in-process gateway (an earlier `workers: 1`) or more workers than now left in their spools
     nursery.start_soon(drain_spools, store, [spools, *worker_spools(spools, count)])

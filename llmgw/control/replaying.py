@@ -71,7 +71,7 @@ def _replay(path: str, audit: str, planned: PlannedPass, fleet: Fleet, settings_
         raise UsageError(f"audit commit {audit[:12]} planned without settings in force: there is no plan to make")
     settings = load_commit(path, settings_commit)
     holds = canary_holds(planned.canaries, lambda commit, model: load_commit(path, commit).models[model])
-    plan, _refused = plan_or_refusal(settings, fleet, planned.allow_empty, holds)
+    plan, _refused = plan_or_refusal(settings, fleet, planned.allow_empty, holds, planned.replicas)
     return Replay(audit, planned, fleet, settings.commit, plan)
 
 

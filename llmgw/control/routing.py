@@ -244,6 +244,7 @@ def build_route_table(
             engine=model.engine,
             rerank=model.rerank,
             canary_share=canary_share,
+            wakes=model.scaling is not None and model.scaling.min == 0 and not model.endpoints,
         )
         for route in adapter_routes(settings, model, replicas, ready):
             models[route.name] = route

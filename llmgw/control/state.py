@@ -21,6 +21,7 @@ from llmgw.control.recovering import DEFAULT_GRACE, Recovery, recovery
 from llmgw.control.registry import FleetRegistry
 from llmgw.control.tallies import Tallies
 from llmgw.errors import Issue
+from llmgw.plan.autoscaling import Scale
 from llmgw.plan.canary import CanaryHold
 from llmgw.plan.reviewed import ReviewedPlan
 from llmgw.plan.types import Action, Fleet, Plan, Unplaced
@@ -214,6 +215,7 @@ class PlanBasis:
     while the registry judges free memory against these), `acked_settings` (the very mapping) and `starts` (the START actions in flight, by key,
     which the planner counts as pending shards). `converged`: the plan's fleet shows every assigned shard READY and
     nothing else of ours running. `changes`: the plan's actions other than KEEP, in plan order.
+    `holds` and `replicas`: the canaries and the autoscaler's counts the planner was told.
     """
 
     settings: Settings
@@ -227,6 +229,7 @@ class PlanBasis:
     converged: bool
     changes: tuple[Action, ...]
     holds: Mapping[str, CanaryHold] = field(default_factory=frozen)
+    replicas: Mapping[str, int] = field(default_factory=frozen)
 
 
 class CanaryPhase(StrEnum):
@@ -311,6 +314,9 @@ class ControlState:
     applies (llmgw.control.restart_only), one sentence each. `reviewed`: the plan the last `llmgw apply --review`
     showed (None: none); each audit commit of a pass planning its commit records where the pass differs from it.
     `canaries`: model name -> its canary rollout (`Canary`; runtime state, forgotten by a restart).
+    `scales`: model name -> the autoscaler's `Scale` of each model whose settings give a replica range (wanted
+    count, last decision's reason; `llmgw.control.autoscaling`). `held`: model name -> requests the gateway holds
+    for it, waiting for a replica (absent: none).
     """
 
     watch: WatchState = WatchState()
@@ -337,6 +343,8 @@ class ControlState:
     restart_notes: tuple[str, ...] = ()
     reviewed: ReviewedPlan | None = None
     canaries: Mapping[str, Canary] = field(default_factory=frozen)
+    scales: Mapping[str, Scale] = field(default_factory=frozen)
+    held: Mapping[str, int] = field(default_factory=frozen)
 
     @property
     def settings(self) -> Settings | None:

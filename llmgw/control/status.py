@@ -20,6 +20,7 @@ import trio
 
 from llmgw import __version__
 from llmgw.control.audit import AuditWriter
+from llmgw.control.autoscaling import scales_status
 from llmgw.control.canaries import canaries_status
 from llmgw.control.documents import StatusDocuments
 from llmgw.control.feeding import GatewayFeed
@@ -113,6 +114,8 @@ class StatusReporter:
             doc["notes"] = notes
         if state.canaries:
             doc["canaries"] = canaries_status(state.canaries)
+        if state.scales:
+            doc["scaling"] = scales_status(state, now)
         where = self._endpoints()
         doc["control_plane"] = {
             "version": __version__, "repository": self._repository, "branch": self._branch,

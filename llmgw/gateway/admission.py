@@ -22,6 +22,7 @@ from collections.abc import Callable
 
 import trio
 
+from llmgw.gateway.holding import WAKE_RETRY_SECONDS, Holding
 from llmgw.gateway.accounting import Accounting, cost_of, estimate_prompt_tokens, ratelimit_headers
 from llmgw.gateway.asgi import BODY_GRACE_SECONDS, BODY_MIN_BYTES_PER_SECOND, Disconnected, read_body
 from llmgw.gateway.early_slots import body_may_be_big, slot_quotas
@@ -87,6 +88,7 @@ class Admission:
         self.body_min_bytes_per_second = body_min_bytes_per_second
         self.journal = journal
         self._keys: dict[bytes, tuple[ApiKey, float]] = {}
+        self.holding: Holding | None = None  # requests held for a model waking from zero (the gateway sets it)
 
     async def authenticate(self, headers: dict[bytes, bytes]) -> ApiKey:
         """The API key of `Authorization: Bearer KEY` (or `x-api-key: KEY`, Anthropic's, or `api-key: KEY`), checked by the store (worker thread) or
@@ -158,9 +160,17 @@ class Admission:
         elif table.stopped:
             error = unavailable("Serving is stopped on this cluster (serving.stopped); try again later.",
                                 "system_stopped", STOPPED_RETRY_SECONDS)
-        elif not route.replicas:
+        elif not route.replicas and not (route.wakes and self.holding is not None):
             error = unavailable(f"No replica of model '{route.name}' is ready yet; retry in a few seconds.",
                                 "model_not_ready", NO_REPLICA_RETRY_SECONDS)
+        elif not route.replicas:
+            assert self.holding is not None
+            woken, why = await self.holding.wait_for_replica(route.name)
+            if woken is None:
+                error = unavailable(f"Model '{route.name}' was stopped while idle and is starting; {why}. Retry "
+                                    "in a few seconds.", "model_waking", WAKE_RETRY_SECONDS)
+            else:
+                route = woken
         if trace is not None:
             trace.request(route.name if route else UNKNOWN_MODEL, body, policy.name)
         if error is not None:

@@ -44,6 +44,7 @@ from typing import Any
 
 import trio
 
+from llmgw.gateway.holding import Holding
 from llmgw.gateway.accounting import DEFAULT_SETTLE_WAIT, Accounting, cost_of, new_request_id, ratelimit_headers
 from llmgw.gateway.admission import (
     CLEANUP_SECONDS, KEY_CACHE_SECONDS, Admission, keep_slots, project_of,
@@ -133,6 +134,7 @@ class Gateway:
                                    body_grace_seconds=body_grace_seconds,
                                    body_min_bytes_per_second=body_min_bytes_per_second, journal=journal)
         self.admission.clock = clock
+        self.holding = self.admission.holding = Holding(lambda: self.table)
         self.probes = HealthProbes(self.pool, self.balancer, health_interval, health_concurrency)
         self._replicas_of: RouteTable | None = None  # the table _replicas_by_id was built from
         self._replicas_by_id: dict[str, ReplicaRoute] = {}
@@ -148,6 +150,7 @@ class Gateway:
         """Route by `table` from the next request on (requests in flight finish where they are)."""
         self.table = table
         self.metrics.observe_table(table)
+        self.holding.table_changed()
 
     def set_blocks(self, blocks: BlockSnapshot) -> None:
         """Route by the prefix-cache blocks in `blocks` from the next request on (`llmgw.control.kv_blocks`)."""

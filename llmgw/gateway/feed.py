@@ -15,6 +15,7 @@ Control plane -> worker:
 Worker -> control plane:
     {"type": "ready", "port": P, "pid": PID}                               serving (after the first table)
     {"type": "load", "outstanding": {replica id: requests in flight through this worker}}
+    {"type": "held", "held": {model: requests this worker holds while the model wakes}}   on every change
 
 The codec of `RouteTable` and `BlockSnapshot` is here (`table_to_json` / `table_from_json`, `blocks_to_json` /
 `replica_blocks_from_json`): plain JSON of the dataclasses' fields; pure, round-trips exactly.
@@ -112,7 +113,7 @@ def table_to_json(table: RouteTable) -> dict[str, Any]:
                           "routing": m.routing.value, "context_size": m.context_size, "engine": m.engine,
                           "rerank": m.rerank, "batch_prompt_price_per_million": m.batch_prompt_price_per_million,
                           "batch_completion_price_per_million": m.batch_completion_price_per_million,
-                           "canary_share": m.canary_share}
+                          "canary_share": m.canary_share, "wakes": m.wakes}
                    for name, m in table.models.items()},
         "projects": {name: {"name": p.name, "team": p.team, "organisation": p.organisation,
                             "models": sorted(p.models) if p.models is not None else None,
@@ -138,7 +139,8 @@ def table_from_json(data: Mapping[str, Any]) -> RouteTable:
                                    engine=m["engine"], rerank=m["rerank"],
                                    batch_prompt_price_per_million=m["batch_prompt_price_per_million"],
                                    batch_completion_price_per_million=m["batch_completion_price_per_million"],
-                                   canary_share=m.get("canary_share"))
+                                   canary_share=m.get("canary_share"),
+                                   wakes=bool(m.get("wakes", False)))
                   for name, m in data["models"].items()}
         projects = {name: ProjectPolicy(name=p["name"], team=p["team"], organisation=p["organisation"],
                                         models=frozenset(p["models"]) if p["models"] is not None else None,

@@ -63,6 +63,23 @@ async def _report_load(gateway: Gateway, feed: MessageStream) -> None:
                 return  # the control plane is gone: the feed's end stops this worker
 
 
+async def _report_held(gateway: Gateway, feed: MessageStream) -> None:
+    """Send the control plane the requests this worker holds per model (`llmgw.gateway.holding`) on every change."""
+    changed = trio.Event()
+
+    def note(_model: str, _count: int) -> None:
+        changed.set()
+
+    gateway.holding.on_change = note
+    while True:
+        await changed.wait()
+        changed = trio.Event()
+        try:
+            await feed.send({"type": "held", "held": dict(gateway.holding.held)})
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            return  # the control plane is gone: the feed's end stops this worker
+
+
 async def run_worker(feed_socket: socket.socket) -> None:
     """Serve as a gateway worker fed over `feed_socket` until the feed ends (see the module docstring).
     Raises FeedError when the first message is not `start`, StoreError when the store cannot be opened, OSError
@@ -96,6 +113,7 @@ async def run_worker(feed_socket: socket.socket) -> None:
             try:
                 await feed.send({"type": "ready", "port": port, "pid": os.getpid()})
                 nursery.start_soon(_report_load, gateway, feed)
+                nursery.start_soon(_report_held, gateway, feed)
                 while (message := await feed.receive()) is not None:
                     apply_message(gateway, message)
             except (trio.BrokenResourceError, trio.ClosedResourceError):

@@ -122,6 +122,9 @@ class GatewayWorkers:
         self.pids: dict[int, int] = {}  # worker index -> pid of its process now
         self.starts: dict[int, int] = {}  # worker index -> times started
         self._loads: dict[int, dict[str, int]] = {}
+        self._held: dict[int, dict[str, int]] = {}  # worker index -> model -> requests it holds
+        self.on_held: Callable[[str, int], None] = lambda model, count: None
+        """Told each change of the requests all workers hold for a model waking from zero (as `Holding.on_change`)."""
         self._wake: dict[int, trio.Event] = {}
         self.registry = None
 
@@ -222,6 +225,8 @@ class GatewayWorkers:
                     process.kill()
                     await process.wait()
             self._loads.pop(index, None)
+            self._set_held(index, {})  # its held requests ended with it
+            self._held.pop(index, None)
             self._wake_all()
             multiprocess.mark_process_dead(process.pid, str(self.metrics_dir))
             if process.returncode:
@@ -247,6 +252,30 @@ class GatewayWorkers:
                 except (KeyError, TypeError, ValueError) as exc:
                     raise FeedError(f"a load report is not well formed ({exc!r})") from exc
                 self._wake_all(but=index)
+            elif message.get("type") == "held":
+                try:
+                    held = {str(k): int(v) for k, v in dict(message["held"]).items()}
+                except (KeyError, TypeError, ValueError) as exc:
+                    raise FeedError(f"a held report is not well formed ({exc!r})") from exc
+                self._set_held(index, held)
+
+    def _set_held(self, index: int, held: dict[str, int]) -> None:
+        """Worker `index` holds `held` now (empty: none, as when it ends): `on_held` hears every model whose total
+        over the workers changed."""
+        before = self.held()
+        self._held[index] = held
+        after = self.held()
+        for model in sorted(set(before) | set(after)):
+            if before.get(model, 0) != after.get(model, 0):
+                self.on_held(model, after.get(model, 0))
+
+    def held(self) -> dict[str, int]:
+        """model -> requests held for it, summed over the workers."""
+        total: dict[str, int] = {}
+        for held in self._held.values():
+            for model, count in held.items():
+                total[model] = total.get(model, 0) + count
+        return total
 
     def outstanding(self) -> dict[str, int]:
         """Requests in flight per replica id through all the workers, as they last reported."""

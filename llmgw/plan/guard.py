@@ -23,7 +23,7 @@ class EmptiedCatalogError(SettingsError):
 
 def serves_something(settings: Settings) -> bool:
     """True when some catalog model wants at least one replica or routes to endpoints."""
-    return any(m.endpoints or m.replicas > 0 for m in settings.models.values())
+    return any(m.endpoints or m.replicas > 0 or m.scaling is not None for m in settings.models.values())
 
 
 def check_not_emptied(previous: Settings | None, new: Settings, *, allow_empty: bool = False) -> str | None:
@@ -36,7 +36,8 @@ def check_not_emptied(previous: Settings | None, new: Settings, *, allow_empty: 
         return None
     if not serves_something(previous) or serves_something(new):
         return None
-    names = ", ".join(sorted(m.name for m in previous.models.values() if m.endpoints or m.replicas > 0))
+    names = ", ".join(sorted(m.name for m in previous.models.values()
+                             if m.endpoints or m.replicas > 0 or m.scaling is not None))
     where = f" (commit {new.commit[:12]})" if new.commit else ""
     return (f"the new settings{where} would remove every model ({names}) and stop the fleet; "
             f"set allow_empty: true in llmgw.yaml or run llmgw apply --allow-empty if that is meant, "

@@ -412,7 +412,8 @@ def _plain(value):
 
 
 def make_plan(settings: Settings, fleet: Fleet, *, allow_empty: bool = False,
-              canaries: Mapping[str, CanaryHold] = MappingProxyType({})) -> Plan:
+              canaries: Mapping[str, CanaryHold] = MappingProxyType({}),
+              replicas: Mapping[str, int] = MappingProxyType({})) -> Plan:
     """Return the desired assignment of every catalog replica and the actions that reach it from `fleet`.
 
     `settings`: the settings to converge to (`settings.commit` is copied to `Plan.settings_commit`).
@@ -424,10 +425,18 @@ def make_plan(settings: Settings, fleet: Fleet, *, allow_empty: bool = False,
     still runs shards, unless `allow_empty` or `allow_empty: true` in llmgw.yaml (or serving is stopped).
     `canaries`: model name -> its canary (`llmgw.plan.canary`): a running one holds the model's roll at its canary
     replica; a failed one plans the model as `previous` (the settings' other models and commit unchanged).
+    `replicas`: model name -> the count the autoscaler wants (`llmgw.plan.autoscaling`) for a model whose settings
+    give a range (`Model.scaling`), kept within it; other names are ignored, and an autoscaled model not named runs
+    its `min`.
     """
     failed = {name: hold.previous for name, hold in canaries.items()
               if hold.failed and hold.previous is not None and name in settings.models}
     if failed:
         settings = replace(settings, models=MappingProxyType({**settings.models, **failed}))
     guard_fleet_not_emptied(settings, fleet, allow_empty=allow_empty)
+    scaled = {name: replace(model, replicas=min(max(replicas[name], model.scaling.min), model.scaling.max))
+              for name, model in settings.models.items()
+              if model.scaling is not None and name in replicas and replicas[name] != model.replicas}
+    if scaled:
+        settings = replace(settings, models=MappingProxyType({**settings.models, **scaled}))
     return _Planner(settings, fleet, canaries).run()

@@ -6,7 +6,8 @@ The control plane writes two files into each audit commit (`llmgw.control.audit`
     plan/fleet.json   {"version": 1, "nodes": [NodeState, ...]}      the planner's input fleet, canonical JSON
     plan/pass.json    {"version": 1, "pass": int, "settings_commit": "40-hex" | null, "allow_empty": bool,
                        "fleet": "sha256:<hex of fleet.json's bytes>", "plan": "sha256:<hex>",
-                       "canaries": {model: CanaryHold.to_json()}}     (only while canaries ran: llmgw.plan.canary)
+                       "canaries": {model: CanaryHold.to_json()},     (only while canaries ran: llmgw.plan.canary)
+                       "replicas": {model: int}}                      (autoscaled models: llmgw.plan.autoscaling)
 
 `fleet.json` is what the planner read and nothing else (`llmgw.control.deciding.planner_fleet`: the agents'
 reports with the settings' view laid over them, lost nodes without shards, the STARTs in flight as pending
@@ -56,6 +57,8 @@ class PlannedPass:
     plan_digest: str
     canaries: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
     """The canaries the planner was told of, as recorded (`CanaryHold.to_json`); `canary_holds` makes them again."""
+    replicas: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    """The autoscaler's wanted counts the planner was told (`make_plan(replicas=...)`)."""
 
 
 def canary_holds(recorded: Mapping[str, Mapping[str, Any]], previous: Any) -> dict[str, CanaryHold]:
@@ -71,12 +74,14 @@ def canary_holds(recorded: Mapping[str, Mapping[str, Any]], previous: Any) -> di
 
 
 def plan_or_refusal(settings: Settings, fleet: Fleet, allow_empty: bool,
-                    canaries: Mapping[str, CanaryHold] = types.MappingProxyType({})) -> tuple[Plan, bool]:
-    """(`make_plan(settings, fleet, allow_empty=..., canaries=...)`, False), or when the empty-catalog guard refuses,
+                    canaries: Mapping[str, CanaryHold] = types.MappingProxyType({}),
+                    replicas: Mapping[str, int] = types.MappingProxyType({})) -> tuple[Plan, bool]:
+    """(`make_plan(settings, fleet, allow_empty=..., canaries=..., replicas=...)`, False), or when the empty-catalog
+    guard refuses,
     (a plan holding only the guard's sentence as a note, True): what a control-plane pass plans, and `llmgw plan
     --at`."""
     try:
-        return make_plan(settings, fleet, allow_empty=allow_empty, canaries=canaries), False
+        return make_plan(settings, fleet, allow_empty=allow_empty, canaries=canaries, replicas=replicas), False
     except EmptiedCatalogError as exc:
         return Plan(settings_commit=settings.commit, notes=(str(exc),)), True
 
@@ -206,15 +211,18 @@ def plan_digest(plan: Plan) -> str:
 
 def recorded_files(number: int, settings: Settings, allow_empty: bool, fleet: Fleet, plan: Plan,
                    fleet_bytes: bytes | None = None,
-                   canaries: Mapping[str, CanaryHold] = types.MappingProxyType({})) -> dict[str, bytes]:
+                   canaries: Mapping[str, CanaryHold] = types.MappingProxyType({}),
+                   replicas: Mapping[str, int] = types.MappingProxyType({})) -> dict[str, bytes]:
     """The files an audit commit carries for pass `number`, which planned `plan` from `settings` and `fleet` (and
-    `canaries`): {FLEET_FILE: ..., PASS_FILE: ...}. `fleet_bytes`: `fleet_record(fleet)` when the caller has it
+    `canaries`, `replicas`): {FLEET_FILE: ..., PASS_FILE: ...}. `fleet_bytes`: `fleet_record(fleet)` when the caller has it
     already."""
     fleet_bytes = fleet_record(fleet) if fleet_bytes is None else fleet_bytes
     record = {"version": RECORD_VERSION, "pass": number, "settings_commit": settings.commit,
               "allow_empty": allow_empty, "fleet": _digest(fleet_bytes), "plan": plan_digest(plan)}
     if canaries:
         record["canaries"] = {name: hold.to_json() for name, hold in sorted(canaries.items())}
+    if replicas:
+        record["replicas"] = dict(sorted(replicas.items()))
     return {FLEET_FILE: fleet_bytes, PASS_FILE: json.dumps(record, indent=1, sort_keys=True).encode() + b"\n"}
 
 
@@ -231,8 +239,11 @@ def pass_from_record(data: bytes, fleet_bytes: bytes, source: str = "plan/pass.j
         canaries = doc.get("canaries", {})
         if not isinstance(canaries, dict):
             raise ValueError("canaries is not an object")
+        replicas = doc.get("replicas", {})
+        if not isinstance(replicas, dict):
+            raise ValueError("replicas is not an object")
         planned = PlannedPass(int(doc["pass"]), doc["settings_commit"], bool(doc["allow_empty"]), str(doc["fleet"]),
-                              str(doc["plan"]), canaries)
+                              str(doc["plan"]), canaries, {str(k): int(v) for k, v in replicas.items()})
     except (KeyError, TypeError, ValueError) as exc:
         raise UsageError(f"{source} is not a recorded pass: {exc}") from None
     if planned.fleet_digest != _digest(fleet_bytes):

@@ -23,7 +23,7 @@ from llmgw.settings.people import MEMBER, OPERATOR, ROLES, VIEWER, Access, Peopl
 from llmgw.settings.model import (
     ConsoleOidc,
     Adapter, AgentSettings, ClusterSettings, Endpoint, EngineVersion, Listener, Model, Organisation, Prices,
-    Project, Quota, Resources, Settings, StoreSettings, Team, Tracing, WeightsFile,
+    Project, Quota, Resources, Rollout, Scaling, Settings, StoreSettings, Team, Tracing, WeightsFile,
 )
 from llmgw.settings.reading import MAX_FILE_BYTES
 from llmgw.settings.reverting import propose_revert
@@ -40,7 +40,8 @@ from llmgw.settings.valid_trees import VALID_TREES_FILE, read_valid_trees, valid
 
 __all__ = [
     "Adapter", "AgentSettings", "ClusterSettings", "Endpoint", "EngineVersion", "Listener", "Model",
-    "Access", "ConsoleOidc", "People", "ROLES", "OPERATOR", "VIEWER", "MEMBER", "Organisation", "Prices", "Project", "Quota", "Resources", "Settings", "StoreSettings", "Team", "Tracing",
+    "Access", "ConsoleOidc", "People", "ROLES", "OPERATOR", "VIEWER", "MEMBER", "Organisation", "Prices", "Project", "Quota",
+    "Resources", "Rollout", "Scaling", "Settings", "StoreSettings", "Team", "Tracing",
     "WeightsFile",
     "load_directory", "load_commit", "SchemaCheck", "validate_data",
     "VALID_TREES_FILE", "read_valid_trees", "validation_key", "diff_settings", "SettingsDiff", "Change", "FieldChange",

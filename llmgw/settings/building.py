@@ -21,7 +21,7 @@ from llmgw.errors import Issue
 from llmgw.identity import Routing
 from llmgw.settings.model import (
     Adapter, AgentSettings, ClusterSettings, ConsoleOidc, Endpoint, EngineVersion, Listener, Model, Organisation,
-    Prices, Project, Quota, Resources, Rollout, Settings, StoreSettings, Team, Tracing, WeightsFile,
+    Prices, Project, Quota, Resources, Rollout, Scaling, Settings, StoreSettings, Team, Tracing, WeightsFile,
 )
 from llmgw.settings.adapters import adapter_problems
 from llmgw.settings.parsing import Parsed
@@ -135,7 +135,7 @@ def build_model(stem: str, file: str, data: Mapping[str, Any]) -> Model:
         engine=data["engine"],
         weights=tuple(_weights(w) for w in data.get("weights", [])),
         engine_version=data.get("engine_version"),
-        replicas=data.get("replicas", 1),
+        replicas=_replicas(data.get("replicas", 1)),
         resources=Resources(
             gpus=res.get("gpus", 0), gpu_class=res.get("gpu_class"), gpu_memory_bytes=_size(res.get("gpu_memory")),
             tensor_parallel=res.get("tensor_parallel", 1), pipeline_parallel=res.get("pipeline_parallel", 1),
@@ -158,7 +158,24 @@ def build_model(stem: str, file: str, data: Mapping[str, Any]) -> Model:
         routing=Routing(data.get("routing", Routing.PREFIX.value)),
         rerank=bool(data.get("rerank", False)),
         rollout=build_rollout(data.get("rollout", {})),
+        scaling=build_scaling(data["replicas"]) if isinstance(data.get("replicas"), Mapping) else None,
         source_file=file,
+    )
+
+
+def _replicas(value: int | Mapping[str, Any]) -> int:
+    return int(value["min"]) if isinstance(value, Mapping) else int(value)
+
+
+def build_scaling(data: Mapping[str, Any]) -> Scaling:
+    """A catalog model's `replicas: {min, max, ...}` data (schema-valid) -> Scaling (durations in seconds)."""
+    return Scaling(
+        min=int(data["min"]), max=int(data["max"]),
+        queue_per_replica=float(data.get("queue_per_replica", Scaling.queue_per_replica)),
+        kv_cache_usage=float(data.get("kv_cache_usage", Scaling.kv_cache_usage)),
+        scale_up_window=_duration(data, "scale_up_window", Scaling.scale_up_window),
+        scale_down_window=_duration(data, "scale_down_window", Scaling.scale_down_window),
+        cooldown=_duration(data, "cooldown", Scaling.cooldown), idle=_duration(data, "idle", Scaling.idle),
     )
 
 
@@ -208,6 +225,17 @@ def check_model(found: Found, file: str, stem: str, data: Mapping[str, Any], mod
             if weights.is_directory:
                 found.add(file, ("adapters", index, "weights", number, "source"), "an adapter lists its files one "
                           "by one, each with its sha256; a directory source is for the model's weights")
+    scaling = model.scaling
+    if scaling is not None:
+        if scaling.min > scaling.max:
+            found.add(file, ("replicas", "min"), f"min {scaling.min} is above max {scaling.max}: the autoscaler "
+                                                 f"keeps the count between them; lower min or raise max")
+        if scaling.min > 0 and "idle" in data["replicas"]:
+            found.add(file, ("replicas", "idle"), "idle is read only when min is 0 (scale to zero): drop it or "
+                                                  "set min: 0")
+        if model.endpoints:
+            found.add(file, ("replicas",), "a model served by endpoints runs no replicas to scale: write no "
+                                           "replicas range")
     rollout = data.get("rollout", {})
     if rollout.get("strategy") != "canary" and set(rollout) - {"strategy"}:
         key = next(k for k in ("share", "window", "min_requests", "slo") if k in rollout)

@@ -49,6 +49,8 @@ def _type(schema: dict[str, Any], node: dict[str, Any]) -> str:
     if "anyOf" in node:
         return " or ".join(_type(schema, n) for n in node["anyOf"])
     kind = node.get("type", "any")
+    if isinstance(kind, list):  # e.g. replicas: a number or a {min, max} range
+        return " or ".join(kind)
     if kind == "array":
         return f"list of {_type(schema, node.get('items', {}))}"
     if kind == "object" and "properties" not in node:
@@ -77,7 +79,7 @@ def _rows(schema: dict[str, Any], node: dict[str, Any], prefix: str, required: b
             description += " " + note
         shown = "size" if ref.endswith("/size") else "duration" if ref.endswith("/duration") else _type(schema, node)
         rows.append(f"| `{prefix}` | {shown} | {default} | {description} |")
-    if node.get("type") == "object":
+    if node.get("type") == "object" or "object" in (node.get("type") or ()) and "properties" in node:
         needed = set(node.get("required", ()))
         for key, child in node.get("properties", {}).items():
             rows += _rows(schema, child, f"{prefix}.{key}" if prefix else key, key in needed, kind)

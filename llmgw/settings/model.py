@@ -227,6 +227,27 @@ class Rollout:
 
 
 @dataclass(frozen=True)
+class Scaling:
+    """A model's `replicas: {min, max, ...}`: the range the autoscaler keeps its replica count in, and its targets.
+
+    `min` / `max` replicas (0 <= min <= max, max >= 1). Targets: `queue_per_replica` (requests running and waiting
+    on the model's engines plus those the gateway holds, per ready replica) and `kv_cache_usage` (0..1, the mean over
+    ready replicas). `scale_up_window` / `scale_down_window` (seconds): how long a wish to grow / shrink must last;
+    `cooldown` (seconds): the least time between two changes; `idle` (seconds): with `min` 0, how long without any
+    request before the last replica stops. Judged by `llmgw.plan.autoscaling`.
+    """
+
+    min: int
+    max: int
+    queue_per_replica: float = 4.0
+    kv_cache_usage: float = 0.8
+    scale_up_window: float = 30.0
+    scale_down_window: float = 300.0
+    cooldown: float = 60.0
+    idle: float = 600.0
+
+
+@dataclass(frozen=True)
 class Model:
     """`catalog/<name>.yaml`: one model and how to run it.
 
@@ -237,6 +258,8 @@ class Model:
     policy for choosing among its replicas (`llmgw.identity.Routing`). `rerank`: the model reranks; the gateway
     serves it on `/v1/rerank` (and `/v1/score` on vLLM); a llama.cpp model needs `--reranking` in `engine_args`.
     `rollout`: how a change that restarts its replicas is rolled out (`Rollout`; not part of the fingerprint).
+    `scaling`: the range and targets of an autoscaled model (`replicas: {min, max}`; None: a fixed count); then
+    `replicas` is its `min`, and the count in force is the control plane's runtime state (`llmgw.plan.autoscaling`).
     """
 
     name: str
@@ -256,6 +279,7 @@ class Model:
     routing: Routing = Routing.PREFIX
     rerank: bool = False
     rollout: Rollout = Rollout()
+    scaling: Scaling | None = None
     source_file: str = field(default="", compare=False)
 
 

@@ -1,12 +1,14 @@
 """`decide(state, now)` over seeded random control states (fleets, leadership, connections, acknowledgements, actions
 in flight and failed): it never starts a shard twice, never commands a node that is not connected, never acts while
-not leader, and never loses an action in flight."""
+not leader, and never loses an action in flight. Some models are autoscaled (a replicas range around their count):
+the plan places exactly the count the autoscaler wants, within the range."""
 
 from __future__ import annotations
 
 import random
 import sys
 from dataclasses import replace
+from types import MappingProxyType
 from pathlib import Path
 
 import pytest
@@ -17,10 +19,26 @@ from llmgw.control.deciding import SETTLE_AFTER, action_answered, action_failed,
 from llmgw.control.state import ControlState, InFlight, Leadership, WatchState, frozen
 from llmgw.control.registry import FleetRegistry
 from llmgw.plan import agent_settings_fingerprint
+from llmgw.plan.autoscaling import Scale
 from llmgw.plan.types import ActionKind
+from llmgw.settings.model import Scaling, Settings
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "plan"))
 from test_invariants import random_case  # noqa: E402
+
+
+def autoscaled(settings: Settings, rng: random.Random) -> Settings:
+    """`settings` with about half its models given a replicas range around their count."""
+    models = dict(settings.models)
+    for name, model in sorted(models.items()):
+        if model.endpoints or rng.random() < 0.5:
+            continue
+        low = rng.choice([0, 0, 1, max(model.replicas - 1, 0)])
+        scaling = Scaling(min=low, max=low + rng.randint(1, 3), queue_per_replica=rng.choice([1.0, 4.0]),
+                          scale_up_window=rng.choice([0.0, 30.0]), scale_down_window=rng.choice([0.0, 300.0]),
+                          cooldown=rng.choice([0.0, 60.0]), idle=rng.choice([5.0, 600.0]))
+        models[name] = replace(model, replicas=low, scaling=scaling)
+    return replace(settings, models=MappingProxyType(models))
 
 
 def random_state(seed: int, vary_answers: bool = False) -> tuple[ControlState, float]:
@@ -29,6 +47,8 @@ def random_state(seed: int, vary_answers: bool = False) -> tuple[ControlState, f
     after it, so that some answered actions settled out (the plan-reuse tests build on the plain states)."""
     rng = random.Random(seed)
     settings, fleet = random_case(seed)
+    if vary_answers:
+        settings = autoscaled(settings, rng)
     now = 1000.0
     registry = FleetRegistry(lost_after=30.0)
     for node in fleet.nodes:
@@ -52,6 +72,10 @@ def random_state(seed: int, vary_answers: bool = False) -> tuple[ControlState, f
             state = action_answered(state, key, answered)
         elif roll < 0.5:
             state = action_failed(state, key, "refused", answered, delay=rng.choice([None, 3.0, 30.0]))
+    if vary_answers:  # the autoscaler's counts anywhere in their ranges, decided a while ago
+        state = replace(state, scales=frozen({
+            name: Scale(rng.randint(m.scaling.min, m.scaling.max), "seeded", changed_at=sent, busy_at=sent)
+            for name, m in settings.models.items() if m.scaling is not None}))
     return replace(state, leadership=Leadership(rng.random() < 0.8, "someone")), now
 
 
@@ -83,6 +107,13 @@ def test_decide_keeps_its_promises_on_random_states(seed):
             assert key not in keys, "an answered action settles for SETTLE_AFTER seconds after its answer"
     for key in keys:
         assert isinstance(after.in_flight[key], InFlight), "what is sent is in flight afterwards"
+    for name, model in state.settings.models.items():
+        if model.scaling is not None:
+            wanted = after.scales[name].wanted
+            assert model.scaling.min <= wanted <= model.scaling.max, "the count stays in the range"
+            placed = {a.replica_id for a in decision.plan.assignments if a.model == name}
+            unplaced = {u.replica_id for u in decision.plan.unplaced if u.model == name}
+            assert placed | unplaced == {f"{name}-{n}" for n in range(wanted)}, "the plan places the wanted count"
     # a second pass at the same moment sends nothing new
     again, _ = decide(after, now)
     assert not {action_key(a) for a in again.send} & set(keys)

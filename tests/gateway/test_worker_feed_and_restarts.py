@@ -36,7 +36,7 @@ def test_a_routing_table_round_trips_exactly_through_the_feed():
                 2000.0, 150.5, slots=4, measured_at=1796400000.5, source="bench")), ReplicaRoute(
                 replica_id="ext", node_id="", base_url="https://api.example.com", replica_key="sk", external=True,
                 upstream_model="gpt-x")), prompt_price_per_million=0.5, completion_price_per_million=None,
-            created=17, routing=Routing.ROUND_ROBIN, context_size=512, engine="vllm", rerank=True), "gemma-pirate": ModelRoute(  # a LoRA adapter on gemma's replicas, chosen by llama.cpp's lora
+            created=17, routing=Routing.ROUND_ROBIN, context_size=512, engine="vllm", rerank=True, wakes=True), "gemma-pirate": ModelRoute(  # a LoRA adapter on gemma's replicas, chosen by llama.cpp's lora
             name="gemma-pirate", replicas=REPLICAS[:2], adapter_of="gemma",
             body_fields=MappingProxyType({"lora": [{"id": 0, "scale": 1.0}]}))}),
         projects=MappingProxyType({"chat": ProjectPolicy(

@@ -4,6 +4,8 @@ table and /health's details reach every worker; a worker that cannot open the st
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import httpx
 import pytest
 import trio
@@ -74,3 +76,35 @@ async def test_a_worker_that_cannot_open_the_store_fails_the_start(tmp_path):
     with pytest.raises(WorkerStartError, match="worker 0 ended before it was serving"):
         with trio.fail_after(60):
             await workers.serve()
+
+
+async def test_a_worker_holds_a_request_for_a_model_waking_from_zero_and_says_so(store, tmp_path):
+    """(about 3 s) A model at zero (`wakes`, no replica): a request through a worker process is held, the control
+    plane's side hears that one request waits for it, and once a table with a ready replica reaches the workers the
+    request is answered and the count goes back to 0."""
+    _record, key = store.create_api_key("chat")
+    heard: list[tuple[str, int]] = []
+    async with trio.open_nursery() as nursery:
+        url = (await start_engine(nursery))[1]
+        workers = GatewayWorkers(2, "127.0.0.1", 0, store_url=str(store.path), spool_root=tmp_path / "spools",
+                                 metrics_dir=tmp_path / "metrics")
+        workers.on_held = lambda model, count: heard.append((model, count))
+        asleep = make_table({"gemma": []})
+        workers.set_table(replace(asleep, models={"gemma": replace(asleep.models["gemma"], wakes=True)}))
+        port = await nursery.start(workers.serve)
+        answered: list[str] = []
+
+        async def ask() -> None:
+            answered.append(await _ask(port, key, "wake up"))
+
+        nursery.start_soon(ask)
+        with trio.fail_after(20):
+            while workers.held() != {"gemma": 1}:
+                await trio.sleep(0.05)
+        assert heard == [("gemma", 1)] and not answered
+        workers.set_table(make_table({"gemma": [replica("r0", url)]}))
+        with trio.fail_after(20):
+            while not answered or workers.held():
+                await trio.sleep(0.05)
+        assert answered == ["r0"] and heard == [("gemma", 1), ("gemma", 0)]
+        nursery.cancel_scope.cancel()

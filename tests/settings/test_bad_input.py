@@ -61,6 +61,12 @@ CASES = {
     "canary-bad-ttft": ("catalog/m.yaml:9:19", "rollout.slo.ttft_p90: 'soon' is not a duration"),
     "canary-keys-without-canary": ("catalog/m.yaml:8:11", "read only by a canary: add strategy: canary"),
     "unknown-rollout-strategy": ("catalog/m.yaml:7:21", "'blue-green' is not a rollout strategy: write rolling or canary"),
+    # replicas: {min, max} (docs/autoscaling.md)
+    "autoscale-min-above-max": ("catalog/m.yaml:7:8", "replicas.min: min 3 is above max 2"),
+    "autoscale-without-max": ("catalog/m.yaml:7:3", "replicas.max: missing required key 'max'"),
+    "autoscale-idle-without-zero": ("catalog/m.yaml:9:9", "idle is read only when min is 0"),
+    "autoscale-bad-window": ("catalog/m.yaml:9:20", "replicas.scale_up_window: 'soon' is not a duration"),
+    "autoscale-unknown-key": ("catalog/m.yaml:9:3", "replicas.target: unknown key 'target'"),
     "bad-file-name": ("catalog/Big Model.yaml:", "is not a valid name"),
     "unknown-settings-file": ("projets.yaml:", "is not a settings file"),
     "yml-extension": ("catalog/m.yml:", "did you mean catalog/m.yaml?"),

@@ -1,0 +1,158 @@
+"""The autoscaler's rule: from a model's load to the replica count it wants. Pure: data in, data out.
+
+A catalog model with `replicas: {min, max, ...}` (`llmgw.settings.model.Scaling`) has its count decided here, each
+pass, from what its replicas carry (`ModelLoad`: requests running and waiting on its engines, requests the gateway
+holds for it, the mean KV-cache use of its ready replicas). The count is runtime state (`Scale`, kept by the
+control plane in `ControlState.scales` and recorded in every audit commit), never a settings edit.
+
+Each pass makes a *wish*, the count the load asks for now:
+- queue: ceil(demand / queue_per_replica), demand = requests running + waiting + held;
+- KV cache: ceil(ready * kv_cache_usage / target) while replicas publish it;
+- the larger of the two, at least 1 while there is any demand, and within [max(min, 1), max].
+
+The count follows the wishes, never at once:
+- it grows when every wish for `scale_up_window` seconds was above it, to the smallest of them (a burst shorter
+  than the window moves nothing);
+- it shrinks when every wish for `scale_down_window` seconds was below it, to the largest of them;
+- no change comes within `cooldown` seconds of the last one (so it never flaps faster than that), except waking
+  a model at 0 when a request waits for it (`demand` > 0): that goes to 1 at once;
+- with `min` 0, the last replicas stop (count 0) once there was no demand at all for `idle` seconds;
+- the count always lies within [min, max]: a range changed in the settings moves it there at once.
+
+`next_scale` returns the next `Scale` and the time the rule wants to be asked again (a window, the cooldown or the
+idle time running out; None: nothing pending), so the caller sets a timer.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from llmgw.settings.model import Scaling
+
+
+@dataclass(frozen=True)
+class ModelLoad:
+    """What one model's replicas carry at one moment.
+
+    `ready`: replicas with a READY shard. `requests`: requests running and waiting on their engines, summed over
+    ready replicas whose engines published them. `held`: requests the gateway holds for the model, waiting for a
+    replica. `kv_cache_usage`: the mean KV-cache use (0..1) of the ready replicas that publish it (None: none does).
+    """
+
+    ready: int = 0
+    requests: float = 0.0
+    held: int = 0
+    kv_cache_usage: float | None = None
+
+    @property
+    def demand(self) -> float:
+        """Requests running, waiting or held."""
+        return self.requests + self.held
+
+
+@dataclass(frozen=True)
+class Scale:
+    """A model's replica count as the autoscaler holds it.
+
+    `wanted`: the count the planner places. `reason`: why it is what it is (a sentence for `llmgw status` and the
+    audit). `changed_at`: when it last changed (control-plane clock; None: not since it was first set).
+    `above_since` / `up_to`: since when every wish was above `wanted`, and the smallest of those wishes (None / 0:
+    not so now); `below_since` / `down_to` the same below. `busy_at`: when there was last any demand.
+    """
+
+    wanted: int
+    reason: str
+    changed_at: float | None = None
+    above_since: float | None = None
+    up_to: int = 0
+    below_since: float | None = None
+    down_to: int = 0
+    busy_at: float = 0.0
+
+
+def wish(scaling: Scaling, load: ModelLoad) -> tuple[int, str]:
+    """(The count `load` asks for now under `scaling`'s targets, why it asks so), before windows and cooldown:
+    within [max(min, 1), max] (0 is reached only by the idle rule of `next_scale`)."""
+    by_queue = math.ceil(load.demand / scaling.queue_per_replica) if load.demand > 0 else 0
+    by_kv = 0
+    if load.kv_cache_usage is not None and load.ready > 0:
+        by_kv = math.ceil(round(load.ready * load.kv_cache_usage / scaling.kv_cache_usage, 9))
+    count = min(max(by_queue, by_kv, scaling.min, 1), scaling.max)
+    kv = f", KV cache {load.kv_cache_usage:.0%} (target {scaling.kv_cache_usage:.0%})" \
+        if load.kv_cache_usage is not None else ""
+    why = (f"{load.demand:g} requests running, waiting or held on {load.ready} ready "
+           f"(target {scaling.queue_per_replica:g} per replica){kv}")
+    return count, why
+
+
+def initial_scale(scaling: Scaling, running: int, now: float) -> Scale:
+    """The first `Scale` of a model (new in the settings, or a control plane that just started): the replicas
+    `running` now, kept within [min, max], so a restart of the control plane scales nothing by itself."""
+    wanted = min(max(running, scaling.min), scaling.max)
+    return Scale(wanted, f"{running} replicas running when the autoscaler started; range {scaling.min}-{scaling.max}",
+                 busy_at=now)
+
+
+def next_scale(scaling: Scaling, scale: Scale, load: ModelLoad, now: float) -> tuple[Scale, float | None]:
+    """The model's `Scale` after a pass at `now` (control-plane clock seconds) that read `load`, and when the rule
+    wants to be asked again (None: nothing pending). `scale` itself is returned when nothing changed, so callers
+    may compare by identity. See the module for the rules."""
+    busy_at = now if load.demand > 0 else scale.busy_at
+    count, why = wish(scaling, load)
+    cooled = scale.changed_at is None or now - scale.changed_at >= scaling.cooldown
+    cool_at = None if cooled or scale.changed_at is None else scale.changed_at + scaling.cooldown
+    if scale.wanted < scaling.min or scale.wanted > scaling.max:
+        wanted = min(max(scale.wanted, scaling.min), scaling.max)
+        return _changed(scale, wanted, f"the range in the settings is now {scaling.min}-{scaling.max}", now,
+                        busy_at), None
+    if scale.wanted == 0:
+        if load.demand > 0:
+            return _changed(scale, 1, f"woken: {load.demand:g} requests wait for a replica", now, busy_at), None
+        return _same(scale, busy_at=busy_at), None
+    if scaling.min == 0 and load.demand == 0 and now - busy_at >= scaling.idle:
+        if cooled:
+            return _changed(scale, 0, f"no request for {scaling.idle:g} s (idle): the last replicas stop", now,
+                            busy_at), None
+        return _same(scale, busy_at=busy_at, above_since=None, below_since=None), cool_at
+    idle_at = busy_at + scaling.idle if scaling.min == 0 else None
+    if count > scale.wanted:
+        since = scale.above_since if scale.above_since is not None else now
+        up_to = min(count, scale.up_to) if scale.above_since is not None else count
+        due = since + scaling.scale_up_window
+        if now >= due and cooled:
+            return _changed(scale, up_to, f"scaled up: for {scaling.scale_up_window:g} s {why}", now, busy_at), None
+        return _same(scale, busy_at=busy_at, above_since=since, up_to=up_to, below_since=None), \
+            _first(max(due, cool_at or due), idle_at)
+    if count < scale.wanted:
+        since = scale.below_since if scale.below_since is not None else now
+        down_to = max(count, scale.down_to) if scale.below_since is not None else count
+        due = since + scaling.scale_down_window
+        if now >= due and cooled:
+            return _changed(scale, down_to, f"scaled down: for {scaling.scale_down_window:g} s {why}", now,
+                            busy_at), _first(idle_at)
+        return _same(scale, busy_at=busy_at, below_since=since, down_to=down_to, above_since=None), \
+            _first(max(due, cool_at or due), idle_at)
+    return _same(scale, busy_at=busy_at, above_since=None, below_since=None), _first(idle_at)
+
+
+def _first(*times: float | None) -> float | None:
+    return min((t for t in times if t is not None), default=None)
+
+
+def _changed(scale: Scale, wanted: int, reason: str, now: float, busy_at: float) -> Scale:
+    if wanted == scale.wanted:
+        return _same(scale, busy_at=busy_at, above_since=None, below_since=None)
+    return Scale(wanted, reason, changed_at=now, busy_at=busy_at)
+
+
+def _same(scale: Scale, **changes) -> Scale:
+    """`scale` with `changes`, or `scale` itself when they change nothing (the time of demand aside from that,
+    compared too: a busy model's `busy_at` moves each pass)."""
+    if changes.get("above_since", scale.above_since) is None:
+        changes["up_to"] = 0
+    if changes.get("below_since", scale.below_since) is None:
+        changes["down_to"] = 0
+    if all(getattr(scale, k) == v for k, v in changes.items()):
+        return scale
+    return replace(scale, **changes)
