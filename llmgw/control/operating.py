@@ -17,10 +17,12 @@ from typing import Any
 
 import trio
 
+from llmgw.control.autoscaling import wanted_counts
+from llmgw.control.canaries import holds_of
 from llmgw.control.effects import CommitSettings, NodeVerb, ServingStopped, SettingsEdit, SshKeys
 from llmgw.control.events import settings_edit_requested
-from llmgw.control.registry import FleetRegistry
 from llmgw.control.reports import fleet_for
+from llmgw.control.state import ControlState
 from llmgw.control.watching import SettingsWatcher
 from llmgw.errors import LlmgwError, UsageError
 from llmgw.plan.types import Plan
@@ -56,8 +58,10 @@ class SettingsDesk:
         self.watcher, self.location, self.branch, self.update = watcher, location, branch, update
         self._waiting: dict[str, _Answer] = {}
 
-    async def preview(self, rev: str | None, fleet: FleetRegistry) -> Plan:
-        """The plan `rev` (None: the branch head) would run against `fleet`. Raises SettingsError."""
+    async def preview(self, rev: str | None, state: ControlState) -> Plan:
+        """The plan `rev` (None: the branch head) would run against the control plane's `state` as a pass plans:
+        its fleet, the replica counts its autoscaler wants and the canaries it holds (without them `llmgw plan`
+        showed an autoscaled replica stopped that `llmgw apply` kept). Raises SettingsError."""
         from llmgw.plan import make_plan
         from llmgw.settings import load_commit
 
@@ -65,7 +69,8 @@ class SettingsDesk:
             await self.watcher.poll()
         target = rev or f"refs/heads/{self.branch}"
         settings = await trio.to_thread.run_sync(load_commit, str(self.watcher.repo_path), target)
-        return make_plan(settings, fleet_for(fleet.fleet(), settings))
+        return make_plan(settings, fleet_for(state.fleet.fleet(), settings), canaries=holds_of(state.canaries),
+                         replicas=wanted_counts(state.scales))
 
     async def _commit(self, refusal: str, edit: SettingsEdit, author_name: str, author_email: str) -> Any:
         """Ask the loop to commit `edit` as the author and wait for the handler's answer. A checkpoint.

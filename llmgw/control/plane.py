@@ -170,7 +170,7 @@ class ControlPlane:
 
     async def preview(self, rev: str | None) -> Plan:
         """The plan `rev` (None: the branch head) would run against the live fleet. Raises SettingsError."""
-        return await self.desk.preview(rev, self.loop.state.fleet)
+        return await self.desk.preview(rev, self.loop.state)
 
     async def logs(self, node_id: str, shard_id: str, lines: int) -> list[str]:
         """`llmgw.control.node_requests.node_logs` of the fleet now."""

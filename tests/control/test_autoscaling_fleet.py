@@ -18,6 +18,7 @@ import trio
 
 from llmgw.cli.server_cmds import render_status
 from llmgw.control import ControlPlane
+from llmgw.plan.types import ActionKind
 from llmgw.settings import read_audit_log
 
 from .test_fleet_end_to_end import GEMMA_YAML
@@ -87,6 +88,8 @@ async def test_a_queue_on_the_engine_starts_a_second_replica_and_its_end_stops_i
             clients.cancel_scope.cancel()
         assert answered and set(answered) == {200}
         assert "autoscaler  tiny: 2 wanted" in "\n".join(render_status(plane.status()))  # `llmgw status`
+        preview = await plane.preview(None)  # what `llmgw plan` and `llmgw diff --live` show: the pass's own plan
+        assert [a.kind for a in preview.actions] == [ActionKind.KEEP, ActionKind.KEEP], preview.actions
         metrics = await scrape(plane)  # /metrics of the admin listener
         assert 'llmgw_model_replicas_desired{model="tiny"} 2.0' in metrics
         assert 'llmgw_model_replicas_ready{model="tiny"} 2.0' in metrics
