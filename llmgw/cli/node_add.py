@@ -107,9 +107,11 @@ def run_steps(host: str, ssh: list[str], steps, first_change: int, undo, release
               help="The agents' listener as the node reaches it [default: the admin URL's host, port 8082].")
 @click.option("--node-id", default=None, help="The node's id [default: HOST].")
 @click.option("--user", default=None, help="ssh user [default: yours, or ~/.ssh/config's].")
-@click.option("--port", type=int, default=None, help="ssh port.")
-@click.option("--ssh-key", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None)
-@click.option("--ssh-config", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None)
+@click.option("--port", type=int, default=None, help="ssh port [default: ssh's own, from ~/.ssh/config or 22].")
+@click.option("--ssh-key", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="Private key for ssh (ssh -i) [default: the keys ssh finds itself].")
+@click.option("--ssh-config", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="ssh configuration file (ssh -F) [default: ~/.ssh/config].")
 @click.option("--force", is_flag=True, help="Go on without `llmgw node doctor` on the host.")
 @click.option("--dry-run", is_flag=True, help="Print every command it would run on the host; connect to nothing.")
 @click.option("--url", envvar="LLMGW_ADMIN_URL", default=None, help="The control plane's admin API, for the join "
