@@ -99,7 +99,9 @@ def native_response(engine_answer: Mapping[str, Any], response_id: str, created_
     """The gateway's Response object around an engine's Responses answer (or a streamed event's `response`):
     `responses_chat.response_object` of the client's `body` (its model name, previous_response_id, store, tools...)
     with the engine's `output`, `usage` (normalised: `responses_usage_numbers`), `status` and
-    `incomplete_details`. Whatever the engine left out (llama-server b11434 sends a short object) is filled in."""
+    `incomplete_details`. Whatever the engine left out (llama-server b11434 sends a short object) is filled in; an
+    answer whose output reached the client's `max_output_tokens` is `incomplete` (reason `max_output_tokens`), as
+    OpenAI's is, whatever the engine said (llama-server b11434 says `completed`)."""
     usage = engine_answer.get("usage")
     numbers = responses_usage_numbers(usage) if isinstance(usage, Mapping) else None
     output = engine_answer.get("output")
@@ -107,7 +109,11 @@ def native_response(engine_answer: Mapping[str, Any], response_id: str, created_
                             response_usage(*numbers) if numbers else None, None)
     status = engine_answer.get("status")
     frame["status"] = status if isinstance(status, str) else "completed"
-    if "incomplete_details" in engine_answer:
+    limit = body.get("max_output_tokens")
+    if (frame["status"] == "completed" and numbers and isinstance(limit, int) and numbers[1] >= limit
+            and not engine_answer.get("incomplete_details")):  # llama-server b11434 says completed when cut
+        frame["status"], frame["incomplete_details"] = "incomplete", {"reason": "max_output_tokens"}
+    elif "incomplete_details" in engine_answer:
         frame["incomplete_details"] = engine_answer["incomplete_details"]
     elif frame["status"] == "incomplete":
         frame["incomplete_details"] = {"reason": "max_output_tokens"}

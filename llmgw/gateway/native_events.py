@@ -77,7 +77,9 @@ class NativeEvents:
         name = payload.get("type") if isinstance(payload.get("type"), str) else name
         if name == "error":
             self.error = payload.get("error") if isinstance(payload.get("error"), dict) else payload
-        out = sse_frame(name, self.reshape(name, payload))
+        shaped = self.reshape(name, payload)
+        name = shaped["type"] if isinstance(shaped.get("type"), str) else name  # a reshape may rename the event
+        out = sse_frame(name, shaped)
         if name in self.TERMINAL:
             self.terminal = out
             return b""
@@ -114,6 +116,8 @@ class NativeResponseEvents(NativeEvents):
             frame = native_response(response, self.response_id, self.created_at, self.body)
             if name in self.TERMINAL:
                 self.final = frame
+                if name == "response.completed" and frame["status"] == "incomplete":  # cut at max_output_tokens
+                    payload["type"] = "response.incomplete"
                 if name == "response.failed":  # the engine's own failure: the request's status is 502
                     self.error = frame.get("error") or {"message": "The engine failed the response."}
             else:  # the engine's interim objects say in_progress, with no output yet

@@ -55,9 +55,9 @@ async def test_responses_go_to_llama_servers_own_endpoint_and_a_second_turn_gets
     events = [e async for e in await sdk.responses.create(
         model=MODEL, input="And of Italy?", previous_response_id=one.id, max_output_tokens=16, stream=True,
         extra_body=SEEDED)]
-    assert events[0].type == "response.created" and events[-1].type == "response.completed"
-    assert [e.sequence_number for e in events] == list(range(len(events)))
+    assert events[0].type == "response.created" and [e.sequence_number for e in events] == list(range(len(events)))
     two = events[-1].response
+    assert events[-1].type == f"response.{two.status}"  # incomplete when cut at max_output_tokens
     assert two.previous_response_id == one.id and two.model == MODEL
     assert "".join(e.delta for e in events if e.type == "response.output_text.delta") == two.output_text
     assert two.usage.input_tokens > one.usage.input_tokens + one.usage.output_tokens  # the whole context went
@@ -72,6 +72,20 @@ async def test_responses_go_to_llama_servers_own_endpoint_and_a_second_turn_gets
     records = store.recent_usage()
     assert [(r.prompt_tokens, r.completion_tokens) for r in records] == [
         (two.usage.input_tokens, two.usage.output_tokens), (one.usage.input_tokens, one.usage.output_tokens)]
+
+
+async def test_a_native_answer_cut_at_max_output_tokens_is_incomplete_as_openais_is(base):
+    url, key = base
+    sdk = openai.AsyncOpenAI(base_url=url, api_key=key, max_retries=0)
+    story = "Write a long story about a lighthouse keeper and his cat."
+    cut = await sdk.responses.create(model=MODEL, input=story, max_output_tokens=16, extra_body=SEEDED)
+    assert cut.usage.output_tokens == 16  # llama-server itself says "completed" here
+    assert cut.status == "incomplete" and cut.incomplete_details.reason == "max_output_tokens"
+    events = [e async for e in await sdk.responses.create(model=MODEL, input=story, max_output_tokens=16,
+                                                          stream=True, extra_body=SEEDED)]
+    assert events[-1].type == "response.incomplete" and events[-1].response.status == "incomplete"
+    assert (await sdk.responses.retrieve(cut.id)).status == "incomplete"  # stored as sent
+    await sdk.close()
 
 
 async def test_messages_go_to_llama_servers_own_endpoint_whole_and_streamed(base, store):
