@@ -81,16 +81,22 @@ def wish(scaling: Scaling, load: ModelLoad) -> tuple[int, str]:
     count = min(max(by_queue, by_kv, scaling.min, 1), scaling.max)
     kv = f", KV cache {load.kv_cache_usage:.0%} (target {scaling.kv_cache_usage:.0%})" \
         if load.kv_cache_usage is not None else ""
-    why = (f"{load.demand:g} requests running, waiting or held on {load.ready} ready "
+    why = (f"{_count(load.demand, 'request')} running, waiting or held on {load.ready} ready "
            f"(target {scaling.queue_per_replica:g} per replica){kv}")
     return count, why
+
+
+def _count(number: float, noun: str) -> str:
+    """'1 request', '2 requests', '0.5 requests' (a mean)."""
+    return f"{number:g} {noun}{'' if number == 1 else 's'}"
 
 
 def initial_scale(scaling: Scaling, running: int, now: float) -> Scale:
     """The first `Scale` of a model (new in the settings, or a control plane that just started): the replicas
     `running` now, kept within [min, max], so a restart of the control plane scales nothing by itself."""
     wanted = min(max(running, scaling.min), scaling.max)
-    return Scale(wanted, f"{running} replicas running when the autoscaler started; range {scaling.min}-{scaling.max}",
+    return Scale(wanted, f"{_count(running, 'replica')} running when the autoscaler started; range "
+                 f"{scaling.min}-{scaling.max}",
                  busy_at=now)
 
 
@@ -108,7 +114,7 @@ def next_scale(scaling: Scaling, scale: Scale, load: ModelLoad, now: float) -> t
                         busy_at), None
     if scale.wanted == 0:
         if load.demand > 0:
-            return _changed(scale, 1, f"woken: {load.demand:g} requests wait for a replica", now, busy_at), None
+            return _changed(scale, 1, f"woken: {_count(load.demand, 'request')} {'waits' if load.demand == 1 else 'wait'} for a replica", now, busy_at), None
         return _same(scale, busy_at=busy_at), None
     if scaling.min == 0 and load.demand == 0 and now - busy_at >= scaling.idle:
         if cooled:

@@ -201,5 +201,5 @@ async def test_a_real_llama_server_at_zero_is_started_by_the_request_it_then_ans
         assert "idle" in plane.status()["scaling"]["gemma-3-270m"]["reason"]
         await wait_for(lambda: plane.audit.pending() == 0, 10, "the audit written")
         messages = "\n".join(entry.message for entry in read_audit_log(repo))
-        assert "autoscaler: gemma-3-270m: 1 wanted" in messages and "woken: 1 requests wait" in messages
+        assert "autoscaler: gemma-3-270m: 1 wanted" in messages and "woken: 1 request waits" in messages
         nursery.cancel_scope.cancel()
