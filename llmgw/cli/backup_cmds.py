@@ -55,15 +55,16 @@ def backup_command(out: Path, state_dir: Path, repo: Path | None, branch: str | 
                            secrets_dir=secrets_dir)
     size = out.stat().st_size
     ca = "the CA" if summary.manifest.holds_ca_key else f"no CA (none in {state_dir / 'ca'})"
+    secrets = sum(1 for member in summary.manifest.members if member.name.startswith("secrets/"))
+    held = f"{secrets} secret{'' if secrets == 1 else 's'}" if secrets else "no secrets (none in the state)"
     click.echo(f"Wrote {out} ({len(summary.manifest.members)} files, {size / 1e6:.1f} MB, mode 0600) in "
                f"{time.monotonic() - began:.1f} s: the {summary.manifest.store_kind} store, {ca}, the admin token, "
-               f"the secrets and the settings refs of {settings}.")
+               f"{held} and the settings refs of {settings}.")
     if summary.manifest.holds_ca_key:
-        click.echo("It holds the CA's private key and the secrets: whoever reads it can issue node certificates "
-                   "and read every secret. Keep it as you keep the CA key.")
+        click.echo("It holds the CA's private key and the admin token: whoever reads it can issue node certificates "
+                   "and act as an operator. Keep it as you keep the CA key.")
     else:
-        click.echo("It holds the secrets and the admin token: keep it where only the control plane's operators "
-                   "can read it.")
+        click.echo("It holds the admin token: keep it where only the control plane's operators can read it.")
 
 
 @click.command("restore")
@@ -85,8 +86,12 @@ def restore_command(archive: Path, state_dir: Path, store_url: str | None) -> No
     click.echo(f"Restored {archive} (written {summary.manifest.created} by llmgw {summary.manifest.llmgw_version}) "
                f"into {state_dir} in {time.monotonic() - began:.1f} s; store {redacted(summary.store)}.")
     store = f" --store {redacted(store_url)}" if store_url else ""  # over a store: in llmgw.yaml naming the old one
-    click.echo(f"Start it with: llmgw server --repo {summary.repo} --state {state_dir}{store} --tls "
-               "--agents HOST:PORT (the address the agents dial: the old control plane's, or move it there)")
+    if summary.manifest.holds_ca_key:
+        click.echo(f"Start it with: llmgw server --repo {summary.repo} --state {state_dir}{store} --tls "
+                   "--agents HOST:PORT (the address the agents dial: the old control plane's, or move it there)")
+    else:  # no CA: agents join it as they joined the old one (a --tls start would make a new CA)
+        click.echo(f"Start it with: llmgw server --repo {summary.repo} --state {state_dir}{store} (the archive "
+                   "holds no CA: the old control plane served agents without TLS)")
     if store_url:
         click.echo("--store overrides a store: in llmgw.yaml, which may still name the old database.")
 

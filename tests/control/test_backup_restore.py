@@ -298,9 +298,10 @@ def test_a_control_plane_without_tls_is_backed_up_without_a_ca_and_says_what_it_
     result = llmgw("backup", "--state", str(state), "--repo", str(repo), "--store", str(state / "llmgw.sqlite3"),
                    str(tmp_path / "plain.tar.gz"))
     assert result.returncode == 0, result.stderr
-    assert "no CA" in result.stdout and "private key" not in result.stdout
-    restored = restore_backup(tmp_path / "plain.tar.gz", tmp_path / "new")
-    assert not restored.manifest.holds_ca_key and not (tmp_path / "new" / "ca" / "ca.key").exists()
+    assert "no CA" in result.stdout and "private key" not in result.stdout and "1 secret " in result.stdout
+    said = llmgw("restore", str(tmp_path / "plain.tar.gz"), "--state", str(tmp_path / "new"))
+    assert said.returncode == 0 and "--tls" not in said.stdout and "holds no CA" in said.stdout, said.stdout
+    assert not (tmp_path / "new" / "ca" / "ca.key").exists()
     store = open_store(tmp_path / "new" / "llmgw.sqlite3")
     try:
         assert store.authenticate(key) is not None
