@@ -234,8 +234,11 @@ def _not_found(response_id: str) -> ApiError:
 
 
 def input_item_list(items: list[dict], query: bytes) -> dict[str, Any]:
-    """OpenAI's list of input items (`order=asc|desc`, default desc; items without an id get "item_<index>")."""
-    listed = [{"id": item.get("id") or f"item_{index}", **item} for index, item in enumerate(items)]
+    """OpenAI's list of input items (`order=asc|desc`, default desc; items without an id get "item_<index>", a
+    message given without its `type` (an easy input message, `{"role", "content"}`) gets type "message")."""
+    listed = [{"id": item.get("id") or f"item_{index}",
+               **({"type": "message"} if "type" not in item and "role" in item else {}), **item}
+              for index, item in enumerate(items)]
     if b"order=asc" not in query:
         listed.reverse()
     return {"object": "list", "data": listed, "first_id": listed[0]["id"] if listed else None,

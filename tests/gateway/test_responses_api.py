@@ -136,6 +136,9 @@ async def test_store_false_keeps_nothing_and_another_projects_id_is_404(served, 
         await other.responses.create(model="gemma", input="Go on.", previous_response_id=kept.id)
     items = await sdk.responses.input_items.list(kept.id)
     assert [item.type for item in items.data] == ["message"]
+    easy = await sdk.responses.create(model="gemma", input=[{"role": "user", "content": "Say hi."}])  # no type
+    assert [(item.type, item.role) for item in (await sdk.responses.input_items.list(easy.id)).data] == [
+        ("message", "user")]
     await sdk.responses.delete(kept.id)
     with pytest.raises(openai.NotFoundError):
         await sdk.responses.retrieve(kept.id)
