@@ -188,25 +188,24 @@ class _Planner(Spanning, Placement):
             model = item.demand.model
             hold = self.canaries.get(model)
             if hold is not None and not hold.failed and item.replica_id != hold.replica_id:
-                reason = f"canary: waits for the verdict on {hold.replica_id} (rollout: canary)"
-                for node, shard in item.old:
-                    index = self.old_keeps.get((node.node_id, shard.shard_id))
-                    if index is not None:
-                        self.actions[index] = replace(self.actions[index], reason=reason)
-                self.unplaced.append(Unplaced(item.replica_id, model, ((ALL_NODES, reason),)))
+                self._wait(item, f"canary: waits for the verdict on {hold.replica_id} (rollout: canary)")
                 continue
             if item.old and self.surging.get(model, 0) >= limit:
-                reason = f"rolling: waits for another replica of {model} (reconcile.max_surge {limit})"
-                for node, shard in item.old:
-                    index = self.old_keeps.get((node.node_id, shard.shard_id))
-                    if index is not None:
-                        self.actions[index] = replace(self.actions[index], reason=reason)
-                self.unplaced.append(Unplaced(item.replica_id, model, ((ALL_NODES, reason),)))
+                self._wait(item, f"rolling: waits for another replica of {model} (reconcile.max_surge {limit})")
                 continue
             if item.old:
                 self.surging[model] = self.surging.get(model, 0) + 1
             kept.append(item)
         return kept
+
+    def _wait(self, item: Pending, reason: str) -> None:
+        """`item` is not placed in this pass: its old shards keep serving, their keep actions and its unplaced entry
+        saying `reason`."""
+        for node, shard in item.old:
+            index = self.old_keeps.get((node.node_id, shard.shard_id))
+            if index is not None:
+                self.actions[index] = replace(self.actions[index], reason=reason)
+        self.unplaced.append(Unplaced(item.replica_id, item.demand.model, ((ALL_NODES, reason),)))
 
     def configure_nodes(self) -> None:
         """A CONFIGURE for every alive, tracked node whose acknowledged agent settings differ from the settings'."""
