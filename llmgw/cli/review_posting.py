@@ -24,6 +24,8 @@ Forge REST APIs, from their published descriptions:
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -207,6 +209,21 @@ def forge_headers(forge: str, token: str) -> dict[str, str]:
     return {"Authorization": f"token {token}", "Accept": "application/json"}
 
 
+@contextmanager
+def _opened_forge(target: Target, client: httpx.Client | None) -> Iterator[_GitHubLike | _GitLab]:
+    """The forge API of `target` over `client` (None: a client of its own with a 30 s timeout, closed after), its
+    token in the headers. Raises UsageError for a forge llmgw does not post to."""
+    if target.forge not in FORGES:
+        raise UsageError(f"--post takes one of {', '.join(FORGES)}, not {target.forge}")
+    http = client or httpx.Client(timeout=30.0)
+    try:
+        http.headers.update(forge_headers(target.forge, target.token))
+        yield _GitLab(http, target) if target.forge == "gitlab" else _GitHubLike(http, target)
+    finally:
+        if client is None:
+            http.close()
+
+
 def post_review(target: Target, markdown: str, exit_code: int, head_sha: str | None, *,
                 client: httpx.Client | None = None) -> Posted:
     """Put `markdown` as the pull request's one llmgw comment (edit it, or create it) and, when `head_sha` is
@@ -216,13 +233,7 @@ def post_review(target: Target, markdown: str, exit_code: int, head_sha: str | N
     Raises: UsageError (token refused, repository or pull request unknown), TemporaryError (unreachable, 5xx),
     LlmgwError (any other answer of the forge).
     """
-    if target.forge not in FORGES:
-        raise UsageError(f"--post takes one of {', '.join(FORGES)}, not {target.forge}")
-    own = client is None
-    http = client or httpx.Client(timeout=30.0)
-    try:
-        http.headers.update(forge_headers(target.forge, target.token))
-        forge: _GitHubLike | _GitLab = _GitLab(http, target) if target.forge == "gitlab" else _GitHubLike(http, target)
+    with _opened_forge(target, client) as forge:
         existing = forge.find()
         if existing is None:
             comment_id, created = forge.create(markdown), True
@@ -234,9 +245,6 @@ def post_review(target: Target, markdown: str, exit_code: int, head_sha: str | N
         if head_sha:
             forge.status(head_sha, state, _DESCRIPTIONS[code])
         return Posted(comment_id, created, state)
-    finally:
-        if own:
-            http.close()
 
 
 CANARY_STATUS_NAME = "llmgw/canary"
@@ -257,13 +265,7 @@ def post_canary_statuses(target: Target, canaries: dict[str, Any], *,
     (cut to 140 characters). Returns (model, commit, state) per status set, by model. `target.number` is not used.
     Raises as `post_review`.
     """
-    if target.forge not in FORGES:
-        raise UsageError(f"--post takes one of {', '.join(FORGES)}, not {target.forge}")
-    own = client is None
-    http = client or httpx.Client(timeout=30.0)
-    try:
-        http.headers.update(forge_headers(target.forge, target.token))
-        forge: _GitHubLike | _GitLab = _GitLab(http, target) if target.forge == "gitlab" else _GitHubLike(http, target)
+    with _opened_forge(target, client) as forge:
         done = []
         for model, canary in sorted(canaries.items()):
             state = _CANARY_STATES[target.forge][canary["phase"]]
@@ -272,9 +274,6 @@ def post_canary_statuses(target: Target, canaries: dict[str, Any], *,
             forge.status(canary["commit"], state, description, CANARY_STATUS_NAME)
             done.append((model, canary["commit"], state))
         return done
-    finally:
-        if own:
-            http.close()
 
 
 def error_markdown(head_sha: str | None, message: str) -> str:
