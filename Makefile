@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 STATE ?= .state
 export LLMGW_CACHE ?= $(HOME)/.cache/llmgw
 
-.PHONY: up test venv engine vllm lint bench bench-deps clean prometheus chromium system-packages node-sdk oidc-provider
+.PHONY: up test venv engine vllm lint bench bench-deps clean prometheus chromium system-packages node-sdk oidc-provider node-check
 
 venv: $(VENV)/.installed
 
@@ -58,14 +58,17 @@ prometheus chromium: system-packages
 # The official Node `openai` SDK (pinned), for the test of streamed tool calls through its stream helper (issue 39),
 # installed with npm into $(LLMGW_CACHE)/node (outside the work tree); the test installs it too when it is missing.
 NODE_OPENAI := openai@6.49.0
-node-sdk:
+node-sdk: node-check
 	@test "$$(node -p 'require(process.argv[1]).version' $(LLMGW_CACHE)/node/node_modules/openai/package.json 2>/dev/null)" = "$(lastword $(subst @, ,$(NODE_OPENAI)))" \
 	|| npm install --prefix $(LLMGW_CACHE)/node --no-audit --no-fund --no-save $(NODE_OPENAI)
 
 # npm `oidc-provider` (pinned; OpenID certified), the provider the console's OpenID Connect tests run (issue 36),
 # in $(LLMGW_CACHE)/oidc; tests/console/test_console_oidc.py fails naming this target when it is missing.
 OIDC_PROVIDER := oidc-provider@9.13.3
-oidc-provider:
+node-check:
+	@command -v node >/dev/null && command -v npm >/dev/null || { echo "make test needs Node 20 or later with npm (README: NodeSource's nodejs); neither make nor apt installs it"; exit 1; }
+
+oidc-provider: node-check
 	@test "$$(node -p 'require(process.argv[1]).version' $(LLMGW_CACHE)/oidc/node_modules/oidc-provider/package.json 2>/dev/null)" = "$(lastword $(subst @, ,$(OIDC_PROVIDER)))" \
 	|| npm install --prefix $(LLMGW_CACHE)/oidc --no-audit --no-fund --no-save $(OIDC_PROVIDER)
 
