@@ -12,6 +12,11 @@ records why (`FirewallState.error`); the same table sent again is refused with t
 shows it as the CONFIGURE's failure) until the settings render another. Only one watch runs at a time: a newer
 apply ends the older watch. `text` "" with no table of llmgw's on the node does nothing (not even run nft).
 
+On a host llmgw installed (`llmgw node add`), the table is recorded in the install journal (`journal`, default
+/var/lib/llmgw-install/journal.json) before it is first loaded, so `llmgw wipe` removes it; a host without a journal
+(`llmgw up`, an agent started by hand) records nothing. A journal that cannot be written is logged, and the table
+is applied all the same (a fleet left open is worse than a wipe that leaves a table).
+
 `nft`: the argv that runs nft (tests run it inside a network namespace with `ip netns exec NS nft`).
 Every method is a checkpoint; `apply` is cancelled with its caller, and a watch with the keeper's nursery.
 """
@@ -21,9 +26,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import trio
 
+from llmgw.errors import InstallError
+from llmgw.install.journal import JOURNAL_PATH, FirewallTable, record_on_installed_host
 from llmgw.tools.nft import REMOVE_SCRIPT, TABLE, fabric_element, replace_script, table_refusal
 from llmgw.wire import pb
 
@@ -53,9 +61,10 @@ def report_message(state: FirewallState) -> pb.FirewallReport | None:
 class FirewallKeeper:
     """Applies llmgw's table on this node; `state` says what it holds now (module docstring)."""
 
-    def __init__(self, nursery: trio.Nursery, nft: Sequence[str] = ("nft",)):
+    def __init__(self, nursery: trio.Nursery, nft: Sequence[str] = ("nft",), journal: Path | None = JOURNAL_PATH):
         self.nursery = nursery
         self.nft = tuple(nft)
+        self.journal = journal  # None: record nowhere
         self.state = FirewallState()
         self._watch: trio.CancelScope | None = None
         self._rolled_back: dict[str, str] = {}  # digest -> why it was rolled back
@@ -97,6 +106,8 @@ class FirewallKeeper:
             self.state = FirewallState(self.state.digest, refusal)
             return self.state
         previous = await self.current()
+        if text:
+            await self._record_in_journal()
         error = await self._load(replace_script(text) if text else REMOVE_SCRIPT)
         if error:
             self.state = FirewallState(self.state.digest, f"nft refused the table: {error}")
@@ -113,6 +124,18 @@ class FirewallKeeper:
             self.nursery.start_soon(self._keep_or_restore, self._watch, previous, before, digest, rollback_after,
                                     tuple(control_planes))
         return self.state
+
+    async def _record_in_journal(self) -> None:
+        """Intent first: the install journal lists llmgw's table before it is loaded (module docstring)."""
+        if self.journal is None:
+            return
+        family, name = TABLE.split()
+        try:
+            await trio.to_thread.run_sync(record_on_installed_host, FirewallTable(family, name), self.journal)
+        except InstallError as exc:
+            log.warning("firewall: the table is applied but not recorded for `llmgw wipe`: %s", exc)
+            return
+        self.journal = None  # listed (or no journal here): once per agent is enough
 
     async def let_in(self, address: str, port: int, seconds: float) -> str:
         """Let `address` reach TCP `port` for `seconds` (a fabric test's client, `llmgw.tools.nft.fabric_element`),

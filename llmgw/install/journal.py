@@ -25,6 +25,7 @@ order. Pure data and file I/O only (no processes): undoing units, users and tabl
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -291,3 +292,22 @@ class Journal:
         temporary.unlink(missing_ok=True)
         os.symlink(target, temporary)
         os.replace(temporary, path)
+
+
+def record_on_installed_host(entry: Entry, path: Path = JOURNAL_PATH) -> bool:
+    """Add `entry` to the journal at `path` when llmgw installed this host (the journal exists) and it is not
+    listed yet; return whether the journal now lists it (False: no journal here, nothing recorded). For what a
+    running program creates after the install, e.g. the agent's nftables table (issue 29), so `llmgw wipe`
+    undoes it too. Holds an exclusive `flock` on the journal's directory while it reads and writes, so two such
+    programs do not lose each other's entries. Raises InstallError when the journal cannot be read or written."""
+    if not path.exists():
+        return False
+    fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        journal = Journal.read(path)
+        if entry not in journal.entries:
+            journal.record(entry)
+        return True
+    finally:
+        os.close(fd)  # closing the descriptor ends the lock

@@ -8,6 +8,8 @@ agent's FirewallKeeper with nft inside the node's namespace.
 - a table that fails to load is reported with nft's own message and the previous table stays;
 - a table that cuts the agent off its control plane is rolled back by the agent within the set time, and one that
   does not is kept;
+- on a host llmgw installed, the table is listed in the install journal before it loads, once, and undoing the
+  journal (`llmgw wipe`) removes it and leaves the other program's table; a host without a journal gets none;
 - a fabric test's client is let in on its port for the test's time only (IPv4 and IPv6), and no other host is.
 """
 
@@ -21,6 +23,8 @@ from dataclasses import replace
 import trio
 
 from llmgw.agent.firewall import FirewallKeeper
+from llmgw.install.journal import FirewallTable, Journal
+from llmgw.install.undoing import undo
 from llmgw.plan.firewall import firewall_table
 from llmgw.plan.types import Fleet, NodeState
 from llmgw.settings.firewall import FirewallSettings, control_plane_addresses
@@ -93,9 +97,37 @@ async def test_a_client_is_refused_at_once_while_the_control_plane_connects(netn
         assert connect(client, node.address, ENGINE_PORT) == "open"
 
 
+async def test_the_table_is_in_the_install_journal_and_a_wipe_removes_it(netns_lab, tmp_path) -> None:
+    hosts = {name: netns_lab.host(name) for name in ("cp", "node")}
+    node = hosts["node"]
+    node.run(["nft", "-f", "-"], input=OTHER)
+    settings, fleet = lab_settings(netns_lab, hosts)
+    table = firewall_table(settings, fleet, "node")
+    journal = Journal.open(tmp_path / "llmgw-install" / "journal.json")  # as `llmgw node add` leaves it
+    installed = journal.entries
+    nowhere = tmp_path / "not-installed" / "journal.json"
+    async with trio.open_nursery() as nursery:
+        keeper = FirewallKeeper(nursery, nft=node.argv(["nft"]), journal=journal.path)
+        assert not (await keeper.apply(table.text, table.digest)).error
+        assert Journal.read(journal.path).entries == (*installed, FirewallTable("inet", "llmgw"))
+        changed = table.text.replace("ssh", "ssh again")
+        assert not (await keeper.apply(changed, "3" * 16)).error
+        assert Journal.read(journal.path).entries == (*installed, FirewallTable("inet", "llmgw"))  # listed once
+        elsewhere = FirewallKeeper(nursery, nft=node.argv(["nft"]), journal=nowhere)
+        assert not (await elsewhere.apply(table.text, table.digest)).error
+    assert not nowhere.parent.exists()  # no journal there: nothing recorded, nothing made
+
+    outcomes = undo(Journal.read(journal.path), run=lambda argv: node.run(argv, check=False))
+    assert [(o.entry, o.action) for o in outcomes][0] == (FirewallTable("inet", "llmgw"), "removed")
+    assert ruleset_tables(ruleset(node)) == [("inet", "other")]
+    assert not journal.path.exists()  # everything it listed is undone
+
+
 ROLLBACK = """
 import json, sys, trio
 from llmgw.agent.firewall import FirewallKeeper
+from llmgw.install.journal import FirewallTable, Journal
+from llmgw.install.undoing import undo
 
 async def main():
     first, second, control_plane, wait = json.loads(sys.stdin.read())

@@ -139,3 +139,20 @@ def test_a_path_llmgw_did_not_make_is_not_replaced_by_a_link(tmp_path) -> None:
     with pytest.raises(InstallError, match="exists and llmgw did not make it"):
         journal.symlink(root / "opt" / "current", "0.9.0")
     assert (root / "opt" / "current").is_dir()
+
+
+def test_programs_that_record_while_the_host_runs_lose_no_entry_and_record_each_once(tmp_path) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from llmgw.install.journal import FirewallTable, record_on_installed_host
+
+    root = machine(tmp_path)
+    journal = install(root)
+    tables = [FirewallTable("inet", f"t{n}") for n in range(16)]
+    with ThreadPoolExecutor(8) as pool:  # each thread reads, adds and rewrites the whole journal
+        assert all(pool.map(lambda entry: record_on_installed_host(entry, journal.path), tables + tables))
+    entries = Journal.read(journal.path).entries
+    assert entries[:len(journal.entries)] == journal.entries
+    assert sorted(entries[len(journal.entries):], key=str) == sorted(tables, key=str)  # each once, none lost
+    assert not record_on_installed_host(tables[0], tmp_path / "elsewhere" / "journal.json")  # not installed here
+    assert not (tmp_path / "elsewhere").exists()
