@@ -3,7 +3,7 @@ host on one bridge (tests/support/netns.py), the node's table rendered by llmgw.
 agent's FirewallKeeper with nft inside the node's namespace.
 
 - a client host that is not a control plane is refused at once (TCP reset) on an engine port, over IPv4 and IPv6,
-  while the control plane connects; turning the firewall off opens the port again;
+  while the control plane connects, and on slurmd's port, which Slurm's controller reaches; turning the firewall off opens the port again;
 - another program's table on the node survives every apply and the removal (`nft -j list ruleset`);
 - a table that fails to load is reported with nft's own message and the previous table stays;
 - a table that cuts the agent off its control plane is rolled back by the agent within the set time, and one that
@@ -19,6 +19,7 @@ import json
 import subprocess
 import sys
 from dataclasses import replace
+from types import MappingProxyType
 
 import trio
 
@@ -29,6 +30,7 @@ from llmgw.plan.firewall import firewall_table
 from llmgw.plan.types import Fleet, NodeState
 from llmgw.settings.firewall import FirewallSettings, control_plane_addresses
 from llmgw.settings.model import ClusterSettings, Settings
+from llmgw.settings.slurm import DEFAULT_PORTS, SlurmNode, SlurmPartition, SlurmSettings
 from llmgw.tools.nft import ruleset_rules, ruleset_tables
 from netns_probes import connect, listen
 
@@ -44,11 +46,18 @@ OTHER = """table inet other {
 
 
 def lab_settings(lab, hosts) -> tuple[Settings, Fleet]:
+    """The firewall on, the control plane `cp`; with a host `slurmctl`, Slurm on, its controller there and `node`
+    its one node."""
     cp, node = hosts["cp"], hosts["node"]
     firewall = FirewallSettings(enabled=True, control_planes=control_plane_addresses(
         [f"{cp.address}:{AGENTS_PORT}", f"[{cp.address6}]:{AGENTS_PORT}"]), rollback_after_seconds=1.0)
-    fleet = Fleet((NodeState("cp", cp.address), NodeState("node", node.address)))
-    return Settings(ClusterSettings(name="lab"), firewall=firewall), fleet
+    states = [NodeState("cp", cp.address), NodeState("node", node.address)]
+    slurm = SlurmSettings()
+    if "slurmctl" in hosts:
+        states.append(NodeState("slurmctl", hosts["slurmctl"].address))
+        slurm = SlurmSettings(enabled=True, controller="slurmctl", nodes=MappingProxyType({"node": SlurmNode("p")}),
+                              partitions=MappingProxyType({"p": SlurmPartition(default=True)}))
+    return Settings(ClusterSettings(name="lab"), firewall=firewall, slurm=slurm), Fleet(tuple(states))
 
 
 def ruleset(host) -> str:
@@ -60,10 +69,11 @@ def without_handles(document: str) -> list[dict]:
 
 
 async def test_a_client_is_refused_at_once_while_the_control_plane_connects(netns_lab) -> None:
-    hosts = {name: netns_lab.host(name) for name in ("cp", "node", "client")}
-    cp, node, client = hosts["cp"], hosts["node"], hosts["client"]
+    hosts = {name: netns_lab.host(name) for name in ("cp", "node", "client", "slurmctl")}
+    cp, node, client, slurmctl = hosts["cp"], hosts["node"], hosts["client"], hosts["slurmctl"]
     node.run(["nft", "-f", "-"], input=OTHER)
     listen(node, ENGINE_PORT)
+    listen(node, DEFAULT_PORTS["slurmd"])
     assert connect(client, node.address, ENGINE_PORT) == "open"
     settings, fleet = lab_settings(netns_lab, hosts)
     table = firewall_table(settings, fleet, "node")
@@ -77,6 +87,9 @@ async def test_a_client_is_refused_at_once_while_the_control_plane_connects(netn
             refused = connect(client, address, ENGINE_PORT)
             assert refused.startswith("refused") and float(refused.split()[1]) < 0.5, (address, refused)
             assert connect(cp, address, ENGINE_PORT) == "open", address
+        for address in (node.address, node.address6):  # Slurm's port: from Slurm's hosts only
+            assert connect(client, address, DEFAULT_PORTS["slurmd"]).startswith("refused"), address
+        assert connect(slurmctl, node.address, DEFAULT_PORTS["slurmd"]) == "open"
         document = ruleset(node)
         assert ruleset_tables(document) == [("inet", "other"), ("inet", "llmgw")]
         comments = [rule.get("comment") for rule in ruleset_rules(document, "inet", "llmgw")]
