@@ -42,7 +42,7 @@ lint: venv
 #   two gateways: issue 10), nftables (the nodes' firewall), minisign (llmgw's release signatures checked by the
 #   real tool, both ways), systemd (systemd-analyze verify|security on deploy/systemd/: issue 27) and openssh-server
 #   (sshd for the onboarding tests' hosts: issue 27).
-SYSTEM_PACKAGES := prometheus chromium chromium-driver slurm-wlm slurmdbd munge slurm-client haproxy nftables minisign systemd openssh-server
+SYSTEM_PACKAGES := prometheus chromium chromium-driver slurm-wlm slurmdbd munge slurm-client haproxy nftables minisign systemd openssh-server socat
 system-packages:
 	@missing=$$(for p in $(SYSTEM_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
