@@ -20,7 +20,7 @@ import trio
 from llmgw.console import Console, Login
 from llmgw.console.oidc import OidcClient, OidcSettings
 from llmgw.settings import ConsoleOidc
-from llmgw.control.admin import AdminApp, AdminMount
+from llmgw.control.admin import AdminApp, AdminMount, Caller, Person
 
 log = logging.getLogger("llmgw.console")
 CONSOLE_SCOPE = "console"
@@ -62,9 +62,23 @@ def console_mount(admin: AdminApp) -> AdminMount:
 
         return await trio.to_thread.run_sync(applied_diff, str(plane.watcher_repo_path), audit_commit)
 
+    accounts = StoreAccounts(admin) if plane.store is not None else None
+
+    async def act(who: Login, path: str, body: dict) -> tuple[int, dict]:
+        # the admin API's own route, as the person logged in (their role checked there, them the commit's author);
+        # a login of nobody's (the admin token, a token of nobody's) acts as the admin token does
+        if who.person is None:
+            return await admin.act(Caller(token_id=who.token_id), path, body)
+        fresh = await accounts.person(who.person) if accounts is not None else None
+        if fresh is None or not fresh.role:
+            return 401, {"error": {"type": "unauthorized", "message": f"{who.person} may no longer act here (account "
+                                   "disabled, or no role in projects.yaml): log in again"}}
+        person = Person(fresh.person or who.person, fresh.principal, admin.access_of(fresh.person or who.person))
+        return await admin.act(Caller(person, who.token_id), path, body)
+
     console = Console(plane.snapshot, authorise=login, still_valid=still_valid, history=admin.history_entries,
-                      usage=usage, logs=plane.logs, applied_diff=applied,
-                      accounts=StoreAccounts(admin) if plane.store is not None else None, oidc=SettingsOidc(plane))
+                      usage=usage, logs=plane.logs, applied_diff=applied, accounts=accounts, oidc=SettingsOidc(plane),
+                      act=act)
     return AdminMount("/console", console, console.run_sampler)
 
 
