@@ -43,8 +43,9 @@ def console_mount(admin: AdminApp) -> AdminMount:
         found = await admin.in_store_thread(plane.store.find_token, token)
         if found is None or found.scope not in (CONSOLE_SCOPE, "admin") or not _active(found):
             return None
-        if found.owner is None:
-            return Login(found.name or found.scope, found.token_id)
+        if found.owner is None:  # an admin token of nobody's is an operator's; a console token only reads
+            return Login(found.name or found.scope, found.token_id, role="operator" if found.scope == "admin"
+                         else "viewer")
         person = await admin.person_of(found.owner)
         if person is None or not person.access.role:
             return None
@@ -66,8 +67,15 @@ def console_mount(admin: AdminApp) -> AdminMount:
 
     async def act(who: Login, path: str, body: dict) -> tuple[int, dict]:
         # the admin API's own route, as the person logged in (their role checked there, them the commit's author);
-        # a login of nobody's (the admin token, a token of nobody's) acts as the admin token does
+        # a login of nobody's acts as its token may on the admin API: the plane's own admin token and store tokens
+        # of scope admin change settings, a token of scope console only reads
         if who.person is None:
+            if who.token_id is not None:
+                found = await admin.in_store_thread(plane.store.token_by_id, who.token_id)
+                if found is None or not _active(found) or found.scope != "admin":
+                    return 403, {"error": {"type": "forbidden", "message": "this console login's token (scope "
+                                           f"{found.scope if found else 'unknown'}) reads the console and changes "
+                                           "nothing: log in with an admin token or as a person with a role"}}
             return await admin.act(Caller(token_id=who.token_id), path, body)
         fresh = await accounts.person(who.person) if accounts is not None else None
         if fresh is None or not fresh.role:

@@ -138,6 +138,15 @@ async def test_each_action_shows_its_diff_then_commits_as_the_person_and_refusal
             assert ("audit@lab.example is a viewer (projects.yaml people.viewers): viewers read everything and change "
                     "nothing") in text_of(refused.text)
 
+        # a store token of nobody's with scope console reads the console and changes nothing
+        reader = plane.store.create_token("console")[1]
+        async with httpx.AsyncClient(base_url=plane.admin_url, headers={"Authorization": f"Bearer {reader}"}) as bot:
+            page = await bot.get("/console/replicas")
+            assert page.status_code == 200 and 'id="set-replicas-tiny"' not in page.text  # no form to act
+            refused = await bot.post("/console/actions", data={"action": "cordon", "node": "n1"})
+            assert refused.status_code == 403 and "(scope console) reads the console and changes nothing" in \
+                text_of(refused.text)
+
         # a member adds their own SSH key (the e-mail field cannot make it someone else's), and no cluster action
         forge = await trio.to_thread.run_sync(commit_directly, repo, "slurm.yaml", SLURM_USERS.encode(),
                                               "slurm: users llmgw\n")
