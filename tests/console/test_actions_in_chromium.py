@@ -6,6 +6,8 @@ checked non-empty and free of browser console errors."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import trio
 from selenium.common.exceptions import StaleElementReferenceException
@@ -104,6 +106,8 @@ async def test_an_operator_drains_a_node_from_the_console_and_a_member_adds_an_s
             css(driver, "#nav-ssh-keys").click()
             wait_until(driver, lambda d: d.find_elements(By.ID, "key-line"), "the SSH keys page")
             css(driver, "#key-line").send_keys(KEY)
+            time.sleep(6)  # past a refresh of <main> (every 5 s): a form being typed into is left alone
+            assert css(driver, "#key-line").get_attribute("value") == KEY
             click(driver, "#add-key")
             wait_until(driver, lambda d: d.find_elements(By.ID, "action-diff"), "the key's diff")
             assert "ada@lab.example" in css(driver, "#action-diff").text
