@@ -20,7 +20,7 @@ import trio
 from llmgw.console import Console, Login
 from llmgw.console.oidc import OidcClient, OidcSettings
 from llmgw.settings import ConsoleOidc
-from llmgw.control.admin import AdminApp, AdminMount
+from llmgw.control.admin import AdminApp, AdminMount, Caller, Person
 
 log = logging.getLogger("llmgw.console")
 CONSOLE_SCOPE = "console"
@@ -43,8 +43,9 @@ def console_mount(admin: AdminApp) -> AdminMount:
         found = await admin.in_store_thread(plane.store.find_token, token)
         if found is None or found.scope not in (CONSOLE_SCOPE, "admin") or not _active(found):
             return None
-        if found.owner is None:
-            return Login(found.name or found.scope, found.token_id)
+        if found.owner is None:  # an admin token of nobody's is an operator's; a console token only reads
+            return Login(found.name or found.scope, found.token_id, role="operator" if found.scope == "admin"
+                         else "viewer")
         person = await admin.person_of(found.owner)
         if person is None or not person.access.role:
             return None
@@ -62,9 +63,30 @@ def console_mount(admin: AdminApp) -> AdminMount:
 
         return await trio.to_thread.run_sync(applied_diff, str(plane.watcher_repo_path), audit_commit)
 
+    accounts = StoreAccounts(admin) if plane.store is not None else None
+
+    async def act(who: Login, path: str, body: dict) -> tuple[int, dict]:
+        # the admin API's own route, as the person logged in (their role checked there, them the commit's author);
+        # a login of nobody's acts as its token may on the admin API: the plane's own admin token and store tokens
+        # of scope admin change settings, a token of scope console only reads
+        if who.person is None:
+            if who.token_id is not None:
+                found = await admin.in_store_thread(plane.store.token_by_id, who.token_id)
+                if found is None or not _active(found) or found.scope != "admin":
+                    return 403, {"error": {"type": "forbidden", "message": "this console login's token (scope "
+                                           f"{found.scope if found else 'unknown'}) reads the console and changes "
+                                           "nothing: log in with an admin token or as a person with a role"}}
+            return await admin.act(Caller(token_id=who.token_id), path, body)
+        fresh = await accounts.person(who.person) if accounts is not None else None
+        if fresh is None or not fresh.role:
+            return 401, {"error": {"type": "unauthorized", "message": f"{who.person} may no longer act here (account "
+                                   "disabled, or no role in projects.yaml): log in again"}}
+        person = Person(fresh.person or who.person, fresh.principal, admin.access_of(fresh.person or who.person))
+        return await admin.act(Caller(person, who.token_id), path, body)
+
     console = Console(plane.snapshot, authorise=login, still_valid=still_valid, history=admin.history_entries,
-                      usage=usage, logs=plane.logs, applied_diff=applied,
-                      accounts=StoreAccounts(admin) if plane.store is not None else None, oidc=SettingsOidc(plane))
+                      usage=usage, logs=plane.logs, applied_diff=applied, accounts=accounts, oidc=SettingsOidc(plane),
+                      act=act)
     return AdminMount("/console", console, console.run_sampler)
 
 

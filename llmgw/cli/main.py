@@ -41,6 +41,7 @@ COMMAND_MODULES: dict[str, tuple[str, ...]] = {
     # node join (agent), node doctor (discovery), node cordon|uncordon|drain (settings commits), node add (ssh)
     "node": ("llmgw.cli.agent_cmds", "llmgw.cli.node_cmds", "llmgw.cli.slurm_cmds", "llmgw.cli.node_add"),
     "slurm": ("llmgw.cli.slurm_cmds",),
+    "model": ("llmgw.cli.model_cmds",),
     "firewall": ("llmgw.cli.firewall_cmds",),
     "wipe": ("llmgw.cli.wipe_cmd",),
     "release": ("llmgw.cli.release_cmds",),

@@ -13,7 +13,11 @@ a unix time, rows shaped like `llmgw.store.UsageRow`; None hides the Usage page)
 (a shard's last log lines, "" for the agent's own; None hides the log pages) and `applied_diff(audit_commit)`
 (the settings diff an audit commit applied, shaped like `llmgw.control.audit_diff.AppliedDiff`; None: history
 entries show their message only) and `accounts` (`Accounts`: people's password logins and their roles, rechecked
-every minute; None: tokens only; failed logins limited by `llmgw.console.throttle`). Of the control plane it imports only `llmgw.control.view` (an import contract);
+every minute; None: tokens only; failed logins limited by `llmgw.console.throttle`) and `act(login, path, body) ->
+(status, answer)` (POST an admin-API edit route as the person logged in: `llmgw.control.admin.AdminApp.act`; None:
+a console without actions). Actions (`llmgw.console.actions`): a form posts to /console/actions, which shows the
+diff the edit would commit (a preview) and, confirmed, commits it onto the head that diff was made against; refusals
+(a role's 403, `llmgw validate`'s words, a branch that moved meanwhile) are shown as the admin API says them. Of the control plane it imports only `llmgw.control.view` (an import contract);
 `llmgw.cli.console_mount` makes these functions and mounts the console on the admin listener.
 
 Security: every page but the login form and the stylesheet/script needs a session cookie (set by the login form,
@@ -37,6 +41,7 @@ import trio
 from quart import Response, g, redirect, render_template, request
 from quart_trio import QuartTrio
 
+from llmgw.console.actions import FORM_FIELDS, ActionError, back_of, request_of
 from llmgw.console.buckets import FleetHistory
 from llmgw.console.charts import day_columns, gpu_chart
 from llmgw.console.sessions import SESSION_TTL, Login, SessionBook, csrf_matches
@@ -62,9 +67,11 @@ History = Callable[[int], Awaitable[list[Any]]]
 Usage = Callable[..., Awaitable[list[Any]]]  # (by, since[, projects]) -> rows
 Logs = Callable[[str, str, int], Awaitable[list[str]]]
 AppliedDiff = Callable[[str], Awaitable[Any]]
+Act = Callable[[Login, str, dict[str, Any]], Awaitable[tuple[int, dict[str, Any]]]]
 USAGE_GROUPS = ("day", "model", "project")
-MEMBER_PAGES = frozenset({"usage", "logout", "cluster", "cluster_bare"})
-"""The endpoints a project member may open (the cluster's page sends them to their usage)."""
+MEMBER_PAGES = frozenset({"usage", "logout", "cluster", "cluster_bare", "ssh_keys", "act"})
+"""The endpoints a project member may open (the cluster's page sends them to their usage; what an action may do is
+the admin API's word: a member's own SSH keys only)."""
 
 
 class Accounts(Protocol):
@@ -94,7 +101,8 @@ class Console:
     def __init__(self, snapshot: Callable[[], ControlState], *, authorise: Authorise, history: History,
                  still_valid: StillValid | None = None, usage: Usage | None = None, logs: Logs | None = None,
                  applied_diff: AppliedDiff | None = None, accounts: Accounts | None = None,
-                 oidc: OidcClient | Callable[[], OidcClient | None] | None = None, sample_interval: float = 5.0,
+                 oidc: OidcClient | Callable[[], OidcClient | None] | None = None, act: Act | None = None,
+                 sample_interval: float = 5.0,
                  session_ttl: float = SESSION_TTL, clock: Callable[[], float] = trio.current_time,
                  wall: Callable[[], float] = time.time):
         self.snapshot = snapshot
@@ -107,6 +115,7 @@ class Console:
         self.usage = usage
         self.logs = logs
         self.applied_diff = applied_diff
+        self.act = act
         self.sample_interval = sample_interval
         self.clock, self.wall = clock, wall
         self.sessions = SessionBook(session_ttl)
@@ -162,6 +171,8 @@ class Console:
         app.add_url_rule(f"{PREFIX}/history", "history", self._history)
         app.add_url_rule(f"{PREFIX}/history/<commit>", "history_entry", self._history_entry)
         app.add_url_rule(f"{PREFIX}/usage", "usage", self._usage)
+        app.add_url_rule(f"{PREFIX}/ssh-keys", "ssh_keys", self._ssh_keys)
+        app.add_url_rule(f"{PREFIX}/actions", "act", self._act, methods=["POST"])
         return app
 
     async def _guard(self) -> Response | None:
@@ -335,7 +346,8 @@ class Console:
             template, page=page, principal=g.principal, csrf=g.csrf, bearer=g.bearer, login=g.login,
             leader=state.leadership.leader, leader_holder=state.leadership.holder,
             cluster_name=settings.cluster.name if settings else "", usage_page=self.usage is not None,
-            logs_page=self.logs is not None, **context,
+            logs_page=self.logs is not None, can_act=self.act is not None and g.login.role == "operator",
+            actions=self.act is not None, **context,
         )
 
     async def _cluster(self) -> str:
@@ -427,6 +439,54 @@ class Console:
         currency = settings.cluster.currency if settings else ""
         return await self._page("usage.html", "usage", state=state, days=days, groups=groups, currency=currency,
                                 chart=day_columns(groups["day"], "tokens per day (prompt + completion)"))
+
+
+    async def _ssh_keys(self) -> Any:
+        """The SSH keys of slurm.yaml `ssh_keys` (a member's own only), with forms to add and remove them."""
+        state = self.snapshot()
+        keys = dict(state.settings.slurm.ssh_keys) if state.settings else {}
+        member = g.login.role == "member"
+        if member:
+            keys = {g.login.person: keys.get(g.login.person, ())}
+        return await self._page("ssh_keys.html", "ssh-keys", state=state, keys=dict(sorted(keys.items())),
+                                member=member, may_edit=self.act is not None and g.login.role in ("operator", "member"))
+
+    async def _act(self) -> Any:
+        """An action form: without `expect`, the diff its edit would commit (nothing committed) and a form to confirm
+        it; with `expect` (the head the diff was made against), the commit. Either way as the person logged in,
+        through the admin API's edit routes (`act`); what they refuse is shown with their status and words."""
+        state = self.snapshot()
+        if self.act is None:
+            return await self._page("missing.html", "actions", state=state, what="action on this console"), 404
+        form = await request.form
+        fields = {name: str(form.get(name)) for name in FORM_FIELDS if form.get(name)}
+        back = back_of(form)
+        try:
+            wanted = request_of(form, g.login)
+        except ActionError as exc:
+            return await self._page("acted.html", "actions", state=state, title="Not an action", status=400,
+                                    error={"message": str(exc)}, fields={}, back=back), 400
+        expect = str(form.get("expect") or "")
+        status, answer = await self.act(g.login, wanted.path,
+                                        {**wanted.body, **({"expect": expect} if expect else {"preview": True})})
+        if status != 200:
+            return await self._page("acted.html", "actions", state=state, title=wanted.title, status=status,
+                                    error=answer.get("error", {}), fields=fields, back=back), status
+        if answer.get("preview"):
+            return await self._page("confirm.html", "actions", state=state, title=wanted.title, answer=answer,
+                                    diff=_diff_lines(answer.get("diff", "")), fields=fields, back=back)
+        return await self._page("acted.html", "actions", state=state, title=wanted.title, status=200, answer=answer,
+                                error=None, fields=fields, back=back)
+
+
+def _diff_lines(diff: str) -> list[tuple[str, str]]:
+    """A unified diff's lines, each with its class: "file" (---/+++), "hunk" (@@), "added", "removed" or "same"."""
+    lines = []
+    for line in diff.splitlines():
+        kind = ("file" if line.startswith(("--- ", "+++ ")) else "hunk" if line.startswith("@@") else
+                "added" if line.startswith("+") else "removed" if line.startswith("-") else "same")
+        lines.append((kind, line))
+    return lines
 
 
 class BadParameter(ValueError):

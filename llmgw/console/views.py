@@ -159,15 +159,21 @@ def cluster_view(state: ControlState) -> dict[str, Any]:
 
 
 def models_view(state: ControlState) -> dict[str, dict[str, Any]]:
-    """Per model of the settings in force (and any model still running): wanted and ready replica counts and its
-    replicas from the status document."""
+    """Per model of the settings in force (and any model still running): wanted and ready replica counts, its
+    replicas from the status document, and what the console's actions change: its fixed `count` or autoscaled range
+    (`low`, `high`), its adapters' names, and `in_catalog` (False: a model still running that the catalog dropped)."""
     replicas = state_document(state)["replicas"]
     models: dict[str, dict[str, Any]] = {}
     settings = state.settings
     for model in (settings.models if settings else {}).values():
-        models[model.name] = {"wanted": model.replicas, "ready": 0, "replicas": {}}
+        scaling = model.scaling
+        models[model.name] = {"wanted": model.replicas, "ready": 0, "replicas": {}, "in_catalog": True,
+                              "count": None if scaling else model.replicas,
+                              "low": scaling.min if scaling else None, "high": scaling.max if scaling else None,
+                              "adapters": [a.name for a in model.adapters]}
     for replica_id, replica in replicas.items():
-        entry = models.setdefault(replica["model"], {"wanted": 0, "ready": 0, "replicas": {}})
+        entry = models.setdefault(replica["model"], {"wanted": 0, "ready": 0, "replicas": {}, "in_catalog": False,
+                                                     "adapters": []})
         entry["replicas"][replica_id] = replica
         entry["ready"] += replica["state"] == "ready"
     return dict(sorted(models.items()))

@@ -26,6 +26,10 @@ The API is described in docs/admin-api.yaml (OpenAPI 3.1), served at GET /openap
     GET  /api/v1/logs?node=N&shard=S&lines=K  a shard's (or the agent's) last log lines
     POST /api/v1/stop | /api/v1/start {"author_name", "author_email"}   serving.stopped commits
     POST /api/v1/nodes/{node}/{verb} {"author_name", "author_email"}   verb: cordon|uncordon|drain|lend|reclaim
+    POST /api/v1/models/{model}/replicas {"replicas"} | {"min", "max"}   the model's replica count or range
+    POST /api/v1/models/{model}/adapters {"action": "add"|"remove", "name", "weights"}   its LoRA adapters
+                                              (these, and slurm/users/keys below, are settings commits as the
+                                              caller: llmgw.control.admin_edits; each takes "preview" and "expect")
     POST /api/v1/fabric-test {"a", "b"}     ib_write_bw from node a to node b, rail by rail, each graded
                                               (llmgw.control.fabric_test); seconds per rail
     GET  /api/v1/slurm/users                  members as Linux users on Slurm nodes: login, UID, home, keys
@@ -62,7 +66,7 @@ from urllib.parse import parse_qs, unquote_plus
 
 import trio
 
-from llmgw.control import admin_keys
+from llmgw.control import admin_edits, admin_keys
 from llmgw.control.admin_listener import HOOK_TOKEN_HEADER, AdminTls, Network, forwarded_scope
 from llmgw.control.admin_inputs import (
     MAX_APPLY_TIMEOUT,
@@ -282,8 +286,32 @@ class AdminApp:
         for mount in self.mounts:
             if mount.serves(scope["path"]):
                 return await mount.app(scope, receive, send)
+        await self._answer(scope, receive, send)
+
+    async def act(self, caller: Caller, path: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        """Send `POST path` with the JSON `body` as `caller` through the routes an HTTP request takes (the same role
+        checks, writers and error answers), without a token: how the console acts for the person logged in.
+        Returns (HTTP status, the JSON answer). A checkpoint."""
+        encoded = _encode(body)
+        sent: list[dict[str, Any]] = []
+
+        async def receive() -> dict[str, Any]:
+            return {"type": "http.request", "body": encoded, "more_body": False}
+
+        async def send(message: dict[str, Any]) -> None:
+            sent.append(message)
+
+        scope = {"type": "http", "method": "POST", "path": path, "query_string": b"", "headers": []}
+        await self._answer(scope, receive, send, caller)
+        status = next(m["status"] for m in sent if m["type"] == "http.response.start")
+        text = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+        return status, json.loads(text)
+
+    async def _answer(self, scope, receive, send, caller: Caller | None = None) -> None:
+        """Route the request (as `caller` when given, else as its bearer token says) and answer every LlmgwError
+        with its status and `{"error": ...}`."""
         try:
-            await self._route(scope, receive, send)
+            await self._route(scope, receive, send, caller)
         except _HttpError as exc:
             await _send_json(send, exc.status, {"error": {"type": exc.kind, "message": exc.message}})
         except AdminInputError as exc:
@@ -376,7 +404,7 @@ class AdminApp:
                                 (b"content-length", str(len(body)).encode())]})
         await send({"type": "http.response.body", "body": body})
 
-    async def _route(self, scope, receive, send) -> None:
+    async def _route(self, scope, receive, send, caller: Caller | None = None) -> None:
         method, path = scope["method"], scope["path"].rstrip("/")
         query = {k: v[-1] for k, v in parse_qs(scope.get("query_string", b"").decode("utf-8", "replace"),
                                                       keep_blank_values=True).items()}
@@ -392,7 +420,8 @@ class AdminApp:
         if path == "/metrics" and method == "GET":
             return await self._metrics(scope, send)
         needed = "review" if method == "GET" and path in REVIEW_ROUTES else SCOPE_ADMIN
-        caller = await self.caller(scope, needed)
+        if caller is None:
+            caller = await self.caller(scope, needed)
         if caller is None:
             raise _HttpError(401, "unauthorized",
                              "an admin token" + ("" if needed == SCOPE_ADMIN else f" or a token of scope {needed}")
@@ -435,22 +464,8 @@ class AdminApp:
                 raise _HttpError(400, "bad_request", "say which node: /api/v1/logs?node=NODE[&shard=SHARD]")
             lines = await plane.logs(node, query.get("shard", ""), query_int(query, "lines", 200, 1, MAX_LOG_LINES))
             return await _send_json(send, 200, {"node": node, "shard": query.get("shard", ""), "lines": lines})
-        if method == "POST" and path in ("/api/v1/stop", "/api/v1/start"):
-            body = _json_body(await _read_body(receive))
-            name, email = caller.author(body)
-            commit = await plane.set_stopped(path.endswith("stop"), name, email)
-            return await _send_json(send, 200, {"commit": commit, "stopped": path.endswith("stop"),
-                                                "author": f"{name} <{email}>"})
-        if method == "POST" and path.startswith("/api/v1/nodes/") and path.count("/") == 5:
-            node, verb = path.split("/")[4:6]  # /api/v1/nodes/<node>/<cordon|uncordon|drain|lend|reclaim>
-            if verb not in ("cordon", "uncordon", "drain", "lend", "reclaim"):
-                raise _HttpError(404, "not_found", f"no route {method} {path}")
-            body = _json_body(await _read_body(receive))
-            name, email = caller.author(body)
-            done = await plane.node_verb(verb, node, name, email)
-            known = plane.snapshot().fleet.get(node) is not None
-            return await _send_json(send, 200, {"commit": done.commit, "changed": done.changed, "node": node,
-                                                "verb": verb, "known": known, "author": f"{name} <{email}>"})
+        if admin_edits.serves(method, path):
+            return await self._edit(send, caller, path, _json_body(await _read_body(receive)))
         if method == "POST" and path == "/api/v1/fabric-test":
             body = _json_body(await _read_body(receive))
             a, b = body_text(body, "a", ""), body_text(body, "b", "")
@@ -459,20 +474,6 @@ class AdminApp:
             return await _send_json(send, 200, await plane.fabric_test(a, b))
         if method == "GET" and path == "/api/v1/slurm/users":
             return await _send_json(send, 200, await plane.slurm_users())
-        if method == "POST" and path == "/api/v1/slurm/users/keys":
-            body = _json_body(await _read_body(receive))
-            action, email = body_text(body, "action", ""), body_text(body, "email", "")
-            keys = body.get("keys", [])
-            if action not in ("add", "remove") or not email or not isinstance(keys, list) \
-                    or not all(isinstance(key, str) for key in keys) or (action == "add" and not keys):
-                raise _HttpError(400, "bad_request", "say {\"action\": \"add\" or \"remove\", \"email\": ..., "
-                                 "\"keys\": [public key lines]} (add needs at least one key)")
-            if person is not None and (why := refusal(person, method, path, body)) is not None:
-                raise _HttpError(403, "forbidden", why)
-            name, author_email = caller.author(body)
-            done = await plane.ssh_keys(action, email, tuple(keys), name, author_email)
-            return await _send_json(send, 200, {"commit": done.commit, "changed": done.changed, "email": email,
-                                                "action": action, "author": f"{name} <{author_email}>"})
         if method == "POST" and path == "/api/v1/join-tokens":
             body = _json_body(await _read_body(receive))
             ttl = body_number(body, "ttl_seconds", 3600.0, 0.0, MAX_JOIN_TOKEN_TTL)
@@ -482,6 +483,22 @@ class AdminApp:
         if method == "POST" and path == "/api/v1/restart":
             return await self._restart(receive, send)
         raise _HttpError(404, "not_found", f"no route {method} {path}")
+
+    async def _edit(self, send, caller: Caller, path: str, body: dict[str, Any]) -> None:
+        """An edit route (`llmgw.control.admin_edits`): the edit committed as the caller, or its preview."""
+        found = admin_edits.edit_of(path, body)
+        if found is None:
+            raise _HttpError(404, "not_found", f"no route POST {path}")
+        edit, answer = found
+        if caller.person is not None and (why := refusal(caller.person, "POST", path, body)) is not None:
+            raise _HttpError(403, "forbidden", why)
+        preview, expect = body_bool(body, "preview", False), admin_edits.body_expect(body)
+        name, email = caller.author(body)
+        done = await self.plane.edit_settings(edit, name, email, expect=expect, preview=preview)
+        if "node" in answer:  # a node no settings file names is committed all the same: say so
+            answer["known"] = self.plane.snapshot().fleet.get(answer["node"]) is not None
+        await _send_json(send, 200, {"commit": done.commit, "changed": done.changed, "preview": done.preview,
+                                     "diff": done.diff, **answer, "author": f"{name} <{email}>"})
 
     async def _hook(self, scope, receive, send) -> None:
         body = await _read_body(receive)

@@ -160,19 +160,43 @@ class SshKeys:
     keys: tuple[str, ...]
 
 
-SettingsEdit = Union[ServingStopped, NodeVerb, SshKeys]
-"""What a person asks to change in the settings (llmgw.settings.node_commits writes each)."""
+@dataclass(frozen=True)
+class ModelReplicas:
+    """The edit of a model's replica count (`count`), or of its autoscaled range `low`..`high` (`count` None)."""
+
+    model: str
+    count: int | None = None
+    low: int | None = None
+    high: int | None = None
+
+
+@dataclass(frozen=True)
+class ModelAdapter:
+    """The edit adding (`action` "add", with `weights`: (source, sha256) pairs) or removing LoRA adapter `name` of
+    `model`."""
+
+    action: str
+    model: str
+    name: str
+    weights: tuple[tuple[str, str], ...] = ()
+
+
+SettingsEdit = Union[ServingStopped, NodeVerb, SshKeys, ModelReplicas, ModelAdapter]
+"""What a person asks to change in the settings (llmgw.settings.node_commits and model_commits write each, through
+llmgw.settings.edit_commits.commit_edit)."""
 
 
 @dataclass(frozen=True)
 class CommitSettings:
     """Commit `edit` to the settings branch as the person `author_name` <`author_email`>. `request`: the id the
-    requester waits on for the commit (or the error) the handler answers with (`llmgw.control.operating`)."""
+    requester waits on for the commit (or the error) the handler answers with (`llmgw.control.operating`).
+    `expect`: the branch head the person saw the edit's diff against ("": any); another head refuses the commit."""
 
     request: str
     edit: SettingsEdit
     author_name: str
     author_email: str
+    expect: str = ""
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,7 @@
 """`SettingsDesk`: what an operator changes through the control plane is a commit to the settings branch, authored
-by that operator (`llmgw stop|start`, `llmgw node cordon|uncordon|drain`, `llmgw slurm lend|reclaim`, SSH keys),
-and what a commit would do is a plan (`preview`).
+by that operator (`llmgw stop|start`, `llmgw node cordon|uncordon|drain`, `llmgw slurm lend|reclaim`, SSH keys, a
+model's replicas and adapters: the admin API's routes, which the CLI and the console call), and what a commit would
+do is a plan (`preview`) and, before it is made, a diff (`edit(..., preview=True)`).
 
 A request becomes an event on the control loop's channel (`settings_edit_requested`) whose effect, `CommitSettings`,
 the desk's own handler (`commit`, lane "settings": one commit after the other) writes to the branch; the watcher
@@ -19,26 +20,33 @@ import trio
 
 from llmgw.control.autoscaling import wanted_counts
 from llmgw.control.canaries import holds_of
-from llmgw.control.effects import CommitSettings, NodeVerb, ServingStopped, SettingsEdit, SshKeys
+from llmgw.control.effects import (
+    CommitSettings, ModelAdapter, ModelReplicas, NodeVerb, ServingStopped, SettingsEdit, SshKeys,
+)
 from llmgw.control.events import settings_edit_requested
 from llmgw.control.reports import fleet_for
 from llmgw.control.state import ControlState
 from llmgw.control.watching import SettingsWatcher
 from llmgw.errors import LlmgwError, UsageError
 from llmgw.plan.types import Plan
-from llmgw.settings import set_serving_stopped
-from llmgw.settings.node_commits import NodeVerbCommit, commit_node_verb, commit_ssh_key
+from llmgw.settings import EditCommit
+from llmgw.settings.model_commits import commit_model_adapter, commit_model_replicas
+from llmgw.settings.node_commits import commit_node_verb, commit_serving_stopped, commit_ssh_key
 
-WRITERS: dict[type, Callable[..., Any]] = {
-    ServingStopped: lambda repo, edit, name, email, branch: set_serving_stopped(
-        repo, edit.stopped, name, email, branch=branch),
-    NodeVerb: lambda repo, edit, name, email, branch: commit_node_verb(
-        repo, edit.verb, edit.node, name, email, branch=branch),
-    SshKeys: lambda repo, edit, name, email, branch: commit_ssh_key(
-        repo, edit.action, edit.email, edit.keys, name, email, branch=branch),
+WRITERS: dict[type, Callable[..., EditCommit]] = {
+    ServingStopped: lambda repo, edit, name, email, branch, **options: commit_serving_stopped(
+        repo, edit.stopped, name, email, branch, **options),
+    NodeVerb: lambda repo, edit, name, email, branch, **options: commit_node_verb(
+        repo, edit.verb, edit.node, name, email, branch, **options),
+    SshKeys: lambda repo, edit, name, email, branch, **options: commit_ssh_key(
+        repo, edit.action, edit.email, edit.keys, name, email, branch, **options),
+    ModelReplicas: lambda repo, edit, name, email, branch, **options: commit_model_replicas(
+        repo, edit.model, name, email, branch, count=edit.count, low=edit.low, high=edit.high, **options),
+    ModelAdapter: lambda repo, edit, name, email, branch, **options: commit_model_adapter(
+        repo, edit.model, edit.action, edit.name, edit.weights, name, email, branch, **options),
 }
-"""How each kind of `SettingsEdit` is written (llmgw.settings): (repo path, edit, author name, author email, branch)
--> the writer's result (a commit id, or a `NodeVerbCommit`)."""
+"""How each kind of `SettingsEdit` is written (llmgw.settings, each through `commit_edit`): (repo path, edit, author
+name, author email, branch, expect=..., preview=...) -> the `EditCommit`."""
 
 
 class _Answer:
@@ -72,15 +80,22 @@ class SettingsDesk:
         return make_plan(settings, fleet_for(state.fleet.fleet(), settings), canaries=holds_of(state.canaries),
                          replicas=wanted_counts(state.scales))
 
-    async def _commit(self, refusal: str, edit: SettingsEdit, author_name: str, author_email: str) -> Any:
-        """Ask the loop to commit `edit` as the author and wait for the handler's answer. A checkpoint.
-        Raises: UsageError `refusal` when remote; what the writer raised (SettingsError, UsageError)."""
+    async def edit(self, edit: SettingsEdit, author_name: str, author_email: str, *, expect: str = "",
+                   preview: bool = False) -> EditCommit:
+        """Commit `edit` as the author (`expect`: only onto that head, see `commit_edit`), or with `preview` say what
+        it would change (the diff, written by the same writer in a worker thread; nothing committed). A checkpoint.
+        Raises: UsageError when the settings repository is remote (the person commits there instead) or the head is
+        not `expect`; SettingsError (`llmgw validate`'s words) when the result would not validate."""
         if self.watcher.remote:
-            raise UsageError(f"the settings live at {self.location}; {refusal}")
+            raise UsageError(f"the settings live at {self.location}; {_remote_advice(edit)}")
+        if preview:
+            return await trio.to_thread.run_sync(functools.partial(
+                WRITERS[type(edit)], str(self.watcher.repo_path), edit, author_name, author_email, self.branch,
+                preview=True))
         request = secrets.token_hex(8)
         answer = self._waiting[request] = _Answer()
         try:
-            self.update(settings_edit_requested(CommitSettings(request, edit, author_name, author_email)),
+            self.update(settings_edit_requested(CommitSettings(request, edit, author_name, author_email, expect)),
                         f"settings edit by {author_email}")
             await answer.done.wait()
         finally:
@@ -95,7 +110,7 @@ class SettingsDesk:
         waits). Raises nothing: a writer's LlmgwError is the requester's answer."""
         answer = self._waiting.get(effect.request) or _Answer()
         write = functools.partial(WRITERS[type(effect.edit)], str(self.watcher.repo_path), effect.edit,
-                                  effect.author_name, effect.author_email, self.branch)
+                                  effect.author_name, effect.author_email, self.branch, expect=effect.expect)
         try:
             answer.result = await trio.to_thread.run_sync(write)
         except LlmgwError as exc:
@@ -105,23 +120,13 @@ class SettingsDesk:
         finally:
             answer.done.set()
 
-    async def set_stopped(self, stopped: bool, author_name: str, author_email: str) -> str:
-        """Commit `serving.stopped: <stopped>` as the operator; returns the commit id.
-        Raises: UsageError when the settings repository is remote (commit it there instead)."""
-        word = "true" if stopped else "false"
-        return await self._commit(f"commit serving.stopped: {word} in llmgw.yaml there and push it.",
-                                  ServingStopped(stopped), author_name, author_email)
 
-    async def node_verb(self, verb: str, node: str, author_name: str, author_email: str) -> NodeVerbCommit:
-        """Commit `llmgw node cordon|uncordon|drain` or `llmgw slurm lend|reclaim` for `node` as the operator
-        (llmgw.settings.node_commits); returns the branch head and whether a commit was made.
-        Raises: UsageError when the settings are remote."""
-        return await self._commit(f"make the change ({verb} {node}) there and push it.",
-                                  NodeVerb(verb, node), author_name, author_email)
-
-    async def ssh_keys(self, action: str, email: str, keys: tuple[str, ...], author_name: str,
-                       author_email: str) -> NodeVerbCommit:
-        """Commit `llmgw slurm users keys add|remove` (llmgw.settings.node_commits.commit_ssh_key) as the operator.
-        Raises: UsageError when the settings are remote; SettingsError when the result does not validate."""
-        return await self._commit("change ssh_keys in slurm.yaml there and push it.",
-                                  SshKeys(action, email, tuple(keys)), author_name, author_email)
+def _remote_advice(edit: SettingsEdit) -> str:
+    """What to do instead of `edit` when the settings repository is remote: a sentence's end."""
+    if isinstance(edit, ServingStopped):
+        return f"commit serving.stopped: {'true' if edit.stopped else 'false'} in llmgw.yaml there and push it."
+    if isinstance(edit, NodeVerb):
+        return f"make the change ({edit.verb} {edit.node}) there and push it."
+    if isinstance(edit, SshKeys):
+        return "change ssh_keys in slurm.yaml there and push it."
+    return f"change model {edit.model}'s catalog file there and push it."

@@ -228,18 +228,10 @@ class ControlPlane:
         """Ask whoever runs this control plane to restart it: `restart_requested` is set."""
         self.restart_requested.set()
 
-    async def set_stopped(self, stopped: bool, author_name: str, author_email: str) -> str:
-        """Commit `serving.stopped` as the operator (`llmgw.control.operating.SettingsDesk.set_stopped`)."""
-        return await self.desk.set_stopped(stopped, author_name, author_email)
-
-    async def node_verb(self, verb: str, node: str, author_name: str, author_email: str) -> Any:
-        """Commit a node verb as the operator (`llmgw.control.operating.SettingsDesk.node_verb`)."""
-        return await self.desk.node_verb(verb, node, author_name, author_email)
-
-    async def ssh_keys(self, action: str, email: str, keys: tuple[str, ...], author_name: str,
-                       author_email: str) -> Any:
-        """Commit SSH keys of a member as the operator (`llmgw.control.operating.SettingsDesk.ssh_keys`)."""
-        return await self.desk.ssh_keys(action, email, keys, author_name, author_email)
+    async def edit_settings(self, edit: Any, author_name: str, author_email: str, *, expect: str = "",
+                            preview: bool = False) -> Any:
+        """Commit a person's settings edit as them, or preview its diff (`llmgw.control.operating.SettingsDesk.edit`)."""
+        return await self.desk.edit(edit, author_name, author_email, expect=expect, preview=preview)
 
     def create_join_token(self, ttl_seconds: float = 3600.0) -> dict[str, Any]:
         """A one-time join token for a new node (`llmgw.control.node_requests.join_token`)."""

@@ -110,15 +110,11 @@ class ControlView(Protocol):
     def request_restart(self) -> None:
         """Ask whoever runs this control plane to restart it."""
 
-    async def set_stopped(self, stopped: bool, author_name: str, author_email: str) -> str:
-        """Commit `serving.stopped` to the settings branch as the operator; returns the commit id."""
-
-    async def node_verb(self, verb: str, node: str, author_name: str, author_email: str) -> str:
-        """Commit cordon/uncordon/drain (or Slurm lend/reclaim) of `node` as the operator; returns the branch head."""
-
-    async def ssh_keys(self, action: str, email: str, keys: tuple[str, ...], author_name: str,
-                       author_email: str) -> Any:
-        """Commit a member's SSH keys added to or removed from slurm.yaml as the operator (NodeVerbCommit)."""
+    async def edit_settings(self, edit: Any, author_name: str, author_email: str, *, expect: str = "",
+                            preview: bool = False) -> Any:
+        """Commit `edit` (a `llmgw.control.effects.SettingsEdit`: stop/start, a node verb, SSH keys, a model's
+        replicas or adapters) to the settings branch as the person, only onto head `expect` when given; with `preview`,
+        commit nothing and return the diff it would make (`llmgw.settings.EditCommit`)."""
 
     async def slurm_users(self) -> dict[str, Any]:
         """The Linux users of slurm.yaml `users: llmgw`: {"users": [...]}."""

@@ -6,14 +6,15 @@ error as `file:line:column: key.path: reason`; keys accepted but not acted on ye
 recorded as valid, see `read_valid_trees`, `validation_key`, `VALID_TREES_FILE`). Diff: `diff_settings(a, b)` ->
 SettingsDiff. Repository: `init_repository(path, seed_dir, notify_url, branch)`, `install_hooks`. Refs and
 config: `branch_head`, `ref_commit`, `fetch_mirror`, `set_config_value`, `discover_repository`, `redact_url`,
-`AUDIT_REF`, `APPLIED_REF`. Commits: `set_serving_stopped`, `append_audit`, `set_ref`, `read_audit_log`,
+`AUDIT_REF`, `APPLIED_REF`. Commits: `commit_edit` (the one writer of edits made for a person: `edit_commits`), `append_audit`, `set_ref`, `read_audit_log`,
 `read_audit_file`. History: `commits_since(repo, old, new)` (what changed on a branch since a commit),
 `read_audit_chain`, `audit_commit`.
 """
 
 from llmgw.settings.committing import (
-    AuditEntry, append_audit, read_audit_file, read_audit_log, set_ref, set_serving_stopped,
+    AuditEntry, append_audit, read_audit_file, read_audit_log, set_ref,
 )
+from llmgw.settings.edit_commits import EditCommit, commit_edit
 from llmgw.settings.diffing import (
     RESTART_ONLY, Change, FieldChange, SettingsDiff, diff_settings, restart_only_changes,
 )
@@ -47,7 +48,7 @@ __all__ = [
     "VALID_TREES_FILE", "read_valid_trees", "validation_key", "diff_settings", "SettingsDiff", "Change", "FieldChange",
     "RESTART_ONLY", "restart_only_changes",
     "init_repository", "install_hooks", "NOTIFY_URL_KEY", "NOTIFY_CA_KEY", "HOOK_TOKEN_FILE", "hook_token", "BRANCH_KEY", "MAX_FILE_BYTES",
-    "set_serving_stopped", "append_audit", "set_ref", "read_audit_log", "read_audit_file", "AuditEntry",
+    "EditCommit", "commit_edit", "append_audit", "set_ref", "read_audit_log", "read_audit_file", "AuditEntry",
     "AUDIT_REF", "APPLIED_REF", "DEFAULT_BRANCH", "branch_head", "ref_commit", "fetch_mirror", "set_config_value",
     "discover_repository", "redact_url", "NOT_ACTED_ON", "UNBUILT", "UnbuiltKey", "is_not_acted_on",
     "BranchCommit", "audit_commit", "commits_since", "read_audit_chain", "propose_revert",

@@ -1,28 +1,23 @@
 """Commits llmgw writes itself, with pygit2 only: imperative settings changes and the audit trail.
 
-- `set_serving_stopped`: `llmgw stop` / `llmgw start` as a commit on the settings branch editing `serving.stopped` in
-  llmgw.yaml (comments and layout kept: ruamel.yaml round trip), authored by the operator.
 - `append_audit`: one commit on `refs/llmgw/audit` per reconcile pass that changed something, its parent the
   previous audit commit; `read_audit_log` reads them back, newest first.
 - `set_ref`: move a ref such as `refs/llmgw/applied` to a commit.
-Refs are written by pygit2 directly, so the repository's hooks do not run for these commits; the new
-settings are validated here instead.
+Refs are written by pygit2 directly (`_move`: compare and swap), so the repository's hooks do not run for these
+commits. Settings commits made on a person's behalf (`llmgw stop`, node verbs, ...) are written by
+`llmgw.settings.edit_commits.commit_edit`.
 """
 
 from __future__ import annotations
 
-import io
 import os
 from dataclasses import dataclass, replace
 
 import pygit2
-from ruamel.yaml import YAML
-from ruamel.yaml.comments import CommentedMap
 
 from llmgw.errors import Issue, SettingsError
-from llmgw.settings.loading import load_tree
-from llmgw.settings.reading import open_repository, read_commit, resolve_commit
-from llmgw.settings.refs import APPLIED_REF, AUDIT_REF, DEFAULT_BRANCH, branch_ref
+from llmgw.settings.reading import open_repository, resolve_commit
+from llmgw.settings.refs import APPLIED_REF, AUDIT_REF
 from llmgw.settings.repository import LLMGW_SIGNATURE, write_tree
 
 
@@ -99,48 +94,6 @@ def _move(repo: pygit2.Repository, ref: str, new: pygit2.Oid, expected: pygit2.O
     if reference is None or reference.resolve().target != expected:
         raise moved
     reference.set_target(new, message)
-
-
-def set_serving_stopped(repo_path: str | os.PathLike[str], stopped: bool, author_name: str, author_email: str,
-                        branch: str = DEFAULT_BRANCH) -> str:
-    """Commit `serving.stopped: <stopped>` to llmgw.yaml on the settings branch; return its head's id afterwards.
-
-    Comments and layout of llmgw.yaml are kept. When the value is already `stopped`, nothing is committed and
-    the branch's current head is returned. Raises: SettingsError when the branch is missing or the result does
-    not validate.
-    """
-    repo = open_repository(repo_path)
-    main = branch_ref(branch)
-    head = resolve_commit(repo, main)
-    try:
-        text = repo[head.tree["llmgw.yaml"].id].data.decode("utf-8")
-    except KeyError as exc:
-        raise SettingsError([Issue("llmgw.yaml", 0, 0, "", f"is missing from {main}")]) from exc
-    yaml = YAML(typ="rt")
-    yaml.preserve_quotes = True
-    yaml.width = 4096
-    document = yaml.load(text)
-    serving = document.get("serving")
-    if serving is None:
-        serving = CommentedMap()
-        document["serving"] = serving
-    if bool(serving.get("stopped", False)) == stopped and "stopped" in serving:
-        return str(head.id)
-    serving["stopped"] = stopped
-    buffer = io.StringIO()
-    yaml.dump(document, buffer)
-    new_text = buffer.getvalue()
-    tree_files = read_commit(repo, head)
-    tree_files.texts["llmgw.yaml"] = new_text
-    load_tree(tree_files)  # raises SettingsError when the edit would not validate
-    tree = write_tree(repo, {"llmgw.yaml": new_text.encode("utf-8")}, head.tree)
-    author = pygit2.Signature(author_name, author_email)
-    committer = pygit2.Signature(*LLMGW_SIGNATURE)
-    verb = "stop" if stopped else "start"
-    message = f"llmgw {verb}: serving.stopped: {'true' if stopped else 'false'}\n"
-    commit = repo.create_commit(None, author, committer, message, tree, [head.id])
-    _move(repo, main, commit, head.id, message.strip())
-    return str(commit)
 
 
 _CONTROL_ESCAPES = {c: f"\\x{c:02x}" for c in [*range(0x20), 0x7F] if chr(c) not in "\n\t"}

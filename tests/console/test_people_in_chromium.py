@@ -18,6 +18,14 @@ from .test_console_in_chromium import css, wait_until
 pytestmark = pytest.mark.slow
 
 
+def log_in(driver, base: str, email: str, password: str) -> None:
+    """Send the console's login form at `base` (…/console) with an account's e-mail and password."""
+    driver.get(f"{base}/login")
+    css(driver, "#email").send_keys(email)
+    css(driver, "#password").send_keys(password)
+    css(driver, "#login-account").click()
+
+
 async def test_a_member_logs_in_with_a_password_and_five_failures_lock_a_login_out(
     tmp_path, weights_mirror, browser, artefacts,
 ):
@@ -30,18 +38,12 @@ async def test_a_member_logs_in_with_a_password_and_five_failures_lock_a_login_o
         plane.store.add_account("ops@lab.example", "Olga Ops", PASSWORD)
         base = f"{plane.admin_url}/console"
 
-        def log_in(driver, email: str, password: str) -> None:
-            driver.get(f"{base}/login")
-            css(driver, "#email").send_keys(email)
-            css(driver, "#password").send_keys(password)
-            css(driver, "#login-account").click()
-
         def people() -> None:
             driver = browser
             driver.get(f"{base}/login")
             wait_until(driver, lambda d: d.find_elements(By.ID, "account-login"), "the login form")
             driver.save_screenshot(str(artefacts / "login-accounts.png"))
-            log_in(driver, "ada@lab.example", PASSWORD)
+            log_in(driver, base, "ada@lab.example", PASSWORD)
             wait_until(driver, lambda d: d.current_url.endswith("/console/usage"), "the member's usage page")
             assert "member of demo" in css(driver, "#person").text
             assert not driver.find_elements(By.ID, "nav-nodes")  # a member sees no cluster pages
@@ -49,9 +51,9 @@ async def test_a_member_logs_in_with_a_password_and_five_failures_lock_a_login_o
             problems = [e["message"] for e in driver.get_log("browser") if e["level"] in ("SEVERE", "WARNING")]
             css(driver, "#logout").click()
             for _ in range(5):
-                log_in(driver, "ops@lab.example", "not the password")
+                log_in(driver, base, "ops@lab.example", "not the password")
                 wait_until(driver, lambda d: d.find_elements(By.ID, "login-error"), "the refusal")
-            log_in(driver, "ops@lab.example", PASSWORD)
+            log_in(driver, base, "ops@lab.example", PASSWORD)
             wait_until(driver, lambda d: "Too many failed logins" in css(d, "#login-error").text, "the lockout")
             problems += [e["message"] for e in driver.get_log("browser")
                          if e["level"] == "SEVERE" and "/console/login" not in e["message"]]  # bar the 401s and 429

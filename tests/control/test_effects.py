@@ -16,7 +16,7 @@ from llmgw.control.agents import AgentHub
 from llmgw.control.audit import AuditWriter, status_document
 from llmgw.control.deciding import decide
 from llmgw.control.effects import (
-    CommitSettings, ConfigureAgent, InstallEngine, PublishRoutingTable, RecordSlurmUsage, RememberNodes, ServingStopped,
+    CommitSettings, ConfigureAgent, InstallEngine, NodeVerb, PublishRoutingTable, RecordSlurmUsage, RememberNodes, ServingStopped,
     SetApplied, StartShard, StopShard, WriteAudit,
 )
 from llmgw.control.events import change_effects, settings_edit_requested, slurm_jobs_reported
@@ -337,15 +337,15 @@ async def test_a_person_s_edit_is_a_commit_settings_committed_as_them_and_answer
         nursery.start_soon(run_effect, handlers, e) for e in transition(state)[2]])
     handlers.register(CommitSettings, desk.commit, lane="settings")
     async with trio.open_nursery() as nursery:
-        commit = await desk.set_stopped(True, "Ada", "ada@example.com")
+        commit = (await desk.edit(ServingStopped(True), "Ada", "ada@example.com")).commit
         assert commit == branch_head(str(repo), "main")
         assert news[-1].settings.commit == commit and news[-1].settings.cluster.serving_stopped  # the watcher's
         author = pygit2.Repository(str(repo))[commit].author
         assert (author.name, author.email) == ("Ada", "ada@example.com")
         with pytest.raises(SettingsError, match="slurm.yaml"):  # the writer's error reaches the requester
-            await desk.node_verb("lend", "n1", "Ada", "ada@example.com")  # the seed has no slurm.yaml
+            await desk.edit(NodeVerb("lend", "n1"), "Ada", "ada@example.com")  # the seed has no slurm.yaml
         assert branch_head(str(repo), "main") == commit
-        cordoned = await desk.node_verb("cordon", "n1", "Ada", "ada@example.com")
+        cordoned = await desk.edit(NodeVerb("cordon", "n1"), "Ada", "ada@example.com")
         assert cordoned.changed and cordoned.commit == news[-1].settings.commit
         assert news[-1].settings.cluster.cordoned == ("n1",)
         nursery.cancel_scope.cancel()
