@@ -21,7 +21,8 @@ from llmgw.control import ControlPlane
 from llmgw.plan.types import ActionKind
 from llmgw.settings import read_audit_log
 
-from .test_fleet_end_to_end import GEMMA_YAML
+from support.settings_seed import GEMMA_YAML
+
 from .test_in_process_fleet import push_catalog, replica_states, wait_for
 from .test_reviewed_rollout import head, serving_one_replica
 
