@@ -83,7 +83,7 @@ test: engine vllm lint system-packages node-sdk oidc-provider
 	$(BIN)/pytest -n $(TEST_WORKERS) --durations=$(TEST_DURATIONS) --ignore=tests/up; \
 	first=$$?; $(BIN)/pytest --durations=$(TEST_DURATIONS) tests/up && exit $$first
 
-# The bench extra (mutmut, for bench/mutation.py) only where benchmarks run: `make up` and `make test` need none of it.
+# The bench extra (mutmut for bench/mutation.py, matplotlib for bench/autoscale.py's chart) only where benchmarks run: `make up` and `make test` need none of it.
 bench-deps: venv
 	$(BIN)/pip install --quiet -c constraints.txt -e '.[bench]'
 

@@ -8,7 +8,12 @@ it beside the ready count.
 
 - `model_loads`: per model, its ready replicas, the requests running and waiting on their engines (the agents'
   last fresh readings of each READY shard's /metrics, `llmgw.agent.engine_load`), the mean KV-cache use, and the
-  requests the gateway holds for it (`ControlState.held`, told by `held_changed`).
+  requests the gateway holds for it (`ControlState.held`, told by `held_changed`), and for a model with a
+  `ttft_p90` target the TTFT p90 of its recent requests (`ControlState.ttfts`, while its last read is fresh).
+- `watch_ttfts` (each pass): for each model with a `ttft_p90` target, every `TTFT_EVERY` seconds a `MeasureTtft`
+  effect: the handler reads the TTFT of its successful requests of the last `TTFT_SPAN` seconds, and only those
+  sent since its count last changed (the replicas that served them are the ones counted), from the usage records
+  the gateway writes; `ttft_measured` takes the p90 in.
 - `watch_scales` (each pass): a `Scale` for each autoscaled model (first from the replicas running, so a restart
   of the control plane scales nothing by itself; while the control plane is still recovering its fleet, taken
   from what runs again at every pass, since nodes that run replicas may not have reconnected yet), moved by
@@ -21,12 +26,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import replace
 
+from llmgw.control.effects import Effect, MeasureTtft
 from llmgw.control.state import ControlState, frozen
 from llmgw.identity import ShardState
-from llmgw.plan.autoscaling import ModelLoad, Scale, initial_scale, next_scale
+from llmgw.plan.autoscaling import TTFT_SPAN, ModelLoad, Scale, Ttft, initial_scale, next_scale
 from llmgw.settings.model import Settings
 
 _RUNNING = frozenset({ShardState.PENDING, ShardState.FETCHING, ShardState.STARTING, ShardState.READY})
+TTFT_EVERY = 5.0
+"""Seconds between two reads of a model's TTFT p90; a read older than 3 of them no longer counts."""
 
 
 def autoscaled(settings: Settings) -> dict[str, object]:
@@ -56,8 +64,57 @@ def model_loads(state: ControlState, now: float, models: Mapping[str, object]) -
             if engine.kv_cache_usage is not None:
                 kv[shard.model].append(engine.kv_cache_usage)
     return {name: ModelLoad(ready=len(ready[name]), requests=requests[name], held=state.held.get(name, 0),
-                            kv_cache_usage=sum(kv[name]) / len(kv[name]) if kv[name] else None)
+                            kv_cache_usage=sum(kv[name]) / len(kv[name]) if kv[name] else None,
+                            ttft_p90=_fresh_ttft(state.ttfts.get(name), now))
             for name in models}
+
+
+def _fresh_ttft(ttft: Ttft | None, now: float) -> float | None:
+    if ttft is None or ttft.measured_at is None or now - ttft.measured_at > 3 * TTFT_EVERY:
+        return None
+    return ttft.p90
+
+
+def watch_ttfts(state: ControlState, now: float, now_unix: float) -> tuple[ControlState, list[Effect]]:
+    """(Each pass at `now`, control-plane clock; `now_unix` the same moment in unix seconds.) A `MeasureTtft` for
+    each model with a `ttft_p90` target whose TTFT was last asked for `TTFT_EVERY` seconds ago or more (or never),
+    with a timer for the next; the reads of models without such a target dropped. `state` itself and no effect
+    when nothing is due."""
+    settings = state.settings
+    targets = [name for name, scaling in (autoscaled(settings) if settings is not None else {}).items()
+               if scaling.ttft_p90 is not None]
+    ttfts = {name: t for name, t in state.ttfts.items() if name in targets}
+    effects: list[Effect] = []
+    timers = list(state.timers)
+    for name in sorted(targets):
+        ttft = ttfts.get(name, Ttft())
+        if ttft.asked_at is not None and now - ttft.asked_at < TTFT_EVERY:
+            continue
+        since = now_unix - TTFT_SPAN
+        scale = state.scales.get(name)
+        if scale is not None and scale.changed_at is not None:
+            since = max(since, now_unix - (now - scale.changed_at))
+        effects.append(MeasureTtft(name, since, now))
+        ttfts[name] = replace(ttft, asked_at=now)
+        timers.append((now + TTFT_EVERY, f"TTFT of {name}"))
+    if not effects and len(ttfts) == len(state.ttfts):
+        return state, []
+    return replace(state, ttfts=frozen(ttfts), timers=tuple(timers)), effects
+
+
+def ttft_measured(model: str, p90: float | None, asked_at: float):
+    """The transition of `MeasureTtft`'s answer: `model`'s TTFT p90 (None: no request in the span) as asked at
+    `asked_at`; an answer older than the one held is dropped. Not placement-relevant by itself: the next pass
+    reads it."""
+
+    def transition(state: ControlState) -> tuple[ControlState, bool]:
+        ttft = state.ttfts.get(model)
+        if ttft is None or (ttft.measured_at is not None and ttft.measured_at >= asked_at):
+            return state, False
+        ttfts = {**state.ttfts, model: replace(ttft, p90=p90, measured_at=asked_at)}
+        return replace(state, ttfts=frozen(ttfts)), False
+
+    return transition
 
 
 def running_replicas(state: ControlState, model: str) -> int:

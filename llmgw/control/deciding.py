@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from llmgw.control.autoscaling import wanted_counts, watch_scales
+from llmgw.control.autoscaling import wanted_counts, watch_scales, watch_ttfts
 from llmgw.control.canaries import failed_at, holds_of, watch_canaries
 from llmgw.control.effects import COMMANDS, Command, Effect, RememberNodes, SetApplied, WriteAudit, command_for
 from llmgw.control.reports import memory_thresholds, settings_view
@@ -269,6 +269,7 @@ def decide(
     canary_effects: list[Effect] = []
     if state.leadership.leader:
         state, canary_effects = watch_canaries(state, now, now_unix)
+    state, ttft_effects = watch_ttfts(state, now, now_unix)
     state = watch_scales(state, now)
     timers = tuple(t for t in state.timers if t[0] > now)
     basis = reusable_plan(state, allow_empty)
@@ -308,6 +309,7 @@ def decide(
     )
     effects: list[Effect] = [command_for(action, state) for action in send]
     effects += canary_effects
+    effects += ttft_effects
     if following.leadership.leader:
         following, leader_effects = _leader_writes(following, record, now)
         effects += leader_effects

@@ -27,6 +27,9 @@ Canaries (`llmgw.control.canaries`): `MeasureCanary` (read a canary's requests f
 with `canary_measured`) and `ProposeRevert` (a revert of a failed canary's settings commit, pushed to a branch of
 its own, never the settings branch; answered with `revert_proposed`).
 
+The autoscaler (`llmgw.control.autoscaling`): `MeasureTtft` (read a model's recent TTFT p90 from the usage records,
+for its `ttft_p90` target; answered with `ttft_measured`).
+
 Every command effect carries `token`, the leader lease's fencing token of the pass that chose it (the agent refuses
 an older term's), and `settings`, the settings in force for that pass.
 """
@@ -213,6 +216,16 @@ class MeasureCanary:
 
 
 @dataclass(frozen=True)
+class MeasureTtft:
+    """Read the TTFT p90 of `model`'s requests since `since_unix` (unix seconds) from the usage records, for the
+    autoscaler's `ttft_p90` target (`llmgw.control.autoscaling`); asked at `asked_at` (control-plane clock)."""
+
+    model: str
+    since_unix: float
+    asked_at: float
+
+
+@dataclass(frozen=True)
 class ProposeRevert:
     """Write a commit reverting settings commit `commit` (whose canary of `model` failed: `reason`) on top of it, to
     the branch `branch` of the settings repository (created, or left as it is when it holds that revert already)."""
@@ -224,7 +237,7 @@ class ProposeRevert:
 
 
 Effect = Union[StartShard, StopShard, InstallEngine, ConfigureAgent, WriteAudit, SetApplied, RememberNodes,
-               RecordSlurmUsage, PublishRoutingTable, CommitSettings, MeasureCanary, ProposeRevert]
+               RecordSlurmUsage, PublishRoutingTable, CommitSettings, MeasureCanary, MeasureTtft, ProposeRevert]
 """Every kind of effect (see the module docstring)."""
 
 COMMANDS = (StartShard, StopShard, InstallEngine, ConfigureAgent)

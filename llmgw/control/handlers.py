@@ -23,12 +23,12 @@ import trio
 
 from llmgw.control.agents import AgentHub
 from llmgw.control.audit import AuditWriter, Planning, audit_message, audit_snapshot, state_changes
-from llmgw.control.autoscaling import scale_line
+from llmgw.control.autoscaling import scale_line, ttft_measured
 from llmgw.control.canaries import canary_line, canary_measured, canary_unmeasured, revert_proposed
 from llmgw.control.commands import agent_settings, install_engine, may_take_part_in_slurm, slurm_role, start_shard, stop_shard
 from llmgw.control.events import audit_written, nodes_forgotten, slurm_jobs_written
 from llmgw.control.effects import (
-    ConfigureAgent, InstallEngine, MeasureCanary, ProposeRevert, RecordSlurmUsage, RememberNodes, SetApplied,
+    ConfigureAgent, InstallEngine, MeasureCanary, MeasureTtft, ProposeRevert, RecordSlurmUsage, RememberNodes, SetApplied,
     StartShard, StopShard, WriteAudit,
 )
 from llmgw.control.handling import Handlers
@@ -36,7 +36,7 @@ from llmgw.control.recovering import KNOWN_NODES_KEY, encode_known
 from llmgw.control.reports import fleet_for
 from llmgw.control.slurm_store import advance_cursor, read_cursor, users_from_store
 from llmgw.errors import EngineError, SettingsError, StoreError, TemporaryError
-from llmgw.plan.canary import CanarySample
+from llmgw.plan.canary import CanarySample, percentile
 from llmgw.plan.reviewed import review_differences
 from llmgw.settings import propose_revert
 from llmgw.settings.model import Settings
@@ -77,6 +77,7 @@ def register_handlers(handlers: Handlers, ctx: EffectContext) -> None:
     lock = trio.Lock()  # one beat's jobs after the other: a cursor never passes a failed job
     handlers.register(RecordSlurmUsage, lambda e: _record_slurm(ctx, e, lock))
     handlers.register(MeasureCanary, lambda e: _measure_canary(ctx, e))
+    handlers.register(MeasureTtft, lambda e: _measure_ttft(ctx, e))
     handlers.register(ProposeRevert, lambda e: _propose_revert(ctx, e))
 
 
@@ -92,6 +93,20 @@ async def _measure_canary(ctx: EffectContext, effect: MeasureCanary) -> None:
     samples = tuple(CanarySample(r.status, r.ttft_seconds, r.duration_seconds) for r in records)
     ctx.update(canary_measured(effect.model, effect.commit, samples, effect.elapsed),
                f"canary of {effect.model} measured")
+
+
+async def _measure_ttft(ctx: EffectContext, effect: MeasureTtft) -> None:
+    """Read the model's recent TTFTs from the usage records and hand their p90 to `ttft_measured` (a store that
+    fails leaves the last p90, which goes stale: the autoscaler then counts no TTFT)."""
+    if ctx.store is None:
+        return
+    try:
+        ttfts = await trio.to_thread.run_sync(ctx.store.ttfts_of_model, effect.model, effect.since_unix)
+    except (StoreError, TemporaryError) as exc:
+        log.warning("could not read the TTFT of %s: %s", effect.model, exc)
+        return
+    ctx.update(ttft_measured(effect.model, percentile(ttfts, 0.9), effect.asked_at),
+               f"TTFT of {effect.model} measured")
 
 
 async def _propose_revert(ctx: EffectContext, effect: ProposeRevert) -> None:

@@ -21,7 +21,7 @@ from llmgw.control.recovering import DEFAULT_GRACE, Recovery, recovery
 from llmgw.control.registry import FleetRegistry
 from llmgw.control.tallies import Tallies
 from llmgw.errors import Issue
-from llmgw.plan.autoscaling import Scale
+from llmgw.plan.autoscaling import Scale, Ttft
 from llmgw.plan.canary import CanaryHold
 from llmgw.plan.reviewed import ReviewedPlan
 from llmgw.plan.types import Action, Fleet, Plan, Unplaced
@@ -316,7 +316,8 @@ class ControlState:
     `canaries`: model name -> its canary rollout (`Canary`; runtime state, forgotten by a restart).
     `scales`: model name -> the autoscaler's `Scale` of each model whose settings give a replica range (wanted
     count, last decision's reason; `llmgw.control.autoscaling`). `held`: model name -> requests the gateway holds
-    for it, waiting for a replica (absent: none).
+    for it, waiting for a replica (absent: none). `ttfts`: model name -> the TTFT p90 of its recent requests, read
+    from the usage records for models with a `ttft_p90` target (`Ttft`).
     """
 
     watch: WatchState = WatchState()
@@ -345,6 +346,7 @@ class ControlState:
     canaries: Mapping[str, Canary] = field(default_factory=frozen)
     scales: Mapping[str, Scale] = field(default_factory=frozen)
     held: Mapping[str, int] = field(default_factory=frozen)
+    ttfts: Mapping[str, Ttft] = field(default_factory=frozen)
 
     @property
     def settings(self) -> Settings | None:

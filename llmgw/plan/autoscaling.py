@@ -2,13 +2,15 @@
 
 A catalog model with `replicas: {min, max, ...}` (`llmgw.settings.model.Scaling`) has its count decided here, each
 pass, from what its replicas carry (`ModelLoad`: requests running and waiting on its engines, requests the gateway
-holds for it, the mean KV-cache use of its ready replicas). The count is runtime state (`Scale`, kept by the
+holds for it, the mean KV-cache use of its ready replicas, the TTFT p90 of its recent requests). The count is runtime state (`Scale`, kept by the
 control plane in `ControlState.scales` and recorded in every audit commit), never a settings edit.
 
 Each pass makes a *wish*, the count the load asks for now:
 - queue: ceil(demand / queue_per_replica), demand = requests running + waiting + held;
 - KV cache: ceil(ready * kv_cache_usage / target) while replicas publish it;
-- the larger of the two, at least 1 while there is any demand, and within [max(min, 1), max].
+- TTFT (with a `ttft_p90` target): ceil(ready * ttft_p90 / target) while there is a p90 (requests over the last
+  `TTFT_SPAN` seconds), so a p90 at twice the target asks for twice the replicas, and one under it asks for fewer;
+- the largest of them, at least 1 while there is any demand, and within [max(min, 1), max].
 
 The count follows the wishes, never at once:
 - it grows when every wish for `scale_up_window` seconds was above it, to the smallest of them (a burst shorter
@@ -30,6 +32,9 @@ from dataclasses import dataclass, replace
 
 from llmgw.settings.model import Scaling
 
+TTFT_SPAN = 60.0
+"""Seconds of requests whose TTFT p90 `ModelLoad.ttft_p90` is (the control plane reads them from the usage records)."""
+
 
 @dataclass(frozen=True)
 class ModelLoad:
@@ -38,17 +43,33 @@ class ModelLoad:
     `ready`: replicas with a READY shard. `requests`: requests running and waiting on their engines, summed over
     ready replicas whose engines published them. `held`: requests the gateway holds for the model, waiting for a
     replica. `kv_cache_usage`: the mean KV-cache use (0..1) of the ready replicas that publish it (None: none does).
+    `ttft_p90`: the 90th percentile of the time to first token (seconds) of the model's requests of the last
+    `TTFT_SPAN` seconds (None: not measured, or no request).
     """
 
     ready: int = 0
     requests: float = 0.0
     held: int = 0
     kv_cache_usage: float | None = None
+    ttft_p90: float | None = None
 
     @property
     def demand(self) -> float:
         """Requests running, waiting or held."""
         return self.requests + self.held
+
+
+@dataclass(frozen=True)
+class Ttft:
+    """The TTFT p90 of a model's recent requests as the control plane last read it (`llmgw.control.autoscaling`).
+
+    `p90`: seconds (None: no request in the span). `measured_at`: when it was read (control-plane clock; None: not
+    yet). `asked_at`: when it was last asked for (a read in progress when later than `measured_at`).
+    """
+
+    p90: float | None = None
+    measured_at: float | None = None
+    asked_at: float | None = None
 
 
 @dataclass(frozen=True)
@@ -78,12 +99,22 @@ def wish(scaling: Scaling, load: ModelLoad) -> tuple[int, str]:
     by_kv = 0
     if load.kv_cache_usage is not None and load.ready > 0:
         by_kv = math.ceil(round(load.ready * load.kv_cache_usage / scaling.kv_cache_usage, 9))
-    count = min(max(by_queue, by_kv, scaling.min, 1), scaling.max)
+    by_ttft = 0
+    timed = scaling.ttft_p90 is not None and load.ttft_p90 is not None
+    if timed and load.ready > 0:
+        by_ttft = math.ceil(round(load.ready * load.ttft_p90 / scaling.ttft_p90, 9))
+    count = min(max(by_queue, by_kv, by_ttft, scaling.min, 1), scaling.max)
     kv = f", KV cache {load.kv_cache_usage:.0%} (target {scaling.kv_cache_usage:.0%})" \
         if load.kv_cache_usage is not None else ""
+    ttft = f", TTFT p90 {_seconds(load.ttft_p90)} (target {_seconds(scaling.ttft_p90)})" if timed else ""
     why = (f"{_count(load.demand, 'request')} running, waiting or held on {load.ready} ready "
-           f"(target {scaling.queue_per_replica:g} per replica){kv}")
+           f"(target {scaling.queue_per_replica:g} per replica){kv}{ttft}")
     return count, why
+
+
+def _seconds(value: float) -> str:
+    """'850 ms', '2.3 s'."""
+    return f"{value * 1000:.0f} ms" if value < 1 else f"{value:.3g} s"
 
 
 def _count(number: float, noun: str) -> str:

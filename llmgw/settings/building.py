@@ -173,6 +173,7 @@ def build_scaling(data: Mapping[str, Any]) -> Scaling:
         min=int(data["min"]), max=int(data["max"]),
         queue_per_replica=float(data.get("queue_per_replica", Scaling.queue_per_replica)),
         kv_cache_usage=float(data.get("kv_cache_usage", Scaling.kv_cache_usage)),
+        ttft_p90=None if data.get("ttft_p90") is None else parse_duration(data["ttft_p90"]),
         scale_up_window=_duration(data, "scale_up_window", Scaling.scale_up_window),
         scale_down_window=_duration(data, "scale_down_window", Scaling.scale_down_window),
         cooldown=_duration(data, "cooldown", Scaling.cooldown), idle=_duration(data, "idle", Scaling.idle),

@@ -232,7 +232,9 @@ class Scaling:
 
     `min` / `max` replicas (0 <= min <= max, max >= 1). Targets: `queue_per_replica` (requests running and waiting
     on the model's engines plus those the gateway holds, per ready replica) and `kv_cache_usage` (0..1, the mean over
-    ready replicas). `scale_up_window` / `scale_down_window` (seconds): how long a wish to grow / shrink must last;
+    ready replicas); `ttft_p90` (seconds; None: no such target): the 90th percentile of the time to first token of the
+    model's requests, as the gateway measured them over the last `TTFT_SPAN` seconds (`llmgw.plan.autoscaling`).
+    `scale_up_window` / `scale_down_window` (seconds): how long a wish to grow / shrink must last;
     `cooldown` (seconds): the least time between two changes; `idle` (seconds): with `min` 0, how long without any
     request before the last replica stops. Judged by `llmgw.plan.autoscaling`.
     """
@@ -241,6 +243,7 @@ class Scaling:
     max: int
     queue_per_replica: float = 4.0
     kv_cache_usage: float = 0.8
+    ttft_p90: float | None = None
     scale_up_window: float = 30.0
     scale_down_window: float = 300.0
     cooldown: float = 60.0

@@ -166,6 +166,11 @@ class Store(Protocol):
         """The records of `model`'s requests answered by `replica` started from `settings_commit`, since `since`
         (unix seconds), newest first, at most `limit` (a canary's requests: llmgw.control.canaries)."""
 
+    def ttfts_of_model(self, model: str, since: float, limit: int = 10000) -> list[float]:
+        """The times to first token (seconds; unstreamed: the duration) of `model`'s successful requests since
+        `since` (unix seconds), batch lines left out, newest first, at most `limit` (the autoscaler's TTFT target:
+        llmgw.control.autoscaling)."""
+
     def usage_of_request(self, request_id: str) -> UsageRecord | None:
         """The record of one gateway request (the gateway's own id, "req_" + 32 hex digits), or None when the store
         has none (yet)."""

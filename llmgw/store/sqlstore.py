@@ -341,6 +341,10 @@ class SqlStore:
         with self._read() as conn:
             return usage_table.usage_of_replica(conn, model, replica, settings_commit, since, limit)
 
+    def ttfts_of_model(self, model: str, since: float, limit: int = 10000) -> list[float]:
+        with self._read() as conn:
+            return usage_table.ttfts_of_model(conn, model, since, limit)
+
     def usage_of_request(self, request_id: str) -> UsageRecord | None:
         with self._read() as conn:
             return usage_table.usage_of_request(conn, request_id)

@@ -114,6 +114,16 @@ def usage_of_replica(conn: SqlConnection, model: str, replica: str, settings_com
     return [UsageRecord(*row) for row in rows]
 
 
+def ttfts_of_model(conn: SqlConnection, model: str, since: float, limit: int) -> list[float]:
+    """The times to first token (seconds; a request answered without streaming: its duration) of `model`'s
+    successful requests since `since` (unix seconds), batch lines left out, newest first, at most `limit`."""
+    rows = conn.execute(
+        "SELECT COALESCE(ttft_seconds, duration_seconds) FROM usage WHERE time >= ? AND model = ? AND status < 400 "
+        "AND batch_id IS NULL ORDER BY time DESC LIMIT ?", (since, model, limit),
+    ).fetchall()
+    return [float(row[0]) for row in rows]
+
+
 def usage_of_request(conn: SqlConnection, request_id: str) -> UsageRecord | None:
     """The usage record the gateway wrote for request `request_id` (the `x-request-id` it answered with, used as
     the record's idempotency id), or None when there is none (an unknown id, or one still in a gateway's spool)."""

@@ -21,7 +21,8 @@ from llmgw.control import ControlPlane
 from llmgw.plan.types import ActionKind
 from llmgw.settings import read_audit_log
 
-from .test_fleet_end_to_end import GEMMA_YAML
+from support.settings_seed import GEMMA_YAML
+
 from .test_in_process_fleet import push_catalog, replica_states, wait_for
 from .test_reviewed_rollout import head, serving_one_replica
 
@@ -29,10 +30,15 @@ RANGE = ("replicas:\n  min: 1\n  max: 2\n  queue_per_replica: 1\n  kv_cache_usag
          "  scale_down_window: 1s\n  cooldown: 1s\n")
 
 
-def autoscaled(checkout: Path) -> None:
+def set_range(checkout: Path, text: str) -> None:
+    """Replace catalog/tiny.yaml's `replicas:` line with `text` (a range, and any lines after it)."""
     path = checkout / "catalog" / "tiny.yaml"
     lines = [line for line in path.read_text().splitlines() if not line.startswith("replicas:")]
-    path.write_text("\n".join(lines) + "\n" + RANGE + 'engine_args: ["--fake-token-delay", "0.1"]\n')
+    path.write_text("\n".join(lines) + "\n" + text)
+
+
+def autoscaled(checkout: Path) -> None:
+    set_range(checkout, RANGE + 'engine_args: ["--fake-token-delay", "0.1"]\n')
     agents = checkout / "agents" / "default.yaml"  # the engines' load read every 200 ms
     agents.write_text(agents.read_text() + "telemetry_interval: 200ms\n")
 
@@ -64,17 +70,26 @@ def scaling_of(plane: ControlPlane) -> dict:
     return plane.status().get("scaling", {}).get("tiny", {})
 
 
+async def ranged_plane(nursery, tmp_path: Path, settings_repo: Path, weights_mirror, fake_engine: Path, edit,
+                       message: str) -> tuple[ControlPlane, str]:
+    """A control plane serving tiny-0, then the settings commit `edit` makes (a range starting at 1) applied and
+    tiny-0 ready by it: (the plane, that commit)."""
+    mirror, _sha = weights_mirror
+    plane = await serving_one_replica(nursery, tmp_path, settings_repo, mirror, fake_engine)
+    await push_catalog(tmp_path / "checkout", settings_repo, edit, message)
+    commit = head(settings_repo)
+    await wait_for(lambda: plane.audit.applied == commit and replica_states(plane) == {"tiny-0": "ready"}, 30,
+                   "the range applied", plane.status)
+    assert scaling_of(plane)["wanted"] == 1
+    return plane, commit
+
+
 async def test_a_queue_on_the_engine_starts_a_second_replica_and_its_end_stops_it(
     tmp_path, settings_repo, weights_mirror, fake_engine,
 ):
-    mirror, _sha = weights_mirror
-    checkout = tmp_path / "checkout"
     async with trio.open_nursery() as nursery:
-        plane = await serving_one_replica(nursery, tmp_path, settings_repo, mirror, fake_engine)
-        await push_catalog(checkout, settings_repo, autoscaled, "tiny: 1 to 2 replicas, autoscaled")
-        commit = head(settings_repo)
-        await wait_for(lambda: plane.audit.applied == commit, 30, "the range applied", plane.status)
-        assert scaling_of(plane)["wanted"] == 1
+        plane, commit = await ranged_plane(nursery, tmp_path, settings_repo, weights_mirror, fake_engine, autoscaled,
+                                           "tiny: 1 to 2 replicas, autoscaled")
 
         _record, api_key = plane.store.create_api_key("demo")
         answered: list[int] = []
@@ -108,9 +123,7 @@ ZERO = "replicas:\n  min: 0\n  max: 1\n  scale_up_window: 0s\n  scale_down_windo
 
 
 def to_zero(checkout: Path) -> None:
-    path = checkout / "catalog" / "tiny.yaml"
-    lines = [line for line in path.read_text().splitlines() if not line.startswith("replicas:")]
-    path.write_text("\n".join(lines) + "\n" + ZERO)
+    set_range(checkout, ZERO)
 
 
 async def test_an_idle_model_stops_and_its_next_request_is_held_while_it_starts_then_served(

