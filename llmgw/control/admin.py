@@ -532,9 +532,10 @@ class AdminApp:
     async def _plan(self, send, rev: str | None) -> None:
         from llmgw.plan import plan_to_json, render_plan
 
-        plan = await self.plane.preview(rev)
+        plan, speeds = await self.plane.preview_expected(rev)
         await _send_json(send, 200, {"plan": plan_to_json(plan), "lines": render_plan(plan, include_keep=False),
-                                     "changes": plan.changes or bool(plan.unplaced)})
+                                     "changes": plan.changes or bool(plan.unplaced),
+                                     "expected_speeds": [speed.to_json() for speed in speeds]})
 
     async def _apply(self, receive, send, caller: Caller) -> None:
         body = _json_body(await _read_body(receive))

@@ -25,6 +25,7 @@ from llmgw.control.reports import fleet_for
 from llmgw.control.state import ControlState
 from llmgw.control.watching import SettingsWatcher
 from llmgw.errors import LlmgwError, UsageError
+from llmgw.plan.cpu_speed import ExpectedSpeed, expected_cpu_speeds
 from llmgw.plan.types import Plan
 from llmgw.settings import set_serving_stopped
 from llmgw.settings.node_commits import NodeVerbCommit, commit_node_verb, commit_ssh_key
@@ -62,6 +63,11 @@ class SettingsDesk:
         """The plan `rev` (None: the branch head) would run against the control plane's `state` as a pass plans:
         its fleet, the replica counts its autoscaler wants and the canaries it holds (without them `llmgw plan`
         showed an autoscaled replica stopped that `llmgw apply` kept). Raises SettingsError."""
+        return (await self.preview_expected(rev, state))[0]
+
+    async def preview_expected(self, rev: str | None, state: ControlState) -> tuple[Plan, tuple[ExpectedSpeed, ...]]:
+        """`preview`'s plan and the decode speed expected of each replica it places on a probed CPU node
+        (`llmgw.plan.cpu_speed.expected_cpu_speeds`). Raises SettingsError."""
         from llmgw.plan import make_plan
         from llmgw.settings import load_commit
 
@@ -69,8 +75,9 @@ class SettingsDesk:
             await self.watcher.poll()
         target = rev or f"refs/heads/{self.branch}"
         settings = await trio.to_thread.run_sync(load_commit, str(self.watcher.repo_path), target)
-        return make_plan(settings, fleet_for(state.fleet.fleet(), settings), canaries=holds_of(state.canaries),
-                         replicas=wanted_counts(state.scales))
+        fleet = fleet_for(state.fleet.fleet(), settings)
+        plan = make_plan(settings, fleet, canaries=holds_of(state.canaries), replicas=wanted_counts(state.scales))
+        return plan, expected_cpu_speeds(settings, fleet, plan)
 
     async def _commit(self, refusal: str, edit: SettingsEdit, author_name: str, author_email: str) -> Any:
         """Ask the loop to commit `edit` as the author and wait for the handler's answer. A checkpoint.

