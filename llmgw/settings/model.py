@@ -82,9 +82,9 @@ class ConsoleOidc:
 class ClusterSettings:
     """`llmgw.yaml`: the cluster as a whole.
 
-    Durations in seconds. `gpu_hour_cost` maps a GPU class (or "default") to the cost of one GPU for one hour,
-    in `currency`; it prices Slurm jobs (llmgw.control.slurm_usage); models without explicit prices are not priced
-    from it yet (unbuilt.py).
+    Durations in seconds. `gpu_hour_cost` maps a GPU class (or "default") to the cost of one GPU for one hour, and
+    "cpu" to one CPU core's, in `currency`; it prices Slurm jobs (llmgw.control.slurm_usage) and replicas'
+    GPU-hours and core-hours per project (llmgw.store.gpu_hours); a model's requests are priced by its own `prices`.
     `store` is the runtime store the control plane opens (`llmgw server --store URL` overrides it).
     `cordoned`: node ids that get no new replica; `drained`: node ids whose replicas are placed elsewhere first,
     then stopped (`llmgw node cordon|uncordon|drain`), both sorted.
