@@ -2,10 +2,11 @@
 `llmgw plan` and `llmgw review` estimate a CPU replica's decode speed from: a real agent (probe of 0.1 s a phase)
 runs the real llama-server (b11434) with Gemma 3 270M, whose catalog entry gives its weights' size. The bandwidth
 shows in /api/v1/nodes, `llmgw nodes` and the fleet snapshot; the plan and the review of that snapshot show the
-replica's expected speed; and that estimate is of the order of the decode speed the engine's own counters then
-give (within a factor of 10 only: the calibration's 30 % holds on a quiet machine, tests/plan/test_cpu_speed.py,
-while this one is shared by other test runs, which slow the probe and the engine unevenly: 7.5 x was seen,
-docs/capacity.md)."""
+replica's expected speed; and the decode speed the engine's own counters then give is at most 1.5 x that estimate
+and at least a twentieth of it. Only that loose: the calibration's 30 % holds on a quiet machine
+(tests/plan/test_cpu_speed.py), while this one is shared by other test runs, which slow the engine more than the
+short probe (estimate / measured 0.9 quiet, 1.7 to 7.5 under load in docs/capacity.md; 7.3 in a run of this test
+beside two builds)."""
 
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ from settings_seed import write_seed as seed_tree  # noqa: E402
 pytestmark = pytest.mark.slow
 GEMMA_BYTES = 253_113_024
 MODEL = GEMMA_HEAD + f"""\
-    size: {GEMMA_BYTES}
+    size: "{GEMMA_BYTES}B"
 resources:
   cpu_cores: 2
   memory: 1Gi
@@ -101,7 +102,7 @@ async def test_the_probed_bandwidth_reaches_nodes_plan_and_review_and_its_estima
         async with httpx.AsyncClient(timeout=120, headers={"Authorization": f"Bearer {key}"}) as client:
             for _ in range(6):
                 reply = await client.post(f"{plane.gateway_url}/v1/chat/completions", json={
-                    "model": "gemma-3-270m", "max_tokens": 48, "temperature": 0,
+                    "model": "gemma-3-270m", "max_tokens": 16, "temperature": 0,
                     "messages": [{"role": "user", "content": "Tell me about lighthouses."}]})
                 assert reply.status_code == 200, reply.text
                 with trio.move_on_after(2):
@@ -113,4 +114,4 @@ async def test_the_probed_bandwidth_reaches_nodes_plan_and_review_and_its_estima
         nursery.cancel_scope.cancel()
     estimate = expected["decode_tokens_per_second"]
     print(f"probe {bandwidth / 1e9:.1f} GB/s for 2 threads: estimate {estimate:.1f} tokens/s, engine {decode:.1f}")
-    assert estimate / 10 <= decode <= estimate * 10
+    assert estimate / 20 <= decode <= estimate * 1.5
