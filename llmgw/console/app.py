@@ -394,7 +394,7 @@ class Console:
 
     async def _replicas(self) -> str:
         state = self.snapshot()
-        return await self._page("replicas.html", "replicas", state=state, models=models_view(state))
+        return await self._page("replicas.html", "replicas", state=state, models=models_view(state, self.wall()))
 
     async def _history(self) -> str:
         state = self.snapshot()
