@@ -14,10 +14,14 @@ probe takes about 2 x `seconds` plus the buffers' first touch. Blocking (run it 
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import threading
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from pathlib import Path
+
+from llmgw.tools.memory_bandwidth import MemoryBandwidth
 
 BUFFER_BYTES = 64 << 20
 MAX_TOTAL_BYTES = 1 << 30
@@ -27,22 +31,6 @@ _libc = ctypes.CDLL(None)
 _memcmp = _libc.memcmp
 _memcmp.argtypes = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t)
 _memcmp.restype = ctypes.c_int
-
-
-@dataclass(frozen=True)
-class MemoryBandwidth:
-    """What the probe read: bytes per second by one core alone and by `threads` cores at once (threads = the cores
-    this process may run on), and how long the probe took (seconds, wall clock)."""
-
-    one_core_bytes_per_second: float
-    all_cores_bytes_per_second: float
-    threads: int
-    seconds: float
-
-    def to_json(self) -> dict[str, float | int]:
-        return {"one_core_bytes_per_second": self.one_core_bytes_per_second,
-                "all_cores_bytes_per_second": self.all_cores_bytes_per_second, "threads": self.threads,
-                "seconds": self.seconds}
 
 
 def _read_for(buffer_bytes: int, seconds: float, start: threading.Barrier, out: list[float], index: int) -> None:
@@ -88,3 +76,41 @@ def probe_memory_bandwidth(seconds: float = DEFAULT_SECONDS, threads: int | None
     one = _phase(1, seconds)
     every = _phase(count, seconds) if count > 1 else one
     return MemoryBandwidth(one, every, count, time.perf_counter() - began)
+
+
+BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
+RECORD_NAME = "memory-bandwidth.json"
+
+
+def _boot_id(path: Path) -> str:
+    try:
+        return path.read_text().strip()
+    except OSError:  # not Linux: measured at each agent start
+        return ""
+
+
+def bandwidth_this_boot(state_dir: Path, seconds: float = DEFAULT_SECONDS, boot_id: Path = BOOT_ID,
+                        probe: Callable[[float], MemoryBandwidth] = probe_memory_bandwidth) -> MemoryBandwidth:
+    """The node's memory bandwidth, measured once per boot: what `<state_dir>/memory-bandwidth.json` holds when it
+    was written since the machine booted (same kernel boot id), else `probe(seconds)`, written there. An agent that
+    starts again (an upgrade, a restart asked over the stream) reports the same figures without reading memory
+    beside the engines it adopts. Blocking (run it in a thread from trio); a record that cannot be read or written
+    is measured again, never an error."""
+    record = Path(state_dir) / RECORD_NAME
+    boot = _boot_id(boot_id)
+    if boot:
+        try:
+            kept = json.loads(record.read_text())
+            if kept.get("boot_id") == boot:
+                return MemoryBandwidth(float(kept["one_core_bytes_per_second"]),
+                                       float(kept["all_cores_bytes_per_second"]), int(kept["threads"]),
+                                       float(kept["seconds"]))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            pass
+    measured = probe(seconds)
+    if boot:
+        try:
+            record.write_text(json.dumps({"boot_id": boot, **measured.to_json()}) + "\n")
+        except OSError:
+            pass
+    return measured

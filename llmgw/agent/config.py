@@ -67,6 +67,9 @@ class AgentConfig:
     with mutual TLS (None: it does not, and renews nothing); `certificate_renew_fraction`: the share of that
     certificate's lifetime after which it is renewed over the stream (agents/ `certificate_renew_fraction`;
     `llmgw.agent.renewal`).
+    `bandwidth_probe_seconds`: how long each phase (one core, all cores) of the node's memory-bandwidth probe runs,
+    once per boot, its figures carried by every heartbeat (`llmgw.agent.bandwidth`; 0: no probe, as in the tests'
+    agents; `llmgw agent` and `llmgw up` run it for 0.25 s).
     """
 
     node_id: str = field(default_factory=socket.gethostname)
@@ -96,6 +99,7 @@ class AgentConfig:
     build: str = "auto"
     tls_dir: Path | None = None
     certificate_renew_fraction: float = 0.6667
+    bandwidth_probe_seconds: float = 0.0
 
     @property
     def trace_target(self) -> tuple[str, float] | None:

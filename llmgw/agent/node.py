@@ -31,6 +31,7 @@ from llmgw.agent.slurm import SlurmKeeper, SlurmLayout
 from llmgw.agent.supervisor import Supervisor
 from llmgw.agent.tracing import AgentTracing, open_agent_tracing
 from llmgw.engines.builds import NodeFacts
+from llmgw.tools.memory_bandwidth import MemoryBandwidth
 from llmgw.identity import EngineState
 from llmgw.wire import AgentLink, agent_message, pb
 
@@ -124,6 +125,7 @@ class NodeAgent:
         # The GPUs and driver discovery found (set at each Register); the build of vLLM and SGLang is chosen from
         # them (llmgw.engines.builds). None until then: Python engines install as engines.yaml names them.
         self.node_facts: NodeFacts | None = None
+        self.memory_bandwidth: MemoryBandwidth | None = None  # the probe's, once per boot (llmgw.agent.bandwidth)
 
     # --- reporting ----------------------------------------------------------------------------------------
 

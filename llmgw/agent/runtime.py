@@ -34,6 +34,7 @@ import trio
 
 from llmgw.agent import commands, reporting
 from llmgw.agent.firewall import report_message as firewall_report
+from llmgw.agent.bandwidth import bandwidth_this_boot
 from llmgw.agent.config import AgentConfig, load_agent_settings, save_engine_binaries
 from llmgw.agent.discovery import discover_node, load_nvml
 from llmgw.agent.engine_load import read_engine_loads
@@ -175,6 +176,8 @@ async def run_agent(config: AgentConfig, connect: Connect | Sequence[Connect] = 
                 log.info("found %d shard(s) from an earlier agent: %s", len(adopted),
                          ", ".join(f"{v.shard_id} pid {v.pid}" for v in adopted))
             task_status.started(agent)
+            if config.bandwidth_probe_seconds > 0:
+                nursery.start_soon(_measure_bandwidth, agent)
             telemetry = await trio.to_thread.run_sync(open_gpu_telemetry, nvml)
             try:
                 await agent.check_engines()
@@ -241,6 +244,18 @@ async def run_agent_restarting(config: AgentConfig, connect: Connect, *, nvml: A
     while True:  # run_agent returns only when asked to restart
         log.info("the agent restarts in this process; its engines keep serving and are adopted again")
         await run_agent(config, connect, nvml=nvml, keep_engines=keep_engines)
+
+
+async def _measure_bandwidth(agent: NodeAgent) -> None:
+    """Set `agent.memory_bandwidth` from the probe (once per boot, `bandwidth_this_boot`, in a thread): every
+    heartbeat after carries it."""
+    config = agent.config
+    measured = await trio.to_thread.run_sync(
+        functools.partial(bandwidth_this_boot, config.state_dir, config.bandwidth_probe_seconds))
+    log.info("memory bandwidth: one core %.1f GB/s, %d cores %.1f GB/s (probe of %.2f s)",
+             measured.one_core_bytes_per_second / 1e9, measured.threads, measured.all_cores_bytes_per_second / 1e9,
+             measured.seconds)
+    agent.memory_bandwidth = measured
 
 
 def _with_saved_settings(config: AgentConfig) -> tuple[AgentConfig, pb.SlurmRole | None]:
@@ -350,6 +365,8 @@ class _Session:
         firewall = firewall_report(agent.firewall.state)
         if firewall is not None:
             beat.firewall.CopyFrom(firewall)
+        if agent.memory_bandwidth is not None:
+            beat.memory_bandwidth.CopyFrom(pb.MemoryBandwidth(**agent.memory_bandwidth.to_json()))
         return agent_message(heartbeat=beat)
 
     async def serve(self, link) -> None:

@@ -24,6 +24,7 @@ import trio
 from llmgw.agent import AgentConfig, read_inventory, run_agent
 from llmgw.agent.config import default_state_dir, installed_engines
 from llmgw.agent.inventory import route_address
+from llmgw.agent.bandwidth import DEFAULT_SECONDS as PROBE_SECONDS
 from llmgw.cli.node_cmds import node_group
 from llmgw.errors import UsageError
 from llmgw.units import parse_duration
@@ -109,9 +110,12 @@ def register(group: click.Group) -> None:
                   help="Send traces of shard starts (weights fetch, engine launch, readiness) and engine installs "
                        "to this OTLP/HTTP collector (http://host:4318), under the control plane's trace [default: "
                        "agents/ tracing.endpoint of the settings; off without one].")
+    @click.option("--no-bandwidth-probe", is_flag=True,
+                  help="Do not measure this node's memory bandwidth at boot (one core, then all cores, about half "
+                       "a second, once per boot; what CPU replicas' speed is estimated from).")
     def agent_command(control_planes, node_id, state_dir, weights_dir, engines_dir, mirrors, labels,
                       heartbeat_interval, address, engine_binaries, tls_dir, insecure, stop_shards_on_exit, as_json,
-                      otlp_endpoint):
+                      otlp_endpoint, no_bandwidth_probe):
         """Run this node's agent: discover, register, run the shards the control plane assigns."""
         host, port = [_split_address(address) for address in control_planes][0]
         state_dir = state_dir or default_state_dir()
@@ -125,7 +129,7 @@ def register(group: click.Group) -> None:
             heartbeat_interval=interval, address=address or route_address(host, port),
             engine_binaries={k: Path(v) for k, v in _pairs(engine_binaries, "--engine-binary").items()},
             stop_shards_on_exit=stop_shards_on_exit, control_planes=tuple(dict.fromkeys(control_planes)),
-            otlp_endpoint=otlp_endpoint,
+            otlp_endpoint=otlp_endpoint, bandwidth_probe_seconds=0.0 if no_bandwidth_probe else PROBE_SECONDS,
         )
         tls = _client_tls(tls_dir, state_dir, insecure)
         if tls is not None:  # renewed over the stream when due (llmgw.agent.renewal), read again at every connection

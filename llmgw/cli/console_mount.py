@@ -58,6 +58,15 @@ def console_mount(admin: AdminApp) -> AdminMount:
     async def usage(by: str, since: float | None, projects: tuple[str, ...] | None = None) -> list:
         return await trio.to_thread.run_sync(plane.store.query_usage, projects, since, by)
 
+    async def gpu_hours(since: float) -> list:
+        from llmgw.control.usage_hours import hours_document
+
+        settings = plane.snapshot().watch.settings
+        if settings is None:
+            return []
+        document = await trio.to_thread.run_sync(hours_document, plane.store, settings, since)
+        return document["rows"]
+
     async def applied(audit_commit: str):
         from llmgw.control.audit_diff import applied_diff
 
@@ -85,8 +94,8 @@ def console_mount(admin: AdminApp) -> AdminMount:
         return await admin.act(Caller(person, who.token_id), path, body)
 
     console = Console(plane.snapshot, authorise=login, still_valid=still_valid, history=admin.history_entries,
-                      usage=usage, logs=plane.logs, applied_diff=applied, accounts=accounts, oidc=SettingsOidc(plane),
-                      act=act)
+                      usage=usage, gpu_hours=gpu_hours if plane.store is not None else None, logs=plane.logs,
+                      applied_diff=applied, accounts=accounts, oidc=SettingsOidc(plane), act=act)
     return AdminMount("/console", console, console.run_sampler)
 
 

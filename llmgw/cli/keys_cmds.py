@@ -100,17 +100,28 @@ def _row_json(row: UsageRow) -> dict:
 @click.option("--request", "request_id", default=None, metavar="ID",
               help="Show one request's record instead: the id the gateway answered in `x-request-id` (the "
                    "gateway's req_... id, or the client's own x-request-id it kept).")
+@click.option("--gpu-hours", is_flag=True,
+              help="The GPU-hours and CPU core-hours each project used of the replicas, per model, shared in "
+                   "proportion to use and priced with llmgw.yaml prices.gpu_hour_cost (docs/capacity.md).")
+@click.option("--repo", default=None, metavar="PATH",
+              help="With --gpu-hours: the settings repository whose branch head gives the replicas' sizes and the "
+                   "prices [default: <state>/settings.git].")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @store_options
 @click.pass_context
 def usage_command(ctx: click.Context, project: str | None, since: str | None, by: str, request_id: str | None,
-                  as_json: bool, state_dir: str | None, store_url: str | None) -> None:
-    """Requests, tokens and cost served, summed by model, project or UTC day; or one request (--request ID)."""
+                  gpu_hours: bool, repo: str | None, as_json: bool, state_dir: str | None,
+                  store_url: str | None) -> None:
+    """Requests, tokens and cost served, summed by model, project or UTC day; or one request (--request ID); or
+    the GPU-hours and core-hours each project used (--gpu-hours)."""
     remember_store(ctx, state_dir, store_url)
     if request_id is not None:
         _show_request(ctx, request_id.strip(), as_json)
         return
     since_at = parse_moment(since, time.time(), future=False) if since else None
+    if gpu_hours:
+        _show_gpu_hours(ctx, repo, since_at, project, as_json)
+        return
     rows = with_store(ctx, lambda store: store.query_usage(project=project, since=since_at, by=by))
     if as_json:
         click.echo(json.dumps({"by": by, "project": project, "since": format_moment(since_at),
@@ -123,6 +134,29 @@ def usage_command(ctx: click.Context, project: str | None, since: str | None, by
                       "" if row.mean_ttft_seconds is None else f"{row.mean_ttft_seconds * 1000:.0f} ms",
                       "" if row.mean_duration_seconds is None else f"{row.mean_duration_seconds:.2f} s")
     table_console().print(table)
+
+
+def _show_gpu_hours(ctx: click.Context, repo: str | None, since: float | None, project: str | None,
+                    as_json: bool) -> None:
+    from llmgw.control.usage_hours import hours_document
+    from llmgw.settings import load_commit
+
+    source = repo or str(Path(state_of(ctx)) / "settings.git")
+    if not Path(source).exists():
+        raise UsageError(f"--gpu-hours needs the settings (the replicas' sizes, prices.gpu_hour_cost): {source} is "
+                         "not a settings repository; give one with --repo PATH")
+    settings = load_commit(source)
+    document = with_store(ctx, lambda store: hours_document(store, settings, since, project))
+    if as_json:
+        click.echo(json.dumps(document))
+        return
+    table = Table("project", "model", "requests", "GPU-hours", "core-hours", f"cost ({document['currency']})")
+    for row in document["rows"]:
+        table.add_row(row["project"], row["model"], str(row["requests"]), f"{row['gpu_hours']:.4f}",
+                      f"{row['core_hours']:.4f}", format_cost(row["cost"]))
+    table_console().print(table)
+    if document["truncated"]:
+        click.echo(f"only the newest {document['records']} requests were read: give a later --since", err=True)
 
 
 def format_cost(cost: float) -> str:

@@ -15,6 +15,7 @@ from pathlib import Path
 import click
 
 from llmgw.cli.credentials import remember_store, store_options, with_store
+from llmgw.cli.server_cmds import bandwidth_line
 
 
 def node_group(group: click.Group) -> click.Group:
@@ -82,9 +83,7 @@ def register(group: click.Group) -> None:
             click.echo(f"agent state {state}\nweights     {weights}\nengines     {engines_dir or state / 'engines'}\n")
             click.echo(report.render())
             if measured:
-                click.echo(f"memory bandwidth: one core {measured['one_core_bytes_per_second'] / 1e9:.1f} GB/s, "
-                           f"{measured['threads']} cores {measured['all_cores_bytes_per_second'] / 1e9:.1f} GB/s "
-                           f"(read, {measured['seconds']:.1f} s); a dense model of 1 GB: about "
+                click.echo(f"{bandwidth_line(measured)}; a dense model of 1 GB: about "
                            f"{measured['gigabyte_model_tokens_per_second']:.1f} tokens/s")
         if not report.ok:
             raise click.exceptions.Exit(1)

@@ -163,9 +163,25 @@ def _drift(review: Review) -> list[str]:
             *[f"- {line}" for line in review.base_drift], "", "</details>"]
 
 
+def _expected_speeds(review: Review) -> list[str]:
+    """The decode speed expected of each replica HEAD places on a probed CPU node (nothing when none)."""
+    if not review.expected_speeds:
+        return []
+    lines = ["", "### Expected speed on CPU nodes", "",
+             "From the weights' size and the node's memory bandwidth (its agent's probe; docs/capacity.md), for one "
+             "request at a time.", "", "| replica | node | threads | weights | read bandwidth | decode |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    for speed in review.expected_speeds:
+        lines.append(f"| `{speed.replica_id}` | {_cell(speed.node_id)} | {speed.threads} | "
+                     f"{format_size(speed.weight_bytes)} | {speed.bandwidth_bytes_per_second / 1e9:.1f} GB/s | "
+                     f"about {speed.decode_tokens_per_second:.0f} tokens/s |")
+    return lines
+
+
 def review_markdown(review: Review) -> str:
     """The whole review as one Markdown document (ends with a newline): marker, verdict, commits and fleet,
-    what cannot be placed, the plan per node, headroom, the settings diff, projects, warnings, base drift."""
+    what cannot be placed, the plan per node, headroom, expected CPU speeds, the settings diff, projects, warnings,
+    base drift."""
     lines = (_header(review) + _unplaced(review) + _nodes(review) + _headroom(review.headroom)
-             + _settings(review) + _projects(review) + _warnings(review) + _drift(review))
+             + _expected_speeds(review) + _settings(review) + _projects(review) + _warnings(review) + _drift(review))
     return "\n".join(lines) + "\n"

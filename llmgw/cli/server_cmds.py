@@ -35,7 +35,7 @@ import click
 
 from llmgw.control import stalls
 from llmgw.errors import UsageError
-from llmgw.units import format_duration
+from llmgw.units import format_duration, format_size
 
 
 def _admin_options(func):
@@ -234,9 +234,19 @@ def live_diff(client, rev: str | None, as_json: bool) -> int:
         lines = list(answer["lines"])
         if not answer["changes"]:
             lines.insert(0, "no changes: the fleet already runs these settings")
+        lines += [expected_speed_line(speed) for speed in answer.get("expected_speeds", ())]
         for line in lines:
             click.echo(line)
     return 2 if answer["changes"] else 0
+
+
+def expected_speed_line(speed: dict[str, Any]) -> str:
+    """One line for a CPU replica's expected decode speed (`ExpectedSpeed.to_json`): "expected gemma-0 on n1:
+    about 62 tokens/s decode (241.4Mi of weights, 2 threads reading 31.7 GB/s)". Pure."""
+    return (f"expected {speed['replica_id']} on {speed['node_id']}: about {speed['decode_tokens_per_second']:.0f} "
+            f"tokens/s decode ({format_size(speed['weight_bytes'])} of weights, {speed['threads']} "
+            f"thread{'' if speed['threads'] == 1 else 's'} reading {speed['bandwidth_bytes_per_second'] / 1e9:.1f} "
+            f"GB/s)")
 
 
 # -- commands ---------------------------------------------------------------------------------------------------
@@ -578,6 +588,8 @@ def nodes_cmd(client, as_json):
                 click.echo(f"    {speed_line(speeds.pop(shard['replica']))}")
             if shard.get("replica") in benches:
                 click.echo(f"    {bench_line(benches.pop(shard['replica']))}")
+        if node.get("memory_bandwidth"):
+            click.echo(f"  {bandwidth_line(node['memory_bandwidth'])}")
         for line in _health_lines(node.get("health"), "  "):
             click.echo(line)
         firewall = node.get("firewall")
@@ -605,6 +617,13 @@ def replicas_cmd(client, as_json):
         click.echo(f"{replica_id:<24} {replica['model']:<24} {replica['state']:<10} {replica.get('node', '')}{detail}")
         if replica.get("speed"):
             click.echo(f"  {speed_line(replica['speed'])}")
+
+
+def bandwidth_line(probe: dict[str, Any]) -> str:
+    """One line for a node's memory bandwidth (the agent's probe as JSON, `MemoryBandwidth.to_json`): "memory
+    bandwidth: one core 11.2 GB/s, 2 cores 18.0 GB/s (read, 0.5 s)". Pure."""
+    return (f"memory bandwidth: one core {probe['one_core_bytes_per_second'] / 1e9:.1f} GB/s, {probe['threads']} "
+            f"cores {probe['all_cores_bytes_per_second'] / 1e9:.1f} GB/s (read, {probe['seconds']:.1f} s)")
 
 
 def speed_line(speed: dict[str, Any]) -> str:

@@ -219,6 +219,7 @@ async def run_up(
     the new process's agent adopts them), False for a signal. Either way the gateway drains first
     (llmgw.gateway.draining)."""
     from llmgw.agent import AgentConfig, run_agent_restarting
+    from llmgw.agent.bandwidth import DEFAULT_SECONDS as PROBE_SECONDS
     from llmgw.cli.console_mount import console_mount
     from llmgw.control import ControlConfig, ControlPlane
     from llmgw.engines.demo import DEMO_LLAMA_CPP_VERSION
@@ -259,6 +260,7 @@ async def run_up(
         engine_binaries=engines,
         heartbeat_interval=1.0,
         stop_shards_on_exit=True,
+        bandwidth_probe_seconds=PROBE_SECONDS,
     )
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with trio.open_nursery() as outer:

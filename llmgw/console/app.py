@@ -65,6 +65,7 @@ Authorise = Callable[[str], Awaitable["Login | None"]]
 StillValid = Callable[[str], Awaitable[bool]]
 History = Callable[[int], Awaitable[list[Any]]]
 Usage = Callable[..., Awaitable[list[Any]]]  # (by, since[, projects]) -> rows
+GpuHours = Callable[[float], Awaitable[list[dict[str, Any]]]]  # since -> rows of llmgw.store.gpu_hours, as JSON
 Logs = Callable[[str, str, int], Awaitable[list[str]]]
 AppliedDiff = Callable[[str], Awaitable[Any]]
 Act = Callable[[Login, str, dict[str, Any]], Awaitable[tuple[int, dict[str, Any]]]]
@@ -100,6 +101,7 @@ class Console:
 
     def __init__(self, snapshot: Callable[[], ControlState], *, authorise: Authorise, history: History,
                  still_valid: StillValid | None = None, usage: Usage | None = None, logs: Logs | None = None,
+                 gpu_hours: GpuHours | None = None,
                  applied_diff: AppliedDiff | None = None, accounts: Accounts | None = None,
                  oidc: OidcClient | Callable[[], OidcClient | None] | None = None, act: Act | None = None,
                  sample_interval: float = 5.0,
@@ -113,6 +115,7 @@ class Console:
         self.still_valid = still_valid
         self.history = history
         self.usage = usage
+        self.gpu_hours = gpu_hours
         self.logs = logs
         self.applied_diff = applied_diff
         self.act = act
@@ -406,7 +409,7 @@ class Console:
 
     async def _replicas(self) -> str:
         state = self.snapshot()
-        return await self._page("replicas.html", "replicas", state=state, models=models_view(state))
+        return await self._page("replicas.html", "replicas", state=state, models=models_view(state, self.wall()))
 
     async def _history(self) -> str:
         state = self.snapshot()
@@ -435,10 +438,14 @@ class Console:
             groups = {by: await self.usage(by, since, g.login.projects) for by in USAGE_GROUPS}
         else:
             groups = {by: await self.usage(by, since) for by in USAGE_GROUPS}
+        hours = await self.gpu_hours(since) if self.gpu_hours is not None else None
+        if hours is not None and g.login.role == "member":
+            hours = [row for row in hours if row["project"] in (g.login.projects or ())]
         settings = state.settings
         currency = settings.cluster.currency if settings else ""
         return await self._page("usage.html", "usage", state=state, days=days, groups=groups, currency=currency,
-                                chart=day_columns(groups["day"], "tokens per day (prompt + completion)"))
+                                chart=day_columns(groups["day"], "tokens per day (prompt + completion)"),
+                                gpu_hours=hours)
 
 
     async def _ssh_keys(self) -> Any:

@@ -12,7 +12,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from llmgw.control.view import ControlState, GpuSample, NodeRecord, state_document
+from llmgw.control.view import ControlState, GpuSample, NodeRecord, measured_speeds, state_document
 
 LOAD_CLASSES = ((10.0, "load-idle"), (40.0, "load-low"), (70.0, "load-mid"))
 MAP_COLOURINGS = ("utilization", "memory", "power")
@@ -158,11 +158,14 @@ def cluster_view(state: ControlState) -> dict[str, Any]:
     }
 
 
-def models_view(state: ControlState) -> dict[str, dict[str, Any]]:
+def models_view(state: ControlState, wall: float) -> dict[str, dict[str, Any]]:
     """Per model of the settings in force (and any model still running): wanted and ready replica counts, its
-    replicas from the status document, and what the console's actions change: its fixed `count` or autoscaled range
-    (`low`, `high`), its adapters' names, and `in_catalog` (False: a model still running that the catalog dropped)."""
-    replicas = state_document(state)["replicas"]
+    replicas from the status document (each measured one with its `speed` from its engine's counters, its age at
+    `wall`, unix seconds), and what the console's actions change: its fixed `count` or autoscaled range (`low`,
+    `high`), its adapters' names, and `in_catalog` (False: a model still running that the catalog dropped)."""
+    speeds = measured_speeds(state, wall)
+    replicas = {rid: {**r, "speed": speeds[rid]} if rid in speeds else r
+                for rid, r in state_document(state)["replicas"].items()}
     models: dict[str, dict[str, Any]] = {}
     settings = state.settings
     for model in (settings.models if settings else {}).values():

@@ -21,6 +21,7 @@ The API is described in docs/admin-api.yaml (OpenAPI 3.1), served at GET /openap
                                               last {"event": "end"}; "expect": refused unless the head is that
                                               REV; "reviewed": the plan a review showed (audited differences)
     GET  /api/v1/plan?rev=REV                 the plan REV (default: branch head) would run on the live fleet
+    GET  /api/v1/usage/gpu-hours?since=T&project=P   GPU-hours and core-hours per project and model, priced
     POST /api/v1/restart                      every agent restarts over its stream, then the control plane (ndjson)
     GET  /api/v1/fleet                        the fleet snapshot (llmgw.plan.snapshot) `llmgw review` plans against
     GET  /api/v1/logs?node=N&shard=S&lines=K  a shard's (or the agent's) last log lines
@@ -458,6 +459,8 @@ class AdminApp:
             return await _send_json(send, 200, self._fleet_snapshot())
         if method == "GET" and path == "/api/v1/plan":
             return await self._plan(send, query.get("rev") or None)
+        if method == "GET" and path == "/api/v1/usage/gpu-hours":
+            return await self._gpu_hours(send, query)
         if method == "GET" and path == "/api/v1/logs":
             node = query.get("node")
             if not node:
@@ -549,9 +552,21 @@ class AdminApp:
     async def _plan(self, send, rev: str | None) -> None:
         from llmgw.plan import plan_to_json, render_plan
 
-        plan = await self.plane.preview(rev)
+        plan, speeds = await self.plane.preview_expected(rev)
         await _send_json(send, 200, {"plan": plan_to_json(plan), "lines": render_plan(plan, include_keep=False),
-                                     "changes": plan.changes or bool(plan.unplaced)})
+                                     "changes": plan.changes or bool(plan.unplaced),
+                                     "expected_speeds": [speed.to_json() for speed in speeds]})
+
+    async def _gpu_hours(self, send, query: dict[str, str]) -> None:
+        from llmgw.control.usage_hours import hours_document
+
+        settings = self.plane.snapshot().watch.settings
+        if settings is None or self.plane.store is None:
+            raise _HttpError(503, "unavailable", "no settings are in force yet, or no store is open: try again")
+        since = query_int(query, "since", -1, 0, 10**11)  # unix seconds; absent: every record
+        document = await self.in_store_thread(hours_document, self.plane.store, settings,
+                                               None if since < 0 else float(since), query.get("project") or None)
+        await _send_json(send, 200, document)
 
     async def _apply(self, receive, send, caller: Caller) -> None:
         body = _json_body(await _read_body(receive))

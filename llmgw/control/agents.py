@@ -35,7 +35,9 @@ from llmgw.control.health import health_from_message
 from llmgw.control.kv_blocks import KV_BLOCKS_PER_REPLICA, BlocksUpdate, apply_block_updates, forget_node
 from llmgw.control.node_identity import NodeIdentities
 from llmgw.control.report_scope import blocks_problem, slurm_report_problem
-from llmgw.control.reports import check_register, convert_shards, node_from_register, readings_from_heartbeat
+from llmgw.control.reports import (
+    bandwidth_from_heartbeat, check_register, convert_shards, node_from_register, readings_from_heartbeat,
+)
 from llmgw.control.sessions import AgentSession, CommandOutcome
 from llmgw.control.slurm_usage import slurm_usage
 from llmgw.control.state import ControlState
@@ -244,6 +246,7 @@ def _heartbeat(hub: AgentHub, node_id: str, session: AgentSession, beat, now: fl
     firewall = (MappingProxyType({"digest": beat.firewall.digest, "error": beat.firewall.error,
                                   "rolled_back": beat.firewall.rolled_back})
                 if beat.HasField("firewall") else None)
+    bandwidth = bandwidth_from_heartbeat(beat)
     if beat.HasField("slurm") and (beat.slurm.finished_jobs or beat.slurm.finished_until):
         hub._update(_slurm_jobs(node_id, beat.slurm, hub.refused), f"ended Slurm jobs from {node_id}")
 
@@ -251,7 +254,7 @@ def _heartbeat(hub: AgentHub, node_id: str, session: AgentSession, beat, now: fl
         fleet, changed = state.fleet.heartbeat(
             node_id, now, shards=shards, details=details, engines_installed=installed,
             engines_installing=installing, readings=readings, health=health, slurm_job_steps=steps, slurm=slurm,
-            firewall=firewall)
+            firewall=firewall, memory_bandwidth=bandwidth)
         return state.with_fleet(fleet), changed
 
     return transition, origin

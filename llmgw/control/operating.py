@@ -28,6 +28,7 @@ from llmgw.control.reports import fleet_for
 from llmgw.control.state import ControlState
 from llmgw.control.watching import SettingsWatcher
 from llmgw.errors import LlmgwError, UsageError
+from llmgw.plan.cpu_speed import ExpectedSpeed, expected_cpu_speeds
 from llmgw.plan.types import Plan
 from llmgw.settings import EditCommit
 from llmgw.settings.model_commits import commit_model_adapter, commit_model_replicas
@@ -70,6 +71,11 @@ class SettingsDesk:
         """The plan `rev` (None: the branch head) would run against the control plane's `state` as a pass plans:
         its fleet, the replica counts its autoscaler wants and the canaries it holds (without them `llmgw plan`
         showed an autoscaled replica stopped that `llmgw apply` kept). Raises SettingsError."""
+        return (await self.preview_expected(rev, state))[0]
+
+    async def preview_expected(self, rev: str | None, state: ControlState) -> tuple[Plan, tuple[ExpectedSpeed, ...]]:
+        """`preview`'s plan and the decode speed expected of each replica it places on a probed CPU node
+        (`llmgw.plan.cpu_speed.expected_cpu_speeds`). Raises SettingsError."""
         from llmgw.plan import make_plan
         from llmgw.settings import load_commit
 
@@ -77,8 +83,9 @@ class SettingsDesk:
             await self.watcher.poll()
         target = rev or f"refs/heads/{self.branch}"
         settings = await trio.to_thread.run_sync(load_commit, str(self.watcher.repo_path), target)
-        return make_plan(settings, fleet_for(state.fleet.fleet(), settings), canaries=holds_of(state.canaries),
-                         replicas=wanted_counts(state.scales))
+        fleet = fleet_for(state.fleet.fleet(), settings)
+        plan = make_plan(settings, fleet, canaries=holds_of(state.canaries), replicas=wanted_counts(state.scales))
+        return plan, expected_cpu_speeds(settings, fleet, plan)
 
     async def edit(self, edit: SettingsEdit, author_name: str, author_email: str, *, expect: str = "",
                    preview: bool = False) -> EditCommit:

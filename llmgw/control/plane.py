@@ -40,6 +40,7 @@ from llmgw.control.tracing import StartTracing
 from llmgw.control.view import Emit
 from llmgw.control.watching import SettingsWatcher
 from llmgw.plan.reviewed import ReviewedPlan
+from llmgw.plan.cpu_speed import ExpectedSpeed
 from llmgw.plan.types import Plan
 
 __all__ = ["ControlConfig", "ControlPlane", "check_listeners_free", "listening_on"]
@@ -171,6 +172,10 @@ class ControlPlane:
     async def preview(self, rev: str | None) -> Plan:
         """The plan `rev` (None: the branch head) would run against the live fleet. Raises SettingsError."""
         return await self.desk.preview(rev, self.loop.state)
+
+    async def preview_expected(self, rev: str | None) -> tuple[Plan, tuple[ExpectedSpeed, ...]]:
+        """`preview`'s plan and the decode speed expected of each replica it places on a probed CPU node."""
+        return await self.desk.preview_expected(rev, self.loop.state)
 
     async def logs(self, node_id: str, shard_id: str, lines: int) -> list[str]:
         """`llmgw.control.node_requests.node_logs` of the fleet now."""

@@ -43,7 +43,7 @@ from llmgw.control.engine_speeds import MeasuredSpeed, next_node_speeds
 from llmgw.control.health import apply_health, with_interconnect
 from llmgw.control.readings import NodeReadings
 from llmgw.tools.node_report import NodeHealthReport
-from llmgw.plan.types import Fleet, GpuState, NodeState, ObservedShard
+from llmgw.plan.types import Fleet, GpuState, MemoryBandwidth, NodeState, ObservedShard
 from llmgw.identity import EngineState
 
 
@@ -234,7 +234,8 @@ class FleetRegistry:
         """A node (re)registered: record it as connected and alive with the shards it reports (adopted).
 
         `health` (else the node's last report, if any) is laid onto its cards at once, so a card a finding takes
-        out is never offered between Register and the first heartbeat.
+        out is never offered between Register and the first heartbeat; the node's memory bandwidth is kept (its
+        agent probes once per boot and says it in heartbeats, not in Register).
         Always placement-relevant (a new connection: its agent settings must be sent again, its GPUs judged anew).
         """
         old = self._records.get(node.node_id)
@@ -242,6 +243,8 @@ class FleetRegistry:
             health = old.health
         gpus, _ = apply_health(node.gpus, health)
         node, _ = with_interconnect(replace(node, alive=True, gpus=gpus), health)
+        if node.memory_bandwidth is None and old is not None:  # Register carries none: its heartbeats do
+            node = replace(node, memory_bandwidth=old.state.memory_bandwidth)
         record = NodeRecord(
             state=node,
             last_seen=now,
@@ -273,13 +276,16 @@ class FleetRegistry:
         slurm_job_steps: int | None = None,
         slurm: Mapping[str, Any] | None = None,
         firewall: Mapping[str, str] | None = None,
+        memory_bandwidth: MemoryBandwidth | None = None,
     ) -> tuple[FleetRegistry, bool]:
         """A heartbeat: the node is alive; `shards` (when given) is its full shard list now; `readings` replace
         the node's readings, advance its shards' speeds from their engines' counters, and update its cards' free
         memory and shared-card verdict; `health` replaces the node's health report and its cards' `unhealthy`;
         `slurm_job_steps` (when given) the Slurm job steps running there (a change is a change of the fleet: a
         reclaimed node opens when it reaches 0); `slurm` the node's Slurm report as plain data (None: it has none),
-        kept for the status document; `firewall` likewise its firewall report (None: no table, nothing failed).
+        kept for the status document; `firewall` likewise its firewall report (None: no table, nothing failed);
+        `memory_bandwidth` the node's bandwidth probe (None: not in this beat, the node's last one is kept), in its
+        state for plans and reviews to estimate CPU replicas' speed from, never placement-relevant.
 
         A heartbeat from a node that never registered is ignored (returns (self, False)): the agent registers first.
         """
@@ -295,6 +301,8 @@ class FleetRegistry:
             state = replace(state, engines_installed=frozenset(engines_installed))
         if engines_installing is not None:
             state = replace(state, engines_installing=frozenset(engines_installing))
+        if memory_bandwidth is not None and memory_bandwidth != state.memory_bandwidth:
+            state = replace(state, memory_bandwidth=memory_bandwidth)
         if slurm_job_steps is not None and slurm_job_steps != state.slurm_job_steps:
             state = replace(state, slurm_job_steps=slurm_job_steps)
         gpus_changed = False
@@ -329,7 +337,9 @@ class FleetRegistry:
             or old.state.engines_installing != state.engines_installing
             or old.state.slurm_job_steps != state.slurm_job_steps
         )
-        return self._with(node_id, record, changed or old.state.shards != state.shards), changed
+        planning = (changed or old.state.shards != state.shards
+                    or old.state.memory_bandwidth is not state.memory_bandwidth)
+        return self._with(node_id, record, planning), changed
 
     def shard_status(
         self, node_id: str, shard: ObservedShard, now: float, detail: ShardDetail | None = None,

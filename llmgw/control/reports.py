@@ -18,7 +18,7 @@ from llmgw.control.readings import GpuSample, NodeReadings, ShardReading
 from llmgw.control.registry import ShardDetail
 from llmgw.errors import WireError
 from llmgw.identity import ShardState
-from llmgw.plan.types import Fleet, GpuState, NodeState, ObservedShard
+from llmgw.plan.types import Fleet, GpuState, MemoryBandwidth, NodeState, ObservedShard
 from llmgw.settings.model import Settings
 from llmgw.tools.engine_metrics import LOAD_FIELDS, EngineLoad
 
@@ -88,6 +88,15 @@ def _optional(message, name: str):
 
 
 _GPU_READINGS = tuple(f for f in GpuSample.__dataclass_fields__ if f not in ("index", "foreign_pids"))
+
+
+def bandwidth_from_heartbeat(beat) -> MemoryBandwidth | None:
+    """A pb Heartbeat's `memory_bandwidth` (None when it carries none)."""
+    if not beat.HasField("memory_bandwidth"):
+        return None
+    probe = beat.memory_bandwidth
+    return MemoryBandwidth(probe.one_core_bytes_per_second, probe.all_cores_bytes_per_second, probe.threads,
+                           probe.seconds)
 
 
 def readings_from_heartbeat(beat, now: float) -> NodeReadings:

@@ -16,19 +16,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from llmgw.store.gpu_hours import CPU_CLASS, hour_price
 from llmgw.store.records import UsageRecord
 from llmgw.wire import pb
 
-CPU_CLASS = "cpu"
-"""The `gpu_hour_cost` key that prices one CPU core for an hour of a Slurm job without GPUs."""
 
 
 def job_cost(job: pb.SlurmJob, gpu_hour_cost: Mapping[str, float]) -> float:
     """The job's cost in the cluster's currency (see the module docstring)."""
     hours = max(0.0, job.elapsed_seconds) / 3600.0
     if job.gpus:
-        price = gpu_hour_cost.get(job.gpu_type) if job.gpu_type else None
-        return job.gpus * hours * (price if price is not None else gpu_hour_cost.get("default", 0.0))
+        return job.gpus * hours * hour_price(gpu_hour_cost, job.gpu_type)
     return job.cpus * hours * gpu_hour_cost.get(CPU_CLASS, 0.0)
 
 

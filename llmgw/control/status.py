@@ -105,7 +105,9 @@ class StatusReporter:
             nodes = doc["nodes"]
             doc["nodes"] = {
                 record.node_id: {**nodes[record.node_id],
-                                 "readings": record.readings.to_json(now) if record.readings else None}
+                                 "readings": record.readings.to_json(now) if record.readings else None,
+                                 **({"memory_bandwidth": record.state.memory_bandwidth.to_json()}
+                                    if record.state.memory_bandwidth is not None else {})}
                 for record in state.fleet.records() if record.node_id in nodes}
             doc["replicas"] = self._with_speeds(state, doc["replicas"])
         plan = state.last_plan

@@ -20,8 +20,10 @@ from llmgw.control.readings import GpuSample, NodeReadings
 from llmgw.control.recovering import Recovery
 from llmgw.control.registry import NodeRecord
 from llmgw.control.sessions import CommandOutcome
+from llmgw.control.speeds import metrics_speeds, speed_document
 from llmgw.control.state import ControlState, PassRecord, WatchState
 from llmgw.plan.reviewed import ReviewedPlan
+from llmgw.plan.cpu_speed import ExpectedSpeed
 from llmgw.plan.types import Plan
 
 __all__ = [
@@ -73,6 +75,10 @@ class ControlView(Protocol):
 
     async def preview(self, rev: str | None) -> Plan:
         """The plan `rev` (None: the branch head) would run against the live fleet."""
+
+    async def preview_expected(self, rev: str | None) -> tuple[Plan, tuple[ExpectedSpeed, ...]]:
+        """`preview`'s plan and the decode speed expected of each replica it places on a probed CPU node
+        (`llmgw.plan.cpu_speed`)."""
 
     async def logs(self, node_id: str, shard_id: str, lines: int) -> list[str]:
         """The last `lines` log lines of `shard_id` ("" for the agent's own) on `node_id`."""
@@ -131,6 +137,13 @@ def failure_documents(state: ControlState) -> list[dict[str, Any]]:
          "retry_at": f.retry_at_unix}
         for f in state.failures.values()
     ]
+
+
+def measured_speeds(state: ControlState, wall: float) -> dict[str, dict[str, Any]]:
+    """Each replica's speed from its engine's own counters (`llmgw.control.speeds.metrics_speeds`), by replica id,
+    as the status document shows it (`speed_document`, its age at `wall`, unix seconds); a replica never measured is
+    absent. Pure. (The status adds `llmgw bench` results, which the gateway's feed reads from the store.)"""
+    return {rid: speed_document(speed, wall) for rid, speed in metrics_speeds(state.fleet.records()).items()}
 
 
 def state_document(state: ControlState) -> dict[str, Any]:

@@ -28,12 +28,13 @@ from llmgw.plan.recorded import (
 from llmgw.plan.canary import CanaryHold, CanarySample, CanaryVerdict, Verdict, judge_canary
 from llmgw.plan.rendering import plan_from_json, plan_to_json, render_plan
 from llmgw.plan.types import (
-    Action, ActionKind, Assignment, Fleet, GpuState, Interconnect, NodeState, ObservedShard, Plan, Unplaced,
+    Action, ActionKind, Assignment, Fleet, GpuState, Interconnect, MemoryBandwidth, NodeState, ObservedShard, Plan,
+    Unplaced,
 )
 
 __all__ = [
     "Action", "ActionKind", "Assignment", "EmptiedCatalogError", "agent_settings_fingerprint", "Fleet", "GpuState", "NodeState",
-    "ObservedShard", "Plan", "ShardState", "Unplaced",
+    "MemoryBandwidth", "ObservedShard", "Plan", "ShardState", "Unplaced",
     "base_shard_id", "check_not_emptied", "demand_of", "describe_engine", "engine_key", "engine_version_of",
     "fingerprint", "guard_fleet_not_emptied", "is_mig_class", "make_plan", "new_shard_id", "plan_from_json",
     "plan_to_json", "render_plan", "replica_id", "replica_ids", "replica_index", "serves_something",

@@ -1,8 +1,9 @@
 """What a settings change does to each project: its quotas, the models it may use, and their prices. Pure.
 
 A project is bound by its own quota and by its team's and organisation's, so a change of a team's quota shows
-under every project of that team. Prices are per million tokens in the cluster's currency (`Prices`); a model
-without explicit prices is priced from `gpu_hour_cost`, whose changes are listed once, cluster-wide.
+under every project of that team. Prices are per million tokens in the cluster's currency (`Prices`; a model
+without them costs nothing per token). `gpu_hour_cost` prices GPU-hours (Slurm jobs', and the replicas' a project
+uses, `llmgw usage --gpu-hours`): it applies to every project alike, so its changes are listed once, cluster-wide.
 """
 
 from __future__ import annotations

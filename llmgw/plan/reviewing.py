@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from llmgw.plan.cpu_speed import ExpectedSpeed, expected_cpu_speeds
 from llmgw.plan.headroom import Headroom, headroom
 from llmgw.plan.planning import make_plan
 from llmgw.plan.project_changes import ProjectChange, ValueChange, gpu_hour_cost_changes, project_changes
@@ -82,7 +83,8 @@ class Review:
     """Everything `llmgw review` shows. Commits are full ids; `fleet_source` says where the fleet came from.
 
     `base_drift` holds the lines of BASE's own plan against the fleet when the fleet has not converged to BASE
-    (changes that would happen without this change); empty when it has.
+    (changes that would happen without this change); empty when it has. `expected_speeds` the decode speed
+    expected of each replica HEAD places on a CPU node whose bandwidth was probed (`llmgw.plan.cpu_speed`).
     """
 
     base_ref: str
@@ -102,6 +104,7 @@ class Review:
     gpu_hour_cost: tuple[ValueChange, ...]
     warnings: tuple[ReviewWarning, ...]
     base_drift: tuple[str, ...] = ()
+    expected_speeds: tuple[ExpectedSpeed, ...] = ()
 
     @property
     def changes(self) -> bool:
@@ -240,6 +243,7 @@ def build_review(
         nodes=node_steps(plan), unplaced=unplaced, headroom=headroom(head_fleet, plan),
         projects=project_changes(base, head), gpu_hour_cost=gpu_hour_cost_changes(base, head),
         warnings=review_warnings(base, head, refused), base_drift=drift,
+        expected_speeds=expected_cpu_speeds(head, head_fleet, plan),
     )
 
 
@@ -281,6 +285,7 @@ def review_to_json(review: Review) -> dict[str, Any]:
         "gpu_hour_cost": _values(review.gpu_hour_cost),
         "warnings": [{"kind": w.kind, "text": w.text, "new": w.new} for w in review.warnings],
         "base_drift": list(review.base_drift),
+        "expected_speeds": [speed.to_json() for speed in review.expected_speeds],
         "plan": plan_to_json(review.plan),
     }
 

@@ -18,7 +18,9 @@ Format (version 1), every size in bytes, CPU cores as a number (may be fractiona
                           "unhealthy": str (only when a health finding takes the card out)}],
                 "shards": [{"shard_id", "replica_id", "model", "state", "fingerprint", "settings_commit",
                             "devices": [str], "cpu_cores", "memory_bytes", "port", "error", "restarts",
-                            "adopted_foreign"}]}]}
+                            "adopted_foreign"}],
+                "memory_bandwidth": {"one_core_bytes_per_second", "all_cores_bytes_per_second", "threads",
+                                     "seconds"}}]}      # only when the node's agent measured it (once per boot)
 
 Keys with defaults (everything but node_id; device_id, gpu_class and the memory sizes of a GPU; shard_id,
 replica_id, model and state of a shard) may be left out. No secret is in a snapshot.
@@ -32,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from llmgw.errors import UsageError
-from llmgw.plan.types import Fleet, GpuState, NodeState, ObservedShard, ShardState
+from llmgw.plan.types import Fleet, GpuState, MemoryBandwidth, NodeState, ObservedShard, ShardState
 
 SNAPSHOT_VERSION = 1
 
@@ -69,15 +71,22 @@ def _shard_json(shard: ObservedShard) -> dict[str, Any]:
             "adopted_foreign": shard.adopted_foreign}
 
 
-def fleet_to_json(fleet: Fleet) -> list[dict[str, Any]]:
-    """The nodes of `fleet` as JSON-ready dicts, by node id (the "nodes" list of a snapshot); CPU cores always as
-    floats, so equal fleets give equal JSON."""
-    return [{
+def _node_json(node: NodeState) -> dict[str, Any]:
+    doc = {
         "node_id": node.node_id, "address": node.address, "alive": node.alive, "labels": dict(node.labels),
         "cpu_cores": float(node.cpu_cores), "memory_bytes": int(node.memory_bytes),
         "engines_installed": sorted(node.engines_installed), "engines_installing": sorted(node.engines_installing),
         "gpus": [_gpu_json(g) for g in node.gpus], "shards": [_shard_json(s) for s in node.shards],
-    } for node in sorted(fleet.nodes, key=lambda n: n.node_id)]
+    }
+    if node.memory_bandwidth is not None:
+        doc["memory_bandwidth"] = node.memory_bandwidth.to_json()
+    return doc
+
+
+def fleet_to_json(fleet: Fleet) -> list[dict[str, Any]]:
+    """The nodes of `fleet` as JSON-ready dicts, by node id (the "nodes" list of a snapshot); CPU cores always as
+    floats, so equal fleets give equal JSON."""
+    return [_node_json(node) for node in sorted(fleet.nodes, key=lambda n: n.node_id)]
 
 
 def fleet_revision(fleet: Fleet) -> str:
@@ -169,7 +178,17 @@ class _Reader:
             engines_installed=frozenset(self.strings(data, "engines_installed", where)),
             engines_installing=frozenset(self.strings(data, "engines_installing", where)),
             shards=tuple(self.shard(s, f"{where}.shards[{i}]") for i, s in enumerate(shards)),
+            memory_bandwidth=self.bandwidth(data, where),
         )
+
+    def bandwidth(self, data: Any, where: str) -> MemoryBandwidth | None:
+        probe = self.get(data, "memory_bandwidth", where, (dict, type(None)), None)
+        if probe is None:
+            return None
+        where = f"{where}.memory_bandwidth"
+        return MemoryBandwidth(self.get(probe, "one_core_bytes_per_second", where, float),
+                               self.get(probe, "all_cores_bytes_per_second", where, float),
+                               self.get(probe, "threads", where, int, 1), self.get(probe, "seconds", where, float, 0.0))
 
 
 def snapshot_from_json(data: Any, source: str = "the snapshot") -> FleetSnapshot:

@@ -13,6 +13,7 @@ import enum
 from dataclasses import dataclass, field
 
 from llmgw.identity import ShardState
+from llmgw.tools.memory_bandwidth import MemoryBandwidth
 
 
 @dataclass(frozen=True)
@@ -96,6 +97,8 @@ class NodeState:
     version can do (Register's `engines_installable` / `features`); None: unknown, taken as anything.
     `slurm_job_steps` the Slurm job steps running on it as its agent last read them (0: none, or no Slurm).
     `interconnect` its NVLink domain and InfiniBand adapters (empty before its first health report).
+    `memory_bandwidth` what its agent's bandwidth probe measured once per boot (None: not measured, or an agent
+    started without the probe).
     """
 
     node_id: str
@@ -113,6 +116,7 @@ class NodeState:
     features: frozenset[str] | None = None
     slurm_job_steps: int = 0
     interconnect: Interconnect = Interconnect()
+    memory_bandwidth: MemoryBandwidth | None = None
 
 
 @dataclass(frozen=True)

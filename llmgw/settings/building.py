@@ -123,7 +123,7 @@ def build_tracing(data: Mapping[str, Any], base: Tracing = Tracing()) -> Tracing
 def _weights(raw: Mapping[str, Any]) -> WeightsFile:
     match = _HF.match(raw["source"])
     return WeightsFile(source=raw["source"], sha256=raw.get("sha256", ""), revision=match.group(3) if match else None,
-                       secret=raw.get("secret"))
+                       secret=raw.get("secret"), size_bytes=_size(raw.get("size")))
 
 
 def build_model(stem: str, file: str, data: Mapping[str, Any]) -> Model:

@@ -82,9 +82,9 @@ class ConsoleOidc:
 class ClusterSettings:
     """`llmgw.yaml`: the cluster as a whole.
 
-    Durations in seconds. `gpu_hour_cost` maps a GPU class (or "default") to the cost of one GPU for one hour,
-    in `currency`; it prices Slurm jobs (llmgw.control.slurm_usage); models without explicit prices are not priced
-    from it yet (unbuilt.py).
+    Durations in seconds. `gpu_hour_cost` maps a GPU class (or "default") to the cost of one GPU for one hour, and
+    "cpu" to one CPU core's, in `currency`; it prices Slurm jobs (llmgw.control.slurm_usage) and replicas'
+    GPU-hours and core-hours per project (llmgw.store.gpu_hours); a model's requests are priced by its own `prices`.
     `store` is the runtime store the control plane opens (`llmgw server --store URL` overrides it).
     `cordoned`: node ids that get no new replica; `drained`: node ids whose replicas are placed elsewhere first,
     then stopped (`llmgw node cordon|uncordon|drain`), both sorted.
@@ -136,13 +136,15 @@ class WeightsFile:
     hex digest of the file's content; `revision` is the pinned revision of an hf:// source (None if unpinned).
     A source ending in "/" (`is_directory`, `hf://org/repo@<revision>/[dir/]`) names every file under that directory
     of the repository, each checked against the sha256 the Hub publishes; its `sha256` is then the digest of the
-    whole set, or "" when the operator gives none (docs/engines.md, `llmgw.agent.weights_tree`).
+    whole set, or "" when the operator gives none (docs/engines.md, `llmgw.agent.weights_tree`). `size_bytes` the
+    file's size as the operator wrote it (None: not given), what a CPU replica's speed is estimated from.
     """
 
     source: str
     sha256: str
     revision: str | None = None
     secret: str | None = None
+    size_bytes: int | None = None
 
     @property
     def is_directory(self) -> bool:

@@ -60,8 +60,6 @@ _NO_INSTALL = {
 }
 
 UNBUILT: tuple[UnbuiltKey, ...] = (
-    UnbuiltKey("llmgw", ("prices", "gpu_hour_cost"), "it prices Slurm jobs only (docs/slurm.md); a model's usage is "
-               "priced by its own `prices`, and a model without them costs nothing"),
     UnbuiltKey("engines", ("llama.cpp", ANY, "python_packages"), _NO_INSTALL["llama.cpp"]),
     *(UnbuiltKey("engines", (engine, ANY, key), _NO_INSTALL[engine])
       for engine in ("vllm", "sglang") for key in ("archives", "sdist", "mirror", "build_args")),

@@ -12,6 +12,7 @@ from llmgw.store.accounts import MIN_PASSWORD_CHARS, normal_email
 from llmgw.store.batches import BatchLine, BatchRecord, LineCounts
 from llmgw.store.benches import BenchRecord
 from llmgw.store.files import FileRecord
+from llmgw.store.gpu_hours import HoursRow, ReplicaSize, gpu_hours
 from llmgw.store.boundary import StoreBoundary
 from llmgw.store.keys import ADMIN_TOKEN_PREFIX, API_KEY_PREFIX
 from llmgw.store.opening import (
@@ -62,6 +63,7 @@ from llmgw.store.spool import UsageSpool
 from llmgw.store.sqlite import SqliteStore
 
 __all__ = [
+    "HoursRow", "ReplicaSize", "gpu_hours",
     "Account", "MIN_PASSWORD_CHARS", "normal_email",
     "ADMIN_TOKEN_PREFIX", "BatchLine", "BatchRecord", "FileRecord", "LineCounts", "BenchRecord", "API_KEY_PREFIX", "KEY_EXPIRED", "KEY_FAILURE_MESSAGES", "KEY_MALFORMED",
     "KEY_REVOKED", "KEY_UNKNOWN", "SCHEMA_VERSION", "STORE_RECORD_FILE", "StoreRecord", "read_store_record",

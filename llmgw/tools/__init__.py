@@ -26,6 +26,8 @@ and say so. Modules, one per tool:
 - `node_report`: `NodeHealthReport` (one node's verdicts, NVLink domain, IMEX, InfiniBand ports and their fabrics:
   what the agent sends and the control plane keeps); `fabric_groups`: `group_fabrics(reports) -> FabricView`
   (nodes by NVLink domain and InfiniBand fabric, and what is outside them).
+- `memory_bandwidth`: `MemoryBandwidth` (a node's memory read bandwidth, one core and all cores, as the agent's probe
+  reports it once per boot: what a CPU replica's speed is estimated from).
 - `devices` (GpuDevice, GpuReport, GpuSample), `gpuclass` (gpu_class, mig_class, ...), `values` (placeholders,
   units, `ParseError`, `command_body`).
 """

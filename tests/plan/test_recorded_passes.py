@@ -14,8 +14,8 @@ from test_invariants import random_case
 
 from llmgw.errors import UsageError
 from llmgw.plan import (
-    Fleet, Interconnect, ShardState, fleet_from_record, fleet_record, make_plan, pass_from_record, plan_digest,
-    plan_or_refusal, recorded_files,
+    Fleet, Interconnect, MemoryBandwidth, NodeState, ShardState, fleet_from_record, fleet_record, make_plan,
+    pass_from_record, plan_digest, plan_or_refusal, recorded_files,
 )
 from llmgw.plan.recorded import FLEET_FILE, PASS_FILE
 
@@ -82,3 +82,10 @@ def test_a_pass_record_whose_fleet_file_was_replaced_is_refused():
     files = recorded_files(1, settings, False, fleet, make_plan(settings, fleet))
     with pytest.raises(UsageError, match="changed by hand"):
         pass_from_record(files[PASS_FILE], fleet_record(Fleet(fleet.nodes[1:])))
+
+
+def test_a_nodes_probed_bandwidth_is_recorded_with_the_fleet_and_read_back():
+    probed = Fleet((NodeState("n1", memory_bandwidth=MemoryBandwidth(11.5e9, 31.7e9, 2, 0.5)), NodeState("n2")))
+    data = fleet_record(probed)
+    assert b'"memory_bandwidth":{"all_cores_bytes_per_second":31700000000.0' in data
+    assert fleet_from_record(data) == probed

@@ -12,7 +12,7 @@ from plan_fleets import GiB, cpu_node, fleet, gpu_node, model, settings, shard
 from test_invariants import random_case
 
 from llmgw.errors import UsageError
-from llmgw.plan import Fleet, ShardState, make_plan
+from llmgw.plan import Fleet, MemoryBandwidth, ShardState, make_plan
 from llmgw.plan.headroom import CpuHeadroom, GpuHeadroom, headroom
 from llmgw.plan.project_changes import ValueChange, project_changes
 from llmgw.plan.reviewing import Step, build_review, node_steps, review_to_json, staleness
@@ -27,7 +27,8 @@ LLAMA = model("llama", gpus=2, gpu_class="h100-80g", tp=2)
 def test_a_snapshot_reads_back_as_the_same_fleet(seed):
     _settings, f = random_case(seed)
     s = settings(GEMMA)
-    f = Fleet(f.nodes + (cpu_node("zz", shards=[shard(GEMMA, 0, state=ShardState.FAILED)]),))
+    probed = replace(cpu_node("zy"), memory_bandwidth=MemoryBandwidth(11.5e9, 31.7e9, 2, 0.51))
+    f = Fleet(f.nodes + (cpu_node("zz", shards=[shard(GEMMA, 0, state=ShardState.FAILED)]), probed))
     data = json.loads(json.dumps(snapshot_to_json(FleetSnapshot(f, "2026-12-01T00:00:00Z", s.commit))))
     back = snapshot_from_json(data)
     assert back.fleet == Fleet(tuple(sorted(f.nodes, key=lambda n: n.node_id)))
@@ -44,6 +45,8 @@ def test_a_snapshot_reads_back_as_the_same_fleet(seed):
                                                            "state": "dancing"}]}]},
      "nodes[0].shards[0].state: unknown state 'dancing'"),
     ({"version": 1, "nodes": [{"node_id": "a"}, {"node_id": "a"}]}, "nodes: node a appears twice"),
+    ({"version": 1, "nodes": [{"node_id": "a", "memory_bandwidth": {"one_core_bytes_per_second": 1e9}}]},
+     "nodes[0].memory_bandwidth.all_cores_bytes_per_second: missing"),
     ([1, 2], "the top level: expected an object"),
 ])
 def test_a_bad_snapshot_is_refused_naming_the_key(data, message):

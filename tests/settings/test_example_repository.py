@@ -33,7 +33,7 @@ def test_the_cluster_listens_where_the_demo_expects() -> None:
     assert cluster.store.kind == "sqlite"
     assert cluster.serving_stopped is False
     assert cluster.action_timeout == 600.0
-    assert cluster.currency == "USD" and cluster.gpu_hour_cost == {}  # gpu_hour_cost: accepted, not acted on yet
+    assert cluster.currency == "USD" and cluster.gpu_hour_cost == {}  # the example prices no GPU-hours (commented out)
 
 
 def test_gemma_runs_on_one_cpu_thread_with_the_gemma_chat_template() -> None:

@@ -19,8 +19,6 @@ from settings_trees import EXAMPLE
 # (file, old text, new text) -> every warning it gives, as "file:line:column: key"; named "<kind> <key>" after the
 # rows of UNBUILT it shows (" + " between several).
 CASES = {
-    "llmgw prices.gpu_hour_cost": (("llmgw.yaml", "  # gpu_hour_cost: {", "  gpu_hour_cost: {"),
-                                   ["llmgw.yaml:36:3: prices.gpu_hour_cost"]),
     "engines llama.cpp[].python_packages": (("engines.yaml", "    default: true\n    # Built", "    default: true\n    python_packages: [x]\n    # Built"),
                                             ["engines.yaml:6:5: llama.cpp[0].python_packages"]),
     "engines vllm[].mirror + engines vllm[].build_args": (("engines.yaml", "  - version: 0.11.0\n", "  - version: 0.11.0\n    mirror: /srv/mirror\n    build_args: [-DX=1]\n"),
@@ -69,19 +67,23 @@ def test_values_that_are_acted_on_give_no_warning(tmp_path: Path) -> None:
     assert settings.cluster.store.kind == "sqlite" and settings.firewall.enabled is False
     assert settings.firewall.rollback_after_seconds == 120.0
     assert settings.slurm.enabled is False and not settings.cluster.gpu_hour_cost
+    priced = load_directory(edited_example(tmp_path / "priced", "llmgw.yaml", "  # gpu_hour_cost: {",
+                                           "  gpu_hour_cost: {"))
+    assert priced.cluster.gpu_hour_cost["h100-80g"] == 2.5  # GPU-hours are priced with it: no warning
+    assert not [w for w in priced.warnings if is_not_acted_on(w)]
     assert not [w for w in settings.warnings if is_not_acted_on(w)]
 
 
 def test_validate_json_lists_the_keys_not_acted_on_with_their_place(tmp_path: Path) -> None:
-    tree = edited_example(tmp_path, "llmgw.yaml", "  # gpu_hour_cost: {", "  gpu_hour_cost: {")
+    tree = edited_example(tmp_path, "agents/nodes/gpu-node-01.yaml", "# fabrics:", "fabrics:")
     result = CliRunner().invoke(cli, ["validate", "--json", str(tree)])
     assert result.exit_code == 0, result.output
     document = json.loads(result.stdout)
     assert document["valid"] is True
     [place] = document["not_acted_on"]
-    assert (place["file"], place["key"]) == ("llmgw.yaml", "prices.gpu_hour_cost")
-    [issue] = [i for i in document["issues"] if i["file"] == "llmgw.yaml" and i["severity"] == "warning"]
-    assert issue["reason"].startswith("accepted, not acted on yet: it prices Slurm jobs only")
+    assert (place["file"], place["key"]) == ("agents/nodes/gpu-node-01.yaml", "fabrics")
+    [issue] = [i for i in document["issues"] if i["file"] == place["file"] and i["severity"] == "warning"]
+    assert issue["reason"].startswith("accepted, not acted on yet: nothing reads this key")
 
 
 def test_validate_json_of_an_invalid_tree_still_lists_the_keys_not_acted_on(tmp_path: Path) -> None:

