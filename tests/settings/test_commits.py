@@ -11,8 +11,8 @@ import pytest
 from llmgw.errors import SettingsError
 from llmgw.settings import (
     APPLIED_REF, AUDIT_REF, append_audit, init_repository, load_commit, read_audit_file, read_audit_log, set_ref,
-    set_serving_stopped,
 )
+from llmgw.settings.node_commits import commit_serving_stopped
 from settings_trees import EXAMPLE
 
 
@@ -24,7 +24,7 @@ def bare(tmp_path: Path) -> Path:
 
 def test_stop_commits_serving_stopped_keeping_comments_and_authored_by_the_operator(bare: Path) -> None:
     before = load_commit(bare)
-    commit_id = set_serving_stopped(bare, True, "Alice Operator", "alice@acme.example")
+    commit_id = commit_serving_stopped(bare, True, "Alice Operator", "alice@acme.example").commit
     repo = pygit2.Repository(str(bare))
     commit = repo[commit_id]
     assert str(repo.references["refs/heads/main"].target) == commit_id
@@ -43,9 +43,9 @@ def test_stop_commits_serving_stopped_keeping_comments_and_authored_by_the_opera
 
 
 def test_start_after_stop_restores_the_value_and_a_repeat_commits_nothing(bare: Path) -> None:
-    stopped = set_serving_stopped(bare, True, "A", "a@x")
-    assert set_serving_stopped(bare, True, "A", "a@x") == stopped
-    started = set_serving_stopped(bare, False, "B", "b@x")
+    stopped = commit_serving_stopped(bare, True, "A", "a@x").commit
+    assert commit_serving_stopped(bare, True, "A", "a@x").commit == stopped
+    started = commit_serving_stopped(bare, False, "B", "b@x").commit
     assert started != stopped
     assert load_commit(bare).cluster.serving_stopped is False
     log = subprocess.run(["git", "--git-dir", str(bare), "log", "--format=%an %s", "main"], capture_output=True,
@@ -63,7 +63,7 @@ def test_stop_adds_the_serving_section_when_llmgw_yaml_has_none(tmp_path: Path) 
     end = text.index("limits:")
     (seed / "llmgw.yaml").write_text(text[:start] + "serving:\n  allow_empty: false\n" + text[end:])
     init_repository(tmp_path / "s.git", seed)
-    set_serving_stopped(tmp_path / "s.git", True, "A", "a@x")
+    commit_serving_stopped(tmp_path / "s.git", True, "A", "a@x").commit
     assert load_commit(tmp_path / "s.git").cluster.serving_stopped is True
 
 
@@ -106,7 +106,7 @@ def test_an_empty_audit_log_is_an_empty_list(bare: Path) -> None:
 def test_set_ref_points_applied_at_a_settings_commit(bare: Path) -> None:
     head = str(pygit2.Repository(str(bare)).references["refs/heads/main"].target)
     set_ref(bare, APPLIED_REF, head)
-    stopped = set_serving_stopped(bare, True, "A", "a@x")
+    stopped = commit_serving_stopped(bare, True, "A", "a@x").commit
     set_ref(bare, APPLIED_REF, stopped)
     assert str(pygit2.Repository(str(bare)).references[APPLIED_REF].target) == stopped
     with pytest.raises(SettingsError, match="names no commit"):

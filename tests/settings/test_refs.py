@@ -10,8 +10,9 @@ import pytest
 from llmgw.errors import SettingsError
 from llmgw.settings import (
     APPLIED_REF, NOTIFY_URL_KEY, branch_head, discover_repository, fetch_mirror, init_repository, redact_url,
-    ref_commit, set_config_value, set_ref, set_serving_stopped,
+    ref_commit, set_config_value, set_ref,
 )
+from llmgw.settings.node_commits import commit_serving_stopped
 from settings_trees import EXAMPLE
 
 
@@ -56,7 +57,7 @@ def test_fetch_mirror_clones_then_follows_the_branch_even_when_it_is_rewritten(t
     mirror = tmp_path / "state" / "settings-mirror.git"
     fetch_mirror(f"file://{source}", mirror, "main")
     assert pygit2.Repository(str(mirror)).is_bare and branch_head(mirror, "main") == seed
-    stopped = set_serving_stopped(source, True, "Operator", "operator@acme.example")
+    stopped = commit_serving_stopped(source, True, "Operator", "operator@acme.example").commit
     fetch_mirror(f"file://{source}", mirror, "main")
     assert branch_head(mirror, "main") == stopped
     pygit2.Repository(str(source)).references["refs/heads/main"].set_target(seed)
