@@ -9,8 +9,8 @@ the old replica when it is told to stop."""
 from __future__ import annotations
 
 import logging
+from functools import partial
 
-import httpx
 import openai
 import trio
 
@@ -19,6 +19,7 @@ from llmgw.control import ControlConfig, ControlPlane
 from llmgw.settings import init_repository
 
 from .conftest import settings_seed, stand_in_agent
+from .sdk_clients import sdk_client
 from .test_in_process_fleet import commit_directly, replica_states, wait_for
 
 MODEL = """\
@@ -52,35 +53,14 @@ async def test_a_push_replacing_the_only_replica_fails_no_request(tmp_path, weig
                        30, "tiny-0 ready")
         _record, api_key = plane.store.create_api_key("demo")
         client = openai.AsyncOpenAI(base_url=f"{plane.gateway_url}/v1", api_key=api_key, max_retries=0, timeout=30)
-        answered: list[int] = []
+        answered: list[str] = []
         failed: list[str] = []
         done = trio.Event()
 
-        async def user(n: int) -> None:
-            messages = [{"role": "user", "content": f"client {n} says hello"}]
-            while not done.is_set():
-                try:
-                    if n % 2:
-                        finish = None
-                        async with await client.chat.completions.create(
-                                model="tiny", messages=messages, max_tokens=12, stream=True) as stream:
-                            async for chunk in stream:
-                                if chunk.choices and chunk.choices[0].finish_reason:
-                                    finish = chunk.choices[0].finish_reason
-                        if finish is None:
-                            failed.append(f"client {n}: a stream ended without a finish reason")
-                            continue
-                    else:
-                        reply = await client.chat.completions.create(model="tiny", messages=messages, max_tokens=12)
-                        assert reply.choices[0].message.content
-                except (openai.APIError, httpx.HTTPError) as exc:
-                    failed.append(f"client {n}: {type(exc).__name__}: {exc}")
-                    continue
-                answered.append(n)
-
         async with trio.open_nursery() as users:
             for n in range(CLIENTS):
-                users.start_soon(user, n)
+                users.start_soon(partial(sdk_client, client, n, done, answered, failed, model="tiny",
+                                         max_tokens=12))
             await wait_for(lambda: len(answered) >= CLIENTS, 20, "every client answered once")
             commit_directly(repo, "catalog/tiny.yaml", MODEL.format(sha=sha, context=1024).encode(), "bigger context")
             plane.wake_watcher()
