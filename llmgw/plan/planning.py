@@ -106,8 +106,8 @@ class _Planner(Spanning, Placement):
 
     def place(self, item: Pending) -> None:
         span = self.span_of(item.demand)
+        count, acted = len(self.unplaced), len(self.actions)
         if span is None:
-            count = len(self.unplaced)
             super().place(item)
             refusal = self.spanning_refusal(item.demand)
             if refusal and len(self.unplaced) > count and self.unplaced[-1].replica_id == item.replica_id:
@@ -116,8 +116,8 @@ class _Planner(Spanning, Placement):
                 self.unplaced[-1] = replace(last, reasons=(("all nodes", refusal), *last.reasons))
         else:
             self.place_spanning(item, span)
-        if item.draining and self.unplaced and self.unplaced[-1].replica_id == item.replica_id:
-            # what it waits for: its old shard's cards, held while that drains (`hold_draining`)
+        if item.draining and len(self.actions) == acted and len(self.unplaced) > count:
+            # nothing started or installed for it: it waits for its old shard's cards, held while that drains
             node_id, shard_id = item.draining
             last = self.unplaced[-1]
             why = f"waiting for {shard_id} to stop (it finishes its requests in flight first)"
