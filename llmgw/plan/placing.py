@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from llmgw.plan.capacity import ClassIndex, Demand, Room
 from llmgw.plan.cordons import closed_nodes, evicted_nodes
-from llmgw.identity import describe_engine, new_shard_id, replica_index
+from llmgw.identity import ShardState, describe_engine, new_shard_id, replica_index
 from llmgw.plan.identity import replica_ids
 from llmgw.plan.types import Action, ActionKind, Assignment, NodeState, ObservedShard, Unplaced
 from llmgw.settings.model import Settings
@@ -25,7 +25,8 @@ _GROUP_REASONS_ABOVE = 12
 
 @dataclass
 class Pending:
-    """A replica waiting for a place; `old` are its previous generation's shards still serving."""
+    """A replica waiting for a place; `old` are its previous generation's shards still serving; `draining` the
+    (node id, shard id) of one of its shards being stopped (STOPPING: draining its requests in flight), if any."""
 
     replica_id: str
     demand: Demand
@@ -33,6 +34,7 @@ class Pending:
     old: list[tuple[NodeState, ObservedShard]] = field(default_factory=list)
     previous_node: str = ""
     reason: str = "new replica"
+    draining: tuple[str, str] | None = None
 
 
 
@@ -77,6 +79,15 @@ class Placement:
         self.index = ClassIndex(list(rooms.values()))
         for node_id, devices, cores, memory, model in self.holds:
             self.hold(rooms[node_id], devices, cores, memory, model)
+
+    def hold_draining(self, node: NodeState, shard: ObservedShard) -> bool:
+        """Hold what a STOPPING shard has (its engine still runs while it drains its requests in flight, up to the
+        drain timeout: `llmgw.agent.draining`), so nothing is placed on its cards before it stopped. Returns whether
+        `shard` is STOPPING."""
+        if shard.state is not ShardState.STOPPING:
+            return False
+        self.holds.append((node.node_id, shard.devices, shard.cpu_cores, shard.memory_bytes, None))
+        return True
 
     def hold(self, room: Room, devices: tuple[str, ...], cores: float, memory: int, model: str | None) -> None:
         self.generation += 1

@@ -8,6 +8,9 @@ A pass goes in two stages.
    shards of the replica are duplicates and stop. Shards of older generations stop once the current one is
    READY; before that a ready or starting old shard is kept serving (rolling), others stop. Shards of
    replicas no longer wanted (model removed, scaled down, moved to endpoints, serving stopped) stop.
+   A STOPPING shard (its engine drains its requests in flight before it stops, up to the drain timeout:
+   llmgw.agent.draining) still holds its cards, cores and memory: nothing is placed there before it stopped, and a
+   replica rolled in place waits for it ("waiting for <shard> to stop").
    Foreign engine processes (`adopted_foreign`) are never stopped: they are reported in `notes`.
 2. Replicas with no current shard are placed, bigger ones first, then by model and index, on the free
    capacity left (indexes by GPU class, best fit, replicas of one model spread over nodes when possible).
@@ -103,8 +106,8 @@ class _Planner(Spanning, Placement):
 
     def place(self, item: Pending) -> None:
         span = self.span_of(item.demand)
+        count, acted = len(self.unplaced), len(self.actions)
         if span is None:
-            count = len(self.unplaced)
             super().place(item)
             refusal = self.spanning_refusal(item.demand)
             if refusal and len(self.unplaced) > count and self.unplaced[-1].replica_id == item.replica_id:
@@ -113,6 +116,12 @@ class _Planner(Spanning, Placement):
                 self.unplaced[-1] = replace(last, reasons=(("all nodes", refusal), *last.reasons))
         else:
             self.place_spanning(item, span)
+        if item.draining and len(self.actions) == acted and len(self.unplaced) > count:
+            # nothing started or installed for it: it waits for its old shard's cards, held while that drains
+            node_id, shard_id = item.draining
+            last = self.unplaced[-1]
+            why = f"waiting for {shard_id} to stop (it finishes its requests in flight first)"
+            self.unplaced[-1] = replace(last, reasons=((node_id, why), *(r for r in last.reasons if r[0] != node_id)))
 
     def run(self) -> Plan:
         settings = self.settings
@@ -168,7 +177,7 @@ class _Planner(Spanning, Placement):
 
         for replica_id in sorted(by_replica, key=unwanted_order):
             for node, shard in sorted(by_replica[replica_id], key=lambda p: (p[1].shard_id, p[0].node_id)):
-                if shard.state in _GONE:
+                if self.hold_draining(node, shard) or shard.state in _GONE:
                     continue
                 self.stop(node, shard, self.unwanted_reason(shard, stopped))
 
@@ -281,7 +290,7 @@ class _Planner(Spanning, Placement):
             current.sort(key=lambda p: (_RANK[p[1].state], p[0].node_id, p[1].shard_id))
             primary = current[0]
             for node, shard in current[1:]:
-                if shard.state not in _GONE:
+                if not self.hold_draining(node, shard) and shard.state not in _GONE:
                     self.stop(node, shard, f"duplicate of {primary[1].shard_id} on {primary[0].node_id}")
             node, shard = primary
             assignment = Assignment(replica_id, model.name, node.node_id, shard.devices, shard.cpu_cores,
@@ -303,8 +312,11 @@ class _Planner(Spanning, Placement):
         new_ready = primary is not None and primary[1].state is ShardState.READY
         new_name = primary[1].shard_id if primary is not None else "the new generation"
         beside = hold is not None and not hold.failed  # old shards serve on beside the new revision until the verdict
-        kept = []
+        kept, draining = [], None
         for node, shard in sorted(old, key=lambda p: (p[0].node_id, p[1].shard_id)):
+            if self.hold_draining(node, shard):
+                draining = draining or (node.node_id, shard.shard_id)
+                continue
             if shard.state in _GONE:
                 continue
             if (new_ready and not beside) or shard.state not in _HEALTHY:
@@ -328,7 +340,7 @@ class _Planner(Spanning, Placement):
             if kept:  # its new shard runs beside the old one, not ready yet: counted against max_surge
                 self.surging[model.name] = self.surging.get(model.name, 0) + 1
             return None
-        item = Pending(replica_id, demand, taken, old=kept)
+        item = Pending(replica_id, demand, taken, old=kept, draining=draining)
         if kept:
             item.previous_node = kept[0][0].node_id
             item.reason = (f"moves {kept[0][1].shard_id} off {item.previous_node}: {self.closed[item.previous_node]}"

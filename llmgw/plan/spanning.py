@@ -174,6 +174,8 @@ class Spanning:
                 why_not = why_not or f"moves: {'; '.join(moving)}"
         for node, shard in shards:  # duplicates of a rank inside one group
             chosen = groups.get(f"{shard.fingerprint}|{shard.group}", {}).get(shard.rank)
+            if self.hold_draining(node, shard):  # its cards are not free until it stopped
+                continue
             if shard.state not in _GONE and chosen is not None and chosen[1] is not shard:
                 self.stop(node, shard, f"duplicate of rank {shard.rank} ({chosen[1].shard_id})")
         if primary is not None:

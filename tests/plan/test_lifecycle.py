@@ -242,3 +242,23 @@ def test_a_roll_runs_at_most_max_surge_new_shards_of_a_model_beside_their_old_on
     for _ in range(4):
         ready = converge(s, ready)
     assert not make_plan(s, ready).changes
+
+
+def test_a_draining_shard_holds_its_cards_until_it_stopped():
+    """A shard told to stop drains its requests in flight first (STOPPING, up to the drain timeout): its cards are
+    not free before it stopped, whether it was rolled in place or scaled down."""
+    s = settings(replace(H100, engine_args=("--x",)))
+    draining = fleet(gpu_node("node01", count=2, shards=[shard(H100, 0, devices=("0", "1"),
+                                                               state=ShardState.STOPPING)]))
+    plan = make_plan(s, draining)
+    assert not [a for a in plan.actions if a.kind is ActionKind.START]
+    assert plan.unplaced[0].reasons == (
+        ("node01", "waiting for llama-0/0 to stop (it finishes its requests in flight first)"),)
+    assert [k[0] for k in kinds(make_plan(s, fleet(replace(draining.nodes[0], shards=()))))] == ["start"]
+
+    other = model("other", gpus=2, gpu_class="h100-80g")
+    scaled_down = settings(replace(H100, replicas=0), other)
+    assert kinds(make_plan(scaled_down, draining)) == []  # nothing starts on the draining shard's cards
+    assert make_plan(scaled_down, draining).unplaced[0].replica_id == "other-0"
+    cpu = fleet(cpu_node("node01", cores=4, shards=[shard(GEMMA, 0, state=ShardState.STOPPING)]))
+    assert make_plan(settings(replace(GEMMA, replicas=0), model("big", cores=4)), cpu).unplaced[0].model == "big"

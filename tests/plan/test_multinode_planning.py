@@ -243,3 +243,17 @@ def test_spread_replicas_on_random_fleets_keep_their_invariants(seed):
                 assert set.intersection(*fabrics)
     for unplaced in plan.unplaced:
         assert unplaced.reasons and all(why for _, why in unplaced.reasons)
+
+
+def test_the_ranks_of_a_draining_group_hold_their_cards_until_they_stopped():
+    """A spread replica's group told to stop drains first (its ranks STOPPING): no new group is placed on its
+    cards before the ranks stopped."""
+    s = settings(BIG)
+    f = fleet(on_leaf(gpu_node("node1"), "leaf-1"), on_leaf(gpu_node("node2"), "leaf-1"))
+    running = apply_plan(make_plan(s, f), f)
+    draining = fleet(*(replace(n, shards=tuple(replace(x, state=ShardState.STOPPING) for x in n.shards))
+                       for n in running.nodes))
+    changed = settings(replace(BIG, context_size=8192))
+    assert not starts(make_plan(changed, draining))
+    stopped = fleet(*(replace(n, shards=()) for n in running.nodes))
+    assert len(starts(make_plan(changed, stopped))) == 2
