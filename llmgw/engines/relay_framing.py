@@ -151,7 +151,7 @@ def chunk_size(line: bytes) -> int:
 def refusal_response(refusal: Refusal) -> bytes:
     """The whole HTTP/1.1 response the relay sends for `refusal`: an OpenAI-style JSON error, `Connection: close`
     (the relay closes the connection after it). Pure."""
-    reasons = {400: b"Bad Request", 401: b"Unauthorized", 409: b"Conflict", 413: b"Content Too Large",
+    reasons = {400: b"Bad Request", 401: b"Unauthorized", 413: b"Content Too Large",
                431: b"Request Header Fields Too Large",
                501: b"Not Implemented", 502: b"Bad Gateway"}
     text = refusal.message.replace("\\", "\\\\").replace('"', '\\"').encode()

@@ -13,8 +13,9 @@ body, at most MAX_ONCE_BODY_BYTES, else 413) before a byte goes to the engine, s
 nothing on the engine. The first request of a KEY starts the engine request in the relay's own task (not the
 connection's: the client may go away) on a connection of its own, with `Connection: close`, and reads the engine's
 whole answer; every request of that KEY, the first included, waits for it and gets the same bytes, with `Connection:
-close` (the relay then closes that client connection). The key is per method and path; the same key with another
-body is refused (409). An engine that cannot be reached (502), or that ends the connection before a whole answer, is
+close` (the relay then closes that client connection). The key is per method and path and names the request: a later
+request of the key gets the first one's answer whatever its body (a batch line's body as another control plane's
+gateway rewrote it may differ in its bytes: the line is the same). An engine that cannot be reached (502), or that ends the connection before a whole answer, is
 answered 502 and the key forgotten (the engine never answered it: a try again runs it). Answers are kept
 `keep_seconds` (default 3600) after they came, and at most `keep_bytes` (default 64 MiB) of them, the oldest dropped
 first; a key that is gone runs again. A relay started again (its engine with it) has forgotten every key.
@@ -22,7 +23,6 @@ first; a key that is gone runs again. A relay started again (its engine with it)
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
@@ -92,7 +92,6 @@ async def whole_answer(engine: Stream) -> bytes:
 
 @dataclass
 class _Entry:
-    digest: bytes
     done: trio.Event = field(default_factory=trio.Event)
     answer: bytes | None = None  # None after done: the engine did not answer (the key is forgotten)
     at: float = 0.0
@@ -115,17 +114,14 @@ class Onces:
 
     async def answer(self, head: RequestHead, end: int, request: bytes) -> bytes:
         """The engine's answer to `request` (its head ends at `end`) of once key `head.once`, as it will be sent to
-        the client. Raises Refusal: 409 (the key came with another body), 502 (the engine did not answer)."""
+        the client. Raises Refusal (502) when the engine did not answer."""
         self._expire()
         key = (head.method, head.target, head.once)
-        digest = hashlib.sha256(request[end:]).digest()
         entry = self.entries.get(key)
         if entry is None:
-            entry = self.entries[key] = _Entry(digest)
+            entry = self.entries[key] = _Entry()
             self.runs += 1
             self.nursery.start_soon(self._run, key, entry, closing(request[:end]) + request[end:])
-        elif entry.digest != digest:
-            raise Refusal(409, "this llmgw-once key came before with another request body")
         await entry.done.wait()
         if entry.answer is None:
             raise Refusal(502, "the engine did not answer (it may be starting or restarting)")
