@@ -18,7 +18,10 @@ cannot be reached) and the connection is closed; nothing of a refused request re
 The engine's answer goes back as it arrives: one read from the engine, one write to the client, no buffering and
 no parsing, so chunked and SSE streams pass through event by event (the added cost per event is one read and one
 write of a plain socket, measured by bench/engine_relay.py). When either side closes, the relay closes both: a
-client that goes away stops the engine's generation as a direct connection would.
+client that goes away stops the engine's generation as a direct connection would. Except for a request with an
+`llmgw-once` key (the batch lines of `/v1/batches`): that one is read whole, run on the engine at most once whoever
+still waits for it, and its answer kept for the same key again (`llmgw.engines.relay_once`); the connection ends
+after its answer.
 
 Limits (stated): the first head on a connection must arrive within `head_timeout` seconds of the connection (10 s:
 a client without the key cannot hold a connection open longer); a later one within `idle_timeout` (300 s, the
@@ -46,8 +49,9 @@ from dataclasses import dataclass
 import trio
 
 from llmgw.engines.relay_framing import (
-    MAX_CHUNK_LINE_BYTES, MAX_HEAD_BYTES, Refusal, chunk_size, head_end, parse_head, refusal_response,
+    MAX_CHUNK_LINE_BYTES, MAX_HEAD_BYTES, Refusal, RequestHead, chunk_size, head_end, parse_head, refusal_response,
 )
+from llmgw.engines.relay_once import MAX_ONCE_BODY_BYTES, Onces
 
 log = logging.getLogger("llmgw.engines.relay")
 
@@ -118,8 +122,8 @@ async def serve_relay(listeners: list[trio.SocketListener], target: RelayTarget,
                       task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
     """Relay every connection accepted on `listeners` to `target` (see the module) until cancelled; the listeners
     are closed on the way out. Reports `task_status.started()` once accepting."""
-    relay = _Relay(target)
     async with trio.open_nursery() as nursery:
+        relay = _Relay(target, Onces(lambda: _open_engine(target), nursery))
         try:
             task_status.started()
             await trio.serve_listeners(relay.handle, listeners, handler_nursery=nursery)
@@ -129,9 +133,14 @@ async def serve_relay(listeners: list[trio.SocketListener], target: RelayTarget,
                     await listener.aclose()
 
 
+async def _open_engine(target: RelayTarget) -> _Plain:
+    return _detached(await trio.open_tcp_stream(target.host, target.port))
+
+
 class _Relay:
-    def __init__(self, target: RelayTarget):
+    def __init__(self, target: RelayTarget, onces: Onces):
         self.target = target
+        self.onces = onces
         self.connections = 0
 
     async def handle(self, stream: trio.SocketStream) -> None:
@@ -141,7 +150,7 @@ class _Relay:
             return
         self.connections += 1
         try:
-            await _Connection(self.target, client).run()
+            await _Connection(self.target, client, self.onces).run()
         except Exception:  # noqa: BLE001 - untrusted input: a bug one request finds must not end the shard's door
             log.exception("relay to port %d: a connection ended on an unexpected error", self.target.port)
         finally:
@@ -151,9 +160,10 @@ class _Relay:
 class _Connection:
     """One client connection: the task reading requests (this one) and the pump of the engine's answers."""
 
-    def __init__(self, target: RelayTarget, client: _Plain):
+    def __init__(self, target: RelayTarget, client: _Plain, onces: Onces):
         self.target = target
         self.client = client
+        self.onces = onces
         self.buffer = bytearray()
         self.engine: _Plain | None = None
         self.pump_scope = trio.CancelScope()
@@ -184,6 +194,9 @@ class _Connection:
                 return  # the head did not come in time, or the client closed
             head = parse_head(bytes(self.buffer[:end]), self.target.key)
             timeout = self.target.idle_timeout
+            if head.once:
+                await self._once(head, end)
+                return
             if self.engine is None:
                 self.engine = await self._connect()
                 nursery.start_soon(self._pump)
@@ -194,6 +207,24 @@ class _Connection:
                 first = min(head.content_length, len(self.buffer) - end)
                 await self._send(end + first)
                 await self._body(head.content_length - first)
+
+    async def _once(self, head: RequestHead, end: int) -> None:
+        """Answer a request with an `llmgw-once` key: read whole, then run once (`relay_once`); the connection ends
+        after the answer (it says `Connection: close`). An answer of the engine to an earlier request on this
+        connection must have been read by then: the gateway does not pipeline."""
+        if head.content_length > MAX_ONCE_BODY_BYTES:
+            raise Refusal(413, f"a request with llmgw-once has at most {MAX_ONCE_BODY_BYTES} body bytes")
+        while len(self.buffer) < end + head.content_length:
+            await self._fill()
+        request = bytes(self.buffer[:end + head.content_length])
+        del self.buffer[:end + head.content_length]
+        if self.engine is not None:  # the engine connection of earlier requests is done with
+            self.pump_scope.cancel()
+            await self.pump_done.wait()
+            self.engine.close()
+            self.engine = None
+        answer = await self.onces.answer(head, end, request)
+        await self.client.send_all(answer)
 
     async def _head(self) -> int:
         """Read until `self.buffer` holds a whole head; its end, or -1 when the client closed first. Raises Refusal

@@ -7,7 +7,9 @@ names that are tokens with no space before the colon, at most one Content-Length
 one), Transfer-Encoding only as exactly "chunked" and never with Content-Length, no `Upgrade` and no CONNECT (a
 connection the relay could no longer frame). The replica key must come as exactly one `Authorization: Bearer
 KEY` header (the scheme in any case, as the gateway sends it: `llmgw.gateway.proxying`), compared in constant
-time; every path and method needs it, `/health` included.
+time; every path and method needs it, `/health` included. An `llmgw-once: KEY` header (at most one, a token of at most
+`MAX_ONCE_KEY_BYTES`, with a Content-Length body) asks the relay to run the request on the engine at most once
+(`llmgw.engines.relay`, "once").
 
 Sources: RFC 9110 (fields, the Bearer scheme of RFC 6750 section 2.1), RFC 9112 (message framing, chunked coding).
 """
@@ -20,6 +22,8 @@ from dataclasses import dataclass
 
 MAX_HEAD_BYTES = 65536
 """A request head (request line and fields) longer than this is refused with 431."""
+MAX_ONCE_KEY_BYTES = 128
+"""The longest `llmgw-once` key (a gateway request id is 36 bytes)."""
 MAX_CHUNK_LINE_BYTES = 4096
 """A chunk-size line (with its extensions) longer than this is refused (the body is then cut: the connection ends)."""
 
@@ -42,12 +46,13 @@ class Refusal(Exception):
 @dataclass(frozen=True)
 class RequestHead:
     """A request head the relay forwards: `method`, `target` (bytes as sent), and its body: `content_length` bytes
-    (0: none), or a chunked body when `chunked`."""
+    (0: none), or a chunked body when `chunked`. `once`: the request's `llmgw-once` key (b"": none)."""
 
     method: bytes
     target: bytes
     content_length: int = 0
     chunked: bool = False
+    once: bytes = b""
 
 
 def head_end(buffer: bytes | bytearray, start: int = 0) -> int:
@@ -80,6 +85,7 @@ def parse_head(head: bytes, key: bytes) -> RequestHead:
     authorizations: list[bytes] = []
     lengths: set[bytes] = set()
     codings: list[bytes] = []
+    onces: list[bytes] = []
     for line in lines[1:]:
         name, colon, value = line.partition(b":")
         if not colon or _TOKEN.fullmatch(name) is None:
@@ -96,8 +102,11 @@ def parse_head(head: bytes, key: bytes) -> RequestHead:
             codings.extend(part.strip(b" \t").lower() for part in value.split(b",") if part.strip(b" \t"))
         elif lower == b"upgrade":
             raise Refusal(501, "Upgrade is not relayed")
+        elif lower == b"llmgw-once":
+            onces.append(value)
     if not _authorized(authorizations, key):
         raise Refusal(401, "this engine answers only with its replica key (Authorization: Bearer KEY)")
+    once = _once_key(onces, bool(codings))
     if codings:
         if codings != [b"chunked"]:
             raise Refusal(501, "a transfer coding other than chunked")
@@ -106,7 +115,19 @@ def parse_head(head: bytes, key: bytes) -> RequestHead:
         return RequestHead(method, target, chunked=True)
     if len(lengths) > 1 or any(not part.isdigit() or len(part) > 15 for part in lengths):
         raise Refusal(400, "the Content-Length is not one decimal number")
-    return RequestHead(method, target, content_length=int(lengths.pop()) if lengths else 0)
+    return RequestHead(method, target, content_length=int(lengths.pop()) if lengths else 0, once=once)
+
+
+def _once_key(values: list[bytes], chunked: bool) -> bytes:
+    """The one `llmgw-once` key of a head (b"" without one). Raises Refusal (400) for several, an empty or long
+    one, one that is not a token, or one on a chunked request."""
+    if not values:
+        return b""
+    if len(values) > 1 or not values[0] or len(values[0]) > MAX_ONCE_KEY_BYTES or _TOKEN.fullmatch(values[0]) is None:
+        raise Refusal(400, f"llmgw-once must be one token of at most {MAX_ONCE_KEY_BYTES} bytes")
+    if chunked:
+        raise Refusal(400, "a request with llmgw-once needs a Content-Length body, not a chunked one")
+    return values[0]
 
 
 def _authorized(values: list[bytes], key: bytes) -> bool:
@@ -130,7 +151,8 @@ def chunk_size(line: bytes) -> int:
 def refusal_response(refusal: Refusal) -> bytes:
     """The whole HTTP/1.1 response the relay sends for `refusal`: an OpenAI-style JSON error, `Connection: close`
     (the relay closes the connection after it). Pure."""
-    reasons = {400: b"Bad Request", 401: b"Unauthorized", 431: b"Request Header Fields Too Large",
+    reasons = {400: b"Bad Request", 401: b"Unauthorized", 413: b"Content Too Large",
+               431: b"Request Header Fields Too Large",
                501: b"Not Implemented", 502: b"Bad Gateway"}
     text = refusal.message.replace("\\", "\\\\").replace('"', '\\"').encode()
     kind = b"authentication_error" if refusal.status == 401 else b"invalid_request_error"

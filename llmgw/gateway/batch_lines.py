@@ -15,6 +15,7 @@ Nothing here does I/O.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import secrets
@@ -38,6 +39,12 @@ TIMESTAMPS = ("in_progress_at", "finalizing_at", "completed_at", "failed_at", "e
 
 def new_batch_id() -> str:
     return "batch_" + secrets.token_hex(16)
+
+
+def line_once_key(batch_id: str, line: int) -> str:
+    """The engine relay's once key of line `line` of batch `batch_id` (`llmgw.engines.relay_once`): "line_" + 32 hex
+    digits, the same on every try of the line, whichever control plane sends it. Pure."""
+    return "line_" + hashlib.sha256(f"{batch_id}/{line}".encode()).hexdigest()[:32]
 
 
 def _line_id() -> str:

@@ -16,7 +16,13 @@ lines with code batch_expired).
 
 Only a runner whose `leading()` is true works (the control plane's leader): a restart or a failover resumes every
 active batch where the store says it is; the lines a killed control plane had running are handed back
-(`requeue_batch_lines`) and run again, once each.
+(`requeue_batch_lines`) and sent again. No line runs twice on an engine: before a line's request leaves, the runner
+writes in the store the replica it goes to (`send_batch_line`, which also fails when the line is no longer this
+runner's: then it is not sent), and the request carries the line's once key (`batch_lines.line_once_key`, as
+`llmgw-once`); that replica's engine relay, part of the shard's process and not of any control plane, runs a
+request of a key once, to its end whoever still waits, and keeps its answer (`llmgw.engines.relay_once`). A line
+handed back goes to the replica it was sent to (waiting up to SENT_TO_WAIT_SECONDS for it to be routable again),
+and gets the kept answer, or joins the request still running.
 """
 
 from __future__ import annotations
@@ -30,7 +36,9 @@ import trio
 
 from llmgw.errors import LlmgwError
 from llmgw.gateway.accounting import new_request_id
-from llmgw.gateway.batch_lines import batch_room, batch_table, error_line, result_line, usage_of
+from llmgw.gateway.batch_lines import (
+    batch_room, batch_table, error_line, line_once_key, result_line, usage_of,
+)
 from llmgw.gateway.files import new_file_id
 from llmgw.gateway.problems import ApiError
 from llmgw.gateway.request_context import Caller
@@ -48,6 +56,9 @@ POLL_SECONDS = 1.0
 """Seconds between two reads of the active batches, and between two looks for room while a line waits."""
 ROOM_POLL_SECONDS = 0.05
 """Seconds between two looks at the replicas' load while a claimed line waits for room."""
+SENT_TO_WAIT_SECONDS = 60.0
+"""How long a line that was sent before (by a runner that stopped) waits for that replica, whose engine relay holds
+its answer, before it runs on another (that replica is gone or no longer serves the model: its engine with it)."""
 
 
 class _Answer:
@@ -95,8 +106,9 @@ class BatchRunner:
         return await self.gateway.accounting.boundary.call(function, *args)
 
     async def run(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
-        """Run batches until cancelled (the lines in flight are cancelled too, and run again by whoever runs the
-        batch next). A store that cannot be read now is tried again after `poll` seconds."""
+        """Run batches until cancelled (the lines in flight are cancelled too, and sent again by whoever runs the
+        batch next: their engine relays run each once). A store that cannot be read now is tried again after `poll`
+        seconds."""
         store = self.gateway.accounting.store
         async with trio.open_nursery() as nursery:
             task_status.started()
@@ -132,6 +144,9 @@ class BatchRunner:
                         await self._call(store.release_batch_line, batch_id, line.line, self.holder)
                         break
                     if replica is not None:
+                        if not await self._call(store.send_batch_line, batch_id, line.line, self.holder,
+                                                replica.replica_id):
+                            continue  # handed to another runner meanwhile: it sends it, not this one
                         self.in_flight[replica.replica_id] = self.in_flight.get(replica.replica_id, 0) + 1
                     lines.start_soon(self._run_line, record, line, table, replica)
             if self.leading():
@@ -143,28 +158,34 @@ class BatchRunner:
 
     async def _wait_for_room(self, record: BatchRecord, line: BatchLine
                              ) -> tuple[ReplicaRoute | None, RouteTable | None]:
-        """The replica to run `line` on and the table it runs under, once one has room; (None, table) when the line
-        cannot run anywhere (an unknown model: it runs to its refusal); (None, None) when the batch was cancelled, its
-        completion window ended or this runner stopped leading meanwhile (the line is handed back)."""
+        """The replica to run `line` on and the table it runs under, once one has room (the replica it was sent to
+        before, if any, for up to SENT_TO_WAIT_SECONDS); (None, table) when the line cannot run anywhere (an unknown
+        model: it runs to its refusal); (None, None) when the batch was cancelled, its completion window ended or
+        this runner stopped leading meanwhile (the line is handed back)."""
         body = json.loads(line.request).get("body") or {}
         model = body.get("model")
-        checked = trio.current_time()
+        checked = began = trio.current_time()
         while True:
             table = self.gateway.table
             route = table.resolve(model) if isinstance(model, str) else None
             project = table.projects.get(record.project)
+            held = line.sent_to is not None and trio.current_time() - began < SENT_TO_WAIT_SECONDS
             if route is None or project is None:
-                return None, table
+                if not held:
+                    return None, table
+                replicas: tuple[ReplicaRoute, ...] = ()  # not routable here yet: wait for the replica it was sent to
+            else:
+                replicas = tuple(r for r in route.replicas if r.replica_id == line.sent_to) if held else route.replicas
             load = self.gateway.balancer.load()
             best, most = None, 0
-            for replica in route.replicas:
+            for replica in replicas:
                 ours = self.in_flight.get(replica.replica_id, 0)
                 interactive = max(0, load.get(replica.replica_id, 0) - ours)
                 room = batch_room(_slots(replica), interactive + ours, ours, table.batch_slot_share,
                                   self.waiting(replica.replica_id))
                 if room > most and not self.gateway.balancer.is_ejected(replica.replica_id, trio.current_time()):
                     best, most = replica, room
-            if best is not None and not table.stopped:
+            if best is not None and route is not None and project is not None and not table.stopped:
                 return best, batch_table(table, route, best, project)
             await trio.sleep(ROOM_POLL_SECONDS)
             if trio.current_time() - checked >= self.poll:
@@ -186,7 +207,8 @@ class BatchRunner:
         key = ApiKey(name=None, prefix="", created_at=record.created_at, key_id=record.key_id or "",
                      project=record.project)
         project = table.projects.get(record.project)
-        caller = Caller(key, project, RequestIds(new_request_id()), None, time.perf_counter(), batch=record.id)
+        caller = Caller(key, project, RequestIds(new_request_id()), None, time.perf_counter(), batch=record.id,
+                        once=line_once_key(record.id, line.line))
         answer = _Answer()
         try:
             if project is None:

@@ -66,11 +66,14 @@ def upstream_body(body: dict, raw: bytes, replica: ReplicaRoute, stream: bool, c
 
 def _engine_headers(ctx: RequestContext, replica: ReplicaRoute) -> list[tuple[bytes, bytes]]:
     """The headers of a request to `replica`'s engine: JSON in, JSON or an event stream out, the replica's key, the
-    gateway's request id as `x-request-id`."""
+    gateway's request id as `x-request-id`; for a line of a batch to a replica llmgw runs, the line's key as
+    `llmgw-once`, so that its engine relay runs it once whoever sends it again (`llmgw.engines.relay_once`)."""
     headers = list(_STREAM_HEADERS if ctx.stream else _JSON_HEADERS)
     if replica.replica_key:
         headers.append((b"authorization", b"Bearer " + replica.replica_key.encode()))
     headers.append((b"x-request-id", ctx.caller.ids.own.encode()))
+    if ctx.caller.once is not None and not replica.external:
+        headers.append((b"llmgw-once", ctx.caller.once.encode()))
     return headers
 
 

@@ -38,7 +38,8 @@ class Caller:
     `ids`: the request's ids (`llmgw.gateway.request_ids`). `trace`: its span (None: not sampled).
     `started`: `time.perf_counter()` seconds when the request arrived (durations and TTFT count from it).
     `batch`: the id of the batch of /v1/batches this request is a line of (None: an interactive request), kept in
-    its usage record.
+    its usage record. `once`: that line's key for the engine relay, the same on every try of the line
+    (`batch_lines.line_once_key`; None: an interactive request), sent as `llmgw-once` (`proxying`).
     """
 
     key: ApiKey
@@ -47,6 +48,7 @@ class Caller:
     trace: RequestTrace | None
     started: float
     batch: str | None = None
+    once: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

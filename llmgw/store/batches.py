@@ -8,9 +8,12 @@ Batch object as OpenAI's API describes it, without `status` and `request_counts`
 control plane, `claimed_by`, at `claimed_at`), "completed" or "failed" (`result`: the output or error line, JSON).
 
 A line is claimed in one statement (`claim`: the lowest pending line becomes "running" for its holder) and finished
-in one (`finish`, only by the holder that claimed it), so two control planes never run the same line. A line
-"running" for a holder that is gone (a control plane that was killed) is handed back by `requeue` when another takes
-the batch over: it runs again, once (the request it had sent may have reached an engine: docs/gateway.md).
+in one (`finish`, only by the holder that claimed it), so two control planes never run the same line. Before its
+request leaves, the holder writes the replica it goes to (`send`: `sent_to`, SQLite migration 12, PostgreSQL 10; only
+while the line is still its own). A line "running" for a holder that is gone (a control plane that was killed) is
+handed back by `requeue` when another takes the batch over, keeping `sent_to`: the next holder sends it to that same
+replica again, whose engine relay ran the first request and keeps its answer for the same key (the line's request
+id, `llmgw.engines.relay_once`), so the engine runs it once (docs/gateway.md).
 `request_counts` are counted from the lines each time a batch is read. Functions taking a connection run inside the
 caller's transaction. The lines are prompts and answers: nothing here writes them to a log.
 """
@@ -65,13 +68,15 @@ class BatchRecord:
 @dataclass(frozen=True)
 class BatchLine:
     """One line of a batch's input: its number (0-based), `custom_id` (None when the line had none), the line's text;
-    `state` and `result` (the output or error line; None until finished)."""
+    `state` and `result` (the output or error line; None until finished); `sent_to` the replica id its request was
+    sent to by a holder before (None: never sent)."""
 
     line: int
     custom_id: str | None
     request: str
     state: str = "pending"
     result: str | None = None
+    sent_to: str | None = None
 
 
 def _counts(conn: SqlConnection, batch_id: str) -> LineCounts:
@@ -142,8 +147,15 @@ def claim(conn: SqlConnection, batch_id: str, holder: str, now: float) -> BatchL
     row = conn.execute(
         "UPDATE batch_lines SET state = 'running', claimed_by = ?, claimed_at = ? WHERE batch_id = ? AND state = "
         "'pending' AND line = (SELECT min(line) FROM batch_lines WHERE batch_id = ? AND state = 'pending') "
-        "RETURNING line, custom_id, request", (holder, now, batch_id, batch_id)).fetchone()
-    return None if row is None else BatchLine(int(row[0]), row[1], row[2], "running")
+        "RETURNING line, custom_id, request, sent_to", (holder, now, batch_id, batch_id)).fetchone()
+    return None if row is None else BatchLine(int(row[0]), row[1], row[2], "running", sent_to=row[3])
+
+
+def send(conn: SqlConnection, batch_id: str, line: int, holder: str, replica_id: str) -> bool:
+    """Record that `holder` sends its claimed line to `replica_id` now; False (send nothing) when the line is no
+    longer running for `holder` (handed to another)."""
+    return conn.execute("UPDATE batch_lines SET sent_to = ? WHERE batch_id = ? AND line = ? AND state = 'running' "
+                        "AND claimed_by = ? RETURNING line", (replica_id, batch_id, line, holder)).fetchone() is not None
 
 
 def finish(conn: SqlConnection, batch_id: str, line: int, holder: str, ok: bool, result: str) -> bool:
@@ -156,14 +168,15 @@ def finish(conn: SqlConnection, batch_id: str, line: int, holder: str, ok: bool,
 
 
 def release(conn: SqlConnection, batch_id: str, line: int, holder: str) -> bool:
-    """Hand one line `holder` claimed but did not run back to "pending"; False when it was not running for it."""
+    """Hand one line `holder` claimed but did not send back to "pending"; False when it was not running for it."""
     return conn.execute("UPDATE batch_lines SET state = 'pending', claimed_by = NULL, claimed_at = NULL "
                         "WHERE batch_id = ? AND line = ? AND state = 'running' AND claimed_by = ? RETURNING line",
                         (batch_id, line, holder)).fetchone() is not None
 
 
 def requeue(conn: SqlConnection, batch_id: str, holder: str) -> int:
-    """Hand back to "pending" every line of the batch running for a holder other than `holder`; returns how many."""
+    """Hand back to "pending" every line of the batch running for a holder other than `holder` (each keeps its
+    `sent_to`); returns how many."""
     return len(conn.execute("UPDATE batch_lines SET state = 'pending', claimed_by = NULL, claimed_at = NULL "
                             "WHERE batch_id = ? AND state = 'running' AND claimed_by <> ? RETURNING line",
                             (batch_id, holder)).fetchall())

@@ -141,6 +141,10 @@ MIGRATIONS: tuple[str, ...] = (
     );
     ALTER TABLE tokens ADD COLUMN owner TEXT;
     """,
+    # 10 (SQLite's 12): the replica a batch line was sent to
+    """
+    ALTER TABLE batch_lines ADD COLUMN sent_to TEXT;
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

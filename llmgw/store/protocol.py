@@ -291,6 +291,10 @@ class Store(Protocol):
     def claim_batch_line(self, batch_id: str, holder: str, now: float | None = None) -> BatchLine | None:
         """Claim the batch's lowest pending line for `holder` (`batches.claim`); None when none is pending."""
 
+    def send_batch_line(self, batch_id: str, line: int, holder: str, replica_id: str) -> bool:
+        """Record that `holder` sends its claimed line to `replica_id` (`batches.send`); False when it is no longer
+        `holder`'s (then it must not be sent)."""
+
     def finish_batch_line(self, batch_id: str, line: int, holder: str, ok: bool, result: str) -> bool:
         """Record a claimed line's result (`batches.finish`); False when it is no longer `holder`'s."""
 

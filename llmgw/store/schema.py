@@ -148,6 +148,11 @@ MIGRATIONS: tuple[str, ...] = (
     );
     ALTER TABLE tokens ADD COLUMN owner TEXT;
     """,
+    # 12: the replica a batch line was sent to (`llmgw.store.batches`: a line handed back runs there again, where the
+    # engine relay holds its answer)
+    """
+    ALTER TABLE batch_lines ADD COLUMN sent_to TEXT;
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

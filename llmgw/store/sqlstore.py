@@ -511,6 +511,10 @@ class SqlStore:
         with self._write() as conn:
             return batches_table.claim(conn, batch_id, holder, _now(now))
 
+    def send_batch_line(self, batch_id: str, line: int, holder: str, replica_id: str) -> bool:
+        with self._write() as conn:
+            return batches_table.send(conn, batch_id, line, holder, replica_id)
+
     def finish_batch_line(self, batch_id: str, line: int, holder: str, ok: bool, result: str) -> bool:
         with self._write() as conn:
             return batches_table.finish(conn, batch_id, line, holder, ok, result)

@@ -14,6 +14,7 @@ port refused at once, a gateway host answered through the relay): tests/agent/te
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -202,6 +203,35 @@ async def test_the_gateway_answers_the_openai_sdk_through_the_relay(relayed, nur
         await wait_for(lambda: len(store.recent_usage()) == 2)
     finally:
         store.close()
+
+
+async def test_a_real_llama_server_runs_a_keyed_request_once_whoever_asks_again(relayed):
+    """`llmgw-once` (`llmgw.engines.relay_once`) against the real engine: a sender gone mid-answer, the same key
+    twice more; llama-server's own counter of generated tokens grows by one request's tokens."""
+    _agent, base, _status = relayed
+    keyed = {"Authorization": f"Bearer {KEY}"}
+
+    async def predicted(client) -> float:
+        text = (await client.get("/metrics", headers=keyed)).text
+        return float(next(line.split()[-1] for line in text.splitlines()
+                          if line.startswith("llamacpp:tokens_predicted_total")))
+
+    body = json.dumps({"model": SERVED, "prompt": "Count from one to forty:", "max_tokens": 32, "temperature": 0,
+                       "ignore_eos": True}).encode()
+    async with httpx.AsyncClient(base_url=base, timeout=60) as client:
+        before = await predicted(client)
+        sender = await trio.open_tcp_stream("127.0.0.1", int(base.rsplit(":", 1)[1]))
+        await sender.send_all(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + KEY.encode()
+                              + b"\r\nContent-Type: application/json\r\nllmgw-once: line_1\r\nContent-Length: %d"
+                              b"\r\n\r\n" % len(body) + body)
+        await trio.sleep(0.05)
+        await sender.aclose()  # gone before the answer, as a killed control plane
+        answers = [await client.post("/v1/completions", headers={**keyed, "llmgw-once": "line_1"}, content=body)
+                   for _ in range(2)]
+        assert [a.status_code for a in answers] == [200, 200] and answers[0].json() == answers[1].json()
+        assert answers[0].json()["usage"]["completion_tokens"] == 32
+        assert answers[0].headers["connection"] == "close"
+        assert await predicted(client) - before == 32  # one run, not two or three
 
 
 async def test_a_connection_that_sends_no_head_is_closed_after_the_head_timeout(nursery):

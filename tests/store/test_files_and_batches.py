@@ -55,10 +55,14 @@ def test_each_line_is_claimed_once_finished_by_its_holder_and_handed_back_when_i
     assert store.finish_batch_line("batch_a", 0, "plane-1", True, '{"again": 0}') is False  # finished once
     counts = store.batch("batch_a", "chat", now=1002.0).counts
     assert (counts.total, counts.completed, counts.failed, counts.running, counts.pending) == (3, 1, 0, 1, 1)
+    assert second.sent_to is None and store.send_batch_line("batch_a", 1, "plane-2", "tiny-1") is False  # not its
+    assert store.send_batch_line("batch_a", 1, "plane-1", "tiny-0") is True  # sent to tiny-0, then plane-1 is killed
     assert store.requeue_batch_lines("batch_a", "plane-2") == 1  # plane-1 is gone: its running line 1 comes back
     assert store.finish_batch_line("batch_a", 1, "plane-1", True, "{}") is False  # its late result is dropped
+    assert store.send_batch_line("batch_a", 1, "plane-1", "tiny-0") is False  # nor sent again by it
     claimed = [store.claim_batch_line("batch_a", "plane-2", now=1003.0) for _ in range(3)]
     assert [c.line if c else None for c in claimed] == [1, 2, None]
+    assert [c.sent_to for c in claimed[:2]] == ["tiny-0", None]  # line 1 goes back where its answer is kept
     store.finish_batch_line("batch_a", 2, "plane-2", False, '{"error": 2}')
     store.finish_batch_line("batch_a", 1, "plane-2", True, '{"ok": 1}')
     assert [(r.line, r.state, r.result) for r in store.batch_results("batch_a")] == [

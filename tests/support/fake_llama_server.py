@@ -21,6 +21,9 @@ Shapes follow llama.cpp's tools/server (server-task.cpp, b11434) and shared/FORM
   tokens at `PROMPT_TOKENS_PER_SECOND` and `PREDICTED_TOKENS_PER_SECOND` (what a measured speed of it should say).
 - `/v1/responses` and `/v1/messages`, whole and streamed, in b11434's own shapes (`fake_llama_dialects`).
 
+`--fake-request-log PATH` appends one JSON line per completion request it takes (`{"path", "prompt"}`): the engine's
+own count of the requests it ran, per prompt.
+
 Text is deterministic: the same prompt and seed give the same words. Token counts: prompt = words of the prompt
 text + 4 per message; each generated word is one token.
 """
@@ -73,7 +76,8 @@ class FakeLlamaServer:
 
     def __init__(self, model_path: str = "/models/fake.gguf", alias: str | None = None, *, api_key: str | None = None,
                  metrics: bool = True, token_delay: float = 0.0, max_tokens_default: int = 16,
-                 fail_after_chunks: int | None = None, context_size: int = 2048, first_token_delay: float = 0.0):
+                 fail_after_chunks: int | None = None, context_size: int = 2048, first_token_delay: float = 0.0,
+                 request_log: str | None = None):
         self.model_path = model_path
         self.alias = alias or model_path
         self.api_key = api_key
@@ -83,6 +87,7 @@ class FakeLlamaServer:
         self.fail_after_chunks = fail_after_chunks
         self.context_size = context_size
         self.first_token_delay = first_token_delay
+        self.request_log = request_log
         self.stats = FakeStats()
         self.healthy = True  # False: /health answers 503 "Loading model", as llama-server does while loading
         self._ids = 0
@@ -224,6 +229,10 @@ class FakeLlamaServer:
 
     async def _completion(self, send, request: dict, *, chat: bool) -> None:
         prompt_text, prompt_tokens = _prompt_of(request, chat)
+        if self.request_log:
+            with open(self.request_log, "a", encoding="utf-8") as log:
+                log.write(json.dumps({"path": "/v1/chat/completions" if chat else "/v1/completions",
+                                      "prompt": prompt_text}) + "\n")
         max_tokens = request.get("max_tokens") or request.get("max_completion_tokens") or self.max_tokens_default
         n = int(request.get("n") or 1)
         seed = request.get("seed")
@@ -399,10 +408,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--fake-token-delay", type=float, default=0.0, help="seconds between streamed tokens")
     parser.add_argument("--fake-first-token-delay", type=float, default=0.0,
                         help="seconds before a completion's answer starts")
+    parser.add_argument("--fake-request-log", default=None, help="a file: one JSON line per completion request")
     args, _unknown = parser.parse_known_args(argv)
     server = FakeLlamaServer(args.model, args.alias, api_key=args.api_key or os.environ.get("LLAMA_API_KEY"),
                              metrics=args.metrics, token_delay=args.fake_token_delay, context_size=args.ctx_size,
-                             first_token_delay=args.fake_first_token_delay)
+                             first_token_delay=args.fake_first_token_delay, request_log=args.fake_request_log)
 
     async def run() -> None:
         async with trio.open_nursery() as nursery:
