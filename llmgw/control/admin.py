@@ -26,6 +26,9 @@ The API is described in docs/admin-api.yaml (OpenAPI 3.1), served at GET /openap
     GET  /api/v1/logs?node=N&shard=S&lines=K  a shard's (or the agent's) last log lines
     POST /api/v1/stop | /api/v1/start {"author_name", "author_email"}   serving.stopped commits
     POST /api/v1/nodes/{node}/{verb} {"author_name", "author_email"}   verb: cordon|uncordon|drain|lend|reclaim
+    POST /api/v1/nodes/{node}/forget          a node whose agent is stopped (`llmgw node remove`): its
+                                              certificates revoked, node secret and fleet record forgotten (409
+                                              while it is connected)
     POST /api/v1/fabric-test {"a", "b"}     ib_write_bw from node a to node b, rail by rail, each graded
                                               (llmgw.control.fabric_test); seconds per rail
     GET  /api/v1/slurm/users                  members as Linux users on Slurm nodes: login, UID, home, keys
@@ -443,6 +446,8 @@ class AdminApp:
                                                 "author": f"{name} <{email}>"})
         if method == "POST" and path.startswith("/api/v1/nodes/") and path.count("/") == 5:
             node, verb = path.split("/")[4:6]  # /api/v1/nodes/<node>/<cordon|uncordon|drain|lend|reclaim>
+            if verb == "forget":
+                return await _send_json(send, 200, await plane.forget_node(node))
             if verb not in ("cordon", "uncordon", "drain", "lend", "reclaim"):
                 raise _HttpError(404, "not_found", f"no route {method} {path}")
             body = _json_body(await _read_body(receive))
