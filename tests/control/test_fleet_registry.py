@@ -152,3 +152,14 @@ def test_slurm_job_steps_reported_in_heartbeats_reach_the_planner_and_a_change_s
     assert not changed
     registry, changed = registry.heartbeat("n1", 3.0, slurm_job_steps=0)  # the last step ended: plan again
     assert changed and registry.fleet().nodes[0].slurm_job_steps == 0
+
+
+def test_a_forgotten_node_is_gone_from_the_fleet_and_a_node_never_known_changes_nothing():
+    registry, _ = FleetRegistry(lost_after=30).register(node("n1", shard("gemma-0/0")), now=0.0, release_key="ABCD")
+    registry, _ = registry.register(node("n2"), now=0.0)
+    assert registry.get("n1").release_key == "ABCD" and registry.get("n2").release_key == ""
+    forgotten, changed = registry.without("n1")
+    assert changed is True and forgotten.revision == registry.revision + 1
+    assert [r.node_id for r in forgotten.records()] == ["n2"] and forgotten.get("n1") is None
+    assert [n.node_id for n in forgotten.fleet().nodes] == ["n2"]
+    assert forgotten.without("ghost") == (forgotten, False)
