@@ -130,9 +130,12 @@ def _cpu_checks(node: NodeDiscovery) -> list[Check]:
     return checks
 
 
-def _disk_check(weights_dir: Path, free: int | None) -> Check:
+def _disk_check(weights_dir: Path, free: int | None, min_free: int | None = None) -> Check:
     if free is None:
         return Check("weights", WARN, f"free space under {weights_dir} cannot be measured")
+    if min_free is not None and free < min_free:
+        return Check("weights", FAIL, f"only {_gib(free)} free under {weights_dir}, less than the {_gib(min_free)} "
+                                      "asked for (--min-free): free space or point weights_dir at a larger disk")
     if free < LOW_DISK_BYTES:
         return Check("weights", WARN, f"only {_gib(free)} free under {weights_dir}: free space or point "
                                       "weights_dir at a larger disk")
@@ -206,22 +209,46 @@ def _certificate_check(path: Path, now: float, name: str = "certificate", warn_d
     return Check(name, OK, f"{path} ({subject}) valid until {end:%Y-%m-%d}")
 
 
+def release_checks(prefix: Path | None = None) -> list[Check]:
+    """The "release" check of a venv `llmgw node add` installed (`prefix`, default this one): which key signed
+    the release it runs; none for an llmgw installed otherwise. Blocking (three small reads)."""
+    from llmgw import __version__
+    from llmgw.errors import ReleaseError
+    from llmgw.release import installed_release
+
+    try:
+        release = installed_release(prefix)
+    except ReleaseError as exc:
+        return [Check("release", FAIL, f"{exc}: this is not the release that was installed; install it again")]
+    if release is None:
+        return []
+    if release.version != __version__:
+        return [Check("release", FAIL, f"the release record says llmgw {release.version}, this is {__version__}: "
+                                       "install the release again")]
+    return [Check("release", OK, f"llmgw {release.version}, from a release signed by key {release.key_id}")]
+
+
 def run_doctor(weights_dir: Path, *, engines_dir: Path | None = None, state_dir: Path | None = None,
                cert_path: Path | None = None, our_pids: Collection[int] = (), nvml: Any = _LOAD,
-               run: Runner = run_tool, now: float | None = None, **discover_args: Any) -> DoctorReport:
+               run: Runner = run_tool, now: float | None = None, min_free_bytes: int | None = None,
+               **discover_args: Any) -> DoctorReport:
     """Discover this node and check it. Blocking. Never raises for a missing driver or tool: those are checks.
 
     `weights_dir` is where free space is measured; `engines_dir`/`state_dir` locate installed engines (defaults
     as `AgentConfig`); `cert_path` the node certificate to check (skipped when None); `nvml` and `run` as in
-    `discover_node` (tests inject captures); `now` unix seconds (default: the clock).
+    `discover_node` (tests inject captures); `now` unix seconds (default: the clock); `min_free_bytes`: less free
+    space than that under `weights_dir` fails (`llmgw node add --min-disk`; else too little is a warning). A venv
+    installed by `llmgw node add` adds the check "release": which key signed the release it runs
+    (`llmgw.release.installed_release`; a record that does not check fails).
     """
     now = time.time() if now is None else now
     kwargs = dict(discover_args)
     if nvml is not _LOAD:
         kwargs["nvml"] = nvml
     node = discover_node(Path(weights_dir), our_pids, run=run, **kwargs)
-    checks = [*gpu_checks(node), *_cpu_checks(node), _disk_check(Path(weights_dir), node.inventory.disk_free_bytes),
-              *_engine_checks(engines_dir, state_dir), _clock_check(now, run)]
+    checks = [*gpu_checks(node), *_cpu_checks(node),
+              _disk_check(Path(weights_dir), node.inventory.disk_free_bytes, min_free_bytes),
+              *_engine_checks(engines_dir, state_dir), _clock_check(now, run), *release_checks()]
     if cert_path is not None:
         checks.append(_certificate_check(Path(cert_path), now))
         if (Path(cert_path).parent / "ca.crt").is_file():  # the CA beside it (llmgw node join writes both)

@@ -76,20 +76,34 @@ def foreign_status(engine: ForeignEngine) -> pb.ShardStatus:
     )
 
 
+def release_record() -> tuple[str, tuple[str, ...]]:
+    """(key id, warnings): the id of the key that signed the release this agent runs ("" when it was installed
+    otherwise), and a warning when its record does not check (`llmgw.release.installed_release`). Blocking."""
+    from llmgw.errors import ReleaseError
+    from llmgw.release import installed_release
+
+    try:
+        release = installed_release()
+    except ReleaseError as exc:
+        return "", (f"the record of the release this agent runs does not check: {exc}",)
+    return (release.key_id if release is not None else ""), ()
+
+
 def register_message(
     node_id: str, address: str, inventory: Inventory, engines_installed: Iterable[str],
     shards: Iterable[pb.ShardStatus], labels: Mapping[str, str], warnings: Iterable[str] = (),
-    gpus: Iterable[pb.Gpu] = (),
+    gpus: Iterable[pb.Gpu] = (), release_key_id: str = "",
 ) -> pb.Register:
     """The Register an agent sends first on every connection. `gpus` from discovery (empty: a CPU node);
-    `warnings` are added after the inventory's own."""
+    `warnings` are added after the inventory's own; `release_key_id` the key that signed the release it runs
+    (`release_record`)."""
     return pb.Register(
         node_id=node_id, address=address, os=inventory.os, arch=inventory.arch, cpu_model=inventory.cpu.model,
         cpu_cores=inventory.cpu.cores, cpu_flags=list(inventory.cpu.flags),
         memory_total_bytes=inventory.memory_total_bytes,
         disk_free_bytes=inventory.disk_free_bytes,
         engines_installed=list(engines_installed), engines_installable=list(ENGINES_INSTALLABLE),
-        features=list(FEATURES), shards=list(shards), agent_version=__version__,
+        features=list(FEATURES), shards=list(shards), agent_version=__version__, release_key_id=release_key_id,
         warnings=list(dict.fromkeys([*inventory.warnings, *warnings])), labels=dict(labels), gpus=list(gpus),
     )
 

@@ -328,11 +328,13 @@ class _Session:
         self.readings.discovered(discovery.gpus.source, skip, config.ignore_gpus)
         self._foreign_at = -FOREIGN_SCAN_INTERVAL
         ignore_warnings = gpus.warnings[len(discovery.gpus.warnings):]
+        release_key, release_warnings = await trio.to_thread.run_sync(reporting.release_record)
         message = agent_message(register=reporting.register_message(
             config.node_id, config.address or "127.0.0.1", discovery.inventory, agent.engines_installed(),
             agent.shard_statuses(self._foreign_engines()), config.labels,
-            [*discovery.warnings, *ignore_warnings, *self.readings.telemetry.warnings, *agent.supervisor.warnings],
-            gpus=[pb.Gpu(**gpu.pb_fields()) for gpu in gpus.gpus],
+            [*discovery.warnings, *ignore_warnings, *self.readings.telemetry.warnings, *agent.supervisor.warnings,
+             *release_warnings],
+            gpus=[pb.Gpu(**gpu.pb_fields()) for gpu in gpus.gpus], release_key_id=release_key,
         ))
         message.register.health.CopyFrom(report_message(health))
         message.register.node_secret = agent.node_secret

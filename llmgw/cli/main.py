@@ -39,7 +39,8 @@ COMMAND_MODULES: dict[str, tuple[str, ...]] = {
     "purge": ("llmgw.cli.store_cmds",),
     "agent": ("llmgw.cli.agent_cmds",),
     # node join (agent), node doctor (discovery), node cordon|uncordon|drain (settings commits), node add (ssh)
-    "node": ("llmgw.cli.agent_cmds", "llmgw.cli.node_cmds", "llmgw.cli.slurm_cmds", "llmgw.cli.node_add"),
+    "node": ("llmgw.cli.agent_cmds", "llmgw.cli.node_cmds", "llmgw.cli.slurm_cmds", "llmgw.cli.node_add",
+             "llmgw.cli.node_remove"),
     "slurm": ("llmgw.cli.slurm_cmds",),
     "model": ("llmgw.cli.model_cmds",),
     "firewall": ("llmgw.cli.firewall_cmds",),

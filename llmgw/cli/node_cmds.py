@@ -54,8 +54,11 @@ def register(group: click.Group) -> None:
     @click.option("--bandwidth", is_flag=True,
                   help="Also measure this machine's memory read bandwidth (one core, all cores; about a second) "
                        "and the decode speed it gives a dense model of 1 GB (docs/capacity.md).")
+    @click.option("--min-free", "min_free", default=None, metavar="SIZE",
+                  help="Fail when less than SIZE (e.g. 20Gi) is free under the weights directory (`llmgw node add "
+                       "--min-disk`); without it, too little is a warning.")
     def doctor_command(as_json: bool, weights_dir: Path | None, engines_dir: Path | None, state_dir: Path | None,
-                       cert_path: Path | None, from_dir: Path | None, bandwidth: bool) -> None:
+                       cert_path: Path | None, from_dir: Path | None, bandwidth: bool, min_free: str | None) -> None:
         """Discover this node (CPUs, memory, GPUs, MIG, NVLink, fabrics) and check what serving needs."""
         from llmgw.agent.config import default_state_dir
         from llmgw.agent.doctor import run_doctor
@@ -74,7 +77,8 @@ def register(group: click.Group) -> None:
             return
         state = state_dir or _doctor_state_dir(default_state_dir())
         weights = weights_dir or state / "weights"
-        report = run_doctor(weights, engines_dir=engines_dir, state_dir=state, cert_path=cert_path)
+        report = run_doctor(weights, engines_dir=engines_dir, state_dir=state, cert_path=cert_path,
+                            min_free_bytes=_size(min_free, "--min-free") if min_free else None)
         measured = _bandwidth() if bandwidth else None
         if as_json:
             click.echo(json.dumps({**report.to_json(), **({"memory_bandwidth": measured} if measured else {})},
@@ -138,6 +142,17 @@ def register(group: click.Group) -> None:
         else:
             click.echo(f"no node secret of node {node_id!r} is recorded (check the id with `llmgw nodes`); its next "
                        "Register records one", err=True)
+
+
+def _size(text: str, option: str) -> int:
+    """Bytes of a size option ("20Gi"). Raises UsageError naming `option`."""
+    from llmgw.errors import UsageError
+    from llmgw.units import parse_size
+
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise UsageError(f"{option} {text!r} is not a size ({exc}): write e.g. 20Gi") from exc
 
 
 def _bandwidth() -> dict:

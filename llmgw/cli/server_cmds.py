@@ -580,6 +580,10 @@ def nodes_cmd(client, as_json):
         marks = "".join(f"  ({title})" for title in kept_off[node_id])
         click.echo(f"{node_id:<20} {node['state']:<12} {node['address']:<15} {node['cpu_cores']:g} cores  "
                    f"{counted(node['gpus'], 'GPU')}  engines: {', '.join(node['engines']) or 'none'}{marks}")
+        if node.get("agent_version"):
+            signed = (f"from a release signed by key {node['release_key']}" if node.get("release_key")
+                      else "not installed from a signed release")
+            click.echo(f"  llmgw {node['agent_version']}, {signed}")
         for shard_id, shard in node["shards"].items():
             extra = f"  {shard['error']}" if shard.get("error") else ""
             foreign = " (not started by llmgw)" if shard.get("foreign") else ""

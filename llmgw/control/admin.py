@@ -31,6 +31,9 @@ The API is described in docs/admin-api.yaml (OpenAPI 3.1), served at GET /openap
     POST /api/v1/models/{model}/adapters {"action": "add"|"remove", "name", "weights"}   its LoRA adapters
                                               (these, and slurm/users/keys below, are settings commits as the
                                               caller: llmgw.control.admin_edits; each takes "preview" and "expect")
+    POST /api/v1/nodes/{node}/forget          a node whose agent is stopped (`llmgw node remove`): its
+                                              certificates revoked, node secret and fleet record forgotten (409
+                                              while it is connected)
     POST /api/v1/fabric-test {"a", "b"}     ib_write_bw from node a to node b, rail by rail, each graded
                                               (llmgw.control.fabric_test); seconds per rail
     GET  /api/v1/slurm/users                  members as Linux users on Slurm nodes: login, UID, home, keys
@@ -467,6 +470,8 @@ class AdminApp:
                 raise _HttpError(400, "bad_request", "say which node: /api/v1/logs?node=NODE[&shard=SHARD]")
             lines = await plane.logs(node, query.get("shard", ""), query_int(query, "lines", 200, 1, MAX_LOG_LINES))
             return await _send_json(send, 200, {"node": node, "shard": query.get("shard", ""), "lines": lines})
+        if method == "POST" and path.startswith("/api/v1/nodes/") and path.count("/") == 5 and path.endswith("/forget"):
+            return await _send_json(send, 200, await plane.forget_node(path.split("/")[4]))
         if admin_edits.serves(method, path):
             return await self._edit(send, caller, path, _json_body(await _read_body(receive)))
         if method == "POST" and path == "/api/v1/fabric-test":

@@ -72,7 +72,7 @@ def _registered(register, peer_host: str, now: float):
         fleet, _ = state.fleet.register(
             node, now, details=details, os=register.os, arch=register.arch, agent_version=register.agent_version,
             warnings=register.warnings, engines_installable=register.engines_installable, features=register.features,
-            health=health,
+            health=health, release_key=register.release_key_id,
         )
         return node_connected(state.with_fleet(fleet), node.node_id), True
 

@@ -108,6 +108,10 @@ def node_document(record: NodeRecord) -> dict[str, Any]:
         "engines": sorted(node.engines_installed),
         "shards": shards,
     }
+    if record.agent_version:
+        doc["agent_version"] = record.agent_version
+    if record.release_key:
+        doc["release_key"] = record.release_key
     if node.engines_installing:
         doc["engines_installing"] = sorted(node.engines_installing)
     if record.engine_errors:
@@ -129,7 +133,8 @@ def node_document_key(record: NodeRecord) -> tuple:
     return (record.lost, record.connected, node.address, tuple((g.device_id, g.gpu_class) for g in node.gpus),
             node.cpu_cores, node.engines_installed,
             node.engines_installing, node.shards, {s: d.pid for s, d in record.details.items()},
-            record.engine_errors, record.warnings, record.health, record.slurm, record.firewall)
+            record.engine_errors, record.warnings, record.health, record.slurm, record.firewall, record.agent_version,
+            record.release_key)
 
 
 def replica_documents(records: tuple[NodeRecord, ...], plan: Plan | None) -> dict[str, Any]:

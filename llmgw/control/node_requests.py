@@ -68,3 +68,21 @@ def join_token(ca: Any, join_port: int | None, ttl_seconds: float) -> dict[str, 
                          "start `llmgw server --tls` for mutual TLS with join tokens.")
     return {"token": ca.create_join_token(ttl_seconds), "join_port": join_port,
             "ca_pem": ca.certificate_pem.decode(), "expires_in": ttl_seconds}
+
+
+async def forget_node(state: ControlState, ca: Any, identities: Any, node_id: str) -> dict[str, Any]:
+    """What `llmgw node remove` asks last, once the node's agent is stopped: revoke every certificate of `node_id`
+    (mutual TLS: `ca`, None without), forget its node secret (`identities`, a NodeIdentities), so neither lets
+    that machine in again without a new join token. The caller drops its fleet record. Returns {"node", "known"
+    (it had a record), "certificates_revoked", "identity_forgotten"}. Blocking parts run in worker threads.
+
+    Raises: UsageError while the node is connected (its agent still runs: stop it first).
+    """
+    record = state.fleet.get(node_id)
+    if record is not None and record.connected:
+        raise UsageError(f"node {node_id!r} is connected: its agent still runs there. Stop it first (`llmgw node "
+                         f"remove {node_id}` does so over ssh), then forget it.")
+    revoked = await trio.to_thread.run_sync(ca.revoke, node_id) if ca is not None else 0
+    forgotten = await trio.to_thread.run_sync(identities.forget, node_id)
+    return {"node": node_id, "known": record is not None, "certificates_revoked": revoked,
+            "identity_forgotten": forgotten}

@@ -185,6 +185,19 @@ class ControlPlane:
         """`llmgw.control.node_requests.fabric_test` of the fleet now."""
         return await node_requests.fabric_test(self.loop.state, self.agents, a, b)
 
+    async def forget_node(self, node_id: str) -> dict[str, Any]:
+        """Forget a node whose agent is stopped (`llmgw node remove`): its certificates revoked, its node secret
+        forgotten (`llmgw.control.node_requests.forget_node`), then its record dropped from the fleet."""
+        done = await node_requests.forget_node(self.loop.state, self.ca, self.agents.identities, node_id)
+
+        def dropped(state: ControlState) -> tuple[ControlState, bool]:
+            fleet, changed = state.fleet.without(node_id)
+            return state.with_fleet(fleet), changed
+
+        self.loop.update(dropped, f"node {node_id} forgotten")
+        await self.loop.folded_all()
+        return done
+
     async def slurm_users(self) -> dict[str, Any]:
         """`llmgw slurm users` (`llmgw.control.node_requests.slurm_users`)."""
         return await node_requests.slurm_users(self.loop.state, self.store)

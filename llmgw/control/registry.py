@@ -72,7 +72,8 @@ class NodeRecord:
     report as plain data (`llmgw.control.agents.slurm_summary`; None: the node has no part in Slurm). `firewall`
     the node's last firewall report ("digest", "error", "rolled_back"; None: it holds no table, nothing failed).
     `speeds` each shard's prefill and decode speed from its engine's counters, by shard id
-    (`llmgw.control.engine_speeds`; a shard whose engine was never read is absent).
+    (`llmgw.control.engine_speeds`; a shard whose engine was never read is absent). `release_key` the id of the key
+    that signed the release its agent runs ("": not installed from a release, or an older agent).
     """
 
     state: NodeState
@@ -93,6 +94,7 @@ class NodeRecord:
     slurm: Mapping[str, Any] | None = None
     firewall: Mapping[str, str] | None = None
     speeds: Mapping[str, MeasuredSpeed] = field(default_factory=lambda: MappingProxyType({}))
+    release_key: str = ""
 
     @property
     def node_id(self) -> str:
@@ -230,6 +232,7 @@ class FleetRegistry:
         engines_installable: Iterable[str] = (),
         features: Iterable[str] = (),
         health: NodeHealthReport | None = None,
+        release_key: str = "",
     ) -> tuple[FleetRegistry, bool]:
         """A node (re)registered: record it as connected and alive with the shards it reports (adopted).
 
@@ -259,6 +262,7 @@ class FleetRegistry:
             engines_installable=frozenset(engines_installable),
             features=frozenset(features),
             health=health,
+            release_key=release_key,
         )
         return self._with(node.node_id, record, True), True
 
@@ -391,6 +395,15 @@ class FleetRegistry:
         if old is None or not old.connected:
             return self, False
         return self._with(node_id, replace(old, connected=False), False), False
+
+    def without(self, node_id: str) -> tuple[FleetRegistry, bool]:
+        """The node forgotten (`llmgw node remove`): its record gone, as if it never registered. Placement-relevant
+        when it was there; an unknown node: (self, False)."""
+        if node_id not in self._records:
+            return self, False
+        return FleetRegistry(self.lost_after, self.memory_thresholds, self._records.remove(node_id),
+                             revision=self.revision + 1, line=self.line,
+                             _order=tuple(n for n in self._order if n != node_id)), True
 
     def expire(self, now: float) -> tuple[FleetRegistry, tuple[str, ...]]:
         """Mark nodes silent for `lost_after` seconds or longer as lost; return (registry, ids newly lost).

@@ -125,6 +125,10 @@ class ControlView(Protocol):
     async def slurm_users(self) -> dict[str, Any]:
         """The Linux users of slurm.yaml `users: llmgw`: {"users": [...]}."""
 
+    async def forget_node(self, node_id: str) -> dict[str, Any]:
+        """Revoke a stopped node's certificates, forget its node secret and its fleet record (`llmgw node remove`):
+        {"node", "known", "certificates_revoked", "identity_forgotten"}."""
+
     def create_join_token(self, ttl_seconds: float = 3600.0) -> dict[str, Any]:
         """A one-time join token for a new node."""
 

@@ -9,9 +9,10 @@ ssh, or prints them (`--dry-run`). The layout is that of deploy/systemd/llmgw-ag
     /etc/systemd/system/llmgw-agent.service
 
 Every step that changes the host goes through the install journal's verbs (`python3 -m llmgw.install.host`, run
-from the release's own wheel before any venv exists), so the journal lists it before it is done. Steps before
-`FIRST_CHANGE` only check the host and copy the release into a scratch directory (removed at the end, and on
-failure); a failure at or after it is undone from the journal.
+from the release's own wheel before any venv exists), so the journal lists it before it is done. `check_steps` only
+check the host (its Python, the release's digests, `llmgw node doctor` from the release in the scratch directory)
+and change nothing outside that scratch directory (removed at the end, and on failure); a failure in
+`install_steps` or `join_steps` is undone from the journal.
 """
 
 from __future__ import annotations
@@ -42,7 +43,9 @@ class RemoteStep:
 class NodeFacts:
     """What the install steps need to know. `wheel`: llmgw's wheel in the release ("wheels/llmgw-...whl");
     `control_plane`: the agents' address as the host reaches it (HOST:PORT); `unit`: the text of
-    llmgw-agent.service; `scratch`: the host's directory for the release while it installs."""
+    llmgw-agent.service; `scratch`: the host's directory for the release while it installs; `record`: the files of
+    the release kept in the venv's `record_dir` (its manifest, signature and signer's key: llmgw.release.installed
+    names them; llmgw.install stands apart from llmgw.release)."""
 
     version: str
     wheel: str
@@ -50,6 +53,8 @@ class NodeFacts:
     control_plane: str
     unit: str
     scratch: str
+    record: tuple[str, ...] = ()
+    record_dir: str = "release"
 
 
 @dataclass(frozen=True)
@@ -60,10 +65,6 @@ class JoinFacts:
     join: str
     token: str
     ca_pem: bytes
-
-
-FIRST_CHANGE = 3
-"""Index of the first step that changes the host outside its scratch directory (the journal's first entry)."""
 
 
 def agent_env(facts: NodeFacts) -> bytes:
@@ -88,12 +89,23 @@ def _journal(facts: NodeFacts) -> str:
 LLMGW = f"{OPT}/current/bin/llmgw"
 
 
-def install_steps(facts: NodeFacts, *, doctor: bool = True) -> list[RemoteStep]:
-    """The commands `node add` runs on the host up to an installed, checked release, in order (module docstring).
-    `doctor`: run `llmgw node doctor` from the installed release before anything is configured (a failure stops
-    and undoes the host). Raises ValueError when a fact holds a character a shell or unit file would misread."""
-    _check(facts, ("version", "node_id", "control_plane", "scratch", "wheel"))
-    scratch, venv, journal, llmgw = facts.scratch, f"{OPT}/{facts.version}", _journal(facts), LLMGW
+_UNPACK = ("import pathlib, sys, zipfile; [zipfile.ZipFile(wheel).extractall(sys.argv[2]) "
+           "for wheel in sorted(pathlib.Path(sys.argv[1]).glob('*.whl'))]")
+"""Unpack every wheel of a directory (argv 1) into one directory (argv 2), which then works as a PYTHONPATH entry:
+what a wheel's install does but for its scripts and compiled bytecode, in a second where pip takes many (a wheel is a
+zip of its importable files: PEP 427)."""
+DOCTOR_REPORT = "doctor.txt"
+"""The pre-install doctor's report, in the scratch directory (removed with it)."""
+
+
+def check_steps(facts: NodeFacts, *, doctor: bool = True, min_disk: str = "") -> list[RemoteStep]:
+    """The commands `node add` runs on the host before it changes anything there (nothing but its scratch
+    directory): Python 3.11+ with venv, the release copied and its digests checked, then (with `doctor`) `llmgw node
+    doctor` from the release itself, its wheels unpacked inside the scratch directory (`_UNPACK`): a host that cannot serve
+    stops here with the failed checks in its own words, nothing installed. `min_disk`: a size ("20Gi") that must
+    be free where the weights go (the doctor's --min-free), "" for none. Raises ValueError as `install_steps`."""
+    _check(facts, ("version", "scratch", "wheel"))
+    scratch = facts.scratch
     steps = [
         RemoteStep("check that the host has Python 3.11 or newer, with venv (Debian: python3-venv)",
                    "python3 -c " + shlex.quote("import sys; sys.version_info >= (3, 11) or sys.exit('Python ' + "
@@ -102,20 +114,44 @@ def install_steps(facts: NodeFacts, *, doctor: bool = True) -> list[RemoteStep]:
                    f"rm -rf {scratch} && mkdir -p -m 700 {scratch} && tar -x -C {scratch}", release=True),
         RemoteStep("check every file of the release against its signed digests",
                    f"cd {scratch} && sha256sum --quiet --strict -c {SUMS}"),
+    ]
+    if doctor:
+        if min_disk and not all(c.isalnum() or c == "." for c in min_disk):
+            raise ValueError(f"min_disk {min_disk!r} is not a size")
+        report = f"{scratch}/{DOCTOR_REPORT}"
+        failed = shlex.quote('/^fail/ {sub(/^fail +/, ""); sub(/  +/, ": "); printf "%s%s", sep, $0; sep = "; "} '
+                             'END {print ""}')
+        steps.append(RemoteStep(
+            f"check the host with `llmgw node doctor`, run from the release in {scratch} before anything is installed",
+            f"python3 -c {shlex.quote(_UNPACK)} {scratch}/wheels {scratch}/doctor && {{ PYTHONPATH={scratch}/doctor "
+            f"python3 -m llmgw.cli node doctor --weights-dir {STATE}/weights --state-dir {scratch}/state"
+            f"{f' --min-free {min_disk}' if min_disk else ''} >{report} 2>&1 || "
+            f"{{ awk {failed} {report} >&2; exit 1; }}; }}"))
+    return steps
+
+
+def install_steps(facts: NodeFacts) -> list[RemoteStep]:
+    """The commands `node add` runs on the host after `check_steps`, up to an installed release (module
+    docstring), each change through the install journal: a failure from here on is undone from it. The release's
+    signed manifest, its signature and the key that verified it are kept in the venv (`llmgw.release.installed`).
+    Raises ValueError when a fact holds a character a shell or unit file would misread."""
+    _check(facts, ("version", "node_id", "control_plane", "scratch", "wheel", "record_dir"))
+    if not all(name and name.replace(".", "").replace("-", "").isalnum() for name in facts.record):
+        raise ValueError(f"record {facts.record!r} holds a name a shell would misread")
+    scratch, venv, journal = facts.scratch, f"{OPT}/{facts.version}", _journal(facts)
+    record = f"{venv}/{facts.record_dir}"
+    return [
         RemoteStep(f"make {OPT}", f"{journal} mkdir {OPT}"),
         RemoteStep(f"make the venv {venv}", f"{journal} venv {venv}"),
         RemoteStep(f"install llmgw {facts.version} into it from the release's wheels (no registry)",
                    f"{venv}/bin/pip install --quiet --no-index --find-links {scratch}/wheels llmgw=={facts.version}"),
+        RemoteStep(f"keep the release's signed manifest and the key that signed it in {record}",
+                   f"mkdir -m 755 {record} && cd {scratch} && cp {' '.join(facts.record)} {record}/"),
         RemoteStep(f"link {OPT}/current to {facts.version}", f"{journal} link {OPT}/current {facts.version}"),
+        RemoteStep(f"make {STATE}/agent, engines, weights, cache",
+                   f"{journal} mkdir {STATE}/agent --mode 0750 && {journal} mkdir {STATE}/engines && "
+                   f"{journal} mkdir {STATE}/weights --weights && {journal} mkdir {STATE}/cache"),
     ]
-    steps.append(RemoteStep(f"make {STATE}/agent, engines, weights, cache",
-                            f"{journal} mkdir {STATE}/agent --mode 0750 && {journal} mkdir {STATE}/engines && "
-                            f"{journal} mkdir {STATE}/weights --weights && {journal} mkdir {STATE}/cache"))
-    if doctor:
-        steps.append(RemoteStep("check the host with `llmgw node doctor` (stops here when it cannot serve)",
-                                f"{llmgw} node doctor --weights-dir {STATE}/weights --engines-dir {STATE}/engines "
-                                f"--state-dir {STATE}/agent"))
-    return steps
 
 
 def join_steps(facts: NodeFacts, join: JoinFacts) -> list[RemoteStep]:

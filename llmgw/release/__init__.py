@@ -4,7 +4,8 @@ Keys (`keys`): `keygen(dir, passphrase=None) -> (secret key path, public key pat
 `parse_public_key`, `read_public_key`, `read_secret_key`, `PublicKey`, `SecretKey`. Signatures (`signatures`):
 `sign(data, key, trusted_comment) -> text`, `verify(data, text, trusted) -> Signature`, minisign-compatible.
 Releases: `build_release(out_dir, secret_key, python, platform) -> Path` (`building`), `verify_release(dir,
-trusted_keys) -> Manifest` (`manifest`). Every failure is a `llmgw.errors.ReleaseError` saying what failed.
+trusted_keys) -> Manifest` (`manifest`). What a node runs: `installed_release() -> InstalledRelease | None`
+(`installed`: the record `llmgw node add` keeps in the venv). Every failure is a `llmgw.errors.ReleaseError` saying what failed.
 """
 
 from llmgw.release.building import DEFAULT_PLATFORM, DEFAULT_PYTHON, build_release, default_source, target_platforms
@@ -16,6 +17,7 @@ from llmgw.release.manifest import (
     MANIFEST, SIGNATURE, Manifest, ReleaseFile, file_sha256, parse_manifest, trusted_public_keys, verify_release,
 )
 from llmgw.release.signatures import Signature, sign, signature_key_id, verify
+from llmgw.release.installed import RECORD_DIR, InstalledRelease, installed_release
 
 __all__ = [
     "DEFAULT_PLATFORM", "DEFAULT_PYTHON", "build_release", "default_source", "target_platforms",
@@ -25,4 +27,5 @@ __all__ = [
     "MANIFEST", "SIGNATURE", "Manifest", "ReleaseFile", "file_sha256", "parse_manifest", "trusted_public_keys",
     "verify_release",
     "Signature", "sign", "signature_key_id", "verify",
+    "RECORD_DIR", "InstalledRelease", "installed_release",
 ]

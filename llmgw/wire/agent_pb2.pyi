@@ -113,7 +113,7 @@ class Gpu(_message.Message):
     def __init__(self, index: _Optional[int] = ..., uuid: _Optional[str] = ..., name: _Optional[str] = ..., gpu_class: _Optional[str] = ..., device_id: _Optional[str] = ..., memory_total_bytes: _Optional[int] = ..., memory_used_bytes: _Optional[int] = ..., memory_free_bytes: _Optional[int] = ..., compute_capability: _Optional[str] = ..., pcie_gen_current: _Optional[int] = ..., pcie_gen_max: _Optional[int] = ..., pcie_width_current: _Optional[int] = ..., pcie_width_max: _Optional[int] = ..., mig_enabled: _Optional[bool] = ..., is_mig_instance: _Optional[bool] = ..., parent_uuid: _Optional[str] = ..., ecc_enabled: _Optional[bool] = ..., power_limit_watts: _Optional[float] = ..., foreign_pids: _Optional[_Iterable[int]] = ..., numa_node: _Optional[int] = ..., nvlink_peers: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Register(_message.Message):
-    __slots__ = ("node_id", "address", "os", "arch", "cpu_model", "cpu_cores", "cpu_flags", "memory_total_bytes", "disk_free_bytes", "gpus", "engines_installed", "engines_installable", "features", "shards", "agent_version", "warnings", "labels", "node_secret", "health")
+    __slots__ = ("node_id", "address", "os", "arch", "cpu_model", "cpu_cores", "cpu_flags", "memory_total_bytes", "disk_free_bytes", "gpus", "engines_installed", "engines_installable", "features", "shards", "agent_version", "warnings", "labels", "node_secret", "release_key_id", "health")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -139,6 +139,7 @@ class Register(_message.Message):
     WARNINGS_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
     NODE_SECRET_FIELD_NUMBER: _ClassVar[int]
+    RELEASE_KEY_ID_FIELD_NUMBER: _ClassVar[int]
     HEALTH_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     address: str
@@ -158,8 +159,9 @@ class Register(_message.Message):
     warnings: _containers.RepeatedScalarFieldContainer[str]
     labels: _containers.ScalarMap[str, str]
     node_secret: str
+    release_key_id: str
     health: HealthReport
-    def __init__(self, node_id: _Optional[str] = ..., address: _Optional[str] = ..., os: _Optional[str] = ..., arch: _Optional[str] = ..., cpu_model: _Optional[str] = ..., cpu_cores: _Optional[int] = ..., cpu_flags: _Optional[_Iterable[str]] = ..., memory_total_bytes: _Optional[int] = ..., disk_free_bytes: _Optional[int] = ..., gpus: _Optional[_Iterable[_Union[Gpu, _Mapping]]] = ..., engines_installed: _Optional[_Iterable[str]] = ..., engines_installable: _Optional[_Iterable[str]] = ..., features: _Optional[_Iterable[str]] = ..., shards: _Optional[_Iterable[_Union[ShardStatus, _Mapping]]] = ..., agent_version: _Optional[str] = ..., warnings: _Optional[_Iterable[str]] = ..., labels: _Optional[_Mapping[str, str]] = ..., node_secret: _Optional[str] = ..., health: _Optional[_Union[HealthReport, _Mapping]] = ...) -> None: ...
+    def __init__(self, node_id: _Optional[str] = ..., address: _Optional[str] = ..., os: _Optional[str] = ..., arch: _Optional[str] = ..., cpu_model: _Optional[str] = ..., cpu_cores: _Optional[int] = ..., cpu_flags: _Optional[_Iterable[str]] = ..., memory_total_bytes: _Optional[int] = ..., disk_free_bytes: _Optional[int] = ..., gpus: _Optional[_Iterable[_Union[Gpu, _Mapping]]] = ..., engines_installed: _Optional[_Iterable[str]] = ..., engines_installable: _Optional[_Iterable[str]] = ..., features: _Optional[_Iterable[str]] = ..., shards: _Optional[_Iterable[_Union[ShardStatus, _Mapping]]] = ..., agent_version: _Optional[str] = ..., warnings: _Optional[_Iterable[str]] = ..., labels: _Optional[_Mapping[str, str]] = ..., node_secret: _Optional[str] = ..., release_key_id: _Optional[str] = ..., health: _Optional[_Union[HealthReport, _Mapping]] = ...) -> None: ...
 
 class GpuSample(_message.Message):
     __slots__ = ("index", "utilization_percent", "memory_used_bytes", "power_draw_watts", "power_limit_watts", "temperature_celsius", "sm_clock_mhz", "clock_event_reasons", "ecc_uncorrected", "sm_active_percent", "sm_occupancy_percent", "tensor_active_percent", "dram_bandwidth_percent", "foreign_pids")

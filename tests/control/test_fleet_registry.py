@@ -164,3 +164,14 @@ def test_a_nodes_probed_bandwidth_joins_its_state_without_waking_the_planner_and
     registry, _ = registry.heartbeat("n1", now=2.0)  # a beat without it (none sent yet by a new agent) keeps it
     registry, _ = registry.register(node("n1"), now=3.0)
     assert registry.fleet().node("n1").memory_bandwidth == probe
+
+
+def test_a_forgotten_node_is_gone_from_the_fleet_and_a_node_never_known_changes_nothing():
+    registry, _ = FleetRegistry(lost_after=30).register(node("n1", shard("gemma-0/0")), now=0.0, release_key="ABCD")
+    registry, _ = registry.register(node("n2"), now=0.0)
+    assert registry.get("n1").release_key == "ABCD" and registry.get("n2").release_key == ""
+    forgotten, changed = registry.without("n1")
+    assert changed is True and forgotten.revision == registry.revision + 1
+    assert [r.node_id for r in forgotten.records()] == ["n2"] and forgotten.get("n1") is None
+    assert [n.node_id for n in forgotten.fleet().nodes] == ["n2"]
+    assert forgotten.without("ghost") == (forgotten, False)

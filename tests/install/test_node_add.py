@@ -1,24 +1,27 @@
 """`llmgw node add HOST` over real ssh to a host of its own, from real signed releases (llmgw.release): a node added
-all the way (a release with its dependency wheels, a control plane with mutual TLS, the agent connected; `llmgw wipe`
-then leaves the host's root as it was), what it refuses, and that a failure halfway leaves the host as it was (a
-release without dependency wheels: pip fails halfway, on purpose).
+all the way (a release with its dependency wheels, a control plane with mutual TLS, the agent connected, `llmgw
+nodes` and the host's doctor naming the key that signed its release; `llmgw node remove` then drains it, leaves the
+host's root as it was and forgets it), what it refuses (a changed byte, no Python 3.11, a host that fails its doctor,
+run from the release before anything is installed), and that a failure halfway leaves the host as it was (a release
+without dependency wheels: pip fails halfway, on purpose; an ssh connection cut while pip installs).
 
-Not here: a replica served by the added node (engines and weights from the control plane's mirror), an ssh
-connection cut halfway. About 65 s in all here (12 s of it building the full release, 20 s the node add itself).
-"""
+Not here: a replica served by the added node (engines and weights from the control plane's mirror)."""
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
-import time
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from support.releases import build_signed_release
+from support.ssh_hosts import _children
 
 CHECKOUT = Path(__file__).resolve().parents[2]
 
@@ -29,10 +32,15 @@ def release(tmp_path_factory):
     return build_signed_release(tmp_path_factory.mktemp("release"), dependencies=False)
 
 
+def run_llmgw(*args: str) -> subprocess.CompletedProcess:
+    """`llmgw ...` from this checkout, as the operator runs it."""
+    return subprocess.run([sys.executable, "-m", "llmgw.cli", *args], capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "PYTHONPATH": str(CHECKOUT)}, cwd=CHECKOUT)
+
+
 def node_add(*args: str) -> subprocess.CompletedProcess:
     """`llmgw node add ...` from this checkout, as the operator runs it."""
-    return subprocess.run([sys.executable, "-m", "llmgw.cli", "node", "add", *args], capture_output=True, text=True,
-                          timeout=300, env={**os.environ, "PYTHONPATH": str(CHECKOUT)}, cwd=CHECKOUT)
+    return run_llmgw("node", "add", *args)
 
 
 def test_dry_run_prints_every_command_it_would_run_on_the_host_and_connects_to_nothing(release) -> None:
@@ -43,11 +51,17 @@ def test_dry_run_prints_every_command_it_would_run_on_the_host_and_connects_to_n
     assert lines[0].startswith("release llmgw 0.1.0 verified: ") and release.key_id in lines[0]
     whats = [line[2:] for line in lines if line.startswith("# ")]
     commands = [line for line in lines[1:] if not line.startswith("# ")]
-    assert len(whats) == len(commands) == 16
+    assert len(whats) == len(commands) == 17
     assert all(c.startswith("ssh -o BatchMode=yes nowhere.invalid ") for c in commands)
     assert whats[0].startswith("check that the host has Python 3.11 or newer")
     assert commands[1].endswith("tar -x -C /var/tmp/llmgw-add\" < the release (tar)")
-    assert "pip install --quiet --no-index --find-links /var/tmp/llmgw-add/wheels llmgw==0.1.0" in commands[5]
+    assert whats[3].startswith("check the host with `llmgw node doctor`, run from the release in /var/tmp/llmgw-add "
+                               "before anything is installed")
+    assert "PYTHONPATH=/var/tmp/llmgw-add/doctor python3 -m llmgw.cli node doctor " in commands[3]
+    assert "--min-free 20Gi" in commands[3]
+    assert whats[4] == "make /opt/llmgw"  # the first change, after every check
+    assert "pip install --quiet --no-index --find-links /var/tmp/llmgw-add/wheels llmgw==0.1.0" in commands[6]
+    assert whats[7] == "keep the release's signed manifest and the key that signed it in /opt/llmgw/0.1.0/release"
     assert "node join --control-plane CONTROL-PLANE:JOIN-PORT --token ONE-TIME-TOKEN" in done.stdout
     assert 'write /etc/llmgw/agent.env --mode 0640" < ' in done.stdout
     assert whats[-1] == "remove /var/tmp/llmgw-add"
@@ -83,11 +97,12 @@ def test_a_host_without_python_3_11_is_refused_in_its_own_words_and_left_as_it_w
 
 
 def test_a_failure_halfway_undoes_the_host_from_its_journal(ssh_hosts, release) -> None:
-    """The release has no dependency wheels: pip fails after the journal recorded /opt/llmgw and the venv."""
+    """The release has no dependency wheels: pip fails after the journal recorded /opt/llmgw and the venv (--force:
+    no doctor first, whose own install of the release would fail before anything is installed)."""
     host, = ssh_hosts(1)
     before = host.snapshot()
     done = node_add(host.name, "--ssh-config", str(host.ssh_config), "--release", str(release.directory),
-                    "--trusted-key", release.trusted_key, "--control-plane", "10.0.0.1:8082")
+                    "--trusted-key", release.trusted_key, "--control-plane", "10.0.0.1:8082", "--force")
     assert done.returncode == 1
     assert f"[{host.name}] install llmgw 0.1.0 into it from the release's wheels (no registry)" in done.stdout
     message = done.stderr.strip()
@@ -103,10 +118,75 @@ def full_release(tmp_path_factory):
     return build_signed_release(tmp_path_factory.mktemp("full-release"))
 
 
-def test_a_node_added_over_ssh_joins_with_mutual_tls_and_wipe_then_leaves_the_host_as_it_was(
+def test_a_host_that_fails_doctor_is_stopped_in_its_own_words_before_anything_is_installed(
+        ssh_hosts, full_release) -> None:
+    """The host's doctor runs from the release in the scratch directory: less disk than --min-disk fails it."""
+    host, = ssh_hosts(1)
+    before = host.snapshot()
+    done = node_add(host.name, "--ssh-config", str(host.ssh_config), "--release", str(full_release.directory),
+                    "--trusted-key", full_release.trusted_key, "--control-plane", "10.0.0.1:8082", "--min-disk", "1Ti")
+    assert done.returncode == 1, done.stdout + done.stderr
+    message = done.stderr.strip()
+    assert message.startswith(f"error: {host.name} cannot take llmgw: check the host with `llmgw node doctor`, run "
+                              "from the release in /var/tmp/llmgw-add before anything is installed: weights: only ")
+    assert message.endswith(" free under /var/lib/llmgw/weights, less than the 1024.0 GiB asked for (--min-free): "
+                            "free space or point weights_dir at a larger disk; nothing was installed"), message
+    assert "make /opt/llmgw" not in done.stdout
+    assert host.snapshot() == before
+
+
+def _session_processes(host) -> list[int]:
+    """The processes of every ssh session on `host` now (sshd's children but its keeper, and theirs), from /proc."""
+    found, todo = [], [pid for pid in _children(host.pid) if pid != host.keeper]
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo += _children(pid)
+    return found
+
+
+def test_an_ssh_connection_cut_halfway_leaves_the_host_as_it_was(ssh_hosts, full_release) -> None:
+    """The session is killed on the host (sshd's child and everything it ran: pip halfway through the venv) while
+    the release installs: node add undoes the host from its journal over a new connection."""
+    host, = ssh_hosts(1)
+    before = host.snapshot()
+    add = subprocess.Popen(
+        [sys.executable, "-m", "llmgw.cli", "node", "add", host.name, "--ssh-config", str(host.ssh_config),
+         "--release", str(full_release.directory), "--trusted-key", full_release.trusted_key,
+         "--control-plane", "10.0.0.1:8082", "--force"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=CHECKOUT,
+        env={**os.environ, "PYTHONPATH": str(CHECKOUT)})
+    try:
+        lines = []
+        for line in add.stdout:
+            lines.append(line)
+            if line.startswith(f"[{host.name}] install llmgw 0.1.0 into it"):
+                break
+        deadline = time.monotonic() + 60  # until pip has installed a first wheel into the venv, then cut
+        probe = ("ls /opt/llmgw/0.1.0/lib/python3.11/site-packages 2>/dev/null | "
+                 "grep -v -E '^(pip|setuptools|_distutils_hack|distutils-precedence|pkg_resources|__pycache__)'")
+        while not host.ssh(probe, check=False).stdout.strip():
+            assert time.monotonic() < deadline and add.poll() is None, "pip wrote nothing into the venv"
+        cut = _session_processes(host)
+        for pid in cut:
+            os.kill(pid, signal.SIGKILL)
+        out, err = add.communicate(timeout=120)
+    finally:
+        add.kill()
+    assert add.returncode == 1, "".join(lines) + out + err
+    assert err.strip().startswith(f"error: ssh to {host.name} was cut during install llmgw 0.1.0 into it from the "
+                                  "release's wheels (no registry) ("), err
+    assert err.strip().endswith("; the host was undone from its install journal, as it was before"), err
+    assert host.snapshot() == before
+
+
+def test_a_node_added_over_ssh_joins_with_mutual_tls_and_node_remove_then_leaves_the_host_as_it_was(
         ssh_hosts, netns_lab, full_release, tmp_path) -> None:
+    """`node add` all the way; `llmgw wipe` on the host refuses while the agent runs; `llmgw node remove` drains
+    it, wipes the host over ssh (its root as before) and forgets it: no record, its certificate revoked."""
     from llmgw.control.client import AdminClient, admin_ca_file, resolve_admin
     from llmgw.settings import init_repository
+    from llmgw.wire import CertificateAuthority
     from llmgw.settings.packaged import example_dir
     from support.llmgw_processes import LlmgwProcesses
     from support.waiting import wait_for
@@ -129,20 +209,37 @@ def test_a_node_added_over_ssh_joins_with_mutual_tls_and_wipe_then_leaves_the_ho
             started = time.monotonic()
             done = node_add(host.name, "--ssh-config", str(host.ssh_config), "--release", str(full_release.directory),
                             "--trusted-key", full_release.trusted_key, "--control-plane", f"{root}:{agents_port}",
-                            "--state", str(state))
-            assert done.returncode == 0, done.stdout + done.stderr + host.ssh("cat /var/log/llmgw/agent.log").stdout
+                            "--state", str(state), "--min-disk", "1Gi")  # the host's root is a tmpfs
+            log = host.ssh("cat /var/log/llmgw/agent.log", check=False).stdout
+            assert done.returncode == 0, done.stdout + done.stderr + log
             print(f"node add took {time.monotonic() - started:.1f} s")
             assert done.stdout.splitlines()[-1].startswith(f"node {host.name} connected (")
             assert status()["nodes"][host.name]["state"] not in ("lost", "")
         assert host.ssh("readlink /opt/llmgw/current").stdout.strip() == "0.1.0"
+        nodes = run_llmgw("nodes", "--state", str(state))
+        assert f"  llmgw 0.1.0, from a release signed by key {full_release.key_id}" in nodes.stdout, nodes.stdout
+        doctor = host.ssh("/opt/llmgw/current/bin/llmgw node doctor --state-dir /var/lib/llmgw/agent", check=False)
+        assert re.search(rf"^ok +release +llmgw 0\.1\.0, from a release signed by key {full_release.key_id}$",
+                         doctor.stdout, re.MULTILINE), doctor.stdout
         assert host.ssh("test -e /var/lib/llmgw/agent/tls/node.crt && test ! -e /var/tmp/llmgw-add").returncode == 0
 
         refused = host.ssh("/opt/llmgw/current/bin/llmgw wipe --yes", check=False)
         assert refused.returncode == 1 and "an llmgw agent runs here" in refused.stderr
-        agent = "'[/]opt/llmgw/current/bin/llmgw agent'"  # [/]: not this command's own line
-        host.ssh(f"pkill -TERM -f {agent}; while pgrep -f {agent} >/dev/null; do sleep 0.1; done")
-        wiped = host.ssh("/opt/llmgw/current/bin/llmgw wipe --yes")
-        assert wiped.stdout.splitlines()[-1].endswith("no journal left"), wiped.stdout
+        certificate = host.ssh("cat /var/lib/llmgw/agent/tls/node.crt").stdout.encode()
+
+        started = time.monotonic()
+        removed = run_llmgw("node", "remove", host.name, "--ssh-config", str(host.ssh_config), "--state", str(state),
+                            "--author-name", "Ops", "--author-email", "ops@example.com")
+        print(f"node remove took {time.monotonic() - started:.1f} s")
+        assert removed.returncode == 0, removed.stdout + removed.stderr
+        lines = removed.stdout.splitlines()
+        assert lines[0].startswith(f"[{host.name}] drained (settings at ")
+        assert any(line.startswith(f"[{host.name}] stopped the agent process ") for line in lines), lines
+        assert any(line.startswith(f"[{host.name}] wiped: ") and line.endswith("no journal left") for line in lines)
+        assert lines[-1].startswith(f"node {host.name} removed: 1 certificate revoked, node secret forgotten; ")
         assert host.snapshot() == before
+        with AdminClient(url, token, ca_file=admin_ca_file(state)) as admin:
+            assert host.name not in admin.get("/api/v1/status")["nodes"]
+        assert CertificateAuthority.load_or_create(state / "ca").is_certificate_revoked(certificate)
     finally:
         processes.stop()
