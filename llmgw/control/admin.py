@@ -22,7 +22,8 @@ The API is described in docs/admin-api.yaml (OpenAPI 3.1), served at GET /openap
                                               REV; "reviewed": the plan a review showed (audited differences)
     GET  /api/v1/plan?rev=REV                 the plan REV (default: branch head) would run on the live fleet
     POST /api/v1/restart                      every agent restarts over its stream, then the control plane (ndjson)
-    GET  /api/v1/fleet                        the fleet snapshot (llmgw.plan.snapshot) `llmgw review` plans against
+    GET  /api/v1/fleet                        the fleet snapshot (llmgw.plan.snapshot) `llmgw review` plans against,
+                                              with the load of the last 3 days (llmgw.control.load_record)
     GET  /api/v1/logs?node=N&shard=S&lines=K  a shard's (or the agent's) last log lines
     POST /api/v1/stop | /api/v1/start {"author_name", "author_email"}   serving.stopped commits
     POST /api/v1/nodes/{node}/{verb} {"author_name", "author_email"}   verb: cordon|uncordon|drain|lend|reclaim
@@ -426,7 +427,7 @@ class AdminApp:
             return await self._history(send, query_int(query, "limit", 50, 1, MAX_HISTORY_LIMIT),
                                        query.get("author") or None)
         if method == "GET" and path == "/api/v1/fleet":
-            return await _send_json(send, 200, self._fleet_snapshot())
+            return await _send_json(send, 200, await self._fleet_snapshot())
         if method == "GET" and path == "/api/v1/plan":
             return await self._plan(send, query.get("rev") or None)
         if method == "GET" and path == "/api/v1/logs":
@@ -508,13 +509,22 @@ class AdminApp:
                     "headers": [(b"content-type", b"application/yaml"), (b"content-length", str(len(body)).encode())]})
         await send({"type": "http.response.body", "body": body})
 
-    def _fleet_snapshot(self) -> dict[str, Any]:
+    async def _fleet_snapshot(self) -> dict[str, Any]:
+        """The fleet snapshot, with its load (`llmgw.control.load_record`: the last days' usage records, read in a
+        store thread, and the speeds routing uses) when the plane has a store."""
+        from llmgw.control.load_record import LOAD_WINDOW_SECONDS, recorded_load
         from llmgw.plan.snapshot import FleetSnapshot, snapshot_to_json
 
         state = self.plane.snapshot()
         settings = state.settings
-        taken = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        return snapshot_to_json(FleetSnapshot(state.fleet.fleet(), taken, settings.commit if settings else None))
+        now = time.time()
+        taken = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now))
+        load = None
+        if self.plane.store is not None:
+            usage = await self.in_store_thread(self.plane.store.usage_load, now - LOAD_WINDOW_SECONDS)
+            load = recorded_load(usage, self.plane.feed.speeds, LOAD_WINDOW_SECONDS, taken)
+        return snapshot_to_json(FleetSnapshot(state.fleet.fleet(), taken, settings.commit if settings else None,
+                                              load))
 
     async def history_entries(self, limit: int, author: str | None = None) -> list:
         """The last `limit` audit commits, newest first, of `author`'s settings commits when given (a name or

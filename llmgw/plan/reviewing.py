@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from llmgw.plan.forecasting import ModelForecast, RecordedLoad, forecast_change, forecast_to_json
 from llmgw.plan.headroom import Headroom, headroom
 from llmgw.plan.planning import make_plan
 from llmgw.plan.project_changes import ProjectChange, ValueChange, gpu_hour_cost_changes, project_changes
@@ -82,7 +83,9 @@ class Review:
     """Everything `llmgw review` shows. Commits are full ids; `fleet_source` says where the fleet came from.
 
     `base_drift` holds the lines of BASE's own plan against the fleet when the fleet has not converged to BASE
-    (changes that would happen without this change); empty when it has.
+    (changes that would happen without this change); empty when it has. `forecasts`: each changed model's
+    forecast (`llmgw.plan.forecasting`) from the snapshot's load over `load_window_seconds` up to `load_until`
+    (0 and "": the snapshot recorded no load, and only GPU-hours are forecast); `currency` HEAD's, of its costs.
     """
 
     base_ref: str
@@ -102,6 +105,10 @@ class Review:
     gpu_hour_cost: tuple[ValueChange, ...]
     warnings: tuple[ReviewWarning, ...]
     base_drift: tuple[str, ...] = ()
+    forecasts: tuple[ModelForecast, ...] = ()
+    load_window_seconds: float = 0.0
+    load_until: str = ""
+    currency: str = "USD"
 
     @property
     def changes(self) -> bool:
@@ -233,6 +240,7 @@ def build_review(
     unplaced = tuple(UnplacedReplica(u.replica_id, u.model, u.reasons, u.replica_id not in base_unplaced)
                      for u in plan.unplaced)
     drift = tuple(render_plan(base_plan, include_keep=False)) if base_plan.changes else ()
+    load = snapshot.load or RecordedLoad(window_seconds=0.0)
     return Review(
         base_ref=base_ref, head_ref=head_ref, base_commit=base.commit, head_commit=head.commit,
         fleet_source=fleet_source, fleet_taken_at=snapshot.taken_at, fleet_revision=snapshot.revision,
@@ -240,6 +248,8 @@ def build_review(
         nodes=node_steps(plan), unplaced=unplaced, headroom=headroom(head_fleet, plan),
         projects=project_changes(base, head), gpu_hour_cost=gpu_hour_cost_changes(base, head),
         warnings=review_warnings(base, head, refused), base_drift=drift,
+        forecasts=forecast_change(base, head, head_fleet, plan, load), load_window_seconds=load.window_seconds,
+        load_until=load.until, currency=head.cluster.currency,
     )
 
 
@@ -281,6 +291,9 @@ def review_to_json(review: Review) -> dict[str, Any]:
         "gpu_hour_cost": _values(review.gpu_hour_cost),
         "warnings": [{"kind": w.kind, "text": w.text, "new": w.new} for w in review.warnings],
         "base_drift": list(review.base_drift),
+        "forecast": {"window_seconds": review.load_window_seconds, "until": review.load_until,
+                     "currency": review.currency,
+                     "models": [forecast_to_json(f) for f in review.forecasts]},
         "plan": plan_to_json(review.plan),
     }
 
