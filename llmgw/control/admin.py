@@ -22,8 +22,8 @@ The API is described in docs/admin-api.yaml (OpenAPI 3.1), served at GET /openap
                                               REV; "reviewed": the plan a review showed (audited differences)
     GET  /api/v1/plan?rev=REV                 the plan REV (default: branch head) would run on the live fleet
     POST /api/v1/restart                      every agent restarts over its stream, then the control plane (ndjson)
-    GET  /api/v1/fleet                        the fleet snapshot (llmgw.plan.snapshot) `llmgw review` plans against,
-                                              with the load of the last 3 days (llmgw.control.load_record)
+    GET  /api/v1/fleet?window=SECONDS         the fleet snapshot (llmgw.plan.snapshot) `llmgw review` plans against,
+                                              with the load of the last window (default 3 days; llmgw.control.load_record)
     GET  /api/v1/logs?node=N&shard=S&lines=K  a shard's (or the agent's) last log lines
     POST /api/v1/stop | /api/v1/start {"author_name", "author_email"}   serving.stopped commits
     POST /api/v1/nodes/{node}/{verb} {"author_name", "author_email"}   verb: cordon|uncordon|drain|lend|reclaim
@@ -79,6 +79,7 @@ from llmgw.control.admin_inputs import (
     query_int,
 )
 from llmgw.control.audit import KEPT_OFF
+from llmgw.control.load_record import LOAD_WINDOW_SECONDS, MAX_LOAD_WINDOW_SECONDS
 from llmgw.control.keys import token_matches, webhook_signature_valid
 from llmgw.control.view import ControlView
 from llmgw.errors import LlmgwError, SettingsError, TemporaryError, UsageError
@@ -427,7 +428,8 @@ class AdminApp:
             return await self._history(send, query_int(query, "limit", 50, 1, MAX_HISTORY_LIMIT),
                                        query.get("author") or None)
         if method == "GET" and path == "/api/v1/fleet":
-            return await _send_json(send, 200, await self._fleet_snapshot())
+            window = query_int(query, "window", int(LOAD_WINDOW_SECONDS), 60, MAX_LOAD_WINDOW_SECONDS)
+            return await _send_json(send, 200, await self._fleet_snapshot(float(window)))
         if method == "GET" and path == "/api/v1/plan":
             return await self._plan(send, query.get("rev") or None)
         if method == "GET" and path == "/api/v1/logs":
@@ -509,10 +511,10 @@ class AdminApp:
                     "headers": [(b"content-type", b"application/yaml"), (b"content-length", str(len(body)).encode())]})
         await send({"type": "http.response.body", "body": body})
 
-    async def _fleet_snapshot(self) -> dict[str, Any]:
-        """The fleet snapshot, with its load (`llmgw.control.load_record`: the last days' usage records, read in a
-        store thread, and the speeds routing uses) when the plane has a store."""
-        from llmgw.control.load_record import LOAD_WINDOW_SECONDS, recorded_load
+    async def _fleet_snapshot(self, window: float) -> dict[str, Any]:
+        """The fleet snapshot, with its load (`llmgw.control.load_record`: the usage records of the last `window`
+        seconds, read in a store thread, and the speeds routing uses) when the plane has a store."""
+        from llmgw.control.load_record import recorded_load
         from llmgw.plan.snapshot import FleetSnapshot, snapshot_to_json
 
         state = self.plane.snapshot()
@@ -521,8 +523,8 @@ class AdminApp:
         taken = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now))
         load = None
         if self.plane.store is not None:
-            usage = await self.in_store_thread(self.plane.store.usage_load, now - LOAD_WINDOW_SECONDS)
-            load = recorded_load(usage, self.plane.feed.speeds, LOAD_WINDOW_SECONDS, taken)
+            usage = await self.in_store_thread(self.plane.store.usage_load, now - window)
+            load = recorded_load(usage, self.plane.feed.speeds, window, taken)
         return snapshot_to_json(FleetSnapshot(state.fleet.fleet(), taken, settings.commit if settings else None,
                                               load))
 

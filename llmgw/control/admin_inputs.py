@@ -34,6 +34,7 @@ QUERY_PARAMETERS: dict[str, frozenset[str]] = {
     "/api/v1/plan": frozenset({"rev"}),
     "/api/v1/logs": frozenset({"node", "shard", "lines"}),
     "/api/v1/keys": frozenset({"project"}),
+    "/api/v1/fleet": frozenset({"window"}),
 }
 
 

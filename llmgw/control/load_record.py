@@ -11,7 +11,11 @@ from llmgw.routes import ReplicaSpeed
 from llmgw.store import UsageLoad
 
 LOAD_WINDOW_SECONDS = 3 * 86400.0
-"""How far back `GET /api/v1/fleet` (and so `llmgw fleet snapshot` and `llmgw review`) reads the traffic: 3 days."""
+"""How far back `GET /api/v1/fleet` (and so `llmgw fleet snapshot` and `llmgw review`) reads the traffic unless
+told (`?window=SECONDS`): 3 days."""
+
+MAX_LOAD_WINDOW_SECONDS = 30 * 86400
+"""The longest `?window=` of `GET /api/v1/fleet`: 30 days."""
 
 
 def recorded_load(usage: UsageLoad, speeds: Mapping[str, ReplicaSpeed], window_seconds: float,

@@ -225,10 +225,44 @@ def _users(head: Settings, model: str) -> tuple[str, ...]:
     return tuple(sorted(p.name for p in head.projects.values() if "*" in p.models or names & set(p.models)))
 
 
-def _ttft(t0: float | None, rho: float | None) -> float | None:
-    if t0 is None or rho is None or rho >= SATURATED:
-        return None
-    return t0 / (1.0 - rho)
+@dataclass(frozen=True)
+class Figures:
+    """What `replicas` replicas do under one traffic (the module docstring's model): `capacity` and `expected`
+    completion tokens per second, `utilisation` ρ (infinite: traffic and no replica), `ttft_p90` seconds (None:
+    overloaded, or no TTFT to start from)."""
+
+    capacity: float
+    expected: float
+    utilisation: float
+    ttft_p90: float | None
+
+
+def request_seconds(prompt: float, completion: float, speed: ReplicaSpeed) -> float:
+    """s: the seconds of a whole replica running at `speed` that one request of `prompt` and `completion` tokens
+    takes."""
+    return prompt / speed.prefill_tokens_per_second + completion / speed.decode_tokens_per_second
+
+
+def unloaded_ttft(prompt: float, speed: ReplicaSpeed, measured_p90: float | None = None,
+                  utilisation_now: float | None = None) -> float:
+    """t0, the TTFT p90 without queueing: the measured p90 times (1 - ρ now) when both are given and ρ now is below
+    SATURATED, else one prompt's prefill, `prompt` / P."""
+    if measured_p90 is not None and utilisation_now is not None and utilisation_now < SATURATED:
+        return measured_p90 * (1.0 - utilisation_now)
+    return prompt / speed.prefill_tokens_per_second
+
+
+def figures(prompt: float, completion: float, rate: float, speed: ReplicaSpeed, replicas: int,
+            t0: float | None) -> Figures:
+    """The `Figures` of `replicas` replicas at `speed` under `rate` requests per second of `prompt` and `completion`
+    tokens (means), TTFT from `t0` (`unloaded_ttft`). Raises ValueError when a request takes no time (no tokens)."""
+    s = request_seconds(prompt, completion, speed)
+    if s <= 0:
+        raise ValueError("a request of no tokens takes no time: nothing to forecast")
+    rho = rate * s / replicas if replicas else (float("inf") if rate else 0.0)
+    capacity = replicas * completion / s
+    ttft = None if t0 is None or rho >= SATURATED else t0 / (1.0 - rho)
+    return Figures(capacity, min(rate * completion, capacity), rho, ttft)
 
 
 def forecast_model(model: str, base: Settings, head: Settings, fleet: Fleet, plan: Plan,
@@ -247,35 +281,23 @@ def forecast_model(model: str, base: Settings, head: Settings, fleet: Fleet, pla
         unknown.append("no traffic recorded in the window")
     if speed is None:
         unknown.append("no measured speed (run `llmgw bench` on a replica of it)")
-    s = p / speed.prefill_tokens_per_second + c / speed.decode_tokens_per_second if speed and requests else None
-    if s is not None and s <= 0:
-        s = None
-        unknown.append("no tokens recorded in the window")
-
-    def capacity(n: int) -> float | None:
-        return None if s is None else n * c / s
-
-    def rho(n: int) -> float | None:
-        if s is None:
-            return None
-        return lam * s / n if n else (float("inf") if lam else 0.0)
-
-    rho_before, rho_after = rho(len(before)), rho(len(after))
     measured = load.models.get(model, ModelLoad(model)).ttft_p90_seconds
-    t0 = None
-    if measured is not None and before and rho_before is not None and rho_before < SATURATED:
-        t0 = measured * (1.0 - rho_before)
-    elif speed is not None and requests:
-        t0 = p / speed.prefill_tokens_per_second
-    cap_after = capacity(len(after))
+    now = then = None
+    if speed is not None and requests:
+        if p + c <= 0:
+            unknown.append("no tokens recorded in the window")
+        else:
+            now = figures(p, c, lam, speed, len(before), None)
+            t0 = unloaded_ttft(p, speed, measured if before else None, now.utilisation)
+            then = figures(p, c, lam, speed, len(after), t0)
     gpu_before = 24.0 * sum(before.values())
     gpu_after = 24.0 * sum(after.values())
     return ModelForecast(
         model=model, replicas_before=len(before), replicas_after=len(after), requests_per_second=lam,
-        demand_tokens_per_second=lam * c, capacity_before=capacity(len(before)), capacity_after=cap_after,
-        expected_tokens_per_second=None if cap_after is None else min(lam * c, cap_after),
-        utilisation_before=rho_before, utilisation_after=rho_after,
-        ttft_p90_before=measured if before else None, ttft_p90_after=_ttft(t0, rho_after),
+        demand_tokens_per_second=lam * c, capacity_before=now and now.capacity, capacity_after=then and then.capacity,
+        expected_tokens_per_second=then and then.expected, utilisation_before=now and now.utilisation,
+        utilisation_after=then and then.utilisation, ttft_p90_before=measured if before else None,
+        ttft_p90_after=then and then.ttft_p90,
         gpu_hours_per_day_before=gpu_before, gpu_hours_per_day_after=gpu_after,
         cost_per_day_before=_cost(base, model, gpu_before), cost_per_day_after=_cost(head, model, gpu_after),
         quotas=tuple(quota_headroom(head, load, name) for name in _users(head, model)), unknown=tuple(unknown),

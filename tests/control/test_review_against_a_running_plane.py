@@ -133,6 +133,14 @@ async def test_review_reads_the_live_fleet_through_the_admin_api(tmp_path):
         assert (gemma["model"], gemma["replicas_before"], gemma["replicas_after"]) == ("gemma-3-270m", 1, 2)
         assert gemma["ttft_p90_before"] == 0.4 and [q["project"] for q in gemma["quotas"]] == ["assistants", "ci", "demo"]
         assert gemma["unknown"] == ["no measured speed (run `llmgw bench` on a replica of it)"]
+        (tmp_path / "review.json").write_text(out)
+
+        code, out, err = await llmgw(plane, "forecast-check", str(tmp_path / "review.json"), "--window", "30m",
+                                     "--json", cwd=clone)
+        assert code == 0, err
+        (check,) = json.loads(out)
+        assert check["model"] == "gemma-3-270m" and check["requests"] == 4  # the last 30 minutes only
+        assert check["rate_measured"] == 4 / 1800 and check["ttft_p90_measured"] == 0.4
 
         code, out, err = await llmgw(plane, "review", "main", "add-70b", "--json", cwd=clone)
         assert code == 2, err

@@ -27,6 +27,7 @@ from llmgw.plan import make_plan
 from llmgw.plan.forecasting import (
     SATURATED, ModelLoad, RecordedLoad, Traffic, changed_models, forecast_change, forecast_model, forecast_to_json,
 )
+from llmgw.plan.forecast_check import check_forecast
 from llmgw.plan.snapshot import FleetSnapshot, snapshot_from_json, snapshot_to_json
 from llmgw.routes import ReplicaSpeed
 from llmgw.settings.model import ClusterSettings, Project, frozen_map
@@ -198,3 +199,22 @@ def test_a_bad_load_in_a_snapshot_is_refused_naming_the_key(bad, message):
     with pytest.raises(UsageError) as raised:
         snapshot_from_json(doc, "fleet.json")
     assert str(raised.value).startswith("fleet.json is not a fleet snapshot: " + message)
+
+
+def test_a_forecast_is_checked_against_the_load_measured_after_the_change():
+    forecast = [{"model": "m", "requests_per_second": 0.2, "expected_tokens_per_second": 10.0, "ttft_p90_after": 0.5},
+                {"model": "quiet", "requests_per_second": 1.0, "expected_tokens_per_second": None,
+                 "ttft_p90_after": None}]
+    hour = RecordedLoad(window_seconds=7200.0, traffic=(Traffic("m", "a", 600, 60_000, 24_000),),
+                        models={"m": ModelLoad("m", busiest_hour_requests=900, ttft_p90_seconds=0.6)})
+    m, quiet = check_forecast(forecast, hour)
+    # busiest hour: 900 / 3600 = 0.25 requests/s of 40 completion tokens each
+    assert (m.requests, m.rate_measured, m.tokens_measured, m.ttft_p90_measured) == (600, 0.25, 10.0, 0.6)
+    assert m.rate_error == pytest.approx(0.25) and m.tokens_error == 0.0 and m.ttft_p90_error == pytest.approx(0.2)
+    assert (quiet.requests, quiet.rate_measured, quiet.tokens_error, quiet.ttft_p90_error) == (0, None, None, None)
+    short = replace(hour, window_seconds=1200.0)  # under an hour: the window's mean rate, 0.5 requests/s
+    (m, _) = check_forecast(forecast, short)
+    assert m.rate_measured == 0.5 and m.tokens_measured == 20.0 and m.tokens_error == pytest.approx(1.0)
+    assert json.loads(json.dumps(m.to_json()))["tokens_error"] == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="ttft_p90_after is 'fast', not a number"):
+        check_forecast([{**forecast[0], "ttft_p90_after": "fast"}], hour)

@@ -4,19 +4,29 @@ with a fleet snapshot that holds the last days' load (`review_repos.example_load
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from review_repos import branch, example_load, example_repo, example_snapshot
+from forge_stand_in import TOKEN, running_forge
+from review_repos import (
+    branch, docs_example, example_fleet, example_load, example_repo, example_snapshot, git, write_snapshot,
+)
+
+from llmgw.plan.forecasting import ModelLoad, RecordedLoad, Traffic
+from llmgw.settings import load_commit
 
 GEMMA = "catalog/gemma-3-270m.yaml"
 
 
+def llmgw(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "llmgw.cli", *args], capture_output=True, text=True, env=env)
+
+
 def review(repo: Path, snapshot: Path, head: str, *extra: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "llmgw.cli", "review", "main", head, "--repo", str(repo), "--fleet",
-                           str(snapshot), *extra], capture_output=True, text=True)
+    return llmgw("review", "main", head, "--repo", str(repo), "--fleet", str(snapshot), *extra)
 
 
 @pytest.fixture
@@ -69,3 +79,55 @@ def test_a_snapshot_without_load_forecasts_gpu_hours_only(repo, tmp_path):
     assert "| `llama-3.1-70b-instruct` | 0 → 2 | ? | ? → ? | 0 → 96 |" in done.stdout
     assert ("- `llama-3.1-70b-instruct`: not forecast: no traffic recorded in the window; no measured speed (run "
             "`llmgw bench` on a replica of it).") in done.stdout
+
+
+def later_load() -> RecordedLoad:
+    """An hour after the docs example's change ran: gemma's traffic as before, a little slower than forecast."""
+    return RecordedLoad(window_seconds=3600.0, until="2026-12-02T03:00:00Z",
+                        traffic=(Traffic("gemma-3-270m", "demo", 400, 120_000, 39_000),
+                                 Traffic("gemma-3-270m", "ci", 80, 8_000, 4_000)),
+                        models={"gemma-3-270m": ModelLoad("gemma-3-270m", 480, 2.1, 480)})
+
+
+def test_the_forecast_is_checked_after_the_change_and_posted_as_a_comment_of_its_own(tmp_path):
+    repo, snapshot = docs_example(tmp_path)
+    review_json = tmp_path / "review.json"
+    assert review(repo, snapshot, "scale-70b", "--json-file", str(review_json)).returncode == 3
+    later = write_snapshot(tmp_path / "later.json", example_fleet(load_commit(repo, "main")), None,
+                           load=later_load())
+    done = llmgw("forecast-check", str(review_json), "--fleet", str(later))
+    assert done.returncode == 0, done.stderr
+    head = git(repo, "rev-parse", "scale-70b")
+    assert done.stdout.startswith(f"<!-- llmgw-forecast-check head={head} -->\n## llmgw forecast check of")
+    assert "over the 1 hour up to 2026-12-02T03:00:00Z" in done.stdout
+    # forecast 0.133 requests/s x 97.2 tokens = 13 tokens/s; measured 480/h x 89.6 tokens = 11.9; TTFT 1.95 s vs 2.1 s
+    assert ("| `gemma-3-270m` | 0.133, 0.133 (+0%) | 13, 11.9 (-8%) | 1.95 s, 2.10 s (+8%) |") in done.stdout
+    assert "| `llama-3.1-70b-instruct` | 0, ? (?) | ?, ? (?) | ?, ? (?) |" in done.stdout
+    checks = json.loads(llmgw("forecast-check", str(review_json), "--fleet", str(later), "--json").stdout)
+    assert [c["model"] for c in checks] == ["gemma-3-270m", "llama-3.1-70b-instruct"]
+    assert checks[0]["tokens_error"] == pytest.approx((480 / 3600 * 43_000 / 480) / (480 / 3600 * 1_050_000 / 10_800) - 1)
+
+    with running_forge("github") as forge:
+        forge.seed("acme/settings", 7, "looks good")
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "CI_", "LLMGW_"))}
+        env["LLMGW_FORGE_TOKEN"] = TOKEN
+        where = ("--post", "github", "--forge-url", forge.url, "--forge-repo", "acme/settings", "--pr", "7")
+        posted = llmgw("forecast-check", str(review_json), "--fleet", str(later), *where, env=env)
+        assert posted.returncode == 0 and "comment 102 created" in posted.stderr, posted.stderr
+        again = llmgw("forecast-check", str(review_json), "--fleet", str(later), *where, env=env)
+        assert "comment 102 edited" in again.stderr, again.stderr
+        bodies = [c["body"] for c in forge.comments[("acme/settings", 7)]]
+        assert bodies == ["looks good", done.stdout] and not forge.statuses
+
+
+def test_a_review_without_a_forecast_or_a_snapshot_without_load_is_refused(tmp_path, repo):
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps({"version": 1, "verdict": "fits"}))
+    done = llmgw("forecast-check", str(old), "--fleet", str(old))
+    assert done.returncode == 1 and f"{old} holds no forecast" in done.stderr
+    review_json = tmp_path / "review.json"
+    snapshot = example_snapshot(repo, tmp_path / "fleet.json")
+    branch(repo, "two-gemma", [(GEMMA, "\nreplicas: 1\n", "\nreplicas: 2\n")])
+    review(repo, snapshot, "two-gemma", "--json-file", str(review_json))
+    done = llmgw("forecast-check", str(review_json), "--fleet", str(snapshot))
+    assert done.returncode == 1 and "recorded no load" in done.stderr and "Traceback" not in done.stderr
