@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from llmgw.cli.review_forecast import figure, window
+from llmgw.cli.review_forecast import figure, seconds_text, window
 from llmgw.errors import UsageError
 from llmgw.units import parse_duration
 
@@ -19,12 +19,6 @@ MARKER = "<!-- llmgw-forecast-check"
 
 def _percent(error: float | None) -> str:
     return "?" if error is None else f"{error:+.0%}"
-
-
-def _seconds(value: float | None) -> str:
-    if value is None:
-        return "?"
-    return f"{value * 1000:.0f} ms" if value < 1 else f"{value:.2f} s"
 
 
 def _rate(value: float | None) -> str:
@@ -42,7 +36,7 @@ def check_markdown(review: dict, checks, load_window: float, until: str, source:
     for c in checks:
         lines.append(f"| `{c.model}` | {_rate(c.rate_forecast)}, {_rate(c.rate_measured)} ({_percent(c.rate_error)}) "
                      f"| {_rate(c.tokens_forecast)}, {_rate(c.tokens_measured)} ({_percent(c.tokens_error)}) | "
-                     f"{_seconds(c.ttft_p90_forecast)}, {_seconds(c.ttft_p90_measured)} ({_percent(c.ttft_p90_error)}) |")
+                     f"{seconds_text(c.ttft_p90_forecast)}, {seconds_text(c.ttft_p90_measured)} ({_percent(c.ttft_p90_error)}) |")
     if not checks:
         lines.append("| (the review forecast no model) | | | |")
     return "\n".join(lines) + "\n"

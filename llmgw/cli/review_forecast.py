@@ -16,7 +16,8 @@ def figure(value: float) -> str:
     return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
 
 
-def _seconds(value: float | None, overloaded: bool = False) -> str:
+def seconds_text(value: float | None, overloaded: bool = False) -> str:
+    """A TTFT for a reader ("310 ms", "2.90 s"); None is "overloaded" when `overloaded`, else "?"."""
     if value is None:
         return "overloaded" if overloaded else "?"
     return f"{value * 1000:.0f} ms" if value < 1 else f"{value:.2f} s"
@@ -90,7 +91,7 @@ def forecast_markdown(review: Review) -> list[str]:
     notes = []
     for f in review.forecasts:
         lines.append(f"| `{_cell(f.model)}` | {f.replicas_before} → {f.replicas_after} | {_tokens(f)} | "
-                     f"{_seconds(f.ttft_p90_before)} → {_seconds(f.ttft_p90_after, f.overloaded)} | "
+                     f"{seconds_text(f.ttft_p90_before)} → {seconds_text(f.ttft_p90_after, f.overloaded)} | "
                      f"{_gpu_hours(f, review.currency)} |")
         if f.overloaded:
             notes.append(f"- **`{f.model}` is overloaded after the change**: its busiest hour asks "

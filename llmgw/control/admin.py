@@ -514,17 +514,13 @@ class AdminApp:
     async def _fleet_snapshot(self, window: float) -> dict[str, Any]:
         """The fleet snapshot, with its load (`llmgw.control.load_record`: the usage records of the last `window`
         seconds, read in a store thread, and the speeds routing uses) when the plane has a store."""
-        from llmgw.control.load_record import recorded_load
         from llmgw.plan.snapshot import FleetSnapshot, snapshot_to_json
 
         state = self.plane.snapshot()
         settings = state.settings
         now = time.time()
         taken = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now))
-        load = None
-        if self.plane.store is not None:
-            usage = await self.in_store_thread(self.plane.store.usage_load, now - window)
-            load = recorded_load(usage, self.plane.feed.speeds, window, taken)
+        load = await self._load(window, now, taken)
         return snapshot_to_json(FleetSnapshot(state.fleet.fleet(), taken, settings.commit if settings else None,
                                               load))
 
@@ -543,10 +539,24 @@ class AdminApp:
 
     async def _plan(self, send, rev: str | None) -> None:
         from llmgw.plan import plan_to_json, render_plan
+        from llmgw.plan.forecasting import forecast_lines, forecast_to_json
 
-        plan = await self.plane.preview(rev)
+        load = await self._load(LOAD_WINDOW_SECONDS, time.time(), "")
+        plan, forecasts = await self.plane.preview(rev, load)
         await _send_json(send, 200, {"plan": plan_to_json(plan), "lines": render_plan(plan, include_keep=False),
-                                     "changes": plan.changes or bool(plan.unplaced)})
+                                     "changes": plan.changes or bool(plan.unplaced),
+                                     "forecast": [forecast_to_json(f) for f in forecasts],
+                                     "forecast_lines": forecast_lines(forecasts)})
+
+    async def _load(self, window: float, now: float, until: str) -> Any:
+        """The fleet's load over the last `window` seconds before `now` (`llmgw.control.load_record`; the store read
+        in a store thread), or None when the plane has no store."""
+        from llmgw.control.load_record import recorded_load
+
+        if self.plane.store is None:
+            return None
+        usage = await self.in_store_thread(self.plane.store.usage_load, now - window)
+        return recorded_load(usage, self.plane.feed.speeds, window, until)
 
     async def _apply(self, receive, send, caller: Caller) -> None:
         body = _json_body(await _read_body(receive))

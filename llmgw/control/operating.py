@@ -25,6 +25,7 @@ from llmgw.control.reports import fleet_for
 from llmgw.control.state import ControlState
 from llmgw.control.watching import SettingsWatcher
 from llmgw.errors import LlmgwError, UsageError
+from llmgw.plan.forecasting import ModelForecast, RecordedLoad
 from llmgw.plan.types import Plan
 from llmgw.settings import set_serving_stopped
 from llmgw.settings.node_commits import NodeVerbCommit, commit_node_verb, commit_ssh_key
@@ -58,19 +59,26 @@ class SettingsDesk:
         self.watcher, self.location, self.branch, self.update = watcher, location, branch, update
         self._waiting: dict[str, _Answer] = {}
 
-    async def preview(self, rev: str | None, state: ControlState) -> Plan:
+    async def preview(self, rev: str | None, state: ControlState, load: RecordedLoad | None = None
+                      ) -> tuple[Plan, tuple[ModelForecast, ...]]:
         """The plan `rev` (None: the branch head) would run against the control plane's `state` as a pass plans:
         its fleet, the replica counts its autoscaler wants and the canaries it holds (without them `llmgw plan`
-        showed an autoscaled replica stopped that `llmgw apply` kept). Raises SettingsError."""
+        showed an autoscaled replica stopped that `llmgw apply` kept); and, given the fleet's recent `load`, the
+        forecast of each model it changes against the settings in force (`llmgw.plan.forecasting`; () without
+        `load` or settings in force). Raises SettingsError."""
         from llmgw.plan import make_plan
+        from llmgw.plan.forecasting import forecast_change
         from llmgw.settings import load_commit
 
         if self.watcher.remote:
             await self.watcher.poll()
         target = rev or f"refs/heads/{self.branch}"
         settings = await trio.to_thread.run_sync(load_commit, str(self.watcher.repo_path), target)
-        return make_plan(settings, fleet_for(state.fleet.fleet(), settings), canaries=holds_of(state.canaries),
-                         replicas=wanted_counts(state.scales))
+        fleet = fleet_for(state.fleet.fleet(), settings)
+        plan = make_plan(settings, fleet, canaries=holds_of(state.canaries), replicas=wanted_counts(state.scales))
+        if load is None or state.settings is None:
+            return plan, ()
+        return plan, forecast_change(state.settings, settings, fleet, plan, load)
 
     async def _commit(self, refusal: str, edit: SettingsEdit, author_name: str, author_email: str) -> Any:
         """Ask the loop to commit `edit` as the author and wait for the handler's answer. A checkpoint.

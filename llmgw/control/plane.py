@@ -39,6 +39,7 @@ from llmgw.control.status import Endpoints, StatusReporter, health_details
 from llmgw.control.tracing import StartTracing
 from llmgw.control.view import Emit
 from llmgw.control.watching import SettingsWatcher
+from llmgw.plan.forecasting import ModelForecast, RecordedLoad
 from llmgw.plan.reviewed import ReviewedPlan
 from llmgw.plan.types import Plan
 
@@ -168,9 +169,11 @@ class ControlPlane:
         """The record of the next reconcile pass, once it ran. A checkpoint."""
         return await self.loop.wait_pass()
 
-    async def preview(self, rev: str | None) -> Plan:
-        """The plan `rev` (None: the branch head) would run against the live fleet. Raises SettingsError."""
-        return await self.desk.preview(rev, self.loop.state)
+    async def preview(self, rev: str | None, load: RecordedLoad | None = None
+                      ) -> tuple[Plan, tuple[ModelForecast, ...]]:
+        """The plan `rev` (None: the branch head) would run against the live fleet, and the forecast of the models
+        it changes given the fleet's recent `load` (`SettingsDesk.preview`). Raises SettingsError."""
+        return await self.desk.preview(rev, self.loop.state, load)
 
     async def logs(self, node_id: str, shard_id: str, lines: int) -> list[str]:
         """`llmgw.control.node_requests.node_logs` of the fleet now."""

@@ -21,6 +21,7 @@ from llmgw.control.recovering import Recovery
 from llmgw.control.registry import NodeRecord
 from llmgw.control.sessions import CommandOutcome
 from llmgw.control.state import ControlState, PassRecord, WatchState
+from llmgw.plan.forecasting import ModelForecast, RecordedLoad
 from llmgw.plan.reviewed import ReviewedPlan
 from llmgw.plan.types import Plan
 
@@ -71,8 +72,10 @@ class ControlView(Protocol):
     async def wait_pass(self) -> PassRecord:
         """The record of the next reconcile pass, once it ran. A checkpoint."""
 
-    async def preview(self, rev: str | None) -> Plan:
-        """The plan `rev` (None: the branch head) would run against the live fleet."""
+    async def preview(self, rev: str | None, load: RecordedLoad | None = None
+                      ) -> tuple[Plan, tuple[ModelForecast, ...]]:
+        """The plan `rev` (None: the branch head) would run against the live fleet, and, given the fleet's recent
+        `load`, the forecast of each model it changes (`llmgw.plan.forecasting`; () without `load`)."""
 
     async def logs(self, node_id: str, shard_id: str, lines: int) -> list[str]:
         """The last `lines` log lines of `shard_id` ("" for the agent's own) on `node_id`."""

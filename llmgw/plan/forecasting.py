@@ -311,6 +311,25 @@ def forecast_change(base: Settings, head: Settings, fleet: Fleet, plan: Plan,
     return tuple(forecast_model(m, base, head, fleet, plan, load) for m in changed_models(base, head, plan))
 
 
+def forecast_lines(forecasts: tuple[ModelForecast, ...]) -> list[str]:
+    """One line of plain text per forecast, as `llmgw plan` prints them ("forecast gemma-3-270m: 1 -> 2 replicas,
+    13.0 of 52.4 completion tokens/s at the busiest hour, TTFT p90 2.90 s -> 1.95 s, 0 -> 0 GPU-hours/day")."""
+    def seconds(value: float | None) -> str:
+        return "?" if value is None else f"{value:.2f} s"
+
+    lines = []
+    for f in forecasts:
+        if f.capacity_after is None or f.expected_tokens_per_second is None:
+            tokens = "not forecast: " + "; ".join(f.unknown)
+        else:
+            tokens = (f"{f.expected_tokens_per_second:.1f} of {f.capacity_after:.1f} completion tokens/s at the "
+                      f"busiest hour, TTFT p90 {seconds(f.ttft_p90_before)} -> "
+                      f"{'overloaded' if f.overloaded else seconds(f.ttft_p90_after)}")
+        lines.append(f"forecast {f.model}: {f.replicas_before} -> {f.replicas_after} replicas, {tokens}, "
+                     f"{f.gpu_hours_per_day_before:g} -> {f.gpu_hours_per_day_after:g} GPU-hours/day")
+    return lines
+
+
 def _finite(value: float | None) -> float | None:
     """`value`, or None for infinity (JSON has no infinity: a model with traffic and no replica)."""
     return None if value is None or value == float("inf") else value

@@ -135,6 +135,13 @@ async def test_review_reads_the_live_fleet_through_the_admin_api(tmp_path):
         assert gemma["unknown"] == ["no measured speed (run `llmgw bench` on a replica of it)"]
         (tmp_path / "review.json").write_text(out)
 
+        # `llmgw plan REV` reads the control plane's repository, which takes pushes to main only: fetched there
+        git("fetch", "-q", str(clone), "two-gemma:refs/heads/two-gemma", cwd=repo)
+        code, out, err = await llmgw(plane, "plan", "two-gemma", cwd=clone)
+        assert code == 2, err
+        assert ("forecast gemma-3-270m: 1 -> 2 replicas, not forecast: no measured speed (run `llmgw bench` on a "
+                "replica of it), 0 -> 0 GPU-hours/day") in out.splitlines()
+
         code, out, err = await llmgw(plane, "forecast-check", str(tmp_path / "review.json"), "--window", "30m",
                                      "--json", cwd=clone)
         assert code == 0, err
