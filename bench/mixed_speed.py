@@ -45,9 +45,10 @@ KEY = "sk-engine-mixed-speed"
 GEMMA_SHA256 = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
 
 
-async def measured_replica(replica_id: str, base_url: str, slots: int, args) -> ReplicaRoute:
-    """The replica with its speed, measured as `llmgw bench` measures and read as the control plane reads it."""
-    load = BenchLoad(base_url, KEY, "gemma", args.prompt_tokens, args.output_tokens, slots, 2 * slots)
+async def measured_replica(replica_id: str, base_url: str, slots: int, args, requests: int = 0) -> ReplicaRoute:
+    """The replica with its speed, measured as `llmgw bench` measures and read as the control plane reads it, from
+    `requests` requests (0: two per slot)."""
+    load = BenchLoad(base_url, KEY, "gemma", args.prompt_tokens, args.output_tokens, slots, requests or 2 * slots)
     run = await run_load(load)
     summary = summarize(run.timings, run.wall_seconds)
     record = BenchRecord(0.0, replica_id, "gemma", "local", "", run.engine_build, "engine", args.prompt_tokens,

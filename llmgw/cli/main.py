@@ -29,6 +29,7 @@ COMMAND_MODULES: dict[str, tuple[str, ...]] = {
     )},
     "bench": ("llmgw.cli.bench_cmds",),
     "review": ("llmgw.cli.review_cmds",),
+    "forecast-check": ("llmgw.cli.forecast_cmds",),
     "canaries": ("llmgw.cli.canary_cmds",),
     "fleet": ("llmgw.cli.review_cmds",),
     "keys": ("llmgw.cli.keys_cmds",),

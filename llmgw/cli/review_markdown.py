@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 
+from llmgw.cli.review_forecast import forecast_markdown
 from llmgw.cli.server_cmds import counted
 from llmgw.plan.headroom import Headroom
 from llmgw.plan.reviewing import Review
@@ -180,8 +181,9 @@ def _expected_speeds(review: Review) -> list[str]:
 
 def review_markdown(review: Review) -> str:
     """The whole review as one Markdown document (ends with a newline): marker, verdict, commits and fleet,
-    what cannot be placed, the plan per node, headroom, expected CPU speeds, the settings diff, projects, warnings,
-    base drift."""
+    what cannot be placed, the plan per node, headroom, expected CPU speeds, the forecast, the settings diff, projects,
+    warnings, base drift."""
     lines = (_header(review) + _unplaced(review) + _nodes(review) + _headroom(review.headroom)
-             + _expected_speeds(review) + _settings(review) + _projects(review) + _warnings(review) + _drift(review))
+             + _expected_speeds(review) + forecast_markdown(review) + _settings(review) + _projects(review)
+             + _warnings(review) + _drift(review))
     return "\n".join(lines) + "\n"

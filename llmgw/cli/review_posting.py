@@ -109,11 +109,11 @@ class _Forge:
         """The login (GitLab: username) of `comment`'s author, "" when it names none."""
         raise NotImplementedError
 
-    def find(self) -> int | None:
-        """The id of the first comment the token's own user wrote that starts with MARKER, or None."""
+    def find(self, marker: str = MARKER) -> int | None:
+        """The id of the first comment the token's own user wrote that starts with `marker`, or None."""
         me = self.whoami()
         for comment in self.comments():
-            if self.author(comment) == me and str(comment.get("body") or "").startswith(MARKER):
+            if self.author(comment) == me and str(comment.get("body") or "").startswith(marker):
                 return int(comment["id"])
         return None
 
@@ -234,17 +234,29 @@ def post_review(target: Target, markdown: str, exit_code: int, head_sha: str | N
     LlmgwError (any other answer of the forge).
     """
     with _opened_forge(target, client) as forge:
-        existing = forge.find()
-        if existing is None:
-            comment_id, created = forge.create(markdown), True
-        else:
-            forge.update(existing, markdown)
-            comment_id, created = existing, False
+        comment_id, created = _put_comment(forge, markdown, MARKER)
         code = exit_code if exit_code in _DESCRIPTIONS else 1
         state = _STATES[target.forge][code]
         if head_sha:
             forge.status(head_sha, state, _DESCRIPTIONS[code])
         return Posted(comment_id, created, state)
+
+
+def _put_comment(forge: _GitHubLike | _GitLab, markdown: str, marker: str) -> tuple[int, bool]:
+    """Edit the token's user's comment that starts with `marker` to `markdown`, or create one: (its id, created)."""
+    existing = forge.find(marker)
+    if existing is None:
+        return forge.create(markdown), True
+    forge.update(existing, markdown)
+    return existing, False
+
+
+def post_comment(target: Target, markdown: str, marker: str, *, client: httpx.Client | None = None) -> Posted:
+    """Put `markdown` (which starts with `marker`) as the pull request's one comment of that marker, edited in place
+    when the token's user wrote one before; no commit status (`Posted.state` ""). Raises as `post_review`."""
+    with _opened_forge(target, client) as forge:
+        comment_id, created = _put_comment(forge, markdown, marker)
+        return Posted(comment_id, created, "")
 
 
 CANARY_STATUS_NAME = "llmgw/canary"

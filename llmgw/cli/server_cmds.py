@@ -231,7 +231,7 @@ def live_diff(client, rev: str | None, as_json: bool) -> int:
     if as_json:
         _print_json(answer)
     else:
-        lines = list(answer["lines"])
+        lines = list(answer["lines"]) + list(answer.get("forecast_lines") or [])
         if not answer["changes"]:
             lines.insert(0, "no changes: the fleet already runs these settings")
         lines += [expected_speed_line(speed) for speed in answer.get("expected_speeds", ())]

@@ -23,7 +23,8 @@ The API is described in docs/admin-api.yaml (OpenAPI 3.1), served at GET /openap
     GET  /api/v1/plan?rev=REV                 the plan REV (default: branch head) would run on the live fleet
     GET  /api/v1/usage/gpu-hours?since=T&project=P   GPU-hours and core-hours per project and model, priced
     POST /api/v1/restart                      every agent restarts over its stream, then the control plane (ndjson)
-    GET  /api/v1/fleet                        the fleet snapshot (llmgw.plan.snapshot) `llmgw review` plans against
+    GET  /api/v1/fleet?window=SECONDS         the fleet snapshot (llmgw.plan.snapshot) `llmgw review` plans against,
+                                              with the load of the last window (default 3 days; llmgw.control.load_record)
     GET  /api/v1/logs?node=N&shard=S&lines=K  a shard's (or the agent's) last log lines
     POST /api/v1/stop | /api/v1/start {"author_name", "author_email"}   serving.stopped commits
     POST /api/v1/nodes/{node}/{verb} {"author_name", "author_email"}   verb: cordon|uncordon|drain|lend|reclaim
@@ -86,6 +87,7 @@ from llmgw.control.admin_inputs import (
     query_int,
 )
 from llmgw.control.audit import KEPT_OFF
+from llmgw.control.load_record import LOAD_WINDOW_SECONDS, MAX_LOAD_WINDOW_SECONDS
 from llmgw.control.keys import token_matches, webhook_signature_valid
 from llmgw.control.view import ControlView
 from llmgw.errors import LlmgwError, SettingsError, TemporaryError, UsageError
@@ -459,7 +461,8 @@ class AdminApp:
             return await self._history(send, query_int(query, "limit", 50, 1, MAX_HISTORY_LIMIT),
                                        query.get("author") or None)
         if method == "GET" and path == "/api/v1/fleet":
-            return await _send_json(send, 200, self._fleet_snapshot())
+            window = query_int(query, "window", int(LOAD_WINDOW_SECONDS), 60, MAX_LOAD_WINDOW_SECONDS)
+            return await _send_json(send, 200, await self._fleet_snapshot(float(window)))
         if method == "GET" and path == "/api/v1/plan":
             return await self._plan(send, query.get("rev") or None)
         if method == "GET" and path == "/api/v1/usage/gpu-hours":
@@ -533,13 +536,18 @@ class AdminApp:
                     "headers": [(b"content-type", b"application/yaml"), (b"content-length", str(len(body)).encode())]})
         await send({"type": "http.response.body", "body": body})
 
-    def _fleet_snapshot(self) -> dict[str, Any]:
+    async def _fleet_snapshot(self, window: float) -> dict[str, Any]:
+        """The fleet snapshot, with its load (`llmgw.control.load_record`: the usage records of the last `window`
+        seconds, read in a store thread, and the speeds routing uses) when the plane has a store."""
         from llmgw.plan.snapshot import FleetSnapshot, snapshot_to_json
 
         state = self.plane.snapshot()
         settings = state.settings
-        taken = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        return snapshot_to_json(FleetSnapshot(state.fleet.fleet(), taken, settings.commit if settings else None))
+        now = time.time()
+        taken = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now))
+        load = await self._load(window, now, taken)
+        return snapshot_to_json(FleetSnapshot(state.fleet.fleet(), taken, settings.commit if settings else None,
+                                              load))
 
     async def history_entries(self, limit: int, author: str | None = None) -> list:
         """The last `limit` audit commits, newest first, of `author`'s settings commits when given (a name or
@@ -556,11 +564,25 @@ class AdminApp:
 
     async def _plan(self, send, rev: str | None) -> None:
         from llmgw.plan import plan_to_json, render_plan
+        from llmgw.plan.forecasting import forecast_lines, forecast_to_json
 
-        plan, speeds = await self.plane.preview_expected(rev)
+        load = await self._load(LOAD_WINDOW_SECONDS, time.time(), "")
+        plan, forecasts, speeds = await self.plane.preview_with_estimates(rev, load)
         await _send_json(send, 200, {"plan": plan_to_json(plan), "lines": render_plan(plan, include_keep=False),
                                      "changes": plan.changes or bool(plan.unplaced),
-                                     "expected_speeds": [speed.to_json() for speed in speeds]})
+                                     "expected_speeds": [speed.to_json() for speed in speeds],
+                                     "forecast": [forecast_to_json(f) for f in forecasts],
+                                     "forecast_lines": forecast_lines(forecasts)})
+
+    async def _load(self, window: float, now: float, until: str) -> Any:
+        """The fleet's load over the last `window` seconds before `now` (`llmgw.control.load_record`; the store read
+        in a store thread), or None when the plane has no store."""
+        from llmgw.control.load_record import recorded_load
+
+        if self.plane.store is None:
+            return None
+        usage = await self.in_store_thread(self.plane.store.usage_load, now - window)
+        return recorded_load(usage, self.plane.feed.speeds, window, until)
 
     async def _gpu_hours(self, send, query: dict[str, str]) -> None:
         from llmgw.control.usage_hours import hours_document

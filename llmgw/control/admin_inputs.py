@@ -35,6 +35,7 @@ QUERY_PARAMETERS: dict[str, frozenset[str]] = {
     "/api/v1/logs": frozenset({"node", "shard", "lines"}),
     "/api/v1/keys": frozenset({"project"}),
     "/api/v1/usage/gpu-hours": frozenset({"since", "project"}),
+    "/api/v1/fleet": frozenset({"window"}),
 }
 
 

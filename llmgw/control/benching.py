@@ -71,11 +71,13 @@ def _body(load: BenchLoad, prompt: str, max_tokens: int) -> dict:
             "stream_options": {"include_usage": True}, "ignore_eos": True, "temperature": 0}
 
 
-async def _one(client: httpx.AsyncClient, load: BenchLoad, prompt: str, max_tokens: int,
-               build: list[str]) -> RequestTiming:
-    """Send one streamed request and time it; an HTTP or transport failure is a timing with `error` set. A
-    connection the engine closed while idle in the pool (llama-server's HTTP library closes one after 5 requests)
-    fails before any answer: that request is sent once more on a new connection, timed from then."""
+async def timed_request(client: httpx.AsyncClient, load: BenchLoad, prompt: str, max_tokens: int,
+                        build: list[str]) -> RequestTiming:
+    """Send one streamed completion of `prompt` (`max_tokens` tokens, `ignore_eos`) to `client` (whose base URL is
+    `load.base_url`) and time it; the engine build it names goes into `build` when that is empty. An HTTP or
+    transport failure is a timing with `error` set. A connection the engine closed while idle in the pool
+    (llama-server's HTTP library closes one after 5 requests) fails before any answer: that request is sent once
+    more on a new connection, timed from then."""
     timing = await _try(client, load, prompt, max_tokens, build)
     if timing.error.startswith(_STALE):
         timing = await _try(client, load, prompt, max_tokens, build)
@@ -128,7 +130,7 @@ async def run_load(load: BenchLoad, on_done: Callable[[RequestTiming], None] = l
                                  transport=transport) as client:
         build: list[str] = []
         words = load.prompt_tokens
-        warm = await _one(client, load, prompt_text(words, 0), WARMUP_TOKENS, build)
+        warm = await timed_request(client, load, prompt_text(words, 0), WARMUP_TOKENS, build)
         if warm.error:
             raise UpstreamError(f"{load.base_url} did not answer a warm-up completion of model {load.model!r}: "
                                 f"{warm.error}")
@@ -140,7 +142,7 @@ async def run_load(load: BenchLoad, on_done: Callable[[RequestTiming], None] = l
 
         async def worker() -> None:
             for index in next_index:
-                timing = await _one(client, load, prompt_text(words, index), load.output_tokens, build)
+                timing = await timed_request(client, load, prompt_text(words, index), load.output_tokens, build)
                 timings.append(timing)
                 on_done(timing)
 

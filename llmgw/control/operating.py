@@ -29,6 +29,7 @@ from llmgw.control.state import ControlState
 from llmgw.control.watching import SettingsWatcher
 from llmgw.errors import LlmgwError, UsageError
 from llmgw.plan.cpu_speed import ExpectedSpeed, expected_cpu_speeds
+from llmgw.plan.forecasting import ModelForecast, RecordedLoad
 from llmgw.plan.types import Plan
 from llmgw.settings import EditCommit
 from llmgw.settings.model_commits import commit_model_adapter, commit_model_replicas
@@ -67,16 +68,22 @@ class SettingsDesk:
         self.watcher, self.location, self.branch, self.update = watcher, location, branch, update
         self._waiting: dict[str, _Answer] = {}
 
-    async def preview(self, rev: str | None, state: ControlState) -> Plan:
+    async def preview(self, rev: str | None, state: ControlState, load: RecordedLoad | None = None
+                      ) -> tuple[Plan, tuple[ModelForecast, ...]]:
         """The plan `rev` (None: the branch head) would run against the control plane's `state` as a pass plans:
         its fleet, the replica counts its autoscaler wants and the canaries it holds (without them `llmgw plan`
-        showed an autoscaled replica stopped that `llmgw apply` kept). Raises SettingsError."""
-        return (await self.preview_expected(rev, state))[0]
+        showed an autoscaled replica stopped that `llmgw apply` kept); and, given the fleet's recent `load`, the
+        forecast of each model it changes against the settings in force (`llmgw.plan.forecasting`; () without
+        `load` or settings in force). Raises SettingsError."""
+        plan, forecasts, _ = await self.preview_with_estimates(rev, state, load)
+        return plan, forecasts
 
-    async def preview_expected(self, rev: str | None, state: ControlState) -> tuple[Plan, tuple[ExpectedSpeed, ...]]:
-        """`preview`'s plan and the decode speed expected of each replica it places on a probed CPU node
-        (`llmgw.plan.cpu_speed.expected_cpu_speeds`). Raises SettingsError."""
+    async def preview_with_estimates(self, rev: str | None, state: ControlState, load: RecordedLoad | None = None
+                                     ) -> tuple[Plan, tuple[ModelForecast, ...], tuple[ExpectedSpeed, ...]]:
+        """`preview`'s plan and forecasts, and the decode speed expected of each replica it places on a probed CPU
+        node (`llmgw.plan.cpu_speed.expected_cpu_speeds`). Raises SettingsError."""
         from llmgw.plan import make_plan
+        from llmgw.plan.forecasting import forecast_change
         from llmgw.settings import load_commit
 
         if self.watcher.remote:
@@ -85,7 +92,10 @@ class SettingsDesk:
         settings = await trio.to_thread.run_sync(load_commit, str(self.watcher.repo_path), target)
         fleet = fleet_for(state.fleet.fleet(), settings)
         plan = make_plan(settings, fleet, canaries=holds_of(state.canaries), replicas=wanted_counts(state.scales))
-        return plan, expected_cpu_speeds(settings, fleet, plan)
+        speeds = expected_cpu_speeds(settings, fleet, plan)
+        if load is None or state.settings is None:
+            return plan, (), speeds
+        return plan, forecast_change(state.settings, settings, fleet, plan, load), speeds
 
     async def edit(self, edit: SettingsEdit, author_name: str, author_email: str, *, expect: str = "",
                    preview: bool = False) -> EditCommit:

@@ -39,6 +39,7 @@ from llmgw.control.status import Endpoints, StatusReporter, health_details
 from llmgw.control.tracing import StartTracing
 from llmgw.control.view import Emit
 from llmgw.control.watching import SettingsWatcher
+from llmgw.plan.forecasting import ModelForecast, RecordedLoad
 from llmgw.plan.reviewed import ReviewedPlan
 from llmgw.plan.cpu_speed import ExpectedSpeed
 from llmgw.plan.types import Plan
@@ -169,13 +170,17 @@ class ControlPlane:
         """The record of the next reconcile pass, once it ran. A checkpoint."""
         return await self.loop.wait_pass()
 
-    async def preview(self, rev: str | None) -> Plan:
-        """The plan `rev` (None: the branch head) would run against the live fleet. Raises SettingsError."""
-        return await self.desk.preview(rev, self.loop.state)
+    async def preview(self, rev: str | None, load: RecordedLoad | None = None
+                      ) -> tuple[Plan, tuple[ModelForecast, ...]]:
+        """The plan `rev` (None: the branch head) would run against the live fleet, and the forecast of the models
+        it changes given the fleet's recent `load` (`SettingsDesk.preview`). Raises SettingsError."""
+        return await self.desk.preview(rev, self.loop.state, load)
 
-    async def preview_expected(self, rev: str | None) -> tuple[Plan, tuple[ExpectedSpeed, ...]]:
-        """`preview`'s plan and the decode speed expected of each replica it places on a probed CPU node."""
-        return await self.desk.preview_expected(rev, self.loop.state)
+    async def preview_with_estimates(self, rev: str | None, load: RecordedLoad | None = None
+                                     ) -> tuple[Plan, tuple[ModelForecast, ...], tuple[ExpectedSpeed, ...]]:
+        """`preview`'s plan and forecasts, and the decode speed expected of each replica it places on a probed CPU
+        node (`SettingsDesk.preview_with_estimates`). Raises SettingsError."""
+        return await self.desk.preview_with_estimates(rev, self.loop.state, load)
 
     async def logs(self, node_id: str, shard_id: str, lines: int) -> list[str]:
         """`llmgw.control.node_requests.node_logs` of the fleet now."""

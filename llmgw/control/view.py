@@ -22,6 +22,7 @@ from llmgw.control.registry import NodeRecord
 from llmgw.control.sessions import CommandOutcome
 from llmgw.control.speeds import metrics_speeds, speed_document
 from llmgw.control.state import ControlState, PassRecord, WatchState
+from llmgw.plan.forecasting import ModelForecast, RecordedLoad
 from llmgw.plan.reviewed import ReviewedPlan
 from llmgw.plan.cpu_speed import ExpectedSpeed
 from llmgw.plan.types import Plan
@@ -73,12 +74,15 @@ class ControlView(Protocol):
     async def wait_pass(self) -> PassRecord:
         """The record of the next reconcile pass, once it ran. A checkpoint."""
 
-    async def preview(self, rev: str | None) -> Plan:
-        """The plan `rev` (None: the branch head) would run against the live fleet."""
+    async def preview(self, rev: str | None, load: RecordedLoad | None = None
+                      ) -> tuple[Plan, tuple[ModelForecast, ...]]:
+        """The plan `rev` (None: the branch head) would run against the live fleet, and, given the fleet's recent
+        `load`, the forecast of each model it changes (`llmgw.plan.forecasting`; () without `load`)."""
 
-    async def preview_expected(self, rev: str | None) -> tuple[Plan, tuple[ExpectedSpeed, ...]]:
-        """`preview`'s plan and the decode speed expected of each replica it places on a probed CPU node
-        (`llmgw.plan.cpu_speed`)."""
+    async def preview_with_estimates(self, rev: str | None, load: RecordedLoad | None = None
+                                     ) -> tuple[Plan, tuple[ModelForecast, ...], tuple[ExpectedSpeed, ...]]:
+        """`preview`'s plan and forecasts, and the decode speed expected of each replica it places on a probed CPU
+        node (`llmgw.plan.cpu_speed`)."""
 
     async def logs(self, node_id: str, shard_id: str, lines: int) -> list[str]:
         """The last `lines` log lines of `shard_id` ("" for the agent's own) on `node_id`."""

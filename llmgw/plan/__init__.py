@@ -7,6 +7,9 @@
 `place_multinode(offers, nodes, per_node)` / `split_over_nodes` place one replica over several nodes (`make_plan`
 uses them for a replica that needs more GPUs than one node has); `interconnect_of(report)` is what a node's health
 report offers them. `pair_rails` / `grade_rail` are `llmgw fabric-test`'s rail pairing and grading.
+`forecast_change(base, head, fleet, plan, load)` forecasts what a change does to each model it touches from the
+fleet's recorded load (`llmgw.plan.forecasting`); `check_forecast` holds a forecast against the load measured after
+(`llmgw.plan.forecast_check`).
 `ShardState` and the id and engine-key builders are `llmgw.identity`'s, re-exported here.
 """
 
@@ -25,6 +28,8 @@ from llmgw.plan.recorded import (
     FLEET_FILE, PASS_FILE, PlannedPass, canary_holds, fleet_from_record, fleet_record, pass_from_record, plan_digest,
     plan_or_refusal, recorded_files,
 )
+from llmgw.plan.forecasting import ModelForecast, RecordedLoad, forecast_change
+from llmgw.plan.forecast_check import ForecastCheck, check_forecast
 from llmgw.plan.canary import CanaryHold, CanarySample, CanaryVerdict, Verdict, judge_canary
 from llmgw.plan.rendering import plan_from_json, plan_to_json, render_plan
 from llmgw.plan.types import (
@@ -43,4 +48,5 @@ __all__ = [
     "FLEET_FILE", "PASS_FILE", "PlannedPass", "fleet_from_record", "fleet_record", "pass_from_record", "plan_digest",
     "plan_or_refusal", "recorded_files", "canary_holds",
     "CanaryHold", "CanarySample", "CanaryVerdict", "Verdict", "judge_canary",
+    "ModelForecast", "RecordedLoad", "forecast_change", "ForecastCheck", "check_forecast",
 ]

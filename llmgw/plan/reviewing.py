@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from llmgw.plan.cpu_speed import ExpectedSpeed, expected_cpu_speeds
+from llmgw.plan.forecasting import ModelForecast, RecordedLoad, forecast_change, forecast_to_json
 from llmgw.plan.headroom import Headroom, headroom
 from llmgw.plan.planning import make_plan
 from llmgw.plan.project_changes import ProjectChange, ValueChange, gpu_hour_cost_changes, project_changes
@@ -85,6 +86,9 @@ class Review:
     `base_drift` holds the lines of BASE's own plan against the fleet when the fleet has not converged to BASE
     (changes that would happen without this change); empty when it has. `expected_speeds` the decode speed
     expected of each replica HEAD places on a CPU node whose bandwidth was probed (`llmgw.plan.cpu_speed`).
+    `forecasts`: each changed model's forecast (`llmgw.plan.forecasting`) from the snapshot's load over
+    `load_window_seconds` up to `load_until` (0 and "": the snapshot recorded no load, and only GPU-hours are
+    forecast); `currency` HEAD's, of its costs.
     """
 
     base_ref: str
@@ -105,6 +109,10 @@ class Review:
     warnings: tuple[ReviewWarning, ...]
     base_drift: tuple[str, ...] = ()
     expected_speeds: tuple[ExpectedSpeed, ...] = ()
+    forecasts: tuple[ModelForecast, ...] = ()
+    load_window_seconds: float = 0.0
+    load_until: str = ""
+    currency: str = "USD"
 
     @property
     def changes(self) -> bool:
@@ -236,6 +244,7 @@ def build_review(
     unplaced = tuple(UnplacedReplica(u.replica_id, u.model, u.reasons, u.replica_id not in base_unplaced)
                      for u in plan.unplaced)
     drift = tuple(render_plan(base_plan, include_keep=False)) if base_plan.changes else ()
+    load = snapshot.load or RecordedLoad(window_seconds=0.0)
     return Review(
         base_ref=base_ref, head_ref=head_ref, base_commit=base.commit, head_commit=head.commit,
         fleet_source=fleet_source, fleet_taken_at=snapshot.taken_at, fleet_revision=snapshot.revision,
@@ -244,6 +253,8 @@ def build_review(
         projects=project_changes(base, head), gpu_hour_cost=gpu_hour_cost_changes(base, head),
         warnings=review_warnings(base, head, refused), base_drift=drift,
         expected_speeds=expected_cpu_speeds(head, head_fleet, plan),
+        forecasts=forecast_change(base, head, head_fleet, plan, load), load_window_seconds=load.window_seconds,
+        load_until=load.until, currency=head.cluster.currency,
     )
 
 
@@ -286,6 +297,9 @@ def review_to_json(review: Review) -> dict[str, Any]:
         "warnings": [{"kind": w.kind, "text": w.text, "new": w.new} for w in review.warnings],
         "base_drift": list(review.base_drift),
         "expected_speeds": [speed.to_json() for speed in review.expected_speeds],
+        "forecast": {"window_seconds": review.load_window_seconds, "until": review.load_until,
+                     "currency": review.currency,
+                     "models": [forecast_to_json(f) for f in review.forecasts]},
         "plan": plan_to_json(review.plan),
     }
 

@@ -20,7 +20,16 @@ Format (version 1), every size in bytes, CPU cores as a number (may be fractiona
                             "devices": [str], "cpu_cores", "memory_bytes", "port", "error", "restarts",
                             "adopted_foreign"}],
                 "memory_bandwidth": {"one_core_bytes_per_second", "all_cores_bytes_per_second", "threads",
-                                     "seconds"}}]}      # only when the node's agent measured it (once per boot)
+                                     "seconds"}}],      # only when the node's agent measured it (once per boot)
+     "load": {...} | absent}                      # what the fleet did lately (below); not in the revision
+
+`load` (optional; `llmgw.plan.forecasting.RecordedLoad`, what `llmgw review` forecasts from)::
+
+    {"window_seconds": 259200.0, "until": "2026-12-01T02:00:00Z",
+     "speeds": {"<replica id>": {"prefill_tokens_per_second", "decode_tokens_per_second", "slots",
+                                 "measured_at", "source"}},
+     "traffic": [{"model", "project", "requests", "prompt_tokens", "completion_tokens", "errors"}],
+     "models": {"<model>": {"busiest_hour_requests", "ttft_p90_seconds": float | null, "ttft_requests"}}}
 
 Keys with defaults (everything but node_id; device_id, gpu_class and the memory sizes of a GPU; shard_id,
 replica_id, model and state of a shard) may be left out. No secret is in a snapshot.
@@ -34,18 +43,22 @@ from dataclasses import dataclass
 from typing import Any
 
 from llmgw.errors import UsageError
+from llmgw.plan.forecasting import ModelLoad, RecordedLoad, Traffic
 from llmgw.plan.types import Fleet, GpuState, MemoryBandwidth, NodeState, ObservedShard, ShardState
+from llmgw.routes import ReplicaSpeed
 
 SNAPSHOT_VERSION = 1
 
 
 @dataclass(frozen=True)
 class FleetSnapshot:
-    """The fleet at one time. `taken_at` ISO 8601 UTC ("" when unknown); `settings_commit` in force then."""
+    """The fleet at one time. `taken_at` ISO 8601 UTC ("" when unknown); `settings_commit` in force then; `load`
+    what it did lately (None: not recorded; not part of the revision)."""
 
     fleet: Fleet
     taken_at: str = ""
     settings_commit: str | None = None
+    load: RecordedLoad | None = None
 
     @property
     def revision(self) -> str:
@@ -95,10 +108,28 @@ def fleet_revision(fleet: Fleet) -> str:
     return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
 
 
+def load_to_json(load: RecordedLoad) -> dict[str, Any]:
+    """`load` as the "load" object of a snapshot (this module's docstring), keys sorted."""
+    return {
+        "window_seconds": float(load.window_seconds), "until": load.until,
+        "speeds": {rid: {"prefill_tokens_per_second": s.prefill_tokens_per_second,
+                         "decode_tokens_per_second": s.decode_tokens_per_second, "slots": s.slots,
+                         "measured_at": s.measured_at, "source": s.source} for rid, s in sorted(load.speeds.items())},
+        "traffic": [{"model": t.model, "project": t.project, "requests": t.requests, "prompt_tokens": t.prompt_tokens,
+                     "completion_tokens": t.completion_tokens, "errors": t.errors}
+                    for t in sorted(load.traffic, key=lambda t: (t.model, t.project))],
+        "models": {name: {"busiest_hour_requests": m.busiest_hour_requests, "ttft_p90_seconds": m.ttft_p90_seconds,
+                          "ttft_requests": m.ttft_requests} for name, m in sorted(load.models.items())},
+    }
+
+
 def snapshot_to_json(snapshot: FleetSnapshot) -> dict[str, Any]:
-    """`snapshot` in the version 1 format of this module's docstring."""
-    return {"version": SNAPSHOT_VERSION, "taken_at": snapshot.taken_at, "settings_commit": snapshot.settings_commit,
-            "revision": snapshot.revision, "nodes": fleet_to_json(snapshot.fleet)}
+    """`snapshot` in the version 1 format of this module's docstring ("load" only when it has one)."""
+    doc = {"version": SNAPSHOT_VERSION, "taken_at": snapshot.taken_at, "settings_commit": snapshot.settings_commit,
+           "revision": snapshot.revision, "nodes": fleet_to_json(snapshot.fleet)}
+    if snapshot.load is not None:
+        doc["load"] = load_to_json(snapshot.load)
+    return doc
 
 
 class _Reader:
@@ -190,6 +221,42 @@ class _Reader:
                                self.get(probe, "all_cores_bytes_per_second", where, float),
                                self.get(probe, "threads", where, int, 1), self.get(probe, "seconds", where, float, 0.0))
 
+    def count(self, data: Any, key: str, where: str) -> int:
+        value = self.get(data, key, where, int, 0)
+        if value < 0:
+            raise self.fail(f"{where}.{key}", f"expected a count (0 or more), got {value}")
+        return value
+
+    def rate(self, data: Any, key: str, where: str) -> float:
+        value = self.get(data, key, where, float)
+        if value <= 0:
+            raise self.fail(f"{where}.{key}", f"expected tokens per second above 0, got {value:g}")
+        return value
+
+    def load(self, data: Any) -> RecordedLoad:
+        window = self.get(data, "window_seconds", "load", float)
+        if window <= 0:
+            raise self.fail("load.window_seconds", f"expected seconds above 0, got {window:g}")
+        speeds = {}
+        for rid, s in self.get(data, "speeds", "load", dict, {}).items():
+            where = f"load.speeds.{rid}"
+            speeds[rid] = ReplicaSpeed(self.rate(s, "prefill_tokens_per_second", where),
+                                       self.rate(s, "decode_tokens_per_second", where), self.count(s, "slots", where),
+                                       self.get(s, "measured_at", where, float, 0.0), self.get(s, "source", where, str, ""))
+        traffic = []
+        for i, t in enumerate(self.get(data, "traffic", "load", list, [])):
+            where = f"load.traffic[{i}]"
+            traffic.append(Traffic(self.get(t, "model", where, str), self.get(t, "project", where, str),
+                                   self.count(t, "requests", where), self.count(t, "prompt_tokens", where),
+                                   self.count(t, "completion_tokens", where), self.count(t, "errors", where)))
+        models = {}
+        for name, m in self.get(data, "models", "load", dict, {}).items():
+            where = f"load.models.{name}"
+            p90 = self.get(m, "ttft_p90_seconds", where, (float, type(None)), None)
+            models[name] = ModelLoad(name, self.count(m, "busiest_hour_requests", where), p90,
+                                     self.count(m, "ttft_requests", where))
+        return RecordedLoad(window, self.get(data, "until", "load", str, ""), speeds, tuple(traffic), models)
+
 
 def snapshot_from_json(data: Any, source: str = "the snapshot") -> FleetSnapshot:
     """The `FleetSnapshot` written by `snapshot_to_json` (or by hand in that format).
@@ -209,5 +276,7 @@ def snapshot_from_json(data: Any, source: str = "the snapshot") -> FleetSnapshot
             raise reader.fail("nodes", f"node {node.node_id} appears twice")
         seen.add(node.node_id)
     commit = reader.get(data, "settings_commit", "", (str, type(None)), None)
+    load = reader.get(data, "load", "", dict, None)
     return FleetSnapshot(Fleet(tuple(sorted(nodes, key=lambda n: n.node_id))),
-                         reader.get(data, "taken_at", "", str, ""), commit)
+                         reader.get(data, "taken_at", "", str, ""), commit,
+                         None if load is None else reader.load(load))

@@ -53,6 +53,8 @@ from llmgw.store.records import (
     Settlement,
     SlurmUser,
     Token,
+    PairUsage,
+    UsageLoad,
     UsageRecord,
     UsageRow,
     charged,
@@ -70,5 +72,5 @@ __all__ = [
     "store_record", "with_password", "without_password", "write_store_record", "SCOPE_ADMIN", "TOKEN_SCOPES", "Token", "STORE_FILE_NAME",
     "Allowance", "ApiKey", "Credential", "CredentialState", "Headroom", "KeyCheck", "Lease", "Rejection", "Reservation", "Settlement", "SlurmUser", "SqliteStore",
     "Store", "StoreBoundary", "StoredResponse", "UsageRecord", "DEFAULT_RETENTION_SECONDS",
-    "UsageRow", "UsageSpool", "charged", "open_store", "open_store_from_settings", "redacted", "store_url_for_state", "store_url_from_settings", "window_bounds",
+    "UsageRow", "PairUsage", "UsageLoad", "UsageSpool", "charged", "open_store", "open_store_from_settings", "redacted", "store_url_for_state", "store_url_from_settings", "window_bounds",
 ]

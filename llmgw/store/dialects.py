@@ -8,6 +8,7 @@ The statements of `keys`, `quotas` and `usage` are written once, in the SQL that
 named here and nowhere else:
 
 - `day_expression`: the UTC day ("YYYY-MM-DD") of the epoch-seconds column `time`.
+- `hour_expression`: the clock hour (whole hours since the epoch, UTC) of the column `time`.
 - `lock_scopes(scopes)`: serialise reservations of the same quota scopes. SQLite needs nothing (every write is
   `BEGIN IMMEDIATE`, one writer at a time for the whole file); PostgreSQL takes a row lock per scope in
   `quota_scopes`, in sorted order (no deadlock between two reservations), held until the transaction ends, so
@@ -28,6 +29,7 @@ class SqlConnection(Protocol):
 
     dialect: str
     day_expression: str
+    hour_expression: str
     now_expression: str
     """SQL for the database's clock in unix seconds (leases expire by it: one clock for every control plane)."""
     batched: bool
@@ -49,6 +51,7 @@ class SqliteSql:
 
     dialect = "sqlite"
     day_expression = "strftime('%Y-%m-%d', time, 'unixepoch')"
+    hour_expression = "CAST(time / 3600 AS INTEGER)"
     now_expression = "((julianday('now') - 2440587.5) * 86400.0)"
     """The database's clock in unix seconds (SQLite: the machine's, the one every process on the file shares)."""
     batched = False
@@ -106,6 +109,7 @@ class PostgresSql:
 
     dialect = "postgresql"
     day_expression = "to_char(to_timestamp(time) AT TIME ZONE 'UTC', 'YYYY-MM-DD')"
+    hour_expression = "CAST(floor(time / 3600) AS BIGINT)"
     now_expression = "CAST(EXTRACT(EPOCH FROM clock_timestamp()) AS DOUBLE PRECISION)"
     """The database server's clock in unix seconds: one clock for every control plane sharing the store."""
     batched = False
@@ -173,6 +177,7 @@ class PostgresBatch:
 
     dialect = "postgresql"
     day_expression = PostgresSql.day_expression
+    hour_expression = PostgresSql.hour_expression
     now_expression = PostgresSql.now_expression
     batched = True
 

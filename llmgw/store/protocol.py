@@ -28,6 +28,7 @@ from llmgw.store.records import (
     Settlement,
     SlurmUser,
     Token,
+    UsageLoad,
     UsageRecord,
     UsageRow,
 )
@@ -160,6 +161,10 @@ class Store(Protocol):
     def recent_usage(self, project: str | None = None, since: float | None = None,
                      limit: int = 100) -> list[UsageRecord]:
         """The latest `limit` records, newest first."""
+
+    def usage_load(self, since: float, ttft_limit: int = 10000) -> UsageLoad:
+        """The load of the records since `since` (unix seconds), for a forecast: per (model, project) sums, each
+        model's busiest clock hour (UTC) and the TTFTs of its latest `ttft_limit` requests that have one."""
 
     def usage_of_replica(self, model: str, replica: str, settings_commit: str, since: float,
                          limit: int = 100000) -> list[UsageRecord]:

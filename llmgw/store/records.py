@@ -7,7 +7,7 @@ seconds as float, token counts are ints, costs are floats in the cluster's curre
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import ClassVar
 
@@ -318,6 +318,29 @@ class UsageRow:
     cost: float
     mean_ttft_seconds: float | None
     mean_duration_seconds: float | None
+
+
+@dataclass(frozen=True)
+class PairUsage:
+    """The requests of one project to one model (`usage_load`): counts, errors (status 400 or above), token sums."""
+
+    model: str
+    project: str
+    requests: int
+    errors: int
+    prompt_tokens: int
+    completion_tokens: int
+
+
+@dataclass(frozen=True)
+class UsageLoad:
+    """What the usage records since a time say of the load (`usage_load`): `pairs` per (model, project), sorted;
+    `busiest_hour` model -> the requests of its busiest clock hour (UTC); `ttfts` model -> the TTFTs (seconds) of
+    its latest requests that have one, newest first."""
+
+    pairs: tuple[PairUsage, ...] = ()
+    busiest_hour: dict[str, int] = field(default_factory=dict)
+    ttfts: dict[str, tuple[float, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

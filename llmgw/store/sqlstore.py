@@ -38,6 +38,7 @@ from llmgw.store.records import (
     Settlement,
     SlurmUser,
     Token,
+    UsageLoad,
     UsageRecord,
     UsageRow,
 )
@@ -335,6 +336,10 @@ class SqlStore:
                     by: str = "model") -> list[UsageRow]:
         with self._read() as conn:
             return usage_table.query_usage(conn, project, since, by)
+
+    def usage_load(self, since: float, ttft_limit: int = 10000) -> UsageLoad:
+        with self._read() as conn:
+            return usage_table.usage_load(conn, since, ttft_limit)
 
     def usage_of_replica(self, model: str, replica: str, settings_commit: str, since: float,
                          limit: int = 100000) -> list[UsageRecord]:

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 from llmgw.errors import UsageError
 from llmgw.store.dialects import SqlConnection
-from llmgw.store.records import UsageRecord, UsageRow
+from llmgw.store.records import PairUsage, UsageLoad, UsageRecord, UsageRow
 
 GROUPINGS = ("model", "project", "day")
 
@@ -139,3 +139,27 @@ def usage_of_client_request(conn: SqlConnection, client_request_id: str, limit: 
         "LIMIT ?", (client_request_id, limit),
     ).fetchall()
     return [(row[0], UsageRecord(*row[1:])) for row in rows]
+
+
+def usage_load(conn: SqlConnection, since: float, ttft_limit: int) -> UsageLoad:
+    """The load of the records since `since` (unix seconds): per (model, project) sums, each model's busiest clock
+    hour, and the TTFTs of each model's latest `ttft_limit` requests that have one (`UsageLoad`)."""
+    rows = conn.execute(
+        "SELECT model, project, count(*), sum(CASE WHEN status >= 400 THEN 1 ELSE 0 END), sum(prompt_tokens), "
+        "sum(completion_tokens) FROM usage WHERE time >= ? GROUP BY model, project ORDER BY model, project",
+        (since,)).fetchall()
+    pairs = tuple(PairUsage(str(r[0]), str(r[1]), int(r[2]), int(r[3] or 0), int(r[4] or 0), int(r[5] or 0))
+                  for r in rows)
+    busiest: dict[str, int] = {}
+    for model, _hour, count in conn.execute(
+            f"SELECT model, {conn.hour_expression} AS hr, count(*) FROM usage WHERE time >= ? GROUP BY model, hr",
+            (since,)).fetchall():
+        busiest[str(model)] = max(busiest.get(str(model), 0), int(count))
+    ttfts = {}
+    for model in sorted(busiest):
+        found = conn.execute(
+            "SELECT ttft_seconds FROM usage WHERE model = ? AND time >= ? AND ttft_seconds IS NOT NULL "
+            "ORDER BY time DESC LIMIT ?", (model, since, ttft_limit)).fetchall()
+        if found:
+            ttfts[model] = tuple(float(r[0]) for r in found)
+    return UsageLoad(pairs, busiest, ttfts)

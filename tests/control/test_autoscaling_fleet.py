@@ -103,7 +103,7 @@ async def test_a_queue_on_the_engine_starts_a_second_replica_and_its_end_stops_i
             clients.cancel_scope.cancel()
         assert answered and set(answered) == {200}
         assert "autoscaler  tiny: 2 wanted" in "\n".join(render_status(plane.status()))  # `llmgw status`
-        preview = await plane.preview(None)  # what `llmgw plan` and `llmgw diff --live` show: the pass's own plan
+        preview, _ = await plane.preview(None)  # what `llmgw plan` and `llmgw diff --live` show: the pass's own plan
         assert [a.kind for a in preview.actions] == [ActionKind.KEEP, ActionKind.KEEP], preview.actions
         metrics = await scrape(plane)  # /metrics of the admin listener
         assert 'llmgw_model_replicas_desired{model="tiny"} 2.0' in metrics

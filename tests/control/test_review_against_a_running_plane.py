@@ -15,6 +15,7 @@ import trio
 from llmgw.control import ControlConfig, ControlPlane
 from llmgw.plan import fingerprint
 from llmgw.settings import Listener, init_repository, load_commit
+from llmgw.store import UsageRecord
 from llmgw.wire import agent_message
 from llmgw.wire import agent_pb2 as pb
 
@@ -94,6 +95,7 @@ async def test_review_reads_the_live_fleet_through_the_admin_api(tmp_path):
     pull_request(clone, "add-70b", LLAMA, "\nreplicas: 0\n", "\nreplicas: 1\n")
     pull_request(clone, "add-five", LLAMA, "\nreplicas: 0\n", "\nreplicas: 5\n")
     pull_request(clone, "more-ci", "projects.yaml", "requests_per_minute: 120", "requests_per_minute: 240")
+    pull_request(clone, "two-gemma", "catalog/gemma-3-270m.yaml", "\nreplicas: 1\n", "\nreplicas: 2\n")
 
     base = load_commit(repo, "main")
     any_port = Listener("127.0.0.1", 0)
@@ -104,6 +106,13 @@ async def test_review_reads_the_live_fleet_through_the_admin_api(tmp_path):
         await nursery.start(stand_in_agent, plane, h100_register())
         await nursery.start(stand_in_agent, plane, cpu_register(base, base.commit))
         await wait_for(lambda: len(plane.registry.fleet().nodes) == 2, 20, "two nodes")
+        now = time.time()
+        for i in range(4):  # gemma's traffic: ci's requests in the last hour, one of 5 days ago (outside the window)
+            await trio.to_thread.run_sync(plane.store.record_usage, UsageRecord(
+                "ci", "gemma-3-270m", now - 60 * (i + 1), replica="gemma-3-270m-0", prompt_tokens=100,
+                completion_tokens=20, ttft_seconds=0.1 * (i + 1)))
+        await trio.to_thread.run_sync(plane.store.record_usage, UsageRecord("ci", "gemma-3-270m", now - 5 * 86400,
+                                                                            prompt_tokens=7))
 
         code, out, err = await llmgw(plane, "fleet", "snapshot", "-o", str(tmp_path / "fleet.json"), cwd=clone)
         assert code == 0, err
@@ -111,6 +120,34 @@ async def test_review_reads_the_live_fleet_through_the_admin_api(tmp_path):
         assert [n["node_id"] for n in snapshot["nodes"]] == ["cpu-node-01", "gpu-node-01"]
         assert len(snapshot["nodes"][1]["gpus"]) == 8 and snapshot["settings_commit"] == base.commit
         assert snapshot["taken_at"].endswith("Z") and snapshot["revision"].startswith("sha256:")
+        load = snapshot["load"]
+        assert load["window_seconds"] == 3 * 86400 and load["until"] == snapshot["taken_at"]
+        assert load["traffic"] == [{"model": "gemma-3-270m", "project": "ci", "requests": 4, "prompt_tokens": 400,
+                                    "completion_tokens": 80, "errors": 0}]
+        assert load["models"]["gemma-3-270m"]["ttft_p90_seconds"] == 0.4
+        assert load["models"]["gemma-3-270m"]["busiest_hour_requests"] in (2, 3, 4)  # the 4 minutes may span 2 hours
+
+        code, out, err = await llmgw(plane, "review", "main", "two-gemma", "--json", cwd=clone)
+        assert code == 2, err
+        (gemma,) = json.loads(out)["forecast"]["models"]
+        assert (gemma["model"], gemma["replicas_before"], gemma["replicas_after"]) == ("gemma-3-270m", 1, 2)
+        assert gemma["ttft_p90_before"] == 0.4 and [q["project"] for q in gemma["quotas"]] == ["assistants", "ci", "demo"]
+        assert gemma["unknown"] == ["no measured speed (run `llmgw bench` on a replica of it)"]
+        (tmp_path / "review.json").write_text(out)
+
+        # `llmgw plan REV` reads the control plane's repository, which takes pushes to main only: fetched there
+        git("fetch", "-q", str(clone), "two-gemma:refs/heads/two-gemma", cwd=repo)
+        code, out, err = await llmgw(plane, "plan", "two-gemma", cwd=clone)
+        assert code == 2, err
+        assert ("forecast gemma-3-270m: 1 -> 2 replicas, not forecast: no measured speed (run `llmgw bench` on a "
+                "replica of it), 0 -> 0 GPU-hours/day") in out.splitlines()
+
+        code, out, err = await llmgw(plane, "forecast-check", str(tmp_path / "review.json"), "--window", "30m",
+                                     "--json", cwd=clone)
+        assert code == 0, err
+        (check,) = json.loads(out)
+        assert check["model"] == "gemma-3-270m" and check["requests"] == 4  # the last 30 minutes only
+        assert check["rate_measured"] == 4 / 1800 and check["ttft_p90_measured"] == 0.4
 
         code, out, err = await llmgw(plane, "review", "main", "add-70b", "--json", cwd=clone)
         assert code == 2, err

@@ -12,7 +12,9 @@ from pathlib import Path
 from plan_fleets import GiB, cpu_node, gpu_node
 
 from llmgw.plan import Fleet, ObservedShard, ShardState, fingerprint
+from llmgw.plan.forecasting import ModelLoad, RecordedLoad, Traffic
 from llmgw.plan.snapshot import FleetSnapshot, snapshot_to_json
+from llmgw.routes import ReplicaSpeed
 from llmgw.settings import Settings, load_commit
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -83,25 +85,44 @@ def example_fleet(settings: Settings) -> Fleet:
     ))
 
 
-def write_snapshot(path: Path, fleet: Fleet, commit: str | None, taken_at: str = "2026-12-01T02:00:00Z") -> Path:
-    """`fleet` as a snapshot file at `path`."""
-    path.write_text(json.dumps(snapshot_to_json(FleetSnapshot(fleet, taken_at, commit)), indent=2))
+def write_snapshot(path: Path, fleet: Fleet, commit: str | None, taken_at: str = "2026-12-01T02:00:00Z",
+                   load: RecordedLoad | None = None) -> Path:
+    """`fleet` (and `load`, when given) as a snapshot file at `path`."""
+    path.write_text(json.dumps(snapshot_to_json(FleetSnapshot(fleet, taken_at, commit, load)), indent=2))
     return path
 
 
-def example_snapshot(repo: Path, path: Path) -> Path:
-    """A snapshot file of `example_fleet` for the settings on main of `repo`."""
+def example_load() -> RecordedLoad:
+    """Three days of load on `example_fleet`: gemma-3-270m's replica measured at one engine thread's speeds on this
+    project's machines (DESIGN.md: about 38 decode tokens/s per thread), used by three projects; SmolLM2 by demo."""
+    return RecordedLoad(
+        window_seconds=3 * 86400.0, until="2026-12-01T02:00:00Z",
+        speeds={"gemma-3-270m-0": ReplicaSpeed(250.0, 38.0, 1, 1764554400.0, "metrics"),
+                "smollm2-135m-instruct-0": ReplicaSpeed(600.0, 90.0, 1, 1764554400.0, "bench")},
+        traffic=(Traffic("gemma-3-270m", "demo", 9000, 2_700_000, 900_000, 12),
+                 Traffic("gemma-3-270m", "ci", 1200, 120_000, 60_000),
+                 Traffic("gemma-3-270m", "assistants", 600, 300_000, 90_000),
+                 Traffic("smollm2-135m-instruct", "demo", 3000, 450_000, 150_000)),
+        models={"gemma-3-270m": ModelLoad("gemma-3-270m", 480, 2.9, 10_800),
+                "smollm2-135m-instruct": ModelLoad("smollm2-135m-instruct", 150, 0.4, 3000)},
+    )
+
+
+def example_snapshot(repo: Path, path: Path, load: RecordedLoad | None = None) -> Path:
+    """A snapshot file of `example_fleet` (and `load`) for the settings on main of `repo`."""
     settings = load_commit(repo, "main")
-    return write_snapshot(path, example_fleet(settings), settings.commit)
+    return write_snapshot(path, example_fleet(settings), settings.commit, load=load)
 
 
 def docs_example(root: Path) -> tuple[Path, Path]:
     """The repository and snapshot of the comment shown in docs/review.md: (repository, snapshot file) under `root`.
 
-    Branch scale-70b raises llama-3.1-70b-instruct to 4 replicas, a project's requests per minute and a price.
+    Branch scale-70b raises llama-3.1-70b-instruct to 4 replicas, gemma-3-270m to 2, a project's requests per minute
+    and a price; the snapshot holds `example_load`.
     """
     repo = example_repo(root / "settings")
-    snapshot = example_snapshot(repo, root / "fleet.json")
+    snapshot = example_snapshot(repo, root / "fleet.json", example_load())
     branch(repo, "scale-70b", [replicas(4), ("projects.yaml", "requests_per_minute: 600\n", "requests_per_minute: 1200\n"),
-                               (LLAMA, "prompt_per_million: 0.60", "prompt_per_million: 0.75")])
+                               (LLAMA, "prompt_per_million: 0.60", "prompt_per_million: 0.75"),
+                               ("catalog/gemma-3-270m.yaml", "\nreplicas: 1\n", "\nreplicas: 2\n")])
     return repo, snapshot

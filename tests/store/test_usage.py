@@ -138,3 +138,19 @@ def test_every_record_acknowledged_before_a_kill_from_outside_is_kept(store_url:
         assert kept >= acknowledged + 1
     finally:
         store.close()
+
+
+def test_the_load_of_the_last_days_is_summed_per_model_and_project_with_the_busiest_hour(store: Store) -> None:
+    fill(store)
+    hour = 3600 * (int(DAY2) // 3600)  # DAY2 is 08:00 UTC: its hour starts there
+    for i, project in enumerate(["chat", "chat", "search"]):  # three more gemma requests in the hour of DAY2
+        store.record_usage(UsageRecord(project, "gemma", hour + 600 * (i + 1), prompt_tokens=100, completion_tokens=10,
+                                       ttft_seconds=0.2 + i))
+    store.record_usage(UsageRecord("chat", "gemma", hour + 3600, prompt_tokens=1, ttft_seconds=9.0))  # the next hour
+    load = store.usage_load(DAY2 - 1)
+    pairs = {(p.model, p.project): (p.requests, p.errors, p.prompt_tokens, p.completion_tokens) for p in load.pairs}
+    assert pairs == {("gemma", "chat"): (4, 1, 206, 20), ("gemma", "search"): (1, 0, 100, 10),
+                     ("qwen", "search"): (1, 0, 1, 2)}
+    assert load.busiest_hour == {"gemma": 4, "qwen": 1}  # DAY1's request is before `since`
+    assert load.ttfts["gemma"] == (9.0, 2.2, 1.2, 0.2) and load.ttfts["qwen"] == (0.3,)
+    assert store.usage_load(DAY2 - 1, ttft_limit=2).ttfts["gemma"] == (9.0, 2.2)
