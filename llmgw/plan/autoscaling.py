@@ -165,8 +165,9 @@ def next_scale(scaling: Scaling, scale: Scale, load: ModelLoad, now: float) -> t
     if count > scale.wanted:
         up_to, due = _grown(scaling, scale.wanted, wishes, now)
         if up_to > scale.wanted and cooled:
-            return _changed(scale, up_to, f"scaled up: more asked for during {UP_SHARE:.0%} of the last "
-                            f"{scaling.scale_up_window:g} s, now {why}", now, busy_at, count), None
+            during = f"more asked for during {UP_SHARE:.0%} of the last {scaling.scale_up_window:g} s, now " \
+                if scaling.scale_up_window > 0 else ""
+            return _changed(scale, up_to, f"scaled up: {during}{why}", now, busy_at, count), None
         return _same(scale, busy_at=busy_at, wishes=wishes, below_since=None), \
             _first(max(due, cool_at or due), idle_at)
     if count < scale.wanted:
