@@ -15,13 +15,14 @@ The load, through the gateway (streamed chat completions of --max-tokens tokens,
 2. burst: --burst requests at once. The gateway holds them, the control plane wakes the model, the agent starts
    the engine, and then they are served: the first request's TTFT includes the start;
 3. sustained: --clients clients in a closed loop for --sustain seconds: with 4 requests per replica as the target,
-   8 requests running or waiting ask for 2 replicas (and so do 5 to 7, the dips between requests); once the wish
-   has lasted the scale-up window the second replica starts;
+   8 requests running or waiting ask for 2 replicas (and so do 5 to 7; 4, between a client's requests, asks for 1);
+   once the wish was for 2 during three quarters of the scale-up window, dips included, the second replica starts;
 4. after: no load for --after seconds: back to 1 replica after the scale-down window, then to 0 after `idle`.
 
 Every 0.5 s it samples the autoscaler's wanted count, the ready replicas, the requests running and waiting on the
-engines (the agents' readings, as the autoscaler reads them) and the requests the gateway holds. It prints the
-phases' figures, a timeline per --bucket seconds (replicas, queue, held, requests answered, TTFT p90, failed) and
+engines (the agents' readings, as the autoscaler reads them) and the requests the gateway holds, and keeps the
+autoscaler's wishes (`Scale.wishes`, each pass's count before windows and cooldown). It prints the phases' figures,
+a timeline per --bucket seconds (replicas, queue, held, requests answered, TTFT p90, failed) and
 writes the same as a PNG chart (matplotlib, from the `bench` extra).
 """
 
@@ -82,6 +83,7 @@ class Run:
     samples: list[Sample] = field(default_factory=list)
     answers: list[Answer] = field(default_factory=list)
     phases: list[tuple[str, float]] = field(default_factory=list)  # (name, start)
+    wishes: dict[float, int] = field(default_factory=dict)  # the autoscaler's wishes as it kept them: {time: wish}
 
     def now(self) -> float:
         return trio.current_time() - self.began
@@ -99,6 +101,8 @@ async def sample(plane: ControlPlane, run: Run) -> None:
         scales = state.scales.get(MODEL)
         models = autoscaled(state.settings) if state.settings is not None else {}
         load = model_loads(state, trio.current_time(), models).get(MODEL)
+        if scales is not None:
+            run.wishes.update((at - run.began, wish) for at, wish in scales.wishes)
         if scales is not None and load is not None:
             run.samples.append(Sample(run.now(), scales.wanted, load.ready, load.requests,
                                       plane.gateway.holding.held.get(MODEL, 0)))
@@ -175,6 +179,7 @@ def report(run: Run, args) -> list[dict]:
     up_ready = first_time(run.samples, sustained, lambda s: s.ready >= 2)
     print(f"sustained load of {args.clients} clients from {sustained:.1f} s: 2 wanted after "
           f"{_s(up)}, 2 ready after {_s(up_ready)} (scale-up window 10 s, cooldown 5 s)")
+    dips(run, sustained, None if up is None else sustained + up)
     two_at = None if up_ready is None else sustained + up_ready
     for label, chosen in (("1 ready", lambda a: two_at is None or a.sent < two_at),
                           ("2 ready", lambda a: two_at is not None and a.sent >= two_at)):
@@ -213,6 +218,31 @@ def report(run: Run, args) -> list[dict]:
     return rows
 
 
+def dips(run: Run, sustained: float, grown: float | None) -> None:
+    """What the autoscaler wished between the sustained load's first wish for 2 and the count growing to 2, from
+    the wishes it kept (each in force until the next): its dips to 1, and the longest stretch without one (the
+    former rule, every pass of the window above the count, needed a stretch as long as the window)."""
+    changes = sorted((at, wish) for at, wish in run.wishes.items() if at >= sustained and (grown is None or at < grown))
+    first = next((at for at, wish in changes if wish >= 2), None)
+    if first is None or grown is None:
+        return
+    stretches, dipped, start = [], 0.0, first
+    low_since = None
+    for at, wish in changes:
+        if at < first:
+            continue
+        if wish < 2 and low_since is None:
+            stretches.append(at - start)
+            low_since = at
+        elif wish >= 2 and low_since is not None:
+            dipped += at - low_since
+            start, low_since = at, None
+    stretches.append((low_since if low_since is not None else grown) - start)
+    print(f"  the autoscaler wished for 2 from {first - sustained:.1f} s; until the growth {grown - first:.1f} s later "
+          f"it dipped to 1 {len(stretches) - 1} times ({dipped:.1f} s in all); longest stretch without a dip "
+          f"{max(stretches):.1f} s")
+
+
 def _ms(seconds: float | None) -> str:
     return "-" if seconds is None else f"{seconds * 1000:.0f}"
 
@@ -236,6 +266,10 @@ def chart(run: Run, rows: list[dict], bucket: float, path: Path) -> None:
     figure, (replicas, queue, ttft) = pyplot.subplots(3, 1, sharex=True, figsize=(9, 7), constrained_layout=True)
     replicas.step(times, [s.wanted for s in run.samples], where="post", label="wanted")
     replicas.step(times, [s.ready for s in run.samples], where="post", label="ready", linestyle="--")
+    wished = sorted(run.wishes.items())
+    if wished:
+        replicas.step([at for at, _ in wished] + [times[-1]], [w for _, w in wished] + [wished[-1][1]], where="post",
+                      label="wished (autoscaler)", linestyle=":", color="C2")
     replicas.set_ylabel("replicas")
     replicas.set_yticks([0, 1, 2])
     replicas.legend(loc="upper right")
@@ -323,6 +357,7 @@ async def main() -> None:
     if args.json:
         args.json.write_text(json.dumps({"phases": run.phases, "rows": rows,
                                          "samples": [vars(s) for s in run.samples],
+                                         "wishes": sorted(run.wishes.items()),
                                          "answers": [vars(a) for a in run.answers]}, indent=1))
 
 

@@ -236,7 +236,8 @@ class Scaling:
     on the model's engines plus those the gateway holds, per ready replica) and `kv_cache_usage` (0..1, the mean over
     ready replicas); `ttft_p90` (seconds; None: no such target): the 90th percentile of the time to first token of the
     model's requests, as the gateway measured them over the last `TTFT_SPAN` seconds (`llmgw.plan.autoscaling`).
-    `scale_up_window` / `scale_down_window` (seconds): how long a wish to grow / shrink must last;
+    `scale_up_window` (seconds): the window in which the wishes must be above the count for three quarters of
+    the time before it grows; `scale_down_window` (seconds): how long every wish must be below it before it shrinks;
     `cooldown` (seconds): the least time between two changes; `idle` (seconds): with `min` 0, how long without any
     request before the last replica stops. Judged by `llmgw.plan.autoscaling`.
     """
