@@ -56,6 +56,7 @@ class GpuTile:
     temperature_celsius: float | None
     foreign: bool
     mig: bool = False
+    memory_temperature_celsius: float | None = None
 
     @property
     def load(self) -> str:
@@ -103,6 +104,7 @@ def gpu_tiles(record: NodeRecord, now: float) -> list[GpuTile]:
             power_limit_watts=reading.power_limit_watts if reading else None,
             temperature_celsius=reading.temperature_celsius if reading else None,
             foreign=gpu.foreign_processes, mig=gpu.is_mig,
+            memory_temperature_celsius=reading.memory_temperature_celsius if reading else None,
         ))
     return tiles
 
