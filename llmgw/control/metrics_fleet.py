@@ -18,6 +18,7 @@ from types import MappingProxyType
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from llmgw.control.metrics_engines import engine_families
+from llmgw.control.metrics_health import health_families
 from llmgw.control.readings import NodeReadings
 from llmgw.control.registry import FleetRegistry, NodeRecord
 from llmgw.identity import ShardState
@@ -72,6 +73,7 @@ def fleet_families(fleet: FleetRegistry, settings: Settings | None, now: float,
     out += list(_node_readings(fresh, now))
     out += list(_sensors(fresh))
     out += list(_gpus(fresh))
+    out += list(health_families(records))
     out += list(_shards(records, fresh))
     out += list(engine_families(fresh))
     out += list(_replicas(records, settings, wanted))

@@ -155,7 +155,7 @@ async def test_a_real_prometheus_scrapes_the_fleet_and_evaluates_every_panel_and
 
                 rules = (await client.get("/api/v1/rules")).json()["data"]["groups"]
                 health = {r["name"]: r["health"] for group in rules for r in group["rules"]}
-                assert len(health) == 15 and set(health.values()) <= {"ok", "unknown"}, health
+                assert len(health) == 24 and set(health.values()) <= {"ok", "unknown"}, health
                 firing = {a["labels"]["alertname"] for a in (await client.get("/api/v1/alerts")).json()["data"]["alerts"]}
                 assert not firing & {"LlmgwNodeLost", "LlmgwModelWithoutReadyReplica", "LlmgwGpuEccErrors",
                                      "LlmgwSettingsCommitRejected"}, firing
