@@ -109,6 +109,14 @@ def gpu_tiles(record: NodeRecord, now: float) -> list[GpuTile]:
     return tiles
 
 
+def card_verdicts(record: NodeRecord) -> dict[str, Any]:
+    """{device id of a whole card ("0"): its `CardVerdict`} from the node's last health report (level, findings with
+    their message and source, placeable); {} before the agent sent one."""
+    if record.health is None:
+        return {}
+    return {str(verdict.index): verdict for verdict in record.health.health.cards}
+
+
 @dataclass(frozen=True)
 class NodeRow:
     """One node of the nodes table. Ratios 0..1 (None: not read); `gpu_load` the mean card utilisation."""
