@@ -96,6 +96,7 @@ class NodeState:
     version can do (Register's `engines_installable` / `features`); None: unknown, taken as anything.
     `slurm_job_steps` the Slurm job steps running on it as its agent last read them (0: none, or no Slurm).
     `interconnect` its NVLink domain and InfiniBand adapters (empty before its first health report).
+    `inlet_too_hot` why its board inlet keeps new replicas off (`llmgw.plan.cordons.inlet_verdict`; "" when not).
     """
 
     node_id: str
@@ -113,6 +114,7 @@ class NodeState:
     features: frozenset[str] | None = None
     slurm_job_steps: int = 0
     interconnect: Interconnect = Interconnect()
+    inlet_too_hot: str = ""
 
 
 @dataclass(frozen=True)
