@@ -10,6 +10,10 @@ from pathlib import Path
 import pytest
 import trio
 
+from agent_support import ControlSide, next_matching
+from nvml_support import two_h200s
+
+from llmgw.agent import AgentConfig, run_agent
 from llmgw.agent.readings import Readings
 from llmgw.agent.sensors import SysfsSensors
 from llmgw.agent.telemetry import open_gpu_telemetry
@@ -145,3 +149,23 @@ async def test_each_reading_carries_the_sensors(node_exporter, autojump_clock):
                         smi=tuple, sensors=SysfsSensors(node_exporter))
     reading = await readings.take()
     assert [v.sensor for v in reading.sensors.cpu_package_celsius] == ["coretemp.0", "coretemp.1"]
+
+
+async def test_a_real_agent_on_this_machine_sends_its_sensors_with_each_heartbeat(tmp_path):
+    """The agent as it runs (its default reader of this machine's /sys): every heartbeat carries `sensors`, so a
+    control plane tells "measured nothing here" (this VM) from an older agent; the cards' HBM temperatures ride in
+    each GpuSample."""
+    config = AgentConfig(node_id="vm-node", state_dir=tmp_path / "state", heartbeat_interval=0.1,
+                         telemetry_interval=0.1)
+    control = ControlSide()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(lambda task_status: run_agent(config, control.connect, nvml=two_h200s(),
+                                                          task_status=task_status))
+        link = await control.links.receive()
+        beat = (await next_matching(link, lambda m: m.WhichOneof("body") == "heartbeat" and m.heartbeat.gpus)).heartbeat
+        nursery.cancel_scope.cancel()
+    assert beat.HasField("sensors")
+    assert [g.memory_temperature_celsius for g in beat.gpus] == [36.0, 36.0]
+    if not Path("/sys/class/hwmon").exists() and not Path("/sys/class/powercap").exists():   # this VM
+        assert not beat.sensors.cpu_package_celsius and not beat.sensors.cpu_package_watts
+        assert not beat.sensors.HasField("inlet_celsius")
