@@ -39,7 +39,7 @@ async def test_the_node_page_shows_packages_power_inlet_and_hbm():
     assert "coretemp.0 (Physical id 0) 55 °C" in packages and "coretemp.1 (Physical id 0) 57 °C" in packages
     assert "package-0 90.0 W" in packages
     assert "31.0 °C" in html.split('id="inlet">')[1].split("</dd>")[0]
-    assert '<span class="hbm">memory 36 °C</span>' in html
+    assert '<span class="hbm">HBM 36 °C</span>' in html
 
 
 async def test_a_node_that_measured_nothing_says_so():
