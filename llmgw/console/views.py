@@ -57,6 +57,7 @@ class GpuTile:
     foreign: bool
     mig: bool = False
     memory_temperature_celsius: float | None = None
+    unhealthy: str = ""
 
     @property
     def load(self) -> str:
@@ -105,6 +106,7 @@ def gpu_tiles(record: NodeRecord, now: float) -> list[GpuTile]:
             temperature_celsius=reading.temperature_celsius if reading else None,
             foreign=gpu.foreign_processes, mig=gpu.is_mig,
             memory_temperature_celsius=reading.memory_temperature_celsius if reading else None,
+            unhealthy=gpu.unhealthy,
         ))
     return tiles
 

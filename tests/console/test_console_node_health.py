@@ -56,3 +56,18 @@ async def test_a_healthy_card_says_ok_and_an_xid_of_no_card_is_listed_apart():
 async def test_a_node_without_a_health_report_shows_no_verdict():
     state_page = await node_page(None)
     assert 'id="health-0"' not in state_page and 'id="unattributed"' not in state_page
+
+
+async def test_the_gpu_map_marks_a_held_out_card_and_says_why():
+    state = state_with_one_gpu_node()
+    node = state.fleet.records()[0].state
+    registry, _ = state.fleet.register(node, 0.0, health=h200_with_a_fault())
+    console = Console(lambda: replace(state, fleet=registry), authorise=admin_only, history=no_history,
+                      clock=lambda: 1.0)
+    response = await console.app.test_client().get("/console/gpus", headers=BEARER)
+    page = html_lib.unescape(await response.get_data(as_text=True))
+    tile = page.split('id="tile-gpu1-0"')[0].rsplit("<a ", 1)[1] + page.split('id="tile-gpu1-0"')[1].split("</a>")[0]
+    assert "held-out" in tile and "held out: Xid 79, GPU has fallen off the bus" in tile
+    assert "out of placement: Xid 79, GPU has fallen off the bus: the machine needs a reboot" in tile   # the title
+    healthy = await node_page(NodeHealthReport())
+    assert "held-out" not in healthy
