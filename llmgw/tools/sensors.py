@@ -168,9 +168,9 @@ def energy_watts(before: RaplCounter, after: RaplCounter, seconds: float) -> flo
     """Mean power in watts between two readings of one zone `seconds` apart: the energy used over the time.
 
     The counter wraps to 0 past `max_energy_range_uj`: a reading lower than the one before counts the rest of the
-    range then the new value (one wrap; a period long enough to wrap twice cannot be told, RAPL's range is hours of
-    a package's power). None when either reading is absent, the time is not positive, or the counter went back
-    with no known range."""
+    range then the new value (one wrap; a period long enough to wrap twice cannot be told: both captures' range,
+    262 kJ, lasts about 20 minutes at 200 W, against readings seconds apart). None when either reading is absent,
+    the time is not positive, or the counter went back with no known range."""
     if before.energy_uj is None or after.energy_uj is None or seconds <= 0:
         return None
     used = after.energy_uj - before.energy_uj
