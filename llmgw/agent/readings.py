@@ -1,7 +1,8 @@
 """The agent's readings, taken every `telemetry_interval` and carried by every heartbeat (the latest one).
 
 One reading is: GPU telemetry (NVML, or `nvidia-smi -q -x` where there is no NVML), node CPU use, load and
-memory, and each shard's CPU cores and resident memory (/proc, see `llmgw.agent.reporting.Sampler`). Rates (CPU
+memory, the machine room's sensors (CPU package temperatures and power, board inlet: `llmgw.agent.sensors`, absent
+where not measured), and each shard's CPU cores and resident memory (/proc, see `llmgw.agent.reporting.Sampler`). Rates (CPU
 percent, cores, GPM metrics) are over the period since the previous reading. Heartbeats come every
 `heartbeat_interval` and carry the latest reading with the time it was taken (`Heartbeat.sampled_at`), so a
 reading repeated by two beats is dated, never passed off as new.
@@ -21,8 +22,10 @@ import trio
 
 from llmgw.agent import reporting
 from llmgw.agent.discovery import GpuSample
+from llmgw.agent.sensors import SysfsSensors
 from llmgw.agent.telemetry import GpuTelemetry, smi_samples
 from llmgw.tools.engine_metrics import EngineLoad
+from llmgw.tools.sensors import NodeSensors
 
 
 @dataclass(frozen=True)
@@ -30,13 +33,14 @@ class Reading:
     """One reading: /proc `samples`, GPU `gpus` (index order, ignored cards left out), when it was taken:
     `taken_at` on trio's clock and `unix_time` (seconds since the epoch, what `Heartbeat.sampled_at` carries);
     `engines` the engines' own load by shard id (`llmgw.agent.engine_load`; shards whose engine did not answer
-    are absent)."""
+    are absent); `sensors` hwmon and RAPL (empty where not measured)."""
 
     samples: reporting.Samples
     gpus: tuple[GpuSample, ...]
     taken_at: float
     unix_time: float
     engines: Mapping[str, EngineLoad] = field(default_factory=dict)
+    sensors: NodeSensors = NodeSensors()
 
 
 class Readings:
@@ -44,14 +48,17 @@ class Readings:
 
     `process_groups()` gives {shard id: process group id} of the shards to measure; `interval()` the seconds
     between readings (read before each wait, and again whenever `settings_changed()`'s event fires); `ignore()`
-    the `ignore_gpus` in force. `engine_loads()`, when given, reads the engines' own load with each reading.
+    the `ignore_gpus` in force. `engine_loads()`, when given, reads the engines' own load with each reading;
+    `sensors` reads hwmon and RAPL (default: this machine's /sys).
     """
 
     def __init__(self, telemetry: GpuTelemetry, process_groups: Callable[[], dict[str, int]],
                  interval: Callable[[], float], settings_changed: Callable[[], trio.Event],
                  ignore: Callable[[], tuple[str, ...]], smi: Callable[[], tuple[GpuSample, ...]] = smi_samples,
-                 engine_loads: Callable[[], Awaitable[Mapping[str, EngineLoad]]] | None = None):
+                 engine_loads: Callable[[], Awaitable[Mapping[str, EngineLoad]]] | None = None,
+                 sensors: SysfsSensors | None = None):
         self.telemetry = telemetry
+        self.sensors = sensors if sensors is not None else SysfsSensors()
         self._engine_loads = engine_loads
         self._process_groups = process_groups
         self._interval = interval
@@ -92,7 +99,8 @@ class Readings:
         else:
             gpus = ()
         engines = await self._engine_loads() if self._engine_loads is not None else {}
-        self.latest = Reading(samples, gpus, trio.current_time(), time.time(), engines)
+        sensors = self.sensors.read(time.monotonic())  # energy over real seconds, whatever trio's clock says
+        self.latest = Reading(samples, gpus, trio.current_time(), time.time(), engines, sensors)
         self.count += 1
         self._taken.set()
         return self.latest

@@ -18,6 +18,7 @@ from llmgw.agent.shards import ShardView
 from llmgw.agent.supervisor import ForeignEngine
 from llmgw.identity import ShardState
 from llmgw.tools.engine_metrics import LOAD_FIELDS, EngineLoad
+from llmgw.tools.sensors import NodeSensors, SensorValue
 from llmgw.wire import features, pb
 
 FEATURES: tuple[str, ...] = (
@@ -153,18 +154,36 @@ class Sampler:
         return Samples(cpu, node.load1, used, node.memory_available_bytes, shards)
 
 
+def _sensor(value: SensorValue) -> pb.SensorValue:
+    return pb.SensorValue(sensor=value.sensor, label=value.label, value=value.value)
+
+
+def sensors_message(sensors: NodeSensors) -> pb.NodeSensors:
+    """The pb NodeSensors of a reading's sensors; what was not measured is left out (an empty list, unset inlet)."""
+    message = pb.NodeSensors(cpu_package_celsius=[_sensor(v) for v in sensors.cpu_package_celsius],
+                             cpu_package_watts=[_sensor(v) for v in sensors.cpu_package_watts])
+    if sensors.inlet_celsius is not None:
+        message.inlet_celsius.CopyFrom(_sensor(sensors.inlet_celsius))
+    return message
+
+
 def heartbeat_message(
     samples: Samples, statuses: Iterable[pb.ShardStatus], engines_installed: Iterable[str],
     engines_installing: Iterable[str], now: float | None = None, gpus: Iterable[pb.GpuSample] = (),
     disk_free_bytes: int | None = None, engines: Mapping[str, EngineLoad] | None = None,
+    sensors: NodeSensors | None = None,
 ) -> pb.Heartbeat:
     """A Heartbeat with the full shard list (level-triggered) and this period's samples; unmeasured values unset.
     `gpus` are the GPU telemetry samples (none on a CPU node); `engines` the engines' own load by shard id, in
-    each shard's ProcessGroupSample (`engine`; fields the engine does not publish unset)."""
+    each shard's ProcessGroupSample (`engine`; fields the engine does not publish unset); `sensors` the machine
+    room's (always sent when given, so an empty one says "measured nothing" rather than "an older agent")."""
     beat = pb.Heartbeat(
         time=time.time() if now is None else now, shard_states=list(statuses), gpus=list(gpus),
         engines_installed=list(engines_installed), engines_installing=list(engines_installing),
     )
+    if sensors is not None:
+        beat.sensors.SetInParent()
+        beat.sensors.MergeFrom(sensors_message(sensors))
     if disk_free_bytes is not None:
         beat.disk_free_bytes = disk_free_bytes
     for name in ("cpu_percent", "load1", "memory_used_bytes", "memory_available_bytes"):

@@ -347,7 +347,7 @@ class _Session:
         beat = reporting.heartbeat_message(
             reading.samples, agent.shard_statuses(self._foreign_engines()), agent.engines_installed(),
             sorted(agent.installing), gpus=[pb.GpuSample(**g.pb_fields()) for g in reading.gpus],
-            engines=reading.engines,
+            engines=reading.engines, sensors=reading.sensors,
         )
         beat.sampled_at = min(beat.time, reading.unix_time)
         disk = free_bytes_under(agent.config.weights_path)

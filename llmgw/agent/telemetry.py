@@ -1,6 +1,7 @@
 """GPU telemetry every `telemetry_interval`: NVML readings per card, and GPM metrics on Hopper and newer.
 
-Per card: utilisation, memory used, power draw and limit, temperature, SM clock, clock-event reasons, volatile
+Per card: utilisation, memory used, power draw and limit, temperature (and the HBM's, where NVML's field
+NVML_FI_DEV_MEMORY_TEMP answers), SM clock, clock-event reasons, volatile
 uncorrected ECC errors. GPM (NVML's GPU Performance Monitoring: SM active, SM occupancy, tensor activity, DRAM
 bandwidth, each 0-100) is computed between two GPM samples a period apart: each call of `sample()` takes a new
 GPM sample and reports the metrics since the previous call, so the first call has none (absent, never 0). Cost
@@ -22,6 +23,8 @@ from llmgw.agent.discovery import GpuSample, load_nvml, parse_smi_xml, run_tool
 from llmgw.agent.discovery.node import ToolOutput
 
 _LOAD = object()
+# nvmlValueType_t -> the member of nvmlValue_t holding the value (nvml.h)
+_VALUE_MEMBERS = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
 # (GpuSample field, pynvml constant name) of the GPM metrics reported.
 GPM_METRICS = (
     ("sm_active_percent", "NVML_GPM_METRIC_SM_UTIL"),
@@ -112,6 +115,20 @@ class GpuTelemetry:
                 out[name] = float(metric.value)
         return out
 
+    def _memory_temperature(self, where: str, handle: Any) -> float | None:
+        """The card's memory (HBM) temperature in degrees C: NVML's field NVML_FI_DEV_MEMORY_TEMP through
+        `nvmlDeviceGetFieldValues` (one c_nvmlFieldValue_t: its own `nvmlReturn`, a `valueType` naming the member of
+        its `value` union). None where the card does not measure it (the field's return is not NVML_SUCCESS)."""
+        nvml = self._nvml
+        field_id = getattr(nvml, "NVML_FI_DEV_MEMORY_TEMP", None)
+        if field_id is None:
+            return None
+        got = self._call(where, "nvmlDeviceGetFieldValues", handle, [field_id])
+        if not got or int(got[0].nvmlReturn) != 0:
+            return None
+        member = _VALUE_MEMBERS.get(int(got[0].valueType))
+        return float(getattr(got[0].value, member)) if member is not None else None
+
     def foreign_pids(self, our_pids: Collection[int], skip: Collection[int] = ()) -> dict[int, tuple[int, ...]]:
         """{card index: processes on it now that llmgw did not start}, for every card not in `skip`. Cheap (one
         NVML process list per card): the agent calls it on every heartbeat, so a card held by another process
@@ -153,6 +170,7 @@ class GpuTelemetry:
                              nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nvml.NVML_VOLATILE_ECC)
             temperature = self._call(where, "nvmlDeviceGetTemperature", handle, nvml.NVML_TEMPERATURE_GPU)
             clock = self._call(where, "nvmlDeviceGetClockInfo", handle, nvml.NVML_CLOCK_SM)
+            memory_temperature = self._memory_temperature(where, handle)
             samples.append(GpuSample(
                 index=index,
                 utilization_percent=float(rates.gpu) if rates is not None else None,
@@ -163,6 +181,7 @@ class GpuTelemetry:
                 sm_clock_mhz=int(clock) if clock is not None else None,
                 clock_event_reasons=int(reasons) if reasons is not None else None,
                 ecc_uncorrected=int(ecc) if ecc is not None else None,
+                memory_temperature_celsius=memory_temperature,
                 **self._gpm(index, handle),
             ))
         return tuple(samples)

@@ -47,7 +47,9 @@ from llmgw.console.charts import day_columns, gpu_chart
 from llmgw.console.sessions import SESSION_TTL, Login, SessionBook, csrf_matches
 from llmgw.console.oidc import OidcClient, OidcError
 from llmgw.console.throttle import LoginThrottle
-from llmgw.console.views import MAP_COLOURINGS, cluster_view, gpu_tiles, load_class, models_view, node_row
+from llmgw.console.views import (
+    MAP_COLOURINGS, card_verdicts, cluster_view, gpu_tiles, load_class, models_view, node_row,
+)
 from llmgw.control.view import ControlState, PassRecord
 from llmgw.errors import TemporaryError, UsageError
 from llmgw.units import format_duration, format_size
@@ -377,7 +379,8 @@ class Console:
         readings = record.readings if record.readings is not None and record.readings.fresh(now) else None
         shard_readings = {s.shard_id: s for s in (readings.shards if readings else ())}
         return await self._page("node.html", "nodes", state=state, record=record, row=node_row(record, now),
-                                tiles=tiles, charts=charts, readings=readings, shard_readings=shard_readings)
+                                tiles=tiles, charts=charts, readings=readings, shard_readings=shard_readings,
+                                verdicts=card_verdicts(record))
 
     async def _logs(self, node_id: str) -> Any:
         state = self.snapshot()

@@ -56,6 +56,8 @@ class GpuTile:
     temperature_celsius: float | None
     foreign: bool
     mig: bool = False
+    memory_temperature_celsius: float | None = None
+    unhealthy: str = ""
 
     @property
     def load(self) -> str:
@@ -103,8 +105,18 @@ def gpu_tiles(record: NodeRecord, now: float) -> list[GpuTile]:
             power_limit_watts=reading.power_limit_watts if reading else None,
             temperature_celsius=reading.temperature_celsius if reading else None,
             foreign=gpu.foreign_processes, mig=gpu.is_mig,
+            memory_temperature_celsius=reading.memory_temperature_celsius if reading else None,
+            unhealthy=gpu.unhealthy,
         ))
     return tiles
+
+
+def card_verdicts(record: NodeRecord) -> dict[str, Any]:
+    """{device id of a whole card ("0"): its `CardVerdict`} from the node's last health report (level, findings with
+    their message and source, placeable); {} before the agent sent one."""
+    if record.health is None:
+        return {}
+    return {str(verdict.index): verdict for verdict in record.health.health.cards}
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,8 @@ def settings_published(watch: WatchState, lost_after: float | None,
 
     def transition(state: ControlState) -> tuple[ControlState, bool]:
         before = state.settings if state.settings is not None else watch.applied  # at start: the applied commit's
-        following = replace(state, watch=watch, fleet=state.fleet.with_limits(expiry, thresholds),
+        following = replace(state, watch=watch, fleet=state.fleet.with_limits(
+            expiry, thresholds, settings.cluster.max_inlet_celsius if settings else None),
                             canaries=canaries_for_settings(state.canaries, before, settings))
         return (following if notes is None else replace(following, restart_notes=notes)), True
 

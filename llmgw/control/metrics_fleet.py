@@ -18,6 +18,7 @@ from types import MappingProxyType
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from llmgw.control.metrics_engines import engine_families
+from llmgw.control.metrics_health import health_families
 from llmgw.control.readings import NodeReadings
 from llmgw.control.registry import FleetRegistry, NodeRecord
 from llmgw.identity import ShardState
@@ -70,7 +71,9 @@ def fleet_families(fleet: FleetRegistry, settings: Settings | None, now: float,
     out += [up, info, cores, memory]
     fresh = [(r, r.readings) for r in records if r.readings is not None and r.readings.fresh(now)]
     out += list(_node_readings(fresh, now))
+    out += list(_sensors(fresh))
     out += list(_gpus(fresh))
+    out += list(health_families(records))
     out += list(_shards(records, fresh))
     out += list(engine_families(fresh))
     out += list(_replicas(records, settings, wanted))
@@ -101,6 +104,26 @@ def _node_readings(fresh: list[tuple[NodeRecord, NodeReadings]], now: float) -> 
         yield family
 
 
+def _sensors(fresh: list[tuple[NodeRecord, NodeReadings]]) -> Iterator[Metric]:
+    """The machine room's sensors: one sample per CPU package (its hwmon chip, "coretemp.0") and RAPL package zone
+    ("package-0"), one inlet per node; a sensor the node did not measure has no sample (never 0)."""
+    temperature = GaugeMetricFamily("llmgw_node_cpu_package_temperature_celsius", "CPU package temperature (hwmon "
+                                    "coretemp / k10temp), degrees Celsius.", labels=["node", "sensor"])
+    power = GaugeMetricFamily("llmgw_node_cpu_package_power_watts", "CPU package power (RAPL energy counter over the "
+                              "last reading period), watts.", labels=["node", "zone"])
+    inlet = GaugeMetricFamily("llmgw_node_inlet_temperature_celsius", "The board's inlet temperature (hwmon input "
+                              "labelled inlet, ambient or SYSTIN), degrees Celsius.", labels=NODE)
+    for record, readings in fresh:
+        sensors = readings.sensors
+        for value in sensors.cpu_package_celsius:
+            temperature.add_metric([record.node_id, value.sensor], value.value)
+        for value in sensors.cpu_package_watts:
+            power.add_metric([record.node_id, value.sensor], value.value)
+        if sensors.inlet_celsius is not None:
+            inlet.add_metric([record.node_id], sensors.inlet_celsius.value)
+    yield from (temperature, power, inlet)
+
+
 def _ratio(percent: float | None) -> float | None:
     return None if percent is None else percent / 100.0
 
@@ -114,6 +137,8 @@ def _gpus(fresh: list[tuple[NodeRecord, NodeReadings]]) -> Iterator[Metric]:
         ("llmgw_gpu_power_watts", "Power draw, watts.", lambda g, d: g.power_draw_watts),
         ("llmgw_gpu_power_limit_watts", "Enforced power limit, watts.", lambda g, d: g.power_limit_watts),
         ("llmgw_gpu_temperature_celsius", "GPU temperature, degrees Celsius.", lambda g, d: g.temperature_celsius),
+        ("llmgw_gpu_memory_temperature_celsius", "GPU memory (HBM) temperature where the card measures it, degrees "
+         "Celsius.", lambda g, d: g.memory_temperature_celsius),
         ("llmgw_gpu_sm_clock_hertz", "SM clock, hertz.",
          lambda g, d: None if g.sm_clock_mhz is None else g.sm_clock_mhz * 1e6),
         ("llmgw_gpu_sm_active_ratio", "GPM: share of SM cycles with a warp resident, 0-1 (Hopper and newer).",

@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, fields
 
 from llmgw.tools.devices import GpuSample
 from llmgw.tools.engine_metrics import EngineLoad
+from llmgw.tools.sensors import NodeSensors
 
 READING_MAX_AGE = 60.0
 """Seconds after which a node's readings are absent, never repeated (issue 9: "older than 60 s is absent")."""
@@ -34,7 +35,8 @@ class NodeReadings:
 
     `at`: control-plane clock seconds when it arrived; `agent_time`: unix seconds at the agent when taken.
     `cpu_percent` 0-100 of all cores; `load1` the 1-minute load average; memory and disk in bytes (disk: free
-    under the weights directory).
+    under the weights directory); `sensors` the machine room's (CPU package temperatures and power, board inlet;
+    empty where the node measured none, or its agent is older than issue 42).
     """
 
     at: float
@@ -46,6 +48,7 @@ class NodeReadings:
     disk_free_bytes: int | None = None
     gpus: tuple[GpuSample, ...] = ()
     shards: tuple[ShardReading, ...] = ()
+    sensors: NodeSensors = NodeSensors()
 
     def age(self, now: float) -> float:
         """Seconds since these readings arrived (`now` on the same clock as `at`)."""
@@ -69,6 +72,7 @@ class NodeReadings:
             "memory_available_bytes": self.memory_available_bytes,
             "disk_free_bytes": self.disk_free_bytes,
             "gpus": [gpu.to_json() for gpu in self.gpus],
+            "sensors": self.sensors.to_json(),
             "shards": {s.shard_id: {"cpu_cores_used": s.cpu_cores_used,
                                     "resident_memory_bytes": s.resident_memory_bytes,
                                     "engine": asdict(s.engine) if s.engine is not None else None}

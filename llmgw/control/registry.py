@@ -9,6 +9,7 @@ Placement-relevant (what wakes the planner and rebuilds the routing table; writt
 - a shard's state, port or fingerprint, or a node's installed / installing engines;
 - a card held or released by a process llmgw did not start (judged on every heartbeat);
 - a card's free memory crossing what a model of the catalog needs per GPU (`memory_thresholds`);
+- a node's board inlet crossing `serving.max_inlet_celsius` (`llmgw.plan.cordons.inlet_verdict`);
 - a card's health verdict taking it out of placement or giving it back, or a node's NVLink domain or InfiniBand
   adapters changing (`llmgw.control.health`).
 Readings alone (utilisation, power, temperatures, CPU, memory, disk, shard cores, engine counters) replace the
@@ -43,6 +44,7 @@ from llmgw.control.engine_speeds import MeasuredSpeed, next_node_speeds
 from llmgw.control.health import apply_health, with_interconnect
 from llmgw.control.readings import NodeReadings
 from llmgw.tools.node_report import NodeHealthReport
+from llmgw.plan.cordons import inlet_verdict
 from llmgw.plan.types import Fleet, GpuState, MemoryBandwidth, NodeState, ObservedShard
 from llmgw.identity import EngineState
 
@@ -158,13 +160,16 @@ class FleetRegistry:
     (given `memory_thresholds` are the catalog's), which lets `llmgw.control.deciding.decide` reuse its last plan.
     """
 
-    __slots__ = ("lost_after", "memory_thresholds", "revision", "line", "_records", "_order", "_expiry_floor")
+    __slots__ = ("lost_after", "memory_thresholds", "max_inlet_celsius", "revision", "line", "_records", "_order",
+                 "_expiry_floor")
 
     def __init__(self, lost_after: float, memory_thresholds: tuple[int, ...] = (),
                  records: Mapping[str, NodeRecord] | HashTrieMap | None = None, *, revision: int = 0,
-                 line: object = None, _order: tuple[str, ...] | None = None, _expiry_floor: float | None = None):
+                 line: object = None, _order: tuple[str, ...] | None = None, _expiry_floor: float | None = None,
+                 max_inlet_celsius: float | None = None):
         self.lost_after = lost_after
         self.memory_thresholds = memory_thresholds
+        self.max_inlet_celsius = max_inlet_celsius
         self.revision = revision
         self.line = line if line is not None else object()
         self._records: HashTrieMap = records if isinstance(records, HashTrieMap) else HashTrieMap(dict(records or {}))
@@ -182,18 +187,23 @@ class FleetRegistry:
         if floor is not None and not record.lost:
             floor = min(floor, record.last_seen + self.lost_after)  # stays a lower bound (see `next_expiry`)
         return FleetRegistry(self.lost_after, self.memory_thresholds, self._records.insert(node_id, record),
-                             revision=self.revision + planning, line=self.line, _order=order, _expiry_floor=floor)
+                             revision=self.revision + planning, line=self.line, _order=order, _expiry_floor=floor,
+                             max_inlet_celsius=self.max_inlet_celsius)
 
-    def with_limits(self, lost_after: float, memory_thresholds: tuple[int, ...]) -> FleetRegistry:
-        """The same records under another `lost_after` (seconds) and catalog memory thresholds (bytes)."""
-        if lost_after == self.lost_after and memory_thresholds == self.memory_thresholds:
+    def with_limits(self, lost_after: float, memory_thresholds: tuple[int, ...],
+                    max_inlet_celsius: float | None = None) -> FleetRegistry:
+        """The same records under another `lost_after` (seconds), catalog memory thresholds (bytes) and inlet limit
+        (`serving.max_inlet_celsius`, degrees C; a node's verdict follows at its next heartbeat)."""
+        if (lost_after == self.lost_after and memory_thresholds == self.memory_thresholds
+                and max_inlet_celsius == self.max_inlet_celsius):
             return self
         return FleetRegistry(lost_after, memory_thresholds, self._records, revision=self.revision + 1,
-                             line=self.line, _order=self._order)
+                             line=self.line, _order=self._order, max_inlet_celsius=max_inlet_celsius)
 
     def __eq__(self, other: object) -> bool:
         return (isinstance(other, FleetRegistry) and self.lost_after == other.lost_after
-                and self.memory_thresholds == other.memory_thresholds and self._records == other._records)
+                and self.memory_thresholds == other.memory_thresholds
+                and self.max_inlet_celsius == other.max_inlet_celsius and self._records == other._records)
 
     __hash__ = None  # type: ignore[assignment]
 
@@ -309,6 +319,11 @@ class FleetRegistry:
             state = replace(state, memory_bandwidth=memory_bandwidth)
         if slurm_job_steps is not None and slurm_job_steps != state.slurm_job_steps:
             state = replace(state, slurm_job_steps=slurm_job_steps)
+        if readings is not None:
+            hot = inlet_verdict(readings.sensors.inlet_celsius.value if readings.sensors.inlet_celsius else None,
+                                self.max_inlet_celsius)
+            if hot != state.inlet_too_hot:
+                state = replace(state, inlet_too_hot=hot)
         gpus_changed = False
         if readings is not None and readings.gpus:
             gpus, gpus_changed = apply_gpu_readings(state.gpus, readings, self.memory_thresholds)
@@ -340,6 +355,7 @@ class FleetRegistry:
             or old.state.engines_installed != state.engines_installed
             or old.state.engines_installing != state.engines_installing
             or old.state.slurm_job_steps != state.slurm_job_steps
+            or old.state.inlet_too_hot != state.inlet_too_hot
         )
         planning = (changed or old.state.shards != state.shards
                     or old.state.memory_bandwidth is not state.memory_bandwidth)
@@ -420,7 +436,7 @@ class FleetRegistry:
         for node_id in lost:
             records = records.insert(node_id, replace(records[node_id], lost=True, connected=False))
         registry = FleetRegistry(self.lost_after, self.memory_thresholds, records, revision=self.revision + 1,
-                                 line=self.line, _order=self._order)
+                                 line=self.line, _order=self._order, max_inlet_celsius=self.max_inlet_celsius)
         return registry, tuple(sorted(lost))
 
     def next_expiry(self) -> float | None:

@@ -21,6 +21,7 @@ from llmgw.identity import ShardState
 from llmgw.plan.types import Fleet, GpuState, MemoryBandwidth, NodeState, ObservedShard
 from llmgw.settings.model import Settings
 from llmgw.tools.engine_metrics import LOAD_FIELDS, EngineLoad
+from llmgw.tools.sensors import NodeSensors, SensorValue
 
 _STATES = {s.value: s for s in ShardState}
 
@@ -120,7 +121,19 @@ def readings_from_heartbeat(beat, now: float) -> NodeReadings:
         load1=_optional(beat, "load1"), memory_used_bytes=_optional(beat, "memory_used_bytes"),
         memory_available_bytes=_optional(beat, "memory_available_bytes"),
         disk_free_bytes=_optional(beat, "disk_free_bytes"), gpus=gpus, shards=shards,
+        sensors=sensors_from_message(beat.sensors) if _has(beat, "sensors") else NodeSensors(),
     )
+
+
+def _sensor(value) -> SensorValue:
+    return SensorValue(value.sensor, value.label, float(value.value))
+
+
+def sensors_from_message(message) -> NodeSensors:
+    """The `NodeSensors` of a pb `NodeSensors` (an unset inlet: None)."""
+    return NodeSensors(tuple(_sensor(v) for v in message.cpu_package_celsius),
+                       tuple(_sensor(v) for v in message.cpu_package_watts),
+                       _sensor(message.inlet_celsius) if message.HasField("inlet_celsius") else None)
 
 
 def _engine_load(load) -> EngineLoad:

@@ -99,6 +99,7 @@ class NodeState:
     `interconnect` its NVLink domain and InfiniBand adapters (empty before its first health report).
     `memory_bandwidth` what its agent's bandwidth probe measured once per boot (None: not measured, or an agent
     started without the probe).
+    `inlet_too_hot` why its board inlet keeps new replicas off (`llmgw.plan.cordons.inlet_verdict`; "" when not).
     """
 
     node_id: str
@@ -117,6 +118,7 @@ class NodeState:
     slurm_job_steps: int = 0
     interconnect: Interconnect = Interconnect()
     memory_bandwidth: MemoryBandwidth | None = None
+    inlet_too_hot: str = ""
 
 
 @dataclass(frozen=True)

@@ -100,6 +100,8 @@ def build_cluster(data: Mapping[str, Any]) -> ClusterSettings:
         allow_empty=bool(serving.get("allow_empty", False)),
         cordoned=tuple(sorted(set(serving.get("cordoned", ())))),
         drained=tuple(sorted(set(serving.get("drained", ())))),
+        max_inlet_celsius=(float(serving["max_inlet_celsius"]) if serving.get("max_inlet_celsius") is not None
+                           else None),
         currency=prices.get("currency", "USD"),
         gpu_hour_cost=MappingProxyType({k: float(v) for k, v in prices.get("gpu_hour_cost", {}).items()}),
         max_request_body_bytes=parse_size(data.get("limits", {}).get("max_request_body", defaults.max_request_body_bytes)),

@@ -87,7 +87,8 @@ class ClusterSettings:
     GPU-hours and core-hours per project (llmgw.store.gpu_hours); a model's requests are priced by its own `prices`.
     `store` is the runtime store the control plane opens (`llmgw server --store URL` overrides it).
     `cordoned`: node ids that get no new replica; `drained`: node ids whose replicas are placed elsewhere first,
-    then stopped (`llmgw node cordon|uncordon|drain`), both sorted.
+    then stopped (`llmgw node cordon|uncordon|drain`), both sorted. `max_inlet_celsius` (`serving.max_inlet_celsius`,
+    degrees C; None: no limit): a node whose board inlet reads above it gets no new replica (llmgw.plan.cordons).
     `control_planes`: every control plane's agents address ("host:port"), told to every agent (which connects to
     each: see docs/ha.md); empty with one control plane.
     `max_surge`: per model, how many replaced replicas may run their new shard beside the old one at once.
@@ -115,6 +116,7 @@ class ClusterSettings:
     allow_empty: bool = False
     cordoned: tuple[str, ...] = ()
     drained: tuple[str, ...] = ()
+    max_inlet_celsius: float | None = None
     currency: str = "USD"
     gpu_hour_cost: Mapping[str, float] = field(default_factory=frozen_map)
     max_request_body_bytes: int = 10 * 1024 * 1024

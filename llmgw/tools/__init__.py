@@ -28,6 +28,9 @@ and say so. Modules, one per tool:
   (nodes by NVLink domain and InfiniBand fabric, and what is outside them).
 - `memory_bandwidth`: `MemoryBandwidth` (a node's memory read bandwidth, one core and all cores, as the agent's probe
   reports it once per boot: what a CPU replica's speed is estimated from).
+- `sensors`: the machine room from sysfs text: `parse_hwmon_chip -> HwmonChip`, `cpu_package_temperatures`,
+  `inlet_temperature`, `parse_rapl_zone -> RaplCounter`, `energy_watts` (RAPL counters to watts, wrap-around
+  handled); `NodeSensors`, `SensorValue` (what a heartbeat carries).
 - `devices` (GpuDevice, GpuReport, GpuSample), `gpuclass` (gpu_class, mig_class, ...), `values` (placeholders,
   units, `ParseError`, `command_body`).
 """
@@ -53,6 +56,10 @@ from llmgw.tools.nvidia_smi_health import (
 from llmgw.tools.node_report import NodeHealthReport
 from llmgw.tools.nvidia_topo import GpuLinks, Topology, parse_topo_matrix
 from llmgw.tools.perftest import BwResult, BwRow, parse_perftest_bw
+from llmgw.tools.sensors import (
+    HwmonChip, HwmonTemp, NodeSensors, RaplCounter, SensorValue, cpu_package_temperatures, energy_watts,
+    inlet_temperature, parse_hwmon_chip, parse_rapl_zone,
+)
 from llmgw.tools.sminfo import SubnetManager, fabric_id, parse_saquery_smir, parse_sminfo
 from llmgw.tools.values import ParseError, command_body
 from llmgw.tools.xid import XidAction, XidInfo, classify_xid, xid_info
@@ -69,5 +76,7 @@ __all__ = [
     "parse_nvlink_status", "parse_pcie_bandwidth", "parse_perftest_bw", "parse_saquery_smir", "parse_smi_health",
     "parse_smi_list", "parse_smi_xml", "parse_sminfo", "parse_topo_matrix", "parse_xids", "pcie_bandwidth_findings",
     "pcie_findings", "rate_gbps", "smi_xml_root", "xid_findings", "xid_info", "nvlink_error_findings",
-    "with_card_findings", "adapter_leaves", "node_guid", "switch_tiers", "ImexDomain", "ImexNode", "imex_ready", "parse_imex_status",
+    "with_card_findings", "HwmonChip", "HwmonTemp", "NodeSensors", "RaplCounter", "SensorValue",
+    "cpu_package_temperatures", "energy_watts", "inlet_temperature", "parse_hwmon_chip", "parse_rapl_zone",
+    "adapter_leaves", "node_guid", "switch_tiers", "ImexDomain", "ImexNode", "imex_ready", "parse_imex_status",
 ]

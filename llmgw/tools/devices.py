@@ -131,6 +131,8 @@ class GpuSample:
     ECC errors since the driver loaded. GPM metrics (Hopper and newer, 0-100) need two readings a period apart, so
     they are None in the first sample. `foreign_pids` are the processes on the card now that llmgw did not start
     (judged on every sample, so a card comes back to placement as soon as such a process exits).
+    `memory_temperature_celsius` the memory's (HBM) temperature where the card measures it (NVML's field
+    NVML_FI_DEV_MEMORY_TEMP, nvidia-smi's "Memory Current Temp"); None on cards that do not (GDDR boards say N/A).
     """
 
     index: int
@@ -147,6 +149,7 @@ class GpuSample:
     tensor_active_percent: float | None = None
     dram_bandwidth_percent: float | None = None
     foreign_pids: tuple[int, ...] = ()
+    memory_temperature_celsius: float | None = None
 
     def pb_fields(self) -> dict:
         """Keyword arguments for `llmgw.wire.pb.GpuSample(**fields)`, None values left out (absent on the wire)."""

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 from llmgw.tools.kernel_log import PcieBandwidthNote, XidEvent
 from llmgw.tools.nvidia_nvlink import NvLinkCard
-from llmgw.tools.nvidia_smi_health import CardHealth, PcieLink
+from llmgw.tools.nvidia_smi_health import CardHealth, PcieLink, RemappedRows
 from llmgw.tools.xid import XidAction, classify_xid
 
 # GB/s per lane and direction, by PCIe generation.
@@ -221,20 +221,36 @@ def xid_findings(events: Iterable[XidEvent]) -> tuple[Finding, ...]:
     return tuple(findings)
 
 
+def _remap_counts(rows: RemappedRows | None) -> str:
+    """" (rows remapped: 0 for correctable, 0 for uncorrectable errors; 2 banks without a spare row)" as far as
+    known, the evidence behind a remap finding; "" when nothing is known."""
+    if rows is None:
+        return ""
+    parts = []
+    if rows.correctable is not None or rows.uncorrectable is not None:
+        known = [f"{n} for {kind} errors" for n, kind in ((rows.correctable, "correctable"),
+                                                          (rows.uncorrectable, "uncorrectable")) if n is not None]
+        parts.append("rows remapped: " + ", ".join(known))
+    if rows.banks_without_spare:
+        parts.append(f"{rows.banks_without_spare} banks without a spare row")
+    return f" ({'; '.join(parts)})" if parts else ""
+
+
 def memory_findings(card: CardHealth) -> tuple[Finding, ...]:
     """Remapped rows (pending: warn; failure: fail), retired pages (pending: warn) and uncorrectable ECC errors
     since the driver loaded (warn)."""
     findings = []
     rows = card.remapped_rows
+    counts = _remap_counts(rows)
     if rows is not None and rows.failure:
         findings.append(Finding(Level.FAIL, "remap-failure",
                                 "row remapping failed: the card's memory has errors it cannot repair; it needs "
-                                "service (RMA)", "nvidia-smi -q -x: remapped_rows/remapped_row_failure",
+                                f"service (RMA){counts}", "nvidia-smi -q -x: remapped_rows/remapped_row_failure",
                                 blocks_placement=True))
     if rows is not None and rows.pending:
         findings.append(Finding(Level.WARN, "remap-pending",
                                 "a memory row remap waits for a GPU reset: reset the card (nvidia-smi -r) when it "
-                                "is idle", "nvidia-smi -q -x: remapped_rows/remapped_row_pending"))
+                                f"is idle{counts}", "nvidia-smi -q -x: remapped_rows/remapped_row_pending"))
     pages = card.retired_pages
     if pages is not None and pages.pending:
         findings.append(Finding(Level.WARN, "retire-pending",

@@ -200,6 +200,7 @@ def _sample(gpu: ET.Element, index: int, limit: float | None) -> GpuSample:
         power_draw_watts=_power(gpu, "instant_power_draw", "power_draw", "average_power_draw"),
         power_limit_watts=limit,
         temperature_celsius=values.number(_text(gpu, "temperature/gpu_temp")),
+        memory_temperature_celsius=values.number(_text(gpu, "temperature/memory_temp")),
         sm_clock_mhz=values.integer(_text(gpu, "clocks/sm_clock")),
         clock_event_reasons=_clock_events(gpu),
         ecc_uncorrected=_ecc_uncorrected(gpu),

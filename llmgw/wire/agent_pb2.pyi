@@ -164,7 +164,7 @@ class Register(_message.Message):
     def __init__(self, node_id: _Optional[str] = ..., address: _Optional[str] = ..., os: _Optional[str] = ..., arch: _Optional[str] = ..., cpu_model: _Optional[str] = ..., cpu_cores: _Optional[int] = ..., cpu_flags: _Optional[_Iterable[str]] = ..., memory_total_bytes: _Optional[int] = ..., disk_free_bytes: _Optional[int] = ..., gpus: _Optional[_Iterable[_Union[Gpu, _Mapping]]] = ..., engines_installed: _Optional[_Iterable[str]] = ..., engines_installable: _Optional[_Iterable[str]] = ..., features: _Optional[_Iterable[str]] = ..., shards: _Optional[_Iterable[_Union[ShardStatus, _Mapping]]] = ..., agent_version: _Optional[str] = ..., warnings: _Optional[_Iterable[str]] = ..., labels: _Optional[_Mapping[str, str]] = ..., node_secret: _Optional[str] = ..., release_key_id: _Optional[str] = ..., health: _Optional[_Union[HealthReport, _Mapping]] = ...) -> None: ...
 
 class GpuSample(_message.Message):
-    __slots__ = ("index", "utilization_percent", "memory_used_bytes", "power_draw_watts", "power_limit_watts", "temperature_celsius", "sm_clock_mhz", "clock_event_reasons", "ecc_uncorrected", "sm_active_percent", "sm_occupancy_percent", "tensor_active_percent", "dram_bandwidth_percent", "foreign_pids")
+    __slots__ = ("index", "utilization_percent", "memory_used_bytes", "power_draw_watts", "power_limit_watts", "temperature_celsius", "sm_clock_mhz", "clock_event_reasons", "ecc_uncorrected", "sm_active_percent", "sm_occupancy_percent", "tensor_active_percent", "dram_bandwidth_percent", "foreign_pids", "memory_temperature_celsius")
     INDEX_FIELD_NUMBER: _ClassVar[int]
     UTILIZATION_PERCENT_FIELD_NUMBER: _ClassVar[int]
     MEMORY_USED_BYTES_FIELD_NUMBER: _ClassVar[int]
@@ -179,6 +179,7 @@ class GpuSample(_message.Message):
     TENSOR_ACTIVE_PERCENT_FIELD_NUMBER: _ClassVar[int]
     DRAM_BANDWIDTH_PERCENT_FIELD_NUMBER: _ClassVar[int]
     FOREIGN_PIDS_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_TEMPERATURE_CELSIUS_FIELD_NUMBER: _ClassVar[int]
     index: int
     utilization_percent: float
     memory_used_bytes: int
@@ -193,7 +194,8 @@ class GpuSample(_message.Message):
     tensor_active_percent: float
     dram_bandwidth_percent: float
     foreign_pids: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, index: _Optional[int] = ..., utilization_percent: _Optional[float] = ..., memory_used_bytes: _Optional[int] = ..., power_draw_watts: _Optional[float] = ..., power_limit_watts: _Optional[float] = ..., temperature_celsius: _Optional[float] = ..., sm_clock_mhz: _Optional[int] = ..., clock_event_reasons: _Optional[int] = ..., ecc_uncorrected: _Optional[int] = ..., sm_active_percent: _Optional[float] = ..., sm_occupancy_percent: _Optional[float] = ..., tensor_active_percent: _Optional[float] = ..., dram_bandwidth_percent: _Optional[float] = ..., foreign_pids: _Optional[_Iterable[int]] = ...) -> None: ...
+    memory_temperature_celsius: float
+    def __init__(self, index: _Optional[int] = ..., utilization_percent: _Optional[float] = ..., memory_used_bytes: _Optional[int] = ..., power_draw_watts: _Optional[float] = ..., power_limit_watts: _Optional[float] = ..., temperature_celsius: _Optional[float] = ..., sm_clock_mhz: _Optional[int] = ..., clock_event_reasons: _Optional[int] = ..., ecc_uncorrected: _Optional[int] = ..., sm_active_percent: _Optional[float] = ..., sm_occupancy_percent: _Optional[float] = ..., tensor_active_percent: _Optional[float] = ..., dram_bandwidth_percent: _Optional[float] = ..., foreign_pids: _Optional[_Iterable[int]] = ..., memory_temperature_celsius: _Optional[float] = ...) -> None: ...
 
 class ProcessGroupSample(_message.Message):
     __slots__ = ("shard_id", "cpu_cores_used", "resident_memory_bytes", "engine")
@@ -240,7 +242,7 @@ class EngineLoad(_message.Message):
     def __init__(self, requests_running: _Optional[float] = ..., requests_waiting: _Optional[float] = ..., kv_cache_usage: _Optional[float] = ..., prompt_tokens_total: _Optional[float] = ..., generation_tokens_total: _Optional[float] = ..., prefix_cache_hits_total: _Optional[float] = ..., prefix_cache_queries_total: _Optional[float] = ..., prefill_seconds_total: _Optional[float] = ..., prefill_tokens_total: _Optional[float] = ..., decode_seconds_total: _Optional[float] = ..., decode_tokens_total: _Optional[float] = ..., decode_requests_total: _Optional[float] = ..., steps_total: _Optional[float] = ..., busy_slots_per_step: _Optional[float] = ...) -> None: ...
 
 class Heartbeat(_message.Message):
-    __slots__ = ("time", "gpus", "cpu_percent", "load1", "memory_used_bytes", "memory_available_bytes", "shards", "shard_states", "engines_installed", "engines_installing", "sampled_at", "disk_free_bytes", "health", "slurm", "firewall", "memory_bandwidth")
+    __slots__ = ("time", "gpus", "cpu_percent", "load1", "memory_used_bytes", "memory_available_bytes", "shards", "shard_states", "engines_installed", "engines_installing", "sampled_at", "disk_free_bytes", "health", "slurm", "firewall", "memory_bandwidth", "sensors")
     TIME_FIELD_NUMBER: _ClassVar[int]
     GPUS_FIELD_NUMBER: _ClassVar[int]
     CPU_PERCENT_FIELD_NUMBER: _ClassVar[int]
@@ -257,6 +259,7 @@ class Heartbeat(_message.Message):
     SLURM_FIELD_NUMBER: _ClassVar[int]
     FIREWALL_FIELD_NUMBER: _ClassVar[int]
     MEMORY_BANDWIDTH_FIELD_NUMBER: _ClassVar[int]
+    SENSORS_FIELD_NUMBER: _ClassVar[int]
     time: float
     gpus: _containers.RepeatedCompositeFieldContainer[GpuSample]
     cpu_percent: float
@@ -273,7 +276,28 @@ class Heartbeat(_message.Message):
     slurm: SlurmReport
     firewall: FirewallReport
     memory_bandwidth: MemoryBandwidth
-    def __init__(self, time: _Optional[float] = ..., gpus: _Optional[_Iterable[_Union[GpuSample, _Mapping]]] = ..., cpu_percent: _Optional[float] = ..., load1: _Optional[float] = ..., memory_used_bytes: _Optional[int] = ..., memory_available_bytes: _Optional[int] = ..., shards: _Optional[_Iterable[_Union[ProcessGroupSample, _Mapping]]] = ..., shard_states: _Optional[_Iterable[_Union[ShardStatus, _Mapping]]] = ..., engines_installed: _Optional[_Iterable[str]] = ..., engines_installing: _Optional[_Iterable[str]] = ..., sampled_at: _Optional[float] = ..., disk_free_bytes: _Optional[int] = ..., health: _Optional[_Union[HealthReport, _Mapping]] = ..., slurm: _Optional[_Union[SlurmReport, _Mapping]] = ..., firewall: _Optional[_Union[FirewallReport, _Mapping]] = ..., memory_bandwidth: _Optional[_Union[MemoryBandwidth, _Mapping]] = ...) -> None: ...
+    sensors: NodeSensors
+    def __init__(self, time: _Optional[float] = ..., gpus: _Optional[_Iterable[_Union[GpuSample, _Mapping]]] = ..., cpu_percent: _Optional[float] = ..., load1: _Optional[float] = ..., memory_used_bytes: _Optional[int] = ..., memory_available_bytes: _Optional[int] = ..., shards: _Optional[_Iterable[_Union[ProcessGroupSample, _Mapping]]] = ..., shard_states: _Optional[_Iterable[_Union[ShardStatus, _Mapping]]] = ..., engines_installed: _Optional[_Iterable[str]] = ..., engines_installing: _Optional[_Iterable[str]] = ..., sampled_at: _Optional[float] = ..., disk_free_bytes: _Optional[int] = ..., health: _Optional[_Union[HealthReport, _Mapping]] = ..., slurm: _Optional[_Union[SlurmReport, _Mapping]] = ..., firewall: _Optional[_Union[FirewallReport, _Mapping]] = ..., memory_bandwidth: _Optional[_Union[MemoryBandwidth, _Mapping]] = ..., sensors: _Optional[_Union[NodeSensors, _Mapping]] = ...) -> None: ...
+
+class SensorValue(_message.Message):
+    __slots__ = ("sensor", "label", "value")
+    SENSOR_FIELD_NUMBER: _ClassVar[int]
+    LABEL_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    sensor: str
+    label: str
+    value: float
+    def __init__(self, sensor: _Optional[str] = ..., label: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+
+class NodeSensors(_message.Message):
+    __slots__ = ("cpu_package_celsius", "cpu_package_watts", "inlet_celsius")
+    CPU_PACKAGE_CELSIUS_FIELD_NUMBER: _ClassVar[int]
+    CPU_PACKAGE_WATTS_FIELD_NUMBER: _ClassVar[int]
+    INLET_CELSIUS_FIELD_NUMBER: _ClassVar[int]
+    cpu_package_celsius: _containers.RepeatedCompositeFieldContainer[SensorValue]
+    cpu_package_watts: _containers.RepeatedCompositeFieldContainer[SensorValue]
+    inlet_celsius: SensorValue
+    def __init__(self, cpu_package_celsius: _Optional[_Iterable[_Union[SensorValue, _Mapping]]] = ..., cpu_package_watts: _Optional[_Iterable[_Union[SensorValue, _Mapping]]] = ..., inlet_celsius: _Optional[_Union[SensorValue, _Mapping]] = ...) -> None: ...
 
 class MemoryBandwidth(_message.Message):
     __slots__ = ("one_core_bytes_per_second", "all_cores_bytes_per_second", "threads", "seconds")

@@ -14,11 +14,13 @@ RULES = DEPLOY / "prometheus" / "alerts.yaml"
 RULE_TESTS = DEPLOY / "prometheus" / "alerts.test.yaml"
 ALERTS = ("LlmgwNodeLost", "LlmgwReplicaFailing", "LlmgwReplicaRestarting", "LlmgwModelWithoutReadyReplica",
           "LlmgwSettingsCommitRejected", "LlmgwNotConverged", "LlmgwGpuEccErrors", "LlmgwGpuHeldByForeignProcess",
-          "LlmgwGpuPowerAtLimit", "LlmgwQuotaRejecting")
+          "LlmgwGpuPowerAtLimit", "LlmgwQuotaRejecting", "LlmgwGpuOutOfPlacement", "LlmgwGpuXid",
+          "LlmgwGpuXidUnattributed", "LlmgwGpuRowRemapPending", "LlmgwGpuRowRemapFailure", "LlmgwGpuPcieDegraded",
+          "LlmgwNvlinkFabricFinding", "LlmgwImexDown", "LlmgwInfinibandPortDown")
 
 
 def test_the_alert_rules_pass_promtool_check_rules():
-    assert "SUCCESS: 15 rules found" in promtool("check", "rules", str(RULES))
+    assert "SUCCESS: 24 rules found" in promtool("check", "rules", str(RULES))
 
 
 def test_every_alert_has_a_unit_test_and_the_unit_tests_pass():
@@ -32,6 +34,9 @@ def test_every_alert_has_a_unit_test_and_the_unit_tests_pass():
     ("for: 10m\n        labels: {severity: warning}", "for: 1m\n        labels: {severity: warning}"),
     ("llmgw_gpu_foreign_processes > 0", "llmgw_gpu_foreign_processes > 1"),
     ("increase(llmgw_shard_restarts_total[15m]) >= 3", "increase(llmgw_shard_restarts_total[15m]) >= 4"),
+    ('llmgw_gpu_health_findings{code="xid"} > 0', 'llmgw_gpu_health_findings{code="xid", level="fail"} > 0'),
+    ('code=~"pcie-width|pcie-gen|pcie-limited"', 'code=~"pcie-gen|pcie-limited"'),
+    ("llmgw_fabric_imex_up == 0\n        for: 5m", "llmgw_fabric_imex_up == 0\n        for: 10m"),
 ])
 def test_a_weakened_rule_fails_its_unit_test(tmp_path, rule, weakened):
     text = RULES.read_text()

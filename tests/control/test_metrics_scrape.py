@@ -52,6 +52,9 @@ async def test_one_scrape_shows_the_node_its_gpu_the_replica_the_passes_and_the_
         assert value(found, "llmgw_gpu_foreign_processes", **gpu) == 0
         assert value(found, "llmgw_gpu_ecc_uncorrected_errors_total", **gpu) == 0
         assert value(found, "llmgw_gpu_clock_event_active", reason="hw_slowdown", **gpu) in (0, 1)
+        assert value(found, "llmgw_gpu_memory_temperature_celsius", **gpu) == 36.0  # the H200's HBM
+        assert value(found, "llmgw_gpu_health_placeable", node="n1", gpu="0") == 1
+        assert value(found, "llmgw_gpu_health_level", node="n1", gpu="0") == 0
         shard = {"node": "n1", "model": "tiny", "replica": "tiny-0"}
         assert value(found, "llmgw_shard_state", state="ready", **shard) == 1
         assert value(found, "llmgw_shard_state", state="failed", **shard) == 0

@@ -1,5 +1,6 @@
 """Cordoned, drained and lent nodes (llmgw.plan.cordons): no new replica goes there, and a drained or lent node's
-replicas are placed elsewhere before they stop."""
+replicas are placed elsewhere before they stop. A node whose inlet is above serving.max_inlet_celsius is closed
+too (tests/plan/test_inlet_limit.py)."""
 
 from __future__ import annotations
 
@@ -81,9 +82,12 @@ def test_placement_never_starts_a_replica_on_a_closed_node(seed: int) -> None:
               model("big", replicas=rng.randint(0, 4), gpus=rng.randint(1, 4), gpu_class="h100-80g")]
     ids = [n.node_id for n in nodes]
     closed = {key: [i for i in ids if rng.random() < 0.3] for key in ("cordoned", "drained", "lent")}
+    hot = {i for i in ids if rng.random() < 0.3}  # inlet above serving.max_inlet_celsius (issue 42)
+    nodes = [replace(n, inlet_too_hot="board inlet above serving.max_inlet_celsius (35 °C)") if n.node_id in hot
+             else n for n in nodes]
     s = with_nodes(settings(*models), **closed)
     plan = make_plan(s, fleet(*nodes))
-    shut = set().union(*closed.values())
+    shut = set().union(*closed.values()) | hot
     for action in plan.actions:
         if action.kind in (ActionKind.START, ActionKind.INSTALL):
             assert action.node_id not in shut, action

@@ -204,6 +204,22 @@ class FakeNvml:
         reading = self._reading(handle)
         return reading["temp"] if reading is not None else handle.card["temperature_gpu"]
 
+    def nvmlDeviceGetFieldValues(self, handle, field_ids):
+        """As nvidia-ml-py returns it: a ctypes array of c_nvmlFieldValue_t, each with its own nvmlReturn. Only the
+        memory temperature is known: the card's "memory_temp_c" (default 36, the H200's "Memory Current Temp" in
+        nvidia-smi-q.txt of the same capture), None for a card without it (NVML_ERROR_NOT_SUPPORTED in the field)."""
+        values = (pynvml.c_nvmlFieldValue_t * len(field_ids))()
+        for slot, field_id in enumerate(field_ids):
+            values[slot].fieldId = field_id
+            celsius = handle.card.get("memory_temp_c", 36) if field_id == pynvml.NVML_FI_DEV_MEMORY_TEMP else None
+            if celsius is None:
+                values[slot].nvmlReturn = pynvml.NVML_ERROR_NOT_SUPPORTED
+            else:
+                values[slot].nvmlReturn = pynvml.NVML_SUCCESS
+                values[slot].valueType = pynvml.NVML_VALUE_TYPE_UNSIGNED_INT
+                values[slot].value.uiVal = celsius
+        return values
+
     def nvmlDeviceGetClockInfo(self, handle, clock):
         assert clock == pynvml.NVML_CLOCK_SM
         reading = self._reading(handle)

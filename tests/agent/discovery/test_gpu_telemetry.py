@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pynvml
 
 from captures import capture
@@ -90,3 +92,25 @@ def test_nvidia_smi_fallback_samples():
     (sample,) = smi_samples(run)
     assert sample.power_limit_watts == 700.0 and sample.power_draw_watts is not None
     assert smi_samples(lambda argv: None) == ()
+
+
+def test_hbm_temperature_comes_from_nvmls_memory_temperature_field():
+    with open_gpu_telemetry(FakeNvml.h200()) as telemetry:
+        (sample,) = telemetry.sample()
+    assert sample.memory_temperature_celsius == 36.0 and telemetry.warnings == []
+    assert pb.GpuSample(**sample.pb_fields()).memory_temperature_celsius == 36.0
+
+
+def test_a_card_without_a_memory_sensor_leaves_hbm_temperature_absent():
+    with open_gpu_telemetry(FakeNvml.h200(memory_temp_c=None)) as telemetry:
+        (sample,) = telemetry.sample()
+    assert sample.memory_temperature_celsius is None and telemetry.warnings == []
+    assert not pb.GpuSample(**sample.pb_fields()).HasField("memory_temperature_celsius")
+
+
+def test_nvidia_smi_fallback_reads_hbm_temperature_where_the_card_prints_it():
+    (h200,) = smi_samples(lambda argv: ToolOutput(tuple(argv), 0, capture("nvidia-smi-q-x.xml")))
+    assert h200.memory_temperature_celsius == 36.0          # "<memory_temp>36 C</memory_temp>"
+    gddr = (Path(__file__).resolve().parents[2] / "fixtures" / "telegraf" / "rtx-3080-v13.xml").read_text()
+    (rtx,) = smi_samples(lambda argv: ToolOutput(tuple(argv), 0, gddr))
+    assert rtx.memory_temperature_celsius is None            # GDDR boards print "N/A"
