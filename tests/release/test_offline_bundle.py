@@ -10,6 +10,8 @@ tests/release/test_release_build.py's)."""
 
 from __future__ import annotations
 
+import copy
+import functools
 import hashlib
 import json
 import os
@@ -26,13 +28,16 @@ import trio
 
 from llmgw.agent import AgentConfig, run_agent
 from llmgw.agent.doctor import offline_checks
+from llmgw.engines import builds
+from llmgw.engines.locking import Locked, render_lock
 from llmgw.wire import control_message, pb
 from support.in_process_cli import run_llmgw
 from support.releases import SignedRelease, build_signed_release
-from support.wheels import serve, wheel
+from support.wheels import TORCH_STANDIN, serve, wheel
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "agent"))  # agent_support, by name
 from agent_support import ControlSide, next_matching  # noqa: E402
+from nvml_support import FakeNvml, h200_dump  # noqa: E402
 
 GEMMA_SHA256 = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
 VERSION = "b11434"
@@ -192,33 +197,56 @@ async def test_an_offline_agent_installs_and_serves_from_the_imported_bundle_alo
     assert gone.status.value == "fail" and "is missing: import the bundle again" in gone.detail
 
 
-def test_vllm_wheels_come_only_with_the_option_and_install_from_the_mirror_with_no_index(made: Made,
-                                                                                         tmp_path: Path):
+async def test_vllm_wheels_come_only_with_the_option_and_an_offline_agent_installs_vllm_from_them(
+        made: Made, tmp_path: Path, monkeypatch):
+    """A stand-in vLLM lock (build cu129: `vllm` and `torch` stand-ins from a loopback index) bundled with --vllm; an
+    offline agent on a GPU node whose driver wants cu129 installs vLLM from the imported mirror's wheels/ and locks/
+    with pip --no-index, asking no index (neither the build's extra index nor pip's)."""
     assert made.summary["wheels"] == 0 and not (made.directory / "wheels").exists()  # not by default
     index = tmp_path / "index"
-    standin = wheel(index, "vllm-standin", "0.32.0")
-    lock = tmp_path / "vllm-0.32.0-cpu.txt"
-    lock.write_text(f"vllm-standin==0.32.0 --hash=sha256:{hashlib.sha256(standin.read_bytes()).hexdigest()}\n")
-    server, url, _asked = serve(index)
+    files = [wheel(index, "torch", "2.13.0", body=TORCH_STANDIN),
+             wheel(index, "vllm", "0.32.0", ("torch",), body="print('vllm stand-in imported')\n")]
+    lock = tmp_path / "vllm-0.32.0-cu129.txt"
+    lock.write_text(render_lock("vllm", "0.32.0", "cu129", ["vllm==0.32.0"], [
+        Locked(name, version, "", hashlib.sha256(path.read_bytes()).hexdigest())
+        for (name, version), path in zip((("torch", "2.13.0"), ("vllm", "0.32.0")), files)]))
+    server, url, asked = serve(index)
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)  # this machine's pip configuration adds its own indexes
+    monkeypatch.setenv("PIP_INDEX_URL", url)
+    monkeypatch.setitem(builds.INDEXES, "cu129", url)
+    monkeypatch.delenv("PIP_FIND_LINKS", raising=False)
     try:
-        code, out, err = run_llmgw([
+        code, out, err = await trio.to_thread.run_sync(lambda: run_llmgw([
             "bundle", "create", str(tmp_path / "bundle"), "--key", str(made.release.secret_key), "--release",
-            str(made.release.directory), "--vllm", str(lock), "--index-url", url, "--json"])
+            str(made.release.directory), "--vllm", str(lock), "--index-url", url, "--json"]))
+        assert code == 0, err
+        assert json.loads(out)["wheels"] == 2
+        mirror = tmp_path / "mirror"
+        code, _out, err = await trio.to_thread.run_sync(lambda: run_llmgw([
+            "bundle", "import", str(tmp_path / "bundle"), str(mirror), "--trusted-key", made.release.trusted_key]))
+        assert code == 0, err
+        assert (mirror / "locks" / lock.name).is_file() and len(list((mirror / "wheels").glob("*.whl"))) == 2
+        asked.clear()
+
+        nvml = FakeNvml([copy.deepcopy(h200_dump()["devices"][0])], driver="570.172.08", cuda=12080)
+        config = AgentConfig(node_id="gpu-offline", state_dir=tmp_path / "state", heartbeat_interval=60.0,
+                             mirrors=(str(mirror),), offline=True)
+        control = ControlSide()
+        async with trio.open_nursery() as nursery:
+            await nursery.start(functools.partial(run_agent, config, control.connect, nvml=nvml))
+            link = await control.links.receive()
+            assert (await link.receive()).WhichOneof("body") == "register"
+            await link.send(control_message(command_id="i1", install_engine=pb.InstallEngine(
+                engine="vllm", version="0.32.0", python_packages=["vllm==0.32.0"])))
+            result = await next_matching(link, lambda m: m.WhichOneof("body") == "command_result", timeout=240)
+            assert result.command_result.ok, result.command_result.error
+            nursery.cancel_scope.cancel()
     finally:
         server.shutdown()
-    assert code == 0, err
-    assert json.loads(out)["wheels"] == 1
-    code, _out, err = run_llmgw(["bundle", "import", str(tmp_path / "bundle"), str(tmp_path / "mirror"),
-                                 "--trusted-key", made.release.trusted_key])
-    assert code == 0, err
-    mirror = tmp_path / "mirror"
-    installed = subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--no-index", "--find-links", str(mirror / "wheels"),
-         "--require-hashes", "--no-deps", "-r", str(mirror / "locks" / lock.name), "--target", str(tmp_path / "t")],
-        capture_output=True, text=True, timeout=120, env={"PIP_CONFIG_FILE": "/dev/null", "PATH": "/usr/bin:/bin",
-                                                          "HOME": str(tmp_path)})
-    assert installed.returncode == 0, installed.stderr
-    assert (tmp_path / "t" / "vllm_standin" / "__init__.py").is_file()
+    marker = json.loads((tmp_path / "state" / "engines" / "vllm" / "0.32.0" / "installed.json").read_text())
+    assert (marker["build"], marker["lock"], marker["find_links"]) == ("cu129", lock.name, str(mirror / "wheels"))
+    assert marker["extra_index_url"] is None and marker["engine_version"] == "0.32.0"
+    assert asked == [], asked  # no index was asked for anything
 
 
 async def test_agents_offline_in_the_settings_makes_a_node_offline_and_false_again_not(made: Made, tmp_path: Path):
