@@ -4,8 +4,10 @@ and a tar of it; `llmgw bundle import` refuses a bundle with one file changed or
 the tar as a mirror; an agent started `--offline` on that mirror alone installs llama.cpp and fetches Gemma from it
 (the network sources it is also given, a counting loopback server, are never asked), serves a completion, refuses
 an engine or weights the mirror lacks with a sentence, and `llmgw node doctor` says the node is offline-mirror-only.
-`--vllm LOCK` collects a lock's wheels: a stand-in lock of one tiny wheel from a loopback index, which pip then
-installs from the imported mirror with no index. The release is llmgw's wheel alone (1.5 s; the full one is
+`agents/ offline: true` sent as agent settings does the same to an agent started without --offline. An `llmgw agent
+--offline` process on a host with no route out (a network namespace) serves Gemma from the imported bundle.
+`--vllm LOCK` collects a lock's wheels (a stand-in cu129 lock: tiny `vllm` and `torch` wheels from a loopback
+index), which an offline agent then installs from the mirror asking no index. The release is llmgw's wheel alone (1.5 s; the full one is
 tests/release/test_release_build.py's)."""
 
 from __future__ import annotations
@@ -286,3 +288,69 @@ async def test_agents_offline_in_the_settings_makes_a_node_offline_and_false_aga
         assert (await next_matching(link, lambda m: m.WhichOneof("body") == "command_result")).command_result.ok
         assert not agent.config.offline_only and offline_checks(tmp_path / "state") == []
         nursery.cancel_scope.cancel()
+
+
+async def test_a_site_host_with_no_route_out_serves_gemma_from_the_imported_bundle(made: Made, tmp_path: Path,
+                                                                                   netns_lab, nursery):
+    """`llmgw agent --mirror M --offline` as its own process on a host (a network namespace) whose only route is the
+    site's own network: no default route, so nothing outside can be reached. It registers with a control side in
+    the test, installs llama.cpp and Gemma from the imported bundle, and the test's request through its relay is
+    answered."""
+    from llmgw.wire import serve_agents
+
+    mirror = tmp_path / "mirror"
+    code, _out, err = await trio.to_thread.run_sync(lambda: run_llmgw([
+        "bundle", "import", str(made.tar), str(mirror), "--trusted-key", made.release.trusted_key]))
+    assert code == 0, err
+    node = netns_lab.host("site-node")
+    root = netns_lab.join_root()
+    routes = node.run(["ip", "-4", "route"]).stdout
+    assert "default" not in routes, routes
+    out = node.run([sys.executable, "-c", "import socket\ntry:\n socket.create_connection(('192.0.2.1', 443), 3)\n"
+                    "except OSError as e:\n print(e.strerror)"]).stdout
+    assert "unreachable" in out.lower(), out  # nothing outside the site can be reached from this host
+
+    links_send, links = trio.open_memory_channel(1)
+
+    async def handler(link, _peer):
+        await links_send.send(link)
+        await trio.sleep_forever()
+
+    port = await nursery.start(serve_agents, handler, root, 0)
+    log = (tmp_path / "agent.log").open("w")
+    node.popen([sys.executable, "-m", "llmgw.cli", "agent", "--control-plane", f"{root}:{port}", "--node-id",
+                "site-node", "--state-dir", str(tmp_path / "state"), "--mirror", str(mirror), "--offline",
+                "--address", node.address, "--no-bandwidth-probe", "--stop-shards-on-exit"],
+               env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
+                    "LLMGW_CACHE": str(tmp_path / "empty-cache")}, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        with trio.fail_after(90):
+            link = await links.receive()
+        assert (await link.receive()).WhichOneof("body") == "register"
+        await link.send(control_message(command_id="i1", install_engine=pb.InstallEngine(
+            engine="llama.cpp", version=VERSION, sdist_version="0.1", sdist_sha256="2" * 64)))
+        result = await next_matching(link, lambda m: m.WhichOneof("body") == "command_result", timeout=120)
+        assert result.command_result.ok, result.command_result.error
+        await link.send(control_message(command_id="s1", start_shard=pb.StartShard(
+            shard_id="gemma-0/0", replica_id="gemma-0", model="gemma", engine="llama.cpp", engine_version=VERSION,
+            fingerprint="fp", replica_key=KEY, cpu_cores=2, context_size=2048,
+            engine_args=["--no-jinja", "--chat-template", "gemma"],
+            weights=[pb.WeightsFile(source="hf://google/gemma-3-270m@main/gemma.gguf", sha256=GEMMA_SHA256)])))
+        ready = await next_matching(link, lambda m: m.WhichOneof("body") == "shard_status"
+                                    and m.shard_status.state in ("ready", "failed"), timeout=180)
+        assert ready.shard_status.state == "ready", ready.shard_status
+        async with httpx.AsyncClient(base_url=f"http://{node.address}:{ready.shard_status.port}",
+                                     timeout=60) as client:
+            answer = await client.post("/v1/completions", headers={"Authorization": f"Bearer {KEY}"}, json={
+                "model": "gemma", "prompt": "The capital of France is", "max_tokens": 4, "temperature": 0})
+        assert answer.status_code == 200 and answer.json()["usage"]["completion_tokens"] == 4
+        (check,) = offline_checks(tmp_path / "state")
+        assert check.detail.startswith(f"offline-mirror-only: engines, weights and releases are installed from "
+                                       f"{mirror} only")
+        await link.send(control_message(command_id="x1", stop_shard=pb.StopShard(shard_id="gemma-0/0",
+                                                                                   grace_seconds=5)))
+        await next_matching(link, lambda m: m.WhichOneof("body") == "shard_status"
+                            and m.shard_status.state == "stopped", timeout=60)
+    finally:
+        log.close()
+        print((tmp_path / "agent.log").read_text()[-3000:])
