@@ -187,8 +187,9 @@ def import_command(bundle: Path, mirror: Path, keys: tuple[str, ...], settings_d
         return
     click.echo(f"imported bundle llmgw {imported.manifest.version} (signed by key {imported.manifest.key_id}, "
                f"{len(imported.manifest.files)} files, {format_size(imported.size)}) as the mirror {mirror} "
-               f"({seconds} s).\nNodes install from it only when their agents run with `--mirror {mirror} --offline`; "
-               f"releases are under {mirror}/releases/ (`llmgw node add --release`).")
+               f"({seconds} s).\nNodes install from it only with agents/ `mirrors: [{mirror}]` and `offline: true` in the "
+               f"settings (or `llmgw agent --mirror {mirror} --offline`); releases are under {mirror}/releases/ "
+               "(`llmgw node add --release`).")
 
 
 def register(group: click.Group) -> None:

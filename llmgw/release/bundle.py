@@ -164,8 +164,8 @@ def verify_bundle(directory: Path, trusted_keys: Sequence[str | PublicKey], *,
         raise ReleaseError(f"bundle: {exc}".replace("the release ", "the bundle ", 1), paths=exc.paths,
                            key_id=exc.key_id) from exc
     if manifest.name != NAME:
-        raise ReleaseError(f"{directory} is a release of {manifest.name}, not a bundle: import it with `llmgw bundle "
-                           "import` only after `llmgw bundle create` made it")
+        raise ReleaseError(f"{directory} is a release of {manifest.name}, not a bundle: install it with `llmgw node "
+                           "add --release`, or put it in a bundle with `llmgw bundle create --release`")
     bundle = Bundle(directory, manifest)
     for version in bundle.releases:
         verify_release(directory / RELEASES / version, trusted_keys)
@@ -219,7 +219,11 @@ def import_bundle(source: Path, mirror: Path, trusted_keys: Sequence[str | Publi
             _unpack(source, staging)
         else:
             raise ReleaseError(f"{source} is neither a bundle directory nor a tar of one")
-        bundle = verify_bundle(staging, trusted_keys, progress=progress)
+        try:
+            bundle = verify_bundle(staging, trusted_keys, progress=progress)
+        except ReleaseError as exc:  # name what the operator gave, not the copy being checked
+            raise ReleaseError(str(exc).replace(str(staging), str(source)), paths=exc.paths,
+                               key_id=exc.key_id) from exc
         old = mirror.parent / f".{mirror.name}.replaced"
         shutil.rmtree(old, ignore_errors=True)
         if mirror.exists():

@@ -108,7 +108,8 @@ def test_a_bundle_with_a_changed_or_added_file_is_refused_naming_it(made: Made, 
     code, out, err = run_llmgw(["bundle", "import", str(changed), str(tmp_path / "mirror"),
                                 "--trusted-key", made.release.trusted_key])
     assert code == 1, out
-    assert f"{rel} has sha256" in err and "the bundle" in err and "Traceback" not in err, err
+    assert f"{rel} has sha256" in err and f"the bundle {changed} (signed by key" in err, err
+    assert "Traceback" not in err and ".importing" not in err, err
     assert not (tmp_path / "mirror").exists() and not list(tmp_path.glob(".mirror*"))  # nothing left behind
 
     added = _copy(made.directory, tmp_path / "added")
