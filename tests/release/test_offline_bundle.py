@@ -118,6 +118,10 @@ def test_a_bundle_with_a_changed_or_added_file_is_refused_naming_it(made: Made, 
                                  "--trusted-key", made.release.trusted_key])
     assert code == 1 and f"sha256/{'0' * 64} is not in the manifest" in err, err
 
+    code, _out, err = run_llmgw(["bundle", "import", str(made.release.directory), str(tmp_path / "mirror"),
+                                 "--trusted-key", made.release.trusted_key])
+    assert code == 1 and f"{made.release.directory} is a release of llmgw, not a bundle" in err, err
+
     other = subprocess.run([sys.executable, "-c", "import sys; from llmgw.release import keygen, read_public_key; "
                             "print(read_public_key(keygen(sys.argv[1])[1]).line)", str(tmp_path / "k")],
                            capture_output=True, text=True, check=True).stdout.strip()
