@@ -11,7 +11,7 @@ import json
 import math
 import os
 import socket
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -26,6 +26,8 @@ from llmgw.wire import pb
 SETTINGS_FILE = "agent-settings.pb"
 ENGINE_BINARIES_FILE = "engine-binaries.json"
 """Under the state directory: the `engine_binaries` the agent was last started with (`save_engine_binaries`)."""
+OFFLINE_FILE = "offline-mirror.json"
+"""Under the state directory: the mirrors an agent started with `offline` installs from only (`save_offline_record`)."""
 
 
 def default_state_dir() -> Path:
@@ -42,7 +44,9 @@ class AgentConfig:
     (default `<state_dir>/weights`) the content-addressed weights cache; `engines_dir` (default
     `<state_dir>/engines`) installed engines; `cache_dir` downloads and builds (None: the engines' default,
     `$LLMGW_CACHE` or `~/.cache/llmgw`). `mirrors` are offline weights (and engine) mirror directories searched
-    first. `heartbeat_interval` in seconds between heartbeats; `telemetry_interval` seconds between readings (GPU
+    first; `offline` (`llmgw agent --offline`) or `settings_offline` (agents/ `offline: true`): engines and weights
+    come from them only, never from the network (`offline_only`; an imported bundle, `llmgw bundle import`; recorded
+    for `llmgw node doctor` by `save_offline_record`). `heartbeat_interval` in seconds between heartbeats; `telemetry_interval` seconds between readings (GPU
     telemetry, node CPU and memory, each shard's cores and memory): a heartbeat carries the latest reading.
     `ignore_gpus` lists GPUs the agent leaves alone (index, card UUID or MIG UUID; see `llmgw.agent.ignoring`).
     `address` is this node's address as the gateway should reach its
@@ -78,6 +82,8 @@ class AgentConfig:
     engines_dir: Path | None = None
     cache_dir: Path | None = None
     mirrors: tuple[str, ...] = ()
+    offline: bool = False
+    settings_offline: bool = False
     labels: Mapping[str, str] = field(default_factory=dict)
     heartbeat_interval: float = 5.0
     telemetry_interval: float = 10.0
@@ -107,6 +113,11 @@ class AgentConfig:
         None when neither names one (tracing off)."""
         endpoint = self.otlp_endpoint or self.settings_otlp_endpoint
         return (endpoint, self.trace_sample_ratio) if endpoint else None
+
+    @property
+    def offline_only(self) -> bool:
+        """Engines and weights from the mirrors only: the command line's --offline, or agents/ `offline: true`."""
+        return self.offline or self.settings_offline
 
     @property
     def weights_path(self) -> Path:
@@ -142,6 +153,7 @@ class AgentConfig:
             changes["labels"] = dict(settings.labels)
         if settings.mirrors:
             changes["mirrors"] = tuple(settings.mirrors)
+        changes["settings_offline"] = settings.offline  # stated whole (false from an older control plane)
         if settings.shard_stop_grace > 0:
             changes["shard_stop_grace"] = bounded_interval(settings.shard_stop_grace)
         if settings.HasField("tracing"):  # stated whole by the control plane (an empty endpoint: off)
@@ -243,6 +255,29 @@ def save_engine_binaries(state_dir: Path, binaries: Mapping[str, Path]) -> Path:
                               indent=2) + "\n")
     tmp.replace(path)
     return path
+
+
+def save_offline_record(state_dir: Path, mirrors: Sequence[str] | None) -> Path:
+    """Record in `<state_dir>/offline-mirror.json` that this node installs from `mirrors` only (`{"mirrors": [...]}`;
+    None: it does not, and the file is removed), for `llmgw node doctor`. Blocking. Returns the file's path."""
+    path = Path(state_dir) / OFFLINE_FILE
+    if mirrors is None:
+        path.unlink(missing_ok=True)
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(OFFLINE_FILE + ".tmp")
+    tmp.write_text(json.dumps({"mirrors": [str(Path(m).absolute()) for m in mirrors]}, indent=2) + "\n")
+    tmp.replace(path)
+    return path
+
+
+def load_offline_record(state_dir: Path) -> list[Path] | None:
+    """The mirrors `save_offline_record` recorded, or None when the node is not offline (no file, or not readable
+    as that record)."""
+    try:
+        return [Path(m) for m in json.loads((Path(state_dir) / OFFLINE_FILE).read_text())["mirrors"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def load_engine_binaries(state_dir: Path) -> dict[str, Path]:

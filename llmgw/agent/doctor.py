@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from llmgw.agent.config import AgentConfig, installed_engines, load_engine_binaries
+from llmgw.agent.config import AgentConfig, installed_engines, load_engine_binaries, load_offline_record
 from llmgw.agent.discovery import NodeDiscovery, discover_node, load_nvml, run_tool
 from llmgw.agent.discovery.node import Runner
 from llmgw.agent.doctor_health import FAIL, INFO, OK, WARN, CheckStatus, health_checks
@@ -170,6 +170,32 @@ def _engine_checks(engines_dir: Path | None, state_dir: Path | None) -> list[Che
     return checks
 
 
+def offline_checks(state_dir: Path | None) -> list[Check]:
+    """"offline" when the agent of `state_dir` was last started to install from its mirrors only (`llmgw agent
+    --offline`, `offline-mirror.json`): which mirrors and which imported bundle each holds (`llmgw bundle import`),
+    failed when a mirror is gone. None for a node that may use the network. Blocking (small reads)."""
+    from llmgw.release import imported_bundle
+
+    mirrors = load_offline_record(Path(state_dir) if state_dir else AgentConfig().state_dir)
+    if mirrors is None:
+        return []
+    if not mirrors:
+        return [Check("offline", FAIL, "offline-mirror-only, but no mirror is configured: nothing can be installed; "
+                                       "start the agent with --mirror DIR (the directory `llmgw bundle import` made)")]
+    checks = []
+    for mirror in mirrors:
+        if not mirror.is_dir():
+            checks.append(Check("offline", FAIL, f"offline-mirror-only, but the mirror {mirror} is missing: import "
+                                                 "the bundle again (`llmgw bundle import BUNDLE " f"{mirror}`)"))
+            continue
+        bundle = imported_bundle(mirror)
+        held = (f"bundle llmgw {bundle.version} created {bundle.created}, {len(bundle.files)} files"
+                if bundle is not None else "not an imported bundle")
+        checks.append(Check("offline", INFO, f"offline-mirror-only: engines, weights and releases are installed from "
+                                             f"{mirror} only ({held}); nothing is downloaded"))
+    return checks
+
+
 def _clock_check(now: float, run: Runner) -> Check:
     moment = datetime.datetime.fromtimestamp(now, tz=datetime.timezone.utc)
     if moment < _EARLIEST_SANE:
@@ -239,7 +265,8 @@ def run_doctor(weights_dir: Path, *, engines_dir: Path | None = None, state_dir:
     `discover_node` (tests inject captures); `now` unix seconds (default: the clock); `min_free_bytes`: less free
     space than that under `weights_dir` fails (`llmgw node add --min-disk`; else too little is a warning). A venv
     installed by `llmgw node add` adds the check "release": which key signed the release it runs
-    (`llmgw.release.installed_release`; a record that does not check fails).
+    (`llmgw.release.installed_release`; a record that does not check fails). An agent started `--offline` adds
+    "offline": the mirrors it installs from only (`offline_checks`).
     """
     now = time.time() if now is None else now
     kwargs = dict(discover_args)
@@ -248,7 +275,8 @@ def run_doctor(weights_dir: Path, *, engines_dir: Path | None = None, state_dir:
     node = discover_node(Path(weights_dir), our_pids, run=run, **kwargs)
     checks = [*gpu_checks(node), *_cpu_checks(node),
               _disk_check(Path(weights_dir), node.inventory.disk_free_bytes, min_free_bytes),
-              *_engine_checks(engines_dir, state_dir), _clock_check(now, run), *release_checks()]
+              *_engine_checks(engines_dir, state_dir), *offline_checks(state_dir), _clock_check(now, run),
+              *release_checks()]
     if cert_path is not None:
         checks.append(_certificate_check(Path(cert_path), now))
         if (Path(cert_path).parent / "ca.crt").is_file():  # the CA beside it (llmgw node join writes both)

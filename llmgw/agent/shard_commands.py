@@ -37,7 +37,7 @@ log = logging.getLogger("llmgw.agent")
 
 
 async def fetch_weights(files: list[pb.WeightsFile], weights_dir: Path, mirrors: tuple[str, ...], *,
-                        allow_pickle: bool,
+                        allow_pickle: bool, offline: bool = False,
                         progress: Callable[[float, str], None]) -> tuple[list[Path], list[str], list[str | None]]:
     """Fetch a shard's weights with `llmgw.agent.weights_tree.fetch_all` into `<weights_dir>/sha256/<digest>`,
     directory sources expanded into their files.
@@ -49,7 +49,8 @@ async def fetch_weights(files: list[pb.WeightsFile], weights_dir: Path, mirrors:
     token = next((f.secret_value for f in files if f.secret_value), None)
     try:
         return await weights_tree.fetch_all(files, weights_dir, [Path(m) for m in mirrors],
-                                            allow_pickle=allow_pickle, token=token, progress=progress)
+                                            allow_pickle=allow_pickle, token=token, progress=progress,
+                                            offline=offline)
     except BaseExceptionGroup as group:
         raise expect_leaves(group, LlmgwError)[0] from group
 
@@ -141,7 +142,8 @@ async def _prepare(agent: NodeAgent, command: pb.StartShard, info: ShardSpec, vi
         # the adapters' files come with the model's, in one fetch (one progress, the same cache and checks)
         files = [*command.weights, *(f for a in command.adapters for f in a.weights)]
         paths, sources, names = await fetch_weights(files, agent.config.weights_path, agent.config.mirrors,
-                                                    allow_pickle=command.allow_pickle, progress=progress)
+                                                    allow_pickle=command.allow_pickle, progress=progress,
+                                                    offline=agent.config.offline_only)
         # several files: laid out under their names; a directory source became its files (adapters list theirs)
         count = len(paths) - sum(len(a.weights) for a in command.adapters)
         model_path = await trio.to_thread.run_sync(engine_model_path, module.NAME, sources[:count], paths[:count],

@@ -146,12 +146,13 @@ def _no_space(exc: OSError, weights_dir: Path, what: str) -> WeightsError:
 
 async def fetch(files: Sequence[object], weights_dir: Path, mirrors: Sequence[Path] = (), *,
                 allow_pickle: bool = False, token: str | None = None, progress: Progress | None = None,
-                hf_endpoint: str | None = None, transport: httpx.AsyncBaseTransport | None = None) -> list[Path]:
+                hf_endpoint: str | None = None, transport: httpx.AsyncBaseTransport | None = None,
+                offline: bool = False) -> list[Path]:
     """Make every file of `files` present and verified in `<weights_dir>/sha256/<digest>`; return their paths in
     the order given.
 
     `files`: WeightsSpec, WeightsFile (settings or wire) or (source, sha256) items. `mirrors`: directories laid out
-    like the cache, searched first. `token`: the Hub token (Bearer), sent only to the Hub endpoint. Up to
+    like the cache, searched first; `offline`: only them (and file:// sources), never the network. `token`: the Hub token (Bearer), sent only to the Hub endpoint. Up to
     MAX_PARALLEL files are fetched and verified at once. A file already in the cache is trusted (it was verified
     when placed there), but still refused when it is a pickle and not `allow_pickle` (another model may have
     allowed it). Raises WeightsError: bad digest or source, pickle format (by name or content, see
@@ -175,7 +176,7 @@ async def fetch(files: Sequence[object], weights_dir: Path, mirrors: Sequence[Pa
             async with trio.open_nursery() as nursery:
                 for digest, spec in unique.items():
                     nursery.start_soon(_fetch_one, spec, digest, weights_dir, mirrors, token, hf_endpoint, client,
-                                       tally, limiter, allow_pickle)
+                                       tally, limiter, allow_pickle, offline)
         except BaseExceptionGroup as group:
             failures = expect_leaves(group, WeightsError)
             if len(failures) == 1:
@@ -186,7 +187,7 @@ async def fetch(files: Sequence[object], weights_dir: Path, mirrors: Sequence[Pa
 
 async def _fetch_one(spec: WeightsSpec, digest: str, weights_dir: Path, mirrors: Sequence[Path], token: str | None,
                      hf_endpoint: str | None, client: httpx.AsyncClient, tally: _Tally,
-                     limiter: trio.CapacityLimiter, allow_pickle: bool = False) -> None:
+                     limiter: trio.CapacityLimiter, allow_pickle: bool = False, offline: bool = False) -> None:
     final = weights_dir / "sha256" / digest
     if final.is_file():
         await trio.to_thread.run_sync(_refuse_pickle, final, spec.source, allow_pickle)
@@ -211,6 +212,11 @@ async def _fetch_one(spec: WeightsSpec, digest: str, weights_dir: Path, mirrors:
                 raise WeightsError(f"{spec.source}: no such file")
             await _place_local(path, digest, weights_dir, tally, str(path), spec.source, allow_pickle)
             return
+        if offline:
+            raise WeightsError(f"{spec.source}: sha256 {digest} is not in the offline mirror "
+                               f"{', '.join(str(m) for m in mirrors) or '(none configured)'} and this node fetches "
+                               "from its mirror only: add the file to the bundle (`llmgw bundle create --weights`) "
+                               "and import it again")
         if spec.source.startswith("hf://"):
             url = hub_url(spec.source, hf_endpoint)
             headers = {"Authorization": f"Bearer {spec.token or token}"} if (spec.token or token) else {}

@@ -248,12 +248,13 @@ async def expand_directory(source: str, weights_dir: Path, client: httpx.AsyncCl
 async def fetch_all(files: Sequence[object], weights_dir: Path, mirrors: Sequence[Path] = (), *,
                     allow_pickle: bool = False, token: str | None = None, progress: Progress | None = None,
                     hf_endpoint: str | None = None,
-                    transport: httpx.AsyncBaseTransport | None = None
+                    transport: httpx.AsyncBaseTransport | None = None, offline: bool = False
                     ) -> tuple[list[Path], list[str], list[str | None]]:
     """`llmgw.agent.weights.fetch` of `files` (as it takes them), directory sources first expanded into their files
     (`expand_directory`; a directory item's `sha256` is the set's digest, or empty). Returns the cached paths, the
     source of each and its name relative to its directory source (None for a file listed by itself), in the
-    catalog's order with each directory's files in its place, sorted by name. Raises WeightsError (`expand_directory`, `fetch`).
+    catalog's order with each directory's files in its place, sorted by name. `offline`: mirrors only (a directory
+    source, listed from the Hub, is refused). Raises WeightsError (`expand_directory`, `fetch`).
     Cancellable."""
     wanted: list[WeightsSpec] = []
     names: list[str | None] = []
@@ -265,6 +266,9 @@ async def fetch_all(files: Sequence[object], weights_dir: Path, mirrors: Sequenc
                 wanted.append(spec_of(item))
                 names.append(None)
                 continue
+            if offline:
+                raise WeightsError(f"{source}: a directory source is listed from the Hub, and this node fetches from "
+                                   "its offline mirror only: list the model's files one by one with their sha256")
             if progress:
                 progress(0.0, f"{source}: listing the directory")
             own = getattr(item, "secret_value", None) or token
@@ -277,5 +281,5 @@ async def fetch_all(files: Sequence[object], weights_dir: Path, mirrors: Sequenc
                 digest = set_digest([name for _, name in listed], [spec.sha256 for spec, _ in listed])
                 progress(0.0, f"{source}: {len(listed)} files, set sha256 {digest}")
     paths = await fetch(wanted, weights_dir, mirrors, allow_pickle=allow_pickle, token=token, progress=progress,
-                        hf_endpoint=hf_endpoint, transport=transport)
+                        hf_endpoint=hf_endpoint, transport=transport, offline=offline)
     return paths, [spec.source for spec in wanted], names

@@ -95,6 +95,9 @@ def register(group: click.Group) -> None:
     @click.option("--weights-dir", type=click.Path(path_type=Path), default=None)
     @click.option("--engines-dir", type=click.Path(path_type=Path), default=None)
     @click.option("--mirror", "mirrors", multiple=True, help="Offline weights/engine mirror directory (repeatable).")
+    @click.option("--offline", is_flag=True,
+                  help="Install engines and fetch weights from the --mirror directories only, never from the network "
+                       "(a site without internet: the mirror is an imported bundle, `llmgw bundle import`).")
     @click.option("--label", "labels", multiple=True, metavar="KEY=VALUE", help="A node label (repeatable).")
     @click.option("--heartbeat-interval", default="5s", show_default=True, help="Seconds between heartbeats.")
     @click.option("--address", default=None,
@@ -113,11 +116,14 @@ def register(group: click.Group) -> None:
     @click.option("--no-bandwidth-probe", is_flag=True,
                   help="Do not measure this node's memory bandwidth at boot (one core, then all cores, about half "
                        "a second, once per boot; what CPU replicas' speed is estimated from).")
-    def agent_command(control_planes, node_id, state_dir, weights_dir, engines_dir, mirrors, labels,
+    def agent_command(control_planes, node_id, state_dir, weights_dir, engines_dir, mirrors, offline, labels,
                       heartbeat_interval, address, engine_binaries, tls_dir, insecure, stop_shards_on_exit, as_json,
                       otlp_endpoint, no_bandwidth_probe):
         """Run this node's agent: discover, register, run the shards the control plane assigns."""
         host, port = [_split_address(address) for address in control_planes][0]
+        if offline and not mirrors:
+            raise UsageError("--offline installs from the --mirror directories only: give at least one --mirror DIR "
+                             "(the directory `llmgw bundle import` made)")
         state_dir = state_dir or default_state_dir()
         try:
             interval = parse_duration(heartbeat_interval)
@@ -125,7 +131,7 @@ def register(group: click.Group) -> None:
             raise UsageError(f"--heartbeat-interval: {exc}") from None
         config = AgentConfig(
             node_id=node_id or socket.gethostname(), state_dir=state_dir, weights_dir=weights_dir,
-            engines_dir=engines_dir, mirrors=tuple(mirrors), labels=_pairs(labels, "--label"),
+            engines_dir=engines_dir, mirrors=tuple(mirrors), offline=offline, labels=_pairs(labels, "--label"),
             heartbeat_interval=interval, address=address or route_address(host, port),
             engine_binaries={k: Path(v) for k, v in _pairs(engine_binaries, "--engine-binary").items()},
             stop_shards_on_exit=stop_shards_on_exit, control_planes=tuple(dict.fromkeys(control_planes)),

@@ -47,6 +47,7 @@ COMMAND_MODULES: dict[str, tuple[str, ...]] = {
     "firewall": ("llmgw.cli.firewall_cmds",),
     "wipe": ("llmgw.cli.wipe_cmd",),
     "release": ("llmgw.cli.release_cmds",),
+    "bundle": ("llmgw.cli.bundle_cmds",),
     "backup": ("llmgw.cli.backup_cmds",),
     "restore": ("llmgw.cli.backup_cmds",),
 }

@@ -166,6 +166,7 @@ def agent_settings(settings: Settings, node_id: str, slurm: pb.SlurmRole | None 
         labels=dict(agent.labels),
         ignore_gpus=list(agent.ignore_gpus),
         mirrors=list(agent.mirrors),
+        offline=agent.offline,
         shard_stop_grace=agent.shard_stop_grace,
         build=agent.build,
         certificate_renew_fraction=agent.certificate_renew_fraction,

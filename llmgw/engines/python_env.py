@@ -95,15 +95,19 @@ def check_request(engine: str, version: str, packages: Sequence[str]) -> None:
 
 
 def install_steps(engine: str, staging: Path, packages: Sequence[str], *, python: str = sys.executable,
-                  index_url: str = "", lock: Path | None = None, extra_index_url: str = "") -> list[Step]:
+                  index_url: str = "", lock: Path | None = None, extra_index_url: str = "",
+                  find_links: str = "") -> list[Step]:
     """The commands that build the venv at `staging` (see the module's docstring), in order; with `lock`, pip
     installs the lock's packages only, each checked against its sha256; `extra_index_url` is pip's
-    `--extra-index-url` (a build's, e.g. cu129's). Every interpreter runs isolated (`-I`): no working directory or
+    `--extra-index-url` (a build's, e.g. cu129's); `find_links` a directory of wheels that replaces every index
+    (`--no-index --find-links`: an offline mirror's wheels/, `llmgw bundle create --vllm`). Every interpreter runs isolated (`-I`): no working directory or
     script directory on sys.path (a `pip/`, `venv/` or `torch/` directory there would shadow the real one), no
     PYTHONPATH, no user site-packages. Pure."""
     pip = (str(staging / "bin" / "python"), "-I", "-m", "pip", "--disable-pip-version-check", "--no-input")
     index = (*(("--index-url", index_url) if index_url else ()),
              *(("--extra-index-url", extra_index_url) if extra_index_url else ()))
+    if find_links:
+        index, extra_index_url = ("--no-index", "--find-links", find_links), ""
     if lock is not None:
         installing = Step((*pip, "install", *index, "--require-hashes", "--no-deps", "-r", str(lock)), 0.05,
                           f"pip install -r {lock.name} (every package checked against its sha256)")
@@ -181,14 +185,16 @@ async def _run(step: Step, progress: Progress, log_path: Path) -> str:
 async def install_python_engine(engine: str, version: str, packages: Sequence[str], engines_dir: Path, *,
                                 progress: Progress | None = None, index_url: str = "",
                                 python: str = sys.executable, locks_dir: Path = LOCKS_DIR, build: str = "",
-                                indexes: Mapping[str, str] = INDEXES, node: str = "<node>") -> Path:
+                                indexes: Mapping[str, str] = INDEXES, node: str = "<node>",
+                                find_links: str = "") -> Path:
     """Install `engine` `version` as a venv under `<engines_dir>/<engine>/<version>`; return its `bin/python`.
 
     An existing verified install is returned at once. `progress(fraction, text)` is called as work advances;
     `index_url` overrides pip's index (a local index in tests); the lock is looked for in `locks_dir`. With `build`
     (cu13, cu129, cpu), `packages` become the build's (`llmgw.engines.builds.build_requirements`) and pip is given
     the build's extra index from `indexes` (tests put a local one in place of cu129's); `node` names the node in
-    the sentence refusing a build. Raises EngineError (refused
+    the sentence refusing a build. `find_links`: from that directory of wheels only, never an index (an offline
+    node's mirror, `wheels/`; a lock in `locks_dir` is then required). Raises EngineError (refused
     request, a build that installs nothing or not this engine, a failing
     step with its output's tail and the log's path, an OSError on the way). Cancellable; a cancelled or failed
     install leaves nothing marked installed. Takes minutes for vLLM (~3.5 GB of wheels).
@@ -216,11 +222,13 @@ async def install_python_engine(engine: str, version: str, packages: Sequence[st
         if done is not None:
             return done
         return await _install(engine, version, packages, home, report, python=python, index_url=index_url,
-                              locks_dir=locks_dir, build=build, extra_index_url=extra_index_url)
+                              locks_dir=locks_dir, build=build, extra_index_url=extra_index_url,
+                              find_links=find_links)
 
 
 async def _install(engine: str, version: str, packages: Sequence[str], home: Path, report: Progress, *,
-                   python: str, index_url: str, locks_dir: Path, build: str, extra_index_url: str) -> Path:
+                   python: str, index_url: str, locks_dir: Path, build: str, extra_index_url: str,
+                   find_links: str = "") -> Path:
     """The install itself, under the install lock: staging, pip steps, check, rename, marker last."""
     staging = home.parent / f".staging-{version}"
     log_path = home.parent / f"{version}.install.log"
@@ -233,8 +241,12 @@ async def _install(engine: str, version: str, packages: Sequence[str], home: Pat
         log_path.write_text("")
         checked = ""
         lock = await trio.to_thread.run_sync(find_lock, engine, version, packages, locks_dir, build or None)
+        if find_links and lock is None:
+            raise EngineError(f"cannot install {engine} {version} ({' '.join(packages)}) from the wheels in "
+                              f"{find_links}: {locks_dir} holds no lock for it (build {build or 'any'}); make the "
+                              "bundle with that lock: `llmgw bundle create --vllm LOCK`")
         for step in install_steps(engine, staging, packages, python=python, index_url=index_url, lock=lock,
-                                  extra_index_url=extra_index_url):
+                                  extra_index_url=extra_index_url, find_links=find_links):
             report(step.fraction, step.what)
             checked = await _run(step, report, log_path)
         # A moved venv works when run as `bin/python -m ...` (its prefix is found from pyvenv.cfg beside bin/); its
@@ -243,7 +255,8 @@ async def _install(engine: str, version: str, packages: Sequence[str], home: Pat
         await trio.to_thread.run_sync(relocate_scripts, home, staging)
         marker = {"engine": engine, "version": version, "packages": list(packages), "engine_version": checked,
                   "lock": lock.name if lock is not None else None, "build": build or None,
-                  "extra_index_url": extra_index_url or None,
+                  "extra_index_url": None if find_links else extra_index_url or None,
+                  "find_links": find_links or None,
                   "seconds": round(time.monotonic() - started, 1)}
         (home / MARKER).write_text(json.dumps(marker, indent=2) + "\n")
     except OSError as exc:

@@ -413,7 +413,7 @@ def with_firewall(fingerprint: str, digest: str) -> str:
     return hashlib.sha256(f"{fingerprint} firewall {digest}".encode()).hexdigest()[:16]
 
 
-_ADDED_LATER = frozenset({"tracing", "build", "certificate_renew_fraction"})
+_ADDED_LATER = frozenset({"tracing", "build", "certificate_renew_fraction", "offline"})
 
 
 def _plain(value):

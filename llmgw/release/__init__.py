@@ -5,7 +5,8 @@ Keys (`keys`): `keygen(dir, passphrase=None) -> (secret key path, public key pat
 `sign(data, key, trusted_comment) -> text`, `verify(data, text, trusted) -> Signature`, minisign-compatible.
 Releases: `build_release(out_dir, secret_key, python, platform) -> Path` (`building`), `verify_release(dir,
 trusted_keys) -> Manifest` (`manifest`). What a node runs: `installed_release() -> InstalledRelease | None`
-(`installed`: the record `llmgw node add` keeps in the venv). Every failure is a `llmgw.errors.ReleaseError` saying what failed.
+(`installed`: the record `llmgw node add` keeps in the venv). Offline bundles (`bundle`): `create_bundle`,
+`verify_bundle`, `import_bundle` (a signed directory laid out as the agents' mirror). Every failure is a `llmgw.errors.ReleaseError` saying what failed.
 """
 
 from llmgw.release.building import DEFAULT_PLATFORM, DEFAULT_PYTHON, build_release, default_source, target_platforms
@@ -18,6 +19,9 @@ from llmgw.release.manifest import (
 )
 from llmgw.release.signatures import Signature, sign, signature_key_id, verify
 from llmgw.release.installed import RECORD_DIR, InstalledRelease, installed_release
+from llmgw.release.bundle import (
+    Bundle, create_bundle, import_bundle, imported_bundle, tree_entries, verify_bundle, write_tarball,
+)
 
 __all__ = [
     "DEFAULT_PLATFORM", "DEFAULT_PYTHON", "build_release", "default_source", "target_platforms",
@@ -28,4 +32,6 @@ __all__ = [
     "verify_release",
     "Signature", "sign", "signature_key_id", "verify",
     "RECORD_DIR", "InstalledRelease", "installed_release",
+    "Bundle", "create_bundle", "import_bundle", "imported_bundle", "tree_entries", "verify_bundle",
+    "write_tarball",
 ]

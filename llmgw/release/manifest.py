@@ -19,7 +19,7 @@ import hashlib
 import json
 import os
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -160,9 +160,11 @@ def trusted_public_keys(trusted_keys: Sequence[str | PublicKey]) -> list[PublicK
             for index, key in enumerate(trusted_keys)]
 
 
-def verify_release(directory: Path | str, trusted_keys: Sequence[str | PublicKey]) -> Manifest:
+def verify_release(directory: Path | str, trusted_keys: Sequence[str | PublicKey], *,
+                   checked: Callable[[ReleaseFile], None] | None = None) -> Manifest:
     """Verify the release in `directory` against `trusted_keys` (see trusted_public_keys) and return its manifest,
-    with `key_id` the key that signed it.
+    with `key_id` the key that signed it. `checked` is called with each listed file once it was read (a progress
+    bar's step); an offline bundle (`llmgw.release.bundle`) is verified the same way.
 
     Raises: ReleaseError saying what failed, first of: no manifest or signature; a signature by a key not trusted
     (`key_id` set); a signature that does not match the manifest; a malformed manifest; then every file that is
@@ -193,6 +195,8 @@ def verify_release(directory: Path | str, trusted_keys: Sequence[str | PublicKey
         elif (digest := file_sha256(path)) != entry.sha256:
             problems.append(f"{entry.path} has sha256 {digest}, the manifest says {entry.sha256}")
         else:
+            if checked is not None:
+                checked(entry)
             continue
         paths.append(entry.path)
     for rel in release_files(directory):

@@ -315,6 +315,7 @@ def build_agent(data: Mapping[str, Any], base: AgentSettings | None = None) -> A
         labels=MappingProxyType(labels),
         ignore_gpus=tuple(data.get("ignore_gpus", base.ignore_gpus)),
         mirrors=tuple(data.get("mirrors", base.mirrors)),
+        offline=bool(data.get("offline", base.offline)),
         cpu_cores_reserved=float(data.get("cpu_cores_reserved", base.cpu_cores_reserved)),
         memory_reserved_bytes=parse_size(data["memory_reserved"]) if "memory_reserved" in data else base.memory_reserved_bytes,
         shard_stop_grace=_duration(data, "shard_stop_grace", base.shard_stop_grace),

@@ -318,7 +318,8 @@ class AgentSettings:
 
     Directories are absolute or relative to the agent's state directory. Durations in seconds.
     `ignore_gpus` lists GPU indices or UUIDs the agent must leave alone. `mirrors` are directories searched
-    for weights by sha256 before any download. `tracing`: the node's spans of replica starts and engine
+    for weights by sha256 before any download; `offline`: the node installs engines and weights from them only,
+    never from the network (an imported offline bundle, `llmgw bundle import`). `tracing`: the node's spans of replica starts and engine
     installs (`llmgw agent --otlp-endpoint` overrides the endpoint). `build`: which build of the Python engines
     the node installs (`llmgw.engines.builds`; "auto" decides from its GPUs and driver).
     `certificate_renew_fraction`: the share of its node certificate's lifetime after which the agent renews it over
@@ -332,6 +333,7 @@ class AgentSettings:
     labels: Mapping[str, str] = field(default_factory=frozen_map)
     ignore_gpus: tuple[str, ...] = ()
     mirrors: tuple[str, ...] = ()
+    offline: bool = False
     cpu_cores_reserved: float = 0.0
     memory_reserved_bytes: int = 0
     shard_stop_grace: float = 10.0

@@ -605,7 +605,7 @@ class InstallEngine(_message.Message):
     def __init__(self, engine: _Optional[str] = ..., version: _Optional[str] = ..., archive_url: _Optional[str] = ..., archive_sha256: _Optional[str] = ..., sdist_package: _Optional[str] = ..., sdist_version: _Optional[str] = ..., sdist_sha256: _Optional[str] = ..., mirror: _Optional[str] = ..., build_args: _Optional[_Iterable[str]] = ..., python_packages: _Optional[_Iterable[str]] = ..., traceparent: _Optional[str] = ...) -> None: ...
 
 class AgentSettings(_message.Message):
-    __slots__ = ("weights_dir", "engines_dir", "heartbeat_interval", "telemetry_interval", "labels", "ignore_gpus", "mirrors", "shard_stop_grace", "fingerprint", "control_planes", "slurm", "tracing", "build", "firewall", "certificate_renew_fraction")
+    __slots__ = ("weights_dir", "engines_dir", "heartbeat_interval", "telemetry_interval", "labels", "ignore_gpus", "mirrors", "shard_stop_grace", "offline", "fingerprint", "control_planes", "slurm", "tracing", "build", "firewall", "certificate_renew_fraction")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -621,6 +621,7 @@ class AgentSettings(_message.Message):
     IGNORE_GPUS_FIELD_NUMBER: _ClassVar[int]
     MIRRORS_FIELD_NUMBER: _ClassVar[int]
     SHARD_STOP_GRACE_FIELD_NUMBER: _ClassVar[int]
+    OFFLINE_FIELD_NUMBER: _ClassVar[int]
     FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
     CONTROL_PLANES_FIELD_NUMBER: _ClassVar[int]
     SLURM_FIELD_NUMBER: _ClassVar[int]
@@ -636,6 +637,7 @@ class AgentSettings(_message.Message):
     ignore_gpus: _containers.RepeatedScalarFieldContainer[str]
     mirrors: _containers.RepeatedScalarFieldContainer[str]
     shard_stop_grace: float
+    offline: bool
     fingerprint: str
     control_planes: _containers.RepeatedScalarFieldContainer[str]
     slurm: SlurmRole
@@ -643,7 +645,7 @@ class AgentSettings(_message.Message):
     build: str
     firewall: FirewallTable
     certificate_renew_fraction: float
-    def __init__(self, weights_dir: _Optional[str] = ..., engines_dir: _Optional[str] = ..., heartbeat_interval: _Optional[float] = ..., telemetry_interval: _Optional[float] = ..., labels: _Optional[_Mapping[str, str]] = ..., ignore_gpus: _Optional[_Iterable[str]] = ..., mirrors: _Optional[_Iterable[str]] = ..., shard_stop_grace: _Optional[float] = ..., fingerprint: _Optional[str] = ..., control_planes: _Optional[_Iterable[str]] = ..., slurm: _Optional[_Union[SlurmRole, _Mapping]] = ..., tracing: _Optional[_Union[TraceSettings, _Mapping]] = ..., build: _Optional[str] = ..., firewall: _Optional[_Union[FirewallTable, _Mapping]] = ..., certificate_renew_fraction: _Optional[float] = ...) -> None: ...
+    def __init__(self, weights_dir: _Optional[str] = ..., engines_dir: _Optional[str] = ..., heartbeat_interval: _Optional[float] = ..., telemetry_interval: _Optional[float] = ..., labels: _Optional[_Mapping[str, str]] = ..., ignore_gpus: _Optional[_Iterable[str]] = ..., mirrors: _Optional[_Iterable[str]] = ..., shard_stop_grace: _Optional[float] = ..., offline: _Optional[bool] = ..., fingerprint: _Optional[str] = ..., control_planes: _Optional[_Iterable[str]] = ..., slurm: _Optional[_Union[SlurmRole, _Mapping]] = ..., tracing: _Optional[_Union[TraceSettings, _Mapping]] = ..., build: _Optional[str] = ..., firewall: _Optional[_Union[FirewallTable, _Mapping]] = ..., certificate_renew_fraction: _Optional[float] = ...) -> None: ...
 
 class FirewallTable(_message.Message):
     __slots__ = ("text", "digest", "rollback_after")
