@@ -65,24 +65,24 @@ def console_mount(admin: AdminApp) -> AdminMount:
 
     accounts = StoreAccounts(admin) if plane.store is not None else None
 
-    async def act(who: Login, path: str, body: dict) -> tuple[int, dict]:
+    async def act(who: Login, path: str, body: dict, method: str = "POST") -> tuple[int, dict]:
         # the admin API's own route, as the person logged in (their role checked there, them the commit's author);
         # a login of nobody's acts as its token may on the admin API: the plane's own admin token and store tokens
-        # of scope admin change settings, a token of scope console only reads
+        # of scope admin change settings, a token of scope console only reads (GET)
         if who.person is None:
-            if who.token_id is not None:
+            if who.token_id is not None and method != "GET":
                 found = await admin.in_store_thread(plane.store.token_by_id, who.token_id)
                 if found is None or not _active(found) or found.scope != "admin":
                     return 403, {"error": {"type": "forbidden", "message": "this console login's token (scope "
                                            f"{found.scope if found else 'unknown'}) reads the console and changes "
                                            "nothing: log in with an admin token or as a person with a role"}}
-            return await admin.act(Caller(token_id=who.token_id), path, body)
+            return await admin.act(Caller(token_id=who.token_id), path, body, method)
         fresh = await accounts.person(who.person) if accounts is not None else None
         if fresh is None or not fresh.role:
             return 401, {"error": {"type": "unauthorized", "message": f"{who.person} may no longer act here (account "
                                    "disabled, or no role in projects.yaml): log in again"}}
         person = Person(fresh.person or who.person, fresh.principal, admin.access_of(fresh.person or who.person))
-        return await admin.act(Caller(person, who.token_id), path, body)
+        return await admin.act(Caller(person, who.token_id), path, body, method)
 
     console = Console(plane.snapshot, authorise=login, still_valid=still_valid, history=admin.history_entries,
                       usage=usage, logs=plane.logs, applied_diff=applied, accounts=accounts, oidc=SettingsOidc(plane),

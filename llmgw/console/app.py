@@ -14,10 +14,12 @@ a unix time, rows shaped like `llmgw.store.UsageRow`; None hides the Usage page)
 (the settings diff an audit commit applied, shaped like `llmgw.control.audit_diff.AppliedDiff`; None: history
 entries show their message only) and `accounts` (`Accounts`: people's password logins and their roles, rechecked
 every minute; None: tokens only; failed logins limited by `llmgw.console.throttle`) and `act(login, path, body) ->
-(status, answer)` (POST an admin-API edit route as the person logged in: `llmgw.control.admin.AdminApp.act`; None:
-a console without actions). Actions (`llmgw.console.actions`): a form posts to /console/actions, which shows the
+(status, answer)` (POST an admin-API edit route as the person logged in: `llmgw.control.admin.AdminApp.act`, which
+also takes a method, "GET" to read the API keys; None: a console without actions nor API keys). Actions (`llmgw.console.actions`): a form posts to /console/actions, which shows the
 diff the edit would commit (a preview) and, confirmed, commits it onto the head that diff was made against; refusals
-(a role's 403, `llmgw validate`'s words, a branch that moved meanwhile) are shown as the admin API says them. Of the control plane it imports only `llmgw.control.view` (an import contract);
+(a role's 403, `llmgw validate`'s words, a branch that moved meanwhile) are shown as the admin API says them. The API
+keys page (/console/keys) lists, makes (the plaintext shown once) and revokes keys through /api/v1/keys as the
+person: a member their own projects' only. Of the control plane it imports only `llmgw.control.view` (an import contract);
 `llmgw.cli.console_mount` makes these functions and mounts the console on the admin listener.
 
 Security: every page but the login form and the stylesheet/script needs a session cookie (set by the login form,
@@ -30,12 +32,14 @@ that allows no inline script or style, and no token ever appears in a URL.
 from __future__ import annotations
 
 import logging
+import re
 import secrets
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Protocol
+from urllib.parse import quote
 
 import trio
 from quart import Response, g, redirect, render_template, request
@@ -67,11 +71,14 @@ History = Callable[[int], Awaitable[list[Any]]]
 Usage = Callable[..., Awaitable[list[Any]]]  # (by, since[, projects]) -> rows
 Logs = Callable[[str, str, int], Awaitable[list[str]]]
 AppliedDiff = Callable[[str], Awaitable[Any]]
-Act = Callable[[Login, str, dict[str, Any]], Awaitable[tuple[int, dict[str, Any]]]]
+Act = Callable[..., Awaitable[tuple[int, dict[str, Any]]]]  # (login, path, body[, method]) -> (status, answer)
 USAGE_GROUPS = ("day", "model", "project")
-MEMBER_PAGES = frozenset({"usage", "logout", "cluster", "cluster_bare", "ssh_keys", "act"})
+MEMBER_PAGES = frozenset({"usage", "logout", "cluster", "cluster_bare", "ssh_keys", "act", "keys", "key_create",
+                          "key_revoke"})
 """The endpoints a project member may open (the cluster's page sends them to their usage; what an action may do is
-the admin API's word: a member's own SSH keys only)."""
+the admin API's word: a member's own SSH keys, their own projects' API keys)."""
+_KEY_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
+"""An API key's id as it may appear in a route's path."""
 
 
 class Accounts(Protocol):
@@ -173,6 +180,9 @@ class Console:
         app.add_url_rule(f"{PREFIX}/usage", "usage", self._usage)
         app.add_url_rule(f"{PREFIX}/ssh-keys", "ssh_keys", self._ssh_keys)
         app.add_url_rule(f"{PREFIX}/actions", "act", self._act, methods=["POST"])
+        app.add_url_rule(f"{PREFIX}/keys", "keys", self._keys)
+        app.add_url_rule(f"{PREFIX}/keys/new", "key_create", self._key_create, methods=["POST"])
+        app.add_url_rule(f"{PREFIX}/keys/<key_id>/revoke", "key_revoke", self._key_revoke, methods=["POST"])
         return app
 
     async def _guard(self) -> Response | None:
@@ -477,6 +487,63 @@ class Console:
                                     diff=_diff_lines(answer.get("diff", "")), fields=fields, back=back)
         return await self._page("acted.html", "actions", state=state, title=wanted.title, status=200, answer=answer,
                                 error=None, fields=fields, back=back)
+
+
+    # -- API keys: the admin API's /api/v1/keys as the person logged in ------------------------------------------
+
+    def _key_projects(self, state: ControlState) -> list[str]:
+        """The projects whose keys the page lists and may make: a member's own, every project of the settings for
+        anyone else."""
+        if g.login.role == "member":
+            return sorted(g.login.projects)
+        return sorted(state.settings.projects) if state.settings else []
+
+    async def _keys(self) -> Any:
+        """The API keys of the projects the person may see (a member: theirs, one GET /api/v1/keys?project=P each;
+        anyone else: every project's), with a form to make one and a button to revoke each active one."""
+        state = self.snapshot()
+        if self.act is None:
+            return await self._page("missing.html", "keys", state=state, what="API keys on this console"), 404
+        projects = self._key_projects(state)
+        paths = ([f"/api/v1/keys?project={quote(p)}" for p in projects] if g.login.role == "member"
+                 else ["/api/v1/keys"])
+        keys, error = [], None
+        for path in paths:
+            status, answer = await self.act(g.login, path, {}, "GET")
+            if status != 200:
+                error = answer.get("error", {})
+                break
+            keys += answer.get("keys", [])
+        keys.sort(key=lambda k: (k.get("state") != "active", -(k.get("created_at") or 0)))
+        return await self._page("keys.html", "keys", state=state, keys=keys, projects=projects, error=error,
+                                may_make=g.login.role in ("operator", "member") and bool(projects))
+
+    async def _key_create(self) -> Any:
+        """A new key of the form's `project` (named `name`): POST /api/v1/keys as the person; its plaintext shown
+        on this answer once (never stored by the console, never in a URL; the page does not refresh)."""
+        state = self.snapshot()
+        if self.act is None:
+            return await self._page("missing.html", "keys", state=state, what="API keys on this console"), 404
+        form = await request.form
+        project = str(form.get("project") or "").strip()
+        name = " ".join(str(form.get("name") or "").split())[:100]
+        status, answer = await self.act(g.login, "/api/v1/keys", {"project": project, "name": name})
+        title = f"New API key of project {project[:60]}"
+        return await self._page("key_done.html", "keys", state=state, title=title, status=status, answer=answer,
+                                error=answer.get("error", {}), made=True), status
+
+    async def _key_revoke(self, key_id: str) -> Any:
+        """Revoke a key: POST /api/v1/keys/ID/revoke as the person (the admin API says whether they may)."""
+        state = self.snapshot()
+        if self.act is None:
+            return await self._page("missing.html", "keys", state=state, what="API keys on this console"), 404
+        if not _KEY_ID.fullmatch(key_id):
+            return await self._page("key_done.html", "keys", state=state, title="Not a key", status=400, answer={},
+                                    error={"message": f"{key_id[:40]!r} is not an API key's id"}, made=False), 400
+        status, answer = await self.act(g.login, f"/api/v1/keys/{key_id}/revoke", {})
+        title = f"Revoke API key {answer.get('prefix', key_id)}"
+        return await self._page("key_done.html", "keys", state=state, title=title, status=status, answer=answer,
+                                error=answer.get("error", {}), made=False), status
 
 
 def _diff_lines(diff: str) -> list[tuple[str, str]]:

@@ -25,15 +25,21 @@ PEOPLE = "people:\n  operators: [ops@lab.example]\n  viewers: [audit@lab.example
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHVjb25zdGFudGtleWZvcnRlc3RzMDAwMDAwMDAwMDAw ada@laptop"
 
 
-def people_repo(tmp_path, sha: str, llmgw_yaml_tail: str = ""):
+def people_repo(tmp_path, sha: str, llmgw_yaml_tail: str = "", slurm_yaml: str = "enabled: false\n",
+                projects_tail: str = "", files: dict[str, str] | None = None):
     """A bare settings repository serving "tiny", with PEOPLE and ada@lab.example a member of project demo
-    (`llmgw_yaml_tail` appended to llmgw.yaml)."""
+    (`llmgw_yaml_tail` appended to llmgw.yaml, `projects_tail` to the projects of team platform: more projects,
+    their names indented by 10; `slurm_yaml` the text of slurm.yaml; `files` more files, by path, with their text)."""
     seed = write_seed(tmp_path / "seed", sha)
     (seed / "llmgw.yaml").write_text((seed / "llmgw.yaml").read_text() + llmgw_yaml_tail)
     projects = seed / "projects.yaml"
     projects.write_text(PEOPLE + projects.read_text().replace("models: [tiny]",
-                                                              "models: [tiny]\n            members: [ada@lab.example]"))
-    (seed / "slurm.yaml").write_text("enabled: false\n")
+                                                              "models: [tiny]\n            members: [ada@lab.example]")
+                        + projects_tail)
+    (seed / "slurm.yaml").write_text(slurm_yaml)
+    for path, text in (files or {}).items():
+        (seed / path).parent.mkdir(parents=True, exist_ok=True)
+        (seed / path).write_text(text)
     repo = tmp_path / "settings.git"
     init_repository(repo, seed)
     return repo
