@@ -66,7 +66,9 @@ class AgentConfig:
     `tls_dir`: the directory of the node's certificate (`ca.crt`, `node.crt`, `node.key`) when the agent connects
     with mutual TLS (None: it does not, and renews nothing); `certificate_renew_fraction`: the share of that
     certificate's lifetime after which it is renewed over the stream (agents/ `certificate_renew_fraction`;
-    `llmgw.agent.renewal`).
+    `llmgw.agent.renewal`). `slurm_users_prefix` and `slurm_programs` are the Slurm keeper's (`llmgw.agent.slurm`):
+    shadow's `--prefix` for the Linux users of `users: llmgw` ("": the machine's own /etc/passwd) and executables used
+    instead of munged, slurmd, scontrol... found on PATH (stand-ins, in tests).
     """
 
     node_id: str = field(default_factory=socket.gethostname)
@@ -96,6 +98,8 @@ class AgentConfig:
     build: str = "auto"
     tls_dir: Path | None = None
     certificate_renew_fraction: float = 0.6667
+    slurm_users_prefix: str = ""
+    slurm_programs: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def trace_target(self) -> tuple[str, float] | None:
