@@ -1,6 +1,6 @@
 """The web console on the admin listener: `console_mount(admin_app)` builds a `llmgw.console.Console` over the
 control plane's view (`ControlView.snapshot`) and the few functions it needs beyond the state (login check, audit
-log, usage, logs, the settings diff of an audit commit), and mounts it under /console. Blocking reads (git, the
+log, usage, quotas, logs, the settings diff of an audit commit), and mounts it under /console. Blocking reads (git, the
 store) run in worker threads.
 
     ControlPlane(ControlConfig(..., admin_mounts=(console_mount,)))   what `llmgw server` and `llmgw up` run
@@ -58,6 +58,10 @@ def console_mount(admin: AdminApp) -> AdminMount:
     async def usage(by: str, since: float | None, projects: tuple[str, ...] | None = None) -> list:
         return await trio.to_thread.run_sync(plane.store.query_usage, projects, since, by)
 
+    async def quota_use(scopes: list) -> list:
+        # what counts now against each limit, as the gateway's quota check reads it (`Store.quota_use`)
+        return await admin.in_store_thread(plane.store.quota_use, scopes)
+
     async def applied(audit_commit: str):
         from llmgw.control.audit_diff import applied_diff
 
@@ -86,7 +90,7 @@ def console_mount(admin: AdminApp) -> AdminMount:
 
     console = Console(plane.snapshot, authorise=login, still_valid=still_valid, history=admin.history_entries,
                       usage=usage, logs=plane.logs, applied_diff=applied, accounts=accounts, oidc=SettingsOidc(plane),
-                      act=act)
+                      act=act, quotas=quota_use if plane.store is not None else None)
     return AdminMount("/console", console, console.run_sampler)
 
 

@@ -9,7 +9,9 @@ beyond the state comes in as functions: `authorise(token) -> Login | None` (a ch
 check for the scope "console", in a worker thread) and `still_valid(token_id) -> bool` (a checkpoint: the store
 token a session logged in with is neither revoked nor expired; asked at least every minute per session) `history(limit) -> entries` (the admin API's
 audit log reader, a checkpoint) and `usage(by, since) -> rows` (usage summed by "day", "model" or "project" since
-a unix time, rows shaped like `llmgw.store.UsageRow`; None hides the Usage page) and `logs(node, shard, lines)`
+a unix time, rows shaped like `llmgw.store.UsageRow`; None hides the Usage page) and `quotas(scopes) -> rows` (what
+counts now against each limit of those quota scopes, as the gateway's quota check reads it: `Store.quota_use`, rows
+shaped like `llmgw.store.LimitUse`; None hides the Quotas page, `llmgw.console.quotas`) and `logs(node, shard, lines)`
 (a shard's last log lines, "" for the agent's own; None hides the log pages) and `applied_diff(audit_commit)`
 (the settings diff an audit commit applied, shaped like `llmgw.control.audit_diff.AppliedDiff`; None: history
 entries show their message only) and `accounts` (`Accounts`: people's password logins and their roles, rechecked
@@ -50,6 +52,7 @@ from llmgw.console.buckets import FleetHistory
 from llmgw.console.charts import day_columns, gpu_chart
 from llmgw.console.sessions import SESSION_TTL, Login, SessionBook, csrf_matches
 from llmgw.console.oidc import OidcClient, OidcError
+from llmgw.console.quotas import project_quotas, scopes_of
 from llmgw.console.throttle import LoginThrottle
 from llmgw.console.views import MAP_COLOURINGS, cluster_view, gpu_tiles, load_class, models_view, node_row
 from llmgw.control.view import ControlState, PassRecord
@@ -72,11 +75,12 @@ Usage = Callable[..., Awaitable[list[Any]]]  # (by, since[, projects]) -> rows
 Logs = Callable[[str, str, int], Awaitable[list[str]]]
 AppliedDiff = Callable[[str], Awaitable[Any]]
 Act = Callable[..., Awaitable[tuple[int, dict[str, Any]]]]  # (login, path, body[, method]) -> (status, answer)
+QuotaUse = Callable[[list[tuple[str, Any]]], Awaitable[list[Any]]]  # scopes -> LimitUse rows
 USAGE_GROUPS = ("day", "model", "project")
-MEMBER_PAGES = frozenset({"usage", "logout", "cluster", "cluster_bare", "ssh_keys", "act", "keys", "key_create",
-                          "key_revoke"})
-"""The endpoints a project member may open (the cluster's page sends them to their usage; what an action may do is
-the admin API's word: a member's own SSH keys, their own projects' API keys)."""
+MEMBER_PAGES = frozenset({"usage", "quotas", "logout", "cluster", "cluster_bare", "ssh_keys", "act", "keys",
+                          "key_create", "key_revoke"})
+"""The endpoints a project member may open (the cluster's page sends them to their usage; their projects' quotas;
+what an action may do is the admin API's word: a member's own SSH keys, their own projects' API keys)."""
 _KEY_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 """An API key's id as it may appear in a route's path."""
 
@@ -109,7 +113,7 @@ class Console:
                  still_valid: StillValid | None = None, usage: Usage | None = None, logs: Logs | None = None,
                  applied_diff: AppliedDiff | None = None, accounts: Accounts | None = None,
                  oidc: OidcClient | Callable[[], OidcClient | None] | None = None, act: Act | None = None,
-                 sample_interval: float = 5.0,
+                 quotas: QuotaUse | None = None, sample_interval: float = 5.0,
                  session_ttl: float = SESSION_TTL, clock: Callable[[], float] = trio.current_time,
                  wall: Callable[[], float] = time.time):
         self.snapshot = snapshot
@@ -123,6 +127,7 @@ class Console:
         self.logs = logs
         self.applied_diff = applied_diff
         self.act = act
+        self.quotas = quotas
         self.sample_interval = sample_interval
         self.clock, self.wall = clock, wall
         self.sessions = SessionBook(session_ttl)
@@ -178,6 +183,7 @@ class Console:
         app.add_url_rule(f"{PREFIX}/history", "history", self._history)
         app.add_url_rule(f"{PREFIX}/history/<commit>", "history_entry", self._history_entry)
         app.add_url_rule(f"{PREFIX}/usage", "usage", self._usage)
+        app.add_url_rule(f"{PREFIX}/quotas", "quotas", self._quotas)
         app.add_url_rule(f"{PREFIX}/ssh-keys", "ssh_keys", self._ssh_keys)
         app.add_url_rule(f"{PREFIX}/actions", "act", self._act, methods=["POST"])
         app.add_url_rule(f"{PREFIX}/keys", "keys", self._keys)
@@ -240,7 +246,7 @@ class Console:
         if request.endpoint in MEMBER_PAGES:
             return None
         return Response(f"{login.person} is a member of {', '.join(login.projects)}: members see their projects' "
-                        "usage (/console/usage); the cluster's pages are for operators and viewers "
+                        "usage (/console/usage), quotas (/console/quotas) and keys; the cluster's pages are for operators and viewers "
                         "(projects.yaml people)\n", 403, content_type="text/plain")
 
     def _secure(self) -> bool:
@@ -356,6 +362,7 @@ class Console:
             template, page=page, principal=g.principal, csrf=g.csrf, bearer=g.bearer, login=g.login,
             leader=state.leadership.leader, leader_holder=state.leadership.holder,
             cluster_name=settings.cluster.name if settings else "", usage_page=self.usage is not None,
+            quotas_page=self.quotas is not None,
             logs_page=self.logs is not None, can_act=self.act is not None and g.login.role == "operator",
             actions=self.act is not None, **context,
         )
@@ -451,6 +458,18 @@ class Console:
                                 chart=day_columns(groups["day"], "tokens per day (prompt + completion)"))
 
 
+    async def _quotas(self) -> Any:
+        """The quotas of the projects the person may see (a member: theirs; anyone else: every project's) and what
+        counts against each limit now (`quotas`: one store read for every scope)."""
+        state = self.snapshot()
+        settings = state.settings
+        if self.quotas is None or settings is None:
+            return await self._page("missing.html", "quotas", state=state, what="quota store"), 404
+        projects = self._visible_projects(state)
+        uses = await self.quotas(scopes_of(settings, projects))
+        return await self._page("quotas.html", "quotas", state=state, projects=projects,
+                                sections=project_quotas(settings, projects, uses), currency=settings.cluster.currency)
+
     async def _ssh_keys(self) -> Any:
         """The SSH keys of slurm.yaml `ssh_keys` (a member's own only), with forms to add and remove them."""
         state = self.snapshot()
@@ -491,9 +510,9 @@ class Console:
 
     # -- API keys: the admin API's /api/v1/keys as the person logged in ------------------------------------------
 
-    def _key_projects(self, state: ControlState) -> list[str]:
-        """The projects whose keys the page lists and may make: a member's own, every project of the settings for
-        anyone else."""
+    def _visible_projects(self, state: ControlState) -> list[str]:
+        """The projects whose keys and quotas the pages show (and keys they may make): a member's own, every project
+        of the settings for anyone else."""
         if g.login.role == "member":
             return sorted(g.login.projects)
         return sorted(state.settings.projects) if state.settings else []
@@ -504,7 +523,7 @@ class Console:
         state = self.snapshot()
         if self.act is None:
             return await self._page("missing.html", "keys", state=state, what="API keys on this console"), 404
-        projects = self._key_projects(state)
+        projects = self._visible_projects(state)
         paths = ([f"/api/v1/keys?project={quote(p)}" for p in projects] if g.login.role == "member"
                  else ["/api/v1/keys"])
         keys, error = [], None

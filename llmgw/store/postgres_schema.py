@@ -141,6 +141,11 @@ MIGRATIONS: tuple[str, ...] = (
     );
     ALTER TABLE tokens ADD COLUMN owner TEXT;
     """,
+    # 10 (SQLite's 12): who made and who revoked an API key through the admin API (a person's e-mail, or NULL)
+    """
+    ALTER TABLE api_keys ADD COLUMN created_by TEXT;
+    ALTER TABLE api_keys ADD COLUMN revoked_by TEXT;
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -1,8 +1,9 @@
 """Console actions in a real Chromium against a real control plane with two in-process agents (issue 36, item 2):
 an operator drains the node that serves "tiny" from its page, reads the diff, commits it, and the settings commit is
 theirs while the replica moves to the other node; a project member adds an SSH key on their page the same way, then
-makes an API key of their project (shown once) and revokes it. Screenshots of the new pages (the node's actions, a
-diff to confirm, a commit done, the SSH keys, a new API key, the API keys) are artefacts,
+makes an API key of their project (shown once) and revokes it, and reads their project's quotas with the requests in
+flight counted. Screenshots of the new pages (the node's actions, a diff to confirm, a commit done, the SSH keys, a
+new API key, the API keys, the quotas) are artefacts,
 checked non-empty and free of browser console errors."""
 
 from __future__ import annotations
@@ -22,11 +23,12 @@ from llmgw.cli.console_mount import console_mount
 from llmgw.control import ControlConfig, ControlPlane
 
 from .test_console_in_chromium import css, wait_until
+from .test_console_quotas import PROJECTS
 from .test_people_in_chromium import log_in
 
 pytestmark = pytest.mark.slow
 SCREENSHOTS = ("node-actions.png", "action-confirm.png", "action-committed.png", "ssh-keys.png", "api-key-made.png",
-               "api-keys.png")
+               "api-keys.png", "quotas.png")
 
 
 def click(driver, selector: str) -> None:
@@ -53,7 +55,7 @@ async def test_an_operator_drains_a_node_from_the_console_and_a_member_adds_an_s
     tmp_path, weights_mirror, fake_engine, browser, artefacts,
 ):
     mirror, sha = weights_mirror
-    repo = people_repo(tmp_path, sha)
+    repo = people_repo(tmp_path, sha, files={"projects.yaml": PROJECTS})  # demo and other, with quotas
     plane = ControlPlane(ControlConfig(repo=str(repo), state_dir=tmp_path / "state", gateway=False,
                                        admin_mounts=(console_mount,)))
     async with trio.open_nursery() as nursery:
@@ -132,9 +134,17 @@ async def test_an_operator_drains_a_node_from_the_console_and_a_member_adds_an_s
             driver.save_screenshot(str(artefacts / "api-keys.png"))
             click(driver, ".revoke-key")
             wait_until(driver, lambda d: d.find_elements(By.ID, "key-revoked"), "the key revoked")
+            # her project's quotas, with the requests in flight counted
+            css(driver, "#nav-quotas").click()
+            wait_until(driver, lambda d: d.find_elements(By.ID, "quotas-demo"), "the quotas page")
+            assert not driver.find_elements(By.ID, "quotas-other")
+            assert "900 1000 100" in css(driver, "#quota-demo-project-demo-tokens_per_minute").text
+            driver.save_screenshot(str(artefacts / "quotas.png"))
             problems.extend(e["message"] for e in driver.get_log("browser") if e["level"] in ("SEVERE", "WARNING"))
 
         made: list[str] = []
+        for _ in range(3):  # three requests of demo in flight, reserved as the gateway reserves them
+            plane.store.reserve(plane.snapshot().settings.quota_scopes("demo"), 300, 0.5)
         await trio.to_thread.run_sync(replica_moved_and_member_adds_a_key)
         assert problems == [], problems  # no CSP violation, no script error, nothing fetched that failed
         assert (head(repo).author.name, head(repo).author.email) == ("Ada Lovelace", "ada@lab.example")

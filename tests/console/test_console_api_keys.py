@@ -1,7 +1,8 @@
 """A person's API keys in the console (issue 36), over HTTP on loopback against a real control plane, its store and
 settings: a project member logged in sees only their projects' keys, makes one (its plaintext shown on that answer
 once, never again, and the store takes it), is refused a key of a project they are not in and the revocation of
-another project's key (403 with the admin API's sentence), and revokes their own (the store refuses it then). The
+another project's key (403 with the admin API's sentence), and revokes their own (the store refuses it then); the key records them as who made and who revoked it, and the page
+shows it. The
 page goes through the admin API's /api/v1/keys routes as the person (`AdminApp.act`), the routes a person's admin
 token uses (`llmgw keys` itself opens the store); a viewer reads every project's keys and makes none."""
 
@@ -50,10 +51,12 @@ async def test_a_member_makes_and_revokes_their_own_projects_keys_from_the_conso
             assert made.headers["Cache-Control"] == "no-store" and 'data-refresh="0"' in made.text
             key = plane.store.authenticate(plaintext)
             assert key is not None and (key.project, key.name) == ("demo", "laptop")
+            assert (key.created_by, key.revoked_by) == ("ada@lab.example", None)  # who made it, on the key
 
             page = await member.get("/console/keys")
             assert key_ids(page.text) == [key.key_id] and plaintext not in page.text  # shown once, never again
             assert f"{key.prefix}…" in page.text and f'id="revoke-{key.key_id}"' in page.text
+            assert f'id="made-by-{key.key_id}">ada@lab.example<' in page.text
 
             # a project they are not in: refused by the admin API, in its words; nothing made
             refused = await member.post("/console/keys/new", data={"csrf": csrf, "project": "other"})
@@ -69,8 +72,10 @@ async def test_a_member_makes_and_revokes_their_own_projects_keys_from_the_conso
             assert revoked.status_code == 200 and f"Revoked key {key.prefix}… (laptop) of project demo" in \
                 text_of(revoked.text)
             assert plane.store.authenticate(plaintext) is None
+            assert plane.store.list_api_keys("demo")[0].revoked_by == "ada@lab.example"
             page = await member.get("/console/keys")
             assert f'id="key-{key.key_id}" data-state="revoked"' in page.text
+            assert f'id="revoked-by-{key.key_id}">ada@lab.example<' in page.text
             assert f'id="revoke-{key.key_id}"' not in page.text
             assert (await member.get("/console/nodes")).status_code == 403  # still a member's console
 
@@ -78,6 +83,7 @@ async def test_a_member_makes_and_revokes_their_own_projects_keys_from_the_conso
         async with aclosing(viewer):
             page = await viewer.get("/console/keys")
             assert sorted(key_ids(page.text)) == sorted([key.key_id, theirs.key_id])
+            assert f'id="made-by-{theirs.key_id}">–<' in page.text  # made with the store's own call: nobody named
             assert 'id="new-key-form"' not in page.text and "revoke-" not in page.text
             refused = await viewer.post("/console/keys/new", data={"csrf": csrf, "project": "demo"})
             assert refused.status_code == 403 and "audit@lab.example is a viewer" in text_of(refused.text)
