@@ -13,6 +13,7 @@ calls run in the admin API's worker threads.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from typing import Any
@@ -80,8 +81,8 @@ async def serve_keys(admin: Any, access: Access | None, method: str, path: str, 
                                   "with a project of the settings in force")
         if (why := keys_refusal(access, method, project)) is not None:
             return 403, {"error": {"type": "forbidden", "message": why}}
-        key, plaintext = await admin.in_store_thread(store.create_api_key, project, body_text(body, "name", "") or None,
-                                                     None, None, by)
+        key, plaintext = await admin.in_store_thread(functools.partial(store.create_api_key, created_by=by), project,
+                                                     body_text(body, "name", "") or None)
         log.info("API key %s of project %s made by %s", key.key_id, project, by or "nobody's admin token")
         return 200, {**key_json(key, now), "key": plaintext}
     if method == "POST":
@@ -91,7 +92,7 @@ async def serve_keys(admin: Any, access: Access | None, method: str, path: str, 
             return 404, {"error": {"type": "not_found", "message": f"there is no API key {key_id!r}"}}
         if (why := keys_refusal(access, method, known[key_id].project)) is not None:
             return 403, {"error": {"type": "forbidden", "message": why}}
-        revoked = await admin.in_store_thread(store.revoke_api_key, key_id, None, by)
+        revoked = await admin.in_store_thread(functools.partial(store.revoke_api_key, by=by), key_id)
         log.info("API key %s of project %s revoked by %s", key_id, revoked.project, by or "nobody's admin token")
         return 200, key_json(revoked, now)
     return 404, {"error": {"type": "not_found", "message": f"no route {method} {path}"}}
