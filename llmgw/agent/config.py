@@ -73,7 +73,9 @@ class AgentConfig:
     `llmgw.agent.renewal`).
     `bandwidth_probe_seconds`: how long each phase (one core, all cores) of the node's memory-bandwidth probe runs,
     once per boot, its figures carried by every heartbeat (`llmgw.agent.bandwidth`; 0: no probe, as in the tests'
-    agents; `llmgw agent` and `llmgw up` run it for 0.25 s).
+    agents; `llmgw agent` and `llmgw up` run it for 0.25 s). `slurm_users_prefix` and `slurm_programs` are the Slurm keeper's (`llmgw.agent.slurm`):
+    shadow's `--prefix` for the Linux users of `users: llmgw` ("": the machine's own /etc/passwd) and executables used
+    instead of munged, slurmd, scontrol... found on PATH (stand-ins, in tests).
     """
 
     node_id: str = field(default_factory=socket.gethostname)
@@ -106,6 +108,8 @@ class AgentConfig:
     tls_dir: Path | None = None
     certificate_renew_fraction: float = 0.6667
     bandwidth_probe_seconds: float = 0.0
+    slurm_users_prefix: str = ""
+    slurm_programs: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def trace_target(self) -> tuple[str, float] | None:

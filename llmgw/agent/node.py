@@ -119,7 +119,8 @@ class NodeAgent:
         self.renewer = CertificateRenewer(config.tls_dir, config.node_id,
                                           lambda: self.config.certificate_renew_fraction,
                                           lambda: self.node_secret) if config.tls_dir is not None else None
-        self.slurm = SlurmKeeper(SlurmLayout(Path(config.state_dir) / "slurm"), nursery)  # Slurm's daemons (issue 15)
+        self.slurm = SlurmKeeper(SlurmLayout(Path(config.state_dir) / "slurm", users_prefix=config.slurm_users_prefix),
+                                 nursery, programs=dict(config.slurm_programs) or None)  # Slurm's daemons (issue 15)
         self.firewall = FirewallKeeper(nursery)  # llmgw's nftables table (issue 29)
         self.kv_watch = KvWatch(nursery)  # each vLLM shard's KV-cache events (llmgw.agent.kv_watch)
         # The GPUs and driver discovery found (set at each Register); the build of vLLM and SGLang is chosen from

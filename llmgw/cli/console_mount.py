@@ -1,6 +1,6 @@
 """The web console on the admin listener: `console_mount(admin_app)` builds a `llmgw.console.Console` over the
 control plane's view (`ControlView.snapshot`) and the few functions it needs beyond the state (login check, audit
-log, usage, logs, the settings diff of an audit commit), and mounts it under /console. Blocking reads (git, the
+log, usage, quotas, logs, the settings diff of an audit commit), and mounts it under /console. Blocking reads (git, the
 store) run in worker threads.
 
     ControlPlane(ControlConfig(..., admin_mounts=(console_mount,)))   what `llmgw server` and `llmgw up` run
@@ -67,6 +67,10 @@ def console_mount(admin: AdminApp) -> AdminMount:
         document = await trio.to_thread.run_sync(hours_document, plane.store, settings, since)
         return document["rows"]
 
+    async def quota_use(scopes: list) -> list:
+        # what counts now against each limit, as the gateway's quota check reads it (`Store.quota_use`)
+        return await admin.in_store_thread(plane.store.quota_use, scopes)
+
     async def applied(audit_commit: str):
         from llmgw.control.audit_diff import applied_diff
 
@@ -74,28 +78,29 @@ def console_mount(admin: AdminApp) -> AdminMount:
 
     accounts = StoreAccounts(admin) if plane.store is not None else None
 
-    async def act(who: Login, path: str, body: dict) -> tuple[int, dict]:
+    async def act(who: Login, path: str, body: dict, method: str = "POST") -> tuple[int, dict]:
         # the admin API's own route, as the person logged in (their role checked there, them the commit's author);
         # a login of nobody's acts as its token may on the admin API: the plane's own admin token and store tokens
-        # of scope admin change settings, a token of scope console only reads
+        # of scope admin change settings, a token of scope console only reads (GET)
         if who.person is None:
-            if who.token_id is not None:
+            if who.token_id is not None and method != "GET":
                 found = await admin.in_store_thread(plane.store.token_by_id, who.token_id)
                 if found is None or not _active(found) or found.scope != "admin":
                     return 403, {"error": {"type": "forbidden", "message": "this console login's token (scope "
                                            f"{found.scope if found else 'unknown'}) reads the console and changes "
                                            "nothing: log in with an admin token or as a person with a role"}}
-            return await admin.act(Caller(token_id=who.token_id), path, body)
+            return await admin.act(Caller(token_id=who.token_id), path, body, method)
         fresh = await accounts.person(who.person) if accounts is not None else None
         if fresh is None or not fresh.role:
             return 401, {"error": {"type": "unauthorized", "message": f"{who.person} may no longer act here (account "
                                    "disabled, or no role in projects.yaml): log in again"}}
         person = Person(fresh.person or who.person, fresh.principal, admin.access_of(fresh.person or who.person))
-        return await admin.act(Caller(person, who.token_id), path, body)
+        return await admin.act(Caller(person, who.token_id), path, body, method)
 
     console = Console(plane.snapshot, authorise=login, still_valid=still_valid, history=admin.history_entries,
                       usage=usage, gpu_hours=gpu_hours if plane.store is not None else None, logs=plane.logs,
-                      applied_diff=applied, accounts=accounts, oidc=SettingsOidc(plane), act=act)
+                      applied_diff=applied, accounts=accounts, oidc=SettingsOidc(plane), act=act,
+                      quotas=quota_use if plane.store is not None else None)
     return AdminMount("/console", console, console.run_sampler)
 
 

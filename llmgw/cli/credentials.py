@@ -169,20 +169,30 @@ def new_expiry(expires: str | None, now: float) -> float | None:
 
 def credential_json(item: Credential, now: float) -> dict:
     """A credential as JSON: its id, its project or scope (keyed by `item.GROUP`), name, prefix, state at `now`
-    (unix s), its times as ISO 8601 UTC (None when unset) and, for a token, its `owner` (an e-mail or None)."""
+    (unix s), its times as ISO 8601 UTC (None when unset), for a token its `owner` (an e-mail or None) and for an
+    API key who made and revoked it (`created_by`, `revoked_by`: an e-mail or None)."""
     return {"id": item.credential_id, item.GROUP: item.group, "name": item.name, "prefix": item.prefix,
             "state": item.state(now), "created_at": format_moment(item.created_at),
             "expires_at": format_moment(item.expires_at), "revoked_at": format_moment(item.revoked_at),
-            **({"owner": item.owner} if hasattr(item, "owner") else {})}
+            **{name: getattr(item, name) for name in ("owner", *_PEOPLE) if hasattr(item, name)}}
+
+
+_PEOPLE = ("created_by", "revoked_by")
+"""The fields of an API key naming who made and who revoked it (through the admin API)."""
 
 
 def print_credentials(items: Sequence[Credential], group: str, now: float) -> None:
     """A table of credentials of one kind: id, their `group` ("project" or "scope"), name, prefix, state at `now`,
-    created and expires (UTC)."""
-    table = Table("id", group, "name", "prefix", "state", "created", "expires")
+    created and expires (UTC); for API keys also who made them, when and by whom they were revoked ("" when nobody
+    recorded: `llmgw keys` or nobody's token)."""
+    people = bool(items) and all(hasattr(item, name) for item in items for name in _PEOPLE)
+    table = Table("id", group, "name", "prefix", "state", "created", "expires",
+                  *(("created by", "revoked", "revoked by") if people else ()))
     for item in items:
         table.add_row(item.credential_id, item.group, item.name or "", item.prefix + "…", item.state(now),
-                      format_moment(item.created_at), format_moment(item.expires_at) or "never")
+                      format_moment(item.created_at), format_moment(item.expires_at) or "never",
+                      *((getattr(item, "created_by") or "", format_moment(item.revoked_at) or "",
+                         getattr(item, "revoked_by") or "") if people else ()))
     table_console().print(table)
 
 

@@ -9,15 +9,19 @@ beyond the state comes in as functions: `authorise(token) -> Login | None` (a ch
 check for the scope "console", in a worker thread) and `still_valid(token_id) -> bool` (a checkpoint: the store
 token a session logged in with is neither revoked nor expired; asked at least every minute per session) `history(limit) -> entries` (the admin API's
 audit log reader, a checkpoint) and `usage(by, since) -> rows` (usage summed by "day", "model" or "project" since
-a unix time, rows shaped like `llmgw.store.UsageRow`; None hides the Usage page) and `logs(node, shard, lines)`
+a unix time, rows shaped like `llmgw.store.UsageRow`; None hides the Usage page) and `quotas(scopes) -> rows` (what
+counts now against each limit of those quota scopes, as the gateway's quota check reads it: `Store.quota_use`, rows
+shaped like `llmgw.store.LimitUse`; None hides the Quotas page, `llmgw.console.quotas`) and `logs(node, shard, lines)`
 (a shard's last log lines, "" for the agent's own; None hides the log pages) and `applied_diff(audit_commit)`
 (the settings diff an audit commit applied, shaped like `llmgw.control.audit_diff.AppliedDiff`; None: history
 entries show their message only) and `accounts` (`Accounts`: people's password logins and their roles, rechecked
 every minute; None: tokens only; failed logins limited by `llmgw.console.throttle`) and `act(login, path, body) ->
-(status, answer)` (POST an admin-API edit route as the person logged in: `llmgw.control.admin.AdminApp.act`; None:
-a console without actions). Actions (`llmgw.console.actions`): a form posts to /console/actions, which shows the
+(status, answer)` (POST an admin-API edit route as the person logged in: `llmgw.control.admin.AdminApp.act`, which
+also takes a method, "GET" to read the API keys; None: a console without actions nor API keys). Actions (`llmgw.console.actions`): a form posts to /console/actions, which shows the
 diff the edit would commit (a preview) and, confirmed, commits it onto the head that diff was made against; refusals
-(a role's 403, `llmgw validate`'s words, a branch that moved meanwhile) are shown as the admin API says them. Of the control plane it imports only `llmgw.control.view` (an import contract);
+(a role's 403, `llmgw validate`'s words, a branch that moved meanwhile) are shown as the admin API says them. The API
+keys page (/console/keys) lists, makes (the plaintext shown once) and revokes keys through /api/v1/keys as the
+person: a member their own projects' only. Of the control plane it imports only `llmgw.control.view` (an import contract);
 `llmgw.cli.console_mount` makes these functions and mounts the console on the admin listener.
 
 Security: every page but the login form and the stylesheet/script needs a session cookie (set by the login form,
@@ -30,12 +34,14 @@ that allows no inline script or style, and no token ever appears in a URL.
 from __future__ import annotations
 
 import logging
+import re
 import secrets
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Protocol
+from urllib.parse import quote
 
 import trio
 from quart import Response, g, redirect, render_template, request
@@ -46,6 +52,7 @@ from llmgw.console.buckets import FleetHistory
 from llmgw.console.charts import day_columns, gpu_chart
 from llmgw.console.sessions import SESSION_TTL, Login, SessionBook, csrf_matches
 from llmgw.console.oidc import OidcClient, OidcError
+from llmgw.console.quotas import project_quotas, scopes_of
 from llmgw.console.throttle import LoginThrottle
 from llmgw.console.views import (
     MAP_COLOURINGS, card_verdicts, cluster_view, gpu_tiles, load_class, models_view, node_row,
@@ -70,11 +77,15 @@ Usage = Callable[..., Awaitable[list[Any]]]  # (by, since[, projects]) -> rows
 GpuHours = Callable[[float], Awaitable[list[dict[str, Any]]]]  # since -> rows of llmgw.store.gpu_hours, as JSON
 Logs = Callable[[str, str, int], Awaitable[list[str]]]
 AppliedDiff = Callable[[str], Awaitable[Any]]
-Act = Callable[[Login, str, dict[str, Any]], Awaitable[tuple[int, dict[str, Any]]]]
+Act = Callable[..., Awaitable[tuple[int, dict[str, Any]]]]  # (login, path, body[, method]) -> (status, answer)
+QuotaUse = Callable[[list[tuple[str, Any]]], Awaitable[list[Any]]]  # scopes -> LimitUse rows
 USAGE_GROUPS = ("day", "model", "project")
-MEMBER_PAGES = frozenset({"usage", "logout", "cluster", "cluster_bare", "ssh_keys", "act"})
-"""The endpoints a project member may open (the cluster's page sends them to their usage; what an action may do is
-the admin API's word: a member's own SSH keys only)."""
+MEMBER_PAGES = frozenset({"usage", "quotas", "logout", "cluster", "cluster_bare", "ssh_keys", "act", "keys",
+                          "key_create", "key_revoke"})
+"""The endpoints a project member may open (the cluster's page sends them to their usage; their projects' quotas;
+what an action may do is the admin API's word: a member's own SSH keys, their own projects' API keys)."""
+_KEY_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
+"""An API key's id as it may appear in a route's path."""
 
 
 class Accounts(Protocol):
@@ -106,7 +117,7 @@ class Console:
                  gpu_hours: GpuHours | None = None,
                  applied_diff: AppliedDiff | None = None, accounts: Accounts | None = None,
                  oidc: OidcClient | Callable[[], OidcClient | None] | None = None, act: Act | None = None,
-                 sample_interval: float = 5.0,
+                 quotas: QuotaUse | None = None, sample_interval: float = 5.0,
                  session_ttl: float = SESSION_TTL, clock: Callable[[], float] = trio.current_time,
                  wall: Callable[[], float] = time.time):
         self.snapshot = snapshot
@@ -121,6 +132,7 @@ class Console:
         self.logs = logs
         self.applied_diff = applied_diff
         self.act = act
+        self.quotas = quotas
         self.sample_interval = sample_interval
         self.clock, self.wall = clock, wall
         self.sessions = SessionBook(session_ttl)
@@ -176,8 +188,12 @@ class Console:
         app.add_url_rule(f"{PREFIX}/history", "history", self._history)
         app.add_url_rule(f"{PREFIX}/history/<commit>", "history_entry", self._history_entry)
         app.add_url_rule(f"{PREFIX}/usage", "usage", self._usage)
+        app.add_url_rule(f"{PREFIX}/quotas", "quotas", self._quotas)
         app.add_url_rule(f"{PREFIX}/ssh-keys", "ssh_keys", self._ssh_keys)
         app.add_url_rule(f"{PREFIX}/actions", "act", self._act, methods=["POST"])
+        app.add_url_rule(f"{PREFIX}/keys", "keys", self._keys)
+        app.add_url_rule(f"{PREFIX}/keys/new", "key_create", self._key_create, methods=["POST"])
+        app.add_url_rule(f"{PREFIX}/keys/<key_id>/revoke", "key_revoke", self._key_revoke, methods=["POST"])
         return app
 
     async def _guard(self) -> Response | None:
@@ -235,7 +251,7 @@ class Console:
         if request.endpoint in MEMBER_PAGES:
             return None
         return Response(f"{login.person} is a member of {', '.join(login.projects)}: members see their projects' "
-                        "usage (/console/usage); the cluster's pages are for operators and viewers "
+                        "usage (/console/usage), quotas (/console/quotas) and keys; the cluster's pages are for operators and viewers "
                         "(projects.yaml people)\n", 403, content_type="text/plain")
 
     def _secure(self) -> bool:
@@ -351,6 +367,7 @@ class Console:
             template, page=page, principal=g.principal, csrf=g.csrf, bearer=g.bearer, login=g.login,
             leader=state.leadership.leader, leader_holder=state.leadership.holder,
             cluster_name=settings.cluster.name if settings else "", usage_page=self.usage is not None,
+            quotas_page=self.quotas is not None,
             logs_page=self.logs is not None, can_act=self.act is not None and g.login.role == "operator",
             actions=self.act is not None, **context,
         )
@@ -451,6 +468,18 @@ class Console:
                                 gpu_hours=hours)
 
 
+    async def _quotas(self) -> Any:
+        """The quotas of the projects the person may see (a member: theirs; anyone else: every project's) and what
+        counts against each limit now (`quotas`: one store read for every scope)."""
+        state = self.snapshot()
+        settings = state.settings
+        if self.quotas is None or settings is None:
+            return await self._page("missing.html", "quotas", state=state, what="quota store"), 404
+        projects = self._visible_projects(state)
+        uses = await self.quotas(scopes_of(settings, projects))
+        return await self._page("quotas.html", "quotas", state=state, projects=projects,
+                                sections=project_quotas(settings, projects, uses), currency=settings.cluster.currency)
+
     async def _ssh_keys(self) -> Any:
         """The SSH keys of slurm.yaml `ssh_keys` (a member's own only), with forms to add and remove them."""
         state = self.snapshot()
@@ -487,6 +516,63 @@ class Console:
                                     diff=_diff_lines(answer.get("diff", "")), fields=fields, back=back)
         return await self._page("acted.html", "actions", state=state, title=wanted.title, status=200, answer=answer,
                                 error=None, fields=fields, back=back)
+
+
+    # -- API keys: the admin API's /api/v1/keys as the person logged in ------------------------------------------
+
+    def _visible_projects(self, state: ControlState) -> list[str]:
+        """The projects whose keys and quotas the pages show (and keys they may make): a member's own, every project
+        of the settings for anyone else."""
+        if g.login.role == "member":
+            return sorted(g.login.projects)
+        return sorted(state.settings.projects) if state.settings else []
+
+    async def _keys(self) -> Any:
+        """The API keys of the projects the person may see (a member: theirs, one GET /api/v1/keys?project=P each;
+        anyone else: every project's), with a form to make one and a button to revoke each active one."""
+        state = self.snapshot()
+        if self.act is None:
+            return await self._page("missing.html", "keys", state=state, what="API keys on this console"), 404
+        projects = self._visible_projects(state)
+        paths = ([f"/api/v1/keys?project={quote(p)}" for p in projects] if g.login.role == "member"
+                 else ["/api/v1/keys"])
+        keys, error = [], None
+        for path in paths:
+            status, answer = await self.act(g.login, path, {}, "GET")
+            if status != 200:
+                error = answer.get("error", {})
+                break
+            keys += answer.get("keys", [])
+        keys.sort(key=lambda k: (k.get("state") != "active", -(k.get("created_at") or 0)))
+        return await self._page("keys.html", "keys", state=state, keys=keys, projects=projects, error=error,
+                                may_make=g.login.role in ("operator", "member") and bool(projects))
+
+    async def _key_create(self) -> Any:
+        """A new key of the form's `project` (named `name`): POST /api/v1/keys as the person; its plaintext shown
+        on this answer once (never stored by the console, never in a URL; the page does not refresh)."""
+        state = self.snapshot()
+        if self.act is None:
+            return await self._page("missing.html", "keys", state=state, what="API keys on this console"), 404
+        form = await request.form
+        project = str(form.get("project") or "").strip()
+        name = " ".join(str(form.get("name") or "").split())[:100]
+        status, answer = await self.act(g.login, "/api/v1/keys", {"project": project, "name": name})
+        title = f"New API key of project {project[:60]}"
+        return await self._page("key_done.html", "keys", state=state, title=title, status=status, answer=answer,
+                                error=answer.get("error", {}), made=True), status
+
+    async def _key_revoke(self, key_id: str) -> Any:
+        """Revoke a key: POST /api/v1/keys/ID/revoke as the person (the admin API says whether they may)."""
+        state = self.snapshot()
+        if self.act is None:
+            return await self._page("missing.html", "keys", state=state, what="API keys on this console"), 404
+        if not _KEY_ID.fullmatch(key_id):
+            return await self._page("key_done.html", "keys", state=state, title="Not a key", status=400, answer={},
+                                    error={"message": f"{key_id[:40]!r} is not an API key's id"}, made=False), 400
+        status, answer = await self.act(g.login, f"/api/v1/keys/{key_id}/revoke", {})
+        title = f"Revoke API key {answer.get('prefix', key_id)}"
+        return await self._page("key_done.html", "keys", state=state, title=title, status=status, answer=answer,
+                                error=answer.get("error", {}), made=False), status
 
 
 def _diff_lines(diff: str) -> list[tuple[str, str]]:

@@ -294,11 +294,13 @@ class AdminApp:
                 return await mount.app(scope, receive, send)
         await self._answer(scope, receive, send)
 
-    async def act(self, caller: Caller, path: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-        """Send `POST path` with the JSON `body` as `caller` through the routes an HTTP request takes (the same role
-        checks, writers and error answers), without a token: how the console acts for the person logged in.
-        Returns (HTTP status, the JSON answer). A checkpoint."""
-        encoded = _encode(body)
+    async def act(self, caller: Caller, path: str, body: dict[str, Any],
+                  method: str = "POST") -> tuple[int, dict[str, Any]]:
+        """Send `method path` (a GET's query after "?") with the JSON `body` as `caller` through the routes an HTTP
+        request takes (the same role checks, writers and error answers), without a token: how the console acts and
+        reads for the person logged in. Returns (HTTP status, the JSON answer). A checkpoint."""
+        encoded = _encode(body) if method == "POST" else b""
+        path, _, query = path.partition("?")
         sent: list[dict[str, Any]] = []
 
         async def receive() -> dict[str, Any]:
@@ -307,7 +309,7 @@ class AdminApp:
         async def send(message: dict[str, Any]) -> None:
             sent.append(message)
 
-        scope = {"type": "http", "method": "POST", "path": path, "query_string": b"", "headers": []}
+        scope = {"type": "http", "method": method, "path": path, "query_string": query.encode(), "headers": []}
         await self._answer(scope, receive, send, caller)
         status = next(m["status"] for m in sent if m["type"] == "http.response.start")
         text = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")

@@ -6,11 +6,15 @@ own projects, a viewer's to read.
     POST /api/v1/keys/{id}/revoke         revoke it (idempotent)
 
 `serve_keys` decides and does one request and returns (HTTP status, JSON document); who may (`keys_refusal`) is a
-pure rule over the caller's `Access`. The store calls run in the admin API's worker threads.
+pure rule over the caller's `Access`. A key made or revoked by a person records their e-mail (`created_by`,
+`revoked_by` on the key: `llmgw keys list` and the console show them); nobody's token records nobody. The store
+calls run in the admin API's worker threads.
 """
 
 from __future__ import annotations
 
+import functools
+import logging
 import time
 from typing import Any
 
@@ -20,6 +24,7 @@ from llmgw.settings import MEMBER, OPERATOR, VIEWER, Access
 from llmgw.store import ApiKey
 
 KEYS_PATH = "/api/v1/keys"
+log = logging.getLogger("llmgw.control.admin")
 
 
 def serves(path: str) -> bool:
@@ -29,10 +34,11 @@ def serves(path: str) -> bool:
 
 
 def key_json(key: ApiKey, now: float) -> dict[str, Any]:
-    """A key as the admin API shows it: id, project, name, prefix, state at `now`, times (unix seconds)."""
+    """A key as the admin API shows it: id, project, name, prefix, state at `now`, times (unix seconds), and who
+    made and revoked it (an e-mail, None: nobody's token or the CLI)."""
     return {"id": key.key_id, "project": key.project, "name": key.name, "prefix": key.prefix,
             "state": str(key.state(now)), "created_at": key.created_at, "expires_at": key.expires_at,
-            "revoked_at": key.revoked_at}
+            "revoked_at": key.revoked_at, "created_by": key.created_by, "revoked_by": key.revoked_by}
 
 
 def keys_refusal(access: Access | None, method: str, project: str | None) -> str | None:
@@ -58,6 +64,7 @@ async def serve_keys(admin: Any, access: Access | None, method: str, path: str, 
     """One request of these routes for the caller of `access` (None: nobody's token): (status, document).
     Raises AdminInputError (400) for a missing or unknown project."""
     store, now = admin.plane.store, time.time()
+    by = access.email if access is not None else None
     if store is None:
         raise UsageError("this control plane has no store: no API keys")
     if method == "GET" and path == KEYS_PATH:
@@ -74,7 +81,9 @@ async def serve_keys(admin: Any, access: Access | None, method: str, path: str, 
                                   "with a project of the settings in force")
         if (why := keys_refusal(access, method, project)) is not None:
             return 403, {"error": {"type": "forbidden", "message": why}}
-        key, plaintext = await admin.in_store_thread(store.create_api_key, project, body_text(body, "name", "") or None)
+        key, plaintext = await admin.in_store_thread(functools.partial(store.create_api_key, created_by=by), project,
+                                                     body_text(body, "name", "") or None)
+        log.info("API key %s of project %s made by %s", key.key_id, project, by or "nobody's admin token")
         return 200, {**key_json(key, now), "key": plaintext}
     if method == "POST":
         key_id = path.split("/")[4]
@@ -83,5 +92,7 @@ async def serve_keys(admin: Any, access: Access | None, method: str, path: str, 
             return 404, {"error": {"type": "not_found", "message": f"there is no API key {key_id!r}"}}
         if (why := keys_refusal(access, method, known[key_id].project)) is not None:
             return 403, {"error": {"type": "forbidden", "message": why}}
-        return 200, key_json(await admin.in_store_thread(store.revoke_api_key, key_id), now)
+        revoked = await admin.in_store_thread(functools.partial(store.revoke_api_key, by=by), key_id)
+        log.info("API key %s of project %s revoked by %s", key_id, revoked.project, by or "nobody's admin token")
+        return 200, key_json(revoked, now)
     return 404, {"error": {"type": "not_found", "message": f"no route {method} {path}"}}

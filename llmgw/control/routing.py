@@ -11,7 +11,8 @@ Rules:
   several nodes is routed to its rank 0 only, which is ready once every rank joined.
 - A model with `endpoints` routes to those servers (`external=True`), keyed by the secret the endpoint names.
 - A project's `models` are resolved from names or aliases to catalog names; `*` means every model (None).
-  Its quotas are listed narrowest first: project, team, organisation; scopes without any limit are left out.
+  Its quotas are `Settings.quota_scopes`: narrowest first (project, team, organisation), scopes without any limit
+  left out.
 - `stopped` is `serving.stopped`; replicas are listed anyway (the gateway answers 503 system_stopped).
 - A model under a canary rollout (`canaries`: model -> (the new revision's fingerprint, share)) lists the ready
   shards running that fingerprint as `canary` replicas, "<replica>@canary", beside the others, and its route
@@ -35,7 +36,7 @@ from dataclasses import replace
 from types import MappingProxyType
 
 from llmgw.engines.llamacpp import LORA_FIELD, lora_request_field
-from llmgw.identity import Quota, ShardState
+from llmgw.identity import ShardState
 from llmgw.plan.identity import engine_version_of, fingerprint
 from llmgw.control.registry import FleetRegistry
 from llmgw.plan.types import Fleet, ObservedShard
@@ -53,11 +54,6 @@ def engine_context(model: Model) -> int | None:
     if model.endpoints or any(arg.split("=", 1)[0] in CONTEXT_ARGS for arg in model.engine_args):
         return None
     return model.context_size
-
-
-def _limits(quota: Quota) -> Quota | None:
-    """`quota`, or None when it limits nothing (the table then carries no scope for it)."""
-    return None if quota == Quota() else quota
 
 
 Served = tuple[str, ReplicaRoute, str]
@@ -260,16 +256,9 @@ def build_route_table(
                 model = settings.resolve_model(wanted)
                 resolved.add(model.name if model is not None else wanted)
             allowed = frozenset(resolved)
-        scopes = [(f"project:{name}", project.quota)]
-        team = settings.teams.get(project.team)
-        if team is not None:
-            scopes.append((f"team:{team.name}", team.quota))
-        organisation = settings.organisations.get(project.organisation)
-        if organisation is not None:
-            scopes.append((f"org:{organisation.name}", organisation.quota))
-        quotas = tuple((key, limits) for key, quota in scopes if (limits := _limits(quota)) is not None)
         projects[name] = ProjectPolicy(
-            name=name, team=project.team, organisation=project.organisation, models=allowed, quotas=quotas,
+            name=name, team=project.team, organisation=project.organisation, models=allowed,
+            quotas=settings.quota_scopes(name),
         )
     return RouteTable(
         models=MappingProxyType(models),

@@ -403,6 +403,21 @@ class Settings:
         `llmgw.settings.people`)."""
         return access_of(email, self.people, self.projects)
 
+    def quota_scopes(self, project: str) -> tuple[tuple[str, Quota], ...]:
+        """The quota scopes a request of `project` must fit, narrowest first, as the gateway enforces them
+        (`llmgw.routes.ProjectPolicy.quotas`): ("project:<name>", its quota), ("team:<name>", ...),
+        ("org:<name>", ...); a team or organisation projects.yaml does not define, and a scope without any limit,
+        are left out. () for a project these settings lack."""
+        found = self.projects.get(project)
+        if found is None:
+            return ()
+        scopes = [(f"project:{found.name}", found.quota)]
+        if (team := self.teams.get(found.team)) is not None:
+            scopes.append((f"team:{team.name}", team.quota))
+        if (organisation := self.organisations.get(found.organisation)) is not None:
+            scopes.append((f"org:{organisation.name}", organisation.quota))
+        return tuple((key, quota) for key, quota in scopes if quota != Quota())
+
     def agent_settings_for(self, node_id: str) -> AgentSettings:
         """The agent settings of `node_id`: its override file merged over the defaults, or the defaults."""
         return self.node_agents.get(node_id, self.agent_defaults)

@@ -46,6 +46,7 @@ from llmgw.store.records import (
     Credential,
     CredentialState,
     Headroom,
+    LimitUse,
     KeyCheck,
     Lease,
     Rejection,
@@ -70,7 +71,7 @@ __all__ = [
     "ADMIN_TOKEN_PREFIX", "BatchLine", "BatchRecord", "FileRecord", "LineCounts", "BenchRecord", "API_KEY_PREFIX", "KEY_EXPIRED", "KEY_FAILURE_MESSAGES", "KEY_MALFORMED",
     "KEY_REVOKED", "KEY_UNKNOWN", "SCHEMA_VERSION", "STORE_RECORD_FILE", "StoreRecord", "read_store_record",
     "store_record", "with_password", "without_password", "write_store_record", "SCOPE_ADMIN", "TOKEN_SCOPES", "Token", "STORE_FILE_NAME",
-    "Allowance", "ApiKey", "Credential", "CredentialState", "Headroom", "KeyCheck", "Lease", "Rejection", "Reservation", "Settlement", "SlurmUser", "SqliteStore",
+    "Allowance", "ApiKey", "Credential", "CredentialState", "Headroom", "KeyCheck", "Lease", "LimitUse", "Rejection", "Reservation", "Settlement", "SlurmUser", "SqliteStore",
     "Store", "StoreBoundary", "StoredResponse", "UsageRecord", "DEFAULT_RETENTION_SECONDS",
     "UsageRow", "PairUsage", "UsageLoad", "UsageSpool", "charged", "open_store", "open_store_from_settings", "redacted", "store_url_for_state", "store_url_from_settings", "window_bounds",
 ]

@@ -88,7 +88,8 @@ class _Table(Generic[C]):
                            revoked_at=row[6], **dict(zip(self.extra, row[7:7 + len(self.extra)])))
 
 
-_API_KEYS: _Table[ApiKey] = _Table("api_keys", "project", ApiKey, "key_", 4, "API key", "llmgw keys list")
+_API_KEYS: _Table[ApiKey] = _Table("api_keys", "project", ApiKey, "key_", 4, "API key", "llmgw keys list",
+                                   ("created_by", "revoked_by"))
 _TOKENS: _Table[Token] = _Table("tokens", "scope", Token, "tok_", 6, "token", "llmgw token list", ("owner",))
 
 
@@ -128,10 +129,12 @@ def _list(conn: SqlConnection, kind: _Table[C], group: str | None) -> list[C]:
     return [kind.record_of(row) for row in rows]
 
 
-def _revoke(conn: SqlConnection, kind: _Table[C], credential_id: str, now: float) -> C:
-    """Mark `credential_id` revoked at `now` (one revoked before keeps its first time). Raises StoreError if
-    unknown."""
-    conn.execute(f"UPDATE {kind.table} SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL", (now, credential_id))
+def _revoke(conn: SqlConnection, kind: _Table[C], credential_id: str, now: float, by: str | None = None) -> C:
+    """Mark `credential_id` revoked at `now`, by `by` when its kind records who revokes (`revoked_by`); one revoked
+    before keeps its first time and revoker. Raises StoreError if unknown."""
+    who = "revoked_by" in kind.extra
+    conn.execute(f"UPDATE {kind.table} SET revoked_at = ?{', revoked_by = ?' if who else ''} WHERE id = ? "
+                 "AND revoked_at IS NULL", (now, *((by,) if who else ()), credential_id))
     row = conn.execute(f"SELECT {kind.columns} FROM {kind.table} WHERE id = ?", (credential_id,)).fetchone()
     if row is None:
         raise StoreError(f"There is no {kind.noun} {credential_id!r}; `{kind.lister}` shows the ids.")
@@ -139,11 +142,12 @@ def _revoke(conn: SqlConnection, kind: _Table[C], credential_id: str, now: float
 
 
 def insert_api_key(conn: SqlConnection, project: str, name: str | None, expires_at: float | None,
-                   now: float) -> tuple[ApiKey, str]:
-    """Create a key for `project`; returns (record, plaintext). The plaintext is not kept anywhere."""
+                   now: float, created_by: str | None = None) -> tuple[ApiKey, str]:
+    """Create a key for `project`, made by `created_by` (a person's e-mail, None: nobody's); returns (record,
+    plaintext). The plaintext is not kept anywhere."""
     if not project:
         raise StoreError("An API key needs a project; pass the name of a project of projects.yaml.")
-    return _insert(conn, _API_KEYS, project, name, expires_at, now, API_KEY_PREFIX)
+    return _insert(conn, _API_KEYS, project, name, expires_at, now, API_KEY_PREFIX, (created_by, None))
 
 
 def check_api_key(conn: SqlConnection, plaintext: str, now: float) -> KeyCheck:
@@ -166,9 +170,10 @@ def list_api_keys(conn: SqlConnection, project: str | None) -> list[ApiKey]:
     return _list(conn, _API_KEYS, project)
 
 
-def revoke_api_key(conn: SqlConnection, key_id: str, now: float) -> ApiKey:
-    """Mark `key_id` revoked at `now` (a key revoked before keeps its first time). Raises StoreError if unknown."""
-    return _revoke(conn, _API_KEYS, key_id, now)
+def revoke_api_key(conn: SqlConnection, key_id: str, now: float, by: str | None = None) -> ApiKey:
+    """Mark `key_id` revoked at `now` by `by` (a person's e-mail, None: nobody's); a key revoked before keeps its
+    first time and revoker. Raises StoreError if unknown."""
+    return _revoke(conn, _API_KEYS, key_id, now, by)
 
 
 def token_prefix(scope: str) -> str:

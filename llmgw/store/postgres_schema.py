@@ -145,6 +145,11 @@ MIGRATIONS: tuple[str, ...] = (
     """
     ALTER TABLE batch_lines ADD COLUMN sent_to TEXT;
     """,
+    # 11 (SQLite's 13): who made and who revoked an API key through the admin API (a person's e-mail, or NULL)
+    """
+    ALTER TABLE api_keys ADD COLUMN created_by TEXT;
+    ALTER TABLE api_keys ADD COLUMN revoked_by TEXT;
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -23,6 +23,7 @@ from llmgw.store.records import (
     Headroom,
     KeyCheck,
     Lease,
+    LimitUse,
     Rejection,
     Reservation,
     Settlement,
@@ -97,8 +98,9 @@ class Store(Protocol):
 
     # -- API keys ----------------------------------------------------------------------------------------------
     def create_api_key(self, project: str, name: str | None = None, expires_at: float | None = None,
-                       now: float | None = None) -> tuple[ApiKey, str]:
-        """A new API key for `project`: (its record, the plaintext "sk-llmgw-..." shown once)."""
+                       now: float | None = None, created_by: str | None = None) -> tuple[ApiKey, str]:
+        """A new API key for `project`, made by `created_by` (a person's e-mail; None: nobody's token or the CLI):
+        (its record, the plaintext "sk-llmgw-..." shown once)."""
 
     def check_api_key(self, plaintext: str, now: float | None = None) -> KeyCheck:
         """Whether `plaintext` is an active key at `now`; if not, why (`KeyCheck.reason`, `.message`)."""
@@ -109,8 +111,9 @@ class Store(Protocol):
     def list_api_keys(self, project: str | None = None) -> list[ApiKey]:
         """Every key (of `project`), oldest first, revoked and expired included."""
 
-    def revoke_api_key(self, key_id: str, now: float | None = None) -> ApiKey:
-        """Revoke `key_id` (idempotent); returns its record. Raises StoreError for an unknown id."""
+    def revoke_api_key(self, key_id: str, now: float | None = None, by: str | None = None) -> ApiKey:
+        """Revoke `key_id` by `by` (a person's e-mail, or None); idempotent: a revoked key keeps its first time and
+        revoker. Returns its record. Raises StoreError for an unknown id."""
 
     # -- quotas ------------------------------------------------------------------------------------------------
     def reserve(self, scopes: Sequence[tuple[str, Quota]], estimated_tokens: int, estimated_cost: float,
@@ -136,6 +139,10 @@ class Store(Protocol):
 
     def headroom(self, scopes: Sequence[tuple[str, Quota]], now: float | None = None) -> Headroom:
         """The tightest request and token allowances of `scopes` (a read)."""
+
+    def quota_use(self, scopes: Sequence[tuple[str, Quota]], now: float | None = None) -> list[LimitUse]:
+        """Every limit of `scopes` (scope key, limits) and what counts against it at `now`, read as the quota check
+        reads it (`quotas.read_use`), in scope order then `quotas.LIMITS` order (a read)."""
 
     def apply_settlement(self, settlement: Settlement) -> bool:
         """Close the settlement's reservation and record its usage in one transaction, at most once per

@@ -31,7 +31,7 @@ from datetime import datetime, timezone
 
 from llmgw.identity import Quota
 from llmgw.store.dialects import SqlConnection
-from llmgw.store.records import Allowance, Charge, Headroom, Rejection, Reservation
+from llmgw.store.records import Allowance, Charge, Headroom, LimitUse, Rejection, Reservation
 
 MINUTE = "minute"
 DAY = "day"
@@ -250,6 +250,23 @@ def read_headroom(conn: SqlConnection, scopes: Sequence[tuple[str, Quota]], now:
     if not limited:
         return Headroom()
     return _headroom(read_snapshot(conn, limited, now), limited)
+
+
+def read_use(conn: SqlConnection, scopes: Sequence[tuple[str, Quota]], now: float) -> list[LimitUse]:
+    """Every limit set in `scopes` and what counts against it at `now`: the snapshot `reserve` reads, each limit
+    read by `Snapshot.used` as `decide` reads it (a read; no transaction needed). In `scopes` order, then LIMITS
+    order; [] when no scope has a limit."""
+    limited = [(scope, limits) for scope, limits in scopes if has_limits(limits)]
+    if not limited:
+        return []
+    snapshot = read_snapshot(conn, limited, now)
+    uses = []
+    for scope, limits in limited:
+        for name in LIMITS:
+            if (limit := getattr(limits, name)) is not None:
+                used, reset = snapshot.used(scope, name)
+                uses.append(LimitUse(scope, name, limit, used, reset))
+    return uses
 
 
 def decide(snapshot: Snapshot, limited: Sequence[tuple[str, Quota]], estimated_tokens: int,

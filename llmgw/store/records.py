@@ -76,12 +76,16 @@ class Credential:
 @dataclass(frozen=True)
 class ApiKey(Credential):
     """An API key of the gateway as stored: `key_id` ("key_1a2b3c4d") and the `project` it belongs to, besides
-    the `Credential` fields (keyword-only)."""
+    the `Credential` fields (keyword-only). `created_by` and `revoked_by`: the e-mail of the person who made it and
+    who revoked it through the admin API (the console, a person's token); None when nobody's token or `llmgw keys`
+    did, or before llmgw recorded it."""
 
     GROUP: ClassVar[str] = "project"
 
     key_id: str
     project: str
+    created_by: str | None = None
+    revoked_by: str | None = None
 
     @property
     def credential_id(self) -> str:
@@ -190,6 +194,27 @@ class Allowance:
     limit: int
     remaining: int
     reset_seconds: float
+
+
+@dataclass(frozen=True)
+class LimitUse:
+    """One limit of one quota scope and what counts against it now, as the gateway's quota check reads it
+    (`llmgw.store.quotas.Snapshot.used`): `scope` ("project:chat", "team:research", "org:acme"), `limit_name` (a
+    key of `llmgw.store.quotas.LIMITS`: "requests_per_minute", "budget", ...), the `limit`, what is `used`
+    (requests, tokens, the cost in the cluster's currency, or requests in flight) and `reset_seconds`: until what
+    counts now is all gone (a fixed window's end; for a per-minute limit, when its newest bucket leaves the sliding
+    minute; 1.0 for concurrent requests, which go when they end)."""
+
+    scope: str
+    limit_name: str
+    limit: float
+    used: float
+    reset_seconds: float
+
+    @property
+    def remaining(self) -> float:
+        """What one more request may still use of the limit (never negative)."""
+        return max(0.0, self.limit - self.used)
 
 
 @dataclass(frozen=True)

@@ -153,6 +153,12 @@ MIGRATIONS: tuple[str, ...] = (
     """
     ALTER TABLE batch_lines ADD COLUMN sent_to TEXT;
     """,
+    # 13: who made and who revoked an API key through the admin API (a person's e-mail; NULL: nobody's token, the
+    # CLI, or a key made before)
+    """
+    ALTER TABLE api_keys ADD COLUMN created_by TEXT;
+    ALTER TABLE api_keys ADD COLUMN revoked_by TEXT;
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

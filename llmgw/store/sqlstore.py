@@ -33,6 +33,7 @@ from llmgw.store.records import (
     Headroom,
     KeyCheck,
     Lease,
+    LimitUse,
     Rejection,
     Reservation,
     Settlement,
@@ -51,7 +52,8 @@ TABLES: dict[str, tuple[str, ...]] = {
     "kv": ("key", "value", "updated_at"),
     "accounts": ("email", "name", "password", "created_at", "password_changed_at", "disabled_at"),
     "tokens": ("id", "scope", "name", "prefix", "created_at", "expires_at", "revoked_at", "hash", "owner"),
-    "api_keys": ("id", "project", "name", "prefix", "created_at", "expires_at", "revoked_at", "hash"),
+    "api_keys": ("id", "project", "name", "prefix", "created_at", "expires_at", "revoked_at", "hash", "created_by",
+                 "revoked_by"),
     "quota_windows": ("scope", "period", "start", "requests", "tokens", "cost"),
     "quota_slots": ("reservation_id", "scope", "expires_at"),
     "quota_reservations": ("id", "created_at", "state", "estimated_tokens", "estimated_cost", "charges"),
@@ -161,9 +163,9 @@ class SqlStore:
 
     # -- API keys ----------------------------------------------------------------------------------------------
     def create_api_key(self, project: str, name: str | None = None, expires_at: float | None = None,
-                       now: float | None = None) -> tuple[ApiKey, str]:
+                       now: float | None = None, created_by: str | None = None) -> tuple[ApiKey, str]:
         with self._write() as conn:
-            return keys.insert_api_key(conn, project, name, expires_at, _now(now))
+            return keys.insert_api_key(conn, project, name, expires_at, _now(now), created_by)
 
     def check_api_key(self, plaintext: str, now: float | None = None) -> KeyCheck:
         with self._read() as conn:
@@ -176,9 +178,9 @@ class SqlStore:
         with self._read() as conn:
             return keys.list_api_keys(conn, project)
 
-    def revoke_api_key(self, key_id: str, now: float | None = None) -> ApiKey:
+    def revoke_api_key(self, key_id: str, now: float | None = None, by: str | None = None) -> ApiKey:
         with self._write() as conn:
-            return keys.revoke_api_key(conn, key_id, _now(now))
+            return keys.revoke_api_key(conn, key_id, _now(now), by)
 
     # -- quotas ------------------------------------------------------------------------------------------------
     def reserve(self, scopes: Sequence[tuple[str, Quota]], estimated_tokens: int, estimated_cost: float,
@@ -267,6 +269,10 @@ class SqlStore:
             return Headroom()
         with self._read() as conn:
             return quotas.read_headroom(conn, scopes, _now(now))
+
+    def quota_use(self, scopes: Sequence[tuple[str, Quota]], now: float | None = None) -> list[LimitUse]:
+        with self._read() as conn:
+            return quotas.read_use(conn, scopes, _now(now))
 
     def apply_settlement(self, settlement: Settlement) -> bool:
         """Close the settlement's reservation and record its usage in one transaction, at most once per entry id.

@@ -1,7 +1,9 @@
 """Console actions in a real Chromium against a real control plane with two in-process agents (issue 36, item 2):
 an operator drains the node that serves "tiny" from its page, reads the diff, commits it, and the settings commit is
-theirs while the replica moves to the other node; a project member adds an SSH key on their page the same way.
-Screenshots of the new pages (the node's actions, a diff to confirm, a commit done, the SSH keys) are artefacts,
+theirs while the replica moves to the other node; a project member adds an SSH key on their page the same way, then
+makes an API key of their project (shown once) and revokes it, and reads their project's quotas with the requests in
+flight counted. Screenshots of the new pages (the node's actions, a diff to confirm, a commit done, the SSH keys, a
+new API key, the API keys, the quotas) are artefacts,
 checked non-empty and free of browser console errors."""
 
 from __future__ import annotations
@@ -21,10 +23,12 @@ from llmgw.cli.console_mount import console_mount
 from llmgw.control import ControlConfig, ControlPlane
 
 from .test_console_in_chromium import css, wait_until
+from .test_console_quotas import PROJECTS
 from .test_people_in_chromium import log_in
 
 pytestmark = pytest.mark.slow
-SCREENSHOTS = ("node-actions.png", "action-confirm.png", "action-committed.png", "ssh-keys.png")
+SCREENSHOTS = ("node-actions.png", "action-confirm.png", "action-committed.png", "ssh-keys.png", "api-key-made.png",
+               "api-keys.png", "quotas.png")
 
 
 def click(driver, selector: str) -> None:
@@ -51,7 +55,7 @@ async def test_an_operator_drains_a_node_from_the_console_and_a_member_adds_an_s
     tmp_path, weights_mirror, fake_engine, browser, artefacts,
 ):
     mirror, sha = weights_mirror
-    repo = people_repo(tmp_path, sha)
+    repo = people_repo(tmp_path, sha, files={"projects.yaml": PROJECTS})  # demo and other, with quotas
     plane = ControlPlane(ControlConfig(repo=str(repo), state_dir=tmp_path / "state", gateway=False,
                                        admin_mounts=(console_mount,)))
     async with trio.open_nursery() as nursery:
@@ -116,11 +120,37 @@ async def test_an_operator_drains_a_node_from_the_console_and_a_member_adds_an_s
             css(driver, "#back").click()
             wait_until(driver, lambda d: KEY in css(d, "#ssh-keys").text, "the key listed")
             driver.save_screenshot(str(artefacts / "ssh-keys.png"))
+            # her own API keys: one made (shown once), listed by its prefix, revoked
+            css(driver, "#nav-keys").click()
+            wait_until(driver, lambda d: d.find_elements(By.ID, "make-key"), "the API keys page")
+            css(driver, "#key-name").send_keys("laptop")
+            click(driver, "#make-key")
+            wait_until(driver, lambda d: d.find_elements(By.ID, "new-key"), "the new key")
+            made.append(css(driver, "#new-key").text)
+            driver.save_screenshot(str(artefacts / "api-key-made.png"))
+            css(driver, "#back").click()
+            wait_until(driver, lambda d: d.find_elements(By.CSS_SELECTOR, ".revoke-key"), "the key listed")
+            assert made[0] not in driver.page_source and "laptop" in css(driver, "#api-keys").text
+            driver.save_screenshot(str(artefacts / "api-keys.png"))
+            click(driver, ".revoke-key")
+            wait_until(driver, lambda d: d.find_elements(By.ID, "key-revoked"), "the key revoked")
+            # her project's quotas, with the requests in flight counted
+            css(driver, "#nav-quotas").click()
+            wait_until(driver, lambda d: d.find_elements(By.ID, "quotas-demo"), "the quotas page")
+            assert not driver.find_elements(By.ID, "quotas-other")
+            assert "900 1000 100" in css(driver, "#quota-demo-project-demo-tokens_per_minute").text
+            driver.save_screenshot(str(artefacts / "quotas.png"))
             problems.extend(e["message"] for e in driver.get_log("browser") if e["level"] in ("SEVERE", "WARNING"))
 
+        made: list[str] = []
+        for _ in range(3):  # three requests of demo in flight, reserved as the gateway reserves them
+            plane.store.reserve(plane.snapshot().settings.quota_scopes("demo"), 300, 0.5)
         await trio.to_thread.run_sync(replica_moved_and_member_adds_a_key)
         assert problems == [], problems  # no CSP violation, no script error, nothing fetched that failed
         assert (head(repo).author.name, head(repo).author.email) == ("Ada Lovelace", "ada@lab.example")
+        [key] = plane.store.list_api_keys("demo")
+        assert made[0].startswith("sk-llmgw-") and key.revoked_at is not None and (key.project, key.name) == (
+            "demo", "laptop")
         for name in SCREENSHOTS:
             assert (artefacts / name).stat().st_size > 10_000, name
         nursery.cancel_scope.cancel()

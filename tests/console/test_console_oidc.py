@@ -187,3 +187,53 @@ async def test_llmgw_yaml_console_oidc_logs_a_member_in_on_a_real_control_plane(
         assert (session.login.person, session.login.role, session.login.projects) == ("ada@lab.example", "member",
                                                                                       ("demo",))
         nursery.cancel_scope.cancel()
+
+
+async def test_a_member_logged_in_through_openid_acts_as_themselves_and_only_as_their_role_allows(
+    provider, tmp_path, weights_mirror,
+):
+    """Acting after an OpenID login, over HTTP on the real admin listener: ada@lab.example (no local account: the
+    provider vouches for her) adds her SSH key, a commit she authors (llmgw the committer), makes a key of her
+    project, and is refused a cordon with the admin API's sentence, nothing committed."""
+    from control.test_people_on_the_admin_api import KEY, head, people_repo
+    from llmgw.cli.console_mount import console_mount
+    from llmgw.control import ControlConfig, ControlPlane
+
+    from .test_console_actions import SLURM_USERS, confirmation, csrf_of, text_of
+
+    oidc = (f"console:\n  oidc:\n    issuer: {provider}\n    client_id: {CLIENT_ID}\n    client_secret: oidc-client\n"
+            f"    redirect_uri: {REDIRECT}\n")
+    repo = people_repo(tmp_path, weights_mirror[1], llmgw_yaml_tail=oidc, slurm_yaml=SLURM_USERS)
+    (tmp_path / "state" / "secrets").mkdir(parents=True)
+    (tmp_path / "state" / "secrets" / "oidc-client").write_text(SECRET + "\n")
+    plane = ControlPlane(ControlConfig(repo=str(repo), state_dir=tmp_path / "state", gateway=False,
+                                       admin_mounts=(console_mount,)))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(plane.run)
+        async with httpx.AsyncClient(base_url=plane.admin_url) as client:
+            url = (await client.get("/console/oidc/start")).headers["Location"]
+            back = await trio.to_thread.run_sync(through_provider, url, "ada@lab.example")
+            opened = await client.get("/console/oidc/callback?" + urlsplit(back.headers["location"]).query)
+            assert opened.status_code == 303, opened.text
+            page = await client.get("/console/ssh-keys")
+            assert page.status_code == 200 and 'id="add-key"' in page.text
+            csrf = csrf_of(page.text)
+
+            before = head(repo).id
+            shown = await client.post("/console/actions", data={"csrf": csrf, "action": "ssh-key-add", "key": KEY})
+            assert shown.status_code == 200 and "it will be committed as ada@lab.example <ada@lab.example>" in \
+                text_of(shown.text), text_of(shown.text)
+            done = await client.post("/console/actions", data=confirmation(shown.text))
+            assert done.status_code == 200 and "Committed" in text_of(done.text), text_of(done.text)
+            commit = head(repo)
+            assert commit.parents[0].id == before
+            assert (commit.author.email, commit.committer.name) == ("ada@lab.example", "llmgw")
+            assert plane.snapshot().settings.slurm.ssh_keys["ada@lab.example"] == (KEY,)
+
+            made = await client.post("/console/keys/new", data={"csrf": csrf, "project": "demo", "name": "sso"})
+            assert made.status_code == 200 and 'id="new-key"' in made.text, text_of(made.text)
+
+            refused = await client.post("/console/actions", data={"csrf": csrf, "action": "cordon", "node": "n1"})
+            assert refused.status_code == 403 and "ada@lab.example is a member of demo" in text_of(refused.text)
+            assert head(repo).id == commit.id  # nothing committed
+        nursery.cancel_scope.cancel()

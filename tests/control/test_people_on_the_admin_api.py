@@ -6,6 +6,7 @@ login goes through the same store and settings."""
 
 from __future__ import annotations
 
+import json
 import re
 
 import httpx
@@ -25,15 +26,21 @@ PEOPLE = "people:\n  operators: [ops@lab.example]\n  viewers: [audit@lab.example
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHVjb25zdGFudGtleWZvcnRlc3RzMDAwMDAwMDAwMDAw ada@laptop"
 
 
-def people_repo(tmp_path, sha: str, llmgw_yaml_tail: str = ""):
+def people_repo(tmp_path, sha: str, llmgw_yaml_tail: str = "", slurm_yaml: str = "enabled: false\n",
+                projects_tail: str = "", files: dict[str, str] | None = None):
     """A bare settings repository serving "tiny", with PEOPLE and ada@lab.example a member of project demo
-    (`llmgw_yaml_tail` appended to llmgw.yaml)."""
+    (`llmgw_yaml_tail` appended to llmgw.yaml, `projects_tail` to the projects of team platform: more projects,
+    their names indented by 10; `slurm_yaml` the text of slurm.yaml; `files` more files, by path, with their text)."""
     seed = write_seed(tmp_path / "seed", sha)
     (seed / "llmgw.yaml").write_text((seed / "llmgw.yaml").read_text() + llmgw_yaml_tail)
     projects = seed / "projects.yaml"
     projects.write_text(PEOPLE + projects.read_text().replace("models: [tiny]",
-                                                              "models: [tiny]\n            members: [ada@lab.example]"))
-    (seed / "slurm.yaml").write_text("enabled: false\n")
+                                                              "models: [tiny]\n            members: [ada@lab.example]")
+                        + projects_tail)
+    (seed / "slurm.yaml").write_text(slurm_yaml)
+    for path, text in (files or {}).items():
+        (seed / path).parent.mkdir(parents=True, exist_ok=True)
+        (seed / path).write_text(text)
     repo = tmp_path / "settings.git"
     init_repository(repo, seed)
     return repo
@@ -111,6 +118,7 @@ async def test_each_person_does_what_their_role_allows_and_authors_their_commits
             assert store_key_project(plane, made.json()["key"]) == "demo"
             assert (await member.post("/api/v1/keys", json={"project": "ci"})).status_code == 400  # not in settings
             others = await operator.post("/api/v1/keys", json={"project": "demo"})
+            assert (made.json()["created_by"], others.json()["created_by"]) == ("ada@lab.example", "ops@lab.example")
             assert [k["id"] for k in (await member.get("/api/v1/keys", params={"project": "demo"})).json()["keys"]] \
                 == [made.json()["id"], others.json()["id"]]
             everyone = await member.get("/api/v1/keys")
@@ -119,6 +127,22 @@ async def test_each_person_does_what_their_role_allows_and_authors_their_commits
             assert (await viewer.post("/api/v1/keys", json={"project": "demo"})).status_code == 403
             revoked = await member.post(f"/api/v1/keys/{made.json()['id']}/revoke")
             assert revoked.status_code == 200 and revoked.json()["state"] == "revoked"
+            assert (revoked.json()["created_by"], revoked.json()["revoked_by"]) == ("ada@lab.example",
+                                                                                    "ada@lab.example")
+            again = await operator.post(f"/api/v1/keys/{made.json()['id']}/revoke")  # idempotent: the first stays
+            assert again.status_code == 200 and again.json()["revoked_by"] == "ada@lab.example"
+            async with httpx.AsyncClient(base_url=plane.admin_url,
+                                         headers={"Authorization": f"Bearer {plane.admin_token}"}) as nobody:
+                plain = await nobody.post("/api/v1/keys", json={"project": "demo"})  # the plane's own token
+                assert plain.status_code == 200 and plain.json()["created_by"] is None
+            # `llmgw keys list` names them too
+            code, out, err = await llmgw(plane, "keys", "list", "--state", str(tmp_path / "state"), "--json")
+            assert code == 0, err
+            by_id = {k["id"]: (k["created_by"], k["revoked_by"]) for k in json.loads(out)}
+            assert by_id[made.json()["id"]] == ("ada@lab.example", "ada@lab.example")
+            assert by_id[others.json()["id"]] == ("ops@lab.example", None)
+            table = (await llmgw(plane, "keys", "list", "--state", str(tmp_path / "state")))[1]
+            assert " created by " in table and " revoked by " in table and "ops@lab.example" in table
             assert plane.store.authenticate(made.json()["key"]) is None
 
             # the audit names the person behind each pass, and `llmgw history --author` finds theirs

@@ -64,3 +64,39 @@ def rows(store: Store, sql: str, params: tuple = ()) -> list[tuple]:
     """The rows of one query (written with `?` placeholders) on either backend."""
     with store._read() as conn:  # type: ignore[attr-defined]
         return [tuple(row) for row in conn.execute(sql, params).fetchall()]
+
+
+def sqlite_at_version(path: Path, version: int, sql: str = "", params: tuple = ()) -> None:
+    """A SQLite store file at `path` written by an older llmgw: its first `version` migrations applied and recorded,
+    then `sql` (one statement, `?` placeholders) run with `params`, e.g. a row of that time."""
+    import sqlite3
+
+    from llmgw.store.schema import MIGRATIONS
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    raw = sqlite3.connect(path, isolation_level=None)
+    try:
+        raw.execute("CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, applied_at REAL NOT NULL)")
+        for number, migration in enumerate(MIGRATIONS[:version], start=1):
+            raw.executescript(migration)
+            raw.execute("INSERT INTO schema_migrations VALUES (?, 0)", (number,))
+        if sql:
+            raw.execute(sql, params)
+    finally:
+        raw.close()
+
+
+def postgres_at_version(schema: str, version: int, sql: str = "", params: tuple = ()) -> None:
+    """`sqlite_at_version` for the PostgreSQL schema `schema` of the test database (`sql` with `%s` placeholders)."""
+    import psycopg
+
+    from llmgw.store.postgres_schema import MIGRATIONS
+
+    with psycopg.connect(POSTGRES_URL, autocommit=True, connect_timeout=5) as conn:
+        conn.execute(f"SET search_path TO {schema}")
+        conn.execute("CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, applied_at DOUBLE PRECISION NOT NULL)")
+        for number, migration in enumerate(MIGRATIONS[:version], start=1):
+            conn.execute(migration)
+            conn.execute("INSERT INTO schema_migrations VALUES (%s, 0)", (number,))
+        if sql:
+            conn.execute(sql, params)

@@ -150,8 +150,10 @@ def test_keys_and_tokens_print_the_same_fields_but_what_they_belong_to(tmp_path:
     token = json.loads(run(both, "token", "create", "--state", state, "--scope", "review", "--expires", "1d",
                            "--json"))
     assert [*key][:2] == ["id", "project"] and [*token][:2] == ["id", "scope"]
-    assert [*key][2:-1] == [*token][2:-2] == ["name", "prefix", "state", "created_at", "expires_at", "revoked_at"]
+    assert [*key][2:-3] == [*token][2:-2] == ["name", "prefix", "state", "created_at", "expires_at", "revoked_at"]
     assert [*token][-2:] == ["owner", "token"] and token["owner"] is None  # a token may belong to a person
+    # a key records who made and revoked it through the admin API: nobody here (`llmgw keys` opens the store)
+    assert [*key][-3:] == ["created_by", "revoked_by", "key"] and key["created_by"] is key["revoked_by"] is None
     revoked = [json.loads(run(both, verb, "revoke", "--state", state, item["id"], "--json"))
                for verb, item in (("keys", key), ("token", token))]
     assert [r["state"] for r in revoked] == ["revoked", "revoked"] and revoked[0]["revoked_at"]

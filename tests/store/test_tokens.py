@@ -3,10 +3,8 @@ an older store become tokens of scope admin."""
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 
-import psycopg
 import pytest
 
 from llmgw.errors import StoreError, UsageError
@@ -15,7 +13,7 @@ from llmgw.store.keys import digest, new_token
 from llmgw.store.postgres_schema import SCHEMA_VERSION as PG_SCHEMA_VERSION
 from llmgw.store.schema import SCHEMA_VERSION
 
-from .conftest import POSTGRES_URL, schema_url
+from .conftest import postgres_at_version, schema_url, sqlite_at_version
 
 
 def test_a_token_passes_its_own_scope_and_an_admin_token_passes_every_scope(store: Store) -> None:
@@ -71,17 +69,8 @@ def test_a_revoked_or_expired_token_is_refused_and_listed_with_its_state(store: 
 
 
 def test_admin_tokens_of_a_version_3_sqlite_store_become_tokens_of_scope_admin(store_path: Path) -> None:
-    from llmgw.store.schema import MIGRATIONS
-
-    store_path.parent.mkdir(parents=True)
     old = new_token("llmgw-admin-")
-    raw = sqlite3.connect(store_path, isolation_level=None)
-    raw.execute("CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, applied_at REAL NOT NULL)")
-    for version, migration in enumerate(MIGRATIONS[:3], start=1):
-        raw.executescript(migration)
-        raw.execute("INSERT INTO schema_migrations VALUES (?, 0)", (version,))
-    raw.execute("INSERT INTO admin_tokens VALUES (?, 42.0)", (digest(old),))
-    raw.close()
+    sqlite_at_version(store_path, 3, "INSERT INTO admin_tokens VALUES (?, 42.0)", (digest(old),))
 
     store = open_store(store_path)
     try:
@@ -97,15 +86,8 @@ def test_admin_tokens_of_a_version_3_sqlite_store_become_tokens_of_scope_admin(s
 
 
 def test_admin_tokens_of_a_version_1_postgres_store_become_tokens_of_scope_admin(postgres_schema: str) -> None:
-    from llmgw.store.postgres_schema import MIGRATIONS
-
     old = new_token("llmgw-admin-")
-    with psycopg.connect(POSTGRES_URL, autocommit=True, connect_timeout=5) as conn:
-        conn.execute(f"SET search_path TO {postgres_schema}")
-        conn.execute("CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, applied_at DOUBLE PRECISION NOT NULL)")
-        conn.execute(MIGRATIONS[0])
-        conn.execute("INSERT INTO schema_migrations VALUES (1, 0)")
-        conn.execute("INSERT INTO admin_tokens VALUES (%s, 42.0)", (digest(old),))
+    postgres_at_version(postgres_schema, 1, "INSERT INTO admin_tokens VALUES (%s, 42.0)", (digest(old),))
 
     store = open_store(schema_url(postgres_schema))
     try:
