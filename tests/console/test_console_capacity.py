@@ -30,6 +30,9 @@ async def test_the_replicas_page_shows_each_replicas_measured_speed_and_a_dash_b
         await log_in(client)
         before = await (await client.get("/console/replicas", headers=HTML)).get_data(as_text=True)
         assert re.search(r'<tr id="replica-tiny-0" class="state-ready">.*?<td class="speed">–</td>', before, re.S)
+        # a speed is the difference of two readings of the engine's counters: the first one must precede the request
+        await wait_for(lambda: any(r.speeds for r in plane.snapshot().fleet.records()), 10,
+                       "a first reading of tiny-0's engine counters")
         async with httpx.AsyncClient(timeout=10) as http:
             await chat_once(plane, http)
         await wait_for(lambda: plane.status()["replicas"]["tiny-0"].get("speed"), 10, "tiny-0's measured speed")
