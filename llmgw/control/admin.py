@@ -584,7 +584,7 @@ class AdminApp:
         if self.plane.store is None:
             return None
         usage = await self.in_store_thread(self.plane.store.usage_load, now - window)
-        return recorded_load(usage, self.plane.feed.speeds, window, until)
+        return recorded_load(usage, self.plane.speeds, window, until)
 
     async def _gpu_hours(self, send, query: dict[str, str]) -> None:
         from llmgw.control.usage_hours import hours_document

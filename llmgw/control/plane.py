@@ -116,6 +116,8 @@ class ControlPlane:
     registry = property(lambda self: self.loop.state.fleet, doc="The fleet as last reported (in `snapshot()`).")
     leader = property(lambda self: self.loop.state.leadership.leader)
     table = property(lambda self: self.feed.table, doc="The routing table the gateway serves by.")
+    speeds = property(lambda self: self.feed.speeds, doc="Each replica's measured speed routing uses, by replica id "
+                      "(`llmgw.control.speeds`: `llmgw bench`'s results merged with the engines' counters).")
     passes = property(lambda self: self.loop.state.recent_passes, doc="The latest passes (at most 100).")
     admin_url = property(lambda self: self.endpoints.admin_url)
     gateway_url = property(lambda self: self.endpoints.gateway_url)

@@ -11,7 +11,7 @@ pyproject.toml): the value types a snapshot is made of (`ControlState`, `PassRec
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -41,6 +41,7 @@ class ControlView(Protocol):
     """What the control plane offers its readers and operators. Times in seconds."""
 
     store: Any
+    speeds: Mapping[str, Any]  # each replica's measured speed routing uses (`llmgw.routes.ReplicaSpeed`), by id
     admin_token: str
     hook_token: str          # the post-receive hook's token ("" when the settings repository is not local)
     watcher_repo_path: Path
