@@ -253,6 +253,10 @@ def expected_speed_line(speed: dict[str, Any]) -> str:
 
 @click.group("server", invoke_without_command=True)
 @click.option("--repo", default=None, help="Settings repository: a local path or a URL (https, ssh, file) [required].")
+@click.option("--repo-ssh-key", "repo_ssh_key", envvar="LLMGW_REPO_SSH_KEY", default=None,
+              type=click.Path(dir_okay=False, exists=True, path_type=Path),
+              help="Private key (a deploy key without passphrase) for an ssh --repo URL; the host key must be in "
+                   "~/.ssh/known_hosts.")
 @click.option("--branch", default="main", show_default=True, help="Branch holding the settings.")
 @click.option("--state", "state_dir", envvar="LLMGW_STATE", default=".state", show_default=True,
               type=click.Path(file_okay=False, path_type=Path), help="State directory (store, mirror, tokens).")
@@ -294,7 +298,7 @@ def expected_speed_line(speed: dict[str, Any]) -> str:
               help="After a start, how long at most the gateway's /health says 503 \"recovering\" while nodes "
                    "connected before have not reconnected.")
 @click.pass_context
-def server_cmd(ctx, repo, branch, state_dir, store, secrets_dir, gateway_addr, admin_addr, agents_addr, no_gateway,
+def server_cmd(ctx, repo, repo_ssh_key, branch, state_dir, store, secrets_dir, gateway_addr, admin_addr, agents_addr, no_gateway,
                gateway_workers, tls, admin_cert, admin_key, trusted_proxy, join_port, insecure, otlp_endpoint,
                request_sample_ratio, lease, recovery_grace):
     """Run the control plane: settings watcher, reconciler, agents' service, admin API and gateway.
@@ -330,6 +334,11 @@ def server_cmd(ctx, repo, branch, state_dir, store, secrets_dir, gateway_addr, a
         raise UsageError(f"--gateway-workers {gateway_workers!r}: give a number from 1 to 256, or auto.")
     if "://" not in repo and "@" not in repo.split(":", 1)[0]:
         repo = str(Path(repo).resolve())
+    from llmgw.settings import redact_url
+
+    if repo_ssh_key is not None and not (repo.startswith("ssh://") or "://" not in repo and "@" in repo):
+        raise UsageError(f"--repo-ssh-key is for an ssh settings repository (ssh://user@host/path or "
+                         f"user@host:path), not {redact_url(repo)}: drop it, or give the ssh URL.")
     if (admin_cert is None) != (admin_key is None):
         raise UsageError("--admin-cert and --admin-key go together: give the certificate and its private key.")
     from llmgw.control.admin_listener import AdminTls, trusted_proxies
@@ -337,7 +346,7 @@ def server_cmd(ctx, repo, branch, state_dir, store, secrets_dir, gateway_addr, a
     trusted_proxies(trusted_proxy)  # a wrong address is a sentence now, not at start
     admin_tls = AdminTls(admin_cert, admin_key) if admin_cert else (True if tls else None)
     plane = ControlPlane(ControlConfig(
-        repo=repo, branch=branch, state_dir=Path(state_dir), store=store, secrets_dir=secrets_dir,
+        repo=repo, repo_ssh_key=repo_ssh_key, branch=branch, state_dir=Path(state_dir), store=store, secrets_dir=secrets_dir,
         gateway_listener=parse_listener(gateway_addr), admin_listener=parse_listener(admin_addr),
         agents_listener=parse_listener(agents_addr), gateway=not no_gateway, tls=tls, join_port=join_port,
         insecure_agents=insecure, admin_tls=admin_tls, insecure_admin=insecure, trusted_proxies=tuple(trusted_proxy),
