@@ -150,8 +150,12 @@ def test_the_rendered_objects_hold_together(values: Path) -> None:
     assert sorted(services) == ["llmgw-admin", "llmgw-agents", "llmgw-gateway"]
     for service in services.values():
         assert service["spec"]["selector"].items() <= pod["metadata"]["labels"].items()
+        # the agents reconnect (and the admin API answers) while /health, the readiness probe, still says recovering
+        published = service["spec"].get("publishNotReadyAddresses", False)
+        assert published is (service["metadata"]["name"] != "llmgw-gateway")
         for port in service["spec"]["ports"]:
             assert port["targetPort"] in ports
+    assert container["readinessProbe"]["httpGet"] == {"path": "/health", "port": "gateway"}
     args = container["args"]
     assert {"--gateway=0.0.0.0:8080", "--admin=0.0.0.0:8081", "--agents=0.0.0.0:8082", "--state=/var/lib/llmgw",
             "--tls", "--join-port=8083"} <= set(args)
