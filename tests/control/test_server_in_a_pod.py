@@ -12,10 +12,10 @@ import socket
 import ssl
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+from support.llmgw_processes import read_server_banner
 
 CHECKOUT = Path(__file__).resolve().parents[2]
 NAME = "r-llmgw-agents.llmgw.svc"
@@ -38,13 +38,7 @@ def test_tls_hostnames_name_the_listeners_and_llmgw_store_chooses_the_store(tmp_
         env={**os.environ, "PYTHONPATH": str(CHECKOUT), "LLMGW_STORE": f"sqlite:///{store}"},
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
-        lines: list[str] = []
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not (lines and lines[-1].startswith("settings ")):
-            line = server.stderr.readline()
-            assert line, f"llmgw server ended early: {''.join(lines)}"
-            lines.append(line)
-        found = {line.split()[0]: line.split() for line in lines if line.split()}
+        found = read_server_banner(server)
         agents_port, admin_port = int(found["agents"][2]), int(found["admin"][2].rsplit(":", 1)[1])
         ca = tmp_path / "state" / "ca" / "ca.crt"
         for port in (agents_port, admin_port):
@@ -56,7 +50,9 @@ def test_tls_hostnames_name_the_listeners_and_llmgw_store_chooses_the_store(tmp_
         assert not (tmp_path / "state" / "llmgw.sqlite3").exists()
     finally:
         server.terminate()
-        assert server.wait(timeout=30) == 0
+        stopped = server.wait(timeout=30)
+        server.stderr.close()
+        assert stopped == 0
 
 
 @pytest.mark.parametrize("options,refusal", [

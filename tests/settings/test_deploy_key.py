@@ -7,14 +7,17 @@ holding only that file.
 
 Shown here: the control plane loads the settings commit from the ssh URL with the deploy key, and later fetches move
 the mirror; an unknown host key, a host key that differs from known_hosts, and a key the server does not accept each
-refuse the fetch with a sentence naming the URL; a hashed known_hosts entry is accepted. About 20-30 s here for both
-(the control plane's start, the hosts and the pushes).
+refuse the fetch with a sentence naming the URL; a hashed known_hosts entry is accepted; the pod the Helm chart renders
+runs its command line here against that sshd (`make helm`). About 20-60 s here for the three (the control plane's
+start, the hosts and the pushes).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -24,6 +27,8 @@ from pathlib import Path
 import httpx
 import pygit2
 import pytest
+import yaml
+from support.llmgw_processes import read_server_banner
 
 CHECKOUT = Path(__file__).resolve().parents[2]
 _HOMES: list[Path] = []
@@ -108,16 +113,10 @@ def test_the_control_plane_reads_its_settings_over_ssh_with_a_deploy_key(ssh_hos
          "--agents", "127.0.0.1:0"],
         env=_env(home), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
-        lines = []
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline:
-            line = server.stderr.readline()
-            assert line, f"llmgw server ended early: {''.join(lines)}"
-            lines.append(line)
-            if line.startswith("settings "):
-                break
-        assert lines[-1].split()[2:] == ["from", url], "".join(lines)
-        admin = lines[0].split()[2]
+        found = read_server_banner(server)
+        deadline = time.monotonic() + 60
+        assert found["settings"][2:] == ["from", url], found
+        admin = found["admin"][2]
         token = (tmp_path / "state" / "admin-token").read_text().strip()
         status: dict = {}
         while time.monotonic() < deadline and status.get("commit") != commit:  # the watcher's first fetch
@@ -127,6 +126,7 @@ def test_the_control_plane_reads_its_settings_over_ssh_with_a_deploy_key(ssh_hos
     finally:
         server.terminate()
         server.wait(timeout=30)
+        server.stderr.close()
     mirror = tmp_path / "state" / "settings-mirror.git"
     assert str(pygit2.Repository(str(mirror)).references["refs/heads/main"].target) == commit
 
@@ -176,3 +176,67 @@ def test_an_unknown_or_changed_host_key_or_a_refused_key_refuses_the_fetch(ssh_h
     assert host.address not in (hashed / ".ssh" / "known_hosts").read_text()
     accepted = _fetch(url, tmp_path / "m5", key, hashed)
     assert accepted.returncode == 0, accepted.stderr
+
+
+def test_the_helm_charts_command_line_runs_and_reads_the_settings_with_its_deploy_key(ssh_hosts, tmp_path) -> None:
+    """The command, arguments, environment and files of the pod deploy/helm/llmgw renders (SQLite values, this host's
+    URL and known_hosts line), run here with the pod's paths moved under tmp_path and its ports made free ones: it
+    starts with --tls and its --tls-hostname names on 0.0.0.0, fetches the settings with the deploy key from
+    $HOME/.ssh/known_hosts's host, keeps the store where $LLMGW_STORE says, and its readiness probe answers 200."""
+    from support.helm_tools import helm_binary
+
+    host, = ssh_hosts(1)
+    commit, _ = _serve_settings(host, tmp_path)
+    key = _keypair(tmp_path / "deploy_key")
+    host.ssh(f"echo '{(tmp_path / 'deploy_key.pub').read_text().strip()}' >> /root/.ssh/authorized_keys")
+    url = f"ssh://root@{host.address}/srv/settings.git"
+    rendered = subprocess.run(
+        [helm_binary(), "template", "llmgw", str(CHECKOUT / "deploy" / "helm" / "llmgw"), "-n", "llmgw", "-f",
+         str(CHECKOUT / "deploy" / "helm" / "llmgw" / "ci" / "sqlite-values.yaml"), "--set", f"settings.repo={url}",
+         "--set-string", f"settings.knownHosts={_known_hosts_line(host)}"],
+        check=True, capture_output=True, text=True).stdout
+    docs = {doc["kind"]: doc for doc in yaml.safe_load_all(rendered) if doc}
+    container, = docs["Deployment"]["spec"]["template"]["spec"]["containers"]
+    mounts = {mount["name"]: mount for mount in container["volumeMounts"]}
+    pod = tmp_path / "pod"  # the pod's file system: each mount's path under it
+    moved = {mounts[name]["mountPath"]: str(pod / name) for name in ("state", "home", "deploy-key")}
+    (pod / "state").mkdir(parents=True)
+    (pod / "deploy-key").mkdir()
+    (pod / "deploy-key" / "ssh-privatekey").write_bytes(key.read_bytes())
+    (pod / "home" / ".ssh").mkdir(parents=True)
+    assert mounts["config"]["mountPath"] == "/home/llmgw/.ssh/known_hosts"
+    (pod / "home" / ".ssh" / "known_hosts").write_text(docs["ConfigMap"]["data"]["known_hosts"])
+
+    def here(text: str) -> str:
+        for path, local in moved.items():
+            text = text.replace(path, local)
+        return re.sub(r"0\.0\.0\.0:80\d\d", "0.0.0.0:0", text).replace("--join-port=8083", "--join-port=0")
+
+    env = {item["name"]: here(item["value"]) for item in container["env"]}
+    command = [here(part) for part in [*container["command"], *container["args"]]]
+    assert command[:2] == ["llmgw", "server"] and env["LLMGW_STORE"] == f"sqlite:///{pod}/state/llmgw.sqlite3"
+    server = subprocess.Popen([sys.executable, "-m", "llmgw.cli", *command[1:]],
+                              env={**os.environ, "PYTHONPATH": str(CHECKOUT), "SSH_AUTH_SOCK": "", **env},
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        found = read_server_banner(server)
+        deadline = time.monotonic() + 60
+        gateway = int(found["gateway"][1].rsplit(":", 1)[1].split("/")[0])
+        admin = f"https://127.0.0.1:{found['admin'][2].rsplit(':', 1)[1]}"
+        assert "(mutual TLS; join port" in " ".join(found["agents"])
+        token = (pod / "state" / "admin-token").read_text().strip()
+        status: dict = {}
+        ca = ssl.create_default_context(cafile=str(pod / "state" / "ca" / "ca.crt"))
+        while time.monotonic() < deadline and status.get("commit") != commit:
+            status = httpx.get(f"{admin}/api/v1/status", headers={"Authorization": f"Bearer {token}"},
+                               verify=ca).json()["settings"]
+            time.sleep(0.2)
+        assert status.get("commit") == commit, status
+        probe = container["readinessProbe"]["httpGet"]
+        assert httpx.get(f"http://127.0.0.1:{gateway}{probe['path']}").status_code == 200
+        assert (pod / "state" / "llmgw.sqlite3").stat().st_size > 0
+    finally:
+        server.terminate()
+        stopped = server.wait(timeout=30)
+        server.stderr.close()
+        assert stopped == 0
