@@ -216,6 +216,7 @@ def test_the_rendered_objects_hold_together(values: Path) -> None:
     (("settings.repo=https://h/x.git", "settings.deployKey.existingSecret=k", "settings.knownHosts=h ssh-ed25519 A"),
      "settings.deployKey is for an ssh settings.repo (ssh://user@host/path or user@host:path), not https://h/x.git"),
     (("settings.repo=https://h/x.git", "store.kind=mysql"), 'store.kind "mysql": give sqlite or postgresql'),
+    (("settings.repo=https://h/x.git", "tls.enabled=false"), "tls.enabled is false: llmgw server refuses agents"),
     (("settings.repo=https://h/x.git", "store.kind=postgresql"), "store.postgresql.existingSecret is required"),
     (("settings.repo=https://h/x.git", "serviceMonitor.enabled=true"), "serviceMonitor.tokenSecret.name is required"),
 ])

@@ -55,6 +55,9 @@ Services in each form a pod dials, then tls.extraHostnames. */}}
 {{- if and (include "llmgw.deployKeySecret" .) (not (or (hasPrefix "ssh://" .Values.settings.repo) (regexMatch "^[^/:]+@[^/:]+:" .Values.settings.repo))) -}}
 {{- fail (printf "settings.deployKey is for an ssh settings.repo (ssh://user@host/path or user@host:path), not %s" .Values.settings.repo) -}}
 {{- end -}}
+{{- if not (or .Values.tls.enabled .Values.insecure) -}}
+{{- fail "tls.enabled is false: llmgw server refuses agents (and an admin API without admin.tlsSecret) in plain text on the pod's address; keep tls.enabled, or set insecure: true if every machine that reaches the pod is trusted" -}}
+{{- end -}}
 {{- if not (has .Values.store.kind (list "sqlite" "postgresql")) -}}
 {{- fail (printf "store.kind %q: give sqlite or postgresql" .Values.store.kind) -}}
 {{- end -}}
