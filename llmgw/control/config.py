@@ -18,7 +18,8 @@ class ControlConfig:
     """How to run a control plane.
 
     `repo`: the settings repository, a local path (bare or not) or a URL (fetched into
-    `<state_dir>/settings-mirror.git`). `state_dir`: where the control plane keeps its files (created).
+    `<state_dir>/settings-mirror.git`; `repo_ssh_key`: the private key file an ssh URL is fetched with, its host key
+    checked against ~/.ssh/known_hosts). `state_dir`: where the control plane keeps its files (created).
     `store`: a Store, a store URL/path, or None for `<state_dir>/llmgw.sqlite3`. `admin_token`: the token the
     admin API accepts besides the store's admin tokens (None: read `<state_dir>/admin-token`, creating it from
     the store the first time). `secrets_dir`: named secrets (None: `<state_dir>/secrets`). Listener overrides
@@ -50,6 +51,7 @@ class ControlConfig:
     repo: str
     state_dir: Path
     branch: str = "main"
+    repo_ssh_key: Path | None = None
     store: Any = None
     admin_token: str | None = None
     secrets_dir: Path | None = None

@@ -69,7 +69,7 @@ class ControlPlane:
                                 concurrency=PASS_CONCURRENCY, coalesce=PASS_COALESCE)
         self.news = SettingsNews(self.loop.update, config.node_lost_after)  # the watcher feeds the loop's channel
         self.watcher = SettingsWatcher(config.repo, config.branch, self.state_dir / "settings-mirror.git",
-                                       publish=self.news)
+                                       publish=self.news, ssh_key=config.repo_ssh_key)
         self.keys = ReplicaKeys()
         self.feed = GatewayFeed(self.keys.get, self.secrets.get)
         self.handlers.register(PublishRoutingTable, self.feed.publish)

@@ -52,13 +52,15 @@ class SettingsWatcher:
     called (synchronously) with the new `WatchState` after it is set, whenever the settings in force change, a
     new head is rejected (bad or held) or the remote's reachability changes; it never reads the watcher back.
     `check_schema` is the schema check of a commit the pre-receive hook has not recorded as valid (default
-    `llmgw.settings.validate_data`; a test passes one that counts its calls).
+    `llmgw.settings.validate_data`; a test passes one that counts its calls). `ssh_key`: the private key file an ssh
+    URL is fetched with (`llmgw.settings.fetch_mirror`).
     """
 
     def __init__(self, location: str, branch: str, mirror: Path,
                  publish: Callable[[WatchState], None] = lambda state: None, *,
-                 check_schema: SchemaCheck = validate_data):
+                 check_schema: SchemaCheck = validate_data, ssh_key: Path | None = None):
         self.location = location
+        self.ssh_key = ssh_key
         self.branch = branch
         self.remote = is_url(location)
         self.repo_path = mirror if self.remote else Path(location)
@@ -90,7 +92,8 @@ class SettingsWatcher:
             remote_error = None
             if self.remote:
                 try:
-                    await trio.to_thread.run_sync(fetch_mirror, self.location, self.repo_path, self.branch)
+                    await trio.to_thread.run_sync(partial(fetch_mirror, self.location, self.repo_path, self.branch,
+                                                           ssh_key=self.ssh_key))
                 except OSError as exc:
                     kept = state.settings.commit[:12] if state.settings and state.settings.commit else "none"
                     remote_error = f"{redact_url(str(exc))}; keeping the last good settings commit ({kept})"

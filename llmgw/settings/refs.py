@@ -105,7 +105,8 @@ def set_config_value(repo_path: str | os.PathLike[str], key: str, value: str) ->
         raise SettingsError([Issue(str(repo_path), 0, 0, key, f"cannot be set in the repository's config ({exc})")]) from exc
 
 
-def fetch_mirror(url: str, mirror_path: str | os.PathLike[str], branch: str = DEFAULT_BRANCH) -> None:
+def fetch_mirror(url: str, mirror_path: str | os.PathLike[str], branch: str = DEFAULT_BRANCH, *,
+                 ssh_key: str | os.PathLike[str] | None = None) -> None:
     """Bring the bare mirror at `mirror_path` up to date with `url`'s `refs/heads/<branch>`.
 
     The first call clones `url` bare into `mirror_path` (its parent is created); later calls fetch the branch,
@@ -113,18 +114,49 @@ def fetch_mirror(url: str, mirror_path: str | os.PathLike[str], branch: str = DE
     Blocking network I/O through libgit2: run it in a thread. Raises: OSError with a sentence naming the URL
     with its password or token replaced by `***`, when the remote cannot be reached, refuses us, or the mirror
     is not a repository.
+
+    `ssh_key`: an ssh private key file (OpenSSH or PEM, no passphrase: a deploy key) that an ssh URL authenticates
+    with, as the URL's user (`git` when the URL names none); its `.pub` beside it is used when present. The server's
+    host key is checked by libgit2 against `$HOME/.ssh/known_hosts` (an unknown or changed host key refuses the
+    connection: tests/settings/test_deploy_key.py).
     """
     mirror = Path(mirror_path)
+    callbacks = _DeployKey(Path(ssh_key)) if ssh_key is not None else None
     try:
         if not (mirror / "HEAD").exists():
             mirror.parent.mkdir(parents=True, exist_ok=True)
-            pygit2.clone_repository(url, str(mirror), bare=True)
+            pygit2.clone_repository(url, str(mirror), bare=True, callbacks=callbacks)
             return
         repo = pygit2.Repository(str(mirror))
-        repo.remotes["origin"].fetch([f"+{branch_ref(branch)}:{branch_ref(branch)}"])
+        repo.remotes["origin"].fetch([f"+{branch_ref(branch)}:{branch_ref(branch)}"], callbacks=callbacks)
     except KeyError as exc:
         raise OSError(f"the mirror {mirror} has no remote 'origin'; delete it and llmgw clones "
                       f"{redact_url(url)} again") from exc
     except (pygit2.GitError, OSError, ValueError) as exc:
         reason = _password_free(url, str(exc) or type(exc).__name__)
         raise OSError(f"cannot fetch {redact_url(url)}: {reason}") from exc
+
+
+class _DeployKey(pygit2.RemoteCallbacks):
+    """libgit2's callbacks for an ssh remote reached with the private key file `key`, the host key checked against
+    ~/.ssh/known_hosts by libgit2 (`valid`). `certificate_check` must say so itself: pygit2's default (Passthrough)
+    lets libgit2 1.9 ACCEPT a host that known_hosts does not list (seen here; tests/settings/test_deploy_key.py)."""
+
+    def __init__(self, key: Path):
+        super().__init__()
+        self.key = key
+
+    def certificate_check(self, certificate: None, valid: bool, host: bytes) -> bool:
+        if not valid:
+            name = host.decode(errors="replace") if isinstance(host, bytes) else host
+            raise pygit2.GitError(f"the host key of {name} is not in {Path.home() / '.ssh' / 'known_hosts'} or differs "
+                                  f"from it: add the key the host really has (`ssh-keyscan {name}`, compared with "
+                                  "the host's own /etc/ssh/ssh_host_*_key.pub)")
+        return True
+
+    def credentials(self, url: str, username_from_url: str | None, allowed_types: pygit2.enums.CredentialType):
+        if not allowed_types & pygit2.enums.CredentialType.SSH_KEY:
+            raise pygit2.GitError(f"{redact_url(url)} asks for no ssh key (an https URL takes a token in the URL, "
+                                  "not --repo-ssh-key)")
+        public = self.key.with_name(self.key.name + ".pub")
+        return pygit2.Keypair(username_from_url or "git", str(public) if public.exists() else None, str(self.key), "")

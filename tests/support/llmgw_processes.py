@@ -42,3 +42,18 @@ class LlmgwProcesses:
                 os.killpg(pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
+
+
+def read_server_banner(server: subprocess.Popen, timeout: float = 90) -> dict[str, list[str]]:
+    """The lines `llmgw server` prints on stderr (a text pipe) once it serves, up to its "settings ..." line, by
+    first word: {"admin": ["admin", "API", "http://127.0.0.1:PORT", ...], "agents": [...], "settings": [...]}.
+    Raises AssertionError with what it printed when it ends first or takes longer than `timeout` seconds."""
+    import time
+
+    lines: list[str] = []
+    deadline = time.monotonic() + timeout
+    while not (lines and lines[-1].startswith("settings ")):
+        line = server.stderr.readline()
+        assert line and time.monotonic() < deadline, f"llmgw server did not come up: {''.join(lines)}"
+        lines.append(line)
+    return {line.split()[0]: line.split() for line in lines if line.split()}
