@@ -254,8 +254,9 @@ def run_doctor(weights_dir: Path, *, engines_dir: Path | None = None, state_dir:
         if (Path(cert_path).parent / "ca.crt").is_file():  # the CA beside it (llmgw node join writes both)
             checks.append(_certificate_check(
                 Path(cert_path).parent / "ca.crt", now, name="CA", warn_days=CA_WARN_DAYS,
-                soon="every node certificate it signed stops working with it; the control plane needs a new CA and "
-                     "every node must join again before then"))
+                soon="every node certificate it signed stops working with it; run `llmgw ca rotate` on the control "
+                     "plane before then (agents move onto a new CA over their streams; else every node must join "
+                     "again)"))
     health = HealthReader(run, nvml=kwargs["nvml"] if "nvml" in kwargs else load_nvml(),
                           **{k: v for k, v in kwargs.items() if k in ("sys_root", "etc_root")}).read()
     checks.extend(node_checks(node, health))
