@@ -17,7 +17,7 @@ import trio
 import trio.testing
 
 from llmgw.errors import WireError
-from llmgw.wire import CertificateAuthority, ClientTls, agent_message, connect, pb, signed_by_any
+from llmgw.wire import CertificateAuthority, ClientTls, agent_message, connect, join, pb, signed_by_any
 from llmgw.wire.tls import make_key_and_csr
 
 from .conftest import write_seed
@@ -137,8 +137,8 @@ async def _until(predicate, seconds: float, what: str) -> float:
 
 async def test_real_agents_move_onto_a_new_ca_without_dropping_a_stream_and_the_old_ca_is_refused_after(tmp_path):
     """Two real `llmgw agent`s joined under the old CA, and n3 offline with a live certificate of it on record.
-    `llmgw ca rotate`: both agents renew under the new CA over their open streams (none dropped), `llmgw status`
-    shows 2 of 3 nodes moved and n3 waited for; `llmgw node revoke n3` lets the control plane retire the old CA on
+    `llmgw ca rotate`: both agents renew under the new CA over their open streams (none dropped), n4 joining meanwhile
+    gets a certificate of the new CA, `llmgw status` shows 3 of 4 nodes moved and n3 waited for; `llmgw node revoke n3` lets the control plane retire the old CA on
     its own; the agents' old-CA streams end and they come back with their new certificates, not joining again; a
     certificate of the old CA is refused at the handshake."""
     from llmgw.cli.server_cmds import render_status
@@ -187,13 +187,18 @@ async def test_real_agents_move_onto_a_new_ca_without_dropping_a_stream_and_the_
             assert again.returncode == 1 and "already stands beside" in again.stderr and "Traceback" not in again.stderr
             for node_id in nodes:
                 assert (tmp_path / node_id / "tls" / "ca.crt").read_bytes() == old_ca + new_ca  # the bundle
-            await _until(lambda: (plane.agents.ca_rotation or {}).get("moved") == 2, 10, "progress seen")
+            # a node joining during the overlap with the CA file it was given before (the old CA alone) gets a
+            # certificate of the new CA and both CAs to trust
+            token = plane.create_join_token(600)
+            joined, _, bundle = await join(f"127.0.0.1:{token['join_port']}", token["token"], "n4", old_ca)
+            assert signed_by_any(joined, new_ca) and bundle == old_ca + new_ca
+            await _until(lambda: (plane.agents.ca_rotation or {}).get("moved") == 3, 10, "progress seen")
             assert _sessions(plane) == first  # not one stream dropped during the overlap
             status = plane.reporter.status(readings=False)
             rotation = status["control_plane"]["ca_rotation"]
-            assert (rotation["nodes"], rotation["moved"], rotation["waiting"]) == (3, 2, ["n3"])
+            assert (rotation["nodes"], rotation["moved"], rotation["waiting"]) == (4, 3, ["n3"])
             line = [line for line in render_status(status) if line.startswith("CA rotation")]
-            assert "2 of 3 nodes" in line[0] and "waiting for n3" in line[0]
+            assert "3 of 4 nodes" in line[0] and "waiting for n3" in line[0]
             assert (ca_dir / "ca.next.crt").exists()  # n3 still waited for: the old CA stays trusted
 
             revoked = subprocess.run([*LLMGW, "node", "revoke", "n3", "--state", str(tmp_path / "cp")],
@@ -217,6 +222,7 @@ async def test_real_agents_move_onto_a_new_ca_without_dropping_a_stream_and_the_
             await trio.sleep(1.5)
             assert all(plane.agents.sessions[n] is not first[n] for n in nodes)
 
+            assert CertificateAuthority.load_or_create(ca_dir).certificate_refusal(joined) is None
             # a certificate of the retired CA is refused now, even with the new CA trusted on the agent's side
             stale = ClientTls(ca_pem=new_ca, certificate_pem=old["n1"][0], key_pem=old["n1"][1])
             with trio.fail_after(30), pytest.raises(WireError, match="cannot reach the control plane"):
