@@ -572,7 +572,13 @@ class CertificateAuthority:
             now = time.time()
             entry["issued"] = [issued for issued in entry.get("issued", []) if issued["not_after"] > now] + [
                 {"serial": format(cert.serial_number, "x"), "not_before": _not_before(cert),
-                 "not_after": _not_after(cert), "ca": format(self._signer[1].serial_number, "x")}]
+                 "not_after": _not_after(cert), "ca": self._issuer_serial(certificate_pem)}]
+
+    def _issuer_serial(self, certificate_pem: bytes) -> str:
+        """The serial (hex) of the CA, the new one or the old, that signed `certificate_pem`."""
+        if self.next is not None and signed_by_any(certificate_pem, self.next[1].public_bytes(serialization.Encoding.PEM)):
+            return format(self.next[1].serial_number, "x")
+        return format(self.certificate.serial_number, "x")
 
     def revoke(self, node_id: str, now: float | None = None) -> int:
         """Revoke every certificate of `node_id` issued until now (`now`: unix seconds, default the clock).

@@ -190,8 +190,15 @@ async def test_real_agents_move_onto_a_new_ca_without_dropping_a_stream_and_the_
             # a node joining during the overlap with the CA file it was given before (the old CA alone) gets a
             # certificate of the new CA and both CAs to trust
             token = plane.create_join_token(600)
-            joined, _, bundle = await join(f"127.0.0.1:{token['join_port']}", token["token"], "n4", old_ca)
+            joined, joined_key, bundle = await join(f"127.0.0.1:{token['join_port']}", token["token"], "n4", old_ca)
             assert signed_by_any(joined, new_ca) and bundle == old_ca + new_ca
+            # and is let in over mutual TLS while both CAs are trusted (its stream reaches the control plane, which
+            # wants a Register first)
+            with trio.fail_after(30), pytest.raises(WireError, match="must be Register"):
+                async with connect(f"127.0.0.1:{plane.agents_port}", timeout=10,
+                                   tls=ClientTls(ca_pem=bundle, certificate_pem=joined, key_pem=joined_key)) as link:
+                    await link.send(agent_message(heartbeat=pb.Heartbeat()))
+                    await link.receive()
             await _until(lambda: (plane.agents.ca_rotation or {}).get("moved") == 3, 10, "progress seen")
             assert _sessions(plane) == first  # not one stream dropped during the overlap
             status = plane.reporter.status(readings=False)
