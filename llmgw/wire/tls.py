@@ -548,10 +548,17 @@ class CertificateAuthority:
     def _live(self, entry: dict[str, Any], now: float) -> list[dict[str, Any]]:
         return [issued for issued in entry.get("issued", []) if issued["not_after"] > now]
 
+    def _usable(self, entry: dict[str, Any], now: float) -> list[dict[str, Any]]:
+        """The live certificates of `entry` signed by a CA trusted now (one of a retired CA counts no more)."""
+        trusted = {format(self.certificate.serial_number, "x")}
+        if self.next is not None:
+            trusted.add(format(self.next[1].serial_number, "x"))
+        return [issued for issued in self._live(entry, now) if issued.get("ca", min(trusted)) in trusted]
+
     def check_no_live_certificate(self, node_id: str) -> None:
         """Raise CertificateExists when `node_id` holds a certificate on record that is neither revoked nor
-        expired. Blocking (reads nodes.json)."""
-        live = self._live(self._nodes_snapshot().get(node_id, {}), time.time())
+        expired nor of a retired CA. Blocking (reads nodes.json)."""
+        live = self._usable(self._nodes_snapshot().get(node_id, {}), time.time())
         if live:
             until = time.strftime("%Y-%m-%d", time.gmtime(max(issued["not_after"] for issued in live)))
             raise CertificateExists(
@@ -561,8 +568,9 @@ class CertificateAuthority:
             )
 
     def live_certificates(self, node_id: str) -> int:
-        """How many certificates of `node_id` on record are neither revoked nor expired. Blocking (reads nodes.json)."""
-        return len(self._live(self._nodes_snapshot().get(node_id, {}), time.time()))
+        """How many certificates of `node_id` on record are neither revoked nor expired nor of a retired CA.
+        Blocking (reads nodes.json)."""
+        return len(self._usable(self._nodes_snapshot().get(node_id, {}), time.time()))
 
     def record_certificate(self, node_id: str, certificate_pem: bytes) -> None:
         """Note in nodes.json that `certificate_pem` was issued to `node_id` (its serial and validity). Blocking."""

@@ -65,6 +65,17 @@ def test_a_rotation_signs_with_the_new_ca_trusts_both_and_the_retirement_refuses
     assert sorted(p.name for p in (tmp_path / "ca").iterdir() if p.suffix in (".crt", ".key")) == ["ca.crt", "ca.key"]
     with pytest.raises(WireError, match="no new CA stands beside"):
         other.retire()
+    # a node left on a retired CA (its certificate still on record, unexpired) may join again without a revoke
+    _node(other, "n6")
+    with pytest.raises(WireError, match="already has a certificate"):
+        other.check_no_live_certificate("n6")
+    other.rotate()
+    _node(other, "n5")
+    other.retire()
+    other.check_no_live_certificate("n6")
+    assert other.live_certificates("n6") == 0 and other.live_certificates("n5") == 1
+    with pytest.raises(WireError, match="already has a certificate"):
+        other.check_no_live_certificate("n5")
 
 
 def test_a_retirement_a_crash_interrupted_is_completed_and_a_half_made_rotation_removed(tmp_path):
