@@ -212,18 +212,35 @@ def _clock_check(now: float, run: Runner) -> Check:
 
 def _certificate_check(path: Path, now: float, name: str = "certificate", warn_days: int = CERT_WARN_DAYS,
                        soon: str = "the agent renews it over its stream before this (agents/ "
-                                   "certificate_renew_fraction): check the agent's log for why it did not") -> Check:
+                                   "certificate_renew_fraction): check the agent's log for why it did not",
+                       issuer_of: Path | None = None) -> Check:
+    """`path`'s certificate checked for its dates at `now`. A file of several CAs (during `llmgw ca rotate`): the
+    one that signed the certificate `issuer_of` is checked (the first when none did)."""
     from cryptography import x509
 
     try:
-        certificate = x509.load_pem_x509_certificate(path.read_bytes())
+        data = path.read_bytes()
+        found = x509.load_pem_x509_certificates(data)
     except OSError as exc:
         return Check(name, FAIL, f"{path} cannot be read ({exc.strerror}): run `llmgw node join`")
     except ValueError as exc:
         return Check(name, FAIL, f"{path} is not a PEM certificate ({exc})")
+    certificate = found[0]
+    if len(found) > 1 and issuer_of is not None:
+        from cryptography.hazmat.primitives.serialization import Encoding
+
+        from llmgw.wire.tls import signed_by_any
+
+        try:
+            signed = issuer_of.read_bytes()
+        except OSError:
+            signed = b""
+        certificate = next((ca for ca in found if signed_by_any(signed, ca.public_bytes(Encoding.PEM))), certificate)
     moment = datetime.datetime.fromtimestamp(now, tz=datetime.timezone.utc)
     start, end = certificate.not_valid_before_utc, certificate.not_valid_after_utc
     subject = certificate.subject.rfc4514_string()
+    if len(found) > 1:
+        subject += f", the CA of {issuer_of.name if issuer_of else 'it'} among {len(found)} (a CA rotation)"
     if moment < start:
         return Check(name, FAIL, f"{path} ({subject}) is valid only from {start:%Y-%m-%d %H:%M} UTC: "
                                  "check this node's clock")
@@ -281,9 +298,10 @@ def run_doctor(weights_dir: Path, *, engines_dir: Path | None = None, state_dir:
         checks.append(_certificate_check(Path(cert_path), now))
         if (Path(cert_path).parent / "ca.crt").is_file():  # the CA beside it (llmgw node join writes both)
             checks.append(_certificate_check(
-                Path(cert_path).parent / "ca.crt", now, name="CA", warn_days=CA_WARN_DAYS,
-                soon="every node certificate it signed stops working with it; the control plane needs a new CA and "
-                     "every node must join again before then"))
+                Path(cert_path).parent / "ca.crt", now, name="CA", warn_days=CA_WARN_DAYS, issuer_of=Path(cert_path),
+                soon="every node certificate it signed stops working with it; run `llmgw ca rotate` on the control "
+                     "plane before then (agents move onto a new CA over their streams; else every node must join "
+                     "again)"))
     health = HealthReader(run, nvml=kwargs["nvml"] if "nvml" in kwargs else load_nvml(),
                           **{k: v for k, v in kwargs.items() if k in ("sys_root", "etc_root")}).read()
     checks.extend(node_checks(node, health))

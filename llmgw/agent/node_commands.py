@@ -110,3 +110,10 @@ async def certificate_renewed(agent: NodeAgent, command: Command) -> None:
     installed by the agent's `CertificateRenewer` (`llmgw.agent.renewal`); ignored by an agent without TLS."""
     if agent.renewer is not None:
         agent.renewer.accept(command.body)
+
+
+async def trust_certificates(agent: NodeAgent, command: Command) -> None:
+    """TrustCertificates (a notice, not answered): the CAs to trust from now on and the one that signs, taken by the
+    agent's `CertificateRenewer` (a CA rotation: `llmgw.agent.renewal`); ignored by an agent without TLS."""
+    if agent.renewer is not None:
+        agent.renewer.trust(command.body)

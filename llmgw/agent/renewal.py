@@ -8,6 +8,11 @@ The agent checks it (its node id, its key, the CA: `llmgw.wire.check_renewed`), 
 leaves a matching one (`llmgw.wire.install_renewed`) and uses it from its next connection on: the open streams keep
 the certificate they were opened with. A request not answered within `RETRY_SECONDS` (a control plane without TLS,
 one that is down, one that refused and said why) is made again with a new key.
+
+A CA rotation (`llmgw ca rotate`) reaches the agent as TrustCertificates: the trust bundle replaces `ca.crt`, and a
+certificate not signed by the CA that signs now is renewed at once (`trust`), not at its renewal point. A bundle
+without the CA of the node's own certificate is not taken: it comes from a control plane that has not seen the
+rotation (several control planes, docs/ha.md), and taking it would undo the move.
 """
 
 from __future__ import annotations
@@ -20,8 +25,8 @@ from pathlib import Path
 import trio
 
 from llmgw.errors import WireError
-from llmgw.wire import agent_message, certificate_validity, check_renewed, install_renewed, pb
-from llmgw.wire.tls import make_key_and_csr
+from llmgw.wire import agent_message, certificate_validity, check_renewed, install_renewed, pb, signed_by_any
+from llmgw.wire.tls import make_key_and_csr, write_file
 
 log = logging.getLogger("llmgw.agent")
 
@@ -62,6 +67,8 @@ class CertificateRenewer:
         self.renewed = 0
         self._pending: tuple[bytes, float] | None = None  # (the key asked with, when asked), one for every stream
         self._answered = trio.Event()
+        self.signing_ca: bytes | None = None  # the CA that signs now, as the control plane said (TrustCertificates)
+        self._wake = trio.Event()  # set when a rotation makes the certificate due at once
 
     def due_in(self) -> float:
         """Seconds until the certificate on disk is due for renewal (0: now). Blocking (reads node.crt). Raises
@@ -70,8 +77,34 @@ class CertificateRenewer:
             pem = (self.tls_dir / "node.crt").read_bytes()
         except OSError as exc:
             raise WireError(f"{self.tls_dir / 'node.crt'} cannot be read ({exc}); its renewal waits.") from exc
+        if self.signing_ca is not None and not signed_by_any(pem, self.signing_ca):
+            return 0.0  # signed by a CA being retired: renewed under the new one now
         start, end = certificate_validity(pem)
         return renewal_delay(start, end, self.fraction(), self.wall())
+
+    def trust(self, message: pb.TrustCertificates) -> None:
+        """TrustCertificates: `ca_pem` replaces `ca.crt` (when it parses and differs), and a certificate not signed
+        by `signing_ca_pem` becomes due at once. Blocking (writes one file). Never raises (logged)."""
+        bundle, signing = bytes(message.ca_pem), bytes(message.signing_ca_pem)
+        try:
+            certificate_validity(signing)
+            if not bundle or not signed_by_any(signing, bundle):
+                raise WireError("the CA that signs is not in the trust bundle")
+            if not signed_by_any((self.tls_dir / "node.crt").read_bytes(), bundle):
+                raise WireError("the trust bundle does not hold the CA of this node's certificate (a control plane "
+                                "that has not seen a CA rotation yet, or one this node missed: then join again)")
+            if (self.tls_dir / "ca.crt").read_bytes() != bundle:
+                write_file(self.tls_dir / "ca.crt", bundle)
+                log.info("the control plane's trusted CAs changed; %s rewritten", self.tls_dir / "ca.crt")
+        except (WireError, OSError) as exc:
+            log.warning("the control plane's trusted CAs were not taken: %s", exc)
+            return
+        self.signing_ca = signing
+        try:
+            if self.due_in() == 0:
+                self._wake.set()
+        except WireError as exc:
+            log.warning("%s", exc)
 
     async def run(self, send: Callable[[pb.AgentMessage], object]) -> None:
         """For one stream, until cancelled: sleep until the certificate is due, then ask for a new one with `send`
@@ -84,7 +117,10 @@ class CertificateRenewer:
                 log.warning("%s", exc)
                 delay = RECHECK_SECONDS
             if delay > 0:
-                await trio.sleep(min(delay, RECHECK_SECONDS))
+                with trio.move_on_after(min(delay, RECHECK_SECONDS)):
+                    await self._wake.wait()
+                if self._wake.is_set():
+                    self._wake = trio.Event()
                 continue
             if self._pending is None or self.wall() - self._pending[1] >= RETRY_SECONDS:
                 key, csr = make_key_and_csr(self.node_id)

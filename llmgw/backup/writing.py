@@ -32,7 +32,8 @@ from llmgw.backup.manifest import (
 from llmgw.backup.postgres_dump import dump_schema
 from llmgw.errors import BackupError
 
-CA_FILES = ("ca.key", "ca.crt", "nodes.json", "join-tokens.json")
+CA_FILES = ("ca.key", "ca.crt", "ca.next.key", "ca.next.crt", "nodes.json", "join-tokens.json")
+"""The CA's files (the new CA's beside them while `llmgw ca rotate` is under way), each when present."""
 REF_PREFIXES = ("refs/heads/", "refs/llmgw/")
 
 

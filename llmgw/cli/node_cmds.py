@@ -14,6 +14,7 @@ from pathlib import Path
 
 import click
 
+from llmgw.cli.ca_cmds import state_options
 from llmgw.cli.credentials import remember_store, store_options, with_store
 from llmgw.cli.server_cmds import bandwidth_line
 
@@ -94,11 +95,7 @@ def register(group: click.Group) -> None:
 
     @node.command("revoke")
     @click.argument("node_id")
-    @click.option("--state", "state_dir", envvar="LLMGW_STATE", default=".state", show_default=True,
-                  type=click.Path(file_okay=False, path_type=Path),
-                  help="The control plane's state directory (`llmgw server --tls --state`).")
-    @click.option("--ca-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
-                  help="The control plane's CA directory [default: <state>/ca].")
+    @state_options
     def revoke_command(node_id: str, state_dir: Path, ca_dir: Path | None) -> None:
         """Revoke every certificate of NODE_ID issued until now (run on the control plane's machine).
 
@@ -106,14 +103,11 @@ def register(group: click.Group) -> None:
         a new join token (`llmgw join-token`); a Join under an id that still holds a live certificate is refused,
         so revoking is also how a node that lost its key is let back in.
         """
-        from llmgw.errors import UsageError
+        from llmgw.cli.ca_cmds import existing_ca_directory
         from llmgw.wire import CertificateAuthority
-        from llmgw.wire.tls import CA_CERT_FILE, CA_KEY_FILE, NODES_FILE
+        from llmgw.wire.tls import NODES_FILE
 
-        directory = ca_dir or state_dir / "ca"
-        if not (directory / CA_CERT_FILE).is_file() or not (directory / CA_KEY_FILE).is_file():
-            raise UsageError(f"{directory} holds no CA ({CA_CERT_FILE}, {CA_KEY_FILE}): give the state directory of "
-                             "`llmgw server --tls` with --state, or the CA directory with --ca-dir.")
+        directory = existing_ca_directory(state_dir, ca_dir)
         count = CertificateAuthority.load_or_create(directory).revoke(node_id)
         if count:
             click.echo(f"revoked {count} certificate{'s' if count != 1 else ''} of node {node_id!r} "

@@ -160,6 +160,13 @@ def render_status(doc: dict[str, Any]) -> list[str]:
         lines.append(f"agents' CA  valid until {ca['until']} ({ca['days_left']} days)")
         if ca.get("warning"):
             lines.append(f"WARNING     {ca['warning']}")
+    rotation = doc.get("control_plane", {}).get("ca_rotation")
+    if rotation:
+        waiting = rotation["waiting"]
+        lines.append(f"CA rotation new CA valid until {rotation['new_ca_until']}: {rotation['moved']} of "
+                     f"{rotation['nodes']} nodes hold a certificate of it"
+                     + (f"; waiting for {', '.join(waiting[:10])}{' ...' if len(waiting) > 10 else ''} (the old CA "
+                        "is retired once none waits; `llmgw ca rotate --finish` retires it now)" if waiting else ""))
     for name, entry in doc.get("scaling", {}).items():
         lines.append(f"autoscaler  {name}: {entry['wanted']} wanted, {entry['ready']} ready, {entry['held']} held "
                      f"(range {entry['min']}-{entry['max']}): {entry['reason']}")

@@ -646,6 +646,14 @@ async def serve_admin(plane: ControlView, host: str, port: int, *, mounts: tuple
     config.graceful_timeout = 1.0
     if tls is not None:
         config.certfile, config.keyfile = str(tls.cert_file), str(tls.key_file)
+        create = config.create_ssl_context
+
+        def kept_context() -> Any:  # kept, so that a certificate issued after a CA rotation replaces the old one
+            context = create()
+            tls.contexts.append(context)
+            return context
+
+        config.create_ssl_context = kept_context  # type: ignore[method-assign]
 
     app = AdminApp(plane, mounts, proxies)
 

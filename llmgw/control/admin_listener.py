@@ -20,7 +20,7 @@ from __future__ import annotations
 import ipaddress
 import os
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -37,10 +37,18 @@ Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 @dataclass(frozen=True)
 class AdminTls:
-    """The admin listener's certificate chain and key, as PEM files (`cert_file`, `key_file`)."""
+    """The admin listener's certificate chain and key, as PEM files (`cert_file`, `key_file`). `contexts`: the SSL
+    contexts serving them (`serve_admin` adds them), so that `reload` puts a new certificate in place."""
 
     cert_file: Path
     key_file: Path
+    contexts: list[Any] = field(default_factory=list, compare=False)
+
+    def reload(self) -> None:
+        """Serve the files' certificate and key as they are now to every new connection (after `llmgw ca rotate`
+        retired the CA that signed the old one). Blocking. Raises OSError or ssl.SSLError when they do not load."""
+        for context in self.contexts:
+            context.load_cert_chain(str(self.cert_file), str(self.key_file))
 
 
 def check_admin_listener(host: str, port: int, *, tls: bool, insecure: bool) -> None:
@@ -119,7 +127,8 @@ def forwarded_scope(scope: dict[str, Any], proxies: Sequence[Network]) -> dict[s
 
 def write_admin_tls(directory: Path, cert_pem: bytes, key_pem: bytes) -> AdminTls:
     """Write a certificate and key (PEM) to `directory` (created 0700; the key 0600) for hypercorn, which reads
-    files. Returns their paths. Raises OSError when the directory cannot be written."""
+    files (written again, they replace the old ones). Returns their paths. Raises OSError when the directory cannot
+    be written."""
     directory.mkdir(parents=True, exist_ok=True, mode=0o700)
     cert_file, key_file = directory / "cert.pem", directory / "key.pem"
     cert_file.write_bytes(cert_pem)

@@ -28,6 +28,7 @@ from typing import Any
 import trio
 
 from llmgw import __version__
+from llmgw.control.ca_rotation import trust_message
 from llmgw.control.certificate_renewal import answer_renewal
 from llmgw.control.deciding import node_connected
 from llmgw.control.events import slurm_jobs_reported
@@ -99,6 +100,7 @@ class AgentHub:
         self.kv_cap = kv_cap
         self._refusals: dict[tuple[str, str], None] = {}
         self.ca: Any = None  # the agents' CA (`llmgw.wire.CertificateAuthority`) under --tls: renews certificates
+        self.ca_rotation: dict[str, Any] | None = None  # a CA rotation's progress (`llmgw.control.ca_rotation`)
 
     def refused(self, node_id: str, sentence: str) -> None:
         """Log a report of `node_id` that was left out (`sentence`), once per node and sentence (most recent
@@ -167,6 +169,8 @@ class AgentHub:
         try:
             await session.send(control_message(
                 registered=pb.Registered(node_id=node_id, control_plane_version=__version__)))
+            if certified and self.ca is not None:  # the CAs to trust (a rotation under way: renew at once)
+                await session.send(trust_message(self.ca))
             self._update(_registered(register, _peer_host(peer), trio.current_time()), f"node {node_id} registered")
             async for message in link:
                 self._on_message(node_id, session, message)

@@ -31,6 +31,7 @@ from llmgw.control.admin_listener import (
     ADMIN_TLS_DIR, AdminTls, check_admin_listener, trusted_proxies, write_admin_tls,
 )
 from llmgw.control.batching import run_batches
+from llmgw.control.ca_rotation import keep_ca
 from llmgw.control.config import (
     ControlConfig, check_listeners_free, listening_on, poll_interval, url_host, worker_store_url,
 )
@@ -138,18 +139,23 @@ async def open_wiring(plane: Any) -> AsyncIterator[Any]:
     try:
         async with trio.open_nursery() as nursery:
             plane.agents.nursery = plane.feed.nursery = nursery
-            tls, join = config.agent_tls, None
+            tls, join, agents_tls = config.agent_tls, None, None
             if config.tls and tls is None:
-                from llmgw.wire import CertificateAuthority
+                from llmgw.wire import AgentsTls, CertificateAuthority
 
                 plane.ca = join = plane.agents.ca = CertificateAuthority.load_or_create(plane.state_dir / "ca")
                 names = config.tls_hostnames or tuple(dict.fromkeys((agents.host, "localhost", "127.0.0.1")))
-                tls = plane.ca.server_tls(list(names))
+                agents_tls = AgentsTls(plane.ca, names)  # follows `llmgw ca rotate` (llmgw.control.ca_rotation)
+                tls = agents_tls.server_tls()
             bound = await nursery.start(lambda task_status: serve_agents(
                 plane.accept_agent, agents.host, agents.port, tls=tls, join=join, join_port=config.join_port,
                 task_status=task_status))
             where = Endpoints(agents_port=int(bound), join_port=getattr(bound, "join_port", None))
             admin_tls = _admin_tls(plane, config, admin)
+            if agents_tls is not None:
+                await nursery.start(functools.partial(
+                    keep_ca, plane.agents, agents_tls,
+                    on_change=functools.partial(_reissue_admin_tls, plane, config, admin, admin_tls)))
             admin_port = await nursery.start(functools.partial(
                 serve_admin, plane, admin.host, admin.port, mounts=config.admin_mounts, tls=admin_tls,
                 proxies=proxies))
@@ -284,6 +290,16 @@ def _admin_token(config: ControlConfig, state_dir: Path, store: Any) -> str:
     with os.fdopen(fd, "w") as handle:
         handle.write(token + "\n")
     return token
+
+
+def _reissue_admin_tls(plane: Any, config: ControlConfig, admin: Listener, served: AdminTls | None) -> None:
+    """After the agents' CA changed (`llmgw ca rotate`): a certificate of the agents' CA the admin listener serves
+    (`admin_tls` True) is issued again under the CA of now and served to new connections. Blocking."""
+    if served is None or config.admin_tls is not True:
+        return
+    fresh = _admin_tls(plane, config, admin)
+    assert fresh is not None and fresh.cert_file == served.cert_file
+    served.reload()
 
 
 def _admin_tls(plane: Any, config: ControlConfig, admin: Listener) -> AdminTls | None:

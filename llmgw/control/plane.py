@@ -79,7 +79,8 @@ class ControlPlane:
         self.handlers.register(CommitSettings, self.desk.commit, lane="settings")
         self.reporter = StatusReporter(self.loop, self.audit, self.feed, config.repo, config.branch,
                                        lambda: self.endpoints, lambda: self.gateway_workers,
-                                       ca_not_after=lambda: self.ca.not_after if self.ca is not None else None)
+                                       ca_not_after=lambda: self.ca.not_after if self.ca is not None else None,
+                                       ca_rotation=lambda: self.agents.ca_rotation)
         self.apply_lock = trio.Lock()
         self.restart_requested = trio.Event()
         self.holder = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"

@@ -4,7 +4,7 @@ status.yaml): `StatusReporter.status(state, ...)`.
 The fleet part is `llmgw.control.audit.status_document` of the state (built in proportion to the change by
 `llmgw.control.documents.StatusDocuments`); the "control_plane" part says where this control plane listens, how its
 audit writes go, who leads, whether the fleet is back since the start, when the agents' CA expires (`ca_expiry`,
-with a warning six months ahead), and (with readings) counters of its own work and each replica's measured
+with a warning six months ahead) and how far a CA rotation is (`llmgw ca rotate`), and (with readings) counters of its own work and each replica's measured
 speed with its source and age (`replicas.<id>.speed`).
 """
 
@@ -70,12 +70,13 @@ def ca_expiry(not_after: float | None, now: float) -> dict[str, Any] | None:
     until = time.strftime("%Y-%m-%d", time.gmtime(not_after))
     doc: dict[str, Any] = {"not_after": not_after, "until": until, "days_left": days}
     if days < 0:
-        doc["warning"] = (f"the agents' CA expired on {until}: no node can connect over mutual TLS. Make a new CA and "
-                          "have every node join again (llmgw ca rotate is not built yet).")
+        doc["warning"] = (f"the agents' CA expired on {until}: no node can connect over mutual TLS. Make a new CA "
+                          "(`llmgw ca rotate`, then `llmgw ca rotate --finish` on the control plane) and have every "
+                          "node join again.")
     elif days < CA_WARN_DAYS:
         doc["warning"] = (f"the agents' CA expires on {until}, in {days} days: every node certificate stops working "
-                          "with it. Plan a new CA and have every node join again before then (llmgw ca rotate is "
-                          "not built yet).")
+                          "with it. Run `llmgw ca rotate` on the control plane before then: agents move onto a new "
+                          "CA over their streams, none has to join again.")
     return doc
 
 
@@ -85,11 +86,13 @@ class StatusReporter:
 
     def __init__(self, loop: ControlLoop, audit: AuditWriter, feed: GatewayFeed, repository: str, branch: str,
                  endpoints: Callable[[], Endpoints], workers: Callable[[], Any],
-                 ca_not_after: Callable[[], float | None] = lambda: None):
+                 ca_not_after: Callable[[], float | None] = lambda: None,
+                 ca_rotation: Callable[[], dict[str, Any] | None] = lambda: None):
         self._loop, self._audit, self._feed = loop, audit, feed
         self._repository, self._branch = redact_url(repository), branch
         self._endpoints, self._workers = endpoints, workers
         self._ca_not_after = ca_not_after
+        self._ca_rotation = ca_rotation
         self._documents = StatusDocuments()  # the status document, rebuilt in proportion to the change
 
     def status(self, state: ControlState | None = None, *, readings: bool = True,
@@ -130,6 +133,9 @@ class StatusReporter:
         ca = ca_expiry(self._ca_not_after(), time.time())
         if ca is not None:
             doc["control_plane"]["ca"] = ca
+        rotation = self._ca_rotation()
+        if rotation is not None:
+            doc["control_plane"]["ca_rotation"] = rotation
         workers = self._workers()
         if workers is not None:
             doc["control_plane"]["gateway_workers"] = workers.statistics()

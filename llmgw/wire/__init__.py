@@ -24,19 +24,21 @@ from .link import AgentLink, ControlLink, Link, memory_link_pair  # noqa: E402
 from .messages import PROTOCOL_VERSION, agent_message, control_message, pb  # noqa: E402
 from .serving import BoundPort, Handler, JoinAuthority, serve_agents  # noqa: E402
 from .tls import (  # noqa: E402
-    CertificateAuthority, CertificateExists, ClientTls, ServerTls, certificate_validity, check_agents_listener,
-    check_renewed, install_renewed,
+    AgentsTls, CertificateAuthority, CertificateExists, ClientTls, ServerTls, certificate_validity,
+    check_agents_listener, check_renewed, install_renewed, signed_by_any,
 )
 
 __all__ = [
     "PROTOCOL_VERSION",
     "AgentLink",
+    "AgentsTls",
     "BoundPort",
     "CertificateAuthority",
     "CertificateExists",
     "certificate_validity",
     "check_renewed",
     "install_renewed",
+    "signed_by_any",
     "ClientTls",
     "ControlLink",
     "Handler",

@@ -31,7 +31,7 @@ class AgentMessage(_message.Message):
     def __init__(self, protocol: _Optional[int] = ..., register: _Optional[_Union[Register, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., shard_status: _Optional[_Union[ShardStatus, _Mapping]] = ..., log_lines: _Optional[_Union[LogLines, _Mapping]] = ..., command_result: _Optional[_Union[CommandResult, _Mapping]] = ..., engine_status: _Optional[_Union[EngineStatus, _Mapping]] = ..., kv_blocks: _Optional[_Union[KvBlocks, _Mapping]] = ..., fabric_test_output: _Optional[_Union[FabricTestOutput, _Mapping]] = ..., renew_certificate: _Optional[_Union[RenewCertificate, _Mapping]] = ...) -> None: ...
 
 class ControlMessage(_message.Message):
-    __slots__ = ("protocol", "command_id", "fencing_token", "start_shard", "stop_shard", "install_engine", "agent_settings", "request_logs", "restart", "registered", "slurm_jobs_recorded", "fabric_test", "certificate_renewed")
+    __slots__ = ("protocol", "command_id", "fencing_token", "start_shard", "stop_shard", "install_engine", "agent_settings", "request_logs", "restart", "registered", "slurm_jobs_recorded", "fabric_test", "certificate_renewed", "trust_certificates")
     PROTOCOL_FIELD_NUMBER: _ClassVar[int]
     COMMAND_ID_FIELD_NUMBER: _ClassVar[int]
     FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
@@ -45,6 +45,7 @@ class ControlMessage(_message.Message):
     SLURM_JOBS_RECORDED_FIELD_NUMBER: _ClassVar[int]
     FABRIC_TEST_FIELD_NUMBER: _ClassVar[int]
     CERTIFICATE_RENEWED_FIELD_NUMBER: _ClassVar[int]
+    TRUST_CERTIFICATES_FIELD_NUMBER: _ClassVar[int]
     protocol: int
     command_id: str
     fencing_token: int
@@ -58,7 +59,8 @@ class ControlMessage(_message.Message):
     slurm_jobs_recorded: SlurmJobsRecorded
     fabric_test: FabricTest
     certificate_renewed: CertificateRenewed
-    def __init__(self, protocol: _Optional[int] = ..., command_id: _Optional[str] = ..., fencing_token: _Optional[int] = ..., start_shard: _Optional[_Union[StartShard, _Mapping]] = ..., stop_shard: _Optional[_Union[StopShard, _Mapping]] = ..., install_engine: _Optional[_Union[InstallEngine, _Mapping]] = ..., agent_settings: _Optional[_Union[AgentSettings, _Mapping]] = ..., request_logs: _Optional[_Union[RequestLogs, _Mapping]] = ..., restart: _Optional[_Union[Restart, _Mapping]] = ..., registered: _Optional[_Union[Registered, _Mapping]] = ..., slurm_jobs_recorded: _Optional[_Union[SlurmJobsRecorded, _Mapping]] = ..., fabric_test: _Optional[_Union[FabricTest, _Mapping]] = ..., certificate_renewed: _Optional[_Union[CertificateRenewed, _Mapping]] = ...) -> None: ...
+    trust_certificates: TrustCertificates
+    def __init__(self, protocol: _Optional[int] = ..., command_id: _Optional[str] = ..., fencing_token: _Optional[int] = ..., start_shard: _Optional[_Union[StartShard, _Mapping]] = ..., stop_shard: _Optional[_Union[StopShard, _Mapping]] = ..., install_engine: _Optional[_Union[InstallEngine, _Mapping]] = ..., agent_settings: _Optional[_Union[AgentSettings, _Mapping]] = ..., request_logs: _Optional[_Union[RequestLogs, _Mapping]] = ..., restart: _Optional[_Union[Restart, _Mapping]] = ..., registered: _Optional[_Union[Registered, _Mapping]] = ..., slurm_jobs_recorded: _Optional[_Union[SlurmJobsRecorded, _Mapping]] = ..., fabric_test: _Optional[_Union[FabricTest, _Mapping]] = ..., certificate_renewed: _Optional[_Union[CertificateRenewed, _Mapping]] = ..., trust_certificates: _Optional[_Union[TrustCertificates, _Mapping]] = ...) -> None: ...
 
 class SlurmJobsRecorded(_message.Message):
     __slots__ = ("until",)
@@ -860,6 +862,14 @@ class CertificateRenewed(_message.Message):
     certificate_pem: bytes
     error: str
     def __init__(self, certificate_pem: _Optional[bytes] = ..., error: _Optional[str] = ...) -> None: ...
+
+class TrustCertificates(_message.Message):
+    __slots__ = ("ca_pem", "signing_ca_pem")
+    CA_PEM_FIELD_NUMBER: _ClassVar[int]
+    SIGNING_CA_PEM_FIELD_NUMBER: _ClassVar[int]
+    ca_pem: bytes
+    signing_ca_pem: bytes
+    def __init__(self, ca_pem: _Optional[bytes] = ..., signing_ca_pem: _Optional[bytes] = ...) -> None: ...
 
 class Registered(_message.Message):
     __slots__ = ("node_id", "control_plane_version")

@@ -43,12 +43,7 @@ class JoinAuthority(Protocol):
 
     def record_certificate(self, node_id: str, certificate_pem: bytes) -> None: ...
 
-    def is_certificate_revoked(self, certificate_pem: bytes) -> bool: ...
-
-
-def _revoked_text(name: str) -> str:
-    return (f"the certificate of node {name!r} was revoked on the control plane (`llmgw node revoke`); "
-            "the node has to join again with a new join token.")
+    def certificate_refusal(self, certificate_pem: bytes) -> str | None: ...
 
 
 class BoundPort(int):
@@ -90,11 +85,11 @@ class _Servicer(pb_grpc.ControlPlaneServicer):
                 if not certificate_pem:
                     await context.abort(grpc.StatusCode.UNAUTHENTICATED, "the node certificate did not come through.")
                 try:
-                    was_revoked = await call_in_trio(self._token, self._join.is_certificate_revoked, certificate_pem)
+                    refusal = await call_in_trio(self._token, self._join.certificate_refusal, certificate_pem)
                 except WireError as exc:  # the record of revocations is unreadable: refuse rather than guess
                     await context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
-                if was_revoked:
-                    await context.abort(grpc.StatusCode.PERMISSION_DENIED, _revoked_text(certificate_name))
+                if refusal is not None:
+                    await context.abort(grpc.StatusCode.PERMISSION_DENIED, refusal)
         if self.nursery is None:
             await context.abort(grpc.StatusCode.UNAVAILABLE, "the control plane is starting; try again.")
         assert self.nursery is not None
@@ -141,14 +136,14 @@ class _Servicer(pb_grpc.ControlPlaneServicer):
     async def _watch_revocation(self, certificate_pem: bytes, name: str, stream: trio.CancelScope,
                                 watch: trio.CancelScope, revoked: list[str]) -> None:
         """Every REVOCATION_CHECK_SECONDS, end the stream (`stream` cancelled, the reason in `revoked`) once its
-        certificate is revoked, or when the record of revocations cannot be read. Ends when `watch` is cancelled
+        certificate is revoked or its CA retired (`certificate_refusal`), or when the record of revocations cannot be read. Ends when `watch` is cancelled
         (the stream ended first)."""
         assert self._join is not None
         with watch:
             while True:
                 await trio.sleep(REVOCATION_CHECK_SECONDS)
                 try:
-                    reason = _revoked_text(name) if self._join.is_certificate_revoked(certificate_pem) else None
+                    reason = self._join.certificate_refusal(certificate_pem)
                 except WireError as exc:  # the record of revocations is unreadable: end the stream, keep serving
                     reason = str(exc)
                 if reason is not None:

@@ -17,6 +17,12 @@ is refused at once (`is_certificate_revoked`, checked by the agents' server when
 `REVOCATION_CHECK_SECONDS` while it lasts). A certificate issued before this record existed is revoked when it
 started before the node's last revocation.
 
+`llmgw ca rotate` puts a new CA beside the old one (`ca.next.key`, `ca.next.crt`): from then on the new one signs
+node certificates (joins and renewals), both are trusted for agents' certificates and handed to agents as their
+trust bundle (`certificate_pem`), and the server certificate stays the old CA's, which every agent trusts. `retire`
+renames the new CA over the old one (key first, then certificate: `load_or_create` completes a retirement a crash
+interrupted), so the old CA is trusted no more: a certificate it signed is refused (`certificate_refusal`).
+
 A control plane that serves agents in plain text does so only on a loopback address, unless told `--insecure`
 (`check_agents_listener`): otherwise any machine that reaches the port could register as a node.
 """
@@ -32,9 +38,9 @@ import math
 import os
 import secrets
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -55,6 +61,8 @@ MAX_JOIN_TOKEN_TTL = 7 * 24 * 3600.0  # seconds
 NODES_FILE = "nodes.json"
 REVOCATION_CHECK_SECONDS = 1.0
 """How often the agents' server re-checks the certificate of an open stream against `nodes.json`."""
+NEXT_CA_KEY_FILE = "ca.next.key"
+NEXT_CA_CERT_FILE = "ca.next.crt"
 CA_DAYS = 3650
 SERVER_DAYS = 825
 NODE_DAYS = 825
@@ -136,6 +144,13 @@ def _write_private(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
+def write_file(path: Path, data: bytes) -> None:
+    """Replace `path` by `data` whole (a reader sees the old or the new content, never a part). Blocking."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
 def make_key_and_csr(node_id: str) -> tuple[bytes, bytes]:
     """A new private key and a certificate signing request for `node_id`: (key PEM, CSR PEM).
 
@@ -186,12 +201,28 @@ def check_renewed(cert_pem: bytes, key_pem: bytes, ca_pem: bytes, node_id: str) 
     if (cert.public_key().public_bytes(serialization.Encoding.DER, public)
             != key.public_key().public_bytes(serialization.Encoding.DER, public)):
         raise WireError("the renewed certificate is not for the key this node asked with; the old one stays in use.")
-    try:
-        cert.verify_directly_issued_by(ca)
-    except (ValueError, TypeError, InvalidSignature) as exc:
+    if not signed_by_any(cert_pem, ca_pem):
         raise WireError("the renewed certificate is not signed by this node's CA (ca.crt); the old one stays in "
-                        "use.") from exc
+                        "use.")
     return _not_after(cert)
+
+
+@lru_cache(maxsize=4096)
+def signed_by_any(cert_pem: bytes, cas_pem: bytes) -> bool:
+    """True when the certificate `cert_pem` was signed by one of the CA certificates in the PEM bundle `cas_pem`
+    (False when either does not parse). Cached: about 0.1 ms per new pair."""
+    try:
+        cert = _parsed(cert_pem)
+        cas = x509.load_pem_x509_certificates(cas_pem)
+    except ValueError:
+        return False
+    for ca in cas:
+        try:
+            cert.verify_directly_issued_by(ca)
+            return True
+        except (ValueError, TypeError, InvalidSignature):
+            continue
+    return False
 
 
 NEXT_CERT_FILE = "node.next.crt"
@@ -221,6 +252,62 @@ def finish_renewal(directory: str | os.PathLike[str]) -> None:
         os.replace(path / NEXT_CERT_FILE, path / "node.crt")
 
 
+def _make_ca(name: str) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
+    key = _new_key()
+    now = _now()
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(_name(name))
+        .issuer_name(_name(name))
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=CA_DAYS))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(
+            x509.KeyUsage(False, False, False, False, False, True, True, False, False), critical=True
+        )
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .sign(key, hashes.SHA256())
+    )
+    return key, cert
+
+
+def _load_ca(key_path: Path, cert_path: Path) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
+    try:
+        key = serialization.load_pem_private_key(key_path.read_bytes(), password=None)
+        cert = x509.load_pem_x509_certificate(cert_path.read_bytes())
+    except (ValueError, OSError) as exc:
+        raise WireError(f"the CA in {key_path.parent} does not load ({exc}); restore {key_path} and "
+                        f"{cert_path}.") from exc
+    if not isinstance(key, ec.EllipticCurvePrivateKey):
+        raise WireError(f"{key_path} is not an ECDSA key; restore the CA files or move them away to make a new CA.")
+    return key, cert
+
+
+def _finish_ca_swap(path: Path) -> None:
+    """Complete what a crash interrupted in `path`: a new CA's key written without its certificate (a rotation not
+    begun) is removed; a new CA's certificate without its key (a retirement after the key's rename) is renamed
+    over `ca.crt`. Blocking."""
+    key, cert = path / NEXT_CA_KEY_FILE, path / NEXT_CA_CERT_FILE
+    if key.exists() and not cert.exists():
+        key.unlink()
+    elif cert.exists() and not key.exists():
+        os.replace(cert, path / CA_CERT_FILE)
+
+
+def _ca_files_seen(path: Path) -> tuple[Any, ...]:
+    """What a stat of the CA's certificate files says (changed by a rotation or a retirement)."""
+    seen: list[Any] = []
+    for name in (CA_CERT_FILE, NEXT_CA_CERT_FILE):
+        try:
+            info = (path / name).stat()
+            seen.append((info.st_mtime_ns, info.st_size, info.st_ino))
+        except FileNotFoundError:
+            seen.append(None)
+    return tuple(seen)
+
+
 class CertificateAuthority:
     """The control plane's CA, kept in `directory` (see the module docstring for the files)."""
 
@@ -229,6 +316,9 @@ class CertificateAuthority:
         self._key = key
         self.certificate = certificate
         self._nodes_cache: tuple[tuple[int, int, int], dict[str, Any]] | None = None
+        self.next: tuple[ec.EllipticCurvePrivateKey, x509.Certificate] | None = None  # the new CA while rotating
+        self._seen: tuple[Any, ...] = ()
+        self.generation = 0  # counts the changes of the CAs (rotate, retire, or either seen by `refresh`)
 
     @classmethod
     def load_or_create(cls, directory: str | os.PathLike[str], name: str = "llmgw control plane CA") -> CertificateAuthority:
@@ -238,41 +328,25 @@ class CertificateAuthority:
         """
         path = Path(directory)
         key_path, cert_path = path / CA_KEY_FILE, path / CA_CERT_FILE
+        _finish_ca_swap(path)
         if key_path.exists() and cert_path.exists():
-            try:
-                key = serialization.load_pem_private_key(key_path.read_bytes(), password=None)
-                cert = x509.load_pem_x509_certificate(cert_path.read_bytes())
-            except ValueError as exc:
-                raise WireError(f"the CA in {path} does not load ({exc}); restore {key_path} and {cert_path}.") from exc
-            if not isinstance(key, ec.EllipticCurvePrivateKey):
-                raise WireError(f"{key_path} is not an ECDSA key; restore the CA files or move them away to make a new CA.")
-            return cls(path, key, cert)
+            ca = cls(path, *_load_ca(key_path, cert_path))
+            if (path / NEXT_CA_KEY_FILE).exists():  # a rotation is under way: the new CA beside the old one
+                ca.next = _load_ca(path / NEXT_CA_KEY_FILE, path / NEXT_CA_CERT_FILE)
+            ca._seen = _ca_files_seen(path)
+            return ca
         if key_path.exists() or cert_path.exists():
             raise WireError(
                 f"{path} holds only one of {CA_KEY_FILE} and {CA_CERT_FILE}; restore the other, or remove both "
                 "to make a new CA (every node then has to join again)."
             )
         path.mkdir(parents=True, exist_ok=True, mode=0o700)
-        key = _new_key()
-        now = _now()
-        cert = (
-            x509.CertificateBuilder()
-            .subject_name(_name(name))
-            .issuer_name(_name(name))
-            .public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after(now + datetime.timedelta(days=CA_DAYS))
-            .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-            .add_extension(
-                x509.KeyUsage(False, False, False, False, False, True, True, False, False), critical=True
-            )
-            .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
-            .sign(key, hashes.SHA256())
-        )
+        key, cert = _make_ca(name)
         _write_private(key_path, _key_pem(key))
         cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-        return cls(path, key, cert)
+        ca = cls(path, key, cert)
+        ca._seen = _ca_files_seen(path)
+        return ca
 
     @property
     def not_after(self) -> float:
@@ -280,19 +354,43 @@ class CertificateAuthority:
         return _not_after(self.certificate)
 
     @property
+    def next_not_after(self) -> float | None:
+        """When the new CA of a rotation under way ends (unix seconds); None when none is."""
+        return _not_after(self.next[1]) if self.next is not None else None
+
+    @property
+    def rotating(self) -> bool:
+        """A new CA stands beside the old one (`rotate`), not yet retired."""
+        return self.next is not None
+
+    @property
     def certificate_pem(self) -> bytes:
-        """The CA certificate (PEM): what agents trust, and what they need to join."""
-        return self.certificate.public_bytes(serialization.Encoding.PEM)
+        """The CA certificates agents trust (PEM; the old and the new one while rotating): what they need to join,
+        and what verifies their certificates."""
+        pem = self.certificate.public_bytes(serialization.Encoding.PEM)
+        return pem + self.next[1].public_bytes(serialization.Encoding.PEM) if self.next is not None else pem
+
+    @property
+    def signing_certificate_pem(self) -> bytes:
+        """The CA certificate that signs node certificates now (the new one while rotating)."""
+        return self._signer[1].public_bytes(serialization.Encoding.PEM)
+
+    @property
+    def _signer(self) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
+        return self.next if self.next is not None else (self._key, self.certificate)
 
     def _issue(
         self, subject: x509.Name, public_key: ec.EllipticCurvePublicKey, usage: x509.ObjectIdentifier, days: int,
-        sans: list[x509.GeneralName],
+        sans: list[x509.GeneralName], *, node: bool = False,
     ) -> bytes:
+        """A certificate signed by the old CA (server certificates, which every agent trusts) or, for a `node`, by
+        the CA that signs now (`_signer`)."""
+        key, issuer = self._signer if node else (self._key, self.certificate)
         now = _now()
         builder = (
             x509.CertificateBuilder()
             .subject_name(subject)
-            .issuer_name(self.certificate.subject)
+            .issuer_name(issuer.subject)
             .public_key(public_key)
             .serial_number(x509.random_serial_number())
             .not_valid_before(now - _BACKDATE)
@@ -300,12 +398,12 @@ class CertificateAuthority:
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
             .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
             .add_extension(
-                x509.AuthorityKeyIdentifier.from_issuer_public_key(self._key.public_key()), critical=False
+                x509.AuthorityKeyIdentifier.from_issuer_public_key(key.public_key()), critical=False
             )
         )
         if sans:
             builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
-        return builder.sign(self._key, hashes.SHA256()).public_bytes(serialization.Encoding.PEM)
+        return builder.sign(key, hashes.SHA256()).public_bytes(serialization.Encoding.PEM)
 
     def issue_server_certificate(self, hostnames_and_ips: Sequence[str], days: int = SERVER_DAYS) -> tuple[bytes, bytes]:
         """A server certificate and key for the control plane: (cert PEM, key PEM).
@@ -352,7 +450,77 @@ class CertificateAuthority:
         public_key = csr.public_key()
         if not isinstance(public_key, ec.EllipticCurvePublicKey):
             raise WireError(f"the certificate request of node {node_id!r} must use an ECDSA key.")
-        return self._issue(_name(node_id), public_key, ExtendedKeyUsageOID.CLIENT_AUTH, days, [])
+        return self._issue(_name(node_id), public_key, ExtendedKeyUsageOID.CLIENT_AUTH, days, [], node=True)
+
+    # Rotation --------------------------------------------------------------------------------------------
+
+    def rotate(self, name: str | None = None) -> None:
+        """Make a new CA beside this one (`ca.next.key` 0600, then `ca.next.crt`): it signs node certificates from
+        now on, both are trusted until `retire`. Blocking. Raises WireError when a rotation is under way already."""
+        if self.next is not None:
+            raise WireError(f"a new CA already stands beside the old one in {self.directory} (valid until "
+                            f"{time.strftime('%Y-%m-%d', time.gmtime(_not_after(self.next[1])))}); wait for the old "
+                            "one's retirement (`llmgw status`) or retire it now with `llmgw ca rotate --finish`.")
+        key, cert = _make_ca(name or f"llmgw control plane CA {time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime())}")
+        _write_private(self.directory / NEXT_CA_KEY_FILE, _key_pem(key))
+        write_file(self.directory / NEXT_CA_CERT_FILE, cert.public_bytes(serialization.Encoding.PEM))
+        self.next = (key, cert)
+        self._seen = _ca_files_seen(self.directory)
+        self.generation += 1
+
+    def retire(self) -> None:
+        """End a rotation: the new CA replaces the old one (`ca.next.key` renamed over `ca.key`, then `ca.next.crt`
+        over `ca.crt`), so certificates of the old one are refused from now on. Blocking. Raises WireError when no
+        rotation is under way."""
+        if self.next is None:
+            raise WireError(f"no new CA stands beside the old one in {self.directory}; start a rotation with "
+                            "`llmgw ca rotate`.")
+        os.replace(self.directory / NEXT_CA_KEY_FILE, self.directory / CA_KEY_FILE)
+        os.replace(self.directory / NEXT_CA_CERT_FILE, self.directory / CA_CERT_FILE)
+        (self._key, self.certificate), self.next = self.next, None
+        self._seen = _ca_files_seen(self.directory)
+        self.generation += 1
+
+    def refresh(self) -> bool:
+        """Read the CA's files again when `llmgw ca rotate` (another process) changed them: True when they changed.
+        Blocking (two stats, and a read after a change). Raises WireError when they do not load."""
+        if _ca_files_seen(self.directory) == self._seen:
+            return False
+        fresh = CertificateAuthority.load_or_create(self.directory)
+        self._key, self.certificate, self.next, self._seen = fresh._key, fresh.certificate, fresh.next, fresh._seen
+        self.generation += 1
+        return True
+
+    def certificate_refusal(self, certificate_pem: bytes) -> str | None:
+        """Why the node certificate `certificate_pem` is no longer accepted, or None: revoked (`revoke`), or signed
+        by a CA this one does not trust (retired by a rotation). Blocking (one stat). Raises WireError when
+        nodes.json does not parse."""
+        if not signed_by_any(certificate_pem, self.certificate_pem):
+            return (f"the certificate of node {certificate_common_name(certificate_pem)!r} is signed by a CA this "
+                    "control plane no longer trusts (retired by `llmgw ca rotate`); the agent connects again with "
+                    "the certificate it renewed under the new CA, or joins again with a new join token.")
+        if self.is_certificate_revoked(certificate_pem):
+            return (f"the certificate of node {certificate_common_name(certificate_pem)!r} was revoked on the "
+                    "control plane (`llmgw node revoke`); the node has to join again with a new join token.")
+        return None
+
+    def rotation_progress(self, connected: Sequence[str] = ()) -> dict[str, Any] | None:
+        """While rotating: which nodes still wait for a certificate of the new CA. A node waits when it holds a
+        live certificate of the old CA on record, or is `connected` now, and holds none of the new CA on record.
+        {"new_ca_until": date, "new_ca_not_after": unix seconds, "nodes": n, "moved": m, "waiting": [ids]}; None
+        when no rotation is under way. Blocking (reads nodes.json)."""
+        if self.next is None:
+            return None
+        new = format(self.next[1].serial_number, "x")
+        now = time.time()
+        moved, old = set(), set(connected)
+        for node_id, entry in self._nodes_snapshot().items():
+            for issued in self._live(entry, now):
+                (moved if issued.get("ca") == new else old).add(node_id)
+        nodes = moved | old
+        end = _not_after(self.next[1])
+        return {"new_ca_until": time.strftime("%Y-%m-%d", time.gmtime(end)), "new_ca_not_after": end,
+                "nodes": len(nodes), "moved": len(moved), "waiting": sorted(old - moved)}
 
     # Issued and revoked node certificates ----------------------------------------------------------------
 
@@ -380,10 +548,17 @@ class CertificateAuthority:
     def _live(self, entry: dict[str, Any], now: float) -> list[dict[str, Any]]:
         return [issued for issued in entry.get("issued", []) if issued["not_after"] > now]
 
+    def _usable(self, entry: dict[str, Any], now: float) -> list[dict[str, Any]]:
+        """The live certificates of `entry` signed by a CA trusted now (one of a retired CA counts no more)."""
+        trusted = {format(self.certificate.serial_number, "x")}
+        if self.next is not None:
+            trusted.add(format(self.next[1].serial_number, "x"))
+        return [issued for issued in self._live(entry, now) if issued.get("ca", min(trusted)) in trusted]
+
     def check_no_live_certificate(self, node_id: str) -> None:
         """Raise CertificateExists when `node_id` holds a certificate on record that is neither revoked nor
-        expired. Blocking (reads nodes.json)."""
-        live = self._live(self._nodes_snapshot().get(node_id, {}), time.time())
+        expired nor of a retired CA. Blocking (reads nodes.json)."""
+        live = self._usable(self._nodes_snapshot().get(node_id, {}), time.time())
         if live:
             until = time.strftime("%Y-%m-%d", time.gmtime(max(issued["not_after"] for issued in live)))
             raise CertificateExists(
@@ -393,8 +568,9 @@ class CertificateAuthority:
             )
 
     def live_certificates(self, node_id: str) -> int:
-        """How many certificates of `node_id` on record are neither revoked nor expired. Blocking (reads nodes.json)."""
-        return len(self._live(self._nodes_snapshot().get(node_id, {}), time.time()))
+        """How many certificates of `node_id` on record are neither revoked nor expired nor of a retired CA.
+        Blocking (reads nodes.json)."""
+        return len(self._usable(self._nodes_snapshot().get(node_id, {}), time.time()))
 
     def record_certificate(self, node_id: str, certificate_pem: bytes) -> None:
         """Note in nodes.json that `certificate_pem` was issued to `node_id` (its serial and validity). Blocking."""
@@ -404,7 +580,13 @@ class CertificateAuthority:
             now = time.time()
             entry["issued"] = [issued for issued in entry.get("issued", []) if issued["not_after"] > now] + [
                 {"serial": format(cert.serial_number, "x"), "not_before": _not_before(cert),
-                 "not_after": _not_after(cert)}]
+                 "not_after": _not_after(cert), "ca": self._issuer_serial(certificate_pem)}]
+
+    def _issuer_serial(self, certificate_pem: bytes) -> str:
+        """The serial (hex) of the CA, the new one or the old, that signed `certificate_pem`."""
+        if self.next is not None and signed_by_any(certificate_pem, self.next[1].public_bytes(serialization.Encoding.PEM)):
+            return format(self.next[1].serial_number, "x")
+        return format(self.certificate.serial_number, "x")
 
     def revoke(self, node_id: str, now: float | None = None) -> int:
         """Revoke every certificate of `node_id` issued until now (`now`: unix seconds, default the clock).
@@ -509,14 +691,64 @@ class ServerTls:
     certificate_pem: bytes
     key_pem: bytes
     ca_pem: bytes
+    latest: Callable[[], ServerTls] | None = field(default=None, compare=False)
+    """None: this material for good. Else asked at every TLS handshake for the material to use now (a CA rotation
+    changes it: `AgentsTls`); must not block."""
+
+    def _configuration(self, require_client_certificate: bool) -> Any:
+        return grpc.ssl_server_certificate_configuration(
+            [(self.key_pem, self.certificate_pem)], root_certificates=self.ca_pem if require_client_certificate else None)
 
     def credentials(self, *, require_client_certificate: bool = True) -> grpc.ServerCredentials:
-        """gRPC server credentials; with `require_client_certificate`, clients must show a CA-signed certificate."""
-        return grpc.ssl_server_credentials(
-            [(self.key_pem, self.certificate_pem)],
-            root_certificates=self.ca_pem if require_client_certificate else None,
-            require_client_auth=require_client_certificate,
-        )
+        """gRPC server credentials; with `require_client_certificate`, clients must show a CA-signed certificate.
+        With `latest`, each new connection gets the material `latest()` gives then (open ones keep theirs)."""
+        if self.latest is None:
+            return grpc.ssl_server_credentials(
+                [(self.key_pem, self.certificate_pem)],
+                root_certificates=self.ca_pem if require_client_certificate else None,
+                require_client_auth=require_client_certificate,
+            )
+        latest, served = self.latest, [self]
+
+        def fetch() -> Any:  # gRPC's thread, at each handshake: None keeps the material served last
+            now = latest()
+            if now is served[0]:
+                return None
+            served[0] = now
+            return now._configuration(require_client_certificate)
+
+        return grpc.dynamic_ssl_server_credentials(self._configuration(require_client_certificate), fetch,
+                                                   require_client_authentication=require_client_certificate)
+
+
+class AgentsTls:
+    """The agents' listener's TLS material under `ca`, for `hostnames_and_ips`, kept current through a rotation:
+    `refresh` (blocking) reads the CA's files again and, when they changed, issues a new server certificate (the
+    old CA's while rotating, the new one's after) with the trust bundle of now; `server_tls()` is what
+    `serve_agents` takes (its connections from then on get `current`)."""
+
+    def __init__(self, ca: CertificateAuthority, hostnames_and_ips: Sequence[str]) -> None:
+        self.ca, self.names = ca, list(hostnames_and_ips)
+        self.current = self._make()
+        self._generation = ca.generation
+
+    def _make(self) -> ServerTls:
+        cert, key = self.ca.issue_server_certificate(self.names)
+        return ServerTls(certificate_pem=cert, key_pem=key, ca_pem=self.ca.certificate_pem, latest=lambda: self.current)
+
+    def server_tls(self) -> ServerTls:
+        """The material of now, following `current` at every new connection."""
+        return self.current
+
+    def refresh(self) -> bool:
+        """True when the CA changed since the last call, here or in its files (and `current` with it). Blocking.
+        Raises WireError when the CA does not load."""
+        self.ca.refresh()
+        if self.ca.generation == self._generation:
+            return False
+        self._generation = self.ca.generation
+        self.current = self._make()
+        return True
 
 
 @dataclass(frozen=True)

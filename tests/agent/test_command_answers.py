@@ -30,6 +30,7 @@ HANDLERS = {
     "restart": node_commands.restart, "registered": node_commands.registered,
     "slurm_jobs_recorded": node_commands.slurm_jobs_recorded,
     "certificate_renewed": node_commands.certificate_renewed,
+    "trust_certificates": node_commands.trust_certificates,
 }
 
 
@@ -115,10 +116,12 @@ async def test_registered_is_logged_and_not_answered(tmp_path, caplog):
     assert "registered with the control plane as known-as-b" in caplog.text
 
 
-async def test_a_certificate_renewed_an_agent_without_tls_never_asked_for_is_not_answered(tmp_path):
+async def test_a_certificate_renewed_or_trusted_cas_sent_to_an_agent_without_tls_are_not_answered(tmp_path):
     async with _agent(tmp_path) as (agent, link):
         assert agent.renewer is None  # no --tls: nothing to renew (tests/control/test_certificate_renewal.py)
         await link.send(control_message(certificate_renewed=pb.CertificateRenewed(certificate_pem=b"x")))
+        await _nothing_before_next(link)
+        await link.send(control_message(trust_certificates=pb.TrustCertificates(ca_pem=b"x", signing_ca_pem=b"x")))
         await _nothing_before_next(link)
 
 

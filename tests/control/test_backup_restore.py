@@ -307,3 +307,18 @@ def test_a_control_plane_without_tls_is_backed_up_without_a_ca_and_says_what_it_
         assert store.authenticate(key) is not None
     finally:
         store.close()
+
+
+def test_a_backup_during_a_ca_rotation_holds_both_cas_and_the_restored_one_goes_on_rotating(tmp_path):
+    from llmgw.wire import CertificateAuthority
+
+    state, repo, _ = _small_state(tmp_path, str(tmp_path / "state" / "llmgw.sqlite3"))
+    ca = CertificateAuthority.load_or_create(state / "ca")
+    ca.rotate()
+    archive = tmp_path / "rotating.tar.gz"
+    write_backup(state, archive, store_url=str(state / "llmgw.sqlite3"), repo=repo)
+    restore_backup(archive, tmp_path / "target")
+    restored = CertificateAuthority.load_or_create(tmp_path / "target" / "ca")
+    assert restored.rotating and restored.certificate_pem == ca.certificate_pem
+    assert restored.signing_certificate_pem == ca.signing_certificate_pem
+    assert oct((tmp_path / "target" / "ca" / "ca.next.key").stat().st_mode & 0o777) == "0o600"

@@ -72,6 +72,16 @@ def _certificate(ca_dir: Path, node_id: str, start: float, end: float) -> tuple[
     return cert.public_bytes(serialization.Encoding.PEM), key_pem
 
 
+def renewer_on_mock_clock(tls: Path, base: float):
+    """A CertificateRenewer of node n1 in `tls` whose wall clock is `base` (unix seconds) now and follows trio's
+    clock, the requests it sends (`(seconds since now, RenewCertificate)`) and the `send` that records them."""
+    began = trio.current_time()
+    renewer = CertificateRenewer(tls, "n1", lambda: 2 / 3, lambda: "secret",
+                                 wall=lambda: base + trio.current_time() - began)
+    sent: list[tuple[float, pb.RenewCertificate]] = []
+    return renewer, sent, lambda m: sent.append((trio.current_time() - began, m.renew_certificate))
+
+
 async def test_on_mock_clock_the_agent_asks_at_two_thirds_retries_unanswered_and_installs_the_answer(
         tmp_path, autojump_clock):
     """A 90-day certificate: no request before day 60, one at day 60; unanswered, a new one (a new key) after
@@ -82,12 +92,9 @@ async def test_on_mock_clock_the_agent_asks_at_two_thirds_retries_unanswered_and
     tls = tmp_path / "tls"
     cert, key = _certificate(tmp_path / "ca", "n1", base, base + 90 * DAY)
     ClientTls(ca_pem=ca.certificate_pem, certificate_pem=cert, key_pem=key).save(tls)
-    began = trio.current_time()
-    renewer = CertificateRenewer(tls, "n1", lambda: 2 / 3, lambda: "secret",
-                                 wall=lambda: base + trio.current_time() - began)
-    sent: list[tuple[float, pb.RenewCertificate]] = []
+    renewer, sent, send = renewer_on_mock_clock(tls, base)
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(renewer.run, lambda m: sent.append((trio.current_time() - began, m.renew_certificate)))
+        nursery.start_soon(renewer.run, send)
         await trio.sleep(59.9 * DAY)
         assert sent == []
         await trio.sleep(0.1 * DAY + 60)

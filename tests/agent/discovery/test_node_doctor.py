@@ -7,8 +7,10 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pynvml
+from cryptography import x509
 
 from captures import capture
 from fake_nvml import FakeNvml, load_readings
@@ -105,6 +107,37 @@ def test_certificates_are_checked_for_dates(tmp_path):
     assert ca_check(datetime.datetime(2026, 6, 1, tzinfo=datetime.timezone.utc).timestamp()).status == "ok"
     late = ca_check(datetime.datetime(2026, 7, 1, tzinfo=datetime.timezone.utc).timestamp())
     assert late.status == "warn" and "in 159 days" in late.detail and "join again" in late.detail
+    assert "llmgw ca rotate" in late.detail
+
+
+def test_during_a_ca_rotation_doctor_checks_the_ca_that_signed_the_node_certificate(tmp_path):
+    from llmgw.wire import CertificateAuthority
+    from llmgw.wire.tls import make_key_and_csr
+
+    ca = CertificateAuthority.load_or_create(tmp_path / "ca")
+    old = ca.certificate_pem
+    ca.rotate()  # ca.crt on the node: both CAs, the old one first
+    (tmp_path / "ca.crt").write_bytes(ca.certificate_pem)
+    path = tmp_path / "node.crt"
+
+    def ca_detail() -> str:
+        report = run_doctor(tmp_path, state_dir=tmp_path, nvml=None, run=no_tools, now=time.time(),
+                            cert_path=path)
+        (found,) = [c for c in report.checks if c.name == "CA"]
+        assert found.status == "ok"
+        return found.detail
+
+    for signer in (old, ca.signing_certificate_pem):
+        if signer is old:
+            (tmp_path / "old").mkdir()
+            (tmp_path / "old" / "ca.key").write_bytes((tmp_path / "ca" / "ca.key").read_bytes())
+            (tmp_path / "old" / "ca.crt").write_bytes(old)
+            path.write_bytes(CertificateAuthority.load_or_create(tmp_path / "old").sign_csr(
+                make_key_and_csr("n1")[1], "n1"))
+        else:
+            path.write_bytes(ca.sign_csr(make_key_and_csr("n1")[1], "n1", replace=True))
+        name = x509.load_pem_x509_certificate(signer).subject.rfc4514_string()
+        assert name in ca_detail() and "among 2 (a CA rotation)" in ca_detail()
 
 
 def test_h200_health_findings_are_checks_and_an_xid_79_fails_the_card(tmp_path):
