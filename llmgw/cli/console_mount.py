@@ -55,8 +55,9 @@ def console_mount(admin: AdminApp) -> AdminMount:
         found = await admin.in_store_thread(plane.store.token_by_id, token_id)
         return found is not None and _active(found)
 
-    async def usage(by: str, since: float | None, projects: tuple[str, ...] | None = None) -> list:
-        return await trio.to_thread.run_sync(plane.store.query_usage, projects, since, by)
+    async def usage(by: str, since: float | None, projects: tuple[str, ...] | None = None,
+                    model: str | None = None) -> list:
+        return await trio.to_thread.run_sync(plane.store.query_usage, projects, since, by, model)
 
     async def gpu_hours(since: float) -> list:
         from llmgw.control.usage_hours import hours_document

@@ -52,8 +52,14 @@ async def test_usage_is_summed_by_day_model_and_project_within_the_chosen_days(t
     assert set(cells(html, "usage-project")) == {"demo", "research"}
     assert cells(html, "usage-day") == {"2027-01-14": ["1", "0", "100", "200", "0", "2.0000", "200ms"],
                                         "2027-01-15": ["2", "0", "15", "25", "0", "0.7500", "200ms"]}
-    columns = re.findall(r'<rect class="tokens"[^>]*height="([0-9.]+)"', html)
-    assert [float(h) for h in columns] == [120.0, 16.0]  # 300 tokens the tallest, 40 tokens 40/300 of it
+    columns = {(day, kind): float(height) for kind, day, height in re.findall(
+        r'<rect class="tokens (prompt|completion)" data-day="([0-9-]+)"[^>]*height="([0-9.]+)"', html)}
+    # the y axis reaches 500 tokens (the next round number above 300) over the 148-pixel-high plot
+    assert columns == {("2027-01-14", "prompt"): 29.6, ("2027-01-14", "completion"): 59.2,
+                       ("2027-01-15", "prompt"): 4.4, ("2027-01-15", "completion"): 7.4}
+    assert ">500 tokens</text>" in html and ">250 tokens</text>" in html
+    assert re.findall(r'class="tick x-tick"[^>]*>([^<]+)<', html) == [
+        "01-09", "01-10", "01-11", "01-12", "01-13", "01-14", "01-15"]  # the window's 7 days, 5 without requests
     assert 'href="/console/usage"' in html  # the page is in the navigation
     month = await (await console.app.test_client().get("/console/usage?days=30", headers=BEARER)).get_data(
         as_text=True)
