@@ -96,6 +96,7 @@ def console_mount(admin: AdminApp) -> AdminMount:
 
     console = Console(plane.snapshot, authorise=login, still_valid=still_valid, history=admin.history_entries,
                       usage=usage, gpu_hours=gpu_hours if plane.store is not None else None, logs=plane.logs,
+                      fabric_tests=plane.last_fabric_tests,
                       applied_diff=applied, accounts=accounts, oidc=SettingsOidc(plane), act=act)
     return AdminMount("/console", console, console.run_sampler)
 

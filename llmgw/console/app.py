@@ -11,7 +11,8 @@ token a session logged in with is neither revoked nor expired; asked at least ev
 audit log reader, a checkpoint) and `usage(by, since[, projects][, model=]) -> rows` (usage summed by "day", "model" or "project"
 since a unix time, of some projects and one model when given, rows shaped like `llmgw.store.UsageRow`; None hides the
 Usage page) and `logs(node, shard, lines)`
-(a shard's last log lines, "" for the agent's own; None hides the log pages) and `applied_diff(audit_commit)`
+(a shard's last log lines, "" for the agent's own; None hides the log pages) and `fabric_tests()` (the last fabric
+test of each pair, `ControlView.last_fabric_tests`; None: none shown) and `applied_diff(audit_commit)`
 (the settings diff an audit commit applied, shaped like `llmgw.control.audit_diff.AppliedDiff`; None: history
 entries show their message only) and `accounts` (`Accounts`: people's password logins and their roles, rechecked
 every minute; None: tokens only; failed logins limited by `llmgw.console.throttle`) and `act(login, path, body) ->
@@ -44,6 +45,7 @@ from quart_trio import QuartTrio
 
 from llmgw.console.actions import FORM_FIELDS, ActionError, back_of, request_of
 from llmgw.console.buckets import FleetHistory
+from llmgw.console.fabrics import fabrics_view
 from llmgw.console.charts import day_columns, gpu_chart, window_days
 from llmgw.console.sessions import SESSION_TTL, Login, SessionBook, csrf_matches
 from llmgw.console.oidc import OidcClient, OidcError
@@ -104,7 +106,7 @@ class Console:
 
     def __init__(self, snapshot: Callable[[], ControlState], *, authorise: Authorise, history: History,
                  still_valid: StillValid | None = None, usage: Usage | None = None, logs: Logs | None = None,
-                 gpu_hours: GpuHours | None = None,
+                 gpu_hours: GpuHours | None = None, fabric_tests: Callable[[], list[dict[str, Any]]] | None = None,
                  applied_diff: AppliedDiff | None = None, accounts: Accounts | None = None,
                  oidc: OidcClient | Callable[[], OidcClient | None] | None = None, act: Act | None = None,
                  sample_interval: float = 5.0,
@@ -119,6 +121,7 @@ class Console:
         self.history = history
         self.usage = usage
         self.gpu_hours = gpu_hours
+        self.fabric_tests = fabric_tests
         self.logs = logs
         self.applied_diff = applied_diff
         self.act = act
@@ -173,6 +176,7 @@ class Console:
         app.add_url_rule(f"{PREFIX}/nodes/<node_id>", "node", self._node)
         app.add_url_rule(f"{PREFIX}/nodes/<node_id>/logs", "logs", self._logs)
         app.add_url_rule(f"{PREFIX}/gpus", "gpus", self._gpus)
+        app.add_url_rule(f"{PREFIX}/fabrics", "fabrics", self._fabrics)
         app.add_url_rule(f"{PREFIX}/replicas", "replicas", self._replicas)
         app.add_url_rule(f"{PREFIX}/history", "history", self._history)
         app.add_url_rule(f"{PREFIX}/history/<commit>", "history_entry", self._history_entry)
@@ -410,6 +414,14 @@ class Console:
         by = by if by in MAP_COLOURINGS else "utilization"
         return await self._page("gpus.html", "gpus", state=state, groups=dict(sorted(groups.items())), by=by,
                                 colourings=MAP_COLOURINGS)
+
+    async def _fabrics(self) -> str:
+        """NVLink domains and IMEX, InfiniBand fabrics by subnet manager with each node's rails and ports, and the
+        last fabric test of each pair (`llmgw.console.fabrics`)."""
+        state = self.snapshot()
+        tests = self.fabric_tests() if self.fabric_tests is not None else []
+        return await self._page("fabrics.html", "fabrics", state=state,
+                                view=fabrics_view(state.fleet.records(), tests))
 
     async def _replicas(self) -> str:
         state = self.snapshot()
