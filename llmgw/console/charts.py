@@ -23,7 +23,7 @@ from llmgw.console.buckets import MINUTES, GpuSeries
 from llmgw.units import format_size
 
 WIDTH, HEIGHT = 640, 220
-LEFT, RIGHT, TOP, BOTTOM = 100, 12, 28, 44
+LEFT, RIGHT, TOP, BOTTOM = 100, 28, 28, 44
 PLOT_W, PLOT_H = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
 
 

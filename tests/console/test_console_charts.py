@@ -111,5 +111,5 @@ async def test_the_node_page_charts_the_last_hours_minute_buckets_on_labelled_ax
     assert texts(svg, "axis-title x-title") == ["time (UTC), one-minute means over the last hour"]
     assert texts(svg, "key-text") == ["utilisation %", "memory % of 141GiB", "power % of 700 W limit"]
     util = re.search(r'<polyline class="util" points="([^"]+)"', svg).group(1).split()
-    assert len(util) == 3 and [p.split(",")[0] for p in util] == ["610.1", "619.1", "628.0"]  # the last 3 minutes, the right end
+    assert len(util) == 3 and [p.split(",")[0] for p in util] == ["594.6", "603.3", "612.0"]  # the last 3 minutes, the right end
     assert [float(p.split(",")[1]) for p in util] == [146.4, 116.8, 87.2]   # 20, 40 and 60 % of the 148-pixel plot
