@@ -464,8 +464,9 @@ class Console:
         models = [r.group for r in (await self._usage_rows("model", since, allowed, None)
                                     if project or model else groups["model"])]
         hours = await self.gpu_hours(since) if self.gpu_hours is not None else None
-        if hours is not None and member:
-            hours = [row for row in hours if row["project"] in (g.login.projects or ())]
+        if hours is not None:  # a member's projects only, and the project and model chosen
+            hours = [row for row in hours if (not member or row["project"] in allowed)
+                     and (not project or row["project"] == project) and (not model or row["model"] == model)]
         settings = state.settings
         currency = settings.cluster.currency if settings else ""
         what = " · ".join(x for x in (f"project {project}" if project else "", f"model {model}" if model else "") if x)

@@ -100,8 +100,8 @@ async def test_the_usage_page_shows_each_projects_gpu_hours_priced_and_a_member_
         return {(p, m): re.findall(r'<td class="num">([^<]*)</td>', row)
                 for p, m, row in re.findall(r'<tr data-project="([^"]+)" data-model="([^"]+)">(.*?)</tr>', body, re.S)}
 
-    async def usage(by: str, since: float | None, projects=None) -> list:
-        return await trio.to_thread.run_sync(store.query_usage, projects, since, by)
+    async def usage(by: str, since: float | None, projects=None, model=None) -> list:
+        return await trio.to_thread.run_sync(store.query_usage, projects, since, by, model)
 
     state = ControlState()
     console = Console(lambda: state, authorise=admin_only, history=no_history, usage=usage, gpu_hours=gpu_hours,
@@ -116,3 +116,9 @@ async def test_the_usage_page_shows_each_projects_gpu_hours_priced_and_a_member_
     html = await (await console.app.test_client().get("/console/usage?days=1", headers={
         "Authorization": "Bearer member", "Accept": "text/html"})).get_data(as_text=True)
     assert set(rows(html)) == {("research", "big")}
+    chosen = await (await console.app.test_client().get("/console/usage?days=1&model=small", headers={
+        "Authorization": "Bearer member", "Accept": "text/html"})).get_data(as_text=True)
+    assert rows(chosen) == {}  # the model chosen has no GPU-hours
+    big = await (await console.app.test_client().get("/console/usage?days=1&model=big&project=research", headers={
+        "Authorization": "Bearer member", "Accept": "text/html"})).get_data(as_text=True)
+    assert set(rows(big)) == {("research", "big")}
