@@ -55,8 +55,9 @@ def console_mount(admin: AdminApp) -> AdminMount:
         found = await admin.in_store_thread(plane.store.token_by_id, token_id)
         return found is not None and _active(found)
 
-    async def usage(by: str, since: float | None, projects: tuple[str, ...] | None = None) -> list:
-        return await trio.to_thread.run_sync(plane.store.query_usage, projects, since, by)
+    async def usage(by: str, since: float | None, projects: tuple[str, ...] | None = None,
+                    model: str | None = None) -> list:
+        return await trio.to_thread.run_sync(plane.store.query_usage, projects, since, by, model)
 
     async def gpu_hours(since: float) -> list:
         from llmgw.control.usage_hours import hours_document
@@ -99,6 +100,7 @@ def console_mount(admin: AdminApp) -> AdminMount:
 
     console = Console(plane.snapshot, authorise=login, still_valid=still_valid, history=admin.history_entries,
                       usage=usage, gpu_hours=gpu_hours if plane.store is not None else None, logs=plane.logs,
+                      fabric_tests=plane.last_fabric_tests,
                       applied_diff=applied, accounts=accounts, oidc=SettingsOidc(plane), act=act,
                       quotas=quota_use if plane.store is not None else None)
     return AdminMount("/console", console, console.run_sampler)

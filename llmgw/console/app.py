@@ -8,11 +8,13 @@ The console reads the control plane through `snapshot()` (an immutable `ControlS
 beyond the state comes in as functions: `authorise(token) -> Login | None` (a checkpoint: the admin API's token
 check for the scope "console", in a worker thread) and `still_valid(token_id) -> bool` (a checkpoint: the store
 token a session logged in with is neither revoked nor expired; asked at least every minute per session) `history(limit) -> entries` (the admin API's
-audit log reader, a checkpoint) and `usage(by, since) -> rows` (usage summed by "day", "model" or "project" since
-a unix time, rows shaped like `llmgw.store.UsageRow`; None hides the Usage page) and `quotas(scopes) -> rows` (what
-counts now against each limit of those quota scopes, as the gateway's quota check reads it: `Store.quota_use`, rows
-shaped like `llmgw.store.LimitUse`; None hides the Quotas page, `llmgw.console.quotas`) and `logs(node, shard, lines)`
-(a shard's last log lines, "" for the agent's own; None hides the log pages) and `applied_diff(audit_commit)`
+audit log reader, a checkpoint) and `usage(by, since[, projects][, model=]) -> rows` (usage summed by "day", "model" or
+"project" since a unix time, of some projects and one model when given, rows shaped like `llmgw.store.UsageRow`; None
+hides the Usage page) and `quotas(scopes) -> rows` (what counts now against each limit of those quota scopes, as the
+gateway's quota check reads it: `Store.quota_use`, rows shaped like `llmgw.store.LimitUse`; None hides the Quotas
+page, `llmgw.console.quotas`) and `logs(node, shard, lines)` (a shard's last log lines, "" for the agent's own; None
+hides the log pages) and `fabric_tests()` (the last fabric test of each pair, `ControlView.last_fabric_tests`; None:
+none shown) and `applied_diff(audit_commit)`
 (the settings diff an audit commit applied, shaped like `llmgw.control.audit_diff.AppliedDiff`; None: history
 entries show their message only) and `accounts` (`Accounts`: people's password logins and their roles, rechecked
 every minute; None: tokens only; failed logins limited by `llmgw.console.throttle`) and `act(login, path, body) ->
@@ -49,7 +51,8 @@ from quart_trio import QuartTrio
 
 from llmgw.console.actions import FORM_FIELDS, ActionError, back_of, request_of
 from llmgw.console.buckets import FleetHistory
-from llmgw.console.charts import day_columns, gpu_chart
+from llmgw.console.fabrics import fabrics_view
+from llmgw.console.charts import day_columns, gpu_chart, window_days
 from llmgw.console.sessions import SESSION_TTL, Login, SessionBook, csrf_matches
 from llmgw.console.oidc import OidcClient, OidcError
 from llmgw.console.quotas import project_quotas, scopes_of
@@ -73,7 +76,7 @@ PASSES_KEPT = 20
 Authorise = Callable[[str], Awaitable["Login | None"]]
 StillValid = Callable[[str], Awaitable[bool]]
 History = Callable[[int], Awaitable[list[Any]]]
-Usage = Callable[..., Awaitable[list[Any]]]  # (by, since[, projects]) -> rows
+Usage = Callable[..., Awaitable[list[Any]]]  # (by, since[, projects][, model=]) -> rows
 GpuHours = Callable[[float], Awaitable[list[dict[str, Any]]]]  # since -> rows of llmgw.store.gpu_hours, as JSON
 Logs = Callable[[str, str, int], Awaitable[list[str]]]
 AppliedDiff = Callable[[str], Awaitable[Any]]
@@ -114,7 +117,7 @@ class Console:
 
     def __init__(self, snapshot: Callable[[], ControlState], *, authorise: Authorise, history: History,
                  still_valid: StillValid | None = None, usage: Usage | None = None, logs: Logs | None = None,
-                 gpu_hours: GpuHours | None = None,
+                 gpu_hours: GpuHours | None = None, fabric_tests: Callable[[], list[dict[str, Any]]] | None = None,
                  applied_diff: AppliedDiff | None = None, accounts: Accounts | None = None,
                  oidc: OidcClient | Callable[[], OidcClient | None] | None = None, act: Act | None = None,
                  quotas: QuotaUse | None = None, sample_interval: float = 5.0,
@@ -129,6 +132,7 @@ class Console:
         self.history = history
         self.usage = usage
         self.gpu_hours = gpu_hours
+        self.fabric_tests = fabric_tests
         self.logs = logs
         self.applied_diff = applied_diff
         self.act = act
@@ -184,6 +188,7 @@ class Console:
         app.add_url_rule(f"{PREFIX}/nodes/<node_id>", "node", self._node)
         app.add_url_rule(f"{PREFIX}/nodes/<node_id>/logs", "logs", self._logs)
         app.add_url_rule(f"{PREFIX}/gpus", "gpus", self._gpus)
+        app.add_url_rule(f"{PREFIX}/fabrics", "fabrics", self._fabrics)
         app.add_url_rule(f"{PREFIX}/replicas", "replicas", self._replicas)
         app.add_url_rule(f"{PREFIX}/history", "history", self._history)
         app.add_url_rule(f"{PREFIX}/history/<commit>", "history_entry", self._history_entry)
@@ -427,6 +432,14 @@ class Console:
         return await self._page("gpus.html", "gpus", state=state, groups=dict(sorted(groups.items())), by=by,
                                 colourings=MAP_COLOURINGS)
 
+    async def _fabrics(self) -> str:
+        """NVLink domains and IMEX, InfiniBand fabrics by subnet manager with each node's rails and ports, and the
+        last fabric test of each pair (`llmgw.console.fabrics`)."""
+        state = self.snapshot()
+        tests = self.fabric_tests() if self.fabric_tests is not None else []
+        return await self._page("fabrics.html", "fabrics", state=state,
+                                view=fabrics_view(state.fleet.records(), tests))
+
     async def _replicas(self) -> str:
         state = self.snapshot()
         return await self._page("replicas.html", "replicas", state=state, models=models_view(state, self.wall()))
@@ -449,23 +462,45 @@ class Console:
         return await self._page("history_entry.html", "history", state=state, entry=entry, applied=applied)
 
     async def _usage(self) -> Any:
+        """Usage of the last `days` days by day (a column chart and a table), model and project, of the project and
+        model chosen (`project`, `model`: "" all; a member chooses among their projects only)."""
         state = self.snapshot()
         if self.usage is None:
             return await self._page("missing.html", "usage", state=state, what="usage store"), 404
         days = _int_arg("days", 7, 1, 366)
+        project, model = _text_arg("project"), _text_arg("model")
         since = self.wall() - days * 86400.0
-        if g.login.role == "member":  # their projects only
-            groups = {by: await self.usage(by, since, g.login.projects) for by in USAGE_GROUPS}
-        else:
-            groups = {by: await self.usage(by, since) for by in USAGE_GROUPS}
+        member = g.login.role == "member"
+        allowed = tuple(g.login.projects or ()) if member else None
+        if member and project and project not in allowed:
+            raise BadParameter("project", f"is {project!r}, not one of your projects ({', '.join(allowed)})")
+        chosen = (project,) if project else allowed
+        groups = {by: await self._usage_rows(by, since, chosen, model) for by in USAGE_GROUPS}
+        projects = [r.group for r in (await self._usage_rows("project", since, allowed, None)
+                                      if project or model else groups["project"])]
+        models = [r.group for r in (await self._usage_rows("model", since, allowed, None)
+                                    if project or model else groups["model"])]
         hours = await self.gpu_hours(since) if self.gpu_hours is not None else None
-        if hours is not None and g.login.role == "member":
-            hours = [row for row in hours if row["project"] in (g.login.projects or ())]
+        if hours is not None:  # a member's projects only, and the project and model chosen
+            hours = [row for row in hours if (not member or row["project"] in allowed)
+                     and (not project or row["project"] == project) and (not model or row["model"] == model)]
         settings = state.settings
         currency = settings.cluster.currency if settings else ""
+        what = " · ".join(x for x in (f"project {project}" if project else "", f"model {model}" if model else "") if x)
+        title = f"tokens per day, last {days} day{'s' if days != 1 else ''}" + (f", {what}" if what else "")
         return await self._page("usage.html", "usage", state=state, days=days, groups=groups, currency=currency,
-                                chart=day_columns(groups["day"], "tokens per day (prompt + completion)"),
-                                gpu_hours=hours)
+                                chart=day_columns(groups["day"], title, window_days(self.wall(), days)),
+                                gpu_hours=hours, project=project, model=model,
+                                projects=sorted(set(projects) | ({project} if project else set())),
+                                models=sorted(set(models) | ({model} if model else set())))
+
+    async def _usage_rows(self, by: str, since: float, projects: tuple[str, ...] | None,
+                          model: str | None) -> list[Any]:
+        """`usage` grouped `by`, of `projects` (None: all) and `model` (None or "": all); passed on only when
+        given, so a usage function of (by, since) still serves a console without choices."""
+        assert self.usage is not None
+        args = (by, since) if projects is None else (by, since, projects)
+        return await self.usage(*args, **({"model": model} if model else {}))
 
 
     async def _quotas(self) -> Any:
@@ -602,6 +637,15 @@ def _int_arg(name: str, default: int, low: int, high: int) -> int:
     if not text.isdigit() or not low <= int(text) <= high:
         raise BadParameter(name, f"is {text[:40]!r}: give a whole number from {low} to {high}")
     return int(text)
+
+
+def _text_arg(name: str, longest: int = 200) -> str:
+    """The request's query parameter `name` stripped ("" when absent). Raises BadParameter naming it when longer
+    than `longest` characters or holding a control character."""
+    text = request.args.get(name, "").strip()
+    if len(text) > longest or any(ord(c) < 32 for c in text):
+        raise BadParameter(name, f"is not a name (at most {longest} printable characters)")
+    return text
 
 
 async def _bad_parameter(error: BadParameter) -> Response:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import secrets
 import socket
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import replace
@@ -71,6 +72,7 @@ class ControlPlane:
         self.watcher = SettingsWatcher(config.repo, config.branch, self.state_dir / "settings-mirror.git",
                                        publish=self.news, ssh_key=config.repo_ssh_key)
         self.keys = ReplicaKeys()
+        self.fabric_tests: dict[tuple[str, str], dict[str, Any]] = {}  # the last of each pair, in memory
         self.feed = GatewayFeed(self.keys.get, self.secrets.get)
         self.handlers.register(PublishRoutingTable, self.feed.publish)
         self.agents = AgentHub(self.loop.update, self.feed.blocks_changed, kv_cap=self._kv_cap)
@@ -190,8 +192,17 @@ class ControlPlane:
         return await node_requests.node_logs(self.loop.state, self.agents, node_id, shard_id, lines)
 
     async def fabric_test(self, a: str, b: str) -> dict[str, Any]:
-        """`llmgw.control.node_requests.fabric_test` of the fleet now."""
-        return await node_requests.fabric_test(self.loop.state, self.agents, a, b)
+        """`llmgw.control.node_requests.fabric_test` of the fleet now; the document is also kept, with the unix
+        time it ended (`at`), as the pair's last test (`last_fabric_tests`)."""
+        document = await node_requests.fabric_test(self.loop.state, self.agents, a, b)
+        self.fabric_tests[(a, b)] = {**document, "at": time.time()}
+        return document
+
+    def last_fabric_tests(self) -> list[dict[str, Any]]:
+        """The last fabric test this control plane ran between each pair of nodes (client `a`, server `b`), by
+        pair: `grades_document`'s {"a", "b", "ok_fraction", "rails"} and "at", unix seconds. Kept in memory: a
+        restart, or another control plane taking the lead, starts without any."""
+        return [self.fabric_tests[pair] for pair in sorted(self.fabric_tests)]
 
     async def forget_node(self, node_id: str) -> dict[str, Any]:
         """Forget a node whose agent is stopped (`llmgw node remove`): its certificates revoked, its node secret

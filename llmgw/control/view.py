@@ -91,6 +91,10 @@ class ControlView(Protocol):
     async def fabric_test(self, a: str, b: str) -> dict[str, Any]:
         """`llmgw fabric-test A B`'s graded rails (`llmgw.control.fabric_test.grades_document`)."""
 
+    def last_fabric_tests(self) -> list[dict[str, Any]]:
+        """The last fabric test run between each pair of nodes, by pair: `fabric_test`'s document and "at" (unix
+        seconds); in memory, since this control plane started."""
+
     # -- requests
     def kick(self, reason: str) -> None:
         """Bring the next reconcile pass forward."""

@@ -161,9 +161,9 @@ class Store(Protocol):
         True when written. Committed before returning."""
 
     def query_usage(self, project: str | Sequence[str] | None = None, since: float | None = None,
-                    by: str = "model") -> list[UsageRow]:
-        """Usage summed per "model", "project" or "day" (UTC), of one project (or of several: a sequence of names)
-        and since a time if given."""
+                    by: str = "model", model: str | None = None) -> list[UsageRow]:
+        """Usage summed per "model", "project" or "day" (UTC), of one project (or of several: a sequence of names),
+        since a time and of one `model` if given."""
 
     def recent_usage(self, project: str | None = None, since: float | None = None,
                      limit: int = 100) -> list[UsageRecord]:

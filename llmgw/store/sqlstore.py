@@ -339,9 +339,9 @@ class SqlStore:
             return usage_table.insert_usage(conn, record, request_id).fetchone() is not None
 
     def query_usage(self, project: str | Sequence[str] | None = None, since: float | None = None,
-                    by: str = "model") -> list[UsageRow]:
+                    by: str = "model", model: str | None = None) -> list[UsageRow]:
         with self._read() as conn:
-            return usage_table.query_usage(conn, project, since, by)
+            return usage_table.query_usage(conn, project, since, by, model)
 
     def usage_load(self, since: float, ttft_limit: int = 10000) -> UsageLoad:
         with self._read() as conn:

@@ -54,10 +54,14 @@ _RECORD_COLUMNS = ("project, model, time, key_id, replica, node, prompt_tokens, 
                    "ttft_seconds, duration_seconds, status, cost, client_request_id, settings_commit, trace_id, batch_id")
 
 
-def _filter(project: str | Sequence[str] | None, since: float | None) -> tuple[str, list]:
+def _filter(project: str | Sequence[str] | None, since: float | None,
+            model: str | None = None) -> tuple[str, list]:
     """The WHERE clause (possibly "") and its parameters selecting one project's records (or those of several: a
-    sequence of names, empty selecting none) and those since a time."""
+    sequence of names, empty selecting none), those since a time and those of one model."""
     where, params = [], []
+    if model is not None:
+        where.append("model = ?")
+        params.append(model)
     if isinstance(project, str):
         where.append("project = ?")
         params.append(project)
@@ -71,15 +75,15 @@ def _filter(project: str | Sequence[str] | None, since: float | None) -> tuple[s
 
 
 def query_usage(conn: SqlConnection, project: str | Sequence[str] | None, since: float | None,
-                by: str) -> list[UsageRow]:
+                by: str, model: str | None = None) -> list[UsageRow]:
     """Sum usage per model, project or UTC day ("YYYY-MM-DD"), optionally for one project (or several: a sequence of
-    names) and since a time.
+    names), since a time and of one model.
 
     Rows are ordered by group name (days therefore oldest first). Raises UsageError for an unknown `by`.
     """
     if by not in GROUPINGS:
         raise UsageError(f"Cannot group usage by {by!r}; use one of: {', '.join(GROUPINGS)}.")
-    clause, params = _filter(project, since)
+    clause, params = _filter(project, since, model)
     group = conn.day_expression if by == "day" else _GROUP_COLUMNS[by]
     rows = conn.execute(
         f"SELECT {group} AS grp, count(*), sum(CASE WHEN status >= 400 THEN 1 ELSE 0 END), sum(prompt_tokens), "

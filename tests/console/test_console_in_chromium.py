@@ -103,11 +103,21 @@ async def test_an_operator_logs_in_reads_the_fleet_sees_a_gpu_change_live_and_lo
             assert driver.current_url == f"{base}/nodes/gpu1"
             now = css(driver, "#gpu-0 .now").text
             assert "utilisation 85 %" in now and "of 700 W" in now and "of 140.4Gi" in now
-            wait_until(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "#gpu-0 svg.chart .util"),
+            wait_until(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "#gpu-0 svg.chart circle.util, "
+                                                                     "#gpu-0 svg.chart polyline.util"),
                        "a utilisation point on GPU 0's chart (the sampler folds every 5 s)", timeout=20)
             assert css(driver, "#gpu-0 svg.chart").get_attribute("aria-label") == "GPU 0 of gpu1, last hour"
             assert "big-0" in css(driver, "#shards").text and "ready" in css(driver, "#shards").text
             driver.save_screenshot(str(artefacts / "node.png"))
+            # the chart's axes are drawn and readable: percent ticks, a clock every quarter hour, the legend's scales
+            ticks = [t.text for t in driver.find_elements(By.CSS_SELECTOR, "#gpu-0 svg.chart text.y-tick")]
+            assert ticks == ["0 %", "25 %", "50 %", "75 %", "100 %"]
+            clock = [t.text for t in driver.find_elements(By.CSS_SELECTOR, "#gpu-0 svg.chart text.x-tick")]
+            assert len(clock) == 5 and all(len(c) == 5 and c[2] == ":" for c in clock), clock
+            keys = [k.text for k in driver.find_elements(By.CSS_SELECTOR, "#gpu-0 svg.chart text.key-text")]
+            assert keys == ["utilisation %", "memory % of 140.4GiB", "power % of 700 W limit"], keys
+            driver.execute_script("arguments[0].scrollIntoView()", css(driver, "#gpu-0"))
+            driver.save_screenshot(str(artefacts / "node-chart.png"))
 
             shard_row = [r for r in driver.find_elements(By.CSS_SELECTOR, "#shards tbody tr") if "big-0/0" in r.text][0]
             shard_row.find_element(By.CSS_SELECTOR, "a.shard-log").click()  # the engine's log, followed

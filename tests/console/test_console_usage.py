@@ -52,8 +52,14 @@ async def test_usage_is_summed_by_day_model_and_project_within_the_chosen_days(t
     assert set(cells(html, "usage-project")) == {"demo", "research"}
     assert cells(html, "usage-day") == {"2027-01-14": ["1", "0", "100", "200", "0", "2.0000", "200ms"],
                                         "2027-01-15": ["2", "0", "15", "25", "0", "0.7500", "200ms"]}
-    columns = re.findall(r'<rect class="tokens"[^>]*height="([0-9.]+)"', html)
-    assert [float(h) for h in columns] == [120.0, 16.0]  # 300 tokens the tallest, 40 tokens 40/300 of it
+    columns = {(day, kind): float(height) for kind, day, height in re.findall(
+        r'<rect class="tokens (prompt|completion)" data-day="([0-9-]+)"[^>]*height="([0-9.]+)"', html)}
+    # the y axis reaches 500 tokens (the next round number above 300) over the 148-pixel-high plot
+    assert columns == {("2027-01-14", "prompt"): 29.6, ("2027-01-14", "completion"): 59.2,
+                       ("2027-01-15", "prompt"): 4.4, ("2027-01-15", "completion"): 7.4}
+    assert ">500 tokens</text>" in html and ">250 tokens</text>" in html
+    assert re.findall(r'class="tick x-tick"[^>]*>([^<]+)<', html) == [
+        "01-09", "01-10", "01-11", "01-12", "01-13", "01-14", "01-15"]  # the window's 7 days, 5 without requests
     assert 'href="/console/usage"' in html  # the page is in the navigation
     month = await (await console.app.test_client().get("/console/usage?days=30", headers=BEARER)).get_data(
         as_text=True)
@@ -94,8 +100,8 @@ async def test_the_usage_page_shows_each_projects_gpu_hours_priced_and_a_member_
         return {(p, m): re.findall(r'<td class="num">([^<]*)</td>', row)
                 for p, m, row in re.findall(r'<tr data-project="([^"]+)" data-model="([^"]+)">(.*?)</tr>', body, re.S)}
 
-    async def usage(by: str, since: float | None, projects=None) -> list:
-        return await trio.to_thread.run_sync(store.query_usage, projects, since, by)
+    async def usage(by: str, since: float | None, projects=None, model=None) -> list:
+        return await trio.to_thread.run_sync(store.query_usage, projects, since, by, model)
 
     state = ControlState()
     console = Console(lambda: state, authorise=admin_only, history=no_history, usage=usage, gpu_hours=gpu_hours,
@@ -110,3 +116,9 @@ async def test_the_usage_page_shows_each_projects_gpu_hours_priced_and_a_member_
     html = await (await console.app.test_client().get("/console/usage?days=1", headers={
         "Authorization": "Bearer member", "Accept": "text/html"})).get_data(as_text=True)
     assert set(rows(html)) == {("research", "big")}
+    chosen = await (await console.app.test_client().get("/console/usage?days=1&model=small", headers={
+        "Authorization": "Bearer member", "Accept": "text/html"})).get_data(as_text=True)
+    assert rows(chosen) == {}  # the model chosen has no GPU-hours
+    big = await (await console.app.test_client().get("/console/usage?days=1&model=big&project=research", headers={
+        "Authorization": "Bearer member", "Accept": "text/html"})).get_data(as_text=True)
+    assert set(rows(big)) == {("research", "big")}

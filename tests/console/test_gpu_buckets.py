@@ -129,7 +129,7 @@ def test_the_chart_draws_a_line_per_metric_scaled_to_percent_and_breaks_at_gaps(
     svg = gpu_chart(series, 59, 140 * GIB, 700.0, "GPU 0 of n1")
     assert svg.count('<polyline class="util"') == 2  # minutes 0-2 and 5-6, broken by the gap
     assert svg.count('<polyline class="mem"') == 2 and svg.count('<polyline class="power"') == 2
-    assert ",60.0" in svg  # 50 % of a 120-pixel-high chart
+    assert ",102.0" in svg  # 50 %: half way down the 148-pixel-high plot that starts 28 pixels from the top
     assert 'aria-label="GPU 0 of n1"' in svg
 
 
@@ -137,6 +137,7 @@ def test_the_chart_leaves_out_power_when_the_limit_is_unknown():
     series = GpuSeries.empty(0).fold(0, reading(50, GIB, 350)).fold(1, reading(50, GIB, 350))
     svg = gpu_chart(series, 1, 140 * GIB, None, "x")
     assert 'class="power"' not in svg and 'class="util"' in svg
+    assert "power % of" not in svg and "utilisation %" in svg and "memory % of 140GiB" in svg  # the legend
 
 
 @pytest.mark.parametrize(("percent", "name"), [

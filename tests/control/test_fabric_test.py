@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 import trio
@@ -72,7 +73,32 @@ async def test_fabric_test_grades_each_rail_from_the_stand_in_ib_write_bw_tables
 
         code, out, err = await llmgw(plane, "fabric-test", "ib1", "nowhere")
         assert code == 1 and "node 'nowhere' is not in the fleet" in out + err, out + err
+        # the plane keeps the pair's last test (a refused one is not a test) for the console's Fabrics page
+        [kept] = plane.last_fabric_tests()
+        assert (kept["a"], kept["b"], [r["grade"] for r in kept["rails"]]) == ("ib1", "ib2", ["ok", "degraded",
+                                                                                                "failed"])
+        assert abs(kept["at"] - time.time()) < 60
+        page = await fabrics_page_of(plane)
+        assert "1 degraded, 1 failed, 1 ok" in page and "rail 0 mlx5_0 → mlx5_0 196.4 Gb/s 98 % of 200 Gb/s ok" in page
         nursery.cancel_scope.cancel()
+
+
+async def fabrics_page_of(plane) -> str:
+    """The console's Fabrics page over the plane's snapshot and last fabric tests (as llmgw.cli.console_mount gives
+    them), its markup stripped to words."""
+    import html
+    import re
+
+    from llmgw.console import Console, Login
+
+    async def anyone(token: str):
+        return Login("t", None)
+
+    console = Console(plane.snapshot, authorise=anyone, history=lambda limit: [],
+                      fabric_tests=plane.last_fabric_tests)
+    response = await console.app.test_client().get("/console/fabrics", headers={"Authorization": "Bearer t"})
+    assert response.status_code == 200
+    return " ".join(html.unescape(re.sub(r"<[^>]+>", " ", await response.get_data(as_text=True))).split())
 
 
 async def test_a_missing_ib_write_bw_is_that_rails_error(tmp_path):

@@ -55,6 +55,15 @@ def test_usage_is_filtered_by_project_and_since(store: Store) -> None:
     assert store.query_usage(project="nobody") == []
 
 
+def test_usage_is_filtered_by_model_with_or_without_a_project(store: Store) -> None:
+    fill(store)  # the console's usage per day of a chosen project and model
+    assert [(r.group, r.requests) for r in store.query_usage(by="day", model="gemma")] == \
+        [("2027-05-01", 1), ("2027-05-02", 1)]
+    assert [(r.group, r.requests) for r in store.query_usage(["chat", "search"], by="day", model="qwen")] == \
+        [("2027-05-02", 1)]
+    assert store.query_usage("chat", by="day", model="qwen") == []
+
+
 def test_recent_usage_returns_whole_records_newest_first(store: Store) -> None:
     fill(store)
     latest = store.recent_usage(limit=2)
