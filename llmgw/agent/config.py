@@ -71,6 +71,8 @@ class AgentConfig:
     with mutual TLS (None: it does not, and renews nothing); `certificate_renew_fraction`: the share of that
     certificate's lifetime after which it is renewed over the stream (agents/ `certificate_renew_fraction`;
     `llmgw.agent.renewal`).
+    `fixed_dirs`: of "weights_dir" and "engines_dir", those given on the command line (`llmgw agent --weights-dir`,
+    `--engines-dir`, as the systemd unit does), which the settings' directories do not replace.
     `bandwidth_probe_seconds`: how long each phase (one core, all cores) of the node's memory-bandwidth probe runs,
     once per boot, its figures carried by every heartbeat (`llmgw.agent.bandwidth`; 0: no probe, as in the tests'
     agents; `llmgw agent` and `llmgw up` run it for 0.25 s). `slurm_users_prefix` and `slurm_programs` are the Slurm keeper's (`llmgw.agent.slurm`):
@@ -108,6 +110,7 @@ class AgentConfig:
     tls_dir: Path | None = None
     certificate_renew_fraction: float = 0.6667
     bandwidth_probe_seconds: float = 0.0
+    fixed_dirs: frozenset[str] = frozenset()
     slurm_users_prefix: str = ""
     slurm_programs: Mapping[str, str] = field(default_factory=dict)
 
@@ -141,12 +144,13 @@ class AgentConfig:
         `ignore_gpus`, which the message always states whole (empty: no GPU is ignored).
 
         Relative directories are taken below `state_dir` (agents/default.yaml: "Directories are absolute or
-        relative to the agent's state directory"), never below the agent's working directory.
+        relative to the agent's state directory"), never below the agent's working directory. A directory named in
+        `fixed_dirs` (given on the agent's command line) is kept: the command line wins, as for the OTLP endpoint.
         """
         changes: dict = {}
-        if settings.weights_dir:
+        if settings.weights_dir and "weights_dir" not in self.fixed_dirs:
             changes["weights_dir"] = Path(self.state_dir) / settings.weights_dir  # a relative dir is under state_dir
-        if settings.engines_dir:
+        if settings.engines_dir and "engines_dir" not in self.fixed_dirs:
             changes["engines_dir"] = Path(self.state_dir) / settings.engines_dir
         if settings.heartbeat_interval > 0:
             changes["heartbeat_interval"] = bounded_interval(settings.heartbeat_interval)

@@ -92,8 +92,12 @@ def register(group: click.Group) -> None:
     @click.option("--state-dir", type=click.Path(path_type=Path), default=None,
                   help="Shard records, engine logs, certificates (default: $LLMGW_STATE/agent or "
                        "~/.local/state/llmgw/agent).")
-    @click.option("--weights-dir", type=click.Path(path_type=Path), default=None)
-    @click.option("--engines-dir", type=click.Path(path_type=Path), default=None)
+    @click.option("--weights-dir", type=click.Path(path_type=Path), default=None,
+                  help="The weights cache [default: agents/ weights_dir of the settings, else <state-dir>/weights]; "
+                       "given here, the settings do not move it.")
+    @click.option("--engines-dir", type=click.Path(path_type=Path), default=None,
+                  help="Installed engines [default: agents/ engines_dir of the settings, else <state-dir>/engines]; "
+                       "given here, the settings do not move it.")
     @click.option("--mirror", "mirrors", multiple=True, help="Offline weights/engine mirror directory (repeatable).")
     @click.option("--offline", is_flag=True,
                   help="Install engines and fetch weights from the --mirror directories only, never from the network "
@@ -136,6 +140,8 @@ def register(group: click.Group) -> None:
             engine_binaries={k: Path(v) for k, v in _pairs(engine_binaries, "--engine-binary").items()},
             stop_shards_on_exit=stop_shards_on_exit, control_planes=tuple(dict.fromkeys(control_planes)),
             otlp_endpoint=otlp_endpoint, bandwidth_probe_seconds=0.0 if no_bandwidth_probe else PROBE_SECONDS,
+            fixed_dirs=frozenset(name for name, given in (("weights_dir", weights_dir), ("engines_dir", engines_dir))
+                                 if given is not None),
         )
         tls = _client_tls(tls_dir, state_dir, insecure)
         if tls is not None:  # renewed over the stream when due (llmgw.agent.renewal), read again at every connection

@@ -24,3 +24,15 @@ def test_a_nan_or_unset_interval_leaves_the_agents_own(tmp_path):
     base = AgentConfig(node_id="n", state_dir=tmp_path, heartbeat_interval=3.0)
     assert base.with_settings(pb.AgentSettings(heartbeat_interval=math.nan)).heartbeat_interval == 3.0
     assert base.with_settings(pb.AgentSettings()).heartbeat_interval == 3.0
+
+
+def test_directories_given_on_the_command_line_stay_where_the_settings_would_move_them(tmp_path):
+    """`llmgw agent --weights-dir/--engines-dir` (the systemd unit's /var/lib/llmgw/weights and engines, which the
+    install journal and doctor's disk check name) win over agents/ weights_dir and engines_dir; without them the
+    settings' directories, relative to the state directory, are taken."""
+    sent = pb.AgentSettings(weights_dir="weights", engines_dir="engines")
+    pinned = AgentConfig(node_id="n", state_dir=tmp_path / "agent", weights_dir=tmp_path / "w", engines_dir=tmp_path / "e",
+                         fixed_dirs=frozenset({"weights_dir", "engines_dir"})).with_settings(sent)
+    assert (pinned.weights_path, pinned.engines_path) == (tmp_path / "w", tmp_path / "e")
+    moved = AgentConfig(node_id="n", state_dir=tmp_path / "agent").with_settings(sent)
+    assert (moved.weights_path, moved.engines_path) == (tmp_path / "agent" / "weights", tmp_path / "agent" / "engines")

@@ -292,14 +292,13 @@ def test_a_node_added_over_ssh_joins_with_mutual_tls_serves_a_replica_and_node_r
             assert (usage.node, usage.replica, usage.model) == (host.name, f"{SMOLLM2}-0", SMOLLM2), usage
             print(f"from the commit to the answer's usage row: {time.monotonic() - started:.1f} s")
         # the engine that answered is the host's: in its PID namespace, the child of the shard's process (its relay)
-        # that the agent reported, run from the host's own disk: under the agent's state directory, as the settings'
-        # engines_dir and weights_dir ("engines", "weights": relative to it) win over the unit's --engines-dir and
-        # --weights-dir (docs/install.md, "Serving on the added node")
+        # that the agent reported, run from the host's own disk: where the unit's --engines-dir and --weights-dir put
+        # them (they win over the settings' engines_dir and weights_dir), the weights directory the journal marks
         (engine_pid, _), = _host_pids(host, "llama-server").items()
         engine = host.ssh(f"awk '/^PPid:/ {{print $2}}' /proc/{engine_pid}/status && readlink /proc/{engine_pid}/exe "
                           f"&& tr '\\0' ' ' < /proc/{engine_pid}/cmdline").stdout.splitlines()
-        assert engine[:2] == [str(shard["pid"]), "/var/lib/llmgw/agent/engines/llama.cpp/b11434/bin/llama-server"], engine
-        assert " /var/lib/llmgw/agent/weights/" in engine[2], engine
+        assert engine[:2] == [str(shard["pid"]), "/var/lib/llmgw/engines/llama.cpp/b11434/bin/llama-server"], engine
+        assert " /var/lib/llmgw/weights/" in engine[2], engine
         assert host.ssh("readlink /opt/llmgw/current").stdout.strip() == "0.1.0"
         nodes = run_llmgw("nodes", "--state", str(state))
         assert f"  llmgw 0.1.0, from a release signed by key {full_release.key_id}" in nodes.stdout, nodes.stdout
