@@ -191,3 +191,10 @@ async def read_model_facts(source: str, *, client: httpx.AsyncClient, token: str
     except ParseError as exc:
         raise WeightsError(str(exc)) from exc
     return replace(facts, header_bytes=reads.bytes)
+
+
+async def read_source(source: str, *, token: str | None = None, endpoint: str | None = None) -> ModelFacts:
+    """`read_model_facts` with a client of its own (redirects followed, 30 s timeouts). Raises WeightsError.
+    Cancellable."""
+    async with httpx.AsyncClient(follow_redirects=True, timeout=httpx.Timeout(30.0)) as client:
+        return await read_model_facts(source, client=client, token=token, endpoint=endpoint)

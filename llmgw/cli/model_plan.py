@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import json
 import os
+from functools import partial
 from pathlib import Path
 
 import click
-import httpx
 import trio
 
+from llmgw.agent.model_metadata import read_source
 from llmgw.errors import UsageError, WeightsError
 from llmgw.plan.model_fit import ModelFit
 from llmgw.units import format_size
@@ -53,14 +54,6 @@ def render_fit(fit: ModelFit) -> str:
     return "\n".join(lines)
 
 
-async def read_facts(source: str, token: str | None, endpoint: str | None):
-    """`read_model_facts` with a client of its own (redirects followed, 30 s timeouts). Raises WeightsError."""
-    from llmgw.agent.model_metadata import read_model_facts
-
-    async with httpx.AsyncClient(follow_redirects=True, timeout=httpx.Timeout(30.0)) as client:
-        return await read_model_facts(source, client=client, token=token, endpoint=endpoint)
-
-
 @click.command("plan")
 @click.argument("source")
 @click.option("--fleet", "fleet_file", type=click.Path(path_type=Path), default=None,
@@ -91,7 +84,7 @@ def plan_command(source: str, fleet_file: Path | None, url: str | None, token: s
             raise UsageError(f"cannot read the Hub token file {hf_token_file}: {exc.strerror}") from exc
     snapshot, _ = _fleet(fleet_file, url, token, state_dir)
     try:
-        facts = trio.run(read_facts, source, hub_token, hf_endpoint)
+        facts = trio.run(partial(read_source, source, token=hub_token, endpoint=hf_endpoint))
     except WeightsError as exc:
         raise UsageError(f"{exc}") from exc
     fit = plan_model(facts, snapshot.fleet, context)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import re
 from pathlib import Path
 
 import httpx
@@ -238,3 +239,47 @@ def test_llmgw_model_plan_prints_each_class_and_cpu_node_from_a_fleet_snapshot(h
         main(["model", "plan", "hf://google/gemma-3-270m/absent.gguf", "--fleet", str(snapshot),
               "--hf-endpoint", hub.url])
     assert exited.value.code == 1 and "not found (404" in capsys.readouterr().err
+
+
+async def test_the_consoles_explorer_page_shows_the_model_and_where_it_fits(hub):
+    from console.test_console_security import HTML, Wall, admin_only, log_in, no_history
+    from llmgw.console import Console
+    from llmgw.control.registry import FleetRegistry
+    from llmgw.control.view import ControlState
+
+    registry = FleetRegistry(lost_after=30.0)
+    for node in (_gpu_node("g1", "h100-80g", 8, 80 * GiB), _gpu_node("s1", "small-512m", 1, 512 * MiB),
+                 NodeState("here", cpu_cores=2, memory_bytes=4 * GiB, memory_bandwidth=_probe(CALIBRATION[1][2], 2))):
+        registry, _ = registry.register(node, 0.0)
+    state = ControlState(fleet=registry)
+    asked = []
+
+    async def explore(source: str):
+        asked.append(source)
+        return await _facts(hub, source)
+
+    console = Console(lambda: state, authorise=admin_only, history=no_history, clock=lambda: 1.0, wall=Wall(),
+                      session_ttl=3600.0, explore=explore)
+    client = console.app.test_client()
+    await log_in(client)
+    empty = await client.get("/console/explorer", headers=HTML)
+    text = await empty.get_data(as_text=True)
+    assert empty.status_code == 200 and 'id="nav-explorer"' in text and 'id="source"' in text and not asked
+    page = await client.get("/console/explorer", query_string={"source": SMOLLM2}, headers=HTML)
+    html = await page.get_data(as_text=True)
+    assert page.status_code == 200 and asked == [SMOLLM2]
+    assert '<dd id="architecture">llama</dd>' in html and '<tr id="quant-Q4_1"><td>Q4_1</td><td>210</td>' in html
+    for gpu_class, fits, tp in (("h100-80g", "yes", "1"), ("small-512m", "yes", "1")):
+        row = re.search(rf'<tr id="class-{gpu_class}" class="[^"]+">.*?</tr>', html, re.S).group(0)
+        assert f'<td class="tp">{tp}</td><td class="fits">{fits}</td>' in row and "llama.cpp" in row
+    speed = re.search(r'<tr id="cpu-here" class="fits">.*?<td class="speed">([\d.]+) tokens/s</td>', html, re.S)
+    assert float(speed.group(1)) == pytest.approx(CALIBRATION[1][3], rel=0.30)
+    big = await client.get("/console/explorer", query_string={"source": GEMMA_HF, "context": "32768"},
+                           headers=HTML)
+    html = await big.get_data(as_text=True)
+    assert re.search(r'<tr id="class-small-512m" class="does-not-fit">.*?<td class="tp">4</td><td class="fits">no'
+                     r'</td>.*?no node has 4 usable cards \(at most 1\)', html, re.S), html
+    missing = await client.get("/console/explorer", query_string={"source": "hf://google/gemma-3-270m/x.gguf"},
+                               headers=HTML)
+    assert missing.status_code == 400
+    assert "not found (404" in await missing.get_data(as_text=True)
