@@ -64,7 +64,9 @@ async def _read_range(client: httpx.AsyncClient, url: str, source: str, start: i
     it (Content-Range's total, or a 200's Content-Length). Raises WeightsError naming the status."""
     wanted = end - start + 1
     try:
-        async with client.stream("GET", url, headers={**headers, "Range": f"bytes={start}-{end}"}) as answer:
+        # identity: a range of the file's own bytes, never of a compressed body
+        async with client.stream("GET", url, headers={**headers, "Range": f"bytes={start}-{end}",
+                                                      "Accept-Encoding": "identity"}) as answer:
             if answer.status_code == 416:
                 return b"", None
             if answer.status_code in (401, 403):
@@ -82,7 +84,7 @@ async def _read_range(client: httpx.AsyncClient, url: str, source: str, start: i
                 total = int(answer.headers["Content-Length"])
             skip = start if answer.status_code == 200 else 0  # a server that ignores Range sends from byte 0
             data = bytearray()
-            async for chunk in answer.aiter_raw():
+            async for chunk in answer.aiter_bytes():
                 reads.bytes += len(chunk)
                 if skip:
                     dropped = min(skip, len(chunk))
