@@ -11,7 +11,8 @@ Sources (the catalog's spelling, `llmgw.agent.weights`):
   Its files are listed by the Hub's tree API (`llmgw.agent.weights_tree`, the fetcher's listing), `config.json` is
   read whole (a few kB), and each `*.safetensors` file's first 8 + N bytes (its length, then its JSON header).
 
-A server that ignores Range (answers 200) is read only as far as asked, then the connection is closed. The token
+The Hub's answer to an LFS file's resolve URL (a redirect) names its sha256 (`X-Linked-Etag`): a GGUF's is kept
+(`ModelFacts.sha256`), for the catalog's `sha256:` (the explorer's serve form). A server that ignores Range (answers 200) is read only as far as asked, then the connection is closed. The token
 is sent as Bearer to the Hub only (httpx drops it on a redirect to another host, the Hub's CDN).
 """
 
@@ -43,6 +44,7 @@ class _Reads:
     """Bytes read from the server, all requests together (what `ModelFacts.header_bytes` reports)."""
 
     bytes: int = 0
+    sha256: str = ""  # the Hub's X-Linked-Etag of the GGUF read (an LFS file's sha256)
 
 
 def _endpoint(endpoint: str | None) -> str:
@@ -77,6 +79,10 @@ async def _read_range(client: httpx.AsyncClient, url: str, source: str, start: i
             if answer.status_code not in (200, 206):
                 raise WeightsError(f"{source}: the server answered HTTP {answer.status_code} at {url}")
             total: int | None = None
+            for step in answer.history:  # the Hub's resolve answer (a redirect to its CDN) names an LFS file's sha256
+                etag = step.headers.get("X-Linked-Etag", "").strip('"')
+                if re.fullmatch(r"[0-9a-f]{64}", etag):
+                    reads.sha256 = etag
             if answer.status_code == 206:
                 match = re.fullmatch(r"bytes \d+-\d+/(\d+)", answer.headers.get("Content-Range", ""))
                 total = int(match.group(1)) if match else None
@@ -167,7 +173,7 @@ async def read_model_facts(source: str, *, client: httpx.AsyncClient, token: str
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     if not source.endswith("/"):
         facts = await _gguf(client, source, _url_of(source, endpoint), headers, reads)
-        return replace(facts, header_bytes=reads.bytes)
+        return replace(facts, header_bytes=reads.bytes, sha256=reads.sha256)
     repo, revision, path = _parse_repository(source)
     files = await _tree(client, source, headers, endpoint)
     ggufs = sorted(e["path"] for e in files if e["path"].endswith(".gguf"))

@@ -50,7 +50,7 @@ from llmgw.console.sessions import SESSION_TTL, Login, SessionBook, csrf_matches
 from llmgw.console.oidc import OidcClient, OidcError
 from llmgw.console.throttle import LoginThrottle
 from llmgw.console.views import (
-    MAP_COLOURINGS, card_verdicts, cluster_view, gpu_tiles, load_class, models_view, node_row,
+    MAP_COLOURINGS, card_verdicts, cluster_view, gpu_tiles, load_class, models_view, node_row, serve_form,
 )
 from llmgw.control.view import ControlState, PassRecord
 from llmgw.errors import TemporaryError, UsageError, WeightsError
@@ -474,7 +474,7 @@ class Console:
             except WeightsError as exc:
                 error = str(exc)
         return await self._page("explorer.html", "explorer", state=state, source=source, context=context or "",
-                                fit=fit, error=error), 400 if error else 200
+                                fit=fit, error=error, serve=serve_form(fit) if fit else None), 400 if error else 200
 
     async def _ssh_keys(self) -> Any:
         """The SSH keys of slurm.yaml `ssh_keys` (a member's own only), with forms to add and remove them."""

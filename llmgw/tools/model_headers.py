@@ -72,7 +72,8 @@ class ModelFacts:
     sizes together (what a token reads on a CPU: `llmgw.plan.cpu_speed`); `parameters` the tensors' elements;
     `quantisations` by bytes, largest first; `file_type` the quantisation the file is named by ("Q4_K_M", "BF16";
     "" unknown). For the KV cache: `layers`, `kv_heads`, `head_dim` and `context_length` (0 unknown). `header_bytes`
-    what was read of the files to learn this."""
+    what was read of the files to learn this; `sha256` the file's digest when the server published it (the Hub's
+    `X-Linked-Etag` of an LFS file; "" otherwise)."""
 
     source: str
     format: str
@@ -88,6 +89,7 @@ class ModelFacts:
     context_length: int = 0
     files: int = 1
     header_bytes: int = 0
+    sha256: str = ""
 
     def kv_bytes_per_token(self) -> int:
         """The f16 KV cache of one token (keys and values of every layer); 0 when the metadata does not say."""
@@ -99,7 +101,8 @@ class ModelFacts:
                 "quantisations": [{"type": q.type, "tensors": q.tensors, "bytes": q.bytes}
                                   for q in self.quantisations],
                 "layers": self.layers, "kv_heads": self.kv_heads, "head_dim": self.head_dim,
-                "context_length": self.context_length, "files": self.files, "header_bytes": self.header_bytes}
+                "context_length": self.context_length, "files": self.files, "header_bytes": self.header_bytes,
+                "sha256": self.sha256}
 
 
 class _Cursor:

@@ -17,17 +17,17 @@ import pytest
 import trio
 
 from llmgw.agent.model_metadata import FIRST_READ_BYTES, read_model_facts
+from llmgw.engines.demo import GEMMA_SHA256, SMOLLM2_SHA256
+from llmgw.engines.installing import default_cache_dir
 from llmgw.errors import WeightsError
 from llmgw.plan import Fleet, GpuState, MemoryBandwidth, NodeState
 from llmgw.plan.model_fit import GPU_MEMORY_FRACTION, plan_model, tensor_parallel_needed
 from llmgw.tools.model_headers import ModelFacts, Quantisation, parse_gguf_header
 
-from conftest import GEMMA_SHA256, cache_dir
 from hub_files import HubFiles
 from test_cpu_speed import CALIBRATION
 
 MiB, GiB = 2**20, 2**30
-SMOLLM2_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +35,7 @@ def gemma_hf() -> Path:
     """Gemma converted to Hugging Face's format in the cache (the vLLM tests' model), converted when absent."""
     from llmgw.engines.vllm_demo import ensure_gemma_hf, ensure_vllm
 
-    cache = cache_dir()
+    cache = default_cache_dir()
     return ensure_gemma_hf(cache, trio.run(ensure_vllm, cache))
 
 
