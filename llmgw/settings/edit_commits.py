@@ -64,10 +64,10 @@ default) and `key:\n  - item` (the examples' and most editors')."""
 def _dumped_like(document: CommentedMap, original: str) -> str:
     """`document` written in the sequence style of `original` (of SEQUENCE_STYLES, the one that changes the fewest of
     its lines): ruamel keeps comments and quotes but not how a file indents its lists, and a diff must show only the
-    edit."""
+    edit. A new file (`original` empty) is written in the examples' style, `key:\n  - item`."""
     best: tuple[int, str] | None = None
     before = original.splitlines()
-    for mapping, sequence, offset in SEQUENCE_STYLES:
+    for mapping, sequence, offset in SEQUENCE_STYLES if original.strip() else SEQUENCE_STYLES[1:]:
         yaml = round_trip_yaml()
         yaml.indent(mapping=mapping, sequence=sequence, offset=offset)
         buffer = io.StringIO()
