@@ -77,3 +77,47 @@ async def test_the_explorers_serve_form_commits_a_new_catalog_file_as_the_person
             nursery.cancel_scope.cancel()
     finally:
         hub.close()
+
+
+def test_the_serve_action_asks_for_a_gpu_model_or_a_cpu_one_and_names_a_wrong_field():
+    import pytest
+
+    from llmgw.console.actions import ActionError, request_of
+    from llmgw.console.sessions import Login
+
+    ops = Login("ops", person="ops@lab.example", role="operator")
+    gpu = request_of({"action": "serve", "model": "big", "engine": "vllm", "replicas": "2", "gpus": "4",
+                      "gpu_class": "h100-80g", "tensor_parallel": "4", "weights": "hf://acme/big@" + "a" * 40 + "/"},
+                     ops)
+    assert (gpu.path, gpu.body) == ("/api/v1/models/big/serve", {
+        "engine": "vllm", "weights": [{"source": "hf://acme/big@" + "a" * 40 + "/", "sha256": ""}], "replicas": 2,
+        "gpus": 4, "gpu_class": "h100-80g", "tensor_parallel": 4})
+    assert gpu.title == "Serve big on vllm: 2 replica(s) of 4 x h100-80g"
+    cpu = request_of({"action": "serve", "model": "s", "engine": "llama.cpp", "replicas": "1", "gpus": "0",
+                      "cpu_cores": "0.5", "memory_bytes": "404144128", "weights": f"hf://a/b/s.gguf {'c' * 64}"}, ops)
+    assert cpu.body == {"engine": "llama.cpp", "weights": [{"source": "hf://a/b/s.gguf", "sha256": "c" * 64}],
+                        "replicas": 1, "cpu_cores": 0.5, "memory_bytes": 404144128}
+    for field, value, words in (("cpu_cores", "two", "give a number of cores"),
+                                ("weights", "hf://a/b/s.gguf", "write one file a line"),
+                                ("memory_bytes", "4Gi", "give a size in bytes")):
+        with pytest.raises(ActionError, match=words) as refused:
+            request_of({"action": "serve", "model": "s", "engine": "llama.cpp", "replicas": "1", "cpu_cores": "1",
+                        "weights": f"hf://a/b/s.gguf {'c' * 64}", field: value}, ops)
+        assert refused.value.field == field
+
+
+def test_the_serve_form_is_filled_in_from_the_first_class_that_fits_else_a_cpu_node():
+    from llmgw.console.views import serve_form
+    from llmgw.plan import Fleet, GpuState, NodeState
+    from llmgw.plan.model_fit import plan_model
+    from llmgw.tools.model_headers import ModelFacts
+
+    facts = ModelFacts("hf://acme/Big-Model@" + "a" * 40 + "/", "safetensors", "LlamaForCausalLM", "", 150 * 2**30,
+                       70 * 10**9, ())
+    cards = tuple(GpuState(str(i), "h100-80g", 80 * 2**30, 80 * 2**30) for i in range(8))
+    fit = plan_model(facts, Fleet((NodeState("g1", gpus=cards), NodeState("c1", cpu_cores=8, memory_bytes=2**40))))
+    assert serve_form(fit) == {"model": "big-model", "replicas": 1, "weights": facts.source, "engine": "vllm",
+                               "gpus": 4, "gpu_class": "h100-80g", "tensor_parallel": 4, "cpu_cores": "",
+                               "memory_bytes": ""}
+    cpu = serve_form(plan_model(facts, Fleet((NodeState("c1", cpu_cores=8, memory_bytes=2**40),))))
+    assert (cpu["engine"], cpu["gpus"], cpu["cpu_cores"], cpu["memory_bytes"]) == ("vllm", 0, 8, 150 * 2**30)
