@@ -27,6 +27,7 @@ from urllib.parse import quote
 import httpx
 
 from llmgw.agent.weights import HF_DEFAULT_ENDPOINT, hub_url
+from llmgw.agent.weights_tree import MAX_TREE_PAGES
 from llmgw.errors import WeightsError
 from llmgw.tools.model_headers import (
     ModelFacts, NeedMoreBytes, combined, parse_gguf_header, parse_safetensors_header, safetensors_header_length,
@@ -144,7 +145,9 @@ async def _tree(client: httpx.AsyncClient, source: str, headers: dict, endpoint:
     folder = f"/{quote(path.rstrip('/'))}" if path else ""
     url: str | None = f"{_endpoint(endpoint)}/api/models/{repo}/tree/{quote(revision, safe='')}{folder}?recursive=true"
     entries: list[dict] = []
-    while url is not None:
+    for _ in range(MAX_TREE_PAGES):
+        if url is None:
+            break
         try:
             answer = await client.get(url, headers=headers)
         except httpx.HTTPError as exc:
@@ -158,6 +161,8 @@ async def _tree(client: httpx.AsyncClient, source: str, headers: dict, endpoint:
         entries += [e for e in page if isinstance(e, dict) and e.get("type") == "file"]
         following = answer.links.get("next", {}).get("url")
         url = str(answer.url.join(following)) if following else None
+    if url is not None:
+        raise WeightsError(f"{source}: the repository lists more than {MAX_TREE_PAGES} pages of files")
     return [{**e, "path": e["path"][len(path):]} for e in entries
             if isinstance(e.get("path"), str) and e["path"].startswith(path)]
 
