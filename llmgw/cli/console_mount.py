@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hmac
 import logging
+import os
 import time
 
 import trio
@@ -21,10 +22,13 @@ from llmgw.console import Console, Login
 from llmgw.console.oidc import OidcClient, OidcSettings
 from llmgw.settings import ConsoleOidc
 from llmgw.control.admin import AdminApp, AdminMount, Caller, Person
+from llmgw.errors import WeightsError
 
 log = logging.getLogger("llmgw.console")
 CONSOLE_SCOPE = "console"
 """The token scope the console's login asks the admin API for."""
+EXPLORE_SECONDS = 25.0
+"""The longest the console's model explorer reads a model's headers (the console answers within 30 s)."""
 
 
 def console_mount(admin: AdminApp) -> AdminMount:
@@ -98,11 +102,20 @@ def console_mount(admin: AdminApp) -> AdminMount:
         person = Person(fresh.person or who.person, fresh.principal, admin.access_of(fresh.person or who.person))
         return await admin.act(Caller(person, who.token_id), path, body, method)
 
+    async def explore(source: str):
+        # the model explorer reads the Hub as the control plane's host reaches it: $HF_ENDPOINT, $HF_TOKEN
+        from llmgw.agent.model_metadata import read_source
+
+        with trio.move_on_after(EXPLORE_SECONDS):
+            return await read_source(source, token=os.environ.get("HF_TOKEN") or None)
+        raise WeightsError(f"{source}: reading its headers took more than {EXPLORE_SECONDS:.0f} s; check the Hub "
+                           "(or $HF_ENDPOINT) is reachable from the control plane's host")
+
     console = Console(plane.snapshot, authorise=login, still_valid=still_valid, history=admin.history_entries,
                       usage=usage, gpu_hours=gpu_hours if plane.store is not None else None, logs=plane.logs,
                       fabric_tests=plane.last_fabric_tests,
                       applied_diff=applied, accounts=accounts, oidc=SettingsOidc(plane), act=act,
-                      quotas=quota_use if plane.store is not None else None)
+                      quotas=quota_use if plane.store is not None else None, explore=explore)
     return AdminMount("/console", console, console.run_sampler)
 
 

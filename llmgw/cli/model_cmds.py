@@ -1,13 +1,15 @@
 """`llmgw model replicas MODEL N | --min A --max B` and `llmgw model adapter add|remove MODEL NAME`: a model's
 replica count or autoscaled range, and its LoRA adapters, as commits to its catalog file on the operator's behalf,
 made by the control plane (POST /api/v1/models/MODEL/replicas and /adapters: the routes the console's actions use).
-`--diff` shows the change without committing it (the routes' `preview`).
+`--diff` shows the change without committing it (the routes' `preview`). `llmgw model plan SOURCE`: the model
+explorer (`llmgw.cli.model_plan`).
 """
 
 from __future__ import annotations
 
 import click
 
+from llmgw.cli.model_plan import plan_command
 from llmgw.cli.server_cmds import _client_options, _git_identity, _print_json, _short
 from llmgw.errors import UsageError
 
@@ -41,7 +43,10 @@ def register(group: click.Group) -> None:
 
     @group.group("model")
     def model_group() -> None:
-        """A model's replicas and LoRA adapters: commits to its catalog file as you."""
+        """A model's replicas and LoRA adapters (commits to its catalog file as you), and where a model would fit
+        (`plan`, read from its metadata)."""
+
+    model_group.add_command(plan_command)
 
     @model_group.command("replicas")
     @click.argument("model")

@@ -24,7 +24,8 @@ from llmgw.console.sessions import Login
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 """A node id, model or adapter name as it may appear in a route's path."""
-FORM_FIELDS = ("action", "node", "model", "replicas", "min", "max", "name", "weights", "email", "key", "back")
+FORM_FIELDS = ("action", "node", "model", "replicas", "min", "max", "name", "weights", "email", "key", "engine",
+               "gpus", "gpu_class", "tensor_parallel", "cpu_cores", "memory_bytes", "back")
 """The fields an action form may carry; the confirmation form repeats them (hidden), with `expect`."""
 
 
@@ -61,12 +62,15 @@ def _count(form: Mapping[str, str], name: str) -> int:
     return int(value)
 
 
-def _weights(form: Mapping[str, str]) -> list[dict[str, str]]:
-    """`weights`: one file a line, "SOURCE SHA256"."""
+def _weights(form: Mapping[str, str], directories: bool = False) -> list[dict[str, str]]:
+    """`weights`: one file a line, "SOURCE SHA256" (with `directories`, a directory source ending in "/" alone)."""
     files = []
     for number, line in enumerate(_field(form, "weights").splitlines(), 1):
         parts = line.split()
         if not parts:
+            continue
+        if directories and len(parts) == 1 and parts[0].endswith("/"):
+            files.append({"source": parts[0], "sha256": ""})
             continue
         if len(parts) != 2:
             raise ActionError("weights", f"line {number} of the adapter's files is {line.strip()[:80]!r}: write one "
@@ -115,6 +119,37 @@ def _adapter(add: bool) -> Callable[[Mapping[str, str], Login], ActionRequest]:
     return build
 
 
+def _serve(form: Mapping[str, str], login: Login) -> ActionRequest:
+    """A new model (the model explorer's serve form): a GPU model when `gpus` is more than 0, else a CPU one."""
+    model, engine = _field(form, "model", _NAME), _field(form, "engine", _NAME)
+    body: dict[str, Any] = {"engine": engine, "weights": _weights(form, directories=True),
+                            "replicas": _count(form, "replicas")}
+    gpus = _count(form, "gpus") if form.get("gpus") else 0
+    if gpus:
+        body.update(gpus=gpus, gpu_class=_field(form, "gpu_class", _NAME),
+                    tensor_parallel=_count(form, "tensor_parallel") if form.get("tensor_parallel") else gpus)
+        where = f"{gpus} x {body['gpu_class']}"
+    else:
+        cores = str(form.get("cpu_cores") or "").strip()
+        try:
+            body["cpu_cores"] = float(cores)
+        except ValueError:
+            raise ActionError("cpu_cores", f"the form's field 'cpu_cores' is {cores[:20]!r}: give a number of cores, "
+                                           "e.g. 2 or 0.5") from None
+        if form.get("memory_bytes"):
+            body["memory_bytes"] = _bytes(form, "memory_bytes")
+        where = f"{cores} cores"
+    return ActionRequest(f"/api/v1/models/{quote(model)}/serve", body,
+                         f"Serve {model} on {engine}: {body['replicas']} replica(s) of {where}")
+
+
+def _bytes(form: Mapping[str, str], name: str) -> int:
+    value = _field(form, name)
+    if not value.isdigit() or len(value) > 16:
+        raise ActionError(name, f"the form's field {name!r} is {value[:20]!r}: give a size in bytes")
+    return int(value)
+
+
 def _ssh_key(add: bool) -> Callable[[Mapping[str, str], Login], ActionRequest]:
     def build(form: Mapping[str, str], login: Login) -> ActionRequest:
         # a member's keys are their own: the e-mail is the login's, whatever the form says
@@ -134,6 +169,7 @@ ACTIONS: dict[str, Callable[[Mapping[str, str], Login], ActionRequest]] = {
     "replicas": _replicas, "replica-range": _replica_range,
     "adapter-add": _adapter(True), "adapter-remove": _adapter(False),
     "ssh-key-add": _ssh_key(True), "ssh-key-remove": _ssh_key(False),
+    "serve": _serve,
 }
 """Each action's name (a form's `action`) and how its request is built from the form's fields."""
 

@@ -19,7 +19,10 @@ none shown) and `applied_diff(audit_commit)`
 entries show their message only) and `accounts` (`Accounts`: people's password logins and their roles, rechecked
 every minute; None: tokens only; failed logins limited by `llmgw.console.throttle`) and `act(login, path, body) ->
 (status, answer)` (POST an admin-API edit route as the person logged in: `llmgw.control.admin.AdminApp.act`, which
-also takes a method, "GET" to read the API keys; None: a console without actions nor API keys). Actions (`llmgw.console.actions`): a form posts to /console/actions, which shows the
+also takes a method, "GET" to read the API keys; None: a console without actions nor API keys) and `explore(source)
+-> ModelFacts` (a model's metadata read from its files' headers, a checkpoint raising WeightsError; None hides the
+Explorer page, which shows where the model would fit in the fleet: `llmgw.plan.plan_model`). Actions
+(`llmgw.console.actions`): a form posts to /console/actions, which shows the
 diff the edit would commit (a preview) and, confirmed, commits it onto the head that diff was made against; refusals
 (a role's 403, `llmgw validate`'s words, a branch that moved meanwhile) are shown as the admin API says them. The API
 keys page (/console/keys) lists, makes (the plaintext shown once) and revokes keys through /api/v1/keys as the
@@ -58,10 +61,12 @@ from llmgw.console.oidc import OidcClient, OidcError
 from llmgw.console.quotas import project_quotas, scopes_of
 from llmgw.console.throttle import LoginThrottle
 from llmgw.console.views import (
-    MAP_COLOURINGS, card_verdicts, cluster_view, gpu_tiles, load_class, models_view, node_row,
+    MAP_COLOURINGS, card_verdicts, cluster_view, gpu_tiles, load_class, models_view, node_row, serve_form,
 )
 from llmgw.control.view import ControlState, PassRecord
-from llmgw.errors import TemporaryError, UsageError
+from llmgw.errors import TemporaryError, UsageError, WeightsError
+from llmgw.plan.model_fit import plan_model
+from llmgw.tools.model_headers import ModelFacts
 from llmgw.units import format_duration, format_size
 
 log = logging.getLogger("llmgw.console")
@@ -82,6 +87,7 @@ Logs = Callable[[str, str, int], Awaitable[list[str]]]
 AppliedDiff = Callable[[str], Awaitable[Any]]
 Act = Callable[..., Awaitable[tuple[int, dict[str, Any]]]]  # (login, path, body[, method]) -> (status, answer)
 QuotaUse = Callable[[list[tuple[str, Any]]], Awaitable[list[Any]]]  # scopes -> LimitUse rows
+Explore = Callable[[str], Awaitable[ModelFacts]]  # source -> what its metadata says (llmgw.agent.model_metadata)
 USAGE_GROUPS = ("day", "model", "project")
 MEMBER_PAGES = frozenset({"usage", "quotas", "logout", "cluster", "cluster_bare", "ssh_keys", "act", "keys",
                           "key_create", "key_revoke"})
@@ -120,7 +126,7 @@ class Console:
                  gpu_hours: GpuHours | None = None, fabric_tests: Callable[[], list[dict[str, Any]]] | None = None,
                  applied_diff: AppliedDiff | None = None, accounts: Accounts | None = None,
                  oidc: OidcClient | Callable[[], OidcClient | None] | None = None, act: Act | None = None,
-                 quotas: QuotaUse | None = None, sample_interval: float = 5.0,
+                 quotas: QuotaUse | None = None, explore: Explore | None = None, sample_interval: float = 5.0,
                  session_ttl: float = SESSION_TTL, clock: Callable[[], float] = trio.current_time,
                  wall: Callable[[], float] = time.time):
         self.snapshot = snapshot
@@ -137,6 +143,7 @@ class Console:
         self.applied_diff = applied_diff
         self.act = act
         self.quotas = quotas
+        self.explore = explore
         self.sample_interval = sample_interval
         self.clock, self.wall = clock, wall
         self.sessions = SessionBook(session_ttl)
@@ -194,6 +201,7 @@ class Console:
         app.add_url_rule(f"{PREFIX}/history/<commit>", "history_entry", self._history_entry)
         app.add_url_rule(f"{PREFIX}/usage", "usage", self._usage)
         app.add_url_rule(f"{PREFIX}/quotas", "quotas", self._quotas)
+        app.add_url_rule(f"{PREFIX}/explorer", "explorer", self._explorer)
         app.add_url_rule(f"{PREFIX}/ssh-keys", "ssh_keys", self._ssh_keys)
         app.add_url_rule(f"{PREFIX}/actions", "act", self._act, methods=["POST"])
         app.add_url_rule(f"{PREFIX}/keys", "keys", self._keys)
@@ -373,7 +381,7 @@ class Console:
             leader=state.leadership.leader, leader_holder=state.leadership.holder,
             cluster_name=settings.cluster.name if settings else "", usage_page=self.usage is not None,
             quotas_page=self.quotas is not None,
-            logs_page=self.logs is not None, can_act=self.act is not None and g.login.role == "operator",
+            logs_page=self.logs is not None, explorer_page=self.explore is not None, can_act=self.act is not None and g.login.role == "operator",
             actions=self.act is not None, **context,
         )
 
@@ -514,6 +522,23 @@ class Console:
         uses = await self.quotas(scopes_of(settings, projects))
         return await self._page("quotas.html", "quotas", state=state, projects=projects,
                                 sections=project_quotas(settings, projects, uses), currency=settings.cluster.currency)
+
+    async def _explorer(self) -> Any:
+        """The model explorer: a form for a source and, given one, what its metadata says and where it would fit
+        in the fleet now (per GPU class and CPU node). A source that cannot be read is a 400 naming why."""
+        state = self.snapshot()
+        if self.explore is None:
+            return await self._page("missing.html", "explorer", state=state, what="model explorer"), 404
+        source = request.args.get("source", "").strip()[:500]
+        context = _int_arg("context", 0, 0, 10_000_000) or None
+        fit, error = None, ""
+        if source:
+            try:
+                fit = plan_model(await self.explore(source), state.fleet.fleet(), context)
+            except WeightsError as exc:
+                error = str(exc)
+        return await self._page("explorer.html", "explorer", state=state, source=source, context=context or "",
+                                fit=fit, error=error, serve=serve_form(fit) if fit else None), 400 if error else 200
 
     async def _ssh_keys(self) -> Any:
         """The SSH keys of slurm.yaml `ssh_keys` (a member's own only), with forms to add and remove them."""

@@ -8,6 +8,7 @@ colours: "load-idle" under 10 %, "load-low" under 40 %, "load-mid" under 70 %, "
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
@@ -192,3 +193,27 @@ def models_view(state: ControlState, wall: float) -> dict[str, dict[str, Any]]:
         entry["replicas"][replica_id] = replica
         entry["ready"] += replica["state"] == "ready"
     return dict(sorted(models.items()))
+
+
+def serve_form(fit: Any) -> dict[str, Any]:
+    """The model explorer's serve form filled in from `fit` (`llmgw.plan.ModelFit`): a model name from the source,
+    the first engine of the first GPU class that fits (its tensor parallel as the GPUs), else of the first CPU node
+    that fits (its cores, the memory the model needs), the weights line (source and sha256 when known; a directory
+    source alone). Pure."""
+    facts = fit.facts
+    stem = facts.source.rstrip("/").rsplit("/", 1)[-1].split("@")[0]
+    stem = stem[:-5] if stem.lower().endswith(".gguf") else stem
+    name = re.sub(r"[^a-z0-9._-]+", "-", stem.lower()).strip("-._")[:60] or "model"
+    gpu = next((c for c in fit.classes if c.fits), None)
+    cpu = next((n for n in fit.cpu_nodes if n.fits), None)
+    form: dict[str, Any] = {"model": name, "replicas": 1, "weights": facts.source + (
+        f" {facts.sha256}" if facts.sha256 and not facts.source.endswith("/") else ""),
+        "gpus": 0, "gpu_class": "", "tensor_parallel": "", "cpu_cores": "", "memory_bytes": ""}
+    if gpu is not None:
+        form.update(engine=gpu.engines[0], gpus=gpu.tensor_parallel, gpu_class=gpu.gpu_class,
+                    tensor_parallel=gpu.tensor_parallel)
+    else:
+        engines = cpu.engines if cpu is not None else ("llama.cpp",) if facts.format == "gguf" else ("vllm",)
+        form.update(engine=engines[0], cpu_cores=cpu.threads if cpu is not None else 1,
+                    memory_bytes=fit.needed_bytes)
+    return form

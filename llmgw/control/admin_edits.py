@@ -7,6 +7,9 @@ through `ControlView.edit_settings`). The CLI and the console call these same ro
     POST /api/v1/slurm/users/keys {"action", "email", "keys"}         ssh_keys in slurm.yaml
     POST /api/v1/models/{model}/replicas {"replicas": N} | {"min": A, "max": B}      the model's catalog file
     POST /api/v1/models/{model}/adapters {"action": "add"|"remove", "name", "weights": [{"source", "sha256"}]}
+    POST /api/v1/models/{model}/serve {"engine", "weights": [{"source", "sha256"}], "replicas",
+                                       "gpus", "gpu_class", "tensor_parallel" | "cpu_cores", "memory_bytes"}
+                                                            a new catalog file (the model explorer's serve form)
 
 Every one also takes `"preview": true` (nothing is committed: the answer's `diff` is what would be, `commit` the head
 it was made against) and `"expect": "<40 hex>"` (commit only onto that head: the one a preview showed; another head
@@ -20,7 +23,11 @@ import re
 from typing import Any
 
 from llmgw.control.admin_inputs import AdminInputError, body_text
-from llmgw.control.effects import ModelAdapter, ModelReplicas, NodeVerb, ServingStopped, SettingsEdit, SshKeys
+from llmgw.control.effects import (
+    ModelAdapter, ModelReplicas, ModelServe, NodeVerb, ServingStopped, SettingsEdit, SshKeys,
+)
+from llmgw.settings.model import ENGINES
+from llmgw.settings.model_commits import ModelServing
 
 NODE_ROUTE_VERBS = ("cordon", "uncordon", "drain", "lend", "reclaim")
 MAX_REPLICAS = 10_000
@@ -83,6 +90,35 @@ def _adapter(model: str, body: dict[str, Any]) -> ModelAdapter:
     return ModelAdapter("add", model, name, tuple((w["source"], w["sha256"]) for w in weights))
 
 
+def _whole(body: dict[str, Any], field: str, default: int, high: int) -> int:
+    value = body.get(field, default)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= high:
+        raise AdminInputError(field, f"{field} must be a whole number from 0 to {high}, not {str(value)[:40]!r}")
+    return value
+
+
+def _serve(model: str, body: dict[str, Any]) -> ModelServe:
+    engine = body_text(body, "engine", "")
+    if engine not in ENGINES:
+        raise AdminInputError("engine", f"engine must be one of {', '.join(ENGINES)}, not {engine[:40]!r}")
+    weights = body.get("weights")
+    if not isinstance(weights, list) or not 1 <= len(weights) <= MAX_ADAPTER_FILES or not all(
+            isinstance(w, dict) and isinstance(w.get("source"), str) and 0 < len(w["source"]) <= 1000
+            and isinstance(w.get("sha256", ""), str) and (w.get("sha256", "") == "" or _SHA256.fullmatch(w["sha256"]))
+            for w in weights):
+        raise AdminInputError("weights", f"weights must list 1 to {MAX_ADAPTER_FILES} files, each {{\"source\": URL, "
+                                         "\"sha256\": 64 lower-case hex}} (a directory source ending in / may omit "
+                                         "its sha256)")
+    cores = body.get("cpu_cores", 0)
+    if isinstance(cores, bool) or not isinstance(cores, (int, float)) or not 0 <= cores <= 4096:
+        raise AdminInputError("cpu_cores", f"cpu_cores must be a number from 0 to 4096, not {str(cores)[:40]!r}")
+    serving = ModelServing(engine, tuple((w["source"], w.get("sha256", "")) for w in weights),
+                           _whole(body, "replicas", 1, MAX_REPLICAS), _whole(body, "gpus", 0, 64),
+                           body_text(body, "gpu_class", "", 100), _whole(body, "tensor_parallel", 1, 64) or 1,
+                           float(cores), _whole(body, "memory_bytes", 0, 1 << 50))
+    return ModelServe(model, serving)
+
+
 def _ssh_keys(body: dict[str, Any]) -> SshKeys:
     action, email = body_text(body, "action", ""), body_text(body, "email", "")
     keys = body.get("keys", [])
@@ -110,6 +146,9 @@ def edit_of(path: str, body: dict[str, Any]) -> tuple[SettingsEdit, dict[str, An
         edit = _replicas(subject, body)
         return edit, {"model": subject, **({"replicas": edit.count} if edit.count is not None else
                                            {"min": edit.low, "max": edit.high})}
+    if kind == "models" and verb == "serve":
+        serve = _serve(subject, body)
+        return serve, {"model": subject, "engine": serve.serving.engine}
     if kind == "models" and verb == "adapters":
         adapter = _adapter(subject, body)
         return adapter, {"model": subject, "action": adapter.action, "name": adapter.name}

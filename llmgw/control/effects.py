@@ -43,6 +43,7 @@ from llmgw.control.registry import FleetRegistry
 from llmgw.control.state import ControlState, PassRecord
 from llmgw.plan.types import Action, ActionKind
 from llmgw.settings.model import Settings
+from llmgw.settings.model_commits import ModelServing
 
 
 @dataclass(frozen=True)
@@ -184,7 +185,16 @@ class ModelAdapter:
     weights: tuple[tuple[str, str], ...] = ()
 
 
-SettingsEdit = Union[ServingStopped, NodeVerb, SshKeys, ModelReplicas, ModelAdapter]
+@dataclass(frozen=True)
+class ModelServe:
+    """The edit adding a new model `model` to the catalog (the model explorer's serve form): its file as `serving`
+    says (`llmgw.settings.model_commits.ModelServing`)."""
+
+    model: str
+    serving: ModelServing
+
+
+SettingsEdit = Union[ServingStopped, NodeVerb, SshKeys, ModelReplicas, ModelAdapter, ModelServe]
 """What a person asks to change in the settings (llmgw.settings.node_commits and model_commits write each, through
 llmgw.settings.edit_commits.commit_edit)."""
 

@@ -21,7 +21,7 @@ import trio
 from llmgw.control.autoscaling import wanted_counts
 from llmgw.control.canaries import holds_of
 from llmgw.control.effects import (
-    CommitSettings, ModelAdapter, ModelReplicas, NodeVerb, ServingStopped, SettingsEdit, SshKeys,
+    CommitSettings, ModelAdapter, ModelReplicas, ModelServe, NodeVerb, ServingStopped, SettingsEdit, SshKeys,
 )
 from llmgw.control.events import settings_edit_requested
 from llmgw.control.reports import fleet_for
@@ -32,7 +32,7 @@ from llmgw.plan.cpu_speed import ExpectedSpeed, expected_cpu_speeds
 from llmgw.plan.forecasting import ModelForecast, RecordedLoad
 from llmgw.plan.types import Plan
 from llmgw.settings import EditCommit
-from llmgw.settings.model_commits import commit_model_adapter, commit_model_replicas
+from llmgw.settings.model_commits import commit_model_adapter, commit_model_replicas, commit_new_model
 from llmgw.settings.node_commits import commit_node_verb, commit_serving_stopped, commit_ssh_key
 
 WRITERS: dict[type, Callable[..., EditCommit]] = {
@@ -46,6 +46,8 @@ WRITERS: dict[type, Callable[..., EditCommit]] = {
         repo, edit.model, name, email, branch, count=edit.count, low=edit.low, high=edit.high, **options),
     ModelAdapter: lambda repo, edit, name, email, branch, **options: commit_model_adapter(
         repo, edit.model, edit.action, edit.name, edit.weights, name, email, branch, **options),
+    ModelServe: lambda repo, edit, name, email, branch, **options: commit_new_model(
+        repo, edit.model, edit.serving, name, email, branch, **options),
 }
 """How each kind of `SettingsEdit` is written (llmgw.settings, each through `commit_edit`): (repo path, edit, author
 name, author email, branch, expect=..., preview=...) -> the `EditCommit`."""

@@ -10,6 +10,8 @@ report offers them. `pair_rails` / `grade_rail` are `llmgw fabric-test`'s rail p
 `forecast_change(base, head, fleet, plan, load)` forecasts what a change does to each model it touches from the
 fleet's recorded load (`llmgw.plan.forecasting`); `check_forecast` holds a forecast against the load measured after
 (`llmgw.plan.forecast_check`).
+`plan_model(facts, fleet)` is the model explorer's answer: where a model fits per GPU class and CPU node, its
+tensor parallel and expected CPU speed (`llmgw.plan.model_fit`).
 `ShardState` and the id and engine-key builders are `llmgw.identity`'s, re-exported here.
 """
 
@@ -30,6 +32,7 @@ from llmgw.plan.recorded import (
 )
 from llmgw.plan.forecasting import ModelForecast, RecordedLoad, forecast_change
 from llmgw.plan.forecast_check import ForecastCheck, check_forecast
+from llmgw.plan.model_fit import ClassFit, CpuNodeFit, ModelFit, plan_model
 from llmgw.plan.canary import CanaryHold, CanarySample, CanaryVerdict, Verdict, judge_canary
 from llmgw.plan.rendering import plan_from_json, plan_to_json, render_plan
 from llmgw.plan.types import (
@@ -48,5 +51,6 @@ __all__ = [
     "FLEET_FILE", "PASS_FILE", "PlannedPass", "fleet_from_record", "fleet_record", "pass_from_record", "plan_digest",
     "plan_or_refusal", "recorded_files", "canary_holds",
     "CanaryHold", "CanarySample", "CanaryVerdict", "Verdict", "judge_canary",
+    "ClassFit", "CpuNodeFit", "ModelFit", "plan_model",
     "ModelForecast", "RecordedLoad", "forecast_change", "ForecastCheck", "check_forecast",
 ]

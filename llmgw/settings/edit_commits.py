@@ -64,10 +64,10 @@ default) and `key:\n  - item` (the examples' and most editors')."""
 def _dumped_like(document: CommentedMap, original: str) -> str:
     """`document` written in the sequence style of `original` (of SEQUENCE_STYLES, the one that changes the fewest of
     its lines): ruamel keeps comments and quotes but not how a file indents its lists, and a diff must show only the
-    edit."""
+    edit. A new file (`original` empty) is written in the examples' style, `key:\n  - item`."""
     best: tuple[int, str] | None = None
     before = original.splitlines()
-    for mapping, sequence, offset in SEQUENCE_STYLES:
+    for mapping, sequence, offset in SEQUENCE_STYLES if original.strip() else SEQUENCE_STYLES[1:]:
         yaml = round_trip_yaml()
         yaml.indent(mapping=mapping, sequence=sequence, offset=offset)
         buffer = io.StringIO()
@@ -88,11 +88,13 @@ def _moved_since(repo: pygit2.Repository, main: str, head: pygit2.Commit, expect
 
 
 def commit_edit(repo_path: str | os.PathLike[str], file: str | FileOf, edit: Edit, message: str, author_name: str,
-                author_email: str, branch: str, *, expect: str = "", preview: bool = False) -> EditCommit:
+                author_email: str, branch: str, *, expect: str = "", preview: bool = False,
+                create: bool = False) -> EditCommit:
     """Apply `edit` to `file` of branch `branch`'s head, validate the new tree and commit it as `author_name`
     <`author_email`> (llmgw the committer) with `message`; with `preview`, write nothing and say what would change.
 
-    `expect`: the commit id the branch head must be (a preview's `commit`); "" takes the head as it is.
+    `expect`: the commit id the branch head must be (a preview's `commit`); "" takes the head as it is. `create`: the
+    file may be missing from the head (a new file: `edit` gets an empty document, the diff is against nothing).
     Returns the `EditCommit`. Raises: SettingsError when the branch or file is missing, the edit refuses (its
     sentence), or the result does not validate (`llmgw validate`'s issues, file and line); UsageError when the head is
     not `expect` (someone pushed meanwhile: nothing is committed). Blocking (git): run it in a worker thread.
@@ -105,8 +107,9 @@ def commit_edit(repo_path: str | os.PathLike[str], file: str | FileOf, edit: Edi
     tree_files = read_commit(repo, head)
     path = file(tree_files) if callable(file) else file
     text = tree_files.texts.get(path)
-    if text is None:
+    if text is None and not create:
         raise SettingsError([Issue(path, 0, 0, "", f"is missing from {main}")])
+    text = text or ""
     document = round_trip_yaml().load(text)
     if document is None:
         document = CommentedMap()

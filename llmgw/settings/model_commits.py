@@ -4,7 +4,9 @@ actions), written by the one writer `llmgw.settings.edit_commits.commit_edit` in
 - replicas: `replicas: N` (a fixed count; an autoscaled model's range and targets are replaced by it), or a range
   `replicas: {min, max}` (the autoscaler's targets already there are kept);
 - adapters: an adapter `{name, weights: [{source, sha256}, ...]}` joins `adapters:`, or the adapter of that name
-  leaves it (the key goes with the last one).
+  leaves it (the key goes with the last one);
+- a new model (the model explorer's serve form): `catalog/<model>.yaml` written with its name, engine, weights,
+  replicas and resources (`ModelServing`), refused when that file or another catalog file serves the name already.
 Whether the result is valid (counts, adapter names and files for the model's engine) is `llmgw validate`'s word:
 the new tree is validated before anything is written.
 """
@@ -12,6 +14,7 @@ the new tree is validated before anything is written.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
@@ -130,3 +133,67 @@ def commit_model_adapter(repo_path: str | os.PathLike[str], model: str, action: 
                        _edit_adapter(name, tuple(weights) if action == "add" else None),
                        f"llmgw model {model}: adapter {name} {verb.split()[0]}\n\nLoRA adapter {name} {verb} "
                        f"{model}'s adapters.\n", author_name, author_email, branch, expect=expect, preview=preview)
+
+
+@dataclass(frozen=True)
+class ModelServing:
+    """A new model's catalog file: `engine` (of ENGINES), `weights` ((source, sha256) pairs; "" for a directory
+    source's set digest), `replicas`, and each replica's resources: `gpus` of `gpu_class` with `tensor_parallel`
+    (a GPU model), or `cpu_cores` and `memory_bytes` (a CPU model)."""
+
+    engine: str
+    weights: tuple[tuple[str, str], ...]
+    replicas: int = 1
+    gpus: int = 0
+    gpu_class: str = ""
+    tensor_parallel: int = 1
+    cpu_cores: float = 0.0
+    memory_bytes: int = 0
+
+
+def _edit_new_model(model: str, serving: ModelServing, others: list[str]) -> Edit:
+    def edit(document: CommentedMap) -> bool:
+        if document or model in others:
+            raise SettingsError([Issue(f"catalog/{model}.yaml", 0, 0, "name", f"a model named {model!r} is in the "
+                                       "catalog already (or its file exists): choose another name, or change that "
+                                       "model's replicas instead")])
+        files = CommentedSeq(CommentedMap([("source", source), *([("sha256", sha256)] if sha256 else [])])
+                             for source, sha256 in serving.weights)
+        resources = CommentedMap()
+        if serving.gpus:
+            resources["gpus"] = serving.gpus
+            if serving.gpu_class:
+                resources["gpu_class"] = serving.gpu_class
+            if serving.tensor_parallel > 1:
+                resources["tensor_parallel"] = serving.tensor_parallel
+        else:
+            resources["cpu_cores"] = serving.cpu_cores if serving.cpu_cores % 1 else int(serving.cpu_cores)
+            if serving.memory_bytes:
+                resources["memory"] = f"{-(-serving.memory_bytes // 2**20)}Mi"
+        document.update([("name", model), ("engine", serving.engine), ("weights", files),
+                         ("replicas", serving.replicas), ("resources", resources)])
+        return True
+
+    return edit
+
+
+def commit_new_model(repo_path: str | os.PathLike[str], model: str, serving: ModelServing, author_name: str,
+                     author_email: str, branch: str = DEFAULT_BRANCH, *, expect: str = "",
+                     preview: bool = False) -> EditCommit:
+    """Commit a new catalog file `catalog/<model>.yaml` serving `model` as `serving` says, as the person.
+    `expect`, `preview`: `commit_edit`.
+
+    Raises: SettingsError when a catalog file serves `model` already, or the result does not validate (an engine
+    that cannot load those weights, a source without its sha256, a GPU class and count that disagree, ...: `llmgw
+    validate`'s words, file and line); UsageError when the head is not `expect`.
+    """
+    def file_of(tree: TreeFiles) -> str:
+        paths = sorted(p for p in tree.texts if p.startswith("catalog/") and p.endswith(".yaml"))
+        others.extend(_names(tree, paths))
+        return f"catalog/{model}.yaml"
+
+    others: list[str] = []
+    where = f"{serving.gpus} x {serving.gpu_class or 'GPU'}" if serving.gpus else f"{serving.cpu_cores:g} cores"
+    return commit_edit(repo_path, file_of, _edit_new_model(model, serving, others),
+                       f"llmgw model {model}: served ({serving.engine}, {serving.replicas} replica(s) of {where})\n",
+                       author_name, author_email, branch, expect=expect, preview=preview, create=True)

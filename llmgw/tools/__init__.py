@@ -31,6 +31,9 @@ and say so. Modules, one per tool:
 - `sensors`: the machine room from sysfs text: `parse_hwmon_chip -> HwmonChip`, `cpu_package_temperatures`,
   `inlet_temperature`, `parse_rapl_zone -> RaplCounter`, `energy_watts` (RAPL counters to watts, wrap-around
   handled); `NodeSensors`, `SensorValue` (what a heartbeat carries).
+- `model_headers`: what a model's files say before its weights are fetched: `parse_gguf_header`,
+  `parse_safetensors_header`, `with_config` (a Hugging Face config.json), `combined` -> `ModelFacts` (the model
+  explorer's input; `NeedMoreBytes` asks a reader for more of the file's start).
 - `devices` (GpuDevice, GpuReport, GpuSample), `gpuclass` (gpu_class, mig_class, ...), `values` (placeholders,
   units, `ParseError`, `command_body`).
 """
@@ -60,6 +63,9 @@ from llmgw.tools.sensors import (
     HwmonChip, HwmonTemp, NodeSensors, RaplCounter, SensorValue, cpu_package_temperatures, energy_watts,
     inlet_temperature, parse_hwmon_chip, parse_rapl_zone,
 )
+from llmgw.tools.model_headers import (
+    ModelFacts, NeedMoreBytes, Quantisation, combined, parse_gguf_header, parse_safetensors_header, with_config,
+)
 from llmgw.tools.sminfo import SubnetManager, fabric_id, parse_saquery_smir, parse_sminfo
 from llmgw.tools.values import ParseError, command_body
 from llmgw.tools.xid import XidAction, XidInfo, classify_xid, xid_info
@@ -78,5 +84,6 @@ __all__ = [
     "pcie_findings", "rate_gbps", "smi_xml_root", "xid_findings", "xid_info", "nvlink_error_findings",
     "with_card_findings", "HwmonChip", "HwmonTemp", "NodeSensors", "RaplCounter", "SensorValue",
     "cpu_package_temperatures", "energy_watts", "inlet_temperature", "parse_hwmon_chip", "parse_rapl_zone",
-    "adapter_leaves", "node_guid", "switch_tiers", "ImexDomain", "ImexNode", "imex_ready", "parse_imex_status",
+    "ModelFacts", "NeedMoreBytes", "Quantisation", "combined", "parse_gguf_header", "parse_safetensors_header",
+    "with_config", "adapter_leaves", "node_guid", "switch_tiers", "ImexDomain", "ImexNode", "imex_ready", "parse_imex_status",
 ]

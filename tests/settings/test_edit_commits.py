@@ -12,7 +12,7 @@ import pytest
 
 from llmgw.errors import SettingsError, UsageError
 from llmgw.settings import branch_head, init_repository, load_commit
-from llmgw.settings.model_commits import commit_model_adapter, commit_model_replicas
+from llmgw.settings.model_commits import ModelServing, commit_model_adapter, commit_model_replicas, commit_new_model
 from llmgw.settings.node_commits import commit_node_verb, commit_serving_stopped
 from settings_trees import EXAMPLE
 
@@ -97,7 +97,32 @@ def test_an_adapter_joins_and_leaves_a_models_adapters(bare: Path) -> None:
                 if line.startswith("adapters:")]  # the key goes with its last adapter
 
 
+def test_a_new_model_is_a_new_catalog_file_for_a_gpu_class_or_for_cpu_cores(bare: Path) -> None:
+    source = "hf://acme/big@" + "a" * 40 + "/"
+    gpu = ModelServing("vllm", ((source, ""),), replicas=2, gpus=4, gpu_class="h100-80g", tensor_parallel=4)
+    shown = commit_new_model(bare, "big", gpu, *ADA, preview=True)
+    assert shown.preview and shown.diff.startswith("--- a/catalog/big.yaml\n+++ b/catalog/big.yaml\n")
+    assert "big" not in load_commit(bare).models
+    done = commit_new_model(bare, "big", gpu, *ADA, expect=shown.commit)
+    assert done.changed and file_at_head(bare, "catalog/big.yaml") == (
+        f"name: big\nengine: vllm\nweights:\n  - source: {source}\nreplicas: 2\nresources:\n  gpus: 4\n"
+        "  gpu_class: h100-80g\n  tensor_parallel: 4\n")
+    big = load_commit(bare).models["big"]
+    assert (big.engine, big.replicas, big.resources.gpus, big.resources.tensor_parallel) == ("vllm", 2, 4, 4)
+    small = ModelServing("llama.cpp", (("hf://acme/s@" + "b" * 40 + "/s.gguf", GGUF_SHA),), cpu_cores=0.5,
+                         memory_bytes=400 * 2**20 + 1)
+    commit_new_model(bare, "small", small, *ADA)
+    model = load_commit(bare).models["small"]
+    assert (model.resources.cpu_cores, model.resources.memory_bytes) == (0.5, 401 * 2**20)
+
+
 @pytest.mark.parametrize(("edit", "words"), [
+    (lambda bare: commit_new_model(bare, "gemma-3-270m", ModelServing("llama.cpp", (("hf://a/b@" + "a" * 40
+                                   + "/m.gguf", GGUF_SHA),), cpu_cores=1), *ADA),
+     "a model named 'gemma-3-270m' is in the catalog already"),
+    (lambda bare: commit_new_model(bare, "unpinned", ModelServing("llama.cpp", (("hf://a/b@" + "a" * 40
+                                   + "/m.gguf", ""),), cpu_cores=1), *ADA),
+     "a weights file needs its sha256"),
     (lambda bare: commit_model_replicas(bare, "smollm2-135m-instruct", *ADA, low=3, high=1),
      "catalog/smollm2-135m-instruct.yaml:"),
     (lambda bare: commit_model_adapter(bare, "gemma-3-270m", "add", "pirate", (("hf://acme/p@" + "a" * 40
