@@ -57,7 +57,8 @@ async def sdk_client(client: openai.AsyncOpenAI, n: int, done: trio.Event, answe
                 finish = reply.choices[0].finish_reason if reply.choices[0].message.content is not None else None
         except (openai.APIError, httpx.HTTPError) as exc:
             if refused is not None and refusal(exc):
-                refused.append(f"{request_id}: {type(exc).__name__}: {exc}")
+                code = exc.body.get("code") if isinstance(getattr(exc, "body", None), dict) else None
+                refused.append(f"{request_id}: {type(exc).__name__}" + (f" ({code})" if code else "") + f": {exc}")
                 await trio.sleep(REFUSED_PAUSE)
             else:
                 cause = f" ({exc.__cause__!r})" if exc.__cause__ is not None else ""

@@ -2,9 +2,9 @@
 
 One `llmgw up` process on a copy of examples/cluster-repo (ports picked by the OS, the gateway's kept across
 restarts) serves the tests of this module in order: the openai SDK gets text, streamed and not; a `git push` scales
-the model to two replicas and both serve; `llmgw stop` gives 503 system_stopped and stops the engines; `llmgw start`
-serves again; `llmgw usage` shows the calls; the audit ref shows what was done; under 16 SDK clients `llmgw restart`
-(engines adopted), `llmgw stop`/`start` and SIGTERM lose no request that had started and bill each once (issue 43).
+the model to two replicas and both serve; `llmgw usage` shows the calls; the audit ref shows what was done; under 16
+SDK clients `llmgw restart` (engines adopted), `llmgw stop` (503 system_stopped, the engines stopped), `llmgw start`
+(serving again) and SIGTERM lose no request that had started and bill each once (issue 43).
 """
 
 from __future__ import annotations
@@ -223,32 +223,6 @@ def replicas_that_served(state: Path) -> set[str]:
         return {row[0] for row in db.execute("SELECT DISTINCT replica FROM usage WHERE replica IS NOT NULL")}
 
 
-def test_stop_answers_503_system_stopped_and_stops_the_engines(up, client):
-    llmgw("stop", state=up.state)
-    with pytest.raises(openai.APIStatusError) as raised:
-        wait_until(lambda: client.chat.completions.create(
-            model=MODEL, messages=[{"role": "user", "content": "x"}], max_tokens=1) and None, 60,
-            "the gateway to refuse")
-    assert raised.value.status_code == 503
-    assert raised.value.body["code"] == "system_stopped"
-    wait_until(lambda: not engine_pids(up.state), 60, "the engines to stop")
-
-
-def test_start_serves_again(up, client):
-    llmgw("start", state=up.state)
-
-    def answered():
-        try:
-            return client.chat.completions.create(
-                model=MODEL, messages=[{"role": "user", "content": "Again"}], max_tokens=3)
-        except openai.APIStatusError as exc:
-            if exc.status_code == 503:
-                return None
-            raise
-
-    assert wait_until(answered, 300, "a reply after llmgw start", interval=2.0).choices
-
-
 def test_usage_shows_the_calls(up):
     """Every call the module's client got answered is a usage row (written by the gateway after the answer:
     polled), besides those of the tests' own clients."""
@@ -328,7 +302,8 @@ def test_llmgw_restart_then_stop_and_start_under_16_sdk_clients_lose_no_request(
         llmgw("stop", state=up.state)
         wait_until(lambda: not engine_pids(up.state), 60, "the engines to stop")
         stopped = len(clients.refused)
-        wait_until(lambda: len(clients.refused) > stopped, 30, "a refusal while stopped")
+        wait_until(lambda: any("(system_stopped)" in r for r in clients.refused[stopped:]), 30,
+                   "a 503 system_stopped while stopped")
         llmgw("start", state=up.state)
         clients.answers_after(16, 300, "after llmgw start")
     finally:
