@@ -195,18 +195,42 @@ async def _stop_on_restart(plane: Any, running: trio.CancelScope, console: Conso
     running.cancel()
 
 
-async def _stop_on_signals(signals: Any, running: trio.CancelScope, console: Console) -> None:
-    """First SIGINT/SIGTERM: cancel `running` (engines are stopped on the way out). A third one exits at once."""
+async def _stop_on_signals(signals: Any, running: trio.CancelScope, serving: trio.CancelScope, up: trio.Event,
+                           served: trio.Event, console: Console) -> None:
+    """First SIGINT/SIGTERM: cancel `serving` (the control plane: its gateway drains while the engines still run, so
+    the requests in flight finish on them), then, once it is over (`served`), `running` (the agent: the engines are
+    stopped on the way out); before the control plane is `up`, `running` at once. A second one stops the engines
+    at once; a third one exits at once."""
+    async def then_the_engines() -> None:
+        await served.wait()
+        running.cancel()
+
     count = 0
-    async for signum in signals:
-        count += 1
-        if count == 1:
-            console.print(f"stopping ({signal.Signals(signum).name}): engines, agent, gateway…")
-            running.cancel()
-        elif count == 2:
-            console.print("still stopping engines; a third Ctrl-C exits at once and leaves them running")
-        else:
-            os._exit(130)
+    async with trio.open_nursery() as nursery:
+        async for signum in signals:
+            count += 1
+            if count == 1:
+                console.print(f"stopping ({signal.Signals(signum).name}): gateway (draining), agent, engines…")
+                if up.is_set():
+                    serving.cancel()
+                    nursery.start_soon(then_the_engines)
+                else:  # still starting (cancelled before it started, `nursery.start` would fail)
+                    running.cancel()
+            elif count == 2:
+                console.print("still stopping; a third Ctrl-C exits at once and leaves the engines running")
+                running.cancel()
+            else:
+                os._exit(130)
+
+
+async def _serve_plane(plane: Any, serving: trio.CancelScope, served: trio.Event,
+                       task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+    """`plane.run` inside `serving` (cancelled first on a signal); `served` is set once it is over."""
+    try:
+        with serving:
+            await plane.run(task_status=task_status)
+    finally:
+        served.set()
 
 
 async def run_up(
@@ -217,7 +241,7 @@ async def run_up(
     `slurm`: Slurm beside llmgw on this machine (llmgw.cli.up_slurm). Returns True when it stopped for
     `llmgw restart` (the caller starts it again: `llmgw up` re-executes itself; the engines were left running and
     the new process's agent adopts them), False for a signal. Either way the gateway drains first
-    (llmgw.gateway.draining)."""
+    (llmgw.gateway.draining); on a signal the engines are stopped only once it has (`_stop_on_signals`)."""
     from llmgw.agent import AgentConfig, run_agent_restarting
     from llmgw.agent.bandwidth import DEFAULT_SECONDS as PROBE_SECONDS
     from llmgw.cli.console_mount import console_mount
@@ -264,12 +288,13 @@ async def run_up(
     )
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with trio.open_nursery() as outer:
-            running = trio.CancelScope()
-            outer.start_soon(_stop_on_signals, signals, running, console)
+            running, serving, plane_up, served = trio.CancelScope(), trio.CancelScope(), trio.Event(), trio.Event()
+            outer.start_soon(_stop_on_signals, signals, running, serving, plane_up, served, console)
             outer.start_soon(_stop_on_restart, plane, running, console)
             with running:
                 async with trio.open_nursery() as nursery:
-                    await nursery.start(plane.run)
+                    await nursery.start(_serve_plane, plane, serving, served)
+                    plane_up.set()
                     _print_banner(console, plane, repo, state)
                     # engines stop with `up` (Ctrl-C), but keep serving across `llmgw restart`: the agent of the
                     # re-executed process adopts them (same pids), as a separate `llmgw agent` does

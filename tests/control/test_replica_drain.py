@@ -22,7 +22,7 @@ from llmgw.control import ControlConfig, ControlPlane
 from llmgw.settings import init_repository
 
 from .conftest import settings_seed, stand_in_agent
-from .sdk_clients import sdk_client
+from support.sdk_clients import sdk_client
 from .test_in_process_fleet import commit_directly, replica_states, wait_for
 
 MODEL = """\

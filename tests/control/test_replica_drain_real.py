@@ -30,7 +30,7 @@ from llmgw.identity import ShardState
 from llmgw.settings import init_repository
 
 from .conftest import settings_seed
-from .sdk_clients import sdk_client
+from support.sdk_clients import sdk_client
 from .test_in_process_fleet import commit_directly, wait_for
 from .test_reviewed_rollout import head
 

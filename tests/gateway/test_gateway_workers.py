@@ -27,6 +27,7 @@ from llmgw.gateway.admission import STATUS_PROCESS_LOST
 from llmgw.settings import init_repository
 from llmgw.store import open_store
 from support.llmgw_processes import LlmgwProcesses
+from support.sdk_clients import SdkClients, billing_problems
 from support.waiting import wait_for
 from support.serving_process import free_port
 from support.settings_seed import projects_yaml, write_seed
@@ -251,3 +252,54 @@ def test_quotas_are_exact_and_usage_complete_across_two_workers_with_one_killed(
         wait_for(lambda: not any(Path(f"/proc/{pid}").exists() for pid in workers_now), 15, "the workers to end")
     finally:
         store.close()
+
+
+@pytest.mark.parametrize("store_url", ["postgresql"], indirect=True)
+def test_restart_stop_start_and_sigterm_of_two_workers_lose_no_request_under_16_sdk_clients(tmp_path, store_url):
+    """Two gateway workers on PostgreSQL behind one port, 16 openai SDK clients (8 streaming, retries off) asking
+    throughout: `llmgw restart` (the server re-executes itself, its workers drain and start again), `llmgw stop` and
+    `llmgw start`, then SIGTERM of the server. No request that had started fails; the others are refused before they
+    start (connection refused while no worker listens, 503 with Retry-After while stopped or draining); every answered
+    request is billed exactly once and none twice (matched by x-request-id)."""
+    store = open_store(store_url)
+    _, key = store.create_api_key("bulk")
+    store.close()
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/v1"
+    state = tmp_path / "state"
+
+    def verb(*args: str) -> None:
+        done = subprocess.run([sys.executable, "-m", "llmgw.cli", *args, "--state", str(state)], capture_output=True,
+                              text=True, timeout=120)
+        assert done.returncode == 0, done.stdout + done.stderr
+
+    with workers_server(tmp_path, store_url, port) as (server, _procs):
+        wait_for(lambda: httpx.get(f"http://127.0.0.1:{port}/health").status_code == 200, 90, "the gateway")
+        clients = SdkClients(url, key, 16, model="tiny", max_tokens=12).start()
+        try:
+            clients.answers_after(16, 60, "before the restart")
+            workers = worker_pids(server.pid)
+            verb("restart")
+            wait_for(lambda: len(now := worker_pids(server.pid)) == 2 and not now & workers, 90, "new workers")
+            clients.answers_after(16, 90, "after the restart")
+            figures = [f"restart: {clients.figures()}"]
+            verb("stop")
+            refused = len(clients.refused)
+            wait_for(lambda: len(clients.refused) > refused, 30, "a refusal while stopped")
+            verb("start")
+            clients.answers_after(16, 90, "after llmgw start")
+            figures.append(f"then stop/start: {clients.figures()}")
+            server.send_signal(signal.SIGTERM)
+            assert server.wait(timeout=60) == 0
+            time.sleep(1)  # the clients meet the closed port
+        finally:
+            clients.stop()
+    figures.append(f"then SIGTERM: {clients.figures()}")
+    print("; ".join(figures))
+    assert not clients.failed, (clients.figures(), clients.failed[:5])
+    with psycopg.connect(store_url, autocommit=True) as conn:
+        rows = [(rid, status) for rid, status in conn.execute(
+            "SELECT client_request_id, status FROM usage WHERE client_request_id LIKE 'client-%'")]
+    print(f"usage rows of the clients' requests: {len(rows)} ({sum(1 for _, s in rows if s == 200)} of status 200)")
+    problems = billing_problems(clients, rows)
+    assert not problems, problems[:10]

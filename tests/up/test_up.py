@@ -1,9 +1,10 @@
 """`llmgw up` end to end: the real llama-server serving the real Gemma 3 270M through the gateway.
 
-One `llmgw up` process on a copy of examples/cluster-repo (ports picked by the OS) serves the tests of this
-module in order: the openai SDK gets text, streamed and not; a `git push` scales the model to two replicas
-and both serve; `llmgw stop` gives 503 system_stopped and stops the engines; `llmgw start` serves again;
-`llmgw usage` shows the calls; the audit ref shows what was done; Ctrl-C stops everything.
+One `llmgw up` process on a copy of examples/cluster-repo (ports picked by the OS, the gateway's kept across
+restarts) serves the tests of this module in order: the openai SDK gets text, streamed and not; a `git push` scales
+the model to two replicas and both serve; `llmgw usage` shows the calls; the audit ref shows what was done; under 16
+SDK clients `llmgw restart` (engines adopted), `llmgw stop` (503 system_stopped, the engines stopped), `llmgw start`
+(serving again) and SIGTERM lose no request that had started and bill each once (issue 43).
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
+from support.sdk_clients import SdkClients, billing_problems
+from support.serving_process import free_port
 
 pytestmark = pytest.mark.slow
 
@@ -34,13 +37,14 @@ MODEL = "gemma-3-270m"
 class UpProcess:
     """A running `llmgw up` with its stdout collected line by line."""
 
-    def __init__(self, state: Path, seed: Path, *options: str):
+    def __init__(self, state: Path, seed: Path, *options: str, gateway: str = "127.0.0.1:0"):
         self.state = state
         self.lines: list[str] = []
+        self.times: list[float] = []  # time.monotonic() of each line's arrival
         self._queue: queue.Queue[str] = queue.Queue()
         self.process = subprocess.Popen(
             [*LLMGW, "up", "--repo", str(seed), "--state", str(state),
-             "--gateway", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--agents", "127.0.0.1:0", *options],
+             "--gateway", gateway, "--admin", "127.0.0.1:0", "--agents", "127.0.0.1:0", *options],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO_ROOT,
             env={**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "200"},
         )
@@ -49,6 +53,7 @@ class UpProcess:
     def _read(self) -> None:
         assert self.process.stdout is not None
         for line in self.process.stdout:
+            self.times.append(time.monotonic())
             self.lines.append(line.rstrip("\n"))
             self._queue.put(line.rstrip("\n"))
 
@@ -109,7 +114,8 @@ def up(tmp_path_factory, llama_server_binary, gemma_mirror):
     root = tmp_path_factory.mktemp("up")
     seed = root / "cluster-repo"
     shutil.copytree(REPO_ROOT / "examples" / "cluster-repo", seed)
-    process = UpProcess(root / "state", seed)
+    # the gateway's port stays across `llmgw restart` (a port-0 listener is bound anew): the clients keep their URL
+    process = UpProcess(root / "state", seed, gateway=f"127.0.0.1:{free_port()}")
     try:
         yield process
     finally:
@@ -217,32 +223,6 @@ def replicas_that_served(state: Path) -> set[str]:
         return {row[0] for row in db.execute("SELECT DISTINCT replica FROM usage WHERE replica IS NOT NULL")}
 
 
-def test_stop_answers_503_system_stopped_and_stops_the_engines(up, client):
-    llmgw("stop", state=up.state)
-    with pytest.raises(openai.APIStatusError) as raised:
-        wait_until(lambda: client.chat.completions.create(
-            model=MODEL, messages=[{"role": "user", "content": "x"}], max_tokens=1) and None, 60,
-            "the gateway to refuse")
-    assert raised.value.status_code == 503
-    assert raised.value.body["code"] == "system_stopped"
-    wait_until(lambda: not engine_pids(up.state), 60, "the engines to stop")
-
-
-def test_start_serves_again(up, client):
-    llmgw("start", state=up.state)
-
-    def answered():
-        try:
-            return client.chat.completions.create(
-                model=MODEL, messages=[{"role": "user", "content": "Again"}], max_tokens=3)
-        except openai.APIStatusError as exc:
-            if exc.status_code == 503:
-                return None
-            raise
-
-    assert wait_until(answered, 300, "a reply after llmgw start", interval=2.0).choices
-
-
 def test_usage_shows_the_calls(up):
     """Every call the module's client got answered is a usage row (written by the gateway after the answer:
     polled), besides those of the tests' own clients."""
@@ -285,12 +265,14 @@ def test_diff_live_says_the_running_fleet_matches_the_branch_head(up):
     assert "no changes" in result.stdout
 
 
-def test_llmgw_restart_starts_everything_again_and_it_serves(up, client):
+def test_llmgw_restart_then_stop_and_start_under_16_sdk_clients_lose_no_request(up, client):
     """`llmgw restart` under `llmgw up`: the agent, then the control plane restart (the process re-executes itself,
     same pid) and serve again, with the same engines: the agent of the new image adopts them (same pids), as a
-    separate `llmgw agent` does. Streams in flight when the restart begins finish: the gateway drains first
-    (llmgw.gateway.draining) and the engines keep running. The listeners were port 0, so the new gateway is read from
-    the new banner."""
+    separate `llmgw agent` does. Then `llmgw stop` and `llmgw start`. Throughout, 16 openai SDK clients (8 streaming,
+    retries off) keep asking at the gateway's one URL: no request that had started fails (the gateway drains first,
+    llmgw.gateway.draining; stopped replicas drain, llmgw.agent.draining); the others are refused before they start
+    (connection refused between the two images, 503 with Retry-After while stopped or not ready yet); every answered
+    request is billed exactly once, none twice (matched by x-request-id)."""
     def all_ready() -> bool:
         states = [entry.get("state") for entry in replicas(up.state).values() if entry.get("model") == MODEL]
         return bool(states) and all(state == "ready" for state in states)
@@ -303,41 +285,51 @@ def test_llmgw_restart_starts_everything_again_and_it_serves(up, client):
     def after_restart(pattern: str) -> re.Match | None:
         return next((m for line in up.lines[seen:] if (m := re.search(pattern, line))), None)
 
-    streams: dict[int, tuple[str, str | None, bool] | BaseException] = {}
+    clients = SdkClients(str(client.base_url), client.api_key, 16, model=MODEL, max_tokens=24).start()
+    try:
+        clients.answers_after(16, 120, "before the restart")
+        result = llmgw("restart", state=up.state, check=False)
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert "the control plane restarts now" in result.stdout
+        wait_until(lambda: after_restart(r"restarting \(`llmgw restart`\)"), 60, "the restart to begin")
+        wait_until(lambda: after_restart(rf"{MODEL}-0\s+ready"), 300, "the replica ready again")
+        clients.answers_after(16, 300, "after the restart")
+        assert up.process.poll() is None  # the same process (pid), re-executed
+        assert engine_pids(up.state) == engines  # adopted across the re-execution, never started again
+        assert not zombie_children(up.process.pid)  # no ended child of the old image is left unreaped
+        restart = (len(clients.answered), len(clients.refused))
 
-    def stream(i: int) -> None:
-        try:
-            parts, finish = [], None
-            for chunk in client.chat.completions.create(
-                    model=MODEL, stream=True, max_tokens=200,
-                    messages=[{"role": "user", "content": f"Tell a long story about lighthouse number {i}."}]):
-                if chunk.choices:
-                    parts.append(chunk.choices[0].delta.content or "")
-                    finish = chunk.choices[0].finish_reason or finish
-            streams[i] = ("".join(parts), finish, after_restart(r"restarting \(`llmgw restart`\)") is not None)
-        except openai.OpenAIError as error:
-            streams[i] = error
+        llmgw("stop", state=up.state)
+        wait_until(lambda: not engine_pids(up.state), 60, "the engines to stop")
+        stopped = len(clients.refused)
+        wait_until(lambda: any("(system_stopped)" in r for r in clients.refused[stopped:]), 30,
+                   "a 503 system_stopped while stopped")
+        llmgw("start", state=up.state)
+        clients.answers_after(16, 300, "after llmgw start")
+    finally:
+        clients.stop()
+    print(f"restart: {restart[0]} answered, {restart[1]} refused; then stop/start: {clients.figures()}")
+    assert not clients.failed, (clients.figures(), clients.failed[:5])
+    problems = _billed(up.state, clients)
+    assert not problems, problems[:10]
 
-    threads = [threading.Thread(target=stream, args=(i,)) for i in range(4)]
-    for thread in threads:
-        thread.start()
-    result = llmgw("restart", state=up.state, check=False)
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "the control plane restarts now" in result.stdout
-    wait_until(lambda: after_restart(r"restarting \(`llmgw restart`\)"), 60, "the restart to begin")
-    for thread in threads:
-        thread.join(timeout=120)
-    assert all(isinstance(s, tuple) and s[0] and s[1] in ("stop", "length") for s in streams.values()), streams
-    assert len(streams) == 4 and any(s[2] for s in streams.values()), streams  # some ended while it drained
-    base = wait_until(lambda: after_restart(r"gateway\s+(http://\S+/v1)"), 120, "the new banner").group(1)
-    wait_until(lambda: after_restart(rf"{MODEL}-0\s+ready"), 300, "the replica ready again")
-    assert up.process.poll() is None  # the same process (pid), re-executed
-    key = up.wait_for(r"API key\s+(sk-llmgw-\S+)", timeout=5).group(1)
-    again = openai.OpenAI(base_url=base, api_key=key, max_retries=2, timeout=120)
-    reply = again.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "Hi."}], max_tokens=4)
-    assert reply.choices[0].message.content is not None
-    assert engine_pids(up.state) == engines  # adopted across the re-execution, never started again
-    assert not zombie_children(up.process.pid)  # no ended child of the old image is left unreaped
+
+def usage_rows(state: Path) -> list[tuple[str, int]]:
+    """(client request id, status) of each usage row of `up`'s store whose x-request-id an `SdkClients` sent."""
+    import sqlite3
+
+    with sqlite3.connect(f"file:{state / 'llmgw.sqlite3'}?mode=ro", uri=True) as db:
+        return list(db.execute("SELECT client_request_id, status FROM usage WHERE client_request_id LIKE 'client-%'"))
+
+
+def _billed(state: Path, clients: SdkClients) -> list[str]:
+    """`billing_problems` once the usage rows have settled (polled for 30 s; a stream's row comes after its end)."""
+    deadline = time.monotonic() + 30
+    while (problems := billing_problems(clients, usage_rows(state))) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    rows = usage_rows(state)
+    print(f"usage rows of the clients' requests: {len(rows)} ({sum(1 for _, s in rows if s == 200)} of status 200)")
+    return problems
 
 
 def zombie_children(pid: int) -> list[str]:
@@ -357,9 +349,25 @@ def zombie_children(pid: int) -> list[str]:
     return found
 
 
-def test_ctrl_c_stops_everything_within_seconds(up):
-    started = time.monotonic()
-    up.process.send_signal(signal.SIGINT)
-    up.process.wait(timeout=30)
-    assert time.monotonic() - started < 20
+def test_sigterm_under_16_sdk_clients_stops_everything_within_seconds_losing_no_request(up, client):
+    """SIGTERM (received as Ctrl-C is: one signal receiver, llmgw.cli.up_cmd) while 16 SDK clients ask: the requests
+    that had started are answered and billed once, the rest refused; everything, engines included, stops within
+    seconds."""
+    clients = SdkClients(str(client.base_url), client.api_key, 16, model=MODEL, max_tokens=24).start()
+    try:
+        clients.answers_after(16, 300, "before SIGTERM")
+        started, seen = time.monotonic(), len(up.lines)
+        up.process.send_signal(signal.SIGTERM)
+        up.process.wait(timeout=60)
+        took = time.monotonic() - started
+    finally:
+        clients.stop()
+    said = "\n".join(f"  +{at - started:5.1f} s {line}" for at, line in zip(up.times[seen:], up.lines[seen:]))
+    print(f"SIGTERM: {clients.figures()}; stopped in {took:.1f} s; it said:\n{said}")
+    # the gateway drains the requests in flight first (seconds under load), then the engines stop: 19.5 s measured
+    # at load average 9 on 2 cores (31 s and 8 requests lost while both stopped at once)
+    assert took < 30, said
     assert not engine_pids(up.state)
+    assert not clients.failed, (clients.figures(), clients.failed[:5])
+    problems = _billed(up.state, clients)
+    assert not problems, problems[:10]
