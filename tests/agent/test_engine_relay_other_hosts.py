@@ -61,6 +61,31 @@ def _call(host, command: str, argument: dict, timeout: float = 60) -> dict:
     return json.loads(done.stdout.splitlines()[-1])
 
 
+def knock_every_path_without_the_key(client, node, relay_port: int, engine_port: int, key: str, api_key: str,
+                                     also_refused: list | None = None) -> None:
+    """From `client`, every path of PATHS with every method of METHODS and five header sets that lack the replica
+    `key` (none, a wrong key, the gateway's `api_key`, `key` in X-Api-Key or as Basic) to the node's relay: each is a
+    401 of the relay (which `client` connects to) and none opens a connection to the engine's port (the node's
+    COUNTER unchanged); the engine's port is refused at once on the node's IPv4 and IPv6 addresses and
+    `also_refused` ([host, port] pairs)."""
+    before = _engine_connections(node)
+    headers = [{}, {"Authorization": "Bearer not-the-key"}, {"Authorization": f"Bearer {api_key}"},
+               {"X-Api-Key": key}, {"Authorization": f"Basic {key}"}]
+    knocked = _call(client, "knock", {
+        "base": f"http://{node.address}:{relay_port}", "paths": list(PATHS), "methods": list(METHODS),
+        "headers": headers, "ports": [[node.address, relay_port], [node.address, engine_port],
+                                      [node.address6, engine_port], *(also_refused or [])]})
+    answers = knocked["answers"]
+    assert len(answers) == len(PATHS) * len(METHODS) * len(headers)
+    wrong = [a for a in answers if a[3] != 401 or a[4] not in (None, "authentication_error")]
+    assert not wrong, wrong[:10]
+    assert _engine_connections(node) == before, "a refused request opened a connection to the engine"
+    relay, *engine_ports = knocked["ports"]
+    assert relay[2] == "connected"  # the relay is reachable from the client: the 401s were its answers
+    for host, port, outcome, seconds in engine_ports:
+        assert outcome == "refused" and seconds < 1, (host, port, outcome, seconds)
+
+
 @pytest.mark.slow
 def test_a_client_host_is_refused_on_every_path_and_a_gateway_host_gets_answers_through_the_relay(
     tmp_path, netns_lab, llama_server_binary, gemma_gguf,
@@ -92,21 +117,8 @@ def test_a_client_host_is_refused_on_every_path_and_a_gateway_host_gets_answers_
         before = _engine_connections(node)
         assert before > 0  # the counter counts: the two health requests above reached the engine
 
-        headers = [{}, {"Authorization": "Bearer not-the-key"}, {"Authorization": f"Bearer {api_key}"},
-                   {"X-Api-Key": KEY}, {"Authorization": f"Basic {KEY}"}]
-        knocked = _call(client, "knock", {
-            "base": f"http://{node.address}:{RELAY_PORT}", "paths": list(PATHS), "methods": list(METHODS),
-            "headers": headers, "ports": [[node.address, RELAY_PORT], [node.address, ENGINE_PORT],
-                                          [node.address6, ENGINE_PORT], ["127.0.0.1", ENGINE_PORT]]})
-        answers = knocked["answers"]
-        assert len(answers) == len(PATHS) * len(METHODS) * len(headers)
-        wrong = [a for a in answers if a[3] != 401 or a[4] not in (None, "authentication_error")]
-        assert not wrong, wrong[:10]
-        assert _engine_connections(node) == before, "a refused request opened a connection to the engine"
-        relay, *engine_ports = knocked["ports"]
-        assert relay[2] == "connected"  # the relay is reachable from the client: the 401s were its answers
-        for host, port, outcome, seconds in engine_ports:
-            assert outcome == "refused" and seconds < 1, (host, port, outcome, seconds)
+        knock_every_path_without_the_key(client, node, RELAY_PORT, ENGINE_PORT, KEY, api_key,
+                                         also_refused=[["127.0.0.1", ENGINE_PORT]])
 
         table = tmp_path / "table.json"
         table.write_text(json.dumps(table_to_json(make_table(

@@ -39,7 +39,9 @@ from llmgw.store import open_store
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "agent"))
 from test_engine_relay import PATHS  # noqa: E402
-from test_engine_relay_other_hosts import COUNTER, METHODS, _call, _engine_connections  # noqa: E402
+from test_engine_relay_other_hosts import (  # noqa: E402
+    COUNTER, _call, _engine_connections, knock_every_path_without_the_key,
+)
 
 from gateway_harness import make_table, replica  # noqa: E402
 
@@ -85,21 +87,7 @@ def test_vllm_behind_its_relay_refuses_a_client_host_on_every_path_and_answers_a
         before = _engine_connections(node)
         assert before > 0
 
-        headers = [{}, {"Authorization": "Bearer not-the-key"}, {"Authorization": f"Bearer {api_key}"},
-                   {"X-Api-Key": ENGINE_KEY}, {"Authorization": f"Basic {ENGINE_KEY}"}]
-        knocked = _call(client, "knock", {
-            "base": f"http://{node.address}:{RELAY_PORT}", "paths": list(PATHS), "methods": list(METHODS),
-            "headers": headers, "ports": [[node.address, RELAY_PORT], [node.address, ENGINE_PORT],
-                                          [node.address6, ENGINE_PORT]]})
-        answers = knocked["answers"]
-        assert len(answers) == len(PATHS) * len(METHODS) * len(headers)
-        wrong = [a for a in answers if a[3] != 401 or a[4] not in (None, "authentication_error")]
-        assert not wrong, wrong[:10]
-        assert _engine_connections(node) == before, "a refused request opened a connection to the engine"
-        relay, *engine_ports = knocked["ports"]
-        assert relay[2] == "connected"
-        for host, port, outcome, seconds in engine_ports:
-            assert outcome == "refused" and seconds < 1, (host, port, outcome, seconds)
+        knock_every_path_without_the_key(client, node, RELAY_PORT, ENGINE_PORT, ENGINE_KEY, api_key)
 
         table = tmp_path / "table.json"
         table.write_text(json.dumps(table_to_json(make_table(

@@ -23,6 +23,8 @@ from collections import Counter
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
+from support.http_stub import StubHandler
+
 
 class HubFiles:
     """The stand-in. `add(repo, path, file, sha256=None)`: `file` on disk served as `path` of `repo` at revision
@@ -35,20 +37,7 @@ class HubFiles:
         self.lock = threading.Lock()
         hub = self
 
-        class Handler(http.server.BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args) -> None:
-                pass
-
-            def _send(self, status: int, body: bytes = b"", headers: dict[str, str] | None = None) -> None:
-                self.send_response(status)
-                for key, value in (headers or {}).items():
-                    self.send_header(key, value)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
+        class Handler(StubHandler):
             def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
                 path = unquote(urlsplit(self.path).path)
                 tree = re.fullmatch(r"/api/models/([^/]+/[^/]+)/tree/([^/]+)/?(.*)", path)

@@ -25,6 +25,8 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
+from support.http_stub import StubHandler
+
 
 @dataclass
 class HubState:
@@ -74,20 +76,7 @@ class HubServer:
         state = self.state
         server = self
 
-        class Handler(http.server.BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args) -> None:
-                pass
-
-            def _send(self, status: int, body: bytes = b"", headers: dict[str, str] | None = None) -> None:
-                self.send_response(status)
-                for key, value in (headers or {}).items():
-                    self.send_header(key, value)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
+        class Handler(StubHandler):
             def _refused(self, repo: str) -> bool:
                 """Answer 401 (and say so) when `repo` is gated and the request lacks its token."""
                 required = state.gated.get(repo)
