@@ -20,9 +20,10 @@ from llmgw.control.forecast_audit import forecast_lines, forecast_status
 from llmgw.control.handlers import EffectContext, _measure_forecast
 from llmgw.control.handling import Handlers, every_command
 from llmgw.control.state import WatchState
+from llmgw.errors import StoreError
 from llmgw.plan import fingerprint
 from llmgw.plan.reviewed import ReviewedPlan
-from llmgw.plan.types import NodeState, Plan
+from llmgw.plan.types import NodeState, ObservedShard, Plan
 from llmgw.settings import load_directory
 from llmgw.store import UsageRecord, open_store
 
@@ -53,25 +54,33 @@ async def beat(loop: ControlLoop, ready) -> None:
         await trio.sleep(1)
 
 
-async def test_the_forecast_is_checked_once_the_window_after_the_apply_passed(settings, tmp_path, autojump_clock):
-    store = open_store(tmp_path / "store.sqlite3")
+def reviewed_loop(settings, store) -> tuple[ControlLoop, ObservedShard, list[tuple[float, MeasureForecast]]]:
+    """A control loop over node n1 running tiny-0 (`ready`) converged to `settings` (commit a...), reviewed with
+    `FORECAST`, whose unix clock follows MockClock from `BASE`, and whose `MeasureForecast` goes to the real handler
+    over `store`; each one asked is recorded (MockClock time, the effect)."""
     ready = shard("tiny-0", fingerprint(settings.models["tiny"], "b11434"))
     node = NodeState("n1", cpu_cores=4, memory_bytes=8 << 30, shards=(ready,),
                      engines_installed=frozenset({"llama.cpp@b11434"}))
     state = replace(control_state(settings, node), watch=WatchState(settings=settings),
                     reviewed=ReviewedPlan("a" * 40, "sha256:" + "0" * 64, Plan(), FORECAST))
-    asked: list[tuple[float, MeasureForecast]] = []
     handlers = Handlers(every_command(lambda command: trio.lowlevel.checkpoint()))
     loop = ControlLoop(state, handlers, interval=lambda: 1000.0)
     loop.unix_clock = lambda: BASE + trio.current_time()
     ctx = EffectContext(agents=None, secret=None, replica_key=None, audit=None, status=None, update=loop.update,
                         store=store)
+    asked: list[tuple[float, MeasureForecast]] = []
 
     async def measure(effect: MeasureForecast) -> None:
         asked.append((trio.current_time(), effect))
         await _measure_forecast(ctx, effect)
 
     handlers.register(MeasureForecast, measure)
+    return loop, ready, asked
+
+
+async def test_the_forecast_is_checked_once_the_window_after_the_apply_passed(settings, tmp_path, autojump_clock):
+    store = open_store(tmp_path / "store.sqlite3")
+    loop, ready, asked = reviewed_loop(settings, store)
 
     async with trio.open_nursery() as nursery:
         await nursery.start(loop.run)
@@ -138,3 +147,33 @@ def test_an_apply_body_whose_forecast_is_not_a_reviews_is_refused_naming_it():
     assert "ttft_p90_after is 'fast', not a number" in str(refused.value)
     body["reviewed"]["forecast"] = list(FORECAST)
     assert [doc["model"] for doc in body_reviewed(body).forecast] == ["tiny", "gone"]
+
+
+class FailingOnce:
+    """A store whose first `usage_load` fails (a database that was away), then reads `store`."""
+
+    def __init__(self, store):
+        self.store, self.calls = store, 0
+
+    def usage_load(self, since: float):
+        self.calls += 1
+        if self.calls == 1:
+            raise StoreError("database is locked")
+        return self.store.usage_load(since)
+
+
+async def test_a_store_that_fails_is_read_again_a_tenth_of_the_window_later(settings, tmp_path, autojump_clock):
+    store = FailingOnce(open_store(tmp_path / "store.sqlite3"))
+    loop, ready, asked = reviewed_loop(settings, store)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(loop.run)
+        nursery.start_soon(beat, loop, ready)
+        with trio.fail_after(3 * AFTER):
+            while loop.state.forecast_audit is None or loop.state.forecast_audit.checks is None:
+                await trio.sleep(1)
+        nursery.cancel_scope.cancel()
+    began = loop.state.forecast_audit.converged_at
+    assert [round(at - began) for at, _effect in asked] == [round(AFTER), round(AFTER * 1.1)]
+    audit = loop.state.forecast_audit
+    assert audit.error == "" and audit.window == pytest.approx(AFTER * 1.1, abs=1.5)
+    assert [c.requests for c in audit.checks] == [0, 0]
