@@ -192,6 +192,8 @@ def _reviewed_body(path: Path, expect: str | None) -> dict[str, Any]:
     try:
         doc = json.loads(path.read_text())
         reviewed = {"commit": doc["head"]["commit"], "fleet": doc["fleet"]["revision"], "plan": doc["plan"]}
+        if isinstance(doc.get("forecast"), dict) and doc["forecast"].get("models"):
+            reviewed["forecast"] = doc["forecast"]["models"]  # audited once the change ran (docs/review.md)
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise UsageError(f"{path} is not a review's JSON (`llmgw review BASE HEAD --json-file FILE`): {exc!r}") from exc
     if not isinstance(reviewed["commit"], str):
@@ -425,7 +427,9 @@ def server_cmd(ctx, repo, repo_ssh_key, branch, state_dir, store, secrets_dir, g
                    "names it); otherwise refuse, saying what changed since.")
 @click.option("--review", "review_file", default=None, type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="A review's JSON (`llmgw review --json-file`): apply only its head commit (as --expect) and record "
-                   "in the audit where each pass's placements differ from the plan it showed, and why.")
+                   "in the audit where each pass's placements differ from the plan it showed, and why; the review's "
+                   "forecast is checked and its error audited `reconcile.forecast_check_after` after the change "
+                   "converged.")
 @_client_options
 def apply_cmd(client, as_json, wait, allow_empty, timeout, expect, review_file):
     """Converge the fleet to the settings branch head now, showing progress. With --expect REV, only when the head

@@ -8,12 +8,15 @@ answers with 400 `{"error": {"type": "bad_request", "message", "param": field}}`
 from __future__ import annotations
 
 import math
+from types import MappingProxyType
 from typing import Any
 
 from llmgw.errors import LlmgwError
 
 from llmgw.wire.tls import MAX_JOIN_TOKEN_TTL  # seconds: a join token lives a week at most
 from llmgw.plan.rendering import plan_from_json
+from llmgw.plan.forecast_check import check_forecast
+from llmgw.plan.forecasting import RecordedLoad
 from llmgw.plan.reviewed import ReviewedPlan
 MAX_HISTORY_LIMIT = 10_000
 MAX_LOG_LINES = 100_000
@@ -110,8 +113,9 @@ def body_text(body: dict[str, Any], field: str, default: str, max_length: int = 
 
 
 def body_reviewed(body: dict[str, Any]) -> ReviewedPlan | None:
-    """The body's `reviewed` object, {"commit": 40 hex, "fleet": "sha256:...", "plan": `llmgw plan --json`'s plan}
-    (what `llmgw apply --review` sends from a review's JSON), as a ReviewedPlan; None when absent or null.
+    """The body's `reviewed` object, {"commit": 40 hex, "fleet": "sha256:...", "plan": `llmgw plan --json`'s plan,
+    "forecast": the review's `forecast.models` (optional)} (what `llmgw apply --review` sends from a review's JSON),
+    as a ReviewedPlan; None when absent or null.
 
     Raises AdminInputError naming `reviewed` (or the key inside it) for anything else.
     """
@@ -128,4 +132,12 @@ def body_reviewed(body: dict[str, Any]) -> ReviewedPlan | None:
         plan = plan_from_json(value["plan"])
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise AdminInputError("reviewed", f"reviewed.plan is not a plan as `llmgw review --json` writes it: {exc!r}"[:300]) from None
-    return ReviewedPlan(commit, fleet, plan)
+    forecast = value.get("forecast") or []
+    try:
+        if not isinstance(forecast, list) or not all(isinstance(doc, dict) for doc in forecast):
+            raise TypeError("not a list of objects")
+        check_forecast(forecast, RecordedLoad(0.0))  # what the control plane will read of it, read once now
+    except (KeyError, TypeError, ValueError) as exc:
+        raise AdminInputError("reviewed", "reviewed.forecast is not a forecast as `llmgw review --json` writes it "
+                                          f"(its forecast.models): {exc!r}"[:300]) from None
+    return ReviewedPlan(commit, fleet, plan, tuple(MappingProxyType(dict(doc)) for doc in forecast))

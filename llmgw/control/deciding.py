@@ -15,6 +15,8 @@ Rules, each checked over seeded random states in tests/control/test_decide_invar
 - a shard that keeps failing is restarted with the same growing backoff;
 - (leader) canaries are watched each pass (`llmgw.control.canaries.watch_canaries`) and the planner told what they
   hold (`holds_of`); the applied ref does not move to a commit whose canary failed;
+- (leader) once a pass converged to a reviewed commit with a forecast, `reconcile.forecast_check_after` later a
+  pass asks for its check (`llmgw.control.forecast_audit.watch_forecast`);
 - each pass moves the autoscaled models' wanted counts (`llmgw.control.autoscaling.watch_scales`, leader or not, so
   a standby that takes over has them) and the planner places those counts (`make_plan(replicas=...)`).
 """
@@ -26,6 +28,7 @@ from dataclasses import dataclass, replace
 
 from llmgw.control.autoscaling import wanted_counts, watch_scales, watch_ttfts
 from llmgw.control.canaries import failed_at, holds_of, watch_canaries
+from llmgw.control.forecast_audit import watch_forecast
 from llmgw.control.effects import COMMANDS, Command, Effect, RememberNodes, SetApplied, WriteAudit, command_for
 from llmgw.control.reports import memory_thresholds, settings_view
 from llmgw.control.starting import with_starts_in_flight
@@ -311,6 +314,8 @@ def decide(
     effects += canary_effects
     effects += ttft_effects
     if following.leadership.leader:
+        following, forecast_effects = watch_forecast(following, now, now_unix)  # this pass's convergence counts
+        effects += forecast_effects
         following, leader_effects = _leader_writes(following, record, now)
         effects += leader_effects
     return Decision(plan, tuple(send), record, tuple(effects)), following

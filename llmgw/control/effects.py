@@ -27,6 +27,9 @@ Canaries (`llmgw.control.canaries`): `MeasureCanary` (read a canary's requests f
 with `canary_measured`) and `ProposeRevert` (a revert of a failed canary's settings commit, pushed to a branch of
 its own, never the settings branch; answered with `revert_proposed`).
 
+The forecast's check (`llmgw.control.forecast_audit`): `MeasureForecast` (read the load recorded since a reviewed
+change converged and compare it with the review's forecast; answered with `forecast_measured`).
+
 The autoscaler (`llmgw.control.autoscaling`): `MeasureTtft` (read a model's recent TTFT p90 from the usage records,
 for its `ttft_p90` target; answered with `ttft_measured`).
 
@@ -246,8 +249,21 @@ class ProposeRevert:
     reason: str
 
 
+@dataclass(frozen=True)
+class MeasureForecast:
+    """Read the load the usage records hold since `since_unix` (unix seconds: when reviewed settings commit `commit`
+    converged), a window up to `until_unix` (the pass that asked), and compare it with `forecast` (the review's
+    `forecast.models`)."""
+
+    commit: str
+    forecast: tuple[Any, ...]
+    since_unix: float
+    until_unix: float
+
+
 Effect = Union[StartShard, StopShard, InstallEngine, ConfigureAgent, WriteAudit, SetApplied, RememberNodes,
-               RecordSlurmUsage, PublishRoutingTable, CommitSettings, MeasureCanary, MeasureTtft, ProposeRevert]
+               RecordSlurmUsage, PublishRoutingTable, CommitSettings, MeasureCanary, MeasureTtft, ProposeRevert,
+               MeasureForecast]
 """Every kind of effect (see the module docstring)."""
 
 COMMANDS = (StartShard, StopShard, InstallEngine, ConfigureAgent)

@@ -15,6 +15,7 @@ What a handler learns goes back to the loop as a transition (`update`); none rea
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -25,10 +26,11 @@ from llmgw.control.agents import AgentHub
 from llmgw.control.audit import AuditWriter, Planning, audit_message, audit_snapshot, state_changes
 from llmgw.control.autoscaling import scale_line, ttft_measured
 from llmgw.control.canaries import canary_line, canary_measured, canary_unmeasured, revert_proposed
+from llmgw.control.forecast_audit import forecast_lines, forecast_measured, forecast_unmeasured, measure_forecast
 from llmgw.control.commands import agent_settings, install_engine, may_take_part_in_slurm, slurm_role, start_shard, stop_shard
 from llmgw.control.events import audit_written, nodes_forgotten, slurm_jobs_written
 from llmgw.control.effects import (
-    ConfigureAgent, InstallEngine, MeasureCanary, MeasureTtft, ProposeRevert, RecordSlurmUsage, RememberNodes, SetApplied,
+    ConfigureAgent, InstallEngine, MeasureCanary, MeasureForecast, MeasureTtft, ProposeRevert, RecordSlurmUsage, RememberNodes, SetApplied,
     StartShard, StopShard, WriteAudit,
 )
 from llmgw.control.handling import Handlers
@@ -52,7 +54,8 @@ Update = Callable[..., None]
 class EffectContext:
     """What the handlers reach: the agents' streams, the store (None until opened), named secrets (`secret(name)`
     raises UsageError when missing), replica keys by replica id, the audit writer, the status document of a state
-    without readings (`status(state)`), tracing (None: off) and the loop's `update`."""
+    without readings (`status(state)`), tracing (None: off), the loop's `update` and `speeds()`, the replicas'
+    speeds routing uses (replica id -> ReplicaSpeed)."""
 
     agents: AgentHub
     secret: Callable[[str], str]
@@ -62,6 +65,7 @@ class EffectContext:
     update: Update
     store: Any = None
     tracing: Any = None
+    speeds: Callable[[], Any] = dict
 
 
 def register_handlers(handlers: Handlers, ctx: EffectContext) -> None:
@@ -78,6 +82,7 @@ def register_handlers(handlers: Handlers, ctx: EffectContext) -> None:
     handlers.register(RecordSlurmUsage, lambda e: _record_slurm(ctx, e, lock))
     handlers.register(MeasureCanary, lambda e: _measure_canary(ctx, e))
     handlers.register(MeasureTtft, lambda e: _measure_ttft(ctx, e))
+    handlers.register(MeasureForecast, lambda e: _measure_forecast(ctx, e))
     handlers.register(ProposeRevert, lambda e: _propose_revert(ctx, e))
 
 
@@ -107,6 +112,23 @@ async def _measure_ttft(ctx: EffectContext, effect: MeasureTtft) -> None:
         return
     ctx.update(ttft_measured(effect.model, percentile(ttfts, 0.9), effect.asked_at),
                f"TTFT of {effect.model} measured")
+
+
+async def _measure_forecast(ctx: EffectContext, effect: MeasureForecast) -> None:
+    """Read the load recorded since the reviewed change converged and hand its check against the review's forecast
+    to `forecast_measured` (`forecast_unmeasured` when the store fails)."""
+    if ctx.store is None:
+        return
+    try:
+        usage = await trio.to_thread.run_sync(ctx.store.usage_load, effect.since_unix)
+    except (StoreError, TemporaryError) as exc:
+        log.warning("could not read the load to check the forecast of %s: %s", effect.commit[:12], exc)
+        ctx.update(forecast_unmeasured(effect.commit, str(exc)), f"forecast of {effect.commit[:12]} not measured")
+        return
+    until = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(effect.until_unix))
+    checks, window = measure_forecast(effect.forecast, usage, ctx.speeds(), effect.since_unix, effect.until_unix,
+                                      until)
+    ctx.update(forecast_measured(effect.commit, checks, window, until), f"forecast of {effect.commit[:12]} measured")
 
 
 async def _propose_revert(ctx: EffectContext, effect: ProposeRevert) -> None:
@@ -195,6 +217,8 @@ async def _write_audit(ctx: EffectContext, effect: WriteAudit) -> None:
         message += "".join(f"- {canary_line(c)}\n" for _, c in sorted(state.canaries.items()))
         message += "".join(f"- autoscaler: {scale_line(name, entry)}\n"
                            for name, entry in doc.get("scaling", {}).items())
+        if snapshot.get("forecast_check") != (state.audit_snapshot or {}).get("forecast_check"):
+            message += "".join(f"{line}\n" for line in forecast_lines(state.forecast_audit))
         if basis is not None and plan is not None:
             review = None
             if reviewed is not None and reviewed.commit == basis.settings.commit:

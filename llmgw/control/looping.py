@@ -91,6 +91,9 @@ class ControlLoop:
         above 0, the gap is at least what the last pass cost too (`pass_cost`: decide and the effects' dispatch,
         seconds of wall time), so passes take at most half the loop's time and heartbeats are
         folded between them however large the fleet (bench/fleet_scale.py: 1,000 agents joining at once)."""
+        self.unix_clock: Callable[[], float] = time.time
+        """The unix time each pass records and its rules read (`now_unix`); a test on trio's MockClock sets one
+        that follows the virtual clock."""
         self.pass_cost = 0.0
         """Wall seconds the last pass took, dispatch included (and its plan, when made aside)."""
         self._plan = plan
@@ -335,7 +338,7 @@ class ControlLoop:
 
     def _pass(self, started: float, old: ControlState, took: float, trigger: str, planned: tuple | None,
               planned_seconds: float) -> PassRecord | None:
-        decision, state = decide(old, started, now_unix=time.time(), trigger=trigger, settle_after=self.settle_after,
+        decision, state = decide(old, started, now_unix=self.unix_clock(), trigger=trigger, settle_after=self.settle_after,
                                  planned=planned)
         if decision is None:
             return None

@@ -113,7 +113,7 @@ async def open_wiring(plane: Any) -> AsyncIterator[Any]:
     register_handlers(plane.handlers, EffectContext(
         agents=plane.agents, secret=plane.secrets.require, replica_key=plane.replica_key, audit=plane.audit,
         status=lambda state: plane.status(state, readings=False), update=plane.loop.update, store=store,
-        tracing=plane.tracing))
+        tracing=plane.tracing, speeds=lambda: plane.speeds))
     unhandled = [kind.__name__ for kind in get_args(Effect) if kind not in plane.handlers.kinds()]
     assert not unhandled, f"effects without a handler would be dropped: {unhandled}"  # a bug of llmgw, not input
     plane.audit.fence = functools.partial(_audit_fence, store, plane.holder)

@@ -23,6 +23,7 @@ from llmgw.control.tallies import Tallies
 from llmgw.errors import Issue
 from llmgw.plan.autoscaling import Scale, Ttft
 from llmgw.plan.canary import CanaryHold
+from llmgw.plan.forecast_check import ForecastCheck
 from llmgw.plan.reviewed import ReviewedPlan
 from llmgw.plan.types import Action, Fleet, Plan, Unplaced
 from llmgw.settings.model import Model, Rollout, Settings
@@ -272,6 +273,29 @@ class Canary:
     revert_error: str = ""
 
 
+@dataclass(frozen=True)
+class ForecastAudit:
+    """The check of a reviewed change's forecast once it ran (`llmgw.control.forecast_audit`).
+
+    `commit`: the reviewed settings commit; `forecast`: the review's `forecast.models`; `converged_at` /
+    `converged_at_unix`: when a pass first found the fleet converged to it (the window starts); `check_at`: when its
+    load is measured (control-plane clock); `measuring`: a measurement is under way. Once measured: `checks` (one
+    `ForecastCheck` per model, None: not yet), `window` (seconds measured) and `until` (ISO 8601 UTC); `error`: why
+    the load could not be read ("" none).
+    """
+
+    commit: str
+    forecast: tuple[Mapping, ...]
+    converged_at: float
+    converged_at_unix: float
+    check_at: float
+    measuring: bool = False
+    checks: tuple[ForecastCheck, ...] | None = None
+    window: float = 0.0
+    until: str = ""
+    error: str = ""
+
+
 RECENT_PASSES = 100
 """Pass records `ControlState.recent_passes` keeps."""
 
@@ -314,6 +338,8 @@ class ControlState:
     applies (llmgw.control.restart_only), one sentence each. `reviewed`: the plan the last `llmgw apply --review`
     showed (None: none); each audit commit of a pass planning its commit records where the pass differs from it.
     `canaries`: model name -> its canary rollout (`Canary`; runtime state, forgotten by a restart).
+    `forecast_audit`: the check of the reviewed change's forecast (`ForecastAudit`; runtime state, forgotten by a
+    restart, as `reviewed` is; None: none).
     `scales`: model name -> the autoscaler's `Scale` of each model whose settings give a replica range (wanted
     count, last decision's reason; `llmgw.control.autoscaling`). `held`: model name -> requests the gateway holds
     for it, waiting for a replica (absent: none). `ttfts`: model name -> the TTFT p90 of its recent requests, read
@@ -347,6 +373,7 @@ class ControlState:
     scales: Mapping[str, Scale] = field(default_factory=frozen)
     held: Mapping[str, int] = field(default_factory=frozen)
     ttfts: Mapping[str, Ttft] = field(default_factory=frozen)
+    forecast_audit: ForecastAudit | None = None
 
     @property
     def settings(self) -> Settings | None:

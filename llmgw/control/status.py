@@ -22,6 +22,7 @@ from llmgw import __version__
 from llmgw.control.audit import AuditWriter
 from llmgw.control.autoscaling import scales_status
 from llmgw.control.canaries import canaries_status
+from llmgw.control.forecast_audit import forecast_status
 from llmgw.control.documents import StatusDocuments
 from llmgw.control.feeding import GatewayFeed
 from llmgw.control.looping import ControlLoop
@@ -119,6 +120,8 @@ class StatusReporter:
             doc["notes"] = notes
         if state.canaries:
             doc["canaries"] = canaries_status(state.canaries)
+        if state.forecast_audit is not None:
+            doc["forecast_check"] = forecast_status(state.forecast_audit)
         if state.scales:
             doc["scaling"] = scales_status(state, now)
         where = self._endpoints()

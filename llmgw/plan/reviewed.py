@@ -11,6 +11,7 @@ revision named).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,12 +20,14 @@ from llmgw.plan.types import Assignment, Fleet, Plan
 
 @dataclass(frozen=True)
 class ReviewedPlan:
-    """What was reviewed: the settings `commit` (40 hex), the review's fleet `revision` ("sha256:..."), and the
-    `plan` it showed."""
+    """What was reviewed: the settings `commit` (40 hex), the review's fleet `revision` ("sha256:..."), the
+    `plan` it showed, and its `forecast`: the review's `forecast.models` (one JSON object per changed model, as
+    `llmgw.plan.forecast_check.check_forecast` reads them; empty: the review forecast nothing)."""
 
     commit: str
     fleet_revision: str
     plan: Plan
+    forecast: tuple[Mapping[str, Any], ...] = ()
 
 
 @dataclass(frozen=True)

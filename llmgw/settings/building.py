@@ -96,6 +96,7 @@ def build_cluster(data: Mapping[str, Any]) -> ClusterSettings:
         node_lost_after=_duration(reconcile, "node_lost_after", defaults.node_lost_after),
         action_timeout=_duration(reconcile, "action_timeout", defaults.action_timeout),
         max_surge=int(reconcile.get("max_surge", defaults.max_surge)),
+        forecast_check_after=_duration(reconcile, "forecast_check_after", defaults.forecast_check_after),
         serving_stopped=bool(serving.get("stopped", False)),
         allow_empty=bool(serving.get("allow_empty", False)),
         cordoned=tuple(sorted(set(serving.get("cordoned", ())))),

@@ -24,8 +24,8 @@ REDACTED_CHANGED = "<redacted, changed>"
 REDACTED = "<redacted>"
 _SECRET_KEY = re.compile(r"(^|_)(secret|token|password|api_key)$")
 _SECRET_PATHS = {"store.url"}
-_DURATIONS = {"poll_interval", "reconcile_interval", "node_lost_after", "action_timeout", "heartbeat_interval",
-              "telemetry_interval", "shard_stop_grace", "job_time_limit"}
+_DURATIONS = {"poll_interval", "reconcile_interval", "node_lost_after", "action_timeout", "forecast_check_after",
+              "heartbeat_interval", "telemetry_interval", "shard_stop_grace", "job_time_limit"}
 
 
 @dataclass(frozen=True)

@@ -92,6 +92,8 @@ class ClusterSettings:
     `control_planes`: every control plane's agents address ("host:port"), told to every agent (which connects to
     each: see docs/ha.md); empty with one control plane.
     `max_surge`: per model, how many replaced replicas may run their new shard beside the old one at once.
+    `forecast_check_after` (`reconcile.forecast_check_after`): how long after a reviewed change with a forecast
+    converged its load is measured and the forecast's error audited (llmgw.control.forecast_audit).
     `tracing`: the control plane's traces; `trace_requests` the share (0..1) of the gateway's requests traced
     (`llmgw server --otlp-endpoint` / `--trace-requests` override both).
     `max_file_bytes`: the largest upload on /v1/files; `batch_slot_share`: the share of a replica's slots that
@@ -112,6 +114,7 @@ class ClusterSettings:
     node_lost_after: float = 30.0
     action_timeout: float = 600.0
     max_surge: int = 1
+    forecast_check_after: float = 3600.0
     serving_stopped: bool = False
     allow_empty: bool = False
     cordoned: tuple[str, ...] = ()

@@ -47,15 +47,19 @@ def cpu_register(settings, commit: str) -> pb.Register:
                        memory_total_bytes=32 * GiB, engines_installed=["llama.cpp@b11434"], shards=running)
 
 
-async def stand_in_agent(plane: ControlPlane, register: pb.Register, *, task_status=trio.TASK_STATUS_IGNORED):
+async def stand_in_agent(plane: ControlPlane, register: pb.Register, *, acknowledge: bool = False,
+                         task_status=trio.TASK_STATUS_IGNORED):
     """Register `register` with `plane`, then beat every 0.2 s reporting the same shards; commands are read and
-    left undone (the fleet is converged to the base settings, so none should come)."""
+    left undone (the fleet is converged to the base settings, so none should come), but for agent settings, which
+    are acknowledged when `acknowledge` (a settings change then converges)."""
     async with plane.local_connector()() as link:
         await link.send(agent_message(register=register))
 
         async def drain():
-            async for _message in link:
-                pass
+            async for message in link:
+                if acknowledge and message.WhichOneof("body") == "agent_settings":
+                    await link.send(agent_message(command_result=pb.CommandResult(
+                        command_id=message.command_id, ok=True)))
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(drain)
@@ -85,13 +89,19 @@ def pull_request(clone: Path, name: str, rel: str, old: str, new: str) -> None:
     git("checkout", "-q", "main", cwd=clone)
 
 
-async def test_review_reads_the_live_fleet_through_the_admin_api(tmp_path):
+def example_repository(tmp_path: Path) -> tuple[Path, Path]:
+    """A settings repository of examples/cluster-repo under `tmp_path`, and a clone of it: (repository, clone)."""
     seed = tmp_path / "seed"
     shutil.copytree(ROOT / "examples" / "cluster-repo", seed)
     repo = tmp_path / "settings.git"
     init_repository(repo, seed)
     clone = tmp_path / "clone"
     git("clone", "-q", str(repo), str(clone), cwd=tmp_path)
+    return repo, clone
+
+
+async def test_review_reads_the_live_fleet_through_the_admin_api(tmp_path):
+    repo, clone = example_repository(tmp_path)
     pull_request(clone, "add-70b", LLAMA, "\nreplicas: 0\n", "\nreplicas: 1\n")
     pull_request(clone, "add-five", LLAMA, "\nreplicas: 0\n", "\nreplicas: 5\n")
     pull_request(clone, "more-ci", "projects.yaml", "requests_per_minute: 120", "requests_per_minute: 240")

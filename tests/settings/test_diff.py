@@ -31,6 +31,7 @@ SAME = [
     ("projects.yaml", "budget: 5000.00", "budget: 5000"),
     ("llmgw.yaml", "interval: 10s ", "interval: 10000ms "),
     ("llmgw.yaml", "action_timeout: 10m", "action_timeout: 600s"),
+    ("llmgw.yaml", "action_timeout: 10m", "action_timeout: 10m\n  forecast_check_after: 60m"),  # the default
     ("llmgw.yaml", "port: 8080}", "port: 8080, drain_timeout: 30s}"),  # the default, written out
     (GEMMA, "replicas: 1\n", "replicas: 1\nallow_pickle: false\n"),
     (GEMMA, "cpu_cores: 0.5\n", "cpu_cores: 0.50\n  tensor_parallel: 1\n"),
@@ -194,6 +195,7 @@ LIVE_EDITS = [
     ("interval: 10s ", "interval: 20s "),
     ("node_lost_after: 30s", "node_lost_after: 60s"),
     ("action_timeout: 10m", "action_timeout: 20m"),
+    ("action_timeout: 10m", "action_timeout: 10m\n  forecast_check_after: 2h"),
     ("stopped: false", "stopped: true"),
     ("allow_empty: false", "allow_empty: true"),
     ("max_request_body: 10Mi", "max_request_body: 20Mi"),
