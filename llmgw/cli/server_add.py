@@ -10,8 +10,9 @@ without the node's doctor (a control plane needs no accelerator). Then the first
 agents' CA (ca.key, ca.crt, the rotation's ca.next.* when a rotation is under way, nodes.json) and the store's
 password secret (from `<state>/store.json`, `llmgw.store.StoreRecord`) go over ssh into the host's scratch
 directory (never into git), `llmgw server init` there sets the control plane up with them (the same PostgreSQL
-store, the shared settings repository `--repo-url`, mutual TLS on the agents' listener), it is started, and
-llmgw.yaml `control_planes:` gets HOST's agents address by a settings commit, so every agent connects to it too.
+store, the shared settings repository `--repo-url`, mutual TLS on the agents' listener with `--address` in its
+certificates), it is started, `server add` waits until its admin API answers (SERVE_TIMEOUT), and llmgw.yaml
+`control_planes:` gets HOST's agents address by a settings commit, so every agent connects to it too.
 """
 
 from __future__ import annotations
@@ -129,14 +130,15 @@ def add_cmd(host, release_dir, keys, settings_dir, repo_url, listen, address, st
         with tempfile.TemporaryDirectory() as scratch:
             tar.extractall(scratch, members=[m for m in tar.getmembers() if m.name.startswith("settings/")],
                            filter="data")
-            agents_port = load_directory(Path(scratch) / "settings").cluster.agents.port
+            cluster = load_directory(Path(scratch) / "settings").cluster
     facts = onboarding.NodeFacts(manifest.version, manifest.llmgw_wheel, host, "-", "", SCRATCH,
                                  (MANIFEST, SIGNATURE, PUBLIC_KEY_FILE), RECORD_DIR)
     checks = onboarding.check_steps(facts, doctor=False)
-    steps = checks + onboarding.install_steps(facts)[:-1] + onboarding.standby_steps(facts, store_url, listen,
-                                                                                     repo_url, shared)
+    address = address or host
+    steps = [*checks, *onboarding.install_steps(facts)[:-1],
+             *onboarding.standby_steps(facts, store_url, listen, repo_url, shared, address)]
     ssh = ssh_argv(host, user, port, ssh_key, ssh_config)
-    planes = f"{address or host}:{agents_port}"
+    planes = f"{address}:{cluster.agents.port}"
     if dry_run:
         for step in steps:
             sent = (" < the release (tar)" if step.release
@@ -146,8 +148,39 @@ def add_cmd(host, release_dir, keys, settings_dir, repo_url, listen, address, st
         return
     release = release_tar(release_dir, manifest, signer.file_text())
     run_steps(host, ssh, steps, len(checks), onboarding.undo_steps(facts), release)
+    click.echo(f"[{host}] llmgw {manifest.version} installed; waiting for its admin API")
+    health = _wait_serving(f"https://{address}:{cluster.admin.port}/api/v1/health", state_dir / "ca" / "ca.crt",
+                           SERVE_TIMEOUT)
     what = add_control_plane(repo, branch, planes, (author_name, author_email))
-    click.echo(f"control plane {host} added: llmgw {manifest.version}, agents at {planes} in control_planes: ({what})")
+    click.echo(f"control plane {host} added: llmgw {manifest.version} ({'leads' if health.get('leader') else 'stands by'}"
+               f"), agents at {planes} in control_planes: ({what})")
+
+
+SERVE_TIMEOUT = 120.0
+"""Seconds `server add` waits for the new control plane's admin API to answer."""
+
+
+def _wait_serving(url: str, ca_file: Path, timeout: float) -> dict:
+    """Poll `url` (the admin API's health, over HTTPS checked with the shared CA: the host's certificate names the
+    address) every 0.5 s until it answers; its JSON. Raises InstallError when it does not."""
+    import ssl
+    import time
+
+    import httpx
+
+    from llmgw.errors import InstallError
+
+    context = ssl.create_default_context(cafile=str(ca_file))
+    deadline, why = time.monotonic() + timeout, ""
+    while time.monotonic() < deadline:
+        try:
+            return httpx.get(url, verify=context, timeout=2).json()
+        except (httpx.HTTPError, ValueError) as exc:
+            why = str(exc) or type(exc).__name__
+        time.sleep(0.5)
+    raise InstallError(f"the control plane did not answer at {url} within {timeout:g} s ({why}): see "
+                       "/var/log/llmgw/server.log or `journalctl -u llmgw-server` on it (it stays installed; `llmgw "
+                       "wipe` there takes it off)")
 
 
 

@@ -57,16 +57,21 @@ class _Report:
         click.echo(f"in place {text}")
 
 
-def server_env(settings, store_url: str | None, listen: str, repo: str | None = None) -> str:
+def server_env(settings, store_url: str | None, listen: str, repo: str | None = None,
+               tls_hostnames: tuple[str, ...] = ()) -> str:
     """The text of /etc/llmgw/server.env for the unit's LLMGW_SERVER_OPTIONS: the repository (`repo`, else
-    <state>/settings.git), mutual TLS, the three listeners on `listen` at the ports of llmgw.yaml, and `--store` when
-    given."""
+    <state>/settings.git), mutual TLS (with `tls_hostnames` in its certificates), the three listeners on `listen` at
+    the ports of llmgw.yaml, and `--store` when given."""
     cluster = settings.cluster
     if repo and any(c in repo for c in "\"'\\$` \n"):
         raise UsageError(f"--repo {repo!r}: a URL with quotes, spaces, $ or backslashes cannot go into server.env")
     options = ["--repo", repo or str(STATE / "settings.git"), "--tls",
                "--gateway", f"{listen}:{cluster.gateway.port}", "--admin", f"{listen}:{cluster.admin.port}",
                "--agents", f"{listen}:{cluster.agents.port}"]
+    for name in tls_hostnames:
+        if not name or any(c in name for c in "\"'\\$` \n"):
+            raise UsageError(f"--tls-hostname {name!r} is not a host name or address")
+        options += ["--tls-hostname", name]
     if store_url:
         if any(c in store_url for c in "\"'\\$` \n"):
             raise UsageError(f"--store {store_url!r}: a URL with quotes, spaces, $ or backslashes cannot go into "
@@ -116,7 +121,8 @@ def _make_dir(journal, report: _Report, path: Path, mode: int, owner: tuple[int,
 
 
 def run_init(seed: Path | None, store_url: str | None, listen: str, journal_path: Path | None,
-             repo_url: str | None = None, ca_from: Path | None = None, secrets_from: Path | None = None) -> None:
+             repo_url: str | None = None, ca_from: Path | None = None, secrets_from: Path | None = None,
+             tls_hostnames: tuple[str, ...] = ()) -> None:
     """Every step of the module docstring, in order. A standby (`llmgw server add`): `repo_url` the shared settings
     repository (no local one is made), `ca_from` the first control plane's CA directory (copied instead of making a
     CA), `secrets_from` named secrets copied into secrets/ (the store's password). Raises UsageError when not root,
@@ -188,7 +194,8 @@ def run_init(seed: Path | None, store_url: str | None, listen: str, journal_path
         _admin_token(journal, settings, store_url, token_file, owner)
         report.made(f"{token_file} (its hash in the store: {store_url or 'SQLite, ' + str(STATE / 'llmgw.sqlite3')})")
 
-    _write(journal, report, CONFIG / "server.env", server_env(settings, store_url, listen, repo_url), 0o640, (0, 0))
+    _write(journal, report, CONFIG / "server.env", server_env(settings, store_url, listen, repo_url, tls_hostnames),
+           0o640, (0, 0))
     _write(journal, report, UNITS / UNIT, (units_dir() / UNIT).read_text(), 0o644, (0, 0))
     if not RELEASE_BIN.exists():
         command = this_llmgw()
@@ -264,7 +271,10 @@ Next:
               help="Copy the agents' CA from this directory (`llmgw server add`) [default: make a new CA].")
 @click.option("--secrets-from", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
               help="Copy these named secrets into the state's secrets/ (`llmgw server add`: the store's password).")
+@click.option("--tls-hostname", "tls_hostnames", multiple=True, metavar="NAME",
+              help="A name or address agents and admin clients dial, put in the control plane's certificates "
+                   "(repeatable) [default: the --listen address].")
 def init_cmd(seed: Path | None, store_url: str | None, listen: str, journal_path: Path | None,
-             repo_url: str | None, ca_from: Path | None, secrets_from: Path | None) -> None:
+             repo_url: str | None, ca_from: Path | None, secrets_from: Path | None, tls_hostnames: tuple[str, ...]) -> None:
     """Set this machine up as a control plane: state, CA, admin token, settings repository, store, systemd unit."""
-    run_init(seed, store_url, listen, journal_path, repo_url, ca_from, secrets_from)
+    run_init(seed, store_url, listen, journal_path, repo_url, ca_from, secrets_from, tls_hostnames)
