@@ -18,6 +18,7 @@ certificates), it is started, `server add` waits until its admin API answers (SE
 from __future__ import annotations
 
 import io
+import os
 import subprocess
 import tarfile
 from pathlib import Path
@@ -78,7 +79,13 @@ def _dir(name: str) -> tarfile.TarInfo:
 
 
 def add_control_plane(repo: Path, branch: str, address: str, author: tuple[str, str]) -> str:
-    """Add `address` to llmgw.yaml `control_planes:` by a settings commit; its description."""
+    """Add `address` to llmgw.yaml `control_planes:` by a settings commit; its description. Run by root on a
+    repository of another user (server init's is the user llmgw's: git refuses a repository of another user, and
+    files root made there would lock that user out), the commit is made by a child process as that user. Raises
+    SettingsError as `commit_edit` does (in the child's words)."""
+    owner = repo.stat()
+    if os.geteuid() == 0 and owner.st_uid != 0:
+        return _as_owner(repo, branch, address, author, owner)
     from llmgw.settings.edit_commits import commit_edit
 
     def edit(document) -> bool:
@@ -90,6 +97,28 @@ def add_control_plane(repo: Path, branch: str, address: str, author: tuple[str, 
 
     done = commit_edit(repo, "llmgw.yaml", edit, f"control_planes: add {address} (llmgw server add)", *author, branch)
     return f"commit {done.commit[:12]}" if done.changed else "already there"
+
+
+def _as_owner(repo: Path, branch: str, address: str, author: tuple[str, str], owner: os.stat_result) -> str:
+    import json
+    import pwd
+    import sys
+
+    from llmgw.errors import Issue, SettingsError
+
+    try:
+        home = pwd.getpwuid(owner.st_uid).pw_dir
+    except KeyError:
+        home = "/"
+    code = ("import json, sys; from pathlib import Path; from llmgw.cli.server_add import add_control_plane as add; "
+            "a = json.loads(sys.argv[1]); print(add(Path(a[0]), a[1], a[2], tuple(a[3])))")
+    done = subprocess.run([sys.executable, "-c", code, json.dumps([str(repo), branch, address, list(author)])],
+                          capture_output=True, text=True, user=owner.st_uid, group=owner.st_gid, extra_groups=[],
+                          env={**os.environ, "HOME": home}, cwd="/")
+    if done.returncode:
+        words = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
+        raise SettingsError([Issue(str(repo), 0, 0, "", f"cannot be committed to as its owner: {words}")])
+    return done.stdout.strip()
 
 
 @click.command("add")

@@ -71,22 +71,27 @@ def test_the_shared_tar_holds_the_settings_the_ca_and_the_store_secret_and_contr
     from llmgw.cli.server_add import add_control_plane, shared_tar
 
     state = _state(tmp_path, "postgresql://llmgw@10.0.0.1/llmgw")
+    for name in ("ca.next.key", "ca.next.crt"):  # as `llmgw ca rotate` leaves them during a rotation (copied as they are)
+        (state / "ca" / name).write_bytes(f"{name} of the rotation\n".encode())
+    (state / "ca" / "join-tokens.json").write_text("{}")  # one-time tokens stay with the control plane that made them
     shared, url = shared_tar(state, state / "settings.git", "main")
     assert url == "postgresql://llmgw@10.0.0.1/llmgw"
     with tarfile.open(fileobj=io.BytesIO(shared)) as tar:
         files = {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}
     assert files["ca/ca.key"] == (state / "ca" / "ca.key").read_bytes()
     assert files["ca/ca.crt"] == (state / "ca" / "ca.crt").read_bytes()
+    assert files["ca/ca.next.key"] == b"ca.next.key of the rotation\n"
+    assert files["ca/ca.next.crt"] == b"ca.next.crt of the rotation\n"
+    assert "ca/join-tokens.json" not in files
     assert files["secrets/store-password"] == b"s3cret\n"
     assert "settings/llmgw.yaml" in files
 
-    assert add_control_plane(state / "settings.git", "main", "10.0.0.2:8082", ("Ops", "ops@example.com")).startswith(
-        "commit ")
-    assert add_control_plane(state / "settings.git", "main", "10.0.0.2:8082", ("Ops", "ops@example.com")) == \
-        "already there"
+    repo = state / "settings.git"
+    assert add_control_plane(repo, "main", "10.0.0.2:8082", ("Ops", "ops@example.com")).startswith("commit ")
+    assert add_control_plane(repo, "main", "10.0.0.2:8082", ("Ops", "ops@example.com")) == "already there"
     out = tmp_path / "out"
     out.mkdir()
-    subprocess.run(f"git --git-dir {state / 'settings.git'} archive main | tar -x -C {out}", shell=True, check=True)
+    subprocess.run(f"git --git-dir {repo} archive main | tar -x -C {out}", shell=True, check=True)
     assert "10.0.0.2:8082" in load_directory(out).cluster.control_planes
 
 
@@ -203,3 +208,21 @@ def test_a_control_plane_added_over_ssh_leads_when_the_first_is_killed_with_the_
         processes.stop()
         forwarder.kill()
         forwarder.wait()
+
+
+def test_control_planes_is_committed_as_the_owner_of_server_inits_repository(ssh_hosts) -> None:
+    """Run by root (as `server add` is) on the repository `server init` made, which is the user llmgw's: the commit
+    is made as that user (git refuses root a repository of another user), and every file of it stays llmgw's."""
+    from support.ssh_hosts import SOURCE, push_llmgw_source
+
+    host, = ssh_hosts(1, share=[sys.prefix, sys.base_prefix])
+    push_llmgw_source(host)
+    host.ssh("chmod o+x /root")  # the user llmgw reaches the shared venv's Python under /root (a release is in /opt)
+    host.ssh(f"PYTHONPATH={SOURCE} {sys.prefix}/bin/llmgw server init")
+    code = ("from pathlib import Path; from llmgw.cli.server_add import add_control_plane as add; "
+            "print(add(Path('/var/lib/llmgw/server/settings.git'), 'main', '10.0.0.9:8082', ('Ops', 'ops@example.com')))")
+    done = host.ssh(f"cd / && PYTHONPATH={SOURCE} {sys.executable} -c \"{code}\"", check=False)
+    assert done.returncode == 0 and done.stdout.startswith("commit "), done.stdout + done.stderr
+    assert host.ssh("find /var/lib/llmgw/server/settings.git ! -user llmgw").stdout == ""
+    shown = host.ssh("runuser -u llmgw -- git --git-dir /var/lib/llmgw/server/settings.git show main:llmgw.yaml").stdout
+    assert "10.0.0.9:8082" in shown
