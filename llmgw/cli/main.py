@@ -23,8 +23,9 @@ COMMAND_MODULES: dict[str, tuple[str, ...]] = {
     "diff": ("llmgw.cli.settings_cmds",),
     "repo": ("llmgw.cli.settings_cmds",),
     "up": ("llmgw.cli.up_cmd",),
+    "server": ("llmgw.cli.server_cmds", "llmgw.cli.server_add"),
     **{name: ("llmgw.cli.server_cmds",) for name in (
-        "server", "apply", "plan", "status", "history", "stop", "start", "nodes", "replicas", "logs", "join-token", "restart",
+        "apply", "plan", "status", "history", "stop", "start", "nodes", "replicas", "logs", "join-token", "restart",
         "fabric-test",
     )},
     "bench": ("llmgw.cli.bench_cmds",),

@@ -125,6 +125,21 @@ def ssh_options(command):
     return command
 
 
+def release_options(command):
+    """A verified release and who is trusted to sign it: --release, --trusted-key, --settings."""
+    for option in reversed([
+        click.option("--release", "release_dir", required=True,
+                     type=click.Path(exists=True, file_okay=False, path_type=Path),
+                     help="The release directory (`llmgw release build`)."),
+        click.option("--trusted-key", "keys", multiple=True, metavar="KEY",
+                     help="A trusted public key: its key line (RW...) or its .pub file (repeatable)."),
+        click.option("--settings", "settings_dir", type=click.Path(file_okay=False, exists=True, path_type=Path),
+                     default=None, help="A settings tree whose llmgw.yaml releases.trusted_keys are trusted."),
+    ]):
+        command = option(command)
+    return command
+
+
 def admin_options(command):
     """Where the control plane's admin API is: --url, --token, --state (`llmgw.control.client.resolve_admin`)."""
     for option in reversed([
@@ -141,12 +156,7 @@ def admin_options(command):
 
 @click.command("add")
 @click.argument("host")
-@click.option("--release", "release_dir", required=True, type=click.Path(exists=True, file_okay=False, path_type=Path),
-              help="The release directory (`llmgw release build`).")
-@click.option("--trusted-key", "keys", multiple=True, metavar="KEY",
-              help="A trusted public key: its key line (RW...) or its .pub file (repeatable).")
-@click.option("--settings", "settings_dir", type=click.Path(file_okay=False, exists=True, path_type=Path),
-              default=None, help="A settings tree whose llmgw.yaml releases.trusted_keys are trusted.")
+@release_options
 @click.option("--control-plane", "control_plane", default=None, metavar="HOST:PORT",
               help="The agents' listener as the node reaches it [default: the admin URL's host, port 8082].")
 @click.option("--node-id", default=None, help="The node's id [default: HOST].")

@@ -57,13 +57,21 @@ class _Report:
         click.echo(f"in place {text}")
 
 
-def server_env(settings, store_url: str | None, listen: str) -> str:
-    """The text of /etc/llmgw/server.env for the unit's LLMGW_SERVER_OPTIONS: the repository, mutual TLS, the three
-    listeners on `listen` at the ports of llmgw.yaml, and `--store` when given."""
+def server_env(settings, store_url: str | None, listen: str, repo: str | None = None,
+               tls_hostnames: tuple[str, ...] = ()) -> str:
+    """The text of /etc/llmgw/server.env for the unit's LLMGW_SERVER_OPTIONS: the repository (`repo`, else
+    <state>/settings.git), mutual TLS (with `tls_hostnames` in its certificates), the three listeners on `listen` at
+    the ports of llmgw.yaml, and `--store` when given."""
     cluster = settings.cluster
-    options = ["--repo", str(STATE / "settings.git"), "--tls",
+    if repo and any(c in repo for c in "\"'\\$` \n"):
+        raise UsageError(f"--repo {repo!r}: a URL with quotes, spaces, $ or backslashes cannot go into server.env")
+    options = ["--repo", repo or str(STATE / "settings.git"), "--tls",
                "--gateway", f"{listen}:{cluster.gateway.port}", "--admin", f"{listen}:{cluster.admin.port}",
                "--agents", f"{listen}:{cluster.agents.port}"]
+    for name in tls_hostnames:
+        if not name or any(c in name for c in "\"'\\$` \n"):
+            raise UsageError(f"--tls-hostname {name!r} is not a host name or address")
+        options += ["--tls-hostname", name]
     if store_url:
         if any(c in store_url for c in "\"'\\$` \n"):
             raise UsageError(f"--store {store_url!r}: a URL with quotes, spaces, $ or backslashes cannot go into "
@@ -112,8 +120,13 @@ def _make_dir(journal, report: _Report, path: Path, mode: int, owner: tuple[int,
     return True
 
 
-def run_init(seed: Path | None, store_url: str | None, listen: str, journal_path: Path | None) -> None:
-    """Every step of the module docstring, in order. Raises UsageError when not root, SettingsError when the seed
+def run_init(seed: Path | None, store_url: str | None, listen: str, journal_path: Path | None,
+             repo_url: str | None = None, ca_from: Path | None = None, secrets_from: Path | None = None,
+             tls_hostnames: tuple[str, ...] = ()) -> None:
+    """Every step of the module docstring, in order. A standby (`llmgw server add`): `repo_url` the shared settings
+    repository (no local one is made), `ca_from` the first control plane's CA directory (copied instead of making a
+    CA), `secrets_from` named secrets copied into secrets/ (the store's password). Raises UsageError when not root,
+    SettingsError when the seed
     does not validate (before anything is made), StoreError when the store cannot be opened, InstallError when the
     journal cannot be written."""
     from llmgw.install import JOURNAL_PATH, CreatedDirectory, InstalledUnit, Journal, create_user, run_command
@@ -143,8 +156,13 @@ def run_init(seed: Path | None, store_url: str | None, listen: str, journal_path
     _make_dir(journal, report, STATE / "secrets", 0o700, owner)
     _make_dir(journal, report, CONFIG, 0o755, (0, 0))
 
+    if secrets_from:
+        for source in sorted(p for p in secrets_from.iterdir() if p.is_file()):
+            _write(journal, report, STATE / "secrets" / source.name, source.read_text(), 0o600, owner)
     repo = STATE / "settings.git"
-    if repo.exists():
+    if repo_url:
+        report.kept(f"the settings repository {repo_url} (shared with the other control planes)")
+    elif repo.exists():
         report.kept(f"{repo} (the settings repository)")
     else:
         journal.record(CreatedDirectory(str(repo)))
@@ -155,6 +173,12 @@ def run_init(seed: Path | None, store_url: str | None, listen: str, journal_path
     ca_dir = STATE / "ca"
     if ca_dir.is_dir():
         report.kept(f"{ca_dir} (the agents' CA)")
+    elif ca_from:
+        journal.make_dirs(ca_dir, mode=0o700)
+        for source in sorted(p for p in ca_from.iterdir() if p.is_file()):
+            journal.write_file(ca_dir / source.name, source.read_bytes(), mode=0o600)
+        _chown(ca_dir, *owner)
+        report.made(f"{ca_dir} (the agents' CA, copied from the first control plane)")
     else:
         from llmgw.wire import CertificateAuthority
 
@@ -170,7 +194,8 @@ def run_init(seed: Path | None, store_url: str | None, listen: str, journal_path
         _admin_token(journal, settings, store_url, token_file, owner)
         report.made(f"{token_file} (its hash in the store: {store_url or 'SQLite, ' + str(STATE / 'llmgw.sqlite3')})")
 
-    _write(journal, report, CONFIG / "server.env", server_env(settings, store_url, listen), 0o640, (0, 0))
+    _write(journal, report, CONFIG / "server.env", server_env(settings, store_url, listen, repo_url, tls_hostnames),
+           0o640, (0, 0))
     _write(journal, report, UNITS / UNIT, (units_dir() / UNIT).read_text(), 0o644, (0, 0))
     if not RELEASE_BIN.exists():
         command = this_llmgw()
@@ -240,6 +265,16 @@ Next:
               help="Address of the gateway, admin and agents' listeners (ports from llmgw.yaml).")
 @click.option("--journal", "journal_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="The install journal [default: /var/lib/llmgw-install/journal.json].")
-def init_cmd(seed: Path | None, store_url: str | None, listen: str, journal_path: Path | None) -> None:
+@click.option("--repo", "repo_url", default=None, metavar="URL",
+              help="A standby's shared settings repository (`llmgw server add`) [default: a new one in the state].")
+@click.option("--ca-from", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
+              help="Copy the agents' CA from this directory (`llmgw server add`) [default: make a new CA].")
+@click.option("--secrets-from", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
+              help="Copy these named secrets into the state's secrets/ (`llmgw server add`: the store's password).")
+@click.option("--tls-hostname", "tls_hostnames", multiple=True, metavar="NAME",
+              help="A name or address agents and admin clients dial, put in the control plane's certificates "
+                   "(repeatable) [default: the --listen address].")
+def init_cmd(seed: Path | None, store_url: str | None, listen: str, journal_path: Path | None,
+             repo_url: str | None, ca_from: Path | None, secrets_from: Path | None, tls_hostnames: tuple[str, ...]) -> None:
     """Set this machine up as a control plane: state, CA, admin token, settings repository, store, systemd unit."""
-    run_init(seed, store_url, listen, journal_path)
+    run_init(seed, store_url, listen, journal_path, repo_url, ca_from, secrets_from, tls_hostnames)

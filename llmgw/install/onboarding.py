@@ -184,3 +184,33 @@ def undo_steps(facts: NodeFacts) -> list[RemoteStep]:
     return [RemoteStep("undo what was done, from the host's install journal",
                        f"PYTHONPATH={facts.scratch}/{facts.wheel} python3 -m llmgw.install.host undo"),
             RemoteStep(f"remove {facts.scratch}", f"rm -rf {facts.scratch}")]
+
+
+SERVER_STATE = f"{STATE}/server"
+
+
+def standby_steps(facts: NodeFacts, store_url: str, listen: str, repo_url: str, shared: bytes,
+                  address: str) -> list[RemoteStep]:
+    """The commands `llmgw server add` runs after `install_steps` but their last (no agent directories): the first
+    control plane's settings tree, CA and store secret (`shared`, a tar of settings/, ca/, secrets/) into the
+    scratch directory, `llmgw server init` from the installed release with them (the shared store `store_url`, the
+    shared settings repository `repo_url`, listeners on `listen`, `address` as agents dial it in its certificates:
+    everything it makes goes into the journal), the
+    control plane started where systemd does not run, and the scratch directory removed. Raises ValueError as
+    `install_steps` does."""
+    for name, value in (("store_url", store_url), ("listen", listen), ("repo_url", repo_url), ("address", address)):
+        if not value or any(c in value for c in "\"'$`\\ \n;&|<>"):
+            raise ValueError(f"{name} {value!r} cannot go on a command line as it is")
+    standby, llmgw = f"{facts.scratch}/standby", LLMGW
+    return [
+        RemoteStep(f"copy the settings, the agents' CA and the store's secret into {standby}",
+                   f"mkdir -m 700 {standby} && tar -x -C {standby}", payload=shared),
+        RemoteStep("set up the control plane with `llmgw server init` (the shared store, settings and CA)",
+                   f"{llmgw} server init --from {standby}/settings --store {store_url} --listen {listen} "
+                   f"--repo {repo_url} --tls-hostname {address} --ca-from {standby}/ca --secrets-from {standby}/secrets"),
+        RemoteStep("start the control plane as a process of its own where systemd does not run",
+                   f"[ -d /run/systemd/system ] || {{ {_journal(facts)} mkdir /var/log/llmgw --mode 0755 "
+                   f"&& set -a && . {CONFIG}/server.env && set +a && setsid -f runuser -u llmgw -- {llmgw} server "
+                   f"--state {SERVER_STATE} $LLMGW_SERVER_OPTIONS >>/var/log/llmgw/server.log 2>&1 </dev/null; }}"),
+        RemoteStep(f"remove {facts.scratch}", f"rm -rf {facts.scratch}"),
+    ]
