@@ -37,10 +37,11 @@ if [ -n "${LLMGW_IMAGE_STORAGE:-}" ]; then
 fi
 
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+# a debootstrap that fails midway may leave proc and sys mounted in its root: unmount them before removing it
+trap 'umount -l "$work/rootfs/proc" "$work/rootfs/sys" 2> /dev/null || :; rm -rf "$work"' EXIT
 
 if [ ! -s "$base_tar" ]; then
-    echo "base: debootstrap --variant=minbase bookworm (once per machine; about a minute) -> $base_tar" >&2
+    echo "base: debootstrap --variant=minbase bookworm (once per machine; about 2 minutes) -> $base_tar" >&2
     mkdir -p "$cache"
     debootstrap --variant=minbase --include="$include" bookworm "$work/rootfs" "$mirror" > "$work/debootstrap.log" 2>&1 \
         || { tail -20 "$work/debootstrap.log" >&2; echo "error: debootstrap failed (log above)" >&2; exit 1; }
@@ -52,8 +53,11 @@ if [ ! -s "$base_tar" ]; then
 fi
 "$@" import --quiet "$base_tar" localhost/llmgw-base:bookworm > /dev/null
 
-mkdir -p "$work/context/wheels"
-"$python" -m pip wheel --quiet --no-deps --no-build-isolation -w "$work/context/wheels" "$tree" > /dev/null
+# the wheel is built from a copy: setuptools builds in the source tree, and files left in an old build/ would go in
+mkdir -p "$work/context/wheels" "$work/source"
+tar -C "$tree" --exclude=./.git --exclude=./.venv --exclude=./build --exclude='*.egg-info' --exclude=./.state \
+    --exclude=__pycache__ -cf - . | tar -C "$work/source" -xf -
+"$python" -m pip wheel --quiet --no-deps --no-build-isolation -w "$work/context/wheels" "$work/source" > /dev/null
 wheel=$(ls "$work/context/wheels"/llmgw-*.whl)
 version=$(basename "$wheel" | cut -d- -f2)
 "$python" -m pip download --quiet --disable-pip-version-check --only-binary=:all: -c "$tree/constraints.txt" \

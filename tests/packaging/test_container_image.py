@@ -8,7 +8,8 @@ container, and `llmgw validate` of those settings (and of a broken copy, refused
 keeps the same llmgw and user and asks the NVIDIA runtime for every GPU (compute, utility).
 
 Needs root and the Debian packages podman, buildah, runc, debootstrap (`make system-packages`): it fails, never
-skips, without them. About 2 minutes the first time on a machine (debootstrap), then about a minute.
+skips, without them. About 65-95 s here with the base cached; the first time on a machine debootstrap adds about
+2 minutes (the base tarball is then kept in $LLMGW_CACHE/container).
 """
 
 from __future__ import annotations
