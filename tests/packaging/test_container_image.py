@@ -2,10 +2,11 @@
 (deploy/container/build.sh: a debootstrap base cached in $LLMGW_CACHE/container, llmgw's wheel from this tree, its
 dependencies' wheels downloaded on the host, `podman build --pull never --network none`), into podman storage of the
 test's own (--root/--runroot under /tmp), then run: the control plane as the Helm chart runs it (uid/gid 10001,
-state in /var/lib/llmgw, gateway 0.0.0.0:8080, agents and admin with --tls) in a network namespace of the test's lab with the example settings
-(examples/cluster-repo), answering `/v1/models` to the openai SDK with a key made by `llmgw keys create` inside the
-container, and `llmgw validate` of those settings (and of a broken copy, refused naming the file). The agent image
-keeps the same llmgw and user and asks the NVIDIA runtime for every GPU (compute, utility).
+state in /var/lib/llmgw, gateway 0.0.0.0:8080, agents and admin with --tls) in a network namespace of the test's lab
+with the example settings (examples/cluster-repo), answering `/v1/models` to the openai SDK with a key made by
+`llmgw keys create` inside the container, and `llmgw validate` of those settings (and of a broken copy, refused
+naming the file). The agent image keeps the same llmgw and user and asks the NVIDIA runtime for every GPU (compute,
+utility).
 
 Needs root and the Debian packages podman, buildah, runc, debootstrap (`make system-packages`): it fails, never
 skips, without them. About 65-95 s here with the base cached; the first time on a machine debootstrap adds about
