@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 STATE ?= .state
 export LLMGW_CACHE ?= $(HOME)/.cache/llmgw
 
-.PHONY: up test venv engine vllm lint bench bench-deps clean prometheus chromium system-packages node-sdk oidc-provider node-check helm k8s-models
+.PHONY: up test image venv engine vllm lint bench bench-deps clean prometheus chromium system-packages node-sdk oidc-provider node-check helm k8s-models
 
 venv: $(VENV)/.installed
 
@@ -40,9 +40,10 @@ lint: venv
 #   prometheus (promtool, a real Prometheus: issue 12), chromium + chromium-driver (the console in a browser:
 #   issue 16), slurm-wlm, slurmdbd, munge, slurm-client (a real Slurm beside llmgw: issue 15), haproxy (in front of
 #   two gateways: issue 10), nftables (the nodes' firewall), minisign (llmgw's release signatures checked by the
-#   real tool, both ways), systemd (systemd-analyze verify|security on deploy/systemd/: issue 27) and openssh-server
-#   (sshd for the onboarding tests' hosts: issue 27).
-SYSTEM_PACKAGES := prometheus chromium chromium-driver slurm-wlm slurmdbd munge slurm-client haproxy nftables minisign systemd openssh-server socat
+#   real tool, both ways), systemd (systemd-analyze verify|security on deploy/systemd/: issue 27), openssh-server
+#   (sshd for the onboarding tests' hosts: issue 27) and podman, buildah, runc, debootstrap (the container images of
+#   deploy/container/, built and run by tests/packaging/test_container_image.py: issue 28).
+SYSTEM_PACKAGES := prometheus chromium chromium-driver slurm-wlm slurmdbd munge slurm-client haproxy nftables minisign systemd openssh-server socat podman buildah runc debootstrap
 system-packages:
 	@missing=$$(for p in $(SYSTEM_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
@@ -96,6 +97,12 @@ TEST_DURATIONS ?= 25
 test: engine vllm lint system-packages node-sdk oidc-provider helm k8s-models
 	$(BIN)/pytest -n $(TEST_WORKERS) --durations=$(TEST_DURATIONS) --ignore=tests/up; \
 	first=$$?; $(BIN)/pytest --durations=$(TEST_DURATIONS) tests/up && exit $$first
+
+# The container images (deploy/container/; docs/install.md, "Container image"): localhost/llmgw:<version> and
+# localhost/llmgw-agent:<version> in podman's storage, built offline from a debootstrap base cached in
+# $(LLMGW_CACHE)/container (the first time: about 2 minutes, root), llmgw's wheel from this tree and its dependencies'.
+image: venv system-packages
+	PYTHON=$(BIN)/python deploy/container/build.sh
 
 # The bench extra (mutmut for bench/mutation.py, matplotlib for bench/autoscale.py's chart) only where benchmarks run: `make up` and `make test` need none of it.
 bench-deps: venv

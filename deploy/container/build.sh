@@ -1,0 +1,72 @@
+#!/bin/sh
+# Build the llmgw images offline with podman (`make image`; docs/install.md, "Container image"):
+#
+#   localhost/llmgw:<version>        the control plane (deploy/container/Containerfile), also tagged :latest
+#   localhost/llmgw-agent:<version>  an agent on a GPU node (deploy/container/Containerfile.agent)
+#
+# 1. the base: a Debian bookworm minbase root (debootstrap, with python3, python3-venv, git, ca-certificates),
+#    made once per machine and kept as a tarball in $LLMGW_CACHE/container/ (default ~/.cache/llmgw), imported
+#    with `podman import` as localhost/llmgw-base:bookworm;
+# 2. the build context (a temporary directory): llmgw's wheel built from this tree and its dependencies' wheels,
+#    downloaded here with pip under constraints.txt;
+# 3. `podman build --pull=never --network none`: pip installs from those wheels only (--no-index).
+#
+# Environment: PYTHON (default python3: its pip builds and downloads the wheels, so its version is the image's,
+# 3.11 as bookworm's), LLMGW_IMAGE_STORAGE (a directory: podman's --root/--runroot go under it instead of the
+# user's storage; what the tests use), CONTAINERS_CONF (default: deploy/container/containers.conf, runc and
+# ulimits that fit this machine), DEBIAN_MIRROR (default http://deb.debian.org/debian). Needs root for debootstrap
+# (the first time) and the Debian packages podman, buildah, runc, debootstrap (`make system-packages`).
+set -eu
+
+here=$(cd "$(dirname "$0")" && pwd)
+tree=$(cd "$here/../.." && pwd)
+python=${PYTHON:-python3}
+cache=${LLMGW_CACHE:-$HOME/.cache/llmgw}/container
+mirror=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
+include=python3,python3-venv,git,ca-certificates
+base_tar=$cache/bookworm-minbase-$(echo "$include" | tr ',' '-').tar
+export CONTAINERS_CONF=${CONTAINERS_CONF:-$here/containers.conf}
+
+for tool in podman debootstrap runc; do
+    command -v "$tool" > /dev/null || { echo "error: $tool is missing: run \`make system-packages\` (Debian packages podman buildah runc debootstrap)" >&2; exit 1; }
+done
+
+set -- podman
+if [ -n "${LLMGW_IMAGE_STORAGE:-}" ]; then
+    set -- podman --root "$LLMGW_IMAGE_STORAGE/root" --runroot "$LLMGW_IMAGE_STORAGE/run" --storage-driver overlay
+fi
+
+work=$(mktemp -d)
+# a debootstrap that fails midway may leave proc and sys mounted in its root: unmount them before removing it
+trap 'umount -l "$work/rootfs/proc" "$work/rootfs/sys" 2> /dev/null || :; rm -rf "$work"' EXIT
+
+if [ ! -s "$base_tar" ]; then
+    echo "base: debootstrap --variant=minbase bookworm (once per machine; about 2 minutes) -> $base_tar" >&2
+    mkdir -p "$cache"
+    debootstrap --variant=minbase --include="$include" bookworm "$work/rootfs" "$mirror" > "$work/debootstrap.log" 2>&1 \
+        || { tail -20 "$work/debootstrap.log" >&2; echo "error: debootstrap failed (log above)" >&2; exit 1; }
+    chroot "$work/rootfs" apt-get clean
+    rm -rf "$work/rootfs/var/lib/apt/lists/"*
+    tar --numeric-owner -C "$work/rootfs" -cf "$base_tar.part" .
+    mv "$base_tar.part" "$base_tar"
+    rm -rf "$work/rootfs"
+fi
+"$@" import --quiet "$base_tar" localhost/llmgw-base:bookworm > /dev/null
+
+# the wheel is built from a copy: setuptools builds in the source tree, and files left in an old build/ would go in
+mkdir -p "$work/context/wheels" "$work/source"
+tar -C "$tree" --exclude=./.git --exclude=./.venv --exclude=./build --exclude='*.egg-info' --exclude=./.state \
+    --exclude=__pycache__ -cf - . | tar -C "$work/source" -xf -
+"$python" -m pip wheel --quiet --no-deps --no-build-isolation -w "$work/context/wheels" "$work/source" > /dev/null
+wheel=$(ls "$work/context/wheels"/llmgw-*.whl)
+version=$(basename "$wheel" | cut -d- -f2)
+"$python" -m pip download --quiet --disable-pip-version-check --only-binary=:all: -c "$tree/constraints.txt" \
+    -d "$work/context/wheels" "$wheel" 2> "$work/download.log" \
+    || { grep -v "^WARNING" "$work/download.log" >&2; echo "error: pip download of llmgw's dependencies failed" >&2; exit 1; }
+
+cp "$here/Containerfile" "$here/Containerfile.agent" "$work/context/"
+"$@" build --quiet --pull=never --network none -f "$work/context/Containerfile" \
+    -t "localhost/llmgw:$version" -t localhost/llmgw:latest "$work/context" > /dev/null
+"$@" build --quiet --pull=never --network none -f "$work/context/Containerfile.agent" \
+    --build-arg BASE="localhost/llmgw:$version" -t "localhost/llmgw-agent:$version" "$work/context" > /dev/null
+echo "localhost/llmgw:$version localhost/llmgw-agent:$version"
