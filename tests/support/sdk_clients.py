@@ -35,12 +35,23 @@ def refusal(exc: BaseException) -> bool:
             and isinstance(exc.body, dict) and exc.body.get("code") in REFUSAL_CODES)
 
 
+def disconnected_unanswered(exc: BaseException) -> bool:
+    """Whether `exc` says the gateway closed the connection without answering a request sent on it: HTTP/1.1's
+    keep-alive race (RFC 9112, 9.3.1), where a server closes an idle connection as the client sends on it. Whether
+    that request started is told by the store: a request the gateway took has a usage row (`billing_problems`)."""
+    return isinstance(exc, openai.APIConnectionError) and any(
+        kind.__name__ == "RemoteProtocolError" for kind in type(exc.__cause__).__mro__) and \
+        "without sending a response" in str(exc.__cause__)
+
+
 async def sdk_client(client: openai.AsyncOpenAI, n: int, done: trio.Event, answered: list[str], failed: list[str],
-                     refused: list[str] | None = None, **ask) -> None:
+                     refused: list[str] | None = None, disconnected: list[str] | None = None, **ask) -> None:
     """Send chat completions through `client` (`ask`: model, max_tokens, ...), streamed when `n` is odd, until
     `done` is set. Each carries its own `x-request-id` ("client-<n>-<k>"), added to `answered` once answered in full
     (a stream with its finish reason), else to `failed` with the error (with retries off, a 502 or 503 is one).
-    With `refused` given, a request refused before it started (`refusal`) goes there instead of to `failed`."""
+    With `refused` given, a request refused before it started (`refusal`) goes there instead of to `failed`; with
+    `disconnected` given, the id of a request whose connection closed without an answer (`disconnected_unanswered`)
+    goes there, for `billing_problems` to tell whether it had started."""
     messages = [{"role": "user", "content": f"Client {n} asks: name a colour."}]
     while not done.is_set():
         request_id = f"client-{n}-{next(_IDS)}"
@@ -56,7 +67,10 @@ async def sdk_client(client: openai.AsyncOpenAI, n: int, done: trio.Event, answe
             else:
                 finish = reply.choices[0].finish_reason if reply.choices[0].message.content is not None else None
         except (openai.APIError, httpx.HTTPError) as exc:
-            if refused is not None and refusal(exc):
+            if disconnected is not None and disconnected_unanswered(exc):
+                disconnected.append(request_id)
+                await trio.sleep(REFUSED_PAUSE)
+            elif refused is not None and refusal(exc):
                 code = exc.body.get("code") if isinstance(getattr(exc, "body", None), dict) else None
                 refused.append(f"{request_id}: {type(exc).__name__}" + (f" ({code})" if code else "") + f": {exc}")
                 await trio.sleep(REFUSED_PAUSE)
@@ -81,6 +95,7 @@ class SdkClients:
         self.answered: list[str] = []
         self.failed: list[str] = []
         self.refused: list[str] = []
+        self.disconnected: list[str] = []  # ids of requests whose connection closed unanswered (`sdk_client`)
         self._token: trio.lowlevel.TrioToken | None = None
         self._done: trio.Event | None = None
         self._running = threading.Event()
@@ -93,7 +108,7 @@ class SdkClients:
             async with trio.open_nursery() as nursery:
                 for n in range(self.count):
                     nursery.start_soon(lambda n=n: sdk_client(client, n, self._done, self.answered, self.failed,
-                                                              self.refused, **self.ask))
+                                                              self.refused, self.disconnected, **self.ask))
                 self._running.set()
 
     def start(self) -> SdkClients:
@@ -119,21 +134,25 @@ class SdkClients:
 
     def figures(self) -> str:
         return f"{self.requests} requests: {len(self.answered)} answered, {len(self.failed)} failed, " \
-               f"{len(self.refused)} refused before they started"
+               f"{len(self.refused)} refused before they started, {len(self.disconnected)} closed unanswered"
 
     @property
     def requests(self) -> int:
-        return len(self.answered) + len(self.failed) + len(self.refused)
+        return len(self.answered) + len(self.failed) + len(self.refused) + len(self.disconnected)
 
 
 def billing_problems(clients: SdkClients, rows: list[tuple[str, int]]) -> list[str]:
     """What is wrong with the usage rows `rows` ((client request id, status) of each row whose x-request-id was sent
-    by `clients`): an answered request without exactly one row of status 200, or any request with more than one row.
-    [] when every request is billed once at most and every answered one exactly once."""
+    by `clients`): an answered request without exactly one row of status 200, any request with more than one row, or
+    a request whose connection closed unanswered although the gateway had taken it (it has a row: it started, and
+    was lost). [] when every request is billed once at most, every answered one exactly once, and every unanswered
+    one never reached the gateway."""
     count: dict[str, int] = {}
     for client_id, status in rows:
         count[client_id] = count.get(client_id, 0) + 1
     problems = [f"{rid}: {n} rows" for rid, n in count.items() if n > 1]
     ok = {client_id for client_id, status in rows if status == 200}
     problems += [f"{rid}: answered, no row of status 200" for rid in clients.answered if rid not in ok]
+    problems += [f"{rid}: closed without an answer after the gateway took it ({count[rid]} row)"
+                 for rid in clients.disconnected if rid in count]
     return problems
