@@ -37,11 +37,17 @@ def refusal(exc: BaseException) -> bool:
 
 def disconnected_unanswered(exc: BaseException) -> bool:
     """Whether `exc` says the gateway closed the connection without answering a request sent on it: HTTP/1.1's
-    keep-alive race (RFC 9112, 9.3.1), where a server closes an idle connection as the client sends on it. Whether
+    keep-alive race (RFC 9112, 9.3.1), where a server closes an idle connection as the client sends on it (a FIN, or
+    a RST when the request's bytes arrive after the close: seen once each in full runs). Whether
     that request started is told by the store: a request the gateway took has a usage row (`billing_problems`)."""
-    return isinstance(exc, openai.APIConnectionError) and any(
-        kind.__name__ == "RemoteProtocolError" for kind in type(exc.__cause__).__mro__) and \
-        "without sending a response" in str(exc.__cause__)
+    if not isinstance(exc, openai.APIConnectionError):
+        return False
+    names = {kind.__name__ for kind in type(exc.__cause__).__mro__}
+    said = str(exc.__cause__)
+    # closed with a FIN: "Server disconnected without sending a response"; with a RST (the request's bytes arrived
+    # after the close, so the kernel resets): "Connection reset by peer" (ECONNRESET) on reading the answer
+    return ("RemoteProtocolError" in names and "without sending a response" in said) or \
+        ("ReadError" in names and "Connection reset by peer" in said)
 
 
 async def sdk_client(client: openai.AsyncOpenAI, n: int, done: trio.Event, answered: list[str], failed: list[str],
