@@ -28,8 +28,9 @@ def node_group(group: click.Group) -> click.Group:
 
     @group.group("node")
     def node() -> None:
-        """This node: join the fleet (join), check what its agent finds (doctor), revoke its certificates (revoke),
-        let it in with a new node secret (forget-identity), keep replicas off it (cordon, uncordon, drain)."""
+        """Nodes: install one over ssh (add) and take it off again (remove), join the fleet (join), check what its
+        agent finds (doctor), revoke its certificates (revoke), let it in with a new node secret (forget-identity),
+        keep replicas off it (cordon, uncordon, drain)."""
 
     return node
 
