@@ -35,7 +35,7 @@ def _discover(repo: str | None) -> str:
 
 
 # Given instead of a settings tree (a source checkout of llmgw, a home directory), say so once, not once per file.
-_WHAT_TO_GIVE = ("give the settings repository's directory (llmgw validate PATH; `llmgw repo init` makes one), or a "
+_WHAT_TO_GIVE = ("give the settings repository's directory (`llmgw repo init` makes one), or a "
                  "revision with --repo (`llmgw up` keeps its settings in .state/settings.git)")
 
 
@@ -55,7 +55,7 @@ def _load(target: str, repo: str | None) -> Settings:
     """A directory when `target` is one (and --repo was not given), else a revision of the repository.
 
     Raises: UsageError when the directory holds neither llmgw.yaml nor catalog/ (it is no settings tree), or when
-    `target` looks like a path (has a "/") that does not exist and names no revision.
+    `target` does not exist and names no revision of the repository around the current directory.
     """
     if repo is None:
         path = Path(target)
@@ -67,6 +67,9 @@ def _load(target: str, repo: str | None) -> Settings:
             raise UsageError(f"{target}: is a file, not a directory; {_WHAT_TO_GIVE}")
         if ("/" in target or os.sep in target) and (target.startswith(("/", "./", "../", "~")) or not _names_revision(target)):
             raise UsageError(f"{target}: no such directory; {_WHAT_TO_GIVE}")
+        if not _names_revision(target):
+            raise UsageError(f"{target}: no such directory, and no revision of that name in the git repository here; "
+                             f"{_WHAT_TO_GIVE}")
     return load_commit(_discover(repo), target)
 
 

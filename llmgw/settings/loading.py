@@ -256,6 +256,23 @@ def load_directory(path: str | os.PathLike[str]) -> Settings:
     return load_tree(read_directory(path))
 
 
+_SETTINGS_TOP = frozenset({"llmgw.yaml", "engines.yaml", "projects.yaml", "firewall.yaml", "slurm.yaml", "catalog",
+                           "agents"})
+"""The names a settings tree's top level may hold (docs/settings.md): a commit holding none of them is another
+repository's (a source checkout), refused in one sentence instead of one error per file."""
+
+
+def _refuse_other_tree(repo: pygit2.Repository, rev: str, commit: pygit2.Commit) -> None:
+    """Raise SettingsError (one issue naming `rev`) when `commit`'s tree is not empty and holds no settings file or
+    directory at its top (the repository is not a settings repository); otherwise return."""
+    names = [entry.name for entry in commit.tree]
+    if names and not _SETTINGS_TOP.intersection(names):
+        shown = ", ".join(sorted(names)[:4]) + (", ..." if len(names) > 4 else "")
+        raise SettingsError([Issue(rev, 0, 0, "", f"commit {str(commit.id)[:12]} of {repo.path} holds no settings "
+                                   f"tree (no llmgw.yaml, catalog/ or other settings file at its top, but {shown}): "
+                                   "give the settings repository with --repo")])
+
+
 def load_commit(repo_path: str | os.PathLike[str], rev: str = "refs/heads/main", *, from_env: bool = False,
                 trust_hook_record: bool = False, check_schema: SchemaCheck = validate_data) -> Settings:
     """Load and validate the settings tree of commit `rev` of the git repository at `repo_path` (bare or not).
@@ -271,6 +288,7 @@ def load_commit(repo_path: str | os.PathLike[str], rev: str = "refs/heads/main",
     """
     repo = open_repository(repo_path, from_env=from_env)
     commit = resolve_commit(repo, rev)
+    _refuse_other_tree(repo, rev, commit)
     checked = trust_hook_record and str(commit.tree_id) in read_valid_trees(repo.path)
     try:
         files = read_commit(repo, commit)

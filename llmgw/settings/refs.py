@@ -52,12 +52,18 @@ def redact_url(text: str) -> str:
 
 
 def _password_free(url: str, text: str) -> str:
-    """`text` with `url`'s user information removed wherever it appears (libgit2 may quote it, whole or in part)."""
+    """`text` with `url`'s user information removed wherever it appears (libgit2 may quote it, whole or in part).
+
+    The secret is the password of `user:password`, or the whole user part when it has no password (a token such as
+    `https://TOKEN@host/`); a user name beside a password is not blanked on its own, so that a name such as `root`
+    does not turn `/tmp/pytest-of-root` into `pytest-of-***`. Secrets shorter than 4 characters are left (they would
+    blank ordinary words)."""
     text = redact_url(text)
     match = _USERINFO.match(url)
     if match:
-        user, _, password = match.group("userinfo").partition(":")
-        for secret in (match.group("userinfo"), password, user):
+        userinfo = match.group("userinfo")
+        _, colon, password = userinfo.partition(":")
+        for secret in (userinfo, password) if colon else (userinfo,):
             if len(secret) >= 4:
                 text = text.replace(secret, "***")
     return text

@@ -100,6 +100,16 @@ def test_a_fetch_error_never_shows_the_remotes_password(user, password, host, qu
     assert no_secret_char(_password_free(url, " ".join(f"'{parts[q]}'" for q in quoted)))
 
 
+def test_a_user_name_beside_a_password_is_not_blanked_in_paths_but_a_token_alone_is():
+    """A user name is not the secret of `user:password`: `root` must not turn `/tmp/pytest-of-root` into
+    `pytest-of-***` (seen in an error message); a user part without a password is a token and is blanked."""
+    text = "cannot read /tmp/pytest-of-root/key: the password s3cretpw failed"
+    shown = _password_free("https://root:s3cretpw@forge.example/settings.git", text)
+    assert shown == "cannot read /tmp/pytest-of-root/key: the password *** failed"
+    token = "ghp_0123456789abcdef"
+    assert _password_free(f"https://{token}@forge.example/s.git", f"auth {token} refused") == "auth *** refused"
+
+
 @pytest.fixture(scope="module")
 def example():
     return load_directory(EXAMPLE)

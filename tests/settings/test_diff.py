@@ -146,6 +146,22 @@ def test_the_command_compares_branches_and_commits_of_a_repository(tmp_path: Pat
     assert unknown.exit_code == 1 and "no-such-branch: names no commit" in unknown.output
 
 
+def test_a_repository_that_holds_no_settings_is_named_in_one_error(tmp_path: Path) -> None:
+    """Run in a source checkout (no llmgw.yaml, catalog/ or other settings file at its top), `llmgw diff` said "is not
+    a settings file" once per file of the checkout (109 lines); it now says once what the repository is not."""
+    source = tmp_path / "source"
+    (source / "llmgw").mkdir(parents=True)
+    (source / "README.md").write_text("# a project\n")
+    (source / "llmgw" / "settings.yaml").write_text("a: 1\n")
+    repo = pygit2.init_repository(str(tmp_path / "source.git"), bare=True, initial_head="main")
+    commit_tree(repo, source, "first")
+    result = CliRunner().invoke(cli, ["diff", "--repo", str(tmp_path / "source.git"), "main", "main"])
+    assert result.exit_code == 1, result.output
+    assert "main: commit" in result.output and "holds no settings tree" in result.output
+    assert "README.md, llmgw" in result.output and "give the settings repository with --repo" in result.output
+    assert "is not a settings file" not in result.output and result.output.count("\n") == 2, result.output
+
+
 def test_keys_read_only_at_start_are_named_with_llmgw_restart(tmp_path: Path) -> None:
     a, b = copy_example(tmp_path / "a"), copy_example(tmp_path / "b")
     edit(b, "llmgw.yaml", "port: 8080}", "port: 8080, workers: 2}")

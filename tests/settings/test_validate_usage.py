@@ -30,7 +30,7 @@ def test_a_missing_directory_is_named_as_such_not_as_a_revision(tmp_path: Path,
     repo = pygit2.init_repository(str(tmp_path / "repo"), initial_head="main")
     commit_tree(repo, copy_example(tmp_path / "tree"), "seed")
     monkeypatch.chdir(tmp_path / "repo")
-    for missing in (str(tmp_path / "nonexistent"), "settings/typo"):
+    for missing in (str(tmp_path / "nonexistent"), "settings/typo", "nonexist"):
         result = CliRunner().invoke(cli, ["validate", missing])
         assert result.exit_code == 2, result.output
         assert f"{missing}: no such directory" in result.output and "names no commit" not in result.output
