@@ -122,12 +122,12 @@ def fetch_mirror(url: str, mirror_path: str | os.PathLike[str], branch: str = DE
     is not a repository.
 
     `ssh_key`: an ssh private key file (OpenSSH or PEM, no passphrase: a deploy key) that an ssh URL authenticates
-    with, as the URL's user (`git` when the URL names none); its `.pub` beside it is used when present. The server's
-    host key is checked by libgit2 against `$HOME/.ssh/known_hosts` (an unknown or changed host key refuses the
-    connection: tests/settings/test_deploy_key.py).
+    with, as the URL's user (`git` when the URL names none); its `.pub` beside it is used when present. With or without
+    it, an ssh server's host key is checked by libgit2 against `$HOME/.ssh/known_hosts` (an unknown or changed host
+    key refuses the connection: tests/settings/test_deploy_key.py).
     """
     mirror = Path(mirror_path)
-    callbacks = _DeployKey(Path(ssh_key)) if ssh_key is not None else None
+    callbacks = _DeployKey(Path(ssh_key)) if ssh_key is not None else _HostChecked()
     try:
         if not (mirror / "HEAD").exists():
             mirror.parent.mkdir(parents=True, exist_ok=True)
@@ -143,14 +143,11 @@ def fetch_mirror(url: str, mirror_path: str | os.PathLike[str], branch: str = DE
         raise OSError(f"cannot fetch {redact_url(url)}: {reason}") from exc
 
 
-class _DeployKey(pygit2.RemoteCallbacks):
-    """libgit2's callbacks for an ssh remote reached with the private key file `key`, the host key checked against
-    ~/.ssh/known_hosts by libgit2 (`valid`). `certificate_check` must say so itself: pygit2's default (Passthrough)
-    lets libgit2 1.9 ACCEPT a host that known_hosts does not list (seen here; tests/settings/test_deploy_key.py)."""
-
-    def __init__(self, key: Path):
-        super().__init__()
-        self.key = key
+class _HostChecked(pygit2.RemoteCallbacks):
+    """libgit2's callbacks that refuse a remote whose host libgit2 could not check (`valid`: an ssh host key not in
+    ~/.ssh/known_hosts or differing from it, a TLS certificate that does not verify). `certificate_check` must say so
+    itself: pygit2's default (Passthrough) lets libgit2 1.9 ACCEPT an ssh host that known_hosts does not list (seen
+    here; tests/settings/test_deploy_key.py). Every fetch uses these, with or without a deploy key."""
 
     def certificate_check(self, certificate: None, valid: bool, host: bytes) -> bool:
         if not valid:
@@ -159,6 +156,14 @@ class _DeployKey(pygit2.RemoteCallbacks):
                                   f"from it: add the key the host really has (`ssh-keyscan {name}`, compared with "
                                   "the host's own /etc/ssh/ssh_host_*_key.pub)")
         return True
+
+
+class _DeployKey(_HostChecked):
+    """`_HostChecked` reaching an ssh remote with the private key file `key` (no passphrase), as the URL's user."""
+
+    def __init__(self, key: Path):
+        super().__init__()
+        self.key = key
 
     def credentials(self, url: str, username_from_url: str | None, allowed_types: pygit2.enums.CredentialType):
         if not allowed_types & pygit2.enums.CredentialType.SSH_KEY:

@@ -6,10 +6,10 @@ fetch_mirror accepts only what libgit2 found valid). Each fetch runs in a proces
 holding only that file.
 
 Shown here: the control plane loads the settings commit from the ssh URL with the deploy key, and later fetches move
-the mirror; an unknown host key, a host key that differs from known_hosts, and a key the server does not accept each
-refuse the fetch with a sentence naming the URL; a hashed known_hosts entry is accepted; the pod the Helm chart renders
-runs its command line here against that sshd (`make helm`). About 20-60 s here for the three (the control plane's
-start, the hosts and the pushes).
+the mirror; an unknown host key (with the deploy key or, over a plain ssh URL, without one), a host key that differs
+from known_hosts, and a key the server does not accept each refuse the fetch with a sentence naming the URL; a hashed
+known_hosts entry is accepted; the pod the Helm chart renders runs its command line here against that sshd (`make
+helm`). About 20-60 s here for the three (the control plane's start, the hosts and the pushes).
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ FETCH = """
 import sys
 from llmgw.settings import fetch_mirror
 try:
-    fetch_mirror(sys.argv[1], sys.argv[2], ssh_key=sys.argv[3])
+    fetch_mirror(sys.argv[1], sys.argv[2], ssh_key=sys.argv[3] or None)
 except OSError as exc:
     sys.exit(str(exc))
 """
@@ -68,7 +68,8 @@ def _env(home: Path) -> dict[str, str]:
     return {**os.environ, "HOME": str(home), "PYTHONPATH": str(CHECKOUT), "SSH_AUTH_SOCK": ""}
 
 
-def _fetch(url: str, mirror: Path, key: Path, home: Path) -> subprocess.CompletedProcess:
+def _fetch(url: str, mirror: Path, key: Path | str, home: Path) -> subprocess.CompletedProcess:
+    """fetch_mirror in a process of its own with HOME `home`; `key` "" fetches without a deploy key."""
     return subprocess.run([sys.executable, "-c", FETCH, url, str(mirror), str(key)], env=_env(home),
                           capture_output=True, text=True, timeout=60)
 
@@ -156,6 +157,8 @@ def test_an_unknown_or_changed_host_key_or_a_refused_key_refuses_the_fetch(ssh_h
     unknown = _fetch(url, tmp_path / "m1", key, empty)
     assert (unknown.returncode, unknown.stderr) == (1, shown + not_known.format(home=empty))
     assert not (tmp_path / "m1" / "HEAD").exists()
+    without_key = _fetch(url, tmp_path / "m0", "", empty)  # a plain ssh URL: the host is checked all the same
+    assert (without_key.returncode, without_key.stderr) == (1, shown + not_known.format(home=empty))
 
     other = _keypair(tmp_path / "other_host_key").with_suffix(".pub").read_text().split()[:2]
     changed_home = _home(tmp_path, "changed", f"{host.address} {' '.join(other)}\n")
