@@ -198,7 +198,8 @@ class BatchRunner:
     async def _run_line(self, record: BatchRecord, line: BatchLine, table: RouteTable,
                         replica: ReplicaRoute | None) -> None:
         """Run one claimed line through the gateway and keep its result (shielded: a result is never lost to a
-        cancel once the answer came)."""
+        cancel once the answer came). An unexpected exception fails this line alone (status 500, `internal_error`,
+        logged with its traceback) instead of ending the runner's nursery and every batch with it."""
         gateway = self.gateway
         endpoint = record.body["endpoint"]
         body = {**(json.loads(line.request)["body"]), "stream": False}
@@ -229,6 +230,11 @@ class BatchRunner:
                 ctx = await gateway.admission.admit(caller, table, endpoint, body, raw)
                 await gateway._run(ctx, answer.send, _never)
         except ApiError as error:
+            answer.status, answer.parts = error.status, [error.body()]
+        except Exception:  # a bug, or an answer this code could not read: this line fails, its batch goes on
+            log.exception("batches: line %d of %s failed unexpectedly", line.line, record.id)
+            error = ApiError(500, "This line failed inside the gateway (its log has the cause); the other lines of "
+                                  "the batch go on.", "server_error", "internal_error")
             answer.status, answer.parts = error.status, [error.body()]
         finally:
             if replica is not None:
