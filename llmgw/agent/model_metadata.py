@@ -61,6 +61,15 @@ def _url_of(source: str, endpoint: str | None) -> str:
                        "repository of safetensors files) or an https:// GGUF URL")
 
 
+def check_source(source: str) -> None:
+    """Refuse a `source` the explorer cannot read, before any network or fleet read: WeightsError naming it when it is
+    neither hf://org/repo@revision/file.gguf, hf://org/repo@revision/ nor an http(s):// URL. No I/O."""
+    if source.endswith("/") and source.startswith("hf://"):
+        _parse_repository(source)
+    else:
+        _url_of(source, HF_DEFAULT_ENDPOINT)
+
+
 async def _read_range(client: httpx.AsyncClient, url: str, source: str, start: int, end: int, headers: dict,
                       reads: _Reads) -> tuple[bytes, int | None]:
     """Bytes `start`..`end` (inclusive) of `url` (fewer at the file's end), and the file's size when the answer says

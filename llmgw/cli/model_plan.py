@@ -15,7 +15,7 @@ from pathlib import Path
 import click
 import trio
 
-from llmgw.agent.model_metadata import read_source
+from llmgw.agent.model_metadata import check_source, read_source
 from llmgw.errors import UsageError, WeightsError
 from llmgw.plan.model_fit import ModelFit
 from llmgw.units import format_size
@@ -82,6 +82,10 @@ def plan_command(source: str, fleet_file: Path | None, url: str | None, token: s
             hub_token = hf_token_file.read_text().strip() or None
         except OSError as exc:
             raise UsageError(f"cannot read the Hub token file {hf_token_file}: {exc.strerror}") from exc
+    try:
+        check_source(source)  # a source written wrong is named before the fleet is asked for
+    except WeightsError as exc:
+        raise UsageError(f"{exc}") from exc
     snapshot, _ = _fleet(fleet_file, url, token, state_dir)
     try:
         facts = trio.run(partial(read_source, source, token=hub_token, endpoint=hf_endpoint))

@@ -239,6 +239,10 @@ def test_llmgw_model_plan_prints_each_class_and_cpu_node_from_a_fleet_snapshot(h
         main(["model", "plan", "hf://google/gemma-3-270m/absent.gguf", "--fleet", str(snapshot),
               "--hf-endpoint", hub.url])
     assert exited.value.code == 1 and "not found (404" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exited:  # a source written wrong is named before any fleet is read
+        main(["model", "plan", "gemma.gguf", "--admin", "http://127.0.0.1:9", "--token", "x"])
+    said = capsys.readouterr().err
+    assert exited.value.code == 1 and "gemma.gguf: the explorer reads hf://" in said and "127.0.0.1" not in said
 
 
 async def test_the_consoles_explorer_page_shows_the_model_and_where_it_fits(hub):
