@@ -13,7 +13,10 @@ reason when not lent, an administrator's drain (another reason) never touched (`
 Slurm's version, the node's state, reason and running job steps, and on the controller with accounting the jobs
 that ended since the sacct cursor (`read_finished_jobs`, `recorded`), which the control plane prices into usage
 once each. With slurm.yaml `users: llmgw` it gives the node the role's Linux users, their homes on the shared path
-and their SSH keys (`sync_users`, decided by llmgw.tools.linux_users).
+and their SSH keys (`sync_users`, decided by llmgw.tools.linux_users). With slurm.yaml `containers: runc` it writes
+etc/oci.conf from its own template (llmgw.tools.slurm_oci), so `srun --container` runs steps with runc; with
+`shared.export` it keeps nfs-ganesha exporting the shared path on the exporting node, or mounts it on the others
+(`keep_shared_path`, llmgw.tools.nfs_export).
 
 Layout (`SlurmLayout`): everything under one directory (the role's @SLURM_DIR@): munge/ (key, socket, seed),
 state/, spool/, log/, run/, etc/. The agent runs its own munged on its own socket (so a site's or test's other
@@ -375,7 +378,7 @@ class SlurmKeeper:
             except OSError as exc:
                 self.warnings = [f"cannot write Slurm's files under {self.layout.root}: {exc}"]
                 return
-            warnings += await self._shared_path(role)
+            warnings += await self.keep_shared_path(role)
             warnings += await self.sync_users(role)
             if not self.layout.munge_key.exists():
                 self.warnings = [*warnings, "no munge key: the control plane sent none and none was written before"]
@@ -432,7 +435,7 @@ class SlurmKeeper:
                 changed.add(group)
         return changed
 
-    async def _shared_path(self, role: pb.SlurmRole) -> list[str]:
+    async def keep_shared_path(self, role: pb.SlurmRole) -> list[str]:
         """slurm.yaml `shared.export`: on the exporting node (`nfs_clients`), nfs-ganesha kept running with the
         export of `shared_path` to those addresses only (llmgw.tools.nfs_export; restarted when its configuration
         changes, stopped when the node exports nothing); on the others (`nfs_server`), `shared_path` mounted from it
@@ -448,7 +451,8 @@ class SlurmKeeper:
             try:
                 text = ganesha_conf(role.shared_path, role.nfs_clients, str(self.layout.root / "nfs" / "recovery"))
                 Path(role.shared_path).mkdir(parents=True, exist_ok=True)
-                (self.layout.root / "nfs" / "recovery").mkdir(parents=True, exist_ok=True)
+                for sub in ("nfs/recovery", "run", "log"):
+                    (self.layout.root / sub).mkdir(parents=True, exist_ok=True)
                 changed = _write_if_changed(conf, text.encode(), 0o644)
             except (ValueError, OSError) as exc:
                 return [*warnings, f"the shared path is not exported: {exc}"]
@@ -457,7 +461,10 @@ class SlurmKeeper:
                         "nfs-ganesha-vfs): the shared path is not exported"]
             if changed:
                 await self._stop(GANESHA)
+            known = len(self.warnings)
             await self._start(GANESHA, lambda: _listening("127.0.0.1", NFS_PORT))
+            warnings += self.warnings[known:]  # it did not answer: said in this part's warnings
+            del self.warnings[known:]
         if role.nfs_server and role.shared_path:
             try:
                 mounts = parse_mountinfo(Path("/proc/self/mountinfo").read_text())
