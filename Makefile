@@ -43,7 +43,7 @@ lint: venv
 #   real tool, both ways), systemd (systemd-analyze verify|security on deploy/systemd/: issue 27), openssh-server
 #   (sshd for the onboarding tests' hosts: issue 27) and podman, buildah, runc, debootstrap (the container images of
 #   deploy/container/, built and run by tests/packaging/test_container_image.py: issue 28).
-SYSTEM_PACKAGES := prometheus chromium chromium-driver slurm-wlm slurmdbd munge slurm-client haproxy nftables minisign systemd openssh-server socat podman buildah runc debootstrap
+SYSTEM_PACKAGES := prometheus chromium chromium-driver slurm-wlm slurmdbd munge slurm-client haproxy nftables minisign systemd openssh-server socat podman buildah runc debootstrap nfs-ganesha nfs-ganesha-vfs libnfs-utils
 system-packages:
 	@missing=$$(for p in $(SYSTEM_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done); \
 	if [ -n "$$missing" ]; then \

@@ -5,7 +5,7 @@
 #   localhost/llmgw-agent:<version>  an agent on a GPU node (deploy/container/Containerfile.agent)
 #
 # 1. the base: a Debian bookworm minbase root (debootstrap, with python3, python3-venv, git, ca-certificates),
-#    made once per machine and kept as a tarball in $LLMGW_CACHE/container/ (default ~/.cache/llmgw), imported
+#    made once per machine by base.sh and kept as a tarball in $LLMGW_CACHE/container/ (default ~/.cache/llmgw), imported
 #    with `podman import` as localhost/llmgw-base:bookworm;
 # 2. the build context (a temporary directory): llmgw's wheel built from this tree and its dependencies' wheels,
 #    downloaded here with pip under constraints.txt;
@@ -21,10 +21,6 @@ set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 tree=$(cd "$here/../.." && pwd)
 python=${PYTHON:-python3}
-cache=${LLMGW_CACHE:-$HOME/.cache/llmgw}/container
-mirror=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
-include=python3,python3-venv,git,ca-certificates
-base_tar=$cache/bookworm-minbase-$(echo "$include" | tr ',' '-').tar
 export CONTAINERS_CONF=${CONTAINERS_CONF:-$here/containers.conf}
 
 for tool in podman debootstrap runc; do
@@ -37,20 +33,9 @@ if [ -n "${LLMGW_IMAGE_STORAGE:-}" ]; then
 fi
 
 work=$(mktemp -d)
-# a debootstrap that fails midway may leave proc and sys mounted in its root: unmount them before removing it
-trap 'umount -l "$work/rootfs/proc" "$work/rootfs/sys" 2> /dev/null || :; rm -rf "$work"' EXIT
+trap 'rm -rf "$work"' EXIT
 
-if [ ! -s "$base_tar" ]; then
-    echo "base: debootstrap --variant=minbase bookworm (once per machine; about 2 minutes) -> $base_tar" >&2
-    mkdir -p "$cache"
-    debootstrap --variant=minbase --include="$include" bookworm "$work/rootfs" "$mirror" > "$work/debootstrap.log" 2>&1 \
-        || { tail -20 "$work/debootstrap.log" >&2; echo "error: debootstrap failed (log above)" >&2; exit 1; }
-    chroot "$work/rootfs" apt-get clean
-    rm -rf "$work/rootfs/var/lib/apt/lists/"*
-    tar --numeric-owner -C "$work/rootfs" -cf "$base_tar.part" .
-    mv "$base_tar.part" "$base_tar"
-    rm -rf "$work/rootfs"
-fi
+base_tar=$("$here/base.sh")
 "$@" import --quiet "$base_tar" localhost/llmgw-base:bookworm > /dev/null
 
 # the wheel is built from a copy: setuptools builds in the source tree, and files left in an old build/ would go in

@@ -13,7 +13,10 @@ reason when not lent, an administrator's drain (another reason) never touched (`
 Slurm's version, the node's state, reason and running job steps, and on the controller with accounting the jobs
 that ended since the sacct cursor (`read_finished_jobs`, `recorded`), which the control plane prices into usage
 once each. With slurm.yaml `users: llmgw` it gives the node the role's Linux users, their homes on the shared path
-and their SSH keys (`sync_users`, decided by llmgw.tools.linux_users).
+and their SSH keys (`sync_users`, decided by llmgw.tools.linux_users). With slurm.yaml `containers: runc` it writes
+etc/oci.conf from its own template (llmgw.tools.slurm_oci), so `srun --container` runs steps with runc; with
+`shared.export` it keeps nfs-ganesha exporting the shared path on the exporting node, or mounts it on the others
+(`keep_shared_path`, llmgw.tools.nfs_export).
 
 Layout (`SlurmLayout`): everything under one directory (the role's @SLURM_DIR@): munge/ (key, socket, seed),
 state/, spool/, log/, run/, etc/. The agent runs its own munged on its own socket (so a site's or test's other
@@ -44,6 +47,8 @@ import trio
 from llmgw.agent.shards import next_backoff
 from llmgw.tools.slurm import SACCT_FIELDS, drain_verdict, parse_sacct, parse_sacctmgr_accounts, parse_sacctmgr_assocs, parse_scontrol_nodes
 from llmgw.tools.conf_keys import GRES_CONF_KEYS, SLURM_CONF_KEYS, SLURMDBD_CONF_KEYS, rendered_problem
+from llmgw.tools.nfs_export import NFS_PORT, ganesha_conf, mount_decision, parse_mountinfo
+from llmgw.tools.slurm_oci import oci_conf
 from llmgw.tools.linux_users import MARK, UserSpec, parse_group, parse_passwd, parse_shadow_expiry, user_commands
 from llmgw.tools.slurm_accounts import WantedAccount, account_commands
 from llmgw.tools.values import ParseError
@@ -71,6 +76,10 @@ ENDED_STATES = "CD,F,CA,TO,OOM,NF,PR,DL,BF"
 COMMAND_TIMEOUT = 30.0
 """Seconds a Slurm command (scontrol, squeue, sacct, sacctmgr) may take before it counts as failed."""
 _TAIL = 8
+GANESHA = "ganesha.nfsd"
+"""nfs-ganesha's daemon: the shared path's NFS server on the node of slurm.yaml `shared.export`."""
+KEPT_APART = ("munged", GANESHA)
+"""Daemons a change of Slurm's files does not restart."""
 
 
 @dataclass(frozen=True)
@@ -248,6 +257,17 @@ def _write(path: Path, data: bytes, mode: int, owner: str | None = None) -> None
     tmp.replace(path)
 
 
+def _write_if_changed(path: Path, data: bytes, mode: int) -> bool:
+    """Write `data` to `path` (as `_write`) unless it holds that already; True when written."""
+    try:
+        if path.read_bytes() == data:
+            return False
+    except OSError:
+        pass
+    _write(path, data, mode)
+    return True
+
+
 def _munge_owner() -> str | None:
     """"munge" when the agent runs as root and the user exists: the key is then owned by munge."""
     if os.geteuid() != 0:
@@ -358,6 +378,7 @@ class SlurmKeeper:
             except OSError as exc:
                 self.warnings = [f"cannot write Slurm's files under {self.layout.root}: {exc}"]
                 return
+            warnings += await self.keep_shared_path(role)
             warnings += await self.sync_users(role)
             if not self.layout.munge_key.exists():
                 self.warnings = [*warnings, "no munge key: the control plane sent none and none was written before"]
@@ -367,7 +388,7 @@ class SlurmKeeper:
                 if problem:
                     warnings.append(problem)
             self.warnings = warnings
-            for name in [n for n in self.daemons if n != "munged" and (n not in wanted or changed)]:
+            for name in [n for n in self.daemons if n not in KEPT_APART and (n not in wanted or changed)]:
                 await self._stop(name)
             if "munge" in changed:
                 await self._stop("munged")
@@ -390,6 +411,13 @@ class SlurmKeeper:
         layout.munge_dir.mkdir(parents=True, exist_ok=True)
         layout.munge_dir.chmod(0o700)
         changed: set[str] = set()
+        oci = layout.etc / "oci.conf"
+        if role.containers:  # read by slurmstepd at each step: no daemon restarts for it
+            program = self._program("runc")
+            if program is not None:
+                _write_if_changed(oci, oci_conf(role.containers, program).encode(), 0o644)
+        else:
+            oci.unlink(missing_ok=True)
         wanted = {"slurm.conf": (layout.slurm_conf, layout.fill(role.slurm_conf).encode(), 0o644, None, "slurm"),
                   "gres.conf": (layout.etc / "gres.conf", layout.fill(role.gres_conf).encode(), 0o644, None, "slurm")}
         if role.munge_key:  # none: kept settings, the key written before stays
@@ -406,6 +434,53 @@ class SlurmKeeper:
                 _write(path, data, mode, owner)
                 changed.add(group)
         return changed
+
+    async def keep_shared_path(self, role: pb.SlurmRole) -> list[str]:
+        """slurm.yaml `shared.export`: on the exporting node (`nfs_clients`), nfs-ganesha kept running with the
+        export of `shared_path` to those addresses only (llmgw.tools.nfs_export; restarted when its configuration
+        changes, stopped when the node exports nothing); on the others (`nfs_server`), `shared_path` mounted from it
+        when it is not already. Returns warnings in words (ganesha missing, the mount refused in mount's words)."""
+        warnings: list[str] = []
+        if role.containers and self._program("runc") is None:
+            warnings.append("runc is not installed on this node (Debian: runc): no oci.conf is written, and "
+                            "`srun --container` runs steps outside any container here")
+        if not role.nfs_clients:
+            await self._stop(GANESHA)
+        else:
+            conf = self.layout.root / "nfs" / "ganesha.conf"
+            try:
+                text = ganesha_conf(role.shared_path, role.nfs_clients, str(self.layout.root / "nfs" / "recovery"))
+                Path(role.shared_path).mkdir(parents=True, exist_ok=True)
+                for sub in ("nfs/recovery", "run", "log"):
+                    (self.layout.root / sub).mkdir(parents=True, exist_ok=True)
+                changed = _write_if_changed(conf, text.encode(), 0o644)
+            except (ValueError, OSError) as exc:
+                return [*warnings, f"the shared path is not exported: {exc}"]
+            if self._program(GANESHA) is None:
+                return [*warnings, "nfs-ganesha is not installed on this node (Debian: nfs-ganesha, "
+                        "nfs-ganesha-vfs): the shared path is not exported"]
+            if changed:
+                await self._stop(GANESHA)
+            known = len(self.warnings)
+            await self._start(GANESHA, lambda: _listening("127.0.0.1", NFS_PORT))
+            warnings += self.warnings[known:]  # it did not answer: said in this part's warnings
+            del self.warnings[known:]
+        if role.nfs_server and role.shared_path:
+            try:
+                mounts = parse_mountinfo(Path("/proc/self/mountinfo").read_text())
+                argv, warning = mount_decision(role.nfs_server, role.shared_path, mounts)
+                if argv is not None:
+                    Path(role.shared_path).mkdir(parents=True, exist_ok=True)
+            except (ValueError, OSError) as exc:
+                return [*warnings, f"the shared path is not mounted: {exc}"]
+            if warning:
+                warnings.append(warning)
+            if argv is not None:
+                done = await self._slurm(*argv)
+                if done.returncode != 0:
+                    warnings.append(f"mounting {argv[-2]} at {argv[-1]} failed: "
+                                    f"{(done.stderr or done.stdout).decode(errors='replace').strip()}")
+        return warnings
 
     async def _make_storage(self, role: pb.SlurmRole) -> str:
         """Create slurmdbd's database and user on MariaDB as root over TCP; "" or the client's own words."""
@@ -524,6 +599,10 @@ class SlurmKeeper:
             return (program, "-D", "-i", "-f", str(layout.slurm_conf))
         if name == "slurmd":
             return (program, "-D", "-N", self.role.node_name, "-f", str(layout.slurm_conf))
+        if name == GANESHA:
+            nfs = layout.root / "nfs"
+            return (program, "-F", "-f", str(nfs / "ganesha.conf"), "-L", str(layout.root / "log" / "ganesha.log"),
+                    "-p", str(layout.root / "run" / "ganesha.pid"), "-N", "NIV_EVENT")
         return (program, "-D")  # slurmdbd reads slurmdbd.conf beside SLURM_CONF
 
     def _registered(self, node_name: str) -> bool:
@@ -568,7 +647,7 @@ class SlurmKeeper:
         daemon.state, daemon.pid = DaemonState.STOPPED, 0
 
     async def _stop_all(self) -> None:
-        for name in ("slurmd", "slurmctld", "slurmdbd", "munged"):
+        for name in ("slurmd", "slurmctld", "slurmdbd", GANESHA, "munged"):
             await self._stop(name)
 
     async def stop(self) -> None:
@@ -691,7 +770,7 @@ class SlurmKeeper:
         if not self.role.daemons and not self.daemons and not warnings:
             return None
         return pb.SlurmReport(
-            daemons=[self.daemons[n].message() for n in ("munged", "slurmdbd", "slurmctld", "slurmd")
+            daemons=[self.daemons[n].message() for n in ("munged", GANESHA, "slurmdbd", "slurmctld", "slurmd")
                      if n in self.daemons],
             version=self.version, node_state=self.node_state, node_reason=self.node_reason,
             job_steps=self.job_steps, lent=self.role.lent, warnings=warnings,

@@ -137,7 +137,9 @@ def slurm_role(settings: Settings, fleet: Fleet, node_id: str, secret: Callable[
         slurmctld_port=slurm.ports["slurmctld"], slurmdbd_port=slurm.ports["slurmdbd"],
         users=[pb.SlurmUser(login=u.login, uid=u.uid, email=u.email, home=u.home, shell=u.shell, keys=list(u.keys))
                for u in users],
-        shared_path=slurm.shared_path if users else "")
+        shared_path=slurm.shared_path if users or role.nfs_clients or role.nfs_server else "",
+        containers=role.containers if role.containers != "none" else "", nfs_clients=list(role.nfs_clients),
+        nfs_server=role.nfs_server)
     if role.accounting:
         password = storage_password(key, slurm)
         user, database = storage_names(slurm)

@@ -16,7 +16,7 @@ filter), whose rules in order:
 5. on a control plane (a node whose address is in `control_planes`): the gateway listener from `gateway_sources`
    (every network when empty), the admin listener from `admin_sources`, the agents' listener from the fleet's nodes;
 6. on Slurm's controller and lendable nodes (slurm.yaml enabled): slurmctld's, slurmd's and slurmdbd's ports from
-   those nodes;
+   those nodes; on the node of slurm.yaml `shared.export`, NFS (TCP 2049) from the other ones only;
 7. each rule of `rules` whose node group holds this node;
 8. anything else is refused: TCP with a reset (a client fails at once), the rest with an ICMP port-unreachable.
 
@@ -44,6 +44,7 @@ from llmgw.errors import GeneratedFileError
 from llmgw.plan.types import FirewallTable, Fleet, NodeState
 from llmgw.settings.firewall import Network
 from llmgw.settings.model import Settings
+from llmgw.tools.nfs_export import NFS_PORT
 from llmgw.tools.nft import FABRIC_SETS, TABLE
 
 _WORD = re.compile(r"[a-z0-9][a-z0-9._-]{0,62}")
@@ -149,6 +150,10 @@ def _table(settings: Settings, view: _View, node_id: str) -> FirewallTable:
         ports = sorted(slurm.ports.values())
         lines += _from([m for m in members if m is not None],
                        f"tcp dport {_ports((p, p) for p in ports)} accept " + _comment("slurm"))
+        if slurm.shared_path and node_id == slurm.shared_export:
+            lines += _from([m for n, m in zip(dict.fromkeys((slurm.controller, *slurm.nodes)), members)
+                            if m is not None and n != node_id],
+                           f"tcp dport {NFS_PORT} accept " + _comment("nfs shared path"))
     labels = {**dict(node.labels if node is not None else ()), **settings.agent_settings_for(node_id).labels}
     for rule in firewall.rules:
         if rule.applies_to(labels):

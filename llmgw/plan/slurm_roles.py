@@ -17,7 +17,7 @@ import hashlib
 import hmac
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from llmgw.plan.slurm_conf import DRAIN_REASON, SlurmHost, SlurmPaths, render_slurm, render_slurmdbd_conf
 from llmgw.settings.slurm import SlurmSettings
@@ -44,7 +44,11 @@ class SlurmRole:
     `accounting` True on the controller when slurmdbd runs (its conf needs the password: `slurmdbd_conf`), and then
     `accounts` the Slurm accounts it keeps with sacctmgr (`llmgw.plan.slurm_accounts.desired_accounts`), in order;
     `members` what the Linux users of `users: llmgw` depend on (`llmgw.plan.slurm_users.users_digest_input`): the
-    control plane adds their logins and UIDs from the store when it sends the role."""
+    control plane adds their logins and UIDs from the store when it sends the role; `containers` slurm.yaml's
+    runtime for `srun --container` ("none" or "runc": the agent writes oci.conf from llmgw.tools.slurm_oci);
+    `nfs_clients` on the node of `shared.export`: the other Slurm nodes' addresses, sorted (the only NFS clients of
+    `shared_path`); `nfs_server` on those nodes: the exporting node's address ("" when there is no export or the
+    fleet does not report that node yet)."""
 
     daemons: tuple[str, ...]
     node_name: str
@@ -55,11 +59,15 @@ class SlurmRole:
     drain_reason: str = DRAIN_REASON
     accounts: tuple[tuple[str, WantedAccount], ...] = ()
     members: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    containers: str = "none"
+    nfs_clients: tuple[str, ...] = ()
+    nfs_server: str = ""
 
     def digest(self) -> str:
         """16 hex digits of sha256 over everything the agent is told (not the secret): a change means a CONFIGURE."""
         described = repr((self.daemons, self.node_name, self.lent, self.slurm_conf, self.gres_conf,
-                          self.accounting, self.drain_reason, self.accounts, self.members))
+                          self.accounting, self.drain_reason, self.accounts, self.members, self.containers,
+                          self.nfs_clients, self.nfs_server))
         return hashlib.sha256(described.encode()).hexdigest()[:16]
 
 
@@ -75,6 +83,8 @@ def slurm_roles(slurm: SlurmSettings, hosts: Mapping[str, SlurmHost],
         return {}
     rendered = None
     roles: dict[str, SlurmRole] = {}
+    exporter = slurm.shared_export if slurm.shared_path else ""
+    server = hosts[exporter].address if exporter in hosts else ""
     for node_id in dict.fromkeys([slurm.controller, *slurm.nodes]):
         daemons: list[str] = []
         if node_id == slurm.controller:
@@ -88,7 +98,11 @@ def slurm_roles(slurm: SlurmSettings, hosts: Mapping[str, SlurmHost],
         kept = tuple((accounts or {}).items()) if "slurmdbd" in daemons else ()
         roles[node_id] = SlurmRole(tuple(daemons), node_id if "slurmd" in daemons else "", bool(node and node.lent),
                                    rendered.slurm_conf, rendered.gres_conf, "slurmdbd" in daemons, accounts=kept,
-                                   members=members)
+                                   members=members, containers=slurm.containers,
+                                   nfs_server=server if exporter and node_id != exporter else "")
+    if exporter in roles:
+        clients = sorted({hosts[n].address for n in roles if n != exporter and n in hosts})
+        roles[exporter] = replace(roles[exporter], nfs_clients=tuple(clients))
     return roles
 
 

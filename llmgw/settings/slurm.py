@@ -3,7 +3,8 @@
 `build_slurm(data, found, file, fleet)` turns the schema-valid mapping into `SlurmSettings` and adds an error at
 file:line for each of: a node of `nodes` (or the controller) the fleet does not know, a node naming a partition
 that `partitions` lacks, a partition with no node, two default partitions, and `users: llmgw` without a
-`shared_path` (and a warning for `ssh_keys` without `users: llmgw`). "The fleet" here is what the settings know of it: the node ids with an `agents/nodes/<node>.yaml`.
+`shared_path`, and a `shared.export` node without a `shared_path` or that is not the controller or a lendable node
+(and a warning for `ssh_keys` without `users: llmgw`). "The fleet" here is what the settings know of it: the node ids with an `agents/nodes/<node>.yaml`.
 Durations are in seconds.
 """
 
@@ -38,7 +39,10 @@ class SlurmPartition:
 @dataclass(frozen=True)
 class SlurmSettings:
     """`slurm.yaml`. `nodes` by node id, `partitions` by name (both in file order); `users` "none" or "llmgw";
-    `shared_path` "" when not given; `ssh_keys` each member's SSH public keys by e-mail (file order); `ports` maps "slurmctld" / "slurmd" / "slurmdbd" to a TCP port."""
+    `shared_path` "" when not given; `shared_export` the node id that exports `shared_path` over NFS to the other
+    Slurm nodes ("": the site mounts it); `containers` the OCI runtime of `srun --container` ("none" or "runc");
+    `ssh_keys` each member's SSH public keys by e-mail (file order); `ports` maps "slurmctld" / "slurmd" /
+    "slurmdbd" to a TCP port."""
 
     enabled: bool = False
     cluster_name: str = "llmgw"
@@ -48,6 +52,8 @@ class SlurmSettings:
     accounting: bool = False
     users: str = "none"
     shared_path: str = ""
+    shared_export: str = ""
+    containers: str = "none"
     ssh_keys: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: MappingProxyType({}))
     munge_key_secret: str = "munge-key"
     proctrack_type: str = "proctrack/cgroup"
@@ -79,6 +85,8 @@ def build_slurm(data: Mapping[str, Any], found: Any, file: str, fleet: frozenset
         accounting=bool(data.get("accounting", False)),
         users=data.get("users", "none"),
         shared_path=data.get("shared_path", ""),
+        shared_export=data.get("shared", {}).get("export", ""),
+        containers=data.get("containers", "none"),
         ssh_keys=MappingProxyType({email: tuple(keys) for email, keys in data.get("ssh_keys", {}).items()}),
         munge_key_secret=data.get("munge_key_secret", "munge-key"),
         proctrack_type=data.get("proctrack_type", "proctrack/cgroup"),
@@ -108,6 +116,11 @@ def build_slurm(data: Mapping[str, Any], found: Any, file: str, fleet: frozenset
                   "default; keep one")
     if settings.users == "llmgw" and not settings.shared_path:
         found.add(file, ("users",), "users: llmgw needs a shared_path (the file system holding the users' homes)")
+    if settings.shared_export and not settings.shared_path:
+        found.add(file, ("shared", "export"), "shared.export needs a shared_path (the directory the node exports)")
+    elif settings.shared_export and settings.shared_export not in (settings.controller, *nodes):
+        found.add(file, ("shared", "export"), f"node {settings.shared_export!r} exports the shared path but is "
+                  "neither the controller nor a lendable node: name one of them")
     if settings.ssh_keys and settings.users != "llmgw":
         found.add(file, ("ssh_keys",), "ssh_keys are written only for users llmgw makes: set `users: llmgw` (and "
                   "shared_path), or remove them", of_key=True, severity="warning")

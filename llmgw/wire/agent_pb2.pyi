@@ -668,7 +668,7 @@ class TraceSettings(_message.Message):
     def __init__(self, endpoint: _Optional[str] = ..., sample_ratio: _Optional[float] = ...) -> None: ...
 
 class SlurmRole(_message.Message):
-    __slots__ = ("daemons", "node_name", "lent", "drain_reason", "slurm_conf", "gres_conf", "slurmdbd_conf", "munge_key", "storage_host", "storage_port", "storage_user", "storage_password", "storage_database", "slurmctld_port", "slurmdbd_port", "cluster_name", "accounts", "users", "shared_path", "finished_since")
+    __slots__ = ("daemons", "node_name", "lent", "drain_reason", "slurm_conf", "gres_conf", "slurmdbd_conf", "munge_key", "storage_host", "storage_port", "storage_user", "storage_password", "storage_database", "slurmctld_port", "slurmdbd_port", "cluster_name", "accounts", "users", "shared_path", "finished_since", "containers", "nfs_clients", "nfs_server")
     DAEMONS_FIELD_NUMBER: _ClassVar[int]
     NODE_NAME_FIELD_NUMBER: _ClassVar[int]
     LENT_FIELD_NUMBER: _ClassVar[int]
@@ -689,6 +689,9 @@ class SlurmRole(_message.Message):
     USERS_FIELD_NUMBER: _ClassVar[int]
     SHARED_PATH_FIELD_NUMBER: _ClassVar[int]
     FINISHED_SINCE_FIELD_NUMBER: _ClassVar[int]
+    CONTAINERS_FIELD_NUMBER: _ClassVar[int]
+    NFS_CLIENTS_FIELD_NUMBER: _ClassVar[int]
+    NFS_SERVER_FIELD_NUMBER: _ClassVar[int]
     daemons: _containers.RepeatedScalarFieldContainer[str]
     node_name: str
     lent: bool
@@ -709,7 +712,10 @@ class SlurmRole(_message.Message):
     users: _containers.RepeatedCompositeFieldContainer[SlurmUser]
     shared_path: str
     finished_since: float
-    def __init__(self, daemons: _Optional[_Iterable[str]] = ..., node_name: _Optional[str] = ..., lent: _Optional[bool] = ..., drain_reason: _Optional[str] = ..., slurm_conf: _Optional[str] = ..., gres_conf: _Optional[str] = ..., slurmdbd_conf: _Optional[str] = ..., munge_key: _Optional[bytes] = ..., storage_host: _Optional[str] = ..., storage_port: _Optional[int] = ..., storage_user: _Optional[str] = ..., storage_password: _Optional[str] = ..., storage_database: _Optional[str] = ..., slurmctld_port: _Optional[int] = ..., slurmdbd_port: _Optional[int] = ..., cluster_name: _Optional[str] = ..., accounts: _Optional[_Iterable[_Union[SlurmAccountWanted, _Mapping]]] = ..., users: _Optional[_Iterable[_Union[SlurmUser, _Mapping]]] = ..., shared_path: _Optional[str] = ..., finished_since: _Optional[float] = ...) -> None: ...
+    containers: str
+    nfs_clients: _containers.RepeatedScalarFieldContainer[str]
+    nfs_server: str
+    def __init__(self, daemons: _Optional[_Iterable[str]] = ..., node_name: _Optional[str] = ..., lent: _Optional[bool] = ..., drain_reason: _Optional[str] = ..., slurm_conf: _Optional[str] = ..., gres_conf: _Optional[str] = ..., slurmdbd_conf: _Optional[str] = ..., munge_key: _Optional[bytes] = ..., storage_host: _Optional[str] = ..., storage_port: _Optional[int] = ..., storage_user: _Optional[str] = ..., storage_password: _Optional[str] = ..., storage_database: _Optional[str] = ..., slurmctld_port: _Optional[int] = ..., slurmdbd_port: _Optional[int] = ..., cluster_name: _Optional[str] = ..., accounts: _Optional[_Iterable[_Union[SlurmAccountWanted, _Mapping]]] = ..., users: _Optional[_Iterable[_Union[SlurmUser, _Mapping]]] = ..., shared_path: _Optional[str] = ..., finished_since: _Optional[float] = ..., containers: _Optional[str] = ..., nfs_clients: _Optional[_Iterable[str]] = ..., nfs_server: _Optional[str] = ...) -> None: ...
 
 class SlurmUser(_message.Message):
     __slots__ = ("login", "uid", "email", "home", "shell", "keys")

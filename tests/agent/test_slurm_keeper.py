@@ -123,3 +123,23 @@ async def test_the_controller_reads_ended_jobs_from_the_cursor_and_moves_it_when
         await keeper.apply(pb.SlurmRole(daemons=["slurmctld"], finished_since=1799990000))
         assert keeper.finished_since == 1799990000  # a new control plane's CONFIGURE says where its store stands
         nursery.cancel_scope.cancel()
+
+
+async def test_the_shared_path_and_containers_say_what_is_missing_and_the_mount_reports_mounts_words(tmp_path) -> None:
+    mount = tmp_path / "mount"  # a stand-in: this machine's kernel has no NFS client (docs/slurm.md)
+    mount.write_text(f"#!/bin/sh\necho \"$@\" > {tmp_path / 'argv'}\necho 'mount: unknown filesystem type' >&2\nexit 32\n")
+    mount.chmod(0o755)
+    shared = tmp_path / "shared"
+    async with trio.open_nursery() as nursery:
+        keeper = SlurmKeeper(SlurmLayout(tmp_path / "slurm"), nursery, programs={
+            "runc": str(tmp_path / "missing" / "runc"), "ganesha.nfsd": str(tmp_path / "missing" / "ganesha.nfsd"),
+            "mount": str(mount)})
+        exporting = await keeper.keep_shared_path(pb.SlurmRole(containers="runc", shared_path=str(shared),
+                                                                nfs_clients=["10.0.0.2"]))
+        assert [w.split(" is not installed")[0] for w in exporting] == ["runc", "nfs-ganesha"], exporting
+        assert "ganesha.conf" in {p.name for p in (tmp_path / "slurm" / "nfs").iterdir()} and not keeper.daemons
+        [mounting] = await keeper.keep_shared_path(pb.SlurmRole(shared_path=str(shared), nfs_server="10.0.0.1"))
+        assert mounting == f"mounting 10.0.0.1:{shared} at {shared} failed: mount: unknown filesystem type"
+        assert (tmp_path / "argv").read_text().split() == [
+            "-t", "nfs4", "-o", "vers=4.1,proto=tcp,port=2049,hard", f"10.0.0.1:{shared}", str(shared)]
+        nursery.cancel_scope.cancel()

@@ -32,7 +32,7 @@ from llmgw.settings.firewall import FirewallSettings, control_plane_addresses
 from llmgw.settings.model import ClusterSettings, Settings
 from llmgw.settings.slurm import DEFAULT_PORTS, SlurmNode, SlurmPartition, SlurmSettings
 from llmgw.tools.nft import ruleset_rules, ruleset_tables
-from netns_probes import connect, listen
+from support.netns_probes import connect, listen
 
 ENGINE_PORT = 18080
 AGENTS_PORT = 18082

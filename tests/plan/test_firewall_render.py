@@ -7,7 +7,8 @@ and full source lists):
 - the table is a function of its inputs: the fleet in another order renders byte-identical text;
 - every table lets the control planes in, and ends by refusing TCP with a reset;
 - the gateway, admin and agents' listeners are opened on the control planes only, the agents' one from nodes only;
-- Slurm's ports are opened on Slurm's nodes only, from Slurm's nodes only;
+- Slurm's ports are opened on Slurm's nodes only, from Slurm's nodes only; NFS (2049) on the node of
+  slurm.yaml `shared.export` only, from the other Slurm nodes only;
 - a spread replica's nodes let each other in; a node sharing no replica is not let in for that reason;
 - an address that is not an IP address (a host name, or worse) never reaches the text; off renders nothing.
 """
@@ -73,6 +74,9 @@ def seeded(seed: int) -> tuple[Settings, Fleet]:
         slurm = SlurmSettings(enabled=True, controller=nodes[-1].node_id,
                               nodes=MappingProxyType({n: SlurmNode("p") for n in lendable}),
                               partitions=MappingProxyType({"p": SlurmPartition(default=True)}))
+        if rng.random() < 0.6:
+            slurm = replace(slurm, shared_path="/srv/shared",
+                            shared_export=rng.choice([slurm.controller, *lendable]))
     settings = Settings(ClusterSettings(name="t"), firewall=firewall, slurm=slurm,
                         node_agents=MappingProxyType({"n1": AgentSettings(labels=MappingProxyType({"pool": "gpu"}))}))
     return settings, Fleet(tuple(nodes))
@@ -116,6 +120,14 @@ def test_rendered_tables_load_and_keep_their_rules(seed: int) -> None:
         member = slurm.enabled and node_id in (slurm.controller, *slurm.nodes)
         assert bool(slurm_rules) == bool(member and any(
             fleet.node(n) and not fleet.node(n).address.endswith(".example") for n in (slurm.controller, *slurm.nodes)))
+        nfs_rules = [r for r in rules if r.endswith('"nfs shared path"')]
+        others = {fleet.node(n).address for n in (slurm.controller, *slurm.nodes) if n != node_id and fleet.node(n)
+                  and not fleet.node(n).address.endswith(".example")}
+        exporter = member and bool(slurm.shared_path) and node_id == slurm.shared_export
+        assert bool(nfs_rules) == (exporter and bool(others)), (nfs_rules, node_id)
+        assert all(" tcp dport 2049 accept " in r for r in nfs_rules)
+        nfs_in = {a for r in nfs_rules for a in r[r.index("{") + 1:r.index("}")].replace(" ", "").split(",")}
+        assert nfs_in == ({str(net(a)) for a in others} if exporter else set())
         replicas = {s.replica_id for s in node.shards}
         peers = {o.address for o in fleet.nodes if o.node_id != node_id and replicas & {s.replica_id for s in o.shards}
                  and not o.address.endswith(".example")}

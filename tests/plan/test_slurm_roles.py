@@ -76,3 +76,18 @@ def test_the_planner_configures_a_node_again_when_its_part_in_slurm_changes() ->
     lent = replace(settings, slurm=slurm(lent=True))
     again = [a.node_id for a in make_plan(lent, Fleet(acknowledged)).actions if a.kind is ActionKind.CONFIGURE]
     assert again == ["g1"]
+
+
+def test_containers_reach_every_node_and_the_export_goes_to_the_other_slurm_nodes_only() -> None:
+    settings = replace(slurm(), containers="runc", shared_path="/srv/shared", shared_export="ctl")
+    hosts = hosts_of(FLEET)
+    roles = slurm_roles(settings, hosts)
+    assert {r.containers for r in roles.values()} == {"runc"}
+    assert roles["ctl"].nfs_clients == tuple(sorted({hosts["g1"].address, hosts["g2"].address}))
+    assert roles["ctl"].nfs_server == "" and {roles["g1"].nfs_server, roles["g2"].nfs_server} == {hosts["ctl"].address}
+    assert roles["g1"].nfs_clients == () and "web" not in roles  # a node outside Slurm is no client
+    plain = slurm_roles(slurm(), hosts)
+    assert all(r.containers == "none" and not r.nfs_clients and not r.nfs_server for r in plain.values())
+    assert all(plain[n].digest() != roles[n].digest() for n in roles)
+    unreported = slurm_roles(replace(settings, shared_export="g1"), hosts_of(Fleet(FLEET.nodes[:1])))
+    assert unreported["ctl"].nfs_server == ""  # the exporting node is not reported yet: nothing to mount

@@ -40,6 +40,12 @@ BAD = {
         HEAD + "nodes:\n  gpu-node-01: {partition: a}\n  gpu-node-02: {partition: b}\npartitions:\n"
         "  a: {default: true}\n  b: {default: true}\n", "slurm.yaml:8:16", "both the default"),
     "unknown users value": (HEAD + "users: everyone\n", "slurm.yaml:3:8", "'everyone' is not one of"),
+    "shared.export without a shared path": (
+        HEAD + "shared:\n  export: gpu-node-01\n", "slurm.yaml:4:11", "shared.export needs a shared_path"),
+    "shared.export from a node outside Slurm": (
+        HEAD + "shared_path: /srv\nshared:\n  export: gpu-node-02\n", "slurm.yaml:5:11",
+        "neither the controller nor a lendable node"),
+    "unknown container runtime": (HEAD + "containers: docker\n", "slurm.yaml:3:13", "'docker' is not one of"),
     "an ssh key with options or a line break": (
         HEAD + "users: llmgw\nshared_path: /srv\nssh_keys:\n  ada@x: ['command=\"sh\" ssh-ed25519 AAAA ada']\n",
         "slurm.yaml:6:11", "does not match"),
@@ -112,3 +118,12 @@ def test_cordoned_and_drained_nodes_the_settings_do_not_name_get_a_warning(key: 
     llmgw.write_text(llmgw.read_text().replace(", ghost]", "]"))
     cluster = load_directory(tree).cluster
     assert getattr(cluster, key) == ("gpu-node-01",)
+
+
+def test_containers_and_the_shared_export_load_typed(tmp_path: Path) -> None:
+    tree = _tree(tmp_path, HEAD + "nodes:\n  gpu-node-02: {partition: gpu}\npartitions:\n  gpu: {}\n"
+                 "shared_path: /srv/shared\nshared:\n  export: gpu-node-01\ncontainers: runc\n")
+    slurm = load_directory(tree).slurm
+    assert (slurm.containers, slurm.shared_export, slurm.shared_path) == ("runc", "gpu-node-01", "/srv/shared")
+    plain = load_directory(_tree(tmp_path / "plain", HEAD)).slurm
+    assert (plain.containers, plain.shared_export) == ("none", "")
