@@ -123,7 +123,7 @@ def upgrade_cmd(release_dir, keys, settings_dir, max_unavailable, start_paused, 
             click.echo(f"release llmgw {manifest.version} verified here: {len(manifest.files)} files, signed by key "
                        f"{manifest.key_id}")
         version, tar = release_tar(release_dir)
-        started = client.post_bytes("/api/v1/upgrade", tar, "application/x-tar", max_unavailable=max_unavailable,
+        started = client.post_bytes("/api/v1/upgrade", tar, "application/octet-stream", max_unavailable=max_unavailable,
                                     paused=int(start_paused),
                                     confirm_seconds=_seconds(confirm_timeout, "--confirm-timeout"),
                                     ready_timeout=_seconds(ready_timeout, "--ready-timeout"))["upgrade"]

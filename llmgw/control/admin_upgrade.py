@@ -1,7 +1,7 @@
 """The admin API's routes of `llmgw upgrade` (llmgw.control.admin hands them over here):
 
     POST /api/v1/upgrade?max_unavailable=N&paused=0|1&confirm_seconds=S&ready_timeout=S
-         body: the release as a tar (application/x-tar: the release directory's manifest.json, its signature and
+         body: the release as a tar (application/octet-stream: the release directory's manifest.json, its signature and
          every file it lists), at most MAX_RELEASE_BYTES. Verified against releases.trusted_keys, then rolled out
          node by node (llmgw.control.upgrade_run); answers {"upgrade": the rollout as planned}.
     POST /api/v1/upgrade/pause | /api/v1/upgrade/resume     {"upgrade": the rollout}

@@ -107,6 +107,9 @@ def test_upgrade_rolls_agents_node_by_node_engines_serving_and_a_broken_release_
     built, key_line = releases
     mirror, sha = weights_mirror
     seed = write_seed(tmp_path / "seed", sha, replicas=2)
+    llmgw_yaml = (seed / "llmgw.yaml").read_text()  # a node is lost after 30 s, as by default (not the tests' 3 s:
+    assert "node_lost_after: 3s" in llmgw_yaml  # an agent re-executing itself is away for seconds here)
+    (seed / "llmgw.yaml").write_text(llmgw_yaml.replace("node_lost_after: 3s", "node_lost_after: 30s"))
     with open(seed / "llmgw.yaml", "a") as file:
         file.write(f"releases:\n  trusted_keys:\n    - {key_line}\n")
     repo = tmp_path / "settings.git"
