@@ -16,7 +16,7 @@ import trio
 
 from llmgw.agent import upgrading
 from llmgw.agent.node import Command, NodeAgent
-from llmgw.errors import ReleaseError
+from llmgw.errors import InstallError, ReleaseError
 from llmgw.wire import pb
 
 log = logging.getLogger("llmgw.agent")
@@ -56,7 +56,7 @@ async def _install(agent: NodeAgent, command_id: str, body: pb.UpgradeAgent, tra
         await trio.to_thread.run_sync(upgrading.mark_pending, agent.config.state_dir, layout, body.version,
                                       body.confirm_seconds or 120.0, sys.argv[1:])
         await trio.to_thread.run_sync(upgrading.switch_current, layout.root, body.version)
-    except (ReleaseError, OSError) as exc:
+    except (ReleaseError, InstallError, OSError) as exc:
         log.warning("the upgrade to llmgw %s failed: %s", body.version, exc)
         agent.result(command_id, f"the upgrade to llmgw {body.version} failed: {exc}")
         return

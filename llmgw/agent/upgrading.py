@@ -9,7 +9,8 @@ UpgradeAgent pieces (`receive_piece`) are appended to <state>/upgrade/release.ta
 `install_release` (blocking): the tar's size and sha256, then, extracted beside the install root, the release's
 signature against the trusted keys (the control plane's releases.trusted_keys and the key of the release this agent
 runs) and every file's digest (`llmgw.release.verify_release`), a venv <root>/<version> with the release's wheels
-installed offline (pip, as `node add` does), the release's record kept in it, the pending marker
+installed offline (pip, as `node add` does; listed in the install journal first where `node add` keeps one, so
+`llmgw wipe` removes it), the release's record kept in it, the pending marker
 (<state>/upgrade-pending.json: from, to, deadline, argv) written, and `current` flipped atomically.
 
 Then `llmgw agent` (llmgw.cli.agent_cmds) starts the watcher (`llmgw.agent.upgrade_watch`, from the previous
@@ -34,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from llmgw.errors import ReleaseError
+from llmgw.install.journal import JOURNAL_PATH, CreatedDirectory, record_on_installed_host
 from llmgw.release import (
     MANIFEST, PUBLIC_KEY_FILE, RECORD_DIR, SIGNATURE, read_public_key, trusted_public_keys, verify_release,
 )
@@ -134,10 +136,12 @@ def install_venv(venv: Path, wheels: Path, version: str) -> None:
 
 
 def install_release(tar_path: Path, size: int, sha256: str, version: str, trusted_keys: list[str],
-                    layout: InstallLayout) -> Path:
+                    layout: InstallLayout, journal: Path | None = JOURNAL_PATH) -> Path:
     """Check the received tar (`size` bytes, `sha256`), verify the release in it and install it into
     <root>/<version> (the venv, llmgw from the release's wheels, the record of `llmgw.release.installed`). Returns
-    the new venv. Does not flip `current` (`switch_current`). Blocking: seconds to a minute (pip).
+    the new venv. Does not flip `current` (`switch_current`). On a host `llmgw node add` installed (the install
+    `journal` exists; None: none) the venv is recorded there before it is made, so `llmgw wipe` removes it too.
+    Blocking: seconds to a minute (pip).
     Raises: ReleaseError saying what failed (a tar cut short or changed, a signature or digest that does not check,
     another version than announced, the version that runs already, pip's own words); nothing is left behind."""
     if version == layout.version:
@@ -163,6 +167,8 @@ def install_release(tar_path: Path, size: int, sha256: str, version: str, truste
         if manifest.version != version:
             raise ReleaseError(f"the release sent as {version} is llmgw {manifest.version}")
         shutil.rmtree(venv, ignore_errors=True)  # a try that failed before
+        if journal is not None:
+            record_on_installed_host(CreatedDirectory(str(venv)), journal)
         install_venv(venv, scratch / "wheels", version)
         record = venv / RECORD_DIR
         record.mkdir()

@@ -179,3 +179,23 @@ def test_a_confirmed_upgrade_ends_the_watcher_and_stays(tmp_path):
     assert upgrading.confirm(state, "0.2.0") is True
     assert upgrade_watch.watch(state) == 0
     assert os.readlink(root / "current") == "0.2.0" and not (state / upgrading.ROLLED_BACK).exists()
+
+
+def test_a_release_pip_cannot_install_is_refused_in_its_words_after_the_journal_listed_its_venv(tmp_path):
+    from llmgw.errors import ReleaseError
+    from llmgw.install.journal import CreatedDirectory, Journal
+
+    layout = _layout(tmp_path)
+    tar, key = _release(tmp_path, "0.2.0", tmp_path / "keys")
+    path = tmp_path / "release.tar"
+    path.write_bytes(tar)
+    journal = Journal.open(tmp_path / "journal" / "journal.json")
+    try:
+        upgrading.install_release(path, len(tar), hashlib.sha256(tar).hexdigest(), "0.2.0", [key], layout,
+                                  journal.path)
+    except ReleaseError as exc:
+        assert str(exc).startswith("installing llmgw 0.2.0 from the release's wheels failed (exit 1): "), exc
+    else:
+        raise AssertionError("a wheel that is not one was installed")
+    assert CreatedDirectory(str(layout.root / "0.2.0")) in Journal.read(journal.path).entries
+    assert sorted(p.name for p in layout.root.iterdir()) == ["0.1.0", "current"]
