@@ -27,7 +27,7 @@ from pathlib import Path
 import click
 
 from llmgw.cli.node_add import admin_options
-from llmgw.errors import UsageError
+from llmgw.errors import LlmgwError, UsageError
 from llmgw.units import parse_duration
 
 POLL = 1.0
@@ -66,7 +66,10 @@ def _follow(client, as_json: bool) -> bool:
     """Print each node's phase as it changes until the rollout ends; True when it is done."""
     shown: dict[str, tuple[str, str]] = {}
     while True:
-        upgrade = client.get("/api/v1/status").get("upgrade") or {}
+        upgrade = client.get("/api/v1/status").get("upgrade")
+        if not upgrade:
+            raise LlmgwError("the control plane knows no upgrade any more (it was started again, or another took the "
+                             "lead): `llmgw status` shows the nodes' versions; run `llmgw upgrade` again for the rest")
         for node in upgrade.get("nodes", []):
             now = (node["phase"], node.get("message", ""))
             if shown.get(node["node"]) != now:
