@@ -98,7 +98,9 @@ def _install_node(release: Path, opt: Path, template: Path | None) -> None:
 
 
 def _pids(status: dict, node: str) -> dict[str, int]:
-    return {shard: s["pid"] for shard, s in status["nodes"][node]["shards"].items()}
+    """{shard id: engine pid} of the shards `node`'s agent runs (not the engines it sees that it did not start: both
+    agents run on this one machine, so each may list the other's as foreign)."""
+    return {shard: s["pid"] for shard, s in status["nodes"][node]["shards"].items() if not s.get("foreign")}
 
 
 @pytest.mark.slow
