@@ -71,7 +71,7 @@ async def serve_upgrade(plane: ControlView, path: str, query: dict[str, str], re
                         ) -> dict[str, Any]:
     """Answer one route of this module (`serves`): the rollout's document. Raises UsageError (409) or
     AdminInputError; a release that does not check is a UsageError naming why (409 is the API's refusal)."""
-    runner = plane.upgrades  # type: ignore[attr-defined]
+    runner = plane.upgrades
     if path.endswith("/pause"):
         return {"upgrade": upgrade_document(runner.pause(), _offset())}
     if path.endswith("/resume"):
@@ -86,7 +86,7 @@ async def serve_upgrade(plane: ControlView, path: str, query: dict[str, str], re
     uploads = state_dir / UPLOADS
     tar = await _receive_tar(receive, uploads)
     try:
-        upgrade = await plane.upgrade(tar, **options)  # type: ignore[attr-defined]
+        upgrade = await plane.upgrade(tar, **options)
     except ReleaseError as exc:
         tar.unlink(missing_ok=True)
         raise UsageError(f"the release does not check: {exc}") from exc

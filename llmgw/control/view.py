@@ -49,6 +49,7 @@ class ControlView(Protocol):
     watcher_repo_path: Path
     apply_lock: Any          # a trio.Lock: one `llmgw apply` at a time
     apply_holder: str | None  # who runs the apply in progress, for the status document
+    upgrades: Any            # the `llmgw upgrade` rollout (`llmgw.control.upgrade_run.UpgradeRunner`): pause, resume
 
     # -- reading
     def snapshot(self) -> ControlState:
@@ -126,6 +127,10 @@ class ControlView(Protocol):
 
     def request_restart(self) -> None:
         """Ask whoever runs this control plane to restart it."""
+
+    async def upgrade(self, tar: Path, *, max_unavailable: int = 1, paused: bool = False,
+                      confirm_seconds: float | None = None, ready_timeout: float = 300.0) -> Any:
+        """Start `llmgw upgrade` with the release tar at `tar` (`llmgw.control.upgrade_run`); the rollout planned."""
 
     async def edit_settings(self, edit: Any, author_name: str, author_email: str, *, expect: str = "",
                             preview: bool = False) -> Any:
