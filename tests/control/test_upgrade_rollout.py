@@ -146,3 +146,23 @@ def test_a_failed_install_fails_the_upgrade_with_the_agents_sentence():
     assert upgrade.state is UpgradeState.FAILED and upgrade.ended_at == 3.0
     assert upgrade.reason == "node a: the release tar has sha256 x, y was announced: send it again"
     assert advance(upgrade, seen, 4.0)[1] == ()
+
+
+def test_the_health_gate_waits_for_the_shards_llmgw_runs_and_not_for_foreign_engines():
+    from llmgw.control.registry import FleetRegistry
+    from llmgw.control.state import ControlState
+    from llmgw.control.upgrade_run import node_seen
+    from llmgw.identity import ShardState
+    from llmgw.plan.types import NodeState, ObservedShard
+
+    def seen(*shards: ObservedShard) -> NodeSeen:
+        registry, _ = FleetRegistry(lost_after=30.0).register(NodeState("n", shards=shards), 5.0,
+                                                             agent_version="0.1.1")
+        return node_seen(ControlState(fleet=registry))["n"]
+
+    ours = ObservedShard("m-0/0", "m-0", "m", ShardState.READY)
+    starting = ObservedShard("m-1/0", "m-1", "m", ShardState.STARTING)
+    foreign = ObservedShard("foreign-1", "", "", ShardState.STARTING, adopted_foreign=True)
+    assert seen(ours, foreign) == NodeSeen(True, "0.1.1", 5.0, True)
+    assert not seen(ours, starting).ready
+    assert seen().ready  # a node without shards is ready once back
