@@ -17,7 +17,7 @@ from pathlib import Path
 import trio
 from google.protobuf.message import Message
 
-from llmgw.agent import reporting
+from llmgw.agent import reporting, upgrading
 from llmgw.agent.config import AgentConfig, installed_engines
 from llmgw.agent.engine_checks import EngineChecks
 from llmgw.agent.fencing import Fence, load_token
@@ -127,6 +127,9 @@ class NodeAgent:
         # them (llmgw.engines.builds). None until then: Python engines install as engines.yaml names them.
         self.node_facts: NodeFacts | None = None
         self.memory_bandwidth: MemoryBandwidth | None = None  # the probe's, once per boot (llmgw.agent.bandwidth)
+        self.transfer: upgrading.Transfer | None = None  # a release being received (llmgw.agent.upgrade_command)
+        # where releases are installed (None: not a release install, UpgradeAgent is refused); tests replace it
+        self.upgrade_layout: Callable[[], upgrading.InstallLayout | None] = upgrading.running_layout
 
     # --- reporting ----------------------------------------------------------------------------------------
 

@@ -11,6 +11,8 @@ import logging
 
 import trio
 
+from llmgw import __version__
+from llmgw.agent import upgrading
 from llmgw.agent.config import save_agent_settings, save_offline_record
 from llmgw.agent.fabric_test import run_perftest
 from llmgw.agent.node import Command, NodeAgent
@@ -95,8 +97,11 @@ async def restart(agent: NodeAgent, command: Command) -> None:
 
 
 async def registered(agent: NodeAgent, command: Command) -> None:
-    """Registered (a notice, not answered): logged with the node id the control plane knows this node by."""
+    """Registered (a notice, not answered): logged with the node id the control plane knows this node by; an
+    upgrade to this version that waited for it is confirmed (`llmgw.agent.upgrading.confirm`)."""
     log.info("registered with the control plane as %s", command.body.node_id)
+    if await trio.to_thread.run_sync(upgrading.confirm, agent.config.state_dir, __version__):
+        log.info("the upgrade to llmgw %s is confirmed: this agent registered", __version__)
 
 
 async def slurm_jobs_recorded(agent: NodeAgent, command: Command) -> None:

@@ -32,7 +32,7 @@ from typing import Any
 
 import trio
 
-from llmgw.agent import commands, reporting
+from llmgw.agent import commands, reporting, upgrading
 from llmgw.agent.firewall import report_message as firewall_report
 from llmgw.agent.bandwidth import bandwidth_this_boot
 from llmgw.agent.config import AgentConfig, load_agent_settings, save_engine_binaries, save_offline_record
@@ -331,6 +331,8 @@ class _Session:
         self._foreign_at = -FOREIGN_SCAN_INTERVAL
         ignore_warnings = gpus.warnings[len(discovery.gpus.warnings):]
         release_key, release_warnings = await trio.to_thread.run_sync(reporting.release_record)
+        rolled_back = await trio.to_thread.run_sync(upgrading.rolled_back_warning, config.state_dir)
+        release_warnings = (*release_warnings, *([rolled_back] if rolled_back else []))
         message = agent_message(register=reporting.register_message(
             config.node_id, config.address or "127.0.0.1", discovery.inventory, agent.engines_installed(),
             agent.shard_statuses(self._foreign_engines()), config.labels,

@@ -177,8 +177,11 @@ def register(group: click.Group) -> None:
                     sys.stdout.flush()
             return outcome
 
-        if trio.run(main) == "restart":
-            os.execv(sys.executable, [sys.executable, "-P", *sys.orig_argv[1:]])  # -P: no cwd on sys.path
+        if trio.run(main) == "restart":  # a new version's interpreter after an upgrade (llmgw.agent.upgrading)
+            from llmgw.agent.upgrading import reexec_argv
+
+            argv = reexec_argv(state_dir, sys.argv[1:]) or [sys.executable, "-P", *sys.orig_argv[1:]]
+            os.execv(argv[0], argv)  # -P: no cwd on sys.path
 
     @node_group(group).command("join")
     @click.option("--control-plane", "control_plane", required=True, metavar="HOST:JOIN_PORT",

@@ -49,6 +49,7 @@ COMMAND_MODULES: dict[str, tuple[str, ...]] = {
     "wipe": ("llmgw.cli.wipe_cmd",),
     "release": ("llmgw.cli.release_cmds",),
     "bundle": ("llmgw.cli.bundle_cmds",),
+    "upgrade": ("llmgw.cli.upgrade_cmds",),
     "backup": ("llmgw.cli.backup_cmds",),
     "ca": ("llmgw.cli.ca_cmds",),
     "restore": ("llmgw.cli.backup_cmds",),

@@ -170,6 +170,13 @@ def render_status(doc: dict[str, Any]) -> list[str]:
     for name, entry in doc.get("scaling", {}).items():
         lines.append(f"autoscaler  {name}: {entry['wanted']} wanted, {entry['ready']} ready, {entry['held']} held "
                      f"(range {entry['min']}-{entry['max']}): {entry['reason']}")
+    upgrade = doc.get("upgrade")
+    if upgrade:
+        counts = ", ".join(f"{n} {phase}" for phase, n in upgrade["counts"].items())
+        lines.append(f"upgrade     to llmgw {upgrade['version']}: {upgrade['state']} ({counts})"
+                     + (f": {upgrade['reason']}" if upgrade.get("reason") else ""))
+        lines += [f"  {n['node']:<20} {n['phase']:<11} {n['message']}" for n in upgrade["nodes"]
+                  if n["phase"] not in ("done", "waiting")]
     last = doc.get("pass")
     if last:
         lines.append(f"last pass   #{last['number']} for {_short(last['settings_commit'])}: "

@@ -13,7 +13,9 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from llmgw.control.view import ControlState, GpuSample, NodeRecord, measured_speeds, state_document
+from llmgw.control.view import (
+    ControlState, GpuSample, NodeRecord, measured_speeds, state_document, upgrade_document,
+)
 
 LOAD_CLASSES = ((10.0, "load-idle"), (40.0, "load-low"), (70.0, "load-mid"))
 MAP_COLOURINGS = ("utilization", "memory", "power")
@@ -162,10 +164,12 @@ def node_row(record: NodeRecord, now: float) -> NodeRow:
 
 
 def cluster_view(state: ControlState) -> dict[str, Any]:
-    """The cluster page: the status document plus counts of nodes and replicas by state."""
+    """The cluster page: the status document plus counts of nodes and replicas by state, and the last `llmgw
+    upgrade` rollout (`upgrade_document`, its times left out: they are on the control plane's clock; None: none)."""
     doc = state_document(state)
     return {
         "status": doc,
+        "upgrade": upgrade_document(state.upgrade) if state.upgrade is not None else None,
         "node_states": dict(sorted(Counter(n["state"] for n in doc["nodes"].values()).items())),
         "replica_states": dict(sorted(Counter(r["state"] for r in doc["replicas"].values()).items())),
     }

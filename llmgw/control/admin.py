@@ -23,6 +23,9 @@ The API is described in docs/admin-api.yaml (OpenAPI 3.1), served at GET /openap
     GET  /api/v1/plan?rev=REV                 the plan REV (default: branch head) would run on the live fleet
     GET  /api/v1/usage/gpu-hours?since=T&project=P   GPU-hours and core-hours per project and model, priced
     POST /api/v1/restart                      every agent restarts over its stream, then the control plane (ndjson)
+    POST /api/v1/upgrade | /api/v1/upgrade/pause | /api/v1/upgrade/resume   `llmgw upgrade`: a release tar
+                                              rolled out node by node (llmgw.control.admin_upgrade); its progress
+                                              in the status ("upgrade")
     GET  /api/v1/fleet?window=SECONDS         the fleet snapshot (llmgw.plan.snapshot) `llmgw review` plans against,
                                               with the load of the last window (default 3 days; llmgw.control.load_record)
     GET  /api/v1/logs?node=N&shard=S&lines=K  a shard's (or the agent's) last log lines
@@ -71,7 +74,7 @@ from urllib.parse import parse_qs, unquote_plus
 
 import trio
 
-from llmgw.control import admin_edits, admin_keys
+from llmgw.control import admin_edits, admin_keys, admin_upgrade
 from llmgw.control.admin_listener import HOOK_TOKEN_HEADER, AdminTls, Network, forwarded_scope
 from llmgw.control.admin_inputs import (
     MAX_APPLY_TIMEOUT,
@@ -495,6 +498,9 @@ class AdminApp:
             return await self._apply(receive, send, caller)
         if method == "POST" and path == "/api/v1/restart":
             return await self._restart(receive, send)
+        if admin_upgrade.serves(method, path):
+            return await _send_json(send, 200, await admin_upgrade.serve_upgrade(
+                plane, path, query, receive, Path(getattr(plane, "state_dir", "."))))
         raise _HttpError(404, "not_found", f"no route {method} {path}")
 
     async def _edit(self, send, caller: Caller, path: str, body: dict[str, Any]) -> None:

@@ -39,6 +39,7 @@ QUERY_PARAMETERS: dict[str, frozenset[str]] = {
     "/api/v1/keys": frozenset({"project"}),
     "/api/v1/usage/gpu-hours": frozenset({"since", "project"}),
     "/api/v1/fleet": frozenset({"window"}),
+    "/api/v1/upgrade": frozenset({"max_unavailable", "paused", "confirm_seconds", "ready_timeout"}),
 }
 
 

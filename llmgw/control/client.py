@@ -115,6 +115,11 @@ class AdminClient:
         """POST `body` as JSON to `path`; the JSON answer."""
         return self._request("POST", path, json=body or {}).json()
 
+    def post_bytes(self, path: str, content: bytes, content_type: str, **params: Any) -> dict[str, Any]:
+        """POST `content` (a file's bytes, of `content_type`) to `path` with query `params`; the JSON answer."""
+        return self._request("POST", path, content=content, params=params,
+                             headers={"content-type": content_type}).json()
+
     def stream(self, path: str, body: dict[str, Any] | None = None) -> Iterator[dict[str, Any]]:
         """POST `body` to `path` and yield each NDJSON line of the answer as it arrives."""
         try:

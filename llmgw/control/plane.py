@@ -38,6 +38,7 @@ from llmgw.control.registry import FleetRegistry
 from llmgw.control.state import ControlState, PassRecord, WatchState
 from llmgw.control.status import Endpoints, StatusReporter, health_details
 from llmgw.control.tracing import StartTracing
+from llmgw.control.upgrade_run import UpgradeRunner, node_seen, publish_into
 from llmgw.control.view import Emit
 from llmgw.control.watching import SettingsWatcher
 from llmgw.plan.forecasting import ModelForecast, RecordedLoad
@@ -84,6 +85,7 @@ class ControlPlane:
                                        ca_not_after=lambda: self.ca.not_after if self.ca is not None else None,
                                        ca_rotation=lambda: self.agents.ca_rotation)
         self.apply_lock = trio.Lock()
+        self.upgrades = UpgradeRunner(publish_into(self.loop.update), lambda: node_seen(self.loop.state))
         self.restart_requested = trio.Event()
         self.holder = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
         self.tracing = StartTracing(config.tracer_provider) if config.tracer_provider is not None else None
@@ -264,6 +266,31 @@ class ControlPlane:
     def request_restart(self) -> None:
         """Ask whoever runs this control plane to restart it: `restart_requested` is set."""
         self.restart_requested.set()
+
+    async def upgrade(self, tar: Path, *, max_unavailable: int = 1, paused: bool = False,
+                      confirm_seconds: float | None = None, ready_timeout: float = 300.0) -> Any:
+        """Start `llmgw upgrade` with the release tar `tar` (`llmgw.control.upgrade_run`): verified against
+        releases.trusted_keys, then rolled out node by node. Returns the `Upgrade` as planned. Raises UsageError
+        (not the leader, an agent too old, one under way, no trusted key) or ReleaseError (it does not check)."""
+        from llmgw.control.upgrade_run import CONFIRM_SECONDS, send_release, upgrade_refusal, verify_release_tar
+        from llmgw.errors import UsageError
+
+        state = self.loop.state
+        if not state.leadership.leader:
+            raise UsageError(f"this control plane does not lead (the leader is {state.leadership.holder or 'unknown'}"
+                             "): run `llmgw upgrade` against the leader")
+        refusal = upgrade_refusal(state)
+        if refusal is not None:
+            raise UsageError(refusal)
+        keys = tuple(state.settings.cluster.trusted_release_keys) if state.settings is not None else ()
+        release = await trio.to_thread.run_sync(verify_release_tar, tar, keys, tar.parent)
+        confirm = confirm_seconds or CONFIRM_SECONDS
+
+        async def send(node_id: str) -> str:
+            return await send_release(self.command, node_id, release, confirm)
+
+        return self.upgrades.start(self.agents.nursery, release.version, send, max_unavailable=max_unavailable,
+                                   restart_timeout=confirm + 60.0, ready_timeout=ready_timeout, paused=paused)
 
     async def edit_settings(self, edit: Any, author_name: str, author_email: str, *, expect: str = "",
                             preview: bool = False) -> Any:

@@ -20,6 +20,7 @@ from types import MappingProxyType
 from llmgw.control.recovering import DEFAULT_GRACE, Recovery, recovery
 from llmgw.control.registry import FleetRegistry
 from llmgw.control.tallies import Tallies
+from llmgw.control.upgrades import Upgrade
 from llmgw.errors import Issue
 from llmgw.plan.autoscaling import Scale, Ttft
 from llmgw.plan.canary import CanaryHold
@@ -343,7 +344,8 @@ class ControlState:
     `scales`: model name -> the autoscaler's `Scale` of each model whose settings give a replica range (wanted
     count, last decision's reason; `llmgw.control.autoscaling`). `held`: model name -> requests the gateway holds
     for it, waiting for a replica (absent: none). `ttfts`: model name -> the TTFT p90 of its recent requests, read
-    from the usage records for models with a `ttft_p90` target (`Ttft`).
+    from the usage records for models with a `ttft_p90` target (`Ttft`). `upgrade`: the last `llmgw upgrade`
+    rollout (`llmgw.control.upgrades.Upgrade`; runtime state, forgotten by a restart; None: none since the start).
     """
 
     watch: WatchState = WatchState()
@@ -374,6 +376,7 @@ class ControlState:
     held: Mapping[str, int] = field(default_factory=frozen)
     ttfts: Mapping[str, Ttft] = field(default_factory=frozen)
     forecast_audit: ForecastAudit | None = None
+    upgrade: Upgrade | None = None
 
     @property
     def settings(self) -> Settings | None:

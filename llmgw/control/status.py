@@ -27,6 +27,7 @@ from llmgw.control.documents import StatusDocuments
 from llmgw.control.feeding import GatewayFeed
 from llmgw.control.looping import ControlLoop
 from llmgw.control.speeds import metrics_speeds, speed_document
+from llmgw.control.upgrades import upgrade_document
 from llmgw.control.state import ControlState
 from llmgw.settings import redact_url
 
@@ -124,6 +125,8 @@ class StatusReporter:
             doc["forecast_check"] = forecast_status(state.forecast_audit)
         if state.scales:
             doc["scaling"] = scales_status(state, now)
+        if state.upgrade is not None:
+            doc["upgrade"] = upgrade_document(state.upgrade, time.time() - now)
         where = self._endpoints()
         doc["control_plane"] = {
             "version": __version__, "repository": self._repository, "branch": self._branch,

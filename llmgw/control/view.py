@@ -6,7 +6,8 @@ a fresh document). Writes are requests: they become events of the control loop o
 
 This module is also all of the control plane that `llmgw.console` may import (an import contract in
 pyproject.toml): the value types a snapshot is made of (`ControlState`, `PassRecord`, `WatchState`, `NodeRecord`,
-`NodeReadings`, `GpuSample`) and `state_document(state)`, the status document of a snapshot.
+`NodeReadings`, `GpuSample`), `state_document(state)`, the status document of a snapshot, and `upgrade_document`, the
+`llmgw upgrade` rollout's part of it.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from llmgw.control.registry import NodeRecord
 from llmgw.control.sessions import CommandOutcome
 from llmgw.control.speeds import metrics_speeds, speed_document
 from llmgw.control.state import ControlState, PassRecord, WatchState
+from llmgw.control.upgrades import upgrade_document
 from llmgw.plan.forecasting import ModelForecast, RecordedLoad
 from llmgw.plan.reviewed import ReviewedPlan
 from llmgw.plan.cpu_speed import ExpectedSpeed
@@ -29,7 +31,7 @@ from llmgw.plan.types import Plan
 
 __all__ = [
     "ControlState", "ControlView", "Emit", "GpuSample", "NodeReadings", "NodeRecord", "PassRecord", "WatchState",
-    "failure_documents", "state_document",
+    "failure_documents", "state_document", "upgrade_document",
 ]
 
 Emit = Callable[[dict[str, Any]], Awaitable[None]]
@@ -47,6 +49,7 @@ class ControlView(Protocol):
     watcher_repo_path: Path
     apply_lock: Any          # a trio.Lock: one `llmgw apply` at a time
     apply_holder: str | None  # who runs the apply in progress, for the status document
+    upgrades: Any            # the `llmgw upgrade` rollout (`llmgw.control.upgrade_run.UpgradeRunner`): pause, resume
 
     # -- reading
     def snapshot(self) -> ControlState:
@@ -124,6 +127,10 @@ class ControlView(Protocol):
 
     def request_restart(self) -> None:
         """Ask whoever runs this control plane to restart it."""
+
+    async def upgrade(self, tar: Path, *, max_unavailable: int = 1, paused: bool = False,
+                      confirm_seconds: float | None = None, ready_timeout: float = 300.0) -> Any:
+        """Start `llmgw upgrade` with the release tar at `tar` (`llmgw.control.upgrade_run`); the rollout planned."""
 
     async def edit_settings(self, edit: Any, author_name: str, author_email: str, *, expect: str = "",
                             preview: bool = False) -> Any:

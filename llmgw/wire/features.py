@@ -21,7 +21,8 @@ INSTALL_VLLM = "install:vllm"          # InstallEngine for vllm: a venv from Ins
 INSTALL_SGLANG = "install:sglang"      # InstallEngine for sglang: the same, on GPU nodes (llmgw.engines.builds)
 WEIGHTS_HF_DIRECTORY = "weights:hf-directory"  # a WeightsFile naming hf://org/repo@<revision>/[dir/], listed by the Hub
 FABRIC_TEST = "fabric-test:ib_write_bw"  # FabricTest: perftest's ib_write_bw server or client on one adapter
+UPGRADE = "upgrade"                    # UpgradeAgent: a release in pieces, installed beside, re-exec, rollback
 
 ALL = (ADOPT, LOGS, INSTALL_LLAMA_CPP, WEIGHTS_MIRROR, WEIGHTS_HTTPS, WEIGHTS_HF, RESTART, IGNORE_GPUS,
-       TELEMETRY_INTERVAL, INSTALL_VLLM, INSTALL_SGLANG, WEIGHTS_HF_DIRECTORY, FABRIC_TEST)
+       TELEMETRY_INTERVAL, INSTALL_VLLM, INSTALL_SGLANG, WEIGHTS_HF_DIRECTORY, FABRIC_TEST, UPGRADE)
 """Every feature name defined so far, in the order they were added."""

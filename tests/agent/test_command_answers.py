@@ -11,7 +11,9 @@ from contextlib import asynccontextmanager
 import pytest
 import trio
 
-from llmgw.agent import AgentConfig, commands, fabric_test, install_command, node_commands, run_agent, shard_commands
+from llmgw.agent import (
+    AgentConfig, commands, fabric_test, install_command, node_commands, run_agent, shard_commands, upgrade_command,
+)
 from llmgw.agent.config import load_agent_settings
 from llmgw.agent.node import Command
 from llmgw.agent.fencing import FENCED_COMMANDS
@@ -31,6 +33,7 @@ HANDLERS = {
     "slurm_jobs_recorded": node_commands.slurm_jobs_recorded,
     "certificate_renewed": node_commands.certificate_renewed,
     "trust_certificates": node_commands.trust_certificates,
+    "upgrade_agent": upgrade_command.upgrade_agent,
 }
 
 
@@ -49,7 +52,7 @@ def test_the_registry_routes_each_kind_to_its_handler(kind):
     assert (command.kind, command.id, command.body) == (kind, "c1", getattr(message, kind))
 
 
-@pytest.mark.parametrize("kind", [None, "", "upgrade_agent"])
+@pytest.mark.parametrize("kind", [None, "", "reboot_node"])
 def test_a_kind_without_a_handler_goes_to_not_understood(kind):
     assert commands.handler_for(kind) is commands.not_understood
 
@@ -314,7 +317,8 @@ async def test_a_command_from_a_newer_control_plane_is_answered_as_not_understoo
 async def test_a_fenced_command_from_a_deposed_leader_is_refused_and_not_run(tmp_path, kind):
     bodies = {"start_shard": _start(tmp_path), "stop_shard": pb.StopShard(shard_id="m-0/0"),
               "install_engine": pb.InstallEngine(engine="llama.cpp", version="b1"),
-              "agent_settings": pb.AgentSettings(heartbeat_interval=9.0), "restart": pb.Restart()}
+              "agent_settings": pb.AgentSettings(heartbeat_interval=9.0), "restart": pb.Restart(),
+              "upgrade_agent": pb.UpgradeAgent(version="9.9.9", data=b"x", total_bytes=1, last=True)}
     async with _agent(tmp_path) as (agent, link):
         await link.send(control_message(command_id="new", fencing_token=7,
                                         agent_settings=pb.AgentSettings(heartbeat_interval=2.0)))
