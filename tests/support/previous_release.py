@@ -25,6 +25,7 @@ REPOSITORY = Path(__file__).resolve().parents[2]
 def previous_tree(root: Path, commit: str = PREVIOUS_RELEASE) -> Path:
     """`commit`'s llmgw/ package under `root` (root/llmgw); returns `root`. Raises AssertionError with what to do when
     the commit is not in this clone's history."""
+    root.mkdir(parents=True, exist_ok=True)
     archive = root / "previous.tar"
     done = subprocess.run(["git", "-C", str(REPOSITORY), "archive", "--format=tar", "-o", str(archive), commit,
                            "llmgw"], capture_output=True, text=True, timeout=60)
