@@ -381,7 +381,7 @@ class _Session:
         self._outbox = outbox = agent.open_outbox()
         try:
             await link.send(await self.register())
-            log.info("registered with the control plane as %s", agent.config.node_id)
+            log.info("sent Register to the control plane as %s", agent.config.node_id)
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(outbox.pump, link)
                 nursery.start_soon(self._beat)
