@@ -28,6 +28,7 @@ import trio
 from llmgw.errors import WireError
 from llmgw.wire import agent_message, connect, connecting, pb
 from llmgw.wire import grpc_link
+from llmgw.wire.features import ALL as FEATURES
 
 # Each simulated node gets its own TCP connection, as a real agent (one per machine) has. Without this, gRPC shares
 # one subchannel between every channel of a process to one address, and HTTP/2 caps the streams of a connection:
@@ -71,7 +72,8 @@ class Node:
             node_id=self.node_id, address="127.0.0.1", os="linux", node_secret=f"{self.node_id:-<43}", arch="x86_64", cpu_model="Intel Xeon Platinum 8480+",
             cpu_cores=CPU_CORES, cpu_flags=["avx2", "avx512f", "amx_tile"], memory_total_bytes=MEMORY,
             disk_free_bytes=4 * 1024**4, gpus=gpus, engines_installed=ENGINES, engines_installable=ENGINES,
-            shards=[s.status for s in self.shards.values()], agent_version="sim", labels={"rack": self.node_id[-2:]})
+            shards=[s.status for s in self.shards.values()], agent_version="sim", labels={"rack": self.node_id[-2:]},
+            features=list(FEATURES))
 
     def heartbeat(self) -> pb.Heartbeat:
         rng, now = self.rng, time.time()

@@ -185,16 +185,17 @@ def print_memory(settings: Settings, plan: Plan, node_count: int) -> None:
 
 
 def control_state(settings: Settings, fleet: Fleet):
-    """A leader's `ControlState` holding `fleet`, every node connected and its agent settings acknowledged, the
-    registry judging free memory against the catalog's needs as `llmgw server` sets it."""
+    """A leader's `ControlState` holding `fleet`, every node connected (its agent listing every feature) and its agent
+    settings acknowledged, the registry judging free memory against the catalog's needs as `llmgw server` sets it."""
     from llmgw.control import ControlState, FleetRegistry
     from llmgw.control.reports import memory_thresholds
     from llmgw.control.state import Leadership, WatchState, frozen
     from llmgw.plan import agent_settings_fingerprint
+    from llmgw.wire.features import ALL
 
     registry = FleetRegistry(lost_after=30.0, memory_thresholds=memory_thresholds(settings))  # as the plane sets it
     for node in fleet.nodes:
-        registry, _ = registry.register(node, 0.0)
+        registry, _ = registry.register(node, 0.0, features=ALL)  # agents of this version
     acked = {n.node_id: agent_settings_fingerprint(settings, n.node_id) for n in fleet.nodes}
     return ControlState(watch=WatchState(settings=settings), fleet=registry, leadership=Leadership(True, "bench"),
                         acked_settings=frozen(acked))

@@ -98,6 +98,11 @@ class WireError(LlmgwError):
     """The agent <-> control plane protocol failed (connection, version, certificate)."""
 
 
+class AgentRefused(LlmgwError):
+    """A control plane refused this agent for good (one newer than the control plane: upgrade the control plane
+    first); not a link failure, so the agent ends instead of reconnecting. The message says what to do."""
+
+
 class GeneratedFileError(LlmgwError, ValueError):
     """A value that cannot be written into a generated file (slurm.conf, gres.conf, ...) as one value: it would
     change the file's meaning (a newline, `#`, `=`, whitespace in a token). The message names the key and value."""

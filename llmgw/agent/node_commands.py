@@ -17,7 +17,7 @@ from llmgw.agent.config import save_agent_settings, save_offline_record
 from llmgw.agent.fabric_test import run_perftest
 from llmgw.agent.node import Command, NodeAgent
 from llmgw.agent.slurm import without_secrets
-from llmgw.errors import UsageError
+from llmgw.errors import AgentRefused, UsageError
 from llmgw.wire import agent_message, pb
 
 log = logging.getLogger("llmgw.agent")
@@ -98,7 +98,16 @@ async def restart(agent: NodeAgent, command: Command) -> None:
 
 async def registered(agent: NodeAgent, command: Command) -> None:
     """Registered (a notice, not answered): logged with the node id the control plane knows this node by; an
-    upgrade to this version that waited for it is confirmed (`llmgw.agent.upgrading.confirm`)."""
+    upgrade to this version that waited for it is confirmed (`llmgw.agent.upgrading.confirm`). With a `refusal`
+    (this agent is newer than the control plane, `llmgw.control.versions`): the sentence is logged and raised as
+    AgentRefused, which ends the agent (`llmgw agent` exits 1 with it; engines keep running unless
+    `--stop-shards-on-exit`), instead of reconnecting to be refused again; a pending upgrade is then not confirmed
+    (its watcher rolls the node back)."""
+    if command.body.refusal:
+        log.error("the control plane (llmgw %s) refused this agent: %s", command.body.control_plane_version,
+                  command.body.refusal)
+        raise AgentRefused(f"the control plane (llmgw {command.body.control_plane_version or 'unknown'}) refused this "
+                           f"agent: {command.body.refusal}")
     log.info("registered with the control plane as %s", command.body.node_id)
     if await trio.to_thread.run_sync(upgrading.confirm, agent.config.state_dir, __version__):
         log.info("the upgrade to llmgw %s is confirmed: this agent registered", __version__)

@@ -138,7 +138,8 @@ async def run_agent(config: AgentConfig, connect: Connect | Sequence[Connect] = 
     adopts them. `keep_engines()` True when it is cancelled leaves them running despite `config.stop_shards_on_exit`
     (`llmgw up` restarting itself: the agent of the re-executed process adopts them, same pids).
     `task_status.started(agent)` is called with the NodeAgent once earlier shards are adopted.
-    Connection failures (WireError, end of stream) are logged and retried; they never end the agent.
+    Connection failures (WireError, end of stream) are logged and retried; they never end the agent. A control plane
+    that refuses it (this agent newer than that control plane) ends it: AgentRefused, the sentence saying what to do.
     `nvml` is the NVML module discovery and telemetry use (default: the installed `pynvml`, see
     `llmgw.agent.discovery.load_nvml`; None: no NVML, GPUs from nvidia-smi if any; tests pass a stand-in).
     `health` reads GPU health and fabrics (`llmgw.agent.health`; default: the real tools; tests inject runners).
@@ -382,7 +383,7 @@ class _Session:
         self._outbox = outbox = agent.open_outbox()
         try:
             await link.send(await self.register())
-            log.info("registered with the control plane as %s", agent.config.node_id)
+            log.info("sent Register to the control plane as %s", agent.config.node_id)
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(outbox.pump, link)
                 nursery.start_soon(self._beat)

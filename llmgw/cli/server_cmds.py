@@ -181,6 +181,8 @@ def render_status(doc: dict[str, Any]) -> list[str]:
     if last:
         lines.append(f"last pass   #{last['number']} for {_short(last['settings_commit'])}: "
                      f"{'converged' if last['converged'] else 'converging'} (trigger: {last['trigger']})")
+        for refused in last.get("refused", []):
+            lines.append(f"not sent    {refused['kind']} {refused['subject']} on {refused['node']}: {refused['error']}")
     plane = doc.get("control_plane", {})
     if "leader" in plane:
         holder = plane.get("leader_holder") or "nobody (the lease is free)"
@@ -618,6 +620,9 @@ def nodes_cmd(client, as_json):
             signed = (f"from a release signed by key {node['release_key']}" if node.get("release_key")
                       else "not installed from a signed release")
             click.echo(f"  llmgw {node['agent_version']}, {signed}")
+        if node.get("lacks"):
+            click.echo(f"  its agent lacks {', '.join(node['lacks'])}: nothing that needs them is sent to it "
+                       "(upgrade it)")
         for shard_id, shard in node["shards"].items():
             extra = f"  {shard['error']}" if shard.get("error") else ""
             foreign = " (not started by llmgw)" if shard.get("foreign") else ""

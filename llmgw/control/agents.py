@@ -14,6 +14,10 @@ client certificate) before it displaces any session; every later message of the 
 only: a Register again under another id ends the stream, prefix-cache blocks are taken only for replicas the node's
 own shards run, and ended Slurm jobs only from the cluster's controller within bounds
 (`llmgw.control.report_scope`).
+
+Mixed versions (issue 30): an agent newer than this control plane is refused at Register with a sentence
+(`llmgw.control.versions`), sent in `Registered.refusal` before the stream ends; an older one is sent only what its
+Register lists it can do (`AgentSession.send`, `llmgw.control.capabilities`).
 """
 
 from __future__ import annotations
@@ -42,10 +46,11 @@ from llmgw.control.reports import (
 from llmgw.control.sessions import AgentSession, CommandOutcome
 from llmgw.control.slurm_usage import slurm_usage
 from llmgw.control.state import ControlState
+from llmgw.control.versions import newer_agent_refusal
 from llmgw.errors import TemporaryError, UsageError, WireError
 from llmgw.identity import EngineState
 from llmgw.routes import BlockSnapshot
-from llmgw.wire import control_message, memory_link_pair, pb
+from llmgw.wire import PROTOCOL_VERSION, control_message, memory_link_pair, pb
 
 log = logging.getLogger("llmgw.control")
 
@@ -158,9 +163,17 @@ class AgentHub:
             raise WireError(f"the agent registered as {register.node_id!r} but its certificate names {certified!r}; "
                             "a node may only register under the id it joined with.")
         check_register(register, _peer_host(peer))  # before anything: a refused node displaces no session
+        refusal = newer_agent_refusal(register.node_id, register.agent_version, first.protocol, __version__,
+                                      PROTOCOL_VERSION)
+        if refusal is not None:  # told to the agent (its log and its exit say it), then the stream ends
+            log.warning("%s", refusal)
+            with trio.move_on_after(REGISTER_TIMEOUT):
+                await link.send(control_message(registered=pb.Registered(
+                    node_id=register.node_id, control_plane_version=__version__, refusal=refusal)))
+            raise WireError(refusal)
         await self.identities.prove(register.node_id, register.node_secret, certified=bool(certified))
         node_id = register.node_id
-        session = AgentSession(link, node_id, peer)
+        session = AgentSession(link, node_id, peer, register.features, register.agent_version)
         session.replicas = _replicas_run(register.shards)
         old = self.sessions.get(node_id)
         if old is not None:

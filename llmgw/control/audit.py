@@ -29,7 +29,7 @@ import trio
 
 from llmgw.control.audit_yaml import StatusYaml, dump_yaml
 from llmgw.control.registry import NodeRecord
-from llmgw.control.state import PassRecord, WatchState
+from llmgw.control.state import Outcome, PassRecord, WatchState
 from llmgw.errors import LlmgwError
 from llmgw.plan import FLEET_FILE, PASS_FILE, fleet_record, recorded_files
 from llmgw.plan.canary import CanaryHold
@@ -37,6 +37,7 @@ from llmgw.plan.reviewed import Difference, ReviewedPlan
 from llmgw.plan.types import Fleet, Plan
 from llmgw.settings.model import Settings
 from llmgw.tools.fabric_groups import group_fabrics
+from llmgw.wire.features import ALL as FEATURES
 from llmgw.settings import APPLIED_REF, append_audit, set_ref
 
 log = logging.getLogger("llmgw.control.audit")
@@ -72,7 +73,8 @@ def node_documents(records: tuple[NodeRecord, ...]) -> dict[str, Any]:
 
 def node_document(record: NodeRecord) -> dict[str, Any]:
     """One node: connection state, address, GPUs (count, and GPU class by device id), engines, and its shards with
-    state, settings commit and errors.
+    state, settings commit and errors; `lacks`, the features this control plane knows (`llmgw.wire.features.ALL`)
+    that an agent listing features did not list (an older agent during an upgrade).
 
     Reads only the fields `node_document_key` names (`llmgw.control.documents` reuses a document while they are
     equal)."""
@@ -112,6 +114,9 @@ def node_document(record: NodeRecord) -> dict[str, Any]:
         doc["agent_version"] = record.agent_version
     if record.release_key:
         doc["release_key"] = record.release_key
+    lacks = [name for name in FEATURES if name not in record.features] if record.features else []
+    if lacks:  # an older agent: nothing needing these is sent to it (llmgw.control.capabilities)
+        doc["lacks"] = lacks
     if node.engines_installing:
         doc["engines_installing"] = sorted(node.engines_installing)
     if record.engine_errors:
@@ -134,7 +139,7 @@ def node_document_key(record: NodeRecord) -> tuple:
             node.cpu_cores, node.engines_installed,
             node.engines_installing, node.shards, {s: d.pid for s, d in record.details.items()},
             record.engine_errors, record.warnings, record.health, record.slurm, record.firewall, record.agent_version,
-            record.release_key)
+            record.release_key, record.features)
 
 
 def replica_documents(records: tuple[NodeRecord, ...], plan: Plan | None) -> dict[str, Any]:
@@ -181,7 +186,8 @@ def status_document(
     nodes: dict[str, Any] | None = None,
     replicas: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The whole status as plain data: settings (in force, head, rejected), nodes, replicas, failures, last pass.
+    """The whole status as plain data: settings (in force, head, rejected), nodes, replicas, failures, last pass (and
+    the actions it refused, `refused`: not sent, each with why).
 
     `nodes` / `replicas`: those sections already built from `records` (`llmgw.control.documents` keeps them);
     None builds them here.
@@ -231,6 +237,10 @@ def status_document(
             "started_at": last_pass.started_at,
             "duration": last_pass.duration,
         }
+        refused = [{"kind": a.kind, "node": a.node_id, "subject": a.subject, "error": a.error}
+                   for a in last_pass.actions if a.outcome == Outcome.REFUSED]
+        if refused:  # the node cannot do it (an older agent lacking a feature): not sent, and why
+            doc["pass"]["refused"] = refused
     return doc
 
 

@@ -7,8 +7,8 @@ outcomes back as events (`action_answered`, `action_failed`), which build the ne
 
 Rules, each checked over seeded random states in tests/control/test_decide_invariants.py:
 - nothing is sent while this control plane does not hold the leader lease;
-- nothing is sent to a node that is not connected, nor a command its agent is too old for (refused at once,
-  naming the node and its agent version);
+- nothing is sent to a node that is not connected, nor a command needing a feature its agent does not list
+  (`llmgw.control.capabilities`; refused at once, naming the node, its agent version and the features);
 - an action in flight is not sent again; it stays in flight until its node answered and the fleet shows it
   done (or `settle_after` seconds pass after the answer);
 - a failed action waits: `TemporaryError.delay` seconds when the error names one, else 1 s doubling to 60 s;
@@ -28,6 +28,7 @@ from dataclasses import dataclass, replace
 
 from llmgw.control.autoscaling import wanted_counts, watch_scales, watch_ttfts
 from llmgw.control.canaries import failed_at, holds_of, watch_canaries
+from llmgw.control.capabilities import refusal_for
 from llmgw.control.forecast_audit import watch_forecast
 from llmgw.control.effects import COMMANDS, Command, Effect, RememberNodes, SetApplied, WriteAudit, command_for
 from llmgw.control.reports import memory_thresholds, settings_view
@@ -45,8 +46,6 @@ SETTLE_AFTER = 15.0
 
 _LIVE = (ShardState.PENDING, ShardState.FETCHING, ShardState.STARTING, ShardState.READY)
 
-FEATURE_FOR = {ActionKind.INSTALL: "install:{engine}"}
-"""The agent feature (Register.features) an action kind needs; `{engine}` is the engine's name."""
 
 
 def shard_id_of(action: Action) -> str:
@@ -141,21 +140,6 @@ def _observed_done(action: Action, node: NodeState | None, acked: Mapping[str, s
     if action.kind is ActionKind.STOP:
         return shard is None or shard.state is ShardState.STOPPED
     return shard is not None and shard.state in _LIVE
-
-
-def refusal_for(action: Action, state: ControlState) -> str | None:
-    """Why `action`'s node cannot do it (its agent lacks the feature), naming the node and its agent version;
-    None when it can, or when the agent did not say what it can do (an agent older than feature reports)."""
-    template = FEATURE_FOR.get(action.kind)
-    record = state.fleet.get(action.node_id)
-    if template is None or record is None or not record.features:
-        return None
-    engine = action.engine.partition("@")[0]
-    needed = template.format(engine=engine)
-    if needed in record.features:
-        return None
-    return (f"node {action.node_id} runs llmgw agent {record.agent_version or '(unknown version)'}, which cannot "
-            f"{action.kind.value} {action.engine or action.replica_id} (it lacks {needed!r}); upgrade its agent")
 
 
 @dataclass(frozen=True)

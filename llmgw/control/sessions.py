@@ -5,6 +5,8 @@ A command (StartShard, StopShard, InstallEngine) carries a fresh `command_id`; t
 deadline. `request_logs` does the same round trip for `RequestLogs` -> `LogLines`, `fabric_test` for
 `FabricTest` -> `FabricTestOutput`.
 The session's receive loop (in `llmgw.control.plane`) hands answers in with `deliver_result` / `deliver_logs`.
+Nothing is sent that the agent cannot take: `send` checks each message against the features the agent listed at
+Register (`llmgw.wire.features.lacking`) and refuses one that needs a feature the agent lacks, naming it.
 """
 
 from __future__ import annotations
@@ -15,8 +17,9 @@ from dataclasses import dataclass
 
 import trio
 
-from llmgw.errors import TemporaryError, WireError
+from llmgw.errors import TemporaryError, UsageError, WireError
 from llmgw.wire import pb
+from llmgw.wire.features import lacking
 from llmgw.wire.messages import control_message
 
 _ids = itertools.count(1)
@@ -46,12 +49,15 @@ class _Waiter:
 
 class AgentSession:
     """The control plane's end of one agent's stream (`link`), once that agent registered as `node_id`; `replicas`
-    the replica ids of the shards it last reported (the hub keeps them, `llmgw.control.agents`)."""
+    the replica ids of the shards it last reported (the hub keeps them, `llmgw.control.agents`); `features` and
+    `agent_version` what its Register listed (an agent listing none is sent the protocol's base only)."""
 
-    def __init__(self, link, node_id: str, peer: str):
+    def __init__(self, link, node_id: str, peer: str, features=(), agent_version: str = ""):
         self.link = link
         self.node_id = node_id
         self.peer = peer
+        self.features = frozenset(features)
+        self.agent_version = agent_version
         self.closed = False
         self.replicas: frozenset[str] = frozenset()  # of the shards it reports (its prefix-cache blocks' scope)
         self._send_lock = trio.Lock()
@@ -60,7 +66,13 @@ class AgentSession:
         self._fabric: dict[str, _Waiter] = {}
 
     async def send(self, message: pb.ControlMessage) -> None:
-        """Send one message to the agent. Raises TemporaryError when the stream is gone."""
+        """Send one message to the agent. Raises UsageError (nothing sent) when it needs a feature the agent did not
+        list, naming the node, its version and the features; TemporaryError when the stream is gone."""
+        missing = lacking(message, self.features)
+        if missing:
+            raise UsageError(
+                f"node {self.node_id} runs llmgw agent {self.agent_version or '(unknown version)'}, which cannot take "
+                f"{message.WhichOneof('body')} (it lacks {', '.join(repr(f) for f in missing)}); upgrade its agent.")
         if self.closed:
             raise TemporaryError(f"node {self.node_id} is not connected; the command waits for it to return.")
         try:

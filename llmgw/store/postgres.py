@@ -123,7 +123,10 @@ class PostgresStore(SqlStore):
             return migrate(conn, self.url)
         current = schema_version(conn)
         if current > SCHEMA_VERSION:
-            raise newer_schema(self.url, current)
+            refusal = newer_schema(conn, self.url, current)
+            if refusal is not None:
+                raise refusal
+            return current
         if current < SCHEMA_VERSION:
             raise StoreError(f"The store {self.url} has schema version {current}, older than this llmgw's "
                              f"({SCHEMA_VERSION}); run `llmgw store migrate --store {self.url}` first.")

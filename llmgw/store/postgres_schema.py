@@ -4,8 +4,10 @@ The same tables and columns as SQLite's schema (`schema.py`; PostgreSQL's 1 is S
 SQLite's 5, its 4 SQLite's 6, its 5 SQLite's 7, its 6 SQLite's 8, its 7 SQLite's 9, its 8 SQLite's 10, its 9 SQLite's 11), in PostgreSQL's types: times and
 costs `double precision` (epoch seconds need more than `real`'s 24 bits), counts `bigint`, secrets and digests
 `bytea`. One table more, `quota_scopes`: one row per quota scope, locked by a reservation (see `dialects`).
-A migration is never edited once released; a change to the store ships a migration for both backends.
-A database whose version is newer than this code knows is refused, naming both versions.
+A migration is never edited once released; a change to the store ships a migration for both backends, one that
+only expands (`llmgw.store.compat`; a drop or rename comes a release later, listed in `compat.POSTGRES_CONTRACTS`).
+A database whose version is newer than this code knows is used as it is when its record
+(`compat.READABLE_TABLE`) says this code may, and refused otherwise, naming both versions.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import time
 
 from llmgw.errors import StoreError
+from llmgw.store.compat import POSTGRES_CONTRACTS, READABLE_TABLE, newer_store_refusal, readable_from
 
 MIGRATIONS: tuple[str, ...] = (
     # 1: everything of SQLite's schema 3, plus the scope rows that reservations lock
@@ -164,18 +167,28 @@ def schema_version(conn) -> int:
     return int(conn.execute("SELECT coalesce(max(version), 0) FROM schema_migrations").fetchone()[0])
 
 
-def newer_schema(where: str, current: int) -> StoreError:
-    """The refusal of a database written by a newer llmgw, naming both versions."""
-    return StoreError(f"The store {where} has schema version {current}, newer than this llmgw knows (PostgreSQL "
-                      f"schema {SCHEMA_VERSION}); upgrade llmgw or point it at another store.")
+def newer_schema(conn, where: str, current: int) -> StoreError | None:
+    """The refusal of a database written by a newer llmgw, naming both versions; None when its record says this
+    llmgw may use it (`llmgw.store.compat`)."""
+    refusal = newer_store_refusal(where, current, readable_record(conn), SCHEMA_VERSION, "PostgreSQL")
+    return StoreError(refusal) if refusal is not None else None
+
+
+def readable_record(conn) -> int | None:
+    """The database's record of the oldest schema that may use it (None: none, one migrated before the record)."""
+    if not conn.execute(f"SELECT to_regclass('{READABLE_TABLE}') IS NOT NULL").fetchone()[0]:
+        return None
+    row = conn.execute(f"SELECT max(readable_from) FROM {READABLE_TABLE}").fetchone()
+    return int(row[0]) if row and row[0] is not None else None
 
 
 def migrate(conn, where: str) -> int:
-    """Apply the missing migrations in one transaction under an advisory lock; returns the schema version.
+    """Apply the missing migrations in one transaction under an advisory lock and record the oldest schema that may
+    use the database (`compat.READABLE_TABLE`); returns the database's schema version.
 
     `conn` is a psycopg connection in autocommit mode. Safe when several control planes start at once: the
-    lock makes the second wait and then see the first's work. Raises StoreError (both versions named) when the
-    database's schema is newer than this llmgw knows.
+    lock makes the second wait and then see the first's work. A database of a newer schema is left as it is when
+    its record says this llmgw may use it (returns its version); else raises StoreError naming both versions.
     """
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
@@ -183,8 +196,14 @@ def migrate(conn, where: str) -> int:
                      "(version INTEGER PRIMARY KEY, applied_at DOUBLE PRECISION NOT NULL)")
         current = schema_version(conn)
         if current > SCHEMA_VERSION:
-            raise newer_schema(where, current)
+            refusal = newer_schema(conn, where, current)
+            if refusal is not None:
+                raise refusal
+            return current
         for version in range(current + 1, SCHEMA_VERSION + 1):
             conn.execute(MIGRATIONS[version - 1])
             conn.execute("INSERT INTO schema_migrations (version, applied_at) VALUES (%s, %s)", (version, time.time()))
+        conn.execute(f"CREATE TABLE IF NOT EXISTS {READABLE_TABLE} (readable_from INTEGER NOT NULL)")
+        conn.execute(f"DELETE FROM {READABLE_TABLE}")
+        conn.execute(f"INSERT INTO {READABLE_TABLE} VALUES (%s)", (readable_from(SCHEMA_VERSION, POSTGRES_CONTRACTS),))
     return SCHEMA_VERSION

@@ -1,7 +1,9 @@
 """The SQLite schema as numbered migrations (PostgreSQL has its own: `postgres_schema`), applied in order and recorded in `schema_migrations`.
 
-A migration is never edited once released: a change is a new migration at the end of `MIGRATIONS`.
-A store file whose version is newer than this code knows is refused (an older llmgw must not write it).
+A migration is never edited once released: a change is a new migration at the end of `MIGRATIONS`, one that only
+expands (`llmgw.store.compat`: the previous release keeps using the store while the fleet upgrades); a drop or rename
+comes a release later, listed in `compat.SQLITE_CONTRACTS`. A store file whose version is newer than this code
+knows is used as it is when its record (`compat.READABLE_TABLE`) says this code may, and refused otherwise.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import sqlite3
 import time
 
 from llmgw.errors import StoreError
+from llmgw.store.compat import READABLE_TABLE, SQLITE_CONTRACTS, newer_store_refusal, readable_from
 
 MIGRATIONS: tuple[str, ...] = (
     # 1: secrets, key/value, admin tokens, API keys, quotas, usage, leases
@@ -175,29 +178,42 @@ def schema_version(conn: sqlite3.Connection) -> int:
 
 
 def migrate(conn: sqlite3.Connection, where: str) -> int:
-    """Apply the missing migrations in one `BEGIN IMMEDIATE` transaction; returns the schema version.
+    """Apply the missing migrations in one `BEGIN IMMEDIATE` transaction and record the oldest schema that may use
+    the file (`compat.READABLE_TABLE`); returns the file's schema version.
 
     `conn` must be in autocommit mode (isolation_level None). Safe when several processes open the same
-    file at once: the write lock makes the second see the first's work. Raises StoreError when the file's
-    schema is newer than this llmgw knows.
+    file at once: the write lock makes the second see the first's work. A file of a newer schema is left as it is
+    when its record says this llmgw may use it (returns its version); else raises StoreError naming both versions.
     """
     conn.execute("BEGIN IMMEDIATE")
     try:
         conn.execute("CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at REAL NOT NULL)")
         current = schema_version(conn)
         if current > SCHEMA_VERSION:
-            raise StoreError(
-                f"The store {where} has schema version {current}, newer than this llmgw knows (SQLite schema "
-                f"{SCHEMA_VERSION}); "
-                "upgrade llmgw or point it at another store."
-            )
+            refusal = newer_store_refusal(where, current, _readable(conn), SCHEMA_VERSION, "SQLite")
+            if refusal is not None:
+                raise StoreError(refusal)
+            conn.execute("COMMIT")
+            return current
         for version in range(current + 1, SCHEMA_VERSION + 1):
             for statement in MIGRATIONS[version - 1].split(";"):
                 if statement.strip():
                     conn.execute(statement)
             conn.execute("INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)", (version, time.time()))
+        conn.execute(f"CREATE TABLE IF NOT EXISTS {READABLE_TABLE} (readable_from INTEGER NOT NULL)")
+        conn.execute(f"DELETE FROM {READABLE_TABLE}")
+        conn.execute(f"INSERT INTO {READABLE_TABLE} VALUES (?)", (readable_from(SCHEMA_VERSION, SQLITE_CONTRACTS),))
         conn.execute("COMMIT")
     except BaseException:
         conn.execute("ROLLBACK")
         raise
     return SCHEMA_VERSION
+
+
+def _readable(conn: sqlite3.Connection) -> int | None:
+    """The file's record of the oldest schema that may use it (None: none, a file migrated before the record)."""
+    try:
+        row = conn.execute(f"SELECT max(readable_from) FROM {READABLE_TABLE}").fetchone()
+    except sqlite3.OperationalError:
+        return None
+    return int(row[0]) if row and row[0] is not None else None

@@ -117,7 +117,7 @@ class SqliteStore(SqlStore):
             return migrate(self._conn, str(self.path))
         current = schema_version(self._conn)
         if current > SCHEMA_VERSION:
-            migrate(self._conn, str(self.path))  # raises, naming both versions
+            return migrate(self._conn, str(self.path))  # raises, naming both versions, unless readable by this llmgw
         if current < SCHEMA_VERSION:
             raise StoreError(f"The store {self.path} has schema version {current}, older than this llmgw's "
                              f"({SCHEMA_VERSION}); run `llmgw store migrate --store {self.url}` first.")

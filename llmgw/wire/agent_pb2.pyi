@@ -900,12 +900,14 @@ class TrustCertificates(_message.Message):
     def __init__(self, ca_pem: _Optional[bytes] = ..., signing_ca_pem: _Optional[bytes] = ...) -> None: ...
 
 class Registered(_message.Message):
-    __slots__ = ("node_id", "control_plane_version")
+    __slots__ = ("node_id", "control_plane_version", "refusal")
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     CONTROL_PLANE_VERSION_FIELD_NUMBER: _ClassVar[int]
+    REFUSAL_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     control_plane_version: str
-    def __init__(self, node_id: _Optional[str] = ..., control_plane_version: _Optional[str] = ...) -> None: ...
+    refusal: str
+    def __init__(self, node_id: _Optional[str] = ..., control_plane_version: _Optional[str] = ..., refusal: _Optional[str] = ...) -> None: ...
 
 class JoinRequest(_message.Message):
     __slots__ = ("protocol", "token", "node_id", "csr_pem")

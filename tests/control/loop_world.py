@@ -7,6 +7,7 @@ from dataclasses import replace
 
 import trio
 
+from llmgw.agent.reporting import FEATURES
 from llmgw.control import ControlLoop, ControlState, FleetRegistry
 from llmgw.control.handling import Handlers, every_command
 from llmgw.control.state import Leadership, WatchState, frozen
@@ -15,9 +16,10 @@ from llmgw.plan.types import NodeState, ObservedShard, ShardState
 
 
 def control_state(settings, *nodes: NodeState, leader: bool = True, lost: tuple[str, ...] = (),
-                  acked: bool = True, features: tuple[str, ...] = ()) -> ControlState:
-    """A state holding `settings` in force and `nodes` registered and connected (those in `lost` lost); with
-    `acked`, every node already acknowledged its agent settings (so no CONFIGURE is planned)."""
+                  acked: bool = True, features: tuple[str, ...] = FEATURES) -> ControlState:
+    """A state holding `settings` in force and `nodes` registered and connected (those in `lost` lost), their agents
+    listing `features` (default: this version's agent's); with `acked`, every node already acknowledged its agent
+    settings (so no CONFIGURE is planned)."""
     try:
         now = trio.current_time()  # inside a test's trio run: nodes are heard from "now"
     except RuntimeError:

@@ -15,6 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from llmgw.control.capabilities import action_features
 from llmgw.control.deciding import SETTLE_AFTER, action_answered, action_failed, action_key, decide
 from llmgw.control.state import ControlState, InFlight, Leadership, WatchState, frozen
 from llmgw.control.registry import FleetRegistry
@@ -22,6 +23,7 @@ from llmgw.plan import agent_settings_fingerprint
 from llmgw.plan.autoscaling import Scale
 from llmgw.plan.types import ActionKind
 from llmgw.settings.model import Scaling, Settings
+from llmgw.wire.features import ALL
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "plan"))
 from test_invariants import random_case  # noqa: E402
@@ -54,7 +56,7 @@ def random_state(seed: int, vary_answers: bool = False) -> tuple[ControlState, f
     for node in fleet.nodes:
         seen = now - (100.0 if not node.alive else rng.choice([0.0, 5.0, 20.0]))
         registry, _ = registry.register(node, seen, agent_version="0.1.0",
-                                        features=("install:llama.cpp",) if rng.random() < 0.8 else ("adopt",))
+                                        features=ALL if rng.random() < 0.8 else ("adopt", "install:llama.cpp"))
         if rng.random() < 0.2:
             registry, _ = registry.disconnect(node.node_id, seen)
     registry, _ = registry.expire(now)
@@ -96,6 +98,7 @@ def test_decide_keeps_its_promises_on_random_states(seed):
         assert record is not None and record.connected and not record.lost, "only connected nodes are commanded"
         failure = state.failures.get(action_key(action))
         assert failure is None or failure.retry_at <= now, "a failed action waits for its retry time"
+        assert set(action_features(action, state.settings)) <= record.features, "only what the agent lists is sent"
     if not state.leadership.leader:
         assert sent == (), "nothing is sent while not leader"
         assert {r.outcome for r in decision.record.actions} <= {"skipped"}

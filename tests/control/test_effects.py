@@ -12,6 +12,7 @@ import pytest
 import trio
 import trio.testing
 
+from llmgw.agent.reporting import FEATURES
 from llmgw.control.agents import AgentHub
 from llmgw.control.audit import AuditWriter, status_document
 from llmgw.control.deciding import decide
@@ -75,7 +76,8 @@ class FarAgent:
             await trio.sleep(0.01)
 
     async def _answer(self, link) -> None:
-        await link.send(agent_message(register=pb.Register(node_id="n1", agent_version="0.1.0", node_secret="n" * 43)))
+        await link.send(agent_message(register=pb.Register(node_id="n1", agent_version="0.1.0", node_secret="n" * 43,
+                                                           features=FEATURES)))
         async for message in link:
             self.received.append(message)
             if message.WhichOneof("body") in ("start_shard", "stop_shard", "install_engine", "agent_settings"):
@@ -138,7 +140,8 @@ async def test_a_shard_the_catalog_no_longer_has_is_a_stop_shard_and_a_refusal_r
 
 async def test_an_engine_the_node_lacks_is_an_install_engine_for_its_platform(settings, tmp_path):
     state = control_state(settings, node(engines=()))
-    fleet, _ = state.fleet.register(node(engines=()), 0.0, os="Linux 6.8.0", arch="amd64", agent_version="0.1.0")
+    fleet, _ = state.fleet.register(node(engines=()), 0.0, os="Linux 6.8.0", arch="amd64", agent_version="0.1.0",
+                                    features=FEATURES)
     decision, _ = decide(state.with_fleet(fleet), 0.0)
     install = only(decision.effects, InstallEngine)
     assert (install.action.engine, install.platform) == ("llama.cpp@b11434", "linux-x86_64")

@@ -4,7 +4,7 @@ nothing and hangs nothing on the agent (issue 19, item 10).
 One agent runs in a trio thread for the module, its stream a memory link whose control end the test holds (the
 bytes are serialized as over gRPC). Each example sends fuzzed ControlMessages on the stream, then asks for the
 agent's log lines: the agent must still run and answer within EXAMPLE_SECONDS (over a new stream when the example
-made it reconnect, e.g. by a Restart). Paths and URLs in the messages are pointed at nowhere first (an AgentSettings
+made it reconnect, e.g. by a Restart; a Registered's refusal, which ends the agent by design, is cleared). Paths and URLs in the messages are pointed at nowhere first (an AgentSettings
 may name any directory, a StartShard or InstallEngine any URL; the agent would create or fetch them), so examples
 touch neither the machine's files nor the network. FAST_EXAMPLES in the fast suite, SLOW_EXAMPLES under `-m slow`.
 """
@@ -84,6 +84,8 @@ def _harmless(message: pb.ControlMessage) -> pb.ControlMessage:
             weights.source = NOWHERE + "/model.gguf"
     elif kind == "install_engine":
         message.install_engine.archive_url = NOWHERE + "/engine.tar.gz"
+    elif kind == "registered":  # a refusal ends the agent by design (tests/control/test_older_agents.py)
+        message.registered.refusal = ""
     return message
 
 

@@ -66,9 +66,11 @@ def test_a_file_that_is_not_a_database_is_refused_and_left_alone(tmp_path: Path)
 
 
 def test_a_store_with_a_newer_schema_is_refused(store_path: Path) -> None:
+    """(One whose record says this llmgw may not use it: tests/store/test_expand_only.py has the one it may.)"""
     open_store(store_path).close()
     raw = sqlite3.connect(store_path)
     raw.execute("INSERT INTO schema_migrations (version, applied_at) VALUES (?, 0)", (SCHEMA_VERSION + 1,))
+    raw.execute("UPDATE schema_readable SET readable_from = ?", (SCHEMA_VERSION + 1,))
     raw.commit()
     raw.close()
     with pytest.raises(StoreError, match="newer than this llmgw knows"):

@@ -83,6 +83,7 @@ def test_a_database_with_a_newer_schema_is_refused_naming_both_versions(postgres
     open_store(url).close()
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("INSERT INTO schema_migrations VALUES (%s, 0)", (SCHEMA_VERSION + 4,))
+        conn.execute("UPDATE schema_readable SET readable_from = %s", (SCHEMA_VERSION + 4,))
     with pytest.raises(StoreError, match=f"schema version {SCHEMA_VERSION + 4}, newer than this llmgw knows "
                                          rf"\(PostgreSQL schema {SCHEMA_VERSION}\)"):
         open_store(url)

@@ -1,0 +1,48 @@
+"""The release before this tree, as code to run: for the tests that mixed versions work during an upgrade
+(issue 30; docs/operations.md "Mixed versions during an upgrade").
+
+`PREVIOUS_RELEASE` is the commit of this repository's history the previous release was built from. llmgw has no
+release tags yet, so it is pinned here and moved forward when a release is made (docs/operations.md says when).
+`previous_tree(root)` extracts that commit's `llmgw/` package with `git archive` (0.2 s here; needs the history:
+CI's clone of main has it, a shallow clone does not and the test fails saying so) and `run_previous(tree, code)`
+runs Python code against it in a process of its own, with this machine's venv for the dependencies.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+PREVIOUS_RELEASE = "a50d446879081b9b39366e46a9da975c13df6068"
+"""The commit of the previous release (main at the start of issue 30's work: SQLite schema 13, PostgreSQL 11)."""
+
+REPOSITORY = Path(__file__).resolve().parents[2]
+
+
+def previous_tree(root: Path, commit: str = PREVIOUS_RELEASE) -> Path:
+    """`commit`'s llmgw/ package under `root` (root/llmgw); returns `root`. Raises AssertionError with what to do when
+    the commit is not in this clone's history."""
+    root.mkdir(parents=True, exist_ok=True)
+    archive = root / "previous.tar"
+    done = subprocess.run(["git", "-C", str(REPOSITORY), "archive", "--format=tar", "-o", str(archive), commit,
+                           "llmgw"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, (
+        f"the previous release's commit {commit[:12]} is not in this clone's history ({done.stderr.strip()}); "
+        "fetch it (git fetch --unshallow) or move tests/support/previous_release.py's PREVIOUS_RELEASE")
+    with tarfile.open(archive) as tar:
+        tar.extractall(root, filter="data")
+    archive.unlink()
+    return root
+
+
+def run_previous(tree: Path, code: str, *args: str, timeout: float = 120.0) -> str:
+    """Run `code` (a Python program, `sys.argv[1:]` = `args`) with the previous release's llmgw from `tree` first on
+    the path; returns its stdout. Raises AssertionError with its stderr when it fails."""
+    env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONDONTWRITEBYTECODE": "1"}
+    done = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=timeout,
+                          env=env, cwd=tree)
+    assert done.returncode == 0, f"the previous release failed:\n{done.stderr[-4000:]}"
+    return done.stdout
