@@ -8,7 +8,8 @@ not understood. Adding a command is: the message in `llmgw.wire`, a handler, a l
 
 The handlers, by concept: StartShard and StopShard in `llmgw.agent.shard_commands`, InstallEngine in
 `llmgw.agent.install_command`, AgentSettings, RequestLogs, FabricTest, Restart and the notices Registered,
-SlurmJobsRecorded, CertificateRenewed and TrustCertificates in `llmgw.agent.node_commands`. Each command is answered with a CommandResult carrying its
+SlurmJobsRecorded, CertificateRenewed and TrustCertificates in `llmgw.agent.node_commands`, WipeNode in
+`llmgw.agent.wiping`. Each command is answered with a CommandResult carrying its
 `command_id` (FabricTest with a FabricTestOutput; the notices not at all). Long commands (starting a shard,
 installing an engine) run as tasks of the agent's own nursery, so they go on while the connection is down.
 """
@@ -21,7 +22,7 @@ from types import MappingProxyType
 
 import trio
 
-from llmgw.agent import install_command, node_commands, shard_commands
+from llmgw.agent import install_command, node_commands, shard_commands, wiping
 from llmgw.agent.fencing import FENCED_COMMANDS, save_token
 from llmgw.agent.node import Command, CommandHandler, NodeAgent
 from llmgw.wire import AgentLink, pb
@@ -48,6 +49,7 @@ COMMANDS: Mapping[str, CommandHandler] = MappingProxyType({
     "slurm_jobs_recorded": node_commands.slurm_jobs_recorded,
     "certificate_renewed": node_commands.certificate_renewed,
     "trust_certificates": node_commands.trust_certificates,
+    "wipe_node": wiping.wipe_node,
 })
 """The handler of each ControlMessage body, by its field name in the `body` oneof."""
 
