@@ -14,6 +14,7 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -50,9 +51,9 @@ source pushed to the host (tests/support/ssh_hosts.py `push_llmgw_source`, as te
 
 def _seed(directory: Path, engines_mirror: Path, weights_mirror: Path) -> Path:
     """The settings `server init --from` seeds host 1's repository with: the example's, with engines.yaml's `mirror:`
-    and agents/default.yaml's `mirrors:` naming the control plane's mirror (its engines and weights directories), Gemma at 2 replicas of 1.5 cores (so one
-    fits a node: 2 cores less the 0.5 reserved), SmolLM2 at 0, the agents' heartbeat at 1 s and the settings polled
-    every second."""
+    and agents/default.yaml's `mirrors:` naming the control plane's mirror (its engines and weights directories),
+    Gemma at 2 replicas of 1.5 cores (so one fits a node: 2 cores less the 0.5 reserved), SmolLM2 at 0, the agents'
+    heartbeat at 1 s and the settings polled every second."""
     seed = Path(shutil.copytree(CHECKOUT / "examples" / "cluster-repo", directory))
     edits = {
         "engines.yaml": [("/srv/llmgw/mirror/engines", str(engines_mirror))],
@@ -72,6 +73,7 @@ def _seed(directory: Path, engines_mirror: Path, weights_mirror: Path) -> Path:
 
 
 def _start_node_add(host, state: Path, release) -> subprocess.Popen:
+    """`llmgw node add HOST` from this checkout against host 1's control plane, its output line by line."""
     return subprocess.Popen(
         [sys.executable, "-m", "llmgw.cli", "node", "add", host.name, "--ssh-config", str(host.ssh_config),
          "--release", str(release.directory), "--trusted-key", release.trusted_key, "--state", str(state),
@@ -132,10 +134,23 @@ def test_bare_machines_to_a_serving_fleet_server_init_node_add_two_cpu_nodes_gem
         # hosts 2 and 3 at once
         started = time.monotonic()
         adds = {host.name: _start_node_add(host, state, full_release) for host in (node2, node3)}
+        steps: dict[str, list[tuple[float, str]]] = {name: [] for name in adds}
+
+        def follow(name: str) -> None:  # each line of its output with the time it came
+            for line in adds[name].stdout:
+                steps[name].append((time.monotonic() - started, line.rstrip("\n")))
+        readers = [threading.Thread(target=follow, args=(name,)) for name in adds]
+        for reader in readers:
+            reader.start()
         outputs = {}
-        for name, add in adds.items():
-            outputs[name] = add.communicate(timeout=600)[0]
+        for reader, (name, add) in zip(readers, adds.items()):
+            reader.join(timeout=600)
+            add.wait(timeout=60)
+            outputs[name] = "\n".join(line for _, line in steps[name])
             times[f"node add {name}"] = time.monotonic() - started
+        ends = [at for at, _ in steps[node3.name][1:]] + [times[f"node add {node3.name}"]]
+        for (at, line), end in zip(steps[node3.name], ends):
+            print(f"  {end - at:6.1f} s  {line}")  # how long each step of host 3's node add took
         for name, add in adds.items():
             agent_log = (node2 if name == node2.name else node3).ssh("cat /var/log/llmgw/agent.log", check=False)
             assert add.returncode == 0, outputs[name] + agent_log.stdout + server_log()
@@ -205,7 +220,7 @@ def test_bare_machines_to_a_serving_fleet_server_init_node_add_two_cpu_nodes_gem
     listed = [re.fullmatch(rf"\[{node3.name}\] /var/lib/llmgw-install/journal.json lists (\d+) things llmgw made on "
                            r"this machine \(newest first\):", line) for line in lines]
     listed = next(match for match in listed if match)
-    assert lines[-2] == (f"[{node3.name}] wiped: {listed[1]} removed or restored, 0 already gone; no journal left"), lines
+    assert lines[-2] == f"[{node3.name}] wiped: {listed[1]} removed or restored, 0 already gone; no journal left", lines
     assert lines[-1].startswith(f"node {node3.name} removed: 1 certificate revoked, node secret forgotten; ")
     assert not _host_pids(node3, "llama-server") and not _host_pids(node3, "python3.11")
     assert node3.snapshot() == before
