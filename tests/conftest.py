@@ -119,6 +119,23 @@ def pytest_collection_modifyitems(config, items):
                                 "pytest.mark.xdist_group(\"machine-wide\")` so pytest-xdist keeps it on one worker")
 
 
+@pytest.fixture(scope="session")
+def full_release(tmp_path_factory):
+    """The signed release of this checkout with every dependency wheel for this machine, built once for the whole
+    run and every xdist worker (tests/support/releases.py `shared_signed_release`). Copy it before changing it."""
+    from support.releases import shared_signed_release
+
+    return shared_signed_release(tmp_path_factory.getbasetemp().parent)
+
+
+@pytest.fixture(scope="session")
+def bare_release(tmp_path_factory):
+    """`full_release` without the dependency wheels (pip fails halfway on it, on purpose)."""
+    from support.releases import shared_signed_release
+
+    return shared_signed_release(tmp_path_factory.getbasetemp().parent, dependencies=False)
+
+
 @pytest.fixture
 def netns_lab():
     """Network namespaces joined by a bridge, their ranges unreachable from the root namespace first

@@ -21,6 +21,7 @@ from llmgw.engines import installed_binary
 from llmgw.engines.python_env import PYTHON_ENGINES, installed_python, installed_versions
 from llmgw.errors import UsageError
 from llmgw.identity import engine_key
+from llmgw.install.journal import JOURNAL_PATH
 from llmgw.wire import pb
 
 SETTINGS_FILE = "agent-settings.pb"
@@ -113,6 +114,7 @@ class AgentConfig:
     fixed_dirs: frozenset[str] = frozenset()
     slurm_users_prefix: str = ""
     slurm_programs: Mapping[str, str] = field(default_factory=dict)
+    install_journal: Path = JOURNAL_PATH  # the host's install journal, what WipeNode undoes (llmgw.agent.wiping)
 
     @property
     def trace_target(self) -> tuple[str, float] | None:

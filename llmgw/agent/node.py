@@ -107,6 +107,7 @@ class NodeAgent:
         self.starting: dict[str, trio.CancelScope] = {}
         self.installing: dict[str, pb.EngineStatus] = {}
         self.restart_requested = trio.Event()
+        self.wiped = False  # WipeNode took llmgw off the host: the agent stops instead of restarting
         # Set when AgentSettings change what Register says (ignore_gpus): the session ends and the agent connects
         # again at once, so the control plane offers only the GPUs it may. Replaced by the runtime once acted on.
         self.register_again = trio.Event()

@@ -65,6 +65,8 @@ KV_BATCH_INTERVAL = 0.1
 """Seconds the agent gathers KV-cache events before sending their net change (one message per shard at most)."""
 RESTART = "restart"
 """What `run_agent` returns when the control plane asked the agent to restart (its engines keep serving)."""
+WIPED = "wiped"
+"""What `run_agent` returns once it wiped its host (WipeNode, `llmgw.agent.wiping`): it must not run again."""
 _LOAD = object()
 RECONNECT_INITIAL = 0.5
 """Seconds before the first attempt to reconnect to a control plane (then doubling up to the agent's cap)."""
@@ -126,7 +128,8 @@ async def run_agent(config: AgentConfig, connect: Connect | Sequence[Connect] = 
                     connect_to: Callable[[str], Connect] | None = None, health: HealthReader | None = None,
                     keep_engines: Callable[[], bool] | None = None, task_status=trio.TASK_STATUS_IGNORED) -> str:
     """Run the node agent until cancelled or told to restart; returns `RESTART` ("restart") in that case, with
-    every engine left running (also with `config.stop_shards_on_exit`) for the next agent to adopt.
+    every engine left running (also with `config.stop_shards_on_exit`) for the next agent to adopt; returns `WIPED`
+    ("wiped") once it wiped its host (WipeNode: `llmgw.agent.wiping`), its engines stopped: nothing may run it again.
 
     `connect()` must give an async context manager yielding a Link: `llmgw agent` passes
     `lambda: llmgw.wire.connect(address, tls=...)`, `llmgw up` a factory over `memory_link_pair()`. A sequence of
@@ -215,6 +218,8 @@ async def run_agent(config: AgentConfig, connect: Connect | Sequence[Connect] = 
                 nursery.cancel_scope.cancel()
             finally:
                 telemetry.close()  # also when cancelled: every nvmlInit is shut down
+        if agent.wiped:
+            return WIPED
         return RESTART  # engines keep serving (also with stop_shards_on_exit): the next agent adopts them
     except BaseException:
         if config.stop_shards_on_exit and not (keep_engines is not None and keep_engines()):
@@ -240,13 +245,14 @@ async def run_agent_restarting(config: AgentConfig, connect: Connect, *, nvml: A
     """`run_agent` for an in-process owner (`llmgw up`, tests): run it again each time it returns `RESTART`, so a
     restart asked over the stream ends the agent and a new one adopts the engines, which serve throughout.
 
-    `task_status.started(agent)` is called once, with the first NodeAgent. Runs until cancelled; raises what
+    `task_status.started(agent)` is called once, with the first NodeAgent. Runs until cancelled, or until the agent
+    wiped its host (`WIPED`); raises what
     `run_agent` raises. `keep_engines`: as `run_agent`'s.
     """
-    await run_agent(config, connect, nvml=nvml, keep_engines=keep_engines, task_status=task_status)
-    while True:  # run_agent returns only when asked to restart
+    outcome = await run_agent(config, connect, nvml=nvml, keep_engines=keep_engines, task_status=task_status)
+    while outcome == RESTART:  # run_agent returns only when asked to restart, or once it wiped its host
         log.info("the agent restarts in this process; its engines keep serving and are adopted again")
-        await run_agent(config, connect, nvml=nvml, keep_engines=keep_engines)
+        outcome = await run_agent(config, connect, nvml=nvml, keep_engines=keep_engines)
 
 
 async def _measure_bandwidth(agent: NodeAgent) -> None:

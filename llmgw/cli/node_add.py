@@ -17,7 +17,9 @@ it is connected. Every change on the host goes into the host's install journal f
 ssh connection is cut, undoes the host from it (over a new connection) and says so, with the host's own words.
 `--dry-run` prints every command it would run on the host and connects to nothing.
 
-It returns once the node is connected (`CONNECT_TIMEOUT`). Not built yet: waiting until its engines are installable.
+It returns once the node is connected (`CONNECT_TIMEOUT`) and its engines are installable (`INSTALLABLE_TIMEOUT`):
+`llmgw node doctor --installable` on the host passes (llmgw.agent.doctor_install: the agent has its settings from the
+control plane, and reads every mirror they name, showing what each holds), polled over ssh with each reason shown.
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ from llmgw.cli.release_cmds import _trusted
 from llmgw.errors import InstallError
 
 SCRATCH = "/var/tmp/llmgw-add"
+STATE_LLMGW = "/opt/llmgw/current/bin/llmgw"
+"""The installed release's llmgw on the host (llmgw.install.onboarding's layout)."""
 MIN_DISK = "20Gi"
 """The free space `node add` asks of a host where weights go (`--min-disk`): one 8B model's weights and more."""
 
@@ -205,7 +209,9 @@ def add_cmd(host, release_dir, keys, settings_dir, control_plane, node_id, user,
     run_steps(host, ssh, onboarding.join_steps(facts, join), 0, undo, release)
     click.echo(f"[{host}] llmgw {manifest.version} installed; waiting for node {node_id} to connect")
     state = _wait_connected(url, token, state_dir, node_id, CONNECT_TIMEOUT)
-    click.echo(f"node {node_id} connected ({state})")
+    click.echo(f"[{host}] node {node_id} connected ({state}); waiting until its engines are installable")
+    ready = wait_installable(host, ssh, INSTALLABLE_TIMEOUT)
+    click.echo(f"node {node_id} connected and its engines installable: {ready}")
 
 
 def _size_text(text: str) -> str:
@@ -240,6 +246,35 @@ def _wait_connected(url, token, state_dir, node_id: str, timeout: float) -> str:
             time.sleep(0.5)
     raise InstallError(f"node {node_id} did not connect within {timeout:g} s: see /var/log/llmgw/agent.log or "
                        "`journalctl -u llmgw-agent` on it (it stays installed; `llmgw wipe` there takes it off)")
+
+
+INSTALLABLE_TIMEOUT = 120.0
+"""Seconds `node add` waits, once the node connected, for its engines and weights to be installable."""
+INSTALLABLE = f"{STATE_LLMGW} node doctor --installable --state-dir /var/lib/llmgw/agent"
+"""The check `node add` polls on the host (llmgw.agent.doctor_install): the agent has its settings from the control
+plane and reads every mirror they name."""
+
+
+def wait_installable(host: str, ssh: list[str], timeout: float) -> str:
+    """Run INSTALLABLE on the host every second until it passes (`timeout` seconds), showing each new reason it
+    gives meanwhile; what it found (its check lines, joined). Raises InstallError with its last words."""
+    import time
+
+    deadline, said = time.monotonic() + timeout, ""
+    while True:
+        done = subprocess.run([*ssh, INSTALLABLE], capture_output=True, text=True, timeout=120)
+        lines = [line.split(None, 2)[-1] for line in done.stdout.splitlines()[:-1] if line.strip()]
+        if done.returncode == 0:
+            return "; ".join(lines)
+        words = "; ".join(line for line in lines) or (done.stderr.strip().splitlines() or ["no answer"])[-1]
+        if words != said:
+            click.echo(f"[{host}] not installable yet: {words}")
+            said = words
+        if time.monotonic() >= deadline:
+            raise InstallError(f"node {host} connected, but its engines were not installable within {timeout:g} s: "
+                               f"{words}. It stays installed and connected: fix that (agents/ `mirrors:` in the "
+                               f"settings) and check with `{INSTALLABLE}` there")
+        time.sleep(1.0)
 
 
 def _join_facts(url, token, state_dir, control_plane):

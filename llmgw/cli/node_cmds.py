@@ -59,11 +59,25 @@ def register(group: click.Group) -> None:
     @click.option("--min-free", "min_free", default=None, metavar="SIZE",
                   help="Fail when less than SIZE (e.g. 20Gi) is free under the weights directory (`llmgw node add "
                        "--min-disk`); without it, too little is a warning.")
+    @click.option("--installable", is_flag=True,
+                  help="Only check whether engines and weights can be installed now: the agent has its settings and "
+                       "reads every mirror they name (quick; `llmgw node add` waits for it).")
     def doctor_command(as_json: bool, weights_dir: Path | None, engines_dir: Path | None, state_dir: Path | None,
-                       cert_path: Path | None, from_dir: Path | None, bandwidth: bool, min_free: str | None) -> None:
+                       cert_path: Path | None, from_dir: Path | None, bandwidth: bool, min_free: str | None,
+                       installable: bool) -> None:
         """Discover this node (CPUs, memory, GPUs, MIG, NVLink, fabrics) and check what serving needs."""
         from llmgw.agent.config import default_state_dir
         from llmgw.agent.doctor import run_doctor
+
+        if installable:
+            from llmgw.agent.doctor_install import install_checks, render
+
+            checks = install_checks(state_dir or _doctor_state_dir(default_state_dir()))
+            click.echo(json.dumps({"ok": all(c.status.value != "fail" for c in checks),
+                                   "checks": [c.to_json() for c in checks]}) if as_json else render(checks))
+            if any(c.status.value == "fail" for c in checks):
+                raise click.exceptions.Exit(1)
+            return
 
         if bandwidth and from_dir is not None:
             from llmgw.errors import UsageError

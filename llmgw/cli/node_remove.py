@@ -1,7 +1,8 @@
 """`llmgw node remove NODE`: take a node out of the fleet and llmgw off its machine.
 
-    llmgw node remove NODE [--host HOST] [--user U] [--port P] [--ssh-key FILE] [--ssh-config FILE]
-                      [--drain-timeout SECONDS] [--force] [--keep-machine] [--url URL --token T | --state DIR]
+    llmgw node remove NODE [--drain-timeout SECONDS] [--force] [--keep-weights] [--keep-machine]
+                      [--over-ssh [--host HOST] [--user U] [--port P] [--ssh-key FILE] [--ssh-config FILE]]
+                      [--url URL --token T | --state DIR]
 
 In order, each step shown as it goes:
 
@@ -9,10 +10,13 @@ In order, each step shown as it goes:
    stopped there. It waits until the node serves no shard (`--drain-timeout`, default DRAIN_TIMEOUT). A node that
    still serves then is refused, in so many words, and nothing else is done (it stays drained): wait and run it
    again, or `--force` to go on all the same (its requests in flight fail).
-2. wipe: over ssh to HOST (default: NODE; the options of `llmgw node add`), `llmgw wipe --yes --stop-agent` of the
-   installed release: the agent stopped, then everything the host's install journal lists undone
-   (llmgw.install.undoing). A host with no llmgw installed is said so and passed. `--keep-machine` leaves the
-   machine alone (gone, or not reachable any more).
+2. wipe, over the agent's own stream: POST /api/v1/nodes/NODE/wipe; the control plane sends its agent WipeNode
+   (llmgw.control.node_wiping), the agent stops its engines, undoes everything the host's install journal lists (the
+   code `llmgw wipe` runs: llmgw.install.wiping), answers with what it removed (shown as `[NODE] ...` lines) and
+   stops itself. No ssh is needed. A node whose agent is not connected is refused with what to do: `--over-ssh`
+   then wipes it over ssh to HOST (default: NODE; the options of `llmgw node add`) with the installed release's
+   `llmgw wipe --yes --stop-agent` (a host with no llmgw installed is said so and passed). `--keep-machine` leaves
+   the machine alone (gone, or not reachable any more); `--keep-weights` keeps its weights directories.
 3. forget: POST /api/v1/nodes/NODE/forget once its agent's stream has ended: every certificate of the node revoked
    (mutual TLS), its node secret forgotten and its record dropped from the fleet, so that machine is not let in
    again without a new join token (`llmgw node add` again makes it a node anew).
@@ -60,10 +64,12 @@ def _poll(client, node: str, done, timeout: float) -> tuple[bool, dict]:
         time.sleep(0.5)
 
 
-def _wipe(node: str, ssh: list[str]) -> None:
+def _wipe_over_ssh(node: str, ssh: list[str], keep_weights: bool) -> None:
     """Run the installed release's `llmgw wipe --yes --stop-agent` on the host, its lines shown as they come.
     Raises InstallError in the host's words when ssh or the wipe fails."""
-    command = f"if [ -x {WIPE} ]; then exec {WIPE} wipe --yes --stop-agent; else echo 'no llmgw installed here'; fi"
+    keep = " --keep-weights" if keep_weights else ""
+    command = (f"if [ -x {WIPE} ]; then exec {WIPE} wipe --yes --stop-agent{keep}; else echo 'no llmgw installed "
+               "here'; fi")
     done = subprocess.run([*ssh, command], capture_output=True, text=True, timeout=600)
     for line in done.stdout.splitlines():
         click.echo(f"[{node}] {line}")
@@ -75,29 +81,48 @@ def _wipe(node: str, ssh: list[str]) -> None:
                            f"{node}` again (or --keep-machine when the machine is gone)")
 
 
+def _wipe_over_stream(client, node: str, keep_weights: bool) -> None:
+    """Have the node's agent wipe its machine (POST /api/v1/nodes/NODE/wipe) and show what it removed.
+    Raises UsageError (not connected, or the agent refused: the control plane's words) or TemporaryError."""
+    answer = client.post(f"/api/v1/nodes/{node}/wipe", {"keep_weights": keep_weights})
+    for line in answer.get("report", []):
+        click.echo(f"[{node}] {line}")
+
+
 @click.command("remove")
 @click.argument("node")
-@click.option("--host", default=None, help="The node's machine for ssh [default: NODE, as `llmgw node add` names it].")
+@click.option("--over-ssh", is_flag=True, help="Wipe the machine over ssh (`llmgw wipe --stop-agent` there) instead "
+              "of over its agent's stream: for a node whose agent is not connected.")
+@click.option("--host", default=None, help="With --over-ssh: the node's machine [default: NODE, as `llmgw node add` "
+              "names it].")
 @ssh_options
 @click.option("--drain-timeout", type=float, default=DRAIN_TIMEOUT, show_default=True,
               help="Seconds to wait for its replicas to be placed elsewhere and stopped there.")
 @click.option("--force", is_flag=True, help="Go on while it still serves after --drain-timeout.")
-@click.option("--keep-machine", is_flag=True, help="Do not ssh to the machine (gone, or unreachable): only drain "
+@click.option("--keep-machine", is_flag=True, help="Leave the machine as it is (gone, or unreachable): only drain "
               "and forget the node.")
+@click.option("--keep-weights", is_flag=True, help="Keep the machine's weights directories (`llmgw wipe "
+              "--keep-weights`).")
 @click.option("--author-name", default=None, help="The drain commit's author [default: git config user.name].")
 @click.option("--author-email", default=None, help="Its email [default: git config user.email].")
 @admin_options
-def remove_cmd(node, host, user, port, ssh_key, ssh_config, drain_timeout, force, keep_machine, author_name,
-               author_email, url, token, state_dir):
-    """Drain NODE, wipe llmgw off its machine over ssh and forget it on the control plane."""
+def remove_cmd(node, over_ssh, host, user, port, ssh_key, ssh_config, drain_timeout, force, keep_machine, keep_weights,
+               author_name, author_email, url, token, state_dir):
+    """Drain NODE, wipe llmgw off its machine over its agent's stream and forget it on the control plane."""
     from llmgw.cli.server_cmds import _git_identity
     from llmgw.control.client import AdminClient, admin_ca_file, resolve_admin
 
     url, token = resolve_admin(url, token, state_dir)
     with AdminClient(url, token, ca_file=admin_ca_file(state_dir)) as client:
-        if node not in client.get("/api/v1/status").get("nodes", {}):
+        nodes = client.get("/api/v1/status").get("nodes", {})
+        if node not in nodes:
             raise UsageError(f"the control plane knows no node {node!r} (`llmgw nodes` lists them): nothing was "
                              "removed")
+        if not (keep_machine or over_ssh) and nodes[node].get("state") != "connected":
+            raise UsageError(f"node {node} is {nodes[node].get('state') or 'not connected'}, so its agent cannot wipe "
+                             "its machine over its stream: start its agent there and run this again, or add "
+                             "--over-ssh to wipe it over ssh (with the ssh options of `llmgw node add`), or "
+                             "--keep-machine to leave the machine as it is. Nothing was removed")
         name, email = _git_identity(author_name, author_email)
         drained = client.post(f"/api/v1/nodes/{node}/drain", {"author_name": name, "author_email": email})
         click.echo(f"[{node}] drained (settings at {(drained.get('commit') or '?')[:12]}); waiting until it serves "
@@ -113,8 +138,10 @@ def remove_cmd(node, host, user, port, ssh_key, ssh_config, drain_timeout, force
             click.echo(f"[{node}] still serves {still}: going on (--force)")
         if keep_machine:
             click.echo(f"[{node}] the machine is left as it is (--keep-machine)")
+        elif over_ssh:
+            _wipe_over_ssh(node, ssh_argv(host or node, user, port, ssh_key, ssh_config), keep_weights)
         else:
-            _wipe(node, ssh_argv(host or node, user, port, ssh_key, ssh_config))
+            _wipe_over_stream(client, node, keep_weights)
         gone, _ = _poll(client, node, lambda s: s.get("nodes", {}).get(node, {}).get("state") != "connected",
                         DISCONNECT_TIMEOUT if not keep_machine else 0)
         if not gone:

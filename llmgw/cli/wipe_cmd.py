@@ -104,33 +104,20 @@ def refuse_while_an_agent_runs() -> None:
               help="The install journal [default: /var/lib/llmgw-install/journal.json].")
 def wipe_cmd(yes: bool, keep_weights: bool, stop_agent: bool, journal_path: Path | None) -> None:
     """Remove from this machine exactly what llmgw installed on it (its install journal), after listing it."""
-    from llmgw.install import JOURNAL_PATH, Journal, describe, kept_paths, sizes, undo
-    from llmgw.units import format_size
+    from llmgw.install import JOURNAL_PATH, Journal, undo
+    from llmgw.install.wiping import listing, summary
 
     journal = Journal.read(journal_path or JOURNAL_PATH)
     if stop_agent:
         for what in stop_agents():
             click.echo(f"stopped {what}")
     refuse_while_an_agent_runs()
-    kept = kept_paths(journal, keep_weights)
-    listed = sizes(journal)
-    click.echo(f"{journal.path} lists {len(listed)} things llmgw made on this machine (newest first):")
-    total = 0
-    for entry, size in listed:
-        keep = Path(getattr(entry, "path", "")) in kept
-        total += 0 if keep else size
-        click.echo(f"  {format_size(size) if size else '':>9}  {describe(entry)}{'  (kept: --keep-weights)' if keep else ''}")
-    click.echo(f"{format_size(total)} to free.")
+    lines, _ = listing(journal, keep_weights)
+    click.echo("\n".join(lines))
     if not yes:
         click.confirm("Remove all of this?", abort=True)
     outcomes = undo(journal, keep_weights=keep_weights)
-    for outcome in outcomes:
-        if outcome.action == "changed":
-            click.echo(f"kept {outcome.entry.path}: changed since llmgw wrote it (remove it yourself if unwanted)")
-    gone = sum(o.action in ("removed", "restored", "stopped") for o in outcomes)
-    left = len(journal)
-    click.echo(f"wiped: {gone} removed or restored, {sum(o.action == 'absent' for o in outcomes)} already gone"
-               + (f"; {journal.path} still lists {left} (kept)" if left else "; no journal left"))
+    click.echo("\n".join(summary(outcomes, journal)))
 
 
 def register(group: click.Group) -> None:

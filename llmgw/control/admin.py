@@ -35,6 +35,8 @@ The API is described in docs/admin-api.yaml (OpenAPI 3.1), served at GET /openap
     POST /api/v1/models/{model}/adapters {"action": "add"|"remove", "name", "weights"}   its LoRA adapters
                                               (these, and slurm/users/keys below, are settings commits as the
                                               caller: llmgw.control.admin_edits; each takes "preview" and "expect")
+    POST /api/v1/nodes/{node}/wipe {"keep_weights"}   its agent takes llmgw off its machine (install journal) and
+                                              stops (`llmgw node remove`): {"node", "report"} (409: not connected)
     POST /api/v1/nodes/{node}/forget          a node whose agent is stopped (`llmgw node remove`): its
                                               certificates revoked, node secret and fleet record forgotten (409
                                               while it is connected)
@@ -480,6 +482,12 @@ class AdminApp:
             return await _send_json(send, 200, {"node": node, "shard": query.get("shard", ""), "lines": lines})
         if method == "POST" and path.startswith("/api/v1/nodes/") and path.count("/") == 5 and path.endswith("/forget"):
             return await _send_json(send, 200, await plane.forget_node(path.split("/")[4]))
+        if method == "POST" and path.startswith("/api/v1/nodes/") and path.count("/") == 5 and path.endswith("/wipe"):
+            body = _json_body(await _read_body(receive))
+            keep = body.get("keep_weights", False)
+            if not isinstance(keep, bool):
+                raise _HttpError(400, "bad_request", "keep_weights must be true or false")
+            return await _send_json(send, 200, await plane.wipe_node(path.split("/")[4], keep_weights=keep))
         if admin_edits.serves(method, path):
             return await self._edit(send, caller, path, _json_body(await _read_body(receive)))
         if method == "POST" and path == "/api/v1/fabric-test":

@@ -33,6 +33,9 @@ change converged and compare it with the review's forecast; answered with `forec
 The autoscaler (`llmgw.control.autoscaling`): `MeasureTtft` (read a model's recent TTFT p90 from the usage records,
 for its `ttft_p90` target; answered with `ttft_measured`).
 
+Taking a node's host back (`llmgw node remove`): `WipeNode` (its agent wipes the host from its install journal and
+stops; answered to the requester by `llmgw.control.node_wiping`).
+
 Every command effect carries `token`, the leader lease's fencing token of the pass that chose it (the agent refuses
 an older term's), and `settings`, the settings in force for that pass.
 """
@@ -261,9 +264,23 @@ class MeasureForecast:
     until_unix: float
 
 
+@dataclass(frozen=True)
+class WipeNode:
+    """Tell `node_id`'s agent to take llmgw off its host (`llmgw node remove NODE`, once drained): it stops its
+    engines, undoes the host's install journal (with `keep_weights`, the weights stay), answers with what it removed
+    and stops itself (`llmgw.agent.wiping`). `request`: the id the requester waits on for the answer
+    (`llmgw.control.node_wiping`); `timeout`: seconds to wait for it; `token`: the lease's fencing token."""
+
+    request: str
+    node_id: str
+    keep_weights: bool = False
+    timeout: float = 300.0
+    token: int = 0
+
+
 Effect = Union[StartShard, StopShard, InstallEngine, ConfigureAgent, WriteAudit, SetApplied, RememberNodes,
                RecordSlurmUsage, PublishRoutingTable, CommitSettings, MeasureCanary, MeasureTtft, ProposeRevert,
-               MeasureForecast]
+               MeasureForecast, WipeNode]
 """Every kind of effect (see the module docstring)."""
 
 COMMANDS = (StartShard, StopShard, InstallEngine, ConfigureAgent)

@@ -7,6 +7,7 @@ outcomes). Pure: each builds the next `ControlState`, and some ask for effects (
 - `slurm_jobs_reported`, `slurm_jobs_written`: ended Slurm jobs to record into usage, and the outcome.
 - `settings_edit_requested`: a person's edit of the settings, to be committed as them (`CommitSettings`); its
   outcome comes back as the watcher's news of the new branch head (`settings_published`).
+- `wipe_requested`: `llmgw node remove`'s wipe of a node's host over its agent's stream (`WipeNode`).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from collections.abc import Callable, Collection
 from dataclasses import replace
 
 from llmgw.control.canaries import canaries_for_settings
-from llmgw.control.effects import CommitSettings, Effect, PublishRoutingTable, RecordSlurmUsage
+from llmgw.control.effects import CommitSettings, Effect, PublishRoutingTable, RecordSlurmUsage, WipeNode
 from llmgw.control.reports import memory_thresholds
 from llmgw.control.restart_only import restart_notes
 from llmgw.control.state import SLURM_RECORDED_MAX, ControlState, SlurmLedger, WatchState, frozen
@@ -108,6 +109,12 @@ def slurm_jobs_written(cluster: str, recorded: tuple[str, ...], failed: tuple[st
         return replace(state, slurm=SlurmLedger(recorded=frozen(recorded_ids), cursors=cursors,
                                                 failed=(ledger.failed - set(recorded)) | set(failed))), False
     return transition
+
+
+def wipe_requested(effect: WipeNode) -> Transition:
+    """The transition of `llmgw node remove`'s wipe of a drained node's host: the state stays, and `effect` goes
+    out with the lease's fencing token of now (a deposed leader's wipe is refused by the agent)."""
+    return lambda state: (state, False, (replace(effect, token=state.leadership.token),))
 
 
 def settings_edit_requested(effect: CommitSettings) -> Transition:

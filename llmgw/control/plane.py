@@ -26,12 +26,13 @@ from llmgw.control.kv_blocks import KV_BLOCKS_PER_REPLICA
 from llmgw.control.applying import apply
 from llmgw.control.audit import AuditWriter
 from llmgw.control.config import ControlConfig, check_listeners_free, listening_on, reconcile_interval
-from llmgw.control.effects import CommitSettings, PublishRoutingTable
+from llmgw.control.effects import CommitSettings, PublishRoutingTable, WipeNode
 from llmgw.control.feeding import GatewayFeed
 from llmgw.control.handling import Handlers
 from llmgw.control.keys import WEBHOOK_SECRET, ReplicaKeys, SecretResolver
 from llmgw.control.looping import ControlLoop
 from llmgw.control.opening import SettingsNews, open_wiring
+from llmgw.control.node_wiping import NodeWipes
 from llmgw.control.operating import SettingsDesk
 from llmgw.control.recovering import Recovery
 from llmgw.control.registry import FleetRegistry
@@ -80,6 +81,8 @@ class ControlPlane:
         self.audit = AuditWriter(self.watcher.repo_path, min_gap=AUDIT_MIN_GAP)
         self.desk = SettingsDesk(self.watcher, config.repo, config.branch, self.loop.update)
         self.handlers.register(CommitSettings, self.desk.commit, lane="settings")
+        self.wipes = NodeWipes(self.agents, self.loop.update, self.is_connected)
+        self.handlers.register(WipeNode, self.wipes.handle)
         self.reporter = StatusReporter(self.loop, self.audit, self.feed, config.repo, config.branch,
                                        lambda: self.endpoints, lambda: self.gateway_workers,
                                        ca_not_after=lambda: self.ca.not_after if self.ca is not None else None,
@@ -205,6 +208,11 @@ class ControlPlane:
         pair: `grades_document`'s {"a", "b", "ok_fraction", "rails"} and "at", unix seconds. Kept in memory: a
         restart, or another control plane taking the lead, starts without any."""
         return [self.fabric_tests[pair] for pair in sorted(self.fabric_tests)]
+
+    async def wipe_node(self, node_id: str, *, keep_weights: bool = False) -> dict[str, Any]:
+        """Have `node_id`'s agent take llmgw off its machine and stop (`NodeWipes.wipe`): {"node", "report"}."""
+        outcome = await self.wipes.wipe(node_id, keep_weights=keep_weights)
+        return {"node": node_id, "report": list(outcome.report)}
 
     async def forget_node(self, node_id: str) -> dict[str, Any]:
         """Forget a node whose agent is stopped (`llmgw node remove`): its certificates revoked, its node secret

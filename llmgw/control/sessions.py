@@ -29,11 +29,13 @@ _PREFIX = secrets.token_hex(3)
 
 @dataclass(frozen=True)
 class CommandOutcome:
-    """What an agent answered to one command: `ok`, and `error` (a sentence) when not."""
+    """What an agent answered to one command: `ok`, and `error` (a sentence) when not; `report`: what it did, one
+    line each (WipeNode: what it removed), () for most commands."""
 
     command_id: str
     ok: bool
     error: str = ""
+    report: tuple[str, ...] = ()
 
 
 class _Waiter:
@@ -151,7 +153,7 @@ class AgentSession:
     def deliver_result(self, result: pb.CommandResult) -> None:
         waiter = self._results.get(result.command_id)
         if waiter is not None:
-            waiter.set(CommandOutcome(result.command_id, bool(result.ok), result.error))
+            waiter.set(CommandOutcome(result.command_id, bool(result.ok), result.error, tuple(result.report)))
 
     def deliver_logs(self, logs: pb.LogLines) -> None:
         waiter = self._logs.get(logs.request_id)

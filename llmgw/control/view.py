@@ -141,6 +141,10 @@ class ControlView(Protocol):
     async def slurm_users(self) -> dict[str, Any]:
         """The Linux users of slurm.yaml `users: llmgw`: {"users": [...]}."""
 
+    async def wipe_node(self, node_id: str, *, keep_weights: bool = False) -> dict[str, Any]:
+        """Have a connected node's agent wipe its machine from its install journal and stop (`llmgw node remove`):
+        {"node", "report"}, what it removed, one line each."""
+
     async def forget_node(self, node_id: str) -> dict[str, Any]:
         """Revoke a stopped node's certificates, forget its node secret and its fleet record (`llmgw node remove`):
         {"node", "known", "certificates_revoked", "identity_forgotten"}."""

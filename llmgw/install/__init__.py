@@ -1,6 +1,7 @@
 """What llmgw puts on a host and takes off again: the install journal (llmgw.install.journal) and undoing it
-(llmgw.install.undoing). Imports nothing of llmgw but llmgw.errors; used by the CLI (`llmgw wipe`, `llmgw node add`)
-and meant for the agent (a wipe over its stream)."""
+(llmgw.install.undoing), and the words of a wipe (llmgw.install.wiping). Imports nothing of llmgw but llmgw.errors
+(and llmgw.units, for the wipe's sizes); used by the CLI (`llmgw wipe`, `llmgw node add`) and the agent (WipeNode,
+a wipe over its stream: llmgw.agent.wiping)."""
 
 from llmgw.install.journal import (
     JOURNAL_PATH,

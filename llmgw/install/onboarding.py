@@ -144,7 +144,8 @@ def install_steps(facts: NodeFacts) -> list[RemoteStep]:
         RemoteStep(f"make {OPT}", f"{journal} mkdir {OPT}"),
         RemoteStep(f"make the venv {venv}", f"{journal} venv {venv}"),
         RemoteStep(f"install llmgw {facts.version} into it from the release's wheels (no registry)",
-                   f"{venv}/bin/pip install --quiet --no-index --find-links {scratch}/wheels llmgw=={facts.version}"),
+                   f"{venv}/bin/pip install --quiet --no-index --find-links {scratch}/wheels llmgw=={facts.version} "
+                   "--no-compile --disable-pip-version-check"),  # bytecode: written on first import, in the venv
         RemoteStep(f"keep the release's signed manifest and the key that signed it in {record}",
                    f"mkdir -m 755 {record} && cd {scratch} && cp {' '.join(facts.record)} {record}/"),
         RemoteStep(f"link {OPT}/current to {facts.version}", f"{journal} link {OPT}/current {facts.version}"),

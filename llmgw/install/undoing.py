@@ -7,6 +7,7 @@ Entries are undone newest first, each forgotten from the journal as soon as it i
 leaves a journal of what is still there and can simply be run again. What each kind becomes:
 
 - a unit: `systemctl disable --now` where systemd is PID 1 (/run/systemd/system exists), nothing to do elsewhere;
+  the `spare_unit` (an agent wiping its own host runs in it) only `systemctl disable`: it stops itself after;
 - a firewall table: `nft delete table FAMILY NAME` (absent already: nothing to do);
 - a user: `userdel NAME` (absent already: nothing to do), then its side files as they were (llmgw.install.users);
 - a link: removed when it still points where llmgw pointed it;
@@ -45,7 +46,7 @@ from llmgw.install.users import remove_user
 @dataclass(frozen=True)
 class Outcome:
     """What undoing did with one entry: `action` is "removed", "restored", "stopped", "absent" (nothing was
-    there any more), "kept" (weights, or what holds them) or "changed" (edited since llmgw wrote it: kept)."""
+    there any more), "disabled" (the spared unit), "kept" (weights, or what holds them) or "changed" (edited since llmgw wrote it: kept)."""
 
     entry: Entry
     action: str
@@ -102,10 +103,13 @@ def _systemd_runs() -> bool:
     return Path("/run/systemd/system").is_dir()
 
 
-def _undo_one(entry: Entry, journal: Journal, keep: set[Path], run: Runner) -> str:
+def _undo_one(entry: Entry, journal: Journal, keep: set[Path], run: Runner, spare_unit: str = "") -> str:
     if isinstance(entry, InstalledUnit):
         if not _systemd_runs():
             return "absent"
+        if entry.name == spare_unit:
+            check_command(run(["systemctl", "disable", entry.name]), f"unit {entry.name}")
+            return "disabled"
         check_command(run(["systemctl", "disable", "--now", entry.name]), f"unit {entry.name}")
         return "stopped"
     if isinstance(entry, FirewallTable):
@@ -139,15 +143,17 @@ def _undo_one(entry: Entry, journal: Journal, keep: set[Path], run: Runner) -> s
     return "removed" if _remove_tree(path, keep) else "kept"
 
 
-def undo(journal: Journal, *, keep_weights: bool = False, run: Runner = run_command) -> list[Outcome]:
+def undo(journal: Journal, *, keep_weights: bool = False, run: Runner = run_command,
+         spare_unit: str = "") -> list[Outcome]:
     """Undo every entry of `journal`, newest first (module docstring), forgetting each once undone; return what
-    was done with each, in that order. Kept and changed entries stay in the journal.
+    was done with each, in that order. Kept and changed entries stay in the journal. `spare_unit`: the unit of the
+    process undoing (disabled, not stopped: "disabled").
     Raises InstallError naming the entry and path when one cannot be undone: the journal then lists what is left."""
     keep = kept_paths(journal, keep_weights)
     outcomes = []
     for entry in reversed(journal.entries):
         try:
-            action = _undo_one(entry, journal, keep, run)
+            action = _undo_one(entry, journal, keep, run, spare_unit)
         except OSError as exc:
             raise InstallError(f"cannot undo {entry.kind} {getattr(entry, 'path', '')}: {exc}; the journal "
                                f"{journal.path} lists what is left: fix that and run `llmgw wipe` again") from exc

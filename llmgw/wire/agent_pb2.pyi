@@ -31,7 +31,7 @@ class AgentMessage(_message.Message):
     def __init__(self, protocol: _Optional[int] = ..., register: _Optional[_Union[Register, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., shard_status: _Optional[_Union[ShardStatus, _Mapping]] = ..., log_lines: _Optional[_Union[LogLines, _Mapping]] = ..., command_result: _Optional[_Union[CommandResult, _Mapping]] = ..., engine_status: _Optional[_Union[EngineStatus, _Mapping]] = ..., kv_blocks: _Optional[_Union[KvBlocks, _Mapping]] = ..., fabric_test_output: _Optional[_Union[FabricTestOutput, _Mapping]] = ..., renew_certificate: _Optional[_Union[RenewCertificate, _Mapping]] = ...) -> None: ...
 
 class ControlMessage(_message.Message):
-    __slots__ = ("protocol", "command_id", "fencing_token", "start_shard", "stop_shard", "install_engine", "agent_settings", "request_logs", "restart", "registered", "slurm_jobs_recorded", "fabric_test", "certificate_renewed", "trust_certificates", "upgrade_agent")
+    __slots__ = ("protocol", "command_id", "fencing_token", "start_shard", "stop_shard", "install_engine", "agent_settings", "request_logs", "restart", "registered", "slurm_jobs_recorded", "fabric_test", "certificate_renewed", "trust_certificates", "upgrade_agent", "wipe_node")
     PROTOCOL_FIELD_NUMBER: _ClassVar[int]
     COMMAND_ID_FIELD_NUMBER: _ClassVar[int]
     FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
@@ -47,6 +47,7 @@ class ControlMessage(_message.Message):
     CERTIFICATE_RENEWED_FIELD_NUMBER: _ClassVar[int]
     TRUST_CERTIFICATES_FIELD_NUMBER: _ClassVar[int]
     UPGRADE_AGENT_FIELD_NUMBER: _ClassVar[int]
+    WIPE_NODE_FIELD_NUMBER: _ClassVar[int]
     protocol: int
     command_id: str
     fencing_token: int
@@ -62,7 +63,8 @@ class ControlMessage(_message.Message):
     certificate_renewed: CertificateRenewed
     trust_certificates: TrustCertificates
     upgrade_agent: UpgradeAgent
-    def __init__(self, protocol: _Optional[int] = ..., command_id: _Optional[str] = ..., fencing_token: _Optional[int] = ..., start_shard: _Optional[_Union[StartShard, _Mapping]] = ..., stop_shard: _Optional[_Union[StopShard, _Mapping]] = ..., install_engine: _Optional[_Union[InstallEngine, _Mapping]] = ..., agent_settings: _Optional[_Union[AgentSettings, _Mapping]] = ..., request_logs: _Optional[_Union[RequestLogs, _Mapping]] = ..., restart: _Optional[_Union[Restart, _Mapping]] = ..., registered: _Optional[_Union[Registered, _Mapping]] = ..., slurm_jobs_recorded: _Optional[_Union[SlurmJobsRecorded, _Mapping]] = ..., fabric_test: _Optional[_Union[FabricTest, _Mapping]] = ..., certificate_renewed: _Optional[_Union[CertificateRenewed, _Mapping]] = ..., trust_certificates: _Optional[_Union[TrustCertificates, _Mapping]] = ..., upgrade_agent: _Optional[_Union[UpgradeAgent, _Mapping]] = ...) -> None: ...
+    wipe_node: WipeNode
+    def __init__(self, protocol: _Optional[int] = ..., command_id: _Optional[str] = ..., fencing_token: _Optional[int] = ..., start_shard: _Optional[_Union[StartShard, _Mapping]] = ..., stop_shard: _Optional[_Union[StopShard, _Mapping]] = ..., install_engine: _Optional[_Union[InstallEngine, _Mapping]] = ..., agent_settings: _Optional[_Union[AgentSettings, _Mapping]] = ..., request_logs: _Optional[_Union[RequestLogs, _Mapping]] = ..., restart: _Optional[_Union[Restart, _Mapping]] = ..., registered: _Optional[_Union[Registered, _Mapping]] = ..., slurm_jobs_recorded: _Optional[_Union[SlurmJobsRecorded, _Mapping]] = ..., fabric_test: _Optional[_Union[FabricTest, _Mapping]] = ..., certificate_renewed: _Optional[_Union[CertificateRenewed, _Mapping]] = ..., trust_certificates: _Optional[_Union[TrustCertificates, _Mapping]] = ..., upgrade_agent: _Optional[_Union[UpgradeAgent, _Mapping]] = ..., wipe_node: _Optional[_Union[WipeNode, _Mapping]] = ...) -> None: ...
 
 class SlurmJobsRecorded(_message.Message):
     __slots__ = ("until",)
@@ -484,14 +486,16 @@ class LogLines(_message.Message):
     def __init__(self, request_id: _Optional[str] = ..., shard_id: _Optional[str] = ..., lines: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class CommandResult(_message.Message):
-    __slots__ = ("command_id", "ok", "error")
+    __slots__ = ("command_id", "ok", "error", "report")
     COMMAND_ID_FIELD_NUMBER: _ClassVar[int]
     OK_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
+    REPORT_FIELD_NUMBER: _ClassVar[int]
     command_id: str
     ok: bool
     error: str
-    def __init__(self, command_id: _Optional[str] = ..., ok: _Optional[bool] = ..., error: _Optional[str] = ...) -> None: ...
+    report: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, command_id: _Optional[str] = ..., ok: _Optional[bool] = ..., error: _Optional[str] = ..., report: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class WeightsFile(_message.Message):
     __slots__ = ("source", "sha256", "secret_value")
@@ -846,6 +850,12 @@ class UpgradeAgent(_message.Message):
     trusted_keys: _containers.RepeatedScalarFieldContainer[str]
     confirm_seconds: float
     def __init__(self, version: _Optional[str] = ..., offset: _Optional[int] = ..., data: _Optional[bytes] = ..., total_bytes: _Optional[int] = ..., sha256: _Optional[str] = ..., last: _Optional[bool] = ..., trusted_keys: _Optional[_Iterable[str]] = ..., confirm_seconds: _Optional[float] = ...) -> None: ...
+
+class WipeNode(_message.Message):
+    __slots__ = ("keep_weights",)
+    KEEP_WEIGHTS_FIELD_NUMBER: _ClassVar[int]
+    keep_weights: bool
+    def __init__(self, keep_weights: _Optional[bool] = ...) -> None: ...
 
 class FabricTest(_message.Message):
     __slots__ = ("request_id", "adapter", "port", "server", "timeout_seconds", "client")

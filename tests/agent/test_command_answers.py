@@ -13,6 +13,7 @@ import trio
 
 from llmgw.agent import (
     AgentConfig, commands, fabric_test, install_command, node_commands, run_agent, shard_commands, upgrade_command,
+    wiping,
 )
 from llmgw.agent.config import load_agent_settings
 from llmgw.agent.node import Command
@@ -34,6 +35,7 @@ HANDLERS = {
     "certificate_renewed": node_commands.certificate_renewed,
     "trust_certificates": node_commands.trust_certificates,
     "upgrade_agent": upgrade_command.upgrade_agent,
+    "wipe_node": wiping.wipe_node,
 }
 
 
@@ -318,7 +320,8 @@ async def test_a_fenced_command_from_a_deposed_leader_is_refused_and_not_run(tmp
     bodies = {"start_shard": _start(tmp_path), "stop_shard": pb.StopShard(shard_id="m-0/0"),
               "install_engine": pb.InstallEngine(engine="llama.cpp", version="b1"),
               "agent_settings": pb.AgentSettings(heartbeat_interval=9.0), "restart": pb.Restart(),
-              "upgrade_agent": pb.UpgradeAgent(version="9.9.9", data=b"x", total_bytes=1, last=True)}
+              "upgrade_agent": pb.UpgradeAgent(version="9.9.9", data=b"x", total_bytes=1, last=True),
+              "wipe_node": pb.WipeNode()}
     async with _agent(tmp_path) as (agent, link):
         await link.send(control_message(command_id="new", fencing_token=7,
                                         agent_settings=pb.AgentSettings(heartbeat_interval=2.0)))
@@ -328,4 +331,44 @@ async def test_a_fenced_command_from_a_deposed_leader_is_refused_and_not_run(tmp
         assert not result.ok and "token 6, older than token 7" in result.error
         assert agent.config.heartbeat_interval == 2.0 and not agent.restart_requested.is_set()
         assert agent.supervisor.get("m-0/0") is None and "m-0/0" not in agent.pending
+        await _nothing_before_next(link)
+
+
+async def test_wipe_node_undoes_the_install_journal_answers_what_it_removed_and_the_agent_stops(tmp_path):
+    """WipeNode: the journal's entries (its own directory, opt/, opt/llmgw, etc/, etc/agent.env) removed (the code `llmgw wipe` runs), the CommandResult's report lists them,
+    and run_agent returns "wiped" (no restart)."""
+    from llmgw.install import Journal
+
+    journal = Journal.open(tmp_path / "install" / "journal.json")
+    journal.make_dirs(tmp_path / "opt" / "llmgw")
+    journal.write_file(tmp_path / "etc" / "agent.env", b"X=1\n", mode=0o640)
+    control = ControlSide()
+    outcome = []
+    async with trio.open_nursery() as nursery:
+        async def run() -> None:
+            outcome.append(await run_agent(_config(tmp_path, install_journal=journal.path), control.connect))
+        nursery.start_soon(run)
+        link = await control.links.receive()
+        assert (await link.receive()).WhichOneof("body") == "register"
+        await link.send(control_message(command_id="w1", wipe_node=pb.WipeNode()))
+        result = (await _answers(link, "w1"))[-1]
+        with trio.fail_after(20):
+            while not outcome:
+                await trio.sleep(0.01)
+    assert result.ok, result.error
+    assert result.report[0] == f"{journal.path} lists 5 things llmgw made on this machine (newest first):"
+    assert result.report[1].endswith(f"  file {tmp_path / 'etc' / 'agent.env'}")
+    assert result.report[-1] == "wiped: 5 removed or restored, 0 already gone; no journal left"
+    assert outcome == ["wiped"]
+    assert not (tmp_path / "opt" / "llmgw").exists() and not (tmp_path / "etc" / "agent.env").exists()
+    assert not journal.path.exists()
+
+
+async def test_wipe_node_without_an_install_journal_is_refused_and_the_agent_goes_on(tmp_path):
+    async with _agent(tmp_path, install_journal=tmp_path / "none.json") as (_, link):
+        await link.send(control_message(command_id="w1", wipe_node=pb.WipeNode(keep_weights=True)))
+        result = (await _answers(link, "w1"))[-1]
+        assert not result.ok and result.error == (
+            f"{tmp_path / 'none.json'}: no install journal on this node: llmgw was not installed here by `llmgw node "
+            "add`, so there is nothing the agent can wipe; nothing was removed")
         await _nothing_before_next(link)

@@ -1,18 +1,12 @@
-"""`llmgw node add HOST` over real ssh to a host of its own, from real signed releases (llmgw.release): a node added
-all the way (a release with its dependency wheels, a control plane with mutual TLS, the agent connected, `llmgw
-nodes` and the host's doctor naming the key that signed its release; `llmgw node remove` then drains it, leaves the
-host's root as it was and forgets it), what it refuses (a changed byte, no Python 3.11, a host that fails its doctor,
-run from the release before anything is installed), that a failure halfway leaves the host as it was (a release
-without dependency wheels: pip fails halfway, on purpose; an ssh connection cut while pip installs), and that the
-added node serves: a settings commit places a replica of SmolLM2 135M on it, llama-server b11434 and the GGUF
-installed by its agent from mirrors (this machine's cached build and weights mirror, shown read-only on the host as
-a shared directory would be), and the openai SDK's request through the gateway is answered by the engine running
-on the host."""
+"""`llmgw node add HOST` over real ssh to a host of its own, from real signed releases (llmgw.release): what it
+runs (--dry-run), what it refuses (a changed byte, no Python 3.11, a host that fails its doctor, run from the release
+before anything is installed), and that a failure halfway leaves the host as it was (a release without dependency
+wheels: pip fails halfway, on purpose; an ssh connection cut while pip installs). A node added all the way, serving,
+and removed again over its agent's stream is tests/install/test_fleet.py."""
 
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -22,16 +16,15 @@ from pathlib import Path
 
 import pytest
 
-from support.releases import build_signed_release
 from support.ssh_hosts import _children
 
 CHECKOUT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def release(tmp_path_factory):
-    """A signed release of this checkout without dependency wheels, with the key that signed it."""
-    return build_signed_release(tmp_path_factory.mktemp("release"), dependencies=False)
+def release(bare_release):
+    """A signed release of this checkout without dependency wheels, with the key that signed it (the run's one)."""
+    return bare_release
 
 
 def run_llmgw(*args: str) -> subprocess.CompletedProcess:
@@ -114,12 +107,6 @@ def test_a_failure_halfway_undoes_the_host_from_its_journal(ssh_hosts, release) 
     assert host.snapshot() == before
 
 
-@pytest.fixture(scope="module")
-def full_release(tmp_path_factory):
-    """A signed release of this checkout with every dependency wheel for this machine (7.5 s from pip's cache)."""
-    return build_signed_release(tmp_path_factory.mktemp("full-release"))
-
-
 def test_a_host_that_fails_doctor_is_stopped_in_its_own_words_before_anything_is_installed(
         ssh_hosts, full_release) -> None:
     """The host's doctor runs from the release in the scratch directory: less disk than --min-disk fails it."""
@@ -180,156 +167,3 @@ def test_an_ssh_connection_cut_halfway_leaves_the_host_as_it_was(ssh_hosts, full
                                   "release's wheels (no registry) ("), err
     assert err.strip().endswith("; the host was undone from its install journal, as it was before"), err
     assert host.snapshot() == before
-
-
-SMOLLM2 = "smollm2-135m-instruct"
-
-
-def _host_pids(host, program: str) -> dict[int, int]:
-    """The processes of the executable named `program` in `host`'s PID namespace (that of its sshd, from /proc): the
-    pid that namespace gives each (its last NSpid) -> its pid here."""
-    namespace, found = os.readlink(f"/proc/{host.pid}/ns/pid"), {}
-    for entry in Path("/proc").iterdir():
-        try:
-            if (not entry.name.isdigit() or os.readlink(entry / "ns/pid") != namespace
-                    or Path(os.readlink(entry / "exe")).name != program):
-                continue
-            status = (entry / "status").read_text()
-        except OSError:  # gone meanwhile
-            continue
-        found[int(re.search(r"^NSpid:.*\s(\d+)$", status, re.MULTILINE)[1])] = int(entry.name)
-    return found
-
-
-def _push(checkout: Path, message: str) -> None:
-    """Commit everything changed in `checkout` as an operator and push it to the settings repository (its hooks)."""
-    from support.settings_seed import git
-
-    git("add", "-A", cwd=checkout)
-    git("commit", "-qm", message, cwd=checkout)
-    git("push", "-q", "origin", "HEAD:main", cwd=checkout)
-
-
-def test_a_node_added_over_ssh_joins_with_mutual_tls_serves_a_replica_and_node_remove_then_leaves_the_host_as_it_was(
-        ssh_hosts, netns_lab, full_release, llama_server_binary, smollm2_gguf, tmp_path) -> None:
-    """`node add` all the way; a settings commit then places a replica of SmolLM2 on the new node, its engine and
-    weights installed by the node's agent from mirrors (engines.yaml `mirror:`, agents/nodes/host1.yaml `mirrors:`,
-    both directories of this machine shown read-only on the host), and the openai SDK's request through the gateway
-    is answered by llama-server running on the host (in its PID namespace, from its /var/lib/llmgw; the usage row
-    names the node). `llmgw wipe` on the host refuses while the agent runs; once the model is scaled to 0, `llmgw
-    node remove` drains it, wipes the host over ssh (its root as before) and forgets it: no record, its certificate
-    revoked."""
-    from openai import OpenAI
-
-    from llmgw.control.client import AdminClient, admin_ca_file, resolve_admin
-    from llmgw.settings import init_repository
-    from llmgw.store import open_store
-    from llmgw.wire import CertificateAuthority
-    from support.llmgw_processes import LlmgwProcesses
-    from support.settings_seed import git, write_seed
-    from support.waiting import wait_for
-
-    engines_mirror = llama_server_binary.parents[3]  # <cache>/engines, holding llama.cpp/b11434/bin/llama-server
-    assert llama_server_binary == engines_mirror / "llama.cpp" / "b11434" / "bin" / "llama-server", llama_server_binary
-    weights_mirror = smollm2_gguf.parents[1]  # <cache>/mirror, holding sha256/<digest>
-    host, = ssh_hosts(1, share=[str(engines_mirror), str(weights_mirror)])
-    root = netns_lab.join_root()
-    before = host.snapshot()
-    model = (CHECKOUT / "examples" / "cluster-repo" / "catalog" / f"{SMOLLM2}.yaml").read_text()
-    assert "\nreplicas: 1\n" in model
-    seed = write_seed(tmp_path / "seed", SMOLLM2, model.replace("\nreplicas: 1\n", "\nreplicas: 0\n"), poll="1s",
-                      lost="15s", action_timeout="120s", heartbeat="1s")
-    repo, state = tmp_path / "settings.git", tmp_path / "state"
-    init_repository(repo, seed)
-    processes = LlmgwProcesses(tmp_path)
-    try:
-        processes.spawn("server", "server", "--repo", str(repo), "--state", str(state), "--tls",
-                        "--gateway", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--agents", f"{root}:0")
-        wait_for(lambda: (state / "admin-url").is_file() and (state / "admin-token").is_file(), 60, "the server",
-                 lambda: (tmp_path / "server.log").read_text())
-        url, token = resolve_admin(None, None, state)
-        with AdminClient(url, token, ca_file=admin_ca_file(state)) as admin:
-            status = lambda: admin.get("/api/v1/status")  # noqa: E731
-            agents_port = wait_for(lambda: status()["control_plane"]["agents_port"], 30, "the admin API")
-            started = time.monotonic()
-            done = node_add(host.name, "--ssh-config", str(host.ssh_config), "--release", str(full_release.directory),
-                            "--trusted-key", full_release.trusted_key, "--control-plane", f"{root}:{agents_port}",
-                            "--state", str(state), "--min-disk", "1Gi")  # the host's root is a tmpfs
-            log = lambda: host.ssh("cat /var/log/llmgw/agent.log", check=False).stdout  # noqa: E731
-            assert done.returncode == 0, done.stdout + done.stderr + log()
-            print(f"node add took {time.monotonic() - started:.1f} s")
-            assert done.stdout.splitlines()[-1].startswith(f"node {host.name} connected (")
-            assert status()["nodes"][host.name]["state"] not in ("lost", "")
-
-            # one settings commit: the engine's mirror, the node's weights mirror, a replica of SmolLM2
-            started = time.monotonic()
-            checkout = tmp_path / "checkout"
-            git("clone", "-q", str(repo), str(checkout), cwd=tmp_path)
-            engines = checkout / "engines.yaml"
-            assert "    mirror: /srv/llmgw/mirror/engines" in engines.read_text()
-            engines.write_text(engines.read_text().replace("/srv/llmgw/mirror/engines", str(engines_mirror)))
-            (checkout / "agents" / "nodes").mkdir()
-            (checkout / "agents" / "nodes" / f"{host.name}.yaml").write_text(f"mirrors: [{weights_mirror}]\n")
-            (checkout / "catalog" / f"{SMOLLM2}.yaml").write_text(model)
-            _push(checkout, f"serve {SMOLLM2} from the mirrors")
-            show = lambda: f"{status()}\n{log()}"  # noqa: E731
-            replica = wait_for(lambda: (r := status()["replicas"].get(f"{SMOLLM2}-0", {})).get("state") == "ready"
-                               and r, 120, f"{SMOLLM2}-0 ready", show)
-            print(f"the commit to {SMOLLM2} ready on {host.name} took {time.monotonic() - started:.1f} s")
-            assert replica["node"] == host.name
-            shard, = [s for s in status()["nodes"][host.name]["shards"].values() if s["replica"] == f"{SMOLLM2}-0"]
-
-            _record, key = open_store(state / "llmgw.sqlite3").create_api_key("demo")
-            gateway = status()["control_plane"]["gateway_url"]
-            raw = OpenAI(base_url=f"{gateway}/v1", api_key=key, max_retries=0, timeout=60).chat.completions \
-                .with_raw_response.create(model=SMOLLM2, max_tokens=8, temperature=0, seed=1,
-                                          messages=[{"role": "user", "content": "What is the capital of France?"}])
-            answer = raw.parse()
-            assert answer.choices[0].message.content and answer.usage.completion_tokens > 0, answer
-            assert raw.headers["x-llmgw-replica"] == f"{SMOLLM2}-0"
-            usage = wait_for(lambda: open_store(state / "llmgw.sqlite3").usage_of_request(
-                raw.headers["x-request-id"]), 30, "the request's usage row")
-            assert (usage.node, usage.replica, usage.model) == (host.name, f"{SMOLLM2}-0", SMOLLM2), usage
-            print(f"from the commit to the answer's usage row: {time.monotonic() - started:.1f} s")
-        # the engine that answered is the host's: in its PID namespace, the child of the shard's process (its relay)
-        # that the agent reported, run from the host's own disk: where the unit's --engines-dir and --weights-dir put
-        # them (they win over the settings' engines_dir and weights_dir), the weights directory the journal marks
-        (engine_pid, _), = _host_pids(host, "llama-server").items()
-        engine = host.ssh(f"awk '/^PPid:/ {{print $2}}' /proc/{engine_pid}/status && readlink /proc/{engine_pid}/exe "
-                          f"&& tr '\\0' ' ' < /proc/{engine_pid}/cmdline").stdout.splitlines()
-        assert engine[:2] == [str(shard["pid"]), "/var/lib/llmgw/engines/llama.cpp/b11434/bin/llama-server"], engine
-        assert " /var/lib/llmgw/weights/" in engine[2], engine
-        assert host.ssh("readlink /opt/llmgw/current").stdout.strip() == "0.1.0"
-        nodes = run_llmgw("nodes", "--state", str(state))
-        assert f"  llmgw 0.1.0, from a release signed by key {full_release.key_id}" in nodes.stdout, nodes.stdout
-        doctor = host.ssh("/opt/llmgw/current/bin/llmgw node doctor --state-dir /var/lib/llmgw/agent", check=False)
-        assert re.search(rf"^ok +release +llmgw 0\.1\.0, from a release signed by key {full_release.key_id}$",
-                         doctor.stdout, re.MULTILINE), doctor.stdout
-        assert host.ssh("test -e /var/lib/llmgw/agent/tls/node.crt && test ! -e /var/tmp/llmgw-add").returncode == 0
-
-        refused = host.ssh("/opt/llmgw/current/bin/llmgw wipe --yes", check=False)
-        assert refused.returncode == 1 and "an llmgw agent runs here" in refused.stderr
-        certificate = host.ssh("cat /var/lib/llmgw/agent/tls/node.crt").stdout.encode()
-
-        # its only replica has nowhere else to go: the operator stops the model first (serving nothing, meant)
-        (checkout / "catalog" / f"{SMOLLM2}.yaml").write_text(model.replace("\nreplicas: 1\n", "\nreplicas: 0\n"))
-        settings = checkout / "llmgw.yaml"
-        settings.write_text(settings.read_text().replace("allow_empty: false", "allow_empty: true"))
-        started = time.monotonic()
-        _push(checkout, f"stop {SMOLLM2}")
-        removed = run_llmgw("node", "remove", host.name, "--ssh-config", str(host.ssh_config), "--state", str(state),
-                            "--author-name", "Ops", "--author-email", "ops@example.com")
-        print(f"the stop commit and node remove took {time.monotonic() - started:.1f} s")
-        assert removed.returncode == 0, removed.stdout + removed.stderr
-        lines = removed.stdout.splitlines()
-        assert lines[0].startswith(f"[{host.name}] drained (settings at ")
-        assert any(line.startswith(f"[{host.name}] stopped the agent process ") for line in lines), lines
-        assert any(line.startswith(f"[{host.name}] wiped: ") and line.endswith("no journal left") for line in lines)
-        assert lines[-1].startswith(f"node {host.name} removed: 1 certificate revoked, node secret forgotten; ")
-        assert not _host_pids(host, "llama-server")
-        assert host.snapshot() == before
-        with AdminClient(url, token, ca_file=admin_ca_file(state)) as admin:
-            assert host.name not in admin.get("/api/v1/status")["nodes"]
-        assert CertificateAuthority.load_or_create(state / "ca").is_certificate_revoked(certificate)
-    finally:
-        processes.stop()

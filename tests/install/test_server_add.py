@@ -24,14 +24,13 @@ from llmgw.settings.packaged import example_dir
 from llmgw.store import StoreRecord
 from llmgw.store.opening import write_store_record
 from llmgw.wire import CertificateAuthority
-from support.releases import build_signed_release
 
 CHECKOUT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def release(tmp_path_factory):
-    return build_signed_release(tmp_path_factory.mktemp("release"), dependencies=False)
+def release(bare_release):
+    return bare_release  # the run's one (tests/conftest.py)
 
 
 def _state(tmp_path: Path, url: str) -> Path:
@@ -101,12 +100,6 @@ def test_server_add_refuses_a_first_control_plane_on_sqlite_with_what_to_do(rele
                      release.trusted_key, "--state", str(state), "--repo-url", "file:///x", "--dry-run")
     assert done.returncode == 1
     assert "several control planes share a PostgreSQL store: move to one first (`llmgw store copy`" in done.stderr
-
-
-@pytest.fixture(scope="module")
-def full_release(tmp_path_factory):
-    """A signed release of this checkout with every dependency wheel for this machine."""
-    return build_signed_release(tmp_path_factory.mktemp("full-release"))
 
 
 def test_a_control_plane_added_over_ssh_leads_when_the_first_is_killed_with_the_same_key_and_agents_on_tls(

@@ -34,7 +34,7 @@ from llmgw.engines import builds
 from llmgw.engines.locking import Locked, render_lock
 from llmgw.wire import control_message, pb
 from support.in_process_cli import run_llmgw
-from support.releases import SignedRelease, build_signed_release
+from support.releases import SignedRelease
 from support.wheels import TORCH_STANDIN, serve, wheel
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "agent"))  # agent_support, by name
@@ -55,9 +55,9 @@ class Made:
 
 
 @pytest.fixture(scope="module")
-def made(tmp_path_factory, llama_server_binary, gemma_mirror) -> Made:
+def made(tmp_path_factory, llama_server_binary, gemma_mirror, bare_release) -> Made:
     root = tmp_path_factory.mktemp("bundle")
-    release = build_signed_release(root, dependencies=False)
+    release = bare_release
     code, out, err = run_llmgw([
         "bundle", "create", str(root / "bundle"), "--key", str(release.secret_key), "--release",
         str(release.directory), "--engine", VERSION, "--engines-dir", str(llama_server_binary.parents[3]),

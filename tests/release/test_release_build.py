@@ -25,8 +25,8 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "cluster-repo"
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory) -> SignedRelease:
-    return build_signed_release(tmp_path_factory.mktemp("built"))
+def built(full_release: SignedRelease) -> SignedRelease:
+    return full_release  # the run's one (tests/conftest.py): not to be changed
 
 
 @pytest.fixture
