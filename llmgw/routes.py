@@ -81,7 +81,8 @@ class ModelRoute:
     `batch_prompt_price_per_million`, `batch_completion_price_per_million`: the prices of a request run as a line
     of /v1/batches (None: the price above). `wakes`: the model scales to zero (`replicas: {min: 0}`): while it has
     no replica, the gateway holds its requests while one starts (`llmgw.gateway.holding`) instead of answering 503
-    at once.
+    at once. `off`: the catalog places no replica (`replicas: 0`, no autoscaling, no endpoints), so none will become
+    ready: the gateway answers 503 `model_not_serving` without Retry-After instead of "retry in a few seconds".
     """
 
     name: str
@@ -100,6 +101,7 @@ class ModelRoute:
     batch_completion_price_per_million: float | None = None
     canary_share: float | None = None
     wakes: bool = False
+    off: bool = False
 
 
 @dataclass(frozen=True)

@@ -189,7 +189,7 @@ def register(group: click.Group) -> None:
         elif via_gateway:
             if not key:
                 raise UsageError("--via-gateway needs an API key of a project that may use the model: --key or "
-                                 "$LLMGW_API_KEY (`llmgw keys create PROJECT`)")
+                                 "$LLMGW_API_KEY (`llmgw keys create --project PROJECT`)")
             if not gateway_url:
                 gateway_url = _admin_documents(url, token, state)[1].get("gateway_url") or ""
                 if not gateway_url:

@@ -30,12 +30,16 @@ def users_group(ctx: click.Context, state_dir: str | None, store_url: str | None
 
 
 def _password(from_stdin: bool) -> str:
-    """The new password: stdin's first line (`--password-stdin`), else asked twice, hidden."""
+    """The new password: stdin's first line (`--password-stdin`), else asked twice, hidden, on the terminal.
+    Raises: UsageError when stdin holds no password, or is no terminal to ask on."""
     if from_stdin:
         password = sys.stdin.readline().rstrip("\r\n")
         if not password:
             raise UsageError("--password-stdin read no password: write it on the first line of stdin.")
         return password
+    if sys.stdin is sys.__stdin__ and not sys.stdin.isatty():  # getpass would echo it, with a Python warning
+        raise UsageError("no terminal to ask the password on: run this in a terminal, or give it with "
+                         "--password-stdin (its first line)")
     return click.prompt(f"Password (at least {MIN_PASSWORD_CHARS} characters)", hide_input=True,
                         confirmation_prompt=True)
 

@@ -241,6 +241,7 @@ def build_route_table(
             rerank=model.rerank,
             canary_share=canary_share,
             wakes=model.scaling is not None and model.scaling.min == 0 and not model.endpoints,
+            off=model.scaling is None and model.replicas == 0 and not model.endpoints,
         )
         for route in adapter_routes(settings, model, replicas, ready):
             models[route.name] = route

@@ -28,7 +28,15 @@ from llmgw.gateway.asgi import BODY_GRACE_SECONDS, BODY_MIN_BYTES_PER_SECOND, Di
 from llmgw.gateway.early_slots import body_may_be_big, slot_quotas
 from llmgw.gateway.limits import completion_limit, enforced_fields, limits_tokens
 from llmgw.gateway.metrics import GatewayMetrics
-from llmgw.gateway.problems import ApiError, bad_request, forbidden, model_not_found, unauthorized, unavailable
+from llmgw.gateway.problems import (
+    ApiError,
+    bad_request,
+    forbidden,
+    model_not_found,
+    not_serving,
+    unauthorized,
+    unavailable,
+)
 from llmgw.gateway.request_context import Caller, RequestContext
 from llmgw.gateway.routing import prefix_key
 from llmgw.gateway.routing_policies import policy_of
@@ -160,6 +168,8 @@ class Admission:
         elif table.stopped:
             error = unavailable("Serving is stopped on this cluster (serving.stopped); try again later.",
                                 "system_stopped", STOPPED_RETRY_SECONDS)
+        elif not route.replicas and route.off:
+            error = not_serving(route.name)
         elif not route.replicas and not (route.wakes and self.holding is not None):
             error = unavailable(f"No replica of model '{route.name}' is ready yet; retry in a few seconds.",
                                 "model_not_ready", NO_REPLICA_RETRY_SECONDS)

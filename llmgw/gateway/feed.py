@@ -113,7 +113,7 @@ def table_to_json(table: RouteTable) -> dict[str, Any]:
                           "routing": m.routing.value, "context_size": m.context_size, "engine": m.engine,
                           "rerank": m.rerank, "batch_prompt_price_per_million": m.batch_prompt_price_per_million,
                           "batch_completion_price_per_million": m.batch_completion_price_per_million,
-                          "canary_share": m.canary_share, "wakes": m.wakes}
+                          "canary_share": m.canary_share, "wakes": m.wakes, "off": m.off}
                    for name, m in table.models.items()},
         "projects": {name: {"name": p.name, "team": p.team, "organisation": p.organisation,
                             "models": sorted(p.models) if p.models is not None else None,
@@ -140,7 +140,7 @@ def table_from_json(data: Mapping[str, Any]) -> RouteTable:
                                    batch_prompt_price_per_million=m["batch_prompt_price_per_million"],
                                    batch_completion_price_per_million=m["batch_completion_price_per_million"],
                                    canary_share=m.get("canary_share"),
-                                   wakes=bool(m.get("wakes", False)))
+                                   wakes=bool(m.get("wakes", False)), off=bool(m.get("off", False)))
                   for name, m in data["models"].items()}
         projects = {name: ProjectPolicy(name=p["name"], team=p["team"], organisation=p["organisation"],
                                         models=frozenset(p["models"]) if p["models"] is not None else None,

@@ -54,6 +54,14 @@ def unavailable(message: str, code: str, retry_after: float) -> ApiError:
                     headers=[(b"retry-after", str(max(1, round(retry_after))).encode())])
 
 
+def not_serving(model: str) -> ApiError:
+    """503 for a model its catalog file sets to `replicas: 0` (`ModelRoute.off`): no Retry-After, and
+    `x-should-retry: false` (the openai SDKs read it) so that clients and their retries stop instead of looping."""
+    return ApiError(503, f"The model '{model}' is set to replicas: 0 in its catalog file, so no replica will start; "
+                         f"ask your operator to raise them (llmgw model replicas {model} 1).", "service_unavailable",
+                    "model_not_serving", headers=[(b"x-should-retry", b"false")])
+
+
 def upstream_failed(message: str, status: int) -> ApiError:
     code = "upstream_timeout" if status == 504 else "upstream_error"
     return ApiError(status, message, "server_error", code)

@@ -60,3 +60,21 @@ def test_refusals_are_sentences(tmp_path: Path) -> None:
     assert "There is no account 'bob@lab.example'; `llmgw users list` shows them." in str(missing.exception)
     nobody = run(tmp_path, "token", "create", "--scope", "admin", "--owner", "bob@lab.example", code=1)
     assert "bob@lab.example has no account" in str(nobody.exception)
+
+
+def test_without_a_terminal_the_password_is_not_asked_for_but_refused_with_what_to_do(tmp_path: Path) -> None:
+    """Run with stdin a pipe (a script, no --password-stdin), getpass fell back to asking with echo and leaked its
+    Python warning; the command now says what to do instead, and makes no account."""
+    import os
+    import subprocess
+    import sys
+
+    open_store(tmp_path / "llmgw.sqlite3").close()
+    checkout = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, "-m", "llmgw.cli", "users", "add", "ada@lab.example", "--state",
+                           str(tmp_path)], input=f"{PASSWORD}\n{PASSWORD}\n", capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(checkout)}, timeout=60)
+    assert done.returncode == 1, done.stderr
+    assert "no terminal to ask the password on" in done.stderr and "--password-stdin" in done.stderr
+    assert "Warning" not in done.stderr + done.stdout and PASSWORD not in done.stderr + done.stdout
+    assert json.loads(run(tmp_path, "users", "list", "--json").output) == []
