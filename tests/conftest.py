@@ -145,3 +145,13 @@ def ssh_hosts(netns_lab, tmp_path_factory):
             return stack.enter_context(open_ssh_hosts(netns_lab, count, workdir, hide=hide, share=share))
 
         yield start
+
+
+@pytest.fixture(scope="session")
+def full_release(tmp_path_factory):
+    """A signed release of this checkout with every dependency wheel for this machine (tests/support/releases.py),
+    built once per session: `server add` installs it on hosts, the container images are built from its wheels (a
+    module that defines its own `full_release` uses that one)."""
+    from support.releases import build_signed_release
+
+    return build_signed_release(tmp_path_factory.mktemp("full-release"))

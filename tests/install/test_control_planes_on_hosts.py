@@ -62,8 +62,9 @@ def _start(host: SshHost, command: str, log: str) -> None:
 
 def _status(host: SshHost, address: str) -> dict:
     """The admin API's status of the control plane on `host` (its own admin token, its CA), at `address`."""
-    token = host.ssh(f"cat {STATE}/admin-token").stdout.strip()
-    context = ssl.create_default_context(cafile=str(host.root / STATE.lstrip("/") / "ca" / "ca.crt"))
+    state = host.root / STATE.lstrip("/")
+    token = (state / "admin-token").read_text().strip()
+    context = ssl.create_default_context(cafile=str(state / "ca" / "ca.crt"))
     reply = httpx.get(f"https://{address}:8081/api/v1/status", verify=context, timeout=5,
                       headers={"Authorization": f"Bearer {token}"})
     reply.raise_for_status()
