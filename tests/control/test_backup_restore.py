@@ -191,3 +191,18 @@ def test_a_backup_during_a_ca_rotation_holds_both_cas_and_the_restored_one_goes_
     assert restored.rotating and restored.certificate_pem == ca.certificate_pem
     assert restored.signing_certificate_pem == ca.signing_certificate_pem
     assert oct((tmp_path / "target" / "ca" / "ca.next.key").stat().st_mode & 0o777) == "0o600"
+
+
+def test_root_backs_up_a_settings_repository_another_user_owns(tmp_path):
+    """As `server init` lays it out (settings.git the user llmgw's) and root runs `llmgw backup`: git's safe.directory
+    would refuse the repository; the backup names it alone and reads it."""
+    if os.geteuid() != 0:
+        pytest.fail("needs root (the tests run as root on these machines): chown to another user")
+    state, repo, _ = _small_state(tmp_path, str(tmp_path / "state" / "llmgw.sqlite3"))
+    for path in [repo, *repo.rglob("*")]:
+        os.chown(path, 65534, 65534, follow_symlinks=False)
+    refused = subprocess.run(["git", "-C", str(repo), "for-each-ref"], capture_output=True, text=True)
+    assert "dubious ownership" in refused.stderr  # what the backup met before
+    write_backup(state, tmp_path / "a.tar.gz", store_url=str(state / "llmgw.sqlite3"), repo=repo)
+    restored = restore_backup(tmp_path / "a.tar.gz", tmp_path / "new")
+    assert subprocess.run(["git", "-C", str(restored.repo), "rev-parse", "main"], capture_output=True).returncode == 0
