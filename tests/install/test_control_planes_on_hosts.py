@@ -28,6 +28,7 @@ from pathlib import Path
 
 import httpx
 
+from llmgw.store import UsageRecord, open_store
 from support.postgres import postgres_schema, schema_url
 from support.ssh_hosts import SOURCE, SshHost, push_llmgw_source
 from support.waiting import wait_for
@@ -129,13 +130,11 @@ def test_server_add_failover_then_backup_and_restore_on_a_fresh_host_with_the_ag
             by_hand = init.split("Run the control plane by hand:\n", 1)[1].split("\n\n", 1)[0].strip()
             _start(one, by_hand.replace("\n", " ; ") + " --lease 3s", "/var/log/llmgw-server.log")
             ca = one.root / STATE.lstrip("/") / "ca" / "ca.crt"
-            wait_for(lambda: _health(one.address, ca), 90, "host 1's admin API at its address (0.0.0.0's certificate)",
+            wait_for(lambda: _health(one.address, ca), 90, "host 1's admin API at its address (named by the certificate of a listener on 0.0.0.0)",
                      lambda: one.ssh("cat /var/log/llmgw-server.log").stdout)
             timings["host 1 serving"] = time.monotonic() - began
             created = _llmgw(one, f"keys create --project demo --state {STATE}")
             key = next(word for word in created.split() if word.startswith("sk-llmgw-"))
-            from llmgw.store import UsageRecord, open_store
-
             store = open_store(schema_url(schema))
             try:  # a usage row as the gateway writes one (no engine runs here)
                 store.record_usage(UsageRecord(project="demo", model="gemma-3-270m", time=time.time(),
