@@ -122,7 +122,8 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(scope="session")
 def full_release(tmp_path_factory):
     """The signed release of this checkout with every dependency wheel for this machine, built once for the whole
-    run and every xdist worker (tests/support/releases.py `shared_signed_release`). Copy it before changing it."""
+    run and every xdist worker (tests/support/releases.py `shared_signed_release`): `node add` and `server add`
+    install it on hosts, the container images are built from its wheels. Copy it before changing it."""
     from support.releases import shared_signed_release
 
     return shared_signed_release(tmp_path_factory.getbasetemp().parent)

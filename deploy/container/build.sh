@@ -8,13 +8,14 @@
 #    made once per machine by base.sh and kept as a tarball in $LLMGW_CACHE/container/ (default ~/.cache/llmgw), imported
 #    with `podman import` as localhost/llmgw-base:bookworm;
 # 2. the build context (a temporary directory): llmgw's wheel built from this tree and its dependencies' wheels,
-#    downloaded here with pip under constraints.txt;
+#    downloaded here with pip under constraints.txt; or, with LLMGW_WHEELS=DIR, the wheels of DIR (a release's
+#    wheels/, `llmgw release build`: the image then holds exactly what nodes install);
 # 3. `podman build --pull=never --network none`: pip installs from those wheels only (--no-index).
 #
 # Environment: PYTHON (default python3: its pip builds and downloads the wheels, so its version is the image's,
 # 3.11 as bookworm's), LLMGW_IMAGE_STORAGE (a directory: podman's --root/--runroot go under it instead of the
-# user's storage; what the tests use), CONTAINERS_CONF (default: deploy/container/containers.conf, runc and
-# ulimits that fit this machine), DEBIAN_MIRROR (default http://deb.debian.org/debian). Needs root for debootstrap
+# user's storage; what the tests use), LLMGW_WHEELS (above), CONTAINERS_CONF (default:
+# deploy/container/containers.conf, runc and ulimits that fit this machine), DEBIAN_MIRROR (default http://deb.debian.org/debian). Needs root for debootstrap
 # (the first time) and the Debian packages podman, buildah, runc, debootstrap (`make system-packages`).
 set -eu
 
@@ -38,16 +39,24 @@ trap 'rm -rf "$work"' EXIT
 base_tar=$("$here/base.sh")
 "$@" import --quiet "$base_tar" localhost/llmgw-base:bookworm > /dev/null
 
-# the wheel is built from a copy: setuptools builds in the source tree, and files left in an old build/ would go in
 mkdir -p "$work/context/wheels" "$work/source"
-tar -C "$tree" --exclude=./.git --exclude=./.venv --exclude=./build --exclude='*.egg-info' --exclude=./.state \
-    --exclude=__pycache__ -cf - . | tar -C "$work/source" -xf -
-"$python" -m pip wheel --quiet --no-deps --no-build-isolation -w "$work/context/wheels" "$work/source" > /dev/null
-wheel=$(ls "$work/context/wheels"/llmgw-*.whl)
+if [ -n "${LLMGW_WHEELS:-}" ]; then
+    # a release's wheels/ (llmgw's wheel and every dependency's, `llmgw release build`): the image holds exactly them
+    ls "$LLMGW_WHEELS"/llmgw-*.whl > /dev/null 2>&1 \
+        || { echo "error: LLMGW_WHEELS=$LLMGW_WHEELS holds no llmgw-*.whl (give a release's wheels/ directory)" >&2; exit 1; }
+    cp "$LLMGW_WHEELS"/*.whl "$work/context/wheels/"
+    wheel=$(ls "$work/context/wheels"/llmgw-*.whl)
+else
+    # the wheel is built from a copy: setuptools builds in the source tree, and files left in an old build/ would go in
+    tar -C "$tree" --exclude=./.git --exclude=./.venv --exclude=./build --exclude='*.egg-info' --exclude=./.state \
+        --exclude=__pycache__ -cf - . | tar -C "$work/source" -xf -
+    "$python" -m pip wheel --quiet --no-deps --no-build-isolation -w "$work/context/wheels" "$work/source" > /dev/null
+    wheel=$(ls "$work/context/wheels"/llmgw-*.whl)
+    "$python" -m pip download --quiet --disable-pip-version-check --only-binary=:all: -c "$tree/constraints.txt" \
+        -d "$work/context/wheels" "$wheel" 2> "$work/download.log" \
+        || { grep -v "^WARNING" "$work/download.log" >&2; echo "error: pip download of llmgw's dependencies failed" >&2; exit 1; }
+fi
 version=$(basename "$wheel" | cut -d- -f2)
-"$python" -m pip download --quiet --disable-pip-version-check --only-binary=:all: -c "$tree/constraints.txt" \
-    -d "$work/context/wheels" "$wheel" 2> "$work/download.log" \
-    || { grep -v "^WARNING" "$work/download.log" >&2; echo "error: pip download of llmgw's dependencies failed" >&2; exit 1; }
 
 cp "$here/Containerfile" "$here/Containerfile.agent" "$work/context/"
 "$@" build --quiet --pull=never --network none -f "$work/context/Containerfile" \

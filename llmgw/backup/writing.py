@@ -75,10 +75,12 @@ def copy_sqlite(source: Path, destination: Path) -> None:
 
 def bundle_refs(repo: Path, out: Path) -> list[str]:
     """`git bundle create` of the settings repository `repo`'s branches and llmgw refs into `out`. Returns the refs.
-    Raises BackupError when git fails or `repo` has none of them."""
+    Raises BackupError when git fails or `repo` has none of them. It only reads `repo`, so a repository of another
+    user (root backing up `server init`'s, which is the user llmgw's) is read: git's safe.directory for it alone."""
     def git(*args: str) -> str:
         try:
-            done = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=False)
+            done = subprocess.run(["git", "-c", f"safe.directory={repo.resolve()}", "-C", str(repo), *args],
+                                  capture_output=True, text=True, check=False)
         except FileNotFoundError as exc:
             raise BackupError("git is not installed; llmgw backup bundles the settings repository with it.") from exc
         if done.returncode != 0:

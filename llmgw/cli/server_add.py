@@ -125,7 +125,8 @@ def _as_owner(repo: Path, branch: str, address: str, author: tuple[str, str], ow
 @click.argument("host")
 @release_options
 @click.option("--repo-url", required=True, metavar="URL",
-              help="The settings repository as HOST reaches it (ssh, https, file): shared by every control plane.")
+              help="The settings repository as HOST's user llmgw fetches it, with no credential of its own (git:// of "
+                   "`git daemon` on this machine, https with a token, file://): shared by every control plane.")
 @click.option("--listen", default="0.0.0.0", show_default=True, metavar="ADDRESS",
               help="Address of HOST's gateway, admin and agents' listeners.")
 @click.option("--address", default=None, metavar="ADDRESS",

@@ -292,7 +292,8 @@ def expected_speed_line(speed: dict[str, Any]) -> str:
               "one-time tokens from `llmgw join-token`; the admin API and console serve HTTPS with a certificate of "
               "that CA (unless --admin-cert is given).")
 @click.option("--tls-hostname", "tls_hostnames", multiple=True, metavar="NAME",
-              help="With --tls: a name or address the agents dial (repeatable; default: the agents' listener host), "
+              help="With --tls: a name or address the agents dial (repeatable; default: the agents' listener host, "
+                   "or on 0.0.0.0 this machine's name and non-loopback addresses), "
                    "put in the agents' and admin listeners' certificates beside localhost and 127.0.0.1.")
 @click.option("--admin-cert", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
               help="Serve the admin API and console over HTTPS with this certificate (PEM chain); needs --admin-key.")

@@ -273,7 +273,7 @@ Next:
               help="Copy these named secrets into the state's secrets/ (`llmgw server add`: the store's password).")
 @click.option("--tls-hostname", "tls_hostnames", multiple=True, metavar="NAME",
               help="A name or address agents and admin clients dial, put in the control plane's certificates "
-                   "(repeatable) [default: the --listen address].")
+                   "(repeatable) [default: the --listen address; for 0.0.0.0 this machine's name and addresses].")
 def init_cmd(seed: Path | None, store_url: str | None, listen: str, journal_path: Path | None,
              repo_url: str | None, ca_from: Path | None, secrets_from: Path | None, tls_hostnames: tuple[str, ...]) -> None:
     """Set this machine up as a control plane: state, CA, admin token, settings repository, store, systemd unit."""

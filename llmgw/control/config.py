@@ -30,7 +30,8 @@ class ControlConfig:
     `recovery_grace`: seconds at most that a control plane started again says it is recovering (gateway `/health`
     503) while the nodes connected to the leader before have not all reconnected (llmgw.control.recovering).
     `tls`: True serves agents with mutual TLS under the CA in `<state_dir>/ca` (created), with a server certificate
-    for `tls_hostnames` (default: the agents' listener host, localhost, 127.0.0.1), and answers Join on `join_port`
+    for `tls_hostnames` (default: the agents' listener host, or on a wildcard address this machine's name and
+    non-loopback addresses (llmgw.control.tls_names), then localhost, 127.0.0.1), and answers Join on `join_port`
     (0: a free port) so nodes get certificates with one-time tokens (`create_join_token`). `agent_tls`: a
     `llmgw.wire.ServerTls` of your own instead (no Join). `insecure_agents`: allow a plain-text agents listener
     on an address other machines reach (refused otherwise, see `llmgw.wire.check_agents_listener`).

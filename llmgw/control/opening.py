@@ -38,6 +38,7 @@ from llmgw.control.config import (
 from llmgw.control.effects import Effect
 from llmgw.control.handlers import EffectContext, register_handlers
 from llmgw.control.keys import REPLICA_KEY_SECRET
+from llmgw.control.tls_names import LOCAL, WILDCARDS, certificate_names, machine_names
 from llmgw.control.leading import LEASE_NAME, LeaseKeeper
 from llmgw.control.node_identity import NodeIdentities
 from llmgw.control.recovering import KNOWN_NODES_KEY, decode_known
@@ -144,7 +145,7 @@ async def open_wiring(plane: Any) -> AsyncIterator[Any]:
                 from llmgw.wire import AgentsTls, CertificateAuthority
 
                 plane.ca = join = plane.agents.ca = CertificateAuthority.load_or_create(plane.state_dir / "ca")
-                names = config.tls_hostnames or tuple(dict.fromkeys((agents.host, "localhost", "127.0.0.1")))
+                names = config.tls_hostnames or certificate_names(agents.host, machine_names())
                 agents_tls = AgentsTls(plane.ca, names)  # follows `llmgw ca rotate` (llmgw.control.ca_rotation)
                 tls = agents_tls.server_tls()
             bound = await nursery.start(lambda task_status: serve_agents(
@@ -304,7 +305,8 @@ def _reissue_admin_tls(plane: Any, config: ControlConfig, admin: Listener, serve
 
 def _admin_tls(plane: Any, config: ControlConfig, admin: Listener) -> AdminTls | None:
     """The admin listener's certificate: the one configured, or (`admin_tls` True) one the agents' CA issues for
-    the listener's host, localhost, 127.0.0.1 and `tls_hostnames`, written under `<state_dir>/admin-tls/`; None:
+    `tls_hostnames`, the listener's host (a wildcard: this machine's name and addresses unless `tls_hostnames` are
+    given; llmgw.control.tls_names), localhost and 127.0.0.1, written under `<state_dir>/admin-tls/`; None:
     plain HTTP."""
     if not config.admin_tls:
         return None
@@ -313,8 +315,9 @@ def _admin_tls(plane: Any, config: ControlConfig, admin: Listener) -> AdminTls |
     from llmgw.wire import CertificateAuthority
 
     ca = plane.ca or CertificateAuthority.load_or_create(plane.state_dir / "ca")  # `plane.ca`: agents' TLS only
-    names = [name for name in (*config.tls_hostnames, admin.host, "localhost", "127.0.0.1")
-             if name not in ("", "0.0.0.0", "::")]
+    given = config.tls_hostnames and admin.host in WILDCARDS  # the names given stand for the wildcard
+    listening = () if given else certificate_names(admin.host, machine_names())
+    names = [name for name in (*config.tls_hostnames, *listening, *LOCAL) if name not in WILDCARDS]
     cert, key = ca.issue_server_certificate(list(dict.fromkeys(names)))
     return write_admin_tls(plane.state_dir / ADMIN_TLS_DIR, cert, key)
 

@@ -1,6 +1,8 @@
-"""The container images (deploy/container/, issue 28 item 4), built here as `make image` builds them
-(deploy/container/build.sh: a debootstrap base cached in $LLMGW_CACHE/container, llmgw's wheel from this tree, its
-dependencies' wheels downloaded on the host, `podman build --pull never --network none`), into podman storage of the
+"""The container images (deploy/container/, issue 28 item 4), built here by deploy/container/build.sh as `make image`
+runs it but from a release's wheels (`LLMGW_WHEELS`: those of the session's signed release of this tree, shared with
+the install tests; `make image` builds llmgw's wheel from the tree and downloads its dependencies', a branch of
+build.sh this test does not run), on a debootstrap base cached in $LLMGW_CACHE/container, `podman build --pull never
+--network none`, into podman storage of the
 test's own (--root/--runroot under /tmp), then run: the control plane as the Helm chart runs it (uid/gid 10001,
 state in /var/lib/llmgw, gateway 0.0.0.0:8080, agents and admin with --tls) in a network namespace of the test's lab
 with the example settings (examples/cluster-repo), answering `/v1/models` to the openai SDK with a key made by
@@ -53,9 +55,10 @@ def _settings_repo(target: Path) -> Path:
     return target
 
 
-def _build(storage: Path) -> tuple[str, str]:
+def _build(storage: Path, wheels: Path) -> tuple[str, str]:
     done = subprocess.run([str(CHECKOUT / "deploy" / "container" / "build.sh")],
-                          env={**os.environ, "PYTHON": sys.executable, "LLMGW_IMAGE_STORAGE": str(storage)},
+                          env={**os.environ, "PYTHON": sys.executable, "LLMGW_IMAGE_STORAGE": str(storage),
+                               "LLMGW_WHEELS": str(wheels)},
                           capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr
     server, agent = done.stdout.split()
@@ -73,8 +76,9 @@ def storage() -> Iterator[Path]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def test_the_control_plane_image_serves_the_example_settings_in_a_namespace(tmp_path, netns_lab, storage) -> None:
-    server_image, agent_image = _build(storage)
+def test_the_control_plane_image_serves_the_example_settings_in_a_namespace(tmp_path, netns_lab, storage,
+                                                                            full_release) -> None:
+    server_image, agent_image = _build(storage, full_release.directory / "wheels")
     assert server_image == "localhost/llmgw:0.1.0" and agent_image == "localhost/llmgw-agent:0.1.0"
 
     config = json.loads(_podman(storage, "image", "inspect", server_image).stdout)[0]["Config"]
