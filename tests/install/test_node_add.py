@@ -116,7 +116,8 @@ def test_a_failure_halfway_undoes_the_host_from_its_journal(ssh_hosts, release) 
 
 @pytest.fixture(scope="module")
 def full_release(tmp_path_factory):
-    """A signed release of this checkout with every dependency wheel for this machine (7.5 s from pip's cache)."""
+    """A signed release of this checkout with every dependency wheel for this machine (support.releases' on-disk
+    cache: seconds once they are there)."""
     return build_signed_release(tmp_path_factory.mktemp("full-release"))
 
 
