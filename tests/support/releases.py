@@ -2,12 +2,12 @@
 
 `build_signed_release(root)` makes a key pair (not encrypted) in root/keys and a release in root/release: llmgw's
 wheel from this checkout and, with `dependencies`, every dependency wheel for this machine's Python and glibc.
-Those dependency wheels are downloaded once (`build_release` with pip: 45-80 s on this loaded machine) and kept
-on disk, in CACHE/<key>/wheels, keyed by what decides them (pyproject.toml's dependencies, constraints.txt, the
-Python and platform), under a file lock so that xdist workers and later sessions share them; a release is then
-llmgw's own wheel (a few seconds) beside copies of them, signed (`release_beside`). `dependency_venv()` is a venv
-with those wheels installed, kept the same way, for tests that install a node: copy it and add llmgw's wheel
-(`install_from_venv`), seconds instead of an offline pip install of everything (33-47 s here). Only
+Those dependency wheels are downloaded once (`build_release` with pip: 45-88 s on this loaded machine) and kept
+on disk, in $LLMGW_CACHE/test-releases/<key>/wheels (default ~/.cache/llmgw), keyed by what decides them
+(pyproject.toml's dependencies, constraints.txt, the Python, platform and interpreter), under a file lock so that
+xdist workers and later sessions share them; a release is then llmgw's own wheel (a few seconds) beside copies of
+them, signed (`release_beside`). `dependency_venv()` is a venv with those wheels installed, kept the same way, for
+tests that install a node: copy it and add llmgw's wheel (`install_from_venv`), seconds instead of an offline pip install of everything (33-47 s here). Only
 tests/release/test_release_build.py builds with pip's download itself (`real_download=True`). Tests that need a
 release share it (a session or module fixture) and copy it before changing it.
 """
@@ -33,7 +33,7 @@ from llmgw.release import MANIFEST, SIGNATURE, build_release, keygen, parse_mani
 from llmgw.release.manifest import describe, release_files, write_signed_manifest
 
 ROOT = Path(__file__).resolve().parents[2]
-CACHE = Path(os.environ.get("LLMGW_TEST_RELEASE_CACHE", Path.home() / ".cache" / "llmgw" / "test-releases"))
+CACHE = Path(os.environ.get("LLMGW_CACHE") or Path.home() / ".cache" / "llmgw") / "test-releases"  # as conftest's
 
 
 @dataclass(frozen=True)
