@@ -279,8 +279,12 @@ class ControlPlane:
                       confirm_seconds: float | None = None, ready_timeout: float = 300.0) -> Any:
         """Start `llmgw upgrade` with the release tar `tar` (`llmgw.control.upgrade_run`): verified against
         releases.trusted_keys, then rolled out node by node. Returns the `Upgrade` as planned. Raises UsageError
-        (not the leader, an agent too old, one under way, no trusted key) or ReleaseError (it does not check)."""
-        from llmgw.control.upgrade_run import CONFIRM_SECONDS, send_release, upgrade_refusal, verify_release_tar
+        (not the leader, an agent too old, a release newer than this control plane, one under way, no trusted key)
+        or ReleaseError (it does not check)."""
+        import llmgw
+        from llmgw.control.upgrade_run import (
+            CONFIRM_SECONDS, send_release, upgrade_refusal, verify_release_tar, version_refusal,
+        )
         from llmgw.errors import UsageError
 
         state = self.loop.state
@@ -292,6 +296,8 @@ class ControlPlane:
             raise UsageError(refusal)
         keys = tuple(state.settings.cluster.trusted_release_keys) if state.settings is not None else ()
         release = await trio.to_thread.run_sync(verify_release_tar, tar, keys, tar.parent)
+        if (newer := version_refusal(release.version, llmgw.__version__)) is not None:
+            raise UsageError(newer)
         confirm = confirm_seconds or CONFIRM_SECONDS
 
         async def send(node_id: str) -> str:

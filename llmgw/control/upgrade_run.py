@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -177,6 +178,25 @@ def upgrade_refusal(state: ControlState) -> str | None:
     return None
 
 
+def _release_tuple(version: str) -> tuple[int, ...] | None:
+    """(0, 1, 2) of "0.1.2" (its leading dotted numbers: "0.2.0rc1" reads as (0, 2, 0)); None when it does not
+    start with a number."""
+    found = re.match(r"\d+(?:\.\d+)*", version)
+    return tuple(int(part) for part in found.group().split(".")) if found else None
+
+
+def version_refusal(release_version: str, plane_version: str) -> str | None:
+    """Why agents may not be rolled to `release_version` by a control plane of `plane_version`: the release is
+    newer (control planes are upgraded first, the standbys and then the leader, docs/operations.md); None when it
+    is not, or when either version does not read as numbers (nothing to compare)."""
+    release, plane = _release_tuple(release_version), _release_tuple(plane_version)
+    if release is None or plane is None or release <= plane:
+        return None
+    return (f"the release is llmgw {release_version}, newer than this control plane's llmgw {plane_version}: "
+            "upgrade the control planes first (the standbys, then the leader; docs/operations.md), then run "
+            "`llmgw upgrade` against the new leader")
+
+
 def publish_into(update: Callable) -> Callable[[Upgrade], None]:
     """A `publish` for `UpgradeRunner` that puts the rollout into `ControlState.upgrade` through the loop's
     `update` (no pass follows: nothing placement-relevant changed)."""
@@ -184,7 +204,7 @@ def publish_into(update: Callable) -> Callable[[Upgrade], None]:
 
 
 __all__ = ["CONFIRM_SECONDS", "ReleaseTar", "UpgradeRunner", "UpgradeState", "node_seen", "publish_into",
-           "send_release", "upgrade_refusal"]
+           "send_release", "upgrade_refusal", "version_refusal"]
 
 
 def verify_release_tar(tar_path: Path, trusted_keys: tuple[str, ...], work_dir: Path) -> ReleaseTar:

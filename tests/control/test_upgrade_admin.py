@@ -1,6 +1,6 @@
 """`llmgw upgrade`'s admin routes on a real control plane (in process, with a stand-in agent): a release signed by a
 key of releases.trusted_keys is taken and rolled out (its progress in the status document and `llmgw status`);
-one of another key is refused naming it; an agent without the "upgrade" feature is named (pure); pause
+one of another key is refused naming it, one newer than the control plane too (control planes first); an agent without the "upgrade" feature is named (pure); pause
 and resume with no upgrade under way are refused with a sentence. The rollout itself is test_upgrade_rollout.py's,
 the agents' install and rollback test_upgrade_fleet.py's."""
 
@@ -11,9 +11,12 @@ import tarfile
 import httpx
 import trio
 
+import llmgw
+
 from llmgw.agent import run_agent
 from llmgw.cli.server_cmds import render_status
 from llmgw.control import ControlConfig, ControlPlane
+from llmgw.control.upgrade_run import version_refusal
 from llmgw.release import MANIFEST, SIGNATURE, Manifest, keygen, read_public_key, read_secret_key
 from llmgw.release.manifest import describe, write_signed_manifest
 from llmgw.settings import init_repository
@@ -40,7 +43,7 @@ def _release_tar(root, version: str) -> tuple[bytes, str]:
 
 
 async def test_upgrade_routes_take_a_trusted_release_and_refuse_what_they_cannot_do(
-        tmp_path, weights_mirror, fake_engine):
+        tmp_path, weights_mirror, fake_engine, monkeypatch):
     tar, key = _release_tar(tmp_path / "ours", "0.2.0")
     stranger, _ = _release_tar(tmp_path / "theirs", "0.2.0")
     seed = write_seed(tmp_path / "seed", weights_mirror[1], replicas=0)
@@ -64,6 +67,15 @@ async def test_upgrade_routes_take_a_trusted_release_and_refuse_what_they_cannot
             assert refused.status_code == 409
             assert refused.json()["error"]["message"].startswith("the release does not check: ")
             assert "which is not trusted" in refused.json()["error"]["message"]
+
+            newer = await admin.post("/api/v1/upgrade", content=tar)  # this control plane runs 0.1.0
+            assert newer.status_code == 409
+            assert newer.json()["error"]["message"] == (
+                "the release is llmgw 0.2.0, newer than this control plane's llmgw 0.1.0: upgrade the control planes "
+                "first (the standbys, then the leader; docs/operations.md), then run `llmgw upgrade` against the new "
+                "leader")
+            assert plane.snapshot().upgrade is None
+            monkeypatch.setattr(llmgw, "__version__", "0.2.0")  # as if this control plane were upgraded first
 
             started = await admin.post("/api/v1/upgrade", params={"max_unavailable": 1, "paused": 1}, content=tar)
             assert started.status_code == 200, started.text
@@ -96,3 +108,12 @@ def test_an_agent_without_the_upgrade_feature_is_named_with_its_version():
         "the agents of old-node (0.1.0) cannot upgrade over their stream: upgrade them on the node (`llmgw node add` "
         "again), then run `llmgw upgrade`")
     assert upgrade_refusal(control_state(None, NodeState("new"), acked=False, features=("upgrade",))) is None
+
+
+def test_a_release_newer_than_the_control_plane_is_refused_and_the_same_or_older_is_not():
+    assert version_refusal("0.1.2", "0.1.1").startswith("the release is llmgw 0.1.2, newer than this control plane's")
+    assert version_refusal("0.10.0", "0.9.3") is not None  # numbers, not text
+    assert version_refusal("0.1.1", "0.1.1") is None
+    assert version_refusal("0.1.0", "0.1.1") is None
+    assert version_refusal("0.2.0rc1", "0.2.0") is None
+    assert version_refusal("nightly", "0.1.1") is None  # nothing to compare

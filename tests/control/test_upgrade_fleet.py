@@ -3,14 +3,18 @@
 serving two replicas of the llama-server stand-in.
 
 Releases are built from this checkout with the version raised (0.1.1), and once more (0.1.2) with an agent that
-exits at start. The control plane runs the 0.1.1 tree (control planes are upgraded first: a control plane refuses
-agents newer than itself). Upgrading to 0.1.1: every agent receives it over its stream, installs it, re-executes
-itself (same pid) and registers with 0.1.1; every engine keeps its pid; requests through the gateway succeed
-throughout (counted). Upgrading to 0.1.2: the first node's new agent exits at start, its watcher rolls it back to
-0.1.1 by itself, and the upgrade stops with that reason; the second node is not touched.
+exits at start, each llmgw's own wheel beside the same dependency wheels (support.releases keeps those on disk).
+The control plane runs the 0.1.2 tree (control planes are upgraded first: `llmgw upgrade` refuses a release newer
+than the control plane; 0.1.2's control plane is sound, only its agent is broken). Both nodes start on 0.1.0, a
+copy of the dependencies venv kept on disk with llmgw's wheel added. Upgrading to 0.1.1: every agent receives it
+over its stream, installs it (pip, offline, as on a real node), re-executes itself (same pid) and registers with
+0.1.1; every engine keeps its pid; requests through the gateway succeed throughout (counted). Upgrading to 0.1.2:
+the first node's new agent exits at start, its watcher rolls it back to 0.1.1 by itself, and the upgrade stops
+with that reason; the second node is not touched.
 
-Slow: three release builds (dependency wheels from pip's cache) and four offline pip installs (about 25 s each on
-a loaded 2-core machine)."""
+Slow: the three offline pip installs the agents make themselves (20-35 s each on a loaded 2-core machine) are most
+of its 2-3 minutes; the releases take 5-7 s each, the first install 6.5 s (not counting the one download of the
+dependency wheels and their venv into the cache: 88 s and 39 s at load 12, once per change of the dependencies)."""
 
 from __future__ import annotations
 
@@ -25,11 +29,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from llmgw.agent.upgrading import install_venv, switch_current
-from llmgw.release import MANIFEST, PUBLIC_KEY_FILE, RECORD_DIR, SIGNATURE, build_release, keygen, read_public_key
+from llmgw.agent.upgrading import switch_current
+from llmgw.release import MANIFEST, PUBLIC_KEY_FILE, RECORD_DIR, SIGNATURE, keygen, read_public_key
 from llmgw.settings import init_repository
 from support.in_process_cli import run_llmgw
-from support.releases import release_beside, this_machine
+from support.releases import dependency_wheels, install_from_venv, release_beside
 from support.waiting import wait_for
 
 from .conftest import write_seed
@@ -65,30 +69,28 @@ def _tree(target: Path, version: str, broken: bool = False) -> Path:
 @pytest.fixture(scope="module")
 def releases(tmp_path_factory):
     """{version: (release directory, source tree)} for 0.1.0 (this checkout), 0.1.1 and 0.1.2 (broken), signed by
-    one key; and the key line."""
+    one key, each llmgw's own wheel beside the same dependency wheels (support.releases: downloaded once, kept on
+    disk); and the key line."""
     root = tmp_path_factory.mktemp("releases")
     secret, public = keygen(root / "keys")
-    python, target = this_machine()
+    wheels = dependency_wheels()
     built = {}
     for version, broken in (("0.1.0", False), ("0.1.1", False), ("0.1.2", True)):
-        source = _tree(root / f"src-{version}", version, broken)
+        source = ROOT if version == "0.1.0" else _tree(root / f"src-{version}", version, broken)
         started = time.monotonic()
-        if version == "0.1.0":  # with its dependency wheels; the others copy them (support.releases)
-            release = build_release(root / f"release-{version}", secret, python, target, source=source)
-        else:
-            release = release_beside(built["0.1.0"][0], root / f"release-{version}", secret, source)
-        built[version] = (release, source)
+        built[version] = (release_beside(wheels, root / f"release-{version}", secret, source), source)
         print(f"release {version} built in {time.monotonic() - started:.1f} s")
     return built, read_public_key(public).line
 
 
 def _install_node(release: Path, opt: Path, template: Path | None) -> None:
-    """<opt>/0.1.0 with `release` installed (pip, or a copy of `template`'s venv: it runs by `python -m`, so its
-    place does not matter), its record, and <opt>/current linked to it."""
+    """<opt>/0.1.0 with `release` installed (the dependencies venv kept on disk with llmgw's wheel added, as pip
+    installs them offline, or a copy of `template`'s venv: it runs by `python -m`, so its place does not matter),
+    its record, and <opt>/current linked to it. The upgrades the test makes install with pip, as agents do."""
     venv = opt / "0.1.0"
     opt.mkdir(parents=True)
     if template is None:
-        install_venv(venv, release / "wheels", "0.1.0")
+        install_from_venv(venv, release / "wheels", "0.1.0")
     else:
         shutil.copytree(template, venv, symlinks=True)
     (venv / RECORD_DIR).mkdir(exist_ok=True)
@@ -139,7 +141,7 @@ def test_upgrade_rolls_agents_node_by_node_engines_serving_and_a_broken_release_
 
     import sys
 
-    server_tree = built["0.1.1"][1]  # the control plane first: it runs 0.1.1
+    server_tree = built["0.1.2"][1]  # the control plane first: it runs 0.1.2
     spawn("server", [sys.executable, "-P", "-m", "llmgw.cli", "server", "--repo", str(repo), "--state", str(state),
                      "--gateway", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--agents", "127.0.0.1:0"],
           {"PYTHONPATH": str(server_tree)})
@@ -154,7 +156,7 @@ def test_upgrade_rolls_agents_node_by_node_engines_serving_and_a_broken_release_
         admin_url, admin_token = (state / "admin-url").read_text().strip(), (state / "admin-token").read_text().strip()
         admin = httpx.Client(base_url=admin_url, timeout=30, headers={"Authorization": f"Bearer {admin_token}"})
         plane = wait_for(lambda: admin.get("/api/v1/status").json()["control_plane"], 30, "the admin API", show)
-        assert plane["version"] == "0.1.1"
+        assert plane["version"] == "0.1.2"
         for node in ("n1", "n2"):
             python = tmp_path / node / "opt" / "current" / "bin" / "python"
             agent_pids[node] = spawn(node, [

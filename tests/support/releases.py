@@ -1,9 +1,15 @@
 """A signed release of this checkout, for tests that install llmgw the way nodes do (`llmgw.release`).
 
 `build_signed_release(root)` makes a key pair (not encrypted) in root/keys and a release in root/release: llmgw's
-wheel from this checkout and, with `dependencies`, every dependency wheel for this machine's Python and glibc
-(from pip's cache when it has them: 7.5 s here, 35 MB; 1.5 s without them). Tests that need one share it
-(a session or module fixture) and copy it before changing it.
+wheel from this checkout and, with `dependencies`, every dependency wheel for this machine's Python and glibc.
+Those dependency wheels are downloaded once (`build_release` with pip: 45-88 s on this loaded machine) and kept
+on disk, in $LLMGW_CACHE/test-releases/<key>/wheels (default ~/.cache/llmgw), keyed by what decides them
+(pyproject.toml's dependencies, constraints.txt, the Python, platform and interpreter), under a file lock so that
+xdist workers and later sessions share them; a release is then llmgw's own wheel (a few seconds) beside copies of
+them, signed (`release_beside`). `dependency_venv()` is a venv with those wheels installed, kept the same way, for
+tests that install a node: copy it and add llmgw's wheel (`install_from_venv`), seconds instead of an offline pip install of everything (33-47 s here). Only
+tests/release/test_release_build.py builds with pip's download itself (`real_download=True`). Tests that need a
+release share it (a session or module fixture) and copy it before changing it.
 
 `shared_signed_release(base)` is the one every test of a run shares (the session fixtures `full_release` and
 `bare_release` of tests/conftest.py): built once under a file lock in `base`, a directory every xdist worker sees,
@@ -13,18 +19,27 @@ reuses it and a changed one builds anew (the older builds of that kind are remov
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import fcntl
 import hashlib
 import json
+import os
 import platform
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
+import tomllib
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from llmgw.release import build_release, keygen, read_public_key
+from llmgw.release import MANIFEST, SIGNATURE, build_release, keygen, parse_manifest, read_public_key, read_secret_key
+from llmgw.release.manifest import describe, release_files, write_signed_manifest
+
+ROOT = Path(__file__).resolve().parents[2]
+CACHE = Path(os.environ.get("LLMGW_CACHE") or Path.home() / ".cache" / "llmgw") / "test-releases"  # as conftest's
 
 
 @dataclass(frozen=True)
@@ -45,30 +60,36 @@ def this_machine() -> tuple[str, str]:
     return f"{sys.version_info.major}.{sys.version_info.minor}", f"manylinux_{major}_{minor}_{platform.machine()}"
 
 
-def build_signed_release(root: Path, *, dependencies: bool = True) -> SignedRelease:
+def build_signed_release(root: Path, *, dependencies: bool = True, real_download: bool = False) -> SignedRelease:
+    """A key pair in root/keys and a release of this checkout in root/release signed by it; `dependencies`: with
+    every dependency wheel (from the on-disk cache, `dependency_wheels`; `real_download`: pip downloads them, as
+    `llmgw release build` does)."""
     secret, public = keygen(root / "keys")
     python, target = this_machine()
     started = time.monotonic()
-    directory = build_release(root / "release", secret, python, target, dependencies=dependencies)
+    if dependencies and not real_download:
+        directory = release_beside(dependency_wheels(), root / "release", secret, ROOT)
+    else:
+        directory = build_release(root / "release", secret, python, target, dependencies=dependencies)
     key = read_public_key(public)
     return SignedRelease(directory, secret, public, key.line, key.id_text, time.monotonic() - started)
 
 
-def release_beside(base: Path, out_dir: Path, secret_key: Path, source: Path) -> Path:
-    """A signed release of the checkout `source` in `out_dir` whose dependency wheels are those of the release
-    `base` (copied, not downloaded again: a build with its dependencies took 48 s here on a loaded machine, this one
-    a few): llmgw's own wheel built from `source`, every other wheel of `base`, the manifest written and signed
-    with `secret_key` as `build_release` does. For releases of the same checkout at another version."""
-    import dataclasses
-    import shutil
-
-    from llmgw.release import MANIFEST, SIGNATURE, parse_manifest, read_secret_key
-    from llmgw.release.manifest import describe, release_files, write_signed_manifest
-
+def release_beside(base: Path, out_dir: Path, secret_key: Path, source: Path,
+                   llmgw_wheel: Path | None = None) -> Path:
+    """A signed release of the checkout `source` in `out_dir` whose dependency wheels are those in `base` (a
+    release, or `dependency_wheels()`; copied, not downloaded again): llmgw's own wheel built from `source` (or the
+    wheel `llmgw_wheel`, built already), every other wheel of `base`, the manifest written and signed with
+    `secret_key` as `build_release` does."""
     python, target = this_machine()
     key = read_secret_key(secret_key)
     build_release(out_dir, key, python, target, dependencies=False, source=source)
-    for wheel in (base / "wheels").glob("*.whl"):
+    if llmgw_wheel is not None:
+        for wheel in (out_dir / "wheels").glob("llmgw-*.whl"):
+            wheel.unlink()
+        shutil.copy2(llmgw_wheel, out_dir / "wheels" / llmgw_wheel.name)
+    wheels = base / "wheels" if (base / "wheels").is_dir() else base
+    for wheel in wheels.glob("*.whl"):
         if not wheel.name.startswith("llmgw-"):
             shutil.copy2(wheel, out_dir / "wheels" / wheel.name)
     manifest = parse_manifest((out_dir / MANIFEST).read_bytes())
@@ -78,19 +99,16 @@ def release_beside(base: Path, out_dir: Path, secret_key: Path, source: Path) ->
     return out_dir
 
 
-CHECKOUT = Path(__file__).resolve().parents[2]
-
-
 def _sources_key() -> str:
     """The checkout's HEAD commit (the manifest records it) and the sha256 of every file that goes into the wheel
     (llmgw/, pyproject.toml, constraints.txt), 16 hex digits each."""
     head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True,
-                          cwd=CHECKOUT).stdout.strip()
+                          cwd=ROOT).stdout.strip()
     digest = hashlib.sha256()
-    files = [p for p in sorted((CHECKOUT / "llmgw").rglob("*")) if p.is_file() and "__pycache__" not in p.parts]
-    for path in [*files, CHECKOUT / "pyproject.toml", CHECKOUT / "constraints.txt"]:
+    files = [p for p in sorted((ROOT / "llmgw").rglob("*")) if p.is_file() and "__pycache__" not in p.parts]
+    for path in [*files, ROOT / "pyproject.toml", ROOT / "constraints.txt"]:
         if path.is_file():
-            digest.update(path.relative_to(CHECKOUT).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+            digest.update(path.relative_to(ROOT).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
     return f"{head[:16]}-{digest.hexdigest()[:16]}"
 
 
@@ -111,3 +129,78 @@ def shared_signed_release(base: Path, *, dependencies: bool = True) -> SignedRel
         release = build_signed_release(root, dependencies=dependencies)
         record.write_text(json.dumps({k: str(v) if isinstance(v, Path) else v for k, v in asdict(release).items()}))
         return release
+
+
+def _dependency_key() -> str:
+    """What decides the dependency wheels: pyproject.toml's dependencies (not its version), constraints.txt, this
+    machine's Python, platform and interpreter (the venv's)."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    digest = hashlib.sha256(repr((sorted(project.get("dependencies", [])), (ROOT / "constraints.txt").read_text(),
+                                  this_machine(), sys.executable)).encode())
+    return digest.hexdigest()[:16]
+
+
+@contextlib.contextmanager
+def _locked(path: Path):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # xdist workers and other sessions wait for the one that builds
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _cached(name: str, make) -> Path:
+    """CACHE/<key>/<name>, made by `make(scratch_directory)` once (atomically renamed into place)."""
+    target = CACHE / _dependency_key() / name
+    if target.is_dir():
+        return target
+    with _locked(target.parent / f"{name}.lock"):
+        if not target.is_dir():
+            scratch = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=target.parent))
+            try:
+                make(scratch)
+                scratch.rename(target)
+            except BaseException:
+                shutil.rmtree(scratch, ignore_errors=True)
+                raise
+    return target
+
+
+def dependency_wheels() -> Path:
+    """A directory of every dependency wheel of llmgw for this machine (not llmgw's own), downloaded once by pip
+    (`build_release`) and kept in CACHE."""
+    def make(scratch: Path) -> None:
+        secret, _ = keygen(scratch / "keys")
+        python, target = this_machine()
+        release = build_release(scratch / "release", secret, python, target, source=ROOT)
+        (scratch / "wheels").mkdir()
+        for wheel in (release / "wheels").glob("*.whl"):
+            if not wheel.name.startswith("llmgw-"):
+                shutil.copy2(wheel, scratch / "wheels" / wheel.name)
+        shutil.rmtree(scratch / "release")
+        shutil.rmtree(scratch / "keys")
+    return _cached("dependencies", make) / "wheels"
+
+
+def dependency_venv() -> Path:
+    """A venv (this interpreter's) with every wheel of `dependency_wheels()` installed offline, kept in CACHE:
+    copy it (`install_from_venv`), never change it."""
+    def make(scratch: Path) -> None:
+        venv = scratch / "venv"
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, capture_output=True)
+        subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", "--no-index",
+                        "--disable-pip-version-check", *map(str, sorted(dependency_wheels().glob("*.whl")))],
+                       check=True, capture_output=True, timeout=900)
+    return _cached("venv", make) / "venv"
+
+
+def install_from_venv(venv: Path, wheels: Path, version: str) -> None:
+    """`venv` made as `llmgw.agent.upgrading.install_venv` makes it (llmgw `version` from the release's `wheels`,
+    offline), but from a copy of `dependency_venv()`: pip then installs llmgw's wheel alone and checks that every
+    dependency is there. The copy runs by `python -m` (a venv's scripts name the place it was made in)."""
+    shutil.copytree(dependency_venv(), venv, symlinks=True)
+    subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", "--no-index",
+                    "--disable-pip-version-check", "--find-links", str(wheels), f"llmgw=={version}"],
+                   check=True, capture_output=True, timeout=300)
