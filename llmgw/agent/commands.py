@@ -7,7 +7,7 @@ body, its field unknown to this agent's protocol) goes to `not_understood`, whic
 not understood. Adding a command is: the message in `llmgw.wire`, a handler, a line in `COMMANDS`; no if-chain.
 
 The handlers, by concept: StartShard and StopShard in `llmgw.agent.shard_commands`, InstallEngine in
-`llmgw.agent.install_command`, AgentSettings, RequestLogs, FabricTest, Restart and the notices Registered,
+`llmgw.agent.install_command`, StartTraining and CancelTraining in `llmgw.agent.training_commands`, AgentSettings, RequestLogs, FabricTest, Restart and the notices Registered,
 SlurmJobsRecorded, CertificateRenewed and TrustCertificates in `llmgw.agent.node_commands`. Each command is answered with a CommandResult carrying its
 `command_id` (FabricTest with a FabricTestOutput; the notices not at all). Long commands (starting a shard,
 installing an engine) run as tasks of the agent's own nursery, so they go on while the connection is down.
@@ -21,7 +21,7 @@ from types import MappingProxyType
 
 import trio
 
-from llmgw.agent import install_command, node_commands, shard_commands
+from llmgw.agent import install_command, node_commands, shard_commands, training_commands
 from llmgw.agent.fencing import FENCED_COMMANDS, save_token
 from llmgw.agent.node import Command, CommandHandler, NodeAgent
 from llmgw.wire import AgentLink, pb
@@ -48,6 +48,8 @@ COMMANDS: Mapping[str, CommandHandler] = MappingProxyType({
     "slurm_jobs_recorded": node_commands.slurm_jobs_recorded,
     "certificate_renewed": node_commands.certificate_renewed,
     "trust_certificates": node_commands.trust_certificates,
+    "start_training": training_commands.start_training,
+    "cancel_training": training_commands.cancel_training,
 })
 """The handler of each ControlMessage body, by its field name in the `body` oneof."""
 

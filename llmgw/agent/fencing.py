@@ -16,7 +16,8 @@ from pathlib import Path
 
 TOKEN_FILE = "fencing-token"
 
-FENCED_COMMANDS = frozenset({"start_shard", "stop_shard", "install_engine", "agent_settings", "restart"})
+FENCED_COMMANDS = frozenset({"start_shard", "stop_shard", "install_engine", "agent_settings", "restart",
+                             "start_training", "cancel_training"})
 """The ControlMessage bodies that change the node: each is checked against the fence. RequestLogs only reads."""
 
 

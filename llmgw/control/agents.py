@@ -42,6 +42,7 @@ from llmgw.control.reports import (
 from llmgw.control.sessions import AgentSession, CommandOutcome
 from llmgw.control.slurm_usage import slurm_usage
 from llmgw.control.state import ControlState
+from llmgw.control.training import KeepTrainingPiece, Report, training_piece_received, training_reported
 from llmgw.errors import TemporaryError, UsageError, WireError
 from llmgw.identity import EngineState
 from llmgw.routes import BlockSnapshot
@@ -338,6 +339,11 @@ MESSAGES: dict[str, Callable[..., Any]] = {
     "log_lines": lambda hub, node_id, session, lines, now: session.deliver_logs(lines),
     "fabric_test_output": lambda hub, node_id, session, output, now: session.deliver_fabric_test(output),
     "renew_certificate": _renew_certificate,
+    "training_report": lambda hub, node_id, session, report, now: (training_reported(node_id, Report(
+        report.job_id, report.state, report.step, report.steps, report.loss, tuple(report.losses),
+        report.peak_memory_bytes, report.seconds, report.error), time.time()), None),
+    "training_piece": lambda hub, node_id, session, piece, now: (training_piece_received(node_id, KeepTrainingPiece(
+        piece.job_id, piece.name, piece.index, piece.count, bytes(piece.data), piece.size, piece.sha256)), None),
 }
 """An agent message's kind (the `AgentMessage.body` field set) -> its handler `(hub, node id, session, body, now on
 the control plane's clock)`, which returns (the event's transition, the agent's send time in unix seconds or None),

@@ -27,6 +27,7 @@ from llmgw.plan.forecast_check import ForecastCheck
 from llmgw.plan.reviewed import ReviewedPlan
 from llmgw.plan.types import Action, Fleet, Plan, Unplaced
 from llmgw.settings.model import Model, Rollout, Settings
+from llmgw.training.jobs import TrainingBook
 
 ActionKey = tuple[str, str, str]
 """(kind, node id, subject): one planned action, whatever pass planned it. See `action_key`."""
@@ -343,7 +344,8 @@ class ControlState:
     `scales`: model name -> the autoscaler's `Scale` of each model whose settings give a replica range (wanted
     count, last decision's reason; `llmgw.control.autoscaling`). `held`: model name -> requests the gateway holds
     for it, waiting for a replica (absent: none). `ttfts`: model name -> the TTFT p90 of its recent requests, read
-    from the usage records for models with a `ttft_p90` target (`Ttft`).
+    from the usage records for models with a `ttft_p90` target (`Ttft`). `training`: the training jobs and how each
+    stands (`llmgw.training.jobs.TrainingBook`; runtime state, forgotten by a restart; `llmgw.control.training`).
     """
 
     watch: WatchState = WatchState()
@@ -374,6 +376,7 @@ class ControlState:
     held: Mapping[str, int] = field(default_factory=frozen)
     ttfts: Mapping[str, Ttft] = field(default_factory=frozen)
     forecast_audit: ForecastAudit | None = None
+    training: TrainingBook = TrainingBook()
 
     @property
     def settings(self) -> Settings | None:

@@ -7,7 +7,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class AgentMessage(_message.Message):
-    __slots__ = ("protocol", "register", "heartbeat", "shard_status", "log_lines", "command_result", "engine_status", "kv_blocks", "fabric_test_output", "renew_certificate")
+    __slots__ = ("protocol", "register", "heartbeat", "shard_status", "log_lines", "command_result", "engine_status", "kv_blocks", "fabric_test_output", "renew_certificate", "training_report", "training_piece")
     PROTOCOL_FIELD_NUMBER: _ClassVar[int]
     REGISTER_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
@@ -18,6 +18,8 @@ class AgentMessage(_message.Message):
     KV_BLOCKS_FIELD_NUMBER: _ClassVar[int]
     FABRIC_TEST_OUTPUT_FIELD_NUMBER: _ClassVar[int]
     RENEW_CERTIFICATE_FIELD_NUMBER: _ClassVar[int]
+    TRAINING_REPORT_FIELD_NUMBER: _ClassVar[int]
+    TRAINING_PIECE_FIELD_NUMBER: _ClassVar[int]
     protocol: int
     register: Register
     heartbeat: Heartbeat
@@ -28,10 +30,12 @@ class AgentMessage(_message.Message):
     kv_blocks: KvBlocks
     fabric_test_output: FabricTestOutput
     renew_certificate: RenewCertificate
-    def __init__(self, protocol: _Optional[int] = ..., register: _Optional[_Union[Register, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., shard_status: _Optional[_Union[ShardStatus, _Mapping]] = ..., log_lines: _Optional[_Union[LogLines, _Mapping]] = ..., command_result: _Optional[_Union[CommandResult, _Mapping]] = ..., engine_status: _Optional[_Union[EngineStatus, _Mapping]] = ..., kv_blocks: _Optional[_Union[KvBlocks, _Mapping]] = ..., fabric_test_output: _Optional[_Union[FabricTestOutput, _Mapping]] = ..., renew_certificate: _Optional[_Union[RenewCertificate, _Mapping]] = ...) -> None: ...
+    training_report: TrainingReport
+    training_piece: TrainingPiece
+    def __init__(self, protocol: _Optional[int] = ..., register: _Optional[_Union[Register, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., shard_status: _Optional[_Union[ShardStatus, _Mapping]] = ..., log_lines: _Optional[_Union[LogLines, _Mapping]] = ..., command_result: _Optional[_Union[CommandResult, _Mapping]] = ..., engine_status: _Optional[_Union[EngineStatus, _Mapping]] = ..., kv_blocks: _Optional[_Union[KvBlocks, _Mapping]] = ..., fabric_test_output: _Optional[_Union[FabricTestOutput, _Mapping]] = ..., renew_certificate: _Optional[_Union[RenewCertificate, _Mapping]] = ..., training_report: _Optional[_Union[TrainingReport, _Mapping]] = ..., training_piece: _Optional[_Union[TrainingPiece, _Mapping]] = ...) -> None: ...
 
 class ControlMessage(_message.Message):
-    __slots__ = ("protocol", "command_id", "fencing_token", "start_shard", "stop_shard", "install_engine", "agent_settings", "request_logs", "restart", "registered", "slurm_jobs_recorded", "fabric_test", "certificate_renewed", "trust_certificates")
+    __slots__ = ("protocol", "command_id", "fencing_token", "start_shard", "stop_shard", "install_engine", "agent_settings", "request_logs", "restart", "registered", "slurm_jobs_recorded", "fabric_test", "certificate_renewed", "trust_certificates", "start_training", "cancel_training")
     PROTOCOL_FIELD_NUMBER: _ClassVar[int]
     COMMAND_ID_FIELD_NUMBER: _ClassVar[int]
     FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
@@ -46,6 +50,8 @@ class ControlMessage(_message.Message):
     FABRIC_TEST_FIELD_NUMBER: _ClassVar[int]
     CERTIFICATE_RENEWED_FIELD_NUMBER: _ClassVar[int]
     TRUST_CERTIFICATES_FIELD_NUMBER: _ClassVar[int]
+    START_TRAINING_FIELD_NUMBER: _ClassVar[int]
+    CANCEL_TRAINING_FIELD_NUMBER: _ClassVar[int]
     protocol: int
     command_id: str
     fencing_token: int
@@ -60,7 +66,9 @@ class ControlMessage(_message.Message):
     fabric_test: FabricTest
     certificate_renewed: CertificateRenewed
     trust_certificates: TrustCertificates
-    def __init__(self, protocol: _Optional[int] = ..., command_id: _Optional[str] = ..., fencing_token: _Optional[int] = ..., start_shard: _Optional[_Union[StartShard, _Mapping]] = ..., stop_shard: _Optional[_Union[StopShard, _Mapping]] = ..., install_engine: _Optional[_Union[InstallEngine, _Mapping]] = ..., agent_settings: _Optional[_Union[AgentSettings, _Mapping]] = ..., request_logs: _Optional[_Union[RequestLogs, _Mapping]] = ..., restart: _Optional[_Union[Restart, _Mapping]] = ..., registered: _Optional[_Union[Registered, _Mapping]] = ..., slurm_jobs_recorded: _Optional[_Union[SlurmJobsRecorded, _Mapping]] = ..., fabric_test: _Optional[_Union[FabricTest, _Mapping]] = ..., certificate_renewed: _Optional[_Union[CertificateRenewed, _Mapping]] = ..., trust_certificates: _Optional[_Union[TrustCertificates, _Mapping]] = ...) -> None: ...
+    start_training: StartTraining
+    cancel_training: CancelTraining
+    def __init__(self, protocol: _Optional[int] = ..., command_id: _Optional[str] = ..., fencing_token: _Optional[int] = ..., start_shard: _Optional[_Union[StartShard, _Mapping]] = ..., stop_shard: _Optional[_Union[StopShard, _Mapping]] = ..., install_engine: _Optional[_Union[InstallEngine, _Mapping]] = ..., agent_settings: _Optional[_Union[AgentSettings, _Mapping]] = ..., request_logs: _Optional[_Union[RequestLogs, _Mapping]] = ..., restart: _Optional[_Union[Restart, _Mapping]] = ..., registered: _Optional[_Union[Registered, _Mapping]] = ..., slurm_jobs_recorded: _Optional[_Union[SlurmJobsRecorded, _Mapping]] = ..., fabric_test: _Optional[_Union[FabricTest, _Mapping]] = ..., certificate_renewed: _Optional[_Union[CertificateRenewed, _Mapping]] = ..., trust_certificates: _Optional[_Union[TrustCertificates, _Mapping]] = ..., start_training: _Optional[_Union[StartTraining, _Mapping]] = ..., cancel_training: _Optional[_Union[CancelTraining, _Mapping]] = ...) -> None: ...
 
 class SlurmJobsRecorded(_message.Message):
     __slots__ = ("until",)
@@ -902,3 +910,61 @@ class JoinResponse(_message.Message):
     ca_pem: bytes
     error: str
     def __init__(self, protocol: _Optional[int] = ..., certificate_pem: _Optional[bytes] = ..., ca_pem: _Optional[bytes] = ..., error: _Optional[str] = ...) -> None: ...
+
+class StartTraining(_message.Message):
+    __slots__ = ("job_id", "spec_json", "llama_cpp")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    SPEC_JSON_FIELD_NUMBER: _ClassVar[int]
+    LLAMA_CPP_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    spec_json: str
+    llama_cpp: str
+    def __init__(self, job_id: _Optional[str] = ..., spec_json: _Optional[str] = ..., llama_cpp: _Optional[str] = ...) -> None: ...
+
+class CancelTraining(_message.Message):
+    __slots__ = ("job_id", "reason")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    reason: str
+    def __init__(self, job_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class TrainingReport(_message.Message):
+    __slots__ = ("job_id", "state", "step", "steps", "loss", "peak_memory_bytes", "seconds", "error", "losses")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    STEPS_FIELD_NUMBER: _ClassVar[int]
+    LOSS_FIELD_NUMBER: _ClassVar[int]
+    PEAK_MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
+    SECONDS_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    LOSSES_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    state: str
+    step: int
+    steps: int
+    loss: float
+    peak_memory_bytes: int
+    seconds: float
+    error: str
+    losses: _containers.RepeatedScalarFieldContainer[float]
+    def __init__(self, job_id: _Optional[str] = ..., state: _Optional[str] = ..., step: _Optional[int] = ..., steps: _Optional[int] = ..., loss: _Optional[float] = ..., peak_memory_bytes: _Optional[int] = ..., seconds: _Optional[float] = ..., error: _Optional[str] = ..., losses: _Optional[_Iterable[float]] = ...) -> None: ...
+
+class TrainingPiece(_message.Message):
+    __slots__ = ("job_id", "name", "index", "count", "data", "size", "sha256")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    name: str
+    index: int
+    count: int
+    data: bytes
+    size: int
+    sha256: str
+    def __init__(self, job_id: _Optional[str] = ..., name: _Optional[str] = ..., index: _Optional[int] = ..., count: _Optional[int] = ..., data: _Optional[bytes] = ..., size: _Optional[int] = ..., sha256: _Optional[str] = ...) -> None: ...
