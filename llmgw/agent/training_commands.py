@@ -3,7 +3,8 @@
 StartTraining is answered at once (ok, or why the job cannot run here: no training environment, no base weights);
 the training then runs as a task of the agent's nursery (it goes on while the connection is down) and reports with
 TrainingReport messages: "running" after each step (step, loss, every loss so far, peak memory), "converting" while
-llama.cpp's converter writes the GGUF (a model served by llama.cpp), "sending" while the adapter goes back in
+llama.cpp's converter writes the GGUF (a model served by llama.cpp; for another engine the adapter is PEFT's
+`adapter_config.json` and `adapter_model.safetensors` in one tar), "sending" while the adapter goes back in
 TrainingPiece messages (each waits for a connection's room: none is dropped while one is open), then "done"; or
 "failed" with the reason. Its files are kept under `<state_dir>/training/<job id>/` until the next job of that id.
 CancelTraining cancels the task (the training process is killed) and answers ok, also when nothing ran.
@@ -116,8 +117,8 @@ async def _train(agent: NodeAgent, job, python: Path, converter: Path | None, sc
                 _report(agent, job.job_id, "converting", seconds=time.monotonic() - started, **done)
                 out = await running.convert_to_gguf(python, converter, Path(job.base), adapter_dir,
                                                     workdir / "adapter.gguf")
-            else:
-                out = adapter_dir / "adapter_model.safetensors"
+            else:  # a PEFT adapter (vLLM): its two files in one uncompressed tar
+                out = await trio.to_thread.run_sync(running.pack_peft, adapter_dir, workdir / "adapter.tar")
             data = await trio.to_thread.run_sync(out.read_bytes)
             _report(agent, job.job_id, "sending", seconds=time.monotonic() - started, **done)
             parts = running.pieces(data)

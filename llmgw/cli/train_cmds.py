@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import io
+import tarfile
 import time
 from pathlib import Path
 
@@ -115,8 +117,9 @@ def register(group: click.Group) -> None:
 
     @train_group.command("get")
     @click.argument("job_id")
-    @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
-                  help="Where to write the adapter [default: ./<adapter name>.gguf, or .safetensors].")
+    @click.option("-o", "--output", type=click.Path(), default=None,
+                  help="Where to write the adapter [default: ./<adapter name>.gguf for llama.cpp, else the "
+                  "directory ./<adapter name>/ with PEFT's adapter_config.json and adapter_model.safetensors].")
     @click.option("--add-to-catalog", "add", is_flag=True, help="Also add it to the job's model as an adapter "
                   "named as the job says (a settings commit as you; its source is the file written, file://).")
     @_with_author
@@ -128,15 +131,38 @@ def register(group: click.Group) -> None:
         data = base64.b64decode(doc["data_base64"])
         if hashlib.sha256(data).hexdigest() != doc["sha256"]:
             raise UsageError(f"the adapter of {job_id} arrived damaged (sha256 differs); run the command again")
-        suffix = Path(doc["name"]).suffix or ".bin"
-        path = Path(output or f"{job['adapter_name']}{suffix}").resolve()
-        path.write_bytes(data)
-        click.echo(f"{path}: {format_size(len(data))}, sha256 {doc['sha256']}")
+        if doc["name"].endswith(".tar"):
+            files = _unpack_peft(data, Path(output or job["adapter_name"]).resolve())
+        else:
+            path = Path(output or f"{job['adapter_name']}{Path(doc['name']).suffix}").resolve()
+            path.write_bytes(data)
+            files = [path]
+        weights = []
+        for path in files:
+            digest = hashlib.sha256(path.read_bytes()).hexdigest()
+            weights.append({"source": f"file://{path}", "sha256": digest})
+            click.echo(f"{path}: {format_size(path.stat().st_size)}, sha256 {digest}")
         if add:
             _post(client, as_json, f"/api/v1/models/{job['model']}/adapters",
-                  {"action": "add", "name": job["adapter_name"],
-                   "weights": [{"source": f"file://{path}", "sha256": doc["sha256"]}]},
+                  {"action": "add", "name": job["adapter_name"], "weights": weights},
                   author_name, author_email, preview, f"{job['model']}: adapter {job['adapter_name']} added")
+
+
+def _unpack_peft(data: bytes, directory: Path) -> list[Path]:
+    """PEFT's two files from the tar the agent sent, written into `directory`; their paths."""
+    directory.mkdir(parents=True, exist_ok=True)
+    out = []
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        for name in ("adapter_config.json", "adapter_model.safetensors"):
+            try:
+                member = tar.extractfile(name)
+            except KeyError:
+                member = None
+            if member is None:
+                raise UsageError(f"the adapter sent holds no {name}; train it again")
+            (directory / name).write_bytes(member.read())
+            out.append(directory / name)
+    return out
 
 
 def _follow(client, job: dict) -> dict:

@@ -4,7 +4,8 @@
 progress line (`parse_event`) to `on_event` as it comes; the adapter lands in `<workdir>/adapter/`. Cancelling the
 caller's scope kills the process. `convert_to_gguf(python, converter, base, adapter_dir, out)` runs llama.cpp's own
 `convert_lora_to_gguf.py` (`llmgw.training.environment.find_converter`) with `--outtype f16` (an F32 LoRA crashed
-llama-server b11434 on this CPU build: tests/support/lora_adapters.py, LORA_DTYPE). `pieces(data)` cuts the adapter
+llama-server b11434 on this CPU build: tests/support/lora_adapters.py, LORA_DTYPE); for another engine
+`pack_peft` puts PEFT's two files in one tar. `pieces(data)` cuts the adapter
 file into `PIECE_BYTES` pieces for the wire. Each raises EngineError with the process's last lines when it fails.
 """
 
@@ -13,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import subprocess
+import tarfile
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
@@ -92,6 +94,21 @@ async def train(python: Path, job: TrainingJob, base: Path, workdir: Path,
                     "OMP_NUM_THREADS": "2", "TOKENIZERS_PARALLELISM": "false"})
     if not (out / "adapter_model.safetensors").is_file():
         raise EngineError(f"the training process ended without writing {out / 'adapter_model.safetensors'}")
+    return out
+
+
+PEFT_FILES = ("adapter_config.json", "adapter_model.safetensors")
+"""The files of a PEFT adapter a catalog entry names for vLLM (docs/engines.md, LoRA adapters)."""
+
+
+def pack_peft(adapter_dir: Path, out: Path) -> Path:
+    """`PEFT_FILES` of `adapter_dir` in one uncompressed tar at `out` (the adapter sent for an engine other than
+    llama.cpp; `llmgw train get` unpacks it). Blocking. Raises EngineError when a file is missing."""
+    with tarfile.open(out, "w") as tar:
+        for name in PEFT_FILES:
+            if not (adapter_dir / name).is_file():
+                raise EngineError(f"the training process wrote no {adapter_dir / name}")
+            tar.add(adapter_dir / name, arcname=name)
     return out
 
 

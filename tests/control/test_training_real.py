@@ -41,8 +41,8 @@ resources:
 context_size: 1024
 engine_args: ["--no-jinja", "--chat-template", "gemma"]
 """
-HYPER = {"rank": 4, "alpha": 8, "steps": 12, "batch_size": 4, "learning_rate": 0.003, "max_length": 48}
-"""Tiny and fast: 12 steps of 4 pairs, rank 4 on q_proj and v_proj (about 20 s of training here)."""
+HYPER = {"rank": 4, "alpha": 8, "steps": 6, "batch_size": 2, "learning_rate": 0.005, "max_length": 32}
+"""Tiny and fast: 6 steps of 2 pairs, rank 4 on q_proj and v_proj."""
 
 
 def cache() -> Path:
@@ -111,7 +111,8 @@ async def test_a_lora_trained_on_a_node_is_converted_kept_downloaded_added_and_s
         assert status["state"] == "done", status
         assert {"running", "converting"} <= {state for state, _ in seen}, seen  # reported as it went
         losses = status["losses"]
-        assert len(losses) == HYPER["steps"] and sum(losses[-3:]) / 3 < 0.6 * sum(losses[:3]) / 3  # the loss falls
+        assert len(losses) == HYPER["steps"] and losses[-1] < losses[0] / 2  # the loss falls
+        assert sum(losses[-2:]) < sum(losses[:2]) / 2
         assert status["peak_memory_bytes"] > 200 << 20  # the process holds Gemma in float32: more than 200 MiB
         assert status["adapter"]["name"] == "adapter.gguf" and status["adapter"]["kept"] == status["adapter"]["count"]
 
