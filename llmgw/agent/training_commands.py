@@ -36,7 +36,7 @@ DELIVER_WAIT = 0.05
 def _python(agent: NodeAgent) -> Path | None:
     config = agent.config
     if config.training_python is not None:
-        return Path(config.training_python)
+        return Path(config.training_python) if Path(config.training_python).exists() else None
     return (training_python(config.engines_path)
             or training_python(Path(config.cache_dir or default_cache_dir()) / "engines"))
 
