@@ -42,7 +42,9 @@ from llmgw.control.reports import (
 from llmgw.control.sessions import AgentSession, CommandOutcome
 from llmgw.control.slurm_usage import slurm_usage
 from llmgw.control.state import ControlState
-from llmgw.control.training import KeepTrainingPiece, Report, training_piece_received, training_reported
+from llmgw.control.training import (
+    KeepTrainingPiece, Report, training_piece_received, training_reported, training_seen,
+)
 from llmgw.errors import TemporaryError, UsageError, WireError
 from llmgw.identity import EngineState
 from llmgw.routes import BlockSnapshot
@@ -255,11 +257,15 @@ def _heartbeat(hub: AgentHub, node_id: str, session: AgentSession, beat, now: fl
     if beat.HasField("slurm") and (beat.slurm.finished_jobs or beat.slurm.finished_until):
         hub._update(_slurm_jobs(node_id, beat.slurm, hub.refused), f"ended Slurm jobs from {node_id}")
 
+    training = frozenset(beat.training_jobs)
+
     def transition(state: ControlState) -> tuple[ControlState, bool]:
         fleet, changed = state.fleet.heartbeat(
             node_id, now, shards=shards, details=details, engines_installed=installed,
             engines_installing=installing, readings=readings, health=health, slurm_job_steps=steps, slurm=slurm,
             firewall=firewall, memory_bandwidth=bandwidth)
+        if state.training.jobs:  # a job its agent no longer runs failed with it
+            state = training_seen(state, node_id, training, time.time())
         return state.with_fleet(fleet), changed
 
     return transition, origin

@@ -113,6 +113,19 @@ def training_step(state: ControlState, now_unix: float) -> tuple[ControlState, l
     return replace(state, training=book), effects
 
 
+def training_seen(state: ControlState, node_id: str, running: frozenset[str], now_unix: float) -> ControlState:
+    """`state` after a heartbeat of `node_id` listing the training jobs its agent runs (`running`): a job the book
+    has running or converting there that is not listed failed with the agent (it restarted: its training is gone).
+    Jobs starting (the agent may not have it yet) or sending (the agent is done with it) are left alone. Pure."""
+    book = state.training
+    for status in state.training.jobs:
+        if (status.node_id == node_id and status.state in (JobState.RUNNING, JobState.CONVERTING)
+                and status.job_id not in running):
+            book = book.put(replace(status, state=JobState.FAILED, ended_unix=now_unix, error=(
+                f"the agent of node {node_id} no longer runs the job (it restarted?); submit it again")))
+    return state if book is state.training else replace(state, training=book)
+
+
 def training_submitted(job: TrainingJob, now_unix: float):
     """The transition of a job submitted (the admin API checked it): queued, and started at once where it fits.
     Raises nothing; a job id in use is refused before (`llmgw.control.training.submit`)."""

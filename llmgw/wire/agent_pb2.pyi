@@ -252,7 +252,7 @@ class EngineLoad(_message.Message):
     def __init__(self, requests_running: _Optional[float] = ..., requests_waiting: _Optional[float] = ..., kv_cache_usage: _Optional[float] = ..., prompt_tokens_total: _Optional[float] = ..., generation_tokens_total: _Optional[float] = ..., prefix_cache_hits_total: _Optional[float] = ..., prefix_cache_queries_total: _Optional[float] = ..., prefill_seconds_total: _Optional[float] = ..., prefill_tokens_total: _Optional[float] = ..., decode_seconds_total: _Optional[float] = ..., decode_tokens_total: _Optional[float] = ..., decode_requests_total: _Optional[float] = ..., steps_total: _Optional[float] = ..., busy_slots_per_step: _Optional[float] = ...) -> None: ...
 
 class Heartbeat(_message.Message):
-    __slots__ = ("time", "gpus", "cpu_percent", "load1", "memory_used_bytes", "memory_available_bytes", "shards", "shard_states", "engines_installed", "engines_installing", "sampled_at", "disk_free_bytes", "health", "slurm", "firewall", "memory_bandwidth", "sensors")
+    __slots__ = ("time", "gpus", "cpu_percent", "load1", "memory_used_bytes", "memory_available_bytes", "shards", "shard_states", "engines_installed", "engines_installing", "sampled_at", "disk_free_bytes", "health", "slurm", "firewall", "memory_bandwidth", "sensors", "training_jobs")
     TIME_FIELD_NUMBER: _ClassVar[int]
     GPUS_FIELD_NUMBER: _ClassVar[int]
     CPU_PERCENT_FIELD_NUMBER: _ClassVar[int]
@@ -270,6 +270,7 @@ class Heartbeat(_message.Message):
     FIREWALL_FIELD_NUMBER: _ClassVar[int]
     MEMORY_BANDWIDTH_FIELD_NUMBER: _ClassVar[int]
     SENSORS_FIELD_NUMBER: _ClassVar[int]
+    TRAINING_JOBS_FIELD_NUMBER: _ClassVar[int]
     time: float
     gpus: _containers.RepeatedCompositeFieldContainer[GpuSample]
     cpu_percent: float
@@ -287,7 +288,8 @@ class Heartbeat(_message.Message):
     firewall: FirewallReport
     memory_bandwidth: MemoryBandwidth
     sensors: NodeSensors
-    def __init__(self, time: _Optional[float] = ..., gpus: _Optional[_Iterable[_Union[GpuSample, _Mapping]]] = ..., cpu_percent: _Optional[float] = ..., load1: _Optional[float] = ..., memory_used_bytes: _Optional[int] = ..., memory_available_bytes: _Optional[int] = ..., shards: _Optional[_Iterable[_Union[ProcessGroupSample, _Mapping]]] = ..., shard_states: _Optional[_Iterable[_Union[ShardStatus, _Mapping]]] = ..., engines_installed: _Optional[_Iterable[str]] = ..., engines_installing: _Optional[_Iterable[str]] = ..., sampled_at: _Optional[float] = ..., disk_free_bytes: _Optional[int] = ..., health: _Optional[_Union[HealthReport, _Mapping]] = ..., slurm: _Optional[_Union[SlurmReport, _Mapping]] = ..., firewall: _Optional[_Union[FirewallReport, _Mapping]] = ..., memory_bandwidth: _Optional[_Union[MemoryBandwidth, _Mapping]] = ..., sensors: _Optional[_Union[NodeSensors, _Mapping]] = ...) -> None: ...
+    training_jobs: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, time: _Optional[float] = ..., gpus: _Optional[_Iterable[_Union[GpuSample, _Mapping]]] = ..., cpu_percent: _Optional[float] = ..., load1: _Optional[float] = ..., memory_used_bytes: _Optional[int] = ..., memory_available_bytes: _Optional[int] = ..., shards: _Optional[_Iterable[_Union[ProcessGroupSample, _Mapping]]] = ..., shard_states: _Optional[_Iterable[_Union[ShardStatus, _Mapping]]] = ..., engines_installed: _Optional[_Iterable[str]] = ..., engines_installing: _Optional[_Iterable[str]] = ..., sampled_at: _Optional[float] = ..., disk_free_bytes: _Optional[int] = ..., health: _Optional[_Union[HealthReport, _Mapping]] = ..., slurm: _Optional[_Union[SlurmReport, _Mapping]] = ..., firewall: _Optional[_Union[FirewallReport, _Mapping]] = ..., memory_bandwidth: _Optional[_Union[MemoryBandwidth, _Mapping]] = ..., sensors: _Optional[_Union[NodeSensors, _Mapping]] = ..., training_jobs: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class SensorValue(_message.Message):
     __slots__ = ("sensor", "label", "value")

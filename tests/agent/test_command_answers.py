@@ -389,9 +389,11 @@ async def test_a_training_is_cancelled_its_process_killed_and_a_job_without_base
     trainer = tmp_path / "python"
     trainer.write_text(FAKE_TRAINER)
     trainer.chmod(0o755)
-    async with _agent(tmp_path, training_python=trainer) as (agent, link):
+    async with _agent(tmp_path, training_python=trainer, heartbeat_interval=0.2) as (agent, link):
         await link.send(control_message(command_id="t1", start_training=_job(tmp_path, "slow")))
         await _reports(link, "running")
+        beat = await next_matching(link, lambda m: m.WhichOneof("body") == "heartbeat")
+        assert list(beat.heartbeat.training_jobs) == ["j1"]  # what runs there (a restarted agent lists none)
         await wait_for(lambda: (tmp_path / "state" / "training" / "j1" / "trainer.pid").is_file(), 10)
         pid = int((tmp_path / "state" / "training" / "j1" / "trainer.pid").read_text())
         await link.send(control_message(command_id="c1", cancel_training=pb.CancelTraining(job_id="j1")))

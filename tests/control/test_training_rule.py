@@ -18,7 +18,7 @@ from llmgw.control.handling import Handlers, every_command
 from llmgw.control.state import WatchState
 from llmgw.control.training import (
     CancelTraining, KeepTrainingPiece, Report, StartTraining, training_cancel_requested, training_piece_received,
-    training_reported, training_submitted,
+    training_reported, training_seen, training_submitted,
 )
 from llmgw.control.training_handlers import keep_piece, read_adapter
 from llmgw.errors import UsageError
@@ -86,6 +86,18 @@ def test_a_node_that_goes_fails_its_job_and_frees_it_and_a_cancel_is_sent_to_the
     assert cancels == (Cancel("a", "n1", "cancelled by the operator"),)
     assert following.get("a").state is JobState.CANCELLED
     assert [(s.status.job_id, s.node_id) for s in starts] == [("b", "n1")]  # the node is free again at once
+
+
+def test_a_job_its_agent_no_longer_runs_fails_once_a_heartbeat_says_so(tmp_path: Path):
+    settings = load_directory(write_seed(tmp_path / "seed", "ab" * 32))
+    state = control_state(settings, NodeState("n1"), NodeState("n2"))
+    jobs = [JobStatus(job("a"), JobState.RUNNING, node_id="n1"), JobStatus(job("b"), JobState.STARTING, node_id="n1"),
+            JobStatus(job("c"), JobState.SENDING, node_id="n1"), JobStatus(job("d"), JobState.CONVERTING, node_id="n2")]
+    state = replace(state, training=book(*jobs))
+    assert training_seen(state, "n1", frozenset({"a"}), 1.0) is state
+    after = training_seen(state, "n1", frozenset(), 2.0).training
+    assert [s.state for s in after.jobs] == [JobState.FAILED, JobState.STARTING, JobState.SENDING, JobState.CONVERTING]
+    assert after.get("a").error == "the agent of node n1 no longer runs the job (it restarted?); submit it again"
 
 
 def test_a_job_request_is_checked_field_by_field():
