@@ -61,6 +61,16 @@ def training_python() -> Path:
     return ensure_training_env(cache() / "engines")
 
 
+async def llmgw(plane: ControlPlane, *args: str) -> str:
+    """Run the `llmgw` CLI against `plane`'s admin API; its output (it must succeed)."""
+    got = await trio.run_process([sys.executable, "-m", "llmgw.cli", *args, "--url", plane.admin_url, "--token",
+                                  plane.admin_token], capture_stdout=True, capture_stderr=True, check=False,
+                                 env={**os.environ, "PYTHONPATH": str(ROOT)})
+    said = (got.stdout + got.stderr).decode()
+    assert got.returncode == 0, said
+    return said
+
+
 async def greedy(sdk: openai.AsyncOpenAI, model: str) -> str:
     answer = await sdk.completions.create(model=model, prompt=PROMPT, max_tokens=12, temperature=0, seed=1)
     assert answer.usage.completion_tokens >= 1 and answer.model == model
@@ -90,10 +100,12 @@ async def test_a_lora_trained_on_a_node_is_converted_kept_downloaded_added_and_s
         admin = httpx.AsyncClient(base_url=plane.admin_url, timeout=30,
                                   headers={"Authorization": f"Bearer {plane.admin_token}"})
         started = time.monotonic()
-        submitted = (await admin.post("/api/v1/training", json={
-            "job": "gull-rock", "model": "gemma-3-270m", "base": str(gemma_hf), "pairs": PAIRS.read_text(),
-            "memory": "512Mi", "hyper": HYPER})).json()
-        assert (submitted["state"], submitted["node_id"], submitted["pairs"]) == ("starting", "n1", 20), submitted
+        said = await llmgw(plane, "train", "submit", "--job", "gull-rock", "--model", "gemma-3-270m", "--base",
+                           str(gemma_hf), "--pairs", str(PAIRS), "--memory", "512Mi",
+                           *[f"--{k.replace('_', '-')}={v}" for k, v in HYPER.items()])
+        assert said.startswith("gull-rock            gemma-3-270m     starting   n1           step 0/4"), said
+        submitted = plane.training_job("gull-rock")
+        assert (submitted["pairs"], submitted["hyper"]["rank"], submitted["memory_bytes"]) == (20, 4, 512 << 20)
         refused = await admin.post("/api/v1/training", json={"job": "gull-rock", "model": "gemma-3-270m",
                                                              "base": str(gemma_hf), "pairs": PAIRS.read_text()})
         assert refused.status_code == 409 and "exists already" in refused.json()["error"]["message"]
@@ -118,13 +130,8 @@ async def test_a_lora_trained_on_a_node_is_converted_kept_downloaded_added_and_s
 
         # `llmgw train get --add-to-catalog`: the file written, checked, and committed as the model's adapter
         out = tmp_path / "gull-rock.gguf"
-        command = [sys.executable, "-m", "llmgw.cli", "train", "get", "gull-rock", "-o", str(out), "--add-to-catalog",
-                   "--url", plane.admin_url, "--token", plane.admin_token, "--author-name", "Op",
-                   "--author-email", "op@example.com"]
-        got = await trio.run_process(command, capture_stdout=True, capture_stderr=True, check=False,
-                                     env={**os.environ, "PYTHONPATH": str(ROOT)})
-        said = (got.stdout + got.stderr).decode()
-        assert got.returncode == 0, said
+        said = await llmgw(plane, "train", "get", "gull-rock", "-o", str(out), "--add-to-catalog",
+                           "--author-name", "Op", "--author-email", "op@example.com")
         assert out.read_bytes()[:4] == b"GGUF" and "gemma-3-270m: adapter gull-rock added" in said, said
         await wait_for(lambda: plane.table.models.get("gull-rock") and plane.table.models["gull-rock"].replicas,
                        120, "the replica back with the adapter", plane.status)
