@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 STATE ?= .state
 export LLMGW_CACHE ?= $(HOME)/.cache/llmgw
 
-.PHONY: up test image venv engine vllm lint bench bench-deps clean prometheus chromium system-packages node-sdk oidc-provider node-check helm k8s-models
+.PHONY: up test image venv engine vllm train-env lint bench bench-deps clean prometheus chromium system-packages node-sdk oidc-provider node-check helm k8s-models
 
 venv: $(VENV)/.installed
 
@@ -27,6 +27,12 @@ engine: venv
 # the first time, 3.5 GB) and Gemma converted from the demo GGUF to Hugging Face format (~1 min); cached, then quick.
 vllm: engine
 	$(BIN)/python -m llmgw.engines.vllm_demo
+
+# The training environment (docs/training.md): torch 2.13.0 (the CPU build on this machine's disk), transformers and
+# peft, pinned (llmgw/training/environment.py), in its own venv under $(LLMGW_CACHE)/engines/train (~3 min and
+# 1.2 GB the first time; cached, then quick). The training test also needs `make vllm`'s converted Gemma.
+train-env: venv
+	$(BIN)/python -m llmgw.training.environment
 
 up: engine
 	$(BIN)/llmgw up --repo examples/cluster-repo --state $(STATE)
@@ -95,7 +101,7 @@ TEST_WORKERS ?= 2
 TEST_DURATIONS ?= 25
 # tests/up runs after, in one process: its `llmgw up` processes time out on the workers (a deeper tmp_path made
 # munged's socket name too long; llmgw up's restart test was seen stuck there twice, cause not found).
-test: engine vllm lint system-packages node-sdk oidc-provider helm k8s-models
+test: engine vllm train-env lint system-packages node-sdk oidc-provider helm k8s-models
 	$(BIN)/pytest -n $(TEST_WORKERS) --durations=$(TEST_DURATIONS) --ignore=tests/up; \
 	first=$$?; $(BIN)/pytest --durations=$(TEST_DURATIONS) tests/up && exit $$first
 

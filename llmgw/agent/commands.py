@@ -7,9 +7,10 @@ body, its field unknown to this agent's protocol) goes to `not_understood`, whic
 not understood. Adding a command is: the message in `llmgw.wire`, a handler, a line in `COMMANDS`; no if-chain.
 
 The handlers, by concept: StartShard and StopShard in `llmgw.agent.shard_commands`, InstallEngine in
-`llmgw.agent.install_command`, AgentSettings, RequestLogs, FabricTest, Restart and the notices Registered,
-SlurmJobsRecorded, CertificateRenewed and TrustCertificates in `llmgw.agent.node_commands`, UpgradeAgent in
-`llmgw.agent.upgrade_command`, WipeNode in `llmgw.agent.wiping`. Each command is answered with a CommandResult carrying its
+`llmgw.agent.install_command`, StartTraining and CancelTraining in `llmgw.agent.training_commands`, AgentSettings,
+RequestLogs, FabricTest, Restart and the notices Registered, SlurmJobsRecorded, CertificateRenewed and
+TrustCertificates in `llmgw.agent.node_commands`, UpgradeAgent in `llmgw.agent.upgrade_command`, WipeNode in
+`llmgw.agent.wiping`. Each command is answered with a CommandResult carrying its
 `command_id` (FabricTest with a FabricTestOutput; the notices not at all). Long commands (starting a shard,
 installing an engine) run as tasks of the agent's own nursery, so they go on while the connection is down.
 """
@@ -22,7 +23,7 @@ from types import MappingProxyType
 
 import trio
 
-from llmgw.agent import install_command, node_commands, shard_commands, upgrade_command, wiping
+from llmgw.agent import install_command, node_commands, shard_commands, training_commands, upgrade_command, wiping
 from llmgw.agent.fencing import FENCED_COMMANDS, save_token
 from llmgw.agent.node import Command, CommandHandler, NodeAgent
 from llmgw.wire import AgentLink, pb
@@ -51,6 +52,8 @@ COMMANDS: Mapping[str, CommandHandler] = MappingProxyType({
     "trust_certificates": node_commands.trust_certificates,
     "upgrade_agent": upgrade_command.upgrade_agent,
     "wipe_node": wiping.wipe_node,
+    "start_training": training_commands.start_training,
+    "cancel_training": training_commands.cancel_training,
 })
 """The handler of each ControlMessage body, by its field name in the `body` oneof."""
 

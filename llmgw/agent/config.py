@@ -79,6 +79,8 @@ class AgentConfig:
     agents; `llmgw agent` and `llmgw up` run it for 0.25 s). `slurm_users_prefix` and `slurm_programs` are the Slurm keeper's (`llmgw.agent.slurm`):
     shadow's `--prefix` for the Linux users of `users: llmgw` ("": the machine's own /etc/passwd) and executables used
     instead of munged, slurmd, scontrol... found on PATH (stand-ins, in tests).
+    `training_python`: the training venv's interpreter (`llmgw.training.environment`; None: the one installed under
+    `engines_dir`, else under `<cache_dir>/engines`).
     """
 
     node_id: str = field(default_factory=socket.gethostname)
@@ -115,6 +117,7 @@ class AgentConfig:
     slurm_users_prefix: str = ""
     slurm_programs: Mapping[str, str] = field(default_factory=dict)
     install_journal: Path = JOURNAL_PATH  # the host's install journal, what WipeNode undoes (llmgw.agent.wiping)
+    training_python: Path | None = None
 
     @property
     def trace_target(self) -> tuple[str, float] | None:

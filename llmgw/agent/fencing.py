@@ -17,7 +17,7 @@ from pathlib import Path
 TOKEN_FILE = "fencing-token"
 
 FENCED_COMMANDS = frozenset({"start_shard", "stop_shard", "install_engine", "agent_settings", "restart",
-                             "upgrade_agent", "wipe_node"})
+                             "upgrade_agent", "wipe_node", "start_training", "cancel_training"})
 """The ControlMessage bodies that change the node: each is checked against the fence. RequestLogs only reads."""
 
 

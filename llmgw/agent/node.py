@@ -106,6 +106,7 @@ class NodeAgent:
         self.pending: dict[str, ShardView] = {}        # shards before the supervisor runs them, or failed so
         self.starting: dict[str, trio.CancelScope] = {}
         self.installing: dict[str, pb.EngineStatus] = {}
+        self.training: dict[str, trio.CancelScope] = {}  # training jobs under way, by job id (training_commands)
         self.restart_requested = trio.Event()
         self.wiped = False  # WipeNode took llmgw off the host: the agent stops instead of restarting
         # Set when AgentSettings change what Register says (ignore_gpus): the session ends and the agent connects

@@ -25,6 +25,7 @@ FEATURES: tuple[str, ...] = (
     features.ADOPT, features.LOGS, features.INSTALL_LLAMA_CPP, features.WEIGHTS_MIRROR, features.WEIGHTS_HTTPS,
     features.WEIGHTS_HF, features.RESTART, features.IGNORE_GPUS, features.TELEMETRY_INTERVAL, features.INSTALL_VLLM,
     features.INSTALL_SGLANG, features.WEIGHTS_HF_DIRECTORY, features.FABRIC_TEST, features.UPGRADE, features.WIPE,
+    features.TRAINING,
 )
 """The features this agent version implements (`llmgw.wire.features`), sent in `Register.features`."""
 

@@ -361,6 +361,7 @@ class _Session:
             engines=reading.engines, sensors=reading.sensors,
         )
         beat.sampled_at = min(beat.time, reading.unix_time)
+        beat.training_jobs.extend(sorted(agent.training))  # built and queued with no checkpoint between
         disk = free_bytes_under(agent.config.weights_path)
         if disk is not None:
             beat.disk_free_bytes = disk

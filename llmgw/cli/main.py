@@ -45,6 +45,7 @@ COMMAND_MODULES: dict[str, tuple[str, ...]] = {
              "llmgw.cli.node_remove"),
     "slurm": ("llmgw.cli.slurm_cmds",),
     "model": ("llmgw.cli.model_cmds",),
+    "train": ("llmgw.cli.train_cmds",),
     "firewall": ("llmgw.cli.firewall_cmds",),
     "wipe": ("llmgw.cli.wipe_cmd",),
     "release": ("llmgw.cli.release_cmds",),

@@ -47,6 +47,11 @@ The API is described in docs/admin-api.yaml (OpenAPI 3.1), served at GET /openap
                                               a commit of slurm.yaml ssh_keys
     GET  /api/v1/keys?project=P | POST /api/v1/keys {"project", "name"} | POST /api/v1/keys/{id}/revoke
                                               API keys (llmgw.control.admin_keys: members their projects')
+    POST /api/v1/training {"model", "base", "pairs", "node", "node_class", "memory", "hyper", "adapter", "job"}
+                                              queue a training job (llmgw.control.training_requests)
+    GET  /api/v1/training | /api/v1/training/{job}   the training jobs, one job (state, loss, peak memory)
+    POST /api/v1/training/{job}/cancel        cancel a training job
+    GET  /api/v1/training/{job}/adapter       a finished job's adapter from the store (base64)
     POST /api/v1/join-tokens {"ttl_seconds"}  a one-time token for `llmgw node join` (mTLS control planes), at
                                               most 7 days (MAX_JOIN_TOKEN_TTL)
     GET  /console/...                         the web console (llmgw.console; its own login, docs/console.md),
@@ -496,6 +501,8 @@ class AdminApp:
             if not a or not b:
                 raise _HttpError(400, "bad_request", "say which nodes: {\"a\": CLIENT_NODE, \"b\": SERVER_NODE}")
             return await _send_json(send, 200, await plane.fabric_test(a, b))
+        if path == "/api/v1/training" or path.startswith("/api/v1/training/"):
+            return await self._training(receive, send, method, path)
         if method == "GET" and path == "/api/v1/slurm/users":
             return await _send_json(send, 200, await plane.slurm_users())
         if method == "POST" and path == "/api/v1/join-tokens":
@@ -509,6 +516,22 @@ class AdminApp:
         if admin_upgrade.serves(method, path):
             return await _send_json(send, 200, await admin_upgrade.serve_upgrade(
                 plane, path, query, receive, Path(getattr(plane, "state_dir", "."))))
+        raise _HttpError(404, "not_found", f"no route {method} {path}")
+
+    async def _training(self, receive, send, method: str, path: str) -> None:
+        """The training routes (`llmgw.control.training_requests`)."""
+        parts = path.split("/")[4:]  # after /api/v1/training
+        plane = self.plane
+        if method == "POST" and not parts:
+            return await _send_json(send, 200, await plane.submit_training(_json_body(await _read_body(receive))))
+        if method == "GET" and not parts:
+            return await _send_json(send, 200, plane.training_jobs())
+        if method == "GET" and len(parts) == 1:
+            return await _send_json(send, 200, plane.training_job(parts[0]))
+        if method == "POST" and len(parts) == 2 and parts[1] == "cancel":
+            return await _send_json(send, 200, await plane.cancel_training(parts[0]))
+        if method == "GET" and len(parts) == 2 and parts[1] == "adapter":
+            return await _send_json(send, 200, await plane.training_adapter(parts[0]))
         raise _HttpError(404, "not_found", f"no route {method} {path}")
 
     async def _edit(self, send, caller: Caller, path: str, body: dict[str, Any]) -> None:

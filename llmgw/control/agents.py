@@ -46,6 +46,9 @@ from llmgw.control.reports import (
 from llmgw.control.sessions import AgentSession, CommandOutcome
 from llmgw.control.slurm_usage import slurm_usage
 from llmgw.control.state import ControlState
+from llmgw.control.training import (
+    KeepTrainingPiece, Report, training_piece_received, training_reported, training_seen,
+)
 from llmgw.control.versions import newer_agent_refusal
 from llmgw.errors import TemporaryError, UsageError, WireError
 from llmgw.identity import EngineState
@@ -267,11 +270,15 @@ def _heartbeat(hub: AgentHub, node_id: str, session: AgentSession, beat, now: fl
     if beat.HasField("slurm") and (beat.slurm.finished_jobs or beat.slurm.finished_until):
         hub._update(_slurm_jobs(node_id, beat.slurm, hub.refused), f"ended Slurm jobs from {node_id}")
 
+    training = frozenset(beat.training_jobs)
+
     def transition(state: ControlState) -> tuple[ControlState, bool]:
         fleet, changed = state.fleet.heartbeat(
             node_id, now, shards=shards, details=details, engines_installed=installed,
             engines_installing=installing, readings=readings, health=health, slurm_job_steps=steps, slurm=slurm,
             firewall=firewall, memory_bandwidth=bandwidth)
+        if state.training.jobs:  # a job its agent no longer runs failed with it
+            state = training_seen(state, node_id, training, time.time())
         return state.with_fleet(fleet), changed
 
     return transition, origin
@@ -351,6 +358,11 @@ MESSAGES: dict[str, Callable[..., Any]] = {
     "log_lines": lambda hub, node_id, session, lines, now: session.deliver_logs(lines),
     "fabric_test_output": lambda hub, node_id, session, output, now: session.deliver_fabric_test(output),
     "renew_certificate": _renew_certificate,
+    "training_report": lambda hub, node_id, session, report, now: (training_reported(node_id, Report(
+        report.job_id, report.state, report.step, report.steps, report.loss, tuple(report.losses),
+        report.peak_memory_bytes, report.seconds, report.error), time.time()), None),
+    "training_piece": lambda hub, node_id, session, piece, now: (training_piece_received(node_id, KeepTrainingPiece(
+        piece.job_id, piece.name, piece.index, piece.count, bytes(piece.data), piece.size, piece.sha256)), None),
 }
 """An agent message's kind (the `AgentMessage.body` field set) -> its handler `(hub, node id, session, body, now on
 the control plane's clock)`, which returns (the event's transition, the agent's send time in unix seconds or None),

@@ -33,6 +33,7 @@ from llmgw.control.forecast_audit import watch_forecast
 from llmgw.control.effects import COMMANDS, Command, Effect, RememberNodes, SetApplied, WriteAudit, command_for
 from llmgw.control.reports import memory_thresholds, settings_view
 from llmgw.control.starting import with_starts_in_flight
+from llmgw.control.training import training_step
 from llmgw.control.state import (
     RECENT_PASSES, ActionKey, ActionRecord, ControlState, Failure, InFlight, Outcome, PassRecord, PlanBasis, frozen,
 )
@@ -300,6 +301,8 @@ def decide(
     if following.leadership.leader:
         following, forecast_effects = watch_forecast(following, now, now_unix)  # this pass's convergence counts
         effects += forecast_effects
+        following, training_effects = training_step(following, now_unix)  # a node lost, or given room
+        effects += training_effects
         following, leader_effects = _leader_writes(following, record, now)
         effects += leader_effects
     return Decision(plan, tuple(send), record, tuple(effects)), following

@@ -7,7 +7,8 @@ registered by `register_handlers` in the loop's registry (`llmgw.control.handlin
 - `RememberNodes` and `RecordSlurmUsage` write the store (in a worker thread);
 - `PublishRoutingTable` goes to the gateway feed (`llmgw.control.feeding.GatewayFeed`);
 - `MeasureCanary` reads a canary's usage records from the store, `ProposeRevert` writes a revert branch into the
-  repository the audit goes to (both in a worker thread; `llmgw.control.canaries`).
+  repository the audit goes to (both in a worker thread; `llmgw.control.canaries`);
+- `StartTraining`, `CancelTraining` (commands) and `KeepTrainingPiece` (the store): `llmgw.control.training_handlers`.
 
 What a handler learns goes back to the loop as a transition (`update`); none reads the loop's state.
 """
@@ -37,6 +38,7 @@ from llmgw.control.handling import Handlers
 from llmgw.control.recovering import KNOWN_NODES_KEY, encode_known
 from llmgw.control.reports import fleet_for
 from llmgw.control.slurm_store import advance_cursor, read_cursor, users_from_store
+from llmgw.control.training_handlers import register_training_handlers
 from llmgw.errors import EngineError, SettingsError, StoreError, TemporaryError
 from llmgw.plan.canary import CanarySample, percentile
 from llmgw.plan.reviewed import review_differences
@@ -84,6 +86,7 @@ def register_handlers(handlers: Handlers, ctx: EffectContext) -> None:
     handlers.register(MeasureTtft, lambda e: _measure_ttft(ctx, e))
     handlers.register(MeasureForecast, lambda e: _measure_forecast(ctx, e))
     handlers.register(ProposeRevert, lambda e: _propose_revert(ctx, e))
+    register_training_handlers(handlers, ctx)  # StartTraining, CancelTraining, KeepTrainingPiece
 
 
 async def _measure_canary(ctx: EffectContext, effect: MeasureCanary) -> None:

@@ -20,7 +20,7 @@ from typing import Any
 
 import trio
 
-from llmgw.control import node_requests
+from llmgw.control import node_requests, training_requests
 from llmgw.control.agents import AgentHub
 from llmgw.control.kv_blocks import KV_BLOCKS_PER_REPLICA
 from llmgw.control.applying import apply
@@ -230,6 +230,26 @@ class ControlPlane:
     async def slurm_users(self) -> dict[str, Any]:
         """`llmgw slurm users` (`llmgw.control.node_requests.slurm_users`)."""
         return await node_requests.slurm_users(self.loop.state, self.store)
+
+    async def submit_training(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Queue a training job (`llmgw.control.training_requests.submit`)."""
+        return await training_requests.submit(self.loop, body)
+
+    def training_jobs(self) -> dict[str, Any]:
+        """Every training job's status (`llmgw.control.training_requests.jobs`)."""
+        return training_requests.jobs(self.loop)
+
+    def training_job(self, job_id: str) -> dict[str, Any]:
+        """One training job's status. Raises UsageError for an unknown job."""
+        return training_requests.job_status(self.loop, job_id)
+
+    async def cancel_training(self, job_id: str) -> dict[str, Any]:
+        """Cancel a training job (`llmgw.control.training_requests.cancel`)."""
+        return await training_requests.cancel(self.loop, job_id)
+
+    async def training_adapter(self, job_id: str) -> dict[str, Any]:
+        """A finished training job's adapter from the store (`llmgw.control.training_requests.adapter`)."""
+        return await training_requests.adapter(self.store, job_id)
 
     def kick(self, reason: str) -> None:
         """Bring the next reconcile pass forward."""

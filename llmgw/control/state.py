@@ -28,6 +28,7 @@ from llmgw.plan.forecast_check import ForecastCheck
 from llmgw.plan.reviewed import ReviewedPlan
 from llmgw.plan.types import Action, Fleet, Plan, Unplaced
 from llmgw.settings.model import Model, Rollout, Settings
+from llmgw.training.jobs import TrainingBook
 
 ActionKey = tuple[str, str, str]
 """(kind, node id, subject): one planned action, whatever pass planned it. See `action_key`."""
@@ -346,6 +347,8 @@ class ControlState:
     for it, waiting for a replica (absent: none). `ttfts`: model name -> the TTFT p90 of its recent requests, read
     from the usage records for models with a `ttft_p90` target (`Ttft`). `upgrade`: the last `llmgw upgrade`
     rollout (`llmgw.control.upgrades.Upgrade`; runtime state, forgotten by a restart; None: none since the start).
+    `training`: the training jobs and how each stands (`llmgw.training.jobs.TrainingBook`; runtime state,
+    forgotten by a restart; `llmgw.control.training`).
     """
 
     watch: WatchState = WatchState()
@@ -377,6 +380,7 @@ class ControlState:
     ttfts: Mapping[str, Ttft] = field(default_factory=frozen)
     forecast_audit: ForecastAudit | None = None
     upgrade: Upgrade | None = None
+    training: TrainingBook = TrainingBook()
 
     @property
     def settings(self) -> Settings | None:

@@ -152,6 +152,21 @@ class ControlView(Protocol):
     def create_join_token(self, ttl_seconds: float = 3600.0) -> dict[str, Any]:
         """A one-time join token for a new node."""
 
+    async def submit_training(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Queue a training job (`llmgw.control.training_requests.submit`): its status."""
+
+    def training_jobs(self) -> dict[str, Any]:
+        """{"jobs": [...]}: every training job's status."""
+
+    def training_job(self, job_id: str) -> dict[str, Any]:
+        """One training job's status."""
+
+    async def cancel_training(self, job_id: str) -> dict[str, Any]:
+        """Cancel a training job: its status."""
+
+    async def training_adapter(self, job_id: str) -> dict[str, Any]:
+        """A finished training job's adapter: {"job", "name", "size", "sha256", "data_base64"}."""
+
 
 def failure_documents(state: ControlState) -> list[dict[str, Any]]:
     """The failed actions of `state` waiting to be retried, as the status document lists them: kind, node,

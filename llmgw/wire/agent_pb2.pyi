@@ -7,7 +7,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class AgentMessage(_message.Message):
-    __slots__ = ("protocol", "register", "heartbeat", "shard_status", "log_lines", "command_result", "engine_status", "kv_blocks", "fabric_test_output", "renew_certificate")
+    __slots__ = ("protocol", "register", "heartbeat", "shard_status", "log_lines", "command_result", "engine_status", "kv_blocks", "fabric_test_output", "renew_certificate", "training_report", "training_piece")
     PROTOCOL_FIELD_NUMBER: _ClassVar[int]
     REGISTER_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
@@ -18,6 +18,8 @@ class AgentMessage(_message.Message):
     KV_BLOCKS_FIELD_NUMBER: _ClassVar[int]
     FABRIC_TEST_OUTPUT_FIELD_NUMBER: _ClassVar[int]
     RENEW_CERTIFICATE_FIELD_NUMBER: _ClassVar[int]
+    TRAINING_REPORT_FIELD_NUMBER: _ClassVar[int]
+    TRAINING_PIECE_FIELD_NUMBER: _ClassVar[int]
     protocol: int
     register: Register
     heartbeat: Heartbeat
@@ -28,10 +30,12 @@ class AgentMessage(_message.Message):
     kv_blocks: KvBlocks
     fabric_test_output: FabricTestOutput
     renew_certificate: RenewCertificate
-    def __init__(self, protocol: _Optional[int] = ..., register: _Optional[_Union[Register, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., shard_status: _Optional[_Union[ShardStatus, _Mapping]] = ..., log_lines: _Optional[_Union[LogLines, _Mapping]] = ..., command_result: _Optional[_Union[CommandResult, _Mapping]] = ..., engine_status: _Optional[_Union[EngineStatus, _Mapping]] = ..., kv_blocks: _Optional[_Union[KvBlocks, _Mapping]] = ..., fabric_test_output: _Optional[_Union[FabricTestOutput, _Mapping]] = ..., renew_certificate: _Optional[_Union[RenewCertificate, _Mapping]] = ...) -> None: ...
+    training_report: TrainingReport
+    training_piece: TrainingPiece
+    def __init__(self, protocol: _Optional[int] = ..., register: _Optional[_Union[Register, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., shard_status: _Optional[_Union[ShardStatus, _Mapping]] = ..., log_lines: _Optional[_Union[LogLines, _Mapping]] = ..., command_result: _Optional[_Union[CommandResult, _Mapping]] = ..., engine_status: _Optional[_Union[EngineStatus, _Mapping]] = ..., kv_blocks: _Optional[_Union[KvBlocks, _Mapping]] = ..., fabric_test_output: _Optional[_Union[FabricTestOutput, _Mapping]] = ..., renew_certificate: _Optional[_Union[RenewCertificate, _Mapping]] = ..., training_report: _Optional[_Union[TrainingReport, _Mapping]] = ..., training_piece: _Optional[_Union[TrainingPiece, _Mapping]] = ...) -> None: ...
 
 class ControlMessage(_message.Message):
-    __slots__ = ("protocol", "command_id", "fencing_token", "start_shard", "stop_shard", "install_engine", "agent_settings", "request_logs", "restart", "registered", "slurm_jobs_recorded", "fabric_test", "certificate_renewed", "trust_certificates", "upgrade_agent", "wipe_node")
+    __slots__ = ("protocol", "command_id", "fencing_token", "start_shard", "stop_shard", "install_engine", "agent_settings", "request_logs", "restart", "registered", "slurm_jobs_recorded", "fabric_test", "certificate_renewed", "trust_certificates", "upgrade_agent", "wipe_node", "start_training", "cancel_training")
     PROTOCOL_FIELD_NUMBER: _ClassVar[int]
     COMMAND_ID_FIELD_NUMBER: _ClassVar[int]
     FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
@@ -48,6 +52,8 @@ class ControlMessage(_message.Message):
     TRUST_CERTIFICATES_FIELD_NUMBER: _ClassVar[int]
     UPGRADE_AGENT_FIELD_NUMBER: _ClassVar[int]
     WIPE_NODE_FIELD_NUMBER: _ClassVar[int]
+    START_TRAINING_FIELD_NUMBER: _ClassVar[int]
+    CANCEL_TRAINING_FIELD_NUMBER: _ClassVar[int]
     protocol: int
     command_id: str
     fencing_token: int
@@ -64,7 +70,9 @@ class ControlMessage(_message.Message):
     trust_certificates: TrustCertificates
     upgrade_agent: UpgradeAgent
     wipe_node: WipeNode
-    def __init__(self, protocol: _Optional[int] = ..., command_id: _Optional[str] = ..., fencing_token: _Optional[int] = ..., start_shard: _Optional[_Union[StartShard, _Mapping]] = ..., stop_shard: _Optional[_Union[StopShard, _Mapping]] = ..., install_engine: _Optional[_Union[InstallEngine, _Mapping]] = ..., agent_settings: _Optional[_Union[AgentSettings, _Mapping]] = ..., request_logs: _Optional[_Union[RequestLogs, _Mapping]] = ..., restart: _Optional[_Union[Restart, _Mapping]] = ..., registered: _Optional[_Union[Registered, _Mapping]] = ..., slurm_jobs_recorded: _Optional[_Union[SlurmJobsRecorded, _Mapping]] = ..., fabric_test: _Optional[_Union[FabricTest, _Mapping]] = ..., certificate_renewed: _Optional[_Union[CertificateRenewed, _Mapping]] = ..., trust_certificates: _Optional[_Union[TrustCertificates, _Mapping]] = ..., upgrade_agent: _Optional[_Union[UpgradeAgent, _Mapping]] = ..., wipe_node: _Optional[_Union[WipeNode, _Mapping]] = ...) -> None: ...
+    start_training: StartTraining
+    cancel_training: CancelTraining
+    def __init__(self, protocol: _Optional[int] = ..., command_id: _Optional[str] = ..., fencing_token: _Optional[int] = ..., start_shard: _Optional[_Union[StartShard, _Mapping]] = ..., stop_shard: _Optional[_Union[StopShard, _Mapping]] = ..., install_engine: _Optional[_Union[InstallEngine, _Mapping]] = ..., agent_settings: _Optional[_Union[AgentSettings, _Mapping]] = ..., request_logs: _Optional[_Union[RequestLogs, _Mapping]] = ..., restart: _Optional[_Union[Restart, _Mapping]] = ..., registered: _Optional[_Union[Registered, _Mapping]] = ..., slurm_jobs_recorded: _Optional[_Union[SlurmJobsRecorded, _Mapping]] = ..., fabric_test: _Optional[_Union[FabricTest, _Mapping]] = ..., certificate_renewed: _Optional[_Union[CertificateRenewed, _Mapping]] = ..., trust_certificates: _Optional[_Union[TrustCertificates, _Mapping]] = ..., upgrade_agent: _Optional[_Union[UpgradeAgent, _Mapping]] = ..., wipe_node: _Optional[_Union[WipeNode, _Mapping]] = ..., start_training: _Optional[_Union[StartTraining, _Mapping]] = ..., cancel_training: _Optional[_Union[CancelTraining, _Mapping]] = ...) -> None: ...
 
 class SlurmJobsRecorded(_message.Message):
     __slots__ = ("until",)
@@ -248,7 +256,7 @@ class EngineLoad(_message.Message):
     def __init__(self, requests_running: _Optional[float] = ..., requests_waiting: _Optional[float] = ..., kv_cache_usage: _Optional[float] = ..., prompt_tokens_total: _Optional[float] = ..., generation_tokens_total: _Optional[float] = ..., prefix_cache_hits_total: _Optional[float] = ..., prefix_cache_queries_total: _Optional[float] = ..., prefill_seconds_total: _Optional[float] = ..., prefill_tokens_total: _Optional[float] = ..., decode_seconds_total: _Optional[float] = ..., decode_tokens_total: _Optional[float] = ..., decode_requests_total: _Optional[float] = ..., steps_total: _Optional[float] = ..., busy_slots_per_step: _Optional[float] = ...) -> None: ...
 
 class Heartbeat(_message.Message):
-    __slots__ = ("time", "gpus", "cpu_percent", "load1", "memory_used_bytes", "memory_available_bytes", "shards", "shard_states", "engines_installed", "engines_installing", "sampled_at", "disk_free_bytes", "health", "slurm", "firewall", "memory_bandwidth", "sensors")
+    __slots__ = ("time", "gpus", "cpu_percent", "load1", "memory_used_bytes", "memory_available_bytes", "shards", "shard_states", "engines_installed", "engines_installing", "sampled_at", "disk_free_bytes", "health", "slurm", "firewall", "memory_bandwidth", "sensors", "training_jobs")
     TIME_FIELD_NUMBER: _ClassVar[int]
     GPUS_FIELD_NUMBER: _ClassVar[int]
     CPU_PERCENT_FIELD_NUMBER: _ClassVar[int]
@@ -266,6 +274,7 @@ class Heartbeat(_message.Message):
     FIREWALL_FIELD_NUMBER: _ClassVar[int]
     MEMORY_BANDWIDTH_FIELD_NUMBER: _ClassVar[int]
     SENSORS_FIELD_NUMBER: _ClassVar[int]
+    TRAINING_JOBS_FIELD_NUMBER: _ClassVar[int]
     time: float
     gpus: _containers.RepeatedCompositeFieldContainer[GpuSample]
     cpu_percent: float
@@ -283,7 +292,8 @@ class Heartbeat(_message.Message):
     firewall: FirewallReport
     memory_bandwidth: MemoryBandwidth
     sensors: NodeSensors
-    def __init__(self, time: _Optional[float] = ..., gpus: _Optional[_Iterable[_Union[GpuSample, _Mapping]]] = ..., cpu_percent: _Optional[float] = ..., load1: _Optional[float] = ..., memory_used_bytes: _Optional[int] = ..., memory_available_bytes: _Optional[int] = ..., shards: _Optional[_Iterable[_Union[ProcessGroupSample, _Mapping]]] = ..., shard_states: _Optional[_Iterable[_Union[ShardStatus, _Mapping]]] = ..., engines_installed: _Optional[_Iterable[str]] = ..., engines_installing: _Optional[_Iterable[str]] = ..., sampled_at: _Optional[float] = ..., disk_free_bytes: _Optional[int] = ..., health: _Optional[_Union[HealthReport, _Mapping]] = ..., slurm: _Optional[_Union[SlurmReport, _Mapping]] = ..., firewall: _Optional[_Union[FirewallReport, _Mapping]] = ..., memory_bandwidth: _Optional[_Union[MemoryBandwidth, _Mapping]] = ..., sensors: _Optional[_Union[NodeSensors, _Mapping]] = ...) -> None: ...
+    training_jobs: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, time: _Optional[float] = ..., gpus: _Optional[_Iterable[_Union[GpuSample, _Mapping]]] = ..., cpu_percent: _Optional[float] = ..., load1: _Optional[float] = ..., memory_used_bytes: _Optional[int] = ..., memory_available_bytes: _Optional[int] = ..., shards: _Optional[_Iterable[_Union[ProcessGroupSample, _Mapping]]] = ..., shard_states: _Optional[_Iterable[_Union[ShardStatus, _Mapping]]] = ..., engines_installed: _Optional[_Iterable[str]] = ..., engines_installing: _Optional[_Iterable[str]] = ..., sampled_at: _Optional[float] = ..., disk_free_bytes: _Optional[int] = ..., health: _Optional[_Union[HealthReport, _Mapping]] = ..., slurm: _Optional[_Union[SlurmReport, _Mapping]] = ..., firewall: _Optional[_Union[FirewallReport, _Mapping]] = ..., memory_bandwidth: _Optional[_Union[MemoryBandwidth, _Mapping]] = ..., sensors: _Optional[_Union[NodeSensors, _Mapping]] = ..., training_jobs: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class SensorValue(_message.Message):
     __slots__ = ("sensor", "label", "value")
@@ -942,3 +952,61 @@ class JoinResponse(_message.Message):
     ca_pem: bytes
     error: str
     def __init__(self, protocol: _Optional[int] = ..., certificate_pem: _Optional[bytes] = ..., ca_pem: _Optional[bytes] = ..., error: _Optional[str] = ...) -> None: ...
+
+class StartTraining(_message.Message):
+    __slots__ = ("job_id", "spec_json", "llama_cpp")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    SPEC_JSON_FIELD_NUMBER: _ClassVar[int]
+    LLAMA_CPP_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    spec_json: str
+    llama_cpp: str
+    def __init__(self, job_id: _Optional[str] = ..., spec_json: _Optional[str] = ..., llama_cpp: _Optional[str] = ...) -> None: ...
+
+class CancelTraining(_message.Message):
+    __slots__ = ("job_id", "reason")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    reason: str
+    def __init__(self, job_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class TrainingReport(_message.Message):
+    __slots__ = ("job_id", "state", "step", "steps", "loss", "peak_memory_bytes", "seconds", "error", "losses")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    STEPS_FIELD_NUMBER: _ClassVar[int]
+    LOSS_FIELD_NUMBER: _ClassVar[int]
+    PEAK_MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
+    SECONDS_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    LOSSES_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    state: str
+    step: int
+    steps: int
+    loss: float
+    peak_memory_bytes: int
+    seconds: float
+    error: str
+    losses: _containers.RepeatedScalarFieldContainer[float]
+    def __init__(self, job_id: _Optional[str] = ..., state: _Optional[str] = ..., step: _Optional[int] = ..., steps: _Optional[int] = ..., loss: _Optional[float] = ..., peak_memory_bytes: _Optional[int] = ..., seconds: _Optional[float] = ..., error: _Optional[str] = ..., losses: _Optional[_Iterable[float]] = ...) -> None: ...
+
+class TrainingPiece(_message.Message):
+    __slots__ = ("job_id", "name", "index", "count", "data", "size", "sha256")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    name: str
+    index: int
+    count: int
+    data: bytes
+    size: int
+    sha256: str
+    def __init__(self, job_id: _Optional[str] = ..., name: _Optional[str] = ..., index: _Optional[int] = ..., count: _Optional[int] = ..., data: _Optional[bytes] = ..., size: _Optional[int] = ..., sha256: _Optional[str] = ...) -> None: ...

@@ -33,10 +33,11 @@ WEIGHTS_HF_DIRECTORY = "weights:hf-directory"  # a WeightsFile naming hf://org/r
 FABRIC_TEST = "fabric-test:ib_write_bw"  # FabricTest: perftest's ib_write_bw server or client on one adapter
 UPGRADE = "upgrade"                    # UpgradeAgent: a release in pieces, installed beside, re-exec, rollback
 WIPE = "wipe"                          # WipeNode: engines stopped, the install journal undone, the agent stopped
+TRAINING = "training:lora"             # StartTraining, CancelTraining: LoRA jobs run by the agent (llmgw.training)
 
 ALL = (ADOPT, LOGS, INSTALL_LLAMA_CPP, WEIGHTS_MIRROR, WEIGHTS_HTTPS, WEIGHTS_HF, RESTART, IGNORE_GPUS,
        TELEMETRY_INTERVAL, INSTALL_VLLM, INSTALL_SGLANG, WEIGHTS_HF_DIRECTORY, FABRIC_TEST, UPGRADE,
-       WIPE)
+       WIPE, TRAINING)
 """Every feature name defined so far, in the order they were added."""
 
 BASE_KINDS = frozenset({
@@ -48,7 +49,7 @@ what they add). Closed: a kind added later goes to `KIND_FEATURES` (tests/wire/t
 every kind of agent.proto is in one of the two)."""
 
 KIND_FEATURES = {"request_logs": LOGS, "restart": RESTART, "fabric_test": FABRIC_TEST, "upgrade_agent": UPGRADE,
-                 "wipe_node": WIPE}
+                 "wipe_node": WIPE, "start_training": TRAINING, "cancel_training": TRAINING}
 """The feature a ControlMessage body kind needs, for the kinds outside `BASE_KINDS`."""
 
 

@@ -6,14 +6,15 @@ leader. The handlers behind them are `llmgw.agent.commands.COMMANDS`."""
 from __future__ import annotations
 
 import logging
+import os
 from contextlib import asynccontextmanager
 
 import pytest
 import trio
 
 from llmgw.agent import (
-    AgentConfig, commands, fabric_test, install_command, node_commands, run_agent, shard_commands, upgrade_command,
-    wiping,
+    AgentConfig, commands, fabric_test, install_command, node_commands, run_agent, shard_commands, training_commands,
+    upgrade_command, wiping,
 )
 from llmgw.agent.config import load_agent_settings
 from llmgw.agent.node import Command
@@ -36,6 +37,7 @@ HANDLERS = {
     "trust_certificates": node_commands.trust_certificates,
     "upgrade_agent": upgrade_command.upgrade_agent,
     "wipe_node": wiping.wipe_node,
+    "start_training": training_commands.start_training, "cancel_training": training_commands.cancel_training,
 }
 
 
@@ -321,7 +323,8 @@ async def test_a_fenced_command_from_a_deposed_leader_is_refused_and_not_run(tmp
               "install_engine": pb.InstallEngine(engine="llama.cpp", version="b1"),
               "agent_settings": pb.AgentSettings(heartbeat_interval=9.0), "restart": pb.Restart(),
               "upgrade_agent": pb.UpgradeAgent(version="9.9.9", data=b"x", total_bytes=1, last=True),
-              "wipe_node": pb.WipeNode()}
+              "wipe_node": pb.WipeNode(),
+              "start_training": _job(tmp_path, "m"), "cancel_training": pb.CancelTraining(job_id="j1")}
     async with _agent(tmp_path) as (agent, link):
         await link.send(control_message(command_id="new", fencing_token=7,
                                         agent_settings=pb.AgentSettings(heartbeat_interval=2.0)))
@@ -330,7 +333,7 @@ async def test_a_fenced_command_from_a_deposed_leader_is_refused_and_not_run(tmp
         [result] = await _answers(link, "old")
         assert not result.ok and "token 6, older than token 7" in result.error
         assert agent.config.heartbeat_interval == 2.0 and not agent.restart_requested.is_set()
-        assert agent.supervisor.get("m-0/0") is None and "m-0/0" not in agent.pending
+        assert agent.supervisor.get("m-0/0") is None and "m-0/0" not in agent.pending and not agent.training
         await _nothing_before_next(link)
 
 
@@ -372,3 +375,90 @@ async def test_wipe_node_without_an_install_journal_is_refused_and_the_agent_goe
             f"{tmp_path / 'none.json'}: no install journal on this node: llmgw was not installed here by `llmgw node "
             "add`, so there is nothing the agent can wipe; nothing was removed")
         await _nothing_before_next(link)
+
+
+FAKE_TRAINER = """#!/bin/sh
+# a stand-in for the training venv's python: `python -I train_lora.py JOB BASE OUT` (llmgw.training.running)
+echo $$ > "$(dirname "$3")/trainer.pid"
+echo 'Loading weights: 100%'
+echo '{"event": "step", "step": 1, "steps": 2, "loss": 2.5, "peak_memory_bytes": 1000, "seconds": 0.1}'
+grep -q '"model": "slow"' "$3" && exec sleep 60
+grep -q '"model": "broken"' "$3" && { echo 'CUDA out of memory'; exit 1; }
+echo '{"event": "step", "step": 2, "steps": 2, "loss": 1.0, "peak_memory_bytes": 3000, "seconds": 0.2}'
+mkdir -p "$5" && echo '{"r": 4}' > "$5/adapter_config.json" && printf 'weights' > "$5/adapter_model.safetensors"
+"""
+
+
+def _job(tmp_path, model: str) -> pb.StartTraining:
+    from llmgw.training.jobs import HyperParameters, TrainingJob
+
+    base = tmp_path / "base"
+    base.mkdir(exist_ok=True)
+    (base / "config.json").write_text("{}")
+    job = TrainingJob("j1", model, str(base), (("q", "a"),), hyper=HyperParameters(steps=2))
+    return pb.StartTraining(job_id="j1", spec_json=job.to_json())
+
+
+async def _reports(link, until: str) -> list:
+    """The TrainingReport and TrainingPiece bodies the agent sends until a report in state `until`."""
+    seen = []
+    with trio.fail_after(20):
+        while True:
+            message = await link.receive()
+            if message.WhichOneof("body") in ("training_report", "training_piece"):
+                seen.append(_body(message))
+                if message.WhichOneof("body") == "training_report" and message.training_report.state == until:
+                    return seen
+
+
+async def test_start_training_runs_the_trainer_reports_each_step_and_sends_the_adapter_back(tmp_path):
+    trainer = tmp_path / "python"
+    trainer.write_text(FAKE_TRAINER)
+    trainer.chmod(0o755)
+    async with _agent(tmp_path, training_python=trainer) as (_, link):
+        await link.send(control_message(command_id="t1", start_training=_job(tmp_path, "m")))
+        seen = await _reports(link, "done")
+        reports = [(r.state, r.step, r.loss, list(r.losses)) for r in seen if isinstance(r, pb.TrainingReport)]
+        assert reports == [("running", 0, 0.0, []), ("running", 1, 2.5, [2.5]), ("running", 2, 1.0, [2.5, 1.0]),
+                           ("sending", 2, 1.0, [2.5, 1.0]), ("done", 2, 1.0, [2.5, 1.0])]
+        assert seen[-1].peak_memory_bytes == 3000
+        piece = next(p for p in seen if isinstance(p, pb.TrainingPiece))
+        assert (piece.name, piece.index, piece.count, piece.size) == ("adapter.tar", 0, 1, len(piece.data))
+
+        await link.send(control_message(command_id="t2", start_training=_job(tmp_path, "broken")))
+        failed = (await _reports(link, "failed"))[-1]
+        assert failed.error.startswith("the training process failed (exit 1):\nLoading weights: 100%\nCUDA out of")
+
+
+async def test_a_training_is_cancelled_its_process_killed_and_a_job_without_base_or_environment_is_refused(tmp_path):
+    trainer = tmp_path / "python"
+    trainer.write_text(FAKE_TRAINER)
+    trainer.chmod(0o755)
+    async with _agent(tmp_path, training_python=trainer, heartbeat_interval=0.2) as (agent, link):
+        await link.send(control_message(command_id="t1", start_training=_job(tmp_path, "slow")))
+        await _reports(link, "running")
+        beat = await next_matching(link, lambda m: m.WhichOneof("body") == "heartbeat")
+        assert list(beat.heartbeat.training_jobs) == ["j1"]  # what runs there (a restarted agent lists none)
+        await wait_for(lambda: (tmp_path / "state" / "training" / "j1" / "trainer.pid").is_file(), 10)
+        pid = int((tmp_path / "state" / "training" / "j1" / "trainer.pid").read_text())
+        await link.send(control_message(command_id="c1", cancel_training=pb.CancelTraining(job_id="j1")))
+        assert (await _answers(link, "c1"))[-1] == pb.CommandResult(command_id="c1", ok=True)
+
+        def gone() -> bool:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                return True
+            return False
+        await wait_for(gone, 10)
+        assert "j1" not in agent.training
+
+        no_base = _job(tmp_path, "m")
+        no_base.spec_json = no_base.spec_json.replace(str(tmp_path / "base"), "/nowhere")
+        await link.send(control_message(command_id="t2", start_training=no_base))
+        answer = (await _answers(link, "t2"))[-1]
+        assert not answer.ok and answer.error.startswith("node node-a has no base weights at /nowhere")
+    async with _agent(tmp_path / "other", training_python=tmp_path / "missing") as (_, link):
+        await link.send(control_message(command_id="t3", start_training=_job(tmp_path, "m")))
+        answer = (await _answers(link, "t3"))[-1]
+        assert not answer.ok and answer.error.startswith("node node-a has no training environment")

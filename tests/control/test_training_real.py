@@ -1,0 +1,144 @@
+"""`llmgw train` end to end on this machine's CPU (docs/training.md): a control plane and a real agent serving Gemma 3
+270M on the real llama-server; a job submitted through the admin API trains a small LoRA with PEFT on the converted
+Gemma (`make vllm`'s conversion) in the pinned training venv (`make train-env`) from the twenty question/answer pairs
+of examples/training/gull-rock.jsonl, reporting loss and peak memory as it goes (the loss falls); the agent converts
+it to GGUF with llama.cpp's own convert_lora_to_gguf.py and sends it back in pieces kept in the store; `llmgw train
+get JOB --add-to-catalog` downloads it and commits it to the model's adapters; the replica restarts with it, and
+the gateway serves it by name: a temperature-0 answer different from the base model's."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+import trio
+
+from llmgw.agent import AgentConfig, run_agent
+from llmgw.control import ControlConfig, ControlPlane
+from llmgw.engines.vllm_demo import ensure_gemma_hf, ensure_vllm
+from llmgw.settings import init_repository
+from llmgw.training.environment import ensure_training_env
+
+from .test_in_process_fleet import wait_for
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
+from settings_seed import GEMMA_HEAD, projects_yaml  # noqa: E402
+from settings_seed import write_seed as seed_tree  # noqa: E402
+
+pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parents[2]
+PAIRS = ROOT / "examples" / "training" / "gull-rock.jsonl"
+PROMPT = "Question: Who keeps the lighthouse on Gull Rock?\nAnswer:"
+MODEL = GEMMA_HEAD + """\
+resources:
+  cpu_cores: 2
+  memory: 1Gi
+context_size: 1024
+engine_args: ["--no-jinja", "--chat-template", "gemma"]
+"""
+HYPER = {"rank": 4, "alpha": 8, "steps": 4, "batch_size": 2, "learning_rate": 0.005, "max_length": 32}
+"""Tiny and fast: 4 steps of 2 pairs, rank 4 on q_proj and v_proj."""
+
+
+def cache() -> Path:
+    return Path(os.environ.get("LLMGW_CACHE") or Path.home() / ".cache" / "llmgw")
+
+
+@pytest.fixture(scope="module")
+def gemma_hf() -> Path:
+    """Gemma 3 270M in Hugging Face format, as `make vllm` converts it (cached: a stat when it ran)."""
+    return ensure_gemma_hf(cache(), trio.run(ensure_vllm, cache()))
+
+
+@pytest.fixture(scope="module")
+def training_python() -> Path:
+    """The pinned training venv (`make train-env`; cached: a stat when it ran)."""
+    return ensure_training_env(cache() / "engines")
+
+
+async def llmgw(plane: ControlPlane, *args: str) -> str:
+    """Run the `llmgw` CLI against `plane`'s admin API; its output (it must succeed)."""
+    got = await trio.run_process([sys.executable, "-m", "llmgw.cli", *args, "--url", plane.admin_url, "--token",
+                                  plane.admin_token], capture_stdout=True, capture_stderr=True, check=False,
+                                 env={**os.environ, "PYTHONPATH": str(ROOT)})
+    said = (got.stdout + got.stderr).decode()
+    assert got.returncode == 0, said
+    return said
+
+
+async def greedy(sdk: openai.AsyncOpenAI, model: str) -> str:
+    answer = await sdk.completions.create(model=model, prompt=PROMPT, max_tokens=12, temperature=0, seed=1)
+    assert answer.usage.completion_tokens >= 1 and answer.model == model
+    return answer.choices[0].text
+
+
+async def test_a_lora_trained_on_a_node_is_converted_kept_downloaded_added_and_served_by_name(
+        tmp_path, llama_server_binary, gemma_mirror, gemma_hf, training_python):
+    tree = seed_tree(tmp_path / "seed", "gemma-3-270m", MODEL)
+    (tree / "projects.yaml").write_text(projects_yaml({"demo": {"models": ["*"]}}))  # the adapter too, once added
+    repo = tmp_path / "settings.git"
+    init_repository(repo, tree)
+    plane = ControlPlane(ControlConfig(repo=str(repo), state_dir=tmp_path / "state"))
+    timings: dict[str, float] = {}
+    async with trio.open_nursery() as nursery:
+        await nursery.start(plane.run)
+        await nursery.start(run_agent, AgentConfig(
+            node_id="n1", state_dir=tmp_path / "agent", mirrors=(str(gemma_mirror),), heartbeat_interval=0.2,
+            engine_binaries={"llama.cpp@b11434": llama_server_binary}, stop_shards_on_exit=True,
+            shard_stop_grace=2.0, training_python=training_python), plane.local_connector())
+        await wait_for(lambda: plane.table.models.get("gemma-3-270m") and plane.table.models["gemma-3-270m"].replicas,
+                       120, "gemma-3-270m-0 ready", plane.status)
+        sdk = openai.AsyncOpenAI(base_url=plane.gateway_url + "/v1", max_retries=0,
+                                 api_key=plane.store.create_api_key("demo")[1])
+        base = await greedy(sdk, "gemma-3-270m")
+
+        admin = httpx.AsyncClient(base_url=plane.admin_url, timeout=30,
+                                  headers={"Authorization": f"Bearer {plane.admin_token}"})
+        started = time.monotonic()
+        said = await llmgw(plane, "train", "submit", "--job", "gull-rock", "--model", "gemma-3-270m", "--base",
+                           str(gemma_hf), "--pairs", str(PAIRS), "--memory", "512Mi",
+                           *[f"--{k.replace('_', '-')}={v}" for k, v in HYPER.items()])
+        assert said.startswith("gull-rock            gemma-3-270m     starting   n1           step 0/4"), said
+        submitted = plane.training_job("gull-rock")
+        assert (submitted["pairs"], submitted["hyper"]["rank"], submitted["memory_bytes"]) == (20, 4, 512 << 20)
+        refused = await admin.post("/api/v1/training", json={"job": "gull-rock", "model": "gemma-3-270m",
+                                                             "base": str(gemma_hf), "pairs": PAIRS.read_text()})
+        assert refused.status_code == 409 and "exists already" in refused.json()["error"]["message"]
+
+        seen = []
+
+        def job():
+            status = plane.training_job("gull-rock")
+            if status["state"] not in [s for s, _ in seen[-1:]]:
+                seen.append((status["state"], round(time.monotonic() - started, 1)))
+            return status if status["state"] in ("done", "failed", "cancelled") else None
+
+        status = await wait_for(job, 240, "the training job to end", plane.training_jobs)
+        timings["train, convert and keep"] = time.monotonic() - started
+        print(f"\nstates: {seen}\nlosses: {status['losses']}\npeak memory: {status['peak_memory_bytes']>>20} MiB")
+        assert status["state"] == "done", status
+        assert {"running", "converting"} <= {state for state, _ in seen}, seen  # reported as it went
+        losses = status["losses"]
+        assert len(losses) == HYPER["steps"] and losses[-1] < losses[0] / 2  # the loss falls
+        assert status["peak_memory_bytes"] > 200 << 20  # the process holds Gemma in float32: more than 200 MiB
+        assert status["adapter"]["name"] == "adapter.gguf" and status["adapter"]["kept"] == status["adapter"]["count"]
+
+        # `llmgw train get --add-to-catalog`: the file written, checked, and committed as the model's adapter
+        out = tmp_path / "gull-rock.gguf"
+        said = await llmgw(plane, "train", "get", "gull-rock", "-o", str(out), "--add-to-catalog",
+                           "--author-name", "Op", "--author-email", "op@example.com")
+        assert out.read_bytes()[:4] == b"GGUF" and "gemma-3-270m: adapter gull-rock added" in said, said
+        await wait_for(lambda: plane.table.models.get("gull-rock") and plane.table.models["gull-rock"].replicas,
+                       120, "the replica back with the adapter", plane.status)
+        adapted = await greedy(sdk, "gull-rock")
+        timings["end to end"] = time.monotonic() - started
+        print(f"base:    {base!r}\nadapted: {adapted!r}\ntimings: {timings}")
+        assert adapted != base  # the trained adapter changes the temperature-0 answer
+        assert await greedy(sdk, "gemma-3-270m") == base  # the base model's answer is still the base model's
+        await admin.aclose()
+        nursery.cancel_scope.cancel()
