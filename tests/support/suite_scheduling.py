@@ -21,13 +21,14 @@ from pathlib import Path
 
 CACHE_KEY = "llmgw/module-seconds"
 """pytest's cache key (`config.cache`) of {module path: seconds of set-up, call and teardown in its last run}."""
-PER_TEST = 0.1
+PER_TEST = 0.02
 """Seconds a test of a module no run has timed counts for."""
 REAL_PART = 20.0
 """Seconds more a module no run has timed counts for when its text names a real part (`_REAL_PART`)."""
 
 _REAL_PART = re.compile(r"Popen|open_process|subprocess\.run|sys\.executable|llama_server_binary|ssh_hosts|netns_lab|"
-                        r"ControlPlane|postgres|UpProcess|serving_process|llmgw_processes|mark\.slow|vllm_")
+                        r"ControlPlane|postgres|UpProcess|serving_process|llmgw_processes|mark\.slow|vllm_|"
+                        r"fake_engine|settings_repo|weights_mirror")
 
 
 def estimate(path: Path, tests: int) -> float:
