@@ -95,15 +95,17 @@ k8s-models: node-check
 	done ) || npm install --prefix $(LLMGW_CACHE)/k8s-models --no-audit --no-fund --no-save $(K8S_MODELS)
 
 # The suite runs on TEST_WORKERS pytest-xdist workers (issue 40), each test module whole on one worker and the
-# machine-wide ones (the one real vLLM, real Slurm) together on one (tests/conftest.py, `pytest_xdist_make_scheduler`). `make test TEST_WORKERS=0` runs it in one process.
+# machine-wide ones (the one real vLLM, real Slurm, llmgw up) together on one, the longest first (tests/conftest.py,
+# `pytest_xdist_make_scheduler`). `make test TEST_WORKERS=0` runs it in one process.
 # `--durations` lists the slowest tests at the end (docs/testing.md keeps that list; 0 lists every test).
+# Python writes its bytecode (in $(LLMGW_CACHE)/pycache, not the work tree) even where PYTHONDONTWRITEBYTECODE is set:
+# without it each worker rewrote every test module's asserts (25 s of CPU a collection, 8 s with it) and each
+# llmgw process the tests start compiled llmgw again.
 TEST_WORKERS ?= 2
 TEST_DURATIONS ?= 25
-# tests/up runs after, in one process: its `llmgw up` processes time out on the workers (a deeper tmp_path made
-# munged's socket name too long; llmgw up's restart test was seen stuck there twice, cause not found).
 test: engine vllm train-env lint system-packages node-sdk oidc-provider helm k8s-models
-	$(BIN)/pytest -n $(TEST_WORKERS) --durations=$(TEST_DURATIONS) --ignore=tests/up; \
-	first=$$?; $(BIN)/pytest --durations=$(TEST_DURATIONS) tests/up && exit $$first
+	env -u PYTHONDONTWRITEBYTECODE PYTHONPYCACHEPREFIX=$(LLMGW_CACHE)/pycache \
+		$(BIN)/pytest -n $(TEST_WORKERS) --durations=$(TEST_DURATIONS)
 
 # The container images (deploy/container/; docs/install.md, "Container image"): localhost/llmgw:<version> and
 # localhost/llmgw-agent:<version> in podman's storage, built offline from a debootstrap base cached in

@@ -87,20 +87,53 @@ def pytest_xdist_make_scheduler(config, log):
     """Under pytest-xdist (`make test` runs 2 workers) each test module runs whole on one worker, so a module-scoped
     fixture (`llmgw up`, a fleet) starts once and the module's tests keep their order; the modules of `MACHINE_WIDE`
     run as one scope on one worker, in collection order, so vLLM starts once per run and no two of them run at once.
+    A worker that needs work takes the longest scope left (tests/support/suite_scheduling.py: the last runs'
+    seconds, else an estimate from the module's text), so the run does not end on one worker alone.
 
     Our own scheduler, not `--dist loadgroup` with `xdist_group` marks: pytest-xdist 3.8 puts the group into
     `item._nodeid`, which pytest 9.2 no longer reads (its ids come from `item._id`), so every test was scheduled
     alone and a module's tests, and the machine-wide ones, ran on both workers at once (two vLLMs seen starting)."""
+    from support.suite_scheduling import CACHE_KEY, LongestFirst, estimate
     from xdist.scheduler import LoadScopeScheduling
 
-    wide = machine_wide_modules(config.rootpath)
+    root = config.rootpath
+    wide = machine_wide_modules(root)
+    cache = getattr(config, "cache", None)
+    seconds = (cache.get(CACHE_KEY, {}) if cache is not None else {}) or {}
 
     class ModuleScopes(LoadScopeScheduling):
+        def __init__(self, config, log=None):
+            super().__init__(config, log)
+            self.workqueue = LongestFirst(seconds, lambda module, tests: estimate(root / module, tests))
+
         def _split_scope(self, nodeid: str) -> str:
             module = nodeid.split("::", 1)[0]
             return MACHINE_WIDE if module in wide else module
 
     return ModuleScopes(config, log)
+
+
+class _ModuleSeconds:
+    """In pytest-xdist's controller: sums each module's set-up, call and teardown seconds of this run and keeps them
+    in pytest's cache (tests/support/suite_scheduling.py, `record`) for the next run's order."""
+
+    def __init__(self, config):
+        self.config, self.durations = config, []
+
+    def pytest_runtest_logreport(self, report):
+        self.durations.append((report.nodeid, report.duration))
+
+    def pytest_sessionfinish(self, session):
+        from support.suite_scheduling import CACHE_KEY, record
+
+        cache = self.config.cache
+        cache.set(CACHE_KEY, record(cache.get(CACHE_KEY, {}) or {}, self.durations))
+
+
+def pytest_configure(config):
+    """Registers `_ModuleSeconds` in pytest-xdist's controller when pytest's cache is on."""
+    if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput") and hasattr(config, "cache"):
+        config.pluginmanager.register(_ModuleSeconds(config), "llmgw-module-seconds")
 
 
 def pytest_collection_modifyitems(config, items):

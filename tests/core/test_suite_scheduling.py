@@ -1,21 +1,30 @@
-"""`make test`'s two pytest-xdist workers run each test module whole on one worker (tests/conftest.py,
-`pytest_xdist_make_scheduler`): run for real on two small modules of this suite, as a subprocess."""
+"""`make test`'s two pytest-xdist workers run each test module whole on one worker, the longest first by the last
+runs' seconds (tests/conftest.py, `pytest_xdist_make_scheduler`; tests/support/suite_scheduling.py): run for real
+on small modules of this suite, as a subprocess."""
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
 import subprocess
 import sys
 from collections import defaultdict
 from pathlib import Path
 
+import pytest
+from support.suite_scheduling import PER_TEST, REAL_PART, LongestFirst, estimate, record
+
 ROOT = Path(__file__).resolve().parents[2]
 MODULES = ("tests/core/test_units.py", "tests/core/test_suite_time.py")
 
 
-def test_each_module_runs_whole_on_one_of_two_workers():
-    done = subprocess.run([sys.executable, "-m", "pytest", "-n", "2", "-v", "-p", "no:cacheprovider", *MODULES],
+def test_each_module_runs_whole_on_one_of_two_workers_and_the_run_records_each_modules_seconds(tmp_path):
+    cache = tmp_path / "cache"
+    recorded = cache / "v" / "llmgw" / "module-seconds"
+    recorded.parent.mkdir(parents=True)
+    recorded.write_text(json.dumps({MODULES[0]: 100.0, MODULES[1]: 300.0, "tests/gone.py": 7.0}))
+    done = subprocess.run([sys.executable, "-m", "pytest", "-n", "2", "-v", "-o", f"cache_dir={cache}", *MODULES],
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     workers: dict[str, set[str]] = defaultdict(set)
@@ -23,6 +32,8 @@ def test_each_module_runs_whole_on_one_of_two_workers():
         workers[module].add(worker)
     assert set(workers) == set(MODULES), done.stdout[-3000:]
     assert all(len(ran_on) == 1 for ran_on in workers.values()), dict(workers)  # split before: 27 tests on both
+    after = json.loads(recorded.read_text())  # this run's seconds (a few ms each), the module not run kept
+    assert after["tests/gone.py"] == 7.0 and all(0 <= after[m] < 60 for m in MODULES), after
 
 
 def test_the_machine_wide_modules_are_found_from_their_text():
@@ -34,3 +45,32 @@ def test_the_machine_wide_modules_are_found_from_their_text():
             "tests/control/test_slurm_fleet.py", "tests/slurm/test_real_slurm.py"} <= wide
     assert "tests/control/test_precise_routing_fleet.py" not in wide  # names fake_vllm_server, a stand-in
     assert MACHINE_WIDE == "machine-wide"
+
+
+def test_the_queue_hands_out_the_longest_scope_left_and_estimates_an_untimed_module_from_its_text(tmp_path):
+    guessed = []
+
+    def guess(module, tests):
+        guessed.append((module, tests))
+        return 5.0
+
+    queue = LongestFirst({"a.py": 2.0, "w1.py": 4.0, "b.py": 5.0, "c.py": 5.0}, guess)
+    for scope, ids in (("a.py", ["a.py::x", "a.py::y"]), ("wide", ["w1.py::x", "w2.py::x", "w2.py::y"]),
+                       ("b.py", ["b.py::x"]), ("c.py", ["c.py::x"])):
+        queue[scope] = dict.fromkeys(ids, False)
+    first, work = queue.popitem(last=False)
+    assert (first, work) == ("wide", {"w1.py::x": False, "w2.py::x": False, "w2.py::y": False})  # 4 + 5 guessed
+    queue["late"] = {"late.py::x": False}  # a worker's scopes put back (xdist: a worker lost)
+    assert [queue.popitem(last=False)[0] for _ in range(4)] == ["b.py", "c.py", "late", "a.py"]  # b, c: in order
+    assert not queue and guessed == [("w2.py", 2), ("late.py", 1)]
+    plain, real = tmp_path / "test_plain.py", tmp_path / "test_real.py"
+    plain.write_text("def test_x():\n    assert 1\n")
+    real.write_text("def test_x(llama_server_binary):\n    pass\n")
+    assert estimate(plain, 10) == pytest.approx(10 * PER_TEST)
+    assert estimate(real, 10) == pytest.approx(10 * PER_TEST + REAL_PART)
+    assert estimate(tmp_path / "missing.py", 0) == REAL_PART
+
+
+def test_a_runs_record_replaces_the_seconds_of_the_modules_it_ran_and_keeps_the_others():
+    durations = [("t/a.py::x", 1.25), ("t/a.py::x", 0.5), ("t/a.py::y[1]", 1.0), ("t/b.py::z", 0.125)]
+    assert record({"t/a.py": 99.0, "t/c.py": 3.0}, durations) == {"t/a.py": 2.75, "t/b.py": 0.12, "t/c.py": 3.0}

@@ -13,6 +13,7 @@ import os
 import shutil
 import signal
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -78,7 +79,9 @@ def test_lend_reclaim_and_status_under_llmgw_up(tmp_path: Path, llama_server_bin
     seed = shutil.copytree(EXAMPLE, tmp_path / "cluster-repo")
     ports = dict(zip(("slurmctld", "slurmd", "slurmdbd"), free_ports(3)))  # not the system's Slurm's
     (seed / "slurm.yaml").write_text((seed / "slurm.yaml").read_text() + f"ports: {json.dumps(ports)}\n")
-    state = tmp_path / "state"
+    # munged's socket (<state>/agent/slurm/munge/munge.socket) must fit a Unix socket name (107 bytes): under
+    # pytest-xdist, tmp_path (/tmp/pytest-of-root/pytest-NN/popen-gw0/test_lend_reclaim_and_status_u0) made it 108
+    state = Path(tempfile.mkdtemp(prefix="llmgw-up-slurm-")) / "state"
     up = UpProcess(state, seed, "--slurm")
     env = dict(os.environ, SLURM_CONF=str(state / "agent" / "slurm" / "etc" / "slurm.conf"))
 
@@ -114,3 +117,4 @@ def test_lend_reclaim_and_status_under_llmgw_up(tmp_path: Path, llama_server_bin
     finally:
         up.process.send_signal(signal.SIGINT)
         up.process.wait(timeout=60)
+        shutil.rmtree(state.parent, ignore_errors=True)
