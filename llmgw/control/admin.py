@@ -383,6 +383,15 @@ class AdminApp:
         person = await self.person_of(token.owner)
         return None if person is None else Caller(person, token.token_id)
 
+    async def held_scope(self, request) -> str | None:
+        """The scope of the request's bearer token when it is a live store token (to say why it was refused: "this
+        token is of scope review"), else None. A checkpoint (a store read in a worker thread)."""
+        presented = self._presented(request)
+        if not presented or presented is True or self.plane.store is None:
+            return None
+        token = await self.in_store_thread(self.plane.store.find_token, presented)
+        return token.scope if token is not None and token.state(time.time()) is CredentialState.ACTIVE else None
+
     async def person_of(self, email: str) -> Person | None:
         """The person of `email` when their account is active (a store read in a worker thread), with what the
         settings in force let them do; None without an active account. A checkpoint."""
@@ -441,10 +450,12 @@ class AdminApp:
         if caller is None:
             caller = await self.caller(scope, needed)
         if caller is None:
+            wanted = "an admin token" + ("" if needed == SCOPE_ADMIN else f" or a token of scope {needed}")
+            held = await self.held_scope(scope)
+            what = f"this token is of scope {held}; {method} {path} needs {wanted}" if held else f"{wanted} is needed"
             raise _HttpError(401, "unauthorized",
-                             "an admin token" + ("" if needed == SCOPE_ADMIN else f" or a token of scope {needed}")
-                             + " is needed: pass --token, set LLMGW_ADMIN_TOKEN, or run on the control plane's "
-                             "machine (it reads <state>/admin-token); a token of a disabled account passes nothing")
+                             f"{what}: pass --token, set LLMGW_ADMIN_TOKEN, or run on the control plane's machine (it "
+                             "reads <state>/admin-token); a token of a disabled account passes nothing")
         person = caller.person
         if admin_keys.serves(path):  # their own rule: a member may use their projects' keys
             body = _json_body(await _read_body(receive)) if method == "POST" else {}

@@ -39,7 +39,8 @@ async def test_a_review_token_reads_plan_fleet_and_status_and_nothing_else(tmp_p
                              ("POST", "/api/v1/apply"), ("POST", "/api/v1/join-tokens")):
             refused = await client.request(method, path, headers=as_review, json={})
             assert refused.status_code == 401, (method, path)
-            assert "admin token" in refused.json()["error"]["message"]
+            assert f"this token is of scope review; {method} {path} needs an admin token: pass --token" in \
+                refused.json()["error"]["message"]  # the token is good, its scope is not (it said only "needed")
         # a store token of scope admin passes everything, and a revoked one nothing
         record, admin = plane.store.create_token("admin")
         assert (await client.get("/api/v1/history", headers={"Authorization": f"Bearer {admin}"})).status_code == 200
