@@ -19,11 +19,13 @@ class LlmgwProcesses:
         self.procs: dict[str, subprocess.Popen] = {}
         self.engine_pids: set[int] = set()
 
-    def spawn(self, name: str, *args: str) -> subprocess.Popen:
-        """Start `llmgw ARGS` as `name` in a session of its own."""
+    def spawn(self, name: str, *args: str, tree: Path | None = None) -> subprocess.Popen:
+        """Start `llmgw ARGS` as `name` in a session of its own; with `tree`, the llmgw package of that directory
+        (tree/llmgw: another release's code, `support.previous_release`) instead of this checkout's."""
         log = open(self.root / f"{name}.log", "ab")
+        where = {} if tree is None else {"cwd": tree, "env": {**os.environ, "PYTHONPATH": str(tree)}}
         proc = subprocess.Popen([sys.executable, "-m", "llmgw.cli", *args], stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+                                start_new_session=True, **where)
         self.procs[name] = proc
         return proc
 
