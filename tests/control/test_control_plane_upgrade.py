@@ -61,12 +61,20 @@ class Plane:
         """Whether its gateway's /health is 200 (it has its fleet back: haproxy sends it requests)."""
         return httpx.get(f"http://127.0.0.1:{self.ports['gateway']}/health", timeout=5).status_code == 200
 
-    def status(self) -> dict:
+    def admin(self, path: str) -> httpx.Response:
         token = (self.state / "admin-token").read_text().strip()
-        reply = httpx.get(f"http://127.0.0.1:{self.ports['admin']}/api/v1/status", timeout=10,
+        reply = httpx.get(f"http://127.0.0.1:{self.ports['admin']}{path}", timeout=10,
                           headers={"Authorization": f"Bearer {token}"})
         reply.raise_for_status()
-        return reply.json()
+        return reply
+
+    def status(self) -> dict:
+        return self.admin("/api/v1/status").json()
+
+    def answered(self) -> float:
+        """The requests its gateway answered 200 since it started (its /metrics)."""
+        return sum(float(line.rsplit(" ", 1)[1]) for line in self.admin("/metrics").text.splitlines()
+                   if line.startswith("llmgw_gateway_requests_total{") and 'status="200"' in line)
 
 
 @pytest.mark.slow
@@ -137,8 +145,7 @@ def test_the_standby_upgraded_first_then_the_handover_lose_no_request(tmp_path, 
             procs.spawn(leader.name, *leader.args(repo, store), tree=new)
             wait_for(leader.serving, 90, "the old leader back on the new code", lambda: log(leader))
             clients.answers_after(32, 60, "with both control planes upgraded")
-            time.sleep(2.5)  # haproxy's check (every 2 s) sends the old leader requests again
-            clients.answers_after(16, 60, "through both upgraded gateways")
+            wait_for(lambda: leader.answered() >= 16, 60, "haproxy to send the old leader requests again")
             led, stands_by = standby.status(), leader.status()
         finally:
             if clients is not None:
