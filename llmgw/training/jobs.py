@@ -92,8 +92,12 @@ class TrainingJob:
     base_weights: tuple[tuple[str, str], ...] = ()
 
     def to_json(self) -> str:
-        """The job as the agent gets it (StartTraining.spec_json)."""
-        return json.dumps(asdict(self))
+        """The job as the agent gets it (StartTraining.spec_json); without "base_weights" when it names none, so that
+        an agent from before them still reads a job naming a directory."""
+        doc = asdict(self)
+        if not self.base_weights:
+            del doc["base_weights"]
+        return json.dumps(doc)
 
     @property
     def adapter_name(self) -> str:

@@ -110,6 +110,8 @@ def test_a_request_names_its_base_by_directory_source_list_or_the_catalog_model(
     assert base_weights_of({"base_weights": "model"}, catalog) == ("", ((SOURCE, "e" * 64),))
     job = TrainingJob("j", "m", "", (("q", "a"),), base_weights=((SOURCE, ""),))
     assert job_from_json(job.to_json()) == job
+    directory = TrainingJob("j", "m", "/srv/gemma", (("q", "a"),))
+    assert "base_weights" not in directory.to_json() and job_from_json(directory.to_json()) == directory  # as before
     refused = [
         ({}, "a training job needs \"base\""),
         ({"base": "/a", "base_weights": "model"}, "a training job needs \"base\""),
@@ -127,3 +129,44 @@ def test_a_request_names_its_base_by_directory_source_list_or_the_catalog_model(
         assert str(caught.value).startswith(said), (body, str(caught.value))
     with pytest.raises(UsageError, match="name a secret"):
         base_weights_of({"base_weights": "model"}, ((SOURCE, "", "hf-token"),))
+
+
+def test_the_cli_sends_the_base_as_a_directory_files_or_the_models(tmp_path):
+    """`llmgw train submit --base / --base-file / --base-from-model`: the body posted to POST /api/v1/training."""
+    import http.server
+    import json
+    import threading
+
+    from support.http_stub import StubHandler
+    from support.in_process_cli import run_llmgw
+
+    posted: list[dict] = []
+    status = {"job": "j", "model": "m", "state": "queued", "node_id": "", "waiting": "no node", "step": 0,
+              "steps": 1, "loss": None, "peak_memory_bytes": 0, "error": ""}
+
+    class Admin(StubHandler):
+        def do_POST(self) -> None:  # noqa: N802 - the stdlib's name
+            posted.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+            self._send(200, json.dumps(status).encode(), {"Content-Type": "application/json"})
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Admin)
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    pairs = tmp_path / "qa.jsonl"
+    pairs.write_text('{"question": "q", "answer": "a"}\n')
+    common = ["train", "submit", "--model", "m", "--pairs", str(pairs), "--url",
+              f"http://127.0.0.1:{server.server_address[1]}", "--token", "t"]
+    file = f"hf://{REPO}@{REVISION}/model.safetensors"
+    try:
+        for extra, base in [(["--base", SOURCE], {"base": SOURCE}),
+                            (["--base-file", file, "a" * 64, "--base-file", file + "2", "b" * 64],
+                             {"base_weights": [{"source": file, "sha256": "a" * 64},
+                                               {"source": file + "2", "sha256": "b" * 64}]}),
+                            (["--base-from-model"], {"base_weights": "model"})]:
+            code, out, err = run_llmgw([*common, *extra])
+            assert code == 0, err
+            assert {k: posted[-1][k] for k in ("base", "base_weights") if k in posted[-1]} == base
+        code, _, err = run_llmgw([*common, "--base", "/w", "--base-from-model"])
+        assert code != 0 and "give the base weights once" in err and len(posted) == 3
+    finally:
+        server.shutdown()
+        server.server_close()
