@@ -2,7 +2,9 @@
 
 StartTraining is answered at once (ok, or why the job cannot run here: no training environment, no base weights);
 the training then runs as a task of the agent's nursery (it goes on while the connection is down) and reports with
-TrainingReport messages: "running" after each step (step, loss, every loss so far, peak memory), "converting" while
+TrainingReport messages: "fetching" while the base weights a job names by source are fetched into the weights
+cache and checked as an engine's are (`fetch_base`; a job naming a directory on the node skips it), "running" after
+each step (step, loss, every loss so far, peak memory), "converting" while
 llama.cpp's converter writes the GGUF (a model served by llama.cpp; for another engine the adapter is PEFT's
 `adapter_config.json` and `adapter_model.safetensors` in one tar), "sending" while the adapter goes back in
 TrainingPiece messages (each waits for a connection's room: none is dropped while one is open), then "done"; or
@@ -19,9 +21,13 @@ from pathlib import Path
 
 import trio
 
+from llmgw.agent import weights_tree
 from llmgw.agent.node import Command, NodeAgent
+from llmgw.agent.weights import WeightsSpec
+from llmgw.agent.weights_layout import engine_model_path
 from llmgw.engines.installing import default_cache_dir
-from llmgw.errors import LlmgwError, UsageError
+from llmgw.errors import LlmgwError, UsageError, WeightsError
+from llmgw.groups import expect_leaves
 from llmgw.training import running
 from llmgw.training.environment import find_converter, training_python
 from llmgw.training.jobs import job_from_json
@@ -50,7 +56,7 @@ async def start_training(agent: NodeAgent, command: Command) -> None:
         if python is None:
             raise UsageError(f"node {agent.config.node_id} has no training environment: run `python -m "
                              "llmgw.training.environment` there (`make train-env`)")
-        if not (Path(job.base) / "config.json").is_file():
+        if not job.base_weights and not (Path(job.base) / "config.json").is_file():
             raise UsageError(f"node {agent.config.node_id} has no base weights at {job.base} (a directory of "
                              "Hugging Face safetensors with config.json)")
         converter = None
@@ -70,6 +76,27 @@ async def start_training(agent: NodeAgent, command: Command) -> None:
     agent.training[job.job_id] = scope
     agent.result(command.id)
     agent.nursery.start_soon(_train, agent, job, python, converter, scope)
+
+
+async def fetch_base(agent: NodeAgent, sources: tuple[tuple[str, str], ...]) -> Path:
+    """The base weights of `sources` ((source, sha256) pairs, a directory source's files listed by the Hub) fetched
+    into the agent's weights cache with the engines' fetcher (`llmgw.agent.weights_tree.fetch_all`: its mirrors, its
+    offline setting, every file checked against its sha256 or git blob id, pickles refused) and laid out as one
+    Hugging Face directory (`llmgw.agent.weights_layout.engine_model_path`, as for vLLM). Raises WeightsError (a
+    file that cannot be fetched or is not what its source publishes, or a set without `config.json`)."""
+    config = agent.config
+    files = [WeightsSpec(source, sha256) for source, sha256 in sources]
+    try:
+        paths, names, within = await weights_tree.fetch_all(files, config.weights_path,
+                                                            [Path(m) for m in config.mirrors],
+                                                            offline=config.offline_only)
+    except BaseExceptionGroup as group:
+        raise expect_leaves(group, LlmgwError)[0] from group
+    directory = await trio.to_thread.run_sync(engine_model_path, "vllm", names, paths, config.weights_path, within)
+    if not (directory / "config.json").is_file():
+        raise WeightsError(f"the base weights {', '.join(s for s, _ in sources)} hold no config.json: name a "
+                           "directory of Hugging Face safetensors with config.json and the tokenizer")
+    return directory
 
 
 async def cancel_training(agent: NodeAgent, command: Command) -> None:
@@ -109,13 +136,17 @@ async def _train(agent: NodeAgent, job, python: Path, converter: Path | None, sc
     with scope:
         try:
             await trio.to_thread.run_sync(lambda: shutil.rmtree(workdir, ignore_errors=True))
+            base = Path(job.base)
+            if job.base_weights:
+                _report(agent, job.job_id, "fetching", steps=job.hyper.steps)
+                base = await fetch_base(agent, job.base_weights)
             _report(agent, job.job_id, "running", steps=job.hyper.steps)
-            adapter_dir = await running.train(python, job, Path(job.base), workdir, on_event)
+            adapter_dir = await running.train(python, job, base, workdir, on_event)
             done = dict(steps=job.hyper.steps, step=job.hyper.steps, losses=seen["losses"],
                         loss=seen["losses"][-1] if seen["losses"] else 0.0, peak_memory_bytes=seen["peak"])
             if converter is not None:
                 _report(agent, job.job_id, "converting", seconds=time.monotonic() - started, **done)
-                out = await running.convert_to_gguf(python, converter, Path(job.base), adapter_dir,
+                out = await running.convert_to_gguf(python, converter, base, adapter_dir,
                                                     workdir / "adapter.gguf")
             else:  # a PEFT adapter (vLLM): its two files in one uncompressed tar
                 out = await trio.to_thread.run_sync(running.pack_peft, adapter_dir, workdir / "adapter.tar")

@@ -41,8 +41,13 @@ def register(group: click.Group) -> None:
 
     @train_group.command("submit")
     @click.option("--model", required=True, help="The catalog model the adapter is for.")
-    @click.option("--base", required=True, help="The base weights' directory on the node (Hugging Face format: "
-                  "config.json, *.safetensors, tokenizer).")
+    @click.option("--base", default=None, help="The base weights (Hugging Face format: config.json, *.safetensors, "
+                  "tokenizer): a directory on the node, or a Hub directory hf://org/repo@<40-hex revision>/[dir/] the "
+                  "node fetches.")
+    @click.option("--base-file", "base_files", nargs=2, multiple=True, metavar="SOURCE SHA256",
+                  help="A file of the base weights the node fetches (repeat for each; hf://, https:// or file://).")
+    @click.option("--base-from-model", is_flag=True, help="The node fetches the catalog model's own weights "
+                  "(safetensors) as the base.")
     @click.option("--pairs", "pairs_file", required=True, type=click.Path(exists=True, dir_okay=False),
                   help="Question/answer pairs, JSONL: {\"question\": ..., \"answer\": ...} a line.")
     @click.option("--node", default="", help="Train on this node only.")
@@ -62,13 +67,17 @@ def register(group: click.Group) -> None:
     @click.option("--targets", default=None, help="Comma-separated projections to adapt [default: q_proj,v_proj].")
     @click.option("--wait", is_flag=True, help="Follow the job until it ends, one line per change.")
     @_client_options
-    def submit_command(client, as_json, model, base, pairs_file, node, node_class, memory, job_id, adapter,
-                       targets, wait, **hyper_values) -> None:
+    def submit_command(client, as_json, model, base, base_files, base_from_model, pairs_file, node, node_class,
+                       memory, job_id, adapter, targets, wait, **hyper_values) -> None:
         """Queue a training job; it starts once a node has room and nothing else trains there."""
         hyper = {k: v for k, v in hyper_values.items() if v is not None}
         if targets:
             hyper["targets"] = [t.strip() for t in targets.split(",") if t.strip()]
-        body = {"model": model, "base": base, "pairs": Path(pairs_file).read_text(), "node": node,
+        if sum((base is not None, bool(base_files), base_from_model)) != 1:
+            raise UsageError("give the base weights once: --base, --base-file (repeated) or --base-from-model")
+        bases = ({"base": base} if base is not None else {"base_weights": "model"} if base_from_model
+                 else {"base_weights": [{"source": s, "sha256": d} for s, d in base_files]})
+        body = {"model": model, **bases, "pairs": Path(pairs_file).read_text(), "node": node,
                 "node_class": node_class, "memory": memory, "hyper": hyper, "adapter": adapter, "job": job_id}
         job = client.post("/api/v1/training", body)
         if as_json and not wait:

@@ -43,8 +43,8 @@ class CancelTraining:
 
 @dataclass(frozen=True)
 class Report:
-    """A node's TrainingReport (agent.proto): `state` ("running", "converting", "sending", "done", "failed"), `step`
-    of `steps`, `loss`, `losses`, `peak_memory_bytes`, `seconds`, `error`."""
+    """A node's TrainingReport (agent.proto): `state` ("fetching", "running", "converting", "sending", "done",
+    "failed"), `step` of `steps`, `loss`, `losses`, `peak_memory_bytes`, `seconds`, `error`."""
 
     job_id: str
     state: str
@@ -115,11 +115,11 @@ def training_step(state: ControlState, now_unix: float) -> tuple[ControlState, l
 
 def training_seen(state: ControlState, node_id: str, running: frozenset[str], now_unix: float) -> ControlState:
     """`state` after a heartbeat of `node_id` listing the training jobs its agent runs (`running`): a job the book
-    has running or converting there that is not listed failed with the agent (it restarted: its training is gone).
+    has fetching, running or converting there that is not listed failed with the agent (it restarted: its training is gone).
     Jobs starting (the agent may not have it yet) or sending (the agent is done with it) are left alone. Pure."""
     book = state.training
     for status in state.training.jobs:
-        if (status.node_id == node_id and status.state in (JobState.RUNNING, JobState.CONVERTING)
+        if (status.node_id == node_id and status.state in (JobState.FETCHING, JobState.RUNNING, JobState.CONVERTING)
                 and status.job_id not in running):
             book = book.put(replace(status, state=JobState.FAILED, ended_unix=now_unix, error=(
                 f"the agent of node {node_id} no longer runs the job (it restarted?); submit it again")))
@@ -159,7 +159,7 @@ def training_start_failed(job_id: str, node_id: str, error: str, now_unix: float
     return transition
 
 
-_REPORTED = {"running": JobState.RUNNING, "converting": JobState.CONVERTING, "sending": JobState.SENDING,
+_REPORTED = {"fetching": JobState.FETCHING, "running": JobState.RUNNING, "converting": JobState.CONVERTING, "sending": JobState.SENDING,
              "done": JobState.SENDING, "failed": JobState.FAILED}
 
 

@@ -28,8 +28,11 @@ async def submit(loop: ControlLoop, body: dict[str, Any]) -> dict[str, Any]:
         raise UsageError(f"training job id {job_id!r}: use lower-case letters, digits and dashes")
     if state.training.get(job_id) is not None:
         raise UsageError(f"training job {job_id} exists already; give another id")
-    job = job_from_request(body, job_id, time.time())
-    if state.settings is None or job.model not in state.settings.models:
+    name = body.get("model")
+    model = state.settings.models.get(name) if state.settings is not None and isinstance(name, str) else None
+    catalog = tuple((f.source, f.sha256, f.secret or "") for f in model.weights) if model is not None else ()
+    job = job_from_request(body, job_id, time.time(), catalog)
+    if model is None:
         raise UsageError(f"the catalog has no model {job.model!r}; a job trains an adapter for one of the catalog's "
                          "models")
     if not state.leadership.leader:

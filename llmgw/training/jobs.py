@@ -1,15 +1,17 @@
 """A training job as data, and how it stands. Pure: frozen values, parsing and validation, no I/O.
 
-`TrainingJob` is what `llmgw train submit` asks for: the catalog `model` the adapter is for, `base` (the directory of
-the base weights on the node: Hugging Face safetensors, `config.json` and tokenizer), where it may run (`node`, or
+`TrainingJob` is what `llmgw train submit` asks for: the catalog `model` the adapter is for, its base weights (Hugging
+Face safetensors, `config.json` and tokenizer): `base`, a directory on the node, or `base_weights`, their sources,
+which the agent fetches into its weights cache (`llmgw.agent.weights_tree.fetch_all`), where it may run (`node`, or
 `node_class`: a node whose label `class` or one of whose GPUs' class is that; neither: any node), the `memory_bytes`
 it needs on that node, its `hyper` parameters (`HyperParameters`, each with a default), and `pairs`, the question/
 answer pairs it learns. `job_from_request` builds one from the admin API's JSON body and says what is wrong in a
 sentence naming the field; `parse_pairs` reads the pairs from JSONL (`{"question": ..., "answer": ...}` a line).
 
 `JobStatus` is the job's runtime state in `ControlState.training` (`llmgw.training.queueing` moves it):
-queued -> starting (the command sent) -> running (step, loss, peak memory reported) -> converting (to GGUF) ->
-sending (the adapter's pieces on their way to the store) -> done; or failed (with `error`) or cancelled.
+queued -> starting (the command sent) -> fetching (the base weights, when the job names their sources) -> running
+(step, loss, peak memory reported) -> converting (to GGUF) -> sending (the adapter's pieces on their way to the
+store) -> done; or failed (with `error`) or cancelled.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ JOB_ID = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 MAX_PAIRS = 100_000
 MAX_TEXT = 16_384
 """Characters one question or answer may have."""
+_HF_DIRECTORY = re.compile(r"hf://[^/@]+/[^/@]+@[0-9a-f]{40}/(?:[^/\s@]+/)*")
+"""A Hub directory source pinned to a commit (as `llmgw.agent.weights_tree.parse_directory` reads it)."""
 TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 """The projections of a decoder layer a LoRA may adapt (Hugging Face names, as PEFT's `target_modules`)."""
 
@@ -69,8 +73,11 @@ class HyperParameters:
 
 @dataclass(frozen=True)
 class TrainingJob:
-    """One job (see the module's docstring). `submitted_unix`: when it was asked for (unix seconds); `adapter`:
-    the name its adapter gets (default: the job id)."""
+    """One job (see the module's docstring). `base`: the base weights' directory on the node ("" when
+    `base_weights` names them); `base_weights`: (source, sha256) of each file, as a catalog model's `weights:`
+    lists them (a directory source `hf://org/repo@<40-hex revision>/[dir/]` with its set's sha256 or ""), fetched by
+    the agent; `submitted_unix`: when it was asked for (unix seconds); `adapter`: the name its adapter gets (default:
+    the job id)."""
 
     job_id: str
     model: str
@@ -82,10 +89,15 @@ class TrainingJob:
     hyper: HyperParameters = HyperParameters()
     adapter: str = ""
     submitted_unix: float = 0.0
+    base_weights: tuple[tuple[str, str], ...] = ()
 
     def to_json(self) -> str:
-        """The job as the agent gets it (StartTraining.spec_json)."""
-        return json.dumps(asdict(self))
+        """The job as the agent gets it (StartTraining.spec_json); without "base_weights" when it names none, so that
+        an agent from before them still reads a job naming a directory."""
+        doc = asdict(self)
+        if not self.base_weights:
+            del doc["base_weights"]
+        return json.dumps(doc)
 
     @property
     def adapter_name(self) -> str:
@@ -97,6 +109,7 @@ def job_from_json(text: str) -> TrainingJob:
     try:
         doc = json.loads(text)
         return TrainingJob(**{**doc, "pairs": tuple((q, a) for q, a in doc["pairs"]),
+                              "base_weights": tuple((s, d) for s, d in doc.get("base_weights", ())),
                               "hyper": HyperParameters(**{**doc["hyper"], "targets": tuple(doc["hyper"]["targets"])})})
     except (ValueError, TypeError, KeyError) as exc:
         raise UsageError(f"the training job sent is not one this agent reads ({exc}); upgrade the agent") from exc
@@ -127,14 +140,55 @@ def parse_pairs(text: str, where: str = "the pairs") -> tuple[tuple[str, str], .
     return tuple(pairs)
 
 
-def job_from_request(body: dict[str, Any], job_id: str, now_unix: float) -> TrainingJob:
-    """The job of the admin API's POST /api/v1/training `body`: "model", "base", "pairs" (JSONL text), optional
-    "node", "node_class", "memory" ("4Gi" or bytes), "adapter" and "hyper" (an object of `HyperParameters`
-    fields). Raises UsageError naming the field."""
-    for key in ("model", "base", "pairs"):
+def base_weights_of(body: dict[str, Any], catalog: tuple[tuple[str, str, str], ...] = ()) -> tuple[str, tuple]:
+    """(`base`, `base_weights`) of a job's request `body`: "base", a directory on the node or an hf:// directory
+    source (`hf://org/repo@<40-hex revision>/[dir/]`, its files checked against the Hub's listing); or
+    "base_weights", a list of {"source", "sha256"} (a directory source's sha256 is its set's digest, or "") or
+    "model": the catalog model's own weights, `catalog` as (source, sha256, secret name) of each. Raises UsageError
+    naming the field."""
+    base, listed = body.get("base"), body.get("base_weights")
+    if (base is None) == (listed is None) or (base is not None and (not isinstance(base, str) or not base.strip())):
+        raise UsageError("a training job needs \"base\" (the base weights' directory on the node, or an hf:// "
+                         "directory source) or \"base_weights\" (their sources, or \"model\": the catalog model's)")
+    if base is not None:
+        if base.startswith("hf://"):
+            if not _HF_DIRECTORY.fullmatch(base):
+                raise UsageError(f"\"base\" {base!r}: a source of base weights is a directory pinned to a commit, "
+                                 "hf://org/repo@<40-hex revision>/ or hf://org/repo@<40-hex revision>/dir/")
+            return "", ((base, ""),)
+        if "://" in base:
+            raise UsageError(f"\"base\" {base!r}: give a directory on the node or an hf:// directory source; list "
+                             "other sources in \"base_weights\" with their sha256")
+        return base, ()
+    if listed == "model":
+        if any(secret for _, _, secret in catalog):
+            raise UsageError("the model's weights name a secret (a Hub token), which training jobs do not send to "
+                             "the node: list public sources in \"base_weights\", or give a directory on the node")
+        if not catalog:
+            raise UsageError("\"base_weights\": \"model\" names the catalog model's weights, and it lists none")
+        return "", tuple((source, sha256) for source, sha256, _ in catalog)
+    if (not isinstance(listed, list) or not listed
+            or not all(isinstance(f, dict) and isinstance(f.get("source"), str) and isinstance(f.get("sha256"), str)
+                       for f in listed)):
+        raise UsageError("\"base_weights\" must be \"model\" or a list of {\"source\": ..., \"sha256\": ...}")
+    for item in listed:
+        if "://" not in item["source"] or (not item["sha256"] and not _HF_DIRECTORY.fullmatch(item["source"])):
+            raise UsageError(f"\"base_weights\": {item['source']!r} needs a source URL and its sha256 (only an "
+                             "hf:// directory source may leave it empty)")
+    return "", tuple((f["source"], f["sha256"]) for f in listed)
+
+
+def job_from_request(body: dict[str, Any], job_id: str, now_unix: float,
+                     catalog: tuple[tuple[str, str, str], ...] = ()) -> TrainingJob:
+    """The job of the admin API's POST /api/v1/training `body`: "model", "base" or "base_weights"
+    (`base_weights_of`; `catalog`: the model's own weights), "pairs" (JSONL text), optional "node", "node_class",
+    "memory" ("4Gi" or bytes), "adapter" and "hyper" (an object of `HyperParameters` fields). Raises UsageError
+    naming the field."""
+    for key in ("model", "pairs"):
         if not isinstance(body.get(key), str) or not body[key].strip():
-            raise UsageError(f"a training job needs \"{key}\" (a string): the catalog model, the base weights' "
-                             "directory on the node, and the question/answer pairs as JSONL")
+            raise UsageError(f"a training job needs \"{key}\" (a string): the catalog model, and the "
+                             "question/answer pairs as JSONL")
+    base, base_weights = base_weights_of(body, catalog)
     hyper_doc = body.get("hyper") or {}
     if not isinstance(hyper_doc, dict):
         raise UsageError("\"hyper\" must be an object of hyper-parameters, e.g. {\"rank\": 4, \"steps\": 20}")
@@ -157,7 +211,7 @@ def job_from_request(body: dict[str, Any], job_id: str, now_unix: float) -> Trai
         raise UsageError(f"adapter name {adapter!r}: use lower-case letters, digits and dashes")
     if body.get("node") and body.get("node_class"):
         raise UsageError("give a training job a node or a node class, not both")
-    return TrainingJob(job_id=job_id, model=body["model"], base=body["base"],
+    return TrainingJob(job_id=job_id, model=body["model"], base=base, base_weights=base_weights,
                        pairs=parse_pairs(body["pairs"], "\"pairs\""), memory_bytes=memory,
                        node=str(body.get("node") or ""), node_class=str(body.get("node_class") or ""),
                        hyper=hyper, adapter=adapter, submitted_unix=now_unix)
@@ -166,6 +220,7 @@ def job_from_request(body: dict[str, Any], job_id: str, now_unix: float) -> Trai
 class JobState(StrEnum):
     QUEUED = "queued"
     STARTING = "starting"
+    FETCHING = "fetching"
     RUNNING = "running"
     CONVERTING = "converting"
     SENDING = "sending"
@@ -175,7 +230,7 @@ class JobState(StrEnum):
 
 
 ENDED = frozenset({JobState.DONE, JobState.FAILED, JobState.CANCELLED})
-ON_NODE = frozenset({JobState.STARTING, JobState.RUNNING, JobState.CONVERTING, JobState.SENDING})
+ON_NODE = frozenset({JobState.STARTING, JobState.FETCHING, JobState.RUNNING, JobState.CONVERTING, JobState.SENDING})
 """The states in which a job holds its node (nothing else trains there)."""
 
 
@@ -228,6 +283,7 @@ class JobStatus:
         """The status as the admin API shows it (no pairs: their count)."""
         job = self.job
         return {"job": job.job_id, "model": job.model, "adapter_name": job.adapter_name, "base": job.base,
+                "base_weights": [{"source": s, "sha256": d} for s, d in job.base_weights],
                 "node": job.node, "node_class": job.node_class, "memory_bytes": job.memory_bytes,
                 "pairs": len(job.pairs), "hyper": {**asdict(job.hyper), "targets": list(job.hyper.targets)},
                 "state": self.state.value, "node_id": self.node_id, "step": self.step, "steps": self.steps,

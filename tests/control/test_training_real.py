@@ -1,10 +1,12 @@
 """`llmgw train` end to end on this machine's CPU (docs/training.md): a control plane and a real agent serving Gemma 3
 270M on the real llama-server; a job submitted through the admin API trains a small LoRA with PEFT on the converted
-Gemma (`make vllm`'s conversion) in the pinned training venv (`make train-env`) from the twenty question/answer pairs
-of examples/training/gull-rock.jsonl, reporting loss and peak memory as it goes (the loss falls); the agent converts
-it to GGUF with llama.cpp's own convert_lora_to_gguf.py and sends it back in pieces kept in the store; `llmgw train
-get JOB --add-to-catalog` downloads it and commits it to the model's adapters; the replica restarts with it, and
-the gateway serves it by name: a temperature-0 answer different from the base model's."""
+Gemma (`make vllm`'s conversion) in the pinned training venv (`make train-env`), its base named by source (the
+converted Gemma served as hf://google/gemma-3-270m@<revision>/ by a local stand-in of the Hub, tests/plan/hub_files.py)
+and fetched by the agent, from the twenty question/answer pairs of examples/training/gull-rock.jsonl, reporting loss
+and peak memory as it goes (the loss falls); the agent converts it to GGUF with llama.cpp's own
+convert_lora_to_gguf.py and sends it back in pieces kept in the store; `llmgw train get JOB --add-to-catalog`
+downloads it and commits it to the model's adapters; the replica restarts with it, and the gateway serves it by name:
+a temperature-0 answer different from the base model's."""
 
 from __future__ import annotations
 
@@ -23,6 +25,8 @@ from llmgw.control import ControlConfig, ControlPlane
 from llmgw.engines.vllm_demo import ensure_gemma_hf, ensure_vllm
 from llmgw.settings import init_repository
 from llmgw.training.environment import ensure_training_env
+
+from plan.hub_files import serve_directory
 
 from .test_in_process_fleet import wait_for
 
@@ -77,8 +81,19 @@ async def greedy(sdk: openai.AsyncOpenAI, model: str) -> str:
     return answer.choices[0].text
 
 
+@pytest.fixture
+def hub(gemma_hf, monkeypatch):
+    """The converted Gemma as hf://google/gemma-3-270m@<"c" * 40>/ on a local stand-in of the Hub ($HF_ENDPOINT)."""
+    server = serve_directory("google/gemma-3-270m", gemma_hf)
+    monkeypatch.setenv("HF_ENDPOINT", server.url)
+    try:
+        yield server
+    finally:
+        server.close()
+
+
 async def test_a_lora_trained_on_a_node_is_converted_kept_downloaded_added_and_served_by_name(
-        tmp_path, llama_server_binary, gemma_mirror, gemma_hf, training_python):
+        tmp_path, llama_server_binary, gemma_mirror, gemma_hf, training_python, hub):
     tree = seed_tree(tmp_path / "seed", "gemma-3-270m", MODEL)
     (tree / "projects.yaml").write_text(projects_yaml({"demo": {"models": ["*"]}}))  # the adapter too, once added
     repo = tmp_path / "settings.git"
@@ -101,7 +116,7 @@ async def test_a_lora_trained_on_a_node_is_converted_kept_downloaded_added_and_s
                                   headers={"Authorization": f"Bearer {plane.admin_token}"})
         started = time.monotonic()
         said = await llmgw(plane, "train", "submit", "--job", "gull-rock", "--model", "gemma-3-270m", "--base",
-                           str(gemma_hf), "--pairs", str(PAIRS), "--memory", "512Mi",
+                           f"hf://google/gemma-3-270m@{'c' * 40}/", "--pairs", str(PAIRS), "--memory", "512Mi",
                            *[f"--{k.replace('_', '-')}={v}" for k, v in HYPER.items()])
         assert said.startswith("gull-rock            gemma-3-270m     starting   n1           step 0/4"), said
         submitted = plane.training_job("gull-rock")
@@ -123,6 +138,10 @@ async def test_a_lora_trained_on_a_node_is_converted_kept_downloaded_added_and_s
         print(f"\nstates: {seen}\nlosses: {status['losses']}\npeak memory: {status['peak_memory_bytes']>>20} MiB")
         assert status["state"] == "done", status
         assert {"running", "converting"} <= {state for state, _ in seen}, seen  # reported as it went
+        # fetched: the Hub listed the directory and served the files kept in git (the safetensors too, unless the
+        # agent's mirror holds them by sha256, as `make vllm`'s does here: linked from there)
+        print(f"served by the Hub stand-in: {dict(hub.served)}")
+        assert hub.served["config.json"] == (gemma_hf / "config.json").stat().st_size
         losses = status["losses"]
         assert len(losses) == HYPER["steps"] and losses[-1] < losses[0] / 2  # the loss falls
         assert status["peak_memory_bytes"] > 200 << 20  # the process holds Gemma in float32: more than 200 MiB

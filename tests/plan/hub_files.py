@@ -112,3 +112,21 @@ class HubFiles:
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+def serve_directory(repo: str, directory: Path, revision: str = "c" * 40) -> HubFiles:
+    """A stand-in serving every file of `directory` as `repo` at `revision`: `*.json` files other than
+    `tokenizer.json` kept in git, the rest in LFS (their sha256 computed), as the Hub keeps a model's files."""
+    server = HubFiles(revision)
+    for file in sorted(p for p in Path(directory).iterdir() if p.is_file()):
+        in_git = file.suffix == ".json" and file.name != "tokenizer.json"
+        server.add(repo, file.name, file, None if in_git else _sha256(file))
+    return server
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
