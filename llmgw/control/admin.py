@@ -362,12 +362,14 @@ class AdminApp:
         (`caller` is not None). A checkpoint."""
         return await self.caller(request, needed) is not None
 
-    async def caller(self, request, needed: str = SCOPE_ADMIN) -> Caller | None:
+    async def caller(self, request, needed: str = SCOPE_ADMIN, held: list[str] | None = None) -> Caller | None:
         """Who sent the request, when its bearer token may use a route of scope `needed`; None when it may not.
 
         The control plane's own admin token passes every scope, as nobody's; a store token passes its own scope,
-        and an admin one every scope (looked up in a worker thread). A token that belongs to a person is theirs
-        (`Caller.person`) while their account is active; a disabled account's tokens pass nothing. A checkpoint.
+        and an admin one every scope (looked up in a worker thread, once). A token that belongs to a person is theirs
+        (`Caller.person`) while their account is active; a disabled account's tokens pass nothing. `held`, when
+        given, gets the scope of a live store token refused for its scope (to say so: "this token is of scope
+        review"). A checkpoint.
         """
         presented = self._presented(request)
         if presented is True:
@@ -375,22 +377,16 @@ class AdminApp:
         if not presented:
             return None
         token = await self.in_store_thread(self.plane.store.find_token, presented)
-        if token is None or token.state(time.time()) is not CredentialState.ACTIVE \
-                or token.scope not in (needed, SCOPE_ADMIN):
+        if token is None or token.state(time.time()) is not CredentialState.ACTIVE:
+            return None
+        if token.scope not in (needed, SCOPE_ADMIN):
+            if held is not None:
+                held.append(token.scope)
             return None
         if token.owner is None:
             return Caller(token_id=token.token_id)
         person = await self.person_of(token.owner)
         return None if person is None else Caller(person, token.token_id)
-
-    async def held_scope(self, request) -> str | None:
-        """The scope of the request's bearer token when it is a live store token (to say why it was refused: "this
-        token is of scope review"), else None. A checkpoint (a store read in a worker thread)."""
-        presented = self._presented(request)
-        if not presented or presented is True or self.plane.store is None:
-            return None
-        token = await self.in_store_thread(self.plane.store.find_token, presented)
-        return token.scope if token is not None and token.state(time.time()) is CredentialState.ACTIVE else None
 
     async def person_of(self, email: str) -> Person | None:
         """The person of `email` when their account is active (a store read in a worker thread), with what the
@@ -447,12 +443,13 @@ class AdminApp:
         if path == "/metrics" and method == "GET":
             return await self._metrics(scope, send)
         needed = "review" if method == "GET" and path in REVIEW_ROUTES else SCOPE_ADMIN
+        held: list[str] = []
         if caller is None:
-            caller = await self.caller(scope, needed)
+            caller = await self.caller(scope, needed, held)
         if caller is None:
             wanted = "an admin token" + ("" if needed == SCOPE_ADMIN else f" or a token of scope {needed}")
-            held = await self.held_scope(scope)
-            what = f"this token is of scope {held}; {method} {path} needs {wanted}" if held else f"{wanted} is needed"
+            what = (f"this token is of scope {held[0]}; {method} {path} needs {wanted}" if held
+                    else f"{wanted} is needed")
             raise _HttpError(401, "unauthorized",
                              f"{what}: pass --token, set LLMGW_ADMIN_TOKEN, or run on the control plane's machine (it "
                              "reads <state>/admin-token); a token of a disabled account passes nothing")

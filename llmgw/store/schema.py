@@ -200,9 +200,11 @@ def migrate(conn: sqlite3.Connection, where: str) -> int:
                 if statement.strip():
                     conn.execute(statement)
             conn.execute("INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)", (version, time.time()))
-        conn.execute(f"CREATE TABLE IF NOT EXISTS {READABLE_TABLE} (readable_from INTEGER NOT NULL)")
-        conn.execute(f"DELETE FROM {READABLE_TABLE}")
-        conn.execute(f"INSERT INTO {READABLE_TABLE} VALUES (?)", (readable_from(SCHEMA_VERSION, SQLITE_CONTRACTS),))
+        wanted = readable_from(SCHEMA_VERSION, SQLITE_CONTRACTS)
+        if _readable(conn) != wanted:  # written once per schema: an open of an up-to-date file writes nothing
+            conn.execute(f"CREATE TABLE IF NOT EXISTS {READABLE_TABLE} (readable_from INTEGER NOT NULL)")
+            conn.execute(f"DELETE FROM {READABLE_TABLE}")
+            conn.execute(f"INSERT INTO {READABLE_TABLE} VALUES (?)", (wanted,))
         conn.execute("COMMIT")
     except BaseException:
         conn.execute("ROLLBACK")

@@ -27,6 +27,8 @@ from llmgw.plan.types import NodeState, ObservedShard, Plan
 from llmgw.settings import load_directory
 from llmgw.store import UsageRecord, open_store
 
+from support.waiting import wait_in_real_time
+
 from .conftest import write_seed
 from .loop_world import control_state, report, shard
 
@@ -38,7 +40,11 @@ FORECAST = ({"model": "tiny", "requests_per_second": 0.02, "expected_tokens_per_
 
 @pytest.fixture
 def autojump_clock():
-    return trio.testing.MockClock(autojump_threshold=0)
+    """MockClock jumping after 2 ms of real idleness, not at once: the handler reads the store in a worker thread,
+    and with a threshold of 0 the event loop spun through jump after jump (beats, passes) holding the GIL while
+    that thread waited for it (0.02-0.9 s real, thousands of MockClock seconds: both tests failed in a full run).
+    Idle 2 ms per jump, the thread ends within a jump or two."""
+    return trio.testing.MockClock(autojump_threshold=0.002)
 
 
 @pytest.fixture
@@ -52,6 +58,20 @@ async def beat(loop: ControlLoop, ready) -> None:
     while True:
         loop.update(report("n1", ready), "heartbeat")
         await trio.sleep(1)
+
+
+async def measured(loop: ControlLoop, limit: float) -> None:
+    """Wait until the loop's forecast audit holds its checks: MockClock seconds (at most `limit` of them) while
+    nothing is being measured, real time while the handler's store read runs in its thread (a trio sleep there let
+    the autojump clock pass any deadline before a 0.3 s read ended: both tests failed so in a full run)."""
+    slept = 0.0
+    while (audit := loop.state.forecast_audit) is None or audit.checks is None:
+        if audit is not None and audit.measuring:
+            await wait_in_real_time(lambda: not loop.state.forecast_audit.measuring, 60, "the forecast's store read")
+            continue
+        assert slept < limit, f"no forecast check after {limit:g} s of MockClock: {audit}"
+        await trio.sleep(1)
+        slept += 1
 
 
 def reviewed_loop(settings, store) -> tuple[ControlLoop, ObservedShard, list[tuple[float, MeasureForecast]]]:
@@ -97,9 +117,7 @@ async def test_the_forecast_is_checked_once_the_window_after_the_apply_passed(se
             await trio.sleep(30)
             store.record_usage(UsageRecord("demo", "tiny", BASE + trio.current_time(), prompt_tokens=20,
                                            completion_tokens=200, ttft_seconds=(i + 1) / 10, duration_seconds=2.0))
-        with trio.fail_after(2 * AFTER):
-            while loop.state.forecast_audit.checks is None:
-                await trio.sleep(1)
+        await measured(loop, 2 * AFTER)
         nursery.cancel_scope.cancel()
     assert len(asked) == 1 and asked[0][0] - began == pytest.approx(AFTER, abs=1.5)  # not before the window
     audit = loop.state.forecast_audit
@@ -168,12 +186,10 @@ async def test_a_store_that_fails_is_read_again_a_tenth_of_the_window_later(sett
     async with trio.open_nursery() as nursery:
         await nursery.start(loop.run)
         nursery.start_soon(beat, loop, ready)
-        with trio.fail_after(3 * AFTER):
-            while loop.state.forecast_audit is None or loop.state.forecast_audit.checks is None:
-                await trio.sleep(1)
+        await measured(loop, 3 * AFTER)
         nursery.cancel_scope.cancel()
     began = loop.state.forecast_audit.converged_at
-    assert [round(at - began) for at, _effect in asked] == [round(AFTER), round(AFTER * 1.1)]
+    assert [at - began for at, _effect in asked] == [pytest.approx(AFTER, abs=3), pytest.approx(AFTER * 1.1, abs=3)]
     audit = loop.state.forecast_audit
     assert audit.error == "" and audit.window == pytest.approx(AFTER * 1.1, abs=1.5)
     assert [c.requests for c in audit.checks] == [0, 0]

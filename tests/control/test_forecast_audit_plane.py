@@ -10,6 +10,7 @@ import functools
 import json
 import time
 
+import pytest
 import trio
 import yaml
 
@@ -93,8 +94,8 @@ async def test_the_plane_audits_the_error_of_a_reviewed_forecast_after_its_windo
         assert model["model"] == "gemma-3-270m" and model["requests"] == 3  # those before the change left out
         assert model["ttft_p90_measured"] == 0.5 and model["ttft_p90_forecast"] is None
         assert model["rate_measured"] == 3 / check["window_seconds"]
-        assert model["rate_error"] == model["rate_measured"] / model["rate_forecast"] - 1
-        assert model["tokens_measured"] == 40 * model["rate_measured"] and model["tokens_error"] is None
+        assert model["rate_error"] == pytest.approx(model["rate_measured"] / model["rate_forecast"] - 1)
+        assert model["tokens_measured"] == pytest.approx(40 * model["rate_measured"]) and model["tokens_error"] is None
         assert lines[at + 1] == (
             f"  - gemma-3-270m: completion tokens/s forecast unknown, measured {model['tokens_measured']:.3g} (error "
             f"unknown); TTFT p90 forecast unknown, measured 0.5 s (error unknown); requests/s forecast "

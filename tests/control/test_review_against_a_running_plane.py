@@ -12,6 +12,7 @@ from pathlib import Path
 
 import trio
 
+from llmgw.agent.reporting import FEATURES
 from llmgw.control import ControlConfig, ControlPlane
 from llmgw.plan import fingerprint
 from llmgw.settings import Listener, init_repository, load_commit
@@ -32,7 +33,8 @@ def h100_register() -> pb.Register:
                    memory_total_bytes=80 * GiB, memory_free_bytes=80 * GiB, numa_node=i // 4,
                    nvlink_peers=[d for d in ids if d != ids[i]]) for i in range(8)]
     return pb.Register(node_id="gpu-node-01", address="10.0.0.1", os="linux", node_secret="g" * 43, arch="x86_64", cpu_cores=64,
-                       memory_total_bytes=512 * GiB, gpus=gpus, engines_installed=["llama.cpp@b11434", "vllm@0.11.0"])
+                       memory_total_bytes=512 * GiB, gpus=gpus, engines_installed=["llama.cpp@b11434", "vllm@0.11.0"],
+                       features=list(FEATURES))
 
 
 def cpu_register(settings, commit: str) -> pb.Register:
@@ -44,7 +46,8 @@ def cpu_register(settings, commit: str) -> pb.Register:
                                       fingerprint=fingerprint(model, model.engine_version), settings_commit=commit,
                                       cpu_cores=model.resources.cpu_cores, memory_bytes=GiB, port=port))
     return pb.Register(node_id="cpu-node-01", address="10.0.0.2", os="linux", node_secret="c" * 43, arch="x86_64", cpu_cores=8,
-                       memory_total_bytes=32 * GiB, engines_installed=["llama.cpp@b11434"], shards=running)
+                       memory_total_bytes=32 * GiB, engines_installed=["llama.cpp@b11434"], shards=running,
+                       features=list(FEATURES))
 
 
 async def stand_in_agent(plane: ControlPlane, register: pb.Register, *, acknowledge: bool = False,
