@@ -23,7 +23,6 @@ and starts the previous version's agent (under systemd, where INVOCATION_ID is s
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -35,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from llmgw.errors import ReleaseError
-from llmgw.install.journal import JOURNAL_PATH, CreatedDirectory, record_on_installed_host
+from llmgw.install.journal import JOURNAL_PATH, CreatedDirectory, record_on_installed_host, sha256_of
 from llmgw.release import (
     MANIFEST, PUBLIC_KEY_FILE, RECORD_DIR, SIGNATURE, read_public_key, trusted_public_keys, verify_release,
 )
@@ -102,14 +101,6 @@ def receive_piece(transfer: Transfer | None, state_dir: Path, version: str, offs
     return transfer
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as stream:
-        while chunk := stream.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def _trusted(keys: list[str], layout: InstallLayout) -> list:
     """The control plane's trusted key lines and the key that signed the release this agent runs (if recorded)."""
     trusted = trusted_public_keys(keys)
@@ -151,7 +142,7 @@ def install_release(tar_path: Path, size: int, sha256: str, version: str, truste
     got = tar_path.stat().st_size
     if got != size:
         raise ReleaseError(f"the release tar holds {got} bytes, {size} were announced: send it again")
-    if (digest := _sha256(tar_path)) != sha256:
+    if (digest := sha256_of(tar_path)) != sha256:
         raise ReleaseError(f"the release tar has sha256 {digest}, {sha256} was announced: send it again")
     scratch = layout.root / f".incoming-{version}"
     venv = layout.root / version

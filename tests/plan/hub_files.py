@@ -25,6 +25,8 @@ from urllib.parse import unquote, urlsplit
 
 from support.http_stub import StubHandler
 
+from llmgw.engines.downloading import sha256_file
+
 
 class HubFiles:
     """The stand-in. `add(repo, path, file, sha256=None)`: `file` on disk served as `path` of `repo` at revision
@@ -120,13 +122,5 @@ def serve_directory(repo: str, directory: Path, revision: str = "c" * 40) -> Hub
     server = HubFiles(revision)
     for file in sorted(p for p in Path(directory).iterdir() if p.is_file()):
         in_git = file.suffix == ".json" and file.name != "tokenizer.json"
-        server.add(repo, file.name, file, None if in_git else _sha256(file))
+        server.add(repo, file.name, file, None if in_git else sha256_file(file))
     return server
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
