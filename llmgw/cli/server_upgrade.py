@@ -158,6 +158,7 @@ def upgrade_plane(plane: PlaneOnHost, ssh: Sequence[str], release: Release, time
                 raise InstallError(f"{host}: {step.what} failed: {_words(done)}")
         wait_back(host, ssh, manifest.version, timeout)
     except InstallError as exc:
+        log = _log_tail(ssh)  # the new version's last words, before the old one writes its own
         click.echo(f"[{host}] switching back to llmgw {plane.version}")
         for step in [*back, onboarding.server_upgrade_undo(facts)[-1]]:
             click.echo(f"[{host}] {step.what}")
@@ -166,7 +167,6 @@ def upgrade_plane(plane: PlaneOnHost, ssh: Sequence[str], release: Release, time
                 raise InstallError(f"{exc}; switching back failed too ({step.what}: {_words(done)}): on {host}, "
                                    f"link {onboarding.OPT}/current to {plane.version} and restart the control "
                                    "plane") from exc
-        log = _log_tail(ssh)
         try:
             wait_back(host, ssh, plane.version, timeout)
         except InstallError as again:

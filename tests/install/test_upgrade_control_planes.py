@@ -3,7 +3,9 @@ PostgreSQL, the leader on host 1 and a standby on host 2 added by `llmgw server 
 mutual TLS serving "tiny" (the llama-server stand-in), and 16 openai SDK clients asking through haproxy in front of
 both gateways throughout. The command upgrades the standby first, then the leader (which hands over to the upgraded
 standby as it restarts), then runs the agents' rollout on the new leader's host; no request fails, every answered
-request is billed once, every host runs the new release from /opt/llmgw/current and the engine keeps its pid.
+request is billed once, every host runs the new release from /opt/llmgw/current and the engine keeps its pid. Then
+`llmgw server upgrade host1` to a release whose control plane exits at start: not back within its timeout, it is
+switched back to the release it ran and serves again, and the command fails saying so.
 
 Hosts 1 and 3 get the 0.1.0 release by hand, as docs/install.md installs the first control plane (a venv in
 /opt/llmgw/0.1.0, `current` linked to it): here the venv is a copy of the dependencies' venv kept on disk
@@ -39,6 +41,8 @@ from support.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 NEW = "0.1.1"
+BROKEN = "0.1.2"
+EXIT_AT_START = "    sys.exit('this llmgw server exits at start (a broken release)')\n"
 OPT = "/opt/llmgw"
 LLMGW = f"{OPT}/current/bin/llmgw"
 AGENT_STATE = "/var/lib/llmgw/agent"
@@ -95,7 +99,14 @@ def test_llmgw_upgrade_takes_the_standby_then_the_leader_then_the_agents_over_ss
     began = time.monotonic()
     new = release_beside(full_release.directory, tmp_path / f"release-{NEW}", full_release.secret_key,
                          version_tree(tmp_path / "source", NEW))
-    timings[f"release {NEW} built"] = time.monotonic() - began
+    broken_source = version_tree(tmp_path / "broken-source", BROKEN)
+    server = broken_source / "llmgw" / "cli" / "server_cmds.py"
+    text = server.read_text()
+    assert "    if not repo:\n" in text
+    server.write_text(text.replace("    if not repo:\n", EXIT_AT_START + "    if not repo:\n", 1))
+    broken = release_beside(full_release.directory, tmp_path / f"release-{BROKEN}", full_release.secret_key,
+                            broken_source)
+    timings[f"releases {NEW} and {BROKEN} built"] = time.monotonic() - began
     share = tmp_path / "share"
     (share / "mirror" / "sha256").mkdir(parents=True)
     (share / "mirror" / "sha256" / hashlib.sha256(WEIGHTS).hexdigest()).write_bytes(WEIGHTS)
@@ -181,6 +192,22 @@ def test_llmgw_upgrade_takes_the_standby_then_the_leader_then_the_agents_over_ss
             assert f"control planes on llmgw {NEW}; {two.name} leads" in done.stdout
             assert f"upgrade to llmgw {NEW} done" in done.stdout
             clients.answers_after(32, 60, "after the upgrade")
+            after = admin_status(two, two.address)
+
+            # a release whose control plane exits at start: switched back, serving again, the command fails
+            began = time.monotonic()
+            failed = _run_llmgw("server", "upgrade", one.name, "--release", str(broken), "--trusted-key",
+                                full_release.trusted_key, "--ssh-config", str(one.ssh_config), "--timeout", "20s")
+            timings[f"server upgrade to the broken {BROKEN}, switched back"] = time.monotonic() - began
+            print(failed.stdout + failed.stderr)
+            assert failed.returncode == 1, failed.stdout + failed.stderr
+            assert (f"the control plane on {one.name} did not answer with llmgw {BROKEN} within 20 s" in failed.stderr
+                    and f"it runs llmgw {NEW} again. Its log ends: " in failed.stderr
+                    and "this llmgw server exits at start" in failed.stderr), failed.stderr
+            assert one.ssh(f"readlink {OPT}/current").stdout.strip() == NEW
+            wait_for(lambda: admin_status(one, one.address)["control_plane"]["version"] == NEW, 60,
+                     "host 1 back on the release it ran")
+            clients.answers_after(32, 60, "after the switch back")
         finally:
             if clients is not None:
                 clients.stop()
@@ -195,7 +222,6 @@ def test_llmgw_upgrade_takes_the_standby_then_the_leader_then_the_agents_over_ss
         assert not clients.failed, (clients.figures(), clients.failed[:5])
         problems = billing_problems(clients, rows)
         assert not problems, problems[:10]
-        after = admin_status(two, two.address)
         assert after["control_plane"]["leader"] and after["control_plane"]["version"] == NEW
         standby = admin_status(one, one.address)["control_plane"]
         assert not standby["leader"] and standby["version"] == NEW
@@ -215,11 +241,15 @@ def _tar_of(directory: Path) -> bytes:
     return buffer.getvalue()
 
 
-def _run_upgrade(release: Path, key: str, ssh_config: Path, *planes: str):
+def _run_llmgw(*args: str):
+    """`llmgw ARGS` from this checkout, as the operator runs it on their machine."""
     import os
     import subprocess
 
-    argv = [sys.executable, "-m", "llmgw.cli", "upgrade", str(release), "--trusted-key", key, "--ssh-config",
-            str(ssh_config), *[a for plane in planes for a in ("--control-plane", plane)], "--confirm-timeout", "120s"]
-    return subprocess.run(argv, capture_output=True, text=True, timeout=900, cwd=ROOT,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    return subprocess.run([sys.executable, "-m", "llmgw.cli", *args], capture_output=True, text=True, timeout=900,
+                          cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+def _run_upgrade(release: Path, key: str, ssh_config: Path, *planes: str):
+    return _run_llmgw("upgrade", str(release), "--trusted-key", key, "--ssh-config", str(ssh_config),
+                      *[a for plane in planes for a in ("--control-plane", plane)], "--confirm-timeout", "120s")
