@@ -33,6 +33,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from llmgw.archives import extract_tar
 from llmgw.errors import ReleaseError
 from llmgw.install.journal import JOURNAL_PATH, CreatedDirectory, record_on_installed_host, sha256_of
 from llmgw.release import (
@@ -149,8 +150,11 @@ def install_release(tar_path: Path, size: int, sha256: str, version: str, truste
     shutil.rmtree(scratch, ignore_errors=True)
     try:
         scratch.mkdir(parents=True)
-        with tarfile.open(tar_path) as tar:
-            tar.extractall(scratch, filter="data")
+        try:
+            with tarfile.open(tar_path) as tar:
+                extract_tar(tar, scratch)
+        except tarfile.TarError as exc:
+            raise ReleaseError(f"the release tar cannot be unpacked: {exc}") from exc
         for extra in ("SHA256SUMS", PUBLIC_KEY_FILE):  # beside the release, not in its manifest (release_tar)
             (scratch / extra).unlink(missing_ok=True)
         trusted = _trusted(trusted_keys, layout)

@@ -23,7 +23,7 @@ COMMAND_MODULES: dict[str, tuple[str, ...]] = {
     "diff": ("llmgw.cli.settings_cmds",),
     "repo": ("llmgw.cli.settings_cmds",),
     "up": ("llmgw.cli.up_cmd",),
-    "server": ("llmgw.cli.server_cmds", "llmgw.cli.server_add"),
+    "server": ("llmgw.cli.server_cmds", "llmgw.cli.server_add", "llmgw.cli.server_upgrade"),
     **{name: ("llmgw.cli.server_cmds",) for name in (
         "apply", "plan", "status", "history", "stop", "start", "nodes", "replicas", "logs", "join-token", "restart",
         "fabric-test",

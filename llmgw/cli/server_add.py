@@ -25,6 +25,7 @@ from pathlib import Path
 
 import click
 
+from llmgw.archives import extract_tar
 from llmgw.cli.node_add import SCRATCH, release_options, release_tar, run_steps, ssh_argv, ssh_options
 from llmgw.cli.release_cmds import _trusted
 from llmgw.errors import UsageError
@@ -158,8 +159,7 @@ def add_cmd(host, release_dir, keys, settings_dir, repo_url, listen, address, st
         import tempfile
 
         with tempfile.TemporaryDirectory() as scratch:
-            tar.extractall(scratch, members=[m for m in tar.getmembers() if m.name.startswith("settings/")],
-                           filter="data")
+            extract_tar(tar, scratch, [m for m in tar.getmembers() if m.name.startswith("settings/")])
             cluster = load_directory(Path(scratch) / "settings").cluster
     facts = onboarding.NodeFacts(manifest.version, manifest.llmgw_wheel, host, "-", "", SCRATCH,
                                  (MANIFEST, SIGNATURE, PUBLIC_KEY_FILE), RECORD_DIR)

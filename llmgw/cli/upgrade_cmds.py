@@ -2,6 +2,8 @@
 
     llmgw upgrade RELEASE_DIR [--trusted-key KEY | --settings DIR] [--max-unavailable N] [--paused]
                   [--confirm-timeout 120s] [--ready-timeout 300s] [--no-wait] [--url ...]
+    llmgw upgrade RELEASE_DIR (--trusted-key KEY | --settings DIR) --control-plane HOST [--control-plane HOST ...]
+                  [--control-planes-only] [--user U] [--port P] [--ssh-key FILE] [--ssh-config FILE] [...]
     llmgw upgrade --pause | --resume
 
 The release (`llmgw release build`) is checked here first when keys are given (as `llmgw node add` does), then sent
@@ -13,6 +15,12 @@ version; the next node starts once this one is back and its replicas are ready (
 once). A node whose new agent does not register within --confirm-timeout rolls back to the previous version by
 itself, and the upgrade stops with the reason. Progress is printed as it goes (and is in `llmgw status`). Exit 0 once
 every node runs the release, 1 when the upgrade failed.
+
+With `--control-plane HOST` (each control plane's host, reached over ssh as `llmgw server add` reaches it) the
+control planes go first (llmgw.cli.server_upgrade): the standbys one at a time, then the leader, which hands over
+to an upgraded standby as it restarts; each is back with the new version before the next starts, and one that does
+not come back is switched back and the upgrade stops. Then the agents' rollout above runs on the host of the new
+leader (`llmgw upgrade` there, the release copied over ssh, its output shown here), unless --control-planes-only.
 """
 
 from __future__ import annotations
@@ -26,7 +34,7 @@ from pathlib import Path
 
 import click
 
-from llmgw.cli.node_add import admin_options
+from llmgw.cli.node_add import admin_options, ssh_argv, ssh_options
 from llmgw.errors import LlmgwError, UsageError
 from llmgw.units import parse_duration
 
@@ -102,14 +110,34 @@ def _follow(client, as_json: bool) -> bool:
 @click.option("--resume", "resume", is_flag=True, help="Resume a paused upgrade.")
 @click.option("--no-wait", is_flag=True, help="Return once the rollout started (`llmgw status` shows it).")
 @click.option("--json", "as_json", is_flag=True, help="Print the rollout's node lines as JSON.")
+@click.option("--control-plane", "planes", multiple=True, metavar="HOST",
+              help="A control plane's host, upgraded over ssh first: standbys, then the leader (repeatable; name "
+                   "every control plane).")
+@click.option("--control-planes-only", is_flag=True, help="Upgrade the --control-plane hosts and stop there.")
+@ssh_options
 @admin_options
 def upgrade_cmd(release_dir, keys, settings_dir, max_unavailable, start_paused, confirm_timeout, ready_timeout, pause,
-                resume, no_wait, as_json, url, token, state_dir):
-    """Upgrade every agent to a signed release over its stream, node by node, engines serving throughout."""
+                resume, no_wait, as_json, planes, control_planes_only, user, port, ssh_key, ssh_config, url, token,
+                state_dir):
+    """Upgrade the control planes (--control-plane, over ssh), then every agent to a signed release over its
+    stream, node by node, engines serving throughout."""
     from llmgw.control.client import AdminClient, admin_ca_file, resolve_admin
 
     if pause + resume + (release_dir is not None) != 1:
         raise UsageError("say one of: a RELEASE_DIR to upgrade to, --pause, or --resume")
+    if control_planes_only and not planes:
+        raise UsageError("--control-planes-only upgrades the --control-plane hosts: name them")
+    if planes:
+        if not (keys or settings_dir):
+            raise UsageError("--control-plane needs --trusted-key or --settings: the release is verified here "
+                             "before it goes to a host")
+        sys.exit(_through_control_planes(
+            release_dir, keys, settings_dir, planes, lambda host: ssh_argv(host, user, port, ssh_key, ssh_config),
+            _seconds(confirm_timeout, "--confirm-timeout"), control_planes_only,
+            [f"--max-unavailable {max_unavailable}", "--paused" if start_paused else "",
+             f"--confirm-timeout {_seconds(confirm_timeout, '--confirm-timeout')}s",
+             f"--ready-timeout {_seconds(ready_timeout, '--ready-timeout')}s", "--no-wait" if no_wait else "",
+             "--json" if as_json else ""]))
     url, token = resolve_admin(url, token, state_dir)
     with AdminClient(url, token, ca_file=admin_ca_file(state_dir)) as client:
         if pause or resume:
@@ -135,6 +163,45 @@ def upgrade_cmd(release_dir, keys, settings_dir, max_unavailable, start_paused, 
         if no_wait or start_paused:
             return
         sys.exit(0 if _follow(client, as_json) else 1)
+
+
+AGENTS_SCRATCH = "/var/tmp/llmgw-upgrade-agents"
+"""The leader's host's directory for the release while `llmgw upgrade` runs there (removed after)."""
+
+
+def _through_control_planes(release_dir: Path, keys, settings_dir, planes, ssh_for, timeout: float,
+                            only: bool, options: list[str]) -> int:
+    """The control planes on `planes` upgraded (llmgw.cli.server_upgrade), then, unless `only`, the agents' rollout
+    run by `llmgw upgrade` on the new leader's host with `options`, its output shown as it comes. The exit
+    status. Raises InstallError or UsageError from the control planes' part."""
+    import subprocess
+
+    from llmgw.cli.node_add import release_tar as host_release_tar
+    from llmgw.cli.node_add import run_steps
+    from llmgw.cli.server_upgrade import Release, upgrade_control_planes
+    from llmgw.install import onboarding
+
+    release = Release.verified(release_dir, keys, settings_dir)
+    click.echo(f"release llmgw {release.manifest.version} verified here: {len(release.manifest.files)} files, "
+               f"signed by key {release.manifest.key_id}")
+    leader = upgrade_control_planes(planes, ssh_for, release, timeout)
+    if only:
+        return 0
+    ssh = ssh_for(leader.host)
+    facts = onboarding.NodeFacts(release.manifest.version, release.manifest.llmgw_wheel, leader.host, "-", "",
+                                 AGENTS_SCRATCH)
+    copy = onboarding.check_steps(facts, doctor=False)[1:]  # the release copied and its digests checked
+    run_steps(leader.host, ssh, copy, len(copy), [onboarding.undo_steps(facts)[-1]],
+              host_release_tar(release.directory, release.manifest, release.signer))
+    click.echo(f"[{leader.host}] the agents' rollout, run by the leader's host:")
+    command = (f"{onboarding.LLMGW} upgrade {AGENTS_SCRATCH} --state {onboarding.SERVER_STATE} "
+               + " ".join(option for option in options if option) + f"; status=$?; rm -rf {AGENTS_SCRATCH}; "
+               "exit $status")
+    with subprocess.Popen([*ssh, command], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            click.echo(f"[{leader.host}] {line.rstrip()}")
+    return proc.returncode
 
 
 def register(group: click.Group) -> None:

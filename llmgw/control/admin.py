@@ -72,6 +72,7 @@ from __future__ import annotations
 import functools
 import hmac
 import json
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -104,6 +105,8 @@ from llmgw.errors import LlmgwError, SettingsError, TemporaryError, UsageError
 from llmgw.settings import MEMBER, OPERATOR, VIEWER, Access
 from llmgw.store import CredentialState
 from llmgw.gateway import serve_lifespan
+
+log = logging.getLogger("llmgw.control")
 
 MAX_BODY = 1 << 20
 TOKEN_CHECK_THREADS = 4
@@ -343,6 +346,11 @@ class AdminApp:
             await _send_json(send, 503, {"error": {"type": "temporary", "message": str(exc)}})
         except LlmgwError as exc:
             await _send_json(send, 500, {"error": {"type": type(exc).__name__, "message": str(exc)}})
+        except Exception as exc:  # noqa: BLE001 - the HTTP boundary: a bug answers in words and is logged
+            log.exception("the admin API failed on %s %s", scope.get("method"), scope.get("path"))
+            await _send_json(send, 500, {"error": {"type": "internal", "message": (
+                f"the control plane failed on this request ({type(exc).__name__}: {exc}); its log has the "
+                "traceback")}})
 
     def _presented(self, request) -> bool | str:
         """What the request's Authorization presents: True for the control plane's own admin token, else the bearer

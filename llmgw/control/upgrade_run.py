@@ -214,6 +214,8 @@ def verify_release_tar(tar_path: Path, trusted_keys: tuple[str, ...], work_dir: 
     saying what does not check (`llmgw.release.verify_release`), or a tar that cannot be read."""
     import shutil
     import tarfile
+
+    from llmgw.archives import extract_tar
     import tempfile
 
     from llmgw.errors import ReleaseError
@@ -226,7 +228,7 @@ def verify_release_tar(tar_path: Path, trusted_keys: tuple[str, ...], work_dir: 
     try:
         try:
             with tarfile.open(tar_path) as tar:
-                tar.extractall(scratch, filter="data")
+                extract_tar(tar, scratch)
         except (tarfile.TarError, OSError) as exc:
             raise ReleaseError(f"the release sent is not a readable tar: {exc}") from exc
         manifest = verify_release(scratch, list(trusted_keys))

@@ -210,8 +210,83 @@ def standby_steps(facts: NodeFacts, store_url: str, listen: str, repo_url: str, 
                    f"{llmgw} server init --from {standby}/settings --store {store_url} --listen {listen} "
                    f"--repo {repo_url} --tls-hostname {address} --ca-from {standby}/ca --secrets-from {standby}/secrets"),
         RemoteStep("start the control plane as a process of its own where systemd does not run",
-                   f"[ -d /run/systemd/system ] || {{ {_journal(facts)} mkdir /var/log/llmgw --mode 0755 "
-                   f"&& set -a && . {CONFIG}/server.env && set +a && setsid -f runuser -u llmgw -- {llmgw} server "
-                   f"--state {SERVER_STATE} $LLMGW_SERVER_OPTIONS >>/var/log/llmgw/server.log 2>&1 </dev/null; }}"),
+                   f"[ -d /run/systemd/system ] || {{ {_start_server(facts)}; }}"),
         RemoteStep(f"remove {facts.scratch}", f"rm -rf {facts.scratch}"),
     ]
+
+
+SERVER_USER = "llmgw"
+SERVER_LOG = "/var/log/llmgw/server.log"
+SERVER_UNIT = "llmgw-server.service"
+_SERVER_MATCH = shlex.quote(f"llmgw server --state {SERVER_STATE}")
+"""What pgrep finds in the command line of the control plane `server init` set up (run by hand or as below)."""
+STOP_SECONDS = 90
+"""Seconds a control plane has to exit after SIGTERM (the unit's TimeoutStopSec): it drains its gateway first."""
+
+
+def _start_server(facts: NodeFacts) -> str:
+    """The shell command that starts the control plane as a process of its own (where systemd does not run), with
+    the options of server.env, its output appended to SERVER_LOG (its directory made through the journal)."""
+    return (f"{{ [ -d {SERVER_LOG.rsplit('/', 1)[0]} ] || {_journal(facts)} mkdir {SERVER_LOG.rsplit('/', 1)[0]} "
+            f"--mode 0755; }} && set -a && . {CONFIG}/server.env && set +a && setsid -f runuser -u {SERVER_USER} -- "
+            f"{LLMGW} server --state {SERVER_STATE} $LLMGW_SERVER_OPTIONS >>{SERVER_LOG} 2>&1 </dev/null")
+
+
+def restart_server_step(facts: NodeFacts, why: str) -> RemoteStep:
+    """Restart the control plane on the host from whatever `current` links to now: `systemctl restart` of
+    SERVER_UNIT where systemd runs; elsewhere SIGTERM to the running one (it drains its gateway and, leading,
+    releases the leader lease, so a standby takes over), a wait of at most STOP_SECONDS for it to exit, and a new
+    one started as `standby_steps` starts it. `why` ends the step's description."""
+    tries = STOP_SECONDS * 10
+    return RemoteStep(
+        f"restart the control plane {why}",
+        f"if [ -d /run/systemd/system ]; then systemctl restart {SERVER_UNIT}; else "
+        f"pkill -TERM -u {SERVER_USER} -f {_SERVER_MATCH}; i=0; "
+        f"while pgrep -u {SERVER_USER} -f {_SERVER_MATCH} >/dev/null; do i=$((i+1)); [ $i -lt {tries} ] || "
+        f"{{ echo 'the control plane did not exit within {STOP_SECONDS} s of SIGTERM' >&2; exit 1; }}; sleep 0.1; "
+        f"done; {_start_server(facts)}; fi")
+
+
+def _switch_current(version: str) -> str:
+    """Point OPT/current at `version` atomically (a new link renamed over the old one)."""
+    return f"ln -sfn {version} {OPT}/.current.new && mv -T {OPT}/.current.new {OPT}/current"
+
+
+def server_upgrade_steps(facts: NodeFacts) -> list[RemoteStep]:
+    """What `llmgw server upgrade` runs on a control plane's host after `check_steps` (no doctor): the release
+    `facts.version` installed beside the one that runs (its venv through the journal, so `llmgw wipe` removes it,
+    the release's record kept in it), `current` switched to it atomically, the control plane restarted from it
+    (`restart_server_step`), and the scratch directory removed. A failure before the switch leaves the running
+    version as it was (`server_upgrade_undo`). Raises ValueError as `install_steps` does."""
+    _check(facts, ("version", "scratch", "wheel", "record_dir"))
+    scratch, venv, journal = facts.scratch, f"{OPT}/{facts.version}", _journal(facts)
+    record = f"{venv}/{facts.record_dir}"
+    return [
+        RemoteStep(f"make the venv {venv}", f"rm -rf {venv} && {journal} venv {venv}"),
+        RemoteStep(f"install llmgw {facts.version} into it from the release's wheels (no registry)",
+                   f"{venv}/bin/pip install --quiet --no-index --find-links {scratch}/wheels llmgw=={facts.version} "
+                   "--no-compile --disable-pip-version-check"),
+        RemoteStep(f"keep the release's signed manifest and the key that signed it in {record}",
+                   f"mkdir -m 755 {record} && cd {scratch} && cp {' '.join(facts.record)} {record}/"),
+        RemoteStep(f"link {OPT}/current to {facts.version}", _switch_current(facts.version)),
+        restart_server_step(facts, f"from llmgw {facts.version}"),
+        RemoteStep(f"remove {facts.scratch}", f"rm -rf {facts.scratch}"),
+    ]
+
+
+def server_upgrade_undo(facts: NodeFacts) -> list[RemoteStep]:
+    """What a failed `server_upgrade_steps` step runs before `current` was switched: the new venv removed (never
+    the one `current` links to) and the scratch directory."""
+    venv = f"{OPT}/{facts.version}"
+    return [RemoteStep(f"remove {venv}", f"[ \"$(readlink {OPT}/current)\" = {facts.version} ] || rm -rf {venv}"),
+            RemoteStep(f"remove {facts.scratch}", f"rm -rf {facts.scratch}")]
+
+
+def server_rollback_steps(facts: NodeFacts, previous: str) -> list[RemoteStep]:
+    """Back to the release `previous` after an upgrade to `facts.version` whose control plane did not come back:
+    `current` links to `previous` again and the control plane is restarted from it (the new venv stays, listed in
+    the journal). Raises ValueError when `previous` is not a plain version."""
+    if not previous or not previous.replace(".", "").replace("-", "").replace("+", "").isalnum():
+        raise ValueError(f"previous version {previous!r} cannot go on a command line as it is")
+    return [RemoteStep(f"link {OPT}/current back to {previous}", _switch_current(previous)),
+            restart_server_step(facts, f"from llmgw {previous} again")]

@@ -28,6 +28,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from llmgw.archives import extract_tar
 from llmgw.errors import ReleaseError
 from llmgw.release.keys import PublicKey, SecretKey
 from llmgw.release.manifest import (
@@ -179,7 +180,7 @@ def _unpack(archive: Path, target: Path) -> None:
                 if not (member.isfile() or member.isdir()):
                     raise ReleaseError(f"{archive}: {member.name} is a link or special file: a bundle holds plain "
                                        "files only", paths=(member.name,))
-            tar.extractall(target, filter="data")
+            extract_tar(tar, target)
     except (tarfile.TarError, OSError) as exc:
         raise ReleaseError(f"{archive} is not a readable tar of a bundle ({exc})") from exc
 

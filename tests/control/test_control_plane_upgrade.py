@@ -19,6 +19,7 @@ import psycopg
 import pytest
 
 from llmgw.settings import init_repository
+from support.haproxy import start_haproxy
 from support.llmgw_processes import LlmgwProcesses
 from support.postgres import postgres_schema, schema_url
 from support.previous_release import PREVIOUS_RELEASE, previous_tree, raised_tree, run_previous
@@ -28,7 +29,6 @@ from support.settings_seed import projects_yaml
 from support.waiting import wait_for
 
 from .conftest import write_seed
-from .test_haproxy import start_haproxy
 
 NEW_VERSION = "0.1.1"
 LEASE = "3s"

@@ -6,10 +6,7 @@ it is recovering its fleet)."""
 
 from __future__ import annotations
 
-import shutil
 import signal
-import socket
-import subprocess
 
 import httpx
 import openai
@@ -19,54 +16,11 @@ import trio
 from llmgw.store import open_store
 
 from .conftest import write_seed
+from support.haproxy import start_haproxy
+from support.serving_process import free_port
 from support.llmgw_processes import LlmgwProcesses
 
 from .test_failover import Plane, postgres_url, wait_for  # noqa: F401 - postgres_url is a fixture
-
-HAPROXY_CFG = """\
-defaults
-    mode http
-    timeout connect 1s
-    timeout client 30s
-    timeout server 30s
-    retries 3
-    option redispatch 1
-    retry-on conn-failure
-frontend llm
-    bind 127.0.0.1:{port}
-    default_backend gateways
-backend gateways
-    balance roundrobin
-    option httpchk GET /health
-    http-check expect status 200
-{servers}
-"""
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def haproxy_config(port: int, gateways: list[str]) -> str:
-    # checks every 2 s: requests reach the killed gateway before a check sees it; `retry-on conn-failure` with
-    # `option redispatch` sends each of them to the live one (with `retries 0` this test fails)
-    servers = "\n".join(f"    server g{i} {url.removeprefix('http://')} check inter 2s fall 1 rise 1"
-                        for i, url in enumerate(gateways))
-    return HAPROXY_CFG.format(port=port, servers=servers)
-
-
-def start_haproxy(root, gateways: list[str]) -> tuple[subprocess.Popen, str]:
-    """haproxy in front of `gateways` (URLs), on a free loopback port: (its process, its URL)."""
-    haproxy = shutil.which("haproxy") or "/usr/sbin/haproxy"
-    assert shutil.os.path.exists(haproxy), "haproxy is not installed: run `make system-packages` (Debian package haproxy)"
-    port = free_port()
-    (root / "haproxy.cfg").write_text(haproxy_config(port, gateways))
-    proxy = subprocess.Popen([haproxy, "-db", "-f", str(root / "haproxy.cfg")],
-                             stdout=open(root / "haproxy.log", "wb"), stderr=subprocess.STDOUT)
-    return proxy, f"http://127.0.0.1:{port}"
-
 
 @pytest.mark.slow
 async def test_after_one_gateway_is_killed_no_request_through_haproxy_fails(tmp_path, weights_mirror, fake_engine):

@@ -33,7 +33,7 @@ from llmgw.agent.upgrading import switch_current
 from llmgw.release import MANIFEST, PUBLIC_KEY_FILE, RECORD_DIR, SIGNATURE, keygen, read_public_key
 from llmgw.settings import init_repository
 from support.in_process_cli import run_llmgw
-from support.releases import dependency_wheels, install_from_venv, release_beside
+from support.releases import dependency_wheels, install_from_venv, release_beside, version_tree
 from support.waiting import wait_for
 
 from .conftest import write_seed
@@ -43,19 +43,8 @@ EXIT_AT_START = "import sys; sys.exit('this llmgw agent exits at start (a broken
 
 
 def _tree(target: Path, version: str, broken: bool = False) -> Path:
-    """This checkout's tracked files copied to `target`, its version set to `version` (pyproject.toml and
-    llmgw/__init__.py); `broken`: its agent command exits at once."""
-    names = subprocess.run(["git", "-C", str(ROOT), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-                           capture_output=True, text=True, check=True).stdout.split("\0")
-    for name in filter(None, names):
-        if (ROOT / name).is_file():
-            (target / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(ROOT / name, target / name)
-    for name, old, new in (("pyproject.toml", 'version = "0.1.0"', f'version = "{version}"'),
-                           ("llmgw/__init__.py", '__version__ = "0.1.0"', f'__version__ = "{version}"')):
-        text = (target / name).read_text()
-        assert old in text, f"{name} no longer says {old}: update this test's version bump"
-        (target / name).write_text(text.replace(old, new))
+    """This checkout at `version` (support.releases.version_tree); `broken`: its agent command exits at once."""
+    version_tree(target, version)
     if broken:
         agent = target / "llmgw" / "cli" / "agent_cmds.py"
         agent.write_text(agent.read_text().replace(

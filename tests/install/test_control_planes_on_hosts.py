@@ -14,39 +14,24 @@ the lab's root address (DESIGN.md, "Known traps"), in schemas of the test's own.
 
 from __future__ import annotations
 
-import getpass
-import io
 import json
 import shlex
-import socket
-import ssl
 import subprocess
 import sys
-import tarfile
 import time
-from pathlib import Path
 
 import httpx
 
 from llmgw.store import UsageRecord, open_store
+from support.control_plane_hosts import (
+    STATE, admin_status, forwarded_postgres, give_lab_ssh, health, push_files, serve_settings, start_on,
+)
 from support.postgres import postgres_schema, schema_url
 from support.ssh_hosts import SOURCE, SshHost, push_llmgw_source
 from support.waiting import wait_for
 
-STATE = "/var/lib/llmgw/server"
 AGENT_STATE = "/var/lib/llmgw-agent"
 LLMGW = f"PYTHONPATH={SOURCE} {sys.prefix}/bin/llmgw"
-
-
-def _push_files(host: SshHost, directory: str, files: dict[str, bytes]) -> None:
-    """Write `files` (name: content, mode 0600) into `directory` on `host` over ssh (one tar on stdin)."""
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w") as tar:
-        for name, data in files.items():
-            info = tarfile.TarInfo(name)
-            info.size, info.mode = len(data), 0o600
-            tar.addfile(info, io.BytesIO(data))
-    host.ssh(f"mkdir -p -m 700 {directory} && tar -x -C {directory}", input=buffer.getvalue(), text=False)
 
 
 def _llmgw(host: SshHost, args: str, timeout: float = 120) -> str:
@@ -56,32 +41,8 @@ def _llmgw(host: SshHost, args: str, timeout: float = 120) -> str:
     return done.stdout
 
 
-def _start(host: SshHost, command: str, log: str) -> None:
-    """Run the shell `command` on `host` in the background, its output in `log` there."""
-    host.ssh(f"export PYTHONPATH={SOURCE}; ( {command} ) >{log} 2>&1 </dev/null &")
-
-
-def _status(host: SshHost, address: str) -> dict:
-    """The admin API's status of the control plane on `host` (its own admin token, its CA), at `address`."""
-    state = host.root / STATE.lstrip("/")
-    token = (state / "admin-token").read_text().strip()
-    context = ssl.create_default_context(cafile=str(state / "ca" / "ca.crt"))
-    reply = httpx.get(f"https://{address}:8081/api/v1/status", verify=context, timeout=5,
-                      headers={"Authorization": f"Bearer {token}"})
-    reply.raise_for_status()
-    return reply.json()
-
-
-def _health(address: str, ca: Path) -> dict | None:
-    try:
-        return httpx.get(f"https://{address}:8081/api/v1/health", verify=ssl.create_default_context(cafile=str(ca)),
-                         timeout=2).json()
-    except httpx.HTTPError:
-        return None
-
-
 def _connected(host: SshHost, address: str) -> bool:
-    node = _status(host, address).get("nodes", {}).get("n1")
+    node = admin_status(host, address).get("nodes", {}).get("n1")
     return bool(node) and node.get("state") == "connected"
 
 
@@ -114,13 +75,8 @@ def test_server_add_failover_then_backup_and_restore_on_a_fresh_host_with_the_ag
     for host in (one, three, four):
         push_llmgw_source(host)
         host.ssh("chmod o+x /root")  # the user llmgw reaches the shared venv's Python under /root
-    with socket.socket() as probe:
-        probe.bind((root, 0))
-        pg_port = probe.getsockname()[1]
-    forwarder = subprocess.Popen(["socat", f"TCP-LISTEN:{pg_port},bind={root},fork,reuseaddr", "TCP:127.0.0.1:5432"])
     try:
-        with postgres_schema() as schema, postgres_schema() as restored_schema:
-            base = f"postgresql://{getpass.getuser()}@{root}:{pg_port}/test"
+        with forwarded_postgres(root) as base, postgres_schema() as schema, postgres_schema() as restored_schema:
             store_url, restored_url = schema_url(schema, base), schema_url(restored_schema, base)
 
             # host 1: `server init` with its defaults and the shared store, started as init says
@@ -128,9 +84,9 @@ def test_server_add_failover_then_backup_and_restore_on_a_fresh_host_with_the_ag
             init = _llmgw(one, f"server init --store {shlex.quote(store_url)}")
             timings["server init"] = time.monotonic() - began
             by_hand = init.split("Run the control plane by hand:\n", 1)[1].split("\n\n", 1)[0].strip()
-            _start(one, by_hand.replace("\n", " ; ") + " --lease 3s", "/var/log/llmgw-server.log")
+            start_on(one, by_hand.replace("\n", " ; ") + " --lease 3s", "/var/log/llmgw-server.log")
             ca = one.root / STATE.lstrip("/") / "ca" / "ca.crt"
-            wait_for(lambda: _health(one.address, ca), 90, "host 1's admin API at its address (named by the certificate of a listener on 0.0.0.0)",
+            wait_for(lambda: health(one.address, ca), 90, "host 1's admin API at its address (named by the certificate of a listener on 0.0.0.0)",
                      lambda: one.ssh("cat /var/log/llmgw-server.log").stdout)
             timings["host 1 serving"] = time.monotonic() - began
             created = _llmgw(one, f"keys create --project demo --state {STATE}")
@@ -144,30 +100,23 @@ def test_server_add_failover_then_backup_and_restore_on_a_fresh_host_with_the_ag
 
             # host 3: an agent joined to host 1 over mutual TLS, dialling host 1's address
             grant = json.loads(_llmgw(one, f"join-token --state {STATE} --json --ca-out /tmp/ca.crt"))
-            _push_files(three, "/tmp/join", {"ca.crt": ca.read_bytes()})
+            push_files(three, "/tmp/join", {"ca.crt": ca.read_bytes()})
             _llmgw(three, f"node join --control-plane {one.address}:{grant['join_port']} --token "
                       f"{grant['token']} --ca-file /tmp/join/ca.crt --node-id n1 --state-dir {AGENT_STATE}")
             certificate = (three.root / AGENT_STATE.lstrip("/") / "tls" / "node.crt").read_bytes()
-            _start(three, f"{LLMGW} agent --state-dir {AGENT_STATE} --control-plane {one.address}:8082 --node-id n1",
+            start_on(three, f"{LLMGW} agent --state-dir {AGENT_STATE} --control-plane {one.address}:8082 --node-id n1",
                    "/var/log/llmgw-agent.log")
             wait_for(lambda: _connected(one, one.address), 60, "the agent on host 3 at host 1",
                      lambda: three.ssh("cat /var/log/llmgw-agent.log").stdout)
 
             # host 1 runs `server add host2`: ssh to host 2 (the lab's key), the release shown read-only, the
             # settings repository served by git daemon to host 2
-            lab_ssh = "/root/.ssh/lab"
-            workdir = str(one.ssh_config.parent)
-            _push_files(one, lab_ssh, {
-                "config": one.ssh_config.read_text().replace(workdir + "/keys", lab_ssh).replace(workdir, lab_ssh)
-                .encode(),
-                "id_ed25519": (one.ssh_config.parent / "keys" / "id_ed25519").read_bytes(),
-                "known_hosts": (one.ssh_config.parent / "known_hosts").read_bytes()})
-            _start(one, f"exec git -c safe.directory='*' daemon --reuseaddr --export-all --listen={one.address} "
-                        f"--base-path={STATE} {STATE}", "/var/log/git-daemon.log")
+            lab_ssh = give_lab_ssh(one)
+            repo_url = serve_settings(one)
             began = time.monotonic()
-            added = one.ssh(f"{LLMGW} server add {two.name} --ssh-config {lab_ssh}/config --release "
+            added = one.ssh(f"{LLMGW} server add {two.name} --ssh-config {lab_ssh} --release "
                             f"{full_release.directory} --trusted-key {shlex.quote(full_release.trusted_key)} --state "
-                            f"{STATE} --repo-url git://{one.address}/settings.git --address {two.address}",
+                            f"{STATE} --repo-url {repo_url} --address {two.address}",
                             check=False, timeout=300)
             timings["server add"] = time.monotonic() - began
             assert added.returncode == 0, added.stdout + added.stderr + two.ssh(
@@ -182,7 +131,7 @@ def test_server_add_failover_then_backup_and_restore_on_a_fresh_host_with_the_ag
 
             _kill_control_plane(one)
             killed = time.monotonic()
-            wait_for(lambda: (_health(two.address, ca) or {}).get("leader") is True, 60, "host 2 to lead",
+            wait_for(lambda: (health(two.address, ca) or {}).get("leader") is True, 60, "host 2 to lead",
                      lambda: two.ssh("cat /var/log/llmgw/server.log").stdout)
             timings["host 2 leads after the SIGKILL"] = time.monotonic() - killed
             models = f"http://{two.address}:8080/v1/models"
@@ -202,7 +151,7 @@ def test_server_add_failover_then_backup_and_restore_on_a_fresh_host_with_the_ag
             one.stop()
             two.stop()
             _move_address(netns_lab, one.name, four.name, one.address)
-            _push_files(four, "/root/backups", {"llmgw.tar.gz": archive})
+            push_files(four, "/root/backups", {"llmgw.tar.gz": archive})
             began = time.monotonic()
             restored = _llmgw(four, f"restore /root/backups/llmgw.tar.gz --state {STATE} --store "
                                 f"{shlex.quote(restored_url)}")
@@ -212,7 +161,7 @@ def test_server_add_failover_then_backup_and_restore_on_a_fresh_host_with_the_ag
                              f"{shlex.quote(restored_url)}", check=False)
             assert again.returncode == 1 and "is not empty" in again.stderr, again.stderr
             four.ssh(f"git -C {STATE}/settings.git rev-parse refs/llmgw/audit")  # the audit history came along
-            _start(four, f"{LLMGW} server --repo {STATE}/settings.git --state {STATE} --store "
+            start_on(four, f"{LLMGW} server --repo {STATE}/settings.git --state {STATE} --store "
                          f"{shlex.quote(restored_url)} --tls --gateway 0.0.0.0:8080 --admin 0.0.0.0:8081 "
                          "--agents 0.0.0.0:8082 --lease 3s", "/var/log/llmgw-server.log")
             started = time.monotonic()
@@ -230,6 +179,4 @@ def test_server_add_failover_then_backup_and_restore_on_a_fresh_host_with_the_ag
             models = f"http://{one.address}:8080/v1/models"
             assert httpx.get(models, headers={"Authorization": f"Bearer {key}"}, timeout=5).status_code == 200
     finally:
-        forwarder.kill()
-        forwarder.wait()
         print("; ".join(f"{what} {seconds:.1f} s" for what, seconds in timings.items()))

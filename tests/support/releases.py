@@ -204,3 +204,21 @@ def install_from_venv(venv: Path, wheels: Path, version: str) -> None:
     subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", "--no-index",
                     "--disable-pip-version-check", "--find-links", str(wheels), f"llmgw=={version}"],
                    check=True, capture_output=True, timeout=300)
+
+
+def version_tree(target: Path, version: str) -> Path:
+    """This checkout's tracked (and untracked, not ignored) files copied to `target`, its version set to `version`
+    (pyproject.toml and llmgw/__init__.py): the source of a release of the next version (`release_beside`); returns
+    `target`. Raises AssertionError when those files no longer say 0.1.0 (update the bump)."""
+    names = subprocess.run(["git", "-C", str(ROOT), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                           capture_output=True, text=True, check=True).stdout.split("\0")
+    for name in filter(None, names):
+        if (ROOT / name).is_file():
+            (target / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, target / name)
+    for name, old, new in (("pyproject.toml", 'version = "0.1.0"', f'version = "{version}"'),
+                           ("llmgw/__init__.py", '__version__ = "0.1.0"', f'__version__ = "{version}"')):
+        text = (target / name).read_text()
+        assert old in text, f"{name} no longer says {old}: update version_tree's bump"
+        (target / name).write_text(text.replace(old, new))
+    return target
