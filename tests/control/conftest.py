@@ -17,20 +17,7 @@ import settings_seed  # noqa: E402  (shared with bench/fleet_scale.py)
 from settings_seed import git  # noqa: E402,F401  (the tests import it from here)
 from stand_ins import python_tool  # noqa: E402
 
-MODEL_YAML = """\
-name: tiny
-engine: llama.cpp
-engine_version: b11434
-weights:
-  - source: https://example.invalid/tiny/tiny.gguf
-    sha256: {sha}
-replicas: {replicas}
-resources:
-  cpu_cores: 0.1
-  memory: 64Mi
-context_size: 512
-aliases: [tiny-alias]
-"""
+MODEL_YAML = settings_seed.TINY_YAML
 
 
 @pytest.fixture

@@ -19,11 +19,11 @@ import psycopg
 import pytest
 
 from llmgw.settings import init_repository
-from support.haproxy import start_haproxy
+from support.haproxy import start_haproxy, stop_clients_and_proxy
 from support.llmgw_processes import LlmgwProcesses
 from support.postgres import postgres_schema, schema_url
 from support.previous_release import PREVIOUS_RELEASE, previous_tree, raised_tree, run_previous
-from support.sdk_clients import SdkClients, billing_problems
+from support.sdk_clients import CLIENT_ROWS, SdkClients, billing_problems
 from support.serving_process import free_port
 from support.settings_seed import projects_yaml
 from support.waiting import wait_for
@@ -148,16 +148,11 @@ def test_the_standby_upgraded_first_then_the_handover_lose_no_request(tmp_path, 
             wait_for(lambda: leader.answered() >= 16, 60, "haproxy to send the old leader requests again")
             led, stands_by = standby.status(), leader.status()
         finally:
-            if clients is not None:
-                clients.stop()
-            if proxy is not None:
-                proxy.terminate()
-                proxy.wait(timeout=10)
+            stop_clients_and_proxy(clients, proxy)
             procs.stop()
         figures.append(f"end: {clients.figures()}")
         with psycopg.connect(store, autocommit=True) as conn:
-            rows = list(conn.execute("SELECT client_request_id, status FROM usage "
-                                     "WHERE client_request_id LIKE 'client-%'"))
+            rows = list(conn.execute(CLIENT_ROWS))
     print(f"control plane upgrade from {PREVIOUS_RELEASE[:12]}: the upgraded standby led {handover:.2f} s after "
           f"the leader's SIGTERM (it exited after {stopped:.2f} s); {'; '.join(figures)}; "
           f"{len(rows)} usage rows; {time.monotonic() - started:.1f} s in all; refused: {clients.refused[:3]}")

@@ -30,11 +30,11 @@ from llmgw.settings import init_repository
 from support.control_plane_hosts import (
     STATE, admin_status, forwarded_postgres, give_lab_ssh, health, push_files, serve_settings, start_on,
 )
-from support.haproxy import start_haproxy
+from support.haproxy import start_haproxy, stop_clients_and_proxy
 from support.postgres import postgres_schema, schema_url
 from support.releases import dependency_venv, release_beside, version_tree
-from support.sdk_clients import SdkClients, billing_problems
-from support.settings_seed import write_seed
+from support.sdk_clients import CLIENT_ROWS, SdkClients, billing_problems
+from support.settings_seed import TINY_YAML, write_seed
 from support.ssh_hosts import SshHost
 from support.stand_ins import python_tool
 from support.waiting import wait_for
@@ -47,25 +47,13 @@ OPT = "/opt/llmgw"
 LLMGW = f"{OPT}/current/bin/llmgw"
 AGENT_STATE = "/var/lib/llmgw/agent"
 WEIGHTS = b"GGUF stand-in weights for the control planes' upgrade\n"
-MODEL_YAML = """\
-name: tiny
-engine: llama.cpp
-engine_version: b11434
-weights:
-  - source: https://example.invalid/tiny/tiny.gguf
-    sha256: {sha}
-replicas: 1
-resources:
-  cpu_cores: 0.1
-  memory: 64Mi
-context_size: 512
-"""
 
 
 def _seed(directory: Path, trusted_key: str) -> Path:
     """The settings: "tiny" for the project demo, the listeners on the default ports (8080-8082), a node lost after
     30 s (agents and control planes restart during the upgrade), the release key trusted."""
-    seed = write_seed(directory, "tiny", MODEL_YAML.format(sha=hashlib.sha256(WEIGHTS).hexdigest()), lost="30s",
+    seed = write_seed(directory, "tiny", TINY_YAML.format(sha=hashlib.sha256(WEIGHTS).hexdigest(), replicas=1),
+                      lost="30s",
                       poll="1s")
     text = (seed / "llmgw.yaml").read_text()
     for name, port in (("gateway", 8080), ("admin", 8081), ("agents", 8082)):
@@ -209,15 +197,10 @@ def test_llmgw_upgrade_takes_the_standby_then_the_leader_then_the_agents_over_ss
                      "host 1 back on the release it ran")
             clients.answers_after(32, 60, "after the switch back")
         finally:
-            if clients is not None:
-                clients.stop()
-            if proxy is not None:
-                proxy.terminate()
-                proxy.wait(timeout=10)
+            stop_clients_and_proxy(clients, proxy)
             print("; ".join(f"{what} {seconds:.1f} s" for what, seconds in timings.items()))
         with psycopg.connect(schema_url(schema), autocommit=True) as conn:
-            rows = list(conn.execute("SELECT client_request_id, status FROM usage "
-                                     "WHERE client_request_id LIKE 'client-%'"))
+            rows = list(conn.execute(CLIENT_ROWS))
         print(f"through the upgrade: {clients.figures()}; {len(rows)} usage rows")
         assert not clients.failed, (clients.figures(), clients.failed[:5])
         problems = billing_problems(clients, rows)

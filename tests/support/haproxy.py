@@ -50,3 +50,13 @@ def start_haproxy(root: Path, gateways: list[str]) -> tuple[subprocess.Popen, st
     proxy = subprocess.Popen([haproxy, "-db", "-f", str(root / "haproxy.cfg")],
                              stdout=open(root / "haproxy.log", "wb"), stderr=subprocess.STDOUT)
     return proxy, f"http://127.0.0.1:{port}"
+
+
+def stop_clients_and_proxy(clients, proxy: subprocess.Popen | None) -> None:
+    """Stop `clients` (support.sdk_clients.SdkClients, or None) letting their requests in flight finish, then
+    haproxy (or None)."""
+    if clients is not None:
+        clients.stop()
+    if proxy is not None:
+        proxy.terminate()
+        proxy.wait(timeout=10)

@@ -147,6 +147,10 @@ class SdkClients:
         return len(self.answered) + len(self.failed) + len(self.refused) + len(self.disconnected)
 
 
+CLIENT_ROWS = "SELECT client_request_id, status FROM usage WHERE client_request_id LIKE 'client-%'"
+"""The usage rows of the requests `SdkClients` sent (their x-request-id starts "client-"), for `billing_problems`."""
+
+
 def billing_problems(clients: SdkClients, rows: list[tuple[str, int]]) -> list[str]:
     """What is wrong with the usage rows `rows` ((client request id, status) of each row whose x-request-id was sent
     by `clients`): an answered request without exactly one row of status 200, any request with more than one row, or

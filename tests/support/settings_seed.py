@@ -36,6 +36,23 @@ serving:
   allow_empty: false
 """
 
+TINY_YAML = """\
+name: tiny
+engine: llama.cpp
+engine_version: b11434
+weights:
+  - source: https://example.invalid/tiny/tiny.gguf
+    sha256: {sha}
+replicas: {replicas}
+resources:
+  cpu_cores: 0.1
+  memory: 64Mi
+context_size: 512
+aliases: [tiny-alias]
+"""
+"""catalog/tiny.yaml of the tests that run the llama-server stand-in (tests/support/fake_llama_server.py): format
+it with the stand-in weights' sha256 and the replicas."""
+
 GEMMA_HEAD = """\
 name: gemma-3-270m
 engine: llama.cpp
