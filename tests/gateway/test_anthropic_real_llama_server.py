@@ -16,6 +16,7 @@ import anthropic
 import httpx
 import pytest
 from gateway_harness import make_table, replica, start_gateway
+from llama_server_process import TEST_THREADS
 from support.serving_process import free_port, serving_process
 
 pytestmark = pytest.mark.slow
@@ -33,7 +34,7 @@ def _llama_server(binary, gguf, tmp_path_factory, *extra: str):
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     return url, serving_process(
-        [str(binary), "-m", str(gguf), "--host", "127.0.0.1", "--port", str(port), "-t", "2", *extra],
+        [str(binary), "-m", str(gguf), "--host", "127.0.0.1", "--port", str(port), "-t", str(TEST_THREADS), *extra],
         {"LLAMA_API_KEY": ENGINE_KEY}, tmp_path_factory.mktemp("llama") / "server.log", url,
         what="llama-server", limit=60)
 

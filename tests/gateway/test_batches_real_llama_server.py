@@ -15,6 +15,7 @@ import openai
 import pytest
 import trio
 from gateway_harness import ProjectPolicy, make_table, replica, start_gateway
+from llama_server_process import TEST_THREADS
 from serving_process import free_port, serving_process
 
 from llmgw.cli.keys_cmds import request_json
@@ -36,7 +37,7 @@ def engine(llama_server_binary, gemma_gguf, tmp_path_factory) -> str:
     instead of 0.3 s while other tests loaded this machine's two cores (ggml's threads wait for each other)."""
     port = free_port()
     argv, env = llamacpp.command_line(Launch(
-        binary=llama_server_binary, model_path=gemma_gguf, port=port, threads=1, context_size=2048,
+        binary=llama_server_binary, model_path=gemma_gguf, port=port, threads=TEST_THREADS, context_size=2048,
         served_name=MODEL, api_key=KEY, engine_args=("--no-jinja", "--chat-template", "gemma")))
     url = f"http://127.0.0.1:{port}"
     with serving_process(argv, env, tmp_path_factory.mktemp("batches") / "server.log", url, what="llama-server",

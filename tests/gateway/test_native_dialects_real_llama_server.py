@@ -14,6 +14,7 @@ import httpx
 import openai
 import pytest
 from gateway_harness import make_table, replica, start_gateway
+from llama_server_process import TEST_THREADS
 from support.serving_process import free_port, serving_process
 
 pytestmark = pytest.mark.slow
@@ -28,8 +29,8 @@ def llama_server(llama_server_binary, smollm2_gguf, tmp_path_factory):
     """llama-server serving SmolLM2 (jinja chat template); yields its base URL."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    argv = [str(llama_server_binary), "-m", str(smollm2_gguf), "--host", "127.0.0.1", "--port", str(port), "-t", "2",
-            "-c", "2048", "--jinja"]
+    argv = [str(llama_server_binary), "-m", str(smollm2_gguf), "--host", "127.0.0.1", "--port", str(port),
+            "-t", str(TEST_THREADS), "-c", "2048", "--jinja"]
     with serving_process(argv, {"LLAMA_API_KEY": ENGINE_KEY}, tmp_path_factory.mktemp("native") / "server.log", url,
                          what="llama-server", limit=60):
         yield url

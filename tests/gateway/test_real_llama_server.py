@@ -11,6 +11,7 @@ import openai
 import pytest
 import trio
 from gateway_harness import ProjectPolicy, Quota, make_table, replica, start_gateway
+from llama_server_process import TEST_THREADS
 from support.serving_process import free_port, serving_process
 
 pytestmark = pytest.mark.slow
@@ -25,7 +26,8 @@ def llama_server(llama_server_binary, gemma_gguf, tmp_path_factory):
     url = f"http://127.0.0.1:{port}"
     with serving_process(
             [str(llama_server_binary), "-m", str(gemma_gguf), "--host", "127.0.0.1", "--port", str(port),
-             "-c", "2048", "-t", "2", "--no-jinja", "--chat-template", "gemma", "--metrics", "--parallel", "2"],
+             "-c", "2048", "-t", str(TEST_THREADS), "--no-jinja", "--chat-template", "gemma", "--metrics",
+             "--parallel", "2"],
             {"LLAMA_API_KEY": ENGINE_KEY}, tmp_path_factory.mktemp("llama") / "server.log", url,
             what="llama-server", limit=60):
         yield url
