@@ -80,7 +80,8 @@ class AgentConfig:
     shadow's `--prefix` for the Linux users of `users: llmgw` ("": the machine's own /etc/passwd) and executables used
     instead of munged, slurmd, scontrol... found on PATH (stand-ins, in tests).
     `training_python`: the training venv's interpreter (`llmgw.training.environment`; None: the one installed under
-    `engines_dir`, else under `<cache_dir>/engines`).
+    `engines_dir`, else under `<cache_dir>/engines`); `training_threads`: torch's threads in a training process
+    (its `OMP_NUM_THREADS`; 2, as `llmgw.training.running.TRAINING_THREADS`).
     """
 
     node_id: str = field(default_factory=socket.gethostname)
@@ -118,6 +119,7 @@ class AgentConfig:
     slurm_programs: Mapping[str, str] = field(default_factory=dict)
     install_journal: Path = JOURNAL_PATH  # the host's install journal, what WipeNode undoes (llmgw.agent.wiping)
     training_python: Path | None = None
+    training_threads: int = 2
 
     @property
     def trace_target(self) -> tuple[str, float] | None:
