@@ -184,9 +184,9 @@ def pytest_collection_modifyitems(config, items):
             if scopes.get(module) != SHARED_ENGINE_SCOPES[fixture]:
                 wrong.add(f"{module} (uses {fixture}, scheduled in {scopes.get(module, 'a scope of its own')})")
     if wrong:
-        raise pytest.UsageError(f"{', '.join(sorted(wrong))}: a module that uses a shared llama-server runs in its scope "
-                                "(tests/conftest.py SHARED_ENGINE_SCOPES), which its text must name, and uses one "
-                                "shared engine at most and no vLLM, so that each engine starts once per run")
+        raise pytest.UsageError(f"{', '.join(sorted(wrong))}: a module that uses a shared llama-server runs in its "
+                                "scope (tests/conftest.py SHARED_ENGINE_SCOPES), which its text must name, and uses "
+                                "one shared engine at most and no vLLM, so that each engine starts once per run")
 
 
 @pytest.fixture(scope="session")

