@@ -82,7 +82,8 @@ class AgentConfig:
     between the keeper's reads of the node in Slurm (state, drain, running job steps, ended jobs; default
     `llmgw.agent.slurm.CHECK_INTERVAL`, 10 s): how long a job's start or end may take to reach the control plane.
     `training_python`: the training venv's interpreter (`llmgw.training.environment`; None: the one installed under
-    `engines_dir`, else under `<cache_dir>/engines`).
+    `engines_dir`, else under `<cache_dir>/engines`); `training_threads`: torch's threads in a training process
+    (its `OMP_NUM_THREADS`; 2, as `llmgw.training.running.TRAINING_THREADS`).
     """
 
     node_id: str = field(default_factory=socket.gethostname)
@@ -121,6 +122,7 @@ class AgentConfig:
     slurm_check_interval: float = 10.0
     install_journal: Path = JOURNAL_PATH  # the host's install journal, what WipeNode undoes (llmgw.agent.wiping)
     training_python: Path | None = None
+    training_threads: int = 2
 
     @property
     def trace_target(self) -> tuple[str, float] | None:
