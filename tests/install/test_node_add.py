@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from support.in_process_cli import completed
 from support.ssh_hosts import _children
 
 CHECKOUT = Path(__file__).resolve().parents[2]
@@ -27,15 +28,10 @@ def release(bare_release):
     return bare_release
 
 
-def run_llmgw(*args: str) -> subprocess.CompletedProcess:
-    """`llmgw ...` from this checkout, as the operator runs it."""
-    return subprocess.run([sys.executable, "-m", "llmgw.cli", *args], capture_output=True, text=True,
-                          timeout=300, env={**os.environ, "PYTHONPATH": str(CHECKOUT)}, cwd=CHECKOUT)
-
-
 def node_add(*args: str) -> subprocess.CompletedProcess:
-    """`llmgw node add ...` from this checkout, as the operator runs it."""
-    return run_llmgw("node", "add", *args)
+    """`llmgw node add ...` from this checkout as the operator runs it, in this process (support.in_process_cli: the
+    command and its error handling, without a Python start of about a second of CPU); it runs ssh as it would."""
+    return completed(["node", "add", *args], cwd=CHECKOUT)
 
 
 def test_dry_run_prints_every_command_it_would_run_on_the_host_and_connects_to_nothing(release) -> None:
