@@ -7,6 +7,7 @@ and removed again over its agent's stream is tests/install/test_fleet.py."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -148,10 +149,11 @@ def test_an_ssh_connection_cut_halfway_leaves_the_host_as_it_was(ssh_hosts, full
             if line.startswith(f"[{host.name}] install llmgw 0.1.0 into it"):
                 break
         deadline = time.monotonic() + 60  # until pip has installed a first wheel into the venv, then cut
-        probe = ("ls /opt/llmgw/0.1.0/lib/python3.11/site-packages 2>/dev/null | "
-                 "grep -v -E '^(pip|setuptools|_distutils_hack|distutils-precedence|pkg_resources|__pycache__)'")
-        while not host.ssh(probe, check=False).stdout.strip():
+        site = host.root / "opt/llmgw/0.1.0/lib/python3.11/site-packages"  # the host's, read from here (no ssh)
+        venv_own = re.compile(r"(pip|setuptools|_distutils_hack|distutils-precedence|pkg_resources|__pycache__)")
+        while not [name for name in (os.listdir(site) if site.is_dir() else []) if not venv_own.match(name)]:
             assert time.monotonic() < deadline and add.poll() is None, "pip wrote nothing into the venv"
+            time.sleep(0.02)
         cut = _session_processes(host)
         for pid in cut:
             os.kill(pid, signal.SIGKILL)
