@@ -14,8 +14,10 @@ release share it (a session or module fixture) and copy it before changing it.
 `shared_signed_release(base)` is the one every test of a run shares (the session fixtures `full_release` and
 `bare_release` of tests/conftest.py): built once under a file lock in `base`, a directory every xdist worker sees,
 and named by the checkout's commit and a digest of what goes into the wheel, so a later run of the same checkout
-reuses it and a changed one builds anew (the older builds of that kind are removed then). The full one is the bare
-one with the dependency wheels added and signed again by its key: llmgw's wheel is built once a run, not twice.
+reuses it and a changed one builds anew (the older builds of that kind are removed then, but not one a session
+took in the last hour: without xdist, `base` is the parent of pytest's base directory, shared by every session of
+the user, other checkouts' too). The full one is the bare one with the dependency wheels added and signed again by
+its key: llmgw's wheel is built once a run, not twice.
 """
 
 from __future__ import annotations
@@ -141,11 +143,14 @@ def shared_signed_release(base: Path, *, dependencies: bool = True) -> SignedRel
         fcntl.flock(lock, fcntl.LOCK_EX)
         record = root / "signed-release.json"
         if record.is_file():
+            os.utime(record)  # in use: see below
             fields = json.loads(record.read_text())
             return SignedRelease(**{k: Path(v) if k in ("directory", "secret_key", "public_key") else v
                                     for k, v in fields.items()})
-        for old in base.glob(f"{kind}-*"):
-            shutil.rmtree(old, ignore_errors=True)
+        for old in base.glob(f"{kind}-*"):  # but those another session (another checkout) took in the last hour
+            taken = old / "signed-release.json"
+            if not taken.is_file() or taken.stat().st_mtime < time.time() - 3600:
+                shutil.rmtree(old, ignore_errors=True)
         if dependencies:  # the bare release with the dependency wheels added: one build of llmgw's wheel a run
             release = _with_dependencies(shared_signed_release(base, dependencies=False), root)
         else:
