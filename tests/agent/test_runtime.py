@@ -45,7 +45,9 @@ def _shard_state(shard_id, state):
 async def test_agent_registers_first_then_beats_and_runs_a_shard_through_its_states(tmp_path):
     control = ControlSide()
     async with trio.open_nursery() as nursery:
-        await nursery.start(run_agent, _config(tmp_path), control.connect)
+        # readings every 3 s (10 s by default; the first beat, 0.3 s in, comes before the second reading): the
+        # shard's CPU use is a rate of two readings, waited for below (20 s of the test's 20.3 s was that wait)
+        await nursery.start(run_agent, _config(tmp_path, telemetry_interval=3.0), control.connect)
         link = await control.links.receive()
         first = await link.receive()
         register = first.register

@@ -6,22 +6,22 @@ The keeper with real Slurm daemons is tests/slurm/test_agent_slurm.py."""
 
 from __future__ import annotations
 
+import time
+
 import trio
 import trio.testing
-import pytest
+from trio.testing import MockClock
 
 from llmgw.agent.config import load_agent_settings, save_agent_settings
 from llmgw.agent.slurm import Daemon, SlurmKeeper, SlurmLayout, keep_running, without_secrets
 from llmgw.wire import pb
 
 
-@pytest.fixture
-def autojump_clock():
-    return trio.testing.MockClock(autojump_threshold=1.0)  # a real process exits well within 1 s of real time
-
-
-async def _starts(daemon: Daemon, log_file, seconds: float, **options) -> list[float]:
-    """The mock times at which `daemon` was running, over `seconds` of mock time."""
+async def _starts(clock: MockClock, daemon: Daemon, log_file, seconds: float, **options) -> list[float]:
+    """The mock times at which `daemon` was running, over `seconds` of mock time. The clock moves on (0.25 s at a
+    time) only while the daemon waits out a backoff: its process starts, runs and exits in real time meanwhile the
+    clock stands still, however loaded the machine (an autojump clock would jump past a process that is slow to
+    exit; the wall clock took the 20 s)."""
     starts: list[float] = []
 
     def changed(d: Daemon) -> None:
@@ -30,14 +30,20 @@ async def _starts(daemon: Daemon, log_file, seconds: float, **options) -> list[f
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(lambda: keep_running(daemon, log_file, on_change=changed, **options))
-        await trio.sleep(seconds)
+        end = trio.current_time() + seconds
+        while trio.current_time() < end:
+            await trio.testing.wait_all_tasks_blocked()
+            if daemon.state == "backoff":  # asleep until its next start: nothing else to wait for
+                clock.jump(0.25)
+            else:  # starting (Popen runs in a thread) or running: real time passes, mock time does not
+                await trio.to_thread.run_sync(time.sleep, 0.005)
         nursery.cancel_scope.cancel()
     return starts
 
 
-async def test_a_daemon_that_keeps_crashing_is_restarted_after_a_doubling_backoff(tmp_path) -> None:
+async def test_a_daemon_that_keeps_crashing_is_restarted_after_a_doubling_backoff(tmp_path, mock_clock) -> None:
     daemon = Daemon("slurmd", ("sh", "-c", "echo 'fatal: Unable to bind listen port (6818)'; exit 3"))
-    starts = await _starts(daemon, tmp_path / "slurmd.out", 20)
+    starts = await _starts(mock_clock, daemon, tmp_path / "slurmd.out", 20)
     assert [round(b - a) for a, b in zip(starts, starts[1:])] == [1, 2, 4, 8]  # each backoff doubles
     assert daemon.restarts == 5
     assert daemon.error.startswith("slurmd exited with status 3: ")
@@ -45,9 +51,9 @@ async def test_a_daemon_that_keeps_crashing_is_restarted_after_a_doubling_backof
     assert daemon.state == "backoff" and daemon.pid == 0
 
 
-async def test_a_daemon_that_ran_long_enough_starts_again_after_one_second(tmp_path) -> None:
+async def test_a_daemon_that_ran_long_enough_starts_again_after_one_second(tmp_path, mock_clock) -> None:
     daemon = Daemon("slurmctld", ("sh", "-c", "exit 1"))
-    starts = await _starts(daemon, tmp_path / "out", 4.5, stable_after=0)  # every run counts as a long one
+    starts = await _starts(mock_clock, daemon, tmp_path / "out", 4.5, stable_after=0)  # every run counts as a long one
     assert [round(b - a) for a, b in zip(starts, starts[1:])] == [1, 1, 1, 1]
 
 

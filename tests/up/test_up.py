@@ -1,7 +1,7 @@
 """`llmgw up` end to end: the real llama-server serving the real Gemma 3 270M through the gateway.
 
 One `llmgw up` process on a copy of examples/cluster-repo (ports picked by the OS, the gateway's kept across
-restarts) serves the tests of this module in order: the openai SDK gets text, streamed and not; a `git push` scales
+restarts; its agent beating every second, `quick_seed`) serves the tests of this module in order: the openai SDK gets text, streamed and not; a `git push` scales
 the model to two replicas and both serve; `llmgw usage` shows the calls; the audit ref shows what was done; under 16
 SDK clients `llmgw restart` (engines adopted), `llmgw stop` (503 system_stopped, the engines stopped), `llmgw start`
 (serving again) and SIGTERM lose no request that had started and bill each once (issue 43).
@@ -25,6 +25,7 @@ import httpx
 import openai
 import pytest
 from support.sdk_clients import SdkClients, billing_problems
+from support.in_process_cli import run_llmgw
 from support.serving_process import free_port
 
 pytestmark = pytest.mark.slow
@@ -77,7 +78,7 @@ class UpProcess:
 
 
 def llmgw(*args: str, state: Path, check: bool = True) -> subprocess.CompletedProcess:
-    """Run an `llmgw` verb against the state directory of the running `up`."""
+    """Run an `llmgw` verb as its own process against the state directory of the running `up`."""
     result = subprocess.run(
         [*LLMGW, *args, "--state", str(state)], capture_output=True, text=True, cwd=REPO_ROOT, timeout=120,
     )
@@ -86,11 +87,35 @@ def llmgw(*args: str, state: Path, check: bool = True) -> subprocess.CompletedPr
     return result
 
 
+def ask(*args: str, state: Path, check: bool = True) -> subprocess.CompletedProcess:
+    """`llmgw` as `llmgw` does, run in this process (support.in_process_cli): for the read-only commands the tests
+    poll (`replicas`, `usage`, `nodes`, `slurm status`), each a second of CPU or more as a process of its own."""
+    code, out, err = run_llmgw([*args, "--state", str(state)], cwd=REPO_ROOT)
+    if check:
+        assert code == 0, f"llmgw {' '.join(args)} failed:\n{out}\n{err}"
+    return subprocess.CompletedProcess(["llmgw", *args], code, out, err)
+
+
+def quick_seed(seed: Path) -> Path:
+    """`seed` (a copy of examples/cluster-repo) with the agent beating and reading every second (the example: 5 s)
+    and the settings branch polled every 0.5 s (2 s): no test here is about those periods, and each wait for a
+    replica's state, a reading or a pushed commit waited up to one of them. Fails when the example no longer has
+    the lines changed."""
+    for name, old, new in (("agents/default.yaml", r"(?m)^heartbeat_interval: 5s", "heartbeat_interval: 1s"),
+                           ("agents/default.yaml", r"(?m)^telemetry_interval: 5s", "telemetry_interval: 1s"),
+                           ("llmgw.yaml", r"(?m)^  poll_interval: 2s", "  poll_interval: 500ms")):
+        text = (seed / name).read_text()
+        changed, count = re.subn(old, new, text)
+        assert count == 1, f"{name} has no line {old!r} any more"
+        (seed / name).write_text(changed)
+    return seed
+
+
 def replicas(state: Path) -> dict:
-    return json.loads(llmgw("replicas", "--json", state=state).stdout)["replicas"]
+    return json.loads(ask("replicas", "--json", state=state).stdout)["replicas"]
 
 
-def wait_until(predicate, timeout: float, what: str, interval: float = 1.0):
+def wait_until(predicate, timeout: float, what: str, interval: float = 0.2):
     deadline = time.monotonic() + timeout
     last = None
     while time.monotonic() < deadline:
@@ -113,7 +138,7 @@ def up(tmp_path_factory, llama_server_binary, gemma_mirror):
     """`llmgw up` on a copy of examples/cluster-repo, running until the module's tests are done."""
     root = tmp_path_factory.mktemp("up")
     seed = root / "cluster-repo"
-    shutil.copytree(REPO_ROOT / "examples" / "cluster-repo", seed)
+    quick_seed(shutil.copytree(REPO_ROOT / "examples" / "cluster-repo", seed))
     # the gateway's port stays across `llmgw restart` (a port-0 listener is bound anew): the clients keep their URL
     process = UpProcess(root / "state", seed, gateway=f"127.0.0.1:{free_port()}")
     try:
@@ -157,9 +182,8 @@ def test_the_sdk_gets_generated_text_from_gemma_through_the_gateway(client):
 def test_node_doctor_reports_the_engine_up_runs(up, client, llama_server_binary, tmp_path):
     """Right after `llmgw up`, `llmgw node doctor` for its agent names the cached llama-server it runs (it said
     that no engine was installed: up's engine lives in the engines cache, not the agent's engines directory)."""
-    done = subprocess.run([*LLMGW, "node", "doctor", "--json"], capture_output=True, text=True, timeout=120,
-                          cwd=tmp_path, env={**os.environ, "LLMGW_STATE": str(up.state)})
-    engines = [c for c in json.loads(done.stdout)["checks"] if c["name"] == "engines"]
+    _code, out, _err = run_llmgw(["node", "doctor", "--json"], cwd=tmp_path, env={"LLMGW_STATE": str(up.state)})
+    engines = [c for c in json.loads(out)["checks"] if c["name"] == "engines"]
     assert engines and all(c["status"] == "ok" for c in engines), engines  # and vLLM's, when make vllm ran
     assert engines[0]["detail"].startswith(f"llama.cpp@b11434: {llama_server_binary} "), engines
 
@@ -173,7 +197,7 @@ def test_the_request_id_a_client_gets_shows_its_usage_under_up(up, client):
     assert reply._request_id and reply._request_id.startswith("req_")
 
     def shown():
-        done = llmgw("usage", "--request", reply._request_id, "--json", state=up.state, check=False)
+        done = ask("usage", "--request", reply._request_id, "--json", state=up.state, check=False)
         return json.loads(done.stdout) if done.returncode == 0 else None
 
     record = wait_until(shown, 30, "the request's usage record")
@@ -229,12 +253,12 @@ def test_usage_shows_the_calls(up):
     assert ANSWERED, "the module's calls ran first"
 
     def gemma() -> dict | None:
-        doc = json.loads(llmgw("usage", "--by", "model", "--json", state=up.state).stdout)
+        doc = json.loads(ask("usage", "--by", "model", "--json", state=up.state).stdout)
         rows = doc["rows"] if isinstance(doc, dict) and "rows" in doc else doc
         row = next((row for row in rows if row.get("group") == MODEL), None)
         return row if row is not None and row["requests"] >= len(ANSWERED) else None
 
-    wait_until(gemma, 30, f"at least {len(ANSWERED)} requests of {MODEL} in llmgw usage", interval=0.5)
+    wait_until(gemma, 30, f"at least {len(ANSWERED)} requests of {MODEL} in llmgw usage")
 
 
 def test_the_audit_ref_shows_what_was_done(up):
@@ -248,19 +272,19 @@ def test_the_audit_ref_shows_what_was_done(up):
 
 def test_nodes_json_shows_this_machines_cpu_and_memory_readings_with_their_age_updated_every_heartbeat(up):
     def readings() -> dict:
-        (node,) = json.loads(llmgw("nodes", "--json", state=up.state).stdout)["nodes"].values()
+        (node,) = json.loads(ask("nodes", "--json", state=up.state).stdout)["nodes"].values()
         return node["readings"]
 
     first = wait_until(readings, 30, "readings in llmgw nodes --json")
     assert first["memory_available_bytes"] > 0 and first["memory_used_bytes"] > 0 and first["load1"] is not None
     assert 0 <= first["age_seconds"] <= 60
-    # the example reads every 5 s and beats every 5 s: a newer reading arrives with a later heartbeat
+    # read and sent every second here (quick_seed): a newer reading arrives with a later heartbeat
     later = wait_until(lambda: (r := readings())["taken_at_unix"] > first["taken_at_unix"] and r, 30, "a newer reading")
     assert later["taken_at_unix"] - first["taken_at_unix"] <= 15 and later["cpu_percent"] is not None
 
 
 def test_diff_live_says_the_running_fleet_matches_the_branch_head(up):
-    result = llmgw("diff", "--live", state=up.state, check=False)
+    result = ask("diff", "--live", state=up.state, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "no changes" in result.stdout
 

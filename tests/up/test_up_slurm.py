@@ -24,7 +24,7 @@ from llmgw.plan.slurm_conf import SlurmHost
 from llmgw.plan.slurm_roles import slurm_roles
 from llmgw.settings import init_repository, load_directory
 
-from up.test_up import REPO_ROOT, UpProcess, llmgw, wait_until
+from up.test_up import REPO_ROOT, UpProcess, ask, llmgw, quick_seed, wait_until
 
 EXAMPLE = REPO_ROOT / "examples" / "cluster-repo"
 # one pytest-xdist worker for the real-Slurm modules, vLLM and llmgw up (tests/conftest.py, MACHINE_WIDE)
@@ -76,7 +76,7 @@ def test_lend_reclaim_and_status_under_llmgw_up(tmp_path: Path, llama_server_bin
 
     require_slurm()
     host = short_hostname()
-    seed = shutil.copytree(EXAMPLE, tmp_path / "cluster-repo")
+    seed = quick_seed(shutil.copytree(EXAMPLE, tmp_path / "cluster-repo"))
     ports = dict(zip(("slurmctld", "slurmd", "slurmdbd"), free_ports(3)))  # not the system's Slurm's
     (seed / "slurm.yaml").write_text((seed / "slurm.yaml").read_text() + f"ports: {json.dumps(ports)}\n")
     # munged's socket (<state>/agent/slurm/munge/munge.socket) must fit a Unix socket name (107 bytes): under
@@ -86,7 +86,7 @@ def test_lend_reclaim_and_status_under_llmgw_up(tmp_path: Path, llama_server_bin
     env = dict(os.environ, SLURM_CONF=str(state / "agent" / "slurm" / "etc" / "slurm.conf"))
 
     def status() -> dict:
-        return json.loads(llmgw("slurm", "status", "--json", state=state).stdout)
+        return json.loads(ask("slurm", "status", "--json", state=state).stdout)
 
     try:
         up.wait_for(r"^gateway ", 300)
@@ -113,7 +113,7 @@ def test_lend_reclaim_and_status_under_llmgw_up(tmp_path: Path, llama_server_bin
         llmgw("slurm", "reclaim", host, "--author-name", "Op", "--author-email", "op@x", state=state)
         wait_until(lambda: not (n := status()["nodes"][host])["lent"] and "drain" in n["state"], 60,
                    "the node drained again")
-        assert f"{host}: not lent" in llmgw("slurm", "status", state=state).stdout
+        assert f"{host}: not lent" in ask("slurm", "status", state=state).stdout
     finally:
         up.process.send_signal(signal.SIGINT)
         up.process.wait(timeout=60)

@@ -33,7 +33,7 @@ import httpx
 import openai
 import pytest
 import trio
-from test_up import REPO_ROOT, UpProcess, llmgw, wait_until
+from test_up import REPO_ROOT, UpProcess, ask, wait_until
 
 from llmgw.engines.installing import default_cache_dir
 from llmgw.engines.vllm_demo import GEMMA_HF_FILES, ensure_gemma_hf, ensure_vllm, fill_mirror
@@ -52,6 +52,7 @@ START_LIMIT = 600  # seconds for vLLM to serve after the commit: over 420 s at a
 def running_up(root: Path) -> Iterator[UpProcess]:
     """`llmgw up` on a copy of examples/cluster-repo under `root`, stopped (engines included) on exit."""
     seed = root / "cluster-repo"
+    # not `quick_seed`: no gain measured here, where vLLM's two starts take the time (87-134 s a run either way)
     shutil.copytree(REPO_ROOT / "examples" / "cluster-repo", seed)
     process = UpProcess(root / "state", seed)
     try:
@@ -76,7 +77,7 @@ def up(vllm_slot, tmp_path, llama_server_binary, gemma_mirror):
 
 
 def nodes(state: Path) -> dict:
-    return json.loads(llmgw("nodes", "--json", state=state).stdout)["nodes"]
+    return json.loads(ask("nodes", "--json", state=state).stdout)["nodes"]
 
 
 def vllm_shard(state: Path) -> dict:

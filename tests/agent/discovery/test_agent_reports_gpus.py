@@ -28,7 +28,10 @@ async def test_register_carries_the_h200_and_heartbeats_carry_its_readings(tmp_p
     readings = load_readings()["under_load"]
     nvml = FakeNvml.h200(readings=readings)
     card = h200_dump()["devices"][0]
-    config = AgentConfig(node_id="gpu-node", state_dir=tmp_path / "state", heartbeat_interval=0.2)
+    # readings every 3 s (10 s by default, all of the later beat's wait): the first beat, 0.2 s in, still carries
+    # the first reading alone, without GPM
+    config = AgentConfig(node_id="gpu-node", state_dir=tmp_path / "state", heartbeat_interval=0.2,
+                         telemetry_interval=3.0)
     control = ControlSide()
     async with trio.open_nursery() as nursery:
         await nursery.start(lambda task_status: run_agent(config, control.connect, nvml=nvml, task_status=task_status))
