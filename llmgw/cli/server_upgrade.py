@@ -10,8 +10,8 @@ that user cannot write: its upgrade is done over the operator's ssh, as root, li
 the running one (/opt/llmgw/<version>, journaled), `current` switched to it, the control plane restarted from it
 (SIGTERM: it drains its gateway and, leading, releases the leader lease, so an upgraded standby takes over; systemd's
 `systemctl restart` where systemd runs). Then it waits until the control plane answers again with the new version
-(`llmgw status --state /var/lib/llmgw/server --json` run on the host, polled). One that does not within
---confirm-timeout
+and serves (its fleet back; `llmgw status --state /var/lib/llmgw/server --json` run on the host, polled), then
+SETTLE seconds for load balancers to see it. One that does not within --confirm-timeout
 is switched back to the version it ran and restarted from it, and the command fails saying so with the last lines
 of its log.
 
@@ -38,17 +38,22 @@ SCRATCH = "/var/tmp/llmgw-upgrade"
 BACK_TIMEOUT = 120.0
 """Seconds a restarted control plane has to answer with the new version before it is switched back."""
 POLL = 1.0
+SETTLE = 5.0
+"""Seconds between one control plane back and serving and the next one's restart, so that load balancers' health
+checks (docs/ha.md's haproxy checks every 2 s) see it back before the next one goes away."""
 
 
 @dataclass(frozen=True)
 class PlaneOnHost:
     """What a host's control plane says of itself (`llmgw status --state ... --json` there): the `version` it runs,
-    whether it `leads`; `error`: why it could not be asked ("" when it answered)."""
+    whether it `leads`, whether it `serves` (its fleet is back: its gateway's /health answers 200, so a load balancer
+    sends it requests); `error`: why it could not be asked ("" when it answered)."""
 
     host: str
     version: str = ""
     leads: bool = False
     error: str = ""
+    serves: bool = True
 
 
 def ask_plane(host: str, ssh: Sequence[str]) -> PlaneOnHost:
@@ -66,7 +71,8 @@ def ask_plane(host: str, ssh: Sequence[str]) -> PlaneOnHost:
         return PlaneOnHost(host, error=said[-1] if said else f"exit status {done.returncode}")
     try:
         plane = json.loads(done.stdout)["control_plane"]
-        return PlaneOnHost(host, str(plane["version"]), bool(plane.get("leader")))
+        return PlaneOnHost(host, str(plane["version"]), bool(plane.get("leader")),
+                           serves=str(plane.get("fleet", "ready")).startswith("ready"))
     except (ValueError, KeyError, TypeError) as exc:
         return PlaneOnHost(host, error=f"its status is not what llmgw writes ({exc!r})")
 
@@ -93,15 +99,16 @@ def upgrade_order(planes: Sequence[PlaneOnHost], version: str) -> list[PlaneOnHo
 
 def wait_back(host: str, ssh: Sequence[str], version: str, timeout: float,
               clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> PlaneOnHost:
-    """Poll the control plane on `host` until it answers with `version`; what it said last. Raises InstallError
-    when it does not within `timeout` seconds (with what it said last)."""
+    """Poll the control plane on `host` until it answers with `version` and serves (its fleet back); what it said
+    last. Raises InstallError when it does not within `timeout` seconds (with what it said last)."""
     deadline, last = clock() + timeout, PlaneOnHost(host, error="not asked yet")
     while clock() < deadline:
         last = ask_plane(host, ssh)
-        if not last.error and last.version == version:
+        if not last.error and last.version == version and last.serves:
             return last
         sleep(POLL)
-    said = last.error or f"it answers with llmgw {last.version}"
+    said = last.error or (f"it answers with llmgw {last.version}" if last.version != version
+                          else "its fleet is not back: its gateway does not serve yet")
     raise InstallError(f"the control plane on {host} did not answer with llmgw {version} within {timeout:g} s "
                        f"({said})")
 
@@ -193,6 +200,8 @@ def upgrade_control_planes(hosts: Sequence[str], ssh_for: Callable[[str], list[s
                    f"from llmgw {plane.version} to {version}")
         upgrade_plane(plane, ssh_for(plane.host), release, timeout)
         click.echo(f"[{plane.host}] control plane back with llmgw {version} in {time.monotonic() - started:.1f} s")
+        if plane is not order[-1]:
+            time.sleep(SETTLE)  # load balancers see it back before the next one goes away
     deadline = time.monotonic() + timeout
     while True:
         now = [ask_plane(host, ssh_for(host)) for host in hosts]

@@ -2,11 +2,12 @@
 `llmgw plan` and `llmgw review` estimate a CPU replica's decode speed from: a real agent (probe of 0.1 s a phase)
 runs the real llama-server (b11434) with Gemma 3 270M, whose catalog entry gives its weights' size. The bandwidth
 shows in /api/v1/nodes, `llmgw nodes` and the fleet snapshot; the plan and the review of that snapshot show the
-replica's expected speed; and the decode speed the engine's own counters then give is at most 1.5 x that estimate
+replica's expected speed; and the decode speed the engine's own counters then give is at most 2 x that estimate
 and at least a twentieth of it. Only that loose: the calibration's 30 % holds on a quiet machine
-(tests/plan/test_cpu_speed.py), while this one is shared by other test runs, which slow the engine more than the
-short probe (estimate / measured 0.9 quiet, 1.7 to 7.5 under load in docs/capacity.md; 7.3 in a run of this test
-beside two builds)."""
+(tests/plan/test_cpu_speed.py), while this one is shared by other test runs, which mostly slow the engine more than
+the short probe (estimate / measured 0.9 quiet, 1.7 to 7.5 under load in docs/capacity.md; 7.3 in a run of this test
+beside two builds) but can slow the probe instead: a whole `make test` on 2026-12-05 measured the engine at 1.51 x
+the estimate (39.6 against 26.2 tokens a second), over the 1.5 this bound was before."""
 
 from __future__ import annotations
 
@@ -114,4 +115,4 @@ async def test_the_probed_bandwidth_reaches_nodes_plan_and_review_and_its_estima
         nursery.cancel_scope.cancel()
     estimate = expected["decode_tokens_per_second"]
     print(f"probe {bandwidth / 1e9:.1f} GB/s for 2 threads: estimate {estimate:.1f} tokens/s, engine {decode:.1f}")
-    assert estimate / 20 <= decode <= estimate * 1.5
+    assert estimate / 20 <= decode <= estimate * 2

@@ -17,9 +17,10 @@ from pathlib import Path
 import httpx
 import psycopg
 import pytest
+import trio
 
 from llmgw.settings import init_repository
-from support.haproxy import start_haproxy, stop_clients_and_proxy
+from support.haproxy import server_stats, start_haproxy, stop_clients_and_proxy
 from support.llmgw_processes import LlmgwProcesses
 from support.postgres import postgres_schema, schema_url
 from support.previous_release import PREVIOUS_RELEASE, previous_tree, raised_tree, run_previous
@@ -128,6 +129,9 @@ def test_the_standby_upgraded_first_then_the_handover_lose_no_request(tmp_path, 
             wait_for(standby.serving, 90, "the upgraded standby to have its fleet back", lambda: log(standby))
             assert not standby.health()["leader"]
             assert standby.status()["control_plane"]["version"] == NEW_VERSION
+            # haproxy checks every 2 s: the standby must be UP there before the leader goes away (else it has no
+            # server for a moment and answers 503 itself: seen once the clients' answers came faster than a check)
+            wait_for(lambda: trio.run(server_stats, front)["g1"]["status"] == "UP", 30, "haproxy to see the standby UP")
             clients.answers_after(32, 60, "with the standby upgraded")
             figures.append(f"standby upgraded: {clients.figures()}")
 

@@ -64,7 +64,7 @@ def test_a_failure_before_the_switch_removes_only_a_venv_current_does_not_link_t
         onboarding.server_rollback_steps(FACTS, "0.1.0; rm -rf /")
 
 
-def test_waiting_for_a_control_plane_polls_until_it_answers_with_the_version_and_fails_with_what_it_said_last(
+def test_waiting_for_a_control_plane_polls_until_it_serves_the_version_and_fails_with_what_it_said_last(
         monkeypatch):
     answers = iter([PlaneOnHost("cp1", error="connection refused"), PlaneOnHost("cp1", "0.1.0"),
                     PlaneOnHost("cp1", "0.1.1")])
@@ -77,6 +77,11 @@ def test_waiting_for_a_control_plane_polls_until_it_answers_with_the_version_and
         wait_back("cp1", [], "0.1.1", 3, clock=lambda: now[0], sleep=lambda s: now.__setitem__(0, now[0] + s))
     assert str(late.value) == ("the control plane on cp1 did not answer with llmgw 0.1.1 within 3 s (it answers with "
                                "llmgw 0.1.0)")
+    monkeypatch.setattr("llmgw.cli.server_upgrade.ask_plane",
+                        lambda host, ssh: PlaneOnHost("cp1", "0.1.1", serves=False))  # back, its fleet not yet
+    with pytest.raises(InstallError) as recovering:
+        wait_back("cp1", [], "0.1.1", 3, clock=lambda: now[0], sleep=lambda s: now.__setitem__(0, now[0] + s))
+    assert "(its fleet is not back: its gateway does not serve yet)" in str(recovering.value)
 
 
 def test_llmgw_upgrade_refuses_control_planes_without_a_key_and_control_planes_only_without_hosts(tmp_path):

@@ -33,10 +33,11 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "cluster-repo"
 def built(tmp_path_factory: pytest.TempPathFactory) -> SignedRelease:
     """The module's release: pip downloads every dependency, as the CLI does, from the wheels cached on disk
     (`--find-links`, no index, no pip configuration of this machine's)."""
+    wheels = dependency_wheels()  # first: on a machine without the cache, this downloads from the index
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("PIP_CONFIG_FILE", os.devnull)
         patch.setenv("PIP_NO_INDEX", "1")
-        patch.setenv("PIP_FIND_LINKS", str(dependency_wheels()))
+        patch.setenv("PIP_FIND_LINKS", str(wheels))
         return build_signed_release(tmp_path_factory.mktemp("built"), real_download=True)
 
 
