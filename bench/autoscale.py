@@ -55,8 +55,8 @@ import settings_seed  # noqa: E402
 MODEL = "gemma-3-270m"
 RANGE = ("{min: 0, max: 2, queue_per_replica: 4, scale_up_window: 10s, scale_down_window: 10s, cooldown: 5s, "
          "idle: 20s}")
-MODEL_YAML = settings_seed.GEMMA_YAML.format(replicas=RANGE).replace("node_selector: {engine: real}\n", "").replace(
-    '"-t", "2"', '"-t", "1"')  # one thread per replica: two replicas on two cores
+MODEL_YAML = settings_seed.GEMMA_YAML.format(replicas=RANGE).replace(
+    "node_selector: {engine: real}\n", "")  # one thread per replica (its cpu_cores): two replicas on two cores
 
 
 @dataclass

@@ -82,11 +82,36 @@ def machine_wide_modules(root: Path) -> frozenset[str]:
                      if path.relative_to(tests).parts[0] == "up" or _WIDE_TEXT.search(path.read_text(errors="replace")))
 
 
+SHARED_ENGINE_SCOPES = {"shared_gemma": "llama-server:gemma", "shared_smollm2": "llama-server:smollm2"}
+"""The scope of the modules that use each of the run's shared llama-servers (fixture name -> scope;
+tests/support/shared_engines.py): their modules run whole, one after the other, on one worker, so the session fixture
+starts its engine once per `make test` (issue 40 item 2), not once per worker."""
+
+
+def shared_engine_modules(root: Path) -> dict[str, str]:
+    """{test module (relative to `root`, as in test ids): its `SHARED_ENGINE_SCOPES` scope} for the modules whose text
+    names a shared engine's fixture, read from their text as `machine_wide_modules` (each worker checks the result
+    against the fixtures its tests really use: `pytest_collection_modifyitems`). A module naming two gets the first."""
+    named = re.compile(r"\b(" + "|".join(SHARED_ENGINE_SCOPES) + r")\b")
+    found = {}
+    for path in (root / "tests").rglob("test_*.py"):
+        if match := named.search(path.read_text(errors="replace")):
+            found[path.relative_to(root).as_posix()] = SHARED_ENGINE_SCOPES[match.group(1)]
+    return found
+
+
+def module_scopes(root: Path) -> dict[str, str]:
+    """{test module: the scope it runs in} for the modules that do not run as a scope of their own: `MACHINE_WIDE`
+    (first) and the shared engines' (`shared_engine_modules`)."""
+    return {**shared_engine_modules(root), **dict.fromkeys(machine_wide_modules(root), MACHINE_WIDE)}
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
     """Under pytest-xdist (`make test` runs 2 workers) each test module runs whole on one worker, so a module-scoped
     fixture (`llmgw up`, a fleet) starts once and the module's tests keep their order; the modules of `MACHINE_WIDE`
-    run as one scope on one worker, in collection order, so vLLM starts once per run and no two of them run at once.
+    run as one scope on one worker, in collection order, so vLLM starts once per run and no two of them run at once;
+    the modules of a shared llama-server (`SHARED_ENGINE_SCOPES`) as one scope each, so each engine starts once.
     A worker that needs work takes the longest scope left (tests/support/suite_scheduling.py: the last runs'
     seconds, else an estimate from the module's text), so the run does not end on one worker alone.
 
@@ -97,7 +122,7 @@ def pytest_xdist_make_scheduler(config, log):
     from xdist.scheduler import LoadScopeScheduling
 
     root = config.rootpath
-    wide = machine_wide_modules(root)
+    scopes = module_scopes(root)
     cache = getattr(config, "cache", None)
     seconds = known_seconds(root, (cache.get(CACHE_KEY, {}) if cache is not None else {}) or {})
 
@@ -108,7 +133,7 @@ def pytest_xdist_make_scheduler(config, log):
 
         def _split_scope(self, nodeid: str) -> str:
             module = nodeid.split("::", 1)[0]
-            return MACHINE_WIDE if module in wide else module
+            return scopes.get(module, module)
 
     return ModuleScopes(config, log)
 
@@ -139,7 +164,8 @@ def pytest_configure(config):
 def pytest_collection_modifyitems(config, items):
     """Check that every module whose tests use the `vllm_slot` fixture (directly or through another fixture) or are
     marked `MACHINE_WIDE` is one `machine_wide_modules` finds, so the scheduler (above) keeps it off the other
-    worker; a module that is not fails the run's collection with what to add."""
+    worker, and that every module whose tests use a shared llama-server's fixture is scheduled in that engine's scope;
+    a module that is not fails the run's collection with what to change."""
     def marked(item) -> bool:
         mark = item.get_closest_marker("xdist_group")
         return mark is not None and mark.args[:1] == (MACHINE_WIDE,)
@@ -150,6 +176,17 @@ def pytest_collection_modifyitems(config, items):
         raise pytest.UsageError(f"{', '.join(missing)}: uses the run's one vLLM or is machine-wide, but its text names "
                                 "neither `vllm_server` nor `MACHINE_WIDE`: add `pytestmark = "
                                 "pytest.mark.xdist_group(\"machine-wide\")` so pytest-xdist keeps it on one worker")
+    scopes = module_scopes(config.rootpath)
+    wrong = set()
+    for item in items:
+        module = item.nodeid.split("::")[0]
+        for fixture in set(SHARED_ENGINE_SCOPES) & set(getattr(item, "fixturenames", ())):
+            if scopes.get(module) != SHARED_ENGINE_SCOPES[fixture]:
+                wrong.add(f"{module} (uses {fixture}, scheduled in {scopes.get(module, 'a scope of its own')})")
+    if wrong:
+        raise pytest.UsageError(f"{', '.join(sorted(wrong))}: a module that uses a shared llama-server runs in its "
+                                "scope (tests/conftest.py SHARED_ENGINE_SCOPES), which its text must name, and uses "
+                                "one shared engine at most and no vLLM, so that each engine starts once per run")
 
 
 @pytest.fixture(scope="session")

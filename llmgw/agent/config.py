@@ -78,9 +78,12 @@ class AgentConfig:
     once per boot, its figures carried by every heartbeat (`llmgw.agent.bandwidth`; 0: no probe, as in the tests'
     agents; `llmgw agent` and `llmgw up` run it for 0.25 s). `slurm_users_prefix` and `slurm_programs` are the Slurm keeper's (`llmgw.agent.slurm`):
     shadow's `--prefix` for the Linux users of `users: llmgw` ("": the machine's own /etc/passwd) and executables used
-    instead of munged, slurmd, scontrol... found on PATH (stand-ins, in tests).
+    instead of munged, slurmd, scontrol... found on PATH (stand-ins, in tests); `slurm_check_interval` the seconds
+    between the keeper's reads of the node in Slurm (state, drain, running job steps, ended jobs; default
+    `llmgw.agent.slurm.CHECK_INTERVAL`, 10 s): how long a job's start or end may take to reach the control plane.
     `training_python`: the training venv's interpreter (`llmgw.training.environment`; None: the one installed under
-    `engines_dir`, else under `<cache_dir>/engines`).
+    `engines_dir`, else under `<cache_dir>/engines`); `training_threads`: torch's threads in a training process
+    (its `OMP_NUM_THREADS`; 2, as `llmgw.training.running.TRAINING_THREADS`).
     """
 
     node_id: str = field(default_factory=socket.gethostname)
@@ -116,8 +119,10 @@ class AgentConfig:
     fixed_dirs: frozenset[str] = frozenset()
     slurm_users_prefix: str = ""
     slurm_programs: Mapping[str, str] = field(default_factory=dict)
+    slurm_check_interval: float = 10.0
     install_journal: Path = JOURNAL_PATH  # the host's install journal, what WipeNode undoes (llmgw.agent.wiping)
     training_python: Path | None = None
+    training_threads: int = 2
 
     @property
     def trace_target(self) -> tuple[str, float] | None:

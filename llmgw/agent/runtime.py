@@ -194,7 +194,7 @@ async def run_agent(config: AgentConfig, connect: Connect | Sequence[Connect] = 
                 nursery.start_soon(readings.run)
                 watch = HealthWatch(health or HealthReader(nvml=nvml), lambda: readings.skip_cards)
                 nursery.start_soon(watch.run)
-                nursery.start_soon(agent.slurm.run)
+                nursery.start_soon(agent.slurm.run, config.slurm_check_interval)
                 if saved_slurm is not None:  # the part in Slurm kept from the last AgentSettings (its files on disk)
                     nursery.start_soon(agent.slurm.apply, saved_slurm)
                 connects = [connect] if callable(connect) else list(connect)

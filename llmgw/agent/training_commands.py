@@ -141,7 +141,8 @@ async def _train(agent: NodeAgent, job, python: Path, converter: Path | None, sc
                 _report(agent, job.job_id, "fetching", steps=job.hyper.steps)
                 base = await fetch_base(agent, job.base_weights)
             _report(agent, job.job_id, "running", steps=job.hyper.steps)
-            adapter_dir = await running.train(python, job, base, workdir, on_event)
+            adapter_dir = await running.train(python, job, base, workdir, on_event,
+                                                 threads=agent.config.training_threads)
             done = dict(steps=job.hyper.steps, step=job.hyper.steps, losses=seen["losses"],
                         loss=seen["losses"][-1] if seen["losses"] else 0.0, peak_memory_bytes=seen["peak"])
             if converter is not None:

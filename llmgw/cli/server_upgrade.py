@@ -1,7 +1,7 @@
 """Control planes upgraded over ssh, the standbys first and the leader last: `llmgw server upgrade HOST` and the
 first part of `llmgw upgrade RELEASE_DIR --control-plane HOST ...`.
 
-    llmgw server upgrade HOST --release DIR (--trusted-key KEY | --settings DIR) [--timeout 180s]
+    llmgw server upgrade HOST --release DIR (--trusted-key KEY | --settings DIR) [--confirm-timeout 120s]
                          [--user U] [--port P] [--ssh-key FILE] [--ssh-config FILE] [--dry-run]
 
 A control plane set up by `llmgw server init` (or `server add`) runs as the user llmgw from /opt/llmgw/current, which
@@ -10,7 +10,8 @@ that user cannot write: its upgrade is done over the operator's ssh, as root, li
 the running one (/opt/llmgw/<version>, journaled), `current` switched to it, the control plane restarted from it
 (SIGTERM: it drains its gateway and, leading, releases the leader lease, so an upgraded standby takes over; systemd's
 `systemctl restart` where systemd runs). Then it waits until the control plane answers again with the new version
-(`llmgw status --state /var/lib/llmgw/server --json` run on the host, polled). One that does not within --timeout
+(`llmgw status --state /var/lib/llmgw/server --json` run on the host, polled). One that does not within
+--confirm-timeout
 is switched back to the version it ran and restarted from it, and the command fails saying so with the last lines
 of its log.
 
@@ -34,7 +35,7 @@ from llmgw.errors import InstallError, UsageError
 
 SCRATCH = "/var/tmp/llmgw-upgrade"
 """The host's directory for the release while it installs (removed after)."""
-BACK_TIMEOUT = 180.0
+BACK_TIMEOUT = 120.0
 """Seconds a restarted control plane has to answer with the new version before it is switched back."""
 POLL = 1.0
 
@@ -208,9 +209,9 @@ def upgrade_control_planes(hosts: Sequence[str], ssh_for: Callable[[str], list[s
 @click.command("upgrade")
 @click.argument("host")
 @release_options
-@click.option("--timeout", "timeout_text", default="180s", show_default=True,
+@click.option("--confirm-timeout", "timeout_text", default="120s", show_default=True,
               help="How long the restarted control plane has to answer with the new version before it is switched "
-                   "back.")
+                   "back (as `llmgw upgrade --confirm-timeout`).")
 @ssh_options
 @click.option("--dry-run", is_flag=True, help="Print every command it would run on the host; connect to nothing.")
 def upgrade_cmd(host, release_dir, keys, settings_dir, timeout_text, user, port, ssh_key, ssh_config, dry_run):
@@ -237,7 +238,7 @@ def upgrade_cmd(host, release_dir, keys, settings_dir, timeout_text, user, port,
     try:
         timeout = parse_duration(timeout_text)
     except ValueError as exc:
-        raise UsageError(f"--timeout {timeout_text!r}: {exc}") from None
+        raise UsageError(f"--confirm-timeout {timeout_text!r}: {exc}") from None
     upgrade_control_planes([host], lambda _: ssh, release, timeout)
 
 

@@ -103,7 +103,8 @@ def _follow(client, as_json: bool) -> bool:
               help="Nodes upgrading at once (each is away from its restart until its replicas are ready again).")
 @click.option("--paused", "start_paused", is_flag=True, help="Plan the rollout but start no node (--resume starts).")
 @click.option("--confirm-timeout", default="120s", show_default=True,
-              help="How long a node's new agent has to register before the node rolls back by itself.")
+              help="How long a node's new agent has to register before the node rolls back by itself (and a "
+                   "--control-plane's restarted control plane to answer before it is switched back).")
 @click.option("--ready-timeout", default="300s", show_default=True,
               help="How long a node's replicas have to be ready again after its agent is back.")
 @click.option("--pause", "pause", is_flag=True, help="Pause the upgrade under way: no further node starts.")
@@ -112,7 +113,7 @@ def _follow(client, as_json: bool) -> bool:
 @click.option("--json", "as_json", is_flag=True, help="Print the rollout's node lines as JSON.")
 @click.option("--control-plane", "planes", multiple=True, metavar="HOST",
               help="A control plane's host, upgraded over ssh first: standbys, then the leader (repeatable; name "
-                   "every control plane).")
+                   "every control plane; needs --trusted-key or --settings).")
 @click.option("--control-planes-only", is_flag=True, help="Upgrade the --control-plane hosts and stop there.")
 @ssh_options
 @admin_options

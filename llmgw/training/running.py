@@ -29,6 +29,11 @@ SCRIPT = Path(__file__).with_name("train_lora.py")
 PIECE_BYTES = 512 * 1024
 """Bytes of one TrainingPiece (well under the wire's message limit; the store keeps each as one value)."""
 _TAIL = 15
+TRAINING_THREADS = 2
+"""torch's threads (`OMP_NUM_THREADS`) in a training process unless the agent says otherwise
+(`AgentConfig.training_threads`). On a 2-core machine whose cores are busy with other work, 1 is several times faster:
+torch's OpenMP threads wait for each other at every operation when one is off its core (Gemma 3 270M, 4 steps of 2
+pairs at a load average of 8: 1.4 s of steps with 1 thread, 31-53 s with 2)."""
 
 
 def parse_event(line: str) -> dict[str, Any] | None:
@@ -76,9 +81,9 @@ async def _run(argv: list[str], what: str, on_line: Callable[[str], None], cwd: 
 
 
 async def train(python: Path, job: TrainingJob, base: Path, workdir: Path,
-                on_event: Callable[[dict[str, Any]], None]) -> Path:
-    """Train `job`'s adapter on `base` with `python` (see the module's docstring); returns the adapter's
-    directory. Raises EngineError when the training process fails."""
+                on_event: Callable[[dict[str, Any]], None], *, threads: int = TRAINING_THREADS) -> Path:
+    """Train `job`'s adapter on `base` with `python` (see the module's docstring) on `threads` threads; returns the
+    adapter's directory. Raises EngineError when the training process fails."""
     workdir.mkdir(parents=True, exist_ok=True)
     (workdir / "job.json").write_text(job.to_json())
     out = workdir / "adapter"
@@ -91,7 +96,7 @@ async def train(python: Path, job: TrainingJob, base: Path, workdir: Path,
     await _run([str(python), "-I", str(SCRIPT), str(workdir / "job.json"), str(base), str(out)],
                "the training process", on_line, workdir,
                env={"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PATH": "/usr/bin:/bin",
-                    "OMP_NUM_THREADS": "2", "TOKENIZERS_PARALLELISM": "false"})
+                    "OMP_NUM_THREADS": str(threads), "TOKENIZERS_PARALLELISM": "false"})
     if not (out / "adapter_model.safetensors").is_file():
         raise EngineError(f"the training process ended without writing {out / 'adapter_model.safetensors'}")
     return out

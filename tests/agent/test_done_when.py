@@ -63,7 +63,7 @@ async def test_real_engine_survives_an_agent_restart_and_is_adopted(tmp_path, ll
                 shard_id="gemma-0/0", replica_id="gemma-0", model="gemma", engine="llama.cpp",
                 engine_version="b11434", fingerprint="fp-gemma",
                 weights=[pb.WeightsFile(source="hf://google/gemma-3-270m-GGUF@main/gemma.gguf", sha256=GEMMA_SHA256)],
-                cpu_cores=2, context_size=2048, replica_key="engine-key-1", served_name="gemma",
+                cpu_cores=1, context_size=2048, replica_key="engine-key-1", served_name="gemma",  # 1 thread
                 engine_args=["--no-jinja", "--chat-template", "gemma"],
             )))
             result = await next_matching(link, lambda m: m.WhichOneof("body") == "command_result", timeout=120)

@@ -117,7 +117,7 @@ async def relayed(tmp_path, llama_server_binary, gemma_mirror, nursery):
     assert (await link.receive()).WhichOneof("body") == "register"
     await link.send(control_message(command_id="s1", start_shard=pb.StartShard(
         shard_id="gemma-0/0", replica_id="gemma-0", model=SERVED, engine="llama.cpp", engine_version="b11434",
-        fingerprint="fp", replica_key=KEY, cpu_cores=2, context_size=2048,
+        fingerprint="fp", replica_key=KEY, cpu_cores=1, context_size=2048,  # one thread (support's TEST_THREADS)
         engine_args=["--no-jinja", "--chat-template", "gemma"],
         weights=[pb.WeightsFile(source="hf://org/gemma@main/gemma.gguf", sha256=GEMMA_SHA256)])))
     ready = await next_matching(link, lambda m: m.WhichOneof("body") == "shard_status"

@@ -99,7 +99,7 @@ def test_a_client_host_is_refused_on_every_path_and_a_gateway_host_gets_answers_
                          for name in logs)
 
     argv, env = llamacpp.command_line(Launch(
-        binary=llama_server_binary, model_path=gemma_gguf, host=ENGINE_HOST, port=ENGINE_PORT, threads=2,
+        binary=llama_server_binary, model_path=gemma_gguf, host=ENGINE_HOST, port=ENGINE_PORT, threads=1,
         context_size=2048, served_name=SERVED, api_key=KEY, engine_args=("--no-jinja", "--chat-template", "gemma")))
     node.popen(relay_command(sys.executable, node.address, RELAY_PORT, ENGINE_PORT, llamacpp.API_KEY_ENV, argv),
                env={**os.environ, **env}, stdout=logs["relay"], stderr=subprocess.STDOUT)

@@ -1,6 +1,6 @@
 """The agent's parts of a training job (docs/training.md) that need no training: the progress lines of
-train_lora.py, the PEFT adapter packed for the wire and unpacked by `llmgw train get`, and which llama.cpp
-converter is found (the real training, conversion and serving: tests/control/test_training_real.py)."""
+train_lora.py and the threads it runs on, the PEFT adapter packed for the wire and unpacked by `llmgw train get`, and
+which llama.cpp converter is found (the real training, conversion and serving: tests/control/test_training_real.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from llmgw.cli.train_cmds import _unpack_peft
 from llmgw.errors import EngineError
 from llmgw.training.environment import find_converter
 from llmgw.training.jobs import HyperParameters, TrainingJob, job_from_json
-from llmgw.training.running import pack_peft, parse_event
+from llmgw.training.running import pack_peft, parse_event, train
 
 
 def test_progress_lines_are_the_scripts_json_events_and_nothing_else():
@@ -51,3 +51,18 @@ def test_a_job_reaches_the_agent_as_it_was_submitted():
     job = TrainingJob("j1", "gemma-3-270m", "/w", (("q1", "a1"), ("q2", "a2")), 3 << 30, node_class="cpu",
                       hyper=HyperParameters(rank=4, targets=("q_proj", "o_proj")), adapter="gull", submitted_unix=5.0)
     assert job_from_json(job.to_json()) == job
+
+
+async def test_the_training_process_runs_on_the_threads_the_agent_gives_it(tmp_path: Path):
+    """`OMP_NUM_THREADS` (torch's threads) of the training process: 2 unless the agent gives another count
+    (`AgentConfig.training_threads`; the real training's test gives 1). A stand-in interpreter says what it got."""
+    python = tmp_path / "python"
+    python.write_text('#!/bin/sh\nmkdir -p "$5" && : > "$5/adapter_model.safetensors"\n'
+                      'echo "{\\"event\\": \\"loaded\\", \\"threads\\": \\"$OMP_NUM_THREADS\\"}"\n')
+    python.chmod(0o755)
+    job = TrainingJob("j1", "gemma-3-270m", "/w", (("q1", "a1"),))
+    for given, expected in (({}, "2"), ({"threads": 1}, "1")):
+        events = []
+        adapter = await train(python, job, tmp_path / "base", tmp_path / f"work{expected}", events.append, **given)
+        assert events == [{"event": "loaded", "threads": expected}]
+        assert adapter == tmp_path / f"work{expected}" / "adapter"

@@ -1,7 +1,9 @@
-"""The audit writer keeps every pass's message through a repository that fails for a while (real git, MockClock)."""
+"""The audit writer keeps every pass's message through a repository that fails for a while, and spaces its commits
+but not a move of the applied ref (real git, MockClock)."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pygit2
@@ -52,3 +54,38 @@ async def test_a_write_in_progress_is_not_disturbed_by_a_compaction(
     history = "".join(entry.message for entry in read_audit_log(repo, 10_000))
     assert [n for n in range(PASSES) if f"stop r{n}/0 on n1" not in history] == []
     assert "stop first/0 on n1" in history
+
+
+
+async def _written(writer: AuditWriter, count: int, seconds: float = 10.0) -> int:
+    """Wait in real time (the writes run in threads; the mock clock stands still) until `writer` has written
+    `count` items or `seconds` pass; returns how many it has written."""
+    deadline = time.monotonic() + seconds
+    while writer.written < count and time.monotonic() < deadline:
+        await trio.to_thread.run_sync(time.sleep, 0.005)
+    return writer.written
+
+
+async def test_the_write_after_an_applied_ref_move_does_not_wait_the_gap(
+        tmp_path: Path, mock_clock: trio.testing.MockClock) -> None:
+    """Two audit commits are `min_gap` apart; the applied ref moved between them adds no gap of its own."""
+    repo = tmp_path / "settings.git"
+    pygit2.init_repository(str(repo), bare=True)
+    writer = AuditWriter(repo, min_gap=1.0)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(writer.run)
+        writer.queue_audit({"pass": 1}, "pass 1 for settings abc: start a/0 on n1\n")
+        assert await _written(writer, 1) == 1
+        first = str(pygit2.Repository(str(repo)).references["refs/llmgw/audit"].target)
+        writer.queue_applied(first)
+        writer.queue_audit({"pass": 2}, "pass 2 for settings abc: start b/0 on n1\n")
+        await trio.testing.wait_all_tasks_blocked()
+        mock_clock.jump(0.999)
+        await trio.testing.wait_all_tasks_blocked()
+        assert writer.written == 1  # within the gap after the first commit, nothing more is written
+        mock_clock.jump(0.001)
+        assert await _written(writer, 3) == 3  # the ref, then the second commit, with no more time passing
+        nursery.cancel_scope.cancel()
+    history = [entry.message for entry in read_audit_log(repo, 10)]
+    assert len(history) == 2 and "start b/0" in history[0]
+    assert str(pygit2.Repository(str(repo)).references["refs/llmgw/applied"].target) == first

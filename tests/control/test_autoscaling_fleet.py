@@ -167,6 +167,8 @@ async def test_an_idle_model_stops_and_its_next_request_is_held_while_it_starts_
         assert answers[0].usage.completion_tokens == 4
         assert scaling_of(plane)["wanted"] == 1 and "woken" in scaling_of(plane)["reason"]
         assert plane.gateway.holding.held == {}
+        # the gateway tells the control plane its queue is empty by a message the plane's next pass takes in
+        await wait_for(lambda: not plane.snapshot().held.get("tiny"), 10, "the control plane told", plane.status)
         woken = await scrape(plane)  # /metrics of the admin listener
         assert 'llmgw_model_replicas_desired{model="tiny"} 1.0' in woken
         assert 'llmgw_model_requests_held{model="tiny"}' not in woken

@@ -152,6 +152,7 @@ async def test_a_standby_takes_over_from_a_killed_leader_and_nothing_is_placed_t
             refused: dict[str, int] = {}  # ... of each answered another status: the status
             lost: set[str] = set()  # ... of each whose answer the client never got (in flight on the killed gateway)
             load_done = trio.Event()
+            load_ended = trio.Event()
 
             async def load() -> None:  # requests to every live gateway, round robin, until told to stop
                 async with httpx.AsyncClient(timeout=10) as client:
@@ -174,9 +175,10 @@ async def test_a_standby_takes_over_from_a_killed_leader_and_nothing_is_placed_t
                         except httpx.TransportError:
                             lost.add(request_id)
                         await trio.sleep(0.02)
+                load_ended.set()
 
             nursery.start_soon(load)
-            await trio.sleep(1.0)
+            await wait_for(lambda: trio.to_thread.run_sync(lambda: len(answered_ids) >= 20), 20, "20 answers")
             procs.procs[f"cp{old}"].send_signal(signal.SIGKILL)
             killed_at = trio.current_time()
             new = await wait_for(leader_index, 30, "a standby to lead") - 1
@@ -213,7 +215,8 @@ async def test_a_standby_takes_over_from_a_killed_leader_and_nothing_is_placed_t
             assert (await planes[new].status())["replicas"]["tiny-0"]["state"] == "ready"
 
             load_done.set()
-            await trio.sleep(0.5)
+            with trio.fail_after(15):  # its last request answered (or lost)
+                await load_ended.wait()
 
             # the killed control plane starts again on its state directory: its spool's usage is written once
             procs.spawn(f"cp{old}", "server", "--repo", str(repo), "--state", str(planes[old].state), "--store",

@@ -53,11 +53,12 @@ def settings(tmp_path: Path):
     return replace(loaded, commit="a" * 40, cluster=replace(loaded.cluster, forecast_check_after=AFTER))
 
 
-async def beat(loop: ControlLoop, ready) -> None:
-    """Node n1's heartbeat, every second (MockClock), reporting `ready`."""
+async def beat(loop: ControlLoop, ready, every: float = 1.0) -> None:
+    """Node n1's heartbeat, every `every` seconds (MockClock; the node is lost after 30 s without one), reporting
+    `ready`."""
     while True:
         loop.update(report("n1", ready), "heartbeat")
-        await trio.sleep(1)
+        await trio.sleep(every)
 
 
 async def measured(loop: ControlLoop, limit: float) -> None:
@@ -149,7 +150,7 @@ async def test_a_review_without_a_forecast_checks_nothing(settings, autojump_clo
                        interval=lambda: 10.0)
     async with trio.open_nursery() as nursery:
         await nursery.start(loop.run)
-        nursery.start_soon(beat, loop, ready)
+        nursery.start_soon(beat, loop, ready, 10.0)  # each MockClock jump costs 2 ms of real time: 180 beats, not 1,800
         await trio.sleep(2 * AFTER)
         assert loop.state.last_pass.converged and loop.state.forecast_audit is None
         nursery.cancel_scope.cancel()

@@ -16,7 +16,7 @@ import trio
 from llmgw.store import open_store
 
 from .conftest import write_seed
-from support.haproxy import start_haproxy
+from support.haproxy import server_stats, start_haproxy
 from support.serving_process import free_port
 from support.llmgw_processes import LlmgwProcesses
 
@@ -143,12 +143,15 @@ async def test_three_control_planes_on_postgresql_through_haproxy_lose_no_reques
                 answers.append(await trio.to_thread.run_sync(ask))
                 await trio.sleep(0.01)
 
+        killed = f"g{leader - 1}"  # the leader's gateway, as haproxy names it
         async with trio.open_nursery() as nursery:
             nursery.start_soon(load)
-            await trio.sleep(1.0)
+            await wait_for(lambda: trio.to_thread.run_sync(lambda: answers.count("ok") >= 20), 20, "20 answers")
             procs.procs[f"cp{leader - 1}"].send_signal(signal.SIGKILL)
             killed_at = len(answers)
-            await trio.sleep(1.0)
+            await wait_for(lambda: trio.to_thread.run_sync(lambda: len(answers) >= killed_at + 20), 20,
+                           "20 answers after the kill")
+            served_before = int((await server_stats(front))[killed]["hrsp_2xx"])
             start(leader - 1)  # the same ports: haproxy and the agents know them
 
             async def back() -> bool:
@@ -157,16 +160,26 @@ async def test_three_control_planes_on_postgresql_through_haproxy_lose_no_reques
                 return reply.status_code == 200
 
             await wait_for(back, 60, "the restarted control plane to have its fleet back")
-            await trio.sleep(5.0)  # haproxy's checks (every 2 s) send it requests again
+
+            async def serving_again() -> bool:  # haproxy's checks (every 2 s) see it up and send it requests again
+                row = (await server_stats(front))[killed]
+                return row["status"] == "UP" and int(row["hrsp_2xx"]) >= served_before + 5
+
+            await wait_for(serving_again, 30, "haproxy to send the restarted gateway requests again")
             done.set()
         failed = [(n, a) for n, a in enumerate(answers) if a != "ok"]
         # only the request in flight at the SIGKILL may fail; none after it, also while the leader was restarting
         assert len(failed) <= 1 and all(n <= killed_at + 1 for n, _a in failed), failed
         assert len(answers) > 50
         answered = len(answers) - len(failed) + 1  # and the one that found haproxy answering
-        await trio.sleep(1.0)
-        usage = sum(row.requests for row in store.query_usage(project="demo"))
-        assert answered <= usage <= answered + len(failed)  # none lost; the failed one billed at most once
+
+        def usage() -> int:
+            return sum(row.requests for row in store.query_usage(project="demo"))
+
+        # every gateway writes its usage rows within a moment (the killed one's spool when it started again, long
+        # before this)
+        await wait_for(lambda: trio.to_thread.run_sync(lambda: usage() >= answered), 20, "every answer's usage row")
+        assert answered <= usage() <= answered + len(failed)  # none lost; the failed one billed at most once
         store.close()
     finally:
         if proxy is not None:

@@ -107,7 +107,8 @@ async def test_pushes_are_placed_served_scaled_to_zero_and_bad_commits_kept_out(
         await plane.wait_pass()
         await plane.loop.effects_handled()  # the pass's audit commit is queued by its effects, after the pass
         snapshots = plane.audit.pending() + plane.audit.written
-        await trio.sleep(1.5)  # idle passes with nothing changed write no audit commit
+        await plane.wait_pass()  # an idle pass with nothing changed (the interval's timer: 2 s) writes no audit commit
+        await plane.loop.effects_handled()
         assert plane.audit.pending() + plane.audit.written == snapshots
 
         def allow_empty(checkout: Path) -> None:

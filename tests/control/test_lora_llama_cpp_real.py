@@ -22,16 +22,16 @@ from llmgw.settings import init_repository
 from .test_in_process_fleet import push_catalog, wait_for
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
-from llama_server_process import running_llama_server  # noqa: E402
+from llama_server_process import TEST_THREADS, running_llama_server  # noqa: E402
 from lora_adapters import write_gguf_lora  # noqa: E402
 from settings_seed import GEMMA_HEAD, projects_yaml  # noqa: E402
 from settings_seed import write_seed as seed_tree  # noqa: E402
 
 pytestmark = pytest.mark.slow
 PROMPT = "The old lighthouse on the hill"
-MODEL = GEMMA_HEAD + """\
+MODEL = GEMMA_HEAD + f"""\
 resources:
-  cpu_cores: 2
+  cpu_cores: {TEST_THREADS}
   memory: 1Gi
 context_size: 2048
 engine_args: ["--no-jinja", "--chat-template", "gemma"]
@@ -39,7 +39,9 @@ prices:
   prompt_per_million: 1.0
   completion_per_million: 2.0
 adapters:
-{adapters}"""
+{{adapters}}"""
+"""The replica's engine runs `TEST_THREADS` threads (its `cpu_cores`), as the plain llama-server below: one, because
+`make test` keeps both cores busy (tests/support/llama_server_process.py)."""
 PROJECTS = projects_yaml({"demo": {"models": ["gemma-3-270m", "gemma-pirate", "gemma-poet"]},
                           "pirates": {"models": ["gemma-pirate"]}})
 

@@ -77,8 +77,12 @@ def served(plane: ControlPlane) -> tuple[dict, dict]:
 
 async def serving_one_replica(nursery: trio.Nursery, tmp_path: Path, settings_repo: Path, mirror: Path,
                               fake_engine: Path) -> ControlPlane:
-    """A control plane on `settings_repo` (one replica of tiny) with agent n1 connected, once tiny-0 is ready."""
+    """A control plane on `settings_repo` (one replica of tiny) with agent n1 connected, once tiny-0 is ready. Its
+    passes and audit commits are spaced 0.05 s and 0.1 s apart (`PASS_COALESCE` 0.25 s and `AUDIT_MIN_GAP` 1 s in
+    production: spacing that saves a large fleet's CPU, which these tests would only wait out)."""
     plane = ControlPlane(ControlConfig(repo=str(settings_repo), state_dir=tmp_path / "state"))
+    plane.loop.coalesce = 0.05
+    plane.audit.min_gap = 0.1
     await nursery.start(plane.run)
     await nursery.start(run_agent, stand_in_agent("n1", tmp_path / "a1", mirror, fake_engine), plane.local_connector())
     await wait_for(lambda: replica_states(plane) == {"tiny-0": "ready"}, 30, "tiny-0 ready")

@@ -4,7 +4,11 @@ on loopback ports of their own; `llmgw slurm lend` moves the replica off and res
 project's account); `llmgw slurm reclaim` while a job runs keeps the node closed until the job ends, then the
 replica is placed again; the job is in `llmgw usage` once with its price; `llmgw slurm status` shows it all.
 
-Slow: about a minute. Fails, never skips, when Slurm, munge or MariaDB is missing (`make system-packages`)."""
+The agent reads the node in Slurm every second (`slurm_check_interval`; 10 s by default), and the batch job runs
+until the test has seen the reclaim wait for it, then ends (a file it waits for): the job's start and end reach the
+control plane within about a second instead of at the next 10 s check, and no test waits out a fixed job length.
+
+Slow: about 25 s. Fails, never skips, when Slurm, munge or MariaDB is missing (`make system-packages`)."""
 
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ import os
 import secrets
 import socket
 import subprocess
+import time
 
 import pytest
 import trio
@@ -69,7 +74,7 @@ async def test_lend_run_reclaim_and_bill_a_node_through_the_control_plane(tmp_pa
     try:
         async with trio.open_nursery() as nursery:
             await nursery.start(plane.run)
-            agent = stand_in_agent(HOST, tmp_path / "agent", mirror, fake_engine)
+            agent = stand_in_agent(HOST, tmp_path / "agent", mirror, fake_engine, slurm_check_interval=1.0)
             await nursery.start(run_agent, agent, plane.local_connector())
 
             def node_slurm() -> dict:
@@ -87,8 +92,12 @@ async def test_lend_run_reclaim_and_bill_a_node_through_the_control_plane(tmp_pa
             done = slurm_cmd("srun", "-N1", "-A", "demo", "hostname")
             assert done.returncode == 0 and done.stdout.strip() == HOST, done.stderr
 
-            job = slurm_cmd("sbatch", "--parsable", "-A", "demo", "-o", "/dev/null", "--wrap", "sleep 25").stdout.strip()
+            release = tmp_path / "release-the-job"  # the job runs at least 3 s, then until this file is there
+            job = slurm_cmd("sbatch", "--parsable", "-A", "demo", "-o", "/dev/null", "--wrap",
+                            f"sleep 3; for i in $(seq 1200); do [ -e {release} ] && exit 0; sleep 0.1; done"
+                            ).stdout.strip()
             await wait_for(lambda: node_slurm().get("job_steps", 0) >= 1, 30, "the job running")
+            running_since = time.monotonic()
             code, out, err = await llmgw(plane, "slurm", "reclaim", HOST, *WHO)
             assert code == 0, err
             await wait_for(lambda: "drain" in node_slurm().get("node_state", ""), 30, "the node drained in Slurm")
@@ -96,6 +105,9 @@ async def test_lend_run_reclaim_and_bill_a_node_through_the_control_plane(tmp_pa
             assert f"{HOST}: reclaiming" in out, out
             replica = plane.status()["replicas"]["tiny-0"]
             assert "waiting for its last" in replica["unplaced"][HOST]  # closed while the job step runs
+            assert "ready" not in replica_states(plane).values()
+            release.touch()
+            held = time.monotonic() - running_since  # the job ran at least this long (and at least 3 s)
             await wait_for(lambda: "ready" in replica_states(plane).values(), 60, "the replica placed after the job")
             assert slurm_cmd("sacct", "-n", "-X", "-j", job, "-o", "State").stdout.split() == ["COMPLETED"]
 
@@ -106,7 +118,12 @@ async def test_lend_run_reclaim_and_bill_a_node_through_the_control_plane(tmp_pa
             code, out, err = await llmgw(plane, "usage", "--state", str(tmp_path / "state"), "--by", "model")
             assert code == 0 and "slurm/debug" in out, out + err
             [row] = [r for r in plane.store.query_usage(by="model") if r.group == "slurm/debug"]
-            assert row.cost >= 25  # the sbatch job: at least 25 core-seconds at one unit a core-second
+            # one unit a core-second: the two jobs' cores times their elapsed seconds as Slurm counted them, the
+            # sbatch job's at least as long as the test saw it run
+            accounted = {line.split("|")[0]: (int(line.split("|")[1]), int(line.split("|")[2])) for line in slurm_cmd(
+                "sacct", "-a", "-nP", "-X", "-o", "JobID,ElapsedRaw,AllocCPUS").stdout.split()}
+            assert row.cost == pytest.approx(sum(seconds * cpus for seconds, cpus in accounted.values())), accounted
+            assert accounted[job][0] >= max(3, int(held)), (accounted, held)
             assert "demo|root|" in slurm_cmd("sacctmgr", "-nP", "show", "assoc", "format=Account,User,ParentName").stdout
             nursery.cancel_scope.cancel()
     finally:

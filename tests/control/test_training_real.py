@@ -38,9 +38,12 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
 PAIRS = ROOT / "examples" / "training" / "gull-rock.jsonl"
 PROMPT = "Question: Who keeps the lighthouse on Gull Rock?\nAnswer:"
-MODEL = GEMMA_HEAD + """\
+THREADS = 1
+"""The engine's threads (the model's `cpu_cores`) and the training's (`AgentConfig.training_threads`): one each, as
+tests/support/llama_server_process.py's TEST_THREADS says why (`make test` keeps both cores busy)."""
+MODEL = GEMMA_HEAD + f"""\
 resources:
-  cpu_cores: 2
+  cpu_cores: {THREADS}
   memory: 1Gi
 context_size: 1024
 engine_args: ["--no-jinja", "--chat-template", "gemma"]
@@ -105,7 +108,7 @@ async def test_a_lora_trained_on_a_node_is_converted_kept_downloaded_added_and_s
         await nursery.start(run_agent, AgentConfig(
             node_id="n1", state_dir=tmp_path / "agent", mirrors=(str(gemma_mirror),), heartbeat_interval=0.2,
             engine_binaries={"llama.cpp@b11434": llama_server_binary}, stop_shards_on_exit=True,
-            shard_stop_grace=2.0, training_python=training_python), plane.local_connector())
+            shard_stop_grace=2.0, training_python=training_python, training_threads=THREADS), plane.local_connector())
         await wait_for(lambda: plane.table.models.get("gemma-3-270m") and plane.table.models["gemma-3-270m"].replicas,
                        120, "gemma-3-270m-0 ready", plane.status)
         sdk = openai.AsyncOpenAI(base_url=plane.gateway_url + "/v1", max_retries=0,

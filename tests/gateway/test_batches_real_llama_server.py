@@ -1,7 +1,8 @@
 """/v1/batches through the official `openai` SDK, the gateway and its `BatchRunner` to a real llama-server (Gemma 3
-270M, one module-scoped engine): a batch of 20 chat requests completes with 20 output lines, one per custom_id in
-input order, a malformed line an error line of its own; its usage rows name the batch, are billed at the batch
-price and count toward the daily tokens but not the per-minute requests; a cancel keeps the finished lines.
+270M, the run's shared engine: tests/support/shared_engines.py): a batch of 20 chat requests completes with 20 output
+lines, one per custom_id in input order, a malformed line an error line of its own; its usage rows name the batch,
+are billed at the batch price and count toward the daily tokens but not the per-minute requests; a cancel keeps the
+finished lines.
 
 Gemma 270M is a base model: the tests assert shapes, counts and ids, not wording. Time: about 10 s on 2 cores.
 """
@@ -15,33 +16,25 @@ import openai
 import pytest
 import trio
 from gateway_harness import ProjectPolicy, make_table, replica, start_gateway
-from serving_process import free_port, serving_process
+from shared_engines import ENGINES
 
 from llmgw.cli.keys_cmds import request_json
-from llmgw.engines import Launch, llamacpp
 from llmgw.gateway.batch_runner import BatchRunner
 from llmgw.routes import Quota
 
 pytestmark = pytest.mark.slow
-KEY = "sk-engine-batches-7d2a"
-MODEL = "gemma-3-270m"
+KEY = ENGINES["shared_gemma"].key
+MODEL = ENGINES["shared_gemma"].served_name
 CHAT = "/v1/chat/completions"
 DAILY = 10_000_000
 SCOPES = (("project:chat", Quota(requests_per_minute=1, tokens_per_day=DAILY)),)
 
 
-@pytest.fixture(scope="module")
-def engine(llama_server_binary, gemma_gguf, tmp_path_factory) -> str:
-    """A llama-server that stays up for the module; its base URL. One thread: with two, its requests took 1-7 s each
-    instead of 0.3 s while other tests loaded this machine's two cores (ggml's threads wait for each other)."""
-    port = free_port()
-    argv, env = llamacpp.command_line(Launch(
-        binary=llama_server_binary, model_path=gemma_gguf, port=port, threads=1, context_size=2048,
-        served_name=MODEL, api_key=KEY, engine_args=("--no-jinja", "--chat-template", "gemma")))
-    url = f"http://127.0.0.1:{port}"
-    with serving_process(argv, env, tmp_path_factory.mktemp("batches") / "server.log", url, what="llama-server",
-                         limit=60):
-        yield url
+@pytest.fixture
+def engine(shared_gemma) -> str:
+    """The run's shared Gemma llama-server (one thread: with two, its requests took 1-7 s each instead of 0.3 s while
+    other tests loaded this machine's two cores); its base URL."""
+    return shared_gemma.base_url
 
 
 async def _gateway(nursery, store, url: str):

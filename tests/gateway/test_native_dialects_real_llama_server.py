@@ -1,8 +1,8 @@
 """/v1/responses and /v1/messages passed to a real llama-server's own endpoints (b11434 serves both:
-`llmgw.gateway.native`), SmolLM2 135M Instruct with its chat template (`--jinja`), through the official `openai` and
-`anthropic` SDKs: the answers in each dialect's shape with the gateway's ids and the client's model name, the engine's
-usage billed, and a second turn by previous_response_id, which llama-server itself refuses, served by the gateway
-sending the whole context.
+`llmgw.gateway.native`), SmolLM2 135M Instruct with its chat template (`--jinja`; the run's shared engine), through
+the official `openai` and `anthropic` SDKs: the answers in each dialect's shape with the gateway's ids and the
+client's model name, the engine's usage billed, and a second turn by previous_response_id, which llama-server itself
+refuses, served by the gateway sending the whole context.
 """
 
 from __future__ import annotations
@@ -14,25 +14,19 @@ import httpx
 import openai
 import pytest
 from gateway_harness import make_table, replica, start_gateway
-from support.serving_process import free_port, serving_process
+from shared_engines import ENGINES
 
 pytestmark = pytest.mark.slow
-ENGINE_KEY = "native-engine-key"
-MODEL = "smollm2-135m-instruct"
+ENGINE_KEY = ENGINES["shared_smollm2"].key
+MODEL = ENGINES["shared_smollm2"].served_name
 SEEDED = {"seed": 7}  # llama-server's own sampling field: repeatable answers (its /v1/responses passes it)
 # its /v1/messages drops engine fields such as seed (server_chat_convert_anthropic_to_oai): top_k 1 repeats there
 
 
-@pytest.fixture(scope="module")
-def llama_server(llama_server_binary, smollm2_gguf, tmp_path_factory):
-    """llama-server serving SmolLM2 (jinja chat template); yields its base URL."""
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    argv = [str(llama_server_binary), "-m", str(smollm2_gguf), "--host", "127.0.0.1", "--port", str(port), "-t", "2",
-            "-c", "2048", "--jinja"]
-    with serving_process(argv, {"LLAMA_API_KEY": ENGINE_KEY}, tmp_path_factory.mktemp("native") / "server.log", url,
-                         what="llama-server", limit=60):
-        yield url
+@pytest.fixture
+def llama_server(shared_smollm2) -> str:
+    """The run's shared SmolLM2 llama-server (jinja chat template; tests/support/shared_engines.py); its base URL."""
+    return shared_smollm2.base_url
 
 
 @pytest.fixture

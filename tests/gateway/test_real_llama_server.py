@@ -1,4 +1,5 @@
-"""The openai SDK through the gateway to the real llama-server (b11434) serving Gemma 3 270M.
+"""The openai SDK through the gateway to the real llama-server (b11434) serving Gemma 3 270M (the run's shared
+engine, tests/support/shared_engines.py).
 
 Gemma 270M is a base model: tests assert shapes, token counts and determinism (temperature 0, fixed seed).
 """
@@ -11,24 +12,18 @@ import openai
 import pytest
 import trio
 from gateway_harness import ProjectPolicy, Quota, make_table, replica, start_gateway
-from support.serving_process import free_port, serving_process
+from shared_engines import ENGINES
 
 pytestmark = pytest.mark.slow
-ENGINE_KEY = "real-engine-key"
+ENGINE_KEY = ENGINES["shared_gemma"].key
 MESSAGES = [{"role": "user", "content": "Write one sentence about the sea."}]
 
 
-@pytest.fixture(scope="module")
-def llama_server(llama_server_binary, gemma_gguf, tmp_path_factory):
-    """A llama-server on 127.0.0.1 with LLAMA_API_KEY set; yields its base URL."""
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    with serving_process(
-            [str(llama_server_binary), "-m", str(gemma_gguf), "--host", "127.0.0.1", "--port", str(port),
-             "-c", "2048", "-t", "2", "--no-jinja", "--chat-template", "gemma", "--metrics", "--parallel", "2"],
-            {"LLAMA_API_KEY": ENGINE_KEY}, tmp_path_factory.mktemp("llama") / "server.log", url,
-            what="llama-server", limit=60):
-        yield url
+@pytest.fixture
+def llama_server(shared_gemma) -> str:
+    """The run's shared Gemma llama-server (tests/support/shared_engines.py: built-in gemma template, no jinja, two
+    slots, 2,048 tokens of context, its key); its base URL."""
+    return shared_gemma.base_url
 
 
 @pytest.fixture

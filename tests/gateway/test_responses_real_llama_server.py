@@ -11,7 +11,7 @@ from __future__ import annotations
 import openai
 import pytest
 from gateway_harness import make_table, replica, start_gateway
-from llama_server_process import running_llama_server
+from llama_server_process import TEST_THREADS, running_llama_server
 from serving_process import free_port, serving_process
 
 from llmgw.engines import Launch, llamacpp
@@ -26,8 +26,9 @@ JINJA = ("--jinja",)
 def kept_replica(llama_server_binary, gemma_gguf, tmp_path_factory) -> str:
     """A llama-server that stays up for the module; yields its base URL."""
     port = free_port()
-    argv, env = llamacpp.command_line(Launch(binary=llama_server_binary, model_path=gemma_gguf, port=port, threads=2,
-                                             context_size=2048, served_name=MODEL, api_key=KEY, engine_args=JINJA))
+    argv, env = llamacpp.command_line(Launch(binary=llama_server_binary, model_path=gemma_gguf, port=port,
+                                             threads=TEST_THREADS, context_size=2048, served_name=MODEL, api_key=KEY,
+                                             engine_args=JINJA))
     url = f"http://127.0.0.1:{port}"
     with serving_process(argv, env, tmp_path_factory.mktemp("kept") / "server.log", url, what="llama-server",
                          limit=60):

@@ -18,13 +18,15 @@ import threading
 import time
 from pathlib import Path
 
+from support.in_process_cli import completed
+
 CHECKOUT = Path(__file__).resolve().parents[2]
 
 
 def run_llmgw(*args: str) -> subprocess.CompletedProcess:
-    """`llmgw ...` from this checkout, as the operator runs it."""
-    return subprocess.run([sys.executable, "-m", "llmgw.cli", *args], capture_output=True, text=True,
-                          timeout=300, env={**os.environ, "PYTHONPATH": str(CHECKOUT)}, cwd=CHECKOUT)
+    """`llmgw ...` from this checkout as the operator runs it, in this process (support.in_process_cli: without a
+    Python start); `node add` runs as processes of its own, two at once."""
+    return completed(list(args), cwd=CHECKOUT)
 
 
 def _host_pids(host, program: str) -> dict[int, int]:
@@ -222,7 +224,9 @@ def test_bare_machines_to_a_serving_fleet_server_init_node_add_two_cpu_nodes_gem
     listed = next(match for match in listed if match)
     assert lines[-2] == f"[{node3.name}] wiped: {listed[1]} removed or restored, 0 already gone; no journal left", lines
     assert lines[-1].startswith(f"node {node3.name} removed: 1 certificate revoked, node secret forgotten; ")
-    assert not _host_pids(node3, "llama-server") and not _host_pids(node3, "python3.11")
+    # the agent stops itself once it answered (its stream ends, then the process): no process of llmgw's is left
+    wait_for(lambda: not _host_pids(node3, "llama-server") and not _host_pids(node3, "python3.11"), 30,
+             "the agent and its engine on host 3 to end", lambda: str(_host_pids(node3, "python3.11")))
     assert node3.snapshot() == before
     with AdminClient(url, token, ca_file=admin_ca_file(state)) as admin:
         assert node3.name not in admin.get("/api/v1/status")["nodes"]

@@ -7,6 +7,7 @@ and removed again over its agent's stream is tests/install/test_fleet.py."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from support.in_process_cli import completed
 from support.ssh_hosts import _children
 
 CHECKOUT = Path(__file__).resolve().parents[2]
@@ -27,15 +29,10 @@ def release(bare_release):
     return bare_release
 
 
-def run_llmgw(*args: str) -> subprocess.CompletedProcess:
-    """`llmgw ...` from this checkout, as the operator runs it."""
-    return subprocess.run([sys.executable, "-m", "llmgw.cli", *args], capture_output=True, text=True,
-                          timeout=300, env={**os.environ, "PYTHONPATH": str(CHECKOUT)}, cwd=CHECKOUT)
-
-
 def node_add(*args: str) -> subprocess.CompletedProcess:
-    """`llmgw node add ...` from this checkout, as the operator runs it."""
-    return run_llmgw("node", "add", *args)
+    """`llmgw node add ...` from this checkout as the operator runs it, in this process (support.in_process_cli: the
+    command and its error handling, without a Python start of about a second of CPU); it runs ssh as it would."""
+    return completed(["node", "add", *args], cwd=CHECKOUT)
 
 
 def test_dry_run_prints_every_command_it_would_run_on_the_host_and_connects_to_nothing(release) -> None:
@@ -152,10 +149,11 @@ def test_an_ssh_connection_cut_halfway_leaves_the_host_as_it_was(ssh_hosts, full
             if line.startswith(f"[{host.name}] install llmgw 0.1.0 into it"):
                 break
         deadline = time.monotonic() + 60  # until pip has installed a first wheel into the venv, then cut
-        probe = ("ls /opt/llmgw/0.1.0/lib/python3.11/site-packages 2>/dev/null | "
-                 "grep -v -E '^(pip|setuptools|_distutils_hack|distutils-precedence|pkg_resources|__pycache__)'")
-        while not host.ssh(probe, check=False).stdout.strip():
+        site = host.root / "opt/llmgw/0.1.0/lib/python3.11/site-packages"  # the host's, read from here (no ssh)
+        venv_own = re.compile(r"(pip|setuptools|_distutils_hack|distutils-precedence|pkg_resources|__pycache__)")
+        while not [name for name in (os.listdir(site) if site.is_dir() else []) if not venv_own.match(name)]:
             assert time.monotonic() < deadline and add.poll() is None, "pip wrote nothing into the venv"
+            time.sleep(0.02)
         cut = _session_processes(host)
         for pid in cut:
             os.kill(pid, signal.SIGKILL)

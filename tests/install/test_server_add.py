@@ -7,9 +7,7 @@ tests/install/test_control_planes_on_hosts.py."""
 from __future__ import annotations
 
 import io
-import os
 import subprocess
-import sys
 import tarfile
 from pathlib import Path
 
@@ -20,6 +18,7 @@ from llmgw.settings.packaged import example_dir
 from llmgw.store import StoreRecord
 from llmgw.store.opening import write_store_record
 from llmgw.wire import CertificateAuthority
+from support.in_process_cli import completed
 
 CHECKOUT = Path(__file__).resolve().parents[2]
 
@@ -35,8 +34,8 @@ def _state(tmp_path: Path, url: str) -> Path:
 
 
 def run_llmgw(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "llmgw.cli", *args], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "PYTHONPATH": str(CHECKOUT)}, cwd=CHECKOUT)
+    """`llmgw ...` from this checkout, in this process (support.in_process_cli)."""
+    return completed(list(args), cwd=CHECKOUT)
 
 
 def test_server_add_dry_run_shows_the_install_the_shared_ca_and_server_init(full_release, tmp_path) -> None:

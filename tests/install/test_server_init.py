@@ -61,6 +61,13 @@ def test_server_init_sets_up_a_control_plane_that_runs_and_a_second_run_changes_
     by_hand = first.stdout.split("Run the control plane by hand:\n", 1)[1].split("\n\n", 1)[0].strip()
     host.ssh(f"export PYTHONPATH={SOURCE}; ( {by_hand.replace(chr(10), ' ; ')} ) >/tmp/server.log 2>&1 &")
     deadline = time.monotonic() + 90
+    admin_url, looked = host.root / "var/lib/llmgw/server/admin-url", time.monotonic()
+    while not admin_url.is_file():  # written once it listens; looked for from here: `llmgw status` is a process
+        if time.monotonic() - looked > 2:  # still running? (an ssh command: not at every poll)
+            assert host.ssh("pgrep -u llmgw", check=False).returncode == 0, host.ssh("cat /tmp/server.log").stdout
+            looked = time.monotonic()
+        assert time.monotonic() < deadline, host.ssh("cat /tmp/server.log").stdout
+        time.sleep(0.1)
     while (status := host.ssh(f"{LLMGW} status --state /var/lib/llmgw/server", check=False)).returncode:
         running = host.ssh("pgrep -u llmgw", check=False).returncode == 0
         assert running and time.monotonic() < deadline, (status.stderr, host.ssh("cat /tmp/server.log").stdout)

@@ -86,3 +86,19 @@ def test_llmgw_upgrade_refuses_control_planes_without_a_key_and_control_planes_o
     code, out, err = run_llmgw(["upgrade", str(tmp_path), "--control-planes-only", "--url", "http://127.0.0.1:9",
                                 "--token", "t"])
     assert code == 1 and "--control-planes-only upgrades the --control-plane hosts: name them" in err, out + err
+
+
+def test_server_upgrade_dry_run_prints_every_command_for_the_host_and_connects_to_nothing(bare_release):
+    code, out, err = run_llmgw(["server", "upgrade", "cp2", "--release", str(bare_release.directory), "--trusted-key",
+                                bare_release.trusted_key, "--dry-run"])
+    assert code == 0, out + err
+    whats = [line[2:] for line in out.splitlines() if line.startswith("# ")]
+    assert whats == ["check that the host has Python 3.11 or newer, with venv (Debian: python3-venv)",
+                     "copy the release into /var/tmp/llmgw-upgrade",
+                     "check every file of the release against its signed digests",
+                     "make the venv /opt/llmgw/0.1.0",
+                     "install llmgw 0.1.0 into it from the release's wheels (no registry)",
+                     "keep the release's signed manifest and the key that signed it in /opt/llmgw/0.1.0/release",
+                     "link /opt/llmgw/current to 0.1.0", "restart the control plane from llmgw 0.1.0",
+                     "remove /var/tmp/llmgw-upgrade"], out
+    assert "ssh -o BatchMode=yes cp2 " in out and "< the release (tar)" in out

@@ -185,7 +185,7 @@ def test_llmgw_upgrade_takes_the_standby_then_the_leader_then_the_agents_over_ss
             # a release whose control plane exits at start: switched back, serving again, the command fails
             began = time.monotonic()
             failed = _run_llmgw("server", "upgrade", one.name, "--release", str(broken), "--trusted-key",
-                                full_release.trusted_key, "--ssh-config", str(one.ssh_config), "--timeout", "20s")
+                                full_release.trusted_key, "--ssh-config", str(one.ssh_config), "--confirm-timeout", "20s")
             timings[f"server upgrade to the broken {BROKEN}, switched back"] = time.monotonic() - began
             print(failed.stdout + failed.stderr)
             assert failed.returncode == 1, failed.stdout + failed.stderr

@@ -9,6 +9,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import httpx
+
 from support.serving_process import free_port
 
 HAPROXY_CFG = """\
@@ -22,6 +24,8 @@ defaults
     retry-on conn-failure
 frontend llm
     bind 127.0.0.1:{port}
+    stats enable
+    stats uri /haproxy-stats
     default_backend gateways
 backend gateways
     balance roundrobin
@@ -38,6 +42,17 @@ def haproxy_config(port: int, gateways: list[str]) -> str:
     servers = "\n".join(f"    server g{i} {url.removeprefix('http://')} check inter 2s fall 1 rise 1"
                         for i, url in enumerate(gateways))
     return HAPROXY_CFG.format(port=port, servers=servers)
+
+
+async def server_stats(front: str) -> dict[str, dict[str, str]]:
+    """haproxy's own view of the gateways behind `front` (its URL), from its CSV statistics page: {server name
+    ("g0", ...): its row, e.g. "status" "UP" or "DOWN", "hrsp_2xx" the answers 2xx it passed on}."""
+    async with httpx.AsyncClient(timeout=5) as client:
+        reply = await client.get(f"{front}/haproxy-stats;csv")
+    reply.raise_for_status()
+    header, *rows = reply.text.lstrip("# ").splitlines()
+    named = [dict(zip(header.split(","), row.split(","))) for row in rows if row]
+    return {row["svname"]: row for row in named if row["pxname"] == "gateways"}
 
 
 def start_haproxy(root: Path, gateways: list[str]) -> tuple[subprocess.Popen, str]:

@@ -5,6 +5,7 @@ costs about a second of imports (several on a loaded machine)."""
 from __future__ import annotations
 
 import os
+import subprocess
 import traceback
 from collections.abc import Mapping
 from pathlib import Path
@@ -34,3 +35,11 @@ def run_llmgw(args: list[str], env: Mapping[str, str] | None = None, cwd: Path |
         finally:
             os.chdir(before)
         return code, out.getvalue().decode(), err.getvalue().decode()
+
+
+def completed(args: list[str], env: Mapping[str, str] | None = None,
+              cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """`run_llmgw(args, env, cwd)` as a `subprocess.CompletedProcess` (args ["llmgw", *args], returncode, stdout and
+    stderr as text), for tests that read what `subprocess.run` returns."""
+    code, out, err = run_llmgw(args, env, cwd)
+    return subprocess.CompletedProcess(["llmgw", *args], code, out, err)

@@ -16,6 +16,12 @@ import trio
 from llmgw.engines import Launch, llamacpp
 from serving_process import free_port
 
+TEST_THREADS = 1
+"""Threads of a test's llama-server. One: `make test` keeps both cores busy (two workers, each with its gateway or
+control plane in the same process), and llama.cpp's two threads (an OpenMP team) wait for each other at every step
+when either is off its core. Measured on this 2-core machine with Gemma 3 270M (27-token prompt, 16 tokens, at a load
+average of 6): 2 threads 26-31 s for three requests (1.4-4 tokens a second), 1 thread 4.4-7.4 s (6-16 a second)."""
+
 
 @dataclass(frozen=True)
 class RunningEngine:
@@ -31,10 +37,10 @@ class RunningEngine:
 async def running_llama_server(binary: Path, gguf: Path, log_path: Path, *, api_key: str,
                                served_name: str = "gemma-3-270m", port: int | None = None,
                                engine_args: tuple[str, ...] = ("--no-jinja", "--chat-template", "gemma"),
-                               threads: int = 2, prefix: tuple[str, ...] = (),
+                               threads: int = TEST_THREADS, prefix: tuple[str, ...] = (),
                                ) -> AsyncIterator[RunningEngine]:
-    """Start llama-server (`threads` threads, 2048 context, Gemma's chat template unless `engine_args` say
-    otherwise) with `api_key` on `port` (None: a free one), writing its output to `log_path`; yield once its health
+    """Start llama-server (`threads` threads, 2048 context, Gemma's chat template unless `engine_args` say otherwise)
+    with `api_key` on `port` (None: a free one), writing its output to `log_path`; yield once its health
     path answers 200 (within 60 s, else fail with its log); stop it on exit. `prefix`: a command to run it under
     (e.g. ("nice", "-n", "19"))."""
     port = port or free_port()

@@ -14,7 +14,10 @@ release share it (a session or module fixture) and copy it before changing it.
 `shared_signed_release(base)` is the one every test of a run shares (the session fixtures `full_release` and
 `bare_release` of tests/conftest.py): built once under a file lock in `base`, a directory every xdist worker sees,
 and named by the checkout's commit and a digest of what goes into the wheel, so a later run of the same checkout
-reuses it and a changed one builds anew (the older builds of that kind are removed then).
+reuses it and a changed one builds anew (the older builds of that kind are removed then, but not one a session
+took in the last hour: without xdist, `base` is the parent of pytest's base directory, shared by every session of
+the user, other checkouts' too). The full one is the bare one with the dependency wheels added and signed again by
+its key: llmgw's wheel is built once a run, not twice.
 """
 
 from __future__ import annotations
@@ -88,6 +91,13 @@ def release_beside(base: Path, out_dir: Path, secret_key: Path, source: Path,
         for wheel in (out_dir / "wheels").glob("llmgw-*.whl"):
             wheel.unlink()
         shutil.copy2(llmgw_wheel, out_dir / "wheels" / llmgw_wheel.name)
+    _add_dependencies(out_dir, base, key)
+    return out_dir
+
+
+def _add_dependencies(out_dir: Path, base: Path, key) -> None:
+    """Copy every wheel of `base` (a release, or a directory of wheels) but llmgw's into the release `out_dir`, then
+    write its manifest again (every file's digest) and sign it with `key` (a SecretKey)."""
     wheels = base / "wheels" if (base / "wheels").is_dir() else base
     for wheel in wheels.glob("*.whl"):
         if not wheel.name.startswith("llmgw-"):
@@ -96,7 +106,19 @@ def release_beside(base: Path, out_dir: Path, secret_key: Path, source: Path,
     manifest = dataclasses.replace(manifest, files=describe(out_dir, release_files(out_dir)))
     (out_dir / SIGNATURE).unlink()
     write_signed_manifest(out_dir, manifest, key, f"file:{MANIFEST}\thashed\tllmgw {manifest.version} (test)")
-    return out_dir
+
+
+def _with_dependencies(bare: SignedRelease, root: Path) -> SignedRelease:
+    """The release `bare` (llmgw's wheel alone) with every dependency wheel of `dependency_wheels()` beside it, in
+    root/release, signed by the same key (copied into root/keys): what `release_beside` makes, without building
+    llmgw's wheel again (`pip wheel`, 2-3 s of CPU)."""
+    started = time.monotonic()
+    keys = Path(shutil.copytree(bare.secret_key.parent, root / "keys"))
+    directory = Path(shutil.copytree(bare.directory, root / "release"))
+    secret = keys / bare.secret_key.name
+    _add_dependencies(directory, dependency_wheels(), read_secret_key(secret))
+    return dataclasses.replace(bare, directory=directory, secret_key=secret, public_key=keys / bare.public_key.name,
+                               seconds=time.monotonic() - started)
 
 
 def _sources_key() -> str:
@@ -121,12 +143,18 @@ def shared_signed_release(base: Path, *, dependencies: bool = True) -> SignedRel
         fcntl.flock(lock, fcntl.LOCK_EX)
         record = root / "signed-release.json"
         if record.is_file():
+            os.utime(record)  # in use: see below
             fields = json.loads(record.read_text())
             return SignedRelease(**{k: Path(v) if k in ("directory", "secret_key", "public_key") else v
                                     for k, v in fields.items()})
-        for old in base.glob(f"{kind}-*"):
-            shutil.rmtree(old, ignore_errors=True)
-        release = build_signed_release(root, dependencies=dependencies)
+        for old in base.glob(f"{kind}-*"):  # but those another session (another checkout) took in the last hour
+            taken = old / "signed-release.json"
+            if not taken.is_file() or taken.stat().st_mtime < time.time() - 3600:
+                shutil.rmtree(old, ignore_errors=True)
+        if dependencies:  # the bare release with the dependency wheels added: one build of llmgw's wheel a run
+            release = _with_dependencies(shared_signed_release(base, dependencies=False), root)
+        else:
+            release = build_signed_release(root, dependencies=False)
         record.write_text(json.dumps({k: str(v) if isinstance(v, Path) else v for k, v in asdict(release).items()}))
         return release
 

@@ -77,11 +77,11 @@ resources:
   cpu_cores: 1
   memory: 1Gi
 context_size: 2048
-engine_args: ["--no-jinja", "--chat-template", "gemma", "-t", "2"]
+engine_args: ["--no-jinja", "--chat-template", "gemma"]
 node_selector: {{engine: real}}
 """
 """Gemma 3 270M Q4_K_M on the real llama-server b11434 (`{replicas}`: a count or a flow-style range) on the node
-labelled `engine: real`, two threads."""
+labelled `engine: real`, one thread (its `cpu_cores`; tests/support/llama_server_process.py TEST_THREADS says why)."""
 
 
 def projects_yaml(projects: Mapping[str, Mapping[str, Any]]) -> str:
