@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 STATE ?= .state
 export LLMGW_CACHE ?= $(HOME)/.cache/llmgw
 
-.PHONY: up test image venv engine vllm train-env lint bench bench-deps clean prometheus chromium system-packages node-sdk oidc-provider node-check helm k8s-models
+.PHONY: suite-seconds up test image venv engine vllm train-env lint bench bench-deps clean prometheus chromium system-packages node-sdk oidc-provider node-check helm k8s-models
 
 venv: $(VENV)/.installed
 
@@ -106,6 +106,13 @@ TEST_DURATIONS ?= 25
 test: engine vllm train-env lint system-packages node-sdk oidc-provider helm k8s-models
 	env -u PYTHONDONTWRITEBYTECODE PYTHONPYCACHEPREFIX=$(LLMGW_CACHE)/pycache \
 		$(BIN)/pytest -n $(TEST_WORKERS) --durations=$(TEST_DURATIONS)
+
+# The module seconds of this checkout's last whole run (pytest's cache) into tests/module-seconds.json, the record a
+# clean clone (CI) orders its modules by, the longest first (tests/support/suite_scheduling.py). Run after a whole
+# `make test` and commit the file.
+suite-seconds:
+	$(BIN)/python -c 'import json, sys; d = json.load(open(".pytest_cache/v/llmgw/module-seconds")); \
+		json.dump(dict(sorted(d.items())), open("tests/module-seconds.json", "w"), indent=0); print(len(d), "modules")'
 
 # The container images (deploy/container/; docs/install.md, "Container image"): localhost/llmgw:<version> and
 # localhost/llmgw-agent:<version> in podman's storage, built offline from a debootstrap base cached in

@@ -118,13 +118,13 @@ def pytest_xdist_make_scheduler(config, log):
     Our own scheduler, not `--dist loadgroup` with `xdist_group` marks: pytest-xdist 3.8 puts the group into
     `item._nodeid`, which pytest 9.2 no longer reads (its ids come from `item._id`), so every test was scheduled
     alone and a module's tests, and the machine-wide ones, ran on both workers at once (two vLLMs seen starting)."""
-    from support.suite_scheduling import CACHE_KEY, LongestFirst, estimate
+    from support.suite_scheduling import CACHE_KEY, LongestFirst, estimate, known_seconds
     from xdist.scheduler import LoadScopeScheduling
 
     root = config.rootpath
     scopes = module_scopes(root)
     cache = getattr(config, "cache", None)
-    seconds = (cache.get(CACHE_KEY, {}) if cache is not None else {}) or {}
+    seconds = known_seconds(root, (cache.get(CACHE_KEY, {}) if cache is not None else {}) or {})
 
     class ModuleScopes(LoadScopeScheduling):
         def __init__(self, config, log=None):

@@ -13,7 +13,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
-from support.suite_scheduling import PER_TEST, REAL_PART, LongestFirst, estimate, record
+from support.suite_scheduling import PER_TEST, REAL_PART, SECONDS_FILE, LongestFirst, estimate, known_seconds, record
 
 ROOT = Path(__file__).resolve().parents[2]
 MODULES = ("tests/core/test_units.py", "tests/core/test_suite_time.py")
@@ -85,3 +85,20 @@ def test_the_queue_hands_out_the_longest_scope_left_and_estimates_an_untimed_mod
 def test_a_runs_record_replaces_the_seconds_of_the_modules_it_ran_and_keeps_the_others():
     durations = [("t/a.py::x", 1.25), ("t/a.py::x", 0.5), ("t/a.py::y[1]", 1.0), ("t/b.py::z", 0.125)]
     assert record({"t/a.py": 99.0, "t/c.py": 3.0}, durations) == {"t/a.py": 2.75, "t/b.py": 0.12, "t/c.py": 3.0}
+
+
+def test_a_clean_clone_orders_by_the_seconds_kept_in_the_repository_and_a_cache_of_its_own_comes_first(tmp_path):
+    (tmp_path / "tests").mkdir()
+    assert known_seconds(tmp_path, {}) == {}  # no file: the estimate orders the run
+    (tmp_path / SECONDS_FILE).write_text(json.dumps({"tests/a.py": 30.0, "tests/b.py": 5, "tests/c.py": "x"}))
+    assert known_seconds(tmp_path, {}) == {"tests/a.py": 30.0, "tests/b.py": 5.0}  # a value not a number left out
+    assert known_seconds(tmp_path, {"tests/b.py": 50.0}) == {"tests/a.py": 30.0, "tests/b.py": 50.0}
+    (tmp_path / SECONDS_FILE).write_text("not json")
+    assert known_seconds(tmp_path, {"tests/b.py": 1.0}) == {"tests/b.py": 1.0}
+
+
+def test_the_seconds_kept_in_the_repository_name_modules_that_exist():
+    kept = known_seconds(ROOT, {})
+    assert kept, f"{SECONDS_FILE} is missing or empty: `make suite-seconds` after a whole run writes it"
+    missing = sorted(m for m in kept if not (ROOT / m).is_file())
+    assert len(missing) <= len(kept) // 10, f"{SECONDS_FILE} names modules that are gone: {missing[:10]} (rewrite it)"

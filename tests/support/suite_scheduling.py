@@ -7,9 +7,10 @@ workers finish about together. pytest-xdist's own order (most tests first) hande
 they have few tests each (tests/install/test_node_add.py: 7 tests, over a minute).
 
 A scope's seconds are those the last runs measured (`record`, kept in pytest's cache under `CACHE_KEY` by the
-controller at the end of each run); a module no run has timed yet (a clean clone) is estimated from its text
-(`estimate`): `PER_TEST` seconds a test, `REAL_PART` more when it names a real part (a process, an engine, hosts).
-Pure, but for `estimate`, which reads the module's file.
+controller at the end of each run); on a clean clone (CI's), which has no cache, those of `SECONDS_FILE`, a record
+kept in the repository (`make suite-seconds` writes it from this checkout's cache after a whole run); a module
+neither has timed is estimated from its text (`estimate`): `PER_TEST` seconds a test, `REAL_PART` more when it
+names a real part (a process, an engine, hosts). Pure, but for `estimate` and `known_seconds`, which read files.
 """
 
 from __future__ import annotations
@@ -19,6 +20,9 @@ from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
+SECONDS_FILE = "tests/module-seconds.json"
+"""The module seconds kept in the repository (relative to its root): {module path: seconds}, as `record` makes
+them, for runs without a cache of their own."""
 CACHE_KEY = "llmgw/module-seconds"
 """pytest's cache key (`config.cache`) of {module path: seconds of set-up, call and teardown in its last run}."""
 PER_TEST = 0.02
@@ -29,6 +33,22 @@ REAL_PART = 20.0
 _REAL_PART = re.compile(r"Popen|open_process|subprocess\.run|sys\.executable|llama_server_binary|ssh_hosts|netns_lab|"
                         r"ControlPlane|postgres|UpProcess|serving_process|llmgw_processes|mark\.slow|vllm_|"
                         r"fake_engine|settings_repo|weights_mirror")
+
+
+def known_seconds(root: Path, cached: Mapping[str, float] | None) -> dict[str, float]:
+    """{module: seconds} to order a run by: `SECONDS_FILE` under `root` (when it is there and reads as such),
+    overridden by `cached` (this checkout's own last runs). A file that does not read is left out (the order is
+    then the estimate's, never an error)."""
+    import json
+
+    try:
+        kept = json.loads((root / SECONDS_FILE).read_text())
+    except (OSError, ValueError):
+        kept = {}
+    if not isinstance(kept, dict):
+        kept = {}
+    kept = {str(k): float(v) for k, v in kept.items() if isinstance(v, (int, float))}
+    return {**kept, **(cached or {})}
 
 
 def estimate(path: Path, tests: int) -> float:
