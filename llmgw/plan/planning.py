@@ -67,6 +67,15 @@ _KIND_ORDER = {ActionKind.CONFIGURE: -1, ActionKind.INSTALL: 0, ActionKind.START
                ActionKind.KEEP: 3}
 
 
+def foreign_note(node_id: str, shard: ObservedShard) -> str:
+    """The plan's note on an engine process llmgw did not start (`adopted_foreign`): which node and process, what it
+    serves and where (as its command line says: the agent reads --alias/--served-model-name or the model path, and
+    --port), and that llmgw leaves it running, so stopping it is its owner's."""
+    what = ", ".join(part for part in (f"serving {shard.model}" if shard.model else "",
+                                       f"port {shard.port}" if shard.port else "") if part)
+    return (f"{node_id}: engine process {shard.shard_id or shard.model}{f' ({what})' if what else ''} was not started "
+            "by llmgw; left running (it holds its cores and memory: stop it yourself if nobody needs it)")
+
 def is_mig_class(gpu_class: str) -> bool:
     """True for a MIG instance class ("a100-80g-mig-3g.40gb", "mig-1g.10gb")."""
     return "mig-" in gpu_class or gpu_class.startswith("mig")
@@ -154,8 +163,7 @@ class _Planner(Spanning, Placement):
             for shard in node.shards:
                 taken.setdefault(shard.replica_id, set()).add(shard.shard_id)
                 if shard.adopted_foreign:
-                    self.notes.append(f"{node.node_id}: engine process {shard.shard_id or shard.model} was not "
-                                      f"started by llmgw; left running")
+                    self.notes.append(foreign_note(node.node_id, shard))
                     if shard.state not in (ShardState.STOPPED,):
                         self.holds.append((node.node_id, shard.devices, shard.cpu_cores, shard.memory_bytes, None))
                     continue

@@ -83,7 +83,11 @@ def test_foreign_engines_are_never_stopped_and_are_noted():
     f = fleet(cpu_node("node01", cores=5, shards=[foreign]))
     plan = make_plan(settings(GEMMA), f)
     assert not [a for a in plan.actions if a.shard_id == "pid-4242"]
-    assert any("pid-4242" in n and "not started by llmgw" in n for n in plan.notes)
+    assert "node01: engine process pid-4242 (serving theirs) was not started by llmgw; left running (it holds its " \
+           "cores and memory: stop it yourself if nobody needs it)" in plan.notes, plan.notes
+    listening = replace(foreign, port=8090)
+    noted = make_plan(settings(GEMMA), fleet(cpu_node("node01", cores=5, shards=[listening]))).notes
+    assert any("engine process pid-4242 (serving theirs, port 8090) was not started" in n for n in noted), noted
     # The foreign process's cores are held: 1 of 2 left.
     assert plan.unplaced[0].reasons == (("node01", "1 of 2 CPU cores free"),)
 
