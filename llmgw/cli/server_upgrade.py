@@ -176,7 +176,7 @@ def upgrade_plane(plane: PlaneOnHost, ssh: Sequence[str], release: Release, time
                                    f"link {onboarding.OPT}/current to {plane.version} and restart the control "
                                    "plane") from exc
         try:
-            wait_back(host, ssh, plane.version, timeout)
+            wait_back(host, ssh, plane.version, max(timeout, BACK_TIMEOUT))  # the version it ran: its own time
         except InstallError as again:
             raise InstallError(f"{exc}; switched back to llmgw {plane.version}, but {again}. Its log ends: "
                                f"{log}") from exc

@@ -255,19 +255,23 @@ def _switch_current(version: str) -> str:
 def server_upgrade_steps(facts: NodeFacts) -> list[RemoteStep]:
     """What `llmgw server upgrade` runs on a control plane's host after `check_steps` (no doctor): the release
     `facts.version` installed beside the one that runs (its venv through the journal, so `llmgw wipe` removes it,
-    the release's record kept in it), `current` switched to it atomically, the control plane restarted from it
-    (`restart_server_step`), and the scratch directory removed. A failure before the switch leaves the running
-    version as it was (`server_upgrade_undo`). Raises ValueError as `install_steps` does."""
+    the release's record kept in it; a venv whose record holds this release's signed manifest already, from an
+    upgrade that was switched back, is kept as it is: the record is written only after pip succeeded), `current`
+    switched to it atomically, the control plane restarted from it (`restart_server_step`), and the scratch
+    directory removed. A failure before the switch leaves the running version as it was (`server_upgrade_undo`).
+    Raises ValueError as `install_steps` does."""
     _check(facts, ("version", "scratch", "wheel", "record_dir"))
     scratch, venv, journal = facts.scratch, f"{OPT}/{facts.version}", _journal(facts)
     record = f"{venv}/{facts.record_dir}"
+    installed = f"cmp -s {scratch}/{facts.record[0]} {record}/{facts.record[0]}" if facts.record else "false"
     return [
-        RemoteStep(f"make the venv {venv}", f"rm -rf {venv} && {journal} venv {venv}"),
+        RemoteStep(f"make the venv {venv} (kept when it holds this release already)",
+                   f"{installed} || {{ rm -rf {venv} && {journal} venv {venv}; }}"),
         RemoteStep(f"install llmgw {facts.version} into it from the release's wheels (no registry)",
-                   f"{venv}/bin/pip install --quiet --no-index --find-links {scratch}/wheels llmgw=={facts.version} "
-                   "--no-compile --disable-pip-version-check"),
+                   f"{installed} || {venv}/bin/pip install --quiet --no-index --find-links {scratch}/wheels "
+                   f"llmgw=={facts.version} --no-compile --disable-pip-version-check"),
         RemoteStep(f"keep the release's signed manifest and the key that signed it in {record}",
-                   f"mkdir -m 755 {record} && cd {scratch} && cp {' '.join(facts.record)} {record}/"),
+                   f"{installed} || {{ mkdir -m 755 {record} && cd {scratch} && cp {' '.join(facts.record)} {record}/; }}"),
         RemoteStep(f"link {OPT}/current to {facts.version}", _switch_current(facts.version)),
         restart_server_step(facts, f"from llmgw {facts.version}"),
         RemoteStep(f"remove {facts.scratch}", f"rm -rf {facts.scratch}"),

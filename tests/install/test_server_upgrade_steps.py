@@ -37,12 +37,14 @@ def test_an_order_that_cannot_be_kept_is_refused_naming_the_host(planes, words):
 
 def test_the_release_is_installed_beside_the_running_one_before_current_switches_and_the_plane_restarts():
     steps = [step.what for step in onboarding.server_upgrade_steps(FACTS)]
-    assert steps == ["make the venv /opt/llmgw/0.1.1",
+    assert steps == ["make the venv /opt/llmgw/0.1.1 (kept when it holds this release already)",
                      "install llmgw 0.1.1 into it from the release's wheels (no registry)",
                      "keep the release's signed manifest and the key that signed it in /opt/llmgw/0.1.1/release",
                      "link /opt/llmgw/current to 0.1.1", "restart the control plane from llmgw 0.1.1",
                      "remove /var/tmp/llmgw-upgrade"]
     commands = [step.command for step in onboarding.server_upgrade_steps(FACTS)]
+    kept = "cmp -s /var/tmp/llmgw-upgrade/manifest.json /opt/llmgw/0.1.1/release/manifest.json || "
+    assert all(command.startswith(kept) for command in commands[:3]), commands[:3]  # a switched-back try is kept
     assert "mv -T /opt/llmgw/.current.new /opt/llmgw/current" in commands[3]  # atomic: a rename over the link
     restart = commands[4]
     assert "systemctl restart llmgw-server.service" in restart  # where systemd runs
@@ -101,7 +103,7 @@ def test_server_upgrade_dry_run_prints_every_command_for_the_host_and_connects_t
     assert whats == ["check that the host has Python 3.11 or newer, with venv (Debian: python3-venv)",
                      "copy the release into /var/tmp/llmgw-upgrade",
                      "check every file of the release against its signed digests",
-                     "make the venv /opt/llmgw/0.1.0",
+                     "make the venv /opt/llmgw/0.1.0 (kept when it holds this release already)",
                      "install llmgw 0.1.0 into it from the release's wheels (no registry)",
                      "keep the release's signed manifest and the key that signed it in /opt/llmgw/0.1.0/release",
                      "link /opt/llmgw/current to 0.1.0", "restart the control plane from llmgw 0.1.0",
