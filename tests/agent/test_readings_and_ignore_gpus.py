@@ -97,7 +97,9 @@ async def test_readings_follow_telemetry_interval_and_each_beat_carries_the_late
         beats = [(await next_matching(link, _heartbeat, timeout=FOREVER)).heartbeat for _ in range(12)]
         card0 = [t for index, t in recording.reads if index == 0]
         gaps = [b - a for a, b in zip(card0, card0[1:])]
-        assert 3 <= len(card0) <= 6 and all(gap >= 3.0 - 1e-9 for gap in gaps)   # 12 beats, one reading per 3 s
+        # 12 beats, one reading per 3 s: 4 or 5 when the beats are 1 s apart; the autojump clock can space them more
+        # while the agent reads in a thread (7 seen in a whole run), never a reading per beat
+        assert 3 <= len(card0) < len(beats) and all(gap >= 3.0 - 1e-9 for gap in gaps)
         assert all(beat.HasField("sampled_at") and beat.sampled_at <= beat.time for beat in beats)
         carried = {beat.sampled_at for beat in beats}  # each reading is carried, dated, by the beats until the next
         assert len(carried) <= len(card0) < len(beats)

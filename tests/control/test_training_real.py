@@ -38,9 +38,11 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
 PAIRS = ROOT / "examples" / "training" / "gull-rock.jsonl"
 PROMPT = "Question: Who keeps the lighthouse on Gull Rock?\nAnswer:"
-THREADS = 1
-"""The engine's threads (the model's `cpu_cores`) and the training's (`AgentConfig.training_threads`): one each, as
-tests/support/llama_server_process.py's TEST_THREADS says why (`make test` keeps both cores busy)."""
+THREADS = 2
+"""The engine's threads (the model's `cpu_cores`) and the training's (`AgentConfig.training_threads`): two each. One
+each was 15 s faster under load (tests/support/llama_server_process.py's TEST_THREADS says why), but a whole run
+then saw the trained adapter leave the temperature-0 answer unchanged once (3 whole runs, 2 passed): two, as every
+earlier run had, until the training's effect is made larger or seeded."""
 MODEL = GEMMA_HEAD + f"""\
 resources:
   cpu_cores: {THREADS}
