@@ -142,16 +142,24 @@ class Release:
         return cls(directory, manifest, signer.file_text())
 
 
+def _facts(release: Release, host: str):
+    """The install facts of `release` on `host` (llmgw.install.onboarding.NodeFacts): the scratch directory SCRATCH,
+    the release's record kept in the venv."""
+    from llmgw.install import onboarding
+    from llmgw.release import MANIFEST, PUBLIC_KEY_FILE, RECORD_DIR, SIGNATURE
+
+    return onboarding.NodeFacts(release.manifest.version, release.manifest.llmgw_wheel, host, "-", "", SCRATCH,
+                                (MANIFEST, SIGNATURE, PUBLIC_KEY_FILE), RECORD_DIR)
+
+
 def upgrade_plane(plane: PlaneOnHost, ssh: Sequence[str], release: Release, timeout: float = BACK_TIMEOUT) -> None:
     """Upgrade the control plane on `plane.host` to `release` (module docstring) and wait until it answers with the
     new version. Raises InstallError: a step failed (what ran before the switch is undone; after it, switched back),
     or it did not come back in time (switched back, restarted, the log's last lines in the sentence)."""
     from llmgw.install import onboarding
-    from llmgw.release import MANIFEST, PUBLIC_KEY_FILE, RECORD_DIR, SIGNATURE
 
     manifest, host = release.manifest, plane.host
-    facts = onboarding.NodeFacts(manifest.version, manifest.llmgw_wheel, host, "-", "", SCRATCH,
-                                 (MANIFEST, SIGNATURE, PUBLIC_KEY_FILE), RECORD_DIR)
+    facts = _facts(release, host)
     checks = onboarding.check_steps(facts, doctor=False)
     steps = onboarding.server_upgrade_steps(facts)
     switch = next(i for i, step in enumerate(steps) if step.what.startswith(f"link {onboarding.OPT}/current"))
@@ -236,10 +244,8 @@ def upgrade_cmd(host, release_dir, keys, settings_dir, timeout_text, user, port,
     ssh = ssh_argv(host, user, port, ssh_key, ssh_config)
     if dry_run:
         from llmgw.install import onboarding
-        from llmgw.release import MANIFEST, PUBLIC_KEY_FILE, RECORD_DIR, SIGNATURE
 
-        facts = onboarding.NodeFacts(version, release.manifest.llmgw_wheel, host, "-", "", SCRATCH,
-                                     (MANIFEST, SIGNATURE, PUBLIC_KEY_FILE), RECORD_DIR)
+        facts = _facts(release, host)
         for step in [*onboarding.check_steps(facts, doctor=False), *onboarding.server_upgrade_steps(facts)]:
             click.echo(f"# {step.what}\n{subprocess.list2cmdline([*ssh, step.command])}"
                        + (" < the release (tar)" if step.release else ""))
