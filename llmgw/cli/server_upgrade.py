@@ -226,7 +226,7 @@ def upgrade_control_planes(hosts: Sequence[str], ssh_for: Callable[[str], list[s
 @click.command("upgrade")
 @click.argument("host")
 @release_options
-@click.option("--confirm-timeout", "timeout_text", default="120s", show_default=True,
+@click.option("--confirm-timeout", "timeout_text", default="120s", show_default=True, metavar="DURATION",
               help="How long the restarted control plane has to answer with the new version before it is switched "
                    "back (as `llmgw upgrade --confirm-timeout`).")
 @ssh_options

@@ -102,10 +102,10 @@ def _follow(client, as_json: bool) -> bool:
 @click.option("--max-unavailable", default=1, show_default=True, type=click.IntRange(1),
               help="Nodes upgrading at once (each is away from its restart until its replicas are ready again).")
 @click.option("--paused", "start_paused", is_flag=True, help="Plan the rollout but start no node (--resume starts).")
-@click.option("--confirm-timeout", default="120s", show_default=True,
+@click.option("--confirm-timeout", default="120s", show_default=True, metavar="DURATION",
               help="How long a node's new agent has to register before the node rolls back by itself (and a "
                    "--control-plane's restarted control plane to answer before it is switched back).")
-@click.option("--ready-timeout", default="300s", show_default=True,
+@click.option("--ready-timeout", default="300s", show_default=True, metavar="DURATION",
               help="How long a node's replicas have to be ready again after its agent is back.")
 @click.option("--pause", "pause", is_flag=True, help="Pause the upgrade under way: no further node starts.")
 @click.option("--resume", "resume", is_flag=True, help="Resume a paused upgrade.")
@@ -120,8 +120,8 @@ def _follow(client, as_json: bool) -> bool:
 def upgrade_cmd(release_dir, keys, settings_dir, max_unavailable, start_paused, confirm_timeout, ready_timeout, pause,
                 resume, no_wait, as_json, planes, control_planes_only, user, port, ssh_key, ssh_config, url, token,
                 state_dir):
-    """Upgrade the control planes (--control-plane, over ssh), then every agent to a signed release over its
-    stream, node by node, engines serving throughout."""
+    """Upgrade the control planes (--control-plane, over ssh), then every agent to the signed release in
+    RELEASE_DIR (`llmgw release build`) over its stream, node by node, engines serving throughout."""
     from llmgw.control.client import AdminClient, admin_ca_file, resolve_admin
 
     if pause + resume + (release_dir is not None) != 1:
