@@ -189,6 +189,22 @@ def pytest_collection_modifyitems(config, items):
                                 "one shared engine at most and no vLLM, so that each engine starts once per run")
 
 
+SUITE_SCRYPT_N = 2 ** 10
+"""The scrypt cost of the passwords hashed in the tests' own processes: 1/32 of the product's (`SCRYPT_N` 2**15,
+0.15 s of CPU a hash), the same hashing and checking otherwise. A profile of a whole run's last five minutes found
+56 s of the three workers' CPU in scrypt (console and account tests log in and add people). The processes a test
+starts (`llmgw server`) keep the product's cost; tests/store/test_accounts.py checks that cost itself."""
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _suite_password_cost():
+    from llmgw.store import accounts
+
+    product, accounts.SCRYPT_N = accounts.SCRYPT_N, SUITE_SCRYPT_N
+    yield
+    accounts.SCRYPT_N = product
+
+
 @pytest.fixture(scope="session")
 def full_release(tmp_path_factory):
     """The signed release of this checkout with every dependency wheel for this machine, built once for the whole

@@ -256,7 +256,13 @@ class UpstreamPool:
         self.timeouts = timeouts
         self.max_idle = max_idle
         self._idle: dict[tuple, list[_Connection]] = {}
-        self._ssl = ssl.create_default_context()
+        self._ssl_context: ssl.SSLContext | None = None  # made at the first https origin (30 ms of CPU to load)
+
+    @property
+    def _ssl(self) -> ssl.SSLContext:
+        if self._ssl_context is None:
+            self._ssl_context = ssl.create_default_context()
+        return self._ssl_context
 
     def _give_back(self, origin: tuple, conn: _Connection) -> None:
         stack = self._idle.setdefault(origin, [])

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from llmgw.errors import StoreError, UsageError
-from llmgw.store import Store
+from llmgw.store import Store, accounts
 
 from .conftest import rows
 
@@ -15,7 +15,8 @@ NOW = 1_800_000_000.0
 PASSWORD = "correct horse battery"
 
 
-def test_an_account_logs_in_with_its_password_only_and_keeps_no_plaintext(store: Store) -> None:
+def test_an_account_logs_in_with_its_password_only_and_keeps_no_plaintext(store: Store, monkeypatch) -> None:
+    monkeypatch.setattr(accounts, "SCRYPT_N", 2 ** 15)  # the product's cost, not the suite's (tests/conftest.py)
     made = store.add_account("Ada@Lab.example", "Ada Lovelace", PASSWORD, NOW)
     assert (made.email, made.name, made.active) == ("ada@lab.example", "Ada Lovelace", True)
     assert store.check_password("ada@lab.example", PASSWORD) == made
