@@ -5,9 +5,14 @@ and it is stopped before the `llmgw up` test starts its own (tests/up/test_vllm_
 
 It is started as llmgw starts it (`llmgw.engines.vllm.command_line`), with prefix caching, KV events to a loopback
 port, and one PEFT LoRA adapter (`ADAPTER`, made here with `lora_adapters.write_peft_lora`: seeded random, rank 4),
-so vLLM runs with `--enable-lora --lora-modules`. Set-up (once per machine, cached under $LLMGW_CACHE or
-~/.cache/llmgw): the venv by llmgw's installer and the conversion (`make vllm`; the fixture does them too when they
-are missing). Nothing is skipped: a missing install or model fails. Imported by name (`from vllm_harness import ...`).
+so vLLM runs with `--enable-lora --lora-modules`. One difference from llmgw's start, for time: its model worker
+runs inside the EngineCore process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`, with which vLLM's CPU platform keeps its
+one-process executor), on one OpenMP thread (`threads=1`: OMP_NUM_THREADS; the worker process ran one thread bound to
+one core, the other reserved). vLLM's CPU platform spawns each process it starts, and each imports torch and vLLM
+again: the API server and the EngineCore (vLLM's OpenAI server always runs its engine in a process of its own) start
+in about 40-90 s less on 2 loaded cores than with a worker process too (docs/testing.md, issue 40). Set-up (once
+per machine, cached under $LLMGW_CACHE or ~/.cache/llmgw): the venv by llmgw's installer and the conversion (`make
+vllm`; the fixture does them too when they are missing). Nothing is skipped: a missing install or model fails. Imported by name (`from vllm_harness import ...`).
 """
 
 from __future__ import annotations
@@ -62,13 +67,14 @@ def run_vllm(work: Path) -> Iterator[Served]:
     port, kv_port = free_port(), free_port()
     argv, env = vllm_engine.command_line(Launch(
         binary=python, model_path=model, port=port, context_size=2048, served_name=SERVED, api_key=ENGINE_KEY,
-        adapters=(LoraAdapter(ADAPTER, adapter_dir, 4),),
+        adapters=(LoraAdapter(ADAPTER, adapter_dir, 4),), threads=1,
         engine_args=("--dtype", "bfloat16", "--enable-prefix-caching", "--chat-template",
                      str(model / "chat_template.jinja"),
                      "--kv-events-config", kv_events_config(f"tcp://127.0.0.1:{kv_port}"))))
     url = f"http://127.0.0.1:{port}"
     started = time.monotonic()
-    with serving_process(argv, {**env, "HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1"}, work / "server.log",
+    server_env = {**env, "HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+    with serving_process(argv, server_env, work / "server.log",
                          url, what="vLLM", limit=START_LIMIT, interval=1, stop_grace=30) as process:
         print(f"vLLM serving after {time.monotonic() - started:.0f} s")
         yield Served(url, kv_port, argv, env, process.pid, adapter_dir, adapter_files)
