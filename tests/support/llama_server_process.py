@@ -17,7 +17,7 @@ from llmgw.engines import Launch, llamacpp
 from serving_process import free_port
 
 TEST_THREADS = 1
-"""Threads of a test's llama-server. One: `make test` keeps both cores busy (two workers, each with its gateway or
+"""Threads of a test's llama-server. One: `make test` keeps both cores busy (three workers, each with its gateway or
 control plane in the same process), and llama.cpp's two threads (an OpenMP team) wait for each other at every step
 when either is off its core. Measured on this 2-core machine with Gemma 3 270M (27-token prompt, 16 tokens, at a load
 average of 6): 2 threads 26-31 s for three requests (1.4-4 tokens a second), 1 thread 4.4-7.4 s (6-16 a second)."""
