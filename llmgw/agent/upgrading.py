@@ -113,9 +113,11 @@ def _trusted(keys: list[str], layout: InstallLayout) -> list:
 
 def install_venv(venv: Path, wheels: Path, version: str) -> None:
     """Make the venv `venv` and install llmgw `version` into it from the wheels directory `wheels`, offline (as
-    `llmgw node add` does). Blocking (seconds to a minute). Raises ReleaseError in pip's words."""
+    `llmgw node add` does, without compiling bytecode: the agent runs as root and writes it on first import, in the
+    venv, for the modules it imports, where pip compiles every module of every wheel). Blocking (seconds to a
+    minute). Raises ReleaseError in pip's words."""
     for argv, what in (([sys.executable, "-m", "venv", str(venv)], f"making the venv {venv}"),
-                       ([str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", "--no-index",
+                       ([str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", "--no-index", "--no-compile",
                          "--disable-pip-version-check", "--find-links", str(wheels), f"llmgw=={version}"],
                         f"installing llmgw {version} from the release's wheels")):
         try:

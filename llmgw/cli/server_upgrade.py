@@ -11,7 +11,8 @@ the running one (/opt/llmgw/<version>, journaled), `current` switched to it, the
 (SIGTERM: it drains its gateway and, leading, releases the leader lease, so an upgraded standby takes over; systemd's
 `systemctl restart` where systemd runs). Then it waits until the control plane answers again with the new version
 and serves (its fleet back; `llmgw status --state /var/lib/llmgw/server --json` run on the host, polled), then
-SETTLE seconds for load balancers to see it. One that does not within --confirm-timeout
+SETTLE seconds for load balancers to see it (until its admin-url file is newer than the restart's mark, a shell
+test answers the poll, not a Python start). One that does not within --confirm-timeout
 is switched back to the version it ran and restarted from it, and the command fails saying so with the last lines
 of its log.
 
@@ -38,6 +39,8 @@ SCRATCH = "/var/tmp/llmgw-upgrade"
 BACK_TIMEOUT = 120.0
 """Seconds a restarted control plane has to answer with the new version before it is switched back."""
 POLL = 1.0
+NOT_OPENED = "it has not opened its admin API since it was restarted"
+"""What `ask_plane` says of a control plane whose admin-url is older than its restart (onboarding.RESTART_MARK)."""
 SETTLE = 5.0
 """Seconds between one control plane back and serving and the next one's restart, so that load balancers' health
 checks (docs/ha.md's haproxy checks every 2 s) see it back before the next one goes away."""
@@ -59,10 +62,12 @@ class PlaneOnHost:
 def ask_plane(host: str, ssh: Sequence[str]) -> PlaneOnHost:
     """Ask the control plane on `host` (over `ssh`) for its version and leadership. Never raises: a control plane
     that does not answer (stopped, restarting, not set up there) is a PlaneOnHost with its `error`."""
-    from llmgw.install.onboarding import LLMGW, SERVER_STATE
+    from llmgw.install.onboarding import LLMGW, RESTART_MARK, SERVER_STATE
 
+    opened = (f"[ ! -e {RESTART_MARK} ] || [ {SERVER_STATE}/admin-url -nt {RESTART_MARK} ] || "
+              f"{{ echo '{NOT_OPENED}' >&2; exit 3; }}")
     try:
-        done = subprocess.run([*ssh, f"{LLMGW} status --state {SERVER_STATE} --json"], capture_output=True,
+        done = subprocess.run([*ssh, f"{opened}; {LLMGW} status --state {SERVER_STATE} --json"], capture_output=True,
                               text=True, timeout=60)
     except subprocess.TimeoutExpired:
         return PlaneOnHost(host, error="no answer over ssh within 60 s")

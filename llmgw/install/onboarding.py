@@ -232,15 +232,21 @@ def _start_server(facts: NodeFacts) -> str:
             f"{LLMGW} server --state {SERVER_STATE} $LLMGW_SERVER_OPTIONS >>{SERVER_LOG} 2>&1 </dev/null")
 
 
+RESTART_MARK = "/run/llmgw-server.restarted"
+"""Touched by `restart_server_step` before it restarts the control plane: until the control plane writes its
+admin-url again (`{SERVER_STATE}/admin-url` newer than this file: its admin API opened), `llmgw server upgrade`'s
+poll answers from a shell test, not from a Python start of `llmgw status` (about a second of CPU each)."""
+
+
 def restart_server_step(facts: NodeFacts, why: str) -> RemoteStep:
-    """Restart the control plane on the host from whatever `current` links to now: `systemctl restart` of
-    SERVER_UNIT where systemd runs; elsewhere SIGTERM to the running one (it drains its gateway and, leading,
-    releases the leader lease, so a standby takes over), a wait of at most STOP_SECONDS for it to exit, and a new
-    one started as `standby_steps` starts it. `why` ends the step's description."""
+    """Restart the control plane on the host from whatever `current` links to now: RESTART_MARK touched, then
+    `systemctl restart` of SERVER_UNIT where systemd runs; elsewhere SIGTERM to the running one (it drains its
+    gateway and, leading, releases the leader lease, so a standby takes over), a wait of at most STOP_SECONDS for it
+    to exit, and a new one started as `standby_steps` starts it. `why` ends the step's description."""
     tries = STOP_SECONDS * 10
     return RemoteStep(
         f"restart the control plane {why}",
-        f"if [ -d /run/systemd/system ]; then systemctl restart {SERVER_UNIT}; else "
+        f"touch {RESTART_MARK} && if [ -d /run/systemd/system ]; then systemctl restart {SERVER_UNIT}; else "
         f"pkill -TERM -u {SERVER_USER} -f {_SERVER_MATCH}; i=0; "
         f"while pgrep -u {SERVER_USER} -f {_SERVER_MATCH} >/dev/null; do i=$((i+1)); [ $i -lt {tries} ] || "
         f"{{ echo 'the control plane did not exit within {STOP_SECONDS} s of SIGTERM' >&2; exit 1; }}; sleep 0.1; "

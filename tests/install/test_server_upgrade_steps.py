@@ -47,6 +47,7 @@ def test_the_release_is_installed_beside_the_running_one_before_current_switches
     assert all(command.startswith(kept) for command in commands[:3]), commands[:3]  # a switched-back try is kept
     assert "mv -T /opt/llmgw/.current.new /opt/llmgw/current" in commands[3]  # atomic: a rename over the link
     restart = commands[4]
+    assert restart.startswith("touch /run/llmgw-server.restarted && ")  # ask_plane's mark, below
     assert "systemctl restart llmgw-server.service" in restart  # where systemd runs
     # elsewhere: SIGTERM to the user llmgw's `llmgw server`, a bounded wait, then started from server.env
     assert "pkill -TERM -u llmgw -f 'llmgw server --state /var/lib/llmgw/server'" in restart
@@ -109,3 +110,25 @@ def test_server_upgrade_dry_run_prints_every_command_for_the_host_and_connects_t
                      "link /opt/llmgw/current to 0.1.0", "restart the control plane from llmgw 0.1.0",
                      "remove /var/tmp/llmgw-upgrade"], out
     assert "ssh -o BatchMode=yes cp2 " in out and "< the release (tar)" in out
+
+
+def test_the_poll_starts_no_llmgw_status_until_the_restarted_control_plane_wrote_its_admin_url(tmp_path, monkeypatch):
+    """`ask_plane` after a restart (onboarding.RESTART_MARK touched by the restart step) answers from a shell test
+    until the control plane wrote its admin-url again; then (and before any restart) `llmgw status` runs."""
+    import os
+
+    from llmgw.cli.server_upgrade import NOT_OPENED, ask_plane
+
+    state, mark = tmp_path / "server", tmp_path / "restarted"
+    state.mkdir()
+    monkeypatch.setattr(onboarding, "SERVER_STATE", str(state))
+    monkeypatch.setattr(onboarding, "RESTART_MARK", str(mark))
+    monkeypatch.setattr(onboarding, "LLMGW", """echo '{"control_plane": {"version": "0.1.1", "leader": true}}' #""")
+    shell = ["sh", "-c"]  # the host's shell, as ssh runs the command there
+    assert ask_plane("cp1", shell) == PlaneOnHost("cp1", "0.1.1", True)  # never restarted: asked
+    (state / "admin-url").write_text("https://127.0.0.1:8081\n")
+    os.utime(state / "admin-url", (1, 1))  # written by the control plane before the restart
+    mark.touch()
+    assert ask_plane("cp1", shell) == PlaneOnHost("cp1", error=NOT_OPENED)
+    (state / "admin-url").write_text("https://127.0.0.1:8081\n")  # the restarted one opened its admin API
+    assert ask_plane("cp1", shell) == PlaneOnHost("cp1", "0.1.1", True)

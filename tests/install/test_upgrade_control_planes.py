@@ -11,7 +11,9 @@ after it keeps the venv that try installed (the same signed release) instead of 
 Hosts 1 and 3 get the 0.1.0 release by hand, as docs/install.md installs the first control plane (a venv in
 /opt/llmgw/0.1.0, `current` linked to it): here the venv is a copy of the dependencies' venv kept on disk
 (support.releases) with llmgw's wheel installed into it by pip offline, seconds instead of a minute. Host 2 gets
-it from `server add`, and every upgrade installs with pip offline on the host, as on a real machine.
+it from `server add`, and every upgrade installs with pip offline on the host, as on a real machine. The 0.1.1
+release is the run's 0.1.0 release with llmgw's wheel raised to 0.1.1 and signed again (support.releases'
+`raised_release`: the same code, told apart by its version), not a wheel built again from a copy of the checkout.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from support.control_plane_hosts import (
 )
 from support.haproxy import start_haproxy, stop_clients_and_proxy
 from support.postgres import postgres_schema, schema_url
-from support.releases import dependency_venv, release_beside, version_tree
+from support.releases import dependency_venv, raised_release
 from support.sdk_clients import CLIENT_ROWS, SdkClients, billing_problems
 from support.settings_seed import TINY_YAML, write_seed
 from support.ssh_hosts import SshHost
@@ -84,8 +86,7 @@ def test_llmgw_upgrade_takes_the_standby_then_the_leader_then_the_agents_over_ss
         ssh_hosts, netns_lab, full_release, tmp_path) -> None:
     timings: dict[str, float] = {}
     began = time.monotonic()
-    new = release_beside(full_release.directory, tmp_path / f"release-{NEW}", full_release.secret_key,
-                         version_tree(tmp_path / "source", NEW))
+    new = raised_release(full_release.directory, tmp_path / f"release-{NEW}", full_release.secret_key, NEW)
     timings[f"release {NEW} built"] = time.monotonic() - began
     share = tmp_path / "share"
     (share / "mirror" / "sha256").mkdir(parents=True)

@@ -234,6 +234,59 @@ def install_from_venv(venv: Path, wheels: Path, version: str) -> None:
                    check=True, capture_output=True, timeout=300)
 
 
+def raised_release(base: Path, out_dir: Path, secret_key: Path, version: str) -> Path:
+    """The release `base` (0.1.0, llmgw's wheel and its dependency wheels) as llmgw `version`, in `out_dir`, signed
+    with `secret_key`: what `release_beside(base, out_dir, secret_key, version_tree(..., version))` makes, but
+    llmgw's wheel is `base`'s with its version raised (`raised_wheel`) instead of built again from a copy of the
+    checkout (`pip wheel`: 10-13 s at a load of 13). For tests about installing a next release, not building one;
+    a release whose code differs (tests/control/test_upgrade_fleet.py's broken agent) needs `version_tree`."""
+    shutil.copytree(base, out_dir)
+    [old] = (out_dir / "wheels").glob("llmgw-*.whl")
+    raised_wheel(old, out_dir / "wheels", version)
+    old.unlink()
+    manifest = parse_manifest((out_dir / MANIFEST).read_bytes())
+    manifest = dataclasses.replace(manifest, version=version, files=describe(out_dir, release_files(out_dir)))
+    (out_dir / SIGNATURE).unlink()
+    write_signed_manifest(out_dir, manifest, read_secret_key(secret_key),
+                          f"file:{MANIFEST}\thashed\tllmgw {version} (test)")
+    return out_dir
+
+
+def raised_wheel(wheel: Path, out_dir: Path, version: str) -> Path:
+    """llmgw's wheel `wheel` (0.1.0) as llmgw `version` in `out_dir`: what `version_tree` changes (llmgw/__init__.py's
+    `__version__`; pyproject.toml's version, so the dist-info directory's name and METADATA's Version) and the RECORD
+    of every file's digest written again, as pip checks it. Returns the new wheel. Raises AssertionError when the
+    wheel no longer says 0.1.0 where it is changed (update the bump)."""
+    import base64
+    import zipfile
+
+    old_info, new_info = "llmgw-0.1.0.dist-info/", f"llmgw-{version}.dist-info/"
+    target = out_dir / wheel.name.replace("-0.1.0-", f"-{version}-")
+    assert target != wheel, f"{wheel.name} is not llmgw 0.1.0's wheel"
+    with zipfile.ZipFile(wheel) as source, zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as out:
+        record = []
+        for info in source.infolist():
+            name, data = info.filename, source.read(info)
+            if name == old_info + "RECORD":
+                continue
+            if name == "llmgw/__init__.py":
+                assert b'__version__ = "0.1.0"' in data, "llmgw/__init__.py no longer says 0.1.0: update the bump"
+                data = data.replace(b'__version__ = "0.1.0"', f'__version__ = "{version}"'.encode())
+            elif name == old_info + "METADATA":
+                assert b"\nVersion: 0.1.0\n" in data, "METADATA no longer says Version: 0.1.0: update the bump"
+                data = data.replace(b"\nVersion: 0.1.0\n", f"\nVersion: {version}\n".encode())
+            name = new_info + name[len(old_info):] if name.startswith(old_info) else name
+            assert not name.startswith("llmgw-") or name.startswith(new_info), f"{name}: another dist-info"
+            entry = zipfile.ZipInfo(name, info.date_time)
+            entry.external_attr = info.external_attr
+            out.writestr(entry, data, zipfile.ZIP_DEFLATED)
+            digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+            record.append(f"{name},sha256={digest},{len(data)}")
+        out.writestr(zipfile.ZipInfo(new_info + "RECORD", (1980, 1, 1, 0, 0, 0)),
+                     "\n".join([*record, f"{new_info}RECORD,,", ""]), zipfile.ZIP_DEFLATED)
+    return target
+
+
 def version_tree(target: Path, version: str) -> Path:
     """This checkout's tracked (and untracked, not ignored) files copied to `target`, its version set to `version`
     (pyproject.toml and llmgw/__init__.py): the source of a release of the next version (`release_beside`); returns
