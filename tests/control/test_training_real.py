@@ -28,6 +28,8 @@ from llmgw.training.environment import ensure_training_env
 
 from plan.hub_files import serve_directory
 
+from support.in_process_cli import run_llmgw
+
 from .test_in_process_fleet import wait_for
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
@@ -39,10 +41,15 @@ ROOT = Path(__file__).resolve().parents[2]
 PAIRS = ROOT / "examples" / "training" / "gull-rock.jsonl"
 PROMPT = "Question: Who keeps the lighthouse on Gull Rock?\nAnswer:"
 THREADS = 2
-"""The engine's threads (the model's `cpu_cores`) and the training's (`AgentConfig.training_threads`): two each. One
-each was 15 s faster under load (tests/support/llama_server_process.py's TEST_THREADS says why), but a whole run
-then saw the trained adapter leave the temperature-0 answer unchanged once (3 whole runs, 2 passed): two, as every
-earlier run had, until the training's effect is made larger or seeded."""
+"""The engine's threads (the model's `cpu_cores`): two. One was faster under load
+(tests/support/llama_server_process.py's TEST_THREADS says why), but a whole run with one engine thread and one
+training thread saw the trained adapter leave the temperature-0 answer unchanged once (3 whole runs, 2 passed; cause
+not found): two, as every earlier run had."""
+TRAINING_THREADS = 1
+"""The training's torch threads (`AgentConfig.training_threads`): one. The training is seeded, and its adapter is the
+same bytes on one thread as on two (adapter_model.safetensors' sha256 compared, 2026-12-05), so the thread count
+cannot change the answer; on 2 busy cores two OpenMP threads wait for each other at every operation (4 steps at a
+load average of 14: 66 s on two threads, 5.4 s on one)."""
 MODEL = GEMMA_HEAD + f"""\
 resources:
   cpu_cores: {THREADS}
@@ -71,17 +78,17 @@ def training_python() -> Path:
 
 
 async def llmgw(plane: ControlPlane, *args: str) -> str:
-    """Run the `llmgw` CLI against `plane`'s admin API; its output (it must succeed)."""
-    got = await trio.run_process([sys.executable, "-m", "llmgw.cli", *args, "--url", plane.admin_url, "--token",
-                                  plane.admin_token], capture_stdout=True, capture_stderr=True, check=False,
-                                 env={**os.environ, "PYTHONPATH": str(ROOT)})
-    said = (got.stdout + got.stderr).decode()
-    assert got.returncode == 0, said
+    """Run the `llmgw` CLI against `plane`'s admin API, in this process in a thread (support.in_process_cli: a
+    process start costs seconds of imports on a loaded machine); its output (it must succeed)."""
+    code, out, err = await trio.to_thread.run_sync(
+        run_llmgw, [*args, "--url", plane.admin_url, "--token", plane.admin_token])
+    said = out + err
+    assert code == 0, said
     return said
 
 
 async def greedy(sdk: openai.AsyncOpenAI, model: str) -> str:
-    answer = await sdk.completions.create(model=model, prompt=PROMPT, max_tokens=12, temperature=0, seed=1)
+    answer = await sdk.completions.create(model=model, prompt=PROMPT, max_tokens=8, temperature=0, seed=1)
     assert answer.usage.completion_tokens >= 1 and answer.model == model
     return answer.choices[0].text
 
@@ -110,7 +117,8 @@ async def test_a_lora_trained_on_a_node_is_converted_kept_downloaded_added_and_s
         await nursery.start(run_agent, AgentConfig(
             node_id="n1", state_dir=tmp_path / "agent", mirrors=(str(gemma_mirror),), heartbeat_interval=0.2,
             engine_binaries={"llama.cpp@b11434": llama_server_binary}, stop_shards_on_exit=True,
-            shard_stop_grace=2.0, training_python=training_python, training_threads=THREADS), plane.local_connector())
+            shard_stop_grace=2.0, training_python=training_python, training_threads=TRAINING_THREADS),
+            plane.local_connector())
         await wait_for(lambda: plane.table.models.get("gemma-3-270m") and plane.table.models["gemma-3-270m"].replicas,
                        120, "gemma-3-270m-0 ready", plane.status)
         sdk = openai.AsyncOpenAI(base_url=plane.gateway_url + "/v1", max_retries=0,

@@ -30,6 +30,7 @@ import httpx
 import pytest
 
 from llmgw.agent.upgrading import switch_current
+from llmgw.cli import upgrade_cmds
 from llmgw.release import MANIFEST, PUBLIC_KEY_FILE, RECORD_DIR, SIGNATURE, keygen, read_public_key
 from llmgw.settings import init_repository
 from support.in_process_cli import run_llmgw
@@ -96,8 +97,9 @@ def _pids(status: dict, node: str) -> dict[str, int]:
 
 @pytest.mark.slow
 def test_upgrade_rolls_agents_node_by_node_engines_serving_and_a_broken_release_rolls_back(
-        tmp_path, weights_mirror, fake_engine, releases):
+        tmp_path, weights_mirror, fake_engine, releases, monkeypatch):
     built, key_line = releases
+    monkeypatch.setattr(upgrade_cmds, "POLL", 0.2)  # `llmgw upgrade` (run in this process) sees the end sooner
     mirror, sha = weights_mirror
     seed = write_seed(tmp_path / "seed", sha, replicas=2)
     llmgw_yaml = (seed / "llmgw.yaml").read_text()  # a node is lost after 30 s, as by default (not the tests' 3 s:

@@ -4,11 +4,12 @@
 `PREVIOUS_RELEASE` is the commit of this repository's history the previous release was built from. llmgw has no
 release tags yet, so it is pinned here and moved forward when a release is made (docs/operations.md says when).
 `previous_tree(root)` extracts that commit's `llmgw/` package and the files it reads at run time (`RUNTIME_DATA`:
-the settings schemas above all; without them a server of that tree loads no settings) with `git archive` (0.2 s
-here; needs the history: CI's clone of main has it, a shallow clone does not and the test fails saying so) and
-`run_previous(tree, code)` runs Python code against it in a process of its own, with this machine's venv for the
-dependencies. `raised_tree(root, version)` is this checkout laid out the same way with its version raised: the
-code of the next release, told apart from the previous one by its version (both say 0.1.0 now).
+the settings schemas above all; without them a server of that tree loads no settings) with `git archive`, once, into
+$LLMGW_CACHE/previous-release/<commit> (0.2 s here; needs the history: CI's clone of main has it, a shallow clone
+does not and the test fails saying so) and `run_previous(tree, code)` runs Python code against it in a process of
+its own, with this machine's venv for the dependencies. `raised_tree(root, version)` is this checkout laid out the
+same way with its version raised: the code of the next release, told apart from the previous one by its version
+(both say 0.1.0 now).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import tempfile
 from pathlib import Path
 
 PREVIOUS_RELEASE = "a50d446879081b9b39366e46a9da975c13df6068"
@@ -29,8 +31,16 @@ RUNTIME_DATA = ("schema", "examples/cluster-repo", "docs/admin-api.yaml", "deplo
 
 
 def previous_tree(root: Path, commit: str = PREVIOUS_RELEASE) -> Path:
-    """`commit`'s llmgw/ package under `root` (root/llmgw); returns `root`. Raises AssertionError with what to do when
-    the commit is not in this clone's history."""
+    """`commit`'s llmgw/ package and `RUNTIME_DATA`, extracted once into `$LLMGW_CACHE/previous-release/<commit>/`
+    (default ~/.cache/llmgw) and returned from there; `root` is this test's scratch (the archive passes through it).
+    The tree is a commit's content, so it never changes; at one path for every run, the bytecode its processes write
+    (`make test`'s PYTHONPYCACHEPREFIX) serves the next runs too (compiling the llmgw a server imports: about 2.7 s of
+    CPU a fresh tree). Extracted into a temporary directory and renamed into place, so workers beside each other
+    never see half a tree. Do not write into it. Raises AssertionError with what to do when the commit is not in this
+    clone's history."""
+    cached = cache_dir() / "previous-release" / commit
+    if (cached / "llmgw").is_dir():
+        return cached
     root.mkdir(parents=True, exist_ok=True)
     archive = root / "previous.tar"
     done = subprocess.run(["git", "-C", str(REPOSITORY), "archive", "--format=tar", "-o", str(archive), commit,
@@ -38,10 +48,24 @@ def previous_tree(root: Path, commit: str = PREVIOUS_RELEASE) -> Path:
     assert done.returncode == 0, (
         f"the previous release's commit {commit[:12]} is not in this clone's history ({done.stderr.strip()}); "
         "fetch it (git fetch --unshallow) or move tests/support/previous_release.py's PREVIOUS_RELEASE")
-    with tarfile.open(archive) as tar:
-        tar.extractall(root, filter="data")
-    archive.unlink()
-    return root
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{commit[:12]}-", dir=cached.parent))
+    try:
+        with tarfile.open(archive) as tar:
+            tar.extractall(staging, filter="data")
+        archive.unlink()
+        try:
+            staging.rename(cached)
+        except OSError:  # another worker put it there first
+            if not (cached / "llmgw").is_dir():
+                raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return cached
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("LLMGW_CACHE") or Path.home() / ".cache" / "llmgw")
 
 
 def raised_tree(root: Path, version: str) -> Path:
@@ -62,7 +86,7 @@ def raised_tree(root: Path, version: str) -> Path:
 def run_previous(tree: Path, code: str, *args: str, timeout: float = 120.0) -> str:
     """Run `code` (a Python program, `sys.argv[1:]` = `args`) with the previous release's llmgw from `tree` first on
     the path; returns its stdout. Raises AssertionError with its stderr when it fails."""
-    env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONDONTWRITEBYTECODE": "1"}
+    env = {**os.environ, "PYTHONPATH": str(tree)}  # its bytecode kept as any process's (the tree is a cache's)
     done = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=timeout,
                           env=env, cwd=tree)
     assert done.returncode == 0, f"the previous release failed:\n{done.stderr[-4000:]}"
