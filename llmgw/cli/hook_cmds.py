@@ -6,9 +6,11 @@ pre-receive: `llmgw.settings.hook.judge_push` decides; its exit status accepts (
 ids it found valid are added to the repository's record of valid trees (`record_valid_trees`; the format is in
 llmgw.settings.valid_trees), so that the control plane does not check them again; a record that cannot be written
 is a warning and never fails the push (the control plane then validates the tree in full).
-post-receive: POSTs `llmgw.settings.hook.notification`'s JSON body to `llmgw.notifyurl` (a running control plane)
+post-receive: POSTs `llmgw.settings.post_receive.notification`'s JSON body to `llmgw.notifyurl` (a running control plane)
 with the repository's hook token (header X-Llmgw-Hook-Token) with httpx, waiting at most NOTIFY_TIMEOUT seconds; a failure is a warning on stderr and never fails the push (the
 control plane notices the push at its next poll). URLs are printed with any password or token replaced by `***`.
+Git starts Python twice per push: post-receive imports only llmgw.settings.post_receive, refs and valid_trees
+(pygit2, no settings model), and httpx only when there is a URL to POST to; pre-receive imports the validation.
 """
 
 from __future__ import annotations
@@ -16,15 +18,12 @@ from __future__ import annotations
 import fcntl
 import os
 import secrets
-import ssl
 import sys
 from collections.abc import Sequence
 from typing import TextIO
 
-import httpx
-
-from llmgw.settings import redact_url
-from llmgw.settings.hook import Notification, judge_push, notification
+from llmgw.settings.post_receive import Notification, notification
+from llmgw.settings.refs import redact_url
 from llmgw.settings.valid_trees import read_record, record_path, render_record, validation_key
 
 NOTIFY_TIMEOUT = 2.0
@@ -38,6 +37,10 @@ def notify(message: Notification, out: TextIO, timeout: float = NOTIFY_TIMEOUT) 
     the reason to `out` and returns False. Never raises for an unreachable, slow or refusing control plane, nor
     for a malformed URL. Blocking.
     """
+    import ssl
+
+    import httpx  # here, not at the top: post-receive with no notify URL, and pre-receive, never POST
+
     where = redact_url(message.url)
     try:
         headers = {"Content-Type": "application/json"}
@@ -99,6 +102,8 @@ def main(argv: Sequence[str] | None = None, stdin: TextIO | None = None, out: Te
     out = sys.stderr if out is None else out
     repo_dir = os.environ.get("GIT_DIR", ".")
     if args[:1] == ["pre-receive"]:
+        from llmgw.settings.hook import judge_push  # here: it imports the settings model (post-receive needs none)
+
         verdict = judge_push(stdin, repo_dir, out)
         if verdict.valid_trees:
             try:

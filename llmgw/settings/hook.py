@@ -12,16 +12,17 @@ key: reason`). Git applies all of a push's updates or none, so one refused updat
 update still gets its verdict. What the pusher sees is prefixed by git with "remote:". `judge_push` also returns
 the tree ids it found valid, which the hook's command records (llmgw.settings.valid_trees) so that the control
 plane does not check them again.
-post-receive (`notification`): the URL in `llmgw.notifyurl` and the JSON body {"refs": [{"ref", "old", "new"}]}
-to POST there, with the token in the git directory's `llmgw-hook-token` (the control plane accepts an unsigned
-notification only with it) and the CA file in `llmgw.notifyca` (an https control plane); the POST itself is the caller's (llmgw.settings does no network I/O).
+post-receive (`notification`, defined in llmgw.settings.post_receive, which imports no more than it needs): the
+URL in `llmgw.notifyurl` and the JSON body {"refs": [{"ref", "old", "new"}]} to POST there, with the token in the
+git directory's `llmgw-hook-token` (the control plane accepts an unsigned notification only with it) and the CA
+file in `llmgw.notifyca` (an https control plane); the POST itself is the caller's (llmgw.settings does no network
+I/O).
 Run as `python -m llmgw.settings.hook` (what hooks of an older llmgw run), it refuses the push and says to rewrite
 the hooks with `llmgw repo hooks`.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from collections.abc import Iterable
@@ -34,18 +35,11 @@ from llmgw.errors import SettingsError
 from llmgw.settings.loading import load_commit
 from llmgw.settings.reading import open_repository, resolve_commit
 from llmgw.settings.refs import APPLIED_REF, AUDIT_REF, BRANCH_KEY, DEFAULT_BRANCH, branch_ref
-from llmgw.settings.repository import HOOK_TOKEN_FILE, NOTIFY_CA_KEY, NOTIFY_URL_KEY
+from llmgw.settings.post_receive import (  # Notification and notification: this module's interface too
+    Notification, RefUpdate, notification, parse_updates,
+)
 
 ZERO = "0" * 40
-
-
-@dataclass(frozen=True)
-class RefUpdate:
-    """One line of a hook's stdin: `ref` moves from `old` to `new` (40 hex each; ZERO: created / deleted)."""
-
-    old: str
-    new: str
-    ref: str
 
 
 @dataclass(frozen=True)
@@ -55,27 +49,6 @@ class PushVerdict:
 
     status: int
     valid_trees: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class Notification:
-    """What post-receive sends: a JSON `body` (bytes) to POST to `url`, with the repository's hook `token` (""
-    when there is none) and the CA file to verify an https `url` with (`ca_file`, "" for the system's CAs)."""
-
-    url: str
-    body: bytes
-    token: str = ""
-    ca_file: str = ""
-
-
-def parse_updates(lines: Iterable[str]) -> list[RefUpdate]:
-    """The `<old> <new> <ref>` lines of a hook's stdin, in order; other lines are skipped."""
-    out = []
-    for line in lines:
-        parts = line.split()
-        if len(parts) == 3:
-            out.append(RefUpdate(*parts))
-    return out
 
 
 def settings_branch(repo: pygit2.Repository) -> str:
@@ -155,26 +128,6 @@ def judge_push(lines: Iterable[str], repo_dir: str | os.PathLike[str], out: Text
     if refused and len(updates) > 1:
         print("the whole push is refused: git applies all of a push's ref updates or none", file=out)
     return PushVerdict(1 if refused else 0, tuple(valid))
-
-
-def notification(lines: Iterable[str], repo_dir: str | os.PathLike[str]) -> Notification | None:
-    """post-receive: what to POST where, or None when `llmgw.notifyurl` is not set or nothing moved.
-
-    Blocking (reads the repository's config). Never raises: an unreadable repository means no notification.
-    """
-    updates = parse_updates(lines)
-    try:
-        repo = open_repository(repo_dir)
-        url = repo.config[NOTIFY_URL_KEY] if NOTIFY_URL_KEY in repo.config else None
-        ca_file = repo.config[NOTIFY_CA_KEY] if NOTIFY_CA_KEY in repo.config else ""
-        token_file = os.path.join(repo.path, HOOK_TOKEN_FILE)
-        token = open(token_file).read().strip() if os.path.isfile(token_file) else ""
-    except (SettingsError, pygit2.GitError, KeyError, ValueError, OSError):
-        url = None
-    if not url or not updates:
-        return None
-    body = json.dumps({"refs": [{"ref": u.ref, "old": u.old, "new": u.new} for u in updates]}).encode()
-    return Notification(url, body, token, ca_file)
 
 
 def _outdated(argv: list[str]) -> int:

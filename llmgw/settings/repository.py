@@ -22,15 +22,9 @@ import pygit2
 from llmgw.errors import Issue, SettingsError
 from llmgw.settings.editors import editor_files
 from llmgw.settings.loading import load_directory
+from llmgw.settings.post_receive import HOOK_TOKEN_FILE, NOTIFY_CA_KEY, NOTIFY_URL_KEY
 from llmgw.settings.refs import BRANCH_KEY, DEFAULT_BRANCH, branch_ref
 
-NOTIFY_URL_KEY = "llmgw.notifyurl"
-NOTIFY_CA_KEY = "llmgw.notifyca"
-"""Git config key: the CA certificate file the post-receive hook verifies an https notify URL with (unset: the
-system's CAs)."""
-HOOK_TOKEN_FILE = "llmgw-hook-token"
-"""In the settings repository's git directory (mode 0600): the token the post-receive hook sends the control plane
-(header X-Llmgw-Hook-Token); written by the control plane (`hook_token`)."""
 LLMGW_SIGNATURE = ("llmgw", "llmgw@localhost")
 _PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 

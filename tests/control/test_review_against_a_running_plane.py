@@ -1,5 +1,7 @@
-"""`llmgw review --admin` and `llmgw fleet snapshot` as real processes against a running control plane whose stand-in
-agents report an 8 x H100 node and a CPU node (the example settings: gpu-node-01 is in zone eu-west-1)."""
+"""`llmgw review --admin` and `llmgw fleet snapshot` against a running control plane whose stand-in agents report an
+8 x H100 node and a CPU node (the example settings: gpu-node-01 is in zone eu-west-1). The commands run in a thread
+of the test's process (support.in_process_cli); a refused token and one review run as real processes (exit status,
+streams, the environment's admin URL and token)."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import time
 from pathlib import Path
 
 import trio
+from support.in_process_cli import run_llmgw
 
 from llmgw.agent.reporting import FEATURES
 from llmgw.control import ControlConfig, ControlPlane
@@ -74,12 +77,18 @@ async def stand_in_agent(plane: ControlPlane, register: pb.Register, *, acknowle
                 await trio.sleep(0.2)
 
 
-async def llmgw(plane: ControlPlane, *args: str, cwd: Path, from_env: bool = True) -> tuple[int, str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LLMGW_")}
+async def llmgw(plane: ControlPlane, *args: str, cwd: Path, from_env: bool = True,
+                process: bool = False) -> tuple[int, str, str]:
+    """`llmgw ARGS` in `cwd` with no LLMGW_* variable but, with `from_env`, the plane's admin URL and token: in a
+    thread of the test's process (support.in_process_cli; the plane's loop runs meanwhile), or as a real process."""
+    env: dict[str, str | None] = {k: None for k in os.environ if k.startswith("LLMGW_")}
     if from_env:
         env.update(LLMGW_ADMIN_URL=plane.admin_url, LLMGW_ADMIN_TOKEN=plane.admin_token)
-    done = await trio.run_process([sys.executable, "-m", "llmgw.cli", *args], env=env, capture_stdout=True,
-                                  capture_stderr=True, check=False, cwd=cwd)
+    if not process:
+        return await trio.to_thread.run_sync(run_llmgw, list(args), env, cwd)
+    done = await trio.run_process([sys.executable, "-m", "llmgw.cli", *args], capture_stdout=True,
+                                  capture_stderr=True, check=False, cwd=cwd,
+                                  env={k: v for k, v in (os.environ | env).items() if v is not None})
     return done.returncode, done.stdout.decode(), done.stderr.decode()
 
 
@@ -185,6 +194,8 @@ async def test_review_reads_the_live_fleet_through_the_admin_api(tmp_path):
                                      plane.admin_token, cwd=clone, from_env=False)
         assert code == 0, err
         code, out, err = await llmgw(plane, "fleet", "snapshot", "--admin", plane.admin_url, "--token", "wrong",
-                                     cwd=clone, from_env=False)
-        assert code == 1 and "refused the token" in err
+                                     cwd=clone, from_env=False, process=True)
+        assert code == 1 and "refused the token" in err and out == ""
+        code, out, err = await llmgw(plane, "review", "main", "add-70b", "--json", cwd=clone, process=True)
+        assert code == 2 and json.loads(out)["fleet"]["source"] == f"admin API {plane.admin_url}", err
         nursery.cancel_scope.cancel()

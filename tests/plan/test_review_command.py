@@ -1,4 +1,6 @@
-"""`llmgw review BASE HEAD --fleet FILE`, run as a real process on real git repositories: exit codes and documents."""
+"""`llmgw review BASE HEAD --fleet FILE` on real git repositories: exit codes and documents. The command runs in the
+test's process (support.in_process_cli, as its console script runs it); `test_errors_exit_1_with_a_sentence` runs it
+as a real process, for the exit status and the streams of one."""
 
 from __future__ import annotations
 
@@ -12,11 +14,18 @@ from review_repos import (
     CPU_NODE, GPU_NODE, branch, example_fleet, example_repo, example_snapshot, git, replicas, write_snapshot,
 )
 
+from support.in_process_cli import completed
+
 from llmgw.settings import load_commit
 
 
 def llmgw(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "llmgw.cli", *args], capture_output=True, text=True, cwd=cwd)
+    return completed(list(args), cwd=cwd)
+
+
+def llmgw_process(*args: str) -> subprocess.CompletedProcess:
+    """`python -m llmgw.cli ARGS` as a real process."""
+    return subprocess.run([sys.executable, "-m", "llmgw.cli", *args], capture_output=True, text=True)
 
 
 @pytest.fixture
@@ -29,8 +38,9 @@ def snapshot(repo: Path, tmp_path: Path) -> Path:
     return example_snapshot(repo, tmp_path / "fleet.json")
 
 
-def review(repo: Path, snapshot: Path, head: str, *extra: str) -> subprocess.CompletedProcess:
-    return llmgw("review", "main", head, "--repo", str(repo), "--fleet", str(snapshot), *extra)
+def review(repo: Path, snapshot: Path, head: str, *extra: str, process: bool = False) -> subprocess.CompletedProcess:
+    return (llmgw_process if process else llmgw)("review", "main", head, "--repo", str(repo), "--fleet", str(snapshot),
+                                                 *extra)
 
 
 def test_a_model_that_fits_exits_2_and_lists_its_placement(repo, snapshot):
@@ -147,8 +157,8 @@ def test_a_stored_review_is_stale_once_the_base_moves_or_the_plan_changes(repo, 
 
 
 def test_errors_exit_1_with_a_sentence(repo, snapshot, tmp_path):
-    done = review(repo, snapshot, "no-such-branch")
-    assert done.returncode == 1 and "HEAD no-such-branch does not load" in done.stderr
+    done = review(repo, snapshot, "no-such-branch", process=True)
+    assert done.returncode == 1 and "HEAD no-such-branch does not load" in done.stderr and done.stdout == ""
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"version": 1, "nodes": [{"node_id": "n1", "gpus": [{"device_id": "0"}]}]}))
     done = review(repo, bad, "main")

@@ -1,5 +1,6 @@
-"""The forecast in `llmgw review` (docs/review.md, "The forecast"), run as a real process on real git repositories
-with a fleet snapshot that holds the last days' load (`review_repos.example_load`)."""
+"""The forecast in `llmgw review` (docs/review.md, "The forecast"), run on real git repositories with a fleet
+snapshot that holds the last days' load (`review_repos.example_load`). The commands run in the test's process
+(support.in_process_cli); a review without a forecast is also refused by a real process (exit status, stderr)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from forge_stand_in import TOKEN, running_forge
 from review_repos import (
     branch, docs_example, example_fleet, example_load, example_repo, example_snapshot, git, write_snapshot,
 )
+from support.in_process_cli import completed
 
 from llmgw.plan.forecasting import ModelLoad, RecordedLoad, Traffic
 from llmgw.settings import load_commit
@@ -22,7 +24,13 @@ GEMMA = "catalog/gemma-3-270m.yaml"
 
 
 def llmgw(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "llmgw.cli", *args], capture_output=True, text=True, env=env)
+    """`llmgw ARGS` in the test's process (support.in_process_cli), `env` set over the environment."""
+    return completed(list(args), env=env)
+
+
+def llmgw_process(*args: str) -> subprocess.CompletedProcess:
+    """`python -m llmgw.cli ARGS` as a real process."""
+    return subprocess.run([sys.executable, "-m", "llmgw.cli", *args], capture_output=True, text=True)
 
 
 def review(repo: Path, snapshot: Path, head: str, *extra: str) -> subprocess.CompletedProcess:
@@ -109,7 +117,7 @@ def test_the_forecast_is_checked_after_the_change_and_posted_as_a_comment_of_its
 
     with running_forge("github") as forge:
         forge.seed("acme/settings", 7, "looks good")
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "CI_", "LLMGW_"))}
+        env: dict[str, str | None] = {k: None for k in os.environ if k.startswith(("GITHUB_", "CI_", "LLMGW_"))}
         env["LLMGW_FORGE_TOKEN"] = TOKEN
         where = ("--post", "github", "--forge-url", forge.url, "--forge-repo", "acme/settings", "--pr", "7")
         posted = llmgw("forecast-check", str(review_json), "--fleet", str(later), *where, env=env)
@@ -123,8 +131,8 @@ def test_the_forecast_is_checked_after_the_change_and_posted_as_a_comment_of_its
 def test_a_review_without_a_forecast_or_a_snapshot_without_load_is_refused(tmp_path, repo):
     old = tmp_path / "old.json"
     old.write_text(json.dumps({"version": 1, "verdict": "fits"}))
-    done = llmgw("forecast-check", str(old), "--fleet", str(old))
-    assert done.returncode == 1 and f"{old} holds no forecast" in done.stderr
+    done = llmgw_process("forecast-check", str(old), "--fleet", str(old))
+    assert done.returncode == 1 and f"{old} holds no forecast" in done.stderr and done.stdout == ""
     review_json = tmp_path / "review.json"
     snapshot = example_snapshot(repo, tmp_path / "fleet.json")
     branch(repo, "two-gemma", [(GEMMA, "\nreplicas: 1\n", "\nreplicas: 2\n")])

@@ -1,5 +1,6 @@
 """`llmgw review --post FORGE` against a stand-in forge (GitHub, GitLab, Gitea shapes): one comment per pull
-request, edited in place on each push, and the commit status llmgw/plan."""
+request, edited in place on each push, and the commit status llmgw/plan. The command runs in the test's process
+(support.in_process_cli); a refused token is also run as a real process (its exit status and stderr)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 from forge_stand_in import TOKEN, running_forge
 from review_repos import branch, edit, example_repo, example_snapshot, git, replicas
+from support.in_process_cli import completed
 
 REPOSITORY = {"github": "acme/settings", "gitlab": "acme/settings", "gitea": "acme/settings"}
 FAILED = {"github": "failure", "gitlab": "failed", "gitea": "failure"}
@@ -18,13 +20,18 @@ ERROR = {"github": "error", "gitlab": "failed", "gitea": "error"}
 
 
 def post(repo: Path, snapshot: Path, head: str, forge, *extra: str, env: dict | None = None,
-         flags: bool = True) -> subprocess.CompletedProcess:
+         flags: bool = True, process: bool = False) -> subprocess.CompletedProcess:
+    """`llmgw review ... --post KIND` with the CI variables of this environment (GITHUB_*, CI_*, LLMGW_*) unset and
+    `env` set (default: the forge's token); in the test's process (support.in_process_cli), or as a real process."""
     where = ["--forge-url", forge.url, "--forge-repo", REPOSITORY[forge.kind], "--pr", "7"] if flags else []
-    environment = {k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "CI_", "LLMGW_"))}
-    environment.update(env if env is not None else {"LLMGW_FORGE_TOKEN": TOKEN})
-    return subprocess.run([sys.executable, "-m", "llmgw.cli", "review", "main", head, "--repo", str(repo),
-                           "--fleet", str(snapshot), "--post", forge.kind, *where, *extra],
-                          capture_output=True, text=True, env=environment)
+    args = ["review", "main", head, "--repo", str(repo), "--fleet", str(snapshot), "--post", forge.kind, *where,
+            *extra]
+    unset: dict[str, str | None] = {k: None for k in os.environ if k.startswith(("GITHUB_", "CI_", "LLMGW_"))}
+    environment = unset | (env if env is not None else {"LLMGW_FORGE_TOKEN": TOKEN})
+    if not process:
+        return completed(args, env=environment)
+    return subprocess.run([sys.executable, "-m", "llmgw.cli", *args], capture_output=True, text=True,
+                          env={k: v for k, v in (os.environ | environment).items() if v is not None})
 
 
 @pytest.fixture
@@ -120,7 +127,7 @@ def test_a_refused_token_or_missing_target_is_an_error_with_a_sentence(repo, sna
     branch(repo, "add-70b", [replicas(1)])
     with running_forge("github") as forge:
         forge.seed("acme/settings", 7)
-        done = post(repo, snapshot, "add-70b", forge, env={"LLMGW_FORGE_TOKEN": "wrong"})
+        done = post(repo, snapshot, "add-70b", forge, env={"LLMGW_FORGE_TOKEN": "wrong"}, process=True)
         assert done.returncode == 1 and "refused the token (401" in done.stderr
         done = post(repo, snapshot, "add-70b", forge, env={}, flags=False)
         assert done.returncode == 1

@@ -13,9 +13,10 @@ from pathlib import Path
 from click.testing import CliRunner
 
 
-def run_llmgw(args: list[str], env: Mapping[str, str] | None = None, cwd: Path | None = None) -> tuple[int, str, str]:
-    """Run `llmgw ARGS` with `env` set over the environment and in `cwd` (both restored after): (exit status,
-    stdout, stderr). An exception that escapes `main` is written to stderr as the interpreter would print it, with
+def run_llmgw(args: list[str], env: Mapping[str, str | None] | None = None,
+              cwd: Path | None = None) -> tuple[int, str, str]:
+    """Run `llmgw ARGS` with `env` set over the environment (a None value unsets that variable) and in `cwd` (both
+    restored after): (exit status, stdout, stderr). An exception that escapes `main` is written to stderr as the interpreter would print it, with
     exit status 1. Blocking; sys.stdout, sys.stderr, the environment and the working directory are this process's,
     so only one command runs at a time (a test's trio loop may run meanwhile: its logging keeps its own streams)."""
     from llmgw.cli.main import main
@@ -37,7 +38,7 @@ def run_llmgw(args: list[str], env: Mapping[str, str] | None = None, cwd: Path |
         return code, out.getvalue().decode(), err.getvalue().decode()
 
 
-def completed(args: list[str], env: Mapping[str, str] | None = None,
+def completed(args: list[str], env: Mapping[str, str | None] | None = None,
               cwd: Path | None = None) -> subprocess.CompletedProcess:
     """`run_llmgw(args, env, cwd)` as a `subprocess.CompletedProcess` (args ["llmgw", *args], returncode, stdout and
     stderr as text), for tests that read what `subprocess.run` returns."""
