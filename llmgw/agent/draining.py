@@ -28,6 +28,7 @@ import trio
 from llmgw.agent.engine_load import SCRAPE_TIMEOUT, read_engine_load
 from llmgw.agent.shards import ShardSpec
 from llmgw.tools.engine_metrics import EngineLoad
+from llmgw.http_trust import default_verify
 
 log = logging.getLogger("llmgw.agent")
 
@@ -69,7 +70,7 @@ async def drain_engine(spec: ShardSpec, timeout: float, *, quiet: float = QUIET,
     idle_since: float | None = None
     busy = 0
     counted = False
-    async with httpx.AsyncClient(timeout=SCRAPE_TIMEOUT, transport=transport) as client:
+    async with httpx.AsyncClient(timeout=SCRAPE_TIMEOUT, transport=transport, verify=default_verify()) as client:
         while True:
             load = await read_engine_load(client, spec)
             busy = busy_requests(load, counted)

@@ -23,6 +23,7 @@ from llmgw.errors import LlmgwError
 from llmgw.identity import ShardState
 from llmgw.tools.engine_metrics import EngineLoad, parse_engine_metrics
 from llmgw.tools.values import ParseError
+from llmgw.http_trust import default_verify
 
 log = logging.getLogger("llmgw.agent")
 
@@ -38,7 +39,7 @@ async def read_engine_loads(views: Iterable[ShardView], *, timeout: float = SCRA
     ready = [v for v in views if v.state is ShardState.READY and v.spec is not None and v.spec.port]
     if not ready:
         return loads
-    async with httpx.AsyncClient(timeout=timeout, transport=transport) as client:
+    async with httpx.AsyncClient(timeout=timeout, transport=transport, verify=default_verify()) as client:
         async with trio.open_nursery() as nursery:
             for view in ready:
                 nursery.start_soon(_read_one, client, view, loads)

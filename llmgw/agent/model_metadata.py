@@ -33,6 +33,7 @@ from llmgw.tools.model_headers import (
     ModelFacts, NeedMoreBytes, combined, parse_gguf_header, parse_safetensors_header, safetensors_header_length,
 )
 from llmgw.tools.values import ParseError
+from llmgw.http_trust import default_verify
 
 FIRST_READ_BYTES = 1 << 20
 """The first Range read of a GGUF file (most headers of small models fit; a 256k vocabulary takes about 6 MB)."""
@@ -218,5 +219,5 @@ async def read_model_facts(source: str, *, client: httpx.AsyncClient, token: str
 async def read_source(source: str, *, token: str | None = None, endpoint: str | None = None) -> ModelFacts:
     """`read_model_facts` with a client of its own (redirects followed, 30 s timeouts). Raises WeightsError.
     Cancellable."""
-    async with httpx.AsyncClient(follow_redirects=True, timeout=httpx.Timeout(30.0)) as client:
+    async with httpx.AsyncClient(follow_redirects=True, timeout=httpx.Timeout(30.0), verify=default_verify()) as client:
         return await read_model_facts(source, client=client, token=token, endpoint=endpoint)

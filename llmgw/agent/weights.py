@@ -37,6 +37,7 @@ import trio
 from llmgw.agent.pickles import pickle_format
 from llmgw.errors import WeightsError
 from llmgw.groups import expect_leaves
+from llmgw.http_trust import default_verify
 
 HF_DEFAULT_ENDPOINT = "https://huggingface.co"
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
@@ -170,7 +171,7 @@ async def fetch(files: Sequence[object], weights_dir: Path, mirrors: Sequence[Pa
     tally = _Tally(progress)
     limiter = trio.CapacityLimiter(MAX_PARALLEL)
     unique = {spec.sha256.lower(): spec for spec in specs}
-    async with httpx.AsyncClient(follow_redirects=True, transport=transport,
+    async with httpx.AsyncClient(follow_redirects=True, transport=transport, verify=default_verify(),
                                  timeout=httpx.Timeout(30.0, read=300.0)) as client:
         try:
             async with trio.open_nursery() as nursery:

@@ -44,6 +44,7 @@ import httpx
 from llmgw.agent.weights import (HF_DEFAULT_ENDPOINT, PICKLE_SUFFIXES, Progress, WeightsSpec, fetch, hub_url,
                                  pickle_format, spec_of)
 from llmgw.errors import WeightsError
+from llmgw.http_trust import default_verify
 
 _DIRECTORY = re.compile(r"^hf://(?P<repo>[^/@]+/[^/@]+)@(?P<revision>[0-9a-f]{40})/(?P<path>(?:[^/\s@]+/)*)$")
 MAX_TREE_PAGES = 100
@@ -258,7 +259,7 @@ async def fetch_all(files: Sequence[object], weights_dir: Path, mirrors: Sequenc
     Cancellable."""
     wanted: list[WeightsSpec] = []
     names: list[str | None] = []
-    async with httpx.AsyncClient(follow_redirects=True, transport=transport,
+    async with httpx.AsyncClient(follow_redirects=True, transport=transport, verify=default_verify(),
                                  timeout=httpx.Timeout(30.0, read=120.0)) as client:
         for item in files:
             source = getattr(item, "source", None)

@@ -34,6 +34,7 @@ import httpx
 
 from llmgw.cli.review_markdown import MARKER, fenced
 from llmgw.errors import LlmgwError, TemporaryError, UsageError
+from llmgw.http_trust import default_verify
 
 FORGES = ("github", "gitlab", "gitea")
 STATUS_NAME = "llmgw/plan"
@@ -215,7 +216,7 @@ def _opened_forge(target: Target, client: httpx.Client | None) -> Iterator[_GitH
     token in the headers. Raises UsageError for a forge llmgw does not post to."""
     if target.forge not in FORGES:
         raise UsageError(f"--post takes one of {', '.join(FORGES)}, not {target.forge}")
-    http = client or httpx.Client(timeout=30.0)
+    http = client or httpx.Client(timeout=30.0, verify=default_verify())
     try:
         http.headers.update(forge_headers(target.forge, target.token))
         yield _GitLab(http, target) if target.forge == "gitlab" else _GitHubLike(http, target)

@@ -22,6 +22,7 @@ import trio
 
 from llmgw.control.bench_stats import RequestTiming
 from llmgw.errors import UpstreamError
+from llmgw.http_trust import default_verify
 
 # Short English words that are one token each in the Gemma, Llama and SmolLM2 vocabularies (with their space).
 _WORDS = ("the", "cat", "sat", "on", "a", "mat", "and", "dog", "ran", "to", "big", "red", "house", "in", "old",
@@ -127,7 +128,7 @@ async def run_load(load: BenchLoad, on_done: Callable[[RequestTiming], None] = l
     """
     limits = httpx.Limits(max_connections=load.concurrency + 1, max_keepalive_connections=load.concurrency + 1)
     async with httpx.AsyncClient(base_url=load.base_url, timeout=load.timeout, limits=limits,
-                                 transport=transport) as client:
+                                 transport=transport, verify=default_verify()) as client:
         build: list[str] = []
         words = load.prompt_tokens
         warm = await timed_request(client, load, prompt_text(words, 0), WARMUP_TOKENS, build)

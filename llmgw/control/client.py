@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 
 from llmgw.errors import LlmgwError, SettingsError, TemporaryError, UsageError
+from llmgw.http_trust import default_verify
 
 
 def default_state_dir() -> Path:
@@ -68,7 +69,7 @@ class AdminClient:
         self.url = url.rstrip("/")
         self._client = httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {token}"},
                                     timeout=httpx.Timeout(timeout, read=None),
-                                    verify=ssl.create_default_context(cafile=ca_file) if ca_file else True)
+                                    verify=ssl.create_default_context(cafile=ca_file) if ca_file else default_verify())
 
     def close(self) -> None:
         self._client.close()

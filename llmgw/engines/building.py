@@ -28,6 +28,7 @@ import trio
 from llmgw.engines.downloading import Progress, download_verified, sha256_file
 from llmgw.engines.unpacking import unpack_archive
 from llmgw.errors import EngineError
+from llmgw.http_trust import default_verify
 
 PYPI = "https://pypi.org"
 DEFAULT_CMAKE_ARGS = (
@@ -78,7 +79,8 @@ async def sdist_url(package: str, version: str, sha256: str, *, index: str = PYP
     some mirrors serve only the latter; relative URLs are resolved against the JSON's URL. Raises EngineError when
     the index cannot be reached, has no sdist of that version, or lists another sha256.
     """
-    async with httpx.AsyncClient(follow_redirects=True, timeout=30.0, transport=transport) as client:
+    async with httpx.AsyncClient(follow_redirects=True, timeout=30.0, transport=transport,
+                                 verify=default_verify()) as client:
         files = None
         for url in (f"{index}/pypi/{package}/{version}/json", f"{index}/pypi/{package}/json"):
             try:

@@ -11,6 +11,7 @@ import httpx
 import trio
 
 from llmgw.errors import EngineError
+from llmgw.http_trust import default_verify
 
 Progress = Callable[[float, str], None]
 """`progress(fraction, text)`: fraction of the current step done, 0..1; text says what is happening."""
@@ -38,7 +39,7 @@ async def download_verified(url: str, target: Path, sha256: str, *, progress: Pr
     partial = target.with_name(target.name + ".partial")
     digest = hashlib.sha256()
     try:
-        async with httpx.AsyncClient(follow_redirects=True, transport=transport,
+        async with httpx.AsyncClient(follow_redirects=True, transport=transport, verify=default_verify(),
                                      timeout=httpx.Timeout(30.0, read=120.0)) as client:
             async with client.stream("GET", url) as response:
                 if response.status_code != 200:
