@@ -112,7 +112,7 @@ async def test_three_control_planes_on_postgresql_through_haproxy_lose_no_reques
         for node in ("n1", "n2"):
             procs.spawn(node, "agent", *[a for p in ports for a in ("--control-plane", f"127.0.0.1:{p['agents']}")],
                         "--node-id", node, "--state-dir", str(tmp_path / node), "--mirror", str(mirror),
-                        "--heartbeat-interval", "200ms", "--insecure",
+                        "--heartbeat-interval", "200ms", "--insecure", "--reconnect-backoff-max", "500ms",
                         "--engine-binary", f"llama.cpp@b11434={fake_engine}", "--stop-shards-on-exit")
 
         async def routed_everywhere() -> bool:
