@@ -104,6 +104,9 @@ def register(group: click.Group) -> None:
                        "(a site without internet: the mirror is an imported bundle, `llmgw bundle import`).")
     @click.option("--label", "labels", multiple=True, metavar="KEY=VALUE", help="A node label (repeatable).")
     @click.option("--heartbeat-interval", default="5s", show_default=True, help="Seconds between heartbeats.")
+    @click.option("--reconnect-backoff-max", default="5s", show_default=True, metavar="DURATION",
+                  help="The longest wait between attempts to reach a control plane that went away (the waits "
+                       "start at 0.5 s, or this if shorter, and double up to it, each drawn between half and all).")
     @click.option("--address", default=None,
                   help="Address the gateway reaches this node's engines on (default: the route to the control plane).")
     @click.option("--engine-binary", "engine_binaries", multiple=True, metavar="ENGINE@VERSION=PATH",
@@ -121,7 +124,7 @@ def register(group: click.Group) -> None:
                   help="Do not measure this node's memory bandwidth at boot (one core, then all cores, about half "
                        "a second, once per boot; what CPU replicas' speed is estimated from).")
     def agent_command(control_planes, node_id, state_dir, weights_dir, engines_dir, mirrors, offline, labels,
-                      heartbeat_interval, address, engine_binaries, tls_dir, insecure, stop_shards_on_exit, as_json,
+                      heartbeat_interval, reconnect_backoff_max, address, engine_binaries, tls_dir, insecure, stop_shards_on_exit, as_json,
                       otlp_endpoint, no_bandwidth_probe):
         """Run this node's agent: discover, register, run the shards the control plane assigns."""
         host, port = [_split_address(address) for address in control_planes][0]
@@ -133,10 +136,16 @@ def register(group: click.Group) -> None:
             interval = parse_duration(heartbeat_interval)
         except ValueError as exc:
             raise UsageError(f"--heartbeat-interval: {exc}") from None
+        try:
+            backoff_max = parse_duration(reconnect_backoff_max)
+        except ValueError as exc:
+            raise UsageError(f"--reconnect-backoff-max: {exc}") from None
+        if backoff_max <= 0:
+            raise UsageError(f"--reconnect-backoff-max: {reconnect_backoff_max!r} is not a positive duration")
         config = AgentConfig(
             node_id=node_id or socket.gethostname(), state_dir=state_dir, weights_dir=weights_dir,
             engines_dir=engines_dir, mirrors=tuple(mirrors), offline=offline, labels=_pairs(labels, "--label"),
-            heartbeat_interval=interval, address=address or route_address(host, port),
+            heartbeat_interval=interval, reconnect_backoff_max=backoff_max, address=address or route_address(host, port),
             engine_binaries={k: Path(v) for k, v in _pairs(engine_binaries, "--engine-binary").items()},
             stop_shards_on_exit=stop_shards_on_exit, control_planes=tuple(dict.fromkeys(control_planes)),
             otlp_endpoint=otlp_endpoint, bandwidth_probe_seconds=0.0 if no_bandwidth_probe else PROBE_SECONDS,

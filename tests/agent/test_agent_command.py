@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -13,6 +14,8 @@ import trio
 
 from llmgw.agent import procfs
 from llmgw.wire import control_message, pb, serve_agents
+
+from support.serving_process import free_port
 
 from agent_support import fake_engine_binary, next_matching, serve_grpc_control_side, tiny_mirror
 
@@ -102,3 +105,31 @@ async def test_a_node_joins_with_a_token_and_its_agent_then_connects_with_mutual
             agent.kill()
             agent.wait()
             nursery.cancel_scope.cancel()
+
+
+async def test_reconnect_backoff_max_caps_the_waits_between_attempts_to_reach_a_control_plane(tmp_path):
+    """`--reconnect-backoff-max 200ms`: with nothing listening, every wait the agent logs is at most 0.2 s (by
+    default the third is 1 to 2 s), so a test that restarts a control plane does not wait out the default 5 s."""
+    port = free_port()  # nothing listens there
+    agent = subprocess.Popen(
+        [str(LLMGW), "agent", "--control-plane", f"127.0.0.1:{port}", "--node-id", "n1", "--insecure",
+         "--state-dir", str(tmp_path / "state"), "--no-bandwidth-probe", "--reconnect-backoff-max", "200ms"],
+        stdout=subprocess.DEVNULL, stderr=open(tmp_path / "agent.log", "wb"))
+    try:
+        waits: list[float] = []
+        with trio.fail_after(30):
+            while len(waits) < 5:
+                await trio.sleep(0.1)
+                waits = [float(w) for w in re.findall(r"reconnecting to the control plane in ([\d.]+) s",
+                                                      (tmp_path / "agent.log").read_text())]
+        assert max(waits) <= 0.2, waits
+    finally:
+        agent.kill()
+        agent.wait()
+
+
+def test_a_reconnect_backoff_max_that_is_not_a_positive_duration_is_a_one_line_error():
+    result = subprocess.run([str(LLMGW), "agent", "--control-plane", "127.0.0.1:1", "--reconnect-backoff-max", "0s"],
+                            capture_output=True, text=True)
+    assert result.returncode == 1
+    assert result.stderr.strip() == "error: --reconnect-backoff-max: '0s' is not a positive duration"

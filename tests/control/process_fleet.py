@@ -36,10 +36,11 @@ def server_and_agent(tmp_path: Path, weights_mirror, fake_engine: Path, *, serve
                      agent_args: tuple[str, ...] = (), settings: Mapping[str, str] = MappingProxyType({}),
                      fleet: LlmgwProcesses | None = None) -> Iterator[tuple[httpx.Client, Path]]:
     """Start both (the server with its gateway, admin and agents listeners on free loopback ports, plus
-    `server_args`; the agent plus `agent_args`), wait until tiny-0 is ready, yield (admin API client, state
-    directory); stop both with SIGTERM on exit (so they flush what they buffer). `settings`: YAML text appended to
-    files of the settings tree ("llmgw.yaml", "agents/default.yaml", ...) before its first commit. `fleet`: the
-    LlmgwProcesses to run them in (the caller reaches the processes as fleet.procs["server"], ["n1"])."""
+    `server_args`; the agent, without its memory bandwidth probe, plus `agent_args`), wait until tiny-0 is ready,
+    yield (admin API client, state directory); stop both with SIGTERM on exit (so they flush what they buffer).
+    `settings`: YAML text appended to files of the settings tree ("llmgw.yaml", "agents/default.yaml", ...) before
+    its first commit. `fleet`: the LlmgwProcesses to run them in (the caller reaches the processes as
+    fleet.procs["server"], ["n1"])."""
     mirror, sha = weights_mirror
     repo = tmp_path / "settings.git"
     seed = write_seed(tmp_path / "seed", sha)
@@ -55,7 +56,7 @@ def server_and_agent(tmp_path: Path, weights_mirror, fake_engine: Path, *, serve
         fleet.spawn("n1", "agent", "--control-plane", f"127.0.0.1:{plane['agents_port']}", "--node-id", "n1",
                     "--state-dir", str(tmp_path / "n1"), "--mirror", str(mirror), "--heartbeat-interval", "200ms",
                     "--insecure", "--engine-binary", f"llama.cpp@b11434={fake_engine}", "--stop-shards-on-exit",
-                    *agent_args)
+                    "--no-bandwidth-probe", *agent_args)
         wait_for(lambda: admin.get("/api/v1/status").json()["replicas"]["tiny-0"]["state"] == "ready", 60,
                  "tiny-0 ready", lambda: admin.get("/api/v1/status").text)
         yield admin, state

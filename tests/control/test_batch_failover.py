@@ -54,7 +54,7 @@ async def test_a_standby_finishes_the_batch_of_a_killed_leader_and_no_line_is_lo
                                      ("--control-plane", f"127.0.0.1:{doc['control_plane']['agents_port']}")],
                     "--node-id", "n1", "--state-dir", str(tmp_path / "n1"), "--mirror", str(mirror),
                     "--heartbeat-interval", "200ms", "--insecure", "--engine-binary",
-                    f"llama.cpp@b11434={fake_engine}", "--stop-shards-on-exit")
+                    f"llama.cpp@b11434={fake_engine}", "--stop-shards-on-exit", "--no-bandwidth-probe")
 
         async def leader() -> int | None:
             leads = [i for i, p in enumerate(planes) if procs.procs[f"cp{i}"].poll() is None

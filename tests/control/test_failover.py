@@ -121,7 +121,7 @@ async def test_a_standby_takes_over_from_a_killed_leader_and_nothing_is_placed_t
                             "--control-plane", f"127.0.0.1:{late_port}", "--node-id", node, "--state-dir",
                             str(tmp_path / node), "--mirror", str(mirror), "--heartbeat-interval", "200ms",
                             "--insecure", "--engine-binary", f"llama.cpp@b11434={fake_engine}",
-                            "--stop-shards-on-exit")
+                            "--stop-shards-on-exit", "--no-bandwidth-probe")
 
             async def leader_index() -> int | None:
                 leads = [i for i, p in enumerate(planes) if procs.procs[f"cp{i}"].poll() is None

@@ -43,7 +43,7 @@ async def test_after_one_gateway_is_killed_no_request_through_haproxy_fails(tmp_
         procs.spawn("n1", "agent", *[a for doc in docs for a in
                                      ("--control-plane", f"127.0.0.1:{doc['control_plane']['agents_port']}")],
                     "--node-id", "n1", "--state-dir", str(tmp_path / "n1"), "--mirror", str(mirror),
-                    "--heartbeat-interval", "200ms", "--insecure",
+                    "--heartbeat-interval", "200ms", "--insecure", "--no-bandwidth-probe",
                     "--engine-binary", f"llama.cpp@b11434={fake_engine}", "--stop-shards-on-exit")
 
         async def routed_everywhere() -> bool:
@@ -112,8 +112,8 @@ async def test_three_control_planes_on_postgresql_through_haproxy_lose_no_reques
         for node in ("n1", "n2"):
             procs.spawn(node, "agent", *[a for p in ports for a in ("--control-plane", f"127.0.0.1:{p['agents']}")],
                         "--node-id", node, "--state-dir", str(tmp_path / node), "--mirror", str(mirror),
-                        "--heartbeat-interval", "200ms", "--insecure",
-                        "--engine-binary", f"llama.cpp@b11434={fake_engine}", "--stop-shards-on-exit")
+                        "--heartbeat-interval", "200ms", "--insecure", "--reconnect-backoff-max", "500ms",
+                        "--no-bandwidth-probe", "--engine-binary", f"llama.cpp@b11434={fake_engine}", "--stop-shards-on-exit")
 
         async def routed_everywhere() -> bool:
             states = [(await p.status())["replicas"].get("tiny-0", {}).get("state") for p in planes]
