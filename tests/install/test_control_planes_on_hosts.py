@@ -7,8 +7,11 @@ had (no new join), and the key and the usage row are in the restored store (`llm
 
 Hosts 1, 3 and 4 run this checkout's llmgw from its source with the test's venv shown read-only (as
 tests/install/test_server_init.py); host 2 gets the signed release with its dependency wheels, installed by
-`server add`. PostgreSQL (127.0.0.1:5432 of the root namespace) is reached from the hosts through a forwarder on
-the lab's root address (DESIGN.md, "Known traps"), in schemas of the test's own. The settings repository is the one
+`server add`. The commands whose answers it reads (`keys create`, `join-token`, `keys list`, `usage`, `status`,
+the second `restore`'s refusal) run in the test's process on the host's state directory (no Python start on the
+host); `server init`, `node join`, `server add`, `backup` and `restore` run on the hosts. PostgreSQL (127.0.0.1:5432
+of the root namespace) is reached from the hosts through a forwarder on the lab's root address (DESIGN.md, "Known
+traps"), in schemas of the test's own. The settings repository is the one
 `server init` made on host 1, which host 2 fetches from `git daemon` there (`--repo-url git://...`).
 """
 
@@ -26,6 +29,7 @@ from llmgw.store import UsageRecord, open_store
 from support.control_plane_hosts import (
     STATE, admin_status, forwarded_postgres, give_lab_ssh, health, push_files, serve_settings, start_on,
 )
+from support.in_process_cli import run_llmgw
 from support.postgres import postgres_schema, schema_url
 from support.ssh_hosts import SOURCE, SshHost, push_llmgw_source
 from support.waiting import wait_for
@@ -39,6 +43,18 @@ def _llmgw(host: SshHost, args: str, timeout: float = 120) -> str:
     done = host.ssh(f"{LLMGW} {args}", check=False, timeout=timeout)
     assert done.returncode == 0, f"llmgw {args} on {host.name}: {done.stdout}{done.stderr}"
     return done.stdout
+
+
+def _here(host: SshHost, address: str, args: list[str]) -> str:
+    """Run `llmgw ARGS --state S` in the test's process (support.in_process_cli: no Python start on the host), S the
+    control plane's state directory on `host` as this machine sees it (the host's root), its admin API at `address`
+    (its admin-url names 127.0.0.1, as the host reaches it): for the commands whose answers this test reads (keys,
+    join tokens, usage, status), which reach the store and the admin API as from the host; their stdout. Fails the
+    test with their output when they fail."""
+    code, out, err = run_llmgw([*args, "--state", str(host.root / STATE.lstrip("/"))],
+                               env={"LLMGW_ADMIN_URL": f"https://{address}:8081"})
+    assert code == 0, f"llmgw {' '.join(args)} for {host.name}: {out}{err}"
+    return out
 
 
 def _connected(host: SshHost, address: str) -> bool:
@@ -89,7 +105,7 @@ def test_server_add_failover_then_backup_and_restore_on_a_fresh_host_with_the_ag
             wait_for(lambda: health(one.address, ca), 90, "host 1's admin API at its address (named by the certificate of a listener on 0.0.0.0)",
                      lambda: one.ssh("cat /var/log/llmgw-server.log").stdout)
             timings["host 1 serving"] = time.monotonic() - began
-            created = _llmgw(one, f"keys create --project demo --state {STATE}")
+            created = _here(one, one.address, ["keys", "create", "--project", "demo"])
             key = next(word for word in created.split() if word.startswith("sk-llmgw-"))
             store = open_store(schema_url(schema))
             try:  # a usage row as the gateway writes one (no engine runs here)
@@ -99,7 +115,7 @@ def test_server_add_failover_then_backup_and_restore_on_a_fresh_host_with_the_ag
                 store.close()
 
             # host 3: an agent joined to host 1 over mutual TLS, dialling host 1's address
-            grant = json.loads(_llmgw(one, f"join-token --state {STATE} --json --ca-out /tmp/ca.crt"))
+            grant = json.loads(_here(one, one.address, ["join-token", "--json", "--ca-out", str(tmp_path / "ca.crt")]))
             push_files(three, "/tmp/join", {"ca.crt": ca.read_bytes()})
             _llmgw(three, f"node join --control-plane {one.address}:{grant['join_port']} --token "
                       f"{grant['token']} --ca-file /tmp/join/ca.crt --node-id n1 --state-dir {AGENT_STATE}")
@@ -157,9 +173,9 @@ def test_server_add_failover_then_backup_and_restore_on_a_fresh_host_with_the_ag
                                 f"{shlex.quote(restored_url)}")
             timings["restore"] = time.monotonic() - began
             assert "Start it with: llmgw server" in restored
-            again = four.ssh(f"{LLMGW} restore /root/backups/llmgw.tar.gz --state {STATE} --store "
-                             f"{shlex.quote(restored_url)}", check=False)
-            assert again.returncode == 1 and "is not empty" in again.stderr, again.stderr
+            again = run_llmgw(["restore", str(four.root / "root" / "backups" / "llmgw.tar.gz"), "--state",
+                               str(four.root / STATE.lstrip("/")), "--store", restored_url])
+            assert again[0] == 1 and "is not empty" in again[2], again
             four.ssh(f"git -C {STATE}/settings.git rev-parse refs/llmgw/audit")  # the audit history came along
             start_on(four, f"{LLMGW} server --repo {STATE}/settings.git --state {STATE} --store "
                          f"{shlex.quote(restored_url)} --tls --gateway 0.0.0.0:8080 --admin 0.0.0.0:8081 "
@@ -170,12 +186,12 @@ def test_server_add_failover_then_backup_and_restore_on_a_fresh_host_with_the_ag
                          "tail -20 /var/log/llmgw-agent.log").stdout)
             timings["agent back on host 4"] = time.monotonic() - started
             assert (three.root / AGENT_STATE.lstrip("/") / "tls" / "node.crt").read_bytes() == certificate
-            keys = json.loads(_llmgw(four, f"keys list --state {STATE} --json"))
+            keys = json.loads(_here(four, one.address, ["keys", "list", "--json"]))
             assert [k["project"] for k in keys] == ["demo"] and key.startswith(keys[0]["prefix"])
-            usage = json.loads(_llmgw(four, f"usage --state {STATE} --by project --json"))
+            usage = json.loads(_here(four, one.address, ["usage", "--by", "project", "--json"]))
             assert [(row["group"], row["prompt_tokens"], row["completion_tokens"]) for row in usage["rows"]] == [
                 ("demo", 5, 7)], usage
-            assert "agents' CA  valid until " in _llmgw(four, f"status --state {STATE}")
+            assert "agents' CA  valid until " in _here(four, one.address, ["status"])
             models = f"http://{one.address}:8080/v1/models"
             assert httpx.get(models, headers={"Authorization": f"Bearer {key}"}, timeout=5).status_code == 200
     finally:

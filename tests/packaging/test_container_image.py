@@ -1,14 +1,14 @@
 """The container images (deploy/container/, issue 28 item 4), built here by deploy/container/build.sh as `make image`
 runs it but from a release's wheels (`LLMGW_WHEELS`: those of the session's signed release of this tree, shared with
 the install tests; `make image` builds llmgw's wheel from the tree and downloads its dependencies', a branch of
-build.sh this test does not run), on a debootstrap base cached in $LLMGW_CACHE/container, `podman build --pull never
---network none`, into podman storage of the
-test's own (--root/--runroot under /tmp), then run: the control plane as the Helm chart runs it (uid/gid 10001,
-state in /var/lib/llmgw, gateway 0.0.0.0:8080, agents and admin with --tls) in a network namespace of the test's lab
-with the example settings (examples/cluster-repo), answering `/v1/models` to the openai SDK with a key made by
-`llmgw keys create` inside the container, and `llmgw validate` of those settings (and of a broken copy, refused
-naming the file). The agent image keeps the same llmgw and user and asks the NVIDIA runtime for every GPU (compute,
-utility).
+build.sh this test does not run), on a debootstrap base cached in $LLMGW_CACHE/container (imported once into a podman
+storage under $LLMGW_CACHE/container/stores, build.sh's LLMGW_BASE_STORE, and read from there), `podman build --pull
+never --network none`, into podman storage of the test's own (--root/--runroot under /tmp), then run: the control
+plane as the Helm chart runs it (uid/gid 10001, state in /var/lib/llmgw, gateway 0.0.0.0:8080, agents and admin with
+--tls) in a network namespace of the test's lab with the example settings (examples/cluster-repo), answering
+`/v1/models` to the openai SDK with a key made by `llmgw keys create` inside the container, and `llmgw validate` of
+those settings (and of a broken copy, refused naming the file). The agent image keeps the same llmgw and user and
+asks the NVIDIA runtime for every GPU (compute, utility).
 
 Needs root and the Debian packages podman, buildah, runc, debootstrap (`make system-packages`): it fails, never
 skips, without them. About 65-95 s here with the base cached; the first time on a machine debootstrap adds about
@@ -17,6 +17,7 @@ skips, without them. About 65-95 s here with the base cached; the first time on 
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -33,11 +34,27 @@ from support.llmgw_processes import read_server_banner
 CHECKOUT = Path(__file__).resolve().parents[2]
 EXAMPLE = CHECKOUT / "examples" / "cluster-repo"
 CONF = CHECKOUT / "deploy" / "container" / "containers.conf"
+BASE_STORES = Path(os.environ.get("LLMGW_CACHE") or Path.home() / ".cache" / "llmgw") / "container" / "stores"
+"""build.sh's LLMGW_BASE_STORE: the base is imported there once per machine (and base tarball), not per run."""
 
 
-def _podman(storage: Path, *argv: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess:
+@functools.cache
+def _base_store() -> str:
+    """The podman storage under BASE_STORES that build.sh imports the cached base into and reads it from (named as
+    build.sh names it: the cksum of the base tarball's path, size and mtime); base.sh only names the cached tarball."""
+    key = subprocess.run(["sh", "-c", "stat -c '%n %s %Y' \"$1\" | cksum | cut -d' ' -f1", "-",
+                          subprocess.run([str(CHECKOUT / "deploy" / "container" / "base.sh")], capture_output=True,
+                                         text=True, check=True).stdout.strip()],
+                         capture_output=True, text=True, check=True).stdout.strip()
+    return f"additionalimagestore={BASE_STORES / key / 'root'}"
+
+
+def _podman(storage: Path, *argv: str, check: bool = True, timeout: float = 120,
+            base: bool = True) -> subprocess.CompletedProcess:
+    """podman on the test's storage, with the shared base's store read-only beside it (`base`: not for the reset,
+    which must never reach that store)."""
     return subprocess.run(["podman", "--root", str(storage / "root"), "--runroot", str(storage / "run"),
-                           "--storage-driver", "overlay", *argv],
+                           "--storage-driver", "overlay", *(["--storage-opt", _base_store()] if base else []), *argv],
                           env={**os.environ, "CONTAINERS_CONF": str(CONF)}, capture_output=True, text=True,
                           check=check, timeout=timeout)
 
@@ -58,7 +75,7 @@ def _settings_repo(target: Path) -> Path:
 def _build(storage: Path, wheels: Path) -> tuple[str, str]:
     done = subprocess.run([str(CHECKOUT / "deploy" / "container" / "build.sh")],
                           env={**os.environ, "PYTHON": sys.executable, "LLMGW_IMAGE_STORAGE": str(storage),
-                               "LLMGW_WHEELS": str(wheels)},
+                               "LLMGW_WHEELS": str(wheels), "LLMGW_BASE_STORE": str(BASE_STORES)},
                           capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr
     server, agent = done.stdout.split()
@@ -72,7 +89,7 @@ def storage() -> Iterator[Path]:
     try:
         yield folder
     finally:
-        _podman(folder, "system", "reset", "--force", check=False)
+        _podman(folder, "system", "reset", "--force", check=False, base=False)
         shutil.rmtree(folder, ignore_errors=True)
 
 
@@ -99,7 +116,7 @@ def test_the_control_plane_image_serves_the_example_settings_in_a_namespace(tmp_
     netns_lab.join_root()
     name = f"llmgw-test-{os.getpid()}"
     run = ["podman", "--root", str(storage / "root"), "--runroot", str(storage / "run"), "--storage-driver",
-           "overlay", "run", "--rm", "--name", name, "--network", f"ns:/run/netns/{host.netns}",
+           "overlay", "--storage-opt", _base_store(), "run", "--rm", "--name", name, "--network", f"ns:/run/netns/{host.netns}",
            "--read-only", "--tmpfs", "/tmp", "--tmpfs", "/home/llmgw",
            "-v", f"{settings}:/srv/settings:ro", "-v", f"{state}:/var/lib/llmgw",
            server_image, "server", "--repo", "/srv/settings", "--state", "/var/lib/llmgw",
