@@ -108,7 +108,7 @@ def module_scopes(root: Path) -> dict[str, str]:
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
-    """Under pytest-xdist (`make test` runs 2 workers) each test module runs whole on one worker, so a module-scoped
+    """Under pytest-xdist (`make test` runs 3 workers) each test module runs whole on one worker, so a module-scoped
     fixture (`llmgw up`, a fleet) starts once and the module's tests keep their order; the modules of `MACHINE_WIDE`
     run as one scope on one worker, in collection order, so vLLM starts once per run and no two of them run at once;
     the modules of a shared llama-server (`SHARED_ENGINE_SCOPES`) as one scope each, so each engine starts once.
