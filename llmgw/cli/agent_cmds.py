@@ -103,7 +103,8 @@ def register(group: click.Group) -> None:
                   help="Install engines and fetch weights from the --mirror directories only, never from the network "
                        "(a site without internet: the mirror is an imported bundle, `llmgw bundle import`).")
     @click.option("--label", "labels", multiple=True, metavar="KEY=VALUE", help="A node label (repeatable).")
-    @click.option("--heartbeat-interval", default="5s", show_default=True, help="Seconds between heartbeats.")
+    @click.option("--heartbeat-interval", default="5s", show_default=True, metavar="DURATION",
+                  help="Time between heartbeats (e.g. 5s, 200ms).")
     @click.option("--reconnect-backoff-max", default="5s", show_default=True, metavar="DURATION",
                   help="The longest wait between attempts to reach a control plane that went away (the waits "
                        "start at 0.5 s, or this if shorter, and double up to it, each drawn between half and all).")
