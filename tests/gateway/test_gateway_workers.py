@@ -270,9 +270,12 @@ def test_restart_stop_start_and_sigterm_of_two_workers_lose_no_request_under_16_
     state = tmp_path / "state"
 
     def verb(*args: str) -> None:
+        # the gateway workers serve before the control plane's admin API has written its address (at the start and
+        # after the re-execution of `llmgw restart`): a whole run once ran a verb in between
+        wait_for(lambda: (state / "admin-url").exists(), 90, "the admin API's address")
         done = subprocess.run([sys.executable, "-m", "llmgw.cli", *args, "--state", str(state)], capture_output=True,
                               text=True, timeout=120)
-        assert done.returncode == 0, done.stdout + done.stderr
+        assert done.returncode == 0, f"llmgw {' '.join(args)}: {done.stdout}{done.stderr}"
 
     with workers_server(tmp_path, store_url, port) as (server, _procs):
         wait_for(lambda: httpx.get(f"http://127.0.0.1:{port}/health").status_code == 200, 90, "the gateway")
