@@ -74,7 +74,8 @@ def foreign_note(node_id: str, shard: ObservedShard) -> str:
     what = ", ".join(part for part in (f"serving {shard.model}" if shard.model else "",
                                        f"port {shard.port}" if shard.port else "") if part)
     return (f"{node_id}: engine process {shard.shard_id or shard.model}{f' ({what})' if what else ''} was not started "
-            "by llmgw; left running (it holds its cores and memory: stop it yourself if nobody needs it)")
+            "by llmgw; left running (it holds its cores and memory; llmgw never stops it: that is for whoever "
+            "started it, maybe another llmgw or a test run on this machine)")
 
 def is_mig_class(gpu_class: str) -> bool:
     """True for a MIG instance class ("a100-80g-mig-3g.40gb", "mig-1g.10gb")."""

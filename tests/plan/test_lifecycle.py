@@ -84,7 +84,8 @@ def test_foreign_engines_are_never_stopped_and_are_noted():
     plan = make_plan(settings(GEMMA), f)
     assert not [a for a in plan.actions if a.shard_id == "pid-4242"]
     assert "node01: engine process pid-4242 (serving theirs) was not started by llmgw; left running (it holds its " \
-           "cores and memory: stop it yourself if nobody needs it)" in plan.notes, plan.notes
+           "cores and memory; llmgw never stops it: that is for whoever started it, maybe another llmgw or a test run " \
+           "on this machine)" in plan.notes, plan.notes
     listening = replace(foreign, port=8090)
     noted = make_plan(settings(GEMMA), fleet(cpu_node("node01", cores=5, shards=[listening]))).notes
     assert any("engine process pid-4242 (serving theirs, port 8090) was not started" in n for n in noted), noted
