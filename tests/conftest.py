@@ -19,8 +19,11 @@ GEMMA_SHA256 = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818
 
 
 def cache_dir() -> Path:
-    """The cache shared by tests, CI and `llmgw up`: `$LLMGW_CACHE` or `~/.cache/llmgw`."""
-    return Path(os.environ.get("LLMGW_CACHE") or Path.home() / ".cache" / "llmgw")
+    """The cache shared by tests, CI and `llmgw up`: `$LLMGW_CACHE` or `~/.cache/llmgw` (llmgw's own
+    `default_cache_dir`)."""
+    from llmgw.engines.installing import default_cache_dir
+
+    return default_cache_dir()
 
 
 @pytest.fixture(scope="session")

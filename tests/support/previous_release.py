@@ -22,6 +22,8 @@ import tarfile
 import tempfile
 from pathlib import Path
 
+from llmgw.engines.installing import default_cache_dir
+
 PREVIOUS_RELEASE = "a50d446879081b9b39366e46a9da975c13df6068"
 """The commit of the previous release (main at the start of issue 30's work: SQLite schema 13, PostgreSQL 11)."""
 
@@ -38,7 +40,7 @@ def previous_tree(root: Path, commit: str = PREVIOUS_RELEASE) -> Path:
     CPU a fresh tree). Extracted into a temporary directory and renamed into place, so workers beside each other
     never see half a tree. Do not write into it. Raises AssertionError with what to do when the commit is not in this
     clone's history."""
-    cached = cache_dir() / "previous-release" / commit
+    cached = default_cache_dir() / "previous-release" / commit
     if (cached / "llmgw").is_dir():
         return cached
     root.mkdir(parents=True, exist_ok=True)
@@ -62,10 +64,6 @@ def previous_tree(root: Path, commit: str = PREVIOUS_RELEASE) -> Path:
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return cached
-
-
-def cache_dir() -> Path:
-    return Path(os.environ.get("LLMGW_CACHE") or Path.home() / ".cache" / "llmgw")
 
 
 def raised_tree(root: Path, version: str) -> Path:
