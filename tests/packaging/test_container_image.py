@@ -31,10 +31,12 @@ import openai
 import pytest
 from support.llmgw_processes import read_server_banner
 
+from llmgw.engines.installing import default_cache_dir
+
 CHECKOUT = Path(__file__).resolve().parents[2]
 EXAMPLE = CHECKOUT / "examples" / "cluster-repo"
 CONF = CHECKOUT / "deploy" / "container" / "containers.conf"
-BASE_STORES = Path(os.environ.get("LLMGW_CACHE") or Path.home() / ".cache" / "llmgw") / "container" / "stores"
+BASE_STORES = default_cache_dir() / "container" / "stores"
 """build.sh's LLMGW_BASE_STORE: the base is imported there once per machine (and base tarball), not per run."""
 
 
