@@ -61,7 +61,9 @@ async def test_the_probed_bandwidth_reaches_nodes_plan_and_review_and_its_estima
         probe = await wait_for(lambda: plane.status()["nodes"].get("n1", {}).get("memory_bandwidth"), 30,
                                "n1's memory bandwidth in its heartbeats", plane.status)
         assert probe["threads"] >= 1 and probe["seconds"] < 5.0  # bounded: two phases of 0.1 s and the buffers
-        assert 0.5e9 < probe["one_core_bytes_per_second"] <= probe["all_cores_bytes_per_second"] * 1.5
+        # all cores read at least a third of one core's rate: the 0.1 s all-cores phase is the one other processes
+        # starve (a whole run beside a `make up` measured one core at 1.6 x all cores, over the 1.5 this was before)
+        assert 0.5e9 < probe["one_core_bytes_per_second"] <= probe["all_cores_bytes_per_second"] * 3
         await wait_for(lambda: (plane.status()["replicas"].get("gemma-3-270m-0") or {}).get("state") == "ready",
                        120, "gemma-3-270m-0 ready", plane.status)
         admin = ["--url", plane.admin_url, "--token", plane.admin_token, "--state", str(tmp_path / "state")]
