@@ -72,12 +72,14 @@ run's one real vLLM (tests/support/vllm_slot.py), `llmgw up` (two at once on one
 and Slurm state went astray, seen with tests/up/test_up.py beside tests/up/test_up_slurm.py) and the real-Slurm
 daemons (one host name, one munge). A module joins it with `pytestmark = pytest.mark.xdist_group(MACHINE_WIDE)`."""
 
-_WIDE_TEXT = re.compile(r"(?<!\w)vllm_(?:server|slot)\b|MACHINE_WIDE|xdist_group\(\"machine-wide\"\)")
+_WIDE_TEXT = re.compile(r"(?<!\w)vllm_(?:server|slot)\b|xdist_group\(\s*(?:MACHINE_WIDE|\"machine-wide\")\s*\)")
 
 
 def machine_wide_modules(root: Path) -> frozenset[str]:
     """The test modules (paths relative to `root`, as in test ids) of `MACHINE_WIDE`, read from their text: every
-    tests/up module and those that name the `vllm_server` or `vllm_slot` fixture or the group. Read so because the
+    tests/up module and those that name the `vllm_server` or `vllm_slot` fixture or are marked with the group
+    (`xdist_group(MACHINE_WIDE)` or `xdist_group("machine-wide")`; a module that only names the constant, as
+    tests/core/test_suite_scheduling.py, is not one). Read so because the
     controller that schedules (`pytest_xdist_make_scheduler`) sees test ids only; each worker checks the result
     against the fixtures its tests really use (`pytest_collection_modifyitems`)."""
     tests = root / "tests"
@@ -177,7 +179,7 @@ def pytest_collection_modifyitems(config, items):
     missing = sorted(used - machine_wide_modules(config.rootpath))
     if missing:
         raise pytest.UsageError(f"{', '.join(missing)}: uses the run's one vLLM or is machine-wide, but its text names "
-                                "neither `vllm_server` nor `MACHINE_WIDE`: add `pytestmark = "
+                                "neither `vllm_server` nor the machine-wide mark: add `pytestmark = "
                                 "pytest.mark.xdist_group(\"machine-wide\")` so pytest-xdist keeps it on one worker")
     scopes = module_scopes(config.rootpath)
     wrong = set()

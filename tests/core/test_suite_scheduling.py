@@ -44,6 +44,7 @@ def test_the_machine_wide_and_shared_engine_modules_are_found_from_their_text():
     assert {"tests/gateway/test_real_vllm.py", "tests/gateway/test_lora_vllm_real.py", "tests/up/test_up.py",
             "tests/control/test_slurm_fleet.py", "tests/slurm/test_real_slurm.py"} <= wide
     assert "tests/control/test_precise_routing_fleet.py" not in wide  # names fake_vllm_server, a stand-in
+    assert "tests/core/test_suite_scheduling.py" not in wide  # names the constant, not marked with it
     assert MACHINE_WIDE == "machine-wide"
     scopes = conftest.module_scopes(ROOT)  # the shared llama-servers' modules, one scope per engine
     assert {module: scopes[module] for module in (
