@@ -159,11 +159,12 @@ def test_upgrade_rolls_agents_node_by_node_engines_serving_and_a_broken_release_
         def status() -> dict:
             return admin.get("/api/v1/status").json()
 
-        def ready() -> bool:
+        def ready() -> bool:  # both nodes registered too: under load n2 may take both replicas before n1 registers
             doc = status()
-            return all(r["state"] == "ready" for r in doc["replicas"].values()) and len(doc["replicas"]) == 2
+            return (all(r["state"] == "ready" for r in doc["replicas"].values()) and len(doc["replicas"]) == 2
+                    and {"n1", "n2"} <= set(doc["nodes"]))
 
-        wait_for(ready, 120, "both replicas ready", show)
+        wait_for(ready, 120, "both replicas ready and both nodes registered", show)
         before = status()
         assert {n: before["nodes"][n]["agent_version"] for n in ("n1", "n2")} == {"n1": "0.1.0", "n2": "0.1.0"}
         pids = {n: _pids(before, n) for n in ("n1", "n2")}
