@@ -23,6 +23,13 @@ REFUSED_PAUSE = 0.25
 """Seconds a client of `SdkClients` waits after a refusal or failure before its next request (a closed port answers
 at once)."""
 
+THINK_TIME = 0.25
+"""Seconds a client of `SdkClients` waits after an answer before its next request, as an application's user reads
+the answer: 16 clients still keep requests in flight through every restart, drain and handover these tests make
+(each lasts a second or more), at a fraction of the load. Without it the clients asked as fast as they were
+answered (about 15,000 requests in tests/install/test_upgrade_control_planes.py), and a test's load took the CPU of
+the tests beside it (docs/testing.md, "The SDK clients' think time")."""
+
 
 def refusal(exc: BaseException) -> bool:
     """Whether `exc` says the request never started: the connection was refused (no gateway listens: between the two
@@ -51,13 +58,15 @@ def disconnected_unanswered(exc: BaseException) -> bool:
 
 
 async def sdk_client(client: openai.AsyncOpenAI, n: int, done: trio.Event, answered: list[str], failed: list[str],
-                     refused: list[str] | None = None, disconnected: list[str] | None = None, **ask) -> None:
+                     refused: list[str] | None = None, disconnected: list[str] | None = None, think: float = 0.0,
+                     **ask) -> None:
     """Send chat completions through `client` (`ask`: model, max_tokens, ...), streamed when `n` is odd, until
     `done` is set. Each carries its own `x-request-id` ("client-<n>-<k>"), added to `answered` once answered in full
     (a stream with its finish reason), else to `failed` with the error (with retries off, a 502 or 503 is one).
     With `refused` given, a request refused before it started (`refusal`) goes there instead of to `failed`; with
     `disconnected` given, the id of a request whose connection closed without an answer (`disconnected_unanswered`)
-    goes there, for `billing_problems` to tell whether it had started."""
+    goes there, for `billing_problems` to tell whether it had started. After each answer the client waits `think`
+    seconds (`THINK_TIME`) before asking again."""
     messages = [{"role": "user", "content": f"Client {n} asks: name a colour."}]
     while not done.is_set():
         request_id = f"client-{n}-{next(_IDS)}"
@@ -90,14 +99,17 @@ async def sdk_client(client: openai.AsyncOpenAI, n: int, done: trio.Event, answe
             failed.append(f"{request_id}: answered without a finish reason or without text")
             continue
         answered.append(request_id)
+        if think:
+            await trio.sleep(think)
 
 
 class SdkClients:
-    """`count` `sdk_client` loops against `base_url` (odd ones stream), refusals kept apart, run by trio in a thread
-    of their own from `start()` until `stop()`: for synchronous tests that drive `llmgw` processes meanwhile."""
+    """`count` `sdk_client` loops against `base_url` (odd ones stream), refusals kept apart, each waiting `think`
+    seconds after an answer, run by trio in a thread of their own from `start()` until `stop()`: for synchronous
+    tests that drive `llmgw` processes meanwhile."""
 
-    def __init__(self, base_url: str, api_key: str, count: int = 16, **ask):
-        self.base_url, self.api_key, self.count, self.ask = base_url, api_key, count, ask
+    def __init__(self, base_url: str, api_key: str, count: int = 16, think: float = THINK_TIME, **ask):
+        self.base_url, self.api_key, self.count, self.think, self.ask = base_url, api_key, count, think, ask
         self.answered: list[str] = []
         self.failed: list[str] = []
         self.refused: list[str] = []
@@ -114,7 +126,7 @@ class SdkClients:
             async with trio.open_nursery() as nursery:
                 for n in range(self.count):
                     nursery.start_soon(lambda n=n: sdk_client(client, n, self._done, self.answered, self.failed,
-                                                              self.refused, self.disconnected, **self.ask))
+                                                              self.refused, self.disconnected, self.think, **self.ask))
                 self._running.set()
 
     def start(self) -> SdkClients:
