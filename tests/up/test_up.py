@@ -36,7 +36,7 @@ MODEL = "gemma-3-270m"
 CLIENT_TOKENS = 8
 """`max_tokens` of the 16 clients' requests: the clients still ask faster than Gemma's two one-thread engines answer,
 so requests stay queued through every restart, stop and SIGTERM, and a drain waits for less (at 24 the SIGTERM
-test stopped in 13.5 to 18.7 s at load 7 to 10, at 8 in 5 to 7 s: docs/testing.md, stop 52)."""
+test stopped in 13.5 to 20.8 s at load 6 to 10, at 8 in 5 to 10 s: docs/testing.md, stop 52)."""
 
 
 class UpProcess:
