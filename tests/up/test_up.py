@@ -33,6 +33,10 @@ pytestmark = pytest.mark.slow
 REPO_ROOT = Path(__file__).resolve().parents[2]
 LLMGW = [sys.executable, "-m", "llmgw.cli"]
 MODEL = "gemma-3-270m"
+CLIENT_TOKENS = 8
+"""`max_tokens` of the 16 clients' requests: the clients still ask faster than Gemma's two one-thread engines answer,
+so requests stay queued through every restart, stop and SIGTERM, and a drain waits for less (at 24 the SIGTERM
+test stopped in 13.5 to 20.8 s at load 6 to 10, at 8 in 5 to 10 s: docs/testing.md, stop 52)."""
 
 
 class UpProcess:
@@ -309,7 +313,7 @@ def test_llmgw_restart_then_stop_and_start_under_16_sdk_clients_lose_no_request(
     def after_restart(pattern: str) -> re.Match | None:
         return next((m for line in up.lines[seen:] if (m := re.search(pattern, line))), None)
 
-    clients = SdkClients(str(client.base_url), client.api_key, 16, model=MODEL, max_tokens=24).start()
+    clients = SdkClients(str(client.base_url), client.api_key, 16, model=MODEL, max_tokens=CLIENT_TOKENS).start()
     try:
         clients.answers_after(16, 120, "before the restart")
         result = llmgw("restart", state=up.state, check=False)
@@ -377,7 +381,7 @@ def test_sigterm_under_16_sdk_clients_stops_everything_within_seconds_losing_no_
     """SIGTERM (received as Ctrl-C is: one signal receiver, llmgw.cli.up_cmd) while 16 SDK clients ask: the requests
     that had started are answered and billed once, the rest refused; everything, engines included, stops within
     seconds."""
-    clients = SdkClients(str(client.base_url), client.api_key, 16, model=MODEL, max_tokens=24).start()
+    clients = SdkClients(str(client.base_url), client.api_key, 16, model=MODEL, max_tokens=CLIENT_TOKENS).start()
     try:
         clients.answers_after(16, 300, "before SIGTERM")
         started, seen = time.monotonic(), len(up.lines)
