@@ -210,6 +210,17 @@ def _suite_password_cost():
     accounts.SCRYPT_N = product
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _suite_shared_trust():
+    """The tests' httpx and openai SDK clients share one default trust context per process, as the product's own
+    clients do (tests/support/shared_trust.py: 50-60 ms of CPU a client otherwise, thousands of clients a run)."""
+    from support.shared_trust import install
+
+    restore = install()
+    yield
+    restore()
+
+
 @pytest.fixture(scope="session")
 def full_release(tmp_path_factory):
     """The signed release of this checkout with every dependency wheel for this machine, built once for the whole

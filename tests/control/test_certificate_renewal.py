@@ -162,7 +162,8 @@ async def test_a_real_agent_renews_over_its_stream_and_reconnects_with_the_new_c
         cert, key = _certificate(ca_dir, "n1", old_start, time.time() + DAY)  # due since a day ago
         ClientTls(ca_pem=(ca_dir / "ca.crt").read_bytes(), certificate_pem=cert, key_pem=key).save(state / "tls")
         agent = subprocess.Popen([*LLMGW, "agent", "--control-plane", f"127.0.0.1:{plane.agents_port}",
-                                  "--node-id", "n1", "--state-dir", str(state), "--heartbeat-interval", "200ms"],
+                                  "--node-id", "n1", "--state-dir", str(state), "--heartbeat-interval", "200ms",
+                                  "--no-bandwidth-probe"],
                                  stdout=subprocess.DEVNULL, stderr=open(tmp_path / "agent.log", "wb"))
         try:
             began = trio.current_time()

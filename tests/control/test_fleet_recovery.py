@@ -111,7 +111,8 @@ async def test_a_restarted_control_plane_says_it_is_recovering_until_its_agents_
         for node in ("n1", "n2"):
             procs.spawn(node, "agent", "--control-plane", f"127.0.0.1:{ports['agents']}", "--node-id", node,
                         "--state-dir", str(tmp_path / node), "--mirror", str(mirror), "--heartbeat-interval", "200ms",
-                        "--insecure", "--engine-binary", f"llama.cpp@b11434={fake_engine}", "--stop-shards-on-exit")
+                        "--insecure", "--engine-binary", f"llama.cpp@b11434={fake_engine}", "--stop-shards-on-exit",
+                        "--no-bandwidth-probe")
         await wait_for(lambda: trio.to_thread.run_sync(lambda: known_nodes() == {"n1", "n2"}), 60,
                        "the leader to keep both nodes in the store")
         assert (await health()).status_code == 200

@@ -320,3 +320,52 @@ def test_a_forges_ci_files_in_the_settings_repository_are_not_settings(tmp_path)
     git(checkout, "add", "-A")
     git(checkout, "commit", "-qm", "ci: review every pull request")
     git(checkout, "push", "-q", "origin", "HEAD:main")
+
+
+
+class _Accepter(_Refuser):
+    def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+        self.rfile.read(int(self.headers["Content-Length"]))
+        self.send_response(204)
+        self.end_headers()
+
+
+def test_a_notification_over_plain_http_loads_no_certificates(monkeypatch) -> None:
+    """post-receive runs on every push: for an http URL it has no TLS to verify, so it does not load the system's CA
+    bundle (0.17 s of CPU, more than the POST itself); an https URL is still verified with httpx's default trust."""
+    import io
+    import ssl
+
+    import httpx
+
+    from llmgw.cli.hook_cmds import notify
+    from llmgw.settings.hook import Notification
+
+    loaded, verified = [], []
+    load_verify_locations, post = ssl.SSLContext.load_verify_locations, httpx.post
+
+    def recording_load(self, cafile=None, capath=None, cadata=None):
+        loaded.append(cafile or capath or "cadata")
+        return load_verify_locations(self, cafile, capath, cadata)
+
+    def recording_post(*args, **kwargs):
+        verified.append(kwargs["verify"])
+        return post(*args, **kwargs)
+
+    monkeypatch.setattr(ssl.SSLContext, "load_verify_locations", recording_load)
+    monkeypatch.setattr(httpx, "post", recording_post)
+    server = HTTPServer(("127.0.0.1", 0), _Accepter)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        out = io.StringIO()
+        url = f"127.0.0.1:{server.server_address[1]}/api/v1/hooks/git"
+        assert notify(Notification(f"http://{url}", b"{}"), out)
+        assert out.getvalue() == "" and loaded == [] and verified == [False]
+        # the same server over https: verified as httpx does by default (and its plain-HTTP answer is no handshake)
+        assert notify(Notification(f"https://{url}", b"{}"), out, timeout=5) is False
+        assert verified == [False, True]
+        assert out.getvalue().startswith(f"warning: could not notify the control plane at https://{url} (")
+    finally:
+        server.shutdown()
+        server.server_close()
