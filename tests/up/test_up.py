@@ -42,7 +42,9 @@ test stopped in 13.5 to 20.8 s at load 6 to 10, at 8 in 5 to 10 s: docs/testing.
 class UpProcess:
     """A running `llmgw up` with its stdout collected line by line."""
 
-    def __init__(self, state: Path, seed: Path, *options: str, gateway: str = "127.0.0.1:0"):
+    def __init__(self, state: Path, seed: Path, *options: str, gateway: str = "127.0.0.1:0",
+                 env: dict[str, str] | None = None):
+        """`env`: set in `up`'s environment beside the test's own (its agent's engines inherit it)."""
         self.state = state
         self.lines: list[str] = []
         self.times: list[float] = []  # time.monotonic() of each line's arrival
@@ -51,7 +53,7 @@ class UpProcess:
             [*LLMGW, "up", "--repo", str(seed), "--state", str(state),
              "--gateway", gateway, "--admin", "127.0.0.1:0", "--agents", "127.0.0.1:0", *options],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO_ROOT,
-            env={**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "200"},
+            env={**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "200", **(env or {})},
         )
         threading.Thread(target=self._read, daemon=True).start()
 

@@ -12,6 +12,14 @@ left of it and start it again, the gateway answering 503 with Retry-After meanwh
 The real vLLM takes minutes to start on 2 cores, and this test starts it twice (the kill), so it holds the run's one
 vLLM slot (`vllm_slot`, tests/support/vllm_slot.py): the gateway's real-vLLM tests (run before it) have their vLLM
 stopped first. Nothing is skipped: `make vllm`'s set-up is done here when it is missing (cached).
+
+The test machine's choice, as the shared test vLLM's (tests/gateway/vllm_harness.py): `llmgw up` runs with
+`VLLM_ENABLE_V1_MULTIPROCESSING=0` (`UP_ENV`), which its agent's engines inherit (`engine_environment`: the agent's
+own environment, then the shard's). vLLM's CPU platform then keeps its one-process executor: the model worker runs
+inside the EngineCore instead of a third spawned process importing torch and vLLM again (about 18 s of CPU a start,
+twice here). The product's command line is unchanged, and the engine runs on one OpenMP thread either way (the
+entry's `cpu_cores: 0.5` gives `OMP_NUM_THREADS=1`). vLLM's OpenAI server still runs its EngineCore as a process of
+its own (`AsyncLLM` always makes the multiprocess client), so the kill still leaves it for the agent to kill: checked.
 """
 
 from __future__ import annotations
@@ -46,6 +54,7 @@ pytestmark = pytest.mark.slow
 MODEL = "gemma-3-270m-vllm"
 REPLICA = f"{MODEL}-0"
 START_LIMIT = 600  # seconds for vLLM to serve after the commit: over 420 s at a load of 10 on 2 shared cores
+UP_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}  # the test machine's choice (the module's docstring)
 
 
 @contextmanager
@@ -54,7 +63,7 @@ def running_up(root: Path) -> Iterator[UpProcess]:
     seed = root / "cluster-repo"
     # not `quick_seed`: no gain measured here, where vLLM's two starts take the time (87-134 s a run either way)
     shutil.copytree(REPO_ROOT / "examples" / "cluster-repo", seed)
-    process = UpProcess(root / "state", seed)
+    process = UpProcess(root / "state", seed, env=UP_ENV)
     try:
         yield process
     finally:
@@ -111,6 +120,14 @@ def group_members(pgid: int) -> list[int]:
             if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
                 members.append(int(entry.name))
     return members
+
+
+def process_title(pid: int) -> str:
+    """`pid`'s command line as one string ("" once it is gone): vLLM retitles its processes (`VLLM::EngineCore`)."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_text().replace("\0", " ").strip()
+    except OSError:
+        return ""
 
 
 def test_the_example_vllm_entry_serves_through_llmgw_up_routes_on_its_kv_events_and_comes_back_after_a_kill(
@@ -174,6 +191,7 @@ def test_the_example_vllm_entry_serves_through_llmgw_up_routes_on_its_kv_events_
 
     # Kill vLLM: the agent kills what is left of its group (the EngineCore) and starts it again; meanwhile the
     # gateway answers 503 with Retry-After (or, before the agent's report arrives, a 502 naming the model).
+    assert any(process_title(member).startswith("VLLM::EngineCore") for member in group_members(pid))
     killed_at = time.monotonic()
     os.kill(pid, signal.SIGKILL)
     outcomes: list[tuple[int, str | None, str | None]] = []
