@@ -36,6 +36,7 @@ from pathlib import Path
 from llmgw.archives import extract_tar
 from llmgw.errors import ReleaseError
 from llmgw.install.journal import JOURNAL_PATH, CreatedDirectory, record_on_installed_host, sha256_of
+from llmgw.install.venvs import make_venv
 from llmgw.release import (
     MANIFEST, PUBLIC_KEY_FILE, RECORD_DIR, SIGNATURE, read_public_key, trusted_public_keys, verify_release,
 )
@@ -112,21 +113,29 @@ def _trusted(keys: list[str], layout: InstallLayout) -> list:
 
 
 def install_venv(venv: Path, wheels: Path, version: str) -> None:
-    """Make the venv `venv` and install llmgw `version` into it from the wheels directory `wheels`, offline (as
-    `llmgw node add` does, without compiling bytecode: the agent runs as root and writes it on first import, in the
-    venv, for the modules it imports, where pip compiles every module of every wheel). Blocking (seconds to a
-    minute). Raises ReleaseError in pip's words."""
-    for argv, what in (([sys.executable, "-m", "venv", str(venv)], f"making the venv {venv}"),
-                       ([str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", "--no-index", "--no-compile",
-                         "--disable-pip-version-check", "--find-links", str(wheels), f"llmgw=={version}"],
-                        f"installing llmgw {version} from the release's wheels")):
-        try:
-            done = subprocess.run(argv, capture_output=True, text=True, timeout=PIP_TIMEOUT)
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            raise ReleaseError(f"{what} failed: {exc}") from exc
-        if done.returncode:
-            said = (done.stderr or done.stdout).strip().splitlines()
-            raise ReleaseError(f"{what} failed (exit {done.returncode}): {said[-1] if said else ''}")
+    """Make the venv `venv` (llmgw.install.venvs) and install llmgw `version` into it from the wheels directory
+    `wheels`, offline (as `llmgw node add` does, without compiling bytecode: the agent runs as root and writes it on
+    first import, in the venv, for the modules it imports, where pip compiles every module of every wheel).
+    Blocking (seconds to a minute). Raises ReleaseError in pip's words."""
+    try:
+        done = make_venv(venv)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ReleaseError(f"making the venv {venv} failed: {exc}") from exc
+    _check(done, f"making the venv {venv}")
+    argv = [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", "--no-index", "--no-compile",
+            "--disable-pip-version-check", "--find-links", str(wheels), f"llmgw=={version}"]
+    what = f"installing llmgw {version} from the release's wheels"
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=PIP_TIMEOUT)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ReleaseError(f"{what} failed: {exc}") from exc
+    _check(done, what)
+
+
+def _check(done: subprocess.CompletedProcess, what: str) -> None:
+    if done.returncode:
+        said = (done.stderr or done.stdout).strip().splitlines()
+        raise ReleaseError(f"{what} failed (exit {done.returncode}): {said[-1] if said else ''}")
 
 
 def install_release(tar_path: Path, size: int, sha256: str, version: str, trusted_keys: list[str],

@@ -6,7 +6,8 @@ standard library), before any virtual environment exists there:
     mkdir PATH [--mode 0755] [--weights]     make PATH and its missing parents, each recorded
     write PATH [--mode 0644]                 write stdin to PATH atomically (a file replaced is kept for undo)
     link PATH TARGET                         point the link PATH at TARGET
-    venv DIR                                 record DIR, then `python3 -m venv DIR` (a failure leaves it recorded)
+    venv DIR                                 record DIR, then make the venv DIR with pip (llmgw.install.venvs: without
+                                             ensurepip's setuptools; a failure leaves it recorded)
     unit NAME                                record the unit, then `systemctl enable --now NAME` where systemd runs
     undo                                     undo the whole journal, newest first (`llmgw wipe --yes`, no weights kept)
 
@@ -26,6 +27,7 @@ from llmgw.errors import InstallError
 from llmgw.install.commands import check_command, run_command
 from llmgw.install.journal import JOURNAL_PATH, CreatedDirectory, InstalledUnit, Journal
 from llmgw.install.undoing import undo
+from llmgw.install.venvs import make_venv
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -66,7 +68,7 @@ def run(argv: list[str]) -> None:
         if args.path.exists():
             raise InstallError(f"{args.path} exists already: llmgw installs each release once (`llmgw wipe` first)")
         journal.record(CreatedDirectory(str(args.path)))
-        check_command(run_command([sys.executable, "-m", "venv", str(args.path)]), f"venv {args.path}")
+        check_command(make_venv(args.path), f"venv {args.path}")
     elif args.verb == "unit":
         if Path("/run/systemd/system").is_dir():
             journal.record(InstalledUnit(args.name, enabled=True, started=True))
