@@ -2,9 +2,10 @@
 `llmgw plan` and `llmgw review` estimate a CPU replica's decode speed from: a real agent (probe of 0.1 s a phase)
 runs the real llama-server (b11434) with Gemma 3 270M, whose catalog entry gives its weights' size. The bandwidth
 shows in /api/v1/nodes, `llmgw nodes` and the fleet snapshot; the plan and the review of that snapshot show the
-replica's expected speed; and the decode speed the engine's own counters then give is at most 2 x that estimate
-and at least a hundredth of it: a bound against a unit's error (a bandwidth in MB/s read as GB/s is 1,000 x), not a
-calibration. Only that loose: the calibration's 30 % holds on a quiet machine (tests/plan/test_cpu_speed.py), while
+replica's expected speed; and the decode speed the engine's own counters then give is at most 10 x that estimate
+and at least a hundredth of it: bounds against a unit's error (a bandwidth in MB/s read as GB/s is 1,000 x), not a
+calibration (a whole run on 3 workers starved the 0.1 s probe instead: 2.9 GB/s, an estimate of 7.5 tokens/s and
+the engine at 27.1, 3.6 x, over the 2 x this bound was before). Only that loose: the calibration's 30 % holds on a quiet machine (tests/plan/test_cpu_speed.py), while
 this one is shared by other test runs, which mostly slow the engine more than the short probe (estimate / measured
 0.9 quiet, 1.7 to 7.5 under load in docs/capacity.md; 7.3 in a run of this test beside two builds; 29 in a whole
 `make test` of 2026-12-05 on 3 workers, the engine at 0.9 tokens a second against an estimate of 26.0, over the
@@ -119,4 +120,4 @@ async def test_the_probed_bandwidth_reaches_nodes_plan_and_review_and_its_estima
         nursery.cancel_scope.cancel()
     estimate = expected["decode_tokens_per_second"]
     print(f"probe {bandwidth / 1e9:.1f} GB/s for 2 threads: estimate {estimate:.1f} tokens/s, engine {decode:.1f}")
-    assert estimate / 100 <= decode <= estimate * 2
+    assert estimate / 100 <= decode <= estimate * 10

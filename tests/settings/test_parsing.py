@@ -95,9 +95,9 @@ def test_a_billion_laughs_file_fails_in_well_under_a_second() -> None:
     for level, name in enumerate("bcdefghi"):
         previous = "abcdefghi"[level]
         lines.append(f"{name}: &{name} [" + ",".join([f"*{previous}"] * 9) + "]")
-    started = time.perf_counter()
+    started = time.process_time()  # CPU seconds: a whole run on 2 shared cores took 1.09 s of wall time once
     parsed, issues = parse_yaml("bomb.yaml", "\n".join(lines) + "\n")
-    assert time.perf_counter() - started < 1.0
+    assert time.process_time() - started < 1.0
     assert parsed.data is None and "aliases expand to more than" in issues[0].message
 
 
