@@ -13,12 +13,10 @@ export LLMGW_CACHE ?= $(HOME)/.cache/llmgw
 
 venv: $(VENV)/.installed
 
-# pip's --no-compile: Python compiles a module at its first import instead (`make test` keeps that bytecode in
-# $(LLMGW_CACHE)/pycache); compiling every installed file took 16 s of a clean clone's 73 s of CPU here.
 $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	@echo "installing llmgw and its Python dependencies into $(VENV) (about 5 minutes the first time; pip prints each package)"
-	$(BIN)/pip install --no-compile --progress-bar off -c constraints.txt -e '.[test,demo]'
+	$(BIN)/pip install --progress-bar off -c constraints.txt -e '.[test,demo]'
 	touch $@
 
 # Build (or reuse) llama-server and assemble the Gemma weights mirror, with progress.
