@@ -23,10 +23,11 @@ REFUSED_PAUSE = 0.25
 """Seconds a client of `SdkClients` waits after a refusal or failure before its next request (a closed port answers
 at once)."""
 
-THINK_TIME = 1.0
+THINK_TIME = 0.25
 """Seconds a client of `SdkClients` waits after an answer before its next request, as an application's user reads
-the answer: 16 clients still send several requests a second through every restart, drain and handover these tests
-make (each lasts a second or more), at a fraction of the load. Without it the clients asked as fast as they were
+the answer: 16 clients still keep requests in flight through every restart, drain and handover these tests make
+(each lasts a second or more), at a fraction of the load (1 s cut the CPU further but lengthened the tests that wait
+for a number of answers: docs/testing.md). Without it the clients asked as fast as they were
 answered (about 15,000 requests in tests/install/test_upgrade_control_planes.py), and a test's load took the CPU of
 the tests beside it (docs/testing.md, "The SDK clients' think time")."""
 
