@@ -11,6 +11,7 @@ import json
 import subprocess
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
@@ -56,15 +57,23 @@ class _Recorder(BaseHTTPRequestHandler):
         pass
 
 
+@contextmanager
+def _serving(handler: type[BaseHTTPRequestHandler]) -> Iterator[HTTPServer]:
+    """A loopback HTTP server answering with `handler` in a thread of its own, until the block ends."""
+    server = HTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 @pytest.fixture
 def notify_server() -> Iterator[tuple[str, list[dict]]]:
     _Recorder.bodies = []
-    server = HTTPServer(("127.0.0.1", 0), _Recorder)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/v1/settings/notify", _Recorder.bodies
-    server.shutdown()
-    server.server_close()
+    with _serving(_Recorder) as server:
+        yield f"http://127.0.0.1:{server.server_address[1]}/v1/settings/notify", _Recorder.bodies
 
 
 def test_repo_init_makes_a_bare_repository_on_main_seeded_from_a_directory(tmp_path: Path) -> None:
@@ -257,16 +266,10 @@ def test_a_control_plane_that_refuses_the_notification_is_a_warning_naming_its_a
     from llmgw.cli.hook_cmds import notify
     from llmgw.settings.hook import Notification
 
-    server = HTTPServer(("127.0.0.1", 0), _Refuser)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with _serving(_Refuser) as server:
         out = io.StringIO()
         url = f"http://hook:s3cret@127.0.0.1:{server.server_address[1]}/api/v1/hooks/git"
         assert notify(Notification(url, b"{}"), out) is False
-    finally:
-        server.shutdown()
-        server.server_close()
     assert out.getvalue() == (f"warning: could not notify the control plane at http://***@127.0.0.1:{server.server_address[1]}"
                               "/api/v1/hooks/git (it answered HTTP 403); it will notice the push at its next poll\n")
 
@@ -354,10 +357,7 @@ def test_a_notification_over_plain_http_loads_no_certificates(monkeypatch) -> No
 
     monkeypatch.setattr(ssl.SSLContext, "load_verify_locations", recording_load)
     monkeypatch.setattr(httpx, "post", recording_post)
-    server = HTTPServer(("127.0.0.1", 0), _Accepter)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with _serving(_Accepter) as server:
         out = io.StringIO()
         url = f"127.0.0.1:{server.server_address[1]}/api/v1/hooks/git"
         assert notify(Notification(f"http://{url}", b"{}"), out)
@@ -366,6 +366,3 @@ def test_a_notification_over_plain_http_loads_no_certificates(monkeypatch) -> No
         assert notify(Notification(f"https://{url}", b"{}"), out, timeout=5) is False
         assert verified == [False, True]
         assert out.getvalue().startswith(f"warning: could not notify the control plane at https://{url} (")
-    finally:
-        server.shutdown()
-        server.server_close()
