@@ -11,30 +11,35 @@
     replica_key(secret, replica_id)      the bearer key of a replica: HMAC-SHA256 hex of its id
 """
 
-from llmgw.control.keys import SecretResolver, replica_key, sign_webhook, webhook_signature_valid
-from llmgw.control.deciding import Decision, backoff, converged, decide
-from llmgw.control.looping import ControlLoop
-from llmgw.control.registry import FleetRegistry, NodeRecord
-from llmgw.control.routing import build_route_table
-from llmgw.control.state import ControlState, PassRecord, WatchState
-from llmgw.control.watching import SettingsWatcher
+from __future__ import annotations
 
-__all__ = [
-    "AdminClient", "ControlConfig", "ControlLoop", "ControlPlane", "ControlState", "Decision", "FleetRegistry",
-    "NodeRecord", "PassRecord", "backoff", "decide",
-    "SecretResolver", "SettingsWatcher", "WatchState", "build_route_table", "converged", "default_state_dir",
-    "open_control_plane", "replica_key", "sign_webhook", "webhook_signature_valid",
-]
+from typing import TYPE_CHECKING
 
+from llmgw.lazy_exports import lazy_exports
 
-def __getattr__(name: str):
-    # The plane pulls in the gateway, the store and the wire transport: import them only when asked.
-    if name in ("ControlPlane", "ControlConfig", "open_control_plane"):
-        from llmgw.control import plane
+if TYPE_CHECKING:
+    from llmgw.control.client import AdminClient, default_state_dir
+    from llmgw.control.deciding import Decision, backoff, converged, decide
+    from llmgw.control.keys import SecretResolver, replica_key, sign_webhook, webhook_signature_valid
+    from llmgw.control.looping import ControlLoop
+    from llmgw.control.plane import ControlConfig, ControlPlane, open_control_plane
+    from llmgw.control.registry import FleetRegistry, NodeRecord
+    from llmgw.control.routing import build_route_table
+    from llmgw.control.state import ControlState, PassRecord, WatchState
+    from llmgw.control.watching import SettingsWatcher
 
-        return getattr(plane, name)
-    if name in ("AdminClient", "default_state_dir"):
-        from llmgw.control import client
-
-        return getattr(client, name)
-    raise AttributeError(name)
+_EXPORTS: dict[str, tuple[str, ...]] = {
+    "client": ("AdminClient", "default_state_dir"),
+    "deciding": ("Decision", "backoff", "converged", "decide"),
+    "keys": ("SecretResolver", "replica_key", "sign_webhook", "webhook_signature_valid"),
+    "looping": ("ControlLoop",),
+    "plane": ("ControlConfig", "ControlPlane", "open_control_plane"),
+    "registry": ("FleetRegistry", "NodeRecord"),
+    "routing": ("build_route_table",),
+    "state": ("ControlState", "PassRecord", "WatchState"),
+    "watching": ("SettingsWatcher",),
+}
+"""Each name of this package's interface, by the submodule that defines it, imported when first read (PEP 562):
+`llmgw status` and the other admin API commands import `llmgw.control.client` (httpx) and `stalls` without the
+deciding, the loop, the gateway and the store, about 1 s of CPU at each command's start."""
+__getattr__, __dir__, __all__ = lazy_exports(__name__, globals(), _EXPORTS)

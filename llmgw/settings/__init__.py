@@ -15,8 +15,9 @@ Each name is imported from its module when first read (`_EXPORTS`), so that a li
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from llmgw.lazy_exports import lazy_exports
 
 if TYPE_CHECKING:
     from llmgw.settings.committing import (
@@ -69,18 +70,4 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
 """Each name of this package's interface, by the submodule that defines it. A name is imported when first read
 (PEP 562), so that `llmgw.settings.<light module>` (the post-receive hook's `post_receive`, `refs`, `valid_trees`)
 does not import jsonschema, ruamel and the whole model with it."""
-_MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
-__all__ = list(_MODULE_OF)
-
-
-def __getattr__(name: str) -> Any:
-    module = _MODULE_OF.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__, __all__ = lazy_exports(__name__, globals(), _EXPORTS)
