@@ -50,6 +50,12 @@ AGENT_STATE = "/var/lib/llmgw/agent"
 WEIGHTS = b"GGUF stand-in weights for the control planes' upgrade\n"
 
 
+CLIENT_THINK = 1.0
+"""Seconds each of the 16 clients waits after an answer (`SdkClients`' think time): they ask throughout the upgrade's
+two to three minutes, and at 1 s there are still about 16 requests a second in flight through every restart and
+the handover; at `THINK_TIME`'s 0.25 s they sent about 9,000 requests a run, through haproxy, a gateway and the
+stand-in engine each, most of this module's CPU (docs/testing.md)."""
+
 def _seed(directory: Path, trusted_key: str) -> Path:
     """The settings: "tiny" for the project demo, the listeners on the default ports (8080-8082), a node lost after
     30 s (agents and control planes restart during the upgrade), the release key trusted."""
@@ -152,7 +158,7 @@ def test_llmgw_upgrade_takes_the_standby_then_the_leader_then_the_agents_over_ss
             key = next(w for w in _llmgw(one, f"keys create --project demo --state {STATE}").split()
                        if w.startswith("sk-llmgw-"))
             proxy, front = start_haproxy(tmp_path, [f"http://{h.address}:8080" for h in (one, two)])
-            clients = SdkClients(f"{front}/v1", key, 16, model="tiny", max_tokens=8).start()
+            clients = SdkClients(f"{front}/v1", key, 16, think=CLIENT_THINK, model="tiny", max_tokens=8).start()
             clients.answers_after(32, 60, "through haproxy before the upgrade")
 
             # host 2 alone, not given time to come back: switched back to 0.1.0, serving, the command failing
