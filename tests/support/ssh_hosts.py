@@ -35,7 +35,6 @@ command: about 0.02 s of CPU for the client (`KEX`), 0.03 s for the host's sshd.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import hashlib
 import os
 import shlex
@@ -55,7 +54,6 @@ HIDDEN = ("/work", "/opt/pypi", "/opt/pypi-more", "/opt/wheels", "/opt/tf-plugin
 """Paths of this kind of machine hidden on every host when they exist, besides HOME, the checkout, the virtual
 environment running the tests and $LLMGW_CACHE (see `hidden_paths`)."""
 
-_PR_SET_PDEATHSIG = 1
 
 KEX = "curve25519-sha256,curve25519-sha256@libssh.org"
 """The key exchange `ssh_config` asks for. OpenSSH 9.2's default, sntrup761x25519-sha512 (post-quantum), costs the ssh
@@ -112,9 +110,11 @@ def hidden_paths(extra: Sequence[str] = ()) -> list[str]:
     return list(dict.fromkeys(p for p in paths if p.startswith("/") and p != "/"))
 
 
-def _parent_death_kill() -> None:
-    """In the child before exec: SIGKILL when the test process dies (kept across the exec of `ip`/`unshare`)."""
-    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+PARENT_DEATH_KILL = ("setpriv", "--pdeathsig", "KILL", "--")
+"""The prefix that has a host's first process SIGKILLed when the test process dies (util-linux's setpriv sets the
+parent-death signal, kept across the exec of `ip` and `unshare`). Not a `preexec_fn`: Python code run in the child
+between fork and exec aborted once in a whole run, in a worker where gRPC's event engine ran (its fork handler's
+poller: "epoll_wait error: Bad file descriptor", exit -6)."""
 
 
 @dataclass
@@ -278,12 +278,11 @@ def open_ssh_hosts(lab: Lab, count: int, workdir: Path, *, hide: Sequence[str] =
             log = workdir / f"{name}.log"
             with log.open("w") as log_file:
                 process = subprocess.Popen(
-                    net.argv(["unshare", "--mount", "--pid", "--uts", "--fork", "--kill-child",
-                              "--propagation", "private", "bash", "-c", _START, "host",
-                              str(mount_point), name, str(seed), net.address, *hidden_paths(hide),
-                              "--share", *share]),
-                    stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT,
-                    preexec_fn=_parent_death_kill)
+                    [*PARENT_DEATH_KILL, *net.argv(["unshare", "--mount", "--pid", "--uts", "--fork", "--kill-child",
+                                                    "--propagation", "private", "bash", "-c", _START, "host",
+                                                    str(mount_point), name, str(seed), net.address,
+                                                    *hidden_paths(hide), "--share", *share])],
+                    stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT)
             hosts.append(SshHost(name, net.address, ssh_config, mount_point, process, log, shared=tuple(share)))
         with (workdir / "known_hosts").open("a") as known_hosts:
             known_hosts.write("".join(line + "\n" for line in known))
