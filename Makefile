@@ -96,14 +96,15 @@ k8s-models: node-check
 
 # The suite runs on TEST_WORKERS pytest-xdist workers (issue 40), each test module whole on one worker and the
 # machine-wide ones (the one real vLLM, real Slurm, llmgw up) together on one, the longest first (tests/conftest.py,
-# `pytest_xdist_make_scheduler`). `make test TEST_WORKERS=0` runs it in one process. Three workers on the 2-core
-# machine: with two, the cores were 26% idle over a whole run (vLLM's starts, the process tests' waits), with three
-# 8-9%, and the same tests took 787 s instead of about 900 s (docs/testing.md, "The suite's time").
+# `pytest_xdist_make_scheduler`). `make test TEST_WORKERS=0` runs it in one process. Four workers on the 2-core
+# machine, as the workers also wait (vLLM's starts, the process tests' waits): on stop 53's machine three left the
+# cores 27% idle over a whole run and took 591 and 605 s, four 17% and 557 s; on stop 52's slower machine, where
+# three left 10-14% idle, four took 10% longer (docs/testing.md, "The suite's time").
 # `--durations` lists the slowest tests at the end (docs/testing.md keeps that list; 0 lists every test).
 # Python writes its bytecode (in $(LLMGW_CACHE)/pycache, not the work tree) even where PYTHONDONTWRITEBYTECODE is set:
 # without it each worker rewrote every test module's asserts (25 s of CPU a collection, 8 s with it) and each
 # llmgw process the tests start compiled llmgw again.
-TEST_WORKERS ?= 3
+TEST_WORKERS ?= 4
 TEST_DURATIONS ?= 25
 test: engine vllm train-env lint system-packages node-sdk oidc-provider helm k8s-models
 	env -u PYTHONDONTWRITEBYTECODE PYTHONPYCACHEPREFIX=$(LLMGW_CACHE)/pycache \
