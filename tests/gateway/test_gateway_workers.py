@@ -295,7 +295,8 @@ def test_restart_stop_start_and_sigterm_of_two_workers_lose_no_request_under_16_
             figures.append(f"then stop/start: {clients.figures()}")
             server.send_signal(signal.SIGTERM)
             assert server.wait(timeout=60) == 0
-            time.sleep(1)  # the clients meet the closed port
+            refused = len(clients.refused)
+            wait_for(lambda: len(clients.refused) > refused, 30, "the clients meeting the closed port")
         finally:
             clients.stop()
     figures.append(f"then SIGTERM: {clients.figures()}")
