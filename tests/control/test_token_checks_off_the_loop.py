@@ -76,4 +76,8 @@ async def test_fake_tokens_against_a_slow_store_leave_the_loop_ticking(tmp_path,
     assert store.lookups == 12
     # 12 lookups of 0.4 s through TOKEN_CHECK_THREADS threads: at least 1.2 s of waiting, none of it on the loop
     assert TOKEN_CHECK_THREADS < 12 and sum(gaps) >= 12 * LOOKUP_SECONDS / TOKEN_CHECK_THREADS * 0.9
-    assert max(gaps) < 0.25, f"the loop stalled {max(gaps):.2f} s"
+    # A lookup on the loop stalls it LOOKUP_SECONDS each time: 12 of them (or 6, one of the two paths) stall it 2.4 s
+    # and more. What a tick late for other reasons adds (the kernel giving the cores to other processes: one gap of
+    # 0.53 s was seen in a whole run on four workers) stays far under two lookups' worth.
+    stalled = sum(gap for gap in gaps if gap > 0.1)
+    assert stalled < 2 * LOOKUP_SECONDS, f"the loop stalled {stalled:.2f} s in all (longest tick {max(gaps):.2f} s)"
