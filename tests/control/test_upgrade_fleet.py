@@ -33,6 +33,7 @@ from llmgw.agent.upgrading import switch_current
 from llmgw.cli import upgrade_cmds
 from llmgw.release import MANIFEST, PUBLIC_KEY_FILE, RECORD_DIR, SIGNATURE, keygen, read_public_key
 from llmgw.settings import init_repository
+from support.leftovers import kill_processes_naming
 from support.in_process_cli import run_llmgw
 from support.releases import dependency_wheels, install_from_venv, release_beside, version_tree
 from support.waiting import wait_for
@@ -250,3 +251,4 @@ def test_upgrade_rolls_agents_node_by_node_engines_serving_and_a_broken_release_
                     os.kill(pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
+        kill_processes_naming(tmp_path)  # engines of a run that failed before `pids` was read (they outlive agents)
