@@ -119,10 +119,11 @@ async def test_a_release_changed_on_the_way_or_signed_by_an_untrusted_key_is_ref
 
 
 def _fake_python(root: Path, version: str, out: Path) -> None:
-    """<root>/<version>/bin/python: writes its arguments to `out` (what the watcher starts after a rollback)."""
+    """<root>/<version>/bin/python: writes its arguments to `out` (what the watcher starts after a rollback), whole:
+    through a rename, so a test that sees `out` reads them all (a whole run once read it created and still empty)."""
     python = root / version / "bin" / "python"
     python.parent.mkdir(parents=True, exist_ok=True)
-    python.write_text(f"#!/bin/sh\necho \"$@\" > {out}\n")
+    python.write_text(f"#!/bin/sh\necho \"$@\" > {out}.part && mv {out}.part {out}\n")
     python.chmod(0o755)
 
 
